@@ -1,0 +1,30 @@
+# Two commands do all set-up: `make demo` and `make test` (both create/reuse .venv and install).
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+FMNIST := /usr/share/datasets/fashion-mnist
+
+.PHONY: install demo test test-fast fmnist
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# CPU torch first: an unpinned resolve would pull the multi-GB CUDA build.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Full Fashion-MNIST (Debian package); best effort: tests that need it skip with a reason when absent.
+fmnist:
+	@test -d $(FMNIST) || (command -v apt-get >/dev/null && (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist) >/dev/null 2>&1) || echo "note: Fashion-MNIST not installed (needs apt-get as root)"
+
+demo: install
+	$(VENV)/bin/dphype demo
+
+test: install fmnist
+	$(PY) -m pytest -q -m "slow or not slow"
+
+test-fast: install
+	$(PY) -m pytest -q

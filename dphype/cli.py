@@ -1,0 +1,72 @@
+"""The ``dphype`` console script.
+
+Each sub-command lives next to the concept it drives and exposes two functions:
+``add_arguments(parser)`` and ``run(args) -> dict``. The dict is printed as a
+human-readable summary, and with ``--json`` also as one JSON object on the last
+line of standard output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from typing import Any, Sequence
+
+#: sub-command -> (module implementing add_arguments/run, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "calibrate": ("dphype.accounting_cli", "solve the total noise std sigma for (epsilon, delta, k)"),
+    "demo": ("server.demo", "DP-Hype on Adult through Flower + SecAgg+, then FedAvg with the winner"),
+    "bench": ("simulations.cli", "run one of the paper's benchmark studies"),
+    "pareto": ("dphype.central.cli_pareto", "DPareto privacy-utility Pareto front search"),
+    "compare": ("dphype.central.cli_compare", "federated DP-Hype vs central private tuning on one task"),
+}
+
+
+class UsageError(ValueError):
+    """Bad command-line input; printed without a traceback."""
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
+        return obj.item()
+    if isinstance(obj, float) and obj != obj:
+        return None
+    return obj
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dphype", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+        p.set_defaults(_module=module)
+        importlib.import_module(module).add_arguments(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    module = importlib.import_module(args._module)
+    try:
+        result = module.run(args)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"dphype {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    if not args.json:
+        for key, value in result.items():
+            print(f"{key}: {value}")
+    else:
+        print(json.dumps(_jsonable(result)))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
