@@ -1,0 +1,275 @@
+"""Exact integer summation over Flower SecAgg+ (dphype.secure_sum)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from flwr.app import Context, Message, RecordDict
+from flwr.app.message_type import MessageType
+from flwr.client import NumPyClient
+from flwr.clientapp import ClientApp
+from flwr.common import FitIns, ndarrays_to_parameters
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
+from flwr.compat.common import recorddict_compat as compat
+from local_grid import LocalGrid
+
+from dphype import secure_sum as ss
+
+C = ss.CLIPPING_RANGE
+
+
+def _vector_client_app(vectors: np.ndarray, noise: str = "skellam", drop: dict | None = None):
+    """ClientApp whose node with partition-id i sends ``vectors[i]``.
+
+    ``drop`` maps partition-id -> SecAgg+ stage at which that node crashes.
+    """
+    drop = drop or {}
+
+    class VectorClient(NumPyClient):
+        def __init__(self, pid: int) -> None:
+            self.pid = pid
+
+        def fit(self, parameters, config):
+            return [ss.encode(vectors[self.pid], noise)], 1, {}
+
+    def crash_mod(msg: Message, ctxt: Context, call_next):
+        stage = msg.content.config_records[RECORD_KEY_CONFIGS][Key.STAGE]
+        if drop.get(int(ctxt.node_config["partition-id"])) == stage:
+            raise ConnectionError(f"node lost during {stage}")
+        return call_next(msg, ctxt)
+
+    return ClientApp(
+        client_fn=lambda ctx: VectorClient(int(ctx.node_config["partition-id"])).to_client(),
+        mods=[crash_mod, ss.secure_vote_mod],
+    )
+
+
+def _run(vectors, *, noise="skellam", drop=None, min_survivors=None, size=None):
+    n = len(vectors)
+    grid = LocalGrid(_vector_client_app(vectors, noise, drop), n)
+    strategy = ss.SecureSumStrategy(
+        clients=n,
+        size=size or vectors.shape[1],
+        noise=noise,
+        min_survivors=min_survivors or n,
+        fit_config={ss.PHASE_KEY: ss.VOTE_PHASE},
+    )
+    context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={})
+    total = ss.run_secure_sum(grid, context, strategy)
+    return total, strategy, grid
+
+
+def _stages_sent(grid: LocalGrid) -> list[str]:
+    return [
+        m.content.config_records[RECORD_KEY_CONFIGS][Key.STAGE]
+        for m in grid.sent
+        if RECORD_KEY_CONFIGS in m.content.config_records
+    ]
+
+
+def test_modulus_bound_is_exact():
+    assert ss.MAX_CLIENTS == 1023
+    # The largest possible sum (every entry at +C, i.e. Q after the shift) fits below 2**32 ...
+    assert ss.MAX_CLIENTS * ss.QUANTIZATION_RANGE <= ss.MODULUS_RANGE - 1
+    # ... and one more client would wrap around.
+    assert (ss.MAX_CLIENTS + 1) * ss.QUANTIZATION_RANGE > ss.MODULUS_RANGE - 1
+    # Quantizer Q / (2C) is exactly one.
+    assert ss.QUANTIZATION_RANGE == 2 * ss.CLIPPING_RANGE
+
+
+@pytest.mark.parametrize("clients", [0, 1, ss.MAX_CLIENTS + 1, 5000])
+def test_client_count_refused(clients):
+    with pytest.raises(ValueError, match="clients must be in"):
+        ss.check_clients(clients)
+
+
+def test_client_count_accepted_at_bounds():
+    ss.check_clients(2)
+    ss.check_clients(ss.MAX_CLIENTS)
+
+
+def test_min_survivors():
+    assert ss.min_survivors(10, 0.0) == 10
+    assert ss.min_survivors(10, 0.1) == 9  # (1 - 0.1) * 10 = 9.000000000000002 in floats
+    assert ss.min_survivors(10, 0.15) == 9
+    assert ss.min_survivors(50, 0.2) == 40
+    with pytest.raises(ValueError, match="dropout"):
+        ss.min_survivors(10, 1.0)
+
+
+def test_encode_refuses_what_secagg_would_clip():
+    with pytest.raises(ValueError, match="clip"):
+        ss.encode(np.array([C + 1, 0]), "skellam")
+    with pytest.raises(ValueError, match="integers"):
+        ss.encode(np.array([0.5, 1.0]), "skellam")
+    with pytest.raises(ValueError, match="clip"):
+        ss.encode(np.array([C / ss.GAUSSIAN_SCALE + 1.0]), "gaussian")
+    with pytest.raises(ValueError, match="finite"):
+        ss.encode(np.array([np.nan]), "gaussian")
+    with pytest.raises(ValueError, match="noise"):
+        ss.encode(np.array([1]), "laplace")
+
+
+def test_gaussian_fixed_point_encoding():
+    enc = ss.encode(np.array([1.2345, -0.0004, 3.0]), "gaussian")
+    np.testing.assert_array_equal(enc, [1264.0, -0.0, 3072.0])  # round(x * 1024)
+
+
+def test_decode_checks_integrality():
+    with pytest.raises(ss.SecureSumError, match="not integral"):
+        ss.decode_sum(np.array([0.3]), 3, "skellam")
+    np.testing.assert_array_equal(ss.decode_sum(np.array([-7 / 3, 2 / 3]), 3, "skellam"), [-7, 2])
+    assert ss.decode_sum(np.array([1.0]), 3, "skellam").dtype == np.int64
+    np.testing.assert_allclose(ss.decode_sum(np.array([512.0]), 2, "gaussian"), [1.0])
+
+
+def test_clip_probability_refuses_huge_noise():
+    # Realistic DP-Hype noise (sigma ~ 13 at epsilon 1) is nowhere near the range.
+    assert ss.clip_probability(size=100, sigma=12.84, clients=2, dropout=0.0, noise="skellam") == 0.0
+    ss.check_range(size=100, sigma=1000.0, clients=2, dropout=0.0, noise="skellam")
+    # A share std of ~2**20 reaches 2**21 easily.
+    with pytest.raises(ValueError, match="clipping range"):
+        ss.check_range(size=100, sigma=2.0**20, clients=2, dropout=0.0, noise="skellam")
+    # Gaussian values are scaled by 2**10, so the limit is 2**11 votes.
+    with pytest.raises(ValueError, match="clipping range"):
+        ss.check_range(size=100, sigma=1000.0, clients=2, dropout=0.0, noise="gaussian")
+    p = ss.clip_probability(size=1, sigma=300.0 * math.sqrt(2), clients=2, dropout=0.0, noise="gaussian")
+    # one entry per client, share std 300: union bound over the 2 clients
+    assert p == pytest.approx(2 * math.erfc((2048 - 2) / (300 * math.sqrt(2))))
+
+
+def test_secagg_sum_is_exact_with_negative_and_extreme_values():
+    rng = np.random.default_rng(1)
+    vectors = rng.integers(-C, C + 1, size=(6, 100))
+    vectors[0, :3] = [C, -C, 0]
+    vectors[1, :3] = [C, -C, -1]
+    total, strategy, _ = _run(vectors)
+    assert total.dtype == np.int64
+    np.testing.assert_array_equal(total, vectors.sum(axis=0))
+    assert strategy.survivors == 6
+
+
+def test_secagg_sum_gaussian_fixed_point():
+    rng = np.random.default_rng(2)
+    noisy = rng.integers(0, 2, size=(4, 50)) + rng.normal(0.0, 5.0, size=(4, 50))
+    total, _, _ = _run(noisy, noise="gaussian")
+    expected = sum(ss.encode(v, "gaussian") for v in noisy) / ss.GAUSSIAN_SCALE
+    np.testing.assert_array_equal(total, expected)
+    assert np.max(np.abs(total - noisy.sum(axis=0))) <= 4 / (2 * ss.GAUSSIAN_SCALE)
+
+
+def test_dropout_before_masked_vector_is_survived():
+    vectors = np.arange(5 * 10).reshape(5, 10) - 20
+    total, strategy, grid = _run(
+        vectors, drop={3: Stage.COLLECT_MASKED_VECTORS}, min_survivors=4
+    )
+    np.testing.assert_array_equal(total, np.delete(vectors, 3, axis=0).sum(axis=0))
+    assert strategy.survivors == 4
+    assert Stage.UNMASK in _stages_sent(grid)
+
+
+def test_dropout_during_unmasking_keeps_the_contribution():
+    vectors = np.arange(5 * 10).reshape(5, 10) - 20
+    total, strategy, _ = _run(vectors, drop={1: Stage.UNMASK}, min_survivors=5)
+    # The node sent its masked vector before crashing: its mask is rebuilt from shares.
+    np.testing.assert_array_equal(total, vectors.sum(axis=0))
+    assert strategy.survivors == 5
+
+
+def test_too_many_dropouts_release_nothing():
+    vectors = np.ones((5, 10), dtype=np.int64)
+    drop = {0: Stage.COLLECT_MASKED_VECTORS, 4: Stage.COLLECT_MASKED_VECTORS}
+    n = len(vectors)
+    grid = LocalGrid(_vector_client_app(vectors, drop=drop), n)
+    strategy = ss.SecureSumStrategy(
+        clients=n, size=10, noise="skellam", min_survivors=4, fit_config={}
+    )
+    context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={})
+    with pytest.raises(ss.TooFewSurvivorsError, match="only 3 of 5 .* nothing was released"):
+        ss.run_secure_sum(grid, context, strategy)
+    assert strategy.total is None
+    # The server never asked for the key shares that would unmask the sum.
+    assert Stage.UNMASK not in _stages_sent(grid)
+
+
+def test_protocol_halt_is_an_error():
+    vectors = np.ones((5, 10), dtype=np.int64)
+    drop = {i: Stage.SETUP for i in range(3)}
+    with pytest.raises(ss.SecureSumError, match="halted"):
+        _run(vectors, drop=drop, min_survivors=2)
+
+
+def test_wrong_length_sum_is_refused():
+    vectors = np.ones((3, 11), dtype=np.int64)
+    with pytest.raises(ss.SecureSumError, match="length 10"):
+        _run(vectors, size=10)
+
+
+def test_strategy_waits_for_clients_then_gives_up():
+    strategy = ss.SecureSumStrategy(
+        clients=4, size=3, noise="skellam", min_survivors=4, fit_config={}, connect_timeout=0.6
+    )
+    grid = LocalGrid(_vector_client_app(np.ones((3, 3))), 3)
+    context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={})
+    with pytest.raises(ss.SecureSumError, match="only 3 of 4 clients connected"):
+        ss.run_secure_sum(grid, context, strategy)
+
+
+def _fit_message(config: dict) -> Message:
+    content = compat.fitins_to_recorddict(FitIns(ndarrays_to_parameters([]), config), True)
+    return Message(content, 1, MessageType.TRAIN, group_id="1")
+
+
+def test_plaintext_vote_request_is_refused():
+    class PlainClient(NumPyClient):
+        def fit(self, parameters, config):
+            return [np.ones(3)], 1, {}
+
+    app = ClientApp(client_fn=lambda ctx: PlainClient().to_client())
+    grid = LocalGrid(app, 1)  # sets the task identity Message needs
+    context = grid.contexts[1000]
+    with pytest.raises(PermissionError, match="plaintext"):
+        ss.secure_vote_mod(_fit_message({ss.PHASE_KEY: ss.VOTE_PHASE}), context, app)
+    # Requests for other phases (e.g. FedAvg training) pass through unchanged.
+    reply = ss.secure_vote_mod(_fit_message({ss.PHASE_KEY: "train"}), context, app)
+    assert reply.has_content()
+
+
+def test_default_num_shares():
+    assert ss.default_num_shares(2) == 1.0
+    assert ss.default_num_shares(7) == 1.0
+    assert round(ss.default_num_shares(10) * 10) == 7
+    assert round(ss.default_num_shares(50) * 50) == 10
+
+
+@pytest.mark.slow
+def test_secagg_sum_through_flower_simulation_with_a_dropout():
+    """The real Flower simulation runtime (Ray): exact sum of the 4 survivors out of 5."""
+    from flwr.serverapp import ServerApp
+    from flwr.simulation import run_simulation
+
+    rng = np.random.default_rng(3)
+    vectors = rng.integers(-1000, 1000, size=(5, 100))
+    vectors[0, 0] = -C
+    out: dict = {}
+    server_app = ServerApp()
+
+    @server_app.main()
+    def _main(grid, context):
+        strategy = ss.SecureSumStrategy(
+            clients=5, size=100, noise="skellam", min_survivors=4, fit_config={}
+        )
+        out["total"] = ss.run_secure_sum(grid, context, strategy)
+        out["survivors"] = strategy.survivors
+
+    client_app = _vector_client_app(vectors, drop={2: Stage.COLLECT_MASKED_VECTORS})
+    run_simulation(
+        server_app,
+        client_app,
+        num_supernodes=5,
+        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}},
+    )
+    assert out["survivors"] == 4
+    np.testing.assert_array_equal(out["total"], np.delete(vectors, 2, axis=0).sum(axis=0))
