@@ -1,0 +1,118 @@
+import json
+
+import numpy as np
+import pytest
+
+from dphype.candidates import (
+    CandidateList,
+    CandidateMismatchError,
+    grid,
+    load_candidates,
+    random_subset,
+    table_iii_grid,
+)
+
+
+def test_table_iii_has_100_candidates_in_paper_order():
+    cands = table_iii_grid()
+    assert len(cands) == 100
+    assert cands[0] == {"lr": 0.5, "decay": 0.0, "momentum": 0.0}
+    assert cands[1] == {"lr": 0.5, "decay": 0.0, "momentum": 0.9}  # momentum fastest
+    assert cands[2] == {"lr": 0.5, "decay": 0.1, "momentum": 0.0}
+    assert cands[10] == {"lr": 0.1, "decay": 0.0, "momentum": 0.0}  # lr-major
+    assert cands[99] == {"lr": 1e-7, "decay": 1.0, "momentum": 0.9}
+    assert sorted({c["lr"] for c in cands}) == sorted(
+        [0.5, 0.1, 0.05, 1e-3, 5e-3, 1e-5, 1e-6, 5e-6, 5e-7, 1e-7]
+    )
+    assert sorted({c["decay"] for c in cands}) == [0.0, 0.1, 0.25, 0.99, 1.0]
+    assert sorted({c["momentum"] for c in cands}) == [0.0, 0.9]
+
+
+def test_fingerprint_is_stable_and_order_sensitive():
+    a = table_iii_grid()
+    assert a.fingerprint() == table_iii_grid().fingerprint()
+    assert len(a.fingerprint()) == 64
+    reordered = CandidateList(list(a)[::-1])
+    assert reordered.fingerprint() != a.fingerprint()
+    # dict key order does not matter, values do
+    b = CandidateList([{"momentum": c["momentum"], "decay": c["decay"], "lr": c["lr"]} for c in a])
+    assert b.fingerprint() == a.fingerprint() and b == a
+    changed = list(a)
+    changed[42] = {**changed[42], "lr": 0.2}
+    assert CandidateList(changed).fingerprint() != a.fingerprint()
+
+
+def test_check_fingerprint_fails_loudly():
+    a = table_iii_grid()
+    a.check_fingerprint(a.fingerprint())
+    other = random_subset(a, 99, seed=0)
+    with pytest.raises(CandidateMismatchError, match="mismatch"):
+        other.check_fingerprint(a.fingerprint())
+    assert issubclass(CandidateMismatchError, ValueError)
+
+
+def test_json_round_trip_keeps_fingerprint():
+    a = grid(lr=[0.1, 1e-7], opt=["sgd", "adam"], epochs=[1, 5])
+    b = CandidateList.from_json(a.to_json())
+    assert b == a and b.fingerprint() == a.fingerprint()
+    assert json.loads(a.to_json())[0] == {"epochs": 1, "lr": 0.1, "opt": "sgd"}
+
+
+def test_empty_duplicate_and_bad_values_rejected():
+    with pytest.raises(ValueError, match="at least 1"):
+        CandidateList([])
+    with pytest.raises(ValueError, match="duplicate"):
+        CandidateList([{"lr": 0.1}, {"lr": 0.2}, {"lr": 0.1}])
+    with pytest.raises(ValueError, match="duplicate"):
+        CandidateList([{"lr": 1}, {"lr": 1.0}])
+    with pytest.raises(ValueError, match="finite"):
+        CandidateList([{"lr": float("nan")}])
+    with pytest.raises(ValueError, match="must be a float"):
+        CandidateList([{"lr": [0.1]}])
+    with pytest.raises(ValueError, match="empty"):
+        CandidateList([{}])
+    with pytest.raises(ValueError, match="at least 1 value"):
+        grid(lr=[])
+    with pytest.raises(ValueError, match="malformed"):
+        CandidateList.from_json("[{")
+
+
+def test_immutable_items_are_copies():
+    a = table_iii_grid()
+    item = a[0]
+    item["lr"] = 123.0
+    assert a[0]["lr"] == 0.5
+
+
+def test_numpy_values_normalized():
+    a = grid(lr=list(np.array([0.1, 0.2])), epochs=list(np.array([1, 2])))
+    assert type(a[0]["lr"]) is float and type(a[0]["epochs"]) is int
+    assert a == grid(lr=[0.1, 0.2], epochs=[1, 2])
+
+
+def test_random_subset_seeded_and_order_preserving():
+    full = table_iii_grid()
+    s1 = random_subset(full, 20, seed=3)
+    s2 = random_subset(full, 20, seed=3)
+    s3 = random_subset(full, 20, seed=4)
+    assert s1 == s2 and s1 != s3 and len(s1) == 20
+    positions = [list(full).index(c) for c in s1]
+    assert positions == sorted(positions)
+    with pytest.raises(ValueError, match=r"size must be an integer in \[1, 100\]"):
+        random_subset(full, 0, seed=0)
+    with pytest.raises(ValueError, match="size"):
+        random_subset(full, 101, seed=0)
+
+
+def test_load_candidates_specs(tmp_path):
+    assert load_candidates("table3") == table_iii_grid()
+    assert load_candidates("table3:random:10:7") == random_subset(table_iii_grid(), 10, 7)
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps([{"lr": 0.1}, {"lr": 0.01}]))
+    assert len(load_candidates(str(path))) == 2
+    with pytest.raises(ValueError, match="spec"):
+        load_candidates("table4")
+    with pytest.raises(ValueError, match="integers"):
+        load_candidates("table3:random:x:1")
+    with pytest.raises(FileNotFoundError):
+        load_candidates(str(tmp_path / "missing.json"))
