@@ -78,6 +78,10 @@ from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
 from flwr.server.workflow.secure_aggregation.secaggplus_workflow import WorkflowState
 from flwr.serverapp.grid import Grid
 
+from dphype.accounting import check_clients as _check_client_count
+from dphype.accounting import check_noise
+from dphype.noise import client_noise_std, noise_tail_bound
+
 #: Flower SecAgg+ ``clipping_range`` C: inputs must lie in [-C, C].
 CLIPPING_RANGE: int = 2**21
 #: Flower SecAgg+ ``quantization_range`` Q = 2C, which makes the quantizer exactly 1.
@@ -94,14 +98,9 @@ GAUSSIAN_SCALE: int = 2**10
 CLIP_PROBABILITY_LIMIT: float = 1e-9
 #: Tolerance when checking that ``mean * survivors`` is integral.
 INTEGRALITY_TOLERANCE: float = 1e-3
-#: Relative slack when computing ceil((1 - xi) n), against float round-off in (1 - xi) n.
-_SURVIVOR_SLACK: float = 1e-9
-
 #: Fit-config key and value that mark a DP-Hype vote request (see :func:`secure_vote_mod`).
 PHASE_KEY: str = "dphype.phase"
 VOTE_PHASE: str = "vote"
-
-NOISE_KINDS: tuple[str, ...] = ("skellam", "gaussian")
 
 
 class SecureSumError(RuntimeError):
@@ -112,63 +111,38 @@ class TooFewSurvivorsError(SecureSumError):
     """Fewer clients than ``ceil((1 - xi) n)`` survived: releasing would break DP."""
 
 
-def _check_noise(noise: str) -> None:
-    if noise not in NOISE_KINDS:
-        raise ValueError(f"noise must be one of {NOISE_KINDS}, got {noise!r}")
-
-
 def fixed_point_scale(noise: str) -> int:
     """Integer grid on which a client's noisy votes are sent: 1 for Skellam, 2**10 for Gaussian."""
-    _check_noise(noise)
-    return 1 if noise == "skellam" else GAUSSIAN_SCALE
+    return 1 if check_noise(noise) == "skellam" else GAUSSIAN_SCALE
 
 
 def check_clients(clients: int) -> None:
     """Refuse a client count that SecAgg+ cannot sum exactly (2 <= n <= MAX_CLIENTS)."""
-    if isinstance(clients, bool) or not isinstance(clients, (int, np.integer)):
-        raise ValueError(f"clients must be an integer, got {clients!r}")
-    if not 2 <= clients <= MAX_CLIENTS:
+    _check_client_count(clients)
+    if clients > MAX_CLIENTS:
         raise ValueError(
-            f"clients must be in [2, {MAX_CLIENTS}] (secure summation needs at least 2 "
-            f"clients; modulus 2**32 / quantization range 2**22 allow at most "
-            f"{MAX_CLIENTS}), got {clients}"
+            f"clients must be in [2, {MAX_CLIENTS}] (modulus 2**32 / quantization range 2**22 "
+            f"allow at most {MAX_CLIENTS} exact summands), got {clients}"
         )
-
-
-def min_survivors(clients: int, dropout: float) -> int:
-    """Smallest number of surviving clients whose noise shares still add up to sigma^2.
-
-    Each client adds variance sigma^2 / ((1 - xi) n) (DP-Hype App. A), so at least
-    ceil((1 - xi) n) clients must contribute to the released sum.
-    """
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-    return max(1, math.ceil((1.0 - dropout) * clients * (1.0 - _SURVIVOR_SLACK)))
 
 
 def clip_probability(
     *, size: int, sigma: float, clients: int, dropout: float, noise: str
 ) -> float:
-    """Union bound on P(some client's noisy vote entry leaves SecAgg+'s clipping range).
+    """Bound on P(some client's encoded entry leaves SecAgg+'s clipping range +-C).
 
-    A vote entry is 0 or 1, so an encoded entry stays within +-C as long as the
+    A vote entry is 0 or 1, so an encoded entry stays within +-C as long as every
     noise share satisfies ``|z| <= t`` with ``t = C / scale - 2`` (one unit for the
-    vote, one for rounding). Per entry: Gaussian ``P(|z| > t) = erfc(t / (s sqrt 2))``;
-    Skellam ``Pois(mu) - Pois(mu)`` with variance ``s^2 = 2 mu`` has a log-MGF at
-    most ``s^2 (e^l - 1 - l)``, so Bennett's inequality gives
-    ``P(|z| >= t) <= 2 exp(-t^2 / (2 (s^2 + t / 3)))``. The result is multiplied
-    by ``size * clients`` entries.
+    vote, one for fixed-point rounding). The probability that some share of some
+    client exceeds ``t`` is :func:`dphype.noise.noise_tail_bound`'s union bound
+    (exact Gaussian / Skellam tails) at ``num_sigmas = t / client_std``.
     """
-    scale = fixed_point_scale(noise)
-    share_var = sigma**2 / ((1.0 - dropout) * clients)
-    t = CLIPPING_RANGE / scale - 2.0
-    if share_var == 0.0:
-        return 0.0
-    if noise == "gaussian":
-        per_entry = math.erfc(t / math.sqrt(2.0 * share_var))
-    else:
-        per_entry = min(1.0, 2.0 * math.exp(-(t**2) / (2.0 * (share_var + t / 3.0))))
-    return min(1.0, per_entry * size * clients)
+    limit = CLIPPING_RANGE / fixed_point_scale(noise) - 2.0
+    std = client_noise_std(sigma, clients, dropout)
+    bound = noise_tail_bound(
+        sigma, clients, dropout, kind=noise, size=size, num_sigmas=limit / std
+    )
+    return bound.failure_probability
 
 
 def check_range(*, size: int, sigma: float, clients: int, dropout: float, noise: str) -> None:
@@ -326,7 +300,7 @@ class SecureSumStrategy(Strategy):
         connect_timeout: float = 600.0,
     ) -> None:
         check_clients(clients)
-        _check_noise(noise)
+        check_noise(noise)
         if not 1 <= min_survivors <= clients:
             raise ValueError(f"min_survivors must be in [1, {clients}], got {min_survivors}")
         if size < 1:
