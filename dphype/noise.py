@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import norm, skellam
+from scipy.stats import norm
 
 from dphype.accounting import check_clients, check_dropout, check_noise, check_sigma
 
@@ -67,18 +67,33 @@ def noise_share(
 
 @dataclass(frozen=True)
 class TailBound:
-    """Range that one client's ``vote + noise`` entries and the survivors' sum stay within.
+    """Range that one client's ``vote + share`` entries and the released sum stay within.
 
-    ``client_max_abs``: bound on ``|vote + share|`` per entry; ``sum_max_abs``: bound on ``|sum|`` per entry
-    when all ``clients`` contribute (the most noise); ``failure_probability``: union bound on the chance
-    that any of ``clients * size`` share entries exceeds ``num_sigmas`` client stds (then the sum bound
-    holds too, since each share is within its bound) -- exact tails of the share distribution.
+    ``client_max_abs`` bounds ``|vote + share|`` per entry of one client, ``sum_max_abs`` bounds ``|sum|``
+    per entry of the released sum; both hold simultaneously except with probability at most
+    ``failure_probability``.
     """
 
     client_max_abs: float
     sum_max_abs: float
     num_sigmas: float
     failure_probability: float
+
+
+def _two_sided_tail(threshold: float, variance: float, kind: str) -> float:
+    """Upper bound on ``P(|X| > threshold)`` for one noise entry of the given variance.
+
+    Gaussian: exact, ``2 Phi(-threshold / std)``. Skellam ``Pois(mu) - Pois(mu)`` (``variance = 2 mu``):
+    Chernoff bound with its log-MGF ``2 mu (cosh l - 1)``, optimised at ``l = asinh(m / (2 mu))``, applied
+    to the integer ``m = floor(threshold) + 1`` (``X > threshold`` iff ``X >= m``).
+    """
+    if kind == "gaussian":
+        return float(2.0 * norm.sf(threshold / math.sqrt(variance)))
+    mu = variance / 2.0
+    m = math.floor(threshold) + 1.0
+    lam = math.asinh(m / (2.0 * mu))
+    log_bound = -(lam * m - 2.0 * mu * (math.cosh(lam) - 1.0))
+    return min(1.0, 2.0 * math.exp(log_bound))
 
 
 def noise_tail_bound(
@@ -93,13 +108,13 @@ def noise_tail_bound(
 ) -> TailBound:
     """Secure-sum range check: Gaussian and Skellam shares are unbounded, so bound them with high probability.
 
-    A share entry exceeds ``t = num_sigmas * client_std`` with probability ``2 P(X > t)`` (Gaussian:
-    ``2 Phi(-num_sigmas)``; Skellam: exact ``scipy.stats.skellam`` tail). Union over ``clients * size``
-    entries gives ``failure_probability``. With every share within ``t`` each client's entry is within
-    ``max_vote + t`` and the sum within ``clients * (max_vote + t)``; the sum is also bounded, with the
-    same union bound plus one more tail term, by ``clients * max_vote + num_sigmas * sigma_all`` where
-    ``sigma_all = client_std * sqrt(clients)``. The smaller of the two is reported. Use it to refuse
-    configurations whose range does not fit the secure-sum modulus or clipping range.
+    Each share entry stays within ``t = num_sigmas * client_std``, so each client's entry within
+    ``max_vote + t``; the sum of all ``clients`` shares (the most noise any survivor set can carry; a
+    smaller, noise-independent survivor set has lighter tails) stays within ``num_sigmas * client_std *
+    sqrt(clients)``, so the released sum within ``clients * max_vote`` plus that. ``failure_probability``
+    is the union bound over the ``clients * size`` share entries and the ``size`` sum entries (see
+    :func:`_two_sided_tail`). Use it to refuse configurations whose range does not fit the secure-sum
+    clipping range or modulus.
     """
     kind = check_noise(kind)
     if not math.isfinite(num_sigmas) or num_sigmas <= 0:
@@ -108,23 +123,15 @@ def noise_tail_bound(
         raise ValueError(f"size must be an integer >= 1, got {size!r}")
     if not math.isfinite(max_vote) or max_vote < 0:
         raise ValueError(f"max_vote must be a finite number >= 0, got {max_vote!r}")
-    std = client_noise_std(sigma, clients, dropout)
-    t = num_sigmas * std
-    if kind == "gaussian":
-        one_tail = float(norm.sf(num_sigmas))
-        sum_tail = one_tail
-    else:
-        mu = std**2 / 2.0
-        one_tail = float(skellam.sf(math.floor(t), mu, mu))  # P(X > t) for integer X
-        all_mu = mu * clients
-        sum_tail = float(skellam.sf(math.floor(num_sigmas * std * math.sqrt(clients)), all_mu, all_mu))
-    per_share = 2.0 * one_tail * clients * size
-    sum_total = 2.0 * sum_tail * size
-    failure = min(1.0, per_share + sum_total)
-    sum_max = min(clients * (max_vote + t), clients * max_vote + num_sigmas * std * math.sqrt(clients))
+    variance = client_noise_variance(sigma, clients, dropout)
+    share_limit = num_sigmas * math.sqrt(variance)
+    sum_limit = share_limit * math.sqrt(clients)
+    failure = size * (
+        clients * _two_sided_tail(share_limit, variance, kind) + _two_sided_tail(sum_limit, clients * variance, kind)
+    )
     return TailBound(
-        client_max_abs=max_vote + t,
-        sum_max_abs=sum_max,
+        client_max_abs=max_vote + share_limit,
+        sum_max_abs=clients * max_vote + sum_limit,
         num_sigmas=float(num_sigmas),
-        failure_probability=failure,
+        failure_probability=min(1.0, failure),
     )

@@ -1,0 +1,92 @@
+"""Empirical privacy audit of the real client noise path (Clopper-Pearson, dp-facts.md)."""
+
+import math
+import time
+
+import pytest
+from scipy.stats import binom
+
+from dphype.audit import (
+    audit_vote_noise,
+    clopper_pearson_upper,
+    design_threshold,
+    epsilon_lower_bound,
+)
+from dphype.noise import noise_share
+
+
+def halved_share(size, *, sigma, **kwargs):
+    """A deliberately broken client: half the calibrated noise std."""
+    return noise_share(size, sigma=sigma / 2.0, **kwargs)
+
+
+def test_clopper_pearson_upper_is_exact_one_sided_bound():
+    n, alpha = 200, 0.025
+    for x in (0, 3, 50, 199):
+        ub = clopper_pearson_upper(x, n, alpha)
+        # defining property: P[Bin(n, ub) <= x] = alpha
+        assert binom.cdf(x, n, ub) == pytest.approx(alpha, rel=1e-6)
+    assert clopper_pearson_upper(n, n, alpha) == 1.0
+    assert clopper_pearson_upper(0, n, alpha) == pytest.approx(1 - alpha ** (1 / n))
+
+
+def test_epsilon_lower_bound_formula():
+    eps, fpr_ub, fnr_ub = epsilon_lower_bound(30, 29000, 30000, 1e-5, confidence=0.95)
+    assert eps == pytest.approx(math.log((1 - 1e-5 - fnr_ub) / fpr_ub))
+    # a perfect distinguisher with few trials still gives only a finite bound
+    eps_perfect, _, _ = epsilon_lower_bound(0, 0, 1000, 1e-5)
+    assert 0 < eps_perfect < math.log(1000)
+    # indistinguishable -> no evidence
+    assert epsilon_lower_bound(15000, 15000, 30000, 1e-5)[0] == 0.0
+
+
+def test_threshold_is_fixed_by_configuration_only():
+    t1 = design_threshold(11.797, math.sqrt(10), 30000, 1e-5)
+    t2 = design_threshold(11.797, math.sqrt(10), 30000, 1e-5)
+    assert t1 == t2 and math.sqrt(10) < t1 < 4 * 11.797
+
+
+@pytest.mark.parametrize(
+    "noise,clients,dropout",
+    [("gaussian", 50, 0.1), ("skellam", 10, 0.3)],
+)
+def test_correct_noise_passes_and_halved_noise_is_caught(noise, clients, dropout):
+    kw = dict(epsilon=1.0, delta=1e-5, k=5, clients=clients, dropout=dropout, noise=noise, trials=30_000)
+    start = time.perf_counter()
+    good = audit_vote_noise(seed=1, **kw)
+    elapsed = time.perf_counter() - start
+    assert good.epsilon_lb < good.claimed_epsilon and not good.flagged
+    assert good.survivors == math.ceil((1 - dropout) * clients - 1e-9)
+    bad = audit_vote_noise(seed=2, share_fn=halved_share, **kw)
+    assert bad.threshold == good.threshold  # fixed in advance, not fitted to the samples
+    assert bad.epsilon_lb > bad.claimed_epsilon and bad.flagged
+    assert elapsed < 5.0
+
+
+def test_correct_noise_never_flagged_over_seeds():
+    # false alarms must be rare: the bound is valid with prob >= 95% and the test is far from tight
+    lbs = [
+        audit_vote_noise(epsilon=1.0, delta=1e-5, k=5, clients=4, trials=30_000, seed=s).epsilon_lb
+        for s in range(5)
+    ]
+    assert max(lbs) < 1.0
+
+
+def test_audit_bad_input():
+    with pytest.raises(ValueError, match="trials"):
+        audit_vote_noise(epsilon=1.0, delta=1e-5, k=5, clients=10, trials=10)
+    with pytest.raises(ValueError, match="survivors"):
+        audit_vote_noise(epsilon=1.0, delta=1e-5, k=5, clients=10, survivors=11)
+    with pytest.raises(ValueError, match="epsilon"):
+        audit_vote_noise(epsilon=0.0, delta=1e-5, k=5, clients=10)
+
+
+def test_audit_uses_the_shares_it_is_given():
+    calls = []
+
+    def spy(size, **kwargs):
+        calls.append((size, kwargs["kind"]))
+        return noise_share(size, **kwargs)
+
+    audit_vote_noise(epsilon=1.0, delta=1e-5, k=2, clients=5, trials=500, share_fn=spy, noise="skellam")
+    assert calls == [((500, 4), "skellam")] * 10  # 5 survivors x 2 neighbours, shape (trials, 2k)

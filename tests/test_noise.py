@@ -1,0 +1,166 @@
+"""Noise shares: the survivors' sum must carry the calibrated variance (DP-Hype Appendix A)."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import chi2, norm, skellam
+
+from dphype.noise import (
+    client_noise_std,
+    client_noise_variance,
+    min_survivors,
+    noise_share,
+    noise_tail_bound,
+)
+
+SIGMA = 12.84
+N_COORDS = 200_000  # coordinates of the summed noise per configuration
+Z = 5.0  # two-sided z limit: false-failure probability ~5.7e-7 per check
+CONFIGS = [(2, 0.0), (7, 0.5), (10, 0.3), (50, 0.1), (50, 0.0)]
+
+
+def test_client_variance_formula():
+    assert client_noise_variance(10.0, 50, 0.2) == pytest.approx(100.0 / 40.0)
+    assert client_noise_std(10.0, 50, 0.0) == pytest.approx(10.0 / math.sqrt(50))
+
+
+@pytest.mark.parametrize("clients,dropout", CONFIGS + [(3, 1 / 3), (9, 0.999), (1000, 0.25)])
+def test_min_survivors_is_the_smallest_count_reaching_sigma_squared(clients, dropout):
+    m = min_survivors(clients, dropout)
+    per_client = client_noise_variance(SIGMA, clients, dropout)
+    assert 1 <= m <= clients
+    assert m * per_client >= SIGMA**2 * (1 - 1e-9)  # m survivors: total variance >= sigma^2
+    if m > 1:
+        assert (m - 1) * per_client < SIGMA**2  # one fewer: not enough
+    assert m == next(j for j in range(1, clients + 1) if j >= (1 - dropout) * clients - 1e-9)
+
+
+def _survivor_sum(kind, clients, dropout, survivors, seed):
+    rng = np.random.default_rng(seed)
+    total = np.zeros(N_COORDS, dtype=np.float64 if kind == "gaussian" else np.int64)
+    for _ in range(survivors):
+        total += noise_share(N_COORDS, sigma=SIGMA, clients=clients, dropout=dropout, kind=kind, rng=rng)
+    return total
+
+
+def _variance_z(total, variance, kind):
+    """z-score of sum(x^2) against its sampling distribution with known mean 0 and variance V.
+
+    E[sum x^2] = N V. Var[sum x^2] = N (E x^4 - V^2) = N (2 V^2 + kappa_4) with kappa_4 = 0 (Gaussian)
+    or kappa_4 = V (symmetric Skellam: cumulants mu1 + mu2 for even orders). N = 2e5 makes the CLT exact
+    enough at |z| <= 5.
+    """
+    n = total.size
+    kappa4 = 0.0 if kind == "gaussian" else variance
+    ss = float(np.sum(np.asarray(total, dtype=np.float64) ** 2))
+    return (ss - n * variance) / math.sqrt(n * (2 * variance**2 + kappa4))
+
+
+@pytest.mark.parametrize("clients,dropout", CONFIGS)
+def test_gaussian_survivor_sum_has_calibrated_variance_chi_square(clients, dropout):
+    m = min_survivors(clients, dropout)
+    variance = m * client_noise_variance(SIGMA, clients, dropout)
+    assert variance >= SIGMA**2 * (1 - 1e-9)
+    total = _survivor_sum("gaussian", clients, dropout, m, seed=clients)
+    assert total.dtype == np.float64
+    # sum(x^2)/V ~ chi2(N) exactly for Gaussian shares; two-sided at 1e-6
+    stat = float(np.sum(total**2)) / variance
+    assert chi2.ppf(5e-7, N_COORDS) < stat < chi2.isf(5e-7, N_COORDS)
+    assert abs(float(np.mean(total))) < Z * math.sqrt(variance / N_COORDS)
+
+
+@pytest.mark.parametrize("clients,dropout", CONFIGS)
+def test_skellam_survivor_sum_has_calibrated_variance(clients, dropout):
+    m = min_survivors(clients, dropout)
+    variance = m * client_noise_variance(SIGMA, clients, dropout)
+    total = _survivor_sum("skellam", clients, dropout, m, seed=100 + clients)
+    assert total.dtype == np.int64
+    assert abs(_variance_z(total, variance, "skellam")) < Z
+    assert abs(float(np.mean(total))) < Z * math.sqrt(variance / N_COORDS)
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "skellam"])
+def test_one_survivor_too_few_is_detectably_short_of_sigma(kind):
+    clients, dropout = 7, 0.5  # m = 4 survivors give 8/7 sigma^2, 3 give 6/7 sigma^2
+    m = min_survivors(clients, dropout)
+    assert m == 4
+    total = _survivor_sum(kind, clients, dropout, m - 1, seed=7)
+    # one-sided: the sample is far below sigma^2
+    assert _variance_z(total, SIGMA**2, kind) < -Z
+
+
+def test_skellam_share_is_exactly_skellam_distributed():
+    rng = np.random.default_rng(3)
+    sigma, clients = 3.0, 4  # mu = 9/8 per side
+    x = noise_share(100_000, sigma=sigma, clients=clients, dropout=0.0, kind="skellam", rng=rng)
+    mu = sigma**2 / (2 * clients)
+    values, counts = np.unique(x, return_counts=True)
+    expected = skellam.pmf(values, mu, mu) * x.size
+    keep = expected > 20
+    stat = float(np.sum((counts[keep] - expected[keep]) ** 2 / expected[keep]))
+    assert stat < chi2.isf(1e-6, int(keep.sum()))
+
+
+def test_share_shapes_dtypes_and_reproducibility():
+    kw = dict(sigma=5.0, clients=10, dropout=0.2)
+    a = noise_share((3, 4), kind="gaussian", rng=np.random.default_rng(1), **kw)
+    b = noise_share((3, 4), kind="gaussian", rng=np.random.default_rng(1), **kw)
+    assert a.shape == (3, 4) and a.dtype == np.float64 and np.array_equal(a, b)
+    c = noise_share(5, kind="skellam", rng=np.random.default_rng(1), **kw)
+    assert c.shape == (5,) and c.dtype == np.int64
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(kind="laplace"), "noise must be one of"),
+        (dict(clients=1), "clients must be an integer >= 2"),
+        (dict(dropout=1.0), r"dropout must be a number in \[0, 1\)"),
+        (dict(sigma=-1.0), "sigma must be a finite number > 0"),
+    ],
+)
+def test_share_bad_input(kwargs, match):
+    args = dict(sigma=5.0, clients=10, dropout=0.0, kind="gaussian", rng=np.random.default_rng(0))
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        noise_share(3, **args)
+
+
+def test_tail_bound_values():
+    b = noise_tail_bound(10.0, 40, 0.0, kind="gaussian", size=100, num_sigmas=8.0)
+    std = 10.0 / math.sqrt(40)
+    assert b.client_max_abs == pytest.approx(1.0 + 8.0 * std)
+    assert b.sum_max_abs == pytest.approx(40 + 8.0 * 10.0)
+    assert b.failure_probability == pytest.approx(100 * 41 * 2 * norm.sf(8.0))
+    with pytest.raises(ValueError, match="num_sigmas"):
+        noise_tail_bound(10.0, 40, 0.0, num_sigmas=0.0)
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "skellam"])
+@pytest.mark.parametrize("sigma", [12.84, 40.0])
+def test_tail_bound_covers_empirical_exceedances(kind, sigma):
+    # a loose num_sigmas so that failures are frequent enough to measure, yet the bound is not vacuous
+    # (the Skellam Chernoff bound is looser than the exact Gaussian tail, hence a larger num_sigmas)
+    clients, size, runs = 10, 20, 4000
+    num_sigmas = 3.2 if kind == "gaussian" else 3.6
+    bound = noise_tail_bound(sigma, clients, 0.0, kind=kind, size=size, num_sigmas=num_sigmas, max_vote=0.0)
+    assert 0.05 < bound.failure_probability < 0.9
+    rng = np.random.default_rng(11)
+    shares = noise_share((runs, clients, size), sigma=sigma, clients=clients, dropout=0.0, kind=kind, rng=rng)
+    failed = (np.abs(shares) > bound.client_max_abs).any(axis=(1, 2)) | (
+        np.abs(shares.sum(axis=1)) > bound.sum_max_abs
+    ).any(axis=1)
+    freq = failed.mean()
+    assert freq > 0.05  # the event is observable
+    # the bound must dominate the observed failure frequency (binomial slack at 5 sd)
+    assert freq <= bound.failure_probability + 5 * math.sqrt(0.25 / runs)
+
+
+def test_skellam_chernoff_tail_dominates_exact_tail():
+    from dphype.noise import _two_sided_tail
+
+    for mu in (0.01, 0.5, 3.0, 40.0):
+        for t in (0.5, 1.0, 3.0, 10.0, 50.0):
+            exact = 2 * skellam.sf(math.floor(t), mu, mu)
+            assert _two_sided_tail(t, 2 * mu, "skellam") >= exact * (1 - 1e-9)
