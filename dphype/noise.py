@@ -92,7 +92,7 @@ def _two_sided_tail(threshold: float, variance: float, kind: str) -> float:
     mu = variance / 2.0
     m = math.floor(threshold) + 1.0
     lam = math.asinh(m / (2.0 * mu))
-    log_bound = -(lam * m - 2.0 * mu * (math.cosh(lam) - 1.0))
+    log_bound = -(lam * m - (math.hypot(m, 2.0 * mu) - 2.0 * mu))  # 2 mu (cosh lam - 1), overflow-free
     return min(1.0, 2.0 * math.exp(log_bound))
 
 
