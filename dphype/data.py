@@ -1,0 +1,368 @@
+"""Data sets and client partitioners for the paper's benchmarks (DP-Hype, Section V-B, Appendix C).
+
+Loaders return ``(pool, test)``: ``pool`` is the training data that gets split among the clients,
+``test`` is held out for the final model. Features are standardized (Section V-B: "data are
+standardized"), Adult's categorical attributes are one-hot encoded and its label is
+``income > 50K``.
+
+* ``adult`` and ``mnist5k`` are bundled with the package (``dphype/data/``, see PROVENANCE.md).
+  The paper merges Adult's two files (48,842 rows, Table II) and holds out 20 % for testing;
+  mnist5k is split the same way.
+* ``mnist``, ``fashion-mnist`` and ``cifar10`` are read from a user folder in torchvision's on-disk
+  format (IDX files / python pickles, read here with numpy) and keep their official train/test split.
+  Fashion-MNIST defaults to Debian's ``dataset-fashion-mnist`` package folder.
+
+Partitioners return one array of row indices per client: :func:`partition_iid` (equal sizes,
+near-identical label mix) and :func:`partition_dirichlet` (label skew and varying sizes, Appendix C).
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.resources
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+#: Names accepted by :func:`load_dataset`.
+DATASETS: tuple[str, ...] = ("adult", "mnist5k", "mnist", "fashion-mnist", "cifar10")
+
+#: Where Debian's ``dataset-fashion-mnist`` package installs the IDX files.
+FASHION_MNIST_DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
+
+#: Fraction of the merged Adult / mnist5k rows held out for testing (Section V-B).
+TEST_FRACTION = 0.2
+
+#: Seed of the fixed pool/test split of the bundled data sets.
+SPLIT_SEED = 0
+
+_ADULT_COLUMNS: tuple[tuple[str, bool], ...] = (  # (name, is_numeric), in file order; label follows
+    ("age", True),
+    ("workclass", False),
+    ("fnlwgt", True),
+    ("education", False),
+    ("education-num", True),
+    ("marital-status", False),
+    ("occupation", False),
+    ("relationship", False),
+    ("race", False),
+    ("sex", False),
+    ("capital-gain", True),
+    ("capital-loss", True),
+    ("hours-per-week", True),
+    ("native-country", False),
+)
+_ADULT_POSITIVE = ">50K"
+
+
+@dataclass(eq=False)
+class Dataset:
+    """Features ``x`` (float32, first axis = samples) and integer labels ``y`` in ``[0, num_classes)``.
+
+    Images are stored as ``(N, C, H, W)``, tabular data as ``(N, D)``.
+    """
+
+    x: np.ndarray
+    y: np.ndarray
+    num_classes: int
+    name: str
+
+    def __post_init__(self) -> None:
+        self.x = np.ascontiguousarray(self.x, dtype=np.float32)
+        self.y = np.ascontiguousarray(self.y, dtype=np.int64)
+        if self.y.ndim != 1 or self.x.shape[0] != self.y.shape[0]:
+            raise ValueError(
+                f"x and y must have the same number of rows and y must be 1-D, got x {self.x.shape}, "
+                f"y {self.y.shape}"
+            )
+        if self.num_classes < 2:
+            raise ValueError(f"num_classes must be >= 2, got {self.num_classes}")
+        if self.y.size and (self.y.min() < 0 or self.y.max() >= self.num_classes):
+            raise ValueError(f"labels must lie in [0, {self.num_classes}), got [{self.y.min()}, {self.y.max()}]")
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+    def subset(self, indices: np.ndarray) -> "Dataset":
+        """The rows ``indices`` (a copy), with the same ``num_classes`` and ``name``."""
+        return Dataset(self.x[indices], self.y[indices], self.num_classes, self.name)
+
+
+# --------------------------------------------------------------------------------------------------
+# loaders
+
+
+def load_dataset(name: str, data_dir: str | None = None) -> tuple[Dataset, Dataset]:
+    """``(pool, test)`` of the data set ``name`` (one of :data:`DATASETS`).
+
+    ``data_dir`` is the folder holding a non-bundled data set (``mnist``, ``cifar10``; optional for
+    ``fashion-mnist``); the bundled ``adult`` and ``mnist5k`` do not read it.
+    Raises ``FileNotFoundError`` naming the expected files when they are missing.
+    """
+    loaders: dict[str, Callable[[str | None], tuple[Dataset, Dataset]]] = {
+        "adult": lambda _dir: load_adult(),
+        "mnist5k": lambda _dir: load_mnist5k(),
+        "mnist": lambda d: load_idx_images("mnist", d, ("MNIST",)),
+        "fashion-mnist": lambda d: load_idx_images(
+            "fashion-mnist", FASHION_MNIST_DEFAULT_DIR if d is None else d, ("FashionMNIST",)
+        ),
+        "cifar10": load_cifar10,
+    }
+    if name not in loaders:
+        raise ValueError(f"dataset must be one of {', '.join(DATASETS)}; got {name!r}")
+    return loaders[name](data_dir)
+
+
+def _bundled(filename: str) -> bytes:
+    """Uncompressed content of a file bundled in ``dphype/data/``."""
+    raw = importlib.resources.files("dphype").joinpath("data", filename).read_bytes()
+    return gzip.decompress(raw) if filename.endswith(".gz") else raw
+
+
+def split_indices(num_samples: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded random split of ``range(num_samples)`` into ``(rest, held_out)``, sorted.
+
+    ``held_out`` has ``round(fraction * num_samples)`` rows, at least one, and ``rest`` keeps at least one.
+    """
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"fraction must lie in (0, 1), got {fraction}")
+    if num_samples < 2:
+        raise ValueError(f"num_samples must be >= 2 to split off a held-out part, got {num_samples}")
+    held = min(max(1, round(fraction * num_samples)), num_samples - 1)
+    perm = np.random.default_rng(seed).permutation(num_samples)
+    return np.sort(perm[held:]), np.sort(perm[:held])
+
+
+def _parse_adult(text: str) -> tuple[list[list[str]], list[int]]:
+    """Rows of raw attribute strings and 0/1 labels; skips blank and ``|`` comment lines."""
+    rows: list[list[str]] = []
+    labels: list[int] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("|"):
+            continue
+        fields = [field.strip() for field in line.split(",")]
+        if len(fields) != len(_ADULT_COLUMNS) + 1:
+            raise ValueError(f"malformed Adult row with {len(fields)} fields: {line[:80]!r}")
+        rows.append(fields[:-1])
+        labels.append(int(fields[-1].rstrip(".") == _ADULT_POSITIVE))
+    return rows, labels
+
+
+def load_adult() -> tuple[Dataset, Dataset]:
+    """UCI Adult as ``(pool, test)``: 39,074 and 9,768 of the 48,842 rows (Section V-B, Table II).
+
+    Both original files are merged and split 80/20 with :data:`SPLIT_SEED`. Numeric attributes are
+    standardized with the pool's mean and standard deviation; categorical attributes are one-hot
+    encoded over the sorted values seen in all rows, with the missing value ``?`` kept as a category
+    of its own. Label: 1 iff income > 50K.
+    """
+    rows, labels = _parse_adult(_bundled("adult.data.gz").decode("ascii"))
+    test_rows, test_labels = _parse_adult(_bundled("adult.test.gz").decode("ascii"))
+    rows += test_rows
+    labels += test_labels
+    table = np.array(rows, dtype=object)
+    pool_idx, test_idx = split_indices(len(rows), TEST_FRACTION, SPLIT_SEED)
+    blocks: list[np.ndarray] = []
+    for col, (_name, numeric) in enumerate(_ADULT_COLUMNS):
+        if numeric:
+            values = table[:, col].astype(np.float64)[:, None]
+            mean, std = values[pool_idx].mean(), values[pool_idx].std()
+            blocks.append((values - mean) / std)
+        else:
+            categories = np.array(sorted(set(table[:, col])), dtype=object)
+            blocks.append((table[:, col][:, None] == categories[None, :]).astype(np.float64))
+    x = np.concatenate(blocks, axis=1)
+    y = np.array(labels, dtype=np.int64)
+    return (
+        Dataset(x[pool_idx], y[pool_idx], 2, "adult"),
+        Dataset(x[test_idx], y[test_idx], 2, "adult"),
+    )
+
+
+def _standardize_images(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Scale uint8 ``(N, C, H, W)`` images to [0, 1], then standardize per channel with train statistics."""
+    train_f = train.astype(np.float32) / 255.0
+    test_f = test.astype(np.float32) / 255.0
+    mean = train_f.mean(axis=(0, 2, 3), keepdims=True)
+    std = train_f.std(axis=(0, 2, 3), keepdims=True)
+    return (train_f - mean) / std, (test_f - mean) / std
+
+
+def load_mnist5k() -> tuple[Dataset, Dataset]:
+    """The bundled 5,000-digit MNIST subset as ``(pool, test)``, split 80/20 with :data:`SPLIT_SEED`."""
+    table = np.loadtxt(_bundled("mnist_5k.csv.gz").decode().splitlines(), delimiter=",", dtype=np.uint8)
+    images = table[:, :-1].reshape(-1, 1, 28, 28)
+    labels = table[:, -1].astype(np.int64)
+    pool_idx, test_idx = split_indices(len(labels), TEST_FRACTION, SPLIT_SEED)
+    pool_x, test_x = _standardize_images(images[pool_idx], images[test_idx])
+    return Dataset(pool_x, labels[pool_idx], 10, "mnist5k"), Dataset(test_x, labels[test_idx], 10, "mnist5k")
+
+
+def read_idx(path: str | Path) -> np.ndarray:
+    """Array stored in an IDX file (the MNIST format; gzip-compressed when the name ends in ``.gz``).
+
+    Layout: two zero bytes, a type byte (0x08 = uint8), the number of dimensions, one big-endian
+    int32 per dimension, then the values in C order.
+    """
+    path = Path(path)
+    raw = path.read_bytes()
+    if path.suffix == ".gz":
+        raw = gzip.decompress(raw)
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
+        raise ValueError(f"{path} is not an unsigned-byte IDX file (bad magic number)")
+    ndim = raw[3]
+    shape = tuple(int(d) for d in np.frombuffer(raw, dtype=">i4", count=ndim, offset=4))
+    offset = 4 + 4 * ndim
+    if len(raw) - offset != int(np.prod(shape)):
+        raise ValueError(f"{path}: header announces shape {shape} but holds {len(raw) - offset} values")
+    return np.frombuffer(raw, dtype=np.uint8, offset=offset).reshape(shape)
+
+
+_IDX_STEMS = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
+
+
+def load_idx_images(name: str, data_dir: str | None, torchvision_folders: Sequence[str]) -> tuple[Dataset, Dataset]:
+    """MNIST-format data set (official train/test split) from ``data_dir``.
+
+    The four IDX files (optionally ``.gz``) are looked up in ``<data_dir>/<folder>/raw`` for each
+    torchvision folder name (e.g. ``MNIST``), then directly in ``data_dir``.
+    """
+    if data_dir is None:
+        raise FileNotFoundError(
+            f"{name} is not bundled: pass data_dir=<folder> holding {', '.join(_IDX_STEMS)} (IDX format, "
+            f"optionally .gz) directly or in <folder>/{torchvision_folders[0]}/raw (torchvision layout)"
+        )
+    root = Path(data_dir)
+    searched = [root / folder / "raw" for folder in torchvision_folders] + [root]
+    for folder in searched:
+        files = [_first_existing(folder, stem) for stem in _IDX_STEMS]
+        if all(f is not None for f in files):
+            train_x, train_y, test_x, test_y = (read_idx(f) for f in files if f is not None)
+            pool_x, held_x = _standardize_images(train_x[:, None], test_x[:, None])
+            return (
+                Dataset(pool_x, train_y.astype(np.int64), 10, name),
+                Dataset(held_x, test_y.astype(np.int64), 10, name),
+            )
+    raise FileNotFoundError(
+        f"{name}: IDX files {', '.join(_IDX_STEMS)} (optionally .gz) not found in any of "
+        f"{', '.join(str(p) for p in searched)}"
+    )
+
+
+def _first_existing(folder: Path, stem: str) -> Path | None:
+    for candidate in (folder / stem, folder / f"{stem}.gz"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+_CIFAR_FOLDER = "cifar-10-batches-py"
+_CIFAR_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
+_CIFAR_TEST = "test_batch"
+
+
+def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Images ``(N, 3, 32, 32)`` uint8 and labels of one CIFAR-10 python pickle batch.
+
+    The pickles are trusted input (the official archive), as with torchvision.
+    """
+    with path.open("rb") as fh:
+        batch = pickle.load(fh, encoding="bytes")
+    images = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
+    return images, np.asarray(batch[b"labels"], dtype=np.int64)
+
+
+def load_cifar10(data_dir: str | None) -> tuple[Dataset, Dataset]:
+    """CIFAR-10 (official 50,000/10,000 split) from ``<data_dir>/cifar-10-batches-py`` or ``data_dir``."""
+    expected = f"{', '.join(_CIFAR_TRAIN)}, {_CIFAR_TEST} (python pickles of the CIFAR-10 python version)"
+    if data_dir is None:
+        raise FileNotFoundError(
+            f"cifar10 is not bundled: pass data_dir=<folder> holding {_CIFAR_FOLDER}/ with {expected}"
+        )
+    root = Path(data_dir)
+    for folder in (root / _CIFAR_FOLDER, root):
+        if all((folder / f).is_file() for f in (*_CIFAR_TRAIN, _CIFAR_TEST)):
+            parts = [_read_cifar_batch(folder / f) for f in _CIFAR_TRAIN]
+            test_x, test_y = _read_cifar_batch(folder / _CIFAR_TEST)
+            pool_x, held_x = _standardize_images(np.concatenate([p[0] for p in parts]), test_x)
+            pool_y = np.concatenate([p[1] for p in parts])
+            return Dataset(pool_x, pool_y, 10, "cifar10"), Dataset(held_x, test_y, 10, "cifar10")
+    raise FileNotFoundError(f"cifar10: {expected} not found in {root / _CIFAR_FOLDER} or {root}")
+
+
+# --------------------------------------------------------------------------------------------------
+# partitioners
+
+
+def _check_clients(clients: int, num_samples: int, min_size: int) -> None:
+    if clients < 1:
+        raise ValueError(f"clients must be >= 1, got {clients}")
+    if clients * min_size > num_samples:
+        raise ValueError(
+            f"clients must be <= {num_samples // min_size} for {num_samples} samples and at least "
+            f"{min_size} per client, got {clients}"
+        )
+
+
+def partition_iid(labels: np.ndarray | int, clients: int, seed: int) -> list[np.ndarray]:
+    """IID split (Section V-C): equal client sizes and a near-identical label mix.
+
+    ``labels`` is the label array (or a sample count, meaning no labels). Every client gets
+    ``len // clients`` rows; the ``len % clients`` left over are dropped at random. The kept rows are
+    shuffled with ``seed``, stably sorted by label and dealt round-robin, so each client's count of
+    every label differs from the others' by at most one. Returns sorted index arrays.
+    """
+    y = np.zeros(labels, dtype=np.int64) if isinstance(labels, (int, np.integer)) else np.asarray(labels)
+    _check_clients(clients, len(y), 1)
+    per_client = len(y) // clients
+    kept = np.random.default_rng(seed).permutation(len(y))[: per_client * clients]
+    dealt = kept[np.argsort(y[kept], kind="stable")]
+    return [np.sort(dealt[c::clients]) for c in range(clients)]
+
+
+def partition_dirichlet(
+    labels: np.ndarray,
+    clients: int,
+    beta: float,
+    seed: int,
+    min_size: int = 10,
+    max_tries: int = 1000,
+) -> list[np.ndarray]:
+    """Non-iid split by label (Section V-C, Appendix C): label skew plus varying client sizes.
+
+    For each label ``l`` the proportions ``p ~ Dirichlet(beta * 1_clients)`` split that label's
+    (shuffled) rows among the clients. Smaller ``beta`` means stronger skew. The whole draw is
+    repeated (same random stream) until every client holds at least ``min_size`` rows; after
+    ``max_tries`` failures a ``ValueError`` says that the data cannot support that many clients.
+    Returns sorted index arrays.
+    """
+    y = np.asarray(labels)
+    if not np.isfinite(beta) or beta <= 0:
+        raise ValueError(f"beta must be a finite number > 0, got {beta}")
+    if min_size < 1:
+        raise ValueError(f"min_size must be >= 1, got {min_size}")
+    _check_clients(clients, len(y), min_size)
+    rng = np.random.default_rng(seed)
+    by_label = [rng.permutation(np.flatnonzero(y == label)) for label in np.unique(y)]
+    for _ in range(max_tries):
+        cuts = []
+        for rows in by_label:
+            proportions = rng.dirichlet(np.full(clients, float(beta)))
+            cuts.append(np.floor(np.cumsum(proportions)[:-1] * len(rows)).astype(np.int64))
+        sizes = sum(np.diff(np.concatenate(([0], c, [len(r)]))) for c, r in zip(cuts, by_label))
+        if np.min(sizes) >= min_size:
+            pieces = [np.split(rows, c) for rows, c in zip(by_label, cuts)]
+            return [np.sort(np.concatenate([p[c] for p in pieces])) for c in range(clients)]
+    raise ValueError(
+        f"clients={clients} is too many for beta={beta}: no Dirichlet draw in {max_tries} tries gave every "
+        f"client >= {min_size} of the {len(y)} samples; use fewer clients or a larger beta"
+    )

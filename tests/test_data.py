@@ -1,0 +1,277 @@
+"""Loaders (bundled Adult / mnist5k, IDX and CIFAR pickles in tmp folders) and partitioners."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib.resources
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dphype import data
+from dphype.data import (
+    Dataset,
+    load_adult,
+    load_dataset,
+    partition_dirichlet,
+    partition_iid,
+    read_idx,
+    split_indices,
+)
+
+# ------------------------------------------------------------------------------------------------
+# bundled files
+
+
+@pytest.mark.parametrize(
+    "name, digest",
+    [
+        ("adult.data.gz", "5b00264637dbfec36bdeaab5676b0b309ff9eb788d63554ca0a249491c86603d"),
+        ("adult.test.gz", "a2a9044bc167a35b2361efbabec64e89d69ce82d9790d2980119aac5fd7e9c05"),
+        ("adult.names", "c248284c0b5de30c9e1958d6cdd168a34a654758b620e68f46aefa83fc0a576a"),
+        ("mnist_5k.csv.gz", "167bbe5fc3dfbce27f9a4c6c1814964f3367677ee226d9811d79cbd41fd5d053"),
+    ],
+)
+def test_bundled_files_match_provenance_checksums(name: str, digest: str) -> None:
+    content = data._bundled(name)
+    assert hashlib.sha256(content).hexdigest() == digest
+    provenance = importlib.resources.files("dphype").joinpath("data", "PROVENANCE.md").read_text()
+    assert digest in provenance
+
+
+@pytest.fixture(scope="module")
+def adult() -> tuple[Dataset, Dataset]:
+    return load_adult()
+
+
+def test_adult_uses_all_rows_with_a_20_percent_test_split(adult: tuple[Dataset, Dataset]) -> None:
+    pool, test = adult
+    assert len(pool) + len(test) == 48842
+    assert len(test) == round(0.2 * 48842)
+    assert pool.x.shape[1] == test.x.shape[1]
+    assert pool.num_classes == 2 and pool.name == "adult"
+    # about 24 % of Adult earns > 50K (adult.names: 23.93 %)
+    assert 0.22 < pool.y.mean() < 0.26 and 0.22 < test.y.mean() < 0.26
+
+
+def test_adult_features_are_standardized_numeric_plus_one_hot(adult: tuple[Dataset, Dataset]) -> None:
+    pool, _ = adult
+    binary = np.all(np.isin(pool.x, (0.0, 1.0)), axis=0)
+    numeric = ~binary
+    assert numeric.sum() == 6  # age, fnlwgt, education-num, capital-gain, capital-loss, hours-per-week
+    np.testing.assert_allclose(pool.x[:, numeric].mean(axis=0), 0.0, atol=1e-4)
+    np.testing.assert_allclose(pool.x[:, numeric].std(axis=0), 1.0, atol=1e-4)
+    # each of the 8 categorical attributes contributes exactly one 1 per row ("?" is a category)
+    np.testing.assert_array_equal(pool.x[:, binary].sum(axis=1), 8.0)
+
+
+def test_adult_parser_handles_test_file_quirks() -> None:
+    text = (
+        "|1x3 Cross validator\n"
+        "25, Private, 226802, 11th, 7, Never-married, Machine-op-inspct, Own-child, Black, Male, 0, 0, 40, "
+        "United-States, <=50K.\n"
+        "52, ?, 287927, HS-grad, 9, Married-civ-spouse, ?, Wife, White, Female, 15024, 0, 40, ?, >50K.\n"
+        "\n"
+    )
+    rows, labels = data._parse_adult(text)
+    assert labels == [0, 1]
+    assert rows[1][1] == "?" and rows[1][-1] == "?" and len(rows[1]) == 14
+    with pytest.raises(ValueError, match="malformed"):
+        data._parse_adult("1, 2, 3\n")
+
+
+def test_mnist5k_is_bundled_and_standardized() -> None:
+    pool, test = load_dataset("mnist5k")
+    assert pool.x.shape == (4000, 1, 28, 28) and test.x.shape == (1000, 1, 28, 28)
+    assert abs(float(pool.x.mean())) < 1e-4 and abs(float(pool.x.std()) - 1.0) < 1e-4
+    assert set(np.unique(pool.y)) == set(range(10))
+
+
+def test_split_indices_is_seeded_and_disjoint() -> None:
+    rest, held = split_indices(10, 0.2, seed=3)
+    assert len(held) == 2 and len(rest) == 8
+    assert sorted(np.concatenate([rest, held])) == list(range(10))
+    assert np.array_equal(held, split_indices(10, 0.2, seed=3)[1])
+    with pytest.raises(ValueError, match="fraction"):
+        split_indices(10, 1.0, seed=0)
+    with pytest.raises(ValueError, match="num_samples"):
+        split_indices(1, 0.2, seed=0)
+
+
+def test_unknown_dataset_name_is_rejected() -> None:
+    with pytest.raises(ValueError, match="dataset must be one of"):
+        load_dataset("imagenet")
+
+
+# ------------------------------------------------------------------------------------------------
+# IDX (MNIST / Fashion-MNIST) and CIFAR pickles, written to tmp folders
+
+
+def _write_idx(path: Path, array: np.ndarray) -> None:
+    header = bytes([0, 0, 0x08, array.ndim]) + np.array(array.shape, dtype=">i4").tobytes()
+    payload = header + array.astype(np.uint8).tobytes()
+    path.write_bytes(gzip.compress(payload) if path.suffix == ".gz" else payload)
+
+
+def _write_mnist_like(folder: Path, n_train: int, n_test: int, gz: bool, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    suffix = ".gz" if gz else ""
+    train_x = rng.integers(0, 256, size=(n_train, 28, 28))
+    _write_idx(folder / f"train-images-idx3-ubyte{suffix}", train_x)
+    _write_idx(folder / f"train-labels-idx1-ubyte{suffix}", np.arange(n_train) % 10)
+    _write_idx(folder / f"t10k-images-idx3-ubyte{suffix}", rng.integers(0, 256, size=(n_test, 28, 28)))
+    _write_idx(folder / f"t10k-labels-idx1-ubyte{suffix}", np.arange(n_test) % 10)
+    return train_x
+
+
+def test_read_idx_round_trips_plain_and_gzip(tmp_path: Path) -> None:
+    array = np.arange(24, dtype=np.uint8).reshape(2, 3, 4)
+    for name in ("a-idx3-ubyte", "a-idx3-ubyte.gz"):
+        _write_idx(tmp_path / name, array)
+        np.testing.assert_array_equal(read_idx(tmp_path / name), array)
+    (tmp_path / "bad").write_bytes(b"\x01\x02\x08\x01\x00\x00\x00\x01\x00")
+    with pytest.raises(ValueError, match="magic"):
+        read_idx(tmp_path / "bad")
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_mnist_loads_torchvision_layout(tmp_path: Path, gz: bool) -> None:
+    train_x = _write_mnist_like(tmp_path / "MNIST" / "raw", n_train=30, n_test=10, gz=gz)
+    pool, test = load_dataset("mnist", str(tmp_path))
+    assert pool.x.shape == (30, 1, 28, 28) and test.x.shape == (10, 1, 28, 28)
+    assert pool.name == "mnist" and pool.num_classes == 10
+    np.testing.assert_array_equal(pool.y, np.arange(30) % 10)
+    assert abs(float(pool.x.mean())) < 1e-4 and abs(float(pool.x.std()) - 1.0) < 1e-4
+    # standardization is monotone per pixel value: ordering of the raw pixels is kept
+    assert np.array_equal(np.argsort(pool.x[0].ravel(), kind="stable"), np.argsort(train_x[0].ravel(), kind="stable"))
+
+
+def test_fashion_mnist_accepts_a_flat_folder(tmp_path: Path) -> None:
+    _write_mnist_like(tmp_path, n_train=20, n_test=10, gz=True)
+    pool, test = load_dataset("fashion-mnist", str(tmp_path))
+    assert len(pool) == 20 and len(test) == 10 and pool.name == "fashion-mnist"
+
+
+@pytest.mark.skipif(
+    not os.path.isdir(data.FASHION_MNIST_DEFAULT_DIR), reason="Debian package dataset-fashion-mnist not installed"
+)
+def test_fashion_mnist_default_folder_has_the_debian_files() -> None:
+    files = sorted(os.listdir(data.FASHION_MNIST_DEFAULT_DIR))
+    assert {f"{stem}.gz" for stem in data._IDX_STEMS} <= set(files)
+    labels = read_idx(Path(data.FASHION_MNIST_DEFAULT_DIR) / "t10k-labels-idx1-ubyte.gz")
+    assert labels.shape == (10000,) and np.bincount(labels).tolist() == [1000] * 10
+
+
+def test_missing_image_folders_say_where_and_what(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="train-images-idx3-ubyte"):
+        load_dataset("mnist", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="data_dir"):
+        load_dataset("mnist")
+    with pytest.raises(FileNotFoundError, match="data_batch_1"):
+        load_dataset("cifar10", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="cifar-10-batches-py"):
+        load_dataset("cifar10")
+
+
+def _write_cifar_batch(path: Path, n: int, rng: np.random.Generator) -> None:
+    batch = {b"data": rng.integers(0, 256, size=(n, 3072)).astype(np.uint8), b"labels": list(np.arange(n) % 10)}
+    with path.open("wb") as fh:
+        pickle.dump(batch, fh)
+
+
+def test_cifar10_loads_python_pickles(tmp_path: Path) -> None:
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(1, 6):
+        _write_cifar_batch(folder / f"data_batch_{i}", 4, rng)
+    _write_cifar_batch(folder / "test_batch", 6, rng)
+    pool, test = load_dataset("cifar10", str(tmp_path))
+    assert pool.x.shape == (20, 3, 32, 32) and test.x.shape == (6, 3, 32, 32)
+    np.testing.assert_allclose(pool.x.mean(axis=(0, 2, 3)), 0.0, atol=1e-4)
+    np.testing.assert_allclose(pool.x.std(axis=(0, 2, 3)), 1.0, atol=1e-4)
+    assert pool.name == "cifar10" and pool.num_classes == 10
+
+
+def test_dataset_validates_shapes_and_labels() -> None:
+    with pytest.raises(ValueError, match="same number of rows"):
+        Dataset(np.zeros((3, 2)), np.zeros(2), 2, "t")
+    with pytest.raises(ValueError, match="labels"):
+        Dataset(np.zeros((2, 2)), np.array([0, 2]), 2, "t")
+    ds = Dataset(np.arange(6).reshape(3, 2), np.array([0, 1, 1]), 2, "t")
+    assert ds.x.dtype == np.float32 and ds.y.dtype == np.int64 and len(ds.subset(np.array([2]))) == 1
+
+
+# ------------------------------------------------------------------------------------------------
+# partitioners
+
+LABELS = np.repeat(np.arange(4), [400, 300, 200, 103])  # 1003 samples, unbalanced labels
+
+
+def _label_counts(parts: list[np.ndarray], labels: np.ndarray) -> np.ndarray:
+    return np.stack([np.bincount(labels[p], minlength=labels.max() + 1) for p in parts])
+
+
+def test_iid_partition_has_equal_sizes_and_label_mix() -> None:
+    parts = partition_iid(LABELS, 10, seed=1)
+    assert [len(p) for p in parts] == [100] * 10  # 3 left-over rows dropped
+    joined = np.concatenate(parts)
+    assert len(np.unique(joined)) == len(joined)
+    counts = _label_counts(parts, LABELS)
+    assert np.all(counts.max(axis=0) - counts.min(axis=0) <= 1)
+
+
+def test_iid_partition_is_seeded() -> None:
+    a = partition_iid(LABELS, 7, seed=5)
+    b = partition_iid(LABELS, 7, seed=5)
+    c = partition_iid(LABELS, 7, seed=6)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not all(np.array_equal(x, y) for x, y in zip(a, c))
+    assert [len(p) for p in partition_iid(25, 5, seed=0)] == [5] * 5
+
+
+def test_iid_partition_rejects_bad_client_counts() -> None:
+    with pytest.raises(ValueError, match="clients"):
+        partition_iid(LABELS, 0, seed=0)
+    with pytest.raises(ValueError, match="clients"):
+        partition_iid(10, 11, seed=0)
+
+
+def test_dirichlet_partition_covers_data_with_min_size_and_seeds() -> None:
+    parts = partition_dirichlet(LABELS, 10, beta=1.0, seed=2, min_size=20)
+    joined = np.concatenate(parts)
+    assert sorted(joined) == list(range(len(LABELS)))
+    assert min(len(p) for p in parts) >= 20
+    assert len({len(p) for p in parts}) > 1  # sizes vary
+    again = partition_dirichlet(LABELS, 10, beta=1.0, seed=2, min_size=20)
+    assert all(np.array_equal(x, y) for x, y in zip(parts, again))
+
+
+def _mean_label_distance(beta: float) -> float:
+    """Average total-variation distance between client and global label distributions."""
+    parts = partition_dirichlet(LABELS, 10, beta=beta, seed=0, min_size=5)
+    counts = _label_counts(parts, LABELS)
+    local = counts / counts.sum(axis=1, keepdims=True)
+    overall = np.bincount(LABELS) / len(LABELS)
+    return float(np.mean(0.5 * np.abs(local - overall).sum(axis=1)))
+
+
+def test_dirichlet_label_skew_grows_as_beta_falls() -> None:
+    skews = [_mean_label_distance(beta) for beta in (30.0, 5.0, 0.5)]
+    assert skews[0] < skews[1] < skews[2]
+    assert skews[0] < 0.1 and skews[2] > 0.3
+
+
+def test_dirichlet_rejects_bad_beta_and_too_many_clients() -> None:
+    for beta in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="beta"):
+            partition_dirichlet(LABELS, 5, beta=beta, seed=0)
+    with pytest.raises(ValueError, match="clients"):
+        partition_dirichlet(LABELS, 101, beta=1.0, seed=0, min_size=10)
+    with pytest.raises(ValueError, match="too many"):  # feasible in size, but beta=0.05 starves clients
+        partition_dirichlet(LABELS, 90, beta=0.05, seed=0, min_size=10, max_tries=20)
