@@ -40,20 +40,23 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """Build the parser; only the chosen sub-command's module is imported (start-up stays fast)."""
     parser = argparse.ArgumentParser(prog="dphype", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    chosen = next((a for a in argv if a in COMMANDS), None)
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
         p.set_defaults(_module=module)
-        importlib.import_module(module).add_arguments(p)
+        if name == chosen:
+            importlib.import_module(module).add_arguments(p)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv).parse_args(argv)
     module = importlib.import_module(args._module)
     try:
         result = module.run(args)
