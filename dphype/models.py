@@ -1,0 +1,121 @@
+"""The paper's three model architectures (DP-Hype, Appendix B), as plain ``torch.nn.Module``s.
+
+Every model maps a batch to logits of shape ``(B, K)``: ``K = 1`` for binary tasks (one logit for
+binary cross-entropy with logits, as the paper's Adult MLP) and ``K = num_classes`` otherwise
+(cross-entropy). ``dropout=False`` builds the same architecture with all dropout rates set to 0
+(used to compare batched and sequential training exactly).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+
+#: The model the paper trains on each data set (Appendix B; Fashion-MNIST reuses the MNIST CNN).
+MODEL_FOR_DATASET: dict[str, str] = {
+    "adult": "adult-mlp",
+    "mnist": "mnist-cnn",
+    "mnist5k": "mnist-cnn",
+    "fashion-mnist": "mnist-cnn",
+    "cifar10": "cifar-cnn",
+}
+
+
+def _outputs(num_classes: int) -> int:
+    """One logit for two classes, one per class otherwise."""
+    if num_classes < 2:
+        raise ValueError(f"num_classes must be >= 2, got {num_classes}")
+    return 1 if num_classes == 2 else num_classes
+
+
+class AdultMLP(nn.Module):
+    """Appendix B, Adult: two hidden layers of 64 ReLU units, dropout 0.2 after the second, raw logits."""
+
+    def __init__(self, in_features: int, num_classes: int = 2, *, hidden: int = 64, dropout: bool = True) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, hidden)
+        self.fc2 = nn.Linear(hidden, hidden)
+        self.dropout = nn.Dropout(0.2 if dropout else 0.0)
+        self.out = nn.Linear(hidden, _outputs(num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.fc1(x))
+        h = self.dropout(torch.relu(self.fc2(h)))
+        return self.out(h)
+
+
+class MnistCNN(nn.Module):
+    """Appendix B, MNIST: conv 3x3 (32) and conv 3x3 (64) with ReLU, 2x2 max-pool, then
+    dropout 0.25 -> dense 128 + ReLU -> dropout 0.5 -> dense output (logits for cross-entropy).
+
+    The appendix does not name the convolutions' activation; ReLU is assumed (unpadded convolutions,
+    so 28x28 inputs give 64 x 12 x 12 features before the dense layers).
+    """
+
+    def __init__(self, in_channels: int = 1, image_size: int = 28, num_classes: int = 10, *, dropout: bool = True) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 32, 3)
+        self.conv2 = nn.Conv2d(32, 64, 3)
+        self.dropout1 = nn.Dropout(0.25 if dropout else 0.0)
+        self.fc1 = nn.Linear(64 * ((image_size - 4) // 2) ** 2, 128)
+        self.dropout2 = nn.Dropout(0.5 if dropout else 0.0)
+        self.fc2 = nn.Linear(128, _outputs(num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.conv2(torch.relu(self.conv1(x))))
+        h = self.dropout1(torch.flatten(nn.functional.max_pool2d(h, 2), 1))
+        h = self.dropout2(torch.relu(self.fc1(h)))
+        return self.fc2(h)
+
+
+def _conv_bn_relu(cin: int, cout: int) -> list[nn.Module]:
+    return [nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU()]
+
+
+class CifarCNN(nn.Module):
+    """Appendix B, CIFAR-10: two blocks of [conv 3x3 -> batch norm -> ReLU] x 2, 2x2 max-pool and
+    dropout 0.25 (filters 32, 32 then 64, 128), global average pooling, one dense output layer.
+
+    Convolutions are padded ("same"), so any image size of at least 4x4 works.
+    """
+
+    def __init__(self, in_channels: int = 3, num_classes: int = 10, *, dropout: bool = True) -> None:
+        super().__init__()
+        rate = 0.25 if dropout else 0.0
+        self.features = nn.Sequential(
+            *_conv_bn_relu(in_channels, 32),
+            *_conv_bn_relu(32, 32),
+            nn.MaxPool2d(2),
+            nn.Dropout(rate),
+            *_conv_bn_relu(32, 64),
+            *_conv_bn_relu(64, 128),
+            nn.MaxPool2d(2),
+            nn.Dropout(rate),
+        )
+        self.out = nn.Linear(128, _outputs(num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.features(x).mean(dim=(2, 3)))
+
+
+_BUILDERS: dict[str, Callable[[Sequence[int], int, bool], nn.Module]] = {
+    "adult-mlp": lambda shape, k, drop: AdultMLP(int(shape[0]), k, dropout=drop),
+    "mnist-cnn": lambda shape, k, drop: MnistCNN(int(shape[0]), int(shape[1]), k, dropout=drop),
+    "cifar-cnn": lambda shape, k, drop: CifarCNN(int(shape[0]), k, dropout=drop),
+}
+
+#: Names accepted by :func:`build_model`.
+MODELS: tuple[str, ...] = tuple(_BUILDERS)
+
+
+def build_model(name: str, input_shape: Sequence[int], num_classes: int, *, dropout: bool = True) -> nn.Module:
+    """A freshly initialised model ``name`` (one of :data:`MODELS`) for inputs of shape ``input_shape``
+    (one sample: ``(D,)`` for the MLP, ``(C, H, W)`` for the CNNs)."""
+    if name not in _BUILDERS:
+        raise ValueError(f"model must be one of {', '.join(MODELS)}; got {name!r}")
+    expected_dims = 1 if name == "adult-mlp" else 3
+    if len(input_shape) != expected_dims:
+        raise ValueError(f"input_shape for {name} must have {expected_dims} dimension(s), got {tuple(input_shape)}")
+    return _BUILDERS[name](input_shape, num_classes, dropout)

@@ -1,0 +1,453 @@
+"""Local candidate evaluation and FedAvg, batched over hyperparameter candidates (DP-Hype, Section V-B).
+
+Each client trains one model per candidate with SGD (the candidate's ``lr`` and ``momentum``, PyTorch
+semantics ``buf = momentum * buf + grad; p -= lr * buf``) and a StepLR schedule (``lr`` multiplied
+by the candidate's ``decay`` after every epoch), on 80 % of its local data in mini-batches of 64
+for 5 epochs, and scores the candidate by its accuracy on the remaining 20 %.
+
+All candidates are trained at once: their parameters are stacked along a leading candidate
+dimension (:class:`StackedModels`) and the forward pass is vectorised with ``torch.func.vmap`` over
+``functional_call``; one backward pass of the summed per-candidate losses yields every candidate's
+own gradient, because the candidates share no parameters. All candidates start from the same
+initial weights and see the same mini-batches in the same order, so the result equals training
+them one by one (:func:`train_candidates` with ``sequential=True``, the reference path built on
+``torch.optim.SGD`` and ``StepLR``), up to floating-point rounding and dropout masks (drawn
+independently per candidate). Batch norm layers keep one set of running statistics per
+candidate: the stacked buffers are updated in place through ``vmap``, as in sequential training.
+
+A candidate that diverges (non-finite weights or outputs) gets the score NaN; the others are
+unaffected. Candidates are mappings with the keys ``"lr"`` (required), ``"momentum"`` (default 0)
+and ``"decay"`` (default 1, no decay), e.g. the items of ``dphype.candidates.table_iii_grid()``.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, stack_module_state, vmap
+
+from dphype.data import Dataset, split_indices
+from dphype.models import build_model
+
+#: A model name of :data:`dphype.models.MODELS`, or a zero-argument factory of a fresh ``nn.Module``.
+ModelSpec = str | Callable[[], nn.Module]
+#: Called as ``progress(done, total)`` after each unit of work.
+Progress = Callable[[int, int], None]
+
+#: Fraction of a client's data held out to score candidates (Section V-B).
+VALIDATION_FRACTION = 0.2
+
+
+@dataclass
+class Hyperparameters:
+    """Per-candidate SGD settings as float tensors of shape ``(C,)``."""
+
+    lr: torch.Tensor
+    momentum: torch.Tensor
+    decay: torch.Tensor
+
+    @classmethod
+    def from_candidates(cls, candidates: Sequence[Mapping[str, Any]], device: torch.device) -> "Hyperparameters":
+        """Read ``lr``, ``momentum`` (default 0) and ``decay`` (default 1) from each candidate."""
+        if len(candidates) == 0:
+            raise ValueError("candidates must not be empty")
+        values = []
+        for i, cand in enumerate(candidates):
+            if "lr" not in cand:
+                raise ValueError(f"candidates[{i}] must have the key 'lr', got keys {sorted(cand)}")
+            row = (cand["lr"], cand.get("momentum", 0.0), cand.get("decay", 1.0))
+            for key, value in zip(("lr", "momentum", "decay"), row):
+                if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                    raise ValueError(f"candidates[{i}]['{key}'] must be a finite number >= 0, got {value!r}")
+            values.append(row)
+        table = torch.tensor(values, dtype=torch.float64, device=device)
+        return cls(table[:, 0], table[:, 1], table[:, 2])
+
+    def epoch_lr(self, epoch: int) -> torch.Tensor:
+        """StepLR(step_size=1, gamma=decay): ``lr * decay**epoch`` (``0**0 = 1``)."""
+        return self.lr * self.decay**epoch
+
+    def __getitem__(self, index: slice) -> "Hyperparameters":
+        return Hyperparameters(self.lr[index], self.momentum[index], self.decay[index])
+
+
+@dataclass
+class StackedModels:
+    """``C`` models of one architecture: parameters and buffers stacked along a leading dimension.
+
+    ``module`` is the architecture template; its own tensors are never used by :meth:`logits`.
+    """
+
+    module: nn.Module
+    params: dict[str, torch.Tensor]
+    buffers: dict[str, torch.Tensor]
+
+    @classmethod
+    def replicate(cls, module: nn.Module, count: int) -> "StackedModels":
+        """``count`` copies of ``module``'s current weights (the same initialisation for all)."""
+        params = {k: v.detach().expand(count, *v.shape).clone() for k, v in module.named_parameters()}
+        buffers = {k: v.detach().expand(count, *v.shape).clone() for k, v in module.named_buffers()}
+        return cls(module, params, buffers)
+
+    @classmethod
+    def stack(cls, modules: Sequence[nn.Module]) -> "StackedModels":
+        """Stack independently trained copies of one architecture."""
+        params, buffers = stack_module_state(list(modules))
+        return cls(modules[0], {k: v.detach() for k, v in params.items()}, buffers)
+
+    def __len__(self) -> int:
+        return next(iter(self.params.values())).shape[0]
+
+    def logits(self, x: torch.Tensor, *, train: bool) -> torch.Tensor:
+        """Outputs ``(C, B, K)`` of every model on the shared batch ``x``; ``train`` selects dropout
+        and batch-norm batch statistics (which then update the stacked running statistics)."""
+        self.module.train(train)
+
+        def one(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], inputs: torch.Tensor) -> torch.Tensor:
+            return functional_call(self.module, (params, buffers), (inputs,))
+
+        return vmap(one, in_dims=(0, 0, None), randomness="different")(self.params, self.buffers, x)
+
+    def clone(self) -> "StackedModels":
+        """An independent copy (the template module is shared)."""
+        return StackedModels(
+            self.module,
+            {k: v.clone() for k, v in self.params.items()},
+            {k: v.clone() for k, v in self.buffers.items()},
+        )
+
+    def unstack(self, index: int) -> nn.Module:
+        """Model ``index`` as a plain ``nn.Module`` (a copy of the template with its weights)."""
+        module = copy.deepcopy(self.module)
+        state = {k: v[index] for k, v in {**self.params, **self.buffers}.items()}
+        module.load_state_dict(state)
+        return module
+
+    def finite(self) -> torch.Tensor:
+        """Boolean ``(C,)``: whether all of a model's parameters are finite (False = diverged)."""
+        ok = torch.ones(len(self), dtype=torch.bool, device=next(iter(self.params.values())).device)
+        for value in self.params.values():
+            ok &= torch.isfinite(value.detach().reshape(len(self), -1)).all(dim=1)
+        return ok
+
+
+# --------------------------------------------------------------------------------------------------
+# set-up helpers
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``device``, or CUDA when available and ``device`` is None, else CPU."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def limit_threads() -> None:
+    """Cap torch's intra-op threads at the CPUs this process may use (no oversubscription)."""
+    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if torch.get_num_threads() > available:
+        torch.set_num_threads(available)
+
+
+@contextmanager
+def _seeded(seed: int, device: torch.device) -> Iterator[None]:
+    """Run with torch's global RNG seeded (initialisation, dropout) without disturbing the caller's."""
+    devices = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+def _build(model: ModelSpec, data: Dataset, device: torch.device) -> nn.Module:
+    """A fresh model (initialised from torch's current RNG state) on ``device``."""
+    module = build_model(model, data.x.shape[1:], data.num_classes) if isinstance(model, str) else model()
+    return module.to(device)
+
+
+def _tensors(data: Dataset, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.from_numpy(data.x).to(device), torch.from_numpy(data.y).to(device)
+
+
+def _batches(num_samples: int, batch_size: int, generator: torch.Generator, device: torch.device) -> list[torch.Tensor]:
+    """One epoch of shuffled mini-batch indices on ``device`` (the last batch may be smaller).
+
+    ``generator`` is a CPU generator, so the order does not depend on the device."""
+    return list(torch.randperm(num_samples, generator=generator).to(device).split(batch_size))
+
+
+def _loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean loss over the batch axis of ``logits (..., B, K)``: binary cross-entropy with logits for
+    ``K = 1``, cross-entropy otherwise. Leading axes (candidates) are kept."""
+    if logits.shape[-1] == 1:
+        target = y.to(logits.dtype).expand(logits.shape[:-1])
+        return nn.functional.binary_cross_entropy_with_logits(logits[..., 0], target, reduction="none").mean(-1)
+    log_probs = torch.log_softmax(logits, dim=-1)
+    picked = log_probs.gather(-1, y.expand(logits.shape[:-1]).unsqueeze(-1))
+    return -picked[..., 0].mean(-1)
+
+
+def _correct(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Number of correct predictions per leading index of ``logits (..., B, K)``."""
+    predicted = (logits[..., 0] > 0).long() if logits.shape[-1] == 1 else logits.argmax(-1)
+    return (predicted == y).sum(-1)
+
+
+def _cast(average: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A float64 weighted average back in ``dtype`` (integer buffers such as batch counters rounded)."""
+    return average.to(dtype) if dtype.is_floating_point else average.round().to(dtype)
+
+
+def _check_training_args(epochs: int, batch_size: int, num_samples: int) -> None:
+    if epochs < 0:
+        raise ValueError(f"epochs must be >= 0, got {epochs}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if num_samples < 1:
+        raise ValueError("training data must not be empty")
+
+
+# --------------------------------------------------------------------------------------------------
+# training
+
+
+def _sgd_epochs(
+    models: StackedModels,
+    hp: Hyperparameters,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    epochs: int,
+    batch_size: int,
+    generator: torch.Generator,
+    on_epoch: Callable[[], None] | None = None,
+) -> None:
+    """Train ``models`` in place: SGD with momentum and StepLR, batched over candidates."""
+    names = list(models.params)
+    params = [models.params[k].requires_grad_(True) for k in names]
+    momentum_bufs = [torch.zeros_like(p) for p in params]
+    shape = [(-1,) + (1,) * (p.dim() - 1) for p in params]
+    momentum = [hp.momentum.to(p.dtype).view(s) for p, s in zip(params, shape)]
+    for epoch in range(epochs):
+        lr = hp.epoch_lr(epoch)
+        step = [lr.to(p.dtype).view(s) for p, s in zip(params, shape)]
+        for idx in _batches(len(y), batch_size, generator, y.device):
+            yb = y[idx]
+            loss = _loss(models.logits(x[idx], train=True), yb).sum()
+            grads = torch.autograd.grad(loss, params)
+            with torch.no_grad():
+                for p, g, buf, m, s in zip(params, grads, momentum_bufs, momentum, step):
+                    buf.mul_(m).add_(g)
+                    p.sub_(s * buf)
+        if on_epoch is not None:
+            on_epoch()
+    for p in params:
+        p.requires_grad_(False)
+
+
+def _train_sequential(
+    initial: nn.Module,
+    hp: Hyperparameters,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    epochs: int,
+    batch_size: int,
+    seed: int,
+) -> StackedModels:
+    """Reference path: each candidate alone with ``torch.optim.SGD`` + ``StepLR`` on a plain module."""
+    trained = []
+    for c in range(len(hp.lr)):
+        module = copy.deepcopy(initial)
+        module.train()
+        optimizer = torch.optim.SGD(module.parameters(), lr=float(hp.lr[c]), momentum=float(hp.momentum[c]))
+        schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=float(hp.decay[c]))
+        generator = torch.Generator().manual_seed(seed)
+        for _ in range(epochs):
+            for idx in _batches(len(y), batch_size, generator, y.device):
+                optimizer.zero_grad()
+                _loss(module(x[idx]), y[idx]).backward()
+                optimizer.step()
+            schedule.step()
+        trained.append(module)
+    return StackedModels.stack(trained)
+
+
+def train_candidates(
+    model: ModelSpec,
+    data: Dataset,
+    candidates: Sequence[Mapping[str, Any]],
+    *,
+    epochs: int = 5,
+    batch_size: int = 64,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+    chunk_size: int | None = None,
+    sequential: bool = False,
+    progress: Progress | None = None,
+) -> StackedModels:
+    """Train one model per candidate on all of ``data`` (Section V-B: SGD, StepLR per epoch, batch 64).
+
+    All candidates start from the same initialisation (drawn with ``seed``) and see the same
+    mini-batch order (also from ``seed``). ``chunk_size`` bounds how many candidates are trained at
+    once (memory); the result does not depend on it. ``sequential=True`` runs the reference path
+    (one ``torch.optim.SGD`` per candidate). ``progress(done, total)`` is called after every epoch
+    of every chunk (batched path only).
+    """
+    _check_training_args(epochs, batch_size, len(data))
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1 or None, got {chunk_size}")
+    limit_threads()
+    dev = resolve_device(device)
+    hp = Hyperparameters.from_candidates(candidates, dev)
+    x, y = _tensors(data, dev)
+    with _seeded(seed, dev):
+        initial = _build(model, data, dev)
+        if sequential:
+            return _train_sequential(initial, hp, x, y, epochs=epochs, batch_size=batch_size, seed=seed)
+        step = len(candidates) if chunk_size is None else chunk_size
+        starts = range(0, len(candidates), step)
+        done = 0
+
+        def on_epoch() -> None:
+            nonlocal done
+            done += 1
+            if progress is not None:
+                progress(done, epochs * len(starts))
+
+        chunks = []
+        for start in starts:
+            chunk = StackedModels.replicate(initial, min(step, len(candidates) - start))
+            _sgd_epochs(
+                chunk,
+                hp[start : start + step],
+                x,
+                y,
+                epochs=epochs,
+                batch_size=batch_size,
+                generator=torch.Generator().manual_seed(seed),
+                on_epoch=on_epoch,
+            )
+            chunks.append(chunk)
+    return StackedModels(
+        initial,
+        {k: torch.cat([c.params[k] for c in chunks]) for k in chunks[0].params},
+        {k: torch.cat([c.buffers[k] for c in chunks]) for k in chunks[0].buffers},
+    )
+
+
+@torch.no_grad()
+def accuracy(models: StackedModels, data: Dataset, *, batch_size: int = 1024) -> np.ndarray:
+    """Accuracy of every stacked model on ``data`` (evaluation mode); NaN for diverged models."""
+    if len(data) == 0:
+        raise ValueError("data must not be empty to compute an accuracy")
+    dev = next(iter(models.params.values())).device
+    x, y = _tensors(data, dev)
+    correct = torch.zeros(len(models), dtype=torch.long, device=dev)
+    finite = models.finite()
+    for start in range(0, len(y), batch_size):
+        logits = models.logits(x[start : start + batch_size], train=False)
+        correct += _correct(logits, y[start : start + batch_size])
+        finite &= ~torch.isnan(logits).flatten(1).any(dim=1)
+    scores = correct.double() / len(y)
+    return torch.where(finite, scores, torch.nan).cpu().numpy()
+
+
+def evaluate_candidates(
+    model: ModelSpec,
+    train: Dataset,
+    candidates: Sequence[Mapping[str, Any]],
+    *,
+    epochs: int = 5,
+    batch_size: int = 64,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+    chunk_size: int | None = None,
+    sequential: bool = False,
+    progress: Progress | None = None,
+) -> np.ndarray:
+    """A client's local scores (Section III / V-B): validation accuracy of every candidate.
+
+    ``train`` (the client's local data) is split 80/20 with ``seed``; each candidate is trained on
+    the 80 % (:func:`train_candidates`) and scored on the 20 %. Returns float64 scores in [0, 1],
+    NaN for diverged candidates. Needs at least 2 local samples.
+    """
+    fit_idx, val_idx = split_indices(len(train), VALIDATION_FRACTION, seed)
+    models = train_candidates(
+        model,
+        train.subset(fit_idx),
+        candidates,
+        epochs=epochs,
+        batch_size=batch_size,
+        seed=seed,
+        device=device,
+        chunk_size=chunk_size,
+        sequential=sequential,
+        progress=progress,
+    )
+    return accuracy(models, train.subset(val_idx))
+
+
+def fedavg(
+    model: ModelSpec,
+    clients: Sequence[Dataset],
+    candidates: Sequence[Mapping[str, Any]],
+    *,
+    rounds: int = 5,
+    local_epochs: int = 5,
+    batch_size: int = 64,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+    progress: Progress | None = None,
+) -> StackedModels:
+    """FedAvg (McMahan et al.; Section V-B: 5 rounds x 5 local epochs, batch 64) for every candidate.
+
+    Each round, every client starts from the global models, trains all candidates on all its data
+    (fresh momentum buffers, StepLR restarting at the candidate's ``lr``), and the server averages
+    parameters and buffers weighted by the clients' sample counts. Returns the global models;
+    ``progress(done, rounds * len(clients))`` is called after each client update.
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    if len(clients) == 0:
+        raise ValueError("clients must not be empty")
+    for client in clients:
+        _check_training_args(local_epochs, batch_size, len(client))
+    limit_threads()
+    dev = resolve_device(device)
+    hp = Hyperparameters.from_candidates(candidates, dev)
+    weights = np.array([len(c) for c in clients], dtype=np.float64) / sum(len(c) for c in clients)
+    with _seeded(seed, dev):
+        global_models = StackedModels.replicate(_build(model, clients[0], dev), len(candidates))
+        for r in range(rounds):
+            totals: dict[str, torch.Tensor] = {}
+            for i, client in enumerate(clients):
+                local = global_models.clone()
+                x, y = _tensors(client, dev)
+                client_seed = int(np.random.SeedSequence([seed, r, i]).generate_state(1)[0])
+                _sgd_epochs(
+                    local,
+                    hp,
+                    x,
+                    y,
+                    epochs=local_epochs,
+                    batch_size=batch_size,
+                    generator=torch.Generator().manual_seed(client_seed),
+                )
+                for k, v in {**local.params, **local.buffers}.items():
+                    totals[k] = totals.get(k, 0) + weights[i] * v.double()
+                if progress is not None:
+                    progress(r * len(clients) + i + 1, rounds * len(clients))
+            global_models = StackedModels(
+                global_models.module,
+                {k: _cast(totals[k], v.dtype) for k, v in global_models.params.items()},
+                {k: _cast(totals[k], v.dtype) for k, v in global_models.buffers.items()},
+            )
+    return global_models
