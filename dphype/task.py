@@ -1,0 +1,151 @@
+"""What a client evaluates: a :class:`Task` scores every public candidate on local data (DP-Hype, Section III).
+
+DP-Hype is task-agnostic: anything with ``maximize`` and ``score(candidates)`` works. :class:`TorchTask`
+is the concrete task of the paper's experiments (Section V-B): train the data set's model (Appendix B)
+for each candidate and report its local validation accuracy. :func:`make_task` builds client
+``partition_id``'s task from a data set name, so every Flower client can build its own shard: the
+same ``seed`` gives every client the same partitioning.
+
+torch is imported lazily (only when training starts), so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from dphype.data import Dataset, load_dataset, partition_dirichlet, partition_iid
+
+if TYPE_CHECKING:
+    from dphype.training import ModelSpec
+
+#: Partitioning schemes accepted by :func:`make_task` (Section V-C, Appendix C).
+PARTITIONS: tuple[str, ...] = ("iid", "dirichlet")
+
+
+class Task(Protocol):
+    """Scores every candidate on the client's local data; higher is better iff ``maximize``."""
+
+    maximize: bool
+
+    def score(
+        self,
+        candidates: Sequence[Mapping[str, Any]],
+        *,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> np.ndarray:
+        """One score per candidate, in candidate order (NaN for a failed candidate)."""
+        ...
+
+
+@dataclass
+class TorchTask:
+    """Local validation accuracy of one model per candidate (Section V-B), via
+    :func:`dphype.training.evaluate_candidates` (all candidates trained at once).
+
+    ``model`` is a name of :data:`dphype.models.MODELS` or a zero-argument factory of a fresh module.
+    ``device=None`` uses CUDA when available.
+    """
+
+    data: Dataset
+    model: "ModelSpec"
+    epochs: int = 5
+    batch_size: int = 64
+    seed: int = 0
+    device: str | None = None
+    chunk_size: int | None = None
+    maximize: bool = True
+
+    def score(
+        self,
+        candidates: Sequence[Mapping[str, Any]],
+        *,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> np.ndarray:
+        """Validation accuracy per candidate; ``progress(done, total)`` counts local epochs."""
+        from dphype.training import evaluate_candidates
+
+        return evaluate_candidates(
+            self.model,
+            self.data,
+            candidates,
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            device=self.device,
+            chunk_size=self.chunk_size,
+            progress=progress,
+        )
+
+
+#: Local epochs per data set (Section V-B: 5, CIFAR-10: 10).
+DEFAULT_EPOCHS: dict[str, int] = {"cifar10": 10}
+
+
+def default_epochs(dataset: str) -> int:
+    """Local (and FedAvg) epochs the paper uses for ``dataset`` (Section V-B)."""
+    return DEFAULT_EPOCHS.get(dataset, 5)
+
+
+@functools.lru_cache(maxsize=4)
+def load_cached(dataset: str, data_dir: str | None = None) -> tuple[Dataset, Dataset]:
+    """:func:`dphype.data.load_dataset`, loaded once per process. Do not modify the returned arrays."""
+    return load_dataset(dataset, data_dir)
+
+
+@functools.lru_cache(maxsize=16)
+def partition_cached(
+    dataset: str,
+    num_partitions: int,
+    seed: int,
+    partition: str,
+    beta: float | None,
+    data_dir: str | None = None,
+) -> tuple[np.ndarray, ...]:
+    """Row indices of every client's shard of the ``dataset`` pool (computed once per process)."""
+    if partition not in PARTITIONS:
+        raise ValueError(f"partition must be one of {', '.join(PARTITIONS)}; got {partition!r}")
+    if (beta is None) != (partition == "iid"):
+        raise ValueError(f"beta must be given for partition='dirichlet' and only then; got beta={beta!r}")
+    labels = load_cached(dataset, data_dir)[0].y
+    if beta is None:
+        return tuple(partition_iid(labels, num_partitions, seed))
+    return tuple(partition_dirichlet(labels, num_partitions, beta, seed))
+
+
+def make_task(
+    dataset: str,
+    partition_id: int,
+    num_partitions: int,
+    *,
+    seed: int = 0,
+    partition: str = "iid",
+    beta: float | None = None,
+    epochs: int | None = None,
+    data_dir: str | None = None,
+) -> TorchTask:
+    """Client ``partition_id``'s task: its shard of the ``dataset`` pool and the paper's model.
+
+    ``partition`` is ``"iid"`` or ``"dirichlet"`` (then ``beta`` is the Dirichlet concentration).
+    The partitioning depends only on ``(dataset, num_partitions, seed, partition, beta)``; the
+    client's training seed is derived from ``seed`` and ``partition_id``. ``epochs=None`` uses the
+    paper's value (:func:`default_epochs`).
+    """
+    from dphype.models import MODEL_FOR_DATASET
+
+    if not 0 <= partition_id < num_partitions:
+        raise ValueError(f"partition_id must lie in [0, {num_partitions}), got {partition_id}")
+    if epochs is not None and epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    shards = partition_cached(dataset, num_partitions, seed, partition, beta, data_dir)
+    pool = load_cached(dataset, data_dir)[0]
+    client_seed = int(np.random.SeedSequence([seed, partition_id]).generate_state(1)[0])
+    return TorchTask(
+        data=pool.subset(shards[partition_id]),
+        model=MODEL_FOR_DATASET[dataset],
+        epochs=default_epochs(dataset) if epochs is None else epochs,
+        seed=client_seed,
+    )
