@@ -1,0 +1,48 @@
+"""``dphype bench <study>``: the DP-Hype paper's benchmark studies (issue #3).
+
+Every study writes CSV files and PNG plots to ``--out`` (default ``results/<study>``), shows a progress
+bar on standard error and returns a dict with at least ``seconds`` and ``outputs`` (the files written),
+printed as one JSON line with ``--json``. Bad input raises ``ValueError`` before any work starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from typing import Any
+
+from simulations.harness import StudyRun
+
+#: study name -> (module, one-line help)
+STUDIES: dict[str, tuple[str, str]] = {
+    "synthetic": ("simulations.synthetic", "Fig. 2: success probability vs k, sigma_loss, |H_good|, |H| (Sec. IV-B)"),
+    "tradeoff": ("simulations.tradeoff", "Figs. 4, 5, 12, 13: DP-Hype vs Opt vs RandGuess over epsilon (Sec. V-C)"),
+    "ablations": ("simulations.ablations", "App. F raw scores, App. G Feathers (corrected), App. H Subsets"),
+    "resources": ("simulations.resources", "Table IV: local evaluation time/memory, SecAgg+ voting bytes/time"),
+    "distributions": ("simulations.distributions", "Figs. 3, 6-8: Dirichlet label plots and accuracy histograms"),
+    "speed": ("simulations.speed", "batched vs sequential local evaluation, synthetic and voting timings"),
+}
+
+
+def _study_module(name: str) -> Any:
+    return importlib.import_module(STUDIES[name][0])
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One sub-command per study; ``--out``, ``--seed`` and ``--json`` are accepted after the study name too."""
+    sub = parser.add_subparsers(dest="study", required=True, metavar="STUDY")
+    for name, (_, help_text) in STUDIES.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--out", default=None, help=f"output folder (default results/{name})")
+        p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+        # cli.py defines --json on the parent parser; accept it after the study name as well
+        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        _study_module(name).add_arguments(p)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the chosen study; returns its result dict (``study``, ``seconds``, ..., ``outputs``)."""
+    if args.study not in STUDIES:
+        raise ValueError(f"study must be one of {', '.join(STUDIES)}, got {args.study!r}")
+    study = StudyRun(args.study, args.out or f"results/{args.study}")
+    return _study_module(args.study).run(args, study)

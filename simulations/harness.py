@@ -1,0 +1,351 @@
+"""Shared machinery of the ``dphype bench`` studies (issue #3).
+
+The studies replay DP-Hype's release many times without re-running local training:
+
+1. every client's vote vector is computed ONCE through the real client code path
+   (:meth:`dphype.task.Task.score` -> :func:`dphype.voting.top_k_votes` or
+   :func:`dphype.voting.raw_score_votes`), see :func:`client_scores` and :func:`client_votes`;
+2. the noisy sum is then drawn ``repetitions`` times with :func:`dphype.noise.noise_share`, either one share
+   per client summed over the clients (``per_client=True``, literally what secure aggregation adds up) or
+   one draw carrying the total variance of all shares (:func:`total_noise`), which has the same
+   distribution (sums of Gaussians are Gaussian, sums of Skellams are Skellam);
+3. the server's rule :func:`dphype.voting.select` is applied to every replay (:func:`select_rows`).
+
+Because the votes are deterministic given the local data, the distribution of the selected candidate is
+identical to re-running the whole protocol with fresh noise. Everything here is numpy; torch, Flower and
+the data sets are imported only inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from dphype.accounting import calibrate, check_clients, check_delta, check_dropout, check_noise
+from dphype.noise import client_noise_variance, noise_share
+from dphype.voting import raw_score_votes, top_k_votes
+
+#: data sets the data-driven studies accept (the names of :func:`dphype.data.load_dataset`).
+DATASETS: tuple[str, ...] = ("adult", "mnist5k", "fashion-mnist", "mnist", "cifar10")
+#: data sets that can only be read from a user-supplied ``--data-dir``.
+NEEDS_DATA_DIR: tuple[str, ...] = ("mnist", "cifar10")
+#: fewest local samples a client needs (80/20 split into at least 8 training and 2 validation rows).
+MIN_CLIENT_SAMPLES = 10
+
+
+# ----------------------------------------------------------------------------------------------- noise
+def sigma_for(
+    epsilon: float,
+    delta: float,
+    k: int,
+    *,
+    num_candidates: int,
+    accountant: str | None,
+    noise: str = "gaussian",
+    raw_scores: bool = False,
+) -> float:
+    """Total noise std for one release (:func:`dphype.accounting.calibrate`); ``epsilon = inf`` gives 0."""
+    if math.isinf(epsilon) and epsilon > 0:
+        return 0.0
+    release = calibrate(
+        epsilon, delta, k, num_candidates=num_candidates, accountant=accountant, noise=noise, raw_scores=raw_scores
+    )
+    return release.sigma
+
+
+def total_noise(
+    size: int | tuple[int, ...],
+    *,
+    sigma: float,
+    clients: int,
+    dropout: float = 0.0,
+    kind: str = "gaussian",
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """The sum of all ``clients`` noise shares, drawn at once through :func:`dphype.noise.noise_share`.
+
+    Every client adds a share of variance ``v = sigma^2 / ((1 - xi) n)`` (Appendix A); with all ``n``
+    clients present the released noise has variance ``n v`` and is Gaussian (resp. Skellam with
+    ``mu = n v / 2``) again. One call of ``noise_share`` configured for two clients with total std
+    ``sqrt(2 n v)`` has exactly that distribution (two is the smallest client count the validator accepts),
+    so the draw still goes through the library's sampler. :func:`client_noise_sum` is the literal sum;
+    ``tests/test_bench_harness.py`` checks that both agree.
+    """
+    total_variance = clients * client_noise_variance(sigma, clients, dropout)
+    return noise_share(size, sigma=math.sqrt(2.0 * total_variance), clients=2, dropout=0.0, kind=kind, rng=rng)
+
+
+def client_noise_sum(
+    size: int | tuple[int, ...],
+    *,
+    sigma: float,
+    clients: int,
+    dropout: float = 0.0,
+    kind: str = "gaussian",
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Literal secure-sum noise: one :func:`dphype.noise.noise_share` per client, added up."""
+    total: np.ndarray | None = None
+    for _ in range(check_clients(clients)):
+        share = noise_share(size, sigma=sigma, clients=clients, dropout=dropout, kind=kind, rng=rng)
+        total = share if total is None else total + share
+    assert total is not None
+    return total
+
+
+def noisy_sums(
+    vote_sum: np.ndarray,
+    *,
+    sigma: float,
+    clients: int,
+    repetitions: int,
+    rng: np.random.Generator,
+    dropout: float = 0.0,
+    kind: str = "gaussian",
+    per_client: bool = False,
+) -> np.ndarray:
+    """``repetitions`` independent noisy releases of ``vote_sum`` (shape ``(p,)`` or ``(repetitions, p)``).
+
+    ``sigma == 0`` (epsilon = inf) returns the noiseless sum. Returns float64 of shape ``(repetitions, p)``.
+    """
+    votes = np.asarray(vote_sum, dtype=np.float64)
+    shape = (repetitions, votes.shape[-1])
+    out = np.broadcast_to(votes, shape).astype(np.float64, copy=True)
+    if sigma > 0:
+        draw = client_noise_sum if per_client else total_noise
+        out += draw(shape, sigma=sigma, clients=clients, dropout=dropout, kind=kind, rng=rng)
+    return out
+
+
+def select_rows(noisy: np.ndarray) -> np.ndarray:
+    """:func:`dphype.voting.select` on every row: the argmax, ties to the lowest index (Algorithm 1, line 12)."""
+    arr = np.asarray(noisy)
+    if arr.ndim != 2 or not np.all(np.isfinite(arr)):
+        raise ValueError(f"noisy must be a finite 2-D array (repetitions, candidates), got shape {arr.shape}")
+    return np.argmax(arr, axis=1)
+
+
+# ---------------------------------------------------------------------------------------------- votes
+def client_votes(scores: np.ndarray, k: int, *, maximize: bool = True) -> np.ndarray:
+    """Each client's top-k vote vector via :func:`dphype.voting.top_k_votes`; ``scores`` is ``(n, p)``."""
+    return np.stack([top_k_votes(row, k, maximize=maximize) for row in np.asarray(scores)])
+
+
+def client_raw_votes(scores: np.ndarray, *, maximize: bool = True) -> np.ndarray:
+    """Appendix F raw-score vote of each client via :func:`dphype.voting.raw_score_votes`."""
+    return np.stack([raw_score_votes(row, maximize=maximize) for row in np.asarray(scores)])
+
+
+@dataclass(frozen=True)
+class Federation:
+    """One federated setting of the data-driven studies: data set, ``n`` clients and their partition."""
+
+    dataset: str
+    clients: int
+    beta: float | None  # None = iid (Section V-C), else Dirichlet concentration
+    seed: int = 0
+    data_dir: str | None = None
+
+    @property
+    def partition(self) -> str:
+        return "iid" if self.beta is None else "dirichlet"
+
+    @property
+    def label(self) -> str:
+        return "iid" if self.beta is None else f"beta={self.beta:g}"
+
+
+def validate_federations(federations: Sequence[Federation]) -> None:
+    """Reject unknown data sets, ``beta <= 0``, missing data directories and too many clients, before any work.
+
+    Loads every data set once (cheap compared with training) and asks TRAIN's partitioners for the split,
+    so the limits are the library's own (Dirichlet needs a minimum number of rows per client).
+    """
+    from dphype.data import load_dataset, partition_dirichlet, partition_iid
+
+    loaded: dict[tuple[str, str | None], Any] = {}
+    for fed in federations:
+        if fed.dataset not in DATASETS:
+            raise ValueError(f"dataset must be one of {', '.join(DATASETS)}, got {fed.dataset!r}")
+        if fed.beta is not None and (not math.isfinite(fed.beta) or fed.beta <= 0):
+            raise ValueError(f"beta must be a finite number > 0, got {fed.beta!r}")
+        check_clients(fed.clients)
+        if fed.data_dir is not None and not Path(fed.data_dir).is_dir():
+            raise ValueError(f"data_dir {fed.data_dir!r} is not an existing directory")
+        if fed.dataset in NEEDS_DATA_DIR and fed.data_dir is None:
+            raise ValueError(f"dataset {fed.dataset!r} needs --data-dir (it is not bundled)")
+        key = (fed.dataset, fed.data_dir)
+        if key not in loaded:
+            try:
+                loaded[key] = load_dataset(fed.dataset, fed.data_dir)
+            except FileNotFoundError as err:
+                raise ValueError(f"dataset {fed.dataset!r}: {err}") from err
+        train, _ = loaded[key]
+        if fed.beta is None:
+            parts = partition_iid(train.y, fed.clients, fed.seed)
+        else:
+            parts = partition_dirichlet(train.y, fed.clients, fed.beta, fed.seed)
+        smallest = min(len(p) for p in parts)
+        if smallest < MIN_CLIENT_SAMPLES:
+            raise ValueError(
+                f"clients={fed.clients} is too many for {fed.dataset} ({fed.label}): the smallest client holds "
+                f"{smallest} samples, at least {MIN_CLIENT_SAMPLES} are needed for an 80/20 local split"
+            )
+
+
+def client_scores(
+    fed: Federation,
+    candidates: Sequence[Mapping[str, Any]],
+    *,
+    epochs: int,
+    progress: Callable[[int], None] | None = None,
+) -> np.ndarray:
+    """Every client's local scores ``(n, p)`` through TRAIN's task (:func:`dphype.task.make_task`).
+
+    This is the client code path of DP-Hype (Algorithm 1, lines 2-4): client ``i`` trains every candidate
+    on its own partition and scores it on its local validation split.
+    """
+    from dphype.candidates import CandidateList
+    from dphype.task import make_task
+
+    cands = candidates if isinstance(candidates, CandidateList) else CandidateList(candidates)
+    rows = []
+    for i in range(fed.clients):
+        task = make_task(
+            fed.dataset,
+            i,
+            fed.clients,
+            seed=fed.seed,
+            partition=fed.partition,
+            beta=fed.beta,
+            epochs=epochs,
+            data_dir=fed.data_dir,
+        )
+        rows.append(np.asarray(task.score(cands), dtype=np.float64))
+        if progress is not None:
+            progress(1)
+    return np.stack(rows)
+
+
+# ----------------------------------------------------------------------------------------- statistics
+def mean_ci(values: Iterable[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Mean and half-width of the Student-t confidence interval (0 for a single value)."""
+    from scipy.stats import t
+
+    arr = np.asarray(list(values), dtype=np.float64)
+    if arr.size == 0:
+        raise ValueError("values must not be empty")
+    if arr.size == 1:
+        return float(arr[0]), 0.0
+    half = t.ppf(0.5 + confidence / 2.0, arr.size - 1) * arr.std(ddof=1) / math.sqrt(arr.size)
+    return float(arr.mean()), float(half)
+
+
+def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for a success probability (synthetic study, Fig. 2)."""
+    from scipy.stats import norm
+
+    if trials < 1:
+        raise ValueError(f"trials must be >= 1, got {trials}")
+    z = float(norm.ppf(0.5 + confidence / 2.0))
+    phat = successes / trials
+    denom = 1.0 + z * z / trials
+    centre = (phat + z * z / (2 * trials)) / denom
+    half = z * math.sqrt(phat * (1 - phat) / trials + z * z / (4 * trials * trials)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+# ------------------------------------------------------------------------------------------ reporting
+@dataclass
+class StudyRun:
+    """Bookkeeping of one study run: output folder, files written, wall time."""
+
+    name: str
+    out: Path
+    started: float = field(default_factory=time.perf_counter)
+    outputs: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.out = Path(self.out)
+
+    def path(self, filename: str) -> Path:
+        self.out.mkdir(parents=True, exist_ok=True)
+        return self.out / filename
+
+    def write_csv(self, filename: str, rows: Sequence[Mapping[str, Any]]) -> Path:
+        """Write ``rows`` (dicts with the same keys) as CSV and record the file."""
+        if not rows:
+            raise ValueError(f"no rows to write to {filename}")
+        target = self.path(filename)
+        with target.open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0].keys()))
+            writer.writeheader()
+            writer.writerows(rows)
+        self.outputs.append(str(target))
+        return target
+
+    def save_figure(self, fig: Any, filename: str) -> Path:
+        """Save a matplotlib figure as a small PNG and close it."""
+        import matplotlib.pyplot as plt
+
+        target = self.path(filename)
+        fig.savefig(target, dpi=90, bbox_inches="tight")
+        plt.close(fig)
+        self.outputs.append(str(target))
+        return target
+
+    def result(self, **extra: Any) -> dict[str, Any]:
+        """The dict ``run`` returns: study name, seconds, files written, then the study's own keys."""
+        return {"study": self.name, "seconds": round(time.perf_counter() - self.started, 3), **extra,
+                "outputs": list(self.outputs)}
+
+
+def progress_bar(total: int, desc: str) -> Any:
+    """A tqdm progress bar on standard error (standard output stays clean for ``--json``)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True,
+                disable=os.environ.get("DPHYPE_NO_PROGRESS") == "1")
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot with the non-interactive Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def chunked(total: int, size: int) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` pairs covering ``range(total)`` in pieces of at most ``size``."""
+    for start in range(0, total, size):
+        yield start, min(total, start + size)
+
+
+def check_positive_int(name: str, value: Any, minimum: int = 1) -> int:
+    """Validate an integer option (``ValueError`` naming it and the allowed range)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_epsilons(values: Sequence[float]) -> list[float]:
+    """Privacy budgets of a sweep: finite numbers > 0 or ``inf`` (no noise)."""
+    out = []
+    for eps in values:
+        if math.isnan(eps) or eps <= 0:
+            raise ValueError(f"epsilon must be a number > 0 (or inf), got {eps!r}")
+        out.append(float(eps))
+    if not out:
+        raise ValueError("epsilon list must not be empty")
+    return out

@@ -1,0 +1,369 @@
+"""Synthetic utility study of Section IV-B (Fig. 2a-c): how ``k`` trades utility against privacy.
+
+Loss model (Section IV-B): each of ``n`` clients draws ``|H_good|`` local losses from ``N(0, sigma_loss^2)``
+and ``|H| - |H_good|`` from ``N(1, sigma_loss^2)``, votes for its ``k`` smallest losses (Algorithm 1,
+lines 5-8), the noisy vote sum is released and the server takes the argmax. Success means the argmax is a
+good candidate; it is estimated over ``repetitions`` independent runs (fresh losses and fresh noise).
+
+The three panels sweep ``sigma_loss`` (a), ``|H_good| = 2^i`` (b) and ``|H|`` (c) for every ``k`` and
+``epsilon`` (``delta = 1e-5``, ``n = 250``, 5000 repetitions in the paper).
+
+Speed (the whole figure is billions of losses): clients and repetitions are vectorised, and one ranking
+per client serves every ``k`` (the top-k sets are nested prefixes of the client's loss ranking). Three
+samplers produce each client's ranking prefix with exactly the same distribution:
+
+* ``losses``: draw every loss and sort (what a client does; the reference);
+* ``direct``: sort rank keys ``-log Phi((loss - 1) / sigma_loss)`` instead. The map is decreasing, so the
+  ranking is the ranking of the losses, and for a bad candidate the key is ``-log U ~ Exp(1)``, which is
+  cheaper to draw than a Gaussian;
+* ``order`` (many bad candidates): draw only what the first ``depth`` ranks depend on. Given the good
+  losses ``g``, the number of bad losses below each of them is multinomial over the intervals between the
+  sorted ``Phi((g - 1) / sigma_loss)`` (bad losses are iid ``N(1, sigma_loss^2)``); which bad candidates
+  occupy the bad ranks is, by exchangeability, a uniformly random ordered tuple of distinct bad indices.
+
+``tests/test_bench_synthetic.py`` checks the ranking against :func:`dphype.voting.top_k_votes` and the
+samplers against each other.
+
+The noise of every release goes through :func:`dphype.noise.noise_share` (:func:`simulations.harness.total_noise`,
+identical in distribution to adding the ``n`` shares; ``--per-client-noise`` adds them literally).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from simulations import harness
+
+#: paper defaults (Section IV-B, Fig. 2)
+KS: tuple[int, ...] = (1, 5, 25, 50, 100)
+EPSILONS: tuple[float, ...] = (0.25, 1.0)
+SIGMA_LOSSES: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
+GOOD_EXPONENTS: tuple[int, ...] = tuple(range(7))  # |H_good| = 2^i, i = 0..6
+NUM_CANDIDATES: tuple[int, ...] = (100, 300, 900, 2700)
+PANELS: tuple[str, ...] = ("a", "b", "c")
+
+#: reps per vectorised chunk (bounded memory: chunk * n * depth int32)
+_CHUNK_REPS = 100
+#: use the order-statistics sampler once bad candidates outnumber the ranking depth this many times
+_ORDER_SAMPLER_RATIO = 5
+
+
+@dataclass(frozen=True)
+class LossModel:
+    """Clients' local losses: ``num_good`` from ``N(0, s^2)``, the rest of ``num_candidates`` from ``N(1, s^2)``.
+
+    Good candidates are indices ``0 .. num_good - 1`` (the order is irrelevant: noise is iid and the
+    selection of a good candidate is all that is measured).
+    """
+
+    num_good: int
+    num_candidates: int
+    sigma_loss: float
+
+    def __post_init__(self) -> None:
+        harness.check_positive_int("num_good", self.num_good)
+        harness.check_positive_int("num_candidates", self.num_candidates, 2)
+        if self.num_good >= self.num_candidates:
+            raise ValueError(
+                f"num_good must be in [1, {self.num_candidates - 1}] (num_candidates - 1), got {self.num_good}"
+            )
+        if not math.isfinite(self.sigma_loss) or self.sigma_loss <= 0:
+            raise ValueError(f"sigma_loss must be a finite number > 0, got {self.sigma_loss!r}")
+
+    @property
+    def num_bad(self) -> int:
+        return self.num_candidates - self.num_good
+
+    def losses(self, rows: int, rng: np.random.Generator) -> np.ndarray:
+        """``(rows, |H|)`` float32 losses, one row per client."""
+        out = rng.standard_normal((rows, self.num_candidates), dtype=np.float32)
+        out *= np.float32(self.sigma_loss)
+        out[:, self.num_good :] += np.float32(1.0)
+        return out
+
+
+def ranking_from_losses(losses: np.ndarray, depth: int) -> np.ndarray:
+    """Indices of each row's ``depth`` smallest losses (or rank keys), best first: nested top-k sets.
+
+    ``prefix[:, :k]`` marks the same ``k`` candidates as :func:`dphype.voting.top_k_votes` with
+    ``maximize=False`` (up to exact ties, which have probability zero for continuous losses).
+    """
+    return np.argsort(losses, axis=1)[:, :depth].astype(np.int32)
+
+
+def _distinct_uniform(rng: np.random.Generator, rows: int, length: int, population: int) -> np.ndarray:
+    """``rows`` uniformly random ordered tuples of ``length`` distinct integers in ``[0, population)``.
+
+    Draw with replacement, then redraw every later repeat of a value until none is left. Each step only
+    compares labels, so the procedure commutes with any relabelling; the result is therefore uniform over
+    ordered tuples of distinct values (they form one orbit). Cheap when ``population >> length``.
+    """
+    shift = max(1, int(length - 1).bit_length())
+    if population << shift >= 2**31:
+        raise ValueError(f"population * length too large for the int32 sampler: {population} x {length}")
+    labels = rng.integers(0, population, size=(rows, length), dtype=np.int32)
+    positions = np.arange(length, dtype=np.int32)
+    mask = np.int32((1 << shift) - 1)
+    todo = np.arange(rows)
+    while todo.size:
+        keyed = np.sort((labels[todo] << shift) | positions, axis=1)  # by value, then position
+        r, c = np.nonzero((keyed[:, 1:] >> shift) == (keyed[:, :-1] >> shift))  # later repeats
+        if r.size == 0:
+            break
+        labels[todo[r], keyed[r, c + 1] & mask] = rng.integers(0, population, size=r.size, dtype=np.int32)
+        todo = todo[np.unique(r)]
+    return labels
+
+
+def _good_losses(model: LossModel, rows: int, rng: np.random.Generator) -> np.ndarray:
+    return rng.standard_normal((rows, model.num_good)) * model.sigma_loss
+
+
+def ranking_prefix(model: LossModel, rows: int, depth: int, rng: np.random.Generator, sampler: str = "auto") -> np.ndarray:
+    """Best-first candidate indices ``(rows, depth)`` of ``rows`` independent clients (see module docstring).
+
+    ``sampler``: ``"losses"`` (draw every loss, the reference), ``"direct"`` (rank keys for every
+    candidate), ``"order"`` (order statistics) or ``"auto"`` (``order`` when bad candidates outnumber
+    ``depth`` five times, else ``direct``).
+    """
+    from scipy.special import log_ndtr, ndtr
+
+    if sampler == "auto":
+        sampler = "order" if model.num_bad > _ORDER_SAMPLER_RATIO * depth else "direct"
+    if sampler == "losses":
+        return ranking_from_losses(model.losses(rows, rng), depth)
+    g, s = model.num_good, model.sigma_loss
+    if sampler == "direct":
+        # key = -log Phi((loss - 1) / s), decreasing in the loss; bad candidates: -log U ~ Exp(1)
+        keys = rng.standard_exponential((rows, model.num_candidates), dtype=np.float32)
+        keys[:, :g] = -log_ndtr((_good_losses(model, rows, rng) - 1.0) / s)
+        np.negative(keys, out=keys)
+        return ranking_from_losses(keys, depth)
+    if sampler != "order" or model.num_bad < depth:
+        raise ValueError(
+            f"sampler must be 'auto', 'losses', 'direct' or 'order' (needs num_bad >= depth), got {sampler!r}"
+        )
+    good = _good_losses(model, rows, rng)
+    good_order = np.argsort(good, axis=1)  # good labels, best first
+    u = ndtr((np.take_along_axis(good, good_order, axis=1) - 1.0) / s)  # P(bad loss < good loss), ascending
+    cells = np.clip(np.diff(u, axis=1, prepend=0.0, append=1.0), 0.0, None)
+    bad_below = np.cumsum(rng.multinomial(model.num_bad, cells), axis=1)[:, :g]
+    good_rank = np.arange(g) + bad_below  # rank of the j-th best good candidate among all candidates
+    in_prefix = good_rank < depth
+    is_good = np.zeros((rows, depth), dtype=bool)
+    r, j = np.nonzero(in_prefix)
+    is_good[r, good_rank[r, j]] = True
+    prefix = np.empty((rows, depth), dtype=np.int32)
+    prefix[is_good] = good_order[in_prefix]  # row-major order keeps each row's good labels best first
+    bad_count = depth - in_prefix.sum(axis=1)
+    bad_labels = _distinct_uniform(rng, rows, depth, model.num_bad) + g
+    prefix[~is_good] = bad_labels[np.arange(depth) < bad_count[:, None]]
+    return prefix
+
+
+def vote_counts(prefix: np.ndarray, ks: Sequence[int], reps: int, clients: int, num_candidates: int) -> dict[int, np.ndarray]:
+    """Noiseless vote sums ``(reps, p)`` for every ``k`` from the clients' ranking prefixes.
+
+    Rows of ``prefix`` are ordered repetition-major (``rep * clients + client``). ``k = p`` is the
+    all-ones vote (every candidate gets ``n`` votes).
+    """
+    offsets = (np.repeat(np.arange(reps, dtype=np.int64), clients) * num_candidates)[:, None]
+    counts = np.zeros(reps * num_candidates, dtype=np.int64)
+    out: dict[int, np.ndarray] = {}
+    done = 0
+    for k in sorted(ks):
+        if k == num_candidates:
+            out[k] = np.full((reps, num_candidates), clients, dtype=np.int64)
+            continue
+        counts += np.bincount((prefix[:, done:k] + offsets).ravel(), minlength=reps * num_candidates)
+        done = k
+        out[k] = counts.reshape(reps, num_candidates).copy()
+    return out
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything one synthetic run needs besides the loss model."""
+
+    clients: int
+    ks: tuple[int, ...]
+    epsilons: tuple[float, ...]
+    delta: float
+    repetitions: int
+    accountant: str | None
+    noise: str
+    per_client_noise: bool
+    workers: int
+    sampler: str = "auto"
+
+
+def success_counts(
+    model: LossModel, settings: Settings, seed: Sequence[int], progress: Any = None
+) -> dict[tuple[int, float], int]:
+    """Number of repetitions whose selection is a good candidate, per ``(k, epsilon)``.
+
+    Repetitions run in chunks on ``settings.workers`` threads (numpy releases the GIL while sampling and
+    sorting); every chunk has its own random stream spawned from ``seed``, so results do not depend on
+    the number of workers.
+    """
+    ks = list(settings.ks)
+    for k in ks:
+        if not 1 <= k <= model.num_candidates:
+            raise ValueError(f"k must be in [1, {model.num_candidates}] (|H|), got {k}")
+    depth = max([k for k in ks if k < model.num_candidates], default=1)
+    sigmas = {
+        (k, eps): harness.sigma_for(eps, settings.delta, k, num_candidates=model.num_candidates,
+                                    accountant=settings.accountant, noise=settings.noise)
+        for k in ks for eps in settings.epsilons
+    }
+    chunks = list(harness.chunked(settings.repetitions, _CHUNK_REPS))
+    streams = np.random.SeedSequence(seed).spawn(len(chunks))
+
+    def one_chunk(args: tuple[tuple[int, int], np.random.SeedSequence]) -> dict[tuple[int, float], int]:
+        (start, stop), stream = args
+        rng = np.random.default_rng(stream)
+        reps = stop - start
+        prefix = ranking_prefix(model, reps * settings.clients, depth, rng, settings.sampler)
+        counts = vote_counts(prefix, ks, reps, settings.clients, model.num_candidates)
+        out = {}
+        for (k, eps), sigma in sigmas.items():
+            noisy = harness.noisy_sums(counts[k], sigma=sigma, clients=settings.clients, repetitions=reps, rng=rng,
+                                       kind=settings.noise, per_client=settings.per_client_noise)
+            out[(k, eps)] = int(np.count_nonzero(harness.select_rows(noisy) < model.num_good))
+        if progress is not None:
+            progress(reps)
+        return out
+
+    total = {key: 0 for key in sigmas}
+    with ThreadPoolExecutor(max_workers=settings.workers) as pool:
+        for part in pool.map(one_chunk, zip(chunks, streams)):
+            for key, value in part.items():
+                total[key] += value
+    return total
+
+
+def panel_models(panel: str, sigma_losses: Sequence[float], good_exponents: Sequence[int],
+                 num_candidates: Sequence[int]) -> list[tuple[float, LossModel]]:
+    """``(x, model)`` pairs of one panel of Fig. 2 (a: sigma_loss, b: |H_good|, c: |H|)."""
+    if panel == "a":
+        return [(s, LossModel(5, 100, s)) for s in sigma_losses]
+    if panel == "b":
+        return [(2**i, LossModel(2**i, 100, 0.2)) for i in good_exponents]
+    if panel == "c":
+        return [(p, LossModel(5, p, 0.2)) for p in num_candidates]
+    raise ValueError(f"panel must be one of {', '.join(PANELS)}, got {panel!r}")
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--clients", type=int, default=250, help="n (default 250)")
+    parser.add_argument("--repetitions", type=int, default=5000, help="runs per point (default 5000)")
+    parser.add_argument("--ks", type=int, nargs="+", default=list(KS), help="votes per client (default 1 5 25 50 100)")
+    parser.add_argument("--epsilons", type=float, nargs="+", default=list(EPSILONS), help="default 0.25 1")
+    parser.add_argument("--delta", type=float, default=1e-5)
+    parser.add_argument("--panels", nargs="+", default=list(PANELS), choices=PANELS, help="Fig. 2 panels (default a b c)")
+    parser.add_argument("--sigma-losses", type=float, nargs="+", default=list(SIGMA_LOSSES), help="panel a sweep")
+    parser.add_argument("--good-exponents", type=int, nargs="+", default=list(GOOD_EXPONENTS),
+                        help="panel b: |H_good| = 2^i (default i = 0..6)")
+    parser.add_argument("--num-candidates", type=int, nargs="+", default=list(NUM_CANDIDATES), help="panel c sweep of |H|")
+    parser.add_argument("--accountant", choices=("rdp", "analytic"), default="rdp",
+                        help="noise calibration (default rdp: the paper's Theorem I.1)")
+    parser.add_argument("--noise", choices=("gaussian", "skellam"), default="gaussian", help="default gaussian (the paper's)")
+    parser.add_argument("--per-client-noise", action="store_true",
+                        help="add n noise shares literally instead of one draw of the same total distribution (slow)")
+    parser.add_argument("--sampler", choices=("auto", "losses"), default="auto",
+                        help="auto: fast exact samplers; losses: draw every loss (reference, slower)")
+    parser.add_argument("--workers", type=int, default=2, help="threads (default 2)")
+
+
+def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
+    settings = Settings(
+        clients=harness.check_clients(args.clients),
+        ks=tuple(harness.check_positive_int("k", k) for k in args.ks),
+        epsilons=tuple(harness.check_epsilons(args.epsilons)),
+        delta=harness.check_delta(args.delta),
+        repetitions=harness.check_positive_int("repetitions", args.repetitions),
+        accountant=args.accountant,
+        noise=harness.check_noise(args.noise),
+        per_client_noise=bool(args.per_client_noise),
+        workers=harness.check_positive_int("workers", args.workers),
+        sampler=args.sampler,
+    )
+    if settings.noise == "skellam" and settings.accountant != "rdp":
+        raise ValueError("accountant must be 'rdp' for skellam noise")
+    for i in args.good_exponents:
+        if not 0 <= i < 7:
+            raise ValueError(f"good exponent must be in [0, 6] (|H_good| = 2^i < |H| = 100), got {i}")
+    panels = {p: panel_models(p, args.sigma_losses, args.good_exponents, args.num_candidates) for p in args.panels}
+    for points in panels.values():
+        for _, model in points:
+            if max(settings.ks) > model.num_candidates:
+                raise ValueError(f"k must be <= |H| = {model.num_candidates}, got {max(settings.ks)}")
+    total = sum(len(v) for v in panels.values()) * settings.repetitions
+    rows: list[dict[str, Any]] = []
+    cache: dict[LossModel, dict[tuple[int, float], int]] = {}
+    timings: dict[str, float] = {}
+    import time
+
+    with harness.progress_bar(total, "synthetic") as bar:
+        for panel, points in panels.items():
+            t0 = time.perf_counter()
+            for x, model in points:
+                if model not in cache:
+                    seed = [args.seed, model.num_good, model.num_candidates, int(round(model.sigma_loss * 1e6))]
+                    cache[model] = success_counts(model, settings, seed, bar.update)
+                else:
+                    bar.update(settings.repetitions)
+                for (k, eps), wins in sorted(cache[model].items()):
+                    lo, hi = harness.wilson_interval(wins, settings.repetitions)
+                    rows.append({
+                        "panel": panel, "x": x, "num_good": model.num_good, "num_candidates": model.num_candidates,
+                        "sigma_loss": model.sigma_loss, "k": k, "epsilon": eps, "clients": settings.clients,
+                        "repetitions": settings.repetitions, "successes": wins,
+                        "success_rate": wins / settings.repetitions, "ci_low": lo, "ci_high": hi,
+                    })
+            timings[panel] = round(time.perf_counter() - t0, 3)
+    study.write_csv("synthetic.csv", rows)
+    plot(rows, settings, study)
+    return study.result(panel_seconds=timings, clients=settings.clients, repetitions=settings.repetitions,
+                        ks=list(settings.ks), epsilons=list(settings.epsilons), accountant=settings.accountant,
+                        noise=settings.noise, per_client_noise=settings.per_client_noise, sampler=settings.sampler,
+                        points=len(rows))
+
+
+_XLABEL = {"a": r"$\sigma_{loss}$ ($|H_{good}|=5$, $|H|=100$)", "b": r"$|H_{good}|$ ($\sigma_{loss}=0.2$, $|H|=100$)",
+           "c": r"$|H|$ ($|H_{good}|=5$, $\sigma_{loss}=0.2$)"}
+
+
+def plot(rows: Sequence[dict[str, Any]], settings: Settings, study: harness.StudyRun) -> None:
+    """Fig. 2: success probability per panel, one colour per ``k``, one line style per ``epsilon``."""
+    plt = harness.pyplot()
+    panels = sorted({r["panel"] for r in rows})
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    styles = ["-", "--", ":", "-."]
+    colors = plt.get_cmap("viridis")(np.linspace(0, 0.9, len(settings.ks)))
+    for ax, panel in zip(axes[0], panels):
+        for ci, k in enumerate(sorted(settings.ks)):
+            for si, eps in enumerate(settings.epsilons):
+                pts = sorted((r["x"], r["success_rate"]) for r in rows if r["panel"] == panel and r["k"] == k
+                             and r["epsilon"] == eps)
+                if pts:
+                    xs, ys = zip(*pts)
+                    ax.plot(xs, ys, styles[si % len(styles)], color=colors[ci], marker=".",
+                            label=f"k={k}, ε={eps:g}")
+        if panel in ("b", "c"):
+            ax.set_xscale("log", base=2 if panel == "b" else 10)
+        ax.set_xlabel(_XLABEL[panel])
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_title(f"Fig. 2{panel}")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("P[selected ∈ H_good]")
+    axes[0][-1].legend(fontsize=6, ncol=2, loc="lower left")
+    fig.suptitle(f"Synthetic study: n={settings.clients}, {settings.repetitions} runs, δ={settings.delta:g}", fontsize=9)
+    study.save_figure(fig, "synthetic_fig2.png")
