@@ -19,6 +19,7 @@ SecAgg+ protocol) the client
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from typing import TYPE_CHECKING, Callable
@@ -41,6 +42,10 @@ if TYPE_CHECKING:
 
 #: Relative slack when comparing the announced epsilon with the one recomputed from sigma.
 _EPSILON_RTOL = 1e-6
+
+
+def _log_progress(done: int, total: int) -> None:
+    log(logging.INFO, "DP-Hype: scoring progress %d/%d", done, total)
 
 
 class DPHypeClient(NumPyClient):
@@ -107,7 +112,11 @@ class DPHypeClient(NumPyClient):
         p = len(self.candidates)
         log(logging.INFO, "DP-Hype: scoring %d candidates on local data", p)
         start = time.perf_counter()
-        scores = np.asarray(self.task.score(self.candidates), dtype=np.float64)
+        if "progress" in inspect.signature(self.task.score).parameters:
+            raw = self.task.score(self.candidates, progress=_log_progress)
+        else:
+            raw = self.task.score(self.candidates)
+        scores = np.asarray(raw, dtype=np.float64)
         if scores.shape != (p,):
             raise ValueError(
                 f"task.score must return one score per candidate (shape ({p},)), "

@@ -142,3 +142,17 @@ def test_client_app_builds_task_and_candidates_from_context():
     total = ss.run_secure_sum(grid, context, strategy)
     assert sorted(seen) == [0, 1, 2]
     assert total.shape == (6,)
+
+
+def test_progress_is_reported_when_the_task_supports_it():
+    received = []
+
+    class ProgressTask(LossTask):
+        def score(self, candidates, *, progress=None):
+            received.append(progress)
+            progress(1, 1)
+            return self.scores
+
+    client = DPHypeClient(ProgressTask(LOSSES), CANDS)
+    client.fit([], _request().to_config())
+    assert len(received) == 1 and callable(received[0])
