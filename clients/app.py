@@ -11,13 +11,14 @@ from the run config. It answers
   selected candidate.
 
 Run with ``flwr run .`` (components in pyproject.toml) or embed
-:func:`build_client_app` in your own simulation.
+:func:`build_client_app` in your own simulation. Under the Ray simulation
+backend each client actor gets ``OMP_NUM_THREADS=1`` (measured: torch then uses
+one thread), so clients do not oversubscribe the CPUs.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -76,22 +77,12 @@ class AppClient(DPHypeClient):
         return get_weights(trained), len(data), {}
 
 
-def _limit_torch_threads() -> None:
-    """Use as many torch threads as the runtime grants this process (Ray sets OMP_NUM_THREADS)."""
-    threads = os.environ.get("OMP_NUM_THREADS")
-    if threads and threads.isdigit() and int(threads) >= 1:
-        import torch
-
-        torch.set_num_threads(int(threads))
-
-
 def build_client_app(config: AppConfig | None = None) -> ClientApp:
     """The ClientApp; ``config=None`` reads the run config of each run (``flwr run``)."""
 
     def client_fn(context: Context) -> Client:
         from dphype.task import make_task
 
-        _limit_torch_threads()
         cfg = config if config is not None else AppConfig.from_run_config(context.run_config)
         task = make_task(
             cfg.dataset,
