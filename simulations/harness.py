@@ -18,6 +18,7 @@ the data sets are imported only inside the functions that need them.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import math
 import os
@@ -349,3 +350,184 @@ def check_epsilons(values: Sequence[float]) -> list[float]:
     if not out:
         raise ValueError("epsilon list must not be empty")
     return out
+
+
+# ------------------------------------------------------------------------------ federated ground truth
+def federation_clients(fed: Federation) -> list[Any]:
+    """The clients' local data sets (the same shards :func:`dphype.task.make_task` hands each client)."""
+    from dphype.task import load_cached, partition_cached
+
+    shards = partition_cached(fed.dataset, fed.clients, fed.seed, fed.partition, fed.beta, fed.data_dir)
+    pool = load_cached(fed.dataset, fed.data_dir)[0]
+    return [pool.subset(ix) for ix in shards]
+
+
+def global_accuracies(
+    fed: Federation,
+    candidates: Sequence[Mapping[str, Any]],
+    *,
+    rounds: int,
+    local_epochs: int,
+    progress: Callable[[int], None] | None = None,
+) -> np.ndarray:
+    """Test accuracy of FedAvg trained with every candidate (Section V-B: Opt and RandGuess ground truth).
+
+    All candidates are trained at once by :func:`dphype.training.fedavg` and scored on the data set's
+    test split with :func:`dphype.training.accuracy` (NaN for a diverged candidate).
+    """
+    from dphype.models import MODEL_FOR_DATASET
+    from dphype.task import load_cached
+    from dphype.training import accuracy, fedavg
+
+    done = [0]
+
+    def tick(now: int, total: int) -> None:
+        if progress is not None:
+            progress(now - done[0])
+        done[0] = now
+
+    models = fedavg(MODEL_FOR_DATASET[fed.dataset], federation_clients(fed), list(candidates), rounds=rounds,
+                    local_epochs=local_epochs, seed=fed.seed, progress=tick)
+    return np.asarray(accuracy(models, load_cached(fed.dataset, fed.data_dir)[1]), dtype=np.float64)
+
+
+class ArrayCache:
+    """Arrays computed once per configuration and kept as ``.npy`` files (scores, FedAvg accuracies).
+
+    The key is a JSON-able dict (data set, clients, partition, seed, epochs, candidate fingerprint, ...);
+    a file name is its sha256. ``folder=None`` disables caching.
+    """
+
+    def __init__(self, folder: str | Path | None) -> None:
+        self.folder = None if folder is None else Path(folder)
+
+    def get(self, key: Mapping[str, Any], compute: Callable[[], np.ndarray],
+            on_hit: Callable[[], None] | None = None) -> np.ndarray:
+        """The cached array of ``key``, or ``compute()`` stored under it; ``on_hit`` runs on a cache hit."""
+        import hashlib
+        import json
+
+        if self.folder is None:
+            return compute()
+        blob = json.dumps(dict(key), sort_keys=True, default=str)
+        target = self.folder / (hashlib.sha256(blob.encode()).hexdigest()[:24] + ".npy")
+        if target.exists():
+            if on_hit is not None:
+                on_hit()
+            return np.load(target)
+        value = np.asarray(compute())
+        self.folder.mkdir(parents=True, exist_ok=True)
+        np.save(target, value)
+        target.with_suffix(".json").write_text(blob)
+        return value
+
+
+# ------------------------------------------------------------------------------- shared CLI options
+def parse_partition(value: str) -> float | None:
+    """``"iid"`` -> None, else a Dirichlet ``beta`` (validated later, before any work)."""
+    if value == "iid":
+        return None
+    try:
+        return float(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"partition must be 'iid' or a Dirichlet beta > 0, got {value!r}") from err
+
+
+def add_federation_arguments(parser: argparse.ArgumentParser, *, clients: Sequence[int],
+                             partitions: Sequence[str]) -> None:
+    """Options shared by the data-driven studies (scale-down knobs for CPU runs included)."""
+    parser.add_argument("--dataset", default="adult", help=f"one of {', '.join(DATASETS)} (default adult)")
+    parser.add_argument("--data-dir", default=None, help="folder with the data set's files (mnist, cifar10, ...)")
+    parser.add_argument("--clients", type=int, nargs="+", default=list(clients),
+                        help=f"n values (default {' '.join(map(str, clients))})")
+    parser.add_argument("--betas", type=parse_partition, nargs="+", default=[parse_partition(p) for p in partitions],
+                        metavar="PARTITION",
+                        help=f"'iid' and/or Dirichlet betas (default {' '.join(partitions)})")
+    parser.add_argument("--candidates", default="table3",
+                        help="'table3' (100, default), an integer N (random N of Table III), "
+                             "'table3:random:N:SEED' or a .json list")
+    parser.add_argument("--epochs", type=int, default=None,
+                        help="local epochs of each client's evaluation (default: the paper's, 5; CIFAR-10 10)")
+    parser.add_argument("--rounds", type=int, default=5, help="FedAvg rounds for the ground truth (default 5)")
+    parser.add_argument("--fedavg-epochs", type=int, default=None,
+                        help="local epochs per FedAvg round (default: same as --epochs)")
+    parser.add_argument("--cache", default="results/cache",
+                        help="folder that keeps computed scores/accuracies for reuse ('none' disables)")
+
+
+def candidates_from_args(args: argparse.Namespace) -> Any:
+    """The candidate list of ``--candidates`` (an integer N means a seeded random N of Table III)."""
+    from dphype.candidates import load_candidates
+
+    spec = str(args.candidates)
+    if spec.isdigit():
+        spec = f"table3:random:{int(spec)}:{args.seed}"
+    return load_candidates(spec)
+
+
+def federations_from_args(args: argparse.Namespace) -> list[Federation]:
+    """All ``(n, partition)`` settings of the run, validated before any training starts."""
+    feds = [Federation(args.dataset, n, beta, args.seed, args.data_dir) for n in args.clients for beta in args.betas]
+    validate_federations(feds)
+    return feds
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Epochs and rounds actually used (stated in every study's output)."""
+
+    epochs: int
+    rounds: int
+    fedavg_epochs: int
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "Scale":
+        from dphype.task import default_epochs
+
+        epochs = default_epochs(args.dataset) if args.epochs is None else args.epochs
+        fedavg_epochs = epochs if args.fedavg_epochs is None else args.fedavg_epochs
+        return cls(check_positive_int("epochs", epochs), check_positive_int("rounds", args.rounds),
+                   check_positive_int("fedavg_epochs", fedavg_epochs))
+
+
+def cache_from_args(args: argparse.Namespace) -> ArrayCache:
+    return ArrayCache(None if str(args.cache).lower() == "none" else args.cache)
+
+
+def federation_key(fed: Federation, candidates: Any, **extra: Any) -> dict[str, Any]:
+    """Cache key of one federation's arrays."""
+    return {"dataset": fed.dataset, "clients": fed.clients, "beta": fed.beta, "seed": fed.seed,
+            "data_dir": fed.data_dir, "candidates": candidates.fingerprint(), **extra}
+
+
+def cached_scores(fed: Federation, candidates: Any, scale: Scale, cache: ArrayCache, bar: Any = None) -> np.ndarray:
+    """Every client's local scores ``(n, p)`` (:func:`client_scores`), computed once per configuration."""
+    key = federation_key(fed, candidates, what="client_scores", epochs=scale.epochs)
+    return cache.get(key, lambda: client_scores(fed, candidates, epochs=scale.epochs,
+                                                progress=None if bar is None else bar.update),
+                     on_hit=None if bar is None else lambda: bar.update(fed.clients))
+
+
+def cached_accuracies(fed: Federation, candidates: Any, scale: Scale, cache: ArrayCache, bar: Any = None) -> np.ndarray:
+    """FedAvg test accuracy of every candidate (:func:`global_accuracies`), computed once per configuration."""
+    key = federation_key(fed, candidates, what="fedavg_accuracy", rounds=scale.rounds,
+                         local_epochs=scale.fedavg_epochs)
+    return cache.get(key, lambda: global_accuracies(fed, candidates, rounds=scale.rounds,
+                                                    local_epochs=scale.fedavg_epochs,
+                                                    progress=None if bar is None else bar.update),
+                     on_hit=None if bar is None else lambda: bar.update(fed.clients * scale.rounds))
+
+
+def work_units(feds: Sequence[Federation], scale: Scale, *, scores: bool = True, accuracies: bool = True) -> int:
+    """Progress-bar total: one unit per client evaluation and per FedAvg client update."""
+    return sum(fed.clients * (int(scores) + int(accuracies) * scale.rounds) for fed in feds)
+
+
+def fill_diverged(accuracy: np.ndarray, test_labels: np.ndarray) -> np.ndarray:
+    """Replace NaN accuracies (diverged candidates) by the majority-class rate of the test set.
+
+    A diverged model carries no information; the best it can be credited with is always predicting the
+    most frequent label. Keeps Opt, RandGuess and DP-Hype comparable when a diverged candidate is picked.
+    """
+    counts = np.bincount(np.asarray(test_labels, dtype=np.int64))
+    return np.where(np.isfinite(accuracy), accuracy, counts.max() / counts.sum())

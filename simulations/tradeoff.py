@@ -1,0 +1,176 @@
+"""Privacy-utility trade-off of Section V-C (Figs. 4, 5, 12, 13): DP-Hype vs Opt vs RandGuess.
+
+For every federation (data set, ``n`` clients, iid or Dirichlet ``beta``):
+
+* the FedAvg test accuracy of every candidate (5 rounds x 5 local epochs, all candidates batched by
+  :func:`dphype.training.fedavg`) is computed once; **Opt** is the best of them, **RandGuess** their mean
+  (the expected accuracy of a random pick, Section V-B);
+* every client scores every candidate on its local data (:meth:`dphype.task.TorchTask.score`) and votes
+  for its top ``k = 5`` (:func:`dphype.voting.top_k_votes`), once;
+* for every ``epsilon`` the noisy vote sum is drawn ``--repetitions`` times (per-client shares from
+  :func:`dphype.noise.noise_share`, summed), the argmax selected, and **DP-Hype**'s accuracy is the FedAvg
+  accuracy of the selected candidate (mean and 95% CI over the repetitions).
+
+Repetitions replay the release's noise; local training and the partition are fixed by ``--seed`` (the
+paper's 20 runs also retrain, so its CIs include training variance; ours are noise-only).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Sequence
+
+import numpy as np
+
+from simulations import harness
+
+EPSILONS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 3.0, float("inf"))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    harness.add_federation_arguments(parser, clients=(50, 100, 250), partitions=("iid", "30", "5", "0.5"))
+    add_release_arguments(parser, repetitions=20)
+    parser.add_argument("--flower", action="store_true",
+                        help="also run the first configuration once through Flower + SecAgg+ and record its pick")
+
+
+def add_release_arguments(parser: argparse.ArgumentParser, *, repetitions: int) -> None:
+    """Privacy options of one DP-Hype release (shared with the ablations)."""
+    parser.add_argument("--epsilons", type=float, nargs="+", default=list(EPSILONS),
+                        help="privacy budgets, 'inf' = no noise (default 0.1 0.25 0.5 1 3 inf)")
+    parser.add_argument("--delta", type=float, default=1e-5)
+    parser.add_argument("--k", type=int, default=5, help="votes per client (default 5, Section V-B)")
+    parser.add_argument("--repetitions", type=int, default=repetitions,
+                        help=f"noisy releases per setting (default {repetitions})")
+    parser.add_argument("--accountant", choices=("rdp", "analytic"), default="rdp",
+                        help="noise calibration (default rdp: the paper's Theorem I.1)")
+    parser.add_argument("--noise", choices=("gaussian", "skellam"), default="gaussian",
+                        help="noise kind (default gaussian, as in the paper)")
+    parser.add_argument("--total-noise", action="store_true",
+                        help="draw the summed noise at once instead of one share per client (same distribution)")
+
+
+def release_settings(args: argparse.Namespace, num_candidates: int) -> dict[str, Any]:
+    """Validated privacy settings (``ValueError`` before any work)."""
+    if args.noise == "skellam" and args.accountant != "rdp":
+        raise ValueError("accountant must be 'rdp' for skellam noise")
+    k = harness.check_positive_int("k", args.k)
+    if k > num_candidates:
+        raise ValueError(f"k must be in [1, {num_candidates}] (number of candidates), got {k}")
+    return {
+        "epsilons": harness.check_epsilons(args.epsilons),
+        "delta": harness.check_delta(args.delta),
+        "k": k,
+        "repetitions": harness.check_positive_int("repetitions", args.repetitions),
+        "accountant": args.accountant,
+        "noise": harness.check_noise(args.noise),
+        "per_client": not args.total_noise,
+    }
+
+
+def selection_accuracy(
+    vote_sum: np.ndarray,
+    accuracy: np.ndarray,
+    *,
+    sigma: float,
+    clients: int,
+    release: dict[str, Any],
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Selected candidates and their accuracies over ``release['repetitions']`` noisy releases."""
+    noisy = harness.noisy_sums(vote_sum, sigma=sigma, clients=clients, repetitions=release["repetitions"], rng=rng,
+                               kind=release["noise"], per_client=release["per_client"])
+    picks = harness.select_rows(noisy)
+    return picks, accuracy[picks]
+
+
+def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
+    candidates = harness.candidates_from_args(args)
+    release = release_settings(args, len(candidates))
+    scale = harness.Scale.from_args(args)
+    feds = harness.federations_from_args(args)
+    cache = harness.cache_from_args(args)
+    from dphype.task import load_cached
+
+    test_labels = load_cached(args.dataset, args.data_dir)[1].y
+    rows: list[dict[str, Any]] = []
+    per_candidate: list[dict[str, Any]] = []
+    with harness.progress_bar(harness.work_units(feds, scale), "tradeoff") as bar:
+        for f_index, fed in enumerate(feds):
+            accuracy = harness.fill_diverged(harness.cached_accuracies(fed, candidates, scale, cache, bar), test_labels)
+            scores = harness.cached_scores(fed, candidates, scale, cache, bar)
+            votes = harness.client_votes(scores, release["k"], maximize=True).sum(axis=0)
+            common = {"dataset": fed.dataset, "clients": fed.clients, "partition": fed.label,
+                      "candidates": len(candidates), "k": release["k"]}
+            rows.append({**common, "method": "Opt", "epsilon": "", "sigma": "", "mean_accuracy": float(accuracy.max()),
+                         "ci95": 0.0, "runs": 1})
+            rows.append({**common, "method": "RandGuess", "epsilon": "", "sigma": "",
+                         "mean_accuracy": float(accuracy.mean()), "ci95": 0.0, "runs": 1})
+            for e_index, eps in enumerate(release["epsilons"]):
+                sigma = harness.sigma_for(eps, release["delta"], release["k"], num_candidates=len(candidates),
+                                          accountant=release["accountant"], noise=release["noise"])
+                rng = np.random.default_rng([args.seed, f_index, e_index])
+                _, picked = selection_accuracy(votes, accuracy, sigma=sigma, clients=fed.clients, release=release, rng=rng)
+                mean, half = harness.mean_ci(picked)
+                rows.append({**common, "method": "DP-Hype", "epsilon": eps, "sigma": sigma, "mean_accuracy": mean,
+                             "ci95": half, "runs": release["repetitions"]})
+            for j, cand in enumerate(candidates):
+                per_candidate.append({**common, "candidate": j, **cand, "fedavg_accuracy": float(accuracy[j]),
+                                      "votes": int(votes[j]), "mean_local_score": float(np.nanmean(scores[:, j]))})
+    study.write_csv("tradeoff.csv", rows)
+    study.write_csv("tradeoff_candidates.csv", per_candidate)
+    plot(rows, release["epsilons"], study, f"tradeoff_{args.dataset}.png")
+    extra: dict[str, Any] = {}
+    if args.flower:
+        from simulations.flower import run_flower_once
+
+        extra["flower"] = run_flower_once(feds[0], candidates, k=release["k"], epsilon=release["epsilons"][0],
+                                          delta=release["delta"], epochs=scale.epochs, seed=args.seed)
+    return study.result(dataset=args.dataset, scale=vars(scale), candidates=len(candidates),
+                        **{k: v for k, v in release.items()}, summary=summarize(rows), **extra)
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per federation and epsilon: DP-Hype's gap to Opt and its margin over RandGuess (accuracy points)."""
+    out = []
+    for row in rows:
+        if row["method"] != "DP-Hype":
+            continue
+        same = [r for r in rows if r["clients"] == row["clients"] and r["partition"] == row["partition"]]
+        opt = next(r["mean_accuracy"] for r in same if r["method"] == "Opt")
+        rand = next(r["mean_accuracy"] for r in same if r["method"] == "RandGuess")
+        out.append({"clients": row["clients"], "partition": row["partition"], "epsilon": row["epsilon"],
+                    "dphype": round(row["mean_accuracy"], 4), "gap_to_opt_points": round(100 * (opt - row["mean_accuracy"]), 2),
+                    "over_randguess_points": round(100 * (row["mean_accuracy"] - rand), 2)})
+    return out
+
+
+def plot(rows: Sequence[dict[str, Any]], epsilons: Sequence[float], study: harness.StudyRun, filename: str) -> None:
+    """Figs. 4/5/12/13 layout: one panel per (n, partition); x = epsilon; DP-Hype with 95% CI, Opt, RandGuess."""
+    plt = harness.pyplot()
+    clients = sorted({r["clients"] for r in rows})
+    parts = list(dict.fromkeys(r["partition"] for r in rows))
+    fig, axes = plt.subplots(len(clients), len(parts), figsize=(3.2 * len(parts), 2.6 * len(clients)),
+                             squeeze=False, sharey=True)
+    xs = np.arange(len(epsilons))
+    labels = ["∞" if np.isinf(e) else f"{e:g}" for e in epsilons]
+    for i, n in enumerate(clients):
+        for j, part in enumerate(parts):
+            ax = axes[i][j]
+            sel = [r for r in rows if r["clients"] == n and r["partition"] == part]
+            dp = [next(r for r in sel if r["method"] == "DP-Hype" and r["epsilon"] == e) for e in epsilons]
+            ax.errorbar(xs, [r["mean_accuracy"] for r in dp], yerr=[r["ci95"] for r in dp], fmt="o-", ms=3,
+                        capsize=2, label="DP-Hype")
+            for method, style in (("Opt", "-"), ("RandGuess", "--")):
+                value = next(r["mean_accuracy"] for r in sel if r["method"] == method)
+                ax.axhline(value, ls=style, color="grey" if method == "RandGuess" else "black", lw=1, label=method)
+            ax.set_xticks(xs, labels)
+            ax.set_title(f"n={n}, {part}", fontsize=9)
+            ax.grid(alpha=0.3)
+            if i == len(clients) - 1:
+                ax.set_xlabel("ε")
+        axes[i][0].set_ylabel("test accuracy")
+    axes[0][-1].legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"{rows[0]['dataset']}: DP-Hype vs Opt vs RandGuess (k={rows[0]['k']}, "
+                 f"{rows[0]['candidates']} candidates)", fontsize=9)
+    study.save_figure(fig, filename)
