@@ -60,6 +60,25 @@ def processes_with(*fragments: str) -> list[int]:
     return pids
 
 
+def descendants(pid: int) -> list[int]:
+    """All live descendants of ``pid`` (children first found through /proc/*/stat)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            parents.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def stop(pids: list[int], timeout: float = 10.0) -> None:
     """SIGTERM each PID, then SIGKILL what is still alive after ``timeout``."""
     for pid in pids:
@@ -107,8 +126,7 @@ def test_flwr_run_offline_simulation(tmp_path):
         )
     finally:
         superlinks = processes_with("flower-superlink", log_marker)
-        children = [p for pid in superlinks for p in processes_with(f"--parent-pid {pid}")]
-        stop(children + superlinks)
+        stop([d for pid in superlinks for d in reversed(descendants(pid))] + superlinks)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3000:]
     result = parse_result(output)
