@@ -19,6 +19,7 @@ Use :func:`run_dphype` inside your own ``ServerApp`` ``@app.main()``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,7 @@ from dphype.accounting import (
 from dphype.candidates import Candidate, CandidateList
 from dphype.noise import min_survivors
 from dphype.secure_sum import (
+    GAUSSIAN_SCALE,
     PHASE_KEY,
     VOTE_PHASE,
     SecureSumStrategy,
@@ -179,6 +181,12 @@ class DPHypeStrategy(SecureSumStrategy):
             survivors=survivors,
             accountant=self.request.accountant,
         )
+        if self.request.noise == "gaussian":
+            report = dataclasses.replace(
+                report,
+                released=f"{report.released}; Gaussian shares rounded to a 1/{GAUSSIAN_SCALE} "
+                "grid before summation, so the guarantee is approximate",
+            )
         self.result = DPHypeResult(
             selected_index=index,
             selected=self.candidates[index],

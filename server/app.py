@@ -33,9 +33,7 @@ from server.fedavg import run_fedavg
 RESULT_PREFIX = "DPHYPE_RESULT "
 
 
-def run_app(
-    grid: Grid, context: Context, cfg: AppConfig, *, num_shares: float | None = None
-) -> dict[str, Any]:
+def run_app(grid: Grid, context: Context, cfg: AppConfig) -> dict[str, Any]:
     """DP-Hype selection then FedAvg; returns the run summary."""
     from dphype.task import load_cached
 
@@ -52,7 +50,6 @@ def run_app(
         dropout=cfg.dropout,
         noise=cfg.noise,
         accountant=cfg.accountant_or_default,
-        num_shares=num_shares,
     )
     selected_at = time.perf_counter()
     log(logging.INFO, "DP-Hype selected candidate %d: %s", result.selected_index, result.selected)
@@ -68,25 +65,23 @@ def run_app(
         local_epochs=cfg.local_epochs,
         seed=cfg.seed,
     )
-    return {
-        "selected_index": result.selected_index,
-        "selected": result.selected,
-        "epsilon": cfg.epsilon,
-        "delta": cfg.delta,
-        "k": cfg.k,
-        "clients": cfg.clients,
-        "num_candidates": len(candidates),
-        "accuracy": accuracy,
-        "selection_seconds": selected_at - start,
-        "fedavg_seconds": time.perf_counter() - selected_at,
-        "privacy": result.report.to_dict(),
-    }
+    summary = result.to_dict()
+    summary.update(
+        epsilon=cfg.epsilon,
+        delta=cfg.delta,
+        k=cfg.k,
+        clients=cfg.clients,
+        num_candidates=len(candidates),
+        accuracy=accuracy,
+        selection_seconds=selected_at - start,
+        fedavg_seconds=time.perf_counter() - selected_at,
+    )
+    return summary
 
 
 def build_server_app(
     config: AppConfig | None = None,
     *,
-    num_shares: float | None = None,
     on_result: Callable[[dict[str, Any]], None] | None = None,
 ) -> ServerApp:
     """The ServerApp; ``config=None`` reads the run config (``flwr run``).
@@ -98,7 +93,7 @@ def build_server_app(
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         cfg = config if config is not None else AppConfig.from_run_config(context.run_config)
-        summary = run_app(grid, context, cfg, num_shares=num_shares)
+        summary = run_app(grid, context, cfg)
         log(logging.INFO, "%s%s", RESULT_PREFIX, json.dumps(summary, sort_keys=True))
         if on_result is not None:
             on_result(summary)

@@ -192,3 +192,14 @@ def test_strategy_requires_matching_candidates():
     other = candidate_grid(lr=[0.1, 0.2])
     with pytest.raises(ValueError, match="fingerprint mismatch"):
         DPHypeStrategy(other, request)
+
+
+def test_gaussian_release_is_reported_as_approximate():
+    n = 4
+    grid = LocalGrid(_app(_scores(n)), n)
+    result = run_dphype(
+        grid, _context(), CANDS, epsilon=1.0, delta=1e-5, k=3, clients=n, noise="gaussian"
+    )
+    assert result.noisy_sum.dtype == np.float64
+    assert "approximate" in result.report.released
+    assert result.report.accountant == "analytic"
