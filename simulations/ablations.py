@@ -103,6 +103,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tradeoff.add_release_arguments(parser, repetitions=20)
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS), metavar="METHOD",
                         help=f"subset of: {'; '.join(METHODS)} (default all)")
+    parser.add_argument("--flower", action="store_true",
+                        help="also run DP-Hype's release for the first setting once through Flower + SecAgg+")
 
 
 def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
@@ -139,7 +141,15 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                                  "ci95": half, "runs": reps})
     study.write_csv("ablations.csv", rows)
     plot(rows, release["epsilons"], args.methods, study, f"ablations_{args.dataset}.png")
-    return study.result(dataset=args.dataset, scale=vars(scale), candidates=p, methods=list(args.methods),
+    extra: dict[str, Any] = {}
+    if args.flower:
+        from simulations.flower import flower_check
+
+        fed = feds[0]
+        accuracy = harness.fill_diverged(harness.cached_accuracies(fed, candidates, scale, cache), test_labels)
+        extra["flower"] = flower_check(fed, candidates, harness.cached_scores(fed, candidates, scale, cache), accuracy,
+                                       k=k, epsilon=release["epsilons"][0], delta=release["delta"])
+    return study.result(**extra, dataset=args.dataset, scale=vars(scale), candidates=p, methods=list(args.methods),
                         **release, summary=[{k2: r[k2] for k2 in ("clients", "partition", "method", "epsilon")}
                                             | {"mean_accuracy": round(r["mean_accuracy"], 4)} for r in rows])
 

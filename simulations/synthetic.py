@@ -280,6 +280,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sampler", choices=("auto", "losses"), default="auto",
                         help="auto: fast exact samplers; losses: draw every loss (reference, slower)")
     parser.add_argument("--workers", type=int, default=2, help="threads (default 2)")
+    parser.add_argument("--flower", action="store_true",
+                        help="also run one configuration (|H_good|=5, |H|=100, sigma_loss=0.2, k=5, first epsilon) "
+                             "once through Flower + SecAgg+ with --flower-clients clients")
+    parser.add_argument("--flower-clients", type=int, default=20, help="clients of the --flower run (default 20)")
 
 
 def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
@@ -331,10 +335,25 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
             timings[panel] = round(time.perf_counter() - t0, 3)
     study.write_csv("synthetic.csv", rows)
     plot(rows, settings, study)
-    return study.result(panel_seconds=timings, clients=settings.clients, repetitions=settings.repetitions,
+    extra = {"flower": flower_check(settings, args.flower_clients, args.seed)} if args.flower else {}
+    return study.result(**extra, panel_seconds=timings, clients=settings.clients, repetitions=settings.repetitions,
                         ks=list(settings.ks), epsilons=list(settings.epsilons), accountant=settings.accountant,
                         noise=settings.noise, per_client_noise=settings.per_client_noise, sampler=settings.sampler,
                         points=len(rows))
+
+
+def flower_check(settings: Settings, clients: int, seed: int) -> dict[str, Any]:
+    """One synthetic configuration through Flower + SecAgg+: do the real clients pick a good candidate?"""
+    from dphype.candidates import table_iii_grid
+    from simulations.flower import vote_through_flower
+
+    model = LossModel(5, 100, 0.2)
+    losses = model.losses(harness.check_clients(clients), np.random.default_rng(seed))
+    out = vote_through_flower(losses, table_iii_grid(), epsilon=settings.epsilons[0], delta=settings.delta, k=5,
+                              maximize=False)
+    return {"clients": clients, "num_good": 5, "num_candidates": 100, "sigma_loss": 0.2, "k": 5,
+            "epsilon": settings.epsilons[0], "selected_index": out["selected_index"],
+            "selected_is_good": out["selected_index"] < model.num_good, "round_seconds": round(out["round_seconds"], 3)}
 
 
 _XLABEL = {"a": r"$\sigma_{loss}$ ($|H_{good}|=5$, $|H|=100$)", "b": r"$|H_{good}|$ ($\sigma_{loss}=0.2$, $|H|=100$)",

@@ -121,11 +121,13 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     study.write_csv("tradeoff_candidates.csv", per_candidate)
     plot(rows, release["epsilons"], study, f"tradeoff_{args.dataset}.png")
     extra: dict[str, Any] = {}
-    if args.flower:
-        from simulations.flower import run_flower_once
+    if args.flower:  # one configuration once through Flower + SecAgg+ (first federation, first epsilon)
+        from simulations.flower import flower_check
 
-        extra["flower"] = run_flower_once(feds[0], candidates, k=release["k"], epsilon=release["epsilons"][0],
-                                          delta=release["delta"], epochs=scale.epochs, seed=args.seed)
+        fed = feds[0]
+        accuracy = harness.fill_diverged(harness.cached_accuracies(fed, candidates, scale, cache), test_labels)
+        extra["flower"] = flower_check(fed, candidates, harness.cached_scores(fed, candidates, scale, cache), accuracy,
+                                       k=release["k"], epsilon=release["epsilons"][0], delta=release["delta"])
     return study.result(dataset=args.dataset, scale=vars(scale), candidates=len(candidates),
                         **{k: v for k, v in release.items()}, summary=summarize(rows), **extra)
 

@@ -1,0 +1,135 @@
+"""One DP-Hype release through the real Flower path (SecAgg+), for the studies' ``--flower`` checks and Table IV.
+
+The replays of :mod:`simulations.harness` reproduce the release's distribution without Flower. This module
+runs a configuration once end to end instead: FLOWER's :func:`dphype.strategy.run_dphype` in a ServerApp,
+one :class:`dphype.client.DPHypeClient` per simulated node (top-k votes, its own noise share, encoding),
+:func:`dphype.secure_sum.secure_vote_mod` (SecAgg+ client side), all inside
+``flwr.simulation.run_simulation``. Each client's task returns scores that were already computed by the
+real task (:class:`FixedScoresTask`), so the run measures and exercises the voting round itself.
+
+With ``count_bytes=True`` a client mod adds up the serialized size of every message each node receives
+and sends (the protobuf ``RecordDict`` content, i.e. the payload on the wire, without transport framing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+
+@dataclass
+class FixedScoresTask:
+    """A :class:`dphype.task.Task` whose local scores were computed beforehand (by the real task)."""
+
+    scores: np.ndarray
+    maximize: bool = True
+
+    def score(self, candidates: Sequence[Any]) -> np.ndarray:
+        if len(candidates) != len(self.scores):
+            raise ValueError(f"got {len(candidates)} candidates for {len(self.scores)} precomputed scores")
+        return np.asarray(self.scores, dtype=np.float64)
+
+
+def _byte_counter(folder: str) -> Callable[..., Any]:
+    """Client mod: append ``received sent`` payload bytes of every message to ``folder/<node>.txt``."""
+
+    def mod(msg: Any, context: Any, call_next: Callable[..., Any]) -> Any:
+        from flwr.common.serde import recorddict_to_proto
+
+        received = recorddict_to_proto(msg.content).ByteSize() if msg.has_content() else 0
+        reply = call_next(msg, context)
+        sent = recorddict_to_proto(reply.content).ByteSize() if reply.has_content() else 0
+        with open(os.path.join(folder, f"{context.node_id}.txt"), "a", encoding="utf-8") as fh:
+            fh.write(f"{received} {sent}\n")
+        return reply
+
+    return mod
+
+
+def vote_through_flower(
+    scores: np.ndarray,
+    candidates: Any,
+    *,
+    epsilon: float,
+    delta: float,
+    k: int,
+    maximize: bool = True,
+    noise: str = "skellam",
+    accountant: str | None = None,
+    num_shares: float | None = None,
+    reconstruction_threshold: float = 0.6,
+    count_bytes: bool = False,
+) -> dict[str, Any]:
+    """Run DP-Hype once over Flower + SecAgg+ with ``n = len(scores)`` simulated clients.
+
+    Returns the selected index, the voting round's wall time measured inside the ServerApp
+    (``round_seconds``), the whole simulation's wall time (Ray start-up included) and, with
+    ``count_bytes``, the mean per-client upload / download payload in bytes.
+    """
+    import flwr
+    from flwr.app import Context
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.simulation import run_simulation
+
+    from dphype.client import DPHypeClient
+    from dphype.secure_sum import secure_vote_mod
+    from dphype.strategy import run_dphype
+
+    scores = np.asarray(scores, dtype=np.float64)
+    clients = scores.shape[0]
+    results: list[dict[str, Any]] = []
+    server = ServerApp()
+
+    @server.main()
+    def main(grid: Grid, context: Context) -> None:
+        start = time.perf_counter()
+        result = run_dphype(grid, context, candidates, epsilon=epsilon, delta=delta, k=k, clients=clients,
+                            noise=noise, accountant=accountant, num_shares=num_shares,
+                            reconstruction_threshold=reconstruction_threshold)
+        results.append({"selected_index": result.selected_index, "round_seconds": time.perf_counter() - start,
+                        "privacy": result.report.to_dict()})
+
+    def client_fn(context: Context) -> Any:
+        task = FixedScoresTask(scores[int(context.node_config["partition-id"])], maximize)
+        return DPHypeClient(task, candidates).to_client()
+
+    with tempfile.TemporaryDirectory() as folder:
+        mods = ([_byte_counter(folder)] if count_bytes else []) + [secure_vote_mod]
+        start = time.perf_counter()
+        run_simulation(server_app=server, client_app=ClientApp(client_fn=client_fn, mods=mods),
+                       num_supernodes=clients,
+                       backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
+        wall = time.perf_counter() - start
+        if not results:
+            raise RuntimeError("the Flower simulation ended without a DP-Hype result")
+        out: dict[str, Any] = {**results[0], "clients": clients, "simulation_seconds": wall,
+                               "flwr_version": flwr.__version__}
+        if count_bytes:
+            received, sent = [], []
+            for path in Path(folder).glob("*.txt"):
+                rows = np.loadtxt(path, ndmin=2)
+                received.append(rows[:, 0].sum())
+                sent.append(rows[:, 1].sum())
+            out["nodes_measured"] = len(sent)
+            out["upload_bytes_per_client"] = float(np.mean(sent)) if sent else float("nan")
+            out["download_bytes_per_client"] = float(np.mean(received)) if received else float("nan")
+    return out
+
+
+def flower_check(fed: Any, candidates: Any, scores: np.ndarray, accuracy: np.ndarray, *, k: int, epsilon: float,
+                 delta: float) -> dict[str, Any]:
+    """The ``--flower`` record of a data-driven study: one real release on the study's cached local scores."""
+    eps = epsilon if np.isfinite(epsilon) else 1e6  # Flower needs a finite budget; 1e6 ~ no noise
+    out = vote_through_flower(scores, candidates, epsilon=eps, delta=delta, k=k, maximize=True)
+    out.update({"dataset": fed.dataset, "partition": fed.label, "epsilon": eps,
+                "selected": candidates[out["selected_index"]],
+                "selected_accuracy": float(accuracy[out["selected_index"]])})
+    return json.loads(json.dumps(out, default=str))

@@ -1,0 +1,176 @@
+"""Resource consumption of Table IV (Section V-D): local evaluation and the SecAgg+ voting round.
+
+* **Local evaluation**, per client: wall time and peak memory of one client scoring every candidate
+  (:meth:`dphype.task.TorchTask.score`). On a GPU the memory is ``torch.cuda.max_memory_allocated`` (what
+  the paper reports); on a CPU it is the growth of the process's peak resident set size during scoring
+  (``resource.getrusage(...).ru_maxrss`` minus the resident size just before), measured in a fresh
+  subprocess per client so that earlier work cannot hide it. Averaged over ``--measured-clients``.
+* **Voting round**: one DP-Hype release over Flower + SecAgg+ (:func:`simulations.flower.vote_through_flower`)
+  with a 100-entry vote vector and ``n`` clients; per-client upload/download payload and the round's wall
+  time. As in the paper: number of shares ``0.3 n``, reconstruction threshold = number of shares. Scores
+  are random (the round does not depend on them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, Sequence
+
+import numpy as np
+
+from simulations import harness
+
+
+def _measure_client(dataset: str, partition_id: int, clients: int, seed: int, epochs: int, candidates_json: str,
+                    data_dir: str | None) -> dict[str, float]:
+    """Runs in a fresh subprocess: one client's local evaluation, its seconds and memory overhead (MB)."""
+    import resource
+    import time
+
+    import torch
+
+    from dphype.candidates import CandidateList
+    from dphype.task import make_task
+
+    task = make_task(dataset, partition_id, clients, seed=seed, epochs=epochs, data_dir=data_dir)
+    candidates = CandidateList.from_json(candidates_json)
+    gpu = torch.cuda.is_available()
+    if gpu:
+        torch.cuda.reset_peak_memory_stats()
+    with open("/proc/self/statm") as fh:
+        rss_before_kb = int(fh.read().split()[1]) * (resource.getpagesize() // 1024)
+    start = time.perf_counter()
+    task.score(candidates)
+    seconds = time.perf_counter() - start
+    if gpu:
+        memory_mb = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        memory_mb = max(0.0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before_kb) / 1024
+    return {"seconds": seconds, "memory_mb": memory_mb, "rows": float(len(task.data)), "gpu": float(gpu)}
+
+
+def local_evaluation(dataset: str, clients: int, *, seed: int, epochs: int, candidates: Any, measured: int,
+                     data_dir: str | None) -> dict[str, Any]:
+    """Mean seconds and memory of the first ``measured`` clients' local evaluations (fresh process each)."""
+    runs = []
+    ctx = multiprocessing.get_context("spawn")
+    for i in range(min(measured, clients)):
+        with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+            runs.append(pool.submit(_measure_client, dataset, i, clients, seed, epochs, candidates.to_json(),
+                                    data_dir).result())
+    return {
+        "seconds": float(np.mean([r["seconds"] for r in runs])),
+        "memory_mb": float(np.mean([r["memory_mb"] for r in runs])),
+        "rows": float(np.mean([r["rows"] for r in runs])),
+        "memory_kind": "cuda max_memory_allocated" if runs[0]["gpu"] else "peak RSS growth (CPU)",
+        "measured_clients": len(runs),
+    }
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--datasets", nargs="+", default=["adult"], help="data sets for the local evaluation")
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--clients", type=int, nargs="+", default=[50, 100, 250], help="n for the local evaluation")
+    parser.add_argument("--vote-clients", type=int, nargs="+", default=[50, 100, 250],
+                        help="n for the SecAgg+ voting round (250 is slow on 2 cores)")
+    parser.add_argument("--candidates", default="table3", help="candidate spec (default table3: 100)")
+    parser.add_argument("--epochs", type=int, default=None, help="local epochs (default: the paper's)")
+    parser.add_argument("--measured-clients", type=int, default=1, help="clients measured per setting (default 1)")
+    parser.add_argument("--vote-repetitions", type=int, default=1, help="voting rounds per n (paper: 5)")
+    parser.add_argument("--num-shares", type=float, default=0.3, help="SecAgg+ shares as a fraction of n (paper 0.3)")
+    parser.add_argument("--reconstruction-threshold", type=float, default=1.0,
+                        help="fraction of the shares needed (paper: all of them, 1.0)")
+    parser.add_argument("--skip-local", action="store_true", help="only the voting round")
+    parser.add_argument("--skip-voting", action="store_true", help="only the local evaluation")
+
+
+def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
+    from dphype.secure_sum import MAX_CLIENTS
+    from dphype.task import default_epochs
+
+    candidates = harness.candidates_from_args(args)
+    measured = harness.check_positive_int("measured_clients", args.measured_clients)
+    vote_reps = harness.check_positive_int("vote_repetitions", args.vote_repetitions)
+    for n in args.vote_clients:
+        if not 2 <= n <= MAX_CLIENTS:
+            raise ValueError(f"vote client count must be in [2, {MAX_CLIENTS}], got {n}")
+    if not 0 < args.num_shares <= 1 or not 0 < args.reconstruction_threshold <= 1:
+        raise ValueError("num_shares and reconstruction_threshold must be fractions in (0, 1]")
+    feds = [] if args.skip_local else [harness.Federation(d, n, None, args.seed, args.data_dir)
+                                       for d in args.datasets for n in args.clients]
+    harness.validate_federations(feds)
+    rows: list[dict[str, Any]] = []
+    units = len(feds) + (0 if args.skip_voting else len(args.vote_clients) * vote_reps)
+    with harness.progress_bar(units, "resources") as bar:
+        for fed in feds:
+            epochs = default_epochs(fed.dataset) if args.epochs is None else harness.check_positive_int("epochs", args.epochs)
+            m = local_evaluation(fed.dataset, fed.clients, seed=args.seed, epochs=epochs, candidates=candidates,
+                                 measured=measured, data_dir=fed.data_dir)
+            rows.append({"part": "local evaluation", "dataset": fed.dataset, "clients": fed.clients,
+                         "candidates": len(candidates), "epochs": epochs, "seconds": m["seconds"],
+                         "memory_mb": m["memory_mb"], "memory_kind": m["memory_kind"], "rows_per_client": m["rows"],
+                         "upload_kb": "", "download_kb": "", "simulation_seconds": ""})
+            bar.update(1)
+        if not args.skip_voting:
+            from simulations.flower import vote_through_flower
+
+            for n in args.vote_clients:
+                for rep in range(vote_reps):
+                    scores = np.random.default_rng([args.seed, n, rep]).random((n, len(candidates)))
+                    v = vote_through_flower(scores, candidates, epsilon=1.0, delta=1e-5, k=5, count_bytes=True,
+                                            num_shares=args.num_shares,
+                                            reconstruction_threshold=args.reconstruction_threshold)
+                    rows.append({"part": "voting round", "dataset": "", "clients": n, "candidates": len(candidates),
+                                 "epochs": "", "seconds": v["round_seconds"], "memory_mb": "", "memory_kind": "",
+                                 "rows_per_client": "", "upload_kb": v["upload_bytes_per_client"] / 1000,
+                                 "download_kb": v["download_bytes_per_client"] / 1000,
+                                 "simulation_seconds": v["simulation_seconds"]})
+                    bar.update(1)
+    study.write_csv("resources.csv", rows)
+    table = summarize(rows)
+    plot(table, study)
+    return study.result(table=table, candidates=len(candidates))
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Table IV: means per (part, data set, n)."""
+    out = []
+    for key in dict.fromkeys((r["part"], r["dataset"], r["clients"]) for r in rows):
+        sel = [r for r in rows if (r["part"], r["dataset"], r["clients"]) == key]
+        entry: dict[str, Any] = {"part": key[0], "dataset": key[1], "clients": key[2], "runs": len(sel),
+                                 "seconds": round(float(np.mean([r["seconds"] for r in sel])), 3)}
+        if key[0] == "local evaluation":
+            entry["memory_mb"] = round(float(np.mean([r["memory_mb"] for r in sel])), 2)
+            entry["memory_kind"] = sel[0]["memory_kind"]
+        else:
+            entry["upload_kb"] = round(float(np.mean([r["upload_kb"] for r in sel])), 2)
+            entry["download_kb"] = round(float(np.mean([r["download_kb"] for r in sel])), 2)
+        out.append(entry)
+    return out
+
+
+def plot(table: Sequence[dict[str, Any]], study: harness.StudyRun) -> None:
+    """Table IV as bars: local evaluation seconds/memory per n, voting round KB and seconds per n."""
+    plt = harness.pyplot()
+    local = [t for t in table if t["part"] == "local evaluation"]
+    vote = [t for t in table if t["part"] == "voting round"]
+    panels = ([("local eval. time [s]", local, "seconds"), ("local eval. memory [MB]", local, "memory_mb")] if local
+              else []) + ([("voting upload/download [KB]", vote, None), ("voting round [s]", vote, "seconds")]
+                          if vote else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 2.7), squeeze=False)
+    for ax, (title, data, key) in zip(axes[0], panels):
+        labels = [f"{t['dataset']} n={t['clients']}".strip() for t in data]
+        xs = np.arange(len(data))
+        if key is None:
+            ax.bar(xs - 0.2, [t["upload_kb"] for t in data], 0.4, label="upload")
+            ax.bar(xs + 0.2, [t["download_kb"] for t in data], 0.4, label="download")
+            ax.legend(fontsize=7)
+        else:
+            ax.bar(xs, [t[key] for t in data])
+        ax.set_xticks(xs, labels, rotation=30, fontsize=7)
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3, axis="y")
+    fig.suptitle("Table IV: resources of DP-Hype", fontsize=9)
+    study.save_figure(fig, "resources.png")

@@ -1,0 +1,82 @@
+"""Shared benchmark machinery: noise replay equals the secure-sum noise, selection rule, statistics, cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dphype.voting import select, top_k_votes
+from simulations import harness
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "skellam"])
+def test_total_noise_has_the_distribution_of_the_summed_client_shares(kind: str) -> None:
+    sigma, clients, dropout = 6.0, 25, 0.2
+    summed = harness.client_noise_sum((4000, 5), sigma=sigma, clients=clients, dropout=dropout, kind=kind,
+                                      rng=np.random.default_rng(0)).ravel()
+    total = harness.total_noise((4000, 5), sigma=sigma, clients=clients, dropout=dropout, kind=kind,
+                                rng=np.random.default_rng(1)).ravel()
+    expected_var = sigma**2 / (1 - dropout)  # all n clients present: n * sigma^2 / ((1 - xi) n)
+    for sample in (summed, total):
+        assert sample.dtype == (np.float64 if kind == "gaussian" else np.int64)
+        assert abs(sample.mean()) < 4 * np.sqrt(expected_var / sample.size)
+        assert sample.var() == pytest.approx(expected_var, rel=0.05)
+    from scipy.stats import ks_2samp
+
+    assert ks_2samp(summed, total).pvalue > 1e-3
+
+
+def test_noisy_sums_without_noise_and_select_rows_matches_select() -> None:
+    votes = np.array([3, 7, 7, 1])
+    clean = harness.noisy_sums(votes, sigma=0.0, clients=10, repetitions=3, rng=np.random.default_rng(0))
+    assert clean.shape == (3, 4) and np.all(clean == votes)
+    assert select(votes) == 1 and np.all(harness.select_rows(clean) == 1)  # tie -> lowest index
+    noisy = harness.noisy_sums(votes, sigma=2.0, clients=10, repetitions=50, rng=np.random.default_rng(1),
+                               per_client=True)
+    assert [select(row) for row in noisy] == list(harness.select_rows(noisy))
+
+
+def test_client_votes_use_top_k() -> None:
+    scores = np.array([[0.1, 0.9, 0.5], [0.7, np.nan, 0.2]])
+    votes = harness.client_votes(scores, 2)
+    assert np.array_equal(votes, np.stack([top_k_votes(r, 2) for r in scores]))
+    assert np.array_equal(harness.client_raw_votes(np.nan_to_num(scores)), np.nan_to_num(scores))
+
+
+def test_statistics() -> None:
+    mean, half = harness.mean_ci([1.0, 2.0, 3.0])
+    assert mean == 2.0 and half == pytest.approx(2.4841, rel=1e-3)  # t_{0.975,2} * 1 / sqrt(3)
+    assert harness.mean_ci([0.5]) == (0.5, 0.0)
+    lo, hi = harness.wilson_interval(50, 100)
+    assert lo < 0.5 < hi and hi - lo == pytest.approx(0.19, abs=0.01)
+    filled = harness.fill_diverged(np.array([0.8, np.nan]), np.array([0, 0, 0, 1]))
+    assert filled.tolist() == [0.8, 0.75]
+
+
+def test_array_cache_computes_once(tmp_path: Path) -> None:
+    cache = harness.ArrayCache(tmp_path)
+    calls, hits = [], []
+    key = {"what": "x", "n": 3}
+    first = cache.get(key, lambda: calls.append(1) or np.arange(3))
+    second = cache.get(key, lambda: calls.append(1) or np.arange(5), on_hit=lambda: hits.append(1))
+    assert np.array_equal(first, second) and calls == [1] and hits == [1]
+    assert np.array_equal(harness.ArrayCache(None).get(key, lambda: np.ones(2)), np.ones(2))
+
+
+@pytest.mark.parametrize(
+    "fed, message",
+    [
+        (harness.Federation("nope", 10, None), "dataset must be one of"),
+        (harness.Federation("adult", 10, 0.0), "beta must be"),
+        (harness.Federation("adult", 10, -2.0), "beta must be"),
+        (harness.Federation("adult", 1, None), "clients must be"),
+        (harness.Federation("cifar10", 10, None), "needs --data-dir"),
+        (harness.Federation("mnist", 10, None, data_dir="/does/not/exist"), "not an existing directory"),
+        (harness.Federation("adult", 10_000, None), "too many"),
+    ],
+)
+def test_validate_federations_rejects(fed: harness.Federation, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        harness.validate_federations([fed])

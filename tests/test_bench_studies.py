@@ -1,0 +1,160 @@
+"""Every data-driven study on a tiny configuration through ``dphype bench ... --json``, plus bad input.
+
+A small slice of Adult (600 training / 300 test rows) replaces the data set for speed: the studies load
+data only through :mod:`dphype.task`'s cached loader, which the fixture swaps.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+
+import dphype.task as task
+from dphype.cli import main
+from dphype.data import load_dataset
+
+TINY = ["--clients", "3", "--betas", "iid", "5", "--candidates", "6", "--epochs", "1", "--rounds", "1"]
+
+
+@pytest.fixture
+def small_adult(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    @functools.lru_cache(maxsize=4)
+    def small(dataset: str, data_dir: str | None = None) -> Any:
+        train, test = load_dataset(dataset, data_dir)
+        return train.subset(np.arange(600)), test.subset(np.arange(300))
+
+    monkeypatch.setattr(task, "load_cached", small)
+    task.partition_cached.cache_clear()
+    yield
+    task.partition_cached.cache_clear()
+
+
+def _bench(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    assert main(["bench", *argv, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["seconds"] > 0
+    for path in result["outputs"]:
+        assert Path(path).stat().st_size > 0
+    return result
+
+
+def test_tradeoff_then_ablations_and_distributions_reuse_the_cache(
+    small_adult: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = str(tmp_path / "cache")
+    res = _bench(["tradeoff", *TINY, "--repetitions", "4", "--epsilons", "1", "inf", "--cache", cache,
+                  "--out", str(tmp_path / "t")], capsys)
+    assert res["study"] == "tradeoff" and res["scale"] == {"epochs": 1, "rounds": 1, "fedavg_epochs": 1}
+    assert {Path(p).name for p in res["outputs"]} == {"tradeoff.csv", "tradeoff_candidates.csv", "tradeoff_adult.png"}
+    assert len(res["summary"]) == 2 * 2  # partitions x epsilons
+    without_noise = [s for s in res["summary"] if s["epsilon"] == float("inf")]
+    assert all(s["gap_to_opt_points"] >= 0 for s in without_noise)
+    rows = (tmp_path / "t" / "tradeoff.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * (2 + 2)  # header + partitions x (Opt, RandGuess, 2 epsilons)
+    cached = sorted(p.name for p in (tmp_path / "cache").glob("*.npy"))
+    assert len(cached) == 4  # scores and accuracies for two partitions
+
+    res = _bench(["ablations", *TINY, "--repetitions", "4", "--epsilons", "0.5", "--cache", cache,
+                  "--out", str(tmp_path / "a")], capsys)
+    assert res["methods"] == ["DP-Hype", "Raw scores", "Subsets", "Feathers (corrected)"]
+    assert {r["method"] for r in res["summary"]} >= {"Opt", "RandGuess", "Subsets", "Feathers (corrected)"}
+    assert len(list((tmp_path / "cache").glob("*.npy"))) == 4  # nothing retrained
+
+    res = _bench(["distributions", *TINY, "--cache", cache, "--out", str(tmp_path / "d")], capsys)
+    assert {Path(p).name for p in res["outputs"]} == {
+        "distributions_labels.csv", "distributions_labels_adult.png", "distributions_accuracy.csv",
+        "distributions_accuracy_adult.png"}
+    assert res["client_size_range"]["n=3,iid"] == [200, 200]
+
+
+def test_feathers_noise_is_calibrated_for_100_releases() -> None:
+    from simulations.ablations import feathers_sigma
+
+    from dphype.accounting import gaussian_rdp_epsilon
+
+    sigma = feathers_sigma(1.0, 1e-5)
+    # 100 Gaussian releases of sensitivity 1 compose (RDP) like one of sensitivity sqrt(100) = 10
+    assert gaussian_rdp_epsilon(10.0, sigma, 1e-5) == pytest.approx(1.0, rel=0.02)
+    assert feathers_sigma(float("inf"), 1e-5) == 0.0
+
+
+def test_subsets_and_feathers_pick_the_best_candidate_without_noise() -> None:
+    from simulations.ablations import feathers_picks, subsets_sums
+
+    rng = np.random.default_rng(0)
+    scores = np.tile(np.array([0.2, 0.9, 0.4, 0.1]), (40, 1))
+    sums, sizes = subsets_sums(scores, 5, rng)
+    assert np.all(sizes == 10) and np.all(np.argmax(sums / sizes, axis=1) == 1)
+    assert np.all(feathers_picks(scores, 0.0, 5, rng) == 1)
+
+
+def test_resources_local_evaluation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    res = _bench(["resources", "--clients", "300", "--candidates", "3", "--epochs", "1", "--skip-voting",
+                  "--out", str(tmp_path / "r")], capsys)
+    (entry,) = res["table"]
+    assert entry["part"] == "local evaluation" and entry["clients"] == 300
+    assert entry["seconds"] > 0 and entry["memory_mb"] >= 0
+    assert entry["memory_kind"] in {"peak RSS growth (CPU)", "cuda max_memory_allocated"}
+
+
+@pytest.mark.slow
+def test_resources_voting_round_through_flower(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    res = _bench(["resources", "--skip-local", "--vote-clients", "4", "--out", str(tmp_path / "r")], capsys)
+    (entry,) = res["table"]
+    assert entry["part"] == "voting round" and entry["upload_kb"] > 0.8  # 100 masked entries at least
+
+
+@pytest.mark.slow
+def test_speed_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    res = _bench(["speed", "--clients", "250", "--epochs", "1", "--synthetic-repetitions", "2",
+                  "--synthetic-clients", "5", "--skip-voting", "--out", str(tmp_path / "s")], capsys)
+    assert res["adult_batched_s"] > 0 and res["adult_sequential_s"] > 0 and res["speedup"] > 0
+    assert res["synthetic_s"] > 0 and "synthetic_over_adult_batched" in res
+
+
+@pytest.mark.slow
+def test_tradeoff_flower_run(small_adult: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    res = _bench(["tradeoff", "--clients", "4", "--betas", "iid", "--candidates", "6", "--epochs", "1", "--rounds",
+                  "1", "--repetitions", "2", "--epsilons", "3", "--flower", "--cache", str(tmp_path / "c"),
+                  "--out", str(tmp_path / "t")], capsys)
+    assert 0 <= res["flower"]["selected_index"] < 6 and res["flower"]["privacy"]["survivors"] == 4
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["tradeoff", "--dataset", "imagenet"], "dataset must be one of"),
+        (["tradeoff", "--betas", "0"], "beta must be"),
+        (["tradeoff", "--betas", "-1"], "beta must be"),
+        (["tradeoff", "--dataset", "mnist", "--data-dir", "/no/such/dir"], "not an existing directory"),
+        (["tradeoff", "--dataset", "cifar10"], "needs --data-dir"),
+        (["tradeoff", "--clients", "100000"], "clients must be <="),
+        (["tradeoff", "--clients", "10000"], "too many"),
+        (["tradeoff", "--k", "200"], "k must be"),
+        (["tradeoff", "--epsilons", "0"], "epsilon must be"),
+        (["ablations", "--repetitions", "0"], "repetitions"),
+        (["ablations", "--noise", "skellam", "--accountant", "analytic"], "accountant must be 'rdp'"),
+        (["distributions", "--show", "0"], "show"),
+        (["resources", "--vote-clients", "1"], "vote client count"),
+        (["speed", "--clients", "1"], "clients"),
+    ],
+)
+def test_bad_input_is_refused_before_any_work(argv: list[str], message: str, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["bench", *argv, "--out", str(out), "--cache", "none"] if argv[0] != "resources" and argv[0] != "speed"
+                else ["bench", *argv, "--out", str(out)]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_unknown_study_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as err:
+        main(["bench", "nonsense"])
+    assert err.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
