@@ -8,9 +8,16 @@ binary cross-entropy with logits, as the paper's Adult MLP) and ``K = num_classe
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import os
+from typing import Callable, Mapping, Sequence
 
-import torch
+# torch's OpenMP workers busy-wait between parallel regions by default; when several processes
+# share the CPUs (parallel Flower clients, benchmarks next to tests) that made one Adult client's
+# 100-candidate evaluation ~15x slower on the 2-core dev machine. Passive waiting costs little.
+# Effective only if torch is not imported yet; a user's own setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
 from torch import nn
 
 #: The model the paper trains on each data set (Appendix B; Fashion-MNIST reuses the MNIST CNN).
@@ -44,6 +51,24 @@ class AdultMLP(nn.Module):
         h = torch.relu(self.fc1(x))
         h = self.dropout(torch.relu(self.fc2(h)))
         return self.out(h)
+
+    def stacked_forward(self, params: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` of ``C`` stacked copies on one shared batch: ``params`` are this module's
+        parameters with a leading axis of size ``C``; returns logits ``(C, B, K)``.
+
+        Hand-written with batched matrix products (the first layer as a single GEMM over all copies,
+        since the input is shared) because it trains Adult's 100 candidates about 20 % faster than
+        ``torch.func.vmap`` over :meth:`forward` on CPU. Dropout (in training mode) draws an
+        independent mask per copy, like ``vmap(..., randomness="different")``.
+        """
+        copies = params["fc1.weight"].shape[0]
+        w1 = params["fc1.weight"].flatten(0, 1)  # (C * hidden, D)
+        h = torch.addmm(params["fc1.bias"].flatten(), x, w1.T).view(x.shape[0], copies, -1).transpose(0, 1)
+        h = torch.baddbmm(params["fc2.bias"].unsqueeze(1), h.relu(), params["fc2.weight"].transpose(1, 2)).relu()
+        if self.training and self.dropout.p > 0:
+            keep = 1.0 - self.dropout.p
+            h = h * ((torch.rand_like(h) < keep) / keep)
+        return torch.baddbmm(params["out.bias"].unsqueeze(1), h, params["out.weight"].transpose(1, 2))
 
 
 class MnistCNN(nn.Module):

@@ -47,7 +47,8 @@ class TorchTask:
     :func:`dphype.training.evaluate_candidates` (all candidates trained at once).
 
     ``model`` is a name of :data:`dphype.models.MODELS` or a zero-argument factory of a fresh module.
-    ``device=None`` uses CUDA when available.
+    ``device=None`` uses CUDA when available. ``chunk_size`` caps the candidates trained at once
+    (memory), ``num_threads`` the torch threads (set it when several clients share one machine).
     """
 
     data: Dataset
@@ -57,6 +58,7 @@ class TorchTask:
     seed: int = 0
     device: str | None = None
     chunk_size: int | None = None
+    num_threads: int | None = None
     maximize: bool = True
 
     def score(
@@ -77,6 +79,7 @@ class TorchTask:
             seed=self.seed,
             device=self.device,
             chunk_size=self.chunk_size,
+            num_threads=self.num_threads,
             progress=progress,
         )
 

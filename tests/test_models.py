@@ -64,3 +64,21 @@ def test_bad_names_and_shapes_are_rejected() -> None:
         build_model("adult-mlp", (1, 28, 28), 2)
     with pytest.raises(ValueError, match="num_classes"):
         build_model("adult-mlp", (4,), 1)
+
+
+def test_adult_mlp_stacked_forward_matches_vmap_over_forward() -> None:
+    from torch.func import functional_call, stack_module_state, vmap
+
+    torch.manual_seed(0)
+    copies = [build_model("adult-mlp", (7,), 2) for _ in range(3)]
+    params, _ = stack_module_state(copies)
+    x = torch.randn(5, 7)
+    template = copies[0].eval()
+    expected = vmap(lambda p, inp: functional_call(template, p, (inp,)), in_dims=(0, None))(params, x)
+    with torch.no_grad():
+        assert torch.allclose(template.stacked_forward(params, x), expected, atol=1e-6)
+        template.train()  # dropout: independent masks per copy, scaled by 1 / (1 - p)
+        same = {k: v[:1].expand_as(v) for k, v in params.items()}
+        noisy = template.stacked_forward(same, x)
+        assert not torch.allclose(noisy[0], noisy[1])
+        assert torch.allclose(noisy.mean(dim=0), template.eval().stacked_forward(same, x)[0], atol=0.5)

@@ -58,7 +58,7 @@ def _max_diff(a: StackedModels, b: StackedModels) -> float:
     ],
 )
 def test_batched_training_equals_sequential_torch_optim(name: str, data: Dataset, epochs: int, batch_size: int) -> None:
-    kwargs = dict(epochs=epochs, batch_size=batch_size, seed=3, device="cpu")
+    kwargs = dict(epochs=epochs, batch_size=batch_size, seed=3, device="cpu", num_threads=1)
     batched = train_candidates(_factory(name, data), data, CANDIDATES, **kwargs)
     sequential = train_candidates(_factory(name, data), data, CANDIDATES, sequential=True, **kwargs)
     assert len(batched) == len(CANDIDATES)
@@ -192,3 +192,20 @@ def test_fedavg_trains_useful_models() -> None:
     assert scores.shape == (len(CANDIDATES),)
     assert scores[0] > 0.8 and scores[0] > scores[3] + 0.1  # lr 0.1 learns, lr 1e-5 does not
     assert calls[-1] == (9, 9)
+
+
+def test_thread_setting_is_restored_and_validated() -> None:
+    before = torch.get_num_threads()
+    evaluate_candidates("adult-mlp", _tabular(), CANDIDATES[:1], epochs=1, device="cpu", num_threads=1)
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="num_threads"):
+        evaluate_candidates("adult-mlp", _tabular(), CANDIDATES[:1], epochs=1, device="cpu", num_threads=0)
+
+
+def test_fedavg_chunks_match_unchunked() -> None:
+    data = _tabular(n=120)
+    clients = [data.subset(np.arange(0, 50)), data.subset(np.arange(50, 120))]
+    factory = _factory("adult-mlp", data)
+    whole = fedavg(factory, clients, CANDIDATES, rounds=2, local_epochs=1, device="cpu")
+    chunked = fedavg(factory, clients, CANDIDATES, rounds=2, local_epochs=1, device="cpu", chunk_size=3)
+    assert _max_diff(whole, chunked) <= 1e-6

@@ -1,0 +1,121 @@
+"""Benchmark: one Adult client's local evaluation of the 100 Table III candidates (DP-Hype, Section V-B/D).
+
+Client 0 of ``--clients`` iid clients (default 50, about 780 rows: 625 to train, 156 to validate)
+trains the paper's MLP for 5 epochs with batch 64 per candidate and scores it on its validation
+split. Measured, in wall-clock seconds (best of ``--repeats`` warm runs; the first, cold call of the
+process is reported separately):
+
+* ``adult_batched_s``: :func:`dphype.training.evaluate_candidates` (all candidates at once, the
+  MLP's hand-written ``stacked_forward``);
+* ``adult_vmap_s``: the same with the generic ``torch.func.vmap`` forward;
+* ``adult_batched_1thread_s``: the batched path with one torch thread;
+* ``adult_sequential_s``: the reference path (one ``torch.optim.SGD`` + ``StepLR`` per candidate).
+
+``max_abs_weight_diff`` compares the weights trained by the batched and the sequential path with
+dropout switched off (same initialisation, same mini-batches). The machine's load average is
+printed too: timings on a busy machine are not comparable.
+
+Run: ``.venv/bin/python -m simulations.bench_training [--json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from dphype.candidates import table_iii_grid
+from dphype.data import Dataset, load_adult, partition_iid
+from dphype.models import AdultMLP  # before torch: sets the OpenMP wait policy (see dphype.models)
+from dphype.training import evaluate_candidates, train_candidates
+
+import torch  # noqa: E402  isort: skip
+
+
+class _VmapMLP(AdultMLP):
+    """The Adult MLP without its hand-written batched forward, so training falls back to vmap."""
+
+    stacked_forward = None  # type: ignore[assignment]
+
+
+def _seconds(run: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def _max_weight_diff(client: Dataset, candidates: list[dict], epochs: int) -> float:
+    """Largest |batched - sequential| over all trained weights, dropout off."""
+
+    def factory() -> AdultMLP:
+        return AdultMLP(client.x.shape[1], dropout=False)
+
+    kwargs: dict[str, Any] = dict(epochs=epochs, seed=0, device="cpu")
+    batched = train_candidates(factory, client, candidates, **kwargs)
+    sequential = train_candidates(factory, client, candidates, sequential=True, **kwargs)
+    return max(float((batched.params[k] - sequential.params[k]).abs().max()) for k in batched.params)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=50, help="number of iid clients (default 50)")
+    parser.add_argument("--epochs", type=int, default=5, help="local epochs (default 5)")
+    parser.add_argument("--repeats", type=int, default=3, help="warm repetitions, best reported (default 3)")
+    parser.add_argument("--no-sequential", action="store_true", help="skip the slow sequential reference")
+    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {args.repeats}")
+
+    pool, _ = load_adult()
+    client = pool.subset(partition_iid(pool.y, args.clients, seed=0)[0])
+    candidates = list(table_iii_grid())
+
+    def batched(model: Any = "adult-mlp", num_threads: int | None = None) -> np.ndarray:
+        return evaluate_candidates(model, client, candidates, epochs=args.epochs, device="cpu", num_threads=num_threads)
+
+    scores: np.ndarray = np.empty(0)
+
+    def keep_scores() -> None:
+        nonlocal scores
+        scores = batched()
+
+    cold = _seconds(keep_scores)
+    warm = [_seconds(batched) for _ in range(args.repeats)]
+    vmap_s = min(_seconds(lambda: batched(lambda: _VmapMLP(client.x.shape[1]))) for _ in range(args.repeats))
+    one_thread_s = min(_seconds(lambda: batched(num_threads=1)) for _ in range(args.repeats))
+    result: dict[str, Any] = {
+        "client_rows": len(client),
+        "candidates": len(candidates),
+        "epochs": args.epochs,
+        "torch_threads": torch.get_num_threads(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "load_average_1min": round(os.getloadavg()[0], 2),
+        "adult_batched_cold_s": round(cold, 3),
+        "adult_batched_s": round(min(warm), 3),
+        "adult_vmap_s": round(vmap_s, 3),
+        "adult_batched_1thread_s": round(one_thread_s, 3),
+        "accuracy_min": round(float(np.nanmin(scores)), 4),
+        "accuracy_max": round(float(np.nanmax(scores)), 4),
+        "diverged": int(np.isnan(scores).sum()),
+    }
+    if not args.no_sequential:
+        sequential_s = _seconds(
+            lambda: evaluate_candidates("adult-mlp", client, candidates, epochs=args.epochs, device="cpu", sequential=True)
+        )
+        result["adult_sequential_s"] = round(sequential_s, 3)
+        result["speedup"] = round(sequential_s / min(warm), 1)
+        result["max_abs_weight_diff"] = _max_weight_diff(client, candidates, args.epochs)
+    for key, value in result.items():
+        print(f"{key}: {value}")
+    if args.json:
+        print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
