@@ -136,3 +136,34 @@ def test_flwr_run_offline_simulation(tmp_path):
     privacy = result["privacy"]
     assert privacy["survivors"] == 5 and privacy["noise"] == "skellam"
     assert privacy["epsilon"] == pytest.approx(1.0, rel=1e-6)
+
+
+def pyproject_run_config() -> dict:
+    import tomllib
+
+    with open(REPO / "pyproject.toml", "rb") as fh:
+        return tomllib.load(fh)["tool"]["flwr"]["app"]["config"]
+
+
+def test_pyproject_run_config_parses():
+    from server.config import AppConfig
+
+    cfg = AppConfig.from_run_config(pyproject_run_config())
+    assert cfg.dataset == "adult" and cfg.noise == "skellam" and cfg.clients >= 2
+
+
+def test_run_config_overrides_and_errors():
+    from server.config import AppConfig
+
+    run_config = {**pyproject_run_config(), "epsilon": 2, "local-epochs": 1}
+    cfg = AppConfig.from_run_config(run_config)
+    assert cfg.epsilon == 2.0 and isinstance(cfg.epsilon, float) and cfg.local_epochs == 1
+    with pytest.raises(ValueError, match="unknown run-config keys: epsilonn"):
+        AppConfig.from_run_config({**run_config, "epsilonn": 1.0})
+    del run_config["fedavg-rounds"]
+    with pytest.raises(ValueError, match="missing: fedavg-rounds"):
+        AppConfig.from_run_config(run_config)
+    with pytest.raises(ValueError, match="clients must be"):
+        AppConfig.from_run_config({**pyproject_run_config(), "clients": 1})
+    with pytest.raises(ValueError, match="local-epochs must be an integer >= 1"):
+        AppConfig.from_run_config({**pyproject_run_config(), "local-epochs": 0})
