@@ -11,7 +11,7 @@ FedAvg test accuracy of every candidate, cached per configuration), so only the 
   equal size, one candidate per group; each client reports only its score of its group's candidate; the
   server divides each noisy group sum by the (public) group size and picks the best noisy mean. Replacing
   one client changes at most two entries by at most 1, so L2 = ``sqrt(2)``: the calibration of top-1
-  votes. With ``n < p`` some candidates have no group and cannot be picked.
+  votes. With ``n < p`` only ``n`` randomly chosen candidates (one client each) are evaluated per run.
 * **Feathers, corrected** (App. G): a Feathers-style search keeps a distribution over the candidates and
   updates it by exponentiated gradient towards the candidates with the smallest losses. With the paper's
   corrections: every client's loss is clipped to ``[0, 1]`` (here ``1 - local accuracy``), each report
@@ -61,10 +61,9 @@ def subsets_sums(scores: np.ndarray, repetitions: int, rng: np.random.Generator)
     n, p = scores.shape
     sums = np.zeros((repetitions, p))
     sizes = np.zeros((repetitions, p))
-    base = np.arange(n) % p  # balanced group sizes; a random permutation assigns clients to them
+    base = np.arange(n) % p  # balanced group sizes (n < p: n groups of one client)
     for r in range(repetitions):
-        group = np.empty(n, dtype=np.int64)
-        group[rng.permutation(n)] = base
+        group = rng.permutation(p)[base][rng.permutation(n)]  # random candidates, random clients
         np.add.at(sums[r], group, scores[np.arange(n), group])
         np.add.at(sizes[r], group, 1.0)
     return sums, sizes
@@ -197,7 +196,8 @@ def plot(rows: Sequence[dict[str, Any]], epsilons: Sequence[float], methods: Seq
         ax.set_xlabel("ε")
         ax.set_title(f"n={n}, {part}", fontsize=9)
         ax.grid(alpha=0.3)
+        ax.set_ylim(0, 1)
     axes[0][0].set_ylabel("test accuracy")
     axes[0][-1].legend(fontsize=6, loc="lower right")
-    fig.suptitle(f"{rows[0]['dataset']}: ablations (App. F raw scores, App. G Feathers, App. H Subsets)", fontsize=9)
+    fig.suptitle(f"{rows[0]['dataset']}: ablations (App. F raw scores, App. G Feathers, App. H Subsets)", fontsize=9, y=1.03)
     study.save_figure(fig, filename)

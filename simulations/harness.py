@@ -272,6 +272,7 @@ class StudyRun:
     name: str
     out: Path
     started: float = field(default_factory=time.perf_counter)
+    cpu_started: float = field(default_factory=time.process_time)
     outputs: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -304,8 +305,10 @@ class StudyRun:
         return target
 
     def result(self, **extra: Any) -> dict[str, Any]:
-        """The dict ``run`` returns: study name, seconds, files written, then the study's own keys."""
-        return {"study": self.name, "seconds": round(time.perf_counter() - self.started, 3), **extra,
+        """The dict ``run`` returns: study name, wall and CPU seconds (all threads of this process), the
+        study's own keys, then the files written."""
+        return {"study": self.name, "seconds": round(time.perf_counter() - self.started, 3),
+                "cpu_seconds": round(time.process_time() - self.cpu_started, 3), **extra,
                 "outputs": list(self.outputs)}
 
 

@@ -59,13 +59,10 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
             result.update(_mnist_gpu(clients, epochs))
         else:
             result["mnist_cnn"] = "skipped: no GPU on this machine"
-        syn_args = argparse.Namespace(clients=syn_clients, repetitions=syn_reps, ks=list(synthetic.KS),
-                                      epsilons=list(synthetic.EPSILONS), delta=1e-5, panels=list(synthetic.PANELS),
-                                      sigma_losses=list(synthetic.SIGMA_LOSSES),
-                                      good_exponents=list(synthetic.GOOD_EXPONENTS),
-                                      num_candidates=list(synthetic.NUM_CANDIDATES), accountant="rdp",
-                                      noise="gaussian", per_client_noise=False, workers=2, sampler="auto",
-                                      seed=args.seed)
+        syn_parser = argparse.ArgumentParser()
+        synthetic.add_arguments(syn_parser)
+        syn_args = syn_parser.parse_args(["--clients", str(syn_clients), "--repetitions", str(syn_reps)])
+        syn_args.seed = args.seed
         cpu0, start = time.process_time(), time.perf_counter()
         syn = synthetic.run(syn_args, harness.StudyRun("synthetic", study.out / "synthetic"))
         result["synthetic_s"] = round(time.perf_counter() - start, 3)

@@ -169,10 +169,11 @@ def plot(rows: Sequence[dict[str, Any]], epsilons: Sequence[float], study: harne
             ax.set_xticks(xs, labels)
             ax.set_title(f"n={n}, {part}", fontsize=9)
             ax.grid(alpha=0.3)
+            ax.set_ylim(0, 1)
             if i == len(clients) - 1:
                 ax.set_xlabel("ε")
         axes[i][0].set_ylabel("test accuracy")
     axes[0][-1].legend(fontsize=7, loc="lower right")
     fig.suptitle(f"{rows[0]['dataset']}: DP-Hype vs Opt vs RandGuess (k={rows[0]['k']}, "
-                 f"{rows[0]['candidates']} candidates)", fontsize=9)
+                 f"{rows[0]['candidates']} candidates)", fontsize=9, y=1.03)
     study.save_figure(fig, filename)

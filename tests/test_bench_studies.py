@@ -90,6 +90,8 @@ def test_subsets_and_feathers_pick_the_best_candidate_without_noise() -> None:
     scores = np.tile(np.array([0.2, 0.9, 0.4, 0.1]), (40, 1))
     sums, sizes = subsets_sums(scores, 5, rng)
     assert np.all(sizes == 10) and np.all(np.argmax(sums / sizes, axis=1) == 1)
+    _, few = subsets_sums(scores[:3], 200, rng)  # n < p: 3 random candidates per run, all of them over runs
+    assert np.all(few.sum(axis=1) == 3) and np.all(few.max(axis=1) == 1) and np.all(few.sum(axis=0) > 0)
     assert np.all(feathers_picks(scores, 0.0, 5, rng) == 1)
 
 
