@@ -188,7 +188,8 @@ def decode_sum(mean: np.ndarray, survivors: int, noise: str) -> np.ndarray:
     Returns int64 votes for Skellam and float64 (grid ``1 / GAUSSIAN_SCALE``) for
     Gaussian noise. Raises :class:`SecureSumError` if ``mean * survivors`` is not
     integral within :data:`INTEGRALITY_TOLERANCE` (a client sent a non-integer
-    vector or a weight other than 1, or the sum wrapped around the modulus).
+    vector or a weight other than 1). Wrap-around of the modulus is prevented up
+    front by :func:`check_clients` and :func:`check_range`.
     """
     if survivors < 1:
         raise ValueError(f"survivors must be >= 1, got {survivors}")
@@ -210,8 +211,9 @@ def default_num_shares(clients: int) -> float:
     """SecAgg+ ``num_shares`` as a fraction of the clients: ``min(n, max(7, n / 5)) / n``.
 
     Each client secret-shares its keys with this many neighbours. All clients
-    for n <= 7; about a fifth beyond 35 clients (measured: 50 clients take 28 s
-    instead of 81 s with all-to-all sharing on a 2-core machine).
+    for n <= 7; about a fifth beyond 35 clients (measured on a 2-core machine,
+    Ray simulation, 100 candidates, 50 clients: the four SecAgg+ stages take
+    3.4 s with 11 shares instead of 22 s with all-to-all sharing).
     """
     return min(clients, max(7, math.ceil(clients / 5))) / clients
 
