@@ -83,7 +83,7 @@ def plot_labels(counts: dict[harness.Federation, np.ndarray], show: int, study: 
         ax.set_xlabel("local samples")
         ax.set_title(f"{fed.dataset}, n={fed.clients}, {fed.label}", fontsize=9)
     axes[0][-1].legend(title="label", fontsize=6, title_fontsize=7, loc="lower right")
-    fig.suptitle("Label distribution and size of local data sets (Appendix C)", fontsize=9)
+    fig.suptitle("Label distribution and size of local data sets (Appendix C)", fontsize=9, y=1.03)
     study.save_figure(fig, f"distributions_labels_{feds[0].dataset}.png")
 
 
@@ -98,5 +98,5 @@ def plot_histograms(accuracies: dict[harness.Federation, np.ndarray], study: har
         ax.set_title(f"n={fed.clients}, {fed.label}", fontsize=9)
         ax.set_xlabel("test accuracy")
     axes[0][0].set_ylabel("candidates")
-    fig.suptitle(f"{feds[0].dataset}: FedAvg accuracy of the candidates (Figs. 3, 8)", fontsize=9)
+    fig.suptitle(f"{feds[0].dataset}: FedAvg accuracy of the candidates (Figs. 3, 8)", fontsize=9, y=1.03)
     study.save_figure(fig, f"distributions_accuracy_{feds[0].dataset}.png")

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from dphype.accounting import calibrate, check_clients, check_delta, check_dropout, check_noise
+from dphype.accounting import calibrate, check_clients, check_delta, check_noise  # re-exported for the studies
 from dphype.noise import client_noise_variance, noise_share
 from dphype.voting import raw_score_votes, top_k_votes
 

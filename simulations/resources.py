@@ -172,5 +172,5 @@ def plot(table: Sequence[dict[str, Any]], study: harness.StudyRun) -> None:
         ax.set_xticks(xs, labels, rotation=30, fontsize=7)
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3, axis="y")
-    fig.suptitle("Table IV: resources of DP-Hype", fontsize=9)
+    fig.suptitle("Table IV: resources of DP-Hype", fontsize=9, y=1.03)
     study.save_figure(fig, "resources.png")

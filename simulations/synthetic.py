@@ -384,5 +384,6 @@ def plot(rows: Sequence[dict[str, Any]], settings: Settings, study: harness.Stud
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("P[selected ∈ H_good]")
     axes[0][-1].legend(fontsize=6, ncol=2, loc="lower left")
-    fig.suptitle(f"Synthetic study: n={settings.clients}, {settings.repetitions} runs, δ={settings.delta:g}", fontsize=9)
+    fig.suptitle(f"Synthetic study: n={settings.clients}, {settings.repetitions} runs, δ={settings.delta:g}", fontsize=9,
+                 y=1.03)
     study.save_figure(fig, "synthetic_fig2.png")

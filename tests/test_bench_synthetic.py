@@ -107,3 +107,12 @@ def test_cli_rejects_bad_input(argv: list[str], message: str, tmp_path: Path, ca
     assert main(["bench", "synthetic", "--out", str(tmp_path / "x"), *argv]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+def test_cli_flower_run_picks_a_candidate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["bench", "synthetic", "--repetitions", "2", "--clients", "5", "--panels", "a", "--sigma-losses", "0.2",
+                 "--flower", "--flower-clients", "4", "--out", str(tmp_path / "s"), "--json"])
+    assert code == 0
+    flower = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["flower"]
+    assert 0 <= flower["selected_index"] < 100 and flower["clients"] == 4
