@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_flwr_run import BIN, app_copy, descendants, offline_env, parse_result, stop
+from test_flwr_run import BIN, REPO, descendants, offline_env, parse_result, stop
 
 NUM_NODES = 5
 
@@ -94,17 +94,17 @@ def federation(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
 @pytest.mark.slow
 def test_deployment_on_loopback(federation):
     tmp_path, env = federation
-    app = app_copy(tmp_path)
     done = subprocess.run(
         [
             str(BIN / "flwr"),
             "run",
-            str(app),
+            ".",
             "deploy",
             "--stream",
             "--run-config",
             f"clients={NUM_NODES} candidates='table3:random:10:0' local-epochs=1 fedavg-rounds=1",
         ],
+        cwd=REPO,
         env=env,
         capture_output=True,
         text=True,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -28,21 +27,6 @@ def offline_env(flwr_home: Path) -> dict[str, str]:
         PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
     )
     return env
-
-
-def app_copy(tmp_path: Path) -> Path:
-    """The Flower app alone (pyproject.toml, server/, clients/), as a user's app directory.
-
-    The FAB built from the repository root would also carry ``dphype/`` without
-    its bundled data files and shadow the installed package; the app therefore
-    imports dphype as the installed library, as any user app does.
-    """
-    app = tmp_path / "app"
-    app.mkdir()
-    shutil.copy(REPO / "pyproject.toml", app / "pyproject.toml")
-    for package in ("server", "clients"):
-        shutil.copytree(REPO / package, app / package, ignore=shutil.ignore_patterns("__pycache__"))
-    return app
 
 
 def processes_with(*fragments: str) -> list[int]:
@@ -108,11 +92,10 @@ def parse_result(output: str) -> dict:
 def test_flwr_run_offline_simulation(tmp_path):
     flwr_home = tmp_path / "flwr-home"
     flwr_home.mkdir()
-    app = app_copy(tmp_path)
     command = [
         str(BIN / "flwr"),
         "run",
-        str(app),
+        ".",
         "--stream",
         "--federation-config",
         "num-supernodes=5",
@@ -122,7 +105,7 @@ def test_flwr_run_offline_simulation(tmp_path):
     log_marker = str(flwr_home / "local-superlink")
     try:
         done = subprocess.run(
-            command, env=offline_env(flwr_home), capture_output=True, text=True, timeout=240
+            command, cwd=REPO, env=offline_env(flwr_home), capture_output=True, text=True, timeout=240
         )
     finally:
         superlinks = processes_with("flower-superlink", log_marker)
