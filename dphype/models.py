@@ -79,7 +79,9 @@ class MnistCNN(nn.Module):
     so 28x28 inputs give 64 x 12 x 12 features before the dense layers).
     """
 
-    def __init__(self, in_channels: int = 1, image_size: int = 28, num_classes: int = 10, *, dropout: bool = True) -> None:
+    def __init__(
+        self, in_channels: int = 1, image_size: int = 28, num_classes: int = 10, *, dropout: bool = True
+    ) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(in_channels, 32, 3)
         self.conv2 = nn.Conv2d(32, 64, 3)

@@ -7,9 +7,10 @@ for 5 epochs, and scores the candidate by its accuracy on the remaining 20 %.
 
 All candidates are trained at once: their parameters are stacked along a leading candidate
 dimension (:class:`StackedModels`) and the forward pass is vectorised with ``torch.func.vmap`` over
-``functional_call`` (or the model's own hand-written ``stacked_forward``, as the Adult MLP has:
-measured about 20 % faster on CPU for Table III on one Adult client); one backward pass of the summed per-candidate losses yields every candidate's
-own gradient, because the candidates share no parameters. All candidates start from the same
+``functional_call``, or uses the model's own hand-written ``stacked_forward`` when it has one (the
+Adult MLP: about 20-25 % less CPU time than vmap for Table III on one Adult client, see
+``simulations/bench_training.py``). One backward pass of the summed per-candidate losses yields
+every candidate's own gradient, because the candidates share no parameters. All candidates start from the same
 initial weights and see the same mini-batches in the same order, so the result equals training
 them one by one (:func:`train_candidates` with ``sequential=True``, the reference path built on
 ``torch.optim.SGD`` and ``StepLR``), up to floating-point rounding and dropout masks (drawn
@@ -121,8 +122,10 @@ class StackedModels:
         if stacked_forward is not None:
             return stacked_forward(self.params, x)
 
-        def one(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], inputs: torch.Tensor) -> torch.Tensor:
-            return functional_call(self.module, (params, buffers), (inputs,))
+        def one(
+            params: Mapping[str, torch.Tensor], buffers: Mapping[str, torch.Tensor], batch: torch.Tensor
+        ) -> torch.Tensor:
+            return functional_call(self.module, (params, buffers), (batch,))
 
         return vmap(one, in_dims=(0, 0, None), randomness="different")(self.params, self.buffers, x)
 
@@ -253,8 +256,7 @@ def _sgd_epochs(
     on_epoch: Callable[[], None] | None = None,
 ) -> None:
     """Train ``models`` in place: SGD with momentum and StepLR, batched over candidates."""
-    names = list(models.params)
-    params = [models.params[k].requires_grad_(True) for k in names]
+    params = [p.requires_grad_(True) for p in models.params.values()]
     momentum_bufs = [torch.zeros_like(p) for p in params]
     shape = [(-1,) + (1,) * (p.dim() - 1) for p in params]
     momentum = [hp.momentum.to(p.dtype).view(s) for p, s in zip(params, shape)]
@@ -364,7 +366,9 @@ def train_candidates(
         for chunk in chunks:
             part = StackedModels.replicate(initial, chunk.stop - chunk.start)
             generator = torch.Generator().manual_seed(seed)
-            _sgd_epochs(part, hp[chunk], x, y, epochs=epochs, batch_size=batch_size, generator=generator, on_epoch=on_epoch)
+            _sgd_epochs(
+                part, hp[chunk], x, y, epochs=epochs, batch_size=batch_size, generator=generator, on_epoch=on_epoch
+            )
             parts.append(part)
     return _concat(initial, parts)
 

@@ -105,7 +105,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     if not args.no_sequential:
         sequential_s = _seconds(
-            lambda: evaluate_candidates("adult-mlp", client, candidates, epochs=args.epochs, device="cpu", sequential=True)
+            lambda: evaluate_candidates(
+                "adult-mlp", client, candidates, epochs=args.epochs, device="cpu", sequential=True
+            )
         )
         result["adult_sequential_s"] = round(sequential_s, 3)
         result["speedup"] = round(sequential_s / min(warm), 1)

@@ -131,9 +131,8 @@ def test_unstack_gives_the_plain_module_of_one_candidate() -> None:
 
 def test_progress_reports_epochs() -> None:
     calls: list[tuple[int, int]] = []
-    evaluate_candidates(
-        "adult-mlp", _tabular(), CANDIDATES, epochs=2, device="cpu", chunk_size=2, progress=lambda d, t: calls.append((d, t))
-    )
+    progress = lambda done, total: calls.append((done, total))  # noqa: E731
+    evaluate_candidates("adult-mlp", _tabular(), CANDIDATES, epochs=2, device="cpu", chunk_size=2, progress=progress)
     assert calls == [(1, 4), (2, 4), (3, 4), (4, 4)]
 
 
