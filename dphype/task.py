@@ -6,7 +6,8 @@ for each candidate and report its local validation accuracy. :func:`make_task` b
 ``partition_id``'s task from a data set name, so every Flower client can build its own shard: the
 same ``seed`` gives every client the same partitioning.
 
-torch is imported lazily (only when training starts), so importing this module is cheap.
+torch is imported inside :func:`make_task` and :meth:`TorchTask.score` only, so importing this module
+is cheap.
 """
 
 from __future__ import annotations
