@@ -118,8 +118,12 @@ def hypervolume_improvement(
     ``integral_a^{ref_eps} max(0, min(h(x), ref_err) - b) dx`` over the staircase ``h`` of
     the current front, evaluated segment-wise in one broadcast operation.
     """
-    cand = _points(candidates, "candidates")
-    lo, hi, level = staircase(pareto_front(front), reference)
+    return _improvement(pareto_front(front), _points(candidates, "candidates"), reference)
+
+
+def _improvement(front: np.ndarray, cand: np.ndarray, reference: Sequence[float]) -> np.ndarray:
+    """:func:`hypervolume_improvement` for a ``front`` that is already non-dominated."""
+    lo, hi, level = staircase(front, reference)
     a = cand[:, :1]
     b = cand[:, 1:]
     width = np.clip(hi[None, :] - np.maximum(lo[None, :], a), 0.0, None)
@@ -131,16 +135,21 @@ def hypervolume_trace(
     points: np.ndarray | Sequence[Sequence[float]],
     reference: Sequence[float] = DEFAULT_REFERENCE,
 ) -> np.ndarray:
-    """Hypervolume of the first ``t`` points for ``t = 1..n`` (the HV-vs-iterations curve)."""
+    """Hypervolume of the first ``t`` points for ``t = 1..n`` (the HV-vs-iterations curve).
+
+    Accumulates the improvement of each point over the running front, which is updated in numpy
+    (a new point joins unless weakly dominated and evicts the points it weakly dominates).
+    """
     arr = _points(points)
+    ref = _reference(reference)
     trace = np.zeros(len(arr))
+    front = np.zeros((0, 2))
     total = 0.0
-    for t in range(len(arr)):
-        if t:
-            total += float(hypervolume_improvement(arr[:t], arr[t : t + 1], reference)[0])
-        else:
-            total = hypervolume(arr[:1], reference)
+    for t, p in enumerate(arr):
+        total += float(_improvement(front, p[None, :], ref)[0])
         trace[t] = total
+        if not (front <= p).all(axis=1).any():
+            front = np.vstack([front[~(p <= front).all(axis=1)], p])
     return trace
 
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 from scipy.special import ndtr
@@ -111,6 +112,23 @@ def hvpoi(
 
 
 # ------------------------------------------------------------------------------------------ surrogate
+@contextmanager
+def single_thread() -> Iterator[None]:
+    """Run the (small) GP linear algebra on one thread, restoring the thread count afterwards.
+
+    With a few hundred points, intra-op parallelism gains nothing and, on a busy 2-core machine,
+    OpenMP barriers waiting for descheduled threads made the search several times slower.
+    """
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 class Surrogate:
     """Two independent ``SingleTaskGP`` s (Matern 5/2 with BoTorch's Gamma priors) on the unit cube.
 
@@ -330,16 +348,17 @@ def dpareto(
     for _ in range(iterations):
         observed = runner.result.points()
         x_unit = domain.to_unit([e.config for e in runner.result.evaluations])
-        surrogate.update(x_unit, transform_objectives(observed))
-        front = pareto_front(observed)
-        on_front = (observed[:, None, :] == front[None, :, :]).all(axis=2).any(axis=1)
-        pool = _pool(domain.dim, x_unit[on_front], pool_size, local_pool, pool_rng)
-        if method == "hvpoi":
-            mean_t, std_t = surrogate.predict(pool)
-            alpha, poi = hvpoi(observed, mean_t, std_t, reference)
-            best = int(np.lexsort((-poi, -alpha))[0])
-        else:
-            best = int(np.argmax(_qnehvi_values(surrogate, x_unit, pool, reference)))
+        with single_thread():
+            surrogate.update(x_unit, transform_objectives(observed))
+            front = pareto_front(observed)
+            on_front = (observed[:, None, :] == front[None, :, :]).all(axis=2).any(axis=1)
+            pool = _pool(domain.dim, x_unit[on_front], pool_size, local_pool, pool_rng)
+            if method == "hvpoi":
+                mean_t, std_t = surrogate.predict(pool)
+                alpha, poi = hvpoi(observed, mean_t, std_t, reference)
+                best = int(np.lexsort((-poi, -alpha))[0])
+            else:
+                best = int(np.argmax(_qnehvi_values(surrogate, x_unit, pool, reference)))
         runner.evaluate(domain.from_unit(pool[best : best + 1])[0])
     result = runner.finish()
     result.fits = surrogate.fits
