@@ -1,0 +1,43 @@
+"""dphype: DP-Hype, federated differentially private hyperparameter search for Flower.
+
+Every client scores each public candidate on its own data, votes 1 for its top-k, adds its
+share of calibrated noise, and one SecAgg+ round releases only the noisy vote sum; the server
+returns the argmax (Liebenow, Peinemann, Mohammadi: DP-Hype, Algorithm 1).
+
+The light, framework-free core is re-exported here; Flower adapters live in
+:mod:`dphype.strategy` (server) and :mod:`dphype.client` (clients), torch training in
+:mod:`dphype.training`, the central optimizers in :mod:`dphype.central`.
+"""
+
+import os as _os
+
+# torch's OpenMP workers busy-wait between parallel regions by default; when several processes
+# share the CPUs (parallel Flower clients, benchmarks) that made one Adult client's 100-candidate
+# evaluation ~15x slower on a 2-core machine. Set before anything in dphype imports torch; a
+# user's own setting wins.
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from dphype.accounting import PrivacyReport, VoteRelease, calibrate, epsilon, privacy_report  # noqa: E402
+from dphype.candidates import CandidateList, grid, load_candidates, random_subset, table_iii_grid  # noqa: E402
+from dphype.noise import client_noise_std, noise_share  # noqa: E402
+from dphype.voting import raw_score_votes, select, top_k_votes  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CandidateList",
+    "PrivacyReport",
+    "VoteRelease",
+    "calibrate",
+    "client_noise_std",
+    "epsilon",
+    "grid",
+    "load_candidates",
+    "noise_share",
+    "privacy_report",
+    "random_subset",
+    "raw_score_votes",
+    "select",
+    "table_iii_grid",
+    "top_k_votes",
+]

@@ -8,16 +8,9 @@ binary cross-entropy with logits, as the paper's Adult MLP) and ``K = num_classe
 
 from __future__ import annotations
 
-import os
 from typing import Callable, Mapping, Sequence
 
-# torch's OpenMP workers busy-wait between parallel regions by default; when several processes
-# share the CPUs (parallel Flower clients, benchmarks next to tests) that made one Adult client's
-# 100-candidate evaluation ~15x slower on the 2-core dev machine. Passive waiting costs little.
-# Effective only if torch is not imported yet; a user's own setting wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-import torch  # noqa: E402
+import torch
 from torch import nn
 
 #: The model the paper trains on each data set (Appendix B; Fashion-MNIST reuses the MNIST CNN).
