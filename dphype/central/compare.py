@@ -1,0 +1,294 @@
+"""Federated DP-Hype vs central private tuning on one task, one candidate list and one budget.
+
+Inputs, computed once and shared (the cost is charged to every method that uses them):
+
+* per-client scores: the data set's pool is split over ``clients`` clients with
+  :func:`dphype.task.make_task`; every client scores every candidate on its own data
+  (``Task.score``: local 80/20 split, the paper's model and epochs);
+* central models: every candidate trained on the 80 % fit split of the whole pool
+  (:func:`dphype.training.train_candidates`), scored on the 20 % validation split (DP-BO's
+  sensitive validation set) and on the test split (the test accuracy of any selection).
+
+Methods:
+
+* DP-Hype (federated, no trusted party): each client's real code path
+  (:class:`dphype.client.DPHypeClient`: request check, top-k votes, noise share, encoding), the
+  encoded vectors summed (the Flower SecAgg+ transport is exercised elsewhere) and decoded, and the
+  server's :class:`dphype.strategy.DPHypeStrategy` argmax and privacy report;
+* DP-BO (Kusner et al. Alg. 1; central, trusted curator): GP-UCB on the central validation
+  accuracies, the index released by the exponential mechanism with the whole budget; the
+  neighbouring-set kernel gap is ``1 - k1(V, V') = 1/(2 m^2)``, so that the GP's difference between
+  neighbours has the standard deviation ``1/m`` of an accuracy on ``m`` records changing by one;
+* propose-test (Ding & Wu Alg. 1; central, trusted curator): the clients' partitions are the
+  ``k`` disjoint parts of subsample-and-aggregate; ``eps0`` calibrated so that even the
+  worst-case number of iterations stays within the budget (advanced composition);
+* Opt (non-private): the candidate with the best test accuracy; RandGuess (no data): a uniformly
+  random candidate, reported by its expected test accuracy (the mean over candidates).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from dphype.candidates import CandidateList
+
+DPHYPE_ASSUMPTIONS: tuple[str, ...] = (
+    "client-level DP, replace-one neighbouring clients (top-k votes: L2 sqrt(2k), L1 2k)",
+    "secure aggregation reveals only the sum; at least (1 - dropout) n clients add their noise share",
+    "no trusted curator: the server never sees a client's votes or data",
+)
+
+
+@dataclass
+class SharedInputs:
+    """Scores every method draws from, with the seconds it took to compute them."""
+
+    client_scores: np.ndarray  # (clients, candidates) local validation accuracy
+    validation_accuracy: np.ndarray  # (candidates,) central models on the 20 % validation split
+    test_accuracy: np.ndarray  # (candidates,) central models on the test split
+    validation_size: int
+    client_seconds: float
+    central_seconds: float
+
+
+def score_clients(
+    dataset: str,
+    candidates: CandidateList,
+    clients: int,
+    *,
+    seed: int,
+    epochs: int | None,
+    partition: str,
+    beta: float | None,
+    data_dir: str | None,
+    progress: Callable[[int, int], None] | None = None,
+) -> np.ndarray:
+    """Every client's local scores via :func:`dphype.task.make_task` (``(clients, candidates)``)."""
+    from dphype.task import make_task
+
+    rows = []
+    for i in range(clients):
+        task = make_task(dataset, i, clients, seed=seed, partition=partition, beta=beta, epochs=epochs,
+                         data_dir=data_dir)
+        rows.append(np.asarray(task.score(candidates), dtype=np.float64))
+        if progress is not None:
+            progress(i + 1, clients)
+    return np.stack(rows)
+
+
+def central_accuracies(
+    dataset: str, candidates: CandidateList, *, seed: int, epochs: int | None, data_dir: str | None
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Train every candidate on the pool's fit split; accuracy on its validation split and on test."""
+    from dphype.data import split_indices
+    from dphype.models import MODEL_FOR_DATASET
+    from dphype.task import default_epochs, load_cached
+    from dphype.training import VALIDATION_FRACTION, accuracy, train_candidates
+
+    pool, test = load_cached(dataset, data_dir)
+    fit_idx, val_idx = split_indices(len(pool), VALIDATION_FRACTION, seed)
+    models = train_candidates(MODEL_FOR_DATASET[dataset], pool.subset(fit_idx), candidates,
+                              epochs=default_epochs(dataset) if epochs is None else epochs, seed=seed)
+    return accuracy(models, pool.subset(val_idx)), accuracy(models, test), len(val_idx)
+
+
+class _FixedScores:
+    """A :class:`dphype.task.Task` returning precomputed local scores (the client's own)."""
+
+    maximize = True
+
+    def __init__(self, scores: np.ndarray) -> None:
+        self._scores = scores
+
+    def score(self, candidates: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        return self._scores
+
+
+def dphype_select(
+    client_scores: np.ndarray,
+    candidates: CandidateList,
+    *,
+    epsilon: float,
+    delta: float,
+    k: int,
+    noise: str,
+    accountant: str | None,
+    rng: np.random.Generator,
+) -> tuple[int, dict[str, Any]]:
+    """DP-Hype's selection through the real client and server code; returns (index, privacy report)."""
+    from dphype.client import DPHypeClient
+    from dphype.secure_sum import decode_sum
+    from dphype.strategy import DPHypeStrategy, make_vote_request
+
+    n = len(client_scores)
+    request = make_vote_request(candidates, epsilon=epsilon, delta=delta, k=k, clients=n, noise=noise,
+                                accountant=accountant)
+    flwr_logger = logging.getLogger("flwr")
+    level = flwr_logger.level
+    flwr_logger.setLevel(logging.WARNING)  # the client logs two lines per vote
+    try:
+        encoded = [
+            DPHypeClient(_FixedScores(scores), candidates, rng=rng).noisy_votes(request)
+            for scores in client_scores
+        ]
+    finally:
+        flwr_logger.setLevel(level)
+    strategy = DPHypeStrategy(candidates, request)
+    strategy.on_sum(decode_sum(np.sum(encoded, axis=0) / n, n, noise), n)
+    assert strategy.result is not None
+    return strategy.result.selected_index, strategy.result.report.to_dict()
+
+
+def _row(method: str, *, epsilon: float | None, delta: float | None, accountant: str, assumptions: Sequence[str],
+         trusted_curator: bool, index: int | None, candidates: CandidateList, test_accuracy: float,
+         seconds: float, **extra: Any) -> dict[str, Any]:
+    return {
+        "method": method,
+        "epsilon": epsilon,
+        "delta": delta,
+        "accountant": accountant,
+        "assumptions": list(assumptions),
+        "trusted_curator": trusted_curator,
+        "selected_index": index,
+        "selected": None if index is None else dict(candidates[index]),
+        "test_accuracy": test_accuracy,
+        "wall_seconds": seconds,
+        **extra,
+    }
+
+
+def compare(
+    *,
+    dataset: str = "adult",
+    candidates: CandidateList,
+    epsilon: float = 1.0,
+    delta: float = 1e-5,
+    clients: int = 50,
+    k: int = 5,
+    noise: str = "skellam",
+    accountant: str | None = None,
+    epochs: int | None = None,
+    partition: str = "iid",
+    beta: float | None = None,
+    dpbo_iterations: int = 30,
+    dpbo_noise_var: float = 1e-4,
+    dpbo_lengthscale: float = 0.5,
+    granularity: float = 0.05,
+    lower_bound: float = 0.5,
+    seed: int = 0,
+    data_dir: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[dict[str, Any]], SharedInputs]:
+    """Run every method on one task / candidate list / (epsilon, delta); returns table rows."""
+    from dphype.accounting import check_delta, check_epsilon
+    from dphype.central.dpbo import candidate_features, dp_bo
+    from dphype.central.propose_test import calibrate_eps0, propose_test
+
+    check_epsilon(epsilon)
+    check_delta(delta)
+    if not 1 <= dpbo_iterations:
+        raise ValueError(f"dpbo_iterations must be >= 1, got {dpbo_iterations}")
+    rng = np.random.default_rng(seed)
+
+    t0 = time.perf_counter()
+    client_scores = score_clients(dataset, candidates, clients, seed=seed, epochs=epochs, partition=partition,
+                                  beta=beta, data_dir=data_dir, progress=progress)
+    client_seconds = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    val_acc, test_acc, val_size = central_accuracies(dataset, candidates, seed=seed, epochs=epochs,
+                                                     data_dir=data_dir)
+    central_seconds = time.perf_counter() - t0
+    shared = SharedInputs(client_scores, val_acc, test_acc, val_size, client_seconds, central_seconds)
+    failed = np.nan_to_num(test_acc, nan=0.0)  # a diverged candidate has test accuracy 0
+    rows: list[dict[str, Any]] = []
+
+    t0 = time.perf_counter()
+    index, report = dphype_select(client_scores, candidates, epsilon=epsilon, delta=delta, k=k, noise=noise,
+                                  accountant=accountant, rng=rng)
+    rows.append(_row("DP-Hype", epsilon=report["epsilon"], delta=report["delta"],
+                     accountant=f"{report['accountant']} ({report['noise']} noise, sigma={report['sigma']:.4g})",
+                     assumptions=DPHYPE_ASSUMPTIONS, trusted_curator=False, index=index, candidates=candidates,
+                     test_accuracy=float(failed[index]), seconds=client_seconds + time.perf_counter() - t0,
+                     clients=clients, k=k))
+
+    t0 = time.perf_counter()
+    gains = np.nan_to_num(val_acc, nan=0.0)
+    bo = dp_bo(lambda i: float(gains[i]), candidate_features(list(candidates)),
+               iterations=min(dpbo_iterations, len(candidates)), epsilon=epsilon, delta=delta,
+               noise_var=dpbo_noise_var, kernel_gap=1.0 / (2.0 * val_size**2), lengthscale=dpbo_lengthscale,
+               release_gain=False, rng=rng)
+    info = bo.to_dict()
+    rows.append(_row("DP-BO", epsilon=info["epsilon"], delta=info["delta"], accountant=info["accountant"],
+                     assumptions=info["assumptions"], trusted_curator=True, index=bo.index, candidates=candidates,
+                     test_accuracy=float(failed[bo.index]), seconds=central_seconds + time.perf_counter() - t0,
+                     evaluations=info["evaluations"], mean_sensitivity=info["mean_sensitivity"],
+                     max_selection_probability=float(bo.probabilities.max())))
+
+    t0 = time.perf_counter()
+    delta_slack = delta
+    eps0 = calibrate_eps0(epsilon, delta_slack, granularity, lower_bound)
+    pt = propose_test(np.nan_to_num(client_scores, nan=0.0), eps0=eps0, granularity=granularity,
+                      lower_bound=lower_bound, delta_slack=delta_slack, rng=rng)
+    info = pt.to_dict()
+    chosen = pt.index if pt.index is not None else int(rng.integers(len(candidates)))
+    rows.append(_row("propose-test", epsilon=info["epsilon_tuning_worst_case"], delta=delta_slack,
+                     accountant=info["accountant"], assumptions=info["assumptions"], trusted_curator=True,
+                     index=chosen, candidates=candidates, test_accuracy=float(failed[chosen]),
+                     seconds=client_seconds + time.perf_counter() - t0, iterations=pt.iterations,
+                     epsilon_realised_iterations=info["epsilon_tuning"], eps0=eps0, parts=len(client_scores),
+                     fallback_uniform=pt.index is None))
+
+    best = int(np.argmax(failed))
+    rows.append(_row("Opt", epsilon=None, delta=None, accountant="none (non-private: no finite epsilon)",
+                     assumptions=("uses test accuracy of every candidate: no privacy",), trusted_curator=True,
+                     index=best, candidates=candidates, test_accuracy=float(failed[best]),
+                     seconds=central_seconds))
+    rows.append(_row("RandGuess", epsilon=0.0, delta=0.0, accountant="none (data-independent)",
+                     assumptions=("uniformly random candidate; accuracy is the expectation over candidates",),
+                     trusted_curator=False, index=None, candidates=candidates,
+                     test_accuracy=float(failed.mean()), seconds=0.0))
+    return rows, shared
+
+
+def write_table(rows: Sequence[Mapping[str, Any]], out: str, title: str) -> list[str]:
+    """Write ``compare.csv`` and ``compare.png`` (test accuracy per method, privacy in the labels)."""
+    import csv
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(out, exist_ok=True)
+    csv_path = os.path.join(out, "compare.csv")
+    fields = ["method", "epsilon", "delta", "accountant", "trusted_curator", "selected_index", "selected",
+              "test_accuracy", "wall_seconds", "assumptions"]
+    with open(csv_path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({**row, "assumptions": " | ".join(row["assumptions"])})
+    png_path = os.path.join(out, "compare.png")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    labels = [
+        f"{r['method']}\neps=" + ("inf" if r["epsilon"] is None else f"{r['epsilon']:.3g}")
+        + ("\n(curator)" if r["trusted_curator"] else "")
+        for r in rows
+    ]
+    colors = ["C2" if not r["trusted_curator"] else "C0" for r in rows]
+    ax.bar(range(len(rows)), [r["test_accuracy"] for r in rows], color=colors)
+    ax.set_xticks(range(len(rows)), labels, fontsize=8)
+    ax.set_ylabel("test accuracy of the selected candidate")
+    low = min(r["test_accuracy"] for r in rows)
+    ax.set_ylim(max(0.0, low - 0.1), 1.0)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=120)
+    plt.close(fig)
+    return [csv_path, png_path]
