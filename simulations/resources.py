@@ -3,8 +3,9 @@
 * **Local evaluation**, per client: wall time and peak memory of one client scoring every candidate
   (:meth:`dphype.task.TorchTask.score`). On a GPU the memory is ``torch.cuda.max_memory_allocated`` (what
   the paper reports); on a CPU it is the growth of the process's peak resident set size during scoring
-  (``resource.getrusage(...).ru_maxrss`` minus the resident size just before), measured in a fresh
-  subprocess per client so that earlier work cannot hide it. Averaged over ``--measured-clients``.
+  (Linux: the peak ``VmHWM`` is reset through ``/proc/self/clear_refs`` just before scoring, and the
+  resident size at that moment is subtracted; a tiny warm-up run first keeps torch's one-off start-up
+  allocations out), in a fresh subprocess per client. Averaged over ``--measured-clients``.
 * **Voting round**: one DP-Hype release over Flower + SecAgg+ (:func:`simulations.flower.vote_through_flower`)
   with a 100-entry vote vector and ``n`` clients; per-client upload/download payload and the round's wall
   time. As in the paper: number of shares ``0.3 n``, reconstruction threshold = number of shares. Scores
@@ -23,10 +24,19 @@ import numpy as np
 from simulations import harness
 
 
+def _status_kb(field: str) -> int:
+    """A ``kB`` field of ``/proc/self/status`` (VmRSS: resident now, VmHWM: peak since the last reset)."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not found in /proc/self/status")
+
+
 def _measure_client(dataset: str, partition_id: int, clients: int, seed: int, epochs: int, candidates_json: str,
                     data_dir: str | None) -> dict[str, float]:
     """Runs in a fresh subprocess: one client's local evaluation, its seconds and memory overhead (MB)."""
-    import resource
+    import dataclasses
     import time
 
     import torch
@@ -36,18 +46,22 @@ def _measure_client(dataset: str, partition_id: int, clients: int, seed: int, ep
 
     task = make_task(dataset, partition_id, clients, seed=seed, epochs=epochs, data_dir=data_dir)
     candidates = CandidateList.from_json(candidates_json)
+    # warm-up on 20 rows and one candidate: torch's one-off start-up allocations are not the evaluation's
+    dataclasses.replace(task, data=task.data.subset(np.arange(min(20, len(task.data)))), epochs=1).score(
+        CandidateList([candidates[0]]))
     gpu = torch.cuda.is_available()
     if gpu:
         torch.cuda.reset_peak_memory_stats()
-    with open("/proc/self/statm") as fh:
-        rss_before_kb = int(fh.read().split()[1]) * (resource.getpagesize() // 1024)
+    rss_before_kb = _status_kb("VmRSS")
+    with open("/proc/self/clear_refs", "w") as fh:  # reset the peak RSS (VmHWM) to the current RSS (Linux)
+        fh.write("5")
     start = time.perf_counter()
     task.score(candidates)
     seconds = time.perf_counter() - start
     if gpu:
         memory_mb = torch.cuda.max_memory_allocated() / 2**20
     else:
-        memory_mb = max(0.0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before_kb) / 1024
+        memory_mb = max(0, _status_kb("VmHWM") - rss_before_kb) / 1024
     return {"seconds": seconds, "memory_mb": memory_mb, "rows": float(len(task.data)), "gpu": float(gpu)}
 
 
