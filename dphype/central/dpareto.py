@@ -162,6 +162,7 @@ class Surrogate:
         from botorch.models import SingleTaskGP
         from botorch.models.utils.gpytorch_modules import get_matern_kernel_with_gamma_prior
         from gpytorch.mlls import ExactMarginalLogLikelihood
+        from linear_operator.utils.cholesky import psd_safe_cholesky
 
         x = torch.from_numpy(np.ascontiguousarray(x_unit, dtype=np.float64))
         y = torch.from_numpy(self._targets(y_t))
@@ -190,7 +191,7 @@ class Surrogate:
                 model.eval()
                 k = model.covar_module(x).to_dense()
                 k = k + model.likelihood.noise * torch.eye(len(x), dtype=x.dtype)
-                chol = torch.linalg.cholesky(k)
+                chol = psd_safe_cholesky(k)  # adds jitter if duplicates make k near-singular
                 resid = (y[:, j] - model.mean_module(x)).unsqueeze(-1)
                 self._cache.append((x, chol, torch.cholesky_solve(resid, chol)))
 
