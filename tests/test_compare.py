@@ -26,7 +26,7 @@ def test_compare_tiny_configuration(tmp_path):
 
     out = tmp_path / "cmp"
     argv = ["compare", "--candidates", "table3:random:6:1", "--clients", "4", "--epochs", "1",
-            "--dpbo-iterations", "4", "--out", str(out), "--json"]
+            "--dpbo-iterations", "4", "--repetitions", "3", "--out", str(out), "--json"]
     import contextlib
     import io
 
@@ -42,7 +42,8 @@ def test_compare_tiny_configuration(tmp_path):
     assert rows["DP-Hype"]["epsilon"] == pytest.approx(1.0, rel=1e-6)
     assert rows["DP-BO"]["epsilon"] == 1.0 and rows["DP-BO"]["delta"] == 1e-5
     assert rows["propose-test"]["epsilon"] <= 1.0 + 1e-9
-    assert rows["propose-test"]["epsilon_realised_iterations"] <= rows["propose-test"]["epsilon"] + 1e-12
+    assert rows["propose-test"]["epsilon_realised_iterations_max"] <= rows["propose-test"]["epsilon"] + 1e-12
+    assert rows["DP-Hype"]["repetitions"] == 3 and rows["DP-Hype"]["test_accuracy_std"] >= 0
     assert rows["Opt"]["epsilon"] is None and "non-private" in rows["Opt"]["accountant"]
     best = rows["Opt"]["test_accuracy"]
     assert all(0.0 <= r["test_accuracy"] <= best + 1e-12 for r in rows.values())

@@ -32,6 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dpbo-iterations", type=int, default=30, help="DP-BO GP-UCB steps T (default 30)")
     parser.add_argument("--granularity", type=float, default=0.05, help="propose-test utility step g")
     parser.add_argument("--lower-bound", type=float, default=0.5, help="propose-test utility lower bound u0")
+    parser.add_argument("--repetitions", type=int, default=20,
+                        help="independent repetitions of each private selection (default 20)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="results/compare", help="output folder (default results/compare)")
 
@@ -50,7 +52,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         dataset=args.dataset, candidates=candidates, epsilon=args.epsilon, delta=args.delta, clients=args.clients,
         k=args.k, noise=args.noise, accountant=args.accountant, epochs=args.epochs, partition=args.partition,
         beta=args.beta, dpbo_iterations=args.dpbo_iterations, granularity=args.granularity,
-        lower_bound=args.lower_bound, seed=args.seed, data_dir=args.data_dir,
+        lower_bound=args.lower_bound, repetitions=args.repetitions, seed=args.seed, data_dir=args.data_dir,
         progress=None if args.json else _progress,
     )
     title = (f"{args.dataset}, {len(candidates)} candidates, eps={args.epsilon:g}, delta={args.delta:g}, "
@@ -61,7 +63,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             eps = "inf" if r["epsilon"] is None else f"{r['epsilon']:.4g}"
             delta = "-" if r["delta"] is None else f"{r['delta']:.2g}"
             print(f"{r['method']:>12}  eps={eps:<8} delta={delta:<8} "
-                  f"curator={'yes' if r['trusted_curator'] else 'no ':3}  acc={r['test_accuracy']:.4f}  "
+                  f"curator={'yes' if r['trusted_curator'] else 'no ':3}  acc={r['test_accuracy']:.4f}"
+                  f"{'' if 'test_accuracy_std' not in r else '+-%.4f' % r['test_accuracy_std']}  "
                   f"{r['wall_seconds']:7.1f}s  {r['selected']}  [{r['accountant']}]")
     return {
         "rows": rows,

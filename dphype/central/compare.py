@@ -181,11 +181,18 @@ def compare(
     dpbo_lengthscale: float = 0.5,
     granularity: float = 0.05,
     lower_bound: float = 0.5,
+    repetitions: int = 20,
     seed: int = 0,
     data_dir: str | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[dict[str, Any]], SharedInputs]:
-    """Run every method on one task / candidate list / (epsilon, delta); returns table rows."""
+    """Run every method on one task / candidate list / (epsilon, delta); returns table rows.
+
+    The private selections are repeated ``repetitions`` times with independent randomness on the
+    same shared inputs (as the DP-Hype paper averages runs): a row reports the modal selection,
+    the mean and std of the selections' test accuracy, and a wall time of the shared inputs plus
+    one selection. Each repetition alone spends the row's (epsilon, delta).
+    """
     from dphype.accounting import check_delta, check_epsilon
     from dphype.central.dpbo import candidate_features, dp_bo
     from dphype.central.propose_test import calibrate_eps0, propose_test
@@ -194,6 +201,8 @@ def compare(
     check_delta(delta)
     if not 1 <= dpbo_iterations:
         raise ValueError(f"dpbo_iterations must be >= 1, got {dpbo_iterations}")
+    if not 1 <= repetitions:
+        raise ValueError(f"repetitions must be >= 1, got {repetitions}")
     rng = np.random.default_rng(seed)
 
     t0 = time.perf_counter()
@@ -205,54 +214,84 @@ def compare(
                                                      data_dir=data_dir)
     central_seconds = time.perf_counter() - t0
     shared = SharedInputs(client_scores, val_acc, test_acc, val_size, client_seconds, central_seconds)
-    failed = np.nan_to_num(test_acc, nan=0.0)  # a diverged candidate has test accuracy 0
+    test_scores = np.nan_to_num(test_acc, nan=0.0)  # a diverged candidate has test accuracy 0
     rows: list[dict[str, Any]] = []
 
-    t0 = time.perf_counter()
-    index, report = dphype_select(client_scores, candidates, epsilon=epsilon, delta=delta, k=k, noise=noise,
-                                  accountant=accountant, rng=rng)
+    gains = np.nan_to_num(val_acc, nan=0.0)
+    features = candidate_features(list(candidates))
+    eps0 = calibrate_eps0(epsilon, delta, granularity, lower_bound)
+    part_utilities = np.nan_to_num(client_scores, nan=0.0)
+
+    def run_dphype(r: np.random.Generator) -> tuple[int, dict[str, Any]]:
+        return dphype_select(client_scores, candidates, epsilon=epsilon, delta=delta, k=k, noise=noise,
+                             accountant=accountant, rng=r)
+
+    def run_dpbo(r: np.random.Generator) -> tuple[int, dict[str, Any]]:
+        bo = dp_bo(lambda i: float(gains[i]), features, iterations=min(dpbo_iterations, len(candidates)),
+                   epsilon=epsilon, delta=delta, noise_var=dpbo_noise_var, kernel_gap=1.0 / (2.0 * val_size**2),
+                   lengthscale=dpbo_lengthscale, release_gain=False, rng=r)
+        return bo.index, {**bo.to_dict(), "max_selection_probability": float(bo.probabilities.max())}
+
+    def run_propose_test(r: np.random.Generator) -> tuple[int, dict[str, Any]]:
+        pt = propose_test(part_utilities, eps0=eps0, granularity=granularity, lower_bound=lower_bound,
+                          delta_slack=delta, rng=r)
+        # s* stays empty if no threshold was ever passed: fall back to a data-independent uniform pick
+        chosen = pt.index if pt.index is not None else int(r.integers(len(candidates)))
+        return chosen, {**pt.to_dict(), "fallback_uniform": pt.index is None}
+
+    runs = {}
+    for name, method in (("DP-Hype", run_dphype), ("DP-BO", run_dpbo), ("propose-test", run_propose_test)):
+        t0 = time.perf_counter()
+        runs[name] = [method(r) for r in rng.spawn(repetitions)]
+        runs[name + ":seconds"] = (time.perf_counter() - t0) / repetitions
+
+    def summary(name: str) -> dict[str, Any]:
+        picks = np.array([index for index, _ in runs[name]])
+        accs = test_scores[picks]
+        values, counts = np.unique(picks, return_counts=True)
+        return {"index": int(values[np.argmax(counts)]), "test_accuracy": float(accs.mean()),
+                "test_accuracy_std": float(accs.std()), "distinct_selections": int(len(values)),
+                "repetitions": repetitions, "info": runs[name][0][1], "seconds": runs[name + ":seconds"]}
+
+    rep = summary("DP-Hype")
+    report = rep["info"]
     rows.append(_row("DP-Hype", epsilon=report["epsilon"], delta=report["delta"],
                      accountant=f"{report['accountant']} ({report['noise']} noise, sigma={report['sigma']:.4g})",
-                     assumptions=DPHYPE_ASSUMPTIONS, trusted_curator=False, index=index, candidates=candidates,
-                     test_accuracy=float(failed[index]), seconds=client_seconds + time.perf_counter() - t0,
-                     clients=clients, k=k))
-
-    t0 = time.perf_counter()
-    gains = np.nan_to_num(val_acc, nan=0.0)
-    bo = dp_bo(lambda i: float(gains[i]), candidate_features(list(candidates)),
-               iterations=min(dpbo_iterations, len(candidates)), epsilon=epsilon, delta=delta,
-               noise_var=dpbo_noise_var, kernel_gap=1.0 / (2.0 * val_size**2), lengthscale=dpbo_lengthscale,
-               release_gain=False, rng=rng)
-    info = bo.to_dict()
+                     assumptions=DPHYPE_ASSUMPTIONS, trusted_curator=False, index=rep["index"], candidates=candidates,
+                     test_accuracy=rep["test_accuracy"], seconds=client_seconds + rep["seconds"],
+                     test_accuracy_std=rep["test_accuracy_std"], distinct_selections=rep["distinct_selections"],
+                     repetitions=repetitions, clients=clients, k=k))
+    rep = summary("DP-BO")
+    info = rep["info"]
     rows.append(_row("DP-BO", epsilon=info["epsilon"], delta=info["delta"], accountant=info["accountant"],
-                     assumptions=info["assumptions"], trusted_curator=True, index=bo.index, candidates=candidates,
-                     test_accuracy=float(failed[bo.index]), seconds=central_seconds + time.perf_counter() - t0,
-                     evaluations=info["evaluations"], mean_sensitivity=info["mean_sensitivity"],
-                     max_selection_probability=float(bo.probabilities.max())))
-
-    t0 = time.perf_counter()
-    delta_slack = delta
-    eps0 = calibrate_eps0(epsilon, delta_slack, granularity, lower_bound)
-    pt = propose_test(np.nan_to_num(client_scores, nan=0.0), eps0=eps0, granularity=granularity,
-                      lower_bound=lower_bound, delta_slack=delta_slack, rng=rng)
-    info = pt.to_dict()
-    chosen = pt.index if pt.index is not None else int(rng.integers(len(candidates)))
-    rows.append(_row("propose-test", epsilon=info["epsilon_tuning_worst_case"], delta=delta_slack,
+                     assumptions=info["assumptions"], trusted_curator=True, index=rep["index"], candidates=candidates,
+                     test_accuracy=rep["test_accuracy"], seconds=central_seconds + rep["seconds"],
+                     test_accuracy_std=rep["test_accuracy_std"], distinct_selections=rep["distinct_selections"],
+                     repetitions=repetitions, evaluations=info["evaluations"],
+                     mean_sensitivity=info["mean_sensitivity"],
+                     max_selection_probability=info["max_selection_probability"]))
+    rep = summary("propose-test")
+    info = rep["info"]
+    iterations = [i["iterations"] for _, i in runs["propose-test"]]
+    rows.append(_row("propose-test", epsilon=info["epsilon_tuning_worst_case"], delta=delta,
                      accountant=info["accountant"], assumptions=info["assumptions"], trusted_curator=True,
-                     index=chosen, candidates=candidates, test_accuracy=float(failed[chosen]),
-                     seconds=client_seconds + time.perf_counter() - t0, iterations=pt.iterations,
-                     epsilon_realised_iterations=info["epsilon_tuning"], eps0=eps0, parts=len(client_scores),
-                     fallback_uniform=pt.index is None))
+                     index=rep["index"], candidates=candidates, test_accuracy=rep["test_accuracy"],
+                     seconds=client_seconds + rep["seconds"], test_accuracy_std=rep["test_accuracy_std"],
+                     distinct_selections=rep["distinct_selections"], repetitions=repetitions,
+                     iterations_mean=float(np.mean(iterations)), iterations_max=int(np.max(iterations)),
+                     epsilon_realised_iterations_max=max(i["epsilon_tuning"] for _, i in runs["propose-test"]),
+                     eps0=eps0, parts=len(client_scores),
+                     fallback_uniform=sum(i["fallback_uniform"] for _, i in runs["propose-test"])))
 
-    best = int(np.argmax(failed))
+    best = int(np.argmax(test_scores))
     rows.append(_row("Opt", epsilon=None, delta=None, accountant="none (non-private: no finite epsilon)",
                      assumptions=("uses test accuracy of every candidate: no privacy",), trusted_curator=True,
-                     index=best, candidates=candidates, test_accuracy=float(failed[best]),
+                     index=best, candidates=candidates, test_accuracy=float(test_scores[best]),
                      seconds=central_seconds))
     rows.append(_row("RandGuess", epsilon=0.0, delta=0.0, accountant="none (data-independent)",
                      assumptions=("uniformly random candidate; accuracy is the expectation over candidates",),
                      trusted_curator=False, index=None, candidates=candidates,
-                     test_accuracy=float(failed.mean()), seconds=0.0))
+                     test_accuracy=float(test_scores.mean()), seconds=0.0))
     return rows, shared
 
 
@@ -268,7 +307,7 @@ def write_table(rows: Sequence[Mapping[str, Any]], out: str, title: str) -> list
     os.makedirs(out, exist_ok=True)
     csv_path = os.path.join(out, "compare.csv")
     fields = ["method", "epsilon", "delta", "accountant", "trusted_curator", "selected_index", "selected",
-              "test_accuracy", "wall_seconds", "assumptions"]
+              "test_accuracy", "test_accuracy_std", "repetitions", "wall_seconds", "assumptions"]
     with open(csv_path, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
@@ -282,9 +321,10 @@ def write_table(rows: Sequence[Mapping[str, Any]], out: str, title: str) -> list
         for r in rows
     ]
     colors = ["C2" if not r["trusted_curator"] else "C0" for r in rows]
-    ax.bar(range(len(rows)), [r["test_accuracy"] for r in rows], color=colors)
+    ax.bar(range(len(rows)), [r["test_accuracy"] for r in rows], color=colors,
+           yerr=[r.get("test_accuracy_std", 0.0) for r in rows], capsize=3)
     ax.set_xticks(range(len(rows)), labels, fontsize=8)
-    ax.set_ylabel("test accuracy of the selected candidate")
+    ax.set_ylabel("test accuracy of the selection (mean +- std)")
     low = min(r["test_accuracy"] for r in rows)
     ax.set_ylim(max(0.0, low - 0.1), 1.0)
     ax.set_title(title, fontsize=9)
