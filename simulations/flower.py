@@ -124,12 +124,33 @@ def vote_through_flower(
     return out
 
 
+def replay_picks(scores: np.ndarray, *, k: int, epsilon: float, delta: float, maximize: bool = True,
+                 noise: str = "skellam", accountant: str | None = None, repetitions: int = 2000,
+                 seed: int = 0) -> np.ndarray:
+    """How often the harness's replay picks each candidate for the same clients' scores and release.
+
+    The reference distribution a single Flower run is compared with (same votes, same calibration;
+    Flower's defaults: Skellam noise, RDP accountant).
+    """
+    from simulations import harness
+
+    votes = harness.client_votes(scores, k, maximize=maximize).sum(axis=0)
+    sigma = harness.sigma_for(epsilon, delta, k, num_candidates=scores.shape[1], accountant=accountant, noise=noise)
+    noisy = harness.noisy_sums(votes, sigma=sigma, clients=scores.shape[0], repetitions=repetitions,
+                               rng=np.random.default_rng(seed), kind=noise)
+    return np.bincount(harness.select_rows(noisy), minlength=scores.shape[1]) / repetitions
+
+
 def flower_check(fed: Any, candidates: Any, scores: np.ndarray, accuracy: np.ndarray, *, k: int, epsilon: float,
                  delta: float) -> dict[str, Any]:
-    """The ``--flower`` record of a data-driven study: one real release on the study's cached local scores."""
+    """The ``--flower`` record of a data-driven study: one real release on the study's cached local scores,
+    with the replay's probability of the same pick and the replay's expected accuracy for comparison."""
     eps = epsilon if np.isfinite(epsilon) else 1e6  # Flower needs a finite budget; 1e6 ~ no noise
     out = vote_through_flower(scores, candidates, epsilon=eps, delta=delta, k=k, maximize=True)
-    out.update({"dataset": fed.dataset, "partition": fed.label, "epsilon": eps,
+    picks = replay_picks(scores, k=k, epsilon=eps, delta=delta)
+    out.update({"dataset": fed.dataset, "clients": fed.clients, "partition": fed.label, "epsilon": eps,
                 "selected": candidates[out["selected_index"]],
-                "selected_accuracy": float(accuracy[out["selected_index"]])})
+                "selected_accuracy": float(accuracy[out["selected_index"]]),
+                "replay_probability_of_selected": float(picks[out["selected_index"]]),
+                "replay_expected_accuracy": float(picks @ accuracy)})
     return json.loads(json.dumps(out, default=str))

@@ -281,9 +281,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="auto: fast exact samplers; losses: draw every loss (reference, slower)")
     parser.add_argument("--workers", type=int, default=2, help="threads (default 2)")
     parser.add_argument("--flower", action="store_true",
-                        help="also run one configuration (|H_good|=5, |H|=100, sigma_loss=0.2, k=5, first epsilon) "
+                        help="also run one configuration (|H_good|=5, |H|=100, sigma_loss=0.2, k=5, largest epsilon) "
                              "once through Flower + SecAgg+ with --flower-clients clients")
-    parser.add_argument("--flower-clients", type=int, default=20, help="clients of the --flower run (default 20)")
+    parser.add_argument("--flower-clients", type=int, default=50, help="clients of the --flower run (default 50)")
 
 
 def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
@@ -343,17 +343,21 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
 
 
 def flower_check(settings: Settings, clients: int, seed: int) -> dict[str, Any]:
-    """One synthetic configuration through Flower + SecAgg+: do the real clients pick a good candidate?"""
+    """One synthetic configuration (``|H_good| = 5``, ``|H| = 100``, ``sigma_loss = 0.2``, ``k = 5``, the
+    largest epsilon) through Flower + SecAgg+, with the replay's success probability for the same votes."""
     from dphype.candidates import table_iii_grid
-    from simulations.flower import vote_through_flower
+    from simulations.flower import replay_picks, vote_through_flower
 
     model = LossModel(5, 100, 0.2)
+    eps = max(settings.epsilons)
     losses = model.losses(harness.check_clients(clients), np.random.default_rng(seed))
-    out = vote_through_flower(losses, table_iii_grid(), epsilon=settings.epsilons[0], delta=settings.delta, k=5,
-                              maximize=False)
-    return {"clients": clients, "num_good": 5, "num_candidates": 100, "sigma_loss": 0.2, "k": 5,
-            "epsilon": settings.epsilons[0], "selected_index": out["selected_index"],
-            "selected_is_good": out["selected_index"] < model.num_good, "round_seconds": round(out["round_seconds"], 3)}
+    out = vote_through_flower(losses, table_iii_grid(), epsilon=eps, delta=settings.delta, k=5, maximize=False)
+    picks = replay_picks(losses, k=5, epsilon=eps, delta=settings.delta, maximize=False)
+    return {"clients": clients, "num_good": 5, "num_candidates": 100, "sigma_loss": 0.2, "k": 5, "epsilon": eps,
+            "noise": "skellam", "selected_index": out["selected_index"],
+            "selected_is_good": out["selected_index"] < model.num_good,
+            "replay_good_probability": float(picks[: model.num_good].sum()),
+            "round_seconds": round(out["round_seconds"], 3)}
 
 
 _XLABEL = {"a": r"$\sigma_{loss}$ ($|H_{good}|=5$, $|H|=100$)", "b": r"$|H_{good}|$ ($\sigma_{loss}=0.2$, $|H|=100$)",
