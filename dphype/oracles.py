@@ -129,10 +129,6 @@ class Domain:
                         f"{p.name} must be {kind} in [{p.low}, {p.high}], got {c[p.name]!r}"
                     )
 
-    def sample_unit(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` uniform points of the unit cube (uniform / log-uniform per axis)."""
-        return rng.random((n, self.dim))
-
     def grid(self, points_per_axis: int) -> list[Config]:
         """Full grid with ``points_per_axis`` values per axis, end points included (DPareto Sec. 4.3)."""
         if points_per_axis < 1:

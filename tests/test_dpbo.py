@@ -26,15 +26,16 @@ def test_laplace_scale_and_theorem7_sensitivity():
     # min(g*/m, L/(m lmin)) + (lmax - lmin) L / (lmax lmin)
     sens = dpbo.lipschitz_gain_sensitivity(100, lipschitz=1.0, lam_min=0.1, lam_max=1.0, loss_bound=1.0)
     assert sens == pytest.approx(min(1 / 100, 1 / (100 * 0.1)) + 0.9 / 0.1)
-    noisy, scale = dpbo.dp_bo_lipschitz([0.7, 0.8], epsilon=2.0, validation_size=100, lipschitz=1.0,
-                                        lam_min=0.1, lam_max=1.0, loss_bound=1.0, rng=np.random.default_rng(0))
-    assert scale == pytest.approx(sens / 2.0) and math.isfinite(noisy)
+    out = dpbo.dp_bo_lipschitz([0.7, 0.8], epsilon=2.0, validation_size=100, lipschitz=1.0,
+                               lam_min=0.1, lam_max=1.0, loss_bound=1.0, rng=np.random.default_rng(0))
+    assert out["laplace_scale"] == pytest.approx(sens / 2.0) and math.isfinite(out["noisy_gain"])
+    assert out["delta"] == 0.0 and any("Assumption 2" in a for a in out["assumptions"])
 
 
 def test_laplace_release_has_the_claimed_scale():
     rng = np.random.default_rng(0)
     draws = np.array([dpbo.dp_bo_lipschitz([0.5], epsilon=1.0, validation_size=10, lipschitz=1.0, lam_min=1.0,
-                                           lam_max=1.0, loss_bound=1.0, rng=rng)[0] for _ in range(4000)])
+                                           lam_max=1.0, loss_bound=1.0, rng=rng)["noisy_gain"] for _ in range(4000)])
     # Lap(b) has mean absolute deviation b; here b = min(1/10, 1/10) / 1 = 0.1
     assert np.mean(np.abs(draws - 0.5)) == pytest.approx(0.1, rel=0.08)
 

@@ -21,7 +21,8 @@ Methods:
   neighbours has the standard deviation ``1/m`` of an accuracy on ``m`` records changing by one;
 * propose-test (Ding & Wu Alg. 1; central, trusted curator): the clients' partitions are the
   ``k`` disjoint parts of subsample-and-aggregate; ``eps0`` calibrated so that even the
-  worst-case number of iterations stays within the budget (advanced composition);
+  worst-case number of iterations stays within the budget (advanced composition); candidates
+  are scanned in a fresh public random order per repetition;
 * Opt (non-private): the candidate with the best test accuracy; RandGuess (no data): a uniformly
   random candidate, reported by its expected test accuracy (the mean over candidates).
 """
@@ -233,10 +234,13 @@ def compare(
         return bo.index, {**bo.to_dict(), "max_selection_probability": float(bo.probabilities.max())}
 
     def run_propose_test(r: np.random.Generator) -> tuple[int, dict[str, Any]]:
-        pt = propose_test(part_utilities, eps0=eps0, granularity=granularity, lower_bound=lower_bound,
-                          delta_slack=delta, rng=r)
+        # Alg. 1 scans the candidates in list order and, when noise dominates, accepts one of the
+        # first few: a fresh public random order keeps the list's arbitrary order out of the result.
+        order = r.permutation(len(candidates))
+        pt = propose_test(part_utilities[:, order], eps0=eps0, granularity=granularity,
+                          lower_bound=lower_bound, delta_slack=delta, rng=r)
         # s* stays empty if no threshold was ever passed: fall back to a data-independent uniform pick
-        chosen = pt.index if pt.index is not None else int(r.integers(len(candidates)))
+        chosen = int(order[pt.index]) if pt.index is not None else int(r.integers(len(candidates)))
         return chosen, {**pt.to_dict(), "fallback_uniform": pt.index is None}
 
     runs = {}

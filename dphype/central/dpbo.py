@@ -298,13 +298,19 @@ def dp_bo_lipschitz(
     lam_max: float,
     loss_bound: float,
     rng: np.random.Generator,
-) -> tuple[float, float]:
+) -> dict[str, Any]:
     """Kusner et al. Alg. 3: ``max_t f_V(w_{lambda_t}) + Lap(Theorem 7 / epsilon)``; epsilon-DP for
-    the validation set under Assumption 2 (:data:`ASSUMPTIONS_ALG3`) whatever acquisition chose the
-    ``lambda_t``. Returns ``(noisy best gain, Laplace scale)``."""
+    the validation set under Assumption 2 whatever acquisition chose the ``lambda_t``. Returns the
+    noisy best gain, the Laplace scale, the privacy spent and :data:`ASSUMPTIONS_ALG3`."""
     if len(observed_gains) == 0:
         raise ValueError("observed_gains must not be empty")
     scale = laplace_scale(
         lipschitz_gain_sensitivity(validation_size, lipschitz, lam_min, lam_max, loss_bound), epsilon
     )
-    return float(max(observed_gains)) + float(rng.laplace(0.0, scale)), scale
+    return {
+        "noisy_gain": float(max(observed_gains)) + float(rng.laplace(0.0, scale)),
+        "laplace_scale": scale,
+        "epsilon": epsilon,
+        "delta": 0.0,
+        "assumptions": list(ASSUMPTIONS_ALG3),
+    }
