@@ -112,3 +112,26 @@ def test_qnehvi_option_runs():
     result = dpareto.run_search(make_problem("svt", runs=5), "qnehvi", seeds=6, iterations=2, seed=0,
                                 pool_size=64, local_pool=16)
     assert len(result.evaluations) == 8 and math.isfinite(result.hypervolume)
+
+
+def test_pareto_cli_writes_outputs_and_reports_overhead(tmp_path):
+    import contextlib
+    import io
+    import json
+    import os
+
+    from dphype.cli import main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main(["pareto", "--oracle", "svt", "--seeds", "4", "--iterations", "3", "--runs", "5",
+                     "--baseline", "random", "--out", str(tmp_path / "p"), "--json"])
+    assert code == 0
+    result = json.loads(buf.getvalue().strip().splitlines()[-1])
+    assert result["iterations"] == 3 and result["evaluations"] == 7
+    assert result["overhead_seconds"] >= result["search_overhead_seconds"] > 0
+    assert result["hypervolume"] > 0 and "baseline_random_hypervolume" in result
+    assert [os.path.basename(p) for p in result["outputs"]] == ["evaluations.csv", "front.png", "hypervolume.png"]
+    with open(result["outputs"][0]) as fh:
+        lines = fh.read().splitlines()
+    assert lines[0].startswith("index,phase,C,b,epsilon") and len(lines) == 8
