@@ -693,6 +693,58 @@ def candidate_utility_oracle(
     return utility
 
 
+def dphype_vote_problem(
+    client_scores: np.ndarray,
+    test_accuracy: np.ndarray,
+    *,
+    delta: float,
+    noise: str = "gaussian",
+    accountant: str | None = None,
+    runs: int = 50,
+    sigma_range: tuple[float, float] = (1.0, 100.0),
+    max_k: int = 10,
+) -> ParetoProblem:
+    """DP-Hype itself as a DPareto problem over ``(sigma, k)`` for fixed local scores.
+
+    Privacy: :func:`vote_privacy_oracle`. Utility: the test accuracy of the argmax of
+    ``sum_i top_k_votes(scores_i) + sum_i noise_share_i`` (:mod:`dphype.voting`, :mod:`dphype.noise`,
+    the functions the clients use), averaged over ``runs`` noise draws; ``test_accuracy[j]`` is the
+    accuracy a model trained with candidate ``j`` reaches (e.g. from ``dphype compare``'s inputs).
+    """
+    from dphype.noise import noise_share
+    from dphype.voting import select, top_k_votes
+
+    scores = np.asarray(client_scores, dtype=np.float64)
+    acc = np.asarray(test_accuracy, dtype=np.float64)
+    if scores.ndim != 2 or scores.shape[0] < 2 or scores.shape[1] != acc.shape[0]:
+        raise ValueError(
+            f"client_scores must be (clients >= 2, candidates) matching test_accuracy, got {scores.shape} and {acc.shape}"
+        )
+    n, p = scores.shape
+    max_k = min(max_k, p)
+
+    def utility(config: Config, rng: np.random.Generator) -> UtilityResult:
+        k, sigma = int(config["k"]), float(config["sigma"])
+        votes = sum(top_k_votes(row, k) for row in scores)
+        picks = [
+            select(votes + sum(noise_share(p, sigma=sigma, clients=n, dropout=0.0, kind=noise, rng=rng)
+                               for _ in range(n)))
+            for _ in range(runs)
+        ]
+        return UtilityResult.from_runs(np.nan_to_num(acc[picks], nan=0.0))
+
+    return ParetoProblem(
+        name="dphype-votes",
+        domain=Domain((Hyperparameter("sigma", sigma_range[0], sigma_range[1], log=True),
+                       Hyperparameter("k", 1, max_k, integer=True))),
+        privacy=vote_privacy_oracle(delta=delta, num_candidates=p, accountant=accountant, noise=noise),
+        utility=utility,
+        delta=delta,
+        distributions={"sigma": Distribution("loguniform", *sigma_range), "k": Distribution("uniform", 1, max_k)},
+        description=f"DP-Hype top-k voting with {n} clients over {p} candidates ({noise} noise)",
+    )
+
+
 # ------------------------------------------------------------------------------------------ registry
 def problem_names() -> tuple[str, ...]:
     """All names accepted by :func:`make_problem`."""

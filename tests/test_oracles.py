@@ -181,3 +181,18 @@ def test_registry():
     with pytest.raises(ValueError, match="oracle must be one of"):
         oracles.make_problem("nope")
     assert math.isfinite(oracles.dpsgd_steps(2, 50, 1000)[1])
+
+
+def test_dphype_vote_problem_trades_privacy_for_accuracy():
+    rng = np.random.default_rng(0)
+    scores = rng.random((40, 10)) * 0.5
+    scores[:, 3] += 0.6  # every client ranks candidate 3 first
+    accuracy = np.full(10, 0.5)
+    accuracy[3] = 0.9
+    problem = oracles.dphype_vote_problem(scores, accuracy, delta=1e-5, runs=40)
+    quiet = problem.evaluate({"sigma": 2.0, "k": 1}, rng)
+    loud = problem.evaluate({"sigma": 100.0, "k": 1}, rng)
+    assert quiet.utility.mean == pytest.approx(0.9) and loud.utility.mean < quiet.utility.mean
+    assert loud.epsilon < quiet.epsilon
+    assert quiet.epsilon == pytest.approx(oracles.vote_privacy_oracle(delta=1e-5, num_candidates=10)(
+        {"sigma": 2.0, "k": 1}))
