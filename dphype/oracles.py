@@ -20,9 +20,10 @@ Concrete problems (:func:`make_problem`, names in :func:`problem_names`):
   subset (``dphype.data.load_dataset("mnist5k")``).
 
 The federated path plugs into the same interface: :func:`vote_privacy_oracle` is DP-Hype's
-privacy (a :class:`dphype.accounting.VoteRelease` per configuration) and
+privacy (a :class:`dphype.accounting.VoteRelease` per configuration),
 :func:`candidate_utility_oracle` scores configurations taken from a candidate list with a
-:class:`dphype.task.Task`-like scorer.
+:class:`dphype.task.Task`-like scorer, and :func:`dphype_vote_problem` makes DP-Hype's own
+``(sigma, k)`` trade-off a DPareto problem over fixed local scores.
 """
 
 from __future__ import annotations
