@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
+from dphype.accounting import resolve_accountant
 from simulations import harness
 
 #: paper defaults (Section IV-B, Fig. 2)
@@ -299,8 +301,9 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
         workers=harness.check_positive_int("workers", args.workers),
         sampler=args.sampler,
     )
-    if settings.noise == "skellam" and settings.accountant != "rdp":
-        raise ValueError("accountant must be 'rdp' for skellam noise")
+    resolve_accountant(settings.accountant, settings.noise)  # Skellam needs the RDP accountant
+    if args.flower:
+        harness.check_clients(args.flower_clients)
     for i in args.good_exponents:
         if not 0 <= i < 7:
             raise ValueError(f"good exponent must be in [0, 6] (|H_good| = 2^i < |H| = 100), got {i}")
@@ -313,8 +316,6 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     cache: dict[LossModel, dict[tuple[int, float], int]] = {}
     timings: dict[str, float] = {}
-    import time
-
     with harness.progress_bar(total, "synthetic") as bar:
         for panel, points in panels.items():
             t0 = time.perf_counter()

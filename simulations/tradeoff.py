@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from dphype.accounting import resolve_accountant
 from simulations import harness
 
 EPSILONS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 3.0, float("inf"))
@@ -52,8 +53,7 @@ def add_release_arguments(parser: argparse.ArgumentParser, *, repetitions: int) 
 
 def release_settings(args: argparse.Namespace, num_candidates: int) -> dict[str, Any]:
     """Validated privacy settings (``ValueError`` before any work)."""
-    if args.noise == "skellam" and args.accountant != "rdp":
-        raise ValueError("accountant must be 'rdp' for skellam noise")
+    resolve_accountant(args.accountant, args.noise)  # Skellam needs the RDP accountant
     k = harness.check_positive_int("k", args.k)
     if k > num_candidates:
         raise ValueError(f"k must be in [1, {num_candidates}] (number of candidates), got {k}")
