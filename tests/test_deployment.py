@@ -102,7 +102,7 @@ def test_deployment_on_loopback(federation):
             "deploy",
             "--stream",
             "--run-config",
-            f"clients={NUM_NODES} candidates='table3:random:10:0' local-epochs=1 fedavg-rounds=1",
+            f"clients={NUM_NODES} epsilon=20.0 candidates='table3:random:10:0' local-epochs=1 fedavg-rounds=1",
         ],
         cwd=REPO,
         env=env,

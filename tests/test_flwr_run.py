@@ -100,7 +100,8 @@ def test_flwr_run_offline_simulation(tmp_path):
         "--federation-config",
         "num-supernodes=5",
         "--run-config",
-        "clients=5 candidates='table3:random:10:0' local-epochs=1 fedavg-rounds=1",
+        # epsilon=20: the votes (not the noise) decide, so the accuracy check is meaningful
+        "clients=5 epsilon=20.0 candidates='table3:random:10:0' local-epochs=1 fedavg-rounds=1",
     ]
     log_marker = str(flwr_home / "local-superlink")
     try:
@@ -118,7 +119,7 @@ def test_flwr_run_offline_simulation(tmp_path):
     assert result["accuracy"] > 0.7  # Adult: the majority class alone gives ~0.76
     privacy = result["privacy"]
     assert privacy["survivors"] == 5 and privacy["noise"] == "skellam"
-    assert privacy["epsilon"] == pytest.approx(1.0, rel=1e-6)
+    assert privacy["epsilon"] == pytest.approx(20.0, rel=1e-6)
 
 
 def pyproject_run_config() -> dict:
