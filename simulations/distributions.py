@@ -5,6 +5,8 @@
   ``--show`` clients of ``n`` as stacked bars of per-label sample counts (bar length = local data size).
 * **Accuracy histograms** (Figs. 3, 8): the FedAvg test accuracy of every candidate for each
   (``n``, partition) setting, from the cache the tradeoff study fills (trained here when missing).
+
+``--flower`` runs one DP-Hype release on the first setting through Flower + SecAgg+ (like the other studies).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--show", type=int, default=10, help="clients shown per label plot (default 10)")
     parser.add_argument("--histograms", action=argparse.BooleanOptionalAction, default=True,
                         help="also train/load the FedAvg accuracies for the histograms (default on)")
+    parser.add_argument("--flower", action="store_true",
+                        help="also run DP-Hype (k=5, epsilon=1) once through Flower + SecAgg+ on the first setting")
 
 
 def label_counts(fed: harness.Federation) -> np.ndarray:
@@ -64,7 +68,18 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
         study.write_csv("distributions_accuracy.csv", acc_rows)
         plot_histograms(accuracies, study)
     sizes = {f"n={f.clients},{f.label}": [int(t.sum(axis=1).min()), int(t.sum(axis=1).max())] for f, t in counts.items()}
-    return study.result(dataset=args.dataset, scale=vars(scale), client_size_range=sizes, accuracy=summary)
+    extra: dict[str, Any] = {}
+    if args.flower:  # the first setting's partition, voted on once through the real Flower path
+        from dphype.task import load_cached
+        from simulations.flower import flower_check
+
+        fed = feds[0]
+        accuracy = harness.fill_diverged(harness.cached_accuracies(fed, candidates, scale, cache),
+                                         load_cached(fed.dataset, fed.data_dir)[1].y)
+        extra["flower"] = flower_check(fed, candidates, harness.cached_scores(fed, candidates, scale, cache),
+                                       accuracy, k=5, epsilon=1.0, delta=1e-5)
+    return study.result(**extra, dataset=args.dataset, scale=vars(scale), client_size_range=sizes,
+                        accuracy=summary)
 
 
 def plot_labels(counts: dict[harness.Federation, np.ndarray], show: int, study: harness.StudyRun) -> None:
