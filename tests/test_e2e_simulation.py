@@ -68,7 +68,7 @@ def test_apps_in_process_select_then_train():
     from clients.app import build_client_app
     from server.app import run_app
 
-    cfg = _config()
+    cfg = _config(epsilon=20.0)  # 4 clients: at epsilon=1 the noise (sigma ~10), not the vote, would decide
     grid = LocalGrid(build_client_app(cfg), cfg.clients)
     context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={})
     summary = run_app(grid, context, cfg)
