@@ -108,7 +108,8 @@ class DPHypeClient(NumPyClient):
             )
 
     def score(self) -> np.ndarray:
-        """Score every candidate on local data; refuses a wrong-length score vector."""
+        """Score every candidate on local data (``(p,)`` scores or ``(p, j)`` lexicographic keys, see
+        :func:`dphype.voting.top_k_votes`); refuses any other shape."""
         p = len(self.candidates)
         log(logging.INFO, "DP-Hype: scoring %d candidates on local data", p)
         start = time.perf_counter()
@@ -117,10 +118,10 @@ class DPHypeClient(NumPyClient):
         else:
             raw = self.task.score(self.candidates)
         scores = np.asarray(raw, dtype=np.float64)
-        if scores.shape != (p,):
+        if scores.ndim not in (1, 2) or scores.shape[0] != p or scores.size == 0:
             raise ValueError(
-                f"task.score must return one score per candidate (shape ({p},)), "
-                f"got shape {scores.shape}"
+                f"task.score must return one score per candidate, shape ({p},), or one row of "
+                f"lexicographic keys per candidate, shape ({p}, j); got shape {scores.shape}"
             )
         log(logging.INFO, "DP-Hype: scored %d candidates in %.1f s", p, time.perf_counter() - start)
         return scores

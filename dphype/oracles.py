@@ -682,13 +682,16 @@ def candidate_utility_oracle(
 ) -> UtilityOracle:
     """A utility oracle from a candidate scorer, e.g. ``dphype.task.Task.score``.
 
-    ``score`` receives a one-candidate list and returns one score per candidate in ``[0, 1]``
-    (for ``maximize=False`` the utility is ``1 - score``). Deterministic scorers have one run.
+    ``score`` receives a one-candidate list and returns one score per candidate in ``[0, 1]``, shape
+    ``(1,)``, or lexicographic keys, shape ``(1, j)`` (e.g. ``TorchTask``'s ``[accuracy, -loss]``): the
+    utility is the primary key, column 0 (:func:`dphype.voting.primary_scores`); for ``maximize=False``
+    it is ``1 - score``. Deterministic scorers have one run.
     """
     from dphype.candidates import CandidateList
+    from dphype.voting import primary_scores
 
     def utility(config: Config, rng: np.random.Generator) -> UtilityResult:
-        value = float(np.asarray(score(CandidateList([config])), dtype=np.float64)[0])
+        value = float(primary_scores(score(CandidateList([config])))[0])
         return UtilityResult.from_runs([value if maximize else 1.0 - value])
 
     return utility
@@ -711,17 +714,20 @@ def dphype_vote_problem(
     ``sum_i top_k_votes(scores_i) + sum_i noise_share_i`` (:mod:`dphype.voting`, :mod:`dphype.noise`,
     the functions the clients use), averaged over ``runs`` noise draws; ``test_accuracy[j]`` is the
     accuracy a model trained with candidate ``j`` reaches (e.g. from ``dphype compare``'s inputs).
+    ``client_scores`` is ``(clients, candidates)`` or ``(clients, candidates, j)`` (each client's
+    lexicographic keys, see :func:`dphype.voting.top_k_votes`).
     """
     from dphype.noise import noise_share
     from dphype.voting import select, top_k_votes
 
     scores = np.asarray(client_scores, dtype=np.float64)
     acc = np.asarray(test_accuracy, dtype=np.float64)
-    if scores.ndim != 2 or scores.shape[0] < 2 or scores.shape[1] != acc.shape[0]:
+    if scores.ndim not in (2, 3) or scores.shape[0] < 2 or scores.shape[1] != acc.shape[0]:
         raise ValueError(
-            f"client_scores must be (clients >= 2, candidates) matching test_accuracy, got {scores.shape} and {acc.shape}"
+            "client_scores must be (clients >= 2, candidates) or (clients >= 2, candidates, keys) matching "
+            f"test_accuracy, got {scores.shape} and {acc.shape}"
         )
-    n, p = scores.shape
+    n, p = scores.shape[:2]
     max_k = min(max_k, p)
 
     def utility(config: Config, rng: np.random.Generator) -> UtilityResult:

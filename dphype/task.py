@@ -2,7 +2,8 @@
 
 DP-Hype is task-agnostic: anything with ``maximize`` and ``score(candidates)`` works. :class:`TorchTask`
 is the concrete task of the paper's experiments (Section V-B): train the data set's model (Appendix B)
-for each candidate and report its local validation accuracy. :func:`make_task` builds client
+for each candidate and report its local validation accuracy, with the validation loss (the score of
+Algorithm 1) as the tie-breaking second key. :func:`make_task` builds client
 ``partition_id``'s task from a data set name, so every Flower client can build its own shard: the
 same ``seed`` gives every client the same partitioning.
 
@@ -38,7 +39,9 @@ class Task(Protocol):
         *,
         progress: Callable[[int, int], None] | None = None,
     ) -> np.ndarray:
-        """One score per candidate, in candidate order (NaN for a failed candidate)."""
+        """Scores in candidate order: shape ``(p,)``, one score per candidate, or ``(p, j)``, lexicographic
+        keys (column 0 decides, later columns break ties; all in the ``maximize`` direction; see
+        :func:`dphype.voting.top_k_votes`). NaN for a failed candidate."""
         ...
 
 
@@ -46,6 +49,11 @@ class Task(Protocol):
 class TorchTask:
     """Local validation accuracy of one model per candidate (Section V-B), via
     :func:`dphype.training.evaluate_candidates` (all candidates trained at once).
+
+    score = validation accuracy; ties broken by validation loss (Algorithm 1's loss): :meth:`score`
+    returns the ``(p, 2)`` keys ``[accuracy, -validation loss]``. With a few dozen local validation rows
+    most candidates share one of a handful of accuracies; the loss separates them, so a client's top-k
+    vote does not fall back to candidate order.
 
     ``model`` is a name of :data:`dphype.models.MODELS` or a zero-argument factory of a fresh module.
     ``device=None`` uses CUDA when available. ``chunk_size`` caps the candidates trained at once
@@ -68,7 +76,8 @@ class TorchTask:
         *,
         progress: Callable[[int, int], None] | None = None,
     ) -> np.ndarray:
-        """Validation accuracy per candidate; ``progress(done, total)`` counts local epochs."""
+        """``(p, 2)`` keys ``[validation accuracy, -validation loss]`` (NaN row for a diverged candidate);
+        ``progress(done, total)`` counts local epochs."""
         from dphype.training import evaluate_candidates
 
         return evaluate_candidates(
@@ -82,6 +91,7 @@ class TorchTask:
             chunk_size=self.chunk_size,
             num_threads=self.num_threads,
             progress=progress,
+            with_loss=True,
         )
 
 

@@ -374,20 +374,36 @@ def train_candidates(
 
 
 @torch.no_grad()
-def accuracy(models: StackedModels, data: Dataset, *, batch_size: int = 1024) -> np.ndarray:
-    """Accuracy of every stacked model on ``data`` (evaluation mode); NaN for diverged models."""
+def validation_metrics(
+    models: StackedModels, data: Dataset, *, batch_size: int = 1024
+) -> tuple[np.ndarray, np.ndarray]:
+    """Accuracy and mean loss of every stacked model on ``data`` in one evaluation-mode pass.
+
+    The loss is the one training minimises (:func:`_loss`: cross-entropy, or binary cross-entropy with
+    logits for one output), averaged over all of ``data``. Both are float64 ``(C,)`` arrays, NaN for a
+    diverged model (non-finite weights or NaN outputs).
+    """
     if len(data) == 0:
         raise ValueError("data must not be empty to compute an accuracy")
     dev = next(iter(models.params.values())).device
     x, y = _tensors(data, dev)
     correct = torch.zeros(len(models), dtype=torch.long, device=dev)
+    loss_sum = torch.zeros(len(models), dtype=torch.float64, device=dev)
     finite = models.finite()
     for start in range(0, len(y), batch_size):
+        yb = y[start : start + batch_size]
         logits = models.logits(x[start : start + batch_size], train=False)
-        correct += _correct(logits, y[start : start + batch_size])
+        correct += _correct(logits, yb)
+        loss_sum += _loss(logits, yb).double() * len(yb)
         finite &= ~torch.isnan(logits).flatten(1).any(dim=1)
-    scores = correct.double() / len(y)
-    return torch.where(finite, scores, torch.nan).cpu().numpy()
+    acc = torch.where(finite, correct.double() / len(y), torch.nan)
+    loss = torch.where(finite, loss_sum / len(y), torch.nan)
+    return acc.cpu().numpy(), loss.cpu().numpy()
+
+
+def accuracy(models: StackedModels, data: Dataset, *, batch_size: int = 1024) -> np.ndarray:
+    """Accuracy of every stacked model on ``data`` (evaluation mode); NaN for diverged models."""
+    return validation_metrics(models, data, batch_size=batch_size)[0]
 
 
 def evaluate_candidates(
@@ -403,12 +419,18 @@ def evaluate_candidates(
     num_threads: int | None = None,
     sequential: bool = False,
     progress: Progress | None = None,
+    with_loss: bool = False,
 ) -> np.ndarray:
     """A client's local scores (Section III / V-B): validation accuracy of every candidate.
 
     ``train`` (the client's local data) is split 80/20 with ``seed``; each candidate is trained on
     the 80 % (:func:`train_candidates`, same keyword arguments) and scored on the 20 %. Returns
     float64 scores in [0, 1], NaN for diverged candidates. Needs at least 2 local samples.
+
+    ``with_loss=True`` returns shape ``(p, 2)``: ``[accuracy, -loss]`` per candidate, the validation
+    loss (Algorithm 1's score, the loss training minimises) negated so that both columns are maximised;
+    the lexicographic keys of :func:`dphype.voting.top_k_votes`. Both come from the same evaluation pass
+    (:func:`validation_metrics`); a diverged candidate has NaN in both columns.
     """
     fit_idx, val_idx = split_indices(len(train), VALIDATION_FRACTION, seed)
     with _threads(num_threads):
@@ -425,7 +447,8 @@ def evaluate_candidates(
             sequential=sequential,
             progress=progress,
         )
-        return accuracy(models, train.subset(val_idx))
+        acc, loss = validation_metrics(models, train.subset(val_idx))
+    return np.stack([acc, -loss], axis=1) if with_loss else acc
 
 
 def fedavg(

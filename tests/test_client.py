@@ -86,11 +86,26 @@ def test_fingerprint_mismatch_is_refused_before_scoring():
     assert task.calls == 0
 
 
-@pytest.mark.parametrize("bad", [LOSSES[:5], np.append(LOSSES, 0.4), LOSSES.reshape(2, 3)])
+@pytest.mark.parametrize(
+    "bad",
+    [LOSSES[:5], np.append(LOSSES, 0.4), LOSSES.reshape(2, 3), np.zeros((5, 2)), np.zeros((6, 2, 1)), np.zeros((6, 0))],
+)
 def test_wrong_length_scores_are_refused(bad):
     client = DPHypeClient(LossTask(bad), CANDS)
     with pytest.raises(ValueError, match="one score per candidate"):
         client.fit([], _request().to_config())
+
+
+def test_lexicographic_keys_break_ties_of_the_first_score():
+    # losses tie at 0.2 for candidates 0, 2, 4; the second key (lower is better) picks 4 then 2
+    keys = np.array([[0.2, 0.9], [0.7, 0.0], [0.2, 0.5], [0.6, 0.0], [0.2, 0.1], [0.9, 0.0]])
+    request = _request(k=2)
+    client = DPHypeClient(LossTask(keys), CANDS, rng=np.random.default_rng(3))
+    params, _, _ = client.fit([], request.to_config())
+    share = noise_share(
+        6, sigma=request.sigma, clients=4, dropout=0.0, kind="skellam", rng=np.random.default_rng(3)
+    )
+    np.testing.assert_array_equal(params[0], np.array([0, 0, 1, 0, 1, 0]) + share)
 
 
 def test_too_little_noise_is_refused():

@@ -175,6 +175,25 @@ def test_candidate_utility_oracle_from_a_task():
     assert utility({"lr": 0.25}, np.random.default_rng(0)).mean == pytest.approx(0.75)
 
 
+def test_candidate_utility_oracle_uses_the_primary_key_of_lexicographic_scores():
+    def score(candidates):  # TorchTask-style keys [accuracy, -loss]
+        return np.array([[c["lr"], -3.0] for c in candidates])
+
+    utility = oracles.candidate_utility_oracle(score)
+    assert utility({"lr": 0.25}, np.random.default_rng(0)).mean == pytest.approx(0.25)
+
+
+def test_dphype_vote_problem_accepts_lexicographic_keys():
+    # every client's accuracy ties for all candidates; the second key (-loss) makes candidate 2 the winner
+    keys = np.zeros((30, 5, 2))
+    keys[:, :, 0] = 0.75
+    keys[:, :, 1] = -1.0
+    keys[:, 2, 1] = -0.1
+    accuracy = np.array([0.5, 0.5, 0.9, 0.5, 0.5])
+    problem = oracles.dphype_vote_problem(keys, accuracy, delta=1e-5, runs=20)
+    assert problem.evaluate({"sigma": 1.0, "k": 1}, np.random.default_rng(1)).utility.mean == pytest.approx(0.9)
+
+
 def test_registry():
     names = oracles.problem_names()
     assert {"svt", "logreg-output-perturbation", "dpsgd-logreg-adult", "dpadam-mlp-mnist"} <= set(names)

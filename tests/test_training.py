@@ -18,6 +18,7 @@ from dphype.training import (
     evaluate_candidates,
     fedavg,
     train_candidates,
+    validation_metrics,
 )
 
 CANDIDATES = [
@@ -118,6 +119,33 @@ def test_accuracy_flags_non_finite_models() -> None:
     models.params["fc1.weight"][1, 0, 0] = float("inf")
     scores = accuracy(models, data)
     assert np.isfinite(scores[0]) and np.isnan(scores[1])
+
+
+def test_validation_metrics_match_a_plain_module_and_training_loss() -> None:
+    data = _tabular(n=300)
+    models = train_candidates(_factory("adult-mlp", data), data, CANDIDATES, epochs=1, device="cpu")
+    acc, loss = validation_metrics(models, data, batch_size=7)  # batches of unequal size on purpose
+    assert np.array_equal(acc, accuracy(models, data))
+    y = torch.from_numpy(data.y)
+    for c in range(len(CANDIDATES)):
+        module = models.unstack(c).eval()
+        with torch.no_grad():
+            out = module(torch.from_numpy(data.x))
+        expected = (nn.functional.binary_cross_entropy_with_logits(out[:, 0], y.float()) if out.shape[1] == 1
+                    else nn.functional.cross_entropy(out, y))
+        assert loss[c] == pytest.approx(float(expected), rel=1e-5)
+
+
+def test_with_loss_returns_accuracy_and_negated_loss() -> None:
+    data = _tabular(n=200)
+    cands = [{"lr": 1e30, "momentum": 0.9}, *CANDIDATES]
+    keys = evaluate_candidates("adult-mlp", data, cands, epochs=2, device="cpu", with_loss=True)
+    assert keys.shape == (len(cands), 2) and keys.dtype == np.float64
+    assert np.all(np.isnan(keys[0]))  # diverged: NaN in both keys
+    assert np.array_equal(keys[:, 0], evaluate_candidates("adult-mlp", data, cands, epochs=2, device="cpu"),
+                          equal_nan=True)
+    assert np.all(keys[1:, 1] < 0)  # -loss, and cross-entropy > 0
+    assert keys[1, 1] > keys[4, 1]  # lr 0.1 fits better than lr 1e-5: smaller loss
 
 
 def test_unstack_gives_the_plain_module_of_one_candidate() -> None:

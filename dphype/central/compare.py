@@ -50,7 +50,7 @@ DPHYPE_ASSUMPTIONS: tuple[str, ...] = (
 class SharedInputs:
     """Scores every method draws from, with the seconds it took to compute them."""
 
-    client_scores: np.ndarray  # (clients, candidates) local validation accuracy
+    client_scores: np.ndarray  # (clients, candidates[, keys]) local scores of Task.score, e.g. [accuracy, -loss]
     validation_accuracy: np.ndarray  # (candidates,) central models on the 20 % validation split
     test_accuracy: np.ndarray  # (candidates,) central models on the test split
     validation_size: int
@@ -70,7 +70,9 @@ def score_clients(
     data_dir: str | None,
     progress: Callable[[int, int], None] | None = None,
 ) -> np.ndarray:
-    """Every client's local scores via :func:`dphype.task.make_task` (``(clients, candidates)``)."""
+    """Every client's local scores via :func:`dphype.task.make_task`: ``(clients, candidates)``, or
+    ``(clients, candidates, j)`` when ``Task.score`` returns lexicographic keys (``TorchTask``:
+    ``[accuracy, -loss]``)."""
     from dphype.task import make_task
 
     rows = []
@@ -197,6 +199,7 @@ def compare(
     from dphype.accounting import check_delta, check_epsilon
     from dphype.central.dpbo import candidate_features, dp_bo
     from dphype.central.propose_test import calibrate_eps0, propose_test
+    from dphype.voting import primary_scores
 
     check_epsilon(epsilon)
     check_delta(delta)
@@ -221,7 +224,8 @@ def compare(
     gains = np.nan_to_num(val_acc, nan=0.0)
     features = candidate_features(list(candidates))
     eps0 = calibrate_eps0(epsilon, delta, granularity, lower_bound)
-    part_utilities = np.nan_to_num(client_scores, nan=0.0)
+    # propose-test's per-part utilities are the local accuracies: the primary key of every client's scores
+    part_utilities = np.nan_to_num(np.stack([primary_scores(row) for row in client_scores]), nan=0.0)
 
     def run_dphype(r: np.random.Generator) -> tuple[int, dict[str, Any]]:
         return dphype_select(client_scores, candidates, epsilon=epsilon, delta=delta, k=k, noise=noise,
