@@ -65,6 +65,36 @@ def noise_share(
     return (rng.poisson(mu, size=size) - rng.poisson(mu, size=size)).astype(np.int64, copy=False)
 
 
+def summed_noise(
+    size: int | tuple[int, ...],
+    *,
+    sigma: float,
+    clients: int,
+    dropout: float,
+    survivors: int,
+    kind: str,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """The sum of ``survivors`` independent :func:`noise_share` draws, sampled in one call.
+
+    Every share has variance ``v = sigma^2 / ((1 - xi) n)`` (:func:`client_noise_variance`); a sum of
+    independent Gaussians is ``N(0, m v)``, and a sum of independent Skellams ``Pois(mu) - Pois(mu)`` is
+    ``Pois(m mu) - Pois(m mu)`` (``mu = v / 2``; Poisson laws add), so the result has exactly the
+    distribution of what secure aggregation releases when ``m = survivors`` clients add their shares
+    (float64 for Gaussian, int64 for Skellam). For simulations that replay many releases.
+    ``survivors`` must be an integer in ``[1, clients]``.
+    """
+    kind = check_noise(kind)
+    variance = client_noise_variance(sigma, clients, dropout)
+    if isinstance(survivors, bool) or not isinstance(survivors, (int, np.integer)) or not 1 <= survivors <= clients:
+        raise ValueError(f"survivors must be an integer in [1, {clients}] (clients), got {survivors!r}")
+    total = int(survivors) * variance
+    if kind == "gaussian":
+        return rng.normal(0.0, math.sqrt(total), size=size).astype(np.float64, copy=False)
+    mu = total / 2.0
+    return (rng.poisson(mu, size=size) - rng.poisson(mu, size=size)).astype(np.int64, copy=False)
+
+
 @dataclass(frozen=True)
 class TailBound:
     """Range that one client's ``vote + share`` entries and the released sum stay within.

@@ -123,7 +123,8 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
         for f_index, fed in enumerate(feds):
             accuracy = harness.fill_diverged(harness.cached_accuracies(fed, candidates, scale, cache, bar), test_labels)
             scores = harness.cached_scores(fed, candidates, scale, cache, bar)
-            finite_scores = np.where(np.isfinite(scores), scores, 0.0)
+            accuracies = harness.primary_client_scores(scores)  # raw scores, Subsets, Feathers: local accuracy
+            finite_scores = np.where(np.isfinite(accuracies), accuracies, 0.0)
             common = {"dataset": fed.dataset, "clients": fed.clients, "partition": fed.label, "candidates": p, "k": k}
             rows.append({**common, "method": "Opt", "epsilon": "", "sigma": "", "mean_accuracy": float(accuracy.max()),
                          "ci95": 0.0, "runs": 1})

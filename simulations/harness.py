@@ -5,10 +5,10 @@ The studies replay DP-Hype's release many times without re-running local trainin
 1. every client's vote vector is computed ONCE through the real client code path
    (:meth:`dphype.task.Task.score` -> :func:`dphype.voting.top_k_votes` or
    :func:`dphype.voting.raw_score_votes`), see :func:`client_scores` and :func:`client_votes`;
-2. the noisy sum is then drawn ``repetitions`` times with :func:`dphype.noise.noise_share`, either one share
-   per client summed over the clients (``per_client=True``, literally what secure aggregation adds up) or
-   one draw carrying the total variance of all shares (:func:`total_noise`), which has the same
-   distribution (sums of Gaussians are Gaussian, sums of Skellams are Skellam);
+2. the noisy sum is then drawn ``repetitions`` times, either one :func:`dphype.noise.noise_share` per
+   client summed over the clients (``per_client=True``, literally what secure aggregation adds up) or
+   one :func:`dphype.noise.summed_noise` draw carrying the total variance of all shares (:func:`total_noise`),
+   which has the same distribution (sums of Gaussians are Gaussian, sums of Skellams are Skellam);
 3. the server's rule :func:`dphype.voting.select` is applied to every replay (:func:`select_rows`).
 
 Because the votes are deterministic given the local data, the distribution of the selected candidate is
@@ -31,8 +31,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from dphype.accounting import calibrate, check_clients, check_delta, check_noise  # re-exported for the studies
-from dphype.noise import client_noise_variance, noise_share
-from dphype.voting import raw_score_votes, top_k_votes
+from dphype.noise import noise_share, summed_noise
+from dphype.voting import primary_scores, raw_score_votes, top_k_votes
 
 #: data sets the data-driven studies accept (the names of :func:`dphype.data.load_dataset`).
 DATASETS: tuple[str, ...] = ("adult", "mnist5k", "fashion-mnist", "mnist", "cifar10")
@@ -71,17 +71,15 @@ def total_noise(
     kind: str = "gaussian",
     rng: np.random.Generator,
 ) -> np.ndarray:
-    """The sum of all ``clients`` noise shares, drawn at once through :func:`dphype.noise.noise_share`.
+    """The sum of all ``clients`` noise shares, drawn at once by :func:`dphype.noise.summed_noise`.
 
     Every client adds a share of variance ``v = sigma^2 / ((1 - xi) n)`` (Appendix A); with all ``n``
     clients present the released noise has variance ``n v`` and is Gaussian (resp. Skellam with
-    ``mu = n v / 2``) again. One call of ``noise_share`` configured for two clients with total std
-    ``sqrt(2 n v)`` has exactly that distribution (two is the smallest client count the validator accepts),
-    so the draw still goes through the library's sampler. :func:`client_noise_sum` is the literal sum;
-    ``tests/test_bench_harness.py`` checks that both agree.
+    ``mu = n v / 2``) again, which is what ``summed_noise`` samples with ``survivors = clients``.
+    :func:`client_noise_sum` is the literal sum; ``tests/test_bench_harness.py`` checks that both agree.
     """
-    total_variance = clients * client_noise_variance(sigma, clients, dropout)
-    return noise_share(size, sigma=math.sqrt(2.0 * total_variance), clients=2, dropout=0.0, kind=kind, rng=rng)
+    return summed_noise(size, sigma=sigma, clients=clients, dropout=dropout, survivors=check_clients(clients),
+                        kind=kind, rng=rng)
 
 
 def client_noise_sum(
@@ -141,8 +139,14 @@ def client_votes(scores: np.ndarray, k: int, *, maximize: bool = True) -> np.nda
 
 
 def client_raw_votes(scores: np.ndarray, *, maximize: bool = True) -> np.ndarray:
-    """Appendix F raw-score vote of each client via :func:`dphype.voting.raw_score_votes`."""
+    """Appendix F raw-score vote of each client via :func:`dphype.voting.raw_score_votes` (primary key only)."""
     return np.stack([raw_score_votes(row, maximize=maximize) for row in np.asarray(scores)])
+
+
+def primary_client_scores(scores: np.ndarray) -> np.ndarray:
+    """``(n, p)``: each client's primary score (:func:`dphype.voting.primary_scores`; for
+    ``TorchTask``'s ``[accuracy, -loss]`` keys, the local validation accuracy)."""
+    return np.stack([primary_scores(row) for row in np.asarray(scores)])
 
 
 @dataclass(frozen=True)
@@ -209,7 +213,8 @@ def client_scores(
     epochs: int,
     progress: Callable[[int], None] | None = None,
 ) -> np.ndarray:
-    """Every client's local scores ``(n, p)`` through TRAIN's task (:func:`dphype.task.make_task`).
+    """Every client's local scores through TRAIN's task (:func:`dphype.task.make_task`): ``(n, p, 2)``,
+    ``TorchTask``'s lexicographic keys ``[validation accuracy, -validation loss]`` per candidate.
 
     This is the client code path of DP-Hype (Algorithm 1, lines 2-4): client ``i`` trains every candidate
     on its own partition and scores it on its local validation split.
@@ -503,9 +508,14 @@ def federation_key(fed: Federation, candidates: Any, **extra: Any) -> dict[str, 
             "data_dir": fed.data_dir, "candidates": candidates.fingerprint(), **extra}
 
 
+#: What :func:`client_scores` stores; part of the cache key, so arrays of an older score format
+#: (``(n, p)`` accuracies only, before the loss tie-break) are never reused.
+SCORE_FORMAT = "keys:accuracy,-validation_loss"
+
+
 def cached_scores(fed: Federation, candidates: Any, scale: Scale, cache: ArrayCache, bar: Any = None) -> np.ndarray:
-    """Every client's local scores ``(n, p)`` (:func:`client_scores`), computed once per configuration."""
-    key = federation_key(fed, candidates, what="client_scores", epochs=scale.epochs)
+    """Every client's local scores ``(n, p, 2)`` (:func:`client_scores`), computed once per configuration."""
+    key = federation_key(fed, candidates, what="client_scores", epochs=scale.epochs, format=SCORE_FORMAT)
     return cache.get(key, lambda: client_scores(fed, candidates, epochs=scale.epochs,
                                                 progress=None if bar is None else bar.update),
                      on_hit=None if bar is None else lambda: bar.update(fed.clients))

@@ -24,8 +24,9 @@ samplers produce each client's ranking prefix with exactly the same distribution
 ``tests/test_bench_synthetic.py`` checks the ranking against :func:`dphype.voting.top_k_votes` and the
 samplers against each other.
 
-The noise of every release goes through :func:`dphype.noise.noise_share` (:func:`simulations.harness.total_noise`,
-identical in distribution to adding the ``n`` shares; ``--per-client-noise`` adds them literally).
+The noise of every release is the library's: :func:`dphype.noise.summed_noise` (via
+:func:`simulations.harness.total_noise`, identical in distribution to adding the ``n`` shares of
+:func:`dphype.noise.noise_share`; ``--per-client-noise`` adds them literally).
 """
 
 from __future__ import annotations

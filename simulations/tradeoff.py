@@ -5,8 +5,9 @@ For every federation (data set, ``n`` clients, iid or Dirichlet ``beta``):
 * the FedAvg test accuracy of every candidate (5 rounds x 5 local epochs, all candidates batched by
   :func:`dphype.training.fedavg`) is computed once; **Opt** is the best of them, **RandGuess** their mean
   (the expected accuracy of a random pick, Section V-B);
-* every client scores every candidate on its local data (:meth:`dphype.task.TorchTask.score`) and votes
-  for its top ``k = 5`` (:func:`dphype.voting.top_k_votes`), once;
+* every client scores every candidate on its local data (:meth:`dphype.task.TorchTask.score`: validation
+  accuracy, ties broken by validation loss, then by candidate order) and votes for its top ``k = 5``
+  (:func:`dphype.voting.top_k_votes`), once;
 * for every ``epsilon`` the noisy vote sum is drawn ``--repetitions`` times (per-client shares from
   :func:`dphype.noise.noise_share`, summed), the argmax selected, and **DP-Hype**'s accuracy is the FedAvg
   accuracy of the selected candidate (mean and 95% CI over the repetitions).
@@ -100,6 +101,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
             accuracy = harness.fill_diverged(harness.cached_accuracies(fed, candidates, scale, cache, bar), test_labels)
             scores = harness.cached_scores(fed, candidates, scale, cache, bar)
             votes = harness.client_votes(scores, release["k"], maximize=True).sum(axis=0)
+            local_accuracy = harness.primary_client_scores(scores)
             common = {"dataset": fed.dataset, "clients": fed.clients, "partition": fed.label,
                       "candidates": len(candidates), "k": release["k"]}
             rows.append({**common, "method": "Opt", "epsilon": "", "sigma": "", "mean_accuracy": float(accuracy.max()),
@@ -116,7 +118,8 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                              "ci95": half, "runs": release["repetitions"]})
             for j, cand in enumerate(candidates):
                 per_candidate.append({**common, "candidate": j, **cand, "fedavg_accuracy": float(accuracy[j]),
-                                      "votes": int(votes[j]), "mean_local_score": float(np.nanmean(scores[:, j]))})
+                                      "votes": int(votes[j]),
+                                      "mean_local_score": float(np.nanmean(local_accuracy[:, j]))})
     study.write_csv("tradeoff.csv", rows)
     study.write_csv("tradeoff_candidates.csv", per_candidate)
     plot(rows, release["epsilons"], study, f"tradeoff_{args.dataset}.png")

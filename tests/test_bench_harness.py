@@ -45,6 +45,28 @@ def test_client_votes_use_top_k() -> None:
     assert np.array_equal(harness.client_raw_votes(np.nan_to_num(scores)), np.nan_to_num(scores))
 
 
+def test_client_votes_break_accuracy_ties_by_loss_and_studies_see_accuracy() -> None:
+    # two clients, keys [accuracy, -loss]: every accuracy ties, so the loss decides the vote
+    scores = np.array([[[0.75, -0.6], [0.75, -0.4], [0.75, -0.5]],
+                       [[0.5, -0.1], [0.75, -0.9], [0.75, -0.2]]])
+    assert harness.client_votes(scores, 1).tolist() == [[0, 1, 0], [0, 0, 1]]
+    assert harness.primary_client_scores(scores).tolist() == [[0.75, 0.75, 0.75], [0.5, 0.75, 0.75]]
+    assert np.array_equal(harness.client_raw_votes(scores), harness.primary_client_scores(scores))
+
+
+def test_score_cache_key_names_the_score_format(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # an array cached before the loss tie-break ((n, p) accuracies) must not be found under the new key
+    from dphype.candidates import table_iii_grid
+
+    fed, cands = harness.Federation("adult", 4, None), table_iii_grid()
+    scale = harness.Scale(epochs=1, rounds=1, fedavg_epochs=1)
+    cache = harness.ArrayCache(tmp_path)
+    cache.get(harness.federation_key(fed, cands, what="client_scores", epochs=1), lambda: np.zeros((4, len(cands))))
+    monkeypatch.setattr(harness, "client_scores", lambda *a, **k: np.ones((4, len(cands), 2)))  # no training
+    assert harness.cached_scores(fed, cands, scale, cache).shape == (4, len(cands), 2)
+    assert len(list(tmp_path.glob("*.npy"))) == 2
+
+
 def test_statistics() -> None:
     mean, half = harness.mean_ci([1.0, 2.0, 3.0])
     assert mean == 2.0 and half == pytest.approx(2.4841, rel=1e-3)  # t_{0.975,2} * 1 / sqrt(3)

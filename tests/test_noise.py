@@ -12,6 +12,7 @@ from dphype.noise import (
     min_survivors,
     noise_share,
     noise_tail_bound,
+    summed_noise,
 )
 
 SIGMA = 12.84
@@ -164,3 +165,34 @@ def test_skellam_chernoff_tail_dominates_exact_tail():
         for t in (0.5, 1.0, 3.0, 10.0, 50.0):
             exact = 2 * skellam.sf(math.floor(t), mu, mu)
             assert _two_sided_tail(t, 2 * mu, "skellam") >= exact * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("clients,dropout,survivors", [(2, 0.0, 2), (7, 0.5, 4), (50, 0.1, 45), (50, 0.0, 1)])
+@pytest.mark.parametrize("kind", ["gaussian", "skellam"])
+def test_summed_noise_has_the_distribution_of_the_summed_shares(kind, clients, dropout, survivors):
+    one_call = summed_noise(N_COORDS, sigma=SIGMA, clients=clients, dropout=dropout, survivors=survivors, kind=kind,
+                            rng=np.random.default_rng(5))
+    assert one_call.dtype == (np.float64 if kind == "gaussian" else np.int64)
+    variance = survivors * client_noise_variance(SIGMA, clients, dropout)
+    assert abs(_variance_z(one_call, variance, kind)) < Z
+    assert abs(one_call.mean()) < Z * math.sqrt(variance / N_COORDS)
+    literal = _survivor_sum(kind, clients, dropout, survivors, seed=6)
+    # two-sample Kolmogorov-Smirnov: the one-call draw and the literal sum of shares agree in law
+    from scipy.stats import ks_2samp
+
+    assert ks_2samp(one_call[:50_000], literal[:50_000]).pvalue > 1e-4
+    if kind == "skellam":  # integer-valued, and exactly the Skellam law: compare a few point masses
+        mu = variance / 2
+        for value in (0, 1, -2):
+            freq = float(np.mean(one_call == value))
+            expected = float(skellam.pmf(value, mu, mu))
+            assert abs(freq - expected) < Z * math.sqrt(expected * (1 - expected) / N_COORDS)
+
+
+def test_summed_noise_validates_survivors():
+    kw = dict(sigma=1.0, clients=5, dropout=0.0, kind="gaussian", rng=np.random.default_rng(0))
+    for bad in (0, 6, 2.5, True):
+        with pytest.raises(ValueError, match=r"survivors must be an integer in \[1, 5\]"):
+            summed_noise(3, survivors=bad, **kw)
+    with pytest.raises(ValueError, match="kind|noise"):
+        summed_noise(3, survivors=2, **{**kw, "kind": "laplace"})
