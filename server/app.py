@@ -39,18 +39,7 @@ def run_app(grid: Grid, context: Context, cfg: AppConfig) -> dict[str, Any]:
 
     candidates = load_candidates(cfg.candidates)
     start = time.perf_counter()
-    result = run_dphype(
-        grid,
-        context,
-        candidates,
-        epsilon=cfg.epsilon,
-        delta=cfg.delta,
-        k=cfg.k,
-        clients=cfg.clients,
-        dropout=cfg.dropout,
-        noise=cfg.noise,
-        accountant=cfg.accountant_or_default,
-    )
+    result = run_dphype(grid, context, candidates, **cfg.vote_parameters())
     selected_at = time.perf_counter()
     log(logging.INFO, "DP-Hype selected candidate %d: %s", result.selected_index, result.selected)
     test = load_cached(cfg.dataset)[1]

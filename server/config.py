@@ -48,6 +48,18 @@ class AppConfig:
         """The accountant, or None (default for the noise kind) for ``"auto"``."""
         return None if self.accountant == "auto" else self.accountant
 
+    def vote_parameters(self) -> dict[str, Any]:
+        """Keyword arguments of :func:`dphype.strategy.run_dphype` / ``make_vote_request`` for this run."""
+        return {
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "k": self.k,
+            "clients": self.clients,
+            "dropout": self.dropout,
+            "noise": self.noise,
+            "accountant": self.accountant_or_default,
+        }
+
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> AppConfig:
         """Parse a Flower run config; every field must be present, unknown keys are refused."""

@@ -57,15 +57,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # Refuse bad input before starting Flower (the same checks run inside the ServerApp).
     from dphype.strategy import make_vote_request
 
-    make_vote_request(
-        load_candidates(cfg.candidates),
-        epsilon=cfg.epsilon,
-        delta=cfg.delta,
-        k=cfg.k,
-        clients=cfg.clients,
-        dropout=cfg.dropout,
-        noise=cfg.noise,
-    )
+    make_vote_request(load_candidates(cfg.candidates), **cfg.vote_parameters())
     return simulate(cfg)
 
 
