@@ -15,20 +15,7 @@ SUBSET = "table3:random:10:0"
 def test_ten_clients_select_and_train():
     # epsilon=20 (sigma ~1.1 against 10 votes): the vote, not the noise, decides, so the
     # winner is a candidate most clients rank top-3 and the accuracy check is meaningful.
-    cfg = AppConfig(
-        dataset="adult",
-        epsilon=20.0,
-        delta=1e-5,
-        k=3,
-        dropout=0.0,
-        noise="skellam",
-        accountant="auto",
-        candidates=SUBSET,
-        seed=0,
-        fedavg_rounds=1,
-        local_epochs=1,
-        clients=10,
-    )
+    cfg = _config(epsilon=20.0, fedavg_rounds=1, clients=10)
     result = simulate(cfg)
     candidates = load_candidates(SUBSET)
     assert result["selected"] == candidates[result["selected_index"]]
