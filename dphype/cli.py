@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import sys
 from typing import Any, Sequence
 
@@ -29,14 +30,18 @@ class UsageError(ValueError):
 
 
 def _jsonable(obj: Any) -> Any:
+    """``obj`` as strict-JSON-serialisable Python data (numpy/torch values, no NaN or infinity)."""
     if isinstance(obj, dict):
         return {str(k): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_jsonable(v) for v in obj]
+    if getattr(obj, "ndim", 0) > 0 and hasattr(obj, "tolist"):  # numpy / torch arrays
+        return _jsonable(obj.tolist())
     if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
-        return obj.item()
-    if isinstance(obj, float) and obj != obj:
-        return None
+        return _jsonable(obj.item())
+    if isinstance(obj, float) and not math.isfinite(obj):
+        # Strict JSON has no NaN/Infinity: NaN -> null, +-inf (e.g. epsilon = inf, no noise) -> "inf"/"-inf".
+        return None if obj != obj else ("inf" if obj > 0 else "-inf")
     return obj
 
 
@@ -67,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for key, value in result.items():
             print(f"{key}: {value}")
     else:
-        print(json.dumps(_jsonable(result)))
+        print(json.dumps(_jsonable(result), allow_nan=False))
     return 0
 
 

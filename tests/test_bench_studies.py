@@ -52,7 +52,7 @@ def test_tradeoff_then_ablations_and_distributions_reuse_the_cache(
     assert res["study"] == "tradeoff" and res["scale"] == {"epochs": 1, "rounds": 1, "fedavg_epochs": 1}
     assert {Path(p).name for p in res["outputs"]} == {"tradeoff.csv", "tradeoff_candidates.csv", "tradeoff_adult.png"}
     assert len(res["summary"]) == 2 * 2  # partitions x epsilons
-    without_noise = [s for s in res["summary"] if s["epsilon"] == float("inf")]
+    without_noise = [s for s in res["summary"] if s["epsilon"] == "inf"]  # strict JSON: infinity as "inf"
     assert all(s["gap_to_opt_points"] >= 0 for s in without_noise)
     rows = (tmp_path / "t" / "tradeoff.csv").read_text().splitlines()
     assert len(rows) == 1 + 2 * (2 + 2)  # header + partitions x (Opt, RandGuess, 2 epsilons)
