@@ -43,6 +43,19 @@ def _bench(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any
     return result
 
 
+def test_tradeoff_on_image_data_uses_the_cnn(
+    small_adult: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """mnist5k (the subset fixture keeps 600/300 rows): the MNIST CNN path of the tradeoff study."""
+    res = _bench(["tradeoff", "--dataset", "mnist5k", "--clients", "2", "--betas", "iid", "--candidates", "3",
+                  "--k", "1", "--epochs", "1", "--rounds", "1", "--repetitions", "4", "--epsilons", "3", "inf",
+                  "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "m")], capsys)
+    assert res["dataset"] == "mnist5k" and len(res["summary"]) == 2  # one partition x two epsilons
+    assert {Path(p).name for p in res["outputs"]} >= {"tradeoff.csv", "tradeoff_mnist5k.png"}
+    for row in res["summary"]:
+        assert 0.0 <= row["dphype"] <= 1.0 and row["gap_to_opt_points"] >= 0
+
+
 def test_tradeoff_then_ablations_and_distributions_reuse_the_cache(
     small_adult: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
