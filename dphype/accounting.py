@@ -48,11 +48,17 @@ def check_delta(delta: Any) -> float:
     return float(delta)
 
 
+def check_int(name: str, value: Any, minimum: int) -> int:
+    """Return ``value`` as int; it must be an integer (not a bool) ``>= minimum``, else ``ValueError``
+    naming ``name`` and the allowed range."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
 def check_num_candidates(num_candidates: Any) -> int:
     """Return the number of candidates ``p`` as int; it must be an integer >= 1."""
-    if isinstance(num_candidates, bool) or not isinstance(num_candidates, Integral) or num_candidates < 1:
-        raise ValueError(f"num_candidates must be an integer >= 1, got {num_candidates!r}")
-    return int(num_candidates)
+    return check_int("num_candidates", num_candidates, 1)
 
 
 def check_k(k: Any, num_candidates: int | None = None) -> int:
@@ -77,9 +83,7 @@ def check_dropout(dropout: Any) -> float:
 
 def check_clients(clients: Any) -> int:
     """Return the number of clients ``n`` as int; it must be an integer >= 2 (secure summation needs 2)."""
-    if isinstance(clients, bool) or not isinstance(clients, Integral) or clients < 2:
-        raise ValueError(f"clients must be an integer >= 2, got {clients!r}")
-    return int(clients)
+    return check_int("clients", clients, 2)
 
 
 def check_sigma(sigma: Any) -> float:

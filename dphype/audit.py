@@ -26,7 +26,7 @@ import numpy as np
 from scipy.stats import beta as beta_dist
 from scipy.stats import norm
 
-from dphype.accounting import calibrate, check_delta, check_epsilon, check_k, resolve_accountant
+from dphype.accounting import calibrate, check_delta, check_epsilon, check_int, check_k, resolve_accountant
 from dphype.noise import min_survivors, noise_share
 
 ShareFn = Callable[..., np.ndarray]
@@ -135,8 +135,7 @@ def audit_vote_noise(
     delta = check_delta(delta)
     k = check_k(k)
     accountant = resolve_accountant(accountant, noise)
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 100:
-        raise ValueError(f"trials must be an integer >= 100, got {trials!r}")
+    check_int("trials", trials, 100)
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     release = calibrate(epsilon, delta, k, accountant=accountant, noise=noise)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import norm
 
-from dphype.accounting import check_clients, check_dropout, check_noise, check_sigma
+from dphype.accounting import check_clients, check_dropout, check_int, check_noise, check_sigma
 
 #: (1 - xi) n within this distance of an integer is treated as that integer (float representation of xi);
 #: the effect on the total variance is below 1e-9 relative.
@@ -149,8 +149,7 @@ def noise_tail_bound(
     kind = check_noise(kind)
     if not math.isfinite(num_sigmas) or num_sigmas <= 0:
         raise ValueError(f"num_sigmas must be a finite number > 0, got {num_sigmas!r}")
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-        raise ValueError(f"size must be an integer >= 1, got {size!r}")
+    check_int("size", size, 1)
     if not math.isfinite(max_vote) or max_vote < 0:
         raise ValueError(f"max_vote must be a finite number >= 0, got {max_vote!r}")
     variance = client_noise_variance(sigma, clients, dropout)

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from dphype.accounting import check_budget
+from dphype.accounting import check_budget, check_int
 
 
 @dataclass(frozen=True)
@@ -39,9 +39,7 @@ class AppConfig:
     def __post_init__(self) -> None:
         check_budget(self.epsilon, self.delta, self.k, clients=self.clients, dropout=self.dropout)
         for name in ("fedavg_rounds", "local_epochs"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name.replace('_', '-')} must be an integer >= 1, got {value!r}")
+            check_int(name.replace("_", "-"), getattr(self, name), 1)
 
     @property
     def accountant_or_default(self) -> str | None:

@@ -37,7 +37,7 @@ def label_counts(fed: harness.Federation) -> np.ndarray:
 
 
 def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
-    show = harness.check_positive_int("show", args.show)
+    show = harness.check_int("show", args.show, 1)
     candidates = harness.candidates_from_args(args)
     scale = harness.Scale.from_args(args)
     feds = harness.federations_from_args(args)

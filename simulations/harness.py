@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from dphype.accounting import calibrate, check_clients, check_delta, check_noise  # re-exported for the studies
+from dphype.accounting import calibrate, check_clients, check_delta, check_int, check_noise  # re-exported for the studies
 from dphype.noise import noise_share, summed_noise
 from dphype.voting import primary_scores, raw_score_votes, top_k_votes
 
@@ -341,12 +341,6 @@ def chunked(total: int, size: int) -> Iterator[tuple[int, int]]:
         yield start, min(total, start + size)
 
 
-def check_positive_int(name: str, value: Any, minimum: int = 1) -> int:
-    """Validate an integer option (``ValueError`` naming it and the allowed range)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
 
 def check_epsilons(values: Sequence[float]) -> list[float]:
     """Privacy budgets of a sweep: finite numbers > 0 or ``inf`` (no noise)."""
@@ -494,8 +488,8 @@ class Scale:
 
         epochs = default_epochs(args.dataset) if args.epochs is None else args.epochs
         fedavg_epochs = epochs if args.fedavg_epochs is None else args.fedavg_epochs
-        return cls(check_positive_int("epochs", epochs), check_positive_int("rounds", args.rounds),
-                   check_positive_int("fedavg_epochs", fedavg_epochs))
+        return cls(check_int("epochs", epochs, 1), check_int("rounds", args.rounds, 1),
+                   check_int("fedavg_epochs", fedavg_epochs, 1))
 
 
 def cache_from_args(args: argparse.Namespace) -> ArrayCache:

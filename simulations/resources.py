@@ -105,8 +105,8 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     from dphype.task import default_epochs
 
     candidates = harness.candidates_from_args(args)
-    measured = harness.check_positive_int("measured_clients", args.measured_clients)
-    vote_reps = harness.check_positive_int("vote_repetitions", args.vote_repetitions)
+    measured = harness.check_int("measured_clients", args.measured_clients, 1)
+    vote_reps = harness.check_int("vote_repetitions", args.vote_repetitions, 1)
     for n in args.vote_clients:
         if not 2 <= n <= MAX_CLIENTS:
             raise ValueError(f"vote client count must be in [2, {MAX_CLIENTS}], got {n}")
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     units = len(feds) + (0 if args.skip_voting else len(args.vote_clients) * vote_reps)
     with harness.progress_bar(units, "resources") as bar:
         for fed in feds:
-            epochs = default_epochs(fed.dataset) if args.epochs is None else harness.check_positive_int("epochs", args.epochs)
+            epochs = default_epochs(fed.dataset) if args.epochs is None else harness.check_int("epochs", args.epochs, 1)
             m = local_evaluation(fed.dataset, fed.clients, seed=args.seed, epochs=epochs, candidates=candidates,
                                  measured=measured, data_dir=fed.data_dir)
             rows.append({"part": "local evaluation", "dataset": fed.dataset, "clients": fed.clients,

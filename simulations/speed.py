@@ -44,9 +44,9 @@ def _bench_training(argv: list[str]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     clients = harness.check_clients(args.clients)
-    epochs = harness.check_positive_int("epochs", args.epochs)
-    repeats = harness.check_positive_int("repeats", args.repeats)
-    syn_reps = harness.check_positive_int("synthetic_repetitions", args.synthetic_repetitions)
+    epochs = harness.check_int("epochs", args.epochs, 1)
+    repeats = harness.check_int("repeats", args.repeats, 1)
+    syn_reps = harness.check_int("synthetic_repetitions", args.synthetic_repetitions, 1)
     syn_clients = harness.check_clients(args.synthetic_clients)
     vote_clients = harness.check_clients(args.vote_clients)
     result: dict[str, Any] = {"load_average_1min_start": round(os.getloadavg()[0], 2)}

@@ -70,8 +70,8 @@ class LossModel:
     sigma_loss: float
 
     def __post_init__(self) -> None:
-        harness.check_positive_int("num_good", self.num_good)
-        harness.check_positive_int("num_candidates", self.num_candidates, 2)
+        harness.check_int("num_good", self.num_good, 1)
+        harness.check_int("num_candidates", self.num_candidates, 2)
         if self.num_good >= self.num_candidates:
             raise ValueError(
                 f"num_good must be in [1, {self.num_candidates - 1}] (num_candidates - 1), got {self.num_good}"
@@ -292,14 +292,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     settings = Settings(
         clients=harness.check_clients(args.clients),
-        ks=tuple(harness.check_positive_int("k", k) for k in args.ks),
+        ks=tuple(harness.check_int("k", k, 1) for k in args.ks),
         epsilons=tuple(harness.check_epsilons(args.epsilons)),
         delta=harness.check_delta(args.delta),
-        repetitions=harness.check_positive_int("repetitions", args.repetitions),
+        repetitions=harness.check_int("repetitions", args.repetitions, 1),
         accountant=args.accountant,
         noise=harness.check_noise(args.noise),
         per_client_noise=bool(args.per_client_noise),
-        workers=harness.check_positive_int("workers", args.workers),
+        workers=harness.check_int("workers", args.workers, 1),
         sampler=args.sampler,
     )
     resolve_accountant(settings.accountant, settings.noise)  # Skellam needs the RDP accountant

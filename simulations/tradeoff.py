@@ -55,14 +55,14 @@ def add_release_arguments(parser: argparse.ArgumentParser, *, repetitions: int) 
 def release_settings(args: argparse.Namespace, num_candidates: int) -> dict[str, Any]:
     """Validated privacy settings (``ValueError`` before any work)."""
     resolve_accountant(args.accountant, args.noise)  # Skellam needs the RDP accountant
-    k = harness.check_positive_int("k", args.k)
+    k = harness.check_int("k", args.k, 1)
     if k > num_candidates:
         raise ValueError(f"k must be in [1, {num_candidates}] (number of candidates), got {k}")
     return {
         "epsilons": harness.check_epsilons(args.epsilons),
         "delta": harness.check_delta(args.delta),
         "k": k,
-        "repetitions": harness.check_positive_int("repetitions", args.repetitions),
+        "repetitions": harness.check_int("repetitions", args.repetitions, 1),
         "accountant": args.accountant,
         "noise": harness.check_noise(args.noise),
         "per_client": not args.total_noise,

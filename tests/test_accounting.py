@@ -249,3 +249,15 @@ def test_theorem_iii1_vote_rdp_is_alpha_k_over_sigma_squared():
         assert acc.gaussian_rdp(alpha, math.sqrt(2 * k), sigma) == pytest.approx(alpha * k / sigma**2)
     with pytest.raises(ValueError, match="delta"):
         epsilon(VoteRelease(5, None, 10.0), 0.0)
+
+
+def test_check_int_is_the_one_integer_validator():
+    import numpy as np
+
+    from dphype.accounting import check_int
+
+    assert check_int("rounds", np.int64(3), 1) == 3 and isinstance(check_int("rounds", np.int64(3), 1), int)
+    assert check_int("iterations", 0, 0) == 0
+    for bad in (True, 2.0, "3", 0):
+        with pytest.raises(ValueError, match=r"rounds must be an integer >= 1, got "):
+            check_int("rounds", bad, 1)

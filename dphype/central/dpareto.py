@@ -26,6 +26,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 from scipy.special import ndtr
 
+from dphype.accounting import check_int
 from dphype.oracles import Config, Evaluation, ParetoProblem, sample_configs
 from dphype.pareto import (
     DEFAULT_REFERENCE,
@@ -263,10 +264,8 @@ class _Runner:
 
 
 def _check_counts(seeds: int, iterations: int) -> None:
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-        raise ValueError(f"seeds must be an integer >= 1, got {seeds!r}")
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
-        raise ValueError(f"iterations must be an integer >= 0, got {iterations!r}")
+    check_int("seeds", seeds, 1)
+    check_int("iterations", iterations, 0)
 
 
 def seed_configs(problem: ParetoProblem, count: int, seed: int) -> list[Config]:
