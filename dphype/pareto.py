@@ -13,10 +13,11 @@ vectorised 2-D staircase integral written here (BoTorch has no batched 2-D versi
 
 from __future__ import annotations
 
-import os
 from typing import Mapping, Sequence
 
 import numpy as np
+
+from dphype.plotting import pyplot, save_figure
 
 #: DPareto's anti-ideal point (epsilon, classification error), Sec. 4.1.
 DEFAULT_REFERENCE: tuple[float, float] = (10.0, 1.0)
@@ -175,10 +176,7 @@ def plot_front(
     ``best``/``worst`` are the same configurations scored by their best and worst runs; their
     fronts bound the shaded variability band (DPareto Sec. 4.3, "Variability", Fig. 7).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     ref = _reference(reference)
     arr = _points(points)
@@ -203,11 +201,7 @@ def plot_front(
     ax.set_ylim(0, max(1.0, float(ref[1])) * 1.02)
     ax.set_title(title)
     ax.legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 def _step_eval(xs: np.ndarray, ys: np.ndarray, grid: np.ndarray, default: float) -> np.ndarray:
@@ -226,10 +220,7 @@ def plot_hypervolume_curves(
     title: str = "hypervolume vs evaluations",
 ) -> str:
     """Save a PNG with one hypervolume-vs-number-of-evaluations curve per method."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4.2))
     for label, curve in curves.items():
@@ -239,8 +230,4 @@ def plot_hypervolume_curves(
     ax.set_ylabel("hypervolume")
     ax.set_title(title)
     ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)

@@ -32,6 +32,7 @@ import numpy as np
 
 from dphype.accounting import calibrate, check_clients, check_delta, check_int, check_noise  # re-exported for the studies
 from dphype.noise import noise_share, summed_noise
+from dphype.plotting import pyplot, save_figure  # pyplot re-exported for the studies
 from dphype.voting import primary_scores, raw_score_votes, top_k_votes
 
 #: data sets the data-driven studies accept (the names of :func:`dphype.data.load_dataset`).
@@ -300,12 +301,8 @@ class StudyRun:
         return target
 
     def save_figure(self, fig: Any, filename: str) -> Path:
-        """Save a matplotlib figure as a small PNG and close it."""
-        import matplotlib.pyplot as plt
-
-        target = self.path(filename)
-        fig.savefig(target, dpi=90, bbox_inches="tight")
-        plt.close(fig)
+        """Save a matplotlib figure as a small PNG, close it and record the file."""
+        target = Path(save_figure(fig, self.path(filename), dpi=90))
         self.outputs.append(str(target))
         return target
 
@@ -323,16 +320,6 @@ def progress_bar(total: int, desc: str) -> Any:
 
     return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True,
                 disable=os.environ.get("DPHYPE_NO_PROGRESS") == "1")
-
-
-def pyplot() -> Any:
-    """matplotlib.pyplot with the non-interactive Agg backend."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def chunked(total: int, size: int) -> Iterator[tuple[int, int]]:

@@ -38,6 +38,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from dphype.candidates import CandidateList
+from dphype.plotting import pyplot, save_figure
 
 DPHYPE_ASSUMPTIONS: tuple[str, ...] = (
     "client-level DP, replace-one neighbouring clients (top-k votes: L2 sqrt(2k), L1 2k)",
@@ -307,11 +308,7 @@ def write_table(rows: Sequence[Mapping[str, Any]], out: str, title: str) -> list
     """Write ``compare.csv`` and ``compare.png`` (test accuracy per method, privacy in the labels)."""
     import csv
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     os.makedirs(out, exist_ok=True)
     csv_path = os.path.join(out, "compare.csv")
     fields = ["method", "epsilon", "delta", "accountant", "trusted_curator", "selected_index", "selected",
@@ -336,7 +333,4 @@ def write_table(rows: Sequence[Mapping[str, Any]], out: str, title: str) -> list
     low = min(r["test_accuracy"] for r in rows)
     ax.set_ylim(max(0.0, low - 0.1), 1.0)
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(png_path, dpi=120)
-    plt.close(fig)
-    return [csv_path, png_path]
+    return [csv_path, save_figure(fig, png_path, dpi=120)]

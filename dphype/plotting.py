@@ -1,0 +1,28 @@
+"""Figures for dphype's reports and benchmarks: matplotlib on the non-interactive Agg backend.
+
+matplotlib is imported on first use only, so importing dphype stays light.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` with the Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig: Any, path: str | Path, *, dpi: int = 100) -> str:
+    """Save ``fig`` as a PNG at ``path`` (creating its folder), close it, and return the path."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(target, dpi=dpi, bbox_inches="tight")
+    pyplot().close(fig)
+    return str(target)
