@@ -33,8 +33,6 @@ from dphype.accounting import (
     VoteRelease,
     calibrate,
     check_budget,
-    check_delta,
-    check_epsilon,
     check_noise,
     check_sigma,
     privacy_report,
@@ -215,7 +213,6 @@ def make_vote_request(
     """
     if not isinstance(candidates, CandidateList):
         raise ValueError(f"candidates must be a CandidateList, got {type(candidates).__name__}")
-    epsilon, delta = check_epsilon(epsilon), check_delta(delta)
     check_budget(epsilon, delta, k, num_candidates=len(candidates), clients=clients, dropout=dropout)
     check_clients(clients)
     accountant = resolve_accountant(accountant, check_noise(noise))
@@ -233,8 +230,8 @@ def make_vote_request(
         clients=int(clients),
         dropout=float(dropout),
         noise=noise,
-        epsilon=epsilon,
-        delta=delta,
+        epsilon=float(epsilon),
+        delta=float(delta),
         accountant=accountant,
     )
 
