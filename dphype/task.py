@@ -22,6 +22,7 @@ import numpy as np
 from dphype.data import Dataset, load_dataset, partition_dirichlet, partition_iid
 
 if TYPE_CHECKING:
+    from dphype.candidates import CandidateList
     from dphype.training import ModelSpec
 
 #: Partitioning schemes accepted by :func:`make_task` (Section V-C, Appendix C).
@@ -163,3 +164,32 @@ def make_task(
         epochs=default_epochs(dataset) if epochs is None else epochs,
         seed=client_seed,
     )
+
+
+def score_clients(
+    dataset: str,
+    candidates: CandidateList,
+    clients: int,
+    *,
+    seed: int = 0,
+    partition: str = "iid",
+    beta: float | None = None,
+    epochs: int | None = None,
+    data_dir: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> np.ndarray:
+    """Every client's local scores on a simulated federation, through the real client path.
+
+    Client ``i`` is :func:`make_task` ``(dataset, i, clients, ...)`` and scores every candidate on its
+    own shard (Algorithm 1, lines 2-4). Returns ``(clients, p)``, or ``(clients, p, j)`` when
+    ``Task.score`` returns lexicographic keys (``TorchTask``: ``[accuracy, -validation loss]``).
+    ``progress(done, clients)`` is called after each client.
+    """
+    rows = []
+    for i in range(clients):
+        task = make_task(dataset, i, clients, seed=seed, partition=partition, beta=beta, epochs=epochs,
+                         data_dir=data_dir)
+        rows.append(np.asarray(task.score(candidates), dtype=np.float64))
+        if progress is not None:
+            progress(i + 1, clients)
+    return np.stack(rows)

@@ -207,41 +207,6 @@ def validate_federations(federations: Sequence[Federation]) -> None:
             )
 
 
-def client_scores(
-    fed: Federation,
-    candidates: Sequence[Mapping[str, Any]],
-    *,
-    epochs: int,
-    progress: Callable[[int], None] | None = None,
-) -> np.ndarray:
-    """Every client's local scores through TRAIN's task (:func:`dphype.task.make_task`): ``(n, p, 2)``,
-    ``TorchTask``'s lexicographic keys ``[validation accuracy, -validation loss]`` per candidate.
-
-    This is the client code path of DP-Hype (Algorithm 1, lines 2-4): client ``i`` trains every candidate
-    on its own partition and scores it on its local validation split.
-    """
-    from dphype.candidates import CandidateList
-    from dphype.task import make_task
-
-    cands = candidates if isinstance(candidates, CandidateList) else CandidateList(candidates)
-    rows = []
-    for i in range(fed.clients):
-        task = make_task(
-            fed.dataset,
-            i,
-            fed.clients,
-            seed=fed.seed,
-            partition=fed.partition,
-            beta=fed.beta,
-            epochs=epochs,
-            data_dir=fed.data_dir,
-        )
-        rows.append(np.asarray(task.score(cands), dtype=np.float64))
-        if progress is not None:
-            progress(1)
-    return np.stack(rows)
-
-
 # ----------------------------------------------------------------------------------------- statistics
 def mean_ci(values: Iterable[float], confidence: float = 0.95) -> tuple[float, float]:
     """Mean and half-width of the Student-t confidence interval (0 for a single value)."""
@@ -489,17 +454,26 @@ def federation_key(fed: Federation, candidates: Any, **extra: Any) -> dict[str, 
             "data_dir": fed.data_dir, "candidates": candidates.fingerprint(), **extra}
 
 
-#: What :func:`client_scores` stores; part of the cache key, so arrays of an older score format
+#: What :func:`dphype.task.score_clients` stores; part of the cache key, so arrays of an older score format
 #: (``(n, p)`` accuracies only, before the loss tie-break) are never reused.
 SCORE_FORMAT = "keys:accuracy,-validation_loss"
 
 
 def cached_scores(fed: Federation, candidates: Any, scale: Scale, cache: ArrayCache, bar: Any = None) -> np.ndarray:
-    """Every client's local scores ``(n, p, 2)`` (:func:`client_scores`), computed once per configuration."""
+    """Every client's local scores ``(n, p, 2)`` (:func:`dphype.task.score_clients`: the real client code
+    path, Algorithm 1 lines 2-4), computed once per configuration."""
+    from dphype.candidates import CandidateList
+    from dphype.task import score_clients
+
     key = federation_key(fed, candidates, what="client_scores", epochs=scale.epochs, format=SCORE_FORMAT)
-    return cache.get(key, lambda: client_scores(fed, candidates, epochs=scale.epochs,
-                                                progress=None if bar is None else bar.update),
-                     on_hit=None if bar is None else lambda: bar.update(fed.clients))
+    cands = candidates if isinstance(candidates, CandidateList) else CandidateList(candidates)
+
+    def compute() -> np.ndarray:
+        return score_clients(fed.dataset, cands, fed.clients, seed=fed.seed, partition=fed.partition,
+                             beta=fed.beta, epochs=scale.epochs, data_dir=fed.data_dir,
+                             progress=None if bar is None else lambda done, total: bar.update(1))
+
+    return cache.get(key, compute, on_hit=None if bar is None else lambda: bar.update(fed.clients))
 
 
 def cached_accuracies(fed: Federation, candidates: Any, scale: Scale, cache: ArrayCache, bar: Any = None) -> np.ndarray:

@@ -39,6 +39,7 @@ import numpy as np
 
 from dphype.candidates import CandidateList
 from dphype.plotting import pyplot, save_figure
+from dphype.task import score_clients
 
 DPHYPE_ASSUMPTIONS: tuple[str, ...] = (
     "client-level DP, replace-one neighbouring clients (top-k votes: L2 sqrt(2k), L1 2k)",
@@ -57,33 +58,6 @@ class SharedInputs:
     validation_size: int
     client_seconds: float
     central_seconds: float
-
-
-def score_clients(
-    dataset: str,
-    candidates: CandidateList,
-    clients: int,
-    *,
-    seed: int,
-    epochs: int | None,
-    partition: str,
-    beta: float | None,
-    data_dir: str | None,
-    progress: Callable[[int, int], None] | None = None,
-) -> np.ndarray:
-    """Every client's local scores via :func:`dphype.task.make_task`: ``(clients, candidates)``, or
-    ``(clients, candidates, j)`` when ``Task.score`` returns lexicographic keys (``TorchTask``:
-    ``[accuracy, -loss]``)."""
-    from dphype.task import make_task
-
-    rows = []
-    for i in range(clients):
-        task = make_task(dataset, i, clients, seed=seed, partition=partition, beta=beta, epochs=epochs,
-                         data_dir=data_dir)
-        rows.append(np.asarray(task.score(candidates), dtype=np.float64))
-        if progress is not None:
-            progress(i + 1, clients)
-    return np.stack(rows)
 
 
 def central_accuracies(
