@@ -711,13 +711,14 @@ def dphype_vote_problem(
     """DP-Hype itself as a DPareto problem over ``(sigma, k)`` for fixed local scores.
 
     Privacy: :func:`vote_privacy_oracle`. Utility: the test accuracy of the argmax of
-    ``sum_i top_k_votes(scores_i) + sum_i noise_share_i`` (:mod:`dphype.voting`, :mod:`dphype.noise`,
+    ``sum_i top_k_votes(scores_i) + sum_i noise_share_i``, the shares' sum drawn at once by
+    :func:`dphype.noise.summed_noise` (:mod:`dphype.voting`, :mod:`dphype.noise`,
     the functions the clients use), averaged over ``runs`` noise draws; ``test_accuracy[j]`` is the
     accuracy a model trained with candidate ``j`` reaches (e.g. from ``dphype compare``'s inputs).
     ``client_scores`` is ``(clients, candidates)`` or ``(clients, candidates, j)`` (each client's
     lexicographic keys, see :func:`dphype.voting.top_k_votes`).
     """
-    from dphype.noise import noise_share
+    from dphype.noise import summed_noise
     from dphype.voting import select, top_k_votes
 
     scores = np.asarray(client_scores, dtype=np.float64)
@@ -733,11 +734,9 @@ def dphype_vote_problem(
     def utility(config: Config, rng: np.random.Generator) -> UtilityResult:
         k, sigma = int(config["k"]), float(config["sigma"])
         votes = sum(top_k_votes(row, k) for row in scores)
-        picks = [
-            select(votes + sum(noise_share(p, sigma=sigma, clients=n, dropout=0.0, kind=noise, rng=rng)
-                               for _ in range(n)))
-            for _ in range(runs)
-        ]
+        # the n clients' shares, summed: one draw of the same distribution (dphype.noise.summed_noise)
+        noise_sums = summed_noise((runs, p), sigma=sigma, clients=n, dropout=0.0, survivors=n, kind=noise, rng=rng)
+        picks = [select(votes + row) for row in noise_sums]
         return UtilityResult.from_runs(np.nan_to_num(acc[picks], nan=0.0))
 
     return ParetoProblem(
