@@ -22,12 +22,13 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 from flwr.app import Context
 from flwr.client import NumPyClient
 from flwr.clientapp import ClientApp
+from flwr.clientapp.typing import Mod
 from flwr.common import NDArrays, Scalar, log
 
 from dphype.accounting import check_epsilon, epsilon as release_epsilon
@@ -147,6 +148,7 @@ def make_client_app(
     candidates: CandidateList | Callable[[Context], CandidateList],
     *,
     max_epsilon: float | None = None,
+    mods: Sequence[Mod] = (),
 ) -> ClientApp:
     """A ``ClientApp`` that takes part in DP-Hype through SecAgg+.
 
@@ -154,11 +156,12 @@ def make_client_app(
     ``context.node_config["partition-id"]``); ``candidates`` is the public list or a
     function of the context that loads it. The app carries
     :func:`dphype.secure_sum.secure_vote_mod`, which runs Flower's ``secaggplus_mod``
-    and refuses vote requests that do not come through SecAgg+.
+    and refuses vote requests that do not come through SecAgg+; your own ``mods``
+    (e.g. logging, byte counting) run before it.
     """
 
     def client_fn(context: Context):
         local = candidates(context) if callable(candidates) else candidates
         return DPHypeClient(task_fn(context), local, max_epsilon=max_epsilon).to_client()
 
-    return ClientApp(client_fn=client_fn, mods=[secure_vote_mod])
+    return ClientApp(client_fn=client_fn, mods=[*mods, secure_vote_mod])

@@ -131,6 +131,20 @@ def partition_cached(
     return tuple(partition_dirichlet(labels, num_partitions, beta, seed))
 
 
+class FixedScoresTask:
+    """A :class:`Task` whose local scores were computed beforehand (e.g. by a :class:`TorchTask` run, or
+    outside dphype): replaying them runs the voting round without retraining."""
+
+    def __init__(self, scores: np.ndarray, maximize: bool = True) -> None:
+        self.scores = np.asarray(scores, dtype=np.float64)
+        self.maximize = maximize
+
+    def score(self, candidates: Sequence[Mapping[str, Any]], **_: Any) -> np.ndarray:
+        if len(candidates) != len(self.scores):
+            raise ValueError(f"got {len(candidates)} candidates for {len(self.scores)} precomputed scores")
+        return self.scores
+
+
 def make_task(
     dataset: str,
     partition_id: int,

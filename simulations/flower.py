@@ -5,7 +5,7 @@ runs a configuration once end to end instead: FLOWER's :func:`dphype.strategy.ru
 one :class:`dphype.client.DPHypeClient` per simulated node (top-k votes, its own noise share, encoding),
 :func:`dphype.secure_sum.secure_vote_mod` (SecAgg+ client side), all inside
 ``flwr.simulation.run_simulation``. Each client's task returns scores that were already computed by the
-real task (:class:`FixedScoresTask`), so the run measures and exercises the voting round itself.
+real task (:class:`dphype.task.FixedScoresTask`), so the run measures and exercises the voting round itself.
 
 With ``count_bytes=True`` a client mod adds up the serialized size of every message each node receives
 and sends (the protobuf ``RecordDict`` content, i.e. the payload on the wire, without transport framing).
@@ -17,24 +17,10 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
-
-
-@dataclass
-class FixedScoresTask:
-    """A :class:`dphype.task.Task` whose local scores were computed beforehand (by the real task)."""
-
-    scores: np.ndarray
-    maximize: bool = True
-
-    def score(self, candidates: Sequence[Any]) -> np.ndarray:
-        if len(candidates) != len(self.scores):
-            raise ValueError(f"got {len(candidates)} candidates for {len(self.scores)} precomputed scores")
-        return np.asarray(self.scores, dtype=np.float64)
 
 
 def _byte_counter(folder: str) -> Callable[..., Any]:
@@ -75,13 +61,12 @@ def vote_through_flower(
     """
     import flwr
     from flwr.app import Context
-    from flwr.clientapp import ClientApp
     from flwr.serverapp import Grid, ServerApp
     from flwr.simulation import run_simulation
 
-    from dphype.client import DPHypeClient
-    from dphype.secure_sum import secure_vote_mod
+    from dphype.client import make_client_app
     from dphype.strategy import run_dphype
+    from dphype.task import FixedScoresTask
 
     scores = np.asarray(scores, dtype=np.float64)
     clients = scores.shape[0]
@@ -97,14 +82,13 @@ def vote_through_flower(
         results.append({"selected_index": result.selected_index, "round_seconds": time.perf_counter() - start,
                         "privacy": result.report.to_dict()})
 
-    def client_fn(context: Context) -> Any:
-        task = FixedScoresTask(scores[int(context.node_config["partition-id"])], maximize)
-        return DPHypeClient(task, candidates).to_client()
+    def task_fn(context: Context) -> FixedScoresTask:
+        return FixedScoresTask(scores[int(context.node_config["partition-id"])], maximize)
 
     with tempfile.TemporaryDirectory() as folder:
-        mods = ([_byte_counter(folder)] if count_bytes else []) + [secure_vote_mod]
+        client_app = make_client_app(task_fn, candidates, mods=[_byte_counter(folder)] if count_bytes else [])
         start = time.perf_counter()
-        run_simulation(server_app=server, client_app=ClientApp(client_fn=client_fn, mods=mods),
+        run_simulation(server_app=server, client_app=client_app,
                        num_supernodes=clients,
                        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
         wall = time.perf_counter() - start

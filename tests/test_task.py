@@ -63,3 +63,18 @@ def test_torch_task_scores_every_candidate_with_progress() -> None:
     assert np.all((scores[:, 0] >= 0) & (scores[:, 0] <= 1)) and np.all(scores[:, 1] < 0)
     assert calls == [(1, 2), (2, 2)]
     assert np.array_equal(scores, task.score(CANDIDATES))  # deterministic for a fixed seed
+
+
+def test_fixed_scores_task_replays_its_scores_and_checks_the_length():
+    import numpy as np
+
+    from dphype.candidates import table_iii_grid
+    from dphype.task import FixedScoresTask
+
+    cands = table_iii_grid()
+    scores = np.linspace(0.0, 1.0, len(cands))
+    task = FixedScoresTask(scores, maximize=False)
+    assert not task.maximize
+    np.testing.assert_array_equal(task.score(cands), scores)
+    with pytest.raises(ValueError, match="got 100 candidates for 3 precomputed scores"):
+        FixedScoresTask(np.zeros(3)).score(cands)

@@ -39,7 +39,7 @@ import numpy as np
 
 from dphype.candidates import CandidateList
 from dphype.plotting import pyplot, save_figure
-from dphype.task import score_clients
+from dphype.task import FixedScoresTask, score_clients
 
 DPHYPE_ASSUMPTIONS: tuple[str, ...] = (
     "client-level DP, replace-one neighbouring clients (top-k votes: L2 sqrt(2k), L1 2k)",
@@ -76,18 +76,6 @@ def central_accuracies(
     return accuracy(models, pool.subset(val_idx)), accuracy(models, test), len(val_idx)
 
 
-class _FixedScores:
-    """A :class:`dphype.task.Task` returning precomputed local scores (the client's own)."""
-
-    maximize = True
-
-    def __init__(self, scores: np.ndarray) -> None:
-        self._scores = scores
-
-    def score(self, candidates: Sequence[Mapping[str, Any]]) -> np.ndarray:
-        return self._scores
-
-
 def dphype_select(
     client_scores: np.ndarray,
     candidates: CandidateList,
@@ -112,7 +100,7 @@ def dphype_select(
     flwr_logger.setLevel(logging.WARNING)  # the client logs two lines per vote
     try:
         encoded = [
-            DPHypeClient(_FixedScores(scores), candidates, rng=rng).noisy_votes(request)
+            DPHypeClient(FixedScoresTask(scores), candidates, rng=rng).noisy_votes(request)
             for scores in client_scores
         ]
     finally:
