@@ -116,6 +116,26 @@ def fixed_point_scale(noise: str) -> int:
     return 1 if check_noise(noise) == "skellam" else GAUSSIAN_SCALE
 
 
+def check_timeout(name: str, seconds: Any, *, allow_none: bool = False) -> float | None:
+    """Return a wait limit in seconds; it must be a finite number > 0 (or ``None`` if allowed).
+
+    A deployed SuperNode that vanishes never answers, so without a limit the server
+    would wait for it forever; with one, SecAgg+ goes on with the clients that answered
+    and the survivor check decides whether anything is released.
+    """
+    if seconds is None and allow_none:
+        return None
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not math.isfinite(seconds)
+        or seconds <= 0
+    ):
+        allowed = "a finite number of seconds > 0" + (" or None" if allow_none else "")
+        raise ValueError(f"{name} must be {allowed}, got {seconds!r}")
+    return float(seconds)
+
+
 def check_clients(clients: int) -> None:
     """Refuse a client count that SecAgg+ cannot sum exactly (2 <= n <= MAX_CLIENTS)."""
     _check_client_count(clients)
@@ -245,13 +265,28 @@ class ExactSumWorkflow(SecAggPlusWorkflow):
         )
         self.min_survivors = min_survivors
 
+    def share_keys_stage(self, grid: Grid, context: LegacyContext, state: WorkflowState) -> bool:
+        """Flower's stage 1, then forget the clients that left before it ended.
+
+        Survivors add pairwise masks only with clients whose key shares reached
+        them, i.e. with clients that answered both stage 0 and stage 1. Flower
+        1.41 keeps every sampled client in ``sampled_node_ids`` and, in the unmask
+        stage, asks the survivors for key shares of a client lost in stage 0 or 1,
+        which they never received: every survivor fails and the round halts. A
+        client lost that early contributed no mask, so it is simply not part of
+        the sum; one lost later is unmasked as usual.
+        """
+        proceed = super().share_keys_stage(grid, context, state)
+        state.sampled_node_ids = set(state.active_node_ids)
+        return proceed
+
     def unmask_stage(self, grid: Grid, context: LegacyContext, state: WorkflowState) -> bool:
         """Check the survivor count, then unmask the sum (Flower's stage 3)."""
         survivors = len(state.active_node_ids)
         if survivors < self.min_survivors:
             reasons = "; ".join(sorted({str(f) for f in state.failures}))[:2000]
             raise TooFewSurvivorsError(
-                f"only {survivors} of {len(state.sampled_node_ids)} clients submitted a "
+                f"only {survivors} of {len(state.nid_to_neighbours)} clients submitted a "
                 f"masked vote vector, fewer than the {self.min_survivors} required by the "
                 f"dropout tolerance; the sum was not unmasked and nothing was released. "
                 f"Client failures: {reasons or 'none reported'}"
@@ -312,7 +347,7 @@ class SecureSumStrategy(Strategy):
         self.noise = noise
         self.min_survivors = min_survivors
         self.fit_config = dict(fit_config)
-        self.connect_timeout = connect_timeout
+        self.connect_timeout = check_timeout("connect_timeout", connect_timeout)
         self.total: np.ndarray | None = None
         self.survivors: int = 0
 
@@ -400,10 +435,12 @@ def run_secure_sum(
     """Run one SecAgg+ round with ``strategy`` inside a ServerApp and return the exact sum.
 
     ``num_shares`` defaults to :func:`default_num_shares`; ``timeout`` bounds each
-    SecAgg+ stage (None: wait for every reply; Flower answers for unreachable
-    nodes with an error). Raises :class:`SecureSumError` if the protocol halted
-    before a sum was unmasked.
+    SecAgg+ stage in seconds (None: wait for every reply, which suits simulation,
+    where a failed client is answered with an error, but hangs a deployment on a
+    SuperNode that disappears). Raises :class:`SecureSumError` if the protocol
+    halted before a sum was unmasked.
     """
+    timeout = check_timeout("timeout", timeout, allow_none=True)
     workflow = ExactSumWorkflow(
         min_survivors=strategy.min_survivors,
         num_shares=num_shares if num_shares is not None else default_num_shares(strategy.clients),

@@ -280,7 +280,9 @@ def run_dphype(
     accountant:
         ``"rdp"`` or ``"analytic"`` (Gaussian only); ``None`` picks the default.
     timeout:
-        Seconds to wait for replies in each SecAgg+ stage (``None``: no limit).
+        Seconds to wait for replies in each SecAgg+ stage (``None``: no limit). Set it
+        in deployments: a SuperNode that disappears is then counted as dropped out
+        (see ``dropout``) instead of stalling the round forever.
     num_shares, reconstruction_threshold:
         SecAgg+ parameters (fractions); see :func:`dphype.secure_sum.default_num_shares`.
     """

@@ -39,7 +39,14 @@ def run_app(grid: Grid, context: Context, cfg: AppConfig) -> dict[str, Any]:
 
     candidates = load_candidates(cfg.candidates)
     start = time.perf_counter()
-    result = run_dphype(grid, context, candidates, **cfg.vote_parameters())
+    result = run_dphype(
+        grid,
+        context,
+        candidates,
+        **cfg.vote_parameters(),
+        timeout=cfg.round_timeout,
+        connect_timeout=cfg.connect_timeout,
+    )
     selected_at = time.perf_counter()
     log(logging.INFO, "DP-Hype selected candidate %d: %s", result.selected_index, result.selected)
     test = load_cached(cfg.dataset)[1]
@@ -49,10 +56,13 @@ def run_app(grid: Grid, context: Context, cfg: AppConfig) -> dict[str, Any]:
         dataset=cfg.dataset,
         test=test,
         candidate=result.selected,
-        clients=cfg.clients,
+        # Clients that dropped out of the vote are not waited for (all that are
+        # still connected are sampled).
+        clients=result.report.survivors or cfg.clients,
         rounds=cfg.fedavg_rounds,
         local_epochs=cfg.local_epochs,
         seed=cfg.seed,
+        round_timeout=cfg.round_timeout,
     )
     summary = result.to_dict()
     summary.update(

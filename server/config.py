@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from dphype.accounting import check_budget, check_int
+from dphype.secure_sum import check_timeout
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,9 @@ class AppConfig:
 
     ``clients`` is the number of SuperNodes that take part (DP-Hype calibrates each
     client's noise share for it); ``accountant = "auto"`` picks the default for the
-    noise kind.
+    noise kind. ``connect_timeout`` bounds the wait (seconds) for ``clients`` nodes
+    to connect; ``round_timeout`` bounds each SecAgg+ stage and each FedAvg round,
+    so a vanished SuperNode counts as dropped out instead of stalling the run.
     """
 
     dataset: str
@@ -35,11 +38,15 @@ class AppConfig:
     fedavg_rounds: int
     local_epochs: int
     clients: int
+    connect_timeout: float = 600.0
+    round_timeout: float = 1800.0
 
     def __post_init__(self) -> None:
         check_budget(self.epsilon, self.delta, self.k, clients=self.clients, dropout=self.dropout)
         for name in ("fedavg_rounds", "local_epochs"):
             check_int(name.replace("_", "-"), getattr(self, name), 1)
+        for name in ("connect_timeout", "round_timeout"):
+            check_timeout(name.replace("_", "-"), getattr(self, name))
 
     @property
     def accountant_or_default(self) -> str | None:
@@ -60,13 +67,15 @@ class AppConfig:
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> AppConfig:
-        """Parse a Flower run config; every field must be present, unknown keys are refused."""
+        """Parse a Flower run config; unknown keys are refused, and every field without a
+        default (all but the timeouts) must be present."""
         fields = {f.name: f for f in dataclasses.fields(cls)}
         given = {key.replace("-", "_"): value for key, value in run_config.items()}
         unknown = sorted(set(given) - set(fields))
         if unknown:
             raise ValueError(f"unknown run-config keys: {', '.join(unknown)}")
-        missing = sorted(set(fields) - set(given))
+        required = {n for n, f in fields.items() if f.default is dataclasses.MISSING}
+        missing = sorted(required - set(given))
         if missing:
             raise ValueError(f"run config is missing: {', '.join(m.replace('_', '-') for m in missing)}")
         values: dict[str, Any] = {}

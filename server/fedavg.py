@@ -1,8 +1,9 @@
 """FedAvg of the DP-Hype winner through Flower (the step after selection, DP-Hype Section V-B).
 
 The ServerApp initialises the paper's model for the data set, runs Flower's
-legacy ``FedAvg`` for ``fedavg-rounds`` rounds over all ``clients`` nodes with the
-selected candidate's ``lr``/``momentum``/``decay``, and evaluates every global
+legacy ``FedAvg`` for ``fedavg-rounds`` rounds over all connected nodes (at
+least ``clients``) with the selected candidate's ``lr``/``momentum``/``decay``,
+and evaluates every global
 model on the held-out test split. Each client's update is
 :func:`dphype.training.train_candidates` on its whole shard, started from the
 global weights (fresh momentum, StepLR restarting each round, as in
@@ -16,19 +17,21 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from flwr.app import Context
+from flwr.app import Context, Message, RecordDict
 from flwr.common import NDArrays, Scalar, log, ndarrays_to_parameters
 from flwr.server import ServerConfig
 from flwr.server.compat.legacy_context import LegacyContext
 from flwr.server.strategy import FedAvg
 from flwr.server.workflow import DefaultWorkflow
 from flwr.serverapp.grid import Grid
+from flwr.supercore.run import Run
 
 from dphype.candidates import Candidate
-from dphype.secure_sum import PHASE_KEY
+from dphype.secure_sum import PHASE_KEY, check_timeout
 
 if TYPE_CHECKING:
     from torch import nn
@@ -40,6 +43,51 @@ TRAIN_PHASE = "train"
 CANDIDATE_KEY = "dphype.candidate"
 EPOCHS_KEY = "dphype.epochs"
 ROUND_KEY = "dphype.round"
+
+
+class TimedGrid(Grid):
+    """``grid`` with a default reply timeout: ``send_and_receive`` without one waits ``timeout`` s.
+
+    Flower 1.41's legacy ``DefaultWorkflow`` sends each FedAvg round without a
+    timeout (it does not read ``ServerConfig.round_timeout``), so a SuperNode
+    that disappears would stall the round forever. Everything else is delegated.
+    """
+
+    def __init__(self, grid: Grid, timeout: float) -> None:
+        self.grid = grid
+        self.timeout = timeout
+
+    def set_run(self, run: Run) -> None:
+        self.grid.set_run(run)
+
+    @property
+    def run(self) -> Run:
+        return self.grid.run
+
+    def create_message(
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,
+        group_id: str,
+        ttl: float | None = None,
+    ) -> Message:
+        return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return self.grid.get_node_ids()
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        return self.grid.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return self.grid.pull_messages(message_ids)
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> Iterable[Message]:
+        wait = self.timeout if timeout is None else timeout
+        return self.grid.send_and_receive(messages, timeout=wait)
 
 
 def build_global_model(dataset: str, data: Dataset, seed: int) -> nn.Module:
@@ -97,8 +145,14 @@ def run_fedavg(
     rounds: int,
     local_epochs: int,
     seed: int,
+    round_timeout: float | None = None,
 ) -> float:
-    """Train the model with ``candidate`` by FedAvg over ``clients`` nodes; return its test accuracy."""
+    """FedAvg of ``candidate`` over all nodes (waiting for ``clients``); returns the test accuracy.
+
+    ``round_timeout`` (seconds, None: no limit) bounds each round; FedAvg averages
+    the updates that arrived in time.
+    """
+    check_timeout("round_timeout", round_timeout, allow_none=True)
     model = build_global_model(dataset, test, seed)
 
     def evaluate(server_round: int, weights: NDArrays, config: dict[str, Scalar]):
@@ -124,6 +178,6 @@ def run_fedavg(
         evaluate_fn=evaluate,
     )
     legacy = LegacyContext(context, config=ServerConfig(num_rounds=rounds), strategy=strategy)
-    DefaultWorkflow()(grid, legacy)
+    DefaultWorkflow()(grid if round_timeout is None else TimedGrid(grid, round_timeout), legacy)
     history: dict[str, Any] = legacy.history.metrics_centralized
     return float(history["accuracy"][-1][1])

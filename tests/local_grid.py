@@ -3,7 +3,10 @@
 It lets the real ServerApp workflows (DefaultWorkflow, SecAgg+) talk to real
 ClientApps (with their mods and per-node Context) without starting Ray or a
 SuperLink, so protocol tests run in about a second. A ClientApp that raises is
-answered with an error reply, as the Flower runtimes do.
+answered with an error reply, as the Flower runtimes do. A node listed in
+``silent`` has vanished, as a deployed SuperNode can: it never answers, so a
+call with a timeout returns without its reply and a call without one would wait
+forever (raised here as an error instead).
 """
 
 from __future__ import annotations
@@ -23,8 +26,15 @@ from flwr.supercore.task_identity import TaskIdentity
 class LocalGrid(Grid):
     """Deliver each message synchronously to ``client_app`` on one of ``num_nodes`` nodes."""
 
-    def __init__(self, client_app: ClientApp, num_nodes: int, run_config: dict | None = None):
+    def __init__(
+        self,
+        client_app: ClientApp,
+        num_nodes: int,
+        run_config: dict | None = None,
+        silent: Iterable[int] = (),
+    ):
         self.client_app = client_app
+        self.silent = {1000 + i for i in silent}
         # Messages take their source from the process-wide task identity (as in run_simulation).
         TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, SUPERLINK_NODE_ID
         self._run = Run.create_empty(run_id=1)
@@ -40,6 +50,7 @@ class LocalGrid(Grid):
         }
         self.sent: list[Message] = []
         self.replies: list[Message] = []
+        self.timeouts: list[float | None] = []
 
     def set_run(self, run: Run) -> None:
         self._run = run
@@ -62,9 +73,17 @@ class LocalGrid(Grid):
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None):
         replies = []
+        self.timeouts.append(timeout)
         for msg in messages:
             msg.metadata.__dict__["_message_id"] = str(uuid4())
             self.sent.append(msg)
+            if msg.metadata.dst_node_id in self.silent:
+                if timeout is None:
+                    raise RuntimeError(
+                        f"node {msg.metadata.dst_node_id} never answers: without a timeout "
+                        "the server would wait forever"
+                    )
+                continue
             delivered = copy.deepcopy(msg)  # a transport hands each node its own copy
             try:
                 reply = self.client_app(delivered, self.contexts[msg.metadata.dst_node_id])

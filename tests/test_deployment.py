@@ -12,6 +12,8 @@ import pytest
 from test_flwr_run import BIN, REPO, descendants, offline_env, parse_result, stop
 
 NUM_NODES = 5
+#: Seconds one SecAgg+ stage or FedAvg round may wait for the SuperNodes (run config).
+ROUND_TIMEOUT = 240
 
 
 def free_port() -> int:
@@ -31,8 +33,14 @@ def wait_for_port(port: int, timeout: float = 60.0) -> None:
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout:g} s")
 
 
+def log_tails(logs: Path, chars: int = 1500) -> str:
+    """The end of every process log, for a failure message."""
+    files = sorted(logs.glob("*.log"))
+    return "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-chars:]}" for f in files)
+
+
 @pytest.fixture
-def federation(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
+def federation(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str], list[subprocess.Popen]]]:
     """A SuperLink and NUM_NODES SuperNodes on 127.0.0.1, each started and stopped by PID."""
     flwr_home = tmp_path / "flwr-home"
     flwr_home.mkdir()
@@ -47,9 +55,26 @@ def federation(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
     logs.mkdir()
     procs: list[subprocess.Popen] = []
 
-    def start(name: str, args: list[str]) -> None:
+    def start(name: str, args: list[str]) -> subprocess.Popen:
         out = open(logs / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
         procs.append(subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT))
+        return procs[-1]
+
+    def start_node(i: int, attempt: int) -> tuple[subprocess.Popen, Path]:
+        name = f"supernode-{i}" + (f"-retry{attempt}" if attempt else "")
+        args = [
+            str(BIN / "flower-supernode"),
+            "--insecure",
+            "--superlink",
+            f"127.0.0.1:{link_port}",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(free_port()),  # may be taken again before the node binds it: then retried
+            "--node-config",
+            f"partition-id={i} num-partitions={NUM_NODES}",
+        ]
+        return start(name, args), logs / f"{name}.log"
 
     try:
         start(
@@ -67,23 +92,21 @@ def federation(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
             ],
         )
         wait_for_port(link_port)
-        for i in range(NUM_NODES):
-            start(
-                f"supernode-{i}",
-                [
-                    str(BIN / "flower-supernode"),
-                    "--insecure",
-                    "--superlink",
-                    f"127.0.0.1:{link_port}",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(free_port()),
-                    "--node-config",
-                    f"partition-id={i} num-partitions={NUM_NODES}",
-                ],
-            )
-        yield tmp_path, env
+        nodes = [start_node(i, 0) for i in range(NUM_NODES)]
+        # Every SuperNode must have registered with the SuperLink before the run starts.
+        attempts = [0] * NUM_NODES
+        deadline = time.monotonic() + 180
+        while not all("SuperNode ID:" in log.read_text(errors="replace") for _, log in nodes):
+            for i, (proc, _) in enumerate(nodes):
+                if proc.poll() is not None:
+                    attempts[i] += 1
+                    if attempts[i] > 2:
+                        pytest.fail(f"supernode-{i} exited three times\n{log_tails(logs)}")
+                    nodes[i] = start_node(i, attempts[i])
+            if time.monotonic() > deadline:
+                pytest.fail(f"not all SuperNodes registered within 180 s\n{log_tails(logs)}")
+            time.sleep(0.5)
+        yield tmp_path, env, [proc for proc, _ in nodes]
     finally:
         pids = [p.pid for p in procs]
         stop([d for pid in pids for d in reversed(descendants(pid))] + list(reversed(pids)))
@@ -91,28 +114,69 @@ def federation(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
             proc.wait(timeout=15)
 
 
+def flwr_run(
+    tmp_path: Path, env: dict[str, str], run_config: str, *, kill: subprocess.Popen | None = None
+) -> dict:
+    """``flwr run . deploy`` with ``run_config``; returns the run summary.
+
+    ``kill``: a SuperNode process killed (with its ClientApps) once the run has started.
+    """
+    logs = tmp_path / "logs"
+    command = [str(BIN / "flwr"), "run", ".", "deploy", "--stream", "--run-config", run_config]
+    with subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    ) as proc:
+        if kill is not None:
+            deadline = time.monotonic() + 120
+            while "Started task" not in (logs / "superlink.log").read_text(errors="replace"):
+                assert time.monotonic() < deadline, "the run did not start\n" + log_tails(logs)
+                time.sleep(0.2)
+            stop([*reversed(descendants(kill.pid)), kill.pid], timeout=0.0)
+        # The app bounds each message round (SecAgg+ stage, FedAvg round) by
+        # round-timeout; this is only the backstop for a stuck CLI.
+        try:
+            output, _ = proc.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            output, _ = proc.communicate()
+            tail = output[-3000:].decode(errors="replace")
+            pytest.fail(f"flwr run did not finish in 600 s\n{tail}\n{log_tails(logs)}")
+    text = output.decode(errors="replace")
+    assert proc.returncode == 0, text[-3000:] + "\n" + log_tails(logs)
+    return parse_result(text)
+
+
 @pytest.mark.slow
 def test_deployment_on_loopback(federation):
-    tmp_path, env = federation
-    done = subprocess.run(
-        [
-            str(BIN / "flwr"),
-            "run",
-            ".",
-            "deploy",
-            "--stream",
-            "--run-config",
-            f"clients={NUM_NODES} epsilon=20.0 candidates='table3:random:10:0' local-epochs=1 fedavg-rounds=1",
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
+    tmp_path, env, _ = federation
+    result = flwr_run(
+        tmp_path,
+        env,
+        f"clients={NUM_NODES} epsilon=20.0 candidates='table3:random:10:0' local-epochs=1 "
+        f"fedavg-rounds=1 round-timeout={ROUND_TIMEOUT}",
     )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-3000:]
-    result = parse_result(output)
     assert result["clients"] == NUM_NODES
     assert result["privacy"]["survivors"] == NUM_NODES
+    assert result["accuracy"] > 0.7
+
+
+@pytest.mark.slow
+def test_deployment_survives_a_vanished_supernode(federation):
+    """A SuperNode killed once the run starts counts as a dropout (xi = 0.2).
+
+    The other four nodes' noisy vote sum is released with the full noise, and
+    FedAvg trains on the four.
+    """
+    tmp_path, env, procs = federation
+    result = flwr_run(
+        tmp_path,
+        env,
+        f"clients={NUM_NODES} dropout=0.2 epsilon=20.0 candidates='table3:random:10:0' "
+        "local-epochs=1 fedavg-rounds=1 round-timeout=120",
+        kill=procs[-1],
+    )
+    privacy = result["privacy"]
+    assert privacy["clients"] == NUM_NODES and privacy["survivors"] == NUM_NODES - 1
+    # Four survivors each added sigma^2 / 4 of the noise: epsilon is on target.
+    assert privacy["epsilon"] == pytest.approx(20.0, rel=1e-6)
     assert result["accuracy"] > 0.7

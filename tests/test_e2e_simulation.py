@@ -55,7 +55,8 @@ def test_apps_in_process_select_then_train():
     from clients.app import build_client_app
     from server.app import run_app
 
-    cfg = _config(epsilon=20.0)  # 4 clients: at epsilon=1 the noise (sigma ~10), not the vote, would decide
+    # 4 clients: at epsilon=1 the noise (sigma ~10), not the vote, would decide
+    cfg = _config(epsilon=20.0, round_timeout=123.0)
     grid = LocalGrid(build_client_app(cfg), cfg.clients)
     context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={})
     summary = run_app(grid, context, cfg)
@@ -67,6 +68,8 @@ def test_apps_in_process_select_then_train():
         m for m in grid.sent if m.content.config_records.get("fitins.config", {}).get("dphype.phase") == "train"
     ]
     assert len(train_rounds) == 2 * cfg.clients  # every client trains in every FedAvg round
+    # Every SecAgg+ stage and every FedAvg round waits at most round-timeout seconds.
+    assert grid.timeouts and set(grid.timeouts) == {123.0}
 
 
 def test_weights_round_trip_and_local_update():

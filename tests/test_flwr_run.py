@@ -106,7 +106,7 @@ def test_flwr_run_offline_simulation(tmp_path):
     log_marker = str(flwr_home / "local-superlink")
     try:
         done = subprocess.run(
-            command, cwd=REPO, env=offline_env(flwr_home), capture_output=True, text=True, timeout=240
+            command, cwd=REPO, env=offline_env(flwr_home), capture_output=True, text=True, timeout=480
         )
     finally:
         superlinks = processes_with("flower-superlink", log_marker)
@@ -151,3 +151,20 @@ def test_run_config_overrides_and_errors():
         AppConfig.from_run_config({**pyproject_run_config(), "clients": 1})
     with pytest.raises(ValueError, match="local-epochs must be an integer >= 1"):
         AppConfig.from_run_config({**pyproject_run_config(), "local-epochs": 0})
+    with pytest.raises(ValueError, match="round-timeout must be a finite number of seconds > 0, got 0.0$"):
+        AppConfig.from_run_config({**pyproject_run_config(), "round-timeout": 0})
+    with pytest.raises(ValueError, match="connect-timeout must be a finite number of seconds > 0"):
+        AppConfig.from_run_config({**pyproject_run_config(), "connect-timeout": -5.0})
+
+
+def test_timeouts_are_optional_and_pyproject_states_their_defaults():
+    import dataclasses
+
+    from server.config import AppConfig
+
+    given = pyproject_run_config()
+    defaults = {f.name: f.default for f in dataclasses.fields(AppConfig)}
+    assert given["round-timeout"] == defaults["round_timeout"]
+    assert given["connect-timeout"] == defaults["connect_timeout"]
+    bare = {k: v for k, v in given.items() if not k.endswith("-timeout")}
+    assert AppConfig.from_run_config(bare) == AppConfig.from_run_config(given)

@@ -163,6 +163,18 @@ def test_dropout_before_masked_vector_is_survived():
     assert Stage.UNMASK in _stages_sent(grid)
 
 
+@pytest.mark.parametrize("stage", [Stage.SETUP, Stage.SHARE_KEYS])
+def test_dropout_before_key_sharing_ends_is_survived(stage):
+    # A node lost in stage 0 or 1 never masked with anyone: the others' sum is unmasked.
+    vectors = np.arange(5 * 10).reshape(5, 10) - 20
+    total, strategy, grid = _run(vectors, drop={2: stage}, min_survivors=4)
+    np.testing.assert_array_equal(total, np.delete(vectors, 2, axis=0).sum(axis=0))
+    assert strategy.survivors == 4
+    configs = [m.content.config_records[RECORD_KEY_CONFIGS] for m in grid.sent]
+    unmask = [c for c in configs if c[Key.STAGE] == Stage.UNMASK]
+    assert unmask and all(not c[Key.DEAD_NODE_ID_LIST] for c in unmask)  # nothing to unmask for it
+
+
 def test_dropout_during_unmasking_keeps_the_contribution():
     vectors = np.arange(5 * 10).reshape(5, 10) - 20
     total, strategy, _ = _run(vectors, drop={1: Stage.UNMASK}, min_survivors=5)

@@ -137,6 +137,36 @@ def test_too_few_survivors_release_nothing():
     assert "crash" in str(info.value)
 
 
+def test_vanished_node_counts_as_dropout_with_a_timeout():
+    # A deployed SuperNode that disappears never answers: with a stage timeout
+    # SecAgg+ goes on without it and the survivor check decides the release.
+    n = 5
+    grid = LocalGrid(_app(_scores(n)), n, silent=[2])
+    result = run_dphype(
+        grid, _context(), CANDS, epsilon=1.0, delta=1e-5, k=3, clients=n, dropout=0.2, timeout=30.0
+    )
+    request = make_vote_request(CANDS, epsilon=1.0, delta=1e-5, k=3, clients=n, dropout=0.2)
+    expected = _expected_sum(_scores(n), request, [0, 1, 3, 4])
+    np.testing.assert_array_equal(result.noisy_sum, expected)
+    assert result.report.survivors == 4
+    assert grid.timeouts and set(grid.timeouts) == {30.0}  # every SecAgg+ stage is bounded
+    strict = LocalGrid(_app(_scores(n)), n, silent=[2])
+    with pytest.raises(ss.TooFewSurvivorsError, match="only 4 of 5"):
+        run_dphype(strict, _context(), CANDS, epsilon=1.0, delta=1e-5, k=3, clients=n, timeout=30.0)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), True, "60"])
+def test_bad_timeouts_are_refused(bad):
+    def run(**timeouts):
+        grid = LocalGrid(_app(_scores(2)), 2)
+        run_dphype(grid, _context(), CANDS, epsilon=1.0, delta=1e-5, k=3, clients=2, **timeouts)
+
+    with pytest.raises(ValueError, match=r"^timeout must be a finite number of seconds > 0 or None"):
+        run(timeout=bad)
+    with pytest.raises(ValueError, match=r"^connect_timeout must be a finite number of seconds > 0, got"):
+        run(connect_timeout=bad)
+
+
 def test_fingerprint_mismatch_fails_loudly():
     n = 4
     other = candidate_grid(lr=[0.001, 0.01, 0.1, 0.5], momentum=[0.9, 0.0])  # same set, other order
