@@ -34,11 +34,17 @@ DEFAULT_ACCOUNTANT: dict[str, str] = {"gaussian": "analytic", "skellam": "rdp"}
 
 
 # --------------------------------------------------------------------------------------------- validators
+def check_positive(name: str, value: Any) -> float:
+    """Return ``value`` as float; it must be a finite real number (not a bool) ``> 0``, else
+    ``ValueError`` naming ``name`` and the allowed range."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
 def check_epsilon(epsilon: Any) -> float:
     """Return ``epsilon`` as float; it must be a finite number > 0."""
-    if isinstance(epsilon, bool) or not isinstance(epsilon, Real) or not math.isfinite(epsilon) or epsilon <= 0:
-        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
-    return float(epsilon)
+    return check_positive("epsilon", epsilon)
 
 
 def check_delta(delta: Any) -> float:
@@ -88,9 +94,7 @@ def check_clients(clients: Any) -> int:
 
 def check_sigma(sigma: Any) -> float:
     """Return the total noise std ``sigma`` as float; it must be a finite number > 0."""
-    if isinstance(sigma, bool) or not isinstance(sigma, Real) or not math.isfinite(sigma) or sigma <= 0:
-        raise ValueError(f"sigma must be a finite number > 0, got {sigma!r}")
-    return float(sigma)
+    return check_positive("sigma", sigma)
 
 
 def check_noise(noise: Any) -> str:

@@ -346,8 +346,9 @@ def partition_dirichlet(
     Returns sorted index arrays.
     """
     y = np.asarray(labels)
-    if not np.isfinite(beta) or beta <= 0:
-        raise ValueError(f"beta must be a finite number > 0, got {beta}")
+    from dphype.accounting import check_positive  # local import: accounting pulls in scipy
+
+    check_positive("beta", beta)
     if min_size < 1:
         raise ValueError(f"min_size must be >= 1, got {min_size}")
     _check_clients(clients, len(y), min_size)

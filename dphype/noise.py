@@ -19,7 +19,14 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import norm
 
-from dphype.accounting import check_clients, check_dropout, check_int, check_noise, check_sigma
+from dphype.accounting import (
+    check_clients,
+    check_dropout,
+    check_int,
+    check_noise,
+    check_positive,
+    check_sigma,
+)
 
 #: (1 - xi) n within this distance of an integer is treated as that integer (float representation of xi);
 #: the effect on the total variance is below 1e-9 relative.
@@ -147,8 +154,7 @@ def noise_tail_bound(
     clipping range or modulus.
     """
     kind = check_noise(kind)
-    if not math.isfinite(num_sigmas) or num_sigmas <= 0:
-        raise ValueError(f"num_sigmas must be a finite number > 0, got {num_sigmas!r}")
+    check_positive("num_sigmas", num_sigmas)
     check_int("size", size, 1)
     if not math.isfinite(max_vote) or max_vote < 0:
         raise ValueError(f"max_vote must be a finite number >= 0, got {max_vote!r}")

@@ -267,8 +267,9 @@ class ParetoProblem:
 def svt_epsilon(b: float, bound: int) -> float:
     """DPareto Appendix B: Alg. 1 with noise ``b`` and answer bound ``C`` is (eps, 0)-DP with
     ``eps = (1 + (2C)^(1/3)) (1 + (2C)^(2/3)) / b``."""
-    if not (b > 0 and math.isfinite(b)):
-        raise ValueError(f"b must be a finite number > 0, got {b}")
+    from dphype.accounting import check_positive
+
+    check_positive("b", b)
     if bound < 1:
         raise ValueError(f"C must be an integer >= 1, got {bound}")
     two_c = 2.0 * bound

@@ -79,7 +79,7 @@ from flwr.server.workflow.secure_aggregation.secaggplus_workflow import Workflow
 from flwr.serverapp.grid import Grid
 
 from dphype.accounting import check_clients as _check_client_count
-from dphype.accounting import check_noise
+from dphype.accounting import check_noise, check_positive
 from dphype.noise import client_noise_std, noise_tail_bound
 
 #: Flower SecAgg+ ``clipping_range`` C: inputs must lie in [-C, C].
@@ -116,24 +116,14 @@ def fixed_point_scale(noise: str) -> int:
     return 1 if check_noise(noise) == "skellam" else GAUSSIAN_SCALE
 
 
-def check_timeout(name: str, seconds: Any, *, allow_none: bool = False) -> float | None:
-    """Return a wait limit in seconds; it must be a finite number > 0 (or ``None`` if allowed).
+def check_timeout(name: str, seconds: Any) -> float | None:
+    """Return a wait limit in seconds: ``None`` (no limit) or a finite number > 0.
 
     A deployed SuperNode that vanishes never answers, so without a limit the server
     would wait for it forever; with one, SecAgg+ goes on with the clients that answered
     and the survivor check decides whether anything is released.
     """
-    if seconds is None and allow_none:
-        return None
-    if (
-        isinstance(seconds, bool)
-        or not isinstance(seconds, (int, float))
-        or not math.isfinite(seconds)
-        or seconds <= 0
-    ):
-        allowed = "a finite number of seconds > 0" + (" or None" if allow_none else "")
-        raise ValueError(f"{name} must be {allowed}, got {seconds!r}")
-    return float(seconds)
+    return None if seconds is None else check_positive(name, seconds)
 
 
 def check_clients(clients: int) -> None:
@@ -347,7 +337,7 @@ class SecureSumStrategy(Strategy):
         self.noise = noise
         self.min_survivors = min_survivors
         self.fit_config = dict(fit_config)
-        self.connect_timeout = check_timeout("connect_timeout", connect_timeout)
+        self.connect_timeout = check_positive("connect_timeout", connect_timeout)
         self.total: np.ndarray | None = None
         self.survivors: int = 0
 
@@ -440,7 +430,7 @@ def run_secure_sum(
     SuperNode that disappears). Raises :class:`SecureSumError` if the protocol
     halted before a sum was unmasked.
     """
-    timeout = check_timeout("timeout", timeout, allow_none=True)
+    timeout = check_timeout("timeout", timeout)
     workflow = ExactSumWorkflow(
         min_survivors=strategy.min_survivors,
         num_shares=num_shares if num_shares is not None else default_num_shares(strategy.clients),

@@ -117,8 +117,9 @@ def good_selection_probability_bound(gap: float, sigma: float, num_good: int, nu
     The tail bound needs ``gamma > 0``; for ``gamma <= 0`` the theorem gives nothing and the trivial
     bound 0 is returned; a negative right-hand side is likewise reported as 0 (a probability is >= 0).
     """
-    if not math.isfinite(sigma) or sigma <= 0:
-        raise ValueError(f"sigma must be a finite number > 0, got {sigma!r}")
+    from dphype.accounting import check_sigma  # local import: accounting pulls in scipy
+
+    check_sigma(sigma)
     if not math.isfinite(gap):
         raise ValueError(f"gap must be finite, got {gap!r}")
     for name, value in (("num_good", num_good), ("num_bad", num_bad)):

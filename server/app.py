@@ -58,7 +58,7 @@ def run_app(grid: Grid, context: Context, cfg: AppConfig) -> dict[str, Any]:
         candidate=result.selected,
         # Clients that dropped out of the vote are not waited for (all that are
         # still connected are sampled).
-        clients=result.report.survivors or cfg.clients,
+        clients=result.report.survivors,
         rounds=cfg.fedavg_rounds,
         local_epochs=cfg.local_epochs,
         seed=cfg.seed,

@@ -11,8 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from dphype.accounting import check_budget, check_int
-from dphype.secure_sum import check_timeout
+from dphype.accounting import check_budget, check_int, check_positive
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class AppConfig:
         for name in ("fedavg_rounds", "local_epochs"):
             check_int(name.replace("_", "-"), getattr(self, name), 1)
         for name in ("connect_timeout", "round_timeout"):
-            check_timeout(name.replace("_", "-"), getattr(self, name))
+            check_positive(name.replace("_", "-"), getattr(self, name))
 
     @property
     def accountant_or_default(self) -> str | None:

@@ -3,8 +3,7 @@
 The ServerApp initialises the paper's model for the data set, runs Flower's
 legacy ``FedAvg`` for ``fedavg-rounds`` rounds over all connected nodes (at
 least ``clients``) with the selected candidate's ``lr``/``momentum``/``decay``,
-and evaluates every global
-model on the held-out test split. Each client's update is
+and evaluates every global model on the held-out test split. Each client's update is
 :func:`dphype.training.train_candidates` on its whole shard, started from the
 global weights (fresh momentum, StepLR restarting each round, as in
 :func:`dphype.training.fedavg`). Model updates travel in plaintext, as in
@@ -152,7 +151,7 @@ def run_fedavg(
     ``round_timeout`` (seconds, None: no limit) bounds each round; FedAvg averages
     the updates that arrived in time.
     """
-    check_timeout("round_timeout", round_timeout, allow_none=True)
+    check_timeout("round_timeout", round_timeout)
     model = build_global_model(dataset, test, seed)
 
     def evaluate(server_round: int, weights: NDArrays, config: dict[str, Scalar]):

@@ -30,7 +30,14 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from dphype.accounting import calibrate, check_clients, check_delta, check_int, check_noise  # re-exported for the studies
+from dphype.accounting import (  # re-exported for the studies
+    calibrate,
+    check_clients,
+    check_delta,
+    check_int,
+    check_noise,
+    check_positive,
+)
 from dphype.noise import noise_share, summed_noise
 from dphype.plotting import pyplot, save_figure  # pyplot re-exported for the studies
 from dphype.voting import primary_scores, raw_score_votes, top_k_votes
@@ -181,8 +188,8 @@ def validate_federations(federations: Sequence[Federation]) -> None:
     for fed in federations:
         if fed.dataset not in DATASETS:
             raise ValueError(f"dataset must be one of {', '.join(DATASETS)}, got {fed.dataset!r}")
-        if fed.beta is not None and (not math.isfinite(fed.beta) or fed.beta <= 0):
-            raise ValueError(f"beta must be a finite number > 0, got {fed.beta!r}")
+        if fed.beta is not None:
+            check_positive("beta", fed.beta)
         check_clients(fed.clients)
         if fed.data_dir is not None and not Path(fed.data_dir).is_dir():
             raise ValueError(f"data_dir {fed.data_dir!r} is not an existing directory")

@@ -32,7 +32,6 @@ The noise of every release is the library's: :func:`dphype.noise.summed_noise` (
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dphype.accounting import resolve_accountant
+from dphype.accounting import check_positive, resolve_accountant
 from simulations import harness
 
 #: paper defaults (Section IV-B, Fig. 2)
@@ -76,8 +75,7 @@ class LossModel:
             raise ValueError(
                 f"num_good must be in [1, {self.num_candidates - 1}] (num_candidates - 1), got {self.num_good}"
             )
-        if not math.isfinite(self.sigma_loss) or self.sigma_loss <= 0:
-            raise ValueError(f"sigma_loss must be a finite number > 0, got {self.sigma_loss!r}")
+        check_positive("sigma_loss", self.sigma_loss)
 
     @property
     def num_bad(self) -> int:

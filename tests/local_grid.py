@@ -23,6 +23,11 @@ from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
 
+def node_id(partition_id: int) -> int:
+    """The node ID that LocalGrid gives the node with ``partition_id``."""
+    return 1000 + partition_id
+
+
 class LocalGrid(Grid):
     """Deliver each message synchronously to ``client_app`` on one of ``num_nodes`` nodes."""
 
@@ -34,14 +39,14 @@ class LocalGrid(Grid):
         silent: Iterable[int] = (),
     ):
         self.client_app = client_app
-        self.silent = {1000 + i for i in silent}
+        self.silent = {node_id(i) for i in silent}
         # Messages take their source from the process-wide task identity (as in run_simulation).
         TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, SUPERLINK_NODE_ID
         self._run = Run.create_empty(run_id=1)
         self.contexts = {
-            1000 + i: Context(
+            node_id(i): Context(
                 run_id=1,
-                node_id=1000 + i,
+                node_id=node_id(i),
                 node_config={"partition-id": i, "num-partitions": num_nodes},
                 state=RecordDict(),
                 run_config=dict(run_config or {}),

@@ -8,7 +8,7 @@ from flwr.app import Context, Message, RecordDict
 from flwr.app.message_type import MessageType
 from flwr.common import FitIns, ndarrays_to_parameters
 from flwr.compat.common import recorddict_compat as compat
-from local_grid import LocalGrid
+from local_grid import LocalGrid, node_id
 
 from dphype import secure_sum as ss
 from dphype.candidates import CandidateMismatchError
@@ -136,7 +136,7 @@ def test_client_app_refuses_plaintext_vote_requests():
     content = compat.fitins_to_recorddict(
         FitIns(ndarrays_to_parameters([]), _request().to_config()), True
     )
-    (reply,) = grid.send_and_receive([Message(content, 1000, MessageType.TRAIN, group_id="1")])
+    (reply,) = grid.send_and_receive([Message(content, node_id(0), MessageType.TRAIN, group_id="1")])
     assert reply.has_error()
     assert "plaintext" in reply.error.reason
 

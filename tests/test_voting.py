@@ -106,7 +106,7 @@ def test_theorem_iv1_tail_step_is_a_valid_upper_bound():
 
 def test_theorem_iv1_holds_in_simulation():
     rng = np.random.default_rng(1)
-    p, good, sigma, n = 30, 3, 4.0, 50
+    p, good, sigma = 30, 3, 4.0
     votes = np.full(p, 10.0)
     votes[:good] = [32.0, 30.0, 31.0]
     gamma = selection_gap(votes, range(good))

@@ -177,11 +177,10 @@ def lipschitz_gain_sensitivity(
 # --------------------------------------------------------------------------------------- mechanisms
 def exponential_mechanism_probabilities(utility: np.ndarray, epsilon: float, sensitivity: float) -> np.ndarray:
     """Kusner et al. Def. 4 (McSherry & Talwar 2007): ``P(lambda) ~ exp(epsilon q(lambda) / (2 Delta))``."""
-    from dphype.accounting import check_epsilon
+    from dphype.accounting import check_epsilon, check_positive
 
     check_epsilon(epsilon)
-    if not (sensitivity > 0 and math.isfinite(sensitivity)):
-        raise ValueError(f"sensitivity must be a finite number > 0, got {sensitivity}")
+    check_positive("sensitivity", sensitivity)
     logits = epsilon * np.asarray(utility, dtype=np.float64) / (2.0 * sensitivity)
     weights = np.exp(logits - logits.max())
     return weights / weights.sum()
@@ -189,11 +188,10 @@ def exponential_mechanism_probabilities(utility: np.ndarray, epsilon: float, sen
 
 def laplace_scale(sensitivity: float, epsilon: float) -> float:
     """Kusner et al. Def. 3: the Laplace mechanism adds ``Lap(Delta / epsilon)``."""
-    from dphype.accounting import check_epsilon
+    from dphype.accounting import check_epsilon, check_positive
 
     check_epsilon(epsilon)
-    if not (sensitivity > 0 and math.isfinite(sensitivity)):
-        raise ValueError(f"sensitivity must be a finite number > 0, got {sensitivity}")
+    check_positive("sensitivity", sensitivity)
     return sensitivity / epsilon
 
 
