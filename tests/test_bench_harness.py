@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dphype.voting import select, top_k_votes
+from dphype.selection import select
+from dphype.voting import top_k_votes
 from simulations import harness
 
 
