@@ -10,8 +10,16 @@ An accountant turns it into ``(epsilon, delta)``:
   top-k votes ``alpha k / sigma^2``, DP-Hype Thm III.1). Skellam: the bound of Agarwal, Kairouz & Liu
   (NeurIPS 2021) over integer orders. Both converted with DP-Hype Thm I.1 and minimised over ``alpha``.
 
-Sensitivities (replace-one client, DP-Hype Lemma III.1 and Appendix F): top-k votes ``L2 = sqrt(2k)``,
-``L1 = 2k``; raw scores in ``[0, 1]^p``: ``L2 = sqrt(p)``, ``L1 = p``.
+Sensitivities depend on the neighbouring relation (:data:`NEIGHBOURS`):
+
+* ``"replace-one"`` (the paper's, default; DP-Hype Lemma III.1 and Appendix F): neighbouring federations
+  differ in one client's data. Top-k votes ``L2 = sqrt(2k)``, ``L1 = 2k``; raw scores in ``[0, 1]^p``:
+  ``L2 = sqrt(p)``, ``L1 = p``.
+* ``"add-remove"`` (the convention of DP-FedAvg): one federation has a client the other lacks. Top-k votes
+  ``L2 = sqrt(k)``, ``L1 = k``; raw scores ``L2 = sqrt(p)``, ``L1 = p`` (a vector in ``[0, 1]^p``). Every
+  contributing client adds its noise share whatever it votes, so the missing client is modelled as present
+  with a zero vote (the "zero-out" form of add/remove, Kairouz et al., ICML 2021): the noise is the same in
+  both federations and the Gaussian / Skellam analysis with the shifted mean applies unchanged.
 
 Everything is solved by root finding (``scipy.optimize.brentq``); nothing is looked up in a table.
 The ``check_*`` validators are shared with the Flower code.
@@ -29,6 +37,7 @@ from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
 ACCOUNTANTS: tuple[str, ...] = ("analytic", "rdp")
+NEIGHBOURS: tuple[str, ...] = ("replace-one", "add-remove")
 NOISE_KINDS: tuple[str, ...] = ("gaussian", "skellam")
 DEFAULT_ACCOUNTANT: dict[str, str] = {"gaussian": "analytic", "skellam": "rdp"}
 
@@ -102,6 +111,13 @@ def check_noise(noise: Any) -> str:
     if noise not in NOISE_KINDS:
         raise ValueError(f"noise must be one of {', '.join(NOISE_KINDS)}, got {noise!r}")
     return str(noise)
+
+
+def check_neighbours(neighbours: Any) -> str:
+    """Return the neighbouring relation; it must be one of :data:`NEIGHBOURS`."""
+    if neighbours not in NEIGHBOURS:
+        raise ValueError(f"neighbours must be one of {', '.join(NEIGHBOURS)}, got {neighbours!r}")
+    return str(neighbours)
 
 
 def resolve_accountant(accountant: str | None, noise: str) -> str:
@@ -281,6 +297,7 @@ class VoteRelease:
     ``k`` votes per client over ``num_candidates`` candidates (``None``: unknown; top-k privacy does not
     depend on it, Section III). ``raw_scores=True`` is Appendix F's variant (scores in ``[0, 1]^p``,
     Gaussian noise only, ``num_candidates`` required; ``k`` then does not enter the sensitivity).
+    ``neighbours``: the neighbouring relation of the guarantee (:data:`NEIGHBOURS`, module docstring).
     """
 
     k: int
@@ -288,12 +305,14 @@ class VoteRelease:
     sigma: float
     noise: str = "gaussian"
     raw_scores: bool = False
+    neighbours: str = "replace-one"
 
     def __post_init__(self) -> None:
         p = None if self.num_candidates is None else check_num_candidates(self.num_candidates)
         check_k(self.k, p)
         check_sigma(self.sigma)
         check_noise(self.noise)
+        check_neighbours(self.neighbours)
         if self.raw_scores:
             if p is None:
                 raise ValueError("num_candidates must be given (an integer >= 1) for raw_scores releases")
@@ -303,14 +322,24 @@ class VoteRelease:
                 )
 
     @property
+    def _changed_votes(self) -> int:
+        """Entries that change by one between neighbours: ``2k`` (replace-one) or ``k`` (add-remove) top-k
+        votes; ``p`` raw scores either way (each changes by at most 1)."""
+        if self.raw_scores:
+            assert self.num_candidates is not None
+            return self.num_candidates
+        return 2 * self.k if self.neighbours == "replace-one" else self.k
+
+    @property
     def l2_sensitivity(self) -> float:
-        """Replace-one L2 sensitivity: ``sqrt(2k)`` (Lemma III.1) or ``sqrt(p)`` for raw scores (App. F)."""
-        return math.sqrt(self.num_candidates if self.raw_scores else 2 * self.k)
+        """L2 sensitivity: ``sqrt(2k)`` (replace-one, Lemma III.1), ``sqrt(k)`` (add-remove), ``sqrt(p)`` for raw
+        scores (App. F)."""
+        return math.sqrt(self._changed_votes)
 
     @property
     def l1_sensitivity(self) -> float:
-        """Replace-one L1 sensitivity: ``2k`` for top-k votes, ``p`` for raw scores in ``[0, 1]``."""
-        return float(self.num_candidates if self.raw_scores else 2 * self.k)
+        """L1 sensitivity: ``2k`` (replace-one) or ``k`` (add-remove) for top-k votes, ``p`` for raw scores."""
+        return float(self._changed_votes)
 
 
 def _release_epsilon(release: VoteRelease, delta: float, accountant: str) -> float:
@@ -337,8 +366,10 @@ def calibrate(
     accountant: str | None = None,
     noise: str = "gaussian",
     raw_scores: bool = False,
+    neighbours: str = "replace-one",
 ) -> VoteRelease:
-    """Solve the smallest total noise std ``sigma`` giving ``(epsilon, delta)``-DP (Algorithm 1, line 1).
+    """Solve the smallest total noise std ``sigma`` giving ``(epsilon, delta)``-DP (Algorithm 1, line 1)
+    under the neighbouring relation ``neighbours`` (module docstring).
 
     Root finding with ``scipy.optimize.brentq`` on ``log sigma``: for ``"analytic"`` the analytic-Gaussian
     delta at ``epsilon`` is matched to ``delta``; for ``"rdp"`` the Thm I.1 epsilon is matched to
@@ -347,7 +378,8 @@ def calibrate(
     target = check_epsilon(epsilon)
     delta = check_delta(delta)
     accountant = resolve_accountant(accountant, noise)
-    probe = VoteRelease(k=k, num_candidates=num_candidates, sigma=1.0, noise=noise, raw_scores=raw_scores)
+    probe = VoteRelease(k=k, num_candidates=num_candidates, sigma=1.0, noise=noise, raw_scores=raw_scores,
+                        neighbours=neighbours)
     l2 = probe.l2_sensitivity
     start = l2 * math.sqrt(2.0 * math.log(1.25 / delta)) / target  # classic Gaussian scale: a starting point
     if accountant == "analytic":
@@ -367,7 +399,8 @@ def calibrate(
 # ---------------------------------------------------------------------------------------- the report
 @dataclass(frozen=True)
 class PrivacyReport:
-    """The privacy statement that accompanies one DP-Hype release."""
+    """The privacy statement that accompanies one DP-Hype release (with its neighbouring relation and the
+    L2 sensitivity it implies)."""
 
     epsilon: float
     delta: float
@@ -380,6 +413,8 @@ class PrivacyReport:
     k: int
     num_candidates: int | None
     survivors: int | None
+    neighbours: str
+    l2_sensitivity: float
     released: str = "noisy vote sum only (secure aggregation)"
 
     def to_dict(self) -> dict[str, Any]:
@@ -428,12 +463,15 @@ def privacy_report(
         k=release.k,
         num_candidates=release.num_candidates,
         survivors=survivors,
+        neighbours=release.neighbours,
+        l2_sensitivity=release.l2_sensitivity,
     )
 
 
 __all__ = [
     "ACCOUNTANTS",
     "NOISE_KINDS",
+    "NEIGHBOURS",
     "DEFAULT_ACCOUNTANT",
     "check_epsilon",
     "check_delta",
@@ -443,6 +481,7 @@ __all__ = [
     "check_clients",
     "check_sigma",
     "check_noise",
+    "check_neighbours",
     "resolve_accountant",
     "check_budget",
     "gaussian_rdp",

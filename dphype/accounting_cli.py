@@ -35,6 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="number of candidates p, or a candidate spec (table3, table3:random:SIZE:SEED, file.json)",
     )
     parser.add_argument(
+        "--neighbours",
+        choices=("replace-one", "add-remove"),
+        default="replace-one",
+        help="neighbouring relation: replace-one (the paper's, L2 sqrt(2k); default) or add-remove (L2 sqrt(k))",
+    )
+    parser.add_argument(
         "--raw-scores",
         action="store_true",
         help="Appendix F raw scores in [0, 1] (sensitivity sqrt(p); needs --candidates, gaussian noise)",
@@ -66,6 +72,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         accountant=args.accountant,
         noise=args.noise,
         raw_scores=args.raw_scores,
+        neighbours=args.neighbours,
     )
     report = privacy_report(release, args.delta, clients=clients, dropout=dropout, accountant=args.accountant)
     return {
@@ -80,6 +87,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "dropout": dropout,
         "num_candidates": release.num_candidates,
         "raw_scores": release.raw_scores,
+        "neighbours": release.neighbours,
         "l2_sensitivity": release.l2_sensitivity,
         "min_survivors": min_survivors(clients, dropout),
     }

@@ -47,6 +47,7 @@ from dphype.accounting import (
     check_epsilon,
     check_int,
     check_k,
+    check_neighbours,
     check_positive,
     resolve_accountant,
 )
@@ -138,7 +139,8 @@ def _good_losses(model: LossModel, rows: int, rng: np.random.Generator) -> np.nd
     return rng.standard_normal((rows, model.num_good)) * model.sigma_loss
 
 
-def ranking_prefix(model: LossModel, rows: int, depth: int, rng: np.random.Generator, sampler: str = "auto") -> np.ndarray:
+def ranking_prefix(model: LossModel, rows: int, depth: int, rng: np.random.Generator,
+                   sampler: str = "auto") -> np.ndarray:
     """Best-first candidate indices ``(rows, depth)`` of ``rows`` independent clients (see module docstring).
 
     ``sampler``: ``"losses"`` (draw every loss, the reference), ``"direct"`` (rank keys for every
@@ -180,7 +182,8 @@ def ranking_prefix(model: LossModel, rows: int, depth: int, rng: np.random.Gener
     return prefix
 
 
-def vote_counts(prefix: np.ndarray, ks: Sequence[int], reps: int, clients: int, num_candidates: int) -> dict[int, np.ndarray]:
+def vote_counts(prefix: np.ndarray, ks: Sequence[int], reps: int, clients: int,
+                num_candidates: int) -> dict[int, np.ndarray]:
     """Noiseless vote sums ``(reps, p)`` for every ``k`` from the clients' ranking prefixes.
 
     Rows of ``prefix`` are ordered repetition-major (``rep * clients + client``). ``k = p`` is the
@@ -337,6 +340,7 @@ class Plan:
     num_candidates: int
     noise: str
     accountant: str
+    neighbours: str
     rule: str
     scenario: dict[str, Any]
     target: float
@@ -375,12 +379,13 @@ class _Setting:
     rule: str
     noise: str
     accountant: str
+    neighbours: str
     repetitions: int
     seed: int
 
     def sigma(self, epsilon: float, k: int) -> float:
         return calibrate(epsilon, self.delta, k, num_candidates=self.num_candidates, accountant=self.accountant,
-                         noise=self.noise).sigma
+                         noise=self.noise, neighbours=self.neighbours).sigma
 
     def votes(self, clients: int, ks: Sequence[int]) -> tuple[int, dict[int, np.ndarray], np.ndarray]:
         """Voters (the ``ceil((1 - xi) n)`` survivors), their vote sums per ``k`` and the good masks."""
@@ -425,6 +430,7 @@ def plan(
     rule: str | None = None,
     noise: str = "skellam",
     accountant: str | None = None,
+    neighbours: str = "replace-one",
     ks: Sequence[int] | None = None,
     repetitions: int = 200,
     seed: int = 0,
@@ -450,7 +456,7 @@ def plan(
     setting = _Setting(
         delta=check_delta(delta), dropout=check_dropout(dropout), num_candidates=p, space=space,
         scenario=scenario(p, consensus, num_good), rule=check_rule(DEFAULT_RULE if rule is None else rule),
-        noise=noise, accountant=resolve_accountant(accountant, noise),
+        noise=noise, accountant=resolve_accountant(accountant, noise), neighbours=check_neighbours(neighbours),
         repetitions=check_int("repetitions", repetitions, 10), seed=check_int("seed", seed, 0))
     target = check_probability("target", target)
     compare = sorted({check_k(x, p) for x in (KS if ks is None else ks) if x < p} | ({chosen_k} - {None}))
@@ -479,10 +485,11 @@ def plan(
     min_n = _bisect(reaches_clients, 2, MAX_CLIENTS, 1.0, integer=True) if search else None
     result = Plan(
         clients=clients, epsilon=epsilon, delta=setting.delta, dropout=setting.dropout, voters=voters,
-        num_candidates=p, noise=setting.noise, accountant=setting.accountant, rule=_rule_that_runs(setting),
-        scenario=asdict(setting.scenario), target=target, k=kk, sigma=row["sigma"], success=row["success"],
-        success_argmax=row["success_argmax"], bound=row["bound"], recommended_k=int(best["k"]), by_k=by_k,
-        min_epsilon=None if min_eps is None else float(f"{min_eps:.3g}"), min_clients=None if min_n is None else int(min_n),
+        num_candidates=p, noise=setting.noise, accountant=setting.accountant, neighbours=setting.neighbours,
+        rule=_rule_that_runs(setting), scenario=asdict(setting.scenario), target=target, k=kk, sigma=row["sigma"],
+        success=row["success"], success_argmax=row["success_argmax"], bound=row["bound"],
+        recommended_k=int(best["k"]), by_k=by_k, min_epsilon=None if min_eps is None else float(f"{min_eps:.3g}"),
+        min_clients=None if min_n is None else int(min_n),
         unanimous_success=unanimous_success(voters, kk, p, row["sigma"]))
     return Plan(**{**asdict(result), "warnings": warnings(result)})
 
@@ -531,7 +538,7 @@ def preflight(
     The plan at the configured ``k`` without the searches; its ``warnings`` say when the predicted success is
     below :data:`WARN_BELOW` or the release is noise. ``min_success`` in ``[0, 1]``: refuse (``ValueError``)
     when the predicted success is below it. ``options`` go to :func:`plan` (``rule``, ``noise``,
-    ``accountant``, ``consensus``, ``num_good``, ``repetitions``, ``seed``).
+    ``accountant``, ``neighbours``, ``consensus``, ``num_good``, ``repetitions``, ``seed``).
     """
     if min_success is not None:
         check_probability("min_success", min_success)
