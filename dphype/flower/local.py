@@ -113,8 +113,15 @@ class LocalSuperLink:
         command = ["flwr", "run", str(app), "--stream", "--run-config", str(overrides),
                    "--federation-config",
                    f"num-supernodes={int(supernodes)} client-resources-num-cpus={int(client_cpus)}"]
-        done = subprocess.run(command, env=self.env, stdout=stdout, stderr=subprocess.STDOUT, timeout=timeout,
-                              check=False)
+        try:
+            stdout.fileno() if stdout is not None else None
+            target = stdout
+        except (AttributeError, OSError, ValueError):  # a stream without a file (e.g. captured by a test)
+            target = subprocess.PIPE
+        done = subprocess.run(command, env=self.env, stdout=target, stderr=subprocess.STDOUT, timeout=timeout,
+                              check=False, text=True)
+        if target is subprocess.PIPE:
+            stdout.write(done.stdout)
         return done.returncode
 
     def close(self) -> None:
