@@ -82,12 +82,13 @@ class DPHype:
         return (f"DPHype({len(self.candidates)} candidates, epsilon={cfg.epsilon:g}, delta={cfg.delta:g}, "
                 f"k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, noise={cfg.noise!r})")
 
-    def start(self, grid: Grid, *, timeout: float = 3600.0, connect_timeout: float = 600.0) -> DPHypeResult:
+    def start(self, grid: Grid, *, timeout: float | None = 3600.0,
+              connect_timeout: float | None = 600.0) -> DPHypeResult:
         """Select one candidate privately; returns the winner with its privacy report.
 
         ``connect_timeout`` bounds the wait (seconds) for ``clients`` nodes to connect; ``timeout`` bounds
         the pre-flight (which includes local scoring) and each SecAgg+ stage, so a node that vanishes
-        counts as a dropout instead of stalling the run. Raises :class:`PreflightError` or
+        counts as a dropout instead of stalling the run (``None``: no limit). Raises :class:`PreflightError` or
         :class:`dphype.secure_sum.SecureSumError` (nothing released) when too few clients take part.
         """
         timeout = check_timeout("timeout", timeout)
@@ -117,7 +118,8 @@ class DPHype:
         log(logging.INFO, "DP-Hype pre-flight: sending the request to %d clients (each checks it and scores "
             "the %d candidates)", len(nodes), len(self.candidates))
         replies = _gather(grid, messages, timeout, "DP-Hype pre-flight")
-        ready, reasons = [], Counter()
+        ready: list[int] = []
+        reasons: Counter[str] = Counter()
         for reply in replies:
             answer = _answer(reply)
             if answer == "ready":
@@ -160,7 +162,7 @@ def _gather(grid: Grid, messages: list[Message], timeout: float | None, what: st
 def _answer(reply: Message) -> str:
     """``"ready"``, or the refusal reason of one pre-flight reply."""
     if reply.has_error():
-        return f"client error ({reply.error.reason[:200]})"
+        return f"client error ({(reply.error.reason or '')[:200]})"
     record = reply.content.config_records.get(RECORD_KEY)
     if record is None:
         return "malformed reply"
