@@ -18,6 +18,7 @@ from typing import Any, Sequence
 #: sub-command -> (module implementing add_arguments/run, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("dphype.accounting_cli", "solve the total noise std sigma for (epsilon, delta, k)"),
+    "ledger": ("dphype.ledger", "show this node's privacy ledger: recorded votes and their composed epsilon"),
     "demo": ("server.demo", "DP-Hype on Adult through Flower + SecAgg+, then FedAvg with the winner"),
     "bench": ("simulations.cli", "run one of the paper's benchmark studies"),
     "pareto": ("dphype.central.cli_pareto", "DPareto privacy-utility Pareto front search"),
