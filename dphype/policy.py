@@ -49,16 +49,21 @@ is ``(epsilon, delta)``-DP for the announced budget; the selection is post-proce
   (Sybils): fake keys, fake neighbours, any ``n``. Then a client is protected only by its own share, and
   nothing on the client can tell. Out of scope: it needs a PKI, which Flower 1.41's SecAgg+ lacks.
 * *Consistency between clients.* Each client sees only its own neighbour list and its own active/dead
-  lists; Flower 1.41 has no consistency round (Bonawitz et al., CCS 2017, Section 6) and lets the server
-  choose the graph. ``2 t > s`` stops the server from getting both shares of a client from the holders of
-  that client's secrets. But the masks of a client ``u`` with a neighbour ``x`` can also be removed with
-  ``x``'s key, whose holders are ``x``'s neighbours; in a sparse graph the server can give ``x`` holders
-  that never hold ``u``'s secrets, tell them ``x`` dropped and tell ``u``'s holders that ``u`` survived,
-  every list locally consistent, and so unmask ``u``'s vector with one noise share in it. Only a graph in
-  which the holders coincide (the complete graph, ``num_shares = 1.0``, every client seeing the same ``n``
-  real clients), or ``xi = 0`` (then no honest client ever reveals a key share: every active list must
-  cover the client's whole neighbourhood), removes this. Protecting sparse SecAgg+ against an active
-  server needs signed lists and a graph the server cannot choose; out of scope for a client-side check.
+  lists; Flower 1.41 has no consistency round (the signed ConsistencyCheck of Bonawitz et al., CCS 2017,
+  against active adversaries) and lets the server
+  choose the graph. ``2 t > s`` stops the server from getting both secrets of a client from that
+  client's holders. But the masks between ``u`` and a neighbour ``x`` can also be removed with ``x``'s
+  mask key, which ``x``'s own holders reveal when told ``x`` dropped. In a sparse graph the server can
+  give every neighbour of ``u`` holders that are not ``u``'s, tell them that neighbour dropped and tell
+  ``u``'s holders that ``u`` survived: every list is locally consistent, and ``u``'s vector is unmasked
+  with one noise share in it (``tests/test_secagg_guard.py`` builds such views for n = 50, s = 11, t = 7,
+  xi = 0.1 and shows that they pass every check). With ``xi = 0`` no list may call a client dead, so no
+  mask key is ever revealed and the attack is refused. In the complete graph (``num_shares = 1.0``,
+  every client seeing the same ``n`` real clients) all holders coincide, and counting the shares shows
+  that any sum the server can unmask that contains ``u`` contains at least ``s (L - s + t) / t``
+  vectors, ``L`` the active count every list must reach (:func:`dphype.secagg_guard.check_unmask`); that
+  is all ``ceil((1 - xi) n)`` only for ``t`` close to ``n``. Protecting sparse SecAgg+ against an active
+  server needs signed lists and a graph the server cannot choose: out of scope for a client-side check.
 * *Collusion.* Clients that collude with the server hand it their shares and their noise: up to ``xi n``
   of them count like dropouts (dp-facts), more are out of scope; ``2 t > s`` assumes no colluding holder
   (with ``c`` of them the condition is ``2 t > s + c``, see :mod:`dphype.secagg_params`).

@@ -20,11 +20,20 @@ masks of ``u``; with both the server unmasks ``y_u`` alone. An honest holder rev
 share of ``b_u`` if told ``u`` is active and of ``sk1_u`` if told it is dead, never both (the lists must
 not overlap; Flower refuses a second unmask request without a new setup, which draws new secrets). A
 server that tells ``a`` holders "active" and ``s - a`` holders "dead" needs ``a >= t`` and
-``s - a >= t``, possible iff ``2 t <= s``. So a client requires ``2 <= t`` and ``2 t > s`` (Bonawitz et
-al., CCS 2017, Section 4, and Bell et al., CCS 2020, for the active server; with ``c`` colluding holders
-the condition becomes ``2 t > s + c``, see :mod:`dphype.secagg_params`). A threshold of 1, or a single
-holder, hands the server ``b_u`` and ``sk1_u`` at once: the attack of issue 8. The limits of this check
-against an active server that also controls the neighbour graph are in :mod:`dphype.policy`.
+``s - a >= t``, possible iff ``2 t <= s``. So a client requires ``2 <= t`` and ``2 t > s``. (One kind of
+share per client is the rule of Bonawitz et al., CCS 2017, and of Bell et al., CCS 2020; with ``c``
+holders colluding with the server, who reveal both kinds, the condition becomes ``2 t > s + c``, see
+:mod:`dphype.secagg_params`.) A threshold of 1, or a single holder, hands the server ``b_u`` and
+``sk1_u`` at once: the attack of issue 8.
+
+**What the active count buys.** If every honest holder's active list has at least ``L`` entries and all
+of a client's ``s`` holders also hold the secrets of its neighbours (the complete graph), any sum the
+server can unmask that contains ``y_u`` contains ``|A| >= s (L - s + t) / t`` vectors: each of the ``s``
+lists has ``>= L`` active entries, a vector in the sum is active in any number of them, one outside it
+in at most ``s - t`` (its key must come from ``t`` "dead" answers), so ``s L <= |A| s + (s - |A|)(s - t)``.
+With ``L = s`` (``xi = 0``: :func:`check_unmask` then requires every holder active) that is all ``s``.
+In a sparse graph the holders differ and no such bound holds locally; see the threat model in
+:mod:`dphype.policy`.
 """
 
 from __future__ import annotations
@@ -58,7 +67,7 @@ class SecAggSetup:
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> SecAggSetup:
         """Pick the fields from a stage-0 config record; a missing or non-numeric value is refused."""
-        values = {}
+        values: dict[str, Any] = {}
         for f in fields(cls):
             value = config.get(f.name)
             kind = Integral if f.type == "int" else Real
@@ -120,9 +129,9 @@ def check_neighbours(
     if any(not isinstance(key, bytes) or not key for key in keys) or len(set(keys)) != len(keys):
         raise Refusal("secagg_neighbours", "neighbour public keys are empty or repeated")
     if setup.sample_num != clients:
-        raise Refusal("secagg_neighbours", f"sample_num={setup.sample_num} differs from the announced {clients} clients")
-    lowest = max(setup.threshold, min_neighbours + 1, min(setup.share_num, clients) - (clients - min_survivors(
-        clients, dropout)))
+        raise Refusal("secagg_neighbours", f"sample_num={setup.sample_num} differs from {clients} announced clients")
+    tolerated_losses = clients - min_survivors(clients, dropout)
+    lowest = max(setup.threshold, min_neighbours + 1, min(setup.share_num, clients) - tolerated_losses)
     if not lowest <= holders <= setup.share_num:
         raise Refusal("secagg_neighbours", f"{holders - 1} neighbours for {clients} announced clients "
                       f"(dropout {dropout:g}, share_num={setup.share_num}, threshold={setup.threshold})")

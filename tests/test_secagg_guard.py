@@ -151,7 +151,7 @@ def test_neighbour_keys_must_be_distinct_present_and_enough():
         (keys(range(1, 6)), "fewer holders than n and xi allow"),
     ]
     for pks, _ in cases:
-        assert code(lambda: check_neighbours(sa, 1, pks, clients=50, dropout=0.0, min_neighbours=4)) \
+        assert code(lambda pks=pks: check_neighbours(sa, 1, pks, clients=50, dropout=0.0, min_neighbours=4)) \
             == "secagg_neighbours"
     # the same 5 holders are fine when the node asks for fewer neighbours and enough dropout is tolerated
     check_neighbours(setup(share_num=11, threshold=5), 1, keys(range(1, 6)), clients=50, dropout=0.2,
@@ -166,12 +166,12 @@ def test_share_sources_must_be_distinct_other_neighbours():
     neighbours = range(1, 12)
     check_share_sources(1, [2, 3, 4, 5, 6, 7], neighbours, threshold=7)
     for sources in ([2, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6], [2, 3, 4, 5, 6, 99], [2, 3, 4, 5, 6][:4]):
-        assert code(lambda: check_share_sources(1, sources, neighbours, threshold=7)) == "secagg_neighbours"
+        assert code(lambda s=sources: check_share_sources(1, s, neighbours, threshold=7)) == "secagg_neighbours"
 
 
 def test_issue_8_overlapping_active_and_dead_lists_are_refused():
     owners = list(range(1, 12))
-    kw = dict(threshold=7, clients=50, dropout=0.1)
+    kw = {"threshold": 7, "clients": 50, "dropout": 0.1}
     check_unmask(1, owners[:9], owners[9:], owners, **kw)
     # the same node active and dead: the server would get both kinds of its shares from this client
     assert code(lambda: check_unmask(1, owners[:9], owners[8:], owners, **kw)) == "secagg_unmask"
@@ -209,4 +209,48 @@ def test_setup_from_a_stage_0_config_record():
     assert SecAggSetup.from_config(config) == setup()
     for bad in ({**config, "threshold": True}, {k: v for k, v in config.items() if k != "max_weight"},
                 {**config, "share_num": "11"}):
-        assert code(lambda: SecAggSetup.from_config(bad)) == "secagg_setup"
+        assert code(lambda bad=bad: SecAggSetup.from_config(bad)) == "secagg_setup"
+
+
+# ------------------------------------------------------------------- what local checks cannot stop
+def isolation_attack(n=50, s=11, t=7):
+    """An active server's views that unmask client 0 alone in a sparse graph (threat model, dphype.policy).
+
+    Client 0's holders are X = 1..10; each x in X gets holders {x, 0} and 9 clients of Z (the other 39),
+    which hold x's mask key and are told x dropped; Z is a ring (+-3) so that every z has 7 active.
+    Returns per client: (holders, active, dead)."""
+    u, xs, zs = 0, list(range(1, s)), list(range(s, n))
+    serve = {x: {zs[(9 * i + j) % len(zs)] for j in range(9)} for i, x in enumerate(xs)}
+    holders = {u: {u, *xs}}
+    for x in xs:
+        holders[x] = {x, u, *serve[x]}
+    for i, z in enumerate(zs):
+        ring = {zs[(i + o) % len(zs)] for o in range(-3, 4)}
+        holders[z] = ring | {x for x in xs if z in serve[x]}
+    views = {u: (holders[u], [u, *xs[:6]], xs[6:])}
+    views.update({x: (holders[x], sorted(holders[x]), []) for x in xs})
+    views.update({z: (holders[z], sorted(holders[z] - set(xs)), sorted(holders[z] & set(xs))) for z in zs})
+    return setup(n, s, t), views
+
+
+def test_sparse_graph_isolation_passes_every_local_check_unless_xi_is_0():
+    sa, views = isolation_attack()
+    for v, (holders, active, dead) in views.items():
+        check_setup(sa, clients=50)
+        check_neighbours(sa, v, keys(holders), clients=50, dropout=0.1, min_neighbours=4)
+        check_share_sources(v, sorted(holders - {v}), holders, threshold=sa.threshold)
+        check_unmask(v, active, dead, holders, threshold=sa.threshold, clients=50, dropout=0.1)
+    # yet the server collects b_0 from >= t holders and the mask key of every neighbour of client 0:
+    # it removes all masks from client 0's vector, which carries a single noise share
+    b_shares = sum(0 in active for _, active, _ in views.values())
+    key_shares = {x: sum(x in dead for _, _, dead in views.values()) for x in range(1, 11)}
+    assert b_shares >= sa.threshold and min(key_shares.values()) >= sa.threshold
+    # with xi = 0 no client may call a neighbour dead, so the same views are refused
+    refusals = 0
+    for v, (holders, active, dead) in views.items():
+        try:
+            check_neighbours(sa, v, keys(holders), clients=50, dropout=0.0, min_neighbours=4)
+            check_unmask(v, active, dead, holders, threshold=sa.threshold, clients=50, dropout=0.0)
+        except Refusal:
+            refusals += 1
+    assert refusals == 1 + 39  # client 0 and every z (each held a dead list or too few neighbours)
