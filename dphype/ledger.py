@@ -202,11 +202,11 @@ class Ledger:
             raise Refusal("lifetime_budget", "this vote would exceed this node's lifetime privacy budget")
         return total
 
-    def check(self, guarantee: VoteGuarantee, policy: NodePolicy, request: str = "") -> float:
+    def check(self, guarantee: VoteGuarantee, policy: NodePolicy) -> float:
         """The lifetime epsilon after this vote, without recording it (pre-flight); refuses
         (``lifetime_budget``) a vote that would exceed ``policy.lifetime_epsilon``."""
         with self._locked():
-            return self._after(self._read(), _entry(guarantee, request), policy)
+            return self._after(self._read(), _entry(guarantee, ""), policy)
 
     def spend(self, guarantee: VoteGuarantee, policy: NodePolicy, request: str) -> float:
         """Record the vote ``guarantee`` of request digest ``request``, durably, if it stays within the
