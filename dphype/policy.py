@@ -82,16 +82,7 @@ from numbers import Integral, Real
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
-
-from dphype.accounting import (
-    NEIGHBOURING,
-    RDP_ORDERS,
-    mechanism_epsilon,
-    resolve_accountant,
-    vote_rdp,
-    vote_sensitivity,
-)
+from dphype.accounting import NEIGHBOURING, mechanism_epsilon, resolve_accountant, vote_sensitivity
 from dphype.candidates import CandidateList, load_candidates
 from dphype.noise import client_noise_std, min_survivors
 from dphype.refusal import Refusal
@@ -257,10 +248,6 @@ class VoteGuarantee:
     epsilon: float
     delta: float
     neighbouring: str
-
-    def rdp(self, orders: Any = RDP_ORDERS) -> np.ndarray:
-        """RDP curve of this vote (:func:`dphype.accounting.vote_rdp`), for the node's ledger."""
-        return vote_rdp(self.k, self.total_std, self.noise, neighbouring=self.neighbouring, orders=orders)
 
 
 def check_vote_request(request: VoteRequestLike, policy: NodePolicy) -> VoteGuarantee:
