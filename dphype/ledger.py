@@ -47,7 +47,7 @@ import numpy as np
 
 from dphype.accounting import NEIGHBOURING, NOISE_KINDS, RDP_ORDERS, check_delta, rdp_epsilon, vote_rdp
 from dphype.policy import NodePolicy, VoteGuarantee, default_ledger_path
-from dphype.refusal import Refusal
+from dphype.protocol import REFUSAL_CODES, Refusal
 
 FORMAT = "dphype-ledger"
 VERSION = 1
@@ -57,6 +57,8 @@ LOCK_TIMEOUT = 30.0
 
 class LedgerError(RuntimeError):
     """The ledger cannot be read, verified or written; every vote is refused until it is repaired."""
+
+    refusal_code = "ledger_error"  # what a client tells the server (dphype.protocol.as_refusal)
 
 
 @dataclass(frozen=True)
@@ -199,7 +201,7 @@ class Ledger:
     def _after(self, entries: list[LedgerEntry], new: LedgerEntry, policy: NodePolicy) -> float:
         total = self.composed_epsilon([*entries, new], policy.max_delta, policy.neighbouring)
         if total > policy.lifetime_epsilon:
-            raise Refusal("lifetime_budget", "this vote would exceed this node's lifetime privacy budget")
+            raise Refusal("lifetime_budget", REFUSAL_CODES["lifetime_budget"])
         return total
 
     def check(self, guarantee: VoteGuarantee, policy: NodePolicy) -> float:

@@ -37,7 +37,8 @@ is ``(epsilon, delta)``-DP for the announced budget; the selection is post-proce
    only clients whose shares this client holds, do not call the client itself dead and leave at least
    ``t`` active. A threshold of 1, no neighbours, overlapping lists and a claim of 1023 clients next to a
    handful of neighbour keys are refused.
-6. *Errors sent back* are a reason code and a short message without data values (:mod:`dphype.refusal`).
+6. *Errors sent back* are a reason code and a short message without data values
+   (:func:`dphype.protocol.as_refusal`).
 7. *Noise* comes from ChaCha20 keyed by the operating system (:func:`dphype.noise.secure_generator`).
 
 **What a client cannot observe, and what stays out of scope.**
@@ -80,15 +81,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Integral, Real
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from dphype.accounting import NEIGHBOURING, mechanism_epsilon, resolve_accountant, vote_sensitivity
 from dphype.candidates import CandidateList, load_candidates
 from dphype.noise import client_noise_std, min_survivors
-from dphype.refusal import Refusal
-
-#: Relative slack when comparing a recomputed epsilon with a limit (float round-off of the calibration).
-EPSILON_RTOL = 1e-6
+from dphype.protocol import EPSILON_RTOL, Refusal, VoteRequest, check_request
 
 #: Node-config keys (``flower-supernode --node-config "dphype-max-epsilon=1 ..."``): default and meaning.
 POLICY_KEYS: dict[str, tuple[Any, str]] = {
@@ -107,6 +105,8 @@ _PREFIX = "dphype-"
 
 class PolicyError(ValueError):
     """The node's policy (its node config or a file it names) is invalid."""
+
+    refusal_code = "node_policy"  # what a client tells the server (dphype.protocol.as_refusal)
 
 
 def _field(key: str) -> str:
@@ -215,23 +215,6 @@ class NodePolicy:
         return out
 
 
-class _Config(Protocol):
-    epsilon: float
-    delta: float
-    k: int
-    clients: int
-    dropout: float
-    noise: str
-
-
-class VoteRequestLike(Protocol):
-    """What :func:`check_vote_request` reads of a request (:class:`dphype.protocol.VoteRequest`)."""
-
-    candidates: CandidateList
-    sigma: float
-    config: _Config
-
-
 @dataclass(frozen=True)
 class VoteGuarantee:
     """What one vote costs this node: the release its noise share allows in the worst case.
@@ -250,22 +233,18 @@ class VoteGuarantee:
     neighbouring: str
 
 
-def check_vote_request(request: VoteRequestLike, policy: NodePolicy) -> VoteGuarantee:
-    """Refuse (:class:`~dphype.refusal.Refusal`) a request this node's policy does not allow; else return
-    the guarantee of the noise it asks for (item 2 of the threat model in the module docstring).
+def check_vote_request(request: VoteRequest, policy: NodePolicy) -> VoteGuarantee:
+    """Refuse (:class:`~dphype.protocol.Refusal`) a request that is not what it claims or that this node's
+    policy does not allow; else return the guarantee of the noise it asks for (item 2 of the threat model).
 
-    In order: the candidate list against the node's own copy (``candidate_mismatch``); the announced delta
-    and epsilon against the node's limits (``policy_delta``, ``policy_epsilon``); ``n`` and the fewest
-    contributors ``ceil((1 - xi) n)`` against ``min_clients`` (``policy_clients``); then the epsilon of
-    the worst-case noise, ``ceil((1 - xi) n)`` shares of variance ``sigma^2 / ((1 - xi) n)`` (Appendix A),
-    at the node's own delta, accountant and neighbouring relation (``policy_epsilon``). The request
-    itself is assumed well-formed (parsing refuses malformed ones). Details carry only numbers derived
-    from the request, never the node's limits.
+    First :func:`dphype.protocol.check_request` with the node's own candidate copy (``candidate_mismatch``,
+    ``noise_too_small``). Then the announced delta and epsilon against the node's limits (``policy_delta``,
+    ``policy_epsilon``); ``n`` and the fewest contributors ``ceil((1 - xi) n)`` against ``min_clients``
+    (``policy_clients``); and the epsilon of the worst-case noise, ``ceil((1 - xi) n)`` shares of variance
+    ``sigma^2 / ((1 - xi) n)`` (Appendix A), at the node's own delta, accountant and neighbouring relation
+    (``policy_epsilon``). Details carry only numbers derived from the request, never the node's limits.
     """
-    own = policy.own_candidates()
-    if own is not None and own.fingerprint() != request.candidates.fingerprint():
-        raise Refusal("candidate_mismatch", f"the request's list {request.candidates.fingerprint()[:12]} is not "
-                      "this node's own copy")
+    check_request(request, local_candidates=policy.own_candidates())
     cfg = request.config
     if cfg.delta > policy.max_delta:
         raise Refusal("policy_delta", f"announced delta {cfg.delta:.3g} is above this node's limit")

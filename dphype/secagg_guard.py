@@ -2,7 +2,7 @@
 
 Flower 1.41's ``secaggplus_mod`` (``flwr/client/mod/secure_aggregation/secaggplus_mod.py``) runs four
 stages and checks little of what the server sends; these pure functions check it, one per stage, and
-raise :class:`~dphype.refusal.Refusal` (the Flower adapter calls them before the mod replies):
+raise :class:`~dphype.protocol.Refusal` (the Flower adapter calls them before the mod replies):
 
 * stage 0, ``setup`` (:func:`check_setup`): ``sample_num``, ``share_num``, ``threshold`` and the encoding
   (``clipping_range``, ``target_range``, ``mod_range``, ``max_weight``). The client answers with public
@@ -44,7 +44,7 @@ from numbers import Integral, Real
 from typing import Any
 
 from dphype.noise import min_survivors
-from dphype.refusal import Refusal
+from dphype.protocol import Refusal
 from dphype.secure_sum import CLIPPING_RANGE, MAX_CLIENTS, MAX_WEIGHT, MODULUS_RANGE, QUANTIZATION_RANGE
 
 

@@ -29,16 +29,16 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-from dphype.accounting import calibrate
 from dphype.candidates import table_iii_grid
+from dphype.config import DPHypeConfig
 from dphype.ledger import Ledger
 from dphype.noise import client_noise_share, min_survivors, noise_share
 from dphype.policy import NodePolicy, check_vote_request
+from dphype.protocol import make_vote_request
 from dphype.secagg_guard import (
     DPHYPE_ENCODING,
     SecAggSetup,
@@ -62,10 +62,10 @@ def _median_us(fn: Callable[[], Any], repeats: int, after: Callable[[], Any] | N
 
 
 def run(clients: int, entries: int, repeats: int) -> dict[str, Any]:
-    config = SimpleNamespace(epsilon=1.0, delta=1e-5, k=5, clients=clients, dropout=0.1, noise="skellam")
+    config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=5, clients=clients, dropout=0.1, noise="skellam")
     candidates = table_iii_grid()
-    sigma = calibrate(1.0, 1e-5, 5, num_candidates=len(candidates), noise="skellam").sigma
-    request = SimpleNamespace(candidates=candidates, config=config, sigma=sigma)  # a VoteRequest's fields
+    request = make_vote_request(config, candidates)
+    sigma = request.sigma
     out: dict[str, Any] = {"clients": clients, "entries": entries}
     with tempfile.TemporaryDirectory() as tmp:
         node_config = {"dphype-max-epsilon": 1.0, "dphype-lifetime-epsilon": 1000.0,

@@ -2,30 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from dphype.accounting import calibrate
 from dphype.candidates import CandidateList, table_iii_grid
-
-
-@dataclass(frozen=True)
-class Config:
-    """The announced budget of a request (the fields :func:`dphype.policy.check_vote_request` reads)."""
-
-    epsilon: float
-    delta: float
-    k: int
-    clients: int
-    dropout: float = 0.0
-    noise: str = "skellam"
-    accountant: str | None = None
-
-
-@dataclass(frozen=True)
-class Request:
-    candidates: CandidateList
-    config: Config
-    sigma: float
+from dphype.config import DPHypeConfig
+from dphype.protocol import VoteRequest, make_vote_request
 
 
 def make_request(
@@ -38,9 +17,8 @@ def make_request(
     accountant: str | None = None,
     sigma: float | None = None,
     candidates: CandidateList | None = None,
-) -> Request:
-    """A request whose sigma is calibrated for the announced budget (as a server does), unless ``sigma`` is given."""
+) -> VoteRequest:
+    """The request a server sends: sigma calibrated for the announced budget, unless a lying server gives ``sigma``."""
+    config = DPHypeConfig(epsilon, delta, k, clients, dropout, noise, accountant)
     candidates = table_iii_grid() if candidates is None else candidates
-    if sigma is None:
-        sigma = calibrate(epsilon, delta, k, num_candidates=len(candidates), accountant=accountant, noise=noise).sigma
-    return Request(candidates, Config(epsilon, delta, k, clients, dropout, noise, accountant), sigma)
+    return make_vote_request(config, candidates) if sigma is None else VoteRequest(candidates, config, sigma)

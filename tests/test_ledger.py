@@ -14,7 +14,7 @@ from dphype.accounting import rdp_epsilon, vote_rdp
 from dphype.cli import main
 from dphype.ledger import FORMAT, VERSION, Ledger, LedgerError
 from dphype.policy import NodePolicy, check_vote_request
-from dphype.refusal import Refusal
+from dphype.protocol import Refusal
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from dphype.noise import min_survivors
-from dphype.refusal import Refusal
+from dphype.protocol import Refusal
 from dphype.secagg_guard import (
     DPHYPE_ENCODING,
     SecAggSetup,
