@@ -78,6 +78,7 @@ REFUSAL_CODES: dict[str, str] = {
     "secagg_unmask": "unsafe SecAgg+ unmasking request",
     "node_policy": "this node's privacy policy is misconfigured",
     "ledger_error": "this node's privacy ledger cannot be read or written",
+    "unsupported_candidates": "the client's task cannot evaluate these candidates (e.g. a key it does not use)",
     "task_error": "the client's task raised an exception while scoring",
     "score_shape": "the client's task returned scores of the wrong shape",
     "client_error": "an unexpected error on the client",
@@ -209,10 +210,18 @@ def score_candidates(task: Task, candidates: CandidateList, *,
                      progress: Callable[[int, int], None] | None = None) -> np.ndarray:
     """The task's local scores (Algorithm 1, lines 2-4) as float64 ``(p,)`` or ``(p, j)``.
 
-    A task that raises is refused as ``task_error`` (the exception type only: its message may carry data),
-    one that returns another shape as ``score_shape``.
+    A task may have ``check(candidates)``, which looks at the public candidates only and raises
+    ``ValueError`` for ones it cannot evaluate: refused as ``unsupported_candidates`` with that message (it
+    names candidate keys, never data). A task whose ``score`` raises is refused as ``task_error`` (the
+    exception type only: its message may carry data), one that returns another shape as ``score_shape``.
     """
     p = len(candidates)
+    check = getattr(task, "check", None)
+    if check is not None:
+        try:
+            check(candidates)
+        except ValueError as err:
+            raise Refusal("unsupported_candidates", str(err)[:300]) from None
     try:
         if progress is not None and "progress" in inspect.signature(task.score).parameters:
             raw = task.score(candidates, progress=progress)

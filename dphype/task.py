@@ -71,6 +71,15 @@ class TorchTask:
     num_threads: int | None = None
     maximize: bool = True
 
+    def check(self, candidates: Sequence[Mapping[str, Any]]) -> None:
+        """Refuse (``ValueError``, naming the key) candidates this task cannot train: a missing ``lr``, a key
+        training does not use, a negative or non-finite value. Looks at the public candidates only."""
+        import torch
+
+        from dphype.training import Hyperparameters
+
+        Hyperparameters.from_candidates(candidates, torch.device("cpu"))
+
     def score(
         self,
         candidates: Sequence[Mapping[str, Any]],

@@ -148,6 +148,16 @@ def test_a_failing_task_is_refused_without_its_message():
     assert "alice" not in str(info.value)
 
 
+def test_a_task_check_names_the_candidate_keys_it_cannot_use():
+    from dphype.task import TorchTask, make_task
+
+    task: TorchTask = make_task("adult", 0, 50, epochs=1)
+    bad = candidate_grid(lr=[0.01, 0.1], hidden=[32, 64])
+    with pytest.raises(Refusal, match="unsupported_candidates: .*key\\(s\\) 'hidden' that batched SGD training"):
+        score_candidates(task, bad)
+    task.check(CANDS)  # lr and decay: fine
+
+
 def test_progress_is_passed_when_the_task_takes_it():
     received = []
 

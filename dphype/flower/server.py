@@ -114,8 +114,9 @@ class DPHype:
         """Send the request to ``nodes``; return those that answered ready, or raise :class:`PreflightError`."""
         content = RecordDict({RECORD_KEY: ConfigRecord(self.request.to_record())})
         messages = [Message(content, dst_node_id=nid, message_type=PREFLIGHT_MESSAGE_TYPE) for nid in nodes]
-        log(logging.INFO, "DP-Hype pre-flight: sending the request to %d clients", len(nodes))
-        replies = list(grid.send_and_receive(messages, timeout=timeout))
+        log(logging.INFO, "DP-Hype pre-flight: sending the request to %d clients (each checks it and scores "
+            "the %d candidates)", len(nodes), len(self.candidates))
+        replies = _gather(grid, messages, timeout, "DP-Hype pre-flight")
         ready, reasons = [], Counter()
         for reply in replies:
             answer = _answer(reply)
@@ -133,6 +134,27 @@ class DPHype:
                 f"at least {self.request.min_survivors} must take part (clients={self.config.clients}, "
                 f"dropout={self.config.dropout:g}); the vote was not started and nothing was released")
         return ready
+
+
+def _gather(grid: Grid, messages: list[Message], timeout: float | None, what: str,
+            every: float = 10.0) -> list[Message]:
+    """Send ``messages`` and collect the replies until all arrived or ``timeout`` passed, logging the count
+    every ``every`` seconds (local scoring can take minutes; the log should say what it waits for)."""
+    pending = set(grid.push_messages(messages))
+    start = time.monotonic()
+    last_log = start
+    replies: list[Message] = []
+    while pending and (timeout is None or time.monotonic() - start < timeout):
+        arrived = list(grid.pull_messages(pending))
+        replies.extend(arrived)
+        pending.difference_update(reply.metadata.reply_to_message_id for reply in arrived)
+        if pending and time.monotonic() - last_log >= every:
+            log(logging.INFO, "%s: %d of %d clients answered after %.0f s", what, len(replies), len(messages),
+                time.monotonic() - start)
+            last_log = time.monotonic()
+        if pending:
+            time.sleep(0.2)
+    return replies
 
 
 def _answer(reply: Message) -> str:
