@@ -13,8 +13,14 @@ An accountant turns it into ``(epsilon, delta)``:
 Sensitivities (replace-one client, DP-Hype Lemma III.1 and Appendix F): top-k votes ``L2 = sqrt(2k)``,
 ``L1 = 2k``; raw scores in ``[0, 1]^p``: ``L2 = sqrt(p)``, ``L1 = p``.
 
-Everything is solved by root finding (``scipy.optimize.brentq``); nothing is looked up in a table.
-The ``check_*`` validators are shared with the Flower code.
+Several releases (a node's votes over its lifetime, a vote followed by DP-FedAvg training) compose in RDP:
+:func:`vote_rdp` and :func:`fedavg_rdp` give each release's curve on the common order grid
+:data:`RDP_ORDERS`, curves add up (Mironov 2017, Prop. 1), and :func:`rdp_epsilon` converts the sum with
+Thm I.1. :func:`calibrate_fedavg` solves DP-FedAvg's noise multiplier for a training budget.
+
+Everything is solved by root finding (``scipy.optimize.brentq``, or dp_accounting's
+``calibrate_dp_mechanism``); nothing is looked up in a table. The ``check_*`` validators are shared with
+the Flower code.
 """
 
 from __future__ import annotations
@@ -25,12 +31,15 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any, Callable
 
+import numpy as np
 from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
 ACCOUNTANTS: tuple[str, ...] = ("analytic", "rdp")
 NOISE_KINDS: tuple[str, ...] = ("gaussian", "skellam")
 DEFAULT_ACCOUNTANT: dict[str, str] = {"gaussian": "analytic", "skellam": "rdp"}
+#: Neighbouring relations: replace one client's data (the paper's) or add/remove one client (DP-FedAvg's).
+NEIGHBOURING: tuple[str, ...] = ("replace-one", "add-remove")
 
 
 # --------------------------------------------------------------------------------------------- validators
@@ -104,6 +113,21 @@ def check_noise(noise: Any) -> str:
     return str(noise)
 
 
+def check_neighbouring(neighbouring: Any) -> str:
+    """Return the neighbouring relation; it must be one of :data:`NEIGHBOURING`."""
+    if neighbouring not in NEIGHBOURING:
+        raise ValueError(f"neighbouring must be one of {', '.join(NEIGHBOURING)}, got {neighbouring!r}")
+    return str(neighbouring)
+
+
+def vote_sensitivity(k: int, neighbouring: str = "replace-one") -> tuple[float, float]:
+    """``(L2, L1)`` sensitivity of the top-k vote sum: ``(sqrt(2k), 2k)`` when one client's data is
+    replaced (its k ones move, DP-Hype Lemma III.1), ``(sqrt(k), k)`` when one client is added or removed."""
+    k = check_k(k)
+    moved = 2 * k if check_neighbouring(neighbouring) == "replace-one" else k
+    return math.sqrt(moved), float(moved)
+
+
 def resolve_accountant(accountant: str | None, noise: str) -> str:
     """Validate ``accountant`` for ``noise``; ``None`` or ``"auto"`` picks the default (analytic for Gaussian,
     rdp for Skellam).
@@ -149,26 +173,27 @@ def gaussian_rdp(alpha: float, l2: float, sigma: float) -> float:
     return alpha * l2**2 / (2.0 * sigma**2)
 
 
-def skellam_rdp(alpha: float, l2: float, l1: float, variance: float) -> float:
+def skellam_rdp(alpha: float | np.ndarray, l2: float, l1: float, variance: float) -> Any:
     """Renyi DP bound of the (symmetric) Skellam mechanism with total variance ``lambda`` at integer ``alpha``.
 
     Agarwal, Kairouz & Liu, "The Skellam Mechanism for Differentially Private Federated Learning"
     (NeurIPS 2021), as used in their accounting code (see dp-facts.md):
     ``alpha L2^2/(2 lambda) + min(((2 alpha - 1) L2^2 + 6 L1) / (4 lambda^2), 3 L1 / (2 lambda))``.
-    Valid for integer ``alpha > 1`` only.
+    Valid for integer ``alpha > 1`` only; ``alpha`` may be an array of orders.
     """
-    return alpha * l2**2 / (2.0 * variance) + min(
+    return alpha * l2**2 / (2.0 * variance) + np.minimum(
         ((2.0 * alpha - 1.0) * l2**2 + 6.0 * l1) / (4.0 * variance**2), 3.0 * l1 / (2.0 * variance)
     )
 
 
-def rdp_to_dp(rdp_eps: float, alpha: float, delta: float) -> float:
+def rdp_to_dp(rdp_eps: Any, alpha: Any, delta: float) -> Any:
     """DP-Hype Thm I.1 (Balle et al. 2020; Canonne, Kamath & Steinke 2020): ``(alpha, rdp_eps)``-RDP implies
     ``(rdp_eps + log((alpha-1)/alpha) - (log delta + log alpha)/(alpha - 1), delta)``-DP for ``alpha > 1``.
+    Elementwise for arrays of orders and RDP values.
     """
-    if not alpha > 1:
+    if np.any(~(np.asarray(alpha) > 1)):
         raise ValueError(f"alpha must be > 1, got {alpha!r}")
-    return rdp_eps + math.log1p(-1.0 / alpha) - (math.log(delta) + math.log(alpha)) / (alpha - 1.0)
+    return rdp_eps + np.log1p(-1.0 / alpha) - (math.log(delta) + np.log(alpha)) / (alpha - 1.0)
 
 
 def optimal_order(rdp_slope: float, delta: float) -> float:
@@ -220,7 +245,7 @@ def skellam_rdp_epsilon(l2: float, l1: float, variance: float, delta: float) -> 
     if switch >= 2.0:  # piece 1: integers in [2, floor(switch)], linear branch of the min
         orders |= _integer_minimiser_candidates(base + extra, 2, math.floor(switch), delta)
     orders |= _integer_minimiser_candidates(base, max(2, math.ceil(switch)), math.inf, delta)
-    best = min((rdp_to_dp(skellam_rdp(a, l2, l1, lam), a, delta), a) for a in sorted(orders))
+    best = min((rdp_to_dp(float(skellam_rdp(a, l2, l1, lam)), a, delta), a) for a in sorted(orders))
     return max(0.0, best[0]), int(best[1])
 
 
@@ -314,13 +339,24 @@ class VoteRelease:
         return float(self.num_candidates if self.raw_scores else 2 * self.k)
 
 
-def _release_epsilon(release: VoteRelease, delta: float, accountant: str) -> float:
-    l2 = release.l2_sensitivity
-    if release.noise == "skellam":
-        return skellam_rdp_epsilon(l2, release.l1_sensitivity, release.sigma**2, delta)[0]
+def mechanism_epsilon(l2: float, l1: float, sigma: float, noise: str, delta: float, accountant: str) -> float:
+    """Epsilon at ``delta`` of ONE release of a sum with sensitivities ``(L2, L1)`` plus noise of total std
+    ``sigma`` (Skellam: variance ``sigma**2``), for a validated ``accountant`` (:func:`resolve_accountant`).
+
+    Skellam: :func:`skellam_rdp_epsilon`; Gaussian: :func:`analytic_gaussian_epsilon` or
+    :func:`gaussian_rdp_epsilon`. The sensitivities carry the neighbouring relation (:func:`vote_sensitivity`).
+    """
+    if noise == "skellam":
+        return skellam_rdp_epsilon(l2, l1, sigma**2, delta)[0]
     if accountant == "analytic":
-        return analytic_gaussian_epsilon(l2, release.sigma, delta)
-    return gaussian_rdp_epsilon(l2, release.sigma, delta)
+        return analytic_gaussian_epsilon(l2, sigma, delta)
+    return gaussian_rdp_epsilon(l2, sigma, delta)
+
+
+def _release_epsilon(release: VoteRelease, delta: float, accountant: str) -> float:
+    return mechanism_epsilon(
+        release.l2_sensitivity, release.l1_sensitivity, release.sigma, release.noise, delta, accountant
+    )
 
 
 def epsilon(release: VoteRelease, delta: float, accountant: str | None = None) -> float:
@@ -432,6 +468,132 @@ def privacy_report(
     )
 
 
+# ------------------------------------------------------------------------------- composition in RDP
+#: The common RDP order grid for composing releases: 1.1 to 10.9 in steps of 0.1, every integer from 11 to
+#: 256 (Skellam's bound holds at integer orders; near-optimal orders for per-release epsilons >= ~0.05),
+#: then ~60 geometrically spaced integers up to 2**17 for very small epsilons.
+RDP_ORDERS: np.ndarray = np.concatenate(
+    [1.0 + np.arange(1, 100) / 10.0, np.arange(11.0, 257.0), np.unique(np.round(np.geomspace(272, 2**17, 60)))]
+)
+
+
+def _rdp_accountant(orders: Any) -> Any:
+    """A fresh dp_accounting ``RdpAccountant`` on ``orders``."""
+    import dp_accounting  # local import: ~1 s, needed only for composition
+
+    return dp_accounting.rdp.RdpAccountant(orders=list(_check_orders(orders)))
+
+
+def _check_orders(orders: Any) -> np.ndarray:
+    out = np.asarray(orders, dtype=np.float64)
+    if out.ndim != 1 or out.size == 0 or not np.all(np.isfinite(out)) or np.any(out <= 1.0):
+        raise ValueError("orders must be a non-empty 1-d array of finite RDP orders > 1")
+    return out
+
+
+def vote_rdp(
+    k: int, sigma: float, noise: str, *, neighbouring: str = "replace-one", orders: Any = RDP_ORDERS
+) -> np.ndarray:
+    """RDP curve ``eps(alpha)`` at ``orders`` of one vote release: the top-k vote sum plus noise of TOTAL std
+    ``sigma`` (Skellam: variance ``sigma**2``), sensitivities from :func:`vote_sensitivity`. Shape ``(len(orders),)``.
+
+    Gaussian: dp_accounting's ``GaussianDpEvent`` with noise multiplier ``sigma / L2`` (Thm III.1:
+    ``alpha k / sigma^2`` under replace-one). Skellam: :func:`skellam_rdp` (Agarwal, Kairouz & Liu 2021),
+    which holds at integer orders; at a fractional order ``alpha`` it is evaluated at ``ceil(alpha)``, an upper
+    bound because Renyi divergence does not decrease with the order (van Erven & Harremoes 2014, Thm 3).
+    """
+    l2, l1 = vote_sensitivity(k, neighbouring)
+    sigma, noise, orders = check_sigma(sigma), check_noise(noise), _check_orders(orders)
+    if noise == "gaussian":
+        import dp_accounting
+
+        return _rdp_accountant(orders).compose(dp_accounting.GaussianDpEvent(sigma / l2)).rdp
+    return np.asarray(skellam_rdp(np.maximum(np.ceil(orders), 2.0), l2, l1, sigma**2), dtype=np.float64)
+
+
+def rdp_epsilon(rdp: Any, delta: float, orders: Any = RDP_ORDERS) -> tuple[float, float]:
+    """``(epsilon, order)``: the smallest Thm I.1 epsilon (:func:`rdp_to_dp`) over ``orders`` of an RDP curve.
+
+    Curves of several releases on the same orders are summed first (RDP composition, Mironov 2017, Prop. 1).
+    Vectorised over the orders; an infinite curve value gives an infinite epsilon at that order.
+    """
+    delta = check_delta(delta)
+    orders = _check_orders(orders)
+    curve = np.asarray(rdp, dtype=np.float64)
+    if curve.shape != orders.shape or np.any(np.isnan(curve)) or np.any(curve < 0):
+        raise ValueError(f"rdp must be {orders.size} non-negative values, one per order")
+    eps = rdp_to_dp(curve, orders, delta)
+    best = int(np.argmin(eps))
+    return max(0.0, float(eps[best])), float(orders[best])
+
+
+def _fedavg_event(noise_multiplier: float, rounds: int, neighbouring: str) -> Any:
+    """dp_accounting event of ``rounds`` DP-FedAvg rounds (effective multiplier, see :func:`fedavg_rdp`)."""
+    import dp_accounting
+
+    effective = noise_multiplier / 2.0 if neighbouring == "replace-one" else noise_multiplier
+    return dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(effective), rounds)
+
+
+def fedavg_rdp(
+    noise_multiplier: float, rounds: int, *, neighbouring: str = "replace-one", orders: Any = RDP_ORDERS
+) -> np.ndarray:
+    """RDP curve at ``orders`` of ``rounds`` rounds of DP-FedAvg with fixed clipping, every round over all
+    sampled clients (no subsampling amplification). Shape ``(len(orders),)``.
+
+    Flower's DP wrappers add Gaussian noise of std ``z C`` to the sum of updates clipped to norm ``C``, which
+    calibrates ``z`` to the add/remove sensitivity ``C``. Replacing one client moves the sum by up to ``2C``,
+    so under replace-one the effective multiplier is ``z / 2``. Composition via dp_accounting
+    (``SelfComposedDpEvent`` of ``GaussianDpEvent``).
+    """
+    z = check_positive("noise_multiplier", noise_multiplier)
+    rounds = check_int("rounds", rounds, 1)
+    event = _fedavg_event(z, rounds, check_neighbouring(neighbouring))
+    return _rdp_accountant(orders).compose(event).rdp
+
+
+def fedavg_epsilon(
+    noise_multiplier: float, rounds: int, delta: float, *, neighbouring: str = "replace-one"
+) -> float:
+    """Epsilon at ``delta`` of ``rounds`` DP-FedAvg rounds: :func:`rdp_epsilon` of :func:`fedavg_rdp`."""
+    return rdp_epsilon(fedavg_rdp(noise_multiplier, rounds, neighbouring=neighbouring), delta)[0]
+
+
+def calibrate_fedavg(epsilon: float, delta: float, rounds: int, *, neighbouring: str = "replace-one") -> float:
+    """Smallest noise multiplier ``z`` (within 1e-6) for which ``rounds`` DP-FedAvg rounds are
+    ``(epsilon, delta)``-DP in RDP on :data:`RDP_ORDERS` (:func:`fedavg_epsilon`, the accountant that also
+    composes training with the vote); pass ``z`` to Flower's fixed-clipping DP wrappers.
+
+    Root finding by dp_accounting's ``calibrate_dp_mechanism`` (Brent's method; it guarantees that the returned
+    ``z`` does not exceed the budget) on a bracket found by doubling/halving the classic Gaussian scale
+    ``sqrt(2 R log(1.25/delta)) / epsilon`` (times 2 under replace-one).
+    """
+    import dp_accounting
+
+    target = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    rounds = check_int("rounds", rounds, 1)
+    neighbouring = check_neighbouring(neighbouring)
+
+    def eps_of(z: float) -> float:
+        return fedavg_epsilon(z, rounds, delta, neighbouring=neighbouring)
+
+    scale = 2.0 if neighbouring == "replace-one" else 1.0
+    lo = hi = scale * math.sqrt(2.0 * rounds * math.log(1.25 / delta)) / target
+    while eps_of(hi) > target:
+        hi *= 2.0
+    while eps_of(lo) <= target:
+        lo /= 2.0
+    return float(
+        dp_accounting.calibrate_dp_mechanism(
+            lambda: _rdp_accountant(RDP_ORDERS),
+            lambda z: _fedavg_event(z, rounds, neighbouring),
+            target,
+            delta,
+            dp_accounting.ExplicitBracketInterval(lo, hi),
+        )
+    )
+
 __all__ = [
     "ACCOUNTANTS",
     "NOISE_KINDS",
@@ -444,6 +606,9 @@ __all__ = [
     "check_clients",
     "check_sigma",
     "check_noise",
+    "NEIGHBOURING",
+    "check_neighbouring",
+    "vote_sensitivity",
     "resolve_accountant",
     "check_budget",
     "gaussian_rdp",
@@ -459,4 +624,11 @@ __all__ = [
     "calibrate",
     "PrivacyReport",
     "privacy_report",
+    "mechanism_epsilon",
+    "RDP_ORDERS",
+    "vote_rdp",
+    "fedavg_rdp",
+    "rdp_epsilon",
+    "fedavg_epsilon",
+    "calibrate_fedavg",
 ]

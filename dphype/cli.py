@@ -20,6 +20,7 @@ from typing import Any, Sequence
 #: sub-command -> (module implementing add_arguments/run, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("dphype.accounting_cli", "solve the total noise std sigma for (epsilon, delta, k)"),
+    "ledger": ("dphype.ledger", "show this node's privacy ledger: recorded votes and their composed epsilon"),
     "demo": ("dphype.demo", "the bundled Flower app on Adult: DP-Hype over SecAgg+, then FedAvg with the winner"),
     "bench": ("simulations.cli", "run one of the paper's benchmarks (from a dphype repository checkout)"),
     "pareto": ("dphype.central.cli_pareto", "DPareto privacy-utility Pareto front search"),
