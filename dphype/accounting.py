@@ -10,7 +10,7 @@ An accountant turns it into ``(epsilon, delta)``:
   top-k votes ``alpha k / sigma^2``, DP-Hype Thm III.1). Skellam: the bound of Agarwal, Kairouz & Liu
   (NeurIPS 2021) over integer orders. Both converted with DP-Hype Thm I.1 and minimised over ``alpha``.
 
-Sensitivities depend on the neighbouring relation (:data:`NEIGHBOURS`):
+Sensitivities depend on the neighbouring relation (:data:`NEIGHBOURING`):
 
 * ``"replace-one"`` (the paper's, default; DP-Hype Lemma III.1 and Appendix F): neighbouring federations
   differ in one client's data. Top-k votes ``L2 = sqrt(2k)``, ``L1 = 2k``; raw scores in ``[0, 1]^p``:
@@ -21,8 +21,14 @@ Sensitivities depend on the neighbouring relation (:data:`NEIGHBOURS`):
   with a zero vote (the "zero-out" form of add/remove, Kairouz et al., ICML 2021): the noise is the same in
   both federations and the Gaussian / Skellam analysis with the shifted mean applies unchanged.
 
-Everything is solved by root finding (``scipy.optimize.brentq``); nothing is looked up in a table.
-The ``check_*`` validators are shared with the Flower code.
+Several releases (a node's votes over its lifetime, a vote followed by DP-FedAvg training) compose in RDP:
+:func:`vote_rdp` and :func:`fedavg_rdp` give each release's curve on the common order grid
+:data:`RDP_ORDERS`, curves add up (Mironov 2017, Prop. 1), and :func:`rdp_epsilon` converts the sum with
+Thm I.1. :func:`calibrate_fedavg` solves DP-FedAvg's noise multiplier for a training budget.
+
+Everything is solved by root finding (``scipy.optimize.brentq``, or dp_accounting's
+``calibrate_dp_mechanism``); nothing is looked up in a table. The ``check_*`` validators are shared with
+the Flower code.
 """
 
 from __future__ import annotations
@@ -33,13 +39,15 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any, Callable
 
+import numpy as np
 from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
 ACCOUNTANTS: tuple[str, ...] = ("analytic", "rdp")
-NEIGHBOURS: tuple[str, ...] = ("replace-one", "add-remove")
 NOISE_KINDS: tuple[str, ...] = ("gaussian", "skellam")
 DEFAULT_ACCOUNTANT: dict[str, str] = {"gaussian": "analytic", "skellam": "rdp"}
+#: Neighbouring relations: replace one client's data (the paper's) or add/remove one client (DP-FedAvg's).
+NEIGHBOURING: tuple[str, ...] = ("replace-one", "add-remove")
 
 
 # --------------------------------------------------------------------------------------------- validators
@@ -113,23 +121,32 @@ def check_noise(noise: Any) -> str:
     return str(noise)
 
 
-def check_neighbours(neighbours: Any) -> str:
-    """Return the neighbouring relation; it must be one of :data:`NEIGHBOURS`."""
-    if neighbours not in NEIGHBOURS:
-        raise ValueError(f"neighbours must be one of {', '.join(NEIGHBOURS)}, got {neighbours!r}")
-    return str(neighbours)
+def check_neighbouring(neighbouring: Any) -> str:
+    """Return the neighbouring relation; it must be one of :data:`NEIGHBOURING`."""
+    if neighbouring not in NEIGHBOURING:
+        raise ValueError(f"neighbouring must be one of {', '.join(NEIGHBOURING)}, got {neighbouring!r}")
+    return str(neighbouring)
+
+
+def vote_sensitivity(k: int, neighbouring: str = "replace-one") -> tuple[float, float]:
+    """``(L2, L1)`` sensitivity of the top-k vote sum: ``(sqrt(2k), 2k)`` when one client's data is
+    replaced (its k ones move, DP-Hype Lemma III.1), ``(sqrt(k), k)`` when one client is added or removed."""
+    k = check_k(k)
+    moved = 2 * k if check_neighbouring(neighbouring) == "replace-one" else k
+    return math.sqrt(moved), float(moved)
 
 
 def resolve_accountant(accountant: str | None, noise: str) -> str:
-    """Validate ``accountant`` for ``noise``; ``None`` picks the default (analytic for Gaussian, rdp for Skellam).
+    """Validate ``accountant`` for ``noise``; ``None`` or ``"auto"`` picks the default (analytic for Gaussian,
+    rdp for Skellam).
 
     The analytic Gaussian accountant is exact only for Gaussian noise, so it is refused for Skellam noise.
     """
     noise = check_noise(noise)
-    if accountant is None:
+    if accountant is None or accountant == "auto":
         return DEFAULT_ACCOUNTANT[noise]
     if accountant not in ACCOUNTANTS:
-        raise ValueError(f"accountant must be one of {', '.join(ACCOUNTANTS)} (or None), got {accountant!r}")
+        raise ValueError(f"accountant must be one of {', '.join(ACCOUNTANTS)} (or auto), got {accountant!r}")
     if noise == "skellam" and accountant != "rdp":
         raise ValueError(f"accountant must be 'rdp' for skellam noise, got {accountant!r}")
     return str(accountant)
@@ -164,26 +181,27 @@ def gaussian_rdp(alpha: float, l2: float, sigma: float) -> float:
     return alpha * l2**2 / (2.0 * sigma**2)
 
 
-def skellam_rdp(alpha: float, l2: float, l1: float, variance: float) -> float:
+def skellam_rdp(alpha: float | np.ndarray, l2: float, l1: float, variance: float) -> Any:
     """Renyi DP bound of the (symmetric) Skellam mechanism with total variance ``lambda`` at integer ``alpha``.
 
     Agarwal, Kairouz & Liu, "The Skellam Mechanism for Differentially Private Federated Learning"
     (NeurIPS 2021), as used in their accounting code (see dp-facts.md):
     ``alpha L2^2/(2 lambda) + min(((2 alpha - 1) L2^2 + 6 L1) / (4 lambda^2), 3 L1 / (2 lambda))``.
-    Valid for integer ``alpha > 1`` only.
+    Valid for integer ``alpha > 1`` only; ``alpha`` may be an array of orders.
     """
-    return alpha * l2**2 / (2.0 * variance) + min(
+    return alpha * l2**2 / (2.0 * variance) + np.minimum(
         ((2.0 * alpha - 1.0) * l2**2 + 6.0 * l1) / (4.0 * variance**2), 3.0 * l1 / (2.0 * variance)
     )
 
 
-def rdp_to_dp(rdp_eps: float, alpha: float, delta: float) -> float:
+def rdp_to_dp(rdp_eps: Any, alpha: Any, delta: float) -> Any:
     """DP-Hype Thm I.1 (Balle et al. 2020; Canonne, Kamath & Steinke 2020): ``(alpha, rdp_eps)``-RDP implies
     ``(rdp_eps + log((alpha-1)/alpha) - (log delta + log alpha)/(alpha - 1), delta)``-DP for ``alpha > 1``.
+    Elementwise for arrays of orders and RDP values.
     """
-    if not alpha > 1:
+    if np.any(~(np.asarray(alpha) > 1)):
         raise ValueError(f"alpha must be > 1, got {alpha!r}")
-    return rdp_eps + math.log1p(-1.0 / alpha) - (math.log(delta) + math.log(alpha)) / (alpha - 1.0)
+    return rdp_eps + np.log1p(-1.0 / alpha) - (math.log(delta) + np.log(alpha)) / (alpha - 1.0)
 
 
 def optimal_order(rdp_slope: float, delta: float) -> float:
@@ -235,7 +253,7 @@ def skellam_rdp_epsilon(l2: float, l1: float, variance: float, delta: float) -> 
     if switch >= 2.0:  # piece 1: integers in [2, floor(switch)], linear branch of the min
         orders |= _integer_minimiser_candidates(base + extra, 2, math.floor(switch), delta)
     orders |= _integer_minimiser_candidates(base, max(2, math.ceil(switch)), math.inf, delta)
-    best = min((rdp_to_dp(skellam_rdp(a, l2, l1, lam), a, delta), a) for a in sorted(orders))
+    best = min((rdp_to_dp(float(skellam_rdp(a, l2, l1, lam)), a, delta), a) for a in sorted(orders))
     return max(0.0, best[0]), int(best[1])
 
 
@@ -297,7 +315,7 @@ class VoteRelease:
     ``k`` votes per client over ``num_candidates`` candidates (``None``: unknown; top-k privacy does not
     depend on it, Section III). ``raw_scores=True`` is Appendix F's variant (scores in ``[0, 1]^p``,
     Gaussian noise only, ``num_candidates`` required; ``k`` then does not enter the sensitivity).
-    ``neighbours``: the neighbouring relation of the guarantee (:data:`NEIGHBOURS`, module docstring).
+    ``neighbouring``: the neighbouring relation of the guarantee (:data:`NEIGHBOURING`, module docstring).
     """
 
     k: int
@@ -305,14 +323,14 @@ class VoteRelease:
     sigma: float
     noise: str = "gaussian"
     raw_scores: bool = False
-    neighbours: str = "replace-one"
+    neighbouring: str = "replace-one"
 
     def __post_init__(self) -> None:
         p = None if self.num_candidates is None else check_num_candidates(self.num_candidates)
         check_k(self.k, p)
         check_sigma(self.sigma)
         check_noise(self.noise)
-        check_neighbours(self.neighbours)
+        check_neighbouring(self.neighbouring)
         if self.raw_scores:
             if p is None:
                 raise ValueError("num_candidates must be given (an integer >= 1) for raw_scores releases")
@@ -322,33 +340,43 @@ class VoteRelease:
                 )
 
     @property
-    def _changed_votes(self) -> int:
-        """Entries that change by one between neighbours: ``2k`` (replace-one) or ``k`` (add-remove) top-k
-        votes; ``p`` raw scores either way (each changes by at most 1)."""
+    def sensitivities(self) -> tuple[float, float]:
+        """``(L2, L1)``: :func:`vote_sensitivity` for top-k votes; ``(sqrt(p), p)`` for raw scores under either
+        relation (each of the ``p`` scores in ``[0, 1]`` changes by at most 1, App. F)."""
         if self.raw_scores:
             assert self.num_candidates is not None
-            return self.num_candidates
-        return 2 * self.k if self.neighbours == "replace-one" else self.k
+            return math.sqrt(self.num_candidates), float(self.num_candidates)
+        return vote_sensitivity(self.k, self.neighbouring)
 
     @property
     def l2_sensitivity(self) -> float:
-        """L2 sensitivity: ``sqrt(2k)`` (replace-one, Lemma III.1), ``sqrt(k)`` (add-remove), ``sqrt(p)`` for raw
-        scores (App. F)."""
-        return math.sqrt(self._changed_votes)
+        """L2 sensitivity: ``sqrt(2k)`` (replace-one, Lemma III.1), ``sqrt(k)`` (add-remove), ``sqrt(p)`` (raw)."""
+        return self.sensitivities[0]
 
     @property
     def l1_sensitivity(self) -> float:
         """L1 sensitivity: ``2k`` (replace-one) or ``k`` (add-remove) for top-k votes, ``p`` for raw scores."""
-        return float(self._changed_votes)
+        return self.sensitivities[1]
+
+
+def mechanism_epsilon(l2: float, l1: float, sigma: float, noise: str, delta: float, accountant: str) -> float:
+    """Epsilon at ``delta`` of ONE release of a sum with sensitivities ``(L2, L1)`` plus noise of total std
+    ``sigma`` (Skellam: variance ``sigma**2``), for a validated ``accountant`` (:func:`resolve_accountant`).
+
+    Skellam: :func:`skellam_rdp_epsilon`; Gaussian: :func:`analytic_gaussian_epsilon` or
+    :func:`gaussian_rdp_epsilon`. The sensitivities carry the neighbouring relation (:func:`vote_sensitivity`).
+    """
+    if noise == "skellam":
+        return skellam_rdp_epsilon(l2, l1, sigma**2, delta)[0]
+    if accountant == "analytic":
+        return analytic_gaussian_epsilon(l2, sigma, delta)
+    return gaussian_rdp_epsilon(l2, sigma, delta)
 
 
 def _release_epsilon(release: VoteRelease, delta: float, accountant: str) -> float:
-    l2 = release.l2_sensitivity
-    if release.noise == "skellam":
-        return skellam_rdp_epsilon(l2, release.l1_sensitivity, release.sigma**2, delta)[0]
-    if accountant == "analytic":
-        return analytic_gaussian_epsilon(l2, release.sigma, delta)
-    return gaussian_rdp_epsilon(l2, release.sigma, delta)
+    return mechanism_epsilon(
+        release.l2_sensitivity, release.l1_sensitivity, release.sigma, release.noise, delta, accountant
+    )
 
 
 def epsilon(release: VoteRelease, delta: float, accountant: str | None = None) -> float:
@@ -366,10 +394,10 @@ def calibrate(
     accountant: str | None = None,
     noise: str = "gaussian",
     raw_scores: bool = False,
-    neighbours: str = "replace-one",
+    neighbouring: str = "replace-one",
 ) -> VoteRelease:
     """Solve the smallest total noise std ``sigma`` giving ``(epsilon, delta)``-DP (Algorithm 1, line 1)
-    under the neighbouring relation ``neighbours`` (module docstring).
+    under the neighbouring relation ``neighbouring`` (module docstring).
 
     Root finding with ``scipy.optimize.brentq`` on ``log sigma``: for ``"analytic"`` the analytic-Gaussian
     delta at ``epsilon`` is matched to ``delta``; for ``"rdp"`` the Thm I.1 epsilon is matched to
@@ -379,7 +407,7 @@ def calibrate(
     delta = check_delta(delta)
     accountant = resolve_accountant(accountant, noise)
     probe = VoteRelease(k=k, num_candidates=num_candidates, sigma=1.0, noise=noise, raw_scores=raw_scores,
-                        neighbours=neighbours)
+                        neighbouring=neighbouring)
     l2 = probe.l2_sensitivity
     start = l2 * math.sqrt(2.0 * math.log(1.25 / delta)) / target  # classic Gaussian scale: a starting point
     if accountant == "analytic":
@@ -413,7 +441,7 @@ class PrivacyReport:
     k: int
     num_candidates: int | None
     survivors: int | None
-    neighbours: str
+    neighbouring: str
     l2_sensitivity: float
     released: str = "noisy vote sum only (secure aggregation)"
 
@@ -463,15 +491,140 @@ def privacy_report(
         k=release.k,
         num_candidates=release.num_candidates,
         survivors=survivors,
-        neighbours=release.neighbours,
+        neighbouring=release.neighbouring,
         l2_sensitivity=release.l2_sensitivity,
     )
 
 
+# ------------------------------------------------------------------------------- composition in RDP
+#: The common RDP order grid for composing releases: 1.1 to 10.9 in steps of 0.1, every integer from 11 to
+#: 256 (Skellam's bound holds at integer orders; near-optimal orders for per-release epsilons >= ~0.05),
+#: then ~60 geometrically spaced integers up to 2**17 for very small epsilons.
+RDP_ORDERS: np.ndarray = np.concatenate(
+    [1.0 + np.arange(1, 100) / 10.0, np.arange(11.0, 257.0), np.unique(np.round(np.geomspace(272, 2**17, 60)))]
+)
+
+
+def _rdp_accountant(orders: Any) -> Any:
+    """A fresh dp_accounting ``RdpAccountant`` on ``orders``."""
+    import dp_accounting  # local import: ~1 s, needed only for composition
+
+    return dp_accounting.rdp.RdpAccountant(orders=list(_check_orders(orders)))
+
+
+def _check_orders(orders: Any) -> np.ndarray:
+    out = np.asarray(orders, dtype=np.float64)
+    if out.ndim != 1 or out.size == 0 or not np.all(np.isfinite(out)) or np.any(out <= 1.0):
+        raise ValueError("orders must be a non-empty 1-d array of finite RDP orders > 1")
+    return out
+
+
+def vote_rdp(
+    k: int, sigma: float, noise: str, *, neighbouring: str = "replace-one", orders: Any = RDP_ORDERS
+) -> np.ndarray:
+    """RDP curve ``eps(alpha)`` at ``orders`` of one vote release: the top-k vote sum plus noise of TOTAL std
+    ``sigma`` (Skellam: variance ``sigma**2``), sensitivities from :func:`vote_sensitivity`. Shape ``(len(orders),)``.
+
+    Gaussian: dp_accounting's ``GaussianDpEvent`` with noise multiplier ``sigma / L2`` (Thm III.1:
+    ``alpha k / sigma^2`` under replace-one). Skellam: :func:`skellam_rdp` (Agarwal, Kairouz & Liu 2021),
+    which holds at integer orders; at a fractional order ``alpha`` it is evaluated at ``ceil(alpha)``, an upper
+    bound because Renyi divergence does not decrease with the order (van Erven & Harremoes 2014, Thm 3).
+    """
+    l2, l1 = vote_sensitivity(k, neighbouring)
+    sigma, noise, orders = check_sigma(sigma), check_noise(noise), _check_orders(orders)
+    if noise == "gaussian":
+        import dp_accounting
+
+        return _rdp_accountant(orders).compose(dp_accounting.GaussianDpEvent(sigma / l2)).rdp
+    return np.asarray(skellam_rdp(np.maximum(np.ceil(orders), 2.0), l2, l1, sigma**2), dtype=np.float64)
+
+
+def rdp_epsilon(rdp: Any, delta: float, orders: Any = RDP_ORDERS) -> tuple[float, float]:
+    """``(epsilon, order)``: the smallest Thm I.1 epsilon (:func:`rdp_to_dp`) over ``orders`` of an RDP curve.
+
+    Curves of several releases on the same orders are summed first (RDP composition, Mironov 2017, Prop. 1).
+    Vectorised over the orders; an infinite curve value gives an infinite epsilon at that order.
+    """
+    delta = check_delta(delta)
+    orders = _check_orders(orders)
+    curve = np.asarray(rdp, dtype=np.float64)
+    if curve.shape != orders.shape or np.any(np.isnan(curve)) or np.any(curve < 0):
+        raise ValueError(f"rdp must be {orders.size} non-negative values, one per order")
+    eps = rdp_to_dp(curve, orders, delta)
+    best = int(np.argmin(eps))
+    return max(0.0, float(eps[best])), float(orders[best])
+
+
+def _fedavg_event(noise_multiplier: float, rounds: int, neighbouring: str) -> Any:
+    """dp_accounting event of ``rounds`` DP-FedAvg rounds (effective multiplier, see :func:`fedavg_rdp`)."""
+    import dp_accounting
+
+    effective = noise_multiplier / 2.0 if neighbouring == "replace-one" else noise_multiplier
+    return dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(effective), rounds)
+
+
+def fedavg_rdp(
+    noise_multiplier: float, rounds: int, *, neighbouring: str = "replace-one", orders: Any = RDP_ORDERS
+) -> np.ndarray:
+    """RDP curve at ``orders`` of ``rounds`` rounds of DP-FedAvg with fixed clipping, every round over all
+    sampled clients (no subsampling amplification). Shape ``(len(orders),)``.
+
+    Flower's DP wrappers add Gaussian noise of std ``z C`` to the sum of updates clipped to norm ``C``, which
+    calibrates ``z`` to the add/remove sensitivity ``C``. Replacing one client moves the sum by up to ``2C``,
+    so under replace-one the effective multiplier is ``z / 2``. Composition via dp_accounting
+    (``SelfComposedDpEvent`` of ``GaussianDpEvent``).
+    """
+    z = check_positive("noise_multiplier", noise_multiplier)
+    rounds = check_int("rounds", rounds, 1)
+    event = _fedavg_event(z, rounds, check_neighbouring(neighbouring))
+    return _rdp_accountant(orders).compose(event).rdp
+
+
+def fedavg_epsilon(
+    noise_multiplier: float, rounds: int, delta: float, *, neighbouring: str = "replace-one"
+) -> float:
+    """Epsilon at ``delta`` of ``rounds`` DP-FedAvg rounds: :func:`rdp_epsilon` of :func:`fedavg_rdp`."""
+    return rdp_epsilon(fedavg_rdp(noise_multiplier, rounds, neighbouring=neighbouring), delta)[0]
+
+
+def calibrate_fedavg(epsilon: float, delta: float, rounds: int, *, neighbouring: str = "replace-one") -> float:
+    """Smallest noise multiplier ``z`` (within 1e-6) for which ``rounds`` DP-FedAvg rounds are
+    ``(epsilon, delta)``-DP in RDP on :data:`RDP_ORDERS` (:func:`fedavg_epsilon`, the accountant that also
+    composes training with the vote); pass ``z`` to Flower's fixed-clipping DP wrappers.
+
+    Root finding by dp_accounting's ``calibrate_dp_mechanism`` (Brent's method; it guarantees that the returned
+    ``z`` does not exceed the budget) on a bracket found by doubling/halving the classic Gaussian scale
+    ``sqrt(2 R log(1.25/delta)) / epsilon`` (times 2 under replace-one).
+    """
+    import dp_accounting
+
+    target = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    rounds = check_int("rounds", rounds, 1)
+    neighbouring = check_neighbouring(neighbouring)
+
+    def eps_of(z: float) -> float:
+        return fedavg_epsilon(z, rounds, delta, neighbouring=neighbouring)
+
+    scale = 2.0 if neighbouring == "replace-one" else 1.0
+    lo = hi = scale * math.sqrt(2.0 * rounds * math.log(1.25 / delta)) / target
+    while eps_of(hi) > target:
+        hi *= 2.0
+    while eps_of(lo) <= target:
+        lo /= 2.0
+    return float(
+        dp_accounting.calibrate_dp_mechanism(
+            lambda: _rdp_accountant(RDP_ORDERS),
+            lambda z: _fedavg_event(z, rounds, neighbouring),
+            target,
+            delta,
+            dp_accounting.ExplicitBracketInterval(lo, hi),
+        )
+    )
+
 __all__ = [
     "ACCOUNTANTS",
     "NOISE_KINDS",
-    "NEIGHBOURS",
     "DEFAULT_ACCOUNTANT",
     "check_epsilon",
     "check_delta",
@@ -481,7 +634,9 @@ __all__ = [
     "check_clients",
     "check_sigma",
     "check_noise",
-    "check_neighbours",
+    "NEIGHBOURING",
+    "check_neighbouring",
+    "vote_sensitivity",
     "resolve_accountant",
     "check_budget",
     "gaussian_rdp",
@@ -497,4 +652,11 @@ __all__ = [
     "calibrate",
     "PrivacyReport",
     "privacy_report",
+    "mechanism_epsilon",
+    "RDP_ORDERS",
+    "vote_rdp",
+    "fedavg_rdp",
+    "rdp_epsilon",
+    "fedavg_epsilon",
+    "calibrate_fedavg",
 ]

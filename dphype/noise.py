@@ -9,14 +9,22 @@ together contribute variance ``m sigma^2 / ((1 - xi) n) >= sigma^2``. The server
 * ``"skellam"``: ``Pois(mu) - Pois(mu)`` with ``mu = sigma^2 / (2 (1 - xi) n)`` as int64; sums of
   independent Skellams are Skellam (Agarwal, Kairouz & Liu, NeurIPS 2021), so integer secure summation is
   exact and the Skellam accountant applies to the total variance.
+
+Where the randomness comes from. A client's share must be unpredictable to the server, so the client path
+(:func:`client_noise_share`) draws it from :func:`secure_generator`: numpy's ``Generator`` over randomgen's
+ChaCha20 keyed with 256 fresh bits from the operating system (``os.urandom``), a new key for every share.
+:func:`client_noise_share` takes no generator argument at all, so no caller can hand it a seeded one;
+:func:`noise_share` and :func:`summed_noise` take an explicit ``rng`` for benchmarks, replays and audits.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
+from randomgen import ChaCha
 from scipy.stats import norm
 
 from dphype.accounting import (
@@ -70,6 +78,27 @@ def noise_share(
         return rng.normal(0.0, math.sqrt(variance), size=size).astype(np.float64, copy=False)
     mu = variance / 2.0
     return (rng.poisson(mu, size=size) - rng.poisson(mu, size=size)).astype(np.int64, copy=False)
+
+
+def secure_generator() -> np.random.Generator:
+    """A numpy ``Generator`` over ChaCha20 (randomgen ``ChaCha``, 20 rounds) keyed with 256 bits from
+    ``os.urandom``: a cryptographically secure stream no seed or server value can reproduce.
+
+    ChaCha20 is the stream cipher of RFC 8439 and of Linux's ``/dev/urandom``; randomgen runs it in counter
+    mode from counter 0, which is safe because every call draws a fresh key. numpy's ``Generator`` turns the
+    stream into Poisson and normal variates with its usual (deterministic) algorithms.
+    """
+    return np.random.Generator(ChaCha(key=int.from_bytes(os.urandom(32), "little"), rounds=20))
+
+
+def client_noise_share(
+    size: int | tuple[int, ...], *, sigma: float, clients: int, dropout: float, kind: str
+) -> np.ndarray:
+    """A client's noise share (:func:`noise_share`) drawn from a fresh :func:`secure_generator`.
+
+    The one function the client path uses; it has no ``rng`` parameter by design (see the module docstring).
+    """
+    return noise_share(size, sigma=sigma, clients=clients, dropout=dropout, kind=kind, rng=secure_generator())
 
 
 def summed_noise(

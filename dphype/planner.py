@@ -47,7 +47,7 @@ from dphype.accounting import (
     check_epsilon,
     check_int,
     check_k,
-    check_neighbours,
+    check_neighbouring,
     check_positive,
     resolve_accountant,
 )
@@ -340,7 +340,7 @@ class Plan:
     num_candidates: int
     noise: str
     accountant: str
-    neighbours: str
+    neighbouring: str
     rule: str
     scenario: dict[str, Any]
     target: float
@@ -379,13 +379,13 @@ class _Setting:
     rule: str
     noise: str
     accountant: str
-    neighbours: str
+    neighbouring: str
     repetitions: int
     seed: int
 
     def sigma(self, epsilon: float, k: int) -> float:
         return calibrate(epsilon, self.delta, k, num_candidates=self.num_candidates, accountant=self.accountant,
-                         noise=self.noise, neighbours=self.neighbours).sigma
+                         noise=self.noise, neighbouring=self.neighbouring).sigma
 
     def votes(self, clients: int, ks: Sequence[int]) -> tuple[int, dict[int, np.ndarray], np.ndarray]:
         """Voters (the ``ceil((1 - xi) n)`` survivors), their vote sums per ``k`` and the good masks."""
@@ -430,7 +430,7 @@ def plan(
     rule: str | None = None,
     noise: str = "skellam",
     accountant: str | None = None,
-    neighbours: str = "replace-one",
+    neighbouring: str = "replace-one",
     ks: Sequence[int] | None = None,
     repetitions: int = 200,
     seed: int = 0,
@@ -456,7 +456,7 @@ def plan(
     setting = _Setting(
         delta=check_delta(delta), dropout=check_dropout(dropout), num_candidates=p, space=space,
         scenario=scenario(p, consensus, num_good), rule=check_rule(DEFAULT_RULE if rule is None else rule),
-        noise=noise, accountant=resolve_accountant(accountant, noise), neighbours=check_neighbours(neighbours),
+        noise=noise, accountant=resolve_accountant(accountant, noise), neighbouring=check_neighbouring(neighbouring),
         repetitions=check_int("repetitions", repetitions, 10), seed=check_int("seed", seed, 0))
     target = check_probability("target", target)
     compare = sorted({check_k(x, p) for x in (KS if ks is None else ks) if x < p} | ({chosen_k} - {None}))
@@ -485,7 +485,7 @@ def plan(
     min_n = _bisect(reaches_clients, 2, MAX_CLIENTS, 1.0, integer=True) if search else None
     result = Plan(
         clients=clients, epsilon=epsilon, delta=setting.delta, dropout=setting.dropout, voters=voters,
-        num_candidates=p, noise=setting.noise, accountant=setting.accountant, neighbours=setting.neighbours,
+        num_candidates=p, noise=setting.noise, accountant=setting.accountant, neighbouring=setting.neighbouring,
         rule=_rule_that_runs(setting), scenario=asdict(setting.scenario), target=target, k=kk, sigma=row["sigma"],
         success=row["success"], success_argmax=row["success_argmax"], bound=row["bound"],
         recommended_k=int(best["k"]), by_k=by_k, min_epsilon=None if min_eps is None else float(f"{min_eps:.3g}"),
@@ -538,7 +538,7 @@ def preflight(
     The plan at the configured ``k`` without the searches; its ``warnings`` say when the predicted success is
     below :data:`WARN_BELOW` or the release is noise. ``min_success`` in ``[0, 1]``: refuse (``ValueError``)
     when the predicted success is below it. ``options`` go to :func:`plan` (``rule``, ``noise``,
-    ``accountant``, ``neighbours``, ``consensus``, ``num_good``, ``repetitions``, ``seed``).
+    ``accountant``, ``neighbouring``, ``consensus``, ``num_good``, ``repetitions``, ``seed``).
     """
     if min_success is not None:
         check_probability("min_success", min_success)

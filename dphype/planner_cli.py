@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rule", choices=("gp", "argmax"), default=None, help="selection rule (default gp)")
     parser.add_argument("--noise", choices=("gaussian", "skellam"), default="skellam", help="noise kind")
     parser.add_argument("--accountant", choices=("analytic", "rdp"), default=None, help="calibration accountant")
-    parser.add_argument("--neighbours", choices=("replace-one", "add-remove"), default="replace-one",
+    parser.add_argument("--neighbouring", choices=("replace-one", "add-remove"), default="replace-one",
                         help="neighbouring relation of the guarantee (default replace-one)")
     parser.add_argument("--repetitions", type=int, default=200, help="simulated runs per point (default 200)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the simulation (default 0)")
@@ -48,6 +48,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         pass
     result = plan(args.clients, args.epsilon, args.delta, candidates.feature_space(), len(candidates), k=args.k,
                   dropout=args.dropout, consensus=consensus, num_good=args.good, target=args.target, rule=args.rule,
-                  noise=args.noise, accountant=args.accountant, neighbours=args.neighbours, repetitions=args.repetitions, seed=args.seed)
+                  noise=args.noise, accountant=args.accountant, neighbouring=args.neighbouring, repetitions=args.repetitions, seed=args.seed)
     warnings(result, args.min_success)
     return result.to_dict()

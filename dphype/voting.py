@@ -70,6 +70,5 @@ def raw_score_votes(scores: ArrayLike, *, maximize: bool = True) -> np.ndarray:
     return arr.copy() if maximize else 1.0 - arr
 
 
-# The argmax rule moved to dphype.selection; re-exported for dphype.strategy and dphype.oracles until the
-# protocol layer (issue 7) calls dphype.selection directly.
+# The argmax rule lives in dphype.selection; re-exported for dphype.protocol until it imports it from there.
 from dphype.selection import select  # noqa: F401

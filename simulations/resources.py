@@ -128,13 +128,14 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                          "upload_kb": "", "download_kb": "", "simulation_seconds": ""})
             bar.update(1)
         if not args.skip_voting:
+            from dphype.config import DPHypeConfig
             from simulations.flower import vote_through_flower
 
             for n in args.vote_clients:
                 for rep in range(vote_reps):
                     scores = np.random.default_rng([args.seed, n, rep]).random((n, len(candidates)))
-                    v = vote_through_flower(scores, candidates, epsilon=1.0, delta=1e-5, k=5, count_bytes=True,
-                                            num_shares=args.num_shares,
+                    config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=5, clients=n)
+                    v = vote_through_flower(scores, candidates, config, count_bytes=True, num_shares=args.num_shares,
                                             reconstruction_threshold=args.reconstruction_threshold)
                     rows.append({"part": "voting round", "dataset": "", "clients": n, "candidates": len(candidates),
                                  "epochs": "", "seconds": v["round_seconds"], "memory_mb": "", "memory_kind": "",

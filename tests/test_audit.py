@@ -6,18 +6,29 @@ import time
 import pytest
 from scipy.stats import binom
 
+from dphype.accounting import calibrate
 from dphype.audit import (
     audit_vote_noise,
     clopper_pearson_upper,
     design_threshold,
     epsilon_lower_bound,
 )
-from dphype.noise import noise_share
+from dphype.noise import client_noise_share, noise_share
 
 
 def halved_share(size, *, sigma, **kwargs):
     """A deliberately broken client: half the calibrated noise std."""
     return noise_share(size, sigma=sigma / 2.0, **kwargs)
+
+
+def secure_share(size, *, rng, **kwargs):
+    """The client path: shares from the OS-keyed ChaCha20 generator (the audit's seeded rng is unused)."""
+    return client_noise_share(size, **kwargs)
+
+
+def third_secure_share(size, *, rng, sigma, **kwargs):
+    """A broken secure client: a third of the calibrated noise std."""
+    return client_noise_share(size, sigma=sigma / 3.0, **kwargs)
 
 
 def test_clopper_pearson_upper_is_exact_one_sided_bound():
@@ -90,3 +101,17 @@ def test_audit_uses_the_shares_it_is_given():
 
     audit_vote_noise(epsilon=1.0, delta=1e-5, k=2, clients=5, trials=500, share_fn=spy, noise="skellam")
     assert calls == [((500, 4), "skellam")] * 10  # 5 survivors x 2 neighbours, shape (trials, 2k)
+
+
+@pytest.mark.parametrize("noise,clients,dropout", [("gaussian", 10, 0.1), ("skellam", 4, 0.25)])
+def test_audit_of_the_secure_client_path(noise, clients, dropout):
+    # The secure generator cannot be seeded, so the audit runs at confidence 1 - 1e-6: a correct
+    # implementation is flagged with probability <= 1e-6. The threshold, fixed in advance, is designed
+    # against a third of the noise std, which the audit then catches with a wide margin.
+    confidence = 1 - 1e-6
+    sigma = calibrate(1.0, 1e-5, 5, noise=noise).sigma
+    threshold = design_threshold(sigma, math.sqrt(10), 30_000, 1e-5, confidence, std_factor=1 / 3)
+    kw = dict(epsilon=1.0, delta=1e-5, k=5, clients=clients, dropout=dropout, noise=noise, trials=30_000)
+    kw.update(confidence=confidence, threshold=threshold)
+    assert not audit_vote_noise(share_fn=secure_share, **kw).flagged
+    assert audit_vote_noise(share_fn=third_secure_share, **kw).flagged

@@ -20,8 +20,8 @@ def run_json(capsys, *argv):
     return code, (json.loads(out.strip().splitlines()[-1]) if code == 0 else None), err
 
 
-def test_defaults_gaussian_analytic(capsys):
-    code, res, _ = run_json(capsys, "--epsilon", "1", "--delta", "1e-5", "--k", "5")
+def test_gaussian_analytic(capsys):
+    code, res, _ = run_json(capsys, "--epsilon", "1", "--delta", "1e-5", "--k", "5", "--noise", "gaussian")
     assert code == 0
     assert res["accountant"] == "analytic" and res["noise"] == "gaussian"
     assert res["clients"] == 50 and res["dropout"] == 0.0 and res["k"] == 5 and res["delta"] == 1e-5
@@ -43,11 +43,11 @@ def test_skellam_with_dropout(capsys):
 
 def test_rdp_and_candidates(capsys):
     code, res, _ = run_json(
-        capsys, "--epsilon", "3", "--delta", "1e-5", "--k", "5", "--accountant", "rdp", "--candidates", "table3"
-    )
+        capsys, "--epsilon", "3", "--delta", "1e-5", "--k", "5", "--accountant", "rdp", "--candidates", "table3",
+        "--noise", "gaussian")
     assert code == 0 and res["num_candidates"] == 100 and f"{res['sigma']:.4g}" == "4.722"
     code, res, _ = run_json(capsys, "--epsilon", "1", "--delta", "1e-5", "--k", "1", "--candidates", "10",
-                            "--raw-scores")
+                            "--raw-scores", "--noise", "gaussian")
     assert code == 0 and res["l2_sensitivity"] == pytest.approx(math.sqrt(10))
 
 
@@ -86,11 +86,12 @@ def test_unknown_choice_is_argparse_error(capsys):
     assert exc.value.code == 2
 
 
-def test_neighbours_option(capsys):
-    code, res, _ = run_json(capsys, "--epsilon", "1", "--delta", "1e-5", "--k", "5", "--neighbours", "add-remove")
-    assert code == 0 and res["neighbours"] == "add-remove"
+def test_neighbouring_option(capsys):
+    code, res, _ = run_json(capsys, "--epsilon", "1", "--delta", "1e-5", "--k", "5", "--noise", "gaussian",
+                            "--neighbouring", "add-remove")
+    assert code == 0 and res["neighbouring"] == "add-remove"
     assert res["l2_sensitivity"] == pytest.approx(math.sqrt(5))
     assert res["sigma"] == pytest.approx(11.8 / math.sqrt(2), rel=2e-3)  # sqrt(2) less noise than replace-one
     with pytest.raises(SystemExit) as exit_info:  # argparse refuses values outside its choices
-        run_json(capsys, "--epsilon", "1", "--delta", "1e-5", "--k", "5", "--neighbours", "swap")
-    assert exit_info.value.code == 2 and "--neighbours" in capsys.readouterr().err
+        run_json(capsys, "--epsilon", "1", "--delta", "1e-5", "--k", "5", "--neighbouring", "swap")
+    assert exit_info.value.code == 2 and "--neighbouring" in capsys.readouterr().err

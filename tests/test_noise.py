@@ -7,11 +7,13 @@ import pytest
 from scipy.stats import chi2, norm, skellam
 
 from dphype.noise import (
+    client_noise_share,
     client_noise_std,
     client_noise_variance,
     min_survivors,
     noise_share,
     noise_tail_bound,
+    secure_generator,
     summed_noise,
 )
 
@@ -196,3 +198,52 @@ def test_summed_noise_validates_survivors():
             summed_noise(3, survivors=bad, **kw)
     with pytest.raises(ValueError, match="kind|noise"):
         summed_noise(3, survivors=2, **{**kw, "kind": "laplace"})
+
+
+# ------------------------------------------------------------------- the client path's secure generator
+def test_secure_generator_is_chacha20_with_a_fresh_os_key_each_time():
+    a, b = secure_generator(), secure_generator()
+    state = a.bit_generator.state
+    assert state["bit_generator"] == "randomgen.chacha.ChaCha" and state["state"]["rounds"] == 20
+    key_a, key_b = state["state"]["keysetup"], b.bit_generator.state["state"]["keysetup"]
+    assert key_a.dtype == np.uint32 and key_a.size == 8  # a 256-bit key
+    assert not np.array_equal(key_a, key_b)
+    assert not np.array_equal(a.integers(0, 2**63, 8), b.integers(0, 2**63, 8))
+
+
+def test_client_noise_share_accepts_no_generator():
+    with pytest.raises(TypeError, match="rng"):
+        client_noise_share(3, sigma=1.0, clients=2, dropout=0.0, kind="gaussian", rng=np.random.default_rng(0))
+
+
+def stat_below(counts, expected):
+    """Pearson chi-square below its 1 - 1e-6 quantile."""
+    stat = float(np.sum((counts - expected) ** 2 / expected))
+    return stat < chi2.isf(1e-6, counts.size - 1)
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "skellam"])
+def test_secure_shares_have_the_calibrated_variance(kind):
+    clients, dropout = 50, 0.1
+    variance = client_noise_variance(SIGMA, clients, dropout)
+    x = client_noise_share(N_COORDS, sigma=SIGMA, clients=clients, dropout=dropout, kind=kind)
+    assert x.dtype == (np.float64 if kind == "gaussian" else np.int64)
+    assert abs(_variance_z(x, variance, kind)) < Z
+    assert abs(float(np.mean(x))) < Z * math.sqrt(variance / N_COORDS)
+
+
+def test_secure_skellam_share_is_exactly_skellam_distributed():
+    sigma, clients = 3.0, 4  # mu = 9/8 per side
+    x = client_noise_share(100_000, sigma=sigma, clients=clients, dropout=0.0, kind="skellam")
+    mu = sigma**2 / (2 * clients)
+    values, counts = np.unique(x, return_counts=True)
+    expected = skellam.pmf(values, mu, mu) * x.size
+    keep = expected > 20
+    assert stat_below(counts[keep], expected[keep])
+
+
+def test_secure_gaussian_share_is_normal():
+    x = client_noise_share(100_000, sigma=2.0, clients=4, dropout=0.0, kind="gaussian")
+    edges = norm.ppf(np.linspace(0, 1, 51)[1:-1], scale=1.0)  # 50 equiprobable bins of N(0, 1)
+    counts = np.bincount(np.searchsorted(edges, x), minlength=50)
+    assert stat_below(counts, np.full(50, x.size / 50))

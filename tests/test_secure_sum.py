@@ -1,4 +1,4 @@
-"""Exact integer summation over Flower SecAgg+ (dphype.secure_sum)."""
+"""Exact integer summation over SecAgg+: the framework-free encoding and its limits (dphype.secure_sum)."""
 
 from __future__ import annotations
 
@@ -6,67 +6,10 @@ import math
 
 import numpy as np
 import pytest
-from flwr.app import Context, Message, RecordDict
-from flwr.app.message_type import MessageType
-from flwr.client import NumPyClient
-from flwr.clientapp import ClientApp
-from flwr.common import FitIns, ndarrays_to_parameters
-from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
-from flwr.compat.common import recorddict_compat as compat
-from local_grid import LocalGrid
 
 from dphype import secure_sum as ss
 
 C = ss.CLIPPING_RANGE
-
-
-def _vector_client_app(vectors: np.ndarray, noise: str = "skellam", drop: dict | None = None):
-    """ClientApp whose node with partition-id i sends ``vectors[i]``.
-
-    ``drop`` maps partition-id -> SecAgg+ stage at which that node crashes.
-    """
-    drop = drop or {}
-
-    class VectorClient(NumPyClient):
-        def __init__(self, pid: int) -> None:
-            self.pid = pid
-
-        def fit(self, parameters, config):
-            return [ss.encode(vectors[self.pid], noise)], 1, {}
-
-    def crash_mod(msg: Message, ctxt: Context, call_next):
-        stage = msg.content.config_records[RECORD_KEY_CONFIGS][Key.STAGE]
-        if drop.get(int(ctxt.node_config["partition-id"])) == stage:
-            raise ConnectionError(f"node lost during {stage}")
-        return call_next(msg, ctxt)
-
-    return ClientApp(
-        client_fn=lambda ctx: VectorClient(int(ctx.node_config["partition-id"])).to_client(),
-        mods=[crash_mod, ss.secure_vote_mod],
-    )
-
-
-def _run(vectors, *, noise="skellam", drop=None, min_survivors=None, size=None):
-    n = len(vectors)
-    grid = LocalGrid(_vector_client_app(vectors, noise, drop), n)
-    strategy = ss.SecureSumStrategy(
-        clients=n,
-        size=size or vectors.shape[1],
-        noise=noise,
-        min_survivors=min_survivors or n,
-        fit_config={ss.PHASE_KEY: ss.VOTE_PHASE},
-    )
-    context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={})
-    total = ss.run_secure_sum(grid, context, strategy)
-    return total, strategy, grid
-
-
-def _stages_sent(grid: LocalGrid) -> list[str]:
-    return [
-        m.content.config_records[RECORD_KEY_CONFIGS][Key.STAGE]
-        for m in grid.sent
-        if RECORD_KEY_CONFIGS in m.content.config_records
-    ]
 
 
 def test_modulus_bound_is_exact():
@@ -133,148 +76,8 @@ def test_clip_probability_refuses_huge_noise():
         ss.check_range(size=100, sigma=400.0 * math.sqrt(2), clients=2, dropout=0.0, noise="gaussian")
 
 
-def test_secagg_sum_is_exact_with_negative_and_extreme_values():
-    rng = np.random.default_rng(1)
-    vectors = rng.integers(-C, C + 1, size=(6, 100))
-    vectors[0, :3] = [C, -C, 0]
-    vectors[1, :3] = [C, -C, -1]
-    total, strategy, _ = _run(vectors)
-    assert total.dtype == np.int64
-    np.testing.assert_array_equal(total, vectors.sum(axis=0))
-    assert strategy.survivors == 6
-
-
-def test_secagg_sum_gaussian_fixed_point():
-    rng = np.random.default_rng(2)
-    noisy = rng.integers(0, 2, size=(4, 50)) + rng.normal(0.0, 5.0, size=(4, 50))
-    total, _, _ = _run(noisy, noise="gaussian")
-    expected = sum(ss.encode(v, "gaussian") for v in noisy) / ss.GAUSSIAN_SCALE
-    np.testing.assert_array_equal(total, expected)
-    assert np.max(np.abs(total - noisy.sum(axis=0))) <= 4 / (2 * ss.GAUSSIAN_SCALE)
-
-
-def test_dropout_before_masked_vector_is_survived():
-    vectors = np.arange(5 * 10).reshape(5, 10) - 20
-    total, strategy, grid = _run(
-        vectors, drop={3: Stage.COLLECT_MASKED_VECTORS}, min_survivors=4
-    )
-    np.testing.assert_array_equal(total, np.delete(vectors, 3, axis=0).sum(axis=0))
-    assert strategy.survivors == 4
-    assert Stage.UNMASK in _stages_sent(grid)
-
-
-@pytest.mark.parametrize("stage", [Stage.SETUP, Stage.SHARE_KEYS])
-def test_dropout_before_key_sharing_ends_is_survived(stage):
-    # A node lost in stage 0 or 1 never masked with anyone: the others' sum is unmasked.
-    vectors = np.arange(5 * 10).reshape(5, 10) - 20
-    total, strategy, grid = _run(vectors, drop={2: stage}, min_survivors=4)
-    np.testing.assert_array_equal(total, np.delete(vectors, 2, axis=0).sum(axis=0))
-    assert strategy.survivors == 4
-    configs = [m.content.config_records[RECORD_KEY_CONFIGS] for m in grid.sent]
-    unmask = [c for c in configs if c[Key.STAGE] == Stage.UNMASK]
-    assert unmask and all(not c[Key.DEAD_NODE_ID_LIST] for c in unmask)  # nothing to unmask for it
-
-
-def test_dropout_during_unmasking_keeps_the_contribution():
-    vectors = np.arange(5 * 10).reshape(5, 10) - 20
-    total, strategy, _ = _run(vectors, drop={1: Stage.UNMASK}, min_survivors=5)
-    # The node sent its masked vector before crashing: its mask is rebuilt from shares.
-    np.testing.assert_array_equal(total, vectors.sum(axis=0))
-    assert strategy.survivors == 5
-
-
-def test_too_many_dropouts_release_nothing():
-    vectors = np.ones((5, 10), dtype=np.int64)
-    drop = {0: Stage.COLLECT_MASKED_VECTORS, 4: Stage.COLLECT_MASKED_VECTORS}
-    n = len(vectors)
-    grid = LocalGrid(_vector_client_app(vectors, drop=drop), n)
-    strategy = ss.SecureSumStrategy(
-        clients=n, size=10, noise="skellam", min_survivors=4, fit_config={}
-    )
-    context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={})
-    with pytest.raises(ss.TooFewSurvivorsError, match="only 3 of 5 .* nothing was released"):
-        ss.run_secure_sum(grid, context, strategy)
-    assert strategy.total is None
-    # The server never asked for the key shares that would unmask the sum.
-    assert Stage.UNMASK not in _stages_sent(grid)
-
-
-def test_protocol_halt_is_an_error():
-    vectors = np.ones((5, 10), dtype=np.int64)
-    drop = {i: Stage.SETUP for i in range(3)}
-    with pytest.raises(ss.SecureSumError, match="halted"):
-        _run(vectors, drop=drop, min_survivors=2)
-
-
-def test_wrong_length_sum_is_refused():
-    vectors = np.ones((3, 11), dtype=np.int64)
-    with pytest.raises(ss.SecureSumError, match="length 10"):
-        _run(vectors, size=10)
-
-
-def test_strategy_waits_for_clients_then_gives_up():
-    strategy = ss.SecureSumStrategy(
-        clients=4, size=3, noise="skellam", min_survivors=4, fit_config={}, connect_timeout=0.6
-    )
-    grid = LocalGrid(_vector_client_app(np.ones((3, 3))), 3)
-    context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={})
-    with pytest.raises(ss.SecureSumError, match="only 3 of 4 clients connected"):
-        ss.run_secure_sum(grid, context, strategy)
-
-
-def _fit_message(config: dict) -> Message:
-    content = compat.fitins_to_recorddict(FitIns(ndarrays_to_parameters([]), config), True)
-    return Message(content, 1, MessageType.TRAIN, group_id="1")
-
-
-def test_plaintext_vote_request_is_refused():
-    class PlainClient(NumPyClient):
-        def fit(self, parameters, config):
-            return [np.ones(3)], 1, {}
-
-    app = ClientApp(client_fn=lambda ctx: PlainClient().to_client())
-    grid = LocalGrid(app, 1)  # sets the task identity Message needs
-    context = grid.contexts[1000]
-    with pytest.raises(PermissionError, match="plaintext"):
-        ss.secure_vote_mod(_fit_message({ss.PHASE_KEY: ss.VOTE_PHASE}), context, app)
-    # Requests for other phases (e.g. FedAvg training) pass through unchanged.
-    reply = ss.secure_vote_mod(_fit_message({ss.PHASE_KEY: "train"}), context, app)
-    assert reply.has_content()
-
-
 def test_default_num_shares():
     assert ss.default_num_shares(2) == 1.0
     assert ss.default_num_shares(7) == 1.0
     assert round(ss.default_num_shares(10) * 10) == 7
     assert round(ss.default_num_shares(50) * 50) == 10
-
-
-@pytest.mark.slow
-def test_secagg_sum_through_flower_simulation_with_a_dropout():
-    """The real Flower simulation runtime (Ray): exact sum of the 4 survivors out of 5."""
-    from flwr.serverapp import ServerApp
-    from flwr.simulation import run_simulation
-
-    rng = np.random.default_rng(3)
-    vectors = rng.integers(-1000, 1000, size=(5, 100))
-    vectors[0, 0] = -C
-    out: dict = {}
-    server_app = ServerApp()
-
-    @server_app.main()
-    def _main(grid, context):
-        strategy = ss.SecureSumStrategy(
-            clients=5, size=100, noise="skellam", min_survivors=4, fit_config={}
-        )
-        out["total"] = ss.run_secure_sum(grid, context, strategy)
-        out["survivors"] = strategy.survivors
-
-    client_app = _vector_client_app(vectors, drop={2: Stage.COLLECT_MASKED_VECTORS})
-    run_simulation(
-        server_app,
-        client_app,
-        num_supernodes=5,
-        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}},
-    )
-    assert out["survivors"] == 4
-    np.testing.assert_array_equal(out["total"], np.delete(vectors, 2, axis=0).sum(axis=0))

@@ -1,0 +1,259 @@
+"""A node's persistent privacy ledger: every vote it contributed, composed against its lifetime budget.
+
+Each vote is recorded (:meth:`Ledger.spend`) BEFORE the client's masked vector is sent, under an exclusive
+lock, after checking that the composition of all recorded votes and the new one stays within the node's
+lifetime budget; a crash between recording and sending counts the vote as spent. Votes compose in RDP
+(:func:`dphype.accounting.vote_rdp` on :data:`dphype.accounting.RDP_ORDERS`: dp_accounting's Gaussian
+event, the Skellam bound otherwise), converted once with Thm I.1 at the node's delta. A repeated, identical
+request is a new release and costs budget again.
+
+File format (JSON, UTF-8), version 1::
+
+    {"format": "dphype-ledger", "version": 1,
+     "entries": [{"time": "2025-01-01T12:00:00+00:00", "request": "<sha256 of the request>",
+                  "noise": "skellam", "k": 5, "total_std": 12.84, "survivors": 50,
+                  "epsilon": 0.9993, "delta": 1e-05, "neighbouring": "replace-one"}, ...],
+     "checksum": "<sha256 of the canonical JSON of entries>"}
+
+An entry describes the release in the worst case the request allowed (:class:`dphype.policy.VoteGuarantee`):
+``total_std`` is the std of the summed noise of the fewest allowed contributors; ``epsilon`` is that vote
+alone at ``delta`` with the node's accountant then (for reading; the composition uses the mechanism, under
+the node's current neighbouring relation and delta). ``checksum`` guards against truncation and edits.
+
+Writes are atomic (temporary file in the same directory, ``fsync``, ``os.replace``, ``fsync`` of the
+directory) and serialised by ``fcntl.flock`` on ``<ledger>.lock`` across the ClientApp processes of one
+node, so the file is never left half-written. A ledger that cannot be read, parsed or verified refuses
+every vote (:class:`LedgerError`, fail closed) until the operator repairs or removes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dphype.accounting import NEIGHBOURING, NOISE_KINDS, RDP_ORDERS, check_delta, rdp_epsilon, vote_rdp
+from dphype.policy import NodePolicy, VoteGuarantee, default_ledger_path
+from dphype.protocol import REFUSAL_CODES, Refusal
+
+FORMAT = "dphype-ledger"
+VERSION = 1
+#: Seconds to wait for another ClientApp process of this node to release the ledger.
+LOCK_TIMEOUT = 30.0
+
+
+class LedgerError(RuntimeError):
+    """The ledger cannot be read, verified or written; every vote is refused until it is repaired."""
+
+    refusal_code = "ledger_error"  # what a client tells the server (dphype.protocol.as_refusal)
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One recorded vote (see the module docstring for the fields)."""
+
+    time: str
+    request: str
+    noise: str
+    k: int
+    total_std: float
+    survivors: int
+    epsilon: float
+    delta: float
+    neighbouring: str
+
+    def __post_init__(self) -> None:
+        ok = (
+            isinstance(self.time, str) and isinstance(self.request, str) and self.noise in NOISE_KINDS
+            and self.neighbouring in NEIGHBOURING
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (self.k, self.survivors))
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                    for v in (self.total_std, self.epsilon, self.delta))
+            and self.total_std > 0 and self.epsilon >= 0 and 0 < self.delta < 1
+        )
+        if not ok:
+            raise ValueError("invalid ledger entry")
+
+    def rdp(self, neighbouring: str) -> np.ndarray:
+        """RDP curve of this vote under ``neighbouring`` on :data:`~dphype.accounting.RDP_ORDERS`."""
+        return vote_rdp(self.k, self.total_std, self.noise, neighbouring=neighbouring, orders=RDP_ORDERS)
+
+
+def _checksum(entries: list[dict[str, Any]]) -> str:
+    blob = json.dumps(entries, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class Ledger:
+    """The privacy ledger file at ``path`` (created on the first vote; its directory with mode 0700)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path).expanduser().absolute()
+
+    def __repr__(self) -> str:
+        return f"Ledger({str(self.path)!r})"
+
+    # ------------------------------------------------------------------------------------- file access
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the exclusive lock on ``<ledger>.lock`` (waits up to :data:`LOCK_TIMEOUT` seconds)."""
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as err:
+            raise LedgerError(f"ledger {self.path} cannot be opened: {err}") from err
+        try:
+            deadline = time.monotonic() + LOCK_TIMEOUT
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise LedgerError(f"ledger {self.path} is locked by another process") from None
+                    time.sleep(0.01)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def _read(self) -> list[LedgerEntry]:
+        """Parse and verify the file (caller holds the lock); a missing file is an empty ledger."""
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        except OSError as err:
+            raise LedgerError(f"ledger {self.path} cannot be read: {err}") from err
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict) or data.get("format") != FORMAT:
+                raise ValueError("not a dphype ledger")
+            if data.get("version") != VERSION:
+                raise ValueError(f"version {data.get('version')!r} is not {VERSION}")
+            raw = data["entries"]
+            if set(data) != {"format", "version", "entries", "checksum"} or not isinstance(raw, list):
+                raise ValueError("unexpected structure")
+            if data["checksum"] != _checksum(raw):
+                raise ValueError("checksum mismatch")
+            names = {f.name for f in fields(LedgerEntry)}
+            if not all(isinstance(e, dict) and set(e) == names for e in raw):
+                raise ValueError("an entry has missing or unknown fields")
+            return [LedgerEntry(**e) for e in raw]
+        except (ValueError, KeyError, TypeError) as err:
+            raise LedgerError(f"ledger {self.path} is corrupt ({err}); every vote is refused until an operator "
+                              "repairs or removes it") from err
+
+    def _write(self, entries: list[LedgerEntry]) -> None:
+        """Replace the file atomically (caller holds the lock)."""
+        raw = [asdict(e) for e in entries]
+        data = {"format": FORMAT, "version": VERSION, "entries": raw, "checksum": _checksum(raw)}
+        try:
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    json.dump(data, fh, indent=1, allow_nan=False)
+                    fh.write("\n")
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, self.path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+            dir_fd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError as err:
+            raise LedgerError(f"ledger {self.path} cannot be written: {err}") from err
+
+    # ------------------------------------------------------------------------------------------ the API
+    def entries(self) -> list[LedgerEntry]:
+        """All recorded votes, oldest first (raises :class:`LedgerError` if the file is corrupt)."""
+        with self._locked():
+            return self._read()
+
+    @staticmethod
+    def composed_epsilon(entries: list[LedgerEntry], delta: float, neighbouring: str) -> float:
+        """Epsilon at ``delta`` of all ``entries`` together: their RDP curves summed, Thm I.1 (0 if none)."""
+        if not entries:
+            return 0.0
+        return rdp_epsilon(sum(e.rdp(neighbouring) for e in entries), check_delta(delta))[0]
+
+    def spent(self, delta: float, neighbouring: str = "replace-one") -> float:
+        """Epsilon at ``delta`` of every vote recorded so far."""
+        return self.composed_epsilon(self.entries(), delta, neighbouring)
+
+    def _after(self, entries: list[LedgerEntry], new: LedgerEntry, policy: NodePolicy) -> float:
+        total = self.composed_epsilon([*entries, new], policy.max_delta, policy.neighbouring)
+        if total > policy.lifetime_epsilon:
+            raise Refusal("lifetime_budget", REFUSAL_CODES["lifetime_budget"])
+        return total
+
+    def check(self, guarantee: VoteGuarantee, policy: NodePolicy) -> float:
+        """The lifetime epsilon after this vote, without recording it (pre-flight); refuses
+        (``lifetime_budget``) a vote that would exceed ``policy.lifetime_epsilon``."""
+        with self._locked():
+            return self._after(self._read(), _entry(guarantee, ""), policy)
+
+    def spend(self, guarantee: VoteGuarantee, policy: NodePolicy, request: str) -> float:
+        """Record the vote ``guarantee`` of request digest ``request``, durably, if it stays within the
+        lifetime budget; return the lifetime epsilon after it. Call immediately before the masked vector is
+        sent; a refusal records nothing."""
+        with self._locked():
+            entries = self._read()
+            new = _entry(guarantee, request)
+            total = self._after(entries, new, policy)
+            self._write([*entries, new])
+            return total
+
+
+def _entry(guarantee: VoteGuarantee, request: str) -> LedgerEntry:
+    return LedgerEntry(time=datetime.now(timezone.utc).isoformat(timespec="seconds"), request=request,
+                       noise=guarantee.noise, k=guarantee.k, total_std=guarantee.total_std,
+                       survivors=guarantee.survivors, epsilon=guarantee.epsilon, delta=guarantee.delta,
+                       neighbouring=guarantee.neighbouring)
+
+
+# -------------------------------------------------------------------------------------- dphype ledger
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the ``ledger`` options."""
+    parser.add_argument("--path", default=None,
+                        help="ledger file (default: $FLWR_HOME/dphype/ledger.json, FLWR_HOME defaults to ~/.flwr)")
+    parser.add_argument("--delta", type=float, default=1e-5, help="delta of the composed epsilon (default 1e-5)")
+    parser.add_argument("--neighbouring", choices=NEIGHBOURING, default="replace-one",
+                        help="neighbouring relation of the composed epsilon (default replace-one)")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Show a node's ledger: the votes it recorded and their composed epsilon at ``--delta`` (no file: no
+    votes). A corrupt ledger is an error (exit status 2)."""
+    ledger = Ledger(args.path if args.path is not None else default_ledger_path())
+    delta = check_delta(args.delta)
+    try:
+        entries = ledger.entries() if ledger.path.exists() else []
+    except LedgerError as err:
+        raise ValueError(str(err)) from err
+    return {
+        "path": str(ledger.path),
+        "exists": ledger.path.exists(),
+        "votes": len(entries),
+        "epsilon": Ledger.composed_epsilon(entries, delta, args.neighbouring),
+        "delta": delta,
+        "neighbouring": args.neighbouring,
+        "entries": [asdict(e) for e in entries],
+    }

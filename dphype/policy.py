@@ -1,0 +1,264 @@
+"""A node's own privacy policy, and the check of every vote request against it.
+
+Threat model
+============
+
+**Honest-but-curious server (the paper's setting, DP-Hype Section II).** The server follows the protocol
+and only looks at what it receives. Each client adds a noise share of variance ``sigma^2 / ((1 - xi) n)``
+(Appendix A), SecAgg+ reveals only the sum of the masked vectors (Bell et al., CCS 2020, up to the
+failure events that :mod:`dphype.secagg_params` bounds), the server unmasks only when at least
+``ceil((1 - xi) n)`` clients contributed, so the released sum carries noise of variance ``>= sigma^2`` and
+is ``(epsilon, delta)``-DP for the announced budget; the selection is post-processing.
+
+**Active server: what every client enforces on its own**, before anything secret leaves it:
+
+1. *Its own limits.* A :class:`NodePolicy` read from the node config (``context.node_config``, set by
+   whoever runs the SuperNode), never from the run config (set by whoever submits the run, i.e. the
+   server side). Defaults are safe (:data:`POLICY_KEYS`).
+2. *The guarantee of the noise it is asked to add* (:func:`check_vote_request`). From the announced
+   ``sigma``, ``n`` and ``xi`` the client derives its share variance ``v = sigma^2 / ((1 - xi) n)`` and
+   the total noise of the fewest contributors the protocol allows, ``ceil((1 - xi) n) v``; it recomputes
+   epsilon for that noise with ITS OWN delta, accountant and neighbouring relation and refuses above its
+   limit. A server that calibrates ``sigma`` for delta 0.5 or 0.9 is refused: at the node's delta that
+   noise gives epsilon 10 or more for an announced epsilon of 1. So are an announced epsilon or delta
+   above the node's limits and fewer clients (or contributors) than its minimum.
+3. *A lifetime budget* (:mod:`dphype.ledger`): every vote is recorded in a file on the node before its
+   masked vector is sent and composed with the earlier ones in RDP; a vote that would exceed the lifetime
+   budget is refused, and repeating a request costs budget again (200 identical requests averaged the
+   true votes back before).
+4. *The candidate list travels in the request* and is compared with the node's own copy when the operator
+   configures one (``dphype-candidates``); nothing the server names is opened on the client.
+5. *SecAgg+ parameters* (:mod:`dphype.secagg_guard`), at each stage before the client replies: DP-Hype's
+   exact-sum encoding; as many sampled clients as announced; a reconstruction threshold ``t >= 2`` with
+   ``2 t > s`` for ``s`` share holders (honest holders reveal one kind of share per client, so a server
+   that lies about who dropped collects ``t`` shares of both of a client's secrets only if ``2 t <= s``);
+   distinct neighbour keys, at least ``dphype-min-neighbours`` of them, no more than ``s`` and as many as
+   the announced ``n`` and ``xi`` imply; at unmasking, active and dead lists that do not overlap, name
+   only clients whose shares this client holds, do not call the client itself dead and leave at least
+   ``t`` active. A threshold of 1, no neighbours, overlapping lists and a claim of 1023 clients next to a
+   handful of neighbour keys are refused.
+6. *Errors sent back* are a reason code and a short message without data values
+   (:func:`dphype.protocol.as_refusal`).
+7. *Noise* comes from ChaCha20 keyed by the operating system (:func:`dphype.noise.secure_generator`).
+
+**What a client cannot observe, and what stays out of scope.**
+
+* *The number of participants.* A client sees the keys of its SecAgg+ neighbours only (a few for large
+  ``n``). A server that announces more clients than take part shrinks every share; the client checks that
+  its neighbourhood is consistent with the announced ``n`` and ``xi`` and that ``n`` reaches its minimum,
+  nothing more. Without authenticated client identities (a PKI) the server can also *simulate* clients
+  (Sybils): fake keys, fake neighbours, any ``n``. Then a client is protected only by its own share, and
+  nothing on the client can tell. Out of scope: it needs a PKI, which Flower 1.41's SecAgg+ lacks.
+* *Consistency between clients.* Each client sees only its own neighbour list and its own active/dead
+  lists; Flower 1.41 has no consistency round (the signed ConsistencyCheck of Bonawitz et al., CCS 2017,
+  against active adversaries) and lets the server choose the graph. ``2 t > s`` stops the server from
+  getting both secrets of a client from that client's holders. But the masks between ``u`` and a neighbour ``x`` can also be removed with ``x``'s
+  mask key, which ``x``'s own holders reveal when told ``x`` dropped. In a sparse graph the server can
+  give every neighbour of ``u`` holders that are not ``u``'s, tell them that neighbour dropped and tell
+  ``u``'s holders that ``u`` survived: every list is locally consistent, and ``u``'s vector is unmasked
+  with one noise share in it (``tests/test_secagg_guard.py`` builds such views for n = 50, s = 11, t = 7,
+  xi = 0.1 and shows that they pass every check). With ``xi = 0`` no list may call a client dead, so no
+  mask key is ever revealed and the attack is refused. In the complete graph (``num_shares = 1.0``,
+  every client seeing the same ``n`` real clients) all holders coincide, and counting the shares shows
+  that any sum the server can unmask that contains ``u`` contains at least ``s (L - s + t) / t``
+  vectors, ``L`` the active count every list must reach (:func:`dphype.secagg_guard.check_unmask`); that
+  is all ``ceil((1 - xi) n)`` only for ``t`` close to ``n``. Protecting sparse SecAgg+ against an active
+  server needs signed lists and a graph the server cannot choose: out of scope for a client-side check.
+* *Collusion.* Clients that collude with the server hand it their shares and their noise: up to ``xi n``
+  of them count like dropouts (dp-facts), more are out of scope; ``2 t > s`` assumes no colluding holder
+  (with ``c`` of them the condition is ``2 t > s + c``, see :mod:`dphype.secagg_params`).
+* *Side channels* (timing, message sizes, the fact of taking part) and *the integrity of the sum*: a
+  malicious client can send an out-of-range vector and skew the selection (a utility, not a privacy,
+  failure); input validation inside secure aggregation is out of scope.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from numbers import Integral, Real
+from pathlib import Path
+from typing import Any
+
+from dphype.accounting import NEIGHBOURING, mechanism_epsilon, resolve_accountant, vote_sensitivity
+from dphype.candidates import CandidateList, load_candidates
+from dphype.noise import client_noise_std, min_survivors
+from dphype.protocol import EPSILON_RTOL, Refusal, VoteRequest, check_request
+
+#: Node-config keys (``flower-supernode --node-config "dphype-max-epsilon=1 ..."``): default and meaning.
+POLICY_KEYS: dict[str, tuple[Any, str]] = {
+    "dphype-max-epsilon": (1.0, "largest epsilon one vote may cost this node (at dphype-max-delta), > 0"),
+    "dphype-max-delta": (1e-5, "largest delta a request may announce; this node's delta, in (0, 1)"),
+    "dphype-min-clients": (10, "fewest clients, and fewest contributors ceil((1 - xi) n), a request may name, >= 2"),
+    "dphype-min-neighbours": (4, "fewest other SecAgg+ neighbours this node shares its secrets with, >= 1"),
+    "dphype-lifetime-epsilon": (4.0, "budget for all votes of this node, composed in RDP, at dphype-max-delta, > 0"),
+    "dphype-ledger": (None, "path of this node's privacy ledger (default: $FLWR_HOME/dphype/ledger.json)"),
+    "dphype-candidates": (None, "this node's own copy of the candidate list (path or spec; default: none)"),
+    "dphype-accountant": ("auto", "auto (analytic for Gaussian, RDP for Skellam) or rdp"),
+    "dphype-neighbouring": ("replace-one", "neighbouring relation of this node's guarantee: replace-one or add-remove"),
+}
+_PREFIX = "dphype-"
+
+
+class PolicyError(ValueError):
+    """The node's policy (its node config or a file it names) is invalid."""
+
+    refusal_code = "node_policy"  # what a client tells the server (dphype.protocol.as_refusal)
+
+
+def _field(key: str) -> str:
+    """The :class:`NodePolicy` field of a node-config key: ``dphype-max-epsilon`` -> ``max_epsilon``."""
+    return key[len(_PREFIX):].replace("-", "_")
+
+
+def default_ledger_path() -> Path:
+    """``$FLWR_HOME/dphype/ledger.json``, where ``FLWR_HOME`` defaults to ``~/.flwr`` as in Flower."""
+    return Path(os.environ.get("FLWR_HOME") or Path.home() / ".flwr").expanduser() / "dphype" / "ledger.json"
+
+
+def _number(key: str, value: Any, low: float, high: float, *, low_open: bool, high_open: bool) -> float:
+    try:
+        x = float(value) if isinstance(value, (Real, str)) and not isinstance(value, bool) else math.nan
+    except ValueError:
+        x = math.nan
+    above = x > low if low_open else x >= low
+    below = x < high if high_open else x <= high
+    if not (math.isfinite(x) and above and below):
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        raise PolicyError(f"node config {key} must be a number in {interval}, got {value!r}")
+    return x
+
+
+def _integer(key: str, value: Any, low: int) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < low:
+        raise PolicyError(f"node config {key} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+def _choice(key: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise PolicyError(f"node config {key} must be one of {', '.join(choices)}, got {value!r}")
+    return str(value)
+
+
+def _path(key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise PolicyError(f"node config {key} must be a non-empty path (quote it: {key}=\"/path\"), got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class NodePolicy:
+    """What this node allows, from its node config (:meth:`from_node_config`); see :data:`POLICY_KEYS`.
+
+    ``ledger`` is resolved to an absolute path; ``candidates`` is a path or spec of the node's own copy
+    of the candidate list, or ``None``.
+    """
+
+    max_epsilon: float = 1.0
+    max_delta: float = 1e-5
+    min_clients: int = 10
+    min_neighbours: int = 4
+    lifetime_epsilon: float = 4.0
+    ledger: Path | None = None
+    candidates: str | None = None
+    accountant: str = "auto"
+    neighbouring: str = "replace-one"
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # frozen: store the validated values
+        inf = math.inf
+        set_(self, "max_epsilon", _number("dphype-max-epsilon", self.max_epsilon, 0, inf, low_open=True,
+                                          high_open=True))
+        set_(self, "max_delta", _number("dphype-max-delta", self.max_delta, 0, 1, low_open=True, high_open=True))
+        set_(self, "min_clients", _integer("dphype-min-clients", self.min_clients, 2))
+        set_(self, "min_neighbours", _integer("dphype-min-neighbours", self.min_neighbours, 1))
+        set_(self, "lifetime_epsilon", _number("dphype-lifetime-epsilon", self.lifetime_epsilon, 0, inf,
+                                               low_open=True, high_open=True))
+        ledger = default_ledger_path() if self.ledger is None else Path(self.ledger)
+        set_(self, "ledger", ledger.expanduser().absolute())
+        if self.candidates is not None:
+            set_(self, "candidates", _path("dphype-candidates", self.candidates))
+        set_(self, "accountant", _choice("dphype-accountant", self.accountant, ("auto", "rdp")))
+        set_(self, "neighbouring", _choice("dphype-neighbouring", self.neighbouring, NEIGHBOURING))
+
+    @classmethod
+    def from_node_config(cls, node_config: Mapping[str, Any]) -> NodePolicy:
+        """Read the ``dphype-*`` keys of a Flower node config; other keys (``partition-id``, ...) are left
+        alone, an unknown ``dphype-*`` key is an error (a misspelt limit must not be ignored)."""
+        unknown = sorted(k for k in node_config if str(k).startswith(_PREFIX) and k not in POLICY_KEYS)
+        if unknown:
+            raise PolicyError(f"unknown node config key(s) {', '.join(unknown)}; known: {', '.join(POLICY_KEYS)}")
+        values = {_field(key): node_config[key] for key in POLICY_KEYS if key in node_config}
+        if "ledger" in values:
+            values["ledger"] = Path(_path("dphype-ledger", values["ledger"]))
+        return cls(**values)
+
+    def own_candidates(self) -> CandidateList | None:
+        """The node's own copy of the candidate list, or ``None`` when the operator configured none."""
+        if self.candidates is None:
+            return None
+        try:
+            return load_candidates(self.candidates)
+        except (OSError, ValueError) as err:  # the message stays on the node (it may quote the file)
+            raise PolicyError(f"node config dphype-candidates={self.candidates!r} cannot be loaded: {err}") from err
+
+    def to_dict(self) -> dict[str, Any]:
+        """The policy under its node-config keys (JSON-friendly)."""
+        out = {key: getattr(self, _field(key)) for key in POLICY_KEYS}
+        out["dphype-ledger"] = str(self.ledger)
+        return out
+
+
+@dataclass(frozen=True)
+class VoteGuarantee:
+    """What one vote costs this node: the release its noise share allows in the worst case.
+
+    ``total_std`` is the std of the summed noise when the fewest allowed clients contribute
+    (``survivors = ceil((1 - xi) n)`` shares of std ``sigma / sqrt((1 - xi) n)``); ``epsilon`` is that
+    release's epsilon at ``delta`` (this node's) with this node's accountant and ``neighbouring``.
+    """
+
+    noise: str
+    k: int
+    total_std: float
+    survivors: int
+    epsilon: float
+    delta: float
+    neighbouring: str
+
+
+def check_vote_request(request: VoteRequest, policy: NodePolicy) -> VoteGuarantee:
+    """Refuse (:class:`~dphype.protocol.Refusal`) a request that is not what it claims or that this node's
+    policy does not allow; else return the guarantee of the noise it asks for (item 2 of the threat model).
+
+    First :func:`dphype.protocol.check_request` with the node's own candidate copy (``candidate_mismatch``,
+    ``noise_too_small``). Then the announced delta and epsilon against the node's limits (``policy_delta``,
+    ``policy_epsilon``); ``n`` and the fewest contributors ``ceil((1 - xi) n)`` against ``min_clients``
+    (``policy_clients``); and the epsilon of the worst-case noise, ``ceil((1 - xi) n)`` shares of variance
+    ``sigma^2 / ((1 - xi) n)`` (Appendix A), at the node's own delta, accountant and neighbouring relation
+    (``policy_epsilon``). Details carry only numbers derived from the request, never the node's limits.
+    """
+    check_request(request, local_candidates=policy.own_candidates())
+    cfg = request.config
+    if cfg.delta > policy.max_delta:
+        raise Refusal("policy_delta", f"announced delta {cfg.delta:.3g} is above this node's limit")
+    if cfg.epsilon > policy.max_epsilon * (1 + EPSILON_RTOL):
+        raise Refusal("policy_epsilon", f"announced epsilon {cfg.epsilon:.6g} is above this node's limit")
+    survivors = min_survivors(cfg.clients, cfg.dropout)
+    if survivors < policy.min_clients:
+        raise Refusal("policy_clients", f"{cfg.clients} clients with dropout {cfg.dropout:g} leave {survivors} "
+                      "contributors, fewer than this node requires")
+    total_std = client_noise_std(request.sigma, cfg.clients, cfg.dropout) * math.sqrt(survivors)
+    accountant = resolve_accountant(None if policy.accountant == "auto" else policy.accountant, cfg.noise)
+    l2, l1 = vote_sensitivity(cfg.k, policy.neighbouring)
+    eps = mechanism_epsilon(l2, l1, total_std, cfg.noise, policy.max_delta, accountant)
+    if eps > policy.max_epsilon * (1 + EPSILON_RTOL):
+        raise Refusal("policy_epsilon", f"the requested noise gives epsilon {eps:.3g} at this node's delta "
+                      f"({policy.neighbouring}), above this node's limit")
+    return VoteGuarantee(noise=cfg.noise, k=cfg.k, total_std=total_std, survivors=survivors, epsilon=eps,
+                         delta=policy.max_delta, neighbouring=policy.neighbouring)

@@ -1,0 +1,180 @@
+"""A client's checks of the SecAgg+ parameters a server sends, before anything secret leaves the client.
+
+Flower 1.41's ``secaggplus_mod`` (``flwr/client/mod/secure_aggregation/secaggplus_mod.py``) runs four
+stages and checks little of what the server sends; these pure functions check it, one per stage, and
+raise :class:`~dphype.protocol.Refusal` (the Flower adapter calls them before the mod replies):
+
+* stage 0, ``setup`` (:func:`check_setup`): ``sample_num``, ``share_num``, ``threshold`` and the encoding
+  (``clipping_range``, ``target_range``, ``mod_range``, ``max_weight``). The client answers with public
+  keys only.
+* stage 1, ``share_keys`` (:func:`check_neighbours`): the neighbours' public keys. The client answers with
+  Shamir shares of its self-mask seed ``b_u`` and its mask key ``sk1_u``, encrypted to each neighbour.
+* stage 2, ``collect_masked_vectors`` (:func:`check_share_sources`): who sent this client shares. The
+  client answers with its masked noisy vote ``y_u = x_u + PRG(b_u) + sum_v +-PRG(s_uv)``.
+* stage 3, ``unmask`` (:func:`check_unmask`): the active and dead lists. The client answers with its
+  share of ``b_v`` for every active ``v`` and of ``sk1_v`` for every dead ``v``.
+
+**Why ``2 t > s``.** Each of a client's two secrets is split ``t``-out-of-``s`` (Shamir 1979) among its
+``s`` share holders (its neighbours and itself). ``b_u`` removes the self-mask, ``sk1_u`` all pairwise
+masks of ``u``; with both the server unmasks ``y_u`` alone. An honest holder reveals, per client, the
+share of ``b_u`` if told ``u`` is active and of ``sk1_u`` if told it is dead, never both (the lists must
+not overlap; Flower refuses a second unmask request without a new setup, which draws new secrets). A
+server that tells ``a`` holders "active" and ``s - a`` holders "dead" needs ``a >= t`` and
+``s - a >= t``, possible iff ``2 t <= s``. So a client requires ``2 <= t`` and ``2 t > s``. (One kind of
+share per client is the rule of Bonawitz et al., CCS 2017, and of Bell et al., CCS 2020; with ``c``
+holders colluding with the server, who reveal both kinds, the condition becomes ``2 t > s + c``, see
+:mod:`dphype.secagg_params`.) A threshold of 1, or a single holder, hands the server ``b_u`` and
+``sk1_u`` at once: the attack of issue 8.
+
+**What the active count buys.** If every honest holder's active list has at least ``L`` entries and all
+of a client's ``s`` holders also hold the secrets of its neighbours (the complete graph), any sum the
+server can unmask that contains ``y_u`` contains ``|A| >= s (L - s + t) / t`` vectors: each of the ``s``
+lists has ``>= L`` active entries, a vector in the sum is active in any number of them, one outside it
+in at most ``s - t`` (its key must come from ``t`` "dead" answers), so ``s L <= |A| s + (s - |A|)(s - t)``.
+With ``L = s`` (``xi = 0``: :func:`check_unmask` then requires every holder active) that is all ``s``.
+In a sparse graph the holders differ and no such bound holds locally; see the threat model in
+:mod:`dphype.policy`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, fields
+from numbers import Integral, Real
+from typing import Any
+
+from dphype.noise import min_survivors
+from dphype.protocol import Refusal
+from dphype.secure_sum import CLIPPING_RANGE, MAX_CLIENTS, MAX_WEIGHT, MODULUS_RANGE, QUANTIZATION_RANGE
+
+
+@dataclass(frozen=True)
+class SecAggSetup:
+    """The stage-0 values, under Flower's config keys (``flwr.common.secure_aggregation.secaggplus_constants.Key``).
+
+    ``sample_num``: clients sampled; ``share_num``: share holders ``s`` of each secret (neighbours plus the
+    client itself); ``threshold``: ``t``; the rest is the encoding of the vector.
+    """
+
+    sample_num: int
+    share_num: int
+    threshold: int
+    clipping_range: float
+    target_range: int
+    mod_range: int
+    max_weight: float
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> SecAggSetup:
+        """Pick the fields from a stage-0 config record; a missing or non-numeric value is refused."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            value = config.get(f.name)
+            kind = Integral if f.type == "int" else Real
+            if isinstance(value, bool) or not isinstance(value, kind):
+                raise Refusal("secagg_setup", f"stage 0 has no valid {f.name}")
+            values[f.name] = value
+        return cls(**values)
+
+
+#: The encoding DP-Hype's exact integer sum needs (:mod:`dphype.secure_sum`): with it the quantizer is exactly 1.
+DPHYPE_ENCODING: dict[str, float] = {
+    "clipping_range": float(CLIPPING_RANGE),
+    "target_range": QUANTIZATION_RANGE,
+    "mod_range": MODULUS_RANGE,
+    "max_weight": MAX_WEIGHT,
+}
+
+
+def check_setup(setup: SecAggSetup, *, clients: int | None = None) -> None:
+    """Stage 0: DP-Hype's encoding, ``2 <= share_num <= sample_num <= MAX_CLIENTS`` (``sample_num == clients``
+    when the announced ``n`` is known), and ``2 <= t <= s < 2 t`` (module docstring)."""
+    for name, expected in DPHYPE_ENCODING.items():
+        if getattr(setup, name) != expected:
+            raise Refusal("secagg_setup", f"{name} is not DP-Hype's exact-sum encoding")
+    n, s, t = setup.sample_num, setup.share_num, setup.threshold
+    if not 2 <= n <= MAX_CLIENTS:
+        raise Refusal("secagg_setup", f"sample_num={n} is outside [2, {MAX_CLIENTS}]")
+    if clients is not None and n != clients:
+        raise Refusal("secagg_setup", f"sample_num={n} differs from the announced {clients} clients")
+    if not 2 <= s <= n:
+        raise Refusal("secagg_setup", f"share_num={s} is outside [2, sample_num={n}]")
+    if not (2 <= t <= s and 2 * t > s):
+        raise Refusal("secagg_setup", f"threshold={t} for share_num={s} lets a server collect both shares of a "
+                      f"client; it must lie in [{s // 2 + 1}, {s}]")
+
+
+def check_neighbours(
+    setup: SecAggSetup,
+    node_id: int,
+    public_keys: Mapping[int, tuple[bytes, bytes]],
+    *,
+    clients: int,
+    dropout: float,
+    min_neighbours: int,
+) -> None:
+    """Stage 1: the neighbour keys (node id -> ``(pk1, pk2)``, this node included) before shares are sent.
+
+    Refuses keys that repeat or are empty, a list without this node, more holders than ``share_num`` or
+    fewer than ``threshold``, fewer than ``min_neighbours`` other nodes, a ``sample_num`` other than the
+    announced ``clients``, and fewer holders than the announced ``n`` and ``xi`` imply: Flower's graph gives
+    each client ``min(share_num, n)`` holders, of which at most ``n - ceil((1 - xi) n)`` may have dropped
+    (more and the vote could not be released anyway). A claim of many clients next to a handful of keys
+    fails here; a server that forges keys (Sybils) does not (threat model, :mod:`dphype.policy`).
+    """
+    holders = len(public_keys)
+    if node_id not in public_keys:
+        raise Refusal("secagg_neighbours", "this node's own keys are missing from the neighbour list")
+    keys = [key for pair in public_keys.values() for key in pair]
+    if any(not isinstance(key, bytes) or not key for key in keys) or len(set(keys)) != len(keys):
+        raise Refusal("secagg_neighbours", "neighbour public keys are empty or repeated")
+    if setup.sample_num != clients:
+        raise Refusal("secagg_neighbours", f"sample_num={setup.sample_num} differs from {clients} announced clients")
+    tolerated_losses = clients - min_survivors(clients, dropout)
+    lowest = max(setup.threshold, min_neighbours + 1, min(setup.share_num, clients) - tolerated_losses)
+    if not lowest <= holders <= setup.share_num:
+        raise Refusal("secagg_neighbours", f"{holders - 1} neighbours for {clients} announced clients "
+                      f"(dropout {dropout:g}, share_num={setup.share_num}, threshold={setup.threshold})")
+
+
+def check_share_sources(node_id: int, sources: Collection[int], neighbours: Collection[int], *, threshold: int) -> None:
+    """Stage 2: the nodes whose encrypted shares reached this node must be distinct neighbours other than
+    itself, and with its own share at least ``threshold`` (else no secret could be reconstructed)."""
+    listed = list(sources)
+    if len(set(listed)) != len(listed) or node_id in listed or not set(listed) <= set(neighbours):
+        raise Refusal("secagg_neighbours", "share sources repeat, include this node or are not its neighbours")
+    if len(listed) + 1 < threshold:
+        raise Refusal("secagg_neighbours", f"{len(listed)} share sources, fewer than threshold - 1 = {threshold - 1}")
+
+
+def check_unmask(
+    node_id: int,
+    active: Collection[int],
+    dead: Collection[int],
+    share_owners: Collection[int],
+    *,
+    threshold: int,
+    clients: int,
+    dropout: float,
+) -> None:
+    """Stage 3: what the server may learn from this node's shares.
+
+    ``share_owners`` are the nodes whose shares this node holds (itself and its stage-2 sources). Refuses
+    repeated ids, active and dead lists that overlap (that would hand out both kinds of shares of one
+    node), ids this node holds no share of, this node called dead (it sent its masked vector), fewer than
+    ``threshold`` active, and fewer active than the survivor rule leaves here: at least
+    ``ceil((1 - xi) n)`` clients must survive for a release, and at most ``n - |share_owners|`` of them
+    are outside this node's holders.
+    """
+    active_ids, dead_ids, owners = list(active), list(dead), set(share_owners)
+    if len(set(active_ids)) != len(active_ids) or len(set(dead_ids)) != len(dead_ids):
+        raise Refusal("secagg_unmask", "the active or dead list repeats a node")
+    if set(active_ids) & set(dead_ids):
+        raise Refusal("secagg_unmask", "a node is listed both active and dead")
+    if not set(active_ids) | set(dead_ids) <= owners:
+        raise Refusal("secagg_unmask", "the lists name nodes this node holds no shares of")
+    if node_id in dead_ids:
+        raise Refusal("secagg_unmask", "this node is listed dead although it sent its masked vector")
+    needed = max(threshold, min_survivors(clients, dropout) - (clients - len(owners)))
+    if len(active_ids) < needed:
+        raise Refusal("secagg_unmask", f"{len(active_ids)} active nodes listed, fewer than {needed}")
