@@ -387,10 +387,16 @@ def cache_from_args(args: argparse.Namespace) -> ArrayCache:
     return ArrayCache(None if str(args.cache).lower() == "none" else args.cache)
 
 
+#: Names the Dirichlet split in the cache key: arrays of the former hand-written partitioner (other shards
+#: for the same beta and seed) are never reused.
+DIRICHLET_PARTITIONER = "flwr-datasets:DirichletPartitioner"
+
+
 def federation_key(fed: Federation, candidates: Any, **extra: Any) -> dict[str, Any]:
     """Cache key of one federation's arrays."""
+    scheme = {} if fed.beta is None else {"partitioner": DIRICHLET_PARTITIONER}
     return {"dataset": fed.dataset, "clients": fed.clients, "beta": fed.beta, "seed": fed.seed,
-            "data_dir": fed.data_dir, "candidates": candidates.fingerprint(), **extra}
+            "data_dir": fed.data_dir, "candidates": candidates.fingerprint(), **scheme, **extra}
 
 
 #: What :func:`dphype.task.score_clients` stores; part of the cache key, so arrays of an older score format
