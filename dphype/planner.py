@@ -13,9 +13,9 @@ For a range of ``k`` it reports the simulated success of the selection rule that
 with Theorem IV.1's bound (averaged over the simulated vote vectors: for each, the best bound over the sets
 "the ``j`` most-voted good candidates"), recommends the ``k`` with the highest success, and finds the smallest
 epsilon and the smallest number of clients that reach a target success (bisection with common random numbers).
-The noise is Gaussian with the calibrated total std ``sigma`` (Skellam noise of the same variance is close to
-Gaussian at these variances); with a dropout fraction ``xi`` the worst accepted case is simulated: only
-``ceil((1 - xi) n)`` clients vote and the noise has std ``sigma``.
+The noise is the run's (Skellam or Gaussian shares, replayed by :func:`dphype.protocol.replay_releases`); with a
+dropout fraction ``xi`` the worst accepted case is simulated: only ``ceil((1 - xi) n)`` clients vote and their
+shares add up to std ``sigma``.
 
 Speed: the clients' rankings come from exact samplers of the loss model (module ``simulations.synthetic``
 uses them for Fig. 2): one ranking per client serves every ``k`` (the top-k sets are nested prefixes of the
@@ -292,12 +292,16 @@ def theorem_iv1_success(votes: np.ndarray, good: np.ndarray, sigma: float) -> fl
 
 
 def simulated_success(votes: np.ndarray, good: np.ndarray, sigma: float, *, rule: str,
-                      space: "FeatureSpace | None", clients: int, k: int, rng: np.random.Generator) -> float:
-    """Share of releases ``votes + N(0, sigma^2)`` whose pick under ``rule`` is good (Gaussian noise)."""
+                      space: "FeatureSpace | None", clients: int, voters: int, dropout: float, noise: str, k: int,
+                      rng: np.random.Generator) -> float:
+    """Share of releases whose pick under ``rule`` is good: ``votes`` ``(R, p)`` of ``voters`` of the
+    ``clients`` clients plus their noise shares (:func:`dphype.protocol.replay_releases`)."""
+    from dphype.protocol import replay_releases
     from dphype.selection import select_batch
 
-    noisy = votes + sigma * rng.standard_normal(votes.shape)
-    picks = select_batch(noisy, space, sigma, rule=rule, clients=clients, k=k).picks
+    noisy = replay_releases(votes, sigma=sigma, clients=clients, repetitions=len(votes), rng=rng, dropout=dropout,
+                            noise=noise, survivors=voters)
+    picks = select_batch(noisy, space, sigma, rule=rule, clients=voters, k=k).picks
     return float(good[np.arange(len(picks)), picks].mean())
 
 
@@ -397,9 +401,11 @@ class _Setting:
                                       rng)
         return voters, counts, good
 
-    def success(self, votes: np.ndarray, good: np.ndarray, sigma: float, voters: int, k: int, rule: str) -> float:
+    def success(self, votes: np.ndarray, good: np.ndarray, sigma: float, clients: int, voters: int, k: int,
+                rule: str) -> float:
         rng = np.random.default_rng([self.seed, 1])  # common random numbers across k, epsilon and n
-        return simulated_success(votes, good, sigma, rule=rule, space=self.space, clients=voters, k=k, rng=rng)
+        return simulated_success(votes, good, sigma, rule=rule, space=self.space, clients=clients, voters=voters,
+                                 dropout=self.dropout, noise=self.noise, k=k, rng=rng)
 
 
 def _bisect(ok: Any, lo: float, hi: float, ratio: float, integer: bool) -> float | None:
@@ -467,19 +473,19 @@ def plan(
     for kk in compare:
         sigma = setting.sigma(epsilon, kk)
         by_k.append({"k": kk, "sigma": sigma,
-                     "success": setting.success(counts[kk], good, sigma, voters, kk, setting.rule),
-                     "success_argmax": setting.success(counts[kk], good, sigma, voters, kk, "argmax"),
+                     "success": setting.success(counts[kk], good, sigma, clients, voters, kk, setting.rule),
+                     "success_argmax": setting.success(counts[kk], good, sigma, clients, voters, kk, "argmax"),
                      "bound": theorem_iv1_success(counts[kk], good, sigma)})
     best = max(by_k, key=lambda row: (row["success"], -row["k"]))
     row = best if chosen_k is None else next(r for r in by_k if r["k"] == chosen_k)
     kk = int(row["k"])
 
     def reaches_epsilon(eps: float) -> bool:
-        return setting.success(counts[kk], good, setting.sigma(eps, kk), voters, kk, setting.rule) >= target
+        return setting.success(counts[kk], good, setting.sigma(eps, kk), clients, voters, kk, setting.rule) >= target
 
     def reaches_clients(n: float) -> bool:
         m, c, g = setting.votes(int(n), [kk])
-        return setting.success(c[kk], g, row["sigma"], m, kk, setting.rule) >= target
+        return setting.success(c[kk], g, row["sigma"], int(n), m, kk, setting.rule) >= target
 
     min_eps = _bisect(reaches_epsilon, 1e-3, 1e3, 1.02, integer=False) if search else None
     min_n = _bisect(reaches_clients, 2, MAX_CLIENTS, 1.0, integer=True) if search else None

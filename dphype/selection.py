@@ -497,10 +497,13 @@ def select_batch(
     settings: GPSettings | None = None,
 ) -> BatchSelection:
     """``rule``'s pick on every release of ``noisy`` ``(R, p)``; ``"gp"`` falls back to ``"argmax"`` (with the
-    reason) when ``space`` is ``None`` or carries no structure."""
+    reason) when ``space`` is ``None`` or carries no structure, or when ``sigma == 0`` (no noise: epsilon = inf
+    in the benchmarks)."""
     rule = check_rule(rule)
     y = _as_releases(noisy)
     if rule == "gp":
+        if isinstance(sigma, (int, float)) and not isinstance(sigma, bool) and sigma == 0:
+            return BatchSelection(np.argmax(y, axis=1), "argmax", "no noise: the release is the vote sum itself")
         reason = "no feature space given" if space is None else space.no_structure
         if reason is None:
             assert space is not None

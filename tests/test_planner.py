@@ -155,10 +155,11 @@ def test_plan_recommends_the_best_k_and_finds_min_epsilon_and_clients():
 
 def test_structure_aware_rule_in_the_planner():
     cands = grid(lr=[float(x) for x in np.logspace(-5, 0, 8)], decay=[0.0, 0.5, 1.0], momentum=[0.0, 0.9])
-    result = plan(30, 1.0, 1e-5, cands.feature_space(), len(cands), k=3, consensus="moderate", ks=[3],
-                  repetitions=200, search=False)
+    result = plan(30, 1.0, 1e-5, cands.feature_space(), len(cands), k=6, num_good=6, consensus="moderate", ks=[6],
+                  repetitions=400, search=False)
     assert result.rule == "gp"
-    assert result.success > result.success_argmax  # the good neighbourhood is found more often
+    # the good neighbourhood is found more often (measured 0.835 vs 0.633; 400 runs: std error <= 0.025)
+    assert result.success > result.success_argmax + 0.1
 
 
 def test_preflight_warns_and_refuses():
