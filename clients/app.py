@@ -15,6 +15,9 @@ from __future__ import annotations
 import numpy as np
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.clientapp.mod import fixedclipping_mod
+from flwr.clientapp.typing import ClientAppCallable
+from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 
 from dphype.flower import register_dphype
 from dphype.task import TorchTask, make_task
@@ -33,10 +36,21 @@ app = ClientApp()
 register_dphype(app, local_task)
 
 
-@app.train()
+def clip_in_private_rounds(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+    """Flower's ``fixedclipping_mod`` in DP training rounds (the server's DP wrapper sends a clipping norm)."""
+    if KEY_CLIPPING_NORM in msg.content["config"]:
+        return fixedclipping_mod(msg, context, call_next)
+    return call_next(msg, context)
+
+
+@app.train(mods=[clip_in_private_rounds])
 def train(msg: Message, context: Context) -> Message:
-    """One FedAvg local update of the global model with the selected candidate (the train config)."""
+    """One FedAvg local update of the global model with the selected candidate (the train config).
+
+    In DP rounds the update is clipped (by the mod), every client weighs the same (DP-FedAvg averages
+    uniformly) and no metrics leave the client: only the clipped update is covered by the guarantee."""
     config = msg.content["config"]
+    private = KEY_CLIPPING_NORM in config
     candidate = {key: config[key] for key in HYPERPARAMETERS if key in config}
     # The same mini-batch order as dphype.training.fedavg: seeded by (run seed, round, client).
     seed = int(np.random.SeedSequence([int(context.run_config.get("seed", 0)), int(config["server-round"]) - 1,
@@ -44,6 +58,8 @@ def train(msg: Message, context: Context) -> Message:
     task = local_task(context)
     state, metrics = task.fit(candidate, msg.content["arrays"].to_torch_state_dict(),
                               epochs=int(config["local-epochs"]), seed=seed)
+    if private:
+        metrics = {"num-examples": 1}
     return Message(RecordDict({"arrays": ArrayRecord(state), "metrics": MetricRecord(metrics)}), reply_to=msg)
 
 

@@ -6,7 +6,8 @@ A worked example of the Message API end to end, in one ``@app.main()``:
    releases only the noisy vote sum; the argmax is selected with a privacy report;
 2. ``flwr.serverapp.strategy.FedAvg`` -- ``fedavg-rounds`` rounds with the selected candidate as the train
    config; the global model is evaluated on the held-out test split after every round, and by a
-   ``fraction-evaluate`` share of the clients on their own data.
+   ``fraction-evaluate`` share of the clients on their own data. With ``train-epsilon > 0`` FedAvg runs in
+   Flower's DP wrapper (:func:`dphype.flower.private_training`) and the report composes both phases.
 
 The summary (selection, privacy report, test accuracy, timings) is logged as one JSON line prefixed
 ``DPHYPE_RESULT`` and, when the run config names a ``result-file``, written there.
@@ -22,15 +23,18 @@ from typing import Any
 from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import FedAvg
+from flwr.serverapp.strategy import FedAvg, Strategy
 
-from dphype.flower import DPHype, train_config
+from dphype.flower import DPHype, private_training, train_config
 from dphype.models import MODEL_FOR_DATASET
 from dphype.task import TorchTask, load_cached
 from server.config import AppConfig
 
 #: Prefix of the log line that carries the run summary as JSON.
 RESULT_PREFIX = "DPHYPE_RESULT "
+#: What ordinary FedAvg releases (the report says it plainly).
+PLAINTEXT_TRAINING = ("plaintext model updates of every participating client in every FedAvg round (ordinary "
+                      "FedAvg): no DP guarantee covers them; set train-epsilon > 0 to train privately")
 
 
 def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
@@ -48,7 +52,17 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
     survivors = result.report.survivors or cfg.dphype.clients  # only the vote's survivors are waited for
     fedavg = FedAvg(fraction_evaluate=cfg.fraction_evaluate, min_train_nodes=survivors,
                     min_evaluate_nodes=round(cfg.fraction_evaluate * survivors), min_available_nodes=survivors)
-    trained = fedavg.start(
+    budget = cfg.training_budget()
+    strategy: Strategy = fedavg
+    if budget is not None:  # DP-FedAvg, accounted together with the selection
+        private = private_training(fedavg, result.report, budget, sampled_clients=len(list(grid.get_node_ids())))
+        strategy = private.strategy
+        phases = private.report()
+    else:
+        phases = {"training": {"private": False, "released": PLAINTEXT_TRAINING},
+                  "run": {"epsilon": None, "delta": cfg.dphype.delta, "accountant": "none: the training is not private",
+                          "releases": 1 + cfg.fedavg_rounds}}
+    trained = strategy.start(
         grid,
         initial_arrays=ArrayRecord(test.initial_state(cfg.seed)),
         num_rounds=cfg.fedavg_rounds,
@@ -56,9 +70,12 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
         train_config=train_config(result.selected, **{"local-epochs": cfg.local_epochs}),
         evaluate_fn=evaluate,
     )
+    if budget is not None:
+        phases = private.report()  # after training: the rounds actually released
     final = trained.evaluate_metrics_serverapp[cfg.fedavg_rounds]
     return {
         **result.to_dict(),
+        **phases,
         "epsilon": cfg.dphype.epsilon,
         "delta": cfg.dphype.delta,
         "k": cfg.dphype.k,

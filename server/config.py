@@ -16,6 +16,7 @@ from typing import Any
 from dphype.accounting import check_int, check_positive
 from dphype.candidates import CandidateList, load_candidates
 from dphype.config import RUN_CONFIG_KEYS, DPHypeConfig
+from dphype.flower.training import TrainingBudget
 
 #: Data sets every node can load without a data directory (bundled, or Debian's Fashion-MNIST package).
 APP_DATASETS: tuple[str, ...] = ("adult", "mnist5k", "fashion-mnist")
@@ -31,6 +32,9 @@ class AppConfig:
     the pre-flight, each SecAgg+ stage and each FedAvg round, so a vanished SuperNode counts as dropped out
     instead of stalling the run. ``fraction_evaluate``: the share of nodes that evaluate the global model on
     their own data after each FedAvg round (0: only the server's evaluation on the test split).
+    ``train_epsilon`` > 0 trains privately (:func:`dphype.flower.private_training`: DP-FedAvg within that
+    budget at ``delta``, updates clipped to ``clipping_norm`` on the ``clipping`` side, composed with the
+    selection); 0 trains with ordinary FedAvg, whose plaintext updates no guarantee covers.
     ``result_file``: where the ServerApp also writes its summary as JSON (empty: nowhere).
     """
 
@@ -41,6 +45,9 @@ class AppConfig:
     fedavg_rounds: int = 5
     local_epochs: int = 5
     fraction_evaluate: float = 1.0
+    train_epsilon: float = 0.0
+    clipping_norm: float = 1.0
+    clipping: str = "client"
     connect_timeout: float = 600.0
     round_timeout: float = 1800.0
     result_file: str = ""
@@ -55,6 +62,18 @@ class AppConfig:
             check_positive(name.replace("_", "-"), getattr(self, name))
         if isinstance(self.fraction_evaluate, bool) or not 0.0 <= self.fraction_evaluate <= 1.0:
             raise ValueError(f"fraction-evaluate must be a number in [0, 1], got {self.fraction_evaluate!r}")
+        if self.train_epsilon != 0.0:
+            self.training_budget()  # validates train-epsilon, clipping-norm and clipping
+            if self.fraction_evaluate > 0.0:
+                raise ValueError("fraction-evaluate must be 0 when train-epsilon > 0: the clients' evaluation "
+                                 "metrics would leave them in plaintext, outside the training guarantee")
+
+    def training_budget(self) -> TrainingBudget | None:
+        """The DP final-training budget, or None for ordinary FedAvg (``train-epsilon = 0``)."""
+        if self.train_epsilon == 0.0:
+            return None
+        return TrainingBudget(epsilon=self.train_epsilon, rounds=self.fedavg_rounds, clipping_norm=self.clipping_norm,
+                              clipping=self.clipping)
         self.candidate_list()  # a bad spec is refused here, before any client works
 
     def candidate_list(self) -> CandidateList:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
 from pathlib import Path
@@ -21,7 +22,8 @@ def readme_files() -> dict[str, str]:
 
 def write_app(folder: Path) -> Path:
     files = readme_files()
-    assert set(files) == {"my_app/client_app.py", "my_app/server_app.py"}
+    assert set(files) == {"my_app/client_app.py", "my_app/server_app.py", "my_app/client_app_dp.py",
+                          "my_app/server_app_dp.py"}
     (folder / "my_app").mkdir()
     (folder / "my_app" / "__init__.py").write_text("")
     for name, code in files.items():
@@ -38,6 +40,8 @@ def load(path: Path, name: str):
 
 def test_dphype_adds_few_lines_to_each_side():
     for name, code in readme_files().items():
+        if name.endswith("_dp.py"):
+            continue
         added = [line for line in code.splitlines() if line.rstrip().endswith("# +") or "# + " in line]
         assert 0 < len(added) <= 20, name
 
@@ -55,6 +59,19 @@ def test_readme_app_selects_then_trains_in_process(tmp_path, capsys):
     lr = {m.content["config"]["lr"] for m in trains}
     assert len(lr) == 1 and lr <= {0.001, 0.01, 0.1, 1.0}  # the selected candidate is the train config
     assert not any(r.has_error() for r in grid.replies)
+
+
+def test_readme_app_trains_privately_in_process(tmp_path, capsys, monkeypatch):
+    folder = write_app(tmp_path)
+    monkeypatch.syspath_prepend(str(folder))  # the DP variant imports my_app.client_app
+    client = load(folder / "my_app" / "client_app_dp.py", "readme_client_app_dp")
+    server = load(folder / "my_app" / "server_app_dp.py", "readme_server_app_dp")
+    grid = LocalGrid(client.app, 10)
+    server.app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}))
+    run = ast.literal_eval(capsys.readouterr().out.strip().splitlines()[-1])  # the printed report dict
+    assert run["releases"] == 4 and run["delta"] == 1e-5 and 2.0 < run["epsilon"] < 3.0
+    trains = [r for r in grid.replies if r.metadata.message_type == "train"]
+    assert len(trains) == 30 and not any(r.has_error() for r in grid.replies)
 
 
 @pytest.mark.slow

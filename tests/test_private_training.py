@@ -1,0 +1,104 @@
+"""Optional DP final training (dphype.flower.training): calibration, composition with the selection, app."""
+
+from __future__ import annotations
+
+import dp_accounting
+import numpy as np
+import pytest
+from flwr.serverapp.strategy import DifferentialPrivacyClientSideFixedClipping, FedAvg
+from flwr.supercore.privacy_accounting import GaussianPrivacyEvent
+from local_grid import LocalGrid
+
+from dphype.accounting import VoteRelease, calibrate, fedavg_epsilon, privacy_report
+from dphype.config import DPHypeConfig
+from dphype.flower import TrainingBudget, private_training
+from dphype.flower.training import RunAccountant
+
+
+def selection(noise: str = "gaussian", epsilon: float = 1.0):
+    release = calibrate(epsilon, 1e-5, 5, noise=noise, accountant="rdp")
+    return privacy_report(release, 1e-5, clients=20, dropout=0.0, survivors=20, accountant="rdp")
+
+
+def test_composition_matches_dp_accounting():
+    """Gaussian vote + R Gaussian rounds: the run's epsilon equals dp_accounting's RDP accountant's."""
+    report = selection("gaussian")
+    private = private_training(FedAvg(), report, TrainingBudget(epsilon=2.0, rounds=5), sampled_clients=20)
+    z = private.noise_multiplier
+    assert fedavg_epsilon(z, 5, 1e-5) == pytest.approx(2.0, rel=1e-5)  # calibrated to the training budget
+    for _ in range(5):
+        private.accountant.compose(GaussianPrivacyEvent(noise_multiplier=z, sample_size=20, population_size=20))
+    reference = dp_accounting.rdp.RdpAccountant(list(np.linspace(1.1, 200, 2000)))
+    reference.compose(dp_accounting.GaussianDpEvent(report.sigma / np.sqrt(10)))  # L2 sqrt(2k), k = 5
+    reference.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z / 2), 5))  # replace-one
+    spent = private.accountant.get_privacy_spent()
+    assert spent.epsilon == pytest.approx(reference.get_epsilon(1e-5), rel=2e-3)
+    assert 2.0 < spent.epsilon < 1.0 + 2.0  # RDP composition beats adding the epsilons
+    assert spent.num_releases == 6
+    assert private.accountant.get_delta(spent.epsilon) == pytest.approx(1e-5, rel=1e-3)
+
+
+def test_the_accountant_refuses_rounds_beyond_the_plan():
+    report = selection("skellam")
+    private = private_training(FedAvg(), report, TrainingBudget(epsilon=1.0, rounds=3), sampled_clients=20)
+    event = GaussianPrivacyEvent(noise_multiplier=private.noise_multiplier, sample_size=20, population_size=20)
+    accountant = private.accountant
+    for _ in range(3):
+        assert not accountant.would_exceed(event)
+        accountant.compose(event)
+    assert accountant.would_exceed(event)  # a fourth round would overspend the run's total
+    assert isinstance(private.strategy, DifferentialPrivacyClientSideFixedClipping)
+    assert private.strategy.accountant is accountant  # Flower's accounted mode: strict replies, uniform weights
+
+
+def test_skellam_selection_starts_the_curve():
+    accountant = RunAccountant(selection("skellam", epsilon=0.5), neighbouring="replace-one", population=20,
+                               max_epsilon=None)
+    assert accountant.get_epsilon(1e-5) == pytest.approx(0.5, rel=1e-2)  # integer-order Skellam bound on the grid
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"epsilon": 0.0, "rounds": 3}, "epsilon"), ({"epsilon": 1.0, "rounds": 0}, "rounds"),
+     ({"epsilon": 1.0, "rounds": 3, "clipping_norm": -1.0}, "clipping_norm"),
+     ({"epsilon": 1.0, "rounds": 3, "clipping": "both"}, "clipping must be one of client, server")])
+def test_bad_budgets_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        TrainingBudget(**kwargs)
+
+
+def test_bundled_app_trains_privately_and_reports_both_phases():
+    import clients.app as client_app
+    from server.app import run_app
+    from server.config import AppConfig
+
+    cfg = AppConfig(DPHypeConfig(epsilon=20.0, delta=1e-5, k=3, clients=4), candidates="table3:random:10:0",
+                    fedavg_rounds=2, local_epochs=1, fraction_evaluate=0.0, train_epsilon=50.0, clipping_norm=5.0)
+    grid = LocalGrid(client_app.app, 4, run_config={"dataset": "adult", "seed": 0, "local-epochs": 1})
+    summary = run_app(grid, cfg)
+    training, run = summary["training"], summary["run"]
+    assert training["private"] and training["rounds_released"] == 2 and training["noise_multiplier"] > 0
+    assert "clipped" in training["released"] and run["releases"] == 3
+    assert summary["privacy"]["epsilon"] < run["epsilon"] < summary["privacy"]["epsilon"] + 50.0
+    trains = [r for r in grid.replies if r.metadata.message_type == "train"]
+    assert len(trains) == 8 and all(dict(r.content["metrics"]) == {"num-examples": 1} for r in trains)
+
+
+def test_private_training_needs_no_client_metrics():
+    from server.config import AppConfig
+
+    with pytest.raises(ValueError, match="fraction-evaluate must be 0 when train-epsilon > 0"):
+        AppConfig(DPHypeConfig(epsilon=1.0, delta=1e-5, k=3, clients=4), train_epsilon=1.0)
+
+
+def test_ordinary_training_says_what_it_releases():
+    import clients.app as client_app
+    from server.app import run_app
+    from server.config import AppConfig
+
+    cfg = AppConfig(DPHypeConfig(epsilon=20.0, delta=1e-5, k=3, clients=3), candidates="table3:random:6:0",
+                    fedavg_rounds=1, local_epochs=1, fraction_evaluate=0.0)
+    grid = LocalGrid(client_app.app, 3, run_config={"dataset": "adult", "seed": 0, "local-epochs": 1})
+    summary = run_app(grid, cfg)
+    assert summary["training"]["private"] is False and "plaintext model updates" in summary["training"]["released"]
+    assert summary["run"]["epsilon"] is None
