@@ -236,8 +236,8 @@ class FeatureSpace:
         p = len(items)
         missing = next(((name, i) for name in names for i, item in enumerate(items) if name not in item), None)
         if missing is not None:
-            reason = f"hyperparameter {missing[0]!r} is missing from candidate {missing[1]} (conditional space)"
-            return cls((), np.zeros((p, 0)), np.zeros((p, 0), dtype=np.int64), reason, p)
+            why = f"hyperparameter {missing[0]!r} is missing from candidate {missing[1]} (conditional space)"
+            return cls((), np.zeros((p, 0)), np.zeros((p, 0), dtype=np.int64), why, p)
         axes = [_axis(name, [item[name] for item in items], scales.get(name)) for name in names]
         axes = [a for a in axes if len(a.levels) > 1]
         numeric_cols, categorical_cols = [], []
@@ -252,7 +252,7 @@ class FeatureSpace:
             numeric_cols.append((col - lo) / (hi - lo))
         numeric = np.array(numeric_cols, dtype=np.float64).T.reshape(p, len(numeric_cols))
         categorical = np.array(categorical_cols, dtype=np.int64).T.reshape(p, len(categorical_cols))
-        reason = None
+        reason: str | None = None
         if p < 3:
             reason = f"fewer than 3 candidates ({p})"
         elif not numeric_cols and len(categorical_cols) == 1:

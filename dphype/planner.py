@@ -354,7 +354,7 @@ class Plan:
     success_argmax: float
     bound: float
     recommended_k: int
-    by_k: list[dict[str, float]]
+    by_k: list[dict[str, Any]]
     min_epsilon: float | None
     min_clients: int | None
     unanimous_success: float
@@ -465,11 +465,12 @@ def plan(
         noise=noise, accountant=resolve_accountant(accountant, noise), neighbouring=check_neighbouring(neighbouring),
         repetitions=check_int("repetitions", repetitions, 10), seed=check_int("seed", seed, 0))
     target = check_probability("target", target)
-    compare = sorted({check_k(x, p) for x in (KS if ks is None else ks) if x < p} | ({chosen_k} - {None}))
+    chosen = set() if chosen_k is None else {chosen_k}
+    compare = sorted({check_k(x, p) for x in (KS if ks is None else ks) if x < p} | chosen)
     if not compare:
         raise ValueError(f"ks must contain at least one k in [1, {p - 1}], got {ks!r}")
     voters, counts, good = setting.votes(clients, compare)
-    by_k = []
+    by_k: list[dict[str, Any]] = []
     for kk in compare:
         sigma = setting.sigma(epsilon, kk)
         by_k.append({"k": kk, "sigma": sigma,
