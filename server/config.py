@@ -67,6 +67,7 @@ class AppConfig:
             if self.fraction_evaluate > 0.0:
                 raise ValueError("fraction-evaluate must be 0 when train-epsilon > 0: the clients' evaluation "
                                  "metrics would leave them in plaintext, outside the training guarantee")
+        self.candidate_list()  # a bad spec is refused here, before any client works
 
     def training_budget(self) -> TrainingBudget | None:
         """The DP final-training budget, or None for ordinary FedAvg (``train-epsilon = 0``)."""
