@@ -69,17 +69,24 @@ def _stages_sent(grid: LocalGrid) -> list[str]:
     ]
 
 
-def test_modulus_bound_is_exact():
-    assert ss.MAX_CLIENTS == 1023
+@pytest.mark.parametrize("clients", [2, 3, 50, 1000, 1023, 1024, 4097, ss.MAX_CLIENTS])
+def test_range_is_the_largest_that_cannot_wrap(clients):
+    c = ss.clipping_range_for(clients)
+    assert c & (c - 1) == 0  # a power of two; Q = 2C makes the quantizer exactly one
     # The largest possible sum (every entry at +C, i.e. Q after the shift) fits below 2**32 ...
-    assert ss.MAX_CLIENTS * ss.QUANTIZATION_RANGE <= ss.MODULUS_RANGE - 1
-    # ... and one more client would wrap around.
-    assert (ss.MAX_CLIENTS + 1) * ss.QUANTIZATION_RANGE > ss.MODULUS_RANGE - 1
-    # Quantizer Q / (2C) is exactly one.
-    assert ss.QUANTIZATION_RANGE == 2 * ss.CLIPPING_RANGE
+    assert clients * 2 * c <= ss.MODULUS_RANGE - 1
+    # ... and twice the range would wrap around, so C(n) is the largest such power of two.
+    assert clients * 4 * c > ss.MODULUS_RANGE - 1
+    assert 2 * c < 2**31  # Flower quantizes to int32
 
 
-@pytest.mark.parametrize("clients", [0, 1, ss.MAX_CLIENTS + 1, 5000])
+def test_range_matches_the_former_fixed_one_up_to_1023_clients():
+    assert ss.clipping_range_for(1023) == ss.CLIPPING_RANGE == 2**21
+    assert ss.clipping_range_for(1024) == 2**20
+    assert ss.clipping_range_for(10_000) == 2**17
+
+
+@pytest.mark.parametrize("clients", [0, 1, ss.MAX_CLIENTS + 1, 50_000])
 def test_client_count_refused(clients):
     with pytest.raises(ValueError, match="clients must be"):
         ss.check_clients(clients)
@@ -120,17 +127,18 @@ def test_clip_probability_refuses_huge_noise():
     # Realistic DP-Hype noise (sigma ~ 13 at epsilon 1) is nowhere near the range.
     assert ss.clip_probability(size=100, sigma=12.84, clients=2, dropout=0.0, noise="skellam") < 1e-300
     ss.check_range(size=100, sigma=1000.0, clients=2, dropout=0.0, noise="skellam")
-    # A share std of ~2**20 reaches 2**21 easily.
+    # At n = 1000 the range is 2**21: a share std of ~2**20 reaches it easily.
+    n = 1000
     with pytest.raises(ValueError, match="clipping range"):
-        ss.check_range(size=100, sigma=2.0**20, clients=2, dropout=0.0, noise="skellam")
+        ss.check_range(size=100, sigma=2.0**20 * math.sqrt(n), clients=n, dropout=0.0, noise="skellam")
     # Gaussian values are scaled by 2**10, so the limit is 2**11 votes.
     with pytest.raises(ValueError, match="clipping range"):
-        ss.check_range(size=100, sigma=1000.0, clients=2, dropout=0.0, noise="gaussian")
-    # Just inside / outside the limit: share std 200 (sigma 200 sqrt 2 over 2 clients) passes,
-    # share std 400 puts 2046 votes at ~5 std and is refused.
-    ss.check_range(size=100, sigma=200.0 * math.sqrt(2), clients=2, dropout=0.0, noise="gaussian")
+        ss.check_range(size=100, sigma=1000.0 * math.sqrt(n), clients=n, dropout=0.0, noise="gaussian")
+    # Just inside / outside the limit: share std 200 passes, share std 400 puts 2046 votes at
+    # ~5 std and is refused.
+    ss.check_range(size=100, sigma=200.0 * math.sqrt(n), clients=n, dropout=0.0, noise="gaussian")
     with pytest.raises(ValueError, match="clipping range"):
-        ss.check_range(size=100, sigma=400.0 * math.sqrt(2), clients=2, dropout=0.0, noise="gaussian")
+        ss.check_range(size=100, sigma=400.0 * math.sqrt(n), clients=n, dropout=0.0, noise="gaussian")
 
 
 def test_secagg_sum_is_exact_with_negative_and_extreme_values():
