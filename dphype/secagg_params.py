@@ -194,7 +194,10 @@ def _threshold_bounds(
     _, survive_le = _log2_counts(n, k, min(survivors, n - 1))
     needed = t if adversary == "semi-honest" else 2 * t - k - 1
     unmask = math.log2(n) + _at_least(corrupt_ge, needed)
-    failure = math.log2(n) + np.where(t - 1 >= 0, survive_le[np.clip(t - 1, 0, k)], -np.inf)
+    if survivors >= n:  # nobody drops: every client has its k neighbours and its own share
+        failure = np.where(t <= k + 1, -np.inf, 0.0)
+    else:
+        failure = math.log2(n) + np.where(t - 1 >= 0, survive_le[np.clip(t - 1, 0, k)], -np.inf)
     return np.minimum(unmask, 0.0), np.minimum(failure, 0.0)  # a probability is at most 1
 
 
