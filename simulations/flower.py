@@ -81,11 +81,11 @@ class _PeakMemory:
             self.peak_kb = max(self.peak_kb, _tree_rss_kb(os.getpid()))
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> "_PeakMemory":
+    def __enter__(self) -> _PeakMemory:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
 
@@ -100,8 +100,8 @@ def vote_through_flower(
     maximize: bool = True,
     noise: str = "skellam",
     accountant: str | None = None,
-    num_shares: int | float | None = None,
-    reconstruction_threshold: int | float = 0.6,
+    num_shares: float | None = None,
+    reconstruction_threshold: float = 0.6,
     count_bytes: bool = False,
 ) -> dict[str, Any]:
     """Run DP-Hype once over Flower + SecAgg+ with ``n = len(scores)`` simulated clients.

@@ -313,7 +313,7 @@ def test_scalable_sides_work_with_flowers_stock_sides():
     from dphype.flower.secagg_fast import scalable_secaggplus_mod
 
     vectors = np.random.default_rng(4).integers(-100, 100, size=(9, 20))
-    ranges = dict(max_weight=1.0, clipping_range=float(C), quantization_range=2 * C, modulus_range=2**32)
+    ranges = {"max_weight": 1.0, "clipping_range": float(C), "quantization_range": 2 * C, "modulus_range": 2**32}
     stock_server = SecAggPlusWorkflow(5, 3, **ranges)
     ours = ss.ExactSumWorkflow(min_survivors=9, num_shares=5, reconstruction_threshold=3)
     for workflow, mod in [(stock_server, scalable_secaggplus_mod), (ours, secaggplus_mod)]:
