@@ -33,7 +33,7 @@ recovers it. Two limits follow:
   in practice, but the noise is unbounded: :func:`check_range` refuses, before
   anything is sent, a configuration in which some client's noisy entry leaves
   ``[-C(n), C(n)]`` with probability above :data:`CLIP_PROBABILITY_LIMIT`
-  (:func:`clip_probability`, exact Gaussian / Skellam tails and a union bound), and a
+  (:func:`clip_probability`: Gaussian tails, Skellam Chernoff bounds, a union bound), and a
   client whose value would still leave the range refuses to send it
   (:func:`encode`, and the SecAgg+ client mod) instead of clipping it. Such a client
   counts as a dropout. As the refusal depends (a little) on the client's vote, it is
@@ -155,6 +155,21 @@ def clipping_range_for(clients: int) -> int:
     return 2 ** (((MODULUS_RANGE - 1) // (2 * clients)).bit_length() - 1)
 
 
+def check_ranges(*, clients: int, clipping_range: float, quantization_range: int, modulus_range: int) -> None:
+    """Refuse SecAgg+ ranges other than the exact-sum ones for ``n`` clients (a client's check of the setup).
+
+    ``C = C(n)``, ``Q = 2C`` (quantizer exactly 1) and ``M = 2**32``; anything else would round, clip or
+    let the sum wrap.
+    """
+    expected = clipping_range_for(clients)
+    if (clipping_range, quantization_range, modulus_range) != (expected, 2 * expected, MODULUS_RANGE):
+        raise ValueError(
+            f"SecAgg+ ranges must be clipping_range={expected}, quantization_range={2 * expected}, "
+            f"modulus_range={MODULUS_RANGE} for clients={clients}, got {clipping_range:g}, "
+            f"{quantization_range}, {modulus_range}"
+        )
+
+
 def clip_probability(
     *, size: int, sigma: float, clients: int, dropout: float, noise: str, clipping_range: int | None = None
 ) -> float:
@@ -164,8 +179,8 @@ def clip_probability(
     is 0 or 1, so an encoded entry stays within +-C as long as every noise share
     satisfies ``|z| <= t`` with ``t = C / scale - 2`` (one unit for the vote, one for
     fixed-point rounding). The probability that some share of some client exceeds
-    ``t`` is :func:`dphype.noise.noise_tail_bound`'s union bound (exact Gaussian /
-    Skellam tails) at ``num_sigmas = t / client_std``.
+    ``t`` is :func:`dphype.noise.noise_tail_bound`'s union bound (exact Gaussian tail,
+    Chernoff bound for Skellam) at ``num_sigmas = t / client_std``.
     """
     limit_range = clipping_range_for(clients) if clipping_range is None else clipping_range
     limit = limit_range / fixed_point_scale(noise) - 2.0

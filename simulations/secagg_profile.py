@@ -14,8 +14,9 @@ The breakdown wraps the crypto and serialization functions the two paths call (i
 the duration of the round) and adds up their wall time: Shamir sharing and reconstruction, key agreement
 (ECDH + HKDF), key parsing (PEM), encryption, mask generation, key generation, the SecAgg+ state each
 client stores in ``context.state`` between stages, and the grid's per-message copy (a transport stand-in).
-``other`` is the rest (Flower's records and messages, the server's loops, numpy). Message and state sizes
-are the serialized protobuf sizes.
+``other`` is the rest (Flower's records and messages, the server's loops, numpy). ``cpu_seconds`` is the
+round's CPU time (steadier than wall time on a shared machine). Message and state sizes are the serialized
+protobuf sizes.
 """
 
 from __future__ import annotations
@@ -152,16 +153,16 @@ def profile_round(clients: int, *, variant: str, num_shares: float, threshold: f
     with contextlib.ExitStack() as stack:
         for label, owner, name in wraps:
             stack.enter_context(_timed(totals, label, owner, name))
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         DefaultWorkflow(fit_workflow=workflow)(grid, context)
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     if strategy.total is None or not np.array_equal(strategy.total, vectors.sum(axis=0)):
         raise RuntimeError("the secure sum was not released or is not exact")
     components = {k: v for k, v in totals.items() if not k.startswith("stage: ")}
     stages = {k[len("stage: "):]: v for k, v in totals.items() if k.startswith("stage: ")}
     return {
         "variant": variant, "clients": clients, "num_shares": num_shares, "threshold": threshold,
-        "seconds": wall, "components": {**components, "other": wall - sum(components.values())},
+        "seconds": wall, "cpu_seconds": cpu, "components": {**components, "other": wall - sum(components.values())},
         "stages": stages,
         "download_bytes_per_client": sum(recorddict_to_proto(m.content).ByteSize() for m in grid.sent) / clients,
         "upload_bytes_per_client": sum(recorddict_to_proto(m.content).ByteSize()

@@ -87,6 +87,14 @@ def test_range_matches_the_former_fixed_one_up_to_1023_clients():
     assert ss.clipping_range_for(10_000) == 2**17
 
 
+def test_announced_ranges_are_checked():
+    ss.check_ranges(clients=1000, clipping_range=2.0**21, quantization_range=2**22, modulus_range=2**32)
+    for wrong in [(2.0**20, 2**21, 2**32), (2.0**21, 2**23, 2**32), (2.0**21, 2**22, 2**31)]:
+        with pytest.raises(ValueError, match="SecAgg\\+ ranges must be clipping_range=2097152"):
+            ss.check_ranges(clients=1000, clipping_range=wrong[0], quantization_range=wrong[1],
+                            modulus_range=wrong[2])
+
+
 @pytest.mark.parametrize("clients", [0, 1, ss.MAX_CLIENTS + 1, 50_000])
 def test_client_count_refused(clients):
     with pytest.raises(ValueError, match="clients must be"):
@@ -140,6 +148,25 @@ def test_clip_probability_refuses_huge_noise():
     ss.check_range(size=100, sigma=200.0 * math.sqrt(n), clients=n, dropout=0.0, noise="gaussian")
     with pytest.raises(ValueError, match="clipping range"):
         ss.check_range(size=100, sigma=400.0 * math.sqrt(n), clients=n, dropout=0.0, noise="gaussian")
+
+
+@pytest.mark.parametrize("noise", ["skellam", "gaussian"])
+def test_clip_probability_against_a_monte_carlo_of_the_shares(noise):
+    """The range bound vs the frequency with which some share of some client leaves it (a tight range)."""
+    from dphype.noise import noise_share
+
+    clients, size, reps = 4, 5, 40_000
+    clipping_range = 8 * ss.fixed_point_scale(noise)  # shares are refused beyond 8 - 2 = 6 votes
+    sigma = 2.2 * math.sqrt(clients)  # share std 2.2: a share exceeds 6 with probability ~0.6%
+    bound = ss.clip_probability(size=size, sigma=sigma, clients=clients, dropout=0.0, noise=noise,
+                                clipping_range=clipping_range)
+    shares = noise_share((reps, clients, size), sigma=sigma, clients=clients, dropout=0.0, kind=noise,
+                         rng=np.random.default_rng(8))
+    limit = clipping_range / ss.fixed_point_scale(noise) - 2
+    frequency = np.mean(np.any(np.abs(shares) > limit, axis=(1, 2)))
+    assert 0.05 < frequency <= bound + 3 * math.sqrt(bound / reps)  # a real event, and bounded
+    if noise == "gaussian":  # exact tails: only the union bound (and its sum term) loosen it
+        assert bound < 1.6 * frequency
 
 
 def test_secagg_sum_is_exact_with_negative_and_extreme_values():
