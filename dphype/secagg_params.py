@@ -328,6 +328,9 @@ def check_parameters(
     ``reconstruction_threshold`` and its allowed range).
     """
     n = check_clients(clients)
+    if isinstance(num_shares, int) and num_shares < n and num_shares % 2 == 0:
+        # Flower 1.41 tells the clients the even count but builds the ring for the next odd one: clients crash
+        raise ValueError(f"num_shares must be odd or equal to clients={n}, got {num_shares}")
     minimum = secure_parameters(
         n, dropout=dropout, corrupt_fraction=corrupt_fraction, adversary=adversary,
         security_bits=security_bits, correctness_bits=correctness_bits,

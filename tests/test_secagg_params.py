@@ -117,6 +117,8 @@ def test_explicit_choice_below_the_minimum_is_refused():
         sp.check_parameters(1000, secure.num_shares - 2, secure.threshold, dropout=0.1)
     with pytest.raises(ValueError, match="reconstruction_threshold must be in \\["):
         sp.check_parameters(1000, secure.num_shares, secure.threshold - 1, dropout=0.1)
+    with pytest.raises(ValueError, match="num_shares must be odd"):
+        sp.check_parameters(1000, secure.num_shares + 1, secure.threshold, dropout=0.1)
     # The paper's settings (threshold = all shares) fail as soon as one neighbour may drop out.
     with pytest.raises(ValueError, match="reconstruction_threshold must be in"):
         sp.check_parameters(1000, sp.PAPER_NUM_SHARES, sp.PAPER_THRESHOLD, dropout=0.1)
