@@ -4,9 +4,9 @@ Every client scores each public candidate on its own data, votes 1 for its top-k
 share of calibrated noise, and one SecAgg+ round releases only the noisy vote sum; the server
 returns the argmax (Liebenow, Peinemann, Mohammadi: DP-Hype, Algorithm 1).
 
-The light, framework-free core is re-exported here; Flower adapters live in
-:mod:`dphype.strategy` (server) and :mod:`dphype.client` (clients), torch training in
-:mod:`dphype.training`, the central optimizers in :mod:`dphype.central`.
+The light, framework-free core is re-exported here; the protocol is :mod:`dphype.protocol`, the
+Flower adapters are :mod:`dphype.flower` (``register_dphype`` for clients, ``DPHype`` for the server),
+torch training is :mod:`dphype.training`, the central optimizers are :mod:`dphype.central`.
 """
 
 import os as _os
@@ -19,6 +19,7 @@ _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from dphype.accounting import PrivacyReport, VoteRelease, calibrate, epsilon, privacy_report  # noqa: E402
 from dphype.candidates import CandidateList, grid, load_candidates, random_subset, table_iii_grid  # noqa: E402
+from dphype.config import DPHypeConfig  # noqa: E402
 from dphype.noise import client_noise_std, noise_share  # noqa: E402
 from dphype.voting import raw_score_votes, select, top_k_votes  # noqa: E402
 
@@ -26,6 +27,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CandidateList",
+    "DPHypeConfig",
     "PrivacyReport",
     "VoteRelease",
     "calibrate",

@@ -105,15 +105,16 @@ def check_noise(noise: Any) -> str:
 
 
 def resolve_accountant(accountant: str | None, noise: str) -> str:
-    """Validate ``accountant`` for ``noise``; ``None`` picks the default (analytic for Gaussian, rdp for Skellam).
+    """Validate ``accountant`` for ``noise``; ``None`` or ``"auto"`` picks the default (analytic for Gaussian,
+    rdp for Skellam).
 
     The analytic Gaussian accountant is exact only for Gaussian noise, so it is refused for Skellam noise.
     """
     noise = check_noise(noise)
-    if accountant is None:
+    if accountant is None or accountant == "auto":
         return DEFAULT_ACCOUNTANT[noise]
     if accountant not in ACCOUNTANTS:
-        raise ValueError(f"accountant must be one of {', '.join(ACCOUNTANTS)} (or None), got {accountant!r}")
+        raise ValueError(f"accountant must be one of {', '.join(ACCOUNTANTS)} (or auto), got {accountant!r}")
     if noise == "skellam" and accountant != "rdp":
         raise ValueError(f"accountant must be 'rdp' for skellam noise, got {accountant!r}")
     return str(accountant)

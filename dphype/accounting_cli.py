@@ -12,28 +12,11 @@ from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register the ``calibrate`` options."""
-    parser.add_argument("--epsilon", type=float, required=True, help="privacy budget epsilon > 0")
-    parser.add_argument("--delta", type=float, required=True, help="privacy parameter delta in (0, 1)")
-    parser.add_argument("--k", type=int, required=True, help="votes per client (>= 1)")
-    parser.add_argument("--clients", type=int, default=50, help="number of clients n >= 2 (default 50)")
-    parser.add_argument(
-        "--dropout", type=float, default=0.0, help="tolerated dropout fraction xi in [0, 1) (default 0)"
-    )
-    parser.add_argument(
-        "--accountant",
-        choices=("analytic", "rdp"),
-        default=None,
-        help="analytic (Balle-Wang, default for gaussian) or rdp (Thm I.1; required for skellam)",
-    )
-    parser.add_argument(
-        "--noise", choices=("gaussian", "skellam"), default="gaussian", help="noise kind (default gaussian)"
-    )
-    parser.add_argument(
-        "--candidates",
-        default=None,
-        help="number of candidates p, or a candidate spec (table3, table3:random:SIZE:SEED, file.json)",
-    )
+    """Register the ``calibrate`` options (the privacy options shared by every command)."""
+    from dphype.cli import add_candidates_argument, add_privacy_arguments
+
+    add_privacy_arguments(parser, clients=50)
+    add_candidates_argument(parser, default=None)
     parser.add_argument(
         "--raw-scores",
         action="store_true",
@@ -41,33 +24,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _num_candidates(value: str | None) -> int | None:
-    if value is None:
-        return None
-    if value.strip().lstrip("+-").isdigit():
-        return int(value)
-    from dphype.candidates import load_candidates
-
-    return len(load_candidates(value))
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Calibrate and report; bad input raises ``ValueError`` (exit status 2 via ``dphype.cli``)."""
-    from dphype.accounting import calibrate, check_clients, check_dropout, privacy_report
+    from dphype.accounting import calibrate, privacy_report
+    from dphype.candidates import load_candidates
+    from dphype.cli import privacy_config
     from dphype.noise import min_survivors
 
-    clients = check_clients(args.clients)
-    dropout = check_dropout(args.dropout)
-    release = calibrate(
-        args.epsilon,
-        args.delta,
-        args.k,
-        num_candidates=_num_candidates(args.candidates),
-        accountant=args.accountant,
-        noise=args.noise,
-        raw_scores=args.raw_scores,
-    )
-    report = privacy_report(release, args.delta, clients=clients, dropout=dropout, accountant=args.accountant)
+    num_candidates = None if args.candidates is None else len(load_candidates(args.candidates))
+    config = privacy_config(args, num_candidates)
+    release = calibrate(config.epsilon, config.delta, config.k, num_candidates=num_candidates,
+                        accountant=config.accountant, noise=config.noise, raw_scores=args.raw_scores)
+    report = privacy_report(release, config.delta, clients=config.clients, dropout=config.dropout,
+                            accountant=config.accountant)
     return {
         "sigma": release.sigma,
         "client_std": report.client_std,
@@ -76,10 +45,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "k": release.k,
         "accountant": report.accountant,
         "noise": release.noise,
-        "clients": clients,
-        "dropout": dropout,
+        "clients": config.clients,
+        "dropout": config.dropout,
         "num_candidates": release.num_candidates,
         "raw_scores": release.raw_scores,
         "l2_sensitivity": release.l2_sensitivity,
-        "min_survivors": min_survivors(clients, dropout),
+        "min_survivors": min_survivors(config.clients, config.dropout),
     }

@@ -167,9 +167,12 @@ def random_subset(cands: CandidateList, size: int, seed: int) -> CandidateList:
 
 
 def load_candidates(spec: str) -> CandidateList:
-    """Resolve a candidate spec: ``"table3"``, ``"table3:random:SIZE:SEED"`` or a path to a JSON list."""
+    """Resolve a candidate spec: ``"table3"``, an integer ``"N"`` (``"table3:random:N:0"``),
+    ``"table3:random:SIZE:SEED"`` or a path to a JSON list."""
     if spec == "table3":
         return table_iii_grid()
+    if spec.isdigit():
+        return random_subset(table_iii_grid(), int(spec), 0)
     if spec.startswith("table3:"):
         parts = spec.split(":")
         if len(parts) != 4 or parts[1] != "random":
@@ -182,4 +185,5 @@ def load_candidates(spec: str) -> CandidateList:
     if spec.endswith(".json") or os.path.sep in spec:
         with open(spec, encoding="utf-8") as fh:  # FileNotFoundError propagates with the path
             return CandidateList.from_json(fh.read())
-    raise ValueError(f"candidates spec must be 'table3', 'table3:random:SIZE:SEED' or a .json path, got {spec!r}")
+    raise ValueError(
+        f"candidates spec must be 'table3', an integer N, 'table3:random:SIZE:SEED' or a .json path, got {spec!r}")

@@ -10,23 +10,71 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import math
+import os
 import sys
 from typing import Any, Sequence
 
 #: sub-command -> (module implementing add_arguments/run, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("dphype.accounting_cli", "solve the total noise std sigma for (epsilon, delta, k)"),
-    "demo": ("server.demo", "DP-Hype on Adult through Flower + SecAgg+, then FedAvg with the winner"),
-    "bench": ("simulations.cli", "run one of the paper's benchmark studies"),
+    "demo": ("dphype.demo", "the bundled Flower app on Adult: DP-Hype over SecAgg+, then FedAvg with the winner"),
+    "bench": ("simulations.cli", "run one of the paper's benchmarks (from a dphype repository checkout)"),
     "pareto": ("dphype.central.cli_pareto", "DPareto privacy-utility Pareto front search"),
     "compare": ("dphype.central.cli_compare", "federated DP-Hype vs central private tuning on one task"),
 }
 
 
+#: Commands whose modules live in the repository (benchmark drivers), not in the installed library.
+REPOSITORY_COMMANDS: frozenset[str] = frozenset({"bench"})
+
+
 class UsageError(ValueError):
     """Bad command-line input; printed without a traceback."""
+
+
+# ------------------------------------------------------------------ options shared by every command
+def add_privacy_arguments(parser: argparse.ArgumentParser, *, clients: int = 50) -> None:
+    """DP-Hype's privacy options, with the same meaning and defaults in every command
+    (the fields of :class:`dphype.config.DPHypeConfig`)."""
+    parser.add_argument("--epsilon", type=float, default=1.0, help="privacy budget epsilon > 0 (default 1)")
+    parser.add_argument("--delta", type=float, default=1e-5, help="privacy parameter delta in (0, 1) (default 1e-5)")
+    parser.add_argument("--k", type=int, default=5, help="votes per client, in [1, candidates] (default 5)")
+    parser.add_argument("--clients", type=int, default=clients, help=f"number of clients n >= 2 (default {clients})")
+    parser.add_argument("--dropout", type=float, default=0.0,
+                        help="tolerated dropout fraction xi in [0, 1) (default 0)")
+    add_noise_arguments(parser)
+
+
+def add_noise_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--noise`` and ``--accountant``: the same choices and defaults in every command."""
+    parser.add_argument("--noise", choices=("skellam", "gaussian"), default="skellam",
+                        help="noise kind: skellam (integer, exact under SecAgg+; default) or gaussian (the paper's)")
+    parser.add_argument("--accountant", choices=("auto", "rdp", "analytic"), default="auto",
+                        help="auto (default: rdp for skellam, analytic for gaussian), rdp (Thm I.1) or analytic "
+                             "(Balle-Wang, gaussian only)")
+
+
+def add_candidates_argument(parser: argparse.ArgumentParser, *, default: str | None = "table3") -> None:
+    """``--candidates SPEC``: the same candidate specs in every command."""
+    parser.add_argument("--candidates", default=default,
+                        help="candidate list: 'table3' (Table III, 100), an integer N (a random N of Table III), "
+                             "'table3:random:N:SEED' or a path to a JSON list" + (f" (default {default})" if default
+                                                                                  else ""))
+
+
+def privacy_config(args: argparse.Namespace, num_candidates: int | None = None) -> Any:
+    """The :class:`dphype.config.DPHypeConfig` of the privacy options (``k`` checked against the number of
+    candidates when known)."""
+    from dphype.accounting import check_k
+    from dphype.config import DPHypeConfig
+
+    if num_candidates is not None:
+        check_k(args.k, num_candidates)
+    return DPHypeConfig(epsilon=args.epsilon, delta=args.delta, k=args.k, clients=args.clients,
+                        dropout=args.dropout, noise=args.noise, accountant=args.accountant)
 
 
 def _jsonable(obj: Any) -> Any:
@@ -55,13 +103,29 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
         p.set_defaults(_module=module)
         if name == chosen:
-            importlib.import_module(module).add_arguments(p)
+            _import_command(name, module).add_arguments(p)
     return parser
+
+
+def _import_command(name: str, module: str) -> Any:
+    """The module of command ``name``; a repository command needs the checkout's folder on the path."""
+    if name in REPOSITORY_COMMANDS and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())  # the console script's path does not hold the checkout
+    if name in REPOSITORY_COMMANDS and importlib.util.find_spec(module.split(".")[0]) is None:
+        raise UsageError(f"'dphype {name}' runs the benchmark drivers in the simulations/ folder of a dphype "
+                         "repository checkout; run it from the repository root (they are not part of the "
+                         "installed library)")
+    return importlib.import_module(module)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(argv).parse_args(argv)
+    try:
+        parser = build_parser(argv)
+    except UsageError as err:
+        print(f"dphype: error: {err}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     module = importlib.import_module(args._module)
     try:
         result = module.run(args)

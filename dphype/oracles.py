@@ -712,15 +712,15 @@ def dphype_vote_problem(
     """DP-Hype itself as a DPareto problem over ``(sigma, k)`` for fixed local scores.
 
     Privacy: :func:`vote_privacy_oracle`. Utility: the test accuracy of the argmax of
-    ``sum_i top_k_votes(scores_i) + sum_i noise_share_i``, the shares' sum drawn at once by
-    :func:`dphype.noise.summed_noise` (:mod:`dphype.voting`, :mod:`dphype.noise`,
-    the functions the clients use), averaged over ``runs`` noise draws; ``test_accuracy[j]`` is the
+    ``sum_i top_k_votes(scores_i) + sum_i noise_share_i``, replayed by
+    :func:`dphype.protocol.replay_releases` (the clients' own vote and noise functions), averaged over
+    ``runs`` noise draws; ``test_accuracy[j]`` is the
     accuracy a model trained with candidate ``j`` reaches (e.g. from ``dphype compare``'s inputs).
     ``client_scores`` is ``(clients, candidates)`` or ``(clients, candidates, j)`` (each client's
     lexicographic keys, see :func:`dphype.voting.top_k_votes`).
     """
-    from dphype.noise import summed_noise
-    from dphype.voting import select, top_k_votes
+    from dphype.protocol import replay_releases
+    from dphype.voting import top_k_votes
 
     scores = np.asarray(client_scores, dtype=np.float64)
     acc = np.asarray(test_accuracy, dtype=np.float64)
@@ -735,9 +735,8 @@ def dphype_vote_problem(
     def utility(config: Config, rng: np.random.Generator) -> UtilityResult:
         k, sigma = int(config["k"]), float(config["sigma"])
         votes = sum(top_k_votes(row, k) for row in scores)
-        # the n clients' shares, summed: one draw of the same distribution (dphype.noise.summed_noise)
-        noise_sums = summed_noise((runs, p), sigma=sigma, clients=n, dropout=0.0, survivors=n, kind=noise, rng=rng)
-        picks = [select(votes + row) for row in noise_sums]
+        noisy = replay_releases(votes, sigma=sigma, clients=n, repetitions=runs, rng=rng, noise=noise)
+        picks = np.argmax(noisy, axis=1)  # the server's argmax (dphype.voting.select) on every release
         return UtilityResult.from_runs(np.nan_to_num(acc[picks], nan=0.0))
 
     return ParetoProblem(

@@ -210,7 +210,7 @@ def bounds(
     corrupt_fraction: float = CORRUPT_FRACTION,
     adversary: str = "semi-honest",
 ) -> SecAggParameters:
-    """The bounds that ``neighbours`` (``k``) and ``threshold`` (``t``) achieve; no check, see :func:`check_parameters`."""
+    """The bounds that ``neighbours`` (``k``) and ``threshold`` (``t``) achieve (no check: :func:`check_parameters`)."""
     n = check_clients(clients)
     gamma, xi = check_corrupt_fraction(corrupt_fraction), check_dropout(dropout)
     adversary = check_adversary(adversary)

@@ -1,9 +1,11 @@
-"""Exact integer summation of DP-Hype vote vectors over Flower SecAgg+.
+"""Exact integer summation of DP-Hype vote vectors over Flower SecAgg+: the encoding and its limits.
 
 DP-Hype releases one thing: the sum over clients of ``votes + noise share``
 (Algorithm 1, line 11, "SecSum"). Flower 1.41 offers SecAgg+ (Bell et al.,
 CCS 2020) only on its legacy path, as a *weighted-mean* workflow for model
-weights. This module configures it so that it computes an exact integer sum.
+weights. This module derives how to make it compute an exact integer sum and
+holds the framework-free part (encoding, decoding, range checks); the Flower
+adapter that runs the protocol is :mod:`dphype.flower.secagg`.
 
 How Flower's SecAgg+ treats a client vector ``x`` (read from
 ``flwr.client.mod.secure_aggregation.secaggplus_mod`` and
@@ -52,48 +54,16 @@ Skellam is the default for this reason.
 
 Individual vote vectors never leave a client in plaintext: they travel only
 inside the masked SecAgg+ vectors (metrics in a fit result are *not* masked,
-so the client sends none), and :func:`secure_vote_mod` refuses to answer a
-vote request that does not arrive through the SecAgg+ protocol.
+so the client sends none), and the client adapter answers vote requests only
+inside the SecAgg+ protocol.
 """
 
 from __future__ import annotations
 
-import logging
-import math
-import time
-from typing import Any
-
 import numpy as np
-from flwr.app import Context, Message
-from flwr.app.message_type import MessageType
-from flwr.clientapp.typing import ClientAppCallable
-from flwr.common import (
-    EvaluateIns,
-    EvaluateRes,
-    FitIns,
-    FitRes,
-    Parameters,
-    Scalar,
-    log,
-    ndarrays_to_parameters,
-    parameters_to_ndarrays,
-)
-from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
-from flwr.server import ServerConfig
-from flwr.server.client_manager import ClientManager
-from flwr.server.client_proxy import ClientProxy
-from flwr.server.compat.legacy_context import LegacyContext
-from flwr.server.strategy import Strategy
-from flwr.server.workflow import DefaultWorkflow
-from flwr.server.workflow.secure_aggregation.secaggplus_workflow import WorkflowState
-from flwr.serverapp.grid import Grid
 
 from dphype.accounting import check_clients as _check_client_count
-from dphype.accounting import check_noise, check_positive
-from dphype.flower.secagg_fast import (
-    ScalableSecAggPlusWorkflow,
-    scalable_secaggplus_mod,
-)
+from dphype.accounting import check_noise
 from dphype.noise import client_noise_std, noise_tail_bound
 
 #: Flower SecAgg+ ``modulus_range`` M (its maximum).
@@ -110,9 +80,6 @@ GAUSSIAN_SCALE: int = 2**10
 CLIP_PROBABILITY_LIMIT: float = 1e-9
 #: Tolerance when checking that ``mean * survivors`` is integral.
 INTEGRALITY_TOLERANCE: float = 1e-3
-#: Fit-config key and value that mark a DP-Hype vote request (see :func:`secure_vote_mod`).
-PHASE_KEY: str = "dphype.phase"
-VOTE_PHASE: str = "vote"
 
 
 class SecureSumError(RuntimeError):
@@ -126,16 +93,6 @@ class TooFewSurvivorsError(SecureSumError):
 def fixed_point_scale(noise: str) -> int:
     """Integer grid on which a client's noisy votes are sent: 1 for Skellam, 2**10 for Gaussian."""
     return 1 if check_noise(noise) == "skellam" else GAUSSIAN_SCALE
-
-
-def check_timeout(name: str, seconds: Any) -> float | None:
-    """Return a wait limit in seconds: ``None`` (no limit) or a finite number > 0.
-
-    A deployed SuperNode that vanishes never answers, so without a limit the server
-    would wait for it forever; with one, SecAgg+ goes on with the clients that answered
-    and the survivor check decides whether anything is released.
-    """
-    return None if seconds is None else check_positive(name, seconds)
 
 
 def check_clients(clients: int) -> None:
@@ -251,235 +208,3 @@ def decode_sum(mean: np.ndarray, survivors: int, noise: str) -> np.ndarray:
     if scale == 1:
         return rounded.astype(np.int64)
     return rounded / scale
-
-
-def default_num_shares(clients: int) -> float:
-    """SecAgg+ ``num_shares`` as a fraction of the clients: ``min(n, max(7, n / 5)) / n``.
-
-    Each client secret-shares its keys with this many neighbours. All clients
-    for n <= 7; about a fifth beyond 35 clients (measured on a 2-core machine,
-    Ray simulation, 100 candidates, 50 clients: the four SecAgg+ stages take
-    3.4 s with 11 shares instead of 22 s with all-to-all sharing).
-    """
-    return min(clients, max(7, math.ceil(clients / 5))) / clients
-
-
-class ExactSumWorkflow(ScalableSecAggPlusWorkflow):
-    """SecAgg+ configured for exact integer sums, refusing to unmask too few survivors.
-
-    ``min_survivors`` is checked after the masked vectors are collected and
-    *before* the unmasking stage: if fewer clients contributed, the server never
-    learns their (under-noised) sum and :class:`TooFewSurvivorsError` is raised.
-    """
-
-    def __init__(
-        self,
-        *,
-        min_survivors: int,
-        num_shares: float,
-        reconstruction_threshold: float = 0.6,
-        timeout: float | None = None,
-        clipping_range: int = CLIPPING_RANGE,
-    ) -> None:
-        super().__init__(
-            num_shares,
-            reconstruction_threshold,
-            max_weight=MAX_WEIGHT,
-            clipping_range=float(clipping_range),
-            quantization_range=2 * clipping_range,
-            modulus_range=MODULUS_RANGE,
-            timeout=timeout,
-        )
-        self.min_survivors = min_survivors
-
-    def share_keys_stage(self, grid: Grid, context: LegacyContext, state: WorkflowState) -> bool:
-        """Flower's stage 1, then forget the clients that left before it ended.
-
-        Survivors add pairwise masks only with clients whose key shares reached
-        them, i.e. with clients that answered both stage 0 and stage 1. Flower
-        1.41 keeps every sampled client in ``sampled_node_ids`` and, in the unmask
-        stage, asks the survivors for key shares of a client lost in stage 0 or 1,
-        which they never received: every survivor fails and the round halts. A
-        client lost that early contributed no mask, so it is simply not part of
-        the sum; one lost later is unmasked as usual.
-        """
-        proceed = super().share_keys_stage(grid, context, state)
-        state.sampled_node_ids = set(state.active_node_ids)
-        return proceed
-
-    def unmask_stage(self, grid: Grid, context: LegacyContext, state: WorkflowState) -> bool:
-        """Check the survivor count, then unmask the sum (Flower's stage 3)."""
-        survivors = len(state.active_node_ids)
-        if survivors < self.min_survivors:
-            reasons = "; ".join(sorted({str(f) for f in state.failures}))[:2000]
-            raise TooFewSurvivorsError(
-                f"only {survivors} of {len(state.nid_to_neighbours)} clients submitted a "
-                f"masked vote vector, fewer than the {self.min_survivors} required by the "
-                f"dropout tolerance; the sum was not unmasked and nothing was released. "
-                f"Client failures: {reasons or 'none reported'}"
-            )
-        log(logging.INFO, "secure sum: %s clients contributed, unmasking", survivors)
-        return super().unmask_stage(grid, context, state)
-
-
-def secure_vote_mod(msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
-    """ClientApp mod: run SecAgg+ for secure messages, refuse plaintext vote requests.
-
-    TRAIN messages that carry SecAgg+ stage configs go through Flower's
-    ``secaggplus_mod``. Other TRAIN messages (e.g. FedAvg rounds) go straight to
-    the client, unless they ask for DP-Hype votes: those are refused, because the
-    reply would reveal this client's votes to the server in plaintext.
-    """
-    if msg.metadata.message_type != MessageType.TRAIN:
-        return call_next(msg, ctxt)
-    if RECORD_KEY_CONFIGS in msg.content.config_records:
-        return scalable_secaggplus_mod(msg, ctxt, call_next)
-    fit_config: Any = msg.content.config_records.get("fitins.config", {})
-    if fit_config.get(PHASE_KEY) == VOTE_PHASE:
-        raise PermissionError(
-            "refusing a DP-Hype vote request outside SecAgg+: the votes would reach "
-            "the server in plaintext"
-        )
-    return call_next(msg, ctxt)
-
-
-class SecureSumStrategy(Strategy):
-    """Legacy Flower strategy for one exact secure sum over exactly ``clients`` nodes.
-
-    ``configure_fit`` waits until ``clients`` nodes are connected and sends
-    ``fit_config`` to all of them; ``aggregate_fit`` (called by SecAgg+ with the
-    unmasked mean) checks the survivor count and decodes the exact sum into
-    :attr:`total`. Subclasses post-process it in :meth:`on_sum`. No model is
-    trained, no parameters are updated and nothing is evaluated.
-    """
-
-    def __init__(
-        self,
-        *,
-        clients: int,
-        size: int,
-        noise: str,
-        min_survivors: int,
-        fit_config: dict[str, Scalar],
-        connect_timeout: float = 600.0,
-    ) -> None:
-        check_clients(clients)
-        check_noise(noise)
-        if not 1 <= min_survivors <= clients:
-            raise ValueError(f"min_survivors must be in [1, {clients}], got {min_survivors}")
-        if size < 1:
-            raise ValueError(f"size must be >= 1, got {size}")
-        self.clients = clients
-        self.size = size
-        self.noise = noise
-        self.min_survivors = min_survivors
-        self.fit_config = dict(fit_config)
-        self.connect_timeout = check_positive("connect_timeout", connect_timeout)
-        self.total: np.ndarray | None = None
-        self.survivors: int = 0
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(clients={self.clients}, size={self.size}, noise={self.noise!r})"
-
-    def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
-        """Nothing to initialise: the clients send fresh vectors."""
-        return ndarrays_to_parameters([])
-
-    def configure_fit(
-        self, server_round: int, parameters: Parameters, client_manager: ClientManager
-    ) -> list[tuple[ClientProxy, FitIns]]:
-        """Wait for ``clients`` nodes and send every one of them the fit config."""
-        deadline = time.monotonic() + self.connect_timeout
-        while client_manager.num_available() < self.clients:
-            if time.monotonic() > deadline:
-                raise SecureSumError(
-                    f"only {client_manager.num_available()} of {self.clients} clients "
-                    f"connected within {self.connect_timeout:g} s; nothing was sent"
-                )
-            time.sleep(0.5)
-        proxies = client_manager.sample(num_clients=self.clients, min_num_clients=self.clients)
-        return [(proxy, FitIns(parameters, dict(self.fit_config))) for proxy in proxies]
-
-    def aggregate_fit(
-        self,
-        server_round: int,
-        results: list[tuple[ClientProxy, FitRes]],
-        failures: list[tuple[ClientProxy, FitRes] | BaseException],
-    ) -> tuple[Parameters | None, dict[str, Scalar]]:
-        """Decode the unmasked SecAgg+ mean of the survivors into the exact sum."""
-        survivors = len(results)
-        if survivors < self.min_survivors:
-            raise TooFewSurvivorsError(
-                f"only {survivors} of {self.clients} clients contributed, fewer than the "
-                f"{self.min_survivors} required; nothing released"
-            )
-        arrays = parameters_to_ndarrays(results[0][1].parameters)
-        if len(arrays) != 1 or arrays[0].shape != (self.size,):
-            shapes = [a.shape for a in arrays]
-            raise SecureSumError(
-                f"secure sum has shape {shapes}, expected one vector of length {self.size}: "
-                "a client sent a wrong-length vector; nothing released"
-            )
-        self.total = decode_sum(arrays[0], survivors, self.noise)
-        self.survivors = survivors
-        self.on_sum(self.total, survivors)
-        return None, {}
-
-    def on_sum(self, total: np.ndarray, survivors: int) -> None:
-        """Hook for subclasses: called once with the decoded sum."""
-
-    def configure_evaluate(
-        self, server_round: int, parameters: Parameters, client_manager: ClientManager
-    ) -> list[tuple[ClientProxy, EvaluateIns]]:
-        """No federated evaluation."""
-        return []
-
-    def aggregate_evaluate(
-        self,
-        server_round: int,
-        results: list[tuple[ClientProxy, EvaluateRes]],
-        failures: list[tuple[ClientProxy, EvaluateRes] | BaseException],
-    ) -> tuple[float | None, dict[str, Scalar]]:
-        """No federated evaluation."""
-        return None, {}
-
-    def evaluate(
-        self, server_round: int, parameters: Parameters
-    ) -> tuple[float, dict[str, Scalar]] | None:
-        """No centralised evaluation."""
-        return None
-
-
-def run_secure_sum(
-    grid: Grid,
-    context: Context,
-    strategy: SecureSumStrategy,
-    *,
-    num_shares: float | None = None,
-    reconstruction_threshold: float = 0.6,
-    timeout: float | None = None,
-) -> np.ndarray:
-    """Run one SecAgg+ round with ``strategy`` inside a ServerApp and return the exact sum.
-
-    ``num_shares`` defaults to :func:`default_num_shares`; ``timeout`` bounds each
-    SecAgg+ stage in seconds (None: wait for every reply, which suits simulation,
-    where a failed client is answered with an error, but hangs a deployment on a
-    SuperNode that disappears). Raises :class:`SecureSumError` if the protocol
-    halted before a sum was unmasked.
-    """
-    timeout = check_timeout("timeout", timeout)
-    workflow = ExactSumWorkflow(
-        min_survivors=strategy.min_survivors,
-        num_shares=num_shares if num_shares is not None else default_num_shares(strategy.clients),
-        reconstruction_threshold=reconstruction_threshold,
-        timeout=timeout,
-        clipping_range=clipping_range_for(strategy.clients),
-    )
-    legacy = LegacyContext(context, config=ServerConfig(num_rounds=1), strategy=strategy)
-    DefaultWorkflow(fit_workflow=workflow)(grid, legacy)
-    if strategy.total is None:
-        raise SecureSumError(
-            "secure aggregation halted before the sum was unmasked (too few clients "
-            "answered or too few key shares; see the log above); nothing was released"
-        )
-    return strategy.total

@@ -137,7 +137,7 @@ def create_shares_of(secrets: list[bytes], threshold: int, num: int) -> list[lis
         body = _unpack(_reduce(value, low), lanes)
         head = index.to_bytes(_INDEX_BYTES, "little")
         start = 0
-        for out, size in zip(shares, sizes):
+        for out, size in zip(shares, sizes, strict=True):
             out.append(head + body[start * _CHUNK : (start + size) * _CHUNK])
             start += size
     return shares
@@ -180,7 +180,7 @@ def combine_shares(shares: list[bytes], threshold: int) -> bytes:
     lanes = (size - _INDEX_BYTES) // _CHUNK
     indices = tuple(int.from_bytes(s[:_INDEX_BYTES], "little") for s in used)
     total = 0
-    for coefficient, share in zip(lagrange_at_zero(indices), used):
+    for coefficient, share in zip(lagrange_at_zero(indices), used, strict=True):
         body = share[_INDEX_BYTES:]
         total ^= _times(_pack([body[i : i + _CHUNK] for i in range(0, len(body), _CHUNK)]), coefficient)
     try:

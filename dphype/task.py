@@ -71,6 +71,15 @@ class TorchTask:
     num_threads: int | None = None
     maximize: bool = True
 
+    def check(self, candidates: Sequence[Mapping[str, Any]]) -> None:
+        """Refuse (``ValueError``, naming the key) candidates this task cannot train: a missing ``lr``, a key
+        training does not use, a negative or non-finite value. Looks at the public candidates only."""
+        import torch
+
+        from dphype.training import Hyperparameters
+
+        Hyperparameters.from_candidates(candidates, torch.device("cpu"))
+
     def score(
         self,
         candidates: Sequence[Mapping[str, Any]],
@@ -94,6 +103,32 @@ class TorchTask:
             progress=progress,
             with_loss=True,
         )
+
+    # ---- final training of the selected candidate (one model, e.g. FedAvg through Flower) ----
+    def initial_state(self, seed: int = 0) -> dict[str, Any]:
+        """The model's initial weights (a torch state dict) drawn with ``seed``: the global model's start."""
+        from dphype.training import initial_state
+
+        return initial_state(self.model, self.data, seed=seed, device=self.device)
+
+    def fit(self, candidate: Mapping[str, Any], state: Mapping[str, Any], *, epochs: int | None = None,
+            seed: int = 0) -> tuple[dict[str, Any], dict[str, float]]:
+        """One local update of the global weights ``state`` with ``candidate`` on all local data
+        (:func:`dphype.training.local_update`; ``epochs=None``: this task's ``epochs``); returns the new
+        weights and ``{"num-examples", "train-loss", "train-accuracy"}`` measured after the update."""
+        from dphype.training import evaluate_state, local_update
+
+        new = local_update(self.model, self.data, state, candidate, epochs=self.epochs if epochs is None else epochs,
+                           batch_size=self.batch_size, seed=seed, device=self.device)
+        acc, loss = evaluate_state(self.model, self.data, new, device=self.device)
+        return new, {"num-examples": len(self.data), "train-loss": loss, "train-accuracy": acc}
+
+    def evaluate(self, state: Mapping[str, Any]) -> dict[str, float]:
+        """``{"num-examples", "loss", "accuracy"}`` of the weights ``state`` on all local data."""
+        from dphype.training import evaluate_state
+
+        acc, loss = evaluate_state(self.model, self.data, state, device=self.device)
+        return {"num-examples": len(self.data), "loss": loss, "accuracy": acc}
 
 
 #: Local epochs per data set (Section V-B: 5, CIFAR-10: 10).

@@ -48,6 +48,8 @@ Progress = Callable[[int, int], None]
 
 #: Fraction of a client's data held out to score candidates (Section V-B).
 VALIDATION_FRACTION = 0.2
+#: The candidate keys training reads (all others are refused).
+HYPERPARAMETERS: tuple[str, ...] = ("lr", "momentum", "decay")
 
 
 @dataclass
@@ -60,13 +62,22 @@ class Hyperparameters:
 
     @classmethod
     def from_candidates(cls, candidates: Sequence[Mapping[str, Any]], device: torch.device) -> "Hyperparameters":
-        """Read ``lr``, ``momentum`` (default 0) and ``decay`` (default 1) from each candidate."""
+        """Read ``lr``, ``momentum`` (default 0) and ``decay`` (default 1) from each candidate.
+
+        Any other key is refused, naming it: training would ignore it, so candidates that differ only in
+        it would be scored identically.
+        """
         if len(candidates) == 0:
             raise ValueError("candidates must not be empty")
         values = []
         for i, cand in enumerate(candidates):
             if "lr" not in cand:
                 raise ValueError(f"candidates[{i}] must have the key 'lr', got keys {sorted(cand)}")
+            unused = sorted(set(cand) - set(HYPERPARAMETERS))
+            if unused:
+                raise ValueError(
+                    f"candidates[{i}] has key(s) {', '.join(map(repr, unused))} that batched SGD training does not "
+                    f"use (it reads only {', '.join(HYPERPARAMETERS)}); remove them or train with your own task")
             row = (cand["lr"], cand.get("momentum", 0.0), cand.get("decay", 1.0))
             for key, value in zip(("lr", "momentum", "decay"), row):
                 if not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
@@ -511,3 +522,50 @@ def fedavg(
                 )
             parts.append(global_models)
     return _concat(initial, parts)
+
+
+# --------------------------------------------------------------------------------------------------
+# one model: the final training of the selected candidate (FedAvg through Flower)
+
+
+def initial_state(model: ModelSpec, data: Dataset, *, seed: int, device: str | torch.device | None = None
+                  ) -> dict[str, torch.Tensor]:
+    """Initial weights (state dict) of the model for ``data``'s shape, drawn with ``seed``: FedAvg's start."""
+    dev = resolve_device(device)
+    with _seeded(seed, dev):
+        return {k: v.detach().clone() for k, v in _build(model, data, dev).state_dict().items()}
+
+
+def _loaded(model: ModelSpec, data: Dataset, state: Mapping[str, torch.Tensor], device: torch.device) -> nn.Module:
+    module = _build(model, data, device)
+    module.load_state_dict({k: torch.as_tensor(v) for k, v in state.items()})
+    return module
+
+
+def local_update(
+    model: ModelSpec,
+    data: Dataset,
+    state: Mapping[str, torch.Tensor],
+    candidate: Mapping[str, Any],
+    *,
+    epochs: int,
+    batch_size: int = 64,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+) -> dict[str, torch.Tensor]:
+    """FedAvg's local update of one client (the procedure of :func:`fedavg`): start from the global weights
+    ``state``, train on all of ``data`` with ``candidate`` (fresh momentum, StepLR from the candidate's ``lr``)
+    for ``epochs`` epochs, mini-batch order and dropout masks from ``seed``; returns the new weights."""
+    dev = resolve_device(device)
+    module = _loaded(model, data, state, dev)
+    trained = train_candidates(lambda: module, data, [candidate], epochs=epochs, batch_size=batch_size, seed=seed,
+                               device=dev)
+    return {k: v.detach().clone() for k, v in trained.unstack(0).state_dict().items()}
+
+
+def evaluate_state(model: ModelSpec, data: Dataset, state: Mapping[str, torch.Tensor], *,
+                   device: str | torch.device | None = None) -> tuple[float, float]:
+    """Accuracy and mean loss of the weights ``state`` on ``data`` (NaN for a diverged model)."""
+    dev = resolve_device(device)
+    acc, loss = validation_metrics(StackedModels.replicate(_loaded(model, data, state, dev), 1), data)
+    return float(acc[0]), float(loss[0])

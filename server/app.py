@@ -1,15 +1,15 @@
-"""The dphype ServerApp: DP-Hype selection over SecAgg+, then FedAvg with the winner.
+"""The bundled ServerApp: DP-Hype selects the hyperparameters, then Flower's FedAvg trains with them.
 
-One ``flwr run`` (or simulation) does both phases in a single ServerApp run:
+A worked example of the Message API end to end, in one ``@app.main()``:
 
-1. :func:`dphype.strategy.run_dphype` -- every client votes on the public
-   candidate list; one SecAgg+ round releases only the noisy vote sum; the argmax
-   is selected with a privacy report;
-2. :func:`server.fedavg.run_fedavg` -- FedAvg for ``fedavg-rounds`` rounds with
-   the selected hyperparameters, evaluated on the held-out test split.
+1. :class:`dphype.flower.DPHype` -- every client votes on the public candidate list; one SecAgg+ round
+   releases only the noisy vote sum; the argmax is selected with a privacy report;
+2. ``flwr.serverapp.strategy.FedAvg`` -- ``fedavg-rounds`` rounds with the selected candidate as the train
+   config; the global model is evaluated on the held-out test split after every round, and by a
+   ``fraction-evaluate`` share of the clients on their own data.
 
-The summary (selection, privacy report, test accuracy, timings) is logged as one
-JSON line prefixed ``DPHYPE_RESULT``.
+The summary (selection, privacy report, test accuracy, timings) is logged as one JSON line prefixed
+``DPHYPE_RESULT`` and, when the run config names a ``result-file``, written there.
 """
 
 from __future__ import annotations
@@ -17,87 +17,70 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, Callable
+from typing import Any
 
-from flwr.app import Context
+from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.common import log
-from flwr.serverapp import ServerApp
-from flwr.serverapp.grid import Grid
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAvg
 
-from dphype.candidates import load_candidates
-from dphype.strategy import run_dphype
+from dphype.flower import DPHype, train_config
+from dphype.models import MODEL_FOR_DATASET
+from dphype.task import TorchTask, load_cached
 from server.config import AppConfig
-from server.fedavg import run_fedavg
 
 #: Prefix of the log line that carries the run summary as JSON.
 RESULT_PREFIX = "DPHYPE_RESULT "
 
 
-def run_app(grid: Grid, context: Context, cfg: AppConfig) -> dict[str, Any]:
-    """DP-Hype selection then FedAvg; returns the run summary."""
-    from dphype.task import load_cached
-
-    candidates = load_candidates(cfg.candidates)
+def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
+    """DP-Hype selection, then FedAvg with the winner; returns the run summary."""
+    selection = DPHype(cfg.candidate_list(), cfg.dphype)  # checks everything before any client works
     start = time.perf_counter()
-    result = run_dphype(
-        grid,
-        context,
-        candidates,
-        **cfg.vote_parameters(),
-        timeout=cfg.round_timeout,
-        connect_timeout=cfg.connect_timeout,
-    )
+    result = selection.start(grid, timeout=cfg.round_timeout, connect_timeout=cfg.connect_timeout)
     selected_at = time.perf_counter()
-    log(logging.INFO, "DP-Hype selected candidate %d: %s", result.selected_index, result.selected)
-    test = load_cached(cfg.dataset)[1]
-    accuracy = run_fedavg(
+
+    test = TorchTask(load_cached(cfg.dataset)[1], MODEL_FOR_DATASET[cfg.dataset])  # central evaluation
+
+    def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        return MetricRecord(test.evaluate(arrays.to_torch_state_dict()))
+
+    survivors = result.report.survivors or cfg.dphype.clients  # only the vote's survivors are waited for
+    fedavg = FedAvg(fraction_evaluate=cfg.fraction_evaluate, min_train_nodes=survivors,
+                    min_evaluate_nodes=round(cfg.fraction_evaluate * survivors), min_available_nodes=survivors)
+    trained = fedavg.start(
         grid,
-        context,
-        dataset=cfg.dataset,
-        test=test,
-        candidate=result.selected,
-        # Clients that dropped out of the vote are not waited for (all that are
-        # still connected are sampled).
-        clients=result.report.survivors,
-        rounds=cfg.fedavg_rounds,
-        local_epochs=cfg.local_epochs,
-        seed=cfg.seed,
-        round_timeout=cfg.round_timeout,
+        initial_arrays=ArrayRecord(test.initial_state(cfg.seed)),
+        num_rounds=cfg.fedavg_rounds,
+        timeout=cfg.round_timeout,
+        train_config=train_config(result.selected, **{"local-epochs": cfg.local_epochs}),
+        evaluate_fn=evaluate,
     )
-    summary = result.to_dict()
-    summary.update(
-        epsilon=cfg.epsilon,
-        delta=cfg.delta,
-        k=cfg.k,
-        clients=cfg.clients,
-        num_candidates=len(candidates),
-        accuracy=accuracy,
-        selection_seconds=selected_at - start,
-        fedavg_seconds=time.perf_counter() - selected_at,
-    )
-    return summary
+    final = trained.evaluate_metrics_serverapp[cfg.fedavg_rounds]
+    return {
+        **result.to_dict(),
+        "epsilon": cfg.dphype.epsilon,
+        "delta": cfg.dphype.delta,
+        "k": cfg.dphype.k,
+        "clients": cfg.dphype.clients,
+        "num_candidates": len(selection.candidates),
+        "accuracy": float(final["accuracy"]),
+        "test_loss": float(final["loss"]),
+        "selection_seconds": selected_at - start,
+        "fedavg_seconds": time.perf_counter() - selected_at,
+    }
 
 
-def build_server_app(
-    config: AppConfig | None = None,
-    *,
-    on_result: Callable[[dict[str, Any]], None] | None = None,
-) -> ServerApp:
-    """The ServerApp; ``config=None`` reads the run config (``flwr run``).
-
-    ``on_result`` receives the summary (used by ``dphype demo`` to return it).
-    """
-    app = ServerApp()
-
-    @app.main()
-    def main(grid: Grid, context: Context) -> None:
-        cfg = config if config is not None else AppConfig.from_run_config(context.run_config)
-        summary = run_app(grid, context, cfg)
-        log(logging.INFO, "%s%s", RESULT_PREFIX, json.dumps(summary, sort_keys=True))
-        if on_result is not None:
-            on_result(summary)
-
-    return app
+app = ServerApp()
 
 
-app = build_server_app()
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Read and check the run config, select, train, report."""
+    cfg = AppConfig.from_run_config(context.run_config)
+    summary = run_app(grid, cfg)
+    line = json.dumps(summary, sort_keys=True)
+    log(logging.INFO, "%s%s", RESULT_PREFIX, line)
+    if cfg.result_file:
+        with open(cfg.result_file, "w", encoding="utf-8") as fh:
+            fh.write(line + "\n")

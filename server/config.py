@@ -1,86 +1,79 @@
-"""Run configuration of the dphype Flower apps (``[tool.flwr.app.config]`` in pyproject.toml).
+"""Run configuration of the bundled Flower app (``[tool.flwr.app.config]`` in pyproject.toml).
 
-Both the ServerApp and the ClientApp read the same run config; ``flwr run`` fills
-it from pyproject.toml plus ``--run-config`` overrides. Keys use dashes there
-(``fedavg-rounds``) and underscores here (``fedavg_rounds``).
+``flwr run`` fills the run config from pyproject.toml plus ``--run-config`` overrides; keys use dashes
+there (``fedavg-rounds``) and underscores here. The DP-Hype keys (epsilon, delta, k, clients, dropout,
+noise, accountant) form a :class:`dphype.config.DPHypeConfig`; the rest configure this app.
+Every key is validated here, on the server, before any client works; an unknown key is named.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
-from dphype.accounting import check_budget, check_int, check_positive
+from dphype.accounting import check_int, check_positive
+from dphype.candidates import CandidateList, load_candidates
+from dphype.config import RUN_CONFIG_KEYS, DPHypeConfig
+
+#: Data sets every node can load without a data directory (bundled, or Debian's Fashion-MNIST package).
+APP_DATASETS: tuple[str, ...] = ("adult", "mnist5k", "fashion-mnist")
 
 
 @dataclass(frozen=True)
 class AppConfig:
-    """Everything one DP-Hype + FedAvg run needs.
+    """Everything one run of the bundled app needs: DP-Hype's selection, then FedAvg with the winner.
 
-    ``clients`` is the number of SuperNodes that take part (DP-Hype calibrates each
-    client's noise share for it); ``accountant = "auto"`` picks the default for the
-    noise kind. ``connect_timeout`` bounds the wait (seconds) for ``clients`` nodes
-    to connect; ``round_timeout`` bounds each SecAgg+ stage and each FedAvg round,
-    so a vanished SuperNode counts as dropped out instead of stalling the run.
+    ``dataset``: one of :data:`APP_DATASETS`. ``candidates``: a candidate spec
+    (:func:`dphype.candidates.load_candidates`).
+    ``connect_timeout`` bounds the wait (seconds) for ``clients`` nodes to connect; ``round_timeout`` bounds
+    the pre-flight, each SecAgg+ stage and each FedAvg round, so a vanished SuperNode counts as dropped out
+    instead of stalling the run. ``fraction_evaluate``: the share of nodes that evaluate the global model on
+    their own data after each FedAvg round (0: only the server's evaluation on the test split).
+    ``result_file``: where the ServerApp also writes its summary as JSON (empty: nowhere).
     """
 
-    dataset: str
-    epsilon: float
-    delta: float
-    k: int
-    dropout: float
-    noise: str
-    accountant: str
-    candidates: str
-    seed: int
-    fedavg_rounds: int
-    local_epochs: int
-    clients: int
+    dphype: DPHypeConfig
+    dataset: str = "adult"
+    candidates: str = "table3"
+    seed: int = 0
+    fedavg_rounds: int = 5
+    local_epochs: int = 5
+    fraction_evaluate: float = 1.0
     connect_timeout: float = 600.0
     round_timeout: float = 1800.0
+    result_file: str = ""
 
     def __post_init__(self) -> None:
-        check_budget(self.epsilon, self.delta, self.k, clients=self.clients, dropout=self.dropout)
+        if self.dataset not in APP_DATASETS:
+            raise ValueError(f"dataset must be one of {', '.join(APP_DATASETS)}, got {self.dataset!r}")
+        check_int("seed", self.seed, 0)
         for name in ("fedavg_rounds", "local_epochs"):
             check_int(name.replace("_", "-"), getattr(self, name), 1)
         for name in ("connect_timeout", "round_timeout"):
             check_positive(name.replace("_", "-"), getattr(self, name))
+        if isinstance(self.fraction_evaluate, bool) or not 0.0 <= self.fraction_evaluate <= 1.0:
+            raise ValueError(f"fraction-evaluate must be a number in [0, 1], got {self.fraction_evaluate!r}")
+        self.candidate_list()  # a bad spec is refused here, before any client works
 
-    @property
-    def accountant_or_default(self) -> str | None:
-        """The accountant, or None (default for the noise kind) for ``"auto"``."""
-        return None if self.accountant == "auto" else self.accountant
-
-    def vote_parameters(self) -> dict[str, Any]:
-        """Keyword arguments of :func:`dphype.strategy.run_dphype` / ``make_vote_request`` for this run."""
-        return {
-            "epsilon": self.epsilon,
-            "delta": self.delta,
-            "k": self.k,
-            "clients": self.clients,
-            "dropout": self.dropout,
-            "noise": self.noise,
-            "accountant": self.accountant_or_default,
-        }
+    def candidate_list(self) -> CandidateList:
+        """The public candidate list of this run."""
+        return load_candidates(self.candidates)
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> AppConfig:
-        """Parse a Flower run config; unknown keys are refused, and every field without a
-        default (all but the timeouts) must be present."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        given = {key.replace("-", "_"): value for key, value in run_config.items()}
-        unknown = sorted(set(given) - set(fields))
+        """Parse a Flower run config; unknown keys are refused by name."""
+        own = {f.name.replace("_", "-"): f for f in dataclasses.fields(cls) if f.name != "dphype"}
+        unknown = sorted(set(run_config) - set(own) - set(RUN_CONFIG_KEYS.values()))
         if unknown:
-            raise ValueError(f"unknown run-config keys: {', '.join(unknown)}")
-        required = {n for n, f in fields.items() if f.default is dataclasses.MISSING}
-        missing = sorted(required - set(given))
-        if missing:
-            raise ValueError(f"run config is missing: {', '.join(m.replace('_', '-') for m in missing)}")
+            raise ValueError(f"unknown run-config keys: {', '.join(unknown)} (known: "
+                             f"{', '.join(sorted([*own, *RUN_CONFIG_KEYS.values()]))})")
         values: dict[str, Any] = {}
-        for name, value in given.items():
-            kind = fields[name].type
-            if kind == "float" and isinstance(value, int) and not isinstance(value, bool):
-                value = float(value)  # "epsilon=1" on the command line arrives as an int
-            values[name] = value
-        return cls(**values)
+        for key, field in own.items():
+            if key in run_config:
+                value = run_config[key]
+                if field.type == "float" and isinstance(value, int) and not isinstance(value, bool):
+                    value = float(value)  # "round-timeout=60" on the command line arrives as an int
+                values[field.name] = value
+        return cls(dphype=DPHypeConfig.from_run_config(run_config), **values)

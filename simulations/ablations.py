@@ -6,7 +6,9 @@ FedAvg test accuracy of every candidate, cached per configuration), so only the 
 * **DP-Hype**: top-k votes (:func:`dphype.voting.top_k_votes`), L2 sensitivity ``sqrt(2k)``.
 * **Raw scores** (App. F): every client releases its local accuracies themselves
   (:func:`dphype.voting.raw_score_votes`), L2 sensitivity ``sqrt(p)`` (``calibrate(raw_scores=True)``).
-  A diverged candidate (NaN local score) is reported as accuracy 0.
+  A diverged candidate (NaN local score) is reported as accuracy 0. Real-valued reports take Gaussian
+  noise whatever ``--noise`` says (which sets the integer releases' noise), calibrated with the same
+  accountant.
 * **Subsets** (App. H): each run assigns the clients uniformly at random to ``p`` groups of (nearly)
   equal size, one candidate per group; each client reports only its score of its group's candidate; the
   server divides each noisy group sum by the (public) group size and picks the best noisy mean. Replacing
@@ -29,6 +31,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from dphype.accounting import resolve_accountant
+from dphype.protocol import replay_releases
 from simulations import harness, tradeoff
 
 METHODS: tuple[str, ...] = ("DP-Hype", "Raw scores", "Subsets", "Feathers (corrected)")
@@ -109,8 +113,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     candidates = harness.candidates_from_args(args)
     release = tradeoff.release_settings(args, len(candidates))
-    if release["noise"] != "gaussian" and ("Raw scores" in args.methods or "Feathers (corrected)" in args.methods):
-        raise ValueError("noise must be 'gaussian' for the raw-score and Feathers ablations (real-valued reports)")
     scale = harness.Scale.from_args(args)
     feds = harness.federations_from_args(args)
     cache = harness.cache_from_args(args)
@@ -158,19 +160,21 @@ def _picks(method: str, eps: float, release: dict[str, Any], fed: harness.Federa
            raw: np.ndarray, scores: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, float]:
     """The candidates ``method`` selects in ``release['repetitions']`` runs, and the noise std it used."""
     p, reps = scores.shape[1], release["repetitions"]
-    noise = {"clients": fed.clients, "repetitions": reps, "rng": rng, "kind": release["noise"],
+    noise = {"clients": fed.clients, "repetitions": reps, "rng": rng, "noise": release["noise"],
              "per_client": release["per_client"]}
     calib = {"num_candidates": p, "accountant": release["accountant"], "noise": release["noise"]}
     if method == "DP-Hype":
         sigma = harness.sigma_for(eps, release["delta"], release["k"], **calib)
-        return harness.select_rows(harness.noisy_sums(top_k, sigma=sigma, **noise)), sigma
+        return harness.select_rows(replay_releases(top_k, sigma=sigma, **noise)), sigma
     if method == "Raw scores":
-        sigma = harness.sigma_for(eps, release["delta"], 1, raw_scores=True, **calib)
-        return harness.select_rows(harness.noisy_sums(raw, sigma=sigma, **noise)), sigma
+        # real-valued reports need Gaussian noise, accounted like the integer releases (same accountant)
+        real = {**calib, "noise": "gaussian", "accountant": resolve_accountant(release["accountant"], release["noise"])}
+        sigma = harness.sigma_for(eps, release["delta"], 1, raw_scores=True, **real)
+        return harness.select_rows(replay_releases(raw, sigma=sigma, **{**noise, "noise": "gaussian"})), sigma
     if method == "Subsets":
         sigma = harness.sigma_for(eps, release["delta"], 1, **calib)  # L2 = sqrt(2) = top-1 votes
         sums, sizes = subsets_sums(scores, reps, rng)
-        noisy = harness.noisy_sums(sums, sigma=sigma, **noise)
+        noisy = replay_releases(sums, sigma=sigma, **noise)
         means = np.where(sizes > 0, noisy / np.maximum(sizes, 1.0), -np.inf)
         return np.argmax(means, axis=1), sigma
     sigma = feathers_sigma(eps, release["delta"])

@@ -1,10 +1,10 @@
 """One DP-Hype release through the real Flower path (SecAgg+), for the studies' ``--flower`` checks and Table IV.
 
 The replays of :mod:`simulations.harness` reproduce the release's distribution without Flower. This module
-runs a configuration once end to end instead: FLOWER's :func:`dphype.strategy.run_dphype` in a ServerApp,
-one :class:`dphype.client.DPHypeClient` per simulated node (top-k votes, its own noise share, encoding),
-:func:`dphype.secure_sum.secure_vote_mod` (SecAgg+ client side), all inside
-``flwr.simulation.run_simulation``. Each client's task returns scores that were already computed by the
+runs a configuration once end to end instead: :class:`dphype.flower.DPHype` in a ServerApp and
+:func:`dphype.flower.register_dphype` in every simulated node's ClientApp (pre-flight, top-k votes, its own
+noise share, encoding, SecAgg+), all inside ``flwr.simulation.run_simulation`` (deprecated by Flower in favour
+of ``flwr run``, but the only in-process simulation entry point for a benchmark that builds its apps in code). Each client's task returns scores that were already computed by the
 real task (:class:`dphype.task.FixedScoresTask`), so the run measures and exercises the voting round itself.
 
 With ``count_bytes=True`` a client mod adds up the serialized size of every message each node receives
@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+
+from simulations import harness
 
 
 def _byte_counter(folder: str) -> Callable[..., Any]:
@@ -93,43 +95,43 @@ class _PeakMemory:
 def vote_through_flower(
     scores: np.ndarray,
     candidates: Any,
+    config: Any,
     *,
-    epsilon: float,
-    delta: float,
-    k: int,
     maximize: bool = True,
-    noise: str = "skellam",
-    accountant: str | None = None,
     num_shares: float | None = None,
-    reconstruction_threshold: float = 0.6,
+    reconstruction_threshold: float | None = None,
+    corrupt_fraction: float | None = None,
     count_bytes: bool = False,
 ) -> dict[str, Any]:
-    """Run DP-Hype once over Flower + SecAgg+ with ``n = len(scores)`` simulated clients.
+    """Run DP-Hype once over Flower + SecAgg+ with ``config.clients = len(scores)`` simulated clients.
 
-    Returns the selected index, the voting round's wall time measured inside the ServerApp
-    (``round_seconds``), the whole simulation's wall time (Ray start-up included) and, with
-    ``count_bytes``, the mean per-client upload / download payload in bytes.
+    ``config`` is a :class:`dphype.config.DPHypeConfig`. Returns the selected index, the selection's wall
+    time measured inside the ServerApp (``round_seconds``: pre-flight and the SecAgg+ round), the whole
+    simulation's wall time (Ray start-up included) and, with ``count_bytes``, the mean per-client upload /
+    download payload in bytes.
     """
     import flwr
     from flwr.app import Context
+    from flwr.clientapp import ClientApp
     from flwr.serverapp import Grid, ServerApp
     from flwr.simulation import run_simulation
 
-    from dphype.client import make_client_app
-    from dphype.strategy import run_dphype
+    from dphype.flower import DPHype, register_dphype
     from dphype.task import FixedScoresTask
 
     scores = np.asarray(scores, dtype=np.float64)
-    clients = scores.shape[0]
+    if config.clients != scores.shape[0]:
+        raise ValueError(f"config.clients must equal the number of score rows {scores.shape[0]}, got {config.clients}")
+    extra = {} if corrupt_fraction is None else {"corrupt_fraction": corrupt_fraction}
+    selection = DPHype(candidates, config, num_shares=num_shares, reconstruction_threshold=reconstruction_threshold,
+                       **extra)
     results: list[dict[str, Any]] = []
     server = ServerApp()
 
     @server.main()
     def main(grid: Grid, context: Context) -> None:
         start = time.perf_counter()
-        result = run_dphype(grid, context, candidates, epsilon=epsilon, delta=delta, k=k, clients=clients,
-                            noise=noise, accountant=accountant, num_shares=num_shares,
-                            reconstruction_threshold=reconstruction_threshold)
+        result = selection.start(grid)
         results.append({"selected_index": result.selected_index, "round_seconds": time.perf_counter() - start,
                         "privacy": result.report.to_dict()})
 
@@ -137,16 +139,15 @@ def vote_through_flower(
         return FixedScoresTask(scores[int(context.node_config["partition-id"])], maximize)
 
     with tempfile.TemporaryDirectory() as folder:
-        client_app = make_client_app(task_fn, candidates, mods=[_byte_counter(folder)] if count_bytes else [])
+        client_app = register_dphype(ClientApp(mods=[_byte_counter(folder)] if count_bytes else []), task_fn)
         start = time.perf_counter()
         with _PeakMemory() as memory:
-            run_simulation(server_app=server, client_app=client_app,
-                           num_supernodes=clients,
+            run_simulation(server_app=server, client_app=client_app, num_supernodes=config.clients,
                            backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
         wall = time.perf_counter() - start
         if not results:
             raise RuntimeError("the Flower simulation ended without a DP-Hype result")
-        out: dict[str, Any] = {**results[0], "clients": clients, "simulation_seconds": wall,
+        out: dict[str, Any] = {**results[0], "clients": config.clients, "simulation_seconds": wall,
                                "peak_memory_mb": memory.peak_kb / 1024, "flwr_version": flwr.__version__}
         if count_bytes:
             received, sent = [], []
@@ -160,20 +161,17 @@ def vote_through_flower(
     return out
 
 
-def replay_picks(scores: np.ndarray, *, k: int, epsilon: float, delta: float, maximize: bool = True,
-                 noise: str = "skellam", accountant: str | None = None, repetitions: int = 2000,
+def replay_picks(scores: np.ndarray, config: Any, *, maximize: bool = True, repetitions: int = 2000,
                  seed: int = 0) -> np.ndarray:
-    """How often the harness's replay picks each candidate for the same clients' scores and release.
+    """How often the replay picks each candidate for the same clients' scores and release (``config``, a
+    :class:`dphype.config.DPHypeConfig`): the reference distribution a single Flower run is compared with."""
+    from dphype.protocol import replay_releases
 
-    The reference distribution a single Flower run is compared with (same votes, same calibration;
-    Flower's defaults: Skellam noise, RDP accountant).
-    """
-    from simulations import harness
-
-    votes = harness.client_votes(scores, k, maximize=maximize).sum(axis=0)
-    sigma = harness.sigma_for(epsilon, delta, k, num_candidates=scores.shape[1], accountant=accountant, noise=noise)
-    noisy = harness.noisy_sums(votes, sigma=sigma, clients=scores.shape[0], repetitions=repetitions,
-                               rng=np.random.default_rng(seed), kind=noise)
+    votes = harness.client_votes(scores, config.k, maximize=maximize).sum(axis=0)
+    sigma = harness.sigma_for(config.epsilon, config.delta, config.k, num_candidates=scores.shape[1],
+                              accountant=config.accountant, noise=config.noise)
+    noisy = replay_releases(votes, sigma=sigma, clients=scores.shape[0], repetitions=repetitions,
+                            rng=np.random.default_rng(seed), noise=config.noise)
     return np.bincount(harness.select_rows(noisy), minlength=scores.shape[1]) / repetitions
 
 
@@ -181,9 +179,12 @@ def flower_check(fed: Any, candidates: Any, scores: np.ndarray, accuracy: np.nda
                  delta: float) -> dict[str, Any]:
     """The ``--flower`` record of a data-driven study: one real release on the study's cached local scores,
     with the replay's probability of the same pick and the replay's expected accuracy for comparison."""
+    from dphype.config import DPHypeConfig
+
     eps = epsilon if np.isfinite(epsilon) else 1e6  # Flower needs a finite budget; 1e6 ~ no noise
-    out = vote_through_flower(scores, candidates, epsilon=eps, delta=delta, k=k, maximize=True)
-    picks = replay_picks(scores, k=k, epsilon=eps, delta=delta)
+    config = DPHypeConfig(epsilon=eps, delta=delta, k=k, clients=scores.shape[0])
+    out = vote_through_flower(scores, candidates, config, maximize=True)
+    picks = replay_picks(scores, config)
     out.update({"dataset": fed.dataset, "clients": fed.clients, "partition": fed.label, "epsilon": eps,
                 "selected": candidates[out["selected_index"]],
                 "selected_accuracy": float(accuracy[out["selected_index"]]),

@@ -5,10 +5,9 @@ The studies replay DP-Hype's release many times without re-running local trainin
 1. every client's vote vector is computed ONCE through the real client code path
    (:meth:`dphype.task.Task.score` -> :func:`dphype.voting.top_k_votes` or
    :func:`dphype.voting.raw_score_votes`), see :func:`client_scores` and :func:`client_votes`;
-2. the noisy sum is then drawn ``repetitions`` times, either one :func:`dphype.noise.noise_share` per
-   client summed over the clients (``per_client=True``, literally what secure aggregation adds up) or
-   one :func:`dphype.noise.summed_noise` draw carrying the total variance of all shares (:func:`total_noise`),
-   which has the same distribution (sums of Gaussians are Gaussian, sums of Skellams are Skellam);
+2. the noisy sum is then drawn ``repetitions`` times by the protocol's one replay,
+   :func:`dphype.protocol.replay_releases` (one noise share per client summed, ``per_client=True``, or one
+   draw carrying the total variance of all shares, which has the same distribution);
 3. the server's rule :func:`dphype.voting.select` is applied to every replay (:func:`select_rows`).
 
 Because the votes are deterministic given the local data, the distribution of the selected candidate is
@@ -38,7 +37,7 @@ from dphype.accounting import (  # re-exported for the studies
     check_noise,
     check_positive,
 )
-from dphype.noise import noise_share, summed_noise
+from dphype.cli import add_candidates_argument, add_noise_arguments  # noqa: F401 (re-exported for the studies)
 from dphype.plotting import pyplot, save_figure  # pyplot re-exported for the studies
 from dphype.voting import primary_scores, raw_score_votes, top_k_votes
 
@@ -68,68 +67,6 @@ def sigma_for(
         epsilon, delta, k, num_candidates=num_candidates, accountant=accountant, noise=noise, raw_scores=raw_scores
     )
     return release.sigma
-
-
-def total_noise(
-    size: int | tuple[int, ...],
-    *,
-    sigma: float,
-    clients: int,
-    dropout: float = 0.0,
-    kind: str = "gaussian",
-    rng: np.random.Generator,
-) -> np.ndarray:
-    """The sum of all ``clients`` noise shares, drawn at once by :func:`dphype.noise.summed_noise`.
-
-    Every client adds a share of variance ``v = sigma^2 / ((1 - xi) n)`` (Appendix A); with all ``n``
-    clients present the released noise has variance ``n v`` and is Gaussian (resp. Skellam with
-    ``mu = n v / 2``) again, which is what ``summed_noise`` samples with ``survivors = clients``.
-    :func:`client_noise_sum` is the literal sum; ``tests/test_bench_harness.py`` checks that both agree.
-    """
-    return summed_noise(size, sigma=sigma, clients=clients, dropout=dropout, survivors=check_clients(clients),
-                        kind=kind, rng=rng)
-
-
-def client_noise_sum(
-    size: int | tuple[int, ...],
-    *,
-    sigma: float,
-    clients: int,
-    dropout: float = 0.0,
-    kind: str = "gaussian",
-    rng: np.random.Generator,
-) -> np.ndarray:
-    """Literal secure-sum noise: one :func:`dphype.noise.noise_share` per client, added up."""
-    total: np.ndarray | None = None
-    for _ in range(check_clients(clients)):
-        share = noise_share(size, sigma=sigma, clients=clients, dropout=dropout, kind=kind, rng=rng)
-        total = share if total is None else total + share
-    assert total is not None
-    return total
-
-
-def noisy_sums(
-    vote_sum: np.ndarray,
-    *,
-    sigma: float,
-    clients: int,
-    repetitions: int,
-    rng: np.random.Generator,
-    dropout: float = 0.0,
-    kind: str = "gaussian",
-    per_client: bool = False,
-) -> np.ndarray:
-    """``repetitions`` independent noisy releases of ``vote_sum`` (shape ``(p,)`` or ``(repetitions, p)``).
-
-    ``sigma == 0`` (epsilon = inf) returns the noiseless sum. Returns float64 of shape ``(repetitions, p)``.
-    """
-    votes = np.asarray(vote_sum, dtype=np.float64)
-    shape = (repetitions, votes.shape[-1])
-    out = np.broadcast_to(votes, shape).astype(np.float64, copy=True)
-    if sigma > 0:
-        draw = client_noise_sum if per_client else total_noise
-        out += draw(shape, sigma=sigma, clients=clients, dropout=dropout, kind=kind, rng=rng)
-    return out
 
 
 def select_rows(noisy: np.ndarray) -> np.ndarray:
@@ -404,9 +341,7 @@ def add_federation_arguments(parser: argparse.ArgumentParser, *, clients: Sequen
     parser.add_argument("--betas", type=parse_partition, nargs="+", default=[parse_partition(p) for p in partitions],
                         metavar="PARTITION",
                         help=f"'iid' and/or Dirichlet betas (default {' '.join(partitions)})")
-    parser.add_argument("--candidates", default="table3",
-                        help="'table3' (100, default), an integer N (random N of Table III), "
-                             "'table3:random:N:SEED' or a .json list")
+    add_candidates_argument(parser)
     parser.add_argument("--epochs", type=int, default=None,
                         help="local epochs of each client's evaluation (default: the paper's, 5; CIFAR-10 10)")
     parser.add_argument("--rounds", type=int, default=5, help="FedAvg rounds for the ground truth (default 5)")
@@ -417,13 +352,10 @@ def add_federation_arguments(parser: argparse.ArgumentParser, *, clients: Sequen
 
 
 def candidates_from_args(args: argparse.Namespace) -> Any:
-    """The candidate list of ``--candidates`` (an integer N means a seeded random N of Table III)."""
+    """The candidate list of ``--candidates`` (:func:`dphype.candidates.load_candidates`)."""
     from dphype.candidates import load_candidates
 
-    spec = str(args.candidates)
-    if spec.isdigit():
-        spec = f"table3:random:{int(spec)}:{args.seed}"
-    return load_candidates(spec)
+    return load_candidates(str(args.candidates))
 
 
 def federations_from_args(args: argparse.Namespace) -> list[Federation]:

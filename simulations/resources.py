@@ -10,7 +10,7 @@
   with a 100-entry vote vector and ``n`` clients; per-client upload/download payload, the round's wall
   time (inside the ServerApp), the whole simulation's wall time (Ray start-up included) and the peak
   resident memory of the simulation's processes. ``--secagg secure`` (default) uses the product's secure
-  SecAgg+ graph (:func:`dphype.secagg_params.secure_parameters` for ``--dropout`` and ``--corrupt-fraction``);
+  SecAgg+ graph (:func:`dphype.secagg_params.secure_parameters` for ``--dropout``);
   ``--secagg paper`` the paper's settings (shares ``0.3 n``, threshold = number of shares). Scores are
   random (the round does not depend on them). ``time_exponent`` is the least-squares slope of
   ``log(round seconds)`` against ``log(n)`` over the voting rounds (plotted in ``resources_scaling.png``).
@@ -100,24 +100,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--secagg", choices=("secure", "paper"), default="secure",
                         help="SecAgg+ graph: secure (default; dphype.secagg_params) or paper (shares 0.3 n, all needed)")
     parser.add_argument("--dropout", type=float, default=0.0, help="tolerated dropout xi (default 0)")
-    parser.add_argument("--corrupt-fraction", type=float, default=None,
-                        help="clients assumed to collude with the server, for --secagg secure (default 1/3)")
     parser.add_argument("--skip-local", action="store_true", help="only the voting round")
     parser.add_argument("--skip-voting", action="store_true", help="only the local evaluation")
 
 
-def secagg_arguments(clients: int, secagg: str, dropout: float, corrupt_fraction: float | None) -> dict[str, Any]:
-    """``num_shares`` and ``reconstruction_threshold`` for the voting round, with the graph's bounds."""
+def secagg_arguments(clients: int, secagg: str, dropout: float) -> dict[str, Any]:
+    """``num_shares`` and ``reconstruction_threshold`` for the voting round, with the graph's bounds
+    (a third of the clients colluding with the server, :data:`dphype.secagg_params.CORRUPT_FRACTION`)."""
     from dphype import secagg_params as sp
 
-    gamma = sp.CORRUPT_FRACTION if corrupt_fraction is None else corrupt_fraction
     if secagg == "secure":
-        chosen = sp.secure_parameters(clients, dropout=dropout, corrupt_fraction=gamma)
-    else:
+        chosen = sp.secure_parameters(clients, dropout=dropout)
+        passed, gamma = chosen.flower_arguments(), chosen.corrupt_fraction
+    else:  # Flower's fractions; the paper's graph is secure only against no colluding client at small n
         chosen = sp.bounds(clients, *sp.flower_graph(clients, sp.PAPER_NUM_SHARES, sp.PAPER_THRESHOLD),
-                           dropout=dropout, corrupt_fraction=gamma)
-    return {"num_shares": chosen.num_shares, "reconstruction_threshold": chosen.threshold,
-            "log2_insecure": chosen.log2_insecure, "log2_failure": chosen.log2_failure}
+                           dropout=dropout, corrupt_fraction=sp.CORRUPT_FRACTION)
+        passed = {"num_shares": sp.PAPER_NUM_SHARES, "reconstruction_threshold": sp.PAPER_THRESHOLD}
+        gamma = 0.0
+    return {"num_shares": chosen.num_shares, "reconstruction_threshold": chosen.threshold, "arguments": passed,
+            "corrupt_fraction": gamma, "log2_insecure": chosen.log2_insecure, "log2_failure": chosen.log2_failure}
 
 
 def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
@@ -130,7 +131,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     for n in args.vote_clients:
         if not 2 <= n <= MAX_CLIENTS:
             raise ValueError(f"vote client count must be in [2, {MAX_CLIENTS}], got {n}")
-    graphs = {n: secagg_arguments(n, args.secagg, args.dropout, args.corrupt_fraction) for n in args.vote_clients}
+    graphs = {n: secagg_arguments(n, args.secagg, args.dropout) for n in args.vote_clients}
     feds = [] if args.skip_local else [harness.Federation(d, n, None, args.seed, args.data_dir)
                                        for d in args.datasets for n in args.clients]
     harness.validate_federations(feds)
@@ -148,15 +149,16 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                          "num_shares": "", "reconstruction_threshold": ""})
             bar.update(1)
         if not args.skip_voting:
+            from dphype.config import DPHypeConfig
             from simulations.flower import vote_through_flower
 
             for n in args.vote_clients:
                 for rep in range(vote_reps):
                     scores = np.random.default_rng([args.seed, n, rep]).random((n, len(candidates)))
                     graph = graphs[n]
-                    v = vote_through_flower(scores, candidates, epsilon=1.0, delta=1e-5, k=5, count_bytes=True,
-                                            num_shares=graph["num_shares"],
-                                            reconstruction_threshold=graph["reconstruction_threshold"])
+                    config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=5, clients=n, dropout=args.dropout)
+                    v = vote_through_flower(scores, candidates, config, count_bytes=True,
+                                            corrupt_fraction=graph["corrupt_fraction"], **graph["arguments"])
                     rows.append({"part": "voting round", "dataset": "", "clients": n, "candidates": len(candidates),
                                  "epochs": "", "seconds": v["round_seconds"], "memory_mb": "", "memory_kind": "",
                                  "rows_per_client": "", "upload_kb": v["upload_bytes_per_client"] / 1000,

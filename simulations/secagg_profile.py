@@ -7,8 +7,8 @@ the simulation runtime's. Each client sends a 100-entry integer vector; the sum 
 ``--variant flower`` runs Flower 1.41's stock ``SecAggPlusWorkflow`` and ``secaggplus_mod`` (the "before"),
 ``--variant dphype`` the product's path (:class:`dphype.secure_sum.ExactSumWorkflow` on
 :mod:`dphype.flower.secagg_fast`). ``--params`` picks the graph: ``secure`` (:func:`dphype.secagg_params.
-secure_parameters` for ``--dropout`` and ``--corrupt-fraction``), ``paper`` (shares 0.3 n, threshold all
-shares) or ``legacy`` (the former default: shares ``max(7, n/5)``, threshold 0.6).
+secure_parameters` for ``--dropout`` and ``--corrupt-fraction``) or ``paper`` (shares 0.3 n, threshold all
+shares).
 
 The breakdown wraps the crypto and serialization functions the two paths call (in this process only, for
 the duration of the round) and adds up their wall time: Shamir sharing and reconstruction, key agreement
@@ -34,7 +34,7 @@ import numpy as np
 from simulations import harness
 
 VARIANTS = ("flower", "dphype")
-PARAMS = ("secure", "paper", "legacy")
+PARAMS = ("secure", "paper")
 SIZE = 100
 
 #: component -> (module, function names) wrapped to time that component, per variant.
@@ -87,60 +87,49 @@ def _timed(totals: dict[str, float], label: str, owner: Any, name: str) -> Itera
 def graph(clients: int, params: str, dropout: float, corrupt_fraction: float) -> tuple[int | float, int | float]:
     """Flower's ``(num_shares, reconstruction_threshold)`` for ``--params``."""
     from dphype import secagg_params
-    from dphype.secure_sum import default_num_shares
 
     if params == "secure":
         chosen = secagg_params.secure_parameters(clients, dropout=dropout, corrupt_fraction=corrupt_fraction)
         return chosen.num_shares, chosen.threshold
-    if params == "paper":
-        return secagg_params.PAPER_NUM_SHARES, secagg_params.PAPER_THRESHOLD
-    return default_num_shares(clients), 0.6
+    return secagg_params.PAPER_NUM_SHARES, secagg_params.PAPER_THRESHOLD
 
 
-def profile_round(clients: int, *, variant: str, num_shares: float, threshold: float,
-                  seed: int = 0) -> dict[str, Any]:
-    """One in-process SecAgg+ round of ``clients`` 100-entry vectors: wall time, components, sizes."""
-    from flwr.app import Context, RecordDict
-    from flwr.client import NumPyClient
+def vector_app(vectors: np.ndarray) -> Any:
+    """A ClientApp whose node with partition-id i answers the vote round with ``vectors[i]``."""
     from flwr.clientapp import ClientApp
-    from flwr.common.serde import recorddict_to_proto
-    from flwr.server import ServerConfig
-    from flwr.server.compat.legacy_context import LegacyContext
-    from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
 
     from dphype import secure_sum as ss
+    from dphype.flower.secagg import secure_vote_reply
+
+    app = ClientApp()
+
+    @app.train("dphype")
+    def vote(msg: Any, context: Any) -> Any:
+        pid = int(context.node_config["partition-id"])
+        return secure_vote_reply(msg, context, lambda config: ss.encode(vectors[pid], "skellam"))
+
+    return app
+
+
+def profile_round(clients: int, *, variant: str, num_shares: float, threshold: float, corrupt_fraction: float,
+                  seed: int = 0) -> dict[str, Any]:
+    """One in-process SecAgg+ round of ``clients`` 100-entry vectors: wall time, components, sizes.
+
+    ``variant="flower"`` swaps Flower's own client mod and unmask stage back into the adapter for the round.
+    """
+    from flwr.common.serde import recorddict_to_proto
+    from flwr.server.workflow import SecAggPlusWorkflow
+
+    from dphype.flower import secagg
     from dphype.flower.secagg_fast import ScalableSecAggPlusWorkflow
     from tests.local_grid import LocalGrid  # the in-process grid of the protocol tests
 
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
     vectors = np.random.default_rng([seed, clients]).integers(-50, 51, size=(clients, SIZE))
-
-    class VectorClient(NumPyClient):
-        def __init__(self, pid: int) -> None:
-            self.pid = pid
-
-        def fit(self, parameters: Any, config: Any) -> Any:
-            return [ss.encode(vectors[self.pid], "skellam")], 1, {}
-
+    grid = LocalGrid(vector_app(vectors), clients)
     flower_mod = importlib.import_module(_FLOWER_MOD)
-    mod = flower_mod.secaggplus_mod if variant == "flower" else ss.secure_vote_mod
-    app = ClientApp(client_fn=lambda ctx: VectorClient(int(ctx.node_config["partition-id"])).to_client(), mods=[mod])
-    grid = LocalGrid(app, clients)
-    strategy = ss.SecureSumStrategy(clients=clients, size=SIZE, noise="skellam", min_survivors=clients,
-                                    fit_config={ss.PHASE_KEY: ss.VOTE_PHASE})
-    clip = ss.clipping_range_for(clients)
-    kwargs = {"max_weight": ss.MAX_WEIGHT, "clipping_range": float(clip), "quantization_range": 2 * clip,
-                  "modulus_range": ss.MODULUS_RANGE}
-    if variant == "flower":
-        workflow: SecAggPlusWorkflow = SecAggPlusWorkflow(num_shares, threshold, **kwargs)
-    else:
-        workflow = ss.ExactSumWorkflow(min_survivors=clients, num_shares=num_shares,
-                                       reconstruction_threshold=threshold, clipping_range=clip)
-    context = LegacyContext(Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}),
-                            config=ServerConfig(num_rounds=1), strategy=strategy)
     totals: dict[str, float] = defaultdict(float)
-    stage_class = SecAggPlusWorkflow if variant == "flower" else ScalableSecAggPlusWorkflow
     wraps: list[tuple[str, Any, str]] = [
         (label, importlib.import_module(module), name)
         for label, targets in COMPONENTS[variant].items() for module, name in targets
@@ -148,16 +137,21 @@ def profile_round(clients: int, *, variant: str, num_shares: float, threshold: f
     wraps += [("state (de)serialization", flower_mod.SecAggPlusState, "__init__"),
               ("state (de)serialization", flower_mod.SecAggPlusState, "to_dict"),
               ("transport copy", importlib.import_module("tests.local_grid").copy, "deepcopy")]
-    wraps += [(f"stage: {stage}", stage_class if stage == "unmask_stage" else SecAggPlusWorkflow, stage)
-              for stage in STAGES]
+    wraps += [(f"stage: {stage}", SecAggPlusWorkflow, stage) for stage in STAGES[:3]]
+    wraps += [("stage: unmask_stage", ScalableSecAggPlusWorkflow, "unmask_stage")]
     with contextlib.ExitStack() as stack:
+        if variant == "flower":
+            stack.enter_context(_swapped(secagg, "scalable_secaggplus_mod", flower_mod.secaggplus_mod))
+            stack.enter_context(_swapped(ScalableSecAggPlusWorkflow, "unmask_stage", SecAggPlusWorkflow.unmask_stage))
         for label, owner, name in wraps:
             stack.enter_context(_timed(totals, label, owner, name))
         start, cpu_start = time.perf_counter(), time.process_time()
-        DefaultWorkflow(fit_workflow=workflow)(grid, context)
+        out = secagg.run_secure_sum(grid, grid.get_node_ids(), {}, size=SIZE, noise="skellam",
+                                    min_survivors=clients, num_shares=num_shares, reconstruction_threshold=threshold,
+                                    corrupt_fraction=corrupt_fraction)
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-    if strategy.total is None or not np.array_equal(strategy.total, vectors.sum(axis=0)):
-        raise RuntimeError("the secure sum was not released or is not exact")
+    if not np.array_equal(out.total, vectors.sum(axis=0)):
+        raise RuntimeError("the secure sum is not exact")
     components = {k: v for k, v in totals.items() if not k.startswith("stage: ")}
     stages = {k[len("stage: "):]: v for k, v in totals.items() if k.startswith("stage: ")}
     return {
@@ -170,6 +164,17 @@ def profile_round(clients: int, *, variant: str, num_shares: float, threshold: f
         "state_bytes_per_client": float(np.mean([recorddict_to_proto(c.state).ByteSize()
                                                  for c in grid.contexts.values()])),
     }
+
+
+@contextlib.contextmanager
+def _swapped(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """Set ``owner.name = value`` for the duration of the block."""
+    original = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -188,11 +193,13 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     clients = [harness.check_clients(n) for n in args.clients]
     gamma = CORRUPT_FRACTION if args.corrupt_fraction is None else args.corrupt_fraction
     settings = [(n, graph(n, args.params, args.dropout, gamma)) for n in clients]  # bad input fails here
+    gamma_checked = gamma if args.params == "secure" else 0.0  # the paper's graph is checked against no collusion
     rows: list[dict[str, Any]] = []
     with harness.progress_bar(len(settings) * len(args.variant), "secagg-profile") as bar:
         for n, (shares, threshold) in settings:
             for variant in args.variant:
-                rows.append(profile_round(n, variant=variant, num_shares=shares, threshold=threshold, seed=args.seed))
+                rows.append(profile_round(n, variant=variant, num_shares=shares, threshold=threshold,
+                                          corrupt_fraction=gamma_checked, seed=args.seed))
                 bar.update(1)
     study.write_csv("secagg_profile.csv", [_flat(r) for r in rows])
     target = study.path("secagg_profile.txt")

@@ -72,10 +72,12 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
         bar.update(1)
         if not args.skip_voting:
             from dphype.candidates import table_iii_grid
+            from dphype.config import DPHypeConfig
             from simulations.flower import vote_through_flower
 
             scores = np.random.default_rng(args.seed).random((vote_clients, 100))
-            vote = vote_through_flower(scores, table_iii_grid(), epsilon=1.0, delta=1e-5, k=5)
+            vote = vote_through_flower(scores, table_iii_grid(),
+                                       DPHypeConfig(epsilon=1.0, delta=1e-5, k=5, clients=vote_clients))
             result["voting_round_s"] = round(vote["round_seconds"], 3)
             result["voting_simulation_s"] = round(vote["simulation_seconds"], 3)
             result["voting_clients"] = vote_clients

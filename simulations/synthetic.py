@@ -25,7 +25,7 @@ samplers produce each client's ranking prefix with exactly the same distribution
 samplers against each other.
 
 The noise of every release is the library's: :func:`dphype.noise.summed_noise` (via
-:func:`simulations.harness.total_noise`, identical in distribution to adding the ``n`` shares of
+:func:`dphype.protocol.replay_releases`, identical in distribution to adding the ``n`` shares of
 :func:`dphype.noise.noise_share`; ``--per-client-noise`` adds them literally).
 """
 
@@ -40,6 +40,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from dphype.accounting import check_positive, resolve_accountant
+from dphype.protocol import replay_releases
 from simulations import harness
 
 #: paper defaults (Section IV-B, Fig. 2)
@@ -234,8 +235,8 @@ def success_counts(
         counts = vote_counts(prefix, ks, reps, settings.clients, model.num_candidates)
         out = {}
         for (k, eps), sigma in sigmas.items():
-            noisy = harness.noisy_sums(counts[k], sigma=sigma, clients=settings.clients, repetitions=reps, rng=rng,
-                                       kind=settings.noise, per_client=settings.per_client_noise)
+            noisy = replay_releases(counts[k], sigma=sigma, clients=settings.clients, repetitions=reps, rng=rng,
+                                    noise=settings.noise, per_client=settings.per_client_noise)
             out[(k, eps)] = int(np.count_nonzero(harness.select_rows(noisy) < model.num_good))
         if progress is not None:
             progress(reps)
@@ -273,9 +274,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--good-exponents", type=int, nargs="+", default=list(GOOD_EXPONENTS),
                         help="panel b: |H_good| = 2^i (default i = 0..6)")
     parser.add_argument("--num-candidates", type=int, nargs="+", default=list(NUM_CANDIDATES), help="panel c sweep of |H|")
-    parser.add_argument("--accountant", choices=("rdp", "analytic"), default="rdp",
-                        help="noise calibration (default rdp: the paper's Theorem I.1)")
-    parser.add_argument("--noise", choices=("gaussian", "skellam"), default="gaussian", help="default gaussian (the paper's)")
+    harness.add_noise_arguments(parser)
     parser.add_argument("--per-client-noise", action="store_true",
                         help="add n noise shares literally instead of one draw of the same total distribution (slow)")
     parser.add_argument("--sampler", choices=("auto", "losses"), default="auto",
@@ -346,13 +345,15 @@ def flower_check(settings: Settings, clients: int, seed: int) -> dict[str, Any]:
     """One synthetic configuration (``|H_good| = 5``, ``|H| = 100``, ``sigma_loss = 0.2``, ``k = 5``, the
     largest epsilon) through Flower + SecAgg+, with the replay's success probability for the same votes."""
     from dphype.candidates import table_iii_grid
+    from dphype.config import DPHypeConfig
     from simulations.flower import replay_picks, vote_through_flower
 
     model = LossModel(5, 100, 0.2)
     eps = max(settings.epsilons)
     losses = model.losses(harness.check_clients(clients), np.random.default_rng(seed))
-    out = vote_through_flower(losses, table_iii_grid(), epsilon=eps, delta=settings.delta, k=5, maximize=False)
-    picks = replay_picks(losses, k=5, epsilon=eps, delta=settings.delta, maximize=False)
+    config = DPHypeConfig(epsilon=eps, delta=settings.delta, k=5, clients=clients)
+    out = vote_through_flower(losses, table_iii_grid(), config, maximize=False)
+    picks = replay_picks(losses, config, maximize=False)
     return {"clients": clients, "num_good": 5, "num_candidates": 100, "sigma_loss": 0.2, "k": 5, "epsilon": eps,
             "noise": "skellam", "selected_index": out["selected_index"],
             "selected_is_good": out["selected_index"] < model.num_good,

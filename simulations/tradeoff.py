@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from dphype.accounting import resolve_accountant
+from dphype.protocol import replay_releases
 from simulations import harness
 
 EPSILONS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 3.0, float("inf"))
@@ -44,10 +45,7 @@ def add_release_arguments(parser: argparse.ArgumentParser, *, repetitions: int) 
     parser.add_argument("--k", type=int, default=5, help="votes per client (default 5, Section V-B)")
     parser.add_argument("--repetitions", type=int, default=repetitions,
                         help=f"noisy releases per setting (default {repetitions})")
-    parser.add_argument("--accountant", choices=("rdp", "analytic"), default="rdp",
-                        help="noise calibration (default rdp: the paper's Theorem I.1)")
-    parser.add_argument("--noise", choices=("gaussian", "skellam"), default="gaussian",
-                        help="noise kind (default gaussian, as in the paper)")
+    harness.add_noise_arguments(parser)
     parser.add_argument("--total-noise", action="store_true",
                         help="draw the summed noise at once instead of one share per client (same distribution)")
 
@@ -79,8 +77,8 @@ def selection_accuracy(
     rng: np.random.Generator,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Selected candidates and their accuracies over ``release['repetitions']`` noisy releases."""
-    noisy = harness.noisy_sums(vote_sum, sigma=sigma, clients=clients, repetitions=release["repetitions"], rng=rng,
-                               kind=release["noise"], per_client=release["per_client"])
+    noisy = replay_releases(vote_sum, sigma=sigma, clients=clients, repetitions=release["repetitions"], rng=rng,
+                            noise=release["noise"], per_client=release["per_client"])
     picks = harness.select_rows(noisy)
     return picks, accuracy[picks]
 

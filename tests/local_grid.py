@@ -55,6 +55,7 @@ class LocalGrid(Grid):
         }
         self.sent: list[Message] = []
         self.replies: list[Message] = []
+        self._pending: dict[str, Message] = {}
         self.timeouts: list[float | None] = []
 
     def set_run(self, run: Run) -> None:
@@ -71,32 +72,45 @@ class LocalGrid(Grid):
         return list(self.contexts)
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        raise NotImplementedError("LocalGrid only supports send_and_receive")
+        """Deliver each message now; its reply waits for :meth:`pull_messages` (a silent node never replies)."""
+        ids = []
+        for msg in messages:
+            reply = self._deliver(msg)
+            ids.append(msg.metadata.message_id)
+            if reply is not None:
+                self._pending[msg.metadata.message_id] = reply
+        return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        raise NotImplementedError("LocalGrid only supports send_and_receive")
+        return [self._pending.pop(i) for i in list(message_ids) if i in self._pending]
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None):
         replies = []
         self.timeouts.append(timeout)
         for msg in messages:
-            msg.metadata.__dict__["_message_id"] = str(uuid4())
-            self.sent.append(msg)
-            if msg.metadata.dst_node_id in self.silent:
-                if timeout is None:
-                    raise RuntimeError(
-                        f"node {msg.metadata.dst_node_id} never answers: without a timeout "
-                        "the server would wait forever"
-                    )
-                continue
-            delivered = copy.deepcopy(msg)  # a transport hands each node its own copy
-            try:
-                reply = self.client_app(delivered, self.contexts[msg.metadata.dst_node_id])
-            except Exception as exc:  # noqa: BLE001 - mirrors the runtime's error replies
-                reply = Message(
-                    Error(ErrorCode.CLIENT_APP_RAISED_EXCEPTION, f"{type(exc).__name__}: {exc}"),
-                    reply_to=delivered,
+            if msg.metadata.dst_node_id in self.silent and timeout is None:
+                raise RuntimeError(
+                    f"node {msg.metadata.dst_node_id} never answers: without a timeout "
+                    "the server would wait forever"
                 )
-            replies.append(reply)
-        self.replies.extend(replies)
+            reply = self._deliver(msg)
+            if reply is not None:
+                replies.append(reply)
         return replies
+
+    def _deliver(self, msg: Message) -> Message | None:
+        """Hand ``msg`` to its node's ClientApp; the reply (an error reply if the app raised), or None."""
+        msg.metadata.__dict__["_message_id"] = str(uuid4())
+        self.sent.append(msg)
+        if msg.metadata.dst_node_id in self.silent:
+            return None
+        delivered = copy.deepcopy(msg)  # a transport hands each node its own copy
+        try:
+            reply = self.client_app(delivered, self.contexts[msg.metadata.dst_node_id])
+        except Exception as exc:  # noqa: BLE001 - mirrors the runtime's error replies
+            reply = Message(
+                Error(ErrorCode.CLIENT_APP_RAISED_EXCEPTION, f"{type(exc).__name__}: {exc}"),
+                reply_to=delivered,
+            )
+        self.replies.append(reply)
+        return reply

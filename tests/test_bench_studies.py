@@ -195,8 +195,8 @@ def test_resources_secagg_arguments_are_the_secure_ones() -> None:
     from simulations.resources import secagg_arguments
 
     secure = secure_parameters(1000, dropout=0.1)
-    got = secagg_arguments(1000, "secure", 0.1, None)
+    got = secagg_arguments(1000, "secure", 0.1)
     assert (got["num_shares"], got["reconstruction_threshold"]) == (secure.num_shares, secure.threshold)
     assert got["log2_insecure"] <= -40 and got["log2_failure"] <= -20
-    paper = secagg_arguments(100, "paper", 0.0, None)
+    paper = secagg_arguments(100, "paper", 0.0)
     assert (paper["num_shares"], paper["reconstruction_threshold"]) == (31, 31)  # 0.3 n made odd, all shares

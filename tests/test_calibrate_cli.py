@@ -20,8 +20,8 @@ def run_json(capsys, *argv):
     return code, (json.loads(out.strip().splitlines()[-1]) if code == 0 else None), err
 
 
-def test_defaults_gaussian_analytic(capsys):
-    code, res, _ = run_json(capsys, "--epsilon", "1", "--delta", "1e-5", "--k", "5")
+def test_gaussian_analytic(capsys):
+    code, res, _ = run_json(capsys, "--epsilon", "1", "--delta", "1e-5", "--k", "5", "--noise", "gaussian")
     assert code == 0
     assert res["accountant"] == "analytic" and res["noise"] == "gaussian"
     assert res["clients"] == 50 and res["dropout"] == 0.0 and res["k"] == 5 and res["delta"] == 1e-5
@@ -43,11 +43,11 @@ def test_skellam_with_dropout(capsys):
 
 def test_rdp_and_candidates(capsys):
     code, res, _ = run_json(
-        capsys, "--epsilon", "3", "--delta", "1e-5", "--k", "5", "--accountant", "rdp", "--candidates", "table3"
-    )
+        capsys, "--epsilon", "3", "--delta", "1e-5", "--k", "5", "--accountant", "rdp", "--candidates", "table3",
+        "--noise", "gaussian")
     assert code == 0 and res["num_candidates"] == 100 and f"{res['sigma']:.4g}" == "4.722"
     code, res, _ = run_json(capsys, "--epsilon", "1", "--delta", "1e-5", "--k", "1", "--candidates", "10",
-                            "--raw-scores")
+                            "--raw-scores", "--noise", "gaussian")
     assert code == 0 and res["l2_sensitivity"] == pytest.approx(math.sqrt(10))
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from dphype.candidates import load_candidates
 from dphype.central import compare as cmp
+from dphype.config import DPHypeConfig
 
 
 def test_dphype_select_through_client_code_picks_the_consensus():
@@ -14,8 +15,8 @@ def test_dphype_select_through_client_code_picks_the_consensus():
     rng = np.random.default_rng(0)
     scores = rng.random((300, 12)) * 0.5
     scores[:, 7] += 0.6  # every client ranks candidate 7 first
-    index, report = cmp.dphype_select(scores, candidates, epsilon=1.0, delta=1e-5, k=3, noise="skellam",
-                                      accountant=None, rng=rng)
+    index, report = cmp.dphype_select(scores, candidates, DPHypeConfig(epsilon=1.0, delta=1e-5, k=3, clients=300),
+                                      rng=rng)
     assert index == 7
     assert report["epsilon"] == pytest.approx(1.0, rel=1e-6) and report["accountant"] == "rdp"
     assert report["clients"] == 300 and report["k"] == 3
@@ -57,6 +58,9 @@ def test_compare_tiny_configuration(tmp_path):
 
 def test_compare_rejects_bad_budget():
     with pytest.raises(ValueError, match="epsilon"):
-        cmp.compare(candidates=load_candidates("table3:random:4:0"), epsilon=-1.0)
+        DPHypeConfig(epsilon=-1.0, delta=1e-5, k=5, clients=50)
     with pytest.raises(ValueError, match="delta"):
-        cmp.compare(candidates=load_candidates("table3:random:4:0"), delta=0.0)
+        DPHypeConfig(epsilon=1.0, delta=0.0, k=5, clients=50)
+    with pytest.raises(ValueError, match=r"k must be an integer in \[1, 4\]"):
+        cmp.compare(candidates=load_candidates("table3:random:4:0"),
+                    config=DPHypeConfig(epsilon=1.0, delta=1e-5, k=5, clients=50))

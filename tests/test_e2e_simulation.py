@@ -1,93 +1,96 @@
-"""End to end through Flower's simulation runtime: DP-Hype over SecAgg+, then FedAvg (Adult)."""
+"""The bundled apps: in process (real ServerApp logic and ClientApp, no Ray) and through `dphype demo`."""
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
+from local_grid import LocalGrid
 
 from dphype.candidates import load_candidates
+from dphype.config import DPHypeConfig
 from server.config import AppConfig
-from server.demo import simulate
 
 SUBSET = "table3:random:10:0"
 
 
+def app_config(**overrides) -> AppConfig:
+    dphype = dict(epsilon=1.0, delta=1e-5, k=3, clients=4)
+    dphype.update({k: overrides.pop(k) for k in list(overrides) if k in dphype})
+    values = dict(candidates=SUBSET, fedavg_rounds=2, local_epochs=1)
+    values.update(overrides)
+    return AppConfig(DPHypeConfig(**dphype), **values)
+
+
+def test_apps_in_process_select_then_train():
+    """DP-Hype over SecAgg+, then Flower's FedAvg with the user's own train/evaluate handlers."""
+    import clients.app as client_app
+    from server.app import run_app
+
+    # 4 clients: at epsilon=1 the noise (sigma ~10), not the vote, would decide
+    cfg = app_config(epsilon=20.0, round_timeout=123.0)
+    grid = LocalGrid(client_app.app, cfg.dphype.clients, run_config={"dataset": "adult", "seed": 0, "local-epochs": 1})
+    summary = run_app(grid, cfg)
+    assert summary["selected"] == load_candidates(SUBSET)[summary["selected_index"]]
+    assert len(summary["noisy_sum"]) == 10
+    assert summary["accuracy"] > 0.7 and summary["test_loss"] > 0  # Adult: the majority class alone gives ~0.76
+    assert summary["privacy"]["survivors"] == 4
+    types = [m.metadata.message_type for m in grid.sent]
+    assert types.count("train") == 2 * 4 and types.count("evaluate") == 2 * 4  # every client, every round
+    trains = [m for m in grid.sent if m.metadata.message_type == "train"]
+    assert all(m.content["config"]["lr"] == summary["selected"]["lr"] for m in trains)
+    assert {r.metadata.message_type for r in grid.replies if r.has_error()} == set()
+    assert set(grid.timeouts) == {123.0}  # pre-flight, every SecAgg+ stage and every FedAvg round are bounded
+
+
+def test_local_update_starts_from_the_global_weights_and_is_seeded():
+    from dphype.task import make_task
+
+    task = make_task("adult", 0, 40, seed=0, epochs=1)
+    candidate = {"lr": 0.1, "decay": 0.99, "momentum": 0.9}
+    state, other = task.initial_state(seed=0), task.initial_state(seed=1)
+    first, metrics = task.fit(candidate, state, epochs=1, seed=7)
+    again, _ = task.fit(candidate, state, epochs=1, seed=7)
+    assert all(np.array_equal(first[k], again[k]) for k in state)  # same weights and seed: same update
+    moved, _ = task.fit(candidate, other, epochs=1, seed=7)
+    assert any(not np.array_equal(first[k], moved[k]) for k in state)  # it starts from the weights it is given
+    assert any(not np.array_equal(first[k], state[k]) for k in state)
+    assert metrics["num-examples"] == len(task.data) and 0 <= metrics["train-accuracy"] <= 1
+    evaluated = task.evaluate(first)
+    assert evaluated["loss"] == pytest.approx(metrics["train-loss"])
+    with pytest.raises(ValueError, match="key\\(s\\) 'hidden' that batched SGD training does not use"):
+        task.fit({**candidate, "hidden": 64}, state, epochs=1)
+
+
+def test_run_config_is_checked_on_the_server():
+    with pytest.raises(ValueError, match="dataset must be one of adult, mnist5k, fashion-mnist"):
+        app_config(dataset="/etc/passwd")
+    with pytest.raises(ValueError, match="candidates spec must be"):
+        app_config(candidates="nonsense")
+    with pytest.raises(ValueError, match=r"k must be an integer in \[1, 10\]"):
+        from dphype.flower import DPHype
+
+        DPHype(app_config().candidate_list(), DPHypeConfig(epsilon=1.0, delta=1e-5, k=11, clients=4))
+
+
 @pytest.mark.slow
-def test_ten_clients_select_and_train():
+def test_demo_runs_the_bundled_app_with_flwr_run(capsys):
+    """`dphype demo`: the repository's app through `flwr run` on a private local SuperLink (10 clients)."""
+    from dphype.cli import main
+
     # epsilon=20 (sigma ~1.1 against 10 votes): the vote, not the noise, decides, so the
     # winner is a candidate most clients rank top-3 and the accuracy check is meaningful.
-    cfg = _config(epsilon=20.0, fedavg_rounds=1, clients=10)
-    result = simulate(cfg)
-    candidates = load_candidates(SUBSET)
-    assert result["selected"] == candidates[result["selected_index"]]
+    argv = ["demo", "--clients", "10", "--epsilon", "20", "--k", "3", "--candidates", SUBSET, "--fedavg-rounds", "1",
+            "--local-epochs", "1", "--json"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["selected"] == load_candidates(SUBSET)[result["selected_index"]]
     assert result["clients"] == 10 and result["k"] == 3
-    assert result["accuracy"] > 0.7  # majority class alone: ~0.76
+    assert result["accuracy"] > 0.7
     privacy = result["privacy"]
     assert privacy["survivors"] == 10 and privacy["clients"] == 10
     assert privacy["accountant"] == "rdp" and privacy["noise"] == "skellam"
     assert privacy["epsilon"] == pytest.approx(20.0, rel=1e-6)
-    assert privacy["released"].startswith("noisy vote sum only")
-
-
-def _config(**overrides) -> AppConfig:
-    values = dict(
-        dataset="adult",
-        epsilon=1.0,
-        delta=1e-5,
-        k=3,
-        dropout=0.0,
-        noise="skellam",
-        accountant="auto",
-        candidates=SUBSET,
-        seed=0,
-        fedavg_rounds=2,
-        local_epochs=1,
-        clients=4,
-    )
-    values.update(overrides)
-    return AppConfig(**values)
-
-
-def test_apps_in_process_select_then_train():
-    """The real ServerApp logic and ClientApp (TorchTask on Adult shards) without Ray."""
-    from flwr.app import Context, RecordDict
-    from local_grid import LocalGrid
-
-    from clients.app import build_client_app
-    from server.app import run_app
-
-    # 4 clients: at epsilon=1 the noise (sigma ~10), not the vote, would decide
-    cfg = _config(epsilon=20.0, round_timeout=123.0)
-    grid = LocalGrid(build_client_app(cfg), cfg.clients)
-    context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={})
-    summary = run_app(grid, context, cfg)
-    assert summary["selected"] == load_candidates(SUBSET)[summary["selected_index"]]
-    assert len(summary["noisy_sum"]) == 10
-    assert summary["accuracy"] > 0.7
-    assert summary["privacy"]["survivors"] == 4
-    train_rounds = [
-        m for m in grid.sent if m.content.config_records.get("fitins.config", {}).get("dphype.phase") == "train"
-    ]
-    assert len(train_rounds) == 2 * cfg.clients  # every client trains in every FedAvg round
-    # Every SecAgg+ stage and every FedAvg round waits at most round-timeout seconds.
-    assert grid.timeouts and set(grid.timeouts) == {123.0}
-
-
-def test_weights_round_trip_and_local_update():
-    import numpy as np
-
-    from dphype.task import make_task
-    from server.fedavg import build_global_model, get_weights, local_update, set_weights
-
-    task = make_task("adult", 0, 20, seed=0, epochs=1)
-    model = build_global_model("adult", task.data, seed=3)
-    weights = get_weights(model)
-    same = build_global_model("adult", task.data, seed=3)
-    for a, b in zip(weights, get_weights(same)):
-        np.testing.assert_array_equal(a, b)  # the seed fixes the initial global model
-    other = set_weights(build_global_model("adult", task.data, seed=4), weights)
-    for a, b in zip(weights, get_weights(other)):
-        np.testing.assert_array_equal(a, b)
-    with pytest.raises(ValueError, match="weight arrays"):
-        set_weights(other, weights[:-1])
-    trained = local_update(other, task.data, {"lr": 0.1, "decay": 1.0, "momentum": 0.9}, epochs=1, seed=0)
-    assert any(not np.array_equal(a, b) for a, b in zip(weights, get_weights(trained)))
+    assert "DeprecationWarning" not in err and "deprecated" not in err.lower()

@@ -74,7 +74,8 @@ def test_agrees_with_the_reference_parameter_finder(n, gamma, xi, adversary, deg
     assert abs(got.threshold - threshold) <= 2
 
 
-@pytest.mark.parametrize(("n", "xi", "gamma"), [(50, 0.0, 1 / 3), (100, 0.1, 1 / 3), (250, 0.1, 0.2), (1000, 0.1, 1 / 3)])
+@pytest.mark.parametrize(("n", "xi", "gamma"),
+                         [(50, 0.0, 1 / 3), (100, 0.1, 1 / 3), (250, 0.1, 0.2), (1000, 0.1, 1 / 3)])
 def test_secure_parameters_are_secure_correct_and_minimal(n, xi, gamma):
     got = sp.secure_parameters(n, dropout=xi, corrupt_fraction=gamma)
     assert got.log2_unmask <= -41 and got.log2_disconnect <= -41 and got.log2_insecure <= -40

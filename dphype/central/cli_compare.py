@@ -13,19 +13,14 @@ import sys
 import time
 from typing import Any
 
+from dphype.cli import add_candidates_argument, add_privacy_arguments, privacy_config
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", default="adult", help="data set (default adult, bundled)")
     parser.add_argument("--data-dir", default=None, help="folder of non-bundled data sets")
-    parser.add_argument("--candidates", default="table3",
-                        help="candidate list: table3 | table3:random:SIZE:SEED | path to a JSON list")
-    parser.add_argument("--epsilon", type=float, default=1.0, help="privacy budget epsilon (default 1)")
-    parser.add_argument("--delta", type=float, default=1e-5, help="privacy budget delta (default 1e-5)")
-    parser.add_argument("--clients", type=int, default=50, help="clients = propose-test parts (default 50)")
-    parser.add_argument("--k", type=int, default=5, help="DP-Hype votes per client (default 5)")
-    parser.add_argument("--noise", choices=("skellam", "gaussian"), default="skellam", help="DP-Hype noise")
-    parser.add_argument("--accountant", choices=("rdp", "analytic"), default=None,
-                        help="DP-Hype accountant (default: rdp for skellam, analytic for gaussian)")
+    add_candidates_argument(parser)
+    add_privacy_arguments(parser, clients=50)  # the clients are also propose-test's parts
     parser.add_argument("--epochs", type=int, default=None, help="training epochs (default: the paper's)")
     parser.add_argument("--partition", choices=("iid", "dirichlet"), default="iid")
     parser.add_argument("--beta", type=float, default=None, help="Dirichlet concentration (dirichlet only)")
@@ -49,8 +44,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     candidates = load_candidates(args.candidates)
     rows, shared = compare(
-        dataset=args.dataset, candidates=candidates, epsilon=args.epsilon, delta=args.delta, clients=args.clients,
-        k=args.k, noise=args.noise, accountant=args.accountant, epochs=args.epochs, partition=args.partition,
+        dataset=args.dataset, candidates=candidates, config=privacy_config(args, len(candidates)),
+        epochs=args.epochs, partition=args.partition,
         beta=args.beta, dpbo_iterations=args.dpbo_iterations, granularity=args.granularity,
         lower_bound=args.lower_bound, repetitions=args.repetitions, seed=args.seed, data_dir=args.data_dir,
         progress=None if args.json else _progress,

@@ -11,10 +11,10 @@ Inputs, computed once and shared (the cost is charged to every method that uses 
 
 Methods:
 
-* DP-Hype (federated, no trusted party): each client's real code path
-  (:class:`dphype.client.DPHypeClient`: request check, top-k votes, noise share, encoding), the
-  encoded vectors summed (the Flower SecAgg+ transport is exercised elsewhere) and decoded, and the
-  server's :class:`dphype.strategy.DPHypeStrategy` argmax and privacy report;
+* DP-Hype (federated, no trusted party): each client's real protocol steps
+  (:mod:`dphype.protocol`: request check, top-k votes, noise share, encoding), the encoded vectors
+  summed (the Flower SecAgg+ transport is exercised elsewhere) and decoded, and the server's
+  release (argmax and privacy report);
 * DP-BO (Kusner et al. Alg. 1; central, trusted curator): GP-UCB on the central validation
   accuracies, the index released by the exponential mechanism with the whole budget; the
   neighbouring-set kernel gap is ``1 - k1(V, V') = 1/(2 m^2)``, so that the GP's difference between
@@ -38,6 +38,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from dphype.candidates import CandidateList
+from dphype.config import DPHypeConfig
 from dphype.plotting import pyplot, save_figure
 from dphype.task import FixedScoresTask, score_clients
 
@@ -79,36 +80,29 @@ def central_accuracies(
 def dphype_select(
     client_scores: np.ndarray,
     candidates: CandidateList,
+    config: DPHypeConfig,
     *,
-    epsilon: float,
-    delta: float,
-    k: int,
-    noise: str,
-    accountant: str | None,
     rng: np.random.Generator,
 ) -> tuple[int, dict[str, Any]]:
-    """DP-Hype's selection through the real client and server code; returns (index, privacy report)."""
-    from dphype.client import DPHypeClient
-    from dphype.secure_sum import decode_sum
-    from dphype.strategy import DPHypeStrategy, make_vote_request
+    """DP-Hype's selection through the protocol's own steps; returns (index, privacy report).
 
-    n = len(client_scores)
-    request = make_vote_request(candidates, epsilon=epsilon, delta=delta, k=k, clients=n, noise=noise,
-                                accountant=accountant)
-    flwr_logger = logging.getLogger("flwr")
-    level = flwr_logger.level
-    flwr_logger.setLevel(logging.WARNING)  # the client logs two lines per vote
-    try:
-        encoded = [
-            DPHypeClient(FixedScoresTask(scores), candidates, rng=rng).noisy_votes(request)
-            for scores in client_scores
-        ]
-    finally:
-        flwr_logger.setLevel(level)
-    strategy = DPHypeStrategy(candidates, request)
-    strategy.on_sum(decode_sum(np.sum(encoded, axis=0) / n, n, noise), n)
-    assert strategy.result is not None
-    return strategy.result.selected_index, strategy.result.report.to_dict()
+    The request of :func:`dphype.protocol.make_vote_request`, every client's :func:`check_request`,
+    :func:`score_candidates` and :func:`noisy_vote` (top-k votes, noise share, encoding), the encoded
+    vectors summed as secure aggregation would (the Flower SecAgg+ transport is exercised elsewhere),
+    decoded, and the server's :func:`dphype.protocol.release`.
+    """
+    from dphype.protocol import check_request, make_vote_request, noisy_vote, release, score_candidates
+    from dphype.secure_sum import decode_sum
+
+    request = make_vote_request(config, candidates)
+    encoded = []
+    for scores in client_scores:
+        check_request(request, local_candidates=candidates)
+        local = score_candidates(FixedScoresTask(scores), candidates)
+        encoded.append(noisy_vote(request, local, maximize=True, rng=rng))
+    n = len(encoded)
+    result = release(request, decode_sum(np.sum(encoded, axis=0) / n, n, config.noise), n)
+    return result.selected_index, result.report.to_dict()
 
 
 def _row(method: str, *, epsilon: float | None, delta: float | None, accountant: str, assumptions: Sequence[str],
@@ -133,12 +127,7 @@ def compare(
     *,
     dataset: str = "adult",
     candidates: CandidateList,
-    epsilon: float = 1.0,
-    delta: float = 1e-5,
-    clients: int = 50,
-    k: int = 5,
-    noise: str = "skellam",
-    accountant: str | None = None,
+    config: DPHypeConfig,
     epochs: int | None = None,
     partition: str = "iid",
     beta: float | None = None,
@@ -152,20 +141,23 @@ def compare(
     data_dir: str | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[dict[str, Any]], SharedInputs]:
-    """Run every method on one task / candidate list / (epsilon, delta); returns table rows.
+    """Run every method on one task / candidate list / (epsilon, delta) of ``config``; returns table rows.
+
+    ``config`` is DP-Hype's configuration; its budget is every method's, and its ``clients`` are DP-Hype's
+    clients and propose-test's parts.
 
     The private selections are repeated ``repetitions`` times with independent randomness on the
     same shared inputs (as the DP-Hype paper averages runs): a row reports the modal selection,
     the mean and std of the selections' test accuracy, and a wall time of the shared inputs plus
     one selection. Each repetition alone spends the row's (epsilon, delta).
     """
-    from dphype.accounting import check_delta, check_epsilon
+    from dphype.accounting import check_k
     from dphype.central.dpbo import candidate_features, dp_bo
     from dphype.central.propose_test import calibrate_eps0, propose_test
     from dphype.voting import primary_scores
 
-    check_epsilon(epsilon)
-    check_delta(delta)
+    check_k(config.k, len(candidates))
+    epsilon, delta, clients, k = config.epsilon, config.delta, config.clients, config.k
     if not 1 <= dpbo_iterations:
         raise ValueError(f"dpbo_iterations must be >= 1, got {dpbo_iterations}")
     if not 1 <= repetitions:
@@ -191,8 +183,7 @@ def compare(
     part_utilities = np.nan_to_num(np.stack([primary_scores(row) for row in client_scores]), nan=0.0)
 
     def run_dphype(r: np.random.Generator) -> tuple[int, dict[str, Any]]:
-        return dphype_select(client_scores, candidates, epsilon=epsilon, delta=delta, k=k, noise=noise,
-                             accountant=accountant, rng=r)
+        return dphype_select(client_scores, candidates, config, rng=r)
 
     def run_dpbo(r: np.random.Generator) -> tuple[int, dict[str, Any]]:
         bo = dp_bo(lambda i: float(gains[i]), features, iterations=min(dpbo_iterations, len(candidates)),

@@ -1,1 +1,14 @@
-"""Flower adapters of dphype (everything here imports Flower; the math and protocol modules do not)."""
+"""DP-Hype's Flower adapters, all in one place (the rest of :mod:`dphype` imports no Flower code).
+
+* :func:`register_dphype` -- client side: add DP-Hype's pre-flight and secure-vote handlers to your
+  Message-API ``ClientApp``; your own ``@app.train()``/``@app.evaluate()``/``@app.query()`` stay yours.
+* :class:`DPHype` -- server side: ``DPHype(candidates, config).start(grid)`` inside your ``@app.main()``
+  returns the selected candidate and its privacy report; then train with any Message-API strategy,
+  passing :func:`train_config` ``(result.selected)``.
+* :mod:`dphype.flower.secagg` -- Flower 1.41's legacy SecAgg+ as an exact secure sum, behind two calls.
+"""
+
+from dphype.flower.client import register_dphype
+from dphype.flower.server import DPHype, PreflightError, train_config
+
+__all__ = ["DPHype", "PreflightError", "register_dphype", "train_config"]

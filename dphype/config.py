@@ -1,0 +1,87 @@
+"""One validated DP-Hype configuration (what the server announces and every layer reads).
+
+:class:`DPHypeConfig` holds the privacy parameters of one selection: the budget ``(epsilon, delta)``,
+the number of votes per client ``k``, the number of clients ``n`` and their tolerated dropout fraction
+``xi`` (Appendix A), the noise kind and the accountant. It is validated once, on construction, and
+then passed along instead of the seven values; :func:`dphype.protocol.make_vote_request` turns it and
+a candidate list into the calibrated request every client checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dphype.accounting import (
+    check_clients,
+    check_delta,
+    check_dropout,
+    check_epsilon,
+    check_k,
+    resolve_accountant,
+)
+
+#: Run-config spelling of each field (Flower run configs use dashes).
+RUN_CONFIG_KEYS: dict[str, str] = {
+    "epsilon": "epsilon",
+    "delta": "delta",
+    "k": "k",
+    "clients": "clients",
+    "dropout": "dropout",
+    "noise": "noise",
+    "accountant": "accountant",
+}
+
+
+@dataclass(frozen=True)
+class DPHypeConfig:
+    """The privacy parameters of one DP-Hype selection (Algorithm 1, line 1's inputs).
+
+    ``epsilon``, ``delta``: the budget of the released noisy vote sum. ``k``: votes per client.
+    ``clients``: the number ``n`` of clients that take part (each client's noise share is calibrated
+    for it). ``dropout``: tolerated dropout fraction ``xi`` in ``[0, 1)``: any ``ceil((1 - xi) n)``
+    survivors carry the full noise, fewer release nothing. ``noise``: ``"skellam"`` (integer, exact
+    over SecAgg+; default) or ``"gaussian"``. ``accountant``: ``"rdp"``, ``"analytic"`` (Gaussian only)
+    or ``None`` / ``"auto"`` for the default of the noise kind; stored resolved.
+    """
+
+    epsilon: float
+    delta: float
+    k: int
+    clients: int
+    dropout: float = 0.0
+    noise: str = "skellam"
+    accountant: str | None = None
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # frozen: normalise the validated values in place
+        set_(self, "epsilon", check_epsilon(self.epsilon))
+        set_(self, "delta", check_delta(self.delta))
+        set_(self, "k", check_k(self.k))
+        set_(self, "clients", check_clients(self.clients))
+        set_(self, "dropout", check_dropout(self.dropout))
+        set_(self, "accountant", resolve_accountant(self.accountant, self.noise))
+
+    def replace(self, **changes: Any) -> DPHypeConfig:
+        """A copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_run_config(cls, run_config: Mapping[str, Any]) -> DPHypeConfig:
+        """Read the fields from a Flower run config (keys of :data:`RUN_CONFIG_KEYS`; others are ignored,
+        so an app can keep its own keys beside them). Integers given for float fields are accepted
+        (``--run-config "epsilon=1"`` arrives as an int)."""
+        values: dict[str, Any] = {}
+        for name, key in RUN_CONFIG_KEYS.items():
+            if key in run_config:
+                value = run_config[key]
+                if name in ("epsilon", "delta", "dropout") and isinstance(value, int) and not isinstance(value, bool):
+                    value = float(value)
+                values[name] = value
+        missing = [RUN_CONFIG_KEYS[f.name] for f in dataclasses.fields(cls)
+                   if f.default is dataclasses.MISSING and f.name not in values]
+        if missing:
+            raise ValueError(f"run config is missing: {', '.join(missing)}")
+        return cls(**values)

@@ -1,0 +1,72 @@
+"""``dphype demo``: the bundled Flower app on Adult -- DP-Hype over SecAgg+, then FedAvg with the winner.
+
+Runs the repository's Flower app (``server/`` and ``clients/``, components in its pyproject.toml) with
+``flwr run`` on a private local simulation SuperLink (:class:`dphype.flower.local.LocalSuperLink`): every
+simulated client scores the candidates on its Adult shard, votes top-k with its Skellam noise share,
+SecAgg+ releases only the noisy vote sum, the server selects the argmax and trains the final model with
+Flower's FedAvg. The DP-Hype settings are checked here before Flower starts; the ServerApp checks the
+rest of its run config before any client works.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from dphype.cli import add_candidates_argument, add_privacy_arguments, privacy_config
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``dphype demo``."""
+    add_privacy_arguments(parser, clients=50)
+    add_candidates_argument(parser)
+    parser.add_argument("--seed", type=int, default=0, help="data partition / model seed (default 0)")
+    parser.add_argument("--fedavg-rounds", type=int, default=5, help="FedAvg rounds (default 5)")
+    parser.add_argument("--local-epochs", type=int, default=5, help="local epochs (default 5)")
+    parser.add_argument("--app", default=".", help="folder of the Flower app (default: the current directory, "
+                        "the dphype repository root)")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="give up after this many seconds (default 3600)")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Check the settings, run the app, return its summary (selection, privacy report, test accuracy)."""
+    from dphype.accounting import check_int, check_positive
+    from dphype.candidates import load_candidates
+    from dphype.flower.local import LocalSuperLink, is_flower_app
+    from dphype.protocol import make_vote_request
+
+    candidates = load_candidates(args.candidates)
+    config = privacy_config(args, len(candidates))
+    make_vote_request(config, candidates)  # calibration and the secure-sum range, before Flower starts
+    for name in ("fedavg_rounds", "local_epochs"):
+        check_int(name.replace("_", "-"), getattr(args, name), 1)
+    check_int("seed", args.seed, 0)
+    check_positive("timeout", args.timeout)
+    if not is_flower_app(args.app):
+        raise ValueError(f"--app {args.app!r} holds no Flower app: dphype demo runs the bundled app (server/, "
+                         "clients/ and pyproject.toml of the dphype repository); run it from the repository root "
+                         "or pass --app DIR")
+    with tempfile.TemporaryDirectory(prefix="dphype-demo-") as folder:
+        result_file = Path(folder) / "result.json"
+        run_config = {
+            "dataset": "adult", "clients": config.clients, "epsilon": config.epsilon, "delta": config.delta,
+            "k": config.k, "dropout": config.dropout, "noise": config.noise, "accountant": args.accountant,
+            "candidates": args.candidates, "seed": args.seed, "fedavg-rounds": args.fedavg_rounds,
+            "local-epochs": args.local_epochs, "result-file": str(result_file),
+        }
+        start = time.perf_counter()
+        with LocalSuperLink() as superlink:
+            # with --json, Flower's log goes to stderr so that stdout ends with the JSON line
+            code = superlink.run(args.app, run_config=run_config, supernodes=config.clients,
+                                 stdout=sys.stderr if args.json else None, timeout=args.timeout)
+        if code != 0 or not result_file.exists():
+            raise RuntimeError(f"the Flower run failed (flwr exit status {code}); nothing was released: see the "
+                               "log above")
+        summary = json.loads(result_file.read_text())
+    privacy = summary.pop("privacy")
+    return {**summary, "seconds": time.perf_counter() - start, "privacy": privacy}

@@ -1,0 +1,304 @@
+"""The DP-Hype protocol, framework-free: request, a client's noisy vote, the release, and its replay.
+
+Data flows one way (DP-Hype Algorithm 1):
+
+1. the server turns a validated :class:`dphype.config.DPHypeConfig` and the public candidate list into
+   a :class:`VoteRequest` (line 1: the total noise std ``sigma`` is calibrated for ``(epsilon, delta, k)``;
+   :func:`make_vote_request` also refuses what secure summation could not sum exactly);
+2. every client checks the request (:func:`check_request`), scores each candidate on its own data
+   (:func:`score_candidates`, lines 2-4), votes for its top-k and adds its noise share
+   (:func:`noisy_vote`, lines 5-10), and hands the encoded vector to secure summation;
+3. the server decodes the exact noisy sum of the survivors and releases its argmax with a privacy
+   report (:func:`release`, line 12). Everything after the sum is post-processing.
+
+:func:`replay_releases` draws the same release many times from fixed votes (for benchmarks, the
+DPareto oracle and the planner): one home for "what the server would see with fresh noise".
+
+A client that will not take part raises :class:`Refusal`, whose ``code`` and ``detail`` are safe to
+send to the server: they name the reason, never a data value.
+
+No Flower import here: the Flower adapters are in :mod:`dphype.flower`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dphype.accounting import PrivacyReport, VoteRelease, calibrate, check_k, privacy_report
+from dphype.accounting import epsilon as release_epsilon
+from dphype.candidates import Candidate, CandidateList
+from dphype.config import DPHypeConfig
+from dphype.noise import min_survivors, noise_share, summed_noise
+from dphype.secure_sum import GAUSSIAN_SCALE, check_clients, check_range, encode
+from dphype.task import Task
+from dphype.voting import select, top_k_votes
+
+#: Prefix of every key of a request record.
+PREFIX = "dphype."
+#: Relative slack when comparing the announced epsilon with the one recomputed from sigma.
+EPSILON_RTOL = 1e-6
+
+
+class Refusal(Exception):
+    """A client refuses to take part; ``code`` names the reason, ``detail`` explains it without data values.
+
+    The codes and their meaning are :data:`REFUSAL_CODES`.
+    """
+
+    def __init__(self, code: str, detail: str) -> None:
+        if code not in REFUSAL_CODES:
+            raise ValueError(f"code must be one of {', '.join(REFUSAL_CODES)}, got {code!r}")
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+        self.detail = detail
+
+
+#: Reason codes a client may answer with, and what each means.
+REFUSAL_CODES: dict[str, str] = {
+    "malformed_request": "the request is incomplete or invalid",
+    "candidate_mismatch": "the candidate list differs from this client's own copy",
+    "noise_too_small": "the announced sigma gives more epsilon than announced",
+    "policy_epsilon": "the request spends more epsilon than this client allows",
+    "unsupported_candidates": "the client's task cannot evaluate these candidates (e.g. a key it does not use)",
+    "task_error": "the client's task raised an exception while scoring",
+    "score_shape": "the client's task returned scores of the wrong shape",
+    "client_error": "an unexpected error on the client",
+}
+
+
+# --------------------------------------------------------------------------------------- the request
+@dataclass(frozen=True)
+class VoteRequest:
+    """What the server asks every client for: one noisy top-k vote vector over ``candidates``.
+
+    ``sigma`` is the TOTAL noise std on the released sum; each client adds a share of variance
+    ``sigma^2 / ((1 - xi) n)`` (:func:`dphype.noise.client_noise_variance`). The budget in ``config``
+    lets a client recompute the guarantee of the noise it is asked to add. The candidate list travels
+    with the request (canonical JSON); a client compares it with its own copy by fingerprint.
+    """
+
+    candidates: CandidateList
+    config: DPHypeConfig
+    sigma: float
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.candidates, CandidateList):
+            raise ValueError(f"candidates must be a CandidateList, got {type(self.candidates).__name__}")
+        if not isinstance(self.config, DPHypeConfig):
+            raise ValueError(f"config must be a DPHypeConfig, got {type(self.config).__name__}")
+        check_k(self.config.k, len(self.candidates))
+        check_clients(self.config.clients)
+        VoteRelease(self.config.k, len(self.candidates), self.sigma, self.config.noise)  # validates sigma
+
+    @property
+    def release(self) -> VoteRelease:
+        """The release this request describes, for accounting."""
+        return VoteRelease(k=self.config.k, num_candidates=len(self.candidates), sigma=self.sigma,
+                           noise=self.config.noise)
+
+    @property
+    def min_survivors(self) -> int:
+        """Fewest contributing clients whose noise still adds up to ``sigma``: ``ceil((1 - xi) n)``."""
+        return min_survivors(self.config.clients, self.config.dropout)
+
+    def to_record(self) -> dict[str, Any]:
+        """Flat scalar record (keys ``dphype.*``) for a Flower ``ConfigRecord``."""
+        record: dict[str, Any] = {PREFIX + "candidates": self.candidates.to_json(), PREFIX + "sigma": self.sigma}
+        for field in dataclasses.fields(DPHypeConfig):
+            value = getattr(self.config, field.name)
+            if value is not None:
+                record[PREFIX + field.name] = value
+        return record
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> VoteRequest:
+        """Parse :meth:`to_record`'s output; anything missing or invalid is a ``malformed_request`` refusal."""
+        try:
+            candidates = CandidateList.from_json(str(record[PREFIX + "candidates"]))
+            config = DPHypeConfig(**{f.name: record[PREFIX + f.name] for f in dataclasses.fields(DPHypeConfig)
+                                     if PREFIX + f.name in record})
+            return cls(candidates, config, record[PREFIX + "sigma"])
+        except KeyError as err:
+            raise Refusal("malformed_request", f"the request has no {err.args[0]!r}") from None
+        except (TypeError, ValueError) as err:
+            # Messages of these validators name parameters and ranges only; candidate values (which a
+            # duplicate-entry error would echo) are not repeated.
+            reason = str(err) if not str(err).startswith("duplicate candidate") else "duplicate candidates"
+            raise Refusal("malformed_request", reason[:200]) from None
+
+    def digest(self) -> str:
+        """SHA-256 of the canonical record: identifies this exact request (e.g. between pre-flight and vote)."""
+        blob = json.dumps(self.to_record(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def make_vote_request(config: DPHypeConfig, candidates: CandidateList) -> VoteRequest:
+    """Calibrate the noise of ``config`` for ``candidates`` (Algorithm 1, line 1) and refuse up front what
+    secure summation cannot sum exactly: more clients than it allows, or a ``sigma`` whose shares it
+    could clip (:func:`dphype.secure_sum.check_range`)."""
+    if not isinstance(config, DPHypeConfig):
+        raise ValueError(f"config must be a DPHypeConfig, got {type(config).__name__}")
+    if not isinstance(candidates, CandidateList):
+        raise ValueError(f"candidates must be a CandidateList, got {type(candidates).__name__}")
+    check_k(config.k, len(candidates))
+    check_clients(config.clients)
+    release = calibrate(config.epsilon, config.delta, config.k, num_candidates=len(candidates),
+                        accountant=config.accountant, noise=config.noise)
+    check_range(size=len(candidates), sigma=release.sigma, clients=config.clients, dropout=config.dropout,
+                noise=config.noise)
+    return VoteRequest(candidates, config, release.sigma)
+
+
+# ------------------------------------------------------------------------------------ the client side
+def check_request(request: VoteRequest, *, local_candidates: CandidateList | None = None,
+                  max_epsilon: float | None = None) -> None:
+    """Refuse a request for another candidate list or whose noise does not give the announced budget.
+
+    The client recomputes epsilon from the announced ``sigma`` with the announced accountant; a
+    ``local_candidates`` copy (the client's own) must have the request's fingerprint, and
+    ``max_epsilon`` caps the announced epsilon.
+    """
+    if local_candidates is not None and local_candidates.fingerprint() != request.candidates.fingerprint():
+        raise Refusal("candidate_mismatch",
+                      f"fingerprint {request.candidates.fingerprint()[:12]} differs from this client's "
+                      f"{local_candidates.fingerprint()[:12]}")
+    cfg = request.config
+    promised = release_epsilon(request.release, cfg.delta, cfg.accountant)
+    if promised > cfg.epsilon * (1.0 + EPSILON_RTOL):
+        raise Refusal("noise_too_small", f"sigma={request.sigma:g} gives epsilon={promised:.6g} at "
+                      f"delta={cfg.delta:g}, more than the announced epsilon={cfg.epsilon:g}")
+    if max_epsilon is not None and cfg.epsilon > max_epsilon:
+        raise Refusal("policy_epsilon", f"requested epsilon={cfg.epsilon:g} exceeds this client's "
+                      f"max_epsilon={max_epsilon:g}")
+
+
+def score_candidates(task: Task, candidates: CandidateList, *,
+                     progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+    """The task's local scores (Algorithm 1, lines 2-4) as float64 ``(p,)`` or ``(p, j)``.
+
+    A task may have ``check(candidates)``, which looks at the public candidates only and raises
+    ``ValueError`` for ones it cannot evaluate: refused as ``unsupported_candidates`` with that message (it
+    names candidate keys, never data). A task whose ``score`` raises is refused as ``task_error`` (the
+    exception type only: its message may carry data), one that returns another shape as ``score_shape``.
+    """
+    p = len(candidates)
+    check = getattr(task, "check", None)
+    if check is not None:
+        try:
+            check(candidates)
+        except ValueError as err:
+            raise Refusal("unsupported_candidates", str(err)[:300]) from None
+    try:
+        if progress is not None and "progress" in inspect.signature(task.score).parameters:
+            raw = task.score(candidates, progress=progress)
+        else:
+            raw = task.score(candidates)
+        scores = np.asarray(raw, dtype=np.float64)
+    except Refusal:
+        raise
+    except Exception as err:  # noqa: BLE001 - any failure of user code becomes a sanitized refusal
+        raise Refusal("task_error", f"task.score raised {type(err).__name__}") from err
+    if scores.ndim not in (1, 2) or scores.shape[0] != p or scores.size == 0:
+        raise Refusal("score_shape", f"task.score must return shape ({p},) or ({p}, j); got {scores.shape}")
+    return scores
+
+
+def noisy_vote(request: VoteRequest, scores: np.ndarray, *, maximize: bool,
+               rng: np.random.Generator) -> np.ndarray:
+    """Top-k votes plus this client's noise share, encoded for exact secure summation (lines 5-10).
+
+    ``rng`` draws the share (the client path passes its secure generator); the result is what the
+    client hands to SecAgg+ (:func:`dphype.secure_sum.encode`: integers, or the ``1/GAUSSIAN_SCALE``
+    fixed-point grid for Gaussian noise).
+    """
+    cfg = request.config
+    votes = top_k_votes(scores, cfg.k, maximize=maximize)
+    share = noise_share(votes.size, sigma=request.sigma, clients=cfg.clients, dropout=cfg.dropout,
+                        kind=cfg.noise, rng=rng)
+    return encode(votes + share, cfg.noise)
+
+
+# ------------------------------------------------------------------------------------- the release
+@dataclass(frozen=True)
+class DPHypeResult:
+    """Outcome of one DP-Hype selection: the winner, the released noisy sum, the privacy report."""
+
+    selected_index: int
+    selected: Candidate
+    noisy_sum: np.ndarray
+    report: PrivacyReport
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly summary."""
+        return {
+            "selected_index": self.selected_index,
+            "selected": dict(self.selected),
+            "noisy_sum": self.noisy_sum.tolist(),
+            "privacy": self.report.to_dict(),
+        }
+
+
+def release(request: VoteRequest, noisy_sum: np.ndarray, survivors: int) -> DPHypeResult:
+    """The server's post-processing of the decoded noisy sum of ``survivors`` clients (line 12).
+
+    Refuses (``ValueError``) fewer survivors than :attr:`VoteRequest.min_survivors`: their noise would
+    not add up to ``sigma``. The report accounts for the noise that was actually summed.
+    """
+    if not request.min_survivors <= survivors <= request.config.clients:
+        raise ValueError(f"survivors must be in [{request.min_survivors}, {request.config.clients}], got {survivors}")
+    total = np.asarray(noisy_sum)
+    if total.shape != (len(request.candidates),):
+        raise ValueError(f"noisy_sum must have shape ({len(request.candidates)},), got {total.shape}")
+    cfg = request.config
+    report = privacy_report(request.release, cfg.delta, clients=cfg.clients, dropout=cfg.dropout,
+                            survivors=survivors, accountant=cfg.accountant)
+    if cfg.noise == "gaussian":
+        report = dataclasses.replace(
+            report, released=f"{report.released}; Gaussian shares rounded to a 1/{GAUSSIAN_SCALE} grid "
+            "before summation, so the guarantee is approximate")
+    index = select(total)
+    return DPHypeResult(selected_index=index, selected=request.candidates[index], noisy_sum=total, report=report)
+
+
+def replay_releases(
+    vote_sum: np.ndarray,
+    *,
+    sigma: float,
+    clients: int,
+    repetitions: int,
+    rng: np.random.Generator,
+    dropout: float = 0.0,
+    noise: str = "gaussian",
+    survivors: int | None = None,
+    per_client: bool = False,
+) -> np.ndarray:
+    """``repetitions`` independent noisy sums of ``vote_sum`` as the server would receive them.
+
+    ``vote_sum`` is the noiseless sum of the contributing clients' votes, shape ``(p,)`` (or one row per
+    repetition, ``(repetitions, p)``). ``survivors`` clients (default all ``clients``) each add a share of
+    variance ``sigma^2 / ((1 - xi) n)``: with ``per_client=True`` literally, one
+    :func:`dphype.noise.noise_share` each, summed; otherwise their sum in one
+    :func:`dphype.noise.summed_noise` draw, which has the same distribution (sums of Gaussians are
+    Gaussian, of Skellams Skellam). ``sigma == 0`` (no noise) returns the votes. Returns float64
+    ``(repetitions, p)``.
+    """
+    votes = np.asarray(vote_sum, dtype=np.float64)
+    shape = (int(repetitions), votes.shape[-1])
+    out = np.broadcast_to(votes, shape).astype(np.float64, copy=True)
+    if sigma == 0:
+        return out
+    m = clients if survivors is None else survivors
+    if per_client:
+        for _ in range(m):
+            out += noise_share(shape, sigma=sigma, clients=clients, dropout=dropout, kind=noise, rng=rng)
+    else:
+        out += summed_noise(shape, sigma=sigma, clients=clients, dropout=dropout, survivors=m, kind=noise, rng=rng)
+    return out

@@ -1,0 +1,215 @@
+"""DP-Hype's Flower adapters (dphype.flower) end to end against real Message-API ClientApps, in process."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+from local_grid import LocalGrid
+
+import dphype.flower.client as flower_client
+from dphype import secure_sum as ss
+from dphype.candidates import grid as candidate_grid
+from dphype.config import DPHypeConfig
+from dphype.flower import DPHype, PreflightError, register_dphype, train_config
+from dphype.flower.secagg import VOTE_MESSAGE_TYPE
+from dphype.flower.server import PREFLIGHT_MESSAGE_TYPE
+
+CANDS = candidate_grid(lr=[0.001, 0.01, 0.1, 0.5], momentum=[0.0, 0.9])  # 8 candidates
+
+
+class TableTask:
+    """Scores from a fixed table row per client (no training); an exception row raises."""
+
+    maximize = True
+
+    def __init__(self, scores) -> None:
+        self.scores = scores
+
+    def score(self, candidates):
+        if isinstance(self.scores, Exception):
+            raise self.scores
+        return self.scores
+
+
+def scores_table(n: int, seed: int = 0) -> np.ndarray:
+    """Every client likes candidate 5 best; the rest of its ranking is random."""
+    scores = np.random.default_rng(seed).uniform(0.0, 0.8, size=(n, len(CANDS)))
+    scores[:, 5] = 0.9
+    return scores
+
+
+def client_app(scores, candidates_for=lambda pid: None, own_messages=None) -> ClientApp:
+    """A user's Message-API ClientApp with its own train handler, plus DP-Hype's handlers."""
+    app = ClientApp()
+    register_dphype(app, lambda ctx: TableTask(scores[int(ctx.node_config["partition-id"])]),
+                    candidates=lambda ctx: candidates_for(int(ctx.node_config["partition-id"])))
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        if own_messages is not None:
+            own_messages.append(msg.metadata.message_type)
+        return Message(RecordDict({"config": ConfigRecord({"seen": 1})}), reply_to=msg)
+
+    return app
+
+
+@pytest.fixture
+def recorded_votes(monkeypatch):
+    """Every encoded vector a client hands to SecAgg+ (to check that the released sum is exact)."""
+    vectors = []
+    original = flower_client.noisy_vote
+
+    def recording(*args, **kwargs):
+        vectors.append(original(*args, **kwargs))
+        return vectors[-1]
+
+    monkeypatch.setattr(flower_client, "noisy_vote", recording)
+    return vectors
+
+
+def config(**overrides) -> DPHypeConfig:
+    values = dict(epsilon=1.0, delta=1e-5, k=3, clients=6)
+    values.update(overrides)
+    return DPHypeConfig(**values)
+
+
+def test_selection_releases_the_exact_sum_of_the_clients_noisy_votes(recorded_votes):
+    n = 6
+    grid = LocalGrid(client_app(scores_table(n)), n)
+    result = DPHype(CANDS, config()).start(grid)
+    assert len(recorded_votes) == n
+    np.testing.assert_array_equal(result.noisy_sum, np.sum(recorded_votes, axis=0))
+    assert result.selected_index == int(np.argmax(result.noisy_sum))
+    assert result.selected == CANDS[result.selected_index]
+    report = result.report
+    assert report.survivors == n and report.clients == n and report.k == 3
+    assert report.noise == "skellam" and report.accountant == "rdp"
+    assert report.epsilon == pytest.approx(1.0, rel=1e-6)
+    # pre-flight first, then only the SecAgg+ round; all of it under DP-Hype's own message types
+    types = [m.metadata.message_type for m in grid.sent]
+    assert types[:n] == [PREFLIGHT_MESSAGE_TYPE] * n and set(types[n:]) == {VOTE_MESSAGE_TYPE}
+
+
+def test_large_budget_selects_the_consensus_candidate():
+    grid = LocalGrid(client_app(scores_table(8, seed=4)), 8)
+    result = DPHype(CANDS, config(epsilon=200.0, k=2, clients=8)).start(grid)
+    assert result.selected_index == 5  # 8 votes against at most 8 - noise of std ~0.03
+    assert train_config(result.selected, rounds=2) == ConfigRecord({"lr": 0.1, "momentum": 0.9, "rounds": 2})
+
+
+def test_the_users_own_handlers_keep_their_messages():
+    seen: list[str] = []
+    grid = LocalGrid(client_app(scores_table(4), own_messages=seen), 4)
+    DPHype(CANDS, config(clients=4)).start(grid)
+    assert seen == []  # DP-Hype's messages never reach the user's train handler
+    (reply,) = grid.send_and_receive([Message(RecordDict(), 1000, "train")])
+    assert seen == ["train"] and reply.content["config"]["seen"] == 1
+
+
+def test_votes_travel_only_masked():
+    grid = LocalGrid(client_app(scores_table(4)), 4)
+    DPHype(CANDS, config(clients=4)).start(grid)
+    for reply in grid.replies:
+        assert not reply.has_error()
+        assert all(len(rec) == 0 for rec in reply.content.array_records.values())
+        metrics = reply.content.config_records.get("fitres.metrics")
+        assert metrics is None or len(metrics) == 0
+
+
+def test_scores_are_dropped_after_the_vote():
+    grid = LocalGrid(client_app(scores_table(3)), 3)
+    DPHype(CANDS, config(clients=3)).start(grid)
+    for context in grid.contexts.values():
+        assert flower_client.SCORES_KEY not in context.state.array_records
+
+
+@pytest.mark.parametrize(
+    ("broken", "reason"),
+    [
+        (RuntimeError("patient alice"), "refused: task_error (task.score raised RuntimeError)"),
+        (np.zeros(5), "refused: score_shape"),
+    ],
+)
+def test_preflight_refusals_reach_the_server_with_their_reason(broken, reason):
+    scores = list(scores_table(5))
+    scores[2] = broken
+    grid = LocalGrid(client_app(scores), 5)
+    start = time.perf_counter()
+    with pytest.raises(PreflightError, match=r"1 of 5 clients are not ready: 1 x ") as info:
+        DPHype(CANDS, config(clients=5)).start(grid)
+    assert time.perf_counter() - start < 30
+    assert reason in str(info.value) and "alice" not in str(info.value)
+    assert "nothing was released" in str(info.value)
+    assert all(m.metadata.message_type == PREFLIGHT_MESSAGE_TYPE for m in grid.sent)  # no vote round
+
+
+def test_a_candidate_list_mismatch_is_counted():
+    other = candidate_grid(lr=[0.001, 0.01, 0.1, 0.5], momentum=[0.9, 0.0])  # same set, other order
+    grid = LocalGrid(client_app(scores_table(4), candidates_for=lambda pid: other if pid < 3 else CANDS), 4)
+    with pytest.raises(PreflightError, match="3 of 4 clients are not ready: 3 x refused: candidate_mismatch"):
+        DPHype(CANDS, config(clients=4)).start(grid)
+
+
+def test_refusals_within_the_dropout_tolerance_do_not_stop_the_vote(recorded_votes):
+    scores = list(scores_table(5))
+    scores[2] = RuntimeError("out of memory")
+    grid = LocalGrid(client_app(scores), 5)
+    result = DPHype(CANDS, config(clients=5, dropout=0.2)).start(grid)
+    assert result.report.survivors == 4 and len(recorded_votes) == 4
+    np.testing.assert_array_equal(result.noisy_sum, np.sum(recorded_votes, axis=0))
+    # 4 survivors each adding sigma^2 / 4: exactly the calibrated noise, epsilon on target
+    assert result.report.epsilon == pytest.approx(1.0, rel=1e-6)
+
+
+def test_a_node_that_vanishes_counts_as_a_dropout():
+    grid = LocalGrid(client_app(scores_table(5)), 5, silent=[2])
+    result = DPHype(CANDS, config(clients=5, dropout=0.2)).start(grid, timeout=2.0)
+    assert result.report.survivors == 4
+    assert set(grid.timeouts) == {2.0}  # every SecAgg+ stage is bounded (and the pre-flight waited 2 s)
+    strict = LocalGrid(client_app(scores_table(5)), 5, silent=[2])
+    with pytest.raises(PreflightError, match="1 x no answer within the timeout"):
+        DPHype(CANDS, config(clients=5)).start(strict, timeout=2.0)
+
+
+def test_a_vote_that_was_not_approved_in_the_preflight_is_refused():
+    grid = LocalGrid(client_app(scores_table(3)), 3)
+    selection = DPHype(CANDS, config(clients=3))
+    selection._preflight(grid, sorted(grid.get_node_ids()), None)
+    other = DPHype(CANDS, config(clients=3, epsilon=2.0))  # a different request in the vote round
+    from dphype.flower.secagg import run_secure_sum
+
+    with pytest.raises(ss.SecureSumError):
+        run_secure_sum(grid, grid.get_node_ids(), other.request.to_record(), size=8, noise="skellam",
+                       min_survivors=3)
+    errors = [r.error.reason for r in grid.replies if r.has_error()]
+    assert errors and all("not the one approved in the pre-flight" in e for e in errors)
+
+
+def test_waits_for_nodes_then_gives_up():
+    grid = LocalGrid(client_app(scores_table(3)), 3)
+    with pytest.raises(PreflightError, match="only 3 of clients=4 nodes connected within 0.6 s"):
+        DPHype(CANDS, config(clients=4)).start(grid, connect_timeout=0.6)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), True, "60"])
+def test_bad_timeouts_are_refused(bad):
+    grid = LocalGrid(client_app(scores_table(2)), 2)
+    selection = DPHype(CANDS, config(clients=2))
+    with pytest.raises(ValueError, match=r"^timeout must be a finite number > 0, got"):
+        selection.start(grid, timeout=bad)
+    with pytest.raises(ValueError, match=r"^connect_timeout must be a finite number > 0, got"):
+        selection.start(grid, connect_timeout=bad)
+    assert grid.sent == []
+
+
+def test_bad_configuration_is_refused_before_any_client_works():
+    with pytest.raises(ValueError, match=r"k must be an integer in \[1, 8\]"):
+        DPHype(CANDS, config(k=9))
+    with pytest.raises(ValueError, match="candidates must be a CandidateList"):
+        DPHype([{"lr": 0.1}], config())
+    with pytest.raises(ValueError, match="candidates must be a CandidateList, a function of the context or None"):
+        register_dphype(ClientApp(), lambda ctx: None, candidates=[{"lr": 0.1}])

@@ -1,0 +1,264 @@
+"""Flower SecAgg+ as an exact secure sum (dphype.flower.secagg), against real ClientApps in process."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from flwr.app import Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
+from local_grid import LocalGrid
+
+from dphype import secure_sum as ss
+from dphype.flower.secagg import VOTE_MESSAGE_TYPE, run_secure_sum, secure_vote_reply
+
+C = ss.CLIPPING_RANGE
+
+
+def vector_app(vectors: np.ndarray, noise: str = "skellam", drop: dict | None = None) -> ClientApp:
+    """A ClientApp whose node with partition-id i sends ``vectors[i]`` in the vote round.
+
+    ``drop`` maps partition-id -> SecAgg+ stage at which that node crashes.
+    """
+    drop = drop or {}
+    app = ClientApp()
+
+    @app.train("dphype")
+    def vote(msg: Message, context: Context) -> Message:
+        pid = int(context.node_config["partition-id"])
+        stage = msg.content.config_records.get(RECORD_KEY_CONFIGS, {}).get(Key.STAGE)
+        if stage is not None and drop.get(pid) == stage:
+            raise ConnectionError("node lost")
+        return secure_vote_reply(msg, context, lambda config: ss.encode(vectors[pid], noise))
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:  # the user's own handler
+        return Message(msg.content, reply_to=msg)
+
+    return app
+
+
+def run(vectors, *, noise="skellam", drop=None, min_survivors=None, size=None, grid=None):
+    n = len(vectors)
+    grid = grid or LocalGrid(vector_app(vectors, noise, drop), n)
+    out = run_secure_sum(grid, grid.get_node_ids(), {}, size=size or vectors.shape[1], noise=noise,
+                         min_survivors=min_survivors or n)
+    return out, grid
+
+
+def stages_sent(grid: LocalGrid) -> list[str]:
+    return [m.content.config_records[RECORD_KEY_CONFIGS][Key.STAGE] for m in grid.sent
+            if RECORD_KEY_CONFIGS in m.content.config_records]
+
+
+def test_sum_is_exact_with_negative_and_extreme_values():
+    rng = np.random.default_rng(1)
+    vectors = rng.integers(-C, C + 1, size=(6, 100))
+    vectors[0, :3] = [C, -C, 0]
+    vectors[1, :3] = [C, -C, -1]
+    out, grid = run(vectors)
+    assert out.total.dtype == np.int64
+    np.testing.assert_array_equal(out.total, vectors.sum(axis=0))
+    assert out.survivors == 6
+    # every message of the round is DP-Hype's own type: the user's train handler never sees it
+    assert {m.metadata.message_type for m in grid.sent} == {VOTE_MESSAGE_TYPE}
+    assert {m.metadata.message_type for m in grid.replies} == {VOTE_MESSAGE_TYPE}
+
+
+def test_sum_gaussian_fixed_point():
+    rng = np.random.default_rng(2)
+    noisy = rng.integers(0, 2, size=(4, 50)) + rng.normal(0.0, 5.0, size=(4, 50))
+    out, _ = run(noisy, noise="gaussian")
+    expected = sum(ss.encode(v, "gaussian") for v in noisy) / ss.GAUSSIAN_SCALE
+    np.testing.assert_array_equal(out.total, expected)
+    assert np.max(np.abs(out.total - noisy.sum(axis=0))) <= 4 / (2 * ss.GAUSSIAN_SCALE)
+
+
+def test_dropout_before_masked_vector_is_survived():
+    vectors = np.arange(5 * 10).reshape(5, 10) - 20
+    out, grid = run(vectors, drop={3: Stage.COLLECT_MASKED_VECTORS}, min_survivors=4)
+    np.testing.assert_array_equal(out.total, np.delete(vectors, 3, axis=0).sum(axis=0))
+    assert out.survivors == 4
+    assert Stage.UNMASK in stages_sent(grid)
+
+
+@pytest.mark.parametrize("stage", [Stage.SETUP, Stage.SHARE_KEYS])
+def test_dropout_before_key_sharing_ends_is_survived(stage):
+    # A node lost in stage 0 or 1 never masked with anyone: the others' sum is unmasked.
+    vectors = np.arange(5 * 10).reshape(5, 10) - 20
+    out, grid = run(vectors, drop={2: stage}, min_survivors=4)
+    np.testing.assert_array_equal(out.total, np.delete(vectors, 2, axis=0).sum(axis=0))
+    assert out.survivors == 4
+    unmask = [m.content.config_records[RECORD_KEY_CONFIGS] for m in grid.sent
+              if m.content.config_records[RECORD_KEY_CONFIGS][Key.STAGE] == Stage.UNMASK]
+    assert unmask and all(not c[Key.DEAD_NODE_ID_LIST] for c in unmask)  # nothing to unmask for it
+
+
+def test_dropout_during_unmasking_keeps_the_contribution():
+    vectors = np.arange(5 * 10).reshape(5, 10) - 20
+    out, _ = run(vectors, drop={1: Stage.UNMASK}, min_survivors=5)
+    # The node sent its masked vector before crashing: its mask is rebuilt from shares.
+    np.testing.assert_array_equal(out.total, vectors.sum(axis=0))
+    assert out.survivors == 5
+
+
+def test_too_many_dropouts_release_nothing():
+    vectors = np.ones((5, 10), dtype=np.int64)
+    grid = LocalGrid(vector_app(vectors, drop={0: Stage.COLLECT_MASKED_VECTORS, 4: Stage.COLLECT_MASKED_VECTORS}), 5)
+    with pytest.raises(ss.TooFewSurvivorsError, match="only 3 of 5 .* nothing was released"):
+        run(vectors, min_survivors=4, grid=grid)
+    # The server never asked for the key shares that would unmask the sum.
+    assert Stage.UNMASK not in stages_sent(grid)
+
+
+def test_fewer_nodes_than_survivors_send_nothing():
+    vectors = np.ones((3, 4), dtype=np.int64)
+    grid = LocalGrid(vector_app(vectors), 3)
+    with pytest.raises(ss.TooFewSurvivorsError, match="nothing was sent"):
+        run_secure_sum(grid, grid.get_node_ids(), {}, size=4, noise="skellam", min_survivors=4)
+    assert grid.sent == []
+
+
+def test_protocol_halt_is_an_error():
+    vectors = np.ones((5, 10), dtype=np.int64)
+    # The secure graph for 5 clients, 4 of them needed, is the complete one with threshold 2: one
+    # client left after the setup cannot reach it.
+    with pytest.raises(ss.SecureSumError, match="halted"):
+        run(vectors, drop={i: Stage.SETUP for i in range(4)}, min_survivors=4)
+
+
+def test_wrong_length_sum_is_refused():
+    with pytest.raises(ss.SecureSumError, match="length 10"):
+        run(np.ones((3, 11), dtype=np.int64), size=10)
+
+
+def test_vanished_node_counts_as_dropout_with_a_timeout():
+    vectors = np.arange(4 * 6).reshape(4, 6)
+    grid = LocalGrid(vector_app(vectors), 4, silent=[2])
+    out = run_secure_sum(grid, grid.get_node_ids(), {}, size=6, noise="skellam", min_survivors=3, timeout=30.0)
+    np.testing.assert_array_equal(out.total, np.delete(vectors, 2, axis=0).sum(axis=0))
+    assert set(grid.timeouts) == {30.0}  # every stage is bounded
+
+
+def test_a_vote_outside_secagg_is_refused():
+    app = vector_app(np.ones((1, 3)))
+    grid = LocalGrid(app, 1)
+    plain = Message(RecordDict(), 1000, VOTE_MESSAGE_TYPE)
+    (reply,) = grid.send_and_receive([plain])
+    assert reply.has_error() and "plaintext" in reply.error.reason
+
+
+@pytest.mark.slow
+def test_sum_through_flower_simulation_with_a_dropout():
+    """The real Flower simulation runtime (Ray): exact sum of the 4 survivors out of 5."""
+    from flwr.serverapp import ServerApp
+    from flwr.simulation import run_simulation
+
+    rng = np.random.default_rng(3)
+    vectors = rng.integers(-1000, 1000, size=(5, 100))
+    vectors[0, 0] = -C
+    out: dict = {}
+    server_app = ServerApp()
+
+    @server_app.main()
+    def _main(grid, context):
+        nodes = []
+        while len(nodes) < 5:
+            nodes = list(grid.get_node_ids())
+        out["sum"] = run_secure_sum(grid, nodes, {}, size=100, noise="skellam", min_survivors=4)
+
+    run_simulation(server_app, vector_app(vectors, drop={2: Stage.COLLECT_MASKED_VECTORS}), num_supernodes=5,
+                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
+    assert out["sum"].survivors == 4
+    np.testing.assert_array_equal(out["sum"].total, np.delete(vectors, 2, axis=0).sum(axis=0))
+
+
+# --------------------------------------------------------------- SecAgg+ at scale (dphype.flower.secagg_fast)
+def test_the_default_graph_is_the_secure_one():
+    from dphype.secagg_params import secure_parameters
+
+    vectors = np.arange(12 * 5).reshape(12, 5)
+    out, _ = run(vectors, min_survivors=11)
+    assert out.secagg == secure_parameters(12, dropout=1 / 12)
+    np.testing.assert_array_equal(out.total, vectors.sum(axis=0))
+
+
+def test_an_insecure_explicit_graph_is_refused_before_anything_is_sent():
+    vectors = np.ones((50, 3), dtype=np.int64)
+    grid = LocalGrid(vector_app(vectors), 50)
+    with pytest.raises(ValueError, match="num_shares must be in \\[19, 50\\]"):
+        run_secure_sum(grid, grid.get_node_ids(), {}, size=3, noise="skellam", min_survivors=50,
+                       num_shares=0.2, reconstruction_threshold=0.6)  # the former default: 11 shares
+    assert grid.sent == []
+
+
+@pytest.mark.parametrize("stock", ["client", "server"])
+def test_scalable_sides_work_with_flowers_stock_sides(stock, monkeypatch):
+    from flwr.client.mod import secaggplus_mod
+    from flwr.server.workflow import SecAggPlusWorkflow
+
+    from dphype.flower import secagg
+    from dphype.flower.secagg_fast import ScalableSecAggPlusWorkflow
+
+    if stock == "client":
+        monkeypatch.setattr(secagg, "scalable_secaggplus_mod", secaggplus_mod)
+    else:
+        monkeypatch.setattr(ScalableSecAggPlusWorkflow, "unmask_stage", SecAggPlusWorkflow.unmask_stage)
+    vectors = np.random.default_rng(4).integers(-100, 100, size=(9, 20))
+    out, _ = run(vectors)
+    np.testing.assert_array_equal(out.total, vectors.sum(axis=0))
+
+
+def test_a_value_beyond_the_range_is_refused_not_clipped(monkeypatch):
+    from dphype.flower import secagg
+
+    monkeypatch.setattr(secagg, "clipping_range_for", lambda clients: 1000)
+    vectors = np.ones((5, 4), dtype=np.int64)
+    vectors[2, 0] = 5000  # beyond the round's clipping range of 1000
+    out, _ = run(vectors, min_survivors=4)
+    np.testing.assert_array_equal(out.total, np.delete(vectors, 2, axis=0).sum(axis=0))  # the client dropped out
+
+
+def test_dropouts_in_stage_0_and_stage_2_release_the_exact_sum():
+    # Issue 8, item 8: Flower removes a dropped client's masks with every neighbour, including one lost
+    # before it sent keys (KeyError); only masks with neighbours whose vectors are in the sum are there.
+    vectors = np.arange(6 * 8).reshape(6, 8) - 20
+    out, _ = run(vectors, drop={1: Stage.SETUP, 3: Stage.COLLECT_MASKED_VECTORS}, min_survivors=4)
+    np.testing.assert_array_equal(out.total, np.delete(vectors, [1, 3], axis=0).sum(axis=0))
+    assert out.survivors == 4
+
+
+def test_drops_up_to_xi_at_every_stage_release_the_exact_sum():
+    n, xi = 40, 0.1
+    vectors = np.random.default_rng(5).integers(-30, 30, size=(n, 10))
+    drop = {3: Stage.SETUP, 11: Stage.SHARE_KEYS, 17: Stage.COLLECT_MASKED_VECTORS, 25: Stage.UNMASK}
+    out, _ = run(vectors, drop=drop, min_survivors=math.ceil((1 - xi) * n))
+    assert out.secagg.neighbours < n - 1  # a sparse graph, not SecAgg's complete one
+    # the client lost while unmasking had sent its vector: it is in the sum
+    np.testing.assert_array_equal(out.total, np.delete(vectors, [3, 11, 17], axis=0).sum(axis=0))
+
+
+@pytest.mark.slow
+def test_exact_sum_of_1000_clients_in_process():
+    """n = 1000 through the real workflow and handlers, every client at the top of the range (the largest
+    possible sum still fits); a ring of 2 neighbours (secure only against no collusion) keeps it short."""
+    n = 1000
+    vectors = np.random.default_rng(6).integers(-C, C + 1, size=(n, 5))
+    vectors[:, 0] = C
+    grid = LocalGrid(vector_app(vectors), n)
+    out = run_secure_sum(grid, grid.get_node_ids(), {}, size=5, noise="skellam", min_survivors=n, num_shares=3,
+                         reconstruction_threshold=2, corrupt_fraction=0.0)
+    np.testing.assert_array_equal(out.total, vectors.sum(axis=0))
+
+
+@pytest.mark.slow
+def test_exact_sum_of_1000_clients_with_secure_parameters_and_dropouts():
+    n, xi = 1000, 0.01
+    vectors = np.random.default_rng(7).integers(-50, 51, size=(n, 100))
+    stages = [Stage.SETUP, Stage.SHARE_KEYS, Stage.COLLECT_MASKED_VECTORS, Stage.UNMASK] * 3
+    drop = dict(zip(range(0, 1000, 100), stages, strict=True))
+    out, _ = run(vectors, drop=drop, min_survivors=math.ceil((1 - xi) * n))
+    lost = [i for i, stage in drop.items() if stage != Stage.UNMASK]
+    np.testing.assert_array_equal(out.total, np.delete(vectors, lost, axis=0).sum(axis=0))
