@@ -4,11 +4,12 @@ The round runs through the real Flower server workflow and client mods, but on t
 ``tests/local_grid.py`` (synchronous, no Ray, no SuperLink), so the protocol's own cost is separated from
 the simulation runtime's. Each client sends a 100-entry integer vector; the sum is checked to be exact.
 
-``--variant flower`` runs Flower 1.41's stock ``SecAggPlusWorkflow`` and ``secaggplus_mod`` (the "before"),
-``--variant dphype`` the product's path (:class:`dphype.secure_sum.ExactSumWorkflow` on
-:mod:`dphype.flower.secagg_fast`). ``--params`` picks the graph: ``secure`` (:func:`dphype.secagg_params.
-secure_parameters` for ``--dropout`` and ``--corrupt-fraction``) or ``paper`` (shares 0.3 n, threshold all
-shares).
+Both variants run :func:`dphype.flower.secagg.run_secure_sum`: ``--variant dphype`` as it is (on
+:mod:`dphype.flower.secagg_fast`), ``--variant flower`` with Flower 1.41's stock ``secaggplus_mod`` and
+unmask stage swapped back in (the "before"). ``--params`` picks the graph: ``secure``
+(:func:`dphype.secagg_params.secure_parameters` for ``--dropout`` and ``--corrupt-fraction``) or ``paper``
+(shares 0.3 n, threshold all shares; checked against no colluding client, the only setting it is secure
+for at small n).
 
 The breakdown wraps the crypto and serialization functions the two paths call (in this process only, for
 the duration of the round) and adds up their wall time: Shamir sharing and reconstruction, key agreement

@@ -194,6 +194,15 @@ def test_an_insecure_explicit_graph_is_refused_before_anything_is_sent():
     assert grid.sent == []
 
 
+def test_the_papers_fractions_are_accepted_against_no_collusion():
+    vectors = np.arange(20 * 3).reshape(20, 3)
+    grid = LocalGrid(vector_app(vectors), 20)
+    out = run_secure_sum(grid, grid.get_node_ids(), {}, size=3, noise="skellam", min_survivors=20,
+                         num_shares=0.3, reconstruction_threshold=1.0, corrupt_fraction=0.0)
+    assert (out.secagg.num_shares, out.secagg.threshold) == (7, 7)  # 0.3 n made odd, every share needed
+    np.testing.assert_array_equal(out.total, vectors.sum(axis=0))
+
+
 @pytest.mark.parametrize("stock", ["client", "server"])
 def test_scalable_sides_work_with_flowers_stock_sides(stock, monkeypatch):
     from flwr.client.mod import secaggplus_mod

@@ -306,7 +306,9 @@ def run_secure_sum(
         ndarrays_to_parameters([]), keep_input=True)
     workflow = ExactSumWorkflow(
         min_survivors=min_survivors,
-        **graph.flower_arguments(),
+        # an explicit choice goes to Flower as given (its rules differ for ints and fractions)
+        **(graph.flower_arguments() if num_shares is None else
+           {"num_shares": num_shares, "reconstruction_threshold": reconstruction_threshold}),
         timeout=timeout,
         clipping_range=clipping_range_for(len(nodes)),
     )
