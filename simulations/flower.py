@@ -9,6 +9,8 @@ real task (:class:`dphype.task.FixedScoresTask`), so the run measures and exerci
 
 With ``count_bytes=True`` a client mod adds up the serialized size of every message each node receives
 and sends (the protobuf ``RecordDict`` content, i.e. the payload on the wire, without transport framing).
+``peak_memory_mb`` is the largest resident size of this process and all its descendants (the Ray head and
+workers) seen by a sampler every 0.2 s during the simulation (Linux ``/proc``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -41,6 +44,54 @@ def _byte_counter(folder: str) -> Callable[..., Any]:
     return mod
 
 
+def _tree_rss_kb(root: int) -> int:
+    """Resident kB of process ``root`` and all its descendants (Linux ``/proc``)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    parents[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    tree, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
+        tree.update(children)
+        frontier.extend(children)
+    total = 0
+    for pid in tree:
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                total += next((int(line.split()[1]) for line in fh if line.startswith("VmRSS:")), 0)
+        except OSError:
+            continue
+    return total
+
+
+class _PeakMemory:
+    """Context manager: the peak of :func:`_tree_rss_kb` for this process, sampled every ``interval`` s."""
+
+    def __init__(self, interval: float = 0.2) -> None:
+        self.interval, self.peak_kb = interval, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak_kb = max(self.peak_kb, _tree_rss_kb(os.getpid()))
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> _PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def vote_through_flower(
     scores: np.ndarray,
     candidates: Any,
@@ -48,7 +99,8 @@ def vote_through_flower(
     *,
     maximize: bool = True,
     num_shares: float | None = None,
-    reconstruction_threshold: float = 0.6,
+    reconstruction_threshold: float | None = None,
+    corrupt_fraction: float | None = None,
     count_bytes: bool = False,
 ) -> dict[str, Any]:
     """Run DP-Hype once over Flower + SecAgg+ with ``config.clients = len(scores)`` simulated clients.
@@ -70,7 +122,9 @@ def vote_through_flower(
     scores = np.asarray(scores, dtype=np.float64)
     if config.clients != scores.shape[0]:
         raise ValueError(f"config.clients must equal the number of score rows {scores.shape[0]}, got {config.clients}")
-    selection = DPHype(candidates, config, num_shares=num_shares, reconstruction_threshold=reconstruction_threshold)
+    extra = {} if corrupt_fraction is None else {"corrupt_fraction": corrupt_fraction}
+    selection = DPHype(candidates, config, num_shares=num_shares, reconstruction_threshold=reconstruction_threshold,
+                       **extra)
     results: list[dict[str, Any]] = []
     server = ServerApp()
 
@@ -87,13 +141,14 @@ def vote_through_flower(
     with tempfile.TemporaryDirectory() as folder:
         client_app = register_dphype(ClientApp(mods=[_byte_counter(folder)] if count_bytes else []), task_fn)
         start = time.perf_counter()
-        run_simulation(server_app=server, client_app=client_app, num_supernodes=config.clients,
-                       backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
+        with _PeakMemory() as memory:
+            run_simulation(server_app=server, client_app=client_app, num_supernodes=config.clients,
+                           backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
         wall = time.perf_counter() - start
         if not results:
             raise RuntimeError("the Flower simulation ended without a DP-Hype result")
         out: dict[str, Any] = {**results[0], "clients": config.clients, "simulation_seconds": wall,
-                               "flwr_version": flwr.__version__}
+                               "peak_memory_mb": memory.peak_kb / 1024, "flwr_version": flwr.__version__}
         if count_bytes:
             received, sent = [], []
             for path in Path(folder).glob("*.txt"):

@@ -7,9 +7,13 @@
   resident size at that moment is subtracted; a tiny warm-up run first keeps torch's one-off start-up
   allocations out), in a fresh subprocess per client. Averaged over ``--measured-clients``.
 * **Voting round**: one DP-Hype release over Flower + SecAgg+ (:func:`simulations.flower.vote_through_flower`)
-  with a 100-entry vote vector and ``n`` clients; per-client upload/download payload and the round's wall
-  time. As in the paper: number of shares ``0.3 n``, reconstruction threshold = number of shares. Scores
-  are random (the round does not depend on them).
+  with a 100-entry vote vector and ``n`` clients; per-client upload/download payload, the round's wall
+  time (inside the ServerApp), the whole simulation's wall time (Ray start-up included) and the peak
+  resident memory of the simulation's processes. ``--secagg secure`` (default) uses the product's secure
+  SecAgg+ graph (:func:`dphype.secagg_params.secure_parameters` for ``--dropout``);
+  ``--secagg paper`` the paper's settings (shares ``0.3 n``, threshold = number of shares). Scores are
+  random (the round does not depend on them). ``time_exponent`` is the least-squares slope of
+  ``log(round seconds)`` against ``log(n)`` over the voting rounds (plotted in ``resources_scaling.png``).
 """
 
 from __future__ import annotations
@@ -93,11 +97,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=int, default=None, help="local epochs (default: the paper's)")
     parser.add_argument("--measured-clients", type=int, default=1, help="clients measured per setting (default 1)")
     parser.add_argument("--vote-repetitions", type=int, default=1, help="voting rounds per n (paper: 5)")
-    parser.add_argument("--num-shares", type=float, default=0.3, help="SecAgg+ shares as a fraction of n (paper 0.3)")
-    parser.add_argument("--reconstruction-threshold", type=float, default=1.0,
-                        help="fraction of the shares needed (paper: all of them, 1.0)")
+    parser.add_argument("--secagg", choices=("secure", "paper"), default="secure",
+                        help="SecAgg+ graph: secure (default; dphype.secagg_params) or paper (shares 0.3 n, all needed)")
+    parser.add_argument("--dropout", type=float, default=0.0, help="tolerated dropout xi (default 0)")
     parser.add_argument("--skip-local", action="store_true", help="only the voting round")
     parser.add_argument("--skip-voting", action="store_true", help="only the local evaluation")
+
+
+def secagg_arguments(clients: int, secagg: str, dropout: float) -> dict[str, Any]:
+    """``num_shares`` and ``reconstruction_threshold`` for the voting round, with the graph's bounds
+    (a third of the clients colluding with the server, :data:`dphype.secagg_params.CORRUPT_FRACTION`)."""
+    from dphype import secagg_params as sp
+
+    if secagg == "secure":
+        chosen = sp.secure_parameters(clients, dropout=dropout)
+        passed, gamma = chosen.flower_arguments(), chosen.corrupt_fraction
+    else:  # Flower's fractions; the paper's graph is secure only against no colluding client at small n
+        chosen = sp.bounds(clients, *sp.flower_graph(clients, sp.PAPER_NUM_SHARES, sp.PAPER_THRESHOLD),
+                           dropout=dropout, corrupt_fraction=sp.CORRUPT_FRACTION)
+        passed = {"num_shares": sp.PAPER_NUM_SHARES, "reconstruction_threshold": sp.PAPER_THRESHOLD}
+        gamma = 0.0
+    return {"num_shares": chosen.num_shares, "reconstruction_threshold": chosen.threshold, "arguments": passed,
+            "corrupt_fraction": gamma, "log2_insecure": chosen.log2_insecure, "log2_failure": chosen.log2_failure}
 
 
 def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
@@ -110,8 +131,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     for n in args.vote_clients:
         if not 2 <= n <= MAX_CLIENTS:
             raise ValueError(f"vote client count must be in [2, {MAX_CLIENTS}], got {n}")
-    if not 0 < args.num_shares <= 1 or not 0 < args.reconstruction_threshold <= 1:
-        raise ValueError("num_shares and reconstruction_threshold must be fractions in (0, 1]")
+    graphs = {n: secagg_arguments(n, args.secagg, args.dropout) for n in args.vote_clients}
     feds = [] if args.skip_local else [harness.Federation(d, n, None, args.seed, args.data_dir)
                                        for d in args.datasets for n in args.clients]
     harness.validate_federations(feds)
@@ -125,7 +145,8 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
             rows.append({"part": "local evaluation", "dataset": fed.dataset, "clients": fed.clients,
                          "candidates": len(candidates), "epochs": epochs, "seconds": m["seconds"],
                          "memory_mb": m["memory_mb"], "memory_kind": m["memory_kind"], "rows_per_client": m["rows"],
-                         "upload_kb": "", "download_kb": "", "simulation_seconds": ""})
+                         "upload_kb": "", "download_kb": "", "simulation_seconds": "", "peak_memory_mb": "",
+                         "num_shares": "", "reconstruction_threshold": ""})
             bar.update(1)
         if not args.skip_voting:
             from dphype.config import DPHypeConfig
@@ -134,19 +155,53 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
             for n in args.vote_clients:
                 for rep in range(vote_reps):
                     scores = np.random.default_rng([args.seed, n, rep]).random((n, len(candidates)))
-                    config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=5, clients=n)
-                    v = vote_through_flower(scores, candidates, config, count_bytes=True, num_shares=args.num_shares,
-                                            reconstruction_threshold=args.reconstruction_threshold)
+                    graph = graphs[n]
+                    config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=5, clients=n, dropout=args.dropout)
+                    v = vote_through_flower(scores, candidates, config, count_bytes=True,
+                                            corrupt_fraction=graph["corrupt_fraction"], **graph["arguments"])
                     rows.append({"part": "voting round", "dataset": "", "clients": n, "candidates": len(candidates),
                                  "epochs": "", "seconds": v["round_seconds"], "memory_mb": "", "memory_kind": "",
                                  "rows_per_client": "", "upload_kb": v["upload_bytes_per_client"] / 1000,
                                  "download_kb": v["download_bytes_per_client"] / 1000,
-                                 "simulation_seconds": v["simulation_seconds"]})
+                                 "simulation_seconds": v["simulation_seconds"],
+                                 "peak_memory_mb": v["peak_memory_mb"], "num_shares": graph["num_shares"],
+                                 "reconstruction_threshold": graph["reconstruction_threshold"]})
                     bar.update(1)
     study.write_csv("resources.csv", rows)
     table = summarize(rows)
     plot(table, study)
-    return study.result(table=table, candidates=len(candidates))
+    exponent = time_exponent(table)
+    if exponent is not None:
+        plot_scaling(table, exponent, study)
+    return study.result(table=table, candidates=len(candidates), secagg=args.secagg, dropout=args.dropout,
+                        time_exponent=exponent)
+
+
+def time_exponent(table: Sequence[dict[str, Any]]) -> float | None:
+    """Least-squares slope of log(round seconds) against log(n) over the voting rounds (None below 2 sizes)."""
+    vote = [t for t in table if t["part"] == "voting round"]
+    if len({t["clients"] for t in vote}) < 2:
+        return None
+    slope, _ = np.polyfit(np.log([t["clients"] for t in vote]), np.log([t["seconds"] for t in vote]), 1)
+    return round(float(slope), 3)
+
+
+def plot_scaling(table: Sequence[dict[str, Any]], exponent: float, study: harness.StudyRun) -> None:
+    """Voting-round and simulation seconds against n on log-log axes, with the fitted power law."""
+    plt = harness.pyplot()
+    vote = sorted((t for t in table if t["part"] == "voting round"), key=lambda t: t["clients"])
+    n = np.array([t["clients"] for t in vote], dtype=float)
+    seconds = np.array([t["seconds"] for t in vote])
+    fig, ax = plt.subplots(figsize=(4.2, 3.0))
+    ax.loglog(n, seconds, "o-", label="voting round (ServerApp)")
+    ax.loglog(n, [t["simulation_seconds"] for t in vote], "s--", label="whole simulation (Ray)")
+    scale = np.exp(np.mean(np.log(seconds) - exponent * np.log(n)))
+    ax.loglog(n, scale * n**exponent, ":", color="gray", label=f"fit: time ~ n^{exponent:.2f}")
+    ax.set_xlabel("clients n")
+    ax.set_ylabel("seconds")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    study.save_figure(fig, "resources_scaling.png")
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -160,8 +215,10 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             entry["memory_mb"] = round(float(np.mean([r["memory_mb"] for r in sel])), 2)
             entry["memory_kind"] = sel[0]["memory_kind"]
         else:
-            entry["upload_kb"] = round(float(np.mean([r["upload_kb"] for r in sel])), 2)
-            entry["download_kb"] = round(float(np.mean([r["download_kb"] for r in sel])), 2)
+            for key in ("upload_kb", "download_kb", "simulation_seconds", "peak_memory_mb"):
+                entry[key] = round(float(np.mean([r[key] for r in sel])), 2)
+            entry["num_shares"] = sel[0]["num_shares"]
+            entry["reconstruction_threshold"] = sel[0]["reconstruction_threshold"]
         out.append(entry)
     return out
 

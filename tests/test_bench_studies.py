@@ -126,6 +126,9 @@ def test_resources_voting_round_through_flower(tmp_path: Path, capsys: pytest.Ca
     res = _bench(["resources", "--skip-local", "--vote-clients", "4", "--out", str(tmp_path / "r")], capsys)
     (entry,) = res["table"]
     assert entry["part"] == "voting round" and entry["upload_kb"] > 0.8  # 100 masked entries at least
+    assert {"seconds", "simulation_seconds", "peak_memory_mb", "upload_kb", "download_kb", "num_shares",
+            "reconstruction_threshold"} <= set(entry)
+    assert entry["peak_memory_mb"] > 50 and res["secagg"] == "secure" and res["time_exponent"] is None
 
 
 @pytest.mark.slow
@@ -177,3 +180,27 @@ def test_unknown_study_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> N
         main(["bench", "nonsense"])
     assert err.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_resources_scaling_keys_and_exponent(tmp_path: Path) -> None:
+    from simulations import harness, resources
+
+    table = [{"part": "voting round", "clients": n, "seconds": 0.01 * n**1.5, "simulation_seconds": 0.02 * n**1.5}
+             for n in (50, 100, 400)]
+    assert resources.time_exponent(table) == pytest.approx(1.5)
+    assert resources.time_exponent(table[:1]) is None
+    study = harness.StudyRun("resources", tmp_path)
+    resources.plot_scaling(table, 1.5, study)
+    assert study.outputs and Path(study.outputs[0]).name == "resources_scaling.png"
+
+
+def test_resources_secagg_arguments_are_the_secure_ones() -> None:
+    from dphype.secagg_params import secure_parameters
+    from simulations.resources import secagg_arguments
+
+    secure = secure_parameters(1000, dropout=0.1)
+    got = secagg_arguments(1000, "secure", 0.1)
+    assert (got["num_shares"], got["reconstruction_threshold"]) == (secure.num_shares, secure.threshold)
+    assert got["log2_insecure"] <= -40 and got["log2_failure"] <= -20
+    paper = secagg_arguments(100, "paper", 0.0)
+    assert (paper["num_shares"], paper["reconstruction_threshold"]) == (31, 31)  # 0.3 n made odd, all shares

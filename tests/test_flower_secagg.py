@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from flwr.app import Context, Message, RecordDict
@@ -121,8 +123,10 @@ def test_fewer_nodes_than_survivors_send_nothing():
 
 def test_protocol_halt_is_an_error():
     vectors = np.ones((5, 10), dtype=np.int64)
+    # The secure graph for 5 clients, 4 of them needed, is the complete one with threshold 2: one
+    # client left after the setup cannot reach it.
     with pytest.raises(ss.SecureSumError, match="halted"):
-        run(vectors, drop={i: Stage.SETUP for i in range(3)}, min_survivors=2)
+        run(vectors, drop={i: Stage.SETUP for i in range(4)}, min_survivors=4)
 
 
 def test_wrong_length_sum_is_refused():
@@ -169,3 +173,101 @@ def test_sum_through_flower_simulation_with_a_dropout():
                    backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
     assert out["sum"].survivors == 4
     np.testing.assert_array_equal(out["sum"].total, np.delete(vectors, 2, axis=0).sum(axis=0))
+
+
+# --------------------------------------------------------------- SecAgg+ at scale (dphype.flower.secagg_fast)
+def test_the_default_graph_is_the_secure_one():
+    from dphype.secagg_params import secure_parameters
+
+    vectors = np.arange(12 * 5).reshape(12, 5)
+    out, _ = run(vectors, min_survivors=11)
+    assert out.secagg == secure_parameters(12, dropout=1 / 12)
+    np.testing.assert_array_equal(out.total, vectors.sum(axis=0))
+
+
+def test_an_insecure_explicit_graph_is_refused_before_anything_is_sent():
+    vectors = np.ones((50, 3), dtype=np.int64)
+    grid = LocalGrid(vector_app(vectors), 50)
+    with pytest.raises(ValueError, match="num_shares must be in \\[19, 50\\]"):
+        run_secure_sum(grid, grid.get_node_ids(), {}, size=3, noise="skellam", min_survivors=50,
+                       num_shares=0.2, reconstruction_threshold=0.6)  # the former default: 11 shares
+    assert grid.sent == []
+
+
+def test_the_papers_fractions_are_accepted_against_no_collusion():
+    vectors = np.arange(20 * 3).reshape(20, 3)
+    grid = LocalGrid(vector_app(vectors), 20)
+    out = run_secure_sum(grid, grid.get_node_ids(), {}, size=3, noise="skellam", min_survivors=20,
+                         num_shares=0.3, reconstruction_threshold=1.0, corrupt_fraction=0.0)
+    assert (out.secagg.num_shares, out.secagg.threshold) == (7, 7)  # 0.3 n made odd, every share needed
+    np.testing.assert_array_equal(out.total, vectors.sum(axis=0))
+
+
+@pytest.mark.parametrize("stock", ["client", "server"])
+def test_scalable_sides_work_with_flowers_stock_sides(stock, monkeypatch):
+    from flwr.client.mod import secaggplus_mod
+    from flwr.server.workflow import SecAggPlusWorkflow
+
+    from dphype.flower import secagg
+    from dphype.flower.secagg_fast import ScalableSecAggPlusWorkflow
+
+    if stock == "client":
+        monkeypatch.setattr(secagg, "scalable_secaggplus_mod", secaggplus_mod)
+    else:
+        monkeypatch.setattr(ScalableSecAggPlusWorkflow, "unmask_stage", SecAggPlusWorkflow.unmask_stage)
+    vectors = np.random.default_rng(4).integers(-100, 100, size=(9, 20))
+    out, _ = run(vectors)
+    np.testing.assert_array_equal(out.total, vectors.sum(axis=0))
+
+
+def test_a_value_beyond_the_range_is_refused_not_clipped(monkeypatch):
+    from dphype.flower import secagg
+
+    monkeypatch.setattr(secagg, "clipping_range_for", lambda clients: 1000)
+    vectors = np.ones((5, 4), dtype=np.int64)
+    vectors[2, 0] = 5000  # beyond the round's clipping range of 1000
+    out, _ = run(vectors, min_survivors=4)
+    np.testing.assert_array_equal(out.total, np.delete(vectors, 2, axis=0).sum(axis=0))  # the client dropped out
+
+
+def test_dropouts_in_stage_0_and_stage_2_release_the_exact_sum():
+    # Issue 8, item 8: Flower removes a dropped client's masks with every neighbour, including one lost
+    # before it sent keys (KeyError); only masks with neighbours whose vectors are in the sum are there.
+    vectors = np.arange(6 * 8).reshape(6, 8) - 20
+    out, _ = run(vectors, drop={1: Stage.SETUP, 3: Stage.COLLECT_MASKED_VECTORS}, min_survivors=4)
+    np.testing.assert_array_equal(out.total, np.delete(vectors, [1, 3], axis=0).sum(axis=0))
+    assert out.survivors == 4
+
+
+def test_drops_up_to_xi_at_every_stage_release_the_exact_sum():
+    n, xi = 40, 0.1
+    vectors = np.random.default_rng(5).integers(-30, 30, size=(n, 10))
+    drop = {3: Stage.SETUP, 11: Stage.SHARE_KEYS, 17: Stage.COLLECT_MASKED_VECTORS, 25: Stage.UNMASK}
+    out, _ = run(vectors, drop=drop, min_survivors=math.ceil((1 - xi) * n))
+    assert out.secagg.neighbours < n - 1  # a sparse graph, not SecAgg's complete one
+    # the client lost while unmasking had sent its vector: it is in the sum
+    np.testing.assert_array_equal(out.total, np.delete(vectors, [3, 11, 17], axis=0).sum(axis=0))
+
+
+@pytest.mark.slow
+def test_exact_sum_of_1000_clients_in_process():
+    """n = 1000 through the real workflow and handlers, every client at the top of the range (the largest
+    possible sum still fits); a ring of 2 neighbours (secure only against no collusion) keeps it short."""
+    n = 1000
+    vectors = np.random.default_rng(6).integers(-C, C + 1, size=(n, 5))
+    vectors[:, 0] = C
+    grid = LocalGrid(vector_app(vectors), n)
+    out = run_secure_sum(grid, grid.get_node_ids(), {}, size=5, noise="skellam", min_survivors=n, num_shares=3,
+                         reconstruction_threshold=2, corrupt_fraction=0.0)
+    np.testing.assert_array_equal(out.total, vectors.sum(axis=0))
+
+
+@pytest.mark.slow
+def test_exact_sum_of_1000_clients_with_secure_parameters_and_dropouts():
+    n, xi = 1000, 0.01
+    vectors = np.random.default_rng(7).integers(-50, 51, size=(n, 100))
+    stages = [Stage.SETUP, Stage.SHARE_KEYS, Stage.COLLECT_MASKED_VECTORS, Stage.UNMASK]
+    drop = {client: stages[i % 4] for i, client in enumerate(range(0, 1000, 100))}  # 10 = xi n clients
+    out, _ = run(vectors, drop=drop, min_survivors=math.ceil((1 - xi) * n))
+    lost = [i for i, stage in drop.items() if stage != Stage.UNMASK]
+    np.testing.assert_array_equal(out.total, np.delete(vectors, lost, axis=0).sum(axis=0))

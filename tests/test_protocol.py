@@ -82,11 +82,11 @@ def test_request_is_calibrated():
         ({"k": 0}, r"k must be an integer in \[1, "),
         ({"k": 7}, r"k must be an integer in \[1, 6\]"),
         ({"clients": 1}, "clients must be"),
-        ({"clients": ss.MAX_CLIENTS + 1}, "at most 1023"),
+        ({"clients": ss.MAX_CLIENTS + 1}, r"clients must be in \[2, 10000\]"),
         ({"dropout": 1.0}, "dropout"),
         ({"noise": "laplace"}, "noise"),
         ({"noise": "skellam", "accountant": "analytic"}, "accountant"),
-        ({"epsilon": 1e-6, "delta": 1e-10, "clients": 2}, "clipping range"),
+        ({"epsilon": 1e-7, "delta": 1e-10, "clients": 1000}, "clipping range"),
     ],
 )
 def test_bad_configuration_is_refused_up_front(overrides, message):

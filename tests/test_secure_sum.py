@@ -12,17 +12,32 @@ from dphype import secure_sum as ss
 C = ss.CLIPPING_RANGE
 
 
-def test_modulus_bound_is_exact():
-    assert ss.MAX_CLIENTS == 1023
+@pytest.mark.parametrize("clients", [2, 3, 50, 1000, 1023, 1024, 4097, ss.MAX_CLIENTS])
+def test_range_is_the_largest_that_cannot_wrap(clients):
+    c = ss.clipping_range_for(clients)
+    assert c & (c - 1) == 0  # a power of two; Q = 2C makes the quantizer exactly one
     # The largest possible sum (every entry at +C, i.e. Q after the shift) fits below 2**32 ...
-    assert ss.MAX_CLIENTS * ss.QUANTIZATION_RANGE <= ss.MODULUS_RANGE - 1
-    # ... and one more client would wrap around.
-    assert (ss.MAX_CLIENTS + 1) * ss.QUANTIZATION_RANGE > ss.MODULUS_RANGE - 1
-    # Quantizer Q / (2C) is exactly one.
-    assert ss.QUANTIZATION_RANGE == 2 * ss.CLIPPING_RANGE
+    assert clients * 2 * c <= ss.MODULUS_RANGE - 1
+    # ... and twice the range would wrap around, so C(n) is the largest such power of two.
+    assert clients * 4 * c > ss.MODULUS_RANGE - 1
+    assert 2 * c < 2**31  # Flower quantizes to int32
 
 
-@pytest.mark.parametrize("clients", [0, 1, ss.MAX_CLIENTS + 1, 5000])
+def test_range_matches_the_former_fixed_one_up_to_1023_clients():
+    assert ss.clipping_range_for(1023) == ss.CLIPPING_RANGE == 2**21
+    assert ss.clipping_range_for(1024) == 2**20
+    assert ss.clipping_range_for(10_000) == 2**17
+
+
+def test_announced_ranges_are_checked():
+    ss.check_ranges(clients=1000, clipping_range=2.0**21, quantization_range=2**22, modulus_range=2**32)
+    for wrong in [(2.0**20, 2**21, 2**32), (2.0**21, 2**23, 2**32), (2.0**21, 2**22, 2**31)]:
+        with pytest.raises(ValueError, match="SecAgg\\+ ranges must be clipping_range=2097152"):
+            ss.check_ranges(clients=1000, clipping_range=wrong[0], quantization_range=wrong[1],
+                            modulus_range=wrong[2])
+
+
+@pytest.mark.parametrize("clients", [0, 1, ss.MAX_CLIENTS + 1, 50_000])
 def test_client_count_refused(clients):
     with pytest.raises(ValueError, match="clients must be"):
         ss.check_clients(clients)
@@ -63,21 +78,34 @@ def test_clip_probability_refuses_huge_noise():
     # Realistic DP-Hype noise (sigma ~ 13 at epsilon 1) is nowhere near the range.
     assert ss.clip_probability(size=100, sigma=12.84, clients=2, dropout=0.0, noise="skellam") < 1e-300
     ss.check_range(size=100, sigma=1000.0, clients=2, dropout=0.0, noise="skellam")
-    # A share std of ~2**20 reaches 2**21 easily.
+    # At n = 1000 the range is 2**21: a share std of ~2**20 reaches it easily.
+    n = 1000
     with pytest.raises(ValueError, match="clipping range"):
-        ss.check_range(size=100, sigma=2.0**20, clients=2, dropout=0.0, noise="skellam")
+        ss.check_range(size=100, sigma=2.0**20 * math.sqrt(n), clients=n, dropout=0.0, noise="skellam")
     # Gaussian values are scaled by 2**10, so the limit is 2**11 votes.
     with pytest.raises(ValueError, match="clipping range"):
-        ss.check_range(size=100, sigma=1000.0, clients=2, dropout=0.0, noise="gaussian")
-    # Just inside / outside the limit: share std 200 (sigma 200 sqrt 2 over 2 clients) passes,
-    # share std 400 puts 2046 votes at ~5 std and is refused.
-    ss.check_range(size=100, sigma=200.0 * math.sqrt(2), clients=2, dropout=0.0, noise="gaussian")
+        ss.check_range(size=100, sigma=1000.0 * math.sqrt(n), clients=n, dropout=0.0, noise="gaussian")
+    # Just inside / outside the limit: share std 200 passes, share std 400 puts 2046 votes at
+    # ~5 std and is refused.
+    ss.check_range(size=100, sigma=200.0 * math.sqrt(n), clients=n, dropout=0.0, noise="gaussian")
     with pytest.raises(ValueError, match="clipping range"):
-        ss.check_range(size=100, sigma=400.0 * math.sqrt(2), clients=2, dropout=0.0, noise="gaussian")
+        ss.check_range(size=100, sigma=400.0 * math.sqrt(n), clients=n, dropout=0.0, noise="gaussian")
 
 
-def test_default_num_shares():
-    assert ss.default_num_shares(2) == 1.0
-    assert ss.default_num_shares(7) == 1.0
-    assert round(ss.default_num_shares(10) * 10) == 7
-    assert round(ss.default_num_shares(50) * 50) == 10
+@pytest.mark.parametrize("noise", ["skellam", "gaussian"])
+def test_clip_probability_against_a_monte_carlo_of_the_shares(noise):
+    """The range bound vs the frequency with which some share of some client leaves it (a tight range)."""
+    from dphype.noise import noise_share
+
+    clients, size, reps = 4, 5, 40_000
+    clipping_range = 8 * ss.fixed_point_scale(noise)  # shares are refused beyond 8 - 2 = 6 votes
+    sigma = 2.2 * math.sqrt(clients)  # share std 2.2: a share exceeds 6 with probability ~0.6%
+    bound = ss.clip_probability(size=size, sigma=sigma, clients=clients, dropout=0.0, noise=noise,
+                                clipping_range=clipping_range)
+    shares = noise_share((reps, clients, size), sigma=sigma, clients=clients, dropout=0.0, kind=noise,
+                         rng=np.random.default_rng(8))
+    limit = clipping_range / ss.fixed_point_scale(noise) - 2
+    frequency = np.mean(np.any(np.abs(shares) > limit, axis=(1, 2)))
+    assert 0.05 < frequency <= bound + 3 * math.sqrt(bound / reps)  # a real event, and bounded
+    if noise == "gaussian":  # exact tails: only the union bound (and its sum term) loosen it
+        assert bound < 1.6 * frequency

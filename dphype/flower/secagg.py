@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
-from flwr.client.mod import secaggplus_mod
 from flwr.common import (
     Code,
     EvaluateIns,
@@ -47,7 +46,6 @@ from flwr.server.client_proxy import ClientProxy
 from flwr.server.compat.grid_client_proxy import GridClientProxy
 from flwr.server.compat.legacy_context import LegacyContext
 from flwr.server.strategy import Strategy
-from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
 from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.server.workflow.secure_aggregation.secaggplus_workflow import WorkflowState
@@ -55,15 +53,16 @@ from flwr.serverapp.grid import Grid
 from flwr.supercore.run import Run
 
 from dphype.accounting import check_positive
+from dphype.flower.secagg_fast import ScalableSecAggPlusWorkflow, scalable_secaggplus_mod
+from dphype.secagg_params import CORRUPT_FRACTION, SecAggParameters, check_parameters, secure_parameters
 from dphype.secure_sum import (
     CLIPPING_RANGE,
     MAX_WEIGHT,
     MODULUS_RANGE,
-    QUANTIZATION_RANGE,
     SecureSumError,
     TooFewSurvivorsError,
+    clipping_range_for,
     decode_sum,
-    default_num_shares,
 )
 
 #: Message type of DP-Hype's SecAgg+ vote round (``train`` category, action ``dphype``).
@@ -81,12 +80,14 @@ def check_timeout(name: str, seconds: Any) -> float | None:
 
 
 # ---------------------------------------------------------------------------------------- server side
-class ExactSumWorkflow(SecAggPlusWorkflow):
+class ExactSumWorkflow(ScalableSecAggPlusWorkflow):
     """SecAgg+ configured for exact integer sums, refusing to unmask too few survivors.
 
     ``min_survivors`` is checked after the masked vectors are collected and
     *before* the unmasking stage: if fewer clients contributed, the server never
     learns their (under-noised) sum and :class:`TooFewSurvivorsError` is raised.
+    ``clipping_range`` is the run's ``C(n)`` (:func:`dphype.secure_sum.clipping_range_for`),
+    with ``Q = 2C``; the stages run on :mod:`dphype.flower.secagg_fast`.
     """
 
     def __init__(
@@ -94,15 +95,16 @@ class ExactSumWorkflow(SecAggPlusWorkflow):
         *,
         min_survivors: int,
         num_shares: float,
-        reconstruction_threshold: float = 0.6,
+        reconstruction_threshold: float,
         timeout: float | None = None,
+        clipping_range: int = CLIPPING_RANGE,
     ) -> None:
         super().__init__(
             num_shares,
             reconstruction_threshold,
             max_weight=MAX_WEIGHT,
-            clipping_range=float(CLIPPING_RANGE),
-            quantization_range=QUANTIZATION_RANGE,
+            clipping_range=float(clipping_range),
+            quantization_range=2 * clipping_range,
             modulus_range=MODULUS_RANGE,
             timeout=timeout,
         )
@@ -238,11 +240,30 @@ class _TypedGrid(Grid):
 
 @dataclass(frozen=True)
 class SecureSum:
-    """The exact sum of the contributors' encoded vectors (int64 for Skellam, float64 for Gaussian)."""
+    """The exact sum of the contributors' encoded vectors (int64 for Skellam, float64 for Gaussian),
+    with the SecAgg+ graph it ran on and the failure bounds that graph achieves."""
 
     total: np.ndarray
     survivors: int
     seconds: float
+    secagg: SecAggParameters
+
+
+def secagg_graph(clients: int, min_survivors: int, num_shares: float | None,
+                 reconstruction_threshold: float | None, corrupt_fraction: float) -> SecAggParameters:
+    """The round's SecAgg+ graph: the secure one by default, an explicit choice only if it is as secure.
+
+    The tolerated dropout is ``(n - min_survivors) / n``, so the graph stays correct with exactly the
+    survivors the release needs (:func:`dphype.secagg_params.secure_parameters`); an explicit
+    ``num_shares`` / ``reconstruction_threshold`` below that is refused (:func:`check_parameters`).
+    """
+    dropout = (clients - min_survivors) / clients
+    if num_shares is None and reconstruction_threshold is None:
+        return secure_parameters(clients, dropout=dropout, corrupt_fraction=corrupt_fraction)
+    if num_shares is None or reconstruction_threshold is None:
+        raise ValueError("num_shares and reconstruction_threshold must be given together (or neither: secure)")
+    return check_parameters(clients, num_shares, reconstruction_threshold, dropout=dropout,
+                            corrupt_fraction=corrupt_fraction)
 
 
 def run_secure_sum(
@@ -254,14 +275,17 @@ def run_secure_sum(
     noise: str,
     min_survivors: int,
     num_shares: float | None = None,
-    reconstruction_threshold: float = 0.6,
+    reconstruction_threshold: float | None = None,
+    corrupt_fraction: float = CORRUPT_FRACTION,
     timeout: float | None = None,
 ) -> SecureSum:
     """One SecAgg+ round over ``node_ids`` (each answers with an encoded vector of length ``size``).
 
-    ``fit_config`` travels to every node with the masked-input stage. ``num_shares`` defaults to
-    :func:`dphype.secure_sum.default_num_shares`; ``timeout`` bounds each stage in seconds (``None``:
-    wait for every reply). Raises :class:`TooFewSurvivorsError` (sum not unmasked) when fewer than
+    ``fit_config`` travels to every node with the masked-input stage. The SecAgg+ graph is
+    :func:`secagg_graph`'s: secure against a server colluding with ``corrupt_fraction`` of the clients
+    by default; an explicit ``num_shares`` / ``reconstruction_threshold`` (Flower's ints or fractions)
+    below that is refused. ``timeout`` bounds each stage in seconds (``None``: wait for every reply).
+    Raises :class:`TooFewSurvivorsError` (sum not unmasked) when fewer than
     ``min_survivors`` nodes contributed, :class:`SecureSumError` when the protocol halted.
     """
     nodes = sorted(set(node_ids))
@@ -269,6 +293,7 @@ def run_secure_sum(
     if not 1 <= min_survivors <= len(nodes):
         raise TooFewSurvivorsError(
             f"only {len(nodes)} clients can take part, fewer than the {min_survivors} required; nothing was sent")
+    graph = secagg_graph(len(nodes), min_survivors, num_shares, reconstruction_threshold, corrupt_fraction)
     run_id = grid.run.run_id
     strategy = _SumStrategy([GridClientProxy(nid, grid, run_id) for nid in nodes], fit_config, size=size,
                             noise=noise)
@@ -281,9 +306,11 @@ def run_secure_sum(
         ndarrays_to_parameters([]), keep_input=True)
     workflow = ExactSumWorkflow(
         min_survivors=min_survivors,
-        num_shares=num_shares if num_shares is not None else default_num_shares(len(nodes)),
-        reconstruction_threshold=reconstruction_threshold,
+        # an explicit choice goes to Flower as given (its rules differ for ints and fractions)
+        **(graph.flower_arguments() if num_shares is None else
+           {"num_shares": num_shares, "reconstruction_threshold": reconstruction_threshold}),
         timeout=timeout,
+        clipping_range=clipping_range_for(len(nodes)),
     )
     start = time.perf_counter()
     workflow(_TypedGrid(grid, VOTE_MESSAGE_TYPE), context)
@@ -292,7 +319,7 @@ def run_secure_sum(
             "secure aggregation halted before the sum was unmasked (too few clients answered "
             "or too few key shares; see the log above); nothing was released"
         )
-    return SecureSum(strategy.total, strategy.survivors, time.perf_counter() - start)
+    return SecureSum(strategy.total, strategy.survivors, time.perf_counter() - start, graph)
 
 
 # ---------------------------------------------------------------------------------------- client side
@@ -317,6 +344,6 @@ def secure_vote_reply(msg: Message, context: Context,
 
     own_type = msg.metadata.message_type
     msg.metadata.message_type = MessageType.TRAIN  # the legacy mod handles plain train messages only
-    reply = secaggplus_mod(msg, context, handler)
+    reply = scalable_secaggplus_mod(msg, context, handler)
     reply.metadata.message_type = own_type
     return reply

@@ -34,6 +34,7 @@ from dphype.flower.client import ACTION, RECORD_KEY
 from dphype.flower.secagg import check_timeout, run_secure_sum
 from dphype.noise import client_noise_std
 from dphype.protocol import REFUSAL_CODES, DPHypeResult, make_vote_request, release
+from dphype.secagg_params import CORRUPT_FRACTION, check_corrupt_fraction
 
 #: Message type of the pre-flight round.
 PREFLIGHT_MESSAGE_TYPE = f"query.{ACTION}"
@@ -53,8 +54,12 @@ class DPHype:
     config:
         The validated privacy parameters (:class:`dphype.config.DPHypeConfig`).
     num_shares, reconstruction_threshold:
-        SecAgg+ parameters (fractions of the clients / of the shares);
-        ``num_shares=None`` uses :func:`dphype.secure_sum.default_num_shares`.
+        SecAgg+ parameters (Flower's ints, or fractions of the clients / of the shares); ``None`` (the
+        default) uses the secure graph of :func:`dphype.secagg_params.secure_parameters`, and an explicit
+        choice below it is refused (:func:`dphype.flower.secagg.secagg_graph`).
+    corrupt_fraction:
+        Fraction of the clients assumed to collude with the server when the SecAgg+ graph is chosen or
+        checked (default 1/3, :data:`dphype.secagg_params.CORRUPT_FRACTION`).
     """
 
     def __init__(
@@ -63,11 +68,13 @@ class DPHype:
         config: DPHypeConfig,
         *,
         num_shares: float | None = None,
-        reconstruction_threshold: float = 0.6,
+        reconstruction_threshold: float | None = None,
+        corrupt_fraction: float = CORRUPT_FRACTION,
     ) -> None:
         self.request = make_vote_request(config, candidates)
         self.num_shares = num_shares
         self.reconstruction_threshold = reconstruction_threshold
+        self.corrupt_fraction = check_corrupt_fraction(corrupt_fraction)
 
     @property
     def config(self) -> DPHypeConfig:
@@ -103,7 +110,8 @@ class DPHype:
         sum_ = run_secure_sum(
             grid, ready, self.request.to_record(), size=len(self.candidates), noise=cfg.noise,
             min_survivors=self.request.min_survivors, num_shares=self.num_shares,
-            reconstruction_threshold=self.reconstruction_threshold, timeout=timeout,
+            reconstruction_threshold=self.reconstruction_threshold, corrupt_fraction=self.corrupt_fraction,
+            timeout=timeout,
         )
         result = release(self.request, sum_.total, sum_.survivors)
         log(logging.INFO, "DP-Hype selected candidate %d %s (epsilon=%.4g at delta=%g, %d survivors) in %.1f s",

@@ -1,0 +1,378 @@
+"""Secure SecAgg+ parameters by construction: neighbour count and reconstruction threshold.
+
+SecAgg+ (Bell, Bonawitz, Gascon, Lepoint, Raykova, "Secure Single-Server Aggregation with
+(Poly)Logarithmic Overhead", CCS 2020) replaces the complete graph of SecAgg by a sparse one: each
+client masks its vector only with its ``k`` neighbours and Shamir-shares its two secrets (the self-mask
+seed ``b_i`` and the mask key ``s_i``) among them with threshold ``t``. At unmasking the server asks
+each surviving neighbour for ONE kind of share per client: ``b_i`` of a client whose masked vector
+arrived, ``s_i`` of a client that dropped out. Bell et al. (semi-honest setting) name three bad events
+for a server colluding with a fraction ``gamma`` of the clients, with a fraction ``xi`` dropping out:
+
+* **E1, unmasking**: an honest client has ``>= t`` corrupted neighbours. They hold shares of BOTH its
+  secrets, so the server learns ``s_i`` next to the ``b_i`` it legitimately gets, and with both it
+  removes every mask from that client's vector.
+* **E2, disconnection**: the graph of the honest clients whose vectors are in the sum falls apart; the
+  server then learns the sum of each component, not only the total.
+* **E3, correctness**: a client has fewer than ``t`` surviving neighbours; its secret cannot be
+  reconstructed and nothing is released.
+
+Security asks ``P[E1] + P[E2] <= 2**-sigma`` and correctness ``P[E3] <= 2**-eta`` (we use ``sigma =
+40``, ``eta = 20``, as the authors' own parameter finder does: Google's federated compute platform,
+``fcp/secagg/server/graph_parameter_finder.cc``, which splits the security budget evenly, 2**-(sigma+1)
+per event). The probabilities are over the random graph; the corrupted and dropped sets are fixed before
+it is drawn (static corruption; an honest-but-curious server draws the graph as prescribed).
+
+**The graph.** Flower 1.41's ``SecAggPlusWorkflow`` shuffles the client IDs and joins each client to the
+``num_shares // 2`` clients on either side of it on the ring: a Harary graph ``H(n, k)`` (``k`` even)
+with its nodes placed by a random permutation -- exactly the "random Harary graph" whose parameters
+the finder above computes, not an Erdos-Renyi graph. Under a random permutation the ``k`` neighbours of
+a client are a uniformly random ``k``-subset of the other ``n - 1`` clients, so with ``c = floor(gamma
+n)`` corrupted and ``s = ceil((1 - xi) n)`` surviving clients:
+
+* ``P[E1] <= n P[H(n-1, c, k) >= t]``, ``H(N, K, k)`` the hypergeometric law (union bound over clients);
+* ``P[E3] <= n P[H(n-1, s, k) <= t - 1]`` (a client that dropped has all ``s`` survivors among the
+  others; one that survives also holds its own share, which only helps);
+* ``P[E2] <= n (n - k - 1) / 2 * C(b, k) / C(n, k)`` with ``b = c + (n - s)`` removed clients: the
+  ring minus the removed clients is disconnected only if two disjoint runs of ``k / 2`` consecutive
+  positions are all removed (one run leaves a path); there are at most ``n (n - k - 1) / 2`` such pairs
+  and each is all-removed with probability ``C(b, k) / C(n, k)``.
+
+The tails are exact hypergeometric tails (``scipy.stats.hypergeom``), not Hoeffding bounds. The search
+takes the smallest even ``k`` for which E2 is small enough and some ``t`` satisfies both E1 and E3, and
+the smallest such ``t`` (it is the cheapest to reconstruct). When no ``k < n - 1`` works the complete
+graph is used (SecAgg), where a client has exactly the ``c`` corrupted and at least ``s`` surviving
+clients as neighbours: ``t`` must lie in ``(c, s]``.
+
+**An active server** may tell some neighbours of client ``i`` that ``i`` survived and others that it
+dropped, and so collect ``b_i`` shares from the former and ``s_i`` shares from the latter. A client's
+secret has ``k + 1`` share holders in Flower (its neighbours and itself); with ``c_i`` of them corrupted
+the server gets both kinds only if ``2 t <= k + 1 + c_i``. ``adversary="active"`` therefore replaces E1
+by ``n P[H(n-1, c, k) >= 2t - k - 1]`` (the finder's "semi-malicious" case). A client can check the
+part it can see itself with :func:`check_share_threshold`.
+
+**Flower's counting.** Flower's ``num_shares`` counts the client's own share: ``num_shares = k + 1``
+(``n`` for the complete graph), and its ``reconstruction_threshold`` counts shares, so it is ``t``.
+:func:`flower_graph` turns Flower's arguments (ints or fractions) into ``(k, t)`` exactly as
+``SecAggPlusWorkflow.setup_stage`` does, so a user's explicit choice can be checked
+(:func:`check_parameters`) and the DP-Hype paper's benchmark settings (shares ``0.3 n``, threshold all
+shares: :data:`PAPER_NUM_SHARES`, :data:`PAPER_THRESHOLD`) can be reported with their bounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.stats import hypergeom
+
+from dphype.accounting import check_clients, check_dropout
+from dphype.noise import min_survivors
+
+#: Statistical security parameter: P[E1] + P[E2] <= 2**-SECURITY_BITS.
+SECURITY_BITS: float = 40.0
+#: Correctness parameter: P[E3] <= 2**-CORRECTNESS_BITS.
+CORRECTNESS_BITS: float = 20.0
+#: Default fraction of clients assumed to collude with the server.
+CORRUPT_FRACTION: float = 1.0 / 3.0
+#: Threat models: "semi-honest" (the server follows the protocol) or "active" (it may lie about dropouts).
+ADVERSARIES: tuple[str, ...] = ("semi-honest", "active")
+#: The DP-Hype paper's benchmark settings (Flower fractions): shares 0.3 n, threshold all shares.
+PAPER_NUM_SHARES: float = 0.3
+PAPER_THRESHOLD: float = 1.0
+
+_TINY = 1e-12  # keeps floor(gamma n) / ceil((1 - xi) n) from being moved by float rounding of gamma n
+
+
+@dataclass(frozen=True)
+class SecAggParameters:
+    """A SecAgg+ configuration and the failure bounds it achieves (log2 of Bell et al.'s events).
+
+    ``neighbours`` is the graph degree ``k`` (``clients - 1``: complete graph) and ``threshold`` the
+    Shamir threshold ``t``; ``log2_unmask``, ``log2_disconnect`` and ``log2_failure`` bound
+    ``log2 P[E1]``, ``log2 P[E2]`` and ``log2 P[E3]`` (``-inf``: impossible).
+    """
+
+    clients: int
+    neighbours: int
+    threshold: int
+    corrupt_fraction: float
+    dropout: float
+    adversary: str
+    log2_unmask: float
+    log2_disconnect: float
+    log2_failure: float
+
+    @property
+    def num_shares(self) -> int:
+        """Flower's ``num_shares``: the neighbours plus the client's own share."""
+        return self.neighbours + 1
+
+    @property
+    def log2_insecure(self) -> float:
+        """log2 of the bound on P[E1] + P[E2] (the server learns more than the sum)."""
+        return float(np.logaddexp2(self.log2_unmask, self.log2_disconnect))
+
+    def flower_arguments(self) -> dict[str, int]:
+        """``num_shares`` and ``reconstruction_threshold`` for ``SecAggPlusWorkflow`` (as ints)."""
+        return {"num_shares": self.num_shares, "reconstruction_threshold": self.threshold}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly summary, with Flower's share count and the combined security bound."""
+        return {**dataclasses.asdict(self), "num_shares": self.num_shares, "log2_insecure": self.log2_insecure}
+
+
+def check_corrupt_fraction(corrupt_fraction: Any) -> float:
+    """Return ``gamma`` as float; it must lie in ``[0, 1)``."""
+    try:
+        gamma = float(corrupt_fraction)
+    except (TypeError, ValueError):
+        gamma = math.nan
+    if isinstance(corrupt_fraction, bool) or not 0.0 <= gamma < 1.0:
+        raise ValueError(f"corrupt_fraction must be in [0, 1), got {corrupt_fraction!r}")
+    return gamma
+
+
+def check_adversary(adversary: Any) -> str:
+    """Return the threat model; it must be one of :data:`ADVERSARIES`."""
+    if adversary not in ADVERSARIES:
+        raise ValueError(f"adversary must be one of {', '.join(ADVERSARIES)}, got {adversary!r}")
+    return str(adversary)
+
+
+def _counts(clients: int, dropout: float, corrupt_fraction: float) -> tuple[int, int]:
+    """(corrupted clients ``c = floor(gamma n)``, survivors ``s = ceil((1 - xi) n)``)."""
+    return math.floor((corrupt_fraction + _TINY) * clients), min_survivors(clients, dropout)
+
+
+def log2_disconnect(clients: int, neighbours: int, removed: int) -> float:
+    """log2 bound on P[E2]: the random Harary graph ``H(n, k)`` minus ``removed`` random nodes falls apart.
+
+    ``log2(n (n - k - 1) / 2) + log2(C(b, k) / C(n, k))`` (two disjoint all-removed runs of ``k / 2``
+    positions, union bound over the pairs of runs); ``-inf`` when ``b < k`` or the graph is complete.
+    """
+    n, k, b = clients, neighbours, removed
+    if k >= n - 1 or b < k:
+        return -math.inf
+    log_ratio = math.lgamma(b + 1) - math.lgamma(b - k + 1) - math.lgamma(n + 1) + math.lgamma(n - k + 1)
+    return min(0.0, (math.log(n) + math.log(n - k - 1) - math.log(2) + log_ratio) / math.log(2))
+
+
+def _log2_counts(clients: int, neighbours: int, marked: int) -> tuple[np.ndarray, np.ndarray]:
+    """log2 P[X >= m] and log2 P[X <= m], m = 0..k, for the number X of a client's ``k`` neighbours
+    among ``marked`` of the other ``n - 1`` clients: ``H(n-1, marked, k)``, or exactly ``marked`` on the
+    complete graph. Summed from the tails (``logaddexp`` accumulation), so 2**-60 tails keep their digits.
+    """
+    n, k = clients, neighbours
+    x = np.arange(k + 1)
+    if k >= n - 1:
+        log_pmf = np.where(x == marked, 0.0, -np.inf)
+    else:
+        log_pmf = hypergeom.logpmf(x, n - 1, marked, k) / math.log(2)
+    return np.logaddexp2.accumulate(log_pmf[::-1])[::-1], np.logaddexp2.accumulate(log_pmf)
+
+
+def _at_least(log_ge: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """log2 P[X >= m] for integer arrays ``m`` (0 for m <= 0, -inf beyond the support)."""
+    inside = np.clip(m, 0, log_ge.size - 1)
+    return np.where(m <= 0, 0.0, np.where(m >= log_ge.size, -np.inf, log_ge[inside]))
+
+
+def _threshold_bounds(
+    clients: int, neighbours: int, thresholds: np.ndarray, corrupted: int, survivors: int, adversary: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """(log2 bound on P[E1], log2 bound on P[E3]) for each threshold (module docstring).
+
+    E1: ``n P[X_c >= t]`` (semi-honest) or ``n P[X_c >= 2t - k - 1]`` (active), ``X_c`` the corrupted
+    neighbours of an honest client. E3: ``n P[X_s <= t - 1]``, ``X_s`` the surviving neighbours; the
+    worst client is one that dropped, with all survivors among the others (``min(s, n - 1)`` of them).
+    """
+    n, k, t = clients, neighbours, thresholds
+    corrupt_ge, _ = _log2_counts(n, k, corrupted)
+    _, survive_le = _log2_counts(n, k, min(survivors, n - 1))
+    needed = t if adversary == "semi-honest" else 2 * t - k - 1
+    unmask = math.log2(n) + _at_least(corrupt_ge, needed)
+    if survivors >= n:  # nobody drops: every client has its k neighbours and its own share
+        failure = np.where(t <= k + 1, -np.inf, 0.0)
+    else:
+        failure = math.log2(n) + np.where(t - 1 >= 0, survive_le[np.clip(t - 1, 0, k)], -np.inf)
+    return np.minimum(unmask, 0.0), np.minimum(failure, 0.0)  # a probability is at most 1
+
+
+def bounds(
+    clients: int,
+    neighbours: int,
+    threshold: int,
+    *,
+    dropout: float,
+    corrupt_fraction: float = CORRUPT_FRACTION,
+    adversary: str = "semi-honest",
+) -> SecAggParameters:
+    """The bounds that ``neighbours`` (``k``) and ``threshold`` (``t``) achieve (no check: :func:`check_parameters`)."""
+    n = check_clients(clients)
+    gamma, xi = check_corrupt_fraction(corrupt_fraction), check_dropout(dropout)
+    adversary = check_adversary(adversary)
+    if not 2 <= neighbours <= n - 1:
+        raise ValueError(f"neighbours must be in [2, {n - 1}], got {neighbours}")
+    if not 1 <= threshold <= neighbours + 1:
+        raise ValueError(f"threshold must be in [1, {neighbours + 1}], got {threshold}")
+    corrupted, survivors = _counts(n, xi, gamma)
+    unmask, failure = _threshold_bounds(n, neighbours, np.array([threshold]), corrupted, survivors, adversary)
+    return SecAggParameters(
+        clients=n,
+        neighbours=int(neighbours),
+        threshold=int(threshold),
+        corrupt_fraction=gamma,
+        dropout=xi,
+        adversary=adversary,
+        log2_unmask=float(unmask[0]),
+        log2_disconnect=log2_disconnect(n, neighbours, corrupted + n - survivors),
+        log2_failure=float(failure[0]),
+    )
+
+
+def _threshold_range(
+    clients: int, neighbours: int, corrupted: int, survivors: int, adversary: str, security: float, correctness: float
+) -> tuple[int, int]:
+    """Smallest ``t >= 2`` with P[E1] <= 2**-(security+1), largest with P[E3] <= 2**-correctness (may cross).
+
+    E1 falls and E3 rises with ``t``, so one vectorised pass over ``t = 2..k+1`` finds both ends.
+    """
+    t = np.arange(2, neighbours + 2)
+    unmask, failure = _threshold_bounds(clients, neighbours, t, corrupted, survivors, adversary)
+    secure = np.flatnonzero(unmask <= -(security + 1))
+    correct = np.flatnonzero(failure <= -correctness)
+    low = int(t[secure[0]]) if secure.size else neighbours + 2
+    high = int(t[correct[-1]]) if correct.size else 1
+    return low, high
+
+
+def secure_parameters(
+    clients: int,
+    *,
+    dropout: float,
+    corrupt_fraction: float = CORRUPT_FRACTION,
+    adversary: str = "semi-honest",
+    security_bits: float = SECURITY_BITS,
+    correctness_bits: float = CORRECTNESS_BITS,
+) -> SecAggParameters:
+    """The cheapest secure SecAgg+ graph for ``n`` clients: smallest even degree ``k``, then smallest ``t``.
+
+    Secure: ``P[E1] <= 2**-(sigma+1)`` and ``P[E2] <= 2**-(sigma+1)``; correct: ``P[E3] <= 2**-eta``
+    (module docstring). Falls back to the complete graph; raises ``ValueError`` when even that cannot
+    satisfy both (too many corrupted plus dropped clients).
+    """
+    n = check_clients(clients)
+    gamma, xi = check_corrupt_fraction(corrupt_fraction), check_dropout(dropout)
+    adversary = check_adversary(adversary)
+    corrupted, survivors = _counts(n, xi, gamma)
+    for k in [*range(2, n - 1, 2), n - 1]:
+        if log2_disconnect(n, k, corrupted + n - survivors) > -(security_bits + 1):
+            continue
+        low, high = _threshold_range(n, k, corrupted, survivors, adversary, security_bits, correctness_bits)
+        if low <= high:
+            return bounds(n, k, low, dropout=xi, corrupt_fraction=gamma, adversary=adversary)
+    raise ValueError(
+        f"no secure SecAgg+ parameters for clients={n} with corrupt_fraction={gamma:g} and dropout={xi:g} "
+        f"({adversary} server), not even the complete graph; lower corrupt_fraction or dropout"
+    )
+
+
+def flower_graph(clients: int, num_shares: float, reconstruction_threshold: float) -> tuple[int, int]:
+    """``(k, t)`` that Flower 1.41's ``SecAggPlusWorkflow.setup_stage`` builds from its two arguments.
+
+    Fractions: ``num_shares = round(f n)``, made odd if below ``n``, ``n`` if at most 2; threshold
+    ``max(2, round(f num_shares))``. Ints are used as given (``num_shares`` odd, ``threshold < num_shares``
+    are Flower's rules). The ring joins each client to ``num_shares // 2`` clients on each side, so
+    ``k = 2 (num_shares // 2)``, or ``n - 1`` once that covers everyone.
+    """
+    n = check_clients(clients)
+    if isinstance(num_shares, float):
+        shares = round(num_shares * n)
+        if shares < n and shares % 2 == 0:
+            shares += 1
+        if shares <= 2:
+            shares = n
+    else:
+        shares = int(num_shares)
+    if isinstance(reconstruction_threshold, float):
+        threshold = max(2, round(reconstruction_threshold * shares))
+    else:
+        threshold = int(reconstruction_threshold)
+    return min(2 * (shares // 2), n - 1), threshold
+
+
+def _removed(clients: int, dropout: float, corrupt_fraction: float) -> int:
+    corrupted, survivors = _counts(clients, check_dropout(dropout), check_corrupt_fraction(corrupt_fraction))
+    return corrupted + clients - survivors
+
+
+def check_parameters(
+    clients: int,
+    num_shares: float,
+    reconstruction_threshold: float,
+    *,
+    dropout: float,
+    corrupt_fraction: float = CORRUPT_FRACTION,
+    adversary: str = "semi-honest",
+    security_bits: float = SECURITY_BITS,
+    correctness_bits: float = CORRECTNESS_BITS,
+) -> SecAggParameters:
+    """Refuse a user's explicit SecAgg+ choice that is below the secure minimum; return its bounds.
+
+    ``num_shares`` must give a graph of degree at least :func:`secure_parameters`' (else a
+    ``ValueError`` naming ``num_shares`` and the allowed range), and ``reconstruction_threshold`` must
+    keep P[E1] <= 2**-(sigma+1) and P[E3] <= 2**-eta for that graph (else one naming
+    ``reconstruction_threshold`` and its allowed range).
+    """
+    n = check_clients(clients)
+    if isinstance(num_shares, int) and num_shares < n and num_shares % 2 == 0:
+        # Flower 1.41 tells the clients the even count but builds the ring for the next odd one: clients crash
+        raise ValueError(f"num_shares must be odd or equal to clients={n}, got {num_shares}")
+    minimum = secure_parameters(
+        n, dropout=dropout, corrupt_fraction=corrupt_fraction, adversary=adversary,
+        security_bits=security_bits, correctness_bits=correctness_bits,
+    )
+    k, t = flower_graph(n, num_shares, reconstruction_threshold)
+    if k < minimum.neighbours or log2_disconnect(n, k, _removed(n, dropout, corrupt_fraction)) > -(security_bits + 1):
+        raise ValueError(
+            f"num_shares must be in [{minimum.num_shares}, {n}] for clients={n}, corrupt_fraction="
+            f"{minimum.corrupt_fraction:g}, dropout={minimum.dropout:g} (P[unmasked] <= 2**-{security_bits:g}, "
+            f"P[failure] <= 2**-{correctness_bits:g}), got {num_shares!r} ({k} neighbours)"
+        )
+    corrupted, survivors = _counts(n, minimum.dropout, minimum.corrupt_fraction)
+    low, high = _threshold_range(n, k, corrupted, survivors, minimum.adversary, security_bits, correctness_bits)
+    if not low <= t <= high:
+        allowed = f"[{low}, {high}]" if low <= high else "empty (use more num_shares)"
+        raise ValueError(
+            f"reconstruction_threshold must be in {allowed} for clients={n} and {k} neighbours "
+            f"(corrupt_fraction={minimum.corrupt_fraction:g}, dropout={minimum.dropout:g}), "
+            f"got {reconstruction_threshold!r} (threshold {t})"
+        )
+    return bounds(n, k, t, dropout=dropout, corrupt_fraction=corrupt_fraction, adversary=adversary)
+
+
+
+def check_share_threshold(clients: int, num_shares: int, threshold: int) -> None:
+    """What a client can check itself before any secret leaves it (issue 8, item 4).
+
+    The client's secrets have ``num_shares`` holders (its neighbours and itself, each answering the
+    unmask request once). An active server that tells some holders "survived" and others "dropped"
+    obtains ``t`` shares of both secrets from honest holders only if ``2 t <= num_shares``, so the
+    client refuses that, a threshold below 2 (one share is the secret), a threshold above
+    ``num_shares`` (nothing could be reconstructed) and a share count outside ``[3, clients]``. Whether
+    the graph is large enough against colluding clients depends on the neighbours it cannot see; the
+    server's choice is checked against :func:`secure_parameters` with :func:`check_parameters`.
+    """
+    n = check_clients(clients)
+    if not 3 <= num_shares <= n:
+        raise ValueError(f"num_shares must be in [3, {n}] for clients={n}, got {num_shares}")
+    low = num_shares // 2 + 1
+    if not low <= threshold <= num_shares:
+        raise ValueError(
+            f"reconstruction_threshold must be in [{low}, {num_shares}] for num_shares={num_shares} "
+            f"(2 * threshold > num_shares, so no server obtains both kinds of shares from honest holders), "
+            f"got {threshold}"
+        )

@@ -1,0 +1,189 @@
+"""Shamir secret sharing over GF(2^128), byte-compatible with Flower's SecAgg+ shares, but fast.
+
+Flower's SecAgg+ (``flwr.common.secure_aggregation.crypto.shamir``) splits a secret into 16-byte
+chunks (PKCS#7 padded) and shares each chunk with PyCryptodome's ``Shamir`` over GF(2^128) (modulus
+``x^128 + x^7 + x^2 + x + 1``; an element is the big-endian integer of its 16 bytes, bit ``i`` the
+coefficient of ``x^i``; share ``j`` of polynomial ``p`` is ``p(j)``). A share is ``j`` as 4 little-endian
+bytes followed by the chunks' 16-byte shares. PyCryptodome multiplies field elements in pure Python,
+building two 128-character strings per bit (about 300 us per product, 15 us by a small index), and
+Flower hands ``combine`` every share it received instead of ``t``; at the SecAgg+ sizes DP-Hype needs
+(a client's two secrets are 23 chunks, ``t`` in the tens) sharing and reconstruction dominated a
+voting round (see the README's breakdown).
+
+Hand-written (PyCryptodome's field arithmetic is the only one in our dependencies, and no maintained
+package shares over this field in this byte format) and checked both ways against Flower's functions in
+``tests/test_shamir.py``. What makes it fast:
+
+* **all chunks at once**: the chunks of a secret are packed into one Python integer, one 256-bit lane
+  each, so a product by the share index or by a Lagrange coefficient is a handful of shifts and XORs
+  on one integer (a lane has room for the 255-bit carry-less product and is reduced lane-wise);
+* **exactly ``t`` shares** are interpolated, and the Lagrange coefficients at 0 (which depend only on
+  the share indices) are computed once per index set with one field inversion each.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+from Crypto.Util.Padding import pad, unpad
+
+_BITS = 128
+_MASK = (1 << _BITS) - 1
+#: x^128 + x^7 + x^2 + x + 1, the field modulus shared with PyCryptodome's Shamir.
+_MODULUS = (1 << _BITS) | 0x87
+_LANE = 256  # a lane holds a 255-bit carry-less product before reduction
+_CHUNK = 16  # bytes per field element
+_INDEX_BYTES = 4
+
+
+def _lane_mask(lanes: int) -> int:
+    """Ones in the low 128 bits of each of ``lanes`` 256-bit lanes."""
+    return int.from_bytes((b"\x00" * _CHUNK + b"\xff" * _CHUNK) * lanes, "big")
+
+
+def _reduce(packed: int, low: int) -> int:
+    """Reduce every lane (a carry-less product of two field elements) modulo ``x^128 + x^7 + x^2 + x + 1``.
+
+    ``x^128 = x^7 + x^2 + x + 1``, so the high half ``h`` of a lane folds down as ``h ^ h<<1 ^ h<<2 ^
+    h<<7``; that can reach bit 134, so a second, tiny fold finishes.
+    """
+    for _ in range(2):
+        high = (packed >> _BITS) & low
+        packed = (packed & low) ^ high ^ (high << 1) ^ (high << 2) ^ (high << 7)
+    return packed
+
+
+def _times(packed: int, factor: int) -> int:
+    """Unreduced lane-wise carry-less product of packed elements and one element ``factor`` (4-bit windows)."""
+    table = [0, packed]
+    for i in range(2, 16):
+        table.append(table[i >> 1] << 1 if i % 2 == 0 else table[i - 1] ^ packed)
+    product = 0
+    for shift in range(factor.bit_length() // 4 * 4, -4, -4):
+        product = (product << 4) ^ table[(factor >> shift) & 15]
+    return product
+
+
+def _times_small(packed: int, factor: int) -> int:
+    """Unreduced lane-wise carry-less product by a small factor (a share index): one shift per set bit."""
+    product = 0
+    while factor:
+        lowest = factor & -factor
+        product ^= packed << (lowest.bit_length() - 1)
+        factor ^= lowest
+    return product
+
+
+def gf_mul(a: int, b: int) -> int:
+    """Product of two GF(2^128) elements (integers below 2**128)."""
+    return _reduce(_times(a, b), _MASK)
+
+
+def gf_inverse(a: int) -> int:
+    """Inverse of a non-zero GF(2^128) element: extended Euclid over GF(2)[x] (Menezes et al., HAC 2.226)."""
+    if not 0 < a <= _MASK:
+        raise ValueError("only non-zero field elements have an inverse")
+    u, v, g1, g2 = a, _MODULUS, 1, 0
+    while u != 1:
+        shift = u.bit_length() - v.bit_length()
+        if shift < 0:
+            u, v, g1, g2 = v, u, g2, g1
+            shift = -shift
+        u ^= v << shift
+        g1 ^= g2 << shift
+    return g1
+
+
+def _pack(chunks: list[bytes]) -> int:
+    """Chunks (16 bytes each) as lanes of one integer, chunk 0 in the lowest lane."""
+    return sum(int.from_bytes(chunk, "big") << (_LANE * i) for i, chunk in enumerate(chunks))
+
+
+def _unpack(packed: int, lanes: int) -> bytes:
+    """Inverse of :func:`_pack` for reduced lanes."""
+    return b"".join(((packed >> (_LANE * i)) & _MASK).to_bytes(_CHUNK, "big") for i in range(lanes))
+
+
+def create_shares(secret: bytes, threshold: int, num: int) -> list[bytes]:
+    """Shares ``1..num`` of ``secret``, any ``threshold`` of which reconstruct it (Flower's byte format)."""
+    return create_shares_of([secret], threshold, num)[0]
+
+
+def create_shares_of(secrets: list[bytes], threshold: int, num: int) -> list[list[bytes]]:
+    """:func:`create_shares` for several secrets at once (SecAgg+ shares two with the same ``t`` and ``num``).
+
+    Each chunk of each secret gets its own random polynomial of degree ``threshold - 1`` with the chunk
+    as constant term (coefficients from the OS's CSPRNG); all chunks are evaluated together by Horner's
+    rule, reducing only when a lane could overflow (each step by an index adds at most 16 bits).
+    """
+    if not 1 <= threshold <= num < 2**16:
+        raise ValueError(f"threshold and num must satisfy 1 <= threshold <= num < 65536, got {threshold}, {num}")
+    padded = [pad(secret, _CHUNK) for secret in secrets]
+    sizes = [len(p) // _CHUNK for p in padded]
+    chunks = [p[i : i + _CHUNK] for p in padded for i in range(0, len(p), _CHUNK)]
+    lanes = len(chunks)
+    low = _lane_mask(lanes)
+    coefficients = [_pack([os.urandom(_CHUNK) for _ in range(lanes)]) for _ in range(threshold - 1)]
+    coefficients.append(_pack(chunks))
+    steps_between_reductions = (_LANE - _BITS) // num.bit_length() - 1
+    shares: list[list[bytes]] = [[] for _ in secrets]
+    for index in range(1, num + 1):
+        value = 0
+        for step, coefficient in enumerate(coefficients):
+            if step % steps_between_reductions == 0:
+                value = _reduce(value, low)
+            value = _times_small(value, index) ^ coefficient
+        body = _unpack(_reduce(value, low), lanes)
+        head = index.to_bytes(_INDEX_BYTES, "little")
+        start = 0
+        for out, size in zip(shares, sizes, strict=True):
+            out.append(head + body[start * _CHUNK : (start + size) * _CHUNK])
+            start += size
+    return shares
+
+
+@functools.lru_cache(maxsize=4096)
+def lagrange_at_zero(indices: tuple[int, ...]) -> tuple[int, ...]:
+    """Lagrange coefficients ``l_j = prod_{m != j} x_m / (x_j + x_m)`` at 0 for distinct share indices.
+
+    Written as ``P / (x_j prod_{m != j} (x_j + x_m))`` with ``P = prod x_m``: the denominator is a
+    product of small field elements, so each ``l_j`` costs one inversion.
+    """
+    if len(set(indices)) != len(indices) or min(indices) < 1:
+        raise ValueError(f"share indices must be distinct and >= 1, got {indices}")
+    everything = 1
+    for x in indices:
+        everything = _reduce(_times_small(everything, x), _MASK)
+    coefficients = []
+    for x_j in indices:
+        denominator = x_j
+        for x_m in indices:
+            if x_m != x_j:
+                denominator = _reduce(_times_small(denominator, x_j ^ x_m), _MASK)
+        coefficients.append(gf_mul(everything, gf_inverse(denominator)))
+    return tuple(coefficients)
+
+
+def combine_shares(shares: list[bytes], threshold: int) -> bytes:
+    """Reconstruct a secret from the first ``threshold`` of ``shares`` (Flower's byte format).
+
+    Raises ``ValueError`` for fewer than ``threshold`` shares, shares of different lengths, repeated
+    indices or a result that is not a padded secret (wrong shares).
+    """
+    if threshold < 1 or len(shares) < threshold:
+        raise ValueError(f"need at least threshold={threshold} shares, got {len(shares)}")
+    used = shares[:threshold]
+    size = len(used[0])
+    if (size - _INDEX_BYTES) % _CHUNK or size <= _INDEX_BYTES or any(len(s) != size for s in used):
+        raise ValueError("shares must all be 4 + 16 m bytes long")
+    lanes = (size - _INDEX_BYTES) // _CHUNK
+    indices = tuple(int.from_bytes(s[:_INDEX_BYTES], "little") for s in used)
+    total = 0
+    for coefficient, share in zip(lagrange_at_zero(indices), used, strict=True):
+        body = share[_INDEX_BYTES:]
+        total ^= _times(_pack([body[i : i + _CHUNK] for i in range(0, len(body), _CHUNK)]), coefficient)
+    try:
+        return unpad(_unpack(_reduce(total, _lane_mask(lanes)), lanes), _CHUNK)
+    except ValueError:
+        raise ValueError("failed to combine shares (they do not belong to one secret)") from None

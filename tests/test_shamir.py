@@ -1,0 +1,66 @@
+"""Fast Shamir sharing (dphype.shamir) against Flower's and PyCryptodome's implementation."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+from Crypto.Protocol.SecretSharing import _Element
+from flwr.common.secure_aggregation.crypto import shamir as flower
+
+from dphype import shamir
+
+
+def test_field_arithmetic_matches_pycryptodome():
+    rng = random.Random(0)
+    for _ in range(50):
+        a, b = rng.getrandbits(128), rng.getrandbits(128)
+        assert shamir.gf_mul(a, b) == int(_Element(a) * _Element(b))
+        assert shamir.gf_mul(a, shamir.gf_inverse(a)) == 1
+    with pytest.raises(ValueError, match="non-zero"):
+        shamir.gf_inverse(0)
+
+
+@pytest.mark.parametrize("secret_size", [0, 16, 32, 306])  # 32: mask seed, 306: a P-384 key in PEM
+@pytest.mark.parametrize(("threshold", "num"), [(2, 3), (5, 9), (9, 20)])
+def test_shares_are_interchangeable_with_flowers(secret_size, threshold, num):
+    rng = random.Random(secret_size * 100 + num)
+    secret = os.urandom(secret_size)
+    ours = shamir.create_shares(secret, threshold, num)
+    assert len(ours) == num and all(len(s) == 4 + 16 * (secret_size // 16 + 1) for s in ours)
+    assert flower.combine_shares(rng.sample(ours, threshold)) == secret
+    theirs = flower.create_shares(secret, threshold, num)
+    assert shamir.combine_shares(rng.sample(theirs, threshold), threshold) == secret
+    assert shamir.combine_shares(rng.sample(ours, num), threshold) == secret  # any threshold of them
+
+
+def test_several_secrets_in_one_pass():
+    seed, key = os.urandom(32), os.urandom(306)
+    seed_shares, key_shares = shamir.create_shares_of([seed, key], 4, 7)
+    assert flower.combine_shares(seed_shares[3:]) == seed
+    assert flower.combine_shares(key_shares[:4]) == key
+    assert [s[:4] for s in seed_shares] == [s[:4] for s in key_shares]  # same indices 1..7
+
+
+def test_too_few_or_wrong_shares_are_refused():
+    shares = shamir.create_shares(b"secret", 3, 5)
+    with pytest.raises(ValueError, match="at least threshold=3"):
+        shamir.combine_shares(shares[:2], 3)
+    with pytest.raises(ValueError, match="distinct"):
+        shamir.combine_shares([shares[0], shares[0], shares[1]], 3)
+    with pytest.raises(ValueError, match="4 \\+ 16 m bytes"):
+        shamir.combine_shares([shares[0], shares[1], shares[2][:-1]], 3)
+    with pytest.raises(ValueError, match="1 <= threshold <= num"):
+        shamir.create_shares(b"secret", 6, 5)
+    # t - 1 shares of a degree t - 1 polynomial interpolate to something else, almost surely not a padded secret
+    other = shamir.create_shares(os.urandom(32), 3, 5)
+    mixed = [shares[0], shares[1], other[2]]
+    assert _combined_or_none(mixed) != b"secret"
+
+
+def _combined_or_none(shares: list[bytes]) -> bytes | None:
+    try:
+        return shamir.combine_shares(shares, 3)
+    except ValueError:
+        return None
