@@ -12,11 +12,14 @@ from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register the ``plan`` options."""
+    """Register the ``plan`` options (``--noise`` / ``--accountant`` as in every command)."""
+    from dphype.cli import add_noise_arguments
+
     parser.add_argument("--clients", type=int, required=True, help="number of clients n in [2, 1023]")
     parser.add_argument("--epsilon", type=float, required=True, help="privacy budget epsilon > 0")
     parser.add_argument("--delta", type=float, required=True, help="privacy parameter delta in (0, 1)")
-    parser.add_argument("--candidates", required=True, help="candidate spec: table3, table3:random:SIZE:SEED or file.json")
+    parser.add_argument("--candidates", required=True,
+                        help="candidate spec: table3, an integer N, table3:random:SIZE:SEED or a .json path")
     parser.add_argument("--k", type=int, default=None, help="votes per client (default: the recommended k)")
     parser.add_argument("--dropout", type=float, default=0.0, help="tolerated dropout fraction xi in [0, 1)")
     parser.add_argument("--consensus", default="moderate",
@@ -25,8 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", type=float, default=0.9, help="success aimed at by min_epsilon/min_clients")
     parser.add_argument("--min-success", type=float, default=None, help="fail when the predicted success is below")
     parser.add_argument("--rule", choices=("gp", "argmax"), default=None, help="selection rule (default gp)")
-    parser.add_argument("--noise", choices=("gaussian", "skellam"), default="skellam", help="noise kind")
-    parser.add_argument("--accountant", choices=("analytic", "rdp"), default=None, help="calibration accountant")
+    add_noise_arguments(parser)
     parser.add_argument("--neighbouring", choices=("replace-one", "add-remove"), default="replace-one",
                         help="neighbouring relation of the guarantee (default replace-one)")
     parser.add_argument("--repetitions", type=int, default=200, help="simulated runs per point (default 200)")
@@ -48,6 +50,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         pass
     result = plan(args.clients, args.epsilon, args.delta, candidates.feature_space(), len(candidates), k=args.k,
                   dropout=args.dropout, consensus=consensus, num_good=args.good, target=args.target, rule=args.rule,
-                  noise=args.noise, accountant=args.accountant, neighbouring=args.neighbouring, repetitions=args.repetitions, seed=args.seed)
+                  noise=args.noise, accountant=args.accountant, neighbouring=args.neighbouring,
+                  repetitions=args.repetitions, seed=args.seed)
     warnings(result, args.min_success)
     return result.to_dict()
