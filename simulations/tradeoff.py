@@ -53,7 +53,7 @@ def add_release_arguments(parser: argparse.ArgumentParser, *, repetitions: int) 
                         help=f"noisy releases per setting (default {repetitions})")
     harness.add_noise_arguments(parser)
     parser.add_argument("--rules", nargs="+", choices=RULES, default=list(RULES),
-                        help=f"selection rules applied to the same releases (default all; the product's: {DEFAULT_RULE})")
+                        help=f"selection rules applied to the same releases (default all; default rule {DEFAULT_RULE})")
     parser.add_argument("--total-noise", action="store_true",
                         help="draw the summed noise at once instead of one share per client (same distribution)")
 
