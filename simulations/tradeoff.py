@@ -12,7 +12,8 @@ For every federation (data set, ``n`` clients, iid or Dirichlet ``beta``):
   (:func:`dphype.protocol.replay_releases`: per-client shares, summed), and every selection rule of
   ``--rules`` (:mod:`dphype.selection`: the plain argmax and the structure-aware ``gp`` rule) picks a
   candidate from the SAME releases; **DP-Hype**'s accuracy is the FedAvg accuracy of the pick. Per point:
-  mean with 95% CI, the share of runs within 1 point of Opt, and the worst 5% accuracy (5th percentile).
+  mean with 95% CI, the share of runs within 1 point of Opt, the worst 5% accuracy (5th percentile) and
+  the share of picks no client voted for.
   The JSON ``summary`` rows describe the product's default rule (:data:`dphype.selection.DEFAULT_RULE`),
   with the argmax's numbers beside them.
 
@@ -97,12 +98,16 @@ def selection_picks(
     return picks, seconds
 
 
-def point_stats(picked: np.ndarray, opt: float) -> dict[str, float]:
+def point_stats(picked: np.ndarray, opt: float, picked_votes: np.ndarray | None = None) -> dict[str, float]:
     """Mean accuracy with the 95% CI half-width, share of runs within 1 point of Opt, worst 5% accuracy
-    (the 5th percentile: 5% of the runs are at or below it)."""
+    (the 5th percentile: 5% of the runs are at or below it) and, given the noiseless votes of the picks, the
+    share of picks that no client voted for."""
     mean, half = harness.mean_ci(picked)
-    return {"mean_accuracy": mean, "ci95": half, "within_1pt": float(np.mean(opt - picked <= 0.01 + 1e-12)),
-            "worst5_accuracy": float(np.quantile(picked, 0.05, method="inverted_cdf"))}
+    out = {"mean_accuracy": mean, "ci95": half, "within_1pt": float(np.mean(opt - picked <= 0.01 + 1e-12)),
+           "worst5_accuracy": float(np.quantile(picked, 0.05, method="inverted_cdf"))}
+    if picked_votes is not None:
+        out["zero_vote_share"] = float(np.mean(picked_votes == 0))
+    return out
 
 
 def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
@@ -128,11 +133,13 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                       "candidates": len(candidates), "k": release["k"]}
             opt = float(accuracy.max())
             rows.append({**common, "method": "Opt", "rule": "", "epsilon": "", "sigma": "", "mean_accuracy": opt,
-                         "ci95": 0.0, "within_1pt": 1.0, "worst5_accuracy": opt, "runs": 1})
+                         "ci95": 0.0, "within_1pt": 1.0, "worst5_accuracy": opt,
+                         "zero_vote_share": float(votes[int(np.argmax(accuracy))] == 0), "runs": 1})
             rows.append({**common, "method": "RandGuess", "rule": "", "epsilon": "", "sigma": "",
                          "mean_accuracy": float(accuracy.mean()), "ci95": 0.0,
                          "within_1pt": float(np.mean(opt - accuracy <= 0.01 + 1e-12)),
-                         "worst5_accuracy": float(np.quantile(accuracy, 0.05, method="inverted_cdf")), "runs": 1})
+                         "worst5_accuracy": float(np.quantile(accuracy, 0.05, method="inverted_cdf")),
+                         "zero_vote_share": float(np.mean(votes == 0)), "runs": 1})
             for e_index, eps in enumerate(release["epsilons"]):
                 sigma = harness.sigma_for(eps, release["delta"], release["k"], num_candidates=len(candidates),
                                           accountant=release["accountant"], noise=release["noise"])
@@ -142,7 +149,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                 for rule, chosen in picks.items():
                     timing[rule] = timing.get(rule, 0.0) + seconds[rule]
                     rows.append({**common, "method": "DP-Hype", "rule": rule, "epsilon": eps, "sigma": sigma,
-                                 **point_stats(accuracy[chosen], opt), "runs": release["repetitions"]})
+                                 **point_stats(accuracy[chosen], opt, votes[chosen]), "runs": release["repetitions"]})
             for j, cand in enumerate(candidates):
                 per_candidate.append({**common, "candidate": j, **cand, "fedavg_accuracy": float(accuracy[j]),
                                       "votes": int(votes[j]),
@@ -182,13 +189,15 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                  "gap_to_opt_points": round(100 * (opt - row["mean_accuracy"]), 2) + 0.0,
                  "over_randguess_points": round(100 * (row["mean_accuracy"] - rand), 2),
                  "within_1pt": round(row["within_1pt"], 3),
-                 "worst5_gap_points": round(100 * (opt - row["worst5_accuracy"]), 2)}
+                 "worst5_gap_points": round(100 * (opt - row["worst5_accuracy"]), 2),
+                 "zero_vote_share": round(row["zero_vote_share"], 4)}
         argmax = next((r for r in same if r["method"] == "DP-Hype" and r["rule"] == "argmax"
                        and r["epsilon"] == row["epsilon"]), None)
         if argmax is not None and main_rule != "argmax":
             entry.update({"argmax_gap_to_opt_points": round(100 * (opt - argmax["mean_accuracy"]), 2),
                           "argmax_within_1pt": round(argmax["within_1pt"], 3),
-                          "argmax_worst5_gap_points": round(100 * (opt - argmax["worst5_accuracy"]), 2)})
+                          "argmax_worst5_gap_points": round(100 * (opt - argmax["worst5_accuracy"]), 2),
+                          "argmax_zero_vote_share": round(argmax["zero_vote_share"], 4)})
         out.append(entry)
     return out
 

@@ -56,6 +56,7 @@ def test_tradeoff_on_image_data_uses_the_cnn(
         assert 0.0 <= row["dphype"] <= 1.0 and row["gap_to_opt_points"] >= 0 and row["rule"] == "gp"
         assert 0.0 <= row["within_1pt"] <= 1.0 and row["worst5_gap_points"] >= row["gap_to_opt_points"] - 1e-9
         assert "argmax_gap_to_opt_points" in row  # the plain argmax side by side
+        assert 0.0 <= row["zero_vote_share"] <= 1.0 and 0.0 <= row["argmax_zero_vote_share"] <= 1.0
 
 
 def test_tradeoff_then_ablations_and_distributions_reuse_the_cache(
