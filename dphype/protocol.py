@@ -255,21 +255,26 @@ def noisy_vote(request: VoteRequest, scores: np.ndarray, *, maximize: bool,
 # ------------------------------------------------------------------------------------- the release
 @dataclass(frozen=True)
 class DPHypeResult:
-    """Outcome of one DP-Hype selection: the winner, the released noisy sum, the privacy report."""
+    """Outcome of one DP-Hype selection: the winner, the released noisy sum, the privacy report, and (when it
+    ran over SecAgg+) the secure sum's graph, its failure bounds and the range's clipping probability."""
 
     selected_index: int
     selected: Candidate
     noisy_sum: np.ndarray
     report: PrivacyReport
+    secure_sum: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly summary."""
-        return {
+        out = {
             "selected_index": self.selected_index,
             "selected": dict(self.selected),
             "noisy_sum": self.noisy_sum.tolist(),
             "privacy": self.report.to_dict(),
         }
+        if self.secure_sum is not None:
+            out["secure_sum"] = dict(self.secure_sum)
+        return out
 
 
 def release(request: VoteRequest, noisy_sum: np.ndarray, survivors: int) -> DPHypeResult:

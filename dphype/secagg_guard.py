@@ -45,7 +45,7 @@ from typing import Any
 
 from dphype.noise import min_survivors
 from dphype.protocol import Refusal
-from dphype.secure_sum import CLIPPING_RANGE, MAX_CLIENTS, MAX_WEIGHT, MODULUS_RANGE, QUANTIZATION_RANGE
+from dphype.secure_sum import MAX_CLIENTS, MAX_WEIGHT, MODULUS_RANGE, check_ranges, clipping_range_for
 
 
 @dataclass(frozen=True)
@@ -77,24 +77,26 @@ class SecAggSetup:
         return cls(**values)
 
 
-#: The encoding DP-Hype's exact integer sum needs (:mod:`dphype.secure_sum`): with it the quantizer is exactly 1.
-DPHYPE_ENCODING: dict[str, float] = {
-    "clipping_range": float(CLIPPING_RANGE),
-    "target_range": QUANTIZATION_RANGE,
-    "mod_range": MODULUS_RANGE,
-    "max_weight": MAX_WEIGHT,
-}
+def dphype_encoding(clients: int) -> dict[str, float]:
+    """The stage-0 ranges DP-Hype's exact integer sum uses for ``clients`` (quantizer exactly 1, no wrap;
+    :func:`dphype.secure_sum.clipping_range_for`)."""
+    c = clipping_range_for(clients)
+    return {"clipping_range": float(c), "target_range": 2 * c, "mod_range": MODULUS_RANGE, "max_weight": MAX_WEIGHT}
 
 
 def check_setup(setup: SecAggSetup, *, clients: int | None = None) -> None:
     """Stage 0: DP-Hype's encoding, ``2 <= share_num <= sample_num <= MAX_CLIENTS`` (``sample_num == clients``
     when the announced ``n`` is known), and ``2 <= t <= s < 2 t`` (module docstring)."""
-    for name, expected in DPHYPE_ENCODING.items():
-        if getattr(setup, name) != expected:
-            raise Refusal("secagg_setup", f"{name} is not DP-Hype's exact-sum encoding")
     n, s, t = setup.sample_num, setup.share_num, setup.threshold
     if not 2 <= n <= MAX_CLIENTS:
         raise Refusal("secagg_setup", f"sample_num={n} is outside [2, {MAX_CLIENTS}]")
+    try:
+        check_ranges(clients=n, clipping_range=setup.clipping_range, quantization_range=setup.target_range,
+                     modulus_range=setup.mod_range)
+    except ValueError as err:
+        raise Refusal("secagg_setup", f"not DP-Hype's exact-sum encoding: {err}") from None
+    if setup.max_weight != MAX_WEIGHT:
+        raise Refusal("secagg_setup", "max_weight is not DP-Hype's exact-sum encoding")
     if clients is not None and n != clients:
         raise Refusal("secagg_setup", f"sample_num={n} differs from the announced {clients} clients")
     if not 2 <= s <= n:

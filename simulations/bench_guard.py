@@ -9,7 +9,7 @@ A client at ``--clients`` (default 50, Skellam noise, epsilon 1, k 5, Table III'
   that already holds ``--entries`` votes (default 10; ``spend`` includes the fsync'd atomic write; each
   spend is followed by a restore of the ledger, not timed);
 * ``secagg_stage0_us`` .. ``secagg_stage3_us``: the checks of :mod:`dphype.secagg_guard` with Flower's
-  neighbourhood at that n (``share_num`` from :func:`dphype.secure_sum.default_num_shares`);
+  neighbourhood at that n (``share_num`` of :func:`dphype.secagg_params.secure_parameters`);
 * ``secure_share_us`` vs ``pcg64_share_us``: one client's noise share of 100 entries from
   :func:`dphype.noise.client_noise_share` (fresh ChaCha20 keyed from the OS) vs numpy's default PCG64.
 
@@ -47,7 +47,7 @@ from dphype.secagg_guard import (
     check_share_sources,
     check_unmask,
 )
-from dphype.secure_sum import default_num_shares
+from dphype.secagg_params import secure_parameters
 
 
 def _median_us(fn: Callable[[], Any], repeats: int, after: Callable[[], Any] | None = None) -> float:
@@ -82,7 +82,7 @@ def run(clients: int, entries: int, repeats: int) -> dict[str, Any]:
         out["ledger_spend_us"] = _median_us(lambda: ledger.spend(guarantee, policy, "bench"), repeats,
                                             after=lambda: policy.ledger.write_bytes(saved))
 
-    share_num = round(default_num_shares(clients) * clients)
+    share_num = secure_parameters(clients).num_shares
     share_num += share_num < clients and share_num % 2 == 0
     setup = SecAggSetup(clients, share_num, max(round(0.6 * share_num), 2), **DPHYPE_ENCODING)
     holders = list(range(share_num))

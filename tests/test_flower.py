@@ -213,3 +213,12 @@ def test_bad_configuration_is_refused_before_any_client_works():
         DPHype([{"lr": 0.1}], config())
     with pytest.raises(ValueError, match="candidates must be a CandidateList, a function of the context or None"):
         register_dphype(ClientApp(), lambda ctx: None, candidates=[{"lr": 0.1}])
+
+
+def test_the_result_states_the_secure_sum_and_its_bounds():
+    grid = LocalGrid(client_app(scores_table(6)), 6)
+    result = DPHype(CANDS, config()).start(grid)
+    secure = result.to_dict()["secure_sum"]
+    assert secure["num_shares"] >= 2 * secure["threshold"] - 1 and secure["corrupt_fraction"] == pytest.approx(1 / 3)
+    assert secure["log2_insecure"] <= -40 or secure["num_shares"] == 6  # complete graph at n = 6
+    assert 0 <= secure["clip_probability"] < 1e-9 and "delta +" in secure["statement"]

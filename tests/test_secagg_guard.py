@@ -9,18 +9,19 @@ import pytest
 from dphype.noise import min_survivors
 from dphype.protocol import Refusal
 from dphype.secagg_guard import (
-    DPHYPE_ENCODING,
+    dphype_encoding,
     SecAggSetup,
     check_neighbours,
     check_setup,
     check_share_sources,
     check_unmask,
 )
-from dphype.secure_sum import default_num_shares
+from dphype.secagg_params import secure_parameters
+from dphype.secure_sum import MAX_CLIENTS
 
 
 def setup(sample_num=50, share_num=11, threshold=7, **encoding):
-    return SecAggSetup(sample_num, share_num, threshold, **{**DPHYPE_ENCODING, **encoding})
+    return SecAggSetup(sample_num, share_num, threshold, **{**dphype_encoding(min(sample_num, MAX_CLIENTS)), **encoding})
 
 
 def keys(ids):
@@ -43,11 +44,17 @@ def flower_setup(n, num_shares, reconstruction_threshold=0.6):
     return setup(n, s, max(round(reconstruction_threshold * s), 2))
 
 
+def secure_setup(n, dropout=0.0):
+    """share_num and threshold of the secure graph DP-Hype's workflow uses (dphype.secagg_params)."""
+    params = secure_parameters(n, dropout=dropout)
+    return setup(n, params.num_shares, params.threshold)
+
+
 def honest_views(n, dropout, drops, seed):
     """What every surviving client sees in an honest run of DP-Hype's workflow (Flower's ring graph on
     shuffled ids; ExactSumWorkflow forgets clients lost in stages 0-1), with ``drops[stage]`` clients lost
     in stage 0, 1 and 2. Yields (client, setup, stage-1 keys, stage-2 sources, active, dead)."""
-    sa = flower_setup(n, default_num_shares(n))
+    sa = secure_setup(n, dropout)
     rng = random.Random(seed)
     ids = rng.sample(range(10_000, 99_999), n)
     half = sa.share_num >> 1
@@ -79,7 +86,7 @@ def test_every_view_of_an_honest_run_passes(n, dropout, drops):
 
 @pytest.mark.parametrize("n", [5, 7, 10, 20, 35, 50, 100, 250, 500, 1023])
 def test_dphype_default_secagg_parameters_pass_the_threshold_rule(n):
-    sa = flower_setup(n, default_num_shares(n))
+    sa = secure_setup(n)
     check_setup(sa, clients=n)
     assert 2 * sa.threshold > sa.share_num
 
@@ -119,14 +126,14 @@ def test_an_encoding_other_than_the_exact_sum_is_refused(field, value):
 
 def test_sample_count_must_match_the_announced_clients_and_fit_the_modulus():
     assert code(lambda: check_setup(setup(sample_num=5, share_num=5, threshold=3), clients=1023)) == "secagg_setup"
-    assert code(lambda: check_setup(setup(sample_num=1024, share_num=11, threshold=7))) == "secagg_setup"
+    assert code(lambda: check_setup(setup(sample_num=10_001, share_num=11, threshold=7))) == "secagg_setup"
     assert code(lambda: check_setup(setup(sample_num=5, share_num=7, threshold=4))) == "secagg_setup"
 
 
 def test_issue_8_overclaimed_clients_against_the_neighbour_count():
     n_claimed, real = 1023, [11, 12, 13, 14, 15]
     # the server claims 1023 clients in stage 0 as Flower would, but only 5 keys exist
-    claimed = flower_setup(n_claimed, default_num_shares(n_claimed))
+    claimed = secure_setup(n_claimed)
     check_setup(claimed, clients=n_claimed)
     assert code(lambda: check_neighbours(claimed, 11, keys(real), clients=n_claimed, dropout=0.0,
                                          min_neighbours=4)) == "secagg_neighbours"
@@ -205,7 +212,7 @@ def test_without_dropout_tolerance_no_share_of_a_mask_key_is_revealed():
 
 
 def test_setup_from_a_stage_0_config_record():
-    config = {"sample_num": 50, "share_num": 11, "threshold": 7, **DPHYPE_ENCODING, "stage": "setup"}
+    config = {"sample_num": 50, "share_num": 11, "threshold": 7, **dphype_encoding(50), "stage": "setup"}
     assert SecAggSetup.from_config(config) == setup()
     for bad in ({**config, "threshold": True}, {k: v for k, v in config.items() if k != "max_weight"},
                 {**config, "share_num": "11"}):

@@ -19,6 +19,7 @@ config (see :func:`train_config`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -34,6 +35,7 @@ from dphype.flower.client import ACTION, RECORD_KEY
 from dphype.flower.secagg import check_timeout, run_secure_sum
 from dphype.noise import client_noise_std
 from dphype.protocol import REFUSAL_CODES, DPHypeResult, make_vote_request, release
+from dphype.secure_sum import clip_probability
 from dphype.secagg_params import CORRUPT_FRACTION, check_corrupt_fraction
 
 #: Message type of the pre-flight round.
@@ -113,7 +115,14 @@ class DPHype:
             reconstruction_threshold=self.reconstruction_threshold, corrupt_fraction=self.corrupt_fraction,
             timeout=timeout,
         )
-        result = release(self.request, sum_.total, sum_.survivors)
+        clip = clip_probability(size=len(self.candidates), sigma=self.request.sigma, clients=cfg.clients,
+                                dropout=cfg.dropout, noise=cfg.noise, clipping_range=sum_.clipping_range)
+        result = dataclasses.replace(release(self.request, sum_.total, sum_.survivors), secure_sum={
+            **sum_.secagg.to_dict(), "clipping_range": sum_.clipping_range, "clip_probability": clip,
+            "statement": f"a share outside the range makes its client refuse (a dropout): the release is "
+                         f"(epsilon, delta + {clip:.1e})-DP; Bell et al.'s bounds: the server learns more than "
+                         f"the sum with probability <= 2^{sum_.secagg.log2_insecure:.0f}, the sum fails with "
+                         f"probability <= 2^{sum_.secagg.log2_failure:.0f}"})
         log(logging.INFO, "DP-Hype selected candidate %d %s (epsilon=%.4g at delta=%g, %d survivors) in %.1f s",
             result.selected_index, result.selected, result.report.epsilon, result.report.delta,
             sum_.survivors, time.perf_counter() - start)
