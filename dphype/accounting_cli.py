@@ -18,12 +18,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_privacy_arguments(parser, clients=50)
     add_candidates_argument(parser, default=None)
     parser.add_argument(
-        "--neighbouring",
-        choices=("replace-one", "add-remove"),
-        default="replace-one",
-        help="neighbouring relation: replace-one (the paper's, L2 sqrt(2k); default) or add-remove (L2 sqrt(k))",
-    )
-    parser.add_argument(
         "--raw-scores",
         action="store_true",
         help="Appendix F raw scores in [0, 1] (sensitivity sqrt(p); needs --candidates, gaussian noise)",

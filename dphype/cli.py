@@ -48,6 +48,18 @@ def add_privacy_arguments(parser: argparse.ArgumentParser, *, clients: int = 50)
     parser.add_argument("--dropout", type=float, default=0.0,
                         help="tolerated dropout fraction xi in [0, 1) (default 0)")
     add_noise_arguments(parser)
+    parser.add_argument("--neighbouring", choices=("replace-one", "add-remove"), default="replace-one",
+                        help="neighbouring relation: replace-one (the paper's, L2 sqrt(2k); default) or add-remove "
+                             "(L2 sqrt(k))")
+
+
+def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--rule`` and ``--min-success``: how the server selects on the release, and when it refuses to run."""
+    parser.add_argument("--rule", choices=("gp", "argmax"), default="gp",
+                        help="selection rule on the released noisy sum: gp (structure-aware, default) or argmax "
+                             "(the paper's); both are post-processing")
+    parser.add_argument("--min-success", type=float, default=None,
+                        help="refuse to run when the planner's predicted chance of a good pick is below this")
 
 
 def add_noise_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,8 +87,10 @@ def privacy_config(args: argparse.Namespace, num_candidates: int | None = None) 
 
     if num_candidates is not None:
         check_k(args.k, num_candidates)
+    selection = {name: getattr(args, name) for name in ("rule", "min_success") if getattr(args, name, None) is not None}
     return DPHypeConfig(epsilon=args.epsilon, delta=args.delta, k=args.k, clients=args.clients,
-                        dropout=args.dropout, noise=args.noise, accountant=args.accountant)
+                        dropout=args.dropout, noise=args.noise, accountant=args.accountant,
+                        neighbouring=args.neighbouring, **selection)
 
 
 def _jsonable(obj: Any) -> Any:

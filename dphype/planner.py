@@ -51,6 +51,7 @@ from dphype.accounting import (
     check_positive,
     resolve_accountant,
 )
+from dphype.secure_sum import MAX_CLIENTS
 
 if TYPE_CHECKING:
     from dphype.candidates import FeatureSpace
@@ -63,8 +64,6 @@ DEFAULT_TARGET = 0.9
 WARN_BELOW = 0.5
 #: values of ``k`` the planner compares (those below the number of candidates)
 KS: tuple[int, ...] = (1, 2, 3, 5, 8, 10, 15, 20, 25, 30, 40, 50)
-#: most clients SecAgg+ sums exactly (:data:`dphype.secure_sum.MAX_CLIENTS`, not imported: no Flower here)
-MAX_CLIENTS = 1023
 #: use the order-statistics sampler once bad candidates outnumber the ranking depth this many times
 _ORDER_SAMPLER_RATIO = 5
 

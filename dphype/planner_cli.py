@@ -13,9 +13,9 @@ from typing import Any
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``plan`` options (``--noise`` / ``--accountant`` as in every command)."""
-    from dphype.cli import add_noise_arguments
+    from dphype.cli import add_noise_arguments, add_selection_arguments
 
-    parser.add_argument("--clients", type=int, required=True, help="number of clients n in [2, 1023]")
+    parser.add_argument("--clients", type=int, required=True, help="number of clients n in [2, 10000]")
     parser.add_argument("--epsilon", type=float, required=True, help="privacy budget epsilon > 0")
     parser.add_argument("--delta", type=float, required=True, help="privacy parameter delta in (0, 1)")
     parser.add_argument("--candidates", required=True,
@@ -26,8 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="client agreement: strong, moderate (default), weak, or a loss spread sigma_loss > 0")
     parser.add_argument("--good", type=int, default=None, help="number of good candidates (default 5%% of them)")
     parser.add_argument("--target", type=float, default=0.9, help="success aimed at by min_epsilon/min_clients")
-    parser.add_argument("--min-success", type=float, default=None, help="fail when the predicted success is below")
-    parser.add_argument("--rule", choices=("gp", "argmax"), default=None, help="selection rule (default gp)")
+    add_selection_arguments(parser)
     add_noise_arguments(parser)
     parser.add_argument("--neighbouring", choices=("replace-one", "add-remove"), default="replace-one",
                         help="neighbouring relation of the guarantee (default replace-one)")
