@@ -212,9 +212,14 @@ def unit_kernels(space: "FeatureSpace", lengthscales: np.ndarray) -> np.ndarray:
     one last column when there are categorical axes: the lengthscale of BoTorch's ``CategoricalKernel``
     (``exp(-mean_i [x_i != x'_i] / l)``). The kernel is their product.
     """
+    import warnings
+
     import torch
-    from botorch.models.kernels import CategoricalKernel
-    from gpytorch.kernels import MaternKernel
+
+    with warnings.catch_warnings():  # GPyTorch still decorates helpers with torch.jit.script, which torch deprecates
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=DeprecationWarning)
+        from botorch.models.kernels import CategoricalKernel
+        from gpytorch.kernels import MaternKernel
 
     ls = torch.as_tensor(np.asarray(lengthscales, dtype=np.float64))
     batch = torch.Size([ls.shape[0]])
@@ -391,14 +396,15 @@ def fit_surface(
     """
     rel = _release(noisy, space, sigma, clients, k)
     settings = GPSettings() if settings is None else settings
-    spectra = _spectra(space, settings)
     with _one_blas_thread():
+        spectra = _spectra(space, settings)
         return _fit(rel, spectra, settings.outputscale_grid(rel.sigma, rel.clients, rel.k, space.num_candidates))
 
 
 def _one_blas_thread() -> Any:
-    """Single-threaded BLAS for the rule's many small products: extra BLAS threads gain nothing on
-    ``p x p`` matrices and, spinning while they wait, slowed a batch fit ten-fold on a shared 2-core machine."""
+    """Single-threaded BLAS for the rule's many small products and eigendecompositions: extra BLAS threads
+    gain nothing on ``p x p`` matrices and, spinning while they wait, slowed a batch fit ten-fold on a shared
+    2-core machine (and the grid's eigendecompositions a hundredfold inside a busy Flower simulation)."""
     from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=1, user_api="blas")
@@ -454,11 +460,11 @@ def posterior_samples(
         raise ValueError(f"noisy_sum must be one release of shape (p,), got shape {np.shape(noisy_sum)}")
     num_samples = check_int("num_samples", num_samples, 1)
     settings = GPSettings() if settings is None else settings
-    spectra = _spectra(space, settings)
     p = space.num_candidates
     scales = settings.outputscale_grid(rel.sigma, rel.clients, rel.k, p)
     prior_mean = float(rel.prior_mean()[0])
     with _one_blas_thread():
+        spectra = _spectra(space, settings)
         chunks = list(_grid_chunks(rel.y - prior_mean, spectra, rel.sigma, scales, rel.vote_mass is not None))
     log_post = np.concatenate([c.log_post[:, 0, :] for c in chunks])  # (L, S)
     prob = np.exp(log_post - log_post.max()).ravel()
