@@ -93,16 +93,16 @@ def privacy_config(args: argparse.Namespace, num_candidates: int | None = None) 
                         neighbouring=args.neighbouring, **selection)
 
 
-def _jsonable(obj: Any) -> Any:
+def jsonable(obj: Any) -> Any:
     """``obj`` as strict-JSON-serialisable Python data (numpy/torch values, no NaN or infinity)."""
     if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+        return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
+        return [jsonable(v) for v in obj]
     if getattr(obj, "ndim", 0) > 0 and hasattr(obj, "tolist"):  # numpy / torch arrays
-        return _jsonable(obj.tolist())
+        return jsonable(obj.tolist())
     if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
-        return _jsonable(obj.item())
+        return jsonable(obj.item())
     if isinstance(obj, float) and not math.isfinite(obj):
         # Strict JSON has no NaN/Infinity: NaN -> null, +-inf (e.g. epsilon = inf, no noise) -> "inf"/"-inf".
         return None if obj != obj else ("inf" if obj > 0 else "-inf")
@@ -152,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for key, value in result.items():
             print(f"{key}: {value}")
     else:
-        print(json.dumps(_jsonable(result), allow_nan=False))
+        print(json.dumps(jsonable(result), allow_nan=False))
     return 0
 
 

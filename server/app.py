@@ -25,6 +25,7 @@ from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Strategy
 
+from dphype.cli import jsonable
 from dphype.flower import DPHype, private_training, train_config
 from dphype.models import MODEL_FOR_DATASET
 from dphype.task import TorchTask, load_cached
@@ -99,7 +100,7 @@ def main(grid: Grid, context: Context) -> None:
     """Read and check the run config, select, train, report."""
     cfg = AppConfig.from_run_config(context.run_config)
     summary = run_app(grid, cfg)
-    line = json.dumps(summary, sort_keys=True)
+    line = json.dumps(jsonable(summary), sort_keys=True, allow_nan=False)  # strict JSON (inf as "inf")
     log(logging.INFO, "%s%s", RESULT_PREFIX, line)
     if cfg.result_file:
         with open(cfg.result_file, "w", encoding="utf-8") as fh:

@@ -132,8 +132,8 @@ class DPHype:
             **sum_.secagg.to_dict(), "clipping_range": sum_.clipping_range, "clip_probability": clip,
             "statement": f"a share outside the range makes its client refuse (a dropout): the release is "
                          f"(epsilon, delta + {clip:.1e})-DP; Bell et al.'s bounds: the server learns more than "
-                         f"the sum with probability <= 2^{sum_.secagg.log2_insecure:.0f}, the sum fails with "
-                         f"probability <= 2^{sum_.secagg.log2_failure:.0f}"})
+                         f"the sum {_chance(sum_.secagg.log2_insecure)}, the sum fails "
+                         f"{_chance(sum_.secagg.log2_failure)}"})
         log(logging.INFO, "DP-Hype selected candidate %d %s by the %s rule (epsilon=%.4g at delta=%g, %d survivors; "
             "confidence: top-voted %.2f, within the top group %.2f, margin %.2f sigma) in %.1f s",
             result.selected_index, result.selected, result.selection.rule, result.report.epsilon,
@@ -189,6 +189,11 @@ def _gather(grid: Grid, messages: list[Message], timeout: float | None, what: st
         if pending:
             time.sleep(0.2)
     return replies
+
+
+def _chance(log2_probability: float) -> str:
+    """``"never"`` or ``"with probability <= 2^x"`` for a bound given as a log2 probability."""
+    return "never" if log2_probability == float("-inf") else f"with probability <= 2^{log2_probability:.0f}"
 
 
 def _answer(reply: Message) -> str:
