@@ -94,12 +94,17 @@ POLICY_KEYS: dict[str, tuple[Any, str]] = {
     "dphype-min-clients": (10, "fewest clients, and fewest contributors ceil((1 - xi) n), a request may name, >= 2"),
     "dphype-min-neighbours": (4, "fewest other SecAgg+ neighbours this node shares its secrets with, >= 1"),
     "dphype-lifetime-epsilon": (4.0, "budget for all votes of this node, composed in RDP, at dphype-max-delta, > 0"),
-    "dphype-ledger": (None, "path of this node's privacy ledger (default: $FLWR_HOME/dphype/ledger.json)"),
+    "dphype-ledger": (None, "path of this node's privacy ledger (default: $FLWR_HOME/dphype/ledger.json, or "
+                      "ledger-partition-<id>.json there when the node config has a partition-id)"),
     "dphype-candidates": (None, "this node's own copy of the candidate list (path or spec; default: none)"),
     "dphype-accountant": ("auto", "auto (analytic for Gaussian, RDP for Skellam) or rdp"),
     "dphype-neighbouring": ("replace-one", "neighbouring relation of this node's guarantee: replace-one or add-remove"),
 }
 _PREFIX = "dphype-"
+#: Environment variable with policy keys in ``--node-config`` syntax (``"dphype-max-epsilon=2 ..."``), read in
+#: the ClientApp's process: the node operator's channel where the node config is not theirs to set (Flower's
+#: simulation fixes it to ``partition-id``/``num-partitions``). Keys of the node config win over it.
+POLICY_ENV = "DPHYPE_NODE_POLICY"
 
 
 class PolicyError(ValueError):
@@ -113,9 +118,12 @@ def _field(key: str) -> str:
     return key[len(_PREFIX):].replace("-", "_")
 
 
-def default_ledger_path() -> Path:
-    """``$FLWR_HOME/dphype/ledger.json``, where ``FLWR_HOME`` defaults to ``~/.flwr`` as in Flower."""
-    return Path(os.environ.get("FLWR_HOME") or Path.home() / ".flwr").expanduser() / "dphype" / "ledger.json"
+def default_ledger_path(partition_id: int | None = None) -> Path:
+    """``$FLWR_HOME/dphype/ledger.json``, where ``FLWR_HOME`` defaults to ``~/.flwr`` as in Flower; with a
+    ``partition_id`` (the node config's ``partition-id``) ``ledger-partition-<id>.json`` there, so that the
+    nodes one machine runs (simulated nodes, or several SuperNodes sharing a ``FLWR_HOME``) keep apart."""
+    name = "ledger.json" if partition_id is None else f"ledger-partition-{partition_id}.json"
+    return Path(os.environ.get("FLWR_HOME") or Path.home() / ".flwr").expanduser() / "dphype" / name
 
 
 def _number(key: str, value: Any, low: float, high: float, *, low_open: bool, high_open: bool) -> float:
@@ -188,14 +196,17 @@ class NodePolicy:
 
     @classmethod
     def from_node_config(cls, node_config: Mapping[str, Any]) -> NodePolicy:
-        """Read the ``dphype-*`` keys of a Flower node config; other keys (``partition-id``, ...) are left
-        alone, an unknown ``dphype-*`` key is an error (a misspelt limit must not be ignored)."""
+        """Read the ``dphype-*`` keys of a Flower node config; other keys are left alone, but a
+        ``partition-id`` names the default ledger (:func:`default_ledger_path`). An unknown ``dphype-*`` key
+        is an error (a misspelt limit must not be ignored)."""
         unknown = sorted(k for k in node_config if str(k).startswith(_PREFIX) and k not in POLICY_KEYS)
         if unknown:
             raise PolicyError(f"unknown node config key(s) {', '.join(unknown)}; known: {', '.join(POLICY_KEYS)}")
         values = {_field(key): node_config[key] for key in POLICY_KEYS if key in node_config}
         if "ledger" in values:
             values["ledger"] = Path(_path("dphype-ledger", values["ledger"]))
+        elif "partition-id" in node_config:
+            values["ledger"] = default_ledger_path(_integer("partition-id", node_config["partition-id"], 0))
         return cls(**values)
 
     def own_candidates(self) -> CandidateList | None:
