@@ -13,8 +13,10 @@ is ``(epsilon, delta)``-DP for the announced budget; the selection is post-proce
 **Active server: what every client enforces on its own**, before anything secret leaves it:
 
 1. *Its own limits.* A :class:`NodePolicy` read from the node config (``context.node_config``, set by
-   whoever runs the SuperNode), never from the run config (set by whoever submits the run, i.e. the
-   server side). Defaults are safe (:data:`POLICY_KEYS`).
+   whoever runs the SuperNode), or where the node config is not the operator's to set (Flower's simulation
+   fixes it) from the ClientApp process's environment (:data:`POLICY_ENV`), never from the run config (set
+   by whoever submits the run, i.e. the server side). Defaults are safe (:data:`POLICY_KEYS`);
+   :func:`dphype.flower.client.register_dphype` reads it for every message.
 2. *The guarantee of the noise it is asked to add* (:func:`check_vote_request`). From the announced
    ``sigma``, ``n`` and ``xi`` the client derives its share variance ``v = sigma^2 / ((1 - xi) n)`` and
    the total noise of the fewest contributors the protocol allows, ``ceil((1 - xi) n) v``; it recomputes
@@ -29,7 +31,8 @@ is ``(epsilon, delta)``-DP for the announced budget; the selection is post-proce
 4. *The candidate list travels in the request* and is compared with the node's own copy when the operator
    configures one (``dphype-candidates``); nothing the server names is opened on the client.
 5. *SecAgg+ parameters* (:mod:`dphype.secagg_guard`), at each stage before the client replies: DP-Hype's
-   exact-sum encoding; as many sampled clients as announced; a reconstruction threshold ``t >= 2`` with
+   exact-sum encoding; a round over ``ceil((1 - xi) n)`` to ``n`` clients (those that answered ready in the
+   pre-flight), for the ``n`` and ``xi`` of the request the client approved; a reconstruction threshold ``t >= 2`` with
    ``2 t > s`` for ``s`` share holders (honest holders reveal one kind of share per client, so a server
    that lies about who dropped collects ``t`` shares of both of a client's secrets only if ``2 t <= s``);
    distinct neighbour keys, at least ``dphype-min-neighbours`` of them, no more than ``s`` and as many as
@@ -38,10 +41,18 @@ is ``(epsilon, delta)``-DP for the announced budget; the selection is post-proce
    ``t`` active. A threshold of 1, no neighbours, overlapping lists and a claim of 1023 clients next to a
    handful of neighbour keys are refused.
 6. *Errors sent back* are a reason code and a short message without data values
-   (:func:`dphype.protocol.as_refusal`).
+   (:func:`dphype.protocol.as_refusal`): the pre-flight answers one, and every exception of the vote round
+   reaches the server as one. A refusal in the vote round makes the client drop out before it answers the
+   stage, so nothing of that stage leaves it.
 7. *Noise* comes from ChaCha20 keyed by the operating system (:func:`dphype.noise.secure_generator`).
 
 **What a client cannot observe, and what stays out of scope.**
+
+* *The code it runs.* In a Flower deployment the ClientApp is shipped with the run (its FAB) by whoever
+  submits the run, i.e. the server side. Every check above holds only while the node runs DP-Hype's own
+  client code: an operator lets its SuperNode run only apps verified by entities it trusts
+  (``flower-supernode --trusted-entities``, Flower's FAB verification) and keeps runtime dependency
+  installation off. The node policy itself is outside the app (node config, environment).
 
 * *The number of participants.* A client sees the keys of its SecAgg+ neighbours only (a few for large
   ``n``). A server that announces more clients than take part shrinks every share; the client checks that

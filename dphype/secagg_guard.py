@@ -2,7 +2,8 @@
 
 Flower 1.41's ``secaggplus_mod`` (``flwr/client/mod/secure_aggregation/secaggplus_mod.py``) runs four
 stages and checks little of what the server sends; these pure functions check it, one per stage, and
-raise :class:`~dphype.protocol.Refusal` (the Flower adapter calls them before the mod replies):
+raise :class:`~dphype.protocol.Refusal` (:func:`dphype.flower.secagg.check_stage` calls them on every stage
+message before the SecAgg+ client answers it, so a refusal sends nothing of that stage):
 
 * stage 0, ``setup`` (:func:`check_setup`): ``sample_num``, ``share_num``, ``threshold`` and the encoding
   (``clipping_range``, ``target_range``, ``mod_range``, ``max_weight``). The client answers with public

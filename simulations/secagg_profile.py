@@ -107,7 +107,8 @@ def vector_app(vectors: np.ndarray) -> Any:
     @app.train("dphype")
     def vote(msg: Any, context: Any) -> Any:
         pid = int(context.node_config["partition-id"])
-        return secure_vote_reply(msg, context, lambda config: ss.encode(vectors[pid], "skellam"))
+        return secure_vote_reply(msg, context, lambda config, clipping_range: ss.encode(vectors[pid], "skellam"),
+                                 clients=len(vectors), dropout=0.0, min_neighbours=1)
 
     return app
 
