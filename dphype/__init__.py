@@ -21,7 +21,8 @@ from dphype.accounting import PrivacyReport, VoteRelease, calibrate, epsilon, pr
 from dphype.candidates import CandidateList, grid, load_candidates, random_subset, table_iii_grid  # noqa: E402
 from dphype.config import DPHypeConfig  # noqa: E402
 from dphype.noise import client_noise_std, noise_share  # noqa: E402
-from dphype.voting import raw_score_votes, select, top_k_votes  # noqa: E402
+from dphype.selection import select  # noqa: E402
+from dphype.voting import raw_score_votes, top_k_votes  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -10,8 +10,16 @@ An accountant turns it into ``(epsilon, delta)``:
   top-k votes ``alpha k / sigma^2``, DP-Hype Thm III.1). Skellam: the bound of Agarwal, Kairouz & Liu
   (NeurIPS 2021) over integer orders. Both converted with DP-Hype Thm I.1 and minimised over ``alpha``.
 
-Sensitivities (replace-one client, DP-Hype Lemma III.1 and Appendix F): top-k votes ``L2 = sqrt(2k)``,
-``L1 = 2k``; raw scores in ``[0, 1]^p``: ``L2 = sqrt(p)``, ``L1 = p``.
+Sensitivities depend on the neighbouring relation (:data:`NEIGHBOURING`):
+
+* ``"replace-one"`` (the paper's, default; DP-Hype Lemma III.1 and Appendix F): neighbouring federations
+  differ in one client's data. Top-k votes ``L2 = sqrt(2k)``, ``L1 = 2k``; raw scores in ``[0, 1]^p``:
+  ``L2 = sqrt(p)``, ``L1 = p``.
+* ``"add-remove"`` (the convention of DP-FedAvg): one federation has a client the other lacks. Top-k votes
+  ``L2 = sqrt(k)``, ``L1 = k``; raw scores ``L2 = sqrt(p)``, ``L1 = p`` (a vector in ``[0, 1]^p``). Every
+  contributing client adds its noise share whatever it votes, so the missing client is modelled as present
+  with a zero vote (the "zero-out" form of add/remove, Kairouz et al., ICML 2021): the noise is the same in
+  both federations and the Gaussian / Skellam analysis with the shifted mean applies unchanged.
 
 Several releases (a node's votes over its lifetime, a vote followed by DP-FedAvg training) compose in RDP:
 :func:`vote_rdp` and :func:`fedavg_rdp` give each release's curve on the common order grid
@@ -307,6 +315,7 @@ class VoteRelease:
     ``k`` votes per client over ``num_candidates`` candidates (``None``: unknown; top-k privacy does not
     depend on it, Section III). ``raw_scores=True`` is Appendix F's variant (scores in ``[0, 1]^p``,
     Gaussian noise only, ``num_candidates`` required; ``k`` then does not enter the sensitivity).
+    ``neighbouring``: the neighbouring relation of the guarantee (:data:`NEIGHBOURING`, module docstring).
     """
 
     k: int
@@ -314,12 +323,14 @@ class VoteRelease:
     sigma: float
     noise: str = "gaussian"
     raw_scores: bool = False
+    neighbouring: str = "replace-one"
 
     def __post_init__(self) -> None:
         p = None if self.num_candidates is None else check_num_candidates(self.num_candidates)
         check_k(self.k, p)
         check_sigma(self.sigma)
         check_noise(self.noise)
+        check_neighbouring(self.neighbouring)
         if self.raw_scores:
             if p is None:
                 raise ValueError("num_candidates must be given (an integer >= 1) for raw_scores releases")
@@ -329,14 +340,23 @@ class VoteRelease:
                 )
 
     @property
+    def sensitivities(self) -> tuple[float, float]:
+        """``(L2, L1)``: :func:`vote_sensitivity` for top-k votes; ``(sqrt(p), p)`` for raw scores under either
+        relation (each of the ``p`` scores in ``[0, 1]`` changes by at most 1, App. F)."""
+        if self.raw_scores:
+            assert self.num_candidates is not None
+            return math.sqrt(self.num_candidates), float(self.num_candidates)
+        return vote_sensitivity(self.k, self.neighbouring)
+
+    @property
     def l2_sensitivity(self) -> float:
-        """Replace-one L2 sensitivity: ``sqrt(2k)`` (Lemma III.1) or ``sqrt(p)`` for raw scores (App. F)."""
-        return math.sqrt(self.num_candidates if self.raw_scores else 2 * self.k)
+        """L2 sensitivity: ``sqrt(2k)`` (replace-one, Lemma III.1), ``sqrt(k)`` (add-remove), ``sqrt(p)`` (raw)."""
+        return self.sensitivities[0]
 
     @property
     def l1_sensitivity(self) -> float:
-        """Replace-one L1 sensitivity: ``2k`` for top-k votes, ``p`` for raw scores in ``[0, 1]``."""
-        return float(self.num_candidates if self.raw_scores else 2 * self.k)
+        """L1 sensitivity: ``2k`` (replace-one) or ``k`` (add-remove) for top-k votes, ``p`` for raw scores."""
+        return self.sensitivities[1]
 
 
 def mechanism_epsilon(l2: float, l1: float, sigma: float, noise: str, delta: float, accountant: str) -> float:
@@ -374,8 +394,10 @@ def calibrate(
     accountant: str | None = None,
     noise: str = "gaussian",
     raw_scores: bool = False,
+    neighbouring: str = "replace-one",
 ) -> VoteRelease:
-    """Solve the smallest total noise std ``sigma`` giving ``(epsilon, delta)``-DP (Algorithm 1, line 1).
+    """Solve the smallest total noise std ``sigma`` giving ``(epsilon, delta)``-DP (Algorithm 1, line 1)
+    under the neighbouring relation ``neighbouring`` (module docstring).
 
     Root finding with ``scipy.optimize.brentq`` on ``log sigma``: for ``"analytic"`` the analytic-Gaussian
     delta at ``epsilon`` is matched to ``delta``; for ``"rdp"`` the Thm I.1 epsilon is matched to
@@ -384,7 +406,8 @@ def calibrate(
     target = check_epsilon(epsilon)
     delta = check_delta(delta)
     accountant = resolve_accountant(accountant, noise)
-    probe = VoteRelease(k=k, num_candidates=num_candidates, sigma=1.0, noise=noise, raw_scores=raw_scores)
+    probe = VoteRelease(k=k, num_candidates=num_candidates, sigma=1.0, noise=noise, raw_scores=raw_scores,
+                        neighbouring=neighbouring)
     l2 = probe.l2_sensitivity
     start = l2 * math.sqrt(2.0 * math.log(1.25 / delta)) / target  # classic Gaussian scale: a starting point
     if accountant == "analytic":
@@ -404,7 +427,8 @@ def calibrate(
 # ---------------------------------------------------------------------------------------- the report
 @dataclass(frozen=True)
 class PrivacyReport:
-    """The privacy statement that accompanies one DP-Hype release."""
+    """The privacy statement that accompanies one DP-Hype release (with its neighbouring relation and the
+    L2 sensitivity it implies)."""
 
     epsilon: float
     delta: float
@@ -417,6 +441,8 @@ class PrivacyReport:
     k: int
     num_candidates: int | None
     survivors: int | None
+    neighbouring: str
+    l2_sensitivity: float
     released: str = "noisy vote sum only (secure aggregation)"
 
     def to_dict(self) -> dict[str, Any]:
@@ -465,6 +491,8 @@ def privacy_report(
         k=release.k,
         num_candidates=release.num_candidates,
         survivors=survivors,
+        neighbouring=release.neighbouring,
+        l2_sensitivity=release.l2_sensitivity,
     )
 
 

@@ -34,7 +34,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     num_candidates = None if args.candidates is None else len(load_candidates(args.candidates))
     config = privacy_config(args, num_candidates)
     release = calibrate(config.epsilon, config.delta, config.k, num_candidates=num_candidates,
-                        accountant=config.accountant, noise=config.noise, raw_scores=args.raw_scores)
+                        accountant=config.accountant, noise=config.noise, raw_scores=args.raw_scores,
+                        neighbouring=args.neighbouring)
     report = privacy_report(release, config.delta, clients=config.clients, dropout=config.dropout,
                             accountant=config.accountant)
     return {
@@ -49,6 +50,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "dropout": config.dropout,
         "num_candidates": release.num_candidates,
         "raw_scores": release.raw_scores,
+        "neighbouring": release.neighbouring,
         "l2_sensitivity": release.l2_sensitivity,
         "min_survivors": min_survivors(config.clients, config.dropout),
     }

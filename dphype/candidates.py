@@ -6,6 +6,12 @@ of the list before voting; a mismatch fails loudly (:class:`CandidateMismatchErr
 silently summing votes for different candidates.
 
 The paper's evaluation grid is Table III (10 learning rates x 5 decays x 2 momenta = 100 candidates).
+
+The candidates are also points of a public hyperparameter space (:meth:`CandidateList.feature_space`):
+every hyperparameter is an axis on a log scale (positive values spanning at least a factor
+:data:`LOG_SCALE_RATIO`, such as learning rates), a linear scale (other numbers) or categorical (strings,
+bools, mixed types: only equality counts). Structure-aware selection (:mod:`dphype.selection`) estimates
+the vote surface over this space; it is derived from the public list alone.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import itertools
 import json
 import math
 import os
+from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -131,6 +138,15 @@ class CandidateList:
             raise ValueError(f"candidates JSON must be a list of objects, got {type(data).__name__}")
         return cls(data)
 
+    def feature_space(self, scales: Mapping[str, str] | None = None) -> "FeatureSpace":
+        """The public hyperparameter space of these candidates (see :class:`FeatureSpace`).
+
+        ``scales`` overrides the automatic scale of named axes (``"log"``, ``"linear"`` or
+        ``"categorical"``); an impossible request (unknown name or scale, ``"log"`` for a non-positive or
+        non-numeric axis, ``"linear"`` for a non-numeric one) raises ``ValueError``.
+        """
+        return FeatureSpace.of(self._items, scales)
+
     def check_fingerprint(self, expected: str) -> None:
         """Raise :class:`CandidateMismatchError` unless this list's fingerprint equals ``expected``."""
         actual = self.fingerprint()
@@ -139,6 +155,109 @@ class CandidateList:
                 f"candidate list fingerprint mismatch: local {actual} != expected {expected}; "
                 "all clients must vote over the same public, ordered candidate list"
             )
+
+
+#: An axis of positive numbers whose largest value is at least this many times its smallest is on a log scale.
+LOG_SCALE_RATIO = 10.0
+#: Axis scales of a :class:`FeatureSpace`.
+SCALES: tuple[str, ...] = ("log", "linear", "categorical")
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One hyperparameter of the public space: its name, scale and distinct values (sorted if numeric)."""
+
+    name: str
+    scale: str
+    levels: tuple[Any, ...]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _axis(name: str, values: Sequence[Any], scale: str | None) -> Axis:
+    """The axis of one hyperparameter; ``scale=None`` picks it from the values (module docstring)."""
+    numeric = all(_is_number(v) for v in values)
+    positive = numeric and min(values) > 0
+    if scale is None:
+        if not numeric:
+            scale = "categorical"
+        elif positive and max(values) >= LOG_SCALE_RATIO * min(values):
+            scale = "log"
+        else:
+            scale = "linear"
+    elif scale not in SCALES:
+        raise ValueError(f"scales[{name!r}] must be one of {', '.join(SCALES)}, got {scale!r}")
+    elif scale == "log" and not positive:
+        raise ValueError(f"scales[{name!r}] = 'log' needs numbers > 0, got values {sorted(set(map(repr, values)))}")
+    elif scale == "linear" and not numeric:
+        raise ValueError(f"scales[{name!r}] = 'linear' needs numbers, got values {sorted(set(map(repr, values)))}")
+    if scale == "categorical":
+        return Axis(name, scale, tuple(dict.fromkeys(values)))  # equal values (1, 1.0, True) are one level
+    return Axis(name, scale, tuple(sorted(set(float(v) for v in values))))
+
+
+class FeatureSpace:
+    """The candidates as points of the public hyperparameter space (read by :mod:`dphype.selection`).
+
+    ``numeric`` is ``(p, d)`` float64: each log or linear axis mapped to ``[0, 1]`` (log axes after
+    ``log``), ``categorical`` is ``(p, c)`` int64: each categorical axis as level codes (equality is all
+    that counts). Axes with a single value carry nothing and are left out. ``no_structure`` is ``None`` or
+    the reason why the space cannot inform selection (then only the plain argmax makes sense): fewer than
+    3 candidates, a hyperparameter missing from some candidates (conditional spaces), or a single
+    categorical axis (every candidate is its own category, nothing is shared between candidates).
+    Derived from the public candidate list only.
+    """
+
+    __slots__ = ("axes", "numeric", "categorical", "no_structure", "num_candidates")
+
+    def __init__(self, axes: Sequence[Axis], numeric: np.ndarray, categorical: np.ndarray,
+                 no_structure: str | None, num_candidates: int) -> None:
+        self.axes = tuple(axes)
+        self.numeric = numeric
+        self.categorical = categorical
+        self.no_structure = no_structure
+        self.num_candidates = num_candidates
+
+    def __repr__(self) -> str:
+        axes = ", ".join(f"{a.name}:{a.scale}({len(a.levels)})" for a in self.axes)
+        why = "" if self.no_structure is None else f", no structure: {self.no_structure}"
+        return f"FeatureSpace({self.num_candidates} candidates; {axes}{why})"
+
+    @classmethod
+    def of(cls, items: Sequence[Mapping[str, Any]], scales: Mapping[str, str] | None = None) -> "FeatureSpace":
+        """The space of ``items`` (normalized candidates); see :meth:`CandidateList.feature_space`."""
+        names = list(dict.fromkeys(key for item in items for key in item))
+        scales = dict(scales or {})
+        unknown = sorted(set(scales) - set(names))
+        if unknown:
+            raise ValueError(f"scales names unknown hyperparameters {unknown}; the candidates have {names}")
+        p = len(items)
+        missing = next(((name, i) for name in names for i, item in enumerate(items) if name not in item), None)
+        if missing is not None:
+            why = f"hyperparameter {missing[0]!r} is missing from candidate {missing[1]} (conditional space)"
+            return cls((), np.zeros((p, 0)), np.zeros((p, 0), dtype=np.int64), why, p)
+        axes = [_axis(name, [item[name] for item in items], scales.get(name)) for name in names]
+        axes = [a for a in axes if len(a.levels) > 1]
+        numeric_cols, categorical_cols = [], []
+        for axis in axes:
+            if axis.scale == "categorical":
+                code = {v: j for j, v in enumerate(axis.levels)}
+                categorical_cols.append([code[item[axis.name]] for item in items])
+                continue
+            transform = np.log if axis.scale == "log" else np.asarray
+            col = transform(np.array([float(item[axis.name]) for item in items]))
+            lo, hi = transform(np.array([axis.levels[0], axis.levels[-1]]))
+            numeric_cols.append((col - lo) / (hi - lo))
+        numeric = np.array(numeric_cols, dtype=np.float64).T.reshape(p, len(numeric_cols))
+        categorical = np.array(categorical_cols, dtype=np.int64).T.reshape(p, len(categorical_cols))
+        reason: str | None = None
+        if p < 3:
+            reason = f"fewer than 3 candidates ({p})"
+        elif not numeric_cols and len(categorical_cols) == 1:
+            reason = f"a single categorical axis ({axes[0].name!r}): every candidate is its own category"
+        return cls(axes, numeric, categorical, reason, p)
 
 
 def grid(**axes: Sequence[Any]) -> CandidateList:

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 #: sub-command -> (module implementing add_arguments/run, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("dphype.accounting_cli", "solve the total noise std sigma for (epsilon, delta, k)"),
+    "plan": ("dphype.planner_cli", "predict the chance of a good pick, recommend k, smallest epsilon and n"),
     "ledger": ("dphype.ledger", "show this node's privacy ledger: recorded votes and their composed epsilon"),
     "demo": ("dphype.demo", "the bundled Flower app on Adult: DP-Hype over SecAgg+, then FedAvg with the winner"),
     "bench": ("simulations.cli", "run one of the paper's benchmarks (from a dphype repository checkout)"),
@@ -47,6 +48,18 @@ def add_privacy_arguments(parser: argparse.ArgumentParser, *, clients: int = 50)
     parser.add_argument("--dropout", type=float, default=0.0,
                         help="tolerated dropout fraction xi in [0, 1) (default 0)")
     add_noise_arguments(parser)
+    parser.add_argument("--neighbouring", choices=("replace-one", "add-remove"), default="replace-one",
+                        help="neighbouring relation: replace-one (the paper's, L2 sqrt(2k); default) or add-remove "
+                             "(L2 sqrt(k))")
+
+
+def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--rule`` and ``--min-success``: how the server selects on the release, and when it refuses to run."""
+    parser.add_argument("--rule", choices=("gp", "argmax"), default="gp",
+                        help="selection rule on the released noisy sum: gp (structure-aware, default) or argmax "
+                             "(the paper's); both are post-processing")
+    parser.add_argument("--min-success", type=float, default=None,
+                        help="refuse to run when the planner's predicted chance of a good pick is below this")
 
 
 def add_noise_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,8 +87,10 @@ def privacy_config(args: argparse.Namespace, num_candidates: int | None = None) 
 
     if num_candidates is not None:
         check_k(args.k, num_candidates)
+    selection = {name: getattr(args, name) for name in ("rule", "min_success") if getattr(args, name, None) is not None}
     return DPHypeConfig(epsilon=args.epsilon, delta=args.delta, k=args.k, clients=args.clients,
-                        dropout=args.dropout, noise=args.noise, accountant=args.accountant)
+                        dropout=args.dropout, noise=args.noise, accountant=args.accountant,
+                        neighbouring=args.neighbouring, **selection)
 
 
 def _jsonable(obj: Any) -> Any:

@@ -16,12 +16,15 @@ from typing import Any
 
 from dphype.accounting import (
     check_clients,
+    check_neighbouring,
     check_delta,
     check_dropout,
     check_epsilon,
     check_k,
     resolve_accountant,
 )
+from dphype.planner import check_probability
+from dphype.selection import DEFAULT_RULE, check_rule
 
 #: Run-config spelling of each field (Flower run configs use dashes).
 RUN_CONFIG_KEYS: dict[str, str] = {
@@ -32,6 +35,9 @@ RUN_CONFIG_KEYS: dict[str, str] = {
     "dropout": "dropout",
     "noise": "noise",
     "accountant": "accountant",
+    "neighbouring": "neighbouring",
+    "rule": "rule",
+    "min_success": "min-success",
 }
 
 
@@ -44,7 +50,11 @@ class DPHypeConfig:
     for it). ``dropout``: tolerated dropout fraction ``xi`` in ``[0, 1)``: any ``ceil((1 - xi) n)``
     survivors carry the full noise, fewer release nothing. ``noise``: ``"skellam"`` (integer, exact
     over SecAgg+; default) or ``"gaussian"``. ``accountant``: ``"rdp"``, ``"analytic"`` (Gaussian only)
-    or ``None`` / ``"auto"`` for the default of the noise kind; stored resolved.
+    or ``None`` / ``"auto"`` for the default of the noise kind; stored resolved. ``neighbouring``:
+    ``"replace-one"`` (the paper's, L2 sensitivity ``sqrt(2k)``) or ``"add-remove"`` (``sqrt(k)``).
+    ``rule``: the server's selection rule on the release (:data:`dphype.selection.RULES`; post-processing).
+    ``min_success``: refuse to run when the planner predicts a smaller chance of a good pick
+    (:func:`dphype.planner.preflight`; 0, the default: never refuse, only warn below one half).
     """
 
     epsilon: float
@@ -54,6 +64,9 @@ class DPHypeConfig:
     dropout: float = 0.0
     noise: str = "skellam"
     accountant: str | None = None
+    neighbouring: str = "replace-one"
+    rule: str = DEFAULT_RULE
+    min_success: float = 0.0
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise the validated values in place
@@ -63,6 +76,9 @@ class DPHypeConfig:
         set_(self, "clients", check_clients(self.clients))
         set_(self, "dropout", check_dropout(self.dropout))
         set_(self, "accountant", resolve_accountant(self.accountant, self.noise))
+        set_(self, "neighbouring", check_neighbouring(self.neighbouring))
+        set_(self, "rule", check_rule(self.rule))
+        set_(self, "min_success", check_probability("min_success", self.min_success))
 
     def replace(self, **changes: Any) -> DPHypeConfig:
         """A copy with ``changes`` applied (validated again)."""
@@ -77,7 +93,8 @@ class DPHypeConfig:
         for name, key in RUN_CONFIG_KEYS.items():
             if key in run_config:
                 value = run_config[key]
-                if name in ("epsilon", "delta", "dropout") and isinstance(value, int) and not isinstance(value, bool):
+                if name in ("epsilon", "delta", "dropout", "min_success") and isinstance(value, int) \
+                        and not isinstance(value, bool):
                     value = float(value)
                 values[name] = value
         missing = [RUN_CONFIG_KEYS[f.name] for f in dataclasses.fields(cls)

@@ -13,7 +13,10 @@ standardized"), Adult's categorical attributes are one-hot encoded and its label
   Fashion-MNIST defaults to Debian's ``dataset-fashion-mnist`` package folder.
 
 Partitioners return one array of row indices per client: :func:`partition_iid` (equal sizes,
-near-identical label mix) and :func:`partition_dirichlet` (label skew and varying sizes, Appendix C).
+near-identical label mix) and :func:`partition_dirichlet` (label skew and varying sizes, Appendix C:
+flwr-datasets' ``DirichletPartitioner``). :func:`flwr_partition` runs any flwr-datasets partitioner over
+in-memory labels. The iid split is written here: flwr-datasets' ``IidPartitioner`` cuts contiguous shards
+of a shuffled table, which does not give every client the same label mix.
 """
 
 from __future__ import annotations
@@ -23,9 +26,12 @@ import importlib.resources
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from flwr_datasets.partitioner import Partitioner
 
 #: Names accepted by :func:`load_dataset`.
 DATASETS: tuple[str, ...] = ("adult", "mnist5k", "mnist", "fashion-mnist", "cifar10")
@@ -329,41 +335,58 @@ def partition_iid(labels: np.ndarray | int, clients: int, seed: int) -> list[np.
     return [np.sort(dealt[c::clients]) for c in range(clients)]
 
 
+def flwr_partition(labels: np.ndarray, partitioner: "Partitioner") -> list[np.ndarray]:
+    """Row indices of every partition a flwr-datasets ``partitioner`` makes of in-memory data.
+
+    The partitioner (``DirichletPartitioner``, ``IidPartitioner``, ``ShardPartitioner``, ... configured with
+    ``num_partitions`` and, where it needs one, ``partition_by="label"``) is handed an in-memory
+    ``datasets.Dataset`` with two columns: ``label`` (``labels``) and ``row`` (the row index), so the
+    features never leave numpy and any flwr-datasets partitioning plugs in. Returns sorted index arrays,
+    one per partition.
+    """
+    from datasets import Dataset as HFDataset
+
+    y = np.asarray(labels)
+    partitioner.dataset = HFDataset.from_dict({"label": y, "row": np.arange(len(y), dtype=np.int64)})
+    return [np.sort(np.asarray(partitioner.load_partition(i)["row"], dtype=np.int64))
+            for i in range(partitioner.num_partitions)]
+
+
 def partition_dirichlet(
     labels: np.ndarray,
     clients: int,
     beta: float,
     seed: int,
     min_size: int = 10,
-    max_tries: int = 1000,
 ) -> list[np.ndarray]:
     """Non-iid split by label (Section V-C, Appendix C): label skew plus varying client sizes.
 
-    For each label ``l`` the proportions ``p ~ Dirichlet(beta * 1_clients)`` split that label's
-    (shuffled) rows among the clients. Smaller ``beta`` means stronger skew. The whole draw is
-    repeated (same random stream) until every client holds at least ``min_size`` rows; after
-    ``max_tries`` failures a ``ValueError`` says that the data cannot support that many clients.
-    Returns sorted index arrays.
+    flwr-datasets' ``DirichletPartitioner`` (Hsu et al. 2019, without its self-balancing, as in the paper)
+    via :func:`flwr_partition`: for each label the proportions ``p ~ Dirichlet(beta * 1_clients)`` split
+    that label's rows among the clients; smaller ``beta`` means stronger skew. The draw is repeated until
+    every client holds at least ``min_size`` rows; after flwr-datasets' 10 tries a ``ValueError`` says that
+    the data cannot support that many clients. Returns sorted index arrays.
     """
-    y = np.asarray(labels)
+    import warnings
+
+    from flwr_datasets.partitioner import DirichletPartitioner
+
     from dphype.accounting import check_positive  # local import: accounting pulls in scipy
 
+    y = np.asarray(labels)
     check_positive("beta", beta)
     if min_size < 1:
         raise ValueError(f"min_size must be >= 1, got {min_size}")
     _check_clients(clients, len(y), min_size)
-    rng = np.random.default_rng(seed)
-    by_label = [rng.permutation(np.flatnonzero(y == label)) for label in np.unique(y)]
-    for _ in range(max_tries):
-        cuts = []
-        for rows in by_label:
-            proportions = rng.dirichlet(np.full(clients, float(beta)))
-            cuts.append(np.floor(np.cumsum(proportions)[:-1] * len(rows)).astype(np.int64))
-        sizes = sum(np.diff(np.concatenate(([0], c, [len(r)]))) for c, r in zip(cuts, by_label))
-        if np.min(sizes) >= min_size:
-            pieces = [np.split(rows, c) for rows, c in zip(by_label, cuts)]
-            return [np.sort(np.concatenate([p[c] for p in pieces])) for c in range(clients)]
-    raise ValueError(
-        f"clients={clients} is too many for beta={beta}: no Dirichlet draw in {max_tries} tries gave every "
-        f"client >= {min_size} of the {len(y)} samples; use fewer clients or a larger beta"
-    )
+    partitioner = DirichletPartitioner(num_partitions=clients, partition_by="label", alpha=float(beta),
+                                       min_partition_size=min_size, self_balancing=False, shuffle=True, seed=seed)
+    try:
+        with warnings.catch_warnings():  # it warns on every failed try; the outcome is reported below
+            warnings.simplefilter("ignore")
+            return flwr_partition(y, partitioner)
+    except ValueError as err:
+        if "max number of attempts" not in str(err):
+            raise
+        raise ValueError(
+            f"clients={clients} is too many for beta={beta}: no Dirichlet draw in flwr-datasets' 10 tries gave "
+            f"every client >= {min_size} of the {len(y)} samples; use fewer clients or a larger beta") from err

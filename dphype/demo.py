@@ -24,12 +24,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dphype.cli import add_candidates_argument, add_privacy_arguments, privacy_config
+from dphype.cli import add_candidates_argument, add_privacy_arguments, add_selection_arguments, privacy_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``dphype demo``."""
     add_privacy_arguments(parser, clients=50)
+    add_selection_arguments(parser)
     add_candidates_argument(parser)
     parser.add_argument("--seed", type=int, default=0, help="data partition / model seed (default 0)")
     parser.add_argument("--fedavg-rounds", type=int, default=5, help="FedAvg rounds (default 5)")
@@ -45,6 +46,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from dphype.candidates import load_candidates
     from dphype.flower.local import LocalSuperLink, is_flower_app, node_config_string
     from dphype.ledger import admitting_policy
+    from dphype.planner import preflight
     from dphype.policy import POLICY_ENV
     from dphype.protocol import make_vote_request
 
@@ -52,6 +54,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     config = privacy_config(args, len(candidates))
     request = make_vote_request(config, candidates)  # calibration and the secure-sum range, before Flower starts
     node_policy = {POLICY_ENV: node_config_string(admitting_policy(request))}
+    plan = preflight(config.clients, config.epsilon, config.delta, candidates.feature_space(), len(candidates),
+                     config.k, dropout=config.dropout, min_success=config.min_success, rule=config.rule,
+                     noise=config.noise, accountant=config.accountant, neighbouring=config.neighbouring)
+    for warning in plan.warnings:
+        print(f"dphype demo: warning: {warning}", file=sys.stderr)
     for name in ("fedavg_rounds", "local_epochs"):
         check_int(name.replace("_", "-"), getattr(args, name), 1)
     check_int("seed", args.seed, 0)
@@ -65,6 +72,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         run_config = {
             "dataset": "adult", "clients": config.clients, "epsilon": config.epsilon, "delta": config.delta,
             "k": config.k, "dropout": config.dropout, "noise": config.noise, "accountant": args.accountant,
+            "neighbouring": config.neighbouring, "rule": config.rule, "min-success": config.min_success,
             "candidates": args.candidates, "seed": args.seed, "fedavg-rounds": args.fedavg_rounds,
             "local-epochs": args.local_epochs, "result-file": str(result_file),
         }
@@ -78,4 +86,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                "log above")
         summary = json.loads(result_file.read_text())
     privacy = summary.pop("privacy")
-    return {**summary, "seconds": time.perf_counter() - start, "privacy": privacy}
+    return {**summary, "seconds": time.perf_counter() - start, "predicted_success": plan.success,
+            "warnings": plan.warnings + ([summary["confidence"]["warning"]] if summary["confidence"]["warning"] else []),
+            "privacy": privacy}

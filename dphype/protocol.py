@@ -40,7 +40,8 @@ from dphype.config import DPHypeConfig
 from dphype.noise import client_noise_share, min_survivors, noise_share, summed_noise
 from dphype.secure_sum import GAUSSIAN_SCALE, check_clients, check_range, encode
 from dphype.task import Task
-from dphype.voting import select, top_k_votes
+from dphype.selection import Selection, select_release
+from dphype.voting import top_k_votes
 
 #: Prefix of every key of a request record.
 PREFIX = "dphype."
@@ -123,13 +124,13 @@ class VoteRequest:
             raise ValueError(f"config must be a DPHypeConfig, got {type(self.config).__name__}")
         check_k(self.config.k, len(self.candidates))
         check_clients(self.config.clients)
-        VoteRelease(self.config.k, len(self.candidates), self.sigma, self.config.noise)  # validates sigma
+        self.release  # validates sigma
 
     @property
     def release(self) -> VoteRelease:
         """The release this request describes, for accounting."""
         return VoteRelease(k=self.config.k, num_candidates=len(self.candidates), sigma=self.sigma,
-                           noise=self.config.noise)
+                           noise=self.config.noise, neighbouring=self.config.neighbouring)
 
     @property
     def min_survivors(self) -> int:
@@ -178,7 +179,7 @@ def make_vote_request(config: DPHypeConfig, candidates: CandidateList) -> VoteRe
     check_k(config.k, len(candidates))
     check_clients(config.clients)
     release = calibrate(config.epsilon, config.delta, config.k, num_candidates=len(candidates),
-                        accountant=config.accountant, noise=config.noise)
+                        accountant=config.accountant, noise=config.noise, neighbouring=config.neighbouring)
     check_range(size=len(candidates), sigma=release.sigma, clients=config.clients, dropout=config.dropout,
                 noise=config.noise)
     return VoteRequest(candidates, config, release.sigma)
@@ -255,25 +256,35 @@ def noisy_vote(request: VoteRequest, scores: np.ndarray, *, maximize: bool, clip
 # ------------------------------------------------------------------------------------- the release
 @dataclass(frozen=True)
 class DPHypeResult:
-    """Outcome of one DP-Hype selection: the winner, the released noisy sum, the privacy report."""
+    """Outcome of one DP-Hype selection: the winner, the released noisy sum, the privacy report, the selection
+    rule that ran with the confidence in its pick (:class:`dphype.selection.Selection`), and (when it ran
+    over SecAgg+) the secure sum's graph, its failure bounds and the range's clipping probability."""
 
     selected_index: int
     selected: Candidate
     noisy_sum: np.ndarray
     report: PrivacyReport
+    selection: Selection
+    secure_sum: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly summary."""
-        return {
+        out = {
             "selected_index": self.selected_index,
             "selected": dict(self.selected),
             "noisy_sum": self.noisy_sum.tolist(),
             "privacy": self.report.to_dict(),
+            "confidence": self.selection.to_dict(),
         }
+        if self.secure_sum is not None:
+            out["secure_sum"] = dict(self.secure_sum)
+        return out
 
 
 def release(request: VoteRequest, noisy_sum: np.ndarray, survivors: int) -> DPHypeResult:
-    """The server's post-processing of the decoded noisy sum of ``survivors`` clients (line 12).
+    """The server's post-processing of the decoded noisy sum of ``survivors`` clients (line 12, with the
+    configured selection rule of :mod:`dphype.selection`: the argmax, or the structure-aware rule that
+    estimates the vote surface over the public candidate space from the release alone).
 
     Refuses (``ValueError``) fewer survivors than :attr:`VoteRequest.min_survivors`: their noise would
     not add up to ``sigma``. The report accounts for the noise that was actually summed.
@@ -290,8 +301,11 @@ def release(request: VoteRequest, noisy_sum: np.ndarray, survivors: int) -> DPHy
         report = dataclasses.replace(
             report, released=f"{report.released}; Gaussian shares rounded to a 1/{GAUSSIAN_SCALE} grid "
             "before summation, so the guarantee is approximate")
-    index = select(total)
-    return DPHypeResult(selected_index=index, selected=request.candidates[index], noisy_sum=total, report=report)
+    # the selection rule and its confidence read only the release and public facts (post-processing)
+    chosen = select_release(total, report.sigma, space=request.candidates.feature_space(), rule=cfg.rule,
+                            clients=survivors, k=cfg.k)
+    return DPHypeResult(selected_index=chosen.index, selected=request.candidates[chosen.index], noisy_sum=total,
+                        report=report, selection=chosen)
 
 
 def replay_releases(

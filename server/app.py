@@ -55,7 +55,8 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
     budget = cfg.training_budget()
     strategy: Strategy = fedavg
     if budget is not None:  # DP-FedAvg, accounted together with the selection
-        private = private_training(fedavg, result.report, budget, sampled_clients=len(list(grid.get_node_ids())))
+        private = private_training(fedavg, result.report, budget, sampled_clients=len(list(grid.get_node_ids())),
+                                   neighbouring=cfg.dphype.neighbouring)
         strategy = private.strategy
         phases = private.report()
     else:
@@ -81,6 +82,8 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
         "k": cfg.dphype.k,
         "clients": cfg.dphype.clients,
         "num_candidates": len(selection.candidates),
+        "predicted_success": selection.plan.success,
+        "plan_warnings": selection.plan.warnings,
         "accuracy": float(final["accuracy"]),
         "test_loss": float(final["loss"]),
         "selection_seconds": selected_at - start,

@@ -3,7 +3,9 @@
 All methods reuse the tradeoff study's arrays (each client's local score of every candidate and the
 FedAvg test accuracy of every candidate, cached per configuration), so only the release differs:
 
-* **DP-Hype**: top-k votes (:func:`dphype.voting.top_k_votes`), L2 sensitivity ``sqrt(2k)``.
+* **DP-Hype**: top-k votes (:func:`dphype.voting.top_k_votes`), L2 sensitivity ``sqrt(2k)``; every selection
+  rule of ``--rules`` (the plain argmax and the structure-aware ``gp`` rule of :mod:`dphype.selection`) picks
+  from the same releases, one row each (column ``rule``).
 * **Raw scores** (App. F): every client releases its local accuracies themselves
   (:func:`dphype.voting.raw_score_votes`), L2 sensitivity ``sqrt(p)`` (``calibrate(raw_scores=True)``).
   A diverged candidate (NaN local score) is reported as accuracy 0. Real-valued reports take Gaussian
@@ -33,6 +35,7 @@ import numpy as np
 
 from dphype.accounting import resolve_accountant
 from dphype.protocol import replay_releases
+from dphype.selection import DEFAULT_RULE
 from simulations import harness, tradeoff
 
 METHODS: tuple[str, ...] = ("DP-Hype", "Raw scores", "Subsets", "Feathers (corrected)")
@@ -120,6 +123,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
 
     test_labels = load_cached(args.dataset, args.data_dir)[1].y
     p, k, reps = len(candidates), release["k"], release["repetitions"]
+    space = candidates.feature_space()
     rows: list[dict[str, Any]] = []
     with harness.progress_bar(harness.work_units(feds, scale), "ablations") as bar:
         for f_index, fed in enumerate(feds):
@@ -128,21 +132,31 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
             accuracies = harness.primary_client_scores(scores)  # raw scores, Subsets, Feathers: local accuracy
             finite_scores = np.where(np.isfinite(accuracies), accuracies, 0.0)
             common = {"dataset": fed.dataset, "clients": fed.clients, "partition": fed.label, "candidates": p, "k": k}
-            rows.append({**common, "method": "Opt", "epsilon": "", "sigma": "", "mean_accuracy": float(accuracy.max()),
-                         "ci95": 0.0, "runs": 1})
-            rows.append({**common, "method": "RandGuess", "epsilon": "", "sigma": "",
-                         "mean_accuracy": float(accuracy.mean()), "ci95": 0.0, "runs": 1})
+            opt = float(accuracy.max())
+            rows.append({**common, "method": "Opt", "rule": "", "epsilon": "", "sigma": "", "mean_accuracy": opt,
+                         "ci95": 0.0, "within_1pt": 1.0, "worst5_accuracy": opt, "runs": 1})
+            rows.append({**common, "method": "RandGuess", "rule": "", "epsilon": "", "sigma": "",
+                         "mean_accuracy": float(accuracy.mean()), "ci95": 0.0,
+                         "within_1pt": float(np.mean(opt - accuracy <= 0.01 + 1e-12)),
+                         "worst5_accuracy": float(np.quantile(accuracy, 0.05, method="inverted_cdf")), "runs": 1})
             top_k = harness.client_votes(scores, k, maximize=True).sum(axis=0)
             raw = harness.client_raw_votes(finite_scores, maximize=True).sum(axis=0)
             for e_index, eps in enumerate(release["epsilons"]):
                 rng = np.random.default_rng([args.seed, f_index, e_index])
                 for method in args.methods:
-                    picks, sigma = _picks(method, eps, release, fed, top_k, raw, finite_scores, rng)
-                    mean, half = harness.mean_ci(accuracy[picks])
-                    rows.append({**common, "method": method, "epsilon": eps, "sigma": sigma, "mean_accuracy": mean,
-                                 "ci95": half, "runs": reps})
+                    if method == "DP-Hype":
+                        sigma = harness.sigma_for(eps, release["delta"], k, num_candidates=p,
+                                                  accountant=release["accountant"], noise=release["noise"])
+                        by_rule, _ = tradeoff.selection_picks(top_k, sigma=sigma, clients=fed.clients, release=release,
+                                                              space=space, rng=rng)
+                    else:
+                        picks, sigma = _picks(method, eps, release, fed, raw, finite_scores, rng)
+                        by_rule = {"": picks}
+                    for rule, picks in by_rule.items():
+                        rows.append({**common, "method": method, "rule": rule, "epsilon": eps, "sigma": sigma,
+                                     **tradeoff.point_stats(accuracy[picks], opt), "runs": reps})
     study.write_csv("ablations.csv", rows)
-    plot(rows, release["epsilons"], args.methods, study, f"ablations_{args.dataset}.png")
+    plot(rows, release["epsilons"], study, f"ablations_{args.dataset}.png")
     extra: dict[str, Any] = {}
     if args.flower:
         from simulations.flower import flower_check
@@ -152,25 +166,38 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
         extra["flower"] = flower_check(fed, candidates, harness.cached_scores(fed, candidates, scale, cache), accuracy,
                                        k=k, epsilon=release["epsilons"][0], delta=release["delta"])
     return study.result(**extra, dataset=args.dataset, scale=vars(scale), candidates=p, methods=list(args.methods),
-                        **release, summary=[{k2: r[k2] for k2 in ("clients", "partition", "method", "epsilon")}
-                                            | {"mean_accuracy": round(r["mean_accuracy"], 4)} for r in rows])
+                        **release, default_rule=DEFAULT_RULE, summary=summarize(rows))
 
 
-def _picks(method: str, eps: float, release: dict[str, Any], fed: harness.Federation, top_k: np.ndarray,
-           raw: np.ndarray, scores: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, float]:
-    """The candidates ``method`` selects in ``release['repetitions']`` runs, and the noise std it used."""
+def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per method (DP-Hype: per rule), federation and epsilon: mean accuracy and gap to Opt (points)."""
+    out = []
+    for r in rows:
+        opt = next(o["mean_accuracy"] for o in rows if o["method"] == "Opt" and o["clients"] == r["clients"]
+                   and o["partition"] == r["partition"])
+        out.append({key: r[key] for key in ("clients", "partition", "method", "rule", "epsilon")}
+                   | {"mean_accuracy": round(r["mean_accuracy"], 4),
+                      "gap_to_opt_points": round(100 * (opt - r["mean_accuracy"]), 2) + 0.0})
+    return out
+
+
+def _label(row: dict[str, Any]) -> str:
+    return f"{row['method']} ({row['rule']})" if row["rule"] else row["method"]
+
+
+def _picks(method: str, eps: float, release: dict[str, Any], fed: harness.Federation, raw: np.ndarray,
+           scores: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, float]:
+    """The candidates the ablation ``method`` (not DP-Hype) selects in ``release['repetitions']`` runs, and the
+    noise std it used."""
     p, reps = scores.shape[1], release["repetitions"]
     noise = {"clients": fed.clients, "repetitions": reps, "rng": rng, "noise": release["noise"],
              "per_client": release["per_client"]}
     calib = {"num_candidates": p, "accountant": release["accountant"], "noise": release["noise"]}
-    if method == "DP-Hype":
-        sigma = harness.sigma_for(eps, release["delta"], release["k"], **calib)
-        return harness.select_rows(replay_releases(top_k, sigma=sigma, **noise)), sigma
     if method == "Raw scores":
         # real-valued reports need Gaussian noise, accounted like the integer releases (same accountant)
         real = {**calib, "noise": "gaussian", "accountant": resolve_accountant(release["accountant"], release["noise"])}
         sigma = harness.sigma_for(eps, release["delta"], 1, raw_scores=True, **real)
-        return harness.select_rows(replay_releases(raw, sigma=sigma, **{**noise, "noise": "gaussian"})), sigma
+        return np.argmax(replay_releases(raw, sigma=sigma, **{**noise, "noise": "gaussian"}), axis=1), sigma
     if method == "Subsets":
         sigma = harness.sigma_for(eps, release["delta"], 1, **calib)  # L2 = sqrt(2) = top-1 votes
         sums, sizes = subsets_sums(scores, reps, rng)
@@ -181,19 +208,20 @@ def _picks(method: str, eps: float, release: dict[str, Any], fed: harness.Federa
     return feathers_picks(scores, sigma, reps, rng), sigma
 
 
-def plot(rows: Sequence[dict[str, Any]], epsilons: Sequence[float], methods: Sequence[str],
-         study: harness.StudyRun, filename: str) -> None:
-    """Figs. 9-11 layout: one panel per federation, x = epsilon, one line per method plus Opt/RandGuess."""
+def plot(rows: Sequence[dict[str, Any]], epsilons: Sequence[float], study: harness.StudyRun, filename: str) -> None:
+    """Figs. 9-11 layout: one panel per federation, x = epsilon, one line per method (DP-Hype: per rule) plus
+    Opt/RandGuess."""
     plt = harness.pyplot()
     feds = list(dict.fromkeys((r["clients"], r["partition"]) for r in rows))
+    lines = list(dict.fromkeys(_label(r) for r in rows if r["method"] not in ("Opt", "RandGuess")))
     fig, axes = plt.subplots(1, len(feds), figsize=(3.6 * len(feds), 2.9), squeeze=False, sharey=True)
     xs = np.arange(len(epsilons))
     for ax, (n, part) in zip(axes[0], feds):
         sel = [r for r in rows if r["clients"] == n and r["partition"] == part]
-        for m_index, method in enumerate(methods):
-            pts = [next(r for r in sel if r["method"] == method and r["epsilon"] == e) for e in epsilons]
+        for m_index, line in enumerate(lines):
+            pts = [next(r for r in sel if _label(r) == line and r["epsilon"] == e) for e in epsilons]
             ax.errorbar(xs + 0.06 * (m_index - 1.5), [r["mean_accuracy"] for r in pts], yerr=[r["ci95"] for r in pts],
-                        fmt="o-", ms=3, capsize=2, label=method)
+                        fmt="o-", ms=3, capsize=2, label=line)
         for method, style in (("Opt", "-"), ("RandGuess", "--")):
             value = next(r["mean_accuracy"] for r in sel if r["method"] == method)
             ax.axhline(value, ls=style, color="black" if method == "Opt" else "grey", lw=1, label=method)
@@ -204,5 +232,6 @@ def plot(rows: Sequence[dict[str, Any]], epsilons: Sequence[float], methods: Seq
         ax.set_ylim(0, 1)
     axes[0][0].set_ylabel("test accuracy")
     axes[0][-1].legend(fontsize=6, loc="lower right")
-    fig.suptitle(f"{rows[0]['dataset']}: ablations (App. F raw scores, App. G Feathers, App. H Subsets)", fontsize=9, y=1.03)
+    fig.suptitle(f"{rows[0]['dataset']}: ablations (App. F raw scores, App. G Feathers, App. H Subsets)", fontsize=9,
+                 y=1.03)
     study.save_figure(fig, filename)

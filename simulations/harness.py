@@ -8,7 +8,8 @@ The studies replay DP-Hype's release many times without re-running local trainin
 2. the noisy sum is then drawn ``repetitions`` times by the protocol's one replay,
    :func:`dphype.protocol.replay_releases` (one noise share per client summed, ``per_client=True``, or one
    draw carrying the total variance of all shares, which has the same distribution);
-3. the server's rule :func:`dphype.voting.select` is applied to every replay (:func:`select_rows`).
+3. the server's rule is applied to every replay: the argmax (:func:`select_rows`) or any rule of
+   :mod:`dphype.selection` (:func:`dphype.selection.select_batch`, as the tradeoff and ablation studies do).
 
 Because the votes are deterministic given the local data, the distribution of the selected candidate is
 identical to re-running the whole protocol with fresh noise. Everything here is numpy; torch, Flower and
@@ -70,7 +71,7 @@ def sigma_for(
 
 
 def select_rows(noisy: np.ndarray) -> np.ndarray:
-    """:func:`dphype.voting.select` on every row: the argmax, ties to the lowest index (Algorithm 1, line 12)."""
+    """:func:`dphype.selection.select` on every row: the argmax, ties to the lowest index (Algorithm 1, line 12)."""
     arr = np.asarray(noisy)
     if arr.ndim != 2 or not np.all(np.isfinite(arr)):
         raise ValueError(f"noisy must be a finite 2-D array (repetitions, candidates), got shape {arr.shape}")
@@ -387,10 +388,16 @@ def cache_from_args(args: argparse.Namespace) -> ArrayCache:
     return ArrayCache(None if str(args.cache).lower() == "none" else args.cache)
 
 
+#: Names the Dirichlet split in the cache key: arrays of the former hand-written partitioner (other shards
+#: for the same beta and seed) are never reused.
+DIRICHLET_PARTITIONER = "flwr-datasets:DirichletPartitioner"
+
+
 def federation_key(fed: Federation, candidates: Any, **extra: Any) -> dict[str, Any]:
     """Cache key of one federation's arrays."""
+    scheme = {} if fed.beta is None else {"partitioner": DIRICHLET_PARTITIONER}
     return {"dataset": fed.dataset, "clients": fed.clients, "beta": fed.beta, "seed": fed.seed,
-            "data_dir": fed.data_dir, "candidates": candidates.fingerprint(), **extra}
+            "data_dir": fed.data_dir, "candidates": candidates.fingerprint(), **scheme, **extra}
 
 
 #: What :func:`dphype.task.score_clients` stores; part of the cache key, so arrays of an older score format

@@ -8,9 +8,14 @@ For every federation (data set, ``n`` clients, iid or Dirichlet ``beta``):
 * every client scores every candidate on its local data (:meth:`dphype.task.TorchTask.score`: validation
   accuracy, ties broken by validation loss, then by candidate order) and votes for its top ``k = 5``
   (:func:`dphype.voting.top_k_votes`), once;
-* for every ``epsilon`` the noisy vote sum is drawn ``--repetitions`` times (per-client shares from
-  :func:`dphype.noise.noise_share`, summed), the argmax selected, and **DP-Hype**'s accuracy is the FedAvg
-  accuracy of the selected candidate (mean and 95% CI over the repetitions).
+* for every ``epsilon`` the noisy vote sum is drawn ``--repetitions`` times
+  (:func:`dphype.protocol.replay_releases`: per-client shares, summed), and every selection rule of
+  ``--rules`` (:mod:`dphype.selection`: the plain argmax and the structure-aware ``gp`` rule) picks a
+  candidate from the SAME releases; **DP-Hype**'s accuracy is the FedAvg accuracy of the pick. Per point:
+  mean with 95% CI, the share of runs within 1 point of Opt, the worst 5% accuracy (5th percentile) and
+  the share of picks no client voted for.
+  The JSON ``summary`` rows describe the product's default rule (:data:`dphype.selection.DEFAULT_RULE`),
+  with the argmax's numbers beside them.
 
 Repetitions replay the release's noise; local training and the partition are fixed by ``--seed`` (the
 paper's 20 runs also retrain, so its CIs include training variance; ours are noise-only).
@@ -19,19 +24,21 @@ paper's 20 runs also retrain, so its CIs include training variance; ours are noi
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any, Sequence
 
 import numpy as np
 
 from dphype.accounting import resolve_accountant
 from dphype.protocol import replay_releases
+from dphype.selection import DEFAULT_RULE, RULES, select_batch
 from simulations import harness
 
 EPSILONS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 3.0, float("inf"))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    harness.add_federation_arguments(parser, clients=(50, 100, 250), partitions=("iid", "30", "5", "0.5"))
+    harness.add_federation_arguments(parser, clients=(20, 50, 100, 250), partitions=("iid", "30", "5", "0.5"))
     add_release_arguments(parser, repetitions=20)
     parser.add_argument("--flower", action="store_true",
                         help="also run the first configuration once through Flower + SecAgg+ and record its pick")
@@ -46,6 +53,8 @@ def add_release_arguments(parser: argparse.ArgumentParser, *, repetitions: int) 
     parser.add_argument("--repetitions", type=int, default=repetitions,
                         help=f"noisy releases per setting (default {repetitions})")
     harness.add_noise_arguments(parser)
+    parser.add_argument("--rules", nargs="+", choices=RULES, default=list(RULES),
+                        help=f"selection rules applied to the same releases (default all; default rule {DEFAULT_RULE})")
     parser.add_argument("--total-noise", action="store_true",
                         help="draw the summed noise at once instead of one share per client (same distribution)")
 
@@ -64,23 +73,41 @@ def release_settings(args: argparse.Namespace, num_candidates: int) -> dict[str,
         "accountant": args.accountant,
         "noise": harness.check_noise(args.noise),
         "per_client": not args.total_noise,
+        "rules": list(dict.fromkeys(args.rules)),
     }
 
 
-def selection_accuracy(
+def selection_picks(
     vote_sum: np.ndarray,
-    accuracy: np.ndarray,
     *,
     sigma: float,
     clients: int,
     release: dict[str, Any],
+    space: Any,
     rng: np.random.Generator,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Selected candidates and their accuracies over ``release['repetitions']`` noisy releases."""
+) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """The picks of every rule in ``release['rules']`` on the same ``release['repetitions']`` noisy releases,
+    and the seconds each rule took for all of them."""
     noisy = replay_releases(vote_sum, sigma=sigma, clients=clients, repetitions=release["repetitions"], rng=rng,
                             noise=release["noise"], per_client=release["per_client"])
-    picks = harness.select_rows(noisy)
-    return picks, accuracy[picks]
+    picks, seconds = {}, {}
+    for rule in release["rules"]:
+        start = time.perf_counter()
+        picks[rule] = select_batch(noisy, space, sigma, rule=rule, clients=clients, k=release["k"]).picks
+        seconds[rule] = time.perf_counter() - start
+    return picks, seconds
+
+
+def point_stats(picked: np.ndarray, opt: float, picked_votes: np.ndarray | None = None) -> dict[str, float]:
+    """Mean accuracy with the 95% CI half-width, share of runs within 1 point of Opt, worst 5% accuracy
+    (the 5th percentile: 5% of the runs are at or below it) and, given the noiseless votes of the picks, the
+    share of picks that no client voted for."""
+    mean, half = harness.mean_ci(picked)
+    out = {"mean_accuracy": mean, "ci95": half, "within_1pt": float(np.mean(opt - picked <= 0.01 + 1e-12)),
+           "worst5_accuracy": float(np.quantile(picked, 0.05, method="inverted_cdf"))}
+    if picked_votes is not None:
+        out["zero_vote_share"] = float(np.mean(picked_votes == 0))
+    return out
 
 
 def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
@@ -94,6 +121,8 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     test_labels = load_cached(args.dataset, args.data_dir)[1].y
     rows: list[dict[str, Any]] = []
     per_candidate: list[dict[str, Any]] = []
+    space = candidates.feature_space()
+    timing: dict[str, float] = {}
     with harness.progress_bar(harness.work_units(feds, scale), "tradeoff") as bar:
         for f_index, fed in enumerate(feds):
             accuracy = harness.fill_diverged(harness.cached_accuracies(fed, candidates, scale, cache, bar), test_labels)
@@ -102,18 +131,25 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
             local_accuracy = harness.primary_client_scores(scores)
             common = {"dataset": fed.dataset, "clients": fed.clients, "partition": fed.label,
                       "candidates": len(candidates), "k": release["k"]}
-            rows.append({**common, "method": "Opt", "epsilon": "", "sigma": "", "mean_accuracy": float(accuracy.max()),
-                         "ci95": 0.0, "runs": 1})
-            rows.append({**common, "method": "RandGuess", "epsilon": "", "sigma": "",
-                         "mean_accuracy": float(accuracy.mean()), "ci95": 0.0, "runs": 1})
+            opt = float(accuracy.max())
+            rows.append({**common, "method": "Opt", "rule": "", "epsilon": "", "sigma": "", "mean_accuracy": opt,
+                         "ci95": 0.0, "within_1pt": 1.0, "worst5_accuracy": opt,
+                         "zero_vote_share": float(votes[int(np.argmax(accuracy))] == 0), "runs": 1})
+            rows.append({**common, "method": "RandGuess", "rule": "", "epsilon": "", "sigma": "",
+                         "mean_accuracy": float(accuracy.mean()), "ci95": 0.0,
+                         "within_1pt": float(np.mean(opt - accuracy <= 0.01 + 1e-12)),
+                         "worst5_accuracy": float(np.quantile(accuracy, 0.05, method="inverted_cdf")),
+                         "zero_vote_share": float(np.mean(votes == 0)), "runs": 1})
             for e_index, eps in enumerate(release["epsilons"]):
                 sigma = harness.sigma_for(eps, release["delta"], release["k"], num_candidates=len(candidates),
                                           accountant=release["accountant"], noise=release["noise"])
                 rng = np.random.default_rng([args.seed, f_index, e_index])
-                _, picked = selection_accuracy(votes, accuracy, sigma=sigma, clients=fed.clients, release=release, rng=rng)
-                mean, half = harness.mean_ci(picked)
-                rows.append({**common, "method": "DP-Hype", "epsilon": eps, "sigma": sigma, "mean_accuracy": mean,
-                             "ci95": half, "runs": release["repetitions"]})
+                picks, seconds = selection_picks(votes, sigma=sigma, clients=fed.clients, release=release,
+                                                 space=space, rng=rng)
+                for rule, chosen in picks.items():
+                    timing[rule] = timing.get(rule, 0.0) + seconds[rule]
+                    rows.append({**common, "method": "DP-Hype", "rule": rule, "epsilon": eps, "sigma": sigma,
+                                 **point_stats(accuracy[chosen], opt, votes[chosen]), "runs": release["repetitions"]})
             for j, cand in enumerate(candidates):
                 per_candidate.append({**common, "candidate": j, **cand, "fedavg_accuracy": float(accuracy[j]),
                                       "votes": int(votes[j]),
@@ -130,26 +166,45 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
         extra["flower"] = flower_check(fed, candidates, harness.cached_scores(fed, candidates, scale, cache), accuracy,
                                        k=release["k"], epsilon=release["epsilons"][0], delta=release["delta"])
     return study.result(dataset=args.dataset, scale=vars(scale), candidates=len(candidates),
-                        **{k: v for k, v in release.items()}, summary=summarize(rows), **extra)
+                        **{k: v for k, v in release.items()}, default_rule=DEFAULT_RULE,
+                        select_seconds={rule: round(t, 3) for rule, t in timing.items()},
+                        summary=summarize(rows), **extra)
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per federation and epsilon: DP-Hype's gap to Opt and its margin over RandGuess (accuracy points)."""
+    """Per federation and epsilon, the product's default rule (or, if it did not run, the first rule): its
+    gap to Opt and margin over RandGuess (accuracy points), share of runs within 1 point of Opt and worst 5%
+    gap, with the plain argmax's gap, share and worst 5% gap beside them."""
+    ran = list(dict.fromkeys(r["rule"] for r in rows if r["method"] == "DP-Hype"))
+    main_rule = DEFAULT_RULE if DEFAULT_RULE in ran else ran[0]
     out = []
     for row in rows:
-        if row["method"] != "DP-Hype":
+        if row["method"] != "DP-Hype" or row["rule"] != main_rule:
             continue
         same = [r for r in rows if r["clients"] == row["clients"] and r["partition"] == row["partition"]]
         opt = next(r["mean_accuracy"] for r in same if r["method"] == "Opt")
         rand = next(r["mean_accuracy"] for r in same if r["method"] == "RandGuess")
-        out.append({"clients": row["clients"], "partition": row["partition"], "epsilon": row["epsilon"],
-                    "dphype": round(row["mean_accuracy"], 4), "gap_to_opt_points": round(100 * (opt - row["mean_accuracy"]), 2),
-                    "over_randguess_points": round(100 * (row["mean_accuracy"] - rand), 2)})
+        entry = {"clients": row["clients"], "partition": row["partition"], "epsilon": row["epsilon"],
+                 "rule": main_rule, "dphype": round(row["mean_accuracy"], 4),
+                 "gap_to_opt_points": round(100 * (opt - row["mean_accuracy"]), 2) + 0.0,
+                 "over_randguess_points": round(100 * (row["mean_accuracy"] - rand), 2),
+                 "within_1pt": round(row["within_1pt"], 3),
+                 "worst5_gap_points": round(100 * (opt - row["worst5_accuracy"]), 2),
+                 "zero_vote_share": round(row["zero_vote_share"], 4)}
+        argmax = next((r for r in same if r["method"] == "DP-Hype" and r["rule"] == "argmax"
+                       and r["epsilon"] == row["epsilon"]), None)
+        if argmax is not None and main_rule != "argmax":
+            entry.update({"argmax_gap_to_opt_points": round(100 * (opt - argmax["mean_accuracy"]), 2),
+                          "argmax_within_1pt": round(argmax["within_1pt"], 3),
+                          "argmax_worst5_gap_points": round(100 * (opt - argmax["worst5_accuracy"]), 2),
+                          "argmax_zero_vote_share": round(argmax["zero_vote_share"], 4)})
+        out.append(entry)
     return out
 
 
 def plot(rows: Sequence[dict[str, Any]], epsilons: Sequence[float], study: harness.StudyRun, filename: str) -> None:
-    """Figs. 4/5/12/13 layout: one panel per (n, partition); x = epsilon; DP-Hype with 95% CI, Opt, RandGuess."""
+    """Figs. 4/5/12/13 layout: one panel per (n, partition); x = epsilon; DP-Hype (one line per rule) with 95% CI,
+    Opt, RandGuess."""
     plt = harness.pyplot()
     clients = sorted({r["clients"] for r in rows})
     parts = list(dict.fromkeys(r["partition"] for r in rows))
@@ -161,9 +216,11 @@ def plot(rows: Sequence[dict[str, Any]], epsilons: Sequence[float], study: harne
         for j, part in enumerate(parts):
             ax = axes[i][j]
             sel = [r for r in rows if r["clients"] == n and r["partition"] == part]
-            dp = [next(r for r in sel if r["method"] == "DP-Hype" and r["epsilon"] == e) for e in epsilons]
-            ax.errorbar(xs, [r["mean_accuracy"] for r in dp], yerr=[r["ci95"] for r in dp], fmt="o-", ms=3,
-                        capsize=2, label="DP-Hype")
+            for offset, rule in enumerate(dict.fromkeys(r["rule"] for r in sel if r["method"] == "DP-Hype")):
+                dp = [next(r for r in sel if r["method"] == "DP-Hype" and r["rule"] == rule and r["epsilon"] == e)
+                      for e in epsilons]
+                ax.errorbar(xs + 0.08 * offset, [r["mean_accuracy"] for r in dp], yerr=[r["ci95"] for r in dp],
+                            fmt="o-", ms=3, capsize=2, label=f"DP-Hype ({rule})")
             for method, style in (("Opt", "-"), ("RandGuess", "--")):
                 value = next(r["mean_accuracy"] for r in sel if r["method"] == method)
                 ax.axhline(value, ls=style, color="grey" if method == "RandGuess" else "black", lw=1, label=method)

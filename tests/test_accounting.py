@@ -230,8 +230,9 @@ def test_privacy_report():
     json.dumps(d)
     assert set(d) == {
         "epsilon", "delta", "accountant", "noise", "sigma", "client_std", "clients", "dropout", "k",
-        "num_candidates", "survivors", "released",
+        "num_candidates", "survivors", "neighbouring", "l2_sensitivity", "released",
     }
+    assert d["neighbouring"] == "replace-one" and d["l2_sensitivity"] == pytest.approx(math.sqrt(10))
     assert d["released"] == "noisy vote sum only (secure aggregation)"
     # 7 survivors of 10 (xi = 0.3) keep the guarantee; 6 do not, and the report says so
     ok = privacy_report(release, DELTA, clients=10, dropout=0.3, survivors=7)
@@ -261,3 +262,50 @@ def test_check_int_is_the_one_integer_validator():
     for bad in (True, 2.0, "3", 0):
         with pytest.raises(ValueError, match=r"rounds must be an integer >= 1, got "):
             check_int("rounds", bad, 1)
+
+
+@pytest.mark.parametrize("neighbouring, changed", [("replace-one", 2), ("add-remove", 1)])
+@pytest.mark.parametrize("eps", [0.25, 1.0, 4.0])
+def test_both_neighbouring_relations_against_dp_accounting(neighbouring, changed, eps):
+    """sigma / L2 is dp_accounting's noise multiplier: L2 = sqrt(2k) (replace-one) or sqrt(k) (add-remove)."""
+    from dp_accounting import GaussianDpEvent, NeighboringRelation, get_sigma_gaussian
+    from dp_accounting.pld import PLDAccountant
+    from dp_accounting.rdp import RdpAccountant
+
+    k = 5
+    release = calibrate(eps, DELTA, k, neighbouring=neighbouring)
+    assert release.neighbouring == neighbouring and release.l2_sensitivity == pytest.approx(math.sqrt(changed * k))
+    multiplier = release.sigma / math.sqrt(changed * k)
+    assert multiplier == pytest.approx(get_sigma_gaussian(eps, DELTA), rel=1e-6)
+    relation = (NeighboringRelation.REPLACE_SPECIAL if neighbouring == "replace-one"
+                else NeighboringRelation.ADD_OR_REMOVE_ONE)
+    pld = PLDAccountant(relation, value_discretization_interval=1e-4)
+    pld.compose(GaussianDpEvent(noise_multiplier=multiplier))
+    assert pld.get_epsilon(DELTA) == pytest.approx(eps, rel=1e-4)
+    # RDP: dp_accounting minimises the same conversion over a finite list of orders, we over all alpha > 1
+    rdp_release = calibrate(eps, DELTA, k, accountant="rdp", neighbouring=neighbouring)
+    rdp = RdpAccountant(neighboring_relation=relation)
+    rdp.compose(GaussianDpEvent(noise_multiplier=rdp_release.sigma / math.sqrt(changed * k)))
+    theirs = rdp.get_epsilon(DELTA)
+    assert eps <= theirs + 1e-9 and theirs == pytest.approx(eps, rel=0.02)
+    # the report states the relation and the sensitivity
+    report = privacy_report(release, DELTA, clients=20, dropout=0.0)
+    assert report.neighbouring == neighbouring and report.l2_sensitivity == pytest.approx(math.sqrt(changed * k))
+    assert report.epsilon == pytest.approx(eps, rel=1e-8)
+
+
+def test_add_remove_sensitivities_and_noise():
+    top = VoteRelease(k=5, num_candidates=100, sigma=1.0, neighbouring="add-remove")
+    assert top.l2_sensitivity == pytest.approx(math.sqrt(5)) and top.l1_sensitivity == 5
+    raw = VoteRelease(k=1, num_candidates=10, sigma=1.0, raw_scores=True, neighbouring="add-remove")
+    assert raw.l2_sensitivity == pytest.approx(math.sqrt(10)) and raw.l1_sensitivity == 10  # unchanged
+    # half the squared sensitivity: sigma shrinks by sqrt(2) for every Gaussian accountant
+    for accountant in ("analytic", "rdp"):
+        ratio = (calibrate(1.0, DELTA, 5, accountant=accountant).sigma
+                 / calibrate(1.0, DELTA, 5, accountant=accountant, neighbouring="add-remove").sigma)
+        assert ratio == pytest.approx(math.sqrt(2), rel=1e-8)
+    # Skellam: L1 enters too, and add-remove needs less noise
+    assert (calibrate(1.0, DELTA, 5, noise="skellam", neighbouring="add-remove").sigma
+            < calibrate(1.0, DELTA, 5, noise="skellam").sigma)
+    with pytest.raises(ValueError, match="neighbouring must be one of replace-one, add-remove"):
+        calibrate(1.0, DELTA, 5, neighbouring="swap")

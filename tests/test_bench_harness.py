@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from dphype.protocol import replay_releases
-from dphype.voting import select, top_k_votes
+from dphype.selection import select
+from dphype.voting import top_k_votes
 from simulations import harness
 
 

@@ -84,3 +84,14 @@ def test_unknown_choice_is_argparse_error(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["calibrate", "--epsilon", "1", "--delta", "1e-5", "--k", "5", "--noise", "laplace"])
     assert exc.value.code == 2
+
+
+def test_neighbouring_option(capsys):
+    code, res, _ = run_json(capsys, "--epsilon", "1", "--delta", "1e-5", "--k", "5", "--noise", "gaussian",
+                            "--neighbouring", "add-remove")
+    assert code == 0 and res["neighbouring"] == "add-remove"
+    assert res["l2_sensitivity"] == pytest.approx(math.sqrt(5))
+    assert res["sigma"] == pytest.approx(11.8 / math.sqrt(2), rel=2e-3)  # sqrt(2) less noise than replace-one
+    with pytest.raises(SystemExit) as exit_info:  # argparse refuses values outside its choices
+        run_json(capsys, "--epsilon", "1", "--delta", "1e-5", "--k", "5", "--neighbouring", "swap")
+    assert exit_info.value.code == 2 and "--neighbouring" in capsys.readouterr().err

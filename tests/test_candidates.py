@@ -116,3 +116,45 @@ def test_load_candidates_specs(tmp_path):
         load_candidates("table3:random:x:1")
     with pytest.raises(FileNotFoundError):
         load_candidates(str(tmp_path / "missing.json"))
+
+
+def test_feature_space_of_table_iii():
+    space = table_iii_grid().feature_space()
+    assert [(a.name, a.scale, len(a.levels)) for a in space.axes] == [
+        ("lr", "log", 10), ("decay", "linear", 5), ("momentum", "linear", 2)]
+    assert space.no_structure is None and space.numeric.shape == (100, 3) and space.categorical.shape == (100, 0)
+    # lr on a log scale mapped to [0, 1]: log(lr / 1e-7) / log(0.5 / 1e-7)
+    lr = np.array([c["lr"] for c in table_iii_grid()])
+    assert np.allclose(space.numeric[:, 0], np.log(lr / 1e-7) / np.log(0.5 / 1e-7))
+    assert space.numeric[2].tolist() == [1.0, 0.1, 0.0]  # lr 0.5, decay 0.1, momentum 0
+    assert space.numeric[1, 2] == 1.0  # momentum 0.9 is the top of its axis
+
+
+def test_feature_space_scales_categories_and_overrides():
+    cands = grid(opt=["sgd", "adam"], bs=[16, 64, 256], nesterov=[True, False], wd=[0.0, 1e-4])
+    space = cands.feature_space()
+    assert {a.name: a.scale for a in space.axes} == {
+        "opt": "categorical", "bs": "log", "nesterov": "categorical", "wd": "linear"}
+    assert space.categorical.shape == (24, 2) and set(space.categorical[:, 0]) == {0, 1}
+    assert {a.name: a.scale for a in cands.feature_space({"bs": "linear"}).axes}["bs"] == "linear"
+    assert cands.feature_space({"bs": "categorical"}).categorical.shape == (24, 3)
+    with pytest.raises(ValueError, match=r"scales\['wd'\] = 'log' needs numbers > 0"):
+        cands.feature_space({"wd": "log"})
+    with pytest.raises(ValueError, match=r"scales\['opt'\] = 'linear' needs numbers"):
+        cands.feature_space({"opt": "linear"})
+    with pytest.raises(ValueError, match=r"scales\['bs'\] must be one of log, linear, categorical"):
+        cands.feature_space({"bs": "sqrt"})
+    with pytest.raises(ValueError, match="scales names unknown hyperparameters"):
+        cands.feature_space({"lr": "log"})
+    # a constant hyperparameter carries nothing and is left out
+    assert [a.name for a in grid(lr=[0.1, 0.01, 0.001], seed=[0]).feature_space().axes] == ["lr"]
+
+
+def test_feature_space_without_structure_says_why():
+    single = CandidateList([{"model": m} for m in ("mlp", "cnn", "vit")]).feature_space()
+    assert "single categorical axis" in single.no_structure
+    mixed = CandidateList([{"a": 1}, {"a": "x"}, {"a": 3.5}]).feature_space()  # mixed types: categorical
+    assert mixed.axes[0].scale == "categorical" and "single categorical axis" in mixed.no_structure
+    conditional = CandidateList([{"opt": "sgd", "momentum": 0.9}, {"opt": "adam"}, {"opt": "sgd", "momentum": 0.0}])
+    assert "missing from candidate 1" in conditional.feature_space().no_structure
+    assert "fewer than 3 candidates" in grid(lr=[0.1, 0.01]).feature_space().no_structure

@@ -274,4 +274,22 @@ def test_dirichlet_rejects_bad_beta_and_too_many_clients() -> None:
     with pytest.raises(ValueError, match="clients"):
         partition_dirichlet(LABELS, 101, beta=1.0, seed=0, min_size=10)
     with pytest.raises(ValueError, match="too many"):  # feasible in size, but beta=0.05 starves clients
-        partition_dirichlet(LABELS, 90, beta=0.05, seed=0, min_size=10, max_tries=20)
+        partition_dirichlet(LABELS, 90, beta=0.05, seed=0, min_size=10)
+
+
+def test_flwr_partition_runs_any_flwr_datasets_partitioner() -> None:
+    from datasets import Dataset as HFDataset
+    from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner
+
+    from dphype.data import flwr_partition
+
+    parts = flwr_partition(LABELS, IidPartitioner(num_partitions=4))  # contiguous shards of the table
+    assert [len(p) for p in parts] == [251, 251, 251, 250]
+    assert np.array_equal(np.concatenate(parts), np.arange(len(LABELS)))
+    # partition_dirichlet gives exactly the shards flwr-datasets makes of the same labels
+    ours = partition_dirichlet(LABELS, 6, beta=0.7, seed=3, min_size=10)
+    theirs = DirichletPartitioner(num_partitions=6, partition_by="label", alpha=0.7, min_partition_size=10,
+                                  self_balancing=False, seed=3)
+    theirs.dataset = HFDataset.from_dict({"label": LABELS})
+    for i, rows in enumerate(ours):
+        assert np.array_equal(np.sort(theirs.load_partition(i)["label"]), np.sort(LABELS[rows]))

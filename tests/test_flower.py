@@ -211,3 +211,19 @@ def test_bad_configuration_is_refused_before_any_client_works():
         DPHype([{"lr": 0.1}], config())
     with pytest.raises(ValueError, match="policy must be a NodePolicy, a function of the context or None"):
         register_dphype(ClientApp(), lambda ctx: None, policy={"dphype-max-epsilon": 1.0})
+
+
+def test_the_result_states_the_secure_sum_and_its_bounds():
+    grid = grid_of(client_app(scores_table(6)), 6)
+    result = DPHype(CANDS, config()).start(grid)
+    secure = result.to_dict()["secure_sum"]
+    assert secure["num_shares"] >= 2 * secure["threshold"] - 1 and secure["corrupt_fraction"] == pytest.approx(1 / 3)
+    assert secure["log2_insecure"] <= -40 or secure["num_shares"] == 6  # complete graph at n = 6
+    assert 0 <= secure["clip_probability"] < 1e-9 and "delta +" in secure["statement"]
+
+
+def test_the_planner_runs_before_any_client_works():
+    weak = DPHype(CANDS, config(epsilon=0.05, clients=4))  # far too little signal for 4 clients
+    assert weak.plan.success < 0.5 and any("release is noise" in w for w in weak.plan.warnings)
+    with pytest.raises(ValueError, match="predicted success .* is below min_success = 0.9: refusing to run"):
+        DPHype(CANDS, config(epsilon=0.05, clients=4, min_success=0.9))

@@ -244,3 +244,21 @@ def test_replay_without_noise_returns_the_votes():
     votes = np.array([3, 7, 7, 1])
     clean = replay_releases(votes, sigma=0.0, clients=10, repetitions=3, rng=np.random.default_rng(0))
     assert clean.shape == (3, 4) and np.all(clean == votes)
+
+
+def test_release_runs_the_configured_rule_and_states_its_confidence():
+    votes = np.array([0, 40, 5, 38, 0, 36])  # the lr=0.01 / 0.1 rows hold the votes
+    structured = release(request(clients=50), votes, 50)
+    assert structured.selection.requested == "gp" and structured.to_dict()["confidence"]["rule"] in ("gp", "argmax")
+    assert 0 <= structured.selection.p_top <= 1 and structured.selection.margin >= 0
+    plain = release(request(clients=50, rule="argmax"), votes, 50)
+    assert plain.selection.rule == "argmax" and plain.selected_index == 1
+
+
+def test_add_remove_neighbours_need_less_noise_and_are_reported():
+    replace = request(clients=10)
+    add_remove = request(clients=10, neighbouring="add-remove")
+    assert add_remove.sigma < replace.sigma
+    result = release(add_remove, np.zeros(6), 10)
+    assert result.report.neighbouring == "add-remove" and result.report.epsilon == pytest.approx(1.0, rel=1e-6)
+    assert VoteRequest.from_record(add_remove.to_record()) == add_remove

@@ -1,17 +1,7 @@
-import math
-
 import numpy as np
 import pytest
-from scipy.stats import norm
 
-from dphype.voting import (
-    good_selection_probability_bound,
-    primary_scores,
-    raw_score_votes,
-    select,
-    selection_gap,
-    top_k_votes,
-)
+from dphype.voting import primary_scores, raw_score_votes, top_k_votes
 
 
 def test_top_k_maximize_and_minimize():
@@ -68,61 +58,6 @@ def test_raw_score_votes():
         raw_score_votes([0.5, 1.2])
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         raw_score_votes([0.5, np.nan])
-
-
-def test_select_argmax_lowest_tie():
-    assert select([1.0, 3.0, 3.0, 2.0]) == 1
-    with pytest.raises(ValueError):
-        select([1.0, np.nan])
-
-
-def test_selection_gap():
-    assert selection_gap([10, 8, 3, 5], good=[0, 1]) == 3.0
-    with pytest.raises(ValueError):
-        selection_gap([1, 2], good=[0, 1])
-
-
-def test_theorem_iv1_formula():
-    # 1 - |H_bad| sigma/(gamma sqrt(pi)) exp(-gamma^2/(4 sigma^2))
-    got = good_selection_probability_bound(gap=40.0, sigma=12.0, num_good=5, num_bad=95)
-    expected = 1 - 95 * 12.0 / (40.0 * math.sqrt(math.pi)) * math.exp(-(40.0**2) / (4 * 12.0**2))
-    assert got == pytest.approx(expected, rel=1e-12)
-    # does not depend on |H_good|
-    assert good_selection_probability_bound(40.0, 12.0, 1, 95) == got
-    # vacuous regimes
-    assert good_selection_probability_bound(1.0, 12.0, 5, 95) == 0.0
-    assert good_selection_probability_bound(-3.0, 12.0, 5, 95) == 0.0
-    assert good_selection_probability_bound(5.0, 12.0, 5, 0) == 1.0
-
-
-def test_theorem_iv1_tail_step_is_a_valid_upper_bound():
-    # the proof's per-candidate step: 1 - Phi_{2 sigma^2}(gamma) <= sigma/(gamma sqrt(pi)) e^{-gamma^2/(4 sigma^2)}
-    sigma = 5.0
-    for gamma in np.linspace(1.0, 60.0, 50):
-        exact_tail = norm.sf(gamma, scale=math.sqrt(2) * sigma)
-        bound = sigma / (gamma * math.sqrt(math.pi)) * math.exp(-(gamma**2) / (4 * sigma**2))
-        assert exact_tail <= bound
-
-
-def test_theorem_iv1_holds_in_simulation():
-    rng = np.random.default_rng(1)
-    p, good, sigma = 30, 3, 4.0
-    votes = np.full(p, 10.0)
-    votes[:good] = [32.0, 30.0, 31.0]
-    gamma = selection_gap(votes, range(good))
-    bound = good_selection_probability_bound(gamma, sigma, good, p - good)
-    noisy = votes + rng.normal(0.0, sigma, size=(20000, p))
-    rate = np.mean(np.argmax(noisy, axis=1) < good)
-    assert 0.5 < bound <= rate
-
-
-def test_theorem_iv1_bad_input():
-    with pytest.raises(ValueError, match="sigma"):
-        good_selection_probability_bound(1.0, 0.0, 1, 1)
-    with pytest.raises(ValueError, match="num_good"):
-        good_selection_probability_bound(1.0, 1.0, 0, 1)
-    with pytest.raises(ValueError, match="num_bad"):
-        good_selection_probability_bound(1.0, 1.0, 1, -1)
 
 
 def test_second_key_breaks_ties_of_the_first():

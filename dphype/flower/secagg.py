@@ -260,6 +260,7 @@ class SecureSum:
     survivors: int
     seconds: float
     secagg: SecAggParameters
+    clipping_range: int
 
 
 def secagg_graph(clients: int, min_survivors: int, num_shares: float | None,
@@ -319,13 +320,14 @@ def run_secure_sum(
     context.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({WorkflowKey.CURRENT_ROUND: 1})
     context.state.array_records[MAIN_PARAMS_RECORD] = compat.parameters_to_arrayrecord(
         ndarrays_to_parameters([]), keep_input=True)
+    clipping_range = clipping_range_for(len(nodes))
     workflow = ExactSumWorkflow(
         min_survivors=min_survivors,
         # an explicit choice goes to Flower as given (its rules differ for ints and fractions)
         **(graph.flower_arguments() if num_shares is None else
            {"num_shares": num_shares, "reconstruction_threshold": reconstruction_threshold}),
         timeout=timeout,
-        clipping_range=clipping_range_for(len(nodes)),
+        clipping_range=clipping_range,
     )
     start = time.perf_counter()
     workflow(_TypedGrid(grid, VOTE_MESSAGE_TYPE), context)
@@ -334,7 +336,7 @@ def run_secure_sum(
             "secure aggregation halted before the sum was unmasked (too few clients answered "
             f"or too few key shares); nothing was released. Client failures: {_failure_summary(workflow.failures)}"
         )
-    return SecureSum(strategy.total, strategy.survivors, time.perf_counter() - start, graph)
+    return SecureSum(strategy.total, strategy.survivors, time.perf_counter() - start, graph, clipping_range)
 
 
 # ---------------------------------------------------------------------------------------- client side

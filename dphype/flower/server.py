@@ -3,8 +3,9 @@
 :class:`DPHype` runs DP-Hype's selection inside any ``@app.main()``:
 
 1. on construction, everything the server can check itself: the configuration, the candidate list, the
-   noise calibration (:func:`dphype.protocol.make_vote_request`) and the secure-sum range -- before any
-   client works;
+   noise calibration (:func:`dphype.protocol.make_vote_request`), the secure-sum range and the planner's
+   prediction from public parameters (:func:`dphype.planner.preflight`: a warning below one half, a refusal
+   below ``config.min_success``) -- before any client works;
 2. ``start(grid)`` waits for ``n`` nodes, runs the pre-flight (``query.dphype``: every client checks the
    request against its own candidate list, task and limits, scores the candidates and answers ready or a
    reason), and aborts with one error counting the reasons when fewer than ``ceil((1 - xi) n)`` clients
@@ -19,6 +20,7 @@ config (see :func:`train_config`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -33,7 +35,9 @@ from dphype.config import DPHypeConfig
 from dphype.flower.client import ACTION, RECORD_KEY
 from dphype.flower.secagg import check_timeout, run_secure_sum
 from dphype.noise import client_noise_std
+from dphype.planner import preflight
 from dphype.protocol import REFUSAL_CODES, DPHypeResult, make_vote_request, release
+from dphype.secure_sum import clip_probability
 from dphype.secagg_params import CORRUPT_FRACTION, check_corrupt_fraction
 
 #: Message type of the pre-flight round.
@@ -72,6 +76,11 @@ class DPHype:
         corrupt_fraction: float = CORRUPT_FRACTION,
     ) -> None:
         self.request = make_vote_request(config, candidates)
+        # the planner's prediction from public parameters only; refuses below config.min_success
+        self.plan = preflight(config.clients, config.epsilon, config.delta, candidates.feature_space(),
+                              len(candidates), config.k, dropout=config.dropout, min_success=config.min_success,
+                              rule=config.rule, noise=config.noise, accountant=config.accountant,
+                              neighbouring=config.neighbouring)
         self.num_shares = num_shares
         self.reconstruction_threshold = reconstruction_threshold
         self.corrupt_fraction = check_corrupt_fraction(corrupt_fraction)
@@ -87,7 +96,7 @@ class DPHype:
     def __repr__(self) -> str:
         cfg = self.config
         return (f"DPHype({len(self.candidates)} candidates, epsilon={cfg.epsilon:g}, delta={cfg.delta:g}, "
-                f"k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, noise={cfg.noise!r})")
+                f"k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, noise={cfg.noise!r}, rule={cfg.rule!r})")
 
     def start(self, grid: Grid, *, timeout: float | None = 3600.0,
               connect_timeout: float | None = 600.0) -> DPHypeResult:
@@ -102,6 +111,10 @@ class DPHype:
         connect_timeout = check_timeout("connect_timeout", connect_timeout)
         cfg = self.config
         log(logging.INFO, "Starting %r", self)
+        log(logging.INFO, "DP-Hype plan: predicted chance of a good pick %.2f with the %s rule (argmax %.2f)",
+            self.plan.success, cfg.rule, self.plan.success_argmax)
+        for warning in self.plan.warnings:
+            log(logging.WARNING, "DP-Hype: %s", warning)
         log(logging.INFO, "DP-Hype: total noise std sigma=%.4g, each client's share std %.4g",
             self.request.sigma, client_noise_std(self.request.sigma, cfg.clients, cfg.dropout))
         start = time.perf_counter()
@@ -113,10 +126,21 @@ class DPHype:
             reconstruction_threshold=self.reconstruction_threshold, corrupt_fraction=self.corrupt_fraction,
             timeout=timeout,
         )
-        result = release(self.request, sum_.total, sum_.survivors)
-        log(logging.INFO, "DP-Hype selected candidate %d %s (epsilon=%.4g at delta=%g, %d survivors) in %.1f s",
-            result.selected_index, result.selected, result.report.epsilon, result.report.delta,
-            sum_.survivors, time.perf_counter() - start)
+        clip = clip_probability(size=len(self.candidates), sigma=self.request.sigma, clients=cfg.clients,
+                                dropout=cfg.dropout, noise=cfg.noise, clipping_range=sum_.clipping_range)
+        result = dataclasses.replace(release(self.request, sum_.total, sum_.survivors), secure_sum={
+            **sum_.secagg.to_dict(), "clipping_range": sum_.clipping_range, "clip_probability": clip,
+            "statement": f"a share outside the range makes its client refuse (a dropout): the release is "
+                         f"(epsilon, delta + {clip:.1e})-DP; Bell et al.'s bounds: the server learns more than "
+                         f"the sum with probability <= 2^{sum_.secagg.log2_insecure:.0f}, the sum fails with "
+                         f"probability <= 2^{sum_.secagg.log2_failure:.0f}"})
+        log(logging.INFO, "DP-Hype selected candidate %d %s by the %s rule (epsilon=%.4g at delta=%g, %d survivors; "
+            "confidence: top-voted %.2f, within the top group %.2f, margin %.2f sigma) in %.1f s",
+            result.selected_index, result.selected, result.selection.rule, result.report.epsilon,
+            result.report.delta, sum_.survivors, result.selection.p_top, result.selection.p_top_group,
+            result.selection.margin, time.perf_counter() - start)
+        if result.selection.warning:
+            log(logging.WARNING, "DP-Hype: %s", result.selection.warning)
         return result
 
     def _preflight(self, grid: Grid, nodes: list[int], timeout: float | None) -> list[int]:

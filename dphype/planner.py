@@ -1,0 +1,554 @@
+"""Plan a DP-Hype run before any data is touched: the chance of selecting a good candidate, and what reaches it.
+
+Theorem IV.1 bounds the chance that the argmax of the noisy vote sum is good, given the gap between good
+and bad vote counts; the gap depends on how much the clients agree. The planner therefore predicts under
+stated **consensus scenarios**, Section IV-B's loss model (:class:`LossModel`): every client's local loss is
+``N(0, s^2)`` for each of the ``|H_good|`` good candidates and ``N(1, s^2)`` for the others, and it votes
+for its ``k`` smallest; ``s`` is the clients' disagreement (:data:`CONSENSUS`: strong 0.25, moderate 0.5,
+weak 1). The good candidates form a neighbourhood of the public feature space (the ``|H_good|`` nearest to
+a random candidate), as good hyperparameters do on real tasks, so the structure-aware rule meets the
+structure it exploits; the argmax does not depend on where they are. Success = the pick is good.
+
+For a range of ``k`` it reports the simulated success of the selection rule that will run and of the argmax,
+with Theorem IV.1's bound (averaged over the simulated vote vectors: for each, the best bound over the sets
+"the ``j`` most-voted good candidates"), recommends the ``k`` with the highest success, and finds the smallest
+epsilon and the smallest number of clients that reach a target success (bisection with common random numbers).
+The noise is the run's (Skellam or Gaussian shares, replayed by :func:`dphype.protocol.replay_releases`); with a
+dropout fraction ``xi`` the worst accepted case is simulated: only ``ceil((1 - xi) n)`` clients vote and their
+shares add up to std ``sigma``.
+
+Speed: the clients' rankings come from exact samplers of the loss model (module ``simulations.synthetic``
+uses them for Fig. 2): one ranking per client serves every ``k`` (the top-k sets are nested prefixes of the
+client's loss ranking), and only what the first ``depth`` ranks depend on is drawn:
+
+* ``losses``: draw every loss and sort (what a client does; the reference);
+* ``direct``: sort rank keys ``-log Phi((loss - 1) / sigma_loss)`` instead. The map is decreasing, so the
+  ranking is the ranking of the losses, and for a bad candidate the key is ``-log U ~ Exp(1)``, which is
+  cheaper to draw than a Gaussian;
+* ``order`` (many bad candidates): given the good losses ``g``, the number of bad losses below each of them
+  is multinomial over the intervals between the sorted ``Phi((g - 1) / sigma_loss)`` (bad losses are iid
+  ``N(1, sigma_loss^2)``); which bad candidates occupy the bad ranks is, by exchangeability, a uniformly
+  random ordered tuple of distinct bad indices.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from dphype.accounting import (
+    calibrate,
+    check_clients,
+    check_delta,
+    check_dropout,
+    check_epsilon,
+    check_int,
+    check_k,
+    check_neighbouring,
+    check_positive,
+    resolve_accountant,
+)
+from dphype.secure_sum import MAX_CLIENTS
+
+if TYPE_CHECKING:
+    from dphype.candidates import FeatureSpace
+
+#: client disagreement ``sigma_loss`` of the named consensus scenarios (loss gap between good and bad: 1)
+CONSENSUS: dict[str, float] = {"strong": 0.25, "moderate": 0.5, "weak": 1.0}
+#: success the planner's ``min_epsilon`` and ``min_clients`` aim for unless told otherwise
+DEFAULT_TARGET = 0.9
+#: below this predicted success the server and the demo warn
+WARN_BELOW = 0.5
+#: values of ``k`` the planner compares (those below the number of candidates)
+KS: tuple[int, ...] = (1, 2, 3, 5, 8, 10, 15, 20, 25, 30, 40, 50)
+#: use the order-statistics sampler once bad candidates outnumber the ranking depth this many times
+_ORDER_SAMPLER_RATIO = 5
+
+
+@dataclass(frozen=True)
+class LossModel:
+    """Clients' local losses: ``num_good`` from ``N(0, s^2)``, the rest of ``num_candidates`` from ``N(1, s^2)``.
+
+    Good candidates are indices ``0 .. num_good - 1`` (the order is irrelevant: noise is iid and the
+    selection of a good candidate is all that is measured).
+    """
+
+    num_good: int
+    num_candidates: int
+    sigma_loss: float
+
+    def __post_init__(self) -> None:
+        check_int("num_good", self.num_good, 1)
+        check_int("num_candidates", self.num_candidates, 2)
+        if self.num_good >= self.num_candidates:
+            raise ValueError(
+                f"num_good must be in [1, {self.num_candidates - 1}] (num_candidates - 1), got {self.num_good}"
+            )
+        check_positive("sigma_loss", self.sigma_loss)
+
+    @property
+    def num_bad(self) -> int:
+        return self.num_candidates - self.num_good
+
+    def losses(self, rows: int, rng: np.random.Generator) -> np.ndarray:
+        """``(rows, |H|)`` float32 losses, one row per client."""
+        out = rng.standard_normal((rows, self.num_candidates), dtype=np.float32)
+        out *= np.float32(self.sigma_loss)
+        out[:, self.num_good :] += np.float32(1.0)
+        return out
+
+
+def ranking_from_losses(losses: np.ndarray, depth: int) -> np.ndarray:
+    """Indices of each row's ``depth`` smallest losses (or rank keys), best first: nested top-k sets.
+
+    ``prefix[:, :k]`` marks the same ``k`` candidates as :func:`dphype.voting.top_k_votes` with
+    ``maximize=False`` (up to exact ties, which have probability zero for continuous losses).
+    """
+    return np.argsort(losses, axis=1)[:, :depth].astype(np.int32)
+
+
+def _distinct_uniform(rng: np.random.Generator, rows: int, length: int, population: int) -> np.ndarray:
+    """``rows`` uniformly random ordered tuples of ``length`` distinct integers in ``[0, population)``.
+
+    Draw with replacement, then redraw every later repeat of a value until none is left. Each step only
+    compares labels, so the procedure commutes with any relabelling; the result is therefore uniform over
+    ordered tuples of distinct values (they form one orbit). Cheap when ``population >> length``.
+    """
+    shift = max(1, int(length - 1).bit_length())
+    if population << shift >= 2**31:
+        raise ValueError(f"population * length too large for the int32 sampler: {population} x {length}")
+    labels = rng.integers(0, population, size=(rows, length), dtype=np.int32)
+    positions = np.arange(length, dtype=np.int32)
+    mask = np.int32((1 << shift) - 1)
+    todo = np.arange(rows)
+    while todo.size:
+        keyed = np.sort((labels[todo] << shift) | positions, axis=1)  # by value, then position
+        r, c = np.nonzero((keyed[:, 1:] >> shift) == (keyed[:, :-1] >> shift))  # later repeats
+        if r.size == 0:
+            break
+        labels[todo[r], keyed[r, c + 1] & mask] = rng.integers(0, population, size=r.size, dtype=np.int32)
+        todo = todo[np.unique(r)]
+    return labels
+
+
+def _good_losses(model: LossModel, rows: int, rng: np.random.Generator) -> np.ndarray:
+    return rng.standard_normal((rows, model.num_good)) * model.sigma_loss
+
+
+def ranking_prefix(model: LossModel, rows: int, depth: int, rng: np.random.Generator,
+                   sampler: str = "auto") -> np.ndarray:
+    """Best-first candidate indices ``(rows, depth)`` of ``rows`` independent clients (see module docstring).
+
+    ``sampler``: ``"losses"`` (draw every loss, the reference), ``"direct"`` (rank keys for every
+    candidate), ``"order"`` (order statistics) or ``"auto"`` (``order`` when bad candidates outnumber
+    ``depth`` five times, else ``direct``).
+    """
+    from scipy.special import log_ndtr, ndtr
+
+    if sampler == "auto":
+        sampler = "order" if model.num_bad > _ORDER_SAMPLER_RATIO * depth else "direct"
+    if sampler == "losses":
+        return ranking_from_losses(model.losses(rows, rng), depth)
+    g, s = model.num_good, model.sigma_loss
+    if sampler == "direct":
+        # key = -log Phi((loss - 1) / s), decreasing in the loss; bad candidates: -log U ~ Exp(1)
+        keys = rng.standard_exponential((rows, model.num_candidates), dtype=np.float32)
+        keys[:, :g] = -log_ndtr((_good_losses(model, rows, rng) - 1.0) / s)
+        np.negative(keys, out=keys)
+        return ranking_from_losses(keys, depth)
+    if sampler != "order" or model.num_bad < depth:
+        raise ValueError(
+            f"sampler must be 'auto', 'losses', 'direct' or 'order' (needs num_bad >= depth), got {sampler!r}"
+        )
+    good = _good_losses(model, rows, rng)
+    good_order = np.argsort(good, axis=1)  # good labels, best first
+    u = ndtr((np.take_along_axis(good, good_order, axis=1) - 1.0) / s)  # P(bad loss < good loss), ascending
+    cells = np.clip(np.diff(u, axis=1, prepend=0.0, append=1.0), 0.0, None)
+    bad_below = np.cumsum(rng.multinomial(model.num_bad, cells), axis=1)[:, :g]
+    good_rank = np.arange(g) + bad_below  # rank of the j-th best good candidate among all candidates
+    in_prefix = good_rank < depth
+    is_good = np.zeros((rows, depth), dtype=bool)
+    r, j = np.nonzero(in_prefix)
+    is_good[r, good_rank[r, j]] = True
+    prefix = np.empty((rows, depth), dtype=np.int32)
+    prefix[is_good] = good_order[in_prefix]  # row-major order keeps each row's good labels best first
+    bad_count = depth - in_prefix.sum(axis=1)
+    bad_labels = _distinct_uniform(rng, rows, depth, model.num_bad) + g
+    prefix[~is_good] = bad_labels[np.arange(depth) < bad_count[:, None]]
+    return prefix
+
+
+def vote_counts(prefix: np.ndarray, ks: Sequence[int], reps: int, clients: int,
+                num_candidates: int) -> dict[int, np.ndarray]:
+    """Noiseless vote sums ``(reps, p)`` for every ``k`` from the clients' ranking prefixes.
+
+    Rows of ``prefix`` are ordered repetition-major (``rep * clients + client``). ``k = p`` is the
+    all-ones vote (every candidate gets ``n`` votes).
+    """
+    offsets = (np.repeat(np.arange(reps, dtype=np.int64), clients) * num_candidates)[:, None]
+    counts = np.zeros(reps * num_candidates, dtype=np.int64)
+    out: dict[int, np.ndarray] = {}
+    done = 0
+    for k in sorted(ks):
+        if k == num_candidates:
+            out[k] = np.full((reps, num_candidates), clients, dtype=np.int64)
+            continue
+        counts += np.bincount((prefix[:, done:k] + offsets).ravel(), minlength=reps * num_candidates)
+        done = k
+        out[k] = counts.reshape(reps, num_candidates).copy()
+    return out
+
+
+# ------------------------------------------------------------------------------------------ scenarios
+@dataclass(frozen=True)
+class Scenario:
+    """A stated consensus scenario: ``num_good`` good candidates, client disagreement ``sigma_loss``."""
+
+    name: str
+    num_good: int
+    sigma_loss: float
+
+    def loss_model(self, num_candidates: int) -> LossModel:
+        return LossModel(self.num_good, num_candidates, self.sigma_loss)
+
+
+def scenario(num_candidates: int, consensus: str | float = "moderate", num_good: int | None = None) -> Scenario:
+    """The scenario ``consensus`` (a name of :data:`CONSENSUS` or a ``sigma_loss > 0``) with ``num_good`` good
+    candidates (default: 5 % of them, at least 1, as in Section IV-B's 5 of 100)."""
+    p = check_int("num_candidates", num_candidates, 2)
+    if isinstance(consensus, str):
+        if consensus not in CONSENSUS:
+            raise ValueError(f"consensus must be one of {', '.join(CONSENSUS)} or a number > 0, got {consensus!r}")
+        name, sigma_loss = consensus, CONSENSUS[consensus]
+    else:
+        sigma_loss = check_positive("consensus", consensus)
+        name = f"sigma_loss={sigma_loss:g}"
+    good = max(1, round(0.05 * p)) if num_good is None else num_good
+    if isinstance(good, bool) or not isinstance(good, (int, np.integer)) or not 1 <= good < p:
+        raise ValueError(f"num_good must be an integer in [1, {p - 1}] (fewer than the candidates), got {good!r}")
+    return Scenario(name, int(good), sigma_loss)
+
+
+def _neighbourhoods(space: "FeatureSpace | None", num_good: int, centres: np.ndarray) -> np.ndarray:
+    """``(R, num_good)``: the ``num_good`` candidates nearest to each centre (Euclidean over the numeric
+    features plus the number of differing categories; ties by index). Without structure: ``0 .. num_good-1``."""
+    if space is None or space.no_structure is not None:
+        return np.broadcast_to(np.arange(num_good), (len(centres), num_good))
+    diff = space.numeric[centres][:, None, :] - space.numeric[None, :, :]
+    dist = (diff**2).sum(axis=2) + (space.categorical[centres][:, None, :] != space.categorical[None, :, :]).sum(axis=2)
+    return np.argsort(dist, axis=1, kind="stable")[:, :num_good]
+
+
+def simulate_votes(sc: Scenario, clients: int, ks: Sequence[int], num_candidates: int,
+                   space: "FeatureSpace | None", repetitions: int,
+                   rng: np.random.Generator) -> tuple[dict[int, np.ndarray], np.ndarray]:
+    """Noiseless vote sums ``{k: (R, p)}`` of ``clients`` clients under ``sc`` and the good masks ``(R, p)``.
+
+    The loss model's labels (good ``0 .. g-1``) are placed on the candidates per repetition: the good ones on a
+    neighbourhood of a random candidate, the bad ones on the others in random order (they are exchangeable).
+    """
+    model = sc.loss_model(num_candidates)
+    depth = max([k for k in ks if k < num_candidates], default=1)
+    prefix = ranking_prefix(model, repetitions * clients, depth, rng)
+    counts = vote_counts(prefix, ks, repetitions, clients, num_candidates)
+    good = _neighbourhoods(space, sc.num_good, rng.integers(0, num_candidates, repetitions))
+    is_good = np.zeros((repetitions, num_candidates), dtype=bool)
+    np.put_along_axis(is_good, good, True, axis=1)
+    rest = np.argsort(np.where(is_good, -1.0, rng.random((repetitions, num_candidates))), axis=1)[:, sc.num_good:]
+    place = np.concatenate([good, rest], axis=1)  # label j -> candidate place[r, j]
+    out = {}
+    for k, label_counts in counts.items():
+        votes = np.zeros_like(label_counts)
+        np.put_along_axis(votes, place, label_counts, axis=1)
+        out[k] = votes
+    return out, is_good
+
+
+def theorem_iv1_success(votes: np.ndarray, good: np.ndarray, sigma: float) -> float:
+    """Theorem IV.1's lower bound on the chance that the argmax is good, averaged over vote vectors ``(R, p)``.
+
+    For each vector the theorem holds for any set ``H'`` of good candidates (``Pr[pick in H_good] >=
+    Pr[pick in H']``); the best of the sets "the ``j`` most-voted good candidates" is used, whose gap is the
+    ``j``-th good count minus the largest count outside the set
+    (:func:`dphype.selection.good_selection_probability_bound`).
+    """
+    from dphype.selection import good_selection_probability_bound
+
+    p = votes.shape[1]
+    total = 0.0
+    for row, mask in zip(votes.astype(np.float64), good):
+        ranked = np.sort(row[mask])[::-1]
+        outside_bad = row[~mask].max()
+        best = 0.0
+        for j in range(1, ranked.size + 1):
+            rival = max(outside_bad, ranked[j]) if j < ranked.size else outside_bad
+            best = max(best, good_selection_probability_bound(float(ranked[j - 1] - rival), sigma, j, p - j))
+        total += best
+    return total / len(votes)
+
+
+def simulated_success(votes: np.ndarray, good: np.ndarray, sigma: float, *, rule: str,
+                      space: "FeatureSpace | None", clients: int, voters: int, dropout: float, noise: str, k: int,
+                      rng: np.random.Generator) -> float:
+    """Share of releases whose pick under ``rule`` is good: ``votes`` ``(R, p)`` of ``voters`` of the
+    ``clients`` clients plus their noise shares (:func:`dphype.protocol.replay_releases`)."""
+    from dphype.protocol import replay_releases
+    from dphype.selection import select_batch
+
+    noisy = replay_releases(votes, sigma=sigma, clients=clients, repetitions=len(votes), rng=rng, dropout=dropout,
+                            noise=noise, survivors=voters)
+    picks = select_batch(noisy, space, sigma, rule=rule, clients=voters, k=k).picks
+    return float(good[np.arange(len(picks)), picks].mean())
+
+
+def unanimous_success(clients: int, k: int, num_candidates: int, sigma: float) -> float:
+    """Chance that the argmax picks one of ``k`` candidates that ALL ``clients`` voted for (the best case).
+
+    With ``u = (x - n) / sigma``: ``int k phi(u) Phi(u)^(k-1) Phi(u + n / sigma)^(p-k) du`` (the largest of the
+    ``k`` counts ``n + sigma Z`` beats the ``p - k`` counts ``sigma W``).
+    """
+    from scipy.integrate import quad
+    from scipy.stats import norm
+
+    p = num_candidates
+    if k >= p:
+        return 1.0
+    lead = clients / sigma
+
+    def density(u: float) -> float:
+        return k * norm.pdf(u) * norm.cdf(u) ** (k - 1) * norm.cdf(u + lead) ** (p - k)
+
+    return float(min(1.0, quad(density, -12.0, 12.0, limit=200)[0]))
+
+
+# ---------------------------------------------------------------------------------------------- plan
+@dataclass(frozen=True)
+class Plan:
+    """What the planner predicts for one configuration (all keys of :meth:`to_dict` are JSON-ready).
+
+    ``success``: simulated chance that ``rule`` picks a good candidate at ``k`` (the chosen ``k``, else the
+    recommended one); ``success_argmax`` and ``bound`` (Theorem IV.1): the same for the argmax; ``by_k``: one
+    row per compared ``k``; ``min_epsilon`` / ``min_clients``: smallest epsilon / number of clients whose
+    success at ``k`` reaches ``target`` (``None``: not within ``[1e-3, 1e3]`` / ``[2, MAX_CLIENTS]``).
+    """
+
+    clients: int
+    epsilon: float
+    delta: float
+    dropout: float
+    voters: int
+    num_candidates: int
+    noise: str
+    accountant: str
+    neighbouring: str
+    rule: str
+    scenario: dict[str, Any]
+    target: float
+    k: int
+    sigma: float
+    success: float
+    success_argmax: float
+    bound: float
+    recommended_k: int
+    by_k: list[dict[str, Any]]
+    min_epsilon: float | None
+    min_clients: int | None
+    unanimous_success: float
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_probability(name: str, value: Any) -> float:
+    """Return ``value`` as float; it must be a number in ``[0, 1]``, else ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class _Setting:
+    """Everything fixed while the planner varies ``k``, epsilon or ``n``."""
+
+    delta: float
+    dropout: float
+    num_candidates: int
+    space: "FeatureSpace | None"
+    scenario: Scenario
+    rule: str
+    noise: str
+    accountant: str
+    neighbouring: str
+    repetitions: int
+    seed: int
+
+    def sigma(self, epsilon: float, k: int) -> float:
+        return calibrate(epsilon, self.delta, k, num_candidates=self.num_candidates, accountant=self.accountant,
+                         noise=self.noise, neighbouring=self.neighbouring).sigma
+
+    def votes(self, clients: int, ks: Sequence[int]) -> tuple[int, dict[int, np.ndarray], np.ndarray]:
+        """Voters (the ``ceil((1 - xi) n)`` survivors), their vote sums per ``k`` and the good masks."""
+        from dphype.noise import min_survivors
+
+        voters = min_survivors(clients, self.dropout) if self.dropout else clients
+        rng = np.random.default_rng([self.seed, voters])
+        counts, good = simulate_votes(self.scenario, voters, ks, self.num_candidates, self.space, self.repetitions,
+                                      rng)
+        return voters, counts, good
+
+    def success(self, votes: np.ndarray, good: np.ndarray, sigma: float, clients: int, voters: int, k: int,
+                rule: str) -> float:
+        rng = np.random.default_rng([self.seed, 1])  # common random numbers across k, epsilon and n
+        return simulated_success(votes, good, sigma, rule=rule, space=self.space, clients=clients, voters=voters,
+                                 dropout=self.dropout, noise=self.noise, k=k, rng=rng)
+
+
+def _bisect(ok: Any, lo: float, hi: float, ratio: float, integer: bool) -> float | None:
+    """Smallest ``x`` in ``[lo, hi]`` with ``ok(x)`` for ``ok`` monotone in ``x`` (``None`` if ``not ok(hi)``),
+    to within a factor ``ratio`` (or exactly, for integers)."""
+    if not ok(hi):
+        return None
+    if ok(lo):
+        return lo
+    while (hi - lo > 1) if integer else (hi / lo > ratio):
+        mid = (lo + hi) // 2 if integer else math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
+
+
+def plan(
+    clients: int,
+    epsilon: float,
+    delta: float,
+    space: "FeatureSpace | None",
+    num_candidates: int,
+    *,
+    k: int | None = None,
+    dropout: float = 0.0,
+    consensus: str | float = "moderate",
+    num_good: int | None = None,
+    target: float = DEFAULT_TARGET,
+    rule: str | None = None,
+    noise: str = "skellam",
+    accountant: str | None = None,
+    neighbouring: str = "replace-one",
+    ks: Sequence[int] | None = None,
+    repetitions: int = 200,
+    seed: int = 0,
+    search: bool = True,
+) -> Plan:
+    """Predict a DP-Hype run of ``clients`` clients at ``(epsilon, delta)`` over ``num_candidates`` public
+    candidates (feature space ``space``; ``None`` or structureless: the rule falls back to the argmax).
+
+    ``k=None`` recommends ``k`` among ``ks`` (default :data:`KS` below ``num_candidates``) and reports at it.
+    ``rule`` defaults to :data:`dphype.selection.DEFAULT_RULE`. ``repetitions`` simulated runs per point;
+    ``search=False`` skips the searches for ``min_epsilon`` and ``min_clients`` (reported as ``None``).
+    """
+    from dphype.selection import DEFAULT_RULE, check_rule
+
+    clients = check_clients(clients)
+    if clients > MAX_CLIENTS:
+        raise ValueError(f"clients must be an integer in [2, {MAX_CLIENTS}] (exact SecAgg+ sums), got {clients}")
+    epsilon = check_epsilon(epsilon)
+    p = check_int("num_candidates", num_candidates, 2)
+    if space is not None and space.num_candidates != p:
+        raise ValueError(f"space has {space.num_candidates} candidates, num_candidates is {p}")
+    chosen_k = None if k is None else check_k(k, p)
+    setting = _Setting(
+        delta=check_delta(delta), dropout=check_dropout(dropout), num_candidates=p, space=space,
+        scenario=scenario(p, consensus, num_good), rule=check_rule(DEFAULT_RULE if rule is None else rule),
+        noise=noise, accountant=resolve_accountant(accountant, noise), neighbouring=check_neighbouring(neighbouring),
+        repetitions=check_int("repetitions", repetitions, 10), seed=check_int("seed", seed, 0))
+    target = check_probability("target", target)
+    chosen = set() if chosen_k is None else {chosen_k}
+    compare = sorted({check_k(x, p) for x in (KS if ks is None else ks) if x < p} | chosen)
+    if not compare:
+        raise ValueError(f"ks must contain at least one k in [1, {p - 1}], got {ks!r}")
+    voters, counts, good = setting.votes(clients, compare)
+    by_k: list[dict[str, Any]] = []
+    for kk in compare:
+        sigma = setting.sigma(epsilon, kk)
+        by_k.append({"k": kk, "sigma": sigma,
+                     "success": setting.success(counts[kk], good, sigma, clients, voters, kk, setting.rule),
+                     "success_argmax": setting.success(counts[kk], good, sigma, clients, voters, kk, "argmax"),
+                     "bound": theorem_iv1_success(counts[kk], good, sigma)})
+    best = max(by_k, key=lambda row: (row["success"], -row["k"]))
+    row = best if chosen_k is None else next(r for r in by_k if r["k"] == chosen_k)
+    kk = int(row["k"])
+
+    def reaches_epsilon(eps: float) -> bool:
+        return setting.success(counts[kk], good, setting.sigma(eps, kk), clients, voters, kk, setting.rule) >= target
+
+    def reaches_clients(n: float) -> bool:
+        m, c, g = setting.votes(int(n), [kk])
+        return setting.success(c[kk], g, row["sigma"], int(n), m, kk, setting.rule) >= target
+
+    min_eps = _bisect(reaches_epsilon, 1e-3, 1e3, 1.02, integer=False) if search else None
+    min_n = _bisect(reaches_clients, 2, MAX_CLIENTS, 1.0, integer=True) if search else None
+    result = Plan(
+        clients=clients, epsilon=epsilon, delta=setting.delta, dropout=setting.dropout, voters=voters,
+        num_candidates=p, noise=setting.noise, accountant=setting.accountant, neighbouring=setting.neighbouring,
+        rule=_rule_that_runs(setting), scenario=asdict(setting.scenario), target=target, k=kk, sigma=row["sigma"],
+        success=row["success"], success_argmax=row["success_argmax"], bound=row["bound"],
+        recommended_k=int(best["k"]), by_k=by_k, min_epsilon=None if min_eps is None else float(f"{min_eps:.3g}"),
+        min_clients=None if min_n is None else int(min_n),
+        unanimous_success=unanimous_success(voters, kk, p, row["sigma"]))
+    return Plan(**{**asdict(result), "warnings": warnings(result)})
+
+
+def _rule_that_runs(setting: _Setting) -> str:
+    if setting.rule == "gp" and (setting.space is None or setting.space.no_structure is not None):
+        return "argmax"
+    return setting.rule
+
+
+def warnings(result: Plan, min_success: float | None = None) -> list[str]:
+    """The plan's warnings; ``ValueError`` (refusal) when ``min_success`` is given and not reached."""
+    out = []
+    if result.unanimous_success < WARN_BELOW:
+        out.append(f"epsilon {result.epsilon:g} is so small that the release is noise: even if all {result.voters} "
+                   f"clients voted for the same {result.k} candidates, the argmax would pick one of them with "
+                   f"probability {result.unanimous_success:.2f} (noise std sigma = {result.sigma:.1f} votes)")
+    if result.success < WARN_BELOW:
+        hint = (f"; reaching {result.target:g} needs epsilon >= {result.min_epsilon} or clients >= "
+                f"{result.min_clients}" if result.min_epsilon is not None or result.min_clients is not None else "")
+        out.append(f"predicted chance of selecting a good candidate is {result.success:.2f} (< {WARN_BELOW}) under "
+                   f"the {result.scenario['name']} consensus scenario at k = {result.k}; `dphype plan` recommends "
+                   f"k and the smallest epsilon and number of clients{hint}")
+    if min_success is not None:
+        floor = check_probability("min_success", min_success)
+        if result.success < floor:
+            raise ValueError(f"predicted success {result.success:.2f} is below min_success = {floor:g}: refusing "
+                             f"to run ({'; '.join(out) or 'raise epsilon, clients or choose the recommended k'})")
+    return out
+
+
+def preflight(
+    clients: int,
+    epsilon: float,
+    delta: float,
+    space: "FeatureSpace | None",
+    num_candidates: int,
+    k: int,
+    *,
+    dropout: float = 0.0,
+    min_success: float | None = None,
+    **options: Any,
+) -> Plan:
+    """The check a server or the demo runs before any data is touched (about a second).
+
+    The plan at the configured ``k`` without the searches; its ``warnings`` say when the predicted success is
+    below :data:`WARN_BELOW` or the release is noise. ``min_success`` in ``[0, 1]``: refuse (``ValueError``)
+    when the predicted success is below it. ``options`` go to :func:`plan` (``rule``, ``noise``,
+    ``accountant``, ``neighbouring``, ``consensus``, ``num_good``, ``repetitions``, ``seed``).
+    """
+    if min_success is not None:
+        check_probability("min_success", min_success)
+    result = plan(clients, epsilon, delta, space, num_candidates, k=k, dropout=dropout, ks=[k], search=False,
+                  **options)
+    warnings(result, min_success)
+    return result

@@ -1,0 +1,55 @@
+"""``dphype plan``: predict a DP-Hype run before any data is touched (:mod:`dphype.planner`).
+
+Prints the predicted chance of selecting a good candidate for a range of k (simulation under a stated
+consensus scenario, and Theorem IV.1's bound for the argmax), the recommended k, and the smallest epsilon
+and number of clients reaching ``--target``. ``--min-success P`` makes it fail (exit status 2) below P.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the ``plan`` options (``--noise`` / ``--accountant`` as in every command)."""
+    from dphype.cli import add_noise_arguments, add_selection_arguments
+
+    parser.add_argument("--clients", type=int, required=True, help="number of clients n in [2, 10000]")
+    parser.add_argument("--epsilon", type=float, required=True, help="privacy budget epsilon > 0")
+    parser.add_argument("--delta", type=float, required=True, help="privacy parameter delta in (0, 1)")
+    parser.add_argument("--candidates", required=True,
+                        help="candidate spec: table3, an integer N, table3:random:SIZE:SEED or a .json path")
+    parser.add_argument("--k", type=int, default=None, help="votes per client (default: the recommended k)")
+    parser.add_argument("--dropout", type=float, default=0.0, help="tolerated dropout fraction xi in [0, 1)")
+    parser.add_argument("--consensus", default="moderate",
+                        help="client agreement: strong, moderate (default), weak, or a loss spread sigma_loss > 0")
+    parser.add_argument("--good", type=int, default=None, help="number of good candidates (default 5%% of them)")
+    parser.add_argument("--target", type=float, default=0.9, help="success aimed at by min_epsilon/min_clients")
+    add_selection_arguments(parser)
+    add_noise_arguments(parser)
+    parser.add_argument("--neighbouring", choices=("replace-one", "add-remove"), default="replace-one",
+                        help="neighbouring relation of the guarantee (default replace-one)")
+    parser.add_argument("--repetitions", type=int, default=200, help="simulated runs per point (default 200)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the simulation (default 0)")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Plan and report; bad input raises ``ValueError`` (exit status 2 via ``dphype.cli``)."""
+    from dphype.candidates import load_candidates
+    from dphype.planner import check_probability, plan, warnings
+
+    if args.min_success is not None:
+        check_probability("min_success", args.min_success)  # before any simulation
+    candidates = load_candidates(args.candidates)
+    consensus: str | float = args.consensus
+    try:
+        consensus = float(args.consensus)
+    except ValueError:
+        pass
+    result = plan(args.clients, args.epsilon, args.delta, candidates.feature_space(), len(candidates), k=args.k,
+                  dropout=args.dropout, consensus=consensus, num_good=args.good, target=args.target, rule=args.rule,
+                  noise=args.noise, accountant=args.accountant, neighbouring=args.neighbouring,
+                  repetitions=args.repetitions, seed=args.seed)
+    warnings(result, args.min_success)
+    return result.to_dict()
