@@ -20,7 +20,8 @@ from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
 from local_grid import LocalGrid, node_id
-from test_flower import CANDS, TableTask, client_app, config, scores_table
+from test_flower import CANDS, TableTask, client_app, scores_table
+from test_flower import config as flower_config
 from test_secagg_guard_flower import TamperingGrid, _secret_replies
 
 from dphype.cli import main
@@ -36,6 +37,11 @@ from dphype.secagg_params import CORRUPT_FRACTION
 from dphype.secure_sum import SecureSumError
 
 N = 10
+
+
+def config(**overrides):
+    """test_flower's configuration, selected by the argmax (the selection rule is not what these tests check)."""
+    return flower_config(**{"rule": "argmax", **overrides})
 
 
 def votes_spent(n: int = N) -> list[int]:
