@@ -7,7 +7,11 @@ the node config, which the simulation engine also sets). Its own ``@app.train()`
 then serve the final FedAvg with the selected candidate, which arrives as the train config.
 
 The run config only names the data set, the partition seed and the local epochs; nothing a server names
-is opened as a file, and the candidate list arrives with DP-Hype's request.
+is opened as a file, and the candidate list arrives with DP-Hype's request. The node's privacy limits are its
+operator's, never the run config's: ``flower-supernode --node-config "partition-id=0 num-partitions=10
+dphype-max-epsilon=1 dphype-lifetime-epsilon=4"``, or the ``DPHYPE_NODE_POLICY`` environment variable where
+the node config is not the operator's to set (simulation); unset keys keep the safe defaults of
+:data:`dphype.policy.POLICY_KEYS` (see :func:`dphype.flower.client.node_policy`).
 """
 
 from __future__ import annotations

@@ -6,6 +6,12 @@ simulated client scores the candidates on its Adult shard, votes top-k with its 
 SecAgg+ releases only the noisy vote sum, the server selects the argmax and trains the final model with
 Flower's FedAvg. The DP-Hype settings are checked here before Flower starts; the ServerApp checks the
 rest of its run config before any client works.
+
+Node policy: the demo's user operates every simulated node as well as the server, so the nodes get a policy
+that admits exactly the demo's own request, once (:func:`dphype.ledger.admitting_policy`, through the
+``DPHYPE_NODE_POLICY`` environment variable, the operator's channel in simulation). Their ledgers live in
+the private ``FLWR_HOME`` of :class:`dphype.flower.local.LocalSuperLink` and are gone with it: each demo
+starts with fresh nodes. A real node keeps its own limits (``--node-config``, :mod:`dphype.policy`).
 """
 
 from __future__ import annotations
@@ -38,13 +44,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Check the settings, run the app, return its summary (selection, privacy report, test accuracy)."""
     from dphype.accounting import check_int, check_positive
     from dphype.candidates import load_candidates
-    from dphype.flower.local import LocalSuperLink, is_flower_app
+    from dphype.flower.local import LocalSuperLink, is_flower_app, node_config_string
+    from dphype.ledger import admitting_policy
     from dphype.planner import preflight
+    from dphype.policy import POLICY_ENV
     from dphype.protocol import make_vote_request
 
     candidates = load_candidates(args.candidates)
     config = privacy_config(args, len(candidates))
-    make_vote_request(config, candidates)  # calibration and the secure-sum range, before Flower starts
+    request = make_vote_request(config, candidates)  # calibration and the secure-sum range, before Flower starts
+    node_policy = {POLICY_ENV: node_config_string(admitting_policy(request))}
     plan = preflight(config.clients, config.epsilon, config.delta, candidates.feature_space(), len(candidates),
                      config.k, dropout=config.dropout, min_success=config.min_success, rule=config.rule,
                      noise=config.noise, accountant=config.accountant, neighbouring=config.neighbouring)
@@ -68,7 +77,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "local-epochs": args.local_epochs, "result-file": str(result_file),
         }
         start = time.perf_counter()
-        with LocalSuperLink() as superlink:
+        with LocalSuperLink(env=node_policy) as superlink:
             # with --json, Flower's log goes to stderr so that stdout ends with the JSON line
             code = superlink.run(args.app, run_config=run_config, supernodes=config.clients,
                                  stdout=sys.stderr if args.json else None, timeout=args.timeout)

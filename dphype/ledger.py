@@ -45,9 +45,9 @@ from typing import Any
 
 import numpy as np
 
-from dphype.accounting import NEIGHBOURING, NOISE_KINDS, RDP_ORDERS, check_delta, rdp_epsilon, vote_rdp
-from dphype.policy import NodePolicy, VoteGuarantee, default_ledger_path
-from dphype.protocol import REFUSAL_CODES, Refusal
+from dphype.accounting import NEIGHBOURING, NOISE_KINDS, RDP_ORDERS, check_delta, check_int, rdp_epsilon, vote_rdp
+from dphype.policy import POLICY_KEYS, NodePolicy, VoteGuarantee, check_vote_request, default_ledger_path
+from dphype.protocol import EPSILON_RTOL, REFUSAL_CODES, Refusal, VoteRequest
 
 FORMAT = "dphype-ledger"
 VERSION = 1
@@ -200,7 +200,7 @@ class Ledger:
 
     def _after(self, entries: list[LedgerEntry], new: LedgerEntry, policy: NodePolicy) -> float:
         total = self.composed_epsilon([*entries, new], policy.max_delta, policy.neighbouring)
-        if total > policy.lifetime_epsilon:
+        if total > policy.lifetime_epsilon * (1 + EPSILON_RTOL):  # the slack of the request check
             raise Refusal("lifetime_budget", REFUSAL_CODES["lifetime_budget"])
         return total
 
@@ -229,11 +229,39 @@ def _entry(guarantee: VoteGuarantee, request: str) -> LedgerEntry:
                        neighbouring=guarantee.neighbouring)
 
 
+def admitting_policy(request: VoteRequest, *, votes: int = 1) -> dict[str, Any]:
+    """Node-config keys of the strictest policy (beyond the defaults) that admits ``votes`` votes of ``request``
+    on a fresh ledger: for simulations whose operator runs every node and chose the request (``dphype demo``,
+    the benchmarks), never a substitute for a real node's own limits.
+
+    ``dphype-max-epsilon`` and ``dphype-max-delta`` are the request's; ``dphype-min-clients`` the default,
+    lowered to the request's ``ceil((1 - xi) n)`` contributors; ``dphype-min-neighbours`` 1, since the SecAgg+
+    graph is the server's choice, made by the same operator here (the secure graph of 4 or 5 clients has 2
+    neighbours; every other SecAgg+ check still applies); ``dphype-lifetime-epsilon`` the composition of
+    ``votes`` such votes as :meth:`Ledger.spend` computes it. The ledger path is left to the node
+    (:func:`dphype.policy.default_ledger_path`).
+    """
+    check_int("votes", votes, 1)
+    cfg = request.config
+    keys: dict[str, Any] = {
+        "dphype-max-epsilon": cfg.epsilon,
+        "dphype-max-delta": cfg.delta,
+        "dphype-min-clients": min(POLICY_KEYS["dphype-min-clients"][0], request.min_survivors),
+        "dphype-min-neighbours": 1,
+    }
+    guarantee = check_vote_request(request, NodePolicy.from_node_config(keys))
+    lifetime = Ledger.composed_epsilon([_entry(guarantee, "")] * votes, cfg.delta, guarantee.neighbouring)
+    return {**keys, "dphype-lifetime-epsilon": lifetime}
+
+
 # -------------------------------------------------------------------------------------- dphype ledger
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``ledger`` options."""
     parser.add_argument("--path", default=None,
                         help="ledger file (default: $FLWR_HOME/dphype/ledger.json, FLWR_HOME defaults to ~/.flwr)")
+    parser.add_argument("--partition-id", type=int, default=None,
+                        help="the node's partition-id, if its node config has one: the default file is then "
+                        "$FLWR_HOME/dphype/ledger-partition-<id>.json")
     parser.add_argument("--delta", type=float, default=1e-5, help="delta of the composed epsilon (default 1e-5)")
     parser.add_argument("--neighbouring", choices=NEIGHBOURING, default="replace-one",
                         help="neighbouring relation of the composed epsilon (default replace-one)")
@@ -242,7 +270,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Show a node's ledger: the votes it recorded and their composed epsilon at ``--delta`` (no file: no
     votes). A corrupt ledger is an error (exit status 2)."""
-    ledger = Ledger(args.path if args.path is not None else default_ledger_path())
+    if args.partition_id is not None:
+        check_int("partition-id", args.partition_id, 0)
+    ledger = Ledger(args.path if args.path is not None else default_ledger_path(args.partition_id))
     delta = check_delta(args.delta)
     try:
         entries = ledger.entries() if ledger.path.exists() else []

@@ -13,8 +13,10 @@ is ``(epsilon, delta)``-DP for the announced budget; the selection is post-proce
 **Active server: what every client enforces on its own**, before anything secret leaves it:
 
 1. *Its own limits.* A :class:`NodePolicy` read from the node config (``context.node_config``, set by
-   whoever runs the SuperNode), never from the run config (set by whoever submits the run, i.e. the
-   server side). Defaults are safe (:data:`POLICY_KEYS`).
+   whoever runs the SuperNode), or where the node config is not the operator's to set (Flower's simulation
+   fixes it) from the ClientApp process's environment (:data:`POLICY_ENV`), never from the run config (set
+   by whoever submits the run, i.e. the server side). Defaults are safe (:data:`POLICY_KEYS`);
+   :func:`dphype.flower.client.register_dphype` reads it for every message.
 2. *The guarantee of the noise it is asked to add* (:func:`check_vote_request`). From the announced
    ``sigma``, ``n`` and ``xi`` the client derives its share variance ``v = sigma^2 / ((1 - xi) n)`` and
    the total noise of the fewest contributors the protocol allows, ``ceil((1 - xi) n) v``; it recomputes
@@ -29,7 +31,8 @@ is ``(epsilon, delta)``-DP for the announced budget; the selection is post-proce
 4. *The candidate list travels in the request* and is compared with the node's own copy when the operator
    configures one (``dphype-candidates``); nothing the server names is opened on the client.
 5. *SecAgg+ parameters* (:mod:`dphype.secagg_guard`), at each stage before the client replies: DP-Hype's
-   exact-sum encoding; as many sampled clients as announced; a reconstruction threshold ``t >= 2`` with
+   exact-sum encoding; a round over ``ceil((1 - xi) n)`` to ``n`` clients (those that answered ready in the
+   pre-flight), for the ``n`` and ``xi`` of the request the client approved; a reconstruction threshold ``t >= 2`` with
    ``2 t > s`` for ``s`` share holders (honest holders reveal one kind of share per client, so a server
    that lies about who dropped collects ``t`` shares of both of a client's secrets only if ``2 t <= s``);
    distinct neighbour keys, at least ``dphype-min-neighbours`` of them, no more than ``s`` and as many as
@@ -38,10 +41,18 @@ is ``(epsilon, delta)``-DP for the announced budget; the selection is post-proce
    ``t`` active. A threshold of 1, no neighbours, overlapping lists and a claim of 1023 clients next to a
    handful of neighbour keys are refused.
 6. *Errors sent back* are a reason code and a short message without data values
-   (:func:`dphype.protocol.as_refusal`).
+   (:func:`dphype.protocol.as_refusal`): the pre-flight answers one, and every exception of the vote round
+   reaches the server as one. A refusal in the vote round makes the client drop out before it answers the
+   stage, so nothing of that stage leaves it.
 7. *Noise* comes from ChaCha20 keyed by the operating system (:func:`dphype.noise.secure_generator`).
 
 **What a client cannot observe, and what stays out of scope.**
+
+* *The code it runs.* In a Flower deployment the ClientApp is shipped with the run (its FAB) by whoever
+  submits the run, i.e. the server side. Every check above holds only while the node runs DP-Hype's own
+  client code: an operator lets its SuperNode run only apps verified by entities it trusts
+  (``flower-supernode --trusted-entities``, Flower's FAB verification) and keeps runtime dependency
+  installation off. The node policy itself is outside the app (node config, environment).
 
 * *The number of participants.* A client sees the keys of its SecAgg+ neighbours only (a few for large
   ``n``). A server that announces more clients than take part shrinks every share; the client checks that
@@ -94,12 +105,17 @@ POLICY_KEYS: dict[str, tuple[Any, str]] = {
     "dphype-min-clients": (10, "fewest clients, and fewest contributors ceil((1 - xi) n), a request may name, >= 2"),
     "dphype-min-neighbours": (4, "fewest other SecAgg+ neighbours this node shares its secrets with, >= 1"),
     "dphype-lifetime-epsilon": (4.0, "budget for all votes of this node, composed in RDP, at dphype-max-delta, > 0"),
-    "dphype-ledger": (None, "path of this node's privacy ledger (default: $FLWR_HOME/dphype/ledger.json)"),
+    "dphype-ledger": (None, "path of this node's privacy ledger (default: $FLWR_HOME/dphype/ledger.json, or "
+                      "ledger-partition-<id>.json there when the node config has a partition-id)"),
     "dphype-candidates": (None, "this node's own copy of the candidate list (path or spec; default: none)"),
     "dphype-accountant": ("auto", "auto (analytic for Gaussian, RDP for Skellam) or rdp"),
     "dphype-neighbouring": ("replace-one", "neighbouring relation of this node's guarantee: replace-one or add-remove"),
 }
 _PREFIX = "dphype-"
+#: Environment variable with policy keys in ``--node-config`` syntax (``"dphype-max-epsilon=2 ..."``), read in
+#: the ClientApp's process: the node operator's channel where the node config is not theirs to set (Flower's
+#: simulation fixes it to ``partition-id``/``num-partitions``). Keys of the node config win over it.
+POLICY_ENV = "DPHYPE_NODE_POLICY"
 
 
 class PolicyError(ValueError):
@@ -113,9 +129,12 @@ def _field(key: str) -> str:
     return key[len(_PREFIX):].replace("-", "_")
 
 
-def default_ledger_path() -> Path:
-    """``$FLWR_HOME/dphype/ledger.json``, where ``FLWR_HOME`` defaults to ``~/.flwr`` as in Flower."""
-    return Path(os.environ.get("FLWR_HOME") or Path.home() / ".flwr").expanduser() / "dphype" / "ledger.json"
+def default_ledger_path(partition_id: int | None = None) -> Path:
+    """``$FLWR_HOME/dphype/ledger.json``, where ``FLWR_HOME`` defaults to ``~/.flwr`` as in Flower; with a
+    ``partition_id`` (the node config's ``partition-id``) ``ledger-partition-<id>.json`` there, so that the
+    nodes one machine runs (simulated nodes, or several SuperNodes sharing a ``FLWR_HOME``) keep apart."""
+    name = "ledger.json" if partition_id is None else f"ledger-partition-{partition_id}.json"
+    return Path(os.environ.get("FLWR_HOME") or Path.home() / ".flwr").expanduser() / "dphype" / name
 
 
 def _number(key: str, value: Any, low: float, high: float, *, low_open: bool, high_open: bool) -> float:
@@ -188,14 +207,17 @@ class NodePolicy:
 
     @classmethod
     def from_node_config(cls, node_config: Mapping[str, Any]) -> NodePolicy:
-        """Read the ``dphype-*`` keys of a Flower node config; other keys (``partition-id``, ...) are left
-        alone, an unknown ``dphype-*`` key is an error (a misspelt limit must not be ignored)."""
+        """Read the ``dphype-*`` keys of a Flower node config; other keys are left alone, but a
+        ``partition-id`` names the default ledger (:func:`default_ledger_path`). An unknown ``dphype-*`` key
+        is an error (a misspelt limit must not be ignored)."""
         unknown = sorted(k for k in node_config if str(k).startswith(_PREFIX) and k not in POLICY_KEYS)
         if unknown:
             raise PolicyError(f"unknown node config key(s) {', '.join(unknown)}; known: {', '.join(POLICY_KEYS)}")
         values = {_field(key): node_config[key] for key in POLICY_KEYS if key in node_config}
         if "ledger" in values:
             values["ledger"] = Path(_path("dphype-ledger", values["ledger"]))
+        elif "partition-id" in node_config:
+            values["ledger"] = default_ledger_path(_integer("partition-id", node_config["partition-id"], 0))
         return cls(**values)
 
     def own_candidates(self) -> CandidateList | None:

@@ -5,7 +5,8 @@ Data flows one way (DP-Hype Algorithm 1):
 1. the server turns a validated :class:`dphype.config.DPHypeConfig` and the public candidate list into
    a :class:`VoteRequest` (line 1: the total noise std ``sigma`` is calibrated for ``(epsilon, delta, k)``;
    :func:`make_vote_request` also refuses what secure summation could not sum exactly);
-2. every client checks the request (:func:`check_request`), scores each candidate on its own data
+2. every client checks the request (:func:`check_request`; against its own node policy and privacy
+   ledger: :mod:`dphype.policy`, :mod:`dphype.ledger`), scores each candidate on its own data
    (:func:`score_candidates`, lines 2-4), votes for its top-k and adds its noise share
    (:func:`noisy_vote`, lines 5-10), and hands the encoded vector to secure summation;
 3. the server decodes the exact noisy sum of the survivors and releases its argmax with a privacy
@@ -36,7 +37,7 @@ from dphype.accounting import PrivacyReport, VoteRelease, calibrate, check_k, pr
 from dphype.accounting import epsilon as release_epsilon
 from dphype.candidates import Candidate, CandidateList
 from dphype.config import DPHypeConfig
-from dphype.noise import min_survivors, noise_share, summed_noise
+from dphype.noise import client_noise_share, min_survivors, noise_share, summed_noise
 from dphype.secure_sum import GAUSSIAN_SCALE, check_clients, check_range, encode
 from dphype.task import Task
 from dphype.selection import Selection, select_release
@@ -185,13 +186,13 @@ def make_vote_request(config: DPHypeConfig, candidates: CandidateList) -> VoteRe
 
 
 # ------------------------------------------------------------------------------------ the client side
-def check_request(request: VoteRequest, *, local_candidates: CandidateList | None = None,
-                  max_epsilon: float | None = None) -> None:
+def check_request(request: VoteRequest, *, local_candidates: CandidateList | None = None) -> None:
     """Refuse a request for another candidate list or whose noise does not give the announced budget.
 
-    The client recomputes epsilon from the announced ``sigma`` with the announced accountant; a
-    ``local_candidates`` copy (the client's own) must have the request's fingerprint, and
-    ``max_epsilon`` caps the announced epsilon.
+    The client recomputes epsilon from the announced ``sigma`` with the announced accountant, and a
+    ``local_candidates`` copy (the client's own) must have the request's fingerprint. This checks that the
+    request is what it claims; whether this node allows it is :func:`dphype.policy.check_vote_request`'s
+    question (which starts here).
     """
     if local_candidates is not None and local_candidates.fingerprint() != request.candidates.fingerprint():
         raise Refusal("candidate_mismatch",
@@ -202,9 +203,6 @@ def check_request(request: VoteRequest, *, local_candidates: CandidateList | Non
     if promised > cfg.epsilon * (1.0 + EPSILON_RTOL):
         raise Refusal("noise_too_small", f"sigma={request.sigma:g} gives epsilon={promised:.6g} at "
                       f"delta={cfg.delta:g}, more than the announced epsilon={cfg.epsilon:g}")
-    if max_epsilon is not None and cfg.epsilon > max_epsilon:
-        raise Refusal("policy_epsilon", f"requested epsilon={cfg.epsilon:g} exceeds this client's "
-                      f"max_epsilon={max_epsilon:g}")
 
 
 def score_candidates(task: Task, candidates: CandidateList, *,
@@ -238,19 +236,21 @@ def score_candidates(task: Task, candidates: CandidateList, *,
     return scores
 
 
-def noisy_vote(request: VoteRequest, scores: np.ndarray, *, maximize: bool,
-               rng: np.random.Generator) -> np.ndarray:
+def noisy_vote(request: VoteRequest, scores: np.ndarray, *, maximize: bool, clipping_range: int) -> np.ndarray:
     """Top-k votes plus this client's noise share, encoded for exact secure summation (lines 5-10).
 
-    ``rng`` draws the share (the client path passes its secure generator); the result is what the
-    client hands to SecAgg+ (:func:`dphype.secure_sum.encode`: integers, or the ``1/GAUSSIAN_SCALE``
-    fixed-point grid for Gaussian noise).
+    The share comes from :func:`dphype.noise.client_noise_share` (a fresh ChaCha20 generator keyed by the
+    operating system; no generator can be passed in). The result is what the client hands to SecAgg+
+    (:func:`dphype.secure_sum.encode`: integers, or the ``1/GAUSSIAN_SCALE`` fixed-point grid for Gaussian
+    noise), refused (``ValueError``), never clipped, beyond the round's ``clipping_range``
+    (:func:`dphype.secure_sum.clipping_range_for` of the round's size). Benchmarks and replays draw their
+    noise with :func:`replay_releases` instead.
     """
     cfg = request.config
     votes = top_k_votes(scores, cfg.k, maximize=maximize)
-    share = noise_share(votes.size, sigma=request.sigma, clients=cfg.clients, dropout=cfg.dropout,
-                        kind=cfg.noise, rng=rng)
-    return encode(votes + share, cfg.noise)
+    share = client_noise_share(votes.size, sigma=request.sigma, clients=cfg.clients, dropout=cfg.dropout,
+                               kind=cfg.noise)
+    return encode(votes + share, cfg.noise, clipping_range)
 
 
 # ------------------------------------------------------------------------------------- the release

@@ -2,7 +2,8 @@
 
 Flower 1.41's ``secaggplus_mod`` (``flwr/client/mod/secure_aggregation/secaggplus_mod.py``) runs four
 stages and checks little of what the server sends; these pure functions check it, one per stage, and
-raise :class:`~dphype.protocol.Refusal` (the Flower adapter calls them before the mod replies):
+raise :class:`~dphype.protocol.Refusal` (:func:`dphype.flower.secagg.check_stage` calls them on every stage
+message before the SecAgg+ client answers it, so a refusal sends nothing of that stage):
 
 * stage 0, ``setup`` (:func:`check_setup`): ``sample_num``, ``share_num``, ``threshold`` and the encoding
   (``clipping_range``, ``target_range``, ``mod_range``, ``max_weight``). The client answers with public
@@ -45,6 +46,7 @@ from typing import Any
 
 from dphype.noise import min_survivors
 from dphype.protocol import Refusal
+from dphype.secagg_params import check_share_threshold
 from dphype.secure_sum import MAX_CLIENTS, MAX_WEIGHT, MODULUS_RANGE, check_ranges, clipping_range_for
 
 
@@ -84,26 +86,39 @@ def dphype_encoding(clients: int) -> dict[str, float]:
     return {"clipping_range": float(c), "target_range": 2 * c, "mod_range": MODULUS_RANGE, "max_weight": MAX_WEIGHT}
 
 
-def check_setup(setup: SecAggSetup, *, clients: int | None = None) -> None:
-    """Stage 0: DP-Hype's encoding, ``2 <= share_num <= sample_num <= MAX_CLIENTS`` (``sample_num == clients``
-    when the announced ``n`` is known), and ``2 <= t <= s < 2 t`` (module docstring)."""
-    n, s, t = setup.sample_num, setup.share_num, setup.threshold
-    if not 2 <= n <= MAX_CLIENTS:
-        raise Refusal("secagg_setup", f"sample_num={n} is outside [2, {MAX_CLIENTS}]")
+def check_setup(setup: SecAggSetup, *, clients: int | None = None, dropout: float = 0.0) -> None:
+    """Stage 0: DP-Hype's exact-sum encoding for ``sample_num`` clients, the round's size and the threshold.
+
+    The round runs over the clients that answered ready in the pre-flight, so with the announced ``n``
+    (``clients``, when known) and ``xi`` its ``sample_num`` lies in ``[ceil((1 - xi) n), n]``: more clients
+    than announced, or fewer than a release needs, are refused. The ranges must be the exact-sum ones
+    for ``sample_num`` (:func:`dphype.secure_sum.check_ranges`), and ``share_num`` and ``threshold`` must
+    keep ``2 t > s`` (:func:`dphype.secagg_params.check_share_threshold`, module docstring).
+    """
+    m, s, t = setup.sample_num, setup.share_num, setup.threshold
+    if not 2 <= m <= MAX_CLIENTS:
+        raise Refusal("secagg_setup", f"sample_num={m} is outside [2, {MAX_CLIENTS}]")
+    if clients is not None:
+        _check_round_size(m, clients, dropout, "secagg_setup")
     try:
-        check_ranges(clients=n, clipping_range=setup.clipping_range, quantization_range=setup.target_range,
+        check_ranges(clients=m, clipping_range=setup.clipping_range, quantization_range=setup.target_range,
                      modulus_range=setup.mod_range)
     except ValueError as err:
         raise Refusal("secagg_setup", f"not DP-Hype's exact-sum encoding: {err}") from None
     if setup.max_weight != MAX_WEIGHT:
         raise Refusal("secagg_setup", "max_weight is not DP-Hype's exact-sum encoding")
-    if clients is not None and n != clients:
-        raise Refusal("secagg_setup", f"sample_num={n} differs from the announced {clients} clients")
-    if not 2 <= s <= n:
-        raise Refusal("secagg_setup", f"share_num={s} is outside [2, sample_num={n}]")
-    if not (2 <= t <= s and 2 * t > s):
-        raise Refusal("secagg_setup", f"threshold={t} for share_num={s} lets a server collect both shares of a "
-                      f"client; it must lie in [{s // 2 + 1}, {s}]")
+    try:
+        check_share_threshold(m, s, t)
+    except ValueError as err:
+        raise Refusal("secagg_setup", str(err)) from None
+
+
+def _check_round_size(sample_num: int, clients: int, dropout: float, code: str) -> None:
+    """Refuse a round of ``sample_num`` clients outside ``[ceil((1 - xi) n), n]``."""
+    low = min_survivors(clients, dropout)
+    if not low <= sample_num <= clients:
+        raise Refusal(code, f"sample_num={sample_num} is outside [{low}, {clients}] for the announced {clients} "
+                      f"clients (dropout {dropout:g})")
 
 
 def check_neighbours(
@@ -118,11 +133,12 @@ def check_neighbours(
     """Stage 1: the neighbour keys (node id -> ``(pk1, pk2)``, this node included) before shares are sent.
 
     Refuses keys that repeat or are empty, a list without this node, more holders than ``share_num`` or
-    fewer than ``threshold``, fewer than ``min_neighbours`` other nodes, a ``sample_num`` other than the
-    announced ``clients``, and fewer holders than the announced ``n`` and ``xi`` imply: Flower's graph gives
-    each client ``min(share_num, n)`` holders, of which at most ``n - ceil((1 - xi) n)`` may have dropped
-    (more and the vote could not be released anyway). A claim of many clients next to a handful of keys
-    fails here; a server that forges keys (Sybils) does not (threat model, :mod:`dphype.policy`).
+    fewer than ``threshold``, fewer than ``min_neighbours`` other nodes, a ``sample_num`` outside
+    ``[ceil((1 - xi) n), n]`` for the announced ``clients``, and fewer holders than the round implies:
+    Flower's graph gives each of the ``m = sample_num`` clients ``min(share_num, m)`` holders, of which at
+    most ``m - ceil((1 - xi) n)`` may have dropped (more and the vote could not be released anyway). A
+    claim of many clients next to a handful of keys fails here; a server that forges keys (Sybils) does
+    not (threat model, :mod:`dphype.policy`).
     """
     holders = len(public_keys)
     if node_id not in public_keys:
@@ -130,13 +146,13 @@ def check_neighbours(
     keys = [key for pair in public_keys.values() for key in pair]
     if any(not isinstance(key, bytes) or not key for key in keys) or len(set(keys)) != len(keys):
         raise Refusal("secagg_neighbours", "neighbour public keys are empty or repeated")
-    if setup.sample_num != clients:
-        raise Refusal("secagg_neighbours", f"sample_num={setup.sample_num} differs from {clients} announced clients")
-    tolerated_losses = clients - min_survivors(clients, dropout)
-    lowest = max(setup.threshold, min_neighbours + 1, min(setup.share_num, clients) - tolerated_losses)
+    m = setup.sample_num
+    _check_round_size(m, clients, dropout, "secagg_neighbours")
+    tolerated_losses = m - min_survivors(clients, dropout)
+    lowest = max(setup.threshold, min_neighbours + 1, min(setup.share_num, m) - tolerated_losses)
     if not lowest <= holders <= setup.share_num:
-        raise Refusal("secagg_neighbours", f"{holders - 1} neighbours for {clients} announced clients "
-                      f"(dropout {dropout:g}, share_num={setup.share_num}, threshold={setup.threshold})")
+        raise Refusal("secagg_neighbours", f"{holders - 1} neighbours in a round of {m} for {clients} announced "
+                      f"clients (dropout {dropout:g}, share_num={setup.share_num}, threshold={setup.threshold})")
 
 
 def check_share_sources(node_id: int, sources: Collection[int], neighbours: Collection[int], *, threshold: int) -> None:
@@ -158,6 +174,7 @@ def check_unmask(
     threshold: int,
     clients: int,
     dropout: float,
+    sample_num: int | None = None,
 ) -> None:
     """Stage 3: what the server may learn from this node's shares.
 
@@ -165,8 +182,8 @@ def check_unmask(
     repeated ids, active and dead lists that overlap (that would hand out both kinds of shares of one
     node), ids this node holds no share of, this node called dead (it sent its masked vector), fewer than
     ``threshold`` active, and fewer active than the survivor rule leaves here: at least
-    ``ceil((1 - xi) n)`` clients must survive for a release, and at most ``n - |share_owners|`` of them
-    are outside this node's holders.
+    ``ceil((1 - xi) n)`` clients must survive for a release, and at most ``m - |share_owners|`` of them
+    are outside this node's holders, ``m`` the round's ``sample_num`` (default: the announced ``n``).
     """
     active_ids, dead_ids, owners = list(active), list(dead), set(share_owners)
     if len(set(active_ids)) != len(active_ids) or len(set(dead_ids)) != len(dead_ids):
@@ -177,6 +194,7 @@ def check_unmask(
         raise Refusal("secagg_unmask", "the lists name nodes this node holds no shares of")
     if node_id in dead_ids:
         raise Refusal("secagg_unmask", "this node is listed dead although it sent its masked vector")
-    needed = max(threshold, min_survivors(clients, dropout) - (clients - len(owners)))
+    round_size = clients if sample_num is None else sample_num
+    needed = max(threshold, min_survivors(clients, dropout) - (round_size - len(owners)))
     if len(active_ids) < needed:
         raise Refusal("secagg_unmask", f"{len(active_ids)} active nodes listed, fewer than {needed}")

@@ -234,11 +234,13 @@ def bounds(
 
 
 def _threshold_range(
-    clients: int, neighbours: int, corrupted: int, survivors: int, adversary: str, security: float, correctness: float
+    clients: int, neighbours: int, corrupted: int, survivors: int, adversary: str, security: float, correctness: float,
+    majority: bool = False,
 ) -> tuple[int, int]:
     """Smallest ``t >= 2`` with P[E1] <= 2**-(security+1), largest with P[E3] <= 2**-correctness (may cross).
 
-    E1 falls and E3 rises with ``t``, so one vectorised pass over ``t = 2..k+1`` finds both ends.
+    E1 falls and E3 rises with ``t``, so one vectorised pass over ``t = 2..k+1`` finds both ends. With
+    ``majority`` the smallest ``t`` is also at least :func:`majority_threshold` of the ``k + 1`` shares.
     """
     t = np.arange(2, neighbours + 2)
     unmask, failure = _threshold_bounds(clients, neighbours, t, corrupted, survivors, adversary)
@@ -246,6 +248,8 @@ def _threshold_range(
     correct = np.flatnonzero(failure <= -correctness)
     low = int(t[secure[0]]) if secure.size else neighbours + 2
     high = int(t[correct[-1]]) if correct.size else 1
+    if majority:
+        low = max(low, majority_threshold(neighbours + 1))
     return low, high
 
 
@@ -257,12 +261,14 @@ def secure_parameters(
     adversary: str = "semi-honest",
     security_bits: float = SECURITY_BITS,
     correctness_bits: float = CORRECTNESS_BITS,
+    majority: bool = False,
 ) -> SecAggParameters:
     """The cheapest secure SecAgg+ graph for ``n`` clients: smallest even degree ``k``, then smallest ``t``.
 
     Secure: ``P[E1] <= 2**-(sigma+1)`` and ``P[E2] <= 2**-(sigma+1)``; correct: ``P[E3] <= 2**-eta``
-    (module docstring). Falls back to the complete graph; raises ``ValueError`` when even that cannot
-    satisfy both (too many corrupted plus dropped clients).
+    (module docstring). With ``majority``, also ``2 t > k + 1`` (:func:`check_share_threshold`, what every
+    DP-Hype client checks before sharing its secrets). Falls back to the complete graph; raises
+    ``ValueError`` when even that cannot satisfy both (too many corrupted plus dropped clients).
     """
     n = check_clients(clients)
     gamma, xi = check_corrupt_fraction(corrupt_fraction), check_dropout(dropout)
@@ -271,7 +277,8 @@ def secure_parameters(
     for k in [*range(2, n - 1, 2), n - 1]:
         if log2_disconnect(n, k, corrupted + n - survivors) > -(security_bits + 1):
             continue
-        low, high = _threshold_range(n, k, corrupted, survivors, adversary, security_bits, correctness_bits)
+        low, high = _threshold_range(n, k, corrupted, survivors, adversary, security_bits, correctness_bits,
+                                     majority)
         if low <= high:
             return bounds(n, k, low, dropout=xi, corrupt_fraction=gamma, adversary=adversary)
     raise ValueError(
@@ -319,13 +326,14 @@ def check_parameters(
     adversary: str = "semi-honest",
     security_bits: float = SECURITY_BITS,
     correctness_bits: float = CORRECTNESS_BITS,
+    majority: bool = False,
 ) -> SecAggParameters:
     """Refuse a user's explicit SecAgg+ choice that is below the secure minimum; return its bounds.
 
     ``num_shares`` must give a graph of degree at least :func:`secure_parameters`' (else a
     ``ValueError`` naming ``num_shares`` and the allowed range), and ``reconstruction_threshold`` must
-    keep P[E1] <= 2**-(sigma+1) and P[E3] <= 2**-eta for that graph (else one naming
-    ``reconstruction_threshold`` and its allowed range).
+    keep P[E1] <= 2**-(sigma+1) and P[E3] <= 2**-eta for that graph, and with ``majority`` exceed half
+    the shares (else one naming ``reconstruction_threshold`` and its allowed range).
     """
     n = check_clients(clients)
     if isinstance(num_shares, int) and num_shares < n and num_shares % 2 == 0:
@@ -333,7 +341,7 @@ def check_parameters(
         raise ValueError(f"num_shares must be odd or equal to clients={n}, got {num_shares}")
     minimum = secure_parameters(
         n, dropout=dropout, corrupt_fraction=corrupt_fraction, adversary=adversary,
-        security_bits=security_bits, correctness_bits=correctness_bits,
+        security_bits=security_bits, correctness_bits=correctness_bits, majority=majority,
     )
     k, t = flower_graph(n, num_shares, reconstruction_threshold)
     if k < minimum.neighbours or log2_disconnect(n, k, _removed(n, dropout, corrupt_fraction)) > -(security_bits + 1):
@@ -343,7 +351,8 @@ def check_parameters(
             f"P[failure] <= 2**-{correctness_bits:g}), got {num_shares!r} ({k} neighbours)"
         )
     corrupted, survivors = _counts(n, minimum.dropout, minimum.corrupt_fraction)
-    low, high = _threshold_range(n, k, corrupted, survivors, minimum.adversary, security_bits, correctness_bits)
+    low, high = _threshold_range(n, k, corrupted, survivors, minimum.adversary, security_bits, correctness_bits,
+                                 majority)
     if not low <= t <= high:
         allowed = f"[{low}, {high}]" if low <= high else "empty (use more num_shares)"
         raise ValueError(
@@ -354,9 +363,13 @@ def check_parameters(
     return bounds(n, k, t, dropout=dropout, corrupt_fraction=corrupt_fraction, adversary=adversary)
 
 
+def majority_threshold(num_shares: int) -> int:
+    """Smallest threshold ``t`` with ``2 t > num_shares``: ``num_shares // 2 + 1`` (:func:`check_share_threshold`)."""
+    return num_shares // 2 + 1
+
 
 def check_share_threshold(clients: int, num_shares: int, threshold: int) -> None:
-    """What a client can check itself before any secret leaves it (issue 8, item 4).
+    """What a client can check itself before any secret leaves it (issue 8, item 4): the one home of the rule.
 
     The client's secrets have ``num_shares`` holders (its neighbours and itself, each answering the
     unmask request once). An active server that tells some holders "survived" and others "dropped"
@@ -364,12 +377,14 @@ def check_share_threshold(clients: int, num_shares: int, threshold: int) -> None
     client refuses that, a threshold below 2 (one share is the secret), a threshold above
     ``num_shares`` (nothing could be reconstructed) and a share count outside ``[3, clients]``. Whether
     the graph is large enough against colluding clients depends on the neighbours it cannot see; the
-    server's choice is checked against :func:`secure_parameters` with :func:`check_parameters`.
+    server's choice is checked against :func:`secure_parameters` with :func:`check_parameters`, and with
+    ``majority=True`` both also keep this rule, so an honest DP-Hype server never proposes a graph its
+    clients refuse.
     """
     n = check_clients(clients)
     if not 3 <= num_shares <= n:
         raise ValueError(f"num_shares must be in [3, {n}] for clients={n}, got {num_shares}")
-    low = num_shares // 2 + 1
+    low = majority_threshold(num_shares)
     if not low <= threshold <= num_shares:
         raise ValueError(
             f"reconstruction_threshold must be in [{low}, {num_shares}] for num_shares={num_shares} "

@@ -1,23 +1,32 @@
-"""Benchmark: what the client privacy guard adds to one vote, per call (microseconds, median of repeats).
+"""Benchmark: what the client privacy guard adds to a vote, per call and per in-process round.
 
-A client at ``--clients`` (default 50, Skellam noise, epsilon 1, k 5, Table III's 100 candidates, dropout
-0.1) runs, in a DP-Hype vote:
+Per call (microseconds, median of ``--repeats``), for a client at ``--clients`` (default 50, Skellam noise,
+epsilon 1, k 5, Table III's 100 candidates, dropout 0.1):
 
 * ``policy_from_node_config_us``: :meth:`dphype.policy.NodePolicy.from_node_config`;
 * ``check_vote_request_us``: :func:`dphype.policy.check_vote_request` (pre-flight and again at the vote);
 * ``ledger_check_us`` / ``ledger_spend_us``: :meth:`dphype.ledger.Ledger.check` / ``spend`` on a ledger
   that already holds ``--entries`` votes (default 10; ``spend`` includes the fsync'd atomic write; each
   spend is followed by a restore of the ledger, not timed);
-* ``secagg_stage0_us`` .. ``secagg_stage3_us``: the checks of :mod:`dphype.secagg_guard` with Flower's
-  neighbourhood at that n (``share_num`` of :func:`dphype.secagg_params.secure_parameters`);
+* ``secagg_stage0_us`` .. ``secagg_stage3_us``: the checks of :mod:`dphype.secagg_guard` with the secure
+  graph DP-Hype's server uses at that n;
 * ``secure_share_us`` vs ``pcg64_share_us``: one client's noise share of 100 entries from
   :func:`dphype.noise.client_noise_share` (fresh ChaCha20 keyed from the OS) vs numpy's default PCG64.
 
-``guard_total_ms`` sums what one vote adds (two request checks, a ledger check and a spend, the four
-SecAgg+ checks, the secure share minus the PCG64 one). The ledger lives in a temporary directory; the
-disk's fsync latency dominates ``ledger_spend_us``.
+``guard_total_ms`` sums what one vote adds per client (two request checks, a ledger check and a spend, the
+four SecAgg+ checks, the secure share minus the PCG64 one).
 
-Run: ``.venv/bin/python -m simulations.bench_guard [--clients N] [--entries E] [--json]``.
+Per round (``--rounds R``, default 5; 0 skips it): ``DPHype(...).start(grid)`` with ``--clients`` real
+``register_dphype`` clients (fixed scores, the same settings, the argmax selection rule) on the in-process grid of
+``tests/local_grid.py`` (no Ray, no SuperLink: the protocol's own cost), alternating rounds with the guard
+(``guarded``) and with it switched off (``unguarded``: the node policy, the request checks, the ledger and the
+SecAgg+ stage checks replaced by no-ops, PCG64 instead of ChaCha20). Reported: the median wall and CPU
+seconds of each (``round_*``), and in the guarded rounds the seconds spent inside the guard's checks (policy,
+request checks, ledger, stage checks; not the noise draw), summed over all clients (``inside_guard_seconds``;
+the clients run one after another in process, so this is what the checks add to the round's wall time).
+Ledgers live in a temporary directory; the disk's fsync latency dominates ``ledger_spend_us``.
+
+Run: ``.venv/bin/python -m simulations.bench_guard [--clients N] [--entries E] [--rounds R] [--json]``.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import json
 import statistics
 import tempfile
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,17 +45,17 @@ import numpy as np
 
 from dphype.candidates import table_iii_grid
 from dphype.config import DPHypeConfig
-from dphype.ledger import Ledger
+from dphype.ledger import Ledger, admitting_policy
 from dphype.noise import client_noise_share, min_survivors, noise_share
 from dphype.policy import NodePolicy, check_vote_request
 from dphype.protocol import make_vote_request
 from dphype.secagg_guard import (
-    DPHYPE_ENCODING,
     SecAggSetup,
     check_neighbours,
     check_setup,
     check_share_sources,
     check_unmask,
+    dphype_encoding,
 )
 from dphype.secagg_params import secure_parameters
 
@@ -68,7 +78,7 @@ def run(clients: int, entries: int, repeats: int) -> dict[str, Any]:
     sigma = request.sigma
     out: dict[str, Any] = {"clients": clients, "entries": entries}
     with tempfile.TemporaryDirectory() as tmp:
-        node_config = {"dphype-max-epsilon": 1.0, "dphype-lifetime-epsilon": 1000.0,
+        node_config = {**admitting_policy(request), "dphype-lifetime-epsilon": 1000.0,
                        "dphype-ledger": str(Path(tmp) / "ledger.json")}
         out["policy_from_node_config_us"] = _median_us(lambda: NodePolicy.from_node_config(node_config), repeats)
         policy = NodePolicy.from_node_config(node_config)
@@ -82,14 +92,14 @@ def run(clients: int, entries: int, repeats: int) -> dict[str, Any]:
         out["ledger_spend_us"] = _median_us(lambda: ledger.spend(guarantee, policy, "bench"), repeats,
                                             after=lambda: policy.ledger.write_bytes(saved))
 
-    share_num = secure_parameters(clients).num_shares
-    share_num += share_num < clients and share_num % 2 == 0
-    setup = SecAggSetup(clients, share_num, max(round(0.6 * share_num), 2), **DPHYPE_ENCODING)
+    graph = secure_parameters(clients, dropout=0.1, majority=True)
+    setup = SecAggSetup(clients, graph.num_shares, graph.threshold, **dphype_encoding(clients))
+    share_num = graph.num_shares
     holders = list(range(share_num))
     keys = {i: (b"%032d" % i, b"%032d" % (i + 10**6)) for i in holders}
     alive = holders[: max(setup.threshold, min_survivors(clients, 0.1) - (clients - share_num))]
     dead = holders[len(alive):]
-    out["secagg_stage0_us"] = _median_us(lambda: check_setup(setup, clients=clients), repeats)
+    out["secagg_stage0_us"] = _median_us(lambda: check_setup(setup, clients=clients, dropout=0.1), repeats)
     out["secagg_stage1_us"] = _median_us(
         lambda: check_neighbours(setup, 0, keys, clients=clients, dropout=0.1, min_neighbours=4), repeats)
     out["secagg_stage2_us"] = _median_us(
@@ -107,19 +117,122 @@ def run(clients: int, entries: int, repeats: int) -> dict[str, Any]:
     return out
 
 
+def round_cost(clients: int, rounds: int) -> dict[str, Any]:
+    """Guarded against unguarded in-process DP-Hype rounds (module docstring)."""
+    from flwr.clientapp import ClientApp
+
+    import dphype.flower.client as client_side
+    import dphype.flower.secagg as secagg_side
+    import dphype.protocol as protocol
+    from dphype.flower import DPHype, register_dphype
+    from dphype.task import FixedScoresTask
+    from tests.local_grid import LocalGrid
+
+    # the argmax rule: the server's selection time is not the guard's
+    config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=5, clients=clients, dropout=0.1, noise="skellam", rule="argmax")
+    candidates = table_iii_grid()
+    scores = np.random.default_rng(0).random((clients, len(candidates)))
+    selection = DPHype(candidates, config)
+    policy = NodePolicy.from_node_config(admitting_policy(selection.request))
+    guarantee = check_vote_request(selection.request, policy)
+
+    class NoLedger:
+        def __init__(self, path: Any) -> None:
+            pass
+
+        def check(self, *args: Any) -> float:
+            return 0.0
+
+        spend = check
+
+    def pcg64_share(size: Any, **kwargs: Any) -> np.ndarray:
+        return noise_share(size, rng=np.random.default_rng(), **kwargs)
+
+    unguarded = [(client_side, "node_policy", lambda context: policy),
+                 (client_side, "check_vote_request", lambda request, limits: guarantee),
+                 (client_side, "Ledger", NoLedger), (secagg_side, "check_stage", lambda *args, **kwargs: None),
+                 (protocol, "client_noise_share", pcg64_share)]
+    inside = [(client_side, "node_policy"), (client_side, "check_vote_request"), (client_side, "Ledger"),
+              (secagg_side, "check_stage")]
+    times: dict[str, list[tuple[float, float]]] = {"guarded": [], "unguarded": []}
+    guard_seconds: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for index in range(2 * rounds):
+            variant = ("guarded", "unguarded")[index % 2]
+            app = register_dphype(ClientApp(), lambda ctx: FixedScoresTask(
+                scores[int(ctx.node_config["partition-id"])], True))
+            # every round on fresh nodes (a fresh ledger each), whose policy admits its one vote
+            grid = LocalGrid(app, clients, node_config=admitting_policy(selection.request))
+            for i, context in enumerate(grid.contexts.values()):
+                context.node_config["dphype-ledger"] = f"{tmp}/ledger-{index}-{i}.json"
+            spent: dict[str, float] = defaultdict(float)
+            saved = [(owner, name, getattr(owner, name)) for owner, name, _ in unguarded]
+            if variant == "unguarded":
+                for owner, name, value in unguarded:
+                    setattr(owner, name, value)
+            else:
+                for owner, name in inside:
+                    setattr(owner, name, _timed(getattr(owner, name), spent, name))
+            try:
+                start, cpu = time.perf_counter(), time.process_time()
+                selection.start(grid)
+                times[variant].append((time.perf_counter() - start, time.process_time() - cpu))
+            finally:
+                for owner, name, value in saved:
+                    setattr(owner, name, value)
+            if variant == "guarded":
+                guard_seconds.append(dict(spent))
+    out: dict[str, Any] = {"round_clients": clients, "rounds": rounds}
+    for variant, rows in times.items():
+        out[f"round_{variant}_seconds"] = statistics.median(w for w, _ in rows)
+        out[f"round_{variant}_cpu_seconds"] = statistics.median(c for _, c in rows)
+    out["inside_guard_seconds"] = statistics.median(sum(row.values()) for row in guard_seconds)
+    for key in sorted({k for row in guard_seconds for k in row}):
+        out[f"inside_guard_seconds: {key}"] = statistics.median(row.get(key, 0.0) for row in guard_seconds)
+    out["round_difference_seconds"] = out["round_guarded_seconds"] - out["round_unguarded_seconds"]
+    return out
+
+
+def _timed(fn: Callable[..., Any], total: dict[str, float], key: str) -> Callable[..., Any]:
+    """``fn`` adding its wall time to ``total[key]``; a class (the ledger) gets its ``check`` and ``spend`` timed."""
+    if isinstance(fn, type):
+        cls = fn
+
+        class Timed(cls):  # type: ignore[misc, valid-type]
+            def check(self, *args: Any) -> Any:
+                return _timed(super().check, total, "Ledger.check")(*args)
+
+            def spend(self, *args: Any) -> Any:
+                return _timed(super().spend, total, "Ledger.spend")(*args)
+
+        return Timed
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            total[key] += time.perf_counter() - start
+
+    return wrapper
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--entries", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=5, help="in-process rounds per variant (0: none)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     result = run(args.clients, args.entries, args.repeats)
+    if args.rounds > 0:
+        result.update(round_cost(args.clients, args.rounds))
     if args.json:
         print(json.dumps(result))
     else:
         for key, value in result.items():
-            print(f"{key}: {value:.1f}" if isinstance(value, float) else f"{key}: {value}")
+            print(f"{key}: {value:.4g}" if isinstance(value, float) else f"{key}: {value}")
 
 
 if __name__ == "__main__":

@@ -117,6 +117,8 @@ def vote_through_flower(
     from flwr.simulation import run_simulation
 
     from dphype.flower import DPHype, register_dphype
+    from dphype.ledger import admitting_policy
+    from dphype.policy import NodePolicy
     from dphype.task import FixedScoresTask
 
     scores = np.asarray(scores, dtype=np.float64)
@@ -139,7 +141,15 @@ def vote_through_flower(
         return FixedScoresTask(scores[int(context.node_config["partition-id"])], maximize)
 
     with tempfile.TemporaryDirectory() as folder:
-        client_app = register_dphype(ClientApp(mods=[_byte_counter(folder)] if count_bytes else []), task_fn)
+        # The benchmark runs every node: their policy admits this one release, their ledgers are this run's.
+        allowed = admitting_policy(selection.request)
+
+        def policy(context: Context) -> NodePolicy:
+            ledger = os.path.join(folder, f"ledger-{int(context.node_config['partition-id'])}.json")
+            return NodePolicy.from_node_config({**allowed, "dphype-ledger": ledger})
+
+        client_app = register_dphype(ClientApp(mods=[_byte_counter(folder)] if count_bytes else []), task_fn,
+                                     policy=policy)
         start = time.perf_counter()
         with _PeakMemory() as memory:
             run_simulation(server_app=server, client_app=client_app, num_supernodes=config.clients,

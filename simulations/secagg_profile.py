@@ -13,8 +13,9 @@ for at small n).
 
 The breakdown wraps the crypto and serialization functions the two paths call (in this process only, for
 the duration of the round) and adds up their wall time: Shamir sharing and reconstruction, key agreement
-(ECDH + HKDF), key parsing (PEM), encryption, mask generation, key generation, the SecAgg+ state each
-client stores in ``context.state`` between stages, and the grid's per-message copy (a transport stand-in).
+(ECDH + HKDF), key parsing (PEM), encryption, mask generation, key generation, the clients' checks of every
+stage (:func:`dphype.flower.secagg.check_stage`), the SecAgg+ state each client stores in ``context.state``
+between stages, and the grid's per-message copy (a transport stand-in).
 ``other`` is the rest (Flower's records and messages, the server's loops, numpy). ``cpu_seconds`` is the
 round's CPU time (steadier than wall time on a shared machine). Message and state sizes are the serialized
 protobuf sizes.
@@ -42,6 +43,7 @@ SIZE = 100
 _FLOWER_MOD = "flwr.client.mod.secure_aggregation.secaggplus_mod"
 _FLOWER_WORKFLOW = "flwr.server.workflow.secure_aggregation.secaggplus_workflow"
 _FAST = "dphype.flower.secagg_fast"
+_ADAPTER = "dphype.flower.secagg"  # the client's stage checks (issue 8) run on both variants
 COMPONENTS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "flower": {
         "shamir share": [(_FLOWER_MOD, "create_shares")],
@@ -52,6 +54,7 @@ COMPONENTS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "encryption": [(_FLOWER_MOD, "encrypt"), (_FLOWER_MOD, "decrypt")],
         "mask generation": [(_FLOWER_MOD, "pseudo_rand_gen"), (_FLOWER_WORKFLOW, "pseudo_rand_gen")],
         "key generation": [(_FLOWER_MOD, "generate_key_pairs")],
+        "client checks": [(_ADAPTER, "check_stage")],
     },
     "dphype": {
         "shamir share": [(_FAST, "create_shares_of")],
@@ -61,6 +64,7 @@ COMPONENTS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "encryption": [(_FAST, "encrypt"), (_FAST, "decrypt")],
         "mask generation": [(_FAST, "pseudo_rand_gen")],
         "key generation": [(_FLOWER_MOD, "generate_key_pairs")],
+        "client checks": [(_ADAPTER, "check_stage")],
     },
 }
 STAGES = ("setup_stage", "share_keys_stage", "collect_masked_vectors_stage", "unmask_stage")
@@ -107,7 +111,8 @@ def vector_app(vectors: np.ndarray) -> Any:
     @app.train("dphype")
     def vote(msg: Any, context: Any) -> Any:
         pid = int(context.node_config["partition-id"])
-        return secure_vote_reply(msg, context, lambda config: ss.encode(vectors[pid], "skellam"))
+        return secure_vote_reply(msg, context, lambda config, clipping_range: ss.encode(vectors[pid], "skellam"),
+                                 clients=len(vectors), dropout=0.0, min_neighbours=1)
 
     return app
 

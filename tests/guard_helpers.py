@@ -1,10 +1,16 @@
-"""Vote requests as an honest (or a lying) server builds them, for the client-guard tests."""
+"""Vote requests as an honest (or a lying) server builds them, for the client-guard tests; a permissive node
+policy for tests of small, large-budget federations."""
 
 from __future__ import annotations
 
 from dphype.candidates import CandidateList, table_iii_grid
 from dphype.config import DPHypeConfig
 from dphype.protocol import VoteRequest, make_vote_request
+
+#: Node-config keys of a policy that admits the small, large-budget federations of the protocol tests (the
+#: defaults ask for at least 10 clients, 4 neighbours and epsilon <= 1): what their nodes' operators set.
+PERMISSIVE = {"dphype-max-epsilon": 1000.0, "dphype-min-clients": 2, "dphype-min-neighbours": 1,
+              "dphype-lifetime-epsilon": 1e6}
 
 
 def make_request(

@@ -6,7 +6,8 @@ SuperLink, so protocol tests run in about a second. A ClientApp that raises is
 answered with an error reply, as the Flower runtimes do. A node listed in
 ``silent`` has vanished, as a deployed SuperNode can: it never answers, so a
 call with a timeout returns without its reply and a call without one would wait
-forever (raised here as an error instead).
+forever (raised here as an error instead). ``node_config`` adds keys to every node's config (e.g. a DP-Hype
+node policy: ``{"dphype-max-epsilon": 20.0, ...}``), as ``flower-supernode --node-config`` would.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class LocalGrid(Grid):
         num_nodes: int,
         run_config: dict | None = None,
         silent: Iterable[int] = (),
+        node_config: dict | None = None,
     ):
         self.client_app = client_app
         self.silent = {node_id(i) for i in silent}
@@ -47,7 +49,7 @@ class LocalGrid(Grid):
             node_id(i): Context(
                 run_id=1,
                 node_id=node_id(i),
-                node_config={"partition-id": i, "num-partitions": num_nodes},
+                node_config={"partition-id": i, "num-partitions": num_nodes, **(node_config or {})},
                 state=RecordDict(),
                 run_config=dict(run_config or {}),
             )

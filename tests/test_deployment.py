@@ -72,7 +72,10 @@ def federation(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str], list[subp
             "--port",
             str(free_port()),  # may be taken again before the node binds it: then retried
             "--node-config",
-            f"partition-id={i} num-partitions={NUM_NODES}",
+            # each operator's own limits: one vote at epsilon 20 among 5 clients (4 if one vanishes), in a
+            # SecAgg+ graph of 2 neighbours (the secure one for 4 or 5 clients)
+            f"partition-id={i} num-partitions={NUM_NODES} dphype-max-epsilon=20 dphype-min-clients=4 "
+            "dphype-min-neighbours=2 dphype-lifetime-epsilon=20",
         ]
         return start(name, args), logs / f"{name}.log"
 

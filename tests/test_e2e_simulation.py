@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from guard_helpers import PERMISSIVE
 from local_grid import LocalGrid
 
 from dphype.candidates import load_candidates
@@ -28,9 +29,10 @@ def test_apps_in_process_select_then_train():
     import clients.app as client_app
     from server.app import run_app
 
-    # 4 clients: at epsilon=1 the noise (sigma ~10), not the vote, would decide
+    # 4 clients: at epsilon=1 the noise (sigma ~10), not the vote, would decide; the nodes' operators allow it
     cfg = app_config(epsilon=20.0, round_timeout=123.0)
-    grid = LocalGrid(client_app.app, cfg.dphype.clients, run_config={"dataset": "adult", "seed": 0, "local-epochs": 1})
+    grid = LocalGrid(client_app.app, cfg.dphype.clients, run_config={"dataset": "adult", "seed": 0, "local-epochs": 1},
+                     node_config=PERMISSIVE)
     summary = run_app(grid, cfg)
     assert summary["selected"] == load_candidates(SUBSET)[summary["selected_index"]]
     assert len(summary["noisy_sum"]) == 10

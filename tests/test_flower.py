@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
+from guard_helpers import PERMISSIVE
 from local_grid import LocalGrid
 
 import dphype.flower.client as flower_client
@@ -17,6 +18,7 @@ from dphype.config import DPHypeConfig
 from dphype.flower import DPHype, PreflightError, register_dphype, train_config
 from dphype.flower.secagg import VOTE_MESSAGE_TYPE
 from dphype.flower.server import PREFLIGHT_MESSAGE_TYPE
+from dphype.policy import NodePolicy
 
 CANDS = candidate_grid(lr=[0.001, 0.01, 0.1, 0.5], momentum=[0.0, 0.9])  # 8 candidates
 
@@ -42,11 +44,15 @@ def scores_table(n: int, seed: int = 0) -> np.ndarray:
     return scores
 
 
-def client_app(scores, candidates_for=lambda pid: None, own_messages=None) -> ClientApp:
+def grid_of(app: ClientApp, n: int, **kwargs) -> LocalGrid:
+    """``n`` nodes whose operators set :data:`PERMISSIVE` in their node config."""
+    return LocalGrid(app, n, node_config=PERMISSIVE, **kwargs)
+
+
+def client_app(scores, own_messages=None, policy=None) -> ClientApp:
     """A user's Message-API ClientApp with its own train handler, plus DP-Hype's handlers."""
     app = ClientApp()
-    register_dphype(app, lambda ctx: TableTask(scores[int(ctx.node_config["partition-id"])]),
-                    candidates=lambda ctx: candidates_for(int(ctx.node_config["partition-id"])))
+    register_dphype(app, lambda ctx: TableTask(scores[int(ctx.node_config["partition-id"])]), policy=policy)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
@@ -57,20 +63,6 @@ def client_app(scores, candidates_for=lambda pid: None, own_messages=None) -> Cl
     return app
 
 
-@pytest.fixture
-def recorded_votes(monkeypatch):
-    """Every encoded vector a client hands to SecAgg+ (to check that the released sum is exact)."""
-    vectors = []
-    original = flower_client.noisy_vote
-
-    def recording(*args, **kwargs):
-        vectors.append(original(*args, **kwargs))
-        return vectors[-1]
-
-    monkeypatch.setattr(flower_client, "noisy_vote", recording)
-    return vectors
-
-
 def config(**overrides) -> DPHypeConfig:
     values = dict(epsilon=1.0, delta=1e-5, k=3, clients=6)
     values.update(overrides)
@@ -79,8 +71,8 @@ def config(**overrides) -> DPHypeConfig:
 
 def test_selection_releases_the_exact_sum_of_the_clients_noisy_votes(recorded_votes):
     n = 6
-    grid = LocalGrid(client_app(scores_table(n)), n)
-    result = DPHype(CANDS, config()).start(grid)
+    grid = grid_of(client_app(scores_table(n)), n)
+    result = DPHype(CANDS, config(rule="argmax")).start(grid)  # the default rule (gp) need not pick the argmax
     assert len(recorded_votes) == n
     np.testing.assert_array_equal(result.noisy_sum, np.sum(recorded_votes, axis=0))
     assert result.selected_index == int(np.argmax(result.noisy_sum))
@@ -95,7 +87,7 @@ def test_selection_releases_the_exact_sum_of_the_clients_noisy_votes(recorded_vo
 
 
 def test_large_budget_selects_the_consensus_candidate():
-    grid = LocalGrid(client_app(scores_table(8, seed=4)), 8)
+    grid = grid_of(client_app(scores_table(8, seed=4)), 8)
     result = DPHype(CANDS, config(epsilon=200.0, k=2, clients=8)).start(grid)
     assert result.selected_index == 5  # 8 votes against at most 8 - noise of std ~0.03
     assert train_config(result.selected, rounds=2) == ConfigRecord({"lr": 0.1, "momentum": 0.9, "rounds": 2})
@@ -103,7 +95,7 @@ def test_large_budget_selects_the_consensus_candidate():
 
 def test_the_users_own_handlers_keep_their_messages():
     seen: list[str] = []
-    grid = LocalGrid(client_app(scores_table(4), own_messages=seen), 4)
+    grid = grid_of(client_app(scores_table(4), own_messages=seen), 4)
     DPHype(CANDS, config(clients=4)).start(grid)
     assert seen == []  # DP-Hype's messages never reach the user's train handler
     (reply,) = grid.send_and_receive([Message(RecordDict(), 1000, "train")])
@@ -111,7 +103,7 @@ def test_the_users_own_handlers_keep_their_messages():
 
 
 def test_votes_travel_only_masked():
-    grid = LocalGrid(client_app(scores_table(4)), 4)
+    grid = grid_of(client_app(scores_table(4)), 4)
     DPHype(CANDS, config(clients=4)).start(grid)
     for reply in grid.replies:
         assert not reply.has_error()
@@ -121,7 +113,7 @@ def test_votes_travel_only_masked():
 
 
 def test_scores_are_dropped_after_the_vote():
-    grid = LocalGrid(client_app(scores_table(3)), 3)
+    grid = grid_of(client_app(scores_table(3)), 3)
     DPHype(CANDS, config(clients=3)).start(grid)
     for context in grid.contexts.values():
         assert flower_client.SCORES_KEY not in context.state.array_records
@@ -137,7 +129,7 @@ def test_scores_are_dropped_after_the_vote():
 def test_preflight_refusals_reach_the_server_with_their_reason(broken, reason):
     scores = list(scores_table(5))
     scores[2] = broken
-    grid = LocalGrid(client_app(scores), 5)
+    grid = grid_of(client_app(scores), 5)
     start = time.perf_counter()
     with pytest.raises(PreflightError, match=r"1 of 5 clients are not ready: 1 x ") as info:
         DPHype(CANDS, config(clients=5)).start(grid)
@@ -147,9 +139,15 @@ def test_preflight_refusals_reach_the_server_with_their_reason(broken, reason):
     assert all(m.metadata.message_type == PREFLIGHT_MESSAGE_TYPE for m in grid.sent)  # no vote round
 
 
-def test_a_candidate_list_mismatch_is_counted():
-    other = candidate_grid(lr=[0.001, 0.01, 0.1, 0.5], momentum=[0.9, 0.0])  # same set, other order
-    grid = LocalGrid(client_app(scores_table(4), candidates_for=lambda pid: other if pid < 3 else CANDS), 4)
+def test_a_candidate_list_mismatch_is_counted(tmp_path):
+    other = tmp_path / "other.json"  # the node's own copy: same set, other order
+    other.write_text(candidate_grid(lr=[0.001, 0.01, 0.1, 0.5], momentum=[0.9, 0.0]).to_json())
+
+    def policy(ctx):  # one policy per node, from a function of its context
+        own = {"dphype-candidates": str(other)} if ctx.node_config["partition-id"] < 3 else {}
+        return NodePolicy.from_node_config({**ctx.node_config, **own})
+
+    grid = grid_of(client_app(scores_table(4), policy=policy), 4)
     with pytest.raises(PreflightError, match="3 of 4 clients are not ready: 3 x refused: candidate_mismatch"):
         DPHype(CANDS, config(clients=4)).start(grid)
 
@@ -157,7 +155,7 @@ def test_a_candidate_list_mismatch_is_counted():
 def test_refusals_within_the_dropout_tolerance_do_not_stop_the_vote(recorded_votes):
     scores = list(scores_table(5))
     scores[2] = RuntimeError("out of memory")
-    grid = LocalGrid(client_app(scores), 5)
+    grid = grid_of(client_app(scores), 5)
     result = DPHype(CANDS, config(clients=5, dropout=0.2)).start(grid)
     assert result.report.survivors == 4 and len(recorded_votes) == 4
     np.testing.assert_array_equal(result.noisy_sum, np.sum(recorded_votes, axis=0))
@@ -166,17 +164,17 @@ def test_refusals_within_the_dropout_tolerance_do_not_stop_the_vote(recorded_vot
 
 
 def test_a_node_that_vanishes_counts_as_a_dropout():
-    grid = LocalGrid(client_app(scores_table(5)), 5, silent=[2])
+    grid = grid_of(client_app(scores_table(5)), 5, silent=[2])
     result = DPHype(CANDS, config(clients=5, dropout=0.2)).start(grid, timeout=2.0)
     assert result.report.survivors == 4
     assert set(grid.timeouts) == {2.0}  # every SecAgg+ stage is bounded (and the pre-flight waited 2 s)
-    strict = LocalGrid(client_app(scores_table(5)), 5, silent=[2])
+    strict = grid_of(client_app(scores_table(5)), 5, silent=[2])
     with pytest.raises(PreflightError, match="1 x no answer within the timeout"):
         DPHype(CANDS, config(clients=5)).start(strict, timeout=2.0)
 
 
 def test_a_vote_that_was_not_approved_in_the_preflight_is_refused():
-    grid = LocalGrid(client_app(scores_table(3)), 3)
+    grid = grid_of(client_app(scores_table(3)), 3)
     selection = DPHype(CANDS, config(clients=3))
     selection._preflight(grid, sorted(grid.get_node_ids()), None)
     other = DPHype(CANDS, config(clients=3, epsilon=2.0))  # a different request in the vote round
@@ -190,14 +188,14 @@ def test_a_vote_that_was_not_approved_in_the_preflight_is_refused():
 
 
 def test_waits_for_nodes_then_gives_up():
-    grid = LocalGrid(client_app(scores_table(3)), 3)
+    grid = grid_of(client_app(scores_table(3)), 3)
     with pytest.raises(PreflightError, match="only 3 of clients=4 nodes connected within 0.6 s"):
         DPHype(CANDS, config(clients=4)).start(grid, connect_timeout=0.6)
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), True, "60"])
 def test_bad_timeouts_are_refused(bad):
-    grid = LocalGrid(client_app(scores_table(2)), 2)
+    grid = grid_of(client_app(scores_table(2)), 2)
     selection = DPHype(CANDS, config(clients=2))
     with pytest.raises(ValueError, match=r"^timeout must be a finite number > 0, got"):
         selection.start(grid, timeout=bad)
@@ -211,12 +209,12 @@ def test_bad_configuration_is_refused_before_any_client_works():
         DPHype(CANDS, config(k=9))
     with pytest.raises(ValueError, match="candidates must be a CandidateList"):
         DPHype([{"lr": 0.1}], config())
-    with pytest.raises(ValueError, match="candidates must be a CandidateList, a function of the context or None"):
-        register_dphype(ClientApp(), lambda ctx: None, candidates=[{"lr": 0.1}])
+    with pytest.raises(ValueError, match="policy must be a NodePolicy, a function of the context or None"):
+        register_dphype(ClientApp(), lambda ctx: None, policy={"dphype-max-epsilon": 1.0})
 
 
 def test_the_result_states_the_secure_sum_and_its_bounds():
-    grid = LocalGrid(client_app(scores_table(6)), 6)
+    grid = grid_of(client_app(scores_table(6)), 6)
     result = DPHype(CANDS, config()).start(grid)
     secure = result.to_dict()["secure_sum"]
     assert secure["num_shares"] >= 2 * secure["threshold"] - 1 and secure["corrupt_fraction"] == pytest.approx(1 / 3)

@@ -17,12 +17,17 @@ from dphype.flower.secagg import VOTE_MESSAGE_TYPE, run_secure_sum, secure_vote_
 C = ss.CLIPPING_RANGE
 
 
-def vector_app(vectors: np.ndarray, noise: str = "skellam", drop: dict | None = None) -> ClientApp:
+def vector_app(vectors: np.ndarray, noise: str = "skellam", drop: dict | None = None,
+               min_survivors: int | None = None) -> ClientApp:
     """A ClientApp whose node with partition-id i sends ``vectors[i]`` in the vote round.
 
-    ``drop`` maps partition-id -> SecAgg+ stage at which that node crashes.
+    ``drop`` maps partition-id -> SecAgg+ stage at which that node crashes. Every node checks each stage
+    as a DP-Hype client does, for a request of ``n = len(vectors)`` clients of which ``min_survivors``
+    (default all) must contribute, and at least one neighbour.
     """
     drop = drop or {}
+    n = len(vectors)
+    dropout = (n - (n if min_survivors is None else min_survivors)) / n
     app = ClientApp()
 
     @app.train("dphype")
@@ -31,7 +36,8 @@ def vector_app(vectors: np.ndarray, noise: str = "skellam", drop: dict | None = 
         stage = msg.content.config_records.get(RECORD_KEY_CONFIGS, {}).get(Key.STAGE)
         if stage is not None and drop.get(pid) == stage:
             raise ConnectionError("node lost")
-        return secure_vote_reply(msg, context, lambda config: ss.encode(vectors[pid], noise))
+        return secure_vote_reply(msg, context, lambda config, clipping_range: ss.encode(vectors[pid], noise),
+                                 clients=n, dropout=dropout, min_neighbours=1)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:  # the user's own handler
@@ -42,7 +48,7 @@ def vector_app(vectors: np.ndarray, noise: str = "skellam", drop: dict | None = 
 
 def run(vectors, *, noise="skellam", drop=None, min_survivors=None, size=None, grid=None):
     n = len(vectors)
-    grid = grid or LocalGrid(vector_app(vectors, noise, drop), n)
+    grid = grid or LocalGrid(vector_app(vectors, noise, drop, min_survivors), n)
     out = run_secure_sum(grid, grid.get_node_ids(), {}, size=size or vectors.shape[1], noise=noise,
                          min_survivors=min_survivors or n)
     return out, grid
@@ -106,7 +112,8 @@ def test_dropout_during_unmasking_keeps_the_contribution():
 
 def test_too_many_dropouts_release_nothing():
     vectors = np.ones((5, 10), dtype=np.int64)
-    grid = LocalGrid(vector_app(vectors, drop={0: Stage.COLLECT_MASKED_VECTORS, 4: Stage.COLLECT_MASKED_VECTORS}), 5)
+    grid = LocalGrid(vector_app(vectors, drop={0: Stage.COLLECT_MASKED_VECTORS, 4: Stage.COLLECT_MASKED_VECTORS},
+                                min_survivors=4), 5)
     with pytest.raises(ss.TooFewSurvivorsError, match="only 3 of 5 .* nothing was released"):
         run(vectors, min_survivors=4, grid=grid)
     # The server never asked for the key shares that would unmask the sum.
@@ -123,8 +130,8 @@ def test_fewer_nodes_than_survivors_send_nothing():
 
 def test_protocol_halt_is_an_error():
     vectors = np.ones((5, 10), dtype=np.int64)
-    # The secure graph for 5 clients, 4 of them needed, is the complete one with threshold 2: one
-    # client left after the setup cannot reach it.
+    # The secure graph for 5 clients, 4 of them needed, is the complete one with threshold 3 (more than
+    # half the shares, as clients require): one client left after the setup cannot reach it.
     with pytest.raises(ss.SecureSumError, match="halted"):
         run(vectors, drop={i: Stage.SETUP for i in range(4)}, min_survivors=4)
 
@@ -136,7 +143,7 @@ def test_wrong_length_sum_is_refused():
 
 def test_vanished_node_counts_as_dropout_with_a_timeout():
     vectors = np.arange(4 * 6).reshape(4, 6)
-    grid = LocalGrid(vector_app(vectors), 4, silent=[2])
+    grid = LocalGrid(vector_app(vectors, min_survivors=3), 4, silent=[2])
     out = run_secure_sum(grid, grid.get_node_ids(), {}, size=6, noise="skellam", min_survivors=3, timeout=30.0)
     np.testing.assert_array_equal(out.total, np.delete(vectors, 2, axis=0).sum(axis=0))
     assert set(grid.timeouts) == {30.0}  # every stage is bounded
@@ -169,7 +176,8 @@ def test_sum_through_flower_simulation_with_a_dropout():
             nodes = list(grid.get_node_ids())
         out["sum"] = run_secure_sum(grid, nodes, {}, size=100, noise="skellam", min_survivors=4)
 
-    run_simulation(server_app, vector_app(vectors, drop={2: Stage.COLLECT_MASKED_VECTORS}), num_supernodes=5,
+    run_simulation(server_app, vector_app(vectors, drop={2: Stage.COLLECT_MASKED_VECTORS}, min_survivors=4),
+                   num_supernodes=5,
                    backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
     assert out["sum"].survivors == 4
     np.testing.assert_array_equal(out["sum"].total, np.delete(vectors, 2, axis=0).sum(axis=0))
@@ -223,7 +231,8 @@ def test_scalable_sides_work_with_flowers_stock_sides(stock, monkeypatch):
 def test_a_value_beyond_the_range_is_refused_not_clipped(monkeypatch):
     from dphype.flower import secagg
 
-    monkeypatch.setattr(secagg, "clipping_range_for", lambda clients: 1000)
+    monkeypatch.setattr(secagg, "clipping_range_for", lambda clients: 1000)  # the server's range ...
+    monkeypatch.setattr(ss, "clipping_range_for", lambda clients: 1000)  # ... and the one clients check
     vectors = np.ones((5, 4), dtype=np.int64)
     vectors[2, 0] = 5000  # beyond the round's clipping range of 1000
     out, _ = run(vectors, min_survivors=4)

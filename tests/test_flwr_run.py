@@ -104,10 +104,12 @@ def test_flwr_run_offline_simulation(tmp_path):
         "clients=5 epsilon=20.0 candidates='table3:random:10:0' local-epochs=1 fedavg-rounds=1",
     ]
     log_marker = str(flwr_home / "local-superlink")
+    # The simulated nodes' operator (this test) allows their one vote at epsilon 20 among 5 clients.
+    env = {**offline_env(flwr_home),
+           "DPHYPE_NODE_POLICY": "dphype-max-epsilon=20 dphype-min-clients=5 dphype-min-neighbours=2 "
+                                 "dphype-lifetime-epsilon=20"}
     try:
-        done = subprocess.run(
-            command, cwd=REPO, env=offline_env(flwr_home), capture_output=True, text=True, timeout=480
-        )
+        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=480)
     finally:
         superlinks = processes_with("flower-superlink", log_marker)
         stop([d for pid in superlinks for d in reversed(descendants(pid))] + superlinks)

@@ -194,3 +194,20 @@ def test_cli_without_a_ledger_and_with_a_corrupt_one(tmp_path, capsys, monkeypat
     (tmp_path / "dphype" / "ledger.json").write_text("garbage")
     assert main(["ledger"]) == 2
     assert "corrupt" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("noise", "votes"), [("skellam", 1), ("gaussian", 3)])
+def test_admitting_policy_admits_exactly_its_votes(tmp_path, noise, votes):
+    from dphype.ledger import admitting_policy
+
+    request = make_request(noise=noise, clients=8, dropout=0.25)
+    keys = admitting_policy(request, votes=votes)
+    assert keys["dphype-min-clients"] == 6 and keys["dphype-max-epsilon"] == 1.0  # ceil(0.75 * 8) contributors
+    policy = NodePolicy.from_node_config({**keys, "dphype-ledger": str(tmp_path / "ledger.json")})
+    ledger = Ledger(policy.ledger)
+    for i in range(votes):
+        ledger.spend(check_vote_request(request, policy), policy, f"vote {i}")
+    with pytest.raises(Refusal, match="lifetime_budget"):
+        ledger.check(check_vote_request(request, policy), policy)
+    with pytest.raises(Refusal, match="policy_epsilon"):  # nothing more generous than the request itself
+        check_vote_request(make_request(noise=noise, clients=8, dropout=0.25, epsilon=1.1), policy)

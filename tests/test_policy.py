@@ -187,3 +187,13 @@ def test_guarantee_epsilon_is_the_rdp_epsilon_of_the_worst_case_vote(policy):
     g = check_vote_request(make_request(clients=50, dropout=0.1), policy)
     # the ledger composes this release's curve; alone it gives the same epsilon (integer optimum on the grid)
     assert rdp_epsilon(vote_rdp(5, g.total_std, "skellam"), 1e-5)[0] == pytest.approx(g.epsilon, rel=1e-12)
+
+
+def test_the_default_ledger_is_per_partition_id(monkeypatch, tmp_path):
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path))
+    assert NodePolicy.from_node_config({"partition-id": 3, "num-partitions": 10}).ledger == \
+        tmp_path / "dphype" / "ledger-partition-3.json" == default_ledger_path(3)
+    assert NodePolicy.from_node_config({"partition-id": 3, "dphype-ledger": str(tmp_path / "own.json")}).ledger == \
+        tmp_path / "own.json"  # an explicit ledger wins
+    with pytest.raises(PolicyError, match="node config partition-id must be an integer >= 0"):
+        NodePolicy.from_node_config({"partition-id": "../x"})

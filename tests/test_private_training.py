@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from flwr.serverapp.strategy import DifferentialPrivacyClientSideFixedClipping, FedAvg
 from flwr.supercore.privacy_accounting import GaussianPrivacyEvent
+from guard_helpers import PERMISSIVE
 from local_grid import LocalGrid
 
 from dphype.accounting import VoteRelease, calibrate, fedavg_epsilon, privacy_report
@@ -74,7 +75,8 @@ def test_bundled_app_trains_privately_and_reports_both_phases():
 
     cfg = AppConfig(DPHypeConfig(epsilon=20.0, delta=1e-5, k=3, clients=4), candidates="table3:random:10:0",
                     fedavg_rounds=2, local_epochs=1, fraction_evaluate=0.0, train_epsilon=50.0, clipping_norm=5.0)
-    grid = LocalGrid(client_app.app, 4, run_config={"dataset": "adult", "seed": 0, "local-epochs": 1})
+    grid = LocalGrid(client_app.app, 4, run_config={"dataset": "adult", "seed": 0, "local-epochs": 1},
+                     node_config=PERMISSIVE)
     summary = run_app(grid, cfg)
     training, run = summary["training"], summary["run"]
     assert training["private"] and training["rounds_released"] == 2 and training["noise_multiplier"] > 0
@@ -98,7 +100,8 @@ def test_ordinary_training_says_what_it_releases():
 
     cfg = AppConfig(DPHypeConfig(epsilon=20.0, delta=1e-5, k=3, clients=3), candidates="table3:random:6:0",
                     fedavg_rounds=1, local_epochs=1, fraction_evaluate=0.0)
-    grid = LocalGrid(client_app.app, 3, run_config={"dataset": "adult", "seed": 0, "local-epochs": 1})
+    grid = LocalGrid(client_app.app, 3, run_config={"dataset": "adult", "seed": 0, "local-epochs": 1},
+                     node_config=PERMISSIVE)
     summary = run_app(grid, cfg)
     assert summary["training"]["private"] is False and "plaintext model updates" in summary["training"]["released"]
     assert summary["run"]["epsilon"] is None

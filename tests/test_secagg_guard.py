@@ -9,12 +9,12 @@ import pytest
 from dphype.noise import min_survivors
 from dphype.protocol import Refusal
 from dphype.secagg_guard import (
-    dphype_encoding,
     SecAggSetup,
     check_neighbours,
     check_setup,
     check_share_sources,
     check_unmask,
+    dphype_encoding,
 )
 from dphype.secagg_params import secure_parameters
 from dphype.secure_sum import MAX_CLIENTS
@@ -45,8 +45,9 @@ def flower_setup(n, num_shares, reconstruction_threshold=0.6):
 
 
 def secure_setup(n, dropout=0.0):
-    """share_num and threshold of the secure graph DP-Hype's workflow uses (dphype.secagg_params)."""
-    params = secure_parameters(n, dropout=dropout)
+    """share_num and threshold of the secure graph DP-Hype's workflow uses (dphype.flower.secagg.secagg_graph:
+    secure_parameters with the clients' majority rule)."""
+    params = secure_parameters(n, dropout=dropout, majority=True)
     return setup(n, params.num_shares, params.threshold)
 
 
@@ -85,9 +86,12 @@ def test_every_view_of_an_honest_run_passes(n, dropout, drops):
 
 
 @pytest.mark.parametrize("n", [5, 7, 10, 20, 35, 50, 100, 250, 500, 1023])
-def test_dphype_default_secagg_parameters_pass_the_threshold_rule(n):
-    sa = secure_setup(n)
-    check_setup(sa, clients=n)
+@pytest.mark.parametrize("dropout", [0.0, 0.2, 0.3])
+def test_dphype_default_secagg_parameters_pass_the_threshold_rule(n, dropout):
+    # without the majority rule the secure graph has 2 t <= s at (5, 0.2), (10, 0.3), (20, 0.3), ...:
+    # an honest DP-Hype server would propose a graph its own clients refuse
+    sa = secure_setup(n, dropout)
+    check_setup(sa, clients=n, dropout=dropout)
     assert 2 * sa.threshold > sa.share_num
 
 
@@ -108,12 +112,13 @@ def test_issue_8_fake_round_threshold_1_and_no_neighbours_is_refused():
                                          min_neighbours=4)) == "secagg_neighbours"
 
 
-@pytest.mark.parametrize("s,t", [(11, 5), (11, 1), (10, 5), (3, 1), (2, 1), (11, 12)])
+@pytest.mark.parametrize("s,t", [(11, 5), (11, 1), (10, 5), (3, 1), (2, 1), (11, 12), (2, 2)])
 def test_thresholds_that_let_a_server_collect_both_shares_are_refused(s, t):
+    # (2, 2): fewer than 3 holders (dphype.secagg_params.check_share_threshold, the one home of the rule)
     assert code(lambda: check_setup(setup(share_num=s, threshold=t))) == "secagg_setup"
 
 
-@pytest.mark.parametrize("s,t", [(11, 6), (11, 11), (2, 2), (3, 2)])
+@pytest.mark.parametrize("s,t", [(11, 6), (11, 11), (3, 3), (3, 2)])
 def test_thresholds_above_half_pass(s, t):
     check_setup(setup(share_num=s, threshold=t))
 
@@ -261,3 +266,24 @@ def test_sparse_graph_isolation_passes_every_local_check_unless_xi_is_0():
         except Refusal:
             refusals += 1
     assert refusals == 1 + 39  # client 0 and every z (each held a dead list or too few neighbours)
+
+
+def test_the_round_runs_over_the_clients_ready_after_the_preflight():
+    # n = 50 announced with xi = 0.1: a round over 45..50 ready clients, each with its own exact-sum range
+    for m in (45, 48, 50):
+        check_setup(setup(sample_num=m), clients=50, dropout=0.1)
+    for m in (44, 51):  # fewer than a release needs, or more than announced
+        assert code(lambda m=m: check_setup(setup(sample_num=m), clients=50, dropout=0.1)) == "secagg_setup"
+    # stage 1: at 45 of 45 needed no holder may be missing; at 50 up to 5 may
+    check_neighbours(setup(sample_num=45), 1, keys(range(1, 12)), clients=50, dropout=0.1, min_neighbours=4)
+    assert code(lambda: check_neighbours(setup(sample_num=45), 1, keys(range(1, 11)), clients=50, dropout=0.1,
+                                         min_neighbours=4)) == "secagg_neighbours"
+    check_neighbours(setup(sample_num=50), 1, keys(range(1, 8)), clients=50, dropout=0.1, min_neighbours=4)
+    assert code(lambda: check_neighbours(setup(sample_num=44), 1, keys(range(1, 12)), clients=50, dropout=0.1,
+                                         min_neighbours=4)) == "secagg_neighbours"
+    # stage 3: the survivors outside this node's 11 holders are at most m - 11
+    owners = list(range(1, 12))
+    check_unmask(1, owners, [], owners, threshold=7, clients=50, dropout=0.1, sample_num=45)
+    assert code(lambda: check_unmask(1, owners[:10], owners[10:], owners, threshold=7, clients=50, dropout=0.1,
+                                     sample_num=45)) == "secagg_unmask"
+    check_unmask(1, owners[:10], owners[10:], owners, threshold=7, clients=50, dropout=0.1, sample_num=50)

@@ -87,21 +87,23 @@ def dphype_select(
     """DP-Hype's selection through the protocol's own steps; returns (index, privacy report).
 
     The request of :func:`dphype.protocol.make_vote_request`, every client's :func:`check_request`,
-    :func:`score_candidates` and :func:`noisy_vote` (top-k votes, noise share, encoding), the encoded
-    vectors summed as secure aggregation would (the Flower SecAgg+ transport is exercised elsewhere),
-    decoded, and the server's :func:`dphype.protocol.release`.
+    :func:`score_candidates` and top-k votes, one noise share per client drawn from ``rng`` and summed
+    (:func:`dphype.protocol.replay_releases` with ``per_client=True``: a seeded replay of what SecAgg+
+    would release; the client path draws its shares from the secure generator, and the Flower SecAgg+
+    transport is exercised elsewhere), and the server's :func:`dphype.protocol.release`.
     """
-    from dphype.protocol import check_request, make_vote_request, noisy_vote, release, score_candidates
-    from dphype.secure_sum import decode_sum
+    from dphype.protocol import check_request, make_vote_request, release, replay_releases, score_candidates
+    from dphype.voting import top_k_votes
 
     request = make_vote_request(config, candidates)
-    encoded = []
+    votes = np.zeros(len(candidates))
     for scores in client_scores:
         check_request(request, local_candidates=candidates)
-        local = score_candidates(FixedScoresTask(scores), candidates)
-        encoded.append(noisy_vote(request, local, maximize=True, rng=rng))
-    n = len(encoded)
-    result = release(request, decode_sum(np.sum(encoded, axis=0) / n, n, config.noise), n)
+        votes += top_k_votes(score_candidates(FixedScoresTask(scores), candidates), config.k, maximize=True)
+    n = len(client_scores)
+    (noisy,) = replay_releases(votes, sigma=request.sigma, clients=config.clients, repetitions=1, rng=rng,
+                               dropout=config.dropout, noise=config.noise, survivors=n, per_client=True)
+    result = release(request, noisy, n)
     return result.selected_index, result.report.to_dict()
 
 

@@ -56,6 +56,11 @@ def toml_value(value: Any) -> str:
     raise ValueError(f"run-config values must be bool, int, float or str, got {type(value).__name__}")
 
 
+def node_config_string(values: Mapping[str, Any]) -> str:
+    """``values`` in ``--node-config`` / ``--run-config`` syntax: ``key=value`` pairs with TOML values."""
+    return " ".join(f"{key}={toml_value(value)}" for key, value in values.items())
+
+
 def is_flower_app(folder: str | Path) -> bool:
     """Whether ``folder`` holds a Flower app (a pyproject.toml with a ``[tool.flwr.app]`` table)."""
     import tomllib
@@ -70,17 +75,20 @@ def is_flower_app(folder: str | Path) -> bool:
 class LocalSuperLink:
     """A ``flower-superlink --simulation`` of this process on free loopback ports; a context manager.
 
-    ``log`` receives the SuperLink's own output. ``run`` submits an app and streams its logs.
+    ``log`` receives the SuperLink's own output. ``run`` submits an app and streams its logs. ``env`` adds
+    variables to the environment of the SuperLink and of everything it starts (the simulated nodes' ClientApps
+    included), e.g. their node policy under :data:`dphype.policy.POLICY_ENV`.
     """
 
-    def __init__(self, *, log: Path | None = None, startup_timeout: float = 60.0) -> None:
+    def __init__(self, *, log: Path | None = None, startup_timeout: float = 60.0,
+                 env: Mapping[str, str] | None = None) -> None:
         self._home = tempfile.TemporaryDirectory(prefix="dphype-flwr-home-")
         self.home = Path(self._home.name)
         self.port = free_port()
         (self.home / "config.toml").write_text(
             '[superlink]\ndefault = "dphype-local"\n\n'
             f'[superlink.dphype-local]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n')
-        self.env = {**os.environ, **OFFLINE_ENV, "FLWR_HOME": str(self.home),
+        self.env = {**os.environ, **OFFLINE_ENV, **(env or {}), "FLWR_HOME": str(self.home),
                     "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
         self._log = open(log if log is not None else self.home / "superlink.log", "w")  # noqa: SIM115
         self.process = subprocess.Popen(

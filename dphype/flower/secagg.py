@@ -7,8 +7,9 @@ returns a legacy ``FitRes``. This module keeps all of that behind two calls:
 * server: :func:`run_secure_sum` runs one SecAgg+ round over given nodes and returns the exact sum of
   their encoded vectors (:func:`dphype.secure_sum.decode_sum`) and the number of contributors, or raises
   :class:`dphype.secure_sum.SecureSumError` -- never unmasking fewer than ``min_survivors`` vectors;
-* client: :func:`secure_vote_reply` answers one SecAgg+ stage message, computing the vector only when
-  the protocol asks for the masked input.
+* client: :func:`secure_vote_reply` answers one SecAgg+ stage message once the client's own checks of it
+  passed (:func:`check_stage`, :mod:`dphype.secagg_guard`), computing the vector only when the protocol
+  asks for the masked input.
 
 DP-Hype's messages carry their own message type (:data:`VOTE_MESSAGE_TYPE`, a named ``train`` action), so
 they are routed to DP-Hype's handlers and never reach the user's own ``@app.train()``; the legacy
@@ -19,9 +20,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
@@ -38,7 +40,7 @@ from flwr.common import (
     ndarrays_to_parameters,
     parameters_to_ndarrays,
 )
-from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, RECORD_KEY_STATE, Key, Stage
 from flwr.compat.common import recorddict_compat as compat
 from flwr.server import ServerConfig
 from flwr.server.client_manager import ClientManager
@@ -53,7 +55,9 @@ from flwr.serverapp.grid import Grid
 from flwr.supercore.run import Run
 
 from dphype.accounting import check_positive
-from dphype.flower.secagg_fast import ScalableSecAggPlusWorkflow, scalable_secaggplus_mod
+from dphype.flower.secagg_fast import ScalableSecAggPlusWorkflow, SecAggPlusState, scalable_secaggplus_mod
+from dphype.protocol import Refusal
+from dphype.secagg_guard import SecAggSetup, check_neighbours, check_setup, check_share_sources, check_unmask
 from dphype.secagg_params import CORRUPT_FRACTION, SecAggParameters, check_parameters, secure_parameters
 from dphype.secure_sum import (
     CLIPPING_RANGE,
@@ -109,9 +113,12 @@ class ExactSumWorkflow(ScalableSecAggPlusWorkflow):
             timeout=timeout,
         )
         self.min_survivors = min_survivors
+        #: The clients' error replies of the round (Flower's ``WorkflowState.failures``), for the error message.
+        self.failures: list[Exception] = []
 
     def setup_stage(self, grid: Grid, context: LegacyContext, state: WorkflowState) -> bool:
         """Flower's stage 0: parameters to every client, public keys back."""
+        self.failures = state.failures  # the same list: the later stages append to it
         proceed = super().setup_stage(grid, context, state)
         log(logging.INFO, "DP-Hype secure vote: %d of %d clients sent their public keys",
             len(state.active_node_ids), len(state.sampled_node_ids))
@@ -154,9 +161,15 @@ class ExactSumWorkflow(ScalableSecAggPlusWorkflow):
         return super().unmask_stage(grid, context, state)
 
 
-def _failure_summary(failures: Iterable[Any]) -> str:
-    reasons = "; ".join(sorted({str(f) for f in failures}))[:2000]
-    return reasons or "none reported"
+def _failure_summary(failures: Iterable[BaseException]) -> str:
+    """The clients' error replies counted by reason (a DP-Hype client's reason is a sanitized refusal).
+
+    Flower 1.41's stage 2 records each error reply twice (wrapping the same ``Error``): counted once."""
+    errors = {id(f.args[0] if f.args else f): f.args[0] if f.args else f for f in failures}
+    reasons: Counter[str] = Counter()
+    for error in errors.values():
+        reasons[str(getattr(error, "reason", error))[:300]] += 1
+    return "; ".join(f"{count} x {reason}" for reason, count in reasons.most_common())[:2000] or "none reported"
 
 
 class _SumStrategy(Strategy):
@@ -256,15 +269,17 @@ def secagg_graph(clients: int, min_survivors: int, num_shares: float | None,
 
     The tolerated dropout is ``(n - min_survivors) / n``, so the graph stays correct with exactly the
     survivors the release needs (:func:`dphype.secagg_params.secure_parameters`); an explicit
-    ``num_shares`` / ``reconstruction_threshold`` below that is refused (:func:`check_parameters`).
+    ``num_shares`` / ``reconstruction_threshold`` below that is refused (:func:`check_parameters`). Either
+    way the threshold exceeds half the shares, the rule every client checks before sharing its secrets
+    (:func:`dphype.secagg_params.check_share_threshold`), so clients never refuse an honest graph.
     """
     dropout = (clients - min_survivors) / clients
     if num_shares is None and reconstruction_threshold is None:
-        return secure_parameters(clients, dropout=dropout, corrupt_fraction=corrupt_fraction)
+        return secure_parameters(clients, dropout=dropout, corrupt_fraction=corrupt_fraction, majority=True)
     if num_shares is None or reconstruction_threshold is None:
         raise ValueError("num_shares and reconstruction_threshold must be given together (or neither: secure)")
     return check_parameters(clients, num_shares, reconstruction_threshold, dropout=dropout,
-                            corrupt_fraction=corrupt_fraction)
+                            corrupt_fraction=corrupt_fraction, majority=True)
 
 
 def run_secure_sum(
@@ -319,28 +334,77 @@ def run_secure_sum(
     if strategy.total is None:
         raise SecureSumError(
             "secure aggregation halted before the sum was unmasked (too few clients answered "
-            "or too few key shares; see the log above); nothing was released"
+            f"or too few key shares); nothing was released. Client failures: {_failure_summary(workflow.failures)}"
         )
     return SecureSum(strategy.total, strategy.survivors, time.perf_counter() - start, graph, clipping_range)
 
 
 # ---------------------------------------------------------------------------------------- client side
-def secure_vote_reply(msg: Message, context: Context,
-                      masked_input: Callable[[dict[str, Scalar]], np.ndarray]) -> Message:
-    """Answer one SecAgg+ stage message of the vote round.
+def check_stage(msg: Message, context: Context, *, clients: int, dropout: float, min_neighbours: int) -> None:
+    """This client's checks of one SecAgg+ stage message (:mod:`dphype.secagg_guard`), run before the stage
+    is answered: raises :class:`dphype.protocol.Refusal`, so nothing of the stage leaves the client.
 
-    Only the masked-input stage calls ``masked_input(fit_config)``, which returns this client's encoded
-    vector; SecAgg+ masks it before it leaves (weight ``num_examples = 1``, no metrics: metrics are not
-    masked). A message that is not a SecAgg+ stage is refused: answering it would send the vector in
-    plaintext.
+    ``clients`` and ``dropout`` are the announced ``n`` and ``xi`` of the request this client approved,
+    ``min_neighbours`` its policy's. Stage 0 checks the setup in the message; the later stages check
+    the message against what the client stored in stage 0 and 1 (Flower's ``SecAggPlusState``).
+    """
+    configs = msg.content.config_records[RECORD_KEY_CONFIGS]
+    stage = configs.get(Key.STAGE)
+    if stage == Stage.SETUP:
+        check_setup(SecAggSetup.from_config(configs), clients=clients, dropout=dropout)
+        return
+    record = context.state.config_records.get(RECORD_KEY_STATE)
+    if record is None or stage not in (Stage.SHARE_KEYS, Stage.COLLECT_MASKED_VECTORS, Stage.UNMASK):
+        raise Refusal("secagg_setup", "a SecAgg+ stage without a setup, or an unknown stage")
+    state = SecAggPlusState(**record)
+    try:
+        if stage == Stage.SHARE_KEYS:
+            pairs = {int(nid): cast(list[bytes], pair) for nid, pair in configs.items() if nid != Key.STAGE}
+            keys = {nid: (pair[0], pair[1]) for nid, pair in pairs.items()}
+        else:
+            listed = {key: [int(nid) for nid in cast(list[int], configs[key])]
+                      for key in (Key.SOURCE_LIST, Key.ACTIVE_NODE_ID_LIST, Key.DEAD_NODE_ID_LIST) if key in configs}
+    except (TypeError, ValueError, IndexError, KeyError):
+        raise Refusal("secagg_neighbours", f"malformed {stage} message") from None
+    if stage == Stage.SHARE_KEYS:
+        check_neighbours(SecAggSetup.from_config(record), state.nid, keys, clients=clients, dropout=dropout,
+                         min_neighbours=min_neighbours)
+    elif stage == Stage.COLLECT_MASKED_VECTORS:
+        check_share_sources(state.nid, listed.get(Key.SOURCE_LIST, []), state.public_keys_dict,
+                            threshold=state.threshold)
+    else:
+        check_unmask(state.nid, listed.get(Key.ACTIVE_NODE_ID_LIST, []), listed.get(Key.DEAD_NODE_ID_LIST, []),
+                     state.rd_seed_share_dict, threshold=state.threshold, clients=clients, dropout=dropout,
+                     sample_num=state.sample_num)
+
+
+def secure_vote_reply(
+    msg: Message,
+    context: Context,
+    masked_input: Callable[[dict[str, Scalar], int], np.ndarray],
+    *,
+    clients: int,
+    dropout: float,
+    min_neighbours: int,
+) -> Message:
+    """Answer one SecAgg+ stage message of the vote round, after this client's checks of it (:func:`check_stage`).
+
+    Only the masked-input stage calls ``masked_input(fit_config, clipping_range)``, which returns this
+    client's encoded vector within the round's ``clipping_range`` (:func:`dphype.secure_sum.clipping_range_for`
+    of the round's size, checked in stage 0); SecAgg+ masks it before it leaves (weight
+    ``num_examples = 1``, no metrics: metrics are not masked). A message that is not a SecAgg+ stage is
+    refused: answering it would send the vector in plaintext. Refusals raise
+    :class:`dphype.protocol.Refusal` before the stage's reply is built.
     """
     if RECORD_KEY_CONFIGS not in msg.content.config_records:
-        raise PermissionError("refusing a DP-Hype vote request outside SecAgg+: the votes would reach "
-                              "the server in plaintext")
+        raise Refusal("secagg_setup", "refusing a DP-Hype vote request outside SecAgg+: the votes would reach "
+                      "the server in plaintext")
+    check_stage(msg, context, clients=clients, dropout=dropout, min_neighbours=min_neighbours)
 
     def handler(stage_msg: Message, ctxt: Context) -> Message:
         fitins = compat.recorddict_to_fitins(stage_msg.content, keep_input=True)
-        vector = masked_input(fitins.config)
+        state = ctxt.state.config_records[RECORD_KEY_STATE]
+        vector = masked_input(fitins.config, int(cast(float, state["clipping_range"])))
         fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([vector]), 1, {})
         return Message(compat.fitres_to_recorddict(fitres, keep_input=False), reply_to=stage_msg)
 
