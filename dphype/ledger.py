@@ -62,18 +62,11 @@ class LedgerError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class LedgerEntry:
-    """One recorded vote (see the module docstring for the fields)."""
+class LedgerEntry(VoteGuarantee):
+    """One recorded vote: its :class:`~dphype.policy.VoteGuarantee`, when, and for which request (digest)."""
 
     time: str
     request: str
-    noise: str
-    k: int
-    total_std: float
-    survivors: int
-    epsilon: float
-    delta: float
-    neighbouring: str
 
     def __post_init__(self) -> None:
         ok = (
