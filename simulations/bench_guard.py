@@ -18,7 +18,7 @@ four SecAgg+ checks, the secure share minus the PCG64 one).
 
 Per round (``--rounds R``, default 5; 0 skips it): ``DPHype(...).start(grid)`` with ``--clients`` real
 ``register_dphype`` clients (fixed scores, the same settings, the argmax selection rule) on the in-process grid of
-``tests/local_grid.py`` (no Ray, no SuperLink: the protocol's own cost), alternating rounds with the guard
+``dphype.flower.local.LocalGrid`` (no Ray, no SuperLink: the protocol's own cost), alternating rounds with the guard
 (``guarded``) and with it switched off (``unguarded``: the node policy, the request checks, the ledger and the
 SecAgg+ stage checks replaced by no-ops, PCG64 instead of ChaCha20). Reported: the median wall and CPU
 seconds of each (``round_*``), and in the guarded rounds the seconds spent inside the guard's checks (policy,
@@ -126,7 +126,7 @@ def round_cost(clients: int, rounds: int) -> dict[str, Any]:
     import dphype.protocol as protocol
     from dphype.flower import DPHype, register_dphype
     from dphype.task import FixedScoresTask
-    from tests.local_grid import LocalGrid
+    from dphype.flower.local import LocalGrid
 
     # the argmax rule: the server's selection time is not the guard's
     config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=5, clients=clients, dropout=0.1, noise="skellam", rule="argmax")

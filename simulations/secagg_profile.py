@@ -1,7 +1,7 @@
 """Where a secure vote's time goes: one SecAgg+ round in process, broken down by component (issue 10).
 
 The round runs through the real Flower server workflow and client mods, but on the in-process grid of
-``tests/local_grid.py`` (synchronous, no Ray, no SuperLink), so the protocol's own cost is separated from
+``dphype.flower.local.LocalGrid`` (synchronous, no Ray, no SuperLink), so the protocol's own cost is separated from
 the simulation runtime's. Each client sends a 100-entry integer vector; the sum is checked to be exact.
 
 Both variants run :func:`dphype.flower.secagg.run_secure_sum`: ``--variant dphype`` as it is (on
@@ -128,7 +128,7 @@ def profile_round(clients: int, *, variant: str, num_shares: float, threshold: f
 
     from dphype.flower import secagg
     from dphype.flower.secagg_fast import ScalableSecAggPlusWorkflow
-    from tests.local_grid import LocalGrid  # the in-process grid of the protocol tests
+    from dphype.flower.local import LocalGrid
 
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
@@ -142,7 +142,7 @@ def profile_round(clients: int, *, variant: str, num_shares: float, threshold: f
     ]
     wraps += [("state (de)serialization", flower_mod.SecAggPlusState, "__init__"),
               ("state (de)serialization", flower_mod.SecAggPlusState, "to_dict"),
-              ("transport copy", importlib.import_module("tests.local_grid").copy, "deepcopy")]
+              ("transport copy", importlib.import_module("dphype.flower.local").copy, "deepcopy")]
     wraps += [(f"stage: {stage}", SecAggPlusWorkflow, stage) for stage in STAGES[:3]]
     wraps += [("stage: unmask_stage", ScalableSecAggPlusWorkflow, "unmask_stage")]
     with contextlib.ExitStack() as stack:

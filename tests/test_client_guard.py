@@ -19,7 +19,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
-from local_grid import LocalGrid, node_id
+from dphype.flower.local import LocalGrid, node_id
 from test_flower import CANDS, TableTask, client_app, scores_table
 from test_flower import config as flower_config
 from test_secagg_guard_flower import TamperingGrid, _secret_replies

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 from guard_helpers import PERMISSIVE
-from local_grid import LocalGrid
+from dphype.flower.local import LocalGrid
 
 from dphype.candidates import load_candidates
 from dphype.config import DPHypeConfig

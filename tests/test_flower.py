@@ -9,7 +9,7 @@ import pytest
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from guard_helpers import PERMISSIVE
-from local_grid import LocalGrid
+from dphype.flower.local import LocalGrid
 
 import dphype.flower.client as flower_client
 from dphype import secure_sum as ss

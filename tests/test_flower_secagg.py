@@ -9,7 +9,7 @@ import pytest
 from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
-from local_grid import LocalGrid
+from dphype.flower.local import LocalGrid
 
 from dphype import secure_sum as ss
 from dphype.flower.secagg import VOTE_MESSAGE_TYPE, run_secure_sum, secure_vote_reply

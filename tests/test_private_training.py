@@ -8,7 +8,7 @@ import pytest
 from flwr.serverapp.strategy import DifferentialPrivacyClientSideFixedClipping, FedAvg
 from flwr.supercore.privacy_accounting import GaussianPrivacyEvent
 from guard_helpers import PERMISSIVE
-from local_grid import LocalGrid
+from dphype.flower.local import LocalGrid
 
 from dphype.accounting import VoteRelease, calibrate, fedavg_epsilon, privacy_report
 from dphype.config import DPHypeConfig

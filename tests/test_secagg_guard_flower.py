@@ -14,7 +14,7 @@ import pytest
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
-from local_grid import LocalGrid
+from dphype.flower.local import LocalGrid
 
 from dphype import secure_sum as ss
 from dphype.flower.secagg import run_secure_sum, secure_vote_reply
