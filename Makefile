@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 FMNIST := /usr/share/datasets/fashion-mnist
 
-.PHONY: install demo test test-fast fmnist
+.PHONY: install demo test test-fast lint fmnist
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -23,7 +23,12 @@ fmnist:
 demo: install
 	$(VENV)/bin/dphype demo
 
-test: install fmnist
+# Style and types of the library (ruff: pyflakes, pycodestyle, isort, pyupgrade, bugbear; mypy on dphype/).
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+test: install fmnist lint
 	$(PY) -m pytest -q -m "slow or not slow"
 
 test-fast: install

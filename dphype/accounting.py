@@ -35,9 +35,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from numbers import Integral, Real
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from scipy.optimize import brentq
@@ -66,7 +67,7 @@ def check_epsilon(epsilon: Any) -> float:
 
 def check_delta(delta: Any) -> float:
     """Return ``delta`` as float; it must lie in the open interval (0, 1)."""
-    if isinstance(delta, bool) or not isinstance(delta, Real) or not 0.0 < delta < 1.0:
+    if isinstance(delta, bool) or not isinstance(delta, Real) or not 0.0 < float(delta) < 1.0:
         raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
     return float(delta)
 
@@ -74,7 +75,7 @@ def check_delta(delta: Any) -> float:
 def check_int(name: str, value: Any, minimum: int) -> int:
     """Return ``value`` as int; it must be an integer (not a bool) ``>= minimum``, else ``ValueError``
     naming ``name`` and the allowed range."""
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+    if isinstance(value, bool) or not isinstance(value, Integral) or int(value) < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
 
@@ -90,8 +91,8 @@ def check_k(k: Any, num_candidates: int | None = None) -> int:
     if (
         isinstance(k, bool)
         or not isinstance(k, Integral)
-        or k < 1
-        or (num_candidates is not None and k > num_candidates)
+        or int(k) < 1
+        or (num_candidates is not None and int(k) > num_candidates)
     ):
         raise ValueError(f"k must be an integer in [1, {upper}], got {k!r}")
     return int(k)
@@ -99,7 +100,7 @@ def check_k(k: Any, num_candidates: int | None = None) -> int:
 
 def check_dropout(dropout: Any) -> float:
     """Return the tolerated dropout fraction ``xi`` as float; it must lie in ``[0, 1)`` (Appendix A)."""
-    if isinstance(dropout, bool) or not isinstance(dropout, Real) or not 0.0 <= dropout < 1.0:
+    if isinstance(dropout, bool) or not isinstance(dropout, Real) or not 0.0 <= float(dropout) < 1.0:
         raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
     return float(dropout)
 

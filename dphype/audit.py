@@ -19,8 +19,8 @@ threshold ``t`` fixed before sampling.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 from scipy.stats import beta as beta_dist

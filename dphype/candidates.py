@@ -21,8 +21,9 @@ import itertools
 import json
 import math
 import os
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, overload
 
 import numpy as np
 
@@ -75,7 +76,7 @@ def _canonical_json(items: Sequence[Candidate]) -> str:
     return json.dumps(list(items), sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-class CandidateList:
+class CandidateList(Sequence[Candidate]):
     """An ordered, immutable, non-empty list of distinct candidates (DP-Hype's public set ``H``).
 
     Two candidates are duplicates when they compare equal as dictionaries (so ``{"lr": 1}`` and
@@ -102,7 +103,15 @@ class CandidateList:
     def __len__(self) -> int:
         return len(self._items)
 
-    def __getitem__(self, i: int) -> Candidate:
+    @overload
+    def __getitem__(self, i: int) -> Candidate: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Candidate]: ...
+
+    def __getitem__(self, i: int | slice) -> Candidate | list[Candidate]:
+        if isinstance(i, slice):
+            return [dict(c) for c in self._items[i]]
         return dict(self._items[i])
 
     def __iter__(self) -> Iterator[Candidate]:
@@ -128,7 +137,7 @@ class CandidateList:
         return self._json
 
     @classmethod
-    def from_json(cls, s: str) -> "CandidateList":
+    def from_json(cls, s: str) -> CandidateList:
         """Parse a JSON list of objects (raises ``ValueError`` on malformed input)."""
         try:
             data = json.loads(s)
@@ -138,7 +147,7 @@ class CandidateList:
             raise ValueError(f"candidates JSON must be a list of objects, got {type(data).__name__}")
         return cls(data)
 
-    def feature_space(self, scales: Mapping[str, str] | None = None) -> "FeatureSpace":
+    def feature_space(self, scales: Mapping[str, str] | None = None) -> FeatureSpace:
         """The public hyperparameter space of these candidates (see :class:`FeatureSpace`).
 
         ``scales`` overrides the automatic scale of named axes (``"log"``, ``"linear"`` or
@@ -226,7 +235,7 @@ class FeatureSpace:
         return f"FeatureSpace({self.num_candidates} candidates; {axes}{why})"
 
     @classmethod
-    def of(cls, items: Sequence[Mapping[str, Any]], scales: Mapping[str, str] | None = None) -> "FeatureSpace":
+    def of(cls, items: Sequence[Mapping[str, Any]], scales: Mapping[str, str] | None = None) -> FeatureSpace:
         """The space of ``items`` (normalized candidates); see :meth:`CandidateList.feature_space`."""
         names = list(dict.fromkeys(key for item in items for key in item))
         scales = dict(scales or {})

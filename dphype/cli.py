@@ -15,7 +15,8 @@ import json
 import math
 import os
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 #: sub-command -> (module implementing add_arguments/run, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -16,11 +16,11 @@ from typing import Any
 
 from dphype.accounting import (
     check_clients,
-    check_neighbouring,
     check_delta,
     check_dropout,
     check_epsilon,
     check_k,
+    check_neighbouring,
     resolve_accountant,
 )
 from dphype.planner import check_probability

@@ -24,9 +24,10 @@ from __future__ import annotations
 import gzip
 import importlib.resources
 import pickle
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -92,7 +93,7 @@ class Dataset:
     def __len__(self) -> int:
         return int(self.y.shape[0])
 
-    def subset(self, indices: np.ndarray) -> "Dataset":
+    def subset(self, indices: np.ndarray) -> Dataset:
         """The rows ``indices`` (a copy), with the same ``num_classes`` and ``name``."""
         return Dataset(self.x[indices], self.y[indices], self.num_classes, self.name)
 
@@ -335,7 +336,7 @@ def partition_iid(labels: np.ndarray | int, clients: int, seed: int) -> list[np.
     return [np.sort(dealt[c::clients]) for c in range(clients)]
 
 
-def flwr_partition(labels: np.ndarray, partitioner: "Partitioner") -> list[np.ndarray]:
+def flwr_partition(labels: np.ndarray, partitioner: Partitioner) -> list[np.ndarray]:
     """Row indices of every partition a flwr-datasets ``partitioner`` makes of in-memory data.
 
     The partitioner (``DirichletPartitioner``, ``IidPartitioner``, ``ShardPartitioner``, ... configured with

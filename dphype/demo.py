@@ -87,5 +87,5 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         summary = json.loads(result_file.read_text())
     privacy = summary.pop("privacy")
     return {**summary, "seconds": time.perf_counter() - start, "predicted_success": plan.success,
-            "warnings": plan.warnings + ([summary["confidence"]["warning"]] if summary["confidence"]["warning"] else []),
+            "warnings": plan.warnings + [w for w in [summary["confidence"]["warning"]] if w],
             "privacy": privacy}

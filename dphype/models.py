@@ -8,7 +8,7 @@ binary cross-entropy with logits, as the paper's Adult MLP) and ``K = num_classe
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import nn

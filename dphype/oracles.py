@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -162,7 +163,8 @@ class Distribution:
             return rng.normal(self.a, self.b, size)
         if self.kind == "shifted-exponential":
             return self.b + rng.exponential(1.0 / self.a, size)
-        raise ValueError(f"distribution kind must be uniform, loguniform, normal or shifted-exponential, got {self.kind!r}")
+        raise ValueError(
+            f"distribution kind must be uniform, loguniform, normal or shifted-exponential, got {self.kind!r}")
 
 
 def sample_configs(
@@ -206,7 +208,7 @@ class UtilityResult:
     runs: tuple[float, ...]
 
     @classmethod
-    def from_runs(cls, runs: Sequence[float]) -> "UtilityResult":
+    def from_runs(cls, runs: Sequence[float] | np.ndarray) -> UtilityResult:
         values = tuple(float(v) for v in runs)
         if len(values) == 0:
             raise ValueError("a utility needs at least one run")
@@ -450,8 +452,10 @@ def _maybe_subsample(data: Any, size: int | None, seed: int = 0) -> Any:
 # ---------------------------------------------------------------------------- DP-SGD / DP-Adam (Opacus)
 #: DPareto Table 1 domains per data set (epochs, lot size, learning rate, noise variance, clip norm).
 DPSGD_DOMAINS: dict[str, dict[str, tuple[float, float]]] = {
-    "adult": {"epochs": (1, 64), "lot_size": (8, 512), "lr": (5e-4, 5e-2), "noise_variance": (0.1, 16), "clip_norm": (0.1, 4)},
-    "mnist": {"epochs": (1, 400), "lot_size": (16, 4000), "lr": (1e-3, 5e-1), "noise_variance": (0.1, 16), "clip_norm": (0.1, 12)},
+    "adult": {"epochs": (1, 64), "lot_size": (8, 512), "lr": (5e-4, 5e-2), "noise_variance": (0.1, 16),
+              "clip_norm": (0.1, 4)},
+    "mnist": {"epochs": (1, 400), "lot_size": (16, 4000), "lr": (1e-3, 5e-1), "noise_variance": (0.1, 16),
+              "clip_norm": (0.1, 12)},
 }
 
 #: DPareto Appendix C, Tables 3 (MNIST) and 4 (ADULT): the random baseline's sampling laws.
@@ -523,7 +527,8 @@ def build_dpsgd_model(name: str, in_features: int, num_classes: int) -> Any:
         nn.init.zeros_(layer.bias)
         return layer
     if name == "mlp":
-        return nn.Sequential(nn.Linear(in_features, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, num_classes))
+        return nn.Sequential(nn.Linear(in_features, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(),
+                             nn.Linear(64, num_classes))
     if name == "mlp1":
         return nn.Sequential(nn.Linear(in_features, 1000), nn.ReLU(), nn.Linear(1000, num_classes))
     raise ValueError(f"model must be one of {DPSGD_MODELS}, got {name!r}")
@@ -734,9 +739,9 @@ def dphype_vote_problem(
 
     def utility(config: Config, rng: np.random.Generator) -> UtilityResult:
         k, sigma = int(config["k"]), float(config["sigma"])
-        votes = sum(top_k_votes(row, k) for row in scores)
+        votes = np.sum([top_k_votes(row, k) for row in scores], axis=0)
         noisy = replay_releases(votes, sigma=sigma, clients=n, repetitions=runs, rng=rng, noise=noise)
-        picks = np.argmax(noisy, axis=1)  # the server's argmax (dphype.voting.select) on every release
+        picks = np.argmax(noisy, axis=1)  # the server's argmax (dphype.selection.select) on every release
         return UtilityResult.from_runs(np.nan_to_num(acc[picks], nan=0.0))
 
     return ParetoProblem(

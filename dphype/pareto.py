@@ -13,7 +13,7 @@ vectorised 2-D staircase integral written here (BoTorch has no batched 2-D versi
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -35,7 +35,7 @@ def _points(points: np.ndarray | Sequence[Sequence[float]], name: str = "points"
     return arr
 
 
-def _reference(reference: Sequence[float], *, allow_inf: bool = False) -> np.ndarray:
+def _reference(reference: Sequence[float] | np.ndarray, *, allow_inf: bool = False) -> np.ndarray:
     ref = np.asarray(reference, dtype=np.float64)
     ok = ref.shape == (2,) and not np.isnan(ref).any() and (np.isfinite(ref).all() or allow_inf)
     if not ok or (ref == -np.inf).any():
@@ -90,7 +90,9 @@ def hypervolume(
     return float(partitioning.compute_hypervolume())
 
 
-def staircase(front: np.ndarray, reference: Sequence[float] = DEFAULT_REFERENCE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def staircase(
+    front: np.ndarray, reference: Sequence[float] | np.ndarray = DEFAULT_REFERENCE
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Segments ``[lo_j, hi_j)`` on the epsilon axis and the front's error level ``h_j`` there.
 
     ``h(x) = min{error(p) : p in front, epsilon(p) <= x}`` (the reference error where no
@@ -122,7 +124,7 @@ def hypervolume_improvement(
     return _improvement(pareto_front(front), _points(candidates, "candidates"), reference)
 
 
-def _improvement(front: np.ndarray, cand: np.ndarray, reference: Sequence[float]) -> np.ndarray:
+def _improvement(front: np.ndarray, cand: np.ndarray, reference: Sequence[float] | np.ndarray) -> np.ndarray:
     """:func:`hypervolume_improvement` for a ``front`` that is already non-dominated."""
     lo, hi, level = staircase(front, reference)
     a = cand[:, :1]

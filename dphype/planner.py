@@ -34,8 +34,9 @@ client's loss ranking), and only what the first ``depth`` ranks depend on is dra
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -232,7 +233,7 @@ def scenario(num_candidates: int, consensus: str | float = "moderate", num_good:
     return Scenario(name, int(good), sigma_loss)
 
 
-def _neighbourhoods(space: "FeatureSpace | None", num_good: int, centres: np.ndarray) -> np.ndarray:
+def _neighbourhoods(space: FeatureSpace | None, num_good: int, centres: np.ndarray) -> np.ndarray:
     """``(R, num_good)``: the ``num_good`` candidates nearest to each centre (Euclidean over the numeric
     features plus the number of differing categories; ties by index). Without structure: ``0 .. num_good-1``."""
     if space is None or space.no_structure is not None:
@@ -243,7 +244,7 @@ def _neighbourhoods(space: "FeatureSpace | None", num_good: int, centres: np.nda
 
 
 def simulate_votes(sc: Scenario, clients: int, ks: Sequence[int], num_candidates: int,
-                   space: "FeatureSpace | None", repetitions: int,
+                   space: FeatureSpace | None, repetitions: int,
                    rng: np.random.Generator) -> tuple[dict[int, np.ndarray], np.ndarray]:
     """Noiseless vote sums ``{k: (R, p)}`` of ``clients`` clients under ``sc`` and the good masks ``(R, p)``.
 
@@ -291,7 +292,7 @@ def theorem_iv1_success(votes: np.ndarray, good: np.ndarray, sigma: float) -> fl
 
 
 def simulated_success(votes: np.ndarray, good: np.ndarray, sigma: float, *, rule: str,
-                      space: "FeatureSpace | None", clients: int, voters: int, dropout: float, noise: str, k: int,
+                      space: FeatureSpace | None, clients: int, voters: int, dropout: float, noise: str, k: int,
                       rng: np.random.Generator) -> float:
     """Share of releases whose pick under ``rule`` is good: ``votes`` ``(R, p)`` of ``voters`` of the
     ``clients`` clients plus their noise shares (:func:`dphype.protocol.replay_releases`)."""
@@ -377,7 +378,7 @@ class _Setting:
     delta: float
     dropout: float
     num_candidates: int
-    space: "FeatureSpace | None"
+    space: FeatureSpace | None
     scenario: Scenario
     rule: str
     noise: str
@@ -424,7 +425,7 @@ def plan(
     clients: int,
     epsilon: float,
     delta: float,
-    space: "FeatureSpace | None",
+    space: FeatureSpace | None,
     num_candidates: int,
     *,
     k: int | None = None,
@@ -531,7 +532,7 @@ def preflight(
     clients: int,
     epsilon: float,
     delta: float,
-    space: "FeatureSpace | None",
+    space: FeatureSpace | None,
     num_candidates: int,
     k: int,
     *,

@@ -63,8 +63,9 @@ is ``(epsilon, delta)``-DP for the announced budget; the selection is post-proce
 * *Consistency between clients.* Each client sees only its own neighbour list and its own active/dead
   lists; Flower 1.41 has no consistency round (the signed ConsistencyCheck of Bonawitz et al., CCS 2017,
   against active adversaries) and lets the server choose the graph. ``2 t > s`` stops the server from
-  getting both secrets of a client from that client's holders. But the masks between ``u`` and a neighbour ``x`` can also be removed with ``x``'s
-  mask key, which ``x``'s own holders reveal when told ``x`` dropped. In a sparse graph the server can
+  getting both secrets of a client from that client's holders. But the masks between ``u`` and a
+  neighbour ``x`` can also be removed with ``x``'s mask key, which ``x``'s own holders reveal when told
+  ``x`` dropped. In a sparse graph the server can
   give every neighbour of ``u`` holders that are not ``u``'s, tell them that neighbour dropped and tell
   ``u``'s holders that ``u`` survived: every list is locally consistent, and ``u``'s vector is unmasked
   with one noise share in it (``tests/test_secagg_guard.py`` builds such views for n = 50, s = 11, t = 7,

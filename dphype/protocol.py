@@ -39,8 +39,8 @@ from dphype.candidates import Candidate, CandidateList
 from dphype.config import DPHypeConfig
 from dphype.noise import client_noise_share, min_survivors, noise_share, summed_noise
 from dphype.secure_sum import GAUSSIAN_SCALE, check_clients, check_range, encode
-from dphype.task import Task
 from dphype.selection import Selection, select_release
+from dphype.task import Task
 from dphype.voting import top_k_votes
 
 #: Prefix of every key of a request record.
@@ -124,7 +124,7 @@ class VoteRequest:
             raise ValueError(f"config must be a DPHypeConfig, got {type(self.config).__name__}")
         check_k(self.config.k, len(self.candidates))
         check_clients(self.config.clients)
-        self.release  # validates sigma
+        _ = self.release  # validates sigma
 
     @property
     def release(self) -> VoteRelease:

@@ -38,8 +38,9 @@ plain argmax (:func:`good_selection_probability_bound`) lives here too.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -205,7 +206,7 @@ def _log_lengthscale_prior(grid: np.ndarray) -> np.ndarray:
     return (-0.5 * ((np.log(grid) - loc) / scale) ** 2).sum(axis=1)
 
 
-def unit_kernels(space: "FeatureSpace", lengthscales: np.ndarray) -> np.ndarray:
+def unit_kernels(space: FeatureSpace, lengthscales: np.ndarray) -> np.ndarray:
     """Unit-outputscale kernel matrices ``(L, p, p)`` of the candidates, one per row of ``lengthscales``.
 
     ``lengthscales`` is ``(L, d)`` for ``d`` numeric axes (GPyTorch ``MaternKernel(nu=2.5)`` with ARD), plus
@@ -253,7 +254,7 @@ class _Spectra:
 _SPECTRA: dict[tuple[Any, ...], _Spectra] = {}
 
 
-def _spectra(space: "FeatureSpace", settings: GPSettings) -> _Spectra:
+def _spectra(space: FeatureSpace, settings: GPSettings) -> _Spectra:
     """Eigendecompositions of the grid's kernels for ``space`` (kept for the last few spaces)."""
     key = (space.numeric.tobytes(), space.numeric.shape, space.categorical.tobytes(), space.categorical.shape,
            settings)
@@ -300,7 +301,7 @@ class _Release:
         return self.y.mean(axis=1) if mass is None else np.full(self.y.shape[0], mass / self.y.shape[1])
 
 
-def _release(noisy: ArrayLike, space: "FeatureSpace", sigma: float, clients: Any, k: Any) -> _Release:
+def _release(noisy: ArrayLike, space: FeatureSpace, sigma: float, clients: Any, k: Any) -> _Release:
     from dphype.accounting import check_int, check_sigma
 
     y = _as_releases(noisy)
@@ -378,7 +379,7 @@ def _grid_chunks(centred: np.ndarray, spectra: _Spectra, sigma: float, scales: n
 
 def fit_surface(
     noisy: ArrayLike,
-    space: "FeatureSpace",
+    space: FeatureSpace,
     sigma: float,
     *,
     clients: int | None = None,
@@ -438,7 +439,7 @@ def _fit(rel: _Release, spectra: _Spectra, scales: np.ndarray) -> SurfaceFit:
 
 def posterior_samples(
     noisy_sum: ArrayLike,
-    space: "FeatureSpace",
+    space: FeatureSpace,
     sigma: float,
     *,
     clients: int | None = None,
@@ -494,7 +495,7 @@ class BatchSelection:
 
 def select_batch(
     noisy: ArrayLike,
-    space: "FeatureSpace | None",
+    space: FeatureSpace | None,
     sigma: float,
     *,
     rule: str = DEFAULT_RULE,
@@ -556,7 +557,7 @@ def select_release(
     noisy_sum: ArrayLike,
     sigma: float,
     *,
-    space: "FeatureSpace | None" = None,
+    space: FeatureSpace | None = None,
     rule: str = DEFAULT_RULE,
     clients: int | None = None,
     k: int | None = None,

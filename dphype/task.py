@@ -14,8 +14,9 @@ is cheap.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -62,7 +63,7 @@ class TorchTask:
     """
 
     data: Dataset
-    model: "ModelSpec"
+    model: ModelSpec
     epochs: int = 5
     batch_size: int = 64
     seed: int = 0

@@ -28,9 +28,10 @@ import copy
 import math
 import numbers
 import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -61,7 +62,7 @@ class Hyperparameters:
     decay: torch.Tensor
 
     @classmethod
-    def from_candidates(cls, candidates: Sequence[Mapping[str, Any]], device: torch.device) -> "Hyperparameters":
+    def from_candidates(cls, candidates: Sequence[Mapping[str, Any]], device: torch.device) -> Hyperparameters:
         """Read ``lr``, ``momentum`` (default 0) and ``decay`` (default 1) from each candidate.
 
         Any other key is refused, naming it: training would ignore it, so candidates that differ only in
@@ -90,7 +91,7 @@ class Hyperparameters:
         """StepLR(step_size=1, gamma=decay): ``lr * decay**epoch`` (``0**0 = 1``)."""
         return self.lr * self.decay**epoch
 
-    def __getitem__(self, index: slice) -> "Hyperparameters":
+    def __getitem__(self, index: slice) -> Hyperparameters:
         return Hyperparameters(self.lr[index], self.momentum[index], self.decay[index])
 
 
@@ -106,14 +107,14 @@ class StackedModels:
     buffers: dict[str, torch.Tensor]
 
     @classmethod
-    def replicate(cls, module: nn.Module, count: int) -> "StackedModels":
+    def replicate(cls, module: nn.Module, count: int) -> StackedModels:
         """``count`` copies of ``module``'s current weights (the same initialisation for all)."""
         params = {k: v.detach().expand(count, *v.shape).clone() for k, v in module.named_parameters()}
         buffers = {k: v.detach().expand(count, *v.shape).clone() for k, v in module.named_buffers()}
         return cls(module, params, buffers)
 
     @classmethod
-    def stack(cls, modules: Sequence[nn.Module]) -> "StackedModels":
+    def stack(cls, modules: Sequence[nn.Module]) -> StackedModels:
         """Stack independently trained copies of one architecture."""
         params, buffers = stack_module_state(list(modules))
         return cls(modules[0], {k: v.detach() for k, v in params.items()}, buffers)
@@ -134,13 +135,13 @@ class StackedModels:
             return stacked_forward(self.params, x)
 
         def one(
-            params: Mapping[str, torch.Tensor], buffers: Mapping[str, torch.Tensor], batch: torch.Tensor
+            params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], batch: torch.Tensor
         ) -> torch.Tensor:
             return functional_call(self.module, (params, buffers), (batch,))
 
         return vmap(one, in_dims=(0, 0, None), randomness="different")(self.params, self.buffers, x)
 
-    def clone(self) -> "StackedModels":
+    def clone(self) -> StackedModels:
         """An independent copy (the template module is shared)."""
         return StackedModels(
             self.module,

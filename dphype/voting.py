@@ -69,6 +69,3 @@ def raw_score_votes(scores: ArrayLike, *, maximize: bool = True) -> np.ndarray:
         )
     return arr.copy() if maximize else 1.0 - arr
 
-
-# The argmax rule lives in dphype.selection; re-exported for dphype.protocol until it imports it from there.
-from dphype.selection import select  # noqa: F401

@@ -125,8 +125,8 @@ def round_cost(clients: int, rounds: int) -> dict[str, Any]:
     import dphype.flower.secagg as secagg_side
     import dphype.protocol as protocol
     from dphype.flower import DPHype, register_dphype
-    from dphype.task import FixedScoresTask
     from dphype.flower.local import LocalGrid
+    from dphype.task import FixedScoresTask
 
     # the argmax rule: the server's selection time is not the guard's
     config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=5, clients=clients, dropout=0.1, noise="skellam", rule="argmax")

@@ -20,7 +20,8 @@ STUDIES: dict[str, tuple[str, str]] = {
     "ablations": ("simulations.ablations", "App. F raw scores, App. G Feathers (corrected), App. H Subsets"),
     "resources": ("simulations.resources", "Table IV: local evaluation time/memory, SecAgg+ voting bytes/time"),
     "distributions": ("simulations.distributions", "Figs. 3, 6-8: Dirichlet label plots and accuracy histograms"),
-    "secagg-profile": ("simulations.secagg_profile", "in-process SecAgg+ round: time per component, bytes, state (issue 10)"),
+    "secagg-profile": ("simulations.secagg_profile",
+                       "in-process SecAgg+ round: time per component, bytes, state (issue 10)"),
     "speed": ("simulations.speed", "batched vs sequential local evaluation, synthetic and voting timings"),
 }
 

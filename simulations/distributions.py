@@ -67,7 +67,8 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                             "median": round(float(np.median(finite)), 4), "diverged": int((~np.isfinite(acc)).sum())})
         study.write_csv("distributions_accuracy.csv", acc_rows)
         plot_histograms(accuracies, study)
-    sizes = {f"n={f.clients},{f.label}": [int(t.sum(axis=1).min()), int(t.sum(axis=1).max())] for f, t in counts.items()}
+    sizes = {f"n={f.clients},{f.label}": [int(t.sum(axis=1).min()), int(t.sum(axis=1).max())]
+             for f, t in counts.items()}
     extra: dict[str, Any] = {}
     if args.flower:  # the first setting's partition, voted on once through the real Flower path
         from dphype.task import load_cached

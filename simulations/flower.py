@@ -4,8 +4,9 @@ The replays of :mod:`simulations.harness` reproduce the release's distribution w
 runs a configuration once end to end instead: :class:`dphype.flower.DPHype` in a ServerApp and
 :func:`dphype.flower.register_dphype` in every simulated node's ClientApp (pre-flight, top-k votes, its own
 noise share, encoding, SecAgg+), all inside ``flwr.simulation.run_simulation`` (deprecated by Flower in favour
-of ``flwr run``, but the only in-process simulation entry point for a benchmark that builds its apps in code). Each client's task returns scores that were already computed by the
-real task (:class:`dphype.task.FixedScoresTask`), so the run measures and exercises the voting round itself.
+of ``flwr run``, but the only in-process simulation entry point for a benchmark that builds its apps in code).
+Each client's task returns scores that were already computed by the real task
+(:class:`dphype.task.FixedScoresTask`), so the run measures and exercises the voting round itself.
 
 With ``count_bytes=True`` a client mod adds up the serialized size of every message each node receives
 and sends (the protobuf ``RecordDict`` content, i.e. the payload on the wire, without transport framing).
@@ -20,8 +21,9 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

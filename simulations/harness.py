@@ -24,13 +24,14 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from dphype.accounting import (  # re-exported for the studies
+from dphype.accounting import (  # noqa: F401 (check_* re-exported for the studies)
     calibrate,
     check_clients,
     check_delta,
@@ -39,7 +40,7 @@ from dphype.accounting import (  # re-exported for the studies
     check_positive,
 )
 from dphype.cli import add_candidates_argument, add_noise_arguments  # noqa: F401 (re-exported for the studies)
-from dphype.plotting import pyplot, save_figure  # pyplot re-exported for the studies
+from dphype.plotting import pyplot, save_figure  # noqa: F401 (pyplot re-exported for the studies)
 from dphype.voting import primary_scores, raw_score_votes, top_k_votes
 
 #: data sets the data-driven studies accept (the names of :func:`dphype.data.load_dataset`).
@@ -375,7 +376,7 @@ class Scale:
     fedavg_epochs: int
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "Scale":
+    def from_args(cls, args: argparse.Namespace) -> Scale:
         from dphype.task import default_epochs
 
         epochs = default_epochs(args.dataset) if args.epochs is None else args.epochs

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -98,7 +99,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--measured-clients", type=int, default=1, help="clients measured per setting (default 1)")
     parser.add_argument("--vote-repetitions", type=int, default=1, help="voting rounds per n (paper: 5)")
     parser.add_argument("--secagg", choices=("secure", "paper"), default="secure",
-                        help="SecAgg+ graph: secure (default; dphype.secagg_params) or paper (shares 0.3 n, all needed)")
+                        help="SecAgg+ graph: secure (default; dphype.secagg_params) or paper (shares 0.3 n, "
+                             "all needed)")
     parser.add_argument("--dropout", type=float, default=0.0, help="tolerated dropout xi (default 0)")
     parser.add_argument("--skip-local", action="store_true", help="only the voting round")
     parser.add_argument("--skip-voting", action="store_true", help="only the local evaluation")

@@ -127,8 +127,8 @@ def profile_round(clients: int, *, variant: str, num_shares: float, threshold: f
     from flwr.server.workflow import SecAggPlusWorkflow
 
     from dphype.flower import secagg
-    from dphype.flower.secagg_fast import ScalableSecAggPlusWorkflow
     from dphype.flower.local import LocalGrid
+    from dphype.flower.secagg_fast import ScalableSecAggPlusWorkflow
 
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")

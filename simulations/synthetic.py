@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -127,11 +128,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ks", type=int, nargs="+", default=list(KS), help="votes per client (default 1 5 25 50 100)")
     parser.add_argument("--epsilons", type=float, nargs="+", default=list(EPSILONS), help="default 0.25 1")
     parser.add_argument("--delta", type=float, default=1e-5)
-    parser.add_argument("--panels", nargs="+", default=list(PANELS), choices=PANELS, help="Fig. 2 panels (default a b c)")
+    parser.add_argument("--panels", nargs="+", default=list(PANELS), choices=PANELS,
+                        help="Fig. 2 panels (default a b c)")
     parser.add_argument("--sigma-losses", type=float, nargs="+", default=list(SIGMA_LOSSES), help="panel a sweep")
     parser.add_argument("--good-exponents", type=int, nargs="+", default=list(GOOD_EXPONENTS),
                         help="panel b: |H_good| = 2^i (default i = 0..6)")
-    parser.add_argument("--num-candidates", type=int, nargs="+", default=list(NUM_CANDIDATES), help="panel c sweep of |H|")
+    parser.add_argument("--num-candidates", type=int, nargs="+", default=list(NUM_CANDIDATES),
+                        help="panel c sweep of |H|")
     harness.add_noise_arguments(parser)
     parser.add_argument("--per-client-noise", action="store_true",
                         help="add n noise shares literally instead of one draw of the same total distribution (slow)")
@@ -247,6 +250,7 @@ def plot(rows: Sequence[dict[str, Any]], settings: Settings, study: harness.Stud
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("P[selected ∈ H_good]")
     axes[0][-1].legend(fontsize=6, ncol=2, loc="lower left")
-    fig.suptitle(f"Synthetic study: n={settings.clients}, {settings.repetitions} runs, δ={settings.delta:g}", fontsize=9,
+    fig.suptitle(f"Synthetic study: n={settings.clients}, {settings.repetitions} runs, δ={settings.delta:g}",
+                 fontsize=9,
                  y=1.03)
     study.save_figure(fig, "synthetic_fig2.png")

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

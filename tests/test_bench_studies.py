@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -91,9 +92,8 @@ def test_tradeoff_then_ablations_and_distributions_reuse_the_cache(
 
 
 def test_feathers_noise_is_calibrated_for_100_releases() -> None:
-    from simulations.ablations import feathers_sigma
-
     from dphype.accounting import gaussian_rdp_epsilon
+    from simulations.ablations import feathers_sigma
 
     sigma = feathers_sigma(1.0, 1e-5)
     # 100 Gaussian releases of sensitivity 1 compose (RDP) like one of sensitivity sqrt(100) = 10

@@ -48,7 +48,9 @@ def test_cli_tiny_run_writes_csv_and_plot(tmp_path: Path, capsys: pytest.Capture
         (["--delta", "2"], "delta"),
     ],
 )
-def test_cli_rejects_bad_input(argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_rejects_bad_input(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["bench", "synthetic", "--out", str(tmp_path / "x"), *argv]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "x").exists()

@@ -19,7 +19,8 @@ def testjsonable_gives_strict_json_for_numpy_and_non_finite_values():
 
 
 def test_json_flag_prints_one_parsable_last_line(capsys):
-    assert cli.main(["calibrate", "--epsilon", "1", "--delta", "1e-5", "--k", "5", "--noise", "gaussian", "--json"]) == 0
+    argv = ["calibrate", "--epsilon", "1", "--delta", "1e-5", "--k", "5", "--noise", "gaussian", "--json"]
+    assert cli.main(argv) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert json.loads(last)["sigma"] == pytest.approx(11.80, abs=0.01)  # dp-facts.md, analytic column
 

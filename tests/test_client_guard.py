@@ -19,7 +19,6 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
-from dphype.flower.local import LocalGrid, node_id
 from test_flower import CANDS, TableTask, client_app, scores_table
 from test_flower import config as flower_config
 from test_secagg_guard_flower import TamperingGrid, _secret_replies
@@ -27,6 +26,7 @@ from test_secagg_guard_flower import TamperingGrid, _secret_replies
 from dphype.cli import main
 from dphype.flower import DPHype, PreflightError, register_dphype
 from dphype.flower.client import RECORD_KEY, node_policy
+from dphype.flower.local import LocalGrid, node_id
 from dphype.flower.secagg import run_secure_sum, secagg_graph
 from dphype.flower.server import PREFLIGHT_MESSAGE_TYPE
 from dphype.ledger import Ledger

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 from guard_helpers import PERMISSIVE
-from dphype.flower.local import LocalGrid
 
 from dphype.candidates import load_candidates
 from dphype.config import DPHypeConfig
+from dphype.flower.local import LocalGrid
 from server.config import AppConfig
 
 SUBSET = "table3:random:10:0"

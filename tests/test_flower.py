@@ -9,13 +9,13 @@ import pytest
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from guard_helpers import PERMISSIVE
-from dphype.flower.local import LocalGrid
 
 import dphype.flower.client as flower_client
 from dphype import secure_sum as ss
 from dphype.candidates import grid as candidate_grid
 from dphype.config import DPHypeConfig
 from dphype.flower import DPHype, PreflightError, register_dphype, train_config
+from dphype.flower.local import LocalGrid
 from dphype.flower.secagg import VOTE_MESSAGE_TYPE
 from dphype.flower.server import PREFLIGHT_MESSAGE_TYPE
 from dphype.policy import NodePolicy

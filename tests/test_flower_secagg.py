@@ -9,9 +9,9 @@ import pytest
 from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
-from dphype.flower.local import LocalGrid
 
 from dphype import secure_sum as ss
+from dphype.flower.local import LocalGrid
 from dphype.flower.secagg import VOTE_MESSAGE_TYPE, run_secure_sum, secure_vote_reply
 
 C = ss.CLIPPING_RANGE

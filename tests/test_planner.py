@@ -8,13 +8,22 @@ import json
 import numpy as np
 import pytest
 
+from dphype.candidates import grid, table_iii_grid
+from dphype.cli import main
 from dphype.planner import (
     LossModel,
     _distinct_uniform,
+    plan,
+    preflight,
     ranking_from_losses,
     ranking_prefix,
+    scenario,
+    simulate_votes,
+    theorem_iv1_success,
+    unanimous_success,
     vote_counts,
 )
+from dphype.selection import good_selection_probability_bound, selection_gap
 from dphype.voting import top_k_votes
 
 
@@ -73,17 +82,6 @@ def test_distinct_uniform_tuples() -> None:
 
 
 # ------------------------------------------------------------------------------------------- the planner
-from dphype.candidates import grid, table_iii_grid
-from dphype.cli import main
-from dphype.planner import (
-    plan,
-    preflight,
-    scenario,
-    simulate_votes,
-    theorem_iv1_success,
-    unanimous_success,
-)
-from dphype.selection import good_selection_probability_bound, selection_gap
 
 
 @pytest.mark.parametrize(

@@ -8,11 +8,11 @@ import pytest
 from flwr.serverapp.strategy import DifferentialPrivacyClientSideFixedClipping, FedAvg
 from flwr.supercore.privacy_accounting import GaussianPrivacyEvent
 from guard_helpers import PERMISSIVE
-from dphype.flower.local import LocalGrid
 
-from dphype.accounting import VoteRelease, calibrate, fedavg_epsilon, privacy_report
+from dphype.accounting import calibrate, fedavg_epsilon, privacy_report
 from dphype.config import DPHypeConfig
 from dphype.flower import TrainingBudget, private_training
+from dphype.flower.local import LocalGrid
 from dphype.flower.training import RunAccountant
 
 
@@ -56,6 +56,21 @@ def test_skellam_selection_starts_the_curve():
     accountant = RunAccountant(selection("skellam", epsilon=0.5), neighbouring="replace-one", population=20,
                                max_epsilon=None)
     assert accountant.get_epsilon(1e-5) == pytest.approx(0.5, rel=1e-2)  # integer-order Skellam bound on the grid
+
+
+def test_accountant_state_round_trips_and_refuses_forgetting():
+    """Flower's PrivacyAccountant protocol: state_dict/load_state_dict restore the composed curve."""
+    report = selection("gaussian")
+    make = lambda: RunAccountant(report, neighbouring="replace-one", population=20, max_epsilon=None)  # noqa: E731
+    spent, fresh = make(), make()
+    spent.compose(GaussianPrivacyEvent(noise_multiplier=1.5, sample_size=20, population_size=20), count=4)
+    fresh.load_state_dict(spent.state_dict())
+    assert fresh.get_epsilon(1e-5) == spent.get_epsilon(1e-5) > make().get_epsilon(1e-5)
+    assert fresh.num_releases == 5
+    with pytest.raises(ValueError, match="must not be below"):
+        spent.load_state_dict(make().state_dict())  # restoring an earlier state would forget 4 rounds
+    with pytest.raises(ValueError, match="neighbouring"):
+        fresh.load_state_dict({**spent.state_dict(), "neighbouring": "add-remove"})
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from flwr.app import Context, RecordDict
+
 from dphype.flower.local import LocalGrid
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,7 +21,8 @@ from dphype.secure_sum import MAX_CLIENTS
 
 
 def setup(sample_num=50, share_num=11, threshold=7, **encoding):
-    return SecAggSetup(sample_num, share_num, threshold, **{**dphype_encoding(min(sample_num, MAX_CLIENTS)), **encoding})
+    encoding = {**dphype_encoding(min(sample_num, MAX_CLIENTS)), **encoding}
+    return SecAggSetup(sample_num, share_num, threshold, **encoding)
 
 
 def keys(ids):

@@ -14,9 +14,9 @@ import pytest
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
-from dphype.flower.local import LocalGrid
 
 from dphype import secure_sum as ss
+from dphype.flower.local import LocalGrid
 from dphype.flower.secagg import run_secure_sum, secure_vote_reply
 from dphype.protocol import Refusal
 

@@ -3,7 +3,7 @@ divergence handling, FedAvg weighting. Tiny data and few epochs; no timings here
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pytest

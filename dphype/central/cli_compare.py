@@ -57,9 +57,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for r in rows:
             eps = "inf" if r["epsilon"] is None else f"{r['epsilon']:.4g}"
             delta = "-" if r["delta"] is None else f"{r['delta']:.2g}"
+            spread = f"+-{r['test_accuracy_std']:.4f}" if "test_accuracy_std" in r else ""
             print(f"{r['method']:>12}  eps={eps:<8} delta={delta:<8} "
-                  f"curator={'yes' if r['trusted_curator'] else 'no ':3}  acc={r['test_accuracy']:.4f}"
-                  f"{'' if 'test_accuracy_std' not in r else '+-%.4f' % r['test_accuracy_std']}  "
+                  f"curator={'yes' if r['trusted_curator'] else 'no ':3}  acc={r['test_accuracy']:.4f}{spread}  "
                   f"{r['wall_seconds']:7.1f}s  {r['selected']}  [{r['accountant']}]")
     return {
         "rows": rows,

@@ -56,7 +56,7 @@ def _write_csv(path: str, result: Any, on_front: list[bool], seeds: int) -> None
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from dphype.central.dpareto import run_search, single_thread
     from dphype.oracles import make_problem
-    from dphype.pareto import non_dominated, hypervolume, hypervolume_trace, plot_front, plot_hypervolume_curves
+    from dphype.pareto import hypervolume, hypervolume_trace, non_dominated, plot_front, plot_hypervolume_curves
 
     started = time.perf_counter()
     problem = make_problem(args.oracle, runs=args.runs, seed=args.seed, accountant=args.accountant,
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         hv_png = plot_hypervolume_curves(os.path.join(out, "hypervolume.png"), curves,
                                          title=f"{args.oracle}: hypervolume vs evaluations")
     wall = time.perf_counter() - started
-    front = [
+    front: list[dict[str, Any]] = [
         {"epsilon": ev.epsilon, "error": ev.error, "config": ev.config}
         for ev, keep in zip(result.evaluations, on_front) if keep
     ]

@@ -29,11 +29,11 @@ Methods:
 
 from __future__ import annotations
 
-import logging
 import os
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -203,7 +203,7 @@ def compare(
         chosen = int(order[pt.index]) if pt.index is not None else int(r.integers(len(candidates)))
         return chosen, {**pt.to_dict(), "fallback_uniform": pt.index is None}
 
-    runs = {}
+    runs: dict[str, Any] = {}
     for name, method in (("DP-Hype", run_dphype), ("DP-BO", run_dpbo), ("propose-test", run_propose_test)):
         t0 = time.perf_counter()
         runs[name] = [method(r) for r in rng.spawn(repetitions)]

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 from scipy.special import ndtr
@@ -69,7 +70,7 @@ def probability_of_improvement(
     front: np.ndarray,
     mean: np.ndarray,
     std: np.ndarray,
-    reference: Sequence[float] = (np.inf, np.inf),
+    reference: Sequence[float] | np.ndarray = (np.inf, np.inf),
 ) -> np.ndarray:
     """DPareto Eq. (1)-(2): ``P[f(lambda) in Gamma~]`` under independent Gaussian predictions.
 

@@ -26,8 +26,9 @@ Assumptions (also returned in every result's ``assumptions``):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -62,7 +63,7 @@ def matern52(a: np.ndarray, b: np.ndarray, lengthscale: float) -> np.ndarray:
 
 
 def gp_posterior(
-    kernel: np.ndarray, observed: Sequence[int], values: Sequence[float], noise_var: float
+    kernel: np.ndarray, observed: Sequence[int], values: Sequence[float] | np.ndarray, noise_var: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """Kusner et al. Eq. (2) on a finite set: posterior mean and std of every candidate.
 

@@ -33,6 +33,7 @@ from typing import cast
 import numpy as np
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.app.message_type import MessageType
+from flwr.client.mod.secure_aggregation.secaggplus_mod import SecAggPlusState
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.common import (
     NDArrays,
@@ -84,14 +85,16 @@ from flwr.supercore.primitives.asymmetric import (
 
 from dphype.shamir import combine_shares, create_shares_of
 
-# ``flwr.client.mod.secure_aggregation`` re-exports a function under the module's own name.
+# ``flwr.client.mod.secure_aggregation`` re-exports a function under the module's own name, so the
+# module's other helpers are reached through ``sys.modules``.
 _flower_mod = importlib.import_module("flwr.client.mod.secure_aggregation.secaggplus_mod")
-SecAggPlusState = _flower_mod.SecAggPlusState
 
 
 def _share_keys(state: SecAggPlusState, configs: ConfigRecord) -> dict:
     """Stage 1: Flower's checks, then both secrets shared in one pass and one parse of ``sk2``."""
-    state.public_keys_dict = {int(nid): (keys[0], keys[1]) for nid, keys in configs.items()}
+    state.public_keys_dict = {
+        int(nid): (cast(list[bytes], keys)[0], cast(list[bytes], keys)[1]) for nid, keys in configs.items()
+    }
     if len(state.public_keys_dict) < state.threshold:
         raise ValueError("Available neighbours number smaller than threshold")
     public_keys = [key for pair in state.public_keys_dict.values() for key in pair]

@@ -37,8 +37,8 @@ from dphype.flower.secagg import check_timeout, run_secure_sum
 from dphype.noise import client_noise_std
 from dphype.planner import preflight
 from dphype.protocol import REFUSAL_CODES, DPHypeResult, make_vote_request, release
-from dphype.secure_sum import clip_probability
 from dphype.secagg_params import CORRUPT_FRACTION, check_corrupt_fraction
+from dphype.secure_sum import clip_probability
 
 #: Message type of the pre-flight round.
 PREFLIGHT_MESSAGE_TYPE = f"query.{ACTION}"

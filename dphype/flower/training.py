@@ -131,6 +131,24 @@ class RunAccountant:
     def to_dict(self) -> dict[str, Any]:
         return {"releases": self._releases, "neighbouring": self.neighbouring}
 
+    def state_dict(self) -> dict[str, object]:
+        """The composed RDP curve (on :data:`RDP_ORDERS`), the release count and the relation."""
+        return {"rdp": [float(v) for v in self._rdp], "releases": self._releases, "neighbouring": self.neighbouring}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore :meth:`state_dict`; the relation must match and the curve may only have grown."""
+        if state.get("neighbouring") != self.neighbouring:
+            raise ValueError(f"state neighbouring must be {self.neighbouring!r}, got {state.get('neighbouring')!r}")
+        rdp = np.asarray(state.get("rdp"), dtype=np.float64)
+        if rdp.shape != self._rdp.shape or not np.all(np.isfinite(rdp) | np.isposinf(rdp)):
+            raise ValueError(f"state rdp must be {len(self._rdp)} finite or +inf values, one per RDP order")
+        if np.any(rdp < self._rdp):
+            raise ValueError("state rdp must not be below this run's selection cost (it would forget spending)")
+        releases = state.get("releases")
+        if isinstance(releases, bool) or not isinstance(releases, int) or releases < 1:
+            raise ValueError(f"state releases must be an integer >= 1, got {releases!r}")
+        self._rdp, self._releases = rdp, releases
+
 
 def _rdp_delta(rdp: np.ndarray, epsilon: float) -> float:
     """Smallest delta over the orders for which the RDP curve gives ``epsilon`` (DP-Hype Thm I.1 solved for
