@@ -39,9 +39,13 @@ def log_tails(logs: Path, chars: int = 1500) -> str:
     return "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-chars:]}" for f in files)
 
 
-@pytest.fixture
-def federation(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str], list[subprocess.Popen]]]:
-    """A SuperLink and NUM_NODES SuperNodes on 127.0.0.1, each started and stopped by PID."""
+@pytest.fixture(scope="module")
+def federation(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Path, dict[str, str], list[subprocess.Popen]]]:
+    """A SuperLink and NUM_NODES SuperNodes on 127.0.0.1, each started and stopped by PID; shared by the
+    module's runs (the last one kills a SuperNode)."""
+    tmp_path = tmp_path_factory.mktemp("deployment")
     flwr_home = tmp_path / "flwr-home"
     flwr_home.mkdir()
     # Five ClientApp processes share this machine's cores: one torch thread each.
@@ -72,10 +76,11 @@ def federation(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str], list[subp
             "--port",
             str(free_port()),  # may be taken again before the node binds it: then retried
             "--node-config",
-            # each operator's own limits: one vote at epsilon 20 among 5 clients (4 if one vanishes), in a
-            # SecAgg+ graph of 2 neighbours (the secure one for 4 or 5 clients)
+            # each operator's own limits: votes at epsilon 20 among 5 clients (4 if one vanishes), two of them
+            # in its lifetime (RDP composes them to less than 40), in a SecAgg+ graph of 2 neighbours (the
+            # secure one for 4 or 5 clients)
             f"partition-id={i} num-partitions={NUM_NODES} dphype-max-epsilon=20 dphype-min-clients=4 "
-            "dphype-min-neighbours=2 dphype-lifetime-epsilon=20",
+            "dphype-min-neighbours=2 dphype-lifetime-epsilon=40",
         ]
         return start(name, args), logs / f"{name}.log"
 

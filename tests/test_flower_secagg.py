@@ -272,11 +272,13 @@ def test_exact_sum_of_1000_clients_in_process():
 
 
 @pytest.mark.slow
-def test_exact_sum_of_1000_clients_with_secure_parameters_and_dropouts():
-    n, xi = 1000, 0.01
+def test_exact_sum_of_500_clients_with_secure_parameters_and_dropouts():
+    """The secure graph for n = 500 and xi = 0.02 (Bell et al.'s bounds), 10 = xi n clients lost, spread over
+    all four stages: the sum of exactly the vectors that were masked in is released."""
+    n, xi = 500, 0.02
     vectors = np.random.default_rng(7).integers(-50, 51, size=(n, 100))
     stages = [Stage.SETUP, Stage.SHARE_KEYS, Stage.COLLECT_MASKED_VECTORS, Stage.UNMASK]
-    drop = {client: stages[i % 4] for i, client in enumerate(range(0, 1000, 100))}  # 10 = xi n clients
+    drop = {client: stages[i % 4] for i, client in enumerate(range(0, n, n // 10))}
     out, _ = run(vectors, drop=drop, min_survivors=math.ceil((1 - xi) * n))
     lost = [i for i, stage in drop.items() if stage != Stage.UNMASK]
     np.testing.assert_array_equal(out.total, np.delete(vectors, lost, axis=0).sum(axis=0))
