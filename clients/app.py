@@ -16,7 +16,6 @@ the node config is not the operator's to set (simulation); unset keys keep the s
 
 from __future__ import annotations
 
-import numpy as np
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.mod import fixedclipping_mod
@@ -25,7 +24,7 @@ from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 
 from dphype.flower import register_dphype
 from dphype.task import TorchTask, make_task
-from dphype.training import HYPERPARAMETERS
+from dphype.training import HYPERPARAMETERS, client_round_seed
 
 
 def local_task(context: Context) -> TorchTask:
@@ -56,9 +55,9 @@ def train(msg: Message, context: Context) -> Message:
     config = msg.content["config"]
     private = KEY_CLIPPING_NORM in config
     candidate = {key: config[key] for key in HYPERPARAMETERS if key in config}
-    # The same mini-batch order as dphype.training.fedavg: seeded by (run seed, round, client).
-    seed = int(np.random.SeedSequence([int(context.run_config.get("seed", 0)), int(config["server-round"]) - 1,
-                                       int(context.node_config["partition-id"])]).generate_state(1)[0])
+    # the same mini-batch order as dphype.training.fedavg
+    seed = client_round_seed(int(context.run_config.get("seed", 0)), int(config["server-round"]) - 1,
+                             int(context.node_config["partition-id"]))
     task = local_task(context)
     state, metrics = task.fit(candidate, msg.content["arrays"].to_torch_state_dict(),
                               epochs=int(config["local-epochs"]), seed=seed)

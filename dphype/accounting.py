@@ -556,6 +556,18 @@ def rdp_epsilon(rdp: Any, delta: float, orders: Any = RDP_ORDERS) -> tuple[float
     return max(0.0, float(eps[best])), float(orders[best])
 
 
+def rdp_delta(rdp: Any, epsilon: float, orders: Any = RDP_ORDERS) -> float:
+    """Smallest delta over ``orders`` at which an RDP curve gives ``epsilon``: :func:`rdp_to_dp` (Thm I.1)
+    solved for delta, ``log delta = (alpha - 1)(eps_alpha + log(1 - 1/alpha) - epsilon) - log alpha``."""
+    epsilon = check_epsilon(epsilon)
+    orders = _check_orders(orders)
+    curve = np.asarray(rdp, dtype=np.float64)
+    if curve.shape != orders.shape or np.any(np.isnan(curve)) or np.any(curve < 0):
+        raise ValueError(f"rdp must be {orders.size} non-negative values, one per order")
+    log_delta = (orders - 1.0) * (curve + np.log1p(-1.0 / orders) - epsilon) - np.log(orders)
+    return float(math.exp(min(0.0, float(np.min(log_delta)))))
+
+
 def _fedavg_event(noise_multiplier: float, rounds: int, neighbouring: str) -> Any:
     """dp_accounting event of ``rounds`` DP-FedAvg rounds (effective multiplier, see :func:`fedavg_rdp`)."""
     import dp_accounting
@@ -658,6 +670,7 @@ __all__ = [
     "vote_rdp",
     "fedavg_rdp",
     "rdp_epsilon",
+    "rdp_delta",
     "fedavg_epsilon",
     "calibrate_fedavg",
 ]

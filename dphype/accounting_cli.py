@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``calibrate`` options (the privacy options shared by every command)."""
     from dphype.cli import add_candidates_argument, add_privacy_arguments
 
-    add_privacy_arguments(parser, clients=50)
+    add_privacy_arguments(parser)
     add_candidates_argument(parser, default=None)
     parser.add_argument(
         "--raw-scores",

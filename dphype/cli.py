@@ -39,13 +39,13 @@ class UsageError(ValueError):
 
 
 # ------------------------------------------------------------------ options shared by every command
-def add_privacy_arguments(parser: argparse.ArgumentParser, *, clients: int = 50) -> None:
+def add_privacy_arguments(parser: argparse.ArgumentParser) -> None:
     """DP-Hype's privacy options, with the same meaning and defaults in every command
     (the fields of :class:`dphype.config.DPHypeConfig`)."""
     parser.add_argument("--epsilon", type=float, default=1.0, help="privacy budget epsilon > 0 (default 1)")
     parser.add_argument("--delta", type=float, default=1e-5, help="privacy parameter delta in (0, 1) (default 1e-5)")
     parser.add_argument("--k", type=int, default=5, help="votes per client, in [1, candidates] (default 5)")
-    parser.add_argument("--clients", type=int, default=clients, help=f"number of clients n >= 2 (default {clients})")
+    parser.add_argument("--clients", type=int, default=50, help="number of clients n >= 2 (default 50)")
     parser.add_argument("--dropout", type=float, default=0.0,
                         help="tolerated dropout fraction xi in [0, 1) (default 0)")
     add_noise_arguments(parser)

@@ -89,16 +89,24 @@ class DPHypeConfig:
         """Read the fields from a Flower run config (keys of :data:`RUN_CONFIG_KEYS`; others are ignored,
         so an app can keep its own keys beside them). Integers given for float fields are accepted
         (``--run-config "epsilon=1"`` arrives as an int)."""
-        values: dict[str, Any] = {}
-        for name, key in RUN_CONFIG_KEYS.items():
-            if key in run_config:
-                value = run_config[key]
-                if name in ("epsilon", "delta", "dropout", "min_success") and isinstance(value, int) \
-                        and not isinstance(value, bool):
-                    value = float(value)
-                values[name] = value
+        values = read_run_config(cls, run_config, RUN_CONFIG_KEYS)
         missing = [RUN_CONFIG_KEYS[f.name] for f in dataclasses.fields(cls)
                    if f.default is dataclasses.MISSING and f.name not in values]
         if missing:
             raise ValueError(f"run config is missing: {', '.join(missing)}")
         return cls(**values)
+
+
+def read_run_config(cls: type, run_config: Mapping[str, Any], keys: Mapping[str, str]) -> dict[str, Any]:
+    """The values of dataclass ``cls``'s fields that ``run_config`` holds under ``keys`` (field name -> run-config
+    key), for ``cls(**values)`` to validate. Flower parses ``--run-config "epsilon=1"`` as an int: an int given
+    for a ``float`` field becomes a float."""
+    types = {f.name: f.type for f in dataclasses.fields(cls)}
+    values: dict[str, Any] = {}
+    for name, key in keys.items():
+        if key in run_config:
+            value = run_config[key]
+            if types[name] in ("float", float) and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            values[name] = value
+    return values

@@ -29,7 +29,7 @@ from dphype.cli import add_candidates_argument, add_privacy_arguments, add_selec
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``dphype demo``."""
-    add_privacy_arguments(parser, clients=50)
+    add_privacy_arguments(parser)
     add_selection_arguments(parser)
     add_candidates_argument(parser)
     parser.add_argument("--seed", type=int, default=0, help="data partition / model seed (default 0)")
@@ -44,19 +44,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Check the settings, run the app, return its summary (selection, privacy report, test accuracy)."""
     from dphype.accounting import check_int, check_positive
     from dphype.candidates import load_candidates
+    from dphype.config import RUN_CONFIG_KEYS
+    from dphype.flower import DPHype
     from dphype.flower.local import LocalSuperLink, is_flower_app, node_config_string
     from dphype.ledger import admitting_policy
-    from dphype.planner import preflight
     from dphype.policy import POLICY_ENV
-    from dphype.protocol import make_vote_request
 
     candidates = load_candidates(args.candidates)
     config = privacy_config(args, len(candidates))
-    request = make_vote_request(config, candidates)  # calibration and the secure-sum range, before Flower starts
-    node_policy = {POLICY_ENV: node_config_string(admitting_policy(request))}
-    plan = preflight(config.clients, config.epsilon, config.delta, candidates.feature_space(), len(candidates),
-                     config.k, dropout=config.dropout, min_success=config.min_success, rule=config.rule,
-                     noise=config.noise, accountant=config.accountant, neighbouring=config.neighbouring)
+    # the server's own checks (calibration, secure-sum range, the planner), before Flower starts
+    selection = DPHype(candidates, config)
+    node_policy = {POLICY_ENV: node_config_string(admitting_policy(selection.request))}
+    plan = selection.plan
     for warning in plan.warnings:
         print(f"dphype demo: warning: {warning}", file=sys.stderr)
     for name in ("fedavg_rounds", "local_epochs"):
@@ -70,11 +69,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="dphype-demo-") as folder:
         result_file = Path(folder) / "result.json"
         run_config = {
-            "dataset": "adult", "clients": config.clients, "epsilon": config.epsilon, "delta": config.delta,
-            "k": config.k, "dropout": config.dropout, "noise": config.noise, "accountant": args.accountant,
-            "neighbouring": config.neighbouring, "rule": config.rule, "min-success": config.min_success,
-            "candidates": args.candidates, "seed": args.seed, "fedavg-rounds": args.fedavg_rounds,
-            "local-epochs": args.local_epochs, "result-file": str(result_file),
+            **{key: getattr(config, name) for name, key in RUN_CONFIG_KEYS.items()},
+            "dataset": "adult", "candidates": args.candidates, "seed": args.seed,
+            "fedavg-rounds": args.fedavg_rounds, "local-epochs": args.local_epochs, "result-file": str(result_file),
         }
         start = time.perf_counter()
         with LocalSuperLink(env=node_policy) as superlink:
@@ -86,6 +83,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                "log above")
         summary = json.loads(result_file.read_text())
     privacy = summary.pop("privacy")
-    return {**summary, "seconds": time.perf_counter() - start, "predicted_success": plan.success,
+    return {**summary, "seconds": time.perf_counter() - start,
             "warnings": plan.warnings + [w for w in [summary["confidence"]["warning"]] if w],
             "privacy": privacy}

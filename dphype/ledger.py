@@ -216,10 +216,8 @@ class Ledger:
 
 
 def _entry(guarantee: VoteGuarantee, request: str) -> LedgerEntry:
-    return LedgerEntry(time=datetime.now(timezone.utc).isoformat(timespec="seconds"), request=request,
-                       noise=guarantee.noise, k=guarantee.k, total_std=guarantee.total_std,
-                       survivors=guarantee.survivors, epsilon=guarantee.epsilon, delta=guarantee.delta,
-                       neighbouring=guarantee.neighbouring)
+    return LedgerEntry(**asdict(guarantee), time=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                       request=request)
 
 
 def admitting_policy(request: VoteRequest, *, votes: int = 1) -> dict[str, Any]:

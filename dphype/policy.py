@@ -138,16 +138,14 @@ def default_ledger_path(partition_id: int | None = None) -> Path:
     return Path(os.environ.get("FLWR_HOME") or Path.home() / ".flwr").expanduser() / "dphype" / name
 
 
-def _number(key: str, value: Any, low: float, high: float, *, low_open: bool, high_open: bool) -> float:
+def _number(key: str, value: Any, low: float, high: float) -> float:
+    """A finite number in the open interval ``(low, high)`` (a string from the node config is parsed)."""
     try:
         x = float(value) if isinstance(value, (Real, str)) and not isinstance(value, bool) else math.nan
     except ValueError:
         x = math.nan
-    above = x > low if low_open else x >= low
-    below = x < high if high_open else x <= high
-    if not (math.isfinite(x) and above and below):
-        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-        raise PolicyError(f"node config {key} must be a number in {interval}, got {value!r}")
+    if not (math.isfinite(x) and low < x < high):
+        raise PolicyError(f"node config {key} must be a number in ({low:g}, {high:g}), got {value!r}")
     return x
 
 
@@ -192,13 +190,11 @@ class NodePolicy:
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: store the validated values
         inf = math.inf
-        set_(self, "max_epsilon", _number("dphype-max-epsilon", self.max_epsilon, 0, inf, low_open=True,
-                                          high_open=True))
-        set_(self, "max_delta", _number("dphype-max-delta", self.max_delta, 0, 1, low_open=True, high_open=True))
+        set_(self, "max_epsilon", _number("dphype-max-epsilon", self.max_epsilon, 0, inf))
+        set_(self, "max_delta", _number("dphype-max-delta", self.max_delta, 0, 1))
         set_(self, "min_clients", _integer("dphype-min-clients", self.min_clients, 2))
         set_(self, "min_neighbours", _integer("dphype-min-neighbours", self.min_neighbours, 1))
-        set_(self, "lifetime_epsilon", _number("dphype-lifetime-epsilon", self.lifetime_epsilon, 0, inf,
-                                               low_open=True, high_open=True))
+        set_(self, "lifetime_epsilon", _number("dphype-lifetime-epsilon", self.lifetime_epsilon, 0, inf))
         ledger = default_ledger_path() if self.ledger is None else Path(self.ledger)
         set_(self, "ledger", ledger.expanduser().absolute())
         if self.candidates is not None:

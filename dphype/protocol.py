@@ -33,12 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from dphype.accounting import PrivacyReport, VoteRelease, calibrate, check_k, privacy_report
+from dphype.accounting import PrivacyReport, VoteRelease, calibrate, privacy_report
 from dphype.accounting import epsilon as release_epsilon
 from dphype.candidates import Candidate, CandidateList
 from dphype.config import DPHypeConfig
 from dphype.noise import client_noise_share, min_survivors, noise_share, summed_noise
-from dphype.secure_sum import GAUSSIAN_SCALE, check_clients, check_range, encode
+from dphype.secure_sum import GAUSSIAN_SCALE, check_range, encode
 from dphype.selection import Selection, select_release
 from dphype.task import Task
 from dphype.voting import top_k_votes
@@ -122,9 +122,7 @@ class VoteRequest:
             raise ValueError(f"candidates must be a CandidateList, got {type(self.candidates).__name__}")
         if not isinstance(self.config, DPHypeConfig):
             raise ValueError(f"config must be a DPHypeConfig, got {type(self.config).__name__}")
-        check_k(self.config.k, len(self.candidates))
-        check_clients(self.config.clients)
-        _ = self.release  # validates sigma
+        _ = self.release  # validates sigma and k against the number of candidates (the config is validated)
 
     @property
     def release(self) -> VoteRelease:
@@ -160,7 +158,7 @@ class VoteRequest:
             # Messages of these validators name parameters and ranges only; candidate values (which a
             # duplicate-entry error would echo) are not repeated.
             reason = str(err) if not str(err).startswith("duplicate candidate") else "duplicate candidates"
-            raise Refusal("malformed_request", reason[:200]) from None
+            raise Refusal("malformed_request", reason) from None
 
     def digest(self) -> str:
         """SHA-256 of the canonical record: identifies this exact request (e.g. between pre-flight and vote)."""
@@ -176,8 +174,6 @@ def make_vote_request(config: DPHypeConfig, candidates: CandidateList) -> VoteRe
         raise ValueError(f"config must be a DPHypeConfig, got {type(config).__name__}")
     if not isinstance(candidates, CandidateList):
         raise ValueError(f"candidates must be a CandidateList, got {type(candidates).__name__}")
-    check_k(config.k, len(candidates))
-    check_clients(config.clients)
     release = calibrate(config.epsilon, config.delta, config.k, num_candidates=len(candidates),
                         accountant=config.accountant, noise=config.noise, neighbouring=config.neighbouring)
     check_range(size=len(candidates), sigma=release.sigma, clients=config.clients, dropout=config.dropout,
@@ -220,7 +216,7 @@ def score_candidates(task: Task, candidates: CandidateList, *,
         try:
             check(candidates)
         except ValueError as err:
-            raise Refusal("unsupported_candidates", str(err)[:300]) from None
+            raise Refusal("unsupported_candidates", str(err)) from None
     try:
         if progress is not None and "progress" in inspect.signature(task.score).parameters:
             raw = task.score(candidates, progress=progress)

@@ -311,11 +311,6 @@ def flower_graph(clients: int, num_shares: float, reconstruction_threshold: floa
     return min(2 * (shares // 2), n - 1), threshold
 
 
-def _removed(clients: int, dropout: float, corrupt_fraction: float) -> int:
-    corrupted, survivors = _counts(clients, check_dropout(dropout), check_corrupt_fraction(corrupt_fraction))
-    return corrupted + clients - survivors
-
-
 def check_parameters(
     clients: int,
     num_shares: float,
@@ -344,13 +339,13 @@ def check_parameters(
         security_bits=security_bits, correctness_bits=correctness_bits, majority=majority,
     )
     k, t = flower_graph(n, num_shares, reconstruction_threshold)
-    if k < minimum.neighbours or log2_disconnect(n, k, _removed(n, dropout, corrupt_fraction)) > -(security_bits + 1):
+    corrupted, survivors = _counts(n, minimum.dropout, minimum.corrupt_fraction)
+    if k < minimum.neighbours or log2_disconnect(n, k, corrupted + n - survivors) > -(security_bits + 1):
         raise ValueError(
             f"num_shares must be in [{minimum.num_shares}, {n}] for clients={n}, corrupt_fraction="
             f"{minimum.corrupt_fraction:g}, dropout={minimum.dropout:g} (P[unmasked] <= 2**-{security_bits:g}, "
             f"P[failure] <= 2**-{correctness_bits:g}), got {num_shares!r} ({k} neighbours)"
         )
-    corrupted, survivors = _counts(n, minimum.dropout, minimum.corrupt_fraction)
     low, high = _threshold_range(n, k, corrupted, survivors, minimum.adversary, security_bits, correctness_bits,
                                  majority)
     if not low <= t <= high:

@@ -463,6 +463,12 @@ def evaluate_candidates(
     return np.stack([acc, -loss], axis=1) if with_loss else acc
 
 
+def client_round_seed(seed: int, round_index: int, client: int) -> int:
+    """The mini-batch seed of ``client`` in FedAvg round ``round_index`` (0-based) of a run seeded ``seed``:
+    :func:`fedavg` and a Flower ClientApp that trains the same way draw the same batches."""
+    return int(np.random.SeedSequence([seed, round_index, client]).generate_state(1)[0])
+
+
 def fedavg(
     model: ModelSpec,
     clients: Sequence[Dataset],
@@ -508,8 +514,7 @@ def fedavg(
                 totals: dict[str, torch.Tensor] = {}
                 for i, (x, y) in enumerate(data):
                     local = global_models.clone()
-                    client_seed = int(np.random.SeedSequence([seed, r, i]).generate_state(1)[0])
-                    generator = torch.Generator().manual_seed(client_seed)
+                    generator = torch.Generator().manual_seed(client_round_seed(seed, r, i))
                     _sgd_epochs(local, hp[chunk], x, y, epochs=local_epochs, batch_size=batch_size, generator=generator)
                     for k, v in {**local.params, **local.buffers}.items():
                         totals[k] = totals.get(k, 0) + weights[i] * v.double()

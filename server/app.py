@@ -54,16 +54,10 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
     fedavg = FedAvg(fraction_evaluate=cfg.fraction_evaluate, min_train_nodes=survivors,
                     min_evaluate_nodes=round(cfg.fraction_evaluate * survivors), min_available_nodes=survivors)
     budget = cfg.training_budget()
-    strategy: Strategy = fedavg
-    if budget is not None:  # DP-FedAvg, accounted together with the selection
-        private = private_training(fedavg, result.report, budget, sampled_clients=len(list(grid.get_node_ids())),
-                                   neighbouring=cfg.dphype.neighbouring)
-        strategy = private.strategy
-        phases = private.report()
-    else:
-        phases = {"training": {"private": False, "released": PLAINTEXT_TRAINING},
-                  "run": {"epsilon": None, "delta": cfg.dphype.delta, "accountant": "none: the training is not private",
-                          "releases": 1 + cfg.fedavg_rounds}}
+    # DP-FedAvg, accounted together with the selection, when the run has a training budget
+    private = None if budget is None else private_training(fedavg, result.report, budget,
+                                                           sampled_clients=len(list(grid.get_node_ids())))
+    strategy: Strategy = fedavg if private is None else private.strategy
     trained = strategy.start(
         grid,
         initial_arrays=ArrayRecord(test.initial_state(cfg.seed)),
@@ -72,8 +66,10 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
         train_config=train_config(result.selected, **{"local-epochs": cfg.local_epochs}),
         evaluate_fn=evaluate,
     )
-    if budget is not None:
-        phases = private.report()  # after training: the rounds actually released
+    phases = private.report() if private is not None else {  # after training: the rounds actually released
+        "training": {"private": False, "released": PLAINTEXT_TRAINING},
+        "run": {"epsilon": None, "delta": cfg.dphype.delta, "accountant": "none: the training is not private",
+                "releases": 1 + cfg.fedavg_rounds}}
     final = trained.evaluate_metrics_serverapp[cfg.fedavg_rounds]
     return {
         **result.to_dict(),

@@ -15,7 +15,7 @@ from typing import Any
 
 from dphype.accounting import check_int, check_positive
 from dphype.candidates import CandidateList, load_candidates
-from dphype.config import RUN_CONFIG_KEYS, DPHypeConfig
+from dphype.config import RUN_CONFIG_KEYS, DPHypeConfig, read_run_config
 from dphype.flower.training import TrainingBudget
 
 #: Data sets every node can load without a data directory (bundled, or Debian's Fashion-MNIST package).
@@ -75,7 +75,6 @@ class AppConfig:
             return None
         return TrainingBudget(epsilon=self.train_epsilon, rounds=self.fedavg_rounds, clipping_norm=self.clipping_norm,
                               clipping=self.clipping)
-        self.candidate_list()  # a bad spec is refused here, before any client works
 
     def candidate_list(self) -> CandidateList:
         """The public candidate list of this run."""
@@ -89,11 +88,5 @@ class AppConfig:
         if unknown:
             raise ValueError(f"unknown run-config keys: {', '.join(unknown)} (known: "
                              f"{', '.join(sorted([*own, *RUN_CONFIG_KEYS.values()]))})")
-        values: dict[str, Any] = {}
-        for key, field in own.items():
-            if key in run_config:
-                value = run_config[key]
-                if field.type == "float" and isinstance(value, int) and not isinstance(value, bool):
-                    value = float(value)  # "round-timeout=60" on the command line arrives as an int
-                values[field.name] = value
+        values = read_run_config(cls, run_config, {field.name: key for key, field in own.items()})
         return cls(dphype=DPHypeConfig.from_run_config(run_config), **values)

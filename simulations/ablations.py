@@ -134,12 +134,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
             finite_scores = np.where(np.isfinite(accuracies), accuracies, 0.0)
             common = {"dataset": fed.dataset, "clients": fed.clients, "partition": fed.label, "candidates": p, "k": k}
             opt = float(accuracy.max())
-            rows.append({**common, "method": "Opt", "rule": "", "epsilon": "", "sigma": "", "mean_accuracy": opt,
-                         "ci95": 0.0, "within_1pt": 1.0, "worst5_accuracy": opt, "runs": 1})
-            rows.append({**common, "method": "RandGuess", "rule": "", "epsilon": "", "sigma": "",
-                         "mean_accuracy": float(accuracy.mean()), "ci95": 0.0,
-                         "within_1pt": float(np.mean(opt - accuracy <= 0.01 + 1e-12)),
-                         "worst5_accuracy": float(np.quantile(accuracy, 0.05, method="inverted_cdf")), "runs": 1})
+            rows.extend(tradeoff.baseline_rows(common, accuracy))
             top_k = harness.client_votes(scores, k, maximize=True).sum(axis=0)
             raw = harness.client_raw_votes(finite_scores, maximize=True).sum(axis=0)
             for e_index, eps in enumerate(release["epsilons"]):

@@ -32,6 +32,7 @@ Run: ``.venv/bin/python -m simulations.bench_guard [--clients N] [--entries E] [
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import tempfile
@@ -58,6 +59,7 @@ from dphype.secagg_guard import (
     dphype_encoding,
 )
 from dphype.secagg_params import secure_parameters
+from simulations import harness
 
 
 def _median_us(fn: Callable[[], Any], repeats: int, after: Callable[[], Any] | None = None) -> float:
@@ -152,8 +154,9 @@ def round_cost(clients: int, rounds: int) -> dict[str, Any]:
                  (client_side, "check_vote_request", lambda request, limits: guarantee),
                  (client_side, "Ledger", NoLedger), (secagg_side, "check_stage", lambda *args, **kwargs: None),
                  (protocol, "client_noise_share", pcg64_share)]
-    inside = [(client_side, "node_policy"), (client_side, "check_vote_request"), (client_side, "Ledger"),
-              (secagg_side, "check_stage")]
+    inside = [("node_policy", client_side, "node_policy"), ("check_vote_request", client_side, "check_vote_request"),
+              ("Ledger.check", Ledger, "check"), ("Ledger.spend", Ledger, "spend"),
+              ("check_stage", secagg_side, "check_stage")]
     times: dict[str, list[tuple[float, float]]] = {"guarded": [], "unguarded": []}
     guard_seconds: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -166,20 +169,14 @@ def round_cost(clients: int, rounds: int) -> dict[str, Any]:
             for i, context in enumerate(grid.contexts.values()):
                 context.node_config["dphype-ledger"] = f"{tmp}/ledger-{index}-{i}.json"
             spent: dict[str, float] = defaultdict(float)
-            saved = [(owner, name, getattr(owner, name)) for owner, name, _ in unguarded]
-            if variant == "unguarded":
-                for owner, name, value in unguarded:
-                    setattr(owner, name, value)
-            else:
-                for owner, name in inside:
-                    setattr(owner, name, _timed(getattr(owner, name), spent, name))
-            try:
+            with contextlib.ExitStack() as stack:
+                for owner, name, value in (unguarded if variant == "unguarded" else []):
+                    stack.enter_context(harness.swapped(owner, name, value))
+                for label, owner, name in (inside if variant == "guarded" else []):
+                    stack.enter_context(harness.timed(spent, label, owner, name))
                 start, cpu = time.perf_counter(), time.process_time()
                 selection.start(grid)
                 times[variant].append((time.perf_counter() - start, time.process_time() - cpu))
-            finally:
-                for owner, name, value in saved:
-                    setattr(owner, name, value)
             if variant == "guarded":
                 guard_seconds.append(dict(spent))
     out: dict[str, Any] = {"round_clients": clients, "rounds": rounds}
@@ -191,30 +188,6 @@ def round_cost(clients: int, rounds: int) -> dict[str, Any]:
         out[f"inside_guard_seconds: {key}"] = statistics.median(row.get(key, 0.0) for row in guard_seconds)
     out["round_difference_seconds"] = out["round_guarded_seconds"] - out["round_unguarded_seconds"]
     return out
-
-
-def _timed(fn: Callable[..., Any], total: dict[str, float], key: str) -> Callable[..., Any]:
-    """``fn`` adding its wall time to ``total[key]``; a class (the ledger) gets its ``check`` and ``spend`` timed."""
-    if isinstance(fn, type):
-        cls = fn
-
-        class Timed(cls):  # type: ignore[misc, valid-type]
-            def check(self, *args: Any) -> Any:
-                return _timed(super().check, total, "Ledger.check")(*args)
-
-            def spend(self, *args: Any) -> Any:
-                return _timed(super().spend, total, "Ledger.spend")(*args)
-
-        return Timed
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            total[key] += time.perf_counter() - start
-
-    return wrapper
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -173,18 +173,22 @@ def vote_through_flower(
     return out
 
 
-def replay_picks(scores: np.ndarray, config: Any, *, maximize: bool = True, repetitions: int = 2000,
-                 seed: int = 0) -> np.ndarray:
+def replay_picks(scores: np.ndarray, candidates: Any, config: Any, *, maximize: bool = True,
+                 repetitions: int = 2000, seed: int = 0) -> np.ndarray:
     """How often the replay picks each candidate for the same clients' scores and release (``config``, a
-    :class:`dphype.config.DPHypeConfig`): the reference distribution a single Flower run is compared with."""
-    from dphype.protocol import replay_releases
+    :class:`dphype.config.DPHypeConfig`, over ``candidates``): the reference distribution a single Flower run
+    is compared with. The same request (:func:`dphype.protocol.make_vote_request`: sigma, dropout, noise) and
+    the same selection rule as the run."""
+    from dphype.protocol import make_vote_request, replay_releases
+    from dphype.selection import select_batch
 
+    request = make_vote_request(config, candidates)
     votes = harness.client_votes(scores, config.k, maximize=maximize).sum(axis=0)
-    sigma = harness.sigma_for(config.epsilon, config.delta, config.k, num_candidates=scores.shape[1],
-                              accountant=config.accountant, noise=config.noise)
-    noisy = replay_releases(votes, sigma=sigma, clients=scores.shape[0], repetitions=repetitions,
-                            rng=np.random.default_rng(seed), noise=config.noise)
-    return np.bincount(harness.select_rows(noisy), minlength=scores.shape[1]) / repetitions
+    noisy = replay_releases(votes, sigma=request.sigma, clients=config.clients, dropout=config.dropout,
+                            repetitions=repetitions, rng=np.random.default_rng(seed), noise=config.noise)
+    picks = select_batch(noisy, candidates.feature_space(), request.sigma, rule=config.rule, clients=config.clients,
+                         k=config.k).picks
+    return np.bincount(picks, minlength=len(candidates)) / repetitions
 
 
 def flower_check(fed: Any, candidates: Any, scores: np.ndarray, accuracy: np.ndarray, *, k: int, epsilon: float,
@@ -196,7 +200,7 @@ def flower_check(fed: Any, candidates: Any, scores: np.ndarray, accuracy: np.nda
     eps = epsilon if np.isfinite(epsilon) else 1e6  # Flower needs a finite budget; 1e6 ~ no noise
     config = DPHypeConfig(epsilon=eps, delta=delta, k=k, clients=scores.shape[0])
     out = vote_through_flower(scores, candidates, config, maximize=True)
-    picks = replay_picks(scores, config)
+    picks = replay_picks(scores, candidates, config)
     out.update({"dataset": fed.dataset, "clients": fed.clients, "partition": fed.label, "epsilon": eps,
                 "selected": candidates[out["selected_index"]],
                 "selected_accuracy": float(accuracy[out["selected_index"]]),

@@ -19,6 +19,7 @@ the data sets are imported only inside the functions that need them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import math
 import os
@@ -446,3 +447,32 @@ def fill_diverged(accuracy: np.ndarray, test_labels: np.ndarray) -> np.ndarray:
     """
     counts = np.bincount(np.asarray(test_labels, dtype=np.int64))
     return np.where(np.isfinite(accuracy), accuracy, counts.max() / counts.sum())
+
+
+# ------------------------------------------------------------------------------ measuring library code
+@contextlib.contextmanager
+def swapped(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """Set ``owner.name = value`` for the duration of the block (a benchmark's variant of the code path)."""
+    original = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+@contextlib.contextmanager
+def timed(totals: dict[str, float], label: str, owner: Any, name: str) -> Iterator[None]:
+    """Replace ``owner.name`` by a wrapper that adds its wall time to ``totals[label]``; restore it after. A
+    method of a class is timed for every instance (the wrapper receives ``self`` like the method)."""
+    original = getattr(owner, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            totals[label] += time.perf_counter() - start
+
+    with swapped(owner, name, wrapper):
+        yield

@@ -111,9 +111,12 @@ def secagg_arguments(clients: int, secagg: str, dropout: float) -> dict[str, Any
     (a third of the clients colluding with the server, :data:`dphype.secagg_params.CORRUPT_FRACTION`)."""
     from dphype import secagg_params as sp
 
-    if secagg == "secure":
-        chosen = sp.secure_parameters(clients, dropout=dropout)
-        passed, gamma = chosen.flower_arguments(), chosen.corrupt_fraction
+    if secagg == "secure":  # the product's default: DPHype picks the graph itself (reported here as it will)
+        from dphype.flower.secagg import secagg_graph
+        from dphype.noise import min_survivors
+
+        chosen = secagg_graph(clients, min_survivors(clients, dropout), None, None, sp.CORRUPT_FRACTION)
+        passed, gamma = {}, chosen.corrupt_fraction
     else:  # Flower's fractions; the paper's graph is secure only against no colluding client at small n
         chosen = sp.bounds(clients, *sp.flower_graph(clients, sp.PAPER_NUM_SHARES, sp.PAPER_THRESHOLD),
                            dropout=dropout, corrupt_fraction=sp.CORRUPT_FRACTION)

@@ -28,7 +28,7 @@ import contextlib
 import importlib
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -70,31 +70,15 @@ COMPONENTS: dict[str, dict[str, list[tuple[str, str]]]] = {
 STAGES = ("setup_stage", "share_keys_stage", "collect_masked_vectors_stage", "unmask_stage")
 
 
-@contextlib.contextmanager
-def _timed(totals: dict[str, float], label: str, owner: Any, name: str) -> Iterator[None]:
-    """Replace ``owner.name`` by a wrapper that adds its wall time to ``totals[label]``; restore it after."""
-    original = getattr(owner, name)
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            totals[label] += time.perf_counter() - start
-
-    setattr(owner, name, wrapper)
-    try:
-        yield
-    finally:
-        setattr(owner, name, original)
-
-
 def graph(clients: int, params: str, dropout: float, corrupt_fraction: float) -> tuple[int | float, int | float]:
-    """Flower's ``(num_shares, reconstruction_threshold)`` for ``--params``."""
+    """Flower's ``(num_shares, reconstruction_threshold)`` for ``--params``: the graph a DP-Hype round picks
+    (:func:`dphype.flower.secagg.secagg_graph`), or the paper's fractions."""
     from dphype import secagg_params
+    from dphype.flower.secagg import secagg_graph
+    from dphype.noise import min_survivors
 
     if params == "secure":
-        chosen = secagg_params.secure_parameters(clients, dropout=dropout, corrupt_fraction=corrupt_fraction)
+        chosen = secagg_graph(clients, min_survivors(clients, dropout), None, None, corrupt_fraction)
         return chosen.num_shares, chosen.threshold
     return secagg_params.PAPER_NUM_SHARES, secagg_params.PAPER_THRESHOLD
 
@@ -147,10 +131,11 @@ def profile_round(clients: int, *, variant: str, num_shares: float, threshold: f
     wraps += [("stage: unmask_stage", ScalableSecAggPlusWorkflow, "unmask_stage")]
     with contextlib.ExitStack() as stack:
         if variant == "flower":
-            stack.enter_context(_swapped(secagg, "scalable_secaggplus_mod", flower_mod.secaggplus_mod))
-            stack.enter_context(_swapped(ScalableSecAggPlusWorkflow, "unmask_stage", SecAggPlusWorkflow.unmask_stage))
+            stack.enter_context(harness.swapped(secagg, "scalable_secaggplus_mod", flower_mod.secaggplus_mod))
+            stack.enter_context(
+                harness.swapped(ScalableSecAggPlusWorkflow, "unmask_stage", SecAggPlusWorkflow.unmask_stage))
         for label, owner, name in wraps:
-            stack.enter_context(_timed(totals, label, owner, name))
+            stack.enter_context(harness.timed(totals, label, owner, name))
         start, cpu_start = time.perf_counter(), time.process_time()
         out = secagg.run_secure_sum(grid, grid.get_node_ids(), {}, size=SIZE, noise="skellam",
                                     min_survivors=clients, num_shares=num_shares, reconstruction_threshold=threshold,
@@ -170,17 +155,6 @@ def profile_round(clients: int, *, variant: str, num_shares: float, threshold: f
         "state_bytes_per_client": float(np.mean([recorddict_to_proto(c.state).ByteSize()
                                                  for c in grid.contexts.values()])),
     }
-
-
-@contextlib.contextmanager
-def _swapped(owner: Any, name: str, value: Any) -> Iterator[None]:
-    """Set ``owner.name = value`` for the duration of the block."""
-    original = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, original)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -213,8 +213,9 @@ def flower_check(settings: Settings, clients: int, seed: int) -> dict[str, Any]:
     eps = max(settings.epsilons)
     losses = model.losses(harness.check_clients(clients), np.random.default_rng(seed))
     config = DPHypeConfig(epsilon=eps, delta=settings.delta, k=5, clients=clients)
-    out = vote_through_flower(losses, table_iii_grid(), config, maximize=False)
-    picks = replay_picks(losses, config, maximize=False)
+    candidates = table_iii_grid()
+    out = vote_through_flower(losses, candidates, config, maximize=False)
+    picks = replay_picks(losses, candidates, config, maximize=False)
     return {"clients": clients, "num_good": 5, "num_candidates": 100, "sigma_loss": 0.2, "k": 5, "epsilon": eps,
             "noise": "skellam", "selected_index": out["selected_index"],
             "selected_is_good": out["selected_index"] < model.num_good,

@@ -11,7 +11,7 @@ import pytest
 from dphype import cli
 
 
-def testjsonable_gives_strict_json_for_numpy_and_non_finite_values():
+def test_jsonable_gives_strict_json_for_numpy_and_non_finite_values():
     data = {"eps": [0.5, math.inf, -math.inf], "nan": float("nan"), "arr": np.array([1, 2]), "x": np.float32(1.5)}
     out = cli.jsonable(data)
     assert out == {"eps": [0.5, "inf", "-inf"], "nan": None, "arr": [1, 2], "x": 1.5}

@@ -165,12 +165,12 @@ def test_refusals_within_the_dropout_tolerance_do_not_stop_the_vote(recorded_vot
 
 def test_a_node_that_vanishes_counts_as_a_dropout():
     grid = grid_of(client_app(scores_table(5)), 5, silent=[2])
-    result = DPHype(CANDS, config(clients=5, dropout=0.2)).start(grid, timeout=2.0)
+    result = DPHype(CANDS, config(clients=5, dropout=0.2)).start(grid, timeout=0.5)
     assert result.report.survivors == 4
-    assert set(grid.timeouts) == {2.0}  # every SecAgg+ stage is bounded (and the pre-flight waited 2 s)
+    assert set(grid.timeouts) == {0.5}  # every SecAgg+ stage is bounded (and the pre-flight waited 0.5 s)
     strict = grid_of(client_app(scores_table(5)), 5, silent=[2])
     with pytest.raises(PreflightError, match="1 x no answer within the timeout"):
-        DPHype(CANDS, config(clients=5)).start(strict, timeout=2.0)
+        DPHype(CANDS, config(clients=5)).start(strict, timeout=0.5)
 
 
 def test_a_vote_that_was_not_approved_in_the_preflight_is_refused():

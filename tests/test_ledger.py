@@ -64,7 +64,7 @@ def test_issue_8_300_repeated_requests_are_refused_once_the_lifetime_budget_is_s
         except Refusal as refusal:
             assert refusal.code == "lifetime_budget" and "budget" in refusal.detail
             refused += 1
-    assert accepted + refused == 300 and refused == 300 - accepted
+    assert refused == 300 - accepted > 0  # the budget ran out: every later repeat was refused
     entries = ledger.entries()
     assert len(entries) == accepted and all(e.request == "same-request" for e in entries)  # repeats cost again
     spent = ledger.spent(1e-5)

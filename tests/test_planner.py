@@ -81,8 +81,6 @@ def test_distinct_uniform_tuples() -> None:
     assert np.allclose(freq, 1 / 12, atol=0.012)
 
 
-# ------------------------------------------------------------------------------------------- the planner
-
 
 @pytest.mark.parametrize(
     "sigma_loss, k, measured",  # results/README.md, Fig. 2a: n = 250, epsilon = 0.25, |H_good| = 5 of 100, 5000 runs

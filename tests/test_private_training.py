@@ -53,7 +53,7 @@ def test_the_accountant_refuses_rounds_beyond_the_plan():
 
 
 def test_skellam_selection_starts_the_curve():
-    accountant = RunAccountant(selection("skellam", epsilon=0.5), neighbouring="replace-one", population=20,
+    accountant = RunAccountant(selection("skellam", epsilon=0.5), population=20,
                                max_epsilon=None)
     assert accountant.get_epsilon(1e-5) == pytest.approx(0.5, rel=1e-2)  # integer-order Skellam bound on the grid
 
@@ -61,7 +61,7 @@ def test_skellam_selection_starts_the_curve():
 def test_accountant_state_round_trips_and_refuses_forgetting():
     """Flower's PrivacyAccountant protocol: state_dict/load_state_dict restore the composed curve."""
     report = selection("gaussian")
-    make = lambda: RunAccountant(report, neighbouring="replace-one", population=20, max_epsilon=None)  # noqa: E731
+    make = lambda: RunAccountant(report, population=20, max_epsilon=None)  # noqa: E731
     spent, fresh = make(), make()
     spent.compose(GaussianPrivacyEvent(noise_multiplier=1.5, sample_size=20, population_size=20), count=4)
     fresh.load_state_dict(spent.state_dict())

@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", default="adult", help="data set (default adult, bundled)")
     parser.add_argument("--data-dir", default=None, help="folder of non-bundled data sets")
     add_candidates_argument(parser)
-    add_privacy_arguments(parser, clients=50)  # the clients are also propose-test's parts
+    add_privacy_arguments(parser)  # the clients are also propose-test's parts
     parser.add_argument("--epochs", type=int, default=None, help="training epochs (default: the paper's)")
     parser.add_argument("--partition", choices=("iid", "dirichlet"), default="iid")
     parser.add_argument("--beta", type=float, default=None, help="Dirichlet concentration (dirichlet only)")

@@ -12,7 +12,7 @@
    are ready -- nothing is sent in the vote round then;
 3. one SecAgg+ round (``train.dphype``) over the ready clients returns the exact noisy vote sum
    (:func:`dphype.flower.secagg.run_secure_sum`), unmasked only if enough clients contributed;
-4. the release (:func:`dphype.protocol.release`): the argmax and its privacy report.
+4. the release (:func:`dphype.protocol.release`): the selection rule's pick, its confidence and the privacy report.
 
 Train the final model afterwards with any Message-API strategy, passing ``result.selected`` as the train
 config (see :func:`train_config`).

@@ -20,7 +20,6 @@ covers what the global models reveal to everyone else (central DP), as in DP-Fed
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,15 +38,14 @@ from flwr.supercore.privacy_accounting import (
 )
 
 from dphype.accounting import (
-    RDP_ORDERS,
     PrivacyReport,
     calibrate_fedavg,
     check_delta,
     check_epsilon,
     check_int,
-    check_neighbouring,
     check_positive,
     fedavg_rdp,
+    rdp_delta,
     rdp_epsilon,
     vote_rdp,
 )
@@ -78,21 +76,19 @@ class RunAccountant:
     """Flower's ``PrivacyAccountant`` protocol for a DP-Hype run: the selection, then DP-FedAvg rounds.
 
     The curve starts at the selection's RDP (noise of the survivors, :func:`vote_rdp`) and adds
-    :func:`fedavg_rdp` for every composed Gaussian event; epsilon by :func:`rdp_epsilon` (Thm I.1), delta
-    by the same conversion solved for delta (:func:`_rdp_delta`), all on :data:`RDP_ORDERS`.
+    :func:`fedavg_rdp` for every composed Gaussian event, both under the selection's neighbouring relation;
+    epsilon by :func:`rdp_epsilon` (Thm I.1), delta by :func:`rdp_delta`, on :data:`RDP_ORDERS`.
     """
 
-    def __init__(self, selection: PrivacyReport, *, neighbouring: str, population: int,
-                 max_epsilon: float | None) -> None:
+    def __init__(self, selection: PrivacyReport, *, population: int, max_epsilon: float | None) -> None:
         # Flower's PrivacyConfig admits no-amplification accounting only with the add/remove label; the
         # wrapper reads only its sampling method, population and limit. This accountant composes under the
         # run's own relation (replace-one by default: twice the sensitivity, the stricter of the two).
         self._config = PrivacyConfig(target_delta=selection.delta, population_size=population,
                                      neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
                                      sampling_method=SamplingMethod.NO_AMPLIFICATION, max_epsilon=max_epsilon)
-        check_neighbouring(neighbouring)
-        self.neighbouring = neighbouring
-        self._rdp = vote_rdp(selection.k, selection.sigma, selection.noise, neighbouring=neighbouring)
+        self.neighbouring = selection.neighbouring
+        self._rdp = vote_rdp(selection.k, selection.sigma, selection.noise, neighbouring=self.neighbouring)
         self._releases = 1
 
     @property
@@ -114,7 +110,7 @@ class RunAccountant:
         return rdp_epsilon(self._rdp, delta)[0]
 
     def get_delta(self, epsilon: float) -> float:
-        return _rdp_delta(self._rdp, check_epsilon(epsilon))
+        return rdp_delta(self._rdp, epsilon)
 
     def get_privacy_spent(self, delta: float | None = None) -> PrivacySpent:
         delta = self._config.target_delta if delta is None else check_delta(delta)
@@ -150,14 +146,6 @@ class RunAccountant:
         self._rdp, self._releases = rdp, releases
 
 
-def _rdp_delta(rdp: np.ndarray, epsilon: float) -> float:
-    """Smallest delta over the orders for which the RDP curve gives ``epsilon`` (DP-Hype Thm I.1 solved for
-    delta: ``log delta = (alpha - 1)(eps_alpha + log(1 - 1/alpha) - epsilon) - log alpha``)."""
-    a = RDP_ORDERS
-    log_delta = (a - 1.0) * (np.asarray(rdp) + np.log1p(-1.0 / a) - epsilon) - np.log(a)
-    return float(min(1.0, math.exp(min(0.0, float(np.min(log_delta))))))
-
-
 @dataclass(frozen=True)
 class PrivateTraining:
     """The wrapped strategy, its accountant and what it was calibrated with."""
@@ -188,26 +176,25 @@ class PrivateTraining:
 
 
 def private_training(strategy: FedAvg, selection: PrivacyReport, budget: TrainingBudget, *,
-                     sampled_clients: int, neighbouring: str = "replace-one") -> PrivateTraining:
+                     sampled_clients: int) -> PrivateTraining:
     """Wrap ``strategy`` for DP final training within ``budget``, accounted together with ``selection``.
 
     ``sampled_clients`` is the number of nodes every round trains on (``m``; all connected nodes with
     ``fraction_train=1``). The noise multiplier ``z`` is the smallest with which ``budget.rounds`` rounds are
-    ``(budget.epsilon, delta)``-DP at the selection's delta under ``neighbouring`` (:func:`calibrate_fedavg`); the
-    accountant's
-    limit is the composition of the selection with exactly those rounds, so no run spends more.
+    ``(budget.epsilon, delta)``-DP at the selection's delta under the selection's neighbouring relation
+    (:func:`calibrate_fedavg`); the accountant's limit is the composition of the selection with exactly those
+    rounds, so no run spends more.
     """
     if not isinstance(strategy, FedAvg):
         raise ValueError(f"strategy must be a FedAvg (uniform averaging), got {type(strategy).__name__}")
     check_int("sampled_clients", sampled_clients, 1)
-    z = calibrate_fedavg(budget.epsilon, selection.delta, budget.rounds, neighbouring=neighbouring)
+    z = calibrate_fedavg(budget.epsilon, selection.delta, budget.rounds, neighbouring=selection.neighbouring)
     population = max(selection.clients, sampled_clients)
-    planned = RunAccountant(selection, neighbouring=neighbouring, population=population, max_epsilon=None)
+    planned = RunAccountant(selection, population=population, max_epsilon=None)
     planned.compose(GaussianPrivacyEvent(noise_multiplier=z, sample_size=sampled_clients, population_size=population),
                     budget.rounds)
     total = planned.get_epsilon(selection.delta)
-    accountant = RunAccountant(selection, neighbouring=neighbouring, population=population,
-                               max_epsilon=total * (1 + 1e-9))
+    accountant = RunAccountant(selection, population=population, max_epsilon=total * (1 + 1e-9))
     wrapper = (DifferentialPrivacyClientSideFixedClipping if budget.clipping == "client"
                else DifferentialPrivacyServerSideFixedClipping)
     wrapped = wrapper(strategy, noise_multiplier=z, clipping_norm=budget.clipping_norm,
