@@ -2,7 +2,7 @@
 
 A worked example of the Message API: the app is a plain ``ClientApp``; :func:`dphype.flower.register_dphype`
 adds DP-Hype's pre-flight and secure-vote handlers, which score the public candidates with this node's
-:class:`dphype.task.TorchTask` (its shard of the data set, from ``partition-id`` / ``num-partitions`` in
+:class:`dphype.ml.task.TorchTask` (its shard of the data set, from ``partition-id`` / ``num-partitions`` in
 the node config, which the simulation engine also sets). Its own ``@app.train()`` and ``@app.evaluate()``
 then serve the final FedAvg with the selected candidate, which arrives as the train config.
 
@@ -11,7 +11,7 @@ is opened as a file, and the candidate list arrives with DP-Hype's request. The 
 operator's, never the run config's: ``flower-supernode --node-config "partition-id=0 num-partitions=10
 dphype-max-epsilon=1 dphype-lifetime-epsilon=4"``, or the ``DPHYPE_NODE_POLICY`` environment variable where
 the node config is not the operator's to set (simulation); unset keys keep the safe defaults of
-:data:`dphype.policy.POLICY_KEYS` (see :func:`dphype.flower.client.node_policy`).
+:data:`dphype.node.policy.POLICY_KEYS` (see :func:`dphype.flower.client.node_policy`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from flwr.clientapp.typing import ClientAppCallable
 from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 
 from dphype.flower import register_dphype
-from dphype.task import TorchTask, make_task
-from dphype.training import HYPERPARAMETERS, client_round_seed
+from dphype.ml.task import TorchTask, make_task
+from dphype.ml.training import HYPERPARAMETERS, client_round_seed
 
 
 def local_task(context: Context) -> TorchTask:
@@ -55,7 +55,7 @@ def train(msg: Message, context: Context) -> Message:
     config = msg.content["config"]
     private = KEY_CLIPPING_NORM in config
     candidate = {key: config[key] for key in HYPERPARAMETERS if key in config}
-    # the same mini-batch order as dphype.training.fedavg
+    # the same mini-batch order as dphype.ml.training.fedavg
     seed = client_round_seed(int(context.run_config.get("seed", 0)), int(config["server-round"]) - 1,
                              int(context.node_config["partition-id"]))
     task = local_task(context)

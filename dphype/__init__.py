@@ -6,7 +6,7 @@ returns the argmax (Liebenow, Peinemann, Mohammadi: DP-Hype, Algorithm 1).
 
 The light, framework-free core is re-exported here; the protocol is :mod:`dphype.protocol`, the
 Flower adapters are :mod:`dphype.flower` (``register_dphype`` for clients, ``DPHype`` for the server),
-torch training is :mod:`dphype.training`, the central optimizers are :mod:`dphype.central`.
+torch training is :mod:`dphype.ml.training`, the central optimizers are :mod:`dphype.central`.
 """
 
 import os as _os
@@ -17,12 +17,18 @@ import os as _os
 # user's own setting wins.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from dphype.accounting import PrivacyReport, VoteRelease, calibrate, epsilon, privacy_report  # noqa: E402
-from dphype.candidates import CandidateList, grid, load_candidates, random_subset, table_iii_grid  # noqa: E402
 from dphype.config import DPHypeConfig  # noqa: E402
-from dphype.noise import client_noise_std, noise_share  # noqa: E402
-from dphype.selection import select  # noqa: E402
-from dphype.voting import raw_score_votes, top_k_votes  # noqa: E402
+from dphype.privacy.accounting import (
+    PrivacyReport,
+    VoteRelease,
+    calibrate,
+    epsilon,
+    privacy_report,  # noqa: E402,
+)
+from dphype.privacy.noise import client_noise_std, noise_share  # noqa: E402
+from dphype.selection.candidates import CandidateList, grid, load_candidates, random_subset, table_iii_grid  # noqa: E402
+from dphype.selection.rules import select  # noqa: E402
+from dphype.selection.voting import raw_score_votes, top_k_votes  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -14,17 +14,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dphype.accounting import (
+from dphype.checks import (
     check_clients,
     check_delta,
     check_dropout,
     check_epsilon,
     check_k,
     check_neighbouring,
+    check_probability,
     resolve_accountant,
 )
-from dphype.planner import check_probability
-from dphype.selection import DEFAULT_RULE, check_rule
+from dphype.selection.rules import DEFAULT_RULE, check_rule
 
 #: Run-config spelling of each field (Flower run configs use dashes).
 RUN_CONFIG_KEYS: dict[str, str] = {
@@ -52,9 +52,9 @@ class DPHypeConfig:
     over SecAgg+; default) or ``"gaussian"``. ``accountant``: ``"rdp"``, ``"analytic"`` (Gaussian only)
     or ``None`` / ``"auto"`` for the default of the noise kind; stored resolved. ``neighbouring``:
     ``"replace-one"`` (the paper's, L2 sensitivity ``sqrt(2k)``) or ``"add-remove"`` (``sqrt(k)``).
-    ``rule``: the server's selection rule on the release (:data:`dphype.selection.RULES`; post-processing).
+    ``rule``: the server's selection rule on the release (:data:`dphype.selection.rules.RULES`; post-processing).
     ``min_success``: refuse to run when the planner predicts a smaller chance of a good pick
-    (:func:`dphype.planner.preflight`; 0, the default: never refuse, only warn below one half).
+    (:func:`dphype.selection.planner.preflight`; 0, the default: never refuse, only warn below one half).
     """
 
     epsilon: float

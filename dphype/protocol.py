@@ -6,7 +6,7 @@ Data flows one way (DP-Hype Algorithm 1):
    a :class:`VoteRequest` (line 1: the total noise std ``sigma`` is calibrated for ``(epsilon, delta, k)``;
    :func:`make_vote_request` also refuses what secure summation could not sum exactly);
 2. every client checks the request (:func:`check_request`; against its own node policy and privacy
-   ledger: :mod:`dphype.policy`, :mod:`dphype.ledger`), scores each candidate on its own data
+   ledger: :mod:`dphype.node.policy`, :mod:`dphype.node.ledger`), scores each candidate on its own data
    (:func:`score_candidates`, lines 2-4), votes for its top-k and adds its noise share
    (:func:`noisy_vote`, lines 5-10), and hands the encoded vector to secure summation;
 3. the server decodes the exact noisy sum of the survivors and releases its argmax with a privacy
@@ -33,15 +33,15 @@ from typing import Any
 
 import numpy as np
 
-from dphype.accounting import PrivacyReport, VoteRelease, calibrate, privacy_report
-from dphype.accounting import epsilon as release_epsilon
-from dphype.candidates import Candidate, CandidateList
 from dphype.config import DPHypeConfig
-from dphype.noise import client_noise_share, min_survivors, noise_share, summed_noise
-from dphype.secure_sum import GAUSSIAN_SCALE, check_range, encode
-from dphype.selection import Selection, select_release
-from dphype.task import Task
-from dphype.voting import top_k_votes
+from dphype.ml.task import Task
+from dphype.privacy.accounting import PrivacyReport, VoteRelease, calibrate, privacy_report
+from dphype.privacy.accounting import epsilon as release_epsilon
+from dphype.privacy.noise import client_noise_share, min_survivors, noise_share, summed_noise
+from dphype.secure.secure_sum import GAUSSIAN_SCALE, check_range, encode
+from dphype.selection.candidates import Candidate, CandidateList
+from dphype.selection.rules import Selection, select_release
+from dphype.selection.voting import top_k_votes
 
 #: Prefix of every key of a request record.
 PREFIX = "dphype."
@@ -108,7 +108,7 @@ class VoteRequest:
     """What the server asks every client for: one noisy top-k vote vector over ``candidates``.
 
     ``sigma`` is the TOTAL noise std on the released sum; each client adds a share of variance
-    ``sigma^2 / ((1 - xi) n)`` (:func:`dphype.noise.client_noise_variance`). The budget in ``config``
+    ``sigma^2 / ((1 - xi) n)`` (:func:`dphype.privacy.noise.client_noise_variance`). The budget in ``config``
     lets a client recompute the guarantee of the noise it is asked to add. The candidate list travels
     with the request (canonical JSON); a client compares it with its own copy by fingerprint.
     """
@@ -169,7 +169,7 @@ class VoteRequest:
 def make_vote_request(config: DPHypeConfig, candidates: CandidateList) -> VoteRequest:
     """Calibrate the noise of ``config`` for ``candidates`` (Algorithm 1, line 1) and refuse up front what
     secure summation cannot sum exactly: more clients than it allows, or a ``sigma`` whose shares it
-    could clip (:func:`dphype.secure_sum.check_range`)."""
+    could clip (:func:`dphype.secure.secure_sum.check_range`)."""
     if not isinstance(config, DPHypeConfig):
         raise ValueError(f"config must be a DPHypeConfig, got {type(config).__name__}")
     if not isinstance(candidates, CandidateList):
@@ -187,7 +187,7 @@ def check_request(request: VoteRequest, *, local_candidates: CandidateList | Non
 
     The client recomputes epsilon from the announced ``sigma`` with the announced accountant, and a
     ``local_candidates`` copy (the client's own) must have the request's fingerprint. This checks that the
-    request is what it claims; whether this node allows it is :func:`dphype.policy.check_vote_request`'s
+    request is what it claims; whether this node allows it is :func:`dphype.node.policy.check_vote_request`'s
     question (which starts here).
     """
     if local_candidates is not None and local_candidates.fingerprint() != request.candidates.fingerprint():
@@ -235,11 +235,11 @@ def score_candidates(task: Task, candidates: CandidateList, *,
 def noisy_vote(request: VoteRequest, scores: np.ndarray, *, maximize: bool, clipping_range: int) -> np.ndarray:
     """Top-k votes plus this client's noise share, encoded for exact secure summation (lines 5-10).
 
-    The share comes from :func:`dphype.noise.client_noise_share` (a fresh ChaCha20 generator keyed by the
+    The share comes from :func:`dphype.privacy.noise.client_noise_share` (a fresh ChaCha20 generator keyed by the
     operating system; no generator can be passed in). The result is what the client hands to SecAgg+
-    (:func:`dphype.secure_sum.encode`: integers, or the ``1/GAUSSIAN_SCALE`` fixed-point grid for Gaussian
+    (:func:`dphype.secure.secure_sum.encode`: integers, or the ``1/GAUSSIAN_SCALE`` fixed-point grid for Gaussian
     noise), refused (``ValueError``), never clipped, beyond the round's ``clipping_range``
-    (:func:`dphype.secure_sum.clipping_range_for` of the round's size). Benchmarks and replays draw their
+    (:func:`dphype.secure.secure_sum.clipping_range_for` of the round's size). Benchmarks and replays draw their
     noise with :func:`replay_releases` instead.
     """
     cfg = request.config
@@ -253,7 +253,7 @@ def noisy_vote(request: VoteRequest, scores: np.ndarray, *, maximize: bool, clip
 @dataclass(frozen=True)
 class DPHypeResult:
     """Outcome of one DP-Hype selection: the winner, the released noisy sum, the privacy report, the selection
-    rule that ran with the confidence in its pick (:class:`dphype.selection.Selection`), and (when it ran
+    rule that ran with the confidence in its pick (:class:`dphype.selection.rules.Selection`), and (when it ran
     over SecAgg+) the secure sum's graph, its failure bounds and the range's clipping probability."""
 
     selected_index: int
@@ -279,7 +279,7 @@ class DPHypeResult:
 
 def release(request: VoteRequest, noisy_sum: np.ndarray, survivors: int) -> DPHypeResult:
     """The server's post-processing of the decoded noisy sum of ``survivors`` clients (line 12, with the
-    configured selection rule of :mod:`dphype.selection`: the argmax, or the structure-aware rule that
+    configured selection rule of :mod:`dphype.selection.rules`: the argmax, or the structure-aware rule that
     estimates the vote surface over the public candidate space from the release alone).
 
     Refuses (``ValueError``) fewer survivors than :attr:`VoteRequest.min_survivors`: their noise would
@@ -321,8 +321,8 @@ def replay_releases(
     ``vote_sum`` is the noiseless sum of the contributing clients' votes, shape ``(p,)`` (or one row per
     repetition, ``(repetitions, p)``). ``survivors`` clients (default all ``clients``) each add a share of
     variance ``sigma^2 / ((1 - xi) n)``: with ``per_client=True`` literally, one
-    :func:`dphype.noise.noise_share` each, summed; otherwise their sum in one
-    :func:`dphype.noise.summed_noise` draw, which has the same distribution (sums of Gaussians are
+    :func:`dphype.privacy.noise.noise_share` each, summed; otherwise their sum in one
+    :func:`dphype.privacy.noise.summed_noise` draw, which has the same distribution (sums of Gaussians are
     Gaussian, of Skellams Skellam). ``sigma == 0`` (no noise) returns the votes. Returns float64
     ``(repetitions, p)``.
     """

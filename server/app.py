@@ -27,8 +27,8 @@ from flwr.serverapp.strategy import FedAvg, Strategy
 
 from dphype.cli import jsonable
 from dphype.flower import DPHype, private_training, train_config
-from dphype.models import MODEL_FOR_DATASET
-from dphype.task import TorchTask, load_cached
+from dphype.ml.models import MODEL_FOR_DATASET
+from dphype.ml.task import TorchTask, load_cached
 from server.config import AppConfig
 
 #: Prefix of the log line that carries the run summary as JSON.

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dphype.accounting import check_int, check_positive
-from dphype.candidates import CandidateList, load_candidates
+from dphype.checks import check_int, check_positive
 from dphype.config import RUN_CONFIG_KEYS, DPHypeConfig, read_run_config
 from dphype.flower.training import TrainingBudget
+from dphype.selection.candidates import CandidateList, load_candidates
 
 #: Data sets every node can load without a data directory (bundled, or Debian's Fashion-MNIST package).
 APP_DATASETS: tuple[str, ...] = ("adult", "mnist5k", "fashion-mnist")
@@ -27,7 +27,7 @@ class AppConfig:
     """Everything one run of the bundled app needs: DP-Hype's selection, then FedAvg with the winner.
 
     ``dataset``: one of :data:`APP_DATASETS`. ``candidates``: a candidate spec
-    (:func:`dphype.candidates.load_candidates`).
+    (:func:`dphype.selection.candidates.load_candidates`).
     ``connect_timeout`` bounds the wait (seconds) for ``clients`` nodes to connect; ``round_timeout`` bounds
     the pre-flight, each SecAgg+ stage and each FedAvg round, so a vanished SuperNode counts as dropped out
     instead of stalling the run. ``fraction_evaluate``: the share of nodes that evaluate the global model on

@@ -3,11 +3,11 @@
 All methods reuse the tradeoff study's arrays (each client's local score of every candidate and the
 FedAvg test accuracy of every candidate, cached per configuration), so only the release differs:
 
-* **DP-Hype**: top-k votes (:func:`dphype.voting.top_k_votes`), L2 sensitivity ``sqrt(2k)``; every selection
-  rule of ``--rules`` (the plain argmax and the structure-aware ``gp`` rule of :mod:`dphype.selection`) picks
+* **DP-Hype**: top-k votes (:func:`dphype.selection.voting.top_k_votes`), L2 sensitivity ``sqrt(2k)``; every selection
+  rule of ``--rules`` (the plain argmax and the structure-aware ``gp`` rule of :mod:`dphype.selection.rules`) picks
   from the same releases, one row each (column ``rule``).
 * **Raw scores** (App. F): every client releases its local accuracies themselves
-  (:func:`dphype.voting.raw_score_votes`), L2 sensitivity ``sqrt(p)`` (``calibrate(raw_scores=True)``).
+  (:func:`dphype.selection.voting.raw_score_votes`), L2 sensitivity ``sqrt(p)`` (``calibrate(raw_scores=True)``).
   A diverged candidate (NaN local score) is reported as accuracy 0. Real-valued reports take Gaussian
   noise whatever ``--noise`` says (which sets the integer releases' noise), calibrated with the same
   accountant.
@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from dphype.accounting import resolve_accountant
+from dphype.checks import resolve_accountant
 from dphype.protocol import replay_releases
-from dphype.selection import DEFAULT_RULE
+from dphype.selection.rules import DEFAULT_RULE
 from simulations import harness, tradeoff
 
 METHODS: tuple[str, ...] = ("DP-Hype", "Raw scores", "Subsets", "Feathers (corrected)")
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     scale = harness.Scale.from_args(args)
     feds = harness.federations_from_args(args)
     cache = harness.cache_from_args(args)
-    from dphype.task import load_cached
+    from dphype.ml.task import load_cached
 
     test_labels = load_cached(args.dataset, args.data_dir)[1].y
     p, k, reps = len(candidates), release["k"], release["repetitions"]

@@ -3,15 +3,15 @@
 Per call (microseconds, median of ``--repeats``), for a client at ``--clients`` (default 50, Skellam noise,
 epsilon 1, k 5, Table III's 100 candidates, dropout 0.1):
 
-* ``policy_from_node_config_us``: :meth:`dphype.policy.NodePolicy.from_node_config`;
-* ``check_vote_request_us``: :func:`dphype.policy.check_vote_request` (pre-flight and again at the vote);
-* ``ledger_check_us`` / ``ledger_spend_us``: :meth:`dphype.ledger.Ledger.check` / ``spend`` on a ledger
+* ``policy_from_node_config_us``: :meth:`dphype.node.policy.NodePolicy.from_node_config`;
+* ``check_vote_request_us``: :func:`dphype.node.policy.check_vote_request` (pre-flight and again at the vote);
+* ``ledger_check_us`` / ``ledger_spend_us``: :meth:`dphype.node.ledger.Ledger.check` / ``spend`` on a ledger
   that already holds ``--entries`` votes (default 10; ``spend`` includes the fsync'd atomic write; each
   spend is followed by a restore of the ledger, not timed);
-* ``secagg_stage0_us`` .. ``secagg_stage3_us``: the checks of :mod:`dphype.secagg_guard` with the secure
+* ``secagg_stage0_us`` .. ``secagg_stage3_us``: the checks of :mod:`dphype.secure.guard` with the secure
   graph DP-Hype's server uses at that n;
 * ``secure_share_us`` vs ``pcg64_share_us``: one client's noise share of 100 entries from
-  :func:`dphype.noise.client_noise_share` (fresh ChaCha20 keyed from the OS) vs numpy's default PCG64.
+  :func:`dphype.privacy.noise.client_noise_share` (fresh ChaCha20 keyed from the OS) vs numpy's default PCG64.
 
 ``guard_total_ms`` sums what one vote adds per client (two request checks, a ledger check and a spend, the
 four SecAgg+ checks, the secure share minus the PCG64 one).
@@ -44,13 +44,12 @@ from typing import Any
 
 import numpy as np
 
-from dphype.candidates import table_iii_grid
 from dphype.config import DPHypeConfig
-from dphype.ledger import Ledger, admitting_policy
-from dphype.noise import client_noise_share, min_survivors, noise_share
-from dphype.policy import NodePolicy, check_vote_request
+from dphype.node.ledger import Ledger, admitting_policy
+from dphype.node.policy import NodePolicy, check_vote_request
+from dphype.privacy.noise import client_noise_share, min_survivors, noise_share
 from dphype.protocol import make_vote_request
-from dphype.secagg_guard import (
+from dphype.secure.guard import (
     SecAggSetup,
     check_neighbours,
     check_setup,
@@ -58,7 +57,8 @@ from dphype.secagg_guard import (
     check_unmask,
     dphype_encoding,
 )
-from dphype.secagg_params import secure_parameters
+from dphype.secure.secagg_params import secure_parameters
+from dphype.selection.candidates import table_iii_grid
 from simulations import harness
 
 
@@ -128,7 +128,7 @@ def round_cost(clients: int, rounds: int) -> dict[str, Any]:
     import dphype.protocol as protocol
     from dphype.flower import DPHype, register_dphype
     from dphype.flower.local import LocalGrid
-    from dphype.task import FixedScoresTask
+    from dphype.ml.task import FixedScoresTask
 
     # the argmax rule: the server's selection time is not the guard's
     config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=5, clients=clients, dropout=0.1, noise="skellam", rule="argmax")

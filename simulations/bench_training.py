@@ -6,7 +6,7 @@ split. Measured, in wall-clock seconds (best of ``--repeats`` warm runs, variant
 first, cold call of the process is reported separately; ``*_cpu_s`` is the process CPU time of the
 same run, which load from other processes disturbs less):
 
-* ``adult_batched_s``: :func:`dphype.training.evaluate_candidates` (all candidates at once, the
+* ``adult_batched_s``: :func:`dphype.ml.training.evaluate_candidates` (all candidates at once, the
   MLP's hand-written ``stacked_forward``);
 * ``adult_vmap_s``: the same with the generic ``torch.func.vmap`` forward;
 * ``adult_batched_1thread_s``: the batched path with one torch thread;
@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from dphype.candidates import table_iii_grid
-from dphype.data import Dataset, load_adult, partition_iid
-from dphype.models import AdultMLP  # before torch: sets the OpenMP wait policy (see dphype.models)
-from dphype.training import evaluate_candidates, train_candidates
+from dphype.ml.data import Dataset, load_adult, partition_iid
+from dphype.ml.models import AdultMLP  # before torch: sets the OpenMP wait policy (see dphype.ml.models)
+from dphype.ml.training import evaluate_candidates, train_candidates
+from dphype.selection.candidates import table_iii_grid
 
 import torch  # noqa: E402  isort: skip
 

@@ -6,7 +6,7 @@ runs a configuration once end to end instead: :class:`dphype.flower.DPHype` in a
 noise share, encoding, SecAgg+), all inside ``flwr.simulation.run_simulation`` (deprecated by Flower in favour
 of ``flwr run``, but the only in-process simulation entry point for a benchmark that builds its apps in code).
 Each client's task returns scores that were already computed by the real task
-(:class:`dphype.task.FixedScoresTask`), so the run measures and exercises the voting round itself.
+(:class:`dphype.ml.task.FixedScoresTask`), so the run measures and exercises the voting round itself.
 
 With ``count_bytes=True`` a client mod adds up the serialized size of every message each node receives
 and sends (the protobuf ``RecordDict`` content, i.e. the payload on the wire, without transport framing).
@@ -119,9 +119,9 @@ def vote_through_flower(
     from flwr.simulation import run_simulation
 
     from dphype.flower import DPHype, register_dphype
-    from dphype.ledger import admitting_policy
-    from dphype.policy import NodePolicy
-    from dphype.task import FixedScoresTask
+    from dphype.ml.task import FixedScoresTask
+    from dphype.node.ledger import admitting_policy
+    from dphype.node.policy import NodePolicy
 
     scores = np.asarray(scores, dtype=np.float64)
     if config.clients != scores.shape[0]:
@@ -180,7 +180,7 @@ def replay_picks(scores: np.ndarray, candidates: Any, config: Any, *, maximize: 
     is compared with. The same request (:func:`dphype.protocol.make_vote_request`: sigma, dropout, noise) and
     the same selection rule as the run."""
     from dphype.protocol import make_vote_request, replay_releases
-    from dphype.selection import select_batch
+    from dphype.selection.rules import select_batch
 
     request = make_vote_request(config, candidates)
     votes = harness.client_votes(scores, config.k, maximize=maximize).sum(axis=0)

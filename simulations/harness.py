@@ -3,13 +3,13 @@
 The studies replay DP-Hype's release many times without re-running local training:
 
 1. every client's vote vector is computed ONCE through the real client code path
-   (:meth:`dphype.task.Task.score` -> :func:`dphype.voting.top_k_votes` or
-   :func:`dphype.voting.raw_score_votes`), see :func:`client_scores` and :func:`client_votes`;
+   (:meth:`dphype.ml.task.Task.score` -> :func:`dphype.selection.voting.top_k_votes` or
+   :func:`dphype.selection.voting.raw_score_votes`), see :func:`client_scores` and :func:`client_votes`;
 2. the noisy sum is then drawn ``repetitions`` times by the protocol's one replay,
    :func:`dphype.protocol.replay_releases` (one noise share per client summed, ``per_client=True``, or one
    draw carrying the total variance of all shares, which has the same distribution);
 3. the server's rule is applied to every replay: the argmax (:func:`select_rows`) or any rule of
-   :mod:`dphype.selection` (:func:`dphype.selection.select_batch`, as the tradeoff and ablation studies do).
+   :mod:`dphype.selection.rules` (:func:`dphype.selection.rules.select_batch`, as the tradeoff and ablation studies do).
 
 Because the votes are deterministic given the local data, the distribution of the selected candidate is
 identical to re-running the whole protocol with fresh noise. Everything here is numpy; torch, Flower and
@@ -32,8 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from dphype.accounting import (  # noqa: F401 (check_* re-exported for the studies)
-    calibrate,
+from dphype.checks import (  # noqa: F401 (check_* re-exported for the studies)
     check_clients,
     check_delta,
     check_int,
@@ -42,9 +41,10 @@ from dphype.accounting import (  # noqa: F401 (check_* re-exported for the studi
 )
 from dphype.cli import add_candidates_argument, add_noise_arguments  # noqa: F401 (re-exported for the studies)
 from dphype.plotting import pyplot, save_figure  # noqa: F401 (pyplot re-exported for the studies)
-from dphype.voting import primary_scores, raw_score_votes, top_k_votes
+from dphype.privacy.accounting import calibrate
+from dphype.selection.voting import primary_scores, raw_score_votes, top_k_votes
 
-#: data sets the data-driven studies accept (the names of :func:`dphype.data.load_dataset`).
+#: data sets the data-driven studies accept (the names of :func:`dphype.ml.data.load_dataset`).
 DATASETS: tuple[str, ...] = ("adult", "mnist5k", "fashion-mnist", "mnist", "cifar10")
 #: data sets that can only be read from a user-supplied ``--data-dir``.
 NEEDS_DATA_DIR: tuple[str, ...] = ("mnist", "cifar10")
@@ -63,7 +63,7 @@ def sigma_for(
     noise: str = "gaussian",
     raw_scores: bool = False,
 ) -> float:
-    """Total noise std for one release (:func:`dphype.accounting.calibrate`); ``epsilon = inf`` gives 0."""
+    """Total noise std for one release (:func:`dphype.privacy.accounting.calibrate`); ``epsilon = inf`` gives 0."""
     if math.isinf(epsilon) and epsilon > 0:
         return 0.0
     release = calibrate(
@@ -73,7 +73,7 @@ def sigma_for(
 
 
 def select_rows(noisy: np.ndarray) -> np.ndarray:
-    """:func:`dphype.selection.select` on every row: the argmax, ties to the lowest index (Algorithm 1, line 12)."""
+    """:func:`dphype.selection.rules.select` on every row: the argmax, ties to the lowest index."""
     arr = np.asarray(noisy)
     if arr.ndim != 2 or not np.all(np.isfinite(arr)):
         raise ValueError(f"noisy must be a finite 2-D array (repetitions, candidates), got shape {arr.shape}")
@@ -82,17 +82,17 @@ def select_rows(noisy: np.ndarray) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------------- votes
 def client_votes(scores: np.ndarray, k: int, *, maximize: bool = True) -> np.ndarray:
-    """Each client's top-k vote vector via :func:`dphype.voting.top_k_votes`; ``scores`` is ``(n, p)``."""
+    """Each client's top-k vote vector via :func:`dphype.selection.voting.top_k_votes`; ``scores`` is ``(n, p)``."""
     return np.stack([top_k_votes(row, k, maximize=maximize) for row in np.asarray(scores)])
 
 
 def client_raw_votes(scores: np.ndarray, *, maximize: bool = True) -> np.ndarray:
-    """Appendix F raw-score vote of each client via :func:`dphype.voting.raw_score_votes` (primary key only)."""
+    """Appendix F raw-score vote of each client, :func:`dphype.selection.voting.raw_score_votes` (primary key only)."""
     return np.stack([raw_score_votes(row, maximize=maximize) for row in np.asarray(scores)])
 
 
 def primary_client_scores(scores: np.ndarray) -> np.ndarray:
-    """``(n, p)``: each client's primary score (:func:`dphype.voting.primary_scores`; for
+    """``(n, p)``: each client's primary score (:func:`dphype.selection.voting.primary_scores`; for
     ``TorchTask``'s ``[accuracy, -loss]`` keys, the local validation accuracy)."""
     return np.stack([primary_scores(row) for row in np.asarray(scores)])
 
@@ -122,7 +122,7 @@ def validate_federations(federations: Sequence[Federation]) -> None:
     Loads every data set once (cheap compared with training) and asks TRAIN's partitioners for the split,
     so the limits are the library's own (Dirichlet needs a minimum number of rows per client).
     """
-    from dphype.data import load_dataset, partition_dirichlet, partition_iid
+    from dphype.ml.data import load_dataset, partition_dirichlet, partition_iid
 
     loaded: dict[tuple[str, str | None], Any] = {}
     for fed in federations:
@@ -255,8 +255,8 @@ def check_epsilons(values: Sequence[float]) -> list[float]:
 
 # ------------------------------------------------------------------------------ federated ground truth
 def federation_clients(fed: Federation) -> list[Any]:
-    """The clients' local data sets (the same shards :func:`dphype.task.make_task` hands each client)."""
-    from dphype.task import load_cached, partition_cached
+    """The clients' local data sets (the same shards :func:`dphype.ml.task.make_task` hands each client)."""
+    from dphype.ml.task import load_cached, partition_cached
 
     shards = partition_cached(fed.dataset, fed.clients, fed.seed, fed.partition, fed.beta, fed.data_dir)
     pool = load_cached(fed.dataset, fed.data_dir)[0]
@@ -273,12 +273,12 @@ def global_accuracies(
 ) -> np.ndarray:
     """Test accuracy of FedAvg trained with every candidate (Section V-B: Opt and RandGuess ground truth).
 
-    All candidates are trained at once by :func:`dphype.training.fedavg` and scored on the data set's
-    test split with :func:`dphype.training.accuracy` (NaN for a diverged candidate).
+    All candidates are trained at once by :func:`dphype.ml.training.fedavg` and scored on the data set's
+    test split with :func:`dphype.ml.training.accuracy` (NaN for a diverged candidate).
     """
-    from dphype.models import MODEL_FOR_DATASET
-    from dphype.task import load_cached
-    from dphype.training import accuracy, fedavg
+    from dphype.ml.models import MODEL_FOR_DATASET
+    from dphype.ml.task import load_cached
+    from dphype.ml.training import accuracy, fedavg
 
     done = [0]
 
@@ -355,8 +355,8 @@ def add_federation_arguments(parser: argparse.ArgumentParser, *, clients: Sequen
 
 
 def candidates_from_args(args: argparse.Namespace) -> Any:
-    """The candidate list of ``--candidates`` (:func:`dphype.candidates.load_candidates`)."""
-    from dphype.candidates import load_candidates
+    """The candidate list of ``--candidates`` (:func:`dphype.selection.candidates.load_candidates`)."""
+    from dphype.selection.candidates import load_candidates
 
     return load_candidates(str(args.candidates))
 
@@ -378,7 +378,7 @@ class Scale:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Scale:
-        from dphype.task import default_epochs
+        from dphype.ml.task import default_epochs
 
         epochs = default_epochs(args.dataset) if args.epochs is None else args.epochs
         fedavg_epochs = epochs if args.fedavg_epochs is None else args.fedavg_epochs
@@ -402,16 +402,16 @@ def federation_key(fed: Federation, candidates: Any, **extra: Any) -> dict[str, 
             "data_dir": fed.data_dir, "candidates": candidates.fingerprint(), **scheme, **extra}
 
 
-#: What :func:`dphype.task.score_clients` stores; part of the cache key, so arrays of an older score format
+#: What :func:`dphype.ml.task.score_clients` stores; part of the cache key, so arrays of an older score format
 #: (``(n, p)`` accuracies only, before the loss tie-break) are never reused.
 SCORE_FORMAT = "keys:accuracy,-validation_loss"
 
 
 def cached_scores(fed: Federation, candidates: Any, scale: Scale, cache: ArrayCache, bar: Any = None) -> np.ndarray:
-    """Every client's local scores ``(n, p, 2)`` (:func:`dphype.task.score_clients`: the real client code
+    """Every client's local scores ``(n, p, 2)`` (:func:`dphype.ml.task.score_clients`: the real client code
     path, Algorithm 1 lines 2-4), computed once per configuration."""
-    from dphype.candidates import CandidateList
-    from dphype.task import score_clients
+    from dphype.ml.task import score_clients
+    from dphype.selection.candidates import CandidateList
 
     key = federation_key(fed, candidates, what="client_scores", epochs=scale.epochs, format=SCORE_FORMAT)
     cands = candidates if isinstance(candidates, CandidateList) else CandidateList(candidates)

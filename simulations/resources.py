@@ -1,7 +1,7 @@
 """Resource consumption of Table IV (Section V-D): local evaluation and the SecAgg+ voting round.
 
 * **Local evaluation**, per client: wall time and peak memory of one client scoring every candidate
-  (:meth:`dphype.task.TorchTask.score`). On a GPU the memory is ``torch.cuda.max_memory_allocated`` (what
+  (:meth:`dphype.ml.task.TorchTask.score`). On a GPU the memory is ``torch.cuda.max_memory_allocated`` (what
   the paper reports); on a CPU it is the growth of the process's peak resident set size during scoring
   (Linux: the peak ``VmHWM`` is reset through ``/proc/self/clear_refs`` just before scoring, and the
   resident size at that moment is subtracted; a tiny warm-up run first keeps torch's one-off start-up
@@ -10,7 +10,7 @@
   with a 100-entry vote vector and ``n`` clients; per-client upload/download payload, the round's wall
   time (inside the ServerApp), the whole simulation's wall time (Ray start-up included) and the peak
   resident memory of the simulation's processes. ``--secagg secure`` (default) uses the product's secure
-  SecAgg+ graph (:func:`dphype.secagg_params.secure_parameters` for ``--dropout``);
+  SecAgg+ graph (:func:`dphype.secure.secagg_params.secure_parameters` for ``--dropout``);
   ``--secagg paper`` the paper's settings (shares ``0.3 n``, threshold = number of shares). Scores are
   random (the round does not depend on them). ``time_exponent`` is the least-squares slope of
   ``log(round seconds)`` against ``log(n)`` over the voting rounds (plotted in ``resources_scaling.png``).
@@ -46,8 +46,8 @@ def _measure_client(dataset: str, partition_id: int, clients: int, seed: int, ep
 
     import torch
 
-    from dphype.candidates import CandidateList
-    from dphype.task import make_task
+    from dphype.ml.task import make_task
+    from dphype.selection.candidates import CandidateList
 
     task = make_task(dataset, partition_id, clients, seed=seed, epochs=epochs, data_dir=data_dir)
     candidates = CandidateList.from_json(candidates_json)
@@ -99,7 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--measured-clients", type=int, default=1, help="clients measured per setting (default 1)")
     parser.add_argument("--vote-repetitions", type=int, default=1, help="voting rounds per n (paper: 5)")
     parser.add_argument("--secagg", choices=("secure", "paper"), default="secure",
-                        help="SecAgg+ graph: secure (default; dphype.secagg_params) or paper (shares 0.3 n, "
+                        help="SecAgg+ graph: secure (default; dphype.secure.secagg_params) or paper (shares 0.3 n, "
                              "all needed)")
     parser.add_argument("--dropout", type=float, default=0.0, help="tolerated dropout xi (default 0)")
     parser.add_argument("--skip-local", action="store_true", help="only the voting round")
@@ -108,12 +108,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def secagg_arguments(clients: int, secagg: str, dropout: float) -> dict[str, Any]:
     """``num_shares`` and ``reconstruction_threshold`` for the voting round, with the graph's bounds
-    (a third of the clients colluding with the server, :data:`dphype.secagg_params.CORRUPT_FRACTION`)."""
-    from dphype import secagg_params as sp
+    (a third of the clients colluding with the server, :data:`dphype.secure.secagg_params.CORRUPT_FRACTION`)."""
+    from dphype.secure import secagg_params as sp
 
     if secagg == "secure":  # the product's default: DPHype picks the graph itself (reported here as it will)
         from dphype.flower.secagg import secagg_graph
-        from dphype.noise import min_survivors
+        from dphype.privacy.noise import min_survivors
 
         chosen = secagg_graph(clients, min_survivors(clients, dropout), None, None, sp.CORRUPT_FRACTION)
         passed, gamma = {}, chosen.corrupt_fraction
@@ -127,8 +127,8 @@ def secagg_arguments(clients: int, secagg: str, dropout: float) -> dict[str, Any
 
 
 def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
-    from dphype.secure_sum import MAX_CLIENTS
-    from dphype.task import default_epochs
+    from dphype.ml.task import default_epochs
+    from dphype.secure.secure_sum import MAX_CLIENTS
 
     candidates = harness.candidates_from_args(args)
     measured = harness.check_int("measured_clients", args.measured_clients, 1)

@@ -7,7 +7,7 @@ the simulation runtime's. Each client sends a 100-entry integer vector; the sum 
 Both variants run :func:`dphype.flower.secagg.run_secure_sum`: ``--variant dphype`` as it is (on
 :mod:`dphype.flower.secagg_fast`), ``--variant flower`` with Flower 1.41's stock ``secaggplus_mod`` and
 unmask stage swapped back in (the "before"). ``--params`` picks the graph: ``secure``
-(:func:`dphype.secagg_params.secure_parameters` for ``--dropout`` and ``--corrupt-fraction``) or ``paper``
+(:func:`dphype.secure.secagg_params.secure_parameters` for ``--dropout`` and ``--corrupt-fraction``) or ``paper``
 (shares 0.3 n, threshold all shares; checked against no colluding client, the only setting it is secure
 for at small n).
 
@@ -73,9 +73,9 @@ STAGES = ("setup_stage", "share_keys_stage", "collect_masked_vectors_stage", "un
 def graph(clients: int, params: str, dropout: float, corrupt_fraction: float) -> tuple[int | float, int | float]:
     """Flower's ``(num_shares, reconstruction_threshold)`` for ``--params``: the graph a DP-Hype round picks
     (:func:`dphype.flower.secagg.secagg_graph`), or the paper's fractions."""
-    from dphype import secagg_params
     from dphype.flower.secagg import secagg_graph
-    from dphype.noise import min_survivors
+    from dphype.privacy.noise import min_survivors
+    from dphype.secure import secagg_params
 
     if params == "secure":
         chosen = secagg_graph(clients, min_survivors(clients, dropout), None, None, corrupt_fraction)
@@ -87,8 +87,8 @@ def vector_app(vectors: np.ndarray) -> Any:
     """A ClientApp whose node with partition-id i answers the vote round with ``vectors[i]``."""
     from flwr.clientapp import ClientApp
 
-    from dphype import secure_sum as ss
     from dphype.flower.secagg import secure_vote_reply
+    from dphype.secure import secure_sum as ss
 
     app = ClientApp()
 
@@ -168,7 +168,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
-    from dphype.secagg_params import CORRUPT_FRACTION
+    from dphype.secure.secagg_params import CORRUPT_FRACTION
 
     clients = [harness.check_clients(n) for n in args.clients]
     gamma = CORRUPT_FRACTION if args.corrupt_fraction is None else args.corrupt_fraction

@@ -71,8 +71,8 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
         study.outputs.extend(syn["outputs"])
         bar.update(1)
         if not args.skip_voting:
-            from dphype.candidates import table_iii_grid
             from dphype.config import DPHypeConfig
+            from dphype.selection.candidates import table_iii_grid
             from simulations.flower import vote_through_flower
 
             scores = np.random.default_rng(args.seed).random((vote_clients, 100))
@@ -100,10 +100,10 @@ def _has_gpu() -> bool:
 
 def _mnist_gpu(clients: int, epochs: int) -> dict[str, float]:
     """MNIST CNN (mnist5k client 0 of ``clients`` iid): batched vs sequential local evaluation on the GPU."""
-    from dphype.candidates import table_iii_grid
-    from dphype.data import partition_iid
-    from dphype.task import load_cached
-    from dphype.training import evaluate_candidates
+    from dphype.ml.data import partition_iid
+    from dphype.ml.task import load_cached
+    from dphype.ml.training import evaluate_candidates
+    from dphype.selection.candidates import table_iii_grid
 
     pool = load_cached("mnist5k")[0]
     client = pool.subset(partition_iid(pool.y, clients, seed=0)[0])

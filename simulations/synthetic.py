@@ -9,15 +9,15 @@ The three panels sweep ``sigma_loss`` (a), ``|H_good| = 2^i`` (b) and ``|H|`` (c
 ``epsilon`` (``delta = 1e-5``, ``n = 250``, 5000 repetitions in the paper).
 
 Speed (the whole figure is billions of losses): clients and repetitions are vectorised, and the clients'
-rankings come from the exact samplers of :mod:`dphype.planner` (the loss model's home, shared with the
+rankings come from the exact samplers of :mod:`dphype.selection.planner` (the loss model's home, shared with the
 planner): one ranking per client serves every ``k`` (nested top-k prefixes), drawn by sorting rank keys or
 by order statistics instead of drawing every loss (``--sampler losses`` draws every loss: the reference).
-``tests/test_bench_synthetic.py`` checks the ranking against :func:`dphype.voting.top_k_votes` and the
+``tests/test_bench_synthetic.py`` checks the ranking against :func:`dphype.selection.voting.top_k_votes` and the
 samplers against each other.
 
-The noise of every release is the library's: :func:`dphype.noise.summed_noise` (via
+The noise of every release is the library's: :func:`dphype.privacy.noise.summed_noise` (via
 :func:`dphype.protocol.replay_releases`, identical in distribution to adding the ``n`` shares of
-:func:`dphype.noise.noise_share`; ``--per-client-noise`` adds them literally).
+:func:`dphype.privacy.noise.noise_share`; ``--per-client-noise`` adds them literally).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from dphype.accounting import resolve_accountant
-from dphype.planner import LossModel, ranking_prefix, vote_counts
+from dphype.checks import resolve_accountant
 from dphype.protocol import replay_releases
+from dphype.selection.planner import LossModel, ranking_prefix, vote_counts
 from simulations import harness
 
 #: paper defaults (Section IV-B, Fig. 2)
@@ -205,8 +205,8 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
 def flower_check(settings: Settings, clients: int, seed: int) -> dict[str, Any]:
     """One synthetic configuration (``|H_good| = 5``, ``|H| = 100``, ``sigma_loss = 0.2``, ``k = 5``, the
     largest epsilon) through Flower + SecAgg+, with the replay's success probability for the same votes."""
-    from dphype.candidates import table_iii_grid
     from dphype.config import DPHypeConfig
+    from dphype.selection.candidates import table_iii_grid
     from simulations.flower import replay_picks, vote_through_flower
 
     model = LossModel(5, 100, 0.2)

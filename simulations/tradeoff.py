@@ -3,18 +3,18 @@
 For every federation (data set, ``n`` clients, iid or Dirichlet ``beta``):
 
 * the FedAvg test accuracy of every candidate (5 rounds x 5 local epochs, all candidates batched by
-  :func:`dphype.training.fedavg`) is computed once; **Opt** is the best of them, **RandGuess** their mean
+  :func:`dphype.ml.training.fedavg`) is computed once; **Opt** is the best of them, **RandGuess** their mean
   (the expected accuracy of a random pick, Section V-B);
-* every client scores every candidate on its local data (:meth:`dphype.task.TorchTask.score`: validation
+* every client scores every candidate on its local data (:meth:`dphype.ml.task.TorchTask.score`: validation
   accuracy, ties broken by validation loss, then by candidate order) and votes for its top ``k = 5``
-  (:func:`dphype.voting.top_k_votes`), once;
+  (:func:`dphype.selection.voting.top_k_votes`), once;
 * for every ``epsilon`` the noisy vote sum is drawn ``--repetitions`` times
   (:func:`dphype.protocol.replay_releases`: per-client shares, summed), and every selection rule of
-  ``--rules`` (:mod:`dphype.selection`: the plain argmax and the structure-aware ``gp`` rule) picks a
+  ``--rules`` (:mod:`dphype.selection.rules`: the plain argmax and the structure-aware ``gp`` rule) picks a
   candidate from the SAME releases; **DP-Hype**'s accuracy is the FedAvg accuracy of the pick. Per point:
   mean with 95% CI, the share of runs within 1 point of Opt, the worst 5% accuracy (5th percentile) and
   the share of picks no client voted for.
-  The JSON ``summary`` rows describe the product's default rule (:data:`dphype.selection.DEFAULT_RULE`),
+  The JSON ``summary`` rows describe the product's default rule (:data:`dphype.selection.rules.DEFAULT_RULE`),
   with the argmax's numbers beside them.
 
 Repetitions replay the release's noise; local training and the partition are fixed by ``--seed`` (the
@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from dphype.accounting import resolve_accountant
+from dphype.checks import resolve_accountant
 from dphype.protocol import replay_releases
-from dphype.selection import DEFAULT_RULE, RULES, select_batch
+from dphype.selection.rules import DEFAULT_RULE, RULES, select_batch
 from simulations import harness
 
 EPSILONS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 3.0, float("inf"))
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     scale = harness.Scale.from_args(args)
     feds = harness.federations_from_args(args)
     cache = harness.cache_from_args(args)
-    from dphype.task import load_cached
+    from dphype.ml.task import load_cached
 
     test_labels = load_cached(args.dataset, args.data_dir)[1].y
     rows: list[dict[str, Any]] = []

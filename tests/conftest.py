@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from dphype.policy import POLICY_ENV
+from dphype.node.policy import POLICY_ENV
 
 
 @pytest.fixture(autouse=True)

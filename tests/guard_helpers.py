@@ -3,9 +3,9 @@ policy for tests of small, large-budget federations."""
 
 from __future__ import annotations
 
-from dphype.candidates import CandidateList, table_iii_grid
 from dphype.config import DPHypeConfig
 from dphype.protocol import VoteRequest, make_vote_request
+from dphype.selection.candidates import CandidateList, table_iii_grid
 
 #: Node-config keys of a policy that admits the small, large-budget federations of the protocol tests (the
 #: defaults ask for at least 10 clients, 4 neighbours and epsilon <= 1): what their nodes' operators set.

@@ -8,8 +8,9 @@ import pytest
 from scipy.integrate import quad
 from scipy.stats import norm
 
-from dphype import accounting as acc
-from dphype.accounting import (
+from dphype import checks
+from dphype.privacy import accounting as acc
+from dphype.privacy.accounting import (
     PrivacyReport,
     VoteRelease,
     analytic_gaussian_delta,
@@ -202,20 +203,20 @@ def test_calibrate_bad_input(kwargs, match):
 
 
 def test_validators():
-    assert acc.check_dropout(0.0) == 0.0
+    assert checks.check_dropout(0.0) == 0.0
     with pytest.raises(ValueError, match=r"dropout must be a number in \[0, 1\)"):
-        acc.check_dropout(1.0)
+        checks.check_dropout(1.0)
     with pytest.raises(ValueError, match="dropout"):
-        acc.check_dropout(-0.1)
+        checks.check_dropout(-0.1)
     with pytest.raises(ValueError, match="clients must be an integer >= 2, got 1"):
-        acc.check_clients(1)
+        checks.check_clients(1)
     with pytest.raises(ValueError, match="clients"):
-        acc.check_clients(True)
-    assert acc.resolve_accountant(None, "gaussian") == "analytic"
-    assert acc.resolve_accountant(None, "skellam") == "rdp"
-    acc.check_budget(1.0, 1e-5, 5, num_candidates=100, clients=10, dropout=0.2)
+        checks.check_clients(True)
+    assert checks.resolve_accountant(None, "gaussian") == "analytic"
+    assert checks.resolve_accountant(None, "skellam") == "rdp"
+    checks.check_budget(1.0, 1e-5, 5, num_candidates=100, clients=10, dropout=0.2)
     with pytest.raises(ValueError, match="clients"):
-        acc.check_budget(1.0, 1e-5, 5, clients=1)
+        checks.check_budget(1.0, 1e-5, 5, clients=1)
     with pytest.raises(ValueError, match="sigma"):
         VoteRelease(5, None, sigma=0.0)
 
@@ -255,7 +256,7 @@ def test_theorem_iii1_vote_rdp_is_alpha_k_over_sigma_squared():
 def test_check_int_is_the_one_integer_validator():
     import numpy as np
 
-    from dphype.accounting import check_int
+    from dphype.checks import check_int
 
     assert check_int("rounds", np.int64(3), 1) == 3 and isinstance(check_int("rounds", np.int64(3), 1), int)
     assert check_int("iterations", 0, 0) == 0

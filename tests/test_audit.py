@@ -6,14 +6,14 @@ import time
 import pytest
 from scipy.stats import binom
 
-from dphype.accounting import calibrate
-from dphype.audit import (
+from dphype.privacy.accounting import calibrate
+from dphype.privacy.audit import (
     audit_vote_noise,
     clopper_pearson_upper,
     design_threshold,
     epsilon_lower_bound,
 )
-from dphype.noise import client_noise_share, noise_share
+from dphype.privacy.noise import client_noise_share, noise_share
 
 
 def halved_share(size, *, sigma, **kwargs):

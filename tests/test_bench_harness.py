@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from dphype.protocol import replay_releases
-from dphype.selection import select
-from dphype.voting import top_k_votes
+from dphype.selection.rules import select
+from dphype.selection.voting import top_k_votes
 from simulations import harness
 
 
@@ -40,15 +40,15 @@ def test_client_votes_break_accuracy_ties_by_loss_and_studies_see_accuracy() -> 
 
 def test_score_cache_key_names_the_score_format(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # an array cached before the loss tie-break ((n, p) accuracies) must not be found under the new key
-    from dphype.candidates import table_iii_grid
+    from dphype.selection.candidates import table_iii_grid
 
     fed, cands = harness.Federation("adult", 4, None), table_iii_grid()
     scale = harness.Scale(epochs=1, rounds=1, fedavg_epochs=1)
     cache = harness.ArrayCache(tmp_path)
     cache.get(harness.federation_key(fed, cands, what="client_scores", epochs=1), lambda: np.zeros((4, len(cands))))
-    import dphype.task
+    import dphype.ml.task
 
-    monkeypatch.setattr(dphype.task, "score_clients", lambda *a, **k: np.ones((4, len(cands), 2)))  # no training
+    monkeypatch.setattr(dphype.ml.task, "score_clients", lambda *a, **k: np.ones((4, len(cands), 2)))  # no training
     assert harness.cached_scores(fed, cands, scale, cache).shape == (4, len(cands), 2)
     assert len(list(tmp_path.glob("*.npy"))) == 2
 

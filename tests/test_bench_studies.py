@@ -1,7 +1,7 @@
 """Every data-driven study on a tiny configuration through ``dphype bench ... --json``, plus bad input.
 
 A small slice of Adult (600 training / 300 test rows) replaces the data set for speed: the studies load
-data only through :mod:`dphype.task`'s cached loader, which the fixture swaps.
+data only through :mod:`dphype.ml.task`'s cached loader, which the fixture swaps.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-import dphype.task as task
+import dphype.ml.task as task
 from dphype.cli import main
-from dphype.data import load_dataset
+from dphype.ml.data import load_dataset
 
 TINY = ["--clients", "3", "--betas", "iid", "5", "--candidates", "6", "--epochs", "1", "--rounds", "1"]
 
@@ -92,7 +92,7 @@ def test_tradeoff_then_ablations_and_distributions_reuse_the_cache(
 
 
 def test_feathers_noise_is_calibrated_for_100_releases() -> None:
-    from dphype.accounting import gaussian_rdp_epsilon
+    from dphype.privacy.accounting import gaussian_rdp_epsilon
     from simulations.ablations import feathers_sigma
 
     sigma = feathers_sigma(1.0, 1e-5)
@@ -196,7 +196,7 @@ def test_resources_scaling_keys_and_exponent(tmp_path: Path) -> None:
 
 
 def test_resources_secagg_arguments_are_the_secure_ones() -> None:
-    from dphype.secagg_params import secure_parameters
+    from dphype.secure.secagg_params import secure_parameters
     from simulations.resources import secagg_arguments
 
     secure = secure_parameters(1000, dropout=0.1)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dphype.cli import main
-from dphype.planner import LossModel
+from dphype.selection.planner import LossModel
 from simulations import synthetic as syn
 
 

@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from dphype.candidates import (
+from dphype.selection.candidates import (
     CandidateList,
     CandidateMismatchError,
     grid,

@@ -33,6 +33,6 @@ def test_bad_input_exits_2_with_the_parameter_named(capsys):
 def test_only_the_chosen_command_module_is_imported():
     parser = cli.build_parser(["calibrate"])
     args = parser.parse_args(["calibrate", "--epsilon", "1", "--delta", "1e-5", "--k", "2"])
-    assert args._module == "dphype.accounting_cli"
+    assert args._module == "dphype.cli.calibrate"
     with pytest.raises(SystemExit):  # other commands' options are not registered
         parser.parse_args(["demo", "--clients", "5"])

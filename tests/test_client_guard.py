@@ -4,7 +4,7 @@ process: each fails closed -- every client refuses with a sanitized reason, no s
 nothing is spent that was not sent, and nothing is released. Honest rounds with dropouts still release
 the exact sum.
 
-Unless a test says otherwise the nodes run the default node policy (:data:`dphype.policy.POLICY_KEYS`:
+Unless a test says otherwise the nodes run the default node policy (:data:`dphype.node.policy.POLICY_KEYS`:
 epsilon 1, delta 1e-5, at least 10 clients and 4 neighbours, lifetime epsilon 4), so ``N = 10`` clients.
 """
 
@@ -29,12 +29,12 @@ from dphype.flower.client import RECORD_KEY, node_policy
 from dphype.flower.local import LocalGrid, node_id
 from dphype.flower.secagg import run_secure_sum, secagg_graph
 from dphype.flower.server import PREFLIGHT_MESSAGE_TYPE
-from dphype.ledger import Ledger
-from dphype.policy import POLICY_ENV, NodePolicy, PolicyError, default_ledger_path
+from dphype.node.ledger import Ledger
+from dphype.node.policy import POLICY_ENV, NodePolicy, PolicyError, default_ledger_path
 from dphype.protocol import VoteRequest
-from dphype.secagg_guard import dphype_encoding
-from dphype.secagg_params import CORRUPT_FRACTION
-from dphype.secure_sum import SecureSumError
+from dphype.secure.guard import dphype_encoding
+from dphype.secure.secagg_params import CORRUPT_FRACTION
+from dphype.secure.secure_sum import SecureSumError
 
 N = 10
 

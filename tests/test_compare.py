@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from dphype.candidates import load_candidates
 from dphype.central import compare as cmp
 from dphype.config import DPHypeConfig
+from dphype.selection.candidates import load_candidates
 
 
 def test_dphype_select_through_client_code_picks_the_consensus():

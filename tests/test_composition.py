@@ -12,7 +12,7 @@ from opacus.accountants.utils import get_noise_multiplier
 from scipy.special import logsumexp
 from scipy.stats import skellam
 
-from dphype.accounting import (
+from dphype.privacy.accounting import (
     RDP_ORDERS,
     calibrate,
     calibrate_fedavg,

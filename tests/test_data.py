@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dphype import data
-from dphype.data import (
+from dphype.ml import data
+from dphype.ml.data import (
     Dataset,
     load_adult,
     load_dataset,
@@ -281,7 +281,7 @@ def test_flwr_partition_runs_any_flwr_datasets_partitioner() -> None:
     from datasets import Dataset as HFDataset
     from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner
 
-    from dphype.data import flwr_partition
+    from dphype.ml.data import flwr_partition
 
     parts = flwr_partition(LABELS, IidPartitioner(num_partitions=4))  # contiguous shards of the table
     assert [len(p) for p in parts] == [251, 251, 251, 250]

@@ -7,8 +7,8 @@ import pytest
 from scipy.stats import norm
 
 from dphype.central import dpareto
-from dphype.oracles import make_problem
-from dphype.pareto import hypervolume
+from dphype.central.pareto import hypervolume
+from dphype.ml.oracles import make_problem
 
 
 def test_probability_of_improvement_single_point_unbounded():

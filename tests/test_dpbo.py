@@ -97,7 +97,7 @@ def test_dp_bo_bad_inputs():
 
 
 def test_candidate_features_scale_lr_logarithmically():
-    from dphype.candidates import table_iii_grid
+    from dphype.selection.candidates import table_iii_grid
 
     feats = dpbo.candidate_features(list(table_iii_grid()))
     assert feats.shape == (100, 3) and feats.min() == 0.0 and feats.max() == 1.0

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from guard_helpers import PERMISSIVE
 
-from dphype.candidates import load_candidates
 from dphype.config import DPHypeConfig
 from dphype.flower.local import LocalGrid
+from dphype.selection.candidates import load_candidates
 from server.config import AppConfig
 
 SUBSET = "table3:random:10:0"
@@ -47,7 +47,7 @@ def test_apps_in_process_select_then_train():
 
 
 def test_local_update_starts_from_the_global_weights_and_is_seeded():
-    from dphype.task import make_task
+    from dphype.ml.task import make_task
 
     task = make_task("adult", 0, 40, seed=0, epochs=1)
     candidate = {"lr": 0.1, "decay": 0.99, "momentum": 0.9}

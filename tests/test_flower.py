@@ -11,14 +11,14 @@ from flwr.clientapp import ClientApp
 from guard_helpers import PERMISSIVE
 
 import dphype.flower.client as flower_client
-from dphype import secure_sum as ss
-from dphype.candidates import grid as candidate_grid
 from dphype.config import DPHypeConfig
 from dphype.flower import DPHype, PreflightError, register_dphype, train_config
 from dphype.flower.local import LocalGrid
 from dphype.flower.secagg import VOTE_MESSAGE_TYPE
 from dphype.flower.server import PREFLIGHT_MESSAGE_TYPE
-from dphype.policy import NodePolicy
+from dphype.node.policy import NodePolicy
+from dphype.secure import secure_sum as ss
+from dphype.selection.candidates import grid as candidate_grid
 
 CANDS = candidate_grid(lr=[0.001, 0.01, 0.1, 0.5], momentum=[0.0, 0.9])  # 8 candidates
 

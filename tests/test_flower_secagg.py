@@ -10,9 +10,9 @@ from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
 
-from dphype import secure_sum as ss
 from dphype.flower.local import LocalGrid
 from dphype.flower.secagg import VOTE_MESSAGE_TYPE, run_secure_sum, secure_vote_reply
+from dphype.secure import secure_sum as ss
 
 C = ss.CLIPPING_RANGE
 
@@ -185,7 +185,7 @@ def test_sum_through_flower_simulation_with_a_dropout():
 
 # --------------------------------------------------------------- SecAgg+ at scale (dphype.flower.secagg_fast)
 def test_the_default_graph_is_the_secure_one():
-    from dphype.secagg_params import secure_parameters
+    from dphype.secure.secagg_params import secure_parameters
 
     vectors = np.arange(12 * 5).reshape(12, 5)
     out, _ = run(vectors, min_survivors=11)

@@ -9,11 +9,11 @@ import os
 import pytest
 from guard_helpers import make_request
 
-from dphype import ledger as ledger_module
-from dphype.accounting import rdp_epsilon, vote_rdp
 from dphype.cli import main
-from dphype.ledger import FORMAT, VERSION, Ledger, LedgerError
-from dphype.policy import NodePolicy, check_vote_request
+from dphype.node import ledger as ledger_module
+from dphype.node.ledger import FORMAT, VERSION, Ledger, LedgerError
+from dphype.node.policy import NodePolicy, check_vote_request
+from dphype.privacy.accounting import rdp_epsilon, vote_rdp
 from dphype.protocol import Refusal
 
 
@@ -198,7 +198,7 @@ def test_cli_without_a_ledger_and_with_a_corrupt_one(tmp_path, capsys, monkeypat
 
 @pytest.mark.parametrize(("noise", "votes"), [("skellam", 1), ("gaussian", 3)])
 def test_admitting_policy_admits_exactly_its_votes(tmp_path, noise, votes):
-    from dphype.ledger import admitting_policy
+    from dphype.node.ledger import admitting_policy
 
     request = make_request(noise=noise, clients=8, dropout=0.25)
     keys = admitting_policy(request, votes=votes)

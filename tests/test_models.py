@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from dphype.models import MODEL_FOR_DATASET, MODELS, AdultMLP, CifarCNN, MnistCNN, build_model
+from dphype.ml.models import MODEL_FOR_DATASET, MODELS, AdultMLP, CifarCNN, MnistCNN, build_model
 
 
 def _count(module: nn.Module) -> int:

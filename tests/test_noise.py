@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import chi2, norm, skellam
 
-from dphype.noise import (
+from dphype.privacy.noise import (
     client_noise_share,
     client_noise_std,
     client_noise_variance,
@@ -161,7 +161,7 @@ def test_tail_bound_covers_empirical_exceedances(kind, sigma):
 
 
 def test_skellam_chernoff_tail_dominates_exact_tail():
-    from dphype.noise import _two_sided_tail
+    from dphype.privacy.noise import _two_sided_tail
 
     for mu in (0.01, 0.5, 3.0, 40.0):
         for t in (0.5, 1.0, 3.0, 10.0, 50.0):

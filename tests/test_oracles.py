@@ -1,11 +1,11 @@
-"""Privacy and utility oracles (dphype.oracles) against closed forms and Opacus called directly."""
+"""Privacy and utility oracles (dphype.ml.oracles) against closed forms and Opacus called directly."""
 
 import math
 
 import numpy as np
 import pytest
 
-from dphype import oracles
+from dphype.ml import oracles
 
 
 def test_svt_privacy_is_dpareto_appendix_b():
@@ -92,7 +92,7 @@ def test_dpsgd_problem_end_to_end_small():
 
 
 def test_output_perturbation_privacy_is_analytic_gaussian():
-    from dphype.accounting import analytic_gaussian_epsilon
+    from dphype.privacy.accounting import analytic_gaussian_epsilon
 
     problem = oracles.make_problem("logreg-output-perturbation", runs=5, train_size=500)
     sens = oracles.OutputPerturbationSetup().sensitivity(0.01, 500)
@@ -156,7 +156,7 @@ def test_appendix_c_sampling_respects_accept_ranges():
 
 
 def test_vote_privacy_oracle_is_dphype_accounting():
-    from dphype.accounting import calibrate
+    from dphype.privacy.accounting import calibrate
 
     release = calibrate(1.0, 1e-5, 5, num_candidates=100, accountant="analytic")
     privacy = oracles.vote_privacy_oracle(delta=1e-5, num_candidates=100, accountant="analytic")

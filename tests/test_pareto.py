@@ -1,9 +1,9 @@
-"""Pareto sets, hypervolumes and plots on hand-computed cases (dphype.pareto)."""
+"""Pareto sets, hypervolumes and plots on hand-computed cases (dphype.central.pareto)."""
 
 import numpy as np
 import pytest
 
-from dphype import pareto
+from dphype.central import pareto
 
 POINTS = np.array([[1.0, 0.5], [2.0, 0.3], [0.5, 0.8], [3.0, 0.3], [2.0, 0.6], [12.0, 0.1], [1.0, 0.5]])
 

@@ -1,4 +1,4 @@
-"""The planner (dphype.planner): exact samplers of the loss model, Theorem IV.1, the synthetic study's
+"""The planner (dphype.selection.planner): exact samplers of the loss model, Theorem IV.1, the synthetic study's
 measured success rates, recommendations, the CLI and bad input."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from dphype.candidates import grid, table_iii_grid
 from dphype.cli import main
-from dphype.planner import (
+from dphype.selection.candidates import grid, table_iii_grid
+from dphype.selection.planner import (
     LossModel,
     _distinct_uniform,
     plan,
@@ -23,8 +23,8 @@ from dphype.planner import (
     unanimous_success,
     vote_counts,
 )
-from dphype.selection import good_selection_probability_bound, selection_gap
-from dphype.voting import top_k_votes
+from dphype.selection.rules import good_selection_probability_bound, selection_gap
+from dphype.selection.voting import top_k_votes
 
 
 def test_ranking_prefix_gives_the_library_top_k_votes() -> None:

@@ -7,7 +7,14 @@ import math
 import pytest
 from guard_helpers import make_request
 
-from dphype.accounting import (
+from dphype.node.policy import (
+    POLICY_KEYS,
+    NodePolicy,
+    PolicyError,
+    check_vote_request,
+    default_ledger_path,
+)
+from dphype.privacy.accounting import (
     calibrate,
     mechanism_epsilon,
     rdp_epsilon,
@@ -15,16 +22,9 @@ from dphype.accounting import (
     vote_rdp,
     vote_sensitivity,
 )
-from dphype.candidates import grid, table_iii_grid
-from dphype.noise import client_noise_std
-from dphype.policy import (
-    POLICY_KEYS,
-    NodePolicy,
-    PolicyError,
-    check_vote_request,
-    default_ledger_path,
-)
+from dphype.privacy.noise import client_noise_std
 from dphype.protocol import Refusal
+from dphype.selection.candidates import grid, table_iii_grid
 
 
 def refused(request, policy):

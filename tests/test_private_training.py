@@ -9,11 +9,11 @@ from flwr.serverapp.strategy import DifferentialPrivacyClientSideFixedClipping, 
 from flwr.supercore.privacy_accounting import GaussianPrivacyEvent
 from guard_helpers import PERMISSIVE
 
-from dphype.accounting import calibrate, fedavg_epsilon, privacy_report
 from dphype.config import DPHypeConfig
 from dphype.flower import TrainingBudget, private_training
 from dphype.flower.local import LocalGrid
 from dphype.flower.training import RunAccountant
+from dphype.privacy.accounting import calibrate, fedavg_epsilon, privacy_report
 
 
 def selection(noise: str = "gaussian", epsilon: float = 1.0):

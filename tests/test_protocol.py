@@ -5,10 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dphype import secure_sum as ss
-from dphype.accounting import calibrate
-from dphype.candidates import grid as candidate_grid
 from dphype.config import DPHypeConfig
+from dphype.privacy.accounting import calibrate
 from dphype.protocol import (
     REFUSAL_CODES,
     Refusal,
@@ -20,6 +18,8 @@ from dphype.protocol import (
     replay_releases,
     score_candidates,
 )
+from dphype.secure import secure_sum as ss
+from dphype.selection.candidates import grid as candidate_grid
 
 CANDS = candidate_grid(lr=[0.001, 0.01, 0.1], decay=[0.5, 1.0])  # 6 candidates
 LOSSES = np.array([0.9, 0.1, 0.5, 0.2, 0.8, 0.3])  # best three: 1, 3, 5
@@ -96,7 +96,7 @@ def test_bad_configuration_is_refused_up_front(overrides, message):
 # --------------------------------------------------------------------------------------- client side
 @pytest.fixture
 def drawn_shares(record_returns):
-    """The shares noisy_vote draws, as dphype.noise.client_noise_share returns them."""
+    """The shares noisy_vote draws, as dphype.privacy.noise.client_noise_share returns them."""
     import dphype.protocol as protocol
 
     return record_returns(protocol, "client_noise_share")
@@ -111,7 +111,7 @@ def test_noisy_vote_is_top_k_plus_the_share_encoded(drawn_shares):
 
 
 def test_noisy_vote_draws_a_fresh_secure_share_every_time(monkeypatch):
-    import dphype.noise as noise
+    import dphype.privacy.noise as noise
 
     keys = []
     original = noise.secure_generator
@@ -173,7 +173,7 @@ def test_a_failing_task_is_refused_without_its_message():
 
 
 def test_a_task_check_names_the_candidate_keys_it_cannot_use():
-    from dphype.task import TorchTask, make_task
+    from dphype.ml.task import TorchTask, make_task
 
     task: TorchTask = make_task("adult", 0, 50, epochs=1)
     bad = candidate_grid(lr=[0.01, 0.1], hidden=[32, 64])

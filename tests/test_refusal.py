@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from dphype.candidates import CandidateList, table_iii_grid
-from dphype.ledger import LedgerError
-from dphype.policy import NodePolicy, PolicyError
+from dphype.node.ledger import LedgerError
+from dphype.node.policy import NodePolicy, PolicyError
 from dphype.protocol import MAX_DETAIL, REFUSAL_CODES, Refusal, as_refusal
+from dphype.selection.candidates import CandidateList, table_iii_grid
 
 RECORD = {"patient": "alice", "hiv": "positive"}
 

@@ -5,9 +5,9 @@ import random
 
 import pytest
 
-from dphype.noise import min_survivors
+from dphype.privacy.noise import min_survivors
 from dphype.protocol import Refusal
-from dphype.secagg_guard import (
+from dphype.secure.guard import (
     SecAggSetup,
     check_neighbours,
     check_setup,
@@ -15,8 +15,8 @@ from dphype.secagg_guard import (
     check_unmask,
     dphype_encoding,
 )
-from dphype.secagg_params import secure_parameters
-from dphype.secure_sum import MAX_CLIENTS
+from dphype.secure.secagg_params import secure_parameters
+from dphype.secure.secure_sum import MAX_CLIENTS
 
 
 def setup(sample_num=50, share_num=11, threshold=7, **encoding):
@@ -114,7 +114,7 @@ def test_issue_8_fake_round_threshold_1_and_no_neighbours_is_refused():
 
 @pytest.mark.parametrize("s,t", [(11, 5), (11, 1), (10, 5), (3, 1), (2, 1), (11, 12), (2, 2)])
 def test_thresholds_that_let_a_server_collect_both_shares_are_refused(s, t):
-    # (2, 2): fewer than 3 holders (dphype.secagg_params.check_share_threshold, the one home of the rule)
+    # (2, 2): fewer than 3 holders (dphype.secure.secagg_params.check_share_threshold, the one home of the rule)
     assert code(lambda: check_setup(setup(share_num=s, threshold=t))) == "secagg_setup"
 
 
@@ -226,7 +226,7 @@ def test_setup_from_a_stage_0_config_record():
 
 # ------------------------------------------------------------------- what local checks cannot stop
 def isolation_attack(n=50, s=11, t=7):
-    """An active server's views that unmask client 0 alone in a sparse graph (threat model, dphype.policy).
+    """An active server's views that unmask client 0 alone in a sparse graph (threat model, dphype.node.policy).
 
     Client 0's holders are X = 1..10; each x in X gets holders {x, 0} and 9 clients of Z (the other 39),
     which hold x's mask key and are told x dropped; Z is a ring (+-3) so that every z has 7 active.

@@ -2,7 +2,7 @@
 dropouts) passes every check at every stage, a tampering server is refused before anything secret leaves.
 
 Each node answers through :func:`dphype.flower.secagg.secure_vote_reply`, which runs this client's checks
-of every stage (:func:`dphype.flower.secagg.check_stage`, the pure checks of :mod:`dphype.secagg_guard`)
+of every stage (:func:`dphype.flower.secagg.check_stage`, the pure checks of :mod:`dphype.secure.guard`)
 before Flower's SecAgg+ client answers it. The same attacks through the whole DP-Hype client (policy,
 ledger) are in ``tests/test_client_guard.py``.
 """
@@ -15,10 +15,10 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
 
-from dphype import secure_sum as ss
 from dphype.flower.local import LocalGrid
 from dphype.flower.secagg import run_secure_sum, secure_vote_reply
 from dphype.protocol import Refusal
+from dphype.secure import secure_sum as ss
 
 
 def guarded_app(vectors: np.ndarray, dropout: float, drop: dict | None = None, refusals: list | None = None):

@@ -1,4 +1,4 @@
-"""Secure SecAgg+ parameters (dphype.secagg_params) against hand-computed bounds and the reference finder."""
+"""Secure SecAgg+ parameters (dphype.secure.secagg_params) against hand-computed bounds and the reference finder."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dphype import secagg_params as sp
+from dphype.secure import secagg_params as sp
 
 
 def _hypergeom(population: int, marked: int, draws: int, values: range) -> Fraction:

@@ -1,4 +1,4 @@
-"""Exact integer summation over SecAgg+: the framework-free encoding and its limits (dphype.secure_sum)."""
+"""Exact integer summation over SecAgg+: the framework-free encoding and its limits (dphype.secure.secure_sum)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from dphype import secure_sum as ss
+from dphype.secure import secure_sum as ss
 
 C = ss.CLIPPING_RANGE
 
@@ -95,7 +95,7 @@ def test_clip_probability_refuses_huge_noise():
 @pytest.mark.parametrize("noise", ["skellam", "gaussian"])
 def test_clip_probability_against_a_monte_carlo_of_the_shares(noise):
     """The range bound vs the frequency with which some share of some client leaves it (a tight range)."""
-    from dphype.noise import noise_share
+    from dphype.privacy.noise import noise_share
 
     clients, size, reps = 4, 5, 40_000
     clipping_range = 8 * ss.fixed_point_scale(noise)  # shares are refused beyond 8 - 2 = 6 votes

@@ -1,4 +1,4 @@
-"""The server's selection rules (dphype.selection): argmax, Theorem IV.1, the structure-aware GP rule and
+"""The server's selection rules (dphype.selection.rules): argmax, Theorem IV.1, the structure-aware GP rule and
 the confidence in a pick."""
 
 import inspect
@@ -9,8 +9,8 @@ import pytest
 import torch
 from scipy.stats import norm
 
-from dphype.candidates import CandidateList, grid
-from dphype.selection import (
+from dphype.selection.candidates import CandidateList, grid
+from dphype.selection.rules import (
     GPSettings,
     fit_surface,
     good_selection_probability_bound,

@@ -1,4 +1,4 @@
-"""Fast Shamir sharing (dphype.shamir) against Flower's and PyCryptodome's implementation."""
+"""Fast Shamir sharing (dphype.secure.shamir) against Flower's and PyCryptodome's implementation."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from Crypto.Protocol.SecretSharing import _Element
 from flwr.common.secure_aggregation.crypto import shamir as flower
 
-from dphype import shamir
+from dphype.secure import shamir
 
 
 def test_field_arithmetic_matches_pycryptodome():

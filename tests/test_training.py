@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from dphype.data import Dataset
-from dphype.models import build_model
-from dphype.training import (
+from dphype.ml.data import Dataset
+from dphype.ml.models import build_model
+from dphype.ml.training import (
     StackedModels,
     accuracy,
     evaluate_candidates,

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from dphype.voting import primary_scores, raw_score_votes, top_k_votes
+from dphype.selection.voting import primary_scores, raw_score_votes, top_k_votes
 
 
 def test_top_k_maximize_and_minimize():

@@ -3,10 +3,10 @@
 Inputs, computed once and shared (the cost is charged to every method that uses them):
 
 * per-client scores: the data set's pool is split over ``clients`` clients with
-  :func:`dphype.task.make_task`; every client scores every candidate on its own data
+  :func:`dphype.ml.task.make_task`; every client scores every candidate on its own data
   (``Task.score``: local 80/20 split, the paper's model and epochs);
 * central models: every candidate trained on the 80 % fit split of the whole pool
-  (:func:`dphype.training.train_candidates`), scored on the 20 % validation split (DP-BO's
+  (:func:`dphype.ml.training.train_candidates`), scored on the 20 % validation split (DP-BO's
   sensitive validation set) and on the test split (the test accuracy of any selection).
 
 Methods:
@@ -37,10 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from dphype.candidates import CandidateList
 from dphype.config import DPHypeConfig
+from dphype.ml.task import FixedScoresTask, score_clients
 from dphype.plotting import pyplot, save_figure
-from dphype.task import FixedScoresTask, score_clients
+from dphype.selection.candidates import CandidateList
 
 DPHYPE_ASSUMPTIONS: tuple[str, ...] = (
     "client-level DP, replace-one neighbouring clients (top-k votes: L2 sqrt(2k), L1 2k)",
@@ -65,10 +65,10 @@ def central_accuracies(
     dataset: str, candidates: CandidateList, *, seed: int, epochs: int | None, data_dir: str | None
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """Train every candidate on the pool's fit split; accuracy on its validation split and on test."""
-    from dphype.data import split_indices
-    from dphype.models import MODEL_FOR_DATASET
-    from dphype.task import default_epochs, load_cached
-    from dphype.training import VALIDATION_FRACTION, accuracy, train_candidates
+    from dphype.ml.data import split_indices
+    from dphype.ml.models import MODEL_FOR_DATASET
+    from dphype.ml.task import default_epochs, load_cached
+    from dphype.ml.training import VALIDATION_FRACTION, accuracy, train_candidates
 
     pool, test = load_cached(dataset, data_dir)
     fit_idx, val_idx = split_indices(len(pool), VALIDATION_FRACTION, seed)
@@ -93,7 +93,7 @@ def dphype_select(
     transport is exercised elsewhere), and the server's :func:`dphype.protocol.release`.
     """
     from dphype.protocol import check_request, make_vote_request, release, replay_releases, score_candidates
-    from dphype.voting import top_k_votes
+    from dphype.selection.voting import top_k_votes
 
     request = make_vote_request(config, candidates)
     votes = np.zeros(len(candidates))
@@ -153,10 +153,10 @@ def compare(
     the mean and std of the selections' test accuracy, and a wall time of the shared inputs plus
     one selection. Each repetition alone spends the row's (epsilon, delta).
     """
-    from dphype.accounting import check_k
     from dphype.central.dpbo import candidate_features, dp_bo
     from dphype.central.propose_test import calibrate_eps0, propose_test
-    from dphype.voting import primary_scores
+    from dphype.checks import check_k
+    from dphype.selection.voting import primary_scores
 
     check_k(config.k, len(candidates))
     epsilon, delta, clients, k = config.epsilon, config.delta, config.clients, config.k

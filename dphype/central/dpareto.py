@@ -27,15 +27,15 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtr
 
-from dphype.accounting import check_int
-from dphype.oracles import Config, Evaluation, ParetoProblem, sample_configs
-from dphype.pareto import (
+from dphype.central.pareto import (
     DEFAULT_REFERENCE,
     hypervolume_improvement,
     hypervolume_trace,
     pareto_front,
     staircase,
 )
+from dphype.checks import check_int
+from dphype.ml.oracles import Config, Evaluation, ParetoProblem, sample_configs
 
 METHODS: tuple[str, ...] = ("hvpoi", "qnehvi", "random", "grid")
 
@@ -77,7 +77,7 @@ def probability_of_improvement(
     ``Gamma~`` is where the hypervolume increment ``Delta_PF`` is positive: points not dominated
     by ``front`` inside the box below ``reference`` (an infinite reference gives the unbounded
     non-dominated region). ``mean``/``std``: ``(N, 2)`` predictive moments in the same space as
-    ``front`` and ``reference``. With the front's staircase ``h`` (:func:`dphype.pareto.staircase`,
+    ``front`` and ``reference``. With the front's staircase ``h`` (:func:`dphype.central.pareto.staircase`,
     level ``h_j`` on ``[lo_j, hi_j)``), ``Gamma~`` is the disjoint union of the strips
     ``[lo_j, hi_j) x (-inf, h_j)``, so ``PoI = sum_j (Phi(hi_j) - Phi(lo_j)) Phi(h_j)`` with
     arguments standardised per candidate: the integral of Eq. (2) in closed form.

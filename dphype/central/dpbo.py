@@ -178,7 +178,7 @@ def lipschitz_gain_sensitivity(
 # --------------------------------------------------------------------------------------- mechanisms
 def exponential_mechanism_probabilities(utility: np.ndarray, epsilon: float, sensitivity: float) -> np.ndarray:
     """Kusner et al. Def. 4 (McSherry & Talwar 2007): ``P(lambda) ~ exp(epsilon q(lambda) / (2 Delta))``."""
-    from dphype.accounting import check_epsilon, check_positive
+    from dphype.checks import check_epsilon, check_positive
 
     check_epsilon(epsilon)
     check_positive("sensitivity", sensitivity)
@@ -189,7 +189,7 @@ def exponential_mechanism_probabilities(utility: np.ndarray, epsilon: float, sen
 
 def laplace_scale(sensitivity: float, epsilon: float) -> float:
     """Kusner et al. Def. 3: the Laplace mechanism adds ``Lap(Delta / epsilon)``."""
-    from dphype.accounting import check_epsilon, check_positive
+    from dphype.checks import check_epsilon, check_positive
 
     check_epsilon(epsilon)
     check_positive("sensitivity", sensitivity)
@@ -261,7 +261,7 @@ def dp_bo(
     by the exponential mechanism on ``mu_T`` ((epsilon, delta)-DP, Cor. 1) and, if
     ``release_gain``, ``max_t v_t + Lap(Theorem 3 / epsilon)`` (another (epsilon, delta), Cor. 2).
     """
-    from dphype.accounting import check_delta, check_epsilon
+    from dphype.checks import check_delta, check_epsilon
 
     check_epsilon(epsilon)
     check_delta(delta)

@@ -111,7 +111,7 @@ def propose_test(
     ``granularity`` is ``g`` in (0, 1), ``lower_bound`` is ``u0`` in [0, 1), ``eps0`` the per-iteration
     budget; ``delta_slack`` is the ``delta'`` of advanced composition.
     """
-    from dphype.accounting import check_delta, check_epsilon
+    from dphype.checks import check_delta, check_epsilon
 
     check_epsilon(eps0)
     check_delta(delta_slack)

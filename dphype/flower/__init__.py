@@ -3,7 +3,7 @@
 * :func:`register_dphype` -- client side: add DP-Hype's pre-flight and secure-vote handlers to your
   Message-API ``ClientApp``; your own ``@app.train()``/``@app.evaluate()``/``@app.query()`` stay yours.
   The node's privacy policy comes from its operator (``--node-config "dphype-max-epsilon=1 ..."``), never
-  from the server: :mod:`dphype.policy`.
+  from the server: :mod:`dphype.node.policy`.
 * :class:`DPHype` -- server side: ``DPHype(candidates, config).start(grid)`` inside your ``@app.main()``
   returns the selected candidate and its privacy report; then train with any Message-API strategy,
   passing :func:`train_config` ``(result.selected)``.

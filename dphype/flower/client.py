@@ -2,14 +2,14 @@
 
 :func:`register_dphype` adds two handlers to a Message-API ``ClientApp``, under DP-Hype's own action
 name, so they never see the user's ``@app.train()``, ``@app.evaluate()`` or ``@app.query()`` messages
-and those never see DP-Hype's. Both enforce this node's own privacy policy (:class:`dphype.policy.NodePolicy`,
+and those never see DP-Hype's. Both enforce this node's own privacy policy (:class:`dphype.node.policy.NodePolicy`,
 set by whoever runs the node, never by the server; :func:`node_policy`) against an active server
-(threat model: :mod:`dphype.policy`):
+(threat model: :mod:`dphype.node.policy`):
 
 * ``query.dphype`` (pre-flight): parse the :class:`dphype.protocol.VoteRequest`, check it against the
-  policy (:func:`dphype.policy.check_vote_request`: the node's candidate copy, its epsilon, delta and
+  policy (:func:`dphype.node.policy.check_vote_request`: the node's candidate copy, its epsilon, delta and
   minimum clients, the guarantee of the noise it is asked to add) and the node's lifetime budget
-  (:meth:`dphype.ledger.Ledger.check`), then score every candidate with the user's task
+  (:meth:`dphype.node.ledger.Ledger.check`), then score every candidate with the user's task
   (:func:`dphype.protocol.score_candidates`) and keep the scores in the node's context state; answer
   ``ready`` or a refusal (a reason code and a short message without data values);
 * ``train.dphype`` (the secure vote, inside SecAgg+): every SecAgg+ stage is checked before it is answered
@@ -17,7 +17,7 @@ set by whoever runs the node, never by the server; :func:`node_policy`) against 
   lists against the approved request's ``n`` and ``xi`` and the policy's ``dphype-min-neighbours``). When
   the protocol asks for the masked input, the request must be the one approved in the pre-flight; it is
   checked again, turned into top-k votes plus a fresh noise share from the secure generator
-  (:func:`dphype.protocol.noisy_vote`), recorded in the node's ledger (:meth:`dphype.ledger.Ledger.spend`)
+  (:func:`dphype.protocol.noisy_vote`), recorded in the node's ledger (:meth:`dphype.node.ledger.Ledger.spend`)
   and only then handed to SecAgg+. Any refusal makes the node drop out of the round, and the server
   sees only the sanitized reason (:func:`dphype.protocol.as_refusal`).
 """
@@ -38,10 +38,10 @@ from flwr.common import Scalar, log
 from flwr.common.config import parse_config_args
 
 from dphype.flower.secagg import secure_vote_reply
-from dphype.ledger import Ledger
-from dphype.policy import POLICY_ENV, NodePolicy, PolicyError, check_vote_request
+from dphype.ml.task import Task
+from dphype.node.ledger import Ledger
+from dphype.node.policy import POLICY_ENV, NodePolicy, PolicyError, check_vote_request
 from dphype.protocol import Refusal, VoteRequest, as_refusal, noisy_vote, score_candidates
-from dphype.task import Task
 
 #: Action name of DP-Hype's messages: ``query.dphype`` (pre-flight) and ``train.dphype`` (vote).
 ACTION = "dphype"
@@ -57,10 +57,10 @@ PolicySource = NodePolicy | Callable[[Context], NodePolicy] | None
 def node_policy(context: Context) -> NodePolicy:
     """This node's policy from its own channels: the ``dphype-*`` keys of ``context.node_config``
     (``flower-supernode --node-config "dphype-max-epsilon=1 ..."``) over those of the environment variable
-    :data:`dphype.policy.POLICY_ENV` (``DPHYPE_NODE_POLICY``, same syntax, parsed by Flower's own
+    :data:`dphype.node.policy.POLICY_ENV` (``DPHYPE_NODE_POLICY``, same syntax, parsed by Flower's own
     ``--node-config`` parser) in this ClientApp's process. Neither can be set by the server: the run config
-    is never read. The default ledger is per ``partition-id`` (:func:`dphype.policy.default_ledger_path`).
-    Raises :class:`dphype.policy.PolicyError` for an invalid policy.
+    is never read. The default ledger is per ``partition-id`` (:func:`dphype.node.policy.default_ledger_path`).
+    Raises :class:`dphype.node.policy.PolicyError` for an invalid policy.
     """
     text = os.environ.get(POLICY_ENV, "").strip()
     syntax = (f"{POLICY_ENV} must hold dphype-* keys in --node-config syntax "
@@ -108,12 +108,12 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
     within this node's privacy policy. Returns ``app``.
 
     ``task_fn`` builds this node's task (anything with ``maximize`` and ``score(candidates)``, e.g.
-    :class:`dphype.task.TorchTask`) from the node's context. ``policy`` is this node's
-    :class:`dphype.policy.NodePolicy`:
+    :class:`dphype.ml.task.TorchTask`) from the node's context. ``policy`` is this node's
+    :class:`dphype.node.policy.NodePolicy`:
 
     * ``None`` (the default, and what a deployed app should use): read it where the node's operator sets
       it, :func:`node_policy` (``--node-config`` keys, else the ``DPHYPE_NODE_POLICY`` environment
-      variable, else the safe defaults of :data:`dphype.policy.POLICY_KEYS`);
+      variable, else the safe defaults of :data:`dphype.node.policy.POLICY_KEYS`);
     * a function of the node's ``Context`` that returns one (e.g. one policy per simulated node);
     * a ``NodePolicy``, for a process that runs a single node (its ledger file is the node's).
 

@@ -86,7 +86,7 @@ class LocalSuperLink:
 
     ``log`` receives the SuperLink's own output. ``run`` submits an app and streams its logs. ``env`` adds
     variables to the environment of the SuperLink and of everything it starts (the simulated nodes' ClientApps
-    included), e.g. their node policy under :data:`dphype.policy.POLICY_ENV`.
+    included), e.g. their node policy under :data:`dphype.node.policy.POLICY_ENV`.
     """
 
     def __init__(self, *, log: Path | None = None, startup_timeout: float = 60.0,

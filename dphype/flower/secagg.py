@@ -1,14 +1,14 @@
-"""Flower SecAgg+ as DP-Hype's exact secure sum (the adapter of :mod:`dphype.secure_sum`).
+"""Flower SecAgg+ as DP-Hype's exact secure sum (the adapter of :mod:`dphype.secure.secure_sum`).
 
 Flower 1.41 has SecAgg+ only on its legacy path: the server-side ``SecAggPlusWorkflow`` drives a legacy
 ``Strategy`` through a ``LegacyContext`` and the client-side ``secaggplus_mod`` wraps a handler that
 returns a legacy ``FitRes``. This module keeps all of that behind two calls:
 
 * server: :func:`run_secure_sum` runs one SecAgg+ round over given nodes and returns the exact sum of
-  their encoded vectors (:func:`dphype.secure_sum.decode_sum`) and the number of contributors, or raises
-  :class:`dphype.secure_sum.SecureSumError` -- never unmasking fewer than ``min_survivors`` vectors;
+  their encoded vectors (:func:`dphype.secure.secure_sum.decode_sum`) and the number of contributors, or raises
+  :class:`dphype.secure.secure_sum.SecureSumError` -- never unmasking fewer than ``min_survivors`` vectors;
 * client: :func:`secure_vote_reply` answers one SecAgg+ stage message once the client's own checks of it
-  passed (:func:`check_stage`, :mod:`dphype.secagg_guard`), computing the vector only when the protocol
+  passed (:func:`check_stage`, :mod:`dphype.secure.guard`), computing the vector only when the protocol
   asks for the masked input.
 
 DP-Hype's messages carry their own message type (:data:`VOTE_MESSAGE_TYPE`, a named ``train`` action), so
@@ -54,12 +54,12 @@ from flwr.server.workflow.secure_aggregation.secaggplus_workflow import Workflow
 from flwr.serverapp.grid import Grid
 from flwr.supercore.run import Run
 
-from dphype.accounting import check_positive
+from dphype.checks import check_positive
 from dphype.flower.secagg_fast import ScalableSecAggPlusWorkflow, SecAggPlusState, scalable_secaggplus_mod
 from dphype.protocol import Refusal
-from dphype.secagg_guard import SecAggSetup, check_neighbours, check_setup, check_share_sources, check_unmask
-from dphype.secagg_params import CORRUPT_FRACTION, SecAggParameters, check_parameters, secure_parameters
-from dphype.secure_sum import (
+from dphype.secure.guard import SecAggSetup, check_neighbours, check_setup, check_share_sources, check_unmask
+from dphype.secure.secagg_params import CORRUPT_FRACTION, SecAggParameters, check_parameters, secure_parameters
+from dphype.secure.secure_sum import (
     CLIPPING_RANGE,
     MAX_WEIGHT,
     MODULUS_RANGE,
@@ -90,7 +90,7 @@ class ExactSumWorkflow(ScalableSecAggPlusWorkflow):
     ``min_survivors`` is checked after the masked vectors are collected and
     *before* the unmasking stage: if fewer clients contributed, the server never
     learns their (under-noised) sum and :class:`TooFewSurvivorsError` is raised.
-    ``clipping_range`` is the run's ``C(n)`` (:func:`dphype.secure_sum.clipping_range_for`),
+    ``clipping_range`` is the run's ``C(n)`` (:func:`dphype.secure.secure_sum.clipping_range_for`),
     with ``Q = 2C``; the stages run on :mod:`dphype.flower.secagg_fast`.
     """
 
@@ -268,10 +268,10 @@ def secagg_graph(clients: int, min_survivors: int, num_shares: float | None,
     """The round's SecAgg+ graph: the secure one by default, an explicit choice only if it is as secure.
 
     The tolerated dropout is ``(n - min_survivors) / n``, so the graph stays correct with exactly the
-    survivors the release needs (:func:`dphype.secagg_params.secure_parameters`); an explicit
+    survivors the release needs (:func:`dphype.secure.secagg_params.secure_parameters`); an explicit
     ``num_shares`` / ``reconstruction_threshold`` below that is refused (:func:`check_parameters`). Either
     way the threshold exceeds half the shares, the rule every client checks before sharing its secrets
-    (:func:`dphype.secagg_params.check_share_threshold`), so clients never refuse an honest graph.
+    (:func:`dphype.secure.secagg_params.check_share_threshold`), so clients never refuse an honest graph.
     """
     dropout = (clients - min_survivors) / clients
     if num_shares is None and reconstruction_threshold is None:
@@ -341,7 +341,7 @@ def run_secure_sum(
 
 # ---------------------------------------------------------------------------------------- client side
 def check_stage(msg: Message, context: Context, *, clients: int, dropout: float, min_neighbours: int) -> None:
-    """This client's checks of one SecAgg+ stage message (:mod:`dphype.secagg_guard`), run before the stage
+    """This client's checks of one SecAgg+ stage message (:mod:`dphype.secure.guard`), run before the stage
     is answered: raises :class:`dphype.protocol.Refusal`, so nothing of the stage leaves the client.
 
     ``clients`` and ``dropout`` are the announced ``n`` and ``xi`` of the request this client approved,
@@ -390,7 +390,7 @@ def secure_vote_reply(
     """Answer one SecAgg+ stage message of the vote round, after this client's checks of it (:func:`check_stage`).
 
     Only the masked-input stage calls ``masked_input(fit_config, clipping_range)``, which returns this
-    client's encoded vector within the round's ``clipping_range`` (:func:`dphype.secure_sum.clipping_range_for`
+    client's encoded vector within the round's ``clipping_range`` (:func:`dphype.secure.secure_sum.clipping_range_for`
     of the round's size, checked in stage 0); SecAgg+ masks it before it leaves (weight
     ``num_examples = 1``, no metrics: metrics are not masked). A message that is not a SecAgg+ stage is
     refused: answering it would send the vector in plaintext. Refusals raise

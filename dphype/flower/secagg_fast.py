@@ -7,13 +7,13 @@ module keeps Flower's protocol, message layout, key agreement (ECDH on P-384 + H
 encryption and mask generator, and changes only how the work is done:
 
 * :func:`scalable_secaggplus_mod` (client, replaces ``secaggplus_mod``): shares its two secrets with
-  :func:`dphype.shamir.create_shares_of` (byte-compatible with Flower's shares), parses each of its
+  :func:`dphype.secure.shamir.create_shares_of` (byte-compatible with Flower's shares), parses each of its
   own private keys once per stage instead of once per neighbour, and **refuses** (raises, so the
   client counts as dropped out) a value outside the clipping range instead of letting Flower's
   quantizer clip it silently.
 * :class:`ScalableSecAggPlusWorkflow` (server, replaces ``SecAggPlusWorkflow.unmask_stage``):
   reconstructs each secret from exactly ``t`` shares, lowest share indices first so that clients
-  share Lagrange coefficients (:func:`dphype.shamir.combine_shares`), and removes a dropped client's
+  share Lagrange coefficients (:func:`dphype.secure.shamir.combine_shares`), and removes a dropped client's
   pairwise masks only with the neighbours whose masked vectors are in the sum -- the masks that are
   actually there. (Flower also cancels masks with neighbours that dropped, which takes extra key
   agreements and fails with a ``KeyError`` for a neighbour lost before sending its keys.)
@@ -83,7 +83,7 @@ from flwr.supercore.primitives.asymmetric import (
     bytes_to_public_key,
 )
 
-from dphype.shamir import combine_shares, create_shares_of
+from dphype.secure.shamir import combine_shares, create_shares_of
 
 # ``flwr.client.mod.secure_aggregation`` re-exports a function under the module's own name, so the
 # module's other helpers are reached through ``sys.modules``.

@@ -4,7 +4,7 @@
 
 1. on construction, everything the server can check itself: the configuration, the candidate list, the
    noise calibration (:func:`dphype.protocol.make_vote_request`), the secure-sum range and the planner's
-   prediction from public parameters (:func:`dphype.planner.preflight`: a warning below one half, a refusal
+   prediction from public parameters (:func:`dphype.selection.planner.preflight`: a warning below one half, a refusal
    below ``config.min_success``) -- before any client works;
 2. ``start(grid)`` waits for ``n`` nodes, runs the pre-flight (``query.dphype``: every client checks the
    request against its own candidate list, task and limits, scores the candidates and answers ready or a
@@ -30,15 +30,15 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common import log
 from flwr.serverapp.grid import Grid
 
-from dphype.candidates import Candidate, CandidateList
 from dphype.config import DPHypeConfig
 from dphype.flower.client import ACTION, RECORD_KEY
 from dphype.flower.secagg import check_timeout, run_secure_sum
-from dphype.noise import client_noise_std
-from dphype.planner import preflight
+from dphype.privacy.noise import client_noise_std
 from dphype.protocol import REFUSAL_CODES, DPHypeResult, make_vote_request, release
-from dphype.secagg_params import CORRUPT_FRACTION, check_corrupt_fraction
-from dphype.secure_sum import clip_probability
+from dphype.secure.secagg_params import CORRUPT_FRACTION, check_corrupt_fraction
+from dphype.secure.secure_sum import clip_probability
+from dphype.selection.candidates import Candidate, CandidateList
+from dphype.selection.planner import preflight
 
 #: Message type of the pre-flight round.
 PREFLIGHT_MESSAGE_TYPE = f"query.{ACTION}"
@@ -59,11 +59,11 @@ class DPHype:
         The validated privacy parameters (:class:`dphype.config.DPHypeConfig`).
     num_shares, reconstruction_threshold:
         SecAgg+ parameters (Flower's ints, or fractions of the clients / of the shares); ``None`` (the
-        default) uses the secure graph of :func:`dphype.secagg_params.secure_parameters`, and an explicit
+        default) uses the secure graph of :func:`dphype.secure.secagg_params.secure_parameters`, and an explicit
         choice below it is refused (:func:`dphype.flower.secagg.secagg_graph`).
     corrupt_fraction:
         Fraction of the clients assumed to collude with the server when the SecAgg+ graph is chosen or
-        checked (default 1/3, :data:`dphype.secagg_params.CORRUPT_FRACTION`).
+        checked (default 1/3, :data:`dphype.secure.secagg_params.CORRUPT_FRACTION`).
     """
 
     def __init__(
@@ -105,7 +105,7 @@ class DPHype:
         ``connect_timeout`` bounds the wait (seconds) for ``clients`` nodes to connect; ``timeout`` bounds
         the pre-flight (which includes local scoring) and each SecAgg+ stage, so a node that vanishes
         counts as a dropout instead of stalling the run (``None``: no limit). Raises :class:`PreflightError` or
-        :class:`dphype.secure_sum.SecureSumError` (nothing released) when too few clients take part.
+        :class:`dphype.secure.secure_sum.SecureSumError` (nothing released) when too few clients take part.
         """
         timeout = check_timeout("timeout", timeout)
         connect_timeout = check_timeout("connect_timeout", connect_timeout)

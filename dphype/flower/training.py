@@ -3,11 +3,11 @@
 After DP-Hype has selected a candidate, :func:`private_training` wraps the user's Message-API ``FedAvg`` in
 Flower's ``DifferentialPrivacyClientSideFixedClipping`` (clients clip with ``fixedclipping_mod``) or
 ``DifferentialPrivacyServerSideFixedClipping``, with the noise multiplier that makes ``rounds`` rounds
-``(epsilon, delta)``-DP for the training budget (:func:`dphype.accounting.calibrate_fedavg`, dp_accounting).
+``(epsilon, delta)``-DP for the training budget (:func:`dphype.privacy.accounting.calibrate_fedavg`, dp_accounting).
 
 The wrapper runs in Flower's *accounted mode* with :class:`RunAccountant`, which starts from the selection's
-own RDP curve (:func:`dphype.accounting.vote_rdp`; Skellam included) and composes every training round
-(:func:`dphype.accounting.fedavg_rdp`), so the run has one ``(epsilon, delta)`` for both phases. Accounted
+own RDP curve (:func:`dphype.privacy.accounting.vote_rdp`; Skellam included) and composes every training round
+(:func:`dphype.privacy.accounting.fedavg_rdp`), so the run has one ``(epsilon, delta)`` for both phases. Accounted
 mode makes Flower refuse a round that would exceed that total, aggregate only when every sampled client
 replied with an equal weight (a round with a missing or failed reply is skipped and releases nothing), and
 log the composed spend after each round.
@@ -37,13 +37,10 @@ from flwr.supercore.privacy_accounting import (
     SamplingMethod,
 )
 
-from dphype.accounting import (
+from dphype.checks import check_delta, check_epsilon, check_int, check_positive
+from dphype.privacy.accounting import (
     PrivacyReport,
     calibrate_fedavg,
-    check_delta,
-    check_epsilon,
-    check_int,
-    check_positive,
     fedavg_rdp,
     rdp_delta,
     rdp_epsilon,

@@ -62,9 +62,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from dphype.accounting import check_clients as _check_client_count
-from dphype.accounting import check_noise
-from dphype.noise import client_noise_std, noise_tail_bound
+from dphype.checks import check_clients as _check_client_count
+from dphype.checks import check_noise
+from dphype.privacy.noise import client_noise_std, noise_tail_bound
 
 #: Flower SecAgg+ ``modulus_range`` M (its maximum).
 MODULUS_RANGE: int = 2**32
@@ -136,7 +136,7 @@ def clip_probability(
     is 0 or 1, so an encoded entry stays within +-C as long as every noise share
     satisfies ``|z| <= t`` with ``t = C / scale - 2`` (one unit for the vote, one for
     fixed-point rounding). The probability that some share of some client exceeds
-    ``t`` is :func:`dphype.noise.noise_tail_bound`'s union bound (exact Gaussian tail,
+    ``t`` is :func:`dphype.privacy.noise.noise_tail_bound`'s union bound (exact Gaussian tail,
     Chernoff bound for Skellam) at ``num_sigmas = t / client_std``.
     """
     limit_range = clipping_range_for(clients) if clipping_range is None else clipping_range

@@ -8,10 +8,10 @@ Flower's FedAvg. The DP-Hype settings are checked here before Flower starts; the
 rest of its run config before any client works.
 
 Node policy: the demo's user operates every simulated node as well as the server, so the nodes get a policy
-that admits exactly the demo's own request, once (:func:`dphype.ledger.admitting_policy`, through the
+that admits exactly the demo's own request, once (:func:`dphype.node.ledger.admitting_policy`, through the
 ``DPHYPE_NODE_POLICY`` environment variable, the operator's channel in simulation). Their ledgers live in
 the private ``FLWR_HOME`` of :class:`dphype.flower.local.LocalSuperLink` and are gone with it: each demo
-starts with fresh nodes. A real node keeps its own limits (``--node-config``, :mod:`dphype.policy`).
+starts with fresh nodes. A real node keeps its own limits (``--node-config``, :mod:`dphype.node.policy`).
 """
 
 from __future__ import annotations
@@ -42,13 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Check the settings, run the app, return its summary (selection, privacy report, test accuracy)."""
-    from dphype.accounting import check_int, check_positive
-    from dphype.candidates import load_candidates
+    from dphype.checks import check_int, check_positive
     from dphype.config import RUN_CONFIG_KEYS
     from dphype.flower import DPHype
     from dphype.flower.local import LocalSuperLink, is_flower_app, node_config_string
-    from dphype.ledger import admitting_policy
-    from dphype.policy import POLICY_ENV
+    from dphype.node.ledger import admitting_policy
+    from dphype.node.policy import POLICY_ENV
+    from dphype.selection.candidates import load_candidates
 
     candidates = load_candidates(args.candidates)
     config = privacy_config(args, len(candidates))

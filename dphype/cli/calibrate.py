@@ -26,10 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Calibrate and report; bad input raises ``ValueError`` (exit status 2 via ``dphype.cli``)."""
-    from dphype.accounting import calibrate, privacy_report
-    from dphype.candidates import load_candidates
     from dphype.cli import privacy_config
-    from dphype.noise import min_survivors
+    from dphype.privacy.accounting import calibrate, privacy_report
+    from dphype.privacy.noise import min_survivors
+    from dphype.selection.candidates import load_candidates
 
     num_candidates = None if args.candidates is None else len(load_candidates(args.candidates))
     config = privacy_config(args, num_candidates)

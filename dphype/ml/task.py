@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from dphype.data import Dataset, load_dataset, partition_dirichlet, partition_iid
+from dphype.ml.data import Dataset, load_dataset, partition_dirichlet, partition_iid
 
 if TYPE_CHECKING:
-    from dphype.candidates import CandidateList
-    from dphype.training import ModelSpec
+    from dphype.ml.training import ModelSpec
+    from dphype.selection.candidates import CandidateList
 
 #: Partitioning schemes accepted by :func:`make_task` (Section V-C, Appendix C).
 PARTITIONS: tuple[str, ...] = ("iid", "dirichlet")
@@ -43,21 +43,21 @@ class Task(Protocol):
     ) -> np.ndarray:
         """Scores in candidate order: shape ``(p,)``, one score per candidate, or ``(p, j)``, lexicographic
         keys (column 0 decides, later columns break ties; all in the ``maximize`` direction; see
-        :func:`dphype.voting.top_k_votes`). NaN for a failed candidate."""
+        :func:`dphype.selection.voting.top_k_votes`). NaN for a failed candidate."""
         ...
 
 
 @dataclass
 class TorchTask:
     """Local validation accuracy of one model per candidate (Section V-B), via
-    :func:`dphype.training.evaluate_candidates` (all candidates trained at once).
+    :func:`dphype.ml.training.evaluate_candidates` (all candidates trained at once).
 
     score = validation accuracy; ties broken by validation loss (Algorithm 1's loss): :meth:`score`
     returns the ``(p, 2)`` keys ``[accuracy, -validation loss]``. With a few dozen local validation rows
     most candidates share one of a handful of accuracies; the loss separates them, so a client's top-k
     vote does not fall back to candidate order.
 
-    ``model`` is a name of :data:`dphype.models.MODELS` or a zero-argument factory of a fresh module.
+    ``model`` is a name of :data:`dphype.ml.models.MODELS` or a zero-argument factory of a fresh module.
     ``device=None`` uses CUDA when available. ``chunk_size`` caps the candidates trained at once
     (memory), ``num_threads`` the torch threads (set it when several clients share one machine).
     """
@@ -77,7 +77,7 @@ class TorchTask:
         training does not use, a negative or non-finite value. Looks at the public candidates only."""
         import torch
 
-        from dphype.training import Hyperparameters
+        from dphype.ml.training import Hyperparameters
 
         Hyperparameters.from_candidates(candidates, torch.device("cpu"))
 
@@ -89,7 +89,7 @@ class TorchTask:
     ) -> np.ndarray:
         """``(p, 2)`` keys ``[validation accuracy, -validation loss]`` (NaN row for a diverged candidate);
         ``progress(done, total)`` counts local epochs."""
-        from dphype.training import evaluate_candidates
+        from dphype.ml.training import evaluate_candidates
 
         return evaluate_candidates(
             self.model,
@@ -108,16 +108,16 @@ class TorchTask:
     # ---- final training of the selected candidate (one model, e.g. FedAvg through Flower) ----
     def initial_state(self, seed: int = 0) -> dict[str, Any]:
         """The model's initial weights (a torch state dict) drawn with ``seed``: the global model's start."""
-        from dphype.training import initial_state
+        from dphype.ml.training import initial_state
 
         return initial_state(self.model, self.data, seed=seed, device=self.device)
 
     def fit(self, candidate: Mapping[str, Any], state: Mapping[str, Any], *, epochs: int | None = None,
             seed: int = 0) -> tuple[dict[str, Any], dict[str, float]]:
         """One local update of the global weights ``state`` with ``candidate`` on all local data
-        (:func:`dphype.training.local_update`; ``epochs=None``: this task's ``epochs``); returns the new
+        (:func:`dphype.ml.training.local_update`; ``epochs=None``: this task's ``epochs``); returns the new
         weights and ``{"num-examples", "train-loss", "train-accuracy"}`` measured after the update."""
-        from dphype.training import evaluate_state, local_update
+        from dphype.ml.training import evaluate_state, local_update
 
         new = local_update(self.model, self.data, state, candidate, epochs=self.epochs if epochs is None else epochs,
                            batch_size=self.batch_size, seed=seed, device=self.device)
@@ -126,7 +126,7 @@ class TorchTask:
 
     def evaluate(self, state: Mapping[str, Any]) -> dict[str, float]:
         """``{"num-examples", "loss", "accuracy"}`` of the weights ``state`` on all local data."""
-        from dphype.training import evaluate_state
+        from dphype.ml.training import evaluate_state
 
         acc, loss = evaluate_state(self.model, self.data, state, device=self.device)
         return {"num-examples": len(self.data), "loss": loss, "accuracy": acc}
@@ -143,7 +143,7 @@ def default_epochs(dataset: str) -> int:
 
 @functools.lru_cache(maxsize=4)
 def load_cached(dataset: str, data_dir: str | None = None) -> tuple[Dataset, Dataset]:
-    """:func:`dphype.data.load_dataset`, loaded once per process. Do not modify the returned arrays."""
+    """:func:`dphype.ml.data.load_dataset`, loaded once per process. Do not modify the returned arrays."""
     return load_dataset(dataset, data_dir)
 
 
@@ -199,7 +199,7 @@ def make_task(
     client's training seed is derived from ``seed`` and ``partition_id``. ``epochs=None`` uses the
     paper's value (:func:`default_epochs`).
     """
-    from dphype.models import MODEL_FOR_DATASET
+    from dphype.ml.models import MODEL_FOR_DATASET
 
     if not 0 <= partition_id < num_partitions:
         raise ValueError(f"partition_id must lie in [0, {num_partitions}), got {partition_id}")

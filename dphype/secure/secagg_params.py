@@ -68,8 +68,8 @@ from typing import Any
 import numpy as np
 from scipy.stats import hypergeom
 
-from dphype.accounting import check_clients, check_dropout
-from dphype.noise import min_survivors
+from dphype.checks import check_clients, check_dropout
+from dphype.privacy.noise import min_survivors
 
 #: Statistical security parameter: P[E1] + P[E2] <= 2**-SECURITY_BITS.
 SECURITY_BITS: float = 40.0

@@ -24,7 +24,7 @@ server that tells ``a`` holders "active" and ``s - a`` holders "dead" needs ``a 
 ``s - a >= t``, possible iff ``2 t <= s``. So a client requires ``2 <= t`` and ``2 t > s``. (One kind of
 share per client is the rule of Bonawitz et al., CCS 2017, and of Bell et al., CCS 2020; with ``c``
 holders colluding with the server, who reveal both kinds, the condition becomes ``2 t > s + c``, see
-:mod:`dphype.secagg_params`.) A threshold of 1, or a single holder, hands the server ``b_u`` and
+:mod:`dphype.secure.secagg_params`.) A threshold of 1, or a single holder, hands the server ``b_u`` and
 ``sk1_u`` at once: the attack of issue 8.
 
 **What the active count buys.** If every honest holder's active list has at least ``L`` entries and all
@@ -34,7 +34,7 @@ lists has ``>= L`` active entries, a vector in the sum is active in any number o
 in at most ``s - t`` (its key must come from ``t`` "dead" answers), so ``s L <= |A| s + (s - |A|)(s - t)``.
 With ``L = s`` (``xi = 0``: :func:`check_unmask` then requires every holder active) that is all ``s``.
 In a sparse graph the holders differ and no such bound holds locally; see the threat model in
-:mod:`dphype.policy`.
+:mod:`dphype.node.policy`.
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ from dataclasses import dataclass, fields
 from numbers import Integral, Real
 from typing import Any
 
-from dphype.noise import min_survivors
+from dphype.privacy.noise import min_survivors
 from dphype.protocol import Refusal
-from dphype.secagg_params import check_share_threshold
-from dphype.secure_sum import MAX_CLIENTS, MAX_WEIGHT, MODULUS_RANGE, check_ranges, clipping_range_for
+from dphype.secure.secagg_params import check_share_threshold
+from dphype.secure.secure_sum import MAX_CLIENTS, MAX_WEIGHT, MODULUS_RANGE, check_ranges, clipping_range_for
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class SecAggSetup:
 
 def dphype_encoding(clients: int) -> dict[str, float]:
     """The stage-0 ranges DP-Hype's exact integer sum uses for ``clients`` (quantizer exactly 1, no wrap;
-    :func:`dphype.secure_sum.clipping_range_for`)."""
+    :func:`dphype.secure.secure_sum.clipping_range_for`)."""
     c = clipping_range_for(clients)
     return {"clipping_range": float(c), "target_range": 2 * c, "mod_range": MODULUS_RANGE, "max_weight": MAX_WEIGHT}
 
@@ -92,8 +92,8 @@ def check_setup(setup: SecAggSetup, *, clients: int | None = None, dropout: floa
     The round runs over the clients that answered ready in the pre-flight, so with the announced ``n``
     (``clients``, when known) and ``xi`` its ``sample_num`` lies in ``[ceil((1 - xi) n), n]``: more clients
     than announced, or fewer than a release needs, are refused. The ranges must be the exact-sum ones
-    for ``sample_num`` (:func:`dphype.secure_sum.check_ranges`), and ``share_num`` and ``threshold`` must
-    keep ``2 t > s`` (:func:`dphype.secagg_params.check_share_threshold`, module docstring).
+    for ``sample_num`` (:func:`dphype.secure.secure_sum.check_ranges`), and ``share_num`` and ``threshold`` must
+    keep ``2 t > s`` (:func:`dphype.secure.secagg_params.check_share_threshold`, module docstring).
     """
     m, s, t = setup.sample_num, setup.share_num, setup.threshold
     if not 2 <= m <= MAX_CLIENTS:
@@ -138,7 +138,7 @@ def check_neighbours(
     Flower's graph gives each of the ``m = sample_num`` clients ``min(share_num, m)`` holders, of which at
     most ``m - ceil((1 - xi) n)`` may have dropped (more and the vote could not be released anyway). A
     claim of many clients next to a handful of keys fails here; a server that forges keys (Sybils) does
-    not (threat model, :mod:`dphype.policy`).
+    not (threat model, :mod:`dphype.node.policy`).
     """
     holders = len(public_keys)
     if node_id not in public_keys:

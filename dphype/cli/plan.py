@@ -1,4 +1,4 @@
-"""``dphype plan``: predict a DP-Hype run before any data is touched (:mod:`dphype.planner`).
+"""``dphype plan``: predict a DP-Hype run before any data is touched (:mod:`dphype.selection.planner`).
 
 Prints the predicted chance of selecting a good candidate for a range of k (simulation under a stated
 consensus scenario, and Theorem IV.1's bound for the argmax), the recommended k, and the smallest epsilon
@@ -36,8 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Plan and report; bad input raises ``ValueError`` (exit status 2 via ``dphype.cli``)."""
-    from dphype.candidates import load_candidates
-    from dphype.planner import check_probability, plan, warnings
+    from dphype.checks import check_probability
+    from dphype.selection.candidates import load_candidates
+    from dphype.selection.planner import plan, warnings
 
     if args.min_success is not None:
         check_probability("min_success", args.min_success)  # before any simulation

@@ -40,8 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dphype.accounting import (
-    calibrate,
+from dphype.checks import (
     check_clients,
     check_delta,
     check_dropout,
@@ -50,12 +49,14 @@ from dphype.accounting import (
     check_k,
     check_neighbouring,
     check_positive,
+    check_probability,
     resolve_accountant,
 )
-from dphype.secure_sum import MAX_CLIENTS
+from dphype.privacy.accounting import calibrate
+from dphype.secure.secure_sum import MAX_CLIENTS
 
 if TYPE_CHECKING:
-    from dphype.candidates import FeatureSpace
+    from dphype.selection.candidates import FeatureSpace
 
 #: client disagreement ``sigma_loss`` of the named consensus scenarios (loss gap between good and bad: 1)
 CONSENSUS: dict[str, float] = {"strong": 0.25, "moderate": 0.5, "weak": 1.0}
@@ -105,7 +106,7 @@ class LossModel:
 def ranking_from_losses(losses: np.ndarray, depth: int) -> np.ndarray:
     """Indices of each row's ``depth`` smallest losses (or rank keys), best first: nested top-k sets.
 
-    ``prefix[:, :k]`` marks the same ``k`` candidates as :func:`dphype.voting.top_k_votes` with
+    ``prefix[:, :k]`` marks the same ``k`` candidates as :func:`dphype.selection.voting.top_k_votes` with
     ``maximize=False`` (up to exact ties, which have probability zero for continuous losses).
     """
     return np.argsort(losses, axis=1)[:, :depth].astype(np.int32)
@@ -274,9 +275,9 @@ def theorem_iv1_success(votes: np.ndarray, good: np.ndarray, sigma: float) -> fl
     For each vector the theorem holds for any set ``H'`` of good candidates (``Pr[pick in H_good] >=
     Pr[pick in H']``); the best of the sets "the ``j`` most-voted good candidates" is used, whose gap is the
     ``j``-th good count minus the largest count outside the set
-    (:func:`dphype.selection.good_selection_probability_bound`).
+    (:func:`dphype.selection.rules.good_selection_probability_bound`).
     """
-    from dphype.selection import good_selection_probability_bound
+    from dphype.selection.rules import good_selection_probability_bound
 
     p = votes.shape[1]
     total = 0.0
@@ -297,7 +298,7 @@ def simulated_success(votes: np.ndarray, good: np.ndarray, sigma: float, *, rule
     """Share of releases whose pick under ``rule`` is good: ``votes`` ``(R, p)`` of ``voters`` of the
     ``clients`` clients plus their noise shares (:func:`dphype.protocol.replay_releases`)."""
     from dphype.protocol import replay_releases
-    from dphype.selection import select_batch
+    from dphype.selection.rules import select_batch
 
     noisy = replay_releases(votes, sigma=sigma, clients=clients, repetitions=len(votes), rng=rng, dropout=dropout,
                             noise=noise, survivors=voters)
@@ -364,13 +365,6 @@ class Plan:
         return asdict(self)
 
 
-def check_probability(name: str, value: Any) -> float:
-    """Return ``value`` as float; it must be a number in ``[0, 1]``, else ``ValueError`` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
-    return float(value)
-
-
 @dataclass(frozen=True)
 class _Setting:
     """Everything fixed while the planner varies ``k``, epsilon or ``n``."""
@@ -393,7 +387,7 @@ class _Setting:
 
     def votes(self, clients: int, ks: Sequence[int]) -> tuple[int, dict[int, np.ndarray], np.ndarray]:
         """Voters (the ``ceil((1 - xi) n)`` survivors), their vote sums per ``k`` and the good masks."""
-        from dphype.noise import min_survivors
+        from dphype.privacy.noise import min_survivors
 
         voters = min_survivors(clients, self.dropout) if self.dropout else clients
         rng = np.random.default_rng([self.seed, voters])
@@ -446,10 +440,10 @@ def plan(
     candidates (feature space ``space``; ``None`` or structureless: the rule falls back to the argmax).
 
     ``k=None`` recommends ``k`` among ``ks`` (default :data:`KS` below ``num_candidates``) and reports at it.
-    ``rule`` defaults to :data:`dphype.selection.DEFAULT_RULE`. ``repetitions`` simulated runs per point;
+    ``rule`` defaults to :data:`dphype.selection.rules.DEFAULT_RULE`. ``repetitions`` simulated runs per point;
     ``search=False`` skips the searches for ``min_epsilon`` and ``min_clients`` (reported as ``None``).
     """
-    from dphype.selection import DEFAULT_RULE, check_rule
+    from dphype.selection.rules import DEFAULT_RULE, check_rule
 
     clients = check_clients(clients)
     if clients > MAX_CLIENTS:

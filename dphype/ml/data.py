@@ -372,7 +372,7 @@ def partition_dirichlet(
 
     from flwr_datasets.partitioner import DirichletPartitioner
 
-    from dphype.accounting import check_positive  # local import: accounting pulls in scipy
+    from dphype.privacy.accounting import check_positive  # local import: accounting pulls in scipy
 
     y = np.asarray(labels)
     check_positive("beta", beta)

@@ -20,13 +20,13 @@ from typing import Any
 
 #: sub-command -> (module implementing add_arguments/run, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "calibrate": ("dphype.accounting_cli", "solve the total noise std sigma for (epsilon, delta, k)"),
-    "plan": ("dphype.planner_cli", "predict the chance of a good pick, recommend k, smallest epsilon and n"),
-    "ledger": ("dphype.ledger", "show this node's privacy ledger: recorded votes and their composed epsilon"),
-    "demo": ("dphype.demo", "the bundled Flower app on Adult: DP-Hype over SecAgg+, then FedAvg with the winner"),
+    "calibrate": ("dphype.cli.calibrate", "solve the total noise std sigma for (epsilon, delta, k)"),
+    "plan": ("dphype.cli.plan", "predict the chance of a good pick, recommend k, smallest epsilon and n"),
+    "ledger": ("dphype.node.ledger", "show this node's privacy ledger: recorded votes and their composed epsilon"),
+    "demo": ("dphype.cli.demo", "the bundled Flower app on Adult: DP-Hype over SecAgg+, then FedAvg with the winner"),
     "bench": ("simulations.cli", "run one of the paper's benchmarks (from a dphype repository checkout)"),
-    "pareto": ("dphype.central.cli_pareto", "DPareto privacy-utility Pareto front search"),
-    "compare": ("dphype.central.cli_compare", "federated DP-Hype vs central private tuning on one task"),
+    "pareto": ("dphype.cli.pareto", "DPareto privacy-utility Pareto front search"),
+    "compare": ("dphype.cli.compare", "federated DP-Hype vs central private tuning on one task"),
 }
 
 
@@ -83,7 +83,7 @@ def add_candidates_argument(parser: argparse.ArgumentParser, *, default: str | N
 def privacy_config(args: argparse.Namespace, num_candidates: int | None = None) -> Any:
     """The :class:`dphype.config.DPHypeConfig` of the privacy options (``k`` checked against the number of
     candidates when known)."""
-    from dphype.accounting import check_k
+    from dphype.checks import check_k
     from dphype.config import DPHypeConfig
 
     if num_candidates is not None:

@@ -3,7 +3,7 @@
 Each vote is recorded (:meth:`Ledger.spend`) BEFORE the client's masked vector is sent, under an exclusive
 lock, after checking that the composition of all recorded votes and the new one stays within the node's
 lifetime budget; a crash between recording and sending counts the vote as spent. Votes compose in RDP
-(:func:`dphype.accounting.vote_rdp` on :data:`dphype.accounting.RDP_ORDERS`: dp_accounting's Gaussian
+(:func:`dphype.privacy.accounting.vote_rdp` on :data:`dphype.privacy.accounting.RDP_ORDERS`: dp_accounting's Gaussian
 event, the Skellam bound otherwise), converted once with Thm I.1 at the node's delta. A repeated, identical
 request is a new release and costs budget again.
 
@@ -15,7 +15,7 @@ File format (JSON, UTF-8), version 1::
                   "epsilon": 0.9993, "delta": 1e-05, "neighbouring": "replace-one"}, ...],
      "checksum": "<sha256 of the canonical JSON of entries>"}
 
-An entry describes the release in the worst case the request allowed (:class:`dphype.policy.VoteGuarantee`):
+An entry describes the release in the worst case the request allowed (:class:`dphype.node.policy.VoteGuarantee`):
 ``total_std`` is the std of the summed noise of the fewest allowed contributors; ``epsilon`` is that vote
 alone at ``delta`` with the node's accountant then (for reading; the composition uses the mechanism, under
 the node's current neighbouring relation and delta). ``checksum`` guards against truncation and edits.
@@ -45,8 +45,9 @@ from typing import Any
 
 import numpy as np
 
-from dphype.accounting import NEIGHBOURING, NOISE_KINDS, RDP_ORDERS, check_delta, check_int, rdp_epsilon, vote_rdp
-from dphype.policy import POLICY_KEYS, NodePolicy, VoteGuarantee, check_vote_request, default_ledger_path
+from dphype.checks import NEIGHBOURING, NOISE_KINDS, check_delta, check_int
+from dphype.node.policy import POLICY_KEYS, NodePolicy, VoteGuarantee, check_vote_request, default_ledger_path
+from dphype.privacy.accounting import RDP_ORDERS, rdp_epsilon, vote_rdp
 from dphype.protocol import EPSILON_RTOL, REFUSAL_CODES, Refusal, VoteRequest
 
 FORMAT = "dphype-ledger"
@@ -63,7 +64,7 @@ class LedgerError(RuntimeError):
 
 @dataclass(frozen=True)
 class LedgerEntry(VoteGuarantee):
-    """One recorded vote: its :class:`~dphype.policy.VoteGuarantee`, when, and for which request (digest)."""
+    """One recorded vote: its :class:`~dphype.node.policy.VoteGuarantee`, when, and for which request (digest)."""
 
     time: str
     request: str
@@ -81,7 +82,7 @@ class LedgerEntry(VoteGuarantee):
             raise ValueError("invalid ledger entry")
 
     def rdp(self, neighbouring: str) -> np.ndarray:
-        """RDP curve of this vote under ``neighbouring`` on :data:`~dphype.accounting.RDP_ORDERS`."""
+        """RDP curve of this vote under ``neighbouring`` on :data:`~dphype.privacy.accounting.RDP_ORDERS`."""
         return vote_rdp(self.k, self.total_std, self.noise, neighbouring=neighbouring, orders=RDP_ORDERS)
 
 
@@ -230,7 +231,7 @@ def admitting_policy(request: VoteRequest, *, votes: int = 1) -> dict[str, Any]:
     graph is the server's choice, made by the same operator here (the secure graph of 4 or 5 clients has 2
     neighbours; every other SecAgg+ check still applies); ``dphype-lifetime-epsilon`` the composition of
     ``votes`` such votes as :meth:`Ledger.spend` computes it. The ledger path is left to the node
-    (:func:`dphype.policy.default_ledger_path`).
+    (:func:`dphype.node.policy.default_ledger_path`).
     """
     check_int("votes", votes, 1)
     cfg = request.config

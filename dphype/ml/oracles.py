@@ -13,16 +13,16 @@ Concrete problems (:func:`make_problem`, names in :func:`problem_names`):
   (Appendix B) and the F1 utility over random query orders (Sec. 2.2).
 * ``logreg-output-perturbation`` - L2-regularised logistic regression on Adult trained with
   projected SGD and released with Gaussian output perturbation (Wu et al. 2017, Alg. 2); epsilon
-  from the analytic Gaussian mechanism (Balle & Wang 2018) through :mod:`dphype.accounting`.
+  from the analytic Gaussian mechanism (Balle & Wang 2018) through :mod:`dphype.privacy.accounting`.
 * ``{dpsgd,dpadam}-{logreg,svm,mlp,mlp1}-{adult,mnist}`` - DP-SGD / DP-Adam (DPareto Alg. 3/4)
   run through Opacus (per-sample gradients, clipping, noise) with Poisson-sampled lots, over the
   Table 1 domains; epsilon from Opacus' RDP or PRV accountant. ``mnist`` is the bundled 5,000-digit
-  subset (``dphype.data.load_dataset("mnist5k")``).
+  subset (``dphype.ml.data.load_dataset("mnist5k")``).
 
 The federated path plugs into the same interface: :func:`vote_privacy_oracle` is DP-Hype's
-privacy (a :class:`dphype.accounting.VoteRelease` per configuration),
+privacy (a :class:`dphype.privacy.accounting.VoteRelease` per configuration),
 :func:`candidate_utility_oracle` scores configurations taken from a candidate list with a
-:class:`dphype.task.Task`-like scorer, and :func:`dphype_vote_problem` makes DP-Hype's own
+:class:`dphype.ml.task.Task`-like scorer, and :func:`dphype_vote_problem` makes DP-Hype's own
 ``(sigma, k)`` trade-off a DPareto problem over fixed local scores.
 """
 
@@ -269,7 +269,7 @@ class ParetoProblem:
 def svt_epsilon(b: float, bound: int) -> float:
     """DPareto Appendix B: Alg. 1 with noise ``b`` and answer bound ``C`` is (eps, 0)-DP with
     ``eps = (1 + (2C)^(1/3)) (1 + (2C)^(2/3)) / b``."""
-    from dphype.accounting import check_positive
+    from dphype.checks import check_positive
 
     check_positive("b", b)
     if bound < 1:
@@ -406,8 +406,9 @@ def output_perturbation_problem(
     mini-batch size 1; the default here is 32 (the sensitivity bound of the strongly convex case
     does not depend on the batch size). Rows are scaled to unit L2 norm.
     """
-    from dphype.accounting import analytic_gaussian_epsilon, check_delta
-    from dphype.data import load_dataset
+    from dphype.checks import check_delta
+    from dphype.ml.data import load_dataset
+    from dphype.privacy.accounting import analytic_gaussian_epsilon
 
     check_delta(delta)
     pool, test = load_dataset("adult")
@@ -606,8 +607,8 @@ def dpsgd_problem(
     """
     import torch
 
-    from dphype.accounting import check_delta
-    from dphype.data import load_dataset
+    from dphype.checks import check_delta
+    from dphype.ml.data import load_dataset
 
     if optimizer not in DPSGD_OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {DPSGD_OPTIMIZERS}, got {optimizer!r}")
@@ -669,8 +670,9 @@ def vote_privacy_oracle(
     noise: str = "gaussian",
 ) -> PrivacyOracle:
     """DP-Hype's privacy as a privacy oracle: ``{"sigma": s, "k": k} -> epsilon`` of the noisy vote
-    sum (a :class:`dphype.accounting.VoteRelease`, accounted by :func:`dphype.accounting.epsilon`)."""
-    from dphype.accounting import VoteRelease, check_delta, epsilon
+    sum (a :class:`dphype.privacy.accounting.VoteRelease`, accounted by :func:`dphype.privacy.accounting.epsilon`)."""
+    from dphype.checks import check_delta
+    from dphype.privacy.accounting import VoteRelease, epsilon
 
     check_delta(delta)
 
@@ -686,15 +688,15 @@ def candidate_utility_oracle(
     *,
     maximize: bool = True,
 ) -> UtilityOracle:
-    """A utility oracle from a candidate scorer, e.g. ``dphype.task.Task.score``.
+    """A utility oracle from a candidate scorer, e.g. ``dphype.ml.task.Task.score``.
 
     ``score`` receives a one-candidate list and returns one score per candidate in ``[0, 1]``, shape
     ``(1,)``, or lexicographic keys, shape ``(1, j)`` (e.g. ``TorchTask``'s ``[accuracy, -loss]``): the
-    utility is the primary key, column 0 (:func:`dphype.voting.primary_scores`); for ``maximize=False``
+    utility is the primary key, column 0 (:func:`dphype.selection.voting.primary_scores`); for ``maximize=False``
     it is ``1 - score``. Deterministic scorers have one run.
     """
-    from dphype.candidates import CandidateList
-    from dphype.voting import primary_scores
+    from dphype.selection.candidates import CandidateList
+    from dphype.selection.voting import primary_scores
 
     def utility(config: Config, rng: np.random.Generator) -> UtilityResult:
         value = float(primary_scores(score(CandidateList([config])))[0])
@@ -722,10 +724,10 @@ def dphype_vote_problem(
     ``runs`` noise draws; ``test_accuracy[j]`` is the
     accuracy a model trained with candidate ``j`` reaches (e.g. from ``dphype compare``'s inputs).
     ``client_scores`` is ``(clients, candidates)`` or ``(clients, candidates, j)`` (each client's
-    lexicographic keys, see :func:`dphype.voting.top_k_votes`).
+    lexicographic keys, see :func:`dphype.selection.voting.top_k_votes`).
     """
     from dphype.protocol import replay_releases
-    from dphype.voting import top_k_votes
+    from dphype.selection.voting import top_k_votes
 
     scores = np.asarray(client_scores, dtype=np.float64)
     acc = np.asarray(test_accuracy, dtype=np.float64)
@@ -741,7 +743,7 @@ def dphype_vote_problem(
         k, sigma = int(config["k"]), float(config["sigma"])
         votes = np.sum([top_k_votes(row, k) for row in scores], axis=0)
         noisy = replay_releases(votes, sigma=sigma, clients=n, repetitions=runs, rng=rng, noise=noise)
-        picks = np.argmax(noisy, axis=1)  # the server's argmax (dphype.selection.select) on every release
+        picks = np.argmax(noisy, axis=1)  # the server's argmax (dphype.selection.rules.select) on every release
         return UtilityResult.from_runs(np.nan_to_num(acc[picks], nan=0.0))
 
     return ParetoProblem(

@@ -10,7 +10,7 @@ The paper's evaluation grid is Table III (10 learning rates x 5 decays x 2 momen
 The candidates are also points of a public hyperparameter space (:meth:`CandidateList.feature_space`):
 every hyperparameter is an axis on a log scale (positive values spanning at least a factor
 :data:`LOG_SCALE_RATIO`, such as learning rates), a linear scale (other numbers) or categorical (strings,
-bools, mixed types: only equality counts). Structure-aware selection (:mod:`dphype.selection`) estimates
+bools, mixed types: only equality counts). Structure-aware selection (:mod:`dphype.selection.rules`) estimates
 the vote surface over this space; it is derived from the public list alone.
 """
 
@@ -208,7 +208,7 @@ def _axis(name: str, values: Sequence[Any], scale: str | None) -> Axis:
 
 
 class FeatureSpace:
-    """The candidates as points of the public hyperparameter space (read by :mod:`dphype.selection`).
+    """The candidates as points of the public hyperparameter space (read by :mod:`dphype.selection.rules`).
 
     ``numeric`` is ``(p, d)`` float64: each log or linear axis mapped to ``[0, 1]`` (log axes after
     ``log``), ``categorical`` is ``(p, c)`` int64: each categorical axis as level codes (equality is all

@@ -1,7 +1,7 @@
 """Client votes (DP-Hype Algorithm 1, lines 5-8, and Appendix F).
 
 Each client turns its local scores into a vote vector with exactly ``k`` ones. The server's selection rule
-on the noisy vote sum (line 12) and Theorem IV.1 live in :mod:`dphype.selection`.
+on the noisy vote sum (line 12) and Theorem IV.1 live in :mod:`dphype.selection.rules`.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def raw_score_votes(scores: ArrayLike, *, maximize: bool = True) -> np.ndarray:
 
     With ``maximize=False`` the scores are losses in ``[0, 1]`` and the vote is ``1 - loss`` (Appendix F:
     subtract the loss from the maximal loss). Replace-one sensitivity is then ``L2 = sqrt(p)``,
-    ``L1 = p`` (see :class:`dphype.accounting.VoteRelease` with ``raw_scores=True``). Out-of-range or
+    ``L1 = p`` (see :class:`dphype.privacy.accounting.VoteRelease` with ``raw_scores=True``). Out-of-range or
     non-finite scores raise ``ValueError``; they are never clipped silently. For lexicographic keys of
     shape ``(p, j)`` (see :func:`top_k_votes`) only the primary key, column 0, is released: the
     tie-breaking columns matter only for a ranking.

@@ -8,8 +8,8 @@ with probability ``>= 1 - beta`` (Jagielski, Ullman & Oprea 2020; Nasr et al. 20
 above the claimed epsilon proves the implementation adds too little noise.
 
 The mechanism audited is the REAL one: the released vector is the neighbour's vote sum plus the sum of
-:func:`dphype.noise.noise_share` outputs of the surviving clients, with ``sigma`` from
-:func:`dphype.accounting.calibrate`. Neighbours ``D, D'`` differ in one client who moves its ``k`` votes,
+:func:`dphype.privacy.noise.noise_share` outputs of the surviving clients, with ``sigma`` from
+:func:`dphype.privacy.accounting.calibrate`. Neighbours ``D, D'`` differ in one client who moves its ``k`` votes,
 so the vote sums differ by ``w`` with ``k`` entries ``+1`` and ``k`` entries ``-1`` (``||w|| = sqrt(2k)``,
 Lemma III.1). Coordinates where the sums agree carry noise independent of the test statistic and are
 left out. The statistic is ``y = <out - f(D'), w> / ||w||``; the test guesses ``D`` when ``y > t`` for a
@@ -26,8 +26,9 @@ import numpy as np
 from scipy.stats import beta as beta_dist
 from scipy.stats import norm
 
-from dphype.accounting import calibrate, check_delta, check_epsilon, check_int, check_k, resolve_accountant
-from dphype.noise import min_survivors, noise_share
+from dphype.checks import check_delta, check_epsilon, check_int, check_k, resolve_accountant
+from dphype.privacy.accounting import calibrate
+from dphype.privacy.noise import min_survivors, noise_share
 
 ShareFn = Callable[..., np.ndarray]
 
@@ -125,8 +126,8 @@ def audit_vote_noise(
 ) -> AuditResult:
     """Audit the client noise path for a claimed ``(epsilon, delta)`` with ``trials`` runs per neighbour.
 
-    ``sigma`` comes from :func:`dphype.accounting.calibrate`; each run sums ``share_fn`` outputs (same
-    signature as :func:`dphype.noise.noise_share`) of ``survivors`` clients (default: the fewest allowed,
+    ``sigma`` comes from :func:`dphype.privacy.accounting.calibrate`; each run sums ``share_fn`` outputs (same
+    signature as :func:`dphype.privacy.noise.noise_share`) of ``survivors`` clients (default: the fewest allowed,
     ``min_survivors(clients, dropout)``, the worst case the accounting must cover). Pass a wrapped
     ``share_fn`` to audit a modified implementation. ``threshold=None`` uses :func:`design_threshold`.
     Vectorised: one ``(trials, 2k)`` draw per client and neighbour.

@@ -15,7 +15,7 @@ import os
 import time
 from typing import Any
 
-from dphype.oracles import OPACUS_ACCOUNTANTS, problem_names
+from dphype.ml.oracles import OPACUS_ACCOUNTANTS, problem_names
 
 METHODS = ("hvpoi", "qnehvi", "random", "grid")
 
@@ -55,8 +55,8 @@ def _write_csv(path: str, result: Any, on_front: list[bool], seeds: int) -> None
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from dphype.central.dpareto import run_search, single_thread
-    from dphype.oracles import make_problem
-    from dphype.pareto import hypervolume, hypervolume_trace, non_dominated, plot_front, plot_hypervolume_curves
+    from dphype.central.pareto import hypervolume, hypervolume_trace, non_dominated, plot_front, plot_hypervolume_curves
+    from dphype.ml.oracles import make_problem
 
     started = time.perf_counter()
     problem = make_problem(args.oracle, runs=args.runs, seed=args.seed, accountant=args.accountant,

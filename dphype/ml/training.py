@@ -19,7 +19,7 @@ candidate: the stacked buffers are updated in place through ``vmap``, as in sequ
 
 A candidate that diverges (non-finite weights or outputs) gets the score NaN; the others are
 unaffected. Candidates are mappings with the keys ``"lr"`` (required), ``"momentum"`` (default 0)
-and ``"decay"`` (default 1, no decay), e.g. the items of ``dphype.candidates.table_iii_grid()``.
+and ``"decay"`` (default 1, no decay), e.g. the items of ``dphype.selection.candidates.table_iii_grid()``.
 """
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ from typing import Any
 
 import numpy as np
 
-from dphype.data import Dataset, split_indices
-from dphype.models import build_model  # first: sets torch's OpenMP wait policy before torch loads
+from dphype.ml.data import Dataset, split_indices
+from dphype.ml.models import build_model  # first: sets torch's OpenMP wait policy before torch loads
 
 import torch  # noqa: E402  isort: skip
 from torch import nn  # noqa: E402  isort: skip
 from torch.func import functional_call, stack_module_state, vmap  # noqa: E402  isort: skip
 
-#: A model name of :data:`dphype.models.MODELS`, or a zero-argument factory of a fresh ``nn.Module``.
+#: A model name of :data:`dphype.ml.models.MODELS`, or a zero-argument factory of a fresh ``nn.Module``.
 ModelSpec = str | Callable[[], nn.Module]
 #: Called as ``progress(done, total)`` after each unit of work.
 Progress = Callable[[int, int], None]
@@ -441,7 +441,7 @@ def evaluate_candidates(
 
     ``with_loss=True`` returns shape ``(p, 2)``: ``[accuracy, -loss]`` per candidate, the validation
     loss (Algorithm 1's score, the loss training minimises) negated so that both columns are maximised;
-    the lexicographic keys of :func:`dphype.voting.top_k_votes`. Both come from the same evaluation pass
+    the lexicographic keys of :func:`dphype.selection.voting.top_k_votes`. Both come from the same evaluation pass
     (:func:`validation_metrics`); a diverged candidate has NaN in both columns.
     """
     fit_idx, val_idx = split_indices(len(train), VALIDATION_FRACTION, seed)

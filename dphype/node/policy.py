@@ -6,7 +6,7 @@ Threat model
 **Honest-but-curious server (the paper's setting, DP-Hype Section II).** The server follows the protocol
 and only looks at what it receives. Each client adds a noise share of variance ``sigma^2 / ((1 - xi) n)``
 (Appendix A), SecAgg+ reveals only the sum of the masked vectors (Bell et al., CCS 2020, up to the
-failure events that :mod:`dphype.secagg_params` bounds), the server unmasks only when at least
+failure events that :mod:`dphype.secure.secagg_params` bounds), the server unmasks only when at least
 ``ceil((1 - xi) n)`` clients contributed, so the released sum carries noise of variance ``>= sigma^2`` and
 is ``(epsilon, delta)``-DP for the announced budget; the selection is post-processing.
 
@@ -24,13 +24,13 @@ is ``(epsilon, delta)``-DP for the announced budget; the selection is post-proce
    limit. A server that calibrates ``sigma`` for delta 0.5 or 0.9 is refused: at the node's delta that
    noise gives epsilon 10 or more for an announced epsilon of 1. So are an announced epsilon or delta
    above the node's limits and fewer clients (or contributors) than its minimum.
-3. *A lifetime budget* (:mod:`dphype.ledger`): every vote is recorded in a file on the node before its
+3. *A lifetime budget* (:mod:`dphype.node.ledger`): every vote is recorded in a file on the node before its
    masked vector is sent and composed with the earlier ones in RDP; a vote that would exceed the lifetime
    budget is refused, and repeating a request costs budget again (200 identical requests averaged the
    true votes back before).
 4. *The candidate list travels in the request* and is compared with the node's own copy when the operator
    configures one (``dphype-candidates``); nothing the server names is opened on the client.
-5. *SecAgg+ parameters* (:mod:`dphype.secagg_guard`), at each stage before the client replies: DP-Hype's
+5. *SecAgg+ parameters* (:mod:`dphype.secure.guard`), at each stage before the client replies: DP-Hype's
    exact-sum encoding; a round over ``ceil((1 - xi) n)`` to ``n`` clients (those that answered ready in the
    pre-flight), for the ``n`` and ``xi`` of the request the client approved; a reconstruction threshold ``t >= 2`` with
    ``2 t > s`` for ``s`` share holders (honest holders reveal one kind of share per client, so a server
@@ -44,7 +44,7 @@ is ``(epsilon, delta)``-DP for the announced budget; the selection is post-proce
    (:func:`dphype.protocol.as_refusal`): the pre-flight answers one, and every exception of the vote round
    reaches the server as one. A refusal in the vote round makes the client drop out before it answers the
    stage, so nothing of that stage leaves it.
-7. *Noise* comes from ChaCha20 keyed by the operating system (:func:`dphype.noise.secure_generator`).
+7. *Noise* comes from ChaCha20 keyed by the operating system (:func:`dphype.privacy.noise.secure_generator`).
 
 **What a client cannot observe, and what stays out of scope.**
 
@@ -73,12 +73,12 @@ is ``(epsilon, delta)``-DP for the announced budget; the selection is post-proce
   mask key is ever revealed and the attack is refused. In the complete graph (``num_shares = 1.0``,
   every client seeing the same ``n`` real clients) all holders coincide, and counting the shares shows
   that any sum the server can unmask that contains ``u`` contains at least ``s (L - s + t) / t``
-  vectors, ``L`` the active count every list must reach (:func:`dphype.secagg_guard.check_unmask`); that
+  vectors, ``L`` the active count every list must reach (:func:`dphype.secure.guard.check_unmask`); that
   is all ``ceil((1 - xi) n)`` only for ``t`` close to ``n``. Protecting sparse SecAgg+ against an active
   server needs signed lists and a graph the server cannot choose: out of scope for a client-side check.
 * *Collusion.* Clients that collude with the server hand it their shares and their noise: up to ``xi n``
   of them count like dropouts (dp-facts), more are out of scope; ``2 t > s`` assumes no colluding holder
-  (with ``c`` of them the condition is ``2 t > s + c``, see :mod:`dphype.secagg_params`).
+  (with ``c`` of them the condition is ``2 t > s + c``, see :mod:`dphype.secure.secagg_params`).
 * *Side channels* (timing, message sizes, the fact of taking part) and *the integrity of the sum*: a
   malicious client can send an out-of-range vector and skew the selection (a utility, not a privacy,
   failure); input validation inside secure aggregation is out of scope.
@@ -94,10 +94,11 @@ from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
-from dphype.accounting import NEIGHBOURING, mechanism_epsilon, resolve_accountant, vote_sensitivity
-from dphype.candidates import CandidateList, load_candidates
-from dphype.noise import client_noise_std, min_survivors
+from dphype.checks import NEIGHBOURING, resolve_accountant
+from dphype.privacy.accounting import mechanism_epsilon, vote_sensitivity
+from dphype.privacy.noise import client_noise_std, min_survivors
 from dphype.protocol import EPSILON_RTOL, Refusal, VoteRequest, check_request
+from dphype.selection.candidates import CandidateList, load_candidates
 
 #: Node-config keys (``flower-supernode --node-config "dphype-max-epsilon=1 ..."``): default and meaning.
 POLICY_KEYS: dict[str, tuple[Any, str]] = {

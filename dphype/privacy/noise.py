@@ -27,14 +27,7 @@ import numpy as np
 from randomgen import ChaCha
 from scipy.stats import norm
 
-from dphype.accounting import (
-    check_clients,
-    check_dropout,
-    check_int,
-    check_noise,
-    check_positive,
-    check_sigma,
-)
+from dphype.checks import check_clients, check_dropout, check_int, check_noise, check_positive, check_sigma
 
 #: (1 - xi) n within this distance of an integer is treated as that integer (float representation of xi);
 #: the effect on the total variance is below 1e-9 relative.

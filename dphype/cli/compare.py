@@ -38,8 +38,8 @@ def _progress(done: int, total: int) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from dphype.candidates import load_candidates
     from dphype.central.compare import compare, write_table
+    from dphype.selection.candidates import load_candidates
 
     started = time.perf_counter()
     candidates = load_candidates(args.candidates)

@@ -27,8 +27,7 @@ Several releases (a node's votes over its lifetime, a vote followed by DP-FedAvg
 Thm I.1. :func:`calibrate_fedavg` solves DP-FedAvg's noise multiplier for a training budget.
 
 Everything is solved by root finding (``scipy.optimize.brentq``, or dp_accounting's
-``calibrate_dp_mechanism``); nothing is looked up in a table. The ``check_*`` validators are shared with
-the Flower code.
+``calibrate_dp_mechanism``); nothing is looked up in a table. Argument checks live in :mod:`dphype.checks`.
 """
 
 from __future__ import annotations
@@ -37,96 +36,33 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from numbers import Integral, Real
+from numbers import Integral
 from typing import Any
 
 import numpy as np
 from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
-ACCOUNTANTS: tuple[str, ...] = ("analytic", "rdp")
-NOISE_KINDS: tuple[str, ...] = ("gaussian", "skellam")
-DEFAULT_ACCOUNTANT: dict[str, str] = {"gaussian": "analytic", "skellam": "rdp"}
-#: Neighbouring relations: replace one client's data (the paper's) or add/remove one client (DP-FedAvg's).
-NEIGHBOURING: tuple[str, ...] = ("replace-one", "add-remove")
-
-
-# --------------------------------------------------------------------------------------------- validators
-def check_positive(name: str, value: Any) -> float:
-    """Return ``value`` as float; it must be a finite real number (not a bool) ``> 0``, else
-    ``ValueError`` naming ``name`` and the allowed range."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
-def check_epsilon(epsilon: Any) -> float:
-    """Return ``epsilon`` as float; it must be a finite number > 0."""
-    return check_positive("epsilon", epsilon)
-
-
-def check_delta(delta: Any) -> float:
-    """Return ``delta`` as float; it must lie in the open interval (0, 1)."""
-    if isinstance(delta, bool) or not isinstance(delta, Real) or not 0.0 < float(delta) < 1.0:
-        raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
-    return float(delta)
-
-
-def check_int(name: str, value: Any, minimum: int) -> int:
-    """Return ``value`` as int; it must be an integer (not a bool) ``>= minimum``, else ``ValueError``
-    naming ``name`` and the allowed range."""
-    if isinstance(value, bool) or not isinstance(value, Integral) or int(value) < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def check_num_candidates(num_candidates: Any) -> int:
-    """Return the number of candidates ``p`` as int; it must be an integer >= 1."""
-    return check_int("num_candidates", num_candidates, 1)
-
-
-def check_k(k: Any, num_candidates: int | None = None) -> int:
-    """Return the number of votes ``k`` as int; it must be an integer in ``[1, num_candidates]``."""
-    upper = "num_candidates" if num_candidates is None else str(num_candidates)
-    if (
-        isinstance(k, bool)
-        or not isinstance(k, Integral)
-        or int(k) < 1
-        or (num_candidates is not None and int(k) > num_candidates)
-    ):
-        raise ValueError(f"k must be an integer in [1, {upper}], got {k!r}")
-    return int(k)
-
-
-def check_dropout(dropout: Any) -> float:
-    """Return the tolerated dropout fraction ``xi`` as float; it must lie in ``[0, 1)`` (Appendix A)."""
-    if isinstance(dropout, bool) or not isinstance(dropout, Real) or not 0.0 <= float(dropout) < 1.0:
-        raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
-    return float(dropout)
-
-
-def check_clients(clients: Any) -> int:
-    """Return the number of clients ``n`` as int; it must be an integer >= 2 (secure summation needs 2)."""
-    return check_int("clients", clients, 2)
-
-
-def check_sigma(sigma: Any) -> float:
-    """Return the total noise std ``sigma`` as float; it must be a finite number > 0."""
-    return check_positive("sigma", sigma)
-
-
-def check_noise(noise: Any) -> str:
-    """Return the noise kind; it must be one of :data:`NOISE_KINDS`."""
-    if noise not in NOISE_KINDS:
-        raise ValueError(f"noise must be one of {', '.join(NOISE_KINDS)}, got {noise!r}")
-    return str(noise)
-
-
-def check_neighbouring(neighbouring: Any) -> str:
-    """Return the neighbouring relation; it must be one of :data:`NEIGHBOURING`."""
-    if neighbouring not in NEIGHBOURING:
-        raise ValueError(f"neighbouring must be one of {', '.join(NEIGHBOURING)}, got {neighbouring!r}")
-    return str(neighbouring)
+from dphype.checks import (
+    ACCOUNTANTS,
+    DEFAULT_ACCOUNTANT,
+    NEIGHBOURING,
+    NOISE_KINDS,
+    check_budget,
+    check_clients,
+    check_delta,
+    check_dropout,
+    check_epsilon,
+    check_int,
+    check_k,
+    check_neighbouring,
+    check_noise,
+    check_num_candidates,
+    check_positive,
+    check_sigma,
+    resolve_accountant,
+)
+from dphype.privacy.noise import client_noise_std
 
 
 def vote_sensitivity(k: int, neighbouring: str = "replace-one") -> tuple[float, float]:
@@ -135,42 +71,6 @@ def vote_sensitivity(k: int, neighbouring: str = "replace-one") -> tuple[float, 
     k = check_k(k)
     moved = 2 * k if check_neighbouring(neighbouring) == "replace-one" else k
     return math.sqrt(moved), float(moved)
-
-
-def resolve_accountant(accountant: str | None, noise: str) -> str:
-    """Validate ``accountant`` for ``noise``; ``None`` or ``"auto"`` picks the default (analytic for Gaussian,
-    rdp for Skellam).
-
-    The analytic Gaussian accountant is exact only for Gaussian noise, so it is refused for Skellam noise.
-    """
-    noise = check_noise(noise)
-    if accountant is None or accountant == "auto":
-        return DEFAULT_ACCOUNTANT[noise]
-    if accountant not in ACCOUNTANTS:
-        raise ValueError(f"accountant must be one of {', '.join(ACCOUNTANTS)} (or auto), got {accountant!r}")
-    if noise == "skellam" and accountant != "rdp":
-        raise ValueError(f"accountant must be 'rdp' for skellam noise, got {accountant!r}")
-    return str(accountant)
-
-
-def check_budget(
-    epsilon: Any,
-    delta: Any,
-    k: Any,
-    *,
-    num_candidates: Any = None,
-    clients: Any = None,
-    dropout: Any = None,
-) -> None:
-    """Validate a full DP-Hype configuration at once (each argument only when given)."""
-    check_epsilon(epsilon)
-    check_delta(delta)
-    p = None if num_candidates is None else check_num_candidates(num_candidates)
-    check_k(k, p)
-    if clients is not None:
-        check_clients(clients)
-    if dropout is not None:
-        check_dropout(dropout)
 
 
 # ------------------------------------------------------------------------------------------ pure RDP math
@@ -463,12 +363,10 @@ def privacy_report(
     """Account for ``release`` as run by ``clients`` clients that tolerate a ``dropout`` fraction (App. A).
 
     With ``survivors=None`` the statement is the design guarantee (total std ``release.sigma``), valid
-    whenever at least :func:`dphype.noise.min_survivors` clients contribute noise. With a known survivor
+    whenever at least :func:`dphype.privacy.noise.min_survivors` clients contribute noise. With a known survivor
     count the total noise std is ``client_std * sqrt(survivors)`` and epsilon is recomputed for it, so too
     few survivors show up as an epsilon above the target rather than being hidden.
     """
-    from dphype.noise import client_noise_std  # local import: noise.py imports the validators above
-
     delta = check_delta(delta)
     clients = check_clients(clients)
     dropout = check_dropout(dropout)

@@ -2,7 +2,7 @@
 
 Everything here is post-processing of ONE released vector ``y = v + e`` (the vote sum ``v`` plus noise of
 known total std ``sigma`` on every coordinate, Algorithm 1 line 11) and of public facts: the candidates'
-feature space (:meth:`dphype.candidates.CandidateList.feature_space`) and, optionally, the total vote mass
+feature space (:meth:`dphype.selection.candidates.CandidateList.feature_space`) and, optionally, the total vote mass
 ``M = m k`` (each of the ``m`` contributing clients casts exactly ``k`` votes; ``m`` and ``k`` are public).
 No function reads the private votes, so the release's privacy guarantee covers every output (post-processing).
 
@@ -46,7 +46,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 if TYPE_CHECKING:
-    from dphype.candidates import FeatureSpace
+    from dphype.selection.candidates import FeatureSpace
 
 #: Selection rules.
 RULES: tuple[str, ...] = ("argmax", "gp")
@@ -119,7 +119,7 @@ def good_selection_probability_bound(gap: float, sigma: float, num_good: int, nu
     The tail bound needs ``gamma > 0``; for ``gamma <= 0`` the theorem gives nothing and the trivial
     bound 0 is returned; a negative right-hand side is likewise reported as 0 (a probability is >= 0).
     """
-    from dphype.accounting import check_sigma  # local import: accounting pulls in scipy
+    from dphype.privacy.accounting import check_sigma  # local import: accounting pulls in scipy
 
     check_sigma(sigma)
     if not math.isfinite(gap):
@@ -163,7 +163,7 @@ class GPSettings:
     botorch_prior: bool = False
 
     def __post_init__(self) -> None:
-        from dphype.accounting import check_int, check_positive
+        from dphype.checks import check_int, check_positive
 
         for name in ("lengthscales", "outputscales"):
             values = getattr(self, name)
@@ -302,7 +302,7 @@ class _Release:
 
 
 def _release(noisy: ArrayLike, space: FeatureSpace, sigma: float, clients: Any, k: Any) -> _Release:
-    from dphype.accounting import check_int, check_sigma
+    from dphype.checks import check_int, check_sigma
 
     y = _as_releases(noisy)
     sigma = check_sigma(sigma)
@@ -454,7 +454,7 @@ def posterior_samples(
     eigenbasis; with a known vote mass the draw is conditioned on ``1^T v = M`` by Matheron's rule,
     ``v + C 1 (M - 1^T v) / (1^T C 1)`` (exact for Gaussians). ``seed`` makes the draws reproducible.
     """
-    from dphype.accounting import check_int
+    from dphype.checks import check_int
 
     rel = _release(noisy_sum, space, sigma, clients, k)
     if rel.y.shape[0] != 1:
@@ -566,13 +566,13 @@ def select_release(
 ) -> Selection:
     """Select a candidate from one released noisy vote sum ``(p,)`` and say how sure the pick is.
 
-    ``sigma``: the total noise std actually on the sum (:attr:`dphype.accounting.PrivacyReport.sigma`);
+    ``sigma``: the total noise std actually on the sum (:attr:`dphype.privacy.accounting.PrivacyReport.sigma`);
     ``space``: the public feature space (``candidates.feature_space()``; ``None`` makes ``"gp"`` fall back);
     ``clients`` (contributing clients) and ``k`` (votes each): public, give the vote mass ``clients * k``;
     ``tolerance``: votes below the top that still count as the top group (default: a tenth of ``clients``,
     at least 1; 0 if ``clients`` is unknown).
     """
-    from dphype.accounting import check_int, check_sigma
+    from dphype.checks import check_int, check_sigma
 
     rule = check_rule(rule)
     sigma = check_sigma(sigma)

@@ -1,0 +1,3 @@
+"""Machine learning: tasks (data + model + "score these candidates"), the batched torch training
+engine, bundled data sets, models, and the shared privacy and utility oracles.
+"""

@@ -1,0 +1,7 @@
+"""Privacy: what a release is and what it costs.
+
+* :mod:`dphype.privacy.accounting` -- the release description (:class:`VoteRelease`), exact calibration,
+  epsilon/delta for Gaussian and Skellam noise (RDP and analytic), the run accountant's RDP curves.
+* :mod:`dphype.privacy.noise` -- each client's integer or Gaussian noise share, from a CSPRNG.
+* :mod:`dphype.privacy.audit` -- an empirical lower bound on epsilon for the noise path.
+"""
