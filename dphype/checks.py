@@ -15,6 +15,9 @@ NOISE_KINDS: tuple[str, ...] = ("gaussian", "skellam")
 DEFAULT_ACCOUNTANT: dict[str, str] = {"gaussian": "analytic", "skellam": "rdp"}
 #: Neighbouring relations: replace one client's data (the paper's) or add/remove one client (DP-FedAvg's).
 NEIGHBOURING: tuple[str, ...] = ("replace-one", "add-remove")
+#: Largest federation accepted: the secure sum's clipping range C(n) is still 2**17 there
+#: (:func:`dphype.secure.secure_sum.clipping_range_for`).
+MAX_CLIENTS: int = 10_000
 
 
 def check_positive(name: str, value: Any) -> float:
@@ -71,8 +74,11 @@ def check_dropout(dropout: Any) -> float:
 
 
 def check_clients(clients: Any) -> int:
-    """Return the number of clients ``n`` as int; it must be an integer >= 2 (secure summation needs 2)."""
-    return check_int("clients", clients, 2)
+    """Return the number of clients ``n`` as int; it must be an integer in ``[2, MAX_CLIENTS]``: secure
+    summation needs 2, and the exact secure sum's range is fixed up to :data:`MAX_CLIENTS`."""
+    if isinstance(clients, bool) or not isinstance(clients, Integral) or not 2 <= int(clients) <= MAX_CLIENTS:
+        raise ValueError(f"clients must be an integer in [2, {MAX_CLIENTS}], got {clients!r}")
+    return int(clients)
 
 
 def check_sigma(sigma: Any) -> float:

@@ -37,7 +37,7 @@ from dphype.config import DPHypeConfig
 from dphype.ml.task import Task
 from dphype.privacy.accounting import PrivacyReport, VoteRelease, calibrate, privacy_report
 from dphype.privacy.accounting import epsilon as release_epsilon
-from dphype.privacy.noise import client_noise_share, min_survivors, noise_share, summed_noise
+from dphype.privacy.noise import check_survivors, client_noise_share, min_survivors, noise_share, summed_noise
 from dphype.secure.secure_sum import GAUSSIAN_SCALE, check_range, encode
 from dphype.selection.candidates import Candidate, CandidateList
 from dphype.selection.rules import Selection, select_release
@@ -285,8 +285,7 @@ def release(request: VoteRequest, noisy_sum: np.ndarray, survivors: int) -> DPHy
     Refuses (``ValueError``) fewer survivors than :attr:`VoteRequest.min_survivors`: their noise would
     not add up to ``sigma``. The report accounts for the noise that was actually summed.
     """
-    if not request.min_survivors <= survivors <= request.config.clients:
-        raise ValueError(f"survivors must be in [{request.min_survivors}, {request.config.clients}], got {survivors}")
+    survivors = check_survivors(survivors, request.config.clients, request.min_survivors)
     total = np.asarray(noisy_sum)
     if total.shape != (len(request.candidates),):
         raise ValueError(f"noisy_sum must have shape ({len(request.candidates)},), got {total.shape}")

@@ -127,8 +127,8 @@ def secagg_arguments(clients: int, secagg: str, dropout: float) -> dict[str, Any
 
 
 def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
+    from dphype.checks import MAX_CLIENTS
     from dphype.ml.task import default_epochs
-    from dphype.secure.secure_sum import MAX_CLIENTS
 
     candidates = harness.candidates_from_args(args)
     measured = harness.check_int("measured_clients", args.measured_clients, 1)

@@ -202,13 +202,24 @@ def test_calibrate_bad_input(kwargs, match):
         calibrate(args.pop("epsilon"), args.pop("delta"), args.pop("k"), **args)
 
 
+@pytest.mark.parametrize("clients", [0, 1, checks.MAX_CLIENTS + 1, 50_000, 2.0])
+def test_client_count_refused(clients):
+    with pytest.raises(ValueError, match=r"clients must be an integer in \[2, 10000\]"):
+        checks.check_clients(clients)
+
+
+def test_client_count_accepted_at_bounds():
+    assert checks.check_clients(2) == 2
+    assert checks.check_clients(checks.MAX_CLIENTS) == checks.MAX_CLIENTS
+
+
 def test_validators():
     assert checks.check_dropout(0.0) == 0.0
     with pytest.raises(ValueError, match=r"dropout must be a number in \[0, 1\)"):
         checks.check_dropout(1.0)
     with pytest.raises(ValueError, match="dropout"):
         checks.check_dropout(-0.1)
-    with pytest.raises(ValueError, match="clients must be an integer >= 2, got 1"):
+    with pytest.raises(ValueError, match=r"clients must be an integer in \[2, 10000\], got 1"):
         checks.check_clients(1)
     with pytest.raises(ValueError, match="clients"):
         checks.check_clients(True)

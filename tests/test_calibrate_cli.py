@@ -65,7 +65,7 @@ def test_human_readable_output(capsys):
         (["--delta", "1"], "delta must be a number in (0, 1)"),
         (["--k", "0"], "k must be an integer in [1, "),
         (["--k", "101", "--candidates", "table3"], "k must be an integer in [1, 100]"),
-        (["--clients", "1"], "clients must be an integer >= 2"),
+        (["--clients", "1"], "clients must be an integer in [2, 10000]"),
         (["--dropout", "1"], "dropout must be a number in [0, 1)"),
         (["--noise", "skellam", "--accountant", "analytic"], "accountant must be 'rdp' for skellam"),
     ],

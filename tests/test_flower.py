@@ -222,8 +222,21 @@ def test_the_result_states_the_secure_sum_and_its_bounds():
     assert 0 <= secure["clip_probability"] < 1e-9 and "delta +" in secure["statement"]
 
 
-def test_the_planner_runs_before_any_client_works():
+def test_construction_runs_no_simulation(monkeypatch):
+    def no_planner(*args, **kwargs):
+        raise AssertionError("the planner ran on construction")
+
+    monkeypatch.setattr("dphype.flower.server.preflight", no_planner)
+    DPHype(CANDS, config(epsilon=0.05, clients=4, min_success=0.9))
+    with pytest.raises(ValueError, match="k must be an integer"):  # server-checkable input still refused at once
+        DPHype(CANDS, config(k=9))
+
+
+def test_the_planner_runs_on_demand_and_before_any_client_works():
     weak = DPHype(CANDS, config(epsilon=0.05, clients=4))  # far too little signal for 4 clients
-    assert weak.plan.success < 0.5 and any("release is noise" in w for w in weak.plan.warnings)
+    assert weak.plan().success < 0.5 and any("release is noise" in w for w in weak.plan().warnings)
+    refused = DPHype(CANDS, config(epsilon=0.05, clients=4, min_success=0.9))
+    grid = grid_of(client_app(scores_table(4)), 4)
     with pytest.raises(ValueError, match="predicted success .* is below min_success = 0.9: refusing to run"):
-        DPHype(CANDS, config(epsilon=0.05, clients=4, min_success=0.9))
+        refused.start(grid)
+    assert grid.sent == []

@@ -118,7 +118,7 @@ def test_share_shapes_dtypes_and_reproducibility():
     "kwargs,match",
     [
         (dict(kind="laplace"), "noise must be one of"),
-        (dict(clients=1), "clients must be an integer >= 2"),
+        (dict(clients=1), r"clients must be an integer in \[2, 10000\]"),
         (dict(dropout=1.0), r"dropout must be a number in \[0, 1\)"),
         (dict(sigma=-1.0), "sigma must be a finite number > 0"),
     ],

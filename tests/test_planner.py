@@ -171,7 +171,7 @@ def test_preflight_warns_and_refuses():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(clients=1), r"clients must be an integer >= 2"),
+        (dict(clients=1), r"clients must be an integer in \[2, 10000\], got 1"),
         (dict(clients=20000), r"clients must be an integer in \[2, 10000\]"),
         (dict(epsilon=0.0), r"epsilon must be a finite number > 0"),
         (dict(delta=1.0), r"delta must be a number in \(0, 1\)"),

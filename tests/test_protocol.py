@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dphype.checks import MAX_CLIENTS
 from dphype.config import DPHypeConfig
 from dphype.privacy.accounting import calibrate
 from dphype.protocol import (
@@ -81,7 +82,7 @@ def test_request_is_calibrated():
         ({"k": 0}, r"k must be an integer in \[1, "),
         ({"k": 7}, r"k must be an integer in \[1, 6\]"),
         ({"clients": 1}, "clients must be"),
-        ({"clients": ss.MAX_CLIENTS + 1}, r"clients must be in \[2, 10000\]"),
+        ({"clients": MAX_CLIENTS + 1}, r"clients must be an integer in \[2, 10000\]"),
         ({"dropout": 1.0}, "dropout"),
         ({"noise": "laplace"}, "noise"),
         ({"noise": "skellam", "accountant": "analytic"}, "accountant"),
@@ -211,7 +212,7 @@ def test_release_selects_and_accounts_for_the_survivors():
     assert result.to_dict()["noisy_sum"] == total.tolist()
     full = release(req, total, 5)
     assert full.report.epsilon < 1.0  # five shares carry more than the calibrated noise
-    with pytest.raises(ValueError, match=r"survivors must be in \[4, 5\]"):
+    with pytest.raises(ValueError, match=r"survivors must be an integer in \[4, 5\]"):
         release(req, total, 3)
     with pytest.raises(ValueError, match=r"noisy_sum must have shape \(6,\)"):
         release(req, total[:5], 5)

@@ -5,6 +5,7 @@ import random
 
 import pytest
 
+from dphype.checks import MAX_CLIENTS
 from dphype.privacy.noise import min_survivors
 from dphype.protocol import Refusal
 from dphype.secure.guard import (
@@ -16,7 +17,6 @@ from dphype.secure.guard import (
     dphype_encoding,
 )
 from dphype.secure.secagg_params import secure_parameters
-from dphype.secure.secure_sum import MAX_CLIENTS
 
 
 def setup(sample_num=50, share_num=11, threshold=7, **encoding):

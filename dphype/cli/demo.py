@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # the server's own checks (calibration, secure-sum range, the planner), before Flower starts
     selection = DPHype(candidates, config)
     node_policy = {POLICY_ENV: node_config_string(admitting_policy(selection.request))}
-    plan = selection.plan
+    plan = selection.plan()
     for warning in plan.warnings:
         print(f"dphype demo: warning: {warning}", file=sys.stderr)
     for name in ("fedavg_rounds", "local_epochs"):

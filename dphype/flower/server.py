@@ -2,14 +2,14 @@
 
 :class:`DPHype` runs DP-Hype's selection inside any ``@app.main()``:
 
-1. on construction, everything the server can check itself: the configuration, the candidate list, the
-   noise calibration (:func:`dphype.protocol.make_vote_request`), the secure-sum range and the planner's
-   prediction from public parameters (:func:`dphype.selection.planner.preflight`: a warning below one half, a refusal
-   below ``config.min_success``) -- before any client works;
-2. ``start(grid)`` waits for ``n`` nodes, runs the pre-flight (``query.dphype``: every client checks the
-   request against its own candidate list, task and limits, scores the candidates and answers ready or a
-   reason), and aborts with one error counting the reasons when fewer than ``ceil((1 - xi) n)`` clients
-   are ready -- nothing is sent in the vote round then;
+1. on construction, what the server can check without simulating: the configuration, the candidate list,
+   the noise calibration (:func:`dphype.protocol.make_vote_request`) and the secure-sum range;
+2. ``start(grid)`` first asks the planner for its prediction from public parameters (:meth:`DPHype.plan`,
+   :func:`dphype.selection.planner.preflight`: a warning below one half, a refusal below
+   ``config.min_success``) -- before any client works; then it waits for ``n`` nodes, runs the pre-flight
+   (``query.dphype``: every client checks the request against its own candidate list, task and limits,
+   scores the candidates and answers ready or a reason), and aborts with one error counting the reasons
+   when fewer than ``ceil((1 - xi) n)`` clients are ready -- nothing is sent in the vote round then;
 3. one SecAgg+ round (``train.dphype``) over the ready clients returns the exact noisy vote sum
    (:func:`dphype.flower.secagg.run_secure_sum`), unmasked only if enough clients contributed;
 4. the release (:func:`dphype.protocol.release`): the selection rule's pick, its confidence and the privacy report.
@@ -38,7 +38,7 @@ from dphype.protocol import REFUSAL_CODES, DPHypeResult, make_vote_request, rele
 from dphype.secure.secagg_params import CORRUPT_FRACTION, check_corrupt_fraction
 from dphype.secure.secure_sum import clip_probability
 from dphype.selection.candidates import Candidate, CandidateList
-from dphype.selection.planner import preflight
+from dphype.selection.planner import Plan, preflight
 
 #: Message type of the pre-flight round.
 PREFLIGHT_MESSAGE_TYPE = f"query.{ACTION}"
@@ -76,14 +76,22 @@ class DPHype:
         corrupt_fraction: float = CORRUPT_FRACTION,
     ) -> None:
         self.request = make_vote_request(config, candidates)
-        # the planner's prediction from public parameters only; refuses below config.min_success
-        self.plan = preflight(config.clients, config.epsilon, config.delta, candidates.feature_space(),
-                              len(candidates), config.k, dropout=config.dropout, min_success=config.min_success,
-                              rule=config.rule, noise=config.noise, accountant=config.accountant,
-                              neighbouring=config.neighbouring)
         self.num_shares = num_shares
         self.reconstruction_threshold = reconstruction_threshold
         self.corrupt_fraction = check_corrupt_fraction(corrupt_fraction)
+        self._plan: Plan | None = None
+
+    def plan(self) -> Plan:
+        """The planner's prediction from public parameters only (:func:`dphype.selection.planner.preflight`,
+        about a second of simulation, run once on first call); ``ValueError`` below ``config.min_success``.
+        :meth:`start` calls it before any client works."""
+        if self._plan is None:
+            cfg = self.config
+            self._plan = preflight(cfg.clients, cfg.epsilon, cfg.delta, self.candidates.feature_space(),
+                                   len(self.candidates), cfg.k, dropout=cfg.dropout, min_success=cfg.min_success,
+                                   rule=cfg.rule, noise=cfg.noise, accountant=cfg.accountant,
+                                   neighbouring=cfg.neighbouring)
+        return self._plan
 
     @property
     def config(self) -> DPHypeConfig:
@@ -110,10 +118,11 @@ class DPHype:
         timeout = check_timeout("timeout", timeout)
         connect_timeout = check_timeout("connect_timeout", connect_timeout)
         cfg = self.config
+        plan = self.plan()
         log(logging.INFO, "Starting %r", self)
         log(logging.INFO, "DP-Hype plan: predicted chance of a good pick %.2f with the %s rule (argmax %.2f)",
-            self.plan.success, cfg.rule, self.plan.success_argmax)
-        for warning in self.plan.warnings:
+            plan.success, cfg.rule, plan.success_argmax)
+        for warning in plan.warnings:
             log(logging.WARNING, "DP-Hype: %s", warning)
         log(logging.INFO, "DP-Hype: total noise std sigma=%.4g, each client's share std %.4g",
             self.request.sigma, client_noise_std(self.request.sigma, cfg.clients, cfg.dropout))

@@ -41,6 +41,7 @@ from dphype.checks import check_delta, check_epsilon, check_int, check_positive
 from dphype.privacy.accounting import (
     PrivacyReport,
     calibrate_fedavg,
+    check_rdp_curve,
     fedavg_rdp,
     rdp_delta,
     rdp_epsilon,
@@ -132,9 +133,7 @@ class RunAccountant:
         """Restore :meth:`state_dict`; the relation must match and the curve may only have grown."""
         if state.get("neighbouring") != self.neighbouring:
             raise ValueError(f"state neighbouring must be {self.neighbouring!r}, got {state.get('neighbouring')!r}")
-        rdp = np.asarray(state.get("rdp"), dtype=np.float64)
-        if rdp.shape != self._rdp.shape or not np.all(np.isfinite(rdp) | np.isposinf(rdp)):
-            raise ValueError(f"state rdp must be {len(self._rdp)} finite or +inf values, one per RDP order")
+        rdp = check_rdp_curve(state.get("rdp"), name="state rdp")
         if np.any(rdp < self._rdp):
             raise ValueError("state rdp must not be below this run's selection cost (it would forget spending)")
         releases = state.get("releases")

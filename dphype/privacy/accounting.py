@@ -36,7 +36,6 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from numbers import Integral
 from typing import Any
 
 import numpy as np
@@ -62,7 +61,7 @@ from dphype.checks import (
     check_sigma,
     resolve_accountant,
 )
-from dphype.privacy.noise import client_noise_std
+from dphype.privacy.noise import check_survivors, client_noise_std
 
 
 def vote_sensitivity(k: int, neighbouring: str = "replace-one") -> tuple[float, float]:
@@ -374,9 +373,7 @@ def privacy_report(
     client_std = client_noise_std(release.sigma, clients, dropout)
     effective = release
     if survivors is not None:
-        if isinstance(survivors, bool) or not isinstance(survivors, Integral) or not 1 <= survivors <= clients:
-            raise ValueError(f"survivors must be an integer in [1, {clients}], got {survivors!r}")
-        survivors = int(survivors)
+        survivors = check_survivors(survivors, clients)
         effective = dataclasses.replace(release, sigma=client_std * math.sqrt(survivors))
     return PrivacyReport(
         epsilon=_release_epsilon(effective, delta, accountant),
@@ -418,6 +415,16 @@ def _check_orders(orders: Any) -> np.ndarray:
     return out
 
 
+def check_rdp_curve(rdp: Any, orders: Any = RDP_ORDERS, name: str = "rdp") -> np.ndarray:
+    """Return an RDP curve as float64; it must hold one value in ``[0, +inf]`` per order of ``orders``
+    (``+inf``: no bound at that order), else ``ValueError`` naming ``name``."""
+    size = _check_orders(orders).size
+    curve = np.asarray(rdp, dtype=np.float64)
+    if curve.shape != (size,) or np.any(np.isnan(curve)) or np.any(curve < 0):
+        raise ValueError(f"{name} must be {size} values in [0, inf], one per RDP order")
+    return curve
+
+
 def vote_rdp(
     k: int, sigma: float, noise: str, *, neighbouring: str = "replace-one", orders: Any = RDP_ORDERS
 ) -> np.ndarray:
@@ -445,10 +452,7 @@ def rdp_epsilon(rdp: Any, delta: float, orders: Any = RDP_ORDERS) -> tuple[float
     Vectorised over the orders; an infinite curve value gives an infinite epsilon at that order.
     """
     delta = check_delta(delta)
-    orders = _check_orders(orders)
-    curve = np.asarray(rdp, dtype=np.float64)
-    if curve.shape != orders.shape or np.any(np.isnan(curve)) or np.any(curve < 0):
-        raise ValueError(f"rdp must be {orders.size} non-negative values, one per order")
+    orders, curve = _check_orders(orders), check_rdp_curve(rdp, orders)
     eps = rdp_to_dp(curve, orders, delta)
     best = int(np.argmin(eps))
     return max(0.0, float(eps[best])), float(orders[best])
@@ -458,10 +462,7 @@ def rdp_delta(rdp: Any, epsilon: float, orders: Any = RDP_ORDERS) -> float:
     """Smallest delta over ``orders`` at which an RDP curve gives ``epsilon``: :func:`rdp_to_dp` (Thm I.1)
     solved for delta, ``log delta = (alpha - 1)(eps_alpha + log(1 - 1/alpha) - epsilon) - log alpha``."""
     epsilon = check_epsilon(epsilon)
-    orders = _check_orders(orders)
-    curve = np.asarray(rdp, dtype=np.float64)
-    if curve.shape != orders.shape or np.any(np.isnan(curve)) or np.any(curve < 0):
-        raise ValueError(f"rdp must be {orders.size} non-negative values, one per order")
+    orders, curve = _check_orders(orders), check_rdp_curve(rdp, orders)
     log_delta = (orders - 1.0) * (curve + np.log1p(-1.0 / orders) - epsilon) - np.log(orders)
     return float(math.exp(min(0.0, float(np.min(log_delta)))))
 
@@ -567,6 +568,7 @@ __all__ = [
     "RDP_ORDERS",
     "vote_rdp",
     "fedavg_rdp",
+    "check_rdp_curve",
     "rdp_epsilon",
     "rdp_delta",
     "fedavg_epsilon",

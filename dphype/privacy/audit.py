@@ -28,7 +28,7 @@ from scipy.stats import norm
 
 from dphype.checks import check_delta, check_epsilon, check_int, check_k, resolve_accountant
 from dphype.privacy.accounting import calibrate
-from dphype.privacy.noise import min_survivors, noise_share
+from dphype.privacy.noise import check_survivors, min_survivors, noise_share
 
 ShareFn = Callable[..., np.ndarray]
 
@@ -140,10 +140,7 @@ def audit_vote_noise(
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     release = calibrate(epsilon, delta, k, accountant=accountant, noise=noise)
-    lowest = min_survivors(clients, dropout)
-    survivors = lowest if survivors is None else survivors
-    if isinstance(survivors, bool) or not isinstance(survivors, int) or not 1 <= survivors <= clients:
-        raise ValueError(f"survivors must be an integer in [1, {clients}], got {survivors!r}")
+    survivors = min_survivors(clients, dropout) if survivors is None else check_survivors(survivors, clients)
 
     l2 = release.l2_sensitivity
     w = np.concatenate([np.ones(k), -np.ones(k)])

@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from numbers import Integral
+from typing import Any
 
 import numpy as np
 from randomgen import ChaCha
@@ -55,6 +57,26 @@ def min_survivors(clients: int, dropout: float) -> int:
     return max(1, math.ceil((1.0 - dropout) * clients - _SURVIVOR_ROUNDING))
 
 
+def check_survivors(survivors: Any, clients: int, lowest: int = 1) -> int:
+    """Return the number of contributing clients ``m`` as int; it must be an integer in ``[lowest, clients]``.
+
+    ``lowest=1`` where fewer than :func:`min_survivors` is meaningful (accounting for a too-small survivor
+    set shows its larger epsilon, an audit may probe it); a release passes ``min_survivors(clients, xi)``.
+    """
+    if isinstance(survivors, bool) or not isinstance(survivors, Integral) or not lowest <= int(survivors) <= clients:
+        raise ValueError(f"survivors must be an integer in [{lowest}, {clients}], got {survivors!r}")
+    return int(survivors)
+
+
+def _draw(size: int | tuple[int, ...], variance: float, kind: str, rng: np.random.Generator) -> np.ndarray:
+    """One noise draw of ``variance`` per entry: ``N(0, variance)`` as float64, or the symmetric Skellam
+    ``Pois(variance / 2) - Pois(variance / 2)`` as int64 (the one place either kind is sampled)."""
+    if kind == "gaussian":
+        return rng.normal(0.0, math.sqrt(variance), size=size).astype(np.float64, copy=False)
+    mu = variance / 2.0
+    return (rng.poisson(mu, size=size) - rng.poisson(mu, size=size)).astype(np.int64, copy=False)
+
+
 def noise_share(
     size: int | tuple[int, ...],
     *,
@@ -65,12 +87,7 @@ def noise_share(
     rng: np.random.Generator,
 ) -> np.ndarray:
     """One client's noise share of shape ``size`` for total noise std ``sigma`` (see module docstring)."""
-    kind = check_noise(kind)
-    variance = client_noise_variance(sigma, clients, dropout)
-    if kind == "gaussian":
-        return rng.normal(0.0, math.sqrt(variance), size=size).astype(np.float64, copy=False)
-    mu = variance / 2.0
-    return (rng.poisson(mu, size=size) - rng.poisson(mu, size=size)).astype(np.int64, copy=False)
+    return _draw(size, client_noise_variance(sigma, clients, dropout), check_noise(kind), rng)
 
 
 def secure_generator() -> np.random.Generator:
@@ -115,13 +132,7 @@ def summed_noise(
     """
     kind = check_noise(kind)
     variance = client_noise_variance(sigma, clients, dropout)
-    if isinstance(survivors, bool) or not isinstance(survivors, (int, np.integer)) or not 1 <= survivors <= clients:
-        raise ValueError(f"survivors must be an integer in [1, {clients}] (clients), got {survivors!r}")
-    total = int(survivors) * variance
-    if kind == "gaussian":
-        return rng.normal(0.0, math.sqrt(total), size=size).astype(np.float64, copy=False)
-    mu = total / 2.0
-    return (rng.poisson(mu, size=size) - rng.poisson(mu, size=size)).astype(np.int64, copy=False)
+    return _draw(size, check_survivors(survivors, clients) * variance, kind, rng)
 
 
 @dataclass(frozen=True)

@@ -44,10 +44,11 @@ from dataclasses import dataclass, fields
 from numbers import Integral, Real
 from typing import Any
 
+from dphype.checks import MAX_CLIENTS
 from dphype.privacy.noise import min_survivors
 from dphype.protocol import Refusal
 from dphype.secure.secagg_params import check_share_threshold
-from dphype.secure.secure_sum import MAX_CLIENTS, MAX_WEIGHT, MODULUS_RANGE, check_ranges, clipping_range_for
+from dphype.secure.secure_sum import MAX_WEIGHT, MODULUS_RANGE, check_ranges, clipping_range_for
 
 
 @dataclass(frozen=True)

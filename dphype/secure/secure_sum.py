@@ -62,16 +62,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from dphype.checks import check_clients as _check_client_count
-from dphype.checks import check_noise
+from dphype.checks import check_clients, check_noise
 from dphype.privacy.noise import client_noise_std, noise_tail_bound
 
 #: Flower SecAgg+ ``modulus_range`` M (its maximum).
 MODULUS_RANGE: int = 2**32
 #: Flower SecAgg+ ``max_weight``; every DP-Hype client reports ``num_examples = 1``.
 MAX_WEIGHT: float = 1.0
-#: Largest federation accepted: the range C(n) is still 2**17 there (:func:`clipping_range_for`).
-MAX_CLIENTS: int = 10_000
 #: C(n) for federations of up to 1023 clients (the range used when ``n`` is not known).
 CLIPPING_RANGE: int = 2**21
 #: Fixed-point scale for Gaussian noise shares: values are sent as round(x * scale).
@@ -93,13 +90,6 @@ class TooFewSurvivorsError(SecureSumError):
 def fixed_point_scale(noise: str) -> int:
     """Integer grid on which a client's noisy votes are sent: 1 for Skellam, 2**10 for Gaussian."""
     return 1 if check_noise(noise) == "skellam" else GAUSSIAN_SCALE
-
-
-def check_clients(clients: int) -> None:
-    """Refuse a client count outside ``[2, MAX_CLIENTS]``."""
-    _check_client_count(clients)
-    if clients > MAX_CLIENTS:
-        raise ValueError(f"clients must be in [2, {MAX_CLIENTS}], got {clients}")
 
 
 def clipping_range_for(clients: int) -> int:

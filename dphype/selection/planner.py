@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dphype.checks import (
+    MAX_CLIENTS,
     check_clients,
     check_delta,
     check_dropout,
@@ -53,7 +54,6 @@ from dphype.checks import (
     resolve_accountant,
 )
 from dphype.privacy.accounting import calibrate
-from dphype.secure.secure_sum import MAX_CLIENTS
 
 if TYPE_CHECKING:
     from dphype.selection.candidates import FeatureSpace
@@ -446,8 +446,6 @@ def plan(
     from dphype.selection.rules import DEFAULT_RULE, check_rule
 
     clients = check_clients(clients)
-    if clients > MAX_CLIENTS:
-        raise ValueError(f"clients must be an integer in [2, {MAX_CLIENTS}] (exact SecAgg+ sums), got {clients}")
     epsilon = check_epsilon(epsilon)
     p = check_int("num_candidates", num_candidates, 2)
     if space is not None and space.num_candidates != p:
