@@ -1,14 +1,17 @@
-"""Empirical privacy audit of the real client noise path (Clopper-Pearson, dp-facts.md)."""
+"""Empirical privacy audit of the real client noise path (Clopper-Pearson bounds against the claimed profile)."""
 
 import math
 import time
 
+import numpy as np
 import pytest
-from scipy.stats import binom
+from scipy.stats import binom, skellam
 
 from dphype.privacy.accounting import calibrate
 from dphype.privacy.audit import (
+    PROFILE_GRID,
     audit_vote_noise,
+    claimed_profile,
     clopper_pearson_upper,
     design_threshold,
     epsilon_lower_bound,
@@ -16,9 +19,13 @@ from dphype.privacy.audit import (
 from dphype.privacy.noise import client_noise_share, noise_share
 
 
-def halved_share(size, *, sigma, **kwargs):
-    """A deliberately broken client: half the calibrated noise std."""
-    return noise_share(size, sigma=sigma / 2.0, **kwargs)
+def scaled_share(factor):
+    """A deliberately broken client: ``factor`` times the calibrated noise std."""
+
+    def share(size, *, sigma, **kwargs):
+        return noise_share(size, sigma=sigma * factor, **kwargs)
+
+    return share
 
 
 def secure_share(size, *, rng, **kwargs):
@@ -51,36 +58,66 @@ def test_epsilon_lower_bound_formula():
     assert epsilon_lower_bound(15000, 15000, 30000, 1e-5)[0] == 0.0
 
 
+def profile(sigma, k, noise, epsilon=1.0):
+    epsilons = PROFILE_GRID * epsilon
+    return epsilons, claimed_profile(epsilons, sigma=sigma, k=k, noise=noise)
+
+
 def test_threshold_is_fixed_by_configuration_only():
-    t1 = design_threshold(11.797, math.sqrt(10), 30000, 1e-5)
-    t2 = design_threshold(11.797, math.sqrt(10), 30000, 1e-5)
-    assert t1 == t2 and math.sqrt(10) < t1 < 4 * 11.797
+    sigma = calibrate(1.0, 1e-5, 5).sigma
+    t1 = design_threshold(sigma, math.sqrt(10), 30000, *profile(sigma, 5, "gaussian"))
+    t2 = design_threshold(sigma, math.sqrt(10), 30000, *profile(sigma, 5, "gaussian"))
+    assert t1 == t2 and math.sqrt(10) / 2 <= t1 < 4 * sigma
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_skellam_profile_is_the_exact_divergence_of_the_statistic(k):
+    # independent of the "Poisson laws add" argument: convolve the 2k coordinates' Skellam pmfs explicitly
+    sigma = 3.0
+    support = np.arange(-60, 61)
+    one = skellam.pmf(support, sigma**2 / 2, sigma**2 / 2)
+    law = one
+    for _ in range(2 * k - 1):
+        law = np.convolve(law, one)  # <noise, w> = sum of +-coordinates; symmetric, so signs do not matter
+    shifted = np.concatenate([np.zeros(2 * k), law[:-2 * k]])  # the law of <noise, w> + 2k under D
+    epsilons = np.array([0.0, 0.3, 1.0, 2.0])
+    expected = [np.maximum(shifted - math.exp(e) * law, 0.0).sum() for e in epsilons]
+    np.testing.assert_allclose(claimed_profile(epsilons, sigma=sigma, k=k, noise="skellam"), expected, rtol=1e-9,
+                               atol=1e-12)
+
+
+@pytest.mark.parametrize("noise", ["gaussian", "skellam"])
+def test_claimed_profile_is_within_the_accountants_guarantee(noise):
+    release = calibrate(1.0, 1e-5, 5, noise=noise)
+    (at_claim,) = claimed_profile(np.array([1.0]), sigma=release.sigma, k=5, noise=noise)
+    assert at_claim <= 1e-5 * (1 + 1e-6)  # the exact profile is at most what the accountant states
+    if noise == "gaussian":
+        assert at_claim == pytest.approx(1e-5, rel=1e-4)  # the analytic accountant is exact
 
 
 @pytest.mark.parametrize(
     "noise,clients,dropout",
     [("gaussian", 50, 0.1), ("skellam", 10, 0.3)],
 )
-def test_correct_noise_passes_and_halved_noise_is_caught(noise, clients, dropout):
+@pytest.mark.parametrize("factor", [0.71, 0.5])  # 0.71: a sensitivity sqrt(2) too small
+def test_correct_noise_passes_and_too_little_noise_is_caught(noise, clients, dropout, factor):
     kw = dict(epsilon=1.0, delta=1e-5, k=5, clients=clients, dropout=dropout, noise=noise, trials=30_000)
     start = time.perf_counter()
     good = audit_vote_noise(seed=1, **kw)
     elapsed = time.perf_counter() - start
-    assert good.epsilon_lb < good.claimed_epsilon and not good.flagged
+    assert not good.flagged and good.epsilon_lb < good.claimed_epsilon and good.profile_excess < 0
     assert good.survivors == math.ceil((1 - dropout) * clients - 1e-9)
-    bad = audit_vote_noise(seed=2, share_fn=halved_share, **kw)
+    bad = audit_vote_noise(seed=2, share_fn=scaled_share(factor), **kw)
     assert bad.threshold == good.threshold  # fixed in advance, not fitted to the samples
-    assert bad.epsilon_lb > bad.claimed_epsilon and bad.flagged
+    assert bad.flagged and bad.profile_excess > 0 and 0 <= bad.profile_epsilon <= 4.0
     assert elapsed < 5.0
 
 
 def test_correct_noise_never_flagged_over_seeds():
     # false alarms must be rare: the bound is valid with prob >= 95% and the test is far from tight
-    lbs = [
-        audit_vote_noise(epsilon=1.0, delta=1e-5, k=5, clients=4, trials=30_000, seed=s).epsilon_lb
-        for s in range(5)
-    ]
-    assert max(lbs) < 1.0
+    audits = [audit_vote_noise(epsilon=1.0, delta=1e-5, k=5, clients=4, noise=noise, trials=30_000, seed=s)
+              for s in range(4) for noise in ("gaussian", "skellam")]
+    assert not any(a.flagged for a in audits) and max(a.epsilon_lb for a in audits) < 1.0
 
 
 def test_audit_bad_input():
@@ -110,7 +147,7 @@ def test_audit_of_the_secure_client_path(noise, clients, dropout):
     # against a third of the noise std, which the audit then catches with a wide margin.
     confidence = 1 - 1e-6
     sigma = calibrate(1.0, 1e-5, 5, noise=noise).sigma
-    threshold = design_threshold(sigma, math.sqrt(10), 30_000, 1e-5, confidence, std_factor=1 / 3)
+    threshold = design_threshold(sigma, math.sqrt(10), 30_000, *profile(sigma, 5, noise), confidence, std_factor=1 / 3)
     kw = dict(epsilon=1.0, delta=1e-5, k=5, clients=clients, dropout=dropout, noise=noise, trials=30_000)
     kw.update(confidence=confidence, threshold=threshold)
     assert not audit_vote_noise(share_fn=secure_share, **kw).flagged

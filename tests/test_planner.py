@@ -206,3 +206,18 @@ def test_plan_cli_json_and_min_success(capsys):
     assert main(["plan", "--clients", "40", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3",
                  "--min-success", "2"]) == 2
     assert "min_success must be a number in [0, 1]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("noise", ["skellam", "gaussian"])
+@pytest.mark.parametrize("dropout,voters", [(0.5, 10), (0.3, 14)])
+def test_dropout_is_planned_as_its_worst_case(noise, dropout, voters):
+    # 20 clients tolerating xi: only ceil((1 - xi) 20) vote, and their shares add up to exactly sigma, which is
+    # the run of that many clients without dropout (same voters, same total noise, common random numbers)
+    kw = dict(k=5, rule="argmax", noise=noise, ks=[5], repetitions=300, search=False)
+    dropped = plan(20, 1.0, 1e-5, None, 100, dropout=dropout, **kw)
+    fewer = plan(voters, 1.0, 1e-5, None, 100, **kw)
+    full = plan(20, 1.0, 1e-5, None, 100, **kw)
+    assert (dropped.voters, fewer.voters, full.voters) == (voters, voters, 20)
+    assert dropped.success == pytest.approx(fewer.success, abs=1e-12)
+    assert dropped.unanimous_success == pytest.approx(fewer.unanimous_success, abs=1e-12)
+    assert dropped.success < full.success - 0.05  # fewer votes under the same noise: a worse prediction

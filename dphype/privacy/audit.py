@@ -1,4 +1,4 @@
-"""Empirical privacy audit of the client noise path (dp-facts.md, "Empirical audit of the noise code").
+"""Empirical privacy audit of the client noise path (Jagielski, Ullman & Oprea 2020; Nasr et al. 2021).
 
 If a mechanism is ``(eps, delta)``-DP, every test that tells neighbouring inputs apart satisfies
 ``FPR + e^eps FNR >= 1 - delta`` (and symmetrically). Running the mechanism ``N`` times on each
@@ -14,6 +14,16 @@ so the vote sums differ by ``w`` with ``k`` entries ``+1`` and ``k`` entries ``-
 Lemma III.1). Coordinates where the sums agree carry noise independent of the test statistic and are
 left out. The statistic is ``y = <out - f(D'), w> / ||w||``; the test guesses ``D`` when ``y > t`` for a
 threshold ``t`` fixed before sampling.
+
+One ``delta`` alone makes a weak audit: at ``delta = 1e-5`` only far-tail thresholds can show ``eps_lb > 1``,
+and noise of std ``0.71 sigma`` (a sensitivity ``sqrt(2)`` too small) measures ``eps_lb ~ 0.7`` at 3e4 trials.
+So the same two Clopper-Pearson bounds are also checked against the whole privacy profile of the noise the
+accountant analysed (:func:`claimed_profile`: ``delta(eps')`` of the statistic at total std ``sigma``, exact
+for Gaussian and Skellam noise): every ``(eps', delta(eps'))`` pair bounds both error rates, and near the
+centre of the two laws a test of 3e4 trials per neighbour already refutes ``0.7 sigma`` (:func:`profile_excess`).
+The bounds hold together with probability ``>= 1 - beta``, so a correct implementation (whose statistic has
+exactly the claimed profile, or a smaller one when more than ``ceil((1 - xi) n)`` clients add noise) is
+flagged with probability at most ``beta`` whatever the number of ``eps'`` checked.
 """
 
 from __future__ import annotations
@@ -24,10 +34,10 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import beta as beta_dist
-from scipy.stats import norm
+from scipy.stats import norm, skellam
 
 from dphype.checks import check_delta, check_epsilon, check_int, check_k, resolve_accountant
-from dphype.privacy.accounting import calibrate
+from dphype.privacy.accounting import analytic_gaussian_delta, calibrate
 from dphype.privacy.noise import check_survivors, min_survivors, noise_share
 
 ShareFn = Callable[..., np.ndarray]
@@ -64,24 +74,87 @@ def epsilon_lower_bound(
     return best, fpr_ub, fnr_ub
 
 
-def design_threshold(
-    sigma: float, l2: float, trials: int, delta: float, confidence: float = 0.95, std_factor: float = 0.5
-) -> float:
-    """Threshold chosen before sampling: best for catching noise of std ``std_factor * sigma``.
+#: Epsilons (multiples of the claimed epsilon) at which the claimed privacy profile is checked.
+PROFILE_GRID: np.ndarray = np.linspace(0.0, 4.0, 401)
 
-    Under that design alternative ``y`` is ``N(0, s^2)`` for ``D'`` and ``N(l2, s^2)`` for ``D``
+
+def claimed_profile(epsilons: np.ndarray, *, sigma: float, k: int, noise: str) -> np.ndarray:
+    """``delta(eps')`` at each of ``epsilons``: the hockey-stick divergence between the audit statistic's laws
+    under ``D`` and ``D'`` when the released noise has total std ``sigma`` (the noise the accountant analysed).
+
+    Gaussian: ``y ~ N(0, sigma^2)`` against ``N(l2, sigma^2)``, the analytic Gaussian delta (Balle & Wang 2018,
+    Thm 8). Skellam: every coordinate carries ``Pois(sigma^2/2) - Pois(sigma^2/2)``, so ``l2 y = <noise, w>``
+    is a sum of ``2k`` independent symmetric Skellams, ``Skellam(k sigma^2, k sigma^2)`` (Poisson laws add),
+    shifted by ``<w, w> = 2k`` under ``D``; the divergence ``sum_x max(0, P_D(x) - e^eps' P_D'(x))`` is summed
+    exactly over the support within 40 std of both means, plus the mass outside it (an upper bound on the
+    terms left out). Both laws are symmetric, so the divergence is the same in both directions.
+    """
+    l2 = math.sqrt(2.0 * k)
+    epsilons = np.asarray(epsilons, dtype=np.float64)
+    if noise == "gaussian":
+        return np.array([analytic_gaussian_delta(float(e), l2, sigma) for e in epsilons])
+    mu, shift = k * sigma**2, 2 * k
+    half = math.ceil(40.0 * math.sqrt(2.0 * mu))
+    x = np.arange(-half, half + shift + 1)
+    p_d_prime, p_d = skellam.pmf(x, mu, mu), skellam.pmf(x - shift, mu, mu)
+    outside = 2.0 * float(skellam.sf(half, mu, mu))
+    excess = p_d[None, :] - np.exp(epsilons)[:, None] * p_d_prime[None, :]
+    return np.asarray(np.maximum(excess, 0.0).sum(axis=1) + outside, dtype=np.float64)
+
+
+def profile_excess(
+    false_positives: np.ndarray | int,
+    false_negatives: np.ndarray | int,
+    trials: int,
+    epsilons: np.ndarray,
+    deltas: np.ndarray,
+    confidence: float = 0.95,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(excess, epsilon)``: by how much the error counts refute the claimed profile ``deltas`` at ``epsilons``.
+
+    A mechanism that is ``(eps', delta')``-DP has ``delta' >= 1 - FNR - e^eps' FPR`` and ``delta' >= 1 - FPR -
+    e^eps' FNR`` for every test. With the one-sided Clopper-Pearson bounds of :func:`epsilon_lower_bound`
+    (both hold together with probability ``>= confidence``) this gives a lower bound ``delta_lb(eps')`` on the
+    implementation's profile at every ``eps'`` at once; ``excess = max over eps' of delta_lb - delta_claim``,
+    positive when the implementation is provably less private than claimed, at the ``eps'`` returned.
+    Vectorised over arrays of counts.
+    """
+    level = (1.0 - confidence) / 2.0
+    fp, fn = np.atleast_1d(false_positives), np.atleast_1d(false_negatives)
+    fpr_ub = np.where(fp >= trials, 1.0, beta_dist.ppf(1.0 - level, fp + 1, np.maximum(trials - fp, 1)))
+    fnr_ub = np.where(fn >= trials, 1.0, beta_dist.ppf(1.0 - level, fn + 1, np.maximum(trials - fn, 1)))
+    growth = np.exp(np.asarray(epsilons, dtype=np.float64))[None, :]
+    fpr_ub, fnr_ub = fpr_ub[:, None], fnr_ub[:, None]
+    lower = np.maximum(1.0 - fnr_ub - growth * fpr_ub, 1.0 - fpr_ub - growth * fnr_ub)
+    gap = lower - np.asarray(deltas, dtype=np.float64)[None, :]
+    best = np.argmax(gap, axis=1)
+    return gap[np.arange(len(best)), best], np.asarray(epsilons)[best]
+
+
+def design_threshold(
+    sigma: float,
+    l2: float,
+    trials: int,
+    epsilons: np.ndarray,
+    deltas: np.ndarray,
+    confidence: float = 0.95,
+    std_factor: float = 0.7,
+) -> float:
+    """Threshold chosen before sampling: best for refuting the claimed profile when the noise has std
+    ``std_factor * sigma`` (default 0.7: a sensitivity ``sqrt(2)`` too small, or a share of half the variance).
+
+    Under that design alternative ``y`` is taken as ``N(0, s^2)`` for ``D'`` and ``N(l2, s^2)`` for ``D``
     (``s = std_factor * sigma``). For each ``t`` on a grid the error counts are set one binomial standard
-    deviation above their expectations (a lower-quantile design, so the test keeps its power when counts
-    fluctuate), and the ``t`` maximising :func:`epsilon_lower_bound` is returned. Depends only on the
-    configuration, never on the audit's samples.
+    deviation above their expectations (so the test keeps its power when counts fluctuate), and the ``t``
+    maximising :func:`profile_excess` is returned. Depends only on the configuration, never on the samples.
     """
     s = std_factor * sigma
-    ts = np.linspace(l2 / 2.0, l2 / 2.0 + 8.0 * s, 801)
+    ts = np.linspace(l2 / 2.0, l2 / 2.0 + 4.0 * s, 161)
     p_fp, p_fn = norm.sf(ts / s), norm.cdf((ts - l2) / s)
     fp = np.floor(np.minimum(trials, trials * p_fp + np.sqrt(trials * p_fp * (1 - p_fp)))).astype(int)
     fn = np.floor(np.minimum(trials, trials * p_fn + np.sqrt(trials * p_fn * (1 - p_fn)))).astype(int)
-    scores = [epsilon_lower_bound(int(a), int(b), trials, delta, confidence)[0] for a, b in zip(fp, fn)]
-    return float(ts[int(np.argmax(scores))])
+    excess, _ = profile_excess(fp, fn, trials, epsilons, deltas, confidence)
+    return float(ts[int(np.argmax(excess))])
 
 
 @dataclass(frozen=True)
@@ -101,11 +174,15 @@ class AuditResult:
     fpr_upper: float
     fnr_upper: float
     confidence: float
+    profile_excess: float
+    profile_epsilon: float
 
     @property
     def flagged(self) -> bool:
-        """True when the empirical lower bound exceeds the claimed epsilon."""
-        return self.epsilon_lb > self.claimed_epsilon
+        """True when the samples refute the claim: the lower bound on epsilon at ``delta`` exceeds the claimed
+        epsilon, or the implementation's privacy profile is provably above the claimed one at some epsilon
+        (``profile_excess > 0`` at ``profile_epsilon``)."""
+        return self.epsilon_lb > self.claimed_epsilon or self.profile_excess > 0.0
 
 
 def audit_vote_noise(
@@ -147,7 +224,12 @@ def audit_vote_noise(
     # D': every survivor votes for the last k of these 2k candidates; D: one of them moves to the first k.
     sum_d_prime = np.concatenate([np.zeros(k), np.full(k, float(survivors))])
     sum_d = sum_d_prime + w
-    t = design_threshold(release.sigma, l2, trials, delta, confidence) if threshold is None else float(threshold)
+    epsilons = PROFILE_GRID * epsilon
+    deltas = claimed_profile(epsilons, sigma=release.sigma, k=k, noise=noise)
+    if threshold is None:
+        t = design_threshold(release.sigma, l2, trials, epsilons, deltas, confidence)
+    else:
+        t = float(threshold)
 
     rng = np.random.default_rng(seed)
     statistics = []
@@ -162,6 +244,7 @@ def audit_vote_noise(
     false_negatives = int(np.count_nonzero(y_d <= t))
     false_positives = int(np.count_nonzero(y_d_prime > t))
     eps_lb, fpr_ub, fnr_ub = epsilon_lower_bound(false_positives, false_negatives, trials, delta, confidence)
+    excess, at = profile_excess(false_positives, false_negatives, trials, epsilons, deltas, confidence)
     return AuditResult(
         epsilon_lb=eps_lb,
         claimed_epsilon=epsilon,
@@ -176,4 +259,6 @@ def audit_vote_noise(
         fpr_upper=fpr_ub,
         fnr_upper=fnr_ub,
         confidence=confidence,
+        profile_excess=float(excess[0]),
+        profile_epsilon=float(at[0]),
     )

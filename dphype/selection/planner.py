@@ -389,7 +389,7 @@ class _Setting:
         """Voters (the ``ceil((1 - xi) n)`` survivors), their vote sums per ``k`` and the good masks."""
         from dphype.privacy.noise import min_survivors
 
-        voters = min_survivors(clients, self.dropout) if self.dropout else clients
+        voters = min_survivors(clients, self.dropout)
         rng = np.random.default_rng([self.seed, voters])
         counts, good = simulate_votes(self.scenario, voters, ks, self.num_candidates, self.space, self.repetitions,
                                       rng)
