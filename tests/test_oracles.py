@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+from baselines import majority_of_test_split
 
 from dphype.ml import oracles
 
@@ -86,7 +87,9 @@ def test_dpsgd_problem_end_to_end_small():
     config = {"epochs": 1, "lot_size": 40, "lr": 0.05, "noise_variance": 1.0, "clip_norm": 1.0}
     ev = problem.evaluate(config, np.random.default_rng(0))
     assert ev.epsilon == pytest.approx(oracles.dpsgd_epsilon(config, 400, 1e-5))
-    assert 0.5 < ev.utility.mean <= 1.0 and len(ev.utility.runs) == 2
+    # 400 rows, one epoch: the private model only just beats always predicting the majority class (measured
+    # 0.7636 against 0.7596), so this checks that the pipeline trains, not that it learns much
+    assert majority_of_test_split("adult") < ev.utility.mean <= 1.0 and len(ev.utility.runs) == 2
     with pytest.raises(ValueError, match="lot_size must be"):
         problem.evaluate({**config, "lot_size": 4}, np.random.default_rng(0))
 
@@ -99,7 +102,9 @@ def test_output_perturbation_privacy_is_analytic_gaussian():
     assert sens == pytest.approx(2 * 2.0 / (0.01 * 500))
     assert problem.privacy({"gamma": 0.01, "sigma": 1.0}) == pytest.approx(analytic_gaussian_epsilon(sens, 1.0, 1e-6))
     ev = problem.evaluate({"gamma": 0.1, "sigma": 0.1}, np.random.default_rng(0))
-    assert 0.6 < ev.utility.mean <= 1.0
+    assert majority_of_test_split("adult") + 0.02 < ev.utility.mean <= 1.0  # measured 0.787 against 0.760
+    noisy = problem.evaluate({"gamma": 0.1, "sigma": 10.0}, np.random.default_rng(0))
+    assert noisy.utility.mean < ev.utility.mean - 0.1  # output noise 100x larger: measured 0.548
 
 
 def test_psgd_logreg_stays_in_the_ball():

@@ -11,10 +11,11 @@ Inputs, computed once and shared (the cost is charged to every method that uses 
 
 Methods:
 
-* DP-Hype (federated, no trusted party): each client's real protocol steps
-  (:mod:`dphype.protocol`: request check, top-k votes, noise share, encoding), the encoded vectors
-  summed (the Flower SecAgg+ transport is exercised elsewhere) and decoded, and the server's
-  release (argmax and privacy report);
+* DP-Hype (federated, no trusted party): the protocol's request, and every client's request check,
+  scores and top-k votes (:mod:`dphype.protocol`); the noise is a seeded replay, one share per client
+  drawn from the method's generator and summed with the votes (:func:`dphype.protocol.replay_releases`,
+  the law of the clients' secure shares; no encoding and no SecAgg+ run here), then the server's
+  release (the configured selection rule and the privacy report);
 * DP-BO (Kusner et al. Alg. 1; central, trusted curator): GP-UCB on the central validation
   accuracies, the index released by the exponential mechanism with the whole budget; the
   neighbouring-set kernel gap is ``1 - k1(V, V') = 1/(2 m^2)``, so that the GP's difference between

@@ -77,8 +77,9 @@ is ``(epsilon, delta)``-DP for the announced budget; the selection is post-proce
   is all ``ceil((1 - xi) n)`` only for ``t`` close to ``n``. Protecting sparse SecAgg+ against an active
   server needs signed lists and a graph the server cannot choose: out of scope for a client-side check.
 * *Collusion.* Clients that collude with the server hand it their shares and their noise: up to ``xi n``
-  of them count like dropouts (dp-facts), more are out of scope; ``2 t > s`` assumes no colluding holder
-  (with ``c`` of them the condition is ``2 t > s + c``, see :mod:`dphype.secure.secagg_params`).
+  of them count like dropouts (their noise is missing from the sum, Appendix A), more are out of scope;
+  ``2 t > s`` assumes no colluding holder (with ``c`` of them the condition is ``2 t > s + c``, see
+  :mod:`dphype.secure.secagg_params`).
 * *Side channels* (timing, message sizes, the fact of taking part) and *the integrity of the sum*: a
   malicious client can send an out-of-range vector and skew the selection (a utility, not a privacy,
   failure); input validation inside secure aggregation is out of scope.

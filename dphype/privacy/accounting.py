@@ -85,7 +85,7 @@ def skellam_rdp(alpha: float | np.ndarray, l2: float, l1: float, variance: float
     """Renyi DP bound of the (symmetric) Skellam mechanism with total variance ``lambda`` at integer ``alpha``.
 
     Agarwal, Kairouz & Liu, "The Skellam Mechanism for Differentially Private Federated Learning"
-    (NeurIPS 2021), as used in their accounting code (see dp-facts.md):
+    (NeurIPS 2021), as used in their accounting code:
     ``alpha L2^2/(2 lambda) + min(((2 alpha - 1) L2^2 + 6 L1) / (4 lambda^2), 3 L1 / (2 lambda))``.
     Valid for integer ``alpha > 1`` only; ``alpha`` may be an array of orders.
     """

@@ -49,7 +49,7 @@ client rounds ``votes + noise`` to the fixed-point grid ``1 / GAUSSIAN_SCALE``
 before sending, and the server divides the sum by the scale. The released sum
 is then the Gaussian mechanism plus a rounding error of at most
 ``m / (2 * GAUSSIAN_SCALE)`` per entry, so its privacy guarantee is only
-approximate (dp-facts.md, "Distributed noise under secure aggregation");
+approximate (Kairouz, Liu & Steinke, ICML 2021, discretise the noise for this reason);
 Skellam is the default for this reason.
 
 Individual vote vectors never leave a client in plaintext: they travel only
