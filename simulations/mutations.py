@@ -40,6 +40,10 @@ _SHARE = ("    share = client_noise_share(votes.size, sigma=request.sigma, clien
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation("halve-share", "noisy_vote adds a share of half the std", "dphype/protocol.py", _SHARE,
              _SHARE.replace("sigma=request.sigma,", "sigma=request.sigma / 2,")),
+    Mutation("share-std-0.9", "noisy_vote adds a share of 0.9 times the std", "dphype/protocol.py", _SHARE,
+             _SHARE.replace("sigma=request.sigma,", "sigma=request.sigma * 0.9,")),
+    Mutation("share-std-1.1", "noisy_vote adds a share of 1.1 times the std (utility, not privacy)",
+             "dphype/protocol.py", _SHARE, _SHARE.replace("sigma=request.sigma,", "sigma=request.sigma * 1.1,")),
     Mutation("split-4n", "noisy_vote splits the noise over 4n clients", "dphype/protocol.py", _SHARE,
              _SHARE.replace("clients=cfg.clients,", "clients=4 * cfg.clients,")),
     Mutation("ignore-xi", "noisy_vote ignores xi: each share has variance sigma^2 / n", "dphype/protocol.py", _SHARE,
