@@ -50,10 +50,10 @@ def clip_in_private_rounds(msg: Message, context: Context, call_next: ClientAppC
 def train(msg: Message, context: Context) -> Message:
     """One FedAvg local update of the global model with the selected candidate (the train config).
 
-    In DP rounds the update is clipped (by the mod), every client weighs the same (DP-FedAvg averages
-    uniformly) and no metrics leave the client: only the clipped update is covered by the guarantee."""
+    In DP rounds with client-side clipping the update is clipped by the mod (the server verifies its norm);
+    with server-side clipping the server clips. Either way the server weighs every client the same and keeps
+    none of their metrics (:func:`dphype.flower.private_training`)."""
     config = msg.content["config"]
-    private = KEY_CLIPPING_NORM in config
     candidate = {key: config[key] for key in HYPERPARAMETERS if key in config}
     # the same mini-batch order as dphype.ml.training.fedavg
     seed = client_round_seed(int(context.run_config.get("seed", 0)), int(config["server-round"]) - 1,
@@ -61,8 +61,6 @@ def train(msg: Message, context: Context) -> Message:
     task = local_task(context)
     state, metrics = task.fit(candidate, msg.content["arrays"].to_torch_state_dict(),
                               epochs=int(config["local-epochs"]), seed=seed)
-    if private:
-        metrics = {"num-examples": 1}
     return Message(RecordDict({"arrays": ArrayRecord(state), "metrics": MetricRecord(metrics)}), reply_to=msg)
 
 

@@ -26,7 +26,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 from dphype.cli import jsonable
-from dphype.flower import DPHype, private_training, train_config
+from dphype.flower import DPHype, check_private_training, private_training, train_config
 from dphype.ml.models import MODEL_FOR_DATASET
 from dphype.ml.task import TorchTask, load_cached
 from server.config import AppConfig
@@ -41,6 +41,11 @@ PLAINTEXT_TRAINING = ("plaintext model updates of every participating client in 
 def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
     """DP-Hype selection, then FedAvg with the winner; returns the run summary."""
     selection = DPHype(cfg.candidate_list(), cfg.dphype)  # checks everything before any client works
+    budget = cfg.training_budget()
+    survivors = cfg.dphype.clients  # at least the vote's survivors train: checked here, set after the vote
+    if budget is not None:  # the training accountant's preconditions, before the selection spends anything
+        check_private_training(_fedavg(cfg, survivors), budget, delta=cfg.dphype.delta,
+                               neighbouring=cfg.dphype.neighbouring, sampled_clients=survivors)
     start = time.perf_counter()
     result = selection.start(grid, timeout=cfg.round_timeout, connect_timeout=cfg.connect_timeout)
     selected_at = time.perf_counter()
@@ -51,9 +56,7 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
         return MetricRecord(test.evaluate(arrays.to_torch_state_dict()))
 
     survivors = result.report.survivors or cfg.dphype.clients  # only the vote's survivors are waited for
-    fedavg = FedAvg(fraction_evaluate=cfg.fraction_evaluate, min_train_nodes=survivors,
-                    min_evaluate_nodes=round(cfg.fraction_evaluate * survivors), min_available_nodes=survivors)
-    budget = cfg.training_budget()
+    fedavg = _fedavg(cfg, survivors)
     # DP-FedAvg, accounted together with the selection, when the run has a training budget
     private = None if budget is None else private_training(fedavg, result.report, budget,
                                                            sampled_clients=len(list(grid.get_node_ids())))
@@ -86,6 +89,11 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
         "selection_seconds": selected_at - start,
         "fedavg_seconds": time.perf_counter() - selected_at,
     }
+
+
+def _fedavg(cfg: AppConfig, survivors: int) -> FedAvg:
+    return FedAvg(fraction_evaluate=cfg.fraction_evaluate, min_train_nodes=survivors,
+                  min_evaluate_nodes=round(cfg.fraction_evaluate * survivors), min_available_nodes=survivors)
 
 
 app = ServerApp()

@@ -23,8 +23,7 @@ def readme_files() -> dict[str, str]:
 
 def write_app(folder: Path) -> Path:
     files = readme_files()
-    assert set(files) == {"my_app/client_app.py", "my_app/server_app.py", "my_app/client_app_dp.py",
-                          "my_app/server_app_dp.py"}
+    assert set(files) == {"my_app/client_app.py", "my_app/server_app.py", "my_app/server_app_dp.py"}
     (folder / "my_app").mkdir()
     (folder / "my_app" / "__init__.py").write_text("")
     for name, code in files.items():
@@ -62,10 +61,9 @@ def test_readme_app_selects_then_trains_in_process(tmp_path, capsys):
     assert not any(r.has_error() for r in grid.replies)
 
 
-def test_readme_app_trains_privately_in_process(tmp_path, capsys, monkeypatch):
+def test_readme_app_trains_privately_in_process(tmp_path, capsys):
     folder = write_app(tmp_path)
-    monkeypatch.syspath_prepend(str(folder))  # the DP variant imports my_app.client_app
-    client = load(folder / "my_app" / "client_app_dp.py", "readme_client_app_dp")
+    client = load(folder / "my_app" / "client_app.py", "readme_client_app")  # the ordinary client serves DP rounds
     server = load(folder / "my_app" / "server_app_dp.py", "readme_server_app_dp")
     grid = LocalGrid(client.app, 10)
     server.app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}))

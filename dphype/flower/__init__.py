@@ -8,12 +8,14 @@
   returns the selected candidate and its privacy report; then train with any Message-API strategy,
   passing :func:`train_config` ``(result.selected)``.
 * :func:`private_training` -- optional: wrap the final FedAvg in Flower's DP wrappers, calibrated to a
-  training budget and accounted together with the selection.
+  training budget and accounted together with the selection; the server clips (or verifies the clients'
+  clipping) and sets uniform weights itself. :func:`check_private_training` checks it before the selection.
 * :mod:`dphype.flower.secagg` -- Flower 1.41's legacy SecAgg+ as an exact secure sum, behind two calls.
 """
 
 from dphype.flower.client import register_dphype
 from dphype.flower.server import DPHype, PreflightError, train_config
-from dphype.flower.training import TrainingBudget, private_training
+from dphype.flower.training import ClippingError, TrainingBudget, check_private_training, private_training
 
-__all__ = ["DPHype", "PreflightError", "TrainingBudget", "private_training", "register_dphype", "train_config"]
+__all__ = ["ClippingError", "DPHype", "PreflightError", "TrainingBudget", "check_private_training", "private_training",
+           "register_dphype", "train_config"]
