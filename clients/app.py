@@ -4,7 +4,8 @@ A worked example of the Message API: the app is a plain ``ClientApp``; :func:`dp
 adds DP-Hype's pre-flight and secure-vote handlers, which score the public candidates with this node's
 :class:`dphype.ml.task.TorchTask` (its shard of the data set, from ``partition-id`` / ``num-partitions`` in
 the node config, which the simulation engine also sets). Its own ``@app.train()`` and ``@app.evaluate()``
-then serve the final FedAvg with the selected candidate, which arrives as the train config.
+then serve the final FedAvg with the selected candidate, which arrives in the train config
+(:func:`dphype.flower.selected_candidate`).
 
 The run config only names the data set, the partition seed and the local epochs; nothing a server names
 is opened as a file, and the candidate list arrives with DP-Hype's request. The node's privacy limits are its
@@ -22,9 +23,9 @@ from flwr.clientapp.mod import fixedclipping_mod
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 
-from dphype.flower import register_dphype
+from dphype.flower import register_dphype, selected_candidate
 from dphype.ml.task import TorchTask, make_task
-from dphype.ml.training import HYPERPARAMETERS, client_round_seed
+from dphype.ml.training import client_round_seed
 
 
 def local_task(context: Context) -> TorchTask:
@@ -54,7 +55,7 @@ def train(msg: Message, context: Context) -> Message:
     with server-side clipping the server clips. Either way the server weighs every client the same and keeps
     none of their metrics (:func:`dphype.flower.private_training`)."""
     config = msg.content["config"]
-    candidate = {key: config[key] for key in HYPERPARAMETERS if key in config}
+    candidate = selected_candidate(msg)
     # the same mini-batch order as dphype.ml.training.fedavg
     seed = client_round_seed(int(context.run_config.get("seed", 0)), int(config["server-round"]) - 1,
                              int(context.node_config["partition-id"]))

@@ -2,7 +2,7 @@
 
 Every client scores each public candidate on its own data, votes 1 for its top-k, adds its
 share of calibrated noise, and one SecAgg+ round releases only the noisy vote sum; the server
-returns the argmax (Liebenow, Peinemann, Mohammadi: DP-Hype, Algorithm 1).
+picks from it with the configured selection rule (Liebenow, Peinemann, Mohammadi: DP-Hype, Algorithm 1).
 
 The light, framework-free core is re-exported here; the protocol is :mod:`dphype.protocol`, the
 Flower adapters are :mod:`dphype.flower` (``register_dphype`` for clients, ``DPHype`` for the server),
@@ -26,8 +26,9 @@ from dphype.privacy.accounting import (
     privacy_report,  # noqa: E402,
 )
 from dphype.privacy.noise import client_noise_std, noise_share  # noqa: E402
+from dphype.result import DPHypeResult  # noqa: E402
 from dphype.selection.candidates import CandidateList, grid, load_candidates, random_subset, table_iii_grid  # noqa: E402
-from dphype.selection.rules import select  # noqa: E402
+from dphype.selection.rules import select_release  # noqa: E402
 from dphype.selection.voting import raw_score_votes, top_k_votes  # noqa: E402
 
 __version__ = "0.1.0"
@@ -35,6 +36,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CandidateList",
     "DPHypeConfig",
+    "DPHypeResult",
     "PrivacyReport",
     "VoteRelease",
     "calibrate",
@@ -46,7 +48,7 @@ __all__ = [
     "privacy_report",
     "random_subset",
     "raw_score_votes",
-    "select",
+    "select_release",
     "table_iii_grid",
     "top_k_votes",
 ]

@@ -66,7 +66,7 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
         initial_arrays=ArrayRecord(test.initial_state(cfg.seed)),
         num_rounds=cfg.fedavg_rounds,
         timeout=cfg.round_timeout,
-        train_config=train_config(result.selected, **{"local-epochs": cfg.local_epochs}),
+        train_config=train_config(result.best_params, **{"local-epochs": cfg.local_epochs}),
         evaluate_fn=evaluate,
     )
     phases = private.report() if private is not None else {  # after training: the rounds actually released

@@ -9,6 +9,7 @@ import pytest
 from guard_helpers import PERMISSIVE
 
 from dphype.config import DPHypeConfig
+from dphype.flower import selected_candidate
 from dphype.flower.local import LocalGrid
 from dphype.selection.candidates import load_candidates
 from server.config import AppConfig
@@ -41,7 +42,7 @@ def test_apps_in_process_select_then_train():
     types = [m.metadata.message_type for m in grid.sent]
     assert types.count("train") == 2 * 4 and types.count("evaluate") == 2 * 4  # every client, every round
     trains = [m for m in grid.sent if m.metadata.message_type == "train"]
-    assert all(m.content["config"]["lr"] == summary["selected"]["lr"] for m in trains)
+    assert all(selected_candidate(m) == summary["selected"] for m in trains)
     assert {r.metadata.message_type for r in grid.replies if r.has_error()} == set()
     assert set(grid.timeouts) == {123.0}  # pre-flight, every SecAgg+ stage and every FedAvg round are bounded
 

@@ -12,7 +12,7 @@ from guard_helpers import PERMISSIVE
 
 import dphype.flower.client as flower_client
 from dphype.config import DPHypeConfig
-from dphype.flower import DPHype, PreflightError, register_dphype, train_config
+from dphype.flower import DPHype, PreflightError, register_dphype, selected_candidate, train_config
 from dphype.flower.local import LocalGrid
 from dphype.flower.secagg import VOTE_MESSAGE_TYPE
 from dphype.flower.server import PREFLIGHT_MESSAGE_TYPE
@@ -90,7 +90,10 @@ def test_large_budget_selects_the_consensus_candidate():
     grid = grid_of(client_app(scores_table(8, seed=4)), 8)
     result = DPHype(CANDS, config(epsilon=200.0, k=2, clients=8)).start(grid)
     assert result.selected_index == 5  # 8 votes against at most 8 - noise of std ~0.03
-    assert train_config(result.selected, rounds=2) == ConfigRecord({"lr": 0.1, "momentum": 0.9, "rounds": 2})
+    sent = train_config(result.best_params, rounds=2)
+    sent["server-round"] = 1  # what a strategy adds beside it
+    msg = Message(RecordDict({"config": sent}), dst_node_id=1, message_type="train")
+    assert selected_candidate(msg) == {"lr": 0.1, "momentum": 0.9} and msg.content["config"]["rounds"] == 2
 
 
 def test_the_users_own_handlers_keep_their_messages():

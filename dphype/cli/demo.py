@@ -86,3 +86,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {**summary, "seconds": time.perf_counter() - start,
             "warnings": plan.warnings + [w for w in [summary["confidence"]["warning"]] if w],
             "privacy": privacy}
+
+
+def render(result: dict[str, Any]) -> str:
+    """The demo's summary as text: the selection (:meth:`dphype.result.DPHypeResult.summary`), then the
+    training, the whole run's guarantee and the test accuracy."""
+    from dphype.cli import render_text
+    from dphype.result import DPHypeResult
+
+    selection = DPHypeResult.from_dict(result).summary()
+    keys = ("training", "run", "accuracy", "test_loss", "predicted_success", "selection_seconds", "fedavg_seconds",
+            "seconds", "warnings")
+    return selection + "\n" + render_text({key: result[key] for key in keys if key in result})

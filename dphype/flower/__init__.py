@@ -5,8 +5,9 @@
   The node's privacy policy comes from its operator (``--node-config "dphype-max-epsilon=1 ..."``), never
   from the server: :mod:`dphype.node.policy`.
 * :class:`DPHype` -- server side: ``DPHype(candidates, config).start(grid)`` inside your ``@app.main()``
-  returns the selected candidate and its privacy report; then train with any Message-API strategy,
-  passing :func:`train_config` ``(result.selected)``.
+  returns a :class:`dphype.result.DPHypeResult` (``best_params``, a ranked table, ``summary()``,
+  ``save()``); then train with any Message-API strategy, passing :func:`train_config` ``(result.best_params)``,
+  which the client's ``@app.train()`` reads back with :func:`selected_candidate` ``(msg)``.
 * :func:`private_training` -- optional: wrap the final FedAvg in Flower's DP wrappers, calibrated to a
   training budget and accounted together with the selection; the server clips (or verifies the clients'
   clipping) and sets uniform weights itself. :func:`check_private_training` checks it before the selection.
@@ -14,8 +15,9 @@
 """
 
 from dphype.flower.client import register_dphype
-from dphype.flower.server import DPHype, PreflightError, train_config
+from dphype.flower.selected import selected_candidate, train_config
+from dphype.flower.server import DPHype, PreflightError
 from dphype.flower.training import ClippingError, TrainingBudget, check_private_training, private_training
 
 __all__ = ["ClippingError", "DPHype", "PreflightError", "TrainingBudget", "check_private_training", "private_training",
-           "register_dphype", "train_config"]
+           "register_dphype", "selected_candidate", "train_config"]

@@ -14,8 +14,8 @@
    (:func:`dphype.flower.secagg.run_secure_sum`), unmasked only if enough clients contributed;
 4. the release (:func:`dphype.protocol.release`): the selection rule's pick, its confidence and the privacy report.
 
-Train the final model afterwards with any Message-API strategy, passing ``result.selected`` as the train
-config (see :func:`train_config`).
+Train the final model afterwards with any Message-API strategy, passing
+:func:`dphype.flower.selected.train_config` ``(result.best_params)`` as its train config.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from dphype.privacy.noise import client_noise_std
 from dphype.protocol import REFUSAL_CODES, DPHypeResult, make_vote_request, release
 from dphype.secure.secagg_params import CORRUPT_FRACTION, check_corrupt_fraction
 from dphype.secure.secure_sum import clip_probability
-from dphype.selection.candidates import Candidate, CandidateList
+from dphype.selection.candidates import CandidateList
 from dphype.selection.planner import preflight
 
 #: Message type of the pre-flight round.
@@ -225,9 +225,3 @@ def _wait_for_nodes(grid: Grid, clients: int, timeout: float | None) -> list[int
             raise PreflightError(f"only {len(nodes)} of clients={clients} nodes connected within "
                                  f"{timeout:g} s; nothing was sent")
         time.sleep(0.5)
-
-
-def train_config(candidate: Candidate, **extra: bool | int | float | str) -> ConfigRecord:
-    """A train config that carries the selected candidate (its hyperparameters as keys) for any
-    Message-API strategy's ``start(train_config=...)``, plus ``extra`` entries."""
-    return ConfigRecord({**candidate, **extra})
