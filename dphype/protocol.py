@@ -56,16 +56,18 @@ class Refusal(Exception):
     explains it in at most :data:`MAX_DETAIL` characters, safe to send to the server: it names the reason
     and at most numbers derived from the server's own request, never a data value (a candidate the task
     choked on, a score, a file's content) nor node-private state (the node's limits, its remaining
-    lifetime budget, its paths). :func:`as_refusal` turns any other exception into one.
+    lifetime budget, its paths). :func:`as_refusal` turns any other exception into one. ``local`` is for the
+    node's own log only and may name exactly those (the limit that refused, the budget left); it is never sent.
     """
 
-    def __init__(self, code: str, detail: str) -> None:
+    def __init__(self, code: str, detail: str, *, local: str = "") -> None:
         if code not in REFUSAL_CODES:
             raise ValueError(f"code must be one of {', '.join(REFUSAL_CODES)}, got {code!r}")
         detail = detail[:MAX_DETAIL]
         super().__init__(f"{code}: {detail}")
         self.code = code
         self.detail = detail
+        self.local = local
 
 
 #: Reason codes a client may answer with, and what each means.

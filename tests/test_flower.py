@@ -125,7 +125,8 @@ def test_scores_are_dropped_after_the_vote():
 @pytest.mark.parametrize(
     ("broken", "reason"),
     [
-        (RuntimeError("patient alice"), "refused: task_error (task.score raised RuntimeError)"),
+        (RuntimeError("patient alice"),
+         "refused: task_error (task.score raised RuntimeError; to resolve: the ClientApp's task raised"),
         (np.zeros(5), "refused: score_shape"),
     ],
 )

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import cast
@@ -40,7 +41,7 @@ from flwr.common.config import parse_config_args
 from dphype.flower.secagg import secure_vote_reply
 from dphype.ml.task import Task
 from dphype.node.ledger import Ledger
-from dphype.node.policy import POLICY_ENV, NodePolicy, PolicyError, check_vote_request
+from dphype.node.policy import POLICY_ENV, REMEDIES, NodePolicy, PolicyError, check_vote_request
 from dphype.protocol import Refusal, VoteRequest, as_refusal, noisy_vote, score_candidates
 
 #: Action name of DP-Hype's messages: ``query.dphype`` (pre-flight) and ``train.dphype`` (vote).
@@ -95,11 +96,17 @@ def _refused(msg: Message, refusal: Refusal) -> Message:
 
 
 def _sanitized(what: str, err: BaseException) -> Refusal:
-    """``err`` as the refusal the server may see; the full error stays in this node's debug log."""
+    """``err`` as the refusal the server may see. This node's log gets everything: the refusal, the node-only
+    detail (the limit that refused, the budget left), the remedy naming the key to change and, for an error
+    of the task or the client code, the full traceback."""
     refusal = as_refusal(err)
-    log(logging.WARNING, "DP-Hype: refusing the %s (%s)", what, refusal)
-    if refusal is not err:
-        log(logging.DEBUG, "DP-Hype: the %s failed with %r", what, err)
+    local = f"; on this node: {refusal.local}" if refusal.local else ""
+    remedy = f"; to resolve: {REMEDIES[refusal.code]}" if refusal.code in REMEDIES else ""
+    log(logging.WARNING, "DP-Hype: refusing the %s (%s%s%s)", what, refusal, local, remedy)
+    cause = err if refusal is not err else err.__cause__
+    if cause is not None:
+        trace = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
+        log(logging.ERROR, "DP-Hype: the %s failed on this node with:\n%s", what, trace.rstrip())
     return refusal
 
 

@@ -33,6 +33,7 @@ from flwr.serverapp.grid import Grid
 from dphype.config import DPHypeConfig
 from dphype.flower.client import ACTION, RECORD_KEY
 from dphype.flower.secagg import check_timeout, run_secure_sum
+from dphype.node.policy import REMEDIES
 from dphype.privacy.noise import client_noise_std
 from dphype.protocol import REFUSAL_CODES, DPHypeResult, make_vote_request, release
 from dphype.secure.secagg_params import CORRUPT_FRACTION, check_corrupt_fraction
@@ -207,7 +208,8 @@ def _answer(reply: Message) -> str:
         return "ready"
     code = str(record.get("code"))
     known = code if code in REFUSAL_CODES else "unknown code"
-    return f"refused: {known} ({str(record.get('detail', ''))[:200]})"
+    remedy = f"; to resolve: {REMEDIES[known]}" if known in REMEDIES else ""
+    return f"refused: {known} ({str(record.get('detail', ''))[:200]}{remedy})"
 
 
 def _describe(reasons: Counter[str]) -> str:

@@ -195,7 +195,12 @@ class Ledger:
     def _after(self, entries: list[LedgerEntry], new: LedgerEntry, policy: NodePolicy) -> float:
         total = self.composed_epsilon([*entries, new], policy.max_delta, policy.neighbouring)
         if total > policy.lifetime_epsilon * (1 + EPSILON_RTOL):  # the slack of the request check
-            raise Refusal("lifetime_budget", REFUSAL_CODES["lifetime_budget"])
+            raise Refusal("lifetime_budget", REFUSAL_CODES["lifetime_budget"],
+                          local=f"lifetime epsilon would be {total:.4g} > dphype-lifetime-epsilon="
+                                f"{policy.lifetime_epsilon:g} at delta {policy.max_delta:g} after {len(entries)} "
+                                f"recorded votes in {self.path}; the operator may raise dphype-lifetime-epsilon or "
+                                f"archive this ledger and start a new one (dphype ledger --path {self.path} "
+                                "--archive), knowing the old votes still count against this node's data")
         return total
 
     def check(self, guarantee: VoteGuarantee, policy: NodePolicy) -> float:

@@ -266,19 +266,45 @@ def check_vote_request(request: VoteRequest, policy: NodePolicy) -> VoteGuarante
     check_request(request, local_candidates=policy.own_candidates())
     cfg = request.config
     if cfg.delta > policy.max_delta:
-        raise Refusal("policy_delta", f"announced delta {cfg.delta:.3g} is above this node's limit")
+        raise Refusal("policy_delta", f"announced delta {cfg.delta:.3g} is above this node's limit",
+                      local=f"announced delta {cfg.delta:.3g} > dphype-max-delta={policy.max_delta:.3g}")
     if cfg.epsilon > policy.max_epsilon * (1 + EPSILON_RTOL):
-        raise Refusal("policy_epsilon", f"announced epsilon {cfg.epsilon:.6g} is above this node's limit")
+        raise Refusal("policy_epsilon", f"announced epsilon {cfg.epsilon:.6g} is above this node's limit",
+                      local=f"announced epsilon {cfg.epsilon:.6g} > dphype-max-epsilon={policy.max_epsilon:.6g}")
     survivors = min_survivors(cfg.clients, cfg.dropout)
     if survivors < policy.min_clients:
         raise Refusal("policy_clients", f"{cfg.clients} clients with dropout {cfg.dropout:g} leave {survivors} "
-                      "contributors, fewer than this node requires")
+                      "contributors, fewer than this node requires",
+                      local=f"{survivors} contributors < dphype-min-clients={policy.min_clients}")
     total_std = client_noise_std(request.sigma, cfg.clients, cfg.dropout) * math.sqrt(survivors)
     accountant = resolve_accountant(None if policy.accountant == "auto" else policy.accountant, cfg.noise)
     l2, l1 = vote_sensitivity(cfg.k, policy.neighbouring)
     eps = mechanism_epsilon(l2, l1, total_std, cfg.noise, policy.max_delta, accountant)
     if eps > policy.max_epsilon * (1 + EPSILON_RTOL):
         raise Refusal("policy_epsilon", f"the requested noise gives epsilon {eps:.3g} at this node's delta "
-                      f"({policy.neighbouring}), above this node's limit")
+                      f"({policy.neighbouring}), above this node's limit",
+                      local=f"epsilon {eps:.4g} at dphype-max-delta={policy.max_delta:.3g} ({accountant} accountant, "
+                      f"{survivors} contributors) > dphype-max-epsilon={policy.max_epsilon:.6g}")
     return VoteGuarantee(noise=cfg.noise, k=cfg.k, total_std=total_std, survivors=survivors, epsilon=eps,
                          delta=policy.max_delta, neighbouring=policy.neighbouring)
+
+
+#: How to resolve each refusal, naming the setting on either side; the server may see it (it names keys and
+#: remedies, never this node's values), the node logs it beside its own detail. Codes without an entry need
+#: no remedy beyond their reason.
+REMEDIES: dict[str, str] = {
+    "policy_epsilon": "lower the run's epsilon, or the node operators raise dphype-max-epsilon in their node config",
+    "policy_delta": "lower the run's delta, or the node operators raise dphype-max-delta in their node config",
+    "policy_clients": f"run with more clients or a smaller dropout, or the node operators lower dphype-min-clients "
+                      f"(default {POLICY_KEYS['dphype-min-clients'][0]}) in their node config",
+    "lifetime_budget": "the node has spent its lifetime budget (dphype-lifetime-epsilon); only its operator can "
+                       "raise it or archive its ledger (dphype ledger --archive)",
+    "candidate_mismatch": "send the candidate list the nodes hold, or the node operators update dphype-candidates",
+    "node_policy": "the node's operator must fix its dphype-* node config (its log names the key)",
+    "ledger_error": "the node's operator must repair, or archive, the ledger named by dphype-ledger (see its log)",
+    "secagg_neighbours": "use more clients or more SecAgg+ shares (num_shares), or the node operators lower "
+                         "dphype-min-neighbours in their node config",
+    "task_error": "the ClientApp's task raised: its traceback is in the node's log",
+    "client_error": "an unexpected error on the node: its traceback is in the node's log",
+    "noise_too_small": "the server must calibrate sigma for the announced (epsilon, delta)",
+}
