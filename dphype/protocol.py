@@ -87,6 +87,7 @@ REFUSAL_CODES: dict[str, str] = {
     "unsupported_candidates": "the client's task cannot evaluate these candidates (e.g. a key it does not use)",
     "task_error": "the client's task raised an exception while scoring",
     "score_shape": "the client's task returned scores of the wrong shape",
+    "uninformative_scores": "the client's task scored every candidate the same, or none (all NaN)",
     "client_error": "an unexpected error on the client",
 }
 #: Longest ``detail`` sent to the server.
@@ -212,7 +213,8 @@ def score_candidates(task: Task, candidates: CandidateList, *,
     A task may have ``check(candidates)``, which looks at the public candidates only and raises
     ``ValueError`` for ones it cannot evaluate: refused as ``unsupported_candidates`` with that message (it
     names candidate keys, never data). A task whose ``score`` raises is refused as ``task_error`` (the
-    exception type only: its message may carry data), one that returns another shape as ``score_shape``.
+    exception type only: its message may carry data), one that returns another shape as ``score_shape``, one
+    whose scores cannot rank the candidates (all NaN, or the same for all) as ``uninformative_scores``.
     """
     p = len(candidates)
     check = getattr(task, "check", None)
@@ -233,6 +235,11 @@ def score_candidates(task: Task, candidates: CandidateList, *,
         raise Refusal("task_error", f"task.score raised {type(err).__name__}") from err
     if scores.ndim not in (1, 2) or scores.shape[0] != p or scores.size == 0:
         raise Refusal("score_shape", f"task.score must return shape ({p},) or ({p}, j); got {scores.shape}")
+    if not np.isfinite(scores).any():
+        raise Refusal("uninformative_scores", f"task.score returned no finite score for the {p} candidates")
+    if p > 1 and np.all((scores == scores[0]) | (np.isnan(scores) & np.isnan(scores[0]))):
+        raise Refusal("uninformative_scores", f"task.score gave all {p} candidates the same score: its top-k vote "
+                      "would only repeat the list order")
     return scores
 
 

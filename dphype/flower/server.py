@@ -3,13 +3,14 @@
 :class:`DPHype` runs DP-Hype's selection inside any ``@app.main()``:
 
 1. on construction, everything the server can check itself: the configuration, the candidate list, the
-   noise calibration (:func:`dphype.protocol.make_vote_request`), the secure-sum range and the planner's
-   prediction from public parameters (:func:`dphype.selection.planner.preflight`: a warning below one half, a refusal
-   below ``config.min_success``) -- before any client works;
-2. ``start(grid)`` waits for ``n`` nodes, runs the pre-flight (``query.dphype``: every client checks the
-   request against its own candidate list, task and limits, scores the candidates and answers ready or a
-   reason), and aborts with one error counting the reasons when fewer than ``ceil((1 - xi) n)`` clients
-   are ready -- nothing is sent in the vote round then;
+   noise calibration (:func:`dphype.protocol.make_vote_request`), the secure-sum range, the SecAgg+ graph for
+   ``n`` and ``xi`` (:func:`dphype.flower.secagg.secagg_graph`) and the planner's prediction from public
+   parameters (:func:`dphype.selection.planner.preflight`: a warning below one half, a refusal below
+   ``config.min_success``) -- before any client works;
+2. ``start(grid)`` waits for ``n`` nodes (logging how many are connected every 5 s), runs the pre-flight
+   (``query.dphype``: every client checks the request against its own candidate list, task and limits,
+   scores the candidates and answers ready or a reason), and aborts with one error counting the reasons
+   when fewer than ``ceil((1 - xi) n)`` clients are ready -- nothing is sent in the vote round then;
 3. one SecAgg+ round (``train.dphype``) over the ready clients returns the exact noisy vote sum
    (:func:`dphype.flower.secagg.run_secure_sum`), unmasked only if enough clients contributed;
 4. the release (:func:`dphype.protocol.release`): the selection rule's pick, its confidence and the privacy report.
@@ -32,7 +33,7 @@ from flwr.serverapp.grid import Grid
 
 from dphype.config import DPHypeConfig
 from dphype.flower.client import ACTION, RECORD_KEY
-from dphype.flower.secagg import check_timeout, run_secure_sum
+from dphype.flower.secagg import check_timeout, run_secure_sum, secagg_graph
 from dphype.node.policy import REMEDIES
 from dphype.privacy.noise import client_noise_std
 from dphype.protocol import REFUSAL_CODES, DPHypeResult, make_vote_request, release
@@ -85,6 +86,13 @@ class DPHype:
         self.num_shares = num_shares
         self.reconstruction_threshold = reconstruction_threshold
         self.corrupt_fraction = check_corrupt_fraction(corrupt_fraction)
+        # the SecAgg+ graph for n clients and the tolerated dropout: refused here, before any client works
+        try:
+            secagg_graph(config.clients, self.request.min_survivors, num_shares, reconstruction_threshold,
+                         self.corrupt_fraction)
+        except ValueError as err:
+            raise ValueError(f"no SecAgg+ round can sum the votes of clients={config.clients} with "
+                             f"dropout={config.dropout:g}: {err}") from None
 
     @property
     def config(self) -> DPHypeConfig:
@@ -216,14 +224,21 @@ def _describe(reasons: Counter[str]) -> str:
     return "; ".join(f"{count} x {reason}" for reason, count in reasons.most_common())
 
 
-def _wait_for_nodes(grid: Grid, clients: int, timeout: float | None) -> list[int]:
-    """``clients`` connected node IDs (a random sample when more are connected)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
+def _wait_for_nodes(grid: Grid, clients: int, timeout: float | None, every: float = 5.0) -> list[int]:
+    """``clients`` connected node IDs (a random sample when more are connected), logging how many are connected
+    every ``every`` seconds while it waits."""
+    start = time.monotonic()
+    last_log = start
     while True:
         nodes = sorted(grid.get_node_ids())
         if len(nodes) >= clients:
             return sorted(random.sample(nodes, clients))
-        if deadline is not None and time.monotonic() > deadline:
-            raise PreflightError(f"only {len(nodes)} of clients={clients} nodes connected within "
-                                 f"{timeout:g} s; nothing was sent")
+        waited = time.monotonic() - start
+        if timeout is not None and waited > timeout:
+            raise PreflightError(f"only {len(nodes)} of clients={clients} nodes connected within {timeout:g} s; "
+                                 "nothing was sent: start more SuperNodes, or run with clients <= the nodes you have")
+        if time.monotonic() - last_log >= every:
+            log(logging.INFO, "DP-Hype: waiting for nodes: %d of clients=%d connected after %.0f s%s", len(nodes),
+                clients, waited, "" if timeout is None else f" (giving up after {timeout:g} s)")
+            last_log = time.monotonic()
         time.sleep(0.5)

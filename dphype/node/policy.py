@@ -305,6 +305,8 @@ REMEDIES: dict[str, str] = {
     "secagg_neighbours": "use more clients or more SecAgg+ shares (num_shares), or the node operators lower "
                          "dphype-min-neighbours in their node config",
     "task_error": "the ClientApp's task raised: its traceback is in the node's log",
+    "uninformative_scores": "check the ClientApp's task on that node: its scores do not rank the candidates (a "
+                            "constant metric, empty local data or a failed evaluation)",
     "client_error": "an unexpected error on the node: its traceback is in the node's log",
     "noise_too_small": "the server must calibrate sigma for the announced (epsilon, delta)",
 }
