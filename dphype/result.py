@@ -56,7 +56,8 @@ class DPHypeResult:
     """Outcome of one DP-Hype selection: the winner, the released noisy sum (``None`` for a release without
     votes), the privacy report, the selection rule that ran with the confidence in its pick, the public
     candidate list and (when it ran over SecAgg+) the secure sum's graph, its failure bounds and the range's
-    clipping probability."""
+    clipping probability; ``notes`` say what else the operator should know (e.g. simulated nodes with per-run
+    ledgers)."""
 
     selected_index: int
     selected: Candidate
@@ -65,6 +66,7 @@ class DPHypeResult:
     selection: Selection
     candidates: CandidateList
     secure_sum: dict[str, Any] | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def best_params(self) -> Candidate:
@@ -107,6 +109,7 @@ class DPHypeResult:
         ]
         if sel.warning:
             lines.append(f"warning: {sel.warning}")
+        lines.extend(f"note: {note}" for note in self.notes)
         shown = min(top, len(self.candidates))
         lines.append(f"top {shown} of {len(self.candidates)} candidates, ranked by the {sel.rule} rule's estimate:")
         lines.append(format_table(self.table(top)))
@@ -129,6 +132,8 @@ class DPHypeResult:
         }
         if self.secure_sum is not None:
             out["secure_sum"] = dict(self.secure_sum)
+        if self.notes:
+            out["notes"] = list(self.notes)
         return out
 
     @classmethod
@@ -149,7 +154,7 @@ class DPHypeResult:
             result = cls(selected_index=int(data["selected_index"]), selected=dict(data["selected"]),
                          noisy_sum=None if noisy is None else np.asarray(noisy, dtype=np.float64),
                          report=PrivacyReport(**data["privacy"]), selection=selection, candidates=candidates,
-                         secure_sum=data.get("secure_sum"))
+                         secure_sum=data.get("secure_sum"), notes=tuple(data.get("notes", ())))
         except (KeyError, TypeError) as err:
             raise ValueError(f"the result record is incomplete: {err}") from None
         if candidates[result.selected_index] != result.selected:

@@ -86,6 +86,7 @@ class DPHype:
         self.num_shares = num_shares
         self.reconstruction_threshold = reconstruction_threshold
         self.corrupt_fraction = check_corrupt_fraction(corrupt_fraction)
+        self._notes: tuple[str, ...] = ()
         # the SecAgg+ graph for n clients and the tolerated dropout: refused here, before any client works
         try:
             secagg_graph(config.clients, self.request.min_survivors, num_shares, reconstruction_threshold,
@@ -137,7 +138,8 @@ class DPHype:
         )
         clip = clip_probability(size=len(self.candidates), sigma=self.request.sigma, clients=cfg.clients,
                                 dropout=cfg.dropout, noise=cfg.noise, clipping_range=sum_.clipping_range)
-        result = dataclasses.replace(release(self.request, sum_.total, sum_.survivors), secure_sum={
+        released = release(self.request, sum_.total, sum_.survivors)
+        result = dataclasses.replace(released, notes=self._notes, secure_sum={
             **sum_.secagg.to_dict(), "clipping_range": sum_.clipping_range, "clip_probability": clip,
             "statement": f"a share outside the range makes its client refuse (a dropout): the release is "
                          f"(epsilon, delta + {clip:.1e})-DP; Bell et al.'s bounds: the server learns more than "
@@ -161,10 +163,12 @@ class DPHype:
         replies = _gather(grid, messages, timeout, "DP-Hype pre-flight")
         ready: list[int] = []
         reasons: Counter[str] = Counter()
+        per_run = 0
         for reply in replies:
             answer = _answer(reply)
             if answer == "ready":
                 ready.append(reply.metadata.src_node_id)
+                per_run += reply.content.config_records[RECORD_KEY].get("ledger") == "per-run"
             else:
                 reasons[answer] += 1
         reasons["no answer within the timeout"] += len(nodes) - len(replies)
@@ -176,6 +180,12 @@ class DPHype:
                 f"{len(nodes) - len(ready)} of {len(nodes)} clients are not ready: {_describe(reasons)}; "
                 f"at least {self.request.min_survivors} must take part (clients={self.config.clients}, "
                 f"dropout={self.config.dropout:g}); the vote was not started and nothing was released")
+        self._notes = ()
+        if per_run:
+            note = (f"{per_run} of {len(ready)} nodes are simulated with a per-run ledger: their lifetime budget "
+                    "restarts with every run (an operator who names dphype-ledger keeps one across runs)")
+            log(logging.INFO, "DP-Hype: %s", note)
+            self._notes = (note,)
         return ready
 
 

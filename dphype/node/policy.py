@@ -139,6 +139,13 @@ def default_ledger_path(partition_id: int | None = None) -> Path:
     return Path(os.environ.get("FLWR_HOME") or Path.home() / ".flwr").expanduser() / "dphype" / name
 
 
+def run_ledger_path(run_id: int, partition_id: int | None = None) -> Path:
+    """The per-run ledger of a simulated node: ``$FLWR_HOME/dphype/runs/run-<run_id>/`` and the file name of
+    :func:`default_ledger_path`. A simulation's nodes are its operator's own data, run again and again while an
+    app is developed; their budget restarts with each run unless the operator names a ledger."""
+    return default_ledger_path(partition_id).parent / "runs" / f"run-{run_id}" / default_ledger_path(partition_id).name
+
+
 def _number(key: str, value: Any, low: float, high: float) -> float:
     """A finite number in the open interval ``(low, high)`` (a string from the node config is parsed)."""
     try:
@@ -175,7 +182,8 @@ class NodePolicy:
     """What this node allows, from its node config (:meth:`from_node_config`); see :data:`POLICY_KEYS`.
 
     ``ledger`` is resolved to an absolute path; ``candidates`` is a path or spec of the node's own copy
-    of the candidate list, or ``None``.
+    of the candidate list, or ``None``. ``ledger_scope`` is ``"persistent"`` (the node's lifetime ledger) or
+    ``"per-run"`` (a simulated node without a named ledger, :func:`run_ledger_path`).
     """
 
     max_epsilon: float = 1.0
@@ -187,6 +195,7 @@ class NodePolicy:
     candidates: str | None = None
     accountant: str = "auto"
     neighbouring: str = "replace-one"
+    ledger_scope: str = "persistent"
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: store the validated values
@@ -202,20 +211,26 @@ class NodePolicy:
             set_(self, "candidates", _path("dphype-candidates", self.candidates))
         set_(self, "accountant", _choice("dphype-accountant", self.accountant, ("auto", "rdp")))
         set_(self, "neighbouring", _choice("dphype-neighbouring", self.neighbouring, NEIGHBOURING))
+        set_(self, "ledger_scope", _choice("ledger_scope", self.ledger_scope, ("persistent", "per-run")))
 
     @classmethod
-    def from_node_config(cls, node_config: Mapping[str, Any]) -> NodePolicy:
+    def from_node_config(cls, node_config: Mapping[str, Any], *, run_id: int | None = None) -> NodePolicy:
         """Read the ``dphype-*`` keys of a Flower node config; other keys are left alone, but a
-        ``partition-id`` names the default ledger (:func:`default_ledger_path`). An unknown ``dphype-*`` key
-        is an error (a misspelt limit must not be ignored)."""
+        ``partition-id`` names the default ledger (:func:`default_ledger_path`). A simulated node passes its
+        ``run_id``: without a ``dphype-ledger`` its ledger is then the run's own (:func:`run_ledger_path`).
+        An unknown ``dphype-*`` key is an error (a misspelt limit must not be ignored)."""
         unknown = sorted(k for k in node_config if str(k).startswith(_PREFIX) and k not in POLICY_KEYS)
         if unknown:
             raise PolicyError(f"unknown node config key(s) {', '.join(unknown)}; known: {', '.join(POLICY_KEYS)}")
         values = {_field(key): node_config[key] for key in POLICY_KEYS if key in node_config}
+        partition = (_integer("partition-id", node_config["partition-id"], 0) if "partition-id" in node_config
+                     else None)
         if "ledger" in values:
             values["ledger"] = Path(_path("dphype-ledger", values["ledger"]))
-        elif "partition-id" in node_config:
-            values["ledger"] = default_ledger_path(_integer("partition-id", node_config["partition-id"], 0))
+        elif run_id is not None:
+            values["ledger"], values["ledger_scope"] = run_ledger_path(run_id, partition), "per-run"
+        elif partition is not None:
+            values["ledger"] = default_ledger_path(partition)
         return cls(**values)
 
     def own_candidates(self) -> CandidateList | None:
