@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from guard_helpers import PERMISSIVE
 
+from dphype.app.config import AppConfig
 from dphype.config import DPHypeConfig
 from dphype.flower import selected_candidate
 from dphype.flower.local import LocalGrid
 from dphype.selection.candidates import load_candidates
-from server.config import AppConfig
 
 SUBSET = "table3:random:10:0"
 
@@ -27,8 +27,8 @@ def app_config(**overrides) -> AppConfig:
 
 def test_apps_in_process_select_then_train():
     """DP-Hype over SecAgg+, then Flower's FedAvg with the user's own train/evaluate handlers."""
-    import clients.app as client_app
-    from server.app import run_app
+    import dphype.app.client as client_app
+    from dphype.app.server import run_app
 
     # 4 clients: at epsilon=1 the noise (sigma ~10), not the vote, would decide; the nodes' operators allow it
     cfg = app_config(epsilon=20.0, round_timeout=123.0)

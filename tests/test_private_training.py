@@ -89,9 +89,9 @@ def test_bad_budgets_are_refused(kwargs, message):
 
 
 def test_bundled_app_trains_privately_and_reports_both_phases():
-    import clients.app as client_app
-    from server.app import run_app
-    from server.config import AppConfig
+    import dphype.app.client as client_app
+    from dphype.app.config import AppConfig
+    from dphype.app.server import run_app
 
     cfg = AppConfig(DPHypeConfig(epsilon=20.0, delta=1e-5, k=3, clients=4), candidates="table3:random:10:0",
                     fedavg_rounds=2, local_epochs=1, fraction_evaluate=0.0, train_epsilon=50.0, clipping_norm=5.0)
@@ -109,16 +109,16 @@ def test_bundled_app_trains_privately_and_reports_both_phases():
 
 
 def test_private_training_needs_no_client_metrics():
-    from server.config import AppConfig
+    from dphype.app.config import AppConfig
 
     with pytest.raises(ValueError, match="fraction-evaluate must be 0 when train-epsilon > 0"):
         AppConfig(DPHypeConfig(epsilon=1.0, delta=1e-5, k=3, clients=4), train_epsilon=1.0)
 
 
 def test_ordinary_training_says_what_it_releases():
-    import clients.app as client_app
-    from server.app import run_app
-    from server.config import AppConfig
+    import dphype.app.client as client_app
+    from dphype.app.config import AppConfig
+    from dphype.app.server import run_app
 
     cfg = AppConfig(DPHypeConfig(epsilon=20.0, delta=1e-5, k=3, clients=3), candidates="table3:random:6:0",
                     fedavg_rounds=1, local_epochs=1, fraction_evaluate=0.0)
@@ -197,8 +197,8 @@ def test_training_preconditions_are_checked_before_the_selection(strategy, messa
 
 
 def test_the_bundled_app_checks_private_training_before_any_client_works():
-    from server.app import run_app
-    from server.config import AppConfig
+    from dphype.app.config import AppConfig
+    from dphype.app.server import run_app
 
     cfg = AppConfig(DPHypeConfig(epsilon=20.0, delta=1e-5, k=3, clients=4), candidates="table3:random:6:0",
                     fraction_evaluate=0.0, train_epsilon=1.0)
@@ -207,7 +207,7 @@ def test_the_bundled_app_checks_private_training_before_any_client_works():
         def get_node_ids(self):
             raise AssertionError("a node was contacted")
 
-    import server.app as server_app
+    import dphype.app.server as server_app
     original = server_app._fedavg
     server_app._fedavg = lambda cfg, survivors: FedAvg(fraction_train=0.5, fraction_evaluate=0.0)
     try:

@@ -18,18 +18,18 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from typing import Any, cast
 
 from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Strategy
 
+from dphype.app.config import AppConfig
 from dphype.cli import jsonable
 from dphype.flower import DPHype, check_private_training, private_training, train_config
 from dphype.ml.models import MODEL_FOR_DATASET
 from dphype.ml.task import TorchTask, load_cached
-from server.config import AppConfig
 
 #: Prefix of the log line that carries the run summary as JSON.
 RESULT_PREFIX = "DPHYPE_RESULT "
@@ -53,7 +53,7 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
     test = TorchTask(load_cached(cfg.dataset)[1], MODEL_FOR_DATASET[cfg.dataset])  # central evaluation
 
     def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-        return MetricRecord(test.evaluate(arrays.to_torch_state_dict()))
+        return MetricRecord(dict(test.evaluate(arrays.to_torch_state_dict())))
 
     survivors = result.report.survivors or cfg.dphype.clients  # only the vote's survivors are waited for
     fedavg = _fedavg(cfg, survivors)
@@ -84,8 +84,8 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
         "num_candidates": len(selection.candidates),
         "predicted_success": selection.plan.success,
         "plan_warnings": selection.plan.warnings,
-        "accuracy": float(final["accuracy"]),
-        "test_loss": float(final["loss"]),
+        "accuracy": float(cast(float, final["accuracy"])),
+        "test_loss": float(cast(float, final["loss"])),
         "selection_seconds": selected_at - start,
         "fedavg_seconds": time.perf_counter() - selected_at,
     }

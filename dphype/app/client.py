@@ -17,6 +17,8 @@ the node config is not the operator's to set (simulation); unset keys keep the s
 
 from __future__ import annotations
 
+from typing import cast
+
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.mod import fixedclipping_mod
@@ -54,19 +56,20 @@ def train(msg: Message, context: Context) -> Message:
     In DP rounds with client-side clipping the update is clipped by the mod (the server verifies its norm);
     with server-side clipping the server clips. Either way the server weighs every client the same and keeps
     none of their metrics (:func:`dphype.flower.private_training`)."""
-    config = msg.content["config"]
+    config = msg.content.config_records["config"]
     candidate = selected_candidate(msg)
     # the same mini-batch order as dphype.ml.training.fedavg
-    seed = client_round_seed(int(context.run_config.get("seed", 0)), int(config["server-round"]) - 1,
-                             int(context.node_config["partition-id"]))
+    seed = client_round_seed(int(cast(int, context.run_config.get("seed", 0))),
+                             int(cast(int, config["server-round"])) - 1,
+                             int(cast(int, context.node_config["partition-id"])))
     task = local_task(context)
-    state, metrics = task.fit(candidate, msg.content["arrays"].to_torch_state_dict(),
-                              epochs=int(config["local-epochs"]), seed=seed)
-    return Message(RecordDict({"arrays": ArrayRecord(state), "metrics": MetricRecord(metrics)}), reply_to=msg)
+    state, metrics = task.fit(candidate, msg.content.array_records["arrays"].to_torch_state_dict(),
+                              epochs=int(cast(int, config["local-epochs"])), seed=seed)
+    return Message(RecordDict({"arrays": ArrayRecord(state), "metrics": MetricRecord(dict(metrics))}), reply_to=msg)
 
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
     """Loss and accuracy of the global model on this node's data."""
-    metrics = local_task(context).evaluate(msg.content["arrays"].to_torch_state_dict())
-    return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+    metrics = local_task(context).evaluate(msg.content.array_records["arrays"].to_torch_state_dict())
+    return Message(RecordDict({"metrics": MetricRecord(dict(metrics))}), reply_to=msg)
