@@ -17,7 +17,7 @@ the node config is not the operator's to set (simulation); unset keys keep the s
 
 from __future__ import annotations
 
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
@@ -26,12 +26,15 @@ from flwr.clientapp.typing import ClientAppCallable
 from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 
 from dphype.flower import register_dphype, selected_candidate
-from dphype.ml.task import TorchTask, make_task
-from dphype.ml.training import client_round_seed
+
+if TYPE_CHECKING:  # torch is imported where a task is built: a process serving a SecAgg+ stage needs none
+    from dphype.ml.task import TorchTask
 
 
 def local_task(context: Context) -> TorchTask:
     """This node's task: its shard of the run's data set and the paper's model."""
+    from dphype.ml.task import make_task
+
     run = context.run_config
     return make_task(str(run.get("dataset", "adult")), int(context.node_config["partition-id"]),
                      int(context.node_config["num-partitions"]), seed=int(run.get("seed", 0)),
@@ -56,6 +59,8 @@ def train(msg: Message, context: Context) -> Message:
     In DP rounds with client-side clipping the update is clipped by the mod (the server verifies its norm);
     with server-side clipping the server clips. Either way the server weighs every client the same and keeps
     none of their metrics (:func:`dphype.flower.private_training`)."""
+    from dphype.ml.training import client_round_seed
+
     config = msg.content.config_records["config"]
     candidate = selected_candidate(msg)
     # the same mini-batch order as dphype.ml.training.fedavg

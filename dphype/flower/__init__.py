@@ -14,10 +14,37 @@
 * :mod:`dphype.flower.secagg` -- Flower 1.41's legacy SecAgg+ as an exact secure sum, behind two calls.
 """
 
-from dphype.flower.client import register_dphype
-from dphype.flower.selected import selected_candidate, train_config
-from dphype.flower.server import DPHype, PreflightError
-from dphype.flower.training import ClippingError, TrainingBudget, check_private_training, private_training
+from importlib import import_module as _import_module
+from typing import TYPE_CHECKING
+
+#: Public name -> its module, imported on first use (PEP 562): a ClientApp imports the client handlers without
+#: the server, the DP-FedAvg wrappers and their accountants.
+_EXPORTS: dict[str, str] = {
+    "register_dphype": "dphype.flower.client",
+    "selected_candidate": "dphype.flower.selected",
+    "train_config": "dphype.flower.selected",
+    "DPHype": "dphype.flower.server",
+    "PreflightError": "dphype.flower.server",
+    "ClippingError": "dphype.flower.training",
+    "TrainingBudget": "dphype.flower.training",
+    "check_private_training": "dphype.flower.training",
+    "private_training": "dphype.flower.training",
+}
+
+if TYPE_CHECKING:
+    from dphype.flower.client import register_dphype
+    from dphype.flower.selected import selected_candidate, train_config
+    from dphype.flower.server import DPHype, PreflightError
+    from dphype.flower.training import ClippingError, TrainingBudget, check_private_training, private_training
+
+
+def __getattr__(name: str) -> object:
+    if name in _EXPORTS:
+        value = getattr(_import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dphype.flower' has no attribute {name!r}")
+
 
 __all__ = ["ClippingError", "DPHype", "PreflightError", "TrainingBudget", "check_private_training", "private_training",
            "register_dphype", "selected_candidate", "train_config"]
