@@ -98,8 +98,9 @@ def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, time
 
         try:
             begun = time.perf_counter()
-            start("superlink", [str(BIN / "flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
-                                "--database", str(tmp / "state.db"), "--host", "127.0.0.1", "--port", str(link)])
+            start("superlink", [str(BIN / "flower-superlink"), "--insecure",
+                                "--disable-runtime-dependency-installation", "--database", str(tmp / "state.db"),
+                                "--host", "127.0.0.1", "--port", str(link)])
             _wait_for_port(link)
             policy = (f"dphype-max-epsilon={epsilon} dphype-min-clients={nodes} dphype-min-neighbours=2 "
                       f"dphype-lifetime-epsilon={10 * epsilon}")
