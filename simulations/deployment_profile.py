@@ -19,9 +19,11 @@ Usage: ``python -m simulations.deployment_profile --nodes 10 --candidates table3
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -117,10 +119,12 @@ def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, time
             federation_seconds = time.perf_counter() - begun
             result_file = tmp / "result.json"
             run_config = (f"clients={nodes} epsilon={epsilon} candidates='{candidates}' fedavg-rounds=1 "
-                          f"local-epochs={local_epochs} fraction-evaluate=0.0 result-file='{result_file}'")
+                          f"local-epochs={local_epochs} fraction-evaluate=0.0 result-file='{result_file}' "
+                          f"round-timeout={timeout / 4:g}")
             started = time.perf_counter()
             run = subprocess.Popen([str(BIN / "flwr"), "run", str(REPO), "deploy", "--stream", "--run-config",
-                                    run_config], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                    run_config], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   start_new_session=True)
             procs.append(run)
             stamped = []
             assert run.stdout is not None
@@ -131,16 +135,19 @@ def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, time
             code = run.wait(timeout=60)
             total = time.perf_counter() - started
         finally:
-            for proc in reversed(procs):
-                if proc.poll() is None:
-                    os.killpg(proc.pid, 15)
+            for proc in reversed(procs):  # each in its own session: its group holds what it started
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
             for proc in procs:
                 try:
                     proc.wait(timeout=20)
                 except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, 9)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
         if code != 0 or not result_file.exists():
-            raise RuntimeError(f"flwr run exited {code}:\n" + "\n".join(line for _, line in stamped[-40:]))
+            raise RuntimeError(f"the run failed (flwr run exited {code}) after the stages "
+                               f"{json.dumps(stages(stamped, started))}:\n"
+                               + "\n".join(line for _, line in stamped[-40:]))
         summary = json.loads(result_file.read_text())
     return {"nodes": nodes, "candidates": summary["num_candidates"], "local_epochs": local_epochs,
             "federation_start_seconds": federation_seconds, "run_seconds": total,
