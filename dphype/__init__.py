@@ -2,7 +2,7 @@
 
 Every client scores each public candidate on its own data, votes 1 for its top-k, adds its
 share of calibrated noise, and one SecAgg+ round releases only the noisy vote sum; the server
-returns the argmax (Liebenow, Peinemann, Mohammadi: DP-Hype, Algorithm 1).
+picks from it with the configured selection rule (Liebenow, Peinemann, Mohammadi: DP-Hype, Algorithm 1).
 
 The light, framework-free core is re-exported here; the protocol is :mod:`dphype.protocol`, the
 Flower adapters are :mod:`dphype.flower` (``register_dphype`` for clients, ``DPHype`` for the server),
@@ -17,24 +17,56 @@ import os as _os
 # user's own setting wins.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from dphype.config import DPHypeConfig  # noqa: E402
-from dphype.privacy.accounting import (
-    PrivacyReport,
-    VoteRelease,
-    calibrate,
-    epsilon,
-    privacy_report,  # noqa: E402,
-)
-from dphype.privacy.noise import client_noise_std, noise_share  # noqa: E402
-from dphype.selection.candidates import CandidateList, grid, load_candidates, random_subset, table_iii_grid  # noqa: E402
-from dphype.selection.rules import select  # noqa: E402
-from dphype.selection.voting import raw_score_votes, top_k_votes  # noqa: E402
+from importlib import import_module as _import_module  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
+
+#: Public name -> the module that defines it. Imported on first use (PEP 562), so that a process that needs
+#: only part of dphype (a ClientApp process serving one SecAgg+ stage, the console script) does not import
+#: scipy, torch and the accountants it does not use.
+_EXPORTS: dict[str, str] = {
+    "DPHypeConfig": "dphype.config",
+    "PrivacyReport": "dphype.privacy.accounting",
+    "VoteRelease": "dphype.privacy.accounting",
+    "calibrate": "dphype.privacy.accounting",
+    "epsilon": "dphype.privacy.accounting",
+    "privacy_report": "dphype.privacy.accounting",
+    "client_noise_std": "dphype.privacy.noise",
+    "noise_share": "dphype.privacy.noise",
+    "DPHypeResult": "dphype.result",
+    "CandidateList": "dphype.selection.candidates",
+    "grid": "dphype.selection.candidates",
+    "load_candidates": "dphype.selection.candidates",
+    "random_subset": "dphype.selection.candidates",
+    "table_iii_grid": "dphype.selection.candidates",
+    "select_release": "dphype.selection.rules",
+    "raw_score_votes": "dphype.selection.voting",
+    "top_k_votes": "dphype.selection.voting",
+}
+
+if TYPE_CHECKING:
+    from dphype.config import DPHypeConfig
+    from dphype.privacy.accounting import PrivacyReport, VoteRelease, calibrate, epsilon, privacy_report
+    from dphype.privacy.noise import client_noise_std, noise_share
+    from dphype.result import DPHypeResult
+    from dphype.selection.candidates import CandidateList, grid, load_candidates, random_subset, table_iii_grid
+    from dphype.selection.rules import select_release
+    from dphype.selection.voting import raw_score_votes, top_k_votes
+
+
+def __getattr__(name: str) -> object:
+    if name in _EXPORTS:
+        value = getattr(_import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dphype' has no attribute {name!r}")
+
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CandidateList",
     "DPHypeConfig",
+    "DPHypeResult",
     "PrivacyReport",
     "VoteRelease",
     "calibrate",
@@ -46,7 +78,7 @@ __all__ = [
     "privacy_report",
     "random_subset",
     "raw_score_votes",
-    "select",
+    "select_release",
     "table_iii_grid",
     "top_k_votes",
 ]

@@ -26,6 +26,9 @@ from dphype.checks import (
 )
 from dphype.selection.rules import DEFAULT_RULE, check_rule
 
+#: The default noise kind of a selection (and of every replay of one).
+DEFAULT_NOISE = "skellam"
+
 #: Run-config spelling of each field (Flower run configs use dashes).
 RUN_CONFIG_KEYS: dict[str, str] = {
     "epsilon": "epsilon",
@@ -62,7 +65,7 @@ class DPHypeConfig:
     k: int
     clients: int
     dropout: float = 0.0
-    noise: str = "skellam"
+    noise: str = DEFAULT_NOISE
     accountant: str | None = None
     neighbouring: str = "replace-one"
     rule: str = DEFAULT_RULE

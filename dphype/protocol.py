@@ -9,8 +9,9 @@ Data flows one way (DP-Hype Algorithm 1):
    ledger: :mod:`dphype.node.policy`, :mod:`dphype.node.ledger`), scores each candidate on its own data
    (:func:`score_candidates`, lines 2-4), votes for its top-k and adds its noise share
    (:func:`noisy_vote`, lines 5-10), and hands the encoded vector to secure summation;
-3. the server decodes the exact noisy sum of the survivors and releases its argmax with a privacy
-   report (:func:`release`, line 12). Everything after the sum is post-processing.
+3. the server decodes the exact noisy sum of the survivors and releases the selection rule's pick with a
+   privacy report (:func:`release`, line 12, a :class:`dphype.result.DPHypeResult`). Everything after the
+   sum is post-processing.
 
 :func:`replay_releases` draws the same release many times from fixed votes (for benchmarks, the
 DPareto oracle and the planner): one home for "what the server would see with fresh noise".
@@ -33,14 +34,15 @@ from typing import Any
 
 import numpy as np
 
-from dphype.config import DPHypeConfig
+from dphype.config import DEFAULT_NOISE, DPHypeConfig
 from dphype.ml.task import Task
-from dphype.privacy.accounting import PrivacyReport, VoteRelease, calibrate, privacy_report
+from dphype.privacy.accounting import VoteRelease, calibrate, privacy_report
 from dphype.privacy.accounting import epsilon as release_epsilon
 from dphype.privacy.noise import check_survivors, client_noise_share, min_survivors, noise_share, summed_noise
+from dphype.result import DPHypeResult
 from dphype.secure.secure_sum import GAUSSIAN_SCALE, check_range, encode
-from dphype.selection.candidates import Candidate, CandidateList
-from dphype.selection.rules import Selection, select_release
+from dphype.selection.candidates import CandidateList
+from dphype.selection.rules import select_release
 from dphype.selection.voting import top_k_votes
 
 #: Prefix of every key of a request record.
@@ -54,16 +56,18 @@ class Refusal(Exception):
     explains it in at most :data:`MAX_DETAIL` characters, safe to send to the server: it names the reason
     and at most numbers derived from the server's own request, never a data value (a candidate the task
     choked on, a score, a file's content) nor node-private state (the node's limits, its remaining
-    lifetime budget, its paths). :func:`as_refusal` turns any other exception into one.
+    lifetime budget, its paths). :func:`as_refusal` turns any other exception into one. ``local`` is for the
+    node's own log only and may name exactly those (the limit that refused, the budget left); it is never sent.
     """
 
-    def __init__(self, code: str, detail: str) -> None:
+    def __init__(self, code: str, detail: str, *, local: str = "") -> None:
         if code not in REFUSAL_CODES:
             raise ValueError(f"code must be one of {', '.join(REFUSAL_CODES)}, got {code!r}")
         detail = detail[:MAX_DETAIL]
         super().__init__(f"{code}: {detail}")
         self.code = code
         self.detail = detail
+        self.local = local
 
 
 #: Reason codes a client may answer with, and what each means.
@@ -83,6 +87,7 @@ REFUSAL_CODES: dict[str, str] = {
     "unsupported_candidates": "the client's task cannot evaluate these candidates (e.g. a key it does not use)",
     "task_error": "the client's task raised an exception while scoring",
     "score_shape": "the client's task returned scores of the wrong shape",
+    "uninformative_scores": "the client's task scored every candidate the same, or none (all NaN)",
     "client_error": "an unexpected error on the client",
 }
 #: Longest ``detail`` sent to the server.
@@ -208,7 +213,8 @@ def score_candidates(task: Task, candidates: CandidateList, *,
     A task may have ``check(candidates)``, which looks at the public candidates only and raises
     ``ValueError`` for ones it cannot evaluate: refused as ``unsupported_candidates`` with that message (it
     names candidate keys, never data). A task whose ``score`` raises is refused as ``task_error`` (the
-    exception type only: its message may carry data), one that returns another shape as ``score_shape``.
+    exception type only: its message may carry data), one that returns another shape as ``score_shape``, one
+    whose scores cannot rank the candidates (all NaN, or the same for all) as ``uninformative_scores``.
     """
     p = len(candidates)
     check = getattr(task, "check", None)
@@ -229,6 +235,11 @@ def score_candidates(task: Task, candidates: CandidateList, *,
         raise Refusal("task_error", f"task.score raised {type(err).__name__}") from err
     if scores.ndim not in (1, 2) or scores.shape[0] != p or scores.size == 0:
         raise Refusal("score_shape", f"task.score must return shape ({p},) or ({p}, j); got {scores.shape}")
+    if not np.isfinite(scores).any():
+        raise Refusal("uninformative_scores", f"task.score returned no finite score for the {p} candidates")
+    if p > 1 and np.all((scores == scores[0]) | (np.isnan(scores) & np.isnan(scores[0]))):
+        raise Refusal("uninformative_scores", f"task.score gave all {p} candidates the same score: its top-k vote "
+                      "would only repeat the list order")
     return scores
 
 
@@ -250,33 +261,6 @@ def noisy_vote(request: VoteRequest, scores: np.ndarray, *, maximize: bool, clip
 
 
 # ------------------------------------------------------------------------------------- the release
-@dataclass(frozen=True)
-class DPHypeResult:
-    """Outcome of one DP-Hype selection: the winner, the released noisy sum, the privacy report, the selection
-    rule that ran with the confidence in its pick (:class:`dphype.selection.rules.Selection`), and (when it ran
-    over SecAgg+) the secure sum's graph, its failure bounds and the range's clipping probability."""
-
-    selected_index: int
-    selected: Candidate
-    noisy_sum: np.ndarray
-    report: PrivacyReport
-    selection: Selection
-    secure_sum: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly summary."""
-        out = {
-            "selected_index": self.selected_index,
-            "selected": dict(self.selected),
-            "noisy_sum": self.noisy_sum.tolist(),
-            "privacy": self.report.to_dict(),
-            "confidence": self.selection.to_dict(),
-        }
-        if self.secure_sum is not None:
-            out["secure_sum"] = dict(self.secure_sum)
-        return out
-
-
 def release(request: VoteRequest, noisy_sum: np.ndarray, survivors: int) -> DPHypeResult:
     """The server's post-processing of the decoded noisy sum of ``survivors`` clients (line 12, with the
     configured selection rule of :mod:`dphype.selection.rules`: the argmax, or the structure-aware rule that
@@ -300,7 +284,7 @@ def release(request: VoteRequest, noisy_sum: np.ndarray, survivors: int) -> DPHy
     chosen = select_release(total, report.sigma, space=request.candidates.feature_space(), rule=cfg.rule,
                             clients=survivors, k=cfg.k)
     return DPHypeResult(selected_index=chosen.index, selected=request.candidates[chosen.index], noisy_sum=total,
-                        report=report, selection=chosen)
+                        report=report, selection=chosen, candidates=request.candidates)
 
 
 def replay_releases(
@@ -311,7 +295,7 @@ def replay_releases(
     repetitions: int,
     rng: np.random.Generator,
     dropout: float = 0.0,
-    noise: str = "gaussian",
+    noise: str = DEFAULT_NOISE,
     survivors: int | None = None,
     per_client: bool = False,
 ) -> np.ndarray:
@@ -322,7 +306,8 @@ def replay_releases(
     variance ``sigma^2 / ((1 - xi) n)``: with ``per_client=True`` literally, one
     :func:`dphype.privacy.noise.noise_share` each, summed; otherwise their sum in one
     :func:`dphype.privacy.noise.summed_noise` draw, which has the same distribution (sums of Gaussians are
-    Gaussian, of Skellams Skellam). ``sigma == 0`` (no noise) returns the votes. Returns float64
+    Gaussian, of Skellams Skellam). ``noise`` defaults to the configuration's (:data:`dphype.config.DEFAULT_NOISE`).
+    ``sigma == 0`` (no noise) returns the votes. Returns float64
     ``(repetitions, p)``.
     """
     votes = np.asarray(vote_sum, dtype=np.float64)

@@ -36,3 +36,27 @@ def test_only_the_chosen_command_module_is_imported():
     assert args._module == "dphype.cli.calibrate"
     with pytest.raises(SystemExit):  # other commands' options are not registered
         parser.parse_args(["demo", "--clients", "5"])
+
+
+def test_plan_prints_a_readable_table(capsys):
+    argv = ["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3:random:10:0",
+            "--repetitions", "20"]
+    assert cli.main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("by_k:")
+    assert lines[at + 1].split() == ["k", "sigma", "success", "success_argmax", "bound"]
+    assert lines[at + 2].split()[0] == "1" and not any("[{" in line or "{'" in line for line in lines)
+    assert "scenario: name=moderate, num_good=1, sigma_loss=0.5" in lines
+
+
+def test_demo_summary_renders_the_result_and_the_training():
+    from test_result import a_release
+
+    from dphype.cli import demo
+
+    summary = {**a_release().to_dict(), "training": {"private": False, "released": "plaintext"},
+               "run": {"epsilon": None, "delta": 1e-5}, "accuracy": 0.8512, "seconds": 61.0, "warnings": ["low"]}
+    text = demo.render(summary)
+    assert text.startswith("DP-Hype selected candidate ") and "rank  index" in text
+    assert "training: private=False, released=plaintext" in text and "accuracy: 0.8512" in text
+    assert text.endswith("warning: low")

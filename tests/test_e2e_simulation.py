@@ -9,10 +9,11 @@ import pytest
 from baselines import candidate_accuracies, majority_accuracy, majority_of_test_split
 from guard_helpers import PERMISSIVE
 
+from dphype.app.config import AppConfig
 from dphype.config import DPHypeConfig
+from dphype.flower import selected_candidate
 from dphype.flower.local import LocalGrid
 from dphype.selection.candidates import load_candidates
-from server.config import AppConfig
 
 SUBSET = "table3:random:10:0"
 
@@ -27,8 +28,8 @@ def app_config(**overrides) -> AppConfig:
 
 def test_apps_in_process_select_then_train():
     """DP-Hype over SecAgg+, then Flower's FedAvg with the user's own train/evaluate handlers."""
-    import clients.app as client_app
-    from server.app import run_app
+    import dphype.app.client as client_app
+    from dphype.app.server import run_app
 
     # 4 clients: at epsilon=1 the noise (sigma ~10), not the vote, would decide; the nodes' operators allow it
     cfg = app_config(epsilon=20.0, round_timeout=123.0)
@@ -46,7 +47,7 @@ def test_apps_in_process_select_then_train():
     types = [m.metadata.message_type for m in grid.sent]
     assert types.count("train") == 2 * 4 and types.count("evaluate") == 2 * 4  # every client, every round
     trains = [m for m in grid.sent if m.metadata.message_type == "train"]
-    assert all(m.content["config"]["lr"] == summary["selected"]["lr"] for m in trains)
+    assert all(selected_candidate(m) == summary["selected"] for m in trains)
     assert {r.metadata.message_type for r in grid.replies if r.has_error()} == set()
     assert set(grid.timeouts) == {123.0}  # pre-flight, every SecAgg+ stage and every FedAvg round are bounded
 

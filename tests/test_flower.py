@@ -12,7 +12,7 @@ from guard_helpers import PERMISSIVE
 
 import dphype.flower.client as flower_client
 from dphype.config import DPHypeConfig
-from dphype.flower import DPHype, PreflightError, register_dphype, train_config
+from dphype.flower import DPHype, PreflightError, register_dphype, selected_candidate, train_config
 from dphype.flower.local import LocalGrid
 from dphype.flower.secagg import VOTE_MESSAGE_TYPE
 from dphype.flower.server import PREFLIGHT_MESSAGE_TYPE
@@ -90,7 +90,10 @@ def test_large_budget_selects_the_consensus_candidate():
     grid = grid_of(client_app(scores_table(8, seed=4)), 8)
     result = DPHype(CANDS, config(epsilon=200.0, k=2, clients=8)).start(grid)
     assert result.selected_index == 5  # 8 votes against at most 8 - noise of std ~0.03
-    assert train_config(result.selected, rounds=2) == ConfigRecord({"lr": 0.1, "momentum": 0.9, "rounds": 2})
+    sent = train_config(result.best_params, rounds=2)
+    sent["server-round"] = 1  # what a strategy adds beside it
+    msg = Message(RecordDict({"config": sent}), dst_node_id=1, message_type="train")
+    assert selected_candidate(msg) == {"lr": 0.1, "momentum": 0.9} and msg.content["config"]["rounds"] == 2
 
 
 def test_the_users_own_handlers_keep_their_messages():
@@ -122,7 +125,8 @@ def test_scores_are_dropped_after_the_vote():
 @pytest.mark.parametrize(
     ("broken", "reason"),
     [
-        (RuntimeError("patient alice"), "refused: task_error (task.score raised RuntimeError)"),
+        (RuntimeError("patient alice"),
+         "refused: task_error (task.score raised RuntimeError; to resolve: the ClientApp's task raised"),
         (np.zeros(5), "refused: score_shape"),
     ],
 )
@@ -195,8 +199,8 @@ def test_waits_for_nodes_then_gives_up():
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), True, "60"])
 def test_bad_timeouts_are_refused(bad):
-    grid = grid_of(client_app(scores_table(2)), 2)
-    selection = DPHype(CANDS, config(clients=2))
+    grid = grid_of(client_app(scores_table(3)), 3)
+    selection = DPHype(CANDS, config(clients=3))
     with pytest.raises(ValueError, match=r"^timeout must be a finite number > 0, got"):
         selection.start(grid, timeout=bad)
     with pytest.raises(ValueError, match=r"^connect_timeout must be a finite number > 0, got"):
@@ -242,3 +246,35 @@ def test_the_planner_runs_on_demand_and_before_any_client_works():
     with pytest.raises(ValueError, match="predicted success .* is below min_success = 0.9: refusing to run"):
         refused.start(grid)
     assert grid.sent == []
+
+
+# ---------------------------------------------------------------------------- issue 15: fail before work
+def test_a_secagg_setting_that_cannot_work_fails_before_any_client_scores():
+    """dropout 0.5 at 20 clients has no secure SecAgg+ graph: refused on construction, not after the scoring."""
+    with pytest.raises(ValueError, match=r"no secure SecAgg\+ parameters for clients=20 .*dropout=0.5"):
+        DPHype(CANDS, config(clients=20, dropout=0.5))
+    with pytest.raises(ValueError, match="num_shares and reconstruction_threshold must be given together"):
+        DPHype(CANDS, config(clients=20), num_shares=5)
+    with pytest.raises(ValueError, match="no SecAgg\\+ round can sum the votes of clients=2 with dropout=0: "):
+        DPHype(CANDS, config(clients=2))  # two clients' sum would tell each the other's vote
+
+
+def test_waiting_for_nodes_logs_progress_and_names_the_remedy(caplog):
+    import logging
+
+    from dphype.flower.server import _wait_for_nodes
+
+    grid = grid_of(client_app(scores_table(3)), 3)
+    with caplog.at_level(logging.INFO, logger="flwr"), pytest.raises(PreflightError) as info:
+        _wait_for_nodes(grid, 4, timeout=1.6, every=0.5)
+    assert caplog.text.count("DP-Hype: waiting for nodes: 3 of clients=4 connected after") >= 2
+    assert "only 3 of clients=4 nodes connected within 1.6 s; nothing was sent: start more" in str(info.value)
+
+
+@pytest.mark.parametrize("bad", [np.full(8, np.nan), np.full(8, 0.5), np.tile([[0.7, -0.3]], (8, 1))])
+def test_uninformative_scores_are_refused(bad):
+    """A client whose task scores every candidate alike (or not at all) is refused with its own reason code."""
+    table = list(scores_table(5))
+    table[2] = bad
+    with pytest.raises(PreflightError, match=r"1 x refused: uninformative_scores \(task.score "):
+        DPHype(CANDS, config(clients=5)).start(grid_of(client_app(table), 5))

@@ -137,14 +137,14 @@ def pyproject_run_config() -> dict:
 
 
 def test_pyproject_run_config_parses():
-    from server.config import AppConfig
+    from dphype.app.config import AppConfig
 
     cfg = AppConfig.from_run_config(pyproject_run_config())
     assert cfg.dataset == "adult" and cfg.dphype.noise == "skellam" and cfg.dphype.clients >= 2
 
 
 def test_run_config_overrides_and_errors():
-    from server.config import AppConfig
+    from dphype.app.config import AppConfig
 
     run_config = {**pyproject_run_config(), "epsilon": 2, "local-epochs": 1}
     cfg = AppConfig.from_run_config(run_config)
@@ -165,7 +165,7 @@ def test_run_config_overrides_and_errors():
 
 
 def test_optional_keys_default_to_what_pyproject_states():
-    from server.config import AppConfig
+    from dphype.app.config import AppConfig
 
     given = pyproject_run_config()
     bare = {k: v for k, v in given.items() if k in ("epsilon", "delta", "k", "clients")}

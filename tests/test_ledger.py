@@ -211,3 +211,65 @@ def test_admitting_policy_admits_exactly_its_votes(tmp_path, noise, votes):
         ledger.check(check_vote_request(request, policy), policy)
     with pytest.raises(Refusal, match="policy_epsilon"):  # nothing more generous than the request itself
         check_vote_request(make_request(noise=noise, clients=8, dropout=0.25, epsilon=1.1), policy)
+
+
+# ----------------------------------------------------- issue 15: per-run ledgers in simulation, list and archive
+ONE_VOTE = {"dphype-max-epsilon": 1.0, "dphype-min-clients": 2, "dphype-min-neighbours": 1,
+            "dphype-lifetime-epsilon": 1.2}  # admits one vote at epsilon 1, not two
+
+
+def select_once(run_id: int, ledgers: dict[int, str] | None = None):
+    """One selection of 4 simulated nodes (each admits one vote in its lifetime) in run ``run_id``."""
+    import numpy as np
+    from test_flower import CANDS, client_app
+
+    from dphype.config import DPHypeConfig
+    from dphype.flower import DPHype
+    from dphype.flower.local import LocalGrid
+
+    grid = LocalGrid(client_app(np.random.default_rng(0).uniform(size=(4, 8))), 4, node_config=ONE_VOTE,
+                     run_id=run_id)
+    for i, path in (ledgers or {}).items():
+        grid.contexts[list(grid.contexts)[i]].node_config["dphype-ledger"] = path
+    return DPHype(CANDS, DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=4)).start(grid)
+
+
+def test_a_simulation_run_twice_keeps_its_budget_but_a_named_ledger_is_spent(monkeypatch, tmp_path, caplog):
+    import logging
+
+    import dphype.flower.client as flower_client
+    from dphype.flower import PreflightError
+
+    monkeypatch.setattr(flower_client, "simulated", lambda: True)  # as in a Ray worker of Flower's simulation
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        first, second = select_once(run_id=11), select_once(run_id=12)
+    assert first.notes == second.notes == ("4 of 4 nodes are simulated with a per-run ledger: their lifetime "
+                                           "budget restarts with every run (an operator who names dphype-ledger "
+                                           "keeps one across runs)",)
+    assert "note: 4 of 4 nodes are simulated with a per-run ledger" in second.summary()
+    assert "simulated node: a per-run ledger" in caplog.text and "is NOT seen" in caplog.text
+    named = {i: str(tmp_path / f"node-{i}.json") for i in range(4)}
+    third = select_once(run_id=13, ledgers=named)
+    assert third.notes == ()
+    with pytest.raises(PreflightError, match="4 x refused: lifetime_budget"):
+        select_once(run_id=14, ledgers=named)  # the operator's own ledgers keep counting across runs
+
+
+def test_cli_lists_ledgers_and_archives_a_named_one_with_a_warning(policy, capsys, private_flwr_home):
+    run_ledger = private_flwr_home / "dphype" / "runs" / "run-7" / "ledger-partition-0.json"
+    moved = private_flwr_home / "dphype" / "ledger.json"  # the node's persistent ledger
+    for path in (run_ledger, moved):
+        Ledger(path).spend(vote(policy), policy, "r")
+    assert main(["ledger", "--list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [row["path"] for row in listed["ledgers"]] == [str(moved), str(run_ledger)]
+    assert [row["votes"] for row in listed["ledgers"]] == [1, 1]
+    assert main(["ledger", "--archive"]) == 2
+    assert "--archive needs --path FILE" in capsys.readouterr().err
+    assert main(["ledger", "--archive", "--path", str(moved)]) == 0
+    out = capsys.readouterr()
+    assert "warning: archiving a ledger is the node operator's decision" in out.err
+    assert not moved.exists() and len(list(moved.parent.glob("ledger.archived-*.json"))) == 1
+    assert Ledger(moved).entries() == [] and Ledger(moved).check(vote(policy), policy) > 0  # a new, empty ledger
+    assert main(["ledger", "--archive", "--path", str(moved)]) == 2
+    assert "does not exist; nothing to archive" in capsys.readouterr().err

@@ -7,6 +7,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -19,3 +21,56 @@ def test_the_wheel_contains_only_the_dphype_package(tmp_path):
     assert top == {"dphype", next(n for n in top if n.endswith(".dist-info"))}, top
     assert "dphype/py.typed" in names and "dphype/data/adult.data.gz" in names
     assert not any(name.startswith(("server/", "clients/", "simulations/", "tests/")) for name in names)
+
+
+def test_the_wheel_ships_the_bundled_app_and_the_app_template(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path), str(REPO)], check=True, capture_output=True, text=True)
+    names = zipfile.ZipFile(next(tmp_path.glob("dphype-*.whl"))).namelist()
+    assert {"dphype/app/server.py", "dphype/app/client.py", "dphype/app/config.py"} <= set(names)
+    assert {f"dphype/templates/app/{name}.tmpl" for name in ("pyproject.toml", "__init__.py", "client_app.py",
+                                                            "server_app.py")} <= set(names)
+
+
+@pytest.mark.slow
+def test_demo_runs_from_a_wheel_in_a_fresh_venv(tmp_path):
+    """`pip install dphype` then `dphype demo`, outside any checkout: a fresh venv with the built wheel and Flower's
+    own console scripts (installed without dependencies, which come from this environment's site-packages by a
+    path entry, so torch is not downloaded again and this checkout's editable install is not on the path)."""
+    import json
+    import sysconfig
+
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path / "dist"), str(REPO)], check=True, capture_output=True, text=True)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    purelib = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print("
+                                   "sysconfig.get_paths()['purelib'])"], check=True, capture_output=True,
+                                  text=True).stdout.strip())
+    (purelib / "shared-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    wheel = next((tmp_path / "dist").glob("dphype-*.whl"))
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed",
+                    str(wheel), "flwr==1.41.*"], check=True, capture_output=True, text=True)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    done = subprocess.run([str(venv / "bin" / "dphype"), "demo", "--clients", "4", "--epsilon", "20", "--k", "2",
+                           "--candidates", "table3:random:6:0", "--fedavg-rounds", "1", "--local-epochs", "1",
+                           "--json"], cwd=work, capture_output=True, text=True, timeout=600,
+                          env={"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["privacy"]["survivors"] == 4 and result["accuracy"] > 0.6
+    origin = subprocess.run([str(venv / "bin" / "python"), "-c", "import dphype; print(dphype.__file__)"], cwd=work,
+                            capture_output=True, text=True, check=True).stdout
+    assert origin.startswith(str(purelib)), origin  # the wheel's dphype, not this checkout's
+
+
+def test_a_clientapp_process_imports_neither_torch_nor_scipy_until_it_needs_them():
+    """A deployed node starts one ClientApp process per message; those serving SecAgg+ stages need neither the
+    torch training engine nor scipy's solvers (issue 15: seconds of imports per stage and node)."""
+    code = ("import sys, dphype.app.client, dphype\n"
+            "dphype.grid(lr=[0.1, 1.0])\n"
+            "print(sorted(m for m in ('torch', 'scipy.optimize', 'scipy.stats', 'gpytorch', 'dp_accounting') "
+            "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

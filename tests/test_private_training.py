@@ -5,12 +5,15 @@ from __future__ import annotations
 import dp_accounting
 import numpy as np
 import pytest
-from flwr.serverapp.strategy import DifferentialPrivacyClientSideFixedClipping, FedAvg
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.clientapp.mod import fixedclipping_mod
+from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
 from flwr.supercore.privacy_accounting import GaussianPrivacyEvent
 from guard_helpers import PERMISSIVE
 
 from dphype.config import DPHypeConfig
-from dphype.flower import TrainingBudget, private_training
+from dphype.flower import ClippingError, TrainingBudget, check_private_training, private_training
 from dphype.flower.local import LocalGrid
 from dphype.flower.training import RunAccountant
 from dphype.privacy.accounting import calibrate, fedavg_epsilon, privacy_report
@@ -24,7 +27,8 @@ def selection(noise: str = "gaussian", epsilon: float = 1.0):
 def test_composition_matches_dp_accounting():
     """Gaussian vote + R Gaussian rounds: the run's epsilon equals dp_accounting's RDP accountant's."""
     report = selection("gaussian")
-    private = private_training(FedAvg(), report, TrainingBudget(epsilon=2.0, rounds=5), sampled_clients=20)
+    private = private_training(FedAvg(fraction_evaluate=0.0), report, TrainingBudget(epsilon=2.0, rounds=5),
+                               sampled_clients=20)
     z = private.noise_multiplier
     assert fedavg_epsilon(z, 5, 1e-5) == pytest.approx(2.0, rel=1e-5)  # calibrated to the training budget
     for _ in range(5):
@@ -41,14 +45,15 @@ def test_composition_matches_dp_accounting():
 
 def test_the_accountant_refuses_rounds_beyond_the_plan():
     report = selection("skellam")
-    private = private_training(FedAvg(), report, TrainingBudget(epsilon=1.0, rounds=3), sampled_clients=20)
+    private = private_training(FedAvg(fraction_evaluate=0.0), report, TrainingBudget(epsilon=1.0, rounds=3),
+                               sampled_clients=20)
     event = GaussianPrivacyEvent(noise_multiplier=private.noise_multiplier, sample_size=20, population_size=20)
     accountant = private.accountant
     for _ in range(3):
         assert not accountant.would_exceed(event)
         accountant.compose(event)
     assert accountant.would_exceed(event)  # a fourth round would overspend the run's total
-    assert isinstance(private.strategy, DifferentialPrivacyClientSideFixedClipping)
+    assert isinstance(private.strategy, DifferentialPrivacyServerSideFixedClipping)  # the default: server clips
     assert private.strategy.accountant is accountant  # Flower's accounted mode: strict replies, uniform weights
 
 
@@ -77,16 +82,16 @@ def test_accountant_state_round_trips_and_refuses_forgetting():
     ("kwargs", "message"),
     [({"epsilon": 0.0, "rounds": 3}, "epsilon"), ({"epsilon": 1.0, "rounds": 0}, "rounds"),
      ({"epsilon": 1.0, "rounds": 3, "clipping_norm": -1.0}, "clipping_norm"),
-     ({"epsilon": 1.0, "rounds": 3, "clipping": "both"}, "clipping must be one of client, server")])
+     ({"epsilon": 1.0, "rounds": 3, "clipping": "both"}, "clipping must be one of server, client")])
 def test_bad_budgets_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         TrainingBudget(**kwargs)
 
 
 def test_bundled_app_trains_privately_and_reports_both_phases():
-    import clients.app as client_app
-    from server.app import run_app
-    from server.config import AppConfig
+    import dphype.app.client as client_app
+    from dphype.app.config import AppConfig
+    from dphype.app.server import run_app
 
     cfg = AppConfig(DPHypeConfig(epsilon=20.0, delta=1e-5, k=3, clients=4), candidates="table3:random:10:0",
                     fedavg_rounds=2, local_epochs=1, fraction_evaluate=0.0, train_epsilon=50.0, clipping_norm=5.0)
@@ -96,22 +101,24 @@ def test_bundled_app_trains_privately_and_reports_both_phases():
     training, run = summary["training"], summary["run"]
     assert training["private"] and training["rounds_released"] == 2 and training["noise_multiplier"] > 0
     assert "clipped" in training["released"] and run["releases"] == 3
+    assert training["clipping"].startswith("server-side") and "weight to 1" in training["weights"]
     assert summary["privacy"]["epsilon"] < run["epsilon"] < summary["privacy"]["epsilon"] + 50.0
     trains = [r for r in grid.replies if r.metadata.message_type == "train"]
-    assert len(trains) == 8 and all(dict(r.content["metrics"]) == {"num-examples": 1} for r in trains)
+    assert len(trains) == 8 and all(dict(r.content["metrics"]) == {"num-examples": 1} for r in trains)  # set by
+    # the server: the clients sent their training metrics and weights, which the private rounds do not keep
 
 
 def test_private_training_needs_no_client_metrics():
-    from server.config import AppConfig
+    from dphype.app.config import AppConfig
 
     with pytest.raises(ValueError, match="fraction-evaluate must be 0 when train-epsilon > 0"):
         AppConfig(DPHypeConfig(epsilon=1.0, delta=1e-5, k=3, clients=4), train_epsilon=1.0)
 
 
 def test_ordinary_training_says_what_it_releases():
-    import clients.app as client_app
-    from server.app import run_app
-    from server.config import AppConfig
+    import dphype.app.client as client_app
+    from dphype.app.config import AppConfig
+    from dphype.app.server import run_app
 
     cfg = AppConfig(DPHypeConfig(epsilon=20.0, delta=1e-5, k=3, clients=3), candidates="table3:random:6:0",
                     fedavg_rounds=1, local_epochs=1, fraction_evaluate=0.0)
@@ -120,3 +127,91 @@ def test_ordinary_training_says_what_it_releases():
     summary = run_app(grid, cfg)
     assert summary["training"]["private"] is False and "plaintext model updates" in summary["training"]["released"]
     assert summary["run"]["epsilon"] is None
+
+
+def step_app(step: float, *, clip: bool, weight: int | None = None) -> ClientApp:
+    """A client whose update moves every weight by ``step`` (L2 norm ``step * sqrt(4)``), reporting its node id as
+    its weight unless ``weight`` is given; ``clip`` adds Flower's ``fixedclipping_mod``."""
+    app = ClientApp()
+
+    @app.train(mods=[fixedclipping_mod] if clip else [])
+    def train(msg: Message, context: Context) -> Message:
+        w = msg.content["arrays"].to_numpy_ndarrays()[0] + step
+        metrics = MetricRecord({"num-examples": weight if weight is not None else context.node_id, "loss": 0.5})
+        return Message(RecordDict({"arrays": ArrayRecord([w]), "metrics": metrics}), reply_to=msg)
+
+    return app
+
+
+def train_privately(app: ClientApp, budget: TrainingBudget):
+    private = private_training(FedAvg(fraction_evaluate=0.0), selection(), budget, sampled_clients=4)
+    result = private.strategy.start(LocalGrid(app, 4), initial_arrays=ArrayRecord([np.zeros(4, np.float32)]),
+                                    num_rounds=budget.rounds)
+    return private, result
+
+
+def test_unclipped_client_updates_are_refused_and_the_report_says_not_private():
+    """Client-side clipping promised but a client forgot fixedclipping_mod: the server sees an update of norm 2
+    above the clipping norm 1, refuses the round before aggregating and the report says not private."""
+    budget = TrainingBudget(epsilon=5.0, rounds=2, clipping_norm=1.0, clipping="client")
+    private = private_training(FedAvg(fraction_evaluate=0.0), selection(), budget, sampled_clients=4)
+    with pytest.raises(ClippingError, match=r"round 1 refused: 4 of 4 updates exceed the clipping norm 1 "
+                                            r"\(largest L2 norm 2\b"):
+        private.strategy.start(LocalGrid(step_app(1.0, clip=False), 4),
+                               initial_arrays=ArrayRecord([np.zeros(4, np.float32)]), num_rounds=2)
+    report = private.report()
+    assert report["training"]["private"] is False and report["run"]["epsilon"] is None
+    assert "ABOVE the norm 1 in round 1 (4 updates, largest norm 2)" in report["training"]["clipping"]
+    assert private.accountant.num_releases == 1  # the refused round was neither released nor accounted
+
+
+def test_client_clipping_is_verified_and_weights_are_set_by_the_server():
+    """With fixedclipping_mod the updates have norm 1 (clipped from 2): verified, aggregated with uniform weights
+    although the clients report different ones (Flower alone would refuse: unequal weights), and reported."""
+    budget = TrainingBudget(epsilon=5.0, rounds=2, clipping_norm=1.0, clipping="client")
+    private, result = train_privately(step_app(1.0, clip=True), budget)
+    training = private.report()["training"]
+    assert training["private"] and "verified by the server" in training["clipping"]
+    assert "at most 1 (largest 1, within" in training["clipping"]
+    assert private.accountant.num_releases == 3
+    assert dict(result.train_metrics_clientapp[1]) == {}  # the clients' "loss" was not kept
+
+
+def test_server_clipping_is_the_default_and_clips():
+    """The default budget clips on the server: an update of norm 20 enters the average with norm 1."""
+    budget = TrainingBudget(epsilon=1e6, rounds=1, clipping_norm=1.0)  # noise std z C / m negligible
+    private, result = train_privately(step_app(10.0, clip=False), budget)
+    final = result.arrays.to_numpy_ndarrays()[0]
+    assert budget.clipping == "server" and private.report()["training"]["private"]
+    assert np.linalg.norm(final) == pytest.approx(1.0, abs=0.05)  # not 20
+
+
+@pytest.mark.parametrize(("strategy", "message"), [
+    (FedAvg(fraction_train=0.5, fraction_evaluate=0.0), "fraction_train must be 1.0"),
+    (FedAvg(), "fraction_evaluate must be 0.0"),
+    (FedAvg(fraction_evaluate=0.0, min_train_nodes=30), "min_train_nodes must be at most sampled_clients=20")])
+def test_training_preconditions_are_checked_before_the_selection(strategy, message):
+    with pytest.raises(ValueError, match=message):
+        check_private_training(strategy, TrainingBudget(epsilon=1.0, rounds=3), delta=1e-5,
+                               neighbouring="replace-one", sampled_clients=20)
+
+
+def test_the_bundled_app_checks_private_training_before_any_client_works():
+    from dphype.app.config import AppConfig
+    from dphype.app.server import run_app
+
+    cfg = AppConfig(DPHypeConfig(epsilon=20.0, delta=1e-5, k=3, clients=4), candidates="table3:random:6:0",
+                    fraction_evaluate=0.0, train_epsilon=1.0)
+
+    class NoGrid(LocalGrid):
+        def get_node_ids(self):
+            raise AssertionError("a node was contacted")
+
+    import dphype.app.server as server_app
+    original = server_app._fedavg
+    server_app._fedavg = lambda cfg, survivors: FedAvg(fraction_train=0.5, fraction_evaluate=0.0)
+    try:
+        with pytest.raises(ValueError, match="fraction_train must be 1.0"):
+            run_app(NoGrid(step_app(0.0, clip=False), 4), cfg)
+    finally:
+        server_app._fedavg = original

@@ -49,3 +49,56 @@ def test_codes_are_a_fixed_set_and_details_are_short():
     with pytest.raises(ValueError, match="code must be one of"):
         Refusal("because", "")
     assert len(Refusal("client_error", "x" * 1000).detail) == MAX_DETAIL
+
+
+# ------------------------------------------------------------- issue 15: every refusal names its key and remedy
+def preflight_failure(caplog, app_scores, node_config: dict, **request) -> tuple[str, str]:
+    """Run a selection of 4 nodes that refuse; return (the server's error, the nodes' log)."""
+    import logging
+
+    from test_flower import CANDS, client_app
+
+    from dphype.config import DPHypeConfig
+    from dphype.flower import DPHype, PreflightError
+    from dphype.flower.local import LocalGrid
+
+    grid = LocalGrid(client_app(app_scores), 4, node_config=node_config)
+    with caplog.at_level(logging.INFO, logger="flwr"), pytest.raises(PreflightError) as info:
+        DPHype(CANDS, DPHypeConfig(**{"epsilon": 1.0, "delta": 1e-5, "k": 2, "clients": 4, **request})).start(grid)
+    return str(info.value), caplog.text
+
+
+POLICY = {"dphype-max-epsilon": 1.0, "dphype-min-clients": 2, "dphype-min-neighbours": 1, "dphype-lifetime-epsilon": 10}
+
+
+def scores(n: int = 4):
+    import numpy as np
+
+    return np.random.default_rng(0).uniform(size=(n, 8))
+
+
+@pytest.mark.parametrize(("request_", "policy", "code", "key", "local", "remedy"), [
+    ({"epsilon": 2.0}, {}, "policy_epsilon", "dphype-max-epsilon", "announced epsilon 2 > dphype-max-epsilon=1",
+     "lower the run's epsilon"),
+    ({}, {"dphype-min-clients": 10}, "policy_clients", "dphype-min-clients",
+     "4 contributors < dphype-min-clients=10", "run with more clients or a smaller dropout"),
+    ({"delta": 1e-4}, {}, "policy_delta", "dphype-max-delta", "announced delta 0.0001 > dphype-max-delta=1e-05",
+     "lower the run's delta"),
+    ({}, {"dphype-lifetime-epsilon": 0.5}, "lifetime_budget", "dphype-lifetime-epsilon",
+     "> dphype-lifetime-epsilon=0.5 at delta 1e-05 after 0 recorded votes", "only its operator can raise it"),
+])
+def test_each_policy_refusal_names_its_key_on_the_node_and_the_remedy_on_the_server(
+        caplog, request_, policy, code, key, local, remedy):
+    server, node = preflight_failure(caplog, scores(), {**POLICY, **policy}, **request_)
+    assert f"4 x refused: {code} (" in server and key in server and remedy in server
+    assert f"{key}=" not in server  # the node's limit stays on the node: a server cannot binary-search it
+    assert local in node and key in node  # the operator sees the value, the limit and the key
+    if code == "lifetime_budget":
+        assert "--archive" in node and "would be" not in server
+
+
+def test_a_task_error_is_logged_in_full_on_the_node_and_sanitized_for_the_server(caplog):
+    server, node = preflight_failure(caplog, [KeyError("patient alice")] * 4, POLICY)
+    assert "4 x refused: task_error (task.score raised KeyError; to resolve: the ClientApp's task raised" in server
+    assert "alice" not in server
+    assert "Traceback (most recent call last)" in node and "KeyError: 'patient alice'" in node

@@ -1,9 +1,9 @@
 """The ``dphype`` console script.
 
 Each sub-command lives next to the concept it drives and exposes two functions:
-``add_arguments(parser)`` and ``run(args) -> dict``. The dict is printed as a
-human-readable summary, and with ``--json`` also as one JSON object on the last
-line of standard output.
+``add_arguments(parser)`` and ``run(args) -> dict``. The dict is printed as readable
+text (:func:`render_text`, or the module's own ``render(result) -> str``), or with
+``--json`` as one JSON object on the last line of standard output instead.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("dphype.cli.calibrate", "solve the total noise std sigma for (epsilon, delta, k)"),
     "plan": ("dphype.cli.plan", "predict the chance of a good pick, recommend k, smallest epsilon and n"),
     "ledger": ("dphype.node.ledger", "show this node's privacy ledger: recorded votes and their composed epsilon"),
+    "new": ("dphype.cli.new", "write a runnable Flower app with DP-Hype (offline, from the package's template)"),
     "demo": ("dphype.cli.demo", "the bundled Flower app on Adult: DP-Hype over SecAgg+, then FedAvg with the winner"),
     "bench": ("simulations.cli", "run one of the paper's benchmarks (from a dphype repository checkout)"),
     "pareto": ("dphype.cli.pareto", "DPareto privacy-utility Pareto front search"),
@@ -110,6 +111,31 @@ def jsonable(obj: Any) -> Any:
     return obj
 
 
+def render_text(result: dict[str, Any]) -> str:
+    """A command's result as readable text: one ``key: value`` line per entry (numbers to 4 significant digits),
+    a list of rows as a table, a mapping as ``a=1, b=2``, a list of warnings one per line."""
+    from dphype.result import format_table
+
+    def scalar(value: Any) -> str:
+        value = jsonable(value)
+        return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+    lines = []
+    for key, value in result.items():
+        if isinstance(value, list) and value and all(isinstance(row, dict) for row in value):
+            table = format_table([{k: jsonable(v) for k, v in row.items()} for row in value])
+            lines.append(f"{key}:\n" + "\n".join("  " + line for line in table.splitlines()))
+        elif isinstance(value, dict):
+            lines.append(f"{key}: " + ", ".join(f"{k}={scalar(v)}" for k, v in value.items()))
+        elif isinstance(value, list) and key == "warnings":
+            lines.extend(f"warning: {warning}" for warning in value)
+        elif isinstance(value, list):
+            lines.append(f"{key}: " + ", ".join(scalar(v) for v in value))
+        else:
+            lines.append(f"{key}: {scalar(value)}")
+    return "\n".join(lines)
+
+
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """Build the parser; only the chosen sub-command's module is imported (start-up stays fast)."""
     parser = argparse.ArgumentParser(prog="dphype", description=__doc__.splitlines()[0])
@@ -150,8 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dphype {args.command}: error: {err}", file=sys.stderr)
         return 2
     if not args.json:
-        for key, value in result.items():
-            print(f"{key}: {value}")
+        render = getattr(module, "render", render_text)
+        print(render(result))
     else:
         print(json.dumps(jsonable(result), allow_nan=False))
     return 0

@@ -1,11 +1,12 @@
 """``dphype demo``: the bundled Flower app on Adult -- DP-Hype over SecAgg+, then FedAvg with the winner.
 
-Runs the repository's Flower app (``server/`` and ``clients/``, components in its pyproject.toml) with
+Runs the bundled app (:mod:`dphype.app`, shipped inside the package, so it works from an installed wheel) with
 ``flwr run`` on a private local simulation SuperLink (:class:`dphype.flower.local.LocalSuperLink`): every
 simulated client scores the candidates on its Adult shard, votes top-k with its Skellam noise share,
-SecAgg+ releases only the noisy vote sum, the server selects the argmax and trains the final model with
-Flower's FedAvg. The DP-Hype settings are checked here before Flower starts; the ServerApp checks the
-rest of its run config before any client works.
+SecAgg+ releases only the noisy vote sum, the server selects with the configured rule and trains the final
+model with Flower's FedAvg. The app's ``pyproject.toml`` is written to a temporary folder (its components name
+:data:`dphype.app.COMPONENTS`; ``--app DIR`` runs another folder's app instead). The DP-Hype settings are checked
+here before Flower starts; the ServerApp checks the rest of its run config before any client works.
 
 Node policy: the demo's user operates every simulated node as well as the server, so the nodes get a policy
 that admits exactly the demo's own request, once (:func:`dphype.node.ledger.admitting_policy`, through the
@@ -35,8 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="data partition / model seed (default 0)")
     parser.add_argument("--fedavg-rounds", type=int, default=5, help="FedAvg rounds (default 5)")
     parser.add_argument("--local-epochs", type=int, default=5, help="local epochs (default 5)")
-    parser.add_argument("--app", default=".", help="folder of the Flower app (default: the current directory, "
-                        "the dphype repository root)")
+    parser.add_argument("--app", default=None, help="folder of a Flower app to run instead of the bundled one "
+                        "(default: the bundled app, dphype.app, from the installed package)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="give up after this many seconds (default 3600)")
 
 
@@ -62,10 +63,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         check_int(name.replace("_", "-"), getattr(args, name), 1)
     check_int("seed", args.seed, 0)
     check_positive("timeout", args.timeout)
-    if not is_flower_app(args.app):
-        raise ValueError(f"--app {args.app!r} holds no Flower app: dphype demo runs the bundled app (server/, "
-                         "clients/ and pyproject.toml of the dphype repository); run it from the repository root "
-                         "or pass --app DIR")
+    if args.app is not None and not is_flower_app(args.app):
+        raise ValueError(f"--app {args.app!r} holds no Flower app (a pyproject.toml with [tool.flwr.app]); leave "
+                         "--app out to run the bundled app")
     with tempfile.TemporaryDirectory(prefix="dphype-demo-") as folder:
         result_file = Path(folder) / "result.json"
         run_config = {
@@ -73,10 +73,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "dataset": "adult", "candidates": args.candidates, "seed": args.seed,
             "fedavg-rounds": args.fedavg_rounds, "local-epochs": args.local_epochs, "result-file": str(result_file),
         }
+        app = args.app if args.app is not None else bundled_app(Path(folder) / "app", run_config)
         start = time.perf_counter()
         with LocalSuperLink(env=node_policy) as superlink:
             # with --json, Flower's log goes to stderr so that stdout ends with the JSON line
-            code = superlink.run(args.app, run_config=run_config, supernodes=config.clients,
+            code = superlink.run(app, run_config=run_config, supernodes=config.clients,
                                  stdout=sys.stderr if args.json else None, timeout=args.timeout)
         if code != 0 or not result_file.exists():
             raise RuntimeError(f"the Flower run failed (flwr exit status {code}); nothing was released: see the "
@@ -86,3 +87,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {**summary, "seconds": time.perf_counter() - start,
             "warnings": plan.warnings + [w for w in [summary["confidence"]["warning"]] if w],
             "privacy": privacy}
+
+
+def bundled_app(folder: Path, run_config: dict[str, Any]) -> Path:
+    """Write the Flower app folder of the bundled app: a ``pyproject.toml`` whose components are the installed
+    :data:`dphype.app.COMPONENTS` and whose run config declares ``run_config``'s keys, and the FAB's one file, a
+    note that the app's code is the installed ``dphype``'s (every node runs its own copy)."""
+    from dphype import __version__
+    from dphype.app import COMPONENTS
+    from dphype.flower.local import toml_value
+
+    folder.mkdir(parents=True)
+    (folder / "README.md").write_text(f"The bundled DP-Hype app: its code is dphype.app of the installed dphype "
+                                      f"{__version__} on every node.\n", encoding="utf-8")
+    lines = ["[project]", 'name = "dphype-demo"', f'version = "{__version__}"', "dependencies = []", "",
+             "[tool.flwr.app]", 'publisher = "dphype"', 'fab-include = ["README.md"]', "",
+             "[tool.flwr.app.components]", *(f"{key} = {toml_value(value)}" for key, value in COMPONENTS.items()),
+             "", "[tool.flwr.app.config]", *(f"{key} = {toml_value(value)}" for key, value in run_config.items())]
+    (folder / "pyproject.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+def render(result: dict[str, Any]) -> str:
+    """The demo's summary as text: the selection (:meth:`dphype.result.DPHypeResult.summary`), then the
+    training, the whole run's guarantee and the test accuracy."""
+    from dphype.cli import render_text
+    from dphype.result import DPHypeResult
+
+    selection = DPHypeResult.from_dict(result).summary()
+    keys = ("training", "run", "accuracy", "test_loss", "predicted_success", "selection_seconds", "fedavg_seconds",
+            "seconds", "warnings")
+    return selection + "\n" + render_text({key: result[key] for key in keys if key in result})

@@ -5,15 +5,46 @@
   The node's privacy policy comes from its operator (``--node-config "dphype-max-epsilon=1 ..."``), never
   from the server: :mod:`dphype.node.policy`.
 * :class:`DPHype` -- server side: ``DPHype(candidates, config).start(grid)`` inside your ``@app.main()``
-  returns the selected candidate and its privacy report; then train with any Message-API strategy,
-  passing :func:`train_config` ``(result.selected)``.
+  returns a :class:`dphype.result.DPHypeResult` (``best_params``, a ranked table, ``summary()``,
+  ``save()``); then train with any Message-API strategy, passing :func:`train_config` ``(result.best_params)``,
+  which the client's ``@app.train()`` reads back with :func:`selected_candidate` ``(msg)``.
 * :func:`private_training` -- optional: wrap the final FedAvg in Flower's DP wrappers, calibrated to a
-  training budget and accounted together with the selection.
+  training budget and accounted together with the selection; the server clips (or verifies the clients'
+  clipping) and sets uniform weights itself. :func:`check_private_training` checks it before the selection.
 * :mod:`dphype.flower.secagg` -- Flower 1.41's legacy SecAgg+ as an exact secure sum, behind two calls.
 """
 
-from dphype.flower.client import register_dphype
-from dphype.flower.server import DPHype, PreflightError, train_config
-from dphype.flower.training import TrainingBudget, private_training
+from importlib import import_module as _import_module
+from typing import TYPE_CHECKING
 
-__all__ = ["DPHype", "PreflightError", "TrainingBudget", "private_training", "register_dphype", "train_config"]
+#: Public name -> its module, imported on first use (PEP 562): a ClientApp imports the client handlers without
+#: the server, the DP-FedAvg wrappers and their accountants.
+_EXPORTS: dict[str, str] = {
+    "register_dphype": "dphype.flower.client",
+    "selected_candidate": "dphype.flower.selected",
+    "train_config": "dphype.flower.selected",
+    "DPHype": "dphype.flower.server",
+    "PreflightError": "dphype.flower.server",
+    "ClippingError": "dphype.flower.training",
+    "TrainingBudget": "dphype.flower.training",
+    "check_private_training": "dphype.flower.training",
+    "private_training": "dphype.flower.training",
+}
+
+if TYPE_CHECKING:
+    from dphype.flower.client import register_dphype
+    from dphype.flower.selected import selected_candidate, train_config
+    from dphype.flower.server import DPHype, PreflightError
+    from dphype.flower.training import ClippingError, TrainingBudget, check_private_training, private_training
+
+
+def __getattr__(name: str) -> object:
+    if name in _EXPORTS:
+        value = getattr(_import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dphype.flower' has no attribute {name!r}")
+
+
+__all__ = ["ClippingError", "DPHype", "PreflightError", "TrainingBudget", "check_private_training", "private_training",
+           "register_dphype", "selected_candidate", "train_config"]

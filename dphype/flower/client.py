@@ -27,6 +27,8 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import cast
@@ -40,7 +42,7 @@ from flwr.common.config import parse_config_args
 from dphype.flower.secagg import secure_vote_reply
 from dphype.ml.task import Task
 from dphype.node.ledger import Ledger
-from dphype.node.policy import POLICY_ENV, NodePolicy, PolicyError, check_vote_request
+from dphype.node.policy import POLICY_ENV, REMEDIES, NodePolicy, PolicyError, check_vote_request
 from dphype.protocol import Refusal, VoteRequest, as_refusal, noisy_vote, score_candidates
 
 #: Action name of DP-Hype's messages: ``query.dphype`` (pre-flight) and ``train.dphype`` (vote).
@@ -59,7 +61,9 @@ def node_policy(context: Context) -> NodePolicy:
     (``flower-supernode --node-config "dphype-max-epsilon=1 ..."``) over those of the environment variable
     :data:`dphype.node.policy.POLICY_ENV` (``DPHYPE_NODE_POLICY``, same syntax, parsed by Flower's own
     ``--node-config`` parser) in this ClientApp's process. Neither can be set by the server: the run config
-    is never read. The default ledger is per ``partition-id`` (:func:`dphype.node.policy.default_ledger_path`).
+    is never read. The default ledger is per ``partition-id`` (:func:`dphype.node.policy.default_ledger_path`),
+    and per run as well on a :func:`simulated` node without a ``dphype-ledger``
+    (:func:`dphype.node.policy.run_ledger_path`).
     Raises :class:`dphype.node.policy.PolicyError` for an invalid policy.
     """
     text = os.environ.get(POLICY_ENV, "").strip()
@@ -77,7 +81,56 @@ def node_policy(context: Context) -> NodePolicy:
         raise PolicyError(f"{syntax}: {err}") from None
     if not all(str(key).startswith("dphype-") for key in from_env):
         raise PolicyError(f"{POLICY_ENV} may hold dphype-* keys only, got {', '.join(map(str, from_env))}")
-    return NodePolicy.from_node_config({**from_env, **context.node_config})
+    merged = {**from_env, **context.node_config}
+    return NodePolicy.from_node_config(merged, run_id=context.run_id if simulated() else None)
+
+
+def simulated() -> bool:
+    """Whether this ClientApp runs as a simulated node: inside a Ray worker of Flower's simulation engine (the
+    only backend of Flower 1.41's simulation), not in a SuperNode's ClientApp process or in process."""
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return False
+    try:
+        from ray._private import worker
+
+        return bool(worker.global_worker.mode == worker.WORKER_MODE)
+    except Exception:  # noqa: BLE001 - a Ray without this internal: not known to be a simulation
+        return False
+
+
+def _parent_superlink() -> str:
+    """The SuperLink process this simulated node descends from, as ``"flower-superlink (pid N)"``, found by
+    walking the parent processes (Linux ``/proc``); a description of where to look elsewhere."""
+    pid = os.getpid()
+    for _ in range(16):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat.rsplit(")", 1)[1].split()[1])
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            break
+        if "superlink" in command:
+            return f"{command.split()[0].rsplit('/', 1)[-1]} (pid {pid})"
+        if pid <= 1:
+            break
+    return "the local SuperLink that started this simulation"
+
+
+_ANNOUNCED: set[int] = set()
+
+
+def _announce_simulated(limits: NodePolicy, run_id: int) -> None:
+    """Say once per run and process where a simulated node's policy and ledger come from."""
+    if run_id in _ANNOUNCED:
+        return
+    _ANNOUNCED.add(run_id)
+    ledger = ("a per-run ledger (its budget restarts with every run; name a persistent one with dphype-ledger)"
+              if limits.ledger_scope == "per-run" else "the persistent ledger named by dphype-ledger")
+    log(logging.INFO, "DP-Hype: simulated node: %s at %s; policy %s. Simulated nodes inherit the environment of "
+        "%s: a %s given to a later `flwr run` against it is NOT seen; stop that SuperLink to change the policy",
+        ledger, limits.ledger, {k: v for k, v in limits.to_dict().items() if k != "dphype-ledger"},
+        _parent_superlink(), POLICY_ENV)
 
 
 def _resolve(policy: PolicySource, context: Context) -> NodePolicy:
@@ -95,11 +148,17 @@ def _refused(msg: Message, refusal: Refusal) -> Message:
 
 
 def _sanitized(what: str, err: BaseException) -> Refusal:
-    """``err`` as the refusal the server may see; the full error stays in this node's debug log."""
+    """``err`` as the refusal the server may see. This node's log gets everything: the refusal, the node-only
+    detail (the limit that refused, the budget left), the remedy naming the key to change and, for an error
+    of the task or the client code, the full traceback."""
     refusal = as_refusal(err)
-    log(logging.WARNING, "DP-Hype: refusing the %s (%s)", what, refusal)
-    if refusal is not err:
-        log(logging.DEBUG, "DP-Hype: the %s failed with %r", what, err)
+    local = f"; on this node: {refusal.local}" if refusal.local else ""
+    remedy = f"; to resolve: {REMEDIES[refusal.code]}" if refusal.code in REMEDIES else ""
+    log(logging.WARNING, "DP-Hype: refusing the %s (%s%s%s)", what, refusal, local, remedy)
+    cause = err if refusal is not err else err.__cause__
+    if cause is not None:
+        trace = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
+        log(logging.ERROR, "DP-Hype: the %s failed on this node with:\n%s", what, trace.rstrip())
     return refusal
 
 
@@ -132,6 +191,8 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
     def preflight(msg: Message, context: Context) -> Message:
         try:
             limits = _resolve(policy, context)
+            if simulated():
+                _announce_simulated(limits, context.run_id)
             request = VoteRequest.from_record(msg.content.config_records.get(RECORD_KEY, {}))
             guarantee = check_vote_request(request, limits)
             Ledger(cast(Path, limits.ledger)).check(guarantee, limits)
@@ -144,7 +205,8 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
         context.state.config_records[RECORD_KEY] = ConfigRecord(
             {"digest": request.digest(), "maximize": bool(task.maximize), "clients": request.config.clients,
              "dropout": request.config.dropout})
-        return Message(RecordDict({RECORD_KEY: ConfigRecord({"status": "ready"})}), reply_to=msg)
+        ready = ConfigRecord({"status": "ready", "ledger": limits.ledger_scope})
+        return Message(RecordDict({RECORD_KEY: ready}), reply_to=msg)
 
     @app.train(ACTION)
     def vote(msg: Message, context: Context) -> Message:

@@ -185,15 +185,16 @@ class LocalGrid(Grid):
         run_config: dict | None = None,
         silent: Iterable[int] = (),
         node_config: dict | None = None,
+        run_id: int = 1,
     ):
         self.client_app = client_app
         self.silent = {node_id(i) for i in silent}
         # Messages take their source from the process-wide task identity (as in run_simulation).
-        TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, SUPERLINK_NODE_ID
-        self._run = Run.create_empty(run_id=1)
+        TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, run_id, SUPERLINK_NODE_ID
+        self._run = Run.create_empty(run_id=run_id)
         self.contexts = {
             node_id(i): Context(
-                run_id=1,
+                run_id=run_id,
                 node_id=node_id(i),
                 node_config={"partition-id": i, "num-partitions": num_nodes, **(node_config or {})},
                 state=RecordDict(),

@@ -2,11 +2,13 @@
 
 :class:`DPHype` runs DP-Hype's selection inside any ``@app.main()``:
 
-1. on construction, what the server can check without simulating: the configuration, the candidate list,
-   the noise calibration (:func:`dphype.protocol.make_vote_request`) and the secure-sum range;
+1. on construction, everything the server can check without simulating: the configuration, the candidate
+   list, the noise calibration (:func:`dphype.protocol.make_vote_request`), the secure-sum range and the SecAgg+
+   graph for ``n`` and ``xi`` (:func:`dphype.flower.secagg.secagg_graph`);
 2. ``start(grid)`` first asks the planner for its prediction from public parameters (:meth:`DPHype.plan`,
    :func:`dphype.selection.planner.preflight`: a warning below one half, a refusal below
-   ``config.min_success``) -- before any client works; then it waits for ``n`` nodes, runs the pre-flight
+   ``config.min_success``) -- before any client works; then it waits for ``n`` nodes (logging how many are
+   connected every 5 s), runs the pre-flight
    (``query.dphype``: every client checks the request against its own candidate list, task and limits,
    scores the candidates and answers ready or a reason), and aborts with one error counting the reasons
    when fewer than ``ceil((1 - xi) n)`` clients are ready -- nothing is sent in the vote round then;
@@ -14,8 +16,8 @@
    (:func:`dphype.flower.secagg.run_secure_sum`), unmasked only if enough clients contributed;
 4. the release (:func:`dphype.protocol.release`): the selection rule's pick, its confidence and the privacy report.
 
-Train the final model afterwards with any Message-API strategy, passing ``result.selected`` as the train
-config (see :func:`train_config`).
+Train the final model afterwards with any Message-API strategy, passing
+:func:`dphype.flower.selected.train_config` ``(result.best_params)`` as its train config.
 """
 
 from __future__ import annotations
@@ -32,12 +34,13 @@ from flwr.serverapp.grid import Grid
 
 from dphype.config import DPHypeConfig
 from dphype.flower.client import ACTION, RECORD_KEY
-from dphype.flower.secagg import check_timeout, run_secure_sum
+from dphype.flower.secagg import check_timeout, run_secure_sum, secagg_graph
+from dphype.node.policy import REMEDIES
 from dphype.privacy.noise import client_noise_std
 from dphype.protocol import REFUSAL_CODES, DPHypeResult, make_vote_request, release
 from dphype.secure.secagg_params import CORRUPT_FRACTION, check_corrupt_fraction
 from dphype.secure.secure_sum import clip_probability
-from dphype.selection.candidates import Candidate, CandidateList
+from dphype.selection.candidates import CandidateList
 from dphype.selection.planner import Plan, preflight
 
 #: Message type of the pre-flight round.
@@ -80,6 +83,14 @@ class DPHype:
         self.reconstruction_threshold = reconstruction_threshold
         self.corrupt_fraction = check_corrupt_fraction(corrupt_fraction)
         self._plan: Plan | None = None
+        self._notes: tuple[str, ...] = ()
+        # the SecAgg+ graph for n clients and the tolerated dropout: refused here, before any client works
+        try:
+            secagg_graph(config.clients, self.request.min_survivors, num_shares, reconstruction_threshold,
+                         self.corrupt_fraction)
+        except ValueError as err:
+            raise ValueError(f"no SecAgg+ round can sum the votes of clients={config.clients} with "
+                             f"dropout={config.dropout:g}: {err}") from None
 
     def plan(self) -> Plan:
         """The planner's prediction from public parameters only (:func:`dphype.selection.planner.preflight`,
@@ -137,7 +148,8 @@ class DPHype:
         )
         clip = clip_probability(size=len(self.candidates), sigma=self.request.sigma, clients=cfg.clients,
                                 dropout=cfg.dropout, noise=cfg.noise, clipping_range=sum_.clipping_range)
-        result = dataclasses.replace(release(self.request, sum_.total, sum_.survivors), secure_sum={
+        released = release(self.request, sum_.total, sum_.survivors)
+        result = dataclasses.replace(released, notes=self._notes, secure_sum={
             **sum_.secagg.to_dict(), "clipping_range": sum_.clipping_range, "clip_probability": clip,
             "statement": f"a share outside the range makes its client refuse (a dropout): the release is "
                          f"(epsilon, delta + {clip:.1e})-DP; Bell et al.'s bounds: the server learns more than "
@@ -161,10 +173,12 @@ class DPHype:
         replies = _gather(grid, messages, timeout, "DP-Hype pre-flight")
         ready: list[int] = []
         reasons: Counter[str] = Counter()
+        per_run = 0
         for reply in replies:
             answer = _answer(reply)
             if answer == "ready":
                 ready.append(reply.metadata.src_node_id)
+                per_run += reply.content.config_records[RECORD_KEY].get("ledger") == "per-run"
             else:
                 reasons[answer] += 1
         reasons["no answer within the timeout"] += len(nodes) - len(replies)
@@ -176,6 +190,12 @@ class DPHype:
                 f"{len(nodes) - len(ready)} of {len(nodes)} clients are not ready: {_describe(reasons)}; "
                 f"at least {self.request.min_survivors} must take part (clients={self.config.clients}, "
                 f"dropout={self.config.dropout:g}); the vote was not started and nothing was released")
+        self._notes = ()
+        if per_run:
+            note = (f"{per_run} of {len(ready)} nodes are simulated with a per-run ledger: their lifetime budget "
+                    "restarts with every run (an operator who names dphype-ledger keeps one across runs)")
+            log(logging.INFO, "DP-Hype: %s", note)
+            self._notes = (note,)
         return ready
 
 
@@ -216,27 +236,29 @@ def _answer(reply: Message) -> str:
         return "ready"
     code = str(record.get("code"))
     known = code if code in REFUSAL_CODES else "unknown code"
-    return f"refused: {known} ({str(record.get('detail', ''))[:200]})"
+    remedy = f"; to resolve: {REMEDIES[known]}" if known in REMEDIES else ""
+    return f"refused: {known} ({str(record.get('detail', ''))[:200]}{remedy})"
 
 
 def _describe(reasons: Counter[str]) -> str:
     return "; ".join(f"{count} x {reason}" for reason, count in reasons.most_common())
 
 
-def _wait_for_nodes(grid: Grid, clients: int, timeout: float | None) -> list[int]:
-    """``clients`` connected node IDs (a random sample when more are connected)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
+def _wait_for_nodes(grid: Grid, clients: int, timeout: float | None, every: float = 5.0) -> list[int]:
+    """``clients`` connected node IDs (a random sample when more are connected), logging how many are connected
+    every ``every`` seconds while it waits."""
+    start = time.monotonic()
+    last_log = start
     while True:
         nodes = sorted(grid.get_node_ids())
         if len(nodes) >= clients:
             return sorted(random.sample(nodes, clients))
-        if deadline is not None and time.monotonic() > deadline:
-            raise PreflightError(f"only {len(nodes)} of clients={clients} nodes connected within "
-                                 f"{timeout:g} s; nothing was sent")
+        waited = time.monotonic() - start
+        if timeout is not None and waited > timeout:
+            raise PreflightError(f"only {len(nodes)} of clients={clients} nodes connected within {timeout:g} s; "
+                                 "nothing was sent: start more SuperNodes, or run with clients <= the nodes you have")
+        if time.monotonic() - last_log >= every:
+            log(logging.INFO, "DP-Hype: waiting for nodes: %d of clients=%d connected after %.0f s%s", len(nodes),
+                clients, waited, "" if timeout is None else f" (giving up after {timeout:g} s)")
+            last_log = time.monotonic()
         time.sleep(0.5)
-
-
-def train_config(candidate: Candidate, **extra: bool | int | float | str) -> ConfigRecord:
-    """A train config that carries the selected candidate (its hyperparameters as keys) for any
-    Message-API strategy's ``start(train_config=...)``, plus ``extra`` entries."""
-    return ConfigRecord({**candidate, **extra})

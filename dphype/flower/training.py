@@ -1,34 +1,49 @@
 """Optional private final training: Flower's DP-FedAvg wrappers, calibrated and accounted with the selection.
 
 After DP-Hype has selected a candidate, :func:`private_training` wraps the user's Message-API ``FedAvg`` in
-Flower's ``DifferentialPrivacyClientSideFixedClipping`` (clients clip with ``fixedclipping_mod``) or
-``DifferentialPrivacyServerSideFixedClipping``, with the noise multiplier that makes ``rounds`` rounds
-``(epsilon, delta)``-DP for the training budget (:func:`dphype.privacy.accounting.calibrate_fedavg`, dp_accounting).
+Flower's ``DifferentialPrivacyServerSideFixedClipping`` (the default: the server clips every update) or
+``DifferentialPrivacyClientSideFixedClipping`` (clients clip with ``fixedclipping_mod``), with the noise
+multiplier that makes ``rounds`` rounds ``(epsilon, delta)``-DP for the training budget
+(:func:`dphype.privacy.accounting.calibrate_fedavg`, dp_accounting).
+
+The training guarantee rests on two facts about every update, and the server establishes both itself instead
+of trusting the clients: each client's weight is the same (the wrappers set FedAvg's weight metric of every
+reply to 1, whatever the client sent), and each update's L2 norm is at most the clipping norm. With
+server-side clipping the server clips; with client-side clipping it *verifies* each update's norm and refuses
+the round (:class:`ClippingError`: nothing aggregated, nothing released, the report marked not private) when one
+exceeds the norm by more than float32 rounding (:data:`CLIP_TOLERANCE`), then projects the accepted updates onto
+the norm ball so the sensitivity is exactly the clipping norm. :func:`check_private_training` checks every
+other precondition of the accountant before the selection starts.
 
 The wrapper runs in Flower's *accounted mode* with :class:`RunAccountant`, which starts from the selection's
 own RDP curve (:func:`dphype.privacy.accounting.vote_rdp`; Skellam included) and composes every training round
 (:func:`dphype.privacy.accounting.fedavg_rdp`), so the run has one ``(epsilon, delta)`` for both phases. Accounted
 mode makes Flower refuse a round that would exceed that total, aggregate only when every sampled client
-replied with an equal weight (a round with a missing or failed reply is skipped and releases nothing), and
-log the composed spend after each round.
+replied (a round with a missing or failed reply is skipped and releases nothing), and log the composed spend
+after each round.
 
 What each phase releases: the selection releases only the noisy vote sum; each training round releases the
 global model, the uniform average of the clients' clipped updates plus Gaussian noise of std ``z C / m``.
-The server itself sees every client's (clipped) update in plaintext: the guarantee of the training phase
-covers what the global models reveal to everyone else (central DP), as in DP-FedAvg.
+The server itself sees every client's update in plaintext: the guarantee of the training phase covers what
+the global models reveal to everyone else (central DP), as in DP-FedAvg.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.common import log
+from flwr.serverapp.grid import Grid
 from flwr.serverapp.strategy import (
     DifferentialPrivacyClientSideFixedClipping,
     DifferentialPrivacyServerSideFixedClipping,
     FedAvg,
 )
+from flwr.supercore.differential_privacy import get_norm
 from flwr.supercore.privacy_accounting import (
     GaussianPrivacyEvent,
     NeighboringRelation,
@@ -37,7 +52,7 @@ from flwr.supercore.privacy_accounting import (
     SamplingMethod,
 )
 
-from dphype.checks import check_delta, check_epsilon, check_int, check_positive
+from dphype.checks import check_delta, check_epsilon, check_int, check_neighbouring, check_positive
 from dphype.privacy.accounting import (
     PrivacyReport,
     calibrate_fedavg,
@@ -48,8 +63,17 @@ from dphype.privacy.accounting import (
     vote_rdp,
 )
 
-#: Where clients clip their updates: with ``fixedclipping_mod`` ("client") or on the server ("server").
-CLIPPING: tuple[str, ...] = ("client", "server")
+#: Where updates are clipped: on the server ("server", the default) or by the clients with ``fixedclipping_mod``
+#: ("client"; the server verifies every update's norm).
+CLIPPING: tuple[str, ...] = ("server", "client")
+#: Relative slack of the server's norm check of client-clipped updates: a client that clipped exactly still
+#: sends float32 parameters, whose difference from the global model can exceed the norm by rounding.
+CLIP_TOLERANCE = 1e-4
+
+
+class ClippingError(ValueError):
+    """A client's update exceeds the clipping norm in a private round: the round is refused (nothing is
+    aggregated or released) and the run's report is marked not private."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +84,7 @@ class TrainingBudget:
     epsilon: float
     rounds: int
     clipping_norm: float = 1.0
-    clipping: str = "client"
+    clipping: str = "server"
 
     def __post_init__(self) -> None:
         check_epsilon(self.epsilon)
@@ -142,6 +166,95 @@ class RunAccountant:
         self._rdp, self._releases = rdp, releases
 
 
+def _uniform_weights(replies: list[Message], key: str) -> None:
+    """Replace every reply's metrics by FedAvg's weight 1 under ``key``: DP-FedAvg averages uniformly, so the
+    server sets the weights instead of trusting what a client reports, and no client metric (outside the
+    guarantee) is aggregated into the run's results."""
+    for reply in replies:
+        if reply.has_error():
+            continue
+        for name in list(reply.content.metric_records):
+            del reply.content[name]
+        reply.content["metrics"] = MetricRecord({key: 1})
+
+
+def _updates(replies: list[Message], sent: list[np.ndarray]) -> list[tuple[Message, str, list[np.ndarray]]]:
+    """Every reply's arrays (per array record) as numpy arrays, checked against the shapes sent."""
+    out = []
+    for reply in replies:
+        if reply.has_error():
+            continue
+        for name, record in reply.content.array_records.items():
+            arrays = record.to_numpy_ndarrays()
+            if [a.shape for a in arrays] != [a.shape for a in sent]:
+                raise ClippingError(f"node {reply.metadata.src_node_id} sent arrays of other shapes than the global "
+                                    "model; the round is refused")
+            out.append((reply, name, arrays))
+    return out
+
+
+def _project(reply: Message, name: str, arrays: list[np.ndarray], sent: list[np.ndarray], norm: float) -> None:
+    """Replace ``reply``'s array record ``name`` by the global model plus its update clipped to L2 ``norm``."""
+    update = [np.subtract(a, b, dtype=np.float64) for a, b in zip(arrays, sent)]
+    scale = min(1.0, norm / max(get_norm(update), 1e-300))
+    record = reply.content.array_records[name]
+    clipped = [(b + u * scale).astype(a.dtype) for a, b, u in zip(arrays, sent, update)]
+    reply.content[name] = ArrayRecord(dict(zip(record.keys(), (Array(c) for c in clipped))))
+
+
+class _ServerClipping(DifferentialPrivacyServerSideFixedClipping):
+    """Flower's server-side clipping wrapper, with the clients' weights set to 1 by the server."""
+
+    def aggregate_train(self, server_round: int, replies: Any) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        replies = list(replies)
+        _uniform_weights(replies, cast(FedAvg, self.strategy).weighted_by_key)
+        return super().aggregate_train(server_round, replies)
+
+
+class _VerifiedClientClipping(DifferentialPrivacyClientSideFixedClipping):
+    """Flower's client-side clipping wrapper, with every update's norm verified by the server.
+
+    A reply whose update (its arrays minus the global model sent) has an L2 norm above ``clipping_norm``
+    times ``1 + CLIP_TOLERANCE`` makes the whole round refused (:class:`ClippingError`, recorded in
+    :attr:`refused`); accepted updates are projected onto the norm ball (a no-op up to rounding), and every
+    client's weight is set to 1.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._sent: list[np.ndarray] = []
+        #: Refused rounds: (round, nodes above the norm, largest norm seen).
+        self.refused: list[tuple[int, int, float]] = []
+        self.largest_norm = 0.0
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Any:
+        self._sent = arrays.to_numpy_ndarrays()
+        return super().configure_train(server_round, arrays, config, grid)
+
+    def aggregate_train(self, server_round: int, replies: Any) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        replies = list(replies)
+        updates = _updates(replies, self._sent)
+        norms = [get_norm([np.subtract(a, b, dtype=np.float64) for a, b in zip(arrays, self._sent)])
+                 for _, _, arrays in updates]
+        limit = self.clipping_norm * (1.0 + CLIP_TOLERANCE)
+        above = sorted({reply.metadata.src_node_id for (reply, _, _), n in zip(updates, norms) if n > limit})
+        self.largest_norm = max([self.largest_norm, *norms])
+        if above:
+            self._pop_pending_event(server_round)  # the round releases nothing and is not accounted
+            self.refused.append((server_round, len(above), max(norms)))
+            message = (f"round {server_round} refused: {len(above)} of {len(updates)} updates exceed the clipping "
+                       f"norm {self.clipping_norm:g} (largest L2 norm {max(norms):.4g}; nodes {above[:10]}); nothing "
+                       "was aggregated or released and the run is not private. Clip on the clients with Flower's "
+                       "fixedclipping_mod, or use TrainingBudget(clipping='server')")
+            log(logging.ERROR, "DP-Hype private training: %s", message)
+            raise ClippingError(message)
+        for (reply, name, arrays) in updates:
+            _project(reply, name, arrays, self._sent, self.clipping_norm)
+        _uniform_weights(replies, cast(FedAvg, self.strategy).weighted_by_key)
+        return super().aggregate_train(server_round, replies)
+
+
 @dataclass(frozen=True)
 class PrivateTraining:
     """The wrapped strategy, its accountant and what it was calibrated with."""
@@ -152,23 +265,76 @@ class PrivateTraining:
     noise_multiplier: float
     sampled_clients: int
 
+    @property
+    def refused(self) -> list[tuple[int, int, float]]:
+        """Rounds refused because a client-clipped update exceeded the norm: (round, nodes, largest norm)."""
+        return list(getattr(self.strategy, "refused", []))
+
+    def _clipping(self) -> str:
+        norm = self.budget.clipping_norm
+        if self.budget.clipping == "server":
+            return f"server-side: the server clipped every update to L2 norm {norm:g}"
+        if self.refused:
+            rounds = ", ".join(f"round {r} ({m} updates, largest norm {x:.4g})" for r, m, x in self.refused)
+            return (f"client-side, verified by the server: updates ABOVE the norm {norm:g} in {rounds}; that round "
+                    "was refused and nothing of it released")
+        largest = cast(_VerifiedClientClipping, self.strategy).largest_norm
+        return (f"client-side (fixedclipping_mod), verified by the server: every update's L2 norm was at most "
+                f"{norm:g} (largest {largest:.4g}, within float32 rounding of {CLIP_TOLERANCE:g}) before it was "
+                "aggregated")
+
     def report(self) -> dict[str, Any]:
-        """What the training phase and the whole run release, with the composed ``(epsilon, delta)``."""
+        """What the training phase and the whole run release, with the composed ``(epsilon, delta)``; a run
+        with a refused round (an update above the clipping norm) is reported as not private."""
         spent = self.accountant.get_privacy_spent()
+        private = not self.refused
         return {
             "training": {
-                "private": True, "epsilon_budget": self.budget.epsilon, "delta": self.accountant.config.target_delta,
+                "private": private, "epsilon_budget": self.budget.epsilon,
+                "delta": self.accountant.config.target_delta,
                 "rounds": self.budget.rounds, "noise_multiplier": self.noise_multiplier,
-                "clipping_norm": self.budget.clipping_norm, "clipping": self.budget.clipping,
+                "clipping_norm": self.budget.clipping_norm, "clipping": self._clipping(),
+                "weights": "uniform: the server set every client's weight to 1 and kept no client metric",
                 "sampled_clients": self.sampled_clients, "rounds_released": spent.num_releases - 1,
                 "released": "each round's global model: the uniform average of the clients' updates clipped to "
                             f"L2 norm {self.budget.clipping_norm:g} plus Gaussian noise of std z C / m "
                             f"(z={self.noise_multiplier:.4g}, m={self.sampled_clients}); the server sees the "
-                            "clipped updates themselves",
+                            "updates themselves",
             },
-            "run": {"epsilon": spent.epsilon, "delta": spent.delta, "accountant": spent.accounting_method,
+            "run": {"epsilon": spent.epsilon if private else None, "delta": spent.delta,
+                    "accountant": spent.accounting_method if private else
+                    "none: a client's update exceeded the clipping norm, the training is not private",
                     "releases": spent.num_releases},
         }
+
+
+def check_private_training(strategy: FedAvg, budget: TrainingBudget, *, delta: float, neighbouring: str,
+                           sampled_clients: int) -> float:
+    """Every precondition of the training accountant that the server can check before the selection starts;
+    returns the calibrated noise multiplier ``z``.
+
+    ``strategy`` must be a ``FedAvg`` (uniform averaging) that trains on every connected node each round
+    (``fraction_train`` 1: accounted without sampling amplification, and Flower's accounted mode needs exactly
+    ``sampled_clients`` replies) and evaluates on none (``fraction_evaluate`` 0: client metrics would leave in
+    plaintext, outside the guarantee); ``budget`` must be reachable in ``budget.rounds`` rounds at ``delta``.
+    Client weights need no check: the wrappers set them (:func:`private_training`).
+    """
+    if not isinstance(strategy, FedAvg):
+        raise ValueError(f"strategy must be a FedAvg (uniform averaging), got {type(strategy).__name__}")
+    if not isinstance(budget, TrainingBudget):
+        raise ValueError(f"budget must be a TrainingBudget, got {type(budget).__name__}")
+    check_int("sampled_clients", sampled_clients, 1)
+    if strategy.fraction_train != 1.0:
+        raise ValueError(f"fraction_train must be 1.0 in private training (every node trains each round: the "
+                         f"accountant assumes no sampling), got {strategy.fraction_train:g}")
+    if strategy.fraction_evaluate != 0.0:
+        raise ValueError(f"fraction_evaluate must be 0.0 in private training (client evaluation metrics would leave "
+                         f"in plaintext, outside the guarantee), got {strategy.fraction_evaluate:g}")
+    if strategy.min_train_nodes > sampled_clients:
+        raise ValueError(f"min_train_nodes must be at most sampled_clients={sampled_clients}, got "
+                         f"{strategy.min_train_nodes}")
+    return calibrate_fedavg(budget.epsilon, check_delta(delta), budget.rounds,
+                            neighbouring=check_neighbouring(neighbouring))
 
 
 def private_training(strategy: FedAvg, selection: PrivacyReport, budget: TrainingBudget, *,
@@ -178,21 +344,20 @@ def private_training(strategy: FedAvg, selection: PrivacyReport, budget: Trainin
     ``sampled_clients`` is the number of nodes every round trains on (``m``; all connected nodes with
     ``fraction_train=1``). The noise multiplier ``z`` is the smallest with which ``budget.rounds`` rounds are
     ``(budget.epsilon, delta)``-DP at the selection's delta under the selection's neighbouring relation
-    (:func:`calibrate_fedavg`); the accountant's limit is the composition of the selection with exactly those
-    rounds, so no run spends more.
+    (:func:`check_private_training`, which also checks the strategy; call it before the selection to fail
+    before any client works); the accountant's limit is the composition of the selection with exactly those
+    rounds, so no run spends more. The server sets every client's weight to 1 and clips every update
+    (``budget.clipping == "server"``), or verifies that the clients did (``"client"``, see the module).
     """
-    if not isinstance(strategy, FedAvg):
-        raise ValueError(f"strategy must be a FedAvg (uniform averaging), got {type(strategy).__name__}")
-    check_int("sampled_clients", sampled_clients, 1)
-    z = calibrate_fedavg(budget.epsilon, selection.delta, budget.rounds, neighbouring=selection.neighbouring)
+    z = check_private_training(strategy, budget, delta=selection.delta, neighbouring=selection.neighbouring,
+                               sampled_clients=sampled_clients)
     population = max(selection.clients, sampled_clients)
     planned = RunAccountant(selection, population=population, max_epsilon=None)
     planned.compose(GaussianPrivacyEvent(noise_multiplier=z, sample_size=sampled_clients, population_size=population),
                     budget.rounds)
     total = planned.get_epsilon(selection.delta)
     accountant = RunAccountant(selection, population=population, max_epsilon=total * (1 + 1e-9))
-    wrapper = (DifferentialPrivacyClientSideFixedClipping if budget.clipping == "client"
-               else DifferentialPrivacyServerSideFixedClipping)
+    wrapper = _VerifiedClientClipping if budget.clipping == "client" else _ServerClipping
     wrapped = wrapper(strategy, noise_multiplier=z, clipping_norm=budget.clipping_norm,
                       num_sampled_clients=sampled_clients, accountant=accountant)
     return PrivateTraining(wrapped, accountant, budget, z, sampled_clients)

@@ -35,6 +35,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -195,7 +196,12 @@ class Ledger:
     def _after(self, entries: list[LedgerEntry], new: LedgerEntry, policy: NodePolicy) -> float:
         total = self.composed_epsilon([*entries, new], policy.max_delta, policy.neighbouring)
         if total > policy.lifetime_epsilon * (1 + EPSILON_RTOL):  # the slack of the request check
-            raise Refusal("lifetime_budget", REFUSAL_CODES["lifetime_budget"])
+            raise Refusal("lifetime_budget", REFUSAL_CODES["lifetime_budget"],
+                          local=f"lifetime epsilon would be {total:.4g} > dphype-lifetime-epsilon="
+                                f"{policy.lifetime_epsilon:g} at delta {policy.max_delta:g} after {len(entries)} "
+                                f"recorded votes in {self.path}; the operator may raise dphype-lifetime-epsilon or "
+                                f"archive this ledger and start a new one (dphype ledger --path {self.path} "
+                                "--archive), knowing the old votes still count against this node's data")
         return total
 
     def check(self, guarantee: VoteGuarantee, policy: NodePolicy) -> float:
@@ -214,6 +220,32 @@ class Ledger:
             total = self._after(entries, new, policy)
             self._write([*entries, new])
             return total
+
+
+    def archive(self) -> Path:
+        """Move this ledger aside, under the lock, to ``<name>.archived-<UTC time>.json`` beside it and return that
+        path; the node's next vote starts a new, empty ledger. The operator's decision: the archived votes were
+        released and still count against this node's data (:data:`ARCHIVE_WARNING`)."""
+        with self._locked():
+            if not self.path.exists():
+                raise LedgerError(f"ledger {self.path} does not exist; nothing to archive")
+            self._read()  # a corrupt ledger is archived too, but only after it was read (the error names it)
+            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+            target = self.path.with_name(f"{self.path.stem}.archived-{stamp}{self.path.suffix}")
+            os.replace(self.path, target)
+            return target
+
+
+#: What archiving a ledger means, printed by ``dphype ledger --archive``.
+ARCHIVE_WARNING = ("archiving a ledger is the node operator's decision: the votes it recorded were released and "
+                   "still count against this node's data; the node's lifetime budget starts again from zero, so "
+                   "its guarantee over all runs is the composition of the archived ledgers and the new one")
+
+
+def ledger_files(root: Path | None = None) -> list[Path]:
+    """Every ledger file under ``root`` (default ``$FLWR_HOME/dphype``): persistent, per-run and archived."""
+    root = default_ledger_path().parent if root is None else root
+    return sorted(path for path in root.rglob("*.json") if path.name.startswith("ledger")) if root.exists() else []
 
 
 def _entry(guarantee: VoteGuarantee, request: str) -> LedgerEntry:
@@ -257,15 +289,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--delta", type=float, default=1e-5, help="delta of the composed epsilon (default 1e-5)")
     parser.add_argument("--neighbouring", choices=NEIGHBOURING, default="replace-one",
                         help="neighbouring relation of the composed epsilon (default replace-one)")
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--list", action="store_true",
+                        help="list every ledger under $FLWR_HOME/dphype (persistent, per-run simulations, archived)")
+    action.add_argument("--archive", action="store_true",
+                        help="move the ledger named by --path aside and start a new one (the operator's decision: "
+                        "its votes still count against the node's data)")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Show a node's ledger: the votes it recorded and their composed epsilon at ``--delta`` (no file: no
-    votes). A corrupt ledger is an error (exit status 2)."""
+    votes); ``--list`` every ledger file; ``--archive`` move the ledger named by ``--path`` aside. A corrupt
+    ledger is an error (exit status 2)."""
     if args.partition_id is not None:
         check_int("partition-id", args.partition_id, 0)
-    ledger = Ledger(args.path if args.path is not None else default_ledger_path(args.partition_id))
     delta = check_delta(args.delta)
+    if args.list:
+        rows = []
+        for path in ledger_files():
+            row: dict[str, Any]
+            try:
+                entries = Ledger(path).entries()
+                row = {"votes": len(entries), "epsilon": Ledger.composed_epsilon(entries, delta, args.neighbouring)}
+            except LedgerError as err:
+                row = {"votes": None, "epsilon": None, "error": str(err).split("(", 1)[-1].rstrip(")")[:60]}
+            rows.append({"path": str(path), **row})
+        return {"root": str(default_ledger_path().parent), "delta": delta, "ledgers": rows}
+    if args.archive:
+        if args.path is None:
+            raise ValueError("--archive needs --path FILE: name the ledger to archive (dphype ledger --list shows "
+                             "them)")
+        print(f"dphype ledger: warning: {ARCHIVE_WARNING}", file=sys.stderr)
+        try:
+            archived = Ledger(args.path).archive()
+        except LedgerError as err:
+            raise ValueError(str(err)) from err
+        return {"path": str(Path(args.path).expanduser().absolute()), "archived_to": str(archived),
+                "warning": ARCHIVE_WARNING}
+    ledger = Ledger(args.path if args.path is not None else default_ledger_path(args.partition_id))
     try:
         entries = ledger.entries() if ledger.path.exists() else []
     except LedgerError as err:

@@ -140,6 +140,13 @@ def default_ledger_path(partition_id: int | None = None) -> Path:
     return Path(os.environ.get("FLWR_HOME") or Path.home() / ".flwr").expanduser() / "dphype" / name
 
 
+def run_ledger_path(run_id: int, partition_id: int | None = None) -> Path:
+    """The per-run ledger of a simulated node: ``$FLWR_HOME/dphype/runs/run-<run_id>/`` and the file name of
+    :func:`default_ledger_path`. A simulation's nodes are its operator's own data, run again and again while an
+    app is developed; their budget restarts with each run unless the operator names a ledger."""
+    return default_ledger_path(partition_id).parent / "runs" / f"run-{run_id}" / default_ledger_path(partition_id).name
+
+
 def _number(key: str, value: Any, low: float, high: float) -> float:
     """A finite number in the open interval ``(low, high)`` (a string from the node config is parsed)."""
     try:
@@ -176,7 +183,8 @@ class NodePolicy:
     """What this node allows, from its node config (:meth:`from_node_config`); see :data:`POLICY_KEYS`.
 
     ``ledger`` is resolved to an absolute path; ``candidates`` is a path or spec of the node's own copy
-    of the candidate list, or ``None``.
+    of the candidate list, or ``None``. ``ledger_scope`` is ``"persistent"`` (the node's lifetime ledger) or
+    ``"per-run"`` (a simulated node without a named ledger, :func:`run_ledger_path`).
     """
 
     max_epsilon: float = 1.0
@@ -188,6 +196,7 @@ class NodePolicy:
     candidates: str | None = None
     accountant: str = "auto"
     neighbouring: str = "replace-one"
+    ledger_scope: str = "persistent"
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: store the validated values
@@ -203,20 +212,26 @@ class NodePolicy:
             set_(self, "candidates", _path("dphype-candidates", self.candidates))
         set_(self, "accountant", _choice("dphype-accountant", self.accountant, ("auto", "rdp")))
         set_(self, "neighbouring", _choice("dphype-neighbouring", self.neighbouring, NEIGHBOURING))
+        set_(self, "ledger_scope", _choice("ledger_scope", self.ledger_scope, ("persistent", "per-run")))
 
     @classmethod
-    def from_node_config(cls, node_config: Mapping[str, Any]) -> NodePolicy:
+    def from_node_config(cls, node_config: Mapping[str, Any], *, run_id: int | None = None) -> NodePolicy:
         """Read the ``dphype-*`` keys of a Flower node config; other keys are left alone, but a
-        ``partition-id`` names the default ledger (:func:`default_ledger_path`). An unknown ``dphype-*`` key
-        is an error (a misspelt limit must not be ignored)."""
+        ``partition-id`` names the default ledger (:func:`default_ledger_path`). A simulated node passes its
+        ``run_id``: without a ``dphype-ledger`` its ledger is then the run's own (:func:`run_ledger_path`).
+        An unknown ``dphype-*`` key is an error (a misspelt limit must not be ignored)."""
         unknown = sorted(k for k in node_config if str(k).startswith(_PREFIX) and k not in POLICY_KEYS)
         if unknown:
             raise PolicyError(f"unknown node config key(s) {', '.join(unknown)}; known: {', '.join(POLICY_KEYS)}")
         values = {_field(key): node_config[key] for key in POLICY_KEYS if key in node_config}
+        partition = (_integer("partition-id", node_config["partition-id"], 0) if "partition-id" in node_config
+                     else None)
         if "ledger" in values:
             values["ledger"] = Path(_path("dphype-ledger", values["ledger"]))
-        elif "partition-id" in node_config:
-            values["ledger"] = default_ledger_path(_integer("partition-id", node_config["partition-id"], 0))
+        elif run_id is not None:
+            values["ledger"], values["ledger_scope"] = run_ledger_path(run_id, partition), "per-run"
+        elif partition is not None:
+            values["ledger"] = default_ledger_path(partition)
         return cls(**values)
 
     def own_candidates(self) -> CandidateList | None:
@@ -267,19 +282,47 @@ def check_vote_request(request: VoteRequest, policy: NodePolicy) -> VoteGuarante
     check_request(request, local_candidates=policy.own_candidates())
     cfg = request.config
     if cfg.delta > policy.max_delta:
-        raise Refusal("policy_delta", f"announced delta {cfg.delta:.3g} is above this node's limit")
+        raise Refusal("policy_delta", f"announced delta {cfg.delta:.3g} is above this node's limit",
+                      local=f"announced delta {cfg.delta:.3g} > dphype-max-delta={policy.max_delta:.3g}")
     if cfg.epsilon > policy.max_epsilon * (1 + EPSILON_RTOL):
-        raise Refusal("policy_epsilon", f"announced epsilon {cfg.epsilon:.6g} is above this node's limit")
+        raise Refusal("policy_epsilon", f"announced epsilon {cfg.epsilon:.6g} is above this node's limit",
+                      local=f"announced epsilon {cfg.epsilon:.6g} > dphype-max-epsilon={policy.max_epsilon:.6g}")
     survivors = min_survivors(cfg.clients, cfg.dropout)
     if survivors < policy.min_clients:
         raise Refusal("policy_clients", f"{cfg.clients} clients with dropout {cfg.dropout:g} leave {survivors} "
-                      "contributors, fewer than this node requires")
+                      "contributors, fewer than this node requires",
+                      local=f"{survivors} contributors < dphype-min-clients={policy.min_clients}")
     total_std = client_noise_std(request.sigma, cfg.clients, cfg.dropout) * math.sqrt(survivors)
     accountant = resolve_accountant(None if policy.accountant == "auto" else policy.accountant, cfg.noise)
     l2, l1 = vote_sensitivity(cfg.k, policy.neighbouring)
     eps = mechanism_epsilon(l2, l1, total_std, cfg.noise, policy.max_delta, accountant)
     if eps > policy.max_epsilon * (1 + EPSILON_RTOL):
         raise Refusal("policy_epsilon", f"the requested noise gives epsilon {eps:.3g} at this node's delta "
-                      f"({policy.neighbouring}), above this node's limit")
+                      f"({policy.neighbouring}), above this node's limit",
+                      local=f"epsilon {eps:.4g} at dphype-max-delta={policy.max_delta:.3g} ({accountant} accountant, "
+                      f"{survivors} contributors) > dphype-max-epsilon={policy.max_epsilon:.6g}")
     return VoteGuarantee(noise=cfg.noise, k=cfg.k, total_std=total_std, survivors=survivors, epsilon=eps,
                          delta=policy.max_delta, neighbouring=policy.neighbouring)
+
+
+#: How to resolve each refusal, naming the setting on either side; the server may see it (it names keys and
+#: remedies, never this node's values), the node logs it beside its own detail. Codes without an entry need
+#: no remedy beyond their reason.
+REMEDIES: dict[str, str] = {
+    "policy_epsilon": "lower the run's epsilon, or the node operators raise dphype-max-epsilon in their node config",
+    "policy_delta": "lower the run's delta, or the node operators raise dphype-max-delta in their node config",
+    "policy_clients": f"run with more clients or a smaller dropout, or the node operators lower dphype-min-clients "
+                      f"(default {POLICY_KEYS['dphype-min-clients'][0]}) in their node config",
+    "lifetime_budget": "the node has spent its lifetime budget (dphype-lifetime-epsilon); only its operator can "
+                       "raise it or archive its ledger (dphype ledger --archive)",
+    "candidate_mismatch": "send the candidate list the nodes hold, or the node operators update dphype-candidates",
+    "node_policy": "the node's operator must fix its dphype-* node config (its log names the key)",
+    "ledger_error": "the node's operator must repair, or archive, the ledger named by dphype-ledger (see its log)",
+    "secagg_neighbours": "use more clients or more SecAgg+ shares (num_shares), or the node operators lower "
+                         "dphype-min-neighbours in their node config",
+    "task_error": "the ClientApp's task raised: its traceback is in the node's log",
+    "uninformative_scores": "check the ClientApp's task on that node: its scores do not rank the candidates (a "
+                            "constant metric, empty local data or a failed evaluation)",
+    "client_error": "an unexpected error on the node: its traceback is in the node's log",
+    "noise_too_small": "the server must calibrate sigma for the announced (epsilon, delta)",
+}

@@ -39,8 +39,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.special import log_ndtr
 
 from dphype.checks import (
     ACCOUNTANTS,
@@ -112,6 +110,8 @@ def optimal_order(rdp_slope: float, delta: float) -> float:
     ``s (alpha - 1)^2 + log delta + log alpha = 0`` (the left side increases in alpha). Solved by brentq on
     ``(1, 1 + sqrt(log(1/delta)/s)]``, where the left side goes from ``log delta < 0`` to ``log alpha > 0``.
     """
+    from scipy.optimize import brentq  # local imports of scipy: seconds, needed only when solving
+
     log_delta = math.log(delta)
     upper = 1.0 + math.sqrt(-log_delta / rdp_slope)
     return brentq(
@@ -160,6 +160,8 @@ def skellam_rdp_epsilon(l2: float, l1: float, variance: float, delta: float) -> 
 # ----------------------------------------------------------------------------------- analytic Gaussian
 def _log_analytic_delta(eps: float, l2: float, sigma: float) -> float:
     """log of the analytic-Gaussian delta, computed in log space (no cancellation for tiny deltas)."""
+    from scipy.special import log_ndtr
+
     a = l2 / (2.0 * sigma) - eps * sigma / l2
     b = -l2 / (2.0 * sigma) - eps * sigma / l2
     la, lb = float(log_ndtr(a)), float(log_ndtr(b))
@@ -179,6 +181,8 @@ def analytic_gaussian_delta(eps: float, l2: float, sigma: float) -> float:
 def _root_decreasing(fn: Callable[[float], float], target: float, start: float, name: str) -> float:
     """Solve ``fn(x) = target`` for ``x > 0`` when ``fn`` decreases in ``x``: bracket by doubling, then brentq
     on ``log x``."""
+    from scipy.optimize import brentq
+
     lo = hi = math.log(start)
     for _ in range(400):
         if fn(math.exp(hi)) < target:
@@ -197,6 +201,8 @@ def _root_decreasing(fn: Callable[[float], float], target: float, start: float, 
 
 def analytic_gaussian_epsilon(l2: float, sigma: float, delta: float) -> float:
     """Smallest epsilon with ``analytic_gaussian_delta(epsilon) <= delta`` (brentq; 0 if already at eps = 0)."""
+    from scipy.optimize import brentq
+
     log_delta = math.log(delta)
     if _log_analytic_delta(0.0, l2, sigma) <= log_delta:
         return 0.0

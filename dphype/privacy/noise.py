@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 from randomgen import ChaCha
-from scipy.stats import norm
 
 from dphype.checks import check_clients, check_dropout, check_int, check_noise, check_positive, check_sigma
 
@@ -158,6 +157,8 @@ def _two_sided_tail(threshold: float, variance: float, kind: str) -> float:
     to the integer ``m = floor(threshold) + 1`` (``X > threshold`` iff ``X >= m``).
     """
     if kind == "gaussian":
+        from scipy.stats import norm  # local import of scipy.stats: seconds, needed only here
+
         return float(2.0 * norm.sf(threshold / math.sqrt(variance)))
     mu = variance / 2.0
     m = math.floor(threshold) + 1.0

@@ -66,7 +66,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.stats import hypergeom
 
 from dphype.checks import check_clients, check_dropout
 from dphype.privacy.noise import min_survivors
@@ -170,6 +169,8 @@ def _log2_counts(clients: int, neighbours: int, marked: int) -> tuple[np.ndarray
     if k >= n - 1:
         log_pmf = np.where(x == marked, 0.0, -np.inf)
     else:
+        from scipy.stats import hypergeom  # local import of scipy.stats: seconds, needed only for these tails
+
         log_pmf = hypergeom.logpmf(x, n - 1, marked, k) / math.log(2)
     return np.logaddexp2.accumulate(log_pmf[::-1])[::-1], np.logaddexp2.accumulate(log_pmf)
 

@@ -33,8 +33,9 @@ class AppConfig:
     instead of stalling the run. ``fraction_evaluate``: the share of nodes that evaluate the global model on
     their own data after each FedAvg round (0: only the server's evaluation on the test split).
     ``train_epsilon`` > 0 trains privately (:func:`dphype.flower.private_training`: DP-FedAvg within that
-    budget at ``delta``, updates clipped to ``clipping_norm`` on the ``clipping`` side, composed with the
-    selection); 0 trains with ordinary FedAvg, whose plaintext updates no guarantee covers.
+    budget at ``delta``, updates clipped to ``clipping_norm`` on the server, or by the clients and verified by
+    the server (``clipping``), composed with the selection); 0 trains with ordinary FedAvg, whose plaintext
+    updates no guarantee covers.
     ``result_file``: where the ServerApp also writes its summary as JSON (empty: nowhere).
     """
 
@@ -47,7 +48,7 @@ class AppConfig:
     fraction_evaluate: float = 1.0
     train_epsilon: float = 0.0
     clipping_norm: float = 1.0
-    clipping: str = "client"
+    clipping: str = "server"
     connect_timeout: float = 600.0
     round_timeout: float = 1800.0
     result_file: str = ""

@@ -18,18 +18,18 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from typing import Any, cast
 
 from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Strategy
 
+from dphype.app.config import AppConfig
 from dphype.cli import jsonable
-from dphype.flower import DPHype, private_training, train_config
+from dphype.flower import DPHype, check_private_training, private_training, train_config
 from dphype.ml.models import MODEL_FOR_DATASET
 from dphype.ml.task import TorchTask, load_cached
-from server.config import AppConfig
 
 #: Prefix of the log line that carries the run summary as JSON.
 RESULT_PREFIX = "DPHYPE_RESULT "
@@ -41,6 +41,11 @@ PLAINTEXT_TRAINING = ("plaintext model updates of every participating client in 
 def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
     """DP-Hype selection, then FedAvg with the winner; returns the run summary."""
     selection = DPHype(cfg.candidate_list(), cfg.dphype)  # checks everything before any client works
+    budget = cfg.training_budget()
+    survivors = cfg.dphype.clients  # at least the vote's survivors train: checked here, set after the vote
+    if budget is not None:  # the training accountant's preconditions, before the selection spends anything
+        check_private_training(_fedavg(cfg, survivors), budget, delta=cfg.dphype.delta,
+                               neighbouring=cfg.dphype.neighbouring, sampled_clients=survivors)
     start = time.perf_counter()
     result = selection.start(grid, timeout=cfg.round_timeout, connect_timeout=cfg.connect_timeout)
     selected_at = time.perf_counter()
@@ -48,12 +53,10 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
     test = TorchTask(load_cached(cfg.dataset)[1], MODEL_FOR_DATASET[cfg.dataset])  # central evaluation
 
     def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-        return MetricRecord(test.evaluate(arrays.to_torch_state_dict()))
+        return MetricRecord(dict(test.evaluate(arrays.to_torch_state_dict())))
 
     survivors = result.report.survivors or cfg.dphype.clients  # only the vote's survivors are waited for
-    fedavg = FedAvg(fraction_evaluate=cfg.fraction_evaluate, min_train_nodes=survivors,
-                    min_evaluate_nodes=round(cfg.fraction_evaluate * survivors), min_available_nodes=survivors)
-    budget = cfg.training_budget()
+    fedavg = _fedavg(cfg, survivors)
     # DP-FedAvg, accounted together with the selection, when the run has a training budget
     private = None if budget is None else private_training(fedavg, result.report, budget,
                                                            sampled_clients=len(list(grid.get_node_ids())))
@@ -63,7 +66,7 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
         initial_arrays=ArrayRecord(test.initial_state(cfg.seed)),
         num_rounds=cfg.fedavg_rounds,
         timeout=cfg.round_timeout,
-        train_config=train_config(result.selected, **{"local-epochs": cfg.local_epochs}),
+        train_config=train_config(result.best_params, **{"local-epochs": cfg.local_epochs}),
         evaluate_fn=evaluate,
     )
     phases = private.report() if private is not None else {  # after training: the rounds actually released
@@ -81,11 +84,16 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
         "num_candidates": len(selection.candidates),
         "predicted_success": selection.plan().success,
         "plan_warnings": selection.plan().warnings,
-        "accuracy": float(final["accuracy"]),
-        "test_loss": float(final["loss"]),
+        "accuracy": float(cast(float, final["accuracy"])),
+        "test_loss": float(cast(float, final["loss"])),
         "selection_seconds": selected_at - start,
         "fedavg_seconds": time.perf_counter() - selected_at,
     }
+
+
+def _fedavg(cfg: AppConfig, survivors: int) -> FedAvg:
+    return FedAvg(fraction_evaluate=cfg.fraction_evaluate, min_train_nodes=survivors,
+                  min_evaluate_nodes=round(cfg.fraction_evaluate * survivors), min_available_nodes=survivors)
 
 
 app = ServerApp()

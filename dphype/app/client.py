@@ -4,7 +4,8 @@ A worked example of the Message API: the app is a plain ``ClientApp``; :func:`dp
 adds DP-Hype's pre-flight and secure-vote handlers, which score the public candidates with this node's
 :class:`dphype.ml.task.TorchTask` (its shard of the data set, from ``partition-id`` / ``num-partitions`` in
 the node config, which the simulation engine also sets). Its own ``@app.train()`` and ``@app.evaluate()``
-then serve the final FedAvg with the selected candidate, which arrives as the train config.
+then serve the final FedAvg with the selected candidate, which arrives in the train config
+(:func:`dphype.flower.selected_candidate`).
 
 The run config only names the data set, the partition seed and the local epochs; nothing a server names
 is opened as a file, and the candidate list arrives with DP-Hype's request. The node's privacy limits are its
@@ -16,19 +17,24 @@ the node config is not the operator's to set (simulation); unset keys keep the s
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.mod import fixedclipping_mod
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 
-from dphype.flower import register_dphype
-from dphype.ml.task import TorchTask, make_task
-from dphype.ml.training import HYPERPARAMETERS, client_round_seed
+from dphype.flower import register_dphype, selected_candidate
+
+if TYPE_CHECKING:  # torch is imported where a task is built: a process serving a SecAgg+ stage needs none
+    from dphype.ml.task import TorchTask
 
 
 def local_task(context: Context) -> TorchTask:
     """This node's task: its shard of the run's data set and the paper's model."""
+    from dphype.ml.task import make_task
+
     run = context.run_config
     return make_task(str(run.get("dataset", "adult")), int(context.node_config["partition-id"]),
                      int(context.node_config["num-partitions"]), seed=int(run.get("seed", 0)),
@@ -50,24 +56,25 @@ def clip_in_private_rounds(msg: Message, context: Context, call_next: ClientAppC
 def train(msg: Message, context: Context) -> Message:
     """One FedAvg local update of the global model with the selected candidate (the train config).
 
-    In DP rounds the update is clipped (by the mod), every client weighs the same (DP-FedAvg averages
-    uniformly) and no metrics leave the client: only the clipped update is covered by the guarantee."""
-    config = msg.content["config"]
-    private = KEY_CLIPPING_NORM in config
-    candidate = {key: config[key] for key in HYPERPARAMETERS if key in config}
+    In DP rounds with client-side clipping the update is clipped by the mod (the server verifies its norm);
+    with server-side clipping the server clips. Either way the server weighs every client the same and keeps
+    none of their metrics (:func:`dphype.flower.private_training`)."""
+    from dphype.ml.training import client_round_seed
+
+    config = msg.content.config_records["config"]
+    candidate = selected_candidate(msg)
     # the same mini-batch order as dphype.ml.training.fedavg
-    seed = client_round_seed(int(context.run_config.get("seed", 0)), int(config["server-round"]) - 1,
-                             int(context.node_config["partition-id"]))
+    seed = client_round_seed(int(cast(int, context.run_config.get("seed", 0))),
+                             int(cast(int, config["server-round"])) - 1,
+                             int(cast(int, context.node_config["partition-id"])))
     task = local_task(context)
-    state, metrics = task.fit(candidate, msg.content["arrays"].to_torch_state_dict(),
-                              epochs=int(config["local-epochs"]), seed=seed)
-    if private:
-        metrics = {"num-examples": 1}
-    return Message(RecordDict({"arrays": ArrayRecord(state), "metrics": MetricRecord(metrics)}), reply_to=msg)
+    state, metrics = task.fit(candidate, msg.content.array_records["arrays"].to_torch_state_dict(),
+                              epochs=int(cast(int, config["local-epochs"])), seed=seed)
+    return Message(RecordDict({"arrays": ArrayRecord(state), "metrics": MetricRecord(dict(metrics))}), reply_to=msg)
 
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
     """Loss and accuracy of the global model on this node's data."""
-    metrics = local_task(context).evaluate(msg.content["arrays"].to_torch_state_dict())
-    return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+    metrics = local_task(context).evaluate(msg.content.array_records["arrays"].to_torch_state_dict())
+    return Message(RecordDict({"metrics": MetricRecord(dict(metrics))}), reply_to=msg)

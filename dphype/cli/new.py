@@ -1,0 +1,63 @@
+"""``dphype new APP_DIR``: write a runnable Flower app with DP-Hype, offline, from templates in the package.
+
+The app (``dphype/templates/app``, shipped as package data) is the README's embedding example: a Message-API
+``ClientApp`` with a task and its own ``@app.train()``, a ``ServerApp`` that selects with
+:class:`dphype.flower.DPHype` and trains with Flower's ``FedAvg`` (any strategy works), and a
+``pyproject.toml`` with the run config (:meth:`dphype.config.DPHypeConfig.from_run_config`) and the node
+policy keys (:data:`dphype.node.policy.POLICY_KEYS`) documented. It runs as written with
+``flwr run . --stream --federation-config "num-supernodes=10"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from importlib.resources import files
+from pathlib import Path
+from string import Template
+from typing import Any
+
+#: Template file -> path in the app (``{package}`` is the app's Python package).
+FILES: dict[str, str] = {
+    "pyproject.toml.tmpl": "pyproject.toml",
+    "__init__.py.tmpl": "{package}/__init__.py",
+    "client_app.py.tmpl": "{package}/client_app.py",
+    "server_app.py.tmpl": "{package}/server_app.py",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``dphype new``."""
+    parser.add_argument("app_dir", help="folder to create (must not exist, or be empty); its name names the app")
+
+
+def package_name(folder: Path) -> str:
+    """A Python package name from the folder's name (``my-app`` -> ``my_app``)."""
+    name = re.sub(r"\W+", "_", folder.name.lower()).strip("_")
+    if not name:
+        raise ValueError(f"app_dir must end in a name with a letter or digit, got {str(folder)!r}")
+    return f"app_{name}" if name[0].isdigit() else name
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Write the app; refuses a folder that exists and is not empty (nothing is overwritten)."""
+    from dphype import __version__
+    from dphype.node.policy import POLICY_KEYS
+
+    folder = Path(args.app_dir).expanduser().absolute()
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise ValueError(f"app_dir {str(folder)!r} exists and is not an empty folder; choose a new one")
+    package = package_name(folder)
+    keys = "\n".join(f"#   {key} = {default!r}: {meaning}".replace("None", "none") for key, (default, meaning)
+                     in POLICY_KEYS.items())
+    values = {"project": package.replace("_", "-"), "package": package, "version": __version__, "policy_keys": keys}
+    templates = files("dphype") / "templates" / "app"
+    written = []
+    for template, target in FILES.items():
+        path = folder / target.format(package=package)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(Template((templates / template).read_text(encoding="utf-8")).substitute(values),
+                        encoding="utf-8")
+        written.append(str(path.relative_to(folder)))
+    return {"app": str(folder), "files": written,
+            "next": f"cd {folder} && flwr run . --stream --federation-config \"num-supernodes=10\""}

@@ -1,0 +1,173 @@
+"""The outcome of one DP-Hype selection, in the shape users know from Optuna's ``Study`` and Flower's ``Result``.
+
+:class:`DPHypeResult` holds the selected candidate (:attr:`DPHypeResult.best_params`), the released noisy vote
+sum, the selection rule's estimate with the confidence in its pick (:class:`dphype.selection.rules.Selection`),
+the privacy report and (over SecAgg+) the secure sum's graph. :meth:`DPHypeResult.table` ranks every candidate,
+:meth:`DPHypeResult.summary` prints it as text, :meth:`DPHypeResult.save` / :meth:`DPHypeResult.load` keep it as
+JSON. Everything here is post-processing of the release: reading, ranking or saving it spends no privacy.
+
+A release mode that does not publish votes (only the winner's index) has ``noisy_sum`` ``None``; the table
+then has no ``votes`` column.
+
+No Flower import here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dphype.privacy.accounting import PrivacyReport
+from dphype.selection.candidates import Candidate, CandidateList
+from dphype.selection.rules import Selection
+
+#: ``format`` of a saved result; :meth:`DPHypeResult.load` refuses other files.
+RESULT_FORMAT = "dphype-result/1"
+
+
+def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """``rows`` as a plain-text table with one header line; floats with 4 significant digits, missing
+    cells empty. ``columns`` defaults to the keys of all rows in order of appearance."""
+    if columns is None:
+        columns = list(dict.fromkeys(key for row in rows for key in row))
+
+    def cell(value: Any) -> str:
+        if value is None:
+            return ""
+        if isinstance(value, float) and not isinstance(value, bool):
+            return f"{value:.4g}"
+        return str(value)
+
+    cells = [[cell(row.get(column)) for column in columns] for row in rows]
+    widths = [max([len(str(column)), *(len(line[i]) for line in cells)]) for i, column in enumerate(columns)]
+    lines = ["  ".join(str(c).rjust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in cells]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class DPHypeResult:
+    """Outcome of one DP-Hype selection: the winner, the released noisy sum (``None`` for a release without
+    votes), the privacy report, the selection rule that ran with the confidence in its pick, the public
+    candidate list and (when it ran over SecAgg+) the secure sum's graph, its failure bounds and the range's
+    clipping probability; ``notes`` say what else the operator should know (e.g. simulated nodes with per-run
+    ledgers)."""
+
+    selected_index: int
+    selected: Candidate
+    noisy_sum: np.ndarray | None
+    report: PrivacyReport
+    selection: Selection
+    candidates: CandidateList
+    secure_sum: dict[str, Any] | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def best_params(self) -> Candidate:
+        """The selected candidate's hyperparameters (Optuna's ``study.best_params``)."""
+        return dict(self.selected)
+
+    def table(self, top: int | None = None) -> list[dict[str, Any]]:
+        """Every candidate (or the ``top`` first), ranked by the selection rule's estimate of the vote sum (the
+        release itself for the argmax rule; ties by index): ``rank``, ``index``, its hyperparameters,
+        ``votes`` (the released noisy vote sum, where the release has it) and ``estimate``."""
+        estimate = np.asarray(self.selection.estimate, dtype=np.float64)
+        order = sorted(range(len(self.candidates)), key=lambda i: (-estimate[i], i))
+        if order and order[0] != self.selected_index:  # the pick leads its own table
+            order.remove(self.selected_index)
+            order.insert(0, self.selected_index)
+        rows = []
+        for rank, i in enumerate(order[:top] if top is not None else order, start=1):
+            row: dict[str, Any] = {"rank": rank, "index": i, **self.candidates[i]}
+            if self.noisy_sum is not None:
+                row["votes"] = float(self.noisy_sum[i])
+            if self.selection.rule != "argmax" or self.noisy_sum is None:
+                row["estimate"] = float(estimate[i])
+            rows.append(row)
+        return rows
+
+    def summary(self, top: int = 10) -> str:
+        """Readable text: the pick, the rule and its confidence, the privacy guarantee and the ``top`` rows of
+        :meth:`table`."""
+        sel, rep = self.selection, self.report
+        params = ", ".join(f"{key}={value}" for key, value in self.selected.items())
+        rule = sel.rule if sel.rule == sel.requested else f"{sel.rule} (asked for {sel.requested}: {sel.fallback})"
+        epsilon = "inf" if math.isinf(rep.epsilon) else f"{rep.epsilon:.4g}"
+        contributed = "" if rep.survivors is None else f", {rep.survivors} of {rep.clients} clients contributed"
+        lines = [
+            f"DP-Hype selected candidate {self.selected_index} of {len(self.candidates)}: {params}",
+            f"rule: {rule}; confidence: P(top-voted) {sel.p_top:.2f}, P(within {sel.tolerance:g} votes of the top) "
+            f"{sel.p_top_group:.2f}, margin {sel.margin:.2f} sigma",
+            f"privacy: ({epsilon}, {rep.delta:g})-DP per client ({rep.neighbouring}, {rep.accountant} accountant), "
+            f"{rep.noise} noise sigma={rep.sigma:.4g}{contributed}; released: {rep.released}",
+        ]
+        if sel.warning:
+            lines.append(f"warning: {sel.warning}")
+        lines.extend(f"note: {note}" for note in self.notes)
+        shown = min(top, len(self.candidates))
+        lines.append(f"top {shown} of {len(self.candidates)} candidates, ranked by the {sel.rule} rule's estimate:")
+        lines.append(format_table(self.table(top)))
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly record of everything (:meth:`from_dict` reads it back)."""
+        out: dict[str, Any] = {
+            "format": RESULT_FORMAT,
+            "selected_index": self.selected_index,
+            "selected": dict(self.selected),
+            "noisy_sum": None if self.noisy_sum is None else self.noisy_sum.tolist(),
+            "privacy": self.report.to_dict(),
+            "confidence": self.selection.to_dict(),
+            "estimate": np.asarray(self.selection.estimate, dtype=np.float64).tolist(),
+            "candidates": json.loads(self.candidates.to_json()),
+        }
+        if self.secure_sum is not None:
+            out["secure_sum"] = dict(self.secure_sum)
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DPHypeResult:
+        """Rebuild a result from :meth:`to_dict`'s record (``ValueError`` for another format or a record whose
+        selected candidate is not the list's entry at its index)."""
+        if data.get("format") != RESULT_FORMAT:
+            raise ValueError(f"format must be {RESULT_FORMAT!r}, got {data.get('format')!r}")
+        try:
+            candidates = CandidateList.from_json(json.dumps(data["candidates"]))
+            conf = data["confidence"]
+            selection = Selection(
+                index=int(conf["selected"]), rule=conf["rule"], requested=conf["requested_rule"],
+                fallback=conf["fallback"], estimate=np.asarray(data["estimate"], dtype=np.float64),
+                sigma=float(conf["sigma"]), p_top=float(conf["p_top"]), p_top_group=float(conf["p_top_group"]),
+                tolerance=float(conf["tolerance_votes"]), margin=float(conf["margin_sigma"]), warning=conf["warning"])
+            noisy = data["noisy_sum"]
+            result = cls(selected_index=int(data["selected_index"]), selected=dict(data["selected"]),
+                         noisy_sum=None if noisy is None else np.asarray(noisy, dtype=np.float64),
+                         report=PrivacyReport(**data["privacy"]), selection=selection, candidates=candidates,
+                         secure_sum=data.get("secure_sum"), notes=tuple(data.get("notes", ())))
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"the result record is incomplete: {err}") from None
+        if candidates[result.selected_index] != result.selected:
+            raise ValueError("selected must be the candidate at selected_index")
+        return result
+
+    def save(self, path: str | Path) -> Path:
+        """Write :meth:`to_dict` as JSON to ``path`` (Python's JSON: an infinite epsilon is ``Infinity``)."""
+        path = Path(path)
+        path.write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> DPHypeResult:
+        """Read a result written by :meth:`save`."""
+        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))

@@ -1,0 +1,179 @@
+"""Where a loopback deployment's selection time goes: 1 SuperLink, N SuperNodes on 127.0.0.1, `flwr run . deploy`.
+
+Starts ``flower-superlink`` and ``--nodes`` ``flower-supernode`` processes (loopback only, free ports, a private
+``FLWR_HOME``), waits until every node registered, runs the bundled app of this checkout with ``flwr run``
+(``PYTHONPATH`` is the checkout, so every process runs its code) and stamps every streamed log line with the
+time it arrived. The stages come from the ServerApp's own log lines (:mod:`dphype.flower.server`,
+:mod:`dphype.flower.secagg`):
+
+* ``start``: from ``flwr run`` to ``Starting DPHype`` (FAB upload, ServerApp process start and imports);
+* ``wait for nodes``: to the pre-flight being sent (all ``clients`` nodes connected);
+* ``pre-flight``: every node checks the request and scores every candidate (ClientApp processes start here);
+* ``secagg: keys``, ``secagg: masked votes``, ``secagg: unmask + release``: the SecAgg+ stages and the release;
+* ``selection``: the sum of the above from ``Starting DPHype`` (what the issue's goal bounds);
+* ``fedavg``: the final training (one round, by default) until the result line.
+
+Usage: ``python -m simulations.deployment_profile --nodes 10 --candidates table3 [--json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+#: (stage, regular expression of the ServerApp log line that ends it), in order.
+MARKERS: tuple[tuple[str, str], ...] = (
+    ("start", r"Starting DPHype\("),
+    ("wait for nodes", r"DP-Hype pre-flight: sending the request"),
+    ("pre-flight", r"DP-Hype pre-flight: \d+ of \d+ clients ready"),
+    ("secagg: keys", r"DP-Hype secure vote: \d+ of \d+ clients sent their public keys"),
+    ("secagg: masked votes", r"DP-Hype secure vote: masked vote vectors received"),
+    ("secagg: unmask + release", r"DP-Hype selected candidate"),
+    ("fedavg", r"DPHYPE_RESULT "),
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for_port(port: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout:g} s")
+
+
+def stages(stamped: list[tuple[float, str]], started: float) -> dict[str, float]:
+    """Seconds of each stage of :data:`MARKERS` from the stamped log lines (a missing marker ends the table)."""
+    out: dict[str, float] = {}
+    previous = started
+    for name, pattern in MARKERS:
+        hit = next((t for t, line in stamped if t >= previous and re.search(pattern, line)), None)
+        if hit is None:
+            break
+        out[name] = hit - previous
+        previous = hit
+    if "secagg: unmask + release" in out:
+        out["selection"] = sum(out[name] for name, _ in MARKERS[1:6])
+    return out
+
+
+def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, timeout: float) -> dict[str, Any]:
+    """Start the federation, run the app once, return the stage table and the run's summary."""
+    with tempfile.TemporaryDirectory(prefix="dphype-deploy-") as folder:
+        tmp = Path(folder)
+        home = tmp / "flwr-home"
+        home.mkdir()
+        link = free_port()
+        (home / "config.toml").write_text(f'[superlink]\ndefault = "deploy"\n\n[superlink.deploy]\n'
+                                          f'address = "127.0.0.1:{link}"\ninsecure = true\n')
+        env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
+               "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "OMP_NUM_THREADS": "1",
+               "PYTHONPATH": str(REPO), "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+        procs: list[subprocess.Popen] = []
+        logs: list[Path] = []
+
+        def start(name: str, args: list[str]) -> None:
+            logs.append(tmp / f"{name}.log")
+            procs.append(subprocess.Popen(args, env=env, stdout=logs[-1].open("w"), stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+
+        try:
+            begun = time.perf_counter()
+            start("superlink", [str(BIN / "flower-superlink"), "--insecure",
+                                "--disable-runtime-dependency-installation", "--database", str(tmp / "state.db"),
+                                "--host", "127.0.0.1", "--port", str(link)])
+            _wait_for_port(link)
+            policy = (f"dphype-max-epsilon={epsilon} dphype-min-clients={nodes} dphype-min-neighbours=2 "
+                      f"dphype-lifetime-epsilon={10 * epsilon}")
+            for i in range(nodes):
+                start(f"supernode-{i}", [str(BIN / "flower-supernode"), "--insecure", "--superlink",
+                                         f"127.0.0.1:{link}", "--host", "127.0.0.1", "--port", str(free_port()),
+                                         "--node-config", f"partition-id={i} num-partitions={nodes} {policy}"])
+            deadline = time.monotonic() + 300
+            while not all("SuperNode ID:" in log.read_text(errors="replace") for log in logs[1:]):
+                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                    raise RuntimeError("the SuperNodes did not all register:\n" + "\n".join(
+                        log.read_text(errors="replace")[-500:] for log in logs))
+                time.sleep(0.2)
+            federation_seconds = time.perf_counter() - begun
+            result_file = tmp / "result.json"
+            run_config = (f"clients={nodes} epsilon={epsilon} candidates='{candidates}' fedavg-rounds=1 "
+                          f"local-epochs={local_epochs} fraction-evaluate=0.0 result-file='{result_file}' "
+                          f"round-timeout={timeout / 4:g}")
+            started = time.perf_counter()
+            run = subprocess.Popen([str(BIN / "flwr"), "run", str(REPO), "deploy", "--stream", "--run-config",
+                                    run_config], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   start_new_session=True)
+            procs.append(run)
+            stamped = []
+            assert run.stdout is not None
+            for line in run.stdout:
+                stamped.append((time.perf_counter(), line.rstrip()))
+                if time.perf_counter() - started > timeout:
+                    break
+            code = run.wait(timeout=60)
+            total = time.perf_counter() - started
+        finally:
+            for proc in reversed(procs):  # each in its own session: its group holds what it started
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+            for proc in procs:
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+        if code != 0 or not result_file.exists():
+            raise RuntimeError(f"the run failed (flwr run exited {code}) after the stages "
+                               f"{json.dumps(stages(stamped, started))}:\n"
+                               + "\n".join(line for _, line in stamped[-40:]))
+        summary = json.loads(result_file.read_text())
+    return {"nodes": nodes, "candidates": summary["num_candidates"], "local_epochs": local_epochs,
+            "federation_start_seconds": federation_seconds, "run_seconds": total,
+            "stages": stages(stamped, started), "selected_index": summary["selected_index"],
+            "accuracy": summary["accuracy"], "epsilon": summary["privacy"]["epsilon"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=10, help="SuperNodes (default 10)")
+    parser.add_argument("--candidates", default="table3", help="candidate spec (default table3: 100 candidates)")
+    parser.add_argument("--epsilon", type=float, default=1.0, help="selection epsilon (default 1)")
+    parser.add_argument("--local-epochs", type=int, default=5, help="local epochs of the scoring (default 5)")
+    parser.add_argument("--timeout", type=float, default=1200.0, help="give up after this many seconds")
+    parser.add_argument("--json", action="store_true", help="print one JSON line at the end")
+    args = parser.parse_args(argv)
+    out = profile(args.nodes, args.candidates, args.epsilon, args.local_epochs, args.timeout)
+    print(f"{out['nodes']} SuperNodes on loopback, {out['candidates']} candidates, {out['local_epochs']} local "
+          f"epochs; federation started in {out['federation_start_seconds']:.1f} s, `flwr run` took "
+          f"{out['run_seconds']:.1f} s")
+    for name, seconds in out["stages"].items():
+        print(f"  {name:26s} {seconds:7.1f} s")
+    if args.json:
+        print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

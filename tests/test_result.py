@@ -1,0 +1,82 @@
+"""The result object (dphype.result.DPHypeResult): best_params, ranked table, summary, JSON round trip."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from dphype import DPHypeConfig, DPHypeResult, grid
+from dphype.protocol import make_vote_request, release
+
+CANDIDATES = grid(lr=[0.001, 0.01, 0.1, 1.0], steps=[5, 50])
+
+
+def a_release(rule: str = "gp") -> DPHypeResult:
+    request = make_vote_request(DPHypeConfig(epsilon=5.0, delta=1e-5, k=2, clients=20, rule=rule), CANDIDATES)
+    votes = np.array([0.0, 1.0, 3.0, 6.0, 14.0, 12.0, 2.0, 2.0])  # noisy sum of 20 clients' top-2 votes
+    return release(request, votes, 20)
+
+
+@pytest.mark.parametrize("rule", ["gp", "argmax"])
+def test_best_params_and_the_ranked_table(rule):
+    result = a_release(rule)
+    assert result.best_params == CANDIDATES[result.selected_index] == result.selected
+    table = result.table()
+    assert [row["rank"] for row in table] == list(range(1, 9)) and table[0]["index"] == result.selected_index
+    assert sorted(row["index"] for row in table) == list(range(8))
+    assert all(row["votes"] == result.noisy_sum[row["index"]] for row in table)
+    assert {"lr", "steps"} <= set(table[0])
+    if rule == "argmax":
+        assert "estimate" not in table[0] and [row["votes"] for row in table] == sorted(result.noisy_sum)[::-1]
+    else:
+        estimates = [row["estimate"] for row in table]
+        assert estimates == sorted(estimates, reverse=True)  # ranked by the rule's estimate
+    assert len(result.table(top=3)) == 3
+
+
+def test_summary_is_readable_text():
+    result = a_release()
+    text = result.summary(top=3)
+    lines = text.splitlines()
+    assert lines[0] == (f"DP-Hype selected candidate {result.selected_index} of 8: "
+                        f"lr={result.selected['lr']}, steps={result.selected['steps']}")
+    assert "rule: gp; confidence: P(top-voted)" in lines[1]
+    assert lines[2].startswith("privacy: (5, 1e-05)-DP per client (replace-one, rdp accountant), skellam noise")
+    assert "20 of 20 clients contributed" in lines[2]
+    header = lines[-4].split()
+    assert header == ["rank", "index", "lr", "steps", "votes", "estimate"] and len(lines[-3:]) == 3
+    assert str(result) == result.summary()
+
+
+def test_save_and_load_round_trip(tmp_path):
+    result = dataclasses.replace(a_release(), secure_sum={"num_shares": 19, "statement": "bounds"})
+    loaded = DPHypeResult.load(result.save(tmp_path / "result.json"))
+    assert loaded.best_params == result.best_params and loaded.selected_index == result.selected_index
+    assert loaded.report == result.report and loaded.secure_sum == result.secure_sum
+    assert np.array_equal(loaded.noisy_sum, result.noisy_sum)
+    assert np.array_equal(loaded.selection.estimate, result.selection.estimate)
+    assert loaded.candidates.fingerprint() == CANDIDATES.fingerprint()
+    assert loaded.summary() == result.summary() and loaded.to_dict() == result.to_dict()
+
+
+def test_load_refuses_other_files(tmp_path):
+    record = a_release().to_dict()
+    (tmp_path / "other.json").write_text(json.dumps({**record, "format": "something"}))
+    with pytest.raises(ValueError, match="format must be 'dphype-result/1'"):
+        DPHypeResult.load(tmp_path / "other.json")
+    (tmp_path / "lying.json").write_text(json.dumps({**record, "selected_index": (record["selected_index"] + 1) % 8}))
+    with pytest.raises(ValueError, match="selected must be the candidate at selected_index"):
+        DPHypeResult.load(tmp_path / "lying.json")
+    (tmp_path / "short.json").write_text(json.dumps({k: v for k, v in record.items() if k != "privacy"}))
+    with pytest.raises(ValueError, match="incomplete.*privacy"):
+        DPHypeResult.load(tmp_path / "short.json")
+
+
+def test_a_release_without_votes_has_no_votes_column():
+    """A release mode that opens only the winner (no vote sum) still ranks by the rule's estimate."""
+    result = dataclasses.replace(a_release(), noisy_sum=None)
+    assert "votes" not in result.table()[0] and "estimate" in result.table()[0]
+    assert DPHypeResult.from_dict(result.to_dict()).noisy_sum is None
