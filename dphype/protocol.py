@@ -78,6 +78,7 @@ REFUSAL_CODES: dict[str, str] = {
     "secagg_setup": "unsafe or unexpected SecAgg+ parameters",
     "secagg_neighbours": "SecAgg+ neighbours are too few or inconsistent with the request",
     "secagg_unmask": "unsafe SecAgg+ unmasking request",
+    "secagg_round": "a SecAgg+ stage out of order, repeated, for another request or malformed: round aborted",
     "node_policy": "this node's privacy policy is misconfigured",
     "ledger_error": "this node's privacy ledger cannot be read or written",
     "unsupported_candidates": "the client's task cannot evaluate these candidates (e.g. a key it does not use)",

@@ -156,3 +156,13 @@ def test_signatures() -> None:
     assert not relay.verify(signer.public, signature[:-1] + bytes([signature[-1] ^ 1]), b"survivors")
     assert not relay.verify(signer.public[:31], signature, b"survivors")
     assert not relay.verify(signer.public, "sig", b"survivors")  # type: ignore[arg-type]
+
+
+def test_private_keys_round_trip() -> None:
+    pair, peer = KeyPair.generate(), KeyPair.generate()
+    again = KeyPair.from_private(pair.private_bytes())
+    assert again.public == pair.public
+    assert again.agree(peer.public, info=b"i") == pair.agree(peer.public, info=b"i")
+    signer = SigningKey.generate()
+    copy = SigningKey.from_private(signer.private_bytes())
+    assert copy.public == signer.public and relay.verify(signer.public, copy.sign(b"m"), b"m")

@@ -91,6 +91,16 @@ class KeyPair:
         private = X25519PrivateKey.generate()
         return cls(private, private.public_key().public_bytes_raw())
 
+    @classmethod
+    def from_private(cls, private: bytes) -> KeyPair:
+        """The key pair of a 32-byte raw private key (:meth:`private_bytes`)."""
+        key = X25519PrivateKey.from_private_bytes(_check_bytes("private", private, KEY_BYTES))
+        return cls(key, key.public_key().public_bytes_raw())
+
+    def private_bytes(self) -> bytes:
+        """The 32-byte raw private key (a secret: SecAgg+ Shamir-shares it, a node keeps it in its state)."""
+        return self._private.private_bytes_raw()
+
     def agree(self, peer_public: bytes, *, info: bytes) -> bytes:
         """``HKDF-SHA256(X25519(self, peer_public), info=info)``: 32 bytes, equal on both sides."""
         return _hkdf(_exchange(self._private, peer_public), info=_check_bytes("info", info))
@@ -193,6 +203,16 @@ class SigningKey:
         """A fresh signing key from the operating system's CSPRNG."""
         private = Ed25519PrivateKey.generate()
         return cls(private, private.public_key().public_bytes_raw())
+
+    @classmethod
+    def from_private(cls, private: bytes) -> SigningKey:
+        """The signing key of a 32-byte raw private key (:meth:`private_bytes`)."""
+        key = Ed25519PrivateKey.from_private_bytes(_check_bytes("private", private, KEY_BYTES))
+        return cls(key, key.public_key().public_bytes_raw())
+
+    def private_bytes(self) -> bytes:
+        """The 32-byte raw private key (kept in the node's round state only)."""
+        return self._private.private_bytes_raw()
 
     def sign(self, message: bytes) -> bytes:
         """The 64-byte Ed25519 signature of ``message``."""
