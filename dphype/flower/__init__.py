@@ -9,7 +9,7 @@
   passing :func:`train_config` ``(result.selected)``.
 * :func:`private_training` -- optional: wrap the final FedAvg in Flower's DP wrappers, calibrated to a
   training budget and accounted together with the selection.
-* :mod:`dphype.flower.secagg` -- Flower 1.41's legacy SecAgg+ as an exact secure sum, behind two calls.
+* :mod:`dphype.flower.secagg` -- DP-Hype's own SecAgg+ (:mod:`dphype.secure.secagg`) on the Message API.
 """
 
 from dphype.flower.client import register_dphype
