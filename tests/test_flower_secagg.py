@@ -177,7 +177,7 @@ def test_sum_through_flower_simulation_with_a_dropout():
         nodes = []
         while len(nodes) < 5:
             nodes = list(grid.get_node_ids())
-        out["sum"] = run_secure_sum(grid, nodes, {}, size=100, noise="skellam", min_survivors=4)
+        out["sum"] = run_secure_sum(grid, nodes, REQUEST, size=100, noise="skellam", min_survivors=4)
 
     run_simulation(server_app, vector_app(vectors, drop={2: "masked_input"}, min_survivors=4),
                    num_supernodes=5,

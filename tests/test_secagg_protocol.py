@@ -233,7 +233,8 @@ def test_survivor_set_that_splits_the_graph_is_refused() -> None:
 
 def test_different_survivor_views_never_reach_unmasking() -> None:
     # the server tells two halves of the survivors different survivor sets; each half signs its own view,
-    # so neither collects the quorum of more than half the round, and mixing them does not verify
+    # so neither collects the quorum of more than half the committee (here the whole round), and mixing them
+    # does not verify
     fed = Federation(16, dropout=0.5, graph=(15, 9))
     server, messages = fed.server_until("consistency")
     a, b = fed.ids[:8], fed.ids[8:]
@@ -241,10 +242,11 @@ def test_different_survivor_views_never_reach_unmasking() -> None:
     for view, members in ((sorted(a + b[:1]), a), (sorted(b + a[:1]), b)):
         for node in members:
             signatures[node] = fed.step(node, {**messages[node], "survivors": view})["signature"]
-    assert sa.consistency_quorum(16, server.threshold) == 9
+    assert server.graph is not None and sa.consistency_quorum(sa.consistency_committee(server.graph)) == 9
     for node in (a[0], b[0]):
         own = a if node in a else b
-        with pytest.raises(Refusal, match="8 consistency signatures, fewer than 9"):
+        with pytest.raises(Refusal, match="8 consistency signatures, 8 of them from the committee: fewer than 9, or "
+                                          "fewer than 9 of the committee"):
             fed.step(node, sa.message("unmask", signers=own, signatures=[signatures[s] for s in own]))
     mixed = sorted(a + b[:1])
     with pytest.raises(Refusal, match="does not verify"):
@@ -334,3 +336,22 @@ def test_dropped_vector_keeps_its_self_mask() -> None:
     with pytest.raises(SecureSumError):
         server.survivors = sorted(server.survivors + [victim])
         server.finish(dict(zip(unmask, revealed)))
+
+
+def test_in_a_large_round_the_committee_majority_decides() -> None:
+    # 80 nodes: the committee is the first 64 of the public order; 60 signatures from outside it and a
+    # committee minority do not unlock anything, a committee majority does
+    fed = Federation(80, dropout=0.1, graph=(10, 7))
+    server, messages = fed.server_until("consistency")
+    assert server.graph is not None
+    committee = sa.consistency_committee(server.graph)
+    assert len(committee) == sa.COMMITTEE_SIZE == 64 and sa.consistency_quorum(committee) == 33
+    signatures = {node: fed.step(node, msg)["signature"] for node, msg in messages.items()}
+    outside = [n for n in sorted(signatures) if n not in committee]
+    weak = sorted(outside + list(committee[:32]))
+    node = committee[40]
+    with pytest.raises(Refusal, match="32 of them from the committee"):
+        fed.step(node, sa.message("unmask", signers=weak, signatures=[signatures[s] for s in weak]))
+    strong = sorted(committee[:33])
+    reply = fed.step(committee[41], sa.message("unmask", signers=strong, signatures=[signatures[s] for s in strong]))
+    assert committee[41] in reply["b_owners"]

@@ -43,12 +43,12 @@ packed big-endian wherever they are hashed); ``H(S)`` is SHA-256 of a sorted id 
 3. ``consistency`` -- server: ``survivors`` ``U3`` (nodes whose masked vectors it holds). The node checks
    ``U3`` (a subset of ``U1`` with itself, at least ``ceil((1 - xi) n)``) and the **noise-share bound**
    below, and answers ``signature`` = Ed25519 by ``g_u`` of ``("consistency", D, H(U3))``.
-4. ``unmask`` -- server: ``signers`` / ``signatures``. The node requires at least
-   ``q = max(t, floor(|U1| / 2) + 1)`` distinct signers from ``U3``, every signature valid under the ``g``
-   key of its own key list over its own ``(D, U3)``. It answers ``b_owners`` / ``b_shares`` (its shares of
-   ``b_v`` for ``v`` in ``U3``), ``s_owners`` / ``s_shares`` (of ``s_w`` for ``w`` not in ``U3``) -- never
-   both kinds for one node. The round then ends: any
-   further stage is refused.
+4. ``unmask`` -- server: ``signers`` / ``signatures``. The node requires distinct signers from ``U3``,
+   at least ``t`` of them and among them more than half of the round's **committee** (the first
+   ``min(|U1|, 64)`` nodes of the public graph's order, :func:`consistency_committee`), every signature
+   valid under the ``g`` key of its own key list over its own ``(D, U3)``. It answers ``b_owners`` /
+   ``b_shares`` (its shares of ``b_v`` for ``v`` in ``U3``) and ``s_owners`` / ``s_shares`` (of ``s_w`` for
+   ``w`` not in ``U3``) -- never both kinds for one node. The round then ends: any further stage is refused.
 
 The server reconstructs ``b_v`` (``v`` in ``U3``) and ``s_w`` (``w`` in ``U1`` but not ``U3``, next to a
 survivor) from ``t`` shares each, removes the self-masks and the masks towards dropped nodes, and decodes
@@ -61,8 +61,10 @@ What the server can unmask: the noise-share bound
 
 An honest node reveals, per node ``v``, the share of ``b_v`` if its ``U3`` holds ``v`` and of ``s_v`` if
 not; never both. (i) All honest nodes that reveal anything hold the **same**
-``D`` and ``U3``: each verified consistency signatures over ``(D, U3)`` from more than half of ``U1``, an
-honest node signs once per round, so two different views cannot both collect such a quorum. (ii) Every
+``D`` and ``U3``: each verified consistency signatures over ``(D, U3)`` from more than half of the
+committee, which ``D`` fixes, and an honest node signs once per round, so two different views cannot both
+collect such a quorum. (A committee instead of all of ``U1`` keeps each node's signature checks at about 33
+instead of ``|U1| / 2``: the argument needs only a fixed public set with an honest majority.) (ii) Every
 node of ``U3`` masked with all its neighbours in the public graph of ``D``. (iii) Hence the server obtains
 ``b_v`` only for nodes of ``U3`` and mask keys ``s_w`` only of nodes outside it, so the mask ``PRG(s_xy)`` between
 two neighbours ``x, y`` of ``U3`` cancels only when both vectors are in the sum: a sum the server can
@@ -79,10 +81,10 @@ no such bound holds -- the server may partition the graph or show nodes differen
 node could only assume a single noise share: the partitioned-graph and over-claimed-``n`` attacks of
 issue 13 unmasked sums of 5 to 10 votes that way.
 
-Assumptions: no node colludes with the server (a colluding node may sign two views: with ``c`` of them the
-quorum would need ``(|U1| + c) / 2``), and no Sybils (a server that invents nodes controls their keys and
-signatures; without a PKI nobody can tell). An honest run needs more than half of ``U1`` to sign in
-stage 3.
+Assumptions: no node colludes with the server (a colluding committee member may sign two views: with ``c``
+of them the quorum would need ``(|committee| + c) / 2``), and no Sybils (a server that invents nodes
+controls their keys and signatures; without a PKI nobody can tell). An honest run needs more than half of
+the committee to sign in stage 3.
 """
 
 from __future__ import annotations
@@ -221,9 +223,19 @@ def consistency_statement(digest: bytes, survivors: Sequence[int]) -> bytes:
     return _LABEL + b"consistency" + digest + set_digest(survivors)
 
 
-def consistency_quorum(round_size: int, threshold: int) -> int:
-    """Fewest consistency signatures a node needs before unmasking: ``max(t, floor(|U1| / 2) + 1)``."""
-    return max(threshold, round_size // 2 + 1)
+#: Size of the consistency round's committee (all nodes in rounds up to this size).
+COMMITTEE_SIZE: int = 64
+
+
+def consistency_committee(graph: PublicGraph) -> tuple[int, ...]:
+    """The nodes whose majority must sign the survivor set: the first ``min(|U1|, COMMITTEE_SIZE)`` nodes of
+    the public graph's order (fixed by ``D``, so by no single party)."""
+    return graph.order[:COMMITTEE_SIZE]
+
+
+def consistency_quorum(committee: Sequence[int]) -> int:
+    """Committee signatures a node needs before unmasking: more than half the committee."""
+    return len(committee) // 2 + 1
 
 
 # ------------------------------------------------------------------------------------------ messages
@@ -480,9 +492,12 @@ def _unmask(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
     survivors = set(state.survivors)
     if not set(signers) <= survivors:
         raise _refuse("secagg_unmask", "a consistency signer is not a survivor")
-    quorum = consistency_quorum(len(state.nodes), state.threshold)
-    if len(signers) < quorum:
-        raise _refuse("secagg_unmask", f"{len(signers)} consistency signatures, fewer than {quorum}")
+    committee = consistency_committee(state.graph())
+    quorum = consistency_quorum(committee)
+    from_committee = len(set(signers) & set(committee))
+    if from_committee < quorum or len(signers) < state.threshold:
+        raise _refuse("secagg_unmask", f"{len(signers)} consistency signatures, {from_committee} of them from the "
+                      f"committee: fewer than {state.threshold}, or fewer than {quorum} of the committee")
     g_of = dict(zip(state.nodes, state.g_keys))
     agreed = consistency_statement(state.digest, state.survivors)
     for signer, signature in zip(signers, signatures):
@@ -603,14 +618,19 @@ class ServerRound:
         return {n: message("consistency", survivors=self.survivors) for n in self.survivors}
 
     def unmask(self, replies: Mapping[int, Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
-        """Forward a quorum of consistency signatures to every signer."""
+        """Forward a quorum of consistency signatures to every signer: a committee majority, topped up to ``t``."""
+        assert self.graph is not None
         signed = {n: r["signature"] for n, r in replies.items()
                   if n in self.masked and isinstance(r.get("signature"), bytes)}
-        quorum = consistency_quorum(len(self.keys), self.threshold)
-        if len(signed) < quorum:
-            raise SecureSumError(f"only {len(signed)} clients signed the survivor set, fewer than the quorum of "
-                                 f"{quorum}; nothing was unmasked or released")
-        signers = sorted(signed)[:quorum]
+        committee = consistency_committee(self.graph)
+        quorum = consistency_quorum(committee)
+        signers = [n for n in committee if n in signed][:quorum]
+        signers += [n for n in sorted(signed) if n not in signers][:max(0, self.threshold - len(signers))]
+        if len(signers) < quorum or len(signers) < self.threshold or len(set(signers) & set(committee)) < quorum:
+            raise SecureSumError(f"only {len(signed)} clients signed the survivor set, "
+                                 f"{len(set(signed) & set(committee))} of the committee of {len(committee)}: fewer "
+                                 "than the quorum; nothing was unmasked or released")
+        signers.sort()
         content = message("unmask", signers=signers, signatures=[signed[n] for n in signers])
         return dict.fromkeys(sorted(signed), content)
 
