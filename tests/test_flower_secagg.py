@@ -135,11 +135,11 @@ def test_protocol_halt_is_an_error():
         run(vectors, drop={0: "unmask", 1: "unmask", 2: "unmask"}, min_survivors=5)
 
 
-def test_a_round_for_another_vector_length_fails_before_any_vote():
-    # the length is part of the round digest: nodes expecting 11 entries compute another graph than a
-    # server asking for 10, so no share reaches the right neighbour
+def test_vectors_of_another_length_are_never_unmasked():
+    # the length is part of the round digest; here the complete graph lets the shares through, and the
+    # server drops every masked vector of the wrong length before anything is unmasked
     vectors = np.ones((4, 11), dtype=np.int64)
-    with pytest.raises(ss.TooFewSurvivorsError, match="only 0 of 4 clients completed the share-keys stage"):
+    with pytest.raises(ss.TooFewSurvivorsError, match="only 0 of 4 clients completed the masked-input stage"):
         run(vectors, size=10)
 
 

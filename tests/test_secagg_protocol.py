@@ -203,7 +203,8 @@ def test_partitioned_key_lists_are_refused_at_xi_zero() -> None:
     full = messages[fed.ids[0]]
     for half in (fed.ids[:10], fed.ids[10:]):
         keep = [i for i, n in enumerate(full["nodes"]) if n in half]
-        view = {**full, "nodes": half, **{k: [full[k][i] for i in keep] for k in ("c_keys", "s_keys", "g_keys")},
+        view = {**full, "nodes": half, **{k: b"".join(full[k][32 * i:32 * i + 32] for i in keep)
+                                          for k in ("c_keys", "s_keys", "g_keys")},
                 "neighbours": 8, "threshold": 5}
         for node in half:
             with pytest.raises(Refusal, match="outside \\[20, 20\\]"):

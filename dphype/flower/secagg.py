@@ -92,9 +92,15 @@ def secagg_graph(clients: int, min_survivors: int, num_shares: float | None,
 
 def _send(grid: Grid, messages: dict[int, dict[str, Any]], timeout: float | None,
           failures: Counter[str]) -> dict[int, dict[str, Any]]:
-    """One stage: every node its message, and the replies that came back (error replies are counted)."""
-    out = [Message(RecordDict({RECORD_KEY: ConfigRecord(content)}), dst_node_id=node,
-                   message_type=VOTE_MESSAGE_TYPE) for node, content in messages.items()]
+    """One stage: every node its message, and the replies that came back (error replies are counted). A
+    content shared by several nodes (the key list, the signatures) becomes one record, validated once."""
+    records: dict[int, ConfigRecord] = {}
+    out = []
+    for node, content in messages.items():
+        if id(content) not in records:
+            records[id(content)] = ConfigRecord(content)
+        out.append(Message(RecordDict({RECORD_KEY: records[id(content)]}), dst_node_id=node,
+                           message_type=VOTE_MESSAGE_TYPE))
     replies: dict[int, dict[str, Any]] = {}
     for reply in grid.send_and_receive(out, timeout=timeout):
         if reply.has_error():

@@ -17,7 +17,8 @@ packed big-endian wherever they are hashed); ``H(S)`` is SHA-256 of a sorted id 
    pair ``s_u`` (masks) and an Ed25519 key ``g_u`` (signatures), and answers ``c_key``, ``s_key``,
    ``g_key`` (32 bytes each).
 1. ``share_keys`` -- server: ``nodes``, ``c_keys``, ``s_keys``, ``g_keys`` (the keys of every node ``U1``
-   that advertised, in one list sent to all), ``neighbours`` ``k`` and ``threshold`` ``t``. The node
+   that advertised, in the order of ``nodes``, each kind concatenated into one byte string; one message
+   for all), ``neighbours`` ``k`` and ``threshold`` ``t``. The node
    checks the list (its own keys in it, all keys distinct, ``ceil((1 - xi) n) <= |U1| <= n``), ``k`` and
    ``t`` (``2 t > k + 1``, :func:`dphype.secure.secagg_params.check_share_threshold`; ``k`` at least its
    policy's ``min_neighbours``), then computes the **round digest**
@@ -142,37 +143,54 @@ def round_digest(round_id: bytes, request: str, size: int, neighbours: int, thre
     return h.digest()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PublicGraph:
     """The round's Harary ring ``H(m, k)`` over ``nodes`` (sorted ids), placed by a permutation from ``D``.
 
-    ``order[i]`` is the node at ring position ``i``; ``position`` maps a node to its position. Every node is
-    joined to the ``k / 2`` positions on either side (everyone, when ``k >= m - 1``)."""
+    ``ring[p]`` is the index (into ``nodes``) of the node at ring position ``p`` and ``place`` its inverse.
+    Every node is joined to the ``k / 2`` positions on either side (everyone, when ``k >= m - 1``)."""
 
-    nodes: tuple[int, ...]
+    nodes: np.ndarray
     neighbours: int
-    order: tuple[int, ...]
-    position: dict[int, int] = field(repr=False)
+    ring: np.ndarray = field(repr=False)
+    place: np.ndarray = field(repr=False)
 
     @property
     def complete(self) -> bool:
-        return self.neighbours >= len(self.nodes) - 1
+        return self.neighbours >= self.nodes.size - 1
+
+    @property
+    def order(self) -> tuple[int, ...]:
+        """The node ids in ring order."""
+        return tuple(int(v) for v in self.nodes[self.ring])
+
+    def positions(self, members: Sequence[int]) -> np.ndarray:
+        """Ring positions of ``members`` (ids of the round)."""
+        ids = np.asarray(members, dtype=np.uint64)
+        index = np.minimum(np.searchsorted(self.nodes, ids), self.nodes.size - 1)
+        if not np.array_equal(self.nodes[index], ids):
+            raise ValueError("members must be nodes of the round")
+        return self.place[index]
 
     def neighbourhood(self, node: int) -> tuple[int, ...]:
         """``N(node)``, sorted."""
         if self.complete:
-            return tuple(n for n in self.nodes if n != node)
-        m, half, i = len(self.nodes), self.neighbours // 2, self.position[node]
-        return tuple(sorted(self.order[(i + d) % m] for d in range(-half, half + 1) if d != 0))
+            return tuple(int(n) for n in self.nodes if n != node)
+        half, m = self.neighbours // 2, self.nodes.size
+        offsets = np.concatenate([np.arange(-half, 0), np.arange(1, half + 1)])
+        ring = self.ring[(self.positions([node])[0] + offsets) % m]
+        return tuple(int(n) for n in np.sort(self.nodes[ring]))
 
 
 def public_graph(digest: bytes, nodes: Sequence[int], neighbours: int) -> PublicGraph:
     """The public graph of round digest ``D`` (:class:`PublicGraph`): positions sorted by 62-bit values of
     the ChaCha20 stream under ``D`` (ties, of probability about ``m^2 / 2^63``, broken by id)."""
-    ids = tuple(sorted(int(n) for n in nodes))
-    keys = relay.expand_mask(digest, len(ids), relay.MAX_MODULUS, context=_LABEL + b"graph")
-    order = tuple(ids[i] for i in np.lexsort((np.arange(len(ids)), keys)))
-    return PublicGraph(ids, int(neighbours), order, {node: i for i, node in enumerate(order)})
+    ids = np.sort(np.asarray(nodes, dtype=np.uint64))
+    keys = relay.expand_mask(digest, ids.size, relay.MAX_MODULUS, context=_LABEL + b"graph")
+    ring = np.lexsort((np.arange(ids.size), keys))
+    place = np.empty_like(ring)
+    place[ring] = np.arange(ids.size)
+    return PublicGraph(ids, int(neighbours), ring, place)
 
 
 def component_size(graph: PublicGraph, survivors: Sequence[int], node: int) -> int:
@@ -186,15 +204,15 @@ def component_size(graph: PublicGraph, survivors: Sequence[int], node: int) -> i
         raise ValueError("node must be one of the survivors")
     if graph.complete:
         return len(members)
-    m, half = len(graph.nodes), graph.neighbours // 2
-    positions = np.sort(np.fromiter((graph.position[v] for v in members), dtype=np.int64, count=len(members)))
+    m, half = graph.nodes.size, graph.neighbours // 2
+    positions = np.sort(graph.positions(sorted(members)))
     gaps = (np.roll(positions, -1) - positions) % m  # from each survivor to the next one on the ring
     if positions.size == 1:
         return 1
     breaks = np.flatnonzero(gaps > half)  # no edge from positions[i] to positions[i + 1]
     if breaks.size <= 1:
         return int(positions.size)
-    mine = int(np.searchsorted(positions, graph.position[node]))
+    mine = int(np.searchsorted(positions, graph.positions([node])[0]))
     # the arcs run from positions[breaks[j] + 1] to positions[breaks[j + 1]] (cyclically)
     after = breaks[np.searchsorted(breaks, mine) % breaks.size]  # the first break at or after mine
     before = breaks[np.searchsorted(breaks, mine) - 1]  # the last break before mine (cyclic)
@@ -230,7 +248,7 @@ COMMITTEE_SIZE: int = 64
 def consistency_committee(graph: PublicGraph) -> tuple[int, ...]:
     """The nodes whose majority must sign the survivor set: the first ``min(|U1|, COMMITTEE_SIZE)`` nodes of
     the public graph's order (fixed by ``D``, so by no single party)."""
-    return graph.order[:COMMITTEE_SIZE]
+    return tuple(int(v) for v in graph.nodes[graph.ring[:COMMITTEE_SIZE]])
 
 
 def consistency_quorum(committee: Sequence[int]) -> int:
@@ -266,6 +284,15 @@ def _blobs(message: Mapping[str, Any], key: str, count: int, length: int | None 
         raise _refuse("secagg_round", f"{key!r} must hold {count} byte strings"
                       + ("" if length is None else f" of {length} bytes"))
     return list(value)
+
+
+def _key_list(message: Mapping[str, Any], key: str, count: int) -> list[bytes]:
+    """``count`` 32-byte keys sent concatenated under ``key``."""
+    blob = _get(message, key, bytes)
+    size = relay.KEY_BYTES
+    if len(blob) != count * size:
+        raise _refuse("secagg_round", f"{key!r} must hold {count} keys of {size} bytes")
+    return [blob[i * size:(i + 1) * size] for i in range(count)]
 
 
 def message(stage: str, **content: Any) -> dict[str, Any]:
@@ -307,9 +334,9 @@ class NodeRound:
     seed: bytes = b""
     digest: bytes = b""
     nodes: list[int] = field(default_factory=list)
-    c_keys: list[bytes] = field(default_factory=list)
-    s_keys: list[bytes] = field(default_factory=list)
-    g_keys: list[bytes] = field(default_factory=list)
+    c_keys: bytes = b""  # every node's key, in the order of ``nodes``, concatenated (32 bytes each)
+    s_keys: bytes = b""
+    g_keys: bytes = b""
     neighbours: int = 0
     threshold: int = 0
     survivors: list[int] = field(default_factory=list)
@@ -331,7 +358,13 @@ class NodeRound:
             raise _refuse("secagg_round", "this node's round state is unreadable") from None
 
     def graph(self) -> PublicGraph:
+        """The round's public graph (:func:`public_graph`)."""
         return public_graph(self.digest, self.nodes, self.neighbours)
+
+    def keys_of(self, blob: bytes) -> dict[int, bytes]:
+        """Node id -> key from one of the concatenated key fields."""
+        size = relay.KEY_BYTES
+        return {node: blob[i * size:(i + 1) * size] for i, node in enumerate(self.nodes)}
 
 
 def node_step(state: NodeRound | None, msg: Mapping[str, Any], *, node: int, approval: Approval,
@@ -384,9 +417,7 @@ def _share_keys(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
                 vote: VoteFunction) -> tuple[NodeRound, dict[str, Any]]:
     nodes = _ids(msg, "nodes")
     m = len(nodes)
-    c_keys = _blobs(msg, "c_keys", m, relay.KEY_BYTES)
-    s_keys = _blobs(msg, "s_keys", m, relay.KEY_BYTES)
-    g_keys = _blobs(msg, "g_keys", m, relay.KEY_BYTES)
+    c_keys, s_keys, g_keys = (_key_list(msg, name, m) for name in ("c_keys", "s_keys", "g_keys"))
     k, t = _get(msg, "neighbours", int), _get(msg, "threshold", int)
     if len(set(c_keys + s_keys + g_keys)) != 3 * m:
         raise _refuse("secagg_neighbours", "public keys repeat")
@@ -424,8 +455,8 @@ def _share_keys(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
     new = NodeRound(
         node=state.node, stage="share_keys", round_id=state.round_id, request=state.request,
         c_private=state.c_private, s_private=state.s_private, g_private=state.g_private, seed=seed, digest=digest,
-        nodes=ordered, c_keys=[keys[n][0] for n in ordered], s_keys=[keys[n][1] for n in ordered],
-        g_keys=[keys[n][2] for n in ordered], neighbours=k, threshold=t, share_owners=[state.node],
+        nodes=ordered, c_keys=b"".join(keys[n][0] for n in ordered), s_keys=b"".join(keys[n][1] for n in ordered),
+        g_keys=b"".join(keys[n][2] for n in ordered), neighbours=k, threshold=t, share_owners=[state.node],
         b_shares=[b_shares[own]], s_shares=[s_shares[own]])
     return new, message("share_keys", receivers=receivers, ciphertexts=ciphertexts)
 
@@ -440,7 +471,7 @@ def _masked_input(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
         raise _refuse("secagg_neighbours", "too few neighbours shared their keys to reconstruct this node's secrets")
     ciphertexts = _blobs(msg, "ciphertexts", len(senders))
     c = relay.KeyPair.from_private(state.c_private)
-    c_of = dict(zip(state.nodes, state.c_keys))
+    c_of = state.keys_of(state.c_keys)
     owners, b_shares, s_shares = [state.node], [state.b_shares[0]], [state.s_shares[0]]
     share_bytes = len(state.b_shares[0])
     for sender, ciphertext in zip(senders, ciphertexts):
@@ -462,7 +493,7 @@ def _masked_input(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
     masked = (np.rint(encoded).astype(np.int64) + clipping
               + _self_mask(state.seed, approval.size, state.digest, state.node)) % MODULUS_RANGE
     s = relay.KeyPair.from_private(state.s_private)
-    s_of = dict(zip(state.nodes, state.s_keys))
+    s_of = state.keys_of(state.s_keys)
     for v in neighbourhood:
         mask = _pair_mask(_pair_key(s, s_of[v], state.digest, state.node, v, b"pair"), approval.size, state.digest)
         masked = (masked + mask if state.node < v else masked - mask) % MODULUS_RANGE
@@ -498,7 +529,7 @@ def _unmask(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
     if from_committee < quorum or len(signers) < state.threshold:
         raise _refuse("secagg_unmask", f"{len(signers)} consistency signatures, {from_committee} of them from the "
                       f"committee: fewer than {state.threshold}, or fewer than {quorum} of the committee")
-    g_of = dict(zip(state.nodes, state.g_keys))
+    g_of = state.keys_of(state.g_keys)
     agreed = consistency_statement(state.digest, state.survivors)
     for signer, signature in zip(signers, signatures):
         if not relay.verify(g_of[signer], signature, agreed):
@@ -578,8 +609,8 @@ class ServerRound:
         self.digest = round_digest(self.round_id, self.request, self.size, self.neighbours, self.threshold,
                                    self.keys)
         self.graph = public_graph(self.digest, ordered, self.neighbours)
-        content = message("share_keys", nodes=ordered, c_keys=[self.keys[n][0] for n in ordered],
-                          s_keys=[self.keys[n][1] for n in ordered], g_keys=[self.keys[n][2] for n in ordered],
+        content = message("share_keys", nodes=ordered, **{name: b"".join(self.keys[n][i] for n in ordered)
+                                                          for i, name in enumerate(("c_keys", "s_keys", "g_keys"))},
                           neighbours=self.neighbours, threshold=self.threshold)
         return dict.fromkeys(ordered, content)
 
