@@ -277,12 +277,10 @@ def _ids(message: Mapping[str, Any], key: str) -> list[int]:
     return [int(v) for v in value]
 
 
-def _blobs(message: Mapping[str, Any], key: str, count: int, length: int | None = None) -> list[bytes]:
+def _blobs(message: Mapping[str, Any], key: str, count: int) -> list[bytes]:
     value = _get(message, key, list)
-    if len(value) != count or not all(isinstance(v, bytes) and (length is None or len(v) == length)
-                                      for v in value):
-        raise _refuse("secagg_round", f"{key!r} must hold {count} byte strings"
-                      + ("" if length is None else f" of {length} bytes"))
+    if len(value) != count or not all(isinstance(v, bytes) for v in value):
+        raise _refuse("secagg_round", f"{key!r} must hold {count} byte strings")
     return list(value)
 
 
