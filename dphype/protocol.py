@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from dphype.checks import MAX_CLIENTS
 from dphype.config import DEFAULT_NOISE, DPHypeConfig
 from dphype.ml.task import Task
 from dphype.privacy.accounting import VoteRelease, calibrate, privacy_report
@@ -49,6 +50,10 @@ from dphype.selection.voting import top_k_votes
 PREFIX = "dphype."
 #: Relative slack when comparing the announced epsilon with the one recomputed from sigma.
 EPSILON_RTOL = 1e-6
+#: Largest ratio of an announced sigma to the one calibrated for the announced budget that a client accepts:
+#: an honest server sends the calibrated sigma (:func:`make_vote_request`); far more noise is no request it
+#: sends, and the client refuses it before scoring.
+SIGMA_SLACK = 1.001
 
 
 class Refusal(Exception):
@@ -79,9 +84,12 @@ REFUSAL_CODES: dict[str, str] = {
     "policy_delta": "the request's delta is above this node's limit",
     "policy_clients": "the request has fewer clients than this node requires",
     "lifetime_budget": "this vote would exceed this node's lifetime privacy budget",
+    "policy": "this node's privacy policy does not admit the request (what a node tells the server for any "
+              "of the four codes above)",
     "secagg_setup": "unsafe or unexpected SecAgg+ parameters",
     "secagg_neighbours": "SecAgg+ neighbours are too few or inconsistent with the request",
     "secagg_unmask": "unsafe SecAgg+ unmasking request",
+    "secagg_round": "a SecAgg+ stage out of order, repeated, for another request or malformed: round aborted",
     "node_policy": "this node's privacy policy is misconfigured",
     "ledger_error": "this node's privacy ledger cannot be read or written",
     "unsupported_candidates": "the client's task cannot evaluate these candidates (e.g. a key it does not use)",
@@ -188,22 +196,32 @@ def make_vote_request(config: DPHypeConfig, candidates: CandidateList) -> VoteRe
 
 # ------------------------------------------------------------------------------------ the client side
 def check_request(request: VoteRequest, *, local_candidates: CandidateList | None = None) -> None:
-    """Refuse a request for another candidate list or whose noise does not give the announced budget.
+    """Refuse a request for another candidate list, whose noise does not give the announced budget, or that
+    no honest server sends.
 
     The client recomputes epsilon from the announced ``sigma`` with the announced accountant, and a
-    ``local_candidates`` copy (the client's own) must have the request's fingerprint. This checks that the
-    request is what it claims; whether this node allows it is :func:`dphype.node.policy.check_vote_request`'s
-    question (which starts here).
+    ``local_candidates`` copy (the client's own) must have the request's fingerprint. A request for more
+    clients than the secure sum allows, or with a ``sigma`` beyond :data:`SIGMA_SLACK` times the one
+    calibrated for its budget, is ``malformed_request``. This checks that the request is what it claims;
+    whether this node allows it is :func:`dphype.node.policy.check_vote_request`'s question (which starts
+    here).
     """
     if local_candidates is not None and local_candidates.fingerprint() != request.candidates.fingerprint():
         raise Refusal("candidate_mismatch",
                       f"fingerprint {request.candidates.fingerprint()[:12]} differs from this client's "
                       f"{local_candidates.fingerprint()[:12]}")
     cfg = request.config
+    if cfg.clients > MAX_CLIENTS:
+        raise Refusal("malformed_request", f"clients={cfg.clients} is above the secure sum's maximum {MAX_CLIENTS}")
     promised = release_epsilon(request.release, cfg.delta, cfg.accountant)
     if promised > cfg.epsilon * (1.0 + EPSILON_RTOL):
         raise Refusal("noise_too_small", f"sigma={request.sigma:g} gives epsilon={promised:.6g} at "
                       f"delta={cfg.delta:g}, more than the announced epsilon={cfg.epsilon:g}")
+    calibrated = calibrate(cfg.epsilon, cfg.delta, cfg.k, num_candidates=len(request.candidates),
+                           accountant=cfg.accountant, noise=cfg.noise, neighbouring=cfg.neighbouring).sigma
+    if request.sigma > calibrated * SIGMA_SLACK:
+        raise Refusal("malformed_request", f"sigma={request.sigma:g} is far above the {calibrated:.6g} calibrated "
+                      "for the announced budget: no honest server sends it")
 
 
 def score_candidates(task: Task, candidates: CandidateList, *,

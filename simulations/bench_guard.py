@@ -8,21 +8,20 @@ epsilon 1, k 5, Table III's 100 candidates, dropout 0.1):
 * ``ledger_check_us`` / ``ledger_spend_us``: :meth:`dphype.node.ledger.Ledger.check` / ``spend`` on a ledger
   that already holds ``--entries`` votes (default 10; ``spend`` includes the fsync'd atomic write; each
   spend is followed by a restore of the ledger, not timed);
-* ``secagg_stage0_us`` .. ``secagg_stage3_us``: the checks of :mod:`dphype.secure.guard` with the secure
-  graph DP-Hype's server uses at that n;
 * ``secure_share_us`` vs ``pcg64_share_us``: one client's noise share of 100 entries from
   :func:`dphype.privacy.noise.client_noise_share` (fresh ChaCha20 keyed from the OS) vs numpy's default PCG64.
 
 ``guard_total_ms`` sums what one vote adds per client (two request checks, a ledger check and a spend, the
-four SecAgg+ checks, the secure share minus the PCG64 one).
+secure share minus the PCG64 one). The secure sum's own checks of every stage are part of its protocol
+(:mod:`dphype.secure.secagg`) and are measured with it (``simulations/secagg_profile.py``).
 
 Per round (``--rounds R``, default 5; 0 skips it): ``DPHype(...).start(grid)`` with ``--clients`` real
 ``register_dphype`` clients (fixed scores, the same settings, the argmax selection rule) on the in-process grid of
 ``dphype.flower.local.LocalGrid`` (no Ray, no SuperLink: the protocol's own cost), alternating rounds with the guard
-(``guarded``) and with it switched off (``unguarded``: the node policy, the request checks, the ledger and the
-SecAgg+ stage checks replaced by no-ops, PCG64 instead of ChaCha20). Reported: the median wall and CPU
-seconds of each (``round_*``), and in the guarded rounds the seconds spent inside the guard's checks (policy,
-request checks, ledger, stage checks; not the noise draw), summed over all clients (``inside_guard_seconds``;
+(``guarded``) and with it switched off (``unguarded``: the node policy, the request checks and the ledger
+replaced by no-ops, PCG64 instead of ChaCha20). Reported: the median wall and CPU seconds of each
+(``round_*``), and in the guarded rounds the seconds spent inside the guard's checks (policy, request
+checks, ledger; not the noise draw), summed over all clients (``inside_guard_seconds``;
 the clients run one after another in process, so this is what the checks add to the round's wall time).
 Ledgers live in a temporary directory; the disk's fsync latency dominates ``ledger_spend_us``.
 
@@ -47,17 +46,8 @@ import numpy as np
 from dphype.config import DPHypeConfig
 from dphype.node.ledger import Ledger, admitting_policy
 from dphype.node.policy import NodePolicy, check_vote_request
-from dphype.privacy.noise import client_noise_share, min_survivors, noise_share
+from dphype.privacy.noise import client_noise_share, noise_share
 from dphype.protocol import make_vote_request
-from dphype.secure.guard import (
-    SecAggSetup,
-    check_neighbours,
-    check_setup,
-    check_share_sources,
-    check_unmask,
-    dphype_encoding,
-)
-from dphype.secure.secagg_params import secure_parameters
 from dphype.selection.candidates import table_iii_grid
 from simulations import harness
 
@@ -94,27 +84,11 @@ def run(clients: int, entries: int, repeats: int) -> dict[str, Any]:
         out["ledger_spend_us"] = _median_us(lambda: ledger.spend(guarantee, policy, "bench"), repeats,
                                             after=lambda: policy.ledger.write_bytes(saved))
 
-    graph = secure_parameters(clients, dropout=0.1, majority=True)
-    setup = SecAggSetup(clients, graph.num_shares, graph.threshold, **dphype_encoding(clients))
-    share_num = graph.num_shares
-    holders = list(range(share_num))
-    keys = {i: (b"%032d" % i, b"%032d" % (i + 10**6)) for i in holders}
-    alive = holders[: max(setup.threshold, min_survivors(clients, 0.1) - (clients - share_num))]
-    dead = holders[len(alive):]
-    out["secagg_stage0_us"] = _median_us(lambda: check_setup(setup, clients=clients, dropout=0.1), repeats)
-    out["secagg_stage1_us"] = _median_us(
-        lambda: check_neighbours(setup, 0, keys, clients=clients, dropout=0.1, min_neighbours=4), repeats)
-    out["secagg_stage2_us"] = _median_us(
-        lambda: check_share_sources(0, holders[1:], holders, threshold=setup.threshold), repeats)
-    out["secagg_stage3_us"] = _median_us(
-        lambda: check_unmask(0, alive, dead, holders, threshold=setup.threshold, clients=clients, dropout=0.1),
-        repeats)
-
     share = {"size": len(candidates), "sigma": sigma, "clients": clients, "dropout": 0.1, "kind": "skellam"}
     out["secure_share_us"] = _median_us(lambda: client_noise_share(**share), repeats)
     out["pcg64_share_us"] = _median_us(lambda: noise_share(**share, rng=np.random.default_rng()), repeats)
     added = (2 * out["check_vote_request_us"] + out["ledger_check_us"] + out["ledger_spend_us"]
-             + sum(out[f"secagg_stage{i}_us"] for i in range(4)) + out["secure_share_us"] - out["pcg64_share_us"])
+             + out["secure_share_us"] - out["pcg64_share_us"])
     out["guard_total_ms"] = added / 1e3
     return out
 
@@ -124,7 +98,6 @@ def round_cost(clients: int, rounds: int) -> dict[str, Any]:
     from flwr.clientapp import ClientApp
 
     import dphype.flower.client as client_side
-    import dphype.flower.secagg as secagg_side
     import dphype.protocol as protocol
     from dphype.flower import DPHype, register_dphype
     from dphype.flower.local import LocalGrid
@@ -152,11 +125,9 @@ def round_cost(clients: int, rounds: int) -> dict[str, Any]:
 
     unguarded = [(client_side, "node_policy", lambda context: policy),
                  (client_side, "check_vote_request", lambda request, limits: guarantee),
-                 (client_side, "Ledger", NoLedger), (secagg_side, "check_stage", lambda *args, **kwargs: None),
-                 (protocol, "client_noise_share", pcg64_share)]
+                 (client_side, "Ledger", NoLedger), (protocol, "client_noise_share", pcg64_share)]
     inside = [("node_policy", client_side, "node_policy"), ("check_vote_request", client_side, "check_vote_request"),
-              ("Ledger.check", Ledger, "check"), ("Ledger.spend", Ledger, "spend"),
-              ("check_stage", secagg_side, "check_stage")]
+              ("Ledger.check", Ledger, "check"), ("Ledger.spend", Ledger, "spend")]
     times: dict[str, list[tuple[float, float]]] = {"guarded": [], "unguarded": []}
     guard_seconds: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -21,7 +21,7 @@ STUDIES: dict[str, tuple[str, str]] = {
     "resources": ("simulations.resources", "Table IV: local evaluation time/memory, SecAgg+ voting bytes/time"),
     "distributions": ("simulations.distributions", "Figs. 3, 6-8: Dirichlet label plots and accuracy histograms"),
     "secagg-profile": ("simulations.secagg_profile",
-                       "in-process SecAgg+ round: time per component, bytes, state (issue 10)"),
+                       "in-process secure-sum round: time per stage and component, bytes, state (issue 13)"),
     "speed": ("simulations.speed", "batched vs sequential local evaluation, synthetic and voting timings"),
 }
 

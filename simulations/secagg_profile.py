@@ -1,24 +1,23 @@
-"""Where a secure vote's time goes: one SecAgg+ round in process, broken down by component (issue 10).
+"""Where a secure vote's time goes: one round of DP-Hype's SecAgg+ in process, by stage and component (issue 13).
 
-The round runs through the real Flower server workflow and client mods, but on the in-process grid of
+The round runs through the real server adapter (:func:`dphype.flower.secagg.run_secure_sum`) and client
+handler (:func:`dphype.flower.secagg.secure_vote_reply`) on the in-process grid of
 ``dphype.flower.local.LocalGrid`` (synchronous, no Ray, no SuperLink), so the protocol's own cost is separated from
 the simulation runtime's. Each client sends a 100-entry integer vector; the sum is checked to be exact.
+``--params`` picks the graph: ``secure`` (:func:`dphype.secure.secagg_params.secure_parameters` for ``--dropout``
+and ``--corrupt-fraction``) or ``paper`` (shares 0.3 n, threshold all shares; checked against no colluding
+client, the only setting it is secure for at small n).
 
-Both variants run :func:`dphype.flower.secagg.run_secure_sum`: ``--variant dphype`` as it is (on
-:mod:`dphype.flower.secagg_fast`), ``--variant flower`` with Flower 1.41's stock ``secaggplus_mod`` and
-unmask stage swapped back in (the "before"). ``--params`` picks the graph: ``secure``
-(:func:`dphype.secure.secagg_params.secure_parameters` for ``--dropout`` and ``--corrupt-fraction``) or ``paper``
-(shares 0.3 n, threshold all shares; checked against no colluding client, the only setting it is secure
-for at small n).
-
-The breakdown wraps the crypto and serialization functions the two paths call (in this process only, for
-the duration of the round) and adds up their wall time: Shamir sharing and reconstruction, key agreement
-(ECDH + HKDF), key parsing (PEM), encryption, mask generation, key generation, the clients' checks of every
-stage (:func:`dphype.flower.secagg.check_stage`), the SecAgg+ state each client stores in ``context.state``
-between stages, and the grid's per-message copy (a transport stand-in).
-``other`` is the rest (Flower's records and messages, the server's loops, numpy). ``cpu_seconds`` is the
-round's CPU time (steadier than wall time on a shared machine). Message and state sizes are the serialized
-protobuf sizes.
+Per stage (``stages``): the seconds each stage took, the nodes' work and the transport included
+(:func:`dphype.secure.secagg.run_round`); ``consistency`` is the consistency round (each node checks its
+noise-share bound and signs the survivor set) and the signature checks it requires happen at the start of
+``unmask`` (``signature checks`` below). Per component (``components``): the wall time inside the
+functions that do the crypto and the bookkeeping, summed over all nodes and the server: Shamir sharing and
+reconstruction, key agreement (X25519 + HKDF), authenticated encryption, mask expansion (ChaCha20), key
+generation, Ed25519 signing and signature checks, the public graph, the node state's (de)serialization and
+the grid's per-message copy (a transport stand-in). ``other`` is the rest (Flower's records and messages,
+the loops, numpy). ``cpu_seconds`` is the round's CPU time (steadier than wall time on a shared machine).
+Message and state sizes are the serialized protobuf sizes.
 """
 
 from __future__ import annotations
@@ -35,43 +34,30 @@ import numpy as np
 
 from simulations import harness
 
-VARIANTS = ("flower", "dphype")
 PARAMS = ("secure", "paper")
 SIZE = 100
+REQUEST = "00" * 32
 
-#: component -> (module, function names) wrapped to time that component, per variant.
-_FLOWER_MOD = "flwr.client.mod.secure_aggregation.secaggplus_mod"
-_FLOWER_WORKFLOW = "flwr.server.workflow.secure_aggregation.secaggplus_workflow"
-_FAST = "dphype.flower.secagg_fast"
-_ADAPTER = "dphype.flower.secagg"  # the client's stage checks (issue 8) run on both variants
-COMPONENTS: dict[str, dict[str, list[tuple[str, str]]]] = {
-    "flower": {
-        "shamir share": [(_FLOWER_MOD, "create_shares")],
-        "shamir reconstruct": [(_FLOWER_WORKFLOW, "combine_shares")],
-        "key agreement": [(_FLOWER_MOD, "generate_shared_key"), (_FLOWER_WORKFLOW, "generate_shared_key")],
-        "key parsing": [(_FLOWER_MOD, "bytes_to_private_key"), (_FLOWER_MOD, "bytes_to_public_key"),
-                        (_FLOWER_WORKFLOW, "bytes_to_private_key"), (_FLOWER_WORKFLOW, "bytes_to_public_key")],
-        "encryption": [(_FLOWER_MOD, "encrypt"), (_FLOWER_MOD, "decrypt")],
-        "mask generation": [(_FLOWER_MOD, "pseudo_rand_gen"), (_FLOWER_WORKFLOW, "pseudo_rand_gen")],
-        "key generation": [(_FLOWER_MOD, "generate_key_pairs")],
-        "client checks": [(_ADAPTER, "check_stage")],
-    },
-    "dphype": {
-        "shamir share": [(_FAST, "create_shares_of")],
-        "shamir reconstruct": [(_FAST, "combine_shares")],
-        "key agreement": [(_FAST, "generate_shared_key")],
-        "key parsing": [(_FAST, "bytes_to_private_key"), (_FAST, "bytes_to_public_key")],
-        "encryption": [(_FAST, "encrypt"), (_FAST, "decrypt")],
-        "mask generation": [(_FAST, "pseudo_rand_gen")],
-        "key generation": [(_FLOWER_MOD, "generate_key_pairs")],
-        "client checks": [(_ADAPTER, "check_stage")],
-    },
+_PROTOCOL = "dphype.secure.secagg"
+_RELAY = "dphype.secure.relay"
+#: component -> functions wrapped to time it
+COMPONENTS: dict[str, list[tuple[str, str]]] = {
+    "shamir share": [(_PROTOCOL, "create_shares_of")],
+    "shamir reconstruct": [(_PROTOCOL, "combine_shares")],
+    "key agreement": [(_PROTOCOL, "_pair_key")],
+    "encryption": [(_RELAY, "encrypt"), (_RELAY, "decrypt")],
+    "mask expansion": [(_PROTOCOL, "_pair_mask"), (_PROTOCOL, "_self_mask")],
+    "signature checks": [(_RELAY, "verify")],
+    "public graph": [(_PROTOCOL, "public_graph")],
+    "node state (de)serialization": [(_PROTOCOL + ".NodeRound", "to_record"),
+                                     (_PROTOCOL + ".NodeRound", "from_record")],
+    "transport copy": [("dphype.flower.local.copy", "deepcopy")],
 }
-STAGES = ("setup_stage", "share_keys_stage", "collect_masked_vectors_stage", "unmask_stage")
+STAGES = ("advertise", "share_keys", "masked_input", "consistency", "unmask", "finish")
 
 
 def graph(clients: int, params: str, dropout: float, corrupt_fraction: float) -> tuple[int | float, int | float]:
-    """Flower's ``(num_shares, reconstruction_threshold)`` for ``--params``: the graph a DP-Hype round picks
+    """Flower-style ``(num_shares, reconstruction_threshold)`` for ``--params``: the graph a DP-Hype round picks
     (:func:`dphype.flower.secagg.secagg_graph`), or the paper's fractions."""
     from dphype.flower.secagg import secagg_graph
     from dphype.privacy.noise import min_survivors
@@ -89,66 +75,53 @@ def vector_app(vectors: np.ndarray) -> Any:
 
     from dphype.flower.secagg import secure_vote_reply
     from dphype.secure import secure_sum as ss
+    from dphype.secure.secagg import Approval
 
     app = ClientApp()
+    approval = Approval(request=REQUEST, clients=len(vectors), survivors=len(vectors), size=SIZE, min_neighbours=1)
 
     @app.train("dphype")
     def vote(msg: Any, context: Any) -> Any:
         pid = int(context.node_config["partition-id"])
-        return secure_vote_reply(msg, context, lambda config, clipping_range: ss.encode(vectors[pid], "skellam"),
-                                 clients=len(vectors), dropout=0.0, min_neighbours=1)
+        return secure_vote_reply(msg, context, approval,
+                                 lambda clipping_range: ss.encode(vectors[pid], "skellam", clipping_range))
 
     return app
 
 
-def profile_round(clients: int, *, variant: str, num_shares: float, threshold: float, corrupt_fraction: float,
-                  seed: int = 0) -> dict[str, Any]:
-    """One in-process SecAgg+ round of ``clients`` 100-entry vectors: wall time, components, sizes.
+def _owner(path: str) -> Any:
+    module, _, attribute = path.rpartition(".")
+    if path.endswith(".NodeRound") or path.endswith(".copy"):
+        return getattr(importlib.import_module(module), attribute)
+    return importlib.import_module(path)
 
-    ``variant="flower"`` swaps Flower's own client mod and unmask stage back into the adapter for the round.
-    """
+
+def profile_round(clients: int, *, num_shares: float, threshold: float, corrupt_fraction: float,
+                  seed: int = 0) -> dict[str, Any]:
+    """One in-process round of ``clients`` 100-entry vectors: wall time, stages, components, sizes."""
     from flwr.common.serde import recorddict_to_proto
-    from flwr.server.workflow import SecAggPlusWorkflow
 
     from dphype.flower import secagg
     from dphype.flower.local import LocalGrid
-    from dphype.flower.secagg_fast import ScalableSecAggPlusWorkflow
 
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
     vectors = np.random.default_rng([seed, clients]).integers(-50, 51, size=(clients, SIZE))
     grid = LocalGrid(vector_app(vectors), clients)
-    flower_mod = importlib.import_module(_FLOWER_MOD)
     totals: dict[str, float] = defaultdict(float)
-    wraps: list[tuple[str, Any, str]] = [
-        (label, importlib.import_module(module), name)
-        for label, targets in COMPONENTS[variant].items() for module, name in targets
-    ]
-    wraps += [("state (de)serialization", flower_mod.SecAggPlusState, "__init__"),
-              ("state (de)serialization", flower_mod.SecAggPlusState, "to_dict"),
-              ("transport copy", importlib.import_module("dphype.flower.local").copy, "deepcopy")]
-    wraps += [(f"stage: {stage}", SecAggPlusWorkflow, stage) for stage in STAGES[:3]]
-    wraps += [("stage: unmask_stage", ScalableSecAggPlusWorkflow, "unmask_stage")]
     with contextlib.ExitStack() as stack:
-        if variant == "flower":
-            stack.enter_context(harness.swapped(secagg, "scalable_secaggplus_mod", flower_mod.secaggplus_mod))
-            stack.enter_context(
-                harness.swapped(ScalableSecAggPlusWorkflow, "unmask_stage", SecAggPlusWorkflow.unmask_stage))
-        for label, owner, name in wraps:
-            stack.enter_context(harness.timed(totals, label, owner, name))
+        for label, targets in COMPONENTS.items():
+            for owner, name in targets:
+                stack.enter_context(harness.timed(totals, label, _owner(owner), name))
         start, cpu_start = time.perf_counter(), time.process_time()
-        out = secagg.run_secure_sum(grid, grid.get_node_ids(), {}, size=SIZE, noise="skellam",
+        out = secagg.run_secure_sum(grid, grid.get_node_ids(), REQUEST, size=SIZE, noise="skellam",
                                     min_survivors=clients, num_shares=num_shares, reconstruction_threshold=threshold,
                                     corrupt_fraction=corrupt_fraction)
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     if not np.array_equal(out.total, vectors.sum(axis=0)):
         raise RuntimeError("the secure sum is not exact")
-    components = {k: v for k, v in totals.items() if not k.startswith("stage: ")}
-    stages = {k[len("stage: "):]: v for k, v in totals.items() if k.startswith("stage: ")}
     return {
-        "variant": variant, "clients": clients, "num_shares": num_shares, "threshold": threshold,
-        "seconds": wall, "cpu_seconds": cpu, "components": {**components, "other": wall - sum(components.values())},
-        "stages": stages,
+        "clients": clients, "num_shares": out.secagg.num_shares, "threshold": out.secagg.threshold,
+        "seconds": wall, "cpu_seconds": cpu, "components": {**totals, "other": wall - sum(totals.values())},
+        "stages": dict(out.stage_seconds),
         "download_bytes_per_client": sum(recorddict_to_proto(m.content).ByteSize() for m in grid.sent) / clients,
         "upload_bytes_per_client": sum(recorddict_to_proto(m.content).ByteSize()
                                        for m in grid.replies if m.has_content()) / clients,
@@ -159,8 +132,6 @@ def profile_round(clients: int, *, variant: str, num_shares: float, threshold: f
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[50, 100, 250], help="n (default 50 100 250)")
-    parser.add_argument("--variant", choices=VARIANTS, nargs="+", default=list(VARIANTS),
-                        help="flower: stock SecAgg+; dphype: the product's path (default both)")
     parser.add_argument("--params", choices=PARAMS, default="secure", help="SecAgg+ graph (default secure)")
     parser.add_argument("--dropout", type=float, default=0.0, help="tolerated dropout xi for --params secure")
     parser.add_argument("--corrupt-fraction", type=float, default=None,
@@ -175,12 +146,11 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     settings = [(n, graph(n, args.params, args.dropout, gamma)) for n in clients]  # bad input fails here
     gamma_checked = gamma if args.params == "secure" else 0.0  # the paper's graph is checked against no collusion
     rows: list[dict[str, Any]] = []
-    with harness.progress_bar(len(settings) * len(args.variant), "secagg-profile") as bar:
+    with harness.progress_bar(len(settings), "secagg-profile") as bar:
         for n, (shares, threshold) in settings:
-            for variant in args.variant:
-                rows.append(profile_round(n, variant=variant, num_shares=shares, threshold=threshold,
-                                          corrupt_fraction=gamma_checked, seed=args.seed))
-                bar.update(1)
+            rows.append(profile_round(n, num_shares=shares, threshold=threshold, corrupt_fraction=gamma_checked,
+                                      seed=args.seed))
+            bar.update(1)
     study.write_csv("secagg_profile.csv", [_flat(r) for r in rows])
     target = study.path("secagg_profile.txt")
     target.write_text(table(rows) + "\n")
@@ -200,8 +170,10 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     """A plain-text breakdown (one column per round) for the README."""
     names = sorted({k for r in rows for k in r["components"]},
                    key=lambda k: -max(r["components"].get(k, 0.0) for r in rows))
-    lines = [" | ".join(["seconds"] + [f"{r['variant']} n={r['clients']}" for r in rows])]
+    lines = [" | ".join(["seconds"] + [f"n={r['clients']}" for r in rows])]
     lines.append(" | ".join(["round (wall)"] + [f"{r['seconds']:.2f}" for r in rows]))
+    for stage in STAGES:
+        lines.append(" | ".join([f"stage {stage}"] + [f"{r['stages'].get(stage, 0.0):.2f}" for r in rows]))
     for name in names:
         lines.append(" | ".join([name] + [f"{r['components'].get(name, 0.0):.2f}" for r in rows]))
     return "\n".join(lines)

@@ -11,7 +11,7 @@
 * :func:`private_training` -- optional: wrap the final FedAvg in Flower's DP wrappers, calibrated to a
   training budget and accounted together with the selection; the server clips (or verifies the clients'
   clipping) and sets uniform weights itself. :func:`check_private_training` checks it before the selection.
-* :mod:`dphype.flower.secagg` -- Flower 1.41's legacy SecAgg+ as an exact secure sum, behind two calls.
+* :mod:`dphype.flower.secagg` -- DP-Hype's own SecAgg+ (:mod:`dphype.secure.secagg`) on the Message API.
 """
 
 from importlib import import_module as _import_module

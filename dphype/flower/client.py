@@ -12,14 +12,20 @@ set by whoever runs the node, never by the server; :func:`node_policy`) against 
   (:meth:`dphype.node.ledger.Ledger.check`), then score every candidate with the user's task
   (:func:`dphype.protocol.score_candidates`) and keep the scores in the node's context state; answer
   ``ready`` or a refusal (a reason code and a short message without data values);
-* ``train.dphype`` (the secure vote, inside SecAgg+): every SecAgg+ stage is checked before it is answered
-  (:func:`dphype.flower.secagg.check_stage`: the setup, the neighbours, the share sources, the unmask
-  lists against the approved request's ``n`` and ``xi`` and the policy's ``dphype-min-neighbours``). When
-  the protocol asks for the masked input, the request must be the one approved in the pre-flight; it is
-  checked again, turned into top-k votes plus a fresh noise share from the secure generator
-  (:func:`dphype.protocol.noisy_vote`), recorded in the node's ledger (:meth:`dphype.node.ledger.Ledger.spend`)
-  and only then handed to SecAgg+. Any refusal makes the node drop out of the round, and the server
-  sees only the sanitized reason (:func:`dphype.protocol.as_refusal`).
+* ``train.dphype`` (the secure vote): the stages of DP-Hype's SecAgg+ (:mod:`dphype.secure.secagg`,
+  through :func:`dphype.flower.secagg.secure_vote_reply`). The round is bound at its first stage to the
+  request approved in the pre-flight, with that request's ``n`` and ``xi`` and the policy's
+  ``dphype-min-neighbours``; every stage is checked before it is answered, and a stage out of order,
+  repeated or for another request aborts the round. In the masked-input stage, once the neighbours'
+  shares have been decrypted and checked, the request is checked again, turned into top-k votes plus a
+  fresh noise share from the secure generator (:func:`dphype.protocol.noisy_vote`), recorded in the
+  node's ledger (:meth:`dphype.node.ledger.Ledger.spend`) and only then masked and sent. A pre-flight
+  that arrives during a round aborts it. Any refusal makes the node drop out of the round, and the
+  server sees only the sanitized reason (:func:`_sanitized`).
+
+Refusals reach the server coarse: the node's own limits and budget (``policy_*``, ``lifetime_budget``)
+become the single code ``policy``, so the reply does not say which limit a request crossed; the node's
+log keeps the full reason for its operator.
 """
 
 from __future__ import annotations
@@ -36,14 +42,15 @@ from typing import cast
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
-from flwr.common import Scalar, log
+from flwr.common import log
 from flwr.common.config import parse_config_args
 
-from dphype.flower.secagg import secure_vote_reply
+from dphype.flower.secagg import abort_round, round_in_progress, secure_vote_reply
 from dphype.ml.task import Task
 from dphype.node.ledger import Ledger
 from dphype.node.policy import POLICY_ENV, REMEDIES, NodePolicy, PolicyError, check_vote_request
 from dphype.protocol import Refusal, VoteRequest, as_refusal, noisy_vote, score_candidates
+from dphype.secure.secagg import Approval
 
 #: Action name of DP-Hype's messages: ``query.dphype`` (pre-flight) and ``train.dphype`` (vote).
 ACTION = "dphype"
@@ -52,6 +59,10 @@ ACTION = "dphype"
 RECORD_KEY = "dphype"
 #: Context-state key of this node's local scores between pre-flight and vote.
 SCORES_KEY = "dphype.scores"
+#: Context-state key of the approved request itself (its record, :meth:`dphype.protocol.VoteRequest.to_record`).
+REQUEST_KEY = "dphype.request"
+#: Refusal codes that would tell the server which of the node's limits a request crossed.
+POLICY_CODES = frozenset({"policy_epsilon", "policy_delta", "policy_clients", "lifetime_budget"})
 
 PolicySource = NodePolicy | Callable[[Context], NodePolicy] | None
 
@@ -148,9 +159,11 @@ def _refused(msg: Message, refusal: Refusal) -> Message:
 
 
 def _sanitized(what: str, err: BaseException) -> Refusal:
-    """``err`` as the refusal the server may see. This node's log gets everything: the refusal, the node-only
-    detail (the limit that refused, the budget left), the remedy naming the key to change and, for an error
-    of the task or the client code, the full traceback."""
+    """``err`` as the refusal the server may see: sanitized (:func:`dphype.protocol.as_refusal`), and a
+    refusal by the node's own limits or budget as the coarse ``policy`` (the server learns neither the limit
+    nor the budget left). This node's log gets everything: the refusal, the node-only detail (the limit that
+    refused, the budget left), the remedy naming the key to change and, for an error of the task or the
+    client code, the full traceback."""
     refusal = as_refusal(err)
     local = f"; on this node: {refusal.local}" if refusal.local else ""
     remedy = f"; to resolve: {REMEDIES[refusal.code]}" if refusal.code in REMEDIES else ""
@@ -159,6 +172,8 @@ def _sanitized(what: str, err: BaseException) -> Refusal:
     if cause is not None:
         trace = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
         log(logging.ERROR, "DP-Hype: the %s failed on this node with:\n%s", what, trace.rstrip())
+    if refusal.code in POLICY_CODES:
+        return Refusal("policy", "this node's privacy policy does not admit the request")
     return refusal
 
 
@@ -190,6 +205,8 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
     @app.query(ACTION)
     def preflight(msg: Message, context: Context) -> Message:
         try:
+            if round_in_progress(context):
+                raise Refusal("secagg_round", "a pre-flight arrived during a vote round; the round was aborted")
             limits = _resolve(policy, context)
             if simulated():
                 _announce_simulated(limits, context.run_id)
@@ -200,8 +217,11 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
             log(logging.INFO, "DP-Hype: scoring %d candidates on local data", len(request.candidates))
             scores = score_candidates(task, request.candidates, progress=_log_progress)
         except Exception as err:  # noqa: BLE001 - every failure is answered as a sanitized refusal
+            _forget(context)
             return _refused(msg, _sanitized("request", err))
+        _forget(context)
         context.state.array_records[SCORES_KEY] = ArrayRecord({"scores": Array(scores)})
+        context.state.config_records[REQUEST_KEY] = ConfigRecord(request.to_record())
         context.state.config_records[RECORD_KEY] = ConfigRecord(
             {"digest": request.digest(), "maximize": bool(task.maximize), "clients": request.config.clients,
              "dropout": request.config.dropout})
@@ -213,31 +233,43 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
         try:
             limits = _resolve(policy, context)
             approved = context.state.config_records.get(RECORD_KEY)
-            if approved is None:
+            record = context.state.config_records.get(REQUEST_KEY)
+            if approved is None or record is None:
                 raise Refusal("malformed_request", "no vote request was approved in a pre-flight")
+            request = VoteRequest.from_record(record)
+            digest = str(approved["digest"])
+            if request.digest() != digest:
+                raise Refusal("malformed_request", "the stored request is not the one approved in the pre-flight")
+            approval = Approval(request=digest, clients=request.config.clients, survivors=request.min_survivors,
+                                size=len(request.candidates), min_neighbours=limits.min_neighbours)
 
-            def masked_input(fit_config: dict[str, Scalar], clipping_range: int) -> np.ndarray:
-                request = VoteRequest.from_record(fit_config)
-                if approved["digest"] != request.digest() or SCORES_KEY not in context.state.array_records:
-                    raise Refusal("malformed_request", "the vote request is not the one approved in the pre-flight")
+            def cast_vote(clipping_range: int) -> np.ndarray:
+                if SCORES_KEY not in context.state.array_records:
+                    raise Refusal("malformed_request", "this node already voted on the approved request")
                 guarantee = check_vote_request(request, limits)
                 scores = context.state.array_records[SCORES_KEY]["scores"].numpy()
                 vector = noisy_vote(request, scores, maximize=bool(approved["maximize"]),
                                     clipping_range=clipping_range)
                 # one pre-flight, one vote: the scores are gone before the vote is recorded
                 del context.state.array_records[SCORES_KEY]
-                spent = Ledger(cast(Path, limits.ledger)).spend(guarantee, limits, request.digest())
+                spent = Ledger(cast(Path, limits.ledger)).spend(guarantee, limits, digest)
                 log(logging.INFO, "DP-Hype: vote recorded in this node's ledger (lifetime epsilon %.4g of %.4g)",
                     spent, limits.lifetime_epsilon)
                 return vector
 
-            return secure_vote_reply(msg, context, masked_input, clients=int(cast(int, approved["clients"])),
-                                     dropout=float(cast(float, approved["dropout"])),
-                                     min_neighbours=limits.min_neighbours)
+            return secure_vote_reply(msg, context, approval, cast_vote)
         except Exception as err:  # noqa: BLE001 - the server sees the sanitized reason only
             raise _sanitized("vote", err) from None
 
     return app
+
+
+def _forget(context: Context) -> None:
+    """Drop any earlier approval, its scores and any round: a pre-flight starts afresh."""
+    abort_round(context)
+    context.state.array_records.pop(SCORES_KEY, None)
+    for key in (RECORD_KEY, REQUEST_KEY):
+        context.state.config_records.pop(key, None)
 
 
 def _log_progress(done: int, total: int) -> None:

@@ -12,8 +12,9 @@
    (``query.dphype``: every client checks the request against its own candidate list, task and limits,
    scores the candidates and answers ready or a reason), and aborts with one error counting the reasons
    when fewer than ``ceil((1 - xi) n)`` clients are ready -- nothing is sent in the vote round then;
-3. one SecAgg+ round (``train.dphype``) over the ready clients returns the exact noisy vote sum
-   (:func:`dphype.flower.secagg.run_secure_sum`), unmasked only if enough clients contributed;
+3. one round of DP-Hype's SecAgg+ (``train.dphype``, :mod:`dphype.secure.secagg`) over the ready clients
+   returns the exact noisy vote sum (:func:`dphype.flower.secagg.run_secure_sum`), unmasked only if enough
+   clients contributed and every client verified that any sum it could be part of holds enough noise;
 4. the release (:func:`dphype.protocol.release`): the selection rule's pick, its confidence and the privacy report.
 
 Train the final model afterwards with any Message-API strategy, passing
@@ -141,7 +142,7 @@ class DPHype:
         nodes = _wait_for_nodes(grid, cfg.clients, connect_timeout)
         ready = self._preflight(grid, nodes, timeout)
         sum_ = run_secure_sum(
-            grid, ready, self.request.to_record(), size=len(self.candidates), noise=cfg.noise,
+            grid, ready, self.request.digest(), size=len(self.candidates), noise=cfg.noise,
             min_survivors=self.request.min_survivors, num_shares=self.num_shares,
             reconstruction_threshold=self.reconstruction_threshold, corrupt_fraction=self.corrupt_fraction,
             timeout=timeout,
@@ -151,6 +152,7 @@ class DPHype:
         released = release(self.request, sum_.total, sum_.survivors)
         result = dataclasses.replace(released, notes=self._notes, secure_sum={
             **sum_.secagg.to_dict(), "clipping_range": sum_.clipping_range, "clip_probability": clip,
+            "stage_seconds": sum_.stage_seconds,
             "statement": f"a share outside the range makes its client refuse (a dropout): the release is "
                          f"(epsilon, delta + {clip:.1e})-DP; Bell et al.'s bounds: the server learns more than "
                          f"the sum {_chance(sum_.secagg.log2_insecure)}, the sum fails "

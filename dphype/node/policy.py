@@ -5,10 +5,11 @@ Threat model
 
 **Honest-but-curious server (the paper's setting, DP-Hype Section II).** The server follows the protocol
 and only looks at what it receives. Each client adds a noise share of variance ``sigma^2 / ((1 - xi) n)``
-(Appendix A), SecAgg+ reveals only the sum of the masked vectors (Bell et al., CCS 2020, up to the
-failure events that :mod:`dphype.secure.secagg_params` bounds), the server unmasks only when at least
-``ceil((1 - xi) n)`` clients contributed, so the released sum carries noise of variance ``>= sigma^2`` and
-is ``(epsilon, delta)``-DP for the announced budget; the selection is post-processing.
+(Appendix A), the secure sum (:mod:`dphype.secure.secagg`, SecAgg+ of Bell et al., CCS 2020) reveals only
+the sum of the masked vectors (up to the failure events that :mod:`dphype.secure.secagg_params` bounds), the
+server unmasks only when at least ``ceil((1 - xi) n)`` clients contributed, so the released sum carries
+noise of variance ``>= sigma^2`` and is ``(epsilon, delta)``-DP for the announced budget; the selection is
+post-processing.
 
 **Active server: what every client enforces on its own**, before anything secret leaves it:
 
@@ -19,67 +20,62 @@ is ``(epsilon, delta)``-DP for the announced budget; the selection is post-proce
    :func:`dphype.flower.client.register_dphype` reads it for every message.
 2. *The guarantee of the noise it is asked to add* (:func:`check_vote_request`). From the announced
    ``sigma``, ``n`` and ``xi`` the client derives its share variance ``v = sigma^2 / ((1 - xi) n)`` and
-   the total noise of the fewest contributors the protocol allows, ``ceil((1 - xi) n) v``; it recomputes
-   epsilon for that noise with ITS OWN delta, accountant and neighbouring relation and refuses above its
-   limit. A server that calibrates ``sigma`` for delta 0.5 or 0.9 is refused: at the node's delta that
-   noise gives epsilon 10 or more for an announced epsilon of 1. So are an announced epsilon or delta
-   above the node's limits and fewer clients (or contributors) than its minimum.
-3. *A lifetime budget* (:mod:`dphype.node.ledger`): every vote is recorded in a file on the node before its
-   masked vector is sent and composed with the earlier ones in RDP; a vote that would exceed the lifetime
-   budget is refused, and repeating a request costs budget again (200 identical requests averaged the
-   true votes back before).
-4. *The candidate list travels in the request* and is compared with the node's own copy when the operator
+   the total noise of the fewest contributors the protocol allows, ``L = ceil((1 - xi) n)`` shares; it
+   recomputes epsilon for that noise with ITS OWN delta, accountant and neighbouring relation and refuses
+   above its limit. A server that calibrates ``sigma`` for delta 0.5 or 0.9 is refused: at the node's
+   delta that noise gives epsilon 10 or more for an announced epsilon of 1. So are an announced epsilon or
+   delta above the node's limits, fewer clients (or contributors) than its minimum, and requests no honest
+   server sends (more clients than the secure sum allows, a ``sigma`` far above the calibrated one:
+   :func:`dphype.protocol.check_request`), all before the node scores anything.
+3. *Every sum the server can unmask holds at least L noise shares* (:mod:`dphype.secure.secagg`, "the
+   noise-share bound"). The neighbour graph is a public Harary ring seeded by the hash of every node's
+   fresh keys, which each node recomputes from the full key list (its own neighbourhood included); the
+   round's size must lie in ``[L, n]``; before revealing any unmasking share a node verifies Ed25519
+   signatures over the same key list and survivor set from more than half of a committee of up to 64
+   nodes that the key hash fixes (the consistency round of Bonawitz et al., CCS 2017), so all revealing
+   nodes agree on who survived; and it signs only if its
+   connected component among the survivors -- which every unmaskable sum containing its vector must
+   include -- has at least ``L`` nodes. The ledger entry (item 5) is therefore at least what any release
+   of its vote carries. The attacks of issue 13 are refused this way: a request claiming 1023 clients
+   with 5 taking part (the round has 5 nodes, not 921 or more), a graph split into cliques at ``xi = 0``
+   (each clique sees a key list of 5 for 10 announced), survivor sets that cut the graph or differ between
+   nodes (the component check, the quorum).
+4. *One approval per round* (:mod:`dphype.flower.client`): the request is stored when the pre-flight
+   approves it and bound to the round at its first stage; a second pre-flight during a round aborts it,
+   and a stage out of order, repeated or for another request aborts the round with nothing of it sent.
+5. *A lifetime budget* (:mod:`dphype.node.ledger`): every vote is recorded in a file on the node after every
+   share it received has been decrypted and checked (forged ciphertexts cost nothing) and before its masked
+   vector is sent, composed with the earlier ones in RDP; a crash between the two counts the vote as spent.
+   A vote that would exceed the lifetime budget is refused, and repeating a request costs budget again.
+6. *The candidate list travels in the request* and is compared with the node's own copy when the operator
    configures one (``dphype-candidates``); nothing the server names is opened on the client.
-5. *SecAgg+ parameters* (:mod:`dphype.secure.guard`), at each stage before the client replies: DP-Hype's
-   exact-sum encoding; a round over ``ceil((1 - xi) n)`` to ``n`` clients (those that answered ready in the
-   pre-flight), for the ``n`` and ``xi`` of the request the client approved; a reconstruction threshold ``t >= 2`` with
-   ``2 t > s`` for ``s`` share holders (honest holders reveal one kind of share per client, so a server
-   that lies about who dropped collects ``t`` shares of both of a client's secrets only if ``2 t <= s``);
-   distinct neighbour keys, at least ``dphype-min-neighbours`` of them, no more than ``s`` and as many as
-   the announced ``n`` and ``xi`` imply; at unmasking, active and dead lists that do not overlap, name
-   only clients whose shares this client holds, do not call the client itself dead and leave at least
-   ``t`` active. A threshold of 1, no neighbours, overlapping lists and a claim of 1023 clients next to a
-   handful of neighbour keys are refused.
-6. *Errors sent back* are a reason code and a short message without data values
-   (:func:`dphype.protocol.as_refusal`): the pre-flight answers one, and every exception of the vote round
-   reaches the server as one. A refusal in the vote round makes the client drop out before it answers the
-   stage, so nothing of that stage leaves it.
-7. *Noise* comes from ChaCha20 keyed by the operating system (:func:`dphype.privacy.noise.secure_generator`).
+7. *The secure sum's parameters*, checked by the node at the share-keys stage: a reconstruction threshold
+   ``t >= 2`` with ``2 t > k + 1`` for ``k + 1`` share holders (an honest holder reveals one kind of share
+   per client, so a server that lies about who dropped cannot collect ``t`` shares of both of a client's
+   secrets), at least ``dphype-min-neighbours`` neighbours, its own keys in the list and no repeated key.
+   Masks come from ChaCha20 keyed with the full 256-bit agreed key (:func:`dphype.secure.relay.expand_mask`).
+8. *Errors sent back* are a reason code and a short message without data values
+   (:func:`dphype.protocol.as_refusal`), and refusals by the node's own limits or budget all read
+   ``policy``, so a reply does not say which limit a request crossed (the node's log names it). Whether a
+   node takes part remains visible: a server can still probe a node's limits one accept/refuse bit per
+   pre-flight.
+9. *Noise* comes from ChaCha20 keyed by the operating system (:func:`dphype.privacy.noise.secure_generator`).
 
-**What a client cannot observe, and what stays out of scope.**
+**What stays out of scope.**
 
 * *The code it runs.* In a Flower deployment the ClientApp is shipped with the run (its FAB) by whoever
   submits the run, i.e. the server side. Every check above holds only while the node runs DP-Hype's own
   client code: an operator lets its SuperNode run only apps verified by entities it trusts
   (``flower-supernode --trusted-entities``, Flower's FAB verification) and keeps runtime dependency
   installation off. The node policy itself is outside the app (node config, environment).
-
-* *The number of participants.* A client sees the keys of its SecAgg+ neighbours only (a few for large
-  ``n``). A server that announces more clients than take part shrinks every share; the client checks that
-  its neighbourhood is consistent with the announced ``n`` and ``xi`` and that ``n`` reaches its minimum,
-  nothing more. Without authenticated client identities (a PKI) the server can also *simulate* clients
-  (Sybils): fake keys, fake neighbours, any ``n``. Then a client is protected only by its own share, and
-  nothing on the client can tell. Out of scope: it needs a PKI, which Flower 1.41's SecAgg+ lacks.
-* *Consistency between clients.* Each client sees only its own neighbour list and its own active/dead
-  lists; Flower 1.41 has no consistency round (the signed ConsistencyCheck of Bonawitz et al., CCS 2017,
-  against active adversaries) and lets the server choose the graph. ``2 t > s`` stops the server from
-  getting both secrets of a client from that client's holders. But the masks between ``u`` and a
-  neighbour ``x`` can also be removed with ``x``'s mask key, which ``x``'s own holders reveal when told
-  ``x`` dropped. In a sparse graph the server can
-  give every neighbour of ``u`` holders that are not ``u``'s, tell them that neighbour dropped and tell
-  ``u``'s holders that ``u`` survived: every list is locally consistent, and ``u``'s vector is unmasked
-  with one noise share in it (``tests/test_secagg_guard.py`` builds such views for n = 50, s = 11, t = 7,
-  xi = 0.1 and shows that they pass every check). With ``xi = 0`` no list may call a client dead, so no
-  mask key is ever revealed and the attack is refused. In the complete graph (``num_shares = 1.0``,
-  every client seeing the same ``n`` real clients) all holders coincide, and counting the shares shows
-  that any sum the server can unmask that contains ``u`` contains at least ``s (L - s + t) / t``
-  vectors, ``L`` the active count every list must reach (:func:`dphype.secure.guard.check_unmask`); that
-  is all ``ceil((1 - xi) n)`` only for ``t`` close to ``n``. Protecting sparse SecAgg+ against an active
-  server needs signed lists and a graph the server cannot choose: out of scope for a client-side check.
+* *Sybils.* Without authenticated client identities (a PKI) the server can *simulate* clients: fake keys,
+  fake neighbours, fake signatures, any ``n``. A node shown a round of invented peers is protected only by
+  its own share; nothing on the node can tell.
 * *Collusion.* Clients that collude with the server hand it their shares and their noise: up to ``xi n``
-  of them count like dropouts (their noise is missing from the sum, Appendix A), more are out of scope;
-  ``2 t > s`` assumes no colluding holder (with ``c`` of them the condition is ``2 t > s + c``, see
-  :mod:`dphype.secure.secagg_params`).
+  of them count like dropouts (their noise is missing from the sum, Appendix A), more are out of scope.
+  ``2 t > k + 1`` and the consistency quorum (more than half the committee) assume no colluding holder or
+  committee member (with ``c`` of them the conditions become ``2 t > k + 1 + c`` and a quorum of
+  ``(|committee| + c) / 2``; :mod:`dphype.secure.secagg_params` sizes the graph for a colluding fraction).
 * *Side channels* (timing, message sizes, the fact of taking part) and *the integrity of the sum*: a
   malicious client can send an out-of-range vector and skew the selection (a utility, not a privacy,
   failure); input validation inside secure aggregation is out of scope.

@@ -1,3 +1,4 @@
-"""Secure computation, framework-free: the secure sum's encoding and ranges, Shamir sharing,
-Bell et al.'s secure SecAgg+ parameters and the node-side checks of the protocol's stages.
+"""Secure computation, framework-free: DP-Hype's SecAgg+ with its consistency round and node-side checks
+(:mod:`~dphype.secure.secagg`), its primitives from ``cryptography`` (:mod:`~dphype.secure.relay`), Shamir
+sharing, Bell et al.'s secure SecAgg+ parameters and the secure sum's encoding and ranges.
 """

@@ -1,0 +1,735 @@
+"""DP-Hype's own SecAgg+ (Bell et al., CCS 2020) with the consistency round of Bonawitz et al. (CCS 2017),
+framework-free: message contents are plain dicts of ints, bytes and lists, the node keeps its round in a
+:class:`NodeRound` it can store as such a dict, and the Flower adapter (:mod:`dphype.flower.secagg`) only
+carries them. Primitives come from :mod:`dphype.secure.relay` (X25519, HKDF-SHA256, ChaCha20-Poly1305,
+Ed25519, the ChaCha20 mask generator), secret sharing from :mod:`dphype.secure.shamir`, the graph's degree
+and threshold from :mod:`dphype.secure.secagg_params`, the encoding from :mod:`dphype.secure.secure_sum`.
+
+Rounds and messages (format version :data:`VERSION`; every message has ``version`` and ``stage``)
+=================================================================================================
+
+A node ``u`` takes part in one round per approved request. Ids are Flower node ids (unsigned 64-bit,
+packed big-endian wherever they are hashed); ``H(S)`` is SHA-256 of a sorted id set; ``M = 2**32``.
+
+0. ``advertise`` -- server: ``round`` (16 random bytes), ``request`` (the digest of the request the node
+   approved in its pre-flight). The node binds the round to that digest (any other digest, an unexpected
+   stage or a second advertise aborts), draws an X25519 key pair ``c_u`` (share encryption), an X25519
+   pair ``s_u`` (masks) and an Ed25519 key ``g_u`` (signatures), and answers ``c_key``, ``s_key``,
+   ``g_key`` (32 bytes each).
+1. ``share_keys`` -- server: ``nodes``, ``c_keys``, ``s_keys``, ``g_keys`` (the keys of every node ``U1``
+   that advertised, in the order of ``nodes``, each kind concatenated into one byte string; one message
+   for all), ``neighbours`` ``k`` and ``threshold`` ``t``. The node
+   checks the list (its own keys in it, all keys distinct, ``ceil((1 - xi) n) <= |U1| <= n``), ``k`` and
+   ``t`` (``2 t > k + 1``, :func:`dphype.secure.secagg_params.check_share_threshold`; ``k`` at least its
+   policy's ``min_neighbours``), then computes the **round digest**
+   ``D = SHA-256(label, round, request, p, k, t, [(id, c, s, g) for every node in id order])`` and the
+   **public graph** (:func:`public_graph`): a Harary ring ``H(|U1|, k)`` whose node order is a permutation
+   drawn from the ChaCha20 stream keyed by ``D``. No party controls ``D`` (it hashes every node's fresh
+   keys), every node recomputes its neighbourhood ``N(u)`` itself, and a node given another key list
+   computes another ``D``, which every later signature names. The node draws a self-mask seed ``b_u``,
+   Shamir-shares ``b_u`` and ``s_u``'s private key ``t``-out-of-``k + 1`` among its holders ``{u} + N(u)``
+   and answers ``receivers`` (``N(u)``) and ``ciphertexts``: ChaCha20-Poly1305 under
+   ``HKDF(X25519(c_u, c_v))`` of ``(u, v, share of b_u, share of s_u)``, bound to ``D``.
+   If a node of ``U1`` sends no shares, the server restarts with ``advertise`` over the nodes that did
+   (a node accepts a new ``advertise`` until it has sent its masked vector; its old secrets are dropped
+   unused, and nothing about its vote has left it).
+2. ``masked_input`` -- server: ``senders`` / ``ciphertexts``, the share ciphertexts addressed to this node.
+   The node checks that the senders are distinct graph neighbours, at least ``t - 1`` of them, and
+   decrypts and checks every ciphertext. **Only then** it computes its vote, charges its ledger (the
+   adapter's callback) and answers ``masked`` = ``x_u + C + PRG(b_u) + sum_{v in N(u)} +-PRG(s_uv) mod M``
+   (little-endian uint32; ``C`` the range of :func:`dphype.secure.secure_sum.clipping_range_for` for
+   ``|U1|``; sign ``+`` iff ``u < v``; ``s_uv = HKDF(X25519(s_u, s_v))``; PRG =
+   :func:`dphype.secure.relay.expand_mask`). It masks with **every** graph neighbour, so the masks in the
+   sum are fixed by ``D`` alone, whatever the server forwarded.
+3. ``consistency`` -- server: ``survivors`` ``U3`` (nodes whose masked vectors it holds). The node checks
+   ``U3`` (a subset of ``U1`` with itself, at least ``ceil((1 - xi) n)``) and the **noise-share bound**
+   below, and answers ``signature`` = Ed25519 by ``g_u`` of ``("consistency", D, H(U3))``.
+4. ``unmask`` -- server: ``signers`` / ``signatures``. The node requires distinct signers from ``U3``,
+   at least ``t`` of them and among them more than half of the round's **committee** (the first
+   ``min(|U1|, 64)`` nodes of the public graph's order, :func:`consistency_committee`), every signature
+   valid under the ``g`` key of its own key list over its own ``(D, U3)``. It answers ``b_owners`` /
+   ``b_shares`` (its shares of ``b_v`` for ``v`` in ``U3``) and ``s_owners`` / ``s_shares`` (of ``s_w`` for
+   ``w`` not in ``U3``) -- never both kinds for one node. The round then ends: any further stage is refused.
+
+The server reconstructs ``b_v`` (``v`` in ``U3``) and ``s_w`` (``w`` in ``U1`` but not ``U3``, next to a
+survivor) from ``t`` shares each, removes the self-masks and the masks towards dropped nodes, and decodes
+``sum - |U3| C`` (:class:`ServerRound`). Any stage that arrives out of order, twice, for another request
+or malformed aborts the node's round (the adapter discards :class:`NodeRound`) with a
+:class:`dphype.protocol.Refusal`; nothing of a stage is computed or sent before its checks pass.
+
+What the server can unmask: the noise-share bound
+=================================================
+
+An honest node reveals, per node ``v``, the share of ``b_v`` if its ``U3`` holds ``v`` and of ``s_v`` if
+not; never both. (i) All honest nodes that reveal anything hold the **same**
+``D`` and ``U3``: each verified consistency signatures over ``(D, U3)`` from more than half of the
+committee, which ``D`` fixes, and an honest node signs once per round, so two different views cannot both
+collect such a quorum. (A committee instead of all of ``U1`` keeps each node's signature checks at about 33
+instead of ``|U1| / 2``: the argument needs only a fixed public set with an honest majority.) (ii) Every
+node of ``U3`` masked with all its neighbours in the public graph of ``D``. (iii) Hence the server obtains
+``b_v`` only for nodes of ``U3`` and mask keys ``s_w`` only of nodes outside it, so the mask ``PRG(s_xy)`` between
+two neighbours ``x, y`` of ``U3`` cancels only when both vectors are in the sum: a sum the server can
+unmask that contains ``y_u`` contains ``u``'s whole connected component in the public graph restricted to
+``U3`` (and a vector outside ``U3`` keeps its self-mask ``PRG(b_v)``, 256 key bits). Each node computes
+that component (:func:`component_size`, linear in ``|U1|`` on the ring) and signs in stage 3 only if it
+has at least ``L = ceil((1 - xi) n)`` nodes. So every sum the server can unmask holds at least ``L`` noise
+shares of variance ``sigma^2 / ((1 - xi) n)``, total variance ``>= sigma^2``, and the epsilon a node
+charged in stage 2 (its own policy's accounting at ``L`` contributors,
+:func:`dphype.node.policy.check_vote_request`) is at least what any release of its vote carries
+(:func:`noise_share_bound`). The holders of ``u``'s secrets that are in ``U3`` are its neighbours, in the
+same component, so they refuse exactly when ``u`` does. Without the consistency round and the public graph
+no such bound holds -- the server may partition the graph or show nodes different survivor sets -- and a
+node could only assume a single noise share: the partitioned-graph and over-claimed-``n`` attacks of
+issue 13 unmasked sums of 5 to 10 votes that way.
+
+Assumptions: no node colludes with the server (a colluding committee member may sign two views: with ``c``
+of them the quorum would need ``(|committee| + c) / 2``), and no Sybils (a server that invents nodes
+controls their keys and signatures; without a PKI nobody can tell). An honest run needs more than half of
+the committee to sign in stage 3.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dphype.checks import MAX_CLIENTS
+from dphype.protocol import Refusal
+from dphype.secure import relay
+from dphype.secure.secagg_params import check_share_threshold
+from dphype.secure.secure_sum import (
+    MODULUS_RANGE,
+    SecureSumError,
+    TooFewSurvivorsError,
+    clipping_range_for,
+)
+from dphype.secure.shamir import combine_shares, create_shares_of
+
+#: Version of the message formats and of every hashed or signed label.
+VERSION: int = 1
+#: The stages in order.
+STAGES: tuple[str, ...] = ("advertise", "share_keys", "masked_input", "consistency", "unmask")
+_LABEL = b"dphype-secagg-v1/"
+_ROUND_BYTES = 16
+_SECRET_BYTES = 32
+_ID_BYTES = 8
+
+
+def _id(node: int) -> bytes:
+    return int(node).to_bytes(_ID_BYTES, "big")
+
+
+def set_digest(nodes: Sequence[int]) -> bytes:
+    """``H(S)``: SHA-256 of the sorted ids, 8 bytes each, big-endian."""
+    return hashlib.sha256(b"".join(_id(n) for n in sorted(nodes))).digest()
+
+
+def round_digest(round_id: bytes, request: str, size: int, neighbours: int, threshold: int,
+                 keys: Mapping[int, tuple[bytes, bytes, bytes]]) -> bytes:
+    """``D``: SHA-256 over the round, the request digest, ``p``, ``k``, ``t`` and every node's three public
+    keys in id order (the module docstring, stage 1)."""
+    h = hashlib.sha256(_LABEL + b"round")
+    h.update(round_id + request.encode("utf-8") + b"".join(int(v).to_bytes(4, "big")
+                                                           for v in (size, neighbours, threshold)))
+    for node in sorted(keys):
+        h.update(_id(node) + b"".join(keys[node]))
+    return h.digest()
+
+
+@dataclass(frozen=True, eq=False)
+class PublicGraph:
+    """The round's Harary ring ``H(m, k)`` over ``nodes`` (sorted ids), placed by a permutation from ``D``.
+
+    ``ring[p]`` is the index (into ``nodes``) of the node at ring position ``p`` and ``place`` its inverse.
+    Every node is joined to the ``k / 2`` positions on either side (everyone, when ``k >= m - 1``)."""
+
+    nodes: np.ndarray
+    neighbours: int
+    ring: np.ndarray = field(repr=False)
+    place: np.ndarray = field(repr=False)
+
+    @property
+    def complete(self) -> bool:
+        return self.neighbours >= self.nodes.size - 1
+
+    @property
+    def order(self) -> tuple[int, ...]:
+        """The node ids in ring order."""
+        return tuple(int(v) for v in self.nodes[self.ring])
+
+    def positions(self, members: Sequence[int]) -> np.ndarray:
+        """Ring positions of ``members`` (ids of the round)."""
+        ids = np.asarray(members, dtype=np.uint64)
+        index = np.minimum(np.searchsorted(self.nodes, ids), self.nodes.size - 1)
+        if not np.array_equal(self.nodes[index], ids):
+            raise ValueError("members must be nodes of the round")
+        return self.place[index]
+
+    def neighbourhood(self, node: int) -> tuple[int, ...]:
+        """``N(node)``, sorted."""
+        if self.complete:
+            return tuple(int(n) for n in self.nodes if n != node)
+        half, m = self.neighbours // 2, self.nodes.size
+        offsets = np.concatenate([np.arange(-half, 0), np.arange(1, half + 1)])
+        ring = self.ring[(self.positions([node])[0] + offsets) % m]
+        return tuple(int(n) for n in np.sort(self.nodes[ring]))
+
+
+def public_graph(digest: bytes, nodes: Sequence[int], neighbours: int) -> PublicGraph:
+    """The public graph of round digest ``D`` (:class:`PublicGraph`): positions sorted by 62-bit values of
+    the ChaCha20 stream under ``D`` (ties, of probability about ``m^2 / 2^63``, broken by id)."""
+    ids = np.sort(np.asarray(nodes, dtype=np.uint64))
+    keys = relay.expand_mask(digest, ids.size, relay.MAX_MODULUS, context=_LABEL + b"graph")
+    ring = np.lexsort((np.arange(ids.size), keys))
+    place = np.empty_like(ring)
+    place[ring] = np.arange(ids.size)
+    return PublicGraph(ids, int(neighbours), ring, place)
+
+
+def component_size(graph: PublicGraph, survivors: Sequence[int], node: int) -> int:
+    """Size of ``node``'s connected component in the public graph restricted to ``survivors``.
+
+    On the ring two survivors are joined iff their positions are at most ``k / 2`` apart, so a component is
+    a maximal arc of survivors without a gap of more than ``k / 2`` positions (one such gap leaves a path,
+    which is connected)."""
+    members = set(survivors)
+    if node not in members:
+        raise ValueError("node must be one of the survivors")
+    if graph.complete:
+        return len(members)
+    m, half = graph.nodes.size, graph.neighbours // 2
+    positions = np.sort(graph.positions(sorted(members)))
+    gaps = (np.roll(positions, -1) - positions) % m  # from each survivor to the next one on the ring
+    if positions.size == 1:
+        return 1
+    breaks = np.flatnonzero(gaps > half)  # no edge from positions[i] to positions[i + 1]
+    if breaks.size <= 1:
+        return int(positions.size)
+    mine = int(np.searchsorted(positions, graph.positions([node])[0]))
+    # the arcs run from positions[breaks[j] + 1] to positions[breaks[j + 1]] (cyclically)
+    after = breaks[np.searchsorted(breaks, mine) % breaks.size]  # the first break at or after mine
+    before = breaks[np.searchsorted(breaks, mine) - 1]  # the last break before mine (cyclic)
+    return int((after - before) % positions.size) or int(positions.size)
+
+
+def _pair_key(private: relay.KeyPair, peer_public: bytes, digest: bytes, a: int, b: int, purpose: bytes) -> bytes:
+    low, high = sorted((a, b))
+    return private.agree(peer_public, info=_LABEL + purpose + digest + _id(low) + _id(high))
+
+
+def _pair_mask(key: bytes, size: int, digest: bytes) -> np.ndarray:
+    return relay.expand_mask(key, size, MODULUS_RANGE, context=_LABEL + b"pair-mask" + digest)
+
+
+def _self_mask(seed: bytes, size: int, digest: bytes, node: int) -> np.ndarray:
+    return relay.expand_mask(seed, size, MODULUS_RANGE, context=_LABEL + b"self-mask" + digest + _id(node))
+
+
+def _share_context(digest: bytes, sender: int, receiver: int) -> bytes:
+    return _LABEL + b"share" + digest + _id(sender) + _id(receiver)
+
+
+def consistency_statement(digest: bytes, survivors: Sequence[int]) -> bytes:
+    """What a node signs in the consistency round (stage 3): ``("consistency", D, H(U3))``."""
+    return _LABEL + b"consistency" + digest + set_digest(survivors)
+
+
+#: Size of the consistency round's committee (all nodes in rounds up to this size).
+COMMITTEE_SIZE: int = 64
+
+
+def consistency_committee(graph: PublicGraph) -> tuple[int, ...]:
+    """The nodes whose majority must sign the survivor set: the first ``min(|U1|, COMMITTEE_SIZE)`` nodes of
+    the public graph's order (fixed by ``D``, so by no single party)."""
+    return tuple(int(v) for v in graph.nodes[graph.ring[:COMMITTEE_SIZE]])
+
+
+def consistency_quorum(committee: Sequence[int]) -> int:
+    """Committee signatures a node needs before unmasking: more than half the committee."""
+    return len(committee) // 2 + 1
+
+
+# ------------------------------------------------------------------------------------------ messages
+def _refuse(code: str, detail: str) -> Refusal:
+    return Refusal(code, detail)
+
+
+def _get(message: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    value = message.get(key)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise _refuse("secagg_round", f"the message has no valid {key!r}")
+    return value
+
+
+def _ids(message: Mapping[str, Any], key: str) -> list[int]:
+    value = _get(message, key, list)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**64 for v in value):
+        raise _refuse("secagg_round", f"{key!r} must list node ids")
+    if len(set(value)) != len(value):
+        raise _refuse("secagg_round", f"{key!r} repeats a node")
+    return [int(v) for v in value]
+
+
+def _blobs(message: Mapping[str, Any], key: str, count: int) -> list[bytes]:
+    value = _get(message, key, list)
+    if len(value) != count or not all(isinstance(v, bytes) for v in value):
+        raise _refuse("secagg_round", f"{key!r} must hold {count} byte strings")
+    return list(value)
+
+
+def _key_list(message: Mapping[str, Any], key: str, count: int) -> list[bytes]:
+    """``count`` 32-byte keys sent concatenated under ``key``."""
+    blob = _get(message, key, bytes)
+    size = relay.KEY_BYTES
+    if len(blob) != count * size:
+        raise _refuse("secagg_round", f"{key!r} must hold {count} keys of {size} bytes")
+    return [blob[i * size:(i + 1) * size] for i in range(count)]
+
+
+def message(stage: str, **content: Any) -> dict[str, Any]:
+    """A message of ``stage`` in the current format."""
+    return {"version": VERSION, "stage": stage, **content}
+
+
+# ------------------------------------------------------------------------------------------ the node
+@dataclass(frozen=True)
+class Approval:
+    """What the node approved in its pre-flight and its own policy's limits for the round: the request
+    digest, the announced ``n`` and ``xi`` (``survivors`` = ``ceil((1 - xi) n)``, the contributors its
+    ledger entry assumes), the vector length ``p`` and the policy's ``min_neighbours``."""
+
+    request: str
+    clients: int
+    survivors: int
+    size: int
+    min_neighbours: int
+
+
+#: The node's vote: called once, in stage 2 after every check, with the round's clipping range ``C``; it
+#: returns the encoded noisy vote (integers in ``[-C, C]``) and charges the node's ledger.
+VoteFunction = Callable[[int], np.ndarray]
+
+
+@dataclass
+class NodeRound:
+    """A node's state in one round (its secrets included); :meth:`to_record` / :meth:`from_record` store it
+    as a flat dict of ints, bytes and lists (a Flower ``ConfigRecord``)."""
+
+    node: int
+    stage: str
+    round_id: bytes
+    request: str
+    c_private: bytes
+    s_private: bytes
+    g_private: bytes
+    seed: bytes = b""
+    digest: bytes = b""
+    nodes: list[int] = field(default_factory=list)
+    c_keys: bytes = b""  # every node's key, in the order of ``nodes``, concatenated (32 bytes each)
+    s_keys: bytes = b""
+    g_keys: bytes = b""
+    neighbours: int = 0
+    threshold: int = 0
+    survivors: list[int] = field(default_factory=list)
+    share_owners: list[int] = field(default_factory=list)
+    b_shares: list[bytes] = field(default_factory=list)
+    s_shares: list[bytes] = field(default_factory=list)
+
+    def to_record(self) -> dict[str, Any]:
+        """The state as a flat dict (lists copied)."""
+        return {k: (list(v) if isinstance(v, list) else v) for k, v in self.__dict__.items()}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> NodeRound:
+        """Inverse of :meth:`to_record` (the node's own storage; an unreadable one aborts the round)."""
+        values: dict[str, Any] = {k: (list(v) if isinstance(v, list) else v) for k, v in record.items()}
+        try:
+            return cls(**values)
+        except TypeError:
+            raise _refuse("secagg_round", "this node's round state is unreadable") from None
+
+    def graph(self) -> PublicGraph:
+        """The round's public graph (:func:`public_graph`)."""
+        return public_graph(self.digest, self.nodes, self.neighbours)
+
+    def keys_of(self, blob: bytes) -> dict[int, bytes]:
+        """Node id -> key from one of the concatenated key fields."""
+        size = relay.KEY_BYTES
+        return {node: blob[i * size:(i + 1) * size] for i, node in enumerate(self.nodes)}
+
+
+def node_step(state: NodeRound | None, msg: Mapping[str, Any], *, node: int, approval: Approval,
+              vote: VoteFunction) -> tuple[NodeRound, dict[str, Any]]:
+    """Answer one stage message: check it against ``state`` (``None`` before ``advertise``) and the
+    ``approval``, and return the new state and the reply. Raises :class:`dphype.protocol.Refusal` -- the
+    caller must then discard the round -- before anything of the stage is computed or sent."""
+    if msg.get("version") != VERSION:
+        raise _refuse("secagg_round", f"message format version {msg.get('version')!r} is not {VERSION}")
+    stage = msg.get("stage")
+    if stage not in STAGES:
+        raise _refuse("secagg_round", "unknown stage")
+    expected = "advertise" if state is None else _next(state.stage)
+    if stage == "advertise" and state is not None and state.stage in ("advertise", "share_keys"):
+        expected = "advertise"  # a restart before any masked input: the old secrets are discarded unused
+    if stage != expected:
+        raise _refuse("secagg_round", f"stage {stage!r} arrived where {expected!r} was due; round aborted")
+    if state is not None and state.node != node:
+        raise _refuse("secagg_round", "the round state belongs to another node")
+    if stage == "advertise":
+        return _advertise(msg, node, approval)
+    assert state is not None
+    if state.request != approval.request:
+        raise _refuse("secagg_round", "the approved request changed during the round; round aborted")
+    step = {"share_keys": _share_keys, "masked_input": _masked_input, "consistency": _consistency,
+            "unmask": _unmask}[stage]
+    return step(state, msg, approval, vote)
+
+
+def _next(stage: str) -> str:
+    i = STAGES.index(stage) if stage in STAGES else len(STAGES)
+    if i + 1 >= len(STAGES):
+        return "(none: the round is over)"
+    return STAGES[i + 1]
+
+
+def _advertise(msg: Mapping[str, Any], node: int, approval: Approval) -> tuple[NodeRound, dict[str, Any]]:
+    round_id = _get(msg, "round", bytes)
+    if len(round_id) != _ROUND_BYTES:
+        raise _refuse("secagg_round", f"round must be {_ROUND_BYTES} bytes")
+    if _get(msg, "request", str) != approval.request:
+        raise _refuse("secagg_round", "the round is for another request than the one approved in the pre-flight")
+    c, s, g = relay.KeyPair.generate(), relay.KeyPair.generate(), relay.SigningKey.generate()
+    state = NodeRound(node=node, stage="advertise", round_id=round_id, request=approval.request,
+                      c_private=c.private_bytes(), s_private=s.private_bytes(), g_private=g.private_bytes())
+    return state, message("advertise", c_key=c.public, s_key=s.public, g_key=g.public)
+
+
+def _share_keys(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
+                vote: VoteFunction) -> tuple[NodeRound, dict[str, Any]]:
+    nodes = _ids(msg, "nodes")
+    m = len(nodes)
+    c_keys, s_keys, g_keys = (_key_list(msg, name, m) for name in ("c_keys", "s_keys", "g_keys"))
+    k, t = _get(msg, "neighbours", int), _get(msg, "threshold", int)
+    if len(set(c_keys + s_keys + g_keys)) != 3 * m:
+        raise _refuse("secagg_neighbours", "public keys repeat")
+    keys = {n: (c, s, g) for n, c, s, g in zip(nodes, c_keys, s_keys, g_keys)}
+    c, s, g = (relay.KeyPair.from_private(state.c_private), relay.KeyPair.from_private(state.s_private),
+               relay.SigningKey.from_private(state.g_private))
+    if keys.get(state.node) != (c.public, s.public, g.public):
+        raise _refuse("secagg_neighbours", "this node's own keys are missing from the key list")
+    if not approval.survivors <= m <= min(approval.clients, MAX_CLIENTS):
+        raise _refuse("secagg_neighbours", f"{m} nodes in the round, outside [{approval.survivors}, "
+                      f"{approval.clients}] for the announced request")
+    if not (2 <= k <= m - 1 and (k % 2 == 0 or k == m - 1)):
+        raise _refuse("secagg_setup", f"neighbours={k} is not an even degree in [2, {m - 2}] or {m - 1}")
+    if k < approval.min_neighbours:
+        raise _refuse("secagg_setup", "fewer neighbours than this node requires")
+    try:
+        check_share_threshold(m, k + 1, t)
+    except ValueError as err:
+        raise _refuse("secagg_setup", str(err)) from None
+    ordered = sorted(nodes)
+    digest = round_digest(state.round_id, state.request, approval.size, k, t, keys)
+    graph = public_graph(digest, ordered, k)
+    holders = sorted({state.node, *graph.neighbourhood(state.node)})
+    seed = os.urandom(_SECRET_BYTES)
+    b_shares, s_shares = create_shares_of([seed, state.s_private], t, len(holders))
+    receivers, ciphertexts = [], []
+    own = holders.index(state.node)
+    for j, holder in enumerate(holders):
+        if holder == state.node:
+            continue
+        key = _pair_key(c, keys[holder][0], digest, state.node, holder, b"share-key")
+        plain = _id(state.node) + _id(holder) + b_shares[j] + s_shares[j]
+        receivers.append(holder)
+        ciphertexts.append(relay.encrypt(key, plain, context=_share_context(digest, state.node, holder)))
+    new = NodeRound(
+        node=state.node, stage="share_keys", round_id=state.round_id, request=state.request,
+        c_private=state.c_private, s_private=state.s_private, g_private=state.g_private, seed=seed, digest=digest,
+        nodes=ordered, c_keys=b"".join(keys[n][0] for n in ordered), s_keys=b"".join(keys[n][1] for n in ordered),
+        g_keys=b"".join(keys[n][2] for n in ordered), neighbours=k, threshold=t, share_owners=[state.node],
+        b_shares=[b_shares[own]], s_shares=[s_shares[own]])
+    return new, message("share_keys", receivers=receivers, ciphertexts=ciphertexts)
+
+
+def _masked_input(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
+                  vote: VoteFunction) -> tuple[NodeRound, dict[str, Any]]:
+    neighbourhood = state.graph().neighbourhood(state.node)
+    senders = _ids(msg, "senders")
+    if not set(senders) <= set(neighbourhood):
+        raise _refuse("secagg_neighbours", "a share sender is not this node's graph neighbour")
+    if len(senders) + 1 < state.threshold:
+        raise _refuse("secagg_neighbours", "too few neighbours shared their keys to reconstruct this node's secrets")
+    ciphertexts = _blobs(msg, "ciphertexts", len(senders))
+    c = relay.KeyPair.from_private(state.c_private)
+    c_of = state.keys_of(state.c_keys)
+    owners, b_shares, s_shares = [state.node], [state.b_shares[0]], [state.s_shares[0]]
+    share_bytes = len(state.b_shares[0])
+    for sender, ciphertext in zip(senders, ciphertexts):
+        key = _pair_key(c, c_of[sender], state.digest, state.node, sender, b"share-key")
+        try:
+            plain = relay.decrypt(key, ciphertext, context=_share_context(state.digest, sender, state.node))
+        except relay.RelayError:
+            raise _refuse("secagg_neighbours", "a share ciphertext failed to authenticate") from None
+        if len(plain) != 2 * _ID_BYTES + 2 * share_bytes or plain[:2 * _ID_BYTES] != _id(sender) + _id(state.node):
+            raise _refuse("secagg_neighbours", "a share ciphertext has the wrong length or addresses")
+        owners.append(sender)
+        b_shares.append(plain[2 * _ID_BYTES:2 * _ID_BYTES + share_bytes])
+        s_shares.append(plain[2 * _ID_BYTES + share_bytes:])
+    # everything this node will send is verified: now the vote, which charges the ledger
+    clipping = clipping_range_for(len(state.nodes))
+    encoded = np.asarray(vote(clipping))
+    if encoded.shape != (approval.size,) or not np.all(np.abs(encoded) <= clipping):
+        raise _refuse("client_error", "the encoded vote has the wrong shape or range")
+    masked = (np.rint(encoded).astype(np.int64) + clipping
+              + _self_mask(state.seed, approval.size, state.digest, state.node)) % MODULUS_RANGE
+    s = relay.KeyPair.from_private(state.s_private)
+    s_of = state.keys_of(state.s_keys)
+    for v in neighbourhood:
+        mask = _pair_mask(_pair_key(s, s_of[v], state.digest, state.node, v, b"pair"), approval.size, state.digest)
+        masked = (masked + mask if state.node < v else masked - mask) % MODULUS_RANGE
+    new = dataclasses.replace(state, stage="masked_input", share_owners=owners, b_shares=b_shares,
+                              s_shares=s_shares)
+    return new, message("masked_input", masked=masked.astype("<u4").tobytes())
+
+
+def _consistency(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
+                 vote: VoteFunction) -> tuple[NodeRound, dict[str, Any]]:
+    survivors = _ids(msg, "survivors")
+    if not set(survivors) <= set(state.nodes) or state.node not in survivors:
+        raise _refuse("secagg_unmask", "the survivors are not nodes of the round, or leave this node out")
+    bound = noise_share_bound(state.graph(), survivors, state.node)
+    if bound < approval.survivors:
+        raise _refuse("secagg_unmask", f"a sum the server could unmask with this node's vector may hold only "
+                      f"{bound} noise shares, fewer than {approval.survivors}")
+    signature = relay.SigningKey.from_private(state.g_private).sign(consistency_statement(state.digest, survivors))
+    new = dataclasses.replace(state, stage="consistency", survivors=sorted(survivors))
+    return new, message("consistency", signature=signature)
+
+
+def _unmask(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
+            vote: VoteFunction) -> tuple[NodeRound, dict[str, Any]]:
+    signers = _ids(msg, "signers")
+    signatures = _blobs(msg, "signatures", len(signers))
+    survivors = set(state.survivors)
+    if not set(signers) <= survivors:
+        raise _refuse("secagg_unmask", "a consistency signer is not a survivor")
+    committee = consistency_committee(state.graph())
+    quorum = consistency_quorum(committee)
+    from_committee = len(set(signers) & set(committee))
+    if from_committee < quorum or len(signers) < state.threshold:
+        raise _refuse("secagg_unmask", f"{len(signers)} consistency signatures, {from_committee} of them from the "
+                      f"committee: fewer than {state.threshold}, or fewer than {quorum} of the committee")
+    g_of = state.keys_of(state.g_keys)
+    agreed = consistency_statement(state.digest, state.survivors)
+    for signer, signature in zip(signers, signatures):
+        if not relay.verify(g_of[signer], signature, agreed):
+            raise _refuse("secagg_unmask", "a consistency signature does not verify: nodes were shown different "
+                          "rounds or survivors")
+    b_owners, b_out, s_owners, s_out = [], [], [], []
+    for owner, b_share, s_share in zip(state.share_owners, state.b_shares, state.s_shares):
+        if owner in survivors:
+            b_owners.append(owner)
+            b_out.append(b_share)
+        else:
+            s_owners.append(owner)
+            s_out.append(s_share)
+    new = dataclasses.replace(state, stage="unmask", seed=b"", s_private=b"", b_shares=[], s_shares=[],
+                              share_owners=[])
+    return new, message("unmask", b_owners=b_owners, b_shares=b_out, s_owners=s_owners, s_shares=s_out)
+
+
+def noise_share_bound(graph: PublicGraph, survivors: Sequence[int], node: int) -> int:
+    """The fewest noise shares in any sum the server can unmask that contains ``node``'s vector, once the
+    consistency round holds: ``node``'s component in the public graph restricted to ``survivors`` (module
+    docstring, "the noise-share bound")."""
+    return component_size(graph, survivors, node)
+
+
+# ---------------------------------------------------------------------------------------- the server
+@dataclass
+class SumResult:
+    """The exact sum of the survivors' encoded vectors (int64, on the fixed-point grid of
+    :func:`dphype.secure.secure_sum.fixed_point_scale`) and the survivors ``U3``."""
+
+    total: np.ndarray
+    survivors: list[int]
+
+
+@dataclass
+class ServerRound:
+    """The server's side of one round over ``nodes``: each method takes the replies to the last stage
+    (node id -> message; a node whose reply is missing or malformed counts as dropped) and returns the
+    next stage's messages. ``graph_for(m)`` gives the degree ``k`` and threshold ``t`` for the ``m`` nodes
+    that advertised keys. Raises :class:`dphype.secure.secure_sum.TooFewSurvivorsError` as soon as fewer
+    than ``min_survivors`` nodes remain (nothing is unmasked then)."""
+
+    nodes: list[int]
+    request: str
+    size: int
+    min_survivors: int
+    graph_for: Callable[[int], tuple[int, int]]
+    round_id: bytes = field(default_factory=lambda: os.urandom(_ROUND_BYTES))
+    keys: dict[int, tuple[bytes, bytes, bytes]] = field(default_factory=dict)
+    neighbours: int = 0
+    threshold: int = 0
+    digest: bytes = b""
+    graph: PublicGraph | None = None
+    masked: dict[int, np.ndarray] = field(default_factory=dict)
+    survivors: list[int] = field(default_factory=list)
+
+    def _enough(self, count: int, stage: str) -> None:
+        if count < self.min_survivors:
+            raise TooFewSurvivorsError(
+                f"only {count} of {len(self.nodes)} clients completed the {stage} stage, fewer than the "
+                f"{self.min_survivors} required by the dropout tolerance; nothing was unmasked or released")
+
+    def advertise(self) -> dict[int, dict[str, Any]]:
+        """Stage 0's messages."""
+        return {n: message("advertise", round=self.round_id, request=self.request) for n in self.nodes}
+
+    def share_keys(self, replies: Mapping[int, Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
+        """The key list (one message for all), the degree and the threshold."""
+        for n, reply in replies.items():
+            keys = tuple(reply.get(k) for k in ("c_key", "s_key", "g_key"))
+            if n in self.nodes and all(isinstance(k, bytes) and len(k) == relay.KEY_BYTES for k in keys):
+                self.keys[n] = keys  # type: ignore[assignment]
+        self._enough(len(self.keys), "advertise")
+        self.neighbours, self.threshold = self.graph_for(len(self.keys))
+        ordered = sorted(self.keys)
+        self.digest = round_digest(self.round_id, self.request, self.size, self.neighbours, self.threshold,
+                                   self.keys)
+        self.graph = public_graph(self.digest, ordered, self.neighbours)
+        content = message("share_keys", nodes=ordered, **{name: b"".join(self.keys[n][i] for n in ordered)
+                                                          for i, name in enumerate(("c_keys", "s_keys", "g_keys"))},
+                          neighbours=self.neighbours, threshold=self.threshold)
+        return dict.fromkeys(ordered, content)
+
+    def masked_input(self, replies: Mapping[int, Mapping[str, Any]]) -> dict[int, dict[str, Any]] | list[int]:
+        """Forward every share ciphertext to its receiver; or, when some node of ``U1`` sent no valid
+        shares, the nodes that did: the caller restarts the round over them (:func:`run_round`; nodes mask
+        with all their graph neighbours, so every node of ``U1`` must have shared its keys)."""
+        assert self.graph is not None
+        boxes: dict[int, dict[int, bytes]] = {}
+        shared = []
+        for n, reply in replies.items():
+            receivers, ciphertexts = reply.get("receivers"), reply.get("ciphertexts")
+            if (n in self.keys and isinstance(receivers, list) and isinstance(ciphertexts, list)
+                    and receivers == list(self.graph.neighbourhood(n)) and len(ciphertexts) == len(receivers)
+                    and all(isinstance(c, bytes) for c in ciphertexts)):
+                shared.append(n)
+                for receiver, ciphertext in zip(receivers, ciphertexts):
+                    boxes.setdefault(receiver, {})[n] = ciphertext
+        self._enough(len(shared), "share-keys")
+        if len(shared) < len(self.keys):
+            return sorted(shared)
+        out = {}
+        for n in sorted(shared):
+            box = boxes.get(n, {})
+            out[n] = message("masked_input", senders=sorted(box), ciphertexts=[box[s] for s in sorted(box)])
+        return out
+
+    def consistency(self, replies: Mapping[int, Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
+        """Collect the masked vectors; announce the survivors ``U3``."""
+        for n, reply in replies.items():
+            masked = reply.get("masked")
+            if n in self.keys and isinstance(masked, bytes) and len(masked) == 4 * self.size:
+                self.masked[n] = np.frombuffer(masked, dtype="<u4").astype(np.int64)
+        self.survivors = sorted(self.masked)
+        self._enough(len(self.survivors), "masked-input")
+        return dict.fromkeys(self.survivors, message("consistency", survivors=self.survivors))
+
+    def unmask(self, replies: Mapping[int, Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
+        """Forward a quorum of consistency signatures to every signer: a committee majority, topped up to ``t``."""
+        assert self.graph is not None
+        signed = {n: r["signature"] for n, r in replies.items()
+                  if n in self.masked and isinstance(r.get("signature"), bytes)}
+        committee = consistency_committee(self.graph)
+        quorum = consistency_quorum(committee)
+        signers = [n for n in committee if n in signed][:quorum]
+        signers += [n for n in sorted(signed) if n not in signers][:max(0, self.threshold - len(signers))]
+        if len(signers) < quorum or len(signers) < self.threshold or len(set(signers) & set(committee)) < quorum:
+            raise SecureSumError(f"only {len(signed)} clients signed the survivor set, "
+                                 f"{len(set(signed) & set(committee))} of the committee of {len(committee)}: fewer "
+                                 "than the quorum; nothing was unmasked or released")
+        signers.sort()
+        content = message("unmask", signers=signers, signatures=[signed[n] for n in signers])
+        return dict.fromkeys(sorted(signed), content)
+
+    def finish(self, replies: Mapping[int, Mapping[str, Any]]) -> SumResult:
+        """Reconstruct the secrets from the unmask replies and return the exact sum over ``U3``."""
+        assert self.graph is not None
+        shares: dict[str, dict[int, list[bytes]]] = {"b": {}, "s": {}}
+        for reply in replies.values():
+            for kind in ("b", "s"):
+                owners, values = reply.get(f"{kind}_owners"), reply.get(f"{kind}_shares")
+                if not (isinstance(owners, list) and isinstance(values, list) and len(owners) == len(values)):
+                    continue
+                for owner, value in zip(owners, values):
+                    if isinstance(owner, int) and isinstance(value, bytes):
+                        shares[kind].setdefault(owner, []).append(value)
+        t, size, survivors = self.threshold, self.size, set(self.survivors)
+        total = np.zeros(size, dtype=np.int64)
+        try:
+            for n in self.survivors:
+                seed = combine_shares(shares["b"].get(n, []), t)
+                total = (total + self.masked[n] - _self_mask(seed, size, self.digest, n)) % MODULUS_RANGE
+            for w in sorted(set(self.keys) - survivors):
+                live = [x for x in self.graph.neighbourhood(w) if x in survivors]
+                if not live:
+                    continue
+                s_w = relay.KeyPair.from_private(combine_shares(shares["s"].get(w, []), t))
+                for x in live:
+                    mask = _pair_mask(_pair_key(s_w, self.keys[x][1], self.digest, w, x, b"pair"), size, self.digest)
+                    total = (total - mask if x < w else total + mask) % MODULUS_RANGE  # undo x's +-mask
+        except (ValueError, relay.RelayError) as err:
+            raise SecureSumError(f"the sum could not be unmasked ({err}); nothing was released") from None
+        # every encoded entry was shifted by C into [0, 2C], and |U1| 2C < M: the residue is the exact sum
+        return SumResult(total - len(self.survivors) * clipping_range_for(len(self.keys)), list(self.survivors))
+
+
+#: Restarts after nodes fail between ``advertise`` and ``share_keys`` (:meth:`ServerRound.masked_input`).
+MAX_RESTARTS: int = 3
+
+#: The transport: deliver each node its message of one stage and return the replies that came back
+#: (node id -> message); a node that fails or does not answer is simply missing.
+Send = Callable[[str, dict[int, dict[str, Any]]], dict[int, dict[str, Any]]]
+
+
+def run_round(nodes: Sequence[int], send: Send, *, request: str, size: int, min_survivors: int,
+              graph_for: Callable[[int], tuple[int, int]],
+              timings: dict[str, float] | None = None) -> tuple[SumResult, ServerRound]:
+    """The server's whole round over ``nodes`` through ``send`` (restarting at most :data:`MAX_RESTARTS`
+    times when nodes fail before sharing their keys); returns the exact sum and the final round.
+    ``timings``, if given, receives the seconds each stage took (nodes' work and transport included)."""
+    participants = sorted(nodes)
+    clock = timings if timings is not None else {}
+
+    def stage(name: str, messages: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+        start = time.perf_counter()
+        replies = send(name, messages)
+        clock[name] = clock.get(name, 0.0) + time.perf_counter() - start
+        return replies
+
+    for _ in range(MAX_RESTARTS + 1):
+        server = ServerRound(participants, request, size, min_survivors, graph_for)
+        replies = stage("share_keys", server.share_keys(stage("advertise", server.advertise())))
+        forward = server.masked_input(replies)
+        if isinstance(forward, list):
+            participants = forward
+            continue
+        signed = stage("consistency", server.consistency(stage("masked_input", forward)))
+        replies = stage("unmask", server.unmask(signed))
+        start = time.perf_counter()
+        result = server.finish(replies)
+        clock["finish"] = time.perf_counter() - start
+        return result, server
+    raise TooFewSurvivorsError(f"clients kept failing before sharing their keys ({MAX_RESTARTS} restarts); "
+                               "nothing was unmasked or released")
