@@ -1,0 +1,242 @@
+"""The tally committee of ``release="argmax"``: clients secret-share their noisy counts, tallies open only the winner.
+
+Protocol (framework-free; the Flower adapter relays the bytes):
+
+1. The committee is ``parties >= 3`` tallies with X25519 public keys (:func:`check_committee`: no duplicates,
+   honest majority ``t = (parties - 1) // 2 >= 1``, and, when the node pins its tallies, only known keys).
+2. Each client adds its noise share (:func:`dphype.privacy.winner.client_winner_share`) to its top-k votes and
+   splits the noisy vector into ``parties`` additive shares modulo the prime ``p`` of MPyC's secure integers
+   (:func:`split_shares`; all but the last uniform from the operating system's CSPRNG, so any ``parties - 1``
+   of them are independent of the vector). Share ``j`` is sealed to tally ``j``'s key under a context that
+   binds the request digest and ``j`` (:func:`client_sealed_shares`, :mod:`dphype.secure.relay`), and the
+   server relays the ciphertexts: it cannot read them, and a ciphertext for another request or tally does not
+   open.
+3. Each :class:`Tally` opens its ciphertexts for one approved request, refuses duplicates, sums them modulo
+   ``p`` and refuses a second argmax for a request digest it has already served (:meth:`Tally.job`).
+4. The tallies run MPyC (:mod:`dphype.secure.tally_party`): they check that they agree on the request, the
+   contributor set and its size (at least the minimum survivors), add their sums inside the MPC (the noisy
+   counts), compute ``mpc.argmax`` (ties to the lowest index) and open only the index.
+
+Security (MPyC's model: Shamir secret sharing, honest majority, semi-honest parties). The server sees
+ciphertexts and the index. One tally sees uniformly random shares and the index; the server colluding with
+one tally learns nothing more. Two colluding tallies (of three) can reconstruct the noisy counts (still
+``epsilon``-DP as a vector only if the noise were calibrated for it; it is not: out of scope, as the honest
+majority assumption). A malicious tally can change the result or abort (MPyC is secure against semi-honest
+parties only; an abort releases nothing); the MPC channels are MPyC's TCP connections, which must run over
+a private network or MPyC's ``--ssl`` in a deployment. A tally that drops or answers late aborts the run:
+:func:`secure_argmax` raises :class:`TallyError` naming it and no index is released.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Collection, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dphype.secure.relay import KeyPair, RelayError, open_sealed, seal
+
+#: Tallies in the default committee (honest majority with threshold 1).
+COMMITTEE_SIZE = 3
+#: Bit length of MPyC's secure integers: the noisy counts must lie in ``[-2^31, 2^31)``.
+BIT_LENGTH = 32
+#: MPyC's statistical security parameter for comparisons (its default): leakage probability ``2^-30``.
+SEC_PARAM = 30
+#: Bytes per share entry (the field prime has 64 bits).
+ENTRY_BYTES = 8
+
+
+class TallyError(RuntimeError):
+    """The secure argmax did not run; nothing was released. The message names the cause."""
+
+
+def field_modulus() -> int:
+    """The prime of the secure integers: MPyC's own choice for ``SecInt(BIT_LENGTH)`` at ``SEC_PARAM``
+    (``mpyc.finfields.find_prime_root(l + k + 2)``, the largest Blum prime below ``2^64``)."""
+    from mpyc import finfields  # noqa: PLC0415 - mpyc reads sys.argv on import; only the argmax path needs it
+
+    return int(finfields.find_prime_root(BIT_LENGTH + SEC_PARAM + 2, n=2)[0])
+
+
+def check_committee(public_keys: Sequence[bytes], *, minimum: int = COMMITTEE_SIZE,
+                    known: Collection[bytes] | None = None) -> tuple[bytes, ...]:
+    """The committee's X25519 public keys as a tuple; ``ValueError`` naming the cause for fewer than
+    ``minimum`` (and fewer than 3, honest majority with threshold 1), a key that is not 32 bytes, a duplicate,
+    or a key outside ``known`` (the tallies this node trusts; ``None``: any)."""
+    keys = tuple(public_keys)
+    floor = max(3, int(minimum))
+    if len(keys) < floor:
+        raise ValueError(f"tally committee must have at least {floor} tallies, got {len(keys)}")
+    for j, key in enumerate(keys):
+        if not isinstance(key, bytes) or len(key) != 32:
+            raise ValueError(f"tally {j}'s public key must be 32 bytes")
+    if len(set(keys)) != len(keys):
+        raise ValueError("tally committee has duplicate tallies (the same public key twice)")
+    if known is not None:
+        unknown = [j for j, key in enumerate(keys) if key not in set(known)]
+        if unknown:
+            raise ValueError(f"tally committee has unknown tallies (not in this node's list): {unknown}")
+    return keys
+
+
+def share_context(request_digest: str, tally: int) -> bytes:
+    """Associated data of a sealed share: the request and the tally it is for."""
+    return f"dphype-argmax-share|{request_digest}|{int(tally)}".encode()
+
+
+def split_shares(values: Any, parties: int, modulus: int) -> list[list[int]]:
+    """``parties`` additive shares of the integer vector ``values`` modulo ``modulus``: the first
+    ``parties - 1`` uniform (``secrets.randbelow``), the last makes the sum ``values mod modulus``."""
+    ints = [int(v) for v in np.asarray(values).reshape(-1)]
+    shares = [[secrets.randbelow(modulus) for _ in ints] for _ in range(parties - 1)]
+    last = [(v - sum(col)) % modulus for v, col in zip(ints, zip(*shares, strict=True), strict=True)] \
+        if shares else [v % modulus for v in ints]
+    return [*shares, last]
+
+
+def client_sealed_shares(request_digest: str, noisy_counts: Any, committee: Sequence[bytes]) -> list[bytes]:
+    """What a client sends in argmax mode: :func:`split_shares` of its noisy count vector, share ``j`` sealed to
+    ``committee[j]`` under :func:`share_context` (one ciphertext per tally, in committee order)."""
+    keys = check_committee(committee)
+    modulus = field_modulus()
+    return [seal(key, np.asarray(share, dtype=np.uint64).tobytes(), context=share_context(request_digest, j))
+            for j, (key, share) in enumerate(zip(keys, split_shares(noisy_counts, len(keys), modulus), strict=True))]
+
+
+class Tally:
+    """One tally's state: its key pair, the request it is collecting for, and the requests it has served."""
+
+    def __init__(self, index: int, keys: KeyPair | None = None) -> None:
+        self.index = int(index)
+        self.keys = KeyPair.generate() if keys is None else keys
+        self._served: set[str] = set()
+        self._round: dict[str, Any] | None = None
+
+    @property
+    def public(self) -> bytes:
+        """The X25519 public key clients seal their shares to."""
+        return self.keys.public
+
+    def open_round(self, request_digest: str, size: int, min_contributors: int) -> None:
+        """Start collecting shares of ``size`` entries for one approved request; a request already served
+        (or being collected) is refused: one argmax per request."""
+        if request_digest in self._served or (self._round is not None and self._round["request"] == request_digest):
+            raise TallyError(f"tally {self.index} refuses a second argmax for request {request_digest[:12]}")
+        self._round = {"request": request_digest, "size": int(size), "min": int(min_contributors),
+                       "modulus": field_modulus(), "shares": {}}
+
+    def receive(self, contributor: str, sealed: bytes) -> None:
+        """Open one client's sealed share of the current request; refuses a share for another request or
+        tally (it does not authenticate), a wrong length and a second share from the same contributor."""
+        rnd = self._round
+        if rnd is None:
+            raise TallyError(f"tally {self.index} has no open request")
+        if contributor in rnd["shares"]:
+            raise TallyError(f"tally {self.index} got a second share from contributor {contributor}")
+        try:
+            plain = open_sealed(self.keys, sealed, context=share_context(rnd["request"], self.index))
+        except RelayError:
+            raise TallyError(f"tally {self.index}: the share of contributor {contributor} is not for request "
+                             f"{rnd['request'][:12]} and this tally (it does not open)") from None
+        if len(plain) != rnd["size"] * ENTRY_BYTES:
+            raise TallyError(f"tally {self.index}: the share of contributor {contributor} has the wrong length")
+        share = np.frombuffer(plain, dtype=np.uint64)
+        if np.any(share >= np.uint64(rnd["modulus"])):
+            raise TallyError(f"tally {self.index}: the share of contributor {contributor} is outside the field")
+        rnd["shares"][contributor] = share
+
+    def job(self) -> dict[str, Any]:
+        """Close the round: this tally's input to the MPC (:mod:`dphype.secure.tally_party`), the request now
+        counts as served. Sums modulo the prime with Python integers (no overflow)."""
+        rnd = self._round
+        if rnd is None:
+            raise TallyError(f"tally {self.index} has no open request")
+        self._round = None
+        self._served.add(rnd["request"])
+        contributors = sorted(rnd["shares"])
+        total = [0] * rnd["size"]
+        for name in contributors:
+            total = [(a + int(b)) % rnd["modulus"] for a, b in zip(total, rnd["shares"][name], strict=True)]
+        digest = hashlib.sha256(json.dumps(contributors).encode()).hexdigest()
+        return {"modulus": rnd["modulus"], "bit_length": BIT_LENGTH, "share": total, "request": rnd["request"],
+                "contributors": digest, "count": len(contributors), "min_contributors": rnd["min"]}
+
+
+def _free_ports(count: int, host: str) -> list[int]:
+    """``count`` distinct ports the operating system reports free on ``host``."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def party_command(index: int, addresses: Sequence[str]) -> list[str]:
+    """The command that runs tally ``index``'s MPyC party (one per tally host in a deployment)."""
+    cmd = [sys.executable, str(Path(__file__).with_name("tally_party.py")), "--no-log", "-I", str(index)]
+    for address in addresses:
+        cmd += ["-P", address]
+    return cmd
+
+
+def secure_argmax(jobs: Sequence[dict[str, Any] | None], *, timeout: float = 30.0, host: str = "127.0.0.1") -> int:
+    """Run the tallies' MPyC parties on this machine (loopback ports) and return the opened index.
+
+    ``jobs[j]`` is tally ``j``'s :meth:`Tally.job` (``None``: that tally does not take part, as when it is
+    unreachable). Every party must answer within ``timeout`` seconds with the same index; otherwise all parties
+    are stopped and :class:`TallyError` names the tally that failed (nothing is released).
+    """
+    ports = _free_ports(len(jobs), host)
+    addresses = [f"{host}:{port}" for port in ports]
+    procs: dict[int, subprocess.Popen[str]] = {}
+    try:
+        for j, job in enumerate(jobs):
+            if job is None:
+                continue
+            procs[j] = subprocess.Popen(party_command(j, addresses), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL, text=True)
+            stdin = procs[j].stdin
+            assert stdin is not None
+            stdin.write(json.dumps(job) + "\n")
+            stdin.flush()
+        deadline = time.monotonic() + timeout
+        answers: dict[int, dict[str, Any]] = {}
+        for j in range(len(jobs)):
+            if j not in procs:
+                continue
+            try:
+                out, _ = procs[j].communicate(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                missing = [i for i in range(len(jobs)) if i not in procs]
+                cause = f" (tally {missing[0]} did not start)" if missing else ""
+                raise TallyError(f"tally {j} did not answer within {timeout:g} s{cause}; nothing released") from None
+            lines = [line for line in out.splitlines() if line.startswith("{")]
+            if not lines:
+                raise TallyError(f"tally {j} stopped without an answer (exit code {procs[j].returncode})")
+            answers[j] = json.loads(lines[-1])
+        errors = {j: a["error"] for j, a in answers.items() if "error" in a}
+        if errors:
+            j, reason = next(iter(errors.items()))
+            raise TallyError(f"tally {j} refused the argmax: {reason}; nothing released")
+        if len(answers) != len(jobs):
+            raise TallyError("not every tally answered; nothing released")
+        indices = {int(a["index"]) for a in answers.values()}
+        if len(indices) != 1:
+            raise TallyError("tallies opened different indices; nothing released")
+        return indices.pop()
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
