@@ -15,6 +15,8 @@ NOISE_KINDS: tuple[str, ...] = ("gaussian", "skellam")
 DEFAULT_ACCOUNTANT: dict[str, str] = {"gaussian": "analytic", "skellam": "rdp"}
 #: Neighbouring relations: replace one client's data (the paper's) or add/remove one client (DP-FedAvg's).
 NEIGHBOURING: tuple[str, ...] = ("replace-one", "add-remove")
+#: Release modes: the noisy vote sum (the paper's), or only the winner's index from a secure argmax.
+RELEASES: tuple[str, ...] = ("sum", "argmax")
 
 
 def check_positive(name: str, value: Any) -> float:
@@ -92,6 +94,13 @@ def check_neighbouring(neighbouring: Any) -> str:
     if neighbouring not in NEIGHBOURING:
         raise ValueError(f"neighbouring must be one of {', '.join(NEIGHBOURING)}, got {neighbouring!r}")
     return str(neighbouring)
+
+
+def check_release(release: Any) -> str:
+    """Return the release mode; it must be one of :data:`RELEASES`."""
+    if release not in RELEASES:
+        raise ValueError(f"release must be one of {', '.join(RELEASES)}, got {release!r}")
+    return str(release)
 
 
 def resolve_accountant(accountant: str | None, noise: str) -> str:

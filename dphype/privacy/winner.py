@@ -67,6 +67,7 @@ import numpy as np
 
 from dphype.checks import (
     check_clients,
+    check_delta,
     check_dropout,
     check_epsilon,
     check_int,
@@ -74,6 +75,7 @@ from dphype.checks import (
     check_neighbouring,
     check_num_candidates,
 )
+from dphype.privacy.accounting import PrivacyReport
 from dphype.privacy.noise import min_survivors, secure_generator
 
 #: The noise kind of the winner release (what a :class:`dphype.privacy.accounting.PrivacyReport` names).
@@ -204,6 +206,29 @@ class WinnerRelease:
     def noise_std(self) -> float:
         """Std of the total noise on one count (:func:`noise_std`)."""
         return noise_std(self.epsilon, self.neighbouring)
+
+
+def winner_report(release: WinnerRelease, delta: float, *, clients: int, dropout: float,
+                  survivors: int | None = None, committee: int = 3) -> PrivacyReport:
+    """The privacy statement of one winner release by ``clients`` clients tolerating ``dropout``: pure
+    ``release.epsilon`` whenever at least the minimum survivors contributed (module docstring: more survivors
+    add data-independent noise and keep epsilon); ``survivors`` below that is refused. The release itself has
+    delta 0 (``accountant`` says so); ``delta`` is the run's, at which it composes with other releases (pure
+    ``epsilon``-DP is ``(epsilon, delta)``-DP for every delta). ``sigma`` is the std of the total noise per
+    count of the minimum survivors, ``client_std`` one share's; ``l2_sensitivity`` is the per-count
+    sensitivity 1 (what report-noisy-max needs)."""
+    clients, dropout, delta = check_clients(clients), check_dropout(dropout), check_delta(delta)
+    if survivors is not None:
+        survivors = check_survivors(survivors, clients, dropout)
+    std = release.noise_std
+    return PrivacyReport(
+        epsilon=release.epsilon, delta=delta, accountant="pure epsilon (report-noisy-max; delta 0)",
+        noise=WINNER_NOISE, sigma=std,
+        client_std=std / math.sqrt(min_survivors(clients, dropout)), clients=clients, dropout=dropout, k=release.k,
+        num_candidates=release.num_candidates, survivors=survivors, neighbouring=release.neighbouring,
+        l2_sensitivity=1.0,
+        released=f"winning index only (secure argmax among {committee} tallies on MPyC; no counts, no runner-up)",
+    )
 
 
 def winner_rdp(epsilon: float, orders: Any) -> np.ndarray:
