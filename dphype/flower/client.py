@@ -20,6 +20,9 @@ set by whoever runs the node, never by the server; :func:`node_policy`) against 
   (:func:`dphype.protocol.noisy_vote`), recorded in the node's ledger (:meth:`dphype.node.ledger.Ledger.spend`)
   and only then handed to SecAgg+. Any refusal makes the node drop out of the round, and the server
   sees only the sanitized reason (:func:`dphype.protocol.as_refusal`).
+
+It also adds the argmax mode's handlers (:mod:`dphype.flower.tally`): ``train.dphype_argmax`` (sealed shares
+to the tally committee) and, on nodes configured as tallies, ``query.dphype_tally``.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from flwr.common import Scalar, log
 from flwr.common.config import parse_config_args
 
 from dphype.flower.secagg import secure_vote_reply
+from dphype.flower.tally import register_tally, register_winner_vote
 from dphype.ml.task import Task
 from dphype.node.ledger import Ledger
 from dphype.node.policy import POLICY_ENV, NodePolicy, PolicyError, check_vote_request
@@ -175,6 +179,8 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
         except Exception as err:  # noqa: BLE001 - the server sees the sanitized reason only
             raise _sanitized("vote", err) from None
 
+    register_winner_vote(app, policy=policy)  # release="argmax": sealed shares to the tallies
+    register_tally(app)  # answered only on nodes configured as tallies
     return app
 
 

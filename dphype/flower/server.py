@@ -14,6 +14,9 @@
    (:func:`dphype.flower.secagg.run_secure_sum`), unmasked only if enough clients contributed;
 4. the release (:func:`dphype.protocol.release`): the selection rule's pick, its confidence and the privacy report.
 
+With ``release="argmax"`` steps 3-4 are :func:`dphype.flower.tally.run_winner_selection`: sealed shares to the
+committee of tally nodes named by ``tallies``, a secure argmax on MPyC, only the index released.
+
 Train the final model afterwards with any Message-API strategy, passing ``result.selected`` as the train
 config (see :func:`train_config`).
 """
@@ -33,8 +36,9 @@ from flwr.serverapp.grid import Grid
 from dphype.config import DPHypeConfig
 from dphype.flower.client import ACTION, RECORD_KEY
 from dphype.flower.secagg import check_timeout, run_secure_sum
+from dphype.flower.tally import run_winner_selection
 from dphype.privacy.noise import client_noise_std
-from dphype.protocol import REFUSAL_CODES, DPHypeResult, make_vote_request, release
+from dphype.protocol import REFUSAL_CODES, DPHypeResult, WinnerResult, make_vote_request, release
 from dphype.secure.secagg_params import CORRUPT_FRACTION, check_corrupt_fraction
 from dphype.secure.secure_sum import clip_probability
 from dphype.selection.candidates import Candidate, CandidateList
@@ -64,6 +68,8 @@ class DPHype:
     corrupt_fraction:
         Fraction of the clients assumed to collude with the server when the SecAgg+ graph is chosen or
         checked (default 1/3, :data:`dphype.secure.secagg_params.CORRUPT_FRACTION`).
+    tallies:
+        ``release="argmax"`` only: the committee's X25519 public keys in committee order (at least 3 distinct).
     """
 
     def __init__(
@@ -74,8 +80,9 @@ class DPHype:
         num_shares: float | None = None,
         reconstruction_threshold: float | None = None,
         corrupt_fraction: float = CORRUPT_FRACTION,
+        tallies: tuple[bytes, ...] = (),
     ) -> None:
-        self.request = make_vote_request(config, candidates)
+        self.request = make_vote_request(config, candidates, tallies=tallies)
         # the planner's prediction from public parameters only; refuses below config.min_success
         self.plan = preflight(config.clients, config.epsilon, config.delta, candidates.feature_space(),
                               len(candidates), config.k, dropout=config.dropout, min_success=config.min_success,
@@ -99,7 +106,7 @@ class DPHype:
                 f"k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, noise={cfg.noise!r}, rule={cfg.rule!r})")
 
     def start(self, grid: Grid, *, timeout: float | None = 3600.0,
-              connect_timeout: float | None = 600.0) -> DPHypeResult:
+              connect_timeout: float | None = 600.0) -> DPHypeResult | WinnerResult:
         """Select one candidate privately; returns the winner with its privacy report.
 
         ``connect_timeout`` bounds the wait (seconds) for ``clients`` nodes to connect; ``timeout`` bounds
@@ -115,6 +122,8 @@ class DPHype:
             self.plan.success, cfg.rule, self.plan.success_argmax)
         for warning in self.plan.warnings:
             log(logging.WARNING, "DP-Hype: %s", warning)
+        if cfg.release == "argmax":
+            return run_winner_selection(self, grid, timeout=timeout, connect_timeout=connect_timeout)
         log(logging.INFO, "DP-Hype: total noise std sigma=%.4g, each client's share std %.4g",
             self.request.sigma, client_noise_std(self.request.sigma, cfg.clients, cfg.dropout))
         start = time.perf_counter()

@@ -190,6 +190,47 @@ def party_command(index: int, addresses: Sequence[str]) -> list[str]:
     return cmd
 
 
+def start_party(index: int, addresses: Sequence[str], job: dict[str, Any]) -> subprocess.Popen[str]:
+    """Start tally ``index``'s MPyC party (:func:`party_command`) with its ``job`` on stdin; returns at once."""
+    proc = subprocess.Popen(party_command(index, addresses), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    stdin = proc.stdin
+    assert stdin is not None
+    stdin.write(json.dumps(job) + "\n")
+    stdin.flush()
+    return proc
+
+
+def party_result(proc: subprocess.Popen[str], index: int, timeout: float) -> int:
+    """Wait up to ``timeout`` seconds for tally ``index``'s party and return the index it opened; on a late
+    answer, a refusal or a crash the party is stopped and :class:`TallyError` names the cause."""
+    try:
+        out, _ = proc.communicate(timeout=max(0.0, timeout))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise TallyError(f"tally {index} did not answer within {timeout:g} s; nothing released") from None
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    if not lines:
+        raise TallyError(f"tally {index} stopped without an answer (exit code {proc.returncode}); nothing released")
+    answer = json.loads(lines[-1])
+    if "error" in answer:
+        raise TallyError(f"tally {index} refused the argmax: {answer['error']}; nothing released")
+    return int(answer["index"])
+
+
+def agreed_index(indices: Sequence[int]) -> int:
+    """The one index every tally opened; :class:`TallyError` when they differ."""
+    if len(set(indices)) != 1:
+        raise TallyError("tallies opened different indices; nothing released")
+    return int(indices[0])
+
+
+def loopback_addresses(parties: int, host: str = "127.0.0.1") -> list[str]:
+    """``host:port`` for ``parties`` MPyC parties on free loopback ports."""
+    return [f"{host}:{port}" for port in _free_ports(parties, host)]
+
+
 def secure_argmax(jobs: Sequence[dict[str, Any] | None], *, timeout: float = 30.0, host: str = "127.0.0.1") -> int:
     """Run the tallies' MPyC parties on this machine (loopback ports) and return the opened index.
 
@@ -197,44 +238,22 @@ def secure_argmax(jobs: Sequence[dict[str, Any] | None], *, timeout: float = 30.
     unreachable). Every party must answer within ``timeout`` seconds with the same index; otherwise all parties
     are stopped and :class:`TallyError` names the tally that failed (nothing is released).
     """
-    ports = _free_ports(len(jobs), host)
-    addresses = [f"{host}:{port}" for port in ports]
-    procs: dict[int, subprocess.Popen[str]] = {}
+    addresses = loopback_addresses(len(jobs), host)
+    procs = {j: start_party(j, addresses, job) for j, job in enumerate(jobs) if job is not None}
+    missing = [j for j in range(len(jobs)) if j not in procs]
+    deadline = time.monotonic() + timeout
     try:
-        for j, job in enumerate(jobs):
-            if job is None:
-                continue
-            procs[j] = subprocess.Popen(party_command(j, addresses), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.DEVNULL, text=True)
-            stdin = procs[j].stdin
-            assert stdin is not None
-            stdin.write(json.dumps(job) + "\n")
-            stdin.flush()
-        deadline = time.monotonic() + timeout
-        answers: dict[int, dict[str, Any]] = {}
-        for j in range(len(jobs)):
-            if j not in procs:
-                continue
+        indices = []
+        for j, proc in procs.items():
             try:
-                out, _ = procs[j].communicate(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                missing = [i for i in range(len(jobs)) if i not in procs]
-                cause = f" (tally {missing[0]} did not start)" if missing else ""
-                raise TallyError(f"tally {j} did not answer within {timeout:g} s{cause}; nothing released") from None
-            lines = [line for line in out.splitlines() if line.startswith("{")]
-            if not lines:
-                raise TallyError(f"tally {j} stopped without an answer (exit code {procs[j].returncode})")
-            answers[j] = json.loads(lines[-1])
-        errors = {j: a["error"] for j, a in answers.items() if "error" in a}
-        if errors:
-            j, reason = next(iter(errors.items()))
-            raise TallyError(f"tally {j} refused the argmax: {reason}; nothing released")
-        if len(answers) != len(jobs):
-            raise TallyError("not every tally answered; nothing released")
-        indices = {int(a["index"]) for a in answers.values()}
-        if len(indices) != 1:
-            raise TallyError("tallies opened different indices; nothing released")
-        return indices.pop()
+                indices.append(party_result(proc, j, deadline - time.monotonic()))
+            except TallyError as err:
+                if missing:
+                    raise TallyError(f"{err} (tally {missing[0]} did not start)") from None
+                raise
+        if missing:
+            raise TallyError(f"tally {missing[0]} did not start; nothing released")
+        return agreed_index(indices)
     finally:
         for proc in procs.values():
             if proc.poll() is None:
