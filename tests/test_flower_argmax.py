@@ -78,9 +78,9 @@ def test_a_tally_that_never_computes_makes_the_others_time_out_and_nothing_is_re
     grid, keys = argmax_grid(tmp_path)
     real = flower_tally._TallyNode.stage
 
-    def drop_compute(self, record):  # tally 1 acknowledges but never starts its MPyC party
+    def drop_compute(self, record):  # tally 1 acknowledges but never hands its MPyC party the job
         if self.index == 1 and record.get("stage") == "compute":
-            self.job = None
+            self.job, self.computing = None, True
             return {"started": True}
         return real(self, record)
 

@@ -4,6 +4,7 @@ computations, a known-answer test of the clients' shares and an empirical audit 
 import itertools
 import math
 
+import dp_accounting
 import numpy as np
 import pytest
 from scipy.stats import chi2
@@ -129,6 +130,11 @@ def test_winner_rdp_is_randomized_response_and_below_the_pure_dp_bounds():
     # Renyi divergence of order a between (e^eps, 1)/(1+e^eps) and its reverse, by hand
     direct = np.log((np.exp(orders * eps) + np.exp((1 - orders) * eps)) / (1 + math.exp(eps))) / (orders - 1)
     np.testing.assert_allclose(curve, direct, rtol=1e-9)
+    # and dp_accounting's randomized response event (2 buckets, noise parameter 2 / (1 + e^eps))
+    accountant = dp_accounting.rdp.RdpAccountant(orders=list(orders),
+                                                 neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    event = dp_accounting.RandomizedResponseDpEvent(2 / (1 + math.exp(eps)), 2)
+    np.testing.assert_allclose(curve, accountant.compose(event).rdp, rtol=1e-9)
     assert np.all(curve <= np.minimum(eps, orders * eps**2 / 2) + 1e-12)
     assert curve[-1] > 0.95 * eps
 

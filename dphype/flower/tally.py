@@ -12,8 +12,9 @@ Roles (one ``ClientApp`` serves both, :func:`register_tally` beside :func:`dphyp
   is what the server and the clients' ``dphype-tallies`` name). It answers ``query.dphype_tally`` in four
   stages: ``hello`` (its index and public key), ``collect`` (the request and the ciphertexts sealed to it:
   :class:`dphype.secure.tally.Tally` opens and sums them, refusing foreign or duplicate shares and a request
-  already served), ``compute`` (starts its MPyC party, :func:`dphype.secure.tally.start_party`, and returns at
-  once, so that all parties run together whatever the transport) and ``result`` (the index its party opened).
+  already served; its MPyC party process starts meanwhile, :func:`dphype.secure.tally.spawn_party`),
+  ``compute`` (hands the party its summed share and returns at once, so that all parties run together
+  whatever the transport) and ``result`` (the index its party opened).
 
 The server (:func:`run_winner_selection`, called by :meth:`dphype.flower.server.DPHype.start` when
 ``release="argmax"``) finds the configured committee among the connected nodes (a tally that does not answer
@@ -45,7 +46,7 @@ from dphype.node.ledger import Ledger
 from dphype.node.policy import check_vote_request
 from dphype.protocol import Refusal, VoteRequest, WinnerResult, release_winner, winner_vote
 from dphype.secure.relay import KeyPair
-from dphype.secure.tally import Tally, TallyError, agreed_index, party_result, start_party
+from dphype.secure.tally import Tally, TallyError, agreed_index, party_result, send_job, spawn_party
 
 if TYPE_CHECKING:
     from dphype.flower.client import PolicySource
@@ -90,6 +91,7 @@ class _TallyNode:
         self.tally = Tally(self.index, load_tally_key(str(node_config[TALLY_KEY_FILE])))
         self.job: dict[str, Any] | None = None
         self.proc: subprocess.Popen[str] | None = None
+        self.computing = False
 
     def stage(self, record: ConfigRecord) -> dict[str, Any]:
         stage = record.get("stage")
@@ -101,22 +103,32 @@ class _TallyNode:
                     or request.tallies.index(self.tally.public) != self.index:
                 raise TallyError(f"tally {self.index} is not tally {self.index} of this request's committee")
             self.tally.open_round(request.digest(), len(request.candidates), request.min_survivors)
+            self._stop()
+            self.proc = spawn_party(self.index, self.parties)  # MPyC's import overlaps opening the shares
             contributors = cast(list[int], record["contributors"])
             for contributor, sealed in zip(contributors, cast(list[bytes], record["shares"]), strict=True):
                 self.tally.receive(str(contributor), sealed)
             self.job = self.tally.job()
             return {"collected": len(contributors)}
         if stage == "compute":
-            if self.job is None:
+            if self.job is None or self.proc is None:
                 raise TallyError(f"tally {self.index} has collected nothing to compute")
-            self.proc, self.job = start_party(self.index, self.parties, self.job), None
+            send_job(self.proc, self.job)
+            self.job, self.computing = None, True
             return {"started": True}
         if stage == "result":
-            if self.proc is None:
+            if self.proc is None or not self.computing:
                 raise TallyError(f"tally {self.index} has no computation running")
-            proc, self.proc = self.proc, None
-            return {"index": party_result(proc, self.index, float(cast(float, record["timeout"])))}
+            proc, self.proc, self.computing = self.proc, None, False
+            return {"index": party_result(proc, self.index, float(cast(float, record["timeout"])))[0]}
         raise TallyError(f"unknown tally stage {stage!r}")
+
+    def _stop(self) -> None:
+        """Stop a party left over from an earlier, unfinished request."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc, self.computing = None, False
 
 
 def register_tally(app: ClientApp) -> ClientApp:

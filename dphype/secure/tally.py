@@ -190,10 +190,14 @@ def party_command(index: int, addresses: Sequence[str]) -> list[str]:
     return cmd
 
 
-def start_party(index: int, addresses: Sequence[str], job: dict[str, Any]) -> subprocess.Popen[str]:
-    """Start tally ``index``'s MPyC party (:func:`party_command`) with its ``job`` on stdin; returns at once."""
-    proc = subprocess.Popen(party_command(index, addresses), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+def spawn_party(index: int, addresses: Sequence[str]) -> subprocess.Popen[str]:
+    """Start tally ``index``'s MPyC party (:func:`party_command`); it imports MPyC and waits for its job."""
+    return subprocess.Popen(party_command(index, addresses), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
+
+
+def send_job(proc: subprocess.Popen[str], job: dict[str, Any]) -> subprocess.Popen[str]:
+    """Hand a spawned party its job (:meth:`Tally.job`); it then connects to the others and computes."""
     stdin = proc.stdin
     assert stdin is not None
     stdin.write(json.dumps(job) + "\n")
@@ -201,9 +205,15 @@ def start_party(index: int, addresses: Sequence[str], job: dict[str, Any]) -> su
     return proc
 
 
-def party_result(proc: subprocess.Popen[str], index: int, timeout: float) -> int:
-    """Wait up to ``timeout`` seconds for tally ``index``'s party and return the index it opened; on a late
-    answer, a refusal or a crash the party is stopped and :class:`TallyError` names the cause."""
+def start_party(index: int, addresses: Sequence[str], job: dict[str, Any]) -> subprocess.Popen[str]:
+    """:func:`spawn_party` and :func:`send_job` at once; returns without waiting."""
+    return send_job(spawn_party(index, addresses), job)
+
+
+def party_result(proc: subprocess.Popen[str], index: int, timeout: float) -> tuple[int, dict[str, float]]:
+    """Wait up to ``timeout`` seconds for tally ``index``'s party; return the index it opened and its timings
+    (:mod:`dphype.secure.tally_party`). On a late answer, a refusal or a crash the party is stopped and
+    :class:`TallyError` names the cause."""
     try:
         out, _ = proc.communicate(timeout=max(0.0, timeout))
     except subprocess.TimeoutExpired:
@@ -216,7 +226,7 @@ def party_result(proc: subprocess.Popen[str], index: int, timeout: float) -> int
     answer = json.loads(lines[-1])
     if "error" in answer:
         raise TallyError(f"tally {index} refused the argmax: {answer['error']}; nothing released")
-    return int(answer["index"])
+    return int(answer["index"]), {str(k): float(v) for k, v in answer.get("seconds", {}).items()}
 
 
 def agreed_index(indices: Sequence[int]) -> int:
@@ -231,12 +241,14 @@ def loopback_addresses(parties: int, host: str = "127.0.0.1") -> list[str]:
     return [f"{host}:{port}" for port in _free_ports(parties, host)]
 
 
-def secure_argmax(jobs: Sequence[dict[str, Any] | None], *, timeout: float = 30.0, host: str = "127.0.0.1") -> int:
+def secure_argmax(jobs: Sequence[dict[str, Any] | None], *, timeout: float = 30.0, host: str = "127.0.0.1",
+                  timings: list[dict[str, float]] | None = None) -> int:
     """Run the tallies' MPyC parties on this machine (loopback ports) and return the opened index.
 
     ``jobs[j]`` is tally ``j``'s :meth:`Tally.job` (``None``: that tally does not take part, as when it is
     unreachable). Every party must answer within ``timeout`` seconds with the same index; otherwise all parties
-    are stopped and :class:`TallyError` names the tally that failed (nothing is released).
+    are stopped and :class:`TallyError` names the tally that failed (nothing is released). ``timings``, when
+    given, receives each party's timings.
     """
     addresses = loopback_addresses(len(jobs), host)
     procs = {j: start_party(j, addresses, job) for j, job in enumerate(jobs) if job is not None}
@@ -246,7 +258,10 @@ def secure_argmax(jobs: Sequence[dict[str, Any] | None], *, timeout: float = 30.
         indices = []
         for j, proc in procs.items():
             try:
-                indices.append(party_result(proc, j, deadline - time.monotonic()))
+                index, seconds = party_result(proc, j, deadline - time.monotonic())
+                indices.append(index)
+                if timings is not None:
+                    timings.append(seconds)
             except TallyError as err:
                 if missing:
                     raise TallyError(f"{err} (tally {missing[0]} did not start)") from None

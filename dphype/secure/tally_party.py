@@ -5,7 +5,10 @@ fraction of a second.
 
 Reads one JSON job from stdin (its summed share vector, the field modulus, the request digest, the digest and
 size of its contributor set, the minimum number of contributors), runs the secure argmax with the other
-parties and writes ``{"index": i}`` (or ``{"error": reason}``) as one JSON line to stdout. The MPyC options
+parties and writes ``{"index": i, "seconds": {...}}`` (or ``{"error": reason}``; ``seconds``: importing
+numpy and MPyC, connecting to the other parties, the agreement check plus the argmax) as one JSON line to
+stdout. The party imports MPyC before it reads the job, so a tally can start it early (while it opens and
+sums its shares, :func:`dphype.secure.tally.spawn_party`) and hand it the job later. The MPyC options
 (``-I``, ``-P``, ``--no-log``, ...) are MPyC's own command line (MPyC reads them when ``mpyc.runtime`` is
 imported, hence the separate process); :func:`dphype.secure.tally.secure_argmax` starts the parties on one
 machine, a deployment starts one per tally host with the same command.
@@ -24,7 +27,10 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any
+
+launched = time.perf_counter()
 
 
 def _agreement_error(mine: tuple[Any, ...], everyone: list[Any], minimum: int) -> str | None:
@@ -40,15 +46,23 @@ def _agreement_error(mine: tuple[Any, ...], everyone: list[Any], minimum: int) -
 
 
 def main() -> int:
-    job = json.loads(sys.stdin.readline())
     import numpy as np  # noqa: PLC0415
     from mpyc.runtime import mpc  # noqa: PLC0415 - reads MPyC's command line (the party's own process)
+
+    imported = time.perf_counter()
+    line = sys.stdin.readline()
+    if not line:
+        return 4  # the tally gave up before handing over a job
+    job = json.loads(line)
 
     modulus, share = int(job["modulus"]), [int(v) for v in job["share"]]
     mine = (str(job["request"]), str(job["contributors"]), int(job["count"]), len(share))
 
+    started = time.perf_counter()
+
     async def run() -> dict[str, Any]:
         await mpc.start()
+        connected = time.perf_counter()
         everyone = await mpc.transfer(list(mine))
         error = _agreement_error(mine, everyone, int(job["min_contributors"]))
         if error is not None:
@@ -62,8 +76,10 @@ def main() -> int:
         for other in inputs[1:]:
             counts = counts + other
         opened = await mpc.output(mpc.np_argmax(counts))
+        done = time.perf_counter()
         await mpc.shutdown()
-        return {"index": int(opened)}
+        return {"index": int(opened), "seconds": {"import": imported - launched, "connect": connected - started,
+                                                  "argmax": done - connected}}
 
     result = mpc.run(run())
     print(json.dumps(result), flush=True)
