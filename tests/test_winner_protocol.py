@@ -147,3 +147,21 @@ def test_replayed_winners_follow_the_exact_distribution():
                          repetitions=50_000, rng=np.random.default_rng(5))
     freq = np.bincount(idx, minlength=4) / idx.size
     np.testing.assert_allclose(freq, winner_probabilities(counts, 0.5, "add-remove"), atol=0.008)
+
+
+def test_planner_predicts_both_modes_on_the_same_votes_and_recommends_one():
+    from dphype.selection.planner import plan
+
+    result = plan(20, 1.0, 1e-5, None, 100, consensus="moderate", rule="argmax", ks=[2, 5, 15], repetitions=100,
+                  search=False, release="argmax")
+    rows = {r["k"]: r for r in result.by_k}
+    # the winner release's noise does not grow with k: at k = 15 it wins by far (std 2.8 vs 22 for the sum)
+    assert rows[15]["success_winner"] > rows[15]["success"] + 0.4
+    assert result.recommended_release == "argmax" and result.release == "argmax"
+    assert result.k == result.recommended_k_winner and result.success == rows[result.k]["success_winner"]
+    assert result.sigma == pytest.approx(math.sqrt(2 * math.exp(-0.5)) / (1 - math.exp(-0.5)))
+    summed = plan(20, 1.0, 1e-5, None, 100, consensus="moderate", rule="argmax", ks=[2, 5, 15], repetitions=100,
+                  search=False)
+    assert summed.release == "sum" and summed.success == {r["k"]: r for r in summed.by_k}[summed.k]["success"]
+    with pytest.raises(ValueError, match="release must be one of sum, argmax"):
+        plan(20, 1.0, 1e-5, None, 100, ks=[2], repetitions=10, search=False, release="vector")

@@ -87,7 +87,7 @@ class DPHype:
         self.plan = preflight(config.clients, config.epsilon, config.delta, candidates.feature_space(),
                               len(candidates), config.k, dropout=config.dropout, min_success=config.min_success,
                               rule=config.rule, noise=config.noise, accountant=config.accountant,
-                              neighbouring=config.neighbouring)
+                              neighbouring=config.neighbouring, release=config.release)
         self.num_shares = num_shares
         self.reconstruction_threshold = reconstruction_threshold
         self.corrupt_fraction = check_corrupt_fraction(corrupt_fraction)
