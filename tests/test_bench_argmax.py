@@ -33,3 +33,12 @@ def test_tradeoff_and_ablations_replay_both_release_modes(small_adult: None, tmp
     res = _bench(["ablations", *TINY, "--repetitions", "10", "--epsilons", "0.5", "--cache", cache,
                   "--release", "argmax", "--methods", "DP-Hype", "Subsets", "--out", str(tmp_path / "a")], capsys)
     assert {r["rule"] for r in res["summary"] if r["method"] == "DP-Hype"} == {"noisy-max/replace-one"}
+
+
+def test_argmax_profile_times_each_part_and_checks_the_opened_index(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    res = _bench(["argmax-profile", "--clients", "3", "--candidates", "20", "--repetitions", "1",
+                  "--out", str(tmp_path / "p")], capsys)
+    (row,) = res["rows"]
+    assert row["share bytes"] == 3 * (32 + 16 + 20 * 8)  # ephemeral key, tag, 20 field elements per tally
+    assert 0 < row["party argmax s"] < row["secure argmax s"]

@@ -104,3 +104,16 @@ def test_committee_checks_name_the_cause():
         check_committee(keys[:3], known=keys[:2] + keys[3:])
     with pytest.raises(ValueError, match="tally 1's public key must be 32 bytes"):
         check_committee([keys[0], b"short", keys[2]])
+
+
+def test_the_field_prime_is_read_without_mpycs_side_effects_on_the_host():
+    """Importing mpyc parses sys.argv as MPyC options, sets up logging and installs uvloop; a client must not
+    exit on its own command line (``--out`` is ambiguous for MPyC) nor change its event loop policy."""
+    import subprocess
+    import sys
+
+    code = ("import sys, asyncio, logging; sys.argv = ['app', '--out', 'x', '-W', 'error']\n"
+            "from dphype.secure.tally import field_modulus\n"
+            "print(field_modulus(), type(asyncio.get_event_loop_policy()).__name__, len(logging.getLogger().handlers))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.split() == [str(field_modulus()), "_UnixDefaultEventLoopPolicy", "0"]

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import secrets
 import socket
 import subprocess
@@ -58,12 +59,28 @@ class TallyError(RuntimeError):
     """The secure argmax did not run; nothing was released. The message names the cause."""
 
 
+def _finfields() -> Any:
+    """``mpyc.finfields``, imported without MPyC's side effects on this (host) process: importing the ``mpyc``
+    package parses ``sys.argv`` as MPyC options (a host's own ``--out`` is an ambiguous MPyC option and exits),
+    configures the root logger and installs uvloop's event loop policy. The import sees only ``--no-log
+    --no-uvloop``; the root logger's handlers and level are restored afterwards."""
+    if "mpyc.finfields" not in sys.modules:
+        argv, root = sys.argv, logging.getLogger()
+        handlers, level = root.handlers[:], root.level
+        sys.argv = [argv[0] if argv else "dphype", "--no-log", "--no-uvloop"]
+        try:
+            import mpyc.finfields  # noqa: F401, PLC0415 - only the argmax path needs MPyC
+        finally:
+            sys.argv = argv
+            root.handlers[:] = handlers
+            root.setLevel(level)
+    return sys.modules["mpyc.finfields"]
+
+
 def field_modulus() -> int:
     """The prime of the secure integers: MPyC's own choice for ``SecInt(BIT_LENGTH)`` at ``SEC_PARAM``
     (``mpyc.finfields.find_prime_root(l + k + 2)``, the largest Blum prime below ``2^64``)."""
-    from mpyc import finfields  # noqa: PLC0415 - mpyc reads sys.argv on import; only the argmax path needs it
-
-    return int(finfields.find_prime_root(BIT_LENGTH + SEC_PARAM + 2, n=2)[0])
+    return int(_finfields().find_prime_root(BIT_LENGTH + SEC_PARAM + 2, n=2)[0])
 
 
 def check_committee(public_keys: Sequence[bytes], *, minimum: int = COMMITTEE_SIZE,
