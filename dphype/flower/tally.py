@@ -83,6 +83,7 @@ class _TallyNode:
     """A tally node: its committee index, MPyC addresses, :class:`Tally` state and running party."""
 
     def __init__(self, node_config: dict[str, Any]) -> None:
+        self.config = node_config
         self.index = int(node_config[TALLY_ID])
         self.parties = [a.strip() for a in str(node_config[TALLY_PARTIES]).split(",") if a.strip()]
         if not 0 <= self.index < len(self.parties):
@@ -140,7 +141,7 @@ def register_tally(app: ClientApp) -> ClientApp:
         if TALLY_ID not in context.node_config:
             raise TallyError("this node is not a tally (no dphype-tally-id in its node config)")
         node = _TALLIES.get(context.node_id)
-        if node is None:
+        if node is None or node.config != dict(context.node_config):  # a new node config: a new tally
             node = _TALLIES[context.node_id] = _TallyNode(dict(context.node_config))
         answer = node.stage(msg.content.config_records[TALLY_KEY])
         return Message(RecordDict({TALLY_KEY: ConfigRecord(answer)}), reply_to=msg)
