@@ -42,3 +42,10 @@ def test_argmax_profile_times_each_part_and_checks_the_opened_index(tmp_path: Pa
     (row,) = res["rows"]
     assert row["share bytes"] == 3 * (32 + 16 + 20 * 8)  # ephemeral key, tag, 20 field elements per tally
     assert 0 < row["party argmax s"] < row["secure argmax s"]
+
+
+def test_demo_refuses_the_argmax_release_before_anything_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from dphype import cli
+
+    assert cli.main(["demo", "--clients", "10", "--release", "argmax"]) == 2
+    assert "release must be sum for dphype demo" in capsys.readouterr().err
