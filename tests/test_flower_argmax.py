@@ -111,3 +111,25 @@ def test_bad_committees_are_refused_before_anything_runs(tmp_path):
         DPHype(CANDS, config(), tallies=keys).start(grid, timeout=60)
     assert np.all([not Ledger(NodePolicy.from_node_config(grid.contexts[node_id(i)].node_config).ledger).entries()
                    for i in range(CLIENTS)])
+
+
+def test_a_client_refusing_the_argmax_vote_is_a_dropout_and_too_few_shares_release_nothing(tmp_path, monkeypatch):
+    grid, keys = argmax_grid(tmp_path)
+    import dphype.flower.tally as ft
+
+    real = ft.winner_vote
+    calls = []
+
+    def flaky(request, scores, *, maximize):  # the 2nd client's vote fails on the client
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("disk full at /secret/path")
+        return real(request, scores, maximize=maximize)
+
+    monkeypatch.setattr(ft, "winner_vote", flaky)
+    with pytest.raises(PreflightError, match="only 5 clients sent their shares, fewer than the minimum survivors 6"):
+        DPHype(CANDS, config(), tallies=keys).start(grid, timeout=60)
+    errors = [r.error.reason for r in grid.replies if r.has_error()]
+    assert errors and all("secret" not in e for e in errors) and any("client_error" in e for e in errors)
+    assert not any(m.metadata.message_type == "query.dphype_tally" and
+                   m.content.config_records["dphype-tally"].get("stage") == "collect" for m in grid.sent)

@@ -151,20 +151,24 @@ def register_tally(app: ClientApp) -> ClientApp:
 
 def register_winner_vote(app: ClientApp, *, policy: PolicySource = None) -> ClientApp:
     """Add ``train.dphype_argmax`` to ``app`` (a client's sealed shares after an approved pre-flight)."""
-    from dphype.flower.client import RECORD_KEY, SCORES_KEY, _resolve  # noqa: PLC0415 - client imports us
+    from dphype.flower.client import RECORD_KEY, SCORES_KEY, _resolve, _sanitized  # noqa: PLC0415 - client imports us
 
     @app.train(ARGMAX_ACTION)
     def argmax_vote(msg: Message, context: Context) -> Message:
-        limits = _resolve(policy, context)
-        approved = context.state.config_records.get(RECORD_KEY)
-        request = VoteRequest.from_record(msg.content.config_records.get(RECORD_KEY, {}))
-        if approved is None or approved["digest"] != request.digest() or SCORES_KEY not in context.state.array_records:
-            raise Refusal("malformed_request", "the argmax vote request is not the one approved in the pre-flight")
-        guarantee = check_vote_request(request, limits)
-        scores = context.state.array_records[SCORES_KEY]["scores"].numpy()
-        sealed = winner_vote(request, scores, maximize=bool(approved["maximize"]))
-        del context.state.array_records[SCORES_KEY]  # one pre-flight, one vote
-        spent = Ledger(cast(Path, limits.ledger)).spend(guarantee, limits, request.digest())
+        try:
+            limits = _resolve(policy, context)
+            approved = context.state.config_records.get(RECORD_KEY)
+            request = VoteRequest.from_record(msg.content.config_records.get(RECORD_KEY, {}))
+            if (approved is None or approved["digest"] != request.digest()
+                    or SCORES_KEY not in context.state.array_records):
+                raise Refusal("malformed_request", "the argmax vote request is not the one approved in the pre-flight")
+            guarantee = check_vote_request(request, limits)
+            scores = context.state.array_records[SCORES_KEY]["scores"].numpy()
+            sealed = winner_vote(request, scores, maximize=bool(approved["maximize"]))
+            del context.state.array_records[SCORES_KEY]  # one pre-flight, one vote
+            spent = Ledger(cast(Path, limits.ledger)).spend(guarantee, limits, request.digest())
+        except Exception as err:  # noqa: BLE001 - the server sees the sanitized reason only
+            raise _sanitized("argmax vote", err) from None
         log(logging.INFO, "DP-Hype: argmax vote recorded in this node's ledger (lifetime epsilon %.4g of %.4g)",
             spent, limits.lifetime_epsilon)
         return Message(RecordDict({RECORD_KEY: ConfigRecord({"shares": sealed})}), reply_to=msg)
@@ -235,8 +239,12 @@ def run_winner_selection(server: DPHype, grid: Grid, *, timeout: float | None, c
     start = time.perf_counter()
     vote = [Message(RecordDict({RECORD_KEY: ConfigRecord(request.to_record())}), dst_node_id=n,
                     message_type=f"train.{ARGMAX_ACTION}") for n in ready]
-    shares = {r.metadata.src_node_id: cast(list[bytes], r.content.config_records[RECORD_KEY]["shares"])
-              for r in _gather(grid, vote, timeout, "DP-Hype argmax vote") if not r.has_error()}
+    shares: dict[int, list[bytes]] = {}
+    for reply in _gather(grid, vote, timeout, "DP-Hype argmax vote"):
+        answer = None if reply.has_error() else reply.content.config_records.get(RECORD_KEY)
+        sealed = None if answer is None else answer.get("shares")
+        if isinstance(sealed, list) and len(sealed) == len(committee):  # anything else counts as a dropout
+            shares[reply.metadata.src_node_id] = cast(list[bytes], sealed)
     if len(shares) < request.min_survivors:
         raise PreflightError(f"only {len(shares)} clients sent their shares, fewer than the minimum survivors "
                              f"{request.min_survivors}; the tallies were not asked and nothing was released")
