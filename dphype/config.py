@@ -22,6 +22,7 @@ from dphype.checks import (
     check_k,
     check_neighbouring,
     check_probability,
+    check_release,
     resolve_accountant,
 )
 from dphype.selection.rules import DEFAULT_RULE, check_rule
@@ -41,6 +42,7 @@ RUN_CONFIG_KEYS: dict[str, str] = {
     "neighbouring": "neighbouring",
     "rule": "rule",
     "min_success": "min-success",
+    "release": "release",
 }
 
 
@@ -58,6 +60,10 @@ class DPHypeConfig:
     ``rule``: the server's selection rule on the release (:data:`dphype.selection.rules.RULES`; post-processing).
     ``min_success``: refuse to run when the planner predicts a smaller chance of a good pick
     (:func:`dphype.selection.planner.preflight`; 0, the default: never refuse, only warn below one half).
+    ``release``: ``"sum"`` (the paper's: the noisy vote sum over SecAgg+, default) or ``"argmax"`` (only the
+    winner's index, from a secure argmax among tally parties: pure ``epsilon``-DP with noise independent of
+    ``k``, :mod:`dphype.privacy.winner`; ``delta``, ``noise`` and ``accountant`` then concern only the
+    composition with other releases, and ``rule`` does not apply).
     """
 
     epsilon: float
@@ -70,6 +76,7 @@ class DPHypeConfig:
     neighbouring: str = "replace-one"
     rule: str = DEFAULT_RULE
     min_success: float = 0.0
+    release: str = "sum"
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise the validated values in place
@@ -82,6 +89,7 @@ class DPHypeConfig:
         set_(self, "neighbouring", check_neighbouring(self.neighbouring))
         set_(self, "rule", check_rule(self.rule))
         set_(self, "min_success", check_probability("min_success", self.min_success))
+        set_(self, "release", check_release(self.release))
 
     def replace(self, **changes: Any) -> DPHypeConfig:
         """A copy with ``changes`` applied (validated again)."""

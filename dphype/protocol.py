@@ -13,6 +13,11 @@ Data flows one way (DP-Hype Algorithm 1):
    privacy report (:func:`release`, line 12, a :class:`dphype.result.DPHypeResult`). Everything after the
    sum is post-processing.
 
+With ``release="argmax"`` (:mod:`dphype.privacy.winner`) the request also names the tally committee's public
+keys; a client sends its noisy counts as sealed additive shares to the tallies (:func:`winner_vote`), the
+tallies open only the winner's index (:mod:`dphype.secure.tally`) and :func:`release_winner` reports it. Its
+benchmarks replay it with :func:`replay_winners`.
+
 :func:`replay_releases` draws the same release many times from fixed votes (for benchmarks, the
 DPareto oracle and the planner): one home for "what the server would see with fresh noise".
 
@@ -40,8 +45,17 @@ from dphype.ml.task import Task
 from dphype.privacy.accounting import VoteRelease, calibrate, privacy_report
 from dphype.privacy.accounting import epsilon as release_epsilon
 from dphype.privacy.noise import check_survivors, client_noise_share, min_survivors, noise_share, summed_noise
+from dphype.privacy.winner import (
+    WinnerRelease,
+    client_winner_share,
+    noise_std,
+    report_noisy_max,
+    summed_winner_noise,
+    winner_report,
+)
 from dphype.result import DPHypeResult
 from dphype.secure.secure_sum import GAUSSIAN_SCALE, check_range, encode
+from dphype.secure.tally import check_committee, client_sealed_shares
 from dphype.selection.candidates import CandidateList
 from dphype.selection.rules import select_release
 from dphype.selection.voting import top_k_votes
@@ -93,6 +107,7 @@ REFUSAL_CODES: dict[str, str] = {
     "node_policy": "this node's privacy policy is misconfigured",
     "ledger_error": "this node's privacy ledger cannot be read or written",
     "unsupported_candidates": "the client's task cannot evaluate these candidates (e.g. a key it does not use)",
+    "tally_committee": "the tally committee is too small, has duplicate tallies or tallies this node does not know",
     "task_error": "the client's task raised an exception while scoring",
     "score_shape": "the client's task returned scores of the wrong shape",
     "uninformative_scores": "the client's task scored every candidate the same, or none (all NaN)",
@@ -124,24 +139,46 @@ class VoteRequest:
     ``sigma^2 / ((1 - xi) n)`` (:func:`dphype.privacy.noise.client_noise_variance`). The budget in ``config``
     lets a client recompute the guarantee of the noise it is asked to add. The candidate list travels
     with the request (canonical JSON); a client compares it with its own copy by fingerprint.
+
+    With ``config.release == "argmax"``, ``tallies`` are the committee's X25519 public keys (at least 3,
+    distinct; :func:`dphype.secure.tally.check_committee`) and ``sigma`` is the total discrete Laplace std
+    that ``epsilon`` implies (:func:`dphype.privacy.winner.noise_std`, for information: every client derives
+    its noise from the announced ``epsilon``). In sum mode ``tallies`` is empty.
     """
 
     candidates: CandidateList
     config: DPHypeConfig
     sigma: float
+    tallies: tuple[bytes, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.candidates, CandidateList):
             raise ValueError(f"candidates must be a CandidateList, got {type(self.candidates).__name__}")
         if not isinstance(self.config, DPHypeConfig):
             raise ValueError(f"config must be a DPHypeConfig, got {type(self.config).__name__}")
-        _ = self.release  # validates sigma and k against the number of candidates (the config is validated)
+        if self.config.release == "argmax":
+            object.__setattr__(self, "tallies", check_committee(self.tallies))
+            expected = noise_std(self.config.epsilon, self.config.neighbouring)
+            if not abs(self.sigma - expected) <= 1e-9 * expected:
+                raise ValueError(f"sigma must be {expected:.12g} (the discrete Laplace std of epsilon), "
+                                 f"got {self.sigma!r}")
+            _ = self.winner_release  # validates k against the number of candidates
+        else:
+            if self.tallies:
+                raise ValueError("tallies must be empty unless release is 'argmax'")
+            _ = self.release  # validates sigma and k against the number of candidates (the config is validated)
 
     @property
     def release(self) -> VoteRelease:
-        """The release this request describes, for accounting."""
+        """The release this request describes, for accounting (sum mode)."""
         return VoteRelease(k=self.config.k, num_candidates=len(self.candidates), sigma=self.sigma,
                            noise=self.config.noise, neighbouring=self.config.neighbouring)
+
+    @property
+    def winner_release(self) -> WinnerRelease:
+        """The winner-only release this request describes (argmax mode)."""
+        return WinnerRelease(epsilon=self.config.epsilon, k=self.config.k, num_candidates=len(self.candidates),
+                             neighbouring=self.config.neighbouring)
 
     @property
     def min_survivors(self) -> int:
@@ -151,6 +188,8 @@ class VoteRequest:
     def to_record(self) -> dict[str, Any]:
         """Flat scalar record (keys ``dphype.*``) for a Flower ``ConfigRecord``."""
         record: dict[str, Any] = {PREFIX + "candidates": self.candidates.to_json(), PREFIX + "sigma": self.sigma}
+        if self.tallies:
+            record[PREFIX + "tallies"] = ",".join(key.hex() for key in self.tallies)
         for field in dataclasses.fields(DPHypeConfig):
             value = getattr(self.config, field.name)
             if value is not None:
@@ -164,7 +203,8 @@ class VoteRequest:
             candidates = CandidateList.from_json(str(record[PREFIX + "candidates"]))
             config = DPHypeConfig(**{f.name: record[PREFIX + f.name] for f in dataclasses.fields(DPHypeConfig)
                                      if PREFIX + f.name in record})
-            return cls(candidates, config, record[PREFIX + "sigma"])
+            tallies = tuple(bytes.fromhex(h) for h in str(record.get(PREFIX + "tallies", "")).split(",") if h)
+            return cls(candidates, config, record[PREFIX + "sigma"], tallies)
         except KeyError as err:
             raise Refusal("malformed_request", f"the request has no {err.args[0]!r}") from None
         except (TypeError, ValueError) as err:
@@ -179,14 +219,18 @@ class VoteRequest:
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-def make_vote_request(config: DPHypeConfig, candidates: CandidateList) -> VoteRequest:
+def make_vote_request(config: DPHypeConfig, candidates: CandidateList, *,
+                      tallies: tuple[bytes, ...] = ()) -> VoteRequest:
     """Calibrate the noise of ``config`` for ``candidates`` (Algorithm 1, line 1) and refuse up front what
     secure summation cannot sum exactly: more clients than it allows, or a ``sigma`` whose shares it
-    could clip (:func:`dphype.secure.secure_sum.check_range`)."""
+    could clip (:func:`dphype.secure.secure_sum.check_range`). In argmax mode the noise follows from
+    ``epsilon`` alone (:mod:`dphype.privacy.winner`) and ``tallies`` must name the committee."""
     if not isinstance(config, DPHypeConfig):
         raise ValueError(f"config must be a DPHypeConfig, got {type(config).__name__}")
     if not isinstance(candidates, CandidateList):
         raise ValueError(f"candidates must be a CandidateList, got {type(candidates).__name__}")
+    if config.release == "argmax":
+        return VoteRequest(candidates, config, noise_std(config.epsilon, config.neighbouring), tuple(tallies))
     release = calibrate(config.epsilon, config.delta, config.k, num_candidates=len(candidates),
                         accountant=config.accountant, noise=config.noise, neighbouring=config.neighbouring)
     check_range(size=len(candidates), sigma=release.sigma, clients=config.clients, dropout=config.dropout,
@@ -213,6 +257,8 @@ def check_request(request: VoteRequest, *, local_candidates: CandidateList | Non
     cfg = request.config
     if cfg.clients > MAX_CLIENTS:
         raise Refusal("malformed_request", f"clients={cfg.clients} is above the secure sum's maximum {MAX_CLIENTS}")
+    if cfg.release == "argmax":
+        return  # each client derives its noise from the announced epsilon: it cannot be asked for too little
     promised = release_epsilon(request.release, cfg.delta, cfg.accountant)
     if promised > cfg.epsilon * (1.0 + EPSILON_RTOL):
         raise Refusal("noise_too_small", f"sigma={request.sigma:g} gives epsilon={promised:.6g} at "
@@ -340,3 +386,51 @@ def replay_releases(
     else:
         out += summed_noise(shape, sigma=sigma, clients=clients, dropout=dropout, survivors=m, kind=noise, rng=rng)
     return out
+
+
+# ----------------------------------------------------------------------------- release="argmax" mode
+def winner_vote(request: VoteRequest, scores: np.ndarray, *, maximize: bool) -> list[bytes]:
+    """What a client sends in argmax mode: its top-k votes plus its discrete Laplace noise share
+    (:func:`dphype.privacy.winner.client_winner_share`, a fresh OS-keyed ChaCha20 generator), split into
+    additive shares and sealed, one ciphertext per tally in committee order
+    (:func:`dphype.secure.tally.client_sealed_shares`, bound to the request's digest)."""
+    cfg = request.config
+    if cfg.release != "argmax":
+        raise ValueError(f"winner_vote needs release 'argmax', got {cfg.release!r}")
+    votes = top_k_votes(scores, cfg.k, maximize=maximize).astype(np.int64)
+    share = client_winner_share(votes.size, epsilon=cfg.epsilon, neighbouring=cfg.neighbouring,
+                                clients=cfg.clients, dropout=cfg.dropout)
+    return client_sealed_shares(request.digest(), votes + share, request.tallies)
+
+
+def release_winner(request: VoteRequest, index: int, survivors: int) -> DPHypeResult:
+    """The server's record of the index the tallies opened for ``survivors`` contributors; refuses fewer
+    than the minimum survivors (``ValueError``) and an index outside the candidate list."""
+    cfg = request.config
+    report = winner_report(request.winner_release, cfg.delta, clients=cfg.clients, dropout=cfg.dropout,
+                           survivors=survivors, committee=len(request.tallies))
+    if not 0 <= index < len(request.candidates):
+        raise ValueError(f"index must be in [0, {len(request.candidates) - 1}], got {index}")
+    return DPHypeResult(selected_index=int(index), selected=request.candidates[index], noisy_sum=None, report=report,
+                        selection=None, candidates=request.candidates)
+
+
+def replay_winners(
+    vote_sum: np.ndarray,
+    *,
+    epsilon: float,
+    neighbouring: str,
+    clients: int,
+    repetitions: int,
+    rng: np.random.Generator,
+    dropout: float = 0.0,
+    survivors: int | None = None,
+) -> np.ndarray:
+    """``repetitions`` independent winner releases for the noiseless vote counts ``vote_sum`` (``(p,)`` or one
+    row per repetition): the counts plus the summed discrete Laplace shares of ``survivors`` clients (default
+    all), report-noisy-max with lowest-index ties, as the tallies compute it. Returns int64 ``(repetitions,)``."""
+    votes = np.asarray(vote_sum)
+    shape = (int(repetitions), votes.shape[-1])
+    noise = summed_winner_noise(shape, epsilon=epsilon, neighbouring=neighbouring, clients=clients, dropout=dropout,
+                                survivors=clients if survivors is None else survivors, rng=rng)
+    return report_noisy_max(np.rint(votes).astype(np.int64) + noise).astype(np.int64)

@@ -6,8 +6,9 @@ the privacy report and (over SecAgg+) the secure sum's graph. :meth:`DPHypeResul
 :meth:`DPHypeResult.summary` prints it as text, :meth:`DPHypeResult.save` / :meth:`DPHypeResult.load` keep it as
 JSON. Everything here is post-processing of the release: reading, ranking or saving it spends no privacy.
 
-A release mode that does not publish votes (only the winner's index) has ``noisy_sum`` ``None``; the table
-then has no ``votes`` column.
+The winner-only release (``release="argmax"``, :mod:`dphype.privacy.winner`) publishes the index alone: its
+result has ``noisy_sum`` and ``selection`` ``None`` (no votes, no estimate, no confidence), and its table
+holds the winner only -- nothing released ranks the other candidates.
 
 No Flower import here.
 """
@@ -63,7 +64,7 @@ class DPHypeResult:
     selected: Candidate
     noisy_sum: np.ndarray | None
     report: PrivacyReport
-    selection: Selection
+    selection: Selection | None
     candidates: CandidateList
     secure_sum: dict[str, Any] | None = None
     notes: tuple[str, ...] = ()
@@ -77,6 +78,8 @@ class DPHypeResult:
         """Every candidate (or the ``top`` first), ranked by the selection rule's estimate of the vote sum (the
         release itself for the argmax rule; ties by index): ``rank``, ``index``, its hyperparameters,
         ``votes`` (the released noisy vote sum, where the release has it) and ``estimate``."""
+        if self.selection is None:  # the winner-only release ranks nothing else
+            return [{"rank": 1, "index": self.selected_index, **self.selected}]
         estimate = np.asarray(self.selection.estimate, dtype=np.float64)
         order = sorted(range(len(self.candidates)), key=lambda i: (-estimate[i], i))
         if order and order[0] != self.selected_index:  # the pick leads its own table
@@ -97,21 +100,24 @@ class DPHypeResult:
         :meth:`table`."""
         sel, rep = self.selection, self.report
         params = ", ".join(f"{key}={value}" for key, value in self.selected.items())
-        rule = sel.rule if sel.rule == sel.requested else f"{sel.rule} (asked for {sel.requested}: {sel.fallback})"
         epsilon = "inf" if math.isinf(rep.epsilon) else f"{rep.epsilon:.4g}"
         contributed = "" if rep.survivors is None else f", {rep.survivors} of {rep.clients} clients contributed"
-        lines = [
-            f"DP-Hype selected candidate {self.selected_index} of {len(self.candidates)}: {params}",
-            f"rule: {rule}; confidence: P(top-voted) {sel.p_top:.2f}, P(within {sel.tolerance:g} votes of the top) "
-            f"{sel.p_top_group:.2f}, margin {sel.margin:.2f} sigma",
-            f"privacy: ({epsilon}, {rep.delta:g})-DP per client ({rep.neighbouring}, {rep.accountant} accountant), "
-            f"{rep.noise} noise sigma={rep.sigma:.4g}{contributed}; released: {rep.released}",
-        ]
-        if sel.warning:
+        lines = [f"DP-Hype selected candidate {self.selected_index} of {len(self.candidates)}: {params}"]
+        if sel is None:
+            lines.append("rule: secure argmax (report-noisy-max); only the winner's index was released, so there "
+                         "is no confidence and no ranking of the others")
+        else:
+            rule = sel.rule if sel.rule == sel.requested else f"{sel.rule} (asked for {sel.requested}: {sel.fallback})"
+            lines.append(f"rule: {rule}; confidence: P(top-voted) {sel.p_top:.2f}, P(within {sel.tolerance:g} votes "
+                         f"of the top) {sel.p_top_group:.2f}, margin {sel.margin:.2f} sigma")
+        lines.append(f"privacy: ({epsilon}, {rep.delta:g})-DP per client ({rep.neighbouring}, {rep.accountant} "
+                     f"accountant), {rep.noise} noise sigma={rep.sigma:.4g}{contributed}; released: {rep.released}")
+        if sel is not None and sel.warning:
             lines.append(f"warning: {sel.warning}")
         lines.extend(f"note: {note}" for note in self.notes)
-        shown = min(top, len(self.candidates))
-        lines.append(f"top {shown} of {len(self.candidates)} candidates, ranked by the {sel.rule} rule's estimate:")
+        if sel is not None:
+            shown = min(top, len(self.candidates))
+            lines.append(f"top {shown} of {len(self.candidates)} candidates, ranked by the {sel.rule} rule's estimate:")
         lines.append(format_table(self.table(top)))
         return "\n".join(lines)
 
@@ -126,8 +132,8 @@ class DPHypeResult:
             "selected": dict(self.selected),
             "noisy_sum": None if self.noisy_sum is None else self.noisy_sum.tolist(),
             "privacy": self.report.to_dict(),
-            "confidence": self.selection.to_dict(),
-            "estimate": np.asarray(self.selection.estimate, dtype=np.float64).tolist(),
+            "confidence": None if self.selection is None else self.selection.to_dict(),
+            "estimate": None if self.selection is None else np.asarray(self.selection.estimate, np.float64).tolist(),
             "candidates": json.loads(self.candidates.to_json()),
         }
         if self.secure_sum is not None:
@@ -145,7 +151,7 @@ class DPHypeResult:
         try:
             candidates = CandidateList.from_json(json.dumps(data["candidates"]))
             conf = data["confidence"]
-            selection = Selection(
+            selection = None if conf is None else Selection(
                 index=int(conf["selected"]), rule=conf["rule"], requested=conf["requested_rule"],
                 fallback=conf["fallback"], estimate=np.asarray(data["estimate"], dtype=np.float64),
                 sigma=float(conf["sigma"]), p_top=float(conf["p_top"]), p_top_group=float(conf["p_top_group"]),

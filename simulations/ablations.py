@@ -140,17 +140,23 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
             for e_index, eps in enumerate(release["epsilons"]):
                 rng = np.random.default_rng([args.seed, f_index, e_index])
                 for method in args.methods:
+                    by_rule: dict[tuple[str, str], tuple[np.ndarray, float]] = {}
                     if method == "DP-Hype":
-                        sigma = harness.sigma_for(eps, release["delta"], k, num_candidates=p,
-                                                  accountant=release["accountant"], noise=release["noise"])
-                        by_rule, _ = tradeoff.selection_picks(top_k, sigma=sigma, clients=fed.clients, release=release,
-                                                              space=space, rng=rng)
+                        if "sum" in release["releases"]:
+                            sigma = harness.sigma_for(eps, release["delta"], k, num_candidates=p,
+                                                      accountant=release["accountant"], noise=release["noise"])
+                            summed, _ = tradeoff.selection_picks(top_k, sigma=sigma, clients=fed.clients,
+                                                                 release=release, space=space, rng=rng)
+                            by_rule |= {("sum", rule): (picks, sigma) for rule, picks in summed.items()}
+                        if "argmax" in release["releases"]:
+                            winners = tradeoff.winner_picks(top_k, epsilon=eps, clients=fed.clients, release=release,
+                                                            rng=rng)
+                            by_rule |= {("argmax", rule): value for rule, value in winners.items()}
                     else:
-                        picks, sigma = _picks(method, eps, release, fed, raw, finite_scores, rng)
-                        by_rule = {"": picks}
-                    for rule, picks in by_rule.items():
-                        rows.append({**common, "method": method, "rule": rule, "epsilon": eps, "sigma": sigma,
-                                     **tradeoff.point_stats(accuracy[picks], opt), "runs": reps})
+                        by_rule[("", "")] = _picks(method, eps, release, fed, raw, finite_scores, rng)
+                    for (mode, rule), (picks, sigma) in by_rule.items():
+                        rows.append({**common, "method": method, "release": mode, "rule": rule, "epsilon": eps,
+                                     "sigma": sigma, **tradeoff.point_stats(accuracy[picks], opt), "runs": reps})
     study.write_csv("ablations.csv", rows)
     plot(rows, release["epsilons"], study, f"ablations_{args.dataset}.png")
     extra: dict[str, Any] = {}

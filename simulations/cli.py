@@ -23,6 +23,8 @@ STUDIES: dict[str, tuple[str, str]] = {
     "secagg-profile": ("simulations.secagg_profile",
                        "in-process secure-sum round: time per stage and component, bytes, state (issue 13)"),
     "speed": ("simulations.speed", "batched vs sequential local evaluation, synthetic and voting timings"),
+    "argmax-profile": ("simulations.argmax_profile",
+                       "argmax mode part by part (client shares, tallies, secure argmax on MPyC) vs the sum mode"),
 }
 
 

@@ -16,6 +16,11 @@ For every federation (data set, ``n`` clients, iid or Dirichlet ``beta``):
   the share of picks no client voted for.
   The JSON ``summary`` rows describe the product's default rule (:data:`dphype.selection.rules.DEFAULT_RULE`),
   with the argmax's numbers beside them.
+* with ``--release argmax`` (or ``sum argmax``) the winner-only release of :mod:`dphype.privacy.winner` is
+  replayed too (:func:`dphype.protocol.replay_winners`: the clients' discrete Laplace shares summed, the noisy
+  maximum with lowest-index ties, as the tallies compute it), for each relation of ``--neighbourings``; its
+  rows have ``release = argmax`` and rule ``noisy-max/<relation>``, and ``winner_summary`` in the JSON gives
+  their gap to Opt.
 
 Repetitions replay the release's noise; local training and the partition are fixed by ``--seed`` (the
 paper's 20 runs also retrain, so its CIs include training variance; ours are noise-only).
@@ -30,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from dphype.checks import resolve_accountant
-from dphype.protocol import replay_releases
+from dphype.checks import NEIGHBOURING, RELEASES, resolve_accountant
+from dphype.privacy.winner import noise_std
+from dphype.protocol import replay_releases, replay_winners
 from dphype.selection.rules import DEFAULT_RULE, RULES, select_batch
 from simulations import harness
 
@@ -58,6 +64,11 @@ def add_release_arguments(parser: argparse.ArgumentParser, *, repetitions: int) 
                         help=f"selection rules applied to the same releases (default all; default rule {DEFAULT_RULE})")
     parser.add_argument("--total-noise", action="store_true",
                         help="draw the summed noise at once instead of one share per client (same distribution)")
+    parser.add_argument("--release", nargs="+", choices=RELEASES, default=["sum"],
+                        help="release modes replayed on the same votes: sum (the noisy vote sum, default) and/or "
+                             "argmax (only the winner, pure epsilon; dphype.privacy.winner)")
+    parser.add_argument("--neighbourings", nargs="+", choices=NEIGHBOURING, default=["replace-one"],
+                        help="argmax release: neighbouring relations to calibrate for (default replace-one)")
 
 
 def release_settings(args: argparse.Namespace, num_candidates: int) -> dict[str, Any]:
@@ -75,7 +86,25 @@ def release_settings(args: argparse.Namespace, num_candidates: int) -> dict[str,
         "noise": harness.check_noise(args.noise),
         "per_client": not args.total_noise,
         "rules": list(dict.fromkeys(args.rules)),
+        "releases": list(dict.fromkeys(args.release)),
+        "neighbourings": list(dict.fromkeys(args.neighbourings)),
     }
+
+
+def winner_picks(vote_sum: np.ndarray, *, epsilon: float, clients: int, release: dict[str, Any],
+                 rng: np.random.Generator) -> dict[str, tuple[np.ndarray, float]]:
+    """Argmax-mode picks (``release['repetitions']`` winner releases of :func:`dphype.protocol.replay_winners`)
+    and the total noise std, per relation of ``release['neighbourings']``, keyed ``noisy-max/<relation>``;
+    ``epsilon = inf``: the noiseless argmax (lowest index among ties)."""
+    out = {}
+    for relation in release["neighbourings"]:
+        if np.isinf(epsilon):
+            out[f"noisy-max/{relation}"] = (np.full(release["repetitions"], int(np.argmax(vote_sum))), 0.0)
+            continue
+        picks = replay_winners(vote_sum, epsilon=epsilon, neighbouring=relation, clients=clients,
+                               repetitions=release["repetitions"], rng=rng)
+        out[f"noisy-max/{relation}"] = (picks, noise_std(epsilon, relation))
+    return out
 
 
 def selection_picks(
@@ -118,7 +147,7 @@ def baseline_rows(common: dict[str, Any], accuracy: np.ndarray,
     best = int(np.argmax(accuracy))
     opt = float(accuracy[best])
     return [
-        {**common, "method": method, "rule": "", "epsilon": "", "sigma": "",
+        {**common, "method": method, "release": "", "rule": "", "epsilon": "", "sigma": "",
          **point_stats(picked, opt, None if votes is None else votes[chosen]), "ci95": 0.0, "runs": 1}
         for method, picked, chosen in (("Opt", accuracy[[best]], [best]),
                                        ("RandGuess", accuracy, slice(None)))
@@ -152,12 +181,20 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                 sigma = harness.sigma_for(eps, release["delta"], release["k"], num_candidates=len(candidates),
                                           accountant=release["accountant"], noise=release["noise"])
                 rng = np.random.default_rng([args.seed, f_index, e_index])
-                picks, seconds = selection_picks(votes, sigma=sigma, clients=fed.clients, release=release,
-                                                 space=space, rng=rng)
-                for rule, chosen in picks.items():
-                    timing[rule] = timing.get(rule, 0.0) + seconds[rule]
-                    rows.append({**common, "method": "DP-Hype", "rule": rule, "epsilon": eps, "sigma": sigma,
-                                 **point_stats(accuracy[chosen], opt, votes[chosen]), "runs": release["repetitions"]})
+                if "sum" in release["releases"]:
+                    picks, seconds = selection_picks(votes, sigma=sigma, clients=fed.clients, release=release,
+                                                     space=space, rng=rng)
+                    for rule, chosen in picks.items():
+                        timing[rule] = timing.get(rule, 0.0) + seconds[rule]
+                        rows.append({**common, "method": "DP-Hype", "release": "sum", "rule": rule, "epsilon": eps,
+                                     "sigma": sigma, **point_stats(accuracy[chosen], opt, votes[chosen]),
+                                     "runs": release["repetitions"]})
+                if "argmax" in release["releases"]:
+                    winners = winner_picks(votes, epsilon=eps, clients=fed.clients, release=release, rng=rng)
+                    for rule, (chosen, std) in winners.items():
+                        rows.append({**common, "method": "DP-Hype", "release": "argmax", "rule": rule,
+                                     "epsilon": eps, "sigma": std, **point_stats(accuracy[chosen], opt, votes[chosen]),
+                                     "runs": release["repetitions"]})
             for j, cand in enumerate(candidates):
                 per_candidate.append({**common, "candidate": j, **cand, "fedavg_accuracy": float(accuracy[j]),
                                       "votes": int(votes[j]),
@@ -176,7 +213,30 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     return study.result(dataset=args.dataset, scale=vars(scale), candidates=len(candidates),
                         **{k: v for k, v in release.items()}, default_rule=DEFAULT_RULE,
                         select_seconds={rule: round(t, 3) for rule, t in timing.items()},
-                        summary=summarize(rows), **extra)
+                        summary=summarize(rows) if "sum" in release["releases"] else [],
+                        winner_summary=winner_summary(rows), **extra)
+
+
+def winner_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per federation, epsilon and relation, the argmax release's gap to Opt (points), share within 1 point of
+    Opt and worst 5% gap; beside it the sum release's default rule at the same point when it ran."""
+    out = []
+    for row in rows:
+        if row["method"] != "DP-Hype" or row["release"] != "argmax":
+            continue
+        same = [r for r in rows if r["clients"] == row["clients"] and r["partition"] == row["partition"]]
+        opt = next(r["mean_accuracy"] for r in same if r["method"] == "Opt")
+        entry = {"clients": row["clients"], "partition": row["partition"], "epsilon": row["epsilon"], "k": row["k"],
+                 "neighbouring": row["rule"].split("/", 1)[1],
+                 "gap_to_opt_points": round(100 * (opt - row["mean_accuracy"]), 2) + 0.0,
+                 "within_1pt": round(row["within_1pt"], 3),
+                 "worst5_gap_points": round(100 * (opt - row["worst5_accuracy"]), 2) + 0.0}
+        summed = next((r for r in same if r["method"] == "DP-Hype" and r["release"] == "sum"
+                       and r["rule"] == DEFAULT_RULE and r["epsilon"] == row["epsilon"]), None)
+        if summed is not None:
+            entry["sum_gap_to_opt_points"] = round(100 * (opt - summed["mean_accuracy"]), 2) + 0.0
+        out.append(entry)
+    return out
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -62,6 +62,9 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
                              "(the paper's); both are post-processing")
     parser.add_argument("--min-success", type=float, default=None,
                         help="refuse to run when the planner's predicted chance of a good pick is below this")
+    parser.add_argument("--release", choices=("sum", "argmax"), default="sum",
+                        help="release mode: sum (the noisy vote sum over SecAgg+, default) or argmax (only the "
+                             "winner's index from a secure argmax among 3 tallies; pure epsilon)")
 
 
 def add_noise_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,7 +92,8 @@ def privacy_config(args: argparse.Namespace, num_candidates: int | None = None) 
 
     if num_candidates is not None:
         check_k(args.k, num_candidates)
-    selection = {name: getattr(args, name) for name in ("rule", "min_success") if getattr(args, name, None) is not None}
+    selection = {name: getattr(args, name) for name in ("rule", "min_success", "release")
+                 if getattr(args, name, None) is not None}
     return DPHypeConfig(epsilon=args.epsilon, delta=args.delta, k=args.k, clients=args.clients,
                         dropout=args.dropout, noise=args.noise, accountant=args.accountant,
                         neighbouring=args.neighbouring, **selection)

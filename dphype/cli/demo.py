@@ -53,6 +53,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     candidates = load_candidates(args.candidates)
     config = privacy_config(args, len(candidates))
+    if config.release == "argmax":
+        raise ValueError("release must be sum for dphype demo: the bundled app does not start tally nodes yet "
+                         "(README, 'Releasing only the winner', runs argmax mode with tally nodes in process)")
     # the server's own checks (calibration, secure-sum range, the planner), before Flower starts
     selection = DPHype(candidates, config)
     node_policy = {POLICY_ENV: node_config_string(admitting_policy(selection.request))}

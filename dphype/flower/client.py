@@ -26,6 +26,9 @@ set by whoever runs the node, never by the server; :func:`node_policy`) against 
 Refusals reach the server coarse: the node's own limits and budget (``policy_*``, ``lifetime_budget``)
 become the single code ``policy``, so the reply does not say which limit a request crossed; the node's
 log keeps the full reason for its operator.
+
+It also adds the argmax mode's handlers (:mod:`dphype.flower.tally`): ``train.dphype_argmax`` (sealed shares
+to the tally committee) and, on nodes configured as tallies, ``query.dphype_tally``.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from flwr.common import log
 from flwr.common.config import parse_config_args
 
 from dphype.flower.secagg import abort_round, round_in_progress, secure_vote_reply
+from dphype.flower.tally import register_tally, register_winner_vote
 from dphype.ml.task import Task
 from dphype.node.ledger import Ledger
 from dphype.node.policy import POLICY_ENV, REMEDIES, NodePolicy, PolicyError, check_vote_request
@@ -261,6 +265,8 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
         except Exception as err:  # noqa: BLE001 - the server sees the sanitized reason only
             raise _sanitized("vote", err) from None
 
+    register_winner_vote(app, policy=policy)  # release="argmax": sealed shares to the tallies
+    register_tally(app)  # answered only on nodes configured as tallies
     return app
 
 

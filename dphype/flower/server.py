@@ -17,6 +17,9 @@
    clients contributed and every client verified that any sum it could be part of holds enough noise;
 4. the release (:func:`dphype.protocol.release`): the selection rule's pick, its confidence and the privacy report.
 
+With ``release="argmax"`` steps 3-4 are :func:`dphype.flower.tally.run_winner_selection`: sealed shares to the
+committee of tally nodes named by ``tallies``, a secure argmax on MPyC, only the index released.
+
 Train the final model afterwards with any Message-API strategy, passing
 :func:`dphype.flower.selected.train_config` ``(result.best_params)`` as its train config.
 """
@@ -36,6 +39,7 @@ from flwr.serverapp.grid import Grid
 from dphype.config import DPHypeConfig
 from dphype.flower.client import ACTION, RECORD_KEY
 from dphype.flower.secagg import check_timeout, run_secure_sum, secagg_graph
+from dphype.flower.tally import run_winner_selection
 from dphype.node.policy import REMEDIES
 from dphype.privacy.noise import client_noise_std
 from dphype.protocol import REFUSAL_CODES, DPHypeResult, make_vote_request, release
@@ -68,6 +72,8 @@ class DPHype:
     corrupt_fraction:
         Fraction of the clients assumed to collude with the server when the SecAgg+ graph is chosen or
         checked (default 1/3, :data:`dphype.secure.secagg_params.CORRUPT_FRACTION`).
+    tallies:
+        ``release="argmax"`` only: the committee's X25519 public keys in committee order (at least 3 distinct).
     """
 
     def __init__(
@@ -78,8 +84,9 @@ class DPHype:
         num_shares: float | None = None,
         reconstruction_threshold: float | None = None,
         corrupt_fraction: float = CORRUPT_FRACTION,
+        tallies: tuple[bytes, ...] = (),
     ) -> None:
-        self.request = make_vote_request(config, candidates)
+        self.request = make_vote_request(config, candidates, tallies=tallies)
         self.num_shares = num_shares
         self.reconstruction_threshold = reconstruction_threshold
         self.corrupt_fraction = check_corrupt_fraction(corrupt_fraction)
@@ -102,7 +109,7 @@ class DPHype:
             self._plan = preflight(cfg.clients, cfg.epsilon, cfg.delta, self.candidates.feature_space(),
                                    len(self.candidates), cfg.k, dropout=cfg.dropout, min_success=cfg.min_success,
                                    rule=cfg.rule, noise=cfg.noise, accountant=cfg.accountant,
-                                   neighbouring=cfg.neighbouring)
+                                   neighbouring=cfg.neighbouring, release=cfg.release)
         return self._plan
 
     @property
@@ -136,6 +143,8 @@ class DPHype:
             plan.success, cfg.rule, plan.success_argmax)
         for warning in plan.warnings:
             log(logging.WARNING, "DP-Hype: %s", warning)
+        if cfg.release == "argmax":
+            return run_winner_selection(self, grid, timeout=timeout, connect_timeout=connect_timeout)
         log(logging.INFO, "DP-Hype: total noise std sigma=%.4g, each client's share std %.4g",
             self.request.sigma, client_noise_std(self.request.sigma, cfg.clients, cfg.dropout))
         start = time.perf_counter()
@@ -150,6 +159,8 @@ class DPHype:
         clip = clip_probability(size=len(self.candidates), sigma=self.request.sigma, clients=cfg.clients,
                                 dropout=cfg.dropout, noise=cfg.noise, clipping_range=sum_.clipping_range)
         released = release(self.request, sum_.total, sum_.survivors)
+        sel = released.selection
+        assert sel is not None  # the sum release always carries the rule's selection
         result = dataclasses.replace(released, notes=self._notes, secure_sum={
             **sum_.secagg.to_dict(), "clipping_range": sum_.clipping_range, "clip_probability": clip,
             "stage_seconds": sum_.stage_seconds,
@@ -159,11 +170,10 @@ class DPHype:
                          f"{_chance(sum_.secagg.log2_failure)}"})
         log(logging.INFO, "DP-Hype selected candidate %d %s by the %s rule (epsilon=%.4g at delta=%g, %d survivors; "
             "confidence: top-voted %.2f, within the top group %.2f, margin %.2f sigma) in %.1f s",
-            result.selected_index, result.selected, result.selection.rule, result.report.epsilon,
-            result.report.delta, sum_.survivors, result.selection.p_top, result.selection.p_top_group,
-            result.selection.margin, time.perf_counter() - start)
-        if result.selection.warning:
-            log(logging.WARNING, "DP-Hype: %s", result.selection.warning)
+            result.selected_index, result.selected, sel.rule, result.report.epsilon,
+            result.report.delta, sum_.survivors, sel.p_top, sel.p_top_group, sel.margin, time.perf_counter() - start)
+        if sel.warning:
+            log(logging.WARNING, "DP-Hype: %s", sel.warning)
         return result
 
     def _preflight(self, grid: Grid, nodes: list[int], timeout: float | None) -> list[int]:

@@ -54,6 +54,7 @@ from flwr.supercore.privacy_accounting import (
 
 from dphype.checks import check_delta, check_epsilon, check_int, check_neighbouring, check_positive
 from dphype.privacy.accounting import (
+    RDP_ORDERS,
     PrivacyReport,
     calibrate_fedavg,
     check_rdp_curve,
@@ -62,6 +63,7 @@ from dphype.privacy.accounting import (
     rdp_epsilon,
     vote_rdp,
 )
+from dphype.privacy.winner import WINNER_NOISE, winner_rdp
 
 #: Where updates are clipped: on the server ("server", the default) or by the clients with ``fixedclipping_mod``
 #: ("client"; the server verifies every update's norm).
@@ -97,7 +99,8 @@ class TrainingBudget:
 class RunAccountant:
     """Flower's ``PrivacyAccountant`` protocol for a DP-Hype run: the selection, then DP-FedAvg rounds.
 
-    The curve starts at the selection's RDP (noise of the survivors, :func:`vote_rdp`) and adds
+    The curve starts at the selection's RDP (noise of the survivors, :func:`vote_rdp`; for a winner release
+    :func:`dphype.privacy.winner.winner_rdp` of its pure epsilon) and adds
     :func:`fedavg_rdp` for every composed Gaussian event, both under the selection's neighbouring relation;
     epsilon by :func:`rdp_epsilon` (Thm I.1), delta by :func:`rdp_delta`, on :data:`RDP_ORDERS`.
     """
@@ -110,7 +113,9 @@ class RunAccountant:
                                      neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
                                      sampling_method=SamplingMethod.NO_AMPLIFICATION, max_epsilon=max_epsilon)
         self.neighbouring = selection.neighbouring
-        self._rdp = vote_rdp(selection.k, selection.sigma, selection.noise, neighbouring=self.neighbouring)
+        # a winner release (argmax mode) is pure epsilon: randomized response's curve bounds it (privacy.winner)
+        self._rdp = (winner_rdp(selection.epsilon, RDP_ORDERS) if selection.noise == WINNER_NOISE
+                     else vote_rdp(selection.k, selection.sigma, selection.noise, neighbouring=self.neighbouring))
         self._releases = 1
 
     @property

@@ -49,6 +49,7 @@ import numpy as np
 from dphype.checks import NEIGHBOURING, NOISE_KINDS, check_delta, check_int
 from dphype.node.policy import POLICY_KEYS, NodePolicy, VoteGuarantee, check_vote_request, default_ledger_path
 from dphype.privacy.accounting import RDP_ORDERS, rdp_epsilon, vote_rdp
+from dphype.privacy.winner import THRESHOLD_SHIFT, WINNER_NOISE, winner_rdp
 from dphype.protocol import EPSILON_RTOL, REFUSAL_CODES, Refusal, VoteRequest
 
 FORMAT = "dphype-ledger"
@@ -72,7 +73,8 @@ class LedgerEntry(VoteGuarantee):
 
     def __post_init__(self) -> None:
         ok = (
-            isinstance(self.time, str) and isinstance(self.request, str) and self.noise in NOISE_KINDS
+            isinstance(self.time, str) and isinstance(self.request, str)
+            and self.noise in (*NOISE_KINDS, WINNER_NOISE)
             and self.neighbouring in NEIGHBOURING
             and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (self.k, self.survivors))
             and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
@@ -83,7 +85,12 @@ class LedgerEntry(VoteGuarantee):
             raise ValueError("invalid ledger entry")
 
     def rdp(self, neighbouring: str) -> np.ndarray:
-        """RDP curve of this vote under ``neighbouring`` on :data:`~dphype.privacy.accounting.RDP_ORDERS`."""
+        """RDP curve of this vote under ``neighbouring`` on :data:`~dphype.privacy.accounting.RDP_ORDERS`; a winner
+        release (pure epsilon, recorded under the entry's relation) is rescaled to ``neighbouring`` and bounded
+        by :func:`dphype.privacy.winner.winner_rdp`."""
+        if self.noise == WINNER_NOISE:
+            eps = self.epsilon * THRESHOLD_SHIFT[neighbouring] / THRESHOLD_SHIFT[self.neighbouring]
+            return winner_rdp(eps, RDP_ORDERS)
         return vote_rdp(self.k, self.total_std, self.noise, neighbouring=neighbouring, orders=RDP_ORDERS)
 
 

@@ -60,6 +60,15 @@ post-processing.
    node takes part remains visible: a server can still probe a node's limits one accept/refuse bit per
    pre-flight.
 9. *Noise* comes from ChaCha20 keyed by the operating system (:func:`dphype.privacy.noise.secure_generator`).
+10. *Argmax mode* (``release="argmax"``, :mod:`dphype.privacy.winner`, :mod:`dphype.secure.tally`): the node
+    recomputes the pure epsilon of the noise it will add under ITS OWN neighbouring relation (the noise
+    parameter follows from the announced epsilon and relation), checks it and the fewest contributors against
+    its limits, and checks the tally committee before it seals a share: at least 3 distinct tallies (honest
+    majority, threshold 1), and only tallies it knows when the operator pins them (``dphype-tallies``). Each
+    share is sealed to one tally and bound to the request; the server relays ciphertexts only. The tallies,
+    not the server, enforce the minimum number of contributors and one argmax per request. Out of scope: two
+    colluding tallies (they reconstruct the noisy counts) and a malicious tally (it can change the index or
+    abort; MPyC is secure against semi-honest parties).
 
 **What stays out of scope.**
 
@@ -94,7 +103,9 @@ from typing import Any
 from dphype.checks import NEIGHBOURING, resolve_accountant
 from dphype.privacy.accounting import mechanism_epsilon, vote_sensitivity
 from dphype.privacy.noise import client_noise_std, min_survivors
+from dphype.privacy.winner import THRESHOLD_SHIFT, WINNER_NOISE, noise_parameter
 from dphype.protocol import EPSILON_RTOL, Refusal, VoteRequest, check_request
+from dphype.secure.tally import check_committee
 from dphype.selection.candidates import CandidateList, load_candidates
 
 #: Node-config keys (``flower-supernode --node-config "dphype-max-epsilon=1 ..."``): default and meaning.
@@ -109,6 +120,8 @@ POLICY_KEYS: dict[str, tuple[Any, str]] = {
     "dphype-candidates": (None, "this node's own copy of the candidate list (path or spec; default: none)"),
     "dphype-accountant": ("auto", "auto (analytic for Gaussian, RDP for Skellam) or rdp"),
     "dphype-neighbouring": ("replace-one", "neighbouring relation of this node's guarantee: replace-one or add-remove"),
+    "dphype-tallies": (None, "argmax mode: the only tallies this node seals shares to, comma-separated hex X25519 "
+                       "public keys (default: any committee of at least 3 distinct tallies)"),
 }
 _PREFIX = "dphype-"
 #: Environment variable with policy keys in ``--node-config`` syntax (``"dphype-max-epsilon=2 ..."``), read in
@@ -193,6 +206,7 @@ class NodePolicy:
     accountant: str = "auto"
     neighbouring: str = "replace-one"
     ledger_scope: str = "persistent"
+    tallies: str | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: store the validated values
@@ -209,6 +223,20 @@ class NodePolicy:
         set_(self, "accountant", _choice("dphype-accountant", self.accountant, ("auto", "rdp")))
         set_(self, "neighbouring", _choice("dphype-neighbouring", self.neighbouring, NEIGHBOURING))
         set_(self, "ledger_scope", _choice("ledger_scope", self.ledger_scope, ("persistent", "per-run")))
+        if self.tallies is not None:
+            _ = self.known_tallies()
+
+    def known_tallies(self) -> tuple[bytes, ...] | None:
+        """The tally keys this node trusts (``dphype-tallies``), or ``None`` (any committee)."""
+        if self.tallies is None:
+            return None
+        try:
+            keys = tuple(bytes.fromhex(h.strip()) for h in str(self.tallies).split(",") if h.strip())
+        except ValueError:
+            keys = ()
+        if not keys or any(len(key) != 32 for key in keys):
+            raise PolicyError("node config dphype-tallies must be comma-separated 64-digit hex X25519 public keys")
+        return keys
 
     @classmethod
     def from_node_config(cls, node_config: Mapping[str, Any], *, run_id: int | None = None) -> NodePolicy:
@@ -276,6 +304,8 @@ def check_vote_request(request: VoteRequest, policy: NodePolicy) -> VoteGuarante
     (``policy_epsilon``). Details carry only numbers derived from the request, never the node's limits.
     """
     check_request(request, local_candidates=policy.own_candidates())
+    if request.config.release == "argmax":
+        return _check_winner_request(request, policy)
     cfg = request.config
     if cfg.delta > policy.max_delta:
         raise Refusal("policy_delta", f"announced delta {cfg.delta:.3g} is above this node's limit",
@@ -322,3 +352,25 @@ REMEDIES: dict[str, str] = {
     "client_error": "an unexpected error on the node: its traceback is in the node's log",
     "noise_too_small": "the server must calibrate sigma for the announced (epsilon, delta)",
 }
+def _check_winner_request(request: VoteRequest, policy: NodePolicy) -> VoteGuarantee:
+    """Item 8 of the threat model: the argmax-mode twin of :func:`check_vote_request`'s limits. The noise
+    parameter ``t`` follows from the announced epsilon and relation; under this node's relation it is pure
+    ``epsilon_node = -shift log t`` (:data:`dphype.privacy.winner.THRESHOLD_SHIFT`). ``total_std`` is the noise
+    std of the fewest contributors, ``delta`` the node's (the release itself has delta 0)."""
+    cfg = request.config
+    try:
+        check_committee(request.tallies, known=policy.known_tallies())
+    except ValueError as err:
+        raise Refusal("tally_committee", str(err)) from None
+    if cfg.delta > policy.max_delta:
+        raise Refusal("policy_delta", f"announced delta {cfg.delta:.3g} is above this node's limit")
+    survivors = min_survivors(cfg.clients, cfg.dropout)
+    if survivors < policy.min_clients:
+        raise Refusal("policy_clients", f"{cfg.clients} clients with dropout {cfg.dropout:g} leave {survivors} "
+                      "contributors, fewer than this node requires")
+    eps = -THRESHOLD_SHIFT[policy.neighbouring] * math.log(noise_parameter(cfg.epsilon, cfg.neighbouring))
+    if eps > policy.max_epsilon * (1 + EPSILON_RTOL):
+        raise Refusal("policy_epsilon", f"the requested winner release gives pure epsilon {eps:.3g} "
+                      f"({policy.neighbouring}), above this node's limit")
+    return VoteGuarantee(noise=WINNER_NOISE, k=cfg.k, total_std=request.sigma, survivors=survivors, epsilon=eps,
+                         delta=policy.max_delta, neighbouring=policy.neighbouring)

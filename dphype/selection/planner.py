@@ -17,6 +17,12 @@ The noise is the run's (Skellam or Gaussian shares, replayed by :func:`dphype.pr
 dropout fraction ``xi`` the worst accepted case is simulated: only ``ceil((1 - xi) n)`` clients vote and their
 shares add up to std ``sigma``.
 
+Both release modes are predicted on the SAME simulated votes: the sum release (the noisy vote sum and the
+selection rule) and the winner-only release of ``release="argmax"`` (:mod:`dphype.privacy.winner`: discrete
+Laplace noise whose scale depends on epsilon and the neighbouring relation only, replayed by
+:func:`dphype.protocol.replay_winners`). The plan recommends ``k`` for each mode and the mode with the higher
+predicted success at its recommended ``k`` (ties: the sum, the paper's).
+
 Speed: the clients' rankings come from exact samplers of the loss model (module ``simulations.synthetic``
 uses them for Fig. 2): one ranking per client serves every ``k`` (the top-k sets are nested prefixes of the
 client's loss ranking), and only what the first ``depth`` ranks depend on is drawn:
@@ -51,6 +57,7 @@ from dphype.checks import (
     check_neighbouring,
     check_positive,
     check_probability,
+    check_release,
     resolve_accountant,
 )
 from dphype.privacy.accounting import calibrate
@@ -331,10 +338,14 @@ def unanimous_success(clients: int, k: int, num_candidates: int, sigma: float) -
 class Plan:
     """What the planner predicts for one configuration (all keys of :meth:`to_dict` are JSON-ready).
 
-    ``success``: simulated chance that ``rule`` picks a good candidate at ``k`` (the chosen ``k``, else the
-    recommended one); ``success_argmax`` and ``bound`` (Theorem IV.1): the same for the argmax; ``by_k``: one
-    row per compared ``k``; ``min_epsilon`` / ``min_clients``: smallest epsilon / number of clients whose
-    success at ``k`` reaches ``target`` (``None``: not within ``[1e-3, 1e3]`` / ``[2, MAX_CLIENTS]``).
+    ``release``: the mode the run uses. ``success``: simulated chance that the run picks a good candidate at
+    ``k`` (the chosen ``k``, else the recommended one): ``rule`` on the sum release, or the winner release;
+    ``success_argmax`` and ``bound`` (Theorem IV.1): the argmax rule on the sum release; ``success_winner``:
+    the winner release at ``k``; ``by_k``: one row per compared ``k`` (both modes); ``recommended_k`` /
+    ``recommended_k_winner``: the best ``k`` of the sum / winner release; ``recommended_release``: the mode
+    with the higher success at its best ``k``; ``min_epsilon`` / ``min_clients``: smallest epsilon / number
+    of clients whose success (of ``release``) at ``k`` reaches ``target`` (``None``: not within
+    ``[1e-3, 1e3]`` / ``[2, MAX_CLIENTS]``). ``sigma``: the noise std of ``release`` at ``k``.
     """
 
     clients: int
@@ -356,6 +367,10 @@ class Plan:
     bound: float
     recommended_k: int
     by_k: list[dict[str, Any]]
+    release: str
+    success_winner: float
+    recommended_k_winner: int
+    recommended_release: str
     min_epsilon: float | None
     min_clients: int | None
     unanimous_success: float
@@ -394,6 +409,16 @@ class _Setting:
         counts, good = simulate_votes(self.scenario, voters, ks, self.num_candidates, self.space, self.repetitions,
                                       rng)
         return voters, counts, good
+
+    def winner_success(self, votes: np.ndarray, good: np.ndarray, epsilon: float, clients: int,
+                       voters: int) -> float:
+        """Share of winner releases (argmax mode) that pick a good candidate, on the same votes."""
+        from dphype.protocol import replay_winners
+
+        rng = np.random.default_rng([self.seed, 2])  # common random numbers across k, epsilon and n
+        picks = replay_winners(votes, epsilon=epsilon, neighbouring=self.neighbouring, clients=clients,
+                               repetitions=len(votes), rng=rng, dropout=self.dropout, survivors=voters)
+        return float(good[np.arange(len(picks)), picks].mean())
 
     def success(self, votes: np.ndarray, good: np.ndarray, sigma: float, clients: int, voters: int, k: int,
                 rule: str) -> float:
@@ -435,6 +460,7 @@ def plan(
     repetitions: int = 200,
     seed: int = 0,
     search: bool = True,
+    release: str = "sum",
 ) -> Plan:
     """Predict a DP-Hype run of ``clients`` clients at ``(epsilon, delta)`` over ``num_candidates`` public
     candidates (feature space ``space``; ``None`` or structureless: the rule falls back to the argmax).
@@ -442,7 +468,9 @@ def plan(
     ``k=None`` recommends ``k`` among ``ks`` (default :data:`KS` below ``num_candidates``) and reports at it.
     ``rule`` defaults to :data:`dphype.selection.rules.DEFAULT_RULE`. ``repetitions`` simulated runs per point;
     ``search=False`` skips the searches for ``min_epsilon`` and ``min_clients`` (reported as ``None``).
+    ``release``: the mode the run uses (``"sum"`` or ``"argmax"``); both are predicted.
     """
+    from dphype.privacy.winner import noise_std
     from dphype.selection.rules import DEFAULT_RULE, check_rule
 
     clients = check_clients(clients)
@@ -457,6 +485,7 @@ def plan(
         noise=noise, accountant=resolve_accountant(accountant, noise), neighbouring=check_neighbouring(neighbouring),
         repetitions=check_int("repetitions", repetitions, 10), seed=check_int("seed", seed, 0))
     target = check_probability("target", target)
+    release = check_release(release)
     chosen = set() if chosen_k is None else {chosen_k}
     compare = sorted({check_k(x, p) for x in (KS if ks is None else ks) if x < p} | chosen)
     if not compare:
@@ -468,28 +497,41 @@ def plan(
         by_k.append({"k": kk, "sigma": sigma,
                      "success": setting.success(counts[kk], good, sigma, clients, voters, kk, setting.rule),
                      "success_argmax": setting.success(counts[kk], good, sigma, clients, voters, kk, "argmax"),
-                     "bound": theorem_iv1_success(counts[kk], good, sigma)})
+                     "bound": theorem_iv1_success(counts[kk], good, sigma),
+                     "success_winner": setting.winner_success(counts[kk], good, epsilon, clients, voters)})
     best = max(by_k, key=lambda row: (row["success"], -row["k"]))
-    row = best if chosen_k is None else next(r for r in by_k if r["k"] == chosen_k)
+    best_winner = max(by_k, key=lambda row: (row["success_winner"], -row["k"]))
+    mode_best = best_winner if release == "argmax" else best
+    row = mode_best if chosen_k is None else next(r for r in by_k if r["k"] == chosen_k)
     kk = int(row["k"])
+    winner_std = noise_std(epsilon, setting.neighbouring)
+
+    def mode_success(c: np.ndarray, g: np.ndarray, eps: float, n: int, m: int) -> float:
+        if release == "argmax":
+            return setting.winner_success(c, g, eps, n, m)
+        return setting.success(c, g, setting.sigma(eps, kk), n, m, kk, setting.rule)
 
     def reaches_epsilon(eps: float) -> bool:
-        return setting.success(counts[kk], good, setting.sigma(eps, kk), clients, voters, kk, setting.rule) >= target
+        return mode_success(counts[kk], good, eps, clients, voters) >= target
 
     def reaches_clients(n: float) -> bool:
         m, c, g = setting.votes(int(n), [kk])
-        return setting.success(c[kk], g, row["sigma"], int(n), m, kk, setting.rule) >= target
+        return mode_success(c[kk], g, epsilon, int(n), m) >= target
 
     min_eps = _bisect(reaches_epsilon, 1e-3, 1e3, 1.02, integer=False) if search else None
     min_n = _bisect(reaches_clients, 2, MAX_CLIENTS, 1.0, integer=True) if search else None
     result = Plan(
         clients=clients, epsilon=epsilon, delta=setting.delta, dropout=setting.dropout, voters=voters,
         num_candidates=p, noise=setting.noise, accountant=setting.accountant, neighbouring=setting.neighbouring,
-        rule=_rule_that_runs(setting), scenario=asdict(setting.scenario), target=target, k=kk, sigma=row["sigma"],
-        success=row["success"], success_argmax=row["success_argmax"], bound=row["bound"],
-        recommended_k=int(best["k"]), by_k=by_k, min_epsilon=None if min_eps is None else float(f"{min_eps:.3g}"),
+        rule=_rule_that_runs(setting), scenario=asdict(setting.scenario), target=target, k=kk,
+        sigma=winner_std if release == "argmax" else row["sigma"],
+        success=row["success_winner"] if release == "argmax" else row["success"],
+        success_argmax=row["success_argmax"], bound=row["bound"], recommended_k=int(best["k"]), by_k=by_k,
+        release=release, success_winner=row["success_winner"], recommended_k_winner=int(best_winner["k"]),
+        recommended_release="argmax" if best_winner["success_winner"] > best["success"] else "sum",
+        min_epsilon=None if min_eps is None else float(f"{min_eps:.3g}"),
         min_clients=None if min_n is None else int(min_n),
-        unanimous_success=unanimous_success(voters, kk, p, row["sigma"]))
+        unanimous_success=unanimous_success(voters, kk, p, winner_std if release == "argmax" else row["sigma"]))
     return Plan(**{**asdict(result), "warnings": warnings(result)})
 
 
@@ -537,7 +579,7 @@ def preflight(
     The plan at the configured ``k`` without the searches; its ``warnings`` say when the predicted success is
     below :data:`WARN_BELOW` or the release is noise. ``min_success`` in ``[0, 1]``: refuse (``ValueError``)
     when the predicted success is below it. ``options`` go to :func:`plan` (``rule``, ``noise``,
-    ``accountant``, ``neighbouring``, ``consensus``, ``num_good``, ``repetitions``, ``seed``).
+    ``accountant``, ``neighbouring``, ``consensus``, ``num_good``, ``repetitions``, ``seed``, ``release``).
     """
     if min_success is not None:
         check_probability("min_success", min_success)

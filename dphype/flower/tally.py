@@ -1,0 +1,267 @@
+"""Argmax mode over Flower's Message API: sealed shares from the clients, relayed to a committee of tally nodes.
+
+Roles (one ``ClientApp`` serves both, :func:`register_tally` beside :func:`dphype.flower.client.register_dphype`):
+
+* a **client** answers the usual pre-flight (``query.dphype``: the node policy checks the committee and the
+  pure epsilon, :func:`dphype.node.policy.check_vote_request`) and then ``train.dphype_argmax``: the request
+  must be the approved one; the node records the vote in its ledger, then answers with one sealed share per
+  tally (:func:`dphype.protocol.winner_vote`). The server cannot open them.
+* a **tally** is a node whose node config has ``dphype-tally-id`` (its index ``j`` in the committee),
+  ``dphype-tally-parties`` (the MPyC addresses of all tallies, ``host:port,...`` in committee order) and
+  ``dphype-tally-key`` (a file with its X25519 private key, created with mode 0600 if missing; its public key
+  is what the server and the clients' ``dphype-tallies`` name). It answers ``query.dphype_tally`` in four
+  stages: ``hello`` (its index and public key), ``collect`` (the request and the ciphertexts sealed to it:
+  :class:`dphype.secure.tally.Tally` opens and sums them, refusing foreign or duplicate shares and a request
+  already served; its MPyC party process starts meanwhile, :func:`dphype.secure.tally.spawn_party`),
+  ``compute`` (hands the party its summed share and returns at once, so that all parties run together
+  whatever the transport) and ``result`` (the index its party opened).
+
+The server (:func:`run_winner_selection`, called by :meth:`dphype.flower.server.DPHype.start` when
+``release="argmax"``) finds the configured committee among the connected nodes (a tally that does not answer
+``hello`` is unreachable: nothing is sent), runs the pre-flight with the other nodes, collects the sealed
+shares, forwards each tally its ciphertexts and gets the index back. Fewer contributors than
+``ceil((1 - xi) n)``, a tally that refuses, fails or answers late: :class:`dphype.secure.tally.TallyError`,
+nothing released. The tally state lives in the tally's ClientApp process (one process per node, as in the
+in-process grid and a SuperNode's default isolation).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.common import log
+from flwr.serverapp.grid import Grid
+
+from dphype.node.ledger import Ledger
+from dphype.node.policy import check_vote_request
+from dphype.protocol import DPHypeResult, Refusal, VoteRequest, release_winner, winner_vote
+from dphype.secure.relay import KeyPair
+from dphype.secure.tally import Tally, TallyError, agreed_index, party_result, send_job, spawn_party
+
+if TYPE_CHECKING:
+    from dphype.flower.client import PolicySource
+    from dphype.flower.server import DPHype
+
+#: ``train.dphype_argmax``: a client's sealed shares. ``query.dphype_tally``: the tallies' stages.
+ARGMAX_ACTION = "dphype_argmax"
+TALLY_ACTION = "dphype_tally"
+#: Record key of the tally stages' content and answers.
+TALLY_KEY = "dphype-tally"
+#: Node-config keys of a tally node.
+TALLY_ID, TALLY_PARTIES, TALLY_KEY_FILE = "dphype-tally-id", "dphype-tally-parties", "dphype-tally-key"
+
+#: Each tally node's state in its ClientApp process, by node id.
+_TALLIES: dict[int, _TallyNode] = {}
+
+
+def load_tally_key(path: str | os.PathLike[str]) -> KeyPair:
+    """The tally's X25519 key pair from ``path`` (64 hex digits of the raw private key), created if missing."""
+    file = Path(path).expanduser()
+    if not file.exists():
+        file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(X25519PrivateKey.generate().private_bytes_raw().hex())
+    try:
+        private = X25519PrivateKey.from_private_bytes(bytes.fromhex(file.read_text().strip()))
+    except ValueError as err:
+        raise ValueError(f"node config {TALLY_KEY_FILE}={str(path)!r} must hold 64 hex digits") from err
+    return KeyPair(private, private.public_key().public_bytes_raw())
+
+
+class _TallyNode:
+    """A tally node: its committee index, MPyC addresses, :class:`Tally` state and running party."""
+
+    def __init__(self, node_config: dict[str, Any]) -> None:
+        self.config = node_config
+        self.index = int(node_config[TALLY_ID])
+        self.parties = [a.strip() for a in str(node_config[TALLY_PARTIES]).split(",") if a.strip()]
+        if not 0 <= self.index < len(self.parties):
+            raise ValueError(f"node config {TALLY_ID} must be in [0, {len(self.parties) - 1}] "
+                             f"({TALLY_PARTIES} names {len(self.parties)} parties)")
+        self.tally = Tally(self.index, load_tally_key(str(node_config[TALLY_KEY_FILE])))
+        self.job: dict[str, Any] | None = None
+        self.proc: subprocess.Popen[str] | None = None
+        self.computing = False
+
+    def stage(self, record: ConfigRecord) -> dict[str, Any]:
+        stage = record.get("stage")
+        if stage == "hello":
+            return {"index": self.index, "public": self.tally.public}
+        if stage == "collect":
+            request = VoteRequest.from_record(record)
+            if request.config.release != "argmax" or self.tally.public not in request.tallies \
+                    or request.tallies.index(self.tally.public) != self.index:
+                raise TallyError(f"tally {self.index} is not tally {self.index} of this request's committee")
+            self.tally.open_round(request.digest(), len(request.candidates), request.min_survivors)
+            self._stop()
+            self.proc = spawn_party(self.index, self.parties)  # MPyC's import overlaps opening the shares
+            contributors = cast(list[int], record["contributors"])
+            for contributor, sealed in zip(contributors, cast(list[bytes], record["shares"]), strict=True):
+                self.tally.receive(str(contributor), sealed)
+            self.job = self.tally.job()
+            return {"collected": len(contributors)}
+        if stage == "compute":
+            if self.job is None or self.proc is None:
+                raise TallyError(f"tally {self.index} has collected nothing to compute")
+            send_job(self.proc, self.job)
+            self.job, self.computing = None, True
+            return {"started": True}
+        if stage == "result":
+            if self.proc is None or not self.computing:
+                raise TallyError(f"tally {self.index} has no computation running")
+            proc, self.proc, self.computing = self.proc, None, False
+            return {"index": party_result(proc, self.index, float(cast(float, record["timeout"])))[0]}
+        raise TallyError(f"unknown tally stage {stage!r}")
+
+    def _stop(self) -> None:
+        """Stop a party left over from an earlier, unfinished request."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc, self.computing = None, False
+
+
+def register_tally(app: ClientApp) -> ClientApp:
+    """Add the tally stages (``query.dphype_tally``) to ``app``; a node without ``dphype-tally-id`` in its
+    node config answers them with an error (it is not a tally). Returns ``app``."""
+
+    @app.query(TALLY_ACTION)
+    def tally(msg: Message, context: Context) -> Message:
+        if TALLY_ID not in context.node_config:
+            raise TallyError("this node is not a tally (no dphype-tally-id in its node config)")
+        node = _TALLIES.get(context.node_id)
+        if node is None or node.config != dict(context.node_config):  # a new node config: a new tally
+            node = _TALLIES[context.node_id] = _TallyNode(dict(context.node_config))
+        answer = node.stage(msg.content.config_records[TALLY_KEY])
+        return Message(RecordDict({TALLY_KEY: ConfigRecord(answer)}), reply_to=msg)
+
+    return app
+
+
+def register_winner_vote(app: ClientApp, *, policy: PolicySource = None) -> ClientApp:
+    """Add ``train.dphype_argmax`` to ``app`` (a client's sealed shares after an approved pre-flight)."""
+    from dphype.flower.client import RECORD_KEY, SCORES_KEY, _resolve, _sanitized  # noqa: PLC0415 - client imports us
+
+    @app.train(ARGMAX_ACTION)
+    def argmax_vote(msg: Message, context: Context) -> Message:
+        try:
+            limits = _resolve(policy, context)
+            approved = context.state.config_records.get(RECORD_KEY)
+            request = VoteRequest.from_record(msg.content.config_records.get(RECORD_KEY, {}))
+            if (approved is None or approved["digest"] != request.digest()
+                    or SCORES_KEY not in context.state.array_records):
+                raise Refusal("malformed_request", "the argmax vote request is not the one approved in the pre-flight")
+            guarantee = check_vote_request(request, limits)
+            scores = context.state.array_records[SCORES_KEY]["scores"].numpy()
+            sealed = winner_vote(request, scores, maximize=bool(approved["maximize"]))
+            del context.state.array_records[SCORES_KEY]  # one pre-flight, one vote
+            spent = Ledger(cast(Path, limits.ledger)).spend(guarantee, limits, request.digest())
+        except Exception as err:  # noqa: BLE001 - the server sees the sanitized reason only
+            raise _sanitized("argmax vote", err) from None
+        log(logging.INFO, "DP-Hype: argmax vote recorded in this node's ledger (lifetime epsilon %.4g of %.4g)",
+            spent, limits.lifetime_epsilon)
+        return Message(RecordDict({RECORD_KEY: ConfigRecord({"shares": sealed})}), reply_to=msg)
+
+    return app
+
+
+# -------------------------------------------------------------------------------------------- server side
+def _ask(grid: Grid, nodes: Sequence[int], content: dict[int, dict[str, Any]], timeout: float | None,
+         what: str) -> dict[int, Message]:
+    """Send each node its ``query.dphype_tally`` stage and return the replies by node within ``timeout``."""
+    from dphype.flower.server import _gather  # noqa: PLC0415 - server imports this module
+
+    messages = [Message(RecordDict({TALLY_KEY: ConfigRecord(content[n])}), dst_node_id=n,
+                        message_type=f"query.{TALLY_ACTION}") for n in nodes]
+    return {reply.metadata.src_node_id: reply for reply in _gather(grid, messages, timeout, what)}
+
+
+def _answers(replies: dict[int, Message], tally_nodes: dict[int, int], stage: str) -> dict[int, dict[str, Any]]:
+    """Each tally's answer to ``stage``; :class:`TallyError` naming the first tally that failed or was late."""
+    out = {}
+    for j, node in sorted(tally_nodes.items()):
+        reply = replies.get(node)
+        if reply is None:
+            raise TallyError(f"tally {j} did not answer the {stage} stage in time; nothing released")
+        if reply.has_error():
+            raise TallyError(f"tally {j} failed the {stage} stage ({(reply.error.reason or '')[:200]}); "
+                             "nothing released")
+        out[j] = dict(reply.content.config_records[TALLY_KEY])
+    return out
+
+
+def find_committee(grid: Grid, committee: Sequence[bytes], nodes: Sequence[int],
+                   timeout: float | None) -> dict[int, int]:
+    """Tally index -> node id of every committee member among ``nodes`` (``hello`` stage); a member that no node
+    answers for is unreachable: :class:`TallyError`, before anything is sent to the clients."""
+    replies = _ask(grid, nodes, {n: {"stage": "hello"} for n in nodes}, timeout, "DP-Hype tally hello")
+    found: dict[int, int] = {}
+    for node, reply in replies.items():
+        if not reply.has_error():
+            answer = reply.content.config_records[TALLY_KEY]
+            key = cast(bytes, answer["public"])
+            if key in committee and committee.index(key) == int(cast(int, answer["index"])):
+                found[committee.index(key)] = node
+    missing = [j for j in range(len(committee)) if j not in found]
+    if missing:
+        raise TallyError(f"tally {missing[0]} is unreachable (no connected node answered with its key); "
+                         "nothing was sent to the clients")
+    return found
+
+
+def run_winner_selection(server: DPHype, grid: Grid, *, timeout: float | None, connect_timeout: float | None,
+                         tally_timeout: float = 60.0) -> DPHypeResult:
+    """Argmax mode of :meth:`DPHype.start`: committee, pre-flight, sealed shares, tallies, index (module docstring)."""
+    from dphype.flower.client import RECORD_KEY  # noqa: PLC0415
+    from dphype.flower.server import PreflightError, _gather, _wait_for_nodes  # noqa: PLC0415
+
+    request, cfg = server.request, server.config
+    committee = list(request.tallies)
+    _wait_for_nodes(grid, cfg.clients + len(committee), connect_timeout)
+    connected = sorted(grid.get_node_ids())
+    tally_nodes = find_committee(grid, committee, connected, timeout)
+    others = [n for n in connected if n not in tally_nodes.values()]
+    if len(others) < cfg.clients:
+        raise PreflightError(f"only {len(others)} client nodes besides the {len(committee)} tallies, fewer than "
+                             f"clients={cfg.clients}; nothing was sent")
+    ready = server._preflight(grid, sorted(random.sample(others, cfg.clients)), timeout)
+    start = time.perf_counter()
+    vote = [Message(RecordDict({RECORD_KEY: ConfigRecord(request.to_record())}), dst_node_id=n,
+                    message_type=f"train.{ARGMAX_ACTION}") for n in ready]
+    shares: dict[int, list[bytes]] = {}
+    for reply in _gather(grid, vote, timeout, "DP-Hype argmax vote"):
+        answer = None if reply.has_error() else reply.content.config_records.get(RECORD_KEY)
+        sealed = None if answer is None else answer.get("shares")
+        if isinstance(sealed, list) and len(sealed) == len(committee):  # anything else counts as a dropout
+            shares[reply.metadata.src_node_id] = cast(list[bytes], sealed)
+    if len(shares) < request.min_survivors:
+        raise PreflightError(f"only {len(shares)} clients sent their shares, fewer than the minimum survivors "
+                             f"{request.min_survivors}; the tallies were not asked and nothing was released")
+    contributors = sorted(shares)
+    record = request.to_record()
+    collect = {node: {**record, "stage": "collect", "contributors": contributors,
+                      "shares": [shares[c][j] for c in contributors]} for j, node in tally_nodes.items()}
+    tallies = sorted(tally_nodes.values())
+    _answers(_ask(grid, tallies, collect, timeout, "DP-Hype tally collect"), tally_nodes, "collect")
+    _answers(_ask(grid, tallies, {n: {"stage": "compute"} for n in tallies}, timeout, "DP-Hype tally compute"),
+             tally_nodes, "compute")
+    results = _answers(_ask(grid, tallies, {n: {"stage": "result", "timeout": tally_timeout} for n in tallies},
+                            tally_timeout + 5.0 if timeout is None else timeout, "DP-Hype tally result"),
+                       tally_nodes, "result")
+    index = agreed_index([int(a["index"]) for a in results.values()])
+    result = release_winner(request, index, len(contributors))
+    log(logging.INFO, "DP-Hype (argmax) selected candidate %d %s (pure epsilon=%.4g, %d contributors, %d tallies) "
+        "in %.2f s after the pre-flight", index, result.selected, result.report.epsilon, len(contributors),
+        len(tallies), time.perf_counter() - start)
+    return result

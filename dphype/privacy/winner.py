@@ -1,0 +1,253 @@
+"""Release only the winner: report-noisy-max over the vote counts with client-made discrete Laplace noise.
+
+In ``release="argmax"`` mode nobody sees the noisy vote vector; a committee of tallies computes its argmax
+under MPC (:mod:`dphype.secure.tally`) and opens only the index. This module is the mechanism and its
+accounting, framework-free.
+
+The mechanism
+-------------
+``c`` = the integer vote counts of the contributing clients (each votes 1 for its top ``k``). The released
+value is ``argmax_i (c_i + Z_i)`` with ties broken by the LOWEST index, where the ``Z_i`` are iid discrete
+Laplace, ``P(Z = z) = (1 - t)/(1 + t) t^|z|`` on the integers, with
+
+* ``t = exp(-epsilon / 2)`` under ``"replace-one"`` (one client's data replaced: every count moves by at most
+  1, in either direction, whatever ``k`` is);
+* ``t = exp(-epsilon)`` under ``"add-remove"`` (one client added or removed: the counts are monotone, every
+  count moves by at most 1, all in the same direction).
+
+The noise does not depend on ``k`` or on the number of candidates: the released index is pure
+``epsilon``-DP (``delta = 0``), against the sum mode whose noise must hide a whole vote vector (L2
+sensitivity ``sqrt(2k)``).
+
+Proof sketch (report-noisy-max, discrete, deterministic ties; Dwork & Roth 2014, Claim 3.9, adapted).
+Write ``f(z) = (1-t)/(1+t) t^|z|``; then ``f(z + 1) >= t f(z)`` for every integer ``z`` (the ratio is ``t``
+or ``1/t``), so the tail ``S(a) = P(Z >= a)`` satisfies ``S(a + 1) = sum_{z >= a} f(z + 1) >= t S(a)``:
+raising the threshold by 1 costs at most a factor ``t``. Fix candidate ``i`` and the other noises
+``Z_{-i}``. Because the values are integers and ties go to the lowest index, ``i`` wins iff
+``Z_i >= r(c, Z_{-i}) := M - c_i`` with ``M = max(max_{j<i} (c_j + Z_j) + 1, max_{j>i} (c_j + Z_j))``, a
+threshold. For neighbouring counts ``c'``: under replace-one ``|c'_j - c_j| <= 1`` for all ``j``, so
+``|M' - M| <= 1``, ``|r' - r| <= 2`` and ``P(i | c', Z_{-i}) = S(r') >= S(r + 2) >= t^2 S(r) = e^{-epsilon}
+P(i | c, Z_{-i})``. Under add/remove with ``c' - c`` in ``{0, 1}^p`` (monotone: the added client's votes),
+``M' - M`` and ``c'_i - c_i`` both lie in ``[0, 1]``, so ``|r' - r| <= 1`` and the factor is
+``t = e^{-epsilon}``. The relation is symmetric, which gives the other direction. Taking the expectation over
+``Z_{-i}`` (the same law under both neighbours) gives ``P(i | c') >= e^{-epsilon} P(i | c)`` for every ``i``:
+pure ``epsilon``-DP. Ties need no randomness: the lowest-index rule is part of the threshold ``M``.
+
+The noise is made by the clients. A geometric variable ``G``, ``P(G = g) = (1 - t) t^g``, is the negative
+binomial ``NB(1, 1 - t)`` (failures before the first success), and ``G_1 - G_2`` of two iid ones is discrete
+Laplace with parameter ``t``. Negative binomials with the same success probability add up in their shape
+(``NB(a, q) + NB(b, q) = NB(a + b, q)``): the law is infinitely divisible. Each client adds to every count
+``NB(1/m, 1 - t) - NB(1/m, 1 - t)``, ``m = ceil((1 - xi) n)`` (:func:`dphype.privacy.noise.min_survivors`),
+so the shares of ANY ``m`` survivors add up to exactly one discrete Laplace per coordinate.
+
+More survivors. With ``m' > m`` survivors the noise is ``Z + W``: ``Z`` (the shares of any ``m`` of them) is
+discrete Laplace and ``W`` (the other ``m' - m`` shares) is independent of ``Z`` and of the data, with the same
+law under both neighbours. Given ``W = w`` the release is report-noisy-max over the shifted counts
+``c + w`` and ``c' + w``, which are neighbouring in the same sense (the shift cancels in ``c' - c``), so the
+bound above holds for every ``w``, and averaging over ``w`` keeps it: ``epsilon`` is unchanged. Fewer than
+``m`` survivors would carry too little noise; the tallies refuse to compute the argmax then
+(:mod:`dphype.secure.tally`). Dropouts are assumed independent of the noise (as in the sum mode).
+
+Accounting. The release is ``(epsilon, 0)``-DP. For composition with other releases (a node's lifetime, the
+DP-FedAvg training after the selection) its Renyi curve is bounded by that of binary randomized response
+with ``P(truth) = e^epsilon / (1 + e^epsilon)``: every ``(epsilon, 0)``-DP pair of output laws is a
+post-processing of that pair (Kairouz, Oh & Viswanath, ICML 2015, Thm 2.4's privacy region at ``delta = 0``),
+and Renyi divergence does not grow under post-processing. :func:`winner_rdp` evaluates this curve in closed
+form (equal to dp_accounting's ``RandomizedResponseDpEvent`` with 2 buckets and noise parameter
+``2/(1 + e^epsilon)``, checked in the tests); it is below both ``epsilon`` and ``alpha epsilon^2 / 2`` (Bun &
+Steinke 2016, Prop. 3.3).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dphype.checks import (
+    check_clients,
+    check_delta,
+    check_dropout,
+    check_epsilon,
+    check_int,
+    check_k,
+    check_neighbouring,
+    check_num_candidates,
+)
+from dphype.privacy.accounting import PrivacyReport
+from dphype.privacy.noise import min_survivors, secure_generator
+
+#: The noise kind of the winner release (what a :class:`dphype.privacy.accounting.PrivacyReport` names).
+WINNER_NOISE = "discrete-laplace"
+#: How far the threshold of report-noisy-max can move between neighbours (proof in the module docstring).
+THRESHOLD_SHIFT: dict[str, int] = {"replace-one": 2, "add-remove": 1}
+
+
+def noise_parameter(epsilon: float, neighbouring: str = "replace-one") -> float:
+    """The discrete Laplace parameter ``t = exp(-epsilon / shift)`` (``shift`` 2 for replace-one, 1 for add/remove)."""
+    return math.exp(-check_epsilon(epsilon) / THRESHOLD_SHIFT[check_neighbouring(neighbouring)])
+
+
+def discrete_laplace_pmf(z: Any, t: float) -> np.ndarray:
+    """``P(Z = z) = (1 - t)/(1 + t) t^|z|`` elementwise."""
+    return (1.0 - t) / (1.0 + t) * t ** np.abs(np.asarray(z, dtype=np.float64))
+
+
+def discrete_laplace_cdf(x: Any, t: float) -> np.ndarray:
+    """``P(Z <= x)`` for integer ``x``: ``t^-x/(1 + t)`` below 0, ``1 - t^(x+1)/(1 + t)`` from 0 on."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.where(x < 0, t ** np.abs(x) / (1.0 + t), 1.0 - t ** (np.abs(x) + 1.0) / (1.0 + t))
+
+
+def noise_std(epsilon: float, neighbouring: str = "replace-one") -> float:
+    """Standard deviation of the total noise on one count: ``sqrt(2 t) / (1 - t)``."""
+    t = noise_parameter(epsilon, neighbouring)
+    return math.sqrt(2.0 * t) / (1.0 - t)
+
+
+def winner_share(
+    size: int | tuple[int, ...],
+    *,
+    epsilon: float,
+    neighbouring: str,
+    clients: int,
+    dropout: float,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """One client's noise share: ``NB(1/m, 1 - t) - NB(1/m, 1 - t)`` per entry as int64, ``m`` the minimum
+    survivors (module docstring); any ``m`` shares sum to discrete Laplace with parameter ``t``."""
+    t = noise_parameter(epsilon, neighbouring)
+    shape = 1.0 / min_survivors(check_clients(clients), check_dropout(dropout))
+    return (rng.negative_binomial(shape, 1.0 - t, size=size)
+            - rng.negative_binomial(shape, 1.0 - t, size=size)).astype(np.int64, copy=False)
+
+
+def client_winner_share(
+    size: int | tuple[int, ...], *, epsilon: float, neighbouring: str, clients: int, dropout: float
+) -> np.ndarray:
+    """:func:`winner_share` from a fresh :func:`dphype.privacy.noise.secure_generator` (ChaCha20 keyed by the
+    operating system): the only draw the client path makes; no generator can be passed in."""
+    return winner_share(size, epsilon=epsilon, neighbouring=neighbouring, clients=clients, dropout=dropout,
+                        rng=secure_generator())
+
+
+def summed_winner_noise(
+    size: int | tuple[int, ...],
+    *,
+    epsilon: float,
+    neighbouring: str,
+    clients: int,
+    dropout: float,
+    survivors: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """The sum of ``survivors`` independent :func:`winner_share` draws in one draw: each side is
+    ``NB(survivors / m, 1 - t)`` (shapes add). For replays; ``survivors`` in ``[1, clients]``."""
+    clients = check_clients(clients)
+    if isinstance(survivors, bool) or not isinstance(survivors, (int, np.integer)) or not 1 <= survivors <= clients:
+        raise ValueError(f"survivors must be an integer in [1, {clients}] (clients), got {survivors!r}")
+    t = noise_parameter(epsilon, neighbouring)
+    shape = int(survivors) / min_survivors(clients, check_dropout(dropout))
+    return (rng.negative_binomial(shape, 1.0 - t, size=size)
+            - rng.negative_binomial(shape, 1.0 - t, size=size)).astype(np.int64, copy=False)
+
+
+def report_noisy_max(noisy_counts: Any) -> np.ndarray:
+    """Index of the largest noisy count along the last axis, the lowest index among ties (``np.argmax``'s
+    rule, and MPyC's ``mpc.argmax``'s: it keeps the earlier of two equal values)."""
+    return np.argmax(np.asarray(noisy_counts), axis=-1)
+
+
+def winner_probabilities(counts: Any, epsilon: float, neighbouring: str = "replace-one") -> np.ndarray:
+    """Exact ``P(released index = i)`` for integer ``counts`` (independent of the sampler): the sum over the
+    winner's noise ``z`` of ``f(z) prod_{j<i} P(Z_j <= c_i + z - c_j - 1) prod_{j>i} P(Z_j <= c_i + z - c_j)``,
+    truncated where the remaining mass of ``f`` is below ``1e-17``."""
+    c = np.asarray(counts, dtype=np.int64)
+    t = noise_parameter(epsilon, neighbouring)
+    reach = int(math.ceil(math.log(1e-17 * (1.0 + t) / 2.0) / math.log(t))) + int(np.ptp(c)) + 1
+    z = np.arange(-reach, reach + 1)
+    f = discrete_laplace_pmf(z, t)
+    out = np.empty(c.size)
+    for i in range(c.size):
+        level = c[i] + z  # the winner's noisy count
+        prob = f.copy()
+        for j in range(c.size):
+            if j != i:
+                prob *= discrete_laplace_cdf(level - c[j] - (1 if j < i else 0), t)
+        out[i] = prob.sum()
+    return out
+
+
+# ------------------------------------------------------------------------------------- accounting
+@dataclass(frozen=True)
+class WinnerRelease:
+    """What the server learns in ``release="argmax"`` mode: the index of the noisy maximum of the vote counts,
+    with discrete Laplace noise for ``epsilon`` under ``neighbouring`` (module docstring). Pure DP: its
+    epsilon is ``epsilon`` whenever at least the minimum survivors contributed, for any ``k``."""
+
+    epsilon: float
+    k: int
+    num_candidates: int
+    neighbouring: str = "replace-one"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        object.__setattr__(self, "num_candidates", check_num_candidates(self.num_candidates))
+        object.__setattr__(self, "k", check_k(self.k, self.num_candidates))
+        object.__setattr__(self, "neighbouring", check_neighbouring(self.neighbouring))
+
+    @property
+    def t(self) -> float:
+        """The discrete Laplace parameter (:func:`noise_parameter`)."""
+        return noise_parameter(self.epsilon, self.neighbouring)
+
+    @property
+    def noise_std(self) -> float:
+        """Std of the total noise on one count (:func:`noise_std`)."""
+        return noise_std(self.epsilon, self.neighbouring)
+
+
+def winner_report(release: WinnerRelease, delta: float, *, clients: int, dropout: float,
+                  survivors: int | None = None, committee: int = 3) -> PrivacyReport:
+    """The privacy statement of one winner release by ``clients`` clients tolerating ``dropout``: pure
+    ``release.epsilon`` whenever at least the minimum survivors contributed (module docstring: more survivors
+    add data-independent noise and keep epsilon); ``survivors`` below that is refused. The release itself has
+    delta 0 (``accountant`` says so); ``delta`` is the run's, at which it composes with other releases (pure
+    ``epsilon``-DP is ``(epsilon, delta)``-DP for every delta). ``sigma`` is the std of the total noise per
+    count of the minimum survivors, ``client_std`` one share's; ``l2_sensitivity`` is the per-count
+    sensitivity 1 (what report-noisy-max needs)."""
+    clients, dropout, delta = check_clients(clients), check_dropout(dropout), check_delta(delta)
+    if survivors is not None:
+        survivors = check_survivors(survivors, clients, dropout)
+    std = release.noise_std
+    return PrivacyReport(
+        epsilon=release.epsilon, delta=delta, accountant="pure epsilon (report-noisy-max; delta 0)",
+        noise=WINNER_NOISE, sigma=std,
+        client_std=std / math.sqrt(min_survivors(clients, dropout)), clients=clients, dropout=dropout, k=release.k,
+        num_candidates=release.num_candidates, survivors=survivors, neighbouring=release.neighbouring,
+        l2_sensitivity=1.0,
+        released=f"winning index only (secure argmax among {committee} tallies on MPyC; no counts, no runner-up)",
+    )
+
+
+def winner_rdp(epsilon: float, orders: Any) -> np.ndarray:
+    """Renyi curve at ``orders`` bounding any ``(epsilon, 0)``-DP release: binary randomized response's
+    (module docstring), ``D_a = log((e^(a eps) + e^((1 - a) eps)) / (1 + e^eps)) / (a - 1)``, in log space.
+    The same curve as dp_accounting's ``RandomizedResponseDpEvent(2 / (1 + e^epsilon), 2)`` (checked in
+    tests/test_winner.py), without its per-order Python loop: a node's ledger evaluates it for every entry."""
+    epsilon = check_epsilon(epsilon)
+    a = np.asarray(orders, dtype=np.float64)
+    if a.ndim != 1 or np.any(~(a > 1.0)) or np.any(~np.isfinite(a)):
+        raise ValueError("orders must be a 1-d array of finite RDP orders > 1")
+    return (np.logaddexp(a * epsilon, (1.0 - a) * epsilon) - np.logaddexp(0.0, epsilon)) / (a - 1.0)
+
+
+def check_survivors(survivors: int, clients: int, dropout: float) -> int:
+    """``survivors`` as int; it must lie in ``[min_survivors, clients]`` (fewer would carry too little noise)."""
+    low = min_survivors(clients, dropout)
+    value = check_int("survivors", survivors, 1)
+    if not low <= value <= clients:
+        raise ValueError(f"survivors must be an integer in [{low}, {clients}] (min survivors, clients), got {value}")
+    return value

@@ -1,0 +1,293 @@
+"""The tally committee of ``release="argmax"``: clients secret-share their noisy counts, tallies open only the winner.
+
+Protocol (framework-free; the Flower adapter relays the bytes):
+
+1. The committee is ``parties >= 3`` tallies with X25519 public keys (:func:`check_committee`: no duplicates,
+   honest majority ``t = (parties - 1) // 2 >= 1``, and, when the node pins its tallies, only known keys).
+2. Each client adds its noise share (:func:`dphype.privacy.winner.client_winner_share`) to its top-k votes and
+   splits the noisy vector into ``parties`` additive shares modulo the prime ``p`` of MPyC's secure integers
+   (:func:`split_shares`; all but the last uniform from the operating system's CSPRNG, so any ``parties - 1``
+   of them are independent of the vector). Share ``j`` is sealed to tally ``j``'s key under a context that
+   binds the request digest and ``j`` (:func:`client_sealed_shares`, :mod:`dphype.secure.relay`), and the
+   server relays the ciphertexts: it cannot read them, and a ciphertext for another request or tally does not
+   open.
+3. Each :class:`Tally` opens its ciphertexts for one approved request, refuses duplicates, sums them modulo
+   ``p`` and refuses a second argmax for a request digest it has already served (:meth:`Tally.job`).
+4. The tallies run MPyC (:mod:`dphype.secure.tally_party`): they check that they agree on the request, the
+   contributor set and its size (at least the minimum survivors), add their sums inside the MPC (the noisy
+   counts), compute ``mpc.argmax`` (ties to the lowest index) and open only the index.
+
+Security (MPyC's model: Shamir secret sharing, honest majority, semi-honest parties). The server sees
+ciphertexts and the index. One tally sees uniformly random shares and the index; the server colluding with
+one tally learns nothing more. Two colluding tallies (of three) can reconstruct the noisy counts (still
+``epsilon``-DP as a vector only if the noise were calibrated for it; it is not: out of scope, as the honest
+majority assumption). A malicious tally can change the result or abort (MPyC is secure against semi-honest
+parties only; an abort releases nothing); the MPC channels are MPyC's TCP connections, which must run over
+a private network or MPyC's ``--ssl`` in a deployment. A tally that drops or answers late aborts the run:
+:func:`secure_argmax` raises :class:`TallyError` naming it and no index is released.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Collection, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dphype.secure.relay import KeyPair, RelayError, open_sealed, seal
+
+#: Tallies in the default committee (honest majority with threshold 1).
+COMMITTEE_SIZE = 3
+#: Bit length of MPyC's secure integers: the noisy counts must lie in ``[-2^31, 2^31)``.
+BIT_LENGTH = 32
+#: MPyC's statistical security parameter for comparisons (its default): leakage probability ``2^-30``.
+SEC_PARAM = 30
+#: Bytes per share entry (the field prime has 64 bits).
+ENTRY_BYTES = 8
+
+
+class TallyError(RuntimeError):
+    """The secure argmax did not run; nothing was released. The message names the cause."""
+
+
+def _finfields() -> Any:
+    """``mpyc.finfields``, imported without MPyC's side effects on this (host) process: importing the ``mpyc``
+    package parses ``sys.argv`` as MPyC options (a host's own ``--out`` is an ambiguous MPyC option and exits),
+    configures the root logger and installs uvloop's event loop policy. The import sees only ``--no-log
+    --no-uvloop``; the root logger's handlers and level are restored afterwards."""
+    if "mpyc.finfields" not in sys.modules:
+        argv, root = sys.argv, logging.getLogger()
+        handlers, level = root.handlers[:], root.level
+        sys.argv = [argv[0] if argv else "dphype", "--no-log", "--no-uvloop"]
+        try:
+            import mpyc.finfields  # noqa: F401, PLC0415 - only the argmax path needs MPyC
+        finally:
+            sys.argv = argv
+            root.handlers[:] = handlers
+            root.setLevel(level)
+    return sys.modules["mpyc.finfields"]
+
+
+def field_modulus() -> int:
+    """The prime of the secure integers: MPyC's own choice for ``SecInt(BIT_LENGTH)`` at ``SEC_PARAM``
+    (``mpyc.finfields.find_prime_root(l + k + 2)``, the largest Blum prime below ``2^64``)."""
+    return int(_finfields().find_prime_root(BIT_LENGTH + SEC_PARAM + 2, n=2)[0])
+
+
+def check_committee(public_keys: Sequence[bytes], *, minimum: int = COMMITTEE_SIZE,
+                    known: Collection[bytes] | None = None) -> tuple[bytes, ...]:
+    """The committee's X25519 public keys as a tuple; ``ValueError`` naming the cause for fewer than
+    ``minimum`` (and fewer than 3, honest majority with threshold 1), a key that is not 32 bytes, a duplicate,
+    or a key outside ``known`` (the tallies this node trusts; ``None``: any)."""
+    keys = tuple(public_keys)
+    floor = max(3, int(minimum))
+    if len(keys) < floor:
+        raise ValueError(f"tally committee must have at least {floor} tallies, got {len(keys)}")
+    for j, key in enumerate(keys):
+        if not isinstance(key, bytes) or len(key) != 32:
+            raise ValueError(f"tally {j}'s public key must be 32 bytes")
+    if len(set(keys)) != len(keys):
+        raise ValueError("tally committee has duplicate tallies (the same public key twice)")
+    if known is not None:
+        unknown = [j for j, key in enumerate(keys) if key not in set(known)]
+        if unknown:
+            raise ValueError(f"tally committee has unknown tallies (not in this node's list): {unknown}")
+    return keys
+
+
+def share_context(request_digest: str, tally: int) -> bytes:
+    """Associated data of a sealed share: the request and the tally it is for."""
+    return f"dphype-argmax-share|{request_digest}|{int(tally)}".encode()
+
+
+def split_shares(values: Any, parties: int, modulus: int) -> list[list[int]]:
+    """``parties`` additive shares of the integer vector ``values`` modulo ``modulus``: the first
+    ``parties - 1`` uniform (``secrets.randbelow``), the last makes the sum ``values mod modulus``."""
+    ints = [int(v) for v in np.asarray(values).reshape(-1)]
+    shares = [[secrets.randbelow(modulus) for _ in ints] for _ in range(parties - 1)]
+    last = [(v - sum(col)) % modulus for v, col in zip(ints, zip(*shares, strict=True), strict=True)] \
+        if shares else [v % modulus for v in ints]
+    return [*shares, last]
+
+
+def client_sealed_shares(request_digest: str, noisy_counts: Any, committee: Sequence[bytes]) -> list[bytes]:
+    """What a client sends in argmax mode: :func:`split_shares` of its noisy count vector, share ``j`` sealed to
+    ``committee[j]`` under :func:`share_context` (one ciphertext per tally, in committee order)."""
+    keys = check_committee(committee)
+    modulus = field_modulus()
+    return [seal(key, np.asarray(share, dtype=np.uint64).tobytes(), context=share_context(request_digest, j))
+            for j, (key, share) in enumerate(zip(keys, split_shares(noisy_counts, len(keys), modulus), strict=True))]
+
+
+class Tally:
+    """One tally's state: its key pair, the request it is collecting for, and the requests it has served."""
+
+    def __init__(self, index: int, keys: KeyPair | None = None) -> None:
+        self.index = int(index)
+        self.keys = KeyPair.generate() if keys is None else keys
+        self._served: set[str] = set()
+        self._round: dict[str, Any] | None = None
+
+    @property
+    def public(self) -> bytes:
+        """The X25519 public key clients seal their shares to."""
+        return self.keys.public
+
+    def open_round(self, request_digest: str, size: int, min_contributors: int) -> None:
+        """Start collecting shares of ``size`` entries for one approved request; a request already served
+        (or being collected) is refused: one argmax per request."""
+        if request_digest in self._served or (self._round is not None and self._round["request"] == request_digest):
+            raise TallyError(f"tally {self.index} refuses a second argmax for request {request_digest[:12]}")
+        self._round = {"request": request_digest, "size": int(size), "min": int(min_contributors),
+                       "modulus": field_modulus(), "shares": {}}
+
+    def receive(self, contributor: str, sealed: bytes) -> None:
+        """Open one client's sealed share of the current request; refuses a share for another request or
+        tally (it does not authenticate), a wrong length and a second share from the same contributor."""
+        rnd = self._round
+        if rnd is None:
+            raise TallyError(f"tally {self.index} has no open request")
+        if contributor in rnd["shares"]:
+            raise TallyError(f"tally {self.index} got a second share from contributor {contributor}")
+        try:
+            plain = open_sealed(self.keys, sealed, context=share_context(rnd["request"], self.index))
+        except RelayError:
+            raise TallyError(f"tally {self.index}: the share of contributor {contributor} is not for request "
+                             f"{rnd['request'][:12]} and this tally (it does not open)") from None
+        if len(plain) != rnd["size"] * ENTRY_BYTES:
+            raise TallyError(f"tally {self.index}: the share of contributor {contributor} has the wrong length")
+        share = np.frombuffer(plain, dtype=np.uint64)
+        if np.any(share >= np.uint64(rnd["modulus"])):
+            raise TallyError(f"tally {self.index}: the share of contributor {contributor} is outside the field")
+        rnd["shares"][contributor] = share
+
+    def job(self) -> dict[str, Any]:
+        """Close the round: this tally's input to the MPC (:mod:`dphype.secure.tally_party`), the request now
+        counts as served. Sums modulo the prime with Python integers (no overflow)."""
+        rnd = self._round
+        if rnd is None:
+            raise TallyError(f"tally {self.index} has no open request")
+        self._round = None
+        self._served.add(rnd["request"])
+        contributors = sorted(rnd["shares"])
+        total = [0] * rnd["size"]
+        for name in contributors:
+            total = [(a + int(b)) % rnd["modulus"] for a, b in zip(total, rnd["shares"][name], strict=True)]
+        digest = hashlib.sha256(json.dumps(contributors).encode()).hexdigest()
+        return {"modulus": rnd["modulus"], "bit_length": BIT_LENGTH, "share": total, "request": rnd["request"],
+                "contributors": digest, "count": len(contributors), "min_contributors": rnd["min"]}
+
+
+def _free_ports(count: int, host: str) -> list[int]:
+    """``count`` distinct ports the operating system reports free on ``host``."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def party_command(index: int, addresses: Sequence[str]) -> list[str]:
+    """The command that runs tally ``index``'s MPyC party (one per tally host in a deployment)."""
+    cmd = [sys.executable, str(Path(__file__).with_name("tally_party.py")), "--no-log", "-I", str(index)]
+    for address in addresses:
+        cmd += ["-P", address]
+    return cmd
+
+
+def spawn_party(index: int, addresses: Sequence[str]) -> subprocess.Popen[str]:
+    """Start tally ``index``'s MPyC party (:func:`party_command`); it imports MPyC and waits for its job."""
+    return subprocess.Popen(party_command(index, addresses), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+
+
+def send_job(proc: subprocess.Popen[str], job: dict[str, Any]) -> subprocess.Popen[str]:
+    """Hand a spawned party its job (:meth:`Tally.job`); it then connects to the others and computes."""
+    stdin = proc.stdin
+    assert stdin is not None
+    stdin.write(json.dumps(job) + "\n")
+    stdin.flush()
+    return proc
+
+
+def start_party(index: int, addresses: Sequence[str], job: dict[str, Any]) -> subprocess.Popen[str]:
+    """:func:`spawn_party` and :func:`send_job` at once; returns without waiting."""
+    return send_job(spawn_party(index, addresses), job)
+
+
+def party_result(proc: subprocess.Popen[str], index: int, timeout: float) -> tuple[int, dict[str, float]]:
+    """Wait up to ``timeout`` seconds for tally ``index``'s party; return the index it opened and its timings
+    (:mod:`dphype.secure.tally_party`). On a late answer, a refusal or a crash the party is stopped and
+    :class:`TallyError` names the cause."""
+    try:
+        out, _ = proc.communicate(timeout=max(0.0, timeout))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise TallyError(f"tally {index} did not answer within {timeout:g} s; nothing released") from None
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    if not lines:
+        raise TallyError(f"tally {index} stopped without an answer (exit code {proc.returncode}); nothing released")
+    answer = json.loads(lines[-1])
+    if "error" in answer:
+        raise TallyError(f"tally {index} refused the argmax: {answer['error']}; nothing released")
+    return int(answer["index"]), {str(k): float(v) for k, v in answer.get("seconds", {}).items()}
+
+
+def agreed_index(indices: Sequence[int]) -> int:
+    """The one index every tally opened; :class:`TallyError` when they differ."""
+    if len(set(indices)) != 1:
+        raise TallyError("tallies opened different indices; nothing released")
+    return int(indices[0])
+
+
+def loopback_addresses(parties: int, host: str = "127.0.0.1") -> list[str]:
+    """``host:port`` for ``parties`` MPyC parties on free loopback ports."""
+    return [f"{host}:{port}" for port in _free_ports(parties, host)]
+
+
+def secure_argmax(jobs: Sequence[dict[str, Any] | None], *, timeout: float = 30.0, host: str = "127.0.0.1",
+                  timings: list[dict[str, float]] | None = None) -> int:
+    """Run the tallies' MPyC parties on this machine (loopback ports) and return the opened index.
+
+    ``jobs[j]`` is tally ``j``'s :meth:`Tally.job` (``None``: that tally does not take part, as when it is
+    unreachable). Every party must answer within ``timeout`` seconds with the same index; otherwise all parties
+    are stopped and :class:`TallyError` names the tally that failed (nothing is released). ``timings``, when
+    given, receives each party's timings.
+    """
+    addresses = loopback_addresses(len(jobs), host)
+    procs = {j: start_party(j, addresses, job) for j, job in enumerate(jobs) if job is not None}
+    missing = [j for j in range(len(jobs)) if j not in procs]
+    deadline = time.monotonic() + timeout
+    try:
+        indices = []
+        for j, proc in procs.items():
+            try:
+                index, seconds = party_result(proc, j, deadline - time.monotonic())
+                indices.append(index)
+                if timings is not None:
+                    timings.append(seconds)
+            except TallyError as err:
+                if missing:
+                    raise TallyError(f"{err} (tally {missing[0]} did not start)") from None
+                raise
+        if missing:
+            raise TallyError(f"tally {missing[0]} did not start; nothing released")
+        return agreed_index(indices)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

@@ -1,0 +1,90 @@
+"""One tally's MPyC party: ``python dphype/secure/tally_party.py -I i -P host:port -P host:port -P host:port``.
+
+Run as a script (not ``-m``) it imports only json, numpy and MPyC, not the dphype package: it starts in a
+fraction of a second.
+
+Reads one JSON job from stdin (its summed share vector, the field modulus, the request digest, the digest and
+size of its contributor set, the minimum number of contributors), runs the secure argmax with the other
+parties and writes ``{"index": i, "seconds": {...}}`` (or ``{"error": reason}``; ``seconds``: importing
+numpy and MPyC, connecting to the other parties, the agreement check plus the argmax) as one JSON line to
+stdout. The party imports MPyC before it reads the job, so a tally can start it early (while it opens and
+sums its shares, :func:`dphype.secure.tally.spawn_party`) and hand it the job later. The MPyC options
+(``-I``, ``-P``, ``--no-log``, ...) are MPyC's own command line (MPyC reads them when ``mpyc.runtime`` is
+imported, hence the separate process); :func:`dphype.secure.tally.secure_argmax` starts the parties on one
+machine, a deployment starts one per tally host with the same command.
+
+The MPC (honest majority, Shamir sharing with threshold ``t = (parties - 1) // 2``, MPyC's security model:
+semi-honest parties, private channels assumed): every party inputs its share vector as secret-shared
+``SecInt`` values of the field ``GF(modulus)``; their sum is the noisy count vector (additive shares mod the
+field prime); ``mpc.np_argmax`` (secure comparisons, vectorised; ties go to the lowest index, as
+``np.argmax``, checked in tests/test_tally.py) gives the winner, and only that index is opened. Before any
+input the parties exchange (publicly: none of these is secret) the request digest, the contributor-set
+digest, its size and the vector length with ``mpc.transfer``; any difference, or fewer contributors than
+the minimum, aborts without computing anything.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+launched = time.perf_counter()
+
+
+def _agreement_error(mine: tuple[Any, ...], everyone: list[Any], minimum: int) -> str | None:
+    """Why the parties may not compute (``None`` when they may)."""
+    names = ("request digest", "contributor set", "contributor count", "vector length")
+    for pos, name in enumerate(names):
+        values = {tuple(v)[pos] for v in everyone}
+        if len(values) != 1:
+            return f"tallies disagree on the {name}"
+    if mine[2] < minimum:
+        return f"only {mine[2]} contributors, fewer than the minimum survivors {minimum}"
+    return None
+
+
+def main() -> int:
+    import numpy as np  # noqa: PLC0415
+    from mpyc.runtime import mpc  # noqa: PLC0415 - reads MPyC's command line (the party's own process)
+
+    imported = time.perf_counter()
+    line = sys.stdin.readline()
+    if not line:
+        return 4  # the tally gave up before handing over a job
+    job = json.loads(line)
+
+    modulus, share = int(job["modulus"]), [int(v) for v in job["share"]]
+    mine = (str(job["request"]), str(job["contributors"]), int(job["count"]), len(share))
+
+    started = time.perf_counter()
+
+    async def run() -> dict[str, Any]:
+        await mpc.start()
+        connected = time.perf_counter()
+        everyone = await mpc.transfer(list(mine))
+        error = _agreement_error(mine, everyone, int(job["min_contributors"]))
+        if error is not None:
+            await mpc.shutdown()
+            return {"error": error}
+        secint = mpc.SecInt(int(job["bit_length"]), p=modulus)
+        half = modulus // 2
+        centred = np.array([v - modulus if v > half else v for v in share], dtype=np.int64)  # signed in GF(p)
+        inputs = mpc.input(secint.array(centred))  # one secret-shared array per party
+        counts = inputs[0]
+        for other in inputs[1:]:
+            counts = counts + other
+        opened = await mpc.output(mpc.np_argmax(counts))
+        done = time.perf_counter()
+        await mpc.shutdown()
+        return {"index": int(opened), "seconds": {"import": imported - launched, "connect": connected - started,
+                                                  "argmax": done - connected}}
+
+    result = mpc.run(run())
+    print(json.dumps(result), flush=True)
+    return 0 if "index" in result else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

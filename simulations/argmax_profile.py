@@ -1,0 +1,147 @@
+"""Where an argmax-mode selection's time goes, and how it compares with the sum mode (issue 14).
+
+Part by part, for ``--candidates`` candidates (default 100) and each ``n`` of ``--clients``:
+
+* ``client share``: one client's :func:`dphype.protocol.winner_vote` (top-k votes, discrete Laplace share from
+  the secure generator, additive shares mod MPyC's prime, one sealed ciphertext per tally); mean over the
+  clients of one round; ``share bytes``: what one client uploads (3 ciphertexts);
+* ``tally collect``: one tally opening and summing the ``n`` ciphertexts sealed to it
+  (:class:`dphype.secure.tally.Tally`), mean over the 3 tallies;
+* ``secure argmax``: :func:`dphype.secure.tally.secure_argmax`, 3 MPyC parties on loopback ports, wall time from
+  starting the party processes to the agreed index, with each party's own split (importing numpy and MPyC,
+  connecting, agreement check + argmax); the opened index is checked against ``np.argmax`` of the counts;
+* with ``--whole``, a whole selection in process (:class:`dphype.flower.local.LocalGrid`, random scores, the
+  real client handlers): argmax mode (3 tally nodes) and sum mode (SecAgg+), wall time of ``DPHype.start``.
+
+Repeated ``--repetitions`` times; medians reported. The machine is shared: ``load`` is the 1-minute load
+average at the start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simulations import harness
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--clients", type=int, nargs="+", default=[10, 50, 250], help="n values (default 10 50 250)")
+    parser.add_argument("--candidates", type=int, default=100, help="number of candidates p (default 100)")
+    parser.add_argument("--k", type=int, default=5, help="votes per client (default 5)")
+    parser.add_argument("--repetitions", type=int, default=3, help="rounds per n (default 3; medians reported)")
+    parser.add_argument("--whole", action="store_true",
+                        help="also time a whole selection in process in both release modes")
+
+
+def _request(p: int, k: int, clients: int, keys: tuple[bytes, ...], release: str = "argmax") -> Any:
+    from dphype.config import DPHypeConfig
+    from dphype.protocol import make_vote_request
+    from dphype.selection.candidates import grid
+
+    config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=k, clients=clients, release=release)
+    return make_vote_request(config, grid(lr=[10.0 ** (-i / 10) for i in range(p)]),
+                             tallies=keys if release == "argmax" else ())
+
+
+def _parts(p: int, k: int, clients: int, rng: np.random.Generator) -> dict[str, Any]:
+    from dphype.protocol import winner_vote
+    from dphype.secure.tally import Tally, field_modulus, secure_argmax
+
+    tallies = [Tally(j) for j in range(3)]
+    request = _request(p, k, clients, tuple(t.public for t in tallies))
+    scores = rng.random((clients, p))
+    start = time.perf_counter()
+    sealed = [winner_vote(request, s, maximize=True) for s in scores]
+    client = (time.perf_counter() - start) / clients
+    for t in tallies:
+        t.open_round(request.digest(), p, request.min_survivors)
+    start = time.perf_counter()
+    for c, shares in enumerate(sealed):
+        for t, blob in zip(tallies, shares, strict=True):
+            t.receive(str(c), blob)
+    jobs = [t.job() for t in tallies]
+    collect = (time.perf_counter() - start) / 3
+    q = field_modulus()
+    counts = [(a + b + c) % q for a, b, c in zip(*(job["share"] for job in jobs), strict=True)]
+    counts = [v - q if v > q // 2 else v for v in counts]
+    timings: list[dict[str, float]] = []
+    start = time.perf_counter()
+    index = secure_argmax(jobs, timings=timings)
+    mpc = time.perf_counter() - start
+    if index != int(np.argmax(counts)):
+        raise RuntimeError(f"secure argmax opened {index}, the counts' argmax is {int(np.argmax(counts))}")
+    return {"client share s": client, "share bytes": sum(len(b) for b in sealed[0]), "tally collect s": collect,
+            "secure argmax s": mpc, **{f"party {key} s": max(t[key] for t in timings) for key in timings[0]}}
+
+
+def _whole(p: int, k: int, clients: int, release: str, rng: np.random.Generator) -> float:
+    """Seconds of one ``DPHype.start`` in process (LocalGrid), random scores."""
+    from flwr.clientapp import ClientApp
+
+    from dphype.flower import DPHype, register_dphype
+    from dphype.flower.local import LocalGrid, node_id
+    from dphype.flower.tally import load_tally_key
+    from dphype.secure.tally import loopback_addresses
+
+    scores = rng.random((clients + 3, p))
+
+    class Table:
+        maximize = True
+
+        def __init__(self, row: np.ndarray) -> None:
+            self.row = row
+
+        def score(self, candidates: Any) -> np.ndarray:
+            return self.row
+
+    app = ClientApp()
+    register_dphype(app, lambda ctx: Table(scores[int(ctx.node_config["partition-id"])]))
+    policy = {"dphype-max-epsilon": 10.0, "dphype-min-clients": 2, "dphype-min-neighbours": 1,
+              "dphype-lifetime-epsilon": 1e6}
+    tallies = 3 if release == "argmax" else 0
+    with tempfile.TemporaryDirectory() as home:
+        os.environ["FLWR_HOME"] = home
+        grid = LocalGrid(app, clients + tallies, node_config=policy)
+        keys: list[bytes] = []
+        addresses = ",".join(loopback_addresses(3))
+        for j in range(tallies):
+            path = Path(home) / f"tally-{j}.key"
+            grid.contexts[node_id(clients + j)].node_config.update(
+                {"dphype-tally-id": j, "dphype-tally-parties": addresses, "dphype-tally-key": str(path)})
+            keys.append(load_tally_key(path).public)
+        request = _request(p, k, clients, tuple(keys), release)
+        server = DPHype(request.candidates, request.config, tallies=tuple(keys))
+        start = time.perf_counter()
+        server.start(grid, timeout=600)
+        return time.perf_counter() - start
+
+
+def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
+    clients = [harness.check_int("clients", n, 2) for n in args.clients]
+    p = harness.check_int("candidates", args.candidates, 2)
+    k = harness.check_int("k", args.k, 1)
+    reps = harness.check_int("repetitions", args.repetitions, 1)
+    if k > p:
+        raise ValueError(f"k must be in [1, {p}] (candidates), got {k}")
+    load = os.getloadavg()[0]
+    rows = []
+    rng = np.random.default_rng(args.seed)
+    for n in clients:
+        runs = [_parts(p, k, n, rng) for _ in range(reps)]
+        row: dict[str, Any] = {"clients": n, "candidates": p}
+        row |= {key: round(statistics.median(r[key] for r in runs), 4) for key in runs[0]}
+        if args.whole:
+            for release in ("argmax", "sum"):
+                row[f"whole {release} s"] = round(statistics.median(_whole(p, k, n, release, rng)
+                                                                    for _ in range(reps)), 3)
+        rows.append(row)
+    study.write_csv("argmax_profile.csv", rows)
+    return study.result(load_average=load, repetitions=reps, k=k, rows=rows)

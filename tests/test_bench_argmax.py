@@ -1,0 +1,51 @@
+"""The trade-off and ablation studies replay the argmax release beside the sum release on the same votes."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+from test_bench_studies import TINY, _bench, small_adult  # noqa: F401 (fixture)
+
+
+def test_tradeoff_and_ablations_replay_both_release_modes(small_adult: None, tmp_path: Path,  # noqa: F811
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    cache = str(tmp_path / "cache")
+    res = _bench(["tradeoff", *TINY, "--repetitions", "50", "--epsilons", "1", "inf", "--cache", cache,
+                  "--release", "sum", "argmax", "--neighbourings", "replace-one", "add-remove",
+                  "--out", str(tmp_path / "t")], capsys)
+    assert res["releases"] == ["sum", "argmax"] and len(res["summary"]) == 2 * 2
+    winners = res["winner_summary"]
+    assert len(winners) == 2 * 2 * 2  # partitions x epsilons x relations
+    for row in winners:
+        assert 0 <= row["within_1pt"] <= 1 and row["gap_to_opt_points"] >= 0 and "sum_gap_to_opt_points" in row
+    assert all(r["gap_to_opt_points"] == r["worst5_gap_points"] for r in winners if r["epsilon"] == "inf")
+    with open(tmp_path / "t" / "tradeoff.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    argmax_rows = [r for r in rows if r["release"] == "argmax"]
+    assert {r["rule"] for r in argmax_rows} == {"noisy-max/replace-one", "noisy-max/add-remove"}
+    # discrete Laplace std sqrt(2t)/(1-t): t = e^-1/2 under replace-one, e^-1 under add/remove (epsilon 1)
+    stds = {r["rule"]: float(r["sigma"]) for r in argmax_rows if r["epsilon"] == "1.0"}
+    assert stds["noisy-max/replace-one"] == pytest.approx(2.799, abs=0.001)
+    assert stds["noisy-max/add-remove"] == pytest.approx(1.357, abs=0.001)
+
+    res = _bench(["ablations", *TINY, "--repetitions", "10", "--epsilons", "0.5", "--cache", cache,
+                  "--release", "argmax", "--methods", "DP-Hype", "Subsets", "--out", str(tmp_path / "a")], capsys)
+    assert {r["rule"] for r in res["summary"] if r["method"] == "DP-Hype"} == {"noisy-max/replace-one"}
+
+
+def test_argmax_profile_times_each_part_and_checks_the_opened_index(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    res = _bench(["argmax-profile", "--clients", "3", "--candidates", "20", "--repetitions", "1",
+                  "--out", str(tmp_path / "p")], capsys)
+    (row,) = res["rows"]
+    assert row["share bytes"] == 3 * (32 + 16 + 20 * 8)  # ephemeral key, tag, 20 field elements per tally
+    assert 0 < row["party argmax s"] < row["secure argmax s"]
+
+
+def test_demo_refuses_the_argmax_release_before_anything_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from dphype import cli
+
+    assert cli.main(["demo", "--clients", "10", "--release", "argmax"]) == 2
+    assert "release must be sum for dphype demo" in capsys.readouterr().err

@@ -1,0 +1,135 @@
+"""Argmax mode end to end over the Message API, in process: clients, 3 tally nodes, MPyC on loopback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from guard_helpers import PERMISSIVE
+from test_flower import CANDS, client_app, scores_table
+
+import dphype.flower.tally as flower_tally
+from dphype.config import DPHypeConfig
+from dphype.flower import DPHype, PreflightError
+from dphype.flower.local import LocalGrid, node_id
+from dphype.flower.tally import load_tally_key
+from dphype.node.ledger import Ledger
+from dphype.node.policy import NodePolicy
+from dphype.privacy.winner import WINNER_NOISE
+from dphype.secure.tally import TallyError, loopback_addresses
+
+CLIENTS = 6
+
+
+@pytest.fixture(autouse=True)
+def fresh_tally_state():
+    flower_tally._TALLIES.clear()
+    yield
+    flower_tally._TALLIES.clear()
+
+
+def argmax_grid(tmp_path, *, clients=CLIENTS, silent=(), tallies=3):
+    """``clients`` voters (partitions 0..clients-1, all liking candidate 5) and 3 tally nodes after them."""
+    scores = scores_table(clients + tallies)
+    grid = LocalGrid(client_app(scores), clients + tallies, node_config=PERMISSIVE, silent=silent)
+    addresses = ",".join(loopback_addresses(tallies))
+    keys = []
+    for j in range(tallies):
+        path = tmp_path / f"tally-{j}.key"
+        grid.contexts[node_id(clients + j)].node_config.update(
+            {"dphype-tally-id": j, "dphype-tally-parties": addresses, "dphype-tally-key": str(path)})
+        keys.append(load_tally_key(path).public)
+    return grid, tuple(keys)
+
+
+def config(**overrides) -> DPHypeConfig:
+    return DPHypeConfig(**{"epsilon": 4.0, "delta": 1e-5, "k": 2, "clients": CLIENTS, "release": "argmax",
+                           **overrides})
+
+
+def test_argmax_selection_releases_only_the_index_and_every_client_records_pure_epsilon(tmp_path):
+    grid, keys = argmax_grid(tmp_path)
+    result = DPHype(CANDS, config(), tallies=keys).start(grid, timeout=60)
+    # every client puts candidate 5 first: the noisy max is 5 unless the noise (std ~0.5 here) moves 6 votes
+    assert result.selected_index == 5 and result.selected == CANDS[5]
+    out = result.to_dict()
+    assert set(out) == {"selected_index", "selected", "privacy"}  # no counts, no confidence
+    assert (result.report.epsilon, result.report.noise, result.report.survivors) == (4.0, WINNER_NOISE, CLIENTS)
+    types = [m.metadata.message_type for m in grid.sent]
+    assert types.count("train.dphype_argmax") == CLIENTS and "train.dphype" not in types
+    for i in range(CLIENTS):
+        policy = NodePolicy.from_node_config(grid.contexts[node_id(i)].node_config)
+        (entry,) = Ledger(policy.ledger).entries()
+        assert (entry.noise, entry.epsilon) == (WINNER_NOISE, pytest.approx(4.0))
+    # the server relayed ciphertexts only: no share it forwarded opens without the tally's key
+    collect = [m for m in grid.sent if m.metadata.message_type == "query.dphype_tally"
+               and m.content.config_records["dphype-tally"].get("stage") == "collect"]
+    assert len(collect) == 3 and all(len(m.content.config_records["dphype-tally"]["shares"]) == CLIENTS
+                                     for m in collect)
+
+
+def test_an_unreachable_tally_stops_the_run_before_the_clients_are_asked(tmp_path):
+    grid, keys = argmax_grid(tmp_path, silent=[CLIENTS + 2])  # tally 2 never answers
+    with pytest.raises(TallyError, match="tally 2 is unreachable .* nothing was sent to the clients"):
+        DPHype(CANDS, config(), tallies=keys).start(grid, timeout=1)
+    assert {m.metadata.message_type for m in grid.sent} == {"query.dphype_tally"}
+
+
+def test_a_tally_that_never_computes_makes_the_others_time_out_and_nothing_is_released(tmp_path, monkeypatch):
+    grid, keys = argmax_grid(tmp_path)
+    real = flower_tally._TallyNode.stage
+
+    def drop_compute(self, record):  # tally 1 acknowledges but never hands its MPyC party the job
+        if self.index == 1 and record.get("stage") == "compute":
+            self.job, self.computing = None, True
+            return {"started": True}
+        return real(self, record)
+
+    monkeypatch.setattr(flower_tally._TallyNode, "stage", drop_compute)
+    server = DPHype(CANDS, config(), tallies=keys)
+    with pytest.raises(TallyError, match="tally 0 failed the result stage .*tally 0 did not answer within 3 s"):
+        flower_tally.run_winner_selection(server, grid, timeout=60, connect_timeout=5, tally_timeout=3.0)
+
+
+def test_a_second_argmax_for_the_same_request_is_refused_by_the_tallies(tmp_path):
+    grid, keys = argmax_grid(tmp_path)
+    server = DPHype(CANDS, config(), tallies=keys)
+    server.start(grid, timeout=60)
+    with pytest.raises(TallyError, match="tally 0 failed the collect stage .*refuses a second argmax for request"):
+        server.start(grid, timeout=60)
+
+
+def test_bad_committees_are_refused_before_anything_runs(tmp_path):
+    grid, keys = argmax_grid(tmp_path)
+    with pytest.raises(ValueError, match="at least 3 tallies, got 2"):
+        DPHype(CANDS, config(), tallies=keys[:2])
+    with pytest.raises(ValueError, match="duplicate tallies"):
+        DPHype(CANDS, config(), tallies=(keys[0], keys[1], keys[0]))
+    # a node that pins other tallies refuses in the pre-flight: too few are ready, nothing is released
+    for i in range(CLIENTS):
+        grid.contexts[node_id(i)].node_config["dphype-tallies"] = ",".join(k.hex() for k in keys[:2])
+    with pytest.raises(PreflightError, match="tally_committee"):
+        DPHype(CANDS, config(), tallies=keys).start(grid, timeout=60)
+    assert np.all([not Ledger(NodePolicy.from_node_config(grid.contexts[node_id(i)].node_config).ledger).entries()
+                   for i in range(CLIENTS)])
+
+
+def test_a_client_refusing_the_argmax_vote_is_a_dropout_and_too_few_shares_release_nothing(tmp_path, monkeypatch):
+    grid, keys = argmax_grid(tmp_path)
+    import dphype.flower.tally as ft
+
+    real = ft.winner_vote
+    calls = []
+
+    def flaky(request, scores, *, maximize):  # the 2nd client's vote fails on the client
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("disk full at /secret/path")
+        return real(request, scores, maximize=maximize)
+
+    monkeypatch.setattr(ft, "winner_vote", flaky)
+    with pytest.raises(PreflightError, match="only 5 clients sent their shares, fewer than the minimum survivors 6"):
+        DPHype(CANDS, config(), tallies=keys).start(grid, timeout=60)
+    errors = [r.error.reason for r in grid.replies if r.has_error()]
+    assert errors and all("secret" not in e for e in errors) and any("client_error" in e for e in errors)
+    assert not any(m.metadata.message_type == "query.dphype_tally" and
+                   m.content.config_records["dphype-tally"].get("stage") == "collect" for m in grid.sent)

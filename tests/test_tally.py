@@ -1,0 +1,119 @@
+"""The tally committee: sealed additive shares, per-tally checks, and the secure argmax on MPyC (3 local parties)."""
+
+import numpy as np
+import pytest
+
+from dphype.secure.tally import (
+    Tally,
+    TallyError,
+    check_committee,
+    client_sealed_shares,
+    field_modulus,
+    secure_argmax,
+    split_shares,
+)
+
+
+def committee(min_contributors, request="req-1", size=5):
+    tallies = [Tally(j) for j in range(3)]
+    for t in tallies:
+        t.open_round(request, size, min_contributors)
+    return tallies
+
+
+def send(tallies, request, vectors, start=0, deliver=3):
+    keys = [t.public for t in tallies]
+    for c, vec in enumerate(vectors, start=start):
+        for t, sealed in list(zip(tallies, client_sealed_shares(request, vec, keys), strict=True))[:deliver]:
+            t.receive(f"client-{c}", sealed)
+
+
+def test_additive_shares_reconstruct_and_one_share_is_uniform():
+    q = field_modulus()
+    assert q.bit_length() == 64 and q % 4 == 3
+    values = np.array([-3, 0, 7, 2**31 - 1])
+    shares = split_shares(values, 3, q)
+    total = [sum(col) % q for col in zip(*shares, strict=True)]
+    assert [v - q if v > q // 2 else v for v in total] == values.tolist()
+    # the first share of a constant vector is uniform on GF(q): its top bit is a fair coin
+    bits = [split_shares(np.zeros(1, dtype=int), 3, q)[0][0] >> 63 for _ in range(4000)]
+    assert 0.45 < np.mean(bits) * (2**64 / q) < 0.55
+
+
+def test_secure_argmax_on_fixed_vectors_opens_the_lowest_index_among_ties():
+    tallies = committee(2, size=6)
+    send(tallies, "req-1", [np.array([1, 4, -2, 3, 4, 0]), np.array([0, 5, 1, 6, 5, -9])])  # sum 1 9 -1 9 9 -9
+    assert secure_argmax([t.job() for t in tallies]) == 1
+    rng = np.random.default_rng(7)
+    vectors = [rng.integers(-50, 50, size=100) for _ in range(4)]
+    tallies = committee(4, request="req-2", size=100)
+    send(tallies, "req-2", vectors)
+    assert secure_argmax([t.job() for t in tallies]) == int(np.argmax(np.sum(vectors, axis=0)))
+
+
+def test_tallies_refuse_too_few_contributors_and_disagreeing_sets():
+    tallies = committee(3)
+    send(tallies, "req-1", [np.ones(5, dtype=int)] * 2)
+    with pytest.raises(TallyError, match="tally 0 refused the argmax: only 2 contributors, fewer than the minimum"):
+        secure_argmax([t.job() for t in tallies])
+    tallies = committee(2)
+    send(tallies, "req-1", [np.ones(5, dtype=int)] * 2)
+    send(tallies, "req-1", [np.ones(5, dtype=int)], start=5, deliver=2)  # tally 2 never got client-5's share
+    with pytest.raises(TallyError, match="tallies disagree on the contributor set"):
+        secure_argmax([t.job() for t in tallies])
+
+
+def test_a_missing_tally_releases_nothing_and_names_the_tally():
+    tallies = committee(1)
+    send(tallies, "req-1", [np.arange(5)])
+    jobs = [t.job() for t in tallies]
+    with pytest.raises(TallyError, match=r"did not answer within 2 s; nothing released \(tally 2 did not start\)"):
+        secure_argmax([jobs[0], jobs[1], None], timeout=2.0)
+
+
+def test_tally_refuses_replays_foreign_shares_and_duplicates():
+    tallies = committee(1)
+    keys = [t.public for t in tallies]
+    sealed = client_sealed_shares("req-1", np.arange(5), keys)
+    tallies[0].receive("a", sealed[0])
+    with pytest.raises(TallyError, match="second share from contributor a"):
+        tallies[0].receive("a", sealed[0])
+    with pytest.raises(TallyError, match="not for request req-1 and this tally"):
+        tallies[1].receive("b", sealed[0])  # tally 0's share at tally 1
+    with pytest.raises(TallyError, match="not for request req-1"):
+        tallies[2].receive("c", client_sealed_shares("req-other", np.arange(5), keys)[2])
+    with pytest.raises(TallyError, match="wrong length"):
+        tallies[2].receive("d", client_sealed_shares("req-1", np.arange(4), keys)[2])
+    tallies[0].job()
+    with pytest.raises(TallyError, match="refuses a second argmax for request req-1"):
+        tallies[0].open_round("req-1", 5, 1)
+    with pytest.raises(TallyError, match="tally 0 has no open request"):
+        tallies[0].receive("e", sealed[0])
+
+
+def test_committee_checks_name_the_cause():
+    keys = [Tally(j).public for j in range(4)]
+    assert check_committee(keys[:3]) == tuple(keys[:3])
+    with pytest.raises(ValueError, match="at least 3 tallies, got 2"):
+        check_committee(keys[:2])
+    with pytest.raises(ValueError, match="at least 4 tallies, got 3"):
+        check_committee(keys[:3], minimum=4)
+    with pytest.raises(ValueError, match="duplicate tallies"):
+        check_committee([keys[0], keys[1], keys[0]])
+    with pytest.raises(ValueError, match=r"unknown tallies \(not in this node's list\): \[2\]"):
+        check_committee(keys[:3], known=keys[:2] + keys[3:])
+    with pytest.raises(ValueError, match="tally 1's public key must be 32 bytes"):
+        check_committee([keys[0], b"short", keys[2]])
+
+
+def test_the_field_prime_is_read_without_mpycs_side_effects_on_the_host():
+    """Importing mpyc parses sys.argv as MPyC options, sets up logging and installs uvloop; a client must not
+    exit on its own command line (``--out`` is ambiguous for MPyC) nor change its event loop policy."""
+    import subprocess
+    import sys
+
+    code = ("import sys, asyncio, logging; sys.argv = ['app', '--out', 'x', '-W', 'error']\n"
+            "from dphype.secure.tally import field_modulus\n"
+            "print(field_modulus(), type(asyncio.get_event_loop_policy()).__name__, len(logging.getLogger().handlers))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.split() == [str(field_modulus()), "_UnixDefaultEventLoopPolicy", "0"]

@@ -1,0 +1,154 @@
+"""The winner-only release (report-noisy-max with client-made discrete Laplace noise), checked against exact
+computations, a known-answer test of the clients' shares and an empirical audit of the released index."""
+
+import itertools
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+from scipy.stats import chi2
+
+from dphype.privacy.audit import epsilon_lower_bound
+from dphype.privacy.noise import min_survivors
+from dphype.privacy.winner import (
+    WinnerRelease,
+    check_survivors,
+    client_winner_share,
+    discrete_laplace_pmf,
+    noise_parameter,
+    noise_std,
+    report_noisy_max,
+    summed_winner_noise,
+    winner_probabilities,
+    winner_rdp,
+)
+
+
+def neighbours(counts, k, neighbouring):
+    """Every count vector one client away from ``counts`` (that client votes for exactly ``k`` candidates)."""
+    p = len(counts)
+    choices = [np.array([1 if i in s else 0 for i in range(p)]) for s in itertools.combinations(range(p), k)]
+    c = np.asarray(counts)
+    if neighbouring == "add-remove":
+        return [c + b for b in choices]
+    return [c - a + b for a in choices for b in choices if np.all(a <= c)]
+
+
+def max_log_ratio(eps, neighbouring, *, calibrated_for=None):
+    """Largest |log P(i | c) / P(i | c')| over small count vectors and their neighbours, k = 1 and 2."""
+    cal_eps, cal_rel = calibrated_for or (eps, neighbouring)
+    worst = 0.0
+    for k in (1, 2):
+        for c in itertools.product(range(3), repeat=3):
+            pc = winner_probabilities(c, cal_eps, cal_rel)
+            for d in neighbours(c, k, neighbouring):
+                pd = winner_probabilities(d, cal_eps, cal_rel)
+                worst = max(worst, float(np.max(np.abs(np.log(pc) - np.log(pd)))))
+    return worst
+
+
+@pytest.mark.parametrize("neighbouring", ["replace-one", "add-remove"])
+@pytest.mark.parametrize("eps", [0.3, 1.0])
+def test_exact_probability_ratio_is_at_most_e_to_the_epsilon_and_nearly_reached(eps, neighbouring):
+    worst = max_log_ratio(eps, neighbouring)
+    assert worst <= eps * (1 + 1e-9)
+    assert worst >= 0.6 * eps  # the bound is not loose by much: the check can see a wrong calibration
+
+
+def test_add_remove_calibration_is_not_enough_for_replace_one():
+    # noise for add/remove (t = e^-eps) on replace-one neighbours exceeds eps: the factor 2 is needed
+    assert max_log_ratio(1.0, "replace-one", calibrated_for=(1.0, "add-remove")) > 1.05
+
+
+def test_exact_probabilities_match_monte_carlo_and_lowest_index_ties():
+    c = np.array([3, 1, 3, 0])
+    rng = np.random.default_rng(3)
+    z = summed_winner_noise((100_000, 4), epsilon=1.0, neighbouring="replace-one", clients=10, dropout=0.2,
+                            survivors=8, rng=rng)
+    freq = np.bincount(report_noisy_max(c + z), minlength=4) / 100_000
+    exact = winner_probabilities(c, 1.0)
+    assert exact.sum() == pytest.approx(1.0, abs=1e-12)
+    assert np.max(np.abs(freq - exact)) < 0.006
+    assert exact[0] > exact[2]  # equal counts: the lower index wins the ties
+    assert report_noisy_max(np.array([[2, 5, 5], [7, 7, 7]])).tolist() == [1, 0]
+
+
+def chi_square_p_value(samples, t):
+    """Chi-square goodness of fit of integer ``samples`` to discrete Laplace(t), tails pooled in the end bins."""
+    lim = int(math.ceil(math.log(5.0 / len(samples)) / math.log(t)))  # expected count >= ~5 in each end bin
+    edges = np.arange(-lim, lim + 1)
+    pmf = discrete_laplace_pmf(edges, t)
+    pmf[0] = t**lim / (1 + t)
+    pmf[-1] = t**lim / (1 + t)
+    observed = np.bincount(np.clip(samples, -lim, lim) + lim, minlength=edges.size)
+    stat = float(np.sum((observed - len(samples) * pmf) ** 2 / (len(samples) * pmf)))
+    return float(chi2.sf(stat, edges.size - 1))
+
+
+def test_sum_of_client_shares_is_discrete_laplace_and_a_scale_error_fails():
+    eps, clients, dropout = 1.0, 6, 0.3  # m = ceil(0.7 * 6) = 5: any 5 shares carry the noise
+    m = min_survivors(clients, dropout)
+    assert m == 5
+    draws = 40_000
+    shares = [client_winner_share((draws,), epsilon=eps, neighbouring="replace-one", clients=clients, dropout=dropout)
+              for _ in range(m)]
+    total = np.sum(shares[:m], axis=0)
+    t = noise_parameter(eps, "replace-one")
+    assert chi_square_p_value(total, t) > 1e-4
+    assert np.std(total) == pytest.approx(noise_std(eps), rel=0.03)
+    # a 10% error in the noise scale 2/eps is rejected at the same sample size
+    assert chi_square_p_value(total, math.exp(-eps / 2.2)) < 1e-6
+    assert chi_square_p_value(total, math.exp(-eps / 1.8)) < 1e-6
+    # fewer than m shares carry too little noise: rejected
+    assert chi_square_p_value(np.sum(shares[: m - 1], axis=0), t) < 1e-6
+
+
+def test_audit_of_the_released_index_respects_epsilon_and_catches_half_the_noise():
+    eps, trials, clients = 1.0, 30_000, 4
+    d, d_prime = np.array([1, 0]), np.array([0, 1])  # one client moved its vote (replace-one)
+
+    def released(counts, epsilon):
+        noise = sum(client_winner_share((trials, 2), epsilon=epsilon, neighbouring="replace-one", clients=clients,
+                                        dropout=0.0) for _ in range(clients))
+        return report_noisy_max(counts + noise)
+
+    def audit(epsilon):
+        false_neg = int(np.sum(released(d, epsilon) != 0))  # guess D when index 0 wins
+        false_pos = int(np.sum(released(d_prime, epsilon) == 0))
+        return epsilon_lower_bound(false_pos, false_neg, trials, delta=0.0)[0]
+
+    honest = audit(eps)
+    assert 0.5 * eps < honest <= eps
+    assert audit(3 * eps) > eps  # a client adding a third of the noise is caught
+
+
+def test_winner_rdp_is_randomized_response_and_below_the_pure_dp_bounds():
+    eps = 0.7
+    orders = np.array([1.5, 2.0, 4.0, 16.0, 256.0])
+    curve = winner_rdp(eps, orders)
+    # Renyi divergence of order a between (e^eps, 1)/(1+e^eps) and its reverse, by hand
+    direct = np.log((np.exp(orders * eps) + np.exp((1 - orders) * eps)) / (1 + math.exp(eps))) / (orders - 1)
+    np.testing.assert_allclose(curve, direct, rtol=1e-9)
+    # and dp_accounting's randomized response event (2 buckets, noise parameter 2 / (1 + e^eps))
+    accountant = dp_accounting.rdp.RdpAccountant(orders=list(orders),
+                                                 neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    event = dp_accounting.RandomizedResponseDpEvent(2 / (1 + math.exp(eps)), 2)
+    np.testing.assert_allclose(curve, accountant.compose(event).rdp, rtol=1e-9)
+    assert np.all(curve <= np.minimum(eps, orders * eps**2 / 2) + 1e-12)
+    assert curve[-1] > 0.95 * eps
+
+
+def test_release_description_and_bad_input():
+    r = WinnerRelease(epsilon=0.5, k=3, num_candidates=10, neighbouring="add-remove")
+    assert r.t == pytest.approx(math.exp(-0.5))
+    assert r.noise_std == pytest.approx(math.sqrt(2 * r.t) / (1 - r.t))
+    with pytest.raises(ValueError, match="k must be an integer in \\[1, 10\\]"):
+        WinnerRelease(epsilon=0.5, k=11, num_candidates=10)
+    with pytest.raises(ValueError, match="epsilon must be"):
+        WinnerRelease(epsilon=0.0, k=1, num_candidates=10)
+    with pytest.raises(ValueError, match="neighbouring must be one of"):
+        noise_parameter(1.0, "swap")
+    with pytest.raises(ValueError, match=r"survivors must be an integer in \[8, 10\]"):
+        check_survivors(7, 10, 0.2)
+    assert check_survivors(8, 10, 0.2) == 8

@@ -1,0 +1,167 @@
+"""Argmax mode through the protocol, the node policy, the ledger and the run accountant (no Flower, no MPC)."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import chi2
+
+from dphype.config import DPHypeConfig
+from dphype.flower.training import RunAccountant
+from dphype.node.ledger import Ledger
+from dphype.node.policy import NodePolicy, check_vote_request
+from dphype.privacy.accounting import RDP_ORDERS, rdp_epsilon
+from dphype.privacy.winner import WINNER_NOISE, discrete_laplace_pmf, noise_parameter, winner_probabilities, winner_rdp
+from dphype.protocol import (
+    Refusal,
+    VoteRequest,
+    make_vote_request,
+    release_winner,
+    replay_winners,
+    winner_vote,
+)
+from dphype.secure.relay import open_sealed
+from dphype.secure.tally import Tally, field_modulus, share_context
+from dphype.selection.candidates import grid
+
+
+@pytest.fixture(scope="module")
+def tallies():
+    return [Tally(j) for j in range(3)]
+
+
+def argmax_request(tallies, *, p=10, **changes):
+    cfg = DPHypeConfig(**{"epsilon": 1.0, "delta": 1e-5, "k": 2, "clients": 10, "release": "argmax", **changes})
+    return make_vote_request(cfg, grid(lr=[10.0**-i for i in range(p)]), tallies=tuple(t.public for t in tallies))
+
+
+def test_release_mode_is_validated_and_read_from_the_run_config():
+    with pytest.raises(ValueError, match="release must be one of sum, argmax, got 'max'"):
+        DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=10, release="max")
+    cfg = DPHypeConfig.from_run_config({"epsilon": 1, "delta": 1e-5, "k": 2, "clients": 10, "release": "argmax"})
+    assert cfg.release == "argmax"
+    assert DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=10).release == "sum"
+
+
+def test_argmax_request_names_its_committee_and_round_trips(tallies):
+    req = argmax_request(tallies)
+    assert req.sigma == pytest.approx(math.sqrt(2 * math.exp(-0.5)) / (1 - math.exp(-0.5)))
+    back = VoteRequest.from_record(req.to_record())
+    assert back == req and back.digest() == req.digest()
+    assert argmax_request(tallies[::-1]).digest() != req.digest()  # the committee is part of the request
+    cfg = req.config
+    with pytest.raises(ValueError, match="at least 3 tallies, got 2"):
+        make_vote_request(cfg, req.candidates, tallies=req.tallies[:2])
+    with pytest.raises(ValueError, match="duplicate tallies"):
+        make_vote_request(cfg, req.candidates, tallies=(req.tallies[0],) * 3)
+    with pytest.raises(Refusal, match="malformed_request: sigma must be"):
+        VoteRequest.from_record({**req.to_record(), "dphype.sigma": req.sigma / 2})
+    with pytest.raises(ValueError, match="tallies must be empty unless release is 'argmax'"):
+        VoteRequest(req.candidates, cfg.replace(release="sum"), 10.0, req.tallies)
+
+
+def test_what_clients_send_sums_to_discrete_laplace_noise_and_a_scale_error_fails(tallies):
+    p, clients, rounds = 100, 4, 60
+    req = argmax_request(tallies, p=p, clients=clients)
+    q = field_modulus()
+    scores = np.linspace(0.0, 1.0, p)
+    votes = np.zeros(p, dtype=np.int64)
+    votes[-2:] = 1  # top-2 of increasing scores
+    noise = []
+    for _ in range(rounds):
+        total = np.zeros(p, dtype=object)
+        for _ in range(clients):  # any m = 4 of 4 clients carry the noise
+            for j, sealed in enumerate(winner_vote(req, scores, maximize=True)):
+                plain = open_sealed(tallies[j].keys, sealed, context=share_context(req.digest(), j))
+                total = total + np.frombuffer(plain, dtype=np.uint64).astype(object)
+        centred = np.array([int(v) % q - q if int(v) % q > q // 2 else int(v) % q for v in total])
+        noise.append(centred - clients * votes)
+    noise = np.concatenate(noise)
+
+    def p_value(t):
+        lim = int(math.ceil(math.log(5.0 / noise.size) / math.log(t)))
+        pmf = discrete_laplace_pmf(np.arange(-lim, lim + 1), t)
+        pmf[0] = pmf[-1] = t**lim / (1 + t)
+        observed = np.bincount(np.clip(noise, -lim, lim) + lim, minlength=2 * lim + 1)
+        stat = float(np.sum((observed - noise.size * pmf) ** 2 / (noise.size * pmf)))
+        return chi2.sf(stat, 2 * lim)
+
+    assert p_value(noise_parameter(1.0)) > 1e-4
+    assert p_value(math.exp(-1.0 / 2.2)) < 1e-4 and p_value(math.exp(-1.0 / 1.8)) < 1e-4  # 10% scale errors
+
+
+def test_node_checks_the_committee_and_recomputes_pure_epsilon_for_its_relation(tallies, tmp_path):
+    req = argmax_request(tallies)
+    policy = NodePolicy(min_clients=10, ledger=tmp_path / "l.json", max_epsilon=1.0)
+    g = check_vote_request(req, policy)
+    assert (g.noise, g.epsilon, g.survivors) == (WINNER_NOISE, pytest.approx(1.0), 10)
+    # the same noise under add/remove costs half: t = e^-1/2 is e^-eps for eps = 1/2
+    assert check_vote_request(req, NodePolicy(ledger=tmp_path / "l.json", neighbouring="add-remove")).epsilon == \
+        pytest.approx(0.5)
+    add_remove = argmax_request(tallies, neighbouring="add-remove")  # t = e^-1 is eps 2 under replace-one
+    with pytest.raises(Refusal, match="policy_epsilon: the requested winner release gives pure epsilon 2"):
+        check_vote_request(add_remove, policy)
+    pinned = NodePolicy(ledger=tmp_path / "l.json", tallies=",".join(t.public.hex() for t in tallies[:2]))
+    with pytest.raises(Refusal, match=r"tally_committee: tally committee has unknown tallies .*\[2\]"):
+        check_vote_request(req, pinned)
+    with pytest.raises(Refusal, match="policy_clients"):
+        check_vote_request(argmax_request(tallies, dropout=0.2), policy)
+
+
+def test_ledger_records_pure_epsilon_and_composes_it(tallies, tmp_path):
+    req = argmax_request(tallies)
+    policy = NodePolicy(ledger=tmp_path / "l.json", lifetime_epsilon=3.0)
+    ledger = Ledger(policy.ledger)
+    g = check_vote_request(req, policy)
+    spent = [ledger.spend(g, policy, req.digest()) for _ in range(3)]
+    expected = rdp_epsilon(3 * winner_rdp(1.0, RDP_ORDERS), policy.max_delta)[0]
+    assert spent[-1] == pytest.approx(expected) and expected < 3.0  # RDP composes below 3 x pure epsilon
+    (entry, *_) = ledger.entries()
+    assert (entry.noise, entry.epsilon) == (WINNER_NOISE, pytest.approx(1.0))
+    with pytest.raises(Refusal, match="lifetime_budget"):
+        while True:
+            ledger.spend(g, policy, req.digest())
+    assert ledger.spent(policy.max_delta) <= 3.0 * (1 + 1e-6)
+
+
+def test_release_winner_reports_pure_epsilon_and_the_run_accountant_composes_it(tallies):
+    req = argmax_request(tallies, dropout=0.2)
+    with pytest.raises(ValueError, match=r"survivors must be an integer in \[8, 10\]"):
+        release_winner(req, 3, survivors=7)
+    with pytest.raises(ValueError, match=r"index must be in \[0, 9\]"):
+        release_winner(req, 10, survivors=9)
+    result = release_winner(req, 3, survivors=9)
+    assert result.selected == req.candidates[3]
+    report = result.report
+    assert (report.epsilon, report.delta, report.noise) == (1.0, 1e-5, WINNER_NOISE)
+    assert report.accountant == "pure epsilon (report-noisy-max; delta 0)"
+    assert "winning index only" in report.released and "noisy_sum" not in result.to_dict()
+    acc = RunAccountant(report, population=10, max_epsilon=None)
+    assert acc.get_epsilon(1e-5) == pytest.approx(rdp_epsilon(winner_rdp(1.0, RDP_ORDERS), 1e-5)[0])
+    assert acc.get_epsilon(1e-5) <= 1.0
+
+
+def test_replayed_winners_follow_the_exact_distribution():
+    counts = np.array([5, 7, 7, 2])
+    idx = replay_winners(counts, epsilon=0.5, neighbouring="add-remove", clients=20, dropout=0.1, survivors=18,
+                         repetitions=50_000, rng=np.random.default_rng(5))
+    freq = np.bincount(idx, minlength=4) / idx.size
+    np.testing.assert_allclose(freq, winner_probabilities(counts, 0.5, "add-remove"), atol=0.008)
+
+
+def test_planner_predicts_both_modes_on_the_same_votes_and_recommends_one():
+    from dphype.selection.planner import plan
+
+    result = plan(20, 1.0, 1e-5, None, 100, consensus="moderate", rule="argmax", ks=[2, 5, 15], repetitions=100,
+                  search=False, release="argmax")
+    rows = {r["k"]: r for r in result.by_k}
+    # the winner release's noise does not grow with k: at k = 15 it wins by far (std 2.8 vs 22 for the sum)
+    assert rows[15]["success_winner"] > rows[15]["success"] + 0.4
+    assert result.recommended_release == "argmax" and result.release == "argmax"
+    assert result.k == result.recommended_k_winner and result.success == rows[result.k]["success_winner"]
+    assert result.sigma == pytest.approx(math.sqrt(2 * math.exp(-0.5)) / (1 - math.exp(-0.5)))
+    summed = plan(20, 1.0, 1e-5, None, 100, consensus="moderate", rule="argmax", ks=[2, 5, 15], repetitions=100,
+                  search=False)
+    assert summed.release == "sum" and summed.success == {r["k"]: r for r in summed.by_k}[summed.k]["success"]
+    with pytest.raises(ValueError, match="release must be one of sum, argmax"):
+        plan(20, 1.0, 1e-5, None, 100, ks=[2], repetitions=10, search=False, release="vector")
