@@ -51,7 +51,7 @@ class DPHypeConfig:
     """The privacy parameters of one DP-Hype selection (Algorithm 1, line 1's inputs).
 
     ``epsilon``, ``delta``: the budget of the released noisy vote sum. ``k``: votes per client.
-    ``clients``: the number ``n`` of clients that take part (each client's noise share is calibrated
+    ``clients``: the number ``n`` of clients that take part, in ``[2, 10000]`` (each client's noise share is calibrated
     for it). ``dropout``: tolerated dropout fraction ``xi`` in ``[0, 1)``: any ``ceil((1 - xi) n)``
     survivors carry the full noise, fewer release nothing. ``noise``: ``"skellam"`` (integer, exact
     over SecAgg+; default) or ``"gaussian"``. ``accountant``: ``"rdp"``, ``"analytic"`` (Gaussian only)

@@ -46,7 +46,7 @@ def add_privacy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epsilon", type=float, default=1.0, help="privacy budget epsilon > 0 (default 1)")
     parser.add_argument("--delta", type=float, default=1e-5, help="privacy parameter delta in (0, 1) (default 1e-5)")
     parser.add_argument("--k", type=int, default=5, help="votes per client, in [1, candidates] (default 5)")
-    parser.add_argument("--clients", type=int, default=50, help="number of clients n >= 2 (default 50)")
+    parser.add_argument("--clients", type=int, default=50, help="number of clients n in [2, 10000] (default 50)")
     parser.add_argument("--dropout", type=float, default=0.0,
                         help="tolerated dropout fraction xi in [0, 1) (default 0)")
     add_noise_arguments(parser)

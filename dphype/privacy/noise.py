@@ -50,9 +50,10 @@ def min_survivors(clients: int, dropout: float) -> int:
     """Fewest surviving clients whose shares still sum to total variance ``>= sigma^2``: ``ceil((1 - xi) n)``.
 
     ``m`` survivors give variance ``m sigma^2 / ((1 - xi) n)``, which is ``>= sigma^2`` iff
-    ``m >= (1 - xi) n``; the smallest integer such ``m`` is the ceiling.
+    ``m >= (1 - xi) n``; the smallest integer such ``m`` is the ceiling. The rule holds for any ``n >= 2``, also
+    beyond the protocol's :data:`dphype.checks.MAX_CLIENTS` (the secure-graph bounds use it there).
     """
-    clients, dropout = check_clients(clients), check_dropout(dropout)
+    clients, dropout = check_int("clients", clients, 2), check_dropout(dropout)
     return max(1, math.ceil((1.0 - dropout) * clients - _SURVIVOR_ROUNDING))
 
 

@@ -67,7 +67,7 @@ from typing import Any
 
 import numpy as np
 
-from dphype.checks import check_clients, check_dropout
+from dphype.checks import check_dropout, check_int
 from dphype.privacy.noise import min_survivors
 
 #: Statistical security parameter: P[E1] + P[E2] <= 2**-SECURITY_BITS.
@@ -212,7 +212,7 @@ def bounds(
     adversary: str = "semi-honest",
 ) -> SecAggParameters:
     """The bounds that ``neighbours`` (``k``) and ``threshold`` (``t``) achieve (no check: :func:`check_parameters`)."""
-    n = check_clients(clients)
+    n = check_int("clients", clients, 2)  # the graph bounds hold for any n, beyond the protocol's MAX_CLIENTS
     gamma, xi = check_corrupt_fraction(corrupt_fraction), check_dropout(dropout)
     adversary = check_adversary(adversary)
     if not 2 <= neighbours <= n - 1:
@@ -271,7 +271,7 @@ def secure_parameters(
     DP-Hype client checks before sharing its secrets). Falls back to the complete graph; raises
     ``ValueError`` when even that cannot satisfy both (too many corrupted plus dropped clients).
     """
-    n = check_clients(clients)
+    n = check_int("clients", clients, 2)  # the graph bounds hold for any n, beyond the protocol's MAX_CLIENTS
     gamma, xi = check_corrupt_fraction(corrupt_fraction), check_dropout(dropout)
     adversary = check_adversary(adversary)
     corrupted, survivors = _counts(n, xi, gamma)
@@ -296,7 +296,7 @@ def flower_graph(clients: int, num_shares: float, reconstruction_threshold: floa
     are Flower's rules). The ring joins each client to ``num_shares // 2`` clients on each side, so
     ``k = 2 (num_shares // 2)``, or ``n - 1`` once that covers everyone.
     """
-    n = check_clients(clients)
+    n = check_int("clients", clients, 2)  # the graph bounds hold for any n, beyond the protocol's MAX_CLIENTS
     if isinstance(num_shares, float):
         shares = round(num_shares * n)
         if shares < n and shares % 2 == 0:
@@ -331,7 +331,7 @@ def check_parameters(
     keep P[E1] <= 2**-(sigma+1) and P[E3] <= 2**-eta for that graph, and with ``majority`` exceed half
     the shares (else one naming ``reconstruction_threshold`` and its allowed range).
     """
-    n = check_clients(clients)
+    n = check_int("clients", clients, 2)  # the graph bounds hold for any n, beyond the protocol's MAX_CLIENTS
     if isinstance(num_shares, int) and num_shares < n and num_shares % 2 == 0:
         # Flower 1.41 tells the clients the even count but builds the ring for the next odd one: clients crash
         raise ValueError(f"num_shares must be odd or equal to clients={n}, got {num_shares}")
@@ -377,7 +377,7 @@ def check_share_threshold(clients: int, num_shares: int, threshold: int) -> None
     ``majority=True`` both also keep this rule, so an honest DP-Hype server never proposes a graph its
     clients refuse.
     """
-    n = check_clients(clients)
+    n = check_int("clients", clients, 2)  # the graph bounds hold for any n, beyond the protocol's MAX_CLIENTS
     if not 3 <= num_shares <= n:
         raise ValueError(f"num_shares must be in [3, {n}] for clients={n}, got {num_shares}")
     low = majority_threshold(num_shares)
