@@ -286,9 +286,9 @@ def test_issue_13_absurd_requests_are_refused_before_scoring():
     app = register_dphype(ClientApp(), lambda ctx: CountingTask(scores[int(ctx.node_config["partition-id"])]))
     grid = LocalGrid(app, N)
     honest = DPHype(CANDS, config(clients=N))
-    for lie in (VoteRequest(CANDS, honest.config, 1e9),  # sigma far beyond the calibration
-                VoteRequest(CANDS, config(clients=2**40), honest.request.sigma)):  # n beyond the maximum
-        answers = approve_raw(grid, type("S", (), {"request": lie})())  # type: ignore[arg-type]
+    too_many = {**honest.request.to_record(), "dphype.clients": 2**40}  # n beyond the maximum (no config holds it)
+    for lie in (VoteRequest(CANDS, honest.config, 1e9).to_record(), too_many):  # and sigma far beyond the calibration
+        answers = approve_raw(grid, type("S", (), {"request": type("R", (), {"to_record": lambda self, r=lie: r})()})())
         assert {a["code"] for a in answers} == {"malformed_request"}
     assert calls == []
 

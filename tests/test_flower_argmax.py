@@ -52,7 +52,9 @@ def test_argmax_selection_releases_only_the_index_and_every_client_records_pure_
     # every client puts candidate 5 first: the noisy max is 5 unless the noise (std ~0.5 here) moves 6 votes
     assert result.selected_index == 5 and result.selected == CANDS[5]
     out = result.to_dict()
-    assert set(out) == {"selected_index", "selected", "privacy"}  # no counts, no confidence
+    # no counts, no confidence, no ranking of the others
+    assert out["noisy_sum"] is None and out["confidence"] is None and out["estimate"] is None
+    assert result.table() == [{"rank": 1, "index": 5, **CANDS[5]}]
     assert (result.report.epsilon, result.report.noise, result.report.survivors) == (4.0, WINNER_NOISE, CLIENTS)
     types = [m.metadata.message_type for m in grid.sent]
     assert types.count("train.dphype_argmax") == CLIENTS and "train.dphype" not in types

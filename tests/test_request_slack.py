@@ -37,9 +37,10 @@ def test_announced_epsilon_against_the_one_sigma_gives(noise):
 
 
 def test_node_limit_on_the_announced_epsilon(tmp_path):
-    # announced 1.02 with the noise of epsilon 1: consistent, and the recomputed epsilon (1) is within the limit,
-    # so only the announced epsilon meets the node's limit
-    request = make_request(epsilon=1.02, sigma=calibrate(1.0, 1e-5, 5, noise="skellam").sigma)
+    # announced 1.02 at delta 1e-6 with its calibrated noise, at a node whose delta is 1e-5: at the node's delta
+    # the recomputed epsilon is below 1.02, so only the announced epsilon meets the node's limit
+    request = make_request(epsilon=1.02, delta=1e-6)
+    assert check_vote_request(request, NodePolicy(max_epsilon=10.0, ledger=tmp_path / "l")).epsilon < 1.02 / 1.03
     check_vote_request(request, NodePolicy(max_epsilon=1.02 / INSIDE, ledger=tmp_path / "l"))
     for factor in OUTSIDE:
         policy = NodePolicy(max_epsilon=1.02 / factor, ledger=tmp_path / "l")

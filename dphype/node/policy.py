@@ -335,6 +335,9 @@ def check_vote_request(request: VoteRequest, policy: NodePolicy) -> VoteGuarante
 #: remedies, never this node's values), the node logs it beside its own detail. Codes without an entry need
 #: no remedy beyond their reason.
 REMEDIES: dict[str, str] = {
+    "policy": "lower the run's epsilon or delta, or run with more clients; otherwise the node operators read their "
+              "node's log, which names the key to change (dphype-max-epsilon, dphype-max-delta, dphype-min-clients "
+              "or dphype-lifetime-epsilon)",
     "policy_epsilon": "lower the run's epsilon, or the node operators raise dphype-max-epsilon in their node config",
     "policy_delta": "lower the run's delta, or the node operators raise dphype-max-delta in their node config",
     "policy_clients": f"run with more clients or a smaller dropout, or the node operators lower dphype-min-clients "
