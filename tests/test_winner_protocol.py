@@ -61,7 +61,7 @@ def test_argmax_request_names_its_committee_and_round_trips(tallies):
 
 
 def test_what_clients_send_sums_to_discrete_laplace_noise_and_a_scale_error_fails(tallies):
-    p, clients, rounds = 100, 4, 60
+    p, clients, rounds = 100, 4, 200  # 20,000 noise sums: a 10% scale error is rejected (power ~1)
     req = argmax_request(tallies, p=p, clients=clients)
     q = field_modulus()
     scores = np.linspace(0.0, 1.0, p)
