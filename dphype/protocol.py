@@ -14,7 +14,7 @@ Data flows one way (DP-Hype Algorithm 1):
    sum is post-processing.
 
 With ``release="argmax"`` (:mod:`dphype.privacy.winner`) the request also names the tally committee's public
-keys; a client sends its noisy counts as sealed additive shares to the tallies (:func:`winner_vote`), the
+keys; a client sends its noisy counts as sealed Shamir shares to the tallies (:func:`winner_vote`), the
 tallies open only the winner's index (:mod:`dphype.secure.tally`) and :func:`release_winner` reports it. Its
 benchmarks replay it with :func:`replay_winners`.
 
@@ -392,7 +392,7 @@ def replay_releases(
 def winner_vote(request: VoteRequest, scores: np.ndarray, *, maximize: bool) -> list[bytes]:
     """What a client sends in argmax mode: its top-k votes plus its discrete Laplace noise share
     (:func:`dphype.privacy.winner.client_winner_share`, a fresh OS-keyed ChaCha20 generator), split into
-    additive shares and sealed, one ciphertext per tally in committee order
+    Shamir shares (MPyC's splitter) and sealed, one ciphertext per tally in committee order
     (:func:`dphype.secure.tally.client_sealed_shares`, bound to the request's digest)."""
     cfg = request.config
     if cfg.release != "argmax":

@@ -3,7 +3,7 @@
 Part by part, for ``--candidates`` candidates (default 100) and each ``n`` of ``--clients``:
 
 * ``client share``: one client's :func:`dphype.protocol.winner_vote` (top-k votes, discrete Laplace share from
-  the secure generator, additive shares mod MPyC's prime, one sealed ciphertext per tally); mean over the
+  the secure generator, Shamir shares mod MPyC's prime, one sealed ciphertext per tally); mean over the
   clients of one round; ``share bytes``: what one client uploads (3 ciphertexts);
 * ``tally collect``: one tally opening and summing the ``n`` ciphertexts sealed to it
   (:class:`dphype.secure.tally.Tally`), mean over the 3 tallies;
@@ -53,7 +53,7 @@ def _request(p: int, k: int, clients: int, keys: tuple[bytes, ...], release: str
 
 def _parts(p: int, k: int, clients: int, rng: np.random.Generator) -> dict[str, Any]:
     from dphype.protocol import winner_vote
-    from dphype.secure.tally import Tally, field_modulus, secure_argmax
+    from dphype.secure.tally import Tally, field_modulus, open_shares, secure_argmax
 
     tallies = [Tally(j) for j in range(3)]
     request = _request(p, k, clients, tuple(t.public for t in tallies))
@@ -69,9 +69,7 @@ def _parts(p: int, k: int, clients: int, rng: np.random.Generator) -> dict[str, 
             t.receive(str(c), blob)
     jobs = [t.job() for t in tallies]
     collect = (time.perf_counter() - start) / 3
-    q = field_modulus()
-    counts = [(a + b + c) % q for a, b, c in zip(*(job["share"] for job in jobs), strict=True)]
-    counts = [v - q if v > q // 2 else v for v in counts]
+    counts = open_shares({j: job["share"] for j, job in enumerate(jobs)}, field_modulus())  # the check only
     timings: list[dict[str, float]] = []
     start = time.perf_counter()
     index = secure_argmax(jobs, timings=timings)

@@ -92,6 +92,7 @@ def test_a_tally_that_never_computes_makes_the_others_time_out_and_nothing_is_re
         flower_tally.run_winner_selection(server, grid, timeout=60, connect_timeout=5, tally_timeout=3.0)
 
 
+@pytest.mark.slow  # two whole selections; the tally's own refusal is tested fast in tests/test_tally.py
 def test_a_second_argmax_for_the_same_request_is_refused_by_the_tallies(tmp_path):
     grid, keys = argmax_grid(tmp_path)
     server = DPHype(CANDS, config(), tallies=keys)

@@ -9,6 +9,7 @@ from dphype.secure.tally import (
     check_committee,
     client_sealed_shares,
     field_modulus,
+    open_shares,
     secure_argmax,
     split_shares,
 )
@@ -28,14 +29,16 @@ def send(tallies, request, vectors, start=0, deliver=3):
             t.receive(f"client-{c}", sealed)
 
 
-def test_additive_shares_reconstruct_and_one_share_is_uniform():
+def test_shamir_shares_open_from_any_two_tallies_and_one_share_is_uniform():
     q = field_modulus()
     assert q.bit_length() == 64 and q % 4 == 3
     values = np.array([-3, 0, 7, 2**31 - 1])
     shares = split_shares(values, 3, q)
-    total = [sum(col) % q for col in zip(*shares, strict=True)]
-    assert [v - q if v > q // 2 else v for v in total] == values.tolist()
-    # the first share of a constant vector is uniform on GF(q): its top bit is a fair coin
+    for pair in ((0, 1), (0, 2), (1, 2)):  # threshold 1: any two of three reconstruct
+        assert open_shares({j: shares[j] for j in pair}, q) == values.tolist()
+    # independent check of the degree-1 sharing: the shares lie on a line through (0, value)
+    assert all((2 * a - b - v) % q == 0 for a, b, v in zip(shares[0], shares[1], values.tolist(), strict=True))
+    # one share of a constant vector is uniform on GF(q): its top bit is a fair coin
     bits = [split_shares(np.zeros(1, dtype=int), 3, q)[0][0] >> 63 for _ in range(4000)]
     assert 0.45 < np.mean(bits) * (2**64 / q) < 0.55
 

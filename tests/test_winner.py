@@ -104,7 +104,7 @@ def test_sum_of_client_shares_is_discrete_laplace_and_a_scale_error_fails():
     assert chi_square_p_value(np.sum(shares[: m - 1], axis=0), t) < 1e-6
 
 
-def test_audit_of_the_released_index_respects_epsilon_and_catches_half_the_noise():
+def test_audit_of_the_released_index_respects_epsilon_and_catches_a_third_of_the_noise():
     eps, trials, clients = 1.0, 30_000, 4
     d, d_prime = np.array([1, 0]), np.array([0, 1])  # one client moved its vote (replace-one)
 

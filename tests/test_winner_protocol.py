@@ -21,7 +21,7 @@ from dphype.protocol import (
     winner_vote,
 )
 from dphype.secure.relay import open_sealed
-from dphype.secure.tally import Tally, field_modulus, share_context
+from dphype.secure.tally import Tally, field_modulus, open_shares, share_context
 from dphype.selection.candidates import grid
 
 
@@ -61,7 +61,7 @@ def test_argmax_request_names_its_committee_and_round_trips(tallies):
 
 
 def test_what_clients_send_sums_to_discrete_laplace_noise_and_a_scale_error_fails(tallies):
-    p, clients, rounds = 100, 4, 60
+    p, clients, rounds = 100, 4, 200  # 20,000 noise sums: a 10% scale error is rejected (power ~1)
     req = argmax_request(tallies, p=p, clients=clients)
     q = field_modulus()
     scores = np.linspace(0.0, 1.0, p)
@@ -69,13 +69,13 @@ def test_what_clients_send_sums_to_discrete_laplace_noise_and_a_scale_error_fail
     votes[-2:] = 1  # top-2 of increasing scores
     noise = []
     for _ in range(rounds):
-        total = np.zeros(p, dtype=object)
+        total = {j: np.zeros(p, dtype=object) for j in range(3)}  # each tally's summed shares
         for _ in range(clients):  # any m = 4 of 4 clients carry the noise
             for j, sealed in enumerate(winner_vote(req, scores, maximize=True)):
                 plain = open_sealed(tallies[j].keys, sealed, context=share_context(req.digest(), j))
-                total = total + np.frombuffer(plain, dtype=np.uint64).astype(object)
-        centred = np.array([int(v) % q - q if int(v) % q > q // 2 else int(v) % q for v in total])
-        noise.append(centred - clients * votes)
+                total[j] = total[j] + np.frombuffer(plain, dtype=np.uint64).astype(object)
+        counts = open_shares({j: [int(v) % q for v in total[j]] for j in (0, 2)}, q)  # two tallies colluding
+        noise.append(np.array(counts) - clients * votes)
     noise = np.concatenate(noise)
 
     def p_value(t):

@@ -103,7 +103,8 @@ class _TallyNode:
             if request.config.release != "argmax" or self.tally.public not in request.tallies \
                     or request.tallies.index(self.tally.public) != self.index:
                 raise TallyError(f"tally {self.index} is not tally {self.index} of this request's committee")
-            self.tally.open_round(request.digest(), len(request.candidates), request.min_survivors)
+            self.tally.open_round(request.digest(), len(request.candidates), request.min_survivors,
+                                  len(request.tallies))
             self._stop()
             self.proc = spawn_party(self.index, self.parties)  # MPyC's import overlaps opening the shares
             contributors = cast(list[int], record["contributors"])

@@ -5,17 +5,20 @@ Protocol (framework-free; the Flower adapter relays the bytes):
 1. The committee is ``parties >= 3`` tallies with X25519 public keys (:func:`check_committee`: no duplicates,
    honest majority ``t = (parties - 1) // 2 >= 1``, and, when the node pins its tallies, only known keys).
 2. Each client adds its noise share (:func:`dphype.privacy.winner.client_winner_share`) to its top-k votes and
-   splits the noisy vector into ``parties`` additive shares modulo the prime ``p`` of MPyC's secure integers
-   (:func:`split_shares`; all but the last uniform from the operating system's CSPRNG, so any ``parties - 1``
-   of them are independent of the vector). Share ``j`` is sealed to tally ``j``'s key under a context that
+   splits the noisy vector into Shamir shares modulo the prime ``p`` of MPyC's secure integers with MPyC's own
+   splitter (:func:`split_shares`: degree ``t = (parties - 1) // 2``, x-coordinates ``1 .. parties``, random
+   coefficients from the operating system's CSPRNG, so any ``t`` shares are independent of the vector: one
+   for 3 tallies). Share ``j`` is sealed to tally ``j``'s key under a context that
    binds the request digest and ``j`` (:func:`client_sealed_shares`, :mod:`dphype.secure.relay`), and the
    server relays the ciphertexts: it cannot read them, and a ciphertext for another request or tally does not
    open.
 3. Each :class:`Tally` opens its ciphertexts for one approved request, refuses duplicates, sums them modulo
-   ``p`` and refuses a second argmax for a request digest it has already served (:meth:`Tally.job`).
+   ``p`` (Shamir sharing is linear: the sum is its share of the noisy counts) and refuses a second argmax for
+   a request digest it has already served (:meth:`Tally.job`).
 4. The tallies run MPyC (:mod:`dphype.secure.tally_party`): they check that they agree on the request, the
-   contributor set and its size (at least the minimum survivors), add their sums inside the MPC (the noisy
-   counts), compute ``mpc.argmax`` (ties to the lowest index) and open only the index.
+   contributor set and its size (at least the minimum survivors), take their summed shares as MPyC secure
+   integers (MPyC's parties hold exactly such Shamir shares), compute ``mpc.np_argmax`` (ties to the lowest
+   index) and open only the index.
 
 Security (MPyC's model: Shamir secret sharing, honest majority, semi-honest parties). The server sees
 ciphertexts and the index. One tally sees uniformly random shares and the index; the server colluding with
@@ -30,9 +33,9 @@ a private network or MPyC's ``--ssl`` in a deployment. A tally that drops or ans
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import logging
-import secrets
 import socket
 import subprocess
 import sys
@@ -59,28 +62,34 @@ class TallyError(RuntimeError):
     """The secure argmax did not run; nothing was released. The message names the cause."""
 
 
-def _finfields() -> Any:
-    """``mpyc.finfields``, imported without MPyC's side effects on this (host) process: importing the ``mpyc``
-    package parses ``sys.argv`` as MPyC options (a host's own ``--out`` is an ambiguous MPyC option and exits),
-    configures the root logger and installs uvloop's event loop policy. The import sees only ``--no-log
-    --no-uvloop``; the root logger's handlers and level are restored afterwards."""
-    if "mpyc.finfields" not in sys.modules:
+def _mpyc(module: str) -> Any:
+    """``mpyc.<module>`` (``finfields``, ``thresha``), imported without MPyC's side effects on this (host)
+    process: importing the ``mpyc`` package parses ``sys.argv`` as MPyC options (a host's own ``--out`` is an
+    ambiguous MPyC option and exits), configures the root logger and installs uvloop's event loop policy. The
+    import sees only ``--no-log --no-uvloop``; the root logger's handlers and level are restored afterwards."""
+    name = f"mpyc.{module}"
+    if name not in sys.modules:
         argv, root = sys.argv, logging.getLogger()
         handlers, level = root.handlers[:], root.level
         sys.argv = [argv[0] if argv else "dphype", "--no-log", "--no-uvloop"]
         try:
-            import mpyc.finfields  # noqa: F401, PLC0415 - only the argmax path needs MPyC
+            importlib.import_module(name)  # only the argmax path needs MPyC
         finally:
             sys.argv = argv
             root.handlers[:] = handlers
             root.setLevel(level)
-    return sys.modules["mpyc.finfields"]
+    return sys.modules[name]
 
 
 def field_modulus() -> int:
     """The prime of the secure integers: MPyC's own choice for ``SecInt(BIT_LENGTH)`` at ``SEC_PARAM``
     (``mpyc.finfields.find_prime_root(l + k + 2)``, the largest Blum prime below ``2^64``)."""
-    return int(_finfields().find_prime_root(BIT_LENGTH + SEC_PARAM + 2, n=2)[0])
+    return int(_mpyc("finfields").find_prime_root(BIT_LENGTH + SEC_PARAM + 2, n=2)[0])
+
+
+def threshold(parties: int) -> int:
+    """MPyC's default Shamir threshold for ``parties`` parties: ``(parties - 1) // 2`` (honest majority)."""
+    return (int(parties) - 1) // 2
 
 
 def check_committee(public_keys: Sequence[bytes], *, minimum: int = COMMITTEE_SIZE,
@@ -110,13 +119,23 @@ def share_context(request_digest: str, tally: int) -> bytes:
 
 
 def split_shares(values: Any, parties: int, modulus: int) -> list[list[int]]:
-    """``parties`` additive shares of the integer vector ``values`` modulo ``modulus``: the first
-    ``parties - 1`` uniform (``secrets.randbelow``), the last makes the sum ``values mod modulus``."""
-    ints = [int(v) for v in np.asarray(values).reshape(-1)]
-    shares = [[secrets.randbelow(modulus) for _ in ints] for _ in range(parties - 1)]
-    last = [(v - sum(col)) % modulus for v, col in zip(ints, zip(*shares, strict=True), strict=True)] \
-        if shares else [v % modulus for v in ints]
-    return [*shares, last]
+    """Shamir shares of the integer vector ``values`` in ``GF(modulus)`` for ``parties`` tallies, one row per
+    tally (x-coordinates ``1 .. parties``, degree :func:`threshold`), by MPyC's own
+    ``mpyc.thresha.np_random_split`` (coefficients from ``secrets.randbelow``): exactly the sharing MPyC's
+    parties hold, so a tally's row (summed over the clients) is its share of the count vector."""
+    field = _mpyc("finfields").GF(modulus)
+    vector = np.array([int(v) % modulus for v in np.asarray(values).reshape(-1)], dtype=object)
+    rows = _mpyc("thresha").np_random_split(field, vector, threshold(parties), parties)
+    return [[int(v) for v in row] for row in rows]
+
+
+def open_shares(points: dict[int, Sequence[int]], modulus: int) -> list[int]:
+    """The signed integers whose Shamir shares (tally index -> share vector) are ``points``: what any
+    ``threshold + 1`` tallies together could reconstruct (MPyC's ``mpyc.thresha.recombine``). For tests and
+    benchmarks that check the secure argmax; the protocol never opens the counts."""
+    field = _mpyc("finfields").GF(modulus)
+    opened = _mpyc("thresha").recombine(field, [(j + 1, [field(int(v)) for v in row]) for j, row in points.items()])
+    return [int(v) for v in opened]
 
 
 def client_sealed_shares(request_digest: str, noisy_counts: Any, committee: Sequence[bytes]) -> list[bytes]:
@@ -142,13 +161,14 @@ class Tally:
         """The X25519 public key clients seal their shares to."""
         return self.keys.public
 
-    def open_round(self, request_digest: str, size: int, min_contributors: int) -> None:
-        """Start collecting shares of ``size`` entries for one approved request; a request already served
-        (or being collected) is refused: one argmax per request."""
+    def open_round(self, request_digest: str, size: int, min_contributors: int,
+                   parties: int = COMMITTEE_SIZE) -> None:
+        """Start collecting shares of ``size`` entries for one approved request of a ``parties``-tally committee;
+        a request already served (or being collected) is refused: one argmax per request."""
         if request_digest in self._served or (self._round is not None and self._round["request"] == request_digest):
             raise TallyError(f"tally {self.index} refuses a second argmax for request {request_digest[:12]}")
         self._round = {"request": request_digest, "size": int(size), "min": int(min_contributors),
-                       "modulus": field_modulus(), "shares": {}}
+                       "modulus": field_modulus(), "threshold": threshold(parties), "shares": {}}
 
     def receive(self, contributor: str, sealed: bytes) -> None:
         """Open one client's sealed share of the current request; refuses a share for another request or
@@ -183,7 +203,8 @@ class Tally:
         for name in contributors:
             total = [(a + int(b)) % rnd["modulus"] for a, b in zip(total, rnd["shares"][name], strict=True)]
         digest = hashlib.sha256(json.dumps(contributors).encode()).hexdigest()
-        return {"modulus": rnd["modulus"], "bit_length": BIT_LENGTH, "share": total, "request": rnd["request"],
+        return {"modulus": rnd["modulus"], "bit_length": BIT_LENGTH, "threshold": rnd["threshold"],
+                "share": total, "request": rnd["request"],
                 "contributors": digest, "count": len(contributors), "min_contributors": rnd["min"]}
 
 

@@ -14,14 +14,13 @@ imported, hence the separate process); :func:`dphype.secure.tally.secure_argmax`
 machine, a deployment starts one per tally host with the same command.
 
 The MPC (honest majority, Shamir sharing with threshold ``t = (parties - 1) // 2``, MPyC's security model:
-semi-honest parties, private channels assumed): every party inputs its share vector as secret-shared
-``SecInt`` values of the field ``GF(modulus)``; their sum is the noisy count vector (additive shares mod the
-field prime); ``mpc.np_argmax`` (secure comparisons, vectorised; ties go to the lowest index, as
-``np.argmax``, checked in tests/test_tally.py) gives the winner, and only that index is opened. Before any
-input the parties exchange (publicly: none of these is secret) the request digest, the contributor-set
-digest, its size and the vector length with ``mpc.transfer``; any difference, or fewer contributors than
-the minimum, aborts without computing anything.
-"""
+semi-honest parties, private channels assumed): every party's share vector is its Shamir share (x-coordinate
+``index + 1``, degree ``t``: the clients split with MPyC's ``np_random_split``) of the noisy count vector in
+the field ``GF(modulus)`` of ``SecInt``, so it is used as a secure array directly; ``mpc.np_argmax`` (secure
+comparisons, vectorised; ties go to the lowest index, as ``np.argmax``, checked in tests/test_tally.py) gives
+the winner, and only that index is opened. Before any input the parties exchange (publicly: none of these is
+secret) the request digest, the contributor-set digest, its size and the vector length with ``mpc.transfer``;
+any difference, or fewer contributors than the minimum, aborts without computing anything."""
 
 from __future__ import annotations
 
@@ -69,12 +68,11 @@ def main() -> int:
             await mpc.shutdown()
             return {"error": error}
         secint = mpc.SecInt(int(job["bit_length"]), p=modulus)
-        half = modulus // 2
-        centred = np.array([v - modulus if v > half else v for v in share], dtype=np.int64)  # signed in GF(p)
-        inputs = mpc.input(secint.array(centred))  # one secret-shared array per party
-        counts = inputs[0]
-        for other in inputs[1:]:
-            counts = counts + other
+        if mpc.threshold != int(job["threshold"]):
+            await mpc.shutdown()
+            return {"error": f"MPyC threshold {mpc.threshold} is not the clients' Shamir degree {job['threshold']}"}
+        # this party's Shamir share of every noisy count (the clients' shares summed): a secure array as is
+        counts = secint.array(secint.field.array(np.array(share, dtype=object)))
         opened = await mpc.output(mpc.np_argmax(counts))
         done = time.perf_counter()
         await mpc.shutdown()
