@@ -17,8 +17,9 @@ import os as _os
 # user's own setting wins.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from importlib import import_module as _import_module  # noqa: E402
 from typing import TYPE_CHECKING  # noqa: E402
+
+from dphype._exports import lazy_getattr  # noqa: E402
 
 #: Public name -> the module that defines it. Imported on first use (PEP 562), so that a process that needs
 #: only part of dphype (a ClientApp process serving one SecAgg+ stage, the console script) does not import
@@ -53,12 +54,7 @@ if TYPE_CHECKING:
     from dphype.selection.voting import raw_score_votes, top_k_votes
 
 
-def __getattr__(name: str) -> object:
-    if name in _EXPORTS:
-        value = getattr(_import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'dphype' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _EXPORTS, globals())
 
 
 __version__ = "0.1.0"

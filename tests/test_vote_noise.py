@@ -18,6 +18,7 @@ import pytest
 from flwr.clientapp import ClientApp
 from guard_helpers import PERMISSIVE
 from scipy.stats import chi2, kstest, norm, skellam
+from test_flower import TableTask
 
 from dphype.config import DPHypeConfig
 from dphype.flower import DPHype, register_dphype
@@ -81,18 +82,6 @@ def test_noisy_vote_adds_a_share_of_variance_sigma2_over_1_minus_xi_n(noise):
 
 
 # ----------------------------------------------------------------- the client handler, through the Flower adapter
-class Row:
-    maximize = True
-
-    def __init__(self, scores) -> None:
-        self.scores = scores
-
-    def score(self, candidates):
-        if isinstance(self.scores, Exception):
-            raise self.scores
-        return self.scores
-
-
 BIG = candidate_grid(a=list(range(1000)))
 
 
@@ -102,7 +91,7 @@ def test_what_clients_send_and_the_release_carry_the_calibrated_noise(noise, rec
     clients, dropout, runs = 10, 0.3, 4
     rows = [np.arange(len(BIG), dtype=np.float64)] * 7 + [RuntimeError("refuses")] * 3
     app = ClientApp()
-    register_dphype(app, lambda ctx: Row(rows[int(ctx.node_config["partition-id"])]))
+    register_dphype(app, lambda ctx: TableTask(rows[int(ctx.node_config["partition-id"])]))
     config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=3, clients=clients, dropout=dropout, noise=noise, rule="argmax")
     selection = DPHype(BIG, config)
     sigma = selection.request.sigma  # the announced total std; the shares must add up to it

@@ -14,8 +14,9 @@
 * :mod:`dphype.flower.secagg` -- DP-Hype's own SecAgg+ (:mod:`dphype.secure.secagg`) on the Message API.
 """
 
-from importlib import import_module as _import_module
 from typing import TYPE_CHECKING
+
+from dphype._exports import lazy_getattr
 
 #: Public name -> its module, imported on first use (PEP 562): a ClientApp imports the client handlers without
 #: the server, the DP-FedAvg wrappers and their accountants.
@@ -38,12 +39,7 @@ if TYPE_CHECKING:
     from dphype.flower.training import ClippingError, TrainingBudget, check_private_training, private_training
 
 
-def __getattr__(name: str) -> object:
-    if name in _EXPORTS:
-        value = getattr(_import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'dphype.flower' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _EXPORTS, globals())
 
 
 __all__ = ["ClippingError", "DPHype", "PreflightError", "TrainingBudget", "check_private_training", "private_training",

@@ -1,0 +1,23 @@
+"""Lazy re-exports (PEP 562) for :mod:`dphype` and :mod:`dphype.flower`: a public name is imported from its home
+module on first use, so a process that needs one part (a ClientApp serving a protocol stage) does not import the
+rest (torch, scipy's solvers, Flower's server side)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from importlib import import_module
+from typing import Any
+
+
+def lazy_getattr(package: str, exports: Mapping[str, str], namespace: dict[str, Any]) -> Callable[[str], object]:
+    """The module-level ``__getattr__`` of ``package``: ``exports`` maps each public name to its home module; a
+    name is imported once and then cached in ``namespace`` (the package's ``globals()``)."""
+
+    def __getattr__(name: str) -> object:
+        if name in exports:
+            value = getattr(import_module(exports[name]), name)
+            namespace[name] = value
+            return value
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__
