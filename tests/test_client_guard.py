@@ -32,7 +32,7 @@ from dphype.flower.secagg import RECORD_KEY as STAGE_KEY
 from dphype.flower.secagg import run_secure_sum
 from dphype.flower.server import PREFLIGHT_MESSAGE_TYPE
 from dphype.node.ledger import Ledger
-from dphype.node.policy import POLICY_ENV, NodePolicy, PolicyError, default_ledger_path
+from dphype.node.policy import POLICY_ENV, NodePolicy, PolicyError, check_vote_request, default_ledger_path
 from dphype.privacy.accounting import mechanism_epsilon, vote_sensitivity
 from dphype.privacy.noise import client_noise_std
 from dphype.protocol import VoteRequest
@@ -220,6 +220,38 @@ def test_issue_13_request_switched_between_stages_aborts_the_round():
     assert votes_spent() == [0] * N  # no vote computed, nothing recorded, nothing released
     # the next honest run starts afresh from a new pre-flight
     assert honest.start(LocalGrid(client_app(scores_table(N)), N)).report.survivors == N
+
+
+def test_the_vote_charges_the_guarantee_the_preflight_approved_without_checking_it_again(monkeypatch):
+    import dphype.flower.client as client
+
+    checked: list[float] = []
+
+    def counted(request, policy):
+        checked.append(request.config.epsilon)
+        return check_vote_request(request, policy)
+
+    monkeypatch.setattr(client, "check_vote_request", counted)
+    selection = DPHype(CANDS, config(clients=N))
+    selection.start(LocalGrid(client_app(scores_table(N)), N))
+    assert checked == [1.0] * N  # once per node, in the pre-flight; the vote's process reuses its result
+    expected = check_vote_request(selection.request, NodePolicy())
+    for pid in range(N):
+        (entry,) = Ledger(default_ledger_path(pid)).entries()
+        assert entry.request == selection.request.digest()
+        assert (entry.epsilon, entry.total_std, entry.survivors) == (expected.epsilon, expected.total_std, N)
+        assert recorded_epsilon(pid) >= released_epsilon(selection.request, N) * (1 - 1e-9)
+
+
+def test_a_policy_tightened_between_preflight_and_vote_is_enforced_at_the_vote(monkeypatch):
+    def tighten(stage: str, grid: LocalGrid) -> None:
+        if stage == "masked_input":  # the operator lowers the node's limit while the round runs
+            monkeypatch.setenv(POLICY_ENV, "dphype-max-epsilon=0.5")
+
+    grid = TamperingGrid(client_app(scores_table(N)), N, before=tighten)
+    with pytest.raises(SecureSumError, match=f"{N} x Refusal: policy: this node's privacy policy does not admit"):
+        DPHype(CANDS, config(clients=N)).start(grid)
+    assert votes_spent() == [0] * N
 
 
 def approve_raw(grid: LocalGrid, selection: DPHype) -> list[dict]:

@@ -17,9 +17,12 @@ set by whoever runs the node, never by the server; :func:`node_policy`) against 
   request approved in the pre-flight, with that request's ``n`` and ``xi`` and the policy's
   ``dphype-min-neighbours``; every stage is checked before it is answered, and a stage out of order,
   repeated or for another request aborts the round. In the masked-input stage, once the neighbours'
-  shares have been decrypted and checked, the request is checked again, turned into top-k votes plus a
-  fresh noise share from the secure generator (:func:`dphype.protocol.noisy_vote`), recorded in the
-  node's ledger (:meth:`dphype.node.ledger.Ledger.spend`) and only then masked and sent. A pre-flight
+  shares have been decrypted and checked, the request is turned into top-k votes plus a fresh noise share
+  from the secure generator (:func:`dphype.protocol.noisy_vote`), its guarantee recorded in the node's
+  ledger (:meth:`dphype.node.ledger.Ledger.spend`, which checks the lifetime budget again) and only then
+  masked and sent. The guarantee is the one the pre-flight computed for this request (bound to it by its
+  digest) under this node's policy, kept in the context state; if the policy changed since, the request
+  is checked again (:func:`_approved_guarantee`). A pre-flight
   that arrives during a round aborts it. Any refusal makes the node drop out of the round, and the
   server sees only the sanitized reason (:func:`_sanitized`).
 
@@ -33,6 +36,8 @@ to the tally committee) and, on nodes configured as tallies, ``query.dphype_tall
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import os
 import shlex
@@ -40,7 +45,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
@@ -52,7 +57,7 @@ from dphype.flower.secagg import abort_round, round_in_progress, secure_vote_rep
 from dphype.flower.tally import register_tally, register_winner_vote
 from dphype.ml.task import Task
 from dphype.node.ledger import Ledger
-from dphype.node.policy import POLICY_ENV, REMEDIES, NodePolicy, PolicyError, check_vote_request
+from dphype.node.policy import POLICY_ENV, REMEDIES, NodePolicy, PolicyError, VoteGuarantee, check_vote_request
 from dphype.protocol import Refusal, VoteRequest, as_refusal, noisy_vote, score_candidates
 from dphype.secure.secagg import Approval
 
@@ -65,6 +70,9 @@ RECORD_KEY = "dphype"
 SCORES_KEY = "dphype.scores"
 #: Context-state key of the approved request itself (its record, :meth:`dphype.protocol.VoteRequest.to_record`).
 REQUEST_KEY = "dphype.request"
+#: Context-state key of the approved request's guarantee (:class:`dphype.node.policy.VoteGuarantee`) and of the
+#: policy it was computed under.
+GUARANTEE_KEY = "dphype.guarantee"
 #: Refusal codes that would tell the server which of the node's limits a request crossed.
 POLICY_CODES = frozenset({"policy_epsilon", "policy_delta", "policy_clients", "lifetime_budget"})
 
@@ -226,6 +234,8 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
         _forget(context)
         context.state.array_records[SCORES_KEY] = ArrayRecord({"scores": Array(scores)})
         context.state.config_records[REQUEST_KEY] = ConfigRecord(request.to_record())
+        context.state.config_records[GUARANTEE_KEY] = ConfigRecord(
+            {**dataclasses.asdict(guarantee), "policy": _policy_fingerprint(limits)})
         context.state.config_records[RECORD_KEY] = ConfigRecord(
             {"digest": request.digest(), "maximize": bool(task.maximize), "clients": request.config.clients,
              "dropout": request.config.dropout})
@@ -238,7 +248,8 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
             limits = _resolve(policy, context)
             approved = context.state.config_records.get(RECORD_KEY)
             record = context.state.config_records.get(REQUEST_KEY)
-            if approved is None or record is None:
+            checked = context.state.config_records.get(GUARANTEE_KEY)
+            if approved is None or record is None or checked is None:
                 raise Refusal("malformed_request", "no vote request was approved in a pre-flight")
             request = VoteRequest.from_record(record)
             digest = str(approved["digest"])
@@ -250,7 +261,7 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
             def cast_vote(clipping_range: int) -> np.ndarray:
                 if SCORES_KEY not in context.state.array_records:
                     raise Refusal("malformed_request", "this node already voted on the approved request")
-                guarantee = check_vote_request(request, limits)
+                guarantee = _approved_guarantee(checked, request, limits)
                 scores = context.state.array_records[SCORES_KEY]["scores"].numpy()
                 vector = noisy_vote(request, scores, maximize=bool(approved["maximize"]),
                                     clipping_range=clipping_range)
@@ -274,8 +285,24 @@ def _forget(context: Context) -> None:
     """Drop any earlier approval, its scores and any round: a pre-flight starts afresh."""
     abort_round(context)
     context.state.array_records.pop(SCORES_KEY, None)
-    for key in (RECORD_KEY, REQUEST_KEY):
+    for key in (RECORD_KEY, REQUEST_KEY, GUARANTEE_KEY):
         context.state.config_records.pop(key, None)
+
+
+def _policy_fingerprint(limits: NodePolicy) -> str:
+    return json.dumps(limits.to_dict(), sort_keys=True, default=str)
+
+
+def _approved_guarantee(checked: ConfigRecord, request: VoteRequest, limits: NodePolicy) -> VoteGuarantee:
+    """The guarantee of the approved ``request`` under this node's policy ``limits``: the one the pre-flight
+    computed (``checked``; the request is the approved one, bound by its digest) while the policy is unchanged,
+    else :func:`dphype.node.policy.check_vote_request` afresh (which refuses what the new policy does not admit).
+    Reusing it spares the vote's process the accountant's solvers; the lifetime budget is checked at charge
+    time by :meth:`dphype.node.ledger.Ledger.spend` either way."""
+    if checked.get("policy") != _policy_fingerprint(limits):
+        return check_vote_request(request, limits)
+    stored = {f.name: checked[f.name] for f in dataclasses.fields(VoteGuarantee)}  # written by this node
+    return VoteGuarantee(**cast(dict[str, Any], stored))
 
 
 def _log_progress(done: int, total: int) -> None:
