@@ -36,6 +36,7 @@ from dphype.node.policy import POLICY_ENV, NodePolicy, PolicyError, check_vote_r
 from dphype.privacy.accounting import mechanism_epsilon, vote_sensitivity
 from dphype.privacy.noise import client_noise_std
 from dphype.protocol import VoteRequest
+from dphype.secure import secagg as secagg_protocol
 from dphype.secure.secure_sum import SecureSumError
 
 N = 10
@@ -259,6 +260,29 @@ def approve_raw(grid: LocalGrid, selection: DPHype) -> list[dict]:
     replies = LocalGrid.send_and_receive(grid, [Message(content, nid, PREFLIGHT_MESSAGE_TYPE)
                                                 for nid in grid.get_node_ids()])
     return [dict(r.content[RECORD_KEY]) for r in replies]
+
+
+def test_the_rounds_first_stage_rides_on_the_preflight_bound_to_the_approved_request():
+    selection = DPHype(CANDS, config(clients=N))
+    grid = LocalGrid(client_app(scores_table(N)), N)
+    approve(grid, selection)  # an approval whose round never started is replaced by the next pre-flight
+    assert selection.start(grid).report.survivors == N
+    stages = [str(m.content.config_records[STAGE_KEY]["stage"]) for m in grid.sent[N:]]
+    assert stages == [s for s in ("advertise", "share_keys", "masked_input", "consistency", "unmask") for _ in range(N)]
+    assert {m.metadata.message_type for m in grid.sent[N:2 * N]} == {PREFLIGHT_MESSAGE_TYPE}
+    keys = [dict(r.content.config_records[STAGE_KEY]) for r in grid.replies[N:2 * N]]
+    assert all(r.content.config_records[RECORD_KEY]["status"] == "ready" for r in grid.replies[N:2 * N])
+    assert all(len(k["c_key"]) == len(k["s_key"]) == len(k["g_key"]) == 32 for k in keys)
+    # an advertise for another request than the one the pre-flight carries is refused, and nothing is approved
+    other = secagg_protocol.message("advertise", round=bytes(16), request="ff" * 32)
+    content = RecordDict({RECORD_KEY: ConfigRecord(selection.request.to_record()), STAGE_KEY: ConfigRecord(other)})
+    replies = grid.send_and_receive([Message(content, nid, PREFLIGHT_MESSAGE_TYPE) for nid in grid.get_node_ids()])
+    assert {(r.content[RECORD_KEY]["status"], r.content[RECORD_KEY]["code"]) for r in replies} == {
+        ("refused", "secagg_round")}
+    assert all(STAGE_KEY not in r.content.config_records for r in replies)
+    with pytest.raises(SecureSumError, match=f"{N} x Refusal: malformed_request: no vote request was approved"):
+        vote_round(grid, selection, sorted(grid.get_node_ids()))
+    assert votes_spent() == [1] * N
 
 
 def test_issue_13_forged_share_ciphertexts_charge_no_budget():

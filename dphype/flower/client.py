@@ -11,7 +11,9 @@ set by whoever runs the node, never by the server; :func:`node_policy`) against 
   minimum clients, the guarantee of the noise it is asked to add) and the node's lifetime budget
   (:meth:`dphype.node.ledger.Ledger.check`), then score every candidate with the user's task
   (:func:`dphype.protocol.score_candidates`) and keep the scores in the node's context state; answer
-  ``ready`` or a refusal (a reason code and a short message without data values);
+  ``ready`` or a refusal (a reason code and a short message without data values). A pre-flight that carries
+  the secure vote's first stage (``advertise``, :func:`dphype.flower.secagg.advertise_record`) gets this
+  node's fresh round keys beside ``ready``, bound to the request just approved;
 * ``train.dphype`` (the secure vote): the stages of DP-Hype's SecAgg+ (:mod:`dphype.secure.secagg`,
   through :func:`dphype.flower.secagg.secure_vote_reply`). The round is bound at its first stage to the
   request approved in the pre-flight, with that request's ``n`` and ``xi`` and the policy's
@@ -53,7 +55,8 @@ from flwr.clientapp import ClientApp
 from flwr.common import log
 from flwr.common.config import parse_config_args
 
-from dphype.flower.secagg import abort_round, round_in_progress, secure_vote_reply
+from dphype.flower.secagg import RECORD_KEY as STAGE_KEY
+from dphype.flower.secagg import abort_round, round_in_progress, secure_vote_reply, stage_reply
 from dphype.flower.tally import register_tally, register_winner_vote
 from dphype.ml.task import Task
 from dphype.node.ledger import Ledger
@@ -239,8 +242,15 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
         context.state.config_records[RECORD_KEY] = ConfigRecord(
             {"digest": request.digest(), "maximize": bool(task.maximize), "clients": request.config.clients,
              "dropout": request.config.dropout})
-        ready = ConfigRecord({"status": "ready", "ledger": limits.ledger_scope})
-        return Message(RecordDict({RECORD_KEY: ready}), reply_to=msg)
+        answer = RecordDict({RECORD_KEY: ConfigRecord({"status": "ready", "ledger": limits.ledger_scope})})
+        advertise = msg.content.config_records.get(STAGE_KEY)
+        if advertise is not None:  # the secure vote's first stage rides on the pre-flight
+            try:
+                answer[STAGE_KEY] = stage_reply(advertise, context, _approval(request, limits), _no_vote)
+            except Exception as err:  # noqa: BLE001 - answered as a sanitized refusal
+                _forget(context)
+                return _refused(msg, _sanitized("request", err))
+        return Message(answer, reply_to=msg)
 
     @app.train(ACTION)
     def vote(msg: Message, context: Context) -> Message:
@@ -255,8 +265,7 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
             digest = str(approved["digest"])
             if request.digest() != digest:
                 raise Refusal("malformed_request", "the stored request is not the one approved in the pre-flight")
-            approval = Approval(request=digest, clients=request.config.clients, survivors=request.min_survivors,
-                                size=len(request.candidates), min_neighbours=limits.min_neighbours)
+            approval = _approval(request, limits)
 
             def cast_vote(clipping_range: int) -> np.ndarray:
                 if SCORES_KEY not in context.state.array_records:
@@ -287,6 +296,17 @@ def _forget(context: Context) -> None:
     context.state.array_records.pop(SCORES_KEY, None)
     for key in (RECORD_KEY, REQUEST_KEY, GUARANTEE_KEY):
         context.state.config_records.pop(key, None)
+
+
+def _approval(request: VoteRequest, limits: NodePolicy) -> Approval:
+    """What this node approved of ``request`` for its secure vote round, with its policy's ``min_neighbours``."""
+    return Approval(request=request.digest(), clients=request.config.clients, survivors=request.min_survivors,
+                    size=len(request.candidates), min_neighbours=limits.min_neighbours)
+
+
+def _no_vote(clipping_range: int) -> np.ndarray:
+    """The vote callback of the pre-flight's ``advertise`` stage, which casts no vote."""
+    raise Refusal("secagg_round", "no vote is cast in the pre-flight")
 
 
 def _policy_fingerprint(limits: NodePolicy) -> str:
