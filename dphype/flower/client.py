@@ -14,19 +14,20 @@ set by whoever runs the node, never by the server; :func:`node_policy`) against 
   ``ready`` or a refusal (a reason code and a short message without data values). A pre-flight that carries
   the secure vote's first stage (``advertise``, :func:`dphype.flower.secagg.advertise_record`) gets this
   node's fresh round keys beside ``ready``, bound to the request just approved;
-* ``train.dphype`` (the secure vote): the stages of DP-Hype's SecAgg+ (:mod:`dphype.secure.secagg`,
-  through :func:`dphype.flower.secagg.secure_vote_reply`). The round is bound at its first stage to the
-  request approved in the pre-flight, with that request's ``n`` and ``xi`` and the policy's
-  ``dphype-min-neighbours``; every stage is checked before it is answered, and a stage out of order,
-  repeated or for another request aborts the round. In the masked-input stage, once the neighbours'
-  shares have been decrypted and checked, the request is turned into top-k votes plus a fresh noise share
-  from the secure generator (:func:`dphype.protocol.noisy_vote`), its guarantee recorded in the node's
-  ledger (:meth:`dphype.node.ledger.Ledger.spend`, which checks the lifetime budget again) and only then
-  masked and sent. The guarantee is the one the pre-flight computed for this request (bound to it by its
-  digest) under this node's policy, kept in the context state; if the policy changed since, the request
-  is checked again (:func:`_approved_guarantee`). A pre-flight
-  that arrives during a round aborts it. Any refusal makes the node drop out of the round, and the
-  server sees only the sanitized reason (:func:`_sanitized`).
+* ``train.dphype`` (the secure vote): the stages of DP-Hype's SecAgg+ (:mod:`dphype.secure.secagg`, through
+  :func:`dphype.flower.secagg.secure_vote_reply`). The round is bound at its first stage (answered in the
+  pre-flight, or in a restart's ``advertise``) to the request approved in the pre-flight, with that request's
+  ``n`` and ``xi`` and the policy's ``dphype-min-neighbours``; every stage is checked before it is answered,
+  and a stage out of order, repeated or for another request aborts the round. In the masked-input stage, once
+  the neighbours' shares have been decrypted and checked, the request is turned into top-k votes plus a fresh
+  noise share from the secure generator (:func:`dphype.protocol.noisy_vote`), its guarantee recorded in the
+  node's ledger (:meth:`dphype.node.ledger.Ledger.spend`, which checks the lifetime budget again) and only
+  then masked and sent. The guarantee is the one the pre-flight computed for this request (bound to it by its
+  digest) under this node's policy, kept in the context state; if the policy changed since, the request is
+  checked again (:func:`_approved_guarantee`). A pre-flight that arrives during a round past its ``advertise``
+  stage is refused and aborts it (one still at ``advertise`` has sent public keys only and is replaced). Any
+  refusal makes the node drop out of the round, and the server sees only the sanitized reason
+  (:func:`_sanitized`).
 
 Refusals reach the server coarse: the node's own limits and budget (``policy_*``, ``lifetime_budget``)
 become the single code ``policy``, so the reply does not say which limit a request crossed; the node's
