@@ -10,7 +10,8 @@
    ``config.min_success``) -- before any client works; then it waits for ``n`` nodes (logging how many are
    connected every 5 s), runs the pre-flight
    (``query.dphype``: every client checks the request against its own candidate list, task and limits,
-   scores the candidates and answers ready or a reason), and aborts with one error counting the reasons
+   scores the candidates and answers ready, with its keys for the secure vote's first stage, or a reason),
+   and aborts with one error counting the reasons
    when fewer than ``ceil((1 - xi) n)`` clients are ready -- nothing is sent in the vote round then;
 3. one round of DP-Hype's SecAgg+ (``train.dphype``, :mod:`dphype.secure.secagg`) over the ready clients
    returns the exact noisy vote sum (:func:`dphype.flower.secagg.run_secure_sum`), unmasked only if enough
