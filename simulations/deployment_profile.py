@@ -9,7 +9,9 @@ time it arrived. The stages come from the ServerApp's own log lines (:mod:`dphyp
 * ``start``: from ``flwr run`` to ``Starting DPHype`` (FAB upload, ServerApp process start and imports);
 * ``wait for nodes``: to the pre-flight being sent (all ``clients`` nodes connected);
 * ``pre-flight``: every node checks the request and scores every candidate (ClientApp processes start here);
-* ``secagg: keys``, ``secagg: masked votes``, ``secagg: unmask + release``: the SecAgg+ stages and the release;
+* ``secure vote``: our SecAgg+ round (:func:`dphype.flower.secagg.run_secure_sum`), split into its stages
+  (``secagg: advertise``, ``secagg: share_keys``, ``secagg: masked_input``, ``secagg: consistency``,
+  ``secagg: unmask``, as the server logs them) and ``release`` (decoding, the selection rule, the report);
 * ``selection``: the sum of the above from ``Starting DPHype`` (what the issue's goal bounds);
 * ``fedavg``: the final training (one round, by default) until the result line.
 
@@ -40,9 +42,8 @@ MARKERS: tuple[tuple[str, str], ...] = (
     ("start", r"Starting DPHype\("),
     ("wait for nodes", r"DP-Hype pre-flight: sending the request"),
     ("pre-flight", r"DP-Hype pre-flight: \d+ of \d+ clients ready"),
-    ("secagg: keys", r"DP-Hype secure vote: \d+ of \d+ clients sent their public keys"),
-    ("secagg: masked votes", r"DP-Hype secure vote: masked vote vectors received"),
-    ("secagg: unmask + release", r"DP-Hype selected candidate"),
+    ("secure vote", r"DP-Hype secure vote: \d+ of \d+ clients contributed"),
+    ("release", r"DP-Hype selected candidate"),
     ("fedavg", r"DPHYPE_RESULT "),
 )
 
@@ -73,8 +74,11 @@ def stages(stamped: list[tuple[float, str]], started: float) -> dict[str, float]
             break
         out[name] = hit - previous
         previous = hit
-    if "secagg: unmask + release" in out:
-        out["selection"] = sum(out[name] for name, _ in MARKERS[1:6])
+    if "release" in out:
+        out["selection"] = sum(out[name] for name, _ in MARKERS[1:5])
+        line = next(line for _, line in stamped if re.search(MARKERS[3][1], line))
+        for stage, seconds in re.findall(r"(\w+) (\d+\.\d+) s", line):
+            out[f"secagg: {stage}"] = float(seconds)
     return out
 
 

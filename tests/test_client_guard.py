@@ -32,10 +32,11 @@ from dphype.flower.secagg import RECORD_KEY as STAGE_KEY
 from dphype.flower.secagg import run_secure_sum
 from dphype.flower.server import PREFLIGHT_MESSAGE_TYPE
 from dphype.node.ledger import Ledger
-from dphype.node.policy import POLICY_ENV, NodePolicy, PolicyError, default_ledger_path
+from dphype.node.policy import POLICY_ENV, NodePolicy, PolicyError, check_vote_request, default_ledger_path
 from dphype.privacy.accounting import mechanism_epsilon, vote_sensitivity
 from dphype.privacy.noise import client_noise_std
 from dphype.protocol import VoteRequest
+from dphype.secure import secagg as secagg_protocol
 from dphype.secure.secure_sum import SecureSumError
 
 N = 10
@@ -222,11 +223,66 @@ def test_issue_13_request_switched_between_stages_aborts_the_round():
     assert honest.start(LocalGrid(client_app(scores_table(N)), N)).report.survivors == N
 
 
+def test_the_vote_charges_the_guarantee_the_preflight_approved_without_checking_it_again(monkeypatch):
+    import dphype.flower.client as client
+
+    checked: list[float] = []
+
+    def counted(request, policy):
+        checked.append(request.config.epsilon)
+        return check_vote_request(request, policy)
+
+    monkeypatch.setattr(client, "check_vote_request", counted)
+    selection = DPHype(CANDS, config(clients=N))
+    selection.start(LocalGrid(client_app(scores_table(N)), N))
+    assert checked == [1.0] * N  # once per node, in the pre-flight; the vote's process reuses its result
+    expected = check_vote_request(selection.request, NodePolicy())
+    for pid in range(N):
+        (entry,) = Ledger(default_ledger_path(pid)).entries()
+        assert entry.request == selection.request.digest()
+        assert (entry.epsilon, entry.total_std, entry.survivors) == (expected.epsilon, expected.total_std, N)
+        assert recorded_epsilon(pid) >= released_epsilon(selection.request, N) * (1 - 1e-9)
+
+
+def test_a_policy_tightened_between_preflight_and_vote_is_enforced_at_the_vote(monkeypatch):
+    def tighten(stage: str, grid: LocalGrid) -> None:
+        if stage == "masked_input":  # the operator lowers the node's limit while the round runs
+            monkeypatch.setenv(POLICY_ENV, "dphype-max-epsilon=0.5")
+
+    grid = TamperingGrid(client_app(scores_table(N)), N, before=tighten)
+    with pytest.raises(SecureSumError, match=f"{N} x Refusal: policy: this node's privacy policy does not admit"):
+        DPHype(CANDS, config(clients=N)).start(grid)
+    assert votes_spent() == [0] * N
+
+
 def approve_raw(grid: LocalGrid, selection: DPHype) -> list[dict]:
     content = RecordDict({RECORD_KEY: ConfigRecord(selection.request.to_record())})
     replies = LocalGrid.send_and_receive(grid, [Message(content, nid, PREFLIGHT_MESSAGE_TYPE)
                                                 for nid in grid.get_node_ids()])
     return [dict(r.content[RECORD_KEY]) for r in replies]
+
+
+def test_the_rounds_first_stage_rides_on_the_preflight_bound_to_the_approved_request():
+    selection = DPHype(CANDS, config(clients=N))
+    grid = LocalGrid(client_app(scores_table(N)), N)
+    approve(grid, selection)  # an approval whose round never started is replaced by the next pre-flight
+    assert selection.start(grid).report.survivors == N
+    stages = [str(m.content.config_records[STAGE_KEY]["stage"]) for m in grid.sent[N:]]
+    assert stages == [s for s in ("advertise", "share_keys", "masked_input", "consistency", "unmask") for _ in range(N)]
+    assert {m.metadata.message_type for m in grid.sent[N:2 * N]} == {PREFLIGHT_MESSAGE_TYPE}
+    keys = [dict(r.content.config_records[STAGE_KEY]) for r in grid.replies[N:2 * N]]
+    assert all(r.content.config_records[RECORD_KEY]["status"] == "ready" for r in grid.replies[N:2 * N])
+    assert all(len(k["c_key"]) == len(k["s_key"]) == len(k["g_key"]) == 32 for k in keys)
+    # an advertise for another request than the one the pre-flight carries is refused, and nothing is approved
+    other = secagg_protocol.message("advertise", round=bytes(16), request="ff" * 32)
+    content = RecordDict({RECORD_KEY: ConfigRecord(selection.request.to_record()), STAGE_KEY: ConfigRecord(other)})
+    replies = grid.send_and_receive([Message(content, nid, PREFLIGHT_MESSAGE_TYPE) for nid in grid.get_node_ids()])
+    assert {(r.content[RECORD_KEY]["status"], r.content[RECORD_KEY]["code"]) for r in replies} == {
+        ("refused", "secagg_round")}
+    assert all(STAGE_KEY not in r.content.config_records for r in replies)
+    with pytest.raises(SecureSumError, match=f"{N} x Refusal: malformed_request: no vote request was approved"):
+        vote_round(grid, selection, sorted(grid.get_node_ids()))
+    assert votes_spent() == [1] * N
 
 
 def test_issue_13_forged_share_ciphertexts_charge_no_budget():

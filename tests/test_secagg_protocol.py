@@ -131,6 +131,26 @@ def test_round_sums_exactly_at_500_with_dropouts_at_every_stage() -> None:
     _exact(fed, result)
 
 
+def test_a_round_started_by_the_preflights_advertise_sums_exactly_and_restarts_with_its_own() -> None:
+    fed = Federation(12, dropout=0.25)
+    round_id = sa.new_round_id()
+    carried = sa.message("advertise", round=round_id, request=REQUEST)
+    keys = {node: fed.step(node, carried) for node in fed.ids}  # what the pre-flight's replies carry
+    sent: list[str] = []
+    send = fed.send({"share_keys": {fed.ids[5]}})  # a node lost before sharing its keys forces a restart
+
+    def record(stage: str, messages: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+        sent.append(stage)
+        return send(stage, messages)
+
+    result, server = sa.run_round(fed.ids, record, request=REQUEST, size=SIZE, min_survivors=fed.survivors,
+                                  graph_for=fed.graph_for, advertised=sa.Advertised(round_id, keys))
+    # the first attempt starts at share_keys under the pre-flight's round id; the restart advertises anew
+    assert sent[:2] == ["share_keys", "advertise"] and sent.count("advertise") == 1
+    assert server.round_id != round_id and set(result.survivors) == set(fed.ids) - {fed.ids[5]}
+    _exact(fed, result)
+
+
 def test_too_many_dropouts_release_nothing() -> None:
     fed = Federation(10, dropout=0.2)
     with pytest.raises(TooFewSurvivorsError):
@@ -311,7 +331,7 @@ def test_round_for_another_request_or_version_is_refused() -> None:
     with pytest.raises(Refusal, match="another request"):
         fed.step(node, sa.message("advertise", round=bytes(16), request="ff" * 32))
     with pytest.raises(Refusal, match="version"):
-        fed.step(node, {**sa.message("advertise", round=bytes(16), request=REQUEST), "version": 2})
+        fed.step(node, {**sa.message("advertise", round=bytes(16), request=REQUEST), "version": sa.VERSION - 1})
     fed.step(node, sa.message("advertise", round=bytes(16), request=REQUEST))
     changed = dataclasses.replace(fed.approval, request="ff" * 32)
     with pytest.raises(Refusal, match="changed during the round"):

@@ -11,17 +11,23 @@ set by whoever runs the node, never by the server; :func:`node_policy`) against 
   minimum clients, the guarantee of the noise it is asked to add) and the node's lifetime budget
   (:meth:`dphype.node.ledger.Ledger.check`), then score every candidate with the user's task
   (:func:`dphype.protocol.score_candidates`) and keep the scores in the node's context state; answer
-  ``ready`` or a refusal (a reason code and a short message without data values);
-* ``train.dphype`` (the secure vote): the stages of DP-Hype's SecAgg+ (:mod:`dphype.secure.secagg`,
-  through :func:`dphype.flower.secagg.secure_vote_reply`). The round is bound at its first stage to the
-  request approved in the pre-flight, with that request's ``n`` and ``xi`` and the policy's
-  ``dphype-min-neighbours``; every stage is checked before it is answered, and a stage out of order,
-  repeated or for another request aborts the round. In the masked-input stage, once the neighbours'
-  shares have been decrypted and checked, the request is checked again, turned into top-k votes plus a
-  fresh noise share from the secure generator (:func:`dphype.protocol.noisy_vote`), recorded in the
-  node's ledger (:meth:`dphype.node.ledger.Ledger.spend`) and only then masked and sent. A pre-flight
-  that arrives during a round aborts it. Any refusal makes the node drop out of the round, and the
-  server sees only the sanitized reason (:func:`_sanitized`).
+  ``ready`` or a refusal (a reason code and a short message without data values). A pre-flight that carries
+  the secure vote's first stage (``advertise``, :func:`dphype.flower.secagg.advertise_record`) gets this
+  node's fresh round keys beside ``ready``, bound to the request just approved;
+* ``train.dphype`` (the secure vote): the stages of DP-Hype's SecAgg+ (:mod:`dphype.secure.secagg`, through
+  :func:`dphype.flower.secagg.secure_vote_reply`). The round is bound at its first stage (answered in the
+  pre-flight, or in a restart's ``advertise``) to the request approved in the pre-flight, with that request's
+  ``n`` and ``xi`` and the policy's ``dphype-min-neighbours``; every stage is checked before it is answered,
+  and a stage out of order, repeated or for another request aborts the round. In the masked-input stage, once
+  the neighbours' shares have been decrypted and checked, the request is turned into top-k votes plus a fresh
+  noise share from the secure generator (:func:`dphype.protocol.noisy_vote`), its guarantee recorded in the
+  node's ledger (:meth:`dphype.node.ledger.Ledger.spend`, which checks the lifetime budget again) and only
+  then masked and sent. The guarantee is the one the pre-flight computed for this request (bound to it by its
+  digest) under this node's policy, kept in the context state; if the policy changed since, the request is
+  checked again (:func:`_approved_guarantee`). A pre-flight that arrives during a round past its ``advertise``
+  stage is refused and aborts it (one still at ``advertise`` has sent public keys only and is replaced). Any
+  refusal makes the node drop out of the round, and the server sees only the sanitized reason
+  (:func:`_sanitized`).
 
 Refusals reach the server coarse: the node's own limits and budget (``policy_*``, ``lifetime_budget``)
 become the single code ``policy``, so the reply does not say which limit a request crossed; the node's
@@ -33,6 +39,8 @@ to the tally committee) and, on nodes configured as tallies, ``query.dphype_tall
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import os
 import shlex
@@ -40,7 +48,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
@@ -48,11 +56,12 @@ from flwr.clientapp import ClientApp
 from flwr.common import log
 from flwr.common.config import parse_config_args
 
-from dphype.flower.secagg import abort_round, round_in_progress, secure_vote_reply
+from dphype.flower.secagg import RECORD_KEY as STAGE_KEY
+from dphype.flower.secagg import abort_round, round_in_progress, secure_vote_reply, stage_reply
 from dphype.flower.tally import register_tally, register_winner_vote
 from dphype.ml.task import Task
 from dphype.node.ledger import Ledger
-from dphype.node.policy import POLICY_ENV, REMEDIES, NodePolicy, PolicyError, check_vote_request
+from dphype.node.policy import POLICY_ENV, REMEDIES, NodePolicy, PolicyError, VoteGuarantee, check_vote_request
 from dphype.protocol import Refusal, VoteRequest, as_refusal, noisy_vote, score_candidates
 from dphype.secure.secagg import Approval
 
@@ -65,6 +74,9 @@ RECORD_KEY = "dphype"
 SCORES_KEY = "dphype.scores"
 #: Context-state key of the approved request itself (its record, :meth:`dphype.protocol.VoteRequest.to_record`).
 REQUEST_KEY = "dphype.request"
+#: Context-state key of the approved request's guarantee (:class:`dphype.node.policy.VoteGuarantee`) and of the
+#: policy it was computed under.
+GUARANTEE_KEY = "dphype.guarantee"
 #: Refusal codes that would tell the server which of the node's limits a request crossed.
 POLICY_CODES = frozenset({"policy_epsilon", "policy_delta", "policy_clients", "lifetime_budget"})
 
@@ -226,11 +238,20 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
         _forget(context)
         context.state.array_records[SCORES_KEY] = ArrayRecord({"scores": Array(scores)})
         context.state.config_records[REQUEST_KEY] = ConfigRecord(request.to_record())
+        context.state.config_records[GUARANTEE_KEY] = ConfigRecord(
+            {**dataclasses.asdict(guarantee), "policy": _policy_fingerprint(limits)})
         context.state.config_records[RECORD_KEY] = ConfigRecord(
             {"digest": request.digest(), "maximize": bool(task.maximize), "clients": request.config.clients,
              "dropout": request.config.dropout})
-        ready = ConfigRecord({"status": "ready", "ledger": limits.ledger_scope})
-        return Message(RecordDict({RECORD_KEY: ready}), reply_to=msg)
+        answer = RecordDict({RECORD_KEY: ConfigRecord({"status": "ready", "ledger": limits.ledger_scope})})
+        advertise = msg.content.config_records.get(STAGE_KEY)
+        if advertise is not None:  # the secure vote's first stage rides on the pre-flight
+            try:
+                answer[STAGE_KEY] = stage_reply(advertise, context, _approval(request, limits), _no_vote)
+            except Exception as err:  # noqa: BLE001 - answered as a sanitized refusal
+                _forget(context)
+                return _refused(msg, _sanitized("request", err))
+        return Message(answer, reply_to=msg)
 
     @app.train(ACTION)
     def vote(msg: Message, context: Context) -> Message:
@@ -238,19 +259,19 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
             limits = _resolve(policy, context)
             approved = context.state.config_records.get(RECORD_KEY)
             record = context.state.config_records.get(REQUEST_KEY)
-            if approved is None or record is None:
+            checked = context.state.config_records.get(GUARANTEE_KEY)
+            if approved is None or record is None or checked is None:
                 raise Refusal("malformed_request", "no vote request was approved in a pre-flight")
             request = VoteRequest.from_record(record)
             digest = str(approved["digest"])
             if request.digest() != digest:
                 raise Refusal("malformed_request", "the stored request is not the one approved in the pre-flight")
-            approval = Approval(request=digest, clients=request.config.clients, survivors=request.min_survivors,
-                                size=len(request.candidates), min_neighbours=limits.min_neighbours)
+            approval = _approval(request, limits)
 
             def cast_vote(clipping_range: int) -> np.ndarray:
                 if SCORES_KEY not in context.state.array_records:
                     raise Refusal("malformed_request", "this node already voted on the approved request")
-                guarantee = check_vote_request(request, limits)
+                guarantee = _approved_guarantee(checked, request, limits)
                 scores = context.state.array_records[SCORES_KEY]["scores"].numpy()
                 vector = noisy_vote(request, scores, maximize=bool(approved["maximize"]),
                                     clipping_range=clipping_range)
@@ -274,8 +295,35 @@ def _forget(context: Context) -> None:
     """Drop any earlier approval, its scores and any round: a pre-flight starts afresh."""
     abort_round(context)
     context.state.array_records.pop(SCORES_KEY, None)
-    for key in (RECORD_KEY, REQUEST_KEY):
+    for key in (RECORD_KEY, REQUEST_KEY, GUARANTEE_KEY):
         context.state.config_records.pop(key, None)
+
+
+def _approval(request: VoteRequest, limits: NodePolicy) -> Approval:
+    """What this node approved of ``request`` for its secure vote round, with its policy's ``min_neighbours``."""
+    return Approval(request=request.digest(), clients=request.config.clients, survivors=request.min_survivors,
+                    size=len(request.candidates), min_neighbours=limits.min_neighbours)
+
+
+def _no_vote(clipping_range: int) -> np.ndarray:
+    """The vote callback of the pre-flight's ``advertise`` stage, which casts no vote."""
+    raise Refusal("secagg_round", "no vote is cast in the pre-flight")
+
+
+def _policy_fingerprint(limits: NodePolicy) -> str:
+    return json.dumps(limits.to_dict(), sort_keys=True, default=str)
+
+
+def _approved_guarantee(checked: ConfigRecord, request: VoteRequest, limits: NodePolicy) -> VoteGuarantee:
+    """The guarantee of the approved ``request`` under this node's policy ``limits``: the one the pre-flight
+    computed (``checked``; the request is the approved one, bound by its digest) while the policy is unchanged,
+    else :func:`dphype.node.policy.check_vote_request` afresh (which refuses what the new policy does not admit).
+    Reusing it spares the vote's process the accountant's solvers; the lifetime budget is checked at charge
+    time by :meth:`dphype.node.ledger.Ledger.spend` either way."""
+    if checked.get("policy") != _policy_fingerprint(limits):
+        return check_vote_request(request, limits)
+    stored = {f.name: checked[f.name] for f in dataclasses.fields(VoteGuarantee)}  # written by this node
+    return VoteGuarantee(**cast(dict[str, Any], stored))
 
 
 def _log_progress(done: int, total: int) -> None:

@@ -11,6 +11,10 @@ module only carries its messages:
 * client: :func:`secure_vote_reply` answers one stage message with
   :func:`dphype.secure.secagg.node_step`, keeping the node's round (its secrets included) in its own
   ``context.state`` under :data:`STATE_KEY`; any refusal discards the round (:func:`abort_round`).
+  The round's first ``advertise`` rides on the pre-flight (message format version 2,
+  :class:`dphype.secure.secagg.Advertised`): the server adds it under :data:`RECORD_KEY` to the pre-flight
+  message (:func:`advertise_record`), a node that approves answers it with :func:`stage_reply` beside its
+  ``ready``, and :func:`run_secure_sum` starts with ``share_keys``.
 
 Flower's legacy ``SecAggPlusWorkflow``, ``secaggplus_mod`` and ``LegacyContext`` are not used: Flower 1.41
 has no SecAgg+ for the Message API, and its legacy mask generator seeds NumPy's ``RandomState`` with 32
@@ -112,6 +116,13 @@ def _send(grid: Grid, messages: dict[int, dict[str, Any]], timeout: float | None
     return replies
 
 
+def advertise_record(request: str) -> tuple[bytes, ConfigRecord]:
+    """A fresh round id and the ``advertise`` stage for the request with digest ``request``, as the record
+    the pre-flight message carries under :data:`RECORD_KEY`."""
+    round_id = protocol.new_round_id()
+    return round_id, ConfigRecord(protocol.message("advertise", round=round_id, request=request))
+
+
 def run_secure_sum(
     grid: Grid,
     node_ids: Iterable[int],
@@ -124,6 +135,7 @@ def run_secure_sum(
     reconstruction_threshold: float | None = None,
     corrupt_fraction: float = CORRUPT_FRACTION,
     timeout: float | None = None,
+    advertised: protocol.Advertised | None = None,
 ) -> SecureSum:
     """One secure-sum round over ``node_ids`` for the approved request with digest ``request`` (each node
     answers with its encoded vector of length ``size``).
@@ -131,7 +143,8 @@ def run_secure_sum(
     The graph is :func:`secagg_graph`'s for the nodes that advertised keys: secure against a server
     colluding with ``corrupt_fraction`` of the clients by default; an explicit ``num_shares`` /
     ``reconstruction_threshold`` below that is refused. ``timeout`` bounds each stage in seconds (``None``:
-    wait for every reply). Raises :class:`TooFewSurvivorsError` (nothing unmasked) when fewer than
+    wait for every reply). ``advertised``: the round's ``advertise`` stage already ran in the pre-flight
+    (:func:`advertise_record`). Raises :class:`TooFewSurvivorsError` (nothing unmasked) when fewer than
     ``min_survivors`` nodes remain, :class:`SecureSumError` when the round cannot be completed.
     """
     nodes = sorted(set(node_ids))
@@ -152,7 +165,7 @@ def run_secure_sum(
     try:
         result, server = protocol.run_round(
             nodes, lambda stage, messages: _send(grid, messages, timeout, failures), request=request, size=size,
-            min_survivors=min_survivors, graph_for=graph_for, timings=timings)
+            min_survivors=min_survivors, graph_for=graph_for, timings=timings, advertised=advertised)
     except SecureSumError as err:
         raise type(err)(f"{err}. Client failures: {_failure_summary(failures)}") from None
     log(logging.INFO, "DP-Hype secure vote: %d of %d clients contributed (%s)", len(result.survivors), len(nodes),
@@ -172,9 +185,10 @@ def abort_round(context: Context) -> None:
 
 
 def round_in_progress(context: Context) -> bool:
-    """Whether this node is inside a round that has not ended."""
+    """Whether this node is inside a round past its ``advertise`` stage (its secret shares sent) that has
+    not ended; a round still at ``advertise`` has sent public keys only."""
     record = context.state.config_records.get(STATE_KEY)
-    return record is not None and record.get("stage") != protocol.STAGES[-1]
+    return record is not None and record.get("stage") not in (protocol.STAGES[0], protocol.STAGES[-1])
 
 
 def secure_vote_reply(msg: Message, context: Context, approval: protocol.Approval,
@@ -185,10 +199,18 @@ def secure_vote_reply(msg: Message, context: Context, approval: protocol.Approva
     nothing of the stage leaves the node; a message that is not a stage of the round is refused: answering
     it could send the vote in plaintext."""
     record = msg.content.config_records.get(RECORD_KEY)
+    if record is None:
+        abort_round(context)
+        raise Refusal("secagg_round", "refusing a DP-Hype vote request outside the secure sum: the votes "
+                      "would reach the server in plaintext")
+    return Message(RecordDict({RECORD_KEY: stage_reply(record, context, approval, vote)}), reply_to=msg)
+
+
+def stage_reply(record: ConfigRecord, context: Context, approval: protocol.Approval,
+                vote: protocol.VoteFunction) -> ConfigRecord:
+    """This node's answer to one stage's content ``record`` (:func:`dphype.secure.secagg.node_step`), its
+    round kept in ``context.state``; a refusal (raised) discards the round."""
     try:
-        if record is None:
-            raise Refusal("secagg_round", "refusing a DP-Hype vote request outside the secure sum: the votes "
-                          "would reach the server in plaintext")
         stored = context.state.config_records.get(STATE_KEY)
         state = None if stored is None else protocol.NodeRound.from_record(stored)
         state, reply = protocol.node_step(state, dict(record), node=context.node_id, approval=approval, vote=vote)
@@ -196,4 +218,4 @@ def secure_vote_reply(msg: Message, context: Context, approval: protocol.Approva
         abort_round(context)
         raise
     context.state.config_records[STATE_KEY] = ConfigRecord(state.to_record())
-    return Message(RecordDict({RECORD_KEY: ConfigRecord(reply)}), reply_to=msg)
+    return ConfigRecord(reply)

@@ -10,7 +10,8 @@
    ``config.min_success``) -- before any client works; then it waits for ``n`` nodes (logging how many are
    connected every 5 s), runs the pre-flight
    (``query.dphype``: every client checks the request against its own candidate list, task and limits,
-   scores the candidates and answers ready or a reason), and aborts with one error counting the reasons
+   scores the candidates and answers ready, with its keys for the secure vote's first stage, or a reason),
+   and aborts with one error counting the reasons
    when fewer than ``ceil((1 - xi) n)`` clients are ready -- nothing is sent in the vote round then;
 3. one round of DP-Hype's SecAgg+ (``train.dphype``, :mod:`dphype.secure.secagg`) over the ready clients
    returns the exact noisy vote sum (:func:`dphype.flower.secagg.run_secure_sum`), unmasked only if enough
@@ -31,6 +32,7 @@ import logging
 import random
 import time
 from collections import Counter
+from typing import Any
 
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common import log
@@ -38,11 +40,13 @@ from flwr.serverapp.grid import Grid
 
 from dphype.config import DPHypeConfig
 from dphype.flower.client import ACTION, RECORD_KEY
-from dphype.flower.secagg import check_timeout, run_secure_sum, secagg_graph
+from dphype.flower.secagg import RECORD_KEY as STAGE_KEY
+from dphype.flower.secagg import advertise_record, check_timeout, run_secure_sum, secagg_graph
 from dphype.flower.tally import run_winner_selection
 from dphype.node.policy import REMEDIES
 from dphype.privacy.noise import client_noise_std
 from dphype.protocol import REFUSAL_CODES, DPHypeResult, make_vote_request, release
+from dphype.secure.secagg import Advertised
 from dphype.secure.secagg_params import CORRUPT_FRACTION, check_corrupt_fraction
 from dphype.secure.secure_sum import clip_probability
 from dphype.selection.candidates import CandidateList
@@ -149,12 +153,13 @@ class DPHype:
             self.request.sigma, client_noise_std(self.request.sigma, cfg.clients, cfg.dropout))
         start = time.perf_counter()
         nodes = _wait_for_nodes(grid, cfg.clients, connect_timeout)
-        ready = self._preflight(grid, nodes, timeout)
+        round_id, advertise = advertise_record(self.request.digest())
+        ready = self._preflight(grid, nodes, timeout, advertise)
         sum_ = run_secure_sum(
-            grid, ready, self.request.digest(), size=len(self.candidates), noise=cfg.noise,
+            grid, list(ready), self.request.digest(), size=len(self.candidates), noise=cfg.noise,
             min_survivors=self.request.min_survivors, num_shares=self.num_shares,
             reconstruction_threshold=self.reconstruction_threshold, corrupt_fraction=self.corrupt_fraction,
-            timeout=timeout,
+            timeout=timeout, advertised=Advertised(round_id, ready),
         )
         clip = clip_probability(size=len(self.candidates), sigma=self.request.sigma, clients=cfg.clients,
                                 dropout=cfg.dropout, noise=cfg.noise, clipping_range=sum_.clipping_range)
@@ -176,20 +181,25 @@ class DPHype:
             log(logging.WARNING, "DP-Hype: %s", sel.warning)
         return result
 
-    def _preflight(self, grid: Grid, nodes: list[int], timeout: float | None) -> list[int]:
-        """Send the request to ``nodes``; return those that answered ready, or raise :class:`PreflightError`."""
+    def _preflight(self, grid: Grid, nodes: list[int], timeout: float | None,
+                   advertise: ConfigRecord | None = None) -> dict[int, dict[str, Any]]:
+        """Send the request to ``nodes``, with the secure vote's first stage ``advertise`` if given
+        (:func:`dphype.flower.secagg.advertise_record`); return the nodes that answered ready, each with its
+        answer to ``advertise`` (its round keys; empty without), or raise :class:`PreflightError`."""
         content = RecordDict({RECORD_KEY: ConfigRecord(self.request.to_record())})
+        if advertise is not None:
+            content[STAGE_KEY] = advertise
         messages = [Message(content, dst_node_id=nid, message_type=PREFLIGHT_MESSAGE_TYPE) for nid in nodes]
         log(logging.INFO, "DP-Hype pre-flight: sending the request to %d clients (each checks it and scores "
             "the %d candidates)", len(nodes), len(self.candidates))
         replies = _gather(grid, messages, timeout, "DP-Hype pre-flight")
-        ready: list[int] = []
+        ready: dict[int, dict[str, Any]] = {}
         reasons: Counter[str] = Counter()
         per_run = 0
         for reply in replies:
             answer = _answer(reply)
             if answer == "ready":
-                ready.append(reply.metadata.src_node_id)
+                ready[reply.metadata.src_node_id] = dict(reply.content.config_records.get(STAGE_KEY, {}))
                 per_run += reply.content.config_records[RECORD_KEY].get("ledger") == "per-run"
             else:
                 reasons[answer] += 1

@@ -15,7 +15,11 @@ packed big-endian wherever they are hashed); ``H(S)`` is SHA-256 of a sorted id 
    approved in its pre-flight). The node binds the round to that digest (any other digest, an unexpected
    stage or a second advertise aborts), draws an X25519 key pair ``c_u`` (share encryption), an X25519
    pair ``s_u`` (masks) and an Ed25519 key ``g_u`` (signatures), and answers ``c_key``, ``s_key``,
-   ``g_key`` (32 bytes each).
+   ``g_key`` (32 bytes each). Since version 2 the first ``advertise`` of a round travels inside the
+   pre-flight (:class:`Advertised`): the node answers it only after approving the request it names, in the
+   same message that says ``ready``, which saves a round trip (on a deployment, a ClientApp process per
+   node); a restart (below) still sends ``advertise`` on its own. A new pre-flight discards a round that is
+   still at this stage (nothing secret has left the node) and refuses, aborting it, one that is past it.
 1. ``share_keys`` -- server: ``nodes``, ``c_keys``, ``s_keys``, ``g_keys`` (the keys of every node ``U1``
    that advertised, in the order of ``nodes``, each kind concatenated into one byte string; one message
    for all), ``neighbours`` ``k`` and ``threshold`` ``t``. The node
@@ -113,10 +117,10 @@ from dphype.secure.secure_sum import (
 from dphype.secure.shamir import combine_shares, create_shares_of
 
 #: Version of the message formats and of every hashed or signed label.
-VERSION: int = 1
+VERSION: int = 2
 #: The stages in order.
 STAGES: tuple[str, ...] = ("advertise", "share_keys", "masked_input", "consistency", "unmask")
-_LABEL = b"dphype-secagg-v1/"
+_LABEL = f"dphype-secagg-v{VERSION}/".encode()
 _ROUND_BYTES = 16
 _SECRET_BYTES = 32
 _ID_BYTES = 8
@@ -296,6 +300,21 @@ def _key_list(message: Mapping[str, Any], key: str, count: int) -> list[bytes]:
 def message(stage: str, **content: Any) -> dict[str, Any]:
     """A message of ``stage`` in the current format."""
     return {"version": VERSION, "stage": stage, **content}
+
+
+def new_round_id() -> bytes:
+    """A fresh random round id (the ``round`` of ``advertise``)."""
+    return os.urandom(_ROUND_BYTES)
+
+
+@dataclass(frozen=True)
+class Advertised:
+    """A round's first ``advertise`` stage, carried by the pre-flight: the ``round`` id the server sent with
+    the request (in :func:`message` ``("advertise", round=round_id, request=digest)``) and the replies of
+    the nodes that approved it (node id -> message)."""
+
+    round_id: bytes
+    replies: Mapping[int, Mapping[str, Any]]
 
 
 # ------------------------------------------------------------------------------------------ the node
@@ -576,7 +595,7 @@ class ServerRound:
     size: int
     min_survivors: int
     graph_for: Callable[[int], tuple[int, int]]
-    round_id: bytes = field(default_factory=lambda: os.urandom(_ROUND_BYTES))
+    round_id: bytes = field(default_factory=new_round_id)
     keys: dict[int, tuple[bytes, bytes, bytes]] = field(default_factory=dict)
     neighbours: int = 0
     threshold: int = 0
@@ -704,11 +723,13 @@ Send = Callable[[str, dict[int, dict[str, Any]]], dict[int, dict[str, Any]]]
 
 
 def run_round(nodes: Sequence[int], send: Send, *, request: str, size: int, min_survivors: int,
-              graph_for: Callable[[int], tuple[int, int]],
-              timings: dict[str, float] | None = None) -> tuple[SumResult, ServerRound]:
+              graph_for: Callable[[int], tuple[int, int]], timings: dict[str, float] | None = None,
+              advertised: Advertised | None = None) -> tuple[SumResult, ServerRound]:
     """The server's whole round over ``nodes`` through ``send`` (restarting at most :data:`MAX_RESTARTS`
     times when nodes fail before sharing their keys); returns the exact sum and the final round.
-    ``timings``, if given, receives the seconds each stage took (nodes' work and transport included)."""
+    ``timings``, if given, receives the seconds each stage took (nodes' work and transport included).
+    ``advertised``: the first ``advertise`` stage already ran inside the pre-flight, so the round starts
+    with ``share_keys`` over its replies (a restart sends ``advertise`` as usual)."""
     participants = sorted(nodes)
     clock = timings if timings is not None else {}
 
@@ -718,9 +739,14 @@ def run_round(nodes: Sequence[int], send: Send, *, request: str, size: int, min_
         clock[name] = clock.get(name, 0.0) + time.perf_counter() - start
         return replies
 
-    for _ in range(MAX_RESTARTS + 1):
-        server = ServerRound(participants, request, size, min_survivors, graph_for)
-        replies = stage("share_keys", server.share_keys(stage("advertise", server.advertise())))
+    for attempt in range(MAX_RESTARTS + 1):
+        if attempt == 0 and advertised is not None:
+            server = ServerRound(participants, request, size, min_survivors, graph_for, advertised.round_id)
+            keys: Mapping[int, Mapping[str, Any]] = advertised.replies
+        else:
+            server = ServerRound(participants, request, size, min_survivors, graph_for)
+            keys = stage("advertise", server.advertise())
+        replies = stage("share_keys", server.share_keys(keys))
         forward = server.masked_input(replies)
         if isinstance(forward, list):
             participants = forward

@@ -1,0 +1,26 @@
+"""The loopback profile (``simulations.deployment_profile``) reads its stages from the ServerApp's own log lines:
+they must match what the server really logs, or the table silently loses its stages."""
+
+from __future__ import annotations
+
+import logging
+
+from test_flower import CANDS, client_app, config, grid_of, scores_table
+
+from dphype.flower import DPHype
+from simulations.deployment_profile import stages
+
+
+def test_the_profile_finds_every_stage_in_the_servers_real_log(caplog):
+    n = 6
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        DPHype(CANDS, config(rule="argmax")).start(grid_of(client_app(scores_table(n)), n))
+    lines = [record.getMessage() for record in caplog.records]
+    lines[-1:-1] = ["DPHYPE_RESULT {}"]  # the bundled app's result line, after the release
+    stamped = [(10.0 + i, line) for i, line in enumerate(["Starting DPHype(6 candidates, ...)", *lines])]
+    table = stages(stamped, started=0.0)
+    assert list(table)[:6] == ["start", "wait for nodes", "pre-flight", "secure vote", "release", "fedavg"]
+    assert table["selection"] == sum(table[s] for s in ("wait for nodes", "pre-flight", "secure vote", "release"))
+    # the server's per-stage seconds of the secure vote; its first stage ran inside the pre-flight
+    assert {"secagg: share_keys", "secagg: masked_input", "secagg: consistency", "secagg: unmask"} <= set(table)
+    assert "secagg: advertise" not in table and all(table[s] >= 0 for s in table)
