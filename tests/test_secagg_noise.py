@@ -79,8 +79,8 @@ def test_noise_shares_in_the_sent_vectors_have_the_exact_distribution(noise):
     np.testing.assert_allclose(sum(sent.values()) / scale, result.noisy_sum)
     std = client_noise_std(selection.request.sigma, N, XI)
     assert std == pytest.approx(selection.request.sigma / np.sqrt((1 - XI) * N))
-    # the std within 3% (a 10% error is about 10 standard errors away with these 4000 shares)
-    assert abs(shares.std() / std - 1) < 0.03
+    # the std within 5% (4.5 standard errors with these 4000 shares; a 10% error is 9 standard errors away)
+    assert abs(shares.std() / std - 1) < 0.05
     assert abs(shares.mean()) < 4 * std / np.sqrt(shares.size)
     if noise == "skellam":
         assert np.array_equal(shares, np.rint(shares))
@@ -106,4 +106,4 @@ def test_the_std_check_would_catch_a_10_percent_error():
     for seed in range(20):
         rng = np.random.default_rng(seed)
         for factor in (0.9, 1.1):
-            assert abs(rng.normal(0.0, factor * std, size=4000).std() / std - 1) >= 0.03
+            assert abs(rng.normal(0.0, factor * std, size=4000).std() / std - 1) >= 0.05
