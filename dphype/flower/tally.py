@@ -32,7 +32,7 @@ import os
 import random
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -41,6 +41,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common import log
 from flwr.serverapp.grid import Grid
+from flwr.supercore.run import Run
 
 from dphype.node.ledger import Ledger
 from dphype.node.policy import check_vote_request
@@ -135,11 +136,14 @@ class _TallyNode:
 
 def register_tally(app: ClientApp) -> ClientApp:
     """Add the tally stages (``query.dphype_tally``) to ``app``; a node without ``dphype-tally-id`` in its
-    node config answers them with an error (it is not a tally). Returns ``app``."""
+    node config answers ``hello`` with index -1 and no key, and the other stages with an error (it is not a
+    tally). Returns ``app``."""
 
     @app.query(TALLY_ACTION)
     def tally(msg: Message, context: Context) -> Message:
         if TALLY_ID not in context.node_config:
+            if msg.content.config_records[TALLY_KEY].get("stage") == "hello":  # a voter: no index, no key
+                return Message(RecordDict({TALLY_KEY: ConfigRecord({"index": -1, "public": b""})}), reply_to=msg)
             raise TallyError("this node is not a tally (no dphype-tally-id in its node config)")
         node = _TALLIES.get(context.node_id)
         if node is None or node.config != dict(context.node_config):  # a new node config: a new tally
@@ -219,6 +223,79 @@ def find_committee(grid: Grid, committee: Sequence[bytes], nodes: Sequence[int],
         raise TallyError(f"tally {missing[0]} is unreachable (no connected node answered with its key); "
                          "nothing was sent to the clients")
     return found
+
+
+def discover_committee(grid: Grid, clients: int, size: int, *, connect_timeout: float | None,
+                       timeout: float | None) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
+    """The public keys of the ``size`` tally nodes among the connected nodes, in committee order, and their node
+    ids (``hello`` stage), for a server that takes its committee from the nodes rather than from its operator
+    (the bundled app). Waits up to ``connect_timeout`` for ``clients + size`` nodes; fewer nodes, or tally
+    indices other than exactly ``0..size-1`` (a tally missing or answering twice):
+    :class:`dphype.flower.server.PreflightError` / :class:`TallyError`, before anything is sent to the clients.
+
+    The server learns the keys from the nodes themselves here, so the committee is only as trustworthy as the
+    connected nodes; a client that must not rely on that pins the keys it trusts (node config
+    ``dphype-tallies``, :mod:`dphype.node.policy`) and refuses any other committee in the pre-flight."""
+    from dphype.flower.server import PreflightError, _wait_for_nodes  # noqa: PLC0415 - server imports us
+
+    needed = clients + size
+    try:
+        _wait_for_nodes(grid, needed, connect_timeout)
+    except PreflightError:
+        raise PreflightError(
+            f"only {len(list(grid.get_node_ids()))} nodes connected within {connect_timeout:g} s; release=argmax "
+            f"needs clients + tallies = {needed} nodes ({clients} voters and {size} tally nodes); nothing was "
+            f"sent: in simulation set options.num-supernodes={needed}, in a deployment start every tally's "
+            "SuperNode (README, 'Releasing only the winner')") from None
+    nodes = sorted(grid.get_node_ids())
+    replies = _ask(grid, nodes, {n: {"stage": "hello"} for n in nodes}, timeout, "DP-Hype tally hello")
+    found: dict[int, tuple[int, bytes]] = {}
+    for node, reply in sorted(replies.items()):
+        if reply.has_error():
+            continue
+        answer = reply.content.config_records[TALLY_KEY]
+        index = int(cast(int, answer["index"]))
+        if index < 0:  # a voter
+            continue
+        if index in found:
+            raise TallyError(f"two nodes answer as tally {index}; nothing was sent to the clients")
+        found[index] = (node, cast(bytes, answer["public"]))
+    if sorted(found) != list(range(size)):
+        raise TallyError(f"tallies={size} needs tally nodes 0..{size - 1} to answer, got "
+                         f"{len(found)} ({', '.join(map(str, sorted(found))) or 'none'}); nothing was sent to the "
+                         "clients")
+    return tuple(found[j][1] for j in range(size)), tuple(found[j][0] for j in range(size))
+
+
+class ClientGrid(Grid):
+    """``grid`` without the tally nodes (their ids hidden from :meth:`get_node_ids`): what a strategy that
+    samples nodes (FedAvg) sees after an argmax-mode selection, so that no tally trains or evaluates."""
+
+    def __init__(self, grid: Grid, tally_nodes: Sequence[int]) -> None:
+        self.grid, self.tally_nodes = grid, frozenset(tally_nodes)
+
+    def set_run(self, run: Run) -> None:
+        self.grid.set_run(run)
+
+    @property
+    def run(self) -> Run:
+        return self.grid.run
+
+    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
+                       ttl: float | None = None) -> Message:
+        return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return [n for n in self.grid.get_node_ids() if n not in self.tally_nodes]
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        return self.grid.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return self.grid.pull_messages(message_ids)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        return self.grid.send_and_receive(messages, timeout=timeout)
 
 
 def run_winner_selection(server: DPHype, grid: Grid, *, timeout: float | None, connect_timeout: float | None,
