@@ -6,7 +6,6 @@ import pytest
 from baselines import majority_of_test_split
 from guard_helpers import PERMISSIVE
 
-import dphype.flower.tally as flower_tally
 from dphype.app.client import simulated_parties
 from dphype.app.config import AppConfig
 from dphype.config import DPHypeConfig
@@ -17,13 +16,6 @@ from dphype.secure.tally import TallyError
 
 CLIENTS = 4
 SUBSET = "table3:random:10:0"
-
-
-@pytest.fixture(autouse=True)
-def fresh_tally_state():
-    flower_tally._TALLIES.clear()
-    yield
-    flower_tally._TALLIES.clear()
 
 
 def app_grid(nodes: int, **kwargs) -> tuple[AppConfig, LocalGrid]:

@@ -16,6 +16,7 @@ from typing import Any
 from dphype.checks import check_int, check_positive
 from dphype.config import RUN_CONFIG_KEYS, DPHypeConfig, read_run_config
 from dphype.flower.training import TrainingBudget
+from dphype.secure.tally import COMMITTEE_SIZE
 from dphype.selection.candidates import CandidateList, load_candidates
 
 #: Data sets every node can load without a data directory (bundled, or Debian's Fashion-MNIST package).
@@ -58,7 +59,7 @@ class AppConfig:
     connect_timeout: float = 600.0
     round_timeout: float = 1800.0
     result_file: str = ""
-    tallies: int = 3
+    tallies: int = COMMITTEE_SIZE
 
     def __post_init__(self) -> None:
         if self.dataset not in APP_DATASETS:
