@@ -21,9 +21,9 @@ from dphype.selection.candidates import CandidateList, load_candidates
 
 #: Data sets every node can load without a data directory (bundled, or Debian's Fashion-MNIST package).
 APP_DATASETS: tuple[str, ...] = ("adult", "mnist5k", "fashion-mnist")
-#: The app's release when the run config names none: only the winner (results/README.md measures it 5-23
-#: points closer to Opt than the sum release at 10-50 clients). The library's default stays ``"sum"``
-#: (:class:`dphype.config.DPHypeConfig`), which needs no tally nodes.
+#: The app's release when the run config names none: only the winner (README, "Default release: the winner
+#: only"). The library's default stays ``"sum"`` (:class:`dphype.config.DPHypeConfig`), which needs no tally
+#: nodes.
 APP_RELEASE = "argmax"
 
 
