@@ -105,7 +105,7 @@ def test_flwr_run_offline_simulation(tmp_path):
         "num-supernodes=5",
         "--run-config",
         # epsilon=20: the votes (not the noise) decide, so the accuracy check is meaningful
-        "release='sum' clients=5 epsilon=20.0 candidates='table3:random:10:0' local-epochs=1 fedavg-rounds=1",
+        "release='sum' clients=5 epsilon=20.0 k=5 candidates='table3:random:10:0' local-epochs=1 fedavg-rounds=1",
     ]
     log_marker = str(flwr_home / "local-superlink")
     # The simulated nodes' operator (this test) allows their one vote at epsilon 20 among 5 clients.
