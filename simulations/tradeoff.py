@@ -42,6 +42,8 @@ from dphype.selection.rules import DEFAULT_RULE, RULES, select_batch
 from simulations import harness
 
 EPSILONS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 3.0, float("inf"))
+#: Votes per client when ``--k`` is not given (Section V-B), except for the trade-off's argmax release.
+DEFAULT_K = 5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,7 +58,9 @@ def add_release_arguments(parser: argparse.ArgumentParser, *, repetitions: int) 
     parser.add_argument("--epsilons", type=float, nargs="+", default=list(EPSILONS),
                         help="privacy budgets, 'inf' = no noise (default 0.1 0.25 0.5 1 3 inf)")
     parser.add_argument("--delta", type=float, default=1e-5)
-    parser.add_argument("--k", type=int, default=5, help="votes per client (default 5, Section V-B)")
+    parser.add_argument("--k", type=int, default=None,
+                        help=f"votes per client (default {DEFAULT_K}, Section V-B; the argmax release of the "
+                             "trade-off study: the planner's recommended k for each clients, epsilon and relation)")
     parser.add_argument("--repetitions", type=int, default=repetitions,
                         help=f"noisy releases per setting (default {repetitions})")
     harness.add_noise_arguments(parser)
@@ -74,13 +78,14 @@ def add_release_arguments(parser: argparse.ArgumentParser, *, repetitions: int) 
 def release_settings(args: argparse.Namespace, num_candidates: int) -> dict[str, Any]:
     """Validated privacy settings (``ValueError`` before any work)."""
     resolve_accountant(args.accountant, args.noise)  # Skellam needs the RDP accountant
-    k = harness.check_int("k", args.k, 1)
+    k = harness.check_int("k", DEFAULT_K if args.k is None else args.k, 1)
     if k > num_candidates:
         raise ValueError(f"k must be in [1, {num_candidates}] (number of candidates), got {k}")
     return {
         "epsilons": harness.check_epsilons(args.epsilons),
         "delta": harness.check_delta(args.delta),
         "k": k,
+        "planner_k": args.k is None,
         "repetitions": harness.check_int("repetitions", args.repetitions, 1),
         "accountant": args.accountant,
         "noise": harness.check_noise(args.noise),
@@ -89,6 +94,19 @@ def release_settings(args: argparse.Namespace, num_candidates: int) -> dict[str,
         "releases": list(dict.fromkeys(args.release)),
         "neighbourings": list(dict.fromkeys(args.neighbourings)),
     }
+
+
+def winner_k(release: dict[str, Any], *, clients: int, epsilon: float, relation: str, space: Any,
+             num_candidates: int) -> int:
+    """The k of the argmax release at one point: ``--k`` when given, else the planner's recommendation for the
+    winner release (:func:`dphype.selection.planner.plan`, ``recommended_k_winner``; epsilon = inf: ``--k``'s
+    default), as ``dphype plan --release argmax`` gives it."""
+    if not release["planner_k"] or np.isinf(epsilon):
+        return int(release["k"])
+    from dphype.selection.planner import plan
+
+    return plan(clients, epsilon, release["delta"], space, num_candidates, neighbouring=relation, release="argmax",
+                noise=release["noise"], search=False).recommended_k_winner
 
 
 def winner_picks(vote_sum: np.ndarray, *, epsilon: float, clients: int, release: dict[str, Any],
@@ -189,11 +207,15 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                         rows.append({**common, "method": "DP-Hype", "release": "sum", "rule": rule, "epsilon": eps,
                                      "sigma": sigma, **point_stats(accuracy[chosen], opt, votes[chosen]),
                                      "runs": release["repetitions"]})
-                if "argmax" in release["releases"]:
-                    winners = winner_picks(votes, epsilon=eps, clients=fed.clients, release=release, rng=rng)
+                for relation in release["neighbourings"] if "argmax" in release["releases"] else ():
+                    k = winner_k(release, clients=fed.clients, epsilon=eps, relation=relation, space=space,
+                                 num_candidates=len(candidates))
+                    counts = votes if k == release["k"] else harness.client_votes(scores, k, maximize=True).sum(axis=0)
+                    winners = winner_picks(counts, epsilon=eps, clients=fed.clients,
+                                           release={**release, "neighbourings": [relation]}, rng=rng)
                     for rule, (chosen, std) in winners.items():
-                        rows.append({**common, "method": "DP-Hype", "release": "argmax", "rule": rule,
-                                     "epsilon": eps, "sigma": std, **point_stats(accuracy[chosen], opt, votes[chosen]),
+                        rows.append({**common, "k": k, "method": "DP-Hype", "release": "argmax", "rule": rule,
+                                     "epsilon": eps, "sigma": std, **point_stats(accuracy[chosen], opt, counts[chosen]),
                                      "runs": release["repetitions"]})
             for j, cand in enumerate(candidates):
                 per_candidate.append({**common, "candidate": j, **cand, "fedavg_accuracy": float(accuracy[j]),
@@ -235,6 +257,7 @@ def winner_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                        and r["rule"] == DEFAULT_RULE and r["epsilon"] == row["epsilon"]), None)
         if summed is not None:
             entry["sum_gap_to_opt_points"] = round(100 * (opt - summed["mean_accuracy"]), 2) + 0.0
+            entry["sum_k"] = summed["k"]
         out.append(entry)
     return out
 

@@ -44,8 +44,23 @@ def test_argmax_profile_times_each_part_and_checks_the_opened_index(tmp_path: Pa
     assert 0 < row["party argmax s"] < row["secure argmax s"]
 
 
-def test_demo_refuses_the_argmax_release_before_anything_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    from dphype import cli
+def test_tradeoff_without_k_replays_the_winner_release_at_the_planners_k(small_adult: None,  # noqa: F811
+                                                                         tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from dphype.selection.candidates import load_candidates
+    from dphype.selection.planner import plan
 
-    assert cli.main(["demo", "--clients", "10", "--release", "argmax"]) == 2
-    assert "release must be sum for dphype demo" in capsys.readouterr().err
+    cache = str(tmp_path / "cache")
+    res = _bench(["tradeoff", *TINY, "--repetitions", "20", "--epsilons", "0.5", "inf", "--cache", cache,
+                  "--release", "sum", "argmax", "--neighbourings", "replace-one", "add-remove",
+                  "--out", str(tmp_path / "t")], capsys)
+    space = load_candidates("6").feature_space()
+    planned = {relation: plan(3, 0.5, 1e-5, space, 6, neighbouring=relation, release="argmax",
+                              search=False).recommended_k_winner for relation in ("replace-one", "add-remove")}
+    winners = res["winner_summary"]
+    assert {(r["neighbouring"], r["k"]) for r in winners if r["epsilon"] == 0.5} == set(planned.items())
+    assert {r["k"] for r in winners if r["epsilon"] == "inf"} == {5}  # no planner without noise: --k's default
+    assert {r["sum_k"] for r in winners} == {5} and res["k"] == 5  # the sum release keeps --k's default
+    res = _bench(["tradeoff", *TINY, "--repetitions", "20", "--epsilons", "0.5", "--cache", cache, "--k", "2",
+                  "--release", "argmax", "--out", str(tmp_path / "k2")], capsys)
+    assert {r["k"] for r in res["winner_summary"]} == {2}  # an explicit --k is used as given

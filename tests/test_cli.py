@@ -49,6 +49,13 @@ def test_plan_prints_a_readable_table(capsys):
     assert "scenario: name=moderate, num_good=1, sigma_loss=0.5" in lines
 
 
+def test_the_demo_defaults_to_the_winner_release_and_the_library_commands_to_the_sum():
+    demo = cli.build_parser(["demo"]).parse_args(["demo"])
+    plan = cli.build_parser(["plan"]).parse_args(["plan", "--clients", "10", "--epsilon", "1", "--delta", "1e-5",
+                                                  "--candidates", "table3"])
+    assert (demo.release, plan.release) == ("argmax", "sum")
+
+
 def test_demo_summary_renders_the_result_and_the_training():
     from test_result import a_release
 

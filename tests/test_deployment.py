@@ -163,7 +163,7 @@ def test_deployment_on_loopback(federation):
     result = flwr_run(
         tmp_path,
         env,
-        f"clients={NUM_NODES} epsilon=20.0 candidates='table3:random:10:0' local-epochs=1 "
+        f"release='sum' k=5 clients={NUM_NODES} epsilon=20.0 candidates='table3:random:10:0' local-epochs=1 "
         f"fedavg-rounds=1 round-timeout={ROUND_TIMEOUT}",
     )
     assert result["clients"] == NUM_NODES
@@ -187,7 +187,7 @@ def test_deployment_survives_a_vanished_supernode(federation):
     result = flwr_run(
         tmp_path,
         env,
-        f"clients={NUM_NODES} dropout=0.2 epsilon=20.0 candidates='table3:random:10:0' "
+        f"release='sum' k=5 clients={NUM_NODES} dropout=0.2 epsilon=20.0 candidates='table3:random:10:0' "
         "local-epochs=1 fedavg-rounds=1 fraction-evaluate=0.0 round-timeout=120",
         kill=procs[-1],
     )

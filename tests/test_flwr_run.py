@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from baselines import candidate_accuracies, majority_of_test_split
 
+from dphype.privacy.winner import WINNER_NOISE
 from dphype.selection.candidates import load_candidates
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,7 +105,7 @@ def test_flwr_run_offline_simulation(tmp_path):
         "num-supernodes=5",
         "--run-config",
         # epsilon=20: the votes (not the noise) decide, so the accuracy check is meaningful
-        "clients=5 epsilon=20.0 candidates='table3:random:10:0' local-epochs=1 fedavg-rounds=1",
+        "release='sum' clients=5 epsilon=20.0 k=5 candidates='table3:random:10:0' local-epochs=1 fedavg-rounds=1",
     ]
     log_marker = str(flwr_home / "local-superlink")
     # The simulated nodes' operator (this test) allows their one vote at epsilon 20 among 5 clients.
@@ -129,6 +130,34 @@ def test_flwr_run_offline_simulation(tmp_path):
     privacy = result["privacy"]
     assert privacy["survivors"] == 5 and privacy["noise"] == "skellam"
     assert privacy["epsilon"] == pytest.approx(20.0, rel=1e-6)
+
+
+@pytest.mark.slow
+def test_flwr_run_in_argmax_mode_with_simulated_tallies(tmp_path):
+    """The bundled app's default release through `flwr run`: 5 voters and 3 simulated tally nodes (partitions 5-7),
+    MPyC among the tallies, FedAvg on the voters."""
+    flwr_home = tmp_path / "flwr-home"
+    flwr_home.mkdir()
+    command = [str(BIN / "flwr"), "run", ".", "--stream", "--federation-config", "num-supernodes=8",
+               "--run-config", "clients=5 epsilon=4.0 k=3 candidates='table3:random:10:0' local-epochs=1 "
+               "fedavg-rounds=1"]
+    log_marker = str(flwr_home / "local-superlink")
+    env = {**offline_env(flwr_home),
+           "DPHYPE_NODE_POLICY": "dphype-max-epsilon=4 dphype-min-clients=5 dphype-lifetime-epsilon=4"}
+    try:
+        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=480)
+    finally:
+        superlinks = processes_with("flower-superlink", log_marker)
+        stop([d for pid in superlinks for d in reversed(descendants(pid))] + superlinks)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    result = parse_result(output)
+    assert result["clients"] == 5 and 0 <= result["selected_index"] < 10
+    assert result["noisy_sum"] is None and result["confidence"] is None  # only the index was released
+    privacy = result["privacy"]
+    assert privacy["noise"] == WINNER_NOISE and privacy["survivors"] == 5
+    assert privacy["epsilon"] == pytest.approx(4.0)
+    assert result["accuracy"] > majority_of_test_split("adult") + 0.03
 
 
 def pyproject_run_config() -> dict:

@@ -13,10 +13,19 @@ operator's, never the run config's: ``flower-supernode --node-config "partition-
 dphype-max-epsilon=1 dphype-lifetime-epsilon=4"``, or the ``DPHYPE_NODE_POLICY`` environment variable where
 the node config is not the operator's to set (simulation); unset keys keep the safe defaults of
 :data:`dphype.node.policy.POLICY_KEYS` (see :func:`dphype.flower.client.node_policy`).
+
+Tally nodes (``release = "argmax"``, :mod:`dphype.flower.tally`) run this same app. In a deployment each is a
+SuperNode whose operator names its role in the node config: ``flower-supernode --node-config
+"dphype-tally-id=0 dphype-tally-parties=host0:port0,host1:port1,host2:port2 dphype-tally-key=~/.flwr/tally.key"``.
+In simulation, where the node config holds only ``partition-id`` and ``num-partitions``, :func:`simulated_roles`
+gives the roles: partitions ``0 .. clients-1`` vote, partitions ``clients .. clients+tallies-1`` are tallies
+``0 .. tallies-1`` (so the federation needs ``options.num-supernodes = clients + tallies``).
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
@@ -26,6 +35,9 @@ from flwr.clientapp.typing import ClientAppCallable
 from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 
 from dphype.flower import register_dphype, selected_candidate
+from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES
+from dphype.node.policy import run_ledger_path
+from dphype.secure.tally import COMMITTEE_SIZE
 
 if TYPE_CHECKING:  # torch is imported where a task is built: a process serving a SecAgg+ stage needs none
     from dphype.ml.task import TorchTask
@@ -41,7 +53,46 @@ def local_task(context: Context) -> TorchTask:
                      epochs=int(run.get("local-epochs", 5)))
 
 
-app = ClientApp()
+#: Environment variable naming the folder of a simulated committee's keys (``tally-<j>.key``), set by the
+#: operator of the simulation (``dphype demo`` makes the keys first, to check the committee before Flower starts);
+#: unset: each run's keys are made in the run's folder beside the simulated ledgers.
+TALLY_KEYS_ENV = "DPHYPE_TALLY_KEYS"
+#: First loopback port of a simulated committee's MPyC parties (:func:`simulated_parties`).
+SIMULATED_TALLY_PORTS = 20000
+
+
+def simulated_parties(run_id: int, tallies: int) -> list[str]:
+    """The MPyC addresses of a simulated committee: ``tallies`` consecutive loopback ports from one of 4,000
+    blocks of 10 at and above :data:`SIMULATED_TALLY_PORTS`, chosen by the run id, so that every tally of the run
+    derives the same list without talking to the others, and runs side by side rarely share a port."""
+    base = SIMULATED_TALLY_PORTS + (run_id % 4000) * 10
+    return [f"127.0.0.1:{base + j}" for j in range(tallies)]
+
+
+def simulated_roles(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+    """The roles of simulated nodes in argmax mode (module docstring): a partition at or beyond ``clients``
+    gets the node config of tally ``partition-id - clients`` (its key in :data:`TALLY_KEYS_ENV`'s folder, or in
+    this run's folder beside the simulated ledgers, :func:`dphype.node.policy.run_ledger_path`; the addresses
+    of :func:`simulated_parties`), and a voter of a federation of exactly ``clients + tallies`` nodes its shard
+    of ``clients`` partitions, as in sum mode. Only a run config that states ``release = "argmax"`` and
+    ``clients`` (as ``flwr run`` and ``dphype demo`` give it) assigns roles; a node whose operator named a role
+    (``dphype-tally-id``), and every node in sum mode, keeps its node config."""
+    run, node = context.run_config, context.node_config
+    if run.get("release") == "argmax" and "clients" in run and TALLY_ID not in node and "partition-id" in node:
+        clients, tallies = int(cast(int, run["clients"])), int(cast(int, run.get("tallies", COMMITTEE_SIZE)))
+        partition = int(cast(int, node["partition-id"]))
+        if partition >= clients:
+            index = partition - clients
+            folder = os.environ.get(TALLY_KEYS_ENV) or run_ledger_path(context.run_id).parent
+            key = Path(folder) / f"tally-{index}.key"
+            node.update({TALLY_ID: index, TALLY_PARTIES: ",".join(simulated_parties(context.run_id, tallies)),
+                         TALLY_KEY_FILE: str(key)})
+        elif int(cast(int, node["num-partitions"])) == clients + tallies:
+            node["num-partitions"] = clients
+    return call_next(msg, context)
+
+
+app = ClientApp(mods=[simulated_roles])
 register_dphype(app, local_task)
 
 

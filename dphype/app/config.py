@@ -16,10 +16,15 @@ from typing import Any
 from dphype.checks import check_int, check_positive
 from dphype.config import RUN_CONFIG_KEYS, DPHypeConfig, read_run_config
 from dphype.flower.training import TrainingBudget
+from dphype.secure.tally import COMMITTEE_SIZE
 from dphype.selection.candidates import CandidateList, load_candidates
 
 #: Data sets every node can load without a data directory (bundled, or Debian's Fashion-MNIST package).
 APP_DATASETS: tuple[str, ...] = ("adult", "mnist5k", "fashion-mnist")
+#: The app's release when the run config names none: only the winner (README, "Default release: the winner
+#: only"). The library's default stays ``"sum"`` (:class:`dphype.config.DPHypeConfig`), which needs no tally
+#: nodes.
+APP_RELEASE = "argmax"
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,8 @@ class AppConfig:
     the server (``clipping``), composed with the selection); 0 trains with ordinary FedAvg, whose plaintext
     updates no guarantee covers.
     ``result_file``: where the ServerApp also writes its summary as JSON (empty: nowhere).
+    ``tallies``: ``release="argmax"`` only: the size of the tally committee, whose nodes the ServerApp finds
+    among the connected ones (:func:`dphype.flower.tally.discover_committee`; at least 3).
     """
 
     dphype: DPHypeConfig
@@ -52,11 +59,13 @@ class AppConfig:
     connect_timeout: float = 600.0
     round_timeout: float = 1800.0
     result_file: str = ""
+    tallies: int = COMMITTEE_SIZE
 
     def __post_init__(self) -> None:
         if self.dataset not in APP_DATASETS:
             raise ValueError(f"dataset must be one of {', '.join(APP_DATASETS)}, got {self.dataset!r}")
         check_int("seed", self.seed, 0)
+        check_int("tallies", self.tallies, 3)
         for name in ("fedavg_rounds", "local_epochs"):
             check_int(name.replace("_", "-"), getattr(self, name), 1)
         for name in ("connect_timeout", "round_timeout"):
@@ -83,7 +92,9 @@ class AppConfig:
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> AppConfig:
-        """Parse a Flower run config; unknown keys are refused by name."""
+        """Parse a Flower run config (``release`` defaults to :data:`APP_RELEASE`); unknown keys are refused
+        by name."""
+        run_config = {"release": APP_RELEASE, **run_config}
         own = {f.name.replace("_", "-"): f for f in dataclasses.fields(cls) if f.name != "dphype"}
         unknown = sorted(set(run_config) - set(own) - set(RUN_CONFIG_KEYS.values()))
         if unknown:

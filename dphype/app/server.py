@@ -2,8 +2,12 @@
 
 A worked example of the Message API end to end, in one ``@app.main()``:
 
-1. :class:`dphype.flower.DPHype` -- every client votes on the public candidate list; one SecAgg+ round
-   releases only the noisy vote sum; the argmax is selected with a privacy report;
+1. :class:`dphype.flower.DPHype` -- every client votes on the public candidate list. With ``release =
+   "argmax"`` (the app's default, :data:`dphype.app.config.APP_RELEASE`) the clients seal shares of their
+   noisy votes to a committee of ``tallies`` tally nodes, whose keys the ServerApp first asks the connected
+   nodes for (:func:`dphype.flower.tally.discover_committee`), and only the winner's index is released;
+   with ``release = "sum"`` one SecAgg+ round releases the noisy vote sum and the rule selects. Either way
+   with a privacy report;
 2. ``flwr.serverapp.strategy.FedAvg`` -- ``fedavg-rounds`` rounds with the selected candidate as the train
    config; the global model is evaluated on the held-out test split after every round, and by a
    ``fraction-evaluate`` share of the clients on their own data. With ``train-epsilon > 0`` FedAvg runs in
@@ -28,6 +32,7 @@ from flwr.serverapp.strategy import FedAvg, Strategy
 from dphype.app.config import AppConfig
 from dphype.cli import jsonable
 from dphype.flower import DPHype, check_private_training, private_training, train_config
+from dphype.flower.tally import ClientGrid, discover_committee
 from dphype.ml.models import MODEL_FOR_DATASET
 from dphype.ml.task import TorchTask, load_cached
 
@@ -40,7 +45,13 @@ PLAINTEXT_TRAINING = ("plaintext model updates of every participating client in 
 
 def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
     """DP-Hype selection, then FedAvg with the winner; returns the run summary."""
-    selection = DPHype(cfg.candidate_list(), cfg.dphype)  # checks everything before any client works
+    tallies: tuple[bytes, ...] = ()
+    voters = grid
+    if cfg.dphype.release == "argmax":  # the committee's keys from its nodes (hello only; no client works)
+        tallies, tally_nodes = discover_committee(grid, cfg.dphype.clients, cfg.tallies,
+                                                  connect_timeout=cfg.connect_timeout, timeout=cfg.round_timeout)
+        voters = ClientGrid(grid, tally_nodes)  # FedAvg samples, trains and evaluates the voters only
+    selection = DPHype(cfg.candidate_list(), cfg.dphype, tallies=tallies)  # checks all before any client works
     budget = cfg.training_budget()
     survivors = cfg.dphype.clients  # at least the vote's survivors train: checked here, set after the vote
     if budget is not None:  # the training accountant's preconditions, before the selection spends anything
@@ -59,10 +70,10 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
     fedavg = _fedavg(cfg, survivors)
     # DP-FedAvg, accounted together with the selection, when the run has a training budget
     private = None if budget is None else private_training(fedavg, result.report, budget,
-                                                           sampled_clients=len(list(grid.get_node_ids())))
+                                                           sampled_clients=len(list(voters.get_node_ids())))
     strategy: Strategy = fedavg if private is None else private.strategy
     trained = strategy.start(
-        grid,
+        voters,
         initial_arrays=ArrayRecord(test.initial_state(cfg.seed)),
         num_rounds=cfg.fedavg_rounds,
         timeout=cfg.round_timeout,

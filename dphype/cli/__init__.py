@@ -55,16 +55,17 @@ def add_privacy_arguments(parser: argparse.ArgumentParser) -> None:
                              "(L2 sqrt(k))")
 
 
-def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--rule`` and ``--min-success``: how the server selects on the release, and when it refuses to run."""
+def add_selection_arguments(parser: argparse.ArgumentParser, *, release: str = "sum") -> None:
+    """``--rule``, ``--min-success`` and ``--release`` (default ``release``): how the server selects on the
+    release, when it refuses to run, and what it releases."""
     parser.add_argument("--rule", choices=("gp", "argmax"), default="gp",
                         help="selection rule on the released noisy sum: gp (structure-aware, default) or argmax "
                              "(the paper's); both are post-processing")
     parser.add_argument("--min-success", type=float, default=None,
                         help="refuse to run when the planner's predicted chance of a good pick is below this")
-    parser.add_argument("--release", choices=("sum", "argmax"), default="sum",
-                        help="release mode: sum (the noisy vote sum over SecAgg+, default) or argmax (only the "
-                             "winner's index from a secure argmax among 3 tallies; pure epsilon)")
+    parser.add_argument("--release", choices=("sum", "argmax"), default=release,
+                        help="release mode: sum (the noisy vote sum over SecAgg+) or argmax (only the winner's "
+                             f"index from a secure argmax among 3 tallies; pure epsilon); default {release}")
 
 
 def add_noise_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,10 +1,13 @@
-"""``dphype demo``: the bundled Flower app on Adult -- DP-Hype over SecAgg+, then FedAvg with the winner.
+"""``dphype demo``: the bundled Flower app on Adult -- DP-Hype's private selection, then FedAvg with the winner.
 
 Runs the bundled app (:mod:`dphype.app`, shipped inside the package, so it works from an installed wheel) with
 ``flwr run`` on a private local simulation SuperLink (:class:`dphype.flower.local.LocalSuperLink`): every
-simulated client scores the candidates on its Adult shard, votes top-k with its Skellam noise share,
-SecAgg+ releases only the noisy vote sum, the server selects with the configured rule and trains the final
-model with Flower's FedAvg. The app's ``pyproject.toml`` is written to a temporary folder (its components name
+simulated client scores the candidates on its Adult shard and votes top-k. By default (``--release argmax``,
+the release results/README.md measures closer to Opt) each client seals shares of its noisy votes to 3
+simulated tally nodes (3 more nodes, keys made here, :func:`make_tally_keys`), which open only the
+winner's index; with ``--release sum`` SecAgg+ releases the noisy vote sum and the server selects with the
+configured rule. Either way Flower's FedAvg then trains the final model.
+The app's ``pyproject.toml`` is written to a temporary folder (its components name
 :data:`dphype.app.COMPONENTS`; ``--app DIR`` runs another folder's app instead). The DP-Hype settings are checked
 here before Flower starts; the ServerApp checks the rest of its run config before any client works.
 
@@ -31,7 +34,7 @@ from dphype.cli import add_candidates_argument, add_privacy_arguments, add_selec
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``dphype demo``."""
     add_privacy_arguments(parser)
-    add_selection_arguments(parser)
+    add_selection_arguments(parser, release="argmax")  # the release the benchmarks support (README)
     add_candidates_argument(parser)
     parser.add_argument("--seed", type=int, default=0, help="data partition / model seed (default 0)")
     parser.add_argument("--fedavg-rounds", type=int, default=5, help="FedAvg rounds (default 5)")
@@ -43,22 +46,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Check the settings, run the app, return its summary (selection, privacy report, test accuracy)."""
-    from dphype.checks import check_int, check_positive
-    from dphype.config import RUN_CONFIG_KEYS
+    from dphype.app.client import TALLY_KEYS_ENV
     from dphype.flower import DPHype
-    from dphype.flower.local import LocalSuperLink, is_flower_app, node_config_string
+    from dphype.flower.local import node_config_string
     from dphype.node.ledger import admitting_policy
     from dphype.node.policy import POLICY_ENV
     from dphype.selection.candidates import load_candidates
 
     candidates = load_candidates(args.candidates)
     config = privacy_config(args, len(candidates))
-    if config.release == "argmax":
-        raise ValueError("release must be sum for dphype demo: the bundled app does not start tally nodes yet "
-                         "(README, 'Releasing only the winner', runs argmax mode with tally nodes in process)")
-    # the server's own checks (calibration, secure-sum range, the planner), before Flower starts
-    selection = DPHype(candidates, config)
-    node_policy = {POLICY_ENV: node_config_string(admitting_policy(selection.request))}
+    with tempfile.TemporaryDirectory(prefix="dphype-demo-") as folder:
+        # argmax mode: the demo's user operates the 3 simulated tally nodes too, so it makes their keys here
+        tallies = make_tally_keys(Path(folder) / "tallies") if config.release == "argmax" else ()
+        # the server's own checks (calibration, secure-sum range, committee, the planner), before Flower starts
+        selection = DPHype(candidates, config, tallies=tallies)
+        env = {POLICY_ENV: node_config_string(admitting_policy(selection.request))}
+        if tallies:
+            env[TALLY_KEYS_ENV] = str(Path(folder) / "tallies")
+        return _run(args, selection, env, Path(folder))
+
+
+def make_tally_keys(folder: Path) -> tuple[bytes, ...]:
+    """The simulated committee's keys, created in ``folder`` (``tally-<j>.key``, read by the simulated tally nodes
+    through :data:`dphype.app.client.TALLY_KEYS_ENV`); their public keys in committee order."""
+    from dphype.flower.tally import load_tally_key
+    from dphype.secure.tally import COMMITTEE_SIZE
+
+    return tuple(load_tally_key(folder / f"tally-{j}.key").public for j in range(COMMITTEE_SIZE))
+
+
+def _run(args: argparse.Namespace, selection: Any, env: dict[str, str], folder: Path) -> dict[str, Any]:
+    """Check the app's own settings, run the app on ``clients`` (plus 3 tally) simulated nodes."""
+    from dphype.checks import check_int, check_positive
+    from dphype.config import RUN_CONFIG_KEYS
+    from dphype.flower.local import LocalSuperLink, is_flower_app
+    from dphype.secure.tally import COMMITTEE_SIZE
+
+    config = selection.config
     plan = selection.plan()
     for warning in plan.warnings:
         print(f"dphype demo: warning: {warning}", file=sys.stderr)
@@ -69,26 +93,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.app is not None and not is_flower_app(args.app):
         raise ValueError(f"--app {args.app!r} holds no Flower app (a pyproject.toml with [tool.flwr.app]); leave "
                          "--app out to run the bundled app")
-    with tempfile.TemporaryDirectory(prefix="dphype-demo-") as folder:
-        result_file = Path(folder) / "result.json"
-        run_config = {
-            **{key: getattr(config, name) for name, key in RUN_CONFIG_KEYS.items()},
-            "dataset": "adult", "candidates": args.candidates, "seed": args.seed,
-            "fedavg-rounds": args.fedavg_rounds, "local-epochs": args.local_epochs, "result-file": str(result_file),
-        }
-        app = args.app if args.app is not None else bundled_app(Path(folder) / "app", run_config)
-        start = time.perf_counter()
-        with LocalSuperLink(env=node_policy) as superlink:
-            # with --json, Flower's log goes to stderr so that stdout ends with the JSON line
-            code = superlink.run(app, run_config=run_config, supernodes=config.clients,
-                                 stdout=sys.stderr if args.json else None, timeout=args.timeout)
-        if code != 0 or not result_file.exists():
-            raise RuntimeError(f"the Flower run failed (flwr exit status {code}); nothing was released: see the "
-                               "log above")
-        summary = json.loads(result_file.read_text())
+    result_file = folder / "result.json"
+    run_config = {
+        **{key: getattr(config, name) for name, key in RUN_CONFIG_KEYS.items()},
+        "dataset": "adult", "candidates": args.candidates, "seed": args.seed,
+        "fedavg-rounds": args.fedavg_rounds, "local-epochs": args.local_epochs, "result-file": str(result_file),
+    }
+    app = args.app if args.app is not None else bundled_app(folder / "app", run_config)
+    start = time.perf_counter()
+    supernodes = config.clients + (COMMITTEE_SIZE if config.release == "argmax" else 0)
+    with LocalSuperLink(env=env) as superlink:
+        # with --json, Flower's log goes to stderr so that stdout ends with the JSON line
+        code = superlink.run(app, run_config=run_config, supernodes=supernodes,
+                             stdout=sys.stderr if args.json else None, timeout=args.timeout)
+    if code != 0 or not result_file.exists():
+        raise RuntimeError(f"the Flower run failed (flwr exit status {code}); nothing was released: see the "
+                           "log above")
+    summary = json.loads(result_file.read_text())
     privacy = summary.pop("privacy")
     return {**summary, "seconds": time.perf_counter() - start,
-            "warnings": plan.warnings + [w for w in [summary["confidence"]["warning"]] if w],
+            "warnings": plan.warnings + [w for w in [(summary["confidence"] or {}).get("warning")] if w],
             "privacy": privacy}
 
 

@@ -12,27 +12,30 @@ Roles (one ``ClientApp`` serves both, :func:`register_tally` beside :func:`dphyp
   is what the server and the clients' ``dphype-tallies`` name). It answers ``query.dphype_tally`` in four
   stages: ``hello`` (its index and public key), ``collect`` (the request and the ciphertexts sealed to it:
   :class:`dphype.secure.tally.Tally` opens and sums them, refusing foreign or duplicate shares and a request
-  already served; its MPyC party process starts meanwhile, :func:`dphype.secure.tally.spawn_party`),
-  ``compute`` (hands the party its summed share and returns at once, so that all parties run together
-  whatever the transport) and ``result`` (the index its party opened).
+  already served), ``compute`` (starts its MPyC party with its summed share and returns at once, so that all
+  parties run together whatever the transport) and ``result`` (the index its party opened).
 
 The server (:func:`run_winner_selection`, called by :meth:`dphype.flower.server.DPHype.start` when
 ``release="argmax"``) finds the configured committee among the connected nodes (a tally that does not answer
 ``hello`` is unreachable: nothing is sent), runs the pre-flight with the other nodes, collects the sealed
 shares, forwards each tally its ciphertexts and gets the index back. Fewer contributors than
 ``ceil((1 - xi) n)``, a tally that refuses, fails or answers late: :class:`dphype.secure.tally.TallyError`,
-nothing released. The tally state lives in the tally's ClientApp process (one process per node, as in the
-in-process grid and a SuperNode's default isolation).
+nothing released. The tally's state lives in its node's context (``context.state``: the requests served, the
+collected job, the party's process id and output file beside the key), so a stage may run in any process of
+the node, as in Flower's simulation, where a node's messages go to whichever ClientApp actor is free.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import random
+import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -41,12 +44,13 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common import log
 from flwr.serverapp.grid import Grid
+from flwr.supercore.run import Run
 
 from dphype.node.ledger import Ledger
 from dphype.node.policy import check_vote_request
 from dphype.protocol import DPHypeResult, Refusal, VoteRequest, release_winner, winner_vote
 from dphype.secure.relay import KeyPair
-from dphype.secure.tally import Tally, TallyError, agreed_index, party_result, send_job, spawn_party
+from dphype.secure.tally import Tally, TallyError, agreed_index, party_answer, party_command, send_job
 
 if TYPE_CHECKING:
     from dphype.flower.client import PolicySource
@@ -60,9 +64,8 @@ TALLY_KEY = "dphype-tally"
 #: Node-config keys of a tally node.
 TALLY_ID, TALLY_PARTIES, TALLY_KEY_FILE = "dphype-tally-id", "dphype-tally-parties", "dphype-tally-key"
 
-#: Each tally node's state in its ClientApp process, by node id.
-_TALLIES: dict[int, _TallyNode] = {}
-
+#: Context-state record of a tally node (:class:`_TallyNode`).
+STATE_KEY = "dphype-tally-state"
 
 def load_tally_key(path: str | os.PathLike[str]) -> KeyPair:
     """The tally's X25519 key pair from ``path`` (64 hex digits of the raw private key), created if missing."""
@@ -80,71 +83,97 @@ def load_tally_key(path: str | os.PathLike[str]) -> KeyPair:
 
 
 class _TallyNode:
-    """A tally node: its committee index, MPyC addresses, :class:`Tally` state and running party."""
+    """A tally node: its committee index, MPyC addresses and key, with its state in the node's context (the
+    requests it served, the job it collected, its running MPyC party's process id and output file), so that any
+    process of the node serves any stage (Flower's simulation runs a node's messages in whichever actor is
+    free)."""
 
-    def __init__(self, node_config: dict[str, Any]) -> None:
-        self.config = node_config
+    def __init__(self, node_config: dict[str, Any], state: RecordDict) -> None:
         self.index = int(node_config[TALLY_ID])
         self.parties = [a.strip() for a in str(node_config[TALLY_PARTIES]).split(",") if a.strip()]
         if not 0 <= self.index < len(self.parties):
             raise ValueError(f"node config {TALLY_ID} must be in [0, {len(self.parties) - 1}] "
                              f"({TALLY_PARTIES} names {len(self.parties)} parties)")
-        self.tally = Tally(self.index, load_tally_key(str(node_config[TALLY_KEY_FILE])))
-        self.job: dict[str, Any] | None = None
-        self.proc: subprocess.Popen[str] | None = None
-        self.computing = False
+        self.key_file = Path(str(node_config[TALLY_KEY_FILE])).expanduser()
+        self.keys = load_tally_key(self.key_file)
+        self.state = state
+        record = state.config_records.get(STATE_KEY)
+        self.saved: dict[str, Any] = (json.loads(str(record["json"])) if record is not None
+                                      else {"served": [], "job": None, "pid": None, "out": None})
+
+    def _save(self) -> None:
+        self.state.config_records[STATE_KEY] = ConfigRecord({"json": json.dumps(self.saved)})
 
     def stage(self, record: ConfigRecord) -> dict[str, Any]:
         stage = record.get("stage")
         if stage == "hello":
-            return {"index": self.index, "public": self.tally.public}
+            return {"index": self.index, "public": self.keys.public}
         if stage == "collect":
             request = VoteRequest.from_record(record)
-            if request.config.release != "argmax" or self.tally.public not in request.tallies \
-                    or request.tallies.index(self.tally.public) != self.index:
+            if request.config.release != "argmax" or self.keys.public not in request.tallies \
+                    or request.tallies.index(self.keys.public) != self.index:
                 raise TallyError(f"tally {self.index} is not tally {self.index} of this request's committee")
-            self.tally.open_round(request.digest(), len(request.candidates), request.min_survivors,
-                                  len(request.tallies))
+            tally = Tally(self.index, self.keys, served=self.saved["served"])
+            tally.open_round(request.digest(), len(request.candidates), request.min_survivors,
+                             len(request.tallies))
             self._stop()
-            self.proc = spawn_party(self.index, self.parties)  # MPyC's import overlaps opening the shares
             contributors = cast(list[int], record["contributors"])
             for contributor, sealed in zip(contributors, cast(list[bytes], record["shares"]), strict=True):
-                self.tally.receive(str(contributor), sealed)
-            self.job = self.tally.job()
+                tally.receive(str(contributor), sealed)
+            self.saved.update(job=tally.job(), served=tally.served)
+            self._save()
             return {"collected": len(contributors)}
         if stage == "compute":
-            if self.job is None or self.proc is None:
+            job = self.saved["job"]
+            if job is None:
                 raise TallyError(f"tally {self.index} has collected nothing to compute")
-            send_job(self.proc, self.job)
-            self.job, self.computing = None, True
+            out = self.key_file.parent / f"party-{self.index}-{job['request'][:16]}.out"
+            with open(out, "w", encoding="utf-8") as fh:  # the party answers into the file, whoever reads it
+                proc = subprocess.Popen(party_command(self.index, self.parties), stdin=subprocess.PIPE, stdout=fh,
+                                        stderr=subprocess.DEVNULL, text=True)
+            send_job(proc, job)
+            self.saved.update(job=None, pid=proc.pid, out=str(out))
+            self._save()
             return {"started": True}
         if stage == "result":
-            if self.proc is None or not self.computing:
+            if self.saved["out"] is None:
                 raise TallyError(f"tally {self.index} has no computation running")
-            proc, self.proc, self.computing = self.proc, None, False
-            return {"index": party_result(proc, self.index, float(cast(float, record["timeout"])))[0]}
+            timeout = float(cast(float, record["timeout"]))
+            out, deadline = Path(self.saved["out"]), time.monotonic() + timeout
+            try:
+                while (answer := party_answer(out.read_text(encoding="utf-8"), self.index)) is None:
+                    if time.monotonic() > deadline:
+                        raise TallyError(f"tally {self.index} did not answer within {timeout:g} s; nothing released")
+                    time.sleep(0.05)
+            finally:
+                self._stop()
+            return {"index": answer[0]}
         raise TallyError(f"unknown tally stage {stage!r}")
 
     def _stop(self) -> None:
-        """Stop a party left over from an earlier, unfinished request."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc, self.computing = None, False
+        """Stop this node's party (left over from an unfinished request, or done) and forget its output."""
+        pid, out = self.saved["pid"], self.saved["out"]
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)  # the party this node started (it has exited when done)
+        if out is not None:
+            Path(out).unlink(missing_ok=True)
+        self.saved.update(pid=None, out=None)
+        self._save()
 
 
 def register_tally(app: ClientApp) -> ClientApp:
     """Add the tally stages (``query.dphype_tally``) to ``app``; a node without ``dphype-tally-id`` in its
-    node config answers them with an error (it is not a tally). Returns ``app``."""
+    node config answers ``hello`` with index -1 and no key, and the other stages with an error (it is not a
+    tally). Returns ``app``."""
 
     @app.query(TALLY_ACTION)
     def tally(msg: Message, context: Context) -> Message:
         if TALLY_ID not in context.node_config:
+            if msg.content.config_records[TALLY_KEY].get("stage") == "hello":  # a voter: no index, no key
+                return Message(RecordDict({TALLY_KEY: ConfigRecord({"index": -1, "public": b""})}), reply_to=msg)
             raise TallyError("this node is not a tally (no dphype-tally-id in its node config)")
-        node = _TALLIES.get(context.node_id)
-        if node is None or node.config != dict(context.node_config):  # a new node config: a new tally
-            node = _TALLIES[context.node_id] = _TallyNode(dict(context.node_config))
-        answer = node.stage(msg.content.config_records[TALLY_KEY])
+        answer = _TallyNode(dict(context.node_config), context.state).stage(msg.content.config_records[TALLY_KEY])
         return Message(RecordDict({TALLY_KEY: ConfigRecord(answer)}), reply_to=msg)
 
     return app
@@ -219,6 +248,79 @@ def find_committee(grid: Grid, committee: Sequence[bytes], nodes: Sequence[int],
         raise TallyError(f"tally {missing[0]} is unreachable (no connected node answered with its key); "
                          "nothing was sent to the clients")
     return found
+
+
+def discover_committee(grid: Grid, clients: int, size: int, *, connect_timeout: float | None,
+                       timeout: float | None) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
+    """The public keys of the ``size`` tally nodes among the connected nodes, in committee order, and their node
+    ids (``hello`` stage), for a server that takes its committee from the nodes rather than from its operator
+    (the bundled app). Waits up to ``connect_timeout`` for ``clients + size`` nodes; fewer nodes, or tally
+    indices other than exactly ``0..size-1`` (a tally missing or answering twice):
+    :class:`dphype.flower.server.PreflightError` / :class:`TallyError`, before anything is sent to the clients.
+
+    The server learns the keys from the nodes themselves here, so the committee is only as trustworthy as the
+    connected nodes; a client that must not rely on that pins the keys it trusts (node config
+    ``dphype-tallies``, :mod:`dphype.node.policy`) and refuses any other committee in the pre-flight."""
+    from dphype.flower.server import PreflightError, _wait_for_nodes  # noqa: PLC0415 - server imports us
+
+    needed = clients + size
+    try:
+        _wait_for_nodes(grid, needed, connect_timeout)
+    except PreflightError:
+        raise PreflightError(
+            f"only {len(list(grid.get_node_ids()))} nodes connected within {connect_timeout:g} s; release=argmax "
+            f"needs clients + tallies = {needed} nodes ({clients} voters and {size} tally nodes); nothing was "
+            f"sent: in simulation set options.num-supernodes={needed}, in a deployment start every tally's "
+            "SuperNode (README, 'Releasing only the winner')") from None
+    nodes = sorted(grid.get_node_ids())
+    replies = _ask(grid, nodes, {n: {"stage": "hello"} for n in nodes}, timeout, "DP-Hype tally hello")
+    found: dict[int, tuple[int, bytes]] = {}
+    for node, reply in sorted(replies.items()):
+        if reply.has_error():
+            continue
+        answer = reply.content.config_records[TALLY_KEY]
+        index = int(cast(int, answer["index"]))
+        if index < 0:  # a voter
+            continue
+        if index in found:
+            raise TallyError(f"two nodes answer as tally {index}; nothing was sent to the clients")
+        found[index] = (node, cast(bytes, answer["public"]))
+    if sorted(found) != list(range(size)):
+        raise TallyError(f"tallies={size} needs tally nodes 0..{size - 1} to answer, got "
+                         f"{len(found)} ({', '.join(map(str, sorted(found))) or 'none'}); nothing was sent to the "
+                         "clients")
+    return tuple(found[j][1] for j in range(size)), tuple(found[j][0] for j in range(size))
+
+
+class ClientGrid(Grid):
+    """``grid`` without the tally nodes (their ids hidden from :meth:`get_node_ids`): what a strategy that
+    samples nodes (FedAvg) sees after an argmax-mode selection, so that no tally trains or evaluates."""
+
+    def __init__(self, grid: Grid, tally_nodes: Sequence[int]) -> None:
+        self.grid, self.tally_nodes = grid, frozenset(tally_nodes)
+
+    def set_run(self, run: Run) -> None:
+        self.grid.set_run(run)
+
+    @property
+    def run(self) -> Run:
+        return self.grid.run
+
+    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
+                       ttl: float | None = None) -> Message:
+        return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return [n for n in self.grid.get_node_ids() if n not in self.tally_nodes]
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        return self.grid.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return self.grid.pull_messages(message_ids)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        return self.grid.send_and_receive(messages, timeout=timeout)
 
 
 def run_winner_selection(server: DPHype, grid: Grid, *, timeout: float | None, connect_timeout: float | None,

@@ -150,11 +150,16 @@ def client_sealed_shares(request_digest: str, noisy_counts: Any, committee: Sequ
 class Tally:
     """One tally's state: its key pair, the request it is collecting for, and the requests it has served."""
 
-    def __init__(self, index: int, keys: KeyPair | None = None) -> None:
+    def __init__(self, index: int, keys: KeyPair | None = None, served: Sequence[str] = ()) -> None:
         self.index = int(index)
         self.keys = KeyPair.generate() if keys is None else keys
-        self._served: set[str] = set()
+        self._served: set[str] = set(served)  # requests served before (restored by a node that keeps state)
         self._round: dict[str, Any] | None = None
+
+    @property
+    def served(self) -> list[str]:
+        """The digests of the requests this tally has served (one argmax each), sorted."""
+        return sorted(self._served)
 
     @property
     def public(self) -> bytes:
@@ -258,9 +263,18 @@ def party_result(proc: subprocess.Popen[str], index: int, timeout: float) -> tup
         proc.kill()
         proc.wait()
         raise TallyError(f"tally {index} did not answer within {timeout:g} s; nothing released") from None
-    lines = [line for line in out.splitlines() if line.startswith("{")]
-    if not lines:
+    answer = party_answer(out, index)
+    if answer is None:
         raise TallyError(f"tally {index} stopped without an answer (exit code {proc.returncode}); nothing released")
+    return answer
+
+
+def party_answer(out: str, index: int) -> tuple[int, dict[str, float]] | None:
+    """The index and timings in a party's output ``out``; ``None`` before its answer line is complete;
+    :class:`TallyError` when the party refused."""
+    lines = [line for line in out.splitlines(keepends=True) if line.startswith("{") and line.endswith("\n")]
+    if not lines:
+        return None
     answer = json.loads(lines[-1])
     if "error" in answer:
         raise TallyError(f"tally {index} refused the argmax: {answer['error']}; nothing released")

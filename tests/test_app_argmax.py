@@ -1,0 +1,98 @@
+"""The bundled app in argmax mode, in process: its ServerApp logic with voters and 3 simulated tally nodes."""
+
+from __future__ import annotations
+
+import pytest
+from baselines import majority_of_test_split
+from guard_helpers import PERMISSIVE
+
+from dphype.app.client import simulated_parties
+from dphype.app.config import AppConfig
+from dphype.config import DPHypeConfig
+from dphype.flower import PreflightError
+from dphype.flower.local import LocalGrid, node_id
+from dphype.privacy.winner import WINNER_NOISE
+from dphype.secure.tally import TallyError
+
+CLIENTS = 4
+SUBSET = "table3:random:10:0"
+
+
+def app_grid(nodes: int, **kwargs) -> tuple[AppConfig, LocalGrid]:
+    """The bundled apps on ``nodes`` simulated nodes with the run config ``flwr run`` would give them."""
+    import dphype.app.client as client_app
+
+    cfg = AppConfig(DPHypeConfig(epsilon=4.0, delta=1e-5, k=3, clients=CLIENTS, release="argmax"),
+                    candidates=SUBSET, fedavg_rounds=1, local_epochs=1, **kwargs)
+    run_config = {"dataset": "adult", "seed": 0, "local-epochs": 1, "release": "argmax", "clients": CLIENTS,
+                  "tallies": cfg.tallies}
+    return cfg, LocalGrid(client_app.app, nodes, run_config=run_config, node_config=PERMISSIVE)
+
+
+def test_bundled_app_in_argmax_mode_selects_with_simulated_tallies_and_trains_on_the_voters_only():
+    from dphype.app.server import run_app
+
+    cfg, grid = app_grid(CLIENTS + 3, round_timeout=120.0)
+    summary = run_app(grid, cfg)
+    voters, tallies = [node_id(i) for i in range(CLIENTS)], [node_id(CLIENTS + j) for j in range(3)]
+    # only the index left the committee: no vote vector, pure epsilon with the winner's noise
+    assert summary["noisy_sum"] is None and summary["selected_index"] in range(10)
+    privacy = summary["privacy"]
+    assert (privacy["noise"], privacy["epsilon"], privacy["survivors"]) == (WINNER_NOISE, 4.0, CLIENTS)
+    # partitions CLIENTS.. became tallies 0..2 with the run's shared MPyC addresses; the voters kept the sum
+    # mode's data split (CLIENTS shards, not CLIENTS + 3)
+    for j, node in enumerate(tallies):
+        config = grid.contexts[node].node_config
+        assert config["dphype-tally-id"] == j
+        assert config["dphype-tally-parties"] == ",".join(simulated_parties(1, 3))
+    assert all(grid.contexts[n].node_config["num-partitions"] == CLIENTS for n in voters)
+    by_type: dict[str, set[int]] = {}
+    for m in grid.sent:
+        by_type.setdefault(m.metadata.message_type, set()).add(m.metadata.dst_node_id)
+    assert by_type["train.dphype_argmax"] == set(voters) and "train.dphype" not in by_type
+    assert by_type["train"] == set(voters) and by_type["evaluate"] == set(voters)  # FedAvg: never a tally
+    assert by_type["query.dphype_tally"] == set(voters) | set(tallies)  # hello to all, the stages to tallies
+    assert not [r for r in grid.replies if r.has_error()]
+    assert summary["accuracy"] > majority_of_test_split("adult") + 0.03
+
+
+def test_too_few_tally_nodes_connected_is_refused_before_any_client_works():
+    from dphype.app.server import run_app
+
+    cfg, grid = app_grid(CLIENTS + 2, connect_timeout=0.1)
+    with pytest.raises(PreflightError, match=r"only 6 nodes connected within 0.1 s; release=argmax needs clients "
+                                             r"\+ tallies = 7 nodes \(4 voters and 3 tally nodes\).*"
+                                             r"options.num-supernodes=7"):
+        run_app(grid, cfg)
+    assert not grid.sent
+
+
+def test_a_tally_that_does_not_answer_is_named_before_any_client_works():
+    from dphype.app.server import run_app
+
+    cfg, grid = app_grid(CLIENTS + 3, round_timeout=1.0)
+    grid.silent = {node_id(CLIENTS + 1)}  # tally 1 never answers
+    with pytest.raises(TallyError, match=r"tallies=3 needs tally nodes 0..2 to answer, got 2 \(0, 2\); nothing "
+                                         "was sent to the clients"):
+        run_app(grid, cfg)
+    assert {m.metadata.message_type for m in grid.sent} == {"query.dphype_tally"}
+    assert {dict(m.content.config_records["dphype-tally"])["stage"] for m in grid.sent} == {"hello"}
+
+
+def test_two_nodes_claiming_one_tally_index_are_refused(tmp_path):
+    from dphype.app.server import run_app
+
+    cfg, grid = app_grid(CLIENTS + 3, round_timeout=5.0)
+    grid.contexts[node_id(CLIENTS + 2)].node_config.update(  # an operator's node config: tally 0 again
+        {"dphype-tally-id": 0, "dphype-tally-parties": "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3",
+         "dphype-tally-key": str(tmp_path / "second-0.key")})
+    with pytest.raises(TallyError, match="two nodes answer as tally 0; nothing was sent to the clients"):
+        run_app(grid, cfg)
+
+
+def test_the_app_run_config_names_the_committee_size():
+    with pytest.raises(ValueError, match="tallies must be an integer >= 3, got 2"):
+        AppConfig(DPHypeConfig(epsilon=1.0, delta=1e-5, k=3, clients=4), tallies=2)
+    given = {"epsilon": 1.0, "delta": 1e-5, "k": 3, "clients": 4}
+    assert AppConfig.from_run_config(given).dphype.release == "argmax"  # the app's default, not the library's
+    assert DPHypeConfig(**given).release == "sum"
