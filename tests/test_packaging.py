@@ -53,15 +53,15 @@ def test_demo_runs_from_a_wheel_in_a_fresh_venv(tmp_path):
                     str(wheel), "flwr==1.41.*"], check=True, capture_output=True, text=True)
     work = tmp_path / "elsewhere"
     work.mkdir()
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}  # no PYTHONPATH of the test session
     done = subprocess.run([str(venv / "bin" / "dphype"), "demo", "--clients", "4", "--epsilon", "20", "--k", "2",
                            "--candidates", "table3:random:6:0", "--fedavg-rounds", "1", "--local-epochs", "1",
-                           "--json"], cwd=work, capture_output=True, text=True, timeout=600,
-                          env={"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)})
+                           "--json"], cwd=work, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["privacy"]["survivors"] == 4 and result["accuracy"] > 0.6
     origin = subprocess.run([str(venv / "bin" / "python"), "-c", "import dphype; print(dphype.__file__)"], cwd=work,
-                            capture_output=True, text=True, check=True).stdout
+                            capture_output=True, text=True, check=True, env=env).stdout
     assert origin.startswith(str(purelib)), origin  # the wheel's dphype, not this checkout's
 
 
