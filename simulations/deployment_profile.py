@@ -54,7 +54,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait_for_port(port: int, timeout: float = 60.0) -> None:
+def wait_for_port(port: int, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with socket.socket() as sock:
@@ -107,7 +107,7 @@ def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, time
             start("superlink", [str(BIN / "flower-superlink"), "--insecure",
                                 "--disable-runtime-dependency-installation", "--database", str(tmp / "state.db"),
                                 "--host", "127.0.0.1", "--port", str(link)])
-            _wait_for_port(link)
+            wait_for_port(link)
             policy = (f"dphype-max-epsilon={epsilon} dphype-min-clients={nodes} dphype-min-neighbours=2 "
                       f"dphype-lifetime-epsilon={10 * epsilon}")
             for i in range(nodes):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -13,27 +12,11 @@ from baselines import candidate_accuracies, majority_of_test_split
 from test_flwr_run import BIN, REPO, descendants, offline_env, parse_result, stop
 
 from dphype.selection.candidates import load_candidates
+from simulations.deployment_profile import free_port, wait_for_port
 
 NUM_NODES = 5
 #: Seconds one SecAgg+ stage or FedAvg round may wait for the SuperNodes (run config).
 ROUND_TIMEOUT = 240
-
-
-def free_port() -> int:
-    """A currently unused TCP port on 127.0.0.1."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for_port(port: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout:g} s")
 
 
 def log_tails(logs: Path, chars: int = 1500) -> str:

@@ -93,6 +93,18 @@ def parse_result(output: str) -> dict:
 
 
 @pytest.mark.slow
+def run_on_a_local_superlink(command: list[str], env: dict[str, str], log_marker: str) -> dict:
+    """``flwr run`` on the local SuperLink it starts (stopped afterwards, with its children); the run summary."""
+    try:
+        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=480)
+    finally:
+        superlinks = processes_with("flower-superlink", log_marker)
+        stop([d for pid in superlinks for d in reversed(descendants(pid))] + superlinks)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    return parse_result(output)
+
+
 def test_flwr_run_offline_simulation(tmp_path):
     flwr_home = tmp_path / "flwr-home"
     flwr_home.mkdir()
@@ -112,14 +124,7 @@ def test_flwr_run_offline_simulation(tmp_path):
     env = {**offline_env(flwr_home),
            "DPHYPE_NODE_POLICY": "dphype-max-epsilon=20 dphype-min-clients=5 dphype-min-neighbours=2 "
                                  "dphype-lifetime-epsilon=20"}
-    try:
-        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=480)
-    finally:
-        superlinks = processes_with("flower-superlink", log_marker)
-        stop([d for pid in superlinks for d in reversed(descendants(pid))] + superlinks)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-3000:]
-    result = parse_result(output)
+    result = run_on_a_local_superlink(command, env, log_marker)
     assert result["clients"] == 5 and result["num_candidates"] == 10
     assert 0.0 <= result["selected_index"] < 10
     accuracies = candidate_accuracies("adult", 5, load_candidates("table3:random:10:0"), rounds=1, local_epochs=1)
@@ -144,14 +149,7 @@ def test_flwr_run_in_argmax_mode_with_simulated_tallies(tmp_path):
     log_marker = str(flwr_home / "local-superlink")
     env = {**offline_env(flwr_home),
            "DPHYPE_NODE_POLICY": "dphype-max-epsilon=4 dphype-min-clients=5 dphype-lifetime-epsilon=4"}
-    try:
-        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=480)
-    finally:
-        superlinks = processes_with("flower-superlink", log_marker)
-        stop([d for pid in superlinks for d in reversed(descendants(pid))] + superlinks)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-3000:]
-    result = parse_result(output)
+    result = run_on_a_local_superlink(command, env, log_marker)
     assert result["clients"] == 5 and 0 <= result["selected_index"] < 10
     assert result["noisy_sum"] is None and result["confidence"] is None  # only the index was released
     privacy = result["privacy"]

@@ -47,7 +47,6 @@ from flwr.serverapp.grid import Grid
 from flwr.supercore.run import Run
 
 from dphype.node.ledger import Ledger
-from dphype.node.policy import check_vote_request
 from dphype.protocol import DPHypeResult, Refusal, VoteRequest, release_winner, winner_vote
 from dphype.secure.relay import KeyPair
 from dphype.secure.tally import Tally, TallyError, agreed_index, party_answer, party_command, send_job
@@ -181,18 +180,26 @@ def register_tally(app: ClientApp) -> ClientApp:
 
 def register_winner_vote(app: ClientApp, *, policy: PolicySource = None) -> ClientApp:
     """Add ``train.dphype_argmax`` to ``app`` (a client's sealed shares after an approved pre-flight)."""
-    from dphype.flower.client import RECORD_KEY, SCORES_KEY, _resolve, _sanitized  # noqa: PLC0415 - client imports us
+    from dphype.flower.client import (  # noqa: PLC0415 - client imports us
+        GUARANTEE_KEY,
+        RECORD_KEY,
+        SCORES_KEY,
+        _approved_guarantee,
+        _resolve,
+        _sanitized,
+    )
 
     @app.train(ARGMAX_ACTION)
     def argmax_vote(msg: Message, context: Context) -> Message:
         try:
             limits = _resolve(policy, context)
             approved = context.state.config_records.get(RECORD_KEY)
+            checked = context.state.config_records.get(GUARANTEE_KEY)
             request = VoteRequest.from_record(msg.content.config_records.get(RECORD_KEY, {}))
-            if (approved is None or approved["digest"] != request.digest()
+            if (approved is None or checked is None or approved["digest"] != request.digest()
                     or SCORES_KEY not in context.state.array_records):
                 raise Refusal("malformed_request", "the argmax vote request is not the one approved in the pre-flight")
-            guarantee = check_vote_request(request, limits)
+            guarantee = _approved_guarantee(checked, request, limits)  # the pre-flight's, unless the policy changed
             scores = context.state.array_records[SCORES_KEY]["scores"].numpy()
             sealed = winner_vote(request, scores, maximize=bool(approved["maximize"]))
             del context.state.array_records[SCORES_KEY]  # one pre-flight, one vote
