@@ -16,7 +16,7 @@ def test_the_profile_finds_every_stage_in_the_servers_real_log(caplog):
     with caplog.at_level(logging.INFO, logger="flwr"):
         DPHype(CANDS, config(rule="argmax")).start(grid_of(client_app(scores_table(n)), n))
     lines = [record.getMessage() for record in caplog.records]
-    lines.append("DPHYPE_RESULT {}")  # the bundled app's result line, after the release (and any low-confidence warning)
+    lines.append("DPHYPE_RESULT {}")  # the bundled app's result line, after the release (and after any warning)
     stamped = [(10.0 + i, line) for i, line in enumerate(["Starting DPHype(6 candidates, ...)", *lines])]
     table = stages(stamped, started=0.0)
     assert list(table)[:6] == ["start", "wait for nodes", "pre-flight", "secure vote", "release", "fedavg"]
