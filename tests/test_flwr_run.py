@@ -92,7 +92,6 @@ def parse_result(output: str) -> dict:
     return json.loads(lines[-1].split(RESULT_PREFIX, 1)[1])
 
 
-@pytest.mark.slow
 def run_on_a_local_superlink(command: list[str], env: dict[str, str], log_marker: str) -> dict:
     """``flwr run`` on the local SuperLink it starts (stopped afterwards, with its children); the run summary."""
     try:
@@ -105,6 +104,7 @@ def run_on_a_local_superlink(command: list[str], env: dict[str, str], log_marker
     return parse_result(output)
 
 
+@pytest.mark.slow
 def test_flwr_run_offline_simulation(tmp_path):
     flwr_home = tmp_path / "flwr-home"
     flwr_home.mkdir()
