@@ -10,10 +10,9 @@ import pytest
 from scipy.stats import chi2
 
 from dphype.privacy.audit import epsilon_lower_bound
-from dphype.privacy.noise import min_survivors
+from dphype.privacy.noise import check_survivors, min_survivors
 from dphype.privacy.winner import (
     WinnerRelease,
-    check_survivors,
     client_winner_share,
     discrete_laplace_pmf,
     noise_parameter,
@@ -150,5 +149,5 @@ def test_release_description_and_bad_input():
     with pytest.raises(ValueError, match="neighbouring must be one of"):
         noise_parameter(1.0, "swap")
     with pytest.raises(ValueError, match=r"survivors must be an integer in \[8, 10\]"):
-        check_survivors(7, 10, 0.2)
-    assert check_survivors(8, 10, 0.2) == 8
+        check_survivors(7, 10, min_survivors(10, 0.2))
+    assert check_survivors(8, 10, min_survivors(10, 0.2)) == 8

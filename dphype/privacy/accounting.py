@@ -411,10 +411,11 @@ def _rdp_accountant(orders: Any) -> Any:
     """A fresh dp_accounting ``RdpAccountant`` on ``orders``."""
     import dp_accounting  # local import: ~1 s, needed only for composition
 
-    return dp_accounting.rdp.RdpAccountant(orders=list(_check_orders(orders)))
+    return dp_accounting.rdp.RdpAccountant(orders=list(check_orders(orders)))
 
 
-def _check_orders(orders: Any) -> np.ndarray:
+def check_orders(orders: Any) -> np.ndarray:
+    """Return RDP ``orders`` as float64; they must be a non-empty 1-d array of finite numbers > 1."""
     out = np.asarray(orders, dtype=np.float64)
     if out.ndim != 1 or out.size == 0 or not np.all(np.isfinite(out)) or np.any(out <= 1.0):
         raise ValueError("orders must be a non-empty 1-d array of finite RDP orders > 1")
@@ -424,7 +425,7 @@ def _check_orders(orders: Any) -> np.ndarray:
 def check_rdp_curve(rdp: Any, orders: Any = RDP_ORDERS, name: str = "rdp") -> np.ndarray:
     """Return an RDP curve as float64; it must hold one value in ``[0, +inf]`` per order of ``orders``
     (``+inf``: no bound at that order), else ``ValueError`` naming ``name``."""
-    size = _check_orders(orders).size
+    size = check_orders(orders).size
     curve = np.asarray(rdp, dtype=np.float64)
     if curve.shape != (size,) or np.any(np.isnan(curve)) or np.any(curve < 0):
         raise ValueError(f"{name} must be {size} values in [0, inf], one per RDP order")
@@ -443,7 +444,7 @@ def vote_rdp(
     bound because Renyi divergence does not decrease with the order (van Erven & Harremoes 2014, Thm 3).
     """
     l2, l1 = vote_sensitivity(k, neighbouring)
-    sigma, noise, orders = check_sigma(sigma), check_noise(noise), _check_orders(orders)
+    sigma, noise, orders = check_sigma(sigma), check_noise(noise), check_orders(orders)
     if noise == "gaussian":
         import dp_accounting
 
@@ -458,7 +459,7 @@ def rdp_epsilon(rdp: Any, delta: float, orders: Any = RDP_ORDERS) -> tuple[float
     Vectorised over the orders; an infinite curve value gives an infinite epsilon at that order.
     """
     delta = check_delta(delta)
-    orders, curve = _check_orders(orders), check_rdp_curve(rdp, orders)
+    orders, curve = check_orders(orders), check_rdp_curve(rdp, orders)
     eps = rdp_to_dp(curve, orders, delta)
     best = int(np.argmin(eps))
     return max(0.0, float(eps[best])), float(orders[best])
@@ -468,7 +469,7 @@ def rdp_delta(rdp: Any, epsilon: float, orders: Any = RDP_ORDERS) -> float:
     """Smallest delta over ``orders`` at which an RDP curve gives ``epsilon``: :func:`rdp_to_dp` (Thm I.1)
     solved for delta, ``log delta = (alpha - 1)(eps_alpha + log(1 - 1/alpha) - epsilon) - log alpha``."""
     epsilon = check_epsilon(epsilon)
-    orders, curve = _check_orders(orders), check_rdp_curve(rdp, orders)
+    orders, curve = check_orders(orders), check_rdp_curve(rdp, orders)
     log_delta = (orders - 1.0) * (curve + np.log1p(-1.0 / orders) - epsilon) - np.log(orders)
     return float(math.exp(min(0.0, float(np.min(log_delta)))))
 

@@ -71,13 +71,12 @@ from dphype.checks import (
     check_delta,
     check_dropout,
     check_epsilon,
-    check_int,
     check_k,
     check_neighbouring,
     check_num_candidates,
 )
-from dphype.privacy.accounting import PrivacyReport
-from dphype.privacy.noise import min_survivors, secure_generator
+from dphype.privacy.accounting import PrivacyReport, check_orders
+from dphype.privacy.noise import check_survivors, min_survivors, secure_generator
 
 #: The noise kind of the winner release (what a :class:`dphype.privacy.accounting.PrivacyReport` names).
 WINNER_NOISE = "discrete-laplace"
@@ -107,6 +106,13 @@ def noise_std(epsilon: float, neighbouring: str = "replace-one") -> float:
     return math.sqrt(2.0 * t) / (1.0 - t)
 
 
+def _nb_difference(size: int | tuple[int, ...], shape: float, t: float, rng: np.random.Generator) -> np.ndarray:
+    """``NB(shape, 1 - t) - NB(shape, 1 - t)`` per entry as int64: ``shape = 1`` is discrete Laplace with parameter
+    ``t``, and shapes add over independent draws (the one place this noise is sampled)."""
+    return (rng.negative_binomial(shape, 1.0 - t, size=size)
+            - rng.negative_binomial(shape, 1.0 - t, size=size)).astype(np.int64, copy=False)
+
+
 def winner_share(
     size: int | tuple[int, ...],
     *,
@@ -118,10 +124,8 @@ def winner_share(
 ) -> np.ndarray:
     """One client's noise share: ``NB(1/m, 1 - t) - NB(1/m, 1 - t)`` per entry as int64, ``m`` the minimum
     survivors (module docstring); any ``m`` shares sum to discrete Laplace with parameter ``t``."""
-    t = noise_parameter(epsilon, neighbouring)
     shape = 1.0 / min_survivors(check_clients(clients), check_dropout(dropout))
-    return (rng.negative_binomial(shape, 1.0 - t, size=size)
-            - rng.negative_binomial(shape, 1.0 - t, size=size)).astype(np.int64, copy=False)
+    return _nb_difference(size, shape, noise_parameter(epsilon, neighbouring), rng)
 
 
 def client_winner_share(
@@ -146,12 +150,8 @@ def summed_winner_noise(
     """The sum of ``survivors`` independent :func:`winner_share` draws in one draw: each side is
     ``NB(survivors / m, 1 - t)`` (shapes add). For replays; ``survivors`` in ``[1, clients]``."""
     clients = check_clients(clients)
-    if isinstance(survivors, bool) or not isinstance(survivors, (int, np.integer)) or not 1 <= survivors <= clients:
-        raise ValueError(f"survivors must be an integer in [1, {clients}] (clients), got {survivors!r}")
-    t = noise_parameter(epsilon, neighbouring)
-    shape = int(survivors) / min_survivors(clients, check_dropout(dropout))
-    return (rng.negative_binomial(shape, 1.0 - t, size=size)
-            - rng.negative_binomial(shape, 1.0 - t, size=size)).astype(np.int64, copy=False)
+    shape = check_survivors(survivors, clients) / min_survivors(clients, check_dropout(dropout))
+    return _nb_difference(size, shape, noise_parameter(epsilon, neighbouring), rng)
 
 
 def report_noisy_max(noisy_counts: Any) -> np.ndarray:
@@ -220,7 +220,7 @@ def winner_report(release: WinnerRelease, delta: float, *, clients: int, dropout
     sensitivity 1 (what report-noisy-max needs)."""
     clients, dropout, delta = check_clients(clients), check_dropout(dropout), check_delta(delta)
     if survivors is not None:
-        survivors = check_survivors(survivors, clients, dropout)
+        survivors = check_survivors(survivors, clients, min_survivors(clients, dropout))
     std = release.noise_std
     return PrivacyReport(
         epsilon=release.epsilon, delta=delta, accountant="pure epsilon (report-noisy-max; delta 0)",
@@ -238,16 +238,5 @@ def winner_rdp(epsilon: float, orders: Any) -> np.ndarray:
     The same curve as dp_accounting's ``RandomizedResponseDpEvent(2 / (1 + e^epsilon), 2)`` (checked in
     tests/test_winner.py), without its per-order Python loop: a node's ledger evaluates it for every entry."""
     epsilon = check_epsilon(epsilon)
-    a = np.asarray(orders, dtype=np.float64)
-    if a.ndim != 1 or np.any(~(a > 1.0)) or np.any(~np.isfinite(a)):
-        raise ValueError("orders must be a 1-d array of finite RDP orders > 1")
+    a = check_orders(orders)
     return (np.logaddexp(a * epsilon, (1.0 - a) * epsilon) - np.logaddexp(0.0, epsilon)) / (a - 1.0)
-
-
-def check_survivors(survivors: int, clients: int, dropout: float) -> int:
-    """``survivors`` as int; it must lie in ``[min_survivors, clients]`` (fewer would carry too little noise)."""
-    low = min_survivors(clients, dropout)
-    value = check_int("survivors", survivors, 1)
-    if not low <= value <= clients:
-        raise ValueError(f"survivors must be an integer in [{low}, {clients}] (min survivors, clients), got {value}")
-    return value
