@@ -238,18 +238,24 @@ def _answers(replies: dict[int, Message], tally_nodes: dict[int, int], stage: st
     return out
 
 
+def _hello(grid: Grid, nodes: Sequence[int], timeout: float | None) -> list[tuple[int, tuple[int, bytes]]]:
+    """Each answering node's ``(tally index, public key)`` to the ``hello`` stage, by node id (a voter answers
+    index -1; a node that fails or is late is left out)."""
+    replies = _ask(grid, nodes, {n: {"stage": "hello"} for n in nodes}, timeout, "DP-Hype tally hello")
+    out = []
+    for node, reply in sorted(replies.items()):
+        if not reply.has_error():
+            answer = reply.content.config_records[TALLY_KEY]
+            out.append((node, (int(cast(int, answer["index"])), cast(bytes, answer["public"]))))
+    return out
+
+
 def find_committee(grid: Grid, committee: Sequence[bytes], nodes: Sequence[int],
                    timeout: float | None) -> dict[int, int]:
     """Tally index -> node id of every committee member among ``nodes`` (``hello`` stage); a member that no node
     answers for is unreachable: :class:`TallyError`, before anything is sent to the clients."""
-    replies = _ask(grid, nodes, {n: {"stage": "hello"} for n in nodes}, timeout, "DP-Hype tally hello")
-    found: dict[int, int] = {}
-    for node, reply in replies.items():
-        if not reply.has_error():
-            answer = reply.content.config_records[TALLY_KEY]
-            key = cast(bytes, answer["public"])
-            if key in committee and committee.index(key) == int(cast(int, answer["index"])):
-                found[committee.index(key)] = node
+    found = {index: node for node, (index, key) in _hello(grid, nodes, timeout)
+             if key in committee and committee.index(key) == index}
     missing = [j for j in range(len(committee)) if j not in found]
     if missing:
         raise TallyError(f"tally {missing[0]} is unreachable (no connected node answered with its key); "
@@ -279,19 +285,13 @@ def discover_committee(grid: Grid, clients: int, size: int, *, connect_timeout: 
             f"needs clients + tallies = {needed} nodes ({clients} voters and {size} tally nodes); nothing was "
             f"sent: in simulation set options.num-supernodes={needed}, in a deployment start every tally's "
             "SuperNode (README, 'Releasing only the winner')") from None
-    nodes = sorted(grid.get_node_ids())
-    replies = _ask(grid, nodes, {n: {"stage": "hello"} for n in nodes}, timeout, "DP-Hype tally hello")
     found: dict[int, tuple[int, bytes]] = {}
-    for node, reply in sorted(replies.items()):
-        if reply.has_error():
-            continue
-        answer = reply.content.config_records[TALLY_KEY]
-        index = int(cast(int, answer["index"]))
+    for node, (index, key) in _hello(grid, sorted(grid.get_node_ids()), timeout):
         if index < 0:  # a voter
             continue
         if index in found:
             raise TallyError(f"two nodes answer as tally {index}; nothing was sent to the clients")
-        found[index] = (node, cast(bytes, answer["public"]))
+        found[index] = (node, key)
     if sorted(found) != list(range(size)):
         raise TallyError(f"tallies={size} needs tally nodes 0..{size - 1} to answer, got "
                          f"{len(found)} ({', '.join(map(str, sorted(found))) or 'none'}); nothing was sent to the "
