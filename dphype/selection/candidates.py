@@ -16,6 +16,7 @@ the vote surface over this space; it is derived from the public list alone.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -138,14 +139,11 @@ class CandidateList(Sequence[Candidate]):
 
     @classmethod
     def from_json(cls, s: str) -> CandidateList:
-        """Parse a JSON list of objects (raises ``ValueError`` on malformed input)."""
-        try:
-            data = json.loads(s)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"candidates JSON is malformed: {err}") from err
-        if not isinstance(data, list):
-            raise ValueError(f"candidates JSON must be a list of objects, got {type(data).__name__}")
-        return cls(data)
+        """Parse a JSON list of objects (raises ``ValueError`` on malformed input).
+
+        The last few lists parsed are kept per process, keyed by their text (the list is immutable): every
+        stage message of a node's vote re-reads the same request, and a simulation actor serves many nodes."""
+        return _parse_candidates(s)
 
     def feature_space(self, scales: Mapping[str, str] | None = None) -> FeatureSpace:
         """The public hyperparameter space of these candidates (see :class:`FeatureSpace`).
@@ -317,3 +315,15 @@ def load_candidates(spec: str) -> CandidateList:
             return CandidateList.from_json(fh.read())
     raise ValueError(
         f"candidates spec must be 'table3', an integer N, 'table3:random:SIZE:SEED' or a .json path, got {spec!r}")
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_candidates(s: str) -> CandidateList:
+    """:meth:`CandidateList.from_json`'s parser (cached there; failures are not cached)."""
+    try:
+        data = json.loads(s)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"candidates JSON is malformed: {err}") from err
+    if not isinstance(data, list):
+        raise ValueError(f"candidates JSON must be a list of objects, got {type(data).__name__}")
+    return CandidateList(data)
