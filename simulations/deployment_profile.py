@@ -4,8 +4,8 @@ Starts ``flower-superlink`` and ``--nodes`` ``flower-supernode`` processes (loop
 ``FLWR_HOME``), waits until every node registered, runs the bundled app of this checkout with ``flwr run``
 (``PYTHONPATH`` is the checkout, so every process runs its code) in sum mode (``release = "sum"``: the
 pre-flight and our SecAgg+ round; the app's default, argmax mode, would wait for 3 tally nodes that this
-federation does not start) and stamps every streamed log line with the time it arrived. The stages come from the ServerApp's own log lines (:mod:`dphype.flower.server`,
-:mod:`dphype.flower.secagg`):
+federation does not start) and stamps every streamed log line with the time it arrived. The stages come
+from the ServerApp's own log lines (:mod:`dphype.flower.server`, :mod:`dphype.flower.secagg`):
 
 * ``start``: from ``flwr run`` to ``Starting DPHype`` (FAB upload, ServerApp process start and imports);
 * ``wait for nodes``: to the pre-flight being sent (all ``clients`` nodes connected);
