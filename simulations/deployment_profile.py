@@ -2,9 +2,10 @@
 
 Starts ``flower-superlink`` and ``--nodes`` ``flower-supernode`` processes (loopback only, free ports, a private
 ``FLWR_HOME``), waits until every node registered, runs the bundled app of this checkout with ``flwr run``
-(``PYTHONPATH`` is the checkout, so every process runs its code) and stamps every streamed log line with the
-time it arrived. The stages come from the ServerApp's own log lines (:mod:`dphype.flower.server`,
-:mod:`dphype.flower.secagg`):
+(``PYTHONPATH`` is the checkout, so every process runs its code) in sum mode (``release = "sum"``: the
+pre-flight and our SecAgg+ round; the app's default, argmax mode, would wait for 3 tally nodes that this
+federation does not start) and stamps every streamed log line with the time it arrived. The stages come
+from the ServerApp's own log lines (:mod:`dphype.flower.server`, :mod:`dphype.flower.secagg`):
 
 * ``start``: from ``flwr run`` to ``Starting DPHype`` (FAB upload, ServerApp process start and imports);
 * ``wait for nodes``: to the pre-flight being sent (all ``clients`` nodes connected);
@@ -122,7 +123,7 @@ def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, time
                 time.sleep(0.2)
             federation_seconds = time.perf_counter() - begun
             result_file = tmp / "result.json"
-            run_config = (f"clients={nodes} epsilon={epsilon} candidates='{candidates}' fedavg-rounds=1 "
+            run_config = (f"clients={nodes} epsilon={epsilon} candidates='{candidates}' release='sum' fedavg-rounds=1 "
                           f"local-epochs={local_epochs} fraction-evaluate=0.0 result-file='{result_file}' "
                           f"round-timeout={timeout / 4:g}")
             started = time.perf_counter()

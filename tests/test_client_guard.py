@@ -106,7 +106,7 @@ class TamperingGrid(LocalGrid):
         self.tamper = tamper
         self.before = before
 
-    def send_and_receive(self, messages, *, timeout=None):
+    def push_messages(self, messages):
         messages = list(messages)
         stages = {m.content.config_records[STAGE_KEY]["stage"] for m in messages
                   if STAGE_KEY in m.content.config_records}
@@ -119,7 +119,7 @@ class TamperingGrid(LocalGrid):
                 if record is not None:
                     new = self.tamper(str(record["stage"]), msg.metadata.dst_node_id, dict(record))
                     msg.content.config_records[STAGE_KEY] = ConfigRecord(new)
-        return super().send_and_receive(messages, timeout=timeout)
+        return super().push_messages(messages)
 
 
 # ------------------------------------------------------------------------------------------- honest rounds

@@ -34,12 +34,12 @@ class SnapshotGrid(LocalGrid):
         super().__init__(*args, **kwargs)
         self.after_masking: dict[int, dict] = {}
 
-    def send_and_receive(self, messages, *, timeout=None):
+    def push_messages(self, messages):
         messages = list(messages)
         if any(m.content.config_records.get(RECORD_KEY, {}).get("stage") == "consistency" for m in messages):
             self.after_masking = {node: dict(ctx.state.config_records[STATE_KEY])
                                   for node, ctx in self.contexts.items() if STATE_KEY in ctx.state.config_records}
-        return super().send_and_receive(messages, timeout=timeout)
+        return super().push_messages(messages)
 
 
 def unmask_each(grid: SnapshotGrid, size: int) -> dict[int, np.ndarray]:

@@ -4,10 +4,11 @@ The protocol (rounds, checks, message formats, the noise-share bound) is :mod:`d
 module only carries its messages:
 
 * server: :func:`run_secure_sum` drives :func:`dphype.secure.secagg.run_round` over given nodes, one
-  ``grid.send_and_receive`` per stage, every message of DP-Hype's own type :data:`VOTE_MESSAGE_TYPE` with
-  the stage's content in a ``ConfigRecord`` under :data:`RECORD_KEY`; a node whose reply is an error or
-  never arrives counts as dropped. It returns the exact sum of the contributors' encoded vectors or raises
-  :class:`dphype.secure.secure_sum.SecureSumError` -- never unmasking fewer than ``min_survivors`` vectors;
+  round trip per stage (:func:`dphype.flower.grid.send_and_receive`), every message of DP-Hype's own type
+  :data:`VOTE_MESSAGE_TYPE` with the stage's content in a ``ConfigRecord`` under :data:`RECORD_KEY`; a node
+  whose reply is an error or never arrives within ``timeout`` counts as dropped. It returns the exact sum of
+  the contributors' encoded vectors or raises :class:`dphype.secure.secure_sum.SecureSumError` -- never
+  unmasking fewer than ``min_survivors`` vectors;
 * client: :func:`secure_vote_reply` answers one stage message with
   :func:`dphype.secure.secagg.node_step`, keeping the node's round (its secrets included) in its own
   ``context.state`` under :data:`STATE_KEY`; any refusal discards the round (:func:`abort_round`).
@@ -36,6 +37,7 @@ from flwr.common import log
 from flwr.serverapp.grid import Grid
 
 from dphype.checks import check_positive
+from dphype.flower.grid import send_and_receive
 from dphype.protocol import Refusal
 from dphype.secure import secagg as protocol
 from dphype.secure.secagg_params import CORRUPT_FRACTION, SecAggParameters, check_parameters, secure_parameters
@@ -94,9 +96,10 @@ def secagg_graph(clients: int, min_survivors: int, num_shares: float | None,
                             corrupt_fraction=corrupt_fraction, majority=True)
 
 
-def _send(grid: Grid, messages: dict[int, dict[str, Any]], timeout: float | None,
+def _send(grid: Grid, stage: str, messages: dict[int, dict[str, Any]], timeout: float | None,
           failures: Counter[str]) -> dict[int, dict[str, Any]]:
-    """One stage: every node its message, and the replies that came back (error replies are counted). A
+    """One stage: every node its message, and the replies that came back within ``timeout``
+    (:func:`dphype.flower.grid.send_and_receive`; error replies are counted). A
     content shared by several nodes (the key list, the signatures) becomes one record, validated once."""
     records: dict[int, ConfigRecord] = {}
     out = []
@@ -106,7 +109,7 @@ def _send(grid: Grid, messages: dict[int, dict[str, Any]], timeout: float | None
         out.append(Message(RecordDict({RECORD_KEY: records[id(content)]}), dst_node_id=node,
                            message_type=VOTE_MESSAGE_TYPE))
     replies: dict[int, dict[str, Any]] = {}
-    for reply in grid.send_and_receive(out, timeout=timeout):
+    for reply in send_and_receive(grid, out, timeout=timeout, what=f"DP-Hype secure vote {stage}"):
         if reply.has_error():
             failures[(reply.error.reason or "")[:300]] += 1
             continue
@@ -164,7 +167,7 @@ def run_secure_sum(
     start = time.perf_counter()
     try:
         result, server = protocol.run_round(
-            nodes, lambda stage, messages: _send(grid, messages, timeout, failures), request=request, size=size,
+            nodes, lambda stage, messages: _send(grid, stage, messages, timeout, failures), request=request, size=size,
             min_survivors=min_survivors, graph_for=graph_for, timings=timings, advertised=advertised)
     except SecureSumError as err:
         raise type(err)(f"{err}. Client failures: {_failure_summary(failures)}") from None

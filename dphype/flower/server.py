@@ -40,6 +40,7 @@ from flwr.serverapp.grid import Grid
 
 from dphype.config import DPHypeConfig
 from dphype.flower.client import ACTION, RECORD_KEY
+from dphype.flower.grid import send_and_receive
 from dphype.flower.secagg import RECORD_KEY as STAGE_KEY
 from dphype.flower.secagg import advertise_record, check_timeout, run_secure_sum, secagg_graph
 from dphype.flower.tally import run_winner_selection
@@ -192,7 +193,7 @@ class DPHype:
         messages = [Message(content, dst_node_id=nid, message_type=PREFLIGHT_MESSAGE_TYPE) for nid in nodes]
         log(logging.INFO, "DP-Hype pre-flight: sending the request to %d clients (each checks it and scores "
             "the %d candidates)", len(nodes), len(self.candidates))
-        replies = _gather(grid, messages, timeout, "DP-Hype pre-flight")
+        replies = send_and_receive(grid, messages, timeout=timeout, what="DP-Hype pre-flight")
         ready: dict[int, dict[str, Any]] = {}
         reasons: Counter[str] = Counter()
         per_run = 0
@@ -219,27 +220,6 @@ class DPHype:
             log(logging.INFO, "DP-Hype: %s", note)
             self._notes = (note,)
         return ready
-
-
-def _gather(grid: Grid, messages: list[Message], timeout: float | None, what: str,
-            every: float = 10.0) -> list[Message]:
-    """Send ``messages`` and collect the replies until all arrived or ``timeout`` passed, logging the count
-    every ``every`` seconds (local scoring can take minutes; the log should say what it waits for)."""
-    pending = set(grid.push_messages(messages))
-    start = time.monotonic()
-    last_log = start
-    replies: list[Message] = []
-    while pending and (timeout is None or time.monotonic() - start < timeout):
-        arrived = list(grid.pull_messages(pending))
-        replies.extend(arrived)
-        pending.difference_update(reply.metadata.reply_to_message_id for reply in arrived)
-        if pending and time.monotonic() - last_log >= every:
-            log(logging.INFO, "%s: %d of %d clients answered after %.0f s", what, len(replies), len(messages),
-                time.monotonic() - start)
-            last_log = time.monotonic()
-        if pending:
-            time.sleep(0.2)
-    return replies
 
 
 def _chance(log2_probability: float) -> str:

@@ -46,6 +46,7 @@ from flwr.common import log
 from flwr.serverapp.grid import Grid
 from flwr.supercore.run import Run
 
+from dphype.flower.grid import send_and_receive
 from dphype.node.ledger import Ledger
 from dphype.protocol import DPHypeResult, Refusal, VoteRequest, release_winner, winner_vote
 from dphype.secure.relay import KeyPair
@@ -217,11 +218,9 @@ def register_winner_vote(app: ClientApp, *, policy: PolicySource = None) -> Clie
 def _ask(grid: Grid, nodes: Sequence[int], content: dict[int, dict[str, Any]], timeout: float | None,
          what: str) -> dict[int, Message]:
     """Send each node its ``query.dphype_tally`` stage and return the replies by node within ``timeout``."""
-    from dphype.flower.server import _gather  # noqa: PLC0415 - server imports this module
-
     messages = [Message(RecordDict({TALLY_KEY: ConfigRecord(content[n])}), dst_node_id=n,
                         message_type=f"query.{TALLY_ACTION}") for n in nodes]
-    return {reply.metadata.src_node_id: reply for reply in _gather(grid, messages, timeout, what)}
+    return {reply.metadata.src_node_id: reply for reply in send_and_receive(grid, messages, timeout=timeout, what=what)}
 
 
 def _answers(replies: dict[int, Message], tally_nodes: dict[int, int], stage: str) -> dict[int, dict[str, Any]]:
@@ -301,7 +300,8 @@ def discover_committee(grid: Grid, clients: int, size: int, *, connect_timeout: 
 
 class ClientGrid(Grid):
     """``grid`` without the tally nodes (their ids hidden from :meth:`get_node_ids`): what a strategy that
-    samples nodes (FedAvg) sees after an argmax-mode selection, so that no tally trains or evaluates."""
+    samples nodes (FedAvg) sees after an argmax-mode selection, so that no tally trains or evaluates. Its
+    :meth:`send_and_receive` is :func:`dphype.flower.grid.send_and_receive` (a short poll interval)."""
 
     def __init__(self, grid: Grid, tally_nodes: Sequence[int]) -> None:
         self.grid, self.tally_nodes = grid, frozenset(tally_nodes)
@@ -327,14 +327,14 @@ class ClientGrid(Grid):
         return self.grid.pull_messages(message_ids)
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
-        return self.grid.send_and_receive(messages, timeout=timeout)
+        return send_and_receive(self.grid, messages, timeout=timeout)
 
 
 def run_winner_selection(server: DPHype, grid: Grid, *, timeout: float | None, connect_timeout: float | None,
                          tally_timeout: float = 60.0) -> DPHypeResult:
     """Argmax mode of :meth:`DPHype.start`: committee, pre-flight, sealed shares, tallies, index (module docstring)."""
     from dphype.flower.client import RECORD_KEY  # noqa: PLC0415
-    from dphype.flower.server import PreflightError, _gather, _wait_for_nodes  # noqa: PLC0415
+    from dphype.flower.server import PreflightError, _wait_for_nodes  # noqa: PLC0415
 
     request, cfg = server.request, server.config
     committee = list(request.tallies)
@@ -350,7 +350,7 @@ def run_winner_selection(server: DPHype, grid: Grid, *, timeout: float | None, c
     vote = [Message(RecordDict({RECORD_KEY: ConfigRecord(request.to_record())}), dst_node_id=n,
                     message_type=f"train.{ARGMAX_ACTION}") for n in ready]
     shares: dict[int, list[bytes]] = {}
-    for reply in _gather(grid, vote, timeout, "DP-Hype argmax vote"):
+    for reply in send_and_receive(grid, vote, timeout=timeout, what="DP-Hype argmax vote"):
         answer = None if reply.has_error() else reply.content.config_records.get(RECORD_KEY)
         sealed = None if answer is None else answer.get("shares")
         if isinstance(sealed, list) and len(sealed) == len(committee):  # anything else counts as a dropout
