@@ -345,6 +345,8 @@ def plot(rows: Sequence[dict[str, Any]], epsilons: Sequence[float], study: harne
                 ax.set_xlabel("ε")
         axes[i][0].set_ylabel("test accuracy")
     axes[0][-1].legend(fontsize=7, loc="lower right")
-    fig.suptitle(f"{rows[0]['dataset']}: DP-Hype vs Opt vs RandGuess (k={rows[0]['k']}, "
+    winner_ks = sorted({r["k"] for r in rows if r["release"] == "argmax"})
+    winner = f"; argmax release k = {'/'.join(map(str, winner_ks))}" if winner_ks else ""
+    fig.suptitle(f"{rows[0]['dataset']}: DP-Hype vs Opt vs RandGuess (k={rows[0]['k']}{winner}, "
                  f"{rows[0]['candidates']} candidates)", fontsize=9, y=1.03)
     study.save_figure(fig, filename)
