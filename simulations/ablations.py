@@ -5,7 +5,9 @@ FedAvg test accuracy of every candidate, cached per configuration), so only the 
 
 * **DP-Hype**: top-k votes (:func:`dphype.selection.voting.top_k_votes`), L2 sensitivity ``sqrt(2k)``; every selection
   rule of ``--rules`` (the plain argmax and the structure-aware ``gp`` rule of :mod:`dphype.selection.rules`) picks
-  from the same releases, one row each (column ``rule``).
+  from the same releases, one row each (column ``rule``). With ``--release argmax`` the winner release is
+  replayed too (:func:`simulations.tradeoff.winner_releases`: per relation of ``--neighbourings``, at the
+  planner's recommended ``k`` unless ``--k`` is given; column ``k``).
 * **Raw scores** (App. F): every client releases its local accuracies themselves
   (:func:`dphype.selection.voting.raw_score_votes`), L2 sensitivity ``sqrt(p)`` (``calibrate(raw_scores=True)``).
   A diverged candidate (NaN local score) is reported as accuracy 0. Real-valued reports take Gaussian
@@ -140,23 +142,24 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
             for e_index, eps in enumerate(release["epsilons"]):
                 rng = np.random.default_rng([args.seed, f_index, e_index])
                 for method in args.methods:
-                    by_rule: dict[tuple[str, str], tuple[np.ndarray, float]] = {}
+                    by_rule: dict[tuple[str, str], tuple[np.ndarray, float, int]] = {}
                     if method == "DP-Hype":
                         if "sum" in release["releases"]:
                             sigma = harness.sigma_for(eps, release["delta"], k, num_candidates=p,
                                                       accountant=release["accountant"], noise=release["noise"])
                             summed, _ = tradeoff.selection_picks(top_k, sigma=sigma, clients=fed.clients,
                                                                  release=release, space=space, rng=rng)
-                            by_rule |= {("sum", rule): (picks, sigma) for rule, picks in summed.items()}
+                            by_rule |= {("sum", rule): (picks, sigma, k) for rule, picks in summed.items()}
                         if "argmax" in release["releases"]:
-                            winners = tradeoff.winner_picks(top_k, epsilon=eps, clients=fed.clients, release=release,
-                                                            rng=rng)
-                            by_rule |= {("argmax", rule): value for rule, value in winners.items()}
+                            winners = tradeoff.winner_releases(scores, top_k, epsilon=eps, clients=fed.clients,
+                                                               release=release, space=space, rng=rng)
+                            by_rule |= {("argmax", won.rule): (won.picks, won.std, won.k) for won in winners}
                     else:
-                        by_rule[("", "")] = _picks(method, eps, release, fed, raw, finite_scores, rng)
-                    for (mode, rule), (picks, sigma) in by_rule.items():
-                        rows.append({**common, "method": method, "release": mode, "rule": rule, "epsilon": eps,
-                                     "sigma": sigma, **tradeoff.point_stats(accuracy[picks], opt), "runs": reps})
+                        by_rule[("", "")] = (*_picks(method, eps, release, fed, raw, finite_scores, rng), k)
+                    for (mode, rule), (picks, sigma, votes_k) in by_rule.items():
+                        rows.append({**common, "k": votes_k, "method": method, "release": mode, "rule": rule,
+                                     "epsilon": eps, "sigma": sigma, **tradeoff.point_stats(accuracy[picks], opt),
+                                     "runs": reps})
     study.write_csv("ablations.csv", rows)
     plot(rows, release["epsilons"], study, f"ablations_{args.dataset}.png")
     extra: dict[str, Any] = {}
@@ -172,12 +175,13 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per method (DP-Hype: per rule), federation and epsilon: mean accuracy and gap to Opt (points)."""
+    """One row per method (DP-Hype: per rule), federation and epsilon: its k, mean accuracy and gap to Opt
+    (points)."""
     out = []
     for r in rows:
         opt = next(o["mean_accuracy"] for o in rows if o["method"] == "Opt" and o["clients"] == r["clients"]
                    and o["partition"] == r["partition"])
-        out.append({key: r[key] for key in ("clients", "partition", "method", "rule", "epsilon")}
+        out.append({key: r[key] for key in ("clients", "partition", "method", "rule", "k", "epsilon")}
                    | {"mean_accuracy": round(r["mean_accuracy"], 4),
                       "gap_to_opt_points": round(100 * (opt - r["mean_accuracy"]), 2) + 0.0})
     return out

@@ -18,9 +18,10 @@ For every federation (data set, ``n`` clients, iid or Dirichlet ``beta``):
   with the argmax's numbers beside them.
 * with ``--release argmax`` (or ``sum argmax``) the winner-only release of :mod:`dphype.privacy.winner` is
   replayed too (:func:`dphype.protocol.replay_winners`: the clients' discrete Laplace shares summed, the noisy
-  maximum with lowest-index ties, as the tallies compute it), for each relation of ``--neighbourings``; its
-  rows have ``release = argmax`` and rule ``noisy-max/<relation>``, and ``winner_summary`` in the JSON gives
-  their gap to Opt.
+  maximum with lowest-index ties, as the tallies compute it), for each relation of ``--neighbourings``, at
+  :func:`winner_k`'s ``k`` (``--k`` when given, else the planner's recommendation for that point); its rows
+  have ``release = argmax``, rule ``noisy-max/<relation>`` and their ``k``, and ``winner_summary`` in the JSON
+  gives their gap to Opt.
 
 Repetitions replay the release's noise; local training and the partition are fixed by ``--seed`` (the
 paper's 20 runs also retrain, so its CIs include training variance; ours are noise-only).
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,7 +44,7 @@ from dphype.selection.rules import DEFAULT_RULE, RULES, select_batch
 from simulations import harness
 
 EPSILONS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 3.0, float("inf"))
-#: Votes per client when ``--k`` is not given (Section V-B), except for the trade-off's argmax release.
+#: Votes per client when ``--k`` is not given (Section V-B), except for the argmax release (:func:`winner_k`).
 DEFAULT_K = 5
 
 
@@ -59,8 +61,8 @@ def add_release_arguments(parser: argparse.ArgumentParser, *, repetitions: int) 
                         help="privacy budgets, 'inf' = no noise (default 0.1 0.25 0.5 1 3 inf)")
     parser.add_argument("--delta", type=float, default=1e-5)
     parser.add_argument("--k", type=int, default=None,
-                        help=f"votes per client (default {DEFAULT_K}, Section V-B; the argmax release of the "
-                             "trade-off study: the planner's recommended k for each clients, epsilon and relation)")
+                        help=f"votes per client (default {DEFAULT_K}, Section V-B; the argmax release: the "
+                             "planner's recommended k for each clients, epsilon and relation)")
     parser.add_argument("--repetitions", type=int, default=repetitions,
                         help=f"noisy releases per setting (default {repetitions})")
     harness.add_noise_arguments(parser)
@@ -109,19 +111,42 @@ def winner_k(release: dict[str, Any], *, clients: int, epsilon: float, relation:
                 noise=release["noise"], search=False).recommended_k_winner
 
 
-def winner_picks(vote_sum: np.ndarray, *, epsilon: float, clients: int, release: dict[str, Any],
-                 rng: np.random.Generator) -> dict[str, tuple[np.ndarray, float]]:
-    """Argmax-mode picks (``release['repetitions']`` winner releases of :func:`dphype.protocol.replay_winners`)
-    and the total noise std, per relation of ``release['neighbourings']``, keyed ``noisy-max/<relation>``;
-    ``epsilon = inf``: the noiseless argmax (lowest index among ties)."""
-    out = {}
+def winner_picks(vote_sum: np.ndarray, *, epsilon: float, relation: str, clients: int, repetitions: int,
+                 rng: np.random.Generator) -> tuple[np.ndarray, float]:
+    """Argmax-mode picks of ``repetitions`` winner releases (:func:`dphype.protocol.replay_winners`) under the
+    neighbouring ``relation`` and the total noise std; ``epsilon = inf``: the noiseless argmax (lowest index
+    among ties) and std 0."""
+    if np.isinf(epsilon):
+        return np.full(repetitions, int(np.argmax(vote_sum))), 0.0
+    picks = replay_winners(vote_sum, epsilon=epsilon, neighbouring=relation, clients=clients,
+                           repetitions=repetitions, rng=rng)
+    return picks, noise_std(epsilon, relation)
+
+
+@dataclass(frozen=True)
+class WinnerRelease:
+    """The argmax release replayed at one point for one neighbouring relation."""
+
+    rule: str  #: ``noisy-max/<relation>``
+    k: int  #: votes per client (:func:`winner_k`)
+    counts: np.ndarray  #: the noiseless vote counts at ``k``
+    picks: np.ndarray  #: the released winners
+    std: float  #: the total noise std per count
+
+
+def winner_releases(scores: np.ndarray, votes: np.ndarray, *, epsilon: float, clients: int,
+                    release: dict[str, Any], space: Any, rng: np.random.Generator) -> list[WinnerRelease]:
+    """The argmax release for each relation of ``release['neighbourings']``, at :func:`winner_k`'s ``k``:
+    ``votes`` (the vote counts at ``release['k']``) are reused when that is the ``k``, otherwise the clients'
+    ``scores`` are voted again at it."""
+    out = []
     for relation in release["neighbourings"]:
-        if np.isinf(epsilon):
-            out[f"noisy-max/{relation}"] = (np.full(release["repetitions"], int(np.argmax(vote_sum))), 0.0)
-            continue
-        picks = replay_winners(vote_sum, epsilon=epsilon, neighbouring=relation, clients=clients,
-                               repetitions=release["repetitions"], rng=rng)
-        out[f"noisy-max/{relation}"] = (picks, noise_std(epsilon, relation))
+        k = winner_k(release, clients=clients, epsilon=epsilon, relation=relation, space=space,
+                     num_candidates=len(votes))
+        counts = votes if k == release["k"] else harness.client_votes(scores, k, maximize=True).sum(axis=0)
+        picks, std = winner_picks(counts, epsilon=epsilon, relation=relation, clients=clients,
+                                  repetitions=release["repetitions"], rng=rng)
+        out.append(WinnerRelease(f"noisy-max/{relation}", k, counts, picks, std))
     return out
 
 
@@ -207,16 +232,13 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                         rows.append({**common, "method": "DP-Hype", "release": "sum", "rule": rule, "epsilon": eps,
                                      "sigma": sigma, **point_stats(accuracy[chosen], opt, votes[chosen]),
                                      "runs": release["repetitions"]})
-                for relation in release["neighbourings"] if "argmax" in release["releases"] else ():
-                    k = winner_k(release, clients=fed.clients, epsilon=eps, relation=relation, space=space,
-                                 num_candidates=len(candidates))
-                    counts = votes if k == release["k"] else harness.client_votes(scores, k, maximize=True).sum(axis=0)
-                    winners = winner_picks(counts, epsilon=eps, clients=fed.clients,
-                                           release={**release, "neighbourings": [relation]}, rng=rng)
-                    for rule, (chosen, std) in winners.items():
-                        rows.append({**common, "k": k, "method": "DP-Hype", "release": "argmax", "rule": rule,
-                                     "epsilon": eps, "sigma": std, **point_stats(accuracy[chosen], opt, counts[chosen]),
-                                     "runs": release["repetitions"]})
+                winners = (winner_releases(scores, votes, epsilon=eps, clients=fed.clients, release=release,
+                                           space=space, rng=rng) if "argmax" in release["releases"] else [])
+                for won in winners:
+                    rows.append({**common, "k": won.k, "method": "DP-Hype", "release": "argmax", "rule": won.rule,
+                                 "epsilon": eps, "sigma": won.std,
+                                 **point_stats(accuracy[won.picks], opt, won.counts[won.picks]),
+                                 "runs": release["repetitions"]})
             for j, cand in enumerate(candidates):
                 per_candidate.append({**common, "candidate": j, **cand, "fedavg_accuracy": float(accuracy[j]),
                                       "votes": int(votes[j]),
@@ -323,6 +345,8 @@ def plot(rows: Sequence[dict[str, Any]], epsilons: Sequence[float], study: harne
                 ax.set_xlabel("ε")
         axes[i][0].set_ylabel("test accuracy")
     axes[0][-1].legend(fontsize=7, loc="lower right")
-    fig.suptitle(f"{rows[0]['dataset']}: DP-Hype vs Opt vs RandGuess (k={rows[0]['k']}, "
+    winner_ks = sorted({r["k"] for r in rows if r["release"] == "argmax"})
+    winner = f"; argmax release k = {'/'.join(map(str, winner_ks))}" if winner_ks else ""
+    fig.suptitle(f"{rows[0]['dataset']}: DP-Hype vs Opt vs RandGuess (k={rows[0]['k']}{winner}, "
                  f"{rows[0]['candidates']} candidates)", fontsize=9, y=1.03)
     study.save_figure(fig, filename)

@@ -44,9 +44,9 @@ def test_argmax_profile_times_each_part_and_checks_the_opened_index(tmp_path: Pa
     assert 0 < row["party argmax s"] < row["secure argmax s"]
 
 
-def test_tradeoff_without_k_replays_the_winner_release_at_the_planners_k(small_adult: None,  # noqa: F811
-                                                                         tmp_path: Path,
-                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_without_k_both_studies_replay_the_winner_release_at_the_planners_k(small_adult: None,  # noqa: F811
+                                                                            tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
     from dphype.selection.candidates import load_candidates
     from dphype.selection.planner import plan
 
@@ -64,3 +64,13 @@ def test_tradeoff_without_k_replays_the_winner_release_at_the_planners_k(small_a
     res = _bench(["tradeoff", *TINY, "--repetitions", "20", "--epsilons", "0.5", "--cache", cache, "--k", "2",
                   "--release", "argmax", "--out", str(tmp_path / "k2")], capsys)
     assert {r["k"] for r in res["winner_summary"]} == {2}  # an explicit --k is used as given
+    res = _bench(["ablations", *TINY, "--repetitions", "10", "--epsilons", "0.5", "--cache", cache,
+                  "--release", "sum", "argmax", "--neighbourings", "replace-one", "add-remove",
+                  "--methods", "DP-Hype", "--out", str(tmp_path / "a")], capsys)
+    dphype = [r for r in res["summary"] if r["method"] == "DP-Hype"]
+    assert {(r["rule"].split("/", 1)[1], r["k"]) for r in dphype if r["rule"].startswith("noisy-max/")} \
+        == set(planned.items())
+    assert {r["k"] for r in dphype if not r["rule"].startswith("noisy-max/")} == {5}  # the sum release: --k's default
+    with open(tmp_path / "a" / "ablations.csv") as fh:
+        assert {(r["rule"], r["k"]) for r in csv.DictReader(fh) if r["release"] == "argmax"} \
+            == {(f"noisy-max/{relation}", str(k)) for relation, k in planned.items()}
