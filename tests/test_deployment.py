@@ -3,6 +3,8 @@ the argmax release), `flwr run`."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -40,6 +42,7 @@ class Federation:
     env: dict[str, str]
     link_port: int
     procs: list[subprocess.Popen] = field(default_factory=list)
+    log_of: dict[int, Path] = field(default_factory=dict)  # process id -> its log
 
     @property
     def logs(self) -> Path:
@@ -48,6 +51,7 @@ class Federation:
     def start(self, name: str, args: list[str]) -> subprocess.Popen:
         out = open(self.logs / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
         self.procs.append(subprocess.Popen(args, env=self.env, stdout=out, stderr=subprocess.STDOUT))
+        self.log_of[self.procs[-1].pid] = self.logs / f"{name}.log"
         return self.procs[-1]
 
     def start_supernodes(self, node_configs: dict[str, str]) -> list[subprocess.Popen]:
@@ -78,10 +82,28 @@ class Federation:
         return [proc for proc, _ in nodes]
 
     def stop(self, procs: list[subprocess.Popen]) -> None:
-        """Stop ``procs`` (SIGTERM: a SuperNode deactivates itself at the SuperLink) and their children."""
+        """Stop ``procs`` and their children (SIGTERM, then SIGKILL after 10 s)."""
         stop([d for p in procs for d in reversed(descendants(p.pid))] + [p.pid for p in reversed(procs)])
         for proc in procs:
             proc.wait(timeout=15)
+
+    def stop_supernodes(self, procs: list[subprocess.Popen]) -> None:
+        """Stop SuperNodes started by :meth:`start_supernodes` (SIGTERM: each deactivates itself at the SuperLink)
+        and wait until ``flwr supernode list`` shows none of them online, so that a later run cannot sample them."""
+        ids = {re.search(r"SuperNode ID: (\d+)", self.log_of[p.pid].read_text(errors="replace")).group(1)
+               for p in procs}
+        self.stop(procs)
+        command = [str(BIN / "flwr"), "supernode", "list", "deploy", "--format", "json"]
+        deadline = time.monotonic() + 120
+        while True:
+            listed = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=120)
+            nodes = json.loads(listed.stdout)["nodes"]
+            online = sorted(n["node-id"] for n in nodes if n["node-id"] in ids and n["status"] == "online")
+            if not online:
+                return
+            if time.monotonic() > deadline:
+                pytest.fail(f"SuperNodes {', '.join(online)} still online 120 s after they were stopped")
+            time.sleep(1)
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +217,7 @@ def test_deployment_in_argmax_mode_with_three_tally_supernodes(federation, monke
             f"fedavg-rounds=1 fraction-evaluate=0.0 round-timeout={ROUND_TIMEOUT}",
         )
     finally:
-        fed.stop(tallies)
+        fed.stop_supernodes(tallies)
     assert 0 <= result["selected_index"] < 10 and result["selected"] == load_candidates(
         "table3:random:10:0")[result["selected_index"]]
     assert result["noisy_sum"] is None and result["confidence"] is None  # only the index was released
