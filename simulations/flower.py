@@ -1,10 +1,13 @@
-"""One DP-Hype release through the real Flower path (SecAgg+), for the studies' ``--flower`` checks and Table IV.
+"""One DP-Hype release through the real Flower path, for the studies' ``--flower`` checks and Table IV.
 
 The replays of :mod:`simulations.harness` reproduce the release's distribution without Flower. This module
 runs a configuration once end to end instead: :class:`dphype.flower.DPHype` in a ServerApp and
 :func:`dphype.flower.register_dphype` in every simulated node's ClientApp (pre-flight, top-k votes, its own
 noise share, encoding, SecAgg+), all inside ``flwr.simulation.run_simulation`` (deprecated by Flower in favour
 of ``flwr run``, but the only in-process simulation entry point for a benchmark that builds its apps in code).
+A config with ``release="argmax"`` runs the winner-only release instead: 3 more simulated nodes are the tally
+committee, given their roles as the bundled app gives them (:func:`dphype.app.client.simulated_role`, keys made
+first, :func:`dphype.cli.demo.make_tally_keys`), and each client seals shares of its noisy votes to them.
 Each client's task returns scores that were already computed by the real task
 (:class:`dphype.ml.task.FixedScoresTask`), so the run measures and exercises the voting round itself.
 
@@ -31,15 +34,19 @@ from simulations import harness
 
 
 def _byte_counter(folder: str) -> Callable[..., Any]:
-    """Client mod: append ``received sent`` payload bytes of every message to ``folder/<node>.txt``."""
+    """Client mod: append ``received sent`` payload bytes of every message to ``folder/client-<node>.txt``, or
+    ``folder/tally-<node>.txt`` on a tally node (one with ``dphype-tally-id`` in its node config)."""
 
     def mod(msg: Any, context: Any, call_next: Callable[..., Any]) -> Any:
         from flwr.common.serde import recorddict_to_proto
 
+        from dphype.flower.tally import TALLY_ID
+
         received = recorddict_to_proto(msg.content).ByteSize() if msg.has_content() else 0
         reply = call_next(msg, context)
         sent = recorddict_to_proto(reply.content).ByteSize() if reply.has_content() else 0
-        with open(os.path.join(folder, f"{context.node_id}.txt"), "a", encoding="utf-8") as fh:
+        role = "tally" if TALLY_ID in context.node_config else "client"
+        with open(os.path.join(folder, f"{role}-{context.node_id}.txt"), "a", encoding="utf-8") as fh:
             fh.write(f"{received} {sent}\n")
         return reply
 
@@ -105,12 +112,14 @@ def vote_through_flower(
     corrupt_fraction: float | None = None,
     count_bytes: bool = False,
 ) -> dict[str, Any]:
-    """Run DP-Hype once over Flower + SecAgg+ with ``config.clients = len(scores)`` simulated clients.
+    """Run DP-Hype once over Flower with ``config.clients = len(scores)`` simulated clients (and, with
+    ``config.release = "argmax"``, 3 simulated tally nodes).
 
     ``config`` is a :class:`dphype.config.DPHypeConfig`. Returns the selected index, the selection's wall
-    time measured inside the ServerApp (``round_seconds``: pre-flight and the SecAgg+ round), the whole
+    time measured inside the ServerApp (``round_seconds``: the pre-flight and the SecAgg+ round, or in argmax
+    mode finding the committee, the pre-flight, the sealed shares and the tallies' secure argmax), the whole
     simulation's wall time (Ray start-up included) and, with ``count_bytes``, the mean per-client upload /
-    download payload in bytes.
+    download payload in bytes (and in argmax mode the mean per tally node).
     """
     import flwr
     from flwr.app import Context
@@ -118,6 +127,8 @@ def vote_through_flower(
     from flwr.serverapp import Grid, ServerApp
     from flwr.simulation import run_simulation
 
+    from dphype.app.client import simulated_role
+    from dphype.cli.demo import make_tally_keys
     from dphype.flower import DPHype, register_dphype
     from dphype.ml.task import FixedScoresTask
     from dphype.node.ledger import admitting_policy
@@ -127,8 +138,6 @@ def vote_through_flower(
     if config.clients != scores.shape[0]:
         raise ValueError(f"config.clients must equal the number of score rows {scores.shape[0]}, got {config.clients}")
     extra = {} if corrupt_fraction is None else {"corrupt_fraction": corrupt_fraction}
-    selection = DPHype(candidates, config, num_shares=num_shares, reconstruction_threshold=reconstruction_threshold,
-                       **extra)
     results: list[dict[str, Any]] = []
     server = ServerApp()
 
@@ -143,18 +152,26 @@ def vote_through_flower(
         return FixedScoresTask(scores[int(context.node_config["partition-id"])], maximize)
 
     with tempfile.TemporaryDirectory() as folder:
+        keys = Path(folder) / "tallies"
+        tallies = make_tally_keys(keys) if config.release == "argmax" else ()
+        selection = DPHype(candidates, config, num_shares=num_shares,
+                           reconstruction_threshold=reconstruction_threshold, tallies=tallies, **extra)
         # The benchmark runs every node: their policy admits this one release, their ledgers are this run's.
         allowed = admitting_policy(selection.request)
+
+        def roles(msg: Any, context: Context, call_next: Callable[..., Any]) -> Any:
+            simulated_role(context, config.clients, len(tallies), keys)
+            return call_next(msg, context)
 
         def policy(context: Context) -> NodePolicy:
             ledger = os.path.join(folder, f"ledger-{int(context.node_config['partition-id'])}.json")
             return NodePolicy.from_node_config({**allowed, "dphype-ledger": ledger})
 
-        client_app = register_dphype(ClientApp(mods=[_byte_counter(folder)] if count_bytes else []), task_fn,
-                                     policy=policy)
+        mods = ([roles] if tallies else []) + ([_byte_counter(folder)] if count_bytes else [])
+        client_app = register_dphype(ClientApp(mods=mods), task_fn, policy=policy)
         start = time.perf_counter()
         with _PeakMemory() as memory:
-            run_simulation(server_app=server, client_app=client_app, num_supernodes=config.clients,
+            run_simulation(server_app=server, client_app=client_app, num_supernodes=config.clients + len(tallies),
                            backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
         wall = time.perf_counter() - start
         if not results:
@@ -162,14 +179,15 @@ def vote_through_flower(
         out: dict[str, Any] = {**results[0], "clients": config.clients, "simulation_seconds": wall,
                                "peak_memory_mb": memory.peak_kb / 1024, "flwr_version": flwr.__version__}
         if count_bytes:
-            received, sent = [], []
-            for path in Path(folder).glob("*.txt"):
-                rows = np.loadtxt(path, ndmin=2)
-                received.append(rows[:, 0].sum())
-                sent.append(rows[:, 1].sum())
-            out["nodes_measured"] = len(sent)
-            out["upload_bytes_per_client"] = float(np.mean(sent)) if sent else float("nan")
-            out["download_bytes_per_client"] = float(np.mean(received)) if received else float("nan")
+            for role in ("client", "tally") if tallies else ("client",):
+                received, sent = [], []
+                for path in Path(folder).glob(f"{role}-*.txt"):
+                    rows = np.loadtxt(path, ndmin=2)
+                    received.append(rows[:, 0].sum())
+                    sent.append(rows[:, 1].sum())
+                out["nodes_measured" if role == "client" else "tallies_measured"] = len(sent)
+                out[f"upload_bytes_per_{role}"] = float(np.mean(sent)) if sent else float("nan")
+                out[f"download_bytes_per_{role}"] = float(np.mean(received)) if received else float("nan")
     return out
 
 

@@ -1,4 +1,4 @@
-"""Resource consumption of Table IV (Section V-D): local evaluation and the SecAgg+ voting round.
+"""Resource consumption of Table IV (Section V-D): local evaluation and the voting round.
 
 * **Local evaluation**, per client: wall time and peak memory of one client scoring every candidate
   (:meth:`dphype.ml.task.TorchTask.score`). On a GPU the memory is ``torch.cuda.max_memory_allocated`` (what
@@ -12,8 +12,12 @@
   resident memory of the simulation's processes. ``--secagg secure`` (default) uses the product's secure
   SecAgg+ graph (:func:`dphype.secure.secagg_params.secure_parameters` for ``--dropout``);
   ``--secagg paper`` the paper's settings (shares ``0.3 n``, threshold = number of shares). Scores are
-  random (the round does not depend on them). ``time_exponent`` is the least-squares slope of
-  ``log(round seconds)`` against ``log(n)`` over the voting rounds (plotted in ``resources_scaling.png``).
+  random (the round does not depend on them). ``--release sum argmax`` measures both release modes on the
+  same scores: ``argmax`` is the winner-only release with 3 simulated tally nodes beside the ``n`` clients
+  (:func:`simulations.flower.vote_through_flower`; its round: finding the committee, the pre-flight, the
+  sealed shares and the tallies' secure argmax; ``tally_upload_kb`` / ``tally_download_kb`` per tally node).
+  ``time_exponent`` is, per release mode, the least-squares slope of ``log(round seconds)`` against
+  ``log(n)`` over the voting rounds (plotted in ``resources_scaling.png``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from dphype.checks import RELEASES
 from simulations import harness
 
 
@@ -102,6 +107,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="SecAgg+ graph: secure (default; dphype.secure.secagg_params) or paper (shares 0.3 n, "
                              "all needed)")
     parser.add_argument("--dropout", type=float, default=0.0, help="tolerated dropout xi (default 0)")
+    parser.add_argument("--release", nargs="+", choices=RELEASES, default=["sum"],
+                        help="release modes of the voting round: sum (SecAgg+, default) and/or argmax (the winner "
+                             "only, 3 simulated tally nodes)")
     parser.add_argument("--skip-local", action="store_true", help="only the voting round")
     parser.add_argument("--skip-voting", action="store_true", help="only the local evaluation")
 
@@ -136,22 +144,24 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     for n in args.vote_clients:
         if not 2 <= n <= MAX_CLIENTS:
             raise ValueError(f"vote client count must be in [2, {MAX_CLIENTS}], got {n}")
+    releases = list(dict.fromkeys(args.release))
     graphs = {n: secagg_arguments(n, args.secagg, args.dropout) for n in args.vote_clients}
     feds = [] if args.skip_local else [harness.Federation(d, n, None, args.seed, args.data_dir)
                                        for d in args.datasets for n in args.clients]
     harness.validate_federations(feds)
     rows: list[dict[str, Any]] = []
-    units = len(feds) + (0 if args.skip_voting else len(args.vote_clients) * vote_reps)
+    units = len(feds) + (0 if args.skip_voting else len(args.vote_clients) * vote_reps * len(releases))
     with harness.progress_bar(units, "resources") as bar:
         for fed in feds:
             epochs = default_epochs(fed.dataset) if args.epochs is None else harness.check_int("epochs", args.epochs, 1)
             m = local_evaluation(fed.dataset, fed.clients, seed=args.seed, epochs=epochs, candidates=candidates,
                                  measured=measured, data_dir=fed.data_dir)
-            rows.append({"part": "local evaluation", "dataset": fed.dataset, "clients": fed.clients,
+            rows.append({"part": "local evaluation", "release": "", "dataset": fed.dataset, "clients": fed.clients,
                          "candidates": len(candidates), "epochs": epochs, "seconds": m["seconds"],
                          "memory_mb": m["memory_mb"], "memory_kind": m["memory_kind"], "rows_per_client": m["rows"],
-                         "upload_kb": "", "download_kb": "", "simulation_seconds": "", "peak_memory_mb": "",
-                         "num_shares": "", "reconstruction_threshold": ""})
+                         "upload_kb": "", "download_kb": "", "tally_upload_kb": "", "tally_download_kb": "",
+                         "simulation_seconds": "", "peak_memory_mb": "", "num_shares": "",
+                         "reconstruction_threshold": ""})
             bar.update(1)
         if not args.skip_voting:
             from dphype.config import DPHypeConfig
@@ -160,30 +170,38 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
             for n in args.vote_clients:
                 for rep in range(vote_reps):
                     scores = np.random.default_rng([args.seed, n, rep]).random((n, len(candidates)))
-                    graph = graphs[n]
-                    config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=5, clients=n, dropout=args.dropout)
-                    v = vote_through_flower(scores, candidates, config, count_bytes=True,
-                                            corrupt_fraction=graph["corrupt_fraction"], **graph["arguments"])
-                    rows.append({"part": "voting round", "dataset": "", "clients": n, "candidates": len(candidates),
-                                 "epochs": "", "seconds": v["round_seconds"], "memory_mb": "", "memory_kind": "",
-                                 "rows_per_client": "", "upload_kb": v["upload_bytes_per_client"] / 1000,
-                                 "download_kb": v["download_bytes_per_client"] / 1000,
-                                 "simulation_seconds": v["simulation_seconds"],
-                                 "peak_memory_mb": v["peak_memory_mb"], "num_shares": graph["num_shares"],
-                                 "reconstruction_threshold": graph["reconstruction_threshold"]})
-                    bar.update(1)
+                    for release in releases:  # both modes on the same scores
+                        graph = graphs[n] if release == "sum" else None  # argmax mode runs no SecAgg+
+                        secagg = {} if graph is None else {"corrupt_fraction": graph["corrupt_fraction"],
+                                                           **graph["arguments"]}
+                        config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=5, clients=n, dropout=args.dropout,
+                                              release=release)
+                        v = vote_through_flower(scores, candidates, config, count_bytes=True, **secagg)
+                        rows.append({
+                            "part": "voting round", "release": release, "dataset": "", "clients": n,
+                            "candidates": len(candidates), "epochs": "", "seconds": v["round_seconds"],
+                            "memory_mb": "", "memory_kind": "", "rows_per_client": "",
+                            "upload_kb": v["upload_bytes_per_client"] / 1000,
+                            "download_kb": v["download_bytes_per_client"] / 1000,
+                            "tally_upload_kb": "" if graph else v["upload_bytes_per_tally"] / 1000,
+                            "tally_download_kb": "" if graph else v["download_bytes_per_tally"] / 1000,
+                            "simulation_seconds": v["simulation_seconds"], "peak_memory_mb": v["peak_memory_mb"],
+                            "num_shares": "" if graph is None else graph["num_shares"],
+                            "reconstruction_threshold": "" if graph is None else graph["reconstruction_threshold"]})
+                        bar.update(1)
     study.write_csv("resources.csv", rows)
     table = summarize(rows)
     plot(table, study)
-    exponent = time_exponent(table)
-    if exponent is not None:
-        plot_scaling(table, exponent, study)
+    exponents = {release: time_exponent([t for t in table if t["release"] == release]) for release in releases}
+    if any(e is not None for e in exponents.values()):
+        plot_scaling(table, exponents, study)
     return study.result(table=table, candidates=len(candidates), secagg=args.secagg, dropout=args.dropout,
-                        time_exponent=exponent)
+                        releases=releases, time_exponent=exponents)
 
 
 def time_exponent(table: Sequence[dict[str, Any]]) -> float | None:
-    """Least-squares slope of log(round seconds) against log(n) over the voting rounds (None below 2 sizes)."""
+    """Least-squares slope of log(round seconds) against log(n) over the voting rounds of ``table`` (one release
+    mode's; None below 2 sizes)."""
     vote = [t for t in table if t["part"] == "voting round"]
     if len({t["clients"] for t in vote}) < 2:
         return None
@@ -191,17 +209,24 @@ def time_exponent(table: Sequence[dict[str, Any]]) -> float | None:
     return round(float(slope), 3)
 
 
-def plot_scaling(table: Sequence[dict[str, Any]], exponent: float, study: harness.StudyRun) -> None:
-    """Voting-round and simulation seconds against n on log-log axes, with the fitted power law."""
+def plot_scaling(table: Sequence[dict[str, Any]], exponents: dict[str, float | None],
+                 study: harness.StudyRun) -> None:
+    """Voting-round and simulation seconds against n on log-log axes, with the fitted power law, per release mode
+    with an exponent."""
     plt = harness.pyplot()
-    vote = sorted((t for t in table if t["part"] == "voting round"), key=lambda t: t["clients"])
-    n = np.array([t["clients"] for t in vote], dtype=float)
-    seconds = np.array([t["seconds"] for t in vote])
     fig, ax = plt.subplots(figsize=(4.2, 3.0))
-    ax.loglog(n, seconds, "o-", label="voting round (ServerApp)")
-    ax.loglog(n, [t["simulation_seconds"] for t in vote], "s--", label="whole simulation (Ray)")
-    scale = np.exp(np.mean(np.log(seconds) - exponent * np.log(n)))
-    ax.loglog(n, scale * n**exponent, ":", color="gray", label=f"fit: time ~ n^{exponent:.2f}")
+    for release, exponent in exponents.items():
+        if exponent is None:
+            continue
+        vote = sorted((t for t in table if t["part"] == "voting round" and t["release"] == release),
+                      key=lambda t: t["clients"])
+        n = np.array([t["clients"] for t in vote], dtype=float)
+        seconds = np.array([t["seconds"] for t in vote])
+        line = ax.loglog(n, seconds, "o-", label=f"{release}: voting round (ServerApp)")[0]
+        ax.loglog(n, [t["simulation_seconds"] for t in vote], "s--", color=line.get_color(),
+                  label=f"{release}: whole simulation (Ray)")
+        scale = np.exp(np.mean(np.log(seconds) - exponent * np.log(n)))
+        ax.loglog(n, scale * n**exponent, ":", color="gray", label=f"{release} fit: time ~ n^{exponent:.2f}")
     ax.set_xlabel("clients n")
     ax.set_ylabel("seconds")
     ax.grid(alpha=0.3, which="both")
@@ -210,18 +235,20 @@ def plot_scaling(table: Sequence[dict[str, Any]], exponent: float, study: harnes
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Table IV: means per (part, data set, n)."""
+    """Table IV: means per (part, release mode, data set, n)."""
     out = []
-    for key in dict.fromkeys((r["part"], r["dataset"], r["clients"]) for r in rows):
-        sel = [r for r in rows if (r["part"], r["dataset"], r["clients"]) == key]
-        entry: dict[str, Any] = {"part": key[0], "dataset": key[1], "clients": key[2], "runs": len(sel),
-                                 "seconds": round(float(np.mean([r["seconds"] for r in sel])), 3)}
+    for key in dict.fromkeys((r["part"], r["release"], r["dataset"], r["clients"]) for r in rows):
+        sel = [r for r in rows if (r["part"], r["release"], r["dataset"], r["clients"]) == key]
+        entry: dict[str, Any] = {"part": key[0], "release": key[1], "dataset": key[2], "clients": key[3],
+                                 "runs": len(sel), "seconds": round(float(np.mean([r["seconds"] for r in sel])), 3)}
         if key[0] == "local evaluation":
             entry["memory_mb"] = round(float(np.mean([r["memory_mb"] for r in sel])), 2)
             entry["memory_kind"] = sel[0]["memory_kind"]
         else:
-            for key in ("upload_kb", "download_kb", "simulation_seconds", "peak_memory_mb"):
-                entry[key] = round(float(np.mean([r[key] for r in sel])), 2)
+            for key in ("upload_kb", "download_kb", "tally_upload_kb", "tally_download_kb", "simulation_seconds",
+                        "peak_memory_mb"):
+                if sel[0][key] != "":  # the tallies' columns in argmax mode only
+                    entry[key] = round(float(np.mean([r[key] for r in sel])), 2)
             entry["num_shares"] = sel[0]["num_shares"]
             entry["reconstruction_threshold"] = sel[0]["reconstruction_threshold"]
         out.append(entry)
@@ -238,7 +265,7 @@ def plot(table: Sequence[dict[str, Any]], study: harness.StudyRun) -> None:
                           if vote else [])
     fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 2.7), squeeze=False)
     for ax, (title, data, key) in zip(axes[0], panels):
-        labels = [f"{t['dataset']} n={t['clients']}".strip() for t in data]
+        labels = [" ".join(filter(None, (t.get("release"), t["dataset"], f"n={t['clients']}"))) for t in data]
         xs = np.arange(len(data))
         if key is None:
             ax.bar(xs - 0.2, [t["upload_kb"] for t in data], 0.4, label="upload")

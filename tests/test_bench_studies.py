@@ -123,13 +123,22 @@ def test_resources_local_evaluation(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 @pytest.mark.slow
-def test_resources_voting_round_through_flower(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    res = _bench(["resources", "--skip-local", "--vote-clients", "4", "--out", str(tmp_path / "r")], capsys)
-    (entry,) = res["table"]
-    assert entry["part"] == "voting round" and entry["upload_kb"] > 0.8  # 100 masked entries at least
+def test_resources_voting_round_through_flower_in_both_release_modes(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    res = _bench(["resources", "--skip-local", "--vote-clients", "4", "--release", "sum", "argmax",
+                  "--out", str(tmp_path / "r")], capsys)
+    secagg, winner = res["table"]
+    assert (secagg["part"], secagg["release"], winner["part"], winner["release"]) == (
+        "voting round", "sum", "voting round", "argmax")
+    assert secagg["upload_kb"] > 0.8  # 100 masked entries at least
     assert {"seconds", "simulation_seconds", "peak_memory_mb", "upload_kb", "download_kb", "num_shares",
-            "reconstruction_threshold"} <= set(entry)
-    assert entry["peak_memory_mb"] > 50 and res["secagg"] == "secure" and res["time_exponent"] is None
+            "reconstruction_threshold"} <= set(secagg)
+    # a client's 3 sealed shares of 100 counts (8 bytes each); each tally downloads the 4 clients' shares for it
+    assert winner["upload_kb"] > 3 * 0.8 and winner["tally_download_kb"] > 4 * 0.8
+    assert {"seconds", "simulation_seconds", "peak_memory_mb", "tally_upload_kb"} <= set(winner)
+    assert "num_shares" not in winner or winner["num_shares"] == ""
+    assert min(secagg["peak_memory_mb"], winner["peak_memory_mb"]) > 50 and res["secagg"] == "secure"
+    assert res["releases"] == ["sum", "argmax"] and res["time_exponent"] == {"sum": None, "argmax": None}
 
 
 @pytest.mark.slow
@@ -176,6 +185,14 @@ def test_bad_input_is_refused_before_any_work(argv: list[str], message: str, tmp
     assert not out.exists()
 
 
+def test_resources_refuses_an_unknown_release_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as err:
+        main(["bench", "resources", "--skip-local", "--release", "max"])
+    assert err.value.code == 2
+    err_text = capsys.readouterr().err
+    assert "argument --release: invalid choice: 'max'" in err_text and "sum" in err_text and "argmax" in err_text
+
+
 def test_unknown_study_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as err:
         main(["bench", "nonsense"])
@@ -186,12 +203,12 @@ def test_unknown_study_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> N
 def test_resources_scaling_keys_and_exponent(tmp_path: Path) -> None:
     from simulations import harness, resources
 
-    table = [{"part": "voting round", "clients": n, "seconds": 0.01 * n**1.5, "simulation_seconds": 0.02 * n**1.5}
-             for n in (50, 100, 400)]
+    table = [{"part": "voting round", "release": "sum", "clients": n, "seconds": 0.01 * n**1.5,
+              "simulation_seconds": 0.02 * n**1.5} for n in (50, 100, 400)]
     assert resources.time_exponent(table) == pytest.approx(1.5)
     assert resources.time_exponent(table[:1]) is None
     study = harness.StudyRun("resources", tmp_path)
-    resources.plot_scaling(table, 1.5, study)
+    resources.plot_scaling(table, {"sum": 1.5, "argmax": None}, study)
     assert study.outputs and Path(study.outputs[0]).name == "resources_scaling.png"
 
 

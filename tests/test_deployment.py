@@ -1,20 +1,29 @@
-"""Deployment on loopback: one flower-superlink, five flower-supernode processes, `flwr run`."""
+"""Deployment on loopback: one flower-superlink, five flower-supernode processes (and three tally SuperNodes for
+the argmax release), `flwr run`."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from baselines import candidate_accuracies, majority_of_test_split
 from test_flwr_run import BIN, REPO, descendants, offline_env, parse_result, stop
 
+from dphype.node.ledger import Ledger
+from dphype.node.policy import default_ledger_path
+from dphype.privacy.winner import WINNER_NOISE
+from dphype.secure.tally import COMMITTEE_SIZE, loopback_addresses
 from dphype.selection.candidates import load_candidates
 from simulations.deployment_profile import free_port, wait_for_port
 
 NUM_NODES = 5
+TALLIES = COMMITTEE_SIZE
 #: Seconds one SecAgg+ stage or FedAvg round may wait for the SuperNodes (run config).
 ROUND_TIMEOUT = 240
 
@@ -25,53 +34,94 @@ def log_tails(logs: Path, chars: int = 1500) -> str:
     return "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-chars:]}" for f in files)
 
 
+@dataclass
+class Federation:
+    """A SuperLink on 127.0.0.1 and the SuperNodes started on it; every process is stopped by PID at the end."""
+
+    tmp_path: Path
+    env: dict[str, str]
+    link_port: int
+    procs: list[subprocess.Popen] = field(default_factory=list)
+    log_of: dict[int, Path] = field(default_factory=dict)  # process id -> its log
+
+    @property
+    def logs(self) -> Path:
+        return self.tmp_path / "logs"
+
+    def start(self, name: str, args: list[str]) -> subprocess.Popen:
+        out = open(self.logs / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
+        self.procs.append(subprocess.Popen(args, env=self.env, stdout=out, stderr=subprocess.STDOUT))
+        self.log_of[self.procs[-1].pid] = self.logs / f"{name}.log"
+        return self.procs[-1]
+
+    def start_supernodes(self, node_configs: dict[str, str]) -> list[subprocess.Popen]:
+        """One ``flower-supernode`` per ``name: node config``, each on a free port; returns once every one has
+        registered with the SuperLink (a node that exits, e.g. because its port was taken again before it bound
+        it, is restarted up to twice)."""
+
+        def start_node(name: str, attempt: int) -> tuple[subprocess.Popen, Path]:
+            log = name + (f"-retry{attempt}" if attempt else "")
+            args = [str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.link_port}",
+                    "--host", "127.0.0.1", "--port", str(free_port()), "--node-config", node_configs[name]]
+            return self.start(log, args), self.logs / f"{log}.log"
+
+        names = list(node_configs)
+        nodes = [start_node(name, 0) for name in names]
+        attempts = [0] * len(names)
+        deadline = time.monotonic() + 180
+        while not all("SuperNode ID:" in log.read_text(errors="replace") for _, log in nodes):
+            for i, (proc, _) in enumerate(nodes):
+                if proc.poll() is not None:
+                    attempts[i] += 1
+                    if attempts[i] > 2:
+                        pytest.fail(f"{names[i]} exited three times\n{log_tails(self.logs)}")
+                    nodes[i] = start_node(names[i], attempts[i])
+            if time.monotonic() > deadline:
+                pytest.fail(f"not all SuperNodes registered within 180 s\n{log_tails(self.logs)}")
+            time.sleep(0.5)
+        return [proc for proc, _ in nodes]
+
+    def stop(self, procs: list[subprocess.Popen]) -> None:
+        """Stop ``procs`` and their children (SIGTERM, then SIGKILL after 10 s)."""
+        stop([d for p in procs for d in reversed(descendants(p.pid))] + [p.pid for p in reversed(procs)])
+        for proc in procs:
+            proc.wait(timeout=15)
+
+    def stop_supernodes(self, procs: list[subprocess.Popen]) -> None:
+        """Stop SuperNodes started by :meth:`start_supernodes` (SIGTERM: each deactivates itself at the SuperLink)
+        and wait until ``flwr supernode list`` shows none of them online, so that a later run cannot sample them."""
+        ids = {re.search(r"SuperNode ID: (\d+)", self.log_of[p.pid].read_text(errors="replace")).group(1)
+               for p in procs}
+        self.stop(procs)
+        command = [str(BIN / "flwr"), "supernode", "list", "deploy", "--format", "json"]
+        deadline = time.monotonic() + 120
+        while True:
+            listed = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=120)
+            nodes = json.loads(listed.stdout)["nodes"]
+            online = sorted(n["node-id"] for n in nodes if n["node-id"] in ids and n["status"] == "online")
+            if not online:
+                return
+            if time.monotonic() > deadline:
+                pytest.fail(f"SuperNodes {', '.join(online)} still online 120 s after they were stopped")
+            time.sleep(1)
+
+
 @pytest.fixture(scope="module")
-def federation(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[Path, dict[str, str], list[subprocess.Popen]]]:
-    """A SuperLink and NUM_NODES SuperNodes on 127.0.0.1, each started and stopped by PID; shared by the
-    module's runs (the last one kills a SuperNode)."""
+def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Federation, list[subprocess.Popen]]]:
+    """A SuperLink and NUM_NODES voter SuperNodes on 127.0.0.1, shared by the module's runs (the last one kills a
+    SuperNode); the federation and the voters' processes."""
     tmp_path = tmp_path_factory.mktemp("deployment")
     flwr_home = tmp_path / "flwr-home"
     flwr_home.mkdir()
+    (tmp_path / "logs").mkdir()
     # Five ClientApp processes share this machine's cores: one torch thread each.
-    env = {**offline_env(flwr_home), "OMP_NUM_THREADS": "1"}
-    link_port = free_port()
+    fed = Federation(tmp_path, {**offline_env(flwr_home), "OMP_NUM_THREADS": "1"}, free_port())
     (flwr_home / "config.toml").write_text(
         '[superlink]\ndefault = "deploy"\n\n'
-        f'[superlink.deploy]\naddress = "127.0.0.1:{link_port}"\ninsecure = true\n'
+        f'[superlink.deploy]\naddress = "127.0.0.1:{fed.link_port}"\ninsecure = true\n'
     )
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    procs: list[subprocess.Popen] = []
-
-    def start(name: str, args: list[str]) -> subprocess.Popen:
-        out = open(logs / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
-        procs.append(subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT))
-        return procs[-1]
-
-    def start_node(i: int, attempt: int) -> tuple[subprocess.Popen, Path]:
-        name = f"supernode-{i}" + (f"-retry{attempt}" if attempt else "")
-        args = [
-            str(BIN / "flower-supernode"),
-            "--insecure",
-            "--superlink",
-            f"127.0.0.1:{link_port}",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(free_port()),  # may be taken again before the node binds it: then retried
-            "--node-config",
-            # each operator's own limits: votes at epsilon 20 among 5 clients (4 if one vanishes), two of them
-            # in its lifetime (RDP composes them to less than 40), in a SecAgg+ graph of 2 neighbours (the
-            # secure one for 4 or 5 clients)
-            f"partition-id={i} num-partitions={NUM_NODES} dphype-max-epsilon=20 dphype-min-clients=4 "
-            "dphype-min-neighbours=2 dphype-lifetime-epsilon=40",
-        ]
-        return start(name, args), logs / f"{name}.log"
-
     try:
-        start(
+        fed.start(
             "superlink",
             [
                 str(BIN / "flower-superlink"),
@@ -82,43 +132,31 @@ def federation(
                 "--host",
                 "127.0.0.1",
                 "--port",
-                str(link_port),
+                str(fed.link_port),
             ],
         )
-        wait_for_port(link_port)
-        nodes = [start_node(i, 0) for i in range(NUM_NODES)]
-        # Every SuperNode must have registered with the SuperLink before the run starts.
-        attempts = [0] * NUM_NODES
-        deadline = time.monotonic() + 180
-        while not all("SuperNode ID:" in log.read_text(errors="replace") for _, log in nodes):
-            for i, (proc, _) in enumerate(nodes):
-                if proc.poll() is not None:
-                    attempts[i] += 1
-                    if attempts[i] > 2:
-                        pytest.fail(f"supernode-{i} exited three times\n{log_tails(logs)}")
-                    nodes[i] = start_node(i, attempts[i])
-            if time.monotonic() > deadline:
-                pytest.fail(f"not all SuperNodes registered within 180 s\n{log_tails(logs)}")
-            time.sleep(0.5)
-        yield tmp_path, env, [proc for proc, _ in nodes]
+        wait_for_port(fed.link_port)
+        # each operator's own limits: votes at epsilon 20 among 5 clients (4 if one vanishes), two of them (and one
+        # winner release at epsilon 4) in its lifetime (RDP composes them to less than 40), in a SecAgg+ graph of 2
+        # neighbours (the secure one for 4 or 5 clients)
+        voters = fed.start_supernodes({
+            f"supernode-{i}": f"partition-id={i} num-partitions={NUM_NODES} dphype-max-epsilon=20 "
+                              "dphype-min-clients=4 dphype-min-neighbours=2 dphype-lifetime-epsilon=40"
+            for i in range(NUM_NODES)})
+        yield fed, voters
     finally:
-        pids = [p.pid for p in procs]
-        stop([d for pid in pids for d in reversed(descendants(pid))] + list(reversed(pids)))
-        for proc in procs:
-            proc.wait(timeout=15)
+        fed.stop(fed.procs)
 
 
-def flwr_run(
-    tmp_path: Path, env: dict[str, str], run_config: str, *, kill: subprocess.Popen | None = None
-) -> dict:
+def flwr_run(fed: Federation, run_config: str, *, kill: subprocess.Popen | None = None) -> dict:
     """``flwr run . deploy`` with ``run_config``; returns the run summary.
 
     ``kill``: a SuperNode process killed (with its ClientApps) once the run has started.
     """
-    logs = tmp_path / "logs"
+    logs = fed.logs
     command = [str(BIN / "flwr"), "run", ".", "deploy", "--stream", "--run-config", run_config]
     with subprocess.Popen(
-        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        command, cwd=REPO, env=fed.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     ) as proc:
         if kill is not None:
             deadline = time.monotonic() + 120
@@ -142,10 +180,9 @@ def flwr_run(
 
 @pytest.mark.slow
 def test_deployment_on_loopback(federation):
-    tmp_path, env, _ = federation
+    fed, _ = federation
     result = flwr_run(
-        tmp_path,
-        env,
+        fed,
         f"release='sum' k=5 clients={NUM_NODES} epsilon=20.0 candidates='table3:random:10:0' local-epochs=1 "
         f"fedavg-rounds=1 round-timeout={ROUND_TIMEOUT}",
     )
@@ -160,19 +197,53 @@ def test_deployment_on_loopback(federation):
 
 
 @pytest.mark.slow
+def test_deployment_in_argmax_mode_with_three_tally_supernodes(federation, monkeypatch):
+    """The bundled app's default release on loopback: the README's recipe, one SuperNode per tally with its role in
+    the node config, beside the voters; only the winner's index is released, each voter records pure epsilon.
+    The tallies are stopped afterwards (they deactivate at the SuperLink), so the sum-mode runs see voters only."""
+    fed, _ = federation
+    monkeypatch.setenv("FLWR_HOME", fed.env["FLWR_HOME"])  # the voters' ledgers are in the federation's home
+    ledgers = [Ledger(default_ledger_path(i)) for i in range(NUM_NODES)]
+    before = [ledger.entries() for ledger in ledgers]
+    parties = ",".join(loopback_addresses(TALLIES))  # the MPyC ports, the same list on every tally
+    tallies = fed.start_supernodes({
+        f"tally-{j}": f"dphype-tally-id={j} dphype-tally-parties='{parties}' "
+                      f"dphype-tally-key='{fed.tmp_path / f'tally-{j}' / 'tally.key'}'"
+        for j in range(TALLIES)})
+    try:
+        result = flwr_run(
+            fed,
+            f"release='argmax' k=3 clients={NUM_NODES} epsilon=4.0 candidates='table3:random:10:0' local-epochs=1 "
+            f"fedavg-rounds=1 fraction-evaluate=0.0 round-timeout={ROUND_TIMEOUT}",
+        )
+    finally:
+        fed.stop_supernodes(tallies)
+    assert 0 <= result["selected_index"] < 10 and result["selected"] == load_candidates(
+        "table3:random:10:0")[result["selected_index"]]
+    assert result["noisy_sum"] is None and result["confidence"] is None  # only the index was released
+    privacy = result["privacy"]
+    assert privacy["noise"] == WINNER_NOISE and privacy["accountant"].startswith("pure epsilon")
+    assert privacy["released"].startswith(f"winning index only (secure argmax among {TALLIES} tallies")
+    assert privacy["epsilon"] == pytest.approx(4.0) and privacy["survivors"] == NUM_NODES
+    for entries, ledger in zip(before, ledgers, strict=True):  # each voter's one new entry: the pure epsilon
+        (entry,) = ledger.entries()[len(entries):]
+        assert (entry.noise, entry.epsilon) == (WINNER_NOISE, pytest.approx(4.0))
+    assert result["accuracy"] > majority_of_test_split("adult") + 0.03  # FedAvg trained on the voters only
+
+
+@pytest.mark.slow
 def test_deployment_survives_a_vanished_supernode(federation):
     """A SuperNode killed once the run starts counts as a dropout (xi = 0.2).
 
     The other four nodes' noisy vote sum is released with the full noise, and
     FedAvg trains on the four.
     """
-    tmp_path, env, procs = federation
+    fed, voters = federation
     result = flwr_run(
-        tmp_path,
-        env,
+        fed,
         f"release='sum' k=5 clients={NUM_NODES} dropout=0.2 epsilon=20.0 candidates='table3:random:10:0' "
         "local-epochs=1 fedavg-rounds=1 fraction-evaluate=0.0 round-timeout=120",
-        kill=procs[-1],
+        kill=voters[-1],
     )
     privacy = result["privacy"]
     assert privacy["clients"] == NUM_NODES and privacy["survivors"] == NUM_NODES - 1

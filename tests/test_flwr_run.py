@@ -21,7 +21,9 @@ RESULT_PREFIX = "DPHYPE_RESULT "
 
 
 def offline_env(flwr_home: Path) -> dict[str, str]:
-    """Environment for reproducible offline Flower CLI runs (flower-facts.md)."""
+    """Environment for reproducible offline Flower CLI runs (flower-facts.md); ``PYTHONPATH`` is this checkout,
+    so every process Flower starts (SuperLink, SuperNodes, ServerApp, ClientApps) runs the code under test, not
+    wherever the environment's ``dphype`` is installed from."""
     env = dict(os.environ)
     env.update(
         FLWR_HOME=str(flwr_home),
@@ -29,6 +31,7 @@ def offline_env(flwr_home: Path) -> dict[str, str]:
         FLWR_DISABLE_UPDATE_CHECK="1",
         FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
         PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        PYTHONPATH=str(REPO),
     )
     return env
 

@@ -15,11 +15,13 @@ the node config is not the operator's to set (simulation); unset keys keep the s
 :data:`dphype.node.policy.POLICY_KEYS` (see :func:`dphype.flower.client.node_policy`).
 
 Tally nodes (``release = "argmax"``, :mod:`dphype.flower.tally`) run this same app. In a deployment each is a
-SuperNode whose operator names its role in the node config: ``flower-supernode --node-config
-"dphype-tally-id=0 dphype-tally-parties=host0:port0,host1:port1,host2:port2 dphype-tally-key=~/.flwr/tally.key"``.
+SuperNode whose operator names its role in the node config (string values quoted, as Flower's parser wants
+them): ``flower-supernode --node-config "dphype-tally-id=0
+dphype-tally-parties='host0:port0,host1:port1,host2:port2' dphype-tally-key='~/.flwr/tally.key'"``.
 In simulation, where the node config holds only ``partition-id`` and ``num-partitions``, :func:`simulated_roles`
-gives the roles: partitions ``0 .. clients-1`` vote, partitions ``clients .. clients+tallies-1`` are tallies
-``0 .. tallies-1`` (so the federation needs ``options.num-supernodes = clients + tallies``).
+gives the roles (:func:`simulated_role`): partitions ``0 .. clients-1`` vote, partitions
+``clients .. clients+tallies-1`` are tallies ``0 .. tallies-1``
+(so the federation needs ``options.num-supernodes = clients + tallies``).
 """
 
 from __future__ import annotations
@@ -69,26 +71,34 @@ def simulated_parties(run_id: int, tallies: int) -> list[str]:
     return [f"127.0.0.1:{base + j}" for j in range(tallies)]
 
 
+def simulated_role(context: Context, clients: int, tallies: int, keys: str | os.PathLike[str]) -> None:
+    """Give a simulated node of an argmax-mode run of ``clients`` voters and ``tallies`` tallies its role
+    (module docstring), in its node config: a partition at or beyond ``clients`` becomes tally
+    ``partition-id - clients`` (its key ``tally-<j>.key`` in the folder ``keys``, the addresses of
+    :func:`simulated_parties`), and a voter of a federation of exactly ``clients + tallies`` nodes gets its shard
+    of ``clients`` partitions, as in sum mode. A node whose operator named a role (``dphype-tally-id``), or without
+    a ``partition-id``, keeps its node config."""
+    node = context.node_config
+    if TALLY_ID in node or "partition-id" not in node:
+        return
+    partition = int(cast(int, node["partition-id"]))
+    if partition >= clients:
+        index = partition - clients
+        node.update({TALLY_ID: index, TALLY_PARTIES: ",".join(simulated_parties(context.run_id, tallies)),
+                     TALLY_KEY_FILE: str(Path(keys) / f"tally-{index}.key")})
+    elif int(cast(int, node["num-partitions"])) == clients + tallies:
+        node["num-partitions"] = clients
+
+
 def simulated_roles(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
-    """The roles of simulated nodes in argmax mode (module docstring): a partition at or beyond ``clients``
-    gets the node config of tally ``partition-id - clients`` (its key in :data:`TALLY_KEYS_ENV`'s folder, or in
-    this run's folder beside the simulated ledgers, :func:`dphype.node.policy.run_ledger_path`; the addresses
-    of :func:`simulated_parties`), and a voter of a federation of exactly ``clients + tallies`` nodes its shard
-    of ``clients`` partitions, as in sum mode. Only a run config that states ``release = "argmax"`` and
-    ``clients`` (as ``flwr run`` and ``dphype demo`` give it) assigns roles; a node whose operator named a role
-    (``dphype-tally-id``), and every node in sum mode, keeps its node config."""
-    run, node = context.run_config, context.node_config
-    if run.get("release") == "argmax" and "clients" in run and TALLY_ID not in node and "partition-id" in node:
-        clients, tallies = int(cast(int, run["clients"])), int(cast(int, run.get("tallies", COMMITTEE_SIZE)))
-        partition = int(cast(int, node["partition-id"]))
-        if partition >= clients:
-            index = partition - clients
-            folder = os.environ.get(TALLY_KEYS_ENV) or run_ledger_path(context.run_id).parent
-            key = Path(folder) / f"tally-{index}.key"
-            node.update({TALLY_ID: index, TALLY_PARTIES: ",".join(simulated_parties(context.run_id, tallies)),
-                         TALLY_KEY_FILE: str(key)})
-        elif int(cast(int, node["num-partitions"])) == clients + tallies:
-            node["num-partitions"] = clients
+    """The bundled app's mod for :func:`simulated_role`: only a run config that states ``release = "argmax"``
+    and ``clients`` (as ``flwr run`` and ``dphype demo`` give it) assigns roles, with the keys in
+    :data:`TALLY_KEYS_ENV`'s folder, or in this run's folder beside the simulated ledgers
+    (:func:`dphype.node.policy.run_ledger_path`); every node in sum mode keeps its node config."""
+    run = context.run_config
+    if run.get("release") == "argmax" and "clients" in run:
+        simulated_role(context, int(cast(int, run["clients"])), int(cast(int, run.get("tallies", COMMITTEE_SIZE))),
+                       os.environ.get(TALLY_KEYS_ENV) or run_ledger_path(context.run_id).parent)
     return call_next(msg, context)
 
 
