@@ -128,3 +128,12 @@ def test_a_client_refusing_the_argmax_vote_is_a_dropout_and_too_few_shares_relea
     assert errors and all("secret" not in e for e in errors) and any("client_error" in e for e in errors)
     assert not any(m.metadata.message_type == "query.dphype_tally" and
                    m.content.config_records["dphype-tally"].get("stage") == "collect" for m in grid.sent)
+
+
+def test_the_servers_description_names_the_release_and_only_what_applies_to_it(tmp_path):
+    _, keys = argmax_grid(tmp_path)
+    winner = repr(DPHype(CANDS, config(), tallies=keys))
+    assert "release='argmax'" in winner and "tallies=3" in winner and "neighbouring='replace-one'" in winner
+    assert "delta" not in winner and "noise=" not in winner and "rule=" not in winner
+    summed = repr(DPHype(CANDS, config(release="sum")))
+    assert "release='sum'" in summed and "delta=1e-05" in summed and "rule='gp'" in summed

@@ -127,8 +127,12 @@ class DPHype:
 
     def __repr__(self) -> str:
         cfg = self.config
-        return (f"DPHype({len(self.candidates)} candidates, epsilon={cfg.epsilon:g}, delta={cfg.delta:g}, "
-                f"k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, noise={cfg.noise!r}, rule={cfg.rule!r})")
+        common = f"DPHype({len(self.candidates)} candidates, release={cfg.release!r}, epsilon={cfg.epsilon:g}, "
+        if cfg.release == "argmax":  # pure epsilon, discrete Laplace: no delta, noise kind or rule applies
+            return (common + f"k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, "
+                    f"neighbouring={cfg.neighbouring!r}, tallies={len(self.request.tallies)})")
+        return (common + f"delta={cfg.delta:g}, k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, "
+                f"noise={cfg.noise!r}, rule={cfg.rule!r})")
 
     def start(self, grid: Grid, *, timeout: float | None = 3600.0,
               connect_timeout: float | None = 600.0) -> DPHypeResult:
