@@ -101,6 +101,11 @@ class _PeakMemory:
         self._thread.join()
 
 
+def _score_row(path: str, row: int) -> np.ndarray:
+    """One node's row of the score table at ``path`` (memory-mapped: a node reads only its own row)."""
+    return np.array(np.load(path, mmap_mode="r")[row])
+
+
 def vote_through_flower(
     scores: np.ndarray,
     candidates: Any,
@@ -148,10 +153,16 @@ def vote_through_flower(
         results.append({"selected_index": result.selected_index, "round_seconds": time.perf_counter() - start,
                         "privacy": result.report.to_dict()})
 
-    def task_fn(context: Context) -> FixedScoresTask:
-        return FixedScoresTask(scores[int(context.node_config["partition-id"])], maximize)
-
     with tempfile.TemporaryDirectory() as folder:
+        # Each node reads its own row from a file, as a node reads its local data: the ClientApp that Flower
+        # pickles into every message to the Ray actors then carries a path, not every client's scores (800 KB
+        # at n = 1,000, which would travel through Ray's object store with each of the 5,000 messages).
+        table = os.path.join(folder, "scores.npy")
+        np.save(table, scores)
+
+        def task_fn(context: Context) -> FixedScoresTask:
+            return FixedScoresTask(_score_row(table, int(context.node_config["partition-id"])), maximize)
+
         keys = Path(folder) / "tallies"
         tallies = make_tally_keys(keys) if config.release == "argmax" else ()
         selection = DPHype(candidates, config, num_shares=num_shares,

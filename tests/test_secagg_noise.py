@@ -52,7 +52,7 @@ def unmask_each(grid: SnapshotGrid, size: int) -> dict[int, np.ndarray]:
         masked = np.frombuffer(reply["masked"], dtype="<u4").astype(np.int64)
         value = masked - sa._self_mask(state.seed, size, state.digest, node)
         own = relay.KeyPair.from_private(state.s_private)
-        s_of = state.keys_of(state.s_keys)
+        s_of = state.peer_keys(state.s_keys)
         for v in state.graph().neighbourhood(node):
             mask = sa._pair_mask(sa._pair_key(own, s_of[v], state.digest, node, v, b"pair"), size, state.digest)
             value = value - mask if node < v else value + mask

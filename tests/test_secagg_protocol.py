@@ -109,6 +109,24 @@ def test_round_sums_exactly_without_dropouts() -> None:
     assert sorted(fed.votes_cast) == fed.ids
 
 
+def test_node_state_keeps_only_its_neighbours_encryption_and_mask_keys() -> None:
+    # the state travels with the node's Context on every message: after share_keys it holds the c / s keys of
+    # the node's graph neighbours (those of the key list the server sent), the signing keys of every node
+    fed = Federation(40, graph=(6, 5))
+    server, _ = fed.server_until("masked_input")
+    assert server.graph is not None
+    for node in fed.ids:
+        state = fed.states[node]
+        assert state is not None and state.stage == "share_keys"
+        assert state.peers == sorted(server.graph.neighbourhood(node)) and len(state.peers) == 6
+        assert state.peer_keys(state.c_keys) == {v: server.keys[v][0] for v in state.peers}
+        assert state.peer_keys(state.s_keys) == {v: server.keys[v][1] for v in state.peers}
+        assert state.signing_keys() == {v: server.keys[v][2] for v in fed.ids}
+        assert len(state.c_keys) + len(state.s_keys) + len(state.g_keys) == 32 * (2 * 6 + 40)
+    with pytest.raises(Refusal, match="unreadable"):
+        state.peer_keys(state.c_keys[:-1])
+
+
 def test_round_sums_exactly_with_dropouts_at_every_stage() -> None:
     fed = Federation(30, dropout=0.2)
     ids = fed.ids
