@@ -52,6 +52,9 @@ def test_bundled_app_in_argmax_mode_selects_with_simulated_tallies_and_trains_on
     assert by_type["train.dphype_argmax"] == set(voters) and "train.dphype" not in by_type
     assert by_type["train"] == set(voters) and by_type["evaluate"] == set(voters)  # FedAvg: never a tally
     assert by_type["query.dphype_tally"] == set(voters) | set(tallies)  # hello to all, the stages to tallies
+    hellos = [m.metadata.dst_node_id for m in grid.sent if m.metadata.message_type == "query.dphype_tally"
+              and m.content.config_records["dphype-tally"].get("stage") == "hello"]
+    assert sorted(hellos) == sorted(voters + tallies)  # one hello round: DPHype.start does not ask again
     assert not [r for r in grid.replies if r.has_error()]
     assert summary["accuracy"] > majority_of_test_split("adult") + 0.03
 

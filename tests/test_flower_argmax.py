@@ -93,6 +93,26 @@ def test_a_second_argmax_for_the_same_request_is_refused_by_the_tallies(tmp_path
         server.start(grid, timeout=60)
 
 
+def test_committee_nodes_from_the_callers_hello_are_checked_and_not_asked_again(tmp_path):
+    grid, keys = argmax_grid(tmp_path)
+    tallies = [node_id(CLIENTS + j) for j in range(3)]
+    server = DPHype(CANDS, config(), tallies=keys)
+    with pytest.raises(ValueError, match="committee_nodes must name 3 distinct nodes"):
+        server.start(grid, timeout=60, committee_nodes=tallies[:2])
+    with pytest.raises(ValueError, match="committee_nodes must name 3 distinct nodes"):
+        server.start(grid, timeout=60, committee_nodes=[tallies[0], tallies[0], tallies[1]])
+    with pytest.raises(TallyError, match="committee node 12345 is not connected"):
+        server.start(grid, timeout=60, committee_nodes=[*tallies[:2], 12345])
+    summed = DPHype(CANDS, DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=CLIENTS))
+    with pytest.raises(ValueError, match="committee_nodes applies to release='argmax' only"):
+        summed.start(grid, timeout=60, committee_nodes=tallies)
+    assert grid.sent == []  # every refusal above came before any message
+    result = server.start(grid, timeout=60, committee_nodes=tallies)
+    assert result.selected_index in range(len(CANDS))
+    assert not [m for m in grid.sent if m.metadata.message_type == "query.dphype_tally"
+                and m.content.config_records["dphype-tally"].get("stage") == "hello"]
+
+
 def test_bad_committees_are_refused_before_anything_runs(tmp_path):
     grid, keys = argmax_grid(tmp_path)
     with pytest.raises(ValueError, match="at least 3 tallies, got 2"):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 
-from dphype.flower.grid import send_and_receive
+from dphype.flower.grid import SIMULATION_IN_FLIGHT, in_flight_limit, send_and_receive
 from dphype.flower.local import LocalGrid, node_id
 from dphype.flower.tally import ClientGrid
 
@@ -81,3 +82,43 @@ def test_client_grid_polls_the_same_way_without_the_tallies(timeout):
     replies = grid.send_and_receive(pings(grid), timeout=timeout)
     assert sources(replies) == [node_id(i) for i in range(4)]
     assert inner.timeouts == []  # our round trip, not LocalGrid's own send_and_receive
+
+
+class CountingGrid(LocalGrid):
+    """A LocalGrid that records how many messages were outstanding (pushed, reply not yet pulled) at each push."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.outstanding: set[str] = set()
+        self.peak = 0
+
+    def push_messages(self, messages):
+        ids = list(super().push_messages(messages))
+        self.outstanding.update(ids)
+        self.peak = max(self.peak, len(self.outstanding))
+        return ids
+
+    def pull_messages(self, message_ids):
+        replies = list(super().pull_messages(message_ids))
+        self.outstanding.difference_update(r.metadata.reply_to_message_id for r in replies)
+        return replies
+
+
+def test_at_most_in_flight_messages_are_outstanding_and_every_reply_comes_back():
+    grid = CountingGrid(echo_app(), 10)
+    replies = send_and_receive(grid, pings(grid), timeout=None, in_flight=3)
+    assert sources(replies) == [node_id(i) for i in range(10)] and grid.peak == 3
+    with pytest.raises(ValueError, match="in_flight must be a positive integer"):
+        send_and_receive(grid, pings(grid), timeout=None, in_flight=-1)
+
+
+def test_a_message_still_queued_at_the_timeout_counts_as_missing():
+    grid = LocalGrid(echo_app(), 6, silent=[0, 1])  # the first window of 2 never answers
+    replies = send_and_receive(grid, pings(grid), timeout=0.3, in_flight=2)
+    assert replies == [] and len(grid.sent) == 2  # nodes 2-5 were never asked
+
+
+def test_only_flowers_simulation_grid_gets_a_window():
+    simulated = InMemoryGrid.__new__(InMemoryGrid)  # the ServerApp's grid in Flower's simulation
+    assert in_flight_limit(simulated) == SIMULATION_IN_FLIGHT
+    assert in_flight_limit(LocalGrid(echo_app(), 2)) is None

@@ -46,6 +46,7 @@ PLAINTEXT_TRAINING = ("plaintext model updates of every participating client in 
 def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
     """DP-Hype selection, then FedAvg with the winner; returns the run summary."""
     tallies: tuple[bytes, ...] = ()
+    tally_nodes: tuple[int, ...] = ()
     voters = grid
     if cfg.dphype.release == "argmax":  # the committee's keys from its nodes (hello only; no client works)
         tallies, tally_nodes = discover_committee(grid, cfg.dphype.clients, cfg.tallies,
@@ -58,7 +59,8 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
         check_private_training(_fedavg(cfg, survivors), budget, delta=cfg.dphype.delta,
                                neighbouring=cfg.dphype.neighbouring, sampled_clients=survivors)
     start = time.perf_counter()
-    result = selection.start(grid, timeout=cfg.round_timeout, connect_timeout=cfg.connect_timeout)
+    result = selection.start(grid, timeout=cfg.round_timeout, connect_timeout=cfg.connect_timeout,
+                             committee_nodes=tally_nodes if tallies else None)  # hello'd once, above
     selected_at = time.perf_counter()
 
     test = TorchTask(load_cached(cfg.dataset)[1], MODEL_FOR_DATASET[cfg.dataset])  # central evaluation

@@ -5,6 +5,15 @@ every 3 s, so every round trip of a deployed run waits up to 3 s after its last 
 :func:`send_and_receive` is the same round trip with a short poll interval: every stage of DP-Hype's
 selection (the pre-flight, the SecAgg+ stages, the argmax mode's stages) and :class:`dphype.flower.tally.ClientGrid`
 use it.
+
+In Flower's simulation (the ServerApp's grid is an ``InMemoryGrid``) it keeps at most
+:data:`SIMULATION_IN_FLIGHT` messages outstanding and pushes the next ones as replies arrive. The simulation
+engine (``flwr.server.superlink.fleet.vce.vce_api.add_messages_to_queue``) asks the in-memory LinkState for
+every node's next message every 0.1 s, and each of those lookups scans every stored message
+(``InMemoryLinkState.get_message_ins``) under the state's lock: with all ``n`` messages of a stage stored at
+once a sweep costs ``n^2`` checks (a million at n = 1,000), which starves the engine's own worker threads and
+the ServerApp of the one interpreter they share. The simulated nodes run a few at a time anyway (one per Ray
+actor), so the window costs no parallelism. A deployment's grid pushes everything at once, as before.
 """
 
 from __future__ import annotations
@@ -16,19 +25,37 @@ from collections.abc import Iterable
 from flwr.app import Message
 from flwr.common import log
 from flwr.serverapp.grid import Grid
+from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 
 #: Seconds between two pulls of the replies still missing.
 POLL_INTERVAL = 0.2
+#: Messages outstanding at once in Flower's simulation (module docstring); far more than its Ray actors run at
+#: once, so that they never wait for the next poll to refill the window.
+SIMULATION_IN_FLIGHT = 64
+
+
+def in_flight_limit(grid: Grid) -> int | None:
+    """How many messages :func:`send_and_receive` keeps outstanding on ``grid``: :data:`SIMULATION_IN_FLIGHT`
+    in Flower's simulation, ``None`` (all at once) elsewhere."""
+    return SIMULATION_IN_FLIGHT if isinstance(grid, InMemoryGrid) else None
 
 
 def send_and_receive(grid: Grid, messages: Iterable[Message], *, timeout: float | None, what: str | None = None,
-                     every: float = 10.0) -> list[Message]:
+                     every: float = 10.0, in_flight: int | None = None) -> list[Message]:
     """Push ``messages`` through ``grid`` and return the replies that arrived within ``timeout`` seconds
     (``None``: wait for every reply), as ``Grid.send_and_receive`` does; a reply still missing at the timeout
-    is left out (its node counts as dropped where the caller says so). With ``what`` it logs how many replies
-    arrived every ``every`` seconds while it waits (local scoring can take minutes)."""
-    pending = set(grid.push_messages(messages))
-    total = len(pending)
+    is left out (its node counts as dropped where the caller says so; so does a message not yet pushed then).
+    At most ``in_flight`` messages are outstanding at once (default :func:`in_flight_limit`; ``None``: all).
+    With ``what`` it logs how many replies arrived every ``every`` seconds while it waits (local scoring can
+    take minutes)."""
+    queue = list(messages)
+    total = len(queue)
+    limit = in_flight_limit(grid) if in_flight is None else in_flight
+    window = total if limit is None else limit
+    if window < 1:
+        raise ValueError(f"in_flight must be a positive integer, got {in_flight!r}")
+    pending = set(grid.push_messages(queue[:window]))
+    sent = min(window, total)
     start = time.monotonic()
     deadline = None if timeout is None else start + timeout
     last_log = start
@@ -37,8 +64,12 @@ def send_and_receive(grid: Grid, messages: Iterable[Message], *, timeout: float 
         arrived = list(grid.pull_messages(pending))
         replies.extend(arrived)
         pending.difference_update(reply.metadata.reply_to_message_id for reply in arrived)
+        if sent < total and len(pending) < window:
+            more = queue[sent:sent + window - len(pending)]
+            pending.update(grid.push_messages(more))
+            sent += len(more)
         now = time.monotonic()
-        if not pending or (deadline is not None and now >= deadline):
+        if (not pending and sent >= total) or (deadline is not None and now >= deadline):
             return replies
         if what is not None and now - last_log >= every:
             log(logging.INFO, "%s: %d of %d clients answered after %.0f s", what, len(replies), total, now - start)

@@ -32,6 +32,7 @@ import logging
 import random
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from flwr.app import ConfigRecord, Message, RecordDict
@@ -134,18 +135,22 @@ class DPHype:
         return (common + f"delta={cfg.delta:g}, k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, "
                 f"noise={cfg.noise!r}, rule={cfg.rule!r})")
 
-    def start(self, grid: Grid, *, timeout: float | None = 3600.0,
-              connect_timeout: float | None = 600.0) -> DPHypeResult:
+    def start(self, grid: Grid, *, timeout: float | None = 3600.0, connect_timeout: float | None = 600.0,
+              committee_nodes: Sequence[int] | None = None) -> DPHypeResult:
         """Select one candidate privately; returns the winner with its privacy report.
 
         ``connect_timeout`` bounds the wait (seconds) for ``clients`` nodes to connect; ``timeout`` bounds
         the pre-flight (which includes local scoring) and each SecAgg+ stage, so a node that vanishes
         counts as a dropout instead of stalling the run (``None``: no limit). Raises :class:`PreflightError` or
         :class:`dphype.secure.secure_sum.SecureSumError` (nothing released) when too few clients take part.
+        ``committee_nodes`` (argmax mode only): the tallies' node ids in committee order, as
+        :func:`dphype.flower.tally.discover_committee` returns them, so the committee is not asked again.
         """
         timeout = check_timeout("timeout", timeout)
         connect_timeout = check_timeout("connect_timeout", connect_timeout)
         cfg = self.config
+        if committee_nodes is not None and cfg.release != "argmax":
+            raise ValueError(f"committee_nodes applies to release='argmax' only, got release={cfg.release!r}")
         plan = self.plan()
         log(logging.INFO, "Starting %r", self)
         log(logging.INFO, "DP-Hype plan: predicted chance of a good pick %.2f with the %s rule (argmax %.2f)",
@@ -153,7 +158,8 @@ class DPHype:
         for warning in plan.warnings:
             log(logging.WARNING, "DP-Hype: %s", warning)
         if cfg.release == "argmax":
-            return run_winner_selection(self, grid, timeout=timeout, connect_timeout=connect_timeout)
+            return run_winner_selection(self, grid, timeout=timeout, connect_timeout=connect_timeout,
+                                        committee_nodes=committee_nodes)
         log(logging.INFO, "DP-Hype: total noise std sigma=%.4g, each client's share std %.4g",
             self.request.sigma, client_noise_std(self.request.sigma, cfg.clients, cfg.dropout))
         start = time.perf_counter()

@@ -284,8 +284,11 @@ def discover_committee(grid: Grid, clients: int, size: int, *, connect_timeout: 
             f"needs clients + tallies = {needed} nodes ({clients} voters and {size} tally nodes); nothing was "
             f"sent: in simulation set options.num-supernodes={needed}, in a deployment start every tally's "
             "SuperNode (README, 'Releasing only the winner')") from None
+    connected = sorted(grid.get_node_ids())
+    log(logging.INFO, "DP-Hype tally hello: asking the %d connected nodes which of them are the %d tallies",
+        len(connected), size)
     found: dict[int, tuple[int, bytes]] = {}
-    for node, (index, key) in _hello(grid, sorted(grid.get_node_ids()), timeout):
+    for node, (index, key) in _hello(grid, connected, timeout):
         if index < 0:  # a voter
             continue
         if index in found:
@@ -331,8 +334,14 @@ class ClientGrid(Grid):
 
 
 def run_winner_selection(server: DPHype, grid: Grid, *, timeout: float | None, connect_timeout: float | None,
-                         tally_timeout: float = 60.0) -> DPHypeResult:
-    """Argmax mode of :meth:`DPHype.start`: committee, pre-flight, sealed shares, tallies, index (module docstring)."""
+                         tally_timeout: float = 60.0, committee_nodes: Sequence[int] | None = None) -> DPHypeResult:
+    """Argmax mode of :meth:`DPHype.start`: committee, pre-flight, sealed shares, tallies, index (module docstring).
+
+    ``committee_nodes``: the node id of each tally in committee order, when the caller has just learnt them
+    from the tallies' own ``hello`` (:func:`discover_committee`); the committee is then not asked again (one
+    round trip less: on a deployment, a ClientApp process on every node). They must be connected nodes; a
+    wrong one fails at its tally's first stage, since only the holder of the committee key can open the
+    shares sealed to it."""
     from dphype.flower.client import RECORD_KEY  # noqa: PLC0415
     from dphype.flower.server import PreflightError, _wait_for_nodes  # noqa: PLC0415
 
@@ -340,7 +349,16 @@ def run_winner_selection(server: DPHype, grid: Grid, *, timeout: float | None, c
     committee = list(request.tallies)
     _wait_for_nodes(grid, cfg.clients + len(committee), connect_timeout)
     connected = sorted(grid.get_node_ids())
-    tally_nodes = find_committee(grid, committee, connected, timeout)
+    if committee_nodes is None:
+        tally_nodes = find_committee(grid, committee, connected, timeout)
+    else:
+        tally_nodes = dict(enumerate(int(n) for n in committee_nodes))
+        if len(tally_nodes) != len(committee) or len(set(tally_nodes.values())) != len(committee):
+            raise ValueError(f"committee_nodes must name {len(committee)} distinct nodes, one per tally in "
+                             f"committee order, got {list(committee_nodes)!r}")
+        absent = [n for n in tally_nodes.values() if n not in connected]
+        if absent:
+            raise TallyError(f"committee node {absent[0]} is not connected; nothing was sent to the clients")
     others = [n for n in connected if n not in tally_nodes.values()]
     if len(others) < cfg.clients:
         raise PreflightError(f"only {len(others)} client nodes besides the {len(committee)} tallies, fewer than "
