@@ -2,21 +2,27 @@
 
 Starts ``flower-superlink`` and ``--nodes`` ``flower-supernode`` processes (loopback only, free ports, a private
 ``FLWR_HOME``), waits until every node registered, runs the bundled app of this checkout with ``flwr run``
-(``PYTHONPATH`` is the checkout, so every process runs its code) in sum mode (``release = "sum"``: the
-pre-flight and our SecAgg+ round; the app's default, argmax mode, would wait for 3 tally nodes that this
-federation does not start) and stamps every streamed log line with the time it arrived. The stages come
-from the ServerApp's own log lines (:mod:`dphype.flower.server`, :mod:`dphype.flower.secagg`):
+(``PYTHONPATH`` is the checkout, so every process runs its code) and stamps every streamed log line with the time
+it arrived. ``--release sum`` (default): the pre-flight and our SecAgg+ round. ``--release argmax`` (the app's
+default): 3 more SuperNodes are the tallies (the README's node config: ``dphype-tally-id``,
+``dphype-tally-parties``, ``dphype-tally-key``), and only the winner's index is released. The stages come from
+the ServerApp's own log lines (:mod:`dphype.flower.server`, :mod:`dphype.flower.secagg`,
+:mod:`dphype.flower.tally`):
 
-* ``start``: from ``flwr run`` to ``Starting DPHype`` (FAB upload, ServerApp process start and imports);
+* ``start``: from ``flwr run`` to ``Starting DPHype`` (FAB upload, ServerApp process start and imports); in
+  argmax mode to the committee's ``hello``, and ``committee`` from there to ``Starting DPHype`` (every node
+  answers ``hello``; the planner's simulation runs here too);
 * ``wait for nodes``: to the pre-flight being sent (all ``clients`` nodes connected);
 * ``pre-flight``: every node checks the request and scores every candidate (ClientApp processes start here);
-* ``secure vote``: our SecAgg+ round (:func:`dphype.flower.secagg.run_secure_sum`), split into its stages
-  (``secagg: advertise``, ``secagg: share_keys``, ``secagg: masked_input``, ``secagg: consistency``,
-  ``secagg: unmask``, as the server logs them) and ``release`` (decoding, the selection rule, the report);
-* ``selection``: the sum of the above from ``Starting DPHype`` (what the issue's goal bounds);
+* sum mode: ``secure vote``, our SecAgg+ round (:func:`dphype.flower.secagg.run_secure_sum`), split into its
+  stages (``secagg: share_keys``, ``secagg: masked_input``, ``secagg: consistency``, ``secagg: unmask``, as
+  the server logs them) and ``release`` (decoding, the selection rule, the report); argmax mode: ``winner``,
+  the sealed shares and the tallies' ``collect``, ``compute`` and ``result`` stages;
+* ``selection``: the sum of the above from ``Starting DPHype`` (argmax mode: from the ``hello``), what the
+  issue's goal bounds;
 * ``fedavg``: the final training (one round, by default) until the result line.
 
-Usage: ``python -m simulations.deployment_profile --nodes 10 --candidates table3 [--json]``.
+Usage: ``python -m simulations.deployment_profile --nodes 10 --candidates table3 [--release argmax] [--json]``.
 """
 
 from __future__ import annotations
@@ -38,15 +44,28 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
-#: (stage, regular expression of the ServerApp log line that ends it), in order.
-MARKERS: tuple[tuple[str, str], ...] = (
-    ("start", r"Starting DPHype\("),
-    ("wait for nodes", r"DP-Hype pre-flight: sending the request"),
-    ("pre-flight", r"DP-Hype pre-flight: \d+ of \d+ clients ready"),
-    ("secure vote", r"DP-Hype secure vote: \d+ of \d+ clients contributed"),
-    ("release", r"DP-Hype selected candidate"),
-    ("fedavg", r"DPHYPE_RESULT "),
-)
+#: Per release mode: (stage, regular expression of the ServerApp log line that ends it), in order; the stages
+#: between the first and ``fedavg`` make up the selection.
+MARKERS: dict[str, tuple[tuple[str, str], ...]] = {
+    "sum": (
+        ("start", r"Starting DPHype\("),
+        ("wait for nodes", r"DP-Hype pre-flight: sending the request"),
+        ("pre-flight", r"DP-Hype pre-flight: \d+ of \d+ clients ready"),
+        ("secure vote", r"DP-Hype secure vote: \d+ of \d+ clients contributed"),
+        ("release", r"DP-Hype selected candidate"),
+        ("fedavg", r"DPHYPE_RESULT "),
+    ),
+    "argmax": (
+        ("start", r"DP-Hype tally hello: asking"),
+        ("committee", r"Starting DPHype\("),
+        ("wait for nodes", r"DP-Hype pre-flight: sending the request"),
+        ("pre-flight", r"DP-Hype pre-flight: \d+ of \d+ clients ready"),
+        ("winner", r"DP-Hype \(argmax\) selected candidate"),
+        ("fedavg", r"DPHYPE_RESULT "),
+    ),
+}
+#: Tally SuperNodes started beside the voters in argmax mode.
+TALLIES = 3
 
 
 def free_port() -> int:
@@ -65,25 +84,28 @@ def wait_for_port(port: int, timeout: float = 60.0) -> None:
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout:g} s")
 
 
-def stages(stamped: list[tuple[float, str]], started: float) -> dict[str, float]:
+def stages(stamped: list[tuple[float, str]], started: float, release: str = "sum") -> dict[str, float]:
     """Seconds of each stage of :data:`MARKERS` from the stamped log lines (a missing marker ends the table)."""
+    markers = MARKERS[release]
     out: dict[str, float] = {}
     previous = started
-    for name, pattern in MARKERS:
+    for name, pattern in markers:
         hit = next((t for t, line in stamped if t >= previous and re.search(pattern, line)), None)
         if hit is None:
             break
         out[name] = hit - previous
         previous = hit
-    if "release" in out:
-        out["selection"] = sum(out[name] for name, _ in MARKERS[1:5])
-        line = next(line for _, line in stamped if re.search(MARKERS[3][1], line))
-        for stage, seconds in re.findall(r"(\w+) (\d+\.\d+) s", line):
-            out[f"secagg: {stage}"] = float(seconds)
+    if markers[-2][0] in out:
+        out["selection"] = sum(out[name] for name, _ in markers[1:-1])
+        if release == "sum":
+            line = next(line for _, line in stamped if re.search(markers[3][1], line))
+            for stage, seconds in re.findall(r"(\w+) (\d+\.\d+) s", line):
+                out[f"secagg: {stage}"] = float(seconds)
     return out
 
 
-def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, timeout: float) -> dict[str, Any]:
+def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, timeout: float,
+            release: str = "sum") -> dict[str, Any]:
     """Start the federation, run the app once, return the stage table and the run's summary."""
     with tempfile.TemporaryDirectory(prefix="dphype-deploy-") as folder:
         tmp = Path(folder)
@@ -115,6 +137,13 @@ def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, time
                 start(f"supernode-{i}", [str(BIN / "flower-supernode"), "--insecure", "--superlink",
                                          f"127.0.0.1:{link}", "--host", "127.0.0.1", "--port", str(free_port()),
                                          "--node-config", f"partition-id={i} num-partitions={nodes} {policy}"])
+            if release == "argmax":  # the README's tally recipe: one SuperNode per tally, its role in its node config
+                parties = ",".join(f"127.0.0.1:{free_port()}" for _ in range(TALLIES))
+                for j in range(TALLIES):
+                    start(f"tally-{j}", [str(BIN / "flower-supernode"), "--insecure", "--superlink",
+                                         f"127.0.0.1:{link}", "--host", "127.0.0.1", "--port", str(free_port()),
+                                         "--node-config", f"dphype-tally-id={j} dphype-tally-parties='{parties}' "
+                                         f"dphype-tally-key='{tmp / f'tally-{j}.key'}'"])
             deadline = time.monotonic() + 300
             while not all("SuperNode ID:" in log.read_text(errors="replace") for log in logs[1:]):
                 if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
@@ -123,7 +152,8 @@ def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, time
                 time.sleep(0.2)
             federation_seconds = time.perf_counter() - begun
             result_file = tmp / "result.json"
-            run_config = (f"clients={nodes} epsilon={epsilon} candidates='{candidates}' release='sum' fedavg-rounds=1 "
+            run_config = (f"clients={nodes} epsilon={epsilon} candidates='{candidates}' release='{release}' "
+                          f"fedavg-rounds=1 "
                           f"local-epochs={local_epochs} fraction-evaluate=0.0 result-file='{result_file}' "
                           f"round-timeout={timeout / 4:g}")
             started = time.perf_counter()
@@ -151,12 +181,13 @@ def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, time
                         os.killpg(proc.pid, signal.SIGKILL)
         if code != 0 or not result_file.exists():
             raise RuntimeError(f"the run failed (flwr run exited {code}) after the stages "
-                               f"{json.dumps(stages(stamped, started))}:\n"
+                               f"{json.dumps(stages(stamped, started, release))}:\n"
                                + "\n".join(line for _, line in stamped[-40:]))
         summary = json.loads(result_file.read_text())
-    return {"nodes": nodes, "candidates": summary["num_candidates"], "local_epochs": local_epochs,
+    return {"nodes": nodes, "release": release, "tallies": TALLIES if release == "argmax" else 0,
+            "candidates": summary["num_candidates"], "local_epochs": local_epochs,
             "federation_start_seconds": federation_seconds, "run_seconds": total,
-            "stages": stages(stamped, started), "selected_index": summary["selected_index"],
+            "stages": stages(stamped, started, release), "selected_index": summary["selected_index"],
             "accuracy": summary["accuracy"], "epsilon": summary["privacy"]["epsilon"]}
 
 
@@ -167,12 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epsilon", type=float, default=1.0, help="selection epsilon (default 1)")
     parser.add_argument("--local-epochs", type=int, default=5, help="local epochs of the scoring (default 5)")
     parser.add_argument("--timeout", type=float, default=1200.0, help="give up after this many seconds")
+    parser.add_argument("--release", choices=sorted(MARKERS), default="sum",
+                        help=f"sum (default) or argmax ({TALLIES} more SuperNodes are the tallies)")
     parser.add_argument("--json", action="store_true", help="print one JSON line at the end")
     args = parser.parse_args(argv)
-    out = profile(args.nodes, args.candidates, args.epsilon, args.local_epochs, args.timeout)
-    print(f"{out['nodes']} SuperNodes on loopback, {out['candidates']} candidates, {out['local_epochs']} local "
-          f"epochs; federation started in {out['federation_start_seconds']:.1f} s, `flwr run` took "
-          f"{out['run_seconds']:.1f} s")
+    out = profile(args.nodes, args.candidates, args.epsilon, args.local_epochs, args.timeout, args.release)
+    print(f"{out['nodes']} voting SuperNodes (+{out['tallies']} tallies) on loopback, release={out['release']}, "
+          f"{out['candidates']} candidates, {out['local_epochs']} local epochs; federation started in "
+          f"{out['federation_start_seconds']:.1f} s, `flwr run` took {out['run_seconds']:.1f} s")
     for name, seconds in out["stages"].items():
         print(f"  {name:26s} {seconds:7.1f} s")
     if args.json:

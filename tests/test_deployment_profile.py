@@ -24,3 +24,19 @@ def test_the_profile_finds_every_stage_in_the_servers_real_log(caplog):
     # the server's per-stage seconds of the secure vote; its first stage ran inside the pre-flight
     assert {"secagg: share_keys", "secagg: masked_input", "secagg: consistency", "secagg: unmask"} <= set(table)
     assert "secagg: advertise" not in table and all(table[s] >= 0 for s in table)
+
+
+def test_the_argmax_profile_finds_every_stage_in_the_servers_real_log(caplog, tmp_path):
+    from test_flower_argmax import CLIENTS, argmax_grid
+    from test_flower_argmax import config as argmax_config
+
+    from dphype.flower.tally import discover_committee
+
+    grid, _ = argmax_grid(tmp_path)
+    with caplog.at_level(logging.INFO, logger="flwr"):  # what the bundled app's ServerApp does in argmax mode
+        keys, nodes = discover_committee(grid, CLIENTS, 3, connect_timeout=5, timeout=60)
+        DPHype(CANDS, argmax_config(), tallies=keys).start(grid, timeout=60, committee_nodes=nodes)
+    lines = [record.getMessage() for record in caplog.records] + ["DPHYPE_RESULT {}"]
+    table = stages([(10.0 + i, line) for i, line in enumerate(lines)], started=0.0, release="argmax")
+    assert list(table) == ["start", "committee", "wait for nodes", "pre-flight", "winner", "fedavg", "selection"]
+    assert table["selection"] == sum(table[s] for s in ("committee", "wait for nodes", "pre-flight", "winner"))
