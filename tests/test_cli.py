@@ -44,8 +44,7 @@ def test_plan_prints_a_readable_table(capsys):
     assert cli.main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
     at = lines.index("by_k:")
-    assert lines[at + 1].split() == ["k", "sigma", "success", "success_argmax", "bound", "success_winner", "margin",
-                                 "margin_winner"]
+    assert lines[at + 1].split() == ["k", "sigma", "success", "success_argmax", "bound", "success_winner"]
     assert lines[at + 2].split()[0] == "1" and not any("[{" in line or "{'" in line for line in lines)
     assert "scenario: name=moderate, num_good=1, sigma_loss=0.5" in lines
 

@@ -11,10 +11,8 @@ structure it exploits; the argmax does not depend on where they are. Success = t
 
 For a range of ``k`` it reports the simulated success of the selection rule that will run and of the argmax,
 with Theorem IV.1's bound (averaged over the simulated vote vectors: for each, the best bound over the sets
-"the ``j`` most-voted good candidates"), recommends the ``k`` with the highest success (near-ties: the
-largest lead of the good candidates over the bad ones in noise standard deviations, :func:`_best_k`), and
-finds the smallest epsilon and the smallest number of clients that reach a target success (bisection with common
-random numbers).
+"the ``j`` most-voted good candidates"), recommends the ``k`` with the highest success, and finds the smallest
+epsilon and the smallest number of clients that reach a target success (bisection with common random numbers).
 The noise is the run's (Skellam or Gaussian shares, replayed by :func:`dphype.protocol.replay_releases`); with a
 dropout fraction ``xi`` the worst accepted case is simulated: only ``ceil((1 - xi) n)`` clients vote and their
 shares add up to std ``sigma``.
@@ -493,22 +491,20 @@ def plan(
     if not compare:
         raise ValueError(f"ks must contain at least one k in [1, {p - 1}], got {ks!r}")
     voters, counts, good = setting.votes(clients, compare)
-    winner_std = noise_std(epsilon, setting.neighbouring)
     by_k: list[dict[str, Any]] = []
     for kk in compare:
         sigma = setting.sigma(epsilon, kk)
-        lead = vote_lead(counts[kk], good)
         by_k.append({"k": kk, "sigma": sigma,
                      "success": setting.success(counts[kk], good, sigma, clients, voters, kk, setting.rule),
                      "success_argmax": setting.success(counts[kk], good, sigma, clients, voters, kk, "argmax"),
                      "bound": theorem_iv1_success(counts[kk], good, sigma),
-                     "success_winner": setting.winner_success(counts[kk], good, epsilon, clients, voters),
-                     "margin": lead / sigma, "margin_winner": lead / winner_std})
-    best = _best_k(by_k, "success", setting.repetitions)
-    best_winner = _best_k(by_k, "success_winner", setting.repetitions)
+                     "success_winner": setting.winner_success(counts[kk], good, epsilon, clients, voters)})
+    best = max(by_k, key=lambda row: (row["success"], -row["k"]))
+    best_winner = max(by_k, key=lambda row: (row["success_winner"], -row["k"]))
     mode_best = best_winner if release == "argmax" else best
     row = mode_best if chosen_k is None else next(r for r in by_k if r["k"] == chosen_k)
     kk = int(row["k"])
+    winner_std = noise_std(epsilon, setting.neighbouring)
 
     def mode_success(c: np.ndarray, g: np.ndarray, eps: float, n: int, m: int) -> float:
         if release == "argmax":
@@ -537,30 +533,6 @@ def plan(
         min_clients=None if min_n is None else int(min_n),
         unanimous_success=unanimous_success(voters, kk, p, winner_std if release == "argmax" else row["sigma"]))
     return Plan(**{**asdict(result), "warnings": warnings(result)})
-
-
-def vote_lead(counts: np.ndarray, good: np.ndarray) -> float:
-    """Mean lead of the most-voted good candidate over the most-voted bad one, in votes.
-
-    ``counts``: ``(R, p)`` noiseless vote sums; ``good``: ``(R, p)`` boolean masks of the good candidates."""
-    best_good = np.where(good, counts, -np.inf).max(axis=1)
-    best_bad = np.where(good, -np.inf, counts).max(axis=1)
-    return float(np.mean(best_good - best_bad))
-
-
-def _best_k(by_k: Sequence[dict[str, Any]], success: str, repetitions: int) -> dict[str, Any]:
-    """The row of the recommended ``k`` for the mode whose simulated success is ``by_k[i][success]``.
-
-    Successes within one Monte Carlo standard error (plus one run) of the best are ties: at a large epsilon
-    every ``k`` succeeds in nearly every simulated run, and the smallest ``k`` would win by the order of
-    the list although its lead is the thinnest. Ties go to the largest margin (the good candidate's lead over
-    the best bad one in noise standard deviations of that mode, ``margin`` / ``margin_winner``), then the
-    smaller ``k``."""
-    top = max(row[success] for row in by_k)
-    slack = math.sqrt(top * (1.0 - top) / repetitions) + 1.0 / repetitions
-    margin = "margin_winner" if success == "success_winner" else "margin"
-    near = [row for row in by_k if row[success] >= top - slack]
-    return max(near, key=lambda row: (row[margin], -row["k"]))
 
 
 def _rule_that_runs(setting: _Setting) -> str:
