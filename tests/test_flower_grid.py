@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
@@ -120,5 +122,5 @@ def test_a_message_still_queued_at_the_timeout_counts_as_missing():
 
 def test_only_flowers_simulation_grid_gets_a_window():
     simulated = InMemoryGrid.__new__(InMemoryGrid)  # the ServerApp's grid in Flower's simulation
-    assert in_flight_limit(simulated) == SIMULATION_IN_FLIGHT
+    assert in_flight_limit(simulated) == max(SIMULATION_IN_FLIGHT, 2 * (os.cpu_count() or 1))
     assert in_flight_limit(LocalGrid(echo_app(), 2)) is None
