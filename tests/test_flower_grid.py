@@ -110,8 +110,16 @@ def test_at_most_in_flight_messages_are_outstanding_and_every_reply_comes_back()
     grid = CountingGrid(echo_app(), 10)
     replies = send_and_receive(grid, pings(grid), timeout=None, in_flight=3)
     assert sources(replies) == [node_id(i) for i in range(10)] and grid.peak == 3
-    with pytest.raises(ValueError, match="in_flight must be a positive integer"):
-        send_and_receive(grid, pings(grid), timeout=None, in_flight=-1)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="in_flight must be a positive integer"):
+            send_and_receive(grid, pings(grid), timeout=None, in_flight=bad)
+
+
+def test_no_messages_is_no_round_trip():
+    # FedAvg with fraction-evaluate = 0 sends an empty evaluation round through ClientGrid
+    simulated = InMemoryGrid.__new__(InMemoryGrid)  # never touched: nothing is pushed or pulled
+    assert send_and_receive(simulated, [], timeout=None) == []
+    assert send_and_receive(LocalGrid(echo_app(), 2), [], timeout=0.1, in_flight=3) == []
 
 
 def test_a_message_still_queued_at_the_timeout_counts_as_missing():

@@ -53,12 +53,14 @@ def send_and_receive(grid: Grid, messages: Iterable[Message], *, timeout: float 
     At most ``in_flight`` messages are outstanding at once (default :func:`in_flight_limit`; ``None``: all).
     With ``what`` it logs how many replies arrived every ``every`` seconds while it waits (local scoring can
     take minutes)."""
+    if in_flight is not None and (isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1):
+        raise ValueError(f"in_flight must be a positive integer, got {in_flight!r}")
     queue = list(messages)
     total = len(queue)
+    if not queue:  # nothing to send (a strategy that samples no node for a round)
+        return []
     limit = in_flight_limit(grid) if in_flight is None else in_flight
     window = total if limit is None else limit
-    if window < 1:
-        raise ValueError(f"in_flight must be a positive integer, got {in_flight!r}")
     pending = set(grid.push_messages(queue[:window]))
     sent = min(window, total)
     start = time.monotonic()
