@@ -105,8 +105,9 @@ def stages(stamped: list[tuple[float, str]], started: float, release: str = "sum
 
 
 def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, timeout: float,
-            release: str = "sum") -> dict[str, Any]:
-    """Start the federation, run the app once, return the stage table and the run's summary."""
+            release: str = "sum", log_file: str | None = None) -> dict[str, Any]:
+    """Start the federation, run the app once, return the stage table and the run's summary (``log_file``: also
+    write the ServerApp's streamed log there, each line with its second since ``flwr run``)."""
     with tempfile.TemporaryDirectory(prefix="dphype-deploy-") as folder:
         tmp = Path(folder)
         home = tmp / "flwr-home"
@@ -169,6 +170,8 @@ def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, time
                     break
             code = run.wait(timeout=60)
             total = time.perf_counter() - started
+            if log_file:
+                Path(log_file).write_text("".join(f"{t - started:8.2f} {line}\n" for t, line in stamped))
         finally:
             for proc in reversed(procs):  # each in its own session: its group holds what it started
                 with contextlib.suppress(ProcessLookupError):
@@ -200,9 +203,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1200.0, help="give up after this many seconds")
     parser.add_argument("--release", choices=sorted(MARKERS), default="sum",
                         help=f"sum (default) or argmax ({TALLIES} more SuperNodes are the tallies)")
+    parser.add_argument("--log", default=None, help="write the ServerApp's log here, each line with its time")
     parser.add_argument("--json", action="store_true", help="print one JSON line at the end")
     args = parser.parse_args(argv)
-    out = profile(args.nodes, args.candidates, args.epsilon, args.local_epochs, args.timeout, args.release)
+    out = profile(args.nodes, args.candidates, args.epsilon, args.local_epochs, args.timeout, args.release,
+                  args.log)
     print(f"{out['nodes']} voting SuperNodes (+{out['tallies']} tallies) on loopback, release={out['release']}, "
           f"{out['candidates']} candidates, {out['local_epochs']} local epochs; federation started in "
           f"{out['federation_start_seconds']:.1f} s, `flwr run` took {out['run_seconds']:.1f} s")
