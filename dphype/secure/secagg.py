@@ -354,7 +354,8 @@ class NodeRound:
     #: This node's graph neighbours ``N(u)``, sorted: the only nodes whose share-encryption and mask keys a
     #: later stage uses, so only theirs are kept (``c_keys`` / ``s_keys``, 32 bytes each in this order). The
     #: node's round state travels with its Context on every message in Flower's simulation; keeping every
-    #: node's keys made it 96 bytes per node of the round (96 KB at n = 1,000) instead of 64 per neighbour.
+    #: node's three keys made it 96 bytes per node of the round (96 KB at n = 1,000); now it is 32 per node
+    #: (the signing keys) and 64 per neighbour.
     peers: list[int] = field(default_factory=list)
     c_keys: bytes = b""
     s_keys: bytes = b""
