@@ -74,6 +74,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def supernode_args(link_port: int, node_config: str) -> list[str]:
+    """The command line of a loopback ``flower-supernode`` on a free port, with its node config."""
+    return [str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{link_port}", "--host",
+            "127.0.0.1", "--port", str(free_port()), "--node-config", node_config]
+
+
 def wait_for_port(port: int, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -134,17 +140,14 @@ def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, time
             wait_for_port(link)
             policy = (f"dphype-max-epsilon={epsilon} dphype-min-clients={nodes} dphype-min-neighbours=2 "
                       f"dphype-lifetime-epsilon={10 * epsilon}")
-            for i in range(nodes):
-                start(f"supernode-{i}", [str(BIN / "flower-supernode"), "--insecure", "--superlink",
-                                         f"127.0.0.1:{link}", "--host", "127.0.0.1", "--port", str(free_port()),
-                                         "--node-config", f"partition-id={i} num-partitions={nodes} {policy}"])
+            node_configs = {f"supernode-{i}": f"partition-id={i} num-partitions={nodes} {policy}" for i in range(nodes)}
             if release == "argmax":  # the README's tally recipe: one SuperNode per tally, its role in its node config
                 parties = ",".join(f"127.0.0.1:{free_port()}" for _ in range(TALLIES))
-                for j in range(TALLIES):
-                    start(f"tally-{j}", [str(BIN / "flower-supernode"), "--insecure", "--superlink",
-                                         f"127.0.0.1:{link}", "--host", "127.0.0.1", "--port", str(free_port()),
-                                         "--node-config", f"dphype-tally-id={j} dphype-tally-parties='{parties}' "
-                                         f"dphype-tally-key='{tmp / f'tally-{j}.key'}'"])
+                node_configs.update({f"tally-{j}": f"dphype-tally-id={j} dphype-tally-parties='{parties}' "
+                                                   f"dphype-tally-key='{tmp / f'tally-{j}.key'}'"
+                                     for j in range(TALLIES)})
+            for name, node_config in node_configs.items():
+                start(name, supernode_args(link, node_config))
             deadline = time.monotonic() + 300
             while not all("SuperNode ID:" in log.read_text(errors="replace") for log in logs[1:]):
                 if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
@@ -154,9 +157,8 @@ def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, time
             federation_seconds = time.perf_counter() - begun
             result_file = tmp / "result.json"
             run_config = (f"clients={nodes} epsilon={epsilon} candidates='{candidates}' release='{release}' "
-                          f"fedavg-rounds=1 "
-                          f"local-epochs={local_epochs} fraction-evaluate=0.0 result-file='{result_file}' "
-                          f"round-timeout={timeout / 4:g}")
+                          f"fedavg-rounds=1 local-epochs={local_epochs} fraction-evaluate=0.0 "
+                          f"result-file='{result_file}' round-timeout={timeout / 4:g}")
             started = time.perf_counter()
             run = subprocess.Popen([str(BIN / "flwr"), "run", str(REPO), "deploy", "--stream", "--run-config",
                                     run_config], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -183,8 +183,8 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                             "memory_mb": "", "memory_kind": "", "rows_per_client": "",
                             "upload_kb": v["upload_bytes_per_client"] / 1000,
                             "download_kb": v["download_bytes_per_client"] / 1000,
-                            "tally_upload_kb": "" if graph else v["upload_bytes_per_tally"] / 1000,
-                            "tally_download_kb": "" if graph else v["download_bytes_per_tally"] / 1000,
+                            "tally_upload_kb": "" if graph is not None else v["upload_bytes_per_tally"] / 1000,
+                            "tally_download_kb": "" if graph is not None else v["download_bytes_per_tally"] / 1000,
                             "simulation_seconds": v["simulation_seconds"], "peak_memory_mb": v["peak_memory_mb"],
                             "num_shares": "" if graph is None else graph["num_shares"],
                             "reconstruction_threshold": "" if graph is None else graph["reconstruction_threshold"]})

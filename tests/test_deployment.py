@@ -20,7 +20,7 @@ from dphype.node.policy import default_ledger_path
 from dphype.privacy.winner import WINNER_NOISE
 from dphype.secure.tally import COMMITTEE_SIZE, loopback_addresses
 from dphype.selection.candidates import load_candidates
-from simulations.deployment_profile import free_port, wait_for_port
+from simulations.deployment_profile import free_port, supernode_args, wait_for_port
 
 NUM_NODES = 5
 TALLIES = COMMITTEE_SIZE
@@ -61,9 +61,7 @@ class Federation:
 
         def start_node(name: str, attempt: int) -> tuple[subprocess.Popen, Path]:
             log = name + (f"-retry{attempt}" if attempt else "")
-            args = [str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.link_port}",
-                    "--host", "127.0.0.1", "--port", str(free_port()), "--node-config", node_configs[name]]
-            return self.start(log, args), self.logs / f"{log}.log"
+            return self.start(log, supernode_args(self.link_port, node_configs[name])), self.logs / f"{log}.log"
 
         names = list(node_configs)
         nodes = [start_node(name, 0) for name in names]

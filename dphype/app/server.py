@@ -60,7 +60,7 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
                                neighbouring=cfg.dphype.neighbouring, sampled_clients=survivors)
     start = time.perf_counter()
     result = selection.start(grid, timeout=cfg.round_timeout, connect_timeout=cfg.connect_timeout,
-                             committee_nodes=tally_nodes if tallies else None)  # hello'd once, above
+                             committee_nodes=tally_nodes or None)  # the committee answered hello above
     selected_at = time.perf_counter()
 
     test = TorchTask(load_cached(cfg.dataset)[1], MODEL_FOR_DATASET[cfg.dataset])  # central evaluation
