@@ -7,7 +7,10 @@ it arrived. ``--release sum`` (default): the pre-flight and our SecAgg+ round. `
 default): 3 more SuperNodes are the tallies (the README's node config: ``dphype-tally-id``,
 ``dphype-tally-parties``, ``dphype-tally-key``), and only the winner's index is released. The stages come from
 the ServerApp's own log lines (:mod:`dphype.flower.server`, :mod:`dphype.flower.secagg`,
-:mod:`dphype.flower.tally`):
+:mod:`dphype.flower.tally`). ``--executor forkserver`` (default): every SuperNode runs with ``--isolation process``
+beside a ``dphype superexec`` that forks its ClientApp tasks from a warm process (:mod:`dphype.flower.superexec`;
+the federation counts as started once every fork server has imported); ``--executor subprocess``: Flower's own
+SuperExec, a fresh ``flwr-clientapp`` interpreter per message. The stages:
 
 * ``start``: from ``flwr run`` to ``Starting DPHype`` (FAB upload, ServerApp process start and imports); in
   argmax mode to the committee's ``hello``, and ``committee`` from there to ``Starting DPHype`` (every node
@@ -22,7 +25,8 @@ the ServerApp's own log lines (:mod:`dphype.flower.server`, :mod:`dphype.flower.
   issue's goal bounds;
 * ``fedavg``: the final training (one round, by default) until the result line.
 
-Usage: ``python -m simulations.deployment_profile --nodes 10 --candidates table3 [--release argmax] [--json]``.
+Usage: ``python -m simulations.deployment_profile --nodes 10 --candidates table3 [--release argmax]
+[--executor subprocess] [--json]``.
 """
 
 from __future__ import annotations
@@ -74,10 +78,27 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def supernode_args(link_port: int, node_config: str) -> list[str]:
-    """The command line of a loopback ``flower-supernode`` on a free port, with its node config."""
-    return [str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{link_port}", "--host",
-            "127.0.0.1", "--port", str(free_port()), "--node-config", node_config]
+#: How a SuperNode starts its ClientApp tasks: ``forkserver`` (default), ``--isolation process`` and a
+#: ``dphype superexec`` beside it (:mod:`dphype.flower.superexec`: tasks forked from a warm process); ``subprocess``,
+#: Flower's own SuperExec (a fresh ``flwr-clientapp`` interpreter per message).
+EXECUTORS = ("forkserver", "subprocess")
+#: What the bundled app's tasks import beyond the protocol handlers: its ClientApp and torch (the scoring).
+APP_PRELOAD = ("dphype.app.client", "torch")
+
+
+def supernode_args(link_port: int, node_config: str, executor: str = "forkserver") -> list[list[str]]:
+    """The command lines of one loopback SuperNode with its node config, on a free Runtime API port:
+    ``flower-supernode``, and with the ``forkserver`` executor the ``dphype superexec`` that serves its tasks."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
+    port = free_port()
+    node = [str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{link_port}", "--host",
+            "127.0.0.1", "--port", str(port), "--node-config", node_config]
+    if executor == "subprocess":
+        return [node]
+    return [[*node, "--isolation", "process"],
+            [str(BIN / "dphype"), "superexec", "--runtime-api-address", f"127.0.0.1:{port}", "--insecure",
+             "--preload", *APP_PRELOAD]]
 
 
 def wait_for_port(port: int, timeout: float = 60.0) -> None:
@@ -111,7 +132,7 @@ def stages(stamped: list[tuple[float, str]], started: float, release: str = "sum
 
 
 def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, timeout: float,
-            release: str = "sum", log_file: str | None = None) -> dict[str, Any]:
+            release: str = "sum", log_file: str | None = None, executor: str = "forkserver") -> dict[str, Any]:
     """Start the federation, run the app once, return the stage table and the run's summary (``log_file``: also
     write the ServerApp's streamed log there, each line with its second since ``flwr run``)."""
     with tempfile.TemporaryDirectory(prefix="dphype-deploy-") as folder:
@@ -147,9 +168,15 @@ def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, time
                                                    f"dphype-tally-key='{tmp / f'tally-{j}.key'}'"
                                      for j in range(TALLIES)})
             for name, node_config in node_configs.items():
-                start(name, supernode_args(link, node_config))
+                for part, args in zip(("", "-superexec"), supernode_args(link, node_config, executor), strict=False):
+                    start(name + part, args)
             deadline = time.monotonic() + 300
-            while not all("SuperNode ID:" in log.read_text(errors="replace") for log in logs[1:]):
+            ready = {False: "SuperNode ID:", True: "fork server ready"}  # a SuperExec is ready once it has imported
+
+            def is_ready(log: Path) -> bool:
+                return ready[log.stem.endswith("-superexec")] in log.read_text(errors="replace")
+
+            while not all(is_ready(log) for log in logs[1:]):
                 if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
                     raise RuntimeError("the SuperNodes did not all register:\n" + "\n".join(
                         log.read_text(errors="replace")[-500:] for log in logs))
@@ -189,7 +216,7 @@ def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, time
                                f"{json.dumps(stages(stamped, started, release))}:\n"
                                + "\n".join(line for _, line in stamped[-40:]))
         summary = json.loads(result_file.read_text())
-    return {"nodes": nodes, "release": release, "tallies": TALLIES if release == "argmax" else 0,
+    return {"nodes": nodes, "release": release, "executor": executor, "tallies": TALLIES if release == "argmax" else 0,
             "candidates": summary["num_candidates"], "local_epochs": local_epochs,
             "federation_start_seconds": federation_seconds, "run_seconds": total,
             "stages": stages(stamped, started, release), "selected_index": summary["selected_index"],
@@ -205,12 +232,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1200.0, help="give up after this many seconds")
     parser.add_argument("--release", choices=sorted(MARKERS), default="sum",
                         help=f"sum (default) or argmax ({TALLIES} more SuperNodes are the tallies)")
+    parser.add_argument("--executor", choices=EXECUTORS, default="forkserver",
+                        help="forkserver (default: a warm `dphype superexec` per SuperNode, --isolation process) or "
+                             "subprocess (Flower's SuperExec: a fresh interpreter per message)")
     parser.add_argument("--log", default=None, help="write the ServerApp's log here, each line with its time")
     parser.add_argument("--json", action="store_true", help="print one JSON line at the end")
     args = parser.parse_args(argv)
     out = profile(args.nodes, args.candidates, args.epsilon, args.local_epochs, args.timeout, args.release,
-                  args.log)
+                  args.log, args.executor)
     print(f"{out['nodes']} voting SuperNodes (+{out['tallies']} tallies) on loopback, release={out['release']}, "
+          f"executor={out['executor']}, "
           f"{out['candidates']} candidates, {out['local_epochs']} local epochs; federation started in "
           f"{out['federation_start_seconds']:.1f} s, `flwr run` took {out['run_seconds']:.1f} s")
     for name, seconds in out["stages"].items():

@@ -43,6 +43,7 @@ class Federation:
     link_port: int
     procs: list[subprocess.Popen] = field(default_factory=list)
     log_of: dict[int, Path] = field(default_factory=dict)  # process id -> its log
+    node_of: dict[int, list[subprocess.Popen]] = field(default_factory=dict)  # SuperNode's id -> its processes
 
     @property
     def logs(self) -> Path:
@@ -54,30 +55,46 @@ class Federation:
         self.log_of[self.procs[-1].pid] = self.logs / f"{name}.log"
         return self.procs[-1]
 
-    def start_supernodes(self, node_configs: dict[str, str]) -> list[subprocess.Popen]:
-        """One ``flower-supernode`` per ``name: node config``, each on a free port; returns once every one has
-        registered with the SuperLink (a node that exits, e.g. because its port was taken again before it bound
-        it, is restarted up to twice)."""
+    def start_supernodes(self, node_configs: dict[str, str], executor: str = "forkserver") -> list[subprocess.Popen]:
+        """One SuperNode per ``name: node config``, each on a free port, its tasks started by ``executor``
+        (:func:`simulations.deployment_profile.supernode_args`: ``forkserver``, a ``dphype superexec`` beside a
+        ``flower-supernode --isolation process``; ``subprocess``, Flower's own). Returns, once every SuperNode has
+        registered with the SuperLink and every SuperExec has started its fork server, each node's processes (a
+        node whose SuperNode exits, e.g. because its port was taken again before it bound it, is restarted up to
+        twice)."""
 
-        def start_node(name: str, attempt: int) -> tuple[subprocess.Popen, Path]:
+        def start_node(name: str, attempt: int) -> list[tuple[subprocess.Popen, Path]]:
             log = name + (f"-retry{attempt}" if attempt else "")
-            return self.start(log, supernode_args(self.link_port, node_configs[name])), self.logs / f"{log}.log"
+            commands = supernode_args(self.link_port, node_configs[name], executor)
+            node = [(self.start(log + part, args), self.logs / f"{log}{part}.log")
+                    for part, args in zip(("", "-superexec"), commands, strict=False)]
+            self.node_of[node[0][0].pid] = [proc for proc, _ in node]
+            return node
+
+        def ready(log: Path) -> bool:
+            text = log.read_text(errors="replace")
+            return ("fork server ready" if log.stem.endswith("-superexec") else "SuperNode ID:") in text
 
         names = list(node_configs)
         nodes = [start_node(name, 0) for name in names]
         attempts = [0] * len(names)
         deadline = time.monotonic() + 180
-        while not all("SuperNode ID:" in log.read_text(errors="replace") for _, log in nodes):
-            for i, (proc, _) in enumerate(nodes):
-                if proc.poll() is not None:
+        while not all(ready(log) for node in nodes for _, log in node):
+            for i, node in enumerate(nodes):
+                if any(proc.poll() is not None for proc, _ in node):
                     attempts[i] += 1
                     if attempts[i] > 2:
                         pytest.fail(f"{names[i]} exited three times\n{log_tails(self.logs)}")
+                    self.stop([proc for proc, _ in node])
                     nodes[i] = start_node(names[i], attempts[i])
             if time.monotonic() > deadline:
                 pytest.fail(f"not all SuperNodes registered within 180 s\n{log_tails(self.logs)}")
             time.sleep(0.5)
-        return [proc for proc, _ in nodes]
+        return [node[0][0] for node in nodes]
+
+    def node_processes(self, supernode: subprocess.Popen) -> list[subprocess.Popen]:
+        """A SuperNode's process and the SuperExec started beside it, if any."""
+        return self.node_of.get(supernode.pid, [supernode])
 
     def stop(self, procs: list[subprocess.Popen]) -> None:
         """Stop ``procs`` and their children (SIGTERM, then SIGKILL after 10 s)."""
@@ -90,7 +107,7 @@ class Federation:
         and wait until ``flwr supernode list`` shows none of them online, so that a later run cannot sample them."""
         ids = {re.search(r"SuperNode ID: (\d+)", self.log_of[p.pid].read_text(errors="replace")).group(1)
                for p in procs}
-        self.stop(procs)
+        self.stop([proc for p in procs for proc in self.node_processes(p)])
         command = [str(BIN / "flwr"), "supernode", "list", "deploy", "--format", "json"]
         deadline = time.monotonic() + 120
         while True:
@@ -161,7 +178,8 @@ def flwr_run(fed: Federation, run_config: str, *, kill: subprocess.Popen | None 
             while "Started task" not in (logs / "superlink.log").read_text(errors="replace"):
                 assert time.monotonic() < deadline, "the run did not start\n" + log_tails(logs)
                 time.sleep(0.2)
-            stop([*reversed(descendants(kill.pid)), kill.pid], timeout=0.0)
+            node = fed.node_processes(kill)  # the SuperNode and its SuperExec, with every task they started
+            stop([pid for proc in node for pid in (*reversed(descendants(proc.pid)), proc.pid)], timeout=0.0)
         # The app bounds each message round (SecAgg+ stage, FedAvg round) by
         # round-timeout; this is only the backstop for a stuck CLI.
         try:
@@ -204,10 +222,10 @@ def test_deployment_in_argmax_mode_with_three_tally_supernodes(federation, monke
     ledgers = [Ledger(default_ledger_path(i)) for i in range(NUM_NODES)]
     before = [ledger.entries() for ledger in ledgers]
     parties = ",".join(loopback_addresses(TALLIES))  # the MPyC ports, the same list on every tally
-    tallies = fed.start_supernodes({
+    tallies = fed.start_supernodes({  # Flower's own SuperExec here, so that both ways of serving tasks are run
         f"tally-{j}": f"dphype-tally-id={j} dphype-tally-parties='{parties}' "
                       f"dphype-tally-key='{fed.tmp_path / f'tally-{j}' / 'tally.key'}'"
-        for j in range(TALLIES)})
+        for j in range(TALLIES)}, executor="subprocess")
     try:
         result = flwr_run(
             fed,

@@ -24,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("dphype.cli.plan", "predict the chance of a good pick, recommend k, smallest epsilon and n"),
     "ledger": ("dphype.node.ledger", "show this node's privacy ledger: recorded votes and their composed epsilon"),
     "new": ("dphype.cli.new", "write a runnable Flower app with DP-Hype (offline, from the package's template)"),
+    "superexec": ("dphype.cli.superexec", "a warm SuperExec for a SuperNode in process isolation: ClientApp tasks "
+                  "forked from a process that imported their code once"),
     "demo": ("dphype.cli.demo", "the bundled Flower app on Adult: DP-Hype over SecAgg+, then FedAvg with the winner"),
     "bench": ("simulations.cli", "run one of the paper's benchmarks (from a dphype repository checkout)"),
     "pareto": ("dphype.cli.pareto", "DPareto privacy-utility Pareto front search"),

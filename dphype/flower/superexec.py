@@ -1,0 +1,181 @@
+"""A warm SuperExec for SuperNodes: every ClientApp task forked from a process that has imported its code once.
+
+Flower 1.41's SuperNode serves each message in a new ``flwr-clientapp`` process, which its SuperExec
+(``flower-superexec``, :class:`flwr.supercore.superexec.executor.SubprocessExecutor`) starts as a fresh Python
+interpreter. Such a process spends about 2 CPU s importing Flower's ClientApp runtime and the app before it
+reads the message (``python -m simulations.clientapp_costs``), and a DP-Hype selection sends every node 3-5
+messages, so on a small machine a loopback deployment spends more CPU starting processes than voting. Flower's
+own warm pools (``warm-executor-pools``) exist only in its Kubernetes executor.
+
+:class:`ForkserverExecutor` is an executor of Flower's SuperExec interface (its ``Executor`` protocol) that
+starts each ClientApp task as a child of Python's fork server (:mod:`multiprocessing`'s ``forkserver`` start
+method), which imported Flower's ClientApp runtime and the ``preload`` modules once, when the SuperExec started.
+The child then runs Flower's own ``run_clientapp`` for the task's token, exactly as ``flwr-clientapp --token``
+would: it pulls the message, installs the FAB, loads the ClientApp, pushes the reply and exits. One task, one
+process, as in Flower; only the interpreter start and the imports are shared. :func:`serve` is Flower's
+SuperExec loop (acquire a task from the SuperNode's Runtime API, launch it) with this executor;
+``dphype superexec`` runs it beside a ``flower-supernode --isolation process`` (README, "Deployment").
+
+What a forked task shares with its siblings is only what the fork server holds after its imports: module
+code and constants, no task's data. Nothing secret exists at import time in :mod:`dphype`: every noise share,
+key and mask is drawn when a message is served, from ``os.urandom`` (:func:`dphype.privacy.noise.secure_generator`,
+:mod:`dphype.secure.relay`, :mod:`dphype.secure.shamir`), which the kernel keeps unique per process. Python's
+``random`` reseeds itself in a forked child; numpy's legacy global generator does not, so every task first
+reseeds it from the kernel (:func:`fresh_process_state`), as a fresh interpreter would have (no DP-Hype code
+draws from it).
+
+Version note: this module uses Flower 1.41's SuperExec pieces (``AutoExecPlugin``, ``RuntimeHttpClient``,
+``AcquireTaskRequest``, ``run_clientapp``), the ones ``flower-superexec`` itself is built from.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import multiprocessing
+import time
+from collections.abc import Sequence
+from logging import INFO, WARNING
+from multiprocessing import forkserver
+from typing import Any
+
+from flwr.supercore.constant import TaskType
+from flwr.supercore.superexec.executor import ExecutionSpec, LaunchResult
+from flwr.supercore.superexec.executor.subprocess_executor import SubprocessExecutor
+
+#: Modules every fork-server child has imported: Flower's ClientApp runtime and DP-Hype's protocol handlers.
+RUNTIME_MODULES: tuple[str, ...] = ("flwr.supernode.runtime.run_clientapp", "flwr.clientapp", "dphype.flower.client")
+#: Seconds between two task requests to the SuperNode (Flower's SuperExec waits 1 s by default).
+DEFAULT_POLL_INTERVAL = 0.1
+
+
+def check_preload(preload: Sequence[str]) -> tuple[str, ...]:
+    """The fork server's modules: :data:`RUNTIME_MODULES` plus ``preload`` (e.g. ``torch`` or your app's module),
+    each checked to be importable here (the fork server itself would skip a missing one silently)."""
+    modules = tuple(dict.fromkeys((*RUNTIME_MODULES, *preload)))
+    for name in modules:
+        if not name or importlib.util.find_spec(name.split(".")[0]) is None or importlib.util.find_spec(name) is None:
+            raise ValueError(f"preload: module {name!r} cannot be imported in this environment")
+    return modules
+
+
+def fresh_process_state() -> None:
+    """What a forked task must not share with its siblings: numpy's legacy global generator, copied from the fork
+    server, is reseeded from the kernel (Python's ``random`` reseeds itself at fork; DP-Hype's noise, keys and
+    masks come from ``os.urandom`` at the time they are drawn)."""
+    import numpy as np
+
+    np.random.seed()
+
+
+def _run_task(runtime_api_address: str, token: str, insecure: bool, root_certificates_path: str | None,
+              parent_pid: int | None, runtime_dependency_install: bool) -> None:
+    """In the forked child: what ``flwr-clientapp --token`` does, without starting an interpreter."""
+    from flwr.supercore.tls import validate_and_resolve_root_certificates
+    from flwr.supernode.runtime.run_clientapp import run_clientapp
+
+    fresh_process_state()
+    run_clientapp(runtime_api_address=runtime_api_address, token=token, insecure=insecure,
+                  certificates=validate_and_resolve_root_certificates(root_certificates_path, insecure),
+                  parent_pid=parent_pid, runtime_dependency_install=runtime_dependency_install)
+
+
+class ForkserverExecutor:
+    """Flower's SuperExec ``Executor`` that forks ClientApp tasks from a warm fork server.
+
+    Other task types (a SuperNode sends none) go to Flower's :class:`SubprocessExecutor`. ``start()`` starts
+    the fork server (importing ``modules``) before the first task arrives.
+    """
+
+    def __init__(self, modules: Sequence[str] = RUNTIME_MODULES) -> None:
+        self.modules = check_preload(modules)
+        self._context = multiprocessing.get_context("forkserver")
+        self._context.set_forkserver_preload(list(self.modules))
+        self._fallback = SubprocessExecutor()
+        self._children: list[Any] = []
+
+    def start(self) -> None:
+        """Start the fork server now (its imports take the seconds every task would otherwise spend)."""
+        forkserver.ensure_running()
+
+    def get_eligible_capacity(self, supported_task_types: set[TaskType], *, insecure: bool = False,
+                              root_certificates_path: str | None = None) -> tuple[set[TaskType], set[str]]:
+        del insecure, root_certificates_path
+        return supported_task_types, set()
+
+    def wait_for_capacity(self, task_type: TaskType | None = None, *, fab_hash: str | None = None,
+                          insecure: bool = False, root_certificates_path: str | None = None) -> None:
+        del task_type, fab_hash, insecure, root_certificates_path
+
+    def launch(self, spec: ExecutionSpec) -> LaunchResult:
+        if spec.task_type != TaskType.CLIENT_APP:
+            return self._fallback.launch(spec)
+        child = self._context.Process(
+            target=_run_task, name=f"flwr-clientapp-task-{spec.task_id}",
+            args=(spec.runtime_api_address, spec.token, spec.insecure, spec.root_certificates_path, spec.parent_pid,
+                  spec.runtime_dependency_install))
+        try:
+            child.start()
+        except OSError as err:
+            return LaunchResult.failed(f"fork server could not start the task: {err}")
+        self._children.append(child)
+        return LaunchResult.accepted()
+
+    def reconcile(self) -> None:
+        """Reap finished tasks (``is_alive`` joins a child that has exited)."""
+        self._children = [child for child in self._children if child.is_alive()]
+
+    def close(self) -> None:
+        self.reconcile()
+
+
+
+def serve(runtime_api_address: str, *, insecure: bool, root_certificates_path: str | None = None,
+          preload: Sequence[str] = (), poll_interval: float = DEFAULT_POLL_INTERVAL,
+          parent_pid: int | None = None) -> None:
+    """Flower's SuperExec loop with :class:`ForkserverExecutor`: ask the SuperNode's Runtime API for a task every
+    ``poll_interval`` seconds and launch it. Runs until stopped (SIGINT/SIGTERM, or ``parent_pid`` exiting)."""
+    from flwr.proto.runtime_pb2 import AcquireTaskRequest
+    from flwr.supercore import log
+    from flwr.supercore.app_utils import start_parent_process_monitor
+    from flwr.supercore.exit import register_signal_handlers
+    from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor
+    from flwr.supercore.retry import make_simple_http_retry_invoker
+    from flwr.supercore.runtime import RuntimeHttpClient
+    from flwr.supercore.superexec.plugin import AutoExecPlugin
+    from flwr.supercore.telemetry import EventType
+    from flwr.supercore.tls import validate_and_resolve_root_certificates
+
+    if not 0.01 <= poll_interval <= 60:
+        raise ValueError(f"poll_interval must be in [0.01, 60] seconds, got {poll_interval!r}")
+    executor = ForkserverExecutor((*RUNTIME_MODULES, *preload))
+    started = time.perf_counter()
+    executor.start()
+    log(INFO, "DP-Hype SuperExec: fork server ready in %.1f s (preloaded %s); polling %s every %g s",
+        time.perf_counter() - started, ", ".join(executor.modules), runtime_api_address, poll_interval)
+    if parent_pid is not None:
+        start_parent_process_monitor(parent_pid)
+    client = RuntimeHttpClient.from_server_address(
+        server_address=runtime_api_address, insecure=insecure,
+        root_certificates=validate_and_resolve_root_certificates(root_certificates_path, insecure),
+        interceptors=[RuntimeVersionHttpInterceptor(component_name="SuperExec")],
+        retry_invoker=make_simple_http_retry_invoker())
+    register_signal_handlers(event_type=EventType.RUN_SUPEREXEC_LEAVE, exit_message="DP-Hype SuperExec stopped.",
+                             exit_handlers=[client.close, executor.close])
+    plugin = AutoExecPlugin(runtime_api_address=runtime_api_address, insecure=insecure,
+                            root_certificates_path=root_certificates_path, executor=executor)
+    try:
+        while True:
+            executor.reconcile()
+            types, fab_hashes = executor.get_eligible_capacity(set(plugin.supported_task_types))
+            reply = client.AcquireTask(AcquireTaskRequest(supported_task_types=types,
+                                                          agentapp_fab_hashes=fab_hashes))
+            if reply.HasField("task") and reply.token:
+                result = plugin.launch_task(token=reply.token, task=reply.task)
+                if result.status != "accepted":
+                    log(WARNING, "DP-Hype SuperExec: task %d not launched (%s): %s", reply.task.task_id,
+                        result.status, result.message)
+                continue  # another task may be waiting: ask again at once
+            time.sleep(poll_interval)
+    finally:
+        client.close()
+        executor.close()

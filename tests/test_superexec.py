@@ -1,0 +1,71 @@
+"""The warm SuperExec (:mod:`dphype.flower.superexec`): forked tasks share no randomness, bad options are refused
+before anything starts. Its end-to-end use (a SuperNode in process isolation serving a whole selection) is the
+voters' setup in ``tests/test_deployment.py``."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import pytest
+
+from dphype.cli import main as cli_main
+from dphype.flower.superexec import RUNTIME_MODULES, ForkserverExecutor, check_preload, fresh_process_state, serve
+
+
+def _draws(queue: multiprocessing.Queue, reseed: bool) -> None:
+    """In a forked child: what a task would draw from numpy's legacy global generator and from the client's
+    secure generator."""
+    import numpy as np
+
+    from dphype.privacy.noise import client_noise_share
+
+    if reseed:
+        fresh_process_state()
+    noise = client_noise_share(8, sigma=10.0, clients=4, dropout=0.0, kind="skellam")
+    queue.put((int(np.random.randint(2**31)), tuple(int(v) for v in noise)))
+
+
+def test_tasks_forked_from_the_warm_process_draw_independent_noise():
+    executor = ForkserverExecutor(RUNTIME_MODULES)
+    executor.start()
+    context = multiprocessing.get_context("forkserver")
+    queue = context.Queue()
+
+    def draws(reseed: bool) -> list[tuple[int, tuple[int, ...]]]:
+        children = [context.Process(target=_draws, args=(queue, reseed)) for _ in range(3)]
+        for child in children:
+            child.start()
+        out = [queue.get(timeout=60) for _ in children]
+        for child in children:
+            child.join(timeout=30)
+            assert child.exitcode == 0
+        return out
+
+    copied = draws(reseed=False)
+    # the hazard is real: numpy's legacy global state is the fork server's copy in every child ...
+    assert len({legacy for legacy, _ in copied}) == 1
+    # ... but the vote noise never came from it: every child's share is its own
+    assert len({share for _, share in copied}) == 3
+    fresh = draws(reseed=True)  # what every task does first
+    assert len({legacy for legacy, _ in fresh}) == 3
+    assert len({share for _, share in fresh}) == 3
+
+
+def test_preload_names_a_module_that_cannot_be_imported():
+    assert check_preload(["json"]) == (*RUNTIME_MODULES, "json")
+    with pytest.raises(ValueError, match="preload: module 'no_such_module_here'"):
+        check_preload(["no_such_module_here"])
+    with pytest.raises(ValueError, match="poll_interval must be in"):
+        serve("127.0.0.1:1", insecure=True, poll_interval=0.0)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--runtime-api-address", "nohost"], "--runtime-api-address must be HOST:PORT"),
+    (["--runtime-api-address", "127.0.0.1:9094"], "--root-certificates is required unless --insecure"),
+    (["--runtime-api-address", "127.0.0.1:9094", "--insecure", "--preload", "no_such_module_here"],
+     "preload: module"),
+    (["--runtime-api-address", "127.0.0.1:9094", "--insecure", "--poll-interval", "0"], "poll_interval must be in"),
+])
+def test_the_command_refuses_bad_options_before_it_starts(argv, message, capsys):
+    assert cli_main(["superexec", *argv]) == 2
+    assert message in capsys.readouterr().err
