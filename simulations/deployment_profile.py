@@ -223,6 +223,52 @@ def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, time
             "accuracy": summary["accuracy"], "epsilon": summary["privacy"]["epsilon"]}
 
 
+def group_cpu_seconds(groups: set[int]) -> float:
+    """CPU seconds (user + system) used so far by the live processes of these process groups."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) in groups:  # pgrp; fields[11], fields[12]: utime, stime in clock ticks
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def idle_cpu(executor: str, seconds: float, poll_interval: float | None = None) -> float:
+    """CPU seconds one idle SuperNode and its SuperExec use in ``seconds`` (a SuperLink, no run): the cost of
+    waiting for tasks, Flower's SuperExec against ``dphype superexec`` at ``poll_interval``."""
+    with tempfile.TemporaryDirectory(prefix="dphype-idle-") as folder:
+        env = {**os.environ, "FLWR_HOME": folder, "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
+               "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+               "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+        link = free_port()
+        commands = [[str(BIN / "flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
+                     "--database", f"{folder}/state.db", "--host", "127.0.0.1", "--port", str(link)]]
+        node = supernode_args(link, "partition-id=0 num-partitions=1", executor)
+        if poll_interval is not None and executor == "forkserver":
+            node[1] += ["--poll-interval", f"{poll_interval:g}"]
+        procs = []
+        try:
+            for args in [*commands, *node]:
+                procs.append(subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                              start_new_session=True))
+                if len(procs) == 1:
+                    wait_for_port(link)
+            time.sleep(30)  # registered, fork server started
+            groups = {proc.pid for proc in procs[1:]}
+            before = group_cpu_seconds(groups)
+            time.sleep(seconds)
+            return group_cpu_seconds(groups) - before
+        finally:
+            for proc in procs:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=10, help="SuperNodes (default 10)")
@@ -237,7 +283,18 @@ def main(argv: list[str] | None = None) -> int:
                              "subprocess (Flower's SuperExec: a fresh interpreter per message)")
     parser.add_argument("--log", default=None, help="write the ServerApp's log here, each line with its time")
     parser.add_argument("--json", action="store_true", help="print one JSON line at the end")
+    parser.add_argument("--idle", type=float, default=None, metavar="SECONDS",
+                        help="instead of a run: CPU seconds one idle SuperNode and its SuperExec use in SECONDS, "
+                             "Flower's SuperExec and dphype superexec at poll intervals 0.1 / 0.5 / 1 s")
     args = parser.parse_args(argv)
+    if args.idle is not None:
+        rows = [("subprocess", None, idle_cpu("subprocess", args.idle))]
+        rows += [("forkserver", interval, idle_cpu("forkserver", args.idle, interval)) for interval in (0.1, 0.5, 1.0)]
+        for executor, interval, used in rows:
+            print(f"  {executor:10s} poll {interval or 1.0:g} s: {used:.2f} CPU s in {args.idle:g} s idle")
+        if args.json:
+            print(json.dumps([{"executor": e, "poll_interval": i, "cpu_seconds": u} for e, i, u in rows]))
+        return 0
     out = profile(args.nodes, args.candidates, args.epsilon, args.local_epochs, args.timeout, args.release,
                   args.log, args.executor)
     print(f"{out['nodes']} voting SuperNodes (+{out['tallies']} tallies) on loopback, release={out['release']}, "
