@@ -17,7 +17,7 @@ import pytest
 
 import dphype.ml.task as task
 from dphype.cli import main
-from dphype.ml.data import load_dataset
+from dphype.ml.task import load_cached as load_whole  # the real per-process cache (the fixture swaps task.load_cached)
 
 TINY = ["--clients", "3", "--betas", "iid", "5", "--candidates", "6", "--epochs", "1", "--rounds", "1"]
 
@@ -30,7 +30,7 @@ SMALL_ROWS = {"mnist5k": (300, 150)}
 def _small(dataset: str, data_dir: str | None = None) -> Any:
     """The first training and test rows (600 / 300 unless :data:`SMALL_ROWS` says otherwise), loaded once per
     session (the studies never modify them)."""
-    train, test = load_dataset(dataset, data_dir)
+    train, test = load_whole(dataset, data_dir)
     rows, test_rows = SMALL_ROWS.get(dataset, (600, 300))
     return train.subset(np.arange(rows)), test.subset(np.arange(test_rows))
 
