@@ -119,12 +119,13 @@ class Federation:
 def validate_federations(federations: Sequence[Federation]) -> None:
     """Reject unknown data sets, ``beta <= 0``, missing data directories and too many clients, before any work.
 
-    Loads every data set once (cheap compared with training) and asks TRAIN's partitioners for the split,
-    so the limits are the library's own (Dirichlet needs a minimum number of rows per client).
+    Loads every data set and asks TRAIN's partitioners for the split, so the limits are the library's own
+    (Dirichlet needs a minimum number of rows per client). Both go through :mod:`dphype.ml.task`'s per-process
+    caches, which the studies then use: the data set is loaded and each federation split once per process,
+    not once here and again for the study (a Dirichlet split of Adult takes seconds).
     """
-    from dphype.ml.data import load_dataset, partition_dirichlet, partition_iid
+    from dphype.ml.task import load_cached, partition_cached
 
-    loaded: dict[tuple[str, str | None], Any] = {}
     for fed in federations:
         if fed.dataset not in DATASETS:
             raise ValueError(f"dataset must be one of {', '.join(DATASETS)}, got {fed.dataset!r}")
@@ -135,17 +136,11 @@ def validate_federations(federations: Sequence[Federation]) -> None:
             raise ValueError(f"data_dir {fed.data_dir!r} is not an existing directory")
         if fed.dataset in NEEDS_DATA_DIR and fed.data_dir is None:
             raise ValueError(f"dataset {fed.dataset!r} needs --data-dir (it is not bundled)")
-        key = (fed.dataset, fed.data_dir)
-        if key not in loaded:
-            try:
-                loaded[key] = load_dataset(fed.dataset, fed.data_dir)
-            except FileNotFoundError as err:
-                raise ValueError(f"dataset {fed.dataset!r}: {err}") from err
-        train, _ = loaded[key]
-        if fed.beta is None:
-            parts = partition_iid(train.y, fed.clients, fed.seed)
-        else:
-            parts = partition_dirichlet(train.y, fed.clients, fed.beta, fed.seed)
+        try:
+            load_cached(fed.dataset, fed.data_dir)
+        except FileNotFoundError as err:
+            raise ValueError(f"dataset {fed.dataset!r}: {err}") from err
+        parts = partition_cached(fed.dataset, fed.clients, fed.seed, fed.partition, fed.beta, fed.data_dir)
         smallest = min(len(p) for p in parts)
         if smallest < MIN_CLIENT_SAMPLES:
             raise ValueError(

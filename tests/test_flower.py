@@ -270,9 +270,9 @@ def test_waiting_for_nodes_logs_progress_and_names_the_remedy(caplog):
 
     grid = grid_of(client_app(scores_table(3)), 3)
     with caplog.at_level(logging.INFO, logger="flwr"), pytest.raises(PreflightError) as info:
-        _wait_for_nodes(grid, 4, timeout=1.6, every=0.5)
+        _wait_for_nodes(grid, 4, timeout=0.6, every=0.15)
     assert caplog.text.count("DP-Hype: waiting for nodes: 3 of clients=4 connected after") >= 2
-    assert "only 3 of clients=4 nodes connected within 1.6 s; nothing was sent: start more" in str(info.value)
+    assert "only 3 of clients=4 nodes connected within 0.6 s; nothing was sent: start more" in str(info.value)
 
 
 @pytest.mark.parametrize("bad", [np.full(8, np.nan), np.full(8, 0.5), np.tile([[0.7, -0.3]], (8, 1))])

@@ -12,10 +12,17 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_the_wheel_contains_only_the_dphype_package(tmp_path):
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The checkout's wheel, built once for this module's tests (``pip wheel`` takes about 2 s)."""
+    dist = tmp_path_factory.mktemp("dist")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path), str(REPO)], check=True, capture_output=True, text=True)
-    (wheel,) = tmp_path.glob("dphype-*.whl")
+                    str(dist), str(REPO)], check=True, capture_output=True, text=True)
+    (built,) = dist.glob("dphype-*.whl")
+    return built
+
+
+def test_the_wheel_contains_only_the_dphype_package(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     top = {name.split("/")[0] for name in names}
     assert top == {"dphype", next(n for n in top if n.endswith(".dist-info"))}, top
@@ -23,32 +30,27 @@ def test_the_wheel_contains_only_the_dphype_package(tmp_path):
     assert not any(name.startswith(("server/", "clients/", "simulations/", "tests/")) for name in names)
 
 
-def test_the_wheel_ships_the_bundled_app_and_the_app_template(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path), str(REPO)], check=True, capture_output=True, text=True)
-    names = zipfile.ZipFile(next(tmp_path.glob("dphype-*.whl"))).namelist()
+def test_the_wheel_ships_the_bundled_app_and_the_app_template(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
     assert {"dphype/app/server.py", "dphype/app/client.py", "dphype/app/config.py"} <= set(names)
     assert {f"dphype/templates/app/{name}.tmpl" for name in ("pyproject.toml", "__init__.py", "client_app.py",
                                                             "server_app.py")} <= set(names)
 
 
 @pytest.mark.slow
-def test_demo_runs_from_a_wheel_in_a_fresh_venv(tmp_path):
+def test_demo_runs_from_a_wheel_in_a_fresh_venv(tmp_path, wheel):
     """`pip install dphype` then `dphype demo`, outside any checkout: a fresh venv with the built wheel and Flower's
     own console scripts (installed without dependencies, which come from this environment's site-packages by a
     path entry, so torch is not downloaded again and this checkout's editable install is not on the path)."""
     import json
     import sysconfig
 
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path / "dist"), str(REPO)], check=True, capture_output=True, text=True)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     purelib = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print("
                                    "sysconfig.get_paths()['purelib'])"], check=True, capture_output=True,
                                   text=True).stdout.strip())
     (purelib / "shared-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    wheel = next((tmp_path / "dist").glob("dphype-*.whl"))
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed",
                     str(wheel), "flwr==1.41.*"], check=True, capture_output=True, text=True)
     work = tmp_path / "elsewhere"

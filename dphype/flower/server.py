@@ -258,7 +258,7 @@ def _describe(reasons: Counter[str]) -> str:
 
 def _wait_for_nodes(grid: Grid, clients: int, timeout: float | None, every: float = 5.0) -> list[int]:
     """``clients`` connected node IDs (a random sample when more are connected), logging how many are connected
-    every ``every`` seconds while it waits."""
+    every ``every`` seconds while it waits (it looks every 0.5 s, or every ``every`` s when that is shorter)."""
     start = time.monotonic()
     last_log = start
     while True:
@@ -273,4 +273,4 @@ def _wait_for_nodes(grid: Grid, clients: int, timeout: float | None, every: floa
             log(logging.INFO, "DP-Hype: waiting for nodes: %d of clients=%d connected after %.0f s%s", len(nodes),
                 clients, waited, "" if timeout is None else f" (giving up after {timeout:g} s)")
             last_log = time.monotonic()
-        time.sleep(0.5)
+        time.sleep(min(0.5, every))

@@ -141,9 +141,15 @@ def default_epochs(dataset: str) -> int:
     return DEFAULT_EPOCHS.get(dataset, 5)
 
 
-@functools.lru_cache(maxsize=4)
 def load_cached(dataset: str, data_dir: str | None = None) -> tuple[Dataset, Dataset]:
     """:func:`dphype.ml.data.load_dataset`, loaded once per process. Do not modify the returned arrays."""
+    return _load_cached(dataset, data_dir)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_cached(dataset: str, data_dir: str | None) -> tuple[Dataset, Dataset]:
+    # One entry per (dataset, data_dir) however the caller spells them: ``lru_cache`` keys on the arguments as
+    # passed, so ``load_cached("adult")`` and ``load_cached("adult", None)`` would each load the data set.
     return load_dataset(dataset, data_dir)
 
 
