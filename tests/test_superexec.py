@@ -26,7 +26,7 @@ def _draws(queue: multiprocessing.Queue, reseed: bool) -> None:
 
 
 def test_tasks_forked_from_the_warm_process_draw_independent_noise():
-    executor = ForkserverExecutor(RUNTIME_MODULES)
+    executor = ForkserverExecutor()
     executor.start()
     context = multiprocessing.get_context("forkserver")
     queue = context.Queue()

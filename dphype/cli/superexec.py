@@ -26,13 +26,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from dphype.flower.superexec import check_preload, serve
+    from dphype.flower.superexec import serve
 
     if ":" not in args.runtime_api_address:
         raise ValueError(f"--runtime-api-address must be HOST:PORT, got {args.runtime_api_address!r}")
     if not args.insecure and args.root_certificates is None:
         raise ValueError("--root-certificates is required unless --insecure is given")
-    check_preload(args.preload)
     serve(args.runtime_api_address, insecure=args.insecure, root_certificates_path=args.root_certificates,
           preload=args.preload, poll_interval=args.poll_interval, parent_pid=args.parent_pid)
-    return {}  # serve() ends by raising SystemExit when the SuperExec is stopped
+    return {}  # serve() checks its options before it starts, and ends by raising SystemExit when stopped

@@ -45,13 +45,15 @@ from flwr.supercore.superexec.executor.subprocess_executor import SubprocessExec
 #: Modules every fork-server child has imported: Flower's ClientApp runtime and DP-Hype's protocol handlers.
 RUNTIME_MODULES: tuple[str, ...] = ("flwr.supernode.runtime.run_clientapp", "flwr.clientapp", "dphype.flower.client")
 #: Seconds between two task requests to the SuperNode (Flower's SuperExec waits 1 s). An idle SuperNode with this
-#: SuperExec used 0.32 CPU s in 30 s at 0.5 s, 1.29 at 0.1 s, Flower's pair 0.19 (README, "The warm SuperExec");
+#: SuperExec used 0.31 CPU s in 30 s at 0.5 s, 1.25 at 0.1 s, Flower's pair 0.20 (``python -m
+#: simulations.deployment_profile --idle 30``);
 #: a task then waits 0.25 s on average, beside the SuperNode's own 3 s pulls from the SuperLink.
 DEFAULT_POLL_INTERVAL = 0.5
 
 
 def check_preload(preload: Sequence[str]) -> tuple[str, ...]:
-    """The fork server's modules: :data:`RUNTIME_MODULES` plus ``preload`` (e.g. ``torch`` or your app's module),
+    """The fork server's modules: :data:`RUNTIME_MODULES` plus ``preload`` (installed libraries your ClientApp
+    imports, e.g. ``torch``; not modules of the app's FAB, which Flower's loader would then never re-import),
     each checked to be importable here (the fork server itself would skip a missing one silently)."""
     modules = tuple(dict.fromkeys((*RUNTIME_MODULES, *preload)))
     for name in modules:
@@ -85,11 +87,11 @@ class ForkserverExecutor:
     """Flower's SuperExec ``Executor`` that forks ClientApp tasks from a warm fork server.
 
     Other task types (a SuperNode sends none) go to Flower's :class:`SubprocessExecutor`. ``start()`` starts
-    the fork server (importing ``modules``) before the first task arrives.
+    the fork server (importing :data:`RUNTIME_MODULES` and ``preload``) before the first task arrives.
     """
 
-    def __init__(self, modules: Sequence[str] = RUNTIME_MODULES) -> None:
-        self.modules = check_preload(modules)
+    def __init__(self, preload: Sequence[str] = ()) -> None:
+        self.modules = check_preload(preload)
         self._context = multiprocessing.get_context("forkserver")
         self._context.set_forkserver_preload(list(self.modules))
         self._fallback = SubprocessExecutor()
@@ -149,7 +151,7 @@ def serve(runtime_api_address: str, *, insecure: bool, root_certificates_path: s
 
     if not 0.01 <= poll_interval <= 60:
         raise ValueError(f"poll_interval must be in [0.01, 60] seconds, got {poll_interval!r}")
-    executor = ForkserverExecutor((*RUNTIME_MODULES, *preload))
+    executor = ForkserverExecutor(preload)
     started = time.perf_counter()
     executor.start()
     log(INFO, "DP-Hype SuperExec: fork server ready in %.1f s (preloaded %s); polling %s every %g s",
