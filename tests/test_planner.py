@@ -8,12 +8,13 @@ import json
 import numpy as np
 import pytest
 
+from dphype.checks import MAX_CLIENTS
 from dphype.cli import main
-from dphype.selection import planner
 from dphype.selection.candidates import grid, table_iii_grid
 from dphype.selection.planner import (
     LossModel,
     _distinct_uniform,
+    _smallest_clients,
     plan,
     preflight,
     ranking_from_losses,
@@ -136,11 +137,7 @@ def test_simulated_votes_place_good_candidates_on_a_neighbourhood():
         assert np.max(np.linalg.norm(pts[:, None] - pts[None], axis=2)) < 1.0
 
 
-def test_plan_recommends_the_best_k_and_finds_min_epsilon_and_clients(monkeypatch):
-    # The search for min_clients bisects [2, MAX_CLIENTS] and starts by simulating its top end; at 10,000
-    # clients x 300 repetitions that alone took most of this test's time. The answer here is about 100, so
-    # [2, 1000] holds it, and the four checks below test it as the smallest number of clients either way.
-    monkeypatch.setattr(planner, "MAX_CLIENTS", 1_000)
+def test_plan_recommends_the_best_k_and_finds_min_epsilon_and_clients():
     result = plan(60, 0.5, 1e-5, None, 100, consensus="moderate", rule="argmax", noise="gaussian",
                   accountant="rdp", ks=[1, 3, 5, 10], repetitions=300, target=0.8)
     best = max(result.by_k, key=lambda r: (r["success"], -r["k"]))
@@ -152,6 +149,25 @@ def test_plan_recommends_the_best_k_and_finds_min_epsilon_and_clients(monkeypatc
     assert plan(60, result.min_epsilon / 1.1, 1e-5, None, 100, **common).success < 0.8
     assert plan(result.min_clients, 0.5, 1e-5, None, 100, **common).success >= 0.8
     assert plan(result.min_clients - 1, 0.5, 1e-5, None, 100, **common).success < 0.8
+
+
+@pytest.mark.parametrize("start", [2, 3, 10, 36, 37, 38, 500, MAX_CLIENTS])
+@pytest.mark.parametrize("answer", [2, 3, 37, 4_999, MAX_CLIENTS, None])
+def test_smallest_clients_search_finds_the_boundary_from_any_start(start, answer):
+    asked: list[int] = []
+
+    def ok(n: int) -> bool:
+        assert 2 <= n <= MAX_CLIENTS
+        asked.append(n)
+        return answer is not None and n >= answer
+
+    assert _smallest_clients(ok, start) == answer
+    if answer is None:
+        assert max(asked) == MAX_CLIENTS
+    elif start >= answer:
+        assert max(asked) == start  # it only halves down from the run's n
+    else:
+        assert max(asked) < 2 * answer or max(asked) == MAX_CLIENTS  # it doubles past the answer once at most
 
 
 def test_structure_aware_rule_in_the_planner():

@@ -427,15 +427,43 @@ class _Setting:
                                  dropout=self.dropout, noise=self.noise, k=k, rng=rng)
 
 
-def _bisect(ok: Any, lo: float, hi: float, ratio: float, integer: bool) -> float | None:
+def _bisect(ok: Any, lo: float, hi: float, ratio: float) -> float | None:
     """Smallest ``x`` in ``[lo, hi]`` with ``ok(x)`` for ``ok`` monotone in ``x`` (``None`` if ``not ok(hi)``),
-    to within a factor ``ratio`` (or exactly, for integers)."""
+    to within a factor ``ratio``."""
     if not ok(hi):
         return None
     if ok(lo):
         return lo
-    while (hi - lo > 1) if integer else (hi / lo > ratio):
-        mid = (lo + hi) // 2 if integer else math.sqrt(lo * hi)
+    while hi / lo > ratio:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
+
+
+def _smallest_clients(ok: Any, start: int) -> int | None:
+    """Smallest ``n`` in ``[2, MAX_CLIENTS]`` with ``ok(n)`` for ``ok`` monotone in ``n`` (``None`` if not
+    ``ok(MAX_CLIENTS)``). Brackets the answer by halving down or doubling up from ``start`` (the run's own n,
+    near which the answer usually lies), then bisects exactly: the simulations stay near the answer instead
+    of starting with ``MAX_CLIENTS`` simulated clients."""
+    lo = hi = min(max(start, 2), MAX_CLIENTS)
+    if ok(hi):
+        while hi > 2:
+            lo = max(2, hi // 2)
+            if not ok(lo):
+                break
+            hi = lo
+        else:
+            return 2
+    else:
+        while True:
+            if lo >= MAX_CLIENTS:
+                return None
+            hi = min(2 * lo, MAX_CLIENTS)
+            if ok(hi):
+                break
+            lo = hi
+    while hi - lo > 1:  # not ok(lo), ok(hi)
+        mid = (lo + hi) // 2
         lo, hi = (lo, mid) if ok(mid) else (mid, hi)
     return hi
 
@@ -514,12 +542,12 @@ def plan(
     def reaches_epsilon(eps: float) -> bool:
         return mode_success(counts[kk], good, eps, clients, voters) >= target
 
-    def reaches_clients(n: float) -> bool:
-        m, c, g = setting.votes(int(n), [kk])
-        return mode_success(c[kk], g, epsilon, int(n), m) >= target
+    def reaches_clients(n: int) -> bool:
+        m, c, g = setting.votes(n, [kk])
+        return mode_success(c[kk], g, epsilon, n, m) >= target
 
-    min_eps = _bisect(reaches_epsilon, 1e-3, 1e3, 1.02, integer=False) if search else None
-    min_n = _bisect(reaches_clients, 2, MAX_CLIENTS, 1.0, integer=True) if search else None
+    min_eps = _bisect(reaches_epsilon, 1e-3, 1e3, 1.02) if search else None
+    min_n = _smallest_clients(reaches_clients, clients) if search else None
     result = Plan(
         clients=clients, epsilon=epsilon, delta=setting.delta, dropout=setting.dropout, voters=voters,
         num_candidates=p, noise=setting.noise, accountant=setting.accountant, neighbouring=setting.neighbouring,
