@@ -237,9 +237,9 @@ def group_cpu_seconds(groups: set[int]) -> float:
     return total
 
 
-def idle_cpu(executor: str, seconds: float, poll_interval: float | None = None) -> float:
-    """CPU seconds one idle SuperNode and its SuperExec use in ``seconds`` (a SuperLink, no run): the cost of
-    waiting for tasks, Flower's SuperExec against ``dphype superexec`` at ``poll_interval``."""
+def idle_cpu(executor: str, seconds: float, poll_interval: float | None = None) -> tuple[float, float]:
+    """CPU seconds one idle SuperNode with its SuperExec, and the SuperLink, use in ``seconds`` (no run): the
+    cost of waiting for tasks, Flower's SuperExec against ``dphype superexec`` at ``poll_interval``."""
     with tempfile.TemporaryDirectory(prefix="dphype-idle-") as folder:
         env = {**os.environ, "FLWR_HOME": folder, "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
                "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
@@ -258,10 +258,10 @@ def idle_cpu(executor: str, seconds: float, poll_interval: float | None = None) 
                 if len(procs) == 1:
                     wait_for_port(link)
             time.sleep(30)  # registered, fork server started
-            groups = {proc.pid for proc in procs[1:]}
-            before = group_cpu_seconds(groups)
+            node, link = {proc.pid for proc in procs[1:]}, {procs[0].pid}
+            before = group_cpu_seconds(node), group_cpu_seconds(link)
             time.sleep(seconds)
-            return group_cpu_seconds(groups) - before
+            return group_cpu_seconds(node) - before[0], group_cpu_seconds(link) - before[1]
         finally:
             for proc in procs:
                 with contextlib.suppress(ProcessLookupError):
@@ -290,10 +290,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.idle is not None:
         rows = [("subprocess", None, idle_cpu("subprocess", args.idle))]
         rows += [("forkserver", interval, idle_cpu("forkserver", args.idle, interval)) for interval in (0.1, 0.5, 1.0)]
-        for executor, interval, used in rows:
-            print(f"  {executor:10s} poll {interval or 1.0:g} s: {used:.2f} CPU s in {args.idle:g} s idle")
+        for executor, interval, (node, link) in rows:
+            print(f"  {executor:10s} poll {interval or 1.0:g} s: SuperNode + SuperExec {node:.2f} CPU s, SuperLink "
+                  f"{link:.2f} CPU s in {args.idle:g} s idle")
         if args.json:
-            print(json.dumps([{"executor": e, "poll_interval": i, "cpu_seconds": u} for e, i, u in rows]))
+            print(json.dumps([{"executor": e, "poll_interval": i, "node_cpu_seconds": n, "superlink_cpu_seconds": k}
+                              for e, i, (n, k) in rows]))
         return 0
     out = profile(args.nodes, args.candidates, args.epsilon, args.local_epochs, args.timeout, args.release,
                   args.log, args.executor)

@@ -59,9 +59,9 @@ class Federation:
         """One SuperNode per ``name: node config``, each on a free port, its tasks started by ``executor``
         (:func:`simulations.deployment_profile.supernode_args`: ``forkserver``, a ``dphype superexec`` beside a
         ``flower-supernode --isolation process``; ``subprocess``, Flower's own). Returns, once every SuperNode has
-        registered with the SuperLink and every SuperExec has started its fork server, each node's processes (a
-        node whose SuperNode exits, e.g. because its port was taken again before it bound it, is restarted up to
-        twice)."""
+        registered with the SuperLink and every SuperExec has started its fork server, each node's SuperNode process
+        (:meth:`node_processes` gives its SuperExec too). A node one of whose processes exits, e.g. because its port
+        was taken again before it bound it, is restarted up to twice."""
 
         def start_node(name: str, attempt: int) -> list[tuple[subprocess.Popen, Path]]:
             log = name + (f"-retry{attempt}" if attempt else "")
