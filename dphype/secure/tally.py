@@ -253,12 +253,15 @@ def start_party(index: int, addresses: Sequence[str], job: dict[str, Any]) -> su
     return send_job(spawn_party(index, addresses), job)
 
 
-def party_result(proc: subprocess.Popen[str], index: int, timeout: float) -> tuple[int, dict[str, float]]:
-    """Wait up to ``timeout`` seconds for tally ``index``'s party; return the index it opened and its timings
-    (:mod:`dphype.secure.tally_party`). On a late answer, a refusal or a crash the party is stopped and
-    :class:`TallyError` names the cause."""
+def party_result(proc: subprocess.Popen[str], index: int, timeout: float,
+                 deadline: float | None = None) -> tuple[int, dict[str, float]]:
+    """Wait for tally ``index``'s party until ``deadline`` (``time.monotonic()``; default: ``timeout`` seconds
+    from now); return the index it opened and its timings (:mod:`dphype.secure.tally_party`). On a late answer,
+    a refusal or a crash the party is stopped and :class:`TallyError` names the cause (a late one with
+    ``timeout``, the wait the caller allowed, not what was left of it)."""
+    wait = timeout if deadline is None else deadline - time.monotonic()
     try:
-        out, _ = proc.communicate(timeout=max(0.0, timeout))
+        out, _ = proc.communicate(timeout=max(0.0, wait))
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
@@ -310,7 +313,7 @@ def secure_argmax(jobs: Sequence[dict[str, Any] | None], *, timeout: float = 30.
         indices = []
         for j, proc in procs.items():
             try:
-                index, seconds = party_result(proc, j, deadline - time.monotonic())
+                index, seconds = party_result(proc, j, timeout, deadline)
                 indices.append(index)
                 if timings is not None:
                     timings.append(seconds)
