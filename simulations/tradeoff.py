@@ -30,6 +30,7 @@ paper's 20 runs also retrain, so its CIs include training variance; ours are noi
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,6 +76,9 @@ def add_release_arguments(parser: argparse.ArgumentParser, *, repetitions: int) 
                              "argmax (only the winner, pure epsilon; dphype.privacy.winner)")
     parser.add_argument("--neighbourings", nargs="+", choices=NEIGHBOURING, default=["replace-one"],
                         help="argmax release: neighbouring relations to calibrate for (default replace-one)")
+    parser.add_argument("--consensus", default="moderate",
+                        help="argmax release without --k: the planner's consensus scenario for its k (strong, "
+                             "moderate (default, as dphype plan), weak, or a number > 0)")
 
 
 def release_settings(args: argparse.Namespace, num_candidates: int) -> dict[str, Any]:
@@ -88,6 +92,7 @@ def release_settings(args: argparse.Namespace, num_candidates: int) -> dict[str,
         "delta": harness.check_delta(args.delta),
         "k": k,
         "planner_k": args.k is None,
+        "consensus": _consensus(args.consensus),
         "repetitions": harness.check_int("repetitions", args.repetitions, 1),
         "accountant": args.accountant,
         "noise": harness.check_noise(args.noise),
@@ -96,6 +101,21 @@ def release_settings(args: argparse.Namespace, num_candidates: int) -> dict[str,
         "releases": list(dict.fromkeys(args.release)),
         "neighbourings": list(dict.fromkeys(args.neighbourings)),
     }
+
+
+def _consensus(value: str) -> str | float:
+    """``--consensus``: a scenario name of :data:`dphype.selection.planner.CONSENSUS` or a number > 0."""
+    from dphype.selection.planner import CONSENSUS
+
+    if value in CONSENSUS:
+        return value
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not number > 0 or math.isinf(number):
+        raise ValueError(f"consensus must be one of {', '.join(CONSENSUS)} or a number > 0, got {value!r}")
+    return number
 
 
 def winner_k(release: dict[str, Any], *, clients: int, epsilon: float, relation: str, space: Any,
@@ -108,7 +128,8 @@ def winner_k(release: dict[str, Any], *, clients: int, epsilon: float, relation:
     from dphype.selection.planner import plan
 
     return plan(clients, epsilon, release["delta"], space, num_candidates, neighbouring=relation, release="argmax",
-                noise=release["noise"], search=False).recommended_k_winner
+                noise=release["noise"], consensus=release.get("consensus", "moderate"),
+                search=False).recommended_k_winner
 
 
 def winner_picks(vote_sum: np.ndarray, *, epsilon: float, relation: str, clients: int, repetitions: int,

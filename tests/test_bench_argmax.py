@@ -64,6 +64,11 @@ def test_without_k_both_studies_replay_the_winner_release_at_the_planners_k(smal
     res = _bench(["tradeoff", *TINY, "--repetitions", "20", "--epsilons", "0.5", "--cache", cache, "--k", "2",
                   "--release", "argmax", "--out", str(tmp_path / "k2")], capsys)
     assert {r["k"] for r in res["winner_summary"]} == {2}  # an explicit --k is used as given
+    res = _bench(["tradeoff", *TINY, "--repetitions", "20", "--epsilons", "0.5", "--cache", cache, "--consensus",
+                  "weak", "--release", "argmax", "--out", str(tmp_path / "weak")], capsys)
+    weak = plan(3, 0.5, 1e-5, space, 6, release="argmax", consensus="weak", search=False).recommended_k_winner
+    assert weak != planned["replace-one"]  # here the scenario changes the planner's k (2 against 1) ...
+    assert {r["k"] for r in res["winner_summary"]} == {weak}  # ... and --consensus is the planner's scenario
     res = _bench(["ablations", *TINY, "--repetitions", "10", "--epsilons", "0.5", "--cache", cache,
                   "--release", "sum", "argmax", "--neighbourings", "replace-one", "add-remove",
                   "--methods", "DP-Hype", "--out", str(tmp_path / "a")], capsys)
