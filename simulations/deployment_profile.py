@@ -247,21 +247,21 @@ def idle_cpu(executor: str, seconds: float, poll_interval: float | None = None) 
         link = free_port()
         commands = [[str(BIN / "flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
                      "--database", f"{folder}/state.db", "--host", "127.0.0.1", "--port", str(link)]]
-        node = supernode_args(link, "partition-id=0 num-partitions=1", executor)
+        commands += supernode_args(link, "partition-id=0 num-partitions=1", executor)
         if poll_interval is not None and executor == "forkserver":
-            node[1] += ["--poll-interval", f"{poll_interval:g}"]
+            commands[2] += ["--poll-interval", f"{poll_interval:g}"]
         procs = []
         try:
-            for args in [*commands, *node]:
+            for args in commands:
                 procs.append(subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                               start_new_session=True))
                 if len(procs) == 1:
                     wait_for_port(link)
             time.sleep(30)  # registered, fork server started
-            node, link = {proc.pid for proc in procs[1:]}, {procs[0].pid}
-            before = group_cpu_seconds(node), group_cpu_seconds(link)
+            node_groups, link_group = {proc.pid for proc in procs[1:]}, {procs[0].pid}
+            before = group_cpu_seconds(node_groups), group_cpu_seconds(link_group)
             time.sleep(seconds)
-            return group_cpu_seconds(node) - before[0], group_cpu_seconds(link) - before[1]
+            return group_cpu_seconds(node_groups) - before[0], group_cpu_seconds(link_group) - before[1]
         finally:
             for proc in procs:
                 with contextlib.suppress(ProcessLookupError):

@@ -30,7 +30,6 @@ paper's 20 runs also retrain, so its CIs include training variance; ours are noi
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ import numpy as np
 from dphype.checks import NEIGHBOURING, RELEASES, resolve_accountant
 from dphype.privacy.winner import noise_std
 from dphype.protocol import replay_releases, replay_winners
+from dphype.selection.planner import plan, read_consensus
 from dphype.selection.rules import DEFAULT_RULE, RULES, select_batch
 from simulations import harness
 
@@ -92,7 +92,7 @@ def release_settings(args: argparse.Namespace, num_candidates: int) -> dict[str,
         "delta": harness.check_delta(args.delta),
         "k": k,
         "planner_k": args.k is None,
-        "consensus": _consensus(args.consensus),
+        "consensus": read_consensus(args.consensus),
         "repetitions": harness.check_int("repetitions", args.repetitions, 1),
         "accountant": args.accountant,
         "noise": harness.check_noise(args.noise),
@@ -103,21 +103,6 @@ def release_settings(args: argparse.Namespace, num_candidates: int) -> dict[str,
     }
 
 
-def _consensus(value: str) -> str | float:
-    """``--consensus``: a scenario name of :data:`dphype.selection.planner.CONSENSUS` or a number > 0."""
-    from dphype.selection.planner import CONSENSUS
-
-    if value in CONSENSUS:
-        return value
-    try:
-        number = float(value)
-    except ValueError:
-        number = math.nan
-    if not number > 0 or math.isinf(number):
-        raise ValueError(f"consensus must be one of {', '.join(CONSENSUS)} or a number > 0, got {value!r}")
-    return number
-
-
 def winner_k(release: dict[str, Any], *, clients: int, epsilon: float, relation: str, space: Any,
              num_candidates: int) -> int:
     """The k of the argmax release at one point: ``--k`` when given, else the planner's recommendation for the
@@ -125,10 +110,8 @@ def winner_k(release: dict[str, Any], *, clients: int, epsilon: float, relation:
     default), as ``dphype plan --release argmax`` gives it."""
     if not release["planner_k"] or np.isinf(epsilon):
         return int(release["k"])
-    from dphype.selection.planner import plan
-
     return plan(clients, epsilon, release["delta"], space, num_candidates, neighbouring=relation, release="argmax",
-                noise=release["noise"], consensus=release.get("consensus", "moderate"),
+                noise=release["noise"], consensus=release["consensus"],
                 search=False).recommended_k_winner
 
 

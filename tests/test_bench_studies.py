@@ -177,7 +177,7 @@ def test_tradeoff_flower_run(small_adult: None, tmp_path: Path, capsys: pytest.C
         (["tradeoff", "--clients", "10000"], "too many"),
         (["tradeoff", "--k", "200"], "k must be"),
         (["tradeoff", "--consensus", "unanimous"], "consensus must be one of strong, moderate, weak or a number > 0"),
-        (["tradeoff", "--consensus", "-1"], "consensus must be one of"),
+        (["tradeoff", "--consensus", "-1"], "consensus must be a finite number > 0"),
         (["tradeoff", "--epsilons", "0"], "epsilon must be"),
         (["ablations", "--repetitions", "0"], "repetitions"),
         (["ablations", "--noise", "skellam", "--accountant", "analytic"], "accountant must be 'rdp'"),

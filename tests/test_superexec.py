@@ -55,6 +55,8 @@ def test_preload_names_a_module_that_cannot_be_imported():
     assert check_preload(["json"]) == (*RUNTIME_MODULES, "json")
     with pytest.raises(ValueError, match="preload: module 'no_such_module_here'"):
         check_preload(["no_such_module_here"])
+    with pytest.raises(ValueError, match="preload: module 'dphype.no_such_package.module'"):
+        check_preload(["dphype.no_such_package.module"])  # a missing parent package, not a traceback
     with pytest.raises(ValueError, match="poll_interval must be in"):
         serve("127.0.0.1:1", insecure=True, poll_interval=0.0)
 

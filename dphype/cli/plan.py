@@ -39,16 +39,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Plan and report; bad input raises ``ValueError`` (exit status 2 via ``dphype.cli``)."""
     from dphype.checks import check_probability
     from dphype.selection.candidates import load_candidates
-    from dphype.selection.planner import plan, warnings
+    from dphype.selection.planner import plan, read_consensus, warnings
 
     if args.min_success is not None:
         check_probability("min_success", args.min_success)  # before any simulation
     candidates = load_candidates(args.candidates)
-    consensus: str | float = args.consensus
-    try:
-        consensus = float(args.consensus)
-    except ValueError:
-        pass
+    consensus = read_consensus(args.consensus)
     result = plan(args.clients, args.epsilon, args.delta, candidates.feature_space(), len(candidates), k=args.k,
                   dropout=args.dropout, consensus=consensus, num_good=args.good, target=args.target, rule=args.rule,
                   noise=args.noise, accountant=args.accountant, neighbouring=args.neighbouring,

@@ -19,7 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--insecure", action="store_true", help="connect without TLS (loopback only)")
     parser.add_argument("--root-certificates", default=None, help="PEM root certificates of the Runtime API's TLS")
     parser.add_argument("--preload", nargs="*", default=[],
-                        help="more modules for the fork server to import once, e.g. torch or your ClientApp's module")
+                        help="more installed modules for the fork server to import once, e.g. torch (not your app's "
+                             "own modules: a preloaded module is not re-imported from a later FAB)")
     parser.add_argument("--poll-interval", type=float, default=DEFAULT_POLL_INTERVAL,
                         help=f"seconds between task requests, in [0.01, 60] (default {DEFAULT_POLL_INTERVAL:g})")
     parser.add_argument("--parent-pid", type=int, default=None, help="stop when this process exits")

@@ -57,7 +57,11 @@ def check_preload(preload: Sequence[str]) -> tuple[str, ...]:
     each checked to be importable here (the fork server itself would skip a missing one silently)."""
     modules = tuple(dict.fromkeys((*RUNTIME_MODULES, *preload)))
     for name in modules:
-        if not name or importlib.util.find_spec(name.split(".")[0]) is None or importlib.util.find_spec(name) is None:
+        try:
+            found = bool(name) and importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # a missing parent package
+            found = False
+        if not found:
             raise ValueError(f"preload: module {name!r} cannot be imported in this environment")
     return modules
 
@@ -130,7 +134,6 @@ class ForkserverExecutor:
 
     def close(self) -> None:
         self.reconcile()
-
 
 
 def serve(runtime_api_address: str, *, insecure: bool, root_certificates_path: str | None = None,

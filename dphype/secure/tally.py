@@ -253,15 +253,14 @@ def start_party(index: int, addresses: Sequence[str], job: dict[str, Any]) -> su
     return send_job(spawn_party(index, addresses), job)
 
 
-def party_result(proc: subprocess.Popen[str], index: int, timeout: float,
-                 deadline: float | None = None) -> tuple[int, dict[str, float]]:
-    """Wait for tally ``index``'s party until ``deadline`` (``time.monotonic()``; default: ``timeout`` seconds
-    from now); return the index it opened and its timings (:mod:`dphype.secure.tally_party`). On a late answer,
-    a refusal or a crash the party is stopped and :class:`TallyError` names the cause (a late one with
-    ``timeout``, the wait the caller allowed, not what was left of it)."""
-    wait = timeout if deadline is None else deadline - time.monotonic()
+def party_result(proc: subprocess.Popen[str], index: int, deadline: float,
+                 timeout: float) -> tuple[int, dict[str, float]]:
+    """Wait for tally ``index``'s party until ``deadline`` (``time.monotonic()``); return the index it opened and
+    its timings (:mod:`dphype.secure.tally_party`). On a late answer, a refusal or a crash the party is stopped
+    and :class:`TallyError` names the cause (a late one with ``timeout``, the whole wait the caller allowed, not
+    what was left of it)."""
     try:
-        out, _ = proc.communicate(timeout=max(0.0, wait))
+        out, _ = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
@@ -313,7 +312,7 @@ def secure_argmax(jobs: Sequence[dict[str, Any] | None], *, timeout: float = 30.
         indices = []
         for j, proc in procs.items():
             try:
-                index, seconds = party_result(proc, j, timeout, deadline)
+                index, seconds = party_result(proc, j, deadline, timeout)
                 indices.append(index)
                 if timings is not None:
                     timings.append(seconds)

@@ -241,6 +241,17 @@ def scenario(num_candidates: int, consensus: str | float = "moderate", num_good:
     return Scenario(name, int(good), sigma_loss)
 
 
+def read_consensus(value: str) -> str | float:
+    """A ``--consensus`` option as :func:`scenario` takes it: a number (``sigma_loss``) when it parses as one, else
+    a scenario name; checked there (``ValueError`` naming ``consensus``) before any simulation."""
+    try:
+        parsed: str | float = float(value)
+    except ValueError:
+        parsed = value
+    scenario(2, parsed, 1)
+    return parsed
+
+
 def _neighbourhoods(space: FeatureSpace | None, num_good: int, centres: np.ndarray) -> np.ndarray:
     """``(R, num_good)``: the ``num_good`` candidates nearest to each centre (Euclidean over the numeric
     features plus the number of differing categories; ties by index). Without structure: ``0 .. num_good-1``."""
