@@ -23,6 +23,8 @@ STUDIES: dict[str, tuple[str, str]] = {
     "secagg-profile": ("simulations.secagg_profile",
                        "in-process secure-sum round: time per stage and component, bytes, state (issue 13)"),
     "speed": ("simulations.speed", "batched vs sequential local evaluation, synthetic and voting timings"),
+    "ksweep": ("simulations.ksweep",
+               "the argmax release's k: the measured sweep against the planner's advice (issue 14)"),
     "argmax-profile": ("simulations.argmax_profile",
                        "argmax mode part by part (client shares, tallies, secure argmax on MPyC) vs the sum mode"),
 }

@@ -79,3 +79,40 @@ def test_without_k_both_studies_replay_the_winner_release_at_the_planners_k(smal
     with open(tmp_path / "a" / "ablations.csv") as fh:
         assert {(r["rule"], r["k"]) for r in csv.DictReader(fh) if r["release"] == "argmax"} \
             == {(f"noisy-max/{relation}", str(k)) for relation, k in planned.items()}
+
+
+def test_ksweep_measures_every_k_on_the_same_releases_and_scores_the_planners_advice(
+        small_adult: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+    from dphype.selection.candidates import load_candidates
+    from dphype.selection.planner import plan
+    from simulations.ksweep import TOLERANCE
+
+    res = _bench(["ksweep", *TINY, "--repetitions", "60", "--epsilons", "0.5", "2", "--ks", "1", "2", "3", "5",
+                  "--consensus", "moderate", "weak", "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "s")],
+                 capsys)
+    with open(tmp_path / "s" / "ksweep.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 2 * 2 * 2 * 4  # partitions x epsilons x relations x ks
+    space = load_candidates("6").feature_space()
+    advice = res["advice"]
+    assert len(advice) == 2 * 2 * 2 * 2  # ... x scenarios
+    for a in advice:
+        point = [r for r in rows if (r["partition"], float(r["epsilon"]), r["neighbouring"])
+                 == (a["partition"], a["epsilon"], a["neighbouring"])]
+        gaps = {int(r["k"]): float(r["gap_points"]) for r in point}
+        # the planner's k is dphype plan's, asked independently here with the same ks and scenario
+        expected = plan(3, a["epsilon"], 1e-5, space, 6, neighbouring=a["neighbouring"], release="argmax",
+                        consensus=a["consensus"], ks=[1, 2, 3, 5], search=False).recommended_k_winner
+        assert a["planner_k"] == expected
+        assert a["best_gap_points"] == min(gaps.values()) and gaps[a["best_k"]] == a["best_gap_points"]
+        assert a["regret_points"] == pytest.approx(gaps[a["planner_k"]] - a["best_gap_points"], abs=2e-3)
+        assert a["agrees"] == (a["regret_points"] <= TOLERANCE or a["regret_points"] - a["paired_ci95"] <= 0)
+        if a["planner_k"] == a["best_k"]:  # the same releases: no regret and no spread
+            assert a["regret_points"] == 0 and a["paired_ci95"] == 0 and a["agrees"]
+        # the planner's success for each k is the one its plan reports for that k
+        successes = {int(r["k"]): float(r[f"success_{a['consensus']}"]) for r in point}
+        assert successes[a["planner_k"]] == max(successes.values())
+    by_scenario = res["agreement"]
+    assert set(by_scenario) == {"moderate", "weak"} and all(v["points"] == 8 for v in by_scenario.values())
+    assert by_scenario["moderate"]["agrees"] == sum(a["agrees"] for a in advice if a["consensus"] == "moderate")
+
