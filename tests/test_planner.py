@@ -242,3 +242,36 @@ def test_dropout_is_planned_as_its_worst_case(noise, dropout, voters):
     assert dropped.success == pytest.approx(fewer.success, abs=1e-12)
     assert dropped.unanimous_success == pytest.approx(fewer.unanimous_success, abs=1e-12)
     assert dropped.success < full.success - 0.05  # fewer votes under the same noise: a worse prediction
+
+
+def test_winner_release_ties_are_broken_under_twice_the_disagreement() -> None:
+    """At saturation (n = 100, epsilon 1, add/remove) every k simulates success 1.0 under the moderate scenario;
+    the recommended k is the one the weak scenario (sigma_loss 1.0, twice moderate's) simulates best among them,
+    with exactly the successes that a plan under the weak scenario over those k reports, not the smallest k."""
+    space = table_iii_grid().feature_space()
+    result = plan(100, 1.0, 1e-5, space, 100, release="argmax", neighbouring="add-remove", search=False)
+    top = max(r["success_winner"] for r in result.by_k)
+    tied = [r["k"] for r in result.by_k if r["success_winner"] == top]
+    assert top == 1.0 and len(tied) > 1
+    weak = plan(100, 1.0, 1e-5, space, 100, release="argmax", neighbouring="add-remove", consensus="weak", ks=tied,
+                search=False)
+    weak_rows = {r["k"]: r["success_winner"] for r in weak.by_k}
+    for row in result.by_k:
+        if row["k"] in tied:
+            assert row["success_winner_tie_break"] == weak_rows[row["k"]]
+        else:
+            assert "success_winner_tie_break" not in row
+    best = max(weak_rows.values())
+    assert result.recommended_k_winner == min(k for k, s in weak_rows.items() if s == best)
+    assert result.recommended_k_winner > min(tied)  # the smallest saturated k (1) is not the weak scenario's best
+    assert result.k == result.recommended_k_winner
+
+
+def test_winner_release_without_ties_takes_the_highest_success() -> None:
+    """n = 10, epsilon 1, replace-one: one k simulates the highest success; no tie-break is simulated."""
+    space = table_iii_grid().feature_space()
+    result = plan(10, 1.0, 1e-5, space, 100, release="argmax", search=False)
+    best = max(result.by_k, key=lambda r: r["success_winner"])
+    assert sum(r["success_winner"] == best["success_winner"] for r in result.by_k) == 1
+    assert result.recommended_k_winner == best["k"]
+    assert all("success_winner_tie_break" not in r for r in result.by_k)
