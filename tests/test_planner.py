@@ -244,12 +244,27 @@ def test_dropout_is_planned_as_its_worst_case(noise, dropout, voters):
     assert dropped.success < full.success - 0.05  # fewer votes under the same noise: a worse prediction
 
 
-def test_winner_release_ties_are_broken_under_twice_the_disagreement() -> None:
-    """At saturation (n = 100, epsilon 1, add/remove) every k simulates success 1.0 under the moderate scenario;
-    the recommended k is the one the weak scenario (sigma_loss 1.0, twice moderate's) simulates best among them,
-    with exactly the successes that a plan under the weak scenario over those k reports, not the smallest k."""
+def test_winner_release_ties_go_to_the_number_of_good_candidates_when_it_is_tied() -> None:
+    """At saturation (n = 100, epsilon 1, add/remove) every k simulates success 1.0 under the moderate scenario
+    (5 good candidates of 100): the tie goes to k = 5, a vote for exactly the good ones, not to the smallest k;
+    with ``--good 8`` to k = 8."""
     space = table_iii_grid().feature_space()
     result = plan(100, 1.0, 1e-5, space, 100, release="argmax", neighbouring="add-remove", search=False)
+    tied = [r["k"] for r in result.by_k if r["success_winner"] == 1.0]
+    assert len(tied) > 3 and min(tied) < 5 and 5 in tied
+    assert result.recommended_k_winner == result.k == 5
+    assert all("success_winner_tie_break" not in r for r in result.by_k)  # no weaker scenario was needed
+    eight = plan(100, 1.0, 1e-5, space, 100, release="argmax", neighbouring="add-remove", num_good=8, search=False)
+    assert 8 in [r["k"] for r in eight.by_k if r["success_winner"] == 1.0] and eight.recommended_k_winner == 8
+
+
+def test_winner_release_other_ties_are_broken_under_twice_the_disagreement() -> None:
+    """Ties without k = |H_good| among them (here ks without 5, at saturation): the tied k that the weak scenario
+    (sigma_loss 1.0, twice moderate's) simulates best, with exactly the successes that a plan under the weak
+    scenario over those k reports; not the smallest k."""
+    space = table_iii_grid().feature_space()
+    ks = [1, 2, 3, 8, 10, 15]
+    result = plan(100, 1.0, 1e-5, space, 100, release="argmax", neighbouring="add-remove", ks=ks, search=False)
     top = max(r["success_winner"] for r in result.by_k)
     tied = [r["k"] for r in result.by_k if r["success_winner"] == top]
     assert top == 1.0 and len(tied) > 1
@@ -263,7 +278,7 @@ def test_winner_release_ties_are_broken_under_twice_the_disagreement() -> None:
             assert "success_winner_tie_break" not in row
     best = max(weak_rows.values())
     assert result.recommended_k_winner == min(k for k, s in weak_rows.items() if s == best)
-    assert result.recommended_k_winner > min(tied)  # the smallest saturated k (1) is not the weak scenario's best
+    assert result.recommended_k_winner > min(tied)  # the smallest saturated k is not the weak scenario's best
     assert result.k == result.recommended_k_winner
 
 

@@ -11,9 +11,9 @@ structure it exploits; the argmax does not depend on where they are. Success = t
 
 For a range of ``k`` it reports the simulated success of the selection rule that will run and of the argmax,
 with Theorem IV.1's bound (averaged over the simulated vote vectors: for each, the best bound over the sets
-"the ``j`` most-voted good candidates"), recommends the ``k`` with the highest success (for the winner release,
-ties broken under twice the disagreement: :func:`_winner_tie_break`), and finds the smallest
-epsilon and the smallest number of clients that reach a target success (bisection with common random numbers).
+"the ``j`` most-voted good candidates"), recommends the ``k`` with the highest success (the winner release's
+ties: :func:`_winner_tie_break`), and finds the smallest epsilon and the smallest number of clients that reach
+a target success (bisection with common random numbers).
 The noise is the run's (Skellam or Gaussian shares, replayed by :func:`dphype.protocol.replay_releases`); with a
 dropout fraction ``xi`` the worst accepted case is simulated: only ``ceil((1 - xi) n)`` clients vote and their
 shares add up to std ``sigma``.
@@ -575,35 +575,43 @@ def plan(
     return Plan(**{**asdict(result), "warnings": warnings(result)})
 
 
-#: The winner release's ties are broken under this many times the stated scenario's disagreement.
+#: The winner release's remaining ties are broken under this many times the stated scenario's disagreement.
 TIE_BREAK_DISAGREEMENT = 2.0
 
 
 def tie_break_scenario(sc: Scenario) -> Scenario:
-    """The scenario that breaks the winner release's ties: ``sc`` with :data:`TIE_BREAK_DISAGREEMENT` times its
-    disagreement ``sigma_loss`` (moderate's 0.5 -> weak's 1.0)."""
+    """The scenario that breaks the winner release's remaining ties: ``sc`` with :data:`TIE_BREAK_DISAGREEMENT`
+    times its disagreement ``sigma_loss`` (moderate's 0.5 -> weak's 1.0)."""
     return Scenario(f"{sc.name}, tie-break", sc.num_good, TIE_BREAK_DISAGREEMENT * sc.sigma_loss)
 
 
 def _winner_tie_break(setting: _Setting, by_k: list[dict[str, Any]], epsilon: float, clients: int) -> dict[str, Any]:
-    """The row of the winner release's recommended ``k``: the highest ``success_winner``; when several ``k``
-    reach it (at saturation every ``k`` from some on simulates success 1.0), the one among them with the highest
-    success under :func:`tie_break_scenario`, simulated for the tied ``k`` exactly as :func:`plan` with that
-    scenario and ``ks`` = the tied ``k`` would; remaining ties: the smallest ``k``. Each tied row gets
-    ``success_winner_tie_break``.
+    """The row of the winner release's recommended ``k``: the highest ``success_winner``. When several ``k``
+    reach it (at a large epsilon every ``k`` from some on simulates success 1.0), the scenario cannot tell them
+    apart, and the tie goes to
 
-    Why (``dphype bench ksweep``, results/README.md): on real votes the smallest saturated ``k`` (1-3) lands
-    2-4 points from Opt under label skew, where ``k`` = 5-15 lands within 0.5; the stated scenario cannot tell
-    them apart, the one with clients that agree less can.
+    1. the scenario's number of good candidates ``|H_good|`` (a vote for exactly the good ones) if it is tied;
+    2. else the tied ``k`` with the highest success under :func:`tie_break_scenario` (clients that agree half
+       as well), simulated for the tied ``k`` exactly as :func:`plan` with that scenario and ``ks`` = the tied
+       ``k`` would (each tied row gets ``success_winner_tie_break``); then the smallest ``k``.
+
+    Why (``dphype bench ksweep`` on 9 Adult federations, results/README.md): the smallest saturated ``k``
+    (1-3) lands 2-4 points from Opt under label skew, where ``k`` = 5 lands within 0.4; ``k`` of 20 and more
+    lands 5-9 points from it at n = 250 (many candidates reach the ceiling of n votes and the lowest index wins
+    among them); ties below saturation (epsilon <= 0.25 at 10-20 clients) measure best at the larger ``k`` that
+    the weaker scenario prefers.
     """
     top = max(row["success_winner"] for row in by_k)
     tied = [row for row in by_k if row["success_winner"] == top]
     if len(tied) == 1:
         return tied[0]
+    good = next((row for row in tied if row["k"] == setting.scenario.num_good), None)
+    if good is not None:
+        return good
     weaker = replace(setting, scenario=tie_break_scenario(setting.scenario))
-    voters, counts, good = weaker.votes(clients, [row["k"] for row in tied])
+    voters, counts, is_good = weaker.votes(clients, [row["k"] for row in tied])
     for row in tied:
-        row["success_winner_tie_break"] = weaker.winner_success(counts[row["k"]], good, epsilon, clients, voters)
+        row["success_winner_tie_break"] = weaker.winner_success(counts[row["k"]], is_good, epsilon, clients, voters)
     return max(tied, key=lambda row: (row["success_winner_tie_break"], -row["k"]))
 
 
