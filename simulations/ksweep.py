@@ -152,25 +152,30 @@ def agreement(advice: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def plot(rows: Sequence[dict[str, Any]], advice: Sequence[dict[str, Any]], study: harness.StudyRun,
          filename: str) -> None:
-    """One panel per (federation, relation): gap to Opt against ``k`` (log axis), one line per epsilon; the
-    planner's ``k`` (first scenario) marked with a circle."""
+    """One row of panels per federation, one column per relation: gap to Opt against ``k`` (log axis), one line
+    per epsilon; the planner's ``k`` (first scenario) marked with a circle."""
     plt = harness.pyplot()
-    panels = list(dict.fromkeys((r["clients"], r["partition"], r["neighbouring"]) for r in rows))
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.0 * len(panels), 2.8), squeeze=False, sharey=True)
+    feds = list(dict.fromkeys((r["clients"], r["partition"]) for r in rows))
+    relations = list(dict.fromkeys(r["neighbouring"] for r in rows))
+    fig, axes = plt.subplots(len(feds), len(relations), figsize=(3.4 * len(relations), 2.6 * len(feds)),
+                             squeeze=False, sharey=True)
     first = advice[0]["consensus"]
-    for ax, (n, part, rel) in zip(axes[0], panels, strict=True):
-        mine = [r for r in rows if (r["clients"], r["partition"], r["neighbouring"]) == (n, part, rel)]
-        for eps in dict.fromkeys(r["epsilon"] for r in mine):
-            line = [r for r in mine if r["epsilon"] == eps]
-            (drawn,) = ax.plot([r["k"] for r in line], [r["gap_points"] for r in line], marker=".", label=f"ε={eps:g}")
-            chosen = next(a for a in advice if (a["clients"], a["partition"], a["neighbouring"], a["epsilon"],
-                                                a["consensus"]) == (n, part, rel, eps, first))
-            ax.plot([chosen["planner_k"]], [chosen["planner_gap_points"]], "o", mfc="none", ms=9,
-                    color=drawn.get_color())
-        ax.set_xscale("log")
-        ax.set_title(f"n={n} {part}\n{rel}", fontsize=8)
-        ax.set_xlabel("k")
-    axes[0][0].set_ylabel("gap to Opt (points)")
+    for i, (n, part) in enumerate(feds):
+        for j, rel in enumerate(relations):
+            ax = axes[i][j]
+            mine = [r for r in rows if (r["clients"], r["partition"], r["neighbouring"]) == (n, part, rel)]
+            for eps in dict.fromkeys(r["epsilon"] for r in mine):
+                line = [r for r in mine if r["epsilon"] == eps]
+                (drawn,) = ax.plot([r["k"] for r in line], [r["gap_points"] for r in line], marker=".",
+                                   label=f"ε={eps:g}")
+                chosen = next(a for a in advice if (a["clients"], a["partition"], a["neighbouring"], a["epsilon"],
+                                                    a["consensus"]) == (n, part, rel, eps, first))
+                ax.plot([chosen["planner_k"]], [chosen["planner_gap_points"]], "o", mfc="none", ms=9,
+                        color=drawn.get_color())
+            ax.set_xscale("log")
+            ax.set_title(f"n={n} {part}, {rel}", fontsize=8)
+            ax.set_xlabel("k")
+        axes[i][0].set_ylabel("gap to Opt (points)")
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
     study.save_figure(fig, filename)
