@@ -249,12 +249,14 @@ def test_winner_release_ties_go_to_the_number_of_good_candidates_when_it_is_tied
     (5 good candidates of 100): the tie goes to k = 5, a vote for exactly the good ones, not to the smallest k;
     with ``--good 8`` to k = 8."""
     space = table_iii_grid().feature_space()
-    result = plan(100, 1.0, 1e-5, space, 100, release="argmax", neighbouring="add-remove", search=False)
+    result = plan(100, 1.0, 1e-5, space, 100, release="argmax", neighbouring="add-remove", rule="argmax",
+                  search=False)
     tied = [r["k"] for r in result.by_k if r["success_winner"] == 1.0]
     assert len(tied) > 3 and min(tied) < 5 and 5 in tied
     assert result.recommended_k_winner == result.k == 5
     assert all("success_winner_tie_break" not in r for r in result.by_k)  # no weaker scenario was needed
-    eight = plan(100, 1.0, 1e-5, space, 100, release="argmax", neighbouring="add-remove", num_good=8, search=False)
+    eight = plan(100, 1.0, 1e-5, space, 100, release="argmax", neighbouring="add-remove", num_good=8,
+                 rule="argmax", search=False)
     assert 8 in [r["k"] for r in eight.by_k if r["success_winner"] == 1.0] and eight.recommended_k_winner == 8
 
 
@@ -264,12 +266,13 @@ def test_winner_release_other_ties_are_broken_under_twice_the_disagreement() -> 
     scenario over those k reports; not the smallest k."""
     space = table_iii_grid().feature_space()
     ks = [1, 2, 3, 8, 10, 15]
-    result = plan(100, 1.0, 1e-5, space, 100, release="argmax", neighbouring="add-remove", ks=ks, search=False)
+    result = plan(100, 1.0, 1e-5, space, 100, release="argmax", neighbouring="add-remove", ks=ks,
+                  rule="argmax", search=False)
     top = max(r["success_winner"] for r in result.by_k)
     tied = [r["k"] for r in result.by_k if r["success_winner"] == top]
     assert top == 1.0 and len(tied) > 1
     weak = plan(100, 1.0, 1e-5, space, 100, release="argmax", neighbouring="add-remove", consensus="weak", ks=tied,
-                search=False)
+                rule="argmax", search=False)
     weak_rows = {r["k"]: r["success_winner"] for r in weak.by_k}
     for row in result.by_k:
         if row["k"] in tied:
@@ -285,7 +288,7 @@ def test_winner_release_other_ties_are_broken_under_twice_the_disagreement() -> 
 def test_winner_release_without_ties_takes_the_highest_success() -> None:
     """n = 10, epsilon 1, replace-one: one k simulates the highest success; no tie-break is simulated."""
     space = table_iii_grid().feature_space()
-    result = plan(10, 1.0, 1e-5, space, 100, release="argmax", search=False)
+    result = plan(10, 1.0, 1e-5, space, 100, release="argmax", rule="argmax", search=False)
     best = max(result.by_k, key=lambda r: r["success_winner"])
     assert sum(r["success_winner"] == best["success_winner"] for r in result.by_k) == 1
     assert result.recommended_k_winner == best["k"]
