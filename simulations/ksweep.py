@@ -7,7 +7,7 @@ accuracy of every candidate), every epsilon and every neighbouring relation of `
   ``k`` of ``--ks`` (default the planner's list, :data:`dphype.selection.planner.KS`), with **common random
   numbers**: each ``k`` gets the same noise draws, so the difference between two ``k`` is the votes' alone
   and its paired confidence interval is tight. Per ``k``: the gap to Opt in accuracy points with its 95% CI;
-* the planner (:func:`dphype.selection.planner.plan`, as ``dphype plan --release argmax --neighbouring R``
+* the planner (:func:`simulations.tradeoff.winner_plan`, as ``dphype plan --release argmax --neighbouring R``
   gives it) is asked for its ``k`` under each scenario of ``--consensus``; its simulated success for every
   ``k`` goes beside the measured gap;
 * **agreement**: the planner's ``k`` agrees with the sweep when the gap at its ``k`` is at most
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from dphype.checks import NEIGHBOURING
-from dphype.selection.planner import KS, plan, read_consensus
+from dphype.selection.planner import KS, read_consensus
 from simulations import harness, tradeoff
 
 #: Accuracy points by which the planner's ``k`` may trail the sweep's best and still agree with it.
@@ -66,14 +66,15 @@ def settings(args: argparse.Namespace, num_candidates: int) -> dict[str, Any]:
 
 
 def paired_gap(accuracy: np.ndarray, picks: np.ndarray, best_picks: np.ndarray) -> tuple[float, float]:
-    """Mean and 95% CI half-width (points) of ``accuracy[best_picks] - accuracy[picks]`` over the same releases."""
+    """The regret of ``picks`` against ``best_picks`` over the same releases: mean and 95% CI half-width (points)
+    of ``accuracy[best_picks] - accuracy[picks]`` (the mean is the difference of the two gaps to Opt)."""
     return harness.mean_ci(100.0 * (accuracy[best_picks] - accuracy[picks]))
 
 
-def agrees(regret: float, paired_ci: tuple[float, float]) -> bool:
-    """Whether a ``k`` with this regret (points) and paired difference (mean, half-width) agrees with the best."""
-    mean, half = paired_ci
-    return regret <= TOLERANCE + 1e-9 or mean - half <= 0.0
+def agrees(regret: float, half_width: float) -> bool:
+    """Whether a ``k`` with this regret (points, :func:`paired_gap`) agrees with the best: within
+    :data:`TOLERANCE`, or not significantly worse."""
+    return regret <= TOLERANCE + 1e-9 or regret - half_width <= 0.0
 
 
 def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
@@ -91,9 +92,9 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
 
     def planner(clients: int, eps: float, relation: str, consensus: Any) -> Any:
         key = (clients, eps, relation, consensus)
-        if key not in advice_cache:  # rule="argmax": the sum release's rule does not enter the winner's k
-            advice_cache[key] = plan(clients, eps, opts["delta"], space, p, neighbouring=relation, release="argmax",
-                                     consensus=consensus, ks=opts["ks"], rule="argmax", search=False)
+        if key not in advice_cache:
+            advice_cache[key] = tradeoff.winner_plan(clients, eps, relation, delta=opts["delta"], space=space,
+                                                     num_candidates=p, consensus=consensus, ks=opts["ks"])
         return advice_cache[key]
 
     rows: list[dict[str, Any]] = []
@@ -125,12 +126,11 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                         rows.append(row)
                     for c, pl in plans.items():
                         k = int(pl.recommended_k_winner)
-                        paired = paired_gap(accuracy, picks[k], picks[best_k])
-                        regret = gaps[k][0] - gaps[best_k][0]
+                        regret, half = paired_gap(accuracy, picks[k], picks[best_k])
                         advice.append({**common, "consensus": c, "planner_k": k,
                                        "planner_gap_points": round(gaps[k][0], 3), "best_k": best_k,
                                        "best_gap_points": round(gaps[best_k][0], 3), "regret_points": round(regret, 3),
-                                       "paired_ci95": round(paired[1], 3), "agrees": agrees(regret, paired)})
+                                       "paired_ci95": round(half, 3), "agrees": agrees(regret, half)})
     study.write_csv("ksweep.csv", rows)
     study.write_csv("ksweep_advice.csv", advice)
     plot(rows, advice, study, f"ksweep_{args.dataset}.png")

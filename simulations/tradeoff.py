@@ -103,16 +103,24 @@ def release_settings(args: argparse.Namespace, num_candidates: int) -> dict[str,
     }
 
 
+def winner_plan(clients: int, epsilon: float, relation: str, *, delta: float, space: Any, num_candidates: int,
+                consensus: Any = "moderate", ks: Sequence[int] | None = None) -> Any:
+    """The planner's prediction for the winner release at one point, as ``dphype plan --release argmax
+    --neighbouring R`` gives it (``recommended_k_winner``, ``by_k``'s ``success_winner``), without the searches.
+    The sum release's success is asked for the plain argmax rule: the winner's ``k`` does not depend on it, and
+    the GP rule's simulation would cost most of the call."""
+    return plan(clients, epsilon, delta, space, num_candidates, neighbouring=relation, release="argmax",
+                consensus=consensus, ks=ks, rule="argmax", search=False)
+
+
 def winner_k(release: dict[str, Any], *, clients: int, epsilon: float, relation: str, space: Any,
              num_candidates: int) -> int:
-    """The k of the argmax release at one point: ``--k`` when given, else the planner's recommendation for the
-    winner release (:func:`dphype.selection.planner.plan`, ``recommended_k_winner``; epsilon = inf: ``--k``'s
-    default), as ``dphype plan --release argmax`` gives it."""
+    """The k of the argmax release at one point: ``--k`` when given, else the planner's recommendation
+    (:func:`winner_plan`; epsilon = inf: ``--k``'s default)."""
     if not release["planner_k"] or np.isinf(epsilon):
         return int(release["k"])
-    return plan(clients, epsilon, release["delta"], space, num_candidates, neighbouring=relation, release="argmax",
-                noise=release["noise"], consensus=release["consensus"],
-                search=False).recommended_k_winner
+    return int(winner_plan(clients, epsilon, relation, delta=release["delta"], space=space,
+                           num_candidates=num_candidates, consensus=release["consensus"]).recommended_k_winner)
 
 
 def winner_picks(vote_sum: np.ndarray, *, epsilon: float, relation: str, clients: int, repetitions: int,
