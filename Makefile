@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 FMNIST := /usr/share/datasets/fashion-mnist
 
-.PHONY: install demo test test-fast lint fmnist
+.PHONY: install demo test test-fast lint docs fmnist
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -23,10 +23,22 @@ fmnist:
 demo: install
 	$(VENV)/bin/dphype demo
 
-# Style and types of the library (ruff: pyflakes, pycodestyle, isort, pyupgrade, bugbear; mypy on dphype/).
+# The modules whose docstrings are checked (pyproject.toml: [tool.dphype.docstrings] checked).
+DOCSTRING_MODULES = $(shell $(PY) -c 'import sys; toml = __import__("tomllib" if sys.version_info >= (3, 11) \
+	else "tomli"); print(*toml.load(open("pyproject.toml", "rb"))["tool"]["dphype"]["docstrings"]["checked"])')
+
+# Style and types of the library (ruff: pyflakes, pycodestyle, isort, pyupgrade, bugbear; mypy on dphype/), and
+# the Google-style docstrings of the listed modules (ruff's pydocstyle rules; pydoclint: every public function's
+# arguments, return value and raised exceptions are documented).
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff check --extend-select D $(DOCSTRING_MODULES)
+	$(VENV)/bin/pydoclint $(DOCSTRING_MODULES)
 	$(VENV)/bin/mypy
+
+# The HTML API reference of the installed library (pdoc, offline) in build/docs/ (open build/docs/index.html).
+docs: install
+	$(PY) docs/build.py build/docs
 
 test: install fmnist lint
 	$(PY) -m pytest -q -m "slow or not slow"

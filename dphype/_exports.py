@@ -1,6 +1,8 @@
-"""Lazy re-exports (PEP 562) for :mod:`dphype` and :mod:`dphype.flower`: a public name is imported from its home
-module on first use, so a process that needs one part (a ClientApp serving a protocol stage) does not import the
-rest (torch, scipy's solvers, Flower's server side)."""
+"""Lazy re-exports (PEP 562) for `dphype` and `dphype.flower`.
+
+A public name is imported from its home module on first use, so a process that needs one part (a ClientApp serving
+a protocol stage) does not import the rest (torch, scipy's solvers, Flower's server side).
+"""
 
 from __future__ import annotations
 
@@ -10,8 +12,18 @@ from typing import Any
 
 
 def lazy_getattr(package: str, exports: Mapping[str, str], namespace: dict[str, Any]) -> Callable[[str], object]:
-    """The module-level ``__getattr__`` of ``package``: ``exports`` maps each public name to its home module; a
-    name is imported once and then cached in ``namespace`` (the package's ``globals()``)."""
+    """The module-level ``__getattr__`` of ``package``.
+
+    A name is imported once and then cached in ``namespace``.
+
+    Args:
+        package: The package's dotted name (for the error message).
+        exports: Each public name -> the dotted name of its home module.
+        namespace: The package's ``globals()``, where an imported name is cached.
+
+    Returns:
+        The package's ``__getattr__(name)``; it raises ``AttributeError`` for a name not in ``exports``.
+    """
 
     def __getattr__(name: str) -> object:
         if name in exports:
