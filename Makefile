@@ -29,10 +29,11 @@ DOCSTRING_MODULES = $(shell $(PY) -c 'import sys; toml = __import__("tomllib" if
 
 # Style and types of the library (ruff: pyflakes, pycodestyle, isort, pyupgrade, bugbear; mypy on dphype/), and
 # the Google-style docstrings of the listed modules (ruff's pydocstyle rules; pydoclint: every public function's
-# arguments, return value and raised exceptions are documented).
+# arguments, return value and raised exceptions are documented). Not D105 or D107: a magic method follows its
+# protocol, and a class docstring documents its constructor.
 lint: install
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff check --extend-select D $(DOCSTRING_MODULES)
+	$(VENV)/bin/ruff check --extend-select D --ignore D105,D107 $(DOCSTRING_MODULES)
 	$(VENV)/bin/pydoclint $(DOCSTRING_MODULES)
 	$(VENV)/bin/mypy
 
