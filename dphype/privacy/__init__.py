@@ -1,9 +1,9 @@
 """Privacy: what a release is and what it costs.
 
-* :mod:`dphype.privacy.accounting` -- the release description (:class:`VoteRelease`), exact calibration,
+* `dphype.privacy.accounting` -- the release description (`VoteRelease`), exact calibration,
   epsilon/delta for Gaussian and Skellam noise (RDP and analytic), the run accountant's RDP curves.
-* :mod:`dphype.privacy.noise` -- each client's integer or Gaussian noise share, from a CSPRNG.
-* :mod:`dphype.privacy.audit` -- an empirical lower bound on epsilon for the noise path.
-* :mod:`dphype.privacy.winner` -- the winner-only release (``release="argmax"``): report-noisy-max with
+* `dphype.privacy.noise` -- each client's integer or Gaussian noise share, from a CSPRNG.
+* `dphype.privacy.audit` -- an empirical lower bound on epsilon for the noise path.
+* `dphype.privacy.winner` -- the winner-only release (``release="argmax"``): report-noisy-max with
   client-made discrete Laplace noise, its proof sketch, pure-DP report and Renyi curve.
 """
