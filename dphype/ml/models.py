@@ -33,13 +33,13 @@ def _outputs(num_classes: int) -> int:
 class AdultMLP(nn.Module):
     """Appendix B, Adult: two hidden layers of 64 ReLU units, dropout 0.2 after the second, raw logits.
 
+    A ``num_classes`` below 2 raises ``ValueError``.
+
     Args:
         in_features: The number of input features ``D``.
         num_classes: The number of classes ``K >= 2`` (one logit for two).
         hidden: Units per hidden layer.
         dropout: Use dropout (``False``: rate 0).
-
-    A ``num_classes`` below 2 raises ``ValueError``.
     """
 
     def __init__(self, in_features: int, num_classes: int = 2, *, hidden: int = 64, dropout: bool = True) -> None:
@@ -94,13 +94,13 @@ class MnistCNN(nn.Module):
     The appendix does not name the convolutions' activation; ReLU is assumed (unpadded convolutions,
     so 28x28 inputs give 64 x 12 x 12 features before the dense layers).
 
+    A ``num_classes`` below 2 raises ``ValueError``.
+
     Args:
         in_channels: Image channels ``C``.
         image_size: Image height and width ``S`` (square images).
         num_classes: The number of classes ``K >= 2``.
         dropout: Use dropout (``False``: rate 0).
-
-    A ``num_classes`` below 2 raises ``ValueError``.
     """
 
     def __init__(
@@ -139,12 +139,12 @@ class CifarCNN(nn.Module):
     Filters 32, 32 then 64, 128; then global average pooling and one dense output layer.
     Convolutions are padded ("same"), so any image size of at least 4x4 works.
 
+    A ``num_classes`` below 2 raises ``ValueError``.
+
     Args:
         in_channels: Image channels ``C``.
         num_classes: The number of classes ``K >= 2``.
         dropout: Use dropout (``False``: rate 0).
-
-    A ``num_classes`` below 2 raises ``ValueError``.
     """
 
     def __init__(self, in_channels: int = 3, num_classes: int = 10, *, dropout: bool = True) -> None:
