@@ -77,7 +77,7 @@ class TorchTask:
         device: The torch device; ``None`` uses CUDA when available.
         chunk_size: Caps the candidates trained at once (memory); ``None``: all.
         num_threads: The torch threads (set it when several clients share one machine); ``None``: unchanged.
-        maximize: Always ``True`` (accuracies).
+        maximize: Higher scores are better (the default ``True``: accuracies).
     """
 
     data: Dataset

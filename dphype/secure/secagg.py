@@ -590,7 +590,9 @@ def node_step(state: NodeRound | None, msg: Mapping[str, Any], *, node: int, app
         msg: The stage's message.
         node: This node's id.
         approval: What the node approved in its pre-flight.
-        vote: Computes this node's encoded noisy vote vector of the given length (called in ``masked_input``).
+        vote: ``vote(C)`` returns this node's ``(p,)`` encoded noisy vote vector within the round's range ``C``
+            (`dphype.secure.secure_sum.encode`); called in ``masked_input`` once its checks pass (it charges the
+            ledger).
 
     Returns:
         The new state and the reply.
