@@ -14,7 +14,7 @@ from dphype.node import ledger as ledger_module
 from dphype.node.ledger import FORMAT, VERSION, Ledger, LedgerError
 from dphype.node.policy import NodePolicy, check_vote_request
 from dphype.privacy.accounting import rdp_epsilon, vote_rdp
-from dphype.protocol import Refusal
+from dphype.refusal import Refusal
 
 
 @pytest.fixture

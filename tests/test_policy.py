@@ -23,7 +23,7 @@ from dphype.privacy.accounting import (
     vote_sensitivity,
 )
 from dphype.privacy.noise import client_noise_std
-from dphype.protocol import Refusal
+from dphype.refusal import Refusal
 from dphype.selection.candidates import grid, table_iii_grid
 
 

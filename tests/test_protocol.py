@@ -9,8 +9,6 @@ from dphype.checks import MAX_CLIENTS
 from dphype.config import DPHypeConfig
 from dphype.privacy.accounting import calibrate
 from dphype.protocol import (
-    REFUSAL_CODES,
-    Refusal,
     VoteRequest,
     check_request,
     make_vote_request,
@@ -19,6 +17,7 @@ from dphype.protocol import (
     replay_releases,
     score_candidates,
 )
+from dphype.refusal import REFUSAL_CODES, Refusal
 from dphype.secure import secure_sum as ss
 from dphype.selection.candidates import grid as candidate_grid
 

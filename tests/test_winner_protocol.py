@@ -13,13 +13,13 @@ from dphype.node.policy import NodePolicy, check_vote_request
 from dphype.privacy.accounting import RDP_ORDERS, rdp_epsilon
 from dphype.privacy.winner import WINNER_NOISE, discrete_laplace_pmf, noise_parameter, winner_probabilities, winner_rdp
 from dphype.protocol import (
-    Refusal,
     VoteRequest,
     make_vote_request,
     release_winner,
     replay_winners,
     winner_vote,
 )
+from dphype.refusal import Refusal
 from dphype.secure.relay import open_sealed
 from dphype.secure.tally import Tally, field_modulus, open_shares, share_context
 from dphype.selection.candidates import grid

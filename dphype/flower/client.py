@@ -62,7 +62,8 @@ from dphype.flower.tally import register_tally, register_winner_vote
 from dphype.ml.task import Task
 from dphype.node.ledger import Ledger
 from dphype.node.policy import POLICY_ENV, REMEDIES, NodePolicy, PolicyError, VoteGuarantee, check_vote_request
-from dphype.protocol import Refusal, VoteRequest, as_refusal, noisy_vote, score_candidates
+from dphype.protocol import VoteRequest, noisy_vote, score_candidates
+from dphype.refusal import Refusal, as_refusal
 from dphype.secure.secagg import Approval
 
 #: Action name of DP-Hype's messages: ``query.dphype`` (pre-flight) and ``train.dphype`` (vote).
@@ -175,7 +176,7 @@ def _refused(msg: Message, refusal: Refusal) -> Message:
 
 
 def _sanitized(what: str, err: BaseException) -> Refusal:
-    """``err`` as the refusal the server may see: sanitized (:func:`dphype.protocol.as_refusal`), and a
+    """``err`` as the refusal the server may see: sanitized (:func:`dphype.refusal.as_refusal`), and a
     refusal by the node's own limits or budget as the coarse ``policy`` (the server learns neither the limit
     nor the budget left). This node's log gets everything: the refusal, the node-only detail (the limit that
     refused, the budget left), the remedy naming the key to change and, for an error of the task or the

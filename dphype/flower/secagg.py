@@ -38,7 +38,7 @@ from flwr.serverapp.grid import Grid
 
 from dphype.checks import check_positive
 from dphype.flower.grid import send_and_receive
-from dphype.protocol import Refusal
+from dphype.refusal import Refusal
 from dphype.secure import secagg as protocol
 from dphype.secure.secagg_params import CORRUPT_FRACTION, SecAggParameters, check_parameters, secure_parameters
 from dphype.secure.secure_sum import SecureSumError, TooFewSurvivorsError, clipping_range_for, decode

@@ -47,7 +47,8 @@ from dphype.flower.secagg import advertise_record, check_timeout, run_secure_sum
 from dphype.flower.tally import run_winner_selection
 from dphype.node.policy import REMEDIES
 from dphype.privacy.noise import client_noise_std
-from dphype.protocol import REFUSAL_CODES, DPHypeResult, make_vote_request, release
+from dphype.protocol import DPHypeResult, make_vote_request, release
+from dphype.refusal import REFUSAL_CODES
 from dphype.secure.secagg import Advertised
 from dphype.secure.secagg_params import CORRUPT_FRACTION, check_corrupt_fraction
 from dphype.secure.secure_sum import clip_probability

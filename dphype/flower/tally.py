@@ -48,7 +48,8 @@ from flwr.supercore.run import Run
 
 from dphype.flower.grid import send_and_receive
 from dphype.node.ledger import Ledger
-from dphype.protocol import DPHypeResult, Refusal, VoteRequest, release_winner, winner_vote
+from dphype.protocol import DPHypeResult, VoteRequest, release_winner, winner_vote
+from dphype.refusal import Refusal
 from dphype.secure.relay import KeyPair
 from dphype.secure.tally import Tally, TallyError, agreed_index, party_answer, party_command, send_job
 

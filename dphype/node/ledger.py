@@ -50,7 +50,8 @@ from dphype.checks import NEIGHBOURING, NOISE_KINDS, check_delta, check_int
 from dphype.node.policy import POLICY_KEYS, NodePolicy, VoteGuarantee, check_vote_request, default_ledger_path
 from dphype.privacy.accounting import RDP_ORDERS, rdp_epsilon, vote_rdp
 from dphype.privacy.winner import THRESHOLD_SHIFT, WINNER_NOISE, winner_rdp
-from dphype.protocol import EPSILON_RTOL, REFUSAL_CODES, Refusal, VoteRequest
+from dphype.protocol import EPSILON_RTOL, VoteRequest
+from dphype.refusal import REFUSAL_CODES, Refusal
 
 FORMAT = "dphype-ledger"
 VERSION = 1
@@ -61,7 +62,7 @@ LOCK_TIMEOUT = 30.0
 class LedgerError(RuntimeError):
     """The ledger cannot be read, verified or written; every vote is refused until it is repaired."""
 
-    refusal_code = "ledger_error"  # what a client tells the server (dphype.protocol.as_refusal)
+    refusal_code = "ledger_error"  # what a client tells the server (dphype.refusal.as_refusal)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ TABLE_III_MOMENTUM: tuple[float, ...] = (0.0, 0.9)
 class CandidateMismatchError(ValueError):
     """A client's candidate list differs from the one the server announced."""
 
-    refusal_code = "candidate_mismatch"  # what a client tells the server (dphype.protocol.as_refusal)
+    refusal_code = "candidate_mismatch"  # what a client tells the server (dphype.refusal.as_refusal)
 
 
 def _normalize_value(key: str, value: Any) -> float | int | str | bool:
