@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from dphype import cli
+from dphype.strict_json import jsonable
 
 
 def test_jsonable_gives_strict_json_for_numpy_and_non_finite_values():
     data = {"eps": [0.5, math.inf, -math.inf], "nan": float("nan"), "arr": np.array([1, 2]), "x": np.float32(1.5)}
-    out = cli.jsonable(data)
+    out = jsonable(data)
     assert out == {"eps": [0.5, "inf", "-inf"], "nan": None, "arr": [1, 2], "x": 1.5}
     json.dumps(out, allow_nan=False)  # raises on NaN/Infinity
 
@@ -69,3 +72,20 @@ def test_demo_summary_renders_the_result_and_the_training():
     assert text.startswith("DP-Hype selected candidate ") and "rank  index" in text
     assert "training: private=False, released=plaintext" in text and "accuracy: 0.8512" in text
     assert text.endswith("warning: low")
+
+
+def test_bench_runs_the_checkouts_program_in_a_child_process(monkeypatch, capfd):
+    """``dphype bench`` is ``python -m simulations`` from the repository root: its exit status and output are the
+    program's, and the library imports no benchmark driver."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    before = set(sys.modules)
+    assert cli.main(["bench", "nonsense"]) == 2
+    err = capfd.readouterr().err
+    assert "usage: dphype bench" in err and "invalid choice: 'nonsense'" in err
+    assert not {name for name in set(sys.modules) - before if name.split(".")[0] == "simulations"}
+
+
+def test_bench_outside_a_checkout_is_a_usage_error(monkeypatch, tmp_path, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["bench", "synthetic"]) == 2
+    assert "run it from the repository root" in capsys.readouterr().err

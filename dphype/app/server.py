@@ -30,11 +30,11 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 from dphype.app.config import AppConfig
-from dphype.cli import jsonable
 from dphype.flower import DPHype, check_private_training, private_training, train_config
 from dphype.flower.tally import ClientGrid, discover_committee
 from dphype.ml.models import MODEL_FOR_DATASET
 from dphype.ml.task import TorchTask, load_cached
+from dphype.strict_json import jsonable
 
 #: Prefix of the log line that carries the run summary as JSON.
 RESULT_PREFIX = "DPHYPE_RESULT "
