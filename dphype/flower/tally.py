@@ -64,6 +64,11 @@ TALLY_ACTION = "dphype_tally"
 TALLY_KEY = "dphype-tally"
 #: Node-config keys of a tally node.
 TALLY_ID, TALLY_PARTIES, TALLY_KEY_FILE = "dphype-tally-id", "dphype-tally-parties", "dphype-tally-key"
+#: Environment variable naming the folder of a simulated committee's keys (``tally-<j>.key``), set by the
+#: operator of the simulation (``dphype demo`` makes the keys first, to check the committee before Flower starts);
+#: unset, the bundled app (:mod:`dphype.app.client`) makes each run's keys in the run's folder beside the simulated
+#: ledgers.
+TALLY_KEYS_ENV = "DPHYPE_TALLY_KEYS"
 
 #: Context-state record of a tally node (:class:`_TallyNode`).
 STATE_KEY = "dphype-tally-state"
