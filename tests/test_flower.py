@@ -18,7 +18,7 @@ from dphype.flower.secagg import VOTE_MESSAGE_TYPE
 from dphype.flower.server import PREFLIGHT_MESSAGE_TYPE
 from dphype.node.policy import NodePolicy
 from dphype.secure import secure_sum as ss
-from dphype.selection.candidates import grid as candidate_grid
+from dphype.selection.candidates import candidate_grid
 
 CANDS = candidate_grid(lr=[0.001, 0.01, 0.1, 0.5], momentum=[0.0, 0.9])  # 8 candidates
 

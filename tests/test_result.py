@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from dphype import DPHypeConfig, DPHypeResult, grid
+from dphype import DPHypeConfig, DPHypeResult, candidate_grid
 from dphype.protocol import make_vote_request, release
 
-CANDIDATES = grid(lr=[0.001, 0.01, 0.1, 1.0], steps=[5, 50])
+CANDIDATES = candidate_grid(lr=[0.001, 0.01, 0.1, 1.0], steps=[5, 50])
 
 
 def a_release(rule: str = "gp") -> DPHypeResult:
