@@ -234,7 +234,7 @@ def test_deployment_in_argmax_mode_with_three_tally_supernodes(federation, monke
         )
     finally:
         fed.stop_supernodes(tallies)
-    assert 0 <= result["selected_index"] < 10 and result["selected"] == load_candidates(
+    assert 0 <= result["selected_index"] < 10 and result["best_params"] == load_candidates(
         "table3:random:10:0")[result["selected_index"]]
     assert result["noisy_sum"] is None and result["confidence"] is None  # only the index was released
     privacy = result["privacy"]
