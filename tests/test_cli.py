@@ -89,3 +89,14 @@ def test_bench_outside_a_checkout_is_a_usage_error(monkeypatch, tmp_path, capsys
     monkeypatch.chdir(tmp_path)
     assert cli.main(["bench", "synthetic"]) == 2
     assert "run it from the repository root" in capsys.readouterr().err
+
+
+def test_the_demo_names_the_bundled_apps_components_as_the_repository_does():
+    """``dphype demo`` writes the bundled app's components by name (the command line never imports the app): the
+    names of the repository's own ``flwr run .`` app."""
+    import tomllib
+
+    from dphype.cli.demo import COMPONENTS
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert COMPONENTS == pyproject["tool"]["flwr"]["app"]["components"]
