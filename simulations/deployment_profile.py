@@ -6,9 +6,9 @@ Starts ``flower-superlink`` and ``--nodes`` ``flower-supernode`` processes (loop
 it arrived. ``--release sum`` (default): the pre-flight and our SecAgg+ round. ``--release argmax`` (the app's
 default): 3 more SuperNodes are the tallies (the README's node config: ``dphype-tally-id``,
 ``dphype-tally-parties``, ``dphype-tally-key``), and only the winner's index is released. The stages come from
-the ServerApp's own log lines (:mod:`dphype.flower.server`, :mod:`dphype.flower.secagg`,
-:mod:`dphype.flower.tally`). ``--executor forkserver`` (default): every SuperNode runs with ``--isolation process``
-beside a ``dphype superexec`` that forks its ClientApp tasks from a warm process (:mod:`dphype.flower.superexec`;
+the ServerApp's own log lines (:mod:`dphype.flower.server` and its modules). ``--executor forkserver``
+(default): every SuperNode runs with ``--isolation process`` beside a ``dphype superexec`` that forks its
+ClientApp tasks from a warm process (:mod:`dphype.flower.superexec`;
 the federation counts as started once every fork server has imported); ``--executor subprocess``: Flower's own
 SuperExec, a fresh ``flwr-clientapp`` interpreter per message. The stages:
 
@@ -17,7 +17,7 @@ SuperExec, a fresh ``flwr-clientapp`` interpreter per message. The stages:
   answers ``hello``; the planner's simulation runs here too);
 * ``wait for nodes``: to the pre-flight being sent (all ``clients`` nodes connected);
 * ``pre-flight``: every node checks the request and scores every candidate (ClientApp processes start here);
-* sum mode: ``secure vote``, our SecAgg+ round (:func:`dphype.flower.secagg.run_secure_sum`), split into its
+* sum mode: ``secure vote``, our SecAgg+ round (:func:`dphype.flower.server.secagg.run_secure_sum`), split into its
   stages (``secagg: share_keys``, ``secagg: masked_input``, ``secagg: consistency``, ``secagg: unmask``, as
   the server logs them) and ``release`` (decoding, the selection rule, the report); argmax mode: ``winner``,
   the sealed shares and the tallies' ``collect``, ``compute`` and ``result`` stages;

@@ -36,8 +36,8 @@ from flwr.clientapp.mod import fixedclipping_mod
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 
-from dphype.flower import register_dphype, selected_candidate
-from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, TALLY_KEYS_ENV, TALLY_PARTIES
+from dphype.flower import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES, register_dphype, selected_candidate
+from dphype.flower.tally import TALLY_KEYS_ENV
 from dphype.node.policy import run_ledger_path
 from dphype.secure.tally import COMMITTEE_SIZE
 

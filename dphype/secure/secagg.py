@@ -1,6 +1,6 @@
 """DP-Hype's own SecAgg+ (Bell et al., CCS 2020) with the consistency round of Bonawitz et al. (CCS 2017),
 framework-free: message contents are plain dicts of ints, bytes and lists, the node keeps its round in a
-:class:`NodeRound` it can store as such a dict, and the Flower adapter (:mod:`dphype.flower.secagg`) only
+:class:`NodeRound` it can store as such a dict, and the Flower adapter (:mod:`dphype.flower.server.secagg`) only
 carries them. Primitives come from :mod:`dphype.secure.relay` (X25519, HKDF-SHA256, ChaCha20-Poly1305,
 Ed25519, the ChaCha20 mask generator), secret sharing from :mod:`dphype.secure.shamir`, the graph's degree
 and threshold from :mod:`dphype.secure.secagg_params`, the encoding from :mod:`dphype.secure.secure_sum`.
