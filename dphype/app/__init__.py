@@ -7,8 +7,9 @@ FedAvg (or DP-FedAvg) trains with them -- the worked example of the Message API 
 * :mod:`dphype.app.config` -- its run config, validated before any client works.
 
 It ships inside the package, so ``dphype demo`` runs it from an installed wheel: a Flower app's
-``pyproject.toml`` names these components (:data:`COMPONENTS`; the repository's own pyproject does), and every
-SuperNode runs them from its installed ``dphype``. The apps sit above the library: nothing else in
+``pyproject.toml`` names these components (:data:`COMPONENTS`; the repository's own pyproject names
+``server/server_app.py`` and ``clients/client_app.py``, which re-export them), and every SuperNode runs them from
+its installed ``dphype``. The apps sit above the library: nothing else in
 :mod:`dphype` imports them.
 """
 
