@@ -89,7 +89,8 @@ start_supernode() {  # start_supernode ROLE ARGS...: parse, check, start, superv
         case $1 in
             --superlink) superlink=$2 ;;
             --port) port=$2 ;;
-            --root-certificates) tls+=(--root-certificates "$2") ;;
+            --root-certificates) [[ -f $2 ]] || die "$role" "--root-certificates: no file '$2'"
+                tls+=(--root-certificates "$2") ;;
             --node-config) file=$2 ;;
             --executor) executor=$2 ;;
             --poll-interval) poll=(--poll-interval "$2") ;;
