@@ -93,10 +93,18 @@ def test_bench_outside_a_checkout_is_a_usage_error(monkeypatch, tmp_path, capsys
 
 def test_the_demo_names_the_bundled_apps_components_as_the_repository_does():
     """``dphype demo`` writes the bundled app's components by name (the command line never imports the app): the
-    names of the repository's own ``flwr run .`` app."""
+    objects the repository's own ``flwr run .`` components (``server/``, ``clients/``) re-export."""
+    import importlib
     import tomllib
 
     from dphype.cli.demo import COMPONENTS
 
+    def load(ref: str) -> object:
+        module, attr = ref.split(":")
+        return getattr(importlib.import_module(module), attr)
+
     pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
-    assert COMPONENTS == pyproject["tool"]["flwr"]["app"]["components"]
+    repository = pyproject["tool"]["flwr"]["app"]["components"]
+    assert set(COMPONENTS) == set(repository) == {"serverapp", "clientapp"}
+    for role, ref in COMPONENTS.items():
+        assert load(ref) is load(repository[role])

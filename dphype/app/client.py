@@ -17,7 +17,8 @@ the node config is not the operator's to set (simulation); unset keys keep the s
 Tally nodes (``release = "argmax"``, :mod:`dphype.flower.tally`) run this same app. In a deployment each is a
 SuperNode whose operator names its role in the node config (string values quoted, as Flower's parser wants
 them): ``flower-supernode --node-config "dphype-tally-id=0
-dphype-tally-parties='host0:port0,host1:port1,host2:port2' dphype-tally-key='~/.flwr/tally.key'"``.
+dphype-tally-parties='host0:port0,host1:port1,host2:port2' dphype-tally-key='~/.flwr/dphype/tally-0.key'"``
+(one key file per tally, so that tallies sharing a host keep apart).
 In simulation, where the node config holds only ``partition-id`` and ``num-partitions``, :func:`simulated_roles`
 gives the roles (:func:`simulated_role`): partitions ``0 .. clients-1`` vote, partitions
 ``clients .. clients+tallies-1`` are tallies ``0 .. tallies-1``

@@ -40,7 +40,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -238,7 +238,7 @@ class Ledger:
             if not self.path.exists():
                 raise LedgerError(f"ledger {self.path} does not exist; nothing to archive")
             self._read()  # a corrupt ledger is archived too, but only after it was read (the error names it)
-            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
             target = self.path.with_name(f"{self.path.stem}.archived-{stamp}{self.path.suffix}")
             os.replace(self.path, target)
             return target
@@ -257,7 +257,7 @@ def ledger_files(root: Path | None = None) -> list[Path]:
 
 
 def _entry(guarantee: VoteGuarantee, request: str) -> LedgerEntry:
-    return LedgerEntry(**asdict(guarantee), time=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    return LedgerEntry(**asdict(guarantee), time=datetime.now(UTC).isoformat(timespec="seconds"),
                        request=request)
 
 
