@@ -13,16 +13,16 @@ from dphype.node.policy import NodePolicy, check_vote_request
 from dphype.privacy.accounting import RDP_ORDERS, rdp_epsilon
 from dphype.privacy.winner import WINNER_NOISE, discrete_laplace_pmf, noise_parameter, winner_probabilities, winner_rdp
 from dphype.protocol import (
-    Refusal,
     VoteRequest,
     make_vote_request,
     release_winner,
     replay_winners,
     winner_vote,
 )
+from dphype.refusal import Refusal
 from dphype.secure.relay import open_sealed
 from dphype.secure.tally import Tally, field_modulus, open_shares, share_context
-from dphype.selection.candidates import grid
+from dphype.selection.candidates import candidate_grid
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,8 @@ def tallies():
 
 def argmax_request(tallies, *, p=10, **changes):
     cfg = DPHypeConfig(**{"epsilon": 1.0, "delta": 1e-5, "k": 2, "clients": 10, "release": "argmax", **changes})
-    return make_vote_request(cfg, grid(lr=[10.0**-i for i in range(p)]), tallies=tuple(t.public for t in tallies))
+    return make_vote_request(cfg, candidate_grid(lr=[10.0**-i for i in range(p)]),
+                             tallies=tuple(t.public for t in tallies))
 
 
 def test_release_mode_is_validated_and_read_from_the_run_config():

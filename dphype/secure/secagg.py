@@ -1,7 +1,7 @@
 """DP-Hype's own SecAgg+ (Bell et al., CCS 2020) with the consistency round of Bonawitz et al. (CCS 2017).
 
 Framework-free: message contents are plain dicts of ints, bytes and lists, the node keeps its round in a
-`NodeRound` it can store as such a dict, and the Flower adapter (`dphype.flower.secagg`) only
+`NodeRound` it can store as such a dict, and the Flower adapter (`dphype.flower.server.secagg`) only
 carries them. Primitives come from `dphype.secure.relay` (X25519, HKDF-SHA256, ChaCha20-Poly1305,
 Ed25519, the ChaCha20 mask generator), secret sharing from `dphype.secure.shamir`, the graph's degree
 and threshold from `dphype.secure.secagg_params`, the encoding from `dphype.secure.secure_sum`.
@@ -60,7 +60,7 @@ The server reconstructs ``b_v`` (``v`` in ``U3``) and ``s_w`` (``w`` in ``U1`` b
 survivor) from ``t`` shares each, removes the self-masks and the masks towards dropped nodes, and decodes
 ``sum - |U3| C`` (`ServerRound`). Any stage that arrives out of order, twice, for another request
 or malformed aborts the node's round (the adapter discards `NodeRound`) with a
-`dphype.protocol.Refusal`; nothing of a stage is computed or sent before its checks pass.
+`dphype.refusal.Refusal`; nothing of a stage is computed or sent before its checks pass.
 
 What the server can unmask: the noise-share bound
 =================================================
@@ -106,7 +106,7 @@ from typing import Any
 import numpy as np
 
 from dphype.checks import MAX_CLIENTS
-from dphype.protocol import Refusal
+from dphype.refusal import Refusal
 from dphype.secure import relay
 from dphype.secure.secagg_params import check_share_threshold
 from dphype.secure.secure_sum import (
@@ -532,7 +532,7 @@ class NodeRound:
             The state.
 
         Raises:
-            dphype.protocol.Refusal: ``secagg_round``: the record is unreadable.
+            dphype.refusal.Refusal: ``secagg_round``: the record is unreadable.
         """  # noqa: DOC503
         values: dict[str, Any] = {k: (list(v) if isinstance(v, list) else v) for k, v in record.items()}
         try:
@@ -558,7 +558,7 @@ class NodeRound:
             The neighbours' keys.
 
         Raises:
-            dphype.protocol.Refusal: ``secagg_round``: the blob does not split into the neighbours' keys.
+            dphype.refusal.Refusal: ``secagg_round``: the blob does not split into the neighbours' keys.
         """  # noqa: DOC502
         return _split_keys(blob, self.peers)
 
@@ -569,7 +569,7 @@ class NodeRound:
             The signing keys.
 
         Raises:
-            dphype.protocol.Refusal: ``secagg_round``: ``g_keys`` does not split into the nodes' keys.
+            dphype.refusal.Refusal: ``secagg_round``: ``g_keys`` does not split into the nodes' keys.
         """  # noqa: DOC502
         return _split_keys(self.g_keys, self.nodes)
 
@@ -598,7 +598,7 @@ def node_step(state: NodeRound | None, msg: Mapping[str, Any], *, node: int, app
         The new state and the reply.
 
     Raises:
-        dphype.protocol.Refusal: The message fails a check (the caller must then discard the round), before
+        dphype.refusal.Refusal: The message fails a check (the caller must then discard the round), before
             anything of the stage is computed or sent.
     """  # noqa: DOC503
     if msg.get("version") != VERSION:
