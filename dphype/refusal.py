@@ -1,9 +1,10 @@
-"""Why a client will not take part: :class:`Refusal`, its reason codes (:data:`REFUSAL_CODES`) and
-:func:`as_refusal`, which makes any exception safe to send to the server.
+"""Why a client will not take part: `Refusal`, its reason codes and a safe form of any exception.
 
-Shared vocabulary of the client side: the protocol's request checks (:mod:`dphype.protocol`), the node's policy
-and ledger (:mod:`dphype.node`), the secure sum's stages (:mod:`dphype.secure.secagg`) and the Flower client
-(:mod:`dphype.flower.client`) all refuse with it, and the server names the codes it receives. A leaf module: it
+The reason codes are `REFUSAL_CODES`; `as_refusal` makes any exception safe to send to the server.
+
+Shared vocabulary of the client side: the protocol's request checks (`dphype.protocol`), the node's policy
+and ledger (`dphype.node`), the secure sum's stages (`dphype.secure.secagg`) and the Flower client
+(`dphype.flower.client`) all refuse with it, and the server names the codes it receives. A leaf module: it
 imports nothing from dphype.
 """
 
@@ -11,12 +12,23 @@ from __future__ import annotations
 
 
 class Refusal(Exception):
-    """A client refuses to take part; ``code`` (one of :data:`REFUSAL_CODES`) names the reason, ``detail``
-    explains it in at most :data:`MAX_DETAIL` characters, safe to send to the server: it names the reason
+    """A client refuses to take part.
+
+    ``code`` (one of `REFUSAL_CODES`) names the reason, ``detail``
+    explains it in at most `MAX_DETAIL` characters, safe to send to the server: it names the reason
     and at most numbers derived from the server's own request, never a data value (a candidate the task
     choked on, a score, a file's content) nor node-private state (the node's limits, its remaining
-    lifetime budget, its paths). :func:`as_refusal` turns any other exception into one. ``local`` is for the
+    lifetime budget, its paths). `as_refusal` turns any other exception into one. ``local`` is for the
     node's own log only and may name exactly those (the limit that refused, the budget left); it is never sent.
+    The three are kept as attributes of the same names.
+
+    Args:
+        code: The reason, a key of `REFUSAL_CODES`.
+        detail: What the server is told; cut to `MAX_DETAIL` characters.
+        local: What the node's own log is told (never sent).
+
+    Raises:
+        ValueError: If ``code`` is not one of `REFUSAL_CODES`.
     """
 
     def __init__(self, code: str, detail: str, *, local: str = "") -> None:
@@ -58,10 +70,19 @@ MAX_DETAIL = 200
 
 
 def as_refusal(err: BaseException) -> Refusal:
-    """``err`` as a refusal that is safe to send: a :class:`Refusal` as it is; an exception whose class
+    """``err`` as a refusal that is safe to send.
+
+    A `Refusal` as it is; an exception whose class
     names a ``refusal_code`` (a candidate-list mismatch, a bad node policy, an unreadable ledger) as that
     code with its fixed text; anything else as ``client_error`` naming the exception TYPE only. Never the
-    message: it may echo data (a duplicate entry of a candidate file comes back with the entry)."""
+    message: it may echo data (a duplicate entry of a candidate file comes back with the entry).
+
+    Args:
+        err: Any exception.
+
+    Returns:
+        The `Refusal` to send.
+    """
     if isinstance(err, Refusal):
         return err
     code = getattr(type(err), "refusal_code", None)
