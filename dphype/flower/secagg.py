@@ -1,6 +1,9 @@
-"""Deprecated path: DP-Hype's SecAgg+ adapter is split by side, :mod:`dphype.flower.server.secagg` (the server's
-round) and :mod:`dphype.flower.client.secagg` (a node's answers), with its message type and keys in
-:mod:`dphype.flower.wire`. The names below still work from here, with a ``DeprecationWarning``, for one release."""
+"""Deprecated path of DP-Hype's SecAgg+ adapter, which is now split by side.
+
+The server's round is in `dphype.flower.server.secagg`, a node's answers in `dphype.flower.client.secagg`, the
+message type and keys in `dphype.flower.wire` (``check_timeout`` in `dphype.flower.grid`). The old names still
+work from here, with a ``DeprecationWarning``, for one release.
+"""
 
 from dphype._exports import moved_getattr
 
