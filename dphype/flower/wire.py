@@ -1,38 +1,38 @@
-"""DP-Hype's wire vocabulary on Flower's Message API: every action, message type, record key and context-state
-key, each defined once; every sender and every receiver imports it from here.
+"""DP-Hype's wire vocabulary on Flower's Message API, each name defined once.
+
+Every action, message type, record key and context-state key is here; every sender and every receiver imports it
+from here.
 
 Style: a DP-Hype name is lowercase words joined by ``_`` and starts with ``dphype`` (``dphype_argmax``,
 ``dphype_secagg_state``): an action must be a Python identifier (Flower checks it), and the record and state keys
 follow the same style. A message type is Flower's own ``<category>.<action>`` (``query.dphype``). The node-config
 keys an operator types (``dphype-max-epsilon``, ``dphype-tally-id``, ...) are not wire names: they keep Flower's
-node-config style (dashes), in :mod:`dphype.node.policy` and :mod:`dphype.flower.tally`.
+node-config style (dashes), in `dphype.node.policy` and `dphype.flower.tally`.
 
 The values are compatible within one release of DP-Hype (a deployment runs one version on every node).
 
-========================  =======================  =============================================================
-name                      value                    what
-========================  =======================  =============================================================
-:data:`ACTION`            ``dphype``               pre-flight (``query``) and secure vote (``train``)
-:data:`ARGMAX_ACTION`     ``dphype_argmax``        a client's sealed shares (``train``)
-:data:`TALLY_ACTION`      ``dphype_tally``         the tally stages (``query``)
-:data:`PREFLIGHT_TYPE`    ``query.dphype``         message type of the pre-flight
-:data:`VOTE_TYPE`         ``train.dphype``         message type of the secure vote's stages
-:data:`ARGMAX_VOTE_TYPE`  ``train.dphype_argmax``  message type of the argmax vote
-:data:`TALLY_TYPE`        ``query.dphype_tally``   message type of the tally stages
-:data:`RECORD_KEY`        ``dphype``               record: the request, the pre-flight answer, the sealed shares
-:data:`STAGE_KEY`         ``dphype_secagg``        record: a SecAgg+ stage and its answer
-:data:`TALLY_KEY`         ``dphype_tally``         record: a tally stage and its answer
-:data:`CANDIDATE_KEY`     ``dphype_candidate``     train-config entry: the selected candidate (JSON)
-:data:`APPROVAL_STATE`    ``dphype_approval``      state: the approved request's digest, direction, n, xi
-:data:`REQUEST_STATE`     ``dphype_request``       state: the approved request's record
-:data:`GUARANTEE_STATE`   ``dphype_guarantee``     state: its guarantee and the policy it was computed under
-:data:`SCORES_STATE`      ``dphype_scores``        state (array record): the node's scores until it votes
-:data:`SECAGG_STATE`      ``dphype_secagg_state``  state: the node's SecAgg+ round
-:data:`TALLY_STATE`       ``dphype_tally_state``   state: a tally node's requests served, job, party
-========================  =======================  =============================================================
+| name | value | what |
+|---|---|---|
+| `ACTION` | ``dphype`` | pre-flight (``query``) and secure vote (``train``) |
+| `ARGMAX_ACTION` | ``dphype_argmax`` | a client's sealed shares (``train``) |
+| `TALLY_ACTION` | ``dphype_tally`` | the tally stages (``query``) |
+| `PREFLIGHT_TYPE` | ``query.dphype`` | message type of the pre-flight |
+| `VOTE_TYPE` | ``train.dphype`` | message type of the secure vote's stages |
+| `ARGMAX_VOTE_TYPE` | ``train.dphype_argmax`` | message type of the argmax vote |
+| `TALLY_TYPE` | ``query.dphype_tally`` | message type of the tally stages |
+| `RECORD_KEY` | ``dphype`` | record: the request, the pre-flight answer, the sealed shares |
+| `STAGE_KEY` | ``dphype_secagg`` | record: a SecAgg+ stage and its answer |
+| `TALLY_KEY` | ``dphype_tally`` | record: a tally stage and its answer |
+| `CANDIDATE_KEY` | ``dphype_candidate`` | train-config entry: the selected candidate (JSON) |
+| `APPROVAL_STATE` | ``dphype_approval`` | state: the approved request's digest, direction, n, xi |
+| `REQUEST_STATE` | ``dphype_request`` | state: the approved request's record |
+| `GUARANTEE_STATE` | ``dphype_guarantee`` | state: its guarantee and the policy it was computed under |
+| `SCORES_STATE` | ``dphype_scores`` | state (array record): the node's scores until it votes |
+| `SECAGG_STATE` | ``dphype_secagg_state`` | state: the node's SecAgg+ round |
+| `TALLY_STATE` | ``dphype_tally_state`` | state: a tally node's requests served, job, party |
 
-The tally stages (the ``stage`` entry of a :data:`TALLY_KEY` record) are :data:`TALLY_STAGES`; the SecAgg+
-stages are the protocol's own (:data:`dphype.secure.secagg.STAGES`).
+The tally stages (the ``stage`` entry of a `TALLY_KEY` record) are `TALLY_STAGES`; the SecAgg+
+stages are the protocol's own (`dphype.secure.secagg.STAGES`).
 """
 
 from __future__ import annotations
@@ -67,16 +67,16 @@ CANDIDATE_KEY = "dphype_candidate"
 
 #: Context-state key of the request a node approved in its pre-flight: digest, direction, clients, dropout.
 APPROVAL_STATE = "dphype_approval"
-#: Context-state key of the approved request itself (its record, :meth:`dphype.protocol.VoteRequest.to_record`).
+#: Context-state key of the approved request itself (its record, `dphype.protocol.VoteRequest.to_record`).
 REQUEST_STATE = "dphype_request"
-#: Context-state key of the approved request's guarantee (:class:`dphype.node.policy.VoteGuarantee`) and of the
+#: Context-state key of the approved request's guarantee (`dphype.node.policy.VoteGuarantee`) and of the
 #: policy it was computed under.
 GUARANTEE_STATE = "dphype_guarantee"
 #: Context-state key (an array record) of the node's local scores between pre-flight and vote.
 SCORES_STATE = "dphype_scores"
-#: Context-state key of the node's SecAgg+ round (:class:`dphype.secure.secagg.NodeRound`).
+#: Context-state key of the node's SecAgg+ round (`dphype.secure.secagg.NodeRound`).
 SECAGG_STATE = "dphype_secagg_state"
-#: Context-state key of a tally node's state (:class:`dphype.flower.tally.TallyNode`).
+#: Context-state key of a tally node's state (`dphype.flower.tally.TallyNode`).
 TALLY_STATE = "dphype_tally_state"
 
 #: The tally stages, in order: ``hello`` (index and public key), ``collect`` (the sealed shares), ``compute``
