@@ -1,25 +1,25 @@
-"""DP-Hype's Flower adapters, all in one place (the rest of :mod:`dphype` imports no Flower code).
+"""DP-Hype's Flower adapters, all in one place (the rest of `dphype` imports no Flower code).
 
-* :func:`register_dphype` -- client side: add DP-Hype's pre-flight and secure-vote handlers to your
+* `register_dphype` -- client side: add DP-Hype's pre-flight and secure-vote handlers to your
   Message-API ``ClientApp``; your own ``@app.train()``/``@app.evaluate()``/``@app.query()`` stay yours.
   The node's privacy policy comes from its operator (``--node-config "dphype-max-epsilon=1 ..."``), never
-  from the server: :mod:`dphype.node.policy`, read by :func:`node_policy`.
-* :class:`DPHype` -- server side: ``DPHype(candidates, config).start(grid)`` inside your ``@app.main()``
-  returns a :class:`dphype.result.DPHypeResult` (``best_params``, a ranked table, ``summary()``,
-  ``save()``); then train with any Message-API strategy, passing :func:`train_config` ``(result.best_params)``,
-  which the client's ``@app.train()`` reads back with :func:`selected_candidate` ``(msg)``.
-* ``release="argmax"``: the tally nodes run the same ``ClientApp`` (node config :data:`TALLY_ID`,
-  :data:`TALLY_PARTIES`, :data:`TALLY_KEY_FILE`; :func:`load_tally_key` gives a tally's public key); a server that
-  takes the committee from the connected nodes asks :func:`discover_committee`, and trains afterwards on a
-  :class:`ClientGrid`, which hides the tallies from the strategy.
-* :func:`private_training` -- optional: wrap the final FedAvg in Flower's DP wrappers, calibrated to a
+  from the server: `dphype.node.policy`, read by `node_policy`.
+* `DPHype` -- server side: ``DPHype(candidates, config).start(grid)`` inside your ``@app.main()``
+  returns a `dphype.result.DPHypeResult` (``best_params``, a ranked table, ``summary()``,
+  ``save()``); then train with any Message-API strategy, passing `train_config` ``(result.best_params)``,
+  which the client's ``@app.train()`` reads back with `selected_candidate` ``(msg)``.
+* ``release="argmax"``: the tally nodes run the same ``ClientApp`` (node config `TALLY_ID`,
+  `TALLY_PARTIES`, `TALLY_KEY_FILE`; `load_tally_key` gives a tally's public key); a server that
+  takes the committee from the connected nodes asks `discover_committee`, and trains afterwards on a
+  `ClientGrid`, which hides the tallies from the strategy.
+* `private_training` -- optional: wrap the final FedAvg in Flower's DP wrappers, calibrated to a
   training budget and accounted together with the selection; the server clips (or verifies the clients'
-  clipping) and sets uniform weights itself. :func:`check_private_training` checks it before the selection.
+  clipping) and sets uniform weights itself. `check_private_training` checks it before the selection.
 
-Modules, split the way Flower splits itself: :mod:`dphype.flower.client` (the ClientApp's handlers),
-:mod:`dphype.flower.server` (the ServerApp's selection), :mod:`dphype.flower.tally` (the tally node),
-:mod:`dphype.flower.wire` (message types and keys), :mod:`dphype.flower.grid` (helpers both sides share),
-:mod:`dphype.flower.local` (in-process grid, private local SuperLink).
+Modules, split the way Flower splits itself: `dphype.flower.client` (the ClientApp's handlers),
+`dphype.flower.server` (the ServerApp's selection), `dphype.flower.tally` (the tally node),
+`dphype.flower.wire` (message types and keys), `dphype.flower.grid` (helpers both sides share),
+`dphype.flower.local` (in-process grid, private local SuperLink).
 """
 
 from typing import TYPE_CHECKING
