@@ -1,14 +1,16 @@
-"""The Flower helpers both of DP-Hype's sides share: one round trip over a ``Grid`` (:func:`send_and_receive`:
-push the messages, pull the replies every :data:`POLL_INTERVAL` s) and the wait limits (:func:`check_timeout`).
+"""The Flower helpers both of DP-Hype's sides share: one round trip over a ``Grid`` and the wait limits.
+
+`send_and_receive` pushes the messages and pulls the replies every `POLL_INTERVAL` s; `check_timeout` checks a
+wait limit.
 
 Flower 1.41's ``Grid.send_and_receive`` of a deployment (``flwr.superlink.grid.http_grid``) pulls the replies
 every 3 s, so every round trip of a deployed run waits up to 3 s after its last reply arrived.
-:func:`send_and_receive` is the same round trip with a short poll interval: every stage of DP-Hype's
+`send_and_receive` is the same round trip with a short poll interval: every stage of DP-Hype's
 selection (the pre-flight, the SecAgg+ stages, the argmax mode's stages) and
-:class:`dphype.flower.server.committee.ClientGrid` use it.
+`dphype.flower.server.committee.ClientGrid` use it.
 
 In Flower's simulation (the ServerApp's grid is an ``InMemoryGrid``) it pulls every
-:data:`SIMULATION_POLL_INTERVAL` s, keeps at most :func:`in_flight_limit` messages outstanding and pushes the
+`SIMULATION_POLL_INTERVAL` s, keeps at most `in_flight_limit` messages outstanding and pushes the
 next ones as replies arrive. The simulation
 engine (``flwr.server.superlink.fleet.vce.vce_api.add_messages_to_queue``) asks the in-memory LinkState for
 every node's next message every 0.1 s, and each of those lookups scans every stored message
@@ -52,13 +54,29 @@ def check_timeout(name: str, seconds: Any) -> float | None:
     A deployed SuperNode that vanishes never answers, so without a limit the server would wait for it
     forever; with one, the round goes on with the nodes that answered and the survivor check decides
     whether anything is released.
-    """
+
+    Args:
+        name: The limit's name, for the error message.
+        seconds: The limit: ``None`` or a number.
+
+    Returns:
+        ``None`` or ``seconds`` as a finite float ``> 0``.
+
+    Raises:
+        ValueError: If ``seconds`` is neither ``None`` nor a finite number ``> 0``.
+    """  # noqa: DOC502
     return None if seconds is None else check_positive(name, seconds)
 
 
 def in_flight_limit(grid: Grid) -> int | None:
-    """How many messages :func:`send_and_receive` keeps outstanding on ``grid``: in Flower's simulation
-    :data:`SIMULATION_IN_FLIGHT` or twice the cores if more, elsewhere ``None`` (all at once)."""
+    """How many messages `send_and_receive` keeps outstanding on ``grid``.
+
+    Args:
+        grid: The ServerApp's grid.
+
+    Returns:
+        In Flower's simulation `SIMULATION_IN_FLIGHT` or twice the cores if more, elsewhere ``None`` (all at once).
+    """
     if not isinstance(grid, InMemoryGrid):
         return None
     return max(SIMULATION_IN_FLIGHT, 2 * (os.cpu_count() or 1))
@@ -66,12 +84,28 @@ def in_flight_limit(grid: Grid) -> int | None:
 
 def send_and_receive(grid: Grid, messages: Iterable[Message], *, timeout: float | None, what: str | None = None,
                      every: float = 10.0, in_flight: int | None = None) -> list[Message]:
-    """Push ``messages`` through ``grid`` and return the replies that arrived within ``timeout`` seconds
-    (``None``: wait for every reply), as ``Grid.send_and_receive`` does; a reply still missing at the timeout
+    """Push ``messages`` through ``grid`` and return the replies that arrived within ``timeout`` seconds.
+
+    As ``Grid.send_and_receive`` does; a reply still missing at the timeout
     is left out (its node counts as dropped where the caller says so; so does a message not yet pushed then).
-    At most ``in_flight`` messages are outstanding at once (default :func:`in_flight_limit`; ``None``: all).
+    At most ``in_flight`` messages are outstanding at once (default `in_flight_limit`; ``None``: all).
     With ``what`` it logs how many replies arrived every ``every`` seconds while it waits (local scoring can
-    take minutes)."""
+    take minutes).
+
+    Args:
+        grid: The ServerApp's grid.
+        messages: The messages to send.
+        timeout: Seconds to wait for the replies; ``None`` waits for every reply.
+        what: What the round is, for the progress log; ``None`` logs nothing.
+        every: Seconds between two progress lines.
+        in_flight: Most messages outstanding at once; ``None`` takes `in_flight_limit`'s.
+
+    Returns:
+        The replies that arrived, in arrival order.
+
+    Raises:
+        ValueError: If ``in_flight`` is given and is not a positive integer.
+    """
     if in_flight is not None and (isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1):
         raise ValueError(f"in_flight must be a positive integer, got {in_flight!r}")
     queue = list(messages)
