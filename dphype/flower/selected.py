@@ -1,7 +1,7 @@
 """The selected candidate on its way from DP-Hype's server to the user's training handlers.
 
-:func:`train_config` packs the candidate under one key of the train config that any Message-API strategy sends
-(``FedAvg(...).start(grid, train_config=train_config(result.best_params))``); :func:`selected_candidate` reads it
+`train_config` packs the candidate under one key of the train config that any Message-API strategy sends
+(``FedAvg(...).start(grid, train_config=train_config(result.best_params))``); `selected_candidate` reads it
 back in the ClientApp's ``@app.train()``, without knowing its hyperparameter names or mixing them with the
 strategy's own keys (``server-round``, a DP wrapper's clipping norm).
 """
@@ -19,8 +19,20 @@ from dphype.selection.candidates import Candidate
 
 
 def train_config(candidate: Mapping[str, Any], **extra: bool | int | float | str) -> ConfigRecord:
-    """A train config carrying ``candidate`` under :data:`CANDIDATE_KEY`, plus the ``extra`` entries, for any
-    Message-API strategy's ``start(train_config=...)``; the client reads it with :func:`selected_candidate`."""
+    """A train config carrying ``candidate`` under `CANDIDATE_KEY`, plus the ``extra`` entries.
+
+    For any Message-API strategy's ``start(train_config=...)``; the client reads it with `selected_candidate`.
+
+    Args:
+        candidate: The selected hyperparameters (JSON-serialisable values), e.g. ``result.best_params``.
+        **extra: Further train-config entries for the strategy's own use.
+
+    Returns:
+        The ``ConfigRecord`` with the candidate as one JSON object and the ``extra`` entries.
+
+    Raises:
+        ValueError: If ``candidate`` is not a non-empty mapping, or ``extra`` holds `CANDIDATE_KEY`.
+    """
     if not isinstance(candidate, Mapping) or not candidate:
         raise ValueError(f"candidate must be a non-empty mapping of hyperparameters, got {candidate!r}")
     if CANDIDATE_KEY in extra:
@@ -29,8 +41,17 @@ def train_config(candidate: Mapping[str, Any], **extra: bool | int | float | str
 
 
 def selected_candidate(msg: Message) -> Candidate:
-    """The candidate that :func:`train_config` put in the train config of ``msg`` (a message to
-    ``@app.train()``); ``ValueError`` naming the key when the message carries none."""
+    """The candidate that `train_config` put in the train config of ``msg``.
+
+    Args:
+        msg: A message to the ClientApp's ``@app.train()``.
+
+    Returns:
+        The candidate's hyperparameters.
+
+    Raises:
+        ValueError: Naming the key, if the message carries none, or if it holds no JSON object.
+    """
     for record in msg.content.config_records.values():
         if CANDIDATE_KEY in record:
             candidate = json.loads(str(record[CANDIDATE_KEY]))
