@@ -1,6 +1,8 @@
-"""Which nodes take part in a selection: :func:`wait_for_nodes` (enough connected nodes) and :func:`run_preflight`
+"""Which nodes take part in a selection: enough connected nodes, then the clients that are ready.
+
+`wait_for_nodes` waits for enough connected nodes and `run_preflight` sends the pre-flight
 (``query.dphype``: every client checks the request against its own candidate list, task and limits, scores the
-candidates and answers ready or a reason); too few of either: :class:`PreflightError`, and nothing is sent in
+candidates and answers ready or a reason); too few of either: `PreflightError`, and nothing is sent in
 the vote round.
 """
 
@@ -28,8 +30,23 @@ class PreflightError(RuntimeError):
 
 
 def wait_for_nodes(grid: Grid, clients: int, timeout: float | None, every: float = 5.0) -> list[int]:
-    """``clients`` connected node IDs (a random sample when more are connected), logging how many are connected
-    every ``every`` seconds while it waits (it looks every 0.5 s, or every ``every`` s when that is shorter)."""
+    """``clients`` connected node IDs (a random sample when more are connected).
+
+    It logs how many are connected every ``every`` seconds while it waits (it looks every 0.5 s, or every
+    ``every`` s when that is shorter).
+
+    Args:
+        grid: The ServerApp's grid.
+        clients: How many nodes the selection needs.
+        timeout: Seconds to wait for them; ``None`` waits forever.
+        every: Seconds between two progress lines.
+
+    Returns:
+        ``clients`` node IDs, sorted.
+
+    Raises:
+        PreflightError: If fewer than ``clients`` nodes are connected after ``timeout`` seconds (nothing was sent).
+    """
     start = time.monotonic()
     last_log = start
     while True:
@@ -49,10 +66,26 @@ def wait_for_nodes(grid: Grid, clients: int, timeout: float | None, every: float
 
 def run_preflight(grid: Grid, request: VoteRequest, nodes: list[int], timeout: float | None,
                   advertise: ConfigRecord | None = None) -> tuple[dict[int, dict[str, Any]], tuple[str, ...]]:
-    """Send ``request`` to ``nodes``, with the secure vote's first stage ``advertise`` if given
-    (:func:`dphype.flower.server.secagg.advertise_record`); return the nodes that answered ready, each with its
-    answer to ``advertise`` (its round keys; empty without), and the notes for the result, or raise
-    :class:`PreflightError`."""
+    """Send ``request`` to ``nodes`` and keep the nodes that answer ready.
+
+    With the secure vote's first stage ``advertise`` if given (`dphype.flower.server.secagg.advertise_record`).
+    A note for the result says how many ready nodes are simulated with a per-run ledger.
+
+    Args:
+        grid: The ServerApp's grid.
+        request: The vote request every client checks.
+        nodes: The node IDs to ask (`wait_for_nodes`).
+        timeout: Seconds to wait for the answers; ``None`` waits for every answer.
+        advertise: The secure vote's first stage, sent with the request; ``None`` sends none.
+
+    Returns:
+        The nodes that answered ready (node ID -> its answer to ``advertise``: its round keys; empty without),
+        and the notes for the result.
+
+    Raises:
+        PreflightError: If fewer than the request's ``min_survivors`` clients are ready (the vote was not
+            started and nothing was released).
+    """
     content = RecordDict({RECORD_KEY: ConfigRecord(request.to_record())})
     if advertise is not None:
         content[STAGE_KEY] = advertise
