@@ -1,17 +1,18 @@
-"""DP-Hype's SecAgg+ round driven from the server: the server half of the Message-API adapter of
-:mod:`dphype.secure.secagg` (the nodes' half is :mod:`dphype.flower.client.secagg`).
+"""DP-Hype's SecAgg+ round driven from the server, the server half of the Message-API adapter of the secure sum.
 
-The protocol (rounds, checks, message formats, the noise-share bound) is :mod:`dphype.secure.secagg`; this
-module only carries its messages. :func:`run_secure_sum` drives :func:`dphype.secure.secagg.run_round` over given
-nodes, one round trip per stage (:func:`dphype.flower.grid.send_and_receive`), every message of DP-Hype's own type
-:data:`dphype.flower.wire.VOTE_TYPE` with the stage's content in a ``ConfigRecord`` under
-:data:`dphype.flower.wire.STAGE_KEY`; a node whose reply is an error or never arrives within ``timeout`` counts as
+The protocol is `dphype.secure.secagg`; the nodes' half of the adapter is `dphype.flower.client.secagg`.
+
+The protocol (rounds, checks, message formats, the noise-share bound) is `dphype.secure.secagg`; this
+module only carries its messages. `run_secure_sum` drives `dphype.secure.secagg.run_round` over given
+nodes, one round trip per stage (`dphype.flower.grid.send_and_receive`), every message of DP-Hype's own type
+`dphype.flower.wire.VOTE_TYPE` with the stage's content in a ``ConfigRecord`` under
+`dphype.flower.wire.STAGE_KEY`; a node whose reply is an error or never arrives within ``timeout`` counts as
 dropped. It returns the exact sum of the contributors' encoded vectors or raises
-:class:`dphype.secure.secure_sum.SecureSumError` -- never unmasking fewer than ``min_survivors`` vectors.
+`dphype.secure.secure_sum.SecureSumError` -- never unmasking fewer than ``min_survivors`` vectors.
 The round's first ``advertise`` rides on the pre-flight (message format version 2,
-:class:`dphype.secure.secagg.Advertised`): the server adds it under :data:`dphype.flower.wire.STAGE_KEY` to the
-pre-flight message (:func:`advertise_record`), a node that approves answers it beside its ``ready``, and
-:func:`run_secure_sum` starts with ``share_keys``.
+`dphype.secure.secagg.Advertised`): the server adds it under `dphype.flower.wire.STAGE_KEY` to the
+pre-flight message (`advertise_record`), a node that approves answers it beside its ``ready``, and
+`run_secure_sum` starts with ``share_keys``.
 
 Flower's legacy ``SecAggPlusWorkflow``, ``secaggplus_mod`` and ``LegacyContext`` are not used: Flower 1.41
 has no SecAgg+ for the Message API, and its legacy mask generator seeds NumPy's ``RandomState`` with 32
@@ -41,9 +42,18 @@ from dphype.secure.secure_sum import SecureSumError, TooFewSurvivorsError, clipp
 
 @dataclass(frozen=True)
 class SecureSum:
-    """The exact sum of the contributors' encoded vectors (int64 for Skellam, float64 for Gaussian), with
-    the graph it ran on, the failure bounds that graph achieves, the range ``C`` and each stage's seconds
-    (``consistency`` is the consistency round; ``unmask`` includes the signature checks)."""
+    """The exact sum of the contributors' encoded vectors, with the graph it ran on and its timings.
+
+    Attributes:
+        total: The ``(p,)`` released sum (int64 votes for Skellam, float64 for Gaussian noise).
+        survivors: How many nodes' vectors are in the sum.
+        seconds: The whole round's wall-clock seconds.
+        secagg: The SecAgg+ graph the round ran on, with the failure bounds it achieves.
+        clipping_range: The range ``C`` (`dphype.secure.secure_sum.clipping_range_for`) of the nodes that
+            advertised keys.
+        stage_seconds: Each stage's seconds (``consistency`` is the consistency round; ``unmask`` includes the
+            signature checks).
+    """
 
     total: np.ndarray
     survivors: int
@@ -58,12 +68,28 @@ def secagg_graph(clients: int, min_survivors: int, num_shares: float | None,
     """The round's SecAgg+ graph: the secure one by default, an explicit choice only if it is as secure.
 
     The tolerated dropout is ``(n - min_survivors) / n``, so the graph stays correct with exactly the
-    survivors the release needs (:func:`dphype.secure.secagg_params.secure_parameters`); an explicit
+    survivors the release needs (`dphype.secure.secagg_params.secure_parameters`); an explicit
     ``num_shares`` / ``reconstruction_threshold`` (Flower's ints or fractions) below that is refused
-    (:func:`dphype.secure.secagg_params.check_parameters`). Either way the threshold exceeds half the
+    (`dphype.secure.secagg_params.check_parameters`). Either way the threshold exceeds half the
     shares, the rule every node checks before sharing its secrets
-    (:func:`dphype.secure.secagg_params.check_share_threshold`).
-    """
+    (`dphype.secure.secagg_params.check_share_threshold`).
+
+    Args:
+        clients: The nodes ``n`` in the round.
+        min_survivors: The fewest contributors the release needs.
+        num_shares: The explicit number of shares (Flower's int or fraction of ``n``); ``None`` with
+            ``reconstruction_threshold`` ``None`` takes the secure graph.
+        reconstruction_threshold: The explicit threshold (an int or a fraction of the shares), given with
+            ``num_shares``.
+        corrupt_fraction: The fraction of clients that may collude with the server.
+
+    Returns:
+        The graph's parameters and the failure bounds they achieve.
+
+    Raises:
+        ValueError: If only one of ``num_shares`` and ``reconstruction_threshold`` is given, or the explicit
+            choice is less secure than the default (`dphype.secure.secagg_params.check_parameters`).
+    """  # noqa: DOC502
     dropout = (clients - min_survivors) / clients
     if num_shares is None and reconstruction_threshold is None:
         return secure_parameters(clients, dropout=dropout, corrupt_fraction=corrupt_fraction, majority=True)
@@ -75,9 +101,11 @@ def secagg_graph(clients: int, min_survivors: int, num_shares: float | None,
 
 def _send(grid: Grid, stage: str, messages: dict[int, dict[str, Any]], timeout: float | None,
           failures: Counter[str]) -> dict[int, dict[str, Any]]:
-    """One stage: every node its message, and the replies that came back within ``timeout``
-    (:func:`dphype.flower.grid.send_and_receive`; error replies are counted). A
-    content shared by several nodes (the key list, the signatures) becomes one record, validated once."""
+    """One stage: every node its message, and the replies that came back within ``timeout``.
+
+    Through `dphype.flower.grid.send_and_receive`; error replies are counted. A
+    content shared by several nodes (the key list, the signatures) becomes one record, validated once.
+    """
     records: dict[int, ConfigRecord] = {}
     out = []
     for node, content in messages.items():
@@ -97,8 +125,15 @@ def _send(grid: Grid, stage: str, messages: dict[int, dict[str, Any]], timeout: 
 
 
 def advertise_record(request: str) -> tuple[bytes, ConfigRecord]:
-    """A fresh round id and the ``advertise`` stage for the request with digest ``request``, as the record
-    the pre-flight message carries under :data:`dphype.flower.wire.STAGE_KEY`."""
+    """A fresh round id and the ``advertise`` stage for the request with digest ``request``.
+
+    Args:
+        request: The request's digest.
+
+    Returns:
+        The round id and the stage as the record the pre-flight message carries under
+        `dphype.flower.wire.STAGE_KEY`.
+    """
     round_id = protocol.new_round_id()
     return round_id, ConfigRecord(protocol.message("advertise", round=round_id, request=request))
 
@@ -117,16 +152,38 @@ def run_secure_sum(
     timeout: float | None = None,
     advertised: protocol.Advertised | None = None,
 ) -> SecureSum:
-    """One secure-sum round over ``node_ids`` for the approved request with digest ``request`` (each node
-    answers with its encoded vector of length ``size``).
+    """One secure-sum round over ``node_ids`` for the approved request with digest ``request``.
 
-    The graph is :func:`secagg_graph`'s for the nodes that advertised keys: secure against a server
+    Each node answers with its encoded vector of length ``size``.
+
+    The graph is `secagg_graph`'s for the nodes that advertised keys: secure against a server
     colluding with ``corrupt_fraction`` of the clients by default; an explicit ``num_shares`` /
     ``reconstruction_threshold`` below that is refused. ``timeout`` bounds each stage in seconds (``None``:
     wait for every reply). ``advertised``: the round's ``advertise`` stage already ran in the pre-flight
-    (:func:`advertise_record`). Raises :class:`TooFewSurvivorsError` (nothing unmasked) when fewer than
-    ``min_survivors`` nodes remain, :class:`SecureSumError` when the round cannot be completed.
-    """
+    (`advertise_record`).
+
+    Args:
+        grid: The ServerApp's grid.
+        node_ids: The nodes that approved the request (duplicates count once).
+        request: The approved request's digest.
+        size: The length ``p`` of every node's encoded vector.
+        noise: ``"gaussian"`` or ``"skellam"``: how the exact sum is decoded (`dphype.secure.secure_sum.decode`).
+        min_survivors: The fewest vectors the server may unmask, ``1 <= min_survivors <= len(node_ids)``.
+        num_shares: An explicit number of shares (Flower's int or fraction); ``None``: the secure graph.
+        reconstruction_threshold: An explicit threshold, given with ``num_shares``; ``None``: the secure graph.
+        corrupt_fraction: The fraction of clients that may collude with the server.
+        timeout: Seconds each stage waits for the replies; ``None`` waits for every reply.
+        advertised: The round's ``advertise`` stage as it ran in the pre-flight; ``None`` starts with it.
+
+    Returns:
+        The exact sum of the contributors' vectors, with the graph, the range ``C`` and the timings.
+
+    Raises:
+        TooFewSurvivorsError: If fewer than ``min_survivors`` nodes remain (nothing is unmasked; nothing is sent
+            if there are too few nodes to start with).
+        SecureSumError: If the round cannot be completed (with a summary of the client failures).
+        ValueError: If ``timeout`` or the explicit graph is invalid (`secagg_graph`).
+    """  # noqa: DOC502, DOC503
     nodes = sorted(set(node_ids))
     timeout = check_timeout("timeout", timeout)
     if not 1 <= min_survivors <= len(nodes):
