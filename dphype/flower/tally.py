@@ -1,23 +1,24 @@
-"""The tally node of the argmax mode (``release="argmax"``): one member of the committee that sums the clients'
-sealed shares and runs a secure argmax on them.
+"""The tally node of the argmax mode (``release="argmax"``).
 
-The same ``ClientApp`` serves clients and tallies (:func:`dphype.flower.client.register_dphype` adds
-:func:`register_tally`; a client's sealed shares are :mod:`dphype.flower.client.argmax`'s). A **tally** is a
+A tally is one member of the committee that sums the clients' sealed shares and runs a secure argmax on them.
+
+The same ``ClientApp`` serves clients and tallies (`dphype.flower.client.register_dphype` adds
+`register_tally`; a client's sealed shares are `dphype.flower.client.argmax`'s). A **tally** is a
 node whose node config has ``dphype-tally-id`` (its index ``j`` in the committee), ``dphype-tally-parties`` (the
 MPyC addresses of all tallies, ``host:port,...`` in committee order) and ``dphype-tally-key`` (a file with its
 X25519 private key, created with mode 0600 if missing; its public key is what the server and the clients'
 ``dphype-tallies`` name). It answers ``query.dphype_tally`` in four stages: ``hello`` (its index and public key),
-``collect`` (the request and the ciphertexts sealed to it: :class:`dphype.secure.tally.Tally` opens and sums
+``collect`` (the request and the ciphertexts sealed to it: `dphype.secure.tally.Tally` opens and sums
 them, refusing foreign or duplicate shares and a request already served), ``compute`` (starts its MPyC party
 with its summed share and returns at once, so that all parties run together whatever the transport) and
 ``result`` (the index its party opened).
 
-The server (:func:`dphype.flower.server.committee.run_winner_selection`, called by
-:meth:`dphype.flower.server.DPHype.start` when ``release="argmax"``) finds the configured committee among the
+The server (`dphype.flower.server.committee.run_winner_selection`, called by
+`dphype.flower.server.DPHype.start` when ``release="argmax"``) finds the configured committee among the
 connected nodes (a tally that does not answer ``hello`` is unreachable: nothing is sent), runs the pre-flight
 with the other nodes, collects the sealed shares, forwards each tally its ciphertexts and gets the index back.
 Fewer contributors than ``ceil((1 - xi) n)``, a tally that refuses, fails or answers late:
-:class:`dphype.secure.tally.TallyError`, nothing released. The tally's state lives in its node's context
+`dphype.secure.tally.TallyError`, nothing released. The tally's state lives in its node's context
 (``context.state``: the requests served, the collected job, the party's process id and output file beside the
 key), so a stage may run in any process of the node, as in Flower's simulation, where a node's messages go to
 whichever ClientApp actor is free.
@@ -56,13 +57,25 @@ from dphype.secure.tally import Tally, TallyError, party_answer, party_command, 
 TALLY_ID, TALLY_PARTIES, TALLY_KEY_FILE = "dphype-tally-id", "dphype-tally-parties", "dphype-tally-key"
 #: Environment variable naming the folder of a simulated committee's keys (``tally-<j>.key``), set by the
 #: operator of the simulation (``dphype demo`` makes the keys first, to check the committee before Flower starts);
-#: unset, the bundled app (:mod:`dphype.app.client`) makes each run's keys in the run's folder beside the simulated
+#: unset, the bundled app (`dphype.app.client`) makes each run's keys in the run's folder beside the simulated
 #: ledgers.
 TALLY_KEYS_ENV = "DPHYPE_TALLY_KEYS"
 
 
 def load_tally_key(path: str | os.PathLike[str]) -> KeyPair:
-    """The tally's X25519 key pair from ``path`` (64 hex digits of the raw private key), created if missing."""
+    """The tally's X25519 key pair from ``path`` (64 hex digits of the raw private key), created if missing.
+
+    A missing file is created with mode 0600 (its folder with mode 0700) and a fresh key.
+
+    Args:
+        path: The key file (``~`` is expanded).
+
+    Returns:
+        The key pair; its ``public`` is what the server and the clients' ``dphype-tallies`` name.
+
+    Raises:
+        ValueError: If the file does not hold 64 hex digits.
+    """
     file = Path(path).expanduser()
     if not file.exists():
         file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -77,10 +90,19 @@ def load_tally_key(path: str | os.PathLike[str]) -> KeyPair:
 
 
 class _TallyNode:
-    """A tally node: its committee index, MPyC addresses and key, with its state in the node's context (the
-    requests it served, the job it collected, its running MPyC party's process id and output file), so that any
-    process of the node serves any stage (Flower's simulation runs a node's messages in whichever actor is
-    free)."""
+    """A tally node: its committee index, MPyC addresses and key, with its state in the node's context.
+
+    The state holds the requests it served, the job it collected, its running MPyC party's process id and output
+    file, so that any process of the node serves any stage (Flower's simulation runs a node's messages in
+    whichever actor is free).
+
+    Args:
+        node_config: The node's config (`TALLY_ID`, `TALLY_PARTIES`, `TALLY_KEY_FILE`).
+        state: The node's ``context.state``, where the tally keeps its own.
+
+    Raises:
+        ValueError: If the index is outside the committee the parties name, or the key file is invalid.
+    """  # noqa: DOC502
 
     def __init__(self, node_config: dict[str, Any], state: RecordDict) -> None:
         self.index = int(node_config[TALLY_ID])
@@ -99,6 +121,21 @@ class _TallyNode:
         self.state.config_records[TALLY_STATE] = ConfigRecord({"json": json.dumps(self.saved)})
 
     def stage(self, record: ConfigRecord) -> dict[str, Any]:
+        """This tally's answer to one stage's content ``record``.
+
+        ``hello``: its index and public key; ``collect``: opens and sums the sealed shares of the request;
+        ``compute``: starts its MPyC party; ``result``: the index its party opened.
+
+        Args:
+            record: The stage's content (its ``stage`` entry names the stage).
+
+        Returns:
+            The answer to send back.
+
+        Raises:
+            TallyError: If the tally is not this request's, has nothing to compute or running, its party does not
+                answer in time, the stage is unknown, or `dphype.secure.tally.Tally` refuses the shares.
+        """
         stage = record.get("stage")
         if stage == TALLY_HELLO:
             return {"index": self.index, "public": self.keys.public}
@@ -157,9 +194,17 @@ class _TallyNode:
 
 
 def register_tally(app: ClientApp) -> ClientApp:
-    """Add the tally stages (``query.dphype_tally``) to ``app``; a node without ``dphype-tally-id`` in its
-    node config answers ``hello`` with index -1 and no key, and the other stages with an error (it is not a
-    tally). Returns ``app``."""
+    """Add the tally stages (``query.dphype_tally``) to ``app``.
+
+    A node without ``dphype-tally-id`` in its node config answers ``hello`` with index -1 and no key, and the
+    other stages with an error (it is not a tally).
+
+    Args:
+        app: The node's ``ClientApp``.
+
+    Returns:
+        ``app``, with the tally handler.
+    """
 
     @app.query(TALLY_ACTION)
     def tally(msg: Message, context: Context) -> Message:
