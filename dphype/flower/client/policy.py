@@ -1,13 +1,13 @@
 """A node's privacy policy in DP-Hype's client handlers: where it comes from, how a request it refuses is answered.
 
-* :func:`node_policy` reads the policy from the node operator's own channels (never the server's);
-  :func:`resolve_policy` applies a :data:`PolicySource` (``register_dphype(..., policy=...)``); :func:`simulated`
-  tells a simulated node, whose operator :func:`announce_simulated` informs once per run;
-* :func:`sanitized` turns an error into the refusal the server may see (a refusal by the node's own limits or
+* `node_policy` reads the policy from the node operator's own channels (never the server's);
+  `resolve_policy` applies a `PolicySource` (``register_dphype(..., policy=...)``); `simulated`
+  tells a simulated node, whose operator `announce_simulated` informs once per run;
+* `sanitized` turns an error into the refusal the server may see (a refusal by the node's own limits or
   budget becomes the coarse ``policy``, so the reply does not say which limit a request crossed; the node's log
-  keeps the full reason for its operator), :func:`refused` into the pre-flight's answer;
-* :func:`approved_guarantee` gives the vote the guarantee its pre-flight computed while the policy is unchanged
-  (:func:`policy_fingerprint`).
+  keeps the full reason for its operator), `refused` into the pre-flight's answer;
+* `approved_guarantee` gives the vote the guarantee its pre-flight computed while the policy is unchanged
+  (`policy_fingerprint`).
 """
 
 from __future__ import annotations
@@ -35,22 +35,33 @@ from dphype.refusal import Refusal, as_refusal
 #: Refusal codes that would tell the server which of the node's limits a request crossed.
 POLICY_CODES = frozenset({"policy_epsilon", "policy_delta", "policy_clients", "lifetime_budget"})
 
-#: Where a node's policy comes from (:func:`dphype.flower.client.register_dphype`'s ``policy``): a
-#: :class:`dphype.node.policy.NodePolicy`, a function of the node's ``Context`` that returns one, or ``None``
-#: (:func:`node_policy`).
+#: Where a node's policy comes from (`dphype.flower.client.register_dphype`'s ``policy``): a
+#: `dphype.node.policy.NodePolicy`, a function of the node's ``Context`` that returns one, or ``None``
+#: (`node_policy`).
 PolicySource = NodePolicy | Callable[[Context], NodePolicy] | None
 
 
 def node_policy(context: Context) -> NodePolicy:
-    """This node's policy from its own channels: the ``dphype-*`` keys of ``context.node_config``
+    """This node's policy from its own channels, never the server's.
+
+    The ``dphype-*`` keys of ``context.node_config``
     (``flower-supernode --node-config "dphype-max-epsilon=1 ..."``) over those of the environment variable
-    :data:`dphype.node.policy.POLICY_ENV` (``DPHYPE_NODE_POLICY``, same syntax, parsed by Flower's own
+    `dphype.node.policy.POLICY_ENV` (``DPHYPE_NODE_POLICY``, same syntax, parsed by Flower's own
     ``--node-config`` parser) in this ClientApp's process. Neither can be set by the server: the run config
-    is never read. The default ledger is per ``partition-id`` (:func:`dphype.node.policy.default_ledger_path`),
-    and per run as well on a :func:`simulated` node without a ``dphype-ledger``
-    (:func:`dphype.node.policy.run_ledger_path`).
-    Raises :class:`dphype.node.policy.PolicyError` for an invalid policy.
-    """
+    is never read. The default ledger is per ``partition-id`` (`dphype.node.policy.default_ledger_path`),
+    and per run as well on a `simulated` node without a ``dphype-ledger``
+    (`dphype.node.policy.run_ledger_path`).
+
+    Args:
+        context: The node's Flower context.
+
+    Returns:
+        The node's policy.
+
+    Raises:
+        PolicyError: If the environment variable does not parse or holds other keys, or the merged policy is
+            invalid (`dphype.node.policy.PolicyError`).
+    """  # noqa: DOC502, DOC503
     text = os.environ.get(POLICY_ENV, "").strip()
     syntax = (f"{POLICY_ENV} must hold dphype-* keys in --node-config syntax "
               "('dphype-max-epsilon=2 dphype-ledger=\"/path\"')")
@@ -71,8 +82,14 @@ def node_policy(context: Context) -> NodePolicy:
 
 
 def simulated() -> bool:
-    """Whether this ClientApp runs as a simulated node: inside a Ray worker of Flower's simulation engine (the
-    only backend of Flower 1.41's simulation), not in a SuperNode's ClientApp process or in process."""
+    """Whether this ClientApp runs as a simulated node.
+
+    That is, inside a Ray worker of Flower's simulation engine (the only backend of Flower 1.41's simulation),
+    not in a SuperNode's ClientApp process or in process.
+
+    Returns:
+        ``True`` inside a Ray worker of Flower's simulation.
+    """
     ray = sys.modules.get("ray")
     if ray is None:
         return False
@@ -85,8 +102,10 @@ def simulated() -> bool:
 
 
 def _parent_superlink() -> str:
-    """The SuperLink process this simulated node descends from, as ``"flower-superlink (pid N)"``, found by
-    walking the parent processes (Linux ``/proc``); a description of where to look elsewhere."""
+    """The SuperLink process this simulated node descends from, as ``"flower-superlink (pid N)"``.
+
+    Found by walking the parent processes (Linux ``/proc``); a description of where to look elsewhere.
+    """
     pid = os.getpid()
     for _ in range(16):
         try:
@@ -106,7 +125,12 @@ _ANNOUNCED: set[int] = set()
 
 
 def announce_simulated(limits: NodePolicy, run_id: int) -> None:
-    """On a :func:`simulated` node, say once per run and process where its policy and ledger come from."""
+    """On a `simulated` node, say once per run and process where its policy and ledger come from.
+
+    Args:
+        limits: The node's policy.
+        run_id: The run's id (the message is logged once per run).
+    """
     if not simulated() or run_id in _ANNOUNCED:
         return
     _ANNOUNCED.add(run_id)
@@ -119,8 +143,21 @@ def announce_simulated(limits: NodePolicy, run_id: int) -> None:
 
 
 def resolve_policy(policy: PolicySource, context: Context) -> NodePolicy:
-    """This node's policy from ``policy``: :func:`node_policy` for ``None``, else the policy or what the function
-    returns for ``context`` (:class:`dphype.node.policy.PolicyError` if that is no ``NodePolicy``)."""
+    """This node's policy from ``policy``.
+
+    `node_policy` for ``None``, else the policy or what the function returns for ``context``.
+
+    Args:
+        policy: The `PolicySource` given to ``register_dphype``.
+        context: The node's Flower context.
+
+    Returns:
+        The node's policy.
+
+    Raises:
+        PolicyError: If the function returns no ``NodePolicy``, or `node_policy` refuses the node's own policy
+            (`dphype.node.policy.PolicyError`).
+    """
     if policy is None:
         return node_policy(context)
     resolved = policy(context) if callable(policy) else policy
@@ -130,17 +167,35 @@ def resolve_policy(policy: PolicySource, context: Context) -> NodePolicy:
 
 
 def refused(msg: Message, refusal: Refusal) -> Message:
-    """The pre-flight's answer to ``msg``: ``refusal`` (sanitized by :func:`sanitized`)."""
+    """The pre-flight's answer to ``msg``: ``refusal`` (sanitized by `sanitized`).
+
+    Args:
+        msg: The pre-flight message.
+        refusal: The refusal to send, already sanitized.
+
+    Returns:
+        The reply carrying the refusal's code and detail.
+    """
     answer = ConfigRecord({"status": "refused", "code": refusal.code, "detail": refusal.detail})
     return Message(RecordDict({RECORD_KEY: answer}), reply_to=msg)
 
 
 def sanitized(what: str, err: BaseException) -> Refusal:
-    """``err`` as the refusal the server may see: sanitized (:func:`dphype.refusal.as_refusal`), and a
+    """``err`` as the refusal the server may see.
+
+    Sanitized (`dphype.refusal.as_refusal`), and a
     refusal by the node's own limits or budget as the coarse ``policy`` (the server learns neither the limit
     nor the budget left). This node's log gets everything: the refusal, the node-only detail (the limit that
     refused, the budget left), the remedy naming the key to change and, for an error of the task or the
-    client code, the full traceback."""
+    client code, the full traceback.
+
+    Args:
+        what: What was refused (``"pre-flight"``, ``"vote"``, ...), for the log.
+        err: The error.
+
+    Returns:
+        The refusal to send.
+    """
     refusal = as_refusal(err)
     local = f"; on this node: {refusal.local}" if refusal.local else ""
     remedy = f"; to resolve: {REMEDIES[refusal.code]}" if refusal.code in REMEDIES else ""
@@ -155,16 +210,37 @@ def sanitized(what: str, err: BaseException) -> Refusal:
 
 
 def policy_fingerprint(limits: NodePolicy) -> str:
-    """``limits`` as a canonical string: a guarantee computed under another policy is not reused."""
+    """``limits`` as a canonical string: a guarantee computed under another policy is not reused.
+
+    Args:
+        limits: The node's policy.
+
+    Returns:
+        Its canonical JSON.
+    """
     return json.dumps(limits.to_dict(), sort_keys=True, default=str)
 
 
 def approved_guarantee(checked: ConfigRecord, request: VoteRequest, limits: NodePolicy) -> VoteGuarantee:
-    """The guarantee of the approved ``request`` under this node's policy ``limits``: the one the pre-flight
+    """The guarantee of the approved ``request`` under this node's policy ``limits``.
+
+    The one the pre-flight
     computed (``checked``; the request is the approved one, bound by its digest) while the policy is unchanged,
-    else :func:`dphype.node.policy.check_vote_request` afresh (which refuses what the new policy does not admit).
+    else `dphype.node.policy.check_vote_request` afresh (which refuses what the new policy does not admit).
     Reusing it spares the vote's process the accountant's solvers; the lifetime budget is checked at charge
-    time by :meth:`dphype.node.ledger.Ledger.spend` either way."""
+    time by `dphype.node.ledger.Ledger.spend` either way.
+
+    Args:
+        checked: What the pre-flight stored: the guarantee's fields and the fingerprint of its policy.
+        request: The approved request.
+        limits: The node's policy now.
+
+    Returns:
+        The vote's guarantee.
+
+    Raises:
+        Refusal: If the policy changed and no longer admits the request (`dphype.node.policy.check_vote_request`).
+    """  # noqa: DOC502
     if checked.get("policy") != policy_fingerprint(limits):
         return check_vote_request(request, limits)
     stored = {f.name: checked[f.name] for f in dataclasses.fields(VoteGuarantee)}  # written by this node
