@@ -1,27 +1,27 @@
 """A warm SuperExec for SuperNodes: every ClientApp task forked from a process that has imported its code once.
 
 Flower 1.41's SuperNode serves each message in a new ``flwr-clientapp`` process, which its SuperExec
-(``flower-superexec``, :class:`flwr.supercore.superexec.executor.SubprocessExecutor`) starts as a fresh Python
+(``flower-superexec``, `flwr.supercore.superexec.executor.SubprocessExecutor`) starts as a fresh Python
 interpreter. Such a process spends about 2 CPU s importing Flower's ClientApp runtime and the app before it
 reads the message (``python -m simulations.clientapp_costs``), and a DP-Hype selection sends every node 3-5
 messages, so on a small machine a loopback deployment spends more CPU starting processes than voting. Flower's
 own warm pools (``warm-executor-pools``) exist only in its Kubernetes executor.
 
-:class:`ForkserverExecutor` is an executor of Flower's SuperExec interface (its ``Executor`` protocol) that
-starts each ClientApp task as a child of Python's fork server (:mod:`multiprocessing`'s ``forkserver`` start
+`ForkserverExecutor` is an executor of Flower's SuperExec interface (its ``Executor`` protocol) that
+starts each ClientApp task as a child of Python's fork server (`multiprocessing`'s ``forkserver`` start
 method), which imported Flower's ClientApp runtime and the ``preload`` modules once, when the SuperExec started.
 The child then runs Flower's own ``run_clientapp`` for the task's token, exactly as ``flwr-clientapp --token``
 would: it pulls the message, installs the FAB, loads the ClientApp, pushes the reply and exits. One task, one
-process, as in Flower; only the interpreter start and the imports are shared. :func:`serve` is Flower's
+process, as in Flower; only the interpreter start and the imports are shared. `serve` is Flower's
 SuperExec loop (acquire a task from the SuperNode's Runtime API, launch it) with this executor;
 ``dphype superexec`` runs it beside a ``flower-supernode --isolation process`` (README, "Deployment").
 
 What a forked task shares with its siblings is only what the fork server holds after its imports: module
-code and constants, no task's data. Nothing secret exists at import time in :mod:`dphype`: every noise share,
-key and mask is drawn when a message is served, from ``os.urandom`` (:func:`dphype.privacy.noise.secure_generator`,
-:mod:`dphype.secure.relay`, :mod:`dphype.secure.shamir`), which the kernel keeps unique per process. Python's
+code and constants, no task's data. Nothing secret exists at import time in `dphype`: every noise share,
+key and mask is drawn when a message is served, from ``os.urandom`` (`dphype.privacy.noise.secure_generator`,
+`dphype.secure.relay`, `dphype.secure.shamir`), which the kernel keeps unique per process. Python's
 ``random`` reseeds itself in a forked child; numpy's legacy global generator does not, so every task first
-reseeds it from the kernel (:func:`fresh_process_state`), as a fresh interpreter would have (no DP-Hype code
+reseeds it from the kernel (`fresh_process_state`), as a fresh interpreter would have (no DP-Hype code
 draws from it).
 
 Version note: this module uses Flower 1.41's SuperExec pieces (``AutoExecPlugin``, ``RuntimeHttpClient``,
@@ -52,9 +52,20 @@ DEFAULT_POLL_INTERVAL = 0.5
 
 
 def check_preload(preload: Sequence[str]) -> tuple[str, ...]:
-    """The fork server's modules: :data:`RUNTIME_MODULES` plus ``preload`` (installed libraries your ClientApp
-    imports, e.g. ``torch``; not modules of the app's FAB, which Flower's loader would then never re-import),
-    each checked to be importable here (the fork server itself would skip a missing one silently)."""
+    """The fork server's modules: `RUNTIME_MODULES` plus ``preload``, each checked to be importable here.
+
+    The fork server itself would skip a missing one silently.
+
+    Args:
+        preload: Installed libraries your ClientApp imports, e.g. ``torch``; not modules of the app's FAB, which
+            Flower's loader would then never re-import.
+
+    Returns:
+        The modules, without repeats, `RUNTIME_MODULES` first.
+
+    Raises:
+        ValueError: If a module cannot be imported in this environment.
+    """
     modules = tuple(dict.fromkeys((*RUNTIME_MODULES, *preload)))
     for name in modules:
         try:
@@ -67,9 +78,12 @@ def check_preload(preload: Sequence[str]) -> tuple[str, ...]:
 
 
 def fresh_process_state() -> None:
-    """What a forked task must not share with its siblings: numpy's legacy global generator, copied from the fork
+    """Reseed what a forked task must not share with its siblings.
+
+    Numpy's legacy global generator, copied from the fork
     server, is reseeded from the kernel (Python's ``random`` reseeds itself at fork; DP-Hype's noise, keys and
-    masks come from ``os.urandom`` at the time they are drawn)."""
+    masks come from ``os.urandom`` at the time they are drawn).
+    """
     import numpy as np
 
     np.random.seed()
@@ -90,8 +104,13 @@ def _run_task(runtime_api_address: str, token: str, insecure: bool, root_certifi
 class ForkserverExecutor:
     """Flower's SuperExec ``Executor`` that forks ClientApp tasks from a warm fork server.
 
-    Other task types (a SuperNode sends none) go to Flower's :class:`SubprocessExecutor`. ``start()`` starts
-    the fork server (importing :data:`RUNTIME_MODULES` and ``preload``) before the first task arrives.
+    Other task types (a SuperNode sends none) go to Flower's `SubprocessExecutor`. ``start()`` starts
+    the fork server (importing `RUNTIME_MODULES` and ``preload``) before the first task arrives. Its ``modules``
+    are the modules the fork server imports.
+
+    Args:
+        preload: Further installed modules for the fork server to import (`check_preload` raises
+            ``ValueError`` for one that cannot be imported).
     """
 
     def __init__(self, preload: Sequence[str] = ()) -> None:
@@ -107,14 +126,40 @@ class ForkserverExecutor:
 
     def get_eligible_capacity(self, supported_task_types: set[TaskType], *, insecure: bool = False,
                               root_certificates_path: str | None = None) -> tuple[set[TaskType], set[str]]:
+        """Every task type it is asked about: a forked task needs no extra capacity (the ``Executor`` protocol).
+
+        Args:
+            supported_task_types: The task types the SuperExec serves.
+            insecure: Unused (the protocol's).
+            root_certificates_path: Unused (the protocol's).
+
+        Returns:
+            ``supported_task_types`` and no FAB hashes.
+        """
         del insecure, root_certificates_path
         return supported_task_types, set()
 
     def wait_for_capacity(self, task_type: TaskType | None = None, *, fab_hash: str | None = None,
                           insecure: bool = False, root_certificates_path: str | None = None) -> None:
+        """Return at once: a forked task needs no capacity to wait for (the ``Executor`` protocol).
+
+        Args:
+            task_type: Unused (the protocol's).
+            fab_hash: Unused (the protocol's).
+            insecure: Unused (the protocol's).
+            root_certificates_path: Unused (the protocol's).
+        """
         del task_type, fab_hash, insecure, root_certificates_path
 
     def launch(self, spec: ExecutionSpec) -> LaunchResult:
+        """Start one task: a ClientApp task as a child of the fork server, any other by Flower's `SubprocessExecutor`.
+
+        Args:
+            spec: The task to run.
+
+        Returns:
+            Accepted, or failed with the reason if the fork server cannot start the child.
+        """
         if spec.task_type != TaskType.CLIENT_APP:
             return self._fallback.launch(spec)
         child = self._context.Process(
@@ -133,14 +178,29 @@ class ForkserverExecutor:
         self._children = [child for child in self._children if child.is_alive()]
 
     def close(self) -> None:
+        """Reap the finished tasks (running ones go on: each exits when its task is done)."""
         self.reconcile()
 
 
 def serve(runtime_api_address: str, *, insecure: bool, root_certificates_path: str | None = None,
           preload: Sequence[str] = (), poll_interval: float = DEFAULT_POLL_INTERVAL,
           parent_pid: int | None = None) -> None:
-    """Flower's SuperExec loop with :class:`ForkserverExecutor`: ask the SuperNode's Runtime API for a task every
-    ``poll_interval`` seconds and launch it. Runs until stopped (SIGINT/SIGTERM, or ``parent_pid`` exiting)."""
+    """Flower's SuperExec loop with `ForkserverExecutor`.
+
+    Asks the SuperNode's Runtime API for a task every ``poll_interval`` seconds and launches it. Runs until stopped
+    (SIGINT/SIGTERM, or ``parent_pid`` exiting).
+
+    Args:
+        runtime_api_address: The SuperNode's Runtime API, ``host:port``.
+        insecure: Connect without TLS.
+        root_certificates_path: The CA certificates for TLS; ``None``: the system's.
+        preload: Further installed modules for the fork server to import (`check_preload`).
+        poll_interval: Seconds between two task requests, in ``[0.01, 60]``.
+        parent_pid: A process whose exit stops the loop; ``None``: none.
+
+    Raises:
+        ValueError: If ``poll_interval`` is outside ``[0.01, 60]`` or a ``preload`` module cannot be imported.
+    """
     from flwr.proto.runtime_pb2 import AcquireTaskRequest
     from flwr.supercore import log
     from flwr.supercore.app_utils import start_parent_process_monitor
