@@ -2,7 +2,7 @@
 
 Flower deprecates in-process simulation (``run_simulation``) in favour of ``flwr run``. ``flwr run`` with the
 default ``local`` connection starts a detached SuperLink on a fixed port that outlives the run, so
-:class:`LocalSuperLink` starts its own ``flower-superlink --simulation`` on free loopback ports instead, with a
+`LocalSuperLink` starts its own ``flower-superlink --simulation`` on free loopback ports instead, with a
 private ``FLWR_HOME`` naming it as the default connection, submits runs to it, and stops it with every
 process it started when done. Nothing is downloaded (runtime dependency installation, telemetry and update
 checks are off).
@@ -44,14 +44,28 @@ OFFLINE_ENV: dict[str, str] = {
 
 
 def free_port() -> int:
-    """A currently unused TCP port on 127.0.0.1."""
+    """A currently unused TCP port on 127.0.0.1.
+
+    Returns:
+        The port number.
+    """
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
 def toml_value(value: Any) -> str:
-    """``value`` as a TOML literal (run-config overrides)."""
+    """``value`` as a TOML literal (run-config overrides).
+
+    Args:
+        value: A bool, int, finite float or str.
+
+    Returns:
+        The TOML literal.
+
+    Raises:
+        ValueError: If ``value`` is of another type, or a float that is not finite.
+    """
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -66,12 +80,29 @@ def toml_value(value: Any) -> str:
 
 
 def node_config_string(values: Mapping[str, Any]) -> str:
-    """``values`` in ``--node-config`` / ``--run-config`` syntax: ``key=value`` pairs with TOML values."""
+    """``values`` in ``--node-config`` / ``--run-config`` syntax: ``key=value`` pairs with TOML values.
+
+    Args:
+        values: The keys and their values (bool, int, finite float or str).
+
+    Returns:
+        The pairs, separated by spaces.
+
+    Raises:
+        ValueError: If a value is not a bool, int, finite float or str (`toml_value`).
+    """  # noqa: DOC502
     return " ".join(f"{key}={toml_value(value)}" for key, value in values.items())
 
 
 def is_flower_app(folder: str | Path) -> bool:
-    """Whether ``folder`` holds a Flower app (a pyproject.toml with a ``[tool.flwr.app]`` table)."""
+    """Whether ``folder`` holds a Flower app (a pyproject.toml with a ``[tool.flwr.app]`` table).
+
+    Args:
+        folder: The folder to look in.
+
+    Returns:
+        ``True`` if its pyproject.toml has a ``[tool.flwr.app]`` table.
+    """
     import tomllib
 
     path = Path(folder) / "pyproject.toml"
@@ -86,7 +117,14 @@ class LocalSuperLink:
 
     ``log`` receives the SuperLink's own output. ``run`` submits an app and streams its logs. ``env`` adds
     variables to the environment of the SuperLink and of everything it starts (the simulated nodes' ClientApps
-    included), e.g. their node policy under :data:`dphype.node.policy.POLICY_ENV`.
+    included), e.g. their node policy under `dphype.node.policy.POLICY_ENV`. Its ``home`` is the private
+    ``FLWR_HOME`` (removed by `close`), ``port`` the SuperLink's loopback port, ``env`` the environment the
+    SuperLink and ``flwr run`` get, ``process`` the SuperLink's process.
+
+    Args:
+        log: The file that receives the SuperLink's output; ``None``: ``superlink.log`` in its private home.
+        startup_timeout: Seconds to wait for the SuperLink to listen.
+        env: Variables added to the environment of the SuperLink and of everything it starts.
     """
 
     def __init__(self, *, log: Path | None = None, startup_timeout: float = 60.0,
@@ -108,6 +146,7 @@ class LocalSuperLink:
         self._wait_until_listening(startup_timeout)
 
     def _wait_until_listening(self, timeout: float) -> None:
+        """Wait until the SuperLink listens on its port, or stop it and raise ``RuntimeError``."""  # noqa: DOC501
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -122,9 +161,23 @@ class LocalSuperLink:
 
     def run(self, app: str | Path, *, run_config: Mapping[str, Any], supernodes: int, client_cpus: int = 1,
             stdout: Any = None, timeout: float | None = None) -> int:
-        """``flwr run APP --stream`` with ``run_config`` overrides on ``supernodes`` simulated nodes, each
-        ClientApp actor holding ``client_cpus`` CPUs (1: as many parallel clients as cores); returns the exit
-        status. ``stdout`` receives the streamed logs (default: inherited)."""
+        """``flwr run APP --stream`` with ``run_config`` overrides on ``supernodes`` simulated nodes.
+
+        Args:
+            app: The Flower app's folder.
+            run_config: The run-config overrides (bool, int, finite float or str values).
+            supernodes: How many simulated nodes.
+            client_cpus: CPUs each ClientApp actor holds (1: as many parallel clients as cores).
+            stdout: Receives the streamed logs; ``None``: inherited.
+            timeout: Seconds before the run is killed; ``None``: no limit.
+
+        Returns:
+            ``flwr run``'s exit status.
+
+        Raises:
+            ValueError: If a run-config value is not a bool, int, finite float or str (`toml_value`).
+            subprocess.TimeoutExpired: If the run takes longer than ``timeout``.
+        """  # noqa: DOC502
         overrides = self.home / "run-config.toml"
         overrides.write_text("".join(f"{key} = {toml_value(value)}\n" for key, value in run_config.items()))
         command = ["flwr", "run", str(app), "--stream", "--run-config", str(overrides),
@@ -171,12 +224,33 @@ class LocalSuperLink:
 
 # ------------------------------------------------------------------------------------------ in process
 def node_id(partition_id: int) -> int:
-    """The node ID that LocalGrid gives the node with ``partition_id``."""
+    """The node ID that `LocalGrid` gives the node with ``partition_id``.
+
+    Args:
+        partition_id: The node's ``partition-id``.
+
+    Returns:
+        Its node ID, ``1000 + partition_id``.
+    """
     return 1000 + partition_id
 
 
 class LocalGrid(Grid):
-    """Deliver each message synchronously to ``client_app`` on one of ``num_nodes`` nodes."""
+    """Deliver each message synchronously to ``client_app`` on one of ``num_nodes`` nodes.
+
+    A grid for tests and in-process runs: node ``i`` (ID `node_id` ``(i)``) has its own ``Context`` whose node
+    config holds ``partition-id``, ``num-partitions`` and ``node_config``; a ``silent`` node never replies. It
+    records what passed: ``contexts`` (node ID -> its ``Context``), ``sent`` (every message, in order), ``replies``
+    (every reply, in order) and ``timeouts`` (the ``timeout`` of every `send_and_receive` call).
+
+    Args:
+        client_app: The ClientApp every node runs.
+        num_nodes: How many nodes.
+        run_config: Every node's run config.
+        silent: The partition IDs of the nodes that never reply.
+        node_config: Further node-config entries of every node.
+        run_id: The run's ID.
+    """
 
     def __init__(
         self,
@@ -208,20 +282,51 @@ class LocalGrid(Grid):
         self.timeouts: list[float | None] = []
 
     def set_run(self, run: Run) -> None:
+        """Set the run this grid belongs to (Flower's ``Grid`` interface).
+
+        Args:
+            run: The run.
+        """
         self._run = run
 
     @property
     def run(self) -> Run:
+        """The run this grid belongs to (Flower's ``Grid`` interface)."""
         return self._run
 
-    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):
+    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
+                       ttl: float | None = None) -> Message:
+        """A message to ``dst_node_id`` (Flower's ``Grid`` interface).
+
+        Args:
+            content: The message's ``RecordDict``.
+            message_type: Its type.
+            dst_node_id: The node it goes to.
+            group_id: Its group ID.
+            ttl: Its time to live in seconds; ``None``: Flower's default.
+
+        Returns:
+            The message.
+        """
         return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
 
     def get_node_ids(self) -> Iterable[int]:
+        """The IDs of all nodes, silent ones included (Flower's ``Grid`` interface).
+
+        Returns:
+            The node IDs.
+        """
         return list(self.contexts)
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        """Deliver each message now; its reply waits for :meth:`pull_messages` (a silent node never replies)."""
+        """Deliver each message now; its reply waits for `pull_messages` (a silent node never replies).
+
+        Args:
+            messages: The messages to deliver.
+
+        Returns:
+            The messages' IDs.
+        """
         ids = []
         for msg in messages:
             reply = self._deliver(msg)
@@ -231,9 +336,29 @@ class LocalGrid(Grid):
         return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        """The replies to ``message_ids`` that are waiting, each returned once (Flower's ``Grid`` interface).
+
+        Args:
+            message_ids: The IDs `push_messages` returned.
+
+        Returns:
+            The waiting replies.
+        """
         return [self._pending.pop(i) for i in list(message_ids) if i in self._pending]
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None):
+        """Deliver each message and return the replies (Flower's ``Grid`` interface); ``timeout`` is recorded.
+
+        Args:
+            messages: The messages to deliver.
+            timeout: The caller's wait limit (recorded in `timeouts`; a silent node then counts as dropped).
+
+        Returns:
+            The replies of the nodes that are not silent (error replies where a ClientApp raised).
+
+        Raises:
+            RuntimeError: If a message goes to a silent node without a ``timeout`` (the server would wait forever).
+        """
         replies = []
         self.timeouts.append(timeout)
         for msg in messages:
