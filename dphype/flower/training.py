@@ -1,23 +1,23 @@
 """Optional private final training: Flower's DP-FedAvg wrappers, calibrated and accounted with the selection.
 
-After DP-Hype has selected a candidate, :func:`private_training` wraps the user's Message-API ``FedAvg`` in
+After DP-Hype has selected a candidate, `private_training` wraps the user's Message-API ``FedAvg`` in
 Flower's ``DifferentialPrivacyServerSideFixedClipping`` (the default: the server clips every update) or
 ``DifferentialPrivacyClientSideFixedClipping`` (clients clip with ``fixedclipping_mod``), with the noise
 multiplier that makes ``rounds`` rounds ``(epsilon, delta)``-DP for the training budget
-(:func:`dphype.privacy.accounting.calibrate_fedavg`, dp_accounting).
+(`dphype.privacy.accounting.calibrate_fedavg`, dp_accounting).
 
 The training guarantee rests on two facts about every update, and the server establishes both itself instead
 of trusting the clients: each client's weight is the same (the wrappers set FedAvg's weight metric of every
 reply to 1, whatever the client sent), and each update's L2 norm is at most the clipping norm. With
 server-side clipping the server clips; with client-side clipping it *verifies* each update's norm and refuses
-the round (:class:`ClippingError`: nothing aggregated, nothing released, the report marked not private) when one
-exceeds the norm by more than float32 rounding (:data:`CLIP_TOLERANCE`), then projects the accepted updates onto
-the norm ball so the sensitivity is exactly the clipping norm. :func:`check_private_training` checks every
+the round (`ClippingError`: nothing aggregated, nothing released, the report marked not private) when one
+exceeds the norm by more than float32 rounding (`CLIP_TOLERANCE`), then projects the accepted updates onto
+the norm ball so the sensitivity is exactly the clipping norm. `check_private_training` checks every
 other precondition of the accountant before the selection starts.
 
-The wrapper runs in Flower's *accounted mode* with :class:`RunAccountant`, which starts from the selection's
-own RDP curve (:func:`dphype.privacy.accounting.vote_rdp`; Skellam included) and composes every training round
-(:func:`dphype.privacy.accounting.fedavg_rdp`), so the run has one ``(epsilon, delta)`` for both phases. Accounted
+The wrapper runs in Flower's *accounted mode* with `RunAccountant`, which starts from the selection's
+own RDP curve (`dphype.privacy.accounting.vote_rdp`; Skellam included) and composes every training round
+(`dphype.privacy.accounting.fedavg_rdp`), so the run has one ``(epsilon, delta)`` for both phases. Accounted
 mode makes Flower refuse a round that would exceed that total, aggregate only when every sampled client
 replied (a round with a missing or failed reply is skipped and releases nothing), and log the composed spend
 after each round.
@@ -74,14 +74,29 @@ CLIP_TOLERANCE = 1e-4
 
 
 class ClippingError(ValueError):
-    """A client's update exceeds the clipping norm in a private round: the round is refused (nothing is
-    aggregated or released) and the run's report is marked not private."""
+    """A client's update exceeds the clipping norm in a private round.
+
+    The round is refused (nothing is aggregated or released) and the run's report is marked not private.
+    """
 
 
 @dataclass(frozen=True)
 class TrainingBudget:
-    """The privacy budget of the final training: ``epsilon`` (at the selection's delta) for ``rounds``
-    DP-FedAvg rounds with updates clipped to L2 norm ``clipping_norm`` on the ``clipping`` side."""
+    """The privacy budget of the final training.
+
+    ``epsilon`` (at the selection's delta) for ``rounds``
+    DP-FedAvg rounds with updates clipped to L2 norm ``clipping_norm`` on the ``clipping`` side.
+
+    Attributes:
+        epsilon: The training's epsilon, ``> 0``, at the selection's delta.
+        rounds: The DP-FedAvg rounds, an integer ``>= 1``.
+        clipping_norm: The L2 norm every update is clipped to, ``> 0``.
+        clipping: Where updates are clipped, one of `CLIPPING`: ``"server"`` (the server clips) or ``"client"``
+            (the clients clip with ``fixedclipping_mod``; the server verifies).
+
+    Raises:
+        ValueError: If a field is out of its range, or ``clipping`` is not one of `CLIPPING`.
+    """
 
     epsilon: float
     rounds: int
@@ -99,10 +114,16 @@ class TrainingBudget:
 class RunAccountant:
     """Flower's ``PrivacyAccountant`` protocol for a DP-Hype run: the selection, then DP-FedAvg rounds.
 
-    The curve starts at the selection's RDP (noise of the survivors, :func:`vote_rdp`; for a winner release
-    :func:`dphype.privacy.winner.winner_rdp` of its pure epsilon) and adds
-    :func:`fedavg_rdp` for every composed Gaussian event, both under the selection's neighbouring relation;
-    epsilon by :func:`rdp_epsilon` (Thm I.1), delta by :func:`rdp_delta`, on :data:`RDP_ORDERS`.
+    The curve starts at the selection's RDP (noise of the survivors, `vote_rdp`; for a winner release
+    `dphype.privacy.winner.winner_rdp` of its pure epsilon) and adds
+    `fedavg_rdp` for every composed Gaussian event, both under the selection's neighbouring relation;
+    epsilon by `rdp_epsilon` (Thm I.1), delta by `rdp_delta`, on `RDP_ORDERS`. Its ``neighbouring`` is the
+    selection's relation.
+
+    Args:
+        selection: The selection's privacy report (its delta, relation and noise start the curve).
+        population: The number of clients (Flower's ``PrivacyConfig``; no sampling amplification is used).
+        max_epsilon: The run's limit, which Flower's accounted mode enforces; ``None``: none.
     """
 
     def __init__(self, selection: PrivacyReport, *, population: int, max_epsilon: float | None) -> None:
@@ -120,46 +141,111 @@ class RunAccountant:
 
     @property
     def config(self) -> PrivacyConfig:
+        """The ``PrivacyConfig`` the wrapper reads: the selection's delta, the population, no sampling, the limit."""
         return self._config
 
     @property
     def num_releases(self) -> int:
+        """The releases composed so far: the selection and every training round."""
         return self._releases
 
     def _with(self, event: GaussianPrivacyEvent, count: int) -> np.ndarray:
         return self._rdp + fedavg_rdp(event.noise_multiplier, count, neighbouring=self.neighbouring)
 
     def compose(self, event: GaussianPrivacyEvent, count: int = 1) -> None:
+        """Add ``count`` DP-FedAvg rounds of ``event`` to the curve (`fedavg_rdp`).
+
+        Args:
+            event: A round's Gaussian event (its noise multiplier).
+            count: How many such rounds.
+        """
         self._rdp = self._with(event, count)
         self._releases += count
 
     def get_epsilon(self, delta: float) -> float:
+        """The run's epsilon so far at ``delta`` (`rdp_epsilon`).
+
+        Args:
+            delta: The delta, in ``(0, 1)``.
+
+        Returns:
+            The epsilon.
+        """
         return rdp_epsilon(self._rdp, delta)[0]
 
     def get_delta(self, epsilon: float) -> float:
+        """The run's delta so far at ``epsilon`` (`rdp_delta`).
+
+        Args:
+            epsilon: The epsilon, ``> 0``.
+
+        Returns:
+            The delta.
+        """
         return rdp_delta(self._rdp, epsilon)
 
     def get_privacy_spent(self, delta: float | None = None) -> PrivacySpent:
+        """The run's spend so far at ``delta``, in Flower's ``PrivacySpent``.
+
+        Args:
+            delta: The delta; ``None``: the selection's.
+
+        Returns:
+            The epsilon, delta, release count, method and optimal Renyi order.
+
+        Raises:
+            ValueError: If ``delta`` is not in ``(0, 1)``.
+        """  # noqa: DOC502
         delta = self._config.target_delta if delta is None else check_delta(delta)
         epsilon, order = rdp_epsilon(self._rdp, delta)
         return PrivacySpent(epsilon=epsilon, delta=delta, num_releases=self._releases,
                             accounting_method="rdp (DP-Hype selection and DP-FedAvg composed)", optimal_order=order)
 
     def would_exceed(self, event: GaussianPrivacyEvent, max_epsilon: float | None = None, count: int = 1) -> bool:
+        """Whether composing ``count`` rounds of ``event`` would take the run's epsilon above the limit.
+
+        Args:
+            event: A round's Gaussian event.
+            max_epsilon: The limit; ``None``: the accountant's own.
+            count: How many rounds.
+
+        Returns:
+            ``True`` if the epsilon at the selection's delta would exceed the limit.
+
+        Raises:
+            ValueError: If neither the accountant nor the call gives a limit.
+        """
         limit = self._config.max_epsilon if max_epsilon is None else max_epsilon
         if limit is None:
             raise ValueError("max_epsilon must be given to the accountant or to would_exceed")
         return rdp_epsilon(self._with(event, count), self._config.target_delta)[0] > limit
 
     def to_dict(self) -> dict[str, Any]:
+        """A summary for logs: the release count and the relation.
+
+        Returns:
+            ``{"releases": ..., "neighbouring": ...}``.
+        """
         return {"releases": self._releases, "neighbouring": self.neighbouring}
 
     def state_dict(self) -> dict[str, object]:
-        """The composed RDP curve (on :data:`RDP_ORDERS`), the release count and the relation."""
+        """The composed RDP curve (on `RDP_ORDERS`), the release count and the relation.
+
+        Returns:
+            ``{"rdp": [...], "releases": ..., "neighbouring": ...}``, which `load_state_dict` restores.
+        """
         return {"rdp": [float(v) for v in self._rdp], "releases": self._releases, "neighbouring": self.neighbouring}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
-        """Restore :meth:`state_dict`; the relation must match and the curve may only have grown."""
+        """Restore `state_dict`; the relation must match and the curve may only have grown.
+
+        Args:
+            state: What `state_dict` returned.
+
+        Raises:
+            ValueError: If the relation differs, the curve is invalid or below this run's selection cost, or the
+                release count is not an integer ``>= 1``.
+        """  # noqa: DOC502
         if state.get("neighbouring") != self.neighbouring:
             raise ValueError(f"state neighbouring must be {self.neighbouring!r}, got {state.get('neighbouring')!r}")
         rdp = check_rdp_curve(state.get("rdp"), name="state rdp")
@@ -172,9 +258,12 @@ class RunAccountant:
 
 
 def _uniform_weights(replies: list[Message], key: str) -> None:
-    """Replace every reply's metrics by FedAvg's weight 1 under ``key``: DP-FedAvg averages uniformly, so the
+    """Replace every reply's metrics by FedAvg's weight 1 under ``key``.
+
+    DP-FedAvg averages uniformly, so the
     server sets the weights instead of trusting what a client reports, and no client metric (outside the
-    guarantee) is aggregated into the run's results."""
+    guarantee) is aggregated into the run's results.
+    """
     for reply in replies:
         if reply.has_error():
             continue
@@ -220,9 +309,13 @@ class _VerifiedClientClipping(DifferentialPrivacyClientSideFixedClipping):
     """Flower's client-side clipping wrapper, with every update's norm verified by the server.
 
     A reply whose update (its arrays minus the global model sent) has an L2 norm above ``clipping_norm``
-    times ``1 + CLIP_TOLERANCE`` makes the whole round refused (:class:`ClippingError`, recorded in
-    :attr:`refused`); accepted updates are projected onto the norm ball (a no-op up to rounding), and every
+    times ``1 + CLIP_TOLERANCE`` makes the whole round refused (`ClippingError`, recorded in
+    `refused`); accepted updates are projected onto the norm ball (a no-op up to rounding), and every
     client's weight is set to 1.
+
+    Args:
+        *args: Flower's ``DifferentialPrivacyClientSideFixedClipping`` arguments.
+        **kwargs: Flower's ``DifferentialPrivacyClientSideFixedClipping`` keyword arguments.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -262,7 +355,15 @@ class _VerifiedClientClipping(DifferentialPrivacyClientSideFixedClipping):
 
 @dataclass(frozen=True)
 class PrivateTraining:
-    """The wrapped strategy, its accountant and what it was calibrated with."""
+    """The wrapped strategy, its accountant and what it was calibrated with.
+
+    Attributes:
+        strategy: The user's ``FedAvg`` in Flower's DP wrapper (server- or client-side clipping).
+        accountant: The run's accountant (selection and training composed).
+        budget: The training budget.
+        noise_multiplier: The calibrated noise multiplier ``z``.
+        sampled_clients: The nodes every round trains on (``m``).
+    """
 
     strategy: DifferentialPrivacyClientSideFixedClipping | DifferentialPrivacyServerSideFixedClipping
     accountant: RunAccountant
@@ -289,8 +390,14 @@ class PrivateTraining:
                 "aggregated")
 
     def report(self) -> dict[str, Any]:
-        """What the training phase and the whole run release, with the composed ``(epsilon, delta)``; a run
-        with a refused round (an update above the clipping norm) is reported as not private."""
+        """What the training phase and the whole run release, with the composed ``(epsilon, delta)``.
+
+        A run with a refused round (an update above the clipping norm) is reported as not private.
+
+        Returns:
+            ``{"training": {...}, "run": {...}}``: the training's budget, noise, clipping and what each round
+            released; the run's epsilon (``None`` if not private), delta, accountant and release count.
+        """
         spent = self.accountant.get_privacy_spent()
         private = not self.refused
         return {
@@ -315,15 +422,28 @@ class PrivateTraining:
 
 def check_private_training(strategy: FedAvg, budget: TrainingBudget, *, delta: float, neighbouring: str,
                            sampled_clients: int) -> float:
-    """Every precondition of the training accountant that the server can check before the selection starts;
-    returns the calibrated noise multiplier ``z``.
+    """Every precondition of the training accountant that the server can check before the selection starts.
 
     ``strategy`` must be a ``FedAvg`` (uniform averaging) that trains on every connected node each round
     (``fraction_train`` 1: accounted without sampling amplification, and Flower's accounted mode needs exactly
     ``sampled_clients`` replies) and evaluates on none (``fraction_evaluate`` 0: client metrics would leave in
     plaintext, outside the guarantee); ``budget`` must be reachable in ``budget.rounds`` rounds at ``delta``.
-    Client weights need no check: the wrappers set them (:func:`private_training`).
-    """
+    Client weights need no check: the wrappers set them (`private_training`).
+
+    Args:
+        strategy: The user's strategy.
+        budget: The training budget.
+        delta: The selection's delta.
+        neighbouring: The selection's neighbouring relation.
+        sampled_clients: The nodes every round trains on (``m``).
+
+    Returns:
+        The calibrated noise multiplier ``z``.
+
+    Raises:
+        ValueError: If a precondition fails (the strategy's type or fractions, ``min_train_nodes``, the budget's
+            type, ``sampled_clients``, ``delta``, ``neighbouring``) or the budget is unreachable.
+    """  # noqa: DOC502
     if not isinstance(strategy, FedAvg):
         raise ValueError(f"strategy must be a FedAvg (uniform averaging), got {type(strategy).__name__}")
     if not isinstance(budget, TrainingBudget):
@@ -349,11 +469,23 @@ def private_training(strategy: FedAvg, selection: PrivacyReport, budget: Trainin
     ``sampled_clients`` is the number of nodes every round trains on (``m``; all connected nodes with
     ``fraction_train=1``). The noise multiplier ``z`` is the smallest with which ``budget.rounds`` rounds are
     ``(budget.epsilon, delta)``-DP at the selection's delta under the selection's neighbouring relation
-    (:func:`check_private_training`, which also checks the strategy; call it before the selection to fail
+    (`check_private_training`, which also checks the strategy; call it before the selection to fail
     before any client works); the accountant's limit is the composition of the selection with exactly those
     rounds, so no run spends more. The server sets every client's weight to 1 and clips every update
     (``budget.clipping == "server"``), or verifies that the clients did (``"client"``, see the module).
-    """
+
+    Args:
+        strategy: The user's ``FedAvg`` (``fraction_train=1``, ``fraction_evaluate=0``).
+        selection: The selection's privacy report.
+        budget: The training budget.
+        sampled_clients: The nodes every round trains on (``m``).
+
+    Returns:
+        The wrapped strategy with its accountant, budget, ``z`` and ``m``.
+
+    Raises:
+        ValueError: If a precondition fails (`check_private_training`).
+    """  # noqa: DOC502
     z = check_private_training(strategy, budget, delta=selection.delta, neighbouring=selection.neighbouring,
                                sampled_clients=sampled_clients)
     population = max(selection.clients, sampled_clients)
