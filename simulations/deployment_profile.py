@@ -45,6 +45,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dphype.modes import Aggregator, release_mode
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -124,11 +126,16 @@ def stages(stamped: list[tuple[float, str]], started: float, release: str = "sum
         previous = hit
     if markers[-2][0] in out:
         out["selection"] = sum(out[name] for name, _ in markers[1:-1])
-        if release == "sum":
+        if release_mode(release).aggregator is Aggregator.SECAGG:
             line = next(line for _, line in stamped if re.search(markers[3][1], line))
             for stage, seconds in re.findall(r"(\w+) (\d+\.\d+) s", line):
                 out[f"secagg: {stage}"] = float(seconds)
     return out
+
+
+def committee(release: str) -> bool:
+    """Whether the release mode named ``release`` sends its ballots to a tally committee."""
+    return release_mode(release).aggregator is Aggregator.COMMITTEE
 
 
 def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, timeout: float,
@@ -162,7 +169,7 @@ def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, time
             policy = (f"dphype-max-epsilon={epsilon} dphype-min-clients={nodes} dphype-min-neighbours=2 "
                       f"dphype-lifetime-epsilon={10 * epsilon}")
             node_configs = {f"supernode-{i}": f"partition-id={i} num-partitions={nodes} {policy}" for i in range(nodes)}
-            if release == "argmax":  # the README's tally recipe: one SuperNode per tally, its role in its node config
+            if committee(release):  # the README's tally recipe: one SuperNode per tally, its role in its node config
                 parties = ",".join(f"127.0.0.1:{free_port()}" for _ in range(TALLIES))
                 node_configs.update({f"tally-{j}": f"dphype-tally-id={j} dphype-tally-parties='{parties}' "
                                                    f"dphype-tally-key='{tmp / f'tally-{j}.key'}'"
@@ -216,7 +223,7 @@ def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, time
                                f"{json.dumps(stages(stamped, started, release))}:\n"
                                + "\n".join(line for _, line in stamped[-40:]))
         summary = json.loads(result_file.read_text())
-    return {"nodes": nodes, "release": release, "executor": executor, "tallies": TALLIES if release == "argmax" else 0,
+    return {"nodes": nodes, "release": release, "executor": executor, "tallies": TALLIES if committee(release) else 0,
             "candidates": summary["num_candidates"], "local_epochs": local_epochs,
             "federation_start_seconds": federation_seconds, "run_seconds": total,
             "stages": stages(stamped, started, release), "selected_index": summary["selected_index"],

@@ -130,18 +130,18 @@ def test_bad_committees_are_refused_before_anything_runs(tmp_path):
 
 def test_a_client_refusing_the_argmax_vote_is_a_dropout_and_too_few_shares_release_nothing(tmp_path, monkeypatch):
     grid, keys = argmax_grid(tmp_path)
-    import dphype.flower.tally as ft
+    from dphype.modes import ArgmaxRelease
 
-    real = ft.winner_vote
+    real = ArgmaxRelease.ballot
     calls = []
 
-    def flaky(request, scores, *, maximize):  # the 2nd client's vote fails on the client
+    def flaky(self, request, scores, *, maximize, clipping_range=None):  # the 2nd client's vote fails on the client
         calls.append(1)
         if len(calls) == 2:
             raise RuntimeError("disk full at /secret/path")
-        return real(request, scores, maximize=maximize)
+        return real(self, request, scores, maximize=maximize)
 
-    monkeypatch.setattr(ft, "winner_vote", flaky)
+    monkeypatch.setattr(ArgmaxRelease, "ballot", flaky)
     with pytest.raises(PreflightError, match="only 5 clients sent their shares, fewer than the minimum survivors 6"):
         DPHype(CANDS, config(), tallies=keys).start(grid, timeout=60)
     errors = [r.error.reason for r in grid.replies if r.has_error()]

@@ -35,6 +35,7 @@ from dphype.flower import DPHype, check_private_training, private_training, trai
 from dphype.flower.tally import ClientGrid, discover_committee
 from dphype.ml.models import MODEL_FOR_DATASET
 from dphype.ml.task import TorchTask, load_cached
+from dphype.modes import Aggregator
 
 #: Prefix of the log line that carries the run summary as JSON.
 RESULT_PREFIX = "DPHYPE_RESULT "
@@ -48,7 +49,7 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
     tallies: tuple[bytes, ...] = ()
     tally_nodes: tuple[int, ...] = ()
     voters = grid
-    if cfg.dphype.release == "argmax":  # the committee's keys from its nodes (hello only; no client works)
+    if cfg.dphype.mode.aggregator is Aggregator.COMMITTEE:  # the committee's keys from its nodes (hello only)
         tallies, tally_nodes = discover_committee(grid, cfg.dphype.clients, cfg.tallies,
                                                   connect_timeout=cfg.connect_timeout, timeout=cfg.round_timeout)
         voters = ClientGrid(grid, tally_nodes)  # FedAvg samples, trains and evaluates the voters only

@@ -5,7 +5,7 @@ Roles (one ``ClientApp`` serves both, :func:`register_tally` beside :func:`dphyp
 * a **client** answers the usual pre-flight (``query.dphype``: the node policy checks the committee and the
   pure epsilon, :func:`dphype.node.policy.check_vote_request`) and then ``train.dphype_argmax``: the request
   must be the approved one; the node records the vote in its ledger, then answers with one sealed share per
-  tally (:func:`dphype.protocol.winner_vote`). The server cannot open them.
+  tally (:meth:`dphype.modes.ArgmaxRelease.ballot`). The server cannot open them.
 * a **tally** is a node whose node config has ``dphype-tally-id`` (its index ``j`` in the committee),
   ``dphype-tally-parties`` (the MPyC addresses of all tallies, ``host:port,...`` in committee order) and
   ``dphype-tally-key`` (a file with its X25519 private key, created with mode 0600 if missing; its public key
@@ -47,8 +47,9 @@ from flwr.serverapp.grid import Grid
 from flwr.supercore.run import Run
 
 from dphype.flower.grid import send_and_receive
+from dphype.modes import Aggregator
 from dphype.node.ledger import Ledger
-from dphype.protocol import DPHypeResult, Refusal, VoteRequest, release_winner, winner_vote
+from dphype.protocol import DPHypeResult, Refusal, VoteRequest
 from dphype.secure.relay import KeyPair
 from dphype.secure.tally import Tally, TallyError, agreed_index, party_answer, party_command, send_job
 
@@ -110,7 +111,7 @@ class _TallyNode:
             return {"index": self.index, "public": self.keys.public}
         if stage == "collect":
             request = VoteRequest.from_record(record)
-            if request.config.release != "argmax" or self.keys.public not in request.tallies \
+            if request.mode.aggregator is not Aggregator.COMMITTEE or self.keys.public not in request.tallies \
                     or request.tallies.index(self.keys.public) != self.index:
                 raise TallyError(f"tally {self.index} is not tally {self.index} of this request's committee")
             tally = Tally(self.index, self.keys, served=self.saved["served"])
@@ -198,11 +199,12 @@ def register_winner_vote(app: ClientApp, *, policy: PolicySource = None) -> Clie
             checked = context.state.config_records.get(GUARANTEE_KEY)
             request = VoteRequest.from_record(msg.content.config_records.get(RECORD_KEY, {}))
             if (approved is None or checked is None or approved["digest"] != request.digest()
-                    or SCORES_KEY not in context.state.array_records):
+                    or SCORES_KEY not in context.state.array_records
+                    or request.mode.aggregator is not Aggregator.COMMITTEE):
                 raise Refusal("malformed_request", "the argmax vote request is not the one approved in the pre-flight")
             guarantee = _approved_guarantee(checked, request, limits)  # the pre-flight's, unless the policy changed
             scores = context.state.array_records[SCORES_KEY]["scores"].numpy()
-            sealed = winner_vote(request, scores, maximize=bool(approved["maximize"]))
+            sealed = request.mode.ballot(request, scores, maximize=bool(approved["maximize"]))
             del context.state.array_records[SCORES_KEY]  # one pre-flight, one vote
             spent = Ledger(cast(Path, limits.ledger)).spend(guarantee, limits, request.digest())
         except Exception as err:  # noqa: BLE001 - the server sees the sanitized reason only
@@ -388,7 +390,7 @@ def run_winner_selection(server: DPHype, grid: Grid, *, timeout: float | None, c
                             tally_timeout + 5.0 if timeout is None else timeout, "DP-Hype tally result"),
                        tally_nodes, "result")
     index = agreed_index([int(a["index"]) for a in results.values()])
-    result = release_winner(request, index, len(contributors))
+    result = request.mode.release(request, index, len(contributors))
     log(logging.INFO, "DP-Hype (argmax) selected candidate %d %s (pure epsilon=%.4g, %d contributors, %d tallies) "
         "in %.2f s after the pre-flight", index, result.selected, result.report.epsilon, len(contributors),
         len(tallies), time.perf_counter() - start)

@@ -14,7 +14,8 @@ Where the randomness comes from. A client's share must be unpredictable to the s
 (:func:`client_noise_share`) draws it from :func:`secure_generator`: numpy's ``Generator`` over randomgen's
 ChaCha20 keyed with 256 fresh bits from the operating system (``os.urandom``), a new key for every share.
 :func:`client_noise_share` takes no generator argument at all, so no caller can hand it a seeded one;
-:func:`noise_share` and :func:`summed_noise` take an explicit ``rng`` for benchmarks, replays and audits.
+:func:`noise_share` and :func:`summed_noise` take an explicit ``rng`` for benchmarks, replays and audits;
+:func:`replay_noisy_sums` replays whole releases with them.
 """
 
 from __future__ import annotations
@@ -28,7 +29,15 @@ from typing import Any
 import numpy as np
 from randomgen import ChaCha
 
-from dphype.checks import check_clients, check_dropout, check_int, check_noise, check_positive, check_sigma
+from dphype.checks import (
+    DEFAULT_NOISE,
+    check_clients,
+    check_dropout,
+    check_int,
+    check_noise,
+    check_positive,
+    check_sigma,
+)
 
 #: (1 - xi) n within this distance of an integer is treated as that integer (float representation of xi);
 #: the effect on the total variance is below 1e-9 relative.
@@ -133,6 +142,42 @@ def summed_noise(
     kind = check_noise(kind)
     variance = client_noise_variance(sigma, clients, dropout)
     return _draw(size, check_survivors(survivors, clients) * variance, kind, rng)
+
+
+def replay_noisy_sums(
+    vote_sum: np.ndarray,
+    *,
+    sigma: float,
+    clients: int,
+    repetitions: int,
+    rng: np.random.Generator,
+    dropout: float = 0.0,
+    noise: str = DEFAULT_NOISE,
+    survivors: int | None = None,
+    per_client: bool = False,
+) -> np.ndarray:
+    """``repetitions`` independent noisy sums of ``vote_sum`` as the server would receive them: the replay of the sum
+    release (:class:`dphype.modes.SumRelease`) for benchmarks, the DPareto oracle and the planner.
+
+    ``vote_sum`` is the noiseless sum of the contributing clients' votes, shape ``(p,)`` (or one row per
+    repetition, ``(repetitions, p)``). ``survivors`` clients (default all ``clients``) each add a share of
+    variance ``sigma^2 / ((1 - xi) n)``: with ``per_client=True`` literally, one :func:`noise_share` each, summed;
+    otherwise their sum in one :func:`summed_noise` draw, which has the same distribution (sums of Gaussians are
+    Gaussian, of Skellams Skellam). ``noise`` defaults to the configuration's (:data:`dphype.checks.DEFAULT_NOISE`).
+    ``sigma == 0`` (no noise) returns the votes. Returns float64 ``(repetitions, p)``.
+    """
+    votes = np.asarray(vote_sum, dtype=np.float64)
+    shape = (int(repetitions), votes.shape[-1])
+    out = np.broadcast_to(votes, shape).astype(np.float64, copy=True)
+    if sigma == 0:
+        return out
+    m = clients if survivors is None else survivors
+    if per_client:
+        for _ in range(m):
+            out += noise_share(shape, sigma=sigma, clients=clients, dropout=dropout, kind=noise, rng=rng)
+    else:
+        out += summed_noise(shape, sigma=sigma, clients=clients, dropout=dropout, survivors=m, kind=noise, rng=rng)
+    return out
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,67 @@
+"""Why a client refuses to take part: :class:`Refusal`, its reason codes and the one way to make any error safe to
+send to the server (:func:`as_refusal`). Leaf vocabulary: every layer that refuses (the request checks of
+:mod:`dphype.protocol` and :mod:`dphype.modes`, the node's policy and ledger, the secure sum) raises these; it
+imports nothing from dphype. :mod:`dphype.protocol` re-exports them.
+"""
+
+from __future__ import annotations
+
+
+class Refusal(Exception):
+    """A client refuses to take part; ``code`` (one of :data:`REFUSAL_CODES`) names the reason, ``detail``
+    explains it in at most :data:`MAX_DETAIL` characters, safe to send to the server: it names the reason
+    and at most numbers derived from the server's own request, never a data value (a candidate the task
+    choked on, a score, a file's content) nor node-private state (the node's limits, its remaining
+    lifetime budget, its paths). :func:`as_refusal` turns any other exception into one. ``local`` is for the
+    node's own log only and may name exactly those (the limit that refused, the budget left); it is never sent.
+    """
+
+    def __init__(self, code: str, detail: str, *, local: str = "") -> None:
+        if code not in REFUSAL_CODES:
+            raise ValueError(f"code must be one of {', '.join(REFUSAL_CODES)}, got {code!r}")
+        detail = detail[:MAX_DETAIL]
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+        self.detail = detail
+        self.local = local
+
+
+#: Reason codes a client may answer with, and what each means.
+REFUSAL_CODES: dict[str, str] = {
+    "malformed_request": "the request is incomplete or invalid",
+    "candidate_mismatch": "the candidate list differs from this client's own copy",
+    "noise_too_small": "the announced sigma gives more epsilon than announced",
+    "policy_epsilon": "the request spends more epsilon than this client allows",
+    "policy_delta": "the request's delta is above this node's limit",
+    "policy_clients": "the request has fewer clients than this node requires",
+    "lifetime_budget": "this vote would exceed this node's lifetime privacy budget",
+    "policy": "this node's privacy policy does not admit the request (what a node tells the server for any "
+              "of the four codes above)",
+    "secagg_setup": "unsafe or unexpected SecAgg+ parameters",
+    "secagg_neighbours": "SecAgg+ neighbours are too few or inconsistent with the request",
+    "secagg_unmask": "unsafe SecAgg+ unmasking request",
+    "secagg_round": "a SecAgg+ stage out of order, repeated, for another request or malformed: round aborted",
+    "node_policy": "this node's privacy policy is misconfigured",
+    "ledger_error": "this node's privacy ledger cannot be read or written",
+    "unsupported_candidates": "the client's task cannot evaluate these candidates (e.g. a key it does not use)",
+    "tally_committee": "the tally committee is too small, has duplicate tallies or tallies this node does not know",
+    "task_error": "the client's task raised an exception while scoring",
+    "score_shape": "the client's task returned scores of the wrong shape",
+    "uninformative_scores": "the client's task scored every candidate the same, or none (all NaN)",
+    "client_error": "an unexpected error on the client",
+}
+#: Longest ``detail`` sent to the server.
+MAX_DETAIL = 200
+
+
+def as_refusal(err: BaseException) -> Refusal:
+    """``err`` as a refusal that is safe to send: a :class:`Refusal` as it is; an exception whose class
+    names a ``refusal_code`` (a candidate-list mismatch, a bad node policy, an unreadable ledger) as that
+    code with its fixed text; anything else as ``client_error`` naming the exception TYPE only. Never the
+    message: it may echo data (a duplicate entry of a candidate file comes back with the entry)."""
+    if isinstance(err, Refusal):
+        return err
+    code = getattr(type(err), "refusal_code", None)
+    if code in REFUSAL_CODES:
+        return Refusal(code, REFUSAL_CODES[code])
+    return Refusal("client_error", f"{type(err).__name__} on the client")
