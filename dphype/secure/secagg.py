@@ -105,7 +105,7 @@ from typing import Any
 import numpy as np
 
 from dphype.checks import MAX_CLIENTS
-from dphype.protocol import Refusal
+from dphype.refusals import Refusal
 from dphype.secure import relay
 from dphype.secure.secagg_params import check_share_threshold
 from dphype.secure.secure_sum import (
