@@ -39,9 +39,7 @@ from dphype.config import DPHypeConfig
 from dphype.ml.task import Task
 from dphype.modes import SIGMA_SLACK as SIGMA_SLACK  # re-exported: the sum release's slack on sigma
 from dphype.modes import Aggregator, ReleaseMode
-from dphype.privacy.accounting import VoteRelease
 from dphype.privacy.noise import min_survivors
-from dphype.privacy.winner import WinnerRelease
 from dphype.refusals import MAX_DETAIL as MAX_DETAIL  # re-exported: the refusal vocabulary's home is dphype.refusals
 from dphype.refusals import REFUSAL_CODES as REFUSAL_CODES
 from dphype.refusals import Refusal as Refusal
@@ -83,11 +81,6 @@ class VoteRequest:
     def mode(self) -> ReleaseMode[Any, Any]:
         """The release mode of this request (:attr:`dphype.config.DPHypeConfig.mode`)."""
         return self.config.mode
-
-    @property
-    def accounting(self) -> VoteRelease | WinnerRelease:
-        """The release this request describes, for the accountants (:meth:`dphype.modes.ReleaseMode.accounting`)."""
-        return self.mode.accounting(self)
 
     @property
     def min_survivors(self) -> int:

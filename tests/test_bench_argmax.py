@@ -6,9 +6,9 @@ import csv
 from pathlib import Path
 
 import pytest
+from test_bench_studies import TINY, _bench, small_adult  # noqa: F401 (fixture)
 
 from dphype.modes import ArgmaxRelease
-from test_bench_studies import TINY, _bench, small_adult  # noqa: F401 (fixture)
 
 
 def test_tradeoff_and_ablations_replay_both_release_modes(small_adult: None, tmp_path: Path,  # noqa: F811

@@ -16,8 +16,8 @@ from dphype.selection.planner import (
     LossModel,
     _distinct_uniform,
     _smallest_clients,
-    plan,
     check_plan,
+    plan,
     ranking_from_losses,
     ranking_prefix,
     scenario,
@@ -272,8 +272,8 @@ def test_winner_release_other_ties_are_broken_under_twice_the_disagreement() -> 
     top = max(r["success_winner"] for r in result.by_k)
     tied = [r["k"] for r in result.by_k if r["success_winner"] == top]
     assert top == 1.0 and len(tied) > 1
-    weak = plan(100, 1.0, 1e-5, space, 100, release=ArgmaxRelease(), neighbouring="add-remove", consensus="weak", ks=tied,
-                rule="argmax", search=False)
+    weak = plan(100, 1.0, 1e-5, space, 100, release=ArgmaxRelease(), neighbouring="add-remove", consensus="weak",
+                ks=tied, rule="argmax", search=False)
     weak_rows = {r["k"]: r["success_winner"] for r in weak.by_k}
     for row in result.by_k:
         if row["k"] in tied:

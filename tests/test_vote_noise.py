@@ -1,6 +1,6 @@
-"""The noise in what a client actually sends, through the real vote path (:meth:`dphype.modes.SumRelease.ballot`, and the
-client handler under :class:`dphype.flower.local.LocalGrid`), against the exact law of a share (DP-Hype Appendix A:
-variance ``sigma^2 / ((1 - xi) n)``; Skellam shares ``Pois(mu) - Pois(mu)``, Agarwal, Kairouz & Liu 2021).
+"""The noise in what a client actually sends, through the real vote path (:meth:`dphype.modes.SumRelease.ballot`,
+and the client handler under :class:`dphype.flower.local.LocalGrid`), against the exact law of a share (DP-Hype
+Appendix A: variance ``sigma^2 / ((1 - xi) n)``; Skellam shares ``Pois(mu) - Pois(mu)``, Agarwal, Kairouz & Liu 2021).
 
 Each test draws tens of thousands of entries, so a share whose std is off by 10% (variance off by about 20%) lies
 many standard errors outside the tolerance, while a correct share lies inside it except with probability far

@@ -8,12 +8,18 @@ from scipy.stats import chi2
 
 from dphype.config import DPHypeConfig
 from dphype.flower.training import RunAccountant
+from dphype.modes import ArgmaxRelease, SumRelease, release_mode, release_modes
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy, check_vote_request
 from dphype.privacy.accounting import RDP_ORDERS, rdp_epsilon
-from dphype.privacy.winner import WINNER_NOISE, discrete_laplace_pmf, noise_parameter, winner_probabilities, winner_rdp
-from dphype.modes import ArgmaxRelease, SumRelease, release_mode, release_modes
-from dphype.privacy.winner import replay_winners
+from dphype.privacy.winner import (
+    WINNER_NOISE,
+    discrete_laplace_pmf,
+    noise_parameter,
+    replay_winners,
+    winner_probabilities,
+    winner_rdp,
+)
 from dphype.protocol import Refusal, VoteRequest, make_vote_request
 from dphype.secure.relay import open_sealed
 from dphype.secure.tally import Tally, field_modulus, open_shares, share_context

@@ -2,8 +2,9 @@
 
 Prints the predicted chance of selecting a good candidate for a range of k (simulation under a stated
 consensus scenario, and Theorem IV.1's bound for the argmax) for both kinds of release (the noisy sum and the
-winner only), the recommended k of each and the recommended mode among :data:`dphype.modes.RELEASE_MODES`, and the smallest epsilon and number of
-clients reaching ``--target`` in the mode of ``--release``. ``--min-success P`` makes it fail (exit status 2) below P.
+winner only), the recommended k of each and the recommended mode among :data:`dphype.modes.RELEASE_MODES`, and
+the smallest epsilon and number of clients reaching ``--target`` in the mode of ``--release``. ``--min-success P``
+makes it fail (exit status 2) below P.
 """
 
 from __future__ import annotations
