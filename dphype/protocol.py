@@ -145,9 +145,8 @@ def check_request(request: VoteRequest, *, local_candidates: CandidateList | Non
     clients than the secure sum allows is ``malformed_request``; then the mode checks its own claims
     (:meth:`dphype.modes.ReleaseMode.check_claims`: the sum release recomputes epsilon from the announced
     ``sigma`` and refuses a ``sigma`` beyond :data:`SIGMA_SLACK` times the calibrated one). This checks that the
-    request is what it claims;
-    whether this node allows it is :func:`dphype.node.policy.check_vote_request`'s question (which starts
-    here).
+    request is what it claims; whether this node allows it is :func:`dphype.node.policy.check_vote_request`'s
+    question (which starts here).
     """
     if local_candidates is not None and local_candidates.fingerprint() != request.candidates.fingerprint():
         raise Refusal("candidate_mismatch",
