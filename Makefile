@@ -23,10 +23,13 @@ fmnist:
 demo: install
 	$(VENV)/bin/dphype demo
 
-# Style and types of the library (ruff: pyflakes, pycodestyle, isort, pyupgrade, bugbear; mypy on dphype/).
+# Style and types of the library (ruff: pyflakes, pycodestyle, isort, pyupgrade, bugbear; mypy on dphype/), and its
+# import contracts (lint-imports: the layers of the README's Architecture section, no import cycles, Flower only in
+# dphype/flower/ and dphype/app/, no benchmark driver in the library; [tool.importlinter] in pyproject.toml).
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 test: install fmnist lint
 	$(PY) -m pytest -q -m "slow or not slow"

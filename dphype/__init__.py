@@ -36,7 +36,8 @@ _EXPORTS: dict[str, str] = {
     "noise_share": "dphype.privacy.noise",
     "DPHypeResult": "dphype.result",
     "CandidateList": "dphype.selection.candidates",
-    "grid": "dphype.selection.candidates",
+    "candidate_grid": "dphype.selection.candidates",
+    "grid": "dphype.selection.candidates",  # deprecated alias of candidate_grid, removed in the next release
     "load_candidates": "dphype.selection.candidates",
     "random_subset": "dphype.selection.candidates",
     "table_iii_grid": "dphype.selection.candidates",
@@ -50,7 +51,14 @@ if TYPE_CHECKING:
     from dphype.privacy.accounting import PrivacyReport, VoteRelease, calibrate, epsilon, privacy_report
     from dphype.privacy.noise import client_noise_std, noise_share
     from dphype.result import DPHypeResult
-    from dphype.selection.candidates import CandidateList, grid, load_candidates, random_subset, table_iii_grid
+    from dphype.selection.candidates import (
+        CandidateList,
+        candidate_grid,
+        grid,
+        load_candidates,
+        random_subset,
+        table_iii_grid,
+    )
     from dphype.selection.rules import select_release
     from dphype.selection.voting import raw_score_votes, top_k_votes
 
@@ -67,6 +75,7 @@ __all__ = [
     "PrivacyReport",
     "VoteRelease",
     "calibrate",
+    "candidate_grid",
     "client_noise_std",
     "epsilon",
     "grid",

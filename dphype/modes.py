@@ -34,7 +34,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Collection
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -53,7 +53,7 @@ from dphype.privacy.winner import (
     replay_winners,
     winner_report,
 )
-from dphype.refusals import Refusal
+from dphype.refusal import Refusal
 from dphype.result import DPHypeResult
 from dphype.secure.secure_sum import GAUSSIAN_SCALE, check_range, encode
 from dphype.secure.tally import check_committee, client_sealed_shares
@@ -62,8 +62,6 @@ from dphype.selection.rules import select_release
 from dphype.selection.voting import top_k_votes
 
 if TYPE_CHECKING:
-    from dphype.config import DPHypeConfig
-    from dphype.protocol import VoteRequest
     from dphype.selection.candidates import CandidateList
 
 #: Largest ratio of an announced sigma to the one calibrated for the announced budget that a client accepts
@@ -77,6 +75,46 @@ RELEASE_MODES: dict[str, type[ReleaseMode[Any, Any]]] = {}
 
 BallotT = TypeVar("BallotT")
 OpenedT = TypeVar("OpenedT")
+
+
+class Settings(Protocol):
+    """What a mode reads of a configuration: :class:`dphype.config.DPHypeConfig`'s fields (the configuration sits
+    above the modes, so the modes name only what they read)."""
+
+    @property
+    def epsilon(self) -> float: ...
+    @property
+    def delta(self) -> float: ...
+    @property
+    def k(self) -> int: ...
+    @property
+    def clients(self) -> int: ...
+    @property
+    def dropout(self) -> float: ...
+    @property
+    def noise(self) -> str: ...
+    @property
+    def accountant(self) -> str | None: ...
+    @property
+    def neighbouring(self) -> str: ...
+    @property
+    def rule(self) -> str: ...
+
+
+class Request(Protocol):
+    """What a mode reads of a request: :class:`dphype.protocol.VoteRequest` (the protocol sits above the modes)."""
+
+    @property
+    def candidates(self) -> CandidateList: ...
+    @property
+    def config(self) -> Settings: ...
+    @property
+    def sigma(self) -> float: ...
+    @property
+    def tallies(self) -> tuple[bytes, ...]: ...
+    @property
+    def min_survivors(self) -> int: ...
+    def digest(self) -> str: ...
 
 
 class Aggregator(enum.Enum):
@@ -153,12 +191,12 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
 
     # ------------------------------------------------------------------------------------ calibration
     @abstractmethod
-    def calibrate(self, config: DPHypeConfig, candidates: CandidateList) -> float:
+    def calibrate(self, config: Settings, candidates: CandidateList) -> float:
         """The request's ``sigma`` for ``config`` over ``candidates`` (Algorithm 1, line 1); ``ValueError`` for what
         the aggregator could not release exactly."""
 
     # ------------------------------------------------------------------------------------ the request
-    def check_request_fields(self, request: VoteRequest) -> tuple[bytes, ...]:
+    def check_request_fields(self, request: Request) -> tuple[bytes, ...]:
         """Validate a request's fields for this mode (``ValueError``): its tallies for the :attr:`aggregator`,
         then ``sigma`` and ``k`` (:meth:`check_sigma`); returns the tallies as the request keeps them."""
         tallies = self.aggregator.check_tallies(request.tallies)
@@ -166,34 +204,34 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
         return tallies
 
     @abstractmethod
-    def check_sigma(self, request: VoteRequest) -> None:
+    def check_sigma(self, request: Request) -> None:
         """``ValueError`` for a ``sigma`` (or ``k``) this mode's request cannot carry."""
 
     @abstractmethod
-    def accounting(self, request: VoteRequest) -> VoteRelease | WinnerRelease:
+    def accounting(self, request: Request) -> VoteRelease | WinnerRelease:
         """The release ``request`` describes, for the accountants (:mod:`dphype.privacy`)."""
 
     @abstractmethod
-    def check_claims(self, request: VoteRequest) -> None:
+    def check_claims(self, request: Request) -> None:
         """A client's check that the request's noise gives the announced budget and that an honest server sends it
-        (:class:`dphype.refusals.Refusal`: ``noise_too_small``, ``malformed_request``); called by
+        (:class:`dphype.refusal.Refusal`: ``noise_too_small``, ``malformed_request``); called by
         :func:`dphype.protocol.check_request`."""
 
     # --------------------------------------------------------------------------------------- the node
     @abstractmethod
-    def announced_epsilon(self, request: VoteRequest) -> float | None:
+    def announced_epsilon(self, request: Request) -> float | None:
         """The announced epsilon a node holds against its limit before it recomputes the cost (``None``: only the
         recomputed :meth:`node_cost` counts)."""
 
     @abstractmethod
-    def node_cost(self, request: VoteRequest, *, survivors: int, delta: float, accountant: str,
+    def node_cost(self, request: Request, *, survivors: int, delta: float, accountant: str,
                   neighbouring: str) -> NodeCost:
         """What one vote costs the node when only ``survivors`` (the fewest allowed) contribute, recomputed with the
         node's own ``delta``, ``accountant`` (``"auto"`` or a name) and ``neighbouring`` relation."""
 
     # ------------------------------------------------------------------------------------- the client
     @abstractmethod
-    def ballot(self, request: VoteRequest, scores: np.ndarray, *, maximize: bool,
+    def ballot(self, request: Request, scores: np.ndarray, *, maximize: bool,
                clipping_range: int | None = None) -> BallotT:
         """What a client hands the :attr:`aggregator`: its top-k votes on ``scores`` plus its noise share from the
         secure generator (no generator can be passed in). ``clipping_range``: the SecAgg+ round's range
@@ -201,19 +239,19 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
 
     # ------------------------------------------------------------------------------------- the server
     @abstractmethod
-    def release(self, request: VoteRequest, opened: OpenedT, survivors: int) -> DPHypeResult:
+    def release(self, request: Request, opened: OpenedT, survivors: int) -> DPHypeResult:
         """The server's result from what the aggregator ``opened`` for ``survivors`` contributors, with its privacy
         report; ``ValueError`` for fewer survivors than the request's minimum or an ``opened`` of the wrong shape."""
 
     @abstractmethod
-    def replay(self, request: VoteRequest, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
+    def replay(self, request: Request, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
                survivors: int | None = None, per_client: bool = False) -> np.ndarray:
         """``repetitions`` draws of what the aggregator would open for the noiseless vote sum ``vote_sum`` of
         ``survivors`` clients (default all) with noise from ``rng`` (one summed draw, or with ``per_client=True``
         one share per client): one :meth:`release` input per row."""
 
     @abstractmethod
-    def describe(self, request: VoteRequest) -> str:
+    def describe(self, request: Request) -> str:
         """The request's parameters that apply to this mode, as ``key=value, ...`` (the server's description)."""
 
 
@@ -245,7 +283,7 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
     aggregator = Aggregator.SECAGG
     forecast = Forecast.NOISY_SUM
 
-    def calibrate(self, config: DPHypeConfig, candidates: CandidateList) -> float:
+    def calibrate(self, config: Settings, candidates: CandidateList) -> float:
         """Solve ``sigma`` (:func:`dphype.privacy.accounting.calibrate`) and refuse one whose shares secure
         summation could clip (:func:`dphype.secure.secure_sum.check_range`)."""
         sigma = calibrate_release(config.epsilon, config.delta, config.k, num_candidates=len(candidates),
@@ -255,15 +293,15 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
                     noise=config.noise)
         return sigma
 
-    def check_sigma(self, request: VoteRequest) -> None:
+    def check_sigma(self, request: Request) -> None:
         _ = self.accounting(request)  # validates sigma and k against the number of candidates
 
-    def accounting(self, request: VoteRequest) -> VoteRelease:
+    def accounting(self, request: Request) -> VoteRelease:
         cfg = request.config
         return VoteRelease(k=cfg.k, num_candidates=len(request.candidates), sigma=request.sigma, noise=cfg.noise,
                            neighbouring=cfg.neighbouring)
 
-    def check_claims(self, request: VoteRequest) -> None:
+    def check_claims(self, request: Request) -> None:
         """The client recomputes epsilon from the announced ``sigma`` with the announced accountant
         (``noise_too_small`` above the announced epsilon), and refuses a ``sigma`` beyond :data:`SIGMA_SLACK` times
         the calibrated one (``malformed_request``)."""
@@ -279,10 +317,10 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
             raise Refusal("malformed_request", f"sigma={request.sigma:g} is far above the {calibrated:.6g} "
                           "calibrated for the announced budget: no honest server sends it")
 
-    def announced_epsilon(self, request: VoteRequest) -> float:
+    def announced_epsilon(self, request: Request) -> float:
         return request.config.epsilon
 
-    def node_cost(self, request: VoteRequest, *, survivors: int, delta: float, accountant: str,
+    def node_cost(self, request: Request, *, survivors: int, delta: float, accountant: str,
                   neighbouring: str) -> NodeCost:
         """``survivors`` shares of variance ``sigma^2 / ((1 - xi) n)`` (Appendix A), accounted at the node's delta
         with its accountant (``"auto"``: the default for the noise kind) and relation."""
@@ -294,7 +332,7 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
         return NodeCost(noise=cfg.noise, total_std=total_std, epsilon=eps, accountant=accountant,
                         claim=f"the requested noise gives epsilon {eps:.3g} at this node's delta")
 
-    def ballot(self, request: VoteRequest, scores: np.ndarray, *, maximize: bool,
+    def ballot(self, request: Request, scores: np.ndarray, *, maximize: bool,
                clipping_range: int | None = None) -> np.ndarray:
         """Top-k votes plus this client's noise share (:func:`dphype.privacy.noise.client_noise_share`), encoded for
         exact secure summation (lines 5-10; :func:`dphype.secure.secure_sum.encode`: integers, or the
@@ -308,7 +346,7 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
                                    kind=cfg.noise)
         return encode(votes + share, cfg.noise, clipping_range)
 
-    def release(self, request: VoteRequest, opened: np.ndarray, survivors: int) -> DPHypeResult:
+    def release(self, request: Request, opened: np.ndarray, survivors: int) -> DPHypeResult:
         """The configured selection rule on the decoded noisy sum (line 12; :mod:`dphype.selection.rules`: the
         argmax, or the structure-aware rule), with the privacy report of the noise actually summed. Refuses fewer
         survivors than :attr:`dphype.protocol.VoteRequest.min_survivors`: their noise would not add up to
@@ -330,14 +368,14 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
         return DPHypeResult(selected_index=chosen.index, selected=request.candidates[chosen.index], noisy_sum=total,
                             report=report, selection=chosen, candidates=request.candidates)
 
-    def replay(self, request: VoteRequest, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
+    def replay(self, request: Request, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
                survivors: int | None = None, per_client: bool = False) -> np.ndarray:
         """Noisy sums, float64 ``(repetitions, p)`` (:func:`dphype.privacy.noise.replay_noisy_sums`)."""
         cfg = request.config
         return replay_noisy_sums(vote_sum, sigma=request.sigma, clients=cfg.clients, repetitions=repetitions, rng=rng,
                                  dropout=cfg.dropout, noise=cfg.noise, survivors=survivors, per_client=per_client)
 
-    def describe(self, request: VoteRequest) -> str:
+    def describe(self, request: Request) -> str:
         cfg = request.config
         return (f"delta={cfg.delta:g}, k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, "
                 f"noise={cfg.noise!r}, rule={cfg.rule!r}")
@@ -358,10 +396,10 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
     aggregator = Aggregator.COMMITTEE
     forecast = Forecast.WINNER
 
-    def calibrate(self, config: DPHypeConfig, candidates: CandidateList) -> float:
+    def calibrate(self, config: Settings, candidates: CandidateList) -> float:
         return noise_std(config.epsilon, config.neighbouring)
 
-    def check_sigma(self, request: VoteRequest) -> None:
+    def check_sigma(self, request: Request) -> None:
         cfg = request.config
         expected = noise_std(cfg.epsilon, cfg.neighbouring)
         if not abs(request.sigma - expected) <= 1e-9 * expected:
@@ -369,21 +407,21 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
                              f"got {request.sigma!r}")
         _ = self.accounting(request)  # validates k against the number of candidates
 
-    def accounting(self, request: VoteRequest) -> WinnerRelease:
+    def accounting(self, request: Request) -> WinnerRelease:
         cfg = request.config
         return WinnerRelease(epsilon=cfg.epsilon, k=cfg.k, num_candidates=len(request.candidates),
                              neighbouring=cfg.neighbouring)
 
-    def check_claims(self, request: VoteRequest) -> None:
+    def check_claims(self, request: Request) -> None:
         """Nothing to recompute: each client derives its noise from the announced epsilon, so it cannot be asked
         for too little."""
 
-    def announced_epsilon(self, request: VoteRequest) -> None:
+    def announced_epsilon(self, request: Request) -> None:
         """``None``: the noise parameter follows from the announced epsilon and relation, and the node's own relation
         decides what it costs (:meth:`node_cost`)."""
         return None
 
-    def node_cost(self, request: VoteRequest, *, survivors: int, delta: float, accountant: str,
+    def node_cost(self, request: Request, *, survivors: int, delta: float, accountant: str,
                   neighbouring: str) -> NodeCost:
         """Pure ``epsilon_node = -shift log t`` under the node's relation (:data:`THRESHOLD_SHIFT`), whatever its
         delta and accountant; ``total_std`` is the request's ``sigma`` (the fewest contributors' noise)."""
@@ -392,7 +430,7 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
         return NodeCost(noise=WINNER_NOISE, total_std=request.sigma, epsilon=eps, accountant="pure epsilon",
                         claim=f"the requested winner release gives pure epsilon {eps:.3g}")
 
-    def ballot(self, request: VoteRequest, scores: np.ndarray, *, maximize: bool,
+    def ballot(self, request: Request, scores: np.ndarray, *, maximize: bool,
                clipping_range: int | None = None) -> list[bytes]:
         """Top-k votes plus this client's discrete Laplace share
         (:func:`dphype.privacy.winner.client_winner_share`), split into Shamir shares and sealed, one ciphertext
@@ -404,7 +442,7 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
                                     clients=cfg.clients, dropout=cfg.dropout)
         return client_sealed_shares(request.digest(), votes + share, request.tallies)
 
-    def release(self, request: VoteRequest, opened: int, survivors: int) -> DPHypeResult:
+    def release(self, request: Request, opened: int, survivors: int) -> DPHypeResult:
         """The server's record of the index the tallies opened; refuses an index outside the candidate list."""
         cfg = request.config
         report = winner_report(self.accounting(request), cfg.delta, clients=cfg.clients, dropout=cfg.dropout,
@@ -414,7 +452,7 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
         return DPHypeResult(selected_index=int(opened), selected=request.candidates[opened], noisy_sum=None,
                             report=report, selection=None, candidates=request.candidates)
 
-    def replay(self, request: VoteRequest, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
+    def replay(self, request: Request, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
                survivors: int | None = None, per_client: bool = False) -> np.ndarray:
         """Winning indices, int64 ``(repetitions,)`` (:func:`dphype.privacy.winner.replay_winners`)."""
         cfg = request.config
@@ -422,7 +460,7 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
                               repetitions=repetitions, rng=rng, dropout=cfg.dropout, survivors=survivors,
                               per_client=per_client)
 
-    def describe(self, request: VoteRequest) -> str:
+    def describe(self, request: Request) -> str:
         # pure epsilon, discrete Laplace: no delta, noise kind or rule applies
         cfg = request.config
         return (f"k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, neighbouring={cfg.neighbouring!r}, "

@@ -15,8 +15,8 @@ Data flows one way (DP-Hype Algorithm 1); what is released, and how, is the conf
    (:meth:`~dphype.modes.ReleaseMode.release`, line 12). Everything after the aggregation is post-processing.
    Benchmarks replay it with :meth:`~dphype.modes.ReleaseMode.replay`.
 
-A client that will not take part raises :class:`Refusal` (:mod:`dphype.refusals`, re-exported here), whose ``code``
-and ``detail`` are safe to send to the server: they name the reason, never a data value.
+A client that will not take part raises :class:`dphype.refusal.Refusal`, whose ``code`` and ``detail`` are safe
+to send to the server: they name the reason, never a data value.
 
 No Flower import here: the Flower adapters are in :mod:`dphype.flower`.
 """
@@ -40,10 +40,7 @@ from dphype.ml.task import Task
 from dphype.modes import SIGMA_SLACK as SIGMA_SLACK  # re-exported: the sum release's slack on sigma
 from dphype.modes import Aggregator, ReleaseMode
 from dphype.privacy.noise import min_survivors
-from dphype.refusals import MAX_DETAIL as MAX_DETAIL  # re-exported: the refusal vocabulary's home is dphype.refusals
-from dphype.refusals import REFUSAL_CODES as REFUSAL_CODES
-from dphype.refusals import Refusal as Refusal
-from dphype.refusals import as_refusal as as_refusal
+from dphype.refusal import Refusal
 from dphype.result import DPHypeResult as DPHypeResult  # re-exported: what a mode's release returns
 from dphype.selection.candidates import CandidateList
 

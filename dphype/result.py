@@ -125,11 +125,12 @@ class DPHypeResult:
         return self.summary()
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly record of everything (:meth:`from_dict` reads it back)."""
+        """JSON-friendly record of everything (:meth:`from_dict` reads it back); the selected candidate is
+        ``best_params``, as in Python."""
         out: dict[str, Any] = {
             "format": RESULT_FORMAT,
             "selected_index": self.selected_index,
-            "selected": dict(self.selected),
+            "best_params": self.best_params,
             "noisy_sum": None if self.noisy_sum is None else self.noisy_sum.tolist(),
             "privacy": self.report.to_dict(),
             "confidence": None if self.selection is None else self.selection.to_dict(),
@@ -145,7 +146,8 @@ class DPHypeResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DPHypeResult:
         """Rebuild a result from :meth:`to_dict`'s record (``ValueError`` for another format or a record whose
-        selected candidate is not the list's entry at its index)."""
+        selected candidate is not the list's entry at its index). A record of dphype 0.1.0 names the selected
+        candidate ``selected`` instead of ``best_params``; it is read too, for one release."""
         if data.get("format") != RESULT_FORMAT:
             raise ValueError(f"format must be {RESULT_FORMAT!r}, got {data.get('format')!r}")
         try:
@@ -157,14 +159,16 @@ class DPHypeResult:
                 sigma=float(conf["sigma"]), p_top=float(conf["p_top"]), p_top_group=float(conf["p_top_group"]),
                 tolerance=float(conf["tolerance_votes"]), margin=float(conf["margin_sigma"]), warning=conf["warning"])
             noisy = data["noisy_sum"]
-            result = cls(selected_index=int(data["selected_index"]), selected=dict(data["selected"]),
+            # dphype 0.1.0 wrote the selected candidate as "selected" (read for one release)
+            key = "selected" if "best_params" not in data and "selected" in data else "best_params"
+            result = cls(selected_index=int(data["selected_index"]), selected=dict(data[key]),
                          noisy_sum=None if noisy is None else np.asarray(noisy, dtype=np.float64),
                          report=PrivacyReport(**data["privacy"]), selection=selection, candidates=candidates,
                          secure_sum=data.get("secure_sum"), notes=tuple(data.get("notes", ())))
         except (KeyError, TypeError) as err:
             raise ValueError(f"the result record is incomplete: {err}") from None
         if candidates[result.selected_index] != result.selected:
-            raise ValueError("selected must be the candidate at selected_index")
+            raise ValueError("best_params must be the candidate at selected_index")
         return result
 
     def save(self, path: str | Path) -> Path:

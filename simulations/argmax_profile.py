@@ -44,10 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _request(p: int, k: int, clients: int, keys: tuple[bytes, ...], release: str = "argmax") -> Any:
     from dphype.config import DPHypeConfig
     from dphype.protocol import make_vote_request
-    from dphype.selection.candidates import grid
+    from dphype.selection.candidates import candidate_grid
 
     config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=k, clients=clients, release=release)
-    return make_vote_request(config, grid(lr=[10.0 ** (-i / 10) for i in range(p)]), tallies=keys)
+    return make_vote_request(config, candidate_grid(lr=[10.0 ** (-i / 10) for i in range(p)]), tallies=keys)
 
 
 def _parts(p: int, k: int, clients: int, rng: np.random.Generator) -> dict[str, Any]:

@@ -98,6 +98,7 @@ def round_cost(clients: int, rounds: int) -> dict[str, Any]:
     from flwr.clientapp import ClientApp
 
     import dphype.flower.client as client_side
+    import dphype.flower.client.policy as client_policy
     import dphype.protocol as protocol
     from dphype.flower import DPHype, register_dphype
     from dphype.flower.local import LocalGrid
@@ -123,10 +124,11 @@ def round_cost(clients: int, rounds: int) -> dict[str, Any]:
     def pcg64_share(size: Any, **kwargs: Any) -> np.ndarray:
         return noise_share(size, rng=np.random.default_rng(), **kwargs)
 
-    unguarded = [(client_side, "node_policy", lambda context: policy),
+    unguarded = [(client_policy, "node_policy", lambda context: policy),
                  (client_side, "check_vote_request", lambda request, limits: guarantee),
+                 (client_policy, "check_vote_request", lambda request, limits: guarantee),
                  (client_side, "Ledger", NoLedger), (protocol, "client_noise_share", pcg64_share)]
-    inside = [("node_policy", client_side, "node_policy"), ("check_vote_request", client_side, "check_vote_request"),
+    inside = [("node_policy", client_policy, "node_policy"), ("check_vote_request", client_side, "check_vote_request"),
               ("Ledger.check", Ledger, "check"), ("Ledger.spend", Ledger, "spend")]
     times: dict[str, list[tuple[float, float]]] = {"guarded": [], "unguarded": []}
     guard_seconds: list[dict[str, float]] = []

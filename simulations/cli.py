@@ -1,5 +1,9 @@
 """``dphype bench <study>``: the DP-Hype paper's benchmark studies (issue #3).
 
+A program of the repository checkout, not of the installed library: ``python -m simulations <study> ...`` from
+the repository root, or ``dphype bench <study> ...`` there, which runs the same program in a child process (the
+library never imports the benchmark drivers).
+
 Every study writes CSV files and PNG plots to ``--out`` (default ``results/<study>``), shows a progress
 bar on standard error and returns a dict with at least ``seconds`` and ``outputs`` (the files written),
 printed as one JSON line with ``--json``. Bad input raises ``ValueError`` before any work starts.
@@ -9,8 +13,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import sys
+from collections.abc import Sequence
 from typing import Any
 
+from dphype.cli import render_text
+from dphype.strict_json import jsonable
 from simulations.harness import StudyRun
 
 #: study name -> (module, one-line help)
@@ -41,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--out", default=None, help=f"output folder (default results/{name})")
         p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-        # cli.py defines --json on the parent parser; accept it after the study name as well
+        # main() defines --json on the parent parser; accept it after the study name as well
         p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         _study_module(name).add_arguments(p)
 
@@ -52,3 +61,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"study must be one of {', '.join(STUDIES)}, got {args.study!r}")
     study = StudyRun(args.study, args.out or f"results/{args.study}")
     return _study_module(args.study).run(args, study)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv``, run the study, print its result (readable text, or with ``--json`` one JSON object on the
+    last line of standard output); the exit status: 2 for bad input, which is refused before any work starts."""
+    parser = argparse.ArgumentParser(prog="dphype bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        result = run(args)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"dphype bench: error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(jsonable(result), allow_nan=False) if args.json else render_text(result))
+    return 0

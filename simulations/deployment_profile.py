@@ -1,14 +1,15 @@
 """Where a loopback deployment's selection time goes: 1 SuperLink, N SuperNodes on 127.0.0.1, `flwr run . deploy`.
 
 Starts ``flower-superlink`` and ``--nodes`` ``flower-supernode`` processes (loopback only, free ports, a private
-``FLWR_HOME``), waits until every node registered, runs the bundled app of this checkout with ``flwr run``
+``FLWR_HOME``) with the operators' scripts (``server/start-superlink.sh``, ``clients/start-voter.sh``,
+``clients/start-tally.sh``), waits until every node registered, runs the bundled app of this checkout with ``flwr run``
 (``PYTHONPATH`` is the checkout, so every process runs its code) and stamps every streamed log line with the time
 it arrived. ``--release sum`` (default): the pre-flight and our SecAgg+ round. ``--release argmax`` (the app's
-default): 3 more SuperNodes are the tallies (the README's node config: ``dphype-tally-id``,
+default): 3 more SuperNodes are the tallies (``clients/start-tally.sh``: ``dphype-tally-id``,
 ``dphype-tally-parties``, ``dphype-tally-key``), and only the winner's index is released. The stages come from
-the ServerApp's own log lines (:mod:`dphype.flower.server`, :mod:`dphype.flower.secagg`,
-:mod:`dphype.flower.tally`). ``--executor forkserver`` (default): every SuperNode runs with ``--isolation process``
-beside a ``dphype superexec`` that forks its ClientApp tasks from a warm process (:mod:`dphype.flower.superexec`;
+the ServerApp's own log lines (:mod:`dphype.flower.server` and its modules). ``--executor forkserver``
+(default): every SuperNode runs with ``--isolation process`` beside a ``dphype superexec`` that forks its
+ClientApp tasks from a warm process (:mod:`dphype.flower.superexec`;
 the federation counts as started once every fork server has imported); ``--executor subprocess``: Flower's own
 SuperExec, a fresh ``flwr-clientapp`` interpreter per message. The stages:
 
@@ -17,7 +18,7 @@ SuperExec, a fresh ``flwr-clientapp`` interpreter per message. The stages:
   answers ``hello``; the planner's simulation runs here too);
 * ``wait for nodes``: to the pre-flight being sent (all ``clients`` nodes connected);
 * ``pre-flight``: every node checks the request and scores every candidate (ClientApp processes start here);
-* sum mode: ``secure vote``, our SecAgg+ round (:func:`dphype.flower.secagg.run_secure_sum`), split into its
+* sum mode: ``secure vote``, our SecAgg+ round (:func:`dphype.flower.server.secagg.run_secure_sum`), split into its
   stages (``secagg: share_keys``, ``secagg: masked_input``, ``secagg: consistency``, ``secagg: unmask``, as
   the server logs them) and ``release`` (decoding, the selection rule, the report); argmax mode: ``winner``,
   the sealed shares and the tallies' ``collect``, ``compute`` and ``result`` stages;
@@ -42,9 +43,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from dphype.flower.local import toml_value
 from dphype.modes import Aggregator, release_mode
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,27 +83,44 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-#: How a SuperNode starts its ClientApp tasks: ``forkserver`` (default), ``--isolation process`` and a
-#: ``dphype superexec`` beside it (:mod:`dphype.flower.superexec`: tasks forked from a warm process); ``subprocess``,
-#: Flower's own SuperExec (a fresh ``flwr-clientapp`` interpreter per message).
+#: How a SuperNode starts its ClientApp tasks (the node scripts' ``--executor``): ``forkserver`` (default),
+#: ``--isolation process`` and a ``dphype superexec`` beside it (:mod:`dphype.flower.superexec`: tasks forked from a
+#: warm process); ``subprocess``, Flower's own SuperExec (a fresh ``flwr-clientapp`` interpreter per message).
 EXECUTORS = ("forkserver", "subprocess")
-#: What the bundled app's tasks import beyond the protocol handlers: its ClientApp and torch (the scoring).
-APP_PRELOAD = ("dphype.app.client", "torch")
+#: The operators' scripts: the SuperLink's (server/) and each SuperNode role's (clients/).
+SUPERLINK_SCRIPT = REPO / "server" / "start-superlink.sh"
+NODE_SCRIPTS: dict[str, Path] = {"voter": REPO / "clients" / "start-voter.sh",
+                                 "tally": REPO / "clients" / "start-tally.sh"}
 
 
-def supernode_args(link_port: int, node_config: str, executor: str = "forkserver") -> list[list[str]]:
-    """The command lines of one loopback SuperNode with its node config, on a free Runtime API port:
-    ``flower-supernode``, and with the ``forkserver`` executor the ``dphype superexec`` that serves its tasks."""
+def superlink_args(port: int, database: Path) -> list[str]:
+    """The command line of a loopback SuperLink (``server/start-superlink.sh``, which also names it ``deploy`` in
+    ``$FLWR_HOME/config.toml``)."""
+    return [str(SUPERLINK_SCRIPT), "--insecure", "--host", "127.0.0.1", "--port", str(port), "--database",
+            str(database)]
+
+
+def supernode_args(link_port: int, role: Literal["voter", "tally"], options: Sequence[str],
+                   executor: str = "forkserver") -> list[str]:
+    """The command line of one loopback SuperNode (``clients/start-<role>.sh`` with the role's ``options``) on a
+    free Runtime API port, its tasks started by ``executor`` (:data:`EXECUTORS`). One process: with the
+    ``forkserver`` executor the script runs the SuperNode and its ``dphype superexec`` and stops both."""
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
-    port = free_port()
-    node = [str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{link_port}", "--host",
-            "127.0.0.1", "--port", str(port), "--node-config", node_config]
-    if executor == "subprocess":
-        return [node]
-    return [[*node, "--isolation", "process"],
-            [str(BIN / "dphype"), "superexec", "--runtime-api-address", f"127.0.0.1:{port}", "--insecure",
-             "--preload", *APP_PRELOAD]]
+    return [str(NODE_SCRIPTS[role]), "--superlink", f"127.0.0.1:{link_port}", "--port", str(free_port()),
+            "--insecure", "--executor", executor, *options]
+
+
+def node_ready(log: str, executor: str) -> bool:
+    """Whether a node script's log shows its SuperNode registered and, with the ``forkserver`` executor, its
+    SuperExec's fork server done importing."""
+    return "SuperNode ID:" in log and (executor == "subprocess" or "fork server ready" in log)
+
+
+def write_node_config(path: Path, values: Mapping[str, Any]) -> Path:
+    """A node-config TOML file (the scripts' ``--node-config``) with ``values``; ``path``."""
+    path.write_text("".join(f"{key} = {toml_value(value)}\n" for key, value in values.items()), encoding="utf-8")
+    return path
 
 
 def wait_for_port(port: int, timeout: float = 60.0) -> None:
@@ -133,7 +153,7 @@ def stages(stamped: list[tuple[float, str]], started: float, release: str = "sum
     return out
 
 
-def committee(release: str) -> bool:
+def uses_committee(release: str) -> bool:
     """Whether the release mode named ``release`` sends its ballots to a tally committee."""
     return release_mode(release).aggregator is Aggregator.COMMITTEE
 
@@ -147,8 +167,6 @@ def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, time
         home = tmp / "flwr-home"
         home.mkdir()
         link = free_port()
-        (home / "config.toml").write_text(f'[superlink]\ndefault = "deploy"\n\n[superlink.deploy]\n'
-                                          f'address = "127.0.0.1:{link}"\ninsecure = true\n')
         env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
                "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "OMP_NUM_THREADS": "1",
                "PYTHONPATH": str(REPO), "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -162,28 +180,23 @@ def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, time
 
         try:
             begun = time.perf_counter()
-            start("superlink", [str(BIN / "flower-superlink"), "--insecure",
-                                "--disable-runtime-dependency-installation", "--database", str(tmp / "state.db"),
-                                "--host", "127.0.0.1", "--port", str(link)])
+            start("superlink", superlink_args(link, tmp / "state.db"))
             wait_for_port(link)
-            policy = (f"dphype-max-epsilon={epsilon} dphype-min-clients={nodes} dphype-min-neighbours=2 "
-                      f"dphype-lifetime-epsilon={10 * epsilon}")
-            node_configs = {f"supernode-{i}": f"partition-id={i} num-partitions={nodes} {policy}" for i in range(nodes)}
-            if committee(release):  # the README's tally recipe: one SuperNode per tally, its role in its node config
-                parties = ",".join(f"127.0.0.1:{free_port()}" for _ in range(TALLIES))
-                node_configs.update({f"tally-{j}": f"dphype-tally-id={j} dphype-tally-parties='{parties}' "
-                                                   f"dphype-tally-key='{tmp / f'tally-{j}.key'}'"
-                                     for j in range(TALLIES)})
-            for name, node_config in node_configs.items():
-                for part, args in zip(("", "-superexec"), supernode_args(link, node_config, executor), strict=False):
-                    start(name + part, args)
+            policy = write_node_config(tmp / "policy.toml", {
+                "dphype-max-epsilon": epsilon, "dphype-min-clients": nodes, "dphype-min-neighbours": 2,
+                "dphype-lifetime-epsilon": 10 * epsilon})
+            for i in range(nodes):
+                start(f"supernode-{i}", supernode_args(link, "voter", ["--partition-id", str(i), "--num-partitions",
+                                                                      str(nodes), "--node-config", str(policy)],
+                                                       executor))
+            if uses_committee(release):  # one SuperNode per tally, its key $FLWR_HOME/dphype/tally-<j>.key
+                committee = write_node_config(tmp / "committee.toml", {"dphype-tally-parties": ",".join(
+                    f"127.0.0.1:{free_port()}" for _ in range(TALLIES))})
+                for j in range(TALLIES):
+                    start(f"tally-{j}", supernode_args(link, "tally", ["--tally-id", str(j), "--node-config",
+                                                                      str(committee)], executor))
             deadline = time.monotonic() + 300
-            ready = {False: "SuperNode ID:", True: "fork server ready"}  # a SuperExec is ready once it has imported
-
-            def is_ready(log: Path) -> bool:
-                return ready[log.stem.endswith("-superexec")] in log.read_text(errors="replace")
-
-            while not all(is_ready(log) for log in logs[1:]):
+            while not all(node_ready(log.read_text(errors="replace"), executor) for log in logs[1:]):
                 if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
                     raise RuntimeError("the SuperNodes did not all register:\n" + "\n".join(
                         log.read_text(errors="replace")[-500:] for log in logs))
@@ -223,8 +236,9 @@ def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, time
                                f"{json.dumps(stages(stamped, started, release))}:\n"
                                + "\n".join(line for _, line in stamped[-40:]))
         summary = json.loads(result_file.read_text())
-    return {"nodes": nodes, "release": release, "executor": executor, "tallies": TALLIES if committee(release) else 0,
-            "candidates": summary["num_candidates"], "local_epochs": local_epochs,
+    return {"nodes": nodes, "release": release, "executor": executor,
+            "tallies": TALLIES if uses_committee(release) else 0, "candidates": summary["num_candidates"],
+            "local_epochs": local_epochs,
             "federation_start_seconds": federation_seconds, "run_seconds": total,
             "stages": stages(stamped, started, release), "selected_index": summary["selected_index"],
             "accuracy": summary["accuracy"], "epsilon": summary["privacy"]["epsilon"]}
@@ -252,11 +266,10 @@ def idle_cpu(executor: str, seconds: float, poll_interval: float | None = None) 
                "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
                "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
         link = free_port()
-        commands = [[str(BIN / "flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
-                     "--database", f"{folder}/state.db", "--host", "127.0.0.1", "--port", str(link)]]
-        commands += supernode_args(link, "partition-id=0 num-partitions=1", executor)
+        node = ["--partition-id", "0", "--num-partitions", "1"]
         if poll_interval is not None and executor == "forkserver":
-            commands[2] += ["--poll-interval", f"{poll_interval:g}"]
+            node += ["--poll-interval", f"{poll_interval:g}"]
+        commands = [superlink_args(link, Path(folder) / "state.db"), supernode_args(link, "voter", node, executor)]
         procs = []
         try:
             for args in commands:

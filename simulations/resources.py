@@ -120,7 +120,7 @@ def secagg_arguments(clients: int, secagg: str, dropout: float) -> dict[str, Any
     from dphype.secure import secagg_params as sp
 
     if secagg == "secure":  # the product's default: DPHype picks the graph itself (reported here as it will)
-        from dphype.flower.secagg import secagg_graph
+        from dphype.flower.server.secagg import secagg_graph
         from dphype.privacy.noise import min_survivors
 
         chosen = secagg_graph(clients, min_survivors(clients, dropout), None, None, sp.CORRUPT_FRACTION)

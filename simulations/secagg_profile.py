@@ -1,7 +1,7 @@
 """Where a secure vote's time goes: one round of DP-Hype's SecAgg+ in process, by stage and component (issue 13).
 
-The round runs through the real server adapter (:func:`dphype.flower.secagg.run_secure_sum`) and client
-handler (:func:`dphype.flower.secagg.secure_vote_reply`) on the in-process grid of
+The round runs through the real server adapter (:func:`dphype.flower.server.secagg.run_secure_sum`) and client
+handler (:func:`dphype.flower.client.secagg.secure_vote_reply`) on the in-process grid of
 ``dphype.flower.local.LocalGrid`` (synchronous, no Ray, no SuperLink), so the protocol's own cost is separated from
 the simulation runtime's. Each client sends a 100-entry integer vector; the sum is checked to be exact.
 ``--params`` picks the graph: ``secure`` (:func:`dphype.secure.secagg_params.secure_parameters` for ``--dropout``
@@ -58,8 +58,8 @@ STAGES = ("advertise", "share_keys", "masked_input", "consistency", "unmask", "f
 
 def graph(clients: int, params: str, dropout: float, corrupt_fraction: float) -> tuple[int | float, int | float]:
     """Flower-style ``(num_shares, reconstruction_threshold)`` for ``--params``: the graph a DP-Hype round picks
-    (:func:`dphype.flower.secagg.secagg_graph`), or the paper's fractions."""
-    from dphype.flower.secagg import secagg_graph
+    (:func:`dphype.flower.server.secagg.secagg_graph`), or the paper's fractions."""
+    from dphype.flower.server.secagg import secagg_graph
     from dphype.privacy.noise import min_survivors
     from dphype.secure import secagg_params
 
@@ -73,14 +73,15 @@ def vector_app(vectors: np.ndarray) -> Any:
     """A ClientApp whose node with partition-id i answers the vote round with ``vectors[i]``."""
     from flwr.clientapp import ClientApp
 
-    from dphype.flower.secagg import secure_vote_reply
+    from dphype.flower.client.secagg import secure_vote_reply
+    from dphype.flower.wire import ACTION
     from dphype.secure import secure_sum as ss
     from dphype.secure.secagg import Approval
 
     app = ClientApp()
     approval = Approval(request=REQUEST, clients=len(vectors), survivors=len(vectors), size=SIZE, min_neighbours=1)
 
-    @app.train("dphype")
+    @app.train(ACTION)
     def vote(msg: Any, context: Any) -> Any:
         pid = int(context.node_config["partition-id"])
         return secure_vote_reply(msg, context, approval,
@@ -101,8 +102,8 @@ def profile_round(clients: int, *, num_shares: float, threshold: float, corrupt_
     """One in-process round of ``clients`` 100-entry vectors: wall time, stages, components, sizes."""
     from flwr.common.serde import recorddict_to_proto
 
-    from dphype.flower import secagg
     from dphype.flower.local import LocalGrid
+    from dphype.flower.server import secagg
 
     vectors = np.random.default_rng([seed, clients]).integers(-50, 51, size=(clients, SIZE))
     grid = LocalGrid(vector_app(vectors), clients)

@@ -11,6 +11,7 @@ from dphype.app.config import AppConfig
 from dphype.config import DPHypeConfig
 from dphype.flower import PreflightError
 from dphype.flower.local import LocalGrid, node_id
+from dphype.flower.wire import TALLY_KEY
 from dphype.privacy.winner import WINNER_NOISE
 from dphype.secure.tally import TallyError
 
@@ -53,7 +54,7 @@ def test_bundled_app_in_argmax_mode_selects_with_simulated_tallies_and_trains_on
     assert by_type["train"] == set(voters) and by_type["evaluate"] == set(voters)  # FedAvg: never a tally
     assert by_type["query.dphype_tally"] == set(voters) | set(tallies)  # hello to all, the stages to tallies
     hellos = [m.metadata.dst_node_id for m in grid.sent if m.metadata.message_type == "query.dphype_tally"
-              and m.content.config_records["dphype-tally"].get("stage") == "hello"]
+              and m.content.config_records[TALLY_KEY].get("stage") == "hello"]
     assert sorted(hellos) == sorted(voters + tallies)  # one hello round: DPHype.start does not ask again
     assert not [r for r in grid.replies if r.has_error()]
     assert summary["accuracy"] > majority_of_test_split("adult") + 0.03
@@ -79,7 +80,7 @@ def test_a_tally_that_does_not_answer_is_named_before_any_client_works():
                                          "was sent to the clients"):
         run_app(grid, cfg)
     assert {m.metadata.message_type for m in grid.sent} == {"query.dphype_tally"}
-    assert {dict(m.content.config_records["dphype-tally"])["stage"] for m in grid.sent} == {"hello"}
+    assert {dict(m.content.config_records[TALLY_KEY])["stage"] for m in grid.sent} == {"hello"}
 
 
 def test_two_nodes_claiming_one_tally_index_are_refused(tmp_path):

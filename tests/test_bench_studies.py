@@ -1,4 +1,5 @@
-"""Every data-driven study on a tiny configuration through ``dphype bench ... --json``, plus bad input.
+"""Every data-driven study on a tiny configuration through ``python -m simulations ... --json`` (what ``dphype
+bench`` runs), in process, plus bad input.
 
 A small slice of Adult (600 training / 300 test rows; of mnist5k 300 / 150) replaces the data set for speed:
 the studies load data only through :mod:`dphype.ml.task`'s cached loader, which the fixture swaps.
@@ -16,8 +17,8 @@ import numpy as np
 import pytest
 
 import dphype.ml.task as task
-from dphype.cli import main
 from dphype.ml.task import load_cached as load_whole  # the real per-process cache (the fixture swaps task.load_cached)
+from simulations.cli import main
 
 TINY = ["--clients", "3", "--betas", "iid", "5", "--candidates", "6", "--epochs", "1", "--rounds", "1"]
 
@@ -44,7 +45,7 @@ def small_adult(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def _bench(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
-    assert main(["bench", *argv, "--json"]) == 0
+    assert main([*argv, "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["seconds"] > 0
     for path in result["outputs"]:
@@ -193,15 +194,15 @@ def test_tradeoff_flower_run(small_adult: None, tmp_path: Path, capsys: pytest.C
 def test_bad_input_is_refused_before_any_work(argv: list[str], message: str, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
-    assert main(["bench", *argv, "--out", str(out), "--cache", "none"] if argv[0] != "resources" and argv[0] != "speed"
-                else ["bench", *argv, "--out", str(out)]) == 2
+    assert main([*argv, "--out", str(out), "--cache", "none"] if argv[0] != "resources" and argv[0] != "speed"
+                else [*argv, "--out", str(out)]) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
 
 
 def test_resources_refuses_an_unknown_release_mode(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as err:
-        main(["bench", "resources", "--skip-local", "--release", "max"])
+        main(["resources", "--skip-local", "--release", "max"])
     assert err.value.code == 2
     err_text = capsys.readouterr().err
     assert "argument --release: invalid choice: 'max'" in err_text and "sum" in err_text and "argmax" in err_text
@@ -209,7 +210,7 @@ def test_resources_refuses_an_unknown_release_mode(capsys: pytest.CaptureFixture
 
 def test_unknown_study_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as err:
-        main(["bench", "nonsense"])
+        main(["nonsense"])
     assert err.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dphype.cli import main
 from dphype.selection.planner import LossModel
 from simulations import synthetic as syn
+from simulations.cli import main
 
 
 def test_success_is_certain_without_overlap_and_chance_with_k_equal_p() -> None:
@@ -23,7 +23,7 @@ def test_success_is_certain_without_overlap_and_chance_with_k_equal_p() -> None:
 
 def test_cli_tiny_run_writes_csv_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "syn"
-    code = main(["bench", "synthetic", "--repetitions", "20", "--clients", "20", "--ks", "1", "5",
+    code = main(["synthetic", "--repetitions", "20", "--clients", "20", "--ks", "1", "5",
                  "--sigma-losses", "0.2", "--good-exponents", "0", "3", "--num-candidates", "100", "1000",
                  "--out", str(out), "--json"])
     assert code == 0
@@ -51,14 +51,14 @@ def test_cli_tiny_run_writes_csv_and_plot(tmp_path: Path, capsys: pytest.Capture
 def test_cli_rejects_bad_input(
     argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["bench", "synthetic", "--out", str(tmp_path / "x"), *argv]) == 2
+    assert main(["synthetic", "--out", str(tmp_path / "x"), *argv]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
 
 
 @pytest.mark.slow
 def test_cli_flower_run_picks_a_candidate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["bench", "synthetic", "--repetitions", "2", "--clients", "5", "--panels", "a", "--sigma-losses", "0.2",
+    code = main(["synthetic", "--repetitions", "2", "--clients", "5", "--panels", "a", "--sigma-losses", "0.2",
                  "--flower", "--flower-clients", "4", "--out", str(tmp_path / "s"), "--json"])
     assert code == 0
     flower = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["flower"]

@@ -6,7 +6,7 @@ import pytest
 from dphype.selection.candidates import (
     CandidateList,
     CandidateMismatchError,
-    grid,
+    candidate_grid,
     load_candidates,
     random_subset,
     table_iii_grid,
@@ -52,7 +52,7 @@ def test_check_fingerprint_fails_loudly():
 
 
 def test_json_round_trip_keeps_fingerprint():
-    a = grid(lr=[0.1, 1e-7], opt=["sgd", "adam"], epochs=[1, 5])
+    a = candidate_grid(lr=[0.1, 1e-7], opt=["sgd", "adam"], epochs=[1, 5])
     b = CandidateList.from_json(a.to_json())
     assert b == a and b.fingerprint() == a.fingerprint()
     assert json.loads(a.to_json())[0] == {"epochs": 1, "lr": 0.1, "opt": "sgd"}
@@ -72,7 +72,7 @@ def test_empty_duplicate_and_bad_values_rejected():
     with pytest.raises(ValueError, match="empty"):
         CandidateList([{}])
     with pytest.raises(ValueError, match="at least 1 value"):
-        grid(lr=[])
+        candidate_grid(lr=[])
     with pytest.raises(ValueError, match="malformed"):
         CandidateList.from_json("[{")
 
@@ -84,10 +84,22 @@ def test_immutable_items_are_copies():
     assert a[0]["lr"] == 0.5
 
 
+def test_grid_is_a_deprecated_alias_of_candidate_grid():
+    """``dphype.grid`` (and ``dphype.selection.candidates.grid``) still builds the candidate grid, for one release,
+    with a DeprecationWarning naming its new name."""
+    import dphype
+    from dphype.selection import candidates
+
+    for old in (dphype.grid, candidates.grid):
+        with pytest.warns(DeprecationWarning, match="use dphype.candidate_grid"):
+            assert old(lr=[0.1, 0.01], steps=[5, 50]) == dphype.candidate_grid(lr=[0.1, 0.01], steps=[5, 50])
+    assert dphype.candidate_grid is candidates.candidate_grid
+
+
 def test_numpy_values_normalized():
-    a = grid(lr=list(np.array([0.1, 0.2])), epochs=list(np.array([1, 2])))
+    a = candidate_grid(lr=list(np.array([0.1, 0.2])), epochs=list(np.array([1, 2])))
     assert type(a[0]["lr"]) is float and type(a[0]["epochs"]) is int
-    assert a == grid(lr=[0.1, 0.2], epochs=[1, 2])
+    assert a == candidate_grid(lr=[0.1, 0.2], epochs=[1, 2])
 
 
 def test_random_subset_seeded_and_order_preserving():
@@ -131,7 +143,7 @@ def test_feature_space_of_table_iii():
 
 
 def test_feature_space_scales_categories_and_overrides():
-    cands = grid(opt=["sgd", "adam"], bs=[16, 64, 256], nesterov=[True, False], wd=[0.0, 1e-4])
+    cands = candidate_grid(opt=["sgd", "adam"], bs=[16, 64, 256], nesterov=[True, False], wd=[0.0, 1e-4])
     space = cands.feature_space()
     assert {a.name: a.scale for a in space.axes} == {
         "opt": "categorical", "bs": "log", "nesterov": "categorical", "wd": "linear"}
@@ -147,7 +159,7 @@ def test_feature_space_scales_categories_and_overrides():
     with pytest.raises(ValueError, match="scales names unknown hyperparameters"):
         cands.feature_space({"lr": "log"})
     # a constant hyperparameter carries nothing and is left out
-    assert [a.name for a in grid(lr=[0.1, 0.01, 0.001], seed=[0]).feature_space().axes] == ["lr"]
+    assert [a.name for a in candidate_grid(lr=[0.1, 0.01, 0.001], seed=[0]).feature_space().axes] == ["lr"]
 
 
 def test_feature_space_without_structure_says_why():
@@ -157,4 +169,4 @@ def test_feature_space_without_structure_says_why():
     assert mixed.axes[0].scale == "categorical" and "single categorical axis" in mixed.no_structure
     conditional = CandidateList([{"opt": "sgd", "momentum": 0.9}, {"opt": "adam"}, {"opt": "sgd", "momentum": 0.0}])
     assert "missing from candidate 1" in conditional.feature_space().no_structure
-    assert "fewer than 3 candidates" in grid(lr=[0.1, 0.01]).feature_space().no_structure
+    assert "fewer than 3 candidates" in candidate_grid(lr=[0.1, 0.01]).feature_space().no_structure

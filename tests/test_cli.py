@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from dphype import cli
+from dphype.strict_json import jsonable
 
 
 def test_jsonable_gives_strict_json_for_numpy_and_non_finite_values():
     data = {"eps": [0.5, math.inf, -math.inf], "nan": float("nan"), "arr": np.array([1, 2]), "x": np.float32(1.5)}
-    out = cli.jsonable(data)
+    out = jsonable(data)
     assert out == {"eps": [0.5, "inf", "-inf"], "nan": None, "arr": [1, 2], "x": 1.5}
     json.dumps(out, allow_nan=False)  # raises on NaN/Infinity
 
@@ -69,3 +72,39 @@ def test_demo_summary_renders_the_result_and_the_training():
     assert text.startswith("DP-Hype selected candidate ") and "rank  index" in text
     assert "training: private=False, released=plaintext" in text and "accuracy: 0.8512" in text
     assert text.endswith("warning: low")
+
+
+def test_bench_runs_the_checkouts_program_in_a_child_process(monkeypatch, capfd):
+    """``dphype bench`` is ``python -m simulations`` from the repository root: its exit status and output are the
+    program's, and the library imports no benchmark driver."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    before = set(sys.modules)
+    assert cli.main(["bench", "nonsense"]) == 2
+    err = capfd.readouterr().err
+    assert "usage: dphype bench" in err and "invalid choice: 'nonsense'" in err
+    assert not {name for name in set(sys.modules) - before if name.split(".")[0] == "simulations"}
+
+
+def test_bench_outside_a_checkout_is_a_usage_error(monkeypatch, tmp_path, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["bench", "synthetic"]) == 2
+    assert "run it from the repository root" in capsys.readouterr().err
+
+
+def test_the_demo_names_the_bundled_apps_components_as_the_repository_does():
+    """``dphype demo`` writes the bundled app's components by name (the command line never imports the app): the
+    objects the repository's own ``flwr run .`` components (``server/``, ``clients/``) re-export."""
+    import importlib
+    import tomllib
+
+    from dphype.cli.demo import COMPONENTS
+
+    def load(ref: str) -> object:
+        module, attr = ref.split(":")
+        return getattr(importlib.import_module(module), attr)
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    repository = pyproject["tool"]["flwr"]["app"]["components"]
+    assert set(COMPONENTS) == set(repository) == {"serverapp", "clientapp"}
+    for role, ref in COMPONENTS.items():
+        assert load(ref) is load(repository[role])

@@ -26,11 +26,10 @@ from test_flower import config as flower_config
 
 from dphype.cli import main
 from dphype.flower import DPHype, PreflightError, register_dphype
-from dphype.flower.client import RECORD_KEY, node_policy
+from dphype.flower.client import node_policy
 from dphype.flower.local import LocalGrid, node_id
-from dphype.flower.secagg import RECORD_KEY as STAGE_KEY
-from dphype.flower.secagg import run_secure_sum
-from dphype.flower.server import PREFLIGHT_MESSAGE_TYPE
+from dphype.flower.server.secagg import run_secure_sum
+from dphype.flower.wire import APPROVAL_STATE, PREFLIGHT_TYPE, RECORD_KEY, STAGE_KEY
 from dphype.node.ledger import Ledger
 from dphype.node.policy import POLICY_ENV, NodePolicy, PolicyError, check_vote_request, default_ledger_path
 from dphype.privacy.accounting import mechanism_epsilon, vote_sensitivity
@@ -85,7 +84,7 @@ def secret_replies(grid: LocalGrid) -> list[dict]:
 def approve(grid: LocalGrid, selection: DPHype) -> list[int]:
     """A server's pre-flight of ``selection``'s request to every node (whatever the count): the ready nodes."""
     content = RecordDict({RECORD_KEY: ConfigRecord(selection.request.to_record())})
-    replies = grid.send_and_receive([Message(content, nid, PREFLIGHT_MESSAGE_TYPE) for nid in grid.get_node_ids()])
+    replies = grid.send_and_receive([Message(content, nid, PREFLIGHT_TYPE) for nid in grid.get_node_ids()])
     return sorted(r.metadata.src_node_id for r in replies if r.content[RECORD_KEY]["status"] == "ready")
 
 
@@ -257,7 +256,7 @@ def test_a_policy_tightened_between_preflight_and_vote_is_enforced_at_the_vote(m
 
 def approve_raw(grid: LocalGrid, selection: DPHype) -> list[dict]:
     content = RecordDict({RECORD_KEY: ConfigRecord(selection.request.to_record())})
-    replies = LocalGrid.send_and_receive(grid, [Message(content, nid, PREFLIGHT_MESSAGE_TYPE)
+    replies = LocalGrid.send_and_receive(grid, [Message(content, nid, PREFLIGHT_TYPE)
                                                 for nid in grid.get_node_ids()])
     return [dict(r.content[RECORD_KEY]) for r in replies]
 
@@ -269,14 +268,14 @@ def test_the_rounds_first_stage_rides_on_the_preflight_bound_to_the_approved_req
     assert selection.start(grid).report.survivors == N
     stages = [str(m.content.config_records[STAGE_KEY]["stage"]) for m in grid.sent[N:]]
     assert stages == [s for s in ("advertise", "share_keys", "masked_input", "consistency", "unmask") for _ in range(N)]
-    assert {m.metadata.message_type for m in grid.sent[N:2 * N]} == {PREFLIGHT_MESSAGE_TYPE}
+    assert {m.metadata.message_type for m in grid.sent[N:2 * N]} == {PREFLIGHT_TYPE}
     keys = [dict(r.content.config_records[STAGE_KEY]) for r in grid.replies[N:2 * N]]
     assert all(r.content.config_records[RECORD_KEY]["status"] == "ready" for r in grid.replies[N:2 * N])
     assert all(len(k["c_key"]) == len(k["s_key"]) == len(k["g_key"]) == 32 for k in keys)
     # an advertise for another request than the one the pre-flight carries is refused, and nothing is approved
     other = secagg_protocol.message("advertise", round=bytes(16), request="ff" * 32)
     content = RecordDict({RECORD_KEY: ConfigRecord(selection.request.to_record()), STAGE_KEY: ConfigRecord(other)})
-    replies = grid.send_and_receive([Message(content, nid, PREFLIGHT_MESSAGE_TYPE) for nid in grid.get_node_ids()])
+    replies = grid.send_and_receive([Message(content, nid, PREFLIGHT_TYPE) for nid in grid.get_node_ids()])
     assert {(r.content[RECORD_KEY]["status"], r.content[RECORD_KEY]["code"]) for r in replies} == {
         ("refused", "secagg_round")}
     assert all(STAGE_KEY not in r.content.config_records for r in replies)
@@ -359,7 +358,7 @@ def test_issue_8_requests_at_delta_0_5_and_0_9_are_refused_in_the_preflight(delt
     lying.request = VoteRequest(CANDS, lying.config, DPHype(CANDS, config(clients=N, delta=delta)).request.sigma)
     with pytest.raises(PreflightError, match=f"{N} x refused: noise_too_small"):
         lying.start(grid)
-    assert {m.metadata.message_type for m in grid.sent} == {PREFLIGHT_MESSAGE_TYPE}  # no vote round
+    assert {m.metadata.message_type for m in grid.sent} == {PREFLIGHT_TYPE}  # no vote round
     assert votes_spent() == [0] * N
 
 
@@ -377,7 +376,7 @@ def test_issue_8_repeated_requests_stop_at_the_lifetime_budget(capsys):
         with pytest.raises(PreflightError, match=f"{N} x refused: policy "):
             selection.start(grid)
     assert len(grid.sent) == sent + 3 * N
-    assert {m.metadata.message_type for m in grid.sent[sent:]} == {PREFLIGHT_MESSAGE_TYPE}
+    assert {m.metadata.message_type for m in grid.sent[sent:]} == {PREFLIGHT_TYPE}
     # the ledger shows the spend: every vote of the same request recorded, composed within the budget
     assert votes_spent() == [accepted] * N
     assert {e.request for e in Ledger(default_ledger_path(3)).entries()} == {selection.request.digest()}
@@ -399,11 +398,11 @@ def test_issue_8_a_server_named_candidate_path_is_never_opened(tmp_path):
     record = DPHype(CANDS, config(clients=N)).request.to_record()
     record["dphype.candidates"] = str(secret)  # instead of the list itself
     replies = grid.send_and_receive([Message(RecordDict({RECORD_KEY: ConfigRecord(record)}), node_id(i),
-                                             PREFLIGHT_MESSAGE_TYPE) for i in range(N)])
+                                             PREFLIGHT_TYPE) for i in range(N)])
     answers = [dict(reply.content[RECORD_KEY]) for reply in replies]
     assert [(a["status"], a["code"]) for a in answers] == [("refused", "malformed_request")] * N
     assert opened == [] and "alice" not in json.dumps(answers)
-    assert all(RECORD_KEY not in context.state.config_records for context in grid.contexts.values())  # not approved
+    assert all(APPROVAL_STATE not in context.state.config_records for context in grid.contexts.values())  # not approved
 
 
 def test_issue_8_errors_carrying_data_reach_the_server_sanitized(tmp_path):

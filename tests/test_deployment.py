@@ -1,5 +1,6 @@
 """Deployment on loopback: one flower-superlink, five flower-supernode processes (and three tally SuperNodes for
-the argmax release), `flwr run`."""
+the argmax release), `flwr run`, each started with its operator's script (server/start-superlink.sh,
+clients/start-voter.sh, clients/start-tally.sh)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,20 @@ import pytest
 from baselines import candidate_accuracies, majority_of_test_split
 from test_flwr_run import BIN, REPO, descendants, offline_env, parse_result, stop
 
+from dphype.flower.tally import TALLY_PARTIES
 from dphype.node.ledger import Ledger
 from dphype.node.policy import default_ledger_path
 from dphype.privacy.winner import WINNER_NOISE
 from dphype.secure.tally import COMMITTEE_SIZE, loopback_addresses
 from dphype.selection.candidates import load_candidates
-from simulations.deployment_profile import free_port, supernode_args, wait_for_port
+from simulations.deployment_profile import (
+    free_port,
+    node_ready,
+    superlink_args,
+    supernode_args,
+    wait_for_port,
+    write_node_config,
+)
 
 NUM_NODES = 5
 TALLIES = COMMITTEE_SIZE
@@ -36,14 +45,14 @@ def log_tails(logs: Path, chars: int = 1500) -> str:
 
 @dataclass
 class Federation:
-    """A SuperLink on 127.0.0.1 and the SuperNodes started on it; every process is stopped by PID at the end."""
+    """A SuperLink on 127.0.0.1 and the SuperNodes started on it, each by its script; every process is stopped by PID
+    at the end, with what it started."""
 
     tmp_path: Path
     env: dict[str, str]
     link_port: int
     procs: list[subprocess.Popen] = field(default_factory=list)
     log_of: dict[int, Path] = field(default_factory=dict)  # process id -> its log
-    node_of: dict[int, list[subprocess.Popen]] = field(default_factory=dict)  # SuperNode's id -> its processes
 
     @property
     def logs(self) -> Path:
@@ -55,46 +64,37 @@ class Federation:
         self.log_of[self.procs[-1].pid] = self.logs / f"{name}.log"
         return self.procs[-1]
 
-    def start_supernodes(self, node_configs: dict[str, str], executor: str = "forkserver") -> list[subprocess.Popen]:
-        """One SuperNode per ``name: node config``, each on a free port, its tasks started by ``executor``
-        (:func:`simulations.deployment_profile.supernode_args`: ``forkserver``, a ``dphype superexec`` beside a
-        ``flower-supernode --isolation process``; ``subprocess``, Flower's own). Returns, once every SuperNode has
-        registered with the SuperLink and every SuperExec has started its fork server, each node's SuperNode process
-        (:meth:`node_processes` gives its SuperExec too). A node one of whose processes exits, e.g. because its port
-        was taken again before it bound it, is restarted up to twice."""
+    def start_supernodes(self, nodes: dict[str, tuple[str, list[str]]],
+                         executor: str = "forkserver") -> list[subprocess.Popen]:
+        """One SuperNode per ``name: (role, options)``, started by ``clients/start-<role>.sh`` with ``options`` on a
+        free port, its tasks started by ``executor`` (:func:`simulations.deployment_profile.supernode_args`:
+        ``forkserver``, a ``dphype superexec`` beside a ``flower-supernode --isolation process``; ``subprocess``,
+        Flower's own). Returns, once every SuperNode has registered with the SuperLink and every SuperExec has
+        started its fork server, each node's script process (the SuperNode and its SuperExec are its children). A
+        node whose script exits, e.g. because its port was taken again before it bound it, is restarted up to
+        twice."""
 
-        def start_node(name: str, attempt: int) -> list[tuple[subprocess.Popen, Path]]:
+        def start_node(name: str, attempt: int) -> tuple[subprocess.Popen, Path]:
             log = name + (f"-retry{attempt}" if attempt else "")
-            commands = supernode_args(self.link_port, node_configs[name], executor)
-            node = [(self.start(log + part, args), self.logs / f"{log}{part}.log")
-                    for part, args in zip(("", "-superexec"), commands, strict=False)]
-            self.node_of[node[0][0].pid] = [proc for proc, _ in node]
-            return node
+            role, options = nodes[name]
+            return self.start(log, supernode_args(self.link_port, role, options, executor)), self.logs / f"{log}.log"
 
-        def ready(log: Path) -> bool:
-            text = log.read_text(errors="replace")
-            return ("fork server ready" if log.stem.endswith("-superexec") else "SuperNode ID:") in text
-
-        names = list(node_configs)
-        nodes = [start_node(name, 0) for name in names]
+        names = list(nodes)
+        started = [start_node(name, 0) for name in names]
         attempts = [0] * len(names)
         deadline = time.monotonic() + 180
-        while not all(ready(log) for node in nodes for _, log in node):
-            for i, node in enumerate(nodes):
-                if any(proc.poll() is not None for proc, _ in node):
+        while not all(node_ready(log.read_text(errors="replace"), executor) for _, log in started):
+            for i, (proc, _) in enumerate(started):
+                if proc.poll() is not None:
                     attempts[i] += 1
                     if attempts[i] > 2:
                         pytest.fail(f"{names[i]} exited three times\n{log_tails(self.logs)}")
-                    self.stop([proc for proc, _ in node])
-                    nodes[i] = start_node(names[i], attempts[i])
+                    self.stop([proc])
+                    started[i] = start_node(names[i], attempts[i])
             if time.monotonic() > deadline:
                 pytest.fail(f"not all SuperNodes registered within 180 s\n{log_tails(self.logs)}")
             time.sleep(0.5)
-        return [node[0][0] for node in nodes]
-
-    def node_processes(self, supernode: subprocess.Popen) -> list[subprocess.Popen]:
-        """A SuperNode's process and the SuperExec started beside it, if any."""
-        return self.node_of.get(supernode.pid, [supernode])
+        return [proc for proc, _ in started]
 
     def stop(self, procs: list[subprocess.Popen]) -> None:
         """Stop ``procs`` and their children (SIGTERM, then SIGKILL after 10 s)."""
@@ -107,7 +107,7 @@ class Federation:
         and wait until ``flwr supernode list`` shows none of them online, so that a later run cannot sample them."""
         ids = {re.search(r"SuperNode ID: (\d+)", self.log_of[p.pid].read_text(errors="replace")).group(1)
                for p in procs}
-        self.stop([proc for p in procs for proc in self.node_processes(p)])
+        self.stop(procs)
         command = [str(BIN / "flwr"), "supernode", "list", "deploy", "--format", "json"]
         deadline = time.monotonic() + 120
         while True:
@@ -131,32 +131,19 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Feder
     (tmp_path / "logs").mkdir()
     # Five ClientApp processes share this machine's cores: one torch thread each.
     fed = Federation(tmp_path, {**offline_env(flwr_home), "OMP_NUM_THREADS": "1"}, free_port())
-    (flwr_home / "config.toml").write_text(
-        '[superlink]\ndefault = "deploy"\n\n'
-        f'[superlink.deploy]\naddress = "127.0.0.1:{fed.link_port}"\ninsecure = true\n'
-    )
     try:
-        fed.start(
-            "superlink",
-            [
-                str(BIN / "flower-superlink"),
-                "--insecure",
-                "--disable-runtime-dependency-installation",
-                "--database",
-                str(tmp_path / "state.db"),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(fed.link_port),
-            ],
-        )
+        # the SuperLink's script also names it `deploy` in the fresh FLWR_HOME's config.toml
+        fed.start("superlink", superlink_args(fed.link_port, tmp_path / "state.db"))
         wait_for_port(fed.link_port)
         # each operator's own limits: votes at epsilon 20 among 5 clients (4 if one vanishes), two of them (and one
         # winner release at epsilon 4) in its lifetime (RDP composes them to less than 40), in a SecAgg+ graph of 2
         # neighbours (the secure one for 4 or 5 clients)
+        policy = write_node_config(tmp_path / "policy.toml", {
+            "dphype-max-epsilon": 20, "dphype-min-clients": 4, "dphype-min-neighbours": 2,
+            "dphype-lifetime-epsilon": 40})
         voters = fed.start_supernodes({
-            f"supernode-{i}": f"partition-id={i} num-partitions={NUM_NODES} dphype-max-epsilon=20 "
-                              "dphype-min-clients=4 dphype-min-neighbours=2 dphype-lifetime-epsilon=40"
+            f"supernode-{i}": ("voter", ["--partition-id", str(i), "--num-partitions", str(NUM_NODES),
+                                         "--node-config", str(policy)])
             for i in range(NUM_NODES)})
         yield fed, voters
     finally:
@@ -178,8 +165,8 @@ def flwr_run(fed: Federation, run_config: str, *, kill: subprocess.Popen | None 
             while "Started task" not in (logs / "superlink.log").read_text(errors="replace"):
                 assert time.monotonic() < deadline, "the run did not start\n" + log_tails(logs)
                 time.sleep(0.2)
-            node = fed.node_processes(kill)  # the SuperNode and its SuperExec, with every task they started
-            stop([pid for proc in node for pid in (*reversed(descendants(proc.pid)), proc.pid)], timeout=0.0)
+            # the node's script, its SuperNode and SuperExec, and every task they started
+            stop([*reversed(descendants(kill.pid)), kill.pid], timeout=0.0)
         # The app bounds each message round (SecAgg+ stage, FedAvg round) by
         # round-timeout; this is only the backstop for a stuck CLI.
         try:
@@ -214,17 +201,19 @@ def test_deployment_on_loopback(federation):
 
 @pytest.mark.slow
 def test_deployment_in_argmax_mode_with_three_tally_supernodes(federation, monkeypatch):
-    """The bundled app's default release on loopback: the README's recipe, one SuperNode per tally with its role in
-    the node config, beside the voters; only the winner's index is released, each voter records pure epsilon.
-    The tallies are stopped afterwards (they deactivate at the SuperLink), so the sum-mode runs see voters only."""
+    """The bundled app's default release on loopback: the README's recipe, one SuperNode per tally
+    (clients/start-tally.sh: its index, its own key file in the shared FLWR_HOME, the committee's file), beside the
+    voters; only the winner's index is released, each voter records pure epsilon. The tallies are stopped afterwards
+    (they deactivate at the SuperLink), so the sum-mode runs see voters only."""
     fed, _ = federation
     monkeypatch.setenv("FLWR_HOME", fed.env["FLWR_HOME"])  # the voters' ledgers are in the federation's home
     ledgers = [Ledger(default_ledger_path(i)) for i in range(NUM_NODES)]
     before = [ledger.entries() for ledger in ledgers]
-    parties = ",".join(loopback_addresses(TALLIES))  # the MPyC ports, the same list on every tally
+    # the MPyC ports, the same file on every tally
+    committee = write_node_config(fed.tmp_path / "committee.toml",
+                                  {TALLY_PARTIES: ",".join(loopback_addresses(TALLIES))})
     tallies = fed.start_supernodes({  # Flower's own SuperExec here, so that both ways of serving tasks are run
-        f"tally-{j}": f"dphype-tally-id={j} dphype-tally-parties='{parties}' "
-                      f"dphype-tally-key='{fed.tmp_path / f'tally-{j}' / 'tally.key'}'"
+        f"tally-{j}": ("tally", ["--tally-id", str(j), "--node-config", str(committee)])
         for j in range(TALLIES)}, executor="subprocess")
     try:
         result = flwr_run(
@@ -234,7 +223,7 @@ def test_deployment_in_argmax_mode_with_three_tally_supernodes(federation, monke
         )
     finally:
         fed.stop_supernodes(tallies)
-    assert 0 <= result["selected_index"] < 10 and result["selected"] == load_candidates(
+    assert 0 <= result["selected_index"] < 10 and result["best_params"] == load_candidates(
         "table3:random:10:0")[result["selected_index"]]
     assert result["noisy_sum"] is None and result["confidence"] is None  # only the index was released
     privacy = result["privacy"]

@@ -30,7 +30,7 @@ def test_the_argmax_profile_finds_every_stage_in_the_servers_real_log(caplog, tm
     from test_flower_argmax import CLIENTS, argmax_grid
     from test_flower_argmax import config as argmax_config
 
-    from dphype.flower.tally import discover_committee
+    from dphype.flower import discover_committee
 
     grid, _ = argmax_grid(tmp_path)
     with caplog.at_level(logging.INFO, logger="flwr"):  # what the bundled app's ServerApp does in argmax mode

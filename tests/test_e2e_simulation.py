@@ -37,7 +37,7 @@ def test_apps_in_process_select_then_train():
     grid = LocalGrid(client_app.app, cfg.dphype.clients, run_config={"dataset": "adult", "seed": 0, "local-epochs": 1},
                      node_config=PERMISSIVE)
     summary = run_app(grid, cfg)
-    assert summary["selected"] == load_candidates(SUBSET)[summary["selected_index"]]
+    assert summary["best_params"] == load_candidates(SUBSET)[summary["selected_index"]]
     assert len(summary["noisy_sum"]) == 10
     # the vote found a good candidate: within 2 points of Opt, the best of the 10 after the same FedAvg (the
     # candidates range from 0.24 to 0.85 here), and Flower's FedAvg trained it above the majority-class baseline
@@ -48,7 +48,7 @@ def test_apps_in_process_select_then_train():
     types = [m.metadata.message_type for m in grid.sent]
     assert types.count("train") == 2 * 4 and types.count("evaluate") == 2 * 4  # every client, every round
     trains = [m for m in grid.sent if m.metadata.message_type == "train"]
-    assert all(selected_candidate(m) == summary["selected"] for m in trains)
+    assert all(selected_candidate(m) == summary["best_params"] for m in trains)
     assert {r.metadata.message_type for r in grid.replies if r.has_error()} == set()
     assert set(grid.timeouts) == {123.0}  # every FedAvg round is bounded (Flower's send_and_receive)
 
@@ -104,7 +104,7 @@ def test_demo_runs_the_bundled_app_with_flwr_run(capsys):
     assert main(argv) == 0
     out, err = capsys.readouterr()
     result = json.loads(out.strip().splitlines()[-1])
-    assert result["selected"] == load_candidates(SUBSET)[result["selected_index"]]
+    assert result["best_params"] == load_candidates(SUBSET)[result["selected_index"]]
     assert result["clients"] == 10 and result["k"] == 3
     accuracies = candidate_accuracies("adult", 10, load_candidates(SUBSET), rounds=1, local_epochs=1)
     # a working candidate: within 10 points of Opt (the diverged ones sit 60 points below it); the noisy pick among

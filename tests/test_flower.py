@@ -10,15 +10,13 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from guard_helpers import PERMISSIVE
 
-import dphype.flower.client as flower_client
 from dphype.config import DPHypeConfig
 from dphype.flower import DPHype, PreflightError, register_dphype, selected_candidate, train_config
 from dphype.flower.local import LocalGrid, node_id
-from dphype.flower.secagg import VOTE_MESSAGE_TYPE
-from dphype.flower.server import PREFLIGHT_MESSAGE_TYPE
+from dphype.flower.wire import PREFLIGHT_TYPE, SCORES_STATE, VOTE_TYPE
 from dphype.node.policy import NodePolicy
 from dphype.secure import secure_sum as ss
-from dphype.selection.candidates import grid as candidate_grid
+from dphype.selection.candidates import candidate_grid
 
 CANDS = candidate_grid(lr=[0.001, 0.01, 0.1, 0.5], momentum=[0.0, 0.9])  # 8 candidates
 
@@ -83,7 +81,7 @@ def test_selection_releases_the_exact_sum_of_the_clients_noisy_votes(recorded_vo
     assert report.epsilon == pytest.approx(1.0, rel=1e-6)
     # pre-flight first, then only the secure-sum round; all of it under DP-Hype's own message types
     types = [m.metadata.message_type for m in grid.sent]
-    assert types[:n] == [PREFLIGHT_MESSAGE_TYPE] * n and set(types[n:]) == {VOTE_MESSAGE_TYPE}
+    assert types[:n] == [PREFLIGHT_TYPE] * n and set(types[n:]) == {VOTE_TYPE}
 
 
 def test_large_budget_selects_the_consensus_candidate():
@@ -119,7 +117,7 @@ def test_scores_are_dropped_after_the_vote():
     grid = grid_of(client_app(scores_table(3)), 3)
     DPHype(CANDS, config(clients=3)).start(grid)
     for context in grid.contexts.values():
-        assert flower_client.SCORES_KEY not in context.state.array_records
+        assert SCORES_STATE not in context.state.array_records
 
 
 @pytest.mark.parametrize(
@@ -140,7 +138,7 @@ def test_preflight_refusals_reach_the_server_with_their_reason(broken, reason):
     assert time.perf_counter() - start < 30
     assert reason in str(info.value) and "alice" not in str(info.value)
     assert "nothing was released" in str(info.value)
-    assert all(m.metadata.message_type == PREFLIGHT_MESSAGE_TYPE for m in grid.sent)  # no vote round
+    assert all(m.metadata.message_type == PREFLIGHT_TYPE for m in grid.sent)  # no vote round
 
 
 def test_a_candidate_list_mismatch_is_counted(tmp_path):
@@ -173,7 +171,7 @@ def test_a_node_that_vanishes_counts_as_a_dropout():
     assert result.report.survivors == 4
     # the pre-flight waited 0.5 s for node 2, and the vote went on without it
     assert [m.metadata.message_type for m in grid.sent if m.metadata.dst_node_id == node_id(2)] == [
-        PREFLIGHT_MESSAGE_TYPE]
+        PREFLIGHT_TYPE]
     strict = grid_of(client_app(scores_table(5)), 5, silent=[2])
     with pytest.raises(PreflightError, match="1 x no answer within the timeout"):
         DPHype(CANDS, config(clients=5)).start(strict, timeout=0.5)
@@ -184,14 +182,14 @@ def test_a_vote_that_was_not_approved_in_the_preflight_is_refused():
     selection = DPHype(CANDS, config(clients=3))
     selection._preflight(grid, sorted(grid.get_node_ids()), None)
     other = DPHype(CANDS, config(clients=3, epsilon=2.0))  # a different request in the vote round
-    from dphype.flower.secagg import run_secure_sum
+    from dphype.flower.server.secagg import run_secure_sum
 
     with pytest.raises(ss.SecureSumError, match="3 x .*secagg_round: the round is for another request"):
         run_secure_sum(grid, grid.get_node_ids(), other.request.digest(), size=8, noise="skellam",
                        min_survivors=3)
     errors = [r.error.reason for r in grid.replies if r.has_error()]
     assert len(errors) == 3
-    assert all(flower_client.SCORES_KEY in c.state.array_records for c in grid.contexts.values())  # no vote
+    assert all(SCORES_STATE in c.state.array_records for c in grid.contexts.values())  # no vote
 
 
 def test_waits_for_nodes_then_gives_up():
@@ -266,11 +264,11 @@ def test_a_secagg_setting_that_cannot_work_fails_before_any_client_scores():
 def test_waiting_for_nodes_logs_progress_and_names_the_remedy(caplog):
     import logging
 
-    from dphype.flower.server import _wait_for_nodes
+    from dphype.flower.server.readiness import wait_for_nodes
 
     grid = grid_of(client_app(scores_table(3)), 3)
     with caplog.at_level(logging.INFO, logger="flwr"), pytest.raises(PreflightError) as info:
-        _wait_for_nodes(grid, 4, timeout=0.6, every=0.15)
+        wait_for_nodes(grid, 4, timeout=0.6, every=0.15)
     assert caplog.text.count("DP-Hype: waiting for nodes: 3 of clients=4 connected after") >= 2
     assert "only 3 of clients=4 nodes connected within 0.6 s; nothing was sent: start more" in str(info.value)
 

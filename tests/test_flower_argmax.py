@@ -11,7 +11,9 @@ import dphype.flower.tally as flower_tally
 from dphype.config import DPHypeConfig
 from dphype.flower import DPHype, PreflightError
 from dphype.flower.local import LocalGrid, node_id
+from dphype.flower.server.committee import run_winner_selection
 from dphype.flower.tally import load_tally_key
+from dphype.flower.wire import TALLY_KEY
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy
 from dphype.privacy.winner import WINNER_NOISE
@@ -57,8 +59,8 @@ def test_argmax_selection_releases_only_the_index_and_every_client_records_pure_
         assert (entry.noise, entry.epsilon) == (WINNER_NOISE, pytest.approx(4.0))
     # the server relayed ciphertexts only: no share it forwarded opens without the tally's key
     collect = [m for m in grid.sent if m.metadata.message_type == "query.dphype_tally"
-               and m.content.config_records["dphype-tally"].get("stage") == "collect"]
-    assert len(collect) == 3 and all(len(m.content.config_records["dphype-tally"]["shares"]) == CLIENTS
+               and m.content.config_records[TALLY_KEY].get("stage") == "collect"]
+    assert len(collect) == 3 and all(len(m.content.config_records[TALLY_KEY]["shares"]) == CLIENTS
                                      for m in collect)
 
 
@@ -81,7 +83,8 @@ def test_a_tally_that_never_computes_makes_the_others_time_out_and_nothing_is_re
     monkeypatch.setattr(flower_tally._TallyNode, "stage", drop_compute)
     server = DPHype(CANDS, config(), tallies=keys)
     with pytest.raises(TallyError, match="tally 0 failed the result stage .*tally 0 did not answer within 1 s"):
-        flower_tally.run_winner_selection(server, grid, timeout=60, connect_timeout=5, tally_timeout=1.0)
+        run_winner_selection(grid, server.request, preflight=server._preflight, timeout=60, connect_timeout=5,
+                             tally_timeout=1.0)
 
 
 @pytest.mark.slow  # two whole selections; the tally's own refusal is tested fast in tests/test_tally.py
@@ -110,7 +113,7 @@ def test_committee_nodes_from_the_callers_hello_are_checked_and_not_asked_again(
     result = server.start(grid, timeout=60, committee_nodes=tallies)
     assert result.selected_index in range(len(CANDS))
     assert not [m for m in grid.sent if m.metadata.message_type == "query.dphype_tally"
-                and m.content.config_records["dphype-tally"].get("stage") == "hello"]
+                and m.content.config_records[TALLY_KEY].get("stage") == "hello"]
 
 
 def test_bad_committees_are_refused_before_anything_runs(tmp_path):
@@ -147,7 +150,7 @@ def test_a_client_refusing_the_argmax_vote_is_a_dropout_and_too_few_shares_relea
     errors = [r.error.reason for r in grid.replies if r.has_error()]
     assert errors and all("secret" not in e for e in errors) and any("client_error" in e for e in errors)
     assert not any(m.metadata.message_type == "query.dphype_tally" and
-                   m.content.config_records["dphype-tally"].get("stage") == "collect" for m in grid.sent)
+                   m.content.config_records[TALLY_KEY].get("stage") == "collect" for m in grid.sent)
 
 
 def test_the_servers_description_names_the_release_and_only_what_applies_to_it(tmp_path):

@@ -1,4 +1,5 @@
-"""DP-Hype's SecAgg+ on the Message API (dphype.flower.secagg), against real ClientApps in process."""
+"""DP-Hype's SecAgg+ on the Message API (dphype.flower.server.secagg, client.secagg), against real ClientApps in
+process."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import pytest
 from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
+from dphype.flower.client.secagg import secure_vote_reply
 from dphype.flower.local import LocalGrid, node_id
-from dphype.flower.secagg import RECORD_KEY, VOTE_MESSAGE_TYPE, run_secure_sum, secure_vote_reply
+from dphype.flower.server.secagg import run_secure_sum
+from dphype.flower.wire import ACTION, STAGE_KEY, VOTE_TYPE
 from dphype.secure import secure_sum as ss
 from dphype.secure.secagg import Approval
 
@@ -32,10 +35,10 @@ def vector_app(vectors: np.ndarray, noise: str = "skellam", drop: dict | None = 
                         min_neighbours=1)
     app = ClientApp()
 
-    @app.train("dphype")
+    @app.train(ACTION)
     def vote(msg: Message, context: Context) -> Message:
         pid = int(context.node_config["partition-id"])
-        stage = msg.content.config_records.get(RECORD_KEY, {}).get("stage")
+        stage = msg.content.config_records.get(STAGE_KEY, {}).get("stage")
         if stage is not None and drop.get(pid) == stage:
             raise ConnectionError("node lost")
         return secure_vote_reply(msg, context, approval, lambda clipping_range: ss.encode(vectors[pid], noise,
@@ -57,8 +60,8 @@ def run(vectors, *, noise="skellam", drop=None, min_survivors=None, size=None, g
 
 
 def stages_sent(grid: LocalGrid) -> list[str]:
-    return [m.content.config_records[RECORD_KEY]["stage"] for m in grid.sent
-            if RECORD_KEY in m.content.config_records]
+    return [m.content.config_records[STAGE_KEY]["stage"] for m in grid.sent
+            if STAGE_KEY in m.content.config_records]
 
 
 def test_sum_is_exact_with_negative_and_extreme_values():
@@ -71,8 +74,8 @@ def test_sum_is_exact_with_negative_and_extreme_values():
     np.testing.assert_array_equal(out.total, vectors.sum(axis=0))
     assert out.survivors == 6
     # every message of the round is DP-Hype's own type: the user's train handler never sees it
-    assert {m.metadata.message_type for m in grid.sent} == {VOTE_MESSAGE_TYPE}
-    assert {m.metadata.message_type for m in grid.replies} == {VOTE_MESSAGE_TYPE}
+    assert {m.metadata.message_type for m in grid.sent} == {VOTE_TYPE}
+    assert {m.metadata.message_type for m in grid.replies} == {VOTE_TYPE}
 
 
 def test_sum_gaussian_fixed_point():
@@ -154,7 +157,7 @@ class VanishingGrid(LocalGrid):
 
     def push_messages(self, messages):
         messages = list(messages)
-        if any(m.content.config_records[RECORD_KEY].get("stage") == self.stage for m in messages):
+        if any(m.content.config_records[STAGE_KEY].get("stage") == self.stage for m in messages):
             self.silent.add(node_id(self.node))
         return super().push_messages(messages)
 
@@ -170,7 +173,7 @@ def test_a_node_that_vanishes_in_any_stage_counts_as_a_dropout_at_the_timeout(st
     summed = vectors if in_sum else np.delete(vectors, 2, axis=0)
     assert out.survivors == len(summed)
     np.testing.assert_array_equal(out.total, summed.sum(axis=0))
-    to_node_2 = [m.content.config_records[RECORD_KEY]["stage"] for m in grid.sent
+    to_node_2 = [m.content.config_records[STAGE_KEY]["stage"] for m in grid.sent
                  if m.metadata.dst_node_id == node_id(2)]
     assert to_node_2[-1] == stage  # asked nothing after it vanished
 
@@ -178,7 +181,7 @@ def test_a_node_that_vanishes_in_any_stage_counts_as_a_dropout_at_the_timeout(st
 def test_a_vote_outside_secagg_is_refused():
     app = vector_app(np.ones((1, 3)))
     grid = LocalGrid(app, 1)
-    plain = Message(RecordDict(), 1000, VOTE_MESSAGE_TYPE)
+    plain = Message(RecordDict(), 1000, VOTE_TYPE)
     (reply,) = grid.send_and_receive([plain])
     assert reply.has_error() and "plaintext" in reply.error.reason
     assert not reply.has_content()
@@ -239,7 +242,7 @@ def test_the_papers_fractions_are_accepted_against_no_collusion():
 
 
 def test_a_value_beyond_the_range_is_refused_not_clipped(monkeypatch):
-    from dphype.flower import secagg
+    from dphype.flower.server import secagg
     from dphype.secure import secagg as protocol
 
     monkeypatch.setattr(secagg, "clipping_range_for", lambda clients: 1000)  # the server's range ...

@@ -14,7 +14,7 @@ from dphype.node import ledger as ledger_module
 from dphype.node.ledger import FORMAT, VERSION, Ledger, LedgerError
 from dphype.node.policy import NodePolicy, check_vote_request
 from dphype.privacy.accounting import rdp_epsilon, vote_rdp
-from dphype.protocol import Refusal
+from dphype.refusal import Refusal
 
 
 @pytest.fixture
@@ -237,10 +237,10 @@ def select_once(run_id: int, ledgers: dict[int, str] | None = None):
 def test_a_simulation_run_twice_keeps_its_budget_but_a_named_ledger_is_spent(monkeypatch, tmp_path, caplog):
     import logging
 
-    import dphype.flower.client as flower_client
+    import dphype.flower.client.policy as client_policy
     from dphype.flower import PreflightError
 
-    monkeypatch.setattr(flower_client, "simulated", lambda: True)  # as in a Ray worker of Flower's simulation
+    monkeypatch.setattr(client_policy, "simulated", lambda: True)  # as in a Ray worker of Flower's simulation
     with caplog.at_level(logging.INFO, logger="flwr"):
         first, second = select_once(run_id=11), select_once(run_id=12)
     assert first.notes == second.notes == ("4 of 4 nodes are simulated with a per-run ledger: their lifetime "

@@ -27,7 +27,7 @@ from dphype.privacy.noise import client_noise_variance, min_survivors, replay_no
 from dphype.privacy.winner import WINNER_NOISE, replay_winners, winner_probabilities
 from dphype.protocol import VoteRequest, make_vote_request
 from dphype.secure.tally import Tally
-from dphype.selection.candidates import grid
+from dphype.selection.candidates import candidate_grid as grid
 from dphype.selection.planner import Forecast, PlannedRelease, check_plan, plan, preflight
 
 CANDS = grid(lr=[10.0**-i for i in range(6)])

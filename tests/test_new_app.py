@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import tomllib
 
 import pytest
-import tomllib
 from flwr.app import Context, RecordDict
 
 from dphype.cli import main

@@ -11,7 +11,7 @@ import pytest
 from dphype.checks import MAX_CLIENTS
 from dphype.cli import main
 from dphype.modes import ArgmaxRelease
-from dphype.selection.candidates import grid, table_iii_grid
+from dphype.selection.candidates import candidate_grid, table_iii_grid
 from dphype.selection.planner import (
     LossModel,
     _distinct_uniform,
@@ -172,7 +172,7 @@ def test_smallest_clients_search_finds_the_boundary_from_any_start(start, answer
 
 
 def test_structure_aware_rule_in_the_planner():
-    cands = grid(lr=[float(x) for x in np.logspace(-5, 0, 8)], decay=[0.0, 0.5, 1.0], momentum=[0.0, 0.9])
+    cands = candidate_grid(lr=[float(x) for x in np.logspace(-5, 0, 8)], decay=[0.0, 0.5, 1.0], momentum=[0.0, 0.9])
     result = plan(30, 1.0, 1e-5, cands.feature_space(), len(cands), k=6, num_good=6, consensus="moderate", ks=[6],
                   repetitions=400, search=False)
     assert result.rule == "gp"

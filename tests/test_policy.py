@@ -23,8 +23,8 @@ from dphype.privacy.accounting import (
     vote_sensitivity,
 )
 from dphype.privacy.noise import client_noise_std
-from dphype.protocol import Refusal
-from dphype.selection.candidates import grid, table_iii_grid
+from dphype.refusal import Refusal
+from dphype.selection.candidates import candidate_grid, table_iii_grid
 
 
 def refused(request, policy):
@@ -172,7 +172,7 @@ def test_candidate_list_is_checked_against_the_nodes_own_copy(tmp_path):
     own.write_text(table_iii_grid().to_json())
     policy = NodePolicy(ledger=tmp_path / "l", candidates=str(own))
     check_vote_request(make_request(), policy)
-    other = grid(lr=[0.1, 0.01], momentum=[0.0, 0.9])
+    other = candidate_grid(lr=[0.1, 0.01], momentum=[0.0, 0.9])
     assert refused(make_request(candidates=other, k=2), policy).code == "candidate_mismatch"
 
 

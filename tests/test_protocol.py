@@ -12,15 +12,14 @@ from dphype.modes import SumRelease
 from dphype.privacy.accounting import calibrate
 from dphype.privacy.noise import replay_noisy_sums
 from dphype.protocol import (
-    REFUSAL_CODES,
-    Refusal,
     VoteRequest,
     check_request,
     make_vote_request,
     score_candidates,
 )
+from dphype.refusal import REFUSAL_CODES, Refusal
 from dphype.secure import secure_sum as ss
-from dphype.selection.candidates import grid as candidate_grid
+from dphype.selection.candidates import candidate_grid
 
 CANDS = candidate_grid(lr=[0.001, 0.01, 0.1], decay=[0.5, 1.0])  # 6 candidates
 LOSSES = np.array([0.9, 0.1, 0.5, 0.2, 0.8, 0.3])  # best three: 1, 3, 5

@@ -5,10 +5,10 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 from flwr.app import Context, RecordDict
 
 from dphype.flower import selected_candidate

@@ -7,7 +7,7 @@ import pytest
 
 from dphype.node.ledger import LedgerError
 from dphype.node.policy import NodePolicy, PolicyError
-from dphype.protocol import MAX_DETAIL, REFUSAL_CODES, Refusal, as_refusal
+from dphype.refusal import MAX_DETAIL, REFUSAL_CODES, Refusal, as_refusal
 from dphype.selection.candidates import CandidateList, table_iii_grid
 
 RECORD = {"patient": "alice", "hiv": "positive"}

@@ -13,7 +13,8 @@ from dphype.node.policy import NodePolicy, check_vote_request
 from dphype.privacy.accounting import calibrate, mechanism_epsilon, vote_sensitivity
 from dphype.privacy.accounting import epsilon as release_epsilon
 from dphype.privacy.noise import client_noise_variance, min_survivors
-from dphype.protocol import EPSILON_RTOL, Refusal, check_request
+from dphype.protocol import EPSILON_RTOL, check_request
+from dphype.refusal import Refusal
 
 INSIDE = 1 + EPSILON_RTOL / 2
 #: Just outside, and 3% outside (a 5% slack, or any slack above 3%, lets the latter through).

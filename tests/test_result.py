@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from dphype import DPHypeConfig, DPHypeResult, grid
+from dphype import DPHypeConfig, DPHypeResult, candidate_grid
 from dphype.protocol import make_vote_request
 
-CANDIDATES = grid(lr=[0.001, 0.01, 0.1, 1.0], steps=[5, 50])
+CANDIDATES = candidate_grid(lr=[0.001, 0.01, 0.1, 1.0], steps=[5, 50])
 
 
 def a_release(rule: str = "gp") -> DPHypeResult:
@@ -62,13 +62,29 @@ def test_save_and_load_round_trip(tmp_path):
     assert loaded.summary() == result.summary() and loaded.to_dict() == result.to_dict()
 
 
+def test_the_json_names_the_pick_best_params_and_reads_the_old_key(tmp_path):
+    """The record names the selected candidate ``best_params``, as the Python result does; a file of dphype 0.1.0
+    (``selected``) still loads, for one release."""
+    result = a_release()
+    record = result.to_dict()
+    assert record["best_params"] == result.best_params and "selected" not in record
+    old = {("selected" if key == "best_params" else key): value for key, value in record.items()}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    loaded = DPHypeResult.load(tmp_path / "old.json")
+    assert loaded.best_params == result.best_params and loaded.to_dict() == record
+    del old["selected"]
+    (tmp_path / "none.json").write_text(json.dumps(old))
+    with pytest.raises(ValueError, match="incomplete: 'best_params'"):
+        DPHypeResult.load(tmp_path / "none.json")
+
+
 def test_load_refuses_other_files(tmp_path):
     record = a_release().to_dict()
     (tmp_path / "other.json").write_text(json.dumps({**record, "format": "something"}))
     with pytest.raises(ValueError, match="format must be 'dphype-result/1'"):
         DPHypeResult.load(tmp_path / "other.json")
     (tmp_path / "lying.json").write_text(json.dumps({**record, "selected_index": (record["selected_index"] + 1) % 8}))
-    with pytest.raises(ValueError, match="selected must be the candidate at selected_index"):
+    with pytest.raises(ValueError, match="best_params must be the candidate at selected_index"):
         DPHypeResult.load(tmp_path / "lying.json")
     (tmp_path / "short.json").write_text(json.dumps({k: v for k, v in record.items() if k != "privacy"}))
     with pytest.raises(ValueError, match="incomplete.*privacy"):

@@ -14,7 +14,7 @@ from scipy import stats
 from dphype.config import DPHypeConfig
 from dphype.flower import DPHype, register_dphype
 from dphype.flower.local import LocalGrid
-from dphype.flower.secagg import RECORD_KEY, STATE_KEY
+from dphype.flower.wire import SECAGG_STATE, STAGE_KEY
 from dphype.ml.task import FixedScoresTask
 from dphype.node.ledger import admitting_policy
 from dphype.privacy.noise import client_noise_std
@@ -36,16 +36,16 @@ class SnapshotGrid(LocalGrid):
 
     def push_messages(self, messages):
         messages = list(messages)
-        if any(m.content.config_records.get(RECORD_KEY, {}).get("stage") == "consistency" for m in messages):
-            self.after_masking = {node: dict(ctx.state.config_records[STATE_KEY])
-                                  for node, ctx in self.contexts.items() if STATE_KEY in ctx.state.config_records}
+        if any(m.content.config_records.get(STAGE_KEY, {}).get("stage") == "consistency" for m in messages):
+            self.after_masking = {node: dict(ctx.state.config_records[SECAGG_STATE])
+                                  for node, ctx in self.contexts.items() if SECAGG_STATE in ctx.state.config_records}
         return super().push_messages(messages)
 
 
 def unmask_each(grid: SnapshotGrid, size: int) -> dict[int, np.ndarray]:
     """Every node's sent vector ``x_u`` (encoded), unmasked with its own self-mask seed and mask key."""
-    sent = {r.metadata.src_node_id: dict(r.content.config_records[RECORD_KEY]) for r in grid.replies
-            if not r.has_error() and r.content.config_records.get(RECORD_KEY, {}).get("stage") == "masked_input"}
+    sent = {r.metadata.src_node_id: dict(r.content.config_records[STAGE_KEY]) for r in grid.replies
+            if not r.has_error() and r.content.config_records.get(STAGE_KEY, {}).get("stage") == "masked_input"}
     out = {}
     for node, reply in sent.items():
         state = sa.NodeRound.from_record(grid.after_masking[node])

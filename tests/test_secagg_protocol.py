@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from dphype.privacy.noise import min_survivors
-from dphype.protocol import Refusal
+from dphype.refusal import Refusal
 from dphype.secure import relay
 from dphype.secure import secagg as sa
 from dphype.secure.secagg_params import secure_parameters

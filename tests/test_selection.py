@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy.stats import norm
 
-from dphype.selection.candidates import CandidateList, grid
+from dphype.selection.candidates import CandidateList, candidate_grid
 from dphype.selection.rules import (
     GPSettings,
     fit_surface,
@@ -83,12 +83,13 @@ def test_theorem_iv1_bad_input():
 
 def _small_space():
     """lr (4, log) x decay (5, linear) x momentum (2): 40 candidates, cheap to decompose."""
-    return grid(lr=[0.5, 0.1, 0.01, 1e-3], decay=[0.0, 0.1, 0.25, 0.99, 1.0], momentum=[0.0, 0.9]).feature_space()
+    cands = candidate_grid(lr=[0.5, 0.1, 0.01, 1e-3], decay=[0.0, 0.1, 0.25, 0.99, 1.0], momentum=[0.0, 0.9])
+    return cands.feature_space()
 
 
 def _lr_grid():
     """30 learning rates from 1e-6 to 1 (log scale) x 2 momenta: 60 candidates."""
-    return grid(lr=[float(x) for x in np.logspace(-6, 0, 30)], momentum=[0.0, 0.9])
+    return candidate_grid(lr=[float(x) for x in np.logspace(-6, 0, 30)], momentum=[0.0, 0.9])
 
 
 def _smooth_with_spikes():
@@ -207,7 +208,7 @@ def test_one_grid_point_is_exact_gp_regression_against_gpytorch():
     import gpytorch
     from botorch.models.kernels import CategoricalKernel
 
-    cands = grid(lr=[1e-4, 1e-3, 1e-2, 1e-1], opt=["sgd", "adam"], wd=[0.0, 0.5, 1.0])
+    cands = candidate_grid(lr=[1e-4, 1e-3, 1e-2, 1e-1], opt=["sgd", "adam"], wd=[0.0, 0.5, 1.0])
     space = cands.feature_space()  # numeric: lr (log), wd (linear); categorical: opt
     ell, scale, sigma = 0.4, 2.0, 3.0
     one = GPSettings(lengthscales=(ell,), outputscales=(scale,))  # one grid point
@@ -253,7 +254,7 @@ def test_one_grid_point_is_exact_gp_regression_against_gpytorch():
 
 
 def test_model_average_weights_are_marginal_likelihoods():
-    cands = grid(lr=[1e-4, 1e-3, 1e-2, 1e-1], wd=[0.0, 0.5, 1.0])
+    cands = candidate_grid(lr=[1e-4, 1e-3, 1e-2, 1e-1], wd=[0.0, 0.5, 1.0])
     space = cands.feature_space()
     sigma = 2.0
     y = np.random.default_rng(2).normal(5.0, 4.0, len(cands))

@@ -25,7 +25,7 @@ from dphype.flower import DPHype, register_dphype
 from dphype.flower.local import LocalGrid
 from dphype.protocol import make_vote_request
 from dphype.secure import secure_sum as ss
-from dphype.selection.candidates import grid as candidate_grid
+from dphype.selection.candidates import candidate_grid
 
 #: Level of the goodness-of-fit tests: a correct implementation fails one with probability 1e-6.
 LEVEL = 1e-6

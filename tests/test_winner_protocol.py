@@ -20,10 +20,11 @@ from dphype.privacy.winner import (
     winner_probabilities,
     winner_rdp,
 )
-from dphype.protocol import Refusal, VoteRequest, make_vote_request
+from dphype.protocol import VoteRequest, make_vote_request
+from dphype.refusal import Refusal
 from dphype.secure.relay import open_sealed
 from dphype.secure.tally import Tally, field_modulus, open_shares, share_context
-from dphype.selection.candidates import grid
+from dphype.selection.candidates import candidate_grid
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,8 @@ def tallies():
 
 def argmax_request(tallies, *, p=10, **changes):
     cfg = DPHypeConfig(**{"epsilon": 1.0, "delta": 1e-5, "k": 2, "clients": 10, "release": "argmax", **changes})
-    return make_vote_request(cfg, grid(lr=[10.0**-i for i in range(p)]), tallies=tuple(t.public for t in tallies))
+    return make_vote_request(cfg, candidate_grid(lr=[10.0**-i for i in range(p)]),
+                             tallies=tuple(t.public for t in tallies))
 
 
 def test_release_mode_is_validated_and_read_from_the_run_config():

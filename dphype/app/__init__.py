@@ -7,10 +7,9 @@ FedAvg (or DP-FedAvg) trains with them -- the worked example of the Message API 
 * :mod:`dphype.app.config` -- its run config, validated before any client works.
 
 It ships inside the package, so ``dphype demo`` runs it from an installed wheel: a Flower app's
-``pyproject.toml`` names these components (:data:`COMPONENTS`; the repository's own pyproject does), and every
-SuperNode runs them from its installed ``dphype``. The apps sit above the library: nothing else in
-:mod:`dphype` imports them.
+``pyproject.toml`` names its components ``dphype.app.server:app`` and ``dphype.app.client:app`` (the app folder
+``dphype demo`` writes does, :data:`dphype.cli.demo.COMPONENTS`; the repository's own pyproject names
+``server/server_app.py`` and ``clients/client_app.py``, which re-export them), and every SuperNode runs them from
+its installed ``dphype``. The app sits at the top of the library, beside the command line: nothing in
+:mod:`dphype` imports it (Flower loads it by those names).
 """
-
-#: The Flower components of the bundled app (``[tool.flwr.app.components]``).
-COMPONENTS: dict[str, str] = {"serverapp": "dphype.app.server:app", "clientapp": "dphype.app.client:app"}

@@ -17,7 +17,8 @@ the node config is not the operator's to set (simulation); unset keys keep the s
 Tally nodes (``release = "argmax"``, :mod:`dphype.flower.tally`) run this same app. In a deployment each is a
 SuperNode whose operator names its role in the node config (string values quoted, as Flower's parser wants
 them): ``flower-supernode --node-config "dphype-tally-id=0
-dphype-tally-parties='host0:port0,host1:port1,host2:port2' dphype-tally-key='~/.flwr/tally.key'"``.
+dphype-tally-parties='host0:port0,host1:port1,host2:port2' dphype-tally-key='~/.flwr/dphype/tally-0.key'"``
+(one key file per tally, so that tallies sharing a host keep apart).
 In simulation, where the node config holds only ``partition-id`` and ``num-partitions``, :func:`simulated_roles`
 gives the roles (:func:`simulated_role`): partitions ``0 .. clients-1`` vote, partitions
 ``clients .. clients+tallies-1`` are tallies ``0 .. tallies-1``
@@ -36,8 +37,8 @@ from flwr.clientapp.mod import fixedclipping_mod
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 
-from dphype.flower import register_dphype, selected_candidate
-from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES
+from dphype.flower import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES, register_dphype, selected_candidate
+from dphype.flower.tally import TALLY_KEYS_ENV
 from dphype.modes import RELEASE_MODES, Aggregator
 from dphype.node.policy import run_ledger_path
 from dphype.secure.tally import COMMITTEE_SIZE
@@ -56,10 +57,6 @@ def local_task(context: Context) -> TorchTask:
                      epochs=int(run.get("local-epochs", 5)))
 
 
-#: Environment variable naming the folder of a simulated committee's keys (``tally-<j>.key``), set by the
-#: operator of the simulation (``dphype demo`` makes the keys first, to check the committee before Flower starts);
-#: unset: each run's keys are made in the run's folder beside the simulated ledgers.
-TALLY_KEYS_ENV = "DPHYPE_TALLY_KEYS"
 #: First loopback port of a simulated committee's MPyC parties (:func:`simulated_parties`).
 SIMULATED_TALLY_PORTS = 20000
 
@@ -94,8 +91,9 @@ def simulated_role(context: Context, clients: int, tallies: int, keys: str | os.
 def simulated_roles(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
     """The bundled app's mod for :func:`simulated_role`: only a run config that states a release whose aggregator is
     the tally committee (``release = "argmax"``) and ``clients`` (as ``flwr run`` and ``dphype demo`` give it)
-    assigns roles, with the keys in :data:`TALLY_KEYS_ENV`'s folder, or in this run's folder beside the simulated
-    ledgers (:func:`dphype.node.policy.run_ledger_path`); every node of another release keeps its node config."""
+    assigns roles, with the keys in :data:`dphype.flower.tally.TALLY_KEYS_ENV`'s folder, or in this run's folder
+    beside the simulated ledgers (:func:`dphype.node.policy.run_ledger_path`); every node of another release keeps
+    its node config."""
     run = context.run_config
     mode = RELEASE_MODES.get(str(run.get("release")))
     if mode is not None and mode.aggregator is Aggregator.COMMITTEE and "clients" in run:

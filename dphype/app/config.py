@@ -43,7 +43,7 @@ class AppConfig:
     updates no guarantee covers.
     ``result_file``: where the ServerApp also writes its summary as JSON (empty: nowhere).
     ``tallies``: ``release="argmax"`` only: the size of the tally committee, whose nodes the ServerApp finds
-    among the connected ones (:func:`dphype.flower.tally.discover_committee`; at least 3).
+    among the connected ones (:func:`dphype.flower.discover_committee`; at least 3).
     """
 
     dphype: DPHypeConfig

@@ -5,7 +5,7 @@ A worked example of the Message API end to end, in one ``@app.main()``:
 1. :class:`dphype.flower.DPHype` -- every client votes on the public candidate list. With ``release =
    "argmax"`` (the app's default, :data:`dphype.app.config.APP_RELEASE`) the clients seal shares of their
    noisy votes to a committee of ``tallies`` tally nodes, whose keys the ServerApp first asks the connected
-   nodes for (:func:`dphype.flower.tally.discover_committee`), and only the winner's index is released;
+   nodes for (:func:`dphype.flower.discover_committee`), and only the winner's index is released;
    with ``release = "sum"`` one SecAgg+ round releases the noisy vote sum and the rule selects. Either way
    with a privacy report;
 2. ``flwr.serverapp.strategy.FedAvg`` -- ``fedavg-rounds`` rounds with the selected candidate as the train
@@ -30,12 +30,11 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 from dphype.app.config import AppConfig
-from dphype.cli import jsonable
-from dphype.flower import DPHype, check_private_training, private_training, train_config
-from dphype.flower.tally import ClientGrid, discover_committee
+from dphype.flower import ClientGrid, DPHype, check_private_training, discover_committee, private_training, train_config
 from dphype.ml.models import MODEL_FOR_DATASET
 from dphype.ml.task import TorchTask, load_cached
 from dphype.modes import Aggregator
+from dphype.strict_json import jsonable
 
 #: Prefix of the log line that carries the run summary as JSON.
 RESULT_PREFIX = "DPHYPE_RESULT "

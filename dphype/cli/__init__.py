@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import json
-import math
-import os
+import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+from dphype.strict_json import jsonable
 
 #: sub-command -> (module implementing add_arguments/run, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -27,14 +28,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "superexec": ("dphype.cli.superexec", "a warm SuperExec for a SuperNode in process isolation: ClientApp tasks "
                   "forked from a process that imported their code once"),
     "demo": ("dphype.cli.demo", "the bundled Flower app on Adult: DP-Hype over SecAgg+, then FedAvg with the winner"),
-    "bench": ("simulations.cli", "run one of the paper's benchmarks (from a dphype repository checkout)"),
     "pareto": ("dphype.cli.pareto", "DPareto privacy-utility Pareto front search"),
     "compare": ("dphype.cli.compare", "federated DP-Hype vs central private tuning on one task"),
 }
 
 
-#: Commands whose modules live in the repository (benchmark drivers), not in the installed library.
-REPOSITORY_COMMANDS: frozenset[str] = frozenset({"bench"})
+#: sub-command -> (package of the repository checkout run as ``python -m PACKAGE``, one-line help): programs
+#: beside the library, not part of it (the benchmark drivers); run in a child process, never imported.
+PROGRAMS: dict[str, tuple[str, str]] = {
+    "bench": ("simulations", "run one of the paper's benchmarks (python -m simulations, from a dphype repository "
+              "checkout)"),
+}
 
 
 class UsageError(ValueError):
@@ -104,22 +108,6 @@ def privacy_config(args: argparse.Namespace, num_candidates: int | None = None) 
                         neighbouring=args.neighbouring, **selection)
 
 
-def jsonable(obj: Any) -> Any:
-    """``obj`` as strict-JSON-serialisable Python data (numpy/torch values, no NaN or infinity)."""
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if getattr(obj, "ndim", 0) > 0 and hasattr(obj, "tolist"):  # numpy / torch arrays
-        return jsonable(obj.tolist())
-    if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
-        return jsonable(obj.item())
-    if isinstance(obj, float) and not math.isfinite(obj):
-        # Strict JSON has no NaN/Infinity: NaN -> null, +-inf (e.g. epsilon = inf, no noise) -> "inf"/"-inf".
-        return None if obj != obj else ("inf" if obj > 0 else "-inf")
-    return obj
-
-
 def render_text(result: dict[str, Any]) -> str:
     """A command's result as readable text: one ``key: value`` line per entry (numbers to 4 significant digits),
     a list of rows as a table, a mapping as ``a=1, b=2``, a list of warnings one per line."""
@@ -155,28 +143,32 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
         p.set_defaults(_module=module)
         if name == chosen:
-            _import_command(name, module).add_arguments(p)
+            importlib.import_module(module).add_arguments(p)
+    for name, (_, help_text) in PROGRAMS.items():  # listed in the help; main() runs them before parsing
+        sub.add_parser(name, help=help_text, add_help=False).add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
 
-def _import_command(name: str, module: str) -> Any:
-    """The module of command ``name``; a repository command needs the checkout's folder on the path."""
-    if name in REPOSITORY_COMMANDS and os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())  # the console script's path does not hold the checkout
-    if name in REPOSITORY_COMMANDS and importlib.util.find_spec(module.split(".")[0]) is None:
-        raise UsageError(f"'dphype {name}' runs the benchmark drivers in the simulations/ folder of a dphype "
-                         "repository checkout; run it from the repository root (they are not part of the "
-                         "installed library)")
-    return importlib.import_module(module)
+def run_program(name: str, argv: Sequence[str]) -> int:
+    """``dphype NAME ARGV`` for a :data:`PROGRAMS` entry: ``python -m PACKAGE ARGV`` in a child process, from the
+    repository checkout in the current folder (:class:`UsageError` outside one); its exit status."""
+    package = PROGRAMS[name][0]
+    if not (Path.cwd() / package / "__main__.py").is_file():
+        raise UsageError(f"'dphype {name}' runs 'python -m {package}', the benchmark drivers in the {package}/ "
+                         "folder of a dphype repository checkout; run it from the repository root (they are not "
+                         "part of the installed library)")
+    return subprocess.call([sys.executable, "-m", package, *argv], cwd=Path.cwd())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        parser = build_parser(argv)
-    except UsageError as err:
-        print(f"dphype: error: {err}", file=sys.stderr)
-        return 2
+    if argv and argv[0] in PROGRAMS:
+        try:
+            return run_program(argv[0], argv[1:])
+        except UsageError as err:
+            print(f"dphype: error: {err}", file=sys.stderr)
+            return 2
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     module = importlib.import_module(args._module)
     try:

@@ -7,9 +7,9 @@ the release results/README.md measures closer to Opt) each client seals shares o
 simulated tally nodes (3 more nodes, keys made here, :func:`make_tally_keys`), which open only the
 winner's index; with ``--release sum`` SecAgg+ releases the noisy vote sum and the server selects with the
 configured rule. Either way Flower's FedAvg then trains the final model.
-The app's ``pyproject.toml`` is written to a temporary folder (its components name
-:data:`dphype.app.COMPONENTS`; ``--app DIR`` runs another folder's app instead). The DP-Hype settings are checked
-here before Flower starts; the ServerApp checks the rest of its run config before any client works.
+The app's ``pyproject.toml`` is written to a temporary folder (it names the app's components, :data:`COMPONENTS`:
+the command line never imports the app; ``--app DIR`` runs another folder's app instead). The DP-Hype settings are
+checked here before Flower starts; the ServerApp checks the rest of its run config before any client works.
 
 Node policy: the demo's user operates every simulated node as well as the server, so the nodes get a policy
 that admits exactly the demo's own request, once (:func:`dphype.node.ledger.admitting_policy`, through the
@@ -30,6 +30,10 @@ from typing import Any
 
 from dphype.cli import add_candidates_argument, add_privacy_arguments, add_selection_arguments, privacy_config
 
+#: The Flower components of the bundled app (``[tool.flwr.app.components]``), by name: Flower imports them in the
+#: app's processes.
+COMPONENTS: dict[str, str] = {"serverapp": "dphype.app.server:app", "clientapp": "dphype.app.client:app"}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``dphype demo``."""
@@ -46,9 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Check the settings, run the app, return its summary (selection, privacy report, test accuracy)."""
-    from dphype.app.client import TALLY_KEYS_ENV
     from dphype.flower import DPHype
     from dphype.flower.local import node_config_string
+    from dphype.flower.tally import TALLY_KEYS_ENV
     from dphype.modes import Aggregator
     from dphype.node.ledger import admitting_policy
     from dphype.node.policy import POLICY_ENV
@@ -70,7 +74,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def make_tally_keys(folder: Path) -> tuple[bytes, ...]:
     """The simulated committee's keys, created in ``folder`` (``tally-<j>.key``, read by the simulated tally nodes
-    through :data:`dphype.app.client.TALLY_KEYS_ENV`); their public keys in committee order."""
+    through :data:`dphype.flower.tally.TALLY_KEYS_ENV`); their public keys in committee order."""
     from dphype.flower.tally import load_tally_key
     from dphype.secure.tally import COMMITTEE_SIZE
 
@@ -121,10 +125,9 @@ def _run(args: argparse.Namespace, selection: Any, env: dict[str, str], folder: 
 
 def bundled_app(folder: Path, run_config: dict[str, Any]) -> Path:
     """Write the Flower app folder of the bundled app: a ``pyproject.toml`` whose components are the installed
-    :data:`dphype.app.COMPONENTS` and whose run config declares ``run_config``'s keys, and the FAB's one file, a
+    :data:`COMPONENTS` and whose run config declares ``run_config``'s keys, and the FAB's one file, a
     note that the app's code is the installed ``dphype``'s (every node runs its own copy)."""
     from dphype import __version__
-    from dphype.app import COMPONENTS
     from dphype.flower.local import toml_value
 
     folder.mkdir(parents=True)

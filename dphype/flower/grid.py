@@ -1,10 +1,11 @@
-"""One round trip over a Flower ``Grid``: push the messages, pull the replies every :data:`POLL_INTERVAL` s.
+"""The Flower helpers both of DP-Hype's sides share: one round trip over a ``Grid`` (:func:`send_and_receive`:
+push the messages, pull the replies every :data:`POLL_INTERVAL` s) and the wait limits (:func:`check_timeout`).
 
 Flower 1.41's ``Grid.send_and_receive`` of a deployment (``flwr.superlink.grid.http_grid``) pulls the replies
 every 3 s, so every round trip of a deployed run waits up to 3 s after its last reply arrived.
 :func:`send_and_receive` is the same round trip with a short poll interval: every stage of DP-Hype's
-selection (the pre-flight, the SecAgg+ stages, the argmax mode's stages) and :class:`dphype.flower.tally.ClientGrid`
-use it.
+selection (the pre-flight, the SecAgg+ stages, the argmax mode's stages) and
+:class:`dphype.flower.server.committee.ClientGrid` use it.
 
 In Flower's simulation (the ServerApp's grid is an ``InMemoryGrid``) it pulls every
 :data:`SIMULATION_POLL_INTERVAL` s, keeps at most :func:`in_flight_limit` messages outstanding and pushes the
@@ -23,11 +24,14 @@ import logging
 import os
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from flwr.app import Message
 from flwr.common import log
 from flwr.serverapp.grid import Grid
 from flwr.superlink.grid.inmemory_grid import InMemoryGrid
+
+from dphype.checks import check_positive
 
 #: Seconds between two pulls of the replies still missing.
 POLL_INTERVAL = 0.2
@@ -40,6 +44,16 @@ SIMULATION_POLL_INTERVAL = 0.05
 #: next poll to refill the window. Measured with ``dphype bench resources`` (2 cores, n = 1,000): a window of 16
 #: took the selection from 134.7 to 112.2 s; at n = 250 the difference was within the run-to-run spread.
 SIMULATION_IN_FLIGHT = 16
+
+
+def check_timeout(name: str, seconds: Any) -> float | None:
+    """Return a wait limit in seconds: ``None`` (no limit) or a finite number > 0.
+
+    A deployed SuperNode that vanishes never answers, so without a limit the server would wait for it
+    forever; with one, the round goes on with the nodes that answered and the survivor check decides
+    whether anything is released.
+    """
+    return None if seconds is None else check_positive(name, seconds)
 
 
 def in_flight_limit(grid: Grid) -> int | None:

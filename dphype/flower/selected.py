@@ -14,10 +14,8 @@ from typing import Any
 
 from flwr.app import ConfigRecord, Message
 
+from dphype.flower.wire import CANDIDATE_KEY
 from dphype.selection.candidates import Candidate
-
-#: Train-config key that carries the selected candidate (its hyperparameters as one JSON object).
-CANDIDATE_KEY = "dphype.candidate"
 
 
 def train_config(candidate: Mapping[str, Any], **extra: bool | int | float | str) -> ConfigRecord:

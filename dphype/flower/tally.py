@@ -1,72 +1,66 @@
-"""Argmax mode over Flower's Message API: sealed shares from the clients, relayed to a committee of tally nodes.
+"""The tally node of the argmax mode (``release="argmax"``): one member of the committee that sums the clients'
+sealed shares and runs a secure argmax on them.
 
-Roles (one ``ClientApp`` serves both, :func:`register_tally` beside :func:`dphype.flower.client.register_dphype`):
+The same ``ClientApp`` serves clients and tallies (:func:`dphype.flower.client.register_dphype` adds
+:func:`register_tally`; a client's sealed shares are :mod:`dphype.flower.client.argmax`'s). A **tally** is a
+node whose node config has ``dphype-tally-id`` (its index ``j`` in the committee), ``dphype-tally-parties`` (the
+MPyC addresses of all tallies, ``host:port,...`` in committee order) and ``dphype-tally-key`` (a file with its
+X25519 private key, created with mode 0600 if missing; its public key is what the server and the clients'
+``dphype-tallies`` name). It answers ``query.dphype_tally`` in four stages: ``hello`` (its index and public key),
+``collect`` (the request and the ciphertexts sealed to it: :class:`dphype.secure.tally.Tally` opens and sums
+them, refusing foreign or duplicate shares and a request already served), ``compute`` (starts its MPyC party
+with its summed share and returns at once, so that all parties run together whatever the transport) and
+``result`` (the index its party opened).
 
-* a **client** answers the usual pre-flight (``query.dphype``: the node policy checks the committee and the
-  pure epsilon, :func:`dphype.node.policy.check_vote_request`) and then ``train.dphype_argmax``: the request
-  must be the approved one; the node records the vote in its ledger, then answers with one sealed share per
-  tally (:meth:`dphype.modes.ArgmaxRelease.ballot`). The server cannot open them.
-* a **tally** is a node whose node config has ``dphype-tally-id`` (its index ``j`` in the committee),
-  ``dphype-tally-parties`` (the MPyC addresses of all tallies, ``host:port,...`` in committee order) and
-  ``dphype-tally-key`` (a file with its X25519 private key, created with mode 0600 if missing; its public key
-  is what the server and the clients' ``dphype-tallies`` name). It answers ``query.dphype_tally`` in four
-  stages: ``hello`` (its index and public key), ``collect`` (the request and the ciphertexts sealed to it:
-  :class:`dphype.secure.tally.Tally` opens and sums them, refusing foreign or duplicate shares and a request
-  already served), ``compute`` (starts its MPyC party with its summed share and returns at once, so that all
-  parties run together whatever the transport) and ``result`` (the index its party opened).
-
-The server (:func:`run_winner_selection`, called by :meth:`dphype.flower.server.DPHype.start` when
-``release="argmax"``) finds the configured committee among the connected nodes (a tally that does not answer
-``hello`` is unreachable: nothing is sent), runs the pre-flight with the other nodes, collects the sealed
-shares, forwards each tally its ciphertexts and gets the index back. Fewer contributors than
-``ceil((1 - xi) n)``, a tally that refuses, fails or answers late: :class:`dphype.secure.tally.TallyError`,
-nothing released. The tally's state lives in its node's context (``context.state``: the requests served, the
-collected job, the party's process id and output file beside the key), so a stage may run in any process of
-the node, as in Flower's simulation, where a node's messages go to whichever ClientApp actor is free.
+The server (:func:`dphype.flower.server.committee.run_winner_selection`, called by
+:meth:`dphype.flower.server.DPHype.start` when ``release="argmax"``) finds the configured committee among the
+connected nodes (a tally that does not answer ``hello`` is unreachable: nothing is sent), runs the pre-flight
+with the other nodes, collects the sealed shares, forwards each tally its ciphertexts and gets the index back.
+Fewer contributors than ``ceil((1 - xi) n)``, a tally that refuses, fails or answers late:
+:class:`dphype.secure.tally.TallyError`, nothing released. The tally's state lives in its node's context
+(``context.state``: the requests served, the collected job, the party's process id and output file beside the
+key), so a stage may run in any process of the node, as in Flower's simulation, where a node's messages go to
+whichever ClientApp actor is free.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
-import random
 import signal
 import subprocess
 import time
-from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
-from flwr.common import log
-from flwr.serverapp.grid import Grid
-from flwr.supercore.run import Run
 
-from dphype.flower.grid import send_and_receive
+from dphype._exports import moved_getattr
+from dphype.flower.wire import (
+    TALLY_ACTION,
+    TALLY_COLLECT,
+    TALLY_COMPUTE,
+    TALLY_HELLO,
+    TALLY_KEY,
+    TALLY_RESULT,
+    TALLY_STATE,
+)
 from dphype.modes import Aggregator
-from dphype.node.ledger import Ledger
-from dphype.protocol import DPHypeResult, Refusal, VoteRequest
+from dphype.protocol import VoteRequest
 from dphype.secure.relay import KeyPair
-from dphype.secure.tally import Tally, TallyError, agreed_index, party_answer, party_command, send_job
+from dphype.secure.tally import Tally, TallyError, party_answer, party_command, send_job
 
-if TYPE_CHECKING:
-    from dphype.flower.client import PolicySource
-    from dphype.flower.server import DPHype
-
-#: ``train.dphype_argmax``: a client's sealed shares. ``query.dphype_tally``: the tallies' stages.
-ARGMAX_ACTION = "dphype_argmax"
-TALLY_ACTION = "dphype_tally"
-#: Record key of the tally stages' content and answers.
-TALLY_KEY = "dphype-tally"
-#: Node-config keys of a tally node.
+#: Node-config keys of a tally node (set by its operator, in Flower's node-config style).
 TALLY_ID, TALLY_PARTIES, TALLY_KEY_FILE = "dphype-tally-id", "dphype-tally-parties", "dphype-tally-key"
+#: Environment variable naming the folder of a simulated committee's keys (``tally-<j>.key``), set by the
+#: operator of the simulation (``dphype demo`` makes the keys first, to check the committee before Flower starts);
+#: unset, the bundled app (:mod:`dphype.app.client`) makes each run's keys in the run's folder beside the simulated
+#: ledgers.
+TALLY_KEYS_ENV = "DPHYPE_TALLY_KEYS"
 
-#: Context-state record of a tally node (:class:`_TallyNode`).
-STATE_KEY = "dphype-tally-state"
 
 def load_tally_key(path: str | os.PathLike[str]) -> KeyPair:
     """The tally's X25519 key pair from ``path`` (64 hex digits of the raw private key), created if missing."""
@@ -98,18 +92,18 @@ class _TallyNode:
         self.key_file = Path(str(node_config[TALLY_KEY_FILE])).expanduser()
         self.keys = load_tally_key(self.key_file)
         self.state = state
-        record = state.config_records.get(STATE_KEY)
+        record = state.config_records.get(TALLY_STATE)
         self.saved: dict[str, Any] = (json.loads(str(record["json"])) if record is not None
                                       else {"served": [], "job": None, "pid": None, "out": None})
 
     def _save(self) -> None:
-        self.state.config_records[STATE_KEY] = ConfigRecord({"json": json.dumps(self.saved)})
+        self.state.config_records[TALLY_STATE] = ConfigRecord({"json": json.dumps(self.saved)})
 
     def stage(self, record: ConfigRecord) -> dict[str, Any]:
         stage = record.get("stage")
-        if stage == "hello":
+        if stage == TALLY_HELLO:
             return {"index": self.index, "public": self.keys.public}
-        if stage == "collect":
+        if stage == TALLY_COLLECT:
             request = VoteRequest.from_record(record)
             if request.mode.aggregator is not Aggregator.COMMITTEE or self.keys.public not in request.tallies \
                     or request.tallies.index(self.keys.public) != self.index:
@@ -124,7 +118,7 @@ class _TallyNode:
             self.saved.update(job=tally.job(), served=tally.served)
             self._save()
             return {"collected": len(contributors)}
-        if stage == "compute":
+        if stage == TALLY_COMPUTE:
             job = self.saved["job"]
             if job is None:
                 raise TallyError(f"tally {self.index} has collected nothing to compute")
@@ -136,7 +130,7 @@ class _TallyNode:
             self.saved.update(job=None, pid=proc.pid, out=str(out))
             self._save()
             return {"started": True}
-        if stage == "result":
+        if stage == TALLY_RESULT:
             if self.saved["out"] is None:
                 raise TallyError(f"tally {self.index} has no computation running")
             timeout = float(cast(float, record["timeout"]))
@@ -171,7 +165,7 @@ def register_tally(app: ClientApp) -> ClientApp:
     @app.query(TALLY_ACTION)
     def tally(msg: Message, context: Context) -> Message:
         if TALLY_ID not in context.node_config:
-            if msg.content.config_records[TALLY_KEY].get("stage") == "hello":  # a voter: no index, no key
+            if msg.content.config_records[TALLY_KEY].get("stage") == TALLY_HELLO:  # a voter: no index, no key
                 return Message(RecordDict({TALLY_KEY: ConfigRecord({"index": -1, "public": b""})}), reply_to=msg)
             raise TallyError("this node is not a tally (no dphype-tally-id in its node config)")
         answer = _TallyNode(dict(context.node_config), context.state).stage(msg.content.config_records[TALLY_KEY])
@@ -180,218 +174,6 @@ def register_tally(app: ClientApp) -> ClientApp:
     return app
 
 
-def register_winner_vote(app: ClientApp, *, policy: PolicySource = None) -> ClientApp:
-    """Add ``train.dphype_argmax`` to ``app`` (a client's sealed shares after an approved pre-flight)."""
-    from dphype.flower.client import (  # noqa: PLC0415 - client imports us
-        GUARANTEE_KEY,
-        RECORD_KEY,
-        SCORES_KEY,
-        _approved_guarantee,
-        _resolve,
-        _sanitized,
-    )
-
-    @app.train(ARGMAX_ACTION)
-    def argmax_vote(msg: Message, context: Context) -> Message:
-        try:
-            limits = _resolve(policy, context)
-            approved = context.state.config_records.get(RECORD_KEY)
-            checked = context.state.config_records.get(GUARANTEE_KEY)
-            request = VoteRequest.from_record(msg.content.config_records.get(RECORD_KEY, {}))
-            if (approved is None or checked is None or approved["digest"] != request.digest()
-                    or SCORES_KEY not in context.state.array_records
-                    or request.mode.aggregator is not Aggregator.COMMITTEE):
-                raise Refusal("malformed_request", "the argmax vote request is not the one approved in the pre-flight")
-            guarantee = _approved_guarantee(checked, request, limits)  # the pre-flight's, unless the policy changed
-            scores = context.state.array_records[SCORES_KEY]["scores"].numpy()
-            sealed = request.mode.ballot(request, scores, maximize=bool(approved["maximize"]))
-            del context.state.array_records[SCORES_KEY]  # one pre-flight, one vote
-            spent = Ledger(cast(Path, limits.ledger)).spend(guarantee, limits, request.digest())
-        except Exception as err:  # noqa: BLE001 - the server sees the sanitized reason only
-            raise _sanitized("argmax vote", err) from None
-        log(logging.INFO, "DP-Hype: argmax vote recorded in this node's ledger (lifetime epsilon %.4g of %.4g)",
-            spent, limits.lifetime_epsilon)
-        return Message(RecordDict({RECORD_KEY: ConfigRecord({"shares": sealed})}), reply_to=msg)
-
-    return app
-
-
-# -------------------------------------------------------------------------------------------- server side
-def _ask(grid: Grid, nodes: Sequence[int], content: dict[int, dict[str, Any]], timeout: float | None,
-         what: str) -> dict[int, Message]:
-    """Send each node its ``query.dphype_tally`` stage and return the replies by node within ``timeout``."""
-    messages = [Message(RecordDict({TALLY_KEY: ConfigRecord(content[n])}), dst_node_id=n,
-                        message_type=f"query.{TALLY_ACTION}") for n in nodes]
-    return {reply.metadata.src_node_id: reply for reply in send_and_receive(grid, messages, timeout=timeout, what=what)}
-
-
-def _answers(replies: dict[int, Message], tally_nodes: dict[int, int], stage: str) -> dict[int, dict[str, Any]]:
-    """Each tally's answer to ``stage``; :class:`TallyError` naming the first tally that failed or was late."""
-    out = {}
-    for j, node in sorted(tally_nodes.items()):
-        reply = replies.get(node)
-        if reply is None:
-            raise TallyError(f"tally {j} did not answer the {stage} stage in time; nothing released")
-        if reply.has_error():
-            raise TallyError(f"tally {j} failed the {stage} stage ({(reply.error.reason or '')[:200]}); "
-                             "nothing released")
-        out[j] = dict(reply.content.config_records[TALLY_KEY])
-    return out
-
-
-def _hello(grid: Grid, nodes: Sequence[int], timeout: float | None) -> list[tuple[int, tuple[int, bytes]]]:
-    """Each answering node's ``(tally index, public key)`` to the ``hello`` stage, by node id (a voter answers
-    index -1; a node that fails or is late is left out)."""
-    replies = _ask(grid, nodes, {n: {"stage": "hello"} for n in nodes}, timeout, "DP-Hype tally hello")
-    out = []
-    for node, reply in sorted(replies.items()):
-        if not reply.has_error():
-            answer = reply.content.config_records[TALLY_KEY]
-            out.append((node, (int(cast(int, answer["index"])), cast(bytes, answer["public"]))))
-    return out
-
-
-def find_committee(grid: Grid, committee: Sequence[bytes], nodes: Sequence[int],
-                   timeout: float | None) -> dict[int, int]:
-    """Tally index -> node id of every committee member among ``nodes`` (``hello`` stage); a member that no node
-    answers for is unreachable: :class:`TallyError`, before anything is sent to the clients."""
-    found = {index: node for node, (index, key) in _hello(grid, nodes, timeout)
-             if key in committee and committee.index(key) == index}
-    missing = [j for j in range(len(committee)) if j not in found]
-    if missing:
-        raise TallyError(f"tally {missing[0]} is unreachable (no connected node answered with its key); "
-                         "nothing was sent to the clients")
-    return found
-
-
-def discover_committee(grid: Grid, clients: int, size: int, *, connect_timeout: float | None,
-                       timeout: float | None) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
-    """The public keys of the ``size`` tally nodes among the connected nodes, in committee order, and their node
-    ids (``hello`` stage), for a server that takes its committee from the nodes rather than from its operator
-    (the bundled app). Waits up to ``connect_timeout`` for ``clients + size`` nodes; fewer nodes, or tally
-    indices other than exactly ``0..size-1`` (a tally missing or answering twice):
-    :class:`dphype.flower.server.PreflightError` / :class:`TallyError`, before anything is sent to the clients.
-
-    The server learns the keys from the nodes themselves here, so the committee is only as trustworthy as the
-    connected nodes; a client that must not rely on that pins the keys it trusts (node config
-    ``dphype-tallies``, :mod:`dphype.node.policy`) and refuses any other committee in the pre-flight."""
-    from dphype.flower.server import PreflightError, _wait_for_nodes  # noqa: PLC0415 - server imports us
-
-    needed = clients + size
-    try:
-        _wait_for_nodes(grid, needed, connect_timeout)
-    except PreflightError:
-        raise PreflightError(
-            f"only {len(list(grid.get_node_ids()))} nodes connected within {connect_timeout:g} s; release=argmax "
-            f"needs clients + tallies = {needed} nodes ({clients} voters and {size} tally nodes); nothing was "
-            f"sent: in simulation set options.num-supernodes={needed}, in a deployment start every tally's "
-            "SuperNode (README, 'Releasing only the winner')") from None
-    connected = sorted(grid.get_node_ids())
-    log(logging.INFO, "DP-Hype tally hello: asking the %d connected nodes which of them are the %d tallies",
-        len(connected), size)
-    found: dict[int, tuple[int, bytes]] = {}
-    for node, (index, key) in _hello(grid, connected, timeout):
-        if index < 0:  # a voter
-            continue
-        if index in found:
-            raise TallyError(f"two nodes answer as tally {index}; nothing was sent to the clients")
-        found[index] = (node, key)
-    if sorted(found) != list(range(size)):
-        raise TallyError(f"tallies={size} needs tally nodes 0..{size - 1} to answer, got "
-                         f"{len(found)} ({', '.join(map(str, sorted(found))) or 'none'}); nothing was sent to the "
-                         "clients")
-    return tuple(found[j][1] for j in range(size)), tuple(found[j][0] for j in range(size))
-
-
-class ClientGrid(Grid):
-    """``grid`` without the tally nodes (their ids hidden from :meth:`get_node_ids`): what a strategy that
-    samples nodes (FedAvg) sees after an argmax-mode selection, so that no tally trains or evaluates. Its
-    :meth:`send_and_receive` is :func:`dphype.flower.grid.send_and_receive` (a short poll interval)."""
-
-    def __init__(self, grid: Grid, tally_nodes: Sequence[int]) -> None:
-        self.grid, self.tally_nodes = grid, frozenset(tally_nodes)
-
-    def set_run(self, run: Run) -> None:
-        self.grid.set_run(run)
-
-    @property
-    def run(self) -> Run:
-        return self.grid.run
-
-    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
-                       ttl: float | None = None) -> Message:
-        return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
-
-    def get_node_ids(self) -> Iterable[int]:
-        return [n for n in self.grid.get_node_ids() if n not in self.tally_nodes]
-
-    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        return self.grid.push_messages(messages)
-
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        return self.grid.pull_messages(message_ids)
-
-    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
-        return send_and_receive(self.grid, messages, timeout=timeout)
-
-
-def run_winner_selection(server: DPHype, grid: Grid, *, timeout: float | None, connect_timeout: float | None,
-                         tally_timeout: float = 60.0, committee_nodes: Sequence[int] | None = None) -> DPHypeResult:
-    """Argmax mode of :meth:`DPHype.start`: committee, pre-flight, sealed shares, tallies, index (module docstring).
-
-    ``committee_nodes``: the node id of each tally in committee order, when the caller has just learnt them
-    from the tallies' own ``hello`` (:func:`discover_committee`); the committee is then not asked again (one
-    round trip less: on a deployment, a ClientApp process on every node). They must be connected nodes; a
-    wrong one fails at its tally's first stage, since only the holder of the committee key can open the
-    shares sealed to it."""
-    from dphype.flower.client import RECORD_KEY  # noqa: PLC0415
-    from dphype.flower.server import PreflightError, _wait_for_nodes  # noqa: PLC0415
-
-    request, cfg = server.request, server.config
-    committee = list(request.tallies)
-    _wait_for_nodes(grid, cfg.clients + len(committee), connect_timeout)
-    connected = sorted(grid.get_node_ids())
-    if committee_nodes is None:
-        tally_nodes = find_committee(grid, committee, connected, timeout)
-    else:
-        tally_nodes = dict(enumerate(int(n) for n in committee_nodes))
-        if len(tally_nodes) != len(committee) or len(set(tally_nodes.values())) != len(committee):
-            raise ValueError(f"committee_nodes must name {len(committee)} distinct nodes, one per tally in "
-                             f"committee order, got {list(committee_nodes)!r}")
-        absent = [n for n in tally_nodes.values() if n not in connected]
-        if absent:
-            raise TallyError(f"committee node {absent[0]} is not connected; nothing was sent to the clients")
-    others = [n for n in connected if n not in tally_nodes.values()]
-    if len(others) < cfg.clients:
-        raise PreflightError(f"only {len(others)} client nodes besides the {len(committee)} tallies, fewer than "
-                             f"clients={cfg.clients}; nothing was sent")
-    ready = server._preflight(grid, sorted(random.sample(others, cfg.clients)), timeout)
-    start = time.perf_counter()
-    vote = [Message(RecordDict({RECORD_KEY: ConfigRecord(request.to_record())}), dst_node_id=n,
-                    message_type=f"train.{ARGMAX_ACTION}") for n in ready]
-    shares: dict[int, list[bytes]] = {}
-    for reply in send_and_receive(grid, vote, timeout=timeout, what="DP-Hype argmax vote"):
-        answer = None if reply.has_error() else reply.content.config_records.get(RECORD_KEY)
-        sealed = None if answer is None else answer.get("shares")
-        if isinstance(sealed, list) and len(sealed) == len(committee):  # anything else counts as a dropout
-            shares[reply.metadata.src_node_id] = cast(list[bytes], sealed)
-    if len(shares) < request.min_survivors:
-        raise PreflightError(f"only {len(shares)} clients sent their shares, fewer than the minimum survivors "
-                             f"{request.min_survivors}; the tallies were not asked and nothing was released")
-    contributors = sorted(shares)
-    record = request.to_record()
-    collect = {node: {**record, "stage": "collect", "contributors": contributors,
-                      "shares": [shares[c][j] for c in contributors]} for j, node in tally_nodes.items()}
-    tallies = sorted(tally_nodes.values())
-    _answers(_ask(grid, tallies, collect, timeout, "DP-Hype tally collect"), tally_nodes, "collect")
-    _answers(_ask(grid, tallies, {n: {"stage": "compute"} for n in tallies}, timeout, "DP-Hype tally compute"),
-             tally_nodes, "compute")
-    results = _answers(_ask(grid, tallies, {n: {"stage": "result", "timeout": tally_timeout} for n in tallies},
-                            tally_timeout + 5.0 if timeout is None else timeout, "DP-Hype tally result"),
-                       tally_nodes, "result")
-    index = agreed_index([int(a["index"]) for a in results.values()])
-    result = request.mode.release(request, index, len(contributors))
-    log(logging.INFO, "DP-Hype (argmax) selected candidate %d %s (pure epsilon=%.4g, %d contributors, %d tallies) "
-        "in %.2f s after the pre-flight", index, result.selected, result.report.epsilon, len(contributors),
-        len(tallies), time.perf_counter() - start)
-    return result
+#: Public names of the server's committee driver, which lived here: importable from here for one more release.
+__getattr__ = moved_getattr(__name__, {"ClientGrid": "dphype.flower.server.committee",
+                                       "discover_committee": "dphype.flower.server.committee"})

@@ -40,7 +40,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,8 @@ from dphype.checks import NEIGHBOURING, NOISE_KINDS, check_delta, check_int
 from dphype.node.policy import POLICY_KEYS, NodePolicy, VoteGuarantee, check_vote_request, default_ledger_path
 from dphype.privacy.accounting import RDP_ORDERS, rdp_epsilon, vote_rdp
 from dphype.privacy.winner import THRESHOLD_SHIFT, WINNER_NOISE, winner_rdp
-from dphype.protocol import EPSILON_RTOL, REFUSAL_CODES, Refusal, VoteRequest
+from dphype.protocol import EPSILON_RTOL, VoteRequest
+from dphype.refusal import REFUSAL_CODES, Refusal
 
 FORMAT = "dphype-ledger"
 VERSION = 1
@@ -61,7 +62,7 @@ LOCK_TIMEOUT = 30.0
 class LedgerError(RuntimeError):
     """The ledger cannot be read, verified or written; every vote is refused until it is repaired."""
 
-    refusal_code = "ledger_error"  # what a client tells the server (dphype.protocol.as_refusal)
+    refusal_code = "ledger_error"  # what a client tells the server (dphype.refusal.as_refusal)
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,7 @@ class Ledger:
             if not self.path.exists():
                 raise LedgerError(f"ledger {self.path} does not exist; nothing to archive")
             self._read()  # a corrupt ledger is archived too, but only after it was read (the error names it)
-            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
             target = self.path.with_name(f"{self.path.stem}.archived-{stamp}{self.path.suffix}")
             os.replace(self.path, target)
             return target
@@ -256,7 +257,7 @@ def ledger_files(root: Path | None = None) -> list[Path]:
 
 
 def _entry(guarantee: VoteGuarantee, request: str) -> LedgerEntry:
-    return LedgerEntry(**asdict(guarantee), time=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    return LedgerEntry(**asdict(guarantee), time=datetime.now(UTC).isoformat(timespec="seconds"),
                        request=request)
 
 

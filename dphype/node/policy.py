@@ -55,7 +55,7 @@ post-processing.
    secrets), at least ``dphype-min-neighbours`` neighbours, its own keys in the list and no repeated key.
    Masks come from ChaCha20 keyed with the full 256-bit agreed key (:func:`dphype.secure.relay.expand_mask`).
 8. *Errors sent back* are a reason code and a short message without data values
-   (:func:`dphype.protocol.as_refusal`), and refusals by the node's own limits or budget all read
+   (:func:`dphype.refusal.as_refusal`), and refusals by the node's own limits or budget all read
    ``policy``, so a reply does not say which limit a request crossed (the node's log names it). Whether a
    node takes part remains visible: a server can still probe a node's limits one accept/refuse bit per
    pre-flight.
@@ -102,7 +102,8 @@ from typing import Any
 
 from dphype.checks import NEIGHBOURING
 from dphype.privacy.noise import min_survivors
-from dphype.protocol import EPSILON_RTOL, Refusal, VoteRequest, check_request
+from dphype.protocol import EPSILON_RTOL, VoteRequest, check_request
+from dphype.refusal import Refusal
 from dphype.selection.candidates import CandidateList, load_candidates
 
 #: Node-config keys (``flower-supernode --node-config "dphype-max-epsilon=1 ..."``): default and meaning.
@@ -130,7 +131,7 @@ POLICY_ENV = "DPHYPE_NODE_POLICY"
 class PolicyError(ValueError):
     """The node's policy (its node config or a file it names) is invalid."""
 
-    refusal_code = "node_policy"  # what a client tells the server (dphype.protocol.as_refusal)
+    refusal_code = "node_policy"  # what a client tells the server (dphype.refusal.as_refusal)
 
 
 def _field(key: str) -> str:
@@ -290,7 +291,7 @@ class VoteGuarantee:
 
 
 def check_vote_request(request: VoteRequest, policy: NodePolicy) -> VoteGuarantee:
-    """Refuse (:class:`~dphype.protocol.Refusal`) a request that is not what it claims or that this node's
+    """Refuse (:class:`~dphype.refusal.Refusal`) a request that is not what it claims or that this node's
     policy does not allow; else return the guarantee of the noise it asks for (items 2 and 10 of the threat model).
 
     First :func:`dphype.protocol.check_request` with the node's own candidate copy (``candidate_mismatch``,

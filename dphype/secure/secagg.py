@@ -1,6 +1,6 @@
 """DP-Hype's own SecAgg+ (Bell et al., CCS 2020) with the consistency round of Bonawitz et al. (CCS 2017),
 framework-free: message contents are plain dicts of ints, bytes and lists, the node keeps its round in a
-:class:`NodeRound` it can store as such a dict, and the Flower adapter (:mod:`dphype.flower.secagg`) only
+:class:`NodeRound` it can store as such a dict, and the Flower adapter (:mod:`dphype.flower.server.secagg`) only
 carries them. Primitives come from :mod:`dphype.secure.relay` (X25519, HKDF-SHA256, ChaCha20-Poly1305,
 Ed25519, the ChaCha20 mask generator), secret sharing from :mod:`dphype.secure.shamir`, the graph's degree
 and threshold from :mod:`dphype.secure.secagg_params`, the encoding from :mod:`dphype.secure.secure_sum`.
@@ -59,7 +59,7 @@ The server reconstructs ``b_v`` (``v`` in ``U3``) and ``s_w`` (``w`` in ``U1`` b
 survivor) from ``t`` shares each, removes the self-masks and the masks towards dropped nodes, and decodes
 ``sum - |U3| C`` (:class:`ServerRound`). Any stage that arrives out of order, twice, for another request
 or malformed aborts the node's round (the adapter discards :class:`NodeRound`) with a
-:class:`dphype.protocol.Refusal`; nothing of a stage is computed or sent before its checks pass.
+:class:`dphype.refusal.Refusal`; nothing of a stage is computed or sent before its checks pass.
 
 What the server can unmask: the noise-share bound
 =================================================
@@ -105,7 +105,7 @@ from typing import Any
 import numpy as np
 
 from dphype.checks import MAX_CLIENTS
-from dphype.refusals import Refusal
+from dphype.refusal import Refusal
 from dphype.secure import relay
 from dphype.secure.secagg_params import check_share_threshold
 from dphype.secure.secure_sum import (
@@ -403,7 +403,7 @@ def _split_keys(blob: bytes, ids: Sequence[int]) -> dict[int, bytes]:
 def node_step(state: NodeRound | None, msg: Mapping[str, Any], *, node: int, approval: Approval,
               vote: VoteFunction) -> tuple[NodeRound, dict[str, Any]]:
     """Answer one stage message: check it against ``state`` (``None`` before ``advertise``) and the
-    ``approval``, and return the new state and the reply. Raises :class:`dphype.protocol.Refusal` -- the
+    ``approval``, and return the new state and the reply. Raises :class:`dphype.refusal.Refusal` -- the
     caller must then discard the round -- before anything of the stage is computed or sent."""
     if msg.get("version") != VERSION:
         raise _refuse("secagg_round", f"message format version {msg.get('version')!r} is not {VERSION}")

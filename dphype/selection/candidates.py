@@ -22,6 +22,7 @@ import itertools
 import json
 import math
 import os
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
@@ -39,7 +40,7 @@ TABLE_III_MOMENTUM: tuple[float, ...] = (0.0, 0.9)
 class CandidateMismatchError(ValueError):
     """A client's candidate list differs from the one the server announced."""
 
-    refusal_code = "candidate_mismatch"  # what a client tells the server (dphype.protocol.as_refusal)
+    refusal_code = "candidate_mismatch"  # what a client tells the server (dphype.refusal.as_refusal)
 
 
 def _normalize_value(key: str, value: Any) -> float | int | str | bool:
@@ -267,10 +268,11 @@ class FeatureSpace:
         return cls(axes, numeric, categorical, reason, p)
 
 
-def grid(**axes: Sequence[Any]) -> CandidateList:
-    """Cartesian product of the axes in the given key order (first key slowest, last key fastest)."""
+def candidate_grid(**axes: Sequence[Any]) -> CandidateList:
+    """The candidate list of every combination of the axes' values: their Cartesian product in the given key order
+    (first key slowest, last key fastest)."""
     if not axes:
-        raise ValueError("grid needs at least one hyperparameter axis")
+        raise ValueError("candidate_grid needs at least one hyperparameter axis")
     for name, values in axes.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
             raise ValueError(f"grid axis {name!r} must be a sequence of values, got {type(values).__name__}")
@@ -280,9 +282,17 @@ def grid(**axes: Sequence[Any]) -> CandidateList:
     return CandidateList([dict(zip(names, combo)) for combo in itertools.product(*axes.values())])
 
 
+def grid(**axes: Sequence[Any]) -> CandidateList:
+    """Deprecated alias of :func:`candidate_grid` (removed in the next release): ``grid`` also names Flower's
+    messaging object."""
+    warnings.warn("dphype.grid is deprecated and will be removed in the next release: use dphype.candidate_grid "
+                  "(the same candidate list)", DeprecationWarning, stacklevel=2)
+    return candidate_grid(**axes)
+
+
 def table_iii_grid() -> CandidateList:
     """DP-Hype Table III: lr (10) x decay (5) x momentum (2) = 100 candidates, lr-major, momentum fastest."""
-    return grid(lr=TABLE_III_LR, decay=TABLE_III_DECAY, momentum=TABLE_III_MOMENTUM)
+    return candidate_grid(lr=TABLE_III_LR, decay=TABLE_III_DECAY, momentum=TABLE_III_MOMENTUM)
 
 
 def random_subset(cands: CandidateList, size: int, seed: int) -> CandidateList:

@@ -1,10 +1,15 @@
 """DP-Hype on the server, in the shape of Flower's Message-API strategies: settings, then ``start(grid)``.
 
+The server side, in the package: this module (:class:`DPHype`), :mod:`dphype.flower.server.readiness` (waiting
+for nodes, the pre-flight, :class:`~dphype.flower.server.readiness.PreflightError`),
+:mod:`dphype.flower.server.secagg` (the SecAgg+ round) and :mod:`dphype.flower.server.committee` (the argmax
+mode's committee). The message types and keys are :mod:`dphype.flower.wire`'s.
+
 :class:`DPHype` runs DP-Hype's selection inside any ``@app.main()``:
 
 1. on construction, everything the server can check without simulating: the configuration, the candidate
    list, the noise calibration (:func:`dphype.protocol.make_vote_request`), the secure-sum range and the SecAgg+
-   graph for ``n`` and ``xi`` (:func:`dphype.flower.secagg.secagg_graph`);
+   graph for ``n`` and ``xi`` (:func:`dphype.flower.server.secagg.secagg_graph`);
 2. ``start(grid)`` first asks the planner for its prediction from public parameters (:meth:`DPHype.plan`,
    :func:`dphype.selection.planner.check_plan`: a warning below one half, a refusal below
    ``config.min_success``) -- before any client works; then it waits for ``n`` nodes (logging how many are
@@ -14,14 +19,14 @@
    and aborts with one error counting the reasons
    when fewer than ``ceil((1 - xi) n)`` clients are ready -- nothing is sent in the vote round then;
 3. one round of DP-Hype's SecAgg+ (``train.dphype``, :mod:`dphype.secure.secagg`) over the ready clients
-   returns the exact noisy vote sum (:func:`dphype.flower.secagg.run_secure_sum`), unmasked only if enough
+   returns the exact noisy vote sum (:func:`dphype.flower.server.secagg.run_secure_sum`), unmasked only if enough
    clients contributed and every client verified that any sum it could be part of holds enough noise;
 4. the release (the mode's :meth:`~dphype.modes.ReleaseMode.release`): the selection rule's pick, its confidence
    and the privacy report.
 
 When the release mode's aggregator is the tally committee (``release="argmax"``) steps 3-4 are
-:func:`dphype.flower.tally.run_winner_selection`: sealed shares to the committee of tally nodes named by
-``tallies``, a secure argmax on MPyC, only the index released.
+:func:`dphype.flower.server.committee.run_winner_selection`: sealed shares to the committee of tally nodes named
+by ``tallies``, a secure argmax on MPyC, only the index released.
 
 Train the final model afterwards with any Message-API strategy, passing
 :func:`dphype.flower.selected.train_config` ``(result.best_params)`` as its train config.
@@ -31,38 +36,27 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import random
 import time
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.app import ConfigRecord
 from flwr.common import log
 from flwr.serverapp.grid import Grid
 
 from dphype.config import DPHypeConfig
-from dphype.flower.client import ACTION, RECORD_KEY
-from dphype.flower.grid import send_and_receive
-from dphype.flower.secagg import RECORD_KEY as STAGE_KEY
-from dphype.flower.secagg import advertise_record, check_timeout, run_secure_sum, secagg_graph
-from dphype.flower.tally import run_winner_selection
+from dphype.flower.grid import check_timeout
+from dphype.flower.server.committee import run_winner_selection
+from dphype.flower.server.readiness import run_preflight, wait_for_nodes
+from dphype.flower.server.secagg import advertise_record, run_secure_sum, secagg_graph
 from dphype.modes import Aggregator, release_modes
-from dphype.node.policy import REMEDIES
 from dphype.privacy.noise import client_noise_std
-from dphype.protocol import REFUSAL_CODES, DPHypeResult, make_vote_request
+from dphype.protocol import DPHypeResult, make_vote_request
 from dphype.secure.secagg import Advertised
 from dphype.secure.secagg_params import CORRUPT_FRACTION, check_corrupt_fraction
 from dphype.secure.secure_sum import clip_probability
 from dphype.selection.candidates import CandidateList
 from dphype.selection.planner import Plan, check_plan
-
-#: Message type of the pre-flight round.
-PREFLIGHT_MESSAGE_TYPE = f"query.{ACTION}"
-
-
-class PreflightError(RuntimeError):
-    """Too few clients are ready to vote; nothing was sent in the vote round and nothing was released."""
 
 
 class DPHype:
@@ -77,7 +71,7 @@ class DPHype:
     num_shares, reconstruction_threshold:
         SecAgg+ parameters (Flower's ints, or fractions of the clients / of the shares); ``None`` (the
         default) uses the secure graph of :func:`dphype.secure.secagg_params.secure_parameters`, and an explicit
-        choice below it is refused (:func:`dphype.flower.secagg.secagg_graph`).
+        choice below it is refused (:func:`dphype.flower.server.secagg.secagg_graph`).
     corrupt_fraction:
         Fraction of the clients assumed to collude with the server when the SecAgg+ graph is chosen or
         checked (default 1/3, :data:`dphype.secure.secagg_params.CORRUPT_FRACTION`).
@@ -140,10 +134,11 @@ class DPHype:
 
         ``connect_timeout`` bounds the wait (seconds) for ``clients`` nodes to connect; ``timeout`` bounds
         the pre-flight (which includes local scoring) and each SecAgg+ stage, so a node that vanishes
-        counts as a dropout instead of stalling the run (``None``: no limit). Raises :class:`PreflightError` or
+        counts as a dropout instead of stalling the run (``None``: no limit). Raises
+        :class:`dphype.flower.server.readiness.PreflightError` or
         :class:`dphype.secure.secure_sum.SecureSumError` (nothing released) when too few clients take part.
         ``committee_nodes`` (argmax mode only): the tallies' node ids in committee order, as
-        :func:`dphype.flower.tally.discover_committee` returns them, so the committee is not asked again.
+        :func:`dphype.flower.server.committee.discover_committee` returns them, so the committee is not asked again.
         """
         timeout = check_timeout("timeout", timeout)
         connect_timeout = check_timeout("connect_timeout", connect_timeout)
@@ -157,12 +152,12 @@ class DPHype:
         for warning in plan.warnings:
             log(logging.WARNING, "DP-Hype: %s", warning)
         if cfg.mode.aggregator is Aggregator.COMMITTEE:
-            return run_winner_selection(self, grid, timeout=timeout, connect_timeout=connect_timeout,
-                                        committee_nodes=committee_nodes)
+            return run_winner_selection(grid, self.request, preflight=self._preflight, timeout=timeout,
+                                        connect_timeout=connect_timeout, committee_nodes=committee_nodes)
         log(logging.INFO, "DP-Hype: total noise std sigma=%.4g, each client's share std %.4g",
             self.request.sigma, client_noise_std(self.request.sigma, cfg.clients, cfg.dropout))
         start = time.perf_counter()
-        nodes = _wait_for_nodes(grid, cfg.clients, connect_timeout)
+        nodes = wait_for_nodes(grid, cfg.clients, connect_timeout)
         round_id, advertise = advertise_record(self.request.digest())
         ready = self._preflight(grid, nodes, timeout, advertise)
         sum_ = run_secure_sum(
@@ -193,83 +188,12 @@ class DPHype:
 
     def _preflight(self, grid: Grid, nodes: list[int], timeout: float | None,
                    advertise: ConfigRecord | None = None) -> dict[int, dict[str, Any]]:
-        """Send the request to ``nodes``, with the secure vote's first stage ``advertise`` if given
-        (:func:`dphype.flower.secagg.advertise_record`); return the nodes that answered ready, each with its
-        answer to ``advertise`` (its round keys; empty without), or raise :class:`PreflightError`."""
-        content = RecordDict({RECORD_KEY: ConfigRecord(self.request.to_record())})
-        if advertise is not None:
-            content[STAGE_KEY] = advertise
-        messages = [Message(content, dst_node_id=nid, message_type=PREFLIGHT_MESSAGE_TYPE) for nid in nodes]
-        log(logging.INFO, "DP-Hype pre-flight: sending the request to %d clients (each checks it and scores "
-            "the %d candidates)", len(nodes), len(self.candidates))
-        replies = send_and_receive(grid, messages, timeout=timeout, what="DP-Hype pre-flight")
-        ready: dict[int, dict[str, Any]] = {}
-        reasons: Counter[str] = Counter()
-        per_run = 0
-        for reply in replies:
-            answer = _answer(reply)
-            if answer == "ready":
-                ready[reply.metadata.src_node_id] = dict(reply.content.config_records.get(STAGE_KEY, {}))
-                per_run += reply.content.config_records[RECORD_KEY].get("ledger") == "per-run"
-            else:
-                reasons[answer] += 1
-        reasons["no answer within the timeout"] += len(nodes) - len(replies)
-        reasons = +reasons  # drop zero counts
-        log(logging.INFO, "DP-Hype pre-flight: %d of %d clients ready%s", len(ready), len(nodes),
-            "" if not reasons else "; " + _describe(reasons))
-        if len(ready) < self.request.min_survivors:
-            raise PreflightError(
-                f"{len(nodes) - len(ready)} of {len(nodes)} clients are not ready: {_describe(reasons)}; "
-                f"at least {self.request.min_survivors} must take part (clients={self.config.clients}, "
-                f"dropout={self.config.dropout:g}); the vote was not started and nothing was released")
-        self._notes = ()
-        if per_run:
-            note = (f"{per_run} of {len(ready)} nodes are simulated with a per-run ledger: their lifetime budget "
-                    "restarts with every run (an operator who names dphype-ledger keeps one across runs)")
-            log(logging.INFO, "DP-Hype: %s", note)
-            self._notes = (note,)
+        """The pre-flight of this selection's request over ``nodes``
+        (:func:`dphype.flower.server.readiness.run_preflight`); keeps its notes for the result."""
+        ready, self._notes = run_preflight(grid, self.request, nodes, timeout, advertise)
         return ready
 
 
 def _chance(log2_probability: float) -> str:
     """``"never"`` or ``"with probability <= 2^x"`` for a bound given as a log2 probability."""
     return "never" if log2_probability == float("-inf") else f"with probability <= 2^{log2_probability:.0f}"
-
-
-def _answer(reply: Message) -> str:
-    """``"ready"``, or the refusal reason of one pre-flight reply."""
-    if reply.has_error():
-        return f"client error ({(reply.error.reason or '')[:200]})"
-    record = reply.content.config_records.get(RECORD_KEY)
-    if record is None:
-        return "malformed reply"
-    if record.get("status") == "ready":
-        return "ready"
-    code = str(record.get("code"))
-    known = code if code in REFUSAL_CODES else "unknown code"
-    remedy = f"; to resolve: {REMEDIES[known]}" if known in REMEDIES else ""
-    return f"refused: {known} ({str(record.get('detail', ''))[:200]}{remedy})"
-
-
-def _describe(reasons: Counter[str]) -> str:
-    return "; ".join(f"{count} x {reason}" for reason, count in reasons.most_common())
-
-
-def _wait_for_nodes(grid: Grid, clients: int, timeout: float | None, every: float = 5.0) -> list[int]:
-    """``clients`` connected node IDs (a random sample when more are connected), logging how many are connected
-    every ``every`` seconds while it waits (it looks every 0.5 s, or every ``every`` s when that is shorter)."""
-    start = time.monotonic()
-    last_log = start
-    while True:
-        nodes = sorted(grid.get_node_ids())
-        if len(nodes) >= clients:
-            return sorted(random.sample(nodes, clients))
-        waited = time.monotonic() - start
-        if timeout is not None and waited > timeout:
-            raise PreflightError(f"only {len(nodes)} of clients={clients} nodes connected within {timeout:g} s; "
-                                 "nothing was sent: start more SuperNodes, or run with clients <= the nodes you have")
-        if time.monotonic() - last_log >= every:
-            log(logging.INFO, "DP-Hype: waiting for nodes: %d of clients=%d connected after %.0f s%s", len(nodes),
-                clients, waited, "" if timeout is None else f" (giving up after {timeout:g} s)")
-            last_log = time.monotonic()
-        time.sleep(min(0.5, every))

@@ -1,7 +1,10 @@
-"""Why a client refuses to take part: :class:`Refusal`, its reason codes and the one way to make any error safe to
-send to the server (:func:`as_refusal`). Leaf vocabulary: every layer that refuses (the request checks of
-:mod:`dphype.protocol` and :mod:`dphype.modes`, the node's policy and ledger, the secure sum) raises these; it
-imports nothing from dphype. :mod:`dphype.protocol` re-exports them.
+"""Why a client will not take part: :class:`Refusal`, its reason codes (:data:`REFUSAL_CODES`) and
+:func:`as_refusal`, which makes any exception safe to send to the server.
+
+Shared vocabulary of the client side: the protocol's request checks (:mod:`dphype.protocol`), the node's policy
+and ledger (:mod:`dphype.node`), the secure sum's stages (:mod:`dphype.secure.secagg`) and the Flower client
+(:mod:`dphype.flower.client`) all refuse with it, and the server names the codes it receives. A leaf module: it
+imports nothing from dphype.
 """
 
 from __future__ import annotations

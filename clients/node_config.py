@@ -1,0 +1,111 @@
+"""The node config of one SuperNode of the bundled app, for ``clients/start-voter.sh`` and ``clients/start-tally.sh``.
+
+What several nodes share lives in a TOML file (``examples/``): a voter's node policy (the ``dphype-*`` keys of
+:data:`dphype.node.policy.POLICY_KEYS`), a tally committee's MPyC addresses (``dphype-tally-parties``). What is
+one node's own comes from the command line: a voter's data shard (``partition-id``, ``num-partitions``), a tally's
+index and key file. This module merges the two, checks them before the SuperNode starts (a voter's policy as the
+node will read it, :meth:`dphype.node.policy.NodePolicy.from_node_config`; a key given twice is refused), and
+prints the result in Flower's ``--node-config`` syntax (a TOML file alone could not carry the per-node keys:
+``flower-supernode`` takes either a file or ``key=value`` pairs).
+
+Usage (the scripts call it; ``python3 clients/node_config.py --help``)::
+
+    python3 clients/node_config.py voter --partition-id 0 --num-partitions 10 [--file clients/examples/policy.toml]
+    python3 clients/node_config.py tally --tally-id 0 --key ~/.flwr/dphype/tally-0.key --file committee.toml
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dphype.flower.local import node_config_string
+from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES, load_tally_key
+from dphype.node.policy import NodePolicy
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    """The keys of a node-config TOML file: top-level ``key = value`` lines with a bool, integer, float or string
+    value (what Flower's node config holds)."""
+    with open(path, "rb") as fh:
+        values = tomllib.load(fh)
+    for key, value in values.items():
+        if not isinstance(value, bool | int | float | str):
+            raise ValueError(f"{path}: {key} must be a bool, integer, float or string (a node config holds no "
+                             f"tables or arrays), got {type(value).__name__}")
+    return values
+
+
+def merge(shared: Mapping[str, Any], own: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """``own`` (this node's keys, from the command line) added to ``shared`` (the file's); a key in both is an
+    error naming ``source``."""
+    twice = sorted(set(shared) & set(own))
+    if twice:
+        raise ValueError(f"{source} sets {', '.join(twice)}, which this script sets from its own options: remove "
+                         "them from the file")
+    return {**own, **shared}
+
+
+def voter_config(partition_id: int, num_partitions: int, shared: Mapping[str, Any] | None = None,
+                 source: str = "the node-config file") -> dict[str, Any]:
+    """A voter's node config: its shard of the bundled app's data and the shared keys (its policy); the policy is
+    checked as the node will read it."""
+    if not 0 <= partition_id < num_partitions:
+        raise ValueError(f"--partition-id must be in [0, {num_partitions - 1}] for --num-partitions "
+                         f"{num_partitions}, got {partition_id}")
+    config = merge(shared or {}, {"partition-id": partition_id, "num-partitions": num_partitions}, source)
+    NodePolicy.from_node_config(config)  # PolicyError (a ValueError) names the key and its range
+    return config
+
+
+def tally_config(tally_id: int, key: str | Path, shared: Mapping[str, Any],
+                 source: str = "the node-config file") -> dict[str, Any]:
+    """A tally's node config: its index and key file (:mod:`dphype.flower.tally`) and the committee's shared keys,
+    which must name the parties' MPyC addresses (``dphype-tally-parties``)."""
+    if tally_id < 0:
+        raise ValueError(f"--tally-id must be >= 0, got {tally_id}")
+    if not isinstance(shared.get(TALLY_PARTIES), str):
+        raise ValueError(f"{source} must set {TALLY_PARTIES} = \"HOST:PORT,HOST:PORT,HOST:PORT\" (the MPyC "
+                         "addresses of all tallies, in committee order, the same on every tally)")
+    return merge(shared, {TALLY_ID: tally_id, TALLY_KEY_FILE: str(key)}, source)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Print a bundled-app SuperNode's --node-config string, checked.")
+    roles = parser.add_subparsers(dest="role", required=True)
+    voter = roles.add_parser("voter", help="a voting node: its data shard and policy")
+    voter.add_argument("--partition-id", type=int, required=True)
+    voter.add_argument("--num-partitions", type=int, required=True)
+    voter.add_argument("--file", help="TOML file of shared keys (the node policy, clients/examples/policy.toml)")
+    tally = roles.add_parser("tally", help="a tally node: its index, key file and committee")
+    tally.add_argument("--tally-id", type=int, required=True)
+    tally.add_argument("--key", required=True, help="this tally's private key file (created if missing)")
+    tally.add_argument("--file", required=True,
+                       help="TOML file of the committee's keys (clients/examples/tally-committee.toml)")
+    public = roles.add_parser("tally-public-key", help="print a tally's public key in hex (what voters pin in "
+                              "dphype-tallies), creating its key file if missing")
+    public.add_argument("--key", required=True, help="the tally's private key file")
+    args = parser.parse_args(argv)
+    if args.role == "tally-public-key":
+        print(load_tally_key(args.key).public.hex())
+        return 0
+    try:
+        shared = read_file(args.file) if args.file else {}
+        source = args.file or "the node-config file"
+        if args.role == "voter":
+            config = voter_config(args.partition_id, args.num_partitions, shared, source)
+        else:
+            config = tally_config(args.tally_id, args.key, shared, source)
+    except (OSError, ValueError) as err:  # tomllib.TOMLDecodeError and PolicyError are ValueErrors
+        print(f"node config: {err}", file=sys.stderr)
+        return 2
+    print(node_config_string(config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

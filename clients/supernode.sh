@@ -1,0 +1,161 @@
+# Sourced by clients/start-voter.sh and clients/start-tally.sh (not run on its own): one SuperNode of the bundled
+# DP-Hype app, its node config built and checked by clients/node_config.py, its ClientApp tasks served by a warm
+# `dphype superexec` (--executor forkserver, the default) or by Flower's own SuperExec (--executor subprocess).
+# Run it with the environment where dphype is installed on PATH (flower-supernode, dphype and its python3).
+
+CLIENTS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+usage() {  # usage ROLE: the role's usage on stdout
+    local role=$1
+    if [[ $role == voter ]]; then
+        cat <<'EOF'
+Usage: clients/start-voter.sh --superlink HOST:PORT --port PORT --partition-id I --num-partitions N
+                              (--insecure | --root-certificates FILE) [--node-config FILE.toml]
+                              [--executor forkserver|subprocess] [--poll-interval SECONDS]
+
+Start one voting SuperNode of the bundled DP-Hype app: it scores the candidates on its shard I of N of the
+data set and votes, within the privacy policy of its node-config file.
+EOF
+    else
+        cat <<'EOF'
+Usage: clients/start-tally.sh --superlink HOST:PORT --port PORT --tally-id J --node-config FILE.toml
+                              (--insecure | --root-certificates FILE) [--key FILE]
+                              [--executor forkserver|subprocess] [--poll-interval SECONDS]
+       clients/start-tally.sh --print-public-key [--tally-id J | --key FILE]
+
+Start tally J of the committee (release = "argmax"): a SuperNode that opens the votes sealed to it and runs
+its MPyC party with the other tallies; only the winner's index leaves the committee.
+EOF
+    fi
+    cat <<'EOF'
+
+  --superlink HOST:PORT   the SuperLink's address (server/start-superlink.sh's --host and --port)
+  --port PORT             this SuperNode's Runtime API port on 127.0.0.1, where its SuperExec takes tasks;
+                          distinct for every SuperNode on one host
+  --insecure              connect to the SuperLink without TLS (loopback or a trusted network only)
+  --root-certificates F   or with TLS, verifying the SuperLink's certificate with this CA file
+EOF
+    if [[ $role == voter ]]; then
+        cat <<'EOF'
+  --partition-id I, --num-partitions N
+                          this node's shard of the bundled app's data set (0 <= I < N)
+  --node-config FILE      TOML node policy (dphype-* keys: clients/examples/policy.toml; default: its defaults),
+                          checked before the node starts; the ledger is $FLWR_HOME/dphype/ledger-partition-I.json
+                          unless the file names dphype-ledger
+EOF
+    else
+        cat <<'EOF'
+  --tally-id J            this tally's index in the committee (0, 1, 2)
+  --node-config FILE      TOML file of the committee: dphype-tally-parties, the MPyC addresses of all tallies in
+                          committee order, the same file on every tally (clients/examples/tally-committee.toml)
+  --key FILE              this tally's private key, created with mode 0600 if missing
+                          (default: $FLWR_HOME/dphype/tally-J.key, one per tally, so tallies may share a host)
+  --print-public-key      print the key's public half in hex (for voters' dphype-tallies) and exit
+EOF
+    fi
+    cat <<'EOF'
+  --executor E            forkserver (default): `flower-supernode --isolation process` beside a warm
+                          `dphype superexec` that forks each task from a process that imported Flower, dphype
+                          (and torch) once; subprocess: Flower's own, a fresh interpreter per message
+  --poll-interval S       seconds between the warm SuperExec's task requests (default 0.5)
+  -h, --help              show this help
+
+Environment: FLWR_HOME (default ~/.flwr) holds the ledgers and tally keys. The script runs until the SuperNode
+stops; SIGTERM or Ctrl-C stops the SuperNode and its SuperExec.
+EOF
+}
+
+die() {  # die ROLE MESSAGE: the message and the usage on stderr, exit status 2
+    echo "$(basename "$0"): $2" >&2
+    usage "$1" | sed -n '/^Usage:/,/^$/p' >&2  # the synopsis
+    echo "Run with --help for every option." >&2
+    exit 2
+}
+
+start_supernode() {  # start_supernode ROLE ARGS...: parse, check, start, supervise (ROLE: voter or tally)
+    local role=$1
+    shift
+    local superlink="" port="" tls=() file="" executor=forkserver poll=()
+    local partition="" partitions="" tally_id="" key="" print_key=false
+    [[ $# -gt 0 ]] || die "$role" "missing arguments"
+    while [[ $# -gt 0 ]]; do
+        case $1 in
+            -h | --help) usage "$role"; exit 0 ;;
+            --insecure) tls+=(--insecure); shift; continue ;;
+            --print-public-key) [[ $role == tally ]] || die "$role" "unknown option $1"
+                print_key=true; shift; continue ;;
+        esac
+        [[ $# -ge 2 && -n $2 ]] || die "$role" "option $1 needs a value"
+        case $1 in
+            --superlink) superlink=$2 ;;
+            --port) port=$2 ;;
+            --root-certificates) [[ -f $2 ]] || die "$role" "--root-certificates: no file '$2'"
+                tls+=(--root-certificates "$2") ;;
+            --node-config) file=$2 ;;
+            --executor) executor=$2 ;;
+            --poll-interval) poll=(--poll-interval "$2") ;;
+            --partition-id) [[ $role == voter ]] || die "$role" "unknown option $1"; partition=$2 ;;
+            --num-partitions) [[ $role == voter ]] || die "$role" "unknown option $1"; partitions=$2 ;;
+            --tally-id) [[ $role == tally ]] || die "$role" "unknown option $1"; tally_id=$2 ;;
+            --key) [[ $role == tally ]] || die "$role" "unknown option $1"; key=$2 ;;
+            *) die "$role" "unknown option $1" ;;
+        esac
+        shift 2
+    done
+
+    local home="${FLWR_HOME:-$HOME/.flwr}"
+    if [[ $role == tally ]]; then
+        [[ -n $key || $tally_id =~ ^[0-9]+$ ]] || die "$role" "--tally-id J (an integer >= 0) or --key FILE is required"
+        [[ -n $key ]] || key="$home/dphype/tally-$tally_id.key"
+        if $print_key; then
+            exec python3 "$CLIENTS_DIR/node_config.py" tally-public-key --key "$key"
+        fi
+        [[ $tally_id =~ ^[0-9]+$ ]] || die "$role" "--tally-id J (an integer >= 0) is required"
+    fi
+    [[ $superlink =~ ^[^[:space:]]+:[0-9]+$ ]] || die "$role" "--superlink HOST:PORT is required"
+    [[ $port =~ ^[0-9]+$ ]] || die "$role" "--port PORT (an integer) is required"
+    [[ ${#tls[@]} -gt 0 ]] || die "$role" "choose --insecure or --root-certificates FILE"
+    [[ ${#tls[@]} -eq 1 || ${#tls[@]} -eq 2 && ${tls[0]} != --insecure ]] \
+        || die "$role" "--insecure and --root-certificates exclude each other"
+    [[ $executor == forkserver || $executor == subprocess ]] \
+        || die "$role" "--executor must be forkserver or subprocess, got '$executor'"
+    [[ -z $file || -f $file ]] || die "$role" "--node-config: no file '$file'"
+    local helper=(python3 "$CLIENTS_DIR/node_config.py" "$role")
+    if [[ $role == voter ]]; then
+        [[ $partition =~ ^[0-9]+$ && $partitions =~ ^[0-9]+$ ]] \
+            || die "$role" "--partition-id I and --num-partitions N (integers) are required"
+        helper+=(--partition-id "$partition" --num-partitions "$partitions")
+        [[ -z $file ]] || helper+=(--file "$file")
+    else
+        [[ -n $file ]] || die "$role" "--node-config FILE (the committee's dphype-tally-parties) is required"
+        helper+=(--tally-id "$tally_id" --key "$key" --file "$file")
+    fi
+    for program in flower-supernode dphype python3; do
+        command -v "$program" >/dev/null || { echo "$(basename "$0"): $program is not on PATH: activate the" \
+            "environment where dphype is installed" >&2; exit 2; }
+    done
+
+    local node_config
+    node_config=$("${helper[@]}") || exit 2  # the helper said why on stderr
+    local supernode=(flower-supernode "${tls[@]}" --superlink "$superlink" --host 127.0.0.1 --port "$port"
+                     --node-config "$node_config")
+    echo "$(basename "$0"): node config: $node_config"
+    if [[ $executor == subprocess ]]; then
+        exec "${supernode[@]}"
+    fi
+    # the tasks of a voter score candidates with torch; a tally's only open shares and start its MPyC party
+    local preload=(dphype.app.client)
+    [[ $role == tally ]] || preload+=(torch)
+    local pids=()
+    trap 'kill -TERM "${pids[@]}" 2>/dev/null || true' TERM INT HUP
+    "${supernode[@]}" --isolation process &
+    pids+=("$!")
+    dphype superexec --runtime-api-address "127.0.0.1:$port" --insecure --preload "${preload[@]}" "${poll[@]}" \
+        --parent-pid "${pids[0]}" &
+    pids+=("$!")
+    local status=0
+    wait -n "${pids[@]}" || status=$?  # the first of the two to stop (or a signal) stops the other
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    wait "${pids[@]}" 2>/dev/null || true
+    exit "$status"
+}

@@ -1,0 +1,210 @@
+"""DP-Hype on a client: the handlers that answer DP-Hype's messages in a user's own ``ClientApp``.
+
+The client side, in the package: this module (:func:`register_dphype`, the pre-flight and the secure vote),
+:mod:`dphype.flower.client.policy` (the node's policy, refusals), :mod:`dphype.flower.client.secagg` (the node's
+SecAgg+ answers) and :mod:`dphype.flower.client.argmax` (the argmax vote); the tally node is
+:mod:`dphype.flower.tally`. The message types and keys are :mod:`dphype.flower.wire`'s.
+
+:func:`register_dphype` adds two handlers to a Message-API ``ClientApp``, under DP-Hype's own action
+name, so they never see the user's ``@app.train()``, ``@app.evaluate()`` or ``@app.query()`` messages
+and those never see DP-Hype's. Both enforce this node's own privacy policy (:class:`dphype.node.policy.NodePolicy`,
+set by whoever runs the node, never by the server; :func:`node_policy`) against an active server
+(threat model: :mod:`dphype.node.policy`):
+
+* ``query.dphype`` (pre-flight): parse the :class:`dphype.protocol.VoteRequest`, check it against the
+  policy (:func:`dphype.node.policy.check_vote_request`: the node's candidate copy, its epsilon, delta and
+  minimum clients, the guarantee of the noise it is asked to add) and the node's lifetime budget
+  (:meth:`dphype.node.ledger.Ledger.check`), then score every candidate with the user's task
+  (:func:`dphype.protocol.score_candidates`) and keep the scores in the node's context state; answer
+  ``ready`` or a refusal (a reason code and a short message without data values). A pre-flight that carries
+  the secure vote's first stage (``advertise``, :func:`dphype.flower.server.secagg.advertise_record`) gets this
+  node's fresh round keys beside ``ready``, bound to the request just approved;
+* ``train.dphype`` (the secure vote): the stages of DP-Hype's SecAgg+ (:mod:`dphype.secure.secagg`, through
+  :func:`dphype.flower.client.secagg.secure_vote_reply`). The round is bound at its first stage (answered in the
+  pre-flight, or in a restart's ``advertise``) to the request approved in the pre-flight, with that request's
+  ``n`` and ``xi`` and the policy's ``dphype-min-neighbours``; every stage is checked before it is answered,
+  and a stage out of order, repeated or for another request aborts the round. In the masked-input stage, once
+  the neighbours' shares have been decrypted and checked, the request is turned into top-k votes plus a fresh
+  noise share from the secure generator (:meth:`dphype.modes.SumRelease.ballot`), its guarantee recorded in the
+  node's ledger (:meth:`dphype.node.ledger.Ledger.spend`, which checks the lifetime budget again) and only
+  then masked and sent. The guarantee is the one the pre-flight computed for this request (bound to it by its
+  digest) under this node's policy, kept in the context state; if the policy changed since, the request is
+  checked again (:func:`dphype.flower.client.policy.approved_guarantee`). A pre-flight that arrives during a
+  round past its ``advertise`` stage is refused and aborts it (one still at ``advertise`` has sent public keys
+  only and is replaced). Any refusal makes the node drop out of the round, and the server sees only the
+  sanitized reason
+  (:func:`dphype.flower.client.policy.sanitized`).
+
+Refusals reach the server coarse: the node's own limits and budget (``policy_*``, ``lifetime_budget``)
+become the single code ``policy``, so the reply does not say which limit a request crossed; the node's
+log keeps the full reason for its operator.
+
+It also adds the argmax mode's handlers: ``train.dphype_argmax`` (sealed shares to the tally committee,
+:mod:`dphype.flower.client.argmax`) and, on nodes configured as tallies, ``query.dphype_tally``
+(:mod:`dphype.flower.tally`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import cast
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.common import log
+
+from dphype.flower.client.argmax import register_winner_vote
+from dphype.flower.client.policy import (
+    PolicySource,
+    announce_simulated,
+    approved_guarantee,
+    node_policy,
+    policy_fingerprint,
+    refused,
+    resolve_policy,
+    sanitized,
+    simulated,
+)
+from dphype.flower.client.secagg import abort_round, round_in_progress, secure_vote_reply, stage_reply
+from dphype.flower.tally import register_tally
+from dphype.flower.wire import (
+    ACTION,
+    APPROVAL_STATE,
+    GUARANTEE_STATE,
+    RECORD_KEY,
+    REQUEST_STATE,
+    SCORES_STATE,
+    STAGE_KEY,
+)
+from dphype.ml.task import Task
+from dphype.node.ledger import Ledger
+from dphype.node.policy import NodePolicy, check_vote_request
+from dphype.protocol import VoteRequest, score_candidates
+from dphype.refusal import Refusal
+from dphype.secure.secagg import Approval
+
+__all__ = ["PolicySource", "node_policy", "register_dphype", "simulated"]
+
+
+def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, policy: PolicySource = None) -> ClientApp:
+    """Let ``app`` take part in DP-Hype: answer its pre-flight and secure vote with ``task_fn(context)``,
+    within this node's privacy policy. Returns ``app``.
+
+    ``task_fn`` builds this node's task (anything with ``maximize`` and ``score(candidates)``, e.g.
+    :class:`dphype.ml.task.TorchTask`) from the node's context. ``policy`` is this node's
+    :class:`dphype.node.policy.NodePolicy`:
+
+    * ``None`` (the default, and what a deployed app should use): read it where the node's operator sets
+      it, :func:`node_policy` (``--node-config`` keys, else the ``DPHYPE_NODE_POLICY`` environment
+      variable, else the safe defaults of :data:`dphype.node.policy.POLICY_KEYS`);
+    * a function of the node's ``Context`` that returns one (e.g. one policy per simulated node);
+    * a ``NodePolicy``, for a process that runs a single node (its ledger file is the node's).
+
+    The candidate list always arrives in the request; the policy's ``candidates`` key is the node's own
+    copy, which a request must match.
+    """
+    if not isinstance(app, ClientApp):
+        raise ValueError(f"app must be a flwr ClientApp, got {type(app).__name__}")
+    if not callable(task_fn):
+        raise ValueError(f"task_fn must be a function of the node's Context, got {type(task_fn).__name__}")
+    if policy is not None and not (isinstance(policy, NodePolicy) or callable(policy)):
+        raise ValueError(f"policy must be a NodePolicy, a function of the context or None (read from the node "
+                         f"config), got {type(policy).__name__}")
+
+    @app.query(ACTION)
+    def preflight(msg: Message, context: Context) -> Message:
+        try:
+            if round_in_progress(context):
+                raise Refusal("secagg_round", "a pre-flight arrived during a vote round; the round was aborted")
+            limits = resolve_policy(policy, context)
+            announce_simulated(limits, context.run_id)
+            request = VoteRequest.from_record(msg.content.config_records.get(RECORD_KEY, {}))
+            guarantee = check_vote_request(request, limits)
+            Ledger(cast(Path, limits.ledger)).check(guarantee, limits)
+            task = task_fn(context)
+            log(logging.INFO, "DP-Hype: scoring %d candidates on local data", len(request.candidates))
+            scores = score_candidates(task, request.candidates, progress=_log_progress)
+        except Exception as err:  # noqa: BLE001 - every failure is answered as a sanitized refusal
+            _forget(context)
+            return refused(msg, sanitized("request", err))
+        _forget(context)
+        context.state.array_records[SCORES_STATE] = ArrayRecord({"scores": Array(scores)})
+        context.state.config_records[REQUEST_STATE] = ConfigRecord(request.to_record())
+        context.state.config_records[GUARANTEE_STATE] = ConfigRecord(
+            {**dataclasses.asdict(guarantee), "policy": policy_fingerprint(limits)})
+        context.state.config_records[APPROVAL_STATE] = ConfigRecord(
+            {"digest": request.digest(), "maximize": bool(task.maximize), "clients": request.config.clients,
+             "dropout": request.config.dropout})
+        answer = RecordDict({RECORD_KEY: ConfigRecord({"status": "ready", "ledger": limits.ledger_scope})})
+        advertise = msg.content.config_records.get(STAGE_KEY)
+        if advertise is not None:  # the secure vote's first stage rides on the pre-flight
+            try:
+                answer[STAGE_KEY] = stage_reply(advertise, context, _approval(request, limits), _no_vote)
+            except Exception as err:  # noqa: BLE001 - answered as a sanitized refusal
+                _forget(context)
+                return refused(msg, sanitized("request", err))
+        return Message(answer, reply_to=msg)
+
+    @app.train(ACTION)
+    def vote(msg: Message, context: Context) -> Message:
+        try:
+            limits = resolve_policy(policy, context)
+            approved = context.state.config_records.get(APPROVAL_STATE)
+            record = context.state.config_records.get(REQUEST_STATE)
+            checked = context.state.config_records.get(GUARANTEE_STATE)
+            if approved is None or record is None or checked is None:
+                raise Refusal("malformed_request", "no vote request was approved in a pre-flight")
+            request = VoteRequest.from_record(record)
+            digest = str(approved["digest"])
+            if request.digest() != digest:
+                raise Refusal("malformed_request", "the stored request is not the one approved in the pre-flight")
+            approval = _approval(request, limits)
+
+            def cast_vote(clipping_range: int) -> np.ndarray:
+                if SCORES_STATE not in context.state.array_records:
+                    raise Refusal("malformed_request", "this node already voted on the approved request")
+                guarantee = approved_guarantee(checked, request, limits)
+                scores = context.state.array_records[SCORES_STATE]["scores"].numpy()
+                vector = request.mode.ballot(request, scores, maximize=bool(approved["maximize"]),
+                                             clipping_range=clipping_range)
+                # one pre-flight, one vote: the scores are gone before the vote is recorded
+                del context.state.array_records[SCORES_STATE]
+                spent = Ledger(cast(Path, limits.ledger)).spend(guarantee, limits, digest)
+                log(logging.INFO, "DP-Hype: vote recorded in this node's ledger (lifetime epsilon %.4g of %.4g)",
+                    spent, limits.lifetime_epsilon)
+                return vector
+
+            return secure_vote_reply(msg, context, approval, cast_vote)
+        except Exception as err:  # noqa: BLE001 - the server sees the sanitized reason only
+            raise sanitized("vote", err) from None
+
+    register_winner_vote(app, policy=policy)  # release="argmax": sealed shares to the tallies
+    register_tally(app)  # answered only on nodes configured as tallies
+    return app
+
+
+def _forget(context: Context) -> None:
+    """Drop any earlier approval, its scores and any round: a pre-flight starts afresh."""
+    abort_round(context)
+    context.state.array_records.pop(SCORES_STATE, None)
+    for key in (APPROVAL_STATE, REQUEST_STATE, GUARANTEE_STATE):
+        context.state.config_records.pop(key, None)
+
+
+def _approval(request: VoteRequest, limits: NodePolicy) -> Approval:
+    """What this node approved of ``request`` for its secure vote round, with its policy's ``min_neighbours``."""
+    return Approval(request=request.digest(), clients=request.config.clients, survivors=request.min_survivors,
+                    size=len(request.candidates), min_neighbours=limits.min_neighbours)
+
+
+def _no_vote(clipping_range: int) -> np.ndarray:
+    """The vote callback of the pre-flight's ``advertise`` stage, which casts no vote."""
+    raise Refusal("secagg_round", "no vote is cast in the pre-flight")
+
+
+def _log_progress(done: int, total: int) -> None:
+    log(logging.INFO, "DP-Hype: scoring progress %d/%d", done, total)

@@ -1,0 +1,54 @@
+"""A client's argmax vote (``release="argmax"``): its sealed shares to the tally committee.
+
+After the usual pre-flight (``query.dphype``: the node policy checks the committee and the pure epsilon,
+:func:`dphype.node.policy.check_vote_request`), ``train.dphype_argmax`` must carry the approved request; the node
+records the vote in its ledger, then answers with one sealed share per tally (the committee mode's ballot,
+:meth:`dphype.modes.ArgmaxRelease.ballot`).
+The server cannot open them; it forwards them to the tallies (:mod:`dphype.flower.server.committee`,
+:mod:`dphype.flower.tally`).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import cast
+
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.common import log
+
+from dphype.flower.client.policy import PolicySource, approved_guarantee, resolve_policy, sanitized
+from dphype.flower.wire import APPROVAL_STATE, ARGMAX_ACTION, GUARANTEE_STATE, RECORD_KEY, SCORES_STATE
+from dphype.modes import Aggregator
+from dphype.node.ledger import Ledger
+from dphype.protocol import VoteRequest
+from dphype.refusal import Refusal
+
+
+def register_winner_vote(app: ClientApp, *, policy: PolicySource = None) -> ClientApp:
+    """Add ``train.dphype_argmax`` to ``app`` (a client's sealed shares after an approved pre-flight)."""
+
+    @app.train(ARGMAX_ACTION)
+    def argmax_vote(msg: Message, context: Context) -> Message:
+        try:
+            limits = resolve_policy(policy, context)
+            approved = context.state.config_records.get(APPROVAL_STATE)
+            checked = context.state.config_records.get(GUARANTEE_STATE)
+            request = VoteRequest.from_record(msg.content.config_records.get(RECORD_KEY, {}))
+            if (approved is None or checked is None or approved["digest"] != request.digest()
+                    or SCORES_STATE not in context.state.array_records
+                    or request.mode.aggregator is not Aggregator.COMMITTEE):
+                raise Refusal("malformed_request", "the argmax vote request is not the one approved in the pre-flight")
+            guarantee = approved_guarantee(checked, request, limits)  # the pre-flight's, unless the policy changed
+            scores = context.state.array_records[SCORES_STATE]["scores"].numpy()
+            sealed = request.mode.ballot(request, scores, maximize=bool(approved["maximize"]))
+            del context.state.array_records[SCORES_STATE]  # one pre-flight, one vote
+            spent = Ledger(cast(Path, limits.ledger)).spend(guarantee, limits, request.digest())
+        except Exception as err:  # noqa: BLE001 - the server sees the sanitized reason only
+            raise sanitized("argmax vote", err) from None
+        log(logging.INFO, "DP-Hype: argmax vote recorded in this node's ledger (lifetime epsilon %.4g of %.4g)",
+            spent, limits.lifetime_epsilon)
+        return Message(RecordDict({RECORD_KEY: ConfigRecord({"shares": sealed})}), reply_to=msg)
+
+    return app

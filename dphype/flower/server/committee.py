@@ -1,0 +1,224 @@
+"""The server's side of the argmax mode (``release="argmax"``): find the tally committee, collect the clients'
+sealed shares, relay them to the tallies and get the index back.
+
+:func:`run_winner_selection` (called by :meth:`dphype.flower.server.DPHype.start` when ``release="argmax"``)
+finds the configured committee among the connected nodes (:func:`find_committee`: a tally that does not answer
+``hello`` is unreachable, and nothing is sent), runs the pre-flight with the other nodes, collects the sealed
+shares (``train.dphype_argmax``, :mod:`dphype.flower.client.argmax`), forwards each tally its ciphertexts and
+gets the index back (``query.dphype_tally``, :mod:`dphype.flower.tally`). Fewer contributors than
+``ceil((1 - xi) n)``: :class:`dphype.flower.server.readiness.PreflightError`; a tally that refuses, fails or
+answers late: :class:`dphype.secure.tally.TallyError`; nothing released either way.
+
+A server that takes its committee from the nodes rather than from its operator (the bundled app) asks
+:func:`discover_committee` first; :class:`ClientGrid` is the grid a strategy sees afterwards, without the tallies.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, cast
+
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.common import log
+from flwr.serverapp.grid import Grid
+from flwr.supercore.run import Run
+
+from dphype.flower.grid import send_and_receive
+from dphype.flower.server.readiness import PreflightError, wait_for_nodes
+from dphype.flower.wire import (
+    ARGMAX_VOTE_TYPE,
+    RECORD_KEY,
+    TALLY_COLLECT,
+    TALLY_COMPUTE,
+    TALLY_HELLO,
+    TALLY_KEY,
+    TALLY_RESULT,
+    TALLY_TYPE,
+)
+from dphype.protocol import DPHypeResult, VoteRequest
+from dphype.secure.tally import TallyError, agreed_index
+
+#: The pre-flight of the request over the given nodes within a timeout: the nodes that answered ready
+#: (:meth:`dphype.flower.server.DPHype.start` passes its own).
+Preflight = Callable[[Grid, list[int], float | None], Mapping[int, Any]]
+
+
+def _ask(grid: Grid, nodes: Sequence[int], content: dict[int, dict[str, Any]], timeout: float | None,
+         what: str) -> dict[int, Message]:
+    """Send each node its ``query.dphype_tally`` stage and return the replies by node within ``timeout``."""
+    messages = [Message(RecordDict({TALLY_KEY: ConfigRecord(content[n])}), dst_node_id=n,
+                        message_type=TALLY_TYPE) for n in nodes]
+    return {reply.metadata.src_node_id: reply for reply in send_and_receive(grid, messages, timeout=timeout, what=what)}
+
+
+def _answers(replies: dict[int, Message], tally_nodes: dict[int, int], stage: str) -> dict[int, dict[str, Any]]:
+    """Each tally's answer to ``stage``; :class:`TallyError` naming the first tally that failed or was late."""
+    out = {}
+    for j, node in sorted(tally_nodes.items()):
+        reply = replies.get(node)
+        if reply is None:
+            raise TallyError(f"tally {j} did not answer the {stage} stage in time; nothing released")
+        if reply.has_error():
+            raise TallyError(f"tally {j} failed the {stage} stage ({(reply.error.reason or '')[:200]}); "
+                             "nothing released")
+        out[j] = dict(reply.content.config_records[TALLY_KEY])
+    return out
+
+
+def _hello(grid: Grid, nodes: Sequence[int], timeout: float | None) -> list[tuple[int, tuple[int, bytes]]]:
+    """Each answering node's ``(tally index, public key)`` to the ``hello`` stage, by node id (a voter answers
+    index -1; a node that fails or is late is left out)."""
+    replies = _ask(grid, nodes, {n: {"stage": TALLY_HELLO} for n in nodes}, timeout, "DP-Hype tally hello")
+    out = []
+    for node, reply in sorted(replies.items()):
+        if not reply.has_error():
+            answer = reply.content.config_records[TALLY_KEY]
+            out.append((node, (int(cast(int, answer["index"])), cast(bytes, answer["public"]))))
+    return out
+
+
+def find_committee(grid: Grid, committee: Sequence[bytes], nodes: Sequence[int],
+                   timeout: float | None) -> dict[int, int]:
+    """Tally index -> node id of every committee member among ``nodes`` (``hello`` stage); a member that no node
+    answers for is unreachable: :class:`TallyError`, before anything is sent to the clients."""
+    found = {index: node for node, (index, key) in _hello(grid, nodes, timeout)
+             if key in committee and committee.index(key) == index}
+    missing = [j for j in range(len(committee)) if j not in found]
+    if missing:
+        raise TallyError(f"tally {missing[0]} is unreachable (no connected node answered with its key); "
+                         "nothing was sent to the clients")
+    return found
+
+
+def discover_committee(grid: Grid, clients: int, size: int, *, connect_timeout: float | None,
+                       timeout: float | None) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
+    """The public keys of the ``size`` tally nodes among the connected nodes, in committee order, and their node
+    ids (``hello`` stage), for a server that takes its committee from the nodes rather than from its operator
+    (the bundled app). Waits up to ``connect_timeout`` for ``clients + size`` nodes; fewer nodes, or tally
+    indices other than exactly ``0..size-1`` (a tally missing or answering twice):
+    :class:`dphype.flower.server.readiness.PreflightError` / :class:`TallyError`, before anything is sent to the
+    clients.
+
+    The server learns the keys from the nodes themselves here, so the committee is only as trustworthy as the
+    connected nodes; a client that must not rely on that pins the keys it trusts (node config
+    ``dphype-tallies``, :mod:`dphype.node.policy`) and refuses any other committee in the pre-flight."""
+    needed = clients + size
+    try:
+        wait_for_nodes(grid, needed, connect_timeout)
+    except PreflightError:
+        raise PreflightError(
+            f"only {len(list(grid.get_node_ids()))} nodes connected within {connect_timeout:g} s; release=argmax "
+            f"needs clients + tallies = {needed} nodes ({clients} voters and {size} tally nodes); nothing was "
+            f"sent: in simulation set options.num-supernodes={needed}, in a deployment start every tally's "
+            "SuperNode (README, 'Releasing only the winner')") from None
+    connected = sorted(grid.get_node_ids())
+    log(logging.INFO, "DP-Hype tally hello: asking the %d connected nodes which of them are the %d tallies",
+        len(connected), size)
+    found: dict[int, tuple[int, bytes]] = {}
+    for node, (index, key) in _hello(grid, connected, timeout):
+        if index < 0:  # a voter
+            continue
+        if index in found:
+            raise TallyError(f"two nodes answer as tally {index}; nothing was sent to the clients")
+        found[index] = (node, key)
+    if sorted(found) != list(range(size)):
+        raise TallyError(f"tallies={size} needs tally nodes 0..{size - 1} to answer, got "
+                         f"{len(found)} ({', '.join(map(str, sorted(found))) or 'none'}); nothing was sent to the "
+                         "clients")
+    return tuple(found[j][1] for j in range(size)), tuple(found[j][0] for j in range(size))
+
+
+class ClientGrid(Grid):
+    """``grid`` without the tally nodes (their ids hidden from :meth:`get_node_ids`): what a strategy that
+    samples nodes (FedAvg) sees after an argmax-mode selection, so that no tally trains or evaluates. Its
+    :meth:`send_and_receive` is :func:`dphype.flower.grid.send_and_receive` (a short poll interval)."""
+
+    def __init__(self, grid: Grid, tally_nodes: Sequence[int]) -> None:
+        self.grid, self.tally_nodes = grid, frozenset(tally_nodes)
+
+    def set_run(self, run: Run) -> None:
+        self.grid.set_run(run)
+
+    @property
+    def run(self) -> Run:
+        return self.grid.run
+
+    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
+                       ttl: float | None = None) -> Message:
+        return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return [n for n in self.grid.get_node_ids() if n not in self.tally_nodes]
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        return self.grid.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return self.grid.pull_messages(message_ids)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        return send_and_receive(self.grid, messages, timeout=timeout)
+
+
+def run_winner_selection(grid: Grid, request: VoteRequest, *, preflight: Preflight, timeout: float | None,
+                         connect_timeout: float | None, tally_timeout: float = 60.0,
+                         committee_nodes: Sequence[int] | None = None) -> DPHypeResult:
+    """Argmax mode of :meth:`dphype.flower.server.DPHype.start` for its ``request``: committee, pre-flight (by
+    ``preflight``), sealed shares, tallies, index (module docstring).
+
+    ``committee_nodes``: the node id of each tally in committee order, when the caller has just learnt them
+    from the tallies' own ``hello`` (:func:`discover_committee`); the committee is then not asked again (one
+    round trip less: on a deployment, a ClientApp process on every node). They must be connected nodes; a
+    wrong one fails at its tally's first stage, since only the holder of the committee key can open the
+    shares sealed to it."""
+    cfg = request.config
+    committee = list(request.tallies)
+    wait_for_nodes(grid, cfg.clients + len(committee), connect_timeout)
+    connected = sorted(grid.get_node_ids())
+    if committee_nodes is None:
+        tally_nodes = find_committee(grid, committee, connected, timeout)
+    else:
+        tally_nodes = dict(enumerate(int(n) for n in committee_nodes))
+        if len(tally_nodes) != len(committee) or len(set(tally_nodes.values())) != len(committee):
+            raise ValueError(f"committee_nodes must name {len(committee)} distinct nodes, one per tally in "
+                             f"committee order, got {list(committee_nodes)!r}")
+        absent = [n for n in tally_nodes.values() if n not in connected]
+        if absent:
+            raise TallyError(f"committee node {absent[0]} is not connected; nothing was sent to the clients")
+    others = [n for n in connected if n not in tally_nodes.values()]
+    if len(others) < cfg.clients:
+        raise PreflightError(f"only {len(others)} client nodes besides the {len(committee)} tallies, fewer than "
+                             f"clients={cfg.clients}; nothing was sent")
+    ready = preflight(grid, sorted(random.sample(others, cfg.clients)), timeout)
+    start = time.perf_counter()
+    vote = [Message(RecordDict({RECORD_KEY: ConfigRecord(request.to_record())}), dst_node_id=n,
+                    message_type=ARGMAX_VOTE_TYPE) for n in ready]
+    shares: dict[int, list[bytes]] = {}
+    for reply in send_and_receive(grid, vote, timeout=timeout, what="DP-Hype argmax vote"):
+        answer = None if reply.has_error() else reply.content.config_records.get(RECORD_KEY)
+        sealed = None if answer is None else answer.get("shares")
+        if isinstance(sealed, list) and len(sealed) == len(committee):  # anything else counts as a dropout
+            shares[reply.metadata.src_node_id] = cast(list[bytes], sealed)
+    if len(shares) < request.min_survivors:
+        raise PreflightError(f"only {len(shares)} clients sent their shares, fewer than the minimum survivors "
+                             f"{request.min_survivors}; the tallies were not asked and nothing was released")
+    contributors = sorted(shares)
+    record = request.to_record()
+    collect = {node: {**record, "stage": TALLY_COLLECT, "contributors": contributors,
+                      "shares": [shares[c][j] for c in contributors]} for j, node in tally_nodes.items()}
+    tallies = sorted(tally_nodes.values())
+    _answers(_ask(grid, tallies, collect, timeout, "DP-Hype tally collect"), tally_nodes, TALLY_COLLECT)
+    _answers(_ask(grid, tallies, {n: {"stage": TALLY_COMPUTE} for n in tallies}, timeout, "DP-Hype tally compute"),
+             tally_nodes, TALLY_COMPUTE)
+    results = _answers(_ask(grid, tallies, {n: {"stage": TALLY_RESULT, "timeout": tally_timeout} for n in tallies},
+                            tally_timeout + 5.0 if timeout is None else timeout, "DP-Hype tally result"),
+                       tally_nodes, TALLY_RESULT)
+    index = agreed_index([int(a["index"]) for a in results.values()])
+    result = request.mode.release(request, index, len(contributors))
+    log(logging.INFO, "DP-Hype (argmax) selected candidate %d %s (pure epsilon=%.4g, %d contributors, %d tallies) "
+        "in %.2f s after the pre-flight", index, result.selected, result.report.epsilon, len(contributors),
+        len(tallies), time.perf_counter() - start)
+    return result

@@ -1,0 +1,158 @@
+"""DP-Hype's SecAgg+ round driven from the server: the server half of the Message-API adapter of
+:mod:`dphype.secure.secagg` (the nodes' half is :mod:`dphype.flower.client.secagg`).
+
+The protocol (rounds, checks, message formats, the noise-share bound) is :mod:`dphype.secure.secagg`; this
+module only carries its messages. :func:`run_secure_sum` drives :func:`dphype.secure.secagg.run_round` over given
+nodes, one round trip per stage (:func:`dphype.flower.grid.send_and_receive`), every message of DP-Hype's own type
+:data:`dphype.flower.wire.VOTE_TYPE` with the stage's content in a ``ConfigRecord`` under
+:data:`dphype.flower.wire.STAGE_KEY`; a node whose reply is an error or never arrives within ``timeout`` counts as
+dropped. It returns the exact sum of the contributors' encoded vectors or raises
+:class:`dphype.secure.secure_sum.SecureSumError` -- never unmasking fewer than ``min_survivors`` vectors.
+The round's first ``advertise`` rides on the pre-flight (message format version 2,
+:class:`dphype.secure.secagg.Advertised`): the server adds it under :data:`dphype.flower.wire.STAGE_KEY` to the
+pre-flight message (:func:`advertise_record`), a node that approves answers it beside its ``ready``, and
+:func:`run_secure_sum` starts with ``share_keys``.
+
+Flower's legacy ``SecAggPlusWorkflow``, ``secaggplus_mod`` and ``LegacyContext`` are not used: Flower 1.41
+has no SecAgg+ for the Message API, and its legacy mask generator seeds NumPy's ``RandomState`` with 32
+bits of the agreed key (Flower issue #7522).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.common import log
+from flwr.serverapp.grid import Grid
+
+from dphype.flower.grid import check_timeout, send_and_receive
+from dphype.flower.wire import STAGE_KEY, VOTE_TYPE
+from dphype.secure import secagg as protocol
+from dphype.secure.secagg_params import CORRUPT_FRACTION, SecAggParameters, check_parameters, secure_parameters
+from dphype.secure.secure_sum import SecureSumError, TooFewSurvivorsError, clipping_range_for, decode
+
+
+@dataclass(frozen=True)
+class SecureSum:
+    """The exact sum of the contributors' encoded vectors (int64 for Skellam, float64 for Gaussian), with
+    the graph it ran on, the failure bounds that graph achieves, the range ``C`` and each stage's seconds
+    (``consistency`` is the consistency round; ``unmask`` includes the signature checks)."""
+
+    total: np.ndarray
+    survivors: int
+    seconds: float
+    secagg: SecAggParameters
+    clipping_range: int
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+
+def secagg_graph(clients: int, min_survivors: int, num_shares: float | None,
+                 reconstruction_threshold: float | None, corrupt_fraction: float) -> SecAggParameters:
+    """The round's SecAgg+ graph: the secure one by default, an explicit choice only if it is as secure.
+
+    The tolerated dropout is ``(n - min_survivors) / n``, so the graph stays correct with exactly the
+    survivors the release needs (:func:`dphype.secure.secagg_params.secure_parameters`); an explicit
+    ``num_shares`` / ``reconstruction_threshold`` (Flower's ints or fractions) below that is refused
+    (:func:`dphype.secure.secagg_params.check_parameters`). Either way the threshold exceeds half the
+    shares, the rule every node checks before sharing its secrets
+    (:func:`dphype.secure.secagg_params.check_share_threshold`).
+    """
+    dropout = (clients - min_survivors) / clients
+    if num_shares is None and reconstruction_threshold is None:
+        return secure_parameters(clients, dropout=dropout, corrupt_fraction=corrupt_fraction, majority=True)
+    if num_shares is None or reconstruction_threshold is None:
+        raise ValueError("num_shares and reconstruction_threshold must be given together (or neither: secure)")
+    return check_parameters(clients, num_shares, reconstruction_threshold, dropout=dropout,
+                            corrupt_fraction=corrupt_fraction, majority=True)
+
+
+def _send(grid: Grid, stage: str, messages: dict[int, dict[str, Any]], timeout: float | None,
+          failures: Counter[str]) -> dict[int, dict[str, Any]]:
+    """One stage: every node its message, and the replies that came back within ``timeout``
+    (:func:`dphype.flower.grid.send_and_receive`; error replies are counted). A
+    content shared by several nodes (the key list, the signatures) becomes one record, validated once."""
+    records: dict[int, ConfigRecord] = {}
+    out = []
+    for node, content in messages.items():
+        if id(content) not in records:
+            records[id(content)] = ConfigRecord(content)
+        out.append(Message(RecordDict({STAGE_KEY: records[id(content)]}), dst_node_id=node,
+                           message_type=VOTE_TYPE))
+    replies: dict[int, dict[str, Any]] = {}
+    for reply in send_and_receive(grid, out, timeout=timeout, what=f"DP-Hype secure vote {stage}"):
+        if reply.has_error():
+            failures[(reply.error.reason or "")[:300]] += 1
+            continue
+        record = reply.content.config_records.get(STAGE_KEY)
+        if record is not None:
+            replies[reply.metadata.src_node_id] = dict(record)
+    return replies
+
+
+def advertise_record(request: str) -> tuple[bytes, ConfigRecord]:
+    """A fresh round id and the ``advertise`` stage for the request with digest ``request``, as the record
+    the pre-flight message carries under :data:`dphype.flower.wire.STAGE_KEY`."""
+    round_id = protocol.new_round_id()
+    return round_id, ConfigRecord(protocol.message("advertise", round=round_id, request=request))
+
+
+def run_secure_sum(
+    grid: Grid,
+    node_ids: Iterable[int],
+    request: str,
+    *,
+    size: int,
+    noise: str,
+    min_survivors: int,
+    num_shares: float | None = None,
+    reconstruction_threshold: float | None = None,
+    corrupt_fraction: float = CORRUPT_FRACTION,
+    timeout: float | None = None,
+    advertised: protocol.Advertised | None = None,
+) -> SecureSum:
+    """One secure-sum round over ``node_ids`` for the approved request with digest ``request`` (each node
+    answers with its encoded vector of length ``size``).
+
+    The graph is :func:`secagg_graph`'s for the nodes that advertised keys: secure against a server
+    colluding with ``corrupt_fraction`` of the clients by default; an explicit ``num_shares`` /
+    ``reconstruction_threshold`` below that is refused. ``timeout`` bounds each stage in seconds (``None``:
+    wait for every reply). ``advertised``: the round's ``advertise`` stage already ran in the pre-flight
+    (:func:`advertise_record`). Raises :class:`TooFewSurvivorsError` (nothing unmasked) when fewer than
+    ``min_survivors`` nodes remain, :class:`SecureSumError` when the round cannot be completed.
+    """
+    nodes = sorted(set(node_ids))
+    timeout = check_timeout("timeout", timeout)
+    if not 1 <= min_survivors <= len(nodes):
+        raise TooFewSurvivorsError(
+            f"only {len(nodes)} clients can take part, fewer than the {min_survivors} required; nothing was sent")
+    secagg_graph(len(nodes), min_survivors, num_shares, reconstruction_threshold, corrupt_fraction)  # refuse early
+    graphs: dict[int, SecAggParameters] = {}
+
+    def graph_for(m: int) -> tuple[int, int]:
+        graphs[m] = secagg_graph(m, min_survivors, num_shares, reconstruction_threshold, corrupt_fraction)
+        return graphs[m].neighbours, graphs[m].threshold
+
+    failures: Counter[str] = Counter()
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    try:
+        result, server = protocol.run_round(
+            nodes, lambda stage, messages: _send(grid, stage, messages, timeout, failures), request=request, size=size,
+            min_survivors=min_survivors, graph_for=graph_for, timings=timings, advertised=advertised)
+    except SecureSumError as err:
+        raise type(err)(f"{err}. Client failures: {_failure_summary(failures)}") from None
+    log(logging.INFO, "DP-Hype secure vote: %d of %d clients contributed (%s)", len(result.survivors), len(nodes),
+        ", ".join(f"{stage} {seconds:.2f} s" for stage, seconds in timings.items()))
+    return SecureSum(decode(result.total, noise), len(result.survivors), time.perf_counter() - start,
+                     graphs[len(server.keys)], clipping_range_for(len(server.keys)), timings)
+
+
+def _failure_summary(failures: Counter[str]) -> str:
+    return "; ".join(f"{count} x {reason}" for reason, count in failures.most_common())[:2000] or "none reported"

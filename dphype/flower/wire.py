@@ -1,0 +1,84 @@
+"""DP-Hype's wire vocabulary on Flower's Message API: every action, message type, record key and context-state
+key, each defined once; every sender and every receiver imports it from here.
+
+Style: a DP-Hype name is lowercase words joined by ``_`` and starts with ``dphype`` (``dphype_argmax``,
+``dphype_secagg_state``): an action must be a Python identifier (Flower checks it), and the record and state keys
+follow the same style. A message type is Flower's own ``<category>.<action>`` (``query.dphype``). The node-config
+keys an operator types (``dphype-max-epsilon``, ``dphype-tally-id``, ...) are not wire names: they keep Flower's
+node-config style (dashes), in :mod:`dphype.node.policy` and :mod:`dphype.flower.tally`.
+
+The values are compatible within one release of DP-Hype (a deployment runs one version on every node).
+
+========================  =======================  =============================================================
+name                      value                    what
+========================  =======================  =============================================================
+:data:`ACTION`            ``dphype``               pre-flight (``query``) and secure vote (``train``)
+:data:`ARGMAX_ACTION`     ``dphype_argmax``        a client's sealed shares (``train``)
+:data:`TALLY_ACTION`      ``dphype_tally``         the tally stages (``query``)
+:data:`PREFLIGHT_TYPE`    ``query.dphype``         message type of the pre-flight
+:data:`VOTE_TYPE`         ``train.dphype``         message type of the secure vote's stages
+:data:`ARGMAX_VOTE_TYPE`  ``train.dphype_argmax``  message type of the argmax vote
+:data:`TALLY_TYPE`        ``query.dphype_tally``   message type of the tally stages
+:data:`RECORD_KEY`        ``dphype``               record: the request, the pre-flight answer, the sealed shares
+:data:`STAGE_KEY`         ``dphype_secagg``        record: a SecAgg+ stage and its answer
+:data:`TALLY_KEY`         ``dphype_tally``         record: a tally stage and its answer
+:data:`CANDIDATE_KEY`     ``dphype_candidate``     train-config entry: the selected candidate (JSON)
+:data:`APPROVAL_STATE`    ``dphype_approval``      state: the approved request's digest, direction, n, xi
+:data:`REQUEST_STATE`     ``dphype_request``       state: the approved request's record
+:data:`GUARANTEE_STATE`   ``dphype_guarantee``     state: its guarantee and the policy it was computed under
+:data:`SCORES_STATE`      ``dphype_scores``        state (array record): the node's scores until it votes
+:data:`SECAGG_STATE`      ``dphype_secagg_state``  state: the node's SecAgg+ round
+:data:`TALLY_STATE`       ``dphype_tally_state``   state: a tally node's requests served, job, party
+========================  =======================  =============================================================
+
+The tally stages (the ``stage`` entry of a :data:`TALLY_KEY` record) are :data:`TALLY_STAGES`; the SecAgg+
+stages are the protocol's own (:data:`dphype.secure.secagg.STAGES`).
+"""
+
+from __future__ import annotations
+
+from flwr.app import MessageType
+
+#: Action of the pre-flight (``query``) and of the secure vote (``train``).
+ACTION = "dphype"
+#: Action of a client's sealed shares in argmax mode (``train``).
+ARGMAX_ACTION = "dphype_argmax"
+#: Action of the tally nodes' stages (``query``).
+TALLY_ACTION = "dphype_tally"
+
+#: Message type of the pre-flight.
+PREFLIGHT_TYPE = f"{MessageType.QUERY}.{ACTION}"
+#: Message type of the secure vote's SecAgg+ stages.
+VOTE_TYPE = f"{MessageType.TRAIN}.{ACTION}"
+#: Message type of the argmax vote (sealed shares to the tally committee).
+ARGMAX_VOTE_TYPE = f"{MessageType.TRAIN}.{ARGMAX_ACTION}"
+#: Message type of the tally stages.
+TALLY_TYPE = f"{MessageType.QUERY}.{TALLY_ACTION}"
+
+#: Record key of the request in DP-Hype's messages, of the answer in pre-flight replies and of the sealed shares
+#: in argmax-vote replies.
+RECORD_KEY = "dphype"
+#: Record key of a SecAgg+ stage's content in a message and in its reply (the first stage rides on the pre-flight).
+STAGE_KEY = "dphype_secagg"
+#: Record key of a tally stage's content and of its answer.
+TALLY_KEY = "dphype_tally"
+#: Train-config key that carries the selected candidate (its hyperparameters as one JSON object).
+CANDIDATE_KEY = "dphype_candidate"
+
+#: Context-state key of the request a node approved in its pre-flight: digest, direction, clients, dropout.
+APPROVAL_STATE = "dphype_approval"
+#: Context-state key of the approved request itself (its record, :meth:`dphype.protocol.VoteRequest.to_record`).
+REQUEST_STATE = "dphype_request"
+#: Context-state key of the approved request's guarantee (:class:`dphype.node.policy.VoteGuarantee`) and of the
+#: policy it was computed under.
+GUARANTEE_STATE = "dphype_guarantee"
+#: Context-state key (an array record) of the node's local scores between pre-flight and vote.
+SCORES_STATE = "dphype_scores"
+#: Context-state key of the node's SecAgg+ round (:class:`dphype.secure.secagg.NodeRound`).
+SECAGG_STATE = "dphype_secagg_state"
+#: Context-state key of a tally node's state (:class:`dphype.flower.tally.TallyNode`).
+TALLY_STATE = "dphype_tally_state"
+
+#: The tally stages, in order: ``hello`` (index and public key), ``collect`` (the sealed shares), ``compute``
+#: (start the MPyC party), ``result`` (the index it opened).
+TALLY_HELLO, TALLY_COLLECT, TALLY_COMPUTE, TALLY_RESULT = TALLY_STAGES = ("hello", "collect", "compute", "result")
