@@ -24,7 +24,9 @@ rule) and :class:`ArgmaxRelease` (``"argmax"``: only the winner's index, a secur
 :mod:`dphype.privacy.winner`). :data:`RELEASE_MODES` maps each name to its class (a subclass that sets ``name``
 registers itself); :func:`release_mode` looks one up. Nothing else in the package compares a mode's name.
 
-No Flower import here.
+Layers: the modes sit below the configuration and the protocol (the configuration validates its ``release`` here),
+so they read a configuration and a request through the structural types :class:`Settings` and :class:`Request`,
+which :class:`dphype.config.DPHypeConfig` and :class:`dphype.protocol.VoteRequest` satisfy. No Flower import here.
 """
 
 from __future__ import annotations
@@ -69,8 +71,8 @@ if TYPE_CHECKING:
 #: request it sends, and the client refuses it before scoring.
 SIGMA_SLACK = 1.001
 
-#: Every release mode by its configuration name (``DPHypeConfig.release``), in the order they were defined: the
-#: first is the default and wins the planner's ties.
+#: Every release mode by its configuration name (``DPHypeConfig.release``), in the order they were defined (the
+#: planner's recommendation goes to the first of tied modes).
 RELEASE_MODES: dict[str, type[ReleaseMode[Any, Any]]] = {}
 
 BallotT = TypeVar("BallotT")
