@@ -45,7 +45,7 @@ def a_request(name: str, committee: tuple[bytes, ...], **changes: Any) -> VoteRe
 
 # ------------------------------------------------------------------------------------------------ registry
 def test_the_registry_maps_each_configuration_name_to_its_class() -> None:
-    assert list(RELEASE_MODES) == ["sum", "argmax"]  # the first is the default and wins the planner's ties
+    assert list(RELEASE_MODES) == ["sum", "argmax"]  # definition order: the planner's ties go to the first
     assert RELEASE_MODES["sum"] is SumRelease and RELEASE_MODES["argmax"] is ArgmaxRelease
     assert (SumRelease.aggregator, ArgmaxRelease.aggregator) == (Aggregator.SECAGG, Aggregator.COMMITTEE)
     assert (SumRelease.forecast, ArgmaxRelease.forecast) == (Forecast.NOISY_SUM, Forecast.WINNER)
