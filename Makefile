@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 FMNIST := /usr/share/datasets/fashion-mnist
 
-.PHONY: install demo test test-fast lint fmnist
+.PHONY: install demo test test-fast lint docs fmnist
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -23,13 +23,26 @@ fmnist:
 demo: install
 	$(VENV)/bin/dphype demo
 
-# Style and types of the library (ruff: pyflakes, pycodestyle, isort, pyupgrade, bugbear; mypy on dphype/), and its
+# The modules whose docstrings are checked (pyproject.toml: [tool.dphype.docstrings] checked).
+DOCSTRING_MODULES = $(shell $(PY) -c 'import tomllib; \
+	print(*tomllib.load(open("pyproject.toml", "rb"))["tool"]["dphype"]["docstrings"]["checked"])')
+
+# Style and types of the library (ruff: pyflakes, pycodestyle, isort, pyupgrade, bugbear; mypy on dphype/), its
 # import contracts (lint-imports: the layers of the README's Architecture section, no import cycles, Flower only in
-# dphype/flower/ and dphype/app/, no benchmark driver in the library; [tool.importlinter] in pyproject.toml).
+# dphype/flower/ and dphype/app/, no benchmark driver in the library; [tool.importlinter] in pyproject.toml), and
+# the Google-style docstrings of the listed modules (ruff's pydocstyle rules; pydoclint: every public function's
+# arguments, return value and raised exceptions are documented). Not D105 or D107: a magic method follows its
+# protocol, and a class docstring documents its constructor.
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff check --extend-select D --ignore D105,D107 $(DOCSTRING_MODULES)
+	$(VENV)/bin/pydoclint $(DOCSTRING_MODULES)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+
+# The HTML API reference of the installed library (pdoc, offline) in build/docs/ (open build/docs/index.html).
+docs: install
+	$(PY) docs/build.py build/docs
 
 test: install fmnist lint
 	$(PY) -m pytest -q -m "slow or not slow"

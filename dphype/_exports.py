@@ -1,6 +1,9 @@
-"""Lazy re-exports (PEP 562) for :mod:`dphype` and :mod:`dphype.flower`: a public name is imported from its home
-module on first use, so a process that needs one part (a ClientApp serving a protocol stage) does not import the
-rest (torch, scipy's solvers, Flower's server side); and the deprecated paths of moved names (:func:`moved_getattr`)."""
+"""Lazy re-exports (PEP 562) for `dphype` and `dphype.flower`, and the deprecated paths of moved names.
+
+A public name is imported from its home module on first use, so a process that needs one part (a ClientApp serving
+a protocol stage) does not import the rest (torch, scipy's solvers, Flower's server side). A name that moved keeps
+its old path for one release (`moved_getattr`).
+"""
 
 from __future__ import annotations
 
@@ -11,8 +14,18 @@ from typing import Any
 
 
 def lazy_getattr(package: str, exports: Mapping[str, str], namespace: dict[str, Any]) -> Callable[[str], object]:
-    """The module-level ``__getattr__`` of ``package``: ``exports`` maps each public name to its home module; a
-    name is imported once and then cached in ``namespace`` (the package's ``globals()``)."""
+    """The module-level ``__getattr__`` of ``package``.
+
+    A name is imported once and then cached in ``namespace``.
+
+    Args:
+        package: The package's dotted name (for the error message).
+        exports: Each public name -> the dotted name of its home module.
+        namespace: The package's ``globals()``, where an imported name is cached.
+
+    Returns:
+        The package's ``__getattr__(name)``; it raises ``AttributeError`` for a name not in ``exports``.
+    """
 
     def __getattr__(name: str) -> object:
         if name in exports:
@@ -25,9 +38,17 @@ def lazy_getattr(package: str, exports: Mapping[str, str], namespace: dict[str, 
 
 
 def moved_getattr(module: str, moved: Mapping[str, str]) -> Callable[[str], object]:
-    """The module-level ``__getattr__`` of ``module`` for names that moved out of it: ``moved`` maps each old
-    name to ``"new.module"`` or ``"new.module:new_name"``; the old path still works for one release, with a
-    ``DeprecationWarning`` naming the new one."""
+    """The module-level ``__getattr__`` of ``module`` for names that moved out of it.
+
+    The old path still works for one release, with a ``DeprecationWarning`` naming the new one.
+
+    Args:
+        module: The old module's dotted name.
+        moved: Each old name -> ``"new.module"`` or ``"new.module:new_name"``.
+
+    Returns:
+        The module's ``__getattr__(name)``; it raises ``AttributeError`` for a name not in ``moved``.
+    """
 
     def __getattr__(name: str) -> object:
         if name in moved:

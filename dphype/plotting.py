@@ -10,7 +10,11 @@ from typing import Any
 
 
 def pyplot() -> Any:
-    """``matplotlib.pyplot`` with the Agg backend (no display needed)."""
+    """``matplotlib.pyplot`` with the Agg backend (no display needed).
+
+    Returns:
+        The ``matplotlib.pyplot`` module.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -20,7 +24,16 @@ def pyplot() -> Any:
 
 
 def save_figure(fig: Any, path: str | Path, *, dpi: int = 100) -> str:
-    """Save ``fig`` as a PNG at ``path`` (creating its folder), close it, and return the path."""
+    """Save ``fig`` as a PNG at ``path`` (creating its folder) and close it.
+
+    Args:
+        fig: A matplotlib figure.
+        path: The PNG file to write.
+        dpi: Its resolution in dots per inch.
+
+    Returns:
+        ``path``, as a string.
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(target, dpi=dpi, bbox_inches="tight")

@@ -3,19 +3,19 @@
 Inputs, computed once and shared (the cost is charged to every method that uses them):
 
 * per-client scores: the data set's pool is split over ``clients`` clients with
-  :func:`dphype.ml.task.make_task`; every client scores every candidate on its own data
+  `dphype.ml.task.make_task`; every client scores every candidate on its own data
   (``Task.score``: local 80/20 split, the paper's model and epochs);
 * central models: every candidate trained on the 80 % fit split of the whole pool
-  (:func:`dphype.ml.training.train_candidates`), scored on the 20 % validation split (DP-BO's
+  (`dphype.ml.training.train_candidates`), scored on the 20 % validation split (DP-BO's
   sensitive validation set) and on the test split (the test accuracy of any selection).
 
-Methods:
+The methods compared:
 
 * DP-Hype (federated, no trusted party): the protocol's request, and every client's request check,
-  scores and top-k votes (:mod:`dphype.protocol`); the noise is a seeded replay, one share per client
+  scores and top-k votes (`dphype.protocol`); the noise is a seeded replay, one share per client
   drawn from the method's generator and summed with the votes (the release mode's
-  :meth:`~dphype.modes.ReleaseMode.replay`, the law of the clients' secure shares; no encoding and no SecAgg+ run
-  here), then the server's
+  `dphype.modes.ReleaseMode.replay`, the law of the clients' secure shares; no encoding and no SecAgg+ run here),
+  then the server's
   release (the configured selection rule and the privacy report);
 * DP-BO (Kusner et al. Alg. 1; central, trusted curator): GP-UCB on the central validation
   accuracies, the index released by the exponential mechanism with the whole budget; the
@@ -53,7 +53,16 @@ DPHYPE_ASSUMPTIONS: tuple[str, ...] = (
 
 @dataclass
 class SharedInputs:
-    """Scores every method draws from, with the seconds it took to compute them."""
+    """Scores every method draws from, with the seconds it took to compute them.
+
+    Attributes:
+        client_scores: ``(clients, candidates[, keys])`` local scores of ``Task.score``.
+        validation_accuracy: ``(candidates,)`` central models on the 20 % validation split.
+        test_accuracy: ``(candidates,)`` central models on the test split.
+        validation_size: The validation split's size.
+        client_seconds: Seconds the clients' scores took.
+        central_seconds: Seconds the central models took.
+    """
 
     client_scores: np.ndarray  # (clients, candidates[, keys]) local scores of Task.score, e.g. [accuracy, -loss]
     validation_accuracy: np.ndarray  # (candidates,) central models on the 20 % validation split
@@ -66,7 +75,18 @@ class SharedInputs:
 def central_accuracies(
     dataset: str, candidates: CandidateList, *, seed: int, epochs: int | None, data_dir: str | None
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Train every candidate on the pool's fit split; accuracy on its validation split and on test."""
+    """Train every candidate on the pool's fit split; accuracy on its validation split and on test.
+
+    Args:
+        dataset: The data set's name.
+        candidates: The candidates.
+        seed: Seeds the split and the training.
+        epochs: Training epochs; ``None``: the data set's default.
+        data_dir: Where the data lives; ``None``: the default.
+
+    Returns:
+        ``(validation_accuracy, test_accuracy, validation_size)``: two ``(candidates,)`` arrays and an int.
+    """
     from dphype.ml.data import split_indices
     from dphype.ml.models import MODEL_FOR_DATASET
     from dphype.ml.task import default_epochs, load_cached
@@ -86,13 +106,22 @@ def dphype_select(
     *,
     rng: np.random.Generator,
 ) -> tuple[int, dict[str, Any]]:
-    """DP-Hype's selection through the protocol's own steps; returns (index, privacy report).
+    """DP-Hype's selection through the protocol's own steps.
 
-    The request of :func:`dphype.protocol.make_vote_request`, every client's :func:`check_request`,
-    :func:`score_candidates` and top-k votes, one noise share per client drawn from ``rng`` and summed
-    (the mode's :meth:`~dphype.modes.ReleaseMode.replay` with ``per_client=True``: a seeded replay of what the
+    The request of `dphype.protocol.make_vote_request`, every client's `check_request`,
+    `score_candidates` and top-k votes, one noise share per client drawn from ``rng`` and summed
+    (the mode's `dphype.modes.ReleaseMode.replay` with ``per_client=True``: a seeded replay of what the
     aggregator would open; the client path draws its shares from the secure generator, and the Flower
-    transport is exercised elsewhere), and the server's :meth:`~dphype.modes.ReleaseMode.release`.
+    transport is exercised elsewhere), and the server's `dphype.modes.ReleaseMode.release`.
+
+    Args:
+        client_scores: ``(clients, candidates[, keys])`` local scores.
+        candidates: The candidates.
+        config: DP-Hype's configuration.
+        rng: The generator of the replayed noise shares.
+
+    Returns:
+        ``(index, privacy report)``: the selected index and the report as a dict.
     """
     from dphype.protocol import check_request, make_vote_request, score_candidates
     from dphype.selection.voting import top_k_votes
@@ -145,7 +174,7 @@ def compare(
     data_dir: str | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[dict[str, Any]], SharedInputs]:
-    """Run every method on one task / candidate list / (epsilon, delta) of ``config``; returns table rows.
+    """Run every method on one task / candidate list / (epsilon, delta) of ``config``.
 
     ``config`` is DP-Hype's configuration; its budget is every method's, and its ``clients`` are DP-Hype's
     clients and propose-test's parts.
@@ -154,6 +183,29 @@ def compare(
     same shared inputs (as the DP-Hype paper averages runs): a row reports the modal selection,
     the mean and std of the selections' test accuracy, and a wall time of the shared inputs plus
     one selection. Each repetition alone spends the row's (epsilon, delta).
+
+    Args:
+        dataset: The data set's name.
+        candidates: The candidates.
+        config: DP-Hype's configuration (the budget of every method).
+        epochs: Training epochs; ``None``: the data set's default.
+        partition: How the clients' data is split (``"iid"`` or ``"dirichlet"``).
+        beta: The Dirichlet concentration, for ``partition="dirichlet"``.
+        dpbo_iterations: DP-BO's iterations, ``>= 1``.
+        dpbo_noise_var: DP-BO's GP noise variance.
+        dpbo_lengthscale: DP-BO's kernel lengthscale.
+        granularity: Propose-test's ``g``.
+        lower_bound: Propose-test's ``u0``.
+        repetitions: Independent repetitions of every private selection, ``>= 1``.
+        seed: Seeds the shared inputs and the repetitions.
+        data_dir: Where the data lives; ``None``: the default.
+        progress: Called with ``(done, total)`` as the clients score.
+
+    Returns:
+        ``(rows, shared)``: one table row per method and the shared inputs.
+
+    Raises:
+        ValueError: ``k`` exceeds the candidates, or ``dpbo_iterations`` or ``repetitions`` is below 1.
     """
     from dphype.central.dpbo import candidate_features, dp_bo
     from dphype.central.propose_test import calibrate_eps0, propose_test
@@ -262,7 +314,16 @@ def compare(
 
 
 def write_table(rows: Sequence[Mapping[str, Any]], out: str, title: str) -> list[str]:
-    """Write ``compare.csv`` and ``compare.png`` (test accuracy per method, privacy in the labels)."""
+    """Write ``compare.csv`` and ``compare.png`` (test accuracy per method, privacy in the labels).
+
+    Args:
+        rows: The table rows of `compare`.
+        out: The output folder (created when missing).
+        title: The figure's title.
+
+    Returns:
+        The two files' paths.
+    """
     import csv
 
     plt = pyplot()

@@ -1,6 +1,6 @@
 """DPareto: Bayesian optimisation of the privacy-utility Pareto front (Avent et al., PoPETs 2020).
 
-:func:`dpareto` is Alg. 2: ``k0`` random seed configurations, then ``k`` iterations that fit two
+`dpareto` is Alg. 2: ``k0`` random seed configurations, then ``k`` iterations that fit two
 independent GPs (Matern 5/2, BoTorch ``SingleTaskGP`` + ``fit_gpytorch_mll``) to ``log(epsilon)``
 and ``logit(error)`` (Sec. 3.2, "A Note on Output Domains") and evaluate the configuration
 maximising the hypervolume-based probability of improvement (HVPoI, Eq. 3) against the anti-ideal
@@ -50,9 +50,17 @@ ERROR_CLAMP = 1e-3
 
 # -------------------------------------------------------------------------------- objective transforms
 def transform_objectives(points: np.ndarray) -> np.ndarray:
-    """``(epsilon, error) -> (log epsilon, logit error)`` (DPareto Sec. 3.2); monotone, so it keeps
-    dominance. Epsilon is floored at ``EPSILON_FLOOR`` and the error clamped to
-    ``[ERROR_CLAMP, 1 - ERROR_CLAMP]`` so that both transforms stay finite."""
+    """``(epsilon, error) -> (log epsilon, logit error)`` (DPareto Sec. 3.2); monotone, so it keeps dominance.
+
+    Epsilon is floored at ``EPSILON_FLOOR`` and the error clamped to ``[ERROR_CLAMP, 1 - ERROR_CLAMP]`` so that
+    both transforms stay finite.
+
+    Args:
+        points: ``(n, 2)`` (epsilon, error) points.
+
+    Returns:
+        The ``(n, 2)`` transformed points.
+    """
     pts = np.asarray(points, dtype=np.float64)
     eps = np.log(np.maximum(pts[..., 0], EPSILON_FLOOR))
     err = np.clip(pts[..., 1], ERROR_CLAMP, 1.0 - ERROR_CLAMP)
@@ -60,7 +68,14 @@ def transform_objectives(points: np.ndarray) -> np.ndarray:
 
 
 def untransform_objectives(values: np.ndarray) -> np.ndarray:
-    """Inverse of :func:`transform_objectives`: ``(exp(a), sigmoid(b))``."""
+    """Inverse of `transform_objectives`: ``(exp(a), sigmoid(b))``.
+
+    Args:
+        values: ``(n, 2)`` transformed points.
+
+    Returns:
+        The ``(n, 2)`` (epsilon, error) points.
+    """
     vals = np.asarray(values, dtype=np.float64)
     return np.stack([np.exp(vals[..., 0]), 1.0 / (1.0 + np.exp(-vals[..., 1]))], axis=-1)
 
@@ -76,11 +91,19 @@ def probability_of_improvement(
 
     ``Gamma~`` is where the hypervolume increment ``Delta_PF`` is positive: points not dominated
     by ``front`` inside the box below ``reference`` (an infinite reference gives the unbounded
-    non-dominated region). ``mean``/``std``: ``(N, 2)`` predictive moments in the same space as
-    ``front`` and ``reference``. With the front's staircase ``h`` (:func:`dphype.central.pareto.staircase`,
+    non-dominated region). With the front's staircase ``h`` (`dphype.central.pareto.staircase`,
     level ``h_j`` on ``[lo_j, hi_j)``), ``Gamma~`` is the disjoint union of the strips
     ``[lo_j, hi_j) x (-inf, h_j)``, so ``PoI = sum_j (Phi(hi_j) - Phi(lo_j)) Phi(h_j)`` with
     arguments standardised per candidate: the integral of Eq. (2) in closed form.
+
+    Args:
+        front: ``(m, 2)`` non-dominated points.
+        mean: ``(N, 2)`` predictive means, in the same space as ``front`` and ``reference``.
+        std: ``(N, 2)`` predictive standard deviations.
+        reference: The anti-ideal point (infinite: the unbounded non-dominated region).
+
+    Returns:
+        The ``(N,)`` probabilities of improvement.
     """
     lo, hi, level = staircase(pareto_front(front), reference)
     m = np.asarray(mean, dtype=np.float64)
@@ -98,12 +121,19 @@ def hvpoi(
 ) -> tuple[np.ndarray, np.ndarray]:
     """DPareto Eq. (3): ``alpha(lambda) = Delta_PF(m(lambda)) * PoI(lambda)``.
 
-    ``observed``: evaluated ``(epsilon, error)`` points, whose front is ``PF(V)``;
-    ``mean_t``/``std_t``: GP moments in the transformed space. ``Delta_PF`` is the hypervolume
-    gain (anti-ideal ``reference``) of the GP means mapped back to ``(epsilon, error)``. ``PoI``
-    is the probability that the hypervolume improves, computed in the transformed space where the
-    GPs are Gaussian; the transforms are monotone, so the front, the box and ``Gamma~`` map onto
-    themselves (the error reference 1 maps to ``+inf``). Returns ``(alpha, PoI)``.
+    ``Delta_PF`` is the hypervolume gain (anti-ideal ``reference``) of the GP means mapped back to
+    ``(epsilon, error)``. ``PoI`` is the probability that the hypervolume improves, computed in the transformed
+    space where the GPs are Gaussian; the transforms are monotone, so the front, the box and ``Gamma~`` map onto
+    themselves (the error reference 1 maps to ``+inf``).
+
+    Args:
+        observed: ``(n, 2)`` evaluated ``(epsilon, error)`` points, whose front is ``PF(V)``.
+        mean_t: ``(N, 2)`` GP means in the transformed space.
+        std_t: ``(N, 2)`` GP standard deviations in the transformed space.
+        reference: The anti-ideal point.
+
+    Returns:
+        ``(alpha, PoI)``, each of shape ``(N,)``.
     """
     front = pareto_front(observed)
     ref = np.asarray(reference, dtype=np.float64)
@@ -120,6 +150,9 @@ def single_thread() -> Iterator[None]:
 
     With a few hundred points, intra-op parallelism gains nothing and, on a busy 2-core machine,
     OpenMP barriers waiting for descheduled threads made the search several times slower.
+
+    Yields:
+        Nothing; the body runs single-threaded.
     """
     import torch
 
@@ -137,8 +170,13 @@ class Surrogate:
     Targets are standardised here (not by an outcome transform), so that the fitted
     hyperparameters stay valid when new data arrive. Between refits the GPs are only
     conditioned on the data: one Cholesky factor of ``K + noise I`` per model per iteration.
-    :meth:`predict` then needs only the ``N x n`` cross-covariance of the pool with the data
+    `predict` then needs only the ``N x n`` cross-covariance of the pool with the data
     (gpytorch's ``ExactGP.__call__`` would also build the ``N x N`` pool covariance).
+
+    Args:
+        dim: The dimension of the unit cube.
+        refit_every: Refit the hyperparameters every this many updates.
+        fit_maxiter: The optimiser's iterations per fit.
     """
 
     def __init__(self, dim: int, refit_every: int, fit_maxiter: int) -> None:
@@ -158,7 +196,12 @@ class Surrogate:
         return (y_t - self.stats[0]) / self.stats[1]
 
     def update(self, x_unit: np.ndarray, y_t: np.ndarray) -> None:
-        """Condition on all data; refit hyperparameters (warm start) every ``refit_every`` calls."""
+        """Condition on all data; refit hyperparameters (warm start) every ``refit_every`` calls.
+
+        Args:
+            x_unit: ``(n, dim)`` inputs in the unit cube.
+            y_t: ``(n, 2)`` observed objectives in the transformed space.
+        """
         import torch
         from botorch.fit import fit_gpytorch_mll
         from botorch.models import SingleTaskGP
@@ -198,8 +241,14 @@ class Surrogate:
                 self._cache.append((x, chol, torch.cholesky_solve(resid, chol)))
 
     def predict(self, x_unit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Predictive mean and std of the latent functions (R&W Eq. 2.25-2.26), shape ``(N, 2)``,
-        in the transformed objective space."""
+        """Predictive mean and std of the latent functions (R&W Eq. 2.25-2.26), in the transformed space.
+
+        Args:
+            x_unit: ``(N, dim)`` inputs in the unit cube.
+
+        Returns:
+            ``(mean, std)``, each of shape ``(N, 2)``.
+        """
         import torch
 
         z = torch.from_numpy(np.ascontiguousarray(x_unit, dtype=np.float64))
@@ -219,7 +268,18 @@ class Surrogate:
 # ------------------------------------------------------------------------------------------ the result
 @dataclass
 class SearchResult:
-    """Evaluations of one search in order, with its hypervolume trace and timings."""
+    """Evaluations of one search in order, with its hypervolume trace and timings.
+
+    Attributes:
+        problem: The problem's name.
+        method: The search method, one of `METHODS`.
+        evaluations: The evaluations, in order.
+        reference: The anti-ideal point of the hypervolume.
+        oracle_seconds: Seconds spent in oracle calls.
+        overhead_seconds: Seconds spent elsewhere (the search itself).
+        fits: GP hyperparameter fits.
+        trace: ``(n,)`` hypervolume after each evaluation.
+    """
 
     problem: str
     method: str
@@ -231,18 +291,37 @@ class SearchResult:
     trace: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def points(self, which: str = "mean") -> np.ndarray:
-        """``(epsilon, 1 - utility)`` per evaluation, utility = the ``mean``, ``best`` or ``worst`` run."""
+        """``(epsilon, 1 - utility)`` per evaluation.
+
+        Args:
+            which: The utility: the ``mean``, ``best`` or ``worst`` run.
+
+        Returns:
+            The ``(n, 2)`` points.
+        """
         return np.array(
             [[e.epsilon, 1.0 - getattr(e.utility, which)] for e in self.evaluations], dtype=np.float64
         ).reshape(-1, 2)
 
     @property
     def hypervolume(self) -> float:
+        """The final hypervolume (0 before any evaluation).
+
+        Returns:
+            The last value of ``trace``.
+        """
         return float(self.trace[-1]) if len(self.trace) else 0.0
 
 
 class _Runner:
-    """Evaluates configurations, timing oracle calls separately from everything else."""
+    """Evaluates configurations, timing oracle calls separately from everything else.
+
+    Args:
+        problem: The problem.
+        method: The search method (for the result).
+        reference: The anti-ideal point of the hypervolume.
+        seed: Seeds the oracle's runs.
+    """
 
     def __init__(self, problem: ParetoProblem, method: str, reference: Sequence[float], seed: int) -> None:
         self.problem = problem
@@ -270,16 +349,41 @@ def _check_counts(seeds: int, iterations: int) -> None:
 
 
 def seed_configs(problem: ParetoProblem, count: int, seed: int) -> list[Config]:
-    """The ``k0`` initial configurations: draws from the problem's random-sampling laws
-    (shared by DPareto and the random baseline, as in DPareto Fig. 5)."""
+    """The ``k0`` initial configurations: draws from the problem's random-sampling laws.
+
+    Shared by DPareto and the random baseline, as in DPareto Fig. 5.
+
+    Args:
+        problem: The problem.
+        count: ``k0``.
+        seed: Seeds the draws.
+
+    Returns:
+        The configurations.
+    """
     return sample_configs(problem.domain, problem.distributions, count, np.random.default_rng([seed, 0]))
 
 
 # ------------------------------------------------------------------------------------------- searches
 def random_search(problem: ParetoProblem, *, seeds: int, iterations: int, seed: int = 0,
                   reference: Sequence[float] = DEFAULT_REFERENCE) -> SearchResult:
-    """Random sampling baseline: the same ``k0`` seed configurations as :func:`dpareto`, then
-    ``iterations`` further draws from DPareto's distributions (Appendix C)."""
+    """Random sampling baseline: the same ``k0`` seed configurations as `dpareto`, then further draws.
+
+    ``iterations`` further draws from DPareto's distributions (Appendix C).
+
+    Args:
+        problem: The problem.
+        seeds: ``k0``, ``>= 1``.
+        iterations: Further draws, ``>= 0``.
+        seed: Seeds the draws.
+        reference: The anti-ideal point of the hypervolume.
+
+    Returns:
+        The search's evaluations.
+
+    Raises:
+        ValueError: ``seeds`` or ``iterations`` is out of its range.
+    """  # noqa: DOC502
     _check_counts(seeds, iterations)
     runner = _Runner(problem, "random", reference, seed)
     rest = sample_configs(problem.domain, problem.distributions, iterations, np.random.default_rng([seed, 2]))
@@ -290,8 +394,19 @@ def random_search(problem: ParetoProblem, *, seeds: int, iterations: int, seed: 
 
 def grid_search(problem: ParetoProblem, evaluations: int, *, seed: int = 0,
                 reference: Sequence[float] = DEFAULT_REFERENCE) -> SearchResult:
-    """Grid baseline (DPareto Sec. 4.3): the largest full grid with at most ``evaluations`` points
-    (``g`` values per axis, ``g^d <= evaluations``), evaluated in a seeded random order."""
+    """Grid baseline (DPareto Sec. 4.3): the largest full grid with at most ``evaluations`` points.
+
+    ``g`` values per axis, ``g^d <= evaluations``, evaluated in a seeded random order.
+
+    Args:
+        problem: The problem.
+        evaluations: The most evaluations.
+        seed: Seeds the order.
+        reference: The anti-ideal point of the hypervolume.
+
+    Returns:
+        The search's evaluations.
+    """
     _check_counts(evaluations, 0)
     per_axis = max(1, int(math.floor(evaluations ** (1.0 / problem.domain.dim) + 1e-9)))
     runner = _Runner(problem, "grid", reference, seed)
@@ -328,6 +443,24 @@ def dpareto(
     ``seeds`` (``k0``) random configurations from the problem's sampling laws, then ``iterations``
     (``k``) configurations each maximising the acquisition over a fresh candidate pool. Ties in
     HVPoI (e.g. all zero when every GP mean is dominated) are broken by the larger PoI.
+
+    Args:
+        problem: The problem.
+        seeds: ``k0``, ``>= 1``.
+        iterations: ``k``, ``>= 0``.
+        method: ``"hvpoi"`` or ``"qnehvi"``.
+        seed: Seeds the search.
+        reference: The anti-ideal point of the hypervolume.
+        pool_size: Uniform candidates per iteration, ``>= 1``.
+        local_pool: Perturbations of front inputs per iteration, ``>= 0``.
+        refit_every: Refit the GPs every this many iterations, ``>= 1``.
+        fit_maxiter: The optimiser's iterations per fit, ``>= 1``.
+
+    Returns:
+        The search's evaluations.
+
+    Raises:
+        ValueError: An argument is out of its range.
     """
     _check_counts(seeds, iterations)
     if method not in ("hvpoi", "qnehvi"):
@@ -368,9 +501,11 @@ def dpareto(
 
 def _qnehvi_values(surrogate: Surrogate, x_unit: np.ndarray, pool: np.ndarray,
                    reference: Sequence[float]) -> np.ndarray:
-    """BoTorch ``qLogNoisyExpectedHypervolumeImprovement`` (q = 1) of every pool point, with an
-    objective mapping the GP samples back to ``(-epsilon, -error)`` (BoTorch maximises) and the
-    reference point ``(-ref_eps, -ref_err)``."""
+    """BoTorch ``qLogNoisyExpectedHypervolumeImprovement`` (q = 1) of every pool point.
+
+    With an objective mapping the GP samples back to ``(-epsilon, -error)`` (BoTorch maximises) and the
+    reference point ``(-ref_eps, -ref_err)``.
+    """
     import torch
     from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
     from botorch.acquisition.multi_objective.objective import GenericMCMultiOutputObjective
@@ -407,7 +542,23 @@ def run_search(
     reference: Sequence[float] = DEFAULT_REFERENCE,
     **options: Any,
 ) -> SearchResult:
-    """One search with ``seeds + iterations`` oracle evaluations by ``method`` (see :data:`METHODS`)."""
+    """One search with ``seeds + iterations`` oracle evaluations by ``method``.
+
+    Args:
+        problem: The problem.
+        method: One of `METHODS`.
+        seeds: ``k0``, ``>= 1``.
+        iterations: Further evaluations, ``>= 0``.
+        seed: Seeds the search.
+        reference: The anti-ideal point of the hypervolume.
+        **options: `dpareto`'s options (``hvpoi``, ``qnehvi`` only).
+
+    Returns:
+        The search's evaluations.
+
+    Raises:
+        ValueError: ``method`` is unknown, or an argument is out of its range.
+    """
     if method in ("hvpoi", "qnehvi"):
         return dpareto(problem, seeds=seeds, iterations=iterations, method=method, seed=seed,
                        reference=reference, **options)

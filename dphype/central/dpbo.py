@@ -53,8 +53,21 @@ ASSUMPTIONS_ALG3: tuple[str, ...] = (
 
 # ------------------------------------------------------------------------------------ GP on Lambda
 def matern52(a: np.ndarray, b: np.ndarray, lengthscale: float) -> np.ndarray:
-    """Normalised Matern 5/2 kernel (Kusner et al. Sec. 2):
-    ``(1 + sqrt5 r/l + 5 r^2/(3 l^2)) exp(-sqrt5 r/l)``, ``r = ||a - b||``, so ``k(x, x) = 1``."""
+    """Normalised Matern 5/2 kernel (Kusner et al. Sec. 2).
+
+    ``(1 + sqrt5 r/l + 5 r^2/(3 l^2)) exp(-sqrt5 r/l)``, ``r = ||a - b||``, so ``k(x, x) = 1``.
+
+    Args:
+        a: ``(n, d)`` points.
+        b: ``(m, d)`` points.
+        lengthscale: ``l > 0``.
+
+    Returns:
+        The ``(n, m)`` kernel matrix.
+
+    Raises:
+        ValueError: ``lengthscale`` is not ``> 0``.
+    """
     if not lengthscale > 0:
         raise ValueError(f"lengthscale must be > 0, got {lengthscale}")
     r = np.sqrt(np.maximum(((a[:, None, :] - b[None, :, :]) ** 2).sum(axis=-1), 0.0))
@@ -67,8 +80,16 @@ def gp_posterior(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Kusner et al. Eq. (2) on a finite set: posterior mean and std of every candidate.
 
-    ``kernel`` is the ``|Lambda| x |Lambda|`` prior covariance, ``observed`` the indices sampled
-    so far (repeats allowed), ``values`` their noisy gains; prior mean 0.
+    Prior mean 0.
+
+    Args:
+        kernel: The ``(|Lambda|, |Lambda|)`` prior covariance.
+        observed: The indices sampled so far (repeats allowed).
+        values: Their noisy gains.
+        noise_var: The observation noise variance.
+
+    Returns:
+        ``(mean, std)``: the ``(|Lambda|,)`` posterior mean and standard deviation.
     """
     idx = np.asarray(observed, dtype=np.int64)
     if len(idx) == 0:
@@ -83,13 +104,29 @@ def gp_posterior(
 
 
 def ucb_beta(t: int, num_candidates: int, delta: float) -> float:
-    """Alg. 1 line 4: ``beta_t = 2 log(|Lambda| t^2 pi^2 / (3 delta))``."""
+    """Alg. 1 line 4: ``beta_t = 2 log(|Lambda| t^2 pi^2 / (3 delta))``.
+
+    Args:
+        t: The iteration, ``>= 1``.
+        num_candidates: ``|Lambda|``.
+        delta: The failure probability.
+
+    Returns:
+        ``beta_t``.
+    """
     return 2.0 * math.log(num_candidates * t * t * math.pi**2 / (3.0 * delta))
 
 
 @dataclass
 class UCBTrace:
-    """GP-UCB run: sampled indices, their noisy gains, and the final posterior over ``Lambda``."""
+    """GP-UCB run: sampled indices, their noisy gains, and the final posterior over ``Lambda``.
+
+    Attributes:
+        indices: The sampled indices, in order.
+        values: Their noisy gains.
+        mean: The ``(|Lambda|,)`` final posterior mean.
+        std: The ``(|Lambda|,)`` final posterior standard deviation.
+    """
 
     indices: list[int]
     values: list[float]
@@ -105,8 +142,20 @@ def gp_ucb(
     delta: float,
     noise_var: float,
 ) -> UCBTrace:
-    """Alg. 1 lines 2-8: ``lambda_t = argmax mu_{t-1} + sqrt(beta_t) sigma_{t-1}``; observe
-    ``gain(index)``; update the posterior (Eq. 2). Ties go to the lowest index."""
+    """Alg. 1 lines 2-8: ``lambda_t = argmax mu_{t-1} + sqrt(beta_t) sigma_{t-1}``, then observe, then update.
+
+    Observe ``gain(index)``; update the posterior (Eq. 2). Ties go to the lowest index.
+
+    Args:
+        gain: Observes the (noisy) gain of a candidate index.
+        kernel: The ``(|Lambda|, |Lambda|)`` prior covariance.
+        iterations: ``T``.
+        delta: The failure probability of ``beta_t``.
+        noise_var: The observation noise variance.
+
+    Returns:
+        The run.
+    """
     p = len(kernel)
     indices: list[int] = []
     values: list[float] = []
@@ -120,10 +169,20 @@ def gp_ucb(
 
 
 def max_information_gain_bound(kernel: np.ndarray, iterations: int, noise_var: float) -> float:
-    """Upper bound on ``gamma_T = max_{|A| = T} 1/2 log det(I + K_A / sigma^2)`` over multisets of
-    ``Lambda`` (Srinivas et al. 2010). The information gain is monotone submodular, so greedy
+    """Upper bound on ``gamma_T = max_{|A| = T} 1/2 log det(I + K_A / sigma^2)`` over multisets of ``Lambda``.
+
+    Srinivas et al. 2010. The information gain is monotone submodular, so greedy
     selection (largest posterior variance, Srinivas et al. Lemma 5.3) reaches at least
-    ``(1 - 1/e)`` of the optimum (Nemhauser et al. 1978): ``gamma_T <= greedy / (1 - 1/e)``."""
+    ``(1 - 1/e)`` of the optimum (Nemhauser et al. 1978): ``gamma_T <= greedy / (1 - 1/e)``.
+
+    Args:
+        kernel: The ``(|Lambda|, |Lambda|)`` prior covariance.
+        iterations: ``T``.
+        noise_var: ``sigma^2``.
+
+    Returns:
+        The bound.
+    """
     chosen: list[int] = []
     total = 0.0
     for _ in range(iterations):
@@ -136,16 +195,42 @@ def max_information_gain_bound(kernel: np.ndarray, iterations: int, noise_var: f
 
 # -------------------------------------------------------------------------------------- sensitivities
 def neighbour_gap(kernel_gap: float, num_candidates: int, delta: float) -> float:
-    """``c`` of Alg. 1 line 9 / Theorem 1: ``|f_V - f_V'| <= sigma_1 sqrt(2 log(3|Lambda|/delta))``
-    for all ``lambda`` w.p. ``1 - delta/3``, ``sigma_1 = sqrt(2 (1 - k1(V, V')))``, i.e.
-    ``c = 2 sqrt((1 - k1) log(3 |Lambda| / delta))``."""
+    """``c`` of Alg. 1 line 9 / Theorem 1.
+
+    ``|f_V - f_V'| <= sigma_1 sqrt(2 log(3|Lambda|/delta))`` for all ``lambda`` w.p. ``1 - delta/3``,
+    ``sigma_1 = sqrt(2 (1 - k1(V, V')))``, i.e. ``c = 2 sqrt((1 - k1) log(3 |Lambda| / delta))``.
+
+    Args:
+        kernel_gap: ``1 - k1(V, V')``, in ``[0, 1]``.
+        num_candidates: ``|Lambda|``.
+        delta: The failure probability.
+
+    Returns:
+        ``c``.
+
+    Raises:
+        ValueError: ``kernel_gap`` is outside ``[0, 1]``.
+    """
     if not 0.0 <= kernel_gap <= 1.0:
         raise ValueError(f"kernel_gap (1 - k1(V, V')) must be in [0, 1], got {kernel_gap}")
     return 2.0 * math.sqrt(kernel_gap * math.log(3.0 * num_candidates / delta))
 
 
 def mean_sensitivity(iterations: int, num_candidates: int, delta: float, kernel_gap: float) -> float:
-    """Theorem 1: ``|mu'_T(lambda) - mu_T(lambda)| <= 2 sqrt(beta_{T+1}) + c`` w.p. ``1 - delta``."""
+    """Theorem 1: ``|mu'_T(lambda) - mu_T(lambda)| <= 2 sqrt(beta_{T+1}) + c`` w.p. ``1 - delta``.
+
+    Args:
+        iterations: ``T``.
+        num_candidates: ``|Lambda|``.
+        delta: The failure probability.
+        kernel_gap: ``1 - k1(V, V')``, in ``[0, 1]``.
+
+    Returns:
+        The sensitivity of the posterior mean.
+
+    Raises:
+        ValueError: ``kernel_gap`` is outside ``[0, 1]``.
+    """  # noqa: DOC502
     return 2.0 * math.sqrt(ucb_beta(iterations + 1, num_candidates, delta)) + neighbour_gap(
         kernel_gap, num_candidates, delta
     )
@@ -154,8 +239,24 @@ def mean_sensitivity(iterations: int, num_candidates: int, delta: float, kernel_
 def gain_sensitivity(
     iterations: int, num_candidates: int, delta: float, kernel_gap: float, noise_var: float, gamma_t: float
 ) -> float:
-    """Theorem 3 (Alg. 1 lines 9-14): ``sqrt(C1 beta_T gamma_T / T) + c + q`` with
-    ``C1 = 8 / log(1 + sigma^-2)`` and ``q = sigma sqrt(8 log(3 / delta))``."""
+    """Theorem 3 (Alg. 1 lines 9-14): ``sqrt(C1 beta_T gamma_T / T) + c + q``.
+
+    ``C1 = 8 / log(1 + sigma^-2)`` and ``q = sigma sqrt(8 log(3 / delta))``.
+
+    Args:
+        iterations: ``T``.
+        num_candidates: ``|Lambda|``.
+        delta: The failure probability.
+        kernel_gap: ``1 - k1(V, V')``, in ``[0, 1]``.
+        noise_var: ``sigma^2``.
+        gamma_t: ``gamma_T`` (`max_information_gain_bound`).
+
+    Returns:
+        The sensitivity of the best observed gain.
+
+    Raises:
+        ValueError: ``kernel_gap`` is outside ``[0, 1]``.
+    """  # noqa: DOC502
     c1 = 8.0 / math.log1p(1.0 / noise_var)
     q = math.sqrt(noise_var) * math.sqrt(8.0 * math.log(3.0 / delta))
     beta = ucb_beta(iterations, num_candidates, delta)
@@ -165,8 +266,23 @@ def gain_sensitivity(
 def lipschitz_gain_sensitivity(
     validation_size: int, lipschitz: float, lam_min: float, lam_max: float, loss_bound: float
 ) -> float:
-    """Theorem 7 / Alg. 3 line 5: total sensitivity of the best validation score
-    ``min(g*/m, L/(m lambda_min)) + (lambda_max - lambda_min) L / (lambda_max lambda_min)``."""
+    """Theorem 7 / Alg. 3 line 5: total sensitivity of the best validation score.
+
+    ``min(g*/m, L/(m lambda_min)) + (lambda_max - lambda_min) L / (lambda_max lambda_min)``.
+
+    Args:
+        validation_size: ``m``, ``>= 1``.
+        lipschitz: ``L > 0``.
+        lam_min: ``lambda_min > 0``.
+        lam_max: ``lambda_max >= lambda_min``.
+        loss_bound: ``g* > 0``.
+
+    Returns:
+        The sensitivity.
+
+    Raises:
+        ValueError: An argument is out of its range.
+    """
     if not 0 < lam_min <= lam_max:
         raise ValueError(f"need 0 < lambda_min <= lambda_max, got {lam_min}, {lam_max}")
     if validation_size < 1 or lipschitz <= 0 or loss_bound <= 0:
@@ -177,7 +293,19 @@ def lipschitz_gain_sensitivity(
 
 # --------------------------------------------------------------------------------------- mechanisms
 def exponential_mechanism_probabilities(utility: np.ndarray, epsilon: float, sensitivity: float) -> np.ndarray:
-    """Kusner et al. Def. 4 (McSherry & Talwar 2007): ``P(lambda) ~ exp(epsilon q(lambda) / (2 Delta))``."""
+    """Kusner et al. Def. 4 (McSherry & Talwar 2007): ``P(lambda) ~ exp(epsilon q(lambda) / (2 Delta))``.
+
+    Args:
+        utility: The ``(|Lambda|,)`` utilities ``q``.
+        epsilon: The budget, ``> 0``.
+        sensitivity: ``Delta > 0``.
+
+    Returns:
+        The ``(|Lambda|,)`` probabilities.
+
+    Raises:
+        ValueError: ``epsilon`` or ``sensitivity`` is not ``> 0``.
+    """  # noqa: DOC502
     from dphype.checks import check_epsilon, check_positive
 
     check_epsilon(epsilon)
@@ -188,7 +316,18 @@ def exponential_mechanism_probabilities(utility: np.ndarray, epsilon: float, sen
 
 
 def laplace_scale(sensitivity: float, epsilon: float) -> float:
-    """Kusner et al. Def. 3: the Laplace mechanism adds ``Lap(Delta / epsilon)``."""
+    """Kusner et al. Def. 3: the Laplace mechanism adds ``Lap(Delta / epsilon)``.
+
+    Args:
+        sensitivity: ``Delta > 0``.
+        epsilon: The budget, ``> 0``.
+
+    Returns:
+        The scale ``Delta / epsilon``.
+
+    Raises:
+        ValueError: ``epsilon`` or ``sensitivity`` is not ``> 0``.
+    """  # noqa: DOC502
     from dphype.checks import check_epsilon, check_positive
 
     check_epsilon(epsilon)
@@ -199,7 +338,19 @@ def laplace_scale(sensitivity: float, epsilon: float) -> float:
 # ------------------------------------------------------------------------------------------- DP-BO
 @dataclass
 class DPBOResult:
-    """Released outputs of DP-BO with their privacy cost and the assumptions they rest on."""
+    """Released outputs of DP-BO with their privacy cost and the assumptions they rest on.
+
+    Attributes:
+        index: The released index (exponential mechanism on ``mu_T``).
+        noisy_gain: The released noisy best gain, or ``None``.
+        epsilon_spent: The epsilon of the releases.
+        delta_spent: Their delta.
+        mean_sensitivity: Theorem 1's sensitivity.
+        gain_sensitivity: Theorem 3's sensitivity, or ``None``.
+        probabilities: The ``(|Lambda|,)`` exponential mechanism's probabilities.
+        trace: The GP-UCB run.
+        assumptions: The privacy claim's assumptions.
+    """
 
     index: int
     noisy_gain: float | None
@@ -212,6 +363,11 @@ class DPBOResult:
     assumptions: tuple[str, ...] = field(default=ASSUMPTIONS_ALG1)
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly summary, with the accountant (without the probabilities and the trace).
+
+        Returns:
+            The summary's fields by name.
+        """
         return {
             "index": self.index,
             "noisy_gain": self.noisy_gain,
@@ -227,9 +383,17 @@ class DPBOResult:
 
 
 def candidate_features(candidates: Sequence[Mapping[str, Any]]) -> np.ndarray:
-    """Public numeric features of a candidate list in ``[0, 1]^d`` for the kernel ``k2``: each
-    numeric key min-max scaled over the list, on a log scale when all values are > 0 and span
-    more than a factor 10 (e.g. learning rates); constant keys are dropped."""
+    """Public numeric features of a candidate list in ``[0, 1]^d`` for the kernel ``k2``.
+
+    Each numeric key min-max scaled over the list, on a log scale when all values are > 0 and span
+    more than a factor 10 (e.g. learning rates); constant keys are dropped.
+
+    Args:
+        candidates: The candidates (hyperparameter name -> value).
+
+    Returns:
+        The ``(len(candidates), d)`` features.
+    """
     keys = sorted(candidates[0])
     cols = []
     for key in keys:
@@ -257,9 +421,26 @@ def dp_bo(
 ) -> DPBOResult:
     """Kusner et al. Alg. 1 (noisy observations) on the candidates with ``features`` (rows).
 
-    ``gain(i)`` observes the (noisy) validation gain of candidate ``i``. Releases the index drawn
-    by the exponential mechanism on ``mu_T`` ((epsilon, delta)-DP, Cor. 1) and, if
+    Releases the index drawn by the exponential mechanism on ``mu_T`` ((epsilon, delta)-DP, Cor. 1) and, if
     ``release_gain``, ``max_t v_t + Lap(Theorem 3 / epsilon)`` (another (epsilon, delta), Cor. 2).
+
+    Args:
+        gain: ``gain(i)`` observes the (noisy) validation gain of candidate ``i``.
+        features: The ``(|Lambda|, d)`` candidate features (`candidate_features`).
+        iterations: ``T``, ``>= 1``.
+        epsilon: Each release's epsilon.
+        delta: Each release's delta.
+        noise_var: The observation noise variance, ``> 0`` (Alg. 1 needs noisy observations).
+        kernel_gap: ``1 - k1(V, V')``, in ``[0, 1]``.
+        lengthscale: The Matern kernel's lengthscale.
+        release_gain: Also release the noisy best gain.
+        rng: The generator of the mechanisms' noise.
+
+    Returns:
+        The releases and their privacy cost.
+
+    Raises:
+        ValueError: An argument is out of its range.
     """
     from dphype.checks import check_delta, check_epsilon
 
@@ -298,9 +479,26 @@ def dp_bo_lipschitz(
     loss_bound: float,
     rng: np.random.Generator,
 ) -> dict[str, Any]:
-    """Kusner et al. Alg. 3: ``max_t f_V(w_{lambda_t}) + Lap(Theorem 7 / epsilon)``; epsilon-DP for
-    the validation set under Assumption 2 whatever acquisition chose the ``lambda_t``. Returns the
-    noisy best gain, the Laplace scale, the privacy spent and :data:`ASSUMPTIONS_ALG3`."""
+    """Kusner et al. Alg. 3: ``max_t f_V(w_{lambda_t}) + Lap(Theorem 7 / epsilon)``.
+
+    Epsilon-DP for the validation set under Assumption 2 whatever acquisition chose the ``lambda_t``.
+
+    Args:
+        observed_gains: The observed validation gains, at least one.
+        epsilon: The budget, ``> 0``.
+        validation_size: ``m``, ``>= 1``.
+        lipschitz: ``L > 0``.
+        lam_min: ``lambda_min > 0``.
+        lam_max: ``lambda_max >= lambda_min``.
+        loss_bound: ``g* > 0``.
+        rng: The generator of the Laplace noise.
+
+    Returns:
+        The noisy best gain, the Laplace scale, the privacy spent and `ASSUMPTIONS_ALG3`.
+
+    Raises:
+        ValueError: No gains, or an argument is out of its range.
+    """
     if len(observed_gains) == 0:
         raise ValueError("observed_gains must not be empty")
     scale = laplace_scale(

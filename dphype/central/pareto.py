@@ -49,7 +49,16 @@ def non_dominated(points: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
 
     A point is kept if no other point is at least as good in both objectives and better in
     one; of several identical non-dominated points only the first is kept.
-    """
+
+    Args:
+        points: ``(n, 2)`` (epsilon, error) points.
+
+    Returns:
+        The ``(n,)`` boolean mask.
+
+    Raises:
+        ValueError: ``points`` is not ``(n, 2)`` or holds NaN.
+    """  # noqa: DOC502
     import torch
     from botorch.utils.multi_objective.pareto import is_non_dominated
 
@@ -61,7 +70,17 @@ def non_dominated(points: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
 
 
 def pareto_front(points: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
-    """The non-dominated points sorted by increasing epsilon (so by decreasing error)."""
+    """The non-dominated points sorted by increasing epsilon (so by decreasing error).
+
+    Args:
+        points: ``(n, 2)`` (epsilon, error) points.
+
+    Returns:
+        The ``(m, 2)`` front.
+
+    Raises:
+        ValueError: ``points`` is not ``(n, 2)`` or holds NaN.
+    """  # noqa: DOC502
     arr = _points(points)
     front = arr[non_dominated(arr)]
     return front[np.argsort(front[:, 0], kind="stable")]
@@ -75,7 +94,17 @@ def hypervolume(
 
     Points that do not strictly dominate the reference contribute nothing. Computed with
     BoTorch's ``DominatedPartitioning`` on negated objectives (BoTorch maximises).
-    """
+
+    Args:
+        points: ``(n, 2)`` (epsilon, error) points.
+        reference: The anti-ideal point ``(epsilon, error)``.
+
+    Returns:
+        The hypervolume.
+
+    Raises:
+        ValueError: ``points`` or ``reference`` is malformed.
+    """  # noqa: DOC502
     import torch
     from botorch.utils.multi_objective.box_decompositions.dominated import DominatedPartitioning
 
@@ -97,9 +126,18 @@ def staircase(
 
     ``h(x) = min{error(p) : p in front, epsilon(p) <= x}`` (the reference error where no
     point qualifies) is the lower boundary of the dominated region; the last segment ends at
-    the reference epsilon. ``front`` must be non-dominated; points outside the box are dropped.
-    The reference may be ``+inf`` (an unbounded box).
-    """
+    the reference epsilon. Points outside the box are dropped.
+
+    Args:
+        front: ``(m, 2)`` non-dominated (epsilon, error) points.
+        reference: The anti-ideal point; it may be ``+inf`` (an unbounded box).
+
+    Returns:
+        ``(lo, hi, h)``: the segments' ends and the error levels, each of shape ``(s,)``.
+
+    Raises:
+        ValueError: ``front`` or ``reference`` is malformed.
+    """  # noqa: DOC502
     ref = _reference(reference, allow_inf=True)
     pts = _points(front, "front")
     pts = pts[(pts < ref).all(axis=1)]
@@ -120,12 +158,23 @@ def hypervolume_improvement(
     DPareto Sec. 3.1 (the factor weighting HVPoI, Eq. 3). For a candidate ``(a, b)`` this is
     ``integral_a^{ref_eps} max(0, min(h(x), ref_err) - b) dx`` over the staircase ``h`` of
     the current front, evaluated segment-wise in one broadcast operation.
-    """
+
+    Args:
+        front: ``(m, 2)`` (epsilon, error) points of the current front.
+        candidates: ``(c, 2)`` candidate points.
+        reference: The anti-ideal point.
+
+    Returns:
+        The ``(c,)`` improvements.
+
+    Raises:
+        ValueError: An input is malformed.
+    """  # noqa: DOC502
     return _improvement(pareto_front(front), _points(candidates, "candidates"), reference)
 
 
 def _improvement(front: np.ndarray, cand: np.ndarray, reference: Sequence[float] | np.ndarray) -> np.ndarray:
-    """:func:`hypervolume_improvement` for a ``front`` that is already non-dominated."""
+    """`hypervolume_improvement` for a ``front`` that is already non-dominated."""
     lo, hi, level = staircase(front, reference)
     a = cand[:, :1]
     b = cand[:, 1:]
@@ -142,7 +191,17 @@ def hypervolume_trace(
 
     Accumulates the improvement of each point over the running front, which is updated in numpy
     (a new point joins unless weakly dominated and evicts the points it weakly dominates).
-    """
+
+    Args:
+        points: ``(n, 2)`` (epsilon, error) points, in evaluation order.
+        reference: The anti-ideal point.
+
+    Returns:
+        The ``(n,)`` hypervolumes.
+
+    Raises:
+        ValueError: An input is malformed.
+    """  # noqa: DOC502
     arr = _points(points)
     ref = _reference(reference)
     trace = np.zeros(len(arr))
@@ -175,9 +234,21 @@ def plot_front(
 ) -> str:
     """Save a PNG of all evaluated points and their Pareto front (matplotlib Agg).
 
-    ``best``/``worst`` are the same configurations scored by their best and worst runs; their
-    fronts bound the shaded variability band (DPareto Sec. 4.3, "Variability", Fig. 7).
-    """
+    Args:
+        path: The PNG file to write.
+        points: ``(n, 2)`` (epsilon, error) points.
+        best: The same configurations scored by their best runs, or ``None``; with ``worst``, their fronts bound
+            the shaded variability band (DPareto Sec. 4.3, "Variability", Fig. 7).
+        worst: The same configurations scored by their worst runs, or ``None``.
+        reference: The anti-ideal point (the staircase ends at its epsilon).
+        title: The figure's title.
+
+    Returns:
+        The file's path.
+
+    Raises:
+        ValueError: An input is malformed.
+    """  # noqa: DOC502
     plt = pyplot()
 
     ref = _reference(reference)
@@ -221,7 +292,16 @@ def plot_hypervolume_curves(
     *,
     title: str = "hypervolume vs evaluations",
 ) -> str:
-    """Save a PNG with one hypervolume-vs-number-of-evaluations curve per method."""
+    """Save a PNG with one hypervolume-vs-number-of-evaluations curve per method.
+
+    Args:
+        path: The PNG file to write.
+        curves: Method -> its hypervolume after each evaluation.
+        title: The figure's title.
+
+    Returns:
+        The file's path.
+    """
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4.2))

@@ -15,7 +15,7 @@ training's ``(epsilon, delta)`` by basic composition. The paper reports ``T`` as
 iterations actually run (it depends on the data). A data-independent bound also holds: at most
 ``ceil((1 - u0)/g)`` accumulations (each adds ``>= g`` while ``u < 1``) and at most one more
 failure than accumulations (``step`` starts at 1 and a failure at ``step = 1`` ends the loop), so
-``T <= 2 ceil((1 - u0)/g) + 1``; :func:`calibrate_eps0` uses it to fit a budget in advance.
+``T <= 2 ceil((1 - u0)/g) + 1``; `calibrate_eps0` uses it to fit a budget in advance.
 """
 
 from __future__ import annotations
@@ -37,9 +37,19 @@ ASSUMPTIONS: tuple[str, ...] = (
 
 
 def advanced_composition(eps0: float, iterations: int, delta_slack: float) -> float:
-    """Epsilon of ``iterations`` adaptive ``eps0``-DP mechanisms (Dwork & Roth, Thm 3.20):
-    ``min(T eps0, sqrt(2 T ln(1/delta')) eps0 + T eps0 (e^eps0 - 1))`` at extra delta ``delta'``
-    (the basic bound ``T eps0`` needs no slack)."""
+    """Epsilon of ``iterations`` adaptive ``eps0``-DP mechanisms (Dwork & Roth, Thm 3.20).
+
+    ``min(T eps0, sqrt(2 T ln(1/delta')) eps0 + T eps0 (e^eps0 - 1))`` at extra delta ``delta'`` (the basic bound
+    ``T eps0`` needs no slack).
+
+    Args:
+        eps0: Each mechanism's epsilon.
+        iterations: Their number ``T``.
+        delta_slack: The extra delta ``delta'``.
+
+    Returns:
+        The composed epsilon.
+    """
     if iterations == 0:
         return 0.0
     if eps0 >= 1.0:  # then T eps0 (e^eps0 - 1) alone exceeds T eps0
@@ -49,19 +59,49 @@ def advanced_composition(eps0: float, iterations: int, delta_slack: float) -> fl
 
 
 def worst_case_iterations(granularity: float, lower_bound: float) -> int:
-    """Data-independent bound on the loop length: ``2 ceil((1 - u0) / g) + 1`` (module docstring)."""
+    """Data-independent bound on the loop length: ``2 ceil((1 - u0) / g) + 1`` (module docstring).
+
+    Args:
+        granularity: ``g``, in ``(0, 1)``.
+        lower_bound: ``u0``, in ``[0, 1)``.
+
+    Returns:
+        The bound on the number of iterations.
+    """
     return 2 * math.ceil((1.0 - lower_bound) / granularity - 1e-12) + 1
 
 
 def calibrate_eps0(epsilon: float, delta_slack: float, granularity: float, lower_bound: float) -> float:
-    """Largest ``eps0`` whose worst-case composition (:func:`worst_case_iterations`) is ``epsilon``."""
+    """Largest ``eps0`` whose worst-case composition (`worst_case_iterations`) is ``epsilon``.
+
+    Args:
+        epsilon: The tuning budget.
+        delta_slack: The extra delta ``delta'`` of advanced composition.
+        granularity: ``g``, in ``(0, 1)``.
+        lower_bound: ``u0``, in ``[0, 1)``.
+
+    Returns:
+        The per-iteration epsilon ``eps0``.
+    """
     t_max = worst_case_iterations(granularity, lower_bound)
     return brentq(lambda e: advanced_composition(e, t_max, delta_slack) - epsilon, 1e-12, epsilon, xtol=1e-14)
 
 
 @dataclass
 class ProposeTestResult:
-    """Outcome of Alg. 1's loop: the selected index (``None`` if nothing was ever accepted)."""
+    """Outcome of Alg. 1's loop.
+
+    Attributes:
+        index: The selected index (``None`` if nothing was ever accepted).
+        iterations: The iterations run ``T``.
+        utility_level: The final utility level ``u``.
+        eps0: The per-iteration epsilon.
+        epsilon_tuning: The epsilon of the iterations run (`advanced_composition`).
+        epsilon_tuning_worst_case: The epsilon of the worst-case number of iterations.
+        delta_tuning: The delta of the composition (``delta'``).
+        steps: ``(u, step, accepted)`` after every iteration.
+        assumptions: The privacy claim's assumptions.
+    """
 
     index: int | None
     iterations: int
@@ -74,6 +114,11 @@ class ProposeTestResult:
     assumptions: tuple[str, ...] = ASSUMPTIONS
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly summary, with the accountant (without the steps).
+
+        Returns:
+            The summary's fields by name.
+        """
         return {
             "index": self.index,
             "iterations": self.iterations,
@@ -88,7 +133,17 @@ class ProposeTestResult:
 
 
 def aggregate_utilities(part_utilities: np.ndarray) -> np.ndarray:
-    """Alg. 1 line 9: ``u_s = (1/k) sum_i u_s^(i)`` from a ``(k, |S|)`` matrix in ``[0, 1]``."""
+    """Alg. 1 line 9: ``u_s = (1/k) sum_i u_s^(i)``.
+
+    Args:
+        part_utilities: The ``(k, |S|)`` per-part utilities, in ``[0, 1]``.
+
+    Returns:
+        The ``(|S|,)`` averaged utilities.
+
+    Raises:
+        ValueError: The matrix is empty or not 2-d, or a utility is outside ``[0, 1]`` (or NaN).
+    """
     u = np.asarray(part_utilities, dtype=np.float64)
     if u.ndim != 2 or u.shape[0] < 1 or u.shape[1] < 1:
         raise ValueError(f"part utilities must be a non-empty (k, candidates) matrix, got shape {u.shape}")
@@ -108,8 +163,19 @@ def propose_test(
 ) -> ProposeTestResult:
     """Ding & Wu Alg. 1, lines 1-32, on the ``(k, |S|)`` matrix of per-part utilities.
 
-    ``granularity`` is ``g`` in (0, 1), ``lower_bound`` is ``u0`` in [0, 1), ``eps0`` the per-iteration
-    budget; ``delta_slack`` is the ``delta'`` of advanced composition.
+    Args:
+        part_utilities: The ``(k, |S|)`` per-part utilities, in ``[0, 1]``.
+        eps0: The per-iteration budget.
+        granularity: ``g``, in ``(0, 1)``.
+        lower_bound: ``u0``, in ``[0, 1)``.
+        delta_slack: The ``delta'`` of advanced composition.
+        rng: The generator of the Laplace noise.
+
+    Returns:
+        The selected index and the loop's accounting.
+
+    Raises:
+        ValueError: An argument is out of its range.
     """
     from dphype.checks import check_delta, check_epsilon
 

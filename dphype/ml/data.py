@@ -12,9 +12,9 @@ standardized"), Adult's categorical attributes are one-hot encoded and its label
   format (IDX files / python pickles, read here with numpy) and keep their official train/test split.
   Fashion-MNIST defaults to Debian's ``dataset-fashion-mnist`` package folder.
 
-Partitioners return one array of row indices per client: :func:`partition_iid` (equal sizes,
-near-identical label mix) and :func:`partition_dirichlet` (label skew and varying sizes, Appendix C:
-flwr-datasets' ``DirichletPartitioner``). :func:`flwr_partition` runs any flwr-datasets partitioner over
+Partitioners return one array of row indices per client: `partition_iid` (equal sizes,
+near-identical label mix) and `partition_dirichlet` (label skew and varying sizes, Appendix C:
+flwr-datasets' ``DirichletPartitioner``). `flwr_partition` runs any flwr-datasets partitioner over
 in-memory labels. The iid split is written here: flwr-datasets' ``IidPartitioner`` cuts contiguous shards
 of a shuffled table, which does not give every client the same label mix.
 """
@@ -34,7 +34,7 @@ import numpy as np
 if TYPE_CHECKING:
     from flwr_datasets.partitioner import Partitioner
 
-#: Names accepted by :func:`load_dataset`.
+#: Names accepted by `load_dataset`.
 DATASETS: tuple[str, ...] = ("adult", "mnist5k", "mnist", "fashion-mnist", "cifar10")
 
 #: Where Debian's ``dataset-fashion-mnist`` package installs the IDX files.
@@ -69,7 +69,15 @@ _ADULT_POSITIVE = ">50K"
 class Dataset:
     """Features ``x`` (float32, first axis = samples) and integer labels ``y`` in ``[0, num_classes)``.
 
-    Images are stored as ``(N, C, H, W)``, tabular data as ``(N, D)``.
+    Attributes:
+        x: ``(N, C, H, W)`` images or ``(N, D)`` tabular features, float32.
+        y: ``(N,)`` integer labels in ``[0, num_classes)``.
+        num_classes: The number of classes, ``>= 2``.
+        name: The data set's name.
+
+    Raises:
+        ValueError: ``x`` and ``y`` disagree in length, ``y`` is not 1-D, or a label or ``num_classes`` is out
+            of range.
     """
 
     x: np.ndarray
@@ -94,7 +102,14 @@ class Dataset:
         return int(self.y.shape[0])
 
     def subset(self, indices: np.ndarray) -> Dataset:
-        """The rows ``indices`` (a copy), with the same ``num_classes`` and ``name``."""
+        """The rows ``indices`` (a copy), with the same ``num_classes`` and ``name``.
+
+        Args:
+            indices: Row indices.
+
+        Returns:
+            The subset.
+        """
         return Dataset(self.x[indices], self.y[indices], self.num_classes, self.name)
 
 
@@ -103,12 +118,20 @@ class Dataset:
 
 
 def load_dataset(name: str, data_dir: str | None = None) -> tuple[Dataset, Dataset]:
-    """``(pool, test)`` of the data set ``name`` (one of :data:`DATASETS`).
+    """``(pool, test)`` of the data set ``name``.
 
-    ``data_dir`` is the folder holding a non-bundled data set (``mnist``, ``cifar10``; optional for
-    ``fashion-mnist``); the bundled ``adult`` and ``mnist5k`` do not read it.
-    Raises ``FileNotFoundError`` naming the expected files when they are missing.
-    """
+    Args:
+        name: One of `DATASETS`.
+        data_dir: The folder holding a non-bundled data set (``mnist``, ``cifar10``; optional for
+            ``fashion-mnist``); the bundled ``adult`` and ``mnist5k`` do not read it.
+
+    Returns:
+        ``(pool, test)``.
+
+    Raises:
+        ValueError: ``name`` is unknown.
+        FileNotFoundError: A non-bundled data set's files are missing (the message names them).
+    """  # noqa: DOC502, DOC503
     loaders: dict[str, Callable[[str | None], tuple[Dataset, Dataset]]] = {
         "adult": lambda _dir: load_adult(),
         "mnist5k": lambda _dir: load_mnist5k(),
@@ -132,7 +155,17 @@ def _bundled(filename: str) -> bytes:
 def split_indices(num_samples: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Seeded random split of ``range(num_samples)`` into ``(rest, held_out)``, sorted.
 
-    ``held_out`` has ``round(fraction * num_samples)`` rows, at least one, and ``rest`` keeps at least one.
+    Args:
+        num_samples: The number of rows, ``>= 2``.
+        fraction: The held-out fraction, in ``(0, 1)``.
+        seed: Seeds the split.
+
+    Returns:
+        ``(rest, held_out)``: sorted index arrays; ``held_out`` has ``round(fraction * num_samples)`` rows, at
+        least one, and ``rest`` keeps at least one.
+
+    Raises:
+        ValueError: ``fraction`` or ``num_samples`` is out of its range.
     """
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"fraction must lie in (0, 1), got {fraction}")
@@ -162,10 +195,13 @@ def _parse_adult(text: str) -> tuple[list[list[str]], list[int]]:
 def load_adult() -> tuple[Dataset, Dataset]:
     """UCI Adult as ``(pool, test)``: 39,074 and 9,768 of the 48,842 rows (Section V-B, Table II).
 
-    Both original files are merged and split 80/20 with :data:`SPLIT_SEED`. Numeric attributes are
+    Both original files are merged and split 80/20 with `SPLIT_SEED`. Numeric attributes are
     standardized with the pool's mean and standard deviation; categorical attributes are one-hot
     encoded over the sorted values seen in all rows, with the missing value ``?`` kept as a category
     of its own. Label: 1 iff income > 50K.
+
+    Returns:
+        ``(pool, test)``.
     """
     rows, labels = _parse_adult(_bundled("adult.data.gz").decode("ascii"))
     test_rows, test_labels = _parse_adult(_bundled("adult.test.gz").decode("ascii"))
@@ -200,7 +236,11 @@ def _standardize_images(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray
 
 
 def load_mnist5k() -> tuple[Dataset, Dataset]:
-    """The bundled 5,000-digit MNIST subset as ``(pool, test)``, split 80/20 with :data:`SPLIT_SEED`."""
+    """The bundled 5,000-digit MNIST subset as ``(pool, test)``, split 80/20 with `SPLIT_SEED`.
+
+    Returns:
+        ``(pool, test)``.
+    """
     table = np.loadtxt(_bundled("mnist_5k.csv.gz").decode().splitlines(), delimiter=",", dtype=np.uint8)
     images = table[:, :-1].reshape(-1, 1, 28, 28)
     labels = table[:, -1].astype(np.int64)
@@ -214,6 +254,15 @@ def read_idx(path: str | Path) -> np.ndarray:
 
     Layout: two zero bytes, a type byte (0x08 = uint8), the number of dimensions, one big-endian
     int32 per dimension, then the values in C order.
+
+    Args:
+        path: The IDX file.
+
+    Returns:
+        The uint8 array, of the shape the header announces.
+
+    Raises:
+        ValueError: The file is not an unsigned-byte IDX file or holds fewer values than announced.
     """
     path = Path(path)
     raw = path.read_bytes()
@@ -240,8 +289,17 @@ _IDX_STEMS = (
 def load_idx_images(name: str, data_dir: str | None, torchvision_folders: Sequence[str]) -> tuple[Dataset, Dataset]:
     """MNIST-format data set (official train/test split) from ``data_dir``.
 
-    The four IDX files (optionally ``.gz``) are looked up in ``<data_dir>/<folder>/raw`` for each
-    torchvision folder name (e.g. ``MNIST``), then directly in ``data_dir``.
+    Args:
+        name: The data set's name.
+        data_dir: The folder holding the four IDX files (optionally ``.gz``); ``None`` fails.
+        torchvision_folders: Folder names (e.g. ``MNIST``): the files are looked up in
+            ``<data_dir>/<folder>/raw`` for each, then directly in ``data_dir``.
+
+    Returns:
+        ``(pool, test)``: the official train and test split.
+
+    Raises:
+        FileNotFoundError: ``data_dir`` is ``None`` or the files are not found (the message names them).
     """
     if data_dir is None:
         raise FileNotFoundError(
@@ -289,7 +347,17 @@ def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def load_cifar10(data_dir: str | None) -> tuple[Dataset, Dataset]:
-    """CIFAR-10 (official 50,000/10,000 split) from ``<data_dir>/cifar-10-batches-py`` or ``data_dir``."""
+    """CIFAR-10 (official 50,000/10,000 split) from ``<data_dir>/cifar-10-batches-py`` or ``data_dir``.
+
+    Args:
+        data_dir: The folder holding the python batches; ``None`` fails.
+
+    Returns:
+        ``(pool, test)``.
+
+    Raises:
+        FileNotFoundError: ``data_dir`` is ``None`` or the batches are not found (the message names them).
+    """
     expected = f"{', '.join(_CIFAR_TRAIN)}, {_CIFAR_TEST} (python pickles of the CIFAR-10 python version)"
     if data_dir is None:
         raise FileNotFoundError(
@@ -326,8 +394,19 @@ def partition_iid(labels: np.ndarray | int, clients: int, seed: int) -> list[np.
     ``labels`` is the label array (or a sample count, meaning no labels). Every client gets
     ``len // clients`` rows; the ``len % clients`` left over are dropped at random. The kept rows are
     shuffled with ``seed``, stably sorted by label and dealt round-robin, so each client's count of
-    every label differs from the others' by at most one. Returns sorted index arrays.
-    """
+    every label differs from the others' by at most one.
+
+    Args:
+        labels: The ``(N,)`` label array, or a sample count ``N`` (no labels).
+        clients: The number of clients, in ``[1, N]``.
+        seed: Seeds the shuffle.
+
+    Returns:
+        One sorted index array per client.
+
+    Raises:
+        ValueError: ``clients`` is out of its range.
+    """  # noqa: DOC502
     y = np.zeros(labels, dtype=np.int64) if isinstance(labels, (int, np.integer)) else np.asarray(labels)
     _check_clients(clients, len(y), 1)
     per_client = len(y) // clients
@@ -342,8 +421,14 @@ def flwr_partition(labels: np.ndarray, partitioner: Partitioner) -> list[np.ndar
     The partitioner (``DirichletPartitioner``, ``IidPartitioner``, ``ShardPartitioner``, ... configured with
     ``num_partitions`` and, where it needs one, ``partition_by="label"``) is handed an in-memory
     ``datasets.Dataset`` with two columns: ``label`` (``labels``) and ``row`` (the row index), so the
-    features never leave numpy and any flwr-datasets partitioning plugs in. Returns sorted index arrays,
-    one per partition.
+    features never leave numpy and any flwr-datasets partitioning plugs in.
+
+    Args:
+        labels: The ``(N,)`` labels.
+        partitioner: A configured flwr-datasets partitioner.
+
+    Returns:
+        One sorted index array per partition.
     """
     from datasets import Dataset as HFDataset
 
@@ -363,10 +448,23 @@ def partition_dirichlet(
     """Non-iid split by label (Section V-C, Appendix C): label skew plus varying client sizes.
 
     flwr-datasets' ``DirichletPartitioner`` (Hsu et al. 2019, without its self-balancing, as in the paper)
-    via :func:`flwr_partition`: for each label the proportions ``p ~ Dirichlet(beta * 1_clients)`` split
+    via `flwr_partition`: for each label the proportions ``p ~ Dirichlet(beta * 1_clients)`` split
     that label's rows among the clients; smaller ``beta`` means stronger skew. The draw is repeated until
-    every client holds at least ``min_size`` rows; after flwr-datasets' 10 tries a ``ValueError`` says that
-    the data cannot support that many clients. Returns sorted index arrays.
+    every client holds at least ``min_size`` rows.
+
+    Args:
+        labels: The ``(N,)`` labels.
+        clients: The number of clients.
+        beta: The Dirichlet concentration, ``> 0``.
+        seed: Seeds the draws.
+        min_size: The fewest rows per client, ``>= 1``.
+
+    Returns:
+        One sorted index array per client.
+
+    Raises:
+        ValueError: An argument is out of its range, or after flwr-datasets' 10 tries the data cannot support
+            that many clients.
     """
     import warnings
 

@@ -31,7 +31,16 @@ def _outputs(num_classes: int) -> int:
 
 
 class AdultMLP(nn.Module):
-    """Appendix B, Adult: two hidden layers of 64 ReLU units, dropout 0.2 after the second, raw logits."""
+    """Appendix B, Adult: two hidden layers of 64 ReLU units, dropout 0.2 after the second, raw logits.
+
+    A ``num_classes`` below 2 raises ``ValueError``.
+
+    Args:
+        in_features: The number of input features ``D``.
+        num_classes: The number of classes ``K >= 2`` (one logit for two).
+        hidden: Units per hidden layer.
+        dropout: Use dropout (``False``: rate 0).
+    """
 
     def __init__(self, in_features: int, num_classes: int = 2, *, hidden: int = 64, dropout: bool = True) -> None:
         super().__init__()
@@ -41,18 +50,32 @@ class AdultMLP(nn.Module):
         self.out = nn.Linear(hidden, _outputs(num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The logits of a batch.
+
+        Args:
+            x: ``(B, D)`` features.
+
+        Returns:
+            ``(B, K)`` logits (``K = 1`` for two classes).
+        """
         h = torch.relu(self.fc1(x))
         h = self.dropout(torch.relu(self.fc2(h)))
         return self.out(h)
 
     def stacked_forward(self, params: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        """:meth:`forward` of ``C`` stacked copies on one shared batch: ``params`` are this module's
-        parameters with a leading axis of size ``C``; returns logits ``(C, B, K)``.
+        """`forward` of ``C`` stacked copies on one shared batch.
 
         Hand-written with batched matrix products (the first layer as a single GEMM over all copies,
         since the input is shared) because it trains Adult's 100 candidates about 20 % faster than
-        ``torch.func.vmap`` over :meth:`forward` on CPU. Dropout (in training mode) draws an
+        ``torch.func.vmap`` over `forward` on CPU. Dropout (in training mode) draws an
         independent mask per copy, like ``vmap(..., randomness="different")``.
+
+        Args:
+            params: This module's parameters (by name) with a leading axis of size ``C``.
+            x: ``(B, D)`` features, shared by the copies.
+
+        Returns:
+            ``(C, B, K)`` logits.
         """
         copies = params["fc1.weight"].shape[0]
         w1 = params["fc1.weight"].flatten(0, 1)  # (C * hidden, D)
@@ -65,11 +88,19 @@ class AdultMLP(nn.Module):
 
 
 class MnistCNN(nn.Module):
-    """Appendix B, MNIST: conv 3x3 (32) and conv 3x3 (64) with ReLU, 2x2 max-pool, then
-    dropout 0.25 -> dense 128 + ReLU -> dropout 0.5 -> dense output (logits for cross-entropy).
+    """Appendix B, MNIST: conv 3x3 (32) and conv 3x3 (64) with ReLU, 2x2 max-pool, then the dense layers.
 
+    Then dropout 0.25 -> dense 128 + ReLU -> dropout 0.5 -> dense output (logits for cross-entropy).
     The appendix does not name the convolutions' activation; ReLU is assumed (unpadded convolutions,
     so 28x28 inputs give 64 x 12 x 12 features before the dense layers).
+
+    A ``num_classes`` below 2 raises ``ValueError``.
+
+    Args:
+        in_channels: Image channels ``C``.
+        image_size: Image height and width ``S`` (square images).
+        num_classes: The number of classes ``K >= 2``.
+        dropout: Use dropout (``False``: rate 0).
     """
 
     def __init__(
@@ -84,6 +115,14 @@ class MnistCNN(nn.Module):
         self.fc2 = nn.Linear(128, _outputs(num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The logits of a batch of images.
+
+        Args:
+            x: ``(B, C, S, S)`` images.
+
+        Returns:
+            ``(B, K)`` logits (``K = 1`` for two classes).
+        """
         h = torch.relu(self.conv2(torch.relu(self.conv1(x))))
         h = self.dropout1(torch.flatten(nn.functional.max_pool2d(h, 2), 1))
         h = self.dropout2(torch.relu(self.fc1(h)))
@@ -95,10 +134,17 @@ def _conv_bn_relu(cin: int, cout: int) -> list[nn.Module]:
 
 
 class CifarCNN(nn.Module):
-    """Appendix B, CIFAR-10: two blocks of [conv 3x3 -> batch norm -> ReLU] x 2, 2x2 max-pool and
-    dropout 0.25 (filters 32, 32 then 64, 128), global average pooling, one dense output layer.
+    """Appendix B, CIFAR-10: two blocks of [conv 3x3 -> batch norm -> ReLU] x 2, 2x2 max-pool and dropout 0.25.
 
+    Filters 32, 32 then 64, 128; then global average pooling and one dense output layer.
     Convolutions are padded ("same"), so any image size of at least 4x4 works.
+
+    A ``num_classes`` below 2 raises ``ValueError``.
+
+    Args:
+        in_channels: Image channels ``C``.
+        num_classes: The number of classes ``K >= 2``.
+        dropout: Use dropout (``False``: rate 0).
     """
 
     def __init__(self, in_channels: int = 3, num_classes: int = 10, *, dropout: bool = True) -> None:
@@ -117,6 +163,14 @@ class CifarCNN(nn.Module):
         self.out = nn.Linear(128, _outputs(num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The logits of a batch of images.
+
+        Args:
+            x: ``(B, C, H, W)`` images, ``H, W >= 4``.
+
+        Returns:
+            ``(B, K)`` logits (``K = 1`` for two classes).
+        """
         return self.out(self.features(x).mean(dim=(2, 3)))
 
 
@@ -126,13 +180,25 @@ _BUILDERS: dict[str, Callable[[Sequence[int], int, bool], nn.Module]] = {
     "cifar-cnn": lambda shape, k, drop: CifarCNN(int(shape[0]), k, dropout=drop),
 }
 
-#: Names accepted by :func:`build_model`.
+#: Names accepted by `build_model`.
 MODELS: tuple[str, ...] = tuple(_BUILDERS)
 
 
 def build_model(name: str, input_shape: Sequence[int], num_classes: int, *, dropout: bool = True) -> nn.Module:
-    """A freshly initialised model ``name`` (one of :data:`MODELS`) for inputs of shape ``input_shape``
-    (one sample: ``(D,)`` for the MLP, ``(C, H, W)`` for the CNNs)."""
+    """A freshly initialised model ``name`` for inputs of shape ``input_shape``.
+
+    Args:
+        name: One of `MODELS`.
+        input_shape: One sample's shape: ``(D,)`` for the MLP, ``(C, H, W)`` for the CNNs.
+        num_classes: The number of classes ``K >= 2``.
+        dropout: Use dropout (``False``: rate 0).
+
+    Returns:
+        The model.
+
+    Raises:
+        ValueError: ``name`` is unknown, or ``input_shape`` has the wrong number of dimensions.
+    """
     if name not in _BUILDERS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}; got {name!r}")
     expected_dims = 1 if name == "adult-mlp" else 3

@@ -4,25 +4,25 @@ A *privacy oracle* ``P_delta: Lambda -> [0, inf)`` maps a configuration to the e
 configured algorithm is (epsilon, delta)-DP for a fixed delta (Remark 1). A *utility oracle*
 ``U_z: Lambda -> [0, 1]`` maps it to a score measured empirically: the algorithm is run ``R`` times
 and the mean is the utility, the best and worst runs give DPareto's variability band (Remark 2,
-Sec. 4.3). A :class:`ParetoProblem` bundles ``(Lambda, P_delta, U_z)`` with the random-sampling
+Sec. 4.3). A `ParetoProblem` bundles ``(Lambda, P_delta, U_z)`` with the random-sampling
 distributions of the baseline (Appendix C).
 
-Concrete problems (:func:`make_problem`, names in :func:`problem_names`):
+Concrete problems (`make_problem`, names in `problem_names`):
 
 * ``svt`` - DPareto's sparse vector technique (Alg. 1) with its closed-form privacy oracle
   (Appendix B) and the F1 utility over random query orders (Sec. 2.2).
 * ``logreg-output-perturbation`` - L2-regularised logistic regression on Adult trained with
   projected SGD and released with Gaussian output perturbation (Wu et al. 2017, Alg. 2); epsilon
-  from the analytic Gaussian mechanism (Balle & Wang 2018) through :mod:`dphype.privacy.accounting`.
+  from the analytic Gaussian mechanism (Balle & Wang 2018) through `dphype.privacy.accounting`.
 * ``{dpsgd,dpadam}-{logreg,svm,mlp,mlp1}-{adult,mnist}`` - DP-SGD / DP-Adam (DPareto Alg. 3/4)
   run through Opacus (per-sample gradients, clipping, noise) with Poisson-sampled lots, over the
   Table 1 domains; epsilon from Opacus' RDP or PRV accountant. ``mnist`` is the bundled 5,000-digit
   subset (``dphype.ml.data.load_dataset("mnist5k")``).
 
-The federated path plugs into the same interface: :func:`vote_privacy_oracle` is DP-Hype's
-privacy (a :class:`dphype.privacy.accounting.VoteRelease` per configuration),
-:func:`candidate_utility_oracle` scores configurations taken from a candidate list with a
-:class:`dphype.ml.task.Task`-like scorer, and :func:`dphype_vote_problem` makes DP-Hype's own
+The federated path plugs into the same interface: `vote_privacy_oracle` is DP-Hype's
+privacy (a `dphype.privacy.accounting.VoteRelease` per configuration),
+`candidate_utility_oracle` scores configurations taken from a candidate list with a
+`dphype.ml.task.Task`-like scorer, and `dphype_vote_problem` makes DP-Hype's own
 ``(sigma, k)`` trade-off a DPareto problem over fixed local scores.
 """
 
@@ -43,7 +43,18 @@ Config = dict[str, Any]
 # ------------------------------------------------------------------------------------ the search domain
 @dataclass(frozen=True)
 class Hyperparameter:
-    """One axis of a domain: a real or integer interval, searched on a linear or log scale."""
+    """One axis of a domain: a real or integer interval, searched on a linear or log scale.
+
+    Attributes:
+        name: The hyperparameter's name.
+        low: The interval's lower end (``> 0`` on a log scale).
+        high: Its upper end, ``> low``.
+        log: Search on a log scale.
+        integer: Integer values only.
+
+    Raises:
+        ValueError: ``low``/``high`` are not finite with ``low < high``, or a log scale has ``low <= 0``.
+    """
 
     name: str
     low: float
@@ -63,25 +74,54 @@ class Hyperparameter:
         return np.log(value) if self.log else value
 
     def from_unit(self, u: np.ndarray) -> np.ndarray:
-        """Map ``u`` in ``[0, 1]`` to the range (log-linear if ``log``; rounded if ``integer``)."""
+        """Map ``u`` in ``[0, 1]`` to the range (log-linear if ``log``; rounded if ``integer``).
+
+        Args:
+            u: Unit coordinates, any shape.
+
+        Returns:
+            Values in ``[low, high]``, of the shape of ``u``.
+        """
         lo, hi = self._scale(np.array([self.low, self.high], dtype=np.float64))
         value = lo + np.clip(u, 0.0, 1.0) * (hi - lo)
         value = np.exp(value) if self.log else value
         return np.clip(np.round(value), self.low, self.high) if self.integer else np.clip(value, self.low, self.high)
 
     def to_unit(self, value: np.ndarray) -> np.ndarray:
-        """Inverse of :meth:`from_unit` (up to integer rounding)."""
+        """Inverse of `from_unit` (up to integer rounding).
+
+        Args:
+            value: Values in ``[low, high]``, any shape.
+
+        Returns:
+            Unit coordinates, of the shape of ``value``.
+        """
         lo, hi = self._scale(np.array([self.low, self.high], dtype=np.float64))
         return (self._scale(np.asarray(value, dtype=np.float64)) - lo) / (hi - lo)
 
     def contains(self, value: float) -> bool:
+        """Whether ``value`` lies in the interval (and is an integer on an integer axis).
+
+        Args:
+            value: A value.
+
+        Returns:
+            Whether it is admissible.
+        """
         ok = self.low <= value <= self.high
         return bool(ok and (not self.integer or float(value).is_integer()))
 
 
 @dataclass(frozen=True)
 class Domain:
-    """The hyperparameter set ``Lambda``: a box of named axes, mapped to the unit cube for the GPs."""
+    """The hyperparameter set ``Lambda``: a box of named axes, mapped to the unit cube for the GPs.
+
+    Attributes:
+        params: The axes, with unique names.
+
+    Raises:
+        ValueError: No axes, or repeated names.
+    """
 
     params: tuple[Hyperparameter, ...]
 
@@ -94,14 +134,34 @@ class Domain:
 
     @property
     def names(self) -> tuple[str, ...]:
+        """The axes' names, in order.
+
+        Returns:
+            The names.
+        """
         return tuple(p.name for p in self.params)
 
     @property
     def dim(self) -> int:
+        """The number of axes ``d``.
+
+        Returns:
+            ``d``.
+        """
         return len(self.params)
 
     def from_unit(self, unit: np.ndarray) -> list[Config]:
-        """Configurations for the rows of ``unit`` (shape ``(n, dim)``, values in ``[0, 1]``)."""
+        """Configurations for the rows of ``unit``.
+
+        Args:
+            unit: ``(n, dim)`` values in ``[0, 1]``.
+
+        Returns:
+            ``n`` configurations.
+
+        Raises:
+            ValueError: ``unit`` does not have ``dim`` columns.
+        """
         unit = np.atleast_2d(np.asarray(unit, dtype=np.float64))
         if unit.shape[1] != self.dim:
             raise ValueError(f"unit points must have {self.dim} columns, got shape {unit.shape}")
@@ -112,7 +172,14 @@ class Domain:
         ]
 
     def to_unit(self, configs: Sequence[Mapping[str, Any]]) -> np.ndarray:
-        """Unit-cube coordinates of ``configs`` (shape ``(n, dim)``)."""
+        """Unit-cube coordinates of ``configs``.
+
+        Args:
+            configs: ``n`` configurations.
+
+        Returns:
+            ``(n, dim)`` coordinates.
+        """
         self.check(configs)
         return np.stack(
             [p.to_unit(np.array([c[p.name] for c in configs], dtype=np.float64)) for p in self.params],
@@ -120,7 +187,14 @@ class Domain:
         ).reshape(len(configs), self.dim)
 
     def check(self, configs: Sequence[Mapping[str, Any]]) -> None:
-        """Raise ``ValueError`` naming the first missing or out-of-range hyperparameter."""
+        """Check configurations against the domain.
+
+        Args:
+            configs: The configurations.
+
+        Raises:
+            ValueError: A hyperparameter is missing or out of range (the first one is named).
+        """
         for c in configs:
             for p in self.params:
                 if p.name not in c:
@@ -132,7 +206,17 @@ class Domain:
                     )
 
     def grid(self, points_per_axis: int) -> list[Config]:
-        """Full grid with ``points_per_axis`` values per axis, end points included (DPareto Sec. 4.3)."""
+        """Full grid with ``points_per_axis`` values per axis, end points included (DPareto Sec. 4.3).
+
+        Args:
+            points_per_axis: Values per axis, ``>= 1``.
+
+        Returns:
+            ``points_per_axis ** dim`` configurations.
+
+        Raises:
+            ValueError: ``points_per_axis`` is below 1.
+        """
         if points_per_axis < 1:
             raise ValueError(f"points_per_axis must be >= 1, got {points_per_axis}")
         ticks = np.linspace(0.0, 1.0, points_per_axis) if points_per_axis > 1 else np.array([0.5])
@@ -145,9 +229,13 @@ class Domain:
 class Distribution:
     """A 1-D sampling law of DPareto's random baseline (Appendix C, Tables 3-4; Sec. 3.3).
 
-    ``kind``: ``"uniform"`` (a, b), ``"loguniform"`` (a, b), ``"normal"`` (mean, std) or
-    ``"shifted-exponential"`` (rate, shift): ``shift + Exp(rate)``. Draws outside the axis' accept
-    range are rejected and redrawn; integer axes are rounded before the check.
+    Draws outside the axis' accept range are rejected and redrawn; integer axes are rounded before the check.
+
+    Attributes:
+        kind: ``"uniform"`` (a, b), ``"loguniform"`` (a, b), ``"normal"`` (mean, std) or
+            ``"shifted-exponential"`` (rate, shift): ``shift + Exp(rate)``.
+        a: The law's first parameter.
+        b: Its second parameter.
     """
 
     kind: str
@@ -155,6 +243,18 @@ class Distribution:
     b: float
 
     def draw(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        """Draw from the law.
+
+        Args:
+            rng: The generator.
+            size: The number of draws.
+
+        Returns:
+            ``(size,)`` draws.
+
+        Raises:
+            ValueError: ``kind`` is unknown.
+        """
         if self.kind == "uniform":
             return rng.uniform(self.a, self.b, size)
         if self.kind == "loguniform":
@@ -175,7 +275,22 @@ def sample_configs(
     *,
     max_tries: int = 10_000,
 ) -> list[Config]:
-    """``n`` configurations drawn axis-wise from ``distributions`` by rejection into ``domain``."""
+    """``n`` configurations drawn axis-wise from ``distributions`` by rejection into ``domain``.
+
+    Args:
+        domain: The domain.
+        distributions: Axis name -> its law (an axis without one: uniform on its range, log-uniform on a log
+            axis).
+        n: The number of configurations.
+        rng: The generator.
+        max_tries: Rounds of redraws before giving up.
+
+    Returns:
+        ``n`` configurations.
+
+    Raises:
+        ValueError: A law rarely falls in its axis' range.
+    """
     if n == 0:
         return []
     columns: dict[str, np.ndarray] = {}
@@ -200,7 +315,14 @@ def sample_configs(
 # ------------------------------------------------------------------------------------------- oracles
 @dataclass(frozen=True)
 class UtilityResult:
-    """Utility over ``R`` runs: the mean (the oracle's value) and the best and worst run."""
+    """Utility over ``R`` runs: the mean (the oracle's value) and the best and worst run.
+
+    Attributes:
+        mean: The mean over the runs.
+        best: The best run.
+        worst: The worst run.
+        runs: Every run's utility.
+    """
 
     mean: float
     best: float
@@ -209,6 +331,17 @@ class UtilityResult:
 
     @classmethod
     def from_runs(cls, runs: Sequence[float] | np.ndarray) -> UtilityResult:
+        """Summarise the runs.
+
+        Args:
+            runs: Every run's utility, at least one.
+
+        Returns:
+            The summary.
+
+        Raises:
+            ValueError: No runs.
+        """
         values = tuple(float(v) for v in runs)
         if len(values) == 0:
             raise ValueError("a utility needs at least one run")
@@ -223,7 +356,13 @@ UtilityOracle = Callable[[Config, np.random.Generator], UtilityResult]
 
 @dataclass(frozen=True)
 class Evaluation:
-    """One evaluated configuration: epsilon and utility (mean, best, worst)."""
+    """One evaluated configuration: epsilon and utility (mean, best, worst).
+
+    Attributes:
+        config: The configuration.
+        epsilon: Its privacy cost.
+        utility: Its utility over the runs.
+    """
 
     config: Config
     epsilon: float
@@ -231,13 +370,27 @@ class Evaluation:
 
     @property
     def error(self) -> float:
-        """``1 - U(lambda)``, DPareto's second (minimised) objective."""
+        """``1 - U(lambda)``, DPareto's second (minimised) objective.
+
+        Returns:
+            One minus the mean utility.
+        """
         return 1.0 - self.utility.mean
 
 
 @dataclass(frozen=True)
 class ParetoProblem:
-    """DPareto's ``(Lambda, P_delta, U_z)`` plus the random baseline's sampling laws."""
+    """DPareto's ``(Lambda, P_delta, U_z)`` plus the random baseline's sampling laws.
+
+    Attributes:
+        name: The problem's name.
+        domain: ``Lambda``.
+        privacy: ``P_delta``: configuration -> epsilon.
+        utility: ``U_z``: (configuration, randomness) -> utility over R runs.
+        delta: The fixed delta.
+        distributions: The random baseline's sampling laws, by axis name.
+        description: What the problem is.
+    """
 
     name: str
     domain: Domain
@@ -248,7 +401,18 @@ class ParetoProblem:
     description: str = ""
 
     def evaluate(self, config: Mapping[str, Any], rng: np.random.Generator) -> Evaluation:
-        """Call both oracles on ``config``; ``ValueError`` naming the oracle on out-of-range output."""
+        """Call both oracles on ``config``.
+
+        Args:
+            config: The configuration.
+            rng: The utility oracle's randomness.
+
+        Returns:
+            The evaluation.
+
+        Raises:
+            ValueError: An oracle's output is out of range (the message names the oracle).
+        """
         cfg = dict(config)
         self.domain.check([cfg])
         eps = float(self.privacy(cfg))
@@ -267,8 +431,20 @@ class ParetoProblem:
 
 # ------------------------------------------------------------------------- sparse vector technique (SVT)
 def svt_epsilon(b: float, bound: int) -> float:
-    """DPareto Appendix B: Alg. 1 with noise ``b`` and answer bound ``C`` is (eps, 0)-DP with
-    ``eps = (1 + (2C)^(1/3)) (1 + (2C)^(2/3)) / b``."""
+    """DPareto Appendix B: Alg. 1 with noise ``b`` and answer bound ``C`` is (eps, 0)-DP.
+
+    ``eps = (1 + (2C)^(1/3)) (1 + (2C)^(2/3)) / b``.
+
+    Args:
+        b: The noise scale, ``> 0``.
+        bound: ``C``, an integer ``>= 1``.
+
+    Returns:
+        The epsilon.
+
+    Raises:
+        ValueError: ``b`` or ``C`` is out of its range.
+    """
     from dphype.checks import check_positive
 
     check_positive("b", b)
@@ -283,7 +459,16 @@ def svt_answers(answers: np.ndarray, b: float, bound: int, rng: np.random.Genera
 
     ``b1 = b / (1 + (2C)^(1/3))``, ``b2 = b - b1``; threshold noise ``rho ~ Lap(b1)`` per run,
     query noise ``nu_i ~ Lap(b2)``; query ``i`` is answered 1 if ``q_i + nu_i >= 1/2 + rho``, and the
-    run stops after the ``C``-th positive answer. Returns the released 0/1 vectors ``w``.
+    run stops after the ``C``-th positive answer.
+
+    Args:
+        answers: ``(R, m)`` true 0/1 answers, one run per row.
+        b: The noise scale.
+        bound: ``C``.
+        rng: The generator of the Laplace noise.
+
+    Returns:
+        The ``(R, m)`` released 0/1 vectors ``w``.
     """
     q = np.atleast_2d(answers).astype(np.float64)
     b1 = b / (1.0 + (2.0 * bound) ** (1.0 / 3.0))
@@ -295,7 +480,15 @@ def svt_answers(answers: np.ndarray, b: float, bound: int, rng: np.random.Genera
 
 
 def f1_scores(truth: np.ndarray, predicted: np.ndarray) -> np.ndarray:
-    """Row-wise F1 score ``2TP / (2TP + FP + FN)`` of 0/1 matrices (1 when both are empty)."""
+    """Row-wise F1 score ``2TP / (2TP + FP + FN)`` of 0/1 matrices (1 when both are empty).
+
+    Args:
+        truth: ``(R, m)`` true 0/1 answers.
+        predicted: ``(R, m)`` released 0/1 answers.
+
+    Returns:
+        ``(R,)`` F1 scores.
+    """
     t = np.atleast_2d(truth).astype(bool)
     p = np.atleast_2d(predicted).astype(bool)
     tp = (t & p).sum(axis=1)
@@ -304,9 +497,23 @@ def f1_scores(truth: np.ndarray, predicted: np.ndarray) -> np.ndarray:
 
 
 def svt_problem(*, queries: int = 100, positives: int = 10, runs: int = 50, seed: int = 0) -> ParetoProblem:
-    """DPareto's SVT example (Sec. 2.2/3.3): ``m = 100`` queries, 10 of them true; the utility is the
-    F1 score averaged over ``R = 50`` runs with random query orders; ``C`` in [1, 30] (uniform),
-    ``b`` in [1e-2, 1e2] (log-uniform)."""
+    """DPareto's SVT example (Sec. 2.2/3.3).
+
+    ``m = 100`` queries, 10 of them true; the utility is the F1 score averaged over ``R = 50`` runs with random
+    query orders; ``C`` in [1, 30] (uniform), ``b`` in [1e-2, 1e2] (log-uniform).
+
+    Args:
+        queries: ``m``.
+        positives: True queries, in ``[1, m]``.
+        runs: ``R``, ``>= 1``.
+        seed: Seeds which queries are true.
+
+    Returns:
+        The problem.
+
+    Raises:
+        ValueError: ``positives`` or ``runs`` is out of its range.
+    """
     if not 1 <= positives <= queries:
         raise ValueError(f"positives must be in [1, queries={queries}], got {positives}")
     if runs < 1:
@@ -341,13 +548,25 @@ class OutputPerturbationSetup:
     regulariser ``gamma/2 ||w||^2`` and projection onto the ball of radius ``1/gamma`` (which holds
     the minimiser), the objective is ``gamma``-strongly convex, ``(beta + gamma)``-smooth and
     ``(1 + gamma * 1/gamma) = 2``-Lipschitz on the ball.
+
+    Attributes:
+        lipschitz: ``L`` of the objective on the ball.
+        smoothness: ``beta`` of the logistic loss.
     """
 
     lipschitz: float = 2.0
     smoothness: float = 0.25
 
     def sensitivity(self, gamma: float, n: int) -> float:
-        """L2 sensitivity ``2 L / (gamma n)`` of strongly convex permutation PSGD (Wu et al., Alg. 2)."""
+        """L2 sensitivity ``2 L / (gamma n)`` of strongly convex permutation PSGD (Wu et al., Alg. 2).
+
+        Args:
+            gamma: The regularisation.
+            n: The number of training rows.
+
+        Returns:
+            The sensitivity.
+        """
         return 2.0 * self.lipschitz / (gamma * n)
 
 
@@ -364,8 +583,19 @@ def train_psgd_logreg(
     """Projected permutation SGD on ``logistic + gamma/2 ||w||^2`` (Wu et al. 2017, Alg. 2).
 
     The data are reshuffled every epoch; step ``eta_t = min(1/(beta+gamma), 1/(gamma t))``;
-    after each step ``w`` is projected onto ``||w|| <= 1/gamma``. ``y`` in {-1, +1}. Returns the
-    non-private weights ``w`` (shape ``(d,)``), starting from ``w = 0``.
+    after each step ``w`` is projected onto ``||w|| <= 1/gamma``. Starts from ``w = 0``.
+
+    Args:
+        x: ``(n, d)`` features with unit-norm rows.
+        y: ``(n,)`` labels in {-1, +1}.
+        gamma: The regularisation.
+        epochs: Passes over the data.
+        batch_size: The minibatch size.
+        rng: Shuffles the data.
+        setup: The loss's constants.
+
+    Returns:
+        The non-private ``(d,)`` weights ``w``.
     """
     n, d = x.shape
     w = np.zeros(d)
@@ -398,14 +628,27 @@ def output_perturbation_problem(
 
     Hyperparameters: regularisation ``gamma`` in [1e-4, 1] and output-noise std ``sigma`` in
     [0.1, 10] (log-uniform, Sec. 3.3). Privacy: analytic Gaussian mechanism with the sensitivity
-    of :class:`OutputPerturbationSetup` at ``delta = 1e-6``. Utility: test accuracy of
+    of `OutputPerturbationSetup` at ``delta = 1e-6``. Utility: test accuracy of
     ``w + N(0, sigma^2 I)`` averaged over ``runs`` noise draws. For speed, the non-private ``w`` is
     trained once per oracle call (one random data order) and the runs differ in the output noise,
     which dominates the variability: after 10 passes the strongly convex PSGD iterate barely depends
     on the order (test accuracies agree to 1e-3 across orders and batch sizes 1..128). DPareto uses
     mini-batch size 1; the default here is 32 (the sensitivity bound of the strongly convex case
     does not depend on the batch size). Rows are scaled to unit L2 norm.
-    """
+
+    Args:
+        runs: Output-noise draws per evaluation.
+        epochs: PSGD passes.
+        batch_size: PSGD's minibatch size.
+        delta: The fixed delta.
+        train_size: Subsample the training rows to this many; ``None``: all.
+
+    Returns:
+        The problem.
+
+    Raises:
+        ValueError: ``train_size`` is below 2.
+    """  # noqa: DOC502
     from dphype.checks import check_delta
     from dphype.ml.data import load_dataset
     from dphype.privacy.accounting import analytic_gaussian_epsilon
@@ -488,7 +731,19 @@ RDP_ORDERS: tuple[float, ...] = tuple([1 + x / 10.0 for x in range(1, 100)] + li
 
 
 def dpsgd_steps(epochs: int, lot_size: int, num_samples: int) -> tuple[float, int]:
-    """Poisson sampling rate ``q = m / n`` and number of steps ``T * n / m`` (at least 1)."""
+    """Poisson sampling rate ``q = m / n`` and number of steps ``T * n / m`` (at least 1).
+
+    Args:
+        epochs: ``T``, ``>= 1``.
+        lot_size: ``m``, in ``[1, n]``.
+        num_samples: ``n``.
+
+    Returns:
+        ``(q, steps)``.
+
+    Raises:
+        ValueError: ``epochs`` or ``lot_size`` is out of its range.
+    """
     if not 1 <= lot_size <= num_samples:
         raise ValueError(f"lot_size must be in [1, {num_samples}] (the training set size), got {lot_size}")
     if epochs < 1:
@@ -503,7 +758,19 @@ def dpsgd_epsilon(config: Mapping[str, Any], num_samples: int, delta: float, acc
     multiplier ``sqrt(noise_variance)`` (noise std ``sqrt(noise_variance) * clip_norm`` on the sum
     of clipped per-example gradients, add/remove neighbours), sample rate ``lot_size / n``, for
     ``epochs * n / lot_size`` steps; the clipping norm does not affect epsilon. The RDP accountant
-    minimises over :data:`RDP_ORDERS`.
+    minimises over `RDP_ORDERS`.
+
+    Args:
+        config: ``noise_variance``, ``lot_size``, ``epochs`` (and the rest of the configuration).
+        num_samples: ``n``.
+        delta: The delta.
+        accountant: One of `OPACUS_ACCOUNTANTS`.
+
+    Returns:
+        The epsilon.
+
+    Raises:
+        ValueError: ``accountant`` is unknown, or ``epochs`` or ``lot_size`` is out of its range.
     """
     from opacus.accountants import create_accountant
 
@@ -518,8 +785,22 @@ def dpsgd_epsilon(config: Mapping[str, Any], num_samples: int, delta: float, acc
 
 
 def build_dpsgd_model(name: str, in_features: int, num_classes: int) -> Any:
-    """DPareto Sec. 4.1 models: ``logreg``/``svm`` (linear, zero-initialised as in Alg. 3),
-    ``mlp`` (MLP2: 128-64 ReLU) and ``mlp1`` (one hidden layer of 1000 ReLU units)."""
+    """DPareto Sec. 4.1 models.
+
+    ``logreg``/``svm`` (linear, zero-initialised as in Alg. 3), ``mlp`` (MLP2: 128-64 ReLU) and ``mlp1`` (one
+    hidden layer of 1000 ReLU units).
+
+    Args:
+        name: One of `DPSGD_MODELS`.
+        in_features: The number of input features.
+        num_classes: The number of classes.
+
+    Returns:
+        A fresh torch module.
+
+    Raises:
+        ValueError: ``name`` is unknown.
+    """
     from torch import nn
 
     if name in ("logreg", "svm"):
@@ -544,14 +825,29 @@ def train_dpsgd(
     config: Mapping[str, Any],
     seed: int,
 ) -> Any:
-    """Train with DP-SGD (DPareto Alg. 3) or DP-Adam (Alg. 4) through Opacus; returns the model.
+    """Train with DP-SGD (DPareto Alg. 3) or DP-Adam (Alg. 4) through Opacus.
 
     Lots are Poisson samples with rate ``lot_size / n`` (so Opacus' accountants apply); Opacus'
     ``GradSampleModule`` computes per-example gradients and its ``DPOptimizer`` clips them to
     ``clip_norm``, adds ``N(0, noise_variance * clip_norm^2)`` to their sum and divides by the
     expected lot size. An empty lot still takes a (pure-noise) step. ``logreg`` uses the logistic
     (cross-entropy) loss, ``svm`` the multi-class hinge loss, MLPs cross-entropy.
-    """
+
+    Args:
+        model_name: One of `DPSGD_MODELS`.
+        optimizer: One of `DPSGD_OPTIMIZERS`.
+        x: ``(n, d)`` training features.
+        y: ``(n,)`` labels.
+        num_classes: The number of classes.
+        config: The configuration (learning rate, clipping norm, noise variance, lot size, epochs).
+        seed: Seeds the training.
+
+    Returns:
+        The trained model.
+
+    Raises:
+        ValueError: ``optimizer`` or ``model_name`` is unknown.
+    """  # noqa: DOC502
     import torch
     from opacus import GradSampleModule
     from opacus.optimizers import DPOptimizer
@@ -602,8 +898,23 @@ def dpsgd_problem(
     """DP-SGD / DP-Adam over DPareto's Table 1 domain for ``dataset`` in {adult, mnist}.
 
     Utility: test accuracy averaged over ``runs`` independent trainings (best/worst kept).
-    Privacy: :func:`dpsgd_epsilon` at ``delta`` with Opacus' ``accountant`` ("rdp" or "prv").
-    ``train_size`` subsamples the training pool (the privacy oracle uses the same ``n``).
+    Privacy: `dpsgd_epsilon` at ``delta`` with Opacus' ``accountant``.
+
+    Args:
+        optimizer: One of `DPSGD_OPTIMIZERS`.
+        model_name: One of `DPSGD_MODELS`.
+        dataset: ``"adult"`` or ``"mnist"``.
+        runs: Independent trainings per evaluation, ``>= 1``.
+        delta: The fixed delta.
+        accountant: ``"rdp"`` or ``"prv"``.
+        train_size: Subsamples the training pool (the privacy oracle uses the same ``n``); ``None``: all.
+        data_dir: The folder holding a non-bundled data set.
+
+    Returns:
+        The problem.
+
+    Raises:
+        ValueError: An argument is unknown or out of its range.
     """
     import torch
 
@@ -669,8 +980,19 @@ def vote_privacy_oracle(
     accountant: str | None = None,
     noise: str = "gaussian",
 ) -> PrivacyOracle:
-    """DP-Hype's privacy as a privacy oracle: ``{"sigma": s, "k": k} -> epsilon`` of the noisy vote
-    sum (a :class:`dphype.privacy.accounting.VoteRelease`, accounted by :func:`dphype.privacy.accounting.epsilon`)."""
+    """DP-Hype's privacy as a privacy oracle: ``{"sigma": s, "k": k} -> epsilon`` of the noisy vote sum.
+
+    A `dphype.privacy.accounting.VoteRelease`, accounted by `dphype.privacy.accounting.epsilon`.
+
+    Args:
+        delta: The fixed delta.
+        num_candidates: The number of candidates, or ``None``.
+        accountant: The accountant; ``None``: the default of the noise kind.
+        noise: ``"gaussian"`` or ``"skellam"``.
+
+    Returns:
+        The oracle.
+    """
     from dphype.checks import check_delta
     from dphype.privacy.accounting import VoteRelease, epsilon
 
@@ -692,8 +1014,15 @@ def candidate_utility_oracle(
 
     ``score`` receives a one-candidate list and returns one score per candidate in ``[0, 1]``, shape
     ``(1,)``, or lexicographic keys, shape ``(1, j)`` (e.g. ``TorchTask``'s ``[accuracy, -loss]``): the
-    utility is the primary key, column 0 (:func:`dphype.selection.voting.primary_scores`); for ``maximize=False``
+    utility is the primary key, column 0 (`dphype.selection.voting.primary_scores`); for ``maximize=False``
     it is ``1 - score``. Deterministic scorers have one run.
+
+    Args:
+        score: The candidate scorer.
+        maximize: Whether higher scores are better.
+
+    Returns:
+        The oracle.
     """
     from dphype.selection.candidates import CandidateList
     from dphype.selection.voting import primary_scores
@@ -718,13 +1047,28 @@ def dphype_vote_problem(
 ) -> ParetoProblem:
     """DP-Hype itself as a DPareto problem over ``(sigma, k)`` for fixed local scores.
 
-    Privacy: :func:`vote_privacy_oracle`. Utility: the test accuracy of the argmax of
+    Privacy: `vote_privacy_oracle`. Utility: the test accuracy of the argmax of
     ``sum_i top_k_votes(scores_i) + sum_i noise_share_i``, replayed by
-    :func:`dphype.privacy.noise.replay_noisy_sums` (the clients' own vote and noise functions), averaged over
+    `dphype.privacy.noise.replay_noisy_sums` (the clients' own vote and noise functions), averaged over
     ``runs`` noise draws; ``test_accuracy[j]`` is the
     accuracy a model trained with candidate ``j`` reaches (e.g. from ``dphype compare``'s inputs).
-    ``client_scores`` is ``(clients, candidates)`` or ``(clients, candidates, j)`` (each client's
-    lexicographic keys, see :func:`dphype.selection.voting.top_k_votes`).
+
+    Args:
+        client_scores: ``(clients, candidates)`` or ``(clients, candidates, j)`` (each client's lexicographic
+            keys, see `dphype.selection.voting.top_k_votes`), at least 2 clients.
+        test_accuracy: ``(candidates,)`` accuracies.
+        delta: The fixed delta.
+        noise: ``"gaussian"`` or ``"skellam"``.
+        accountant: The accountant; ``None``: the default of the noise kind.
+        runs: Noise draws per evaluation.
+        sigma_range: The ``sigma`` axis.
+        max_k: The largest ``k``.
+
+    Returns:
+        The problem.
+
+    Raises:
+        ValueError: ``client_scores`` has the wrong shape or fewer than 2 clients.
     """
     from dphype.privacy.noise import replay_noisy_sums
     from dphype.selection.voting import top_k_votes
@@ -760,7 +1104,11 @@ def dphype_vote_problem(
 
 # ------------------------------------------------------------------------------------------ registry
 def problem_names() -> tuple[str, ...]:
-    """All names accepted by :func:`make_problem`."""
+    """All names accepted by `make_problem`.
+
+    Returns:
+        The names.
+    """
     names = ["svt", "logreg-output-perturbation"]
     names += [f"{o}-{m}-{d}" for o in DPSGD_OPTIMIZERS for m in DPSGD_MODELS for d in _DATASETS]
     return tuple(names)
@@ -775,7 +1123,22 @@ def make_problem(
     train_size: int | None = None,
     data_dir: str | None = None,
 ) -> ParetoProblem:
-    """Build the problem ``name`` (see :func:`problem_names`); ``runs`` overrides its default R."""
+    """Build the problem ``name``.
+
+    Args:
+        name: One of `problem_names`.
+        runs: Overrides the problem's default R; ``None``: keep it.
+        seed: Seeds the SVT problem's true queries.
+        accountant: Opacus' accountant (DP-SGD problems).
+        train_size: Subsamples the training pool; ``None``: all.
+        data_dir: The folder holding a non-bundled data set.
+
+    Returns:
+        The problem.
+
+    Raises:
+        ValueError: ``name`` is unknown.
+    """
     if name == "svt":
         return svt_problem(seed=seed, **({} if runs is None else {"runs": runs}))
     if name == "logreg-output-perturbation":

@@ -1,13 +1,13 @@
-"""What a client evaluates: a :class:`Task` scores every public candidate on local data (DP-Hype, Section III).
+"""What a client evaluates: a `Task` scores every public candidate on local data (DP-Hype, Section III).
 
-DP-Hype is task-agnostic: anything with ``maximize`` and ``score(candidates)`` works. :class:`TorchTask`
+DP-Hype is task-agnostic: anything with ``maximize`` and ``score(candidates)`` works. `TorchTask`
 is the concrete task of the paper's experiments (Section V-B): train the data set's model (Appendix B)
 for each candidate and report its local validation accuracy, with the validation loss (the score of
-Algorithm 1) as the tie-breaking second key. :func:`make_task` builds client
+Algorithm 1) as the tie-breaking second key. `make_task` builds client
 ``partition_id``'s task from a data set name, so every Flower client can build its own shard: the
 same ``seed`` gives every client the same partitioning.
 
-torch is imported inside :func:`make_task` and :meth:`TorchTask.score` only, so importing this module
+torch is imported inside `make_task` and `TorchTask.score` only, so importing this module
 is cheap.
 """
 
@@ -26,12 +26,16 @@ if TYPE_CHECKING:
     from dphype.ml.training import ModelSpec
     from dphype.selection.candidates import CandidateList
 
-#: Partitioning schemes accepted by :func:`make_task` (Section V-C, Appendix C).
+#: Partitioning schemes accepted by `make_task` (Section V-C, Appendix C).
 PARTITIONS: tuple[str, ...] = ("iid", "dirichlet")
 
 
 class Task(Protocol):
-    """Scores every candidate on the client's local data; higher is better iff ``maximize``."""
+    """Scores every candidate on the client's local data; higher is better iff ``maximize``.
+
+    Attributes:
+        maximize: Whether higher scores are better (accuracies) or lower (losses).
+    """
 
     maximize: bool
 
@@ -41,25 +45,39 @@ class Task(Protocol):
         *,
         progress: Callable[[int, int], None] | None = None,
     ) -> np.ndarray:
-        """Scores in candidate order: shape ``(p,)``, one score per candidate, or ``(p, j)``, lexicographic
-        keys (column 0 decides, later columns break ties; all in the ``maximize`` direction; see
-        :func:`dphype.selection.voting.top_k_votes`). NaN for a failed candidate."""
+        """Scores in candidate order, NaN for a failed candidate.
+
+        Args:
+            candidates: The public candidates (hyperparameter name -> value).
+            progress: Called with ``(done, total)`` as the work advances, or ``None``.
+
+        Returns:
+            ``(p,)`` scores, one per candidate, or ``(p, j)`` lexicographic keys (column 0 decides, later columns
+            break ties; all in the ``maximize`` direction; see `dphype.selection.voting.top_k_votes`).
+        """
         ...
 
 
 @dataclass
 class TorchTask:
-    """Local validation accuracy of one model per candidate (Section V-B), via
-    :func:`dphype.ml.training.evaluate_candidates` (all candidates trained at once).
+    """Local validation accuracy of one model per candidate (Section V-B).
 
-    score = validation accuracy; ties broken by validation loss (Algorithm 1's loss): :meth:`score`
+    Via `dphype.ml.training.evaluate_candidates` (all candidates trained at once).
+    score = validation accuracy; ties broken by validation loss (Algorithm 1's loss): `score`
     returns the ``(p, 2)`` keys ``[accuracy, -validation loss]``. With a few dozen local validation rows
     most candidates share one of a handful of accuracies; the loss separates them, so a client's top-k
     vote does not fall back to candidate order.
 
-    ``model`` is a name of :data:`dphype.ml.models.MODELS` or a zero-argument factory of a fresh module.
-    ``device=None`` uses CUDA when available. ``chunk_size`` caps the candidates trained at once
-    (memory), ``num_threads`` the torch threads (set it when several clients share one machine).
+    Attributes:
+        data: The client's local data.
+        model: A name of `dphype.ml.models.MODELS` or a zero-argument factory of a fresh module.
+        epochs: Local training epochs.
+        batch_size: The minibatch size.
+        seed: Seeds the training.
+        device: The torch device; ``None`` uses CUDA when available.
+        chunk_size: Caps the candidates trained at once (memory); ``None``: all.
+        num_threads: The torch threads (set it when several clients share one machine); ``None``: unchanged.
+        maximize: Higher scores are better (the default ``True``: accuracies).
     """
 
     data: Dataset
@@ -73,8 +91,15 @@ class TorchTask:
     maximize: bool = True
 
     def check(self, candidates: Sequence[Mapping[str, Any]]) -> None:
-        """Refuse (``ValueError``, naming the key) candidates this task cannot train: a missing ``lr``, a key
-        training does not use, a negative or non-finite value. Looks at the public candidates only."""
+        """Refuse candidates this task cannot train. Looks at the public candidates only.
+
+        Args:
+            candidates: The public candidates.
+
+        Raises:
+            ValueError: A missing ``lr``, a key training does not use, a negative or non-finite value; the
+                message names the key.
+        """  # noqa: DOC502
         import torch
 
         from dphype.ml.training import Hyperparameters
@@ -87,8 +112,15 @@ class TorchTask:
         *,
         progress: Callable[[int, int], None] | None = None,
     ) -> np.ndarray:
-        """``(p, 2)`` keys ``[validation accuracy, -validation loss]`` (NaN row for a diverged candidate);
-        ``progress(done, total)`` counts local epochs."""
+        """Train and validate one model per candidate.
+
+        Args:
+            candidates: The public candidates.
+            progress: ``progress(done, total)`` counts local epochs, or ``None``.
+
+        Returns:
+            ``(p, 2)`` keys ``[validation accuracy, -validation loss]`` (a NaN row for a diverged candidate).
+        """
         from dphype.ml.training import evaluate_candidates
 
         return evaluate_candidates(
@@ -107,16 +139,33 @@ class TorchTask:
 
     # ---- final training of the selected candidate (one model, e.g. FedAvg through Flower) ----
     def initial_state(self, seed: int = 0) -> dict[str, Any]:
-        """The model's initial weights (a torch state dict) drawn with ``seed``: the global model's start."""
+        """The model's initial weights drawn with ``seed``: the global model's start.
+
+        Args:
+            seed: Seeds the initialisation.
+
+        Returns:
+            A torch state dict.
+        """
         from dphype.ml.training import initial_state
 
         return initial_state(self.model, self.data, seed=seed, device=self.device)
 
     def fit(self, candidate: Mapping[str, Any], state: Mapping[str, Any], *, epochs: int | None = None,
             seed: int = 0) -> tuple[dict[str, Any], dict[str, float]]:
-        """One local update of the global weights ``state`` with ``candidate`` on all local data
-        (:func:`dphype.ml.training.local_update`; ``epochs=None``: this task's ``epochs``); returns the new
-        weights and ``{"num-examples", "train-loss", "train-accuracy"}`` measured after the update."""
+        """One local update of the global weights ``state`` with ``candidate`` on all local data.
+
+        `dphype.ml.training.local_update`.
+
+        Args:
+            candidate: The hyperparameters.
+            state: The global weights (a torch state dict).
+            epochs: Local epochs; ``None``: this task's ``epochs``.
+            seed: Seeds the update.
+
+        Returns:
+            The new weights and ``{"num-examples", "train-loss", "train-accuracy"}`` measured after the update.
+        """
         from dphype.ml.training import evaluate_state, local_update
 
         new = local_update(self.model, self.data, state, candidate, epochs=self.epochs if epochs is None else epochs,
@@ -125,7 +174,14 @@ class TorchTask:
         return new, {"num-examples": len(self.data), "train-loss": loss, "train-accuracy": acc}
 
     def evaluate(self, state: Mapping[str, Any]) -> dict[str, float]:
-        """``{"num-examples", "loss", "accuracy"}`` of the weights ``state`` on all local data."""
+        """Evaluate the weights ``state`` on all local data.
+
+        Args:
+            state: The weights (a torch state dict).
+
+        Returns:
+            ``{"num-examples", "loss", "accuracy"}``.
+        """
         from dphype.ml.training import evaluate_state
 
         acc, loss = evaluate_state(self.model, self.data, state, device=self.device)
@@ -137,12 +193,27 @@ DEFAULT_EPOCHS: dict[str, int] = {"cifar10": 10}
 
 
 def default_epochs(dataset: str) -> int:
-    """Local (and FedAvg) epochs the paper uses for ``dataset`` (Section V-B)."""
+    """Local (and FedAvg) epochs the paper uses for ``dataset`` (Section V-B).
+
+    Args:
+        dataset: The data set's name.
+
+    Returns:
+        The epochs.
+    """
     return DEFAULT_EPOCHS.get(dataset, 5)
 
 
 def load_cached(dataset: str, data_dir: str | None = None) -> tuple[Dataset, Dataset]:
-    """:func:`dphype.ml.data.load_dataset`, loaded once per process. Do not modify the returned arrays."""
+    """`dphype.ml.data.load_dataset`, loaded once per process. Do not modify the returned arrays.
+
+    Args:
+        dataset: The data set's name.
+        data_dir: The folder holding a non-bundled data set.
+
+    Returns:
+        ``(pool, test)``, shared by every caller.
+    """
     return _load_cached(dataset, data_dir)
 
 
@@ -162,7 +233,23 @@ def partition_cached(
     beta: float | None,
     data_dir: str | None = None,
 ) -> tuple[np.ndarray, ...]:
-    """Row indices of every client's shard of the ``dataset`` pool (computed once per process)."""
+    """Row indices of every client's shard of the ``dataset`` pool (computed once per process).
+
+    Args:
+        dataset: The data set's name.
+        num_partitions: The number of clients.
+        seed: Seeds the partitioning.
+        partition: One of `PARTITIONS`.
+        beta: The Dirichlet concentration for ``"dirichlet"``, ``None`` for ``"iid"``.
+        data_dir: The folder holding a non-bundled data set.
+
+    Returns:
+        One sorted index array per client.
+
+    Raises:
+        ValueError: ``partition`` is unknown, or ``beta`` is given for ``"iid"`` or missing for
+            ``"dirichlet"``.
+    """
     if partition not in PARTITIONS:
         raise ValueError(f"partition must be one of {', '.join(PARTITIONS)}; got {partition!r}")
     if (beta is None) != (partition == "iid"):
@@ -174,14 +261,31 @@ def partition_cached(
 
 
 class FixedScoresTask:
-    """A :class:`Task` whose local scores were computed beforehand (e.g. by a :class:`TorchTask` run, or
-    outside dphype): replaying them runs the voting round without retraining."""
+    """A `Task` whose local scores were computed beforehand (e.g. by a `TorchTask` run, or outside dphype).
+
+    Replaying them runs the voting round without retraining.
+
+    Args:
+        scores: ``(p,)`` or ``(p, j)`` precomputed scores.
+        maximize: Whether higher scores are better.
+    """
 
     def __init__(self, scores: np.ndarray, maximize: bool = True) -> None:
         self.scores = np.asarray(scores, dtype=np.float64)
         self.maximize = maximize
 
     def score(self, candidates: Sequence[Mapping[str, Any]], **_: Any) -> np.ndarray:
+        """The precomputed scores.
+
+        Args:
+            candidates: The candidates (only their number is checked).
+
+        Returns:
+            The scores.
+
+        Raises:
+            ValueError: The number of candidates differs from the scores'.
+        """
         if len(candidates) != len(self.scores):
             raise ValueError(f"got {len(candidates)} candidates for {len(self.scores)} precomputed scores")
         return self.scores
@@ -200,10 +304,24 @@ def make_task(
 ) -> TorchTask:
     """Client ``partition_id``'s task: its shard of the ``dataset`` pool and the paper's model.
 
-    ``partition`` is ``"iid"`` or ``"dirichlet"`` (then ``beta`` is the Dirichlet concentration).
     The partitioning depends only on ``(dataset, num_partitions, seed, partition, beta)``; the
-    client's training seed is derived from ``seed`` and ``partition_id``. ``epochs=None`` uses the
-    paper's value (:func:`default_epochs`).
+    client's training seed is derived from ``seed`` and ``partition_id``.
+
+    Args:
+        dataset: The data set's name.
+        partition_id: The client, in ``[0, num_partitions)``.
+        num_partitions: The number of clients.
+        seed: Seeds the partitioning and (with ``partition_id``) the training.
+        partition: ``"iid"`` or ``"dirichlet"``.
+        beta: The Dirichlet concentration for ``"dirichlet"``.
+        epochs: Local epochs, ``>= 1``; ``None``: the paper's value (`default_epochs`).
+        data_dir: The folder holding a non-bundled data set.
+
+    Returns:
+        The client's task.
+
+    Raises:
+        ValueError: ``partition_id`` or ``epochs`` is out of its range.
     """
     from dphype.ml.models import MODEL_FOR_DATASET
 
@@ -236,10 +354,23 @@ def score_clients(
 ) -> np.ndarray:
     """Every client's local scores on a simulated federation, through the real client path.
 
-    Client ``i`` is :func:`make_task` ``(dataset, i, clients, ...)`` and scores every candidate on its
-    own shard (Algorithm 1, lines 2-4). Returns ``(clients, p)``, or ``(clients, p, j)`` when
-    ``Task.score`` returns lexicographic keys (``TorchTask``: ``[accuracy, -validation loss]``).
-    ``progress(done, clients)`` is called after each client.
+    Client ``i`` is `make_task` ``(dataset, i, clients, ...)`` and scores every candidate on its
+    own shard (Algorithm 1, lines 2-4).
+
+    Args:
+        dataset: The data set's name.
+        candidates: The candidates.
+        clients: The number of clients.
+        seed: Seeds the partitioning and the training.
+        partition: ``"iid"`` or ``"dirichlet"``.
+        beta: The Dirichlet concentration for ``"dirichlet"``.
+        epochs: Local epochs; ``None``: the paper's value.
+        data_dir: The folder holding a non-bundled data set.
+        progress: ``progress(done, clients)`` is called after each client, or ``None``.
+
+    Returns:
+        ``(clients, p)`` scores, or ``(clients, p, j)`` when ``Task.score`` returns lexicographic keys
+        (``TorchTask``: ``[accuracy, -validation loss]``).
     """
     rows = []
     for i in range(clients):

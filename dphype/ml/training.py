@@ -6,13 +6,13 @@ by the candidate's ``decay`` after every epoch), on 80 % of its local data in mi
 for 5 epochs, and scores the candidate by its accuracy on the remaining 20 %.
 
 All candidates are trained at once: their parameters are stacked along a leading candidate
-dimension (:class:`StackedModels`) and the forward pass is vectorised with ``torch.func.vmap`` over
+dimension (`StackedModels`) and the forward pass is vectorised with ``torch.func.vmap`` over
 ``functional_call``, or uses the model's own hand-written ``stacked_forward`` when it has one (the
 Adult MLP: about 20-25 % less CPU time than vmap for Table III on one Adult client, see
 ``simulations/bench_training.py``). One backward pass of the summed per-candidate losses yields
 every candidate's own gradient, because the candidates share no parameters. All candidates start from the same
 initial weights and see the same mini-batches in the same order, so the result equals training
-them one by one (:func:`train_candidates` with ``sequential=True``, the reference path built on
+them one by one (`train_candidates` with ``sequential=True``, the reference path built on
 ``torch.optim.SGD`` and ``StepLR``), up to floating-point rounding and dropout masks (drawn
 independently per candidate). Batch norm layers keep one set of running statistics per
 candidate: the stacked buffers are updated in place through ``vmap``, as in sequential training.
@@ -42,7 +42,7 @@ import torch  # noqa: E402  isort: skip
 from torch import nn  # noqa: E402  isort: skip
 from torch.func import functional_call, stack_module_state, vmap  # noqa: E402  isort: skip
 
-#: A model name of :data:`dphype.ml.models.MODELS`, or a zero-argument factory of a fresh ``nn.Module``.
+#: A model name of `dphype.ml.models.MODELS`, or a zero-argument factory of a fresh ``nn.Module``.
 ModelSpec = str | Callable[[], nn.Module]
 #: Called as ``progress(done, total)`` after each unit of work.
 Progress = Callable[[int, int], None]
@@ -55,7 +55,13 @@ HYPERPARAMETERS: tuple[str, ...] = ("lr", "momentum", "decay")
 
 @dataclass
 class Hyperparameters:
-    """Per-candidate SGD settings as float tensors of shape ``(C,)``."""
+    """Per-candidate SGD settings as float tensors of shape ``(C,)``.
+
+    Attributes:
+        lr: ``(C,)`` learning rates.
+        momentum: ``(C,)`` momentum factors.
+        decay: ``(C,)`` StepLR factors per epoch.
+    """
 
     lr: torch.Tensor
     momentum: torch.Tensor
@@ -67,6 +73,16 @@ class Hyperparameters:
 
         Any other key is refused, naming it: training would ignore it, so candidates that differ only in
         it would be scored identically.
+
+        Args:
+            candidates: The candidates (hyperparameter name -> value).
+            device: Where the tensors live.
+
+        Returns:
+            The ``(C,)`` settings.
+
+        Raises:
+            ValueError: No candidates, a missing ``lr``, another key, or a negative or non-finite value.
         """
         if len(candidates) == 0:
             raise ValueError("candidates must not be empty")
@@ -88,7 +104,14 @@ class Hyperparameters:
         return cls(table[:, 0], table[:, 1], table[:, 2])
 
     def epoch_lr(self, epoch: int) -> torch.Tensor:
-        """StepLR(step_size=1, gamma=decay): ``lr * decay**epoch`` (``0**0 = 1``)."""
+        """StepLR(step_size=1, gamma=decay): ``lr * decay**epoch`` (``0**0 = 1``).
+
+        Args:
+            epoch: The epoch, from 0.
+
+        Returns:
+            The ``(C,)`` learning rates of that epoch.
+        """
         return self.lr * self.decay**epoch
 
     def __getitem__(self, index: slice) -> Hyperparameters:
@@ -99,7 +122,10 @@ class Hyperparameters:
 class StackedModels:
     """``C`` models of one architecture: parameters and buffers stacked along a leading dimension.
 
-    ``module`` is the architecture template; its own tensors are never used by :meth:`logits`.
+    Attributes:
+        module: The architecture template; its own tensors are never used by `logits`.
+        params: Parameter name -> ``(C, ...)`` stacked parameters.
+        buffers: Buffer name -> ``(C, ...)`` stacked buffers.
     """
 
     module: nn.Module
@@ -108,14 +134,29 @@ class StackedModels:
 
     @classmethod
     def replicate(cls, module: nn.Module, count: int) -> StackedModels:
-        """``count`` copies of ``module``'s current weights (the same initialisation for all)."""
+        """``count`` copies of ``module``'s current weights (the same initialisation for all).
+
+        Args:
+            module: The model.
+            count: The number of copies ``C``.
+
+        Returns:
+            The stacked copies.
+        """
         params = {k: v.detach().expand(count, *v.shape).clone() for k, v in module.named_parameters()}
         buffers = {k: v.detach().expand(count, *v.shape).clone() for k, v in module.named_buffers()}
         return cls(module, params, buffers)
 
     @classmethod
     def stack(cls, modules: Sequence[nn.Module]) -> StackedModels:
-        """Stack independently trained copies of one architecture."""
+        """Stack independently trained copies of one architecture.
+
+        Args:
+            modules: The models.
+
+        Returns:
+            The stacked models.
+        """
         params, buffers = stack_module_state(list(modules))
         return cls(modules[0], {k: v.detach() for k, v in params.items()}, buffers)
 
@@ -123,11 +164,18 @@ class StackedModels:
         return next(iter(self.params.values())).shape[0]
 
     def logits(self, x: torch.Tensor, *, train: bool) -> torch.Tensor:
-        """Outputs ``(C, B, K)`` of every model on the shared batch ``x``; ``train`` selects dropout
-        and batch-norm batch statistics (which then update the stacked running statistics).
+        """Outputs of every model on the shared batch ``x``.
 
         Uses the module's own ``stacked_forward(params, x)`` when it has one (the Adult MLP's
         hand-written batched matmuls), else ``vmap`` over ``functional_call``.
+
+        Args:
+            x: ``(B, ...)`` inputs.
+            train: Select dropout and batch-norm batch statistics (which then update the stacked running
+                statistics).
+
+        Returns:
+            ``(C, B, K)`` logits.
         """
         self.module.train(train)
         stacked_forward = getattr(self.module, "stacked_forward", None)
@@ -142,7 +190,11 @@ class StackedModels:
         return vmap(one, in_dims=(0, 0, None), randomness="different")(self.params, self.buffers, x)
 
     def clone(self) -> StackedModels:
-        """An independent copy (the template module is shared)."""
+        """An independent copy (the template module is shared).
+
+        Returns:
+            The copy.
+        """
         return StackedModels(
             self.module,
             {k: v.clone() for k, v in self.params.items()},
@@ -150,14 +202,25 @@ class StackedModels:
         )
 
     def unstack(self, index: int) -> nn.Module:
-        """Model ``index`` as a plain ``nn.Module`` (a copy of the template with its weights)."""
+        """Model ``index`` as a plain ``nn.Module`` (a copy of the template with its weights).
+
+        Args:
+            index: The model, in ``[0, C)``.
+
+        Returns:
+            The module.
+        """
         module = copy.deepcopy(self.module)
         state = {k: v[index] for k, v in {**self.params, **self.buffers}.items()}
         module.load_state_dict(state)
         return module
 
     def finite(self) -> torch.Tensor:
-        """Boolean ``(C,)``: whether all of a model's parameters are finite (False = diverged)."""
+        """Whether all of a model's parameters are finite (False = diverged).
+
+        Returns:
+            Boolean ``(C,)``.
+        """
         ok = torch.ones(len(self), dtype=torch.bool, device=next(iter(self.params.values())).device)
         for value in self.params.values():
             ok &= torch.isfinite(value.detach().reshape(len(self), -1)).all(dim=1)
@@ -169,7 +232,14 @@ class StackedModels:
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
-    """``device``, or CUDA when available and ``device`` is None, else CPU."""
+    """``device``, or CUDA when available and ``device`` is None, else CPU.
+
+    Args:
+        device: A device, or ``None``.
+
+    Returns:
+        The torch device.
+    """
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
@@ -217,13 +287,16 @@ def _tensors(data: Dataset, device: torch.device) -> tuple[torch.Tensor, torch.T
 def _batches(num_samples: int, batch_size: int, generator: torch.Generator, device: torch.device) -> list[torch.Tensor]:
     """One epoch of shuffled mini-batch indices on ``device`` (the last batch may be smaller).
 
-    ``generator`` is a CPU generator, so the order does not depend on the device."""
+    ``generator`` is a CPU generator, so the order does not depend on the device.
+    """
     return list(torch.randperm(num_samples, generator=generator).to(device).split(batch_size))
 
 
 def _loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Mean loss over the batch axis of ``logits (..., B, K)``: binary cross-entropy with logits for
-    ``K = 1``, cross-entropy otherwise. Leading axes (candidates) are kept."""
+    """Mean loss over the batch axis of ``logits (..., B, K)``.
+
+    Binary cross-entropy with logits for ``K = 1``, cross-entropy otherwise. Leading axes (candidates) are kept.
+    """
     if logits.shape[-1] == 1:
         target = y.to(logits.dtype).expand(logits.shape[:-1])
         return nn.functional.binary_cross_entropy_with_logits(logits[..., 0], target, reduction="none").mean(-1)
@@ -351,12 +424,27 @@ def train_candidates(
     """Train one model per candidate on all of ``data`` (Section V-B: SGD, StepLR per epoch, batch 64).
 
     All candidates start from the same initialisation (drawn with ``seed``) and see the same
-    mini-batch order (also from ``seed``). ``chunk_size`` bounds how many candidates are trained at
-    once (memory); the result does not depend on it. ``num_threads``: torch intra-op threads
-    (None: torch's setting, capped at the usable CPUs). ``sequential=True`` runs the reference path
-    (one ``torch.optim.SGD`` per candidate). ``progress(done, total)`` is called after every epoch
-    of every chunk (batched path only).
-    """
+    mini-batch order (also from ``seed``).
+
+    Args:
+        model: A name of `dphype.ml.models.MODELS` or a zero-argument factory of a fresh module.
+        data: The training data.
+        candidates: The candidates (``lr``, optional ``momentum`` and ``decay``).
+        epochs: Training epochs, ``>= 0``.
+        batch_size: The minibatch size, ``>= 1``.
+        seed: Seeds the initialisation, the mini-batch order and dropout.
+        device: The torch device; ``None``: CUDA when available.
+        chunk_size: Bounds how many candidates are trained at once (memory); the result does not depend on it.
+        num_threads: Torch intra-op threads (``None``: torch's setting, capped at the usable CPUs).
+        sequential: Run the reference path (one ``torch.optim.SGD`` per candidate).
+        progress: ``progress(done, total)`` is called after every epoch of every chunk (batched path only).
+
+    Returns:
+        The ``C`` trained models, stacked.
+
+    Raises:
+        ValueError: An argument or a candidate is invalid, or ``data`` is empty.
+    """  # noqa: DOC502
     _check_training_args(epochs, batch_size, len(data))
     dev = resolve_device(device)
     hp = Hyperparameters.from_candidates(candidates, dev)
@@ -391,9 +479,20 @@ def validation_metrics(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Accuracy and mean loss of every stacked model on ``data`` in one evaluation-mode pass.
 
-    The loss is the one training minimises (:func:`_loss`: cross-entropy, or binary cross-entropy with
-    logits for one output), averaged over all of ``data``. Both are float64 ``(C,)`` arrays, NaN for a
-    diverged model (non-finite weights or NaN outputs).
+    The loss is the one training minimises (cross-entropy, or binary cross-entropy with
+    logits for one output), averaged over all of ``data``.
+
+    Args:
+        models: The ``C`` stacked models.
+        data: The evaluation data, not empty.
+        batch_size: The evaluation batch size.
+
+    Returns:
+        ``(accuracy, loss)``: float64 ``(C,)`` arrays, NaN for a diverged model (non-finite weights or NaN
+        outputs).
+
+    Raises:
+        ValueError: ``data`` is empty.
     """
     if len(data) == 0:
         raise ValueError("data must not be empty to compute an accuracy")
@@ -414,7 +513,19 @@ def validation_metrics(
 
 
 def accuracy(models: StackedModels, data: Dataset, *, batch_size: int = 1024) -> np.ndarray:
-    """Accuracy of every stacked model on ``data`` (evaluation mode); NaN for diverged models."""
+    """Accuracy of every stacked model on ``data`` (evaluation mode).
+
+    Args:
+        models: The ``C`` stacked models.
+        data: The evaluation data, not empty.
+        batch_size: The evaluation batch size.
+
+    Returns:
+        Float64 ``(C,)``, NaN for diverged models.
+
+    Raises:
+        ValueError: ``data`` is empty.
+    """  # noqa: DOC502
     return validation_metrics(models, data, batch_size=batch_size)[0]
 
 
@@ -436,14 +547,32 @@ def evaluate_candidates(
     """A client's local scores (Section III / V-B): validation accuracy of every candidate.
 
     ``train`` (the client's local data) is split 80/20 with ``seed``; each candidate is trained on
-    the 80 % (:func:`train_candidates`, same keyword arguments) and scored on the 20 %. Returns
-    float64 scores in [0, 1], NaN for diverged candidates. Needs at least 2 local samples.
+    the 80 % (`train_candidates`, same keyword arguments) and scored on the 20 %. Needs at least 2 local
+    samples. With ``with_loss``, the validation loss (Algorithm 1's score, the loss training minimises) is negated
+    so that both columns are maximised: the lexicographic keys of `dphype.selection.voting.top_k_votes`. Both
+    come from the same evaluation pass (`validation_metrics`).
 
-    ``with_loss=True`` returns shape ``(p, 2)``: ``[accuracy, -loss]`` per candidate, the validation
-    loss (Algorithm 1's score, the loss training minimises) negated so that both columns are maximised;
-    the lexicographic keys of :func:`dphype.selection.voting.top_k_votes`. Both come from the same evaluation pass
-    (:func:`validation_metrics`); a diverged candidate has NaN in both columns.
-    """
+    Args:
+        model: A name of `dphype.ml.models.MODELS` or a zero-argument factory of a fresh module.
+        train: The client's local data, at least 2 samples.
+        candidates: The candidates.
+        epochs: Training epochs.
+        batch_size: The minibatch size.
+        seed: Seeds the split and the training.
+        device: The torch device; ``None``: CUDA when available.
+        chunk_size: Bounds how many candidates are trained at once.
+        num_threads: Torch intra-op threads.
+        sequential: Run the reference path.
+        progress: ``progress(done, total)`` after every epoch of every chunk.
+        with_loss: Return ``[accuracy, -loss]`` per candidate.
+
+    Returns:
+        Float64 ``(p,)`` accuracies in ``[0, 1]``, or ``(p, 2)`` keys with ``with_loss``; NaN for a diverged
+        candidate (in both columns).
+
+    Raises:
+        ValueError: An argument or a candidate is invalid, or ``train`` has fewer than 2 samples.
+    """  # noqa: DOC502
     fit_idx, val_idx = split_indices(len(train), VALIDATION_FRACTION, seed)
     with _threads(num_threads):
         models = train_candidates(
@@ -464,8 +593,18 @@ def evaluate_candidates(
 
 
 def client_round_seed(seed: int, round_index: int, client: int) -> int:
-    """The mini-batch seed of ``client`` in FedAvg round ``round_index`` (0-based) of a run seeded ``seed``:
-    :func:`fedavg` and a Flower ClientApp that trains the same way draw the same batches."""
+    """The mini-batch seed of ``client`` in FedAvg round ``round_index`` (0-based) of a run seeded ``seed``.
+
+    `fedavg` and a Flower ClientApp that trains the same way draw the same batches.
+
+    Args:
+        seed: The run's seed.
+        round_index: The round, from 0.
+        client: The client's index.
+
+    Returns:
+        The seed.
+    """
     return int(np.random.SeedSequence([seed, round_index, client]).generate_state(1)[0])
 
 
@@ -488,9 +627,26 @@ def fedavg(
     Each round, every client starts from the global models, trains all candidates on all its data
     (fresh momentum buffers, StepLR restarting at the candidate's ``lr``), and the server averages
     parameters and buffers weighted by the clients' sample counts. All candidates start from the
-    same initialisation (drawn with ``seed``). Returns the global models. ``chunk_size`` and
-    ``num_threads`` as in :func:`train_candidates`; ``progress(done, total)`` is called after each
-    client update of each chunk.
+    same initialisation (drawn with ``seed``).
+
+    Args:
+        model: A name of `dphype.ml.models.MODELS` or a zero-argument factory of a fresh module.
+        clients: Every client's data, at least one.
+        candidates: The candidates.
+        rounds: FedAvg rounds, ``>= 1``.
+        local_epochs: Local epochs per round.
+        batch_size: The minibatch size.
+        seed: Seeds the initialisation and every round's batches (`client_round_seed`).
+        device: The torch device; ``None``: CUDA when available.
+        chunk_size: As in `train_candidates`.
+        num_threads: As in `train_candidates`.
+        progress: ``progress(done, total)`` is called after each client update of each chunk.
+
+    Returns:
+        The ``C`` global models, stacked.
+
+    Raises:
+        ValueError: ``rounds`` is below 1, ``clients`` is empty, or another argument is invalid.
     """
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
@@ -536,7 +692,17 @@ def fedavg(
 
 def initial_state(model: ModelSpec, data: Dataset, *, seed: int, device: str | torch.device | None = None
                   ) -> dict[str, torch.Tensor]:
-    """Initial weights (state dict) of the model for ``data``'s shape, drawn with ``seed``: FedAvg's start."""
+    """Initial weights of the model for ``data``'s shape, drawn with ``seed``: FedAvg's start.
+
+    Args:
+        model: A name of `dphype.ml.models.MODELS` or a zero-argument factory of a fresh module.
+        data: Data of the model's input shape and classes.
+        seed: Seeds the initialisation.
+        device: The torch device; ``None``: CUDA when available.
+
+    Returns:
+        The state dict.
+    """
     dev = resolve_device(device)
     with _seeded(seed, dev):
         return {k: v.detach().clone() for k, v in _build(model, data, dev).state_dict().items()}
@@ -559,9 +725,24 @@ def local_update(
     seed: int = 0,
     device: str | torch.device | None = None,
 ) -> dict[str, torch.Tensor]:
-    """FedAvg's local update of one client (the procedure of :func:`fedavg`): start from the global weights
-    ``state``, train on all of ``data`` with ``candidate`` (fresh momentum, StepLR from the candidate's ``lr``)
-    for ``epochs`` epochs, mini-batch order and dropout masks from ``seed``; returns the new weights."""
+    """FedAvg's local update of one client (the procedure of `fedavg`).
+
+    Start from the global weights ``state``, train on all of ``data`` with ``candidate`` (fresh momentum, StepLR
+    from the candidate's ``lr``) for ``epochs`` epochs, mini-batch order and dropout masks from ``seed``.
+
+    Args:
+        model: A name of `dphype.ml.models.MODELS` or a zero-argument factory of a fresh module.
+        data: The client's data.
+        state: The global weights (a state dict).
+        candidate: The hyperparameters.
+        epochs: Local epochs.
+        batch_size: The minibatch size.
+        seed: Seeds the batches and dropout.
+        device: The torch device; ``None``: CUDA when available.
+
+    Returns:
+        The new weights (a state dict).
+    """
     dev = resolve_device(device)
     module = _loaded(model, data, state, dev)
     trained = train_candidates(lambda: module, data, [candidate], epochs=epochs, batch_size=batch_size, seed=seed,
@@ -571,7 +752,17 @@ def local_update(
 
 def evaluate_state(model: ModelSpec, data: Dataset, state: Mapping[str, torch.Tensor], *,
                    device: str | torch.device | None = None) -> tuple[float, float]:
-    """Accuracy and mean loss of the weights ``state`` on ``data`` (NaN for a diverged model)."""
+    """Accuracy and mean loss of the weights ``state`` on ``data``.
+
+    Args:
+        model: A name of `dphype.ml.models.MODELS` or a zero-argument factory of a fresh module.
+        data: The evaluation data.
+        state: The weights (a state dict).
+        device: The torch device; ``None``: CUDA when available.
+
+    Returns:
+        ``(accuracy, loss)``, NaN for a diverged model.
+    """
     dev = resolve_device(device)
     acc, loss = validation_metrics(StackedModels.replicate(_loaded(model, data, state, dev), 1), data)
     return float(acc[0]), float(loss[0])

@@ -1,9 +1,9 @@
 """A node's persistent privacy ledger: every vote it contributed, composed against its lifetime budget.
 
-Each vote is recorded (:meth:`Ledger.spend`) BEFORE the client's masked vector is sent, under an exclusive
+Each vote is recorded (`Ledger.spend`) BEFORE the client's masked vector is sent, under an exclusive
 lock, after checking that the composition of all recorded votes and the new one stays within the node's
 lifetime budget; a crash between recording and sending counts the vote as spent. Votes compose in RDP
-(:func:`dphype.privacy.accounting.vote_rdp` on :data:`dphype.privacy.accounting.RDP_ORDERS`: dp_accounting's Gaussian
+(`dphype.privacy.accounting.vote_rdp` on `dphype.privacy.accounting.RDP_ORDERS`: dp_accounting's Gaussian
 event, the Skellam bound otherwise), converted once with Thm I.1 at the node's delta. A repeated, identical
 request is a new release and costs budget again.
 
@@ -15,7 +15,7 @@ File format (JSON, UTF-8), version 1::
                   "epsilon": 0.9993, "delta": 1e-05, "neighbouring": "replace-one"}, ...],
      "checksum": "<sha256 of the canonical JSON of entries>"}
 
-An entry describes the release in the worst case the request allowed (:class:`dphype.node.policy.VoteGuarantee`):
+An entry describes the release in the worst case the request allowed (`dphype.node.policy.VoteGuarantee`):
 ``total_std`` is the std of the summed noise of the fewest allowed contributors; ``epsilon`` is that vote
 alone at ``delta`` with the node's accountant then (for reading; the composition uses the mechanism, under
 the node's current neighbouring relation and delta). ``checksum`` guards against truncation and edits.
@@ -23,7 +23,7 @@ the node's current neighbouring relation and delta). ``checksum`` guards against
 Writes are atomic (temporary file in the same directory, ``fsync``, ``os.replace``, ``fsync`` of the
 directory) and serialised by ``fcntl.flock`` on ``<ledger>.lock`` across the ClientApp processes of one
 node, so the file is never left half-written. A ledger that cannot be read, parsed or verified refuses
-every vote (:class:`LedgerError`, fail closed) until the operator repairs or removes it.
+every vote (`LedgerError`, fail closed) until the operator repairs or removes it.
 """
 
 from __future__ import annotations
@@ -60,14 +60,26 @@ LOCK_TIMEOUT = 30.0
 
 
 class LedgerError(RuntimeError):
-    """The ledger cannot be read, verified or written; every vote is refused until it is repaired."""
+    """The ledger cannot be read, verified or written; every vote is refused until it is repaired.
+
+    Attributes:
+        refusal_code: What a client tells the server (`dphype.refusal.as_refusal`).
+    """
 
     refusal_code = "ledger_error"  # what a client tells the server (dphype.refusal.as_refusal)
 
 
 @dataclass(frozen=True)
 class LedgerEntry(VoteGuarantee):
-    """One recorded vote: its :class:`~dphype.node.policy.VoteGuarantee`, when, and for which request (digest)."""
+    """One recorded vote: its `dphype.node.policy.VoteGuarantee`, when, and for which request.
+
+    Attributes:
+        time: When it was recorded (ISO 8601, UTC, seconds).
+        request: The SHA-256 digest of the request (empty for a pre-flight check).
+
+    Raises:
+        ValueError: A field is invalid.
+    """
 
     time: str
     request: str
@@ -86,9 +98,17 @@ class LedgerEntry(VoteGuarantee):
             raise ValueError("invalid ledger entry")
 
     def rdp(self, neighbouring: str) -> np.ndarray:
-        """RDP curve of this vote under ``neighbouring`` on :data:`~dphype.privacy.accounting.RDP_ORDERS`; a winner
-        release (pure epsilon, recorded under the entry's relation) is rescaled to ``neighbouring`` and bounded
-        by :func:`dphype.privacy.winner.winner_rdp`."""
+        """RDP curve of this vote under ``neighbouring`` on `dphype.privacy.accounting.RDP_ORDERS`.
+
+        A winner release (pure epsilon, recorded under the entry's relation) is rescaled to ``neighbouring`` and
+        bounded by `dphype.privacy.winner.winner_rdp`.
+
+        Args:
+            neighbouring: The node's current neighbouring relation.
+
+        Returns:
+            The ``(m,)`` RDP curve, ``m = len(RDP_ORDERS)``.
+        """
         if self.noise == WINNER_NOISE:
             eps = self.epsilon * THRESHOLD_SHIFT[neighbouring] / THRESHOLD_SHIFT[self.neighbouring]
             return winner_rdp(eps, RDP_ORDERS)
@@ -101,7 +121,11 @@ def _checksum(entries: list[dict[str, Any]]) -> str:
 
 
 class Ledger:
-    """The privacy ledger file at ``path`` (created on the first vote; its directory with mode 0700)."""
+    """The privacy ledger file at ``path`` (created on the first vote; its directory with mode 0700).
+
+    Args:
+        path: The ledger file (``~`` expanded, made absolute).
+    """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path).expanduser().absolute()
@@ -112,7 +136,7 @@ class Ledger:
     # ------------------------------------------------------------------------------------- file access
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        """Hold the exclusive lock on ``<ledger>.lock`` (waits up to :data:`LOCK_TIMEOUT` seconds)."""
+        """Hold the exclusive lock on ``<ledger>.lock`` (waits up to `LOCK_TIMEOUT` seconds)."""
         try:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -186,19 +210,46 @@ class Ledger:
 
     # ------------------------------------------------------------------------------------------ the API
     def entries(self) -> list[LedgerEntry]:
-        """All recorded votes, oldest first (raises :class:`LedgerError` if the file is corrupt)."""
+        """All recorded votes, oldest first.
+
+        Returns:
+            The entries; none when the file does not exist.
+
+        Raises:
+            LedgerError: The file cannot be read, parsed or verified, or the lock cannot be taken.
+        """  # noqa: DOC502
         with self._locked():
             return self._read()
 
     @staticmethod
     def composed_epsilon(entries: list[LedgerEntry], delta: float, neighbouring: str) -> float:
-        """Epsilon at ``delta`` of all ``entries`` together: their RDP curves summed, Thm I.1 (0 if none)."""
+        """Epsilon at ``delta`` of all ``entries`` together: their RDP curves summed, Thm I.1.
+
+        Args:
+            entries: The recorded votes.
+            delta: The delta of the composed epsilon, in ``(0, 1)``.
+            neighbouring: The neighbouring relation of the composition.
+
+        Returns:
+            The composed epsilon, 0 if there are no entries.
+        """
         if not entries:
             return 0.0
         return rdp_epsilon(sum(e.rdp(neighbouring) for e in entries), check_delta(delta))[0]
 
     def spent(self, delta: float, neighbouring: str = "replace-one") -> float:
-        """Epsilon at ``delta`` of every vote recorded so far."""
+        """Epsilon at ``delta`` of every vote recorded so far.
+
+        Args:
+            delta: The delta of the composed epsilon, in ``(0, 1)``.
+            neighbouring: The neighbouring relation of the composition.
+
+        Returns:
+            The composed epsilon (`composed_epsilon` of `entries`).
+
+        Raises:
+            LedgerError: The ledger cannot be read or verified.
+        """  # noqa: DOC502
         return self.composed_epsilon(self.entries(), delta, neighbouring)
 
     def _after(self, entries: list[LedgerEntry], new: LedgerEntry, policy: NodePolicy) -> float:
@@ -213,15 +264,39 @@ class Ledger:
         return total
 
     def check(self, guarantee: VoteGuarantee, policy: NodePolicy) -> float:
-        """The lifetime epsilon after this vote, without recording it (pre-flight); refuses
-        (``lifetime_budget``) a vote that would exceed ``policy.lifetime_epsilon``."""
+        """The lifetime epsilon after this vote, without recording it (pre-flight).
+
+        Args:
+            guarantee: The vote's worst-case guarantee.
+            policy: The node's policy (lifetime budget, delta, neighbouring relation).
+
+        Returns:
+            The composed epsilon of the recorded votes and this one.
+
+        Raises:
+            dphype.refusal.Refusal: ``lifetime_budget``: the vote would exceed ``policy.lifetime_epsilon``.
+            LedgerError: The ledger cannot be read or verified.
+        """  # noqa: DOC502
         with self._locked():
             return self._after(self._read(), _entry(guarantee, ""), policy)
 
     def spend(self, guarantee: VoteGuarantee, policy: NodePolicy, request: str) -> float:
-        """Record the vote ``guarantee`` of request digest ``request``, durably, if it stays within the
-        lifetime budget; return the lifetime epsilon after it. Call immediately before the masked vector is
-        sent; a refusal records nothing."""
+        """Record the vote ``guarantee``, durably, if it stays within the lifetime budget.
+
+        Call immediately before the masked vector is sent; a refusal records nothing.
+
+        Args:
+            guarantee: The vote's worst-case guarantee.
+            policy: The node's policy (lifetime budget, delta, neighbouring relation).
+            request: The request's digest.
+
+        Returns:
+            The lifetime epsilon after this vote.
+
+        Raises:
+            dphype.refusal.Refusal: ``lifetime_budget``: the vote would exceed ``policy.lifetime_epsilon``.
+            LedgerError: The ledger cannot be read, verified or written.
+        """  # noqa: DOC502
         with self._locked():
             entries = self._read()
             new = _entry(guarantee, request)
@@ -231,9 +306,17 @@ class Ledger:
 
 
     def archive(self) -> Path:
-        """Move this ledger aside, under the lock, to ``<name>.archived-<UTC time>.json`` beside it and return that
-        path; the node's next vote starts a new, empty ledger. The operator's decision: the archived votes were
-        released and still count against this node's data (:data:`ARCHIVE_WARNING`)."""
+        """Move this ledger aside, under the lock, to ``<name>.archived-<UTC time>.json`` beside it.
+
+        The node's next vote starts a new, empty ledger. The operator's decision: the archived votes were
+        released and still count against this node's data (`ARCHIVE_WARNING`).
+
+        Returns:
+            The archived file's path.
+
+        Raises:
+            LedgerError: There is no ledger, or it cannot be read or verified.
+        """
         with self._locked():
             if not self.path.exists():
                 raise LedgerError(f"ledger {self.path} does not exist; nothing to archive")
@@ -251,7 +334,14 @@ ARCHIVE_WARNING = ("archiving a ledger is the node operator's decision: the vote
 
 
 def ledger_files(root: Path | None = None) -> list[Path]:
-    """Every ledger file under ``root`` (default ``$FLWR_HOME/dphype``): persistent, per-run and archived."""
+    """Every ledger file under ``root``: persistent, per-run and archived.
+
+    Args:
+        root: The folder to search; ``None``: ``$FLWR_HOME/dphype``.
+
+    Returns:
+        The ledger files, sorted; none if ``root`` does not exist.
+    """
     root = default_ledger_path().parent if root is None else root
     return sorted(path for path in root.rglob("*.json") if path.name.startswith("ledger")) if root.exists() else []
 
@@ -262,17 +352,28 @@ def _entry(guarantee: VoteGuarantee, request: str) -> LedgerEntry:
 
 
 def admitting_policy(request: VoteRequest, *, votes: int = 1) -> dict[str, Any]:
-    """Node-config keys of the strictest policy (beyond the defaults) that admits ``votes`` votes of ``request``
-    on a fresh ledger: for simulations whose operator runs every node and chose the request (``dphype demo``,
+    """Node-config keys of the strictest policy (beyond the defaults) that admits ``votes`` votes of ``request``.
+
+    On a fresh ledger: for simulations whose operator runs every node and chose the request (``dphype demo``,
     the benchmarks), never a substitute for a real node's own limits.
 
     ``dphype-max-epsilon`` and ``dphype-max-delta`` are the request's; ``dphype-min-clients`` the default,
     lowered to the request's ``ceil((1 - xi) n)`` contributors; ``dphype-min-neighbours`` 1, since the SecAgg+
     graph is the server's choice, made by the same operator here (the secure graph of 4 or 5 clients has 2
     neighbours; every other SecAgg+ check still applies); ``dphype-lifetime-epsilon`` the composition of
-    ``votes`` such votes as :meth:`Ledger.spend` computes it. The ledger path is left to the node
-    (:func:`dphype.node.policy.default_ledger_path`).
-    """
+    ``votes`` such votes as `Ledger.spend` computes it. The ledger path is left to the node
+    (`dphype.node.policy.default_ledger_path`).
+
+    Args:
+        request: The vote request.
+        votes: How many such votes the policy admits, ``>= 1``.
+
+    Returns:
+        The ``dphype-*`` node-config keys and their values.
+
+    Raises:
+        ValueError: ``votes`` is not an integer ``>= 1``.
+    """  # noqa: DOC502
     check_int("votes", votes, 1)
     cfg = request.config
     keys: dict[str, Any] = {
@@ -288,7 +389,11 @@ def admitting_policy(request: VoteRequest, *, votes: int = 1) -> dict[str, Any]:
 
 # -------------------------------------------------------------------------------------- dphype ledger
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register the ``ledger`` options."""
+    """Register the ``ledger`` options.
+
+    Args:
+        parser: The ``dphype ledger`` sub-command's parser.
+    """
     parser.add_argument("--path", default=None,
                         help="ledger file (default: $FLWR_HOME/dphype/ledger.json, FLWR_HOME defaults to ~/.flwr)")
     parser.add_argument("--partition-id", type=int, default=None,
@@ -306,9 +411,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Show a node's ledger: the votes it recorded and their composed epsilon at ``--delta`` (no file: no
-    votes); ``--list`` every ledger file; ``--archive`` move the ledger named by ``--path`` aside. A corrupt
-    ledger is an error (exit status 2)."""
+    """Show a node's ledger: the votes it recorded and their composed epsilon at ``--delta`` (no file: no votes).
+
+    ``--list`` lists every ledger file; ``--archive`` moves the ledger named by ``--path`` aside.
+
+    Args:
+        args: The parsed ``dphype ledger`` options.
+
+    Returns:
+        The command's result (printed as text, or as JSON with ``--json``).
+
+    Raises:
+        ValueError: An option is invalid, ``--archive`` lacks ``--path``, or the ledger is corrupt (exit
+            status 2).
+    """
     if args.partition_id is not None:
         check_int("partition-id", args.partition_id, 0)
     delta = check_delta(args.delta)

@@ -1,10 +1,10 @@
 """Privacy: what a release is and what it costs.
 
-* :mod:`dphype.privacy.accounting` -- the release description (:class:`VoteRelease`), exact calibration,
+* `dphype.privacy.accounting` -- the release description (`dphype.privacy.accounting.VoteRelease`), exact calibration,
   epsilon/delta for Gaussian and Skellam noise (RDP and analytic), the run accountant's RDP curves.
-* :mod:`dphype.privacy.noise` -- each client's integer or Gaussian noise share, from a CSPRNG, and the seeded
-  replay of a noisy sum (:func:`~dphype.privacy.noise.replay_noisy_sums`, for benchmarks and the planner).
-* :mod:`dphype.privacy.audit` -- an empirical lower bound on epsilon for the noise path.
-* :mod:`dphype.privacy.winner` -- the winner-only release (``release="argmax"``): report-noisy-max with
+* `dphype.privacy.noise` -- each client's integer or Gaussian noise share, from a CSPRNG, and the seeded replay of
+  a noisy sum (`dphype.privacy.noise.replay_noisy_sums`, for benchmarks and the planner).
+* `dphype.privacy.audit` -- an empirical lower bound on epsilon for the noise path.
+* `dphype.privacy.winner` -- the winner-only release (``release="argmax"``): report-noisy-max with
   client-made discrete Laplace noise, its proof sketch, pure-DP report, Renyi curve and seeded replay.
 """

@@ -1,6 +1,6 @@
 """Privacy accounting for DP-Hype: describe a release, then account for it.
 
-A :class:`VoteRelease` says what the server sees: the sum of all clients' vote vectors plus noise whose
+A `VoteRelease` says what the server sees: the sum of all clients' vote vectors plus noise whose
 TOTAL standard deviation on every coordinate is ``sigma`` (Skellam: ``sigma**2`` is the total variance).
 An accountant turns it into ``(epsilon, delta)``:
 
@@ -10,7 +10,7 @@ An accountant turns it into ``(epsilon, delta)``:
   top-k votes ``alpha k / sigma^2``, DP-Hype Thm III.1). Skellam: the bound of Agarwal, Kairouz & Liu
   (NeurIPS 2021) over integer orders. Both converted with DP-Hype Thm I.1 and minimised over ``alpha``.
 
-Sensitivities depend on the neighbouring relation (:data:`NEIGHBOURING`):
+Sensitivities depend on the neighbouring relation (`NEIGHBOURING`):
 
 * ``"replace-one"`` (the paper's, default; DP-Hype Lemma III.1 and Appendix F): neighbouring federations
   differ in one client's data. Top-k votes ``L2 = sqrt(2k)``, ``L1 = 2k``; raw scores in ``[0, 1]^p``:
@@ -22,12 +22,12 @@ Sensitivities depend on the neighbouring relation (:data:`NEIGHBOURING`):
   both federations and the Gaussian / Skellam analysis with the shifted mean applies unchanged.
 
 Several releases (a node's votes over its lifetime, a vote followed by DP-FedAvg training) compose in RDP:
-:func:`vote_rdp` and :func:`fedavg_rdp` give each release's curve on the common order grid
-:data:`RDP_ORDERS`, curves add up (Mironov 2017, Prop. 1), and :func:`rdp_epsilon` converts the sum with
-Thm I.1. :func:`calibrate_fedavg` solves DP-FedAvg's noise multiplier for a training budget.
+`vote_rdp` and `fedavg_rdp` give each release's curve on the common order grid
+`RDP_ORDERS`, curves add up (Mironov 2017, Prop. 1), and `rdp_epsilon` converts the sum with
+Thm I.1. `calibrate_fedavg` solves DP-FedAvg's noise multiplier for a training budget.
 
 Everything is solved by root finding (``scipy.optimize.brentq``, or dp_accounting's
-``calibrate_dp_mechanism``); nothing is looked up in a table. Argument checks live in :mod:`dphype.checks`.
+``calibrate_dp_mechanism``); nothing is looked up in a table. Argument checks live in `dphype.checks`.
 """
 
 from __future__ import annotations
@@ -63,8 +63,21 @@ from dphype.privacy.noise import check_survivors, client_noise_std
 
 
 def vote_sensitivity(k: int, neighbouring: str = "replace-one") -> tuple[float, float]:
-    """``(L2, L1)`` sensitivity of the top-k vote sum: ``(sqrt(2k), 2k)`` when one client's data is
-    replaced (its k ones move, DP-Hype Lemma III.1), ``(sqrt(k), k)`` when one client is added or removed."""
+    """``(L2, L1)`` sensitivity of the top-k vote sum.
+
+    ``(sqrt(2k), 2k)`` when one client's data is replaced (its k ones move, DP-Hype Lemma III.1), ``(sqrt(k), k)``
+    when one client is added or removed.
+
+    Args:
+        k: Votes per client, an integer ``>= 1``.
+        neighbouring: ``"replace-one"`` or ``"add-remove"``.
+
+    Returns:
+        ``(L2, L1)``.
+
+    Raises:
+        ValueError: ``k`` or ``neighbouring`` is invalid.
+    """  # noqa: DOC502
     k = check_k(k)
     moved = 2 * k if check_neighbouring(neighbouring) == "replace-one" else k
     return math.sqrt(moved), float(moved)
@@ -75,6 +88,14 @@ def gaussian_rdp(alpha: float, l2: float, sigma: float) -> float:
     """Renyi DP of the Gaussian mechanism at order ``alpha``: ``alpha L2^2 / (2 sigma^2)``.
 
     Mironov 2017, Prop. 7; DP-Hype Definition I.3. With ``L2 = sqrt(2k)`` this is Thm III.1's ``alpha k / sigma^2``.
+
+    Args:
+        alpha: The Renyi order, ``> 1``.
+        l2: The L2 sensitivity.
+        sigma: The noise standard deviation.
+
+    Returns:
+        The RDP epsilon at order ``alpha``.
     """
     return alpha * l2**2 / (2.0 * sigma**2)
 
@@ -85,7 +106,16 @@ def skellam_rdp(alpha: float | np.ndarray, l2: float, l1: float, variance: float
     Agarwal, Kairouz & Liu, "The Skellam Mechanism for Differentially Private Federated Learning"
     (NeurIPS 2021), as used in their accounting code:
     ``alpha L2^2/(2 lambda) + min(((2 alpha - 1) L2^2 + 6 L1) / (4 lambda^2), 3 L1 / (2 lambda))``.
-    Valid for integer ``alpha > 1`` only; ``alpha`` may be an array of orders.
+    Valid for integer ``alpha > 1`` only.
+
+    Args:
+        alpha: The Renyi order, or an array of orders (integers ``> 1``).
+        l2: The L2 sensitivity.
+        l1: The L1 sensitivity.
+        variance: The noise's total variance ``lambda``.
+
+    Returns:
+        The RDP epsilon at ``alpha``: a float, or an array of the shape of ``alpha``.
     """
     return alpha * l2**2 / (2.0 * variance) + np.minimum(
         ((2.0 * alpha - 1.0) * l2**2 + 6.0 * l1) / (4.0 * variance**2), 3.0 * l1 / (2.0 * variance)
@@ -93,9 +123,22 @@ def skellam_rdp(alpha: float | np.ndarray, l2: float, l1: float, variance: float
 
 
 def rdp_to_dp(rdp_eps: Any, alpha: Any, delta: float) -> Any:
-    """DP-Hype Thm I.1 (Balle et al. 2020; Canonne, Kamath & Steinke 2020): ``(alpha, rdp_eps)``-RDP implies
+    """Convert RDP to ``(epsilon, delta)``-DP: DP-Hype Thm I.1.
+
+    Balle et al. 2020; Canonne, Kamath & Steinke 2020: ``(alpha, rdp_eps)``-RDP implies
     ``(rdp_eps + log((alpha-1)/alpha) - (log delta + log alpha)/(alpha - 1), delta)``-DP for ``alpha > 1``.
     Elementwise for arrays of orders and RDP values.
+
+    Args:
+        rdp_eps: The RDP epsilon, a float or an array.
+        alpha: Its order, ``> 1``, a float or an array broadcasting with ``rdp_eps``.
+        delta: The target delta, in ``(0, 1)``.
+
+    Returns:
+        The epsilon at ``delta``, of the broadcast shape of ``rdp_eps`` and ``alpha``.
+
+    Raises:
+        ValueError: An order is not ``> 1``.
     """
     if np.any(~(np.asarray(alpha) > 1)):
         raise ValueError(f"alpha must be > 1, got {alpha!r}")
@@ -109,6 +152,13 @@ def optimal_order(rdp_slope: float, delta: float) -> float:
     ``s + (log delta + log alpha)/(alpha - 1)^2``; it has exactly one root, where
     ``s (alpha - 1)^2 + log delta + log alpha = 0`` (the left side increases in alpha). Solved by brentq on
     ``(1, 1 + sqrt(log(1/delta)/s)]``, where the left side goes from ``log delta < 0`` to ``log alpha > 0``.
+
+    Args:
+        rdp_slope: The slope ``s > 0`` of the RDP curve ``s alpha``.
+        delta: The target delta, in ``(0, 1)``.
+
+    Returns:
+        The minimising order ``alpha > 1``.
     """
     from scipy.optimize import brentq  # local imports of scipy: seconds, needed only when solving
 
@@ -120,7 +170,16 @@ def optimal_order(rdp_slope: float, delta: float) -> float:
 
 
 def gaussian_rdp_epsilon(l2: float, sigma: float, delta: float) -> float:
-    """Smallest epsilon from the Gaussian RDP curve and Thm I.1, minimised over continuous ``alpha > 1``."""
+    """Smallest epsilon from the Gaussian RDP curve and Thm I.1, minimised over continuous ``alpha > 1``.
+
+    Args:
+        l2: The L2 sensitivity.
+        sigma: The noise standard deviation.
+        delta: The target delta, in ``(0, 1)``.
+
+    Returns:
+        The epsilon at ``delta``, ``>= 0``.
+    """
     slope = gaussian_rdp(1.0, l2, sigma)
     alpha = optimal_order(slope, delta)
     return max(0.0, rdp_to_dp(slope * alpha, alpha, delta))
@@ -129,7 +188,7 @@ def gaussian_rdp_epsilon(l2: float, sigma: float, delta: float) -> float:
 def _integer_minimiser_candidates(slope: float, lo: int, hi: float, delta: float) -> set[int]:
     """Integer orders in ``[lo, hi]`` containing the minimiser of Thm I.1's epsilon for ``slope * alpha``.
 
-    That epsilon is unimodal in alpha (:func:`optimal_order`), so on an integer interval it is minimal at
+    That epsilon is unimodal in alpha (`optimal_order`), so on an integer interval it is minimal at
     the floor or ceil of the continuous minimiser, clipped to the interval.
     """
     a = optimal_order(slope, delta)
@@ -137,13 +196,22 @@ def _integer_minimiser_candidates(slope: float, lo: int, hi: float, delta: float
 
 
 def skellam_rdp_epsilon(l2: float, l1: float, variance: float, delta: float) -> tuple[float, int]:
-    """Smallest epsilon (and its order) from :func:`skellam_rdp` and Thm I.1 over integer ``alpha >= 2``.
+    """Smallest epsilon (and its order) from `skellam_rdp` and Thm I.1 over integer ``alpha >= 2``.
 
     Exact integer minimisation without a scan: ``skellam_rdp`` is linear in alpha with slope
     ``L2^2/(2 lambda) + L2^2/(2 lambda^2)`` up to the switch point ``alpha_s`` where the ``min`` picks its
     constant branch, and has slope ``L2^2/(2 lambda)`` after it. On each piece Thm I.1's epsilon is unimodal
-    (:func:`optimal_order`), so its integer minimiser on the piece is the floor or ceil of the continuous
+    (`optimal_order`), so its integer minimiser on the piece is the floor or ceil of the continuous
     minimiser clipped to the piece, or a piece end; the global minimum is the best of these few orders.
+
+    Args:
+        l2: The L2 sensitivity.
+        l1: The L1 sensitivity.
+        variance: The noise's total variance ``lambda``.
+        delta: The target delta, in ``(0, 1)``.
+
+    Returns:
+        ``(epsilon, alpha)``: the epsilon at ``delta`` (``>= 0``) and the integer order attaining it.
     """
     lam = variance
     base = l2**2 / (2.0 * lam)
@@ -159,7 +227,7 @@ def skellam_rdp_epsilon(l2: float, l1: float, variance: float, delta: float) -> 
 
 # ----------------------------------------------------------------------------------- analytic Gaussian
 def _log_analytic_delta(eps: float, l2: float, sigma: float) -> float:
-    """log of the analytic-Gaussian delta, computed in log space (no cancellation for tiny deltas)."""
+    """Log of the analytic-Gaussian delta, computed in log space (no cancellation for tiny deltas)."""
     from scipy.special import log_ndtr
 
     a = l2 / (2.0 * sigma) - eps * sigma / l2
@@ -172,15 +240,26 @@ def _log_analytic_delta(eps: float, l2: float, sigma: float) -> float:
 
 
 def analytic_gaussian_delta(eps: float, l2: float, sigma: float) -> float:
-    """Balle & Wang 2018, Thm 8: the smallest delta for which ``N(f(D), sigma^2 I)`` is (eps, delta)-DP,
-    ``Phi(L2/(2 sigma) - eps sigma/L2) - e^eps Phi(-L2/(2 sigma) - eps sigma/L2)``.
+    """The smallest delta for which ``N(f(D), sigma^2 I)`` is (eps, delta)-DP (Balle & Wang 2018, Thm 8).
+
+    ``Phi(L2/(2 sigma) - eps sigma/L2) - e^eps Phi(-L2/(2 sigma) - eps sigma/L2)``, computed in log space.
+
+    Args:
+        eps: The epsilon, ``>= 0``.
+        l2: The L2 sensitivity.
+        sigma: The noise standard deviation.
+
+    Returns:
+        The delta.
     """
     return math.exp(_log_analytic_delta(eps, l2, sigma))
 
 
 def _root_decreasing(fn: Callable[[float], float], target: float, start: float, name: str) -> float:
-    """Solve ``fn(x) = target`` for ``x > 0`` when ``fn`` decreases in ``x``: bracket by doubling, then brentq
-    on ``log x``."""
+    """Solve ``fn(x) = target`` for ``x > 0`` when ``fn`` decreases in ``x``.
+
+    Bracket by doubling, then brentq on ``log x``.
+    """
     from scipy.optimize import brentq
 
     lo = hi = math.log(start)
@@ -200,7 +279,16 @@ def _root_decreasing(fn: Callable[[float], float], target: float, start: float, 
 
 
 def analytic_gaussian_epsilon(l2: float, sigma: float, delta: float) -> float:
-    """Smallest epsilon with ``analytic_gaussian_delta(epsilon) <= delta`` (brentq; 0 if already at eps = 0)."""
+    """Smallest epsilon with ``analytic_gaussian_delta(epsilon) <= delta`` (brentq).
+
+    Args:
+        l2: The L2 sensitivity.
+        sigma: The noise standard deviation.
+        delta: The target delta, in ``(0, 1)``.
+
+    Returns:
+        The epsilon, ``0`` if ``delta`` is already met at epsilon 0.
+    """
     from scipy.optimize import brentq
 
     log_delta = math.log(delta)
@@ -218,10 +306,19 @@ def analytic_gaussian_epsilon(l2: float, sigma: float, delta: float) -> float:
 class VoteRelease:
     """What the server learns: the vote sum plus noise of TOTAL std ``sigma`` per coordinate.
 
-    ``k`` votes per client over ``num_candidates`` candidates (``None``: unknown; top-k privacy does not
-    depend on it, Section III). ``raw_scores=True`` is Appendix F's variant (scores in ``[0, 1]^p``,
-    Gaussian noise only, ``num_candidates`` required; ``k`` then does not enter the sensitivity).
-    ``neighbouring``: the neighbouring relation of the guarantee (:data:`NEIGHBOURING`, module docstring).
+    Attributes:
+        k: Votes per client.
+        num_candidates: The number of candidates ``p`` (``None``: unknown; top-k privacy does not depend on it,
+            Section III).
+        sigma: The noise's total standard deviation per coordinate (Skellam: ``sigma**2`` is its variance).
+        noise: ``"gaussian"`` or ``"skellam"``.
+        raw_scores: Appendix F's variant: scores in ``[0, 1]^p``, Gaussian noise only, ``num_candidates``
+            required; ``k`` then does not enter the sensitivity.
+        neighbouring: The neighbouring relation of the guarantee (`NEIGHBOURING`, module docstring).
+
+    Raises:
+        ValueError: A field is out of its range, or a raw-scores release lacks ``num_candidates`` or has
+            Skellam noise.
     """
 
     k: int
@@ -247,8 +344,13 @@ class VoteRelease:
 
     @property
     def sensitivities(self) -> tuple[float, float]:
-        """``(L2, L1)``: :func:`vote_sensitivity` for top-k votes; ``(sqrt(p), p)`` for raw scores under either
-        relation (each of the ``p`` scores in ``[0, 1]`` changes by at most 1, App. F)."""
+        """``(L2, L1)``: `vote_sensitivity` for top-k votes; ``(sqrt(p), p)`` for raw scores.
+
+        Raw scores: under either relation each of the ``p`` scores in ``[0, 1]`` changes by at most 1 (App. F).
+
+        Returns:
+            ``(L2, L1)``.
+        """
         if self.raw_scores:
             assert self.num_candidates is not None
             return math.sqrt(self.num_candidates), float(self.num_candidates)
@@ -256,21 +358,39 @@ class VoteRelease:
 
     @property
     def l2_sensitivity(self) -> float:
-        """L2 sensitivity: ``sqrt(2k)`` (replace-one, Lemma III.1), ``sqrt(k)`` (add-remove), ``sqrt(p)`` (raw)."""
+        """L2 sensitivity: ``sqrt(2k)`` (replace-one, Lemma III.1), ``sqrt(k)`` (add-remove), ``sqrt(p)`` (raw).
+
+        Returns:
+            The L2 sensitivity.
+        """
         return self.sensitivities[0]
 
     @property
     def l1_sensitivity(self) -> float:
-        """L1 sensitivity: ``2k`` (replace-one) or ``k`` (add-remove) for top-k votes, ``p`` for raw scores."""
+        """L1 sensitivity: ``2k`` (replace-one) or ``k`` (add-remove) for top-k votes, ``p`` for raw scores.
+
+        Returns:
+            The L1 sensitivity.
+        """
         return self.sensitivities[1]
 
 
 def mechanism_epsilon(l2: float, l1: float, sigma: float, noise: str, delta: float, accountant: str) -> float:
-    """Epsilon at ``delta`` of ONE release of a sum with sensitivities ``(L2, L1)`` plus noise of total std
-    ``sigma`` (Skellam: variance ``sigma**2``), for a validated ``accountant`` (:func:`resolve_accountant`).
+    """Epsilon at ``delta`` of ONE release of a sum with sensitivities ``(L2, L1)`` plus noise of total std ``sigma``.
 
-    Skellam: :func:`skellam_rdp_epsilon`; Gaussian: :func:`analytic_gaussian_epsilon` or
-    :func:`gaussian_rdp_epsilon`. The sensitivities carry the neighbouring relation (:func:`vote_sensitivity`).
+    Skellam: `skellam_rdp_epsilon` (variance ``sigma**2``); Gaussian: `analytic_gaussian_epsilon` or
+    `gaussian_rdp_epsilon`. The sensitivities carry the neighbouring relation (`vote_sensitivity`).
+
+    Args:
+        l2: The L2 sensitivity.
+        l1: The L1 sensitivity.
+        sigma: The noise's total standard deviation.
+        noise: ``"gaussian"`` or ``"skellam"``.
+        delta: The target delta, in ``(0, 1)``.
+        accountant: A validated accountant, ``"analytic"`` or ``"rdp"`` (`dphype.checks.resolve_accountant`).
+
+    Returns:
+        The epsilon at ``delta``.
     """
     if noise == "skellam":
         return skellam_rdp_epsilon(l2, l1, sigma**2, delta)[0]
@@ -286,7 +406,19 @@ def _release_epsilon(release: VoteRelease, delta: float, accountant: str) -> flo
 
 
 def epsilon(release: VoteRelease, delta: float, accountant: str | None = None) -> float:
-    """Epsilon of ``release`` at ``delta`` under ``accountant`` (``None``: the default for the noise kind)."""
+    """Epsilon of ``release`` at ``delta`` under ``accountant``.
+
+    Args:
+        release: The release to account for.
+        delta: The target delta, in ``(0, 1)``.
+        accountant: ``"analytic"``, ``"rdp"``, or ``None``/``"auto"`` for the default of the noise kind.
+
+    Returns:
+        The epsilon at ``delta``.
+
+    Raises:
+        ValueError: ``delta`` or ``accountant`` is invalid (`dphype.checks.resolve_accountant`).
+    """  # noqa: DOC502
     delta = check_delta(delta)
     return _release_epsilon(release, delta, resolve_accountant(accountant, release.noise))
 
@@ -302,13 +434,29 @@ def calibrate(
     raw_scores: bool = False,
     neighbouring: str = "replace-one",
 ) -> VoteRelease:
-    """Solve the smallest total noise std ``sigma`` giving ``(epsilon, delta)``-DP (Algorithm 1, line 1)
-    under the neighbouring relation ``neighbouring`` (module docstring).
+    """Solve the smallest total noise std ``sigma`` giving ``(epsilon, delta)``-DP (Algorithm 1, line 1).
 
-    Root finding with ``scipy.optimize.brentq`` on ``log sigma``: for ``"analytic"`` the analytic-Gaussian
-    delta at ``epsilon`` is matched to ``delta``; for ``"rdp"`` the Thm I.1 epsilon is matched to
-    ``epsilon``. Both decrease monotonically in sigma, so the root is unique.
-    """
+    Under the neighbouring relation ``neighbouring`` (module docstring). Root finding with
+    ``scipy.optimize.brentq`` on ``log sigma``: for ``"analytic"`` the analytic-Gaussian delta at ``epsilon`` is
+    matched to ``delta``; for ``"rdp"`` the Thm I.1 epsilon is matched to ``epsilon``. Both decrease
+    monotonically in sigma, so the root is unique.
+
+    Args:
+        epsilon: The privacy budget, ``> 0``.
+        delta: The target delta, in ``(0, 1)``.
+        k: Votes per client, in ``[1, num_candidates]``.
+        num_candidates: The number of candidates ``p``, or ``None`` (top-k privacy does not depend on it).
+        accountant: ``"analytic"``, ``"rdp"``, or ``None``/``"auto"`` for the default of the noise kind.
+        noise: ``"gaussian"`` or ``"skellam"``.
+        raw_scores: Appendix F's real-valued votes (see `VoteRelease`).
+        neighbouring: ``"replace-one"`` or ``"add-remove"``.
+
+    Returns:
+        The calibrated release: its ``sigma`` is the solved total noise std.
+
+    Raises:
+        ValueError: An argument is invalid, or the root cannot be bracketed.
+    """  # noqa: DOC502
     target = check_epsilon(epsilon)
     delta = check_delta(delta)
     accountant = resolve_accountant(accountant, noise)
@@ -333,8 +481,24 @@ def calibrate(
 # ---------------------------------------------------------------------------------------- the report
 @dataclass(frozen=True)
 class PrivacyReport:
-    """The privacy statement that accompanies one DP-Hype release (with its neighbouring relation and the
-    L2 sensitivity it implies)."""
+    """The privacy statement that accompanies one DP-Hype release.
+
+    Attributes:
+        epsilon: The guarantee's epsilon at ``delta``.
+        delta: The guarantee's delta.
+        accountant: ``"analytic"`` or ``"rdp"``.
+        noise: ``"gaussian"`` or ``"skellam"``.
+        sigma: The total noise std the epsilon is computed for (the survivors' when they are known).
+        client_std: Each client's noise share std.
+        clients: The number of clients ``n``.
+        dropout: The tolerated dropout fraction ``xi``.
+        k: Votes per client.
+        num_candidates: The number of candidates ``p``, or ``None``.
+        survivors: The number of clients whose noise the release carries, or ``None`` (the design guarantee).
+        neighbouring: The neighbouring relation of the guarantee.
+        l2_sensitivity: The L2 sensitivity it implies.
+        released: What the server learns.
+    """
 
     epsilon: float
     delta: float
@@ -352,7 +516,11 @@ class PrivacyReport:
     released: str = "noisy vote sum only (secure aggregation)"
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-serialisable dict of all fields."""
+        """Plain JSON-serialisable dict of all fields.
+
+        Returns:
+            Field name -> value.
+        """
         return dataclasses.asdict(self)
 
 
@@ -368,10 +536,24 @@ def privacy_report(
     """Account for ``release`` as run by ``clients`` clients that tolerate a ``dropout`` fraction (App. A).
 
     With ``survivors=None`` the statement is the design guarantee (total std ``release.sigma``), valid
-    whenever at least :func:`dphype.privacy.noise.min_survivors` clients contribute noise. With a known survivor
+    whenever at least `dphype.privacy.noise.min_survivors` clients contribute noise. With a known survivor
     count the total noise std is ``client_std * sqrt(survivors)`` and epsilon is recomputed for it, so too
     few survivors show up as an epsilon above the target rather than being hidden.
-    """
+
+    Args:
+        release: The (calibrated) release.
+        delta: The target delta, in ``(0, 1)``.
+        clients: The number of clients ``n``, in ``[2, MAX_CLIENTS]``.
+        dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
+        survivors: The number of clients that contributed noise, in ``[1, clients]``, or ``None``.
+        accountant: ``"analytic"``, ``"rdp"``, or ``None``/``"auto"`` for the default of the noise kind.
+
+    Returns:
+        The privacy statement.
+
+    Raises:
+        ValueError: An argument is out of its range.
+    """  # noqa: DOC502
     delta = check_delta(delta)
     clients = check_clients(clients)
     dropout = check_dropout(dropout)
@@ -415,7 +597,17 @@ def _rdp_accountant(orders: Any) -> Any:
 
 
 def check_orders(orders: Any) -> np.ndarray:
-    """Return RDP ``orders`` as float64; they must be a non-empty 1-d array of finite numbers > 1."""
+    """Check RDP orders.
+
+    Args:
+        orders: A non-empty 1-d array of finite numbers ``> 1``.
+
+    Returns:
+        ``orders`` as a float64 array of shape ``(m,)``.
+
+    Raises:
+        ValueError: ``orders`` is not a non-empty 1-d array of finite numbers ``> 1``.
+    """
     out = np.asarray(orders, dtype=np.float64)
     if out.ndim != 1 or out.size == 0 or not np.all(np.isfinite(out)) or np.any(out <= 1.0):
         raise ValueError("orders must be a non-empty 1-d array of finite RDP orders > 1")
@@ -423,8 +615,19 @@ def check_orders(orders: Any) -> np.ndarray:
 
 
 def check_rdp_curve(rdp: Any, orders: Any = RDP_ORDERS, name: str = "rdp") -> np.ndarray:
-    """Return an RDP curve as float64; it must hold one value in ``[0, +inf]`` per order of ``orders``
-    (``+inf``: no bound at that order), else ``ValueError`` naming ``name``."""
+    """Check an RDP curve.
+
+    Args:
+        rdp: One value in ``[0, +inf]`` per order of ``orders`` (``+inf``: no bound at that order).
+        orders: The RDP orders, shape ``(m,)``.
+        name: The curve's name, for the error message.
+
+    Returns:
+        ``rdp`` as a float64 array of shape ``(m,)``.
+
+    Raises:
+        ValueError: ``rdp`` has the wrong shape or a NaN or negative value; the message names ``name``.
+    """
     size = check_orders(orders).size
     curve = np.asarray(rdp, dtype=np.float64)
     if curve.shape != (size,) or np.any(np.isnan(curve)) or np.any(curve < 0):
@@ -435,14 +638,28 @@ def check_rdp_curve(rdp: Any, orders: Any = RDP_ORDERS, name: str = "rdp") -> np
 def vote_rdp(
     k: int, sigma: float, noise: str, *, neighbouring: str = "replace-one", orders: Any = RDP_ORDERS
 ) -> np.ndarray:
-    """RDP curve ``eps(alpha)`` at ``orders`` of one vote release: the top-k vote sum plus noise of TOTAL std
-    ``sigma`` (Skellam: variance ``sigma**2``), sensitivities from :func:`vote_sensitivity`. Shape ``(len(orders),)``.
+    """RDP curve ``eps(alpha)`` at ``orders`` of one vote release.
 
+    The release is the top-k vote sum plus noise of TOTAL std ``sigma`` (Skellam: variance ``sigma**2``),
+    sensitivities from `vote_sensitivity`.
     Gaussian: dp_accounting's ``GaussianDpEvent`` with noise multiplier ``sigma / L2`` (Thm III.1:
-    ``alpha k / sigma^2`` under replace-one). Skellam: :func:`skellam_rdp` (Agarwal, Kairouz & Liu 2021),
+    ``alpha k / sigma^2`` under replace-one). Skellam: `skellam_rdp` (Agarwal, Kairouz & Liu 2021),
     which holds at integer orders; at a fractional order ``alpha`` it is evaluated at ``ceil(alpha)``, an upper
     bound because Renyi divergence does not decrease with the order (van Erven & Harremoes 2014, Thm 3).
-    """
+
+    Args:
+        k: Votes per client.
+        sigma: The noise's total standard deviation.
+        noise: ``"gaussian"`` or ``"skellam"``.
+        neighbouring: ``"replace-one"`` or ``"add-remove"``.
+        orders: The RDP orders, shape ``(m,)``.
+
+    Returns:
+        The ``(m,)`` RDP curve.
+
+    Raises:
+        ValueError: An argument is invalid.
+    """  # noqa: DOC502
     l2, l1 = vote_sensitivity(k, neighbouring)
     sigma, noise, orders = check_sigma(sigma), check_noise(noise), check_orders(orders)
     if noise == "gaussian":
@@ -453,11 +670,22 @@ def vote_rdp(
 
 
 def rdp_epsilon(rdp: Any, delta: float, orders: Any = RDP_ORDERS) -> tuple[float, float]:
-    """``(epsilon, order)``: the smallest Thm I.1 epsilon (:func:`rdp_to_dp`) over ``orders`` of an RDP curve.
+    """The smallest Thm I.1 epsilon (`rdp_to_dp`) over ``orders`` of an RDP curve, and its order.
 
     Curves of several releases on the same orders are summed first (RDP composition, Mironov 2017, Prop. 1).
     Vectorised over the orders; an infinite curve value gives an infinite epsilon at that order.
-    """
+
+    Args:
+        rdp: The ``(m,)`` RDP curve.
+        delta: The target delta, in ``(0, 1)``.
+        orders: The RDP orders, shape ``(m,)``.
+
+    Returns:
+        ``(epsilon, order)``: the epsilon at ``delta`` (``>= 0``) and the order attaining it.
+
+    Raises:
+        ValueError: ``delta``, ``orders`` or the curve is invalid.
+    """  # noqa: DOC502
     delta = check_delta(delta)
     orders, curve = check_orders(orders), check_rdp_curve(rdp, orders)
     eps = rdp_to_dp(curve, orders, delta)
@@ -466,8 +694,22 @@ def rdp_epsilon(rdp: Any, delta: float, orders: Any = RDP_ORDERS) -> tuple[float
 
 
 def rdp_delta(rdp: Any, epsilon: float, orders: Any = RDP_ORDERS) -> float:
-    """Smallest delta over ``orders`` at which an RDP curve gives ``epsilon``: :func:`rdp_to_dp` (Thm I.1)
-    solved for delta, ``log delta = (alpha - 1)(eps_alpha + log(1 - 1/alpha) - epsilon) - log alpha``."""
+    """Smallest delta over ``orders`` at which an RDP curve gives ``epsilon``.
+
+    `rdp_to_dp` (Thm I.1) solved for delta: ``log delta = (alpha - 1)(eps_alpha + log(1 - 1/alpha) - epsilon)
+    - log alpha``.
+
+    Args:
+        rdp: The ``(m,)`` RDP curve.
+        epsilon: The target epsilon, ``> 0``.
+        orders: The RDP orders, shape ``(m,)``.
+
+    Returns:
+        The delta, at most 1.
+
+    Raises:
+        ValueError: ``epsilon``, ``orders`` or the curve is invalid.
+    """  # noqa: DOC502
     epsilon = check_epsilon(epsilon)
     orders, curve = check_orders(orders), check_rdp_curve(rdp, orders)
     log_delta = (orders - 1.0) * (curve + np.log1p(-1.0 / orders) - epsilon) - np.log(orders)
@@ -475,7 +717,7 @@ def rdp_delta(rdp: Any, epsilon: float, orders: Any = RDP_ORDERS) -> float:
 
 
 def _fedavg_event(noise_multiplier: float, rounds: int, neighbouring: str) -> Any:
-    """dp_accounting event of ``rounds`` DP-FedAvg rounds (effective multiplier, see :func:`fedavg_rdp`)."""
+    """dp_accounting event of ``rounds`` DP-FedAvg rounds (effective multiplier, see `fedavg_rdp`)."""
     import dp_accounting
 
     effective = noise_multiplier / 2.0 if neighbouring == "replace-one" else noise_multiplier
@@ -485,14 +727,27 @@ def _fedavg_event(noise_multiplier: float, rounds: int, neighbouring: str) -> An
 def fedavg_rdp(
     noise_multiplier: float, rounds: int, *, neighbouring: str = "replace-one", orders: Any = RDP_ORDERS
 ) -> np.ndarray:
-    """RDP curve at ``orders`` of ``rounds`` rounds of DP-FedAvg with fixed clipping, every round over all
-    sampled clients (no subsampling amplification). Shape ``(len(orders),)``.
+    """RDP curve at ``orders`` of ``rounds`` rounds of DP-FedAvg with fixed clipping.
+
+    Every round is over all sampled clients (no subsampling amplification).
 
     Flower's DP wrappers add Gaussian noise of std ``z C`` to the sum of updates clipped to norm ``C``, which
     calibrates ``z`` to the add/remove sensitivity ``C``. Replacing one client moves the sum by up to ``2C``,
     so under replace-one the effective multiplier is ``z / 2``. Composition via dp_accounting
     (``SelfComposedDpEvent`` of ``GaussianDpEvent``).
-    """
+
+    Args:
+        noise_multiplier: Flower's noise multiplier ``z``, ``> 0``.
+        rounds: The number of rounds, ``>= 1``.
+        neighbouring: ``"replace-one"`` or ``"add-remove"``.
+        orders: The RDP orders, shape ``(m,)``.
+
+    Returns:
+        The ``(m,)`` RDP curve.
+
+    Raises:
+        ValueError: An argument is invalid.
+    """  # noqa: DOC502
     z = check_positive("noise_multiplier", noise_multiplier)
     rounds = check_int("rounds", rounds, 1)
     event = _fedavg_event(z, rounds, check_neighbouring(neighbouring))
@@ -502,19 +757,45 @@ def fedavg_rdp(
 def fedavg_epsilon(
     noise_multiplier: float, rounds: int, delta: float, *, neighbouring: str = "replace-one"
 ) -> float:
-    """Epsilon at ``delta`` of ``rounds`` DP-FedAvg rounds: :func:`rdp_epsilon` of :func:`fedavg_rdp`."""
+    """Epsilon at ``delta`` of ``rounds`` DP-FedAvg rounds: `rdp_epsilon` of `fedavg_rdp`.
+
+    Args:
+        noise_multiplier: Flower's noise multiplier ``z``, ``> 0``.
+        rounds: The number of rounds, ``>= 1``.
+        delta: The target delta, in ``(0, 1)``.
+        neighbouring: ``"replace-one"`` or ``"add-remove"``.
+
+    Returns:
+        The epsilon at ``delta``.
+
+    Raises:
+        ValueError: An argument is invalid.
+    """  # noqa: DOC502
     return rdp_epsilon(fedavg_rdp(noise_multiplier, rounds, neighbouring=neighbouring), delta)[0]
 
 
 def calibrate_fedavg(epsilon: float, delta: float, rounds: int, *, neighbouring: str = "replace-one") -> float:
-    """Smallest noise multiplier ``z`` (within 1e-6) for which ``rounds`` DP-FedAvg rounds are
-    ``(epsilon, delta)``-DP in RDP on :data:`RDP_ORDERS` (:func:`fedavg_epsilon`, the accountant that also
-    composes training with the vote); pass ``z`` to Flower's fixed-clipping DP wrappers.
+    """Smallest noise multiplier ``z`` (within 1e-6) for which ``rounds`` DP-FedAvg rounds are ``(epsilon, delta)``-DP.
+
+    Accounted in RDP on `RDP_ORDERS` (`fedavg_epsilon`, the accountant that also composes training with the
+    vote); pass ``z`` to Flower's fixed-clipping DP wrappers.
 
     Root finding by dp_accounting's ``calibrate_dp_mechanism`` (Brent's method; it guarantees that the returned
     ``z`` does not exceed the budget) on a bracket found by doubling/halving the classic Gaussian scale
     ``sqrt(2 R log(1.25/delta)) / epsilon`` (times 2 under replace-one).
-    """
+
+    Args:
+        epsilon: The training budget, ``> 0``.
+        delta: The target delta, in ``(0, 1)``.
+        rounds: The number of rounds, ``>= 1``.
+        neighbouring: ``"replace-one"`` or ``"add-remove"``.
+
+    Returns:
+        The noise multiplier ``z``.
+
+    Raises:
+        ValueError: An argument is invalid.
+    """  # noqa: DOC502
     import dp_accounting
 
     target = check_epsilon(epsilon)

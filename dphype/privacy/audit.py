@@ -8,8 +8,8 @@ with probability ``>= 1 - beta`` (Jagielski, Ullman & Oprea 2020; Nasr et al. 20
 above the claimed epsilon proves the implementation adds too little noise.
 
 The mechanism audited is the REAL one: the released vector is the neighbour's vote sum plus the sum of
-:func:`dphype.privacy.noise.noise_share` outputs of the surviving clients, with ``sigma`` from
-:func:`dphype.privacy.accounting.calibrate`. Neighbours ``D, D'`` differ in one client who moves its ``k`` votes,
+`dphype.privacy.noise.noise_share` outputs of the surviving clients, with ``sigma`` from
+`dphype.privacy.accounting.calibrate`. Neighbours ``D, D'`` differ in one client who moves its ``k`` votes,
 so the vote sums differ by ``w`` with ``k`` entries ``+1`` and ``k`` entries ``-1`` (``||w|| = sqrt(2k)``,
 Lemma III.1). Coordinates where the sums agree carry noise independent of the test statistic and are
 left out. The statistic is ``y = <out - f(D'), w> / ||w||``; the test guesses ``D`` when ``y > t`` for a
@@ -18,9 +18,9 @@ threshold ``t`` fixed before sampling.
 One ``delta`` alone makes a weak audit: at ``delta = 1e-5`` only far-tail thresholds can show ``eps_lb > 1``,
 and noise of std ``0.71 sigma`` (a sensitivity ``sqrt(2)`` too small) measures ``eps_lb ~ 0.7`` at 3e4 trials.
 So the same two Clopper-Pearson bounds are also checked against the whole privacy profile of the noise the
-accountant analysed (:func:`claimed_profile`: ``delta(eps')`` of the statistic at total std ``sigma``, exact
+accountant analysed (`claimed_profile`: ``delta(eps')`` of the statistic at total std ``sigma``, exact
 for Gaussian and Skellam noise): every ``(eps', delta(eps'))`` pair bounds both error rates, and near the
-centre of the two laws a test of 3e4 trials per neighbour already refutes ``0.7 sigma`` (:func:`profile_excess`).
+centre of the two laws a test of 3e4 trials per neighbour already refutes ``0.7 sigma`` (`profile_excess`).
 The bounds hold together with probability ``>= 1 - beta``, so a correct implementation (whose statistic has
 exactly the claimed profile, or a smaller one when more than ``ceil((1 - xi) n)`` clients add noise) is
 flagged with probability at most ``beta`` whatever the number of ``eps'`` checked.
@@ -44,7 +44,19 @@ ShareFn = Callable[..., np.ndarray]
 
 
 def clopper_pearson_upper(successes: int, trials: int, alpha: float) -> float:
-    """One-sided ``(1 - alpha)`` Clopper-Pearson upper bound on a binomial rate: ``Beta(1 - alpha; x + 1, n - x)``."""
+    """One-sided ``(1 - alpha)`` Clopper-Pearson upper bound on a binomial rate: ``Beta(1 - alpha; x + 1, n - x)``.
+
+    Args:
+        successes: The count ``x``, in ``[0, trials]``.
+        trials: The number of trials ``n``, ``>= 1``.
+        alpha: The level, in ``(0, 1)``.
+
+    Returns:
+        The upper bound, 1 when every trial succeeded.
+
+    Raises:
+        ValueError: An argument is out of its range.
+    """
     if not 0 <= successes <= trials or trials < 1:
         raise ValueError(f"successes must be in [0, trials] with trials >= 1, got {successes}/{trials}")
     if not 0.0 < alpha < 1.0:
@@ -57,13 +69,26 @@ def clopper_pearson_upper(successes: int, trials: int, alpha: float) -> float:
 def epsilon_lower_bound(
     false_positives: int, false_negatives: int, trials: int, delta: float, confidence: float = 0.95
 ) -> tuple[float, float, float]:
-    """``(eps_lb, FPR_ub, FNR_ub)`` from error counts of ``trials`` runs per neighbour.
+    """A lower bound on epsilon from the error counts of ``trials`` runs per neighbour.
 
     Both one-sided Clopper-Pearson bounds hold together with probability ``>= confidence`` (each at level
     ``(1 - confidence)/2``); then ``eps >= log((1 - delta - FNR_ub)/FPR_ub)`` and, swapping the roles of
-    the neighbours, ``eps >= log((1 - delta - FPR_ub)/FNR_ub)``. The larger one is returned (0 if neither
-    is positive).
-    """
+    the neighbours, ``eps >= log((1 - delta - FPR_ub)/FNR_ub)``.
+
+    Args:
+        false_positives: The test's false positives (guessed ``D`` on ``D'``).
+        false_negatives: Its false negatives (guessed ``D'`` on ``D``).
+        trials: Runs per neighbour.
+        delta: The claimed delta.
+        confidence: The probability with which both bounds hold together.
+
+    Returns:
+        ``(eps_lb, FPR_ub, FNR_ub)``: the larger of the two lower bounds (0 if neither is positive) and the two
+        upper bounds on the error rates.
+
+    Raises:
+        ValueError: A count is out of ``[0, trials]`` or the confidence is out of ``(0, 1)``.
+    """  # noqa: DOC502
     level = (1.0 - confidence) / 2.0
     fpr_ub = clopper_pearson_upper(false_positives, trials, level)
     fnr_ub = clopper_pearson_upper(false_negatives, trials, level)
@@ -79,8 +104,10 @@ PROFILE_GRID: np.ndarray = np.linspace(0.0, 4.0, 401)
 
 
 def claimed_profile(epsilons: np.ndarray, *, sigma: float, k: int, noise: str) -> np.ndarray:
-    """``delta(eps')`` at each of ``epsilons``: the hockey-stick divergence between the audit statistic's laws
-    under ``D`` and ``D'`` when the released noise has total std ``sigma`` (the noise the accountant analysed).
+    """The claimed privacy profile ``delta(eps')`` of the audit statistic at each of ``epsilons``.
+
+    The hockey-stick divergence between the statistic's laws under ``D`` and ``D'`` when the released noise has
+    total std ``sigma`` (the noise the accountant analysed).
 
     Gaussian: ``y ~ N(0, sigma^2)`` against ``N(l2, sigma^2)``, the analytic Gaussian delta (Balle & Wang 2018,
     Thm 8). Skellam: every coordinate carries ``Pois(sigma^2/2) - Pois(sigma^2/2)``, so ``l2 y = <noise, w>``
@@ -88,6 +115,15 @@ def claimed_profile(epsilons: np.ndarray, *, sigma: float, k: int, noise: str) -
     shifted by ``<w, w> = 2k`` under ``D``; the divergence ``sum_x max(0, P_D(x) - e^eps' P_D'(x))`` is summed
     exactly over the support within 40 std of both means, plus the mass outside it (an upper bound on the
     terms left out). Both laws are symmetric, so the divergence is the same in both directions.
+
+    Args:
+        epsilons: ``(E,)`` epsilons ``eps'``.
+        sigma: The released noise's total std.
+        k: Votes per client.
+        noise: ``"gaussian"`` or ``"skellam"``.
+
+    Returns:
+        The ``(E,)`` deltas.
     """
     l2 = math.sqrt(2.0 * k)
     epsilons = np.asarray(epsilons, dtype=np.float64)
@@ -110,14 +146,25 @@ def profile_excess(
     deltas: np.ndarray,
     confidence: float = 0.95,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(excess, epsilon)``: by how much the error counts refute the claimed profile ``deltas`` at ``epsilons``.
+    """By how much the error counts refute the claimed profile ``deltas`` at ``epsilons``.
 
     A mechanism that is ``(eps', delta')``-DP has ``delta' >= 1 - FNR - e^eps' FPR`` and ``delta' >= 1 - FPR -
-    e^eps' FNR`` for every test. With the one-sided Clopper-Pearson bounds of :func:`epsilon_lower_bound`
+    e^eps' FNR`` for every test. With the one-sided Clopper-Pearson bounds of `epsilon_lower_bound`
     (both hold together with probability ``>= confidence``) this gives a lower bound ``delta_lb(eps')`` on the
     implementation's profile at every ``eps'`` at once; ``excess = max over eps' of delta_lb - delta_claim``,
     positive when the implementation is provably less private than claimed, at the ``eps'`` returned.
     Vectorised over arrays of counts.
+
+    Args:
+        false_positives: A count, or ``(C,)`` counts.
+        false_negatives: A count, or ``(C,)`` counts (as many as ``false_positives``).
+        trials: Runs per neighbour.
+        epsilons: ``(E,)`` epsilons ``eps'``.
+        deltas: ``(E,)`` claimed deltas at ``epsilons`` (`claimed_profile`).
+        confidence: The probability with which both bounds hold together.
+
+    Returns:
+        ``(excess, epsilon)``: ``(C,)`` excesses and the ``(C,)`` epsilons where they are attained.
     """
     level = (1.0 - confidence) / 2.0
     fp, fn = np.atleast_1d(false_positives), np.atleast_1d(false_negatives)
@@ -140,13 +187,27 @@ def design_threshold(
     confidence: float = 0.95,
     std_factor: float = 0.7,
 ) -> float:
-    """Threshold chosen before sampling: best for refuting the claimed profile when the noise has std
-    ``std_factor * sigma`` (default 0.7: a sensitivity ``sqrt(2)`` too small, or a share of half the variance).
+    """Threshold chosen before sampling: best for refuting the claimed profile when the noise is too small.
+
+    The design alternative is noise of std ``std_factor * sigma`` (default 0.7: a sensitivity ``sqrt(2)`` too
+    small, or a share of half the variance).
 
     Under that design alternative ``y`` is taken as ``N(0, s^2)`` for ``D'`` and ``N(l2, s^2)`` for ``D``
     (``s = std_factor * sigma``). For each ``t`` on a grid the error counts are set one binomial standard
     deviation above their expectations (so the test keeps its power when counts fluctuate), and the ``t``
-    maximising :func:`profile_excess` is returned. Depends only on the configuration, never on the samples.
+    maximising `profile_excess` is returned. Depends only on the configuration, never on the samples.
+
+    Args:
+        sigma: The claimed noise's total std.
+        l2: The L2 sensitivity ``sqrt(2k)``.
+        trials: Runs per neighbour.
+        epsilons: ``(E,)`` epsilons ``eps'``.
+        deltas: ``(E,)`` claimed deltas at ``epsilons``.
+        confidence: The probability with which both error-rate bounds hold together.
+        std_factor: The design alternative's noise std as a multiple of ``sigma``.
+
+    Returns:
+        The threshold ``t`` on the statistic.
     """
     s = std_factor * sigma
     ts = np.linspace(l2 / 2.0, l2 / 2.0 + 4.0 * s, 161)
@@ -159,7 +220,25 @@ def design_threshold(
 
 @dataclass(frozen=True)
 class AuditResult:
-    """Outcome of :func:`audit_vote_noise`; ``flagged`` means the noise is provably too small."""
+    """Outcome of `audit_vote_noise`; ``flagged`` means the noise is provably too small.
+
+    Attributes:
+        epsilon_lb: The lower bound on epsilon at ``delta`` (`epsilon_lower_bound`).
+        claimed_epsilon: The epsilon audited.
+        delta: The delta audited.
+        sigma: The calibrated total noise std.
+        noise: ``"gaussian"`` or ``"skellam"``.
+        survivors: The number of clients whose shares were summed.
+        threshold: The test's threshold on the statistic.
+        trials: Runs per neighbour.
+        false_positives: Guessed ``D`` on ``D'``.
+        false_negatives: Guessed ``D'`` on ``D``.
+        fpr_upper: The upper bound on the false-positive rate.
+        fnr_upper: The upper bound on the false-negative rate.
+        confidence: The probability with which the bounds hold together.
+        profile_excess: The largest excess of the measured over the claimed profile (`profile_excess`).
+        profile_epsilon: The ``eps'`` where it is attained.
+    """
 
     epsilon_lb: float
     claimed_epsilon: float
@@ -179,9 +258,14 @@ class AuditResult:
 
     @property
     def flagged(self) -> bool:
-        """True when the samples refute the claim: the lower bound on epsilon at ``delta`` exceeds the claimed
-        epsilon, or the implementation's privacy profile is provably above the claimed one at some epsilon
-        (``profile_excess > 0`` at ``profile_epsilon``)."""
+        """True when the samples refute the claim.
+
+        The lower bound on epsilon at ``delta`` exceeds the claimed epsilon, or the implementation's privacy
+        profile is provably above the claimed one at some epsilon (``profile_excess > 0`` at ``profile_epsilon``).
+
+        Returns:
+            Whether the noise is provably too small.
+        """
         return self.epsilon_lb > self.claimed_epsilon or self.profile_excess > 0.0
 
 
@@ -203,11 +287,31 @@ def audit_vote_noise(
 ) -> AuditResult:
     """Audit the client noise path for a claimed ``(epsilon, delta)`` with ``trials`` runs per neighbour.
 
-    ``sigma`` comes from :func:`dphype.privacy.accounting.calibrate`; each run sums ``share_fn`` outputs (same
-    signature as :func:`dphype.privacy.noise.noise_share`) of ``survivors`` clients (default: the fewest allowed,
-    ``min_survivors(clients, dropout)``, the worst case the accounting must cover). Pass a wrapped
-    ``share_fn`` to audit a modified implementation. ``threshold=None`` uses :func:`design_threshold`.
+    ``sigma`` comes from `dphype.privacy.accounting.calibrate`; each run sums ``share_fn`` outputs of
+    ``survivors`` clients. Pass a wrapped ``share_fn`` to audit a modified implementation.
     Vectorised: one ``(trials, 2k)`` draw per client and neighbour.
+
+    Args:
+        epsilon: The claimed epsilon, ``> 0``.
+        delta: The claimed delta, in ``(0, 1)``.
+        k: Votes per client.
+        clients: The number of clients ``n``.
+        dropout: The tolerated dropout fraction ``xi``.
+        noise: ``"gaussian"`` or ``"skellam"``.
+        accountant: ``"analytic"``, ``"rdp"``, or ``None``/``"auto"`` for the default of the noise kind.
+        trials: Runs per neighbour, ``>= 100``.
+        seed: Seeds the draws.
+        confidence: The probability with which the error-rate bounds hold together, in ``(0, 1)``.
+        threshold: The test's threshold; ``None``: `design_threshold`.
+        share_fn: The noise path audited, with the signature of `dphype.privacy.noise.noise_share`.
+        survivors: The number of clients whose shares are summed; ``None``: the fewest allowed,
+            ``min_survivors(clients, dropout)``, the worst case the accounting must cover.
+
+    Returns:
+        The audit's counts, bounds and verdict (``flagged``).
+
+    Raises:
+        ValueError: An argument is out of its range.
     """
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)

@@ -11,11 +11,11 @@ together contribute variance ``m sigma^2 / ((1 - xi) n) >= sigma^2``. The server
   exact and the Skellam accountant applies to the total variance.
 
 Where the randomness comes from. A client's share must be unpredictable to the server, so the client path
-(:func:`client_noise_share`) draws it from :func:`secure_generator`: numpy's ``Generator`` over randomgen's
+(`client_noise_share`) draws it from `secure_generator`: numpy's ``Generator`` over randomgen's
 ChaCha20 keyed with 256 fresh bits from the operating system (``os.urandom``), a new key for every share.
-:func:`client_noise_share` takes no generator argument at all, so no caller can hand it a seeded one;
-:func:`noise_share` and :func:`summed_noise` take an explicit ``rng`` for benchmarks, replays and audits;
-:func:`replay_noisy_sums` replays whole releases with them.
+`client_noise_share` takes no generator argument at all, so no caller can hand it a seeded one;
+`noise_share` and `summed_noise` take an explicit ``rng`` for benchmarks, replays and audits;
+`replay_noisy_sums` replays whole releases with them.
 """
 
 from __future__ import annotations
@@ -45,13 +45,37 @@ _SURVIVOR_ROUNDING = 1e-9
 
 
 def client_noise_variance(sigma: float, clients: int, dropout: float) -> float:
-    """Per-client share variance ``sigma^2 / ((1 - xi) n)`` (Appendix A)."""
+    """Per-client share variance ``sigma^2 / ((1 - xi) n)`` (Appendix A).
+
+    Args:
+        sigma: The total noise standard deviation, ``> 0``.
+        clients: The number of clients ``n``, in ``[2, MAX_CLIENTS]``.
+        dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
+
+    Returns:
+        The variance of one client's noise share, per entry.
+
+    Raises:
+        ValueError: An argument is out of its range (`dphype.checks`).
+    """  # noqa: DOC502
     sigma, clients, dropout = check_sigma(sigma), check_clients(clients), check_dropout(dropout)
     return sigma**2 / ((1.0 - dropout) * clients)
 
 
 def client_noise_std(sigma: float, clients: int, dropout: float) -> float:
-    """Per-client share std ``sigma / sqrt((1 - xi) n)`` (Appendix A)."""
+    """Per-client share std ``sigma / sqrt((1 - xi) n)`` (Appendix A).
+
+    Args:
+        sigma: The total noise standard deviation, ``> 0``.
+        clients: The number of clients ``n``, in ``[2, MAX_CLIENTS]``.
+        dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
+
+    Returns:
+        The standard deviation of one client's noise share, per entry.
+
+    Raises:
+        ValueError: An argument is out of its range (`dphype.checks`).
+    """  # noqa: DOC502
     return math.sqrt(client_noise_variance(sigma, clients, dropout))
 
 
@@ -60,17 +84,38 @@ def min_survivors(clients: int, dropout: float) -> int:
 
     ``m`` survivors give variance ``m sigma^2 / ((1 - xi) n)``, which is ``>= sigma^2`` iff
     ``m >= (1 - xi) n``; the smallest integer such ``m`` is the ceiling. The rule holds for any ``n >= 2``, also
-    beyond the protocol's :data:`dphype.checks.MAX_CLIENTS` (the secure-graph bounds use it there).
-    """
+    beyond the protocol's `dphype.checks.MAX_CLIENTS` (the secure-graph bounds use it there).
+
+    Args:
+        clients: The number of clients ``n``, an integer ``>= 2``.
+        dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
+
+    Returns:
+        ``ceil((1 - xi) n)``, at least 1.
+
+    Raises:
+        ValueError: ``clients`` or ``dropout`` is out of its range.
+    """  # noqa: DOC502
     clients, dropout = check_int("clients", clients, 2), check_dropout(dropout)
     return max(1, math.ceil((1.0 - dropout) * clients - _SURVIVOR_ROUNDING))
 
 
 def check_survivors(survivors: Any, clients: int, lowest: int = 1) -> int:
-    """Return the number of contributing clients ``m`` as int; it must be an integer in ``[lowest, clients]``.
+    """Check the number of contributing clients ``m``.
 
-    ``lowest=1`` where fewer than :func:`min_survivors` is meaningful (accounting for a too-small survivor
+    ``lowest=1`` where fewer than `min_survivors` is meaningful (accounting for a too-small survivor
     set shows its larger epsilon, an audit may probe it); a release passes ``min_survivors(clients, xi)``.
+
+    Args:
+        survivors: An integer in ``[lowest, clients]``.
+        clients: The number of clients ``n``.
+        lowest: The fewest survivors allowed.
+
+    Returns:
+        ``survivors`` as int.
+
+    Raises:
+        ValueError: ``survivors`` is not an integer in ``[lowest, clients]``.
     """
     if isinstance(survivors, bool) or not isinstance(survivors, Integral) or not lowest <= int(survivors) <= clients:
         raise ValueError(f"survivors must be an integer in [{lowest}, {clients}], got {survivors!r}")
@@ -78,8 +123,10 @@ def check_survivors(survivors: Any, clients: int, lowest: int = 1) -> int:
 
 
 def _draw(size: int | tuple[int, ...], variance: float, kind: str, rng: np.random.Generator) -> np.ndarray:
-    """One noise draw of ``variance`` per entry: ``N(0, variance)`` as float64, or the symmetric Skellam
-    ``Pois(variance / 2) - Pois(variance / 2)`` as int64 (the one place either kind is sampled)."""
+    """One noise draw of ``variance`` per entry (the one place either kind is sampled).
+
+    ``N(0, variance)`` as float64, or the symmetric Skellam ``Pois(variance / 2) - Pois(variance / 2)`` as int64.
+    """
     if kind == "gaussian":
         return rng.normal(0.0, math.sqrt(variance), size=size).astype(np.float64, copy=False)
     mu = variance / 2.0
@@ -95,17 +142,36 @@ def noise_share(
     kind: str,
     rng: np.random.Generator,
 ) -> np.ndarray:
-    """One client's noise share of shape ``size`` for total noise std ``sigma`` (see module docstring)."""
+    """One client's noise share of shape ``size`` for total noise std ``sigma`` (see the module docstring).
+
+    Args:
+        size: The share's shape, e.g. ``p`` for one share per candidate.
+        sigma: The total noise standard deviation, ``> 0``.
+        clients: The number of clients ``n``, in ``[2, MAX_CLIENTS]``.
+        dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
+        kind: ``"gaussian"`` or ``"skellam"``.
+        rng: The generator to draw from (benchmarks, replays, audits; a client uses `client_noise_share`).
+
+    Returns:
+        The share, of shape ``size``: float64 ``N(0, v)`` entries for Gaussian noise, int64
+        ``Pois(v / 2) - Pois(v / 2)`` for Skellam, ``v`` = `client_noise_variance`.
+
+    Raises:
+        ValueError: An argument is out of its range.
+    """  # noqa: DOC502
     return _draw(size, client_noise_variance(sigma, clients, dropout), check_noise(kind), rng)
 
 
 def secure_generator() -> np.random.Generator:
-    """A numpy ``Generator`` over ChaCha20 (randomgen ``ChaCha``, 20 rounds) keyed with 256 bits from
-    ``os.urandom``: a cryptographically secure stream no seed or server value can reproduce.
+    """A numpy ``Generator`` over ChaCha20 keyed with 256 fresh bits from ``os.urandom``.
 
-    ChaCha20 is the stream cipher of RFC 8439 and of Linux's ``/dev/urandom``; randomgen runs it in counter
-    mode from counter 0, which is safe because every call draws a fresh key. numpy's ``Generator`` turns the
-    stream into Poisson and normal variates with its usual (deterministic) algorithms.
+    randomgen's ``ChaCha`` with 20 rounds: a cryptographically secure stream no seed or server value can
+    reproduce. ChaCha20 is the stream cipher of RFC 8439 and of Linux's ``/dev/urandom``; randomgen runs it in
+    counter mode from counter 0, which is safe because every call draws a fresh key. numpy's ``Generator`` turns
+    the stream into Poisson and normal variates with its usual (deterministic) algorithms.
+
+    Returns:
+        A new generator with a fresh key.
     """
     return np.random.Generator(ChaCha(key=int.from_bytes(os.urandom(32), "little"), rounds=20))
 
@@ -113,10 +179,23 @@ def secure_generator() -> np.random.Generator:
 def client_noise_share(
     size: int | tuple[int, ...], *, sigma: float, clients: int, dropout: float, kind: str
 ) -> np.ndarray:
-    """A client's noise share (:func:`noise_share`) drawn from a fresh :func:`secure_generator`.
+    """A client's noise share (`noise_share`) drawn from a fresh `secure_generator`.
 
     The one function the client path uses; it has no ``rng`` parameter by design (see the module docstring).
-    """
+
+    Args:
+        size: The share's shape, e.g. ``p`` for one share per candidate.
+        sigma: The total noise standard deviation, ``> 0``.
+        clients: The number of clients ``n``, in ``[2, MAX_CLIENTS]``.
+        dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
+        kind: ``"gaussian"`` or ``"skellam"``.
+
+    Returns:
+        The share, of shape ``size`` (float64 for Gaussian, int64 for Skellam noise).
+
+    Raises:
+        ValueError: An argument is out of its range.
+    """  # noqa: DOC502
     return noise_share(size, sigma=sigma, clients=clients, dropout=dropout, kind=kind, rng=secure_generator())
 
 
@@ -130,15 +209,29 @@ def summed_noise(
     kind: str,
     rng: np.random.Generator,
 ) -> np.ndarray:
-    """The sum of ``survivors`` independent :func:`noise_share` draws, sampled in one call.
+    """The sum of ``survivors`` independent `noise_share` draws, sampled in one call.
 
-    Every share has variance ``v = sigma^2 / ((1 - xi) n)`` (:func:`client_noise_variance`); a sum of
+    Every share has variance ``v = sigma^2 / ((1 - xi) n)`` (`client_noise_variance`); a sum of
     independent Gaussians is ``N(0, m v)``, and a sum of independent Skellams ``Pois(mu) - Pois(mu)`` is
     ``Pois(m mu) - Pois(m mu)`` (``mu = v / 2``; Poisson laws add), so the result has exactly the
     distribution of what secure aggregation releases when ``m = survivors`` clients add their shares
     (float64 for Gaussian, int64 for Skellam). For simulations that replay many releases.
-    ``survivors`` must be an integer in ``[1, clients]``.
-    """
+
+    Args:
+        size: The sum's shape.
+        sigma: The total noise standard deviation, ``> 0``.
+        clients: The number of clients ``n``, in ``[2, MAX_CLIENTS]``.
+        dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
+        survivors: The number ``m`` of shares summed, an integer in ``[1, clients]``.
+        kind: ``"gaussian"`` or ``"skellam"``.
+        rng: The generator to draw from.
+
+    Returns:
+        The summed noise, of shape ``size`` (float64 for Gaussian, int64 for Skellam noise).
+
+    Raises:
+        ValueError: An argument is out of its range.
+    """  # noqa: DOC502
     kind = check_noise(kind)
     variance = client_noise_variance(sigma, clients, dropout)
     return _draw(size, check_survivors(survivors, clients) * variance, kind, rng)
@@ -156,15 +249,27 @@ def replay_noisy_sums(
     survivors: int | None = None,
     per_client: bool = False,
 ) -> np.ndarray:
-    """``repetitions`` independent noisy sums of ``vote_sum`` as the server would receive them: the replay of the sum
-    release (:class:`dphype.modes.SumRelease`) for benchmarks, the DPareto oracle and the planner.
+    """Independent noisy sums of ``vote_sum`` as the server would receive them.
 
-    ``vote_sum`` is the noiseless sum of the contributing clients' votes, shape ``(p,)`` (or one row per
-    repetition, ``(repetitions, p)``). ``survivors`` clients (default all ``clients``) each add a share of
-    variance ``sigma^2 / ((1 - xi) n)``: with ``per_client=True`` literally, one :func:`noise_share` each, summed;
-    otherwise their sum in one :func:`summed_noise` draw, which has the same distribution (sums of Gaussians are
-    Gaussian, of Skellams Skellam). ``noise`` defaults to the configuration's (:data:`dphype.checks.DEFAULT_NOISE`).
-    ``sigma == 0`` (no noise) returns the votes. Returns float64 ``(repetitions, p)``.
+    The replay of the sum release (`dphype.modes.SumRelease`) for benchmarks, the DPareto oracle and the planner.
+    ``survivors`` clients each add a share of variance ``sigma^2 / ((1 - xi) n)``: with ``per_client=True``
+    literally, one `noise_share` each, summed; otherwise their sum in one `summed_noise` draw, which has the same
+    distribution (sums of Gaussians are Gaussian, of Skellams Skellam).
+
+    Args:
+        vote_sum: The noiseless sum of the contributing clients' votes, ``(p,)``, or one row per repetition,
+            ``(repetitions, p)``.
+        sigma: The total noise standard deviation; ``0`` (no noise) returns the votes.
+        clients: The number of clients ``n``.
+        repetitions: How many sums to draw.
+        rng: The generator to draw from.
+        dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
+        noise: ``"gaussian"`` or ``"skellam"`` (default: the configuration's, `dphype.checks.DEFAULT_NOISE`).
+        survivors: The number of clients whose shares are summed (default: all ``clients``).
+        per_client: Draw one share per client and sum them, rather than their sum in one draw.
+
+    Returns:
+        The noisy sums, float64 ``(repetitions, p)``.
     """
     votes = np.asarray(vote_sum, dtype=np.float64)
     shape = (int(repetitions), votes.shape[-1])
@@ -184,9 +289,13 @@ def replay_noisy_sums(
 class TailBound:
     """Range that one client's ``vote + share`` entries and the released sum stay within.
 
-    ``client_max_abs`` bounds ``|vote + share|`` per entry of one client, ``sum_max_abs`` bounds ``|sum|``
-    per entry of the released sum; both hold simultaneously except with probability at most
-    ``failure_probability``.
+    Both bounds hold simultaneously except with probability at most ``failure_probability``.
+
+    Attributes:
+        client_max_abs: Bounds ``|vote + share|`` per entry of one client.
+        sum_max_abs: Bounds ``|sum|`` per entry of the released sum.
+        num_sigmas: The share's bound in multiples of its standard deviation.
+        failure_probability: The union bound on the probability that either bound fails.
     """
 
     client_max_abs: float
@@ -229,9 +338,24 @@ def noise_tail_bound(
     ``max_vote + t``; the sum of all ``clients`` shares (the most noise any survivor set can carry; a
     smaller, noise-independent survivor set has lighter tails) stays within ``num_sigmas * client_std *
     sqrt(clients)``, so the released sum within ``clients * max_vote`` plus that. ``failure_probability``
-    is the union bound over the ``clients * size`` share entries and the ``size`` sum entries (see
-    :func:`_two_sided_tail`). Use it to refuse configurations whose range does not fit the secure-sum
-    clipping range or modulus.
+    is the union bound over the ``clients * size`` share entries and the ``size`` sum entries (a Gaussian tail
+    exactly, a Skellam tail by its Chernoff bound). Use it to refuse configurations whose range does not fit the
+    secure-sum clipping range or modulus.
+
+    Args:
+        sigma: The total noise standard deviation, ``> 0``.
+        clients: The number of clients ``n``, in ``[2, MAX_CLIENTS]``.
+        dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
+        kind: ``"gaussian"`` or ``"skellam"``.
+        size: The number of entries per vote vector, ``>= 1``.
+        num_sigmas: Each share entry's bound in multiples of its standard deviation, ``> 0``.
+        max_vote: The largest ``|vote|`` entry, ``>= 0``.
+
+    Returns:
+        The two bounds and their failure probability.
+
+    Raises:
+        ValueError: An argument is out of its range.
     """
     kind = check_noise(kind)
     check_positive("num_sigmas", num_sigmas)

@@ -1,7 +1,7 @@
 """Release only the winner: report-noisy-max over the vote counts with client-made discrete Laplace noise.
 
 In ``release="argmax"`` mode nobody sees the noisy vote vector; a committee of tallies computes its argmax
-under MPC (:mod:`dphype.secure.tally`) and opens only the index. This module is the mechanism and its
+under MPC (`dphype.secure.tally`) and opens only the index. This module is the mechanism and its
 accounting, framework-free.
 
 The mechanism
@@ -37,7 +37,7 @@ The noise is made by the clients. A geometric variable ``G``, ``P(G = g) = (1 - 
 binomial ``NB(1, 1 - t)`` (failures before the first success), and ``G_1 - G_2`` of two iid ones is discrete
 Laplace with parameter ``t``. Negative binomials with the same success probability add up in their shape
 (``NB(a, q) + NB(b, q) = NB(a + b, q)``): the law is infinitely divisible. Each client adds to every count
-``NB(1/m, 1 - t) - NB(1/m, 1 - t)``, ``m = ceil((1 - xi) n)`` (:func:`dphype.privacy.noise.min_survivors`),
+``NB(1/m, 1 - t) - NB(1/m, 1 - t)``, ``m = ceil((1 - xi) n)`` (`dphype.privacy.noise.min_survivors`),
 so the shares of ANY ``m`` survivors add up to exactly one discrete Laplace per coordinate.
 
 More survivors. With ``m' > m`` survivors the noise is ``Z + W``: ``Z`` (the shares of any ``m`` of them) is
@@ -46,13 +46,13 @@ law under both neighbours. Given ``W = w`` the release is report-noisy-max over 
 ``c + w`` and ``c' + w``, which are neighbouring in the same sense (the shift cancels in ``c' - c``), so the
 bound above holds for every ``w``, and averaging over ``w`` keeps it: ``epsilon`` is unchanged. Fewer than
 ``m`` survivors would carry too little noise; the tallies refuse to compute the argmax then
-(:mod:`dphype.secure.tally`). Dropouts are assumed independent of the noise (as in the sum mode).
+(`dphype.secure.tally`). Dropouts are assumed independent of the noise (as in the sum mode).
 
 Accounting. The release is ``(epsilon, 0)``-DP. For composition with other releases (a node's lifetime, the
 DP-FedAvg training after the selection) its Renyi curve is bounded by that of binary randomized response
 with ``P(truth) = e^epsilon / (1 + e^epsilon)``: every ``(epsilon, 0)``-DP pair of output laws is a
 post-processing of that pair (Kairouz, Oh & Viswanath, ICML 2015, Thm 2.4's privacy region at ``delta = 0``),
-and Renyi divergence does not grow under post-processing. :func:`winner_rdp` evaluates this curve in closed
+and Renyi divergence does not grow under post-processing. `winner_rdp` evaluates this curve in closed
 form (equal to dp_accounting's ``RandomizedResponseDpEvent`` with 2 buckets and noise parameter
 ``2/(1 + e^epsilon)``, checked in the tests); it is below both ``epsilon`` and ``alpha epsilon^2 / 2`` (Bun &
 Steinke 2016, Prop. 3.3).
@@ -78,37 +78,74 @@ from dphype.checks import (
 from dphype.privacy.accounting import PrivacyReport, check_orders
 from dphype.privacy.noise import check_survivors, min_survivors, secure_generator
 
-#: The noise kind of the winner release (what a :class:`dphype.privacy.accounting.PrivacyReport` names).
+#: The noise kind of the winner release (what a `dphype.privacy.accounting.PrivacyReport` names).
 WINNER_NOISE = "discrete-laplace"
 #: How far the threshold of report-noisy-max can move between neighbours (proof in the module docstring).
 THRESHOLD_SHIFT: dict[str, int] = {"replace-one": 2, "add-remove": 1}
 
 
 def noise_parameter(epsilon: float, neighbouring: str = "replace-one") -> float:
-    """The discrete Laplace parameter ``t = exp(-epsilon / shift)`` (``shift`` 2 for replace-one, 1 for add/remove)."""
+    """The discrete Laplace parameter ``t = exp(-epsilon / shift)`` (``shift`` 2 for replace-one, 1 for add/remove).
+
+    Args:
+        epsilon: The release's epsilon, ``> 0``.
+        neighbouring: ``"replace-one"`` or ``"add-remove"``.
+
+    Returns:
+        ``t``, in ``(0, 1)``.
+
+    Raises:
+        ValueError: ``epsilon`` or ``neighbouring`` is invalid.
+    """  # noqa: DOC502
     return math.exp(-check_epsilon(epsilon) / THRESHOLD_SHIFT[check_neighbouring(neighbouring)])
 
 
 def discrete_laplace_pmf(z: Any, t: float) -> np.ndarray:
-    """``P(Z = z) = (1 - t)/(1 + t) t^|z|`` elementwise."""
+    """``P(Z = z) = (1 - t)/(1 + t) t^|z|`` elementwise.
+
+    Args:
+        z: Integers, any shape.
+        t: The discrete Laplace parameter, in ``(0, 1)``.
+
+    Returns:
+        The probabilities, of the shape of ``z``.
+    """
     return (1.0 - t) / (1.0 + t) * t ** np.abs(np.asarray(z, dtype=np.float64))
 
 
 def discrete_laplace_cdf(x: Any, t: float) -> np.ndarray:
-    """``P(Z <= x)`` for integer ``x``: ``t^-x/(1 + t)`` below 0, ``1 - t^(x+1)/(1 + t)`` from 0 on."""
+    """``P(Z <= x)`` for integer ``x``: ``t^-x/(1 + t)`` below 0, ``1 - t^(x+1)/(1 + t)`` from 0 on.
+
+    Args:
+        x: Integers, any shape.
+        t: The discrete Laplace parameter, in ``(0, 1)``.
+
+    Returns:
+        The probabilities, of the shape of ``x``.
+    """
     x = np.asarray(x, dtype=np.float64)
     return np.where(x < 0, t ** np.abs(x) / (1.0 + t), 1.0 - t ** (np.abs(x) + 1.0) / (1.0 + t))
 
 
 def noise_std(epsilon: float, neighbouring: str = "replace-one") -> float:
-    """Standard deviation of the total noise on one count: ``sqrt(2 t) / (1 - t)``."""
+    """Standard deviation of the total noise on one count: ``sqrt(2 t) / (1 - t)``.
+
+    Args:
+        epsilon: The release's epsilon, ``> 0``.
+        neighbouring: ``"replace-one"`` or ``"add-remove"``.
+
+    Returns:
+        The standard deviation.
+    """
     t = noise_parameter(epsilon, neighbouring)
     return math.sqrt(2.0 * t) / (1.0 - t)
 
 
 def _nb_difference(size: int | tuple[int, ...], shape: float, t: float, rng: np.random.Generator) -> np.ndarray:
-    """``NB(shape, 1 - t) - NB(shape, 1 - t)`` per entry as int64: ``shape = 1`` is discrete Laplace with parameter
-    ``t``, and shapes add over independent draws (the one place this noise is sampled)."""
+    """``NB(shape, 1 - t) - NB(shape, 1 - t)`` per entry as int64 (the one place this noise is sampled).
+
+    ``shape = 1`` is discrete Laplace with parameter ``t``, and shapes add over independent draws.
+    """
     return (rng.negative_binomial(shape, 1.0 - t, size=size)
             - rng.negative_binomial(shape, 1.0 - t, size=size)).astype(np.int64, copy=False)
 
@@ -122,8 +159,24 @@ def winner_share(
     dropout: float,
     rng: np.random.Generator,
 ) -> np.ndarray:
-    """One client's noise share: ``NB(1/m, 1 - t) - NB(1/m, 1 - t)`` per entry as int64, ``m`` the minimum
-    survivors (module docstring); any ``m`` shares sum to discrete Laplace with parameter ``t``."""
+    """One client's noise share: ``NB(1/m, 1 - t) - NB(1/m, 1 - t)`` per entry, ``m`` the minimum survivors.
+
+    Any ``m`` shares sum to discrete Laplace with parameter ``t`` (module docstring).
+
+    Args:
+        size: The share's shape, e.g. ``p`` for one entry per candidate.
+        epsilon: The release's epsilon, ``> 0``.
+        neighbouring: ``"replace-one"`` or ``"add-remove"``.
+        clients: The number of clients ``n``.
+        dropout: The tolerated dropout fraction ``xi``.
+        rng: The generator to draw from (a client uses `client_winner_share`).
+
+    Returns:
+        The int64 share, of shape ``size``.
+
+    Raises:
+        ValueError: An argument is out of its range.
+    """  # noqa: DOC502
     shape = 1.0 / min_survivors(check_clients(clients), check_dropout(dropout))
     return _nb_difference(size, shape, noise_parameter(epsilon, neighbouring), rng)
 
@@ -131,8 +184,23 @@ def winner_share(
 def client_winner_share(
     size: int | tuple[int, ...], *, epsilon: float, neighbouring: str, clients: int, dropout: float
 ) -> np.ndarray:
-    """:func:`winner_share` from a fresh :func:`dphype.privacy.noise.secure_generator` (ChaCha20 keyed by the
-    operating system): the only draw the client path makes; no generator can be passed in."""
+    """`winner_share` from a fresh `dphype.privacy.noise.secure_generator` (ChaCha20 keyed by the OS).
+
+    The only draw the client path makes; no generator can be passed in.
+
+    Args:
+        size: The share's shape.
+        epsilon: The release's epsilon, ``> 0``.
+        neighbouring: ``"replace-one"`` or ``"add-remove"``.
+        clients: The number of clients ``n``.
+        dropout: The tolerated dropout fraction ``xi``.
+
+    Returns:
+        The int64 share, of shape ``size``.
+
+    Raises:
+        ValueError: An argument is out of its range.
+    """  # noqa: DOC502
     return winner_share(size, epsilon=epsilon, neighbouring=neighbouring, clients=clients, dropout=dropout,
                         rng=secure_generator())
 
@@ -147,16 +215,41 @@ def summed_winner_noise(
     survivors: int,
     rng: np.random.Generator,
 ) -> np.ndarray:
-    """The sum of ``survivors`` independent :func:`winner_share` draws in one draw: each side is
-    ``NB(survivors / m, 1 - t)`` (shapes add). For replays; ``survivors`` in ``[1, clients]``."""
+    """The sum of ``survivors`` independent `winner_share` draws in one draw, for replays.
+
+    Each side is ``NB(survivors / m, 1 - t)`` (shapes add).
+
+    Args:
+        size: The sum's shape.
+        epsilon: The release's epsilon, ``> 0``.
+        neighbouring: ``"replace-one"`` or ``"add-remove"``.
+        clients: The number of clients ``n``.
+        dropout: The tolerated dropout fraction ``xi``.
+        survivors: The number of shares summed, in ``[1, clients]``.
+        rng: The generator to draw from.
+
+    Returns:
+        The int64 summed noise, of shape ``size``.
+
+    Raises:
+        ValueError: An argument is out of its range.
+    """  # noqa: DOC502
     clients = check_clients(clients)
     shape = check_survivors(survivors, clients) / min_survivors(clients, check_dropout(dropout))
     return _nb_difference(size, shape, noise_parameter(epsilon, neighbouring), rng)
 
 
 def report_noisy_max(noisy_counts: Any) -> np.ndarray:
-    """Index of the largest noisy count along the last axis, the lowest index among ties (``np.argmax``'s
-    rule, and MPyC's ``mpc.argmax``'s: it keeps the earlier of two equal values)."""
+    """Index of the largest noisy count along the last axis, the lowest index among ties.
+
+    ``np.argmax``'s rule, and MPyC's ``mpc.argmax``'s: it keeps the earlier of two equal values.
+
+    Args:
+        noisy_counts: ``(..., p)`` noisy counts.
+
+    Returns:
+        The ``(...)`` winning indices.
+    """
     return np.argmax(np.asarray(noisy_counts), axis=-1)
 
 
@@ -172,12 +265,27 @@ def replay_winners(
     survivors: int | None = None,
     per_client: bool = False,
 ) -> np.ndarray:
-    """``repetitions`` independent winner releases for the noiseless vote counts ``vote_sum`` (``(p,)`` or one
-    row per repetition): the counts plus the discrete Laplace shares of ``survivors`` clients (default all),
-    report-noisy-max with lowest-index ties, as the tallies compute it; the replay of
-    :class:`dphype.modes.ArgmaxRelease` for benchmarks and the planner. The shares are drawn in one
-    :func:`summed_winner_noise` draw, or with ``per_client=True`` literally, one :func:`winner_share` per client
-    (the same law). Returns int64 ``(repetitions,)``."""
+    """Independent winner releases for the noiseless vote counts ``vote_sum``.
+
+    The counts plus the discrete Laplace shares of ``survivors`` clients, report-noisy-max with lowest-index ties,
+    as the tallies compute it: the replay of `dphype.modes.ArgmaxRelease` for benchmarks and the planner. The
+    shares are drawn in one `summed_winner_noise` draw, or with ``per_client=True`` literally, one `winner_share`
+    per client (the same law).
+
+    Args:
+        vote_sum: The noiseless vote counts, ``(p,)``, or one row per repetition, ``(repetitions, p)``.
+        epsilon: The release's pure epsilon.
+        neighbouring: The neighbouring relation, ``"replace-one"`` or ``"add-remove"``.
+        clients: The number of clients ``n``.
+        repetitions: How many releases to draw.
+        rng: The generator to draw from.
+        dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
+        survivors: The number of clients whose shares are summed (default: all ``clients``).
+        per_client: Draw one share per client and sum them, rather than their sum in one draw.
+
+    Returns:
+        The released indices, int64 ``(repetitions,)``.
+    """
     votes = np.asarray(vote_sum)
     shape = (int(repetitions), votes.shape[-1])
     m = clients if survivors is None else survivors
@@ -193,9 +301,19 @@ def replay_winners(
 
 
 def winner_probabilities(counts: Any, epsilon: float, neighbouring: str = "replace-one") -> np.ndarray:
-    """Exact ``P(released index = i)`` for integer ``counts`` (independent of the sampler): the sum over the
-    winner's noise ``z`` of ``f(z) prod_{j<i} P(Z_j <= c_i + z - c_j - 1) prod_{j>i} P(Z_j <= c_i + z - c_j)``,
-    truncated where the remaining mass of ``f`` is below ``1e-17``."""
+    """Exact ``P(released index = i)`` for integer ``counts`` (independent of the sampler).
+
+    The sum over the winner's noise ``z`` of ``f(z) prod_{j<i} P(Z_j <= c_i + z - c_j - 1) prod_{j>i} P(Z_j <=
+    c_i + z - c_j)``, truncated where the remaining mass of ``f`` is below ``1e-17``.
+
+    Args:
+        counts: The ``(p,)`` integer vote counts.
+        epsilon: The release's epsilon, ``> 0``.
+        neighbouring: ``"replace-one"`` or ``"add-remove"``.
+
+    Returns:
+        The ``(p,)`` probabilities.
+    """
     c = np.asarray(counts, dtype=np.int64)
     t = noise_parameter(epsilon, neighbouring)
     reach = int(math.ceil(math.log(1e-17 * (1.0 + t) / 2.0) / math.log(t))) + int(np.ptp(c)) + 1
@@ -215,9 +333,17 @@ def winner_probabilities(counts: Any, epsilon: float, neighbouring: str = "repla
 # ------------------------------------------------------------------------------------- accounting
 @dataclass(frozen=True)
 class WinnerRelease:
-    """What the server learns in ``release="argmax"`` mode: the index of the noisy maximum of the vote counts,
-    with discrete Laplace noise for ``epsilon`` under ``neighbouring`` (module docstring). Pure DP: its
-    epsilon is ``epsilon`` whenever at least the minimum survivors contributed, for any ``k``."""
+    """What the server learns in ``release="argmax"`` mode: the index of the noisy maximum of the vote counts.
+
+    With discrete Laplace noise for ``epsilon`` under ``neighbouring`` (module docstring). Pure DP: its
+    epsilon is ``epsilon`` whenever at least the minimum survivors contributed, for any ``k``.
+
+    Attributes:
+        epsilon: The release's epsilon, ``> 0``.
+        k: Votes per client, in ``[1, num_candidates]``.
+        num_candidates: The number of candidates ``p``.
+        neighbouring: ``"replace-one"`` or ``"add-remove"``.
+    """
 
     epsilon: float
     k: int
@@ -232,24 +358,48 @@ class WinnerRelease:
 
     @property
     def t(self) -> float:
-        """The discrete Laplace parameter (:func:`noise_parameter`)."""
+        """The discrete Laplace parameter (`noise_parameter`).
+
+        Returns:
+            ``t``, in ``(0, 1)``.
+        """
         return noise_parameter(self.epsilon, self.neighbouring)
 
     @property
     def noise_std(self) -> float:
-        """Std of the total noise on one count (:func:`noise_std`)."""
+        """Std of the total noise on one count (`noise_std`).
+
+        Returns:
+            The standard deviation.
+        """
         return noise_std(self.epsilon, self.neighbouring)
 
 
 def winner_report(release: WinnerRelease, delta: float, *, clients: int, dropout: float,
                   survivors: int | None = None, committee: int = 3) -> PrivacyReport:
-    """The privacy statement of one winner release by ``clients`` clients tolerating ``dropout``: pure
-    ``release.epsilon`` whenever at least the minimum survivors contributed (module docstring: more survivors
+    """The privacy statement of one winner release by ``clients`` clients tolerating ``dropout``.
+
+    Pure ``release.epsilon`` whenever at least the minimum survivors contributed (module docstring: more survivors
     add data-independent noise and keep epsilon); ``survivors`` below that is refused. The release itself has
     delta 0 (``accountant`` says so); ``delta`` is the run's, at which it composes with other releases (pure
     ``epsilon``-DP is ``(epsilon, delta)``-DP for every delta). ``sigma`` is the std of the total noise per
     count of the minimum survivors, ``client_std`` one share's; ``l2_sensitivity`` is the per-count
-    sensitivity 1 (what report-noisy-max needs)."""
+    sensitivity 1 (what report-noisy-max needs).
+
+    Args:
+        release: The winner release.
+        delta: The run's delta, in ``(0, 1)``.
+        clients: The number of clients ``n``.
+        dropout: The tolerated dropout fraction ``xi``.
+        survivors: The number of contributing clients, at least the minimum survivors; ``None``: unknown.
+        committee: The number of tallies (for the ``released`` text).
+
+    Returns:
+        The privacy statement.
+
+    Raises:
+        ValueError: An argument is out of its range, or ``survivors`` is below the minimum.
+    """  # noqa: DOC502
     clients, dropout, delta = check_clients(clients), check_dropout(dropout), check_delta(delta)
     if survivors is not None:
         survivors = check_survivors(survivors, clients, min_survivors(clients, dropout))
@@ -265,10 +415,22 @@ def winner_report(release: WinnerRelease, delta: float, *, clients: int, dropout
 
 
 def winner_rdp(epsilon: float, orders: Any) -> np.ndarray:
-    """Renyi curve at ``orders`` bounding any ``(epsilon, 0)``-DP release: binary randomized response's
-    (module docstring), ``D_a = log((e^(a eps) + e^((1 - a) eps)) / (1 + e^eps)) / (a - 1)``, in log space.
+    """Renyi curve at ``orders`` bounding any ``(epsilon, 0)``-DP release: binary randomized response's.
+
+    (Module docstring.) ``D_a = log((e^(a eps) + e^((1 - a) eps)) / (1 + e^eps)) / (a - 1)``, in log space.
     The same curve as dp_accounting's ``RandomizedResponseDpEvent(2 / (1 + e^epsilon), 2)`` (checked in
-    tests/test_winner.py), without its per-order Python loop: a node's ledger evaluates it for every entry."""
+    tests/test_winner.py), without its per-order Python loop: a node's ledger evaluates it for every entry.
+
+    Args:
+        epsilon: The pure epsilon, ``> 0``.
+        orders: The ``(m,)`` RDP orders, ``> 1``.
+
+    Returns:
+        The ``(m,)`` RDP curve.
+
+    Raises:
+        ValueError: ``epsilon`` or ``orders`` is invalid.
+    """  # noqa: DOC502
     epsilon = check_epsilon(epsilon)
     a = check_orders(orders)
     return (np.logaddexp(a * epsilon, (1.0 - a) * epsilon) - np.logaddexp(0.0, epsilon)) / (a - 1.0)

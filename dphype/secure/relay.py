@@ -7,24 +7,24 @@ This module only fixes how they are combined, with a ``context`` (bytes naming t
 purpose) bound into every derivation or as associated data, so a ciphertext or a key made for one purpose
 cannot be replayed for another.
 
-* :class:`KeyPair` -- an X25519 key pair; :meth:`KeyPair.agree` gives ``HKDF-SHA256(X25519(a, B), info)``,
+* `KeyPair` -- an X25519 key pair; `KeyPair.agree` gives ``HKDF-SHA256(X25519(a, B), info)``,
   32 bytes, the same on both sides (the pairwise keys of SecAgg+, Bell et al. CCS 2020, Algorithm 2).
-* :func:`seal` / :func:`open_sealed` -- public-key encryption to a recipient's X25519 key: a fresh
+* `seal` / `open_sealed` -- public-key encryption to a recipient's X25519 key: a fresh
   ephemeral key pair, ``HKDF-SHA256(X25519(e, R), salt = E || R, info = "dphype-seal-v1" || context)``,
   ChaCha20-Poly1305 with ``context`` as associated data. Format ``E (32 bytes) || ciphertext || tag``. The
   key is used once, so the nonce is fixed to zero.
-* :func:`encrypt` / :func:`decrypt` -- ChaCha20-Poly1305 under a shared key, a random 96-bit nonce
+* `encrypt` / `decrypt` -- ChaCha20-Poly1305 under a shared key, a random 96-bit nonce
   prepended, ``context`` as associated data. Format ``nonce (12) || ciphertext || tag (16)``.
-* :func:`expand_mask` -- ``size`` integers uniform in ``[0, modulus)`` from a 32-byte key: the ChaCha20
+* `expand_mask` -- ``size`` integers uniform in ``[0, modulus)`` from a 32-byte key: the ChaCha20
   keystream under that key (nonce ``SHA-256("dphype-mask-v1" || context)[:12]``, block counter 0) read as
   little-endian 64-bit words; a word ``w`` is kept iff ``w < 2**64 - (2**64 mod modulus)`` and mapped to
   ``w mod modulus`` (rejection sampling, so no modulo bias; for a power-of-two modulus nothing is
   rejected). All 256 key bits seed the generator (compare Flower 1.41's ``pseudo_rand_gen``, which folds
   the key to a 32-bit ``RandomState`` seed, Flower issue #7522).
-* :class:`SigningKey` / :func:`verify` -- Ed25519 signatures (the consistency round of Bonawitz et al.,
+* `SigningKey` / `verify` -- Ed25519 signatures (the consistency round of Bonawitz et al.,
   CCS 2017).
 
-Every failure to authenticate raises :class:`RelayError` (a ``ValueError``) saying what failed.
+Every failure to authenticate raises `RelayError` (a ``ValueError``) saying what failed.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ KEY_BYTES: int = 32
 #: Length of an AEAD nonce (96 bits) and of the Poly1305 tag, in bytes.
 NONCE_BYTES: int = 12
 TAG_BYTES: int = 16
-#: Largest modulus :func:`expand_mask` accepts (its outputs are int64).
+#: Largest modulus `expand_mask` accepts (its outputs are int64).
 MAX_MODULUS: int = 2**62
 
 _SEAL_INFO = b"dphype-seal-v1"
@@ -80,36 +80,82 @@ def _exchange(private: X25519PrivateKey, peer_public: bytes) -> bytes:
 
 @dataclass(frozen=True)
 class KeyPair:
-    """An X25519 key pair; ``public`` is the 32-byte raw public key."""
+    """An X25519 key pair.
+
+    Attributes:
+        public: The 32-byte raw public key.
+    """
 
     _private: X25519PrivateKey = field(repr=False)
     public: bytes
 
     @classmethod
     def generate(cls) -> KeyPair:
-        """A fresh key pair from the operating system's CSPRNG."""
+        """A fresh key pair from the operating system's CSPRNG.
+
+        Returns:
+            The key pair.
+        """
         private = X25519PrivateKey.generate()
         return cls(private, private.public_key().public_bytes_raw())
 
     @classmethod
     def from_private(cls, private: bytes) -> KeyPair:
-        """The key pair of a 32-byte raw private key (:meth:`private_bytes`)."""
+        """The key pair of a 32-byte raw private key (`private_bytes`).
+
+        Args:
+            private: The 32-byte raw private key.
+
+        Returns:
+            The key pair.
+
+        Raises:
+            RelayError: ``private`` is not 32 bytes.
+        """  # noqa: DOC502
         key = X25519PrivateKey.from_private_bytes(_check_bytes("private", private, KEY_BYTES))
         return cls(key, key.public_key().public_bytes_raw())
 
     def private_bytes(self) -> bytes:
-        """The 32-byte raw private key (a secret: SecAgg+ Shamir-shares it, a node keeps it in its state)."""
+        """The 32-byte raw private key (a secret: SecAgg+ Shamir-shares it, a node keeps it in its state).
+
+        Returns:
+            The raw private key.
+        """
         return self._private.private_bytes_raw()
 
     def agree(self, peer_public: bytes, *, info: bytes) -> bytes:
-        """``HKDF-SHA256(X25519(self, peer_public), info=info)``: 32 bytes, equal on both sides."""
+        """``HKDF-SHA256(X25519(self, peer_public), info=info)``: 32 bytes, equal on both sides.
+
+        Args:
+            peer_public: The peer's 32-byte raw public key.
+            info: HKDF's context and application-specific information.
+
+        Returns:
+            The 32-byte shared key.
+
+        Raises:
+            RelayError: ``peer_public`` is malformed or the key agreement fails.
+        """  # noqa: DOC502
         return _hkdf(_exchange(self._private, peer_public), info=_check_bytes("info", info))
 
 
 def seal(recipient_public: bytes, plaintext: bytes, *, context: bytes) -> bytes:
-    """Encrypt ``plaintext`` to ``recipient_public`` (ephemeral X25519 + HKDF-SHA256 + ChaCha20-Poly1305,
-    ``context`` bound as associated data and into the key); only :func:`open_sealed` with the recipient's
-    key pair and the same ``context`` recovers it."""
+    """Encrypt ``plaintext`` to ``recipient_public``: ephemeral X25519 + HKDF-SHA256 + ChaCha20-Poly1305.
+
+    ``context`` is bound as associated data and into the key; only `open_sealed` with the recipient's key pair
+    and the same ``context`` recovers it.
+
+    Args:
+        recipient_public: The recipient's 32-byte raw X25519 public key.
+        plaintext: The message.
+        context: Bound to the ciphertext (the protocol step and its parties).
+
+    Returns:
+        The ephemeral public key followed by the authenticated ciphertext.
+
+    Raises:
+        RelayError: ``recipient_public`` is malformed.
+    """  # noqa: DOC502
     _check_bytes("plaintext", plaintext)
     _check_bytes("context", context)
     ephemeral = X25519PrivateKey.generate()
@@ -120,8 +166,20 @@ def seal(recipient_public: bytes, plaintext: bytes, *, context: bytes) -> bytes:
 
 
 def open_sealed(recipient: KeyPair, sealed: bytes, *, context: bytes) -> bytes:
-    """Decrypt what :func:`seal` made for ``recipient`` under ``context``; :class:`RelayError` if it was
-    tampered with, sealed to another key, or sealed under another context."""
+    """Decrypt what `seal` made for ``recipient`` under ``context``.
+
+    Args:
+        recipient: The recipient's key pair.
+        sealed: What `seal` returned.
+        context: The context it was sealed under.
+
+    Returns:
+        The plaintext.
+
+    Raises:
+        RelayError: ``sealed`` is too short, was tampered with, sealed to another key, or sealed under another
+            context.
+    """
     _check_bytes("sealed", sealed)
     _check_bytes("context", context)
     if len(sealed) < KEY_BYTES + TAG_BYTES:
@@ -136,8 +194,19 @@ def open_sealed(recipient: KeyPair, sealed: bytes, *, context: bytes) -> bytes:
 
 
 def encrypt(key: bytes, plaintext: bytes, *, context: bytes) -> bytes:
-    """ChaCha20-Poly1305 under the 32-byte ``key`` with a random 96-bit nonce prepended and ``context`` as
-    associated data."""
+    """ChaCha20-Poly1305 under the 32-byte ``key``, a random 96-bit nonce prepended, ``context`` associated data.
+
+    Args:
+        key: The 32-byte key.
+        plaintext: The message.
+        context: The associated data.
+
+    Returns:
+        The nonce followed by the authenticated ciphertext.
+
+    Raises:
+        RelayError: ``key`` is not 32 bytes.
+    """  # noqa: DOC502
     _check_bytes("key", key, KEY_BYTES)
     _check_bytes("plaintext", plaintext)
     _check_bytes("context", context)
@@ -146,8 +215,19 @@ def encrypt(key: bytes, plaintext: bytes, *, context: bytes) -> bytes:
 
 
 def decrypt(key: bytes, ciphertext: bytes, *, context: bytes) -> bytes:
-    """Invert :func:`encrypt`; :class:`RelayError` if the ciphertext was tampered with or made under
-    another key or context."""
+    """Invert `encrypt`.
+
+    Args:
+        key: The 32-byte key.
+        ciphertext: What `encrypt` returned.
+        context: The associated data it was made under.
+
+    Returns:
+        The plaintext.
+
+    Raises:
+        RelayError: The ciphertext is too short, was tampered with or made under another key or context.
+    """
     _check_bytes("key", key, KEY_BYTES)
     _check_bytes("ciphertext", ciphertext)
     _check_bytes("context", context)
@@ -160,15 +240,35 @@ def decrypt(key: bytes, ciphertext: bytes, *, context: bytes) -> bytes:
 
 
 def mask_nonce(context: bytes) -> bytes:
-    """The 96-bit ChaCha20 nonce :func:`expand_mask` uses for ``context``."""
+    """The 96-bit ChaCha20 nonce `expand_mask` uses for ``context``.
+
+    Args:
+        context: The mask's context.
+
+    Returns:
+        The 12-byte nonce.
+    """
     return hashlib.sha256(_MASK_NONCE_LABEL + _check_bytes("context", context)).digest()[:NONCE_BYTES]
 
 
 def expand_mask(key: bytes, size: int, modulus: int, *, context: bytes) -> np.ndarray:
-    """``size`` int64 values uniform on ``[0, modulus)`` from the ChaCha20 keystream under the full 32-byte
-    ``key`` (see the module docstring: 64-bit words, rejection of the top ``2**64 mod modulus`` values).
-    Deterministic in ``(key, size, modulus, context)``; ``modulus`` must be an integer in
-    ``[2, 2**62]``."""
+    """``size`` int64 values uniform on ``[0, modulus)`` from the ChaCha20 keystream under the full 32-byte ``key``.
+
+    See the module docstring: 64-bit words, rejection of the top ``2**64 mod modulus`` values. Deterministic in
+    ``(key, size, modulus, context)``.
+
+    Args:
+        key: The 32-byte mask key.
+        size: The number of values, ``>= 0``.
+        modulus: An integer in ``[2, 2**62]``.
+        context: The mask's context (its nonce, `mask_nonce`).
+
+    Returns:
+        The ``(size,)`` int64 mask.
+
+    Raises:
+        ValueError: ``size`` or ``modulus`` is out of its range.
+    """
     _check_bytes("key", key, KEY_BYTES)
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
         raise ValueError(f"size must be an integer >= 0, got {size!r}")
@@ -193,35 +293,72 @@ def expand_mask(key: bytes, size: int, modulus: int, *, context: bytes) -> np.nd
 
 @dataclass(frozen=True)
 class SigningKey:
-    """An Ed25519 signing key; ``public`` is the 32-byte raw verification key."""
+    """An Ed25519 signing key.
+
+    Attributes:
+        public: The 32-byte raw verification key.
+    """
 
     _private: Ed25519PrivateKey = field(repr=False)
     public: bytes
 
     @classmethod
     def generate(cls) -> SigningKey:
-        """A fresh signing key from the operating system's CSPRNG."""
+        """A fresh signing key from the operating system's CSPRNG.
+
+        Returns:
+            The signing key.
+        """
         private = Ed25519PrivateKey.generate()
         return cls(private, private.public_key().public_bytes_raw())
 
     @classmethod
     def from_private(cls, private: bytes) -> SigningKey:
-        """The signing key of a 32-byte raw private key (:meth:`private_bytes`)."""
+        """The signing key of a 32-byte raw private key (`private_bytes`).
+
+        Args:
+            private: The 32-byte raw private key.
+
+        Returns:
+            The signing key.
+
+        Raises:
+            RelayError: ``private`` is not 32 bytes.
+        """  # noqa: DOC502
         key = Ed25519PrivateKey.from_private_bytes(_check_bytes("private", private, KEY_BYTES))
         return cls(key, key.public_key().public_bytes_raw())
 
     def private_bytes(self) -> bytes:
-        """The 32-byte raw private key (kept in the node's round state only)."""
+        """The 32-byte raw private key (kept in the node's round state only).
+
+        Returns:
+            The raw private key.
+        """
         return self._private.private_bytes_raw()
 
     def sign(self, message: bytes) -> bytes:
-        """The 64-byte Ed25519 signature of ``message``."""
+        """The 64-byte Ed25519 signature of ``message``.
+
+        Args:
+            message: The message.
+
+        Returns:
+            The signature.
+        """
         return self._private.sign(_check_bytes("message", message))
 
 
 def verify(public: bytes, signature: bytes, message: bytes) -> bool:
-    """Whether ``signature`` is a valid Ed25519 signature of ``message`` under ``public`` (False for any
-    malformed key or signature, never an exception)."""
+    """Whether ``signature`` is a valid Ed25519 signature of ``message`` under ``public``.
+
+    Args:
+        public: The 32-byte raw verification key.
+        signature: The 64-byte signature.
+        message: The message.
+
+    Returns:
+        Whether it is valid; False for any malformed key or signature, never an exception.
+    """
     if not (isinstance(public, bytes) and isinstance(signature, bytes) and isinstance(message, bytes)):
         return False
     if len(public) != KEY_BYTES or len(signature) != 64:

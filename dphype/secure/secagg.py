@@ -1,11 +1,12 @@
-"""DP-Hype's own SecAgg+ (Bell et al., CCS 2020) with the consistency round of Bonawitz et al. (CCS 2017),
-framework-free: message contents are plain dicts of ints, bytes and lists, the node keeps its round in a
-:class:`NodeRound` it can store as such a dict, and the Flower adapter (:mod:`dphype.flower.server.secagg`) only
-carries them. Primitives come from :mod:`dphype.secure.relay` (X25519, HKDF-SHA256, ChaCha20-Poly1305,
-Ed25519, the ChaCha20 mask generator), secret sharing from :mod:`dphype.secure.shamir`, the graph's degree
-and threshold from :mod:`dphype.secure.secagg_params`, the encoding from :mod:`dphype.secure.secure_sum`.
+"""DP-Hype's own SecAgg+ (Bell et al., CCS 2020) with the consistency round of Bonawitz et al. (CCS 2017).
 
-Rounds and messages (format version :data:`VERSION`; every message has ``version`` and ``stage``)
+Framework-free: message contents are plain dicts of ints, bytes and lists, the node keeps its round in a
+`NodeRound` it can store as such a dict, and the Flower adapter (`dphype.flower.server.secagg`) only
+carries them. Primitives come from `dphype.secure.relay` (X25519, HKDF-SHA256, ChaCha20-Poly1305,
+Ed25519, the ChaCha20 mask generator), secret sharing from `dphype.secure.shamir`, the graph's degree
+and threshold from `dphype.secure.secagg_params`, the encoding from `dphype.secure.secure_sum`.
+
+Rounds and messages (format version `VERSION`; every message has ``version`` and ``stage``)
 =================================================================================================
 
 A node ``u`` takes part in one round per approved request. Ids are Flower node ids (unsigned 64-bit,
@@ -16,7 +17,7 @@ packed big-endian wherever they are hashed); ``H(S)`` is SHA-256 of a sorted id 
    stage or a second advertise aborts), draws an X25519 key pair ``c_u`` (share encryption), an X25519
    pair ``s_u`` (masks) and an Ed25519 key ``g_u`` (signatures), and answers ``c_key``, ``s_key``,
    ``g_key`` (32 bytes each). Since version 2 the first ``advertise`` of a round travels inside the
-   pre-flight (:class:`Advertised`): the node answers it only after approving the request it names, in the
+   pre-flight (`Advertised`): the node answers it only after approving the request it names, in the
    same message that says ``ready``, which saves a round trip (on a deployment, a ClientApp process per
    node); a restart (below) still sends ``advertise`` on its own. A new pre-flight discards a round that is
    still at this stage (nothing secret has left the node) and refuses, aborting it, one that is past it.
@@ -24,10 +25,10 @@ packed big-endian wherever they are hashed); ``H(S)`` is SHA-256 of a sorted id 
    that advertised, in the order of ``nodes``, each kind concatenated into one byte string; one message
    for all), ``neighbours`` ``k`` and ``threshold`` ``t``. The node
    checks the list (its own keys in it, all keys distinct, ``ceil((1 - xi) n) <= |U1| <= n``), ``k`` and
-   ``t`` (``2 t > k + 1``, :func:`dphype.secure.secagg_params.check_share_threshold`; ``k`` at least its
+   ``t`` (``2 t > k + 1``, `dphype.secure.secagg_params.check_share_threshold`; ``k`` at least its
    policy's ``min_neighbours``), then computes the **round digest**
    ``D = SHA-256(label, round, request, p, k, t, [(id, c, s, g) for every node in id order])`` and the
-   **public graph** (:func:`public_graph`): a Harary ring ``H(|U1|, k)`` whose node order is a permutation
+   **public graph** (`public_graph`): a Harary ring ``H(|U1|, k)`` whose node order is a permutation
    drawn from the ChaCha20 stream keyed by ``D``. No party controls ``D`` (it hashes every node's fresh
    keys), every node recomputes its neighbourhood ``N(u)`` itself, and a node given another key list
    computes another ``D``, which every later signature names. The node draws a self-mask seed ``b_u``,
@@ -41,25 +42,25 @@ packed big-endian wherever they are hashed); ``H(S)`` is SHA-256 of a sorted id 
    The node checks that the senders are distinct graph neighbours, at least ``t - 1`` of them, and
    decrypts and checks every ciphertext. **Only then** it computes its vote, charges its ledger (the
    adapter's callback) and answers ``masked`` = ``x_u + C + PRG(b_u) + sum_{v in N(u)} +-PRG(s_uv) mod M``
-   (little-endian uint32; ``C`` the range of :func:`dphype.secure.secure_sum.clipping_range_for` for
+   (little-endian uint32; ``C`` the range of `dphype.secure.secure_sum.clipping_range_for` for
    ``|U1|``; sign ``+`` iff ``u < v``; ``s_uv = HKDF(X25519(s_u, s_v))``; PRG =
-   :func:`dphype.secure.relay.expand_mask`). It masks with **every** graph neighbour, so the masks in the
+   `dphype.secure.relay.expand_mask`). It masks with **every** graph neighbour, so the masks in the
    sum are fixed by ``D`` alone, whatever the server forwarded.
 3. ``consistency`` -- server: ``survivors`` ``U3`` (nodes whose masked vectors it holds). The node checks
    ``U3`` (a subset of ``U1`` with itself, at least ``ceil((1 - xi) n)``) and the **noise-share bound**
    below, and answers ``signature`` = Ed25519 by ``g_u`` of ``("consistency", D, H(U3))``.
 4. ``unmask`` -- server: ``signers`` / ``signatures``. The node requires distinct signers from ``U3``,
    at least ``t`` of them and among them more than half of the round's **committee** (the first
-   ``min(|U1|, 64)`` nodes of the public graph's order, :func:`consistency_committee`), every signature
+   ``min(|U1|, 64)`` nodes of the public graph's order, `consistency_committee`), every signature
    valid under the ``g`` key of its own key list over its own ``(D, U3)``. It answers ``b_owners`` /
    ``b_shares`` (its shares of ``b_v`` for ``v`` in ``U3``) and ``s_owners`` / ``s_shares`` (of ``s_w`` for
    ``w`` not in ``U3``) -- never both kinds for one node. The round then ends: any further stage is refused.
 
 The server reconstructs ``b_v`` (``v`` in ``U3``) and ``s_w`` (``w`` in ``U1`` but not ``U3``, next to a
 survivor) from ``t`` shares each, removes the self-masks and the masks towards dropped nodes, and decodes
-``sum - |U3| C`` (:class:`ServerRound`). Any stage that arrives out of order, twice, for another request
-or malformed aborts the node's round (the adapter discards :class:`NodeRound`) with a
-:class:`dphype.refusal.Refusal`; nothing of a stage is computed or sent before its checks pass.
+``sum - |U3| C`` (`ServerRound`). Any stage that arrives out of order, twice, for another request
+or malformed aborts the node's round (the adapter discards `NodeRound`) with a
+`dphype.refusal.Refusal`; nothing of a stage is computed or sent before its checks pass.
 
 What the server can unmask: the noise-share bound
 =================================================
@@ -75,12 +76,12 @@ node of ``U3`` masked with all its neighbours in the public graph of ``D``. (iii
 two neighbours ``x, y`` of ``U3`` cancels only when both vectors are in the sum: a sum the server can
 unmask that contains ``y_u`` contains ``u``'s whole connected component in the public graph restricted to
 ``U3`` (and a vector outside ``U3`` keeps its self-mask ``PRG(b_v)``, 256 key bits). Each node computes
-that component (:func:`component_size`, linear in ``|U1|`` on the ring) and signs in stage 3 only if it
+that component (`component_size`, linear in ``|U1|`` on the ring) and signs in stage 3 only if it
 has at least ``L = ceil((1 - xi) n)`` nodes. So every sum the server can unmask holds at least ``L`` noise
 shares of variance ``sigma^2 / ((1 - xi) n)``, total variance ``>= sigma^2``, and the epsilon a node
 charged in stage 2 (its own policy's accounting at ``L`` contributors,
-:func:`dphype.node.policy.check_vote_request`) is at least what any release of its vote carries
-(:func:`noise_share_bound`). The holders of ``u``'s secrets that are in ``U3`` are its neighbours, in the
+`dphype.node.policy.check_vote_request`) is at least what any release of its vote carries
+(`noise_share_bound`). The holders of ``u``'s secrets that are in ``U3`` are its neighbours, in the
 same component, so they refuse exactly when ``u`` does. Without the consistency round and the public graph
 no such bound holds -- the server may partition the graph or show nodes different survivor sets -- and a
 node could only assume a single noise share: the partitioned-graph and over-claimed-``n`` attacks of
@@ -131,14 +132,34 @@ def _id(node: int) -> bytes:
 
 
 def set_digest(nodes: Sequence[int]) -> bytes:
-    """``H(S)``: SHA-256 of the sorted ids, 8 bytes each, big-endian."""
+    """``H(S)``: SHA-256 of the sorted ids, 8 bytes each, big-endian.
+
+    Args:
+        nodes: The node ids of the set ``S``.
+
+    Returns:
+        The 32-byte digest.
+    """
     return hashlib.sha256(b"".join(_id(n) for n in sorted(nodes))).digest()
 
 
 def round_digest(round_id: bytes, request: str, size: int, neighbours: int, threshold: int,
                  keys: Mapping[int, tuple[bytes, bytes, bytes]]) -> bytes:
-    """``D``: SHA-256 over the round, the request digest, ``p``, ``k``, ``t`` and every node's three public
-    keys in id order (the module docstring, stage 1)."""
+    """``D``: SHA-256 over the round, the request digest, ``p``, ``k``, ``t`` and every node's three public keys.
+
+    The keys in id order (the module docstring, stage 1).
+
+    Args:
+        round_id: The round's id.
+        request: The request's digest.
+        size: The vector length ``p``.
+        neighbours: The graph degree ``k``.
+        threshold: The Shamir threshold ``t``.
+        keys: Node id -> its three public keys (share encryption, mask agreement, signing).
+
+    Returns:
+        The 32-byte round digest.
+    """
     h = hashlib.sha256(_LABEL + b"round")
     h.update(round_id + request.encode("utf-8") + b"".join(int(v).to_bytes(4, "big")
                                                            for v in (size, neighbours, threshold)))
@@ -151,8 +172,14 @@ def round_digest(round_id: bytes, request: str, size: int, neighbours: int, thre
 class PublicGraph:
     """The round's Harary ring ``H(m, k)`` over ``nodes`` (sorted ids), placed by a permutation from ``D``.
 
-    ``ring[p]`` is the index (into ``nodes``) of the node at ring position ``p`` and ``place`` its inverse.
-    Every node is joined to the ``k / 2`` positions on either side (everyone, when ``k >= m - 1``)."""
+    Every node is joined to the ``k / 2`` positions on either side (everyone, when ``k >= m - 1``).
+
+    Attributes:
+        nodes: The ``(m,)`` sorted node ids.
+        neighbours: The degree ``k``.
+        ring: ``(m,)``: ``ring[p]`` is the index (into ``nodes``) of the node at ring position ``p``.
+        place: ``(m,)``: the inverse permutation of ``ring``.
+    """
 
     nodes: np.ndarray
     neighbours: int
@@ -161,15 +188,34 @@ class PublicGraph:
 
     @property
     def complete(self) -> bool:
+        """Whether every node is joined to every other (``k >= m - 1``).
+
+        Returns:
+            Whether the graph is complete.
+        """
         return self.neighbours >= self.nodes.size - 1
 
     @property
     def order(self) -> tuple[int, ...]:
-        """The node ids in ring order."""
+        """The node ids in ring order.
+
+        Returns:
+            The ids.
+        """
         return tuple(int(v) for v in self.nodes[self.ring])
 
     def positions(self, members: Sequence[int]) -> np.ndarray:
-        """Ring positions of ``members`` (ids of the round)."""
+        """Ring positions of ``members``.
+
+        Args:
+            members: Ids of nodes of the round.
+
+        Returns:
+            Their positions, in the order of ``members``.
+
+        Raises:
+            ValueError: A member is not a node of the round.
+        """
         ids = np.asarray(members, dtype=np.uint64)
         index = np.minimum(np.searchsorted(self.nodes, ids), self.nodes.size - 1)
         if not np.array_equal(self.nodes[index], ids):
@@ -177,7 +223,14 @@ class PublicGraph:
         return self.place[index]
 
     def neighbourhood(self, node: int) -> tuple[int, ...]:
-        """``N(node)``, sorted."""
+        """``N(node)``, sorted.
+
+        Args:
+            node: A node of the round.
+
+        Returns:
+            The ids of its graph neighbours.
+        """
         if self.complete:
             return tuple(int(n) for n in self.nodes if n != node)
         half, m = self.neighbours // 2, self.nodes.size
@@ -187,8 +240,19 @@ class PublicGraph:
 
 
 def public_graph(digest: bytes, nodes: Sequence[int], neighbours: int) -> PublicGraph:
-    """The public graph of round digest ``D`` (:class:`PublicGraph`): positions sorted by 62-bit values of
-    the ChaCha20 stream under ``D`` (ties, of probability about ``m^2 / 2^63``, broken by id)."""
+    """The public graph of round digest ``D`` (`PublicGraph`).
+
+    Positions sorted by 62-bit values of the ChaCha20 stream under ``D`` (ties, of probability about
+    ``m^2 / 2^63``, broken by id).
+
+    Args:
+        digest: The round digest ``D``.
+        nodes: The round's node ids.
+        neighbours: The degree ``k``.
+
+    Returns:
+        The graph.
+    """
     ids = np.sort(np.asarray(nodes, dtype=np.uint64))
     keys = relay.expand_mask(digest, ids.size, relay.MAX_MODULUS, context=_LABEL + b"graph")
     ring = np.lexsort((np.arange(ids.size), keys))
@@ -202,7 +266,19 @@ def component_size(graph: PublicGraph, survivors: Sequence[int], node: int) -> i
 
     On the ring two survivors are joined iff their positions are at most ``k / 2`` apart, so a component is
     a maximal arc of survivors without a gap of more than ``k / 2`` positions (one such gap leaves a path,
-    which is connected)."""
+    which is connected).
+
+    Args:
+        graph: The round's public graph.
+        survivors: The surviving node ids.
+        node: One of the survivors.
+
+    Returns:
+        The number of nodes in its component.
+
+    Raises:
+        ValueError: ``node`` is not a survivor.
+    """
     members = set(survivors)
     if node not in members:
         raise ValueError("node must be one of the survivors")
@@ -241,7 +317,15 @@ def _share_context(digest: bytes, sender: int, receiver: int) -> bytes:
 
 
 def consistency_statement(digest: bytes, survivors: Sequence[int]) -> bytes:
-    """What a node signs in the consistency round (stage 3): ``("consistency", D, H(U3))``."""
+    """What a node signs in the consistency round (stage 3): ``("consistency", D, H(U3))``.
+
+    Args:
+        digest: The round digest ``D``.
+        survivors: The survivor set ``U3``.
+
+    Returns:
+        The statement's bytes.
+    """
     return _LABEL + b"consistency" + digest + set_digest(survivors)
 
 
@@ -250,13 +334,29 @@ COMMITTEE_SIZE: int = 64
 
 
 def consistency_committee(graph: PublicGraph) -> tuple[int, ...]:
-    """The nodes whose majority must sign the survivor set: the first ``min(|U1|, COMMITTEE_SIZE)`` nodes of
-    the public graph's order (fixed by ``D``, so by no single party)."""
+    """The nodes whose majority must sign the survivor set.
+
+    The first ``min(|U1|, COMMITTEE_SIZE)`` nodes of the public graph's order (fixed by ``D``, so by no single
+    party).
+
+    Args:
+        graph: The round's public graph.
+
+    Returns:
+        The committee's node ids.
+    """
     return tuple(int(v) for v in graph.nodes[graph.ring[:COMMITTEE_SIZE]])
 
 
 def consistency_quorum(committee: Sequence[int]) -> int:
-    """Committee signatures a node needs before unmasking: more than half the committee."""
+    """Committee signatures a node needs before unmasking: more than half the committee.
+
+    Args:
+        committee: The committee (`consistency_committee`).
+
+    Returns:
+        The quorum.
+    """
     return len(committee) // 2 + 1
 
 
@@ -298,20 +398,36 @@ def _key_list(message: Mapping[str, Any], key: str, count: int) -> list[bytes]:
 
 
 def message(stage: str, **content: Any) -> dict[str, Any]:
-    """A message of ``stage`` in the current format."""
+    """A message of ``stage`` in the current format.
+
+    Args:
+        stage: One of `STAGES`.
+        **content: The message's fields.
+
+    Returns:
+        The message.
+    """
     return {"version": VERSION, "stage": stage, **content}
 
 
 def new_round_id() -> bytes:
-    """A fresh random round id (the ``round`` of ``advertise``)."""
+    """A fresh random round id (the ``round`` of ``advertise``).
+
+    Returns:
+        16 random bytes.
+    """
     return os.urandom(_ROUND_BYTES)
 
 
 @dataclass(frozen=True)
 class Advertised:
-    """A round's first ``advertise`` stage, carried by the pre-flight: the ``round`` id the server sent with
-    the request (in :func:`message` ``("advertise", round=round_id, request=digest)``) and the replies of
-    the nodes that approved it (node id -> message)."""
+    """A round's first ``advertise`` stage, carried by the pre-flight.
+
+    Attributes:
+        round_id: The ``round`` id the server sent with the request (in `message`
+            ``("advertise", round=round_id, request=digest)``).
+        replies: The replies of the nodes that approved it (node id -> message).
+    """
 
     round_id: bytes
     replies: Mapping[int, Mapping[str, Any]]
@@ -320,9 +436,15 @@ class Advertised:
 # ------------------------------------------------------------------------------------------ the node
 @dataclass(frozen=True)
 class Approval:
-    """What the node approved in its pre-flight and its own policy's limits for the round: the request
-    digest, the announced ``n`` and ``xi`` (``survivors`` = ``ceil((1 - xi) n)``, the contributors its
-    ledger entry assumes), the vector length ``p`` and the policy's ``min_neighbours``."""
+    """What the node approved in its pre-flight and its own policy's limits for the round.
+
+    Attributes:
+        request: The request's digest.
+        clients: The announced ``n``.
+        survivors: ``ceil((1 - xi) n)``, the contributors its ledger entry assumes.
+        size: The vector length ``p``.
+        min_neighbours: The policy's fewest graph neighbours.
+    """
 
     request: str
     clients: int
@@ -338,8 +460,32 @@ VoteFunction = Callable[[int], np.ndarray]
 
 @dataclass
 class NodeRound:
-    """A node's state in one round (its secrets included); :meth:`to_record` / :meth:`from_record` store it
-    as a flat dict of ints, bytes and lists (a Flower ``ConfigRecord``)."""
+    """A node's state in one round (its secrets included).
+
+    `to_record` / `from_record` store it as a flat dict of ints, bytes and lists (a Flower ``ConfigRecord``).
+
+    Attributes:
+        node: This node's id.
+        stage: The stage it answered last.
+        round_id: The round's id.
+        request: The approved request's digest.
+        c_private: The share-encryption private key.
+        s_private: The mask-agreement private key.
+        g_private: The signing private key.
+        seed: The self-mask seed.
+        digest: The round digest ``D``.
+        nodes: The round's node ids.
+        peers: This node's graph neighbours ``N(u)``, sorted (the only keys kept, see below).
+        c_keys: The neighbours' share-encryption keys, 32 bytes each in the order of ``peers``.
+        s_keys: The neighbours' mask-agreement keys, likewise.
+        g_keys: Every node's signing key, in the order of ``nodes`` (any survivor may sign stage 3).
+        neighbours: The degree ``k``.
+        threshold: The Shamir threshold ``t``.
+        survivors: The survivor set ``U3``.
+        share_owners: The nodes whose shares this node holds.
+        b_shares: Its shares of their self-mask seeds.
+        s_shares: Its shares of their mask-agreement keys.
+    """
 
     node: int
     stage: str
@@ -368,12 +514,26 @@ class NodeRound:
     s_shares: list[bytes] = field(default_factory=list)
 
     def to_record(self) -> dict[str, Any]:
-        """The state as a flat dict (lists copied)."""
+        """The state as a flat dict (lists copied).
+
+        Returns:
+            Field name -> value.
+        """
         return {k: (list(v) if isinstance(v, list) else v) for k, v in self.__dict__.items()}
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> NodeRound:
-        """Inverse of :meth:`to_record` (the node's own storage; an unreadable one aborts the round)."""
+        """Inverse of `to_record` (the node's own storage; an unreadable one aborts the round).
+
+        Args:
+            record: What `to_record` returned.
+
+        Returns:
+            The state.
+
+        Raises:
+            dphype.refusal.Refusal: ``secagg_round``: the record is unreadable.
+        """  # noqa: DOC503
         values: dict[str, Any] = {k: (list(v) if isinstance(v, list) else v) for k, v in record.items()}
         try:
             return cls(**values)
@@ -381,15 +541,36 @@ class NodeRound:
             raise _refuse("secagg_round", "this node's round state is unreadable") from None
 
     def graph(self) -> PublicGraph:
-        """The round's public graph (:func:`public_graph`)."""
+        """The round's public graph (`public_graph`).
+
+        Returns:
+            The graph.
+        """
         return public_graph(self.digest, self.nodes, self.neighbours)
 
     def peer_keys(self, blob: bytes) -> dict[int, bytes]:
-        """Neighbour id -> key, from ``c_keys`` or ``s_keys``."""
+        """Neighbour id -> key, from ``c_keys`` or ``s_keys``.
+
+        Args:
+            blob: ``c_keys`` or ``s_keys``.
+
+        Returns:
+            The neighbours' keys.
+
+        Raises:
+            dphype.refusal.Refusal: ``secagg_round``: the blob does not split into the neighbours' keys.
+        """  # noqa: DOC502
         return _split_keys(blob, self.peers)
 
     def signing_keys(self) -> dict[int, bytes]:
-        """Node id -> signing key, for every node of the round."""
+        """Node id -> signing key, for every node of the round.
+
+        Returns:
+            The signing keys.
+
+        Raises:
+            dphype.refusal.Refusal: ``secagg_round``: ``g_keys`` does not split into the nodes' keys.
+        """  # noqa: DOC502
         return _split_keys(self.g_keys, self.nodes)
 
 
@@ -402,9 +583,24 @@ def _split_keys(blob: bytes, ids: Sequence[int]) -> dict[int, bytes]:
 
 def node_step(state: NodeRound | None, msg: Mapping[str, Any], *, node: int, approval: Approval,
               vote: VoteFunction) -> tuple[NodeRound, dict[str, Any]]:
-    """Answer one stage message: check it against ``state`` (``None`` before ``advertise``) and the
-    ``approval``, and return the new state and the reply. Raises :class:`dphype.refusal.Refusal` -- the
-    caller must then discard the round -- before anything of the stage is computed or sent."""
+    """Answer one stage message: check it against ``state`` and the ``approval``.
+
+    Args:
+        state: The node's round state (``None`` before ``advertise``).
+        msg: The stage's message.
+        node: This node's id.
+        approval: What the node approved in its pre-flight.
+        vote: ``vote(C)`` returns this node's ``(p,)`` encoded noisy vote vector within the round's range ``C``
+            (`dphype.secure.secure_sum.encode`); called in ``masked_input`` once its checks pass (it charges the
+            ledger).
+
+    Returns:
+        The new state and the reply.
+
+    Raises:
+        dphype.refusal.Refusal: The message fails a check (the caller must then discard the round), before
+            anything of the stage is computed or sent.
+    """  # noqa: DOC503
     if msg.get("version") != VERSION:
         raise _refuse("secagg_round", f"message format version {msg.get('version')!r} is not {VERSION}")
     stage = msg.get("stage")
@@ -584,17 +780,34 @@ def _unmask(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
 
 
 def noise_share_bound(graph: PublicGraph, survivors: Sequence[int], node: int) -> int:
-    """The fewest noise shares in any sum the server can unmask that contains ``node``'s vector, once the
-    consistency round holds: ``node``'s component in the public graph restricted to ``survivors`` (module
-    docstring, "the noise-share bound")."""
+    """The fewest noise shares in any sum the server can unmask that contains ``node``'s vector.
+
+    Once the consistency round holds: ``node``'s component in the public graph restricted to ``survivors``
+    (module docstring, "the noise-share bound").
+
+    Args:
+        graph: The round's public graph.
+        survivors: The survivor set ``U3``.
+        node: One of the survivors.
+
+    Returns:
+        The bound.
+
+    Raises:
+        ValueError: ``node`` is not a survivor.
+    """  # noqa: DOC502
     return component_size(graph, survivors, node)
 
 
 # ---------------------------------------------------------------------------------------- the server
 @dataclass
 class SumResult:
-    """The exact sum of the survivors' encoded vectors (int64, on the fixed-point grid of
-    :func:`dphype.secure.secure_sum.fixed_point_scale`) and the survivors ``U3``."""
+    """The exact sum of the survivors' encoded vectors and the survivors.
+
+    Attributes:
+        total: The ``(p,)`` int64 sum, on the fixed-point grid of `dphype.secure.secure_sum.fixed_point_scale`.
+        survivors: The survivors ``U3``.
+    """
 
     total: np.ndarray
     survivors: list[int]
@@ -602,11 +815,29 @@ class SumResult:
 
 @dataclass
 class ServerRound:
-    """The server's side of one round over ``nodes``: each method takes the replies to the last stage
-    (node id -> message; a node whose reply is missing or malformed counts as dropped) and returns the
-    next stage's messages. ``graph_for(m)`` gives the degree ``k`` and threshold ``t`` for the ``m`` nodes
-    that advertised keys. Raises :class:`dphype.secure.secure_sum.TooFewSurvivorsError` as soon as fewer
-    than ``min_survivors`` nodes remain (nothing is unmasked then)."""
+    """The server's side of one round over ``nodes``.
+
+    Each method takes the replies to the last stage (node id -> message; a node whose reply is missing or
+    malformed counts as dropped) and returns the next stage's messages. A stage raises
+    `dphype.secure.secure_sum.TooFewSurvivorsError` as soon as fewer than ``min_survivors`` nodes remain
+    (nothing is unmasked then).
+
+    Attributes:
+        nodes: The round's node ids.
+        request: The request's digest.
+        size: The vector length ``p``.
+        min_survivors: The fewest nodes that may remain.
+        graph_for: ``graph_for(m)`` gives the degree ``k`` and threshold ``t`` for the ``m`` nodes that advertised
+            keys.
+        round_id: The round's id.
+        keys: Node id -> its three public keys, from ``advertise``.
+        neighbours: The degree ``k``.
+        threshold: The Shamir threshold ``t``.
+        digest: The round digest ``D``.
+        graph: The round's public graph, once the keys are known.
+        masked: Node id -> its masked vector.
+        survivors: The survivor set ``U3``.
+    """
 
     nodes: list[int]
     request: str
@@ -629,11 +860,25 @@ class ServerRound:
                 f"{self.min_survivors} required by the dropout tolerance; nothing was unmasked or released")
 
     def advertise(self) -> dict[int, dict[str, Any]]:
-        """Stage 0's messages."""
+        """Stage 0's messages.
+
+        Returns:
+            Node id -> its ``advertise`` message.
+        """
         return {n: message("advertise", round=self.round_id, request=self.request) for n in self.nodes}
 
     def share_keys(self, replies: Mapping[int, Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
-        """The key list (one message for all), the degree and the threshold."""
+        """The key list (one message for all), the degree and the threshold.
+
+        Args:
+            replies: The ``advertise`` replies.
+
+        Returns:
+            Node id -> its ``share_keys`` message.
+
+        Raises:
+            TooFewSurvivorsError: Fewer than ``min_survivors`` nodes advertised valid keys.
+        """  # noqa: DOC502
         for n, reply in replies.items():
             keys = tuple(reply.get(k) for k in ("c_key", "s_key", "g_key"))
             if n in self.nodes and all(isinstance(k, bytes) and len(k) == relay.KEY_BYTES for k in keys):
@@ -650,9 +895,21 @@ class ServerRound:
         return dict.fromkeys(ordered, content)
 
     def masked_input(self, replies: Mapping[int, Mapping[str, Any]]) -> dict[int, dict[str, Any]] | list[int]:
-        """Forward every share ciphertext to its receiver; or, when some node of ``U1`` sent no valid
-        shares, the nodes that did: the caller restarts the round over them (:func:`run_round`; nodes mask
-        with all their graph neighbours, so every node of ``U1`` must have shared its keys)."""
+        """Forward every share ciphertext to its receiver.
+
+        Or, when some node of ``U1`` sent no valid shares, name the nodes that did: the caller restarts the round
+        over them (`run_round`; nodes mask with all their graph neighbours, so every node of ``U1`` must have
+        shared its keys).
+
+        Args:
+            replies: The ``share_keys`` replies.
+
+        Returns:
+            Node id -> its ``masked_input`` message, or the ids of the nodes to restart with.
+
+        Raises:
+            TooFewSurvivorsError: Fewer than ``min_survivors`` nodes shared their keys.
+        """  # noqa: DOC502
         assert self.graph is not None
         boxes: dict[int, dict[int, bytes]] = {}
         shared = []
@@ -674,7 +931,17 @@ class ServerRound:
         return out
 
     def consistency(self, replies: Mapping[int, Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
-        """Collect the masked vectors; announce the survivors ``U3``."""
+        """Collect the masked vectors; announce the survivors ``U3``.
+
+        Args:
+            replies: The ``masked_input`` replies.
+
+        Returns:
+            Node id -> its ``consistency`` message.
+
+        Raises:
+            TooFewSurvivorsError: Fewer than ``min_survivors`` nodes sent a valid masked vector.
+        """  # noqa: DOC502
         for n, reply in replies.items():
             masked = reply.get("masked")
             if n in self.keys and isinstance(masked, bytes) and len(masked) == 4 * self.size:
@@ -684,7 +951,17 @@ class ServerRound:
         return dict.fromkeys(self.survivors, message("consistency", survivors=self.survivors))
 
     def unmask(self, replies: Mapping[int, Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
-        """Forward a quorum of consistency signatures to every signer: a committee majority, topped up to ``t``."""
+        """Forward a quorum of consistency signatures to every signer: a committee majority, topped up to ``t``.
+
+        Args:
+            replies: The ``consistency`` replies (the signatures).
+
+        Returns:
+            Node id -> its ``unmask`` message.
+
+        Raises:
+            SecureSumError: Too few nodes, or too few of the committee, signed the survivor set.
+        """
         assert self.graph is not None
         signed = {n: r["signature"] for n, r in replies.items()
                   if n in self.masked and isinstance(r.get("signature"), bytes)}
@@ -701,7 +978,17 @@ class ServerRound:
         return dict.fromkeys(sorted(signed), content)
 
     def finish(self, replies: Mapping[int, Mapping[str, Any]]) -> SumResult:
-        """Reconstruct the secrets from the unmask replies and return the exact sum over ``U3``."""
+        """Reconstruct the secrets from the unmask replies and return the exact sum over ``U3``.
+
+        Args:
+            replies: The ``unmask`` replies (the shares).
+
+        Returns:
+            The exact sum and the survivors.
+
+        Raises:
+            SecureSumError: The sum could not be unmasked; nothing was released.
+        """
         assert self.graph is not None
         shares: dict[str, dict[int, list[bytes]]] = {"b": {}, "s": {}}
         for reply in replies.values():
@@ -732,7 +1019,7 @@ class ServerRound:
         return SumResult(total - len(self.survivors) * clipping_range_for(len(self.keys)), list(self.survivors))
 
 
-#: Restarts after nodes fail between ``advertise`` and ``share_keys`` (:meth:`ServerRound.masked_input`).
+#: Restarts after nodes fail between ``advertise`` and ``share_keys`` (`ServerRound.masked_input`).
 MAX_RESTARTS: int = 3
 
 #: The transport: deliver each node its message of one stage and return the replies that came back
@@ -743,11 +1030,28 @@ Send = Callable[[str, dict[int, dict[str, Any]]], dict[int, dict[str, Any]]]
 def run_round(nodes: Sequence[int], send: Send, *, request: str, size: int, min_survivors: int,
               graph_for: Callable[[int], tuple[int, int]], timings: dict[str, float] | None = None,
               advertised: Advertised | None = None) -> tuple[SumResult, ServerRound]:
-    """The server's whole round over ``nodes`` through ``send`` (restarting at most :data:`MAX_RESTARTS`
-    times when nodes fail before sharing their keys); returns the exact sum and the final round.
-    ``timings``, if given, receives the seconds each stage took (nodes' work and transport included).
-    ``advertised``: the first ``advertise`` stage already ran inside the pre-flight, so the round starts
-    with ``share_keys`` over its replies (a restart sends ``advertise`` as usual)."""
+    """The server's whole round over ``nodes`` through ``send``.
+
+    Restarts at most `MAX_RESTARTS` times when nodes fail before sharing their keys.
+
+    Args:
+        nodes: The round's node ids.
+        send: Sends one stage's messages (stage name, node id -> message) and returns the replies.
+        request: The request's digest.
+        size: The vector length ``p``.
+        min_survivors: The fewest nodes that may remain.
+        graph_for: The degree ``k`` and threshold ``t`` for ``m`` nodes.
+        timings: If given, receives the seconds each stage took (nodes' work and transport included).
+        advertised: The first ``advertise`` stage, when it already ran inside the pre-flight: the round starts
+            with ``share_keys`` over its replies (a restart sends ``advertise`` as usual).
+
+    Returns:
+        The exact sum and the final round.
+
+    Raises:
+        TooFewSurvivorsError: Too few nodes remain, or they kept failing before sharing their keys.
+        SecureSumError: Too few signatures, or the sum could not be unmasked.
+    """  # noqa: DOC502, DOC503
     participants = sorted(nodes)
     clock = timings if timings is not None else {}
 

@@ -48,14 +48,14 @@ dropped, and so collect ``b_i`` shares from the former and ``s_i`` shares from t
 secret has ``k + 1`` share holders in Flower (its neighbours and itself); with ``c_i`` of them corrupted
 the server gets both kinds only if ``2 t <= k + 1 + c_i``. ``adversary="active"`` therefore replaces E1
 by ``n P[H(n-1, c, k) >= 2t - k - 1]`` (the finder's "semi-malicious" case). A client can check the
-part it can see itself with :func:`check_share_threshold`.
+part it can see itself with `check_share_threshold`.
 
 **Flower's counting.** Flower's ``num_shares`` counts the client's own share: ``num_shares = k + 1``
 (``n`` for the complete graph), and its ``reconstruction_threshold`` counts shares, so it is ``t``.
-:func:`flower_graph` turns Flower's arguments (ints or fractions) into ``(k, t)`` exactly as
+`flower_graph` turns Flower's arguments (ints or fractions) into ``(k, t)`` exactly as
 ``SecAggPlusWorkflow.setup_stage`` does, so a user's explicit choice can be checked
-(:func:`check_parameters`) and the DP-Hype paper's benchmark settings (shares ``0.3 n``, threshold all
-shares: :data:`PAPER_NUM_SHARES`, :data:`PAPER_THRESHOLD`) can be reported with their bounds.
+(`check_parameters`) and the DP-Hype paper's benchmark settings (shares ``0.3 n``, threshold all
+shares: `PAPER_NUM_SHARES`, `PAPER_THRESHOLD`) can be reported with their bounds.
 """
 
 from __future__ import annotations
@@ -89,9 +89,16 @@ _TINY = 1e-12  # keeps floor(gamma n) / ceil((1 - xi) n) from being moved by flo
 class SecAggParameters:
     """A SecAgg+ configuration and the failure bounds it achieves (log2 of Bell et al.'s events).
 
-    ``neighbours`` is the graph degree ``k`` (``clients - 1``: complete graph) and ``threshold`` the
-    Shamir threshold ``t``; ``log2_unmask``, ``log2_disconnect`` and ``log2_failure`` bound
-    ``log2 P[E1]``, ``log2 P[E2]`` and ``log2 P[E3]`` (``-inf``: impossible).
+    Attributes:
+        clients: The number of clients ``n``.
+        neighbours: The graph degree ``k`` (``clients - 1``: complete graph).
+        threshold: The Shamir threshold ``t``.
+        corrupt_fraction: The fraction ``gamma`` of clients assumed to collude with the server.
+        dropout: The tolerated dropout fraction ``xi``.
+        adversary: The threat model, one of `ADVERSARIES`.
+        log2_unmask: Bounds ``log2 P[E1]`` (``-inf``: impossible).
+        log2_disconnect: Bounds ``log2 P[E2]``.
+        log2_failure: Bounds ``log2 P[E3]``.
     """
 
     clients: int
@@ -106,25 +113,51 @@ class SecAggParameters:
 
     @property
     def num_shares(self) -> int:
-        """Flower's ``num_shares``: the neighbours plus the client's own share."""
+        """Flower's ``num_shares``: the neighbours plus the client's own share.
+
+        Returns:
+            ``k + 1``.
+        """
         return self.neighbours + 1
 
     @property
     def log2_insecure(self) -> float:
-        """log2 of the bound on P[E1] + P[E2] (the server learns more than the sum)."""
+        """Log2 of the bound on P[E1] + P[E2] (the server learns more than the sum).
+
+        Returns:
+            The log2 bound.
+        """
         return float(np.logaddexp2(self.log2_unmask, self.log2_disconnect))
 
     def flower_arguments(self) -> dict[str, int]:
-        """``num_shares`` and ``reconstruction_threshold`` for ``SecAggPlusWorkflow`` (as ints)."""
+        """``num_shares`` and ``reconstruction_threshold`` for ``SecAggPlusWorkflow`` (as ints).
+
+        Returns:
+            The two keyword arguments.
+        """
         return {"num_shares": self.num_shares, "reconstruction_threshold": self.threshold}
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly summary, with Flower's share count and the combined security bound."""
+        """JSON-friendly summary, with Flower's share count and the combined security bound.
+
+        Returns:
+            The fields, ``num_shares`` and ``log2_insecure`` by name.
+        """
         return {**dataclasses.asdict(self), "num_shares": self.num_shares, "log2_insecure": self.log2_insecure}
 
 
 def check_corrupt_fraction(corrupt_fraction: Any) -> float:
-    """Return ``gamma`` as float; it must lie in ``[0, 1)``."""
+    """Check the corrupt fraction ``gamma``.
+
+    Args:
+        corrupt_fraction: A number in ``[0, 1)``.
+
+    Returns:
+        ``corrupt_fraction`` as float.
+
+    Raises:
+        ValueError: It is not a number in ``[0, 1)``.
+    """
     try:
         gamma = float(corrupt_fraction)
     except (TypeError, ValueError):
@@ -135,7 +168,17 @@ def check_corrupt_fraction(corrupt_fraction: Any) -> float:
 
 
 def check_adversary(adversary: Any) -> str:
-    """Return the threat model; it must be one of :data:`ADVERSARIES`."""
+    """Check the threat model.
+
+    Args:
+        adversary: One of `ADVERSARIES`.
+
+    Returns:
+        ``adversary`` as str.
+
+    Raises:
+        ValueError: It is not one of `ADVERSARIES`.
+    """
     if adversary not in ADVERSARIES:
         raise ValueError(f"adversary must be one of {', '.join(ADVERSARIES)}, got {adversary!r}")
     return str(adversary)
@@ -147,10 +190,18 @@ def _counts(clients: int, dropout: float, corrupt_fraction: float) -> tuple[int,
 
 
 def log2_disconnect(clients: int, neighbours: int, removed: int) -> float:
-    """log2 bound on P[E2]: the random Harary graph ``H(n, k)`` minus ``removed`` random nodes falls apart.
+    """Log2 bound on P[E2]: the random Harary graph ``H(n, k)`` minus ``removed`` random nodes falls apart.
 
     ``log2(n (n - k - 1) / 2) + log2(C(b, k) / C(n, k))`` (two disjoint all-removed runs of ``k / 2``
     positions, union bound over the pairs of runs); ``-inf`` when ``b < k`` or the graph is complete.
+
+    Args:
+        clients: The number of clients ``n``.
+        neighbours: The graph degree ``k``.
+        removed: The number ``b`` of removed (dropped or corrupted) nodes.
+
+    Returns:
+        The log2 bound.
     """
     n, k, b = clients, neighbours, removed
     if k >= n - 1 or b < k:
@@ -160,8 +211,9 @@ def log2_disconnect(clients: int, neighbours: int, removed: int) -> float:
 
 
 def _log2_counts(clients: int, neighbours: int, marked: int) -> tuple[np.ndarray, np.ndarray]:
-    """log2 P[X >= m] and log2 P[X <= m], m = 0..k, for the number X of a client's ``k`` neighbours
-    among ``marked`` of the other ``n - 1`` clients: ``H(n-1, marked, k)``, or exactly ``marked`` on the
+    """Log2 P[X >= m] and log2 P[X <= m], m = 0..k, for the number X of a client's neighbours among ``marked``.
+
+    ``marked`` of the other ``n - 1`` clients: ``H(n-1, marked, k)``, or exactly ``marked`` on the
     complete graph. Summed from the tails (``logaddexp`` accumulation), so 2**-60 tails keep their digits.
     """
     n, k = clients, neighbours
@@ -176,7 +228,7 @@ def _log2_counts(clients: int, neighbours: int, marked: int) -> tuple[np.ndarray
 
 
 def _at_least(log_ge: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """log2 P[X >= m] for integer arrays ``m`` (0 for m <= 0, -inf beyond the support)."""
+    """Log2 P[X >= m] for integer arrays ``m`` (0 for m <= 0, -inf beyond the support)."""
     inside = np.clip(m, 0, log_ge.size - 1)
     return np.where(m <= 0, 0.0, np.where(m >= log_ge.size, -np.inf, log_ge[inside]))
 
@@ -211,7 +263,22 @@ def bounds(
     corrupt_fraction: float = CORRUPT_FRACTION,
     adversary: str = "semi-honest",
 ) -> SecAggParameters:
-    """The bounds that ``neighbours`` (``k``) and ``threshold`` (``t``) achieve (no check: :func:`check_parameters`)."""
+    """The bounds that ``neighbours`` (``k``) and ``threshold`` (``t``) achieve (no check: `check_parameters`).
+
+    Args:
+        clients: The number of clients ``n``, ``>= 2``.
+        neighbours: The graph degree ``k``, in ``[2, n - 1]``.
+        threshold: The Shamir threshold ``t``, in ``[1, k + 1]``.
+        dropout: The tolerated dropout fraction ``xi``.
+        corrupt_fraction: The fraction ``gamma`` of clients assumed to collude with the server.
+        adversary: The threat model, one of `ADVERSARIES`.
+
+    Returns:
+        The configuration and its bounds.
+
+    Raises:
+        ValueError: An argument is out of its range.
+    """
     n = check_int("clients", clients, 2)  # the graph bounds hold for any n, beyond the protocol's MAX_CLIENTS
     gamma, xi = check_corrupt_fraction(corrupt_fraction), check_dropout(dropout)
     adversary = check_adversary(adversary)
@@ -241,7 +308,7 @@ def _threshold_range(
     """Smallest ``t >= 2`` with P[E1] <= 2**-(security+1), largest with P[E3] <= 2**-correctness (may cross).
 
     E1 falls and E3 rises with ``t``, so one vectorised pass over ``t = 2..k+1`` finds both ends. With
-    ``majority`` the smallest ``t`` is also at least :func:`majority_threshold` of the ``k + 1`` shares.
+    ``majority`` the smallest ``t`` is also at least `majority_threshold` of the ``k + 1`` shares.
     """
     t = np.arange(2, neighbours + 2)
     unmask, failure = _threshold_bounds(clients, neighbours, t, corrupted, survivors, adversary)
@@ -267,9 +334,24 @@ def secure_parameters(
     """The cheapest secure SecAgg+ graph for ``n`` clients: smallest even degree ``k``, then smallest ``t``.
 
     Secure: ``P[E1] <= 2**-(sigma+1)`` and ``P[E2] <= 2**-(sigma+1)``; correct: ``P[E3] <= 2**-eta``
-    (module docstring). With ``majority``, also ``2 t > k + 1`` (:func:`check_share_threshold`, what every
-    DP-Hype client checks before sharing its secrets). Falls back to the complete graph; raises
-    ``ValueError`` when even that cannot satisfy both (too many corrupted plus dropped clients).
+    (module docstring). With ``majority``, also ``2 t > k + 1`` (`check_share_threshold`, what every
+    DP-Hype client checks before sharing its secrets). Falls back to the complete graph.
+
+    Args:
+        clients: The number of clients ``n``.
+        dropout: The tolerated dropout fraction ``xi``.
+        corrupt_fraction: The fraction ``gamma`` of clients assumed to collude with the server.
+        adversary: The threat model, one of `ADVERSARIES`.
+        security_bits: ``sigma``: ``P[E1] + P[E2] <= 2**-sigma``.
+        correctness_bits: ``eta``: ``P[E3] <= 2**-eta``.
+        majority: Also require a threshold above half the shares.
+
+    Returns:
+        The cheapest secure configuration and its bounds.
+
+    Raises:
+        ValueError: An argument is out of its range, or even the complete graph cannot satisfy both (too many
+            corrupted plus dropped clients).
     """
     n = check_int("clients", clients, 2)  # the graph bounds hold for any n, beyond the protocol's MAX_CLIENTS
     gamma, xi = check_corrupt_fraction(corrupt_fraction), check_dropout(dropout)
@@ -295,7 +377,18 @@ def flower_graph(clients: int, num_shares: float, reconstruction_threshold: floa
     ``max(2, round(f num_shares))``. Ints are used as given (``num_shares`` odd, ``threshold < num_shares``
     are Flower's rules). The ring joins each client to ``num_shares // 2`` clients on each side, so
     ``k = 2 (num_shares // 2)``, or ``n - 1`` once that covers everyone.
-    """
+
+    Args:
+        clients: The number of clients ``n``, ``>= 2``.
+        num_shares: Flower's ``num_shares``: an int, or a float fraction of ``n``.
+        reconstruction_threshold: Flower's ``reconstruction_threshold``: an int, or a float fraction of the shares.
+
+    Returns:
+        ``(k, t)``: the graph degree and the Shamir threshold.
+
+    Raises:
+        ValueError: ``clients`` is not an integer ``>= 2``.
+    """  # noqa: DOC502
     n = check_int("clients", clients, 2)  # the graph bounds hold for any n, beyond the protocol's MAX_CLIENTS
     if isinstance(num_shares, float):
         shares = round(num_shares * n)
@@ -326,10 +419,28 @@ def check_parameters(
 ) -> SecAggParameters:
     """Refuse a user's explicit SecAgg+ choice that is below the secure minimum; return its bounds.
 
-    ``num_shares`` must give a graph of degree at least :func:`secure_parameters`' (else a
-    ``ValueError`` naming ``num_shares`` and the allowed range), and ``reconstruction_threshold`` must
-    keep P[E1] <= 2**-(sigma+1) and P[E3] <= 2**-eta for that graph, and with ``majority`` exceed half
-    the shares (else one naming ``reconstruction_threshold`` and its allowed range).
+    ``num_shares`` must give a graph of degree at least `secure_parameters`', and ``reconstruction_threshold``
+    must keep P[E1] <= 2**-(sigma+1) and P[E3] <= 2**-eta for that graph, and with ``majority`` exceed half
+    the shares.
+
+    Args:
+        clients: The number of clients ``n``.
+        num_shares: Flower's ``num_shares`` (an int, or a float fraction of ``n``).
+        reconstruction_threshold: Flower's ``reconstruction_threshold`` (an int, or a float fraction).
+        dropout: The tolerated dropout fraction ``xi``.
+        corrupt_fraction: The fraction ``gamma`` of clients assumed to collude with the server.
+        adversary: The threat model, one of `ADVERSARIES`.
+        security_bits: ``sigma``: ``P[E1] + P[E2] <= 2**-sigma``.
+        correctness_bits: ``eta``: ``P[E3] <= 2**-eta``.
+        majority: Also require a threshold above half the shares.
+
+    Returns:
+        The choice's bounds.
+
+    Raises:
+        ValueError: ``num_shares`` is even and below ``n`` or gives too small a graph, or
+            ``reconstruction_threshold`` is outside its allowed range; the message names the argument and the
+            allowed range.
     """
     n = check_int("clients", clients, 2)  # the graph bounds hold for any n, beyond the protocol's MAX_CLIENTS
     if isinstance(num_shares, int) and num_shares < n and num_shares % 2 == 0:
@@ -360,7 +471,14 @@ def check_parameters(
 
 
 def majority_threshold(num_shares: int) -> int:
-    """Smallest threshold ``t`` with ``2 t > num_shares``: ``num_shares // 2 + 1`` (:func:`check_share_threshold`)."""
+    """Smallest threshold ``t`` with ``2 t > num_shares``: ``num_shares // 2 + 1`` (`check_share_threshold`).
+
+    Args:
+        num_shares: The number of share holders.
+
+    Returns:
+        The threshold.
+    """
     return num_shares // 2 + 1
 
 
@@ -373,9 +491,17 @@ def check_share_threshold(clients: int, num_shares: int, threshold: int) -> None
     client refuses that, a threshold below 2 (one share is the secret), a threshold above
     ``num_shares`` (nothing could be reconstructed) and a share count outside ``[3, clients]``. Whether
     the graph is large enough against colluding clients depends on the neighbours it cannot see; the
-    server's choice is checked against :func:`secure_parameters` with :func:`check_parameters`, and with
+    server's choice is checked against `secure_parameters` with `check_parameters`, and with
     ``majority=True`` both also keep this rule, so an honest DP-Hype server never proposes a graph its
     clients refuse.
+
+    Args:
+        clients: The number of clients ``n``.
+        num_shares: The number of holders of the client's secrets, in ``[3, clients]``.
+        threshold: The Shamir threshold, in ``[num_shares // 2 + 1, num_shares]``.
+
+    Raises:
+        ValueError: ``num_shares`` or ``threshold`` is outside its range.
     """
     n = check_int("clients", clients, 2)  # the graph bounds hold for any n, beyond the protocol's MAX_CLIENTS
     if not 3 <= num_shares <= n:

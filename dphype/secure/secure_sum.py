@@ -1,25 +1,25 @@
 """Exact integer summation of DP-Hype vote vectors under secure aggregation: the encoding and its limits.
 
 DP-Hype releases one thing: the sum over clients of ``votes + noise share``
-(Algorithm 1, line 11, "SecSum"). DP-Hype's own SecAgg+ (:mod:`dphype.secure.secagg`) sums vectors of
-integers modulo ``M = 2**32`` (:data:`MODULUS_RANGE`); this module holds the encoding into that group and
+(Algorithm 1, line 11, "SecSum"). DP-Hype's own SecAgg+ (`dphype.secure.secagg`) sums vectors of
+integers modulo ``M = 2**32`` (`MODULUS_RANGE`); this module holds the encoding into that group and
 its limits:
 
 * a client sends the integer vector ``x`` (its noisy votes on the fixed-point grid of
-  :func:`fixed_point_scale`) shifted by the round's range ``C``: every entry lies in ``[0, 2C]``. ``C(m)``
-  (:func:`clipping_range_for`) is the largest power of two with ``m * 2 C(m) <= M - 1`` for a round of
+  `fixed_point_scale`) shifted by the round's range ``C``: every entry lies in ``[0, 2C]``. ``C(m)``
+  (`clipping_range_for`) is the largest power of two with ``m * 2 C(m) <= M - 1`` for a round of
   ``m`` clients -- ``2**21`` up to 1023 clients, ``2**17`` at 10,000 -- so no sum of up to ``m`` encoded
   vectors can wrap, whatever the values, and the residue modulo ``M`` minus ``|survivors| C`` is the exact
-  sum (:func:`decode`);
+  sum (`decode`);
 * values outside ``[-C, C]`` cannot be sent. A vote entry is 0 or 1 and a noise share has std
   ``sigma / sqrt((1 - xi) n)``, far below ``C(n)`` (a few units against 131072 at n = 10,000), so the
-  range costs nothing in practice, but the noise is unbounded: :func:`check_range` refuses, before
+  range costs nothing in practice, but the noise is unbounded: `check_range` refuses, before
   anything is sent, a configuration in which some client's noisy entry leaves ``[-C(n), C(n)]`` with
-  probability above :data:`CLIP_PROBABILITY_LIMIT` (:func:`clip_probability`: Gaussian tails, Skellam
+  probability above `CLIP_PROBABILITY_LIMIT` (`clip_probability`: Gaussian tails, Skellam
   Chernoff bounds, a union bound), and a client whose value would still leave the range refuses to send
-  it (:func:`encode`) instead of clipping it. Such a client counts as a dropout. As the refusal depends (a
+  it (`encode`) instead of clipping it. Such a client counts as a dropout. As the refusal depends (a
   little) on the client's vote, it is a privacy failure event of probability at most
-  :func:`clip_probability`: the release is ``(epsilon, delta + clip_probability)``-DP, and the check keeps
+  `clip_probability`: the release is ``(epsilon, delta + clip_probability)``-DP, and the check keeps
   that addition below ``1e-9``.
 
 Noise kinds. Skellam shares are integers, so the released sum is exactly the
@@ -61,13 +61,34 @@ class TooFewSurvivorsError(SecureSumError):
 
 
 def fixed_point_scale(noise: str) -> int:
-    """Integer grid on which a client's noisy votes are sent: 1 for Skellam, 2**10 for Gaussian."""
+    """Integer grid on which a client's noisy votes are sent: 1 for Skellam, 2**10 for Gaussian.
+
+    Args:
+        noise: ``"gaussian"`` or ``"skellam"``.
+
+    Returns:
+        The scale: a value ``x`` is sent as ``round(x * scale)``.
+
+    Raises:
+        ValueError: ``noise`` is unknown.
+    """  # noqa: DOC502
     return 1 if check_noise(noise) == "skellam" else GAUSSIAN_SCALE
 
 
 def clipping_range_for(clients: int) -> int:
-    """The range ``C(n)``: the largest power of two with ``n * 2 C(n) <= M - 1``, so the modular sum of up
-    to ``n`` encoded vectors (entries in ``[0, 2C]``) cannot wrap around ``M = 2**32``."""
+    """The range ``C(n)``: the largest power of two with ``n * 2 C(n) <= M - 1``.
+
+    So the modular sum of up to ``n`` encoded vectors (entries in ``[0, 2C]``) cannot wrap around ``M = 2**32``.
+
+    Args:
+        clients: The number of clients ``n`` in the round, in ``[2, MAX_CLIENTS]``.
+
+    Returns:
+        ``C(n)``.
+
+    Raises:
+        ValueError: ``clients`` is out of its range.
+    """  # noqa: DOC502
     check_clients(clients)
     return 2 ** (((MODULUS_RANGE - 1) // (2 * clients)).bit_length() - 1)
 
@@ -77,12 +98,23 @@ def clip_probability(
 ) -> float:
     """Bound on P(some client's encoded entry leaves the clipping range +-C).
 
-    ``C`` is ``clipping_range`` or :func:`clipping_range_for` ``(clients)``. A vote entry
+    ``C`` is ``clipping_range`` or `clipping_range_for` ``(clients)``. A vote entry
     is 0 or 1, so an encoded entry stays within +-C as long as every noise share
     satisfies ``|z| <= t`` with ``t = C / scale - 2`` (one unit for the vote, one for
     fixed-point rounding). The probability that some share of some client exceeds
-    ``t`` is :func:`dphype.privacy.noise.noise_tail_bound`'s union bound (exact Gaussian tail,
+    ``t`` is `dphype.privacy.noise.noise_tail_bound`'s union bound (exact Gaussian tail,
     Chernoff bound for Skellam) at ``num_sigmas = t / client_std``.
+
+    Args:
+        size: The number of entries per vote vector ``p``.
+        sigma: The total noise std.
+        clients: The number of clients ``n``.
+        dropout: The tolerated dropout fraction ``xi``.
+        noise: ``"gaussian"`` or ``"skellam"``.
+        clipping_range: The range ``C``; ``None``: `clipping_range_for` ``(clients)``.
+
+    Returns:
+        The bound on the probability.
     """
     limit_range = clipping_range_for(clients) if clipping_range is None else clipping_range
     limit = limit_range / fixed_point_scale(noise) - 2.0
@@ -94,7 +126,18 @@ def clip_probability(
 
 
 def check_range(*, size: int, sigma: float, clients: int, dropout: float, noise: str) -> None:
-    """Refuse a release whose noise shares could leave SecAgg+'s range ``C(n)`` (see the module docstring)."""
+    """Refuse a release whose noise shares could leave SecAgg+'s range ``C(n)`` (see the module docstring).
+
+    Args:
+        size: The number of entries per vote vector ``p``.
+        sigma: The total noise std.
+        clients: The number of clients ``n``.
+        dropout: The tolerated dropout fraction ``xi``.
+        noise: ``"gaussian"`` or ``"skellam"``.
+
+    Raises:
+        ValueError: `clip_probability` exceeds `CLIP_PROBABILITY_LIMIT`.
+    """
     p = clip_probability(size=size, sigma=sigma, clients=clients, dropout=dropout, noise=noise)
     if p > CLIP_PROBABILITY_LIMIT:
         raise ValueError(
@@ -109,8 +152,19 @@ def encode(noisy_votes: np.ndarray, noise: str, clipping_range: int = CLIPPING_R
     """Client side: turn ``votes + noise share`` into the vector handed to the secure sum.
 
     Skellam values must already be integers; Gaussian values are rounded to the grid
-    ``1 / GAUSSIAN_SCALE``. The result is an integer-valued float64 vector. Values beyond the round's
-    ``clipping_range`` (:func:`clipping_range_for` of its size) are refused, never clipped.
+    ``1 / GAUSSIAN_SCALE``. Values beyond the round's ``clipping_range`` are refused, never clipped.
+
+    Args:
+        noisy_votes: The ``(p,)`` vector ``votes + noise share``.
+        noise: ``"gaussian"`` or ``"skellam"``.
+        clipping_range: The round's range ``C`` (`clipping_range_for` of its size).
+
+    Returns:
+        The ``(p,)`` integer-valued float64 vector on the fixed-point grid (not yet shifted by ``C``).
+
+    Raises:
+        ValueError: ``noisy_votes`` is not a finite 1-d vector, not integers for Skellam noise, or beyond
+            ``+-clipping_range``.
     """
     scale = fixed_point_scale(noise)
     values = np.asarray(noisy_votes, dtype=np.float64)
@@ -129,8 +183,16 @@ def encode(noisy_votes: np.ndarray, noise: str, clipping_range: int = CLIPPING_R
 
 
 def decode(total: np.ndarray, noise: str) -> np.ndarray:
-    """Server side: the released sum from the exact integer sum of the encoded vectors: int64 votes for
-    Skellam, float64 on the grid ``1 / GAUSSIAN_SCALE`` for Gaussian noise."""
+    """Server side: the released sum from the exact integer sum of the encoded vectors.
+
+    Args:
+        total: The ``(p,)`` exact integer sum of the encoded vectors.
+        noise: ``"gaussian"`` or ``"skellam"``.
+
+    Returns:
+        The ``(p,)`` released sum: int64 votes for Skellam, float64 on the grid ``1 / GAUSSIAN_SCALE`` for
+        Gaussian noise.
+    """
     scale = fixed_point_scale(noise)
     exact = np.asarray(total, dtype=np.int64)
     return exact if scale == 1 else exact / scale

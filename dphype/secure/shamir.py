@@ -76,12 +76,30 @@ def _times_small(packed: int, factor: int) -> int:
 
 
 def gf_mul(a: int, b: int) -> int:
-    """Product of two GF(2^128) elements (integers below 2**128)."""
+    """Product of two GF(2^128) elements.
+
+    Args:
+        a: A field element, an integer below ``2**128``.
+        b: A field element, an integer below ``2**128``.
+
+    Returns:
+        ``a * b`` in GF(2^128).
+    """
     return _reduce(_times(a, b), _MASK)
 
 
 def gf_inverse(a: int) -> int:
-    """Inverse of a non-zero GF(2^128) element: extended Euclid over GF(2)[x] (Menezes et al., HAC 2.226)."""
+    """Inverse of a non-zero GF(2^128) element: extended Euclid over GF(2)[x] (Menezes et al., HAC 2.226).
+
+    Args:
+        a: A non-zero field element, an integer below ``2**128``.
+
+    Returns:
+        ``a^-1`` in GF(2^128).
+
+    Raises:
+        ValueError: ``a`` is zero or not a field element.
+    """
     if not 0 < a <= _MASK:
         raise ValueError("only non-zero field elements have an inverse")
     u, v, g1, g2 = a, _MODULUS, 1, 0
@@ -101,21 +119,44 @@ def _pack(chunks: list[bytes]) -> int:
 
 
 def _unpack(packed: int, lanes: int) -> bytes:
-    """Inverse of :func:`_pack` for reduced lanes."""
+    """Inverse of `_pack` for reduced lanes."""
     return b"".join(((packed >> (_LANE * i)) & _MASK).to_bytes(_CHUNK, "big") for i in range(lanes))
 
 
 def create_shares(secret: bytes, threshold: int, num: int) -> list[bytes]:
-    """Shares ``1..num`` of ``secret``, any ``threshold`` of which reconstruct it (Flower's byte format)."""
+    """Shares ``1..num`` of ``secret``, any ``threshold`` of which reconstruct it (Flower's byte format).
+
+    Args:
+        secret: The secret.
+        threshold: The number of shares that reconstruct it, in ``[1, num]``.
+        num: The number of shares, below 65536.
+
+    Returns:
+        ``num`` shares: share ``j`` is ``j`` as 4 little-endian bytes followed by its 16-byte chunk shares.
+
+    Raises:
+        ValueError: ``threshold`` or ``num`` is out of its range.
+    """  # noqa: DOC502
     return create_shares_of([secret], threshold, num)[0]
 
 
 def create_shares_of(secrets: list[bytes], threshold: int, num: int) -> list[list[bytes]]:
-    """:func:`create_shares` for several secrets at once (SecAgg+ shares two with the same ``t`` and ``num``).
+    """`create_shares` for several secrets at once (SecAgg+ shares two with the same ``t`` and ``num``).
 
     Each chunk of each secret gets its own random polynomial of degree ``threshold - 1`` with the chunk
     as constant term (coefficients from the OS's CSPRNG); all chunks are evaluated together by Horner's
     rule, reducing only when a lane could overflow (each step by an index adds at most 16 bits).
+
+    Args:
+        secrets: The secrets.
+        threshold: The number of shares that reconstruct a secret, in ``[1, num]``.
+        num: The number of shares per secret, below 65536.
+
+    Returns:
+        For each secret, its ``num`` shares (as `create_shares`).
+
+    Raises:
+        ValueError: ``threshold`` or ``num`` is out of its range.
     """
     if not 1 <= threshold <= num < 2**16:
         raise ValueError(f"threshold and num must satisfy 1 <= threshold <= num < 65536, got {threshold}, {num}")
@@ -149,6 +190,15 @@ def lagrange_at_zero(indices: tuple[int, ...]) -> tuple[int, ...]:
 
     Written as ``P / (x_j prod_{m != j} (x_j + x_m))`` with ``P = prod x_m``: the denominator is a
     product of small field elements, so each ``l_j`` costs one inversion.
+
+    Args:
+        indices: Distinct share indices ``x_j >= 1``.
+
+    Returns:
+        The coefficients ``l_j``, in the order of ``indices``.
+
+    Raises:
+        ValueError: The indices are not distinct or not ``>= 1``.
     """
     if len(set(indices)) != len(indices) or min(indices) < 1:
         raise ValueError(f"share indices must be distinct and >= 1, got {indices}")
@@ -168,8 +218,16 @@ def lagrange_at_zero(indices: tuple[int, ...]) -> tuple[int, ...]:
 def combine_shares(shares: list[bytes], threshold: int) -> bytes:
     """Reconstruct a secret from the first ``threshold`` of ``shares`` (Flower's byte format).
 
-    Raises ``ValueError`` for fewer than ``threshold`` shares, shares of different lengths, repeated
-    indices or a result that is not a padded secret (wrong shares).
+    Args:
+        shares: At least ``threshold`` shares of one secret (as `create_shares` makes them).
+        threshold: The number of shares that reconstruct it.
+
+    Returns:
+        The secret.
+
+    Raises:
+        ValueError: Fewer than ``threshold`` shares, shares of different lengths, repeated indices or a result
+            that is not a padded secret (wrong shares).
     """
     if threshold < 1 or len(shares) < threshold:
         raise ValueError(f"need at least threshold={threshold} shares, got {len(shares)}")

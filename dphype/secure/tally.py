@@ -2,20 +2,20 @@
 
 Protocol (framework-free; the Flower adapter relays the bytes):
 
-1. The committee is ``parties >= 3`` tallies with X25519 public keys (:func:`check_committee`: no duplicates,
+1. The committee is ``parties >= 3`` tallies with X25519 public keys (`check_committee`: no duplicates,
    honest majority ``t = (parties - 1) // 2 >= 1``, and, when the node pins its tallies, only known keys).
-2. Each client adds its noise share (:func:`dphype.privacy.winner.client_winner_share`) to its top-k votes and
+2. Each client adds its noise share (`dphype.privacy.winner.client_winner_share`) to its top-k votes and
    splits the noisy vector into Shamir shares modulo the prime ``p`` of MPyC's secure integers with MPyC's own
-   splitter (:func:`split_shares`: degree ``t = (parties - 1) // 2``, x-coordinates ``1 .. parties``, random
+   splitter (`split_shares`: degree ``t = (parties - 1) // 2``, x-coordinates ``1 .. parties``, random
    coefficients from the operating system's CSPRNG, so any ``t`` shares are independent of the vector: one
    for 3 tallies). Share ``j`` is sealed to tally ``j``'s key under a context that
-   binds the request digest and ``j`` (:func:`client_sealed_shares`, :mod:`dphype.secure.relay`), and the
+   binds the request digest and ``j`` (`client_sealed_shares`, `dphype.secure.relay`), and the
    server relays the ciphertexts: it cannot read them, and a ciphertext for another request or tally does not
    open.
-3. Each :class:`Tally` opens its ciphertexts for one approved request, refuses duplicates, sums them modulo
+3. Each `Tally` opens its ciphertexts for one approved request, refuses duplicates, sums them modulo
    ``p`` (Shamir sharing is linear: the sum is its share of the noisy counts) and refuses a second argmax for
-   a request digest it has already served (:meth:`Tally.job`).
-4. The tallies run MPyC (:mod:`dphype.secure.tally_party`): they check that they agree on the request, the
+   a request digest it has already served (`Tally.job`).
+4. The tallies run MPyC (`dphype.secure.tally_party`): they check that they agree on the request, the
    contributor set and its size (at least the minimum survivors), take their summed shares as MPyC secure
    integers (MPyC's parties hold exactly such Shamir shares), compute ``mpc.np_argmax`` (ties to the lowest
    index) and open only the index.
@@ -27,7 +27,7 @@ one tally learns nothing more. Two colluding tallies (of three) can reconstruct 
 majority assumption). A malicious tally can change the result or abort (MPyC is secure against semi-honest
 parties only; an abort releases nothing); the MPC channels are MPyC's TCP connections, which must run over
 a private network or MPyC's ``--ssl`` in a deployment. A tally that drops or answers late aborts the run:
-:func:`secure_argmax` raises :class:`TallyError` naming it and no index is released.
+`secure_argmax` raises `TallyError` naming it and no index is released.
 """
 
 from __future__ import annotations
@@ -63,10 +63,12 @@ class TallyError(RuntimeError):
 
 
 def _mpyc(module: str) -> Any:
-    """``mpyc.<module>`` (``finfields``, ``thresha``), imported without MPyC's side effects on this (host)
-    process: importing the ``mpyc`` package parses ``sys.argv`` as MPyC options (a host's own ``--out`` is an
+    """``mpyc.<module>`` (``finfields``, ``thresha``), imported without MPyC's side effects on this (host) process.
+
+    Importing the ``mpyc`` package parses ``sys.argv`` as MPyC options (a host's own ``--out`` is an
     ambiguous MPyC option and exits), configures the root logger and installs uvloop's event loop policy. The
-    import sees only ``--no-log --no-uvloop``; the root logger's handlers and level are restored afterwards."""
+    import sees only ``--no-log --no-uvloop``; the root logger's handlers and level are restored afterwards.
+    """
     name = f"mpyc.{module}"
     if name not in sys.modules:
         argv, root = sys.argv, logging.getLogger()
@@ -82,21 +84,44 @@ def _mpyc(module: str) -> Any:
 
 
 def field_modulus() -> int:
-    """The prime of the secure integers: MPyC's own choice for ``SecInt(BIT_LENGTH)`` at ``SEC_PARAM``
-    (``mpyc.finfields.find_prime_root(l + k + 2)``, the largest Blum prime below ``2^64``)."""
+    """The prime of the secure integers: MPyC's own choice for ``SecInt(BIT_LENGTH)`` at ``SEC_PARAM``.
+
+    ``mpyc.finfields.find_prime_root(l + k + 2)``, the largest Blum prime below ``2^64``.
+
+    Returns:
+        The prime.
+    """
     return int(_mpyc("finfields").find_prime_root(BIT_LENGTH + SEC_PARAM + 2, n=2)[0])
 
 
 def threshold(parties: int) -> int:
-    """MPyC's default Shamir threshold for ``parties`` parties: ``(parties - 1) // 2`` (honest majority)."""
+    """MPyC's default Shamir threshold for ``parties`` parties: ``(parties - 1) // 2`` (honest majority).
+
+    Args:
+        parties: The number of tallies.
+
+    Returns:
+        The polynomial degree ``t``.
+    """
     return (int(parties) - 1) // 2
 
 
 def check_committee(public_keys: Sequence[bytes], *, minimum: int = COMMITTEE_SIZE,
                     known: Collection[bytes] | None = None) -> tuple[bytes, ...]:
-    """The committee's X25519 public keys as a tuple; ``ValueError`` naming the cause for fewer than
-    ``minimum`` (and fewer than 3, honest majority with threshold 1), a key that is not 32 bytes, a duplicate,
-    or a key outside ``known`` (the tallies this node trusts; ``None``: any)."""
+    """Check the committee's X25519 public keys.
+
+    Args:
+        public_keys: The tallies' 32-byte raw public keys, in committee order.
+        minimum: The fewest tallies accepted (never fewer than 3: honest majority with threshold 1).
+        known: The tallies this node trusts; ``None``: any.
+
+    Returns:
+        The keys as a tuple.
+
+    Raises:
+        ValueError: Too few tallies, a key that is not 32 bytes, a duplicate, or a key outside ``known``; the
+            message names the cause.
+    """
     keys = tuple(public_keys)
     floor = max(3, int(minimum))
     if len(keys) < floor:
@@ -114,15 +139,33 @@ def check_committee(public_keys: Sequence[bytes], *, minimum: int = COMMITTEE_SI
 
 
 def share_context(request_digest: str, tally: int) -> bytes:
-    """Associated data of a sealed share: the request and the tally it is for."""
+    """Associated data of a sealed share: the request and the tally it is for.
+
+    Args:
+        request_digest: The request's digest.
+        tally: The tally's index.
+
+    Returns:
+        The context bytes.
+    """
     return f"dphype-argmax-share|{request_digest}|{int(tally)}".encode()
 
 
 def split_shares(values: Any, parties: int, modulus: int) -> list[list[int]]:
-    """Shamir shares of the integer vector ``values`` in ``GF(modulus)`` for ``parties`` tallies, one row per
-    tally (x-coordinates ``1 .. parties``, degree :func:`threshold`), by MPyC's own
+    """Shamir shares of the integer vector ``values`` in ``GF(modulus)`` for ``parties`` tallies.
+
+    One row per tally (x-coordinates ``1 .. parties``, degree `threshold`), by MPyC's own
     ``mpyc.thresha.np_random_split`` (coefficients from ``secrets.randbelow``): exactly the sharing MPyC's
-    parties hold, so a tally's row (summed over the clients) is its share of the count vector."""
+    parties hold, so a tally's row (summed over the clients) is its share of the count vector.
+
+    Args:
+        values: The ``(p,)`` signed integer vector.
+        parties: The number of tallies.
+        modulus: The field's prime (`field_modulus`).
+
+    Returns:
+        ``parties`` rows of ``p`` field elements.
+    """
     field = _mpyc("finfields").GF(modulus)
     vector = np.array([int(v) % modulus for v in np.asarray(values).reshape(-1)], dtype=object)
     rows = _mpyc("thresha").np_random_split(field, vector, threshold(parties), parties)
@@ -130,17 +173,36 @@ def split_shares(values: Any, parties: int, modulus: int) -> list[list[int]]:
 
 
 def open_shares(points: dict[int, Sequence[int]], modulus: int) -> list[int]:
-    """The signed integers whose Shamir shares (tally index -> share vector) are ``points``: what any
-    ``threshold + 1`` tallies together could reconstruct (MPyC's ``mpyc.thresha.recombine``). For tests and
-    benchmarks that check the secure argmax; the protocol never opens the counts."""
+    """The signed integers whose Shamir shares are ``points`` (MPyC's ``mpyc.thresha.recombine``).
+
+    What any ``threshold + 1`` tallies together could reconstruct. For tests and benchmarks that check the
+    secure argmax; the protocol never opens the counts.
+
+    Args:
+        points: Tally index -> its share vector.
+        modulus: The field's prime.
+
+    Returns:
+        The ``p`` signed integers.
+    """
     field = _mpyc("finfields").GF(modulus)
     opened = _mpyc("thresha").recombine(field, [(j + 1, [field(int(v)) for v in row]) for j, row in points.items()])
     return [int(v) for v in opened]
 
 
 def client_sealed_shares(request_digest: str, noisy_counts: Any, committee: Sequence[bytes]) -> list[bytes]:
-    """What a client sends in argmax mode: :func:`split_shares` of its noisy count vector, share ``j`` sealed to
-    ``committee[j]`` under :func:`share_context` (one ciphertext per tally, in committee order)."""
+    """What a client sends in argmax mode: `split_shares` of its noisy count vector, each share sealed.
+
+    Share ``j`` is sealed to ``committee[j]`` under `share_context`.
+
+    Args:
+        request_digest: The request's digest.
+        noisy_counts: The ``(p,)`` integer vector ``votes + noise share``.
+        committee: The tallies' public keys.
+
+    Returns:
+        One ciphertext per tally, in committee order.
+    """
     keys = check_committee(committee)
     modulus = field_modulus()
     return [seal(key, np.asarray(share, dtype=np.uint64).tobytes(), context=share_context(request_digest, j))
@@ -148,7 +210,13 @@ def client_sealed_shares(request_digest: str, noisy_counts: Any, committee: Sequ
 
 
 class Tally:
-    """One tally's state: its key pair, the request it is collecting for, and the requests it has served."""
+    """One tally's state: its key pair, the request it is collecting for, and the requests it has served.
+
+    Args:
+        index: The tally's index in the committee.
+        keys: Its X25519 key pair; ``None``: a fresh one.
+        served: The digests of the requests it served before (restored by a node that keeps state).
+    """
 
     def __init__(self, index: int, keys: KeyPair | None = None, served: Sequence[str] = ()) -> None:
         self.index = int(index)
@@ -158,26 +226,51 @@ class Tally:
 
     @property
     def served(self) -> list[str]:
-        """The digests of the requests this tally has served (one argmax each), sorted."""
+        """The digests of the requests this tally has served (one argmax each), sorted.
+
+        Returns:
+            The digests.
+        """
         return sorted(self._served)
 
     @property
     def public(self) -> bytes:
-        """The X25519 public key clients seal their shares to."""
+        """The X25519 public key clients seal their shares to.
+
+        Returns:
+            The 32-byte raw public key.
+        """
         return self.keys.public
 
     def open_round(self, request_digest: str, size: int, min_contributors: int,
                    parties: int = COMMITTEE_SIZE) -> None:
-        """Start collecting shares of ``size`` entries for one approved request of a ``parties``-tally committee;
-        a request already served (or being collected) is refused: one argmax per request."""
+        """Start collecting shares of ``size`` entries for one approved request of a ``parties``-tally committee.
+
+        Args:
+            request_digest: The request's digest.
+            size: The number of entries per share (candidates).
+            min_contributors: The fewest contributors the MPC accepts.
+            parties: The committee's size.
+
+        Raises:
+            TallyError: The request was already served or is being collected: one argmax per request.
+        """
         if request_digest in self._served or (self._round is not None and self._round["request"] == request_digest):
             raise TallyError(f"tally {self.index} refuses a second argmax for request {request_digest[:12]}")
         self._round = {"request": request_digest, "size": int(size), "min": int(min_contributors),
                        "modulus": field_modulus(), "threshold": threshold(parties), "shares": {}}
 
     def receive(self, contributor: str, sealed: bytes) -> None:
-        """Open one client's sealed share of the current request; refuses a share for another request or
-        tally (it does not authenticate), a wrong length and a second share from the same contributor."""
+        """Open one client's sealed share of the current request.
+
+        Args:
+            contributor: The client's identity.
+            sealed: Its share for this tally (`client_sealed_shares`).
+
+        Raises:
+            TallyError: No round is open, a second share from the same contributor, a share for another request
+                or tally (it does not authenticate), a wrong length or a value outside the field.
+        """
         rnd = self._round
         if rnd is None:
             raise TallyError(f"tally {self.index} has no open request")
@@ -196,8 +289,16 @@ class Tally:
         rnd["shares"][contributor] = share
 
     def job(self) -> dict[str, Any]:
-        """Close the round: this tally's input to the MPC (:mod:`dphype.secure.tally_party`), the request now
-        counts as served. Sums modulo the prime with Python integers (no overflow)."""
+        """Close the round: this tally's input to the MPC (`dphype.secure.tally_party`).
+
+        The request now counts as served. Sums modulo the prime with Python integers (no overflow).
+
+        Returns:
+            The job: the summed share vector, the field, the request and contributor-set digests, the count.
+
+        Raises:
+            TallyError: No round is open.
+        """
         rnd = self._round
         if rnd is None:
             raise TallyError(f"tally {self.index} has no open request")
@@ -226,7 +327,15 @@ def _free_ports(count: int, host: str) -> list[int]:
 
 
 def party_command(index: int, addresses: Sequence[str]) -> list[str]:
-    """The command that runs tally ``index``'s MPyC party (one per tally host in a deployment)."""
+    """The command that runs tally ``index``'s MPyC party (one per tally host in a deployment).
+
+    Args:
+        index: The tally's index.
+        addresses: Every party's ``host:port``, in committee order.
+
+    Returns:
+        The command line.
+    """
     cmd = [sys.executable, str(Path(__file__).with_name("tally_party.py")), "--no-log", "-I", str(index)]
     for address in addresses:
         cmd += ["-P", address]
@@ -234,13 +343,29 @@ def party_command(index: int, addresses: Sequence[str]) -> list[str]:
 
 
 def spawn_party(index: int, addresses: Sequence[str]) -> subprocess.Popen[str]:
-    """Start tally ``index``'s MPyC party (:func:`party_command`); it imports MPyC and waits for its job."""
+    """Start tally ``index``'s MPyC party (`party_command`); it imports MPyC and waits for its job.
+
+    Args:
+        index: The tally's index.
+        addresses: Every party's ``host:port``, in committee order.
+
+    Returns:
+        The party's process.
+    """
     return subprocess.Popen(party_command(index, addresses), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
 
 
 def send_job(proc: subprocess.Popen[str], job: dict[str, Any]) -> subprocess.Popen[str]:
-    """Hand a spawned party its job (:meth:`Tally.job`); it then connects to the others and computes."""
+    """Hand a spawned party its job (`Tally.job`); it then connects to the others and computes.
+
+    Args:
+        proc: The party's process (`spawn_party`).
+        job: The tally's job.
+
+    Returns:
+        ``proc``.
+    """
     stdin = proc.stdin
     assert stdin is not None
     stdin.write(json.dumps(job) + "\n")
@@ -249,16 +374,37 @@ def send_job(proc: subprocess.Popen[str], job: dict[str, Any]) -> subprocess.Pop
 
 
 def start_party(index: int, addresses: Sequence[str], job: dict[str, Any]) -> subprocess.Popen[str]:
-    """:func:`spawn_party` and :func:`send_job` at once; returns without waiting."""
+    """`spawn_party` and `send_job` at once; returns without waiting.
+
+    Args:
+        index: The tally's index.
+        addresses: Every party's ``host:port``, in committee order.
+        job: The tally's job.
+
+    Returns:
+        The party's process.
+    """
     return send_job(spawn_party(index, addresses), job)
 
 
 def party_result(proc: subprocess.Popen[str], index: int, deadline: float,
                  timeout: float) -> tuple[int, dict[str, float]]:
-    """Wait for tally ``index``'s party until ``deadline`` (``time.monotonic()``); return the index it opened and
-    its timings (:mod:`dphype.secure.tally_party`). On a late answer, a refusal or a crash the party is stopped
-    and :class:`TallyError` names the cause (a late one with ``timeout``, the whole wait the caller allowed, not
-    what was left of it)."""
+    """Wait for tally ``index``'s party until ``deadline`` (``time.monotonic()``).
+
+    On a late answer, a refusal or a crash the party is stopped.
+
+    Args:
+        proc: The party's process.
+        index: The tally's index.
+        deadline: When to give up, on the ``time.monotonic()`` clock.
+        timeout: The whole wait the caller allowed (named in the error, not what was left of it).
+
+    Returns:
+        The index the party opened and its timings (`dphype.secure.tally_party`).
+
+    Raises:
+        TallyError: The party answered late, refused or crashed; the message names the cause.
+    """
     try:
         out, _ = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
@@ -272,8 +418,18 @@ def party_result(proc: subprocess.Popen[str], index: int, deadline: float,
 
 
 def party_answer(out: str, index: int) -> tuple[int, dict[str, float]] | None:
-    """The index and timings in a party's output ``out``; ``None`` before its answer line is complete;
-    :class:`TallyError` when the party refused."""
+    """The index and timings in a party's output ``out``.
+
+    Args:
+        out: What the party printed so far.
+        index: The tally's index (for the error message).
+
+    Returns:
+        ``(index, timings)``, or ``None`` before its answer line is complete.
+
+    Raises:
+        TallyError: The party refused.
+    """
     lines = [line for line in out.splitlines(keepends=True) if line.startswith("{") and line.endswith("\n")]
     if not lines:
         return None
@@ -284,14 +440,32 @@ def party_answer(out: str, index: int) -> tuple[int, dict[str, float]] | None:
 
 
 def agreed_index(indices: Sequence[int]) -> int:
-    """The one index every tally opened; :class:`TallyError` when they differ."""
+    """The one index every tally opened.
+
+    Args:
+        indices: The index each tally opened.
+
+    Returns:
+        The index.
+
+    Raises:
+        TallyError: They differ.
+    """
     if len(set(indices)) != 1:
         raise TallyError("tallies opened different indices; nothing released")
     return int(indices[0])
 
 
 def loopback_addresses(parties: int, host: str = "127.0.0.1") -> list[str]:
-    """``host:port`` for ``parties`` MPyC parties on free loopback ports."""
+    """``host:port`` for ``parties`` MPyC parties on free loopback ports.
+
+    Args:
+        parties: The number of parties.
+        host: The loopback address.
+
+    Returns:
+        The addresses.
+    """
     return [f"{host}:{port}" for port in _free_ports(parties, host)]
 
 
@@ -299,10 +473,22 @@ def secure_argmax(jobs: Sequence[dict[str, Any] | None], *, timeout: float = 30.
                   timings: list[dict[str, float]] | None = None) -> int:
     """Run the tallies' MPyC parties on this machine (loopback ports) and return the opened index.
 
-    ``jobs[j]`` is tally ``j``'s :meth:`Tally.job` (``None``: that tally does not take part, as when it is
-    unreachable). Every party must answer within ``timeout`` seconds with the same index; otherwise all parties
-    are stopped and :class:`TallyError` names the tally that failed (nothing is released). ``timings``, when
-    given, receives each party's timings.
+    Every party must answer within ``timeout`` seconds with the same index; otherwise all parties are stopped
+    (nothing is released).
+
+    Args:
+        jobs: ``jobs[j]`` is tally ``j``'s `Tally.job` (``None``: that tally does not take part, as when it is
+            unreachable).
+        timeout: Seconds every party has to answer.
+        host: The loopback address.
+        timings: When given, receives each party's timings.
+
+    Returns:
+        The opened index.
+
+    Raises:
+        TallyError: A tally did not start, answered late, refused or crashed, or the tallies opened different
+            indices; the message names the tally that failed.
     """
     addresses = loopback_addresses(len(jobs), host)
     procs = {j: start_party(j, addresses, job) for j, job in enumerate(jobs) if job is not None}

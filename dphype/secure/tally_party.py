@@ -8,9 +8,9 @@ size of its contributor set, the minimum number of contributors), runs the secur
 parties and writes ``{"index": i, "seconds": {...}}`` (or ``{"error": reason}``; ``seconds``: importing
 numpy and MPyC, connecting to the other parties, the agreement check plus the argmax) as one JSON line to
 stdout. The party imports MPyC before it reads the job, so a tally can start it early (while it opens and
-sums its shares, :func:`dphype.secure.tally.spawn_party`) and hand it the job later. The MPyC options
+sums its shares, `dphype.secure.tally.spawn_party`) and hand it the job later. The MPyC options
 (``-I``, ``-P``, ``--no-log``, ...) are MPyC's own command line (MPyC reads them when ``mpyc.runtime`` is
-imported, hence the separate process); :func:`dphype.secure.tally.secure_argmax` starts the parties on one
+imported, hence the separate process); `dphype.secure.tally.secure_argmax` starts the parties on one
 machine, a deployment starts one per tally host with the same command.
 
 The MPC (honest majority, Shamir sharing with threshold ``t = (parties - 1) // 2``, MPyC's security model:
@@ -20,7 +20,8 @@ the field ``GF(modulus)`` of ``SecInt``, so it is used as a secure array directl
 comparisons, vectorised; ties go to the lowest index, as ``np.argmax``, checked in tests/test_tally.py) gives
 the winner, and only that index is opened. Before any input the parties exchange (publicly: none of these is
 secret) the request digest, the contributor-set digest, its size and the vector length with ``mpc.transfer``;
-any difference, or fewer contributors than the minimum, aborts without computing anything."""
+any difference, or fewer contributors than the minimum, aborts without computing anything.
+"""
 
 from __future__ import annotations
 
@@ -45,6 +46,12 @@ def _agreement_error(mine: tuple[Any, ...], everyone: list[Any], minimum: int) -
 
 
 def main() -> int:
+    """Run this party: read the job from stdin, compute the secure argmax, print the result line.
+
+    Returns:
+        The exit status: 0 with the index, 3 when the parties refused or failed to compute (the line says why),
+        4 when the tally handed over no job.
+    """
     import numpy as np  # noqa: PLC0415
     from mpyc.runtime import mpc  # noqa: PLC0415 - reads MPyC's command line (the party's own process)
 

@@ -2,11 +2,11 @@
 
 Everything here is post-processing of ONE released vector ``y = v + e`` (the vote sum ``v`` plus noise of
 known total std ``sigma`` on every coordinate, Algorithm 1 line 11) and of public facts: the candidates'
-feature space (:meth:`dphype.selection.candidates.CandidateList.feature_space`) and, optionally, the total vote mass
+feature space (`dphype.selection.candidates.CandidateList.feature_space`) and, optionally, the total vote mass
 ``M = m k`` (each of the ``m`` contributing clients casts exactly ``k`` votes; ``m`` and ``k`` are public).
 No function reads the private votes, so the release's privacy guarantee covers every output (post-processing).
 
-Rules (:data:`RULES`):
+Rules (`RULES`):
 
 * ``"argmax"`` -- Algorithm 1, line 12: the candidate with the most noisy votes (ties: lowest index).
 * ``"gp"`` -- structure-aware: a Gaussian process over the public space models the vote surface ``v``;
@@ -15,10 +15,10 @@ Rules (:data:`RULES`):
   total ``sum(v) = M``), else the release's own average. Kernel: ``s * prod_numeric Matern52(l_i) *
   Categorical(l_c)`` (GPyTorch's ``MaternKernel`` with ARD over the log/linear axes scaled to ``[0, 1]``,
   BoTorch's ``CategoricalKernel`` over the categorical axes). Hyperparameters (lengthscales, outputscale
-  ``s``) are inferred from the release itself on a fixed grid (:class:`GPSettings`): the posterior mean is
+  ``s``) are inferred from the release itself on a fixed grid (`GPSettings`): the posterior mean is
   averaged over the grid with weights ``marginal likelihood x prior`` (Bayesian model averaging; log-uniform
   priors). Where the space carries no structure
-  (:attr:`FeatureSpace.no_structure`), the rule falls back to ``"argmax"`` and says why.
+  (`dphype.selection.candidates.FeatureSpace.no_structure`), the rule falls back to ``"argmax"`` and says why.
 
 Batched algebra (the benchmarks replay hundreds of releases per setting): for one lengthscale vector the
 unit-scale kernel ``K0 = U diag(lambda) U^T`` is eigendecomposed once; for every outputscale ``s`` and
@@ -28,11 +28,11 @@ every release (``z = U^T (y - m)``) the log marginal likelihood is
 ``m + U (z * s lambda / (s lambda + sigma^2))`` (Eq. 2.25): matrix products over the whole batch. The
 grid is exhaustive and fixed, so the result is deterministic, and identical for identical inputs.
 
-Confidence (:func:`select_release`): samples of the posterior of ``v`` given the release (flat prior for
+Confidence (`select_release`): samples of the posterior of ``v`` given the release (flat prior for
 ``"argmax"``: ``N(y, sigma^2 I)``; the model-averaged GP posterior for ``"gp"``) give the probability that
 the pick is the top-voted candidate and that it is within ``tolerance`` votes of the top; the margin is the
 rule's estimate for the pick minus the runner-up's, in units of ``sigma``. Theorem IV.1's bound for the
-plain argmax (:func:`good_selection_probability_bound`) lives here too.
+plain argmax (`good_selection_probability_bound`) lives here too.
 """
 
 from __future__ import annotations
@@ -60,7 +60,17 @@ CONFIDENCE_SAMPLES = 4000
 
 # --------------------------------------------------------------------------------------------- validators
 def check_rule(rule: Any) -> str:
-    """Return ``rule``; it must be one of :data:`RULES`."""
+    """Check a selection rule.
+
+    Args:
+        rule: One of `RULES`.
+
+    Returns:
+        ``rule`` as str.
+
+    Raises:
+        ValueError: ``rule`` is not one of `RULES`.
+    """
     if rule not in RULES:
         raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
     return str(rule)
@@ -80,7 +90,17 @@ def _as_releases(noisy: ArrayLike, name: str = "noisy") -> np.ndarray:
 
 # --------------------------------------------------------------------------------------------- argmax
 def select(noisy_sum: ArrayLike) -> int:
-    """Index of the candidate with the most noisy votes (Algorithm 1, line 12); ties -> lowest index."""
+    """Index of the candidate with the most noisy votes (Algorithm 1, line 12); ties -> lowest index.
+
+    Args:
+        noisy_sum: The ``(p,)`` released noisy vote sum.
+
+    Returns:
+        The selected candidate's index.
+
+    Raises:
+        ValueError: ``noisy_sum`` is empty, not 1-D or not finite.
+    """
     arr = np.asarray(noisy_sum, dtype=np.float64)
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError(f"noisy_sum must be a non-empty 1-D array, got shape {arr.shape}")
@@ -92,8 +112,17 @@ def select(noisy_sum: ArrayLike) -> int:
 def selection_gap(vote_sum: ArrayLike, good: Sequence[int]) -> float:
     """Gap ``gamma`` of Eq. (3): min votes over good candidates minus max votes over the others.
 
-    ``vote_sum`` is the noiseless aggregated vote vector, ``good`` the indices of ``H_good``; every other
-    index counts as bad. Requires at least one good and one bad candidate.
+    Every index not in ``good`` counts as bad.
+
+    Args:
+        vote_sum: The ``(p,)`` noiseless aggregated vote vector.
+        good: The indices of ``H_good``, at least one, leaving at least one bad candidate.
+
+    Returns:
+        The gap ``gamma`` (negative when a bad candidate has more votes than a good one).
+
+    Raises:
+        ValueError: ``vote_sum`` is empty or not 1-D, ``good`` is empty, out of range or covers every candidate.
     """
     arr = np.asarray(vote_sum, dtype=np.float64)
     if arr.ndim != 1 or arr.size == 0:
@@ -111,13 +140,24 @@ def selection_gap(vote_sum: ArrayLike, good: Sequence[int]) -> float:
 def good_selection_probability_bound(gap: float, sigma: float, num_good: int, num_bad: int) -> float:
     """Theorem IV.1: ``Pr[M(D) in H_good] >= 1 - |H_bad| sigma / (gamma sqrt(pi)) exp(-gamma^2 / (4 sigma^2))``.
 
-    ``gap`` is ``gamma`` of Eq. (3), ``sigma`` the std of the total Gaussian noise on each coordinate of the
-    vote sum. The proof bounds ``Pr[z_i - z_j >= gamma]`` for ``z_i - z_j ~ N(0, 2 sigma^2)`` by the
+    The proof bounds ``Pr[z_i - z_j >= gamma]`` for ``z_i - z_j ~ N(0, 2 sigma^2)`` by the
     Gaussian tail ``sigma / (gamma sqrt(pi)) exp(-gamma^2/(4 sigma^2))`` and takes a union bound over the
     ``num_bad`` bad candidates. The bound does not depend on ``num_good`` (only ``num_good >= 1`` is
     needed for ``gamma`` to exist); it is validated for consistency with the theorem's setting.
     The tail bound needs ``gamma > 0``; for ``gamma <= 0`` the theorem gives nothing and the trivial
     bound 0 is returned; a negative right-hand side is likewise reported as 0 (a probability is >= 0).
+
+    Args:
+        gap: ``gamma`` of Eq. (3) (`selection_gap`), finite.
+        sigma: The std of the total Gaussian noise on each coordinate of the vote sum, ``> 0``.
+        num_good: ``|H_good|``, an integer ``>= 1``.
+        num_bad: ``|H_bad|``, an integer ``>= 0``.
+
+    Returns:
+        The lower bound on the probability of a good selection, in ``[0, 1]``.
+
+    Raises:
+        ValueError: An argument is out of its range.
     """
     from dphype.privacy.accounting import check_sigma  # local import: accounting pulls in scipy
 
@@ -144,9 +184,8 @@ def good_selection_probability_bound(gap: float, sigma: float, num_good: int, nu
 class GPSettings:
     """The hyperparameter grid of the ``"gp"`` rule (public constants; nothing here is read from data).
 
-    ``lengthscales``: candidate lengthscales of every axis, in units of the axis' ``[0, 1]`` range (for the
-    categorical kernel, on its own scale); the grid is their product over the axes, or, when that exceeds
-    ``max_grid`` points, ``max_grid`` points of a scrambled Sobol design over it (fixed seed).
+    The lengthscale grid is the product of ``lengthscales`` over the axes, or, when that exceeds ``max_grid``
+    points, ``max_grid`` points of a scrambled Sobol design over it (fixed seed).
     Outputscales ``s`` (the surface's variance around its mean): ``num_outputscales`` log-spaced values
     between the variance of random voting, ``n q (1 - q)`` with ``q = k / p`` (every vote count
     ``Binomial(n, q)``), and of unanimous voting, ``n^2 q (1 - q)`` (``k`` candidates with ``n`` votes, the
@@ -154,6 +193,17 @@ class GPSettings:
     ``sigma^2``) replaces that grid. Prior: uniform over the grid (log-uniform in every lengthscale and in
     ``s``), or with ``botorch_prior`` BoTorch's dimension-scaled ``LogNormal(sqrt(2) + log(d)/2, sqrt(3))``
     on each lengthscale (Hvarfner et al., ICML 2024).
+
+    Attributes:
+        lengthscales: Candidate lengthscales of every axis, in units of the axis' ``[0, 1]`` range (for the
+            categorical kernel, on its own scale).
+        num_outputscales: The number of outputscales in the default grid.
+        outputscales: Outputscales in units of ``sigma^2`` replacing the default grid, or ``None``.
+        max_grid: The most lengthscale vectors in the grid.
+        botorch_prior: Use BoTorch's lengthscale prior instead of the uniform one.
+
+    Raises:
+        ValueError: A field is out of its range.
     """
 
     lengthscales: tuple[float, ...] = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4)
@@ -177,7 +227,17 @@ class GPSettings:
         check_int("max_grid", self.max_grid, 1)
 
     def outputscale_grid(self, sigma: float, clients: int | None, k: int | None, p: int) -> np.ndarray:
-        """``(S,)`` outputscales in vote units squared (class docstring)."""
+        """The outputscale grid in vote units squared (class docstring).
+
+        Args:
+            sigma: The release's total noise std.
+            clients: The number of clients whose votes are in the sum, or ``None``.
+            k: Votes per client, or ``None``.
+            p: The number of candidates.
+
+        Returns:
+            The ``(S,)`` outputscales.
+        """
         if self.outputscales is not None:
             return np.asarray(self.outputscales, dtype=np.float64) * sigma**2
         q = None if clients is None or k is None else k / p
@@ -200,18 +260,28 @@ def _lengthscale_grid(num_axes: int, settings: GPSettings) -> np.ndarray:
 
 
 def _log_lengthscale_prior(grid: np.ndarray) -> np.ndarray:
-    """Log prior of each lengthscale vector on the log-spaced grid, up to a constant: BoTorch's default
-    dimension-scaled ``LogNormal(sqrt(2) + log(d) / 2, sqrt(3))`` per axis, a normal density in ``log l``."""
+    """Log prior of each lengthscale vector on the log-spaced grid, up to a constant.
+
+    BoTorch's default dimension-scaled ``LogNormal(sqrt(2) + log(d) / 2, sqrt(3))`` per axis, a normal density in
+    ``log l``.
+    """
     loc, scale = math.sqrt(2.0) + 0.5 * math.log(grid.shape[1]), math.sqrt(3.0)
     return (-0.5 * ((np.log(grid) - loc) / scale) ** 2).sum(axis=1)
 
 
 def unit_kernels(space: FeatureSpace, lengthscales: np.ndarray) -> np.ndarray:
-    """Unit-outputscale kernel matrices ``(L, p, p)`` of the candidates, one per row of ``lengthscales``.
+    """Unit-outputscale kernel matrices of the candidates, one per row of ``lengthscales``.
 
-    ``lengthscales`` is ``(L, d)`` for ``d`` numeric axes (GPyTorch ``MaternKernel(nu=2.5)`` with ARD), plus
-    one last column when there are categorical axes: the lengthscale of BoTorch's ``CategoricalKernel``
-    (``exp(-mean_i [x_i != x'_i] / l)``). The kernel is their product.
+    GPyTorch's ``MaternKernel(nu=2.5)`` with ARD over the ``d`` numeric axes, times BoTorch's ``CategoricalKernel``
+    (``exp(-mean_i [x_i != x'_i] / l)``) when there are categorical axes.
+
+    Args:
+        space: The candidates' public feature space (``p`` candidates, ``d`` numeric axes).
+        lengthscales: ``(L, d)`` lengthscales of the numeric axes, plus one last column (``(L, d + 1)``) when
+            there are categorical axes: the categorical kernel's lengthscale.
+
+    Returns:
+        The ``(L, p, p)`` kernel matrices.
     """
     import warnings
 
@@ -241,8 +311,15 @@ def unit_kernels(space: FeatureSpace, lengthscales: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _Spectra:
-    """The rule's grid for one space: lengthscales ``(L, a)``, log prior ``(L,)``, eigenvalues ``(L, p)``
-    and eigenvectors ``(L, p, p)`` of the unit kernels, ``u1 = U^T 1`` ``(L, p)``."""
+    """The rule's grid for one space, with the eigendecompositions of its unit kernels.
+
+    Attributes:
+        grid: ``(L, a)`` lengthscales.
+        log_prior: ``(L,)`` log prior.
+        eigval: ``(L, p)`` eigenvalues of the unit kernels.
+        eigvec: ``(L, p, p)`` eigenvectors of the unit kernels.
+        u1: ``(L, p)``: ``U^T 1``.
+    """
 
     grid: np.ndarray
     log_prior: np.ndarray
@@ -271,9 +348,14 @@ def _spectra(space: FeatureSpace, settings: GPSettings) -> _Spectra:
 
 @dataclass
 class SurfaceFit:
-    """The ``"gp"`` rule's fit of ``R`` releases: ``mean`` ``(R, p)`` (posterior mean of the vote sum,
-    averaged over the hyperparameter grid), and per release the most probable hyperparameters:
-    ``lengthscales`` ``(R, a)``, ``outputscale`` ``(R,)`` (vote units squared); ``prior_mean`` ``(R,)``."""
+    """The ``"gp"`` rule's fit of ``R`` releases.
+
+    Attributes:
+        mean: ``(R, p)`` posterior mean of the vote sum, averaged over the hyperparameter grid.
+        lengthscales: ``(R, a)`` most probable lengthscales per release.
+        outputscale: ``(R,)`` most probable outputscale per release (vote units squared).
+        prior_mean: ``(R,)`` the prior mean per release.
+    """
 
     mean: np.ndarray
     lengthscales: np.ndarray
@@ -283,7 +365,14 @@ class SurfaceFit:
 
 @dataclass(frozen=True)
 class _Release:
-    """Validated inputs of a fit: releases ``(R, p)``, ``sigma``, public ``clients`` and ``k`` (or ``None``)."""
+    """Validated inputs of a fit.
+
+    Attributes:
+        y: ``(R, p)`` releases.
+        sigma: The total noise std.
+        clients: The public number of clients, or ``None``.
+        k: The public votes per client, or ``None``.
+    """
 
     y: np.ndarray
     sigma: float
@@ -292,11 +381,19 @@ class _Release:
 
     @property
     def vote_mass(self) -> float | None:
-        """The public total ``M = n k`` of the noiseless votes, if known."""
+        """The public total ``M = n k`` of the noiseless votes, if known.
+
+        Returns:
+            ``M``, or ``None``.
+        """
         return None if self.clients is None or self.k is None else float(self.clients * self.k)
 
     def prior_mean(self) -> np.ndarray:
-        """``(R,)``: ``M / p``, or each release's own average when ``M`` is unknown."""
+        """The prior mean: ``M / p``, or each release's own average when ``M`` is unknown.
+
+        Returns:
+            ``(R,)`` prior means.
+        """
         mass = self.vote_mass
         return self.y.mean(axis=1) if mass is None else np.full(self.y.shape[0], mass / self.y.shape[1])
 
@@ -324,10 +421,13 @@ def _release(noisy: ArrayLike, space: FeatureSpace, sigma: float, clients: Any, 
 class _Chunk:
     """One chunk of grid points ``G``: everything the rule needs about the releases there.
 
-    ``log_post`` ``(G, R, S)``: log marginal likelihood (R&W Eq. 2.30 in the eigenbasis) plus log prior;
-    ``z`` ``(G, R, p)``: centred releases in the eigenbases; ``shrink``, ``post_var`` ``(G, S, p)``: the
-    posterior mean and covariance factors ``s lambda / (s lambda + sigma^2)`` and
-    ``s lambda sigma^2 / (s lambda + sigma^2)``; ``u1`` ``(G, p)`` or ``None`` (no sum constraint).
+    Attributes:
+        index: The chunk's slice of the grid.
+        log_post: ``(G, R, S)`` log marginal likelihood (R&W Eq. 2.30 in the eigenbasis) plus log prior.
+        z: ``(G, R, p)`` centred releases in the eigenbases.
+        shrink: ``(G, S, p)`` posterior mean factors ``s lambda / (s lambda + sigma^2)``.
+        post_var: ``(G, S, p)`` posterior covariance factors ``s lambda sigma^2 / (s lambda + sigma^2)``.
+        u1: ``(G, p)``, or ``None`` (no sum constraint).
     """
 
     index: slice
@@ -338,12 +438,17 @@ class _Chunk:
     u1: np.ndarray | None
 
     def mean_coefficients(self, weights: np.ndarray) -> np.ndarray:
-        """``(G, R, p)``: the ``weights (G, R, S)``-weighted sum over outputscales of the posterior mean's
-        eigen-coefficients.
+        """The weighted sum over outputscales of the posterior mean's eigen-coefficients.
 
         One outputscale: ``m + U (z * shrink)`` (R&W Eq. 2.25). With a known vote mass ``M`` (prior mean
         ``M / p``) it is conditioned on ``1^T v = M``, a noiseless linear observation:
         ``mu + C 1 (M - 1^T mu) / (1^T C 1)``, ``C = U diag(post_var) U^T``, ``M - 1^T mu = -u1 . (z * shrink)``.
+
+        Args:
+            weights: ``(G, R, S)`` weights.
+
+        Returns:
+            ``(G, R, p)`` eigen-coefficients.
         """
         out = self.z * (weights @ self.shrink)
         if self.u1 is not None:
@@ -360,8 +465,10 @@ _CHUNK_ENTRIES = 2**21
 
 def _grid_chunks(centred: np.ndarray, spectra: _Spectra, sigma: float, scales: np.ndarray,
                  constrained: bool) -> Any:
-    """Yield :class:`_Chunk` s covering the whole grid, for the centred releases ``(R, p)`` and the
-    outputscales ``scales`` ``(S,)``."""
+    """Yield `_Chunk` s covering the whole grid.
+
+    For the centred releases ``(R, p)`` and the outputscales ``scales`` ``(S,)``.
+    """
     r, p = centred.shape
     noise_var = sigma**2
     size = max(1, _CHUNK_ENTRIES // (r * p))
@@ -386,15 +493,27 @@ def fit_surface(
     k: int | None = None,
     settings: GPSettings | None = None,
 ) -> SurfaceFit:
-    """Fit the ``"gp"`` rule's vote surface to every release of ``noisy`` ``(R, p)`` (module docstring).
+    """Fit the ``"gp"`` rule's vote surface to every release of ``noisy`` (module docstring).
 
-    ``sigma``: total noise std of each coordinate; ``clients`` (whose votes are in the sum) and ``k``: public;
-    they give the vote mass ``M = clients k`` (prior mean ``M / p``, exact sum constraint) and the outputscale
-    range (:class:`GPSettings`); unknown (``None``), the prior mean is each release's own average and no sum
-    constraint is used. The posterior mean is averaged over the grid with the weights
+    ``clients`` and ``k`` give the vote mass ``M = clients k`` (prior mean ``M / p``, exact sum constraint) and
+    the outputscale range (`GPSettings`); unknown (``None``), the prior mean is each release's own average and no
+    sum constraint is used. The posterior mean is averaged over the grid with the weights
     ``exp(log marginal likelihood + log prior)``, accumulated chunk by chunk relative to the running maximum.
-    Raises ``ValueError`` if ``space`` carries no structure (:func:`select_batch` falls back instead).
-    """
+
+    Args:
+        noisy: ``(R, p)`` releases (or one ``(p,)`` release).
+        space: The candidates' public feature space.
+        sigma: The total noise std on each coordinate, ``> 0``.
+        clients: The public number of clients whose votes are in the sum, or ``None``.
+        k: The public votes per client, or ``None`` (given together with ``clients``).
+        settings: The hyperparameter grid; ``None``: `GPSettings` ``()``.
+
+    Returns:
+        The fit: posterior means ``(R, p)`` and the most probable hyperparameters.
+
+    Raises:
+        ValueError: An input is invalid, or ``space`` carries no structure (`select_batch` falls back instead).
+    """  # noqa: DOC502
     rel = _release(noisy, space, sigma, clients, k)
     settings = GPSettings() if settings is None else settings
     with _one_blas_thread():
@@ -403,9 +522,12 @@ def fit_surface(
 
 
 def _one_blas_thread() -> Any:
-    """Single-threaded BLAS for the rule's many small products and eigendecompositions: extra BLAS threads
-    gain nothing on ``p x p`` matrices and, spinning while they wait, slowed a batch fit ten-fold on a shared
-    2-core machine (and the grid's eigendecompositions a hundredfold inside a busy Flower simulation)."""
+    """Single-threaded BLAS for the rule's many small products and eigendecompositions.
+
+    Extra BLAS threads gain nothing on ``p x p`` matrices and, spinning while they wait, slowed a batch fit
+    ten-fold on a shared 2-core machine (and the grid's eigendecompositions a hundredfold inside a busy Flower
+    simulation).
+    """
     from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=1, user_api="blas")
@@ -448,11 +570,28 @@ def posterior_samples(
     num_samples: int = CONFIDENCE_SAMPLES,
     seed: int = 0,
 ) -> np.ndarray:
-    """``(num_samples, p)`` draws of the vote sum from the ``"gp"`` rule's posterior given one release.
+    """Draws of the vote sum from the ``"gp"`` rule's posterior given one release.
 
     A grid point ``(l, s)`` is drawn from the hyperparameter posterior, then ``v ~ N(mean, C)`` in its
     eigenbasis; with a known vote mass the draw is conditioned on ``1^T v = M`` by Matheron's rule,
-    ``v + C 1 (M - 1^T v) / (1^T C 1)`` (exact for Gaussians). ``seed`` makes the draws reproducible.
+    ``v + C 1 (M - 1^T v) / (1^T C 1)`` (exact for Gaussians).
+
+    Args:
+        noisy_sum: The ``(p,)`` release.
+        space: The candidates' public feature space.
+        sigma: The total noise std on each coordinate, ``> 0``.
+        clients: The public number of clients whose votes are in the sum, or ``None``.
+        k: The public votes per client, or ``None`` (given together with ``clients``).
+        settings: The hyperparameter grid; ``None``: `GPSettings` ``()``.
+        num_samples: The number of draws ``N``, ``>= 1``.
+        seed: Makes the draws reproducible.
+
+    Returns:
+        ``(N, p)`` draws.
+
+    Raises:
+        ValueError: An input is invalid, ``noisy_sum`` holds more than one release, or ``space`` carries no
+            structure.
     """
     from dphype.checks import check_int
 
@@ -486,7 +625,13 @@ def posterior_samples(
 # ------------------------------------------------------------------------------------------ batch rules
 @dataclass(frozen=True)
 class BatchSelection:
-    """Picks ``(R,)`` of a rule on ``R`` releases, the rule that ran, and why it fell back (or ``None``)."""
+    """A rule's picks on ``R`` releases.
+
+    Attributes:
+        picks: ``(R,)`` selected indices.
+        rule: The rule that ran.
+        fallback: Why ``"gp"`` fell back to ``"argmax"``, or ``None``.
+    """
 
     picks: np.ndarray
     rule: str
@@ -503,9 +648,26 @@ def select_batch(
     k: int | None = None,
     settings: GPSettings | None = None,
 ) -> BatchSelection:
-    """``rule``'s pick on every release of ``noisy`` ``(R, p)``; ``"gp"`` falls back to ``"argmax"`` (with the
-    reason) when ``space`` is ``None`` or carries no structure, or when ``sigma == 0`` (no noise: epsilon = inf
-    in the benchmarks)."""
+    """``rule``'s pick on every release of ``noisy``.
+
+    ``"gp"`` falls back to ``"argmax"`` (with the reason) when ``space`` is ``None`` or carries no structure, or
+    when ``sigma == 0`` (no noise: epsilon = inf in the benchmarks).
+
+    Args:
+        noisy: ``(R, p)`` releases (or one ``(p,)`` release).
+        space: The candidates' public feature space, or ``None``.
+        sigma: The total noise std on each coordinate (``0``: no noise).
+        rule: One of `RULES`.
+        clients: The public number of clients whose votes are in the sum, or ``None``.
+        k: The public votes per client, or ``None`` (given together with ``clients``).
+        settings: The ``"gp"`` rule's hyperparameter grid; ``None``: `GPSettings` ``()``.
+
+    Returns:
+        The ``(R,)`` picks, the rule that ran and the reason for a fallback.
+
+    Raises:
+        ValueError: An input is invalid.
+    """  # noqa: DOC502
     rule = check_rule(rule)
     y = _as_releases(noisy)
     if rule == "gp":
@@ -525,12 +687,19 @@ def select_batch(
 class Selection:
     """The server's pick on one release and the confidence in it (all post-processing of the release).
 
-    ``index``: the selected candidate; ``rule``: the rule that ran (``requested`` is the rule asked for;
-    they differ on a fallback, explained by ``fallback``); ``estimate`` ``(p,)``: the rule's estimate of the
-    vote sum (the release itself for ``"argmax"``); ``p_top``: posterior probability that ``index`` is the
-    top-voted candidate; ``p_top_group``: that it is within ``tolerance`` votes of the top; ``margin``: the
-    estimate's lead over the runner-up in units of ``sigma``; ``warning``: set when ``p_top_group`` is below
-    :data:`LOW_CONFIDENCE` or ``p_top`` below twice the chance of a random pick (``2 / p``).
+    Attributes:
+        index: The selected candidate.
+        rule: The rule that ran.
+        requested: The rule asked for; it differs from ``rule`` on a fallback, explained by ``fallback``.
+        fallback: Why ``"gp"`` fell back to ``"argmax"``, or ``None``.
+        estimate: ``(p,)`` the rule's estimate of the vote sum (the release itself for ``"argmax"``).
+        sigma: The total noise std on the release.
+        p_top: Posterior probability that ``index`` is the top-voted candidate.
+        p_top_group: Posterior probability that it is within ``tolerance`` votes of the top.
+        tolerance: Votes below the top that still count as the top group.
+        margin: The estimate's lead over the runner-up in units of ``sigma``.
+        warning: Set when ``p_top_group`` is below `LOW_CONFIDENCE` or ``p_top`` below twice the chance of a
+            random pick (``2 / p``).
     """
 
     index: int
@@ -546,7 +715,11 @@ class Selection:
     warning: str | None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-serialisable summary (without the estimate vector)."""
+        """Plain JSON-serialisable summary (without the estimate vector).
+
+        Returns:
+            The summary's fields by name.
+        """
         return {"selected": self.index, "rule": self.rule, "requested_rule": self.requested,
                 "fallback": self.fallback, "p_top": self.p_top, "p_top_group": self.p_top_group,
                 "tolerance_votes": self.tolerance, "margin_sigma": self.margin, "sigma": self.sigma,
@@ -566,11 +739,26 @@ def select_release(
 ) -> Selection:
     """Select a candidate from one released noisy vote sum ``(p,)`` and say how sure the pick is.
 
-    ``sigma``: the total noise std actually on the sum (:attr:`dphype.privacy.accounting.PrivacyReport.sigma`);
-    ``space``: the public feature space (``candidates.feature_space()``; ``None`` makes ``"gp"`` fall back);
-    ``clients`` (contributing clients) and ``k`` (votes each): public, give the vote mass ``clients * k``;
-    ``tolerance``: votes below the top that still count as the top group (default: a tenth of ``clients``,
-    at least 1; 0 if ``clients`` is unknown).
+    The confidence comes from posterior samples of the vote sum (module docstring).
+
+    Args:
+        noisy_sum: The ``(p,)`` release.
+        sigma: The total noise std actually on the sum (`dphype.privacy.accounting.PrivacyReport.sigma`).
+        space: The public feature space (``candidates.feature_space()``; ``None`` makes ``"gp"`` fall back).
+        rule: One of `RULES`.
+        clients: The public number of contributing clients, or ``None``; with ``k`` it gives the vote mass
+            ``clients * k``.
+        k: The public votes per client, or ``None`` (given together with ``clients``).
+        tolerance: Votes below the top that still count as the top group (default: a tenth of ``clients``, at
+            least 1; 0 if ``clients`` is unknown).
+        settings: The ``"gp"`` rule's hyperparameter grid; ``None``: `GPSettings` ``()``.
+
+    Returns:
+        The pick, its estimate and the confidence in it.
+
+    Raises:
+        ValueError: An input is invalid: more than one release, ``clients`` without ``k`` or the converse, a
+            negative or infinite ``tolerance``.
     """
     from dphype.checks import check_int, check_sigma
 

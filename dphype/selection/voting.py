@@ -1,7 +1,7 @@
 """Client votes (DP-Hype Algorithm 1, lines 5-8, and Appendix F).
 
 Each client turns its local scores into a vote vector with exactly ``k`` ones. The server's selection rule
-on the noisy vote sum (line 12) and Theorem IV.1 live in :mod:`dphype.selection.rules`.
+on the noisy vote sum (line 12) and Theorem IV.1 live in `dphype.selection.rules`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,17 @@ def _as_score_keys(scores: ArrayLike) -> np.ndarray:
 
 
 def primary_scores(scores: ArrayLike) -> np.ndarray:
-    """The primary key of each candidate: ``scores`` itself for shape ``(p,)``, column 0 for ``(p, j)``."""
+    """The primary key of each candidate.
+
+    Args:
+        scores: ``(p,)`` scores, or ``(p, j)`` lexicographic keys (see `top_k_votes`).
+
+    Returns:
+        A ``(p,)`` float64 copy: ``scores`` itself for shape ``(p,)``, column 0 for ``(p, j)``.
+
+    Raises:
+        ValueError: ``scores`` is empty or not of shape ``(p,)`` or ``(p, j)``.
+    """  # noqa: DOC502
     return _as_score_keys(scores)[:, 0].copy()
 
 
@@ -37,7 +47,18 @@ def top_k_votes(scores: ArrayLike, k: int, *, maximize: bool = True) -> np.ndarr
     Candidates still tied in every key go to the lower candidate index (the public order). A candidate
     with NaN or +-inf in ANY key ranks last, whatever the direction (after every candidate with all keys
     finite; ties among them by index), so a broken evaluation never attracts a vote while finite
-    alternatives remain. Returns ``int64`` of length ``p``.
+    alternatives remain.
+
+    Args:
+        scores: ``(p,)`` scores, one per candidate, or ``(p, j)`` lexicographic keys.
+        k: The number of votes, an integer in ``[1, p]``.
+        maximize: Rank every key column from high to low (``True``: accuracies) or low to high (losses).
+
+    Returns:
+        The ``(p,)`` int64 vote vector: ``1`` at the ``k`` best candidates, ``0`` elsewhere.
+
+    Raises:
+        ValueError: ``scores`` is empty or of another shape, or ``k`` is not an integer in ``[1, p]``.
     """
     keys = _as_score_keys(scores)
     p = keys.shape[0]
@@ -57,10 +78,20 @@ def raw_score_votes(scores: ArrayLike, *, maximize: bool = True) -> np.ndarray:
 
     With ``maximize=False`` the scores are losses in ``[0, 1]`` and the vote is ``1 - loss`` (Appendix F:
     subtract the loss from the maximal loss). Replace-one sensitivity is then ``L2 = sqrt(p)``,
-    ``L1 = p`` (see :class:`dphype.privacy.accounting.VoteRelease` with ``raw_scores=True``). Out-of-range or
+    ``L1 = p`` (see `dphype.privacy.accounting.VoteRelease` with ``raw_scores=True``). Out-of-range or
     non-finite scores raise ``ValueError``; they are never clipped silently. For lexicographic keys of
-    shape ``(p, j)`` (see :func:`top_k_votes`) only the primary key, column 0, is released: the
+    shape ``(p, j)`` (see `top_k_votes`) only the primary key, column 0, is released: the
     tie-breaking columns matter only for a ranking.
+
+    Args:
+        scores: ``(p,)`` scores in ``[0, 1]``, or ``(p, j)`` lexicographic keys whose column 0 is in ``[0, 1]``.
+        maximize: The scores are utilities (the vote is the score) or losses (the vote is ``1 - loss``).
+
+    Returns:
+        The ``(p,)`` float64 vote vector in ``[0, 1]``.
+
+    Raises:
+        ValueError: The scores' shape is wrong, or a primary score is non-finite or outside ``[0, 1]``.
     """
     arr = primary_scores(scores)
     if not np.all(np.isfinite(arr)) or arr.min() < 0.0 or arr.max() > 1.0:
