@@ -160,3 +160,16 @@ def test_the_servers_description_names_the_release_and_only_what_applies_to_it(t
     assert "delta" not in winner and "noise=" not in winner and "rule=" not in winner
     summed = repr(DPHype(CANDS, config(release="sum")))
     assert "release='sum'" in summed and "delta=1e-05" in summed and "rule='gp'" in summed
+
+
+def test_an_argmax_result_carries_the_preflights_notes_as_a_sum_result_does(tmp_path, monkeypatch):
+    """Both aggregators' results get the pre-flight's notes (here: simulated nodes with per-run ledgers), through
+    the one dispatch of ``DPHype.start``."""
+    import dphype.flower.client.policy as client_policy
+
+    monkeypatch.setattr(client_policy, "simulated", lambda: True)  # as in a Ray worker of Flower's simulation
+    grid, keys = argmax_grid(tmp_path)
+    result = DPHype(CANDS, config(), tallies=keys).start(grid, timeout=60, connect_timeout=60)
+    assert result.notes == (f"{CLIENTS} of {CLIENTS} nodes are simulated with a per-run ledger: their lifetime "
+                            "budget restarts with every run (an operator who names dphype-ledger keeps one across "
+                            "runs)",)

@@ -151,9 +151,22 @@ class DPHype:
             plan.success, cfg.rule, plan.success_argmax)
         for warning in plan.warnings:
             log(logging.WARNING, "DP-Hype: %s", warning)
-        if cfg.mode.aggregator is Aggregator.COMMITTEE:
-            return run_winner_selection(grid, self.request, preflight=self._preflight, timeout=timeout,
-                                        connect_timeout=connect_timeout, committee_nodes=committee_nodes)
+        drive = {Aggregator.SECAGG: self._sum_over_secagg, Aggregator.COMMITTEE: self._winner_from_committee}
+        result = drive[cfg.mode.aggregator](grid, timeout, connect_timeout, committee_nodes)
+        return dataclasses.replace(result, notes=self._notes)
+
+    def _winner_from_committee(self, grid: Grid, timeout: float | None, connect_timeout: float | None,
+                               committee_nodes: Sequence[int] | None) -> DPHypeResult:
+        """Steps 3-4 for a mode whose aggregator is the tally committee
+        (:func:`dphype.flower.server.committee.run_winner_selection`)."""
+        return run_winner_selection(grid, self.request, preflight=self._preflight, timeout=timeout,
+                                    connect_timeout=connect_timeout, committee_nodes=committee_nodes)
+
+    def _sum_over_secagg(self, grid: Grid, timeout: float | None, connect_timeout: float | None,
+                         committee_nodes: Sequence[int] | None) -> DPHypeResult:
+        """Steps 2-4 for a mode whose aggregator is SecAgg+: the pre-flight carrying the round's first stage, one
+        SecAgg+ round (:func:`dphype.flower.server.secagg.run_secure_sum`) and the mode's release of the sum."""
+        cfg = self.config
         log(logging.INFO, "DP-Hype: total noise std sigma=%.4g, each client's share std %.4g",
             self.request.sigma, client_noise_std(self.request.sigma, cfg.clients, cfg.dropout))
         start = time.perf_counter()
@@ -171,7 +184,7 @@ class DPHype:
         released = self.request.mode.release(self.request, sum_.total, sum_.survivors)
         sel = released.selection
         assert sel is not None  # the sum release always carries the rule's selection
-        result = dataclasses.replace(released, notes=self._notes, secure_sum={
+        result = dataclasses.replace(released, secure_sum={
             **sum_.secagg.to_dict(), "clipping_range": sum_.clipping_range, "clip_probability": clip,
             "stage_seconds": sum_.stage_seconds,
             "statement": f"a share outside the range makes its client refuse (a dropout): the release is "
