@@ -18,8 +18,10 @@ NEIGHBOURING: tuple[str, ...] = ("replace-one", "add-remove")
 #: Largest federation accepted: the secure sum's clipping range C(n) is still 2**17 there
 #: (`dphype.secure.secure_sum.clipping_range_for`).
 MAX_CLIENTS: int = 10_000
-#: Release modes: the noisy vote sum (the paper's), or only the winner's index from a secure argmax.
-RELEASES: tuple[str, ...] = ("sum", "argmax")
+#: The default noise kind of a selection (and of every replay of one).
+DEFAULT_NOISE = "skellam"
+#: Relative slack when comparing an announced epsilon with one recomputed from the noise (request, policy, ledger).
+EPSILON_RTOL = 1e-6
 
 
 def check_positive(name: str, value: Any) -> float:
@@ -213,23 +215,6 @@ def check_neighbouring(neighbouring: Any) -> str:
     if neighbouring not in NEIGHBOURING:
         raise ValueError(f"neighbouring must be one of {', '.join(NEIGHBOURING)}, got {neighbouring!r}")
     return str(neighbouring)
-
-
-def check_release(release: Any) -> str:
-    """Check the release mode.
-
-    Args:
-        release: One of `RELEASES`.
-
-    Returns:
-        ``release`` as str.
-
-    Raises:
-        ValueError: ``release`` is not one of `RELEASES`.
-    """
-    if release not in RELEASES:
-        raise ValueError(f"release must be one of {', '.join(RELEASES)}, got {release!r}")
-    return str(release)
 
 
 def resolve_accountant(accountant: str | None, noise: str) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dphype.checks import DEFAULT_NOISE as DEFAULT_NOISE  # re-exported: the noise kind of a default selection
 from dphype.checks import (
     check_clients,
     check_delta,
@@ -22,13 +23,10 @@ from dphype.checks import (
     check_k,
     check_neighbouring,
     check_probability,
-    check_release,
     resolve_accountant,
 )
+from dphype.modes import ReleaseMode, release_mode
 from dphype.selection.rules import DEFAULT_RULE, check_rule
-
-#: The default noise kind of a selection (and of every replay of one).
-DEFAULT_NOISE = "skellam"
 
 #: Run-config spelling of each field (Flower run configs use dashes).
 RUN_CONFIG_KEYS: dict[str, str] = {
@@ -59,8 +57,9 @@ class DPHypeConfig:
     ``"replace-one"`` (the paper's, L2 sensitivity ``sqrt(2k)``) or ``"add-remove"`` (``sqrt(k)``).
     ``rule``: the server's selection rule on the release (:data:`dphype.selection.rules.RULES`; post-processing).
     ``min_success``: refuse to run when the planner predicts a smaller chance of a good pick
-    (:func:`dphype.selection.planner.preflight`; 0, the default: never refuse, only warn below one half).
-    ``release``: ``"sum"`` (the paper's: the noisy vote sum over SecAgg+, default) or ``"argmax"`` (only the
+    (:func:`dphype.selection.planner.check_plan`; 0, the default: never refuse, only warn below one half).
+    ``release``: the name of the release mode (:data:`dphype.modes.RELEASE_MODES`; :attr:`mode` is the mode
+    itself): ``"sum"`` (the paper's: the noisy vote sum over SecAgg+, default) or ``"argmax"`` (only the
     winner's index, from a secure argmax among tally parties: pure ``epsilon``-DP with noise independent of
     ``k``, :mod:`dphype.privacy.winner`; ``delta``, ``noise`` and ``accountant`` then concern only the
     composition with other releases, and ``rule`` does not apply).
@@ -89,7 +88,12 @@ class DPHypeConfig:
         set_(self, "neighbouring", check_neighbouring(self.neighbouring))
         set_(self, "rule", check_rule(self.rule))
         set_(self, "min_success", check_probability("min_success", self.min_success))
-        set_(self, "release", check_release(self.release))
+        set_(self, "release", release_mode(self.release).name)
+
+    @property
+    def mode(self) -> ReleaseMode[Any, Any]:
+        """The release mode named by ``release`` (:func:`dphype.modes.release_mode`)."""
+        return release_mode(self.release)
 
     def replace(self, **changes: Any) -> DPHypeConfig:
         """A copy with ``changes`` applied (validated again)."""

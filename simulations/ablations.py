@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from dphype.checks import resolve_accountant
-from dphype.protocol import replay_releases
+from dphype.privacy.noise import replay_noisy_sums
 from dphype.selection.rules import DEFAULT_RULE
 from simulations import harness, tradeoff
 
@@ -203,11 +203,11 @@ def _picks(method: str, eps: float, release: dict[str, Any], fed: harness.Federa
         # real-valued reports need Gaussian noise, accounted like the integer releases (same accountant)
         real = {**calib, "noise": "gaussian", "accountant": resolve_accountant(release["accountant"], release["noise"])}
         sigma = harness.sigma_for(eps, release["delta"], 1, raw_scores=True, **real)
-        return np.argmax(replay_releases(raw, sigma=sigma, **{**noise, "noise": "gaussian"}), axis=1), sigma
+        return np.argmax(replay_noisy_sums(raw, sigma=sigma, **{**noise, "noise": "gaussian"}), axis=1), sigma
     if method == "Subsets":
         sigma = harness.sigma_for(eps, release["delta"], 1, **calib)  # L2 = sqrt(2) = top-1 votes
         sums, sizes = subsets_sums(scores, reps, rng)
-        noisy = replay_releases(sums, sigma=sigma, **noise)
+        noisy = replay_noisy_sums(sums, sigma=sigma, **noise)
         means = np.where(sizes > 0, noisy / np.maximum(sizes, 1.0), -np.inf)
         return np.argmax(means, axis=1), sigma
     sigma = feathers_sigma(eps, release["delta"])

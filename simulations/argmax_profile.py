@@ -2,7 +2,7 @@
 
 Part by part, for ``--candidates`` candidates (default 100) and each ``n`` of ``--clients``:
 
-* ``client share``: one client's :func:`dphype.protocol.winner_vote` (top-k votes, discrete Laplace share from
+* ``client share``: one client's :meth:`dphype.modes.ArgmaxRelease.ballot` (top-k votes, discrete Laplace share from
   the secure generator, Shamir shares mod MPyC's prime, one sealed ciphertext per tally); mean over the
   clients of one round; ``share bytes``: what one client uploads (3 ciphertexts);
 * ``tally collect``: one tally opening and summing the ``n`` ciphertexts sealed to it
@@ -47,19 +47,17 @@ def _request(p: int, k: int, clients: int, keys: tuple[bytes, ...], release: str
     from dphype.selection.candidates import candidate_grid
 
     config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=k, clients=clients, release=release)
-    return make_vote_request(config, candidate_grid(lr=[10.0 ** (-i / 10) for i in range(p)]),
-                             tallies=keys if release == "argmax" else ())
+    return make_vote_request(config, candidate_grid(lr=[10.0 ** (-i / 10) for i in range(p)]), tallies=keys)
 
 
 def _parts(p: int, k: int, clients: int, rng: np.random.Generator) -> dict[str, Any]:
-    from dphype.protocol import winner_vote
     from dphype.secure.tally import Tally, field_modulus, open_shares, secure_argmax
 
     tallies = [Tally(j) for j in range(3)]
     request = _request(p, k, clients, tuple(t.public for t in tallies))
     scores = rng.random((clients, p))
     start = time.perf_counter()
-    sealed = [winner_vote(request, s, maximize=True) for s in scores]
+    sealed = [request.mode.ballot(request, s, maximize=True) for s in scores]
     client = (time.perf_counter() - start) / clients
     for t in tallies:
         t.open_round(request.digest(), p, request.min_survivors)
@@ -87,6 +85,7 @@ def _whole(p: int, k: int, clients: int, release: str, rng: np.random.Generator)
     from dphype.flower import DPHype, register_dphype
     from dphype.flower.local import LocalGrid, node_id
     from dphype.flower.tally import load_tally_key
+    from dphype.modes import Aggregator, release_mode
     from dphype.secure.tally import loopback_addresses
 
     scores = rng.random((clients + 3, p))
@@ -104,7 +103,7 @@ def _whole(p: int, k: int, clients: int, release: str, rng: np.random.Generator)
     register_dphype(app, lambda ctx: Table(scores[int(ctx.node_config["partition-id"])]))
     policy = {"dphype-max-epsilon": 10.0, "dphype-min-clients": 2, "dphype-min-neighbours": 1,
               "dphype-lifetime-epsilon": 1e6}
-    tallies = 3 if release == "argmax" else 0
+    tallies = 3 if release_mode(release).aggregator is Aggregator.COMMITTEE else 0
     with tempfile.TemporaryDirectory() as home:
         os.environ["FLWR_HOME"] = home
         grid = LocalGrid(app, clients + tallies, node_config=policy)

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dphype.flower.local import toml_value
+from dphype.modes import Aggregator, release_mode
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -145,11 +146,16 @@ def stages(stamped: list[tuple[float, str]], started: float, release: str = "sum
         previous = hit
     if markers[-2][0] in out:
         out["selection"] = sum(out[name] for name, _ in markers[1:-1])
-        if release == "sum":
+        if release_mode(release).aggregator is Aggregator.SECAGG:
             line = next(line for _, line in stamped if re.search(markers[3][1], line))
             for stage, seconds in re.findall(r"(\w+) (\d+\.\d+) s", line):
                 out[f"secagg: {stage}"] = float(seconds)
     return out
+
+
+def uses_committee(release: str) -> bool:
+    """Whether the release mode named ``release`` sends its ballots to a tally committee."""
+    return release_mode(release).aggregator is Aggregator.COMMITTEE
 
 
 def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, timeout: float,
@@ -183,7 +189,7 @@ def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, time
                 start(f"supernode-{i}", supernode_args(link, "voter", ["--partition-id", str(i), "--num-partitions",
                                                                       str(nodes), "--node-config", str(policy)],
                                                        executor))
-            if release == "argmax":  # one SuperNode per tally, its key $FLWR_HOME/dphype/tally-<j>.key
+            if uses_committee(release):  # one SuperNode per tally, its key $FLWR_HOME/dphype/tally-<j>.key
                 committee = write_node_config(tmp / "committee.toml", {"dphype-tally-parties": ",".join(
                     f"127.0.0.1:{free_port()}" for _ in range(TALLIES))})
                 for j in range(TALLIES):
@@ -230,8 +236,9 @@ def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, time
                                f"{json.dumps(stages(stamped, started, release))}:\n"
                                + "\n".join(line for _, line in stamped[-40:]))
         summary = json.loads(result_file.read_text())
-    return {"nodes": nodes, "release": release, "executor": executor, "tallies": TALLIES if release == "argmax" else 0,
-            "candidates": summary["num_candidates"], "local_epochs": local_epochs,
+    return {"nodes": nodes, "release": release, "executor": executor,
+            "tallies": TALLIES if uses_committee(release) else 0, "candidates": summary["num_candidates"],
+            "local_epochs": local_epochs,
             "federation_start_seconds": federation_seconds, "run_seconds": total,
             "stages": stages(stamped, started, release), "selected_index": summary["selected_index"],
             "accuracy": summary["accuracy"], "epsilon": summary["privacy"]["epsilon"]}

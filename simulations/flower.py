@@ -136,6 +136,7 @@ def vote_through_flower(
     from dphype.cli.demo import make_tally_keys
     from dphype.flower import DPHype, register_dphype
     from dphype.ml.task import FixedScoresTask
+    from dphype.modes import Aggregator
     from dphype.node.ledger import admitting_policy
     from dphype.node.policy import NodePolicy
 
@@ -164,7 +165,7 @@ def vote_through_flower(
             return FixedScoresTask(_score_row(table, int(context.node_config["partition-id"])), maximize)
 
         keys = Path(folder) / "tallies"
-        tallies = make_tally_keys(keys) if config.release == "argmax" else ()
+        tallies = make_tally_keys(keys) if config.mode.aggregator is Aggregator.COMMITTEE else ()
         selection = DPHype(candidates, config, num_shares=num_shares,
                            reconstruction_threshold=reconstruction_threshold, tallies=tallies, **extra)
         # The benchmark runs every node: their policy admits this one release, their ledgers are this run's.
@@ -206,15 +207,15 @@ def replay_picks(scores: np.ndarray, candidates: Any, config: Any, *, maximize: 
                  repetitions: int = 2000, seed: int = 0) -> np.ndarray:
     """How often the replay picks each candidate for the same clients' scores and release (``config``, a
     :class:`dphype.config.DPHypeConfig`, over ``candidates``): the reference distribution a single Flower run
-    is compared with. The same request (:func:`dphype.protocol.make_vote_request`: sigma, dropout, noise) and
+    is compared with. The same request (:func:`dphype.protocol.make_vote_request`: sigma, dropout, noise), its
+    mode's replay (:meth:`dphype.modes.ReleaseMode.replay`) and
     the same selection rule as the run."""
-    from dphype.protocol import make_vote_request, replay_releases
+    from dphype.protocol import make_vote_request
     from dphype.selection.rules import select_batch
 
     request = make_vote_request(config, candidates)
     votes = harness.client_votes(scores, config.k, maximize=maximize).sum(axis=0)
-    noisy = replay_releases(votes, sigma=request.sigma, clients=config.clients, dropout=config.dropout,
-                            repetitions=repetitions, rng=np.random.default_rng(seed), noise=config.noise)
+    noisy = request.mode.replay(request, votes, repetitions=repetitions, rng=np.random.default_rng(seed))
     picks = select_batch(noisy, candidates.feature_space(), request.sigma, rule=config.rule, clients=config.clients,
                          k=config.k).picks
     return np.bincount(picks, minlength=len(candidates)) / repetitions

@@ -6,7 +6,7 @@ The studies replay DP-Hype's release many times without re-running local trainin
    (:meth:`dphype.ml.task.Task.score` -> :func:`dphype.selection.voting.top_k_votes` or
    :func:`dphype.selection.voting.raw_score_votes`), see :func:`client_scores` and :func:`client_votes`;
 2. the noisy sum is then drawn ``repetitions`` times by the protocol's one replay,
-   :func:`dphype.protocol.replay_releases` (one noise share per client summed, ``per_client=True``, or one
+   :func:`dphype.privacy.noise.replay_noisy_sums` (one noise share per client summed, ``per_client=True``, or one
    draw carrying the total variance of all shares, which has the same distribution);
 3. the server's rule is applied to every replay: the argmax (:func:`select_rows`) or any rule of
    :mod:`dphype.selection.rules` (:func:`dphype.selection.rules.select_batch`, as the tradeoff and ablation studies do).

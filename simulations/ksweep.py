@@ -3,7 +3,7 @@
 For every federation (the tradeoff study's cached arrays: each client's local scores and the FedAvg test
 accuracy of every candidate), every epsilon and every neighbouring relation of ``--neighbourings``:
 
-* the winner release (:func:`dphype.protocol.replay_winners`) is replayed ``--repetitions`` times at every
+* the winner release (:func:`dphype.privacy.winner.replay_winners`) is replayed ``--repetitions`` times at every
   ``k`` of ``--ks`` (default the planner's list, :data:`dphype.selection.planner.KS`), with **common random
   numbers**: each ``k`` gets the same noise draws, so the difference between two ``k`` is the votes' alone
   and its paired confidence interval is tight. Per ``k``: the gap to Opt in accuracy points with its 95% CI;

@@ -34,29 +34,32 @@ class Mutation:
     new: str
 
 
-_SHARE = ("    share = client_noise_share(votes.size, sigma=request.sigma, clients=cfg.clients, dropout=cfg.dropout,\n"
-          "                               kind=cfg.noise)\n")
+_SHARE = ("        share = client_noise_share(votes.size, sigma=request.sigma, clients=cfg.clients, "
+          "dropout=cfg.dropout,\n                                   kind=cfg.noise)\n")
 
 MUTATIONS: tuple[Mutation, ...] = (
-    Mutation("halve-share", "noisy_vote adds a share of half the std", "dphype/protocol.py", _SHARE,
+    Mutation("halve-share", "the sum ballot adds a share of half the std", "dphype/modes.py", _SHARE,
              _SHARE.replace("sigma=request.sigma,", "sigma=request.sigma / 2,")),
-    Mutation("share-std-0.9", "noisy_vote adds a share of 0.9 times the std", "dphype/protocol.py", _SHARE,
+    Mutation("share-std-0.9", "the sum ballot adds a share of 0.9 times the std", "dphype/modes.py", _SHARE,
              _SHARE.replace("sigma=request.sigma,", "sigma=request.sigma * 0.9,")),
-    Mutation("share-std-1.1", "noisy_vote adds a share of 1.1 times the std (utility, not privacy)",
-             "dphype/protocol.py", _SHARE, _SHARE.replace("sigma=request.sigma,", "sigma=request.sigma * 1.1,")),
-    Mutation("split-4n", "noisy_vote splits the noise over 4n clients", "dphype/protocol.py", _SHARE,
+    Mutation("share-std-1.1", "the sum ballot adds a share of 1.1 times the std (utility, not privacy)",
+             "dphype/modes.py", _SHARE, _SHARE.replace("sigma=request.sigma,", "sigma=request.sigma * 1.1,")),
+    Mutation("split-4n", "the sum ballot splits the noise over 4n clients", "dphype/modes.py", _SHARE,
              _SHARE.replace("clients=cfg.clients,", "clients=4 * cfg.clients,")),
-    Mutation("ignore-xi", "noisy_vote ignores xi: each share has variance sigma^2 / n", "dphype/protocol.py", _SHARE,
+    Mutation("ignore-xi", "the sum ballot ignores xi: each share has variance sigma^2 / n",
+             "dphype/modes.py", _SHARE,
              _SHARE.replace("dropout=cfg.dropout,", "dropout=0.0,")),
     Mutation("share-0.71", "noise_share draws half the variance (std 0.71 sigma: a sqrt(2) sensitivity error)",
              "dphype/privacy/noise.py",
              "    return _draw(size, client_noise_variance(sigma, clients, dropout), check_noise(kind), rng)\n",
              "    return _draw(size, 0.5 * client_noise_variance(sigma, clients, dropout), check_noise(kind), rng)\n"),
-    Mutation("request-slack-5%", "check_request accepts 5% more epsilon than sigma gives", "dphype/protocol.py",
-             "    if promised > cfg.epsilon * (1.0 + EPSILON_RTOL):\n", "    if promised > cfg.epsilon * 1.05:\n"),
+    Mutation("request-slack-5%", "check_request accepts 5% more epsilon than sigma gives", "dphype/modes.py",
+             "        if promised > cfg.epsilon * (1.0 + EPSILON_RTOL):\n",
+             "        if promised > cfg.epsilon * 1.05:\n"),
     Mutation("policy-announced-5%", "the node's limit on the announced epsilon has a 5% slack",
-             "dphype/node/policy.py", "    if cfg.epsilon > policy.max_epsilon * (1 + EPSILON_RTOL):\n",
-             "    if cfg.epsilon > policy.max_epsilon * 1.05:\n"),
+             "dphype/node/policy.py",
+             "    if announced is not None and announced > policy.max_epsilon * (1 + EPSILON_RTOL):\n",
+             "    if announced is not None and announced > policy.max_epsilon * 1.05:\n"),
     Mutation("policy-recomputed-5%", "the node's limit on the recomputed epsilon has a 5% slack",
              "dphype/node/policy.py", "    if eps > policy.max_epsilon * (1 + EPSILON_RTOL):\n",
              "    if eps > policy.max_epsilon * 1.05:\n"),
@@ -67,9 +70,9 @@ MUTATIONS: tuple[Mutation, ...] = (
              "        voters = min_survivors(clients, self.dropout)\n", "        voters = clients\n"),
     Mutation("planner-noise", "the planner ignores dropout in the noise: shares of variance sigma^2 / n",
              "dphype/selection/planner.py",
-             "    noisy = replay_releases(votes, sigma=sigma, clients=clients, repetitions=len(votes), rng=rng, "
+             "    noisy = replay_noisy_sums(votes, sigma=sigma, clients=clients, repetitions=len(votes), rng=rng, "
              "dropout=dropout,\n",
-             "    noisy = replay_releases(votes, sigma=sigma, clients=clients, repetitions=len(votes), rng=rng, "
+             "    noisy = replay_noisy_sums(votes, sigma=sigma, clients=clients, repetitions=len(votes), rng=rng, "
              "dropout=0.0,\n"),
 )
 

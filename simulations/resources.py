@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from dphype.checks import RELEASES
+from dphype.modes import RELEASE_MODES, Aggregator, release_mode
 from simulations import harness
 
 
@@ -107,7 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="SecAgg+ graph: secure (default; dphype.secure.secagg_params) or paper (shares 0.3 n, "
                              "all needed)")
     parser.add_argument("--dropout", type=float, default=0.0, help="tolerated dropout xi (default 0)")
-    parser.add_argument("--release", nargs="+", choices=RELEASES, default=["sum"],
+    parser.add_argument("--release", nargs="+", choices=tuple(RELEASE_MODES), default=["sum"],
                         help="release modes of the voting round: sum (SecAgg+, default) and/or argmax (the winner "
                              "only, 3 simulated tally nodes)")
     parser.add_argument("--skip-local", action="store_true", help="only the voting round")
@@ -171,7 +171,8 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                 for rep in range(vote_reps):
                     scores = np.random.default_rng([args.seed, n, rep]).random((n, len(candidates)))
                     for release in releases:  # both modes on the same scores
-                        graph = graphs[n] if release == "sum" else None  # argmax mode runs no SecAgg+
+                        secagg = release_mode(release).aggregator is Aggregator.SECAGG
+                        graph = graphs[n] if secagg else None  # the committee's modes run no SecAgg+
                         secagg = {} if graph is None else {"corrupt_fraction": graph["corrupt_fraction"],
                                                            **graph["arguments"]}
                         config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=5, clients=n, dropout=args.dropout,

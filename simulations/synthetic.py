@@ -16,7 +16,7 @@ by order statistics instead of drawing every loss (``--sampler losses`` draws ev
 samplers against each other.
 
 The noise of every release is the library's: :func:`dphype.privacy.noise.summed_noise` (via
-:func:`dphype.protocol.replay_releases`, identical in distribution to adding the ``n`` shares of
+:func:`dphype.privacy.noise.replay_noisy_sums`, identical in distribution to adding the ``n`` shares of
 :func:`dphype.privacy.noise.noise_share`; ``--per-client-noise`` adds them literally).
 """
 
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from dphype.checks import resolve_accountant
-from dphype.protocol import replay_releases
+from dphype.privacy.noise import replay_noisy_sums
 from dphype.selection.planner import LossModel, ranking_prefix, vote_counts
 from simulations import harness
 
@@ -94,7 +94,7 @@ def success_counts(
         counts = vote_counts(prefix, ks, reps, settings.clients, model.num_candidates)
         out = {}
         for (k, eps), sigma in sigmas.items():
-            noisy = replay_releases(counts[k], sigma=sigma, clients=settings.clients, repetitions=reps, rng=rng,
+            noisy = replay_noisy_sums(counts[k], sigma=sigma, clients=settings.clients, repetitions=reps, rng=rng,
                                     noise=settings.noise, per_client=settings.per_client_noise)
             out[(k, eps)] = int(np.count_nonzero(harness.select_rows(noisy) < model.num_good))
         if progress is not None:

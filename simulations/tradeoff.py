@@ -9,7 +9,7 @@ For every federation (data set, ``n`` clients, iid or Dirichlet ``beta``):
   accuracy, ties broken by validation loss, then by candidate order) and votes for its top ``k = 5``
   (:func:`dphype.selection.voting.top_k_votes`), once;
 * for every ``epsilon`` the noisy vote sum is drawn ``--repetitions`` times
-  (:func:`dphype.protocol.replay_releases`: per-client shares, summed), and every selection rule of
+  (:func:`dphype.privacy.noise.replay_noisy_sums`: per-client shares, summed), and every selection rule of
   ``--rules`` (:mod:`dphype.selection.rules`: the plain argmax and the structure-aware ``gp`` rule) picks a
   candidate from the SAME releases; **DP-Hype**'s accuracy is the FedAvg accuracy of the pick. Per point:
   mean with 95% CI, the share of runs within 1 point of Opt, the worst 5% accuracy (5th percentile) and
@@ -17,7 +17,7 @@ For every federation (data set, ``n`` clients, iid or Dirichlet ``beta``):
   The JSON ``summary`` rows describe the product's default rule (:data:`dphype.selection.rules.DEFAULT_RULE`),
   with the argmax's numbers beside them.
 * with ``--release argmax`` (or ``sum argmax``) the winner-only release of :mod:`dphype.privacy.winner` is
-  replayed too (:func:`dphype.protocol.replay_winners`: the clients' discrete Laplace shares summed, the noisy
+  replayed too (:func:`dphype.privacy.winner.replay_winners`: the clients' discrete Laplace shares summed, the noisy
   maximum with lowest-index ties, as the tallies compute it), for each relation of ``--neighbourings``, at
   :func:`winner_k`'s ``k`` (``--k`` when given, else the planner's recommendation for that point); its rows
   have ``release = argmax``, rule ``noisy-max/<relation>`` and their ``k``, and ``winner_summary`` in the JSON
@@ -37,9 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from dphype.checks import NEIGHBOURING, RELEASES, resolve_accountant
-from dphype.privacy.winner import noise_std
-from dphype.protocol import replay_releases, replay_winners
+from dphype.checks import NEIGHBOURING, resolve_accountant
+from dphype.modes import RELEASE_MODES, ArgmaxRelease
+from dphype.privacy.noise import replay_noisy_sums
+from dphype.privacy.winner import noise_std, replay_winners
 from dphype.selection.planner import plan, read_consensus
 from dphype.selection.rules import DEFAULT_RULE, RULES, select_batch
 from simulations import harness
@@ -71,7 +72,7 @@ def add_release_arguments(parser: argparse.ArgumentParser, *, repetitions: int) 
                         help=f"selection rules applied to the same releases (default all; default rule {DEFAULT_RULE})")
     parser.add_argument("--total-noise", action="store_true",
                         help="draw the summed noise at once instead of one share per client (same distribution)")
-    parser.add_argument("--release", nargs="+", choices=RELEASES, default=["sum"],
+    parser.add_argument("--release", nargs="+", choices=tuple(RELEASE_MODES), default=["sum"],
                         help="release modes replayed on the same votes: sum (the noisy vote sum, default) and/or "
                              "argmax (only the winner, pure epsilon; dphype.privacy.winner)")
     parser.add_argument("--neighbourings", nargs="+", choices=NEIGHBOURING, default=["replace-one"],
@@ -109,7 +110,7 @@ def winner_plan(clients: int, epsilon: float, relation: str, *, delta: float, sp
     --neighbouring R`` gives it (``recommended_k_winner``, ``by_k``'s ``success_winner``), without the searches.
     The sum release's success is asked for the plain argmax rule: the winner's ``k`` does not depend on it, and
     the GP rule's simulation would cost most of the call."""
-    return plan(clients, epsilon, delta, space, num_candidates, neighbouring=relation, release="argmax",
+    return plan(clients, epsilon, delta, space, num_candidates, neighbouring=relation, release=ArgmaxRelease(),
                 consensus=consensus, ks=ks, rule="argmax", search=False)
 
 
@@ -125,7 +126,7 @@ def winner_k(release: dict[str, Any], *, clients: int, epsilon: float, relation:
 
 def winner_picks(vote_sum: np.ndarray, *, epsilon: float, relation: str, clients: int, repetitions: int,
                  rng: np.random.Generator) -> tuple[np.ndarray, float]:
-    """Argmax-mode picks of ``repetitions`` winner releases (:func:`dphype.protocol.replay_winners`) under the
+    """Argmax-mode picks of ``repetitions`` winner releases (:func:`dphype.privacy.winner.replay_winners`) under the
     neighbouring ``relation`` and the total noise std; ``epsilon = inf``: the noiseless argmax (lowest index
     among ties) and std 0."""
     if np.isinf(epsilon):
@@ -173,7 +174,7 @@ def selection_picks(
 ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
     """The picks of every rule in ``release['rules']`` on the same ``release['repetitions']`` noisy releases,
     and the seconds each rule took for all of them."""
-    noisy = replay_releases(vote_sum, sigma=sigma, clients=clients, repetitions=release["repetitions"], rng=rng,
+    noisy = replay_noisy_sums(vote_sum, sigma=sigma, clients=clients, repetitions=release["repetitions"], rng=rng,
                             noise=release["noise"], per_client=release["per_client"])
     picks, seconds = {}, {}
     for rule in release["rules"]:

@@ -40,6 +40,6 @@ def record_returns(monkeypatch):
 def recorded_votes(record_returns):
     """Every encoded vector a DP-Hype client hands to SecAgg+ (its noise comes from the secure generator, so a
     test that checks that the released sum is exact compares it with these)."""
-    import dphype.flower.client as flower_client
+    from dphype.modes import SumRelease
 
-    return record_returns(flower_client, "noisy_vote")
+    return record_returns(SumRelease, "ballot")

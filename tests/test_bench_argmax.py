@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from test_bench_studies import TINY, _bench, small_adult  # noqa: F401 (fixture)
 
+from dphype.modes import ArgmaxRelease
+
 
 def test_tradeoff_and_ablations_replay_both_release_modes(small_adult: None, tmp_path: Path,  # noqa: F811
                                                          capsys: pytest.CaptureFixture[str]) -> None:
@@ -55,7 +57,7 @@ def test_without_k_both_studies_replay_the_winner_release_at_the_planners_k(smal
                   "--release", "sum", "argmax", "--neighbourings", "replace-one", "add-remove",
                   "--out", str(tmp_path / "t")], capsys)
     space = load_candidates("6").feature_space()
-    planned = {relation: plan(3, 0.5, 1e-5, space, 6, neighbouring=relation, release="argmax",
+    planned = {relation: plan(3, 0.5, 1e-5, space, 6, neighbouring=relation, release=ArgmaxRelease(),
                               search=False).recommended_k_winner for relation in ("replace-one", "add-remove")}
     winners = res["winner_summary"]
     assert {(r["neighbouring"], r["k"]) for r in winners if r["epsilon"] == 0.5} == set(planned.items())
@@ -66,7 +68,7 @@ def test_without_k_both_studies_replay_the_winner_release_at_the_planners_k(smal
     assert {r["k"] for r in res["winner_summary"]} == {2}  # an explicit --k is used as given
     res = _bench(["tradeoff", *TINY, "--repetitions", "20", "--epsilons", "0.5", "--cache", cache, "--consensus",
                   "weak", "--release", "argmax", "--out", str(tmp_path / "weak")], capsys)
-    weak = plan(3, 0.5, 1e-5, space, 6, release="argmax", consensus="weak", search=False).recommended_k_winner
+    weak = plan(3, 0.5, 1e-5, space, 6, release=ArgmaxRelease(), consensus="weak", search=False).recommended_k_winner
     assert weak != planned["replace-one"]  # here the scenario changes the planner's k (2 against 1) ...
     assert {r["k"] for r in res["winner_summary"]} == {weak}  # ... and --consensus is the planner's scenario
     res = _bench(["ablations", *TINY, "--repetitions", "10", "--epsilons", "0.5", "--cache", cache,
@@ -101,7 +103,7 @@ def test_ksweep_measures_every_k_on_the_same_releases_and_scores_the_planners_ad
                  == (a["partition"], a["epsilon"], a["neighbouring"])]
         gaps = {int(r["k"]): float(r["gap_points"]) for r in point}
         # the planner's k is dphype plan's, asked independently here with the same ks and scenario
-        expected = plan(3, a["epsilon"], 1e-5, space, 6, neighbouring=a["neighbouring"], release="argmax",
+        expected = plan(3, a["epsilon"], 1e-5, space, 6, neighbouring=a["neighbouring"], release=ArgmaxRelease(),
                         consensus=a["consensus"], ks=[1, 2, 3, 5], search=False).recommended_k_winner
         assert a["planner_k"] == expected
         assert a["best_gap_points"] == min(gaps.values()) and gaps[a["best_k"]] == a["best_gap_points"]

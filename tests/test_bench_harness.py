@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dphype.protocol import replay_releases
+from dphype.privacy.noise import replay_noisy_sums
 from dphype.selection.rules import select
 from dphype.selection.voting import top_k_votes
 from simulations import harness
@@ -15,9 +15,9 @@ from simulations import harness
 
 def test_select_rows_matches_select() -> None:
     votes = np.array([3, 7, 7, 1])
-    clean = replay_releases(votes, sigma=0.0, clients=10, repetitions=3, rng=np.random.default_rng(0))
+    clean = replay_noisy_sums(votes, sigma=0.0, clients=10, repetitions=3, rng=np.random.default_rng(0))
     assert select(votes) == 1 and np.all(harness.select_rows(clean) == 1)  # tie -> lowest index
-    noisy = replay_releases(votes, sigma=2.0, clients=10, repetitions=50, rng=np.random.default_rng(1),
+    noisy = replay_noisy_sums(votes, sigma=2.0, clients=10, repetitions=50, rng=np.random.default_rng(1),
                             per_client=True)
     assert [select(row) for row in noisy] == list(harness.select_rows(noisy))
 

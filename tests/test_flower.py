@@ -234,7 +234,7 @@ def test_construction_runs_no_simulation(monkeypatch):
     def no_planner(*args, **kwargs):
         raise AssertionError("the planner ran on construction")
 
-    monkeypatch.setattr("dphype.flower.server.preflight", no_planner)
+    monkeypatch.setattr("dphype.flower.server.check_plan", no_planner)
     DPHype(CANDS, config(epsilon=0.05, clients=4, min_success=0.9))
     with pytest.raises(ValueError, match="k must be an integer"):  # server-checkable input still refused at once
         DPHype(CANDS, config(k=9))

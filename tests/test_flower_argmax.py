@@ -133,18 +133,18 @@ def test_bad_committees_are_refused_before_anything_runs(tmp_path):
 
 def test_a_client_refusing_the_argmax_vote_is_a_dropout_and_too_few_shares_release_nothing(tmp_path, monkeypatch):
     grid, keys = argmax_grid(tmp_path)
-    import dphype.flower.client.argmax as ft
+    from dphype.modes import ArgmaxRelease
 
-    real = ft.winner_vote
+    real = ArgmaxRelease.ballot
     calls = []
 
-    def flaky(request, scores, *, maximize):  # the 2nd client's vote fails on the client
+    def flaky(self, request, scores, *, maximize, clipping_range=None):  # the 2nd client's vote fails on the client
         calls.append(1)
         if len(calls) == 2:
             raise RuntimeError("disk full at /secret/path")
-        return real(request, scores, maximize=maximize)
+        return real(self, request, scores, maximize=maximize)
 
-    monkeypatch.setattr(ft, "winner_vote", flaky)
+    monkeypatch.setattr(ArgmaxRelease, "ballot", flaky)
     with pytest.raises(PreflightError, match="only 5 clients sent their shares, fewer than the minimum survivors 6"):
         DPHype(CANDS, config(), tallies=keys).start(grid, timeout=60)
     errors = [r.error.reason for r in grid.replies if r.has_error()]
@@ -160,3 +160,16 @@ def test_the_servers_description_names_the_release_and_only_what_applies_to_it(t
     assert "delta" not in winner and "noise=" not in winner and "rule=" not in winner
     summed = repr(DPHype(CANDS, config(release="sum")))
     assert "release='sum'" in summed and "delta=1e-05" in summed and "rule='gp'" in summed
+
+
+def test_an_argmax_result_carries_the_preflights_notes_as_a_sum_result_does(tmp_path, monkeypatch):
+    """Both aggregators' results get the pre-flight's notes (here: simulated nodes with per-run ledgers), through
+    the one dispatch of ``DPHype.start``."""
+    import dphype.flower.client.policy as client_policy
+
+    monkeypatch.setattr(client_policy, "simulated", lambda: True)  # as in a Ray worker of Flower's simulation
+    grid, keys = argmax_grid(tmp_path)
+    result = DPHype(CANDS, config(), tallies=keys).start(grid, timeout=60, connect_timeout=60)
+    assert result.notes == (f"{CLIENTS} of {CLIENTS} nodes are simulated with a per-run ledger: their lifetime "
+                            "budget restarts with every run (an operator who names dphype-ledger keeps one across "
+                            "runs)",)

@@ -10,13 +10,14 @@ import pytest
 
 from dphype.checks import MAX_CLIENTS
 from dphype.cli import main
+from dphype.modes import ArgmaxRelease
 from dphype.selection.candidates import candidate_grid, table_iii_grid
 from dphype.selection.planner import (
     LossModel,
     _distinct_uniform,
     _smallest_clients,
+    check_plan,
     plan,
-    preflight,
     ranking_from_losses,
     ranking_prefix,
     scenario,
@@ -180,13 +181,13 @@ def test_structure_aware_rule_in_the_planner():
 
 
 def test_preflight_warns_and_refuses():
-    quiet = preflight(100, 1.0, 1e-5, None, 100, 5, consensus="strong", rule="argmax", repetitions=100)
+    quiet = check_plan(100, 1.0, 1e-5, None, 100, 5, consensus="strong", rule="argmax", repetitions=100)
     assert quiet.warnings == [] and quiet.success > 0.9
-    noisy = preflight(10, 0.01, 1e-5, None, 100, 5, rule="argmax", repetitions=100)
+    noisy = check_plan(10, 0.01, 1e-5, None, 100, 5, rule="argmax", repetitions=100)
     assert any("release is noise" in w for w in noisy.warnings)
     assert any("(< 0.5)" in w for w in noisy.warnings)
     with pytest.raises(ValueError, match="below min_success = 0.5: refusing"):
-        preflight(10, 0.01, 1e-5, None, 100, 5, rule="argmax", repetitions=100, min_success=0.5)
+        check_plan(10, 0.01, 1e-5, None, 100, 5, rule="argmax", repetitions=100, min_success=0.5)
 
 
 @pytest.mark.parametrize(
@@ -249,13 +250,13 @@ def test_winner_release_ties_go_to_the_number_of_good_candidates_when_it_is_tied
     (5 good candidates of 100): the tie goes to k = 5, a vote for exactly the good ones, not to the smallest k;
     with ``--good 8`` to k = 8."""
     space = table_iii_grid().feature_space()
-    result = plan(100, 1.0, 1e-5, space, 100, release="argmax", neighbouring="add-remove", rule="argmax",
+    result = plan(100, 1.0, 1e-5, space, 100, release=ArgmaxRelease(), neighbouring="add-remove", rule="argmax",
                   search=False)
     tied = [r["k"] for r in result.by_k if r["success_winner"] == 1.0]
     assert len(tied) > 3 and min(tied) < 5 and 5 in tied
     assert result.recommended_k_winner == result.k == 5
     assert all("success_winner_tie_break" not in r for r in result.by_k)  # no weaker scenario was needed
-    eight = plan(100, 1.0, 1e-5, space, 100, release="argmax", neighbouring="add-remove", num_good=8,
+    eight = plan(100, 1.0, 1e-5, space, 100, release=ArgmaxRelease(), neighbouring="add-remove", num_good=8,
                  rule="argmax", search=False)
     assert 8 in [r["k"] for r in eight.by_k if r["success_winner"] == 1.0] and eight.recommended_k_winner == 8
 
@@ -266,13 +267,13 @@ def test_winner_release_other_ties_are_broken_under_twice_the_disagreement() -> 
     scenario over those k reports; not the smallest k."""
     space = table_iii_grid().feature_space()
     ks = [1, 2, 3, 8, 10, 15]
-    result = plan(100, 1.0, 1e-5, space, 100, release="argmax", neighbouring="add-remove", ks=ks,
+    result = plan(100, 1.0, 1e-5, space, 100, release=ArgmaxRelease(), neighbouring="add-remove", ks=ks,
                   rule="argmax", search=False)
     top = max(r["success_winner"] for r in result.by_k)
     tied = [r["k"] for r in result.by_k if r["success_winner"] == top]
     assert top == 1.0 and len(tied) > 1
-    weak = plan(100, 1.0, 1e-5, space, 100, release="argmax", neighbouring="add-remove", consensus="weak", ks=tied,
-                rule="argmax", search=False)
+    weak = plan(100, 1.0, 1e-5, space, 100, release=ArgmaxRelease(), neighbouring="add-remove", consensus="weak",
+                ks=tied, rule="argmax", search=False)
     weak_rows = {r["k"]: r["success_winner"] for r in weak.by_k}
     for row in result.by_k:
         if row["k"] in tied:
@@ -288,7 +289,7 @@ def test_winner_release_other_ties_are_broken_under_twice_the_disagreement() -> 
 def test_winner_release_without_ties_takes_the_highest_success() -> None:
     """n = 10, epsilon 1, replace-one: one k simulates the highest success; no tie-break is simulated."""
     space = table_iii_grid().feature_space()
-    result = plan(10, 1.0, 1e-5, space, 100, release="argmax", rule="argmax", search=False)
+    result = plan(10, 1.0, 1e-5, space, 100, release=ArgmaxRelease(), rule="argmax", search=False)
     best = max(result.by_k, key=lambda r: r["success_winner"])
     assert sum(r["success_winner"] == best["success_winner"] for r in result.by_k) == 1
     assert result.recommended_k_winner == best["k"]

@@ -1,4 +1,5 @@
-"""The framework-free protocol (dphype.protocol): request, client vote, release, replay."""
+"""The framework-free protocol (dphype.protocol) with the sum release (dphype.modes.SumRelease): request, client
+ballot, release, replay (its math, dphype.privacy.noise.replay_noisy_sums)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,13 @@ import pytest
 
 from dphype.checks import MAX_CLIENTS
 from dphype.config import DPHypeConfig
+from dphype.modes import SumRelease
 from dphype.privacy.accounting import calibrate
+from dphype.privacy.noise import replay_noisy_sums
 from dphype.protocol import (
     VoteRequest,
     check_request,
     make_vote_request,
-    noisy_vote,
-    release,
-    replay_releases,
     score_candidates,
 )
 from dphype.refusal import REFUSAL_CODES, Refusal
@@ -96,52 +96,52 @@ def test_bad_configuration_is_refused_up_front(overrides, message):
 # --------------------------------------------------------------------------------------- client side
 @pytest.fixture
 def drawn_shares(record_returns):
-    """The shares noisy_vote draws, as dphype.privacy.noise.client_noise_share returns them."""
-    import dphype.protocol as protocol
+    """The shares the sum ballot draws, as dphype.privacy.noise.client_noise_share returns them."""
+    import dphype.modes as modes
 
-    return record_returns(protocol, "client_noise_share")
+    return record_returns(modes, "client_noise_share")
 
 
-def test_noisy_vote_is_top_k_plus_the_share_encoded(drawn_shares):
+def test_sum_ballot_is_top_k_plus_the_share_encoded(drawn_shares):
     req = request()
-    vector = noisy_vote(req, LOSSES, maximize=False, clipping_range=ss.CLIPPING_RANGE)
+    vector = SumRelease().ballot(req, LOSSES, maximize=False, clipping_range=ss.CLIPPING_RANGE)
     (share,) = drawn_shares
     assert share.dtype == np.int64 and share.shape == (6,)
     np.testing.assert_array_equal(vector, np.array([0, 1, 0, 1, 0, 1]) + share)
 
 
-def test_noisy_vote_draws_a_fresh_secure_share_every_time(monkeypatch):
+def test_sum_ballot_draws_a_fresh_secure_share_every_time(monkeypatch):
     import dphype.privacy.noise as noise
 
     keys = []
     original = noise.secure_generator
     monkeypatch.setattr(noise, "secure_generator", lambda: keys.append(1) or original())
     req = request(epsilon=0.1)  # share std ~ 50: two equal draws of 6 entries are practically impossible
-    first = noisy_vote(req, LOSSES, maximize=False, clipping_range=ss.CLIPPING_RANGE)
-    second = noisy_vote(req, LOSSES, maximize=False, clipping_range=ss.CLIPPING_RANGE)
+    first = SumRelease().ballot(req, LOSSES, maximize=False, clipping_range=ss.CLIPPING_RANGE)
+    second = SumRelease().ballot(req, LOSSES, maximize=False, clipping_range=ss.CLIPPING_RANGE)
     assert len(keys) == 2 and not np.array_equal(first, second)
 
 
 def test_gaussian_votes_are_on_the_fixed_point_grid(drawn_shares):
     req = request(noise="gaussian")
-    vector = noisy_vote(req, LOSSES, maximize=False, clipping_range=ss.CLIPPING_RANGE)
+    vector = SumRelease().ballot(req, LOSSES, maximize=False, clipping_range=ss.CLIPPING_RANGE)
     np.testing.assert_array_equal(vector, np.rint(vector))
     (share,) = drawn_shares
     np.testing.assert_allclose(vector / ss.GAUSSIAN_SCALE, np.array([0, 1, 0, 1, 0, 1]) + share,
                                atol=0.5 / ss.GAUSSIAN_SCALE)
 
 
-def test_noisy_vote_refuses_values_beyond_the_rounds_range():
+def test_sum_ballot_refuses_values_beyond_the_rounds_range():
     req = request(epsilon=0.1)  # share std ~ 50 against a range of 2: refused, never clipped
     with pytest.raises(ValueError, match="exceed the secure-sum range"):
-        noisy_vote(req, LOSSES, maximize=False, clipping_range=2)
+        SumRelease().ballot(req, LOSSES, maximize=False, clipping_range=2)
 
 
 def test_lexicographic_keys_break_ties_of_the_first_score(drawn_shares):
     # losses tie at 0.2 for candidates 0, 2, 4; the second key (lower is better) picks 4 then 2
     keys = np.array([[0.2, 0.9], [0.7, 0.0], [0.2, 0.5], [0.6, 0.0], [0.2, 0.1], [0.9, 0.0]])
     req = request(k=2, epsilon=200.0)
-    vector = noisy_vote(req, keys, maximize=False, clipping_range=ss.CLIPPING_RANGE)
+    vector = SumRelease().ballot(req, keys, maximize=False, clipping_range=ss.CLIPPING_RANGE)
     (share,) = drawn_shares
     np.testing.assert_array_equal(vector, np.array([0, 0, 1, 0, 1, 0]) + share)
 
@@ -205,20 +205,20 @@ def test_refusal_codes_are_closed():
 def test_release_selects_and_accounts_for_the_survivors():
     req = request(clients=5, dropout=0.2)
     total = np.array([1, 9, 3, 9, 0, 2])
-    result = release(req, total, 4)
+    result = SumRelease().release(req, total, 4)
     assert result.selected_index == 1 and result.selected == CANDS[1]  # tie -> lowest index
     assert result.report.survivors == 4 and result.report.epsilon == pytest.approx(1.0, rel=1e-6)
     assert result.to_dict()["noisy_sum"] == total.tolist()
-    full = release(req, total, 5)
+    full = SumRelease().release(req, total, 5)
     assert full.report.epsilon < 1.0  # five shares carry more than the calibrated noise
     with pytest.raises(ValueError, match=r"survivors must be an integer in \[4, 5\]"):
-        release(req, total, 3)
+        SumRelease().release(req, total, 3)
     with pytest.raises(ValueError, match=r"noisy_sum must have shape \(6,\)"):
-        release(req, total[:5], 5)
+        SumRelease().release(req, total[:5], 5)
 
 
 def test_gaussian_release_is_reported_as_approximate():
-    result = release(request(noise="gaussian"), np.zeros(6), 4)
+    result = SumRelease().release(request(noise="gaussian"), np.zeros(6), 4)
     assert "approximate" in result.report.released and result.report.accountant == "analytic"
 
 
@@ -229,29 +229,29 @@ def test_replay_in_one_draw_has_the_distribution_of_the_summed_shares(noise: str
 
     sigma, clients, dropout = 6.0, 25, 0.2
     common = dict(sigma=sigma, clients=clients, dropout=dropout, noise=noise, repetitions=4000)
-    literal = replay_releases(np.zeros(5), per_client=True, rng=np.random.default_rng(0), **common).ravel()
-    total = replay_releases(np.zeros(5), rng=np.random.default_rng(1), **common).ravel()
+    literal = replay_noisy_sums(np.zeros(5), per_client=True, rng=np.random.default_rng(0), **common).ravel()
+    total = replay_noisy_sums(np.zeros(5), rng=np.random.default_rng(1), **common).ravel()
     expected_var = sigma**2 / (1 - dropout)  # all n clients present: n * sigma^2 / ((1 - xi) n)
     for sample in (literal, total):
         assert abs(sample.mean()) < 4 * np.sqrt(expected_var / sample.size)
         assert sample.var() == pytest.approx(expected_var, rel=0.05)
     assert ks_2samp(literal, total).pvalue > 1e-3
-    survivors = replay_releases(np.zeros(5), survivors=20, rng=np.random.default_rng(2), **common)
+    survivors = replay_noisy_sums(np.zeros(5), survivors=20, rng=np.random.default_rng(2), **common)
     assert survivors.var() == pytest.approx(sigma**2, rel=0.05)  # (1 - xi) n survivors carry sigma^2
 
 
 def test_replay_without_noise_returns_the_votes():
     votes = np.array([3, 7, 7, 1])
-    clean = replay_releases(votes, sigma=0.0, clients=10, repetitions=3, rng=np.random.default_rng(0))
+    clean = replay_noisy_sums(votes, sigma=0.0, clients=10, repetitions=3, rng=np.random.default_rng(0))
     assert clean.shape == (3, 4) and np.all(clean == votes)
 
 
 def test_release_runs_the_configured_rule_and_states_its_confidence():
     votes = np.array([0, 40, 5, 38, 0, 36])  # the lr=0.01 / 0.1 rows hold the votes
-    structured = release(request(clients=50), votes, 50)
+    structured = SumRelease().release(request(clients=50), votes, 50)
     assert structured.selection.requested == "gp" and structured.to_dict()["confidence"]["rule"] in ("gp", "argmax")
     assert 0 <= structured.selection.p_top <= 1 and structured.selection.margin >= 0
-    plain = release(request(clients=50, rule="argmax"), votes, 50)
+    plain = SumRelease().release(request(clients=50, rule="argmax"), votes, 50)
     assert plain.selection.rule == "argmax" and plain.selected_index == 1
 
 
@@ -259,6 +259,6 @@ def test_add_remove_neighbours_need_less_noise_and_are_reported():
     replace = request(clients=10)
     add_remove = request(clients=10, neighbouring="add-remove")
     assert add_remove.sigma < replace.sigma
-    result = release(add_remove, np.zeros(6), 10)
+    result = SumRelease().release(add_remove, np.zeros(6), 10)
     assert result.report.neighbouring == "add-remove" and result.report.epsilon == pytest.approx(1.0, rel=1e-6)
     assert VoteRequest.from_record(add_remove.to_record()) == add_remove

@@ -30,7 +30,8 @@ def refusal(check, *args) -> str:
 @pytest.mark.parametrize("noise", ["skellam", "gaussian"])
 def test_announced_epsilon_against_the_one_sigma_gives(noise):
     sigma = calibrate(1.0, 1e-5, 5, noise=noise).sigma
-    promised = release_epsilon(make_request(noise=noise).release, 1e-5)  # what sigma gives, recomputed
+    request = make_request(noise=noise)
+    promised = release_epsilon(request.mode.accounting(request), 1e-5)  # what sigma gives, recomputed
     check_request(make_request(epsilon=promised / INSIDE, noise=noise, sigma=sigma))
     for factor in OUTSIDE:
         request = make_request(epsilon=promised / factor, noise=noise, sigma=sigma)

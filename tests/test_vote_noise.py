@@ -1,6 +1,6 @@
-"""The noise in what a client actually sends, through the real vote path (:func:`dphype.protocol.noisy_vote`, and the
-client handler under :class:`dphype.flower.local.LocalGrid`), against the exact law of a share (DP-Hype Appendix A:
-variance ``sigma^2 / ((1 - xi) n)``; Skellam shares ``Pois(mu) - Pois(mu)``, Agarwal, Kairouz & Liu 2021).
+"""The noise in what a client actually sends, through the real vote path (:meth:`dphype.modes.SumRelease.ballot`,
+and the client handler under :class:`dphype.flower.local.LocalGrid`), against the exact law of a share (DP-Hype
+Appendix A: variance ``sigma^2 / ((1 - xi) n)``; Skellam shares ``Pois(mu) - Pois(mu)``, Agarwal, Kairouz & Liu 2021).
 
 Each test draws tens of thousands of entries, so a share whose std is off by 10% (variance off by about 20%) lies
 many standard errors outside the tolerance, while a correct share lies inside it except with probability far
@@ -23,7 +23,7 @@ from test_flower import TableTask
 from dphype.config import DPHypeConfig
 from dphype.flower import DPHype, register_dphype
 from dphype.flower.local import LocalGrid
-from dphype.protocol import make_vote_request, noisy_vote
+from dphype.protocol import make_vote_request
 from dphype.secure import secure_sum as ss
 from dphype.selection.candidates import candidate_grid
 
@@ -58,20 +58,20 @@ def check_law(noise: str, samples: np.ndarray, variance: float, variance_rtol: f
     assert stat < chi2.isf(LEVEL, int(keep.sum()))
 
 
-# ------------------------------------------------------------------------------------ protocol.noisy_vote
+# ----------------------------------------------------------------------------------- SumRelease.ballot
 P = 400
 CANDS = candidate_grid(a=list(range(P)))
 SCORES = np.arange(P, dtype=np.float64)  # maximize: the top 3 are the last three candidates
 
 
 @pytest.mark.parametrize("noise", ["skellam", "gaussian"])
-def test_noisy_vote_adds_a_share_of_variance_sigma2_over_1_minus_xi_n(noise):
+def test_sum_ballot_adds_a_share_of_variance_sigma2_over_1_minus_xi_n(noise):
     clients, dropout = 10, 0.3
     request = make_vote_request(DPHypeConfig(epsilon=1.0, delta=1e-5, k=3, clients=clients, dropout=dropout,
                                              noise=noise), CANDS)
     votes = np.zeros(P)
     votes[-3:] = 1
-    sent = np.stack([noisy_vote(request, SCORES, maximize=True, clipping_range=ss.CLIPPING_RANGE)
+    sent = np.stack([request.mode.ballot(request, SCORES, maximize=True, clipping_range=ss.CLIPPING_RANGE)
                      for _ in range(250)])
     shares = decoded(sent, noise) - votes  # 100,000 entries: relative std error of the variance ~0.5%
     variance = request.sigma**2 / ((1 - dropout) * clients)

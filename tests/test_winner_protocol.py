@@ -8,17 +8,19 @@ from scipy.stats import chi2
 
 from dphype.config import DPHypeConfig
 from dphype.flower.training import RunAccountant
+from dphype.modes import ArgmaxRelease, SumRelease, release_mode, release_modes
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy, check_vote_request
 from dphype.privacy.accounting import RDP_ORDERS, rdp_epsilon
-from dphype.privacy.winner import WINNER_NOISE, discrete_laplace_pmf, noise_parameter, winner_probabilities, winner_rdp
-from dphype.protocol import (
-    VoteRequest,
-    make_vote_request,
-    release_winner,
+from dphype.privacy.winner import (
+    WINNER_NOISE,
+    discrete_laplace_pmf,
+    noise_parameter,
     replay_winners,
-    winner_vote,
+    winner_probabilities,
+    winner_rdp,
 )
+from dphype.protocol import VoteRequest, make_vote_request
 from dphype.refusal import Refusal
 from dphype.secure.relay import open_sealed
 from dphype.secure.tally import Tally, field_modulus, open_shares, share_context
@@ -72,7 +74,7 @@ def test_what_clients_send_sums_to_discrete_laplace_noise_and_a_scale_error_fail
     for _ in range(rounds):
         total = {j: np.zeros(p, dtype=object) for j in range(3)}  # each tally's summed shares
         for _ in range(clients):  # any m = 4 of 4 clients carry the noise
-            for j, sealed in enumerate(winner_vote(req, scores, maximize=True)):
+            for j, sealed in enumerate(req.mode.ballot(req, scores, maximize=True)):
                 plain = open_sealed(tallies[j].keys, sealed, context=share_context(req.digest(), j))
                 total[j] = total[j] + np.frombuffer(plain, dtype=np.uint64).astype(object)
         counts = open_shares({j: [int(v) % q for v in total[j]] for j in (0, 2)}, q)  # two tallies colluding
@@ -128,10 +130,10 @@ def test_ledger_records_pure_epsilon_and_composes_it(tallies, tmp_path):
 def test_release_winner_reports_pure_epsilon_and_the_run_accountant_composes_it(tallies):
     req = argmax_request(tallies, dropout=0.2)
     with pytest.raises(ValueError, match=r"survivors must be an integer in \[8, 10\]"):
-        release_winner(req, 3, survivors=7)
+        ArgmaxRelease().release(req, 3, survivors=7)
     with pytest.raises(ValueError, match=r"index must be in \[0, 9\]"):
-        release_winner(req, 10, survivors=9)
-    result = release_winner(req, 3, survivors=9)
+        ArgmaxRelease().release(req, 10, survivors=9)
+    result = ArgmaxRelease().release(req, 3, survivors=9)
     assert result.selected == req.candidates[3]
     report = result.report
     assert (report.epsilon, report.delta, report.noise) == (1.0, 1e-5, WINNER_NOISE)
@@ -154,7 +156,7 @@ def test_planner_predicts_both_modes_on_the_same_votes_and_recommends_one():
     from dphype.selection.planner import plan
 
     result = plan(20, 1.0, 1e-5, None, 100, consensus="moderate", rule="argmax", ks=[2, 5, 15], repetitions=100,
-                  search=False, release="argmax")
+                  search=False, release=ArgmaxRelease(), releases=release_modes())
     rows = {r["k"]: r for r in result.by_k}
     # the winner release's noise does not grow with k: at k = 15 it wins by far (std 2.8 vs 22 for the sum)
     assert rows[15]["success_winner"] > rows[15]["success"] + 0.4
@@ -162,7 +164,7 @@ def test_planner_predicts_both_modes_on_the_same_votes_and_recommends_one():
     assert result.k == result.recommended_k_winner and result.success == rows[result.k]["success_winner"]
     assert result.sigma == pytest.approx(math.sqrt(2 * math.exp(-0.5)) / (1 - math.exp(-0.5)))
     summed = plan(20, 1.0, 1e-5, None, 100, consensus="moderate", rule="argmax", ks=[2, 5, 15], repetitions=100,
-                  search=False)
+                  search=False, release=SumRelease())
     assert summed.release == "sum" and summed.success == {r["k"]: r for r in summed.by_k}[summed.k]["success"]
     with pytest.raises(ValueError, match="release must be one of sum, argmax"):
-        plan(20, 1.0, 1e-5, None, 100, ks=[2], repetitions=10, search=False, release="vector")
+        plan(20, 1.0, 1e-5, None, 100, ks=[2], repetitions=10, search=False, release=release_mode("vector"))

@@ -39,6 +39,7 @@ from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 
 from dphype.flower import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES, register_dphype, selected_candidate
 from dphype.flower.tally import TALLY_KEYS_ENV
+from dphype.modes import RELEASE_MODES, Aggregator
 from dphype.node.policy import run_ledger_path
 from dphype.secure.tally import COMMITTEE_SIZE
 
@@ -88,12 +89,14 @@ def simulated_role(context: Context, clients: int, tallies: int, keys: str | os.
 
 
 def simulated_roles(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
-    """The bundled app's mod for :func:`simulated_role`: only a run config that states ``release = "argmax"``
-    and ``clients`` (as ``flwr run`` and ``dphype demo`` give it) assigns roles, with the keys in
-    :data:`dphype.flower.tally.TALLY_KEYS_ENV`'s folder, or in this run's folder beside the simulated ledgers
-    (:func:`dphype.node.policy.run_ledger_path`); every node in sum mode keeps its node config."""
+    """The bundled app's mod for :func:`simulated_role`: only a run config that states a release whose aggregator is
+    the tally committee (``release = "argmax"``) and ``clients`` (as ``flwr run`` and ``dphype demo`` give it)
+    assigns roles, with the keys in :data:`dphype.flower.tally.TALLY_KEYS_ENV`'s folder, or in this run's folder
+    beside the simulated ledgers (:func:`dphype.node.policy.run_ledger_path`); every node of another release keeps
+    its node config."""
     run = context.run_config
-    if run.get("release") == "argmax" and "clients" in run:
+    mode = RELEASE_MODES.get(str(run.get("release")))
+    if mode is not None and mode.aggregator is Aggregator.COMMITTEE and "clients" in run:
         simulated_role(context, int(cast(int, run["clients"])), int(cast(int, run.get("tallies", COMMITTEE_SIZE))),
                        os.environ.get(TALLY_KEYS_ENV) or run_ledger_path(context.run_id).parent)
     return call_next(msg, context)

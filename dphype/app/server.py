@@ -33,6 +33,7 @@ from dphype.app.config import AppConfig
 from dphype.flower import ClientGrid, DPHype, check_private_training, discover_committee, private_training, train_config
 from dphype.ml.models import MODEL_FOR_DATASET
 from dphype.ml.task import TorchTask, load_cached
+from dphype.modes import Aggregator
 from dphype.strict_json import jsonable
 
 #: Prefix of the log line that carries the run summary as JSON.
@@ -47,7 +48,7 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
     tallies: tuple[bytes, ...] = ()
     tally_nodes: tuple[int, ...] = ()
     voters = grid
-    if cfg.dphype.release == "argmax":  # the committee's keys from its nodes (hello only; no client works)
+    if cfg.dphype.mode.aggregator is Aggregator.COMMITTEE:  # the committee's keys from its nodes (hello only)
         tallies, tally_nodes = discover_committee(grid, cfg.dphype.clients, cfg.tallies,
                                                   connect_timeout=cfg.connect_timeout, timeout=cfg.round_timeout)
         voters = ClientGrid(grid, tally_nodes)  # FedAvg samples, trains and evaluates the voters only

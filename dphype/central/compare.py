@@ -13,8 +13,9 @@ The methods compared:
 
 * DP-Hype (federated, no trusted party): the protocol's request, and every client's request check,
   scores and top-k votes (`dphype.protocol`); the noise is a seeded replay, one share per client
-  drawn from the method's generator and summed with the votes (`dphype.protocol.replay_releases`,
-  the law of the clients' secure shares; no encoding and no SecAgg+ run here), then the server's
+  drawn from the method's generator and summed with the votes (the release mode's
+  `dphype.modes.ReleaseMode.replay`, the law of the clients' secure shares; no encoding and no SecAgg+ run here),
+  then the server's
   release (the configured selection rule and the privacy report);
 * DP-BO (Kusner et al. Alg. 1; central, trusted curator): GP-UCB on the central validation
   accuracies, the index released by the exponential mechanism with the whole budget; the
@@ -109,9 +110,9 @@ def dphype_select(
 
     The request of `dphype.protocol.make_vote_request`, every client's `check_request`,
     `score_candidates` and top-k votes, one noise share per client drawn from ``rng`` and summed
-    (`dphype.protocol.replay_releases` with ``per_client=True``: a seeded replay of what SecAgg+
-    would release; the client path draws its shares from the secure generator, and the Flower SecAgg+
-    transport is exercised elsewhere), and the server's `dphype.protocol.release`.
+    (the mode's `dphype.modes.ReleaseMode.replay` with ``per_client=True``: a seeded replay of what the
+    aggregator would open; the client path draws its shares from the secure generator, and the Flower
+    transport is exercised elsewhere), and the server's `dphype.modes.ReleaseMode.release`.
 
     Args:
         client_scores: ``(clients, candidates[, keys])`` local scores.
@@ -122,18 +123,18 @@ def dphype_select(
     Returns:
         ``(index, privacy report)``: the selected index and the report as a dict.
     """
-    from dphype.protocol import check_request, make_vote_request, release, replay_releases, score_candidates
+    from dphype.protocol import check_request, make_vote_request, score_candidates
     from dphype.selection.voting import top_k_votes
 
     request = make_vote_request(config, candidates)
+    mode = request.mode
     votes = np.zeros(len(candidates))
     for scores in client_scores:
         check_request(request, local_candidates=candidates)
         votes += top_k_votes(score_candidates(FixedScoresTask(scores), candidates), config.k, maximize=True)
     n = len(client_scores)
-    (noisy,) = replay_releases(votes, sigma=request.sigma, clients=config.clients, repetitions=1, rng=rng,
-                               dropout=config.dropout, noise=config.noise, survivors=n, per_client=True)
-    result = release(request, noisy, n)
+    (opened,) = mode.replay(request, votes, repetitions=1, rng=rng, survivors=n, per_client=True)
+    result = mode.release(request, opened, n)
     return result.selected_index, result.report.to_dict()
 
 

@@ -69,7 +69,9 @@ def add_selection_arguments(parser: argparse.ArgumentParser, *, release: str = "
                              "(the paper's); both are post-processing")
     parser.add_argument("--min-success", type=float, default=None,
                         help="refuse to run when the planner's predicted chance of a good pick is below this")
-    parser.add_argument("--release", choices=("sum", "argmax"), default=release,
+    from dphype.modes import RELEASE_MODES
+
+    parser.add_argument("--release", choices=tuple(RELEASE_MODES), default=release,
                         help="release mode: sum (the noisy vote sum over SecAgg+) or argmax (only the winner's "
                              f"index from a secure argmax among 3 tallies; pure epsilon); default {release}")
 

@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from dphype.flower import DPHype
     from dphype.flower.local import node_config_string
     from dphype.flower.tally import TALLY_KEYS_ENV
+    from dphype.modes import Aggregator
     from dphype.node.ledger import admitting_policy
     from dphype.node.policy import POLICY_ENV
     from dphype.selection.candidates import load_candidates
@@ -61,7 +62,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     config = privacy_config(args, len(candidates))
     with tempfile.TemporaryDirectory(prefix="dphype-demo-") as folder:
         # argmax mode: the demo's user operates the 3 simulated tally nodes too, so it makes their keys here
-        tallies = make_tally_keys(Path(folder) / "tallies") if config.release == "argmax" else ()
+        committee = config.mode.aggregator is Aggregator.COMMITTEE
+        tallies = make_tally_keys(Path(folder) / "tallies") if committee else ()
         # the server's own checks (calibration, secure-sum range, committee, the planner), before Flower starts
         selection = DPHype(candidates, config, tallies=tallies)
         env = {POLICY_ENV: node_config_string(admitting_policy(selection.request))}
@@ -84,6 +86,7 @@ def _run(args: argparse.Namespace, selection: Any, env: dict[str, str], folder: 
     from dphype.checks import check_int, check_positive
     from dphype.config import RUN_CONFIG_KEYS
     from dphype.flower.local import LocalSuperLink, is_flower_app
+    from dphype.modes import Aggregator
     from dphype.secure.tally import COMMITTEE_SIZE
 
     config = selection.config
@@ -105,7 +108,7 @@ def _run(args: argparse.Namespace, selection: Any, env: dict[str, str], folder: 
     }
     app = args.app if args.app is not None else bundled_app(folder / "app", run_config)
     start = time.perf_counter()
-    supernodes = config.clients + (COMMITTEE_SIZE if config.release == "argmax" else 0)
+    supernodes = config.clients + (COMMITTEE_SIZE if config.mode.aggregator is Aggregator.COMMITTEE else 0)
     with LocalSuperLink(env=env) as superlink:
         # with --json, Flower's log goes to stderr so that stdout ends with the JSON line
         code = superlink.run(app, run_config=run_config, supernodes=supernodes,

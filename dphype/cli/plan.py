@@ -1,9 +1,10 @@
 """``dphype plan``: predict a DP-Hype run before any data is touched (:mod:`dphype.selection.planner`).
 
 Prints the predicted chance of selecting a good candidate for a range of k (simulation under a stated
-consensus scenario, and Theorem IV.1's bound for the argmax) in both release modes (the noisy sum and the
-winner only), the recommended k of each and the recommended mode, and the smallest epsilon and number of
-clients reaching ``--target`` in the mode of ``--release``. ``--min-success P`` makes it fail (exit status 2) below P.
+consensus scenario, and Theorem IV.1's bound for the argmax) for both kinds of release (the noisy sum and the
+winner only), the recommended k of each and the recommended mode among :data:`dphype.modes.RELEASE_MODES`, and
+the smallest epsilon and number of clients reaching ``--target`` in the mode of ``--release``. ``--min-success P``
+makes it fail (exit status 2) below P.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Plan and report; bad input raises ``ValueError`` (exit status 2 via ``dphype.cli``)."""
     from dphype.checks import check_probability
+    from dphype.modes import release_mode, release_modes
     from dphype.selection.candidates import load_candidates
     from dphype.selection.planner import plan, read_consensus, warnings
 
@@ -48,6 +50,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result = plan(args.clients, args.epsilon, args.delta, candidates.feature_space(), len(candidates), k=args.k,
                   dropout=args.dropout, consensus=consensus, num_good=args.good, target=args.target, rule=args.rule,
                   noise=args.noise, accountant=args.accountant, neighbouring=args.neighbouring,
-                  repetitions=args.repetitions, seed=args.seed, release=args.release)
+                  repetitions=args.repetitions, seed=args.seed, release=release_mode(args.release),
+                  releases=release_modes())
     warnings(result, args.min_success)
     return result.to_dict()

@@ -49,6 +49,7 @@ from dphype.flower.wire import (
     TALLY_RESULT,
     TALLY_STATE,
 )
+from dphype.modes import Aggregator
 from dphype.protocol import VoteRequest
 from dphype.secure.relay import KeyPair
 from dphype.secure.tally import Tally, TallyError, party_answer, party_command, send_job
@@ -141,7 +142,7 @@ class _TallyNode:
             return {"index": self.index, "public": self.keys.public}
         if stage == TALLY_COLLECT:
             request = VoteRequest.from_record(record)
-            if request.config.release != "argmax" or self.keys.public not in request.tallies \
+            if request.mode.aggregator is not Aggregator.COMMITTEE or self.keys.public not in request.tallies \
                     or request.tallies.index(self.keys.public) != self.index:
                 raise TallyError(f"tally {self.index} is not tally {self.index} of this request's committee")
             tally = Tally(self.index, self.keys, served=self.saved["served"])

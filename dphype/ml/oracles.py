@@ -1049,7 +1049,7 @@ def dphype_vote_problem(
 
     Privacy: `vote_privacy_oracle`. Utility: the test accuracy of the argmax of
     ``sum_i top_k_votes(scores_i) + sum_i noise_share_i``, replayed by
-    `dphype.protocol.replay_releases` (the clients' own vote and noise functions), averaged over
+    `dphype.privacy.noise.replay_noisy_sums` (the clients' own vote and noise functions), averaged over
     ``runs`` noise draws; ``test_accuracy[j]`` is the
     accuracy a model trained with candidate ``j`` reaches (e.g. from ``dphype compare``'s inputs).
 
@@ -1070,7 +1070,7 @@ def dphype_vote_problem(
     Raises:
         ValueError: ``client_scores`` has the wrong shape or fewer than 2 clients.
     """
-    from dphype.protocol import replay_releases
+    from dphype.privacy.noise import replay_noisy_sums
     from dphype.selection.voting import top_k_votes
 
     scores = np.asarray(client_scores, dtype=np.float64)
@@ -1086,7 +1086,7 @@ def dphype_vote_problem(
     def utility(config: Config, rng: np.random.Generator) -> UtilityResult:
         k, sigma = int(config["k"]), float(config["sigma"])
         votes = np.sum([top_k_votes(row, k) for row in scores], axis=0)
-        noisy = replay_releases(votes, sigma=sigma, clients=n, repetitions=runs, rng=rng, noise=noise)
+        noisy = replay_noisy_sums(votes, sigma=sigma, clients=n, repetitions=runs, rng=rng, noise=noise)
         picks = np.argmax(noisy, axis=1)  # the server's argmax (dphype.selection.rules.select) on every release
         return UtilityResult.from_runs(np.nan_to_num(acc[picks], nan=0.0))
 

@@ -100,13 +100,10 @@ from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
-from dphype.checks import NEIGHBOURING, resolve_accountant
-from dphype.privacy.accounting import mechanism_epsilon, vote_sensitivity
-from dphype.privacy.noise import client_noise_std, min_survivors
-from dphype.privacy.winner import THRESHOLD_SHIFT, WINNER_NOISE, noise_parameter
+from dphype.checks import NEIGHBOURING
+from dphype.privacy.noise import min_survivors
 from dphype.protocol import EPSILON_RTOL, VoteRequest, check_request
 from dphype.refusal import Refusal
-from dphype.secure.tally import check_committee
 from dphype.selection.candidates import CandidateList, load_candidates
 
 #: Node-config keys (``flower-supernode --node-config "dphype-max-epsilon=1 ..."``): default and meaning.
@@ -295,40 +292,44 @@ class VoteGuarantee:
 
 def check_vote_request(request: VoteRequest, policy: NodePolicy) -> VoteGuarantee:
     """Refuse (:class:`~dphype.refusal.Refusal`) a request that is not what it claims or that this node's
-    policy does not allow; else return the guarantee of the noise it asks for (item 2 of the threat model).
+    policy does not allow; else return the guarantee of the noise it asks for (items 2 and 10 of the threat model).
 
     First :func:`dphype.protocol.check_request` with the node's own candidate copy (``candidate_mismatch``,
-    ``noise_too_small``). Then the announced delta and epsilon against the node's limits (``policy_delta``,
+    ``noise_too_small``), and the tally committee against the tallies this node knows when the request's mode
+    sends to one (``tally_committee``). Then the announced delta, and the announced epsilon where the mode has one
+    to hold (:meth:`dphype.modes.ReleaseMode.announced_epsilon`), against the node's limits (``policy_delta``,
     ``policy_epsilon``); ``n`` and the fewest contributors ``ceil((1 - xi) n)`` against ``min_clients``
-    (``policy_clients``); and the epsilon of the worst-case noise, ``ceil((1 - xi) n)`` shares of variance
-    ``sigma^2 / ((1 - xi) n)`` (Appendix A), at the node's own delta, accountant and neighbouring relation
+    (``policy_clients``); and the epsilon of the worst-case noise, the fewest contributors' shares, recomputed at
+    the node's own delta, accountant and neighbouring relation (:meth:`dphype.modes.ReleaseMode.node_cost`:
+    Appendix A's shares of variance ``sigma^2 / ((1 - xi) n)`` for the sum, pure epsilon for the winner)
     (``policy_epsilon``). Details carry only numbers derived from the request, never the node's limits.
     """
     check_request(request, local_candidates=policy.own_candidates())
-    if request.config.release == "argmax":
-        return _check_winner_request(request, policy)
-    cfg = request.config
+    mode, cfg = request.mode, request.config
+    try:
+        mode.aggregator.check_tallies(request.tallies, known=policy.known_tallies())
+    except ValueError as err:
+        raise Refusal("tally_committee", str(err)) from None
     if cfg.delta > policy.max_delta:
         raise Refusal("policy_delta", f"announced delta {cfg.delta:.3g} is above this node's limit",
                       local=f"announced delta {cfg.delta:.3g} > dphype-max-delta={policy.max_delta:.3g}")
-    if cfg.epsilon > policy.max_epsilon * (1 + EPSILON_RTOL):
-        raise Refusal("policy_epsilon", f"announced epsilon {cfg.epsilon:.6g} is above this node's limit",
-                      local=f"announced epsilon {cfg.epsilon:.6g} > dphype-max-epsilon={policy.max_epsilon:.6g}")
+    announced = mode.announced_epsilon(request)
+    if announced is not None and announced > policy.max_epsilon * (1 + EPSILON_RTOL):
+        raise Refusal("policy_epsilon", f"announced epsilon {announced:.6g} is above this node's limit",
+                      local=f"announced epsilon {announced:.6g} > dphype-max-epsilon={policy.max_epsilon:.6g}")
     survivors = min_survivors(cfg.clients, cfg.dropout)
     if survivors < policy.min_clients:
         raise Refusal("policy_clients", f"{cfg.clients} clients with dropout {cfg.dropout:g} leave {survivors} "
                       "contributors, fewer than this node requires",
                       local=f"{survivors} contributors < dphype-min-clients={policy.min_clients}")
-    total_std = client_noise_std(request.sigma, cfg.clients, cfg.dropout) * math.sqrt(survivors)
-    accountant = resolve_accountant(None if policy.accountant == "auto" else policy.accountant, cfg.noise)
-    l2, l1 = vote_sensitivity(cfg.k, policy.neighbouring)
-    eps = mechanism_epsilon(l2, l1, total_std, cfg.noise, policy.max_delta, accountant)
+    cost = mode.node_cost(request, survivors=survivors, delta=policy.max_delta, accountant=policy.accountant,
+                          neighbouring=policy.neighbouring)
+    eps = cost.epsilon
     if eps > policy.max_epsilon * (1 + EPSILON_RTOL):
-        raise Refusal("policy_epsilon", f"the requested noise gives epsilon {eps:.3g} at this node's delta "
-                      f"({policy.neighbouring}), above this node's limit",
-                      local=f"epsilon {eps:.4g} at dphype-max-delta={policy.max_delta:.3g} ({accountant} accountant, "
-                      f"{survivors} contributors) > dphype-max-epsilon={policy.max_epsilon:.6g}")
-    return VoteGuarantee(noise=cfg.noise, k=cfg.k, total_std=total_std, survivors=survivors, epsilon=eps,
+        raise Refusal("policy_epsilon", f"{cost.claim} ({policy.neighbouring}), above this node's limit",
+                      local=f"epsilon {eps:.4g} at dphype-max-delta={policy.max_delta:.3g} ({cost.accountant} "
+                      f"accountant, {survivors} contributors) > dphype-max-epsilon={policy.max_epsilon:.6g}")
+    return VoteGuarantee(noise=cost.noise, k=cfg.k, total_std=cost.total_std, survivors=survivors, epsilon=eps,
                          delta=policy.max_delta, neighbouring=policy.neighbouring)
 
 
@@ -356,25 +357,3 @@ REMEDIES: dict[str, str] = {
     "client_error": "an unexpected error on the node: its traceback is in the node's log",
     "noise_too_small": "the server must calibrate sigma for the announced (epsilon, delta)",
 }
-def _check_winner_request(request: VoteRequest, policy: NodePolicy) -> VoteGuarantee:
-    """Item 8 of the threat model: the argmax-mode twin of :func:`check_vote_request`'s limits. The noise
-    parameter ``t`` follows from the announced epsilon and relation; under this node's relation it is pure
-    ``epsilon_node = -shift log t`` (:data:`dphype.privacy.winner.THRESHOLD_SHIFT`). ``total_std`` is the noise
-    std of the fewest contributors, ``delta`` the node's (the release itself has delta 0)."""
-    cfg = request.config
-    try:
-        check_committee(request.tallies, known=policy.known_tallies())
-    except ValueError as err:
-        raise Refusal("tally_committee", str(err)) from None
-    if cfg.delta > policy.max_delta:
-        raise Refusal("policy_delta", f"announced delta {cfg.delta:.3g} is above this node's limit")
-    survivors = min_survivors(cfg.clients, cfg.dropout)
-    if survivors < policy.min_clients:
-        raise Refusal("policy_clients", f"{cfg.clients} clients with dropout {cfg.dropout:g} leave {survivors} "
-                      "contributors, fewer than this node requires")
-    eps = -THRESHOLD_SHIFT[policy.neighbouring] * math.log(noise_parameter(cfg.epsilon, cfg.neighbouring))
-    if eps > policy.max_epsilon * (1 + EPSILON_RTOL):
-        raise Refusal("policy_epsilon", f"the requested winner release gives pure epsilon {eps:.3g} "
-                      f"({policy.neighbouring}), above this node's limit")
-    return VoteGuarantee(noise=WINNER_NOISE, k=cfg.k, total_std=request.sigma, survivors=survivors, epsilon=eps,
-                         delta=policy.max_delta, neighbouring=policy.neighbouring)

@@ -14,7 +14,8 @@ Where the randomness comes from. A client's share must be unpredictable to the s
 (`client_noise_share`) draws it from `secure_generator`: numpy's ``Generator`` over randomgen's
 ChaCha20 keyed with 256 fresh bits from the operating system (``os.urandom``), a new key for every share.
 `client_noise_share` takes no generator argument at all, so no caller can hand it a seeded one;
-`noise_share` and `summed_noise` take an explicit ``rng`` for benchmarks, replays and audits.
+`noise_share` and `summed_noise` take an explicit ``rng`` for benchmarks, replays and audits;
+`replay_noisy_sums` replays whole releases with them.
 """
 
 from __future__ import annotations
@@ -28,7 +29,15 @@ from typing import Any
 import numpy as np
 from randomgen import ChaCha
 
-from dphype.checks import check_clients, check_dropout, check_int, check_noise, check_positive, check_sigma
+from dphype.checks import (
+    DEFAULT_NOISE,
+    check_clients,
+    check_dropout,
+    check_int,
+    check_noise,
+    check_positive,
+    check_sigma,
+)
 
 #: (1 - xi) n within this distance of an integer is treated as that integer (float representation of xi);
 #: the effect on the total variance is below 1e-9 relative.
@@ -226,6 +235,54 @@ def summed_noise(
     kind = check_noise(kind)
     variance = client_noise_variance(sigma, clients, dropout)
     return _draw(size, check_survivors(survivors, clients) * variance, kind, rng)
+
+
+def replay_noisy_sums(
+    vote_sum: np.ndarray,
+    *,
+    sigma: float,
+    clients: int,
+    repetitions: int,
+    rng: np.random.Generator,
+    dropout: float = 0.0,
+    noise: str = DEFAULT_NOISE,
+    survivors: int | None = None,
+    per_client: bool = False,
+) -> np.ndarray:
+    """Independent noisy sums of ``vote_sum`` as the server would receive them.
+
+    The replay of the sum release (`dphype.modes.SumRelease`) for benchmarks, the DPareto oracle and the planner.
+    ``survivors`` clients each add a share of variance ``sigma^2 / ((1 - xi) n)``: with ``per_client=True``
+    literally, one `noise_share` each, summed; otherwise their sum in one `summed_noise` draw, which has the same
+    distribution (sums of Gaussians are Gaussian, of Skellams Skellam).
+
+    Args:
+        vote_sum: The noiseless sum of the contributing clients' votes, ``(p,)``, or one row per repetition,
+            ``(repetitions, p)``.
+        sigma: The total noise standard deviation; ``0`` (no noise) returns the votes.
+        clients: The number of clients ``n``.
+        repetitions: How many sums to draw.
+        rng: The generator to draw from.
+        dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
+        noise: ``"gaussian"`` or ``"skellam"`` (default: the configuration's, `dphype.checks.DEFAULT_NOISE`).
+        survivors: The number of clients whose shares are summed (default: all ``clients``).
+        per_client: Draw one share per client and sum them, rather than their sum in one draw.
+
+    Returns:
+        The noisy sums, float64 ``(repetitions, p)``.
+    """
+    votes = np.asarray(vote_sum, dtype=np.float64)
+    shape = (int(repetitions), votes.shape[-1])
+    out = np.broadcast_to(votes, shape).astype(np.float64, copy=True)
+    if sigma == 0:
+        return out
+    m = clients if survivors is None else survivors
+    if per_client:
+        for _ in range(m):
+            out += noise_share(shape, sigma=sigma, clients=clients, dropout=dropout, kind=noise, rng=rng)
+    else:
+        out += summed_noise(shape, sigma=sigma, clients=clients, dropout=dropout, survivors=m, kind=noise, rng=rng)
+    return out
 
 
 @dataclass(frozen=True)

@@ -253,6 +253,53 @@ def report_noisy_max(noisy_counts: Any) -> np.ndarray:
     return np.argmax(np.asarray(noisy_counts), axis=-1)
 
 
+def replay_winners(
+    vote_sum: np.ndarray,
+    *,
+    epsilon: float,
+    neighbouring: str,
+    clients: int,
+    repetitions: int,
+    rng: np.random.Generator,
+    dropout: float = 0.0,
+    survivors: int | None = None,
+    per_client: bool = False,
+) -> np.ndarray:
+    """Independent winner releases for the noiseless vote counts ``vote_sum``.
+
+    The counts plus the discrete Laplace shares of ``survivors`` clients, report-noisy-max with lowest-index ties,
+    as the tallies compute it: the replay of `dphype.modes.ArgmaxRelease` for benchmarks and the planner. The
+    shares are drawn in one `summed_winner_noise` draw, or with ``per_client=True`` literally, one `winner_share`
+    per client (the same law).
+
+    Args:
+        vote_sum: The noiseless vote counts, ``(p,)``, or one row per repetition, ``(repetitions, p)``.
+        epsilon: The release's pure epsilon.
+        neighbouring: The neighbouring relation, ``"replace-one"`` or ``"add-remove"``.
+        clients: The number of clients ``n``.
+        repetitions: How many releases to draw.
+        rng: The generator to draw from.
+        dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
+        survivors: The number of clients whose shares are summed (default: all ``clients``).
+        per_client: Draw one share per client and sum them, rather than their sum in one draw.
+
+    Returns:
+        The released indices, int64 ``(repetitions,)``.
+    """
+    votes = np.asarray(vote_sum)
+    shape = (int(repetitions), votes.shape[-1])
+    m = clients if survivors is None else survivors
+    if per_client:
+        noise = np.zeros(shape, dtype=np.int64)
+        for _ in range(check_survivors(m, check_clients(clients))):
+            noise += winner_share(shape, epsilon=epsilon, neighbouring=neighbouring, clients=clients, dropout=dropout,
+                                  rng=rng)
+    else:
+        noise = summed_winner_noise(shape, epsilon=epsilon, neighbouring=neighbouring, clients=clients,
+                                    dropout=dropout, survivors=m, rng=rng)
+    return report_noisy_max(np.rint(votes).astype(np.int64) + noise).astype(np.int64)
+
+
 def winner_probabilities(counts: Any, epsilon: float, neighbouring: str = "replace-one") -> np.ndarray:
     """Exact ``P(released index = i)`` for integer ``counts`` (independent of the sampler).
 

@@ -14,15 +14,17 @@ with Theorem IV.1's bound (averaged over the simulated vote vectors: for each, t
 "the ``j`` most-voted good candidates"), recommends the ``k`` with the highest success (the winner release's
 ties: :func:`_winner_tie_break`), and finds the smallest epsilon and the smallest number of clients that reach
 a target success (bisection with common random numbers).
-The noise is the run's (Skellam or Gaussian shares, replayed by :func:`dphype.protocol.replay_releases`); with a
+The noise is the run's (Skellam or Gaussian shares, replayed by :func:`dphype.privacy.noise.replay_noisy_sums`); with a
 dropout fraction ``xi`` the worst accepted case is simulated: only ``ceil((1 - xi) n)`` clients vote and their
 shares add up to std ``sigma``.
 
-Both release modes are predicted on the SAME simulated votes: the sum release (the noisy vote sum and the
-selection rule) and the winner-only release of ``release="argmax"`` (:mod:`dphype.privacy.winner`: discrete
-Laplace noise whose scale depends on epsilon and the neighbouring relation only, replayed by
-:func:`dphype.protocol.replay_winners`). The plan recommends ``k`` for each mode and the mode with the higher
-predicted success at its recommended ``k`` (ties: the sum, the paper's).
+Both kinds of release (:class:`Forecast`) are predicted on the SAME simulated votes: the noisy vote sum picked by
+the selection rule, and the winner's index alone (:mod:`dphype.privacy.winner`: discrete Laplace noise whose scale
+depends on epsilon and the neighbouring relation only, replayed by :func:`dphype.privacy.winner.replay_winners`).
+The planner names no release mode: its caller passes the run's mode and the modes to compare
+(:class:`PlannedRelease`, which :class:`dphype.modes.ReleaseMode` implements: a name and the forecast that predicts
+it). The plan recommends ``k`` for each forecast and, among the modes passed, the one with the higher predicted
+success at its recommended ``k`` (ties: the first passed, the sum release in :data:`dphype.modes.RELEASE_MODES`).
 
 Speed: the clients' rankings come from exact samplers of the loss model (module ``simulations.synthetic``
 uses them for Fig. 2): one ranking per client serves every ``k`` (the top-k sets are nested prefixes of the
@@ -40,10 +42,12 @@ client's loss ranking), and only what the first ``depth`` ranks depend on is dra
 
 from __future__ import annotations
 
+import enum
 import math
+import warnings as _warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -58,10 +62,11 @@ from dphype.checks import (
     check_neighbouring,
     check_positive,
     check_probability,
-    check_release,
     resolve_accountant,
 )
 from dphype.privacy.accounting import calibrate
+from dphype.privacy.noise import replay_noisy_sums
+from dphype.privacy.winner import noise_std, replay_winners
 
 if TYPE_CHECKING:
     from dphype.selection.candidates import FeatureSpace
@@ -76,6 +81,29 @@ WARN_BELOW = 0.5
 KS: tuple[int, ...] = (1, 2, 3, 5, 8, 10, 15, 20, 25, 30, 40, 50)
 #: use the order-statistics sampler once bad candidates outnumber the ranking depth this many times
 _ORDER_SAMPLER_RATIO = 5
+
+
+class Forecast(enum.Enum):
+    """What the planner simulates of a release; its value is the ``by_k`` column with the simulated success.
+
+    ``NOISY_SUM``: the noisy vote sum (noise std ``sigma`` calibrated for ``(epsilon, delta, k)``), picked by the
+    run's selection rule. ``WINNER``: the winner's index alone, report-noisy-max with discrete Laplace noise of the
+    std that epsilon and the neighbouring relation imply (:func:`dphype.privacy.winner.noise_std`).
+    """
+
+    NOISY_SUM = "success"
+    WINNER = "success_winner"
+
+
+class PlannedRelease(Protocol):
+    """What the planner needs of a release mode: its configuration name (for the plan's report) and the forecast
+    that predicts it (:class:`dphype.modes.ReleaseMode` has both)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def forecast(self) -> Forecast: ...
 
 
 @dataclass(frozen=True)
@@ -315,11 +343,10 @@ def simulated_success(votes: np.ndarray, good: np.ndarray, sigma: float, *, rule
                       space: FeatureSpace | None, clients: int, voters: int, dropout: float, noise: str, k: int,
                       rng: np.random.Generator) -> float:
     """Share of releases whose pick under ``rule`` is good: ``votes`` ``(R, p)`` of ``voters`` of the
-    ``clients`` clients plus their noise shares (:func:`dphype.protocol.replay_releases`)."""
-    from dphype.protocol import replay_releases
+    ``clients`` clients plus their noise shares (:func:`dphype.privacy.noise.replay_noisy_sums`)."""
     from dphype.selection.rules import select_batch
 
-    noisy = replay_releases(votes, sigma=sigma, clients=clients, repetitions=len(votes), rng=rng, dropout=dropout,
+    noisy = replay_noisy_sums(votes, sigma=sigma, clients=clients, repetitions=len(votes), rng=rng, dropout=dropout,
                             noise=noise, survivors=voters)
     picks = select_batch(noisy, space, sigma, rule=rule, clients=voters, k=k).picks
     return float(good[np.arange(len(picks)), picks].mean())
@@ -350,14 +377,16 @@ def unanimous_success(clients: int, k: int, num_candidates: int, sigma: float) -
 class Plan:
     """What the planner predicts for one configuration (all keys of :meth:`to_dict` are JSON-ready).
 
-    ``release``: the mode the run uses. ``success``: simulated chance that the run picks a good candidate at
-    ``k`` (the chosen ``k``, else the recommended one): ``rule`` on the sum release, or the winner release;
-    ``success_argmax`` and ``bound`` (Theorem IV.1): the argmax rule on the sum release; ``success_winner``:
-    the winner release at ``k``; ``by_k``: one row per compared ``k`` (both modes); ``recommended_k`` /
-    ``recommended_k_winner``: the best ``k`` of the sum / winner release; ``recommended_release``: the mode
-    with the higher success at its best ``k``; ``min_epsilon`` / ``min_clients``: smallest epsilon / number
-    of clients whose success (of ``release``) at ``k`` reaches ``target`` (``None``: not within
-    ``[1e-3, 1e3]`` / ``[2, MAX_CLIENTS]``). ``sigma``: the noise std of ``release`` at ``k``.
+    ``release``: the name of the mode the run uses (``None``: none was passed; the noisy-sum forecast applies).
+    ``success``: simulated chance that the run picks a good candidate at ``k`` (the chosen ``k``, else the
+    recommended one): ``rule`` on the noisy sum, or the winner release, as the mode's :class:`Forecast` says;
+    ``success_argmax`` and ``bound`` (Theorem IV.1): the argmax rule on the noisy sum; ``success_winner``:
+    the winner release at ``k``; ``by_k``: one row per compared ``k`` (both forecasts); ``recommended_k`` /
+    ``recommended_k_winner``: the best ``k`` of the noisy sum / winner release; ``recommended_release``: the name
+    of the mode passed with the higher success at its best ``k`` (``None``: no mode was passed);
+    ``min_epsilon`` / ``min_clients``: smallest epsilon / number of clients whose success (of ``release``) at
+    ``k`` reaches ``target`` (``None``: not within ``[1e-3, 1e3]`` / ``[2, MAX_CLIENTS]``). ``sigma``: the noise
+    std of ``release`` at ``k``.
     """
 
     clients: int
@@ -379,10 +408,10 @@ class Plan:
     bound: float
     recommended_k: int
     by_k: list[dict[str, Any]]
-    release: str
+    release: str | None
     success_winner: float
     recommended_k_winner: int
-    recommended_release: str
+    recommended_release: str | None
     min_epsilon: float | None
     min_clients: int | None
     unanimous_success: float
@@ -424,9 +453,7 @@ class _Setting:
 
     def winner_success(self, votes: np.ndarray, good: np.ndarray, epsilon: float, clients: int,
                        voters: int) -> float:
-        """Share of winner releases (argmax mode) that pick a good candidate, on the same votes."""
-        from dphype.protocol import replay_winners
-
+        """Share of winner releases (:attr:`Forecast.WINNER`) that pick a good candidate, on the same votes."""
         rng = np.random.default_rng([self.seed, 2])  # common random numbers across k, epsilon and n
         picks = replay_winners(votes, epsilon=epsilon, neighbouring=self.neighbouring, clients=clients,
                                repetitions=len(votes), rng=rng, dropout=self.dropout, survivors=voters)
@@ -437,6 +464,19 @@ class _Setting:
         rng = np.random.default_rng([self.seed, 1])  # common random numbers across k, epsilon and n
         return simulated_success(votes, good, sigma, rule=rule, space=self.space, clients=clients, voters=voters,
                                  dropout=self.dropout, noise=self.noise, k=k, rng=rng)
+
+    def forecast_sigma(self, forecast: Forecast, epsilon: float, k: int) -> float:
+        """The noise std of ``forecast``'s release at ``(epsilon, k)``."""
+        if forecast is Forecast.WINNER:
+            return noise_std(epsilon, self.neighbouring)
+        return self.sigma(epsilon, k)
+
+    def forecast_success(self, forecast: Forecast, votes: np.ndarray, good: np.ndarray, epsilon: float,
+                         clients: int, voters: int, k: int) -> float:
+        """Simulated success of ``forecast``'s release at ``(epsilon, k)`` on ``votes`` (the run's rule on the sum)."""
+        if forecast is Forecast.WINNER:
+            return self.winner_success(votes, good, epsilon, clients, voters)
+        return self.success(votes, good, self.sigma(epsilon, k), clients, voters, k, self.rule)
 
 
 def _bisect(ok: Any, lo: float, hi: float, ratio: float) -> float | None:
@@ -500,7 +540,8 @@ def plan(
     repetitions: int = 200,
     seed: int = 0,
     search: bool = True,
-    release: str = "sum",
+    release: PlannedRelease | None = None,
+    releases: Sequence[PlannedRelease] = (),
 ) -> Plan:
     """Predict a DP-Hype run of ``clients`` clients at ``(epsilon, delta)`` over ``num_candidates`` public
     candidates (feature space ``space``; ``None`` or structureless: the rule falls back to the argmax).
@@ -508,9 +549,10 @@ def plan(
     ``k=None`` recommends ``k`` among ``ks`` (default :data:`KS` below ``num_candidates``) and reports at it.
     ``rule`` defaults to :data:`dphype.selection.rules.DEFAULT_RULE`. ``repetitions`` simulated runs per point;
     ``search=False`` skips the searches for ``min_epsilon`` and ``min_clients`` (reported as ``None``).
-    ``release``: the mode the run uses (``"sum"`` or ``"argmax"``); both are predicted.
+    ``release``: the run's mode (e.g. ``DPHypeConfig.mode``; ``None``: report the noisy-sum forecast, unnamed);
+    ``releases``: the modes to recommend among (default: ``release`` alone; :func:`dphype.modes.release_modes`
+    for all). Both forecasts are predicted either way.
     """
-    from dphype.privacy.winner import noise_std
     from dphype.selection.rules import DEFAULT_RULE, check_rule
 
     clients = check_clients(clients)
@@ -525,7 +567,7 @@ def plan(
         noise=noise, accountant=resolve_accountant(accountant, noise), neighbouring=check_neighbouring(neighbouring),
         repetitions=check_int("repetitions", repetitions, 10), seed=check_int("seed", seed, 0))
     target = check_probability("target", target)
-    release = check_release(release)
+    forecast = Forecast.NOISY_SUM if release is None else release.forecast
     chosen = set() if chosen_k is None else {chosen_k}
     compare = sorted({check_k(x, p) for x in (KS if ks is None else ks) if x < p} | chosen)
     if not compare:
@@ -540,23 +582,19 @@ def plan(
                      "bound": theorem_iv1_success(counts[kk], good, sigma),
                      "success_winner": setting.winner_success(counts[kk], good, epsilon, clients, voters)})
     best = max(by_k, key=lambda row: (row["success"], -row["k"]))
-    best_winner = _winner_tie_break(setting, by_k, epsilon, clients)
-    mode_best = best_winner if release == "argmax" else best
-    row = mode_best if chosen_k is None else next(r for r in by_k if r["k"] == chosen_k)
+    best_of = {Forecast.NOISY_SUM: best, Forecast.WINNER: _winner_tie_break(setting, by_k, epsilon, clients)}
+    row = best_of[forecast] if chosen_k is None else next(r for r in by_k if r["k"] == chosen_k)
     kk = int(row["k"])
-    winner_std = noise_std(epsilon, setting.neighbouring)
-
-    def mode_success(c: np.ndarray, g: np.ndarray, eps: float, n: int, m: int) -> float:
-        if release == "argmax":
-            return setting.winner_success(c, g, eps, n, m)
-        return setting.success(c, g, setting.sigma(eps, kk), n, m, kk, setting.rule)
+    sigma = setting.forecast_sigma(forecast, epsilon, kk)
+    compared = list(releases) or ([] if release is None else [release])
+    recommended = max(compared, key=lambda r: best_of[r.forecast][r.forecast.value], default=None)  # ties: first
 
     def reaches_epsilon(eps: float) -> bool:
-        return mode_success(counts[kk], good, eps, clients, voters) >= target
+        return setting.forecast_success(forecast, counts[kk], good, eps, clients, voters, kk) >= target
 
     def reaches_clients(n: int) -> bool:
         m, c, g = setting.votes(n, [kk])
-        return mode_success(c[kk], g, epsilon, n, m) >= target
+        return setting.forecast_success(forecast, c[kk], g, epsilon, n, m, kk) >= target
 
     min_eps = _bisect(reaches_epsilon, 1e-3, 1e3, 1.02) if search else None
     min_n = _smallest_clients(reaches_clients, clients) if search else None
@@ -564,14 +602,13 @@ def plan(
         clients=clients, epsilon=epsilon, delta=setting.delta, dropout=setting.dropout, voters=voters,
         num_candidates=p, noise=setting.noise, accountant=setting.accountant, neighbouring=setting.neighbouring,
         rule=_rule_that_runs(setting), scenario=asdict(setting.scenario), target=target, k=kk,
-        sigma=winner_std if release == "argmax" else row["sigma"],
-        success=row["success_winner"] if release == "argmax" else row["success"],
-        success_argmax=row["success_argmax"], bound=row["bound"], recommended_k=int(best["k"]), by_k=by_k,
-        release=release, success_winner=row["success_winner"], recommended_k_winner=int(best_winner["k"]),
-        recommended_release="argmax" if best_winner["success_winner"] > best["success"] else "sum",
+        sigma=sigma, success=row[forecast.value], success_argmax=row["success_argmax"], bound=row["bound"],
+        recommended_k=int(best["k"]), by_k=by_k, release=None if release is None else release.name,
+        success_winner=row["success_winner"], recommended_k_winner=int(best_of[Forecast.WINNER]["k"]),
+        recommended_release=None if recommended is None else recommended.name,
         min_epsilon=None if min_eps is None else float(f"{min_eps:.3g}"),
         min_clients=None if min_n is None else int(min_n),
-        unanimous_success=unanimous_success(voters, kk, p, winner_std if release == "argmax" else row["sigma"]))
+        unanimous_success=unanimous_success(voters, kk, p, sigma))
     return Plan(**{**asdict(result), "warnings": warnings(result)})
 
 
@@ -642,7 +679,7 @@ def warnings(result: Plan, min_success: float | None = None) -> list[str]:
     return out
 
 
-def preflight(
+def check_plan(
     clients: int,
     epsilon: float,
     delta: float,
@@ -654,12 +691,14 @@ def preflight(
     min_success: float | None = None,
     **options: Any,
 ) -> Plan:
-    """The check a server or the demo runs before any data is touched (about a second).
+    """The check a server or the demo runs before any data is touched (about a second): the predicted success
+    of the configured run, refused below ``min_success``.
 
     The plan at the configured ``k`` without the searches; its ``warnings`` say when the predicted success is
     below :data:`WARN_BELOW` or the release is noise. ``min_success`` in ``[0, 1]``: refuse (``ValueError``)
     when the predicted success is below it. ``options`` go to :func:`plan` (``rule``, ``noise``,
-    ``accountant``, ``neighbouring``, ``consensus``, ``num_good``, ``repetitions``, ``seed``, ``release``).
+    ``accountant``, ``neighbouring``, ``consensus``, ``num_good``, ``repetitions``, ``seed``, ``release``,
+    ``releases``).
     """
     if min_success is not None:
         check_probability("min_success", min_success)
@@ -667,3 +706,10 @@ def preflight(
                   **options)
     warnings(result, min_success)
     return result
+
+
+def preflight(*args: Any, **kwargs: Any) -> Plan:
+    """Deprecated alias of :func:`check_plan` (the name collided with the clients' pre-flight round)."""
+    _warnings.warn("dphype.selection.planner.preflight is deprecated; use check_plan", DeprecationWarning,
+                   stacklevel=2)
+    return check_plan(*args, **kwargs)

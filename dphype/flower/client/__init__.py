@@ -25,7 +25,7 @@ set by whoever runs the node, never by the server; :func:`node_policy`) against 
   ``n`` and ``xi`` and the policy's ``dphype-min-neighbours``; every stage is checked before it is answered,
   and a stage out of order, repeated or for another request aborts the round. In the masked-input stage, once
   the neighbours' shares have been decrypted and checked, the request is turned into top-k votes plus a fresh
-  noise share from the secure generator (:func:`dphype.protocol.noisy_vote`), its guarantee recorded in the
+  noise share from the secure generator (:meth:`dphype.modes.SumRelease.ballot`), its guarantee recorded in the
   node's ledger (:meth:`dphype.node.ledger.Ledger.spend`, which checks the lifetime budget again) and only
   then masked and sent. The guarantee is the one the pre-flight computed for this request (bound to it by its
   digest) under this node's policy, kept in the context state; if the policy changed since, the request is
@@ -83,7 +83,7 @@ from dphype.flower.wire import (
 from dphype.ml.task import Task
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy, check_vote_request
-from dphype.protocol import VoteRequest, noisy_vote, score_candidates
+from dphype.protocol import VoteRequest, score_candidates
 from dphype.refusal import Refusal
 from dphype.secure.secagg import Approval
 
@@ -169,8 +169,8 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
                     raise Refusal("malformed_request", "this node already voted on the approved request")
                 guarantee = approved_guarantee(checked, request, limits)
                 scores = context.state.array_records[SCORES_STATE]["scores"].numpy()
-                vector = noisy_vote(request, scores, maximize=bool(approved["maximize"]),
-                                    clipping_range=clipping_range)
+                vector = request.mode.ballot(request, scores, maximize=bool(approved["maximize"]),
+                                             clipping_range=clipping_range)
                 # one pre-flight, one vote: the scores are gone before the vote is recorded
                 del context.state.array_records[SCORES_STATE]
                 spent = Ledger(cast(Path, limits.ledger)).spend(guarantee, limits, digest)

@@ -2,7 +2,8 @@
 
 After the usual pre-flight (``query.dphype``: the node policy checks the committee and the pure epsilon,
 :func:`dphype.node.policy.check_vote_request`), ``train.dphype_argmax`` must carry the approved request; the node
-records the vote in its ledger, then answers with one sealed share per tally (:func:`dphype.protocol.winner_vote`).
+records the vote in its ledger, then answers with one sealed share per tally (the committee mode's ballot,
+:meth:`dphype.modes.ArgmaxRelease.ballot`).
 The server cannot open them; it forwards them to the tallies (:mod:`dphype.flower.server.committee`,
 :mod:`dphype.flower.tally`).
 """
@@ -19,8 +20,9 @@ from flwr.common import log
 
 from dphype.flower.client.policy import PolicySource, approved_guarantee, resolve_policy, sanitized
 from dphype.flower.wire import APPROVAL_STATE, ARGMAX_ACTION, GUARANTEE_STATE, RECORD_KEY, SCORES_STATE
+from dphype.modes import Aggregator
 from dphype.node.ledger import Ledger
-from dphype.protocol import VoteRequest, winner_vote
+from dphype.protocol import VoteRequest
 from dphype.refusal import Refusal
 
 
@@ -35,11 +37,12 @@ def register_winner_vote(app: ClientApp, *, policy: PolicySource = None) -> Clie
             checked = context.state.config_records.get(GUARANTEE_STATE)
             request = VoteRequest.from_record(msg.content.config_records.get(RECORD_KEY, {}))
             if (approved is None or checked is None or approved["digest"] != request.digest()
-                    or SCORES_STATE not in context.state.array_records):
+                    or SCORES_STATE not in context.state.array_records
+                    or request.mode.aggregator is not Aggregator.COMMITTEE):
                 raise Refusal("malformed_request", "the argmax vote request is not the one approved in the pre-flight")
             guarantee = approved_guarantee(checked, request, limits)  # the pre-flight's, unless the policy changed
             scores = context.state.array_records[SCORES_STATE]["scores"].numpy()
-            sealed = winner_vote(request, scores, maximize=bool(approved["maximize"]))
+            sealed = request.mode.ballot(request, scores, maximize=bool(approved["maximize"]))
             del context.state.array_records[SCORES_STATE]  # one pre-flight, one vote
             spent = Ledger(cast(Path, limits.ledger)).spend(guarantee, limits, request.digest())
         except Exception as err:  # noqa: BLE001 - the server sees the sanitized reason only

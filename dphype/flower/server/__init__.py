@@ -11,7 +11,7 @@ mode's committee). The message types and keys are :mod:`dphype.flower.wire`'s.
    list, the noise calibration (:func:`dphype.protocol.make_vote_request`), the secure-sum range and the SecAgg+
    graph for ``n`` and ``xi`` (:func:`dphype.flower.server.secagg.secagg_graph`);
 2. ``start(grid)`` first asks the planner for its prediction from public parameters (:meth:`DPHype.plan`,
-   :func:`dphype.selection.planner.preflight`: a warning below one half, a refusal below
+   :func:`dphype.selection.planner.check_plan`: a warning below one half, a refusal below
    ``config.min_success``) -- before any client works; then it waits for ``n`` nodes (logging how many are
    connected every 5 s), runs the pre-flight
    (``query.dphype``: every client checks the request against its own candidate list, task and limits,
@@ -21,10 +21,12 @@ mode's committee). The message types and keys are :mod:`dphype.flower.wire`'s.
 3. one round of DP-Hype's SecAgg+ (``train.dphype``, :mod:`dphype.secure.secagg`) over the ready clients
    returns the exact noisy vote sum (:func:`dphype.flower.server.secagg.run_secure_sum`), unmasked only if enough
    clients contributed and every client verified that any sum it could be part of holds enough noise;
-4. the release (:func:`dphype.protocol.release`): the selection rule's pick, its confidence and the privacy report.
+4. the release (the mode's :meth:`~dphype.modes.ReleaseMode.release`): the selection rule's pick, its confidence
+   and the privacy report.
 
-With ``release="argmax"`` steps 3-4 are :func:`dphype.flower.server.committee.run_winner_selection`: sealed
-shares to the committee of tally nodes named by ``tallies``, a secure argmax on MPyC, only the index released.
+When the release mode's aggregator is the tally committee (``release="argmax"``) steps 3-4 are
+:func:`dphype.flower.server.committee.run_winner_selection`: sealed shares to the committee of tally nodes named
+by ``tallies``, a secure argmax on MPyC, only the index released.
 
 Train the final model afterwards with any Message-API strategy, passing
 :func:`dphype.flower.selected.train_config` ``(result.best_params)`` as its train config.
@@ -47,13 +49,14 @@ from dphype.flower.grid import check_timeout
 from dphype.flower.server.committee import run_winner_selection
 from dphype.flower.server.readiness import run_preflight, wait_for_nodes
 from dphype.flower.server.secagg import advertise_record, run_secure_sum, secagg_graph
+from dphype.modes import Aggregator, release_modes
 from dphype.privacy.noise import client_noise_std
-from dphype.protocol import DPHypeResult, make_vote_request, release
+from dphype.protocol import DPHypeResult, make_vote_request
 from dphype.secure.secagg import Advertised
 from dphype.secure.secagg_params import CORRUPT_FRACTION, check_corrupt_fraction
 from dphype.secure.secure_sum import clip_probability
 from dphype.selection.candidates import CandidateList
-from dphype.selection.planner import Plan, preflight
+from dphype.selection.planner import Plan, check_plan
 
 
 class DPHype:
@@ -101,15 +104,15 @@ class DPHype:
                              f"dropout={config.dropout:g}: {err}") from None
 
     def plan(self) -> Plan:
-        """The planner's prediction from public parameters only (:func:`dphype.selection.planner.preflight`,
+        """The planner's prediction from public parameters only (:func:`dphype.selection.planner.check_plan`,
         about a second of simulation, run once on first call); ``ValueError`` below ``config.min_success``.
         :meth:`start` calls it before any client works."""
         if self._plan is None:
             cfg = self.config
-            self._plan = preflight(cfg.clients, cfg.epsilon, cfg.delta, self.candidates.feature_space(),
-                                   len(self.candidates), cfg.k, dropout=cfg.dropout, min_success=cfg.min_success,
-                                   rule=cfg.rule, noise=cfg.noise, accountant=cfg.accountant,
-                                   neighbouring=cfg.neighbouring, release=cfg.release)
+            self._plan = check_plan(cfg.clients, cfg.epsilon, cfg.delta, self.candidates.feature_space(),
+                                    len(self.candidates), cfg.k, dropout=cfg.dropout, min_success=cfg.min_success,
+                                    rule=cfg.rule, noise=cfg.noise, accountant=cfg.accountant,
+                                    neighbouring=cfg.neighbouring, release=cfg.mode, releases=release_modes())
         return self._plan
 
     @property
@@ -122,12 +125,8 @@ class DPHype:
 
     def __repr__(self) -> str:
         cfg = self.config
-        common = f"DPHype({len(self.candidates)} candidates, release={cfg.release!r}, epsilon={cfg.epsilon:g}, "
-        if cfg.release == "argmax":  # pure epsilon, discrete Laplace: no delta, noise kind or rule applies
-            return (common + f"k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, "
-                    f"neighbouring={cfg.neighbouring!r}, tallies={len(self.request.tallies)})")
-        return (common + f"delta={cfg.delta:g}, k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, "
-                f"noise={cfg.noise!r}, rule={cfg.rule!r})")
+        return (f"DPHype({len(self.candidates)} candidates, release={cfg.release!r}, epsilon={cfg.epsilon:g}, "
+                f"{self.request.mode.describe(self.request)})")
 
     def start(self, grid: Grid, *, timeout: float | None = 3600.0, connect_timeout: float | None = 600.0,
               committee_nodes: Sequence[int] | None = None) -> DPHypeResult:
@@ -144,7 +143,7 @@ class DPHype:
         timeout = check_timeout("timeout", timeout)
         connect_timeout = check_timeout("connect_timeout", connect_timeout)
         cfg = self.config
-        if committee_nodes is not None and cfg.release != "argmax":
+        if committee_nodes is not None and cfg.mode.aggregator is not Aggregator.COMMITTEE:
             raise ValueError(f"committee_nodes applies to release='argmax' only, got release={cfg.release!r}")
         plan = self.plan()
         log(logging.INFO, "Starting %r", self)
@@ -152,9 +151,22 @@ class DPHype:
             plan.success, cfg.rule, plan.success_argmax)
         for warning in plan.warnings:
             log(logging.WARNING, "DP-Hype: %s", warning)
-        if cfg.release == "argmax":
-            return run_winner_selection(grid, self.request, preflight=self._preflight, timeout=timeout,
-                                        connect_timeout=connect_timeout, committee_nodes=committee_nodes)
+        drive = {Aggregator.SECAGG: self._sum_over_secagg, Aggregator.COMMITTEE: self._winner_from_committee}
+        result = drive[cfg.mode.aggregator](grid, timeout, connect_timeout, committee_nodes)
+        return dataclasses.replace(result, notes=self._notes)
+
+    def _winner_from_committee(self, grid: Grid, timeout: float | None, connect_timeout: float | None,
+                               committee_nodes: Sequence[int] | None) -> DPHypeResult:
+        """Steps 3-4 for a mode whose aggregator is the tally committee
+        (:func:`dphype.flower.server.committee.run_winner_selection`)."""
+        return run_winner_selection(grid, self.request, preflight=self._preflight, timeout=timeout,
+                                    connect_timeout=connect_timeout, committee_nodes=committee_nodes)
+
+    def _sum_over_secagg(self, grid: Grid, timeout: float | None, connect_timeout: float | None,
+                         committee_nodes: Sequence[int] | None) -> DPHypeResult:
+        """Steps 2-4 for a mode whose aggregator is SecAgg+: the pre-flight carrying the round's first stage, one
+        SecAgg+ round (:func:`dphype.flower.server.secagg.run_secure_sum`) and the mode's release of the sum."""
+        cfg = self.config
         log(logging.INFO, "DP-Hype: total noise std sigma=%.4g, each client's share std %.4g",
             self.request.sigma, client_noise_std(self.request.sigma, cfg.clients, cfg.dropout))
         start = time.perf_counter()
@@ -169,10 +181,10 @@ class DPHype:
         )
         clip = clip_probability(size=len(self.candidates), sigma=self.request.sigma, clients=cfg.clients,
                                 dropout=cfg.dropout, noise=cfg.noise, clipping_range=sum_.clipping_range)
-        released = release(self.request, sum_.total, sum_.survivors)
+        released = self.request.mode.release(self.request, sum_.total, sum_.survivors)
         sel = released.selection
         assert sel is not None  # the sum release always carries the rule's selection
-        result = dataclasses.replace(released, notes=self._notes, secure_sum={
+        result = dataclasses.replace(released, secure_sum={
             **sum_.secagg.to_dict(), "clipping_range": sum_.clipping_range, "clip_probability": clip,
             "stage_seconds": sum_.stage_seconds,
             "statement": f"a share outside the range makes its client refuse (a dropout): the release is "

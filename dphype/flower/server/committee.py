@@ -38,7 +38,7 @@ from dphype.flower.wire import (
     TALLY_RESULT,
     TALLY_TYPE,
 )
-from dphype.protocol import DPHypeResult, VoteRequest, release_winner
+from dphype.protocol import DPHypeResult, VoteRequest
 from dphype.secure.tally import TallyError, agreed_index
 
 #: The pre-flight of the request over the given nodes within a timeout: the nodes that answered ready
@@ -217,7 +217,7 @@ def run_winner_selection(grid: Grid, request: VoteRequest, *, preflight: Preflig
                             tally_timeout + 5.0 if timeout is None else timeout, "DP-Hype tally result"),
                        tally_nodes, TALLY_RESULT)
     index = agreed_index([int(a["index"]) for a in results.values()])
-    result = release_winner(request, index, len(contributors))
+    result = request.mode.release(request, index, len(contributors))
     log(logging.INFO, "DP-Hype (argmax) selected candidate %d %s (pure epsilon=%.4g, %d contributors, %d tallies) "
         "in %.2f s after the pre-flight", index, result.selected, result.report.epsilon, len(contributors),
         len(tallies), time.perf_counter() - start)

@@ -1,0 +1,183 @@
+"""Release modes (dphype.modes): the registry, the round trips through the configuration and JSON, and each mode's
+methods against the independent formulas the other tests use (DP-Hype Appendix A for the sum release, the discrete
+Laplace mechanism of dphype.privacy.winner's docstring for the winner release)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dphype.config import DPHypeConfig
+from dphype.modes import (
+    RELEASE_MODES,
+    Aggregator,
+    ArgmaxRelease,
+    ReleaseMode,
+    SumRelease,
+    release_mode,
+    release_modes,
+)
+from dphype.node.policy import NodePolicy, check_vote_request
+from dphype.privacy.accounting import calibrate, mechanism_epsilon, vote_sensitivity
+from dphype.privacy.noise import client_noise_variance, min_survivors, replay_noisy_sums
+from dphype.privacy.winner import WINNER_NOISE, replay_winners, winner_probabilities
+from dphype.protocol import VoteRequest, make_vote_request
+from dphype.secure.tally import Tally
+from dphype.selection.candidates import candidate_grid as grid
+from dphype.selection.planner import Forecast, PlannedRelease, check_plan, plan, preflight
+
+CANDS = grid(lr=[10.0**-i for i in range(6)])
+
+
+@pytest.fixture(scope="module")
+def committee() -> tuple[bytes, ...]:
+    return tuple(Tally(j).public for j in range(3))
+
+
+def a_request(name: str, committee: tuple[bytes, ...], **changes: Any) -> VoteRequest:
+    config = DPHypeConfig(**{"epsilon": 1.0, "delta": 1e-5, "k": 2, "clients": 10, "release": name, **changes})
+    return make_vote_request(config, CANDS, tallies=committee)
+
+
+# ------------------------------------------------------------------------------------------------ registry
+def test_the_registry_maps_each_configuration_name_to_its_class() -> None:
+    assert list(RELEASE_MODES) == ["sum", "argmax"]  # definition order: the planner's ties go to the first
+    assert RELEASE_MODES["sum"] is SumRelease and RELEASE_MODES["argmax"] is ArgmaxRelease
+    assert (SumRelease.aggregator, ArgmaxRelease.aggregator) == (Aggregator.SECAGG, Aggregator.COMMITTEE)
+    assert (SumRelease.forecast, ArgmaxRelease.forecast) == (Forecast.NOISY_SUM, Forecast.WINNER)
+    assert release_modes() == (SumRelease(), ArgmaxRelease())
+    assert SumRelease() == SumRelease() != ArgmaxRelease() and len({SumRelease(), SumRelease()}) == 1
+
+
+@pytest.mark.parametrize("name", [None, "max", "Sum", 1])
+def test_an_unknown_name_names_the_parameter_the_allowed_names_and_the_fix(name: Any) -> None:
+    with pytest.raises(ValueError, match=r"release must be one of sum, argmax, got .*: set release .* to one of them"):
+        release_mode(name)
+    with pytest.raises(ValueError, match="release must be one of sum, argmax"):
+        DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=10, release=name)
+
+
+@pytest.mark.parametrize("name", list(RELEASE_MODES))
+def test_every_mode_round_trips_through_the_configuration_and_json(name: str, committee: tuple[bytes, ...]) -> None:
+    mode = release_mode(name)
+    assert isinstance(mode, RELEASE_MODES[name]) and mode.name == name
+    assert release_mode(json.loads(json.dumps(mode.to_json()))) == mode
+    config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=10, release=name)
+    assert config.mode == mode and config.release == name
+    assert DPHypeConfig.from_run_config({"epsilon": 1, "delta": 1e-5, "k": 2, "clients": 10, "release": name}) == config
+    request = a_request(name, committee)
+    assert request.mode == mode
+    back = VoteRequest.from_record(json.loads(json.dumps(request.to_record())))
+    assert back == request and back.mode == mode and back.digest() == request.digest()
+    planned: PlannedRelease = mode  # what the planner needs of a mode
+    assert planned.name == name and planned.forecast in Forecast
+
+
+def test_a_subclass_that_sets_a_name_registers_itself_once() -> None:
+    try:
+        class Louder(SumRelease):  # a variant of the sum release: one class
+            name = "louder"
+
+        assert release_mode("louder") == Louder() and "louder" in RELEASE_MODES
+        assert DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=10, release="louder").mode == Louder()
+        with pytest.raises(ValueError, match="release mode 'louder' is already registered"):
+            type("Again", (SumRelease,), {"name": "louder"})
+    finally:
+        RELEASE_MODES.pop("louder", None)
+    assert list(RELEASE_MODES) == ["sum", "argmax"]
+    with pytest.raises(TypeError):
+        ReleaseMode()  # type: ignore[abstract]
+
+
+def test_only_the_committee_carries_tallies(committee: tuple[bytes, ...]) -> None:
+    assert a_request("sum", committee).tallies == ()  # make_vote_request leaves them out for SecAgg+
+    assert a_request("argmax", committee).tallies == committee
+    with pytest.raises(ValueError, match="tallies must be empty unless release is 'argmax'"):
+        VoteRequest(CANDS, DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=10), 10.0, committee)
+    with pytest.raises(ValueError, match="at least 3 tallies"):
+        Aggregator.COMMITTEE.check_tallies(committee[:2])
+
+
+# ---------------------------------------------------------------------------- the methods against formulas
+@pytest.mark.parametrize("noise", ["skellam", "gaussian"])
+def test_sum_release_methods_agree_with_appendix_a(noise: str, committee: tuple[bytes, ...], tmp_path) -> None:
+    mode = SumRelease()
+    request = a_request("sum", committee, noise=noise, dropout=0.3)
+    cfg = request.config
+    assert mode.calibrate(cfg, CANDS) == request.sigma == calibrate(1.0, 1e-5, 2, num_candidates=len(CANDS),
+                                                                    noise=noise).sigma
+    assert mode.accounting(request).sigma == request.sigma and mode.announced_epsilon(request) == 1.0
+    # the node's worst case: ceil((1 - xi) n) shares of variance sigma^2 / ((1 - xi) n), at its own relation
+    survivors = min_survivors(10, 0.3)
+    total_std = math.sqrt(survivors * client_noise_variance(request.sigma, 10, 0.3))
+    cost = mode.node_cost(request, survivors=survivors, delta=1e-5, accountant="auto", neighbouring="add-remove")
+    l2, l1 = vote_sensitivity(2, "add-remove")
+    accountant = "rdp" if noise == "skellam" else "analytic"
+    assert (cost.noise, cost.accountant) == (noise, accountant)
+    assert cost.total_std == pytest.approx(total_std, rel=1e-12)
+    assert cost.epsilon == pytest.approx(mechanism_epsilon(l2, l1, total_std, noise, 1e-5, accountant), rel=1e-12)
+    guarantee = check_vote_request(request, NodePolicy(min_clients=2, neighbouring="add-remove",
+                                                       ledger=tmp_path / "l.json"))
+    assert (guarantee.epsilon, guarantee.total_std) == (cost.epsilon, cost.total_std)
+    # the release: the survivors' report; the replay: the privacy layer's draws, in the same order
+    assert mode.release(request, np.arange(6.0), 7).report.epsilon == pytest.approx(1.0, rel=1e-6)
+    drawn = mode.replay(request, np.arange(6.0), repetitions=5, rng=np.random.default_rng(3), survivors=8)
+    expected = replay_noisy_sums(np.arange(6.0), sigma=request.sigma, clients=10, dropout=0.3, noise=noise,
+                                 repetitions=5, rng=np.random.default_rng(3), survivors=8)
+    np.testing.assert_array_equal(drawn, expected)
+    assert "delta=1e-05" in mode.describe(request) and f"noise={noise!r}" in mode.describe(request)
+
+
+def test_argmax_release_methods_agree_with_the_discrete_laplace_mechanism(committee: tuple[bytes, ...]) -> None:
+    mode = ArgmaxRelease()
+    request = a_request("argmax", committee)
+    t = math.exp(-1.0 / 2)  # replace-one: t = exp(-epsilon / 2)
+    assert mode.calibrate(request.config, CANDS) == request.sigma == pytest.approx(math.sqrt(2 * t) / (1 - t))
+    assert mode.announced_epsilon(request) is None and mode.accounting(request).epsilon == 1.0
+    # the same noise under add/remove costs half (t = e^-1/2 is e^-eps for eps = 1/2), whatever delta or accountant
+    cost = mode.node_cost(request, survivors=10, delta=1e-9, accountant="rdp", neighbouring="add-remove")
+    assert (cost.noise, cost.epsilon, cost.total_std) == (WINNER_NOISE, pytest.approx(0.5), request.sigma)
+    result = mode.release(request, 3, 10)
+    assert result.selected == CANDS[3] and result.noisy_sum is None and result.report.epsilon == 1.0
+    counts = np.array([5, 7, 7, 2, 0, 1])
+    picks = mode.replay(request, counts, repetitions=50_000, rng=np.random.default_rng(5))
+    np.testing.assert_allclose(np.bincount(picks, minlength=6) / picks.size, winner_probabilities(counts, 1.0),
+                               atol=0.008)
+    np.testing.assert_array_equal(
+        mode.replay(request, counts, repetitions=20, rng=np.random.default_rng(7), survivors=9),
+        replay_winners(counts, epsilon=1.0, neighbouring="replace-one", clients=10, repetitions=20,
+                       rng=np.random.default_rng(7), survivors=9))
+    literal = mode.replay(request, counts, repetitions=50_000, rng=np.random.default_rng(6), per_client=True)
+    np.testing.assert_allclose(np.bincount(literal, minlength=6) / literal.size, winner_probabilities(counts, 1.0),
+                               atol=0.008)
+    assert "tallies=3" in mode.describe(request) and "delta" not in mode.describe(request)
+
+
+def test_a_replayed_release_is_a_release_input(committee: tuple[bytes, ...]) -> None:
+    votes = np.array([0.0, 9.0, 2.0, 8.0, 0.0, 1.0])
+    for name in RELEASE_MODES:
+        request = a_request(name, committee, epsilon=50.0)
+        (opened,) = request.mode.replay(request, votes, repetitions=1, rng=np.random.default_rng(0))
+        assert request.mode.release(request, opened, 10).selected_index == 1
+
+
+# -------------------------------------------------------------------------------------------- the planner
+def test_the_planner_predicts_the_mode_it_is_given() -> None:
+    common: dict[str, Any] = dict(consensus="moderate", rule="argmax", ks=[2, 5], repetitions=50, search=False)
+    unnamed = plan(20, 1.0, 1e-5, None, 50, **common)
+    summed = plan(20, 1.0, 1e-5, None, 50, release=SumRelease(), **common)
+    winner = plan(20, 1.0, 1e-5, None, 50, release=ArgmaxRelease(), releases=release_modes(), **common)
+    assert (unnamed.release, unnamed.recommended_release) == (None, None) and summed.release == "sum"
+    assert unnamed.success == summed.success and summed.recommended_release == "sum"
+    assert winner.release == "argmax" and winner.recommended_release in RELEASE_MODES
+    assert winner.success == {r["k"]: r for r in winner.by_k}[winner.k]["success_winner"]
+
+
+def test_preflight_is_a_deprecated_alias_of_check_plan() -> None:
+    expected = check_plan(10, 1.0, 1e-5, None, 20, 2, repetitions=20)
+    with pytest.deprecated_call():
+        assert preflight(10, 1.0, 1e-5, None, 20, 2, repetitions=20) == expected
