@@ -2,7 +2,7 @@
 files that should catch it; print, per mutation, which test files fail (catch it) and which pass.
 
     python -m simulations.mutations                    # every mutation against every test file below
-    python -m simulations.mutations --only halve-share --files tests/test_vote_noise.py
+    python -m simulations.mutations --only halve-share --files tests/flower/test_vote_noise.py
 
 The copy holds the repository's tracked and untracked, not ignored, files; its tests import the copy's
 ``dphype`` (checked before any mutation runs), never the installed one. The unmutated copy runs first and must
@@ -77,9 +77,9 @@ MUTATIONS: tuple[Mutation, ...] = (
 )
 
 TEST_FILES: tuple[str, ...] = (
-    "tests/test_vote_noise.py", "tests/test_protocol.py", "tests/test_noise.py", "tests/test_flower.py",
-    "tests/test_audit.py", "tests/test_policy.py", "tests/test_request_slack.py", "tests/test_ledger.py",
-    "tests/test_planner.py",
+    "tests/flower/test_vote_noise.py", "tests/test_protocol.py", "tests/privacy/test_noise.py",
+    "tests/flower/test_server.py", "tests/privacy/test_audit.py", "tests/node/test_policy.py",
+    "tests/node/test_request_slack.py", "tests/node/test_ledger.py", "tests/selection/test_planner.py",
 )
 
 

@@ -12,7 +12,7 @@ Speed (the whole figure is billions of losses): clients and repetitions are vect
 rankings come from the exact samplers of :mod:`dphype.selection.planner` (the loss model's home, shared with the
 planner): one ranking per client serves every ``k`` (nested top-k prefixes), drawn by sorting rank keys or
 by order statistics instead of drawing every loss (``--sampler losses`` draws every loss: the reference).
-``tests/test_bench_synthetic.py`` checks the ranking against :func:`dphype.selection.voting.top_k_votes` and the
+``tests/simulations/test_synthetic.py`` checks the ranking against :func:`dphype.selection.voting.top_k_votes` and the
 samplers against each other.
 
 The noise of every release is the library's: :func:`dphype.privacy.noise.summed_noise` (via

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import warnings
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import REPO as ROOT
 
 
 def _build_module():

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 from flwr.app import Context, RecordDict
+from helpers import REPO
 
 from dphype.flower import selected_candidate
 from dphype.flower.local import LocalGrid
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def readme_files() -> dict[str, str]:

@@ -56,7 +56,7 @@ def preflight_failure(caplog, app_scores, node_config: dict, **request) -> tuple
     """Run a selection of 4 nodes that refuse; return (the server's error, the nodes' log)."""
     import logging
 
-    from test_flower import CANDS, client_app
+    from helpers import CANDS, client_app
 
     from dphype.config import DPHypeConfig
     from dphype.flower import DPHype, PreflightError

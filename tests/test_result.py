@@ -7,17 +7,9 @@ import json
 
 import numpy as np
 import pytest
+from helpers import CANDIDATES, a_release
 
-from dphype import DPHypeConfig, DPHypeResult, candidate_grid
-from dphype.protocol import make_vote_request
-
-CANDIDATES = candidate_grid(lr=[0.001, 0.01, 0.1, 1.0], steps=[5, 50])
-
-
-def a_release(rule: str = "gp") -> DPHypeResult:
-    request = make_vote_request(DPHypeConfig(epsilon=5.0, delta=1e-5, k=2, clients=20, rule=rule), CANDIDATES)
-    votes = np.array([0.0, 1.0, 3.0, 6.0, 14.0, 12.0, 2.0, 2.0])  # noisy sum of 20 clients' top-2 votes
-    return request.mode.release(request, votes, 20)
+from dphype import DPHypeResult
 
 
 @pytest.mark.parametrize("rule", ["gp", "argmax"])

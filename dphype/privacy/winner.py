@@ -419,7 +419,7 @@ def winner_rdp(epsilon: float, orders: Any) -> np.ndarray:
 
     (Module docstring.) ``D_a = log((e^(a eps) + e^((1 - a) eps)) / (1 + e^eps)) / (a - 1)``, in log space.
     The same curve as dp_accounting's ``RandomizedResponseDpEvent(2 / (1 + e^epsilon), 2)`` (checked in
-    tests/test_winner.py), without its per-order Python loop: a node's ledger evaluates it for every entry.
+    tests/privacy/test_winner.py), without its per-order Python loop: a node's ledger evaluates it for every entry.
 
     Args:
         epsilon: The pure epsilon, ``> 0``.

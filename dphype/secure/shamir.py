@@ -12,7 +12,7 @@ voting round (see the README's breakdown).
 
 Hand-written (PyCryptodome's field arithmetic is the only one in our dependencies, and no maintained
 package shares over this field in this byte format) and checked both ways against Flower's functions in
-``tests/test_shamir.py``. What makes it fast:
+``tests/secure/test_shamir.py``. What makes it fast:
 
 * **all chunks at once**: the chunks of a secret are packed into one Python integer, one 256-bit lane
   each, so a product by the share index or by a Lagrange coefficient is a handful of shifts and XORs

@@ -17,7 +17,7 @@ The MPC (honest majority, Shamir sharing with threshold ``t = (parties - 1) // 2
 semi-honest parties, private channels assumed): every party's share vector is its Shamir share (x-coordinate
 ``index + 1``, degree ``t``: the clients split with MPyC's ``np_random_split``) of the noisy count vector in
 the field ``GF(modulus)`` of ``SecInt``, so it is used as a secure array directly; ``mpc.np_argmax`` (secure
-comparisons, vectorised; ties go to the lowest index, as ``np.argmax``, checked in tests/test_tally.py) gives
+comparisons, vectorised; ties go to the lowest index, as ``np.argmax``, checked in tests/secure/test_tally.py) gives
 the winner, and only that index is opened. Before any input the parties exchange (publicly: none of these is
 secret) the request digest, the contributor-set digest, its size and the vector length with ``mpc.transfer``;
 any difference, or fewer contributors than the minimum, aborts without computing anything.

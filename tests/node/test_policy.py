@@ -5,7 +5,7 @@ import json
 import math
 
 import pytest
-from guard_helpers import make_request
+from helpers import make_request
 
 from dphype.node.policy import (
     POLICY_KEYS,

@@ -6,7 +6,7 @@ node's epsilon limit on the announced and on the recomputed epsilon, the lifetim
 from __future__ import annotations
 
 import pytest
-from guard_helpers import make_request
+from helpers import make_request
 
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy, check_vote_request

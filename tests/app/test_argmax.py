@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from baselines import majority_of_test_split
-from guard_helpers import PERMISSIVE
+from helpers import PERMISSIVE, majority_of_test_split
 
 from dphype.app.client import simulated_parties
 from dphype.app.config import AppConfig

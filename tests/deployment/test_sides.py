@@ -1,7 +1,7 @@
 """The two sides at the repository root: ``server/`` (the SuperLink operator's) and ``clients/`` (each SuperNode
 operator's). Their component modules are the bundled app's objects, ``flwr run .`` packs them, their scripts refuse
 bad input with a usage message, and their node-config examples are valid node configs. The scripts' end-to-end use
-is ``tests/test_deployment.py`` (slow)."""
+is ``tests/deployment/test_deployment.py`` (slow)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES
 from dphype.node.policy import POLICY_KEYS, NodePolicy, PolicyError
 from dphype.secure.tally import COMMITTEE_SIZE
 
-REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SCRIPTS = ["server/start-superlink.sh", "server/connect.sh", "clients/start-voter.sh", "clients/start-tally.sh"]
 EXAMPLES = REPO / "clients" / "examples"

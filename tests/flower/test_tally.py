@@ -4,41 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from guard_helpers import PERMISSIVE
-from test_flower import CANDS, client_app, scores_table
+from helpers import CANDS, CLIENTS, argmax_grid
+from helpers import argmax_config as config
 
 import dphype.flower.tally as flower_tally
 from dphype.config import DPHypeConfig
 from dphype.flower import DPHype, PreflightError
-from dphype.flower.local import LocalGrid, node_id
+from dphype.flower.local import node_id
 from dphype.flower.server.committee import run_winner_selection
-from dphype.flower.tally import load_tally_key
 from dphype.flower.wire import TALLY_KEY
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy
 from dphype.privacy.winner import WINNER_NOISE
-from dphype.secure.tally import TallyError, loopback_addresses
-
-CLIENTS = 6
-
-
-def argmax_grid(tmp_path, *, clients=CLIENTS, silent=(), tallies=3):
-    """``clients`` voters (partitions 0..clients-1, all liking candidate 5) and 3 tally nodes after them."""
-    scores = scores_table(clients + tallies)
-    grid = LocalGrid(client_app(scores), clients + tallies, node_config=PERMISSIVE, silent=silent)
-    addresses = ",".join(loopback_addresses(tallies))
-    keys = []
-    for j in range(tallies):
-        path = tmp_path / f"tally-{j}.key"
-        grid.contexts[node_id(clients + j)].node_config.update(
-            {"dphype-tally-id": j, "dphype-tally-parties": addresses, "dphype-tally-key": str(path)})
-        keys.append(load_tally_key(path).public)
-    return grid, tuple(keys)
-
-
-def config(**overrides) -> DPHypeConfig:
-    return DPHypeConfig(**{"epsilon": 4.0, "delta": 1e-5, "k": 2, "clients": CLIENTS, "release": "argmax",
-                           **overrides})
+from dphype.secure.tally import TallyError
 
 
 def test_argmax_selection_releases_only_the_index_and_every_client_records_pure_epsilon(tmp_path):
@@ -87,7 +65,7 @@ def test_a_tally_that_never_computes_makes_the_others_time_out_and_nothing_is_re
                              tally_timeout=1.0)
 
 
-@pytest.mark.slow  # two whole selections; the tally's own refusal is tested fast in tests/test_tally.py
+@pytest.mark.slow  # two whole selections; the tally's own refusal is tested fast in tests/secure/test_tally.py
 def test_a_second_argmax_for_the_same_request_is_refused_by_the_tallies(tmp_path):
     grid, keys = argmax_grid(tmp_path)
     server = DPHype(CANDS, config(), tallies=keys)

@@ -6,15 +6,15 @@ import csv
 from pathlib import Path
 
 import pytest
-from test_bench_studies import TINY, _bench, small_adult  # noqa: F401 (fixture)
+from helpers import TINY, bench
 
 from dphype.modes import ArgmaxRelease
 
 
-def test_tradeoff_and_ablations_replay_both_release_modes(small_adult: None, tmp_path: Path,  # noqa: F811
+def test_tradeoff_and_ablations_replay_both_release_modes(small_adult: None, tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     cache = str(tmp_path / "cache")
-    res = _bench(["tradeoff", *TINY, "--repetitions", "50", "--epsilons", "1", "inf", "--cache", cache,
+    res = bench(["tradeoff", *TINY, "--repetitions", "50", "--epsilons", "1", "inf", "--cache", cache,
                   "--release", "sum", "argmax", "--neighbourings", "replace-one", "add-remove",
                   "--out", str(tmp_path / "t")], capsys)
     assert res["releases"] == ["sum", "argmax"] and len(res["summary"]) == 2 * 2
@@ -32,28 +32,28 @@ def test_tradeoff_and_ablations_replay_both_release_modes(small_adult: None, tmp
     assert stds["noisy-max/replace-one"] == pytest.approx(2.799, abs=0.001)
     assert stds["noisy-max/add-remove"] == pytest.approx(1.357, abs=0.001)
 
-    res = _bench(["ablations", *TINY, "--repetitions", "10", "--epsilons", "0.5", "--cache", cache,
+    res = bench(["ablations", *TINY, "--repetitions", "10", "--epsilons", "0.5", "--cache", cache,
                   "--release", "argmax", "--methods", "DP-Hype", "Subsets", "--out", str(tmp_path / "a")], capsys)
     assert {r["rule"] for r in res["summary"] if r["method"] == "DP-Hype"} == {"noisy-max/replace-one"}
 
 
 def test_argmax_profile_times_each_part_and_checks_the_opened_index(tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    res = _bench(["argmax-profile", "--clients", "3", "--candidates", "20", "--repetitions", "1",
+    res = bench(["argmax-profile", "--clients", "3", "--candidates", "20", "--repetitions", "1",
                   "--out", str(tmp_path / "p")], capsys)
     (row,) = res["rows"]
     assert row["share bytes"] == 3 * (32 + 16 + 20 * 8)  # ephemeral key, tag, 20 field elements per tally
     assert 0 < row["party argmax s"] < row["secure argmax s"]
 
 
-def test_without_k_both_studies_replay_the_winner_release_at_the_planners_k(small_adult: None,  # noqa: F811
+def test_without_k_both_studies_replay_the_winner_release_at_the_planners_k(small_adult: None,
                                                                             tmp_path: Path,
                                                                             capsys: pytest.CaptureFixture[str]) -> None:
     from dphype.selection.candidates import load_candidates
     from dphype.selection.planner import plan
 
     cache = str(tmp_path / "cache")
-    res = _bench(["tradeoff", *TINY, "--repetitions", "20", "--epsilons", "0.5", "inf", "--cache", cache,
+    res = bench(["tradeoff", *TINY, "--repetitions", "20", "--epsilons", "0.5", "inf", "--cache", cache,
                   "--release", "sum", "argmax", "--neighbourings", "replace-one", "add-remove",
                   "--out", str(tmp_path / "t")], capsys)
     space = load_candidates("6").feature_space()
@@ -63,15 +63,15 @@ def test_without_k_both_studies_replay_the_winner_release_at_the_planners_k(smal
     assert {(r["neighbouring"], r["k"]) for r in winners if r["epsilon"] == 0.5} == set(planned.items())
     assert {r["k"] for r in winners if r["epsilon"] == "inf"} == {5}  # no planner without noise: --k's default
     assert {r["sum_k"] for r in winners} == {5} and res["k"] == 5  # the sum release keeps --k's default
-    res = _bench(["tradeoff", *TINY, "--repetitions", "20", "--epsilons", "0.5", "--cache", cache, "--k", "2",
+    res = bench(["tradeoff", *TINY, "--repetitions", "20", "--epsilons", "0.5", "--cache", cache, "--k", "2",
                   "--release", "argmax", "--out", str(tmp_path / "k2")], capsys)
     assert {r["k"] for r in res["winner_summary"]} == {2}  # an explicit --k is used as given
-    res = _bench(["tradeoff", *TINY, "--repetitions", "20", "--epsilons", "0.5", "--cache", cache, "--consensus",
+    res = bench(["tradeoff", *TINY, "--repetitions", "20", "--epsilons", "0.5", "--cache", cache, "--consensus",
                   "weak", "--release", "argmax", "--out", str(tmp_path / "weak")], capsys)
     weak = plan(3, 0.5, 1e-5, space, 6, release=ArgmaxRelease(), consensus="weak", search=False).recommended_k_winner
     assert weak != planned["replace-one"]  # here the scenario changes the planner's k (2 against 1) ...
     assert {r["k"] for r in res["winner_summary"]} == {weak}  # ... and --consensus is the planner's scenario
-    res = _bench(["ablations", *TINY, "--repetitions", "10", "--epsilons", "0.5", "--cache", cache,
+    res = bench(["ablations", *TINY, "--repetitions", "10", "--epsilons", "0.5", "--cache", cache,
                   "--release", "sum", "argmax", "--neighbourings", "replace-one", "add-remove",
                   "--methods", "DP-Hype", "--out", str(tmp_path / "a")], capsys)
     dphype = [r for r in res["summary"] if r["method"] == "DP-Hype"]
@@ -84,12 +84,12 @@ def test_without_k_both_studies_replay_the_winner_release_at_the_planners_k(smal
 
 
 def test_ksweep_measures_every_k_on_the_same_releases_and_scores_the_planners_advice(
-        small_adult: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+        small_adult: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from dphype.selection.candidates import load_candidates
     from dphype.selection.planner import plan
     from simulations.ksweep import TOLERANCE
 
-    res = _bench(["ksweep", *TINY, "--repetitions", "60", "--epsilons", "0.5", "2", "--ks", "1", "2", "3", "5",
+    res = bench(["ksweep", *TINY, "--repetitions", "60", "--epsilons", "0.5", "2", "--ks", "1", "2", "3", "5",
                   "--consensus", "moderate", "weak", "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "s")],
                  capsys)
     with open(tmp_path / "s" / "ksweep.csv") as fh:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import math
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import REPO
 
 from dphype import cli
 from dphype.strict_json import jsonable
@@ -62,7 +62,7 @@ def test_the_demo_defaults_to_the_winner_release_and_the_library_commands_to_the
 
 
 def test_demo_summary_renders_the_result_and_the_training():
-    from test_result import a_release
+    from helpers import a_release
 
     from dphype.cli import demo
 
@@ -77,7 +77,7 @@ def test_demo_summary_renders_the_result_and_the_training():
 def test_bench_runs_the_checkouts_program_in_a_child_process(monkeypatch, capfd):
     """``dphype bench`` is ``python -m simulations`` from the repository root: its exit status and output are the
     program's, and the library imports no benchmark driver."""
-    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    monkeypatch.chdir(REPO)
     before = set(sys.modules)
     assert cli.main(["bench", "nonsense"]) == 2
     err = capfd.readouterr().err
@@ -103,7 +103,7 @@ def test_the_demo_names_the_bundled_apps_components_as_the_repository_does():
         module, attr = ref.split(":")
         return getattr(importlib.import_module(module), attr)
 
-    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     repository = pyproject["tool"]["flwr"]["app"]["components"]
     assert set(COMPONENTS) == set(repository) == {"serverapp", "clientapp"}
     for role, ref in COMPONENTS.items():

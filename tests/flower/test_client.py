@@ -21,8 +21,8 @@ import pytest
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable
-from test_flower import CANDS, TableTask, client_app, scores_table
-from test_flower import config as flower_config
+from helpers import CANDS, TableTask, client_app, scores_table
+from helpers import sum_config as flower_config
 
 from dphype.cli import main
 from dphype.flower import DPHype, PreflightError, register_dphype

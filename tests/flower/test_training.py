@@ -10,7 +10,7 @@ from flwr.clientapp import ClientApp
 from flwr.clientapp.mod import fixedclipping_mod
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
 from flwr.supercore.privacy_accounting import GaussianPrivacyEvent
-from guard_helpers import PERMISSIVE
+from helpers import PERMISSIVE
 
 from dphype.config import DPHypeConfig
 from dphype.flower import ClippingError, TrainingBudget, check_private_training, private_training

@@ -16,9 +16,8 @@ import math
 import numpy as np
 import pytest
 from flwr.clientapp import ClientApp
-from guard_helpers import PERMISSIVE
+from helpers import PERMISSIVE, TableTask
 from scipy.stats import chi2, kstest, norm, skellam
-from test_flower import TableTask
 
 from dphype.config import DPHypeConfig
 from dphype.flower import DPHype, register_dphype

@@ -6,65 +6,17 @@ import time
 
 import numpy as np
 import pytest
-from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.app import Message, RecordDict
 from flwr.clientapp import ClientApp
-from guard_helpers import PERMISSIVE
+from helpers import CANDS, client_app, grid_of, scores_table
+from helpers import sum_config as config
 
-from dphype.config import DPHypeConfig
 from dphype.flower import DPHype, PreflightError, register_dphype, selected_candidate, train_config
-from dphype.flower.local import LocalGrid, node_id
+from dphype.flower.local import node_id
 from dphype.flower.wire import PREFLIGHT_TYPE, SCORES_STATE, VOTE_TYPE
 from dphype.node.policy import NodePolicy
 from dphype.secure import secure_sum as ss
 from dphype.selection.candidates import candidate_grid
-
-CANDS = candidate_grid(lr=[0.001, 0.01, 0.1, 0.5], momentum=[0.0, 0.9])  # 8 candidates
-
-
-class TableTask:
-    """Scores from a fixed table row per client (no training); an exception row raises."""
-
-    maximize = True
-
-    def __init__(self, scores) -> None:
-        self.scores = scores
-
-    def score(self, candidates):
-        if isinstance(self.scores, Exception):
-            raise self.scores
-        return self.scores
-
-
-def scores_table(n: int, seed: int = 0) -> np.ndarray:
-    """Every client likes candidate 5 best; the rest of its ranking is random."""
-    scores = np.random.default_rng(seed).uniform(0.0, 0.8, size=(n, len(CANDS)))
-    scores[:, 5] = 0.9
-    return scores
-
-
-def grid_of(app: ClientApp, n: int, **kwargs) -> LocalGrid:
-    """``n`` nodes whose operators set :data:`PERMISSIVE` in their node config."""
-    return LocalGrid(app, n, node_config=PERMISSIVE, **kwargs)
-
-
-def client_app(scores, own_messages=None, policy=None) -> ClientApp:
-    """A user's Message-API ClientApp with its own train handler, plus DP-Hype's handlers."""
-    app = ClientApp()
-    register_dphype(app, lambda ctx: TableTask(scores[int(ctx.node_config["partition-id"])]), policy=policy)
-
-    @app.train()
-    def train(msg: Message, context: Context) -> Message:
-        if own_messages is not None:
-            own_messages.append(msg.metadata.message_type)
-        return Message(RecordDict({"config": ConfigRecord({"seen": 1})}), reply_to=msg)
-
-    return app
-
-
-def config(**overrides) -> DPHypeConfig:
-    values = dict(epsilon=1.0, delta=1e-5, k=3, clients=6)
-    values.update(overrides)
-    return DPHypeConfig(**values)
 
 
 def test_selection_releases_the_exact_sum_of_the_clients_noisy_votes(recorded_votes):

@@ -13,8 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from baselines import candidate_accuracies, majority_of_test_split
-from test_flwr_run import BIN, REPO, descendants, offline_env, parse_result, stop
+from helpers import (
+    BIN,
+    REPO,
+    candidate_accuracies,
+    descendants,
+    majority_of_test_split,
+    offline_env,
+    parse_result,
+    stop,
+)
 
 from dphype.flower.tally import TALLY_PARTIES
 from dphype.node.ledger import Ledger

@@ -6,8 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from baselines import candidate_accuracies, majority_accuracy, majority_of_test_split
-from guard_helpers import PERMISSIVE
+from helpers import PERMISSIVE, candidate_accuracies, majority_accuracy, majority_of_test_split
 
 from dphype.app.config import AppConfig
 from dphype.config import DPHypeConfig

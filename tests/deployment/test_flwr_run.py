@@ -2,97 +2,23 @@
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import subprocess
-import time
-from pathlib import Path
 
 import pytest
-from baselines import candidate_accuracies, majority_of_test_split
+from helpers import (
+    BIN,
+    REPO,
+    candidate_accuracies,
+    descendants,
+    majority_of_test_split,
+    offline_env,
+    parse_result,
+    processes_with,
+    stop,
+)
 
 from dphype.privacy.winner import WINNER_NOISE
 from dphype.selection.candidates import load_candidates
-
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
-RESULT_PREFIX = "DPHYPE_RESULT "
-
-
-def offline_env(flwr_home: Path) -> dict[str, str]:
-    """Environment for reproducible offline Flower CLI runs (flower-facts.md); ``PYTHONPATH`` is this checkout,
-    so every process Flower starts (SuperLink, SuperNodes, ServerApp, ClientApps) runs the code under test, not
-    wherever the environment's ``dphype`` is installed from."""
-    env = dict(os.environ)
-    env.update(
-        FLWR_HOME=str(flwr_home),
-        FLWR_TELEMETRY_ENABLED="0",
-        FLWR_DISABLE_UPDATE_CHECK="1",
-        FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
-        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-        PYTHONPATH=str(REPO),
-    )
-    return env
-
-
-def processes_with(*fragments: str) -> list[int]:
-    """PIDs of this user's processes whose command line contains every fragment."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if all(fragment in cmdline for fragment in fragments):
-            pids.append(int(entry.name))
-    return pids
-
-
-def descendants(pid: int) -> list[int]:
-    """All live descendants of ``pid`` (children first found through /proc/*/stat)."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            parents.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def stop(pids: list[int], timeout: float = 10.0) -> None:
-    """SIGTERM each PID, then SIGKILL what is still alive after ``timeout``."""
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + timeout
-    for pid in pids:
-        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
-            time.sleep(0.2)
-        if Path(f"/proc/{pid}").exists():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
-def parse_result(output: str) -> dict:
-    """The ServerApp's summary line."""
-    lines = [line for line in output.splitlines() if RESULT_PREFIX in line]
-    assert lines, f"no {RESULT_PREFIX.strip()} line in the output:\n{output[-3000:]}"
-    return json.loads(lines[-1].split(RESULT_PREFIX, 1)[1])
 
 
 def run_on_a_local_superlink(command: list[str], env: dict[str, str], log_marker: str) -> dict:

@@ -1,6 +1,6 @@
 """The warm SuperExec (:mod:`dphype.flower.superexec`): forked tasks share no randomness, bad options are refused
 before anything starts. Its end-to-end use (a SuperNode in process isolation serving a whole selection) is the
-voters' setup in ``tests/test_deployment.py``."""
+voters' setup in ``tests/deployment/test_deployment.py``."""
 
 from __future__ import annotations
 

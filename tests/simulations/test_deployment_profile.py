@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 
-from test_flower import CANDS, client_app, config, grid_of, scores_table
+from helpers import CANDS, CLIENTS, argmax_config, argmax_grid, client_app, grid_of, scores_table
+from helpers import sum_config as config
 
 from dphype.flower import DPHype
 from simulations.deployment_profile import stages
@@ -27,8 +28,6 @@ def test_the_profile_finds_every_stage_in_the_servers_real_log(caplog):
 
 
 def test_the_argmax_profile_finds_every_stage_in_the_servers_real_log(caplog, tmp_path):
-    from test_flower_argmax import CLIENTS, argmax_grid
-    from test_flower_argmax import config as argmax_config
 
     from dphype.flower import discover_committee
 

@@ -7,7 +7,7 @@ import multiprocessing
 import os
 
 import pytest
-from guard_helpers import make_request
+from helpers import make_request
 
 from dphype.cli import main
 from dphype.node import ledger as ledger_module
@@ -221,7 +221,7 @@ ONE_VOTE = {"dphype-max-epsilon": 1.0, "dphype-min-clients": 2, "dphype-min-neig
 def select_once(run_id: int, ledgers: dict[int, str] | None = None):
     """One selection of 4 simulated nodes (each admits one vote in its lifetime) in run ``run_id``."""
     import numpy as np
-    from test_flower import CANDS, client_app
+    from helpers import CANDS, client_app
 
     from dphype.config import DPHypeConfig
     from dphype.flower import DPHype

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from baselines import majority_of_test_split
+from helpers import majority_of_test_split
 
 from dphype.ml import oracles
 

@@ -2,62 +2,26 @@
 bench`` runs), in process, plus bad input.
 
 A small slice of Adult (600 training / 300 test rows; of mnist5k 300 / 150) replaces the data set for speed:
-the studies load data only through :mod:`dphype.ml.task`'s cached loader, which the fixture swaps.
+the studies load data only through :mod:`dphype.ml.task`'s cached loader, which the ``small_adult`` fixture
+(``conftest.py`` beside this file) swaps.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
+from helpers import TINY, bench
 
-import dphype.ml.task as task
-from dphype.ml.task import load_cached as load_whole  # the real per-process cache (the fixture swaps task.load_cached)
 from simulations.cli import main
-
-TINY = ["--clients", "3", "--betas", "iid", "5", "--candidates", "6", "--epochs", "1", "--rounds", "1"]
-
-
-#: training and test rows the fixture keeps; fewer of mnist5k, whose CNN costs ~10x the Adult MLP per row
-SMALL_ROWS = {"mnist5k": (300, 150)}
-
-
-@functools.lru_cache(maxsize=4)
-def _small(dataset: str, data_dir: str | None = None) -> Any:
-    """The first training and test rows (600 / 300 unless :data:`SMALL_ROWS` says otherwise), loaded once per
-    session (the studies never modify them)."""
-    train, test = load_whole(dataset, data_dir)
-    rows, test_rows = SMALL_ROWS.get(dataset, (600, 300))
-    return train.subset(np.arange(rows)), test.subset(np.arange(test_rows))
-
-
-@pytest.fixture
-def small_adult(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(task, "load_cached", _small)
-    task.partition_cached.cache_clear()
-    yield
-    task.partition_cached.cache_clear()
-
-
-def _bench(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
-    assert main([*argv, "--json"]) == 0
-    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert result["seconds"] > 0
-    for path in result["outputs"]:
-        assert Path(path).stat().st_size > 0
-    return result
 
 
 def test_tradeoff_on_image_data_uses_the_cnn(
     small_adult: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """mnist5k (the subset fixture keeps 300/150 rows): the MNIST CNN path of the tradeoff study."""
-    res = _bench(["tradeoff", "--dataset", "mnist5k", "--clients", "2", "--betas", "iid", "--candidates", "3",
+    res = bench(["tradeoff", "--dataset", "mnist5k", "--clients", "2", "--betas", "iid", "--candidates", "3",
                   "--k", "1", "--epochs", "1", "--rounds", "1", "--repetitions", "4", "--epsilons", "3", "inf",
                   "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "m")], capsys)
     assert res["dataset"] == "mnist5k" and len(res["summary"]) == 2  # one partition x two epsilons
@@ -73,7 +37,7 @@ def test_tradeoff_then_ablations_and_distributions_reuse_the_cache(
     small_adult: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cache = str(tmp_path / "cache")
-    res = _bench(["tradeoff", *TINY, "--repetitions", "4", "--epsilons", "1", "inf", "--cache", cache,
+    res = bench(["tradeoff", *TINY, "--repetitions", "4", "--epsilons", "1", "inf", "--cache", cache,
                   "--out", str(tmp_path / "t")], capsys)
     assert res["study"] == "tradeoff" and res["scale"] == {"epochs": 1, "rounds": 1, "fedavg_epochs": 1}
     assert {Path(p).name for p in res["outputs"]} == {"tradeoff.csv", "tradeoff_candidates.csv", "tradeoff_adult.png"}
@@ -86,14 +50,14 @@ def test_tradeoff_then_ablations_and_distributions_reuse_the_cache(
     cached = sorted(p.name for p in (tmp_path / "cache").glob("*.npy"))
     assert len(cached) == 4  # scores and accuracies for two partitions
 
-    res = _bench(["ablations", *TINY, "--repetitions", "4", "--epsilons", "0.5", "--cache", cache,
+    res = bench(["ablations", *TINY, "--repetitions", "4", "--epsilons", "0.5", "--cache", cache,
                   "--out", str(tmp_path / "a")], capsys)
     assert res["methods"] == ["DP-Hype", "Raw scores", "Subsets", "Feathers (corrected)"]
     assert {r["method"] for r in res["summary"]} >= {"Opt", "RandGuess", "Subsets", "Feathers (corrected)"}
     assert {r["rule"] for r in res["summary"] if r["method"] == "DP-Hype"} == {"argmax", "gp"}
     assert len(list((tmp_path / "cache").glob("*.npy"))) == 4  # nothing retrained
 
-    res = _bench(["distributions", *TINY, "--cache", cache, "--out", str(tmp_path / "d")], capsys)
+    res = bench(["distributions", *TINY, "--cache", cache, "--out", str(tmp_path / "d")], capsys)
     assert {Path(p).name for p in res["outputs"]} == {
         "distributions_labels.csv", "distributions_labels_adult.png", "distributions_accuracy.csv",
         "distributions_accuracy_adult.png"}
@@ -123,7 +87,7 @@ def test_subsets_and_feathers_pick_the_best_candidate_without_noise() -> None:
 
 
 def test_resources_local_evaluation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    res = _bench(["resources", "--clients", "300", "--candidates", "3", "--epochs", "1", "--skip-voting",
+    res = bench(["resources", "--clients", "300", "--candidates", "3", "--epochs", "1", "--skip-voting",
                   "--out", str(tmp_path / "r")], capsys)
     (entry,) = res["table"]
     assert entry["part"] == "local evaluation" and entry["clients"] == 300
@@ -134,7 +98,7 @@ def test_resources_local_evaluation(tmp_path: Path, capsys: pytest.CaptureFixtur
 @pytest.mark.slow
 def test_resources_voting_round_through_flower_in_both_release_modes(tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    res = _bench(["resources", "--skip-local", "--vote-clients", "4", "--release", "sum", "argmax",
+    res = bench(["resources", "--skip-local", "--vote-clients", "4", "--release", "sum", "argmax",
                   "--out", str(tmp_path / "r")], capsys)
     secagg, winner = res["table"]
     assert (secagg["part"], secagg["release"], winner["part"], winner["release"]) == (
@@ -152,7 +116,7 @@ def test_resources_voting_round_through_flower_in_both_release_modes(tmp_path: P
 
 @pytest.mark.slow
 def test_speed_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    res = _bench(["speed", "--clients", "250", "--epochs", "1", "--synthetic-repetitions", "2",
+    res = bench(["speed", "--clients", "250", "--epochs", "1", "--synthetic-repetitions", "2",
                   "--synthetic-clients", "5", "--skip-voting", "--out", str(tmp_path / "s")], capsys)
     assert res["adult_batched_s"] > 0 and res["adult_sequential_s"] > 0 and res["speedup"] > 0
     assert res["synthetic_s"] > 0 and "synthetic_over_adult_batched" in res
@@ -160,7 +124,7 @@ def test_speed_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.slow
 def test_tradeoff_flower_run(small_adult: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    res = _bench(["tradeoff", "--clients", "4", "--betas", "iid", "--candidates", "6", "--epochs", "1", "--rounds",
+    res = bench(["tradeoff", "--clients", "4", "--betas", "iid", "--candidates", "6", "--epochs", "1", "--rounds",
                   "1", "--repetitions", "2", "--epsilons", "3", "--flower", "--cache", str(tmp_path / "c"),
                   "--out", str(tmp_path / "t")], capsys)
     assert 0 <= res["flower"]["selected_index"] < 6 and res["flower"]["privacy"]["survivors"] == 4
