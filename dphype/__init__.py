@@ -4,10 +4,10 @@ Every client scores each public candidate on its own data, votes 1 for its top-k
 share of calibrated noise, and one SecAgg+ round releases only the noisy vote sum; the server
 picks from it with the configured selection rule (Liebenow, Peinemann, Mohammadi: DP-Hype, Algorithm 1).
 
-The light, framework-free core is re-exported here; the protocol is :mod:`dphype.protocol` (its release modes,
-one class each, are :mod:`dphype.modes`), the Flower adapters are :mod:`dphype.flower` (``register_dphype`` for
-clients, ``DPHype`` for the server), torch training is :mod:`dphype.ml.training`, the central optimizers are
-:mod:`dphype.central`.
+The light, framework-free core is re-exported here; the protocol is `dphype.protocol` (its release modes,
+one class each, are `dphype.modes`), the Flower adapters are `dphype.flower` (``register_dphype`` for
+clients, ``DPHype`` for the server), torch training is `dphype.ml.training`, the central optimizers are
+`dphype.central`.
 """
 
 import os as _os

@@ -1,9 +1,9 @@
 """One validated DP-Hype configuration (what the server announces and every layer reads).
 
-:class:`DPHypeConfig` holds the privacy parameters of one selection: the budget ``(epsilon, delta)``,
+`DPHypeConfig` holds the privacy parameters of one selection: the budget ``(epsilon, delta)``,
 the number of votes per client ``k``, the number of clients ``n`` and their tolerated dropout fraction
 ``xi`` (Appendix A), the noise kind and the accountant. It is validated once, on construction, and
-then passed along instead of the seven values; :func:`dphype.protocol.make_vote_request` turns it and
+then passed along instead of the seven values; `dphype.protocol.make_vote_request` turns it and
 a candidate list into the calibrated request every client checks.
 """
 
@@ -48,21 +48,33 @@ RUN_CONFIG_KEYS: dict[str, str] = {
 class DPHypeConfig:
     """The privacy parameters of one DP-Hype selection (Algorithm 1, line 1's inputs).
 
-    ``epsilon``, ``delta``: the budget of the released noisy vote sum. ``k``: votes per client.
-    ``clients``: the number ``n`` of clients that take part, in ``[2, 10000]`` (each client's noise share is calibrated
-    for it). ``dropout``: tolerated dropout fraction ``xi`` in ``[0, 1)``: any ``ceil((1 - xi) n)``
-    survivors carry the full noise, fewer release nothing. ``noise``: ``"skellam"`` (integer, exact
-    over SecAgg+; default) or ``"gaussian"``. ``accountant``: ``"rdp"``, ``"analytic"`` (Gaussian only)
-    or ``None`` / ``"auto"`` for the default of the noise kind; stored resolved. ``neighbouring``:
-    ``"replace-one"`` (the paper's, L2 sensitivity ``sqrt(2k)``) or ``"add-remove"`` (``sqrt(k)``).
-    ``rule``: the server's selection rule on the release (:data:`dphype.selection.rules.RULES`; post-processing).
-    ``min_success``: refuse to run when the planner predicts a smaller chance of a good pick
-    (:func:`dphype.selection.planner.check_plan`; 0, the default: never refuse, only warn below one half).
-    ``release``: the name of the release mode (:data:`dphype.modes.RELEASE_MODES`; :attr:`mode` is the mode
-    itself): ``"sum"`` (the paper's: the noisy vote sum over SecAgg+, default) or ``"argmax"`` (only the
-    winner's index, from a secure argmax among tally parties: pure ``epsilon``-DP with noise independent of
-    ``k``, :mod:`dphype.privacy.winner`; ``delta``, ``noise`` and ``accountant`` then concern only the
-    composition with other releases, and ``rule`` does not apply).
+    Every field is validated on construction (`dphype.checks`) and stored normalised.
+
+    Attributes:
+        epsilon: The budget of the released noisy vote sum.
+        delta: Its ``delta``.
+        k: Votes per client.
+        clients: The number ``n`` of clients that take part, in ``[2, 10000]`` (each client's noise share is
+            calibrated for it).
+        dropout: Tolerated dropout fraction ``xi`` in ``[0, 1)``: any ``ceil((1 - xi) n)`` survivors carry the
+            full noise, fewer release nothing.
+        noise: ``"skellam"`` (integer, exact over SecAgg+; default) or ``"gaussian"``.
+        accountant: ``"rdp"``, ``"analytic"`` (Gaussian only) or ``None`` / ``"auto"`` for the default of the
+            noise kind; stored resolved.
+        neighbouring: ``"replace-one"`` (the paper's, L2 sensitivity ``sqrt(2k)``) or ``"add-remove"``
+            (``sqrt(k)``).
+        rule: The server's selection rule on the release (`dphype.selection.rules.RULES`; post-processing).
+        min_success: Refuse to run when the planner predicts a smaller chance of a good pick
+            (`dphype.selection.planner.check_plan`; 0, the default: never refuse, only warn below one half).
+        release: The name of the release mode (`dphype.modes.RELEASE_MODES`; `mode` is the mode itself):
+            ``"sum"`` (the paper's: the noisy vote sum over SecAgg+, default) or ``"argmax"`` (only the winner's
+            index, from a secure argmax among tally parties: pure ``epsilon``-DP with noise independent of ``k``,
+            `dphype.privacy.winner`; ``delta``, ``noise`` and ``accountant`` then concern only the composition
+            with other releases, and ``rule`` does not apply).
+
+    Raises:
+        ValueError: If a field is out of range or names an unknown noise, accountant, neighbouring, rule or
+            release mode.
     """
 
     epsilon: float
@@ -92,18 +104,40 @@ class DPHypeConfig:
 
     @property
     def mode(self) -> ReleaseMode[Any, Any]:
-        """The release mode named by ``release`` (:func:`dphype.modes.release_mode`)."""
+        """The release mode named by ``release`` (`dphype.modes.release_mode`)."""
         return release_mode(self.release)
 
     def replace(self, **changes: Any) -> DPHypeConfig:
-        """A copy with ``changes`` applied (validated again)."""
+        """A copy with ``changes`` applied (validated again).
+
+        Args:
+            **changes: New values of fields, by field name.
+
+        Returns:
+            The new configuration.
+
+        Raises:
+            ValueError: If a new value is invalid.
+        """  # noqa: DOC502
         return dataclasses.replace(self, **changes)
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> DPHypeConfig:
-        """Read the fields from a Flower run config (keys of :data:`RUN_CONFIG_KEYS`; others are ignored,
-        so an app can keep its own keys beside them). Integers given for float fields are accepted
-        (``--run-config "epsilon=1"`` arrives as an int)."""
+        """Read the fields from a Flower run config (keys of `RUN_CONFIG_KEYS`).
+
+        Other keys are ignored, so an app can keep its own keys beside them. Integers given for float fields are
+        accepted (``--run-config "epsilon=1"`` arrives as an int).
+
+        Args:
+            run_config: The Flower run config.
+
+        Returns:
+            The validated configuration.
+
+        Raises:
+            ValueError: If a required key (``epsilon``, ``delta``, ``k``, ``clients``) is missing, or a value is
+                invalid.
+        """
         values = read_run_config(cls, run_config, RUN_CONFIG_KEYS)
         missing = [RUN_CONFIG_KEYS[f.name] for f in dataclasses.fields(cls)
                    if f.default is dataclasses.MISSING and f.name not in values]
@@ -113,9 +147,19 @@ class DPHypeConfig:
 
 
 def read_run_config(cls: type, run_config: Mapping[str, Any], keys: Mapping[str, str]) -> dict[str, Any]:
-    """The values of dataclass ``cls``'s fields that ``run_config`` holds under ``keys`` (field name -> run-config
-    key), for ``cls(**values)`` to validate. Flower parses ``--run-config "epsilon=1"`` as an int: an int given
-    for a ``float`` field becomes a float."""
+    """The values of dataclass ``cls``'s fields that ``run_config`` holds under ``keys``, for ``cls(**values)``.
+
+    ``cls(**values)`` validates them. Flower parses ``--run-config "epsilon=1"`` as an int: an int given for a
+    ``float`` field becomes a float.
+
+    Args:
+        cls: The dataclass.
+        run_config: The Flower run config.
+        keys: Field name -> run-config key.
+
+    Returns:
+        Field name -> value, for the keys that ``run_config`` holds.
+    """
     types = {f.name: f.type for f in dataclasses.fields(cls)}
     values: dict[str, Any] = {}
     for name, key in keys.items():

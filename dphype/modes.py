@@ -1,32 +1,32 @@
 """Release modes: what the server learns from the clients' votes, one class per mode behind one small interface.
 
 DP-Hype's clients vote top-k on a public candidate list and add noise shares; a release mode decides the rest
-(Algorithm 1 and its variants). :class:`ReleaseMode` is the interface the rest of the package calls, in the
+(Algorithm 1 and its variants). `ReleaseMode` is the interface the rest of the package calls, in the
 order of a run:
 
-* calibration -- :meth:`ReleaseMode.calibrate`: the request's noise std ``sigma`` (Algorithm 1, line 1);
-* the request -- :meth:`ReleaseMode.check_request_fields` (what :class:`dphype.protocol.VoteRequest` validates:
-  its tallies and ``sigma``), :meth:`ReleaseMode.accounting` (the release as the accountants describe it) and
-  :meth:`ReleaseMode.check_claims` (a client's check that the noise gives the announced budget);
-* the node -- :meth:`ReleaseMode.announced_epsilon` and :meth:`ReleaseMode.node_cost`: what the node's policy
-  limits (:func:`dphype.node.policy.check_vote_request`) and its ledger records;
-* the client -- :meth:`ReleaseMode.ballot`: what it hands its aggregator (:class:`Aggregator`: SecAgg+ sums
+* calibration -- `ReleaseMode.calibrate`: the request's noise std ``sigma`` (Algorithm 1, line 1);
+* the request -- `ReleaseMode.check_request_fields` (what `dphype.protocol.VoteRequest` validates:
+  its tallies and ``sigma``), `ReleaseMode.accounting` (the release as the accountants describe it) and
+  `ReleaseMode.check_claims` (a client's check that the noise gives the announced budget);
+* the node -- `ReleaseMode.announced_epsilon` and `ReleaseMode.node_cost`: what the node's policy
+  limits (`dphype.node.policy.check_vote_request`) and its ledger records;
+* the client -- `ReleaseMode.ballot`: what it hands its aggregator (`Aggregator`: SecAgg+ sums
   encoded vectors, the tally committee receives sealed Shamir shares);
-* the server -- :meth:`ReleaseMode.release`: the result with its privacy report, from what the aggregator opened;
-* replays -- :meth:`ReleaseMode.replay`: what the aggregator would open, drawn from a seeded generator
-  (benchmarks; the math is in :mod:`dphype.privacy`, where the planner and the oracles call it);
-* the planner -- :attr:`ReleaseMode.forecast` (:class:`dphype.selection.planner.Forecast`);
-* wording and JSON -- :meth:`ReleaseMode.describe`; a mode is stored and sent as its :attr:`ReleaseMode.name`,
-  the configuration's ``release`` (:attr:`dphype.config.DPHypeConfig.mode` reads it back).
+* the server -- `ReleaseMode.release`: the result with its privacy report, from what the aggregator opened;
+* replays -- `ReleaseMode.replay`: what the aggregator would open, drawn from a seeded generator
+  (benchmarks; the math is in `dphype.privacy`, where the planner and the oracles call it);
+* the planner -- `ReleaseMode.forecast` (`dphype.selection.planner.Forecast`);
+* wording and JSON -- `ReleaseMode.describe`; a mode is stored and sent as its `ReleaseMode.name`,
+  the configuration's ``release`` (`dphype.config.DPHypeConfig.mode` reads it back).
 
-The modes: :class:`SumRelease` (``"sum"``, the paper's: the noisy vote sum over SecAgg+, picked by the selection
-rule) and :class:`ArgmaxRelease` (``"argmax"``: only the winner's index, a secure argmax among tally parties,
-:mod:`dphype.privacy.winner`). :data:`RELEASE_MODES` maps each name to its class (a subclass that sets ``name``
-registers itself); :func:`release_mode` looks one up. Nothing else in the package compares a mode's name.
+The modes: `SumRelease` (``"sum"``, the paper's: the noisy vote sum over SecAgg+, picked by the selection
+rule) and `ArgmaxRelease` (``"argmax"``: only the winner's index, a secure argmax among tally parties,
+`dphype.privacy.winner`). `RELEASE_MODES` maps each name to its class (a subclass that sets ``name``
+registers itself); `release_mode` looks one up. Nothing else in the package compares a mode's name.
 
 Layers: the modes sit below the configuration and the protocol (the configuration validates its ``release`` here),
-so they read a configuration and a request through the structural types :class:`Settings` and :class:`Request`,
-which :class:`dphype.config.DPHypeConfig` and :class:`dphype.protocol.VoteRequest` satisfy. No Flower import here.
+so they read a configuration and a request through the structural types `Settings` and `Request`,
+which `dphype.config.DPHypeConfig` and `dphype.protocol.VoteRequest` satisfy. No Flower import here.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from dphype.selection.candidates import CandidateList
 
 #: Largest ratio of an announced sigma to the one calibrated for the announced budget that a client accepts
-#: (sum release): an honest server sends the calibrated sigma (:meth:`SumRelease.calibrate`); far more noise is no
+#: (sum release): an honest server sends the calibrated sigma (`SumRelease.calibrate`); far more noise is no
 #: request it sends, and the client refuses it before scoring.
 SIGMA_SLACK = 1.001
 
@@ -80,60 +80,112 @@ OpenedT = TypeVar("OpenedT")
 
 
 class Settings(Protocol):
-    """What a mode reads of a configuration: :class:`dphype.config.DPHypeConfig`'s fields (the configuration sits
-    above the modes, so the modes name only what they read)."""
+    """What a mode reads of a configuration: `dphype.config.DPHypeConfig`'s fields.
+
+    The configuration sits above the modes, so the modes name only what they read; each property means what the
+    field of that name means there.
+    """
 
     @property
-    def epsilon(self) -> float: ...
+    def epsilon(self) -> float:
+        """The budget's epsilon."""
+        ...
     @property
-    def delta(self) -> float: ...
+    def delta(self) -> float:
+        """The budget's delta."""
+        ...
     @property
-    def k(self) -> int: ...
+    def k(self) -> int:
+        """Votes per client."""
+        ...
     @property
-    def clients(self) -> int: ...
+    def clients(self) -> int:
+        """The number ``n`` of clients."""
+        ...
     @property
-    def dropout(self) -> float: ...
+    def dropout(self) -> float:
+        """The tolerated dropout fraction ``xi``."""
+        ...
     @property
-    def noise(self) -> str: ...
+    def noise(self) -> str:
+        """The noise kind."""
+        ...
     @property
-    def accountant(self) -> str | None: ...
+    def accountant(self) -> str | None:
+        """The accountant."""
+        ...
     @property
-    def neighbouring(self) -> str: ...
+    def neighbouring(self) -> str:
+        """The neighbouring relation."""
+        ...
     @property
-    def rule(self) -> str: ...
+    def rule(self) -> str:
+        """The selection rule."""
+        ...
 
 
 class Request(Protocol):
-    """What a mode reads of a request: :class:`dphype.protocol.VoteRequest` (the protocol sits above the modes)."""
+    """What a mode reads of a request: `dphype.protocol.VoteRequest` (the protocol sits above the modes)."""
 
     @property
-    def candidates(self) -> CandidateList: ...
+    def candidates(self) -> CandidateList:
+        """The public candidate list."""
+        ...
     @property
-    def config(self) -> Settings: ...
+    def config(self) -> Settings:
+        """The configuration."""
+        ...
     @property
-    def sigma(self) -> float: ...
+    def sigma(self) -> float:
+        """The noise std the mode calibrated."""
+        ...
     @property
-    def tallies(self) -> tuple[bytes, ...]: ...
+    def tallies(self) -> tuple[bytes, ...]:
+        """The tally committee's public keys, or empty."""
+        ...
     @property
-    def min_survivors(self) -> int: ...
-    def digest(self) -> str: ...
+    def min_survivors(self) -> int:
+        """Fewest contributing clients whose noise still adds up to ``sigma``."""
+        ...
+    def digest(self) -> str:
+        """The request's digest (`dphype.protocol.VoteRequest.digest`).
+
+        Returns:
+            The digest as hex characters.
+        """
+        ...
 
 
 class Aggregator(enum.Enum):
     """Where the clients' ballots go and what comes back: the Flower server dispatches on it.
 
-    ``SECAGG``: DP-Hype's SecAgg+ (:mod:`dphype.secure.secagg`); each client sends an encoded noisy vote vector and
-    the server unmasks their exact sum. ``COMMITTEE``: a committee of tally parties (:mod:`dphype.secure.tally`,
+    ``SECAGG``: DP-Hype's SecAgg+ (`dphype.secure.secagg`); each client sends an encoded noisy vote vector and
+    the server unmasks their exact sum. ``COMMITTEE``: a committee of tally parties (`dphype.secure.tally`,
     whose public keys the request names); each client seals Shamir shares of its noisy votes to them and they open
     only what the mode releases.
+
+    Attributes:
+        SECAGG: DP-Hype's SecAgg+: the exact sum of the encoded noisy vote vectors.
+        COMMITTEE: A committee of tally parties: sealed Shamir shares, only the release opened.
     """
 
     SECAGG = "SecAgg+"
     COMMITTEE = "tally committee"
 
     def check_tallies(self, tallies: tuple[bytes, ...], *, known: Collection[bytes] | None = None) -> tuple[bytes, ...]:
-        """The request's committee: ``tallies`` checked (:func:`dphype.secure.tally.check_committee`, at least 3
-        distinct, within ``known`` when given) for the committee, empty otherwise; ``ValueError`` names the cause."""
+        """The request's committee: ``tallies`` checked for the committee, empty otherwise.
+
+        Args:
+            tallies: The request's tally keys.
+            known: The only keys a committee may use (a node's pinned tallies); ``None``: any.
+
+        Returns:
+            The committee (`dphype.secure.tally.check_committee`: at least 3 distinct, within ``known`` when
+            given), or ``()`` for SecAgg+.
+
+        Raises:
+            ValueError: Naming the cause, if the committee is invalid, or SecAgg+ is given tallies.
+        """
         if self is Aggregator.COMMITTEE:
             return check_committee(tallies, known=known)
         if tallies:
@@ -145,9 +197,15 @@ class Aggregator(enum.Enum):
 
 @dataclass(frozen=True)
 class NodeCost:
-    """What one vote costs a node by its own accounting (:meth:`ReleaseMode.node_cost`): the noise kind, the std of
-    the summed noise of the fewest allowed contributors, that release's epsilon at the node's delta and relation,
-    the accountant that computed it, and ``claim``, the public wording of that epsilon for a refusal."""
+    """What one vote costs a node by its own accounting (`ReleaseMode.node_cost`).
+
+    Attributes:
+        noise: The noise kind.
+        total_std: The std of the summed noise of the fewest allowed contributors.
+        epsilon: That release's epsilon at the node's delta and relation.
+        accountant: The accountant that computed it.
+        claim: The public wording of that epsilon for a refusal.
+    """
 
     noise: str
     total_std: float
@@ -159,14 +217,20 @@ class NodeCost:
 class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
     """One release mode (module docstring): a stateless object; two instances of a class are equal.
 
-    A subclass sets :attr:`name` (registering it in :data:`RELEASE_MODES`), :attr:`aggregator` and
-    :attr:`forecast`, and implements the abstract methods. ``BallotT`` is what a client hands the aggregator,
+    A subclass sets `name` (registering it in `RELEASE_MODES`), `aggregator` and
+    `forecast`, and implements the abstract methods. ``BallotT`` is what a client hands the aggregator,
     ``OpenedT`` what the aggregator opens for the server.
+
+    Attributes:
+        name: The configuration and wire name (``DPHypeConfig.release``, the run config's ``release``,
+            ``--release``).
+        aggregator: Where the ballots go (`Aggregator`).
+        forecast: What the planner simulates of this release.
     """
 
     #: The configuration and wire name (``DPHypeConfig.release``, the run config's ``release``, ``--release``).
     name: ClassVar[str]
-    #: Where the ballots go (:class:`Aggregator`).
+    #: Where the ballots go (`Aggregator`).
     aggregator: ClassVar[Aggregator]
     #: What the planner simulates of this release.
     forecast: ClassVar[Forecast]
@@ -188,78 +252,188 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
         return f"{type(self).__name__}()"
 
     def to_json(self) -> str:
-        """The mode as JSON data: its :attr:`name` (:func:`release_mode` reads it back)."""
+        """The mode as JSON data: its `name` (`release_mode` reads it back).
+
+        Returns:
+            The name.
+        """
         return self.name
 
     # ------------------------------------------------------------------------------------ calibration
     @abstractmethod
     def calibrate(self, config: Settings, candidates: CandidateList) -> float:
-        """The request's ``sigma`` for ``config`` over ``candidates`` (Algorithm 1, line 1); ``ValueError`` for what
-        the aggregator could not release exactly."""
+        """The request's ``sigma`` for ``config`` over ``candidates`` (Algorithm 1, line 1).
+
+        Args:
+            config: The configuration.
+            candidates: The public candidate list.
+
+        Returns:
+            The noise std ``sigma``.
+
+        Raises:
+            ValueError: For what the aggregator could not release exactly.
+        """  # noqa: DOC502
 
     # ------------------------------------------------------------------------------------ the request
     def check_request_fields(self, request: Request) -> tuple[bytes, ...]:
-        """Validate a request's fields for this mode (``ValueError``): its tallies for the :attr:`aggregator`,
-        then ``sigma`` and ``k`` (:meth:`check_sigma`); returns the tallies as the request keeps them."""
+        """Validate a request's fields for this mode: its tallies for the `aggregator`, then ``sigma`` and ``k``.
+
+        Args:
+            request: The request being built.
+
+        Returns:
+            The tallies as the request keeps them.
+
+        Raises:
+            ValueError: If the tallies (`Aggregator.check_tallies`), ``sigma`` or ``k`` (`check_sigma`) are invalid.
+        """  # noqa: DOC502
         tallies = self.aggregator.check_tallies(request.tallies)
         self.check_sigma(request)
         return tallies
 
     @abstractmethod
     def check_sigma(self, request: Request) -> None:
-        """``ValueError`` for a ``sigma`` (or ``k``) this mode's request cannot carry."""
+        """Refuse a ``sigma`` (or ``k``) this mode's request cannot carry.
+
+        Args:
+            request: The request being built.
+
+        Raises:
+            ValueError: If it cannot carry them.
+        """  # noqa: DOC502
 
     @abstractmethod
     def accounting(self, request: Request) -> VoteRelease | WinnerRelease:
-        """The release ``request`` describes, for the accountants (:mod:`dphype.privacy`)."""
+        """The release ``request`` describes, for the accountants (`dphype.privacy`).
+
+        Args:
+            request: The request.
+
+        Returns:
+            The release.
+        """
 
     @abstractmethod
     def check_claims(self, request: Request) -> None:
-        """A client's check that the request's noise gives the announced budget and that an honest server sends it
-        (:class:`dphype.refusal.Refusal`: ``noise_too_small``, ``malformed_request``); called by
-        :func:`dphype.protocol.check_request`."""
+        """A client's check that the request's noise gives the announced budget and that an honest server sends it.
+
+        Called by `dphype.protocol.check_request`.
+
+        Args:
+            request: The request.
+
+        Raises:
+            dphype.refusal.Refusal: ``noise_too_small`` or ``malformed_request``.
+        """  # noqa: DOC502
 
     # --------------------------------------------------------------------------------------- the node
     @abstractmethod
     def announced_epsilon(self, request: Request) -> float | None:
-        """The announced epsilon a node holds against its limit before it recomputes the cost (``None``: only the
-        recomputed :meth:`node_cost` counts)."""
+        """The announced epsilon a node holds against its limit before it recomputes the cost.
+
+        Args:
+            request: The request.
+
+        Returns:
+            The epsilon, or ``None``: only the recomputed `node_cost` counts.
+        """
 
     @abstractmethod
     def node_cost(self, request: Request, *, survivors: int, delta: float, accountant: str,
                   neighbouring: str) -> NodeCost:
-        """What one vote costs the node when only ``survivors`` (the fewest allowed) contribute, recomputed with the
-        node's own ``delta``, ``accountant`` (``"auto"`` or a name) and ``neighbouring`` relation."""
+        """What one vote costs the node when only ``survivors`` (the fewest allowed) contribute.
+
+        The cost is recomputed with the node's own ``delta``, ``accountant`` and ``neighbouring`` relation.
+
+        Args:
+            request: The request.
+            survivors: The fewest allowed contributors.
+            delta: The node's delta.
+            accountant: The node's accountant, ``"auto"`` or a name.
+            neighbouring: The node's neighbouring relation.
+
+        Returns:
+            The cost.
+        """
 
     # ------------------------------------------------------------------------------------- the client
     @abstractmethod
     def ballot(self, request: Request, scores: np.ndarray, *, maximize: bool,
                clipping_range: int | None = None) -> BallotT:
-        """What a client hands the :attr:`aggregator`: its top-k votes on ``scores`` plus its noise share from the
-        secure generator (no generator can be passed in). ``clipping_range``: the SecAgg+ round's range
-        (:func:`dphype.secure.secure_sum.clipping_range_for`), for SecAgg+ modes."""
+        """What a client hands the `aggregator`: its top-k votes on ``scores`` plus its noise share.
+
+        The share comes from the secure generator (no generator can be passed in).
+
+        Args:
+            request: The approved request.
+            scores: The client's scores, ``(p,)`` or ``(p, j)``.
+            maximize: Whether a higher score is better.
+            clipping_range: The SecAgg+ round's range (`dphype.secure.secure_sum.clipping_range_for`), for
+                SecAgg+ modes.
+
+        Returns:
+            The ballot.
+        """
 
     # ------------------------------------------------------------------------------------- the server
     @abstractmethod
     def release(self, request: Request, opened: OpenedT, survivors: int) -> DPHypeResult:
-        """The server's result from what the aggregator ``opened`` for ``survivors`` contributors, with its privacy
-        report; ``ValueError`` for fewer survivors than the request's minimum or an ``opened`` of the wrong shape."""
+        """The server's result from what the aggregator ``opened`` for ``survivors`` contributors.
+
+        Args:
+            request: The request.
+            opened: What the aggregator opened.
+            survivors: The number of contributors.
+
+        Returns:
+            The result, with its privacy report.
+
+        Raises:
+            ValueError: For fewer survivors than the request's minimum, or an ``opened`` of the wrong shape.
+        """  # noqa: DOC502
 
     @abstractmethod
     def replay(self, request: Request, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
                survivors: int | None = None, per_client: bool = False) -> np.ndarray:
-        """``repetitions`` draws of what the aggregator would open for the noiseless vote sum ``vote_sum`` of
-        ``survivors`` clients (default all) with noise from ``rng`` (one summed draw, or with ``per_client=True``
-        one share per client): one :meth:`release` input per row."""
+        """``repetitions`` draws of what the aggregator would open for the noiseless vote sum ``vote_sum``.
+
+        Args:
+            request: The request.
+            vote_sum: The noiseless vote sum, ``(p,)``.
+            repetitions: The number of draws.
+            rng: The generator of the noise.
+            survivors: The number of contributing clients (default all).
+            per_client: One noise share per client instead of one summed draw.
+
+        Returns:
+            One `release` input per row.
+        """
 
     @abstractmethod
     def describe(self, request: Request) -> str:
-        """The request's parameters that apply to this mode, as ``key=value, ...`` (the server's description)."""
+        """The request's parameters that apply to this mode, as ``key=value, ...`` (the server's description).
+
+        Args:
+            request: The request.
+
+        Returns:
+            The description.
+        """
 
 
 def release_mode(name: Any) -> ReleaseMode[Any, Any]:
-    """The release mode registered as ``name`` (:data:`RELEASE_MODES`); ``ValueError`` naming the parameter, the
-    allowed names and the fix for any other value."""
+    """The release mode registered as ``name`` (`RELEASE_MODES`).
+
+    Args:
+        name: The mode's name.
+
+    Returns:
+        An instance of the mode.
+
+    Raises:
+        ValueError: Naming the parameter, the allowed names and the fix, for any other value.
+    """
     mode = RELEASE_MODES.get(name) if isinstance(name, str) else None
     if mode is None:
         raise ValueError(f"release must be one of {', '.join(RELEASE_MODES)}, got {name!r}: set release (the "
@@ -268,7 +442,11 @@ def release_mode(name: Any) -> ReleaseMode[Any, Any]:
 
 
 def release_modes() -> tuple[ReleaseMode[Any, Any], ...]:
-    """One instance of every registered mode, in :data:`RELEASE_MODES` order (what the planner compares)."""
+    """One instance of every registered mode, in `RELEASE_MODES` order (what the planner compares).
+
+    Returns:
+        The modes.
+    """
     return tuple(mode() for mode in RELEASE_MODES.values())
 
 
@@ -278,7 +456,12 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
 
     ``sigma`` is the TOTAL noise std on the released sum, calibrated for ``(epsilon, delta, k)`` with the
     configured noise and accountant; each client adds a share of variance ``sigma^2 / ((1 - xi) n)``
-    (:func:`dphype.privacy.noise.client_noise_variance`). Everything after the sum is post-processing.
+    (`dphype.privacy.noise.client_noise_variance`). Everything after the sum is post-processing.
+
+    Attributes:
+        name: ``"sum"``.
+        aggregator: SecAgg+.
+        forecast: The noisy sum's.
     """
 
     name = "sum"
@@ -286,8 +469,19 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
     forecast = Forecast.NOISY_SUM
 
     def calibrate(self, config: Settings, candidates: CandidateList) -> float:
-        """Solve ``sigma`` (:func:`dphype.privacy.accounting.calibrate`) and refuse one whose shares secure
-        summation could clip (:func:`dphype.secure.secure_sum.check_range`)."""
+        """Solve ``sigma`` (`dphype.privacy.accounting.calibrate`) and refuse one whose shares could be clipped.
+
+        Args:
+            config: The configuration.
+            candidates: The public candidate list.
+
+        Returns:
+            The total noise std ``sigma``.
+
+        Raises:
+            ValueError: If the budget is invalid, or secure summation could clip the shares
+                (`dphype.secure.secure_sum.check_range`).
+        """  # noqa: DOC502
         sigma = calibrate_release(config.epsilon, config.delta, config.k, num_candidates=len(candidates),
                                   accountant=config.accountant, noise=config.noise,
                                   neighbouring=config.neighbouring).sigma
@@ -296,17 +490,39 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
         return sigma
 
     def check_sigma(self, request: Request) -> None:
+        """Refuse a ``sigma`` or ``k`` that the vote release (`accounting`) cannot describe.
+
+        Args:
+            request: The request being built.
+
+        Raises:
+            ValueError: If ``sigma`` is not positive, or ``k`` is not in ``[1, p]``.
+        """  # noqa: DOC502
         _ = self.accounting(request)  # validates sigma and k against the number of candidates
 
     def accounting(self, request: Request) -> VoteRelease:
+        """The noisy vote sum the request describes.
+
+        Args:
+            request: The request.
+
+        Returns:
+            The vote release (``k``, ``p``, ``sigma``, noise, relation).
+        """
         cfg = request.config
         return VoteRelease(k=cfg.k, num_candidates=len(request.candidates), sigma=request.sigma, noise=cfg.noise,
                            neighbouring=cfg.neighbouring)
 
     def check_claims(self, request: Request) -> None:
-        """The client recomputes epsilon from the announced ``sigma`` with the announced accountant
-        (``noise_too_small`` above the announced epsilon), and refuses a ``sigma`` beyond :data:`SIGMA_SLACK` times
-        the calibrated one (``malformed_request``)."""
+        """The client recomputes epsilon from the announced ``sigma`` with the announced accountant.
+
+        Args:
+            request: The request.
+
+        Raises:
+            Refusal: ``noise_too_small`` above the announced epsilon; ``malformed_request`` for a ``sigma`` beyond
+                `SIGMA_SLACK` times the calibrated one.
+        """
         cfg = request.config
         promised = release_epsilon(self.accounting(request), cfg.delta, cfg.accountant)
         if promised > cfg.epsilon * (1.0 + EPSILON_RTOL):
@@ -320,12 +536,32 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
                           "calibrated for the announced budget: no honest server sends it")
 
     def announced_epsilon(self, request: Request) -> float:
+        """The announced epsilon, which a node holds against its limit.
+
+        Args:
+            request: The request.
+
+        Returns:
+            The configuration's epsilon.
+        """
         return request.config.epsilon
 
     def node_cost(self, request: Request, *, survivors: int, delta: float, accountant: str,
                   neighbouring: str) -> NodeCost:
-        """``survivors`` shares of variance ``sigma^2 / ((1 - xi) n)`` (Appendix A), accounted at the node's delta
-        with its accountant (``"auto"``: the default for the noise kind) and relation."""
+        """``survivors`` shares of variance ``sigma^2 / ((1 - xi) n)`` (Appendix A), accounted the node's way.
+
+        At the node's delta, with its accountant (``"auto"``: the default for the noise kind) and relation.
+
+        Args:
+            request: The request.
+            survivors: The fewest allowed contributors.
+            delta: The node's delta.
+            accountant: The node's accountant, ``"auto"`` or a name.
+            neighbouring: The node's neighbouring relation.
+
+        Returns:
+            The cost.
+        """
         cfg = request.config
         total_std = client_noise_std(request.sigma, cfg.clients, cfg.dropout) * math.sqrt(survivors)
         accountant = resolve_accountant(None if accountant == "auto" else accountant, cfg.noise)
@@ -336,10 +572,24 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
 
     def ballot(self, request: Request, scores: np.ndarray, *, maximize: bool,
                clipping_range: int | None = None) -> np.ndarray:
-        """Top-k votes plus this client's noise share (:func:`dphype.privacy.noise.client_noise_share`), encoded for
-        exact secure summation (lines 5-10; :func:`dphype.secure.secure_sum.encode`: integers, or the
-        ``1/GAUSSIAN_SCALE`` grid for Gaussian noise), refused (``ValueError``), never clipped, beyond the round's
-        ``clipping_range``, which SecAgg+ ballots need."""
+        """Top-k votes plus this client's noise share, encoded for exact secure summation (lines 5-10).
+
+        The share is `dphype.privacy.noise.client_noise_share`'s; the encoding `dphype.secure.secure_sum.encode`'s
+        (integers, or the ``1/GAUSSIAN_SCALE`` grid for Gaussian noise), refused, never clipped, beyond the round's
+        ``clipping_range``, which SecAgg+ ballots need.
+
+        Args:
+            request: The approved request.
+            scores: The client's scores, ``(p,)`` or ``(p, j)``.
+            maximize: Whether a higher score is better.
+            clipping_range: The SecAgg+ round's range.
+
+        Returns:
+            The encoded vector, ``(p,)``.
+
+        Raises:
+            ValueError: Without a ``clipping_range``, or for a value beyond it.
+        """
         if clipping_range is None:
             raise ValueError("clipping_range must be the SecAgg+ round's (dphype.secure.secure_sum.clipping_range_for)")
         cfg = request.config
@@ -349,10 +599,23 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
         return encode(votes + share, cfg.noise, clipping_range)
 
     def release(self, request: Request, opened: np.ndarray, survivors: int) -> DPHypeResult:
-        """The configured selection rule on the decoded noisy sum (line 12; :mod:`dphype.selection.rules`: the
-        argmax, or the structure-aware rule), with the privacy report of the noise actually summed. Refuses fewer
-        survivors than :attr:`dphype.protocol.VoteRequest.min_survivors`: their noise would not add up to
-        ``sigma``."""
+        """The configured selection rule on the decoded noisy sum (line 12), with the privacy report.
+
+        The rule is `dphype.selection.rules`' argmax, or the structure-aware rule; the report is of the noise
+        actually summed.
+
+        Args:
+            request: The request.
+            opened: The decoded noisy sum, ``(p,)``.
+            survivors: The number of contributors.
+
+        Returns:
+            The result with the noisy sum, the rule's selection and the privacy report.
+
+        Raises:
+            ValueError: For fewer survivors than `dphype.protocol.VoteRequest.min_survivors` (their noise would not
+                add up to ``sigma``), or a sum of another shape.
+        """
         cfg = request.config
         survivors = check_survivors(survivors, cfg.clients, request.min_survivors)
         total = np.asarray(opened)
@@ -372,12 +635,32 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
 
     def replay(self, request: Request, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
                survivors: int | None = None, per_client: bool = False) -> np.ndarray:
-        """Noisy sums, float64 ``(repetitions, p)`` (:func:`dphype.privacy.noise.replay_noisy_sums`)."""
+        """Noisy sums (`dphype.privacy.noise.replay_noisy_sums`).
+
+        Args:
+            request: The request.
+            vote_sum: The noiseless vote sum, ``(p,)``.
+            repetitions: The number of draws ``R``.
+            rng: The generator of the noise.
+            survivors: The number of contributing clients (default all).
+            per_client: One noise share per client instead of one summed draw.
+
+        Returns:
+            The noisy sums, float64 ``(repetitions, p)``.
+        """
         cfg = request.config
         return replay_noisy_sums(vote_sum, sigma=request.sigma, clients=cfg.clients, repetitions=repetitions, rng=rng,
                                  dropout=cfg.dropout, noise=cfg.noise, survivors=survivors, per_client=per_client)
 
     def describe(self, request: Request) -> str:
+        """The sum release's parameters: delta, k, clients, dropout, noise and rule.
+
+        Args:
+            request: The request.
+
+        Returns:
+            The description, ``key=value, ...``.
+        """
         cfg = request.config
         return (f"delta={cfg.delta:g}, k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, "
                 f"noise={cfg.noise!r}, rule={cfg.rule!r}")
@@ -385,13 +668,19 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
 
 # ---------------------------------------------------------------------------------------------- argmax
 class ArgmaxRelease(ReleaseMode[list[bytes], int]):
-    """Only the winner's index: report-noisy-max over the vote counts with client-made discrete Laplace noise,
-    computed by a tally committee under MPC (:mod:`dphype.privacy.winner`, :mod:`dphype.secure.tally`).
+    """Only the winner's index: report-noisy-max over the vote counts with client-made discrete Laplace noise.
+
+    It is computed by a tally committee under MPC (`dphype.privacy.winner`, `dphype.secure.tally`).
 
     Pure ``epsilon``-DP with noise independent of ``k``; ``sigma`` is the total discrete Laplace std that
-    ``epsilon`` implies (:func:`dphype.privacy.winner.noise_std`, for information: every client derives its noise
+    ``epsilon`` implies (`dphype.privacy.winner.noise_std`, for information: every client derives its noise
     from the announced ``epsilon``). ``delta``, ``noise`` and ``accountant`` concern only the composition with
     other releases, and the selection rule does not apply.
+
+    Attributes:
+        name: ``"argmax"``.
+        aggregator: The tally committee.
+        forecast: The winner release's.
     """
 
     name = "argmax"
@@ -399,9 +688,26 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
     forecast = Forecast.WINNER
 
     def calibrate(self, config: Settings, candidates: CandidateList) -> float:
+        """The total discrete Laplace std that ``epsilon`` implies (`dphype.privacy.winner.noise_std`).
+
+        Args:
+            config: The configuration.
+            candidates: The public candidate list (not needed).
+
+        Returns:
+            The std.
+        """
         return noise_std(config.epsilon, config.neighbouring)
 
     def check_sigma(self, request: Request) -> None:
+        """Refuse a ``sigma`` other than the one ``epsilon`` implies, or a ``k`` outside ``[1, p]``.
+
+        Args:
+            request: The request being built.
+
+        Raises:
+            ValueError: If ``sigma`` or ``k`` is not what the mode needs.
+        """
         cfg = request.config
         expected = noise_std(cfg.epsilon, cfg.neighbouring)
         if not abs(request.sigma - expected) <= 1e-9 * expected:
@@ -410,23 +716,57 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
         _ = self.accounting(request)  # validates k against the number of candidates
 
     def accounting(self, request: Request) -> WinnerRelease:
+        """The winner release the request describes.
+
+        Args:
+            request: The request.
+
+        Returns:
+            The winner release (epsilon, ``k``, ``p``, relation).
+        """
         cfg = request.config
         return WinnerRelease(epsilon=cfg.epsilon, k=cfg.k, num_candidates=len(request.candidates),
                              neighbouring=cfg.neighbouring)
 
     def check_claims(self, request: Request) -> None:
-        """Nothing to recompute: each client derives its noise from the announced epsilon, so it cannot be asked
-        for too little."""
+        """Nothing to recompute: each client derives its noise from the announced epsilon.
+
+        So it cannot be asked for too little.
+
+        Args:
+            request: The request.
+        """
 
     def announced_epsilon(self, request: Request) -> None:
-        """``None``: the noise parameter follows from the announced epsilon and relation, and the node's own relation
-        decides what it costs (:meth:`node_cost`)."""
+        """``None``: the noise parameter follows from the announced epsilon and relation.
+
+        The node's own relation decides what it costs (`node_cost`).
+
+        Args:
+            request: The request.
+
+        Returns:
+            ``None``.
+        """
         return None
 
     def node_cost(self, request: Request, *, survivors: int, delta: float, accountant: str,
                   neighbouring: str) -> NodeCost:
-        """Pure ``epsilon_node = -shift log t`` under the node's relation (:data:`THRESHOLD_SHIFT`), whatever its
-        delta and accountant; ``total_std`` is the request's ``sigma`` (the fewest contributors' noise)."""
+        """Pure ``epsilon_node = -shift log t`` under the node's relation (`THRESHOLD_SHIFT`).
+
+        Whatever the node's delta and accountant; ``total_std`` is the request's ``sigma`` (the fewest
+        contributors' noise).
+
+        Args:
+            request: The request.
+            survivors: The fewest allowed contributors.
+            delta: The node's delta.
+            accountant: The node's accountant, ``"auto"`` or a name.
+            neighbouring: The node's neighbouring relation.
+
+        Returns:
+            The cost.
+        """
         cfg = request.config
         eps = -THRESHOLD_SHIFT[neighbouring] * math.log(noise_parameter(cfg.epsilon, cfg.neighbouring))
         return NodeCost(noise=WINNER_NOISE, total_std=request.sigma, epsilon=eps, accountant="pure epsilon",
@@ -434,10 +774,20 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
 
     def ballot(self, request: Request, scores: np.ndarray, *, maximize: bool,
                clipping_range: int | None = None) -> list[bytes]:
-        """Top-k votes plus this client's discrete Laplace share
-        (:func:`dphype.privacy.winner.client_winner_share`), split into Shamir shares and sealed, one ciphertext
-        per tally in committee order (:func:`dphype.secure.tally.client_sealed_shares`, bound to the request's
-        digest). ``clipping_range`` does not apply."""
+        """Top-k votes plus this client's discrete Laplace share, split into Shamir shares and sealed.
+
+        The share is `dphype.privacy.winner.client_winner_share`'s; one ciphertext per tally in committee order
+        (`dphype.secure.tally.client_sealed_shares`, bound to the request's digest).
+
+        Args:
+            request: The approved request.
+            scores: The client's scores, ``(p,)`` or ``(p, j)``.
+            maximize: Whether a higher score is better.
+            clipping_range: Does not apply.
+
+        Returns:
+            The ciphertexts, one per tally.
+        """
         cfg = request.config
         votes = top_k_votes(scores, cfg.k, maximize=maximize).astype(np.int64)
         share = client_winner_share(votes.size, epsilon=cfg.epsilon, neighbouring=cfg.neighbouring,
@@ -445,7 +795,19 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
         return client_sealed_shares(request.digest(), votes + share, request.tallies)
 
     def release(self, request: Request, opened: int, survivors: int) -> DPHypeResult:
-        """The server's record of the index the tallies opened; refuses an index outside the candidate list."""
+        """The server's record of the index the tallies opened.
+
+        Args:
+            request: The request.
+            opened: The winner's index.
+            survivors: The number of contributors.
+
+        Returns:
+            The result with the winner and the pure-epsilon privacy report, no noisy sum or selection.
+
+        Raises:
+            ValueError: For an index outside the candidate list, or fewer survivors than the request's minimum.
+        """
         cfg = request.config
         report = winner_report(self.accounting(request), cfg.delta, clients=cfg.clients, dropout=cfg.dropout,
                                survivors=survivors, committee=len(request.tallies))
@@ -456,13 +818,33 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
 
     def replay(self, request: Request, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
                survivors: int | None = None, per_client: bool = False) -> np.ndarray:
-        """Winning indices, int64 ``(repetitions,)`` (:func:`dphype.privacy.winner.replay_winners`)."""
+        """Winning indices (`dphype.privacy.winner.replay_winners`).
+
+        Args:
+            request: The request.
+            vote_sum: The noiseless vote sum, ``(p,)``.
+            repetitions: The number of draws ``R``.
+            rng: The generator of the noise.
+            survivors: The number of contributing clients (default all).
+            per_client: One noise share per client instead of one summed draw.
+
+        Returns:
+            The indices, int64 ``(repetitions,)``.
+        """
         cfg = request.config
         return replay_winners(vote_sum, epsilon=cfg.epsilon, neighbouring=cfg.neighbouring, clients=cfg.clients,
                               repetitions=repetitions, rng=rng, dropout=cfg.dropout, survivors=survivors,
                               per_client=per_client)
 
     def describe(self, request: Request) -> str:
+        """The winner release's parameters: k, clients, dropout, neighbouring and the committee's size.
+
+        Args:
+            request: The request.
+
+        Returns:
+            The description, ``key=value, ...``.
+        """
         # pure epsilon, discrete Laplace: no delta, noise kind or rule applies
         cfg = request.config
         return (f"k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, neighbouring={cfg.neighbouring!r}, "

@@ -1,24 +1,24 @@
 """The DP-Hype protocol, framework-free: the request, its checks, and a client's scores.
 
 Data flows one way (DP-Hype Algorithm 1); what is released, and how, is the configuration's release mode
-(:mod:`dphype.modes`: :attr:`dphype.config.DPHypeConfig.mode`), whose methods this module and its callers use:
+(`dphype.modes`: `dphype.config.DPHypeConfig.mode`), whose methods this module and its callers use:
 
-1. the server turns a validated :class:`dphype.config.DPHypeConfig` and the public candidate list into
-   a :class:`VoteRequest` (line 1: the noise std ``sigma`` is the mode's :meth:`~dphype.modes.ReleaseMode.calibrate`;
-   :func:`make_vote_request` also refuses what the mode's aggregator could not release exactly);
-2. every client checks the request (:func:`check_request`; against its own node policy and privacy
-   ledger: :mod:`dphype.node.policy`, :mod:`dphype.node.ledger`), scores each candidate on its own data
-   (:func:`score_candidates`, lines 2-4), and hands its ballot, its top-k votes plus its noise share
-   (:meth:`~dphype.modes.ReleaseMode.ballot`, lines 5-10), to the mode's aggregator (SecAgg+, or the tally
+1. the server turns a validated `dphype.config.DPHypeConfig` and the public candidate list into
+   a `VoteRequest` (line 1: the noise std ``sigma`` is the mode's `dphype.modes.ReleaseMode.calibrate`;
+   `make_vote_request` also refuses what the mode's aggregator could not release exactly);
+2. every client checks the request (`check_request`; against its own node policy and privacy
+   ledger: `dphype.node.policy`, `dphype.node.ledger`), scores each candidate on its own data
+   (`score_candidates`, lines 2-4), and hands its ballot, its top-k votes plus its noise share
+   (`dphype.modes.ReleaseMode.ballot`, lines 5-10), to the mode's aggregator (SecAgg+, or the tally
    committee whose public keys the request names);
-3. the server turns what the aggregator opened into a :class:`dphype.result.DPHypeResult` with a privacy report
-   (:meth:`~dphype.modes.ReleaseMode.release`, line 12). Everything after the aggregation is post-processing.
-   Benchmarks replay it with :meth:`~dphype.modes.ReleaseMode.replay`.
+3. the server turns what the aggregator opened into a `dphype.result.DPHypeResult` with a privacy report
+   (`dphype.modes.ReleaseMode.release`, line 12). Everything after the aggregation is post-processing.
+   Benchmarks replay it with `dphype.modes.ReleaseMode.replay`.
 
-A client that will not take part raises :class:`dphype.refusal.Refusal`, whose ``code`` and ``detail`` are safe
+A client that will not take part raises `dphype.refusal.Refusal`, whose ``code`` and ``detail`` are safe
 to send to the server: they name the reason, never a data value.
 
-No Flower import here: the Flower adapters are in :mod:`dphype.flower`.
+No Flower import here: the Flower adapters are in `dphype.flower`.
 """
 
 from __future__ import annotations
@@ -51,15 +51,24 @@ PREFIX = "dphype."
 # --------------------------------------------------------------------------------------- the request
 @dataclass(frozen=True)
 class VoteRequest:
-    """What the server asks every client for: one noisy top-k vote over ``candidates``, released as the
-    configuration's mode says (:attr:`mode`, :mod:`dphype.modes`).
+    """What the server asks every client for: one noisy top-k vote over ``candidates``.
 
-    ``sigma`` is the total noise std the mode calibrated (:meth:`dphype.modes.ReleaseMode.calibrate`); each client
+    It is released as the configuration's mode says (`mode`, `dphype.modes`).
+    ``sigma`` is the total noise std the mode calibrated (`dphype.modes.ReleaseMode.calibrate`); each client
     adds a share of it. The budget in ``config`` lets a client recompute the guarantee of the noise it is asked to
     add. The candidate list travels with the request (canonical JSON); a client compares it with its own copy by
     fingerprint. ``tallies`` are the tally committee's X25519 public keys in committee order when the mode's
-    aggregator is the committee (at least 3, distinct; :func:`dphype.secure.tally.check_committee`), else empty.
-    The mode validates all of it (:meth:`dphype.modes.ReleaseMode.check_request_fields`).
+    aggregator is the committee (at least 3, distinct; `dphype.secure.tally.check_committee`), else empty.
+    The mode validates all of it (`dphype.modes.ReleaseMode.check_request_fields`).
+
+    Attributes:
+        candidates: The public candidate list the clients score.
+        config: The validated run configuration (budget, ``k``, clients, dropout, mode).
+        sigma: The total noise std the mode calibrated.
+        tallies: The tally committee's X25519 public keys (32 bytes each, committee order), or empty.
+
+    Raises:
+        ValueError: If ``candidates`` or ``config`` has the wrong type, or the mode rejects a field.
     """
 
     candidates: CandidateList
@@ -76,7 +85,7 @@ class VoteRequest:
 
     @property
     def mode(self) -> ReleaseMode[Any, Any]:
-        """The release mode of this request (:attr:`dphype.config.DPHypeConfig.mode`)."""
+        """The release mode of this request (`dphype.config.DPHypeConfig.mode`)."""
         return self.config.mode
 
     @property
@@ -85,7 +94,12 @@ class VoteRequest:
         return min_survivors(self.config.clients, self.config.dropout)
 
     def to_record(self) -> dict[str, Any]:
-        """Flat scalar record (keys ``dphype.*``) for a Flower ``ConfigRecord``."""
+        """Flat scalar record (keys ``dphype.*``) for a Flower ``ConfigRecord``.
+
+        Returns:
+            The record: the candidate list as canonical JSON, ``sigma``, the tallies (hex, comma-separated)
+            when there are any, and every configuration field that is set.
+        """
         record: dict[str, Any] = {PREFIX + "candidates": self.candidates.to_json(), PREFIX + "sigma": self.sigma}
         if self.tallies:
             record[PREFIX + "tallies"] = ",".join(key.hex() for key in self.tallies)
@@ -97,7 +111,18 @@ class VoteRequest:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> VoteRequest:
-        """Parse :meth:`to_record`'s output; anything missing or invalid is a ``malformed_request`` refusal."""
+        """Parse `to_record`'s output; anything missing or invalid is a ``malformed_request`` refusal.
+
+        Args:
+            record: A request record, as `to_record` writes it.
+
+        Returns:
+            The request.
+
+        Raises:
+            Refusal: ``malformed_request``, if a key is missing or a value is invalid (the message names
+                parameters and ranges, never candidate values).
+        """
         try:
             candidates = CandidateList.from_json(str(record[PREFIX + "candidates"]))
             config = DPHypeConfig(**{f.name: record[PREFIX + f.name] for f in dataclasses.fields(DPHypeConfig)
@@ -113,17 +138,35 @@ class VoteRequest:
             raise Refusal("malformed_request", reason) from None
 
     def digest(self) -> str:
-        """SHA-256 of the canonical record: identifies this exact request (e.g. between pre-flight and vote)."""
+        """SHA-256 of the canonical record: identifies this exact request (e.g. between pre-flight and vote).
+
+        Returns:
+            The digest as 64 hex characters.
+        """
         blob = json.dumps(self.to_record(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 def make_vote_request(config: DPHypeConfig, candidates: CandidateList, *,
                       tallies: tuple[bytes, ...] = ()) -> VoteRequest:
-    """Calibrate the noise of ``config`` for ``candidates`` with its release mode (Algorithm 1, line 1:
-    :meth:`dphype.modes.ReleaseMode.calibrate`, which refuses up front what its aggregator could not release
-    exactly, e.g. a ``sigma`` whose shares secure summation could clip). ``tallies`` name the committee when the
-    mode's aggregator is the tally committee; other modes carry none (any given are left out)."""
+    """Calibrate the noise of ``config`` for ``candidates`` with its release mode.
+
+    Algorithm 1, line 1: `dphype.modes.ReleaseMode.calibrate`, which refuses up front what its aggregator could
+    not release exactly, e.g. a ``sigma`` whose shares secure summation could clip. ``tallies`` name the
+    committee when the mode's aggregator is the tally committee; other modes carry none (any given are left out).
+
+    Args:
+        config: The validated run configuration.
+        candidates: The public candidate list.
+        tallies: The tally committee's X25519 public keys, in committee order.
+
+    Returns:
+        The request, with the calibrated ``sigma``.
+
+    Raises:
+        ValueError: If ``config`` or ``candidates`` has the wrong type, or the mode cannot calibrate or release
+            it (raised by the mode).
+    """  # noqa: DOC502
     if not isinstance(config, DPHypeConfig):
         raise ValueError(f"config must be a DPHypeConfig, got {type(config).__name__}")
     if not isinstance(candidates, CandidateList):
@@ -135,15 +178,21 @@ def make_vote_request(config: DPHypeConfig, candidates: CandidateList, *,
 
 # ------------------------------------------------------------------------------------ the client side
 def check_request(request: VoteRequest, *, local_candidates: CandidateList | None = None) -> None:
-    """Refuse a request for another candidate list, whose noise does not give the announced budget, or that
-    no honest server sends.
+    """Refuse a request for another candidate list, whose noise does not give its budget, or no honest server sends.
 
     A ``local_candidates`` copy (the client's own) must have the request's fingerprint; a request for more
     clients than the secure sum allows is ``malformed_request``; then the mode checks its own claims
-    (:meth:`dphype.modes.ReleaseMode.check_claims`: the sum release recomputes epsilon from the announced
-    ``sigma`` and refuses a ``sigma`` beyond :data:`SIGMA_SLACK` times the calibrated one). This checks that the
-    request is what it claims; whether this node allows it is :func:`dphype.node.policy.check_vote_request`'s
+    (`dphype.modes.ReleaseMode.check_claims`: the sum release recomputes epsilon from the announced
+    ``sigma`` and refuses a ``sigma`` beyond `SIGMA_SLACK` times the calibrated one). This checks that the
+    request is what it claims; whether this node allows it is `dphype.node.policy.check_vote_request`'s
     question (which starts here).
+
+    Args:
+        request: The server's request.
+        local_candidates: The client's own copy of the candidate list, if it has one.
+
+    Raises:
+        Refusal: ``candidate_mismatch``, ``malformed_request``, or the mode's refusal of the request's claims.
     """
     if local_candidates is not None and local_candidates.fingerprint() != request.candidates.fingerprint():
         raise Refusal("candidate_mismatch",
@@ -164,6 +213,18 @@ def score_candidates(task: Task, candidates: CandidateList, *,
     names candidate keys, never data). A task whose ``score`` raises is refused as ``task_error`` (the
     exception type only: its message may carry data), one that returns another shape as ``score_shape``, one
     whose scores cannot rank the candidates (all NaN, or the same for all) as ``uninformative_scores``.
+
+    Args:
+        task: The client's task (``score(candidates)``, optionally ``check(candidates)`` and a ``progress``
+            keyword).
+        candidates: The public candidate list.
+        progress: Called with ``(done, total)`` while scoring, if the task's ``score`` takes ``progress``.
+
+    Returns:
+        The scores, float64 ``(p,)`` or ``(p, j)``.
+
+    Raises:
+        Refusal: ``unsupported_candidates``, ``task_error``, ``score_shape`` or ``uninformative_scores``.
     """
     p = len(candidates)
     check = getattr(task, "check", None)

@@ -1,12 +1,12 @@
 """The outcome of one DP-Hype selection, in the shape users know from Optuna's ``Study`` and Flower's ``Result``.
 
-:class:`DPHypeResult` holds the selected candidate (:attr:`DPHypeResult.best_params`), the released noisy vote
-sum, the selection rule's estimate with the confidence in its pick (:class:`dphype.selection.rules.Selection`),
-the privacy report and (over SecAgg+) the secure sum's graph. :meth:`DPHypeResult.table` ranks every candidate,
-:meth:`DPHypeResult.summary` prints it as text, :meth:`DPHypeResult.save` / :meth:`DPHypeResult.load` keep it as
+`DPHypeResult` holds the selected candidate (`DPHypeResult.best_params`), the released noisy vote
+sum, the selection rule's estimate with the confidence in its pick (`dphype.selection.rules.Selection`),
+the privacy report and (over SecAgg+) the secure sum's graph. `DPHypeResult.table` ranks every candidate,
+`DPHypeResult.summary` prints it as text, `DPHypeResult.save` / `DPHypeResult.load` keep it as
 JSON. Everything here is post-processing of the release: reading, ranking or saving it spends no privacy.
 
-The winner-only release (``release="argmax"``, :mod:`dphype.privacy.winner`) publishes the index alone: its
+The winner-only release (``release="argmax"``, `dphype.privacy.winner`) publishes the index alone: its
 result has ``noisy_sum`` and ``selection`` ``None`` (no votes, no estimate, no confidence), and its table
 holds the winner only -- nothing released ranks the other candidates.
 
@@ -28,13 +28,20 @@ from dphype.privacy.accounting import PrivacyReport
 from dphype.selection.candidates import Candidate, CandidateList
 from dphype.selection.rules import Selection
 
-#: ``format`` of a saved result; :meth:`DPHypeResult.load` refuses other files.
+#: ``format`` of a saved result; `DPHypeResult.load` refuses other files.
 RESULT_FORMAT = "dphype-result/1"
 
 
 def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
-    """``rows`` as a plain-text table with one header line; floats with 4 significant digits, missing
-    cells empty. ``columns`` defaults to the keys of all rows in order of appearance."""
+    """``rows`` as a plain-text table with one header line; floats with 4 significant digits, missing cells empty.
+
+    Args:
+        rows: The table's rows, column name -> value.
+        columns: The columns, in order; by default the keys of all rows in order of appearance.
+
+    Returns:
+        The table, one line per row after the header, right-aligned columns.
+    """
     if columns is None:
         columns = list(dict.fromkeys(key for row in rows for key in row))
 
@@ -54,11 +61,24 @@ def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | Non
 
 @dataclass(frozen=True)
 class DPHypeResult:
-    """Outcome of one DP-Hype selection: the winner, the released noisy sum (``None`` for a release without
-    votes), the privacy report, the selection rule that ran with the confidence in its pick, the public
-    candidate list and (when it ran over SecAgg+) the secure sum's graph, its failure bounds and the range's
-    clipping probability; ``notes`` say what else the operator should know (e.g. simulated nodes with per-run
-    ledgers)."""
+    """Outcome of one DP-Hype selection.
+
+    The winner, the released noisy sum (``None`` for a release without votes), the privacy report, the selection
+    rule that ran with the confidence in its pick, the public candidate list and (when it ran over SecAgg+) the
+    secure sum's graph, its failure bounds and the range's clipping probability; ``notes`` say what else the
+    operator should know (e.g. simulated nodes with per-run ledgers).
+
+    Attributes:
+        selected_index: The winner's index in ``candidates``.
+        selected: The winner's hyperparameters.
+        noisy_sum: The released noisy vote sum ``(p,)``, or ``None`` for a release without votes.
+        report: The privacy report of the release.
+        selection: The selection rule that ran, with its estimate and confidence; ``None`` for the winner-only
+            release.
+        candidates: The public candidate list.
+        secure_sum: The secure sum's graph, failure bounds and clipping probability, when it ran over SecAgg+.
+        notes: What else the operator should know.
+    """
 
     selected_index: int
     selected: Candidate
@@ -75,9 +95,17 @@ class DPHypeResult:
         return dict(self.selected)
 
     def table(self, top: int | None = None) -> list[dict[str, Any]]:
-        """Every candidate (or the ``top`` first), ranked by the selection rule's estimate of the vote sum (the
-        release itself for the argmax rule; ties by index): ``rank``, ``index``, its hyperparameters,
-        ``votes`` (the released noisy vote sum, where the release has it) and ``estimate``."""
+        """Every candidate (or the ``top`` first), ranked by the selection rule's estimate of the vote sum.
+
+        The estimate is the release itself for the argmax rule; ties go by index; the pick leads the table.
+
+        Args:
+            top: How many rows to return; all when ``None``.
+
+        Returns:
+            One row per candidate: ``rank``, ``index``, its hyperparameters, ``votes`` (the released noisy vote
+            sum, where the release has it) and ``estimate``; only the winner's row for a release without votes.
+        """
         if self.selection is None:  # the winner-only release ranks nothing else
             return [{"rank": 1, "index": self.selected_index, **self.selected}]
         estimate = np.asarray(self.selection.estimate, dtype=np.float64)
@@ -96,8 +124,14 @@ class DPHypeResult:
         return rows
 
     def summary(self, top: int = 10) -> str:
-        """Readable text: the pick, the rule and its confidence, the privacy guarantee and the ``top`` rows of
-        :meth:`table`."""
+        """Readable text: the pick, the rule and its confidence, the privacy guarantee and the top rows of `table`.
+
+        Args:
+            top: How many rows of `table` to show.
+
+        Returns:
+            The summary, several lines.
+        """
         sel, rep = self.selection, self.report
         params = ", ".join(f"{key}={value}" for key, value in self.selected.items())
         epsilon = "inf" if math.isinf(rep.epsilon) else f"{rep.epsilon:.4g}"
@@ -125,8 +159,11 @@ class DPHypeResult:
         return self.summary()
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly record of everything (:meth:`from_dict` reads it back); the selected candidate is
-        ``best_params``, as in Python."""
+        """JSON-friendly record of everything (`from_dict` reads it back).
+
+        Returns:
+            The record, format `RESULT_FORMAT`; the selected candidate is ``best_params``, as in Python.
+        """
         out: dict[str, Any] = {
             "format": RESULT_FORMAT,
             "selected_index": self.selected_index,
@@ -145,9 +182,21 @@ class DPHypeResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DPHypeResult:
-        """Rebuild a result from :meth:`to_dict`'s record (``ValueError`` for another format or a record whose
-        selected candidate is not the list's entry at its index). A record of dphype 0.1.0 names the selected
-        candidate ``selected`` instead of ``best_params``; it is read too, for one release."""
+        """Rebuild a result from `to_dict`'s record.
+
+        A record of dphype 0.1.0 names the selected candidate ``selected`` instead of ``best_params``; it is read
+        too, for one release.
+
+        Args:
+            data: The record.
+
+        Returns:
+            The result.
+
+        Raises:
+            ValueError: For another format, an incomplete record, or a record whose selected candidate is not the
+                list's entry at its index.
+        """
         if data.get("format") != RESULT_FORMAT:
             raise ValueError(f"format must be {RESULT_FORMAT!r}, got {data.get('format')!r}")
         try:
@@ -172,12 +221,29 @@ class DPHypeResult:
         return result
 
     def save(self, path: str | Path) -> Path:
-        """Write :meth:`to_dict` as JSON to ``path`` (Python's JSON: an infinite epsilon is ``Infinity``)."""
+        """Write `to_dict` as JSON to ``path`` (Python's JSON: an infinite epsilon is ``Infinity``).
+
+        Args:
+            path: The file to write.
+
+        Returns:
+            The path written.
+        """
         path = Path(path)
         path.write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> DPHypeResult:
-        """Read a result written by :meth:`save`."""
+        """Read a result written by `save`.
+
+        Args:
+            path: The file.
+
+        Returns:
+            The result.
+
+        Raises:
+            ValueError: If the file holds no result record of this format.
+        """  # noqa: DOC502
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))

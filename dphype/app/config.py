@@ -2,7 +2,7 @@
 
 ``flwr run`` fills the run config from pyproject.toml plus ``--run-config`` overrides; keys use dashes
 there (``fedavg-rounds``) and underscores here. The DP-Hype keys (epsilon, delta, k, clients, dropout,
-noise, accountant) form a :class:`dphype.config.DPHypeConfig`; the rest configure this app.
+noise, accountant) form a `dphype.config.DPHypeConfig`; the rest configure this app.
 Every key is validated here, on the server, before any client works; an unknown key is named.
 """
 
@@ -22,7 +22,7 @@ from dphype.selection.candidates import CandidateList, load_candidates
 #: Data sets every node can load without a data directory (bundled, or Debian's Fashion-MNIST package).
 APP_DATASETS: tuple[str, ...] = ("adult", "mnist5k", "fashion-mnist")
 #: The app's release when the run config names none: only the winner (README, "Default release: the winner
-#: only"). The library's default stays ``"sum"`` (:class:`dphype.config.DPHypeConfig`), which needs no tally
+#: only"). The library's default stays ``"sum"`` (`dphype.config.DPHypeConfig`), which needs no tally
 #: nodes.
 APP_RELEASE = "argmax"
 
@@ -31,19 +31,39 @@ APP_RELEASE = "argmax"
 class AppConfig:
     """Everything one run of the bundled app needs: DP-Hype's selection, then FedAvg with the winner.
 
-    ``dataset``: one of :data:`APP_DATASETS`. ``candidates``: a candidate spec
-    (:func:`dphype.selection.candidates.load_candidates`).
+    ``dataset``: one of `APP_DATASETS`. ``candidates``: a candidate spec
+    (`dphype.selection.candidates.load_candidates`).
     ``connect_timeout`` bounds the wait (seconds) for ``clients`` nodes to connect; ``round_timeout`` bounds
     the pre-flight, each SecAgg+ stage and each FedAvg round, so a vanished SuperNode counts as dropped out
     instead of stalling the run. ``fraction_evaluate``: the share of nodes that evaluate the global model on
     their own data after each FedAvg round (0: only the server's evaluation on the test split).
-    ``train_epsilon`` > 0 trains privately (:func:`dphype.flower.private_training`: DP-FedAvg within that
+    ``train_epsilon`` > 0 trains privately (`dphype.flower.private_training`: DP-FedAvg within that
     budget at ``delta``, updates clipped to ``clipping_norm`` on the server, or by the clients and verified by
     the server (``clipping``), composed with the selection); 0 trains with ordinary FedAvg, whose plaintext
     updates no guarantee covers.
     ``result_file``: where the ServerApp also writes its summary as JSON (empty: nowhere).
     ``tallies``: ``release="argmax"`` only: the size of the tally committee, whose nodes the ServerApp finds
-    among the connected ones (:func:`dphype.flower.discover_committee`; at least 3).
+    among the connected ones (`dphype.flower.discover_committee`; at least 3).
+
+    Attributes:
+        dphype: The selection's configuration.
+        dataset: One of `APP_DATASETS`.
+        candidates: A candidate spec (`dphype.selection.candidates.load_candidates`).
+        seed: The seed of the data split and the training.
+        fedavg_rounds: FedAvg's rounds with the winner.
+        local_epochs: Each client's epochs per FedAvg round.
+        fraction_evaluate: The share of nodes that evaluate the global model after each FedAvg round.
+        train_epsilon: The final training's budget (0: ordinary FedAvg).
+        clipping_norm: The update clipping norm of private training.
+        clipping: Who clips in private training, ``"server"`` or ``"client"``.
+        connect_timeout: Seconds to wait for ``clients`` nodes to connect.
+        round_timeout: Seconds per pre-flight, SecAgg+ stage and FedAvg round.
+        result_file: Where the ServerApp also writes its summary as JSON (empty: nowhere).
+        tallies: The size of the tally committee (``release="argmax"`` only).
+
+    Raises:
+        ValueError: If a field is invalid (named by its run-config key), the candidate spec cannot be loaded, or
+            ``fraction_evaluate > 0`` with private training.
     """
 
     dphype: DPHypeConfig
@@ -80,20 +100,43 @@ class AppConfig:
         self.candidate_list()  # a bad spec is refused here, before any client works
 
     def training_budget(self) -> TrainingBudget | None:
-        """The DP final-training budget, or None for ordinary FedAvg (``train-epsilon = 0``)."""
+        """The DP final-training budget, or None for ordinary FedAvg (``train-epsilon = 0``).
+
+        Returns:
+            The budget, or ``None``.
+
+        Raises:
+            ValueError: If ``train_epsilon``, ``clipping_norm`` or ``clipping`` is invalid.
+        """  # noqa: DOC502
         if self.train_epsilon == 0.0:
             return None
         return TrainingBudget(epsilon=self.train_epsilon, rounds=self.fedavg_rounds, clipping_norm=self.clipping_norm,
                               clipping=self.clipping)
 
     def candidate_list(self) -> CandidateList:
-        """The public candidate list of this run."""
+        """The public candidate list of this run.
+
+        Returns:
+            The list loaded from ``candidates``.
+
+        Raises:
+            ValueError: If the spec names no loadable candidate list.
+        """  # noqa: DOC502
         return load_candidates(self.candidates)
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> AppConfig:
-        """Parse a Flower run config (``release`` defaults to :data:`APP_RELEASE`); unknown keys are refused
-        by name."""
+        """Parse a Flower run config (``release`` defaults to `APP_RELEASE`); unknown keys are refused by name.
+
+        Args:
+            run_config: The Flower run config (dashed keys).
+
+        Returns:
+            The validated app configuration.
+
+        Raises:
+            ValueError: If a key is unknown or missing, or a value is invalid.
+        """
         run_config = {"release": APP_RELEASE, **run_config}
         own = {f.name.replace("_", "-"): f for f in dataclasses.fields(cls) if f.name != "dphype"}
         unknown = sorted(set(run_config) - set(own) - set(RUN_CONFIG_KEYS.values()))

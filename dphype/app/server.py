@@ -2,16 +2,16 @@
 
 A worked example of the Message API end to end, in one ``@app.main()``:
 
-1. :class:`dphype.flower.DPHype` -- every client votes on the public candidate list. With ``release =
-   "argmax"`` (the app's default, :data:`dphype.app.config.APP_RELEASE`) the clients seal shares of their
+1. `dphype.flower.DPHype` -- every client votes on the public candidate list. With ``release =
+   "argmax"`` (the app's default, `dphype.app.config.APP_RELEASE`) the clients seal shares of their
    noisy votes to a committee of ``tallies`` tally nodes, whose keys the ServerApp first asks the connected
-   nodes for (:func:`dphype.flower.discover_committee`), and only the winner's index is released;
+   nodes for (`dphype.flower.discover_committee`), and only the winner's index is released;
    with ``release = "sum"`` one SecAgg+ round releases the noisy vote sum and the rule selects. Either way
    with a privacy report;
 2. ``flwr.serverapp.strategy.FedAvg`` -- ``fedavg-rounds`` rounds with the selected candidate as the train
    config; the global model is evaluated on the held-out test split after every round, and by a
    ``fraction-evaluate`` share of the clients on their own data. With ``train-epsilon > 0`` FedAvg runs in
-   Flower's DP wrapper (:func:`dphype.flower.private_training`) and the report composes both phases.
+   Flower's DP wrapper (`dphype.flower.private_training`) and the report composes both phases.
 
 The summary (selection, privacy report, test accuracy, timings) is logged as one JSON line prefixed
 ``DPHYPE_RESULT`` and, when the run config names a ``result-file``, written there.
@@ -44,7 +44,23 @@ PLAINTEXT_TRAINING = ("plaintext model updates of every participating client in 
 
 
 def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
-    """DP-Hype selection, then FedAvg with the winner; returns the run summary."""
+    """DP-Hype selection, then FedAvg with the winner.
+
+    In argmax mode the tally committee is found among the connected nodes first, and FedAvg trains and evaluates
+    the voters only; with a training budget the training's preconditions are checked before the selection
+    spends anything, and DP-FedAvg is accounted together with the selection.
+
+    Args:
+        grid: The ServerApp's grid.
+        cfg: The validated app configuration.
+
+    Returns:
+        The run summary: the selection's `dphype.result.DPHypeResult.to_dict` record, the training's and the
+        whole run's privacy, the configuration, the plan, the final test accuracy and loss, and the times.
+
+    Raises:
+        ValueError: If the selection or the private training is refused before it starts.
+    """  # noqa: DOC502
     tallies: tuple[bytes, ...] = ()
     tally_nodes: tuple[int, ...] = ()
     voters = grid
@@ -114,7 +130,17 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Read and check the run config, select, train, report."""
+    """Read and check the run config, select, train, report.
+
+    The summary goes to the log as one strict-JSON line after `RESULT_PREFIX`, and to ``result-file`` if set.
+
+    Args:
+        grid: The ServerApp's grid.
+        context: The run's context (its run config).
+
+    Raises:
+        ValueError: If the run config is invalid.
+    """  # noqa: DOC502
     cfg = AppConfig.from_run_config(context.run_config)
     summary = run_app(grid, cfg)
     line = json.dumps(jsonable(summary), sort_keys=True, allow_nan=False)  # strict JSON (inf as "inf")

@@ -2,7 +2,7 @@
 
 Each sub-command lives next to the concept it drives and exposes two functions:
 ``add_arguments(parser)`` and ``run(args) -> dict``. The dict is printed as readable
-text (:func:`render_text`, or the module's own ``render(result) -> str``), or with
+text (`render_text`, or the module's own ``render(result) -> str``), or with
 ``--json`` as one JSON object on the last line of standard output instead.
 """
 
@@ -47,8 +47,14 @@ class UsageError(ValueError):
 
 # ------------------------------------------------------------------ options shared by every command
 def add_privacy_arguments(parser: argparse.ArgumentParser) -> None:
-    """DP-Hype's privacy options, with the same meaning and defaults in every command
-    (the fields of :class:`dphype.config.DPHypeConfig`)."""
+    """DP-Hype's privacy options, with the same meaning and defaults in every command.
+
+    They are the fields of `dphype.config.DPHypeConfig`: ``--epsilon``, ``--delta``, ``--k``, ``--clients``,
+    ``--dropout``, ``--noise``, ``--accountant`` and ``--neighbouring``.
+
+    Args:
+        parser: The sub-command's parser.
+    """
     parser.add_argument("--epsilon", type=float, default=1.0, help="privacy budget epsilon > 0 (default 1)")
     parser.add_argument("--delta", type=float, default=1e-5, help="privacy parameter delta in (0, 1) (default 1e-5)")
     parser.add_argument("--k", type=int, default=5, help="votes per client, in [1, candidates] (default 5)")
@@ -62,8 +68,14 @@ def add_privacy_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser, *, release: str = "sum") -> None:
-    """``--rule``, ``--min-success`` and ``--release`` (default ``release``): how the server selects on the
-    release, when it refuses to run, and what it releases."""
+    """``--rule``, ``--min-success`` and ``--release``.
+
+    How the server selects on the release, when it refuses to run, and what it releases.
+
+    Args:
+        parser: The sub-command's parser.
+        release: The default of ``--release``.
+    """
     parser.add_argument("--rule", choices=("gp", "argmax"), default="gp",
                         help="selection rule on the released noisy sum: gp (structure-aware, default) or argmax "
                              "(the paper's); both are post-processing")
@@ -77,7 +89,11 @@ def add_selection_arguments(parser: argparse.ArgumentParser, *, release: str = "
 
 
 def add_noise_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--noise`` and ``--accountant``: the same choices and defaults in every command."""
+    """``--noise`` and ``--accountant``: the same choices and defaults in every command.
+
+    Args:
+        parser: The sub-command's parser.
+    """
     parser.add_argument("--noise", choices=("skellam", "gaussian"), default="skellam",
                         help="noise kind: skellam (integer, exact under SecAgg+; default) or gaussian (the paper's)")
     parser.add_argument("--accountant", choices=("auto", "rdp", "analytic"), default="auto",
@@ -86,7 +102,12 @@ def add_noise_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_candidates_argument(parser: argparse.ArgumentParser, *, default: str | None = "table3") -> None:
-    """``--candidates SPEC``: the same candidate specs in every command."""
+    """``--candidates SPEC``: the same candidate specs in every command.
+
+    Args:
+        parser: The sub-command's parser.
+        default: The default spec; ``None`` for none.
+    """
     parser.add_argument("--candidates", default=default,
                         help="candidate list: 'table3' (Table III, 100), an integer N (a random N of Table III), "
                              "'table3:random:N:SEED' or a path to a JSON list" + (f" (default {default})" if default
@@ -94,8 +115,19 @@ def add_candidates_argument(parser: argparse.ArgumentParser, *, default: str | N
 
 
 def privacy_config(args: argparse.Namespace, num_candidates: int | None = None) -> Any:
-    """The :class:`dphype.config.DPHypeConfig` of the privacy options (``k`` checked against the number of
-    candidates when known)."""
+    """The `dphype.config.DPHypeConfig` of the privacy options.
+
+    Args:
+        args: The parsed options (`add_privacy_arguments`, and `add_selection_arguments` where the command has
+            them).
+        num_candidates: The number of candidates, when known: ``k`` is checked against it.
+
+    Returns:
+        The configuration.
+
+    Raises:
+        ValueError: If an option is out of range, or ``k`` exceeds ``num_candidates``.
+    """  # noqa: DOC502
     from dphype.checks import check_k
     from dphype.config import DPHypeConfig
 
@@ -109,8 +141,17 @@ def privacy_config(args: argparse.Namespace, num_candidates: int | None = None) 
 
 
 def render_text(result: dict[str, Any]) -> str:
-    """A command's result as readable text: one ``key: value`` line per entry (numbers to 4 significant digits),
-    a list of rows as a table, a mapping as ``a=1, b=2``, a list of warnings one per line."""
+    """A command's result as readable text.
+
+    One ``key: value`` line per entry (numbers to 4 significant digits), a list of rows as a table, a mapping as
+    ``a=1, b=2``, a list of warnings one per line.
+
+    Args:
+        result: The sub-command's result (its ``run(args)`` dict).
+
+    Returns:
+        The text.
+    """
     from dphype.result import format_table
 
     def scalar(value: Any) -> str:
@@ -134,7 +175,15 @@ def render_text(result: dict[str, Any]) -> str:
 
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    """Build the parser; only the chosen sub-command's module is imported (start-up stays fast)."""
+    """Build the parser; only the chosen sub-command's module is imported (start-up stays fast).
+
+    Args:
+        argv: The command line (without the program name); its first `COMMANDS` entry is the chosen
+            sub-command, whose options are added.
+
+    Returns:
+        The parser, with every sub-command of `COMMANDS` and `PROGRAMS`.
+    """
     parser = argparse.ArgumentParser(prog="dphype", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     chosen = next((a for a in argv if a in COMMANDS), None)
@@ -150,8 +199,20 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 
 def run_program(name: str, argv: Sequence[str]) -> int:
-    """``dphype NAME ARGV`` for a :data:`PROGRAMS` entry: ``python -m PACKAGE ARGV`` in a child process, from the
-    repository checkout in the current folder (:class:`UsageError` outside one); its exit status."""
+    """``dphype NAME ARGV`` for a `PROGRAMS` entry: ``python -m PACKAGE ARGV`` in a child process.
+
+    It runs from the repository checkout in the current folder.
+
+    Args:
+        name: The `PROGRAMS` entry.
+        argv: Its arguments.
+
+    Returns:
+        The child's exit status.
+
+    Raises:
+        UsageError: Outside a repository checkout (no ``PACKAGE/__main__.py`` in the current folder).
+    """
     package = PROGRAMS[name][0]
     if not (Path.cwd() / package / "__main__.py").is_file():
         raise UsageError(f"'dphype {name}' runs 'python -m {package}', the benchmark drivers in the {package}/ "
@@ -161,6 +222,18 @@ def run_program(name: str, argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``dphype`` console script: parse the command line, run the sub-command, print its result.
+
+    A `PROGRAMS` entry runs in a child process (`run_program`); a sub-command's ``ValueError`` or
+    ``FileNotFoundError`` (bad input) is printed on standard error without a traceback. argparse exits (status
+    2) on an unknown option.
+
+    Args:
+        argv: The command line without the program name; ``sys.argv[1:]`` when ``None``.
+
+    Returns:
+        The exit status: 0, 2 for bad input, or a program's own.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in PROGRAMS:
         try:

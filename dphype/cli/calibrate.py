@@ -2,7 +2,7 @@
 
 Prints sigma (std of the TOTAL noise on the released vote sum), the per-client share std for ``clients``
 clients tolerating a ``dropout`` fraction (Appendix A), and the epsilon recomputed from sigma.
-Heavy imports (scipy) happen inside :func:`run` so that ``dphype --help`` stays fast.
+Heavy imports (scipy) happen inside `run` so that ``dphype --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -12,7 +12,11 @@ from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register the ``calibrate`` options (the privacy options shared by every command)."""
+    """Register the ``calibrate`` options (the privacy options shared by every command).
+
+    Args:
+        parser: The sub-command's parser.
+    """
     from dphype.cli import add_candidates_argument, add_privacy_arguments
 
     add_privacy_arguments(parser)
@@ -25,7 +29,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Calibrate and report; bad input raises ``ValueError`` (exit status 2 via ``dphype.cli``)."""
+    """Calibrate and report.
+
+    Args:
+        args: The parsed options.
+
+    Returns:
+        ``sigma``, the per-client ``client_std``, the recomputed ``epsilon``, the settings and the release's
+        ``l2_sensitivity`` and ``min_survivors``.
+
+    Raises:
+        ValueError: For bad input (exit status 2 via `dphype.cli.main`).
+    """  # noqa: DOC502
     from dphype.cli import privacy_config
     from dphype.privacy.accounting import calibrate, privacy_report
     from dphype.privacy.noise import min_survivors

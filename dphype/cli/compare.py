@@ -17,6 +17,11 @@ from dphype.cli import add_candidates_argument, add_privacy_arguments, privacy_c
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the ``compare`` options (the privacy options and ``--candidates`` as in every command).
+
+    Args:
+        parser: The sub-command's parser.
+    """
     parser.add_argument("--dataset", default="adult", help="data set (default adult, bundled)")
     parser.add_argument("--data-dir", default=None, help="folder of non-bundled data sets")
     add_candidates_argument(parser)
@@ -38,6 +43,20 @@ def _progress(done: int, total: int) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Compare the methods, write ``compare.csv`` and ``compare.png``, and report.
+
+    Without ``--json`` it also prints one line per method, and the clients' scoring progress on standard error.
+
+    Args:
+        args: The parsed options.
+
+    Returns:
+        The ``rows`` (one per method), the wall ``seconds``, the shared client-scoring and central-training
+        times, and the ``outputs`` written.
+
+    Raises:
+        ValueError: For bad input (exit status 2 via `dphype.cli.main`).
+    """  # noqa: DOC502
     from dphype.central.compare import compare, write_table
     from dphype.selection.candidates import load_candidates
 

@@ -1,21 +1,21 @@
 """``dphype demo``: the bundled Flower app on Adult -- DP-Hype's private selection, then FedAvg with the winner.
 
-Runs the bundled app (:mod:`dphype.app`, shipped inside the package, so it works from an installed wheel) with
-``flwr run`` on a private local simulation SuperLink (:class:`dphype.flower.local.LocalSuperLink`): every
+Runs the bundled app (`dphype.app`, shipped inside the package, so it works from an installed wheel) with
+``flwr run`` on a private local simulation SuperLink (`dphype.flower.local.LocalSuperLink`): every
 simulated client scores the candidates on its Adult shard and votes top-k. By default (``--release argmax``,
 the release results/README.md measures closer to Opt) each client seals shares of its noisy votes to 3
-simulated tally nodes (3 more nodes, keys made here, :func:`make_tally_keys`), which open only the
+simulated tally nodes (3 more nodes, keys made here, `make_tally_keys`), which open only the
 winner's index; with ``--release sum`` SecAgg+ releases the noisy vote sum and the server selects with the
 configured rule. Either way Flower's FedAvg then trains the final model.
-The app's ``pyproject.toml`` is written to a temporary folder (it names the app's components, :data:`COMPONENTS`:
+The app's ``pyproject.toml`` is written to a temporary folder (it names the app's components, `COMPONENTS`:
 the command line never imports the app; ``--app DIR`` runs another folder's app instead). The DP-Hype settings are
 checked here before Flower starts; the ServerApp checks the rest of its run config before any client works.
 
 Node policy: the demo's user operates every simulated node as well as the server, so the nodes get a policy
-that admits exactly the demo's own request, once (:func:`dphype.node.ledger.admitting_policy`, through the
+that admits exactly the demo's own request, once (`dphype.node.ledger.admitting_policy`, through the
 ``DPHYPE_NODE_POLICY`` environment variable, the operator's channel in simulation). Their ledgers live in
-the private ``FLWR_HOME`` of :class:`dphype.flower.local.LocalSuperLink` and are gone with it: each demo
-starts with fresh nodes. A real node keeps its own limits (``--node-config``, :mod:`dphype.node.policy`).
+the private ``FLWR_HOME`` of `dphype.flower.local.LocalSuperLink` and are gone with it: each demo
+starts with fresh nodes. A real node keeps its own limits (``--node-config``, `dphype.node.policy`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,11 @@ COMPONENTS: dict[str, str] = {"serverapp": "dphype.app.server:app", "clientapp":
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``dphype demo``."""
+    """Options of ``dphype demo``.
+
+    Args:
+        parser: The sub-command's parser.
+    """
     add_privacy_arguments(parser)
     add_selection_arguments(parser, release="argmax")  # the release the benchmarks support (README)
     add_candidates_argument(parser)
@@ -49,7 +53,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Check the settings, run the app, return its summary (selection, privacy report, test accuracy)."""
+    """Check the settings, run the app, return its summary (selection, privacy report, test accuracy).
+
+    The server's own checks (calibration, secure-sum range, committee, the planner) run before Flower starts;
+    in argmax mode the demo makes the simulated committee's keys in a temporary folder.
+
+    Args:
+        args: The parsed options.
+
+    Returns:
+        The bundled app's run summary (`dphype.app.server.run_app`), with the wall ``seconds``, the planner's and
+        the selection's ``warnings`` and the ``privacy`` report.
+
+    Raises:
+        ValueError: For bad input (exit status 2 via `dphype.cli.main`).
+        RuntimeError: If the Flower run fails (nothing was released).
+    """  # noqa: DOC502
     from dphype.flower import DPHype
     from dphype.flower.local import node_config_string
     from dphype.flower.tally import TALLY_KEYS_ENV
@@ -73,8 +92,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def make_tally_keys(folder: Path) -> tuple[bytes, ...]:
-    """The simulated committee's keys, created in ``folder`` (``tally-<j>.key``, read by the simulated tally nodes
-    through :data:`dphype.flower.tally.TALLY_KEYS_ENV`); their public keys in committee order."""
+    """The simulated committee's keys, created in ``folder`` (``tally-<j>.key``).
+
+    The simulated tally nodes read them through `dphype.flower.tally.TALLY_KEYS_ENV`.
+
+    Args:
+        folder: Where to create the key files.
+
+    Returns:
+        Their X25519 public keys, in committee order.
+    """
     from dphype.flower.tally import load_tally_key
     from dphype.secure.tally import COMMITTEE_SIZE
 
@@ -124,9 +151,19 @@ def _run(args: argparse.Namespace, selection: Any, env: dict[str, str], folder: 
 
 
 def bundled_app(folder: Path, run_config: dict[str, Any]) -> Path:
-    """Write the Flower app folder of the bundled app: a ``pyproject.toml`` whose components are the installed
-    :data:`COMPONENTS` and whose run config declares ``run_config``'s keys, and the FAB's one file, a
-    note that the app's code is the installed ``dphype``'s (every node runs its own copy)."""
+    """Write the Flower app folder of the bundled app.
+
+    A ``pyproject.toml`` whose components are the installed `COMPONENTS` and whose run config declares
+    ``run_config``'s keys, and the FAB's one file, a note that the app's code is the installed ``dphype``'s
+    (every node runs its own copy).
+
+    Args:
+        folder: The folder to create (it must not exist).
+        run_config: The run config, key -> value.
+
+    Returns:
+        ``folder``.
+    """
     from dphype import __version__
     from dphype.flower.local import toml_value
 
@@ -142,8 +179,17 @@ def bundled_app(folder: Path, run_config: dict[str, Any]) -> Path:
 
 
 def render(result: dict[str, Any]) -> str:
-    """The demo's summary as text: the selection (:meth:`dphype.result.DPHypeResult.summary`), then the
-    training, the whole run's guarantee and the test accuracy."""
+    """The demo's summary as text.
+
+    The selection (`dphype.result.DPHypeResult.summary`), then the training, the whole run's guarantee and the
+    test accuracy.
+
+    Args:
+        result: `run`'s summary.
+
+    Returns:
+        The text.
+    """
     from dphype.cli import render_text
     from dphype.result import DPHypeResult
 

@@ -2,9 +2,9 @@
 
 The app (``dphype/templates/app``, shipped as package data) is the README's embedding example: a Message-API
 ``ClientApp`` with a task and its own ``@app.train()``, a ``ServerApp`` that selects with
-:class:`dphype.flower.DPHype` and trains with Flower's ``FedAvg`` (any strategy works), and a
-``pyproject.toml`` with the run config (:meth:`dphype.config.DPHypeConfig.from_run_config`) and the node
-policy keys (:data:`dphype.node.policy.POLICY_KEYS`) documented. It runs as written with
+`dphype.flower.DPHype` and trains with Flower's ``FedAvg`` (any strategy works), and a
+``pyproject.toml`` with the run config (`dphype.config.DPHypeConfig.from_run_config`) and the node
+policy keys (`dphype.node.policy.POLICY_KEYS`) documented. It runs as written with
 ``flwr run . --stream --federation-config "num-supernodes=10"``.
 """
 
@@ -27,12 +27,26 @@ FILES: dict[str, str] = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``dphype new``."""
+    """Options of ``dphype new``.
+
+    Args:
+        parser: The sub-command's parser.
+    """
     parser.add_argument("app_dir", help="folder to create (must not exist, or be empty); its name names the app")
 
 
 def package_name(folder: Path) -> str:
-    """A Python package name from the folder's name (``my-app`` -> ``my_app``)."""
+    """A Python package name from the folder's name (``my-app`` -> ``my_app``).
+
+    Args:
+        folder: The app's folder.
+
+    Returns:
+        The package name (prefixed ``app_`` when it would start with a digit).
+
+    Raises:
+        ValueError: If the folder's name has no letter or digit.
+    """
     name = re.sub(r"\W+", "_", folder.name.lower()).strip("_")
     if not name:
         raise ValueError(f"app_dir must end in a name with a letter or digit, got {str(folder)!r}")
@@ -40,7 +54,17 @@ def package_name(folder: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Write the app; refuses a folder that exists and is not empty (nothing is overwritten)."""
+    """Write the app; refuses a folder that exists and is not empty (nothing is overwritten).
+
+    Args:
+        args: The parsed options (``app_dir``).
+
+    Returns:
+        The ``app`` folder, the ``files`` written (relative to it) and the ``next`` command to run it.
+
+    Raises:
+        ValueError: If ``app_dir`` exists and is not an empty folder, or its name makes no package name.
+    """
     from dphype import __version__
     from dphype.node.policy import POLICY_KEYS
 

@@ -21,6 +21,11 @@ METHODS = ("hvpoi", "qnehvi", "random", "grid")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the ``pareto`` options.
+
+    Args:
+        parser: The sub-command's parser.
+    """
     parser.add_argument("--oracle", required=True, choices=problem_names(), metavar="NAME",
                         help="problem: " + ", ".join(problem_names()))
     parser.add_argument("--seeds", type=int, default=16, help="random seed configurations k0 (default 16)")
@@ -54,6 +59,18 @@ def _write_csv(path: str, result: Any, on_front: list[bool], seeds: int) -> None
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the search (and the random baseline when asked), write the CSV and the plots, and report.
+
+    Args:
+        args: The parsed options.
+
+    Returns:
+        The settings, the hypervolumes (mean, best and worst runs; the baseline's), the GP fits, the times, the
+        Pareto ``front`` sorted by epsilon and the ``outputs`` written.
+
+    Raises:
+        ValueError: For bad input (exit status 2 via `dphype.cli.main`).
+    """  # noqa: DOC502
     from dphype.central.dpareto import run_search, single_thread
     from dphype.central.pareto import hypervolume, hypervolume_trace, non_dominated, plot_front, plot_hypervolume_curves
     from dphype.ml.oracles import make_problem

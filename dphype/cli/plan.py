@@ -1,8 +1,8 @@
-"""``dphype plan``: predict a DP-Hype run before any data is touched (:mod:`dphype.selection.planner`).
+"""``dphype plan``: predict a DP-Hype run before any data is touched (`dphype.selection.planner`).
 
 Prints the predicted chance of selecting a good candidate for a range of k (simulation under a stated
 consensus scenario, and Theorem IV.1's bound for the argmax) for both kinds of release (the noisy sum and the
-winner only), the recommended k of each and the recommended mode among :data:`dphype.modes.RELEASE_MODES`, and
+winner only), the recommended k of each and the recommended mode among `dphype.modes.RELEASE_MODES`, and
 the smallest epsilon and number of clients reaching ``--target`` in the mode of ``--release``. ``--min-success P``
 makes it fail (exit status 2) below P.
 """
@@ -14,7 +14,11 @@ from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register the ``plan`` options (``--noise`` / ``--accountant`` as in every command)."""
+    """Register the ``plan`` options (``--noise`` / ``--accountant`` as in every command).
+
+    Args:
+        parser: The sub-command's parser.
+    """
     from dphype.cli import add_noise_arguments, add_selection_arguments
 
     parser.add_argument("--clients", type=int, required=True, help="number of clients n in [2, 10000]")
@@ -37,7 +41,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Plan and report; bad input raises ``ValueError`` (exit status 2 via ``dphype.cli``)."""
+    """Plan and report.
+
+    Args:
+        args: The parsed options.
+
+    Returns:
+        The plan (`dphype.selection.planner.Plan.to_dict`).
+
+    Raises:
+        ValueError: For bad input, or a predicted success below ``--min-success`` (exit status 2 via
+            `dphype.cli.main`).
+    """  # noqa: DOC502
     from dphype.checks import check_probability
     from dphype.modes import release_mode, release_modes
     from dphype.selection.candidates import load_candidates

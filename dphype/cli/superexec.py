@@ -1,7 +1,7 @@
 """``dphype superexec``: a warm SuperExec beside a ``flower-supernode --isolation process`` (one per SuperNode).
 
 Each ClientApp task runs in a child of a fork server that imported Flower's ClientApp runtime, DP-Hype's
-handlers and the ``--preload`` modules once (:mod:`dphype.flower.superexec`), instead of a fresh interpreter
+handlers and the ``--preload`` modules once (`dphype.flower.superexec`), instead of a fresh interpreter
 per message. Runs until stopped; bad options are refused before anything starts.
 """
 
@@ -12,6 +12,11 @@ from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the ``superexec`` options.
+
+    Args:
+        parser: The sub-command's parser.
+    """
     from dphype.flower.superexec import DEFAULT_POLL_INTERVAL
 
     parser.add_argument("--runtime-api-address", required=True,
@@ -27,6 +32,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Serve the SuperNode's tasks until stopped (`dphype.flower.superexec.serve` ends by raising ``SystemExit``).
+
+    Args:
+        args: The parsed options.
+
+    Returns:
+        An empty result, never reached in practice.
+
+    Raises:
+        ValueError: If ``--runtime-api-address`` is not ``HOST:PORT``, ``--root-certificates`` is missing without
+            ``--insecure``, or ``serve`` refuses an option.
+    """
     from dphype.flower.superexec import serve
 
     if ":" not in args.runtime_api_address:

@@ -5,20 +5,20 @@ Threat model
 
 **Honest-but-curious server (the paper's setting, DP-Hype Section II).** The server follows the protocol
 and only looks at what it receives. Each client adds a noise share of variance ``sigma^2 / ((1 - xi) n)``
-(Appendix A), the secure sum (:mod:`dphype.secure.secagg`, SecAgg+ of Bell et al., CCS 2020) reveals only
-the sum of the masked vectors (up to the failure events that :mod:`dphype.secure.secagg_params` bounds), the
+(Appendix A), the secure sum (`dphype.secure.secagg`, SecAgg+ of Bell et al., CCS 2020) reveals only
+the sum of the masked vectors (up to the failure events that `dphype.secure.secagg_params` bounds), the
 server unmasks only when at least ``ceil((1 - xi) n)`` clients contributed, so the released sum carries
 noise of variance ``>= sigma^2`` and is ``(epsilon, delta)``-DP for the announced budget; the selection is
 post-processing.
 
 **Active server: what every client enforces on its own**, before anything secret leaves it:
 
-1. *Its own limits.* A :class:`NodePolicy` read from the node config (``context.node_config``, set by
+1. *Its own limits.* A `NodePolicy` read from the node config (``context.node_config``, set by
    whoever runs the SuperNode), or where the node config is not the operator's to set (Flower's simulation
-   fixes it) from the ClientApp process's environment (:data:`POLICY_ENV`), never from the run config (set
-   by whoever submits the run, i.e. the server side). Defaults are safe (:data:`POLICY_KEYS`);
-   :func:`dphype.flower.client.register_dphype` reads it for every message.
-2. *The guarantee of the noise it is asked to add* (:func:`check_vote_request`). From the announced
+   fixes it) from the ClientApp process's environment (`POLICY_ENV`), never from the run config (set
+   by whoever submits the run, i.e. the server side). Defaults are safe (`POLICY_KEYS`);
+   `dphype.flower.client.register_dphype` reads it for every message.
+2. *The guarantee of the noise it is asked to add* (`check_vote_request`). From the announced
    ``sigma``, ``n`` and ``xi`` the client derives its share variance ``v = sigma^2 / ((1 - xi) n)`` and
    the total noise of the fewest contributors the protocol allows, ``L = ceil((1 - xi) n)`` shares; it
    recomputes epsilon for that noise with ITS OWN delta, accountant and neighbouring relation and refuses
@@ -26,8 +26,8 @@ post-processing.
    delta that noise gives epsilon 10 or more for an announced epsilon of 1. So are an announced epsilon or
    delta above the node's limits, fewer clients (or contributors) than its minimum, and requests no honest
    server sends (more clients than the secure sum allows, a ``sigma`` far above the calibrated one:
-   :func:`dphype.protocol.check_request`), all before the node scores anything.
-3. *Every sum the server can unmask holds at least L noise shares* (:mod:`dphype.secure.secagg`, "the
+   `dphype.protocol.check_request`), all before the node scores anything.
+3. *Every sum the server can unmask holds at least L noise shares* (`dphype.secure.secagg`, "the
    noise-share bound"). The neighbour graph is a public Harary ring seeded by the hash of every node's
    fresh keys, which each node recomputes from the full key list (its own neighbourhood included); the
    round's size must lie in ``[L, n]``; before revealing any unmasking share a node verifies Ed25519
@@ -40,10 +40,10 @@ post-processing.
    with 5 taking part (the round has 5 nodes, not 921 or more), a graph split into cliques at ``xi = 0``
    (each clique sees a key list of 5 for 10 announced), survivor sets that cut the graph or differ between
    nodes (the component check, the quorum).
-4. *One approval per round* (:mod:`dphype.flower.client`): the request is stored when the pre-flight
+4. *One approval per round* (`dphype.flower.client`): the request is stored when the pre-flight
    approves it and bound to the round at its first stage; a second pre-flight during a round aborts it,
    and a stage out of order, repeated or for another request aborts the round with nothing of it sent.
-5. *A lifetime budget* (:mod:`dphype.node.ledger`): every vote is recorded in a file on the node after every
+5. *A lifetime budget* (`dphype.node.ledger`): every vote is recorded in a file on the node after every
    share it received has been decrypted and checked (forged ciphertexts cost nothing) and before its masked
    vector is sent, composed with the earlier ones in RDP; a crash between the two counts the vote as spent.
    A vote that would exceed the lifetime budget is refused, and repeating a request costs budget again.
@@ -53,14 +53,14 @@ post-processing.
    ``t >= 2`` with ``2 t > k + 1`` for ``k + 1`` share holders (an honest holder reveals one kind of share
    per client, so a server that lies about who dropped cannot collect ``t`` shares of both of a client's
    secrets), at least ``dphype-min-neighbours`` neighbours, its own keys in the list and no repeated key.
-   Masks come from ChaCha20 keyed with the full 256-bit agreed key (:func:`dphype.secure.relay.expand_mask`).
+   Masks come from ChaCha20 keyed with the full 256-bit agreed key (`dphype.secure.relay.expand_mask`).
 8. *Errors sent back* are a reason code and a short message without data values
-   (:func:`dphype.refusal.as_refusal`), and refusals by the node's own limits or budget all read
+   (`dphype.refusal.as_refusal`), and refusals by the node's own limits or budget all read
    ``policy``, so a reply does not say which limit a request crossed (the node's log names it). Whether a
    node takes part remains visible: a server can still probe a node's limits one accept/refuse bit per
    pre-flight.
-9. *Noise* comes from ChaCha20 keyed by the operating system (:func:`dphype.privacy.noise.secure_generator`).
-10. *Argmax mode* (``release="argmax"``, :mod:`dphype.privacy.winner`, :mod:`dphype.secure.tally`): the node
+9. *Noise* comes from ChaCha20 keyed by the operating system (`dphype.privacy.noise.secure_generator`).
+10. *Argmax mode* (``release="argmax"``, `dphype.privacy.winner`, `dphype.secure.tally`): the node
     recomputes the pure epsilon of the noise it will add under ITS OWN neighbouring relation (the noise
     parameter follows from the announced epsilon and relation), checks it and the fewest contributors against
     its limits, and checks the tally committee before it seals a share: at least 3 distinct tallies (honest
@@ -84,7 +84,7 @@ post-processing.
   of them count like dropouts (their noise is missing from the sum, Appendix A), more are out of scope.
   ``2 t > k + 1`` and the consistency quorum (more than half the committee) assume no colluding holder or
   committee member (with ``c`` of them the conditions become ``2 t > k + 1 + c`` and a quorum of
-  ``(|committee| + c) / 2``; :mod:`dphype.secure.secagg_params` sizes the graph for a colluding fraction).
+  ``(|committee| + c) / 2``; `dphype.secure.secagg_params` sizes the graph for a colluding fraction).
 * *Side channels* (timing, message sizes, the fact of taking part) and *the integrity of the sum*: a
   malicious client can send an out-of-range vector and skew the selection (a utility, not a privacy,
   failure); input validation inside secure aggregation is out of scope.
@@ -129,28 +129,50 @@ POLICY_ENV = "DPHYPE_NODE_POLICY"
 
 
 class PolicyError(ValueError):
-    """The node's policy (its node config or a file it names) is invalid."""
+    """The node's policy (its node config or a file it names) is invalid.
+
+    Attributes:
+        refusal_code: What a client tells the server (`dphype.refusal.as_refusal`).
+    """
 
     refusal_code = "node_policy"  # what a client tells the server (dphype.refusal.as_refusal)
 
 
 def _field(key: str) -> str:
-    """The :class:`NodePolicy` field of a node-config key: ``dphype-max-epsilon`` -> ``max_epsilon``."""
+    """The `NodePolicy` field of a node-config key: ``dphype-max-epsilon`` -> ``max_epsilon``."""
     return key[len(_PREFIX):].replace("-", "_")
 
 
 def default_ledger_path(partition_id: int | None = None) -> Path:
-    """``$FLWR_HOME/dphype/ledger.json``, where ``FLWR_HOME`` defaults to ``~/.flwr`` as in Flower; with a
-    ``partition_id`` (the node config's ``partition-id``) ``ledger-partition-<id>.json`` there, so that the
-    nodes one machine runs (simulated nodes, or several SuperNodes sharing a ``FLWR_HOME``) keep apart."""
+    """``$FLWR_HOME/dphype/ledger.json``, where ``FLWR_HOME`` defaults to ``~/.flwr`` as in Flower.
+
+    With a ``partition_id`` it is ``ledger-partition-<id>.json`` there, so that the nodes one machine runs
+    (simulated nodes, or several SuperNodes sharing a ``FLWR_HOME``) keep apart.
+
+    Args:
+        partition_id: The node config's ``partition-id``, if any.
+
+    Returns:
+        The ledger's path.
+    """
     name = "ledger.json" if partition_id is None else f"ledger-partition-{partition_id}.json"
     return Path(os.environ.get("FLWR_HOME") or Path.home() / ".flwr").expanduser() / "dphype" / name
 
 
 def run_ledger_path(run_id: int, partition_id: int | None = None) -> Path:
-    """The per-run ledger of a simulated node: ``$FLWR_HOME/dphype/runs/run-<run_id>/`` and the file name of
-    :func:`default_ledger_path`. A simulation's nodes are its operator's own data, run again and again while an
-    app is developed; their budget restarts with each run unless the operator names a ledger."""
+    """The per-run ledger of a simulated node.
+
+    ``$FLWR_HOME/dphype/runs/run-<run_id>/`` and the file name of `default_ledger_path`. A simulation's nodes
+    are its operator's own data, run again and again while an app is developed; their budget restarts with each
+    run unless the operator names a ledger.
+
+    Args:
+        run_id: The Flower run id.
+        partition_id: The node config's ``partition-id``, if any.
+
+    Returns:
+        The ledger's path.
+    """
     return default_ledger_path(partition_id).parent / "runs" / f"run-{run_id}" / default_ledger_path(partition_id).name
 
 
@@ -187,11 +209,28 @@ def _path(key: str, value: Any) -> str:
 
 @dataclass(frozen=True)
 class NodePolicy:
-    """What this node allows, from its node config (:meth:`from_node_config`); see :data:`POLICY_KEYS`.
+    """What this node allows, from its node config (`from_node_config`); see `POLICY_KEYS`.
 
     ``ledger`` is resolved to an absolute path; ``candidates`` is a path or spec of the node's own copy
     of the candidate list, or ``None``. ``ledger_scope`` is ``"persistent"`` (the node's lifetime ledger) or
-    ``"per-run"`` (a simulated node without a named ledger, :func:`run_ledger_path`).
+    ``"per-run"`` (a simulated node without a named ledger, `run_ledger_path`).
+
+    Attributes:
+        max_epsilon: Largest epsilon one vote may cost this node (at ``max_delta``), > 0.
+        max_delta: Largest delta a request may announce; this node's delta, in (0, 1).
+        min_clients: Fewest clients, and fewest contributors ``ceil((1 - xi) n)``, a request may name, >= 2.
+        min_neighbours: Fewest other SecAgg+ neighbours this node shares its secrets with, >= 1.
+        lifetime_epsilon: Budget for all votes of this node, composed in RDP, at ``max_delta``, > 0.
+        ledger: Absolute path of this node's privacy ledger (default: `default_ledger_path`).
+        candidates: Path or spec of this node's own copy of the candidate list, or ``None``.
+        accountant: ``"auto"`` (analytic for Gaussian, RDP for Skellam) or ``"rdp"``.
+        neighbouring: Neighbouring relation of this node's guarantee: ``"replace-one"`` or ``"add-remove"``.
+        ledger_scope: ``"persistent"`` or ``"per-run"``.
+        tallies: Argmax mode: the only tallies this node seals shares to, comma-separated hex X25519 public
+            keys, or ``None`` (any committee of at least 3 distinct tallies).
+
+    Raises:
+        PolicyError: If a field is invalid (named by its node-config key).
     """
 
     max_epsilon: float = 1.0
@@ -225,7 +264,14 @@ class NodePolicy:
             _ = self.known_tallies()
 
     def known_tallies(self) -> tuple[bytes, ...] | None:
-        """The tally keys this node trusts (``dphype-tallies``), or ``None`` (any committee)."""
+        """The tally keys this node trusts (``dphype-tallies``), or ``None`` (any committee).
+
+        Returns:
+            The keys (32 bytes each), or ``None``.
+
+        Raises:
+            PolicyError: If ``tallies`` is not comma-separated 64-digit hex keys.
+        """
         if self.tallies is None:
             return None
         try:
@@ -238,10 +284,22 @@ class NodePolicy:
 
     @classmethod
     def from_node_config(cls, node_config: Mapping[str, Any], *, run_id: int | None = None) -> NodePolicy:
-        """Read the ``dphype-*`` keys of a Flower node config; other keys are left alone, but a
-        ``partition-id`` names the default ledger (:func:`default_ledger_path`). A simulated node passes its
-        ``run_id``: without a ``dphype-ledger`` its ledger is then the run's own (:func:`run_ledger_path`).
-        An unknown ``dphype-*`` key is an error (a misspelt limit must not be ignored)."""
+        """Read the ``dphype-*`` keys of a Flower node config.
+
+        Other keys are left alone, but a ``partition-id`` names the default ledger (`default_ledger_path`). A
+        simulated node passes its ``run_id``: without a ``dphype-ledger`` its ledger is then the run's own
+        (`run_ledger_path`). An unknown ``dphype-*`` key is an error (a misspelt limit must not be ignored).
+
+        Args:
+            node_config: The Flower node config.
+            run_id: The run id of a simulated node; ``None`` for a deployed one.
+
+        Returns:
+            The validated policy.
+
+        Raises:
+            PolicyError: If a ``dphype-*`` key is unknown or a value is invalid.
+        """
         unknown = sorted(k for k in node_config if str(k).startswith(_PREFIX) and k not in POLICY_KEYS)
         if unknown:
             raise PolicyError(f"unknown node config key(s) {', '.join(unknown)}; known: {', '.join(POLICY_KEYS)}")
@@ -257,7 +315,14 @@ class NodePolicy:
         return cls(**values)
 
     def own_candidates(self) -> CandidateList | None:
-        """The node's own copy of the candidate list, or ``None`` when the operator configured none."""
+        """The node's own copy of the candidate list, or ``None`` when the operator configured none.
+
+        Returns:
+            The list, or ``None``.
+
+        Raises:
+            PolicyError: If ``candidates`` cannot be loaded.
+        """
         if self.candidates is None:
             return None
         try:
@@ -266,7 +331,11 @@ class NodePolicy:
             raise PolicyError(f"node config dphype-candidates={self.candidates!r} cannot be loaded: {err}") from err
 
     def to_dict(self) -> dict[str, Any]:
-        """The policy under its node-config keys (JSON-friendly)."""
+        """The policy under its node-config keys (JSON-friendly).
+
+        Returns:
+            Node-config key -> value (the ledger as a string).
+        """
         out = {key: getattr(self, _field(key)) for key in POLICY_KEYS}
         out["dphype-ledger"] = str(self.ledger)
         return out
@@ -279,6 +348,15 @@ class VoteGuarantee:
     ``total_std`` is the std of the summed noise when the fewest allowed clients contribute
     (``survivors = ceil((1 - xi) n)`` shares of std ``sigma / sqrt((1 - xi) n)``); ``epsilon`` is that
     release's epsilon at ``delta`` (this node's) with this node's accountant and ``neighbouring``.
+
+    Attributes:
+        noise: The noise kind.
+        k: Votes per client.
+        total_std: The std of the summed noise of the fewest allowed contributors.
+        survivors: The fewest allowed contributors, ``ceil((1 - xi) n)``.
+        epsilon: The release's epsilon at ``delta``.
+        delta: This node's delta.
+        neighbouring: This node's neighbouring relation.
     """
 
     noise: str
@@ -291,19 +369,33 @@ class VoteGuarantee:
 
 
 def check_vote_request(request: VoteRequest, policy: NodePolicy) -> VoteGuarantee:
-    """Refuse (:class:`~dphype.refusal.Refusal`) a request that is not what it claims or that this node's
-    policy does not allow; else return the guarantee of the noise it asks for (items 2 and 10 of the threat model).
+    """Refuse a request that is not what it claims or that this node's policy does not allow.
 
-    First :func:`dphype.protocol.check_request` with the node's own candidate copy (``candidate_mismatch``,
+    Else return the guarantee of the noise it asks for (items 2 and 10 of the threat model).
+
+    First `dphype.protocol.check_request` with the node's own candidate copy (``candidate_mismatch``,
     ``noise_too_small``), and the tally committee against the tallies this node knows when the request's mode
     sends to one (``tally_committee``). Then the announced delta, and the announced epsilon where the mode has one
-    to hold (:meth:`dphype.modes.ReleaseMode.announced_epsilon`), against the node's limits (``policy_delta``,
+    to hold (`dphype.modes.ReleaseMode.announced_epsilon`), against the node's limits (``policy_delta``,
     ``policy_epsilon``); ``n`` and the fewest contributors ``ceil((1 - xi) n)`` against ``min_clients``
     (``policy_clients``); and the epsilon of the worst-case noise, the fewest contributors' shares, recomputed at
-    the node's own delta, accountant and neighbouring relation (:meth:`dphype.modes.ReleaseMode.node_cost`:
+    the node's own delta, accountant and neighbouring relation (`dphype.modes.ReleaseMode.node_cost`:
     Appendix A's shares of variance ``sigma^2 / ((1 - xi) n)`` for the sum, pure epsilon for the winner)
     (``policy_epsilon``). Details carry only numbers derived from the request, never the node's limits.
-    """
+
+    Args:
+        request: The server's request.
+        policy: This node's policy.
+
+    Returns:
+        The guarantee of one vote, at this node's delta, accountant and neighbouring relation.
+
+    Raises:
+        Refusal: ``candidate_mismatch``, ``noise_too_small`` and the other refusals of
+            `dphype.protocol.check_request`; ``tally_committee``, ``policy_delta``, ``policy_epsilon`` or
+            ``policy_clients``.
+        PolicyError: If the policy's own candidate list or tally keys are invalid.
+    """  # noqa: DOC503
     check_request(request, local_candidates=policy.own_candidates())
     mode, cfg = request.mode, request.config
     try:

@@ -2,15 +2,15 @@
 
 DP-Hype (Section II-C) assumes that the candidate set ``H = {H_1, ..., H_p}`` *and its order* are public:
 the order fixes the vote-vector coordinates and breaks ties. Every client therefore checks a fingerprint
-of the list before voting; a mismatch fails loudly (:class:`CandidateMismatchError`) instead of
+of the list before voting; a mismatch fails loudly (`CandidateMismatchError`) instead of
 silently summing votes for different candidates.
 
 The paper's evaluation grid is Table III (10 learning rates x 5 decays x 2 momenta = 100 candidates).
 
-The candidates are also points of a public hyperparameter space (:meth:`CandidateList.feature_space`):
+The candidates are also points of a public hyperparameter space (`CandidateList.feature_space`):
 every hyperparameter is an axis on a log scale (positive values spanning at least a factor
-:data:`LOG_SCALE_RATIO`, such as learning rates), a linear scale (other numbers) or categorical (strings,
-bools, mixed types: only equality counts). Structure-aware selection (:mod:`dphype.selection.rules`) estimates
+`LOG_SCALE_RATIO`, such as learning rates), a linear scale (other numbers) or categorical (strings,
+bools, mixed types: only equality counts). Structure-aware selection (`dphype.selection.rules`) estimates
 the vote surface over this space; it is derived from the public list alone.
 """
 
@@ -38,7 +38,11 @@ TABLE_III_MOMENTUM: tuple[float, ...] = (0.0, 0.9)
 
 
 class CandidateMismatchError(ValueError):
-    """A client's candidate list differs from the one the server announced."""
+    """A client's candidate list differs from the one the server announced.
+
+    Attributes:
+        refusal_code: What a client tells the server (`dphype.refusal.as_refusal`).
+    """
 
     refusal_code = "candidate_mismatch"  # what a client tells the server (dphype.refusal.as_refusal)
 
@@ -83,6 +87,13 @@ class CandidateList(Sequence[Candidate]):
 
     Two candidates are duplicates when they compare equal as dictionaries (so ``{"lr": 1}`` and
     ``{"lr": 1.0}`` are duplicates). Items are returned as fresh ``dict`` copies.
+
+    Args:
+        items: The candidates, each a mapping of hyperparameter names to finite numbers, strings or booleans.
+
+    Raises:
+        ValueError: If ``items`` is a single string or mapping, is empty, holds duplicates, or holds a candidate
+            that is not a non-empty mapping of such values.
     """
 
     __slots__ = ("_items", "_json")
@@ -131,32 +142,63 @@ class CandidateList(Sequence[Candidate]):
         return f"CandidateList({len(self)} candidates, fingerprint={self.fingerprint()[:12]})"
 
     def fingerprint(self) -> str:
-        """SHA-256 hex digest of the canonical JSON (order-sensitive: the order is part of the protocol)."""
+        """SHA-256 hex digest of the canonical JSON (order-sensitive: the order is part of the protocol).
+
+        Returns:
+            The digest as 64 hex characters.
+        """
         return hashlib.sha256(self._json.encode("utf-8")).hexdigest()
 
     def to_json(self) -> str:
-        """Canonical JSON list; ``from_json(to_json())`` reproduces the list and its fingerprint."""
+        """Canonical JSON list; ``from_json(to_json())`` reproduces the list and its fingerprint.
+
+        Returns:
+            The JSON text.
+        """
         return self._json
 
     @classmethod
     def from_json(cls, s: str) -> CandidateList:
-        """Parse a JSON list of objects (raises ``ValueError`` on malformed input).
+        """Parse a JSON list of objects.
 
         The last few lists parsed are kept per process, keyed by their text (the list is immutable): every
-        stage message of a node's vote re-reads the same request, and a simulation actor serves many nodes."""
+        stage message of a node's vote re-reads the same request, and a simulation actor serves many nodes.
+
+        Args:
+            s: The JSON text.
+
+        Returns:
+            The candidate list.
+
+        Raises:
+            ValueError: On malformed input.
+        """  # noqa: DOC502
         return _parse_candidates(s)
 
     def feature_space(self, scales: Mapping[str, str] | None = None) -> FeatureSpace:
-        """The public hyperparameter space of these candidates (see :class:`FeatureSpace`).
+        """The public hyperparameter space of these candidates (see `FeatureSpace`).
 
-        ``scales`` overrides the automatic scale of named axes (``"log"``, ``"linear"`` or
-        ``"categorical"``); an impossible request (unknown name or scale, ``"log"`` for a non-positive or
-        non-numeric axis, ``"linear"`` for a non-numeric one) raises ``ValueError``.
-        """
+        Args:
+            scales: Overrides the automatic scale of named axes (``"log"``, ``"linear"`` or ``"categorical"``).
+
+        Returns:
+            The feature space.
+
+        Raises:
+            ValueError: For an impossible request: an unknown name or scale, ``"log"`` for a non-positive or
+                non-numeric axis, ``"linear"`` for a non-numeric one.
+        """  # noqa: DOC502
         return FeatureSpace.of(self._items, scales)
 
     def check_fingerprint(self, expected: str) -> None:
-        """Raise :class:`CandidateMismatchError` unless this list's fingerprint equals ``expected``."""
+        """Raise `CandidateMismatchError` unless this list's fingerprint equals ``expected``.
+
+        Args:
+            expected: The announced fingerprint (`fingerprint`).
+
+        Raises:
+            CandidateMismatchError: If the fingerprints differ.
+        """
         actual = self.fingerprint()
         if actual != expected:
             raise CandidateMismatchError(
@@ -167,13 +209,19 @@ class CandidateList(Sequence[Candidate]):
 
 #: An axis of positive numbers whose largest value is at least this many times its smallest is on a log scale.
 LOG_SCALE_RATIO = 10.0
-#: Axis scales of a :class:`FeatureSpace`.
+#: Axis scales of a `FeatureSpace`.
 SCALES: tuple[str, ...] = ("log", "linear", "categorical")
 
 
 @dataclass(frozen=True)
 class Axis:
-    """One hyperparameter of the public space: its name, scale and distinct values (sorted if numeric)."""
+    """One hyperparameter of the public space: its name, scale and distinct values (sorted if numeric).
+
+    Attributes:
+        name: The hyperparameter's name.
+        scale: One of `SCALES`.
+        levels: Its distinct values (sorted floats if numeric, in order of appearance if categorical).
+    """
 
     name: str
     scale: str
@@ -207,7 +255,7 @@ def _axis(name: str, values: Sequence[Any], scale: str | None) -> Axis:
 
 
 class FeatureSpace:
-    """The candidates as points of the public hyperparameter space (read by :mod:`dphype.selection.rules`).
+    """The candidates as points of the public hyperparameter space (read by `dphype.selection.rules`).
 
     ``numeric`` is ``(p, d)`` float64: each log or linear axis mapped to ``[0, 1]`` (log axes after
     ``log``), ``categorical`` is ``(p, c)`` int64: each categorical axis as level codes (equality is all
@@ -215,7 +263,14 @@ class FeatureSpace:
     the reason why the space cannot inform selection (then only the plain argmax makes sense): fewer than
     3 candidates, a hyperparameter missing from some candidates (conditional spaces), or a single
     categorical axis (every candidate is its own category, nothing is shared between candidates).
-    Derived from the public candidate list only.
+    Derived from the public candidate list only; built by `of`.
+
+    Args:
+        axes: The axes with more than one value.
+        numeric: The log and linear axes, ``(p, d)`` float64 in ``[0, 1]``.
+        categorical: The categorical axes' level codes, ``(p, c)`` int64.
+        no_structure: Why the space cannot inform selection, or ``None``.
+        num_candidates: The number ``p`` of candidates.
     """
 
     __slots__ = ("axes", "numeric", "categorical", "no_structure", "num_candidates")
@@ -235,7 +290,18 @@ class FeatureSpace:
 
     @classmethod
     def of(cls, items: Sequence[Mapping[str, Any]], scales: Mapping[str, str] | None = None) -> FeatureSpace:
-        """The space of ``items`` (normalized candidates); see :meth:`CandidateList.feature_space`."""
+        """The space of ``items`` (normalized candidates); see `CandidateList.feature_space`.
+
+        Args:
+            items: The normalized candidates.
+            scales: Overrides the automatic scale of named axes.
+
+        Returns:
+            The feature space.
+
+        Raises:
+            ValueError: If ``scales`` names an unknown hyperparameter or asks for an impossible scale.
+        """
         names = list(dict.fromkeys(key for item in items for key in item))
         scales = dict(scales or {})
         unknown = sorted(set(scales) - set(names))
@@ -269,8 +335,19 @@ class FeatureSpace:
 
 
 def candidate_grid(**axes: Sequence[Any]) -> CandidateList:
-    """The candidate list of every combination of the axes' values: their Cartesian product in the given key order
-    (first key slowest, last key fastest)."""
+    """The candidate list of every combination of the axes' values.
+
+    Their Cartesian product in the given key order (first key slowest, last key fastest).
+
+    Args:
+        **axes: Hyperparameter name -> its values (a non-empty sequence, not a string).
+
+    Returns:
+        The candidate list.
+
+    Raises:
+        ValueError: If there is no axis, an axis is not a sequence or is empty, or two combinations are equal.
+    """
     if not axes:
         raise ValueError("candidate_grid needs at least one hyperparameter axis")
     for name, values in axes.items():
@@ -283,20 +360,44 @@ def candidate_grid(**axes: Sequence[Any]) -> CandidateList:
 
 
 def grid(**axes: Sequence[Any]) -> CandidateList:
-    """Deprecated alias of :func:`candidate_grid` (removed in the next release): ``grid`` also names Flower's
-    messaging object."""
+    """Deprecated alias of `candidate_grid` (removed in the next release).
+
+    ``grid`` also names Flower's messaging object.
+
+    Args:
+        **axes: As for `candidate_grid`.
+
+    Returns:
+        `candidate_grid`'s list, after a ``DeprecationWarning``.
+    """
     warnings.warn("dphype.grid is deprecated and will be removed in the next release: use dphype.candidate_grid "
                   "(the same candidate list)", DeprecationWarning, stacklevel=2)
     return candidate_grid(**axes)
 
 
 def table_iii_grid() -> CandidateList:
-    """DP-Hype Table III: lr (10) x decay (5) x momentum (2) = 100 candidates, lr-major, momentum fastest."""
+    """DP-Hype Table III: lr (10) x decay (5) x momentum (2) = 100 candidates, lr-major, momentum fastest.
+
+    Returns:
+        The candidate list.
+    """
     return candidate_grid(lr=TABLE_III_LR, decay=TABLE_III_DECAY, momentum=TABLE_III_MOMENTUM)
 
 
 def random_subset(cands: CandidateList, size: int, seed: int) -> CandidateList:
-    """A seeded uniform random subset of ``size`` candidates, keeping their original relative order."""
+    """A seeded uniform random subset of ``size`` candidates, keeping their original relative order.
+
+    Args:
+        cands: The candidate list.
+        size: How many to keep, in ``[1, len(cands)]``.
+        seed: The seed of the draw.
+
+    Returns:
+        The subset.
+
+    Raises:
+        ValueError: If ``size`` is not an integer in ``[1, len(cands)]``.
+    """
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or not 1 <= size <= len(cands):
         raise ValueError(f"size must be an integer in [1, {len(cands)}], got {size!r}")
     rng = np.random.default_rng(seed)
@@ -305,8 +406,19 @@ def random_subset(cands: CandidateList, size: int, seed: int) -> CandidateList:
 
 
 def load_candidates(spec: str) -> CandidateList:
-    """Resolve a candidate spec: ``"table3"``, an integer ``"N"`` (``"table3:random:N:0"``),
-    ``"table3:random:SIZE:SEED"`` or a path to a JSON list."""
+    """Resolve a candidate spec.
+
+    Args:
+        spec: ``"table3"``, an integer ``"N"`` (``"table3:random:N:0"``), ``"table3:random:SIZE:SEED"`` or a path
+            to a JSON list.
+
+    Returns:
+        The candidate list.
+
+    Raises:
+        ValueError: For a malformed spec or list.
+        FileNotFoundError: If the JSON file does not exist (with its path).
+    """  # noqa: DOC503
     if spec == "table3":
         return table_iii_grid()
     if spec.isdigit():
@@ -329,7 +441,7 @@ def load_candidates(spec: str) -> CandidateList:
 
 @functools.lru_cache(maxsize=8)
 def _parse_candidates(s: str) -> CandidateList:
-    """:meth:`CandidateList.from_json`'s parser (cached there; failures are not cached)."""
+    """`CandidateList.from_json`'s parser (cached there; failures are not cached)."""
     try:
         data = json.loads(s)
     except json.JSONDecodeError as err:

@@ -2,9 +2,9 @@
 
 Theorem IV.1 bounds the chance that the argmax of the noisy vote sum is good, given the gap between good
 and bad vote counts; the gap depends on how much the clients agree. The planner therefore predicts under
-stated **consensus scenarios**, Section IV-B's loss model (:class:`LossModel`): every client's local loss is
+stated **consensus scenarios**, Section IV-B's loss model (`LossModel`): every client's local loss is
 ``N(0, s^2)`` for each of the ``|H_good|`` good candidates and ``N(1, s^2)`` for the others, and it votes
-for its ``k`` smallest; ``s`` is the clients' disagreement (:data:`CONSENSUS`: strong 0.25, moderate 0.5,
+for its ``k`` smallest; ``s`` is the clients' disagreement (`CONSENSUS`: strong 0.25, moderate 0.5,
 weak 1). The good candidates form a neighbourhood of the public feature space (the ``|H_good|`` nearest to
 a random candidate), as good hyperparameters do on real tasks, so the structure-aware rule meets the
 structure it exploits; the argmax does not depend on where they are. Success = the pick is good.
@@ -12,19 +12,19 @@ structure it exploits; the argmax does not depend on where they are. Success = t
 For a range of ``k`` it reports the simulated success of the selection rule that will run and of the argmax,
 with Theorem IV.1's bound (averaged over the simulated vote vectors: for each, the best bound over the sets
 "the ``j`` most-voted good candidates"), recommends the ``k`` with the highest success (the winner release's
-ties: :func:`_winner_tie_break`), and finds the smallest epsilon and the smallest number of clients that reach
+ties: `_winner_tie_break`), and finds the smallest epsilon and the smallest number of clients that reach
 a target success (bisection with common random numbers).
-The noise is the run's (Skellam or Gaussian shares, replayed by :func:`dphype.privacy.noise.replay_noisy_sums`); with a
+The noise is the run's (Skellam or Gaussian shares, replayed by `dphype.privacy.noise.replay_noisy_sums`); with a
 dropout fraction ``xi`` the worst accepted case is simulated: only ``ceil((1 - xi) n)`` clients vote and their
 shares add up to std ``sigma``.
 
-Both kinds of release (:class:`Forecast`) are predicted on the SAME simulated votes: the noisy vote sum picked by
-the selection rule, and the winner's index alone (:mod:`dphype.privacy.winner`: discrete Laplace noise whose scale
-depends on epsilon and the neighbouring relation only, replayed by :func:`dphype.privacy.winner.replay_winners`).
+Both kinds of release (`Forecast`) are predicted on the SAME simulated votes: the noisy vote sum picked by
+the selection rule, and the winner's index alone (`dphype.privacy.winner`: discrete Laplace noise whose scale
+depends on epsilon and the neighbouring relation only, replayed by `dphype.privacy.winner.replay_winners`).
 The planner names no release mode: its caller passes the run's mode and the modes to compare
-(:class:`PlannedRelease`, which :class:`dphype.modes.ReleaseMode` implements: a name and the forecast that predicts
+(`PlannedRelease`, which `dphype.modes.ReleaseMode` implements: a name and the forecast that predicts
 it). The plan recommends ``k`` for each forecast and, among the modes passed, the one with the higher predicted
-success at its recommended ``k`` (ties: the first passed, the sum release in :data:`dphype.modes.RELEASE_MODES`).
+success at its recommended ``k`` (ties: the first passed, the sum release in `dphype.modes.RELEASE_MODES`).
 
 Speed: the clients' rankings come from exact samplers of the loss model (module ``simulations.synthetic``
 uses them for Fig. 2): one ranking per client serves every ``k`` (the top-k sets are nested prefixes of the
@@ -88,7 +88,11 @@ class Forecast(enum.Enum):
 
     ``NOISY_SUM``: the noisy vote sum (noise std ``sigma`` calibrated for ``(epsilon, delta, k)``), picked by the
     run's selection rule. ``WINNER``: the winner's index alone, report-noisy-max with discrete Laplace noise of the
-    std that epsilon and the neighbouring relation imply (:func:`dphype.privacy.winner.noise_std`).
+    std that epsilon and the neighbouring relation imply (`dphype.privacy.winner.noise_std`).
+
+    Attributes:
+        NOISY_SUM: The noisy vote sum, picked by the run's selection rule (column ``success``).
+        WINNER: The winner's index alone, report-noisy-max (column ``success_winner``).
     """
 
     NOISY_SUM = "success"
@@ -96,14 +100,20 @@ class Forecast(enum.Enum):
 
 
 class PlannedRelease(Protocol):
-    """What the planner needs of a release mode: its configuration name (for the plan's report) and the forecast
-    that predicts it (:class:`dphype.modes.ReleaseMode` has both)."""
+    """What the planner needs of a release mode: its configuration name and the forecast that predicts it.
+
+    `dphype.modes.ReleaseMode` has both.
+    """
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The mode's configuration name (for the plan's report)."""
+        ...
 
     @property
-    def forecast(self) -> Forecast: ...
+    def forecast(self) -> Forecast:
+        """The forecast that predicts the mode's release."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -112,6 +122,14 @@ class LossModel:
 
     Good candidates are indices ``0 .. num_good - 1`` (the order is irrelevant: noise is iid and the
     selection of a good candidate is all that is measured).
+
+    Attributes:
+        num_good: The number of good candidates, in ``[1, num_candidates - 1]``.
+        num_candidates: The number ``|H|`` of candidates, at least 2.
+        sigma_loss: The clients' disagreement ``s`` > 0.
+
+    Raises:
+        ValueError: If a field is out of range.
     """
 
     num_good: int
@@ -129,10 +147,19 @@ class LossModel:
 
     @property
     def num_bad(self) -> int:
+        """The number of bad candidates."""
         return self.num_candidates - self.num_good
 
     def losses(self, rows: int, rng: np.random.Generator) -> np.ndarray:
-        """``(rows, |H|)`` float32 losses, one row per client."""
+        """``(rows, |H|)`` float32 losses, one row per client.
+
+        Args:
+            rows: The number of clients.
+            rng: The random generator.
+
+        Returns:
+            The losses.
+        """
         out = rng.standard_normal((rows, self.num_candidates), dtype=np.float32)
         out *= np.float32(self.sigma_loss)
         out[:, self.num_good :] += np.float32(1.0)
@@ -142,8 +169,15 @@ class LossModel:
 def ranking_from_losses(losses: np.ndarray, depth: int) -> np.ndarray:
     """Indices of each row's ``depth`` smallest losses (or rank keys), best first: nested top-k sets.
 
-    ``prefix[:, :k]`` marks the same ``k`` candidates as :func:`dphype.selection.voting.top_k_votes` with
+    ``prefix[:, :k]`` marks the same ``k`` candidates as `dphype.selection.voting.top_k_votes` with
     ``maximize=False`` (up to exact ties, which have probability zero for continuous losses).
+
+    Args:
+        losses: The losses (or rank keys), ``(rows, p)``.
+        depth: How many of each row's best to keep.
+
+    Returns:
+        The indices, int32 ``(rows, depth)``.
     """
     return np.argsort(losses, axis=1)[:, :depth].astype(np.int32)
 
@@ -183,6 +217,19 @@ def ranking_prefix(model: LossModel, rows: int, depth: int, rng: np.random.Gener
     ``sampler``: ``"losses"`` (draw every loss, the reference), ``"direct"`` (rank keys for every
     candidate), ``"order"`` (order statistics) or ``"auto"`` (``order`` when bad candidates outnumber
     ``depth`` five times, else ``direct``).
+
+    Args:
+        model: The clients' loss model.
+        rows: The number of clients.
+        depth: The prefix length, the largest ``k`` needed.
+        rng: The random generator.
+        sampler: ``"losses"``, ``"direct"``, ``"order"`` or ``"auto"`` (above).
+
+    Returns:
+        The prefixes, int32 ``(rows, depth)``.
+
+    Raises:
+        ValueError: For an unknown ``sampler``, or ``"order"`` with fewer bad candidates than ``depth``.
     """
     from scipy.special import log_ndtr, ndtr
 
@@ -225,6 +272,17 @@ def vote_counts(prefix: np.ndarray, ks: Sequence[int], reps: int, clients: int,
 
     Rows of ``prefix`` are ordered repetition-major (``rep * clients + client``). ``k = p`` is the
     all-ones vote (every candidate gets ``n`` votes).
+
+    Args:
+        prefix: The clients' ranking prefixes, ``(reps * clients, depth)`` with ``depth >= max(ks)`` (unless
+            ``k = p``).
+        ks: The values of ``k``.
+        reps: The number of repetitions ``R``.
+        clients: The number of clients per repetition.
+        num_candidates: The number ``p`` of candidates.
+
+    Returns:
+        ``k`` -> the vote sums, int64 ``(reps, p)``.
     """
     offsets = (np.repeat(np.arange(reps, dtype=np.int64), clients) * num_candidates)[:, None]
     counts = np.zeros(reps * num_candidates, dtype=np.int64)
@@ -243,19 +301,46 @@ def vote_counts(prefix: np.ndarray, ks: Sequence[int], reps: int, clients: int,
 # ------------------------------------------------------------------------------------------ scenarios
 @dataclass(frozen=True)
 class Scenario:
-    """A stated consensus scenario: ``num_good`` good candidates, client disagreement ``sigma_loss``."""
+    """A stated consensus scenario: ``num_good`` good candidates, client disagreement ``sigma_loss``.
+
+    Attributes:
+        name: The scenario's name (a `CONSENSUS` name, or ``sigma_loss=...``).
+        num_good: The number of good candidates.
+        sigma_loss: The clients' disagreement.
+    """
 
     name: str
     num_good: int
     sigma_loss: float
 
     def loss_model(self, num_candidates: int) -> LossModel:
+        """The loss model of this scenario over ``num_candidates`` candidates.
+
+        Args:
+            num_candidates: The number of candidates.
+
+        Returns:
+            The loss model.
+        """
         return LossModel(self.num_good, num_candidates, self.sigma_loss)
 
 
 def scenario(num_candidates: int, consensus: str | float = "moderate", num_good: int | None = None) -> Scenario:
-    """The scenario ``consensus`` (a name of :data:`CONSENSUS` or a ``sigma_loss > 0``) with ``num_good`` good
-    candidates (default: 5 % of them, at least 1, as in Section IV-B's 5 of 100)."""
+    """The scenario ``consensus`` with ``num_good`` good candidates.
+
+    Args:
+        num_candidates: The number ``p`` of candidates, at least 2.
+        consensus: A name of `CONSENSUS` or a ``sigma_loss > 0``.
+        num_good: The number of good candidates, in ``[1, p - 1]`` (default: 5 % of them, at least 1, as in
+            Section IV-B's 5 of 100).
+
+    Returns:
+        The scenario.
+
+    Raises:
+        ValueError: For an unknown name, a non-positive ``sigma_loss`` or ``num_candidates``, or ``num_good`` out
+            of range.
+    """
     p = check_int("num_candidates", num_candidates, 2)
     if isinstance(consensus, str):
         if consensus not in CONSENSUS:
@@ -271,8 +356,17 @@ def scenario(num_candidates: int, consensus: str | float = "moderate", num_good:
 
 
 def read_consensus(value: str) -> str | float:
-    """A ``--consensus`` option as :func:`scenario` takes it: a number (``sigma_loss``) when it parses as one, else
-    a scenario name; checked there (``ValueError`` naming ``consensus``) before any simulation."""
+    """A ``--consensus`` option as `scenario` takes it, checked there before any simulation.
+
+    Args:
+        value: The option's text.
+
+    Returns:
+        A number (``sigma_loss``) when it parses as one, else a scenario name.
+
+    Raises:
+        ValueError: Naming ``consensus``, if it is neither a scenario name nor a number > 0.
+    """  # noqa: DOC502
     try:
         parsed: str | float = float(value)
     except ValueError:
@@ -282,8 +376,11 @@ def read_consensus(value: str) -> str | float:
 
 
 def _neighbourhoods(space: FeatureSpace | None, num_good: int, centres: np.ndarray) -> np.ndarray:
-    """``(R, num_good)``: the ``num_good`` candidates nearest to each centre (Euclidean over the numeric
-    features plus the number of differing categories; ties by index). Without structure: ``0 .. num_good-1``."""
+    """``(R, num_good)``: the ``num_good`` candidates nearest to each centre.
+
+    Euclidean over the numeric features plus the number of differing categories; ties by index. Without
+    structure: ``0 .. num_good-1``.
+    """
     if space is None or space.no_structure is not None:
         return np.broadcast_to(np.arange(num_good), (len(centres), num_good))
     diff = space.numeric[centres][:, None, :] - space.numeric[None, :, :]
@@ -298,6 +395,18 @@ def simulate_votes(sc: Scenario, clients: int, ks: Sequence[int], num_candidates
 
     The loss model's labels (good ``0 .. g-1``) are placed on the candidates per repetition: the good ones on a
     neighbourhood of a random candidate, the bad ones on the others in random order (they are exchangeable).
+
+    Args:
+        sc: The scenario.
+        clients: The number of voting clients.
+        ks: The values of ``k``.
+        num_candidates: The number ``p`` of candidates.
+        space: The candidates' feature space (``None``: no structure).
+        repetitions: The number ``R`` of repetitions.
+        rng: The random generator.
+
+    Returns:
+        ``k`` -> the vote sums ``(R, p)``, and the good masks, bool ``(R, p)``.
     """
     model = sc.loss_model(num_candidates)
     depth = max([k for k in ks if k < num_candidates], default=1)
@@ -322,7 +431,15 @@ def theorem_iv1_success(votes: np.ndarray, good: np.ndarray, sigma: float) -> fl
     For each vector the theorem holds for any set ``H'`` of good candidates (``Pr[pick in H_good] >=
     Pr[pick in H']``); the best of the sets "the ``j`` most-voted good candidates" is used, whose gap is the
     ``j``-th good count minus the largest count outside the set
-    (:func:`dphype.selection.rules.good_selection_probability_bound`).
+    (`dphype.selection.rules.good_selection_probability_bound`).
+
+    Args:
+        votes: The noiseless vote sums, ``(R, p)``.
+        good: The good masks, bool ``(R, p)``.
+        sigma: The noise std of the sum.
+
+    Returns:
+        The mean bound.
     """
     from dphype.selection.rules import good_selection_probability_bound
 
@@ -342,8 +459,27 @@ def theorem_iv1_success(votes: np.ndarray, good: np.ndarray, sigma: float) -> fl
 def simulated_success(votes: np.ndarray, good: np.ndarray, sigma: float, *, rule: str,
                       space: FeatureSpace | None, clients: int, voters: int, dropout: float, noise: str, k: int,
                       rng: np.random.Generator) -> float:
-    """Share of releases whose pick under ``rule`` is good: ``votes`` ``(R, p)`` of ``voters`` of the
-    ``clients`` clients plus their noise shares (:func:`dphype.privacy.noise.replay_noisy_sums`)."""
+    """Share of releases whose pick under ``rule`` is good.
+
+    A release is ``votes`` of ``voters`` of the ``clients`` clients plus their noise shares
+    (`dphype.privacy.noise.replay_noisy_sums`).
+
+    Args:
+        votes: The noiseless vote sums, ``(R, p)``.
+        good: The good masks, bool ``(R, p)``.
+        sigma: The total noise std calibrated for ``clients``.
+        rule: The selection rule (`dphype.selection.rules.RULES`).
+        space: The candidates' feature space (``None``: no structure).
+        clients: The number ``n`` of clients the noise is calibrated for.
+        voters: The number of clients that contribute.
+        dropout: The tolerated dropout fraction.
+        noise: The noise kind.
+        k: Votes per client.
+        rng: The random generator.
+
+    Returns:
+        The share of good picks.
+    """
     from dphype.selection.rules import select_batch
 
     noisy = replay_noisy_sums(votes, sigma=sigma, clients=clients, repetitions=len(votes), rng=rng, dropout=dropout,
@@ -357,6 +493,15 @@ def unanimous_success(clients: int, k: int, num_candidates: int, sigma: float) -
 
     With ``u = (x - n) / sigma``: ``int k phi(u) Phi(u)^(k-1) Phi(u + n / sigma)^(p-k) du`` (the largest of the
     ``k`` counts ``n + sigma Z`` beats the ``p - k`` counts ``sigma W``).
+
+    Args:
+        clients: The number ``n`` of clients.
+        k: Votes per client.
+        num_candidates: The number ``p`` of candidates.
+        sigma: The noise std of the sum.
+
+    Returns:
+        The chance (1 when ``k >= p``).
     """
     from scipy.integrate import quad
     from scipy.stats import norm
@@ -375,18 +520,41 @@ def unanimous_success(clients: int, k: int, num_candidates: int, sigma: float) -
 # ---------------------------------------------------------------------------------------------- plan
 @dataclass(frozen=True)
 class Plan:
-    """What the planner predicts for one configuration (all keys of :meth:`to_dict` are JSON-ready).
+    """What the planner predicts for one configuration (all keys of `to_dict` are JSON-ready).
 
-    ``release``: the name of the mode the run uses (``None``: none was passed; the noisy-sum forecast applies).
-    ``success``: simulated chance that the run picks a good candidate at ``k`` (the chosen ``k``, else the
-    recommended one): ``rule`` on the noisy sum, or the winner release, as the mode's :class:`Forecast` says;
-    ``success_argmax`` and ``bound`` (Theorem IV.1): the argmax rule on the noisy sum; ``success_winner``:
-    the winner release at ``k``; ``by_k``: one row per compared ``k`` (both forecasts); ``recommended_k`` /
-    ``recommended_k_winner``: the best ``k`` of the noisy sum / winner release; ``recommended_release``: the name
-    of the mode passed with the higher success at its best ``k`` (``None``: no mode was passed);
-    ``min_epsilon`` / ``min_clients``: smallest epsilon / number of clients whose success (of ``release``) at
-    ``k`` reaches ``target`` (``None``: not within ``[1e-3, 1e3]`` / ``[2, MAX_CLIENTS]``). ``sigma``: the noise
-    std of ``release`` at ``k``.
+    Attributes:
+        clients: The number ``n`` of clients.
+        epsilon: The run's epsilon.
+        delta: The run's delta.
+        dropout: The tolerated dropout fraction ``xi``.
+        voters: The clients simulated as voting, the ``ceil((1 - xi) n)`` survivors.
+        num_candidates: The number ``p`` of candidates.
+        noise: The noise kind.
+        accountant: The accountant, resolved.
+        neighbouring: The neighbouring relation.
+        rule: The selection rule that runs (the argmax where ``gp`` has no structure to use).
+        scenario: The consensus scenario (`Scenario`, as a dict).
+        target: The success that ``min_epsilon`` and ``min_clients`` aim at.
+        k: The chosen ``k``, else the recommended one.
+        sigma: The noise std of ``release`` at ``k``.
+        success: Simulated chance that the run picks a good candidate at ``k``: ``rule`` on the noisy sum, or the
+            winner release, as the mode's `Forecast` says.
+        success_argmax: The argmax rule on the noisy sum at ``k``.
+        bound: Theorem IV.1's bound for the argmax rule on the noisy sum at ``k``.
+        recommended_k: The best ``k`` of the noisy sum.
+        by_k: One row per compared ``k`` (both forecasts).
+        release: The name of the mode the run uses (``None``: none was passed; the noisy-sum forecast applies).
+        success_winner: The winner release at ``k``.
+        recommended_k_winner: The best ``k`` of the winner release.
+        recommended_release: The name of the mode passed with the higher success at its best ``k`` (``None``: no
+            mode was passed).
+        min_epsilon: Smallest epsilon whose success (of ``release``) at ``k`` reaches ``target`` (``None``: not
+            within ``[1e-3, 1e3]``).
+        min_clients: Smallest number of clients whose success (of ``release``) at ``k`` reaches ``target``
+            (``None``: not within ``[2, MAX_CLIENTS]``).
+        unanimous_success: The chance of a good pick if all voters voted for the same ``k`` candidates
+            (`unanimous_success`).
+        warnings: The plan's warnings (`warnings`).
     """
 
     clients: int
@@ -418,12 +586,31 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
+        """The plan as a JSON-ready dict.
+
+        Returns:
+            Field name -> value.
+        """
         return asdict(self)
 
 
 @dataclass(frozen=True)
 class _Setting:
-    """Everything fixed while the planner varies ``k``, epsilon or ``n``."""
+    """Everything fixed while the planner varies ``k``, epsilon or ``n`` (the fields of `plan`'s arguments).
+
+    Attributes:
+        delta: The run's delta.
+        dropout: The tolerated dropout fraction.
+        num_candidates: The number ``p`` of candidates.
+        space: The candidates' feature space.
+        scenario: The consensus scenario.
+        rule: The selection rule.
+        noise: The noise kind.
+        accountant: The accountant, resolved.
+        neighbouring: The neighbouring relation.
+        repetitions: Simulated runs per point.
+        seed: The simulation's seed.
+    """
 
     delta: float
     dropout: float
@@ -442,7 +629,15 @@ class _Setting:
                          noise=self.noise, neighbouring=self.neighbouring).sigma
 
     def votes(self, clients: int, ks: Sequence[int]) -> tuple[int, dict[int, np.ndarray], np.ndarray]:
-        """Voters (the ``ceil((1 - xi) n)`` survivors), their vote sums per ``k`` and the good masks."""
+        """Voters (the ``ceil((1 - xi) n)`` survivors), their vote sums per ``k`` and the good masks.
+
+        Args:
+            clients: The number ``n`` of clients.
+            ks: The values of ``k``.
+
+        Returns:
+            The number of voters, ``k`` -> vote sums ``(R, p)``, and the good masks ``(R, p)``.
+        """
         from dphype.privacy.noise import min_survivors
 
         voters = min_survivors(clients, self.dropout)
@@ -453,7 +648,18 @@ class _Setting:
 
     def winner_success(self, votes: np.ndarray, good: np.ndarray, epsilon: float, clients: int,
                        voters: int) -> float:
-        """Share of winner releases (:attr:`Forecast.WINNER`) that pick a good candidate, on the same votes."""
+        """Share of winner releases (`Forecast.WINNER`) that pick a good candidate, on the same votes.
+
+        Args:
+            votes: The noiseless vote sums, ``(R, p)``.
+            good: The good masks, ``(R, p)``.
+            epsilon: The run's epsilon.
+            clients: The number ``n`` of clients.
+            voters: The number of voters.
+
+        Returns:
+            The share of good picks.
+        """
         rng = np.random.default_rng([self.seed, 2])  # common random numbers across k, epsilon and n
         picks = replay_winners(votes, epsilon=epsilon, neighbouring=self.neighbouring, clients=clients,
                                repetitions=len(votes), rng=rng, dropout=self.dropout, survivors=voters)
@@ -466,22 +672,46 @@ class _Setting:
                                  dropout=self.dropout, noise=self.noise, k=k, rng=rng)
 
     def forecast_sigma(self, forecast: Forecast, epsilon: float, k: int) -> float:
-        """The noise std of ``forecast``'s release at ``(epsilon, k)``."""
+        """The noise std of ``forecast``'s release at ``(epsilon, k)``.
+
+        Args:
+            forecast: The release forecast.
+            epsilon: The epsilon.
+            k: Votes per client.
+
+        Returns:
+            The noise std.
+        """
         if forecast is Forecast.WINNER:
             return noise_std(epsilon, self.neighbouring)
         return self.sigma(epsilon, k)
 
     def forecast_success(self, forecast: Forecast, votes: np.ndarray, good: np.ndarray, epsilon: float,
                          clients: int, voters: int, k: int) -> float:
-        """Simulated success of ``forecast``'s release at ``(epsilon, k)`` on ``votes`` (the run's rule on the sum)."""
+        """Simulated success of ``forecast``'s release at ``(epsilon, k)`` on ``votes`` (the run's rule on the sum).
+
+        Args:
+            forecast: The release forecast.
+            votes: The noiseless vote sums, ``(R, p)``.
+            good: The good masks, ``(R, p)``.
+            epsilon: The epsilon.
+            clients: The number ``n`` of clients.
+            voters: The number of voters.
+            k: Votes per client.
+
+        Returns:
+            The share of good picks.
+        """
         if forecast is Forecast.WINNER:
             return self.winner_success(votes, good, epsilon, clients, voters)
         return self.success(votes, good, self.sigma(epsilon, k), clients, voters, k, self.rule)
 
 
 def _bisect(ok: Any, lo: float, hi: float, ratio: float) -> float | None:
-    """Smallest ``x`` in ``[lo, hi]`` with ``ok(x)`` for ``ok`` monotone in ``x`` (``None`` if ``not ok(hi)``),
-    to within a factor ``ratio``."""
+    """Smallest ``x`` in ``[lo, hi]`` with ``ok(x)``, to within a factor ``ratio``.
+
+    ``ok`` is monotone in ``x``; ``None`` if ``not ok(hi)``.
+    """
     if not ok(hi):
         return None
     if ok(lo):
@@ -493,10 +723,12 @@ def _bisect(ok: Any, lo: float, hi: float, ratio: float) -> float | None:
 
 
 def _smallest_clients(ok: Any, start: int) -> int | None:
-    """Smallest ``n`` in ``[2, MAX_CLIENTS]`` with ``ok(n)`` for ``ok`` monotone in ``n`` (``None`` if not
-    ``ok(MAX_CLIENTS)``). Brackets the answer by halving down or doubling up from ``start`` (the run's own n,
-    near which the answer usually lies), then bisects exactly: the simulations stay near the answer instead
-    of starting with ``MAX_CLIENTS`` simulated clients."""
+    """Smallest ``n`` in ``[2, MAX_CLIENTS]`` with ``ok(n)`` for ``ok`` monotone in ``n``.
+
+    ``None`` if not ``ok(MAX_CLIENTS)``. Brackets the answer by halving down or doubling up from ``start`` (the
+    run's own n, near which the answer usually lies), then bisects exactly: the simulations stay near the answer
+    instead of starting with ``MAX_CLIENTS`` simulated clients.
+    """
     lo = hi = min(max(start, 2), MAX_CLIENTS)
     if ok(hi):
         while hi > 2:
@@ -543,15 +775,39 @@ def plan(
     release: PlannedRelease | None = None,
     releases: Sequence[PlannedRelease] = (),
 ) -> Plan:
-    """Predict a DP-Hype run of ``clients`` clients at ``(epsilon, delta)`` over ``num_candidates`` public
-    candidates (feature space ``space``; ``None`` or structureless: the rule falls back to the argmax).
+    """Predict a DP-Hype run of ``clients`` clients at ``(epsilon, delta)`` over ``num_candidates`` public candidates.
 
-    ``k=None`` recommends ``k`` among ``ks`` (default :data:`KS` below ``num_candidates``) and reports at it.
-    ``rule`` defaults to :data:`dphype.selection.rules.DEFAULT_RULE`. ``repetitions`` simulated runs per point;
-    ``search=False`` skips the searches for ``min_epsilon`` and ``min_clients`` (reported as ``None``).
-    ``release``: the run's mode (e.g. ``DPHypeConfig.mode``; ``None``: report the noisy-sum forecast, unnamed);
-    ``releases``: the modes to recommend among (default: ``release`` alone; :func:`dphype.modes.release_modes`
-    for all). Both forecasts are predicted either way.
+    Both forecasts (`Forecast`) are predicted whatever ``release`` is.
+
+    Args:
+        clients: The number ``n`` of clients.
+        epsilon: The run's epsilon.
+        delta: The run's delta.
+        space: The candidates' feature space (``None`` or structureless: the rule falls back to the argmax).
+        num_candidates: The number ``p`` of candidates.
+        k: Votes per client; ``None`` recommends ``k`` among ``ks`` and reports at it.
+        dropout: The tolerated dropout fraction.
+        consensus: The consensus scenario (`scenario`).
+        num_good: The scenario's number of good candidates (`scenario`).
+        target: The success that ``min_epsilon`` and ``min_clients`` aim at.
+        rule: The selection rule (default `dphype.selection.rules.DEFAULT_RULE`).
+        noise: The noise kind.
+        accountant: The accountant (``None``: the noise kind's default).
+        neighbouring: The neighbouring relation.
+        ks: The values of ``k`` to compare (default `KS` below ``num_candidates``).
+        repetitions: Simulated runs per point, at least 10.
+        seed: The simulation's seed.
+        search: ``False`` skips the searches for ``min_epsilon`` and ``min_clients`` (reported as ``None``).
+        release: The run's mode (e.g. ``DPHypeConfig.mode``; ``None``: report the noisy-sum forecast, unnamed).
+        releases: The modes to recommend among (default: ``release`` alone; `dphype.modes.release_modes` for
+            all).
+
+    Returns:
+        The plan, with its warnings.
+
+    Raises:
+        ValueError: If a parameter is out of range, ``space`` has another number of candidates, or ``ks`` holds
+            no ``k`` below ``num_candidates``.
     """
     from dphype.selection.rules import DEFAULT_RULE, check_rule
 
@@ -617,19 +873,26 @@ TIE_BREAK_DISAGREEMENT = 2.0
 
 
 def tie_break_scenario(sc: Scenario) -> Scenario:
-    """The scenario that breaks the winner release's remaining ties: ``sc`` with :data:`TIE_BREAK_DISAGREEMENT`
-    times its disagreement ``sigma_loss`` (moderate's 0.5 -> weak's 1.0)."""
+    """The scenario that breaks the winner release's remaining ties.
+
+    Args:
+        sc: The stated scenario.
+
+    Returns:
+        ``sc`` with `TIE_BREAK_DISAGREEMENT` times its disagreement ``sigma_loss`` (moderate's 0.5 -> weak's 1.0).
+    """
     return Scenario(f"{sc.name}, tie-break", sc.num_good, TIE_BREAK_DISAGREEMENT * sc.sigma_loss)
 
 
 def _winner_tie_break(setting: _Setting, by_k: list[dict[str, Any]], epsilon: float, clients: int) -> dict[str, Any]:
-    """The row of the winner release's recommended ``k``: the highest ``success_winner``. When several ``k``
-    reach it (at a large epsilon every ``k`` from some on simulates success 1.0), the scenario cannot tell them
-    apart, and the tie goes to
+    """The row of the winner release's recommended ``k``: the highest ``success_winner``.
+
+    When several ``k`` reach it (at a large epsilon every ``k`` from some on simulates success 1.0), the scenario
+    cannot tell them apart, and the tie goes to
 
     1. the scenario's number of good candidates ``|H_good|`` (a vote for exactly the good ones) if it is tied;
-    2. else the tied ``k`` with the highest success under :func:`tie_break_scenario` (clients that agree half
-       as well), simulated for the tied ``k`` exactly as :func:`plan` with that scenario and ``ks`` = the tied
+    2. else the tied ``k`` with the highest success under `tie_break_scenario` (clients that agree half
+       as well), simulated for the tied ``k`` exactly as `plan` with that scenario and ``ks`` = the tied
        ``k`` would (each tied row gets ``success_winner_tie_break``); then the smallest ``k``.
 
     Why (``dphype bench ksweep`` on 9 Adult federations, results/README.md): the smallest saturated ``k``
@@ -659,7 +922,18 @@ def _rule_that_runs(setting: _Setting) -> str:
 
 
 def warnings(result: Plan, min_success: float | None = None) -> list[str]:
-    """The plan's warnings; ``ValueError`` (refusal) when ``min_success`` is given and not reached."""
+    """The plan's warnings; a refusal when ``min_success`` is given and not reached.
+
+    Args:
+        result: The plan.
+        min_success: The smallest predicted success to accept, in ``[0, 1]``; ``None``: never refuse.
+
+    Returns:
+        The warnings: a release that is noise, or a predicted success below `WARN_BELOW`.
+
+    Raises:
+        ValueError: If the predicted success is below ``min_success``, or ``min_success`` is not in ``[0, 1]``.
+    """
     out = []
     if result.unanimous_success < WARN_BELOW:
         out.append(f"epsilon {result.epsilon:g} is so small that the release is noise: even if all {result.voters} "
@@ -691,15 +965,30 @@ def check_plan(
     min_success: float | None = None,
     **options: Any,
 ) -> Plan:
-    """The check a server or the demo runs before any data is touched (about a second): the predicted success
-    of the configured run, refused below ``min_success``.
+    """The check a server or the demo runs before any data is touched (about a second).
 
-    The plan at the configured ``k`` without the searches; its ``warnings`` say when the predicted success is
-    below :data:`WARN_BELOW` or the release is noise. ``min_success`` in ``[0, 1]``: refuse (``ValueError``)
-    when the predicted success is below it. ``options`` go to :func:`plan` (``rule``, ``noise``,
-    ``accountant``, ``neighbouring``, ``consensus``, ``num_good``, ``repetitions``, ``seed``, ``release``,
-    ``releases``).
-    """
+    The predicted success of the configured run, refused below ``min_success``: the plan at the configured ``k``
+    without the searches; its ``warnings`` say when the predicted success is below `WARN_BELOW` or the release is
+    noise.
+
+    Args:
+        clients: The number ``n`` of clients.
+        epsilon: The run's epsilon.
+        delta: The run's delta.
+        space: The candidates' feature space.
+        num_candidates: The number ``p`` of candidates.
+        k: Votes per client.
+        dropout: The tolerated dropout fraction.
+        min_success: In ``[0, 1]``: refuse when the predicted success is below it; ``None``: never refuse.
+        **options: Go to `plan` (``rule``, ``noise``, ``accountant``, ``neighbouring``, ``consensus``,
+            ``num_good``, ``repetitions``, ``seed``, ``release``, ``releases``).
+
+    Returns:
+        The plan.
+
+    Raises:
+        ValueError: If a parameter is out of range, or the predicted success is below ``min_success``.
+    """  # noqa: DOC502
     if min_success is not None:
         check_probability("min_success", min_success)
     result = plan(clients, epsilon, delta, space, num_candidates, k=k, dropout=dropout, ks=[k], search=False,
@@ -709,7 +998,15 @@ def check_plan(
 
 
 def preflight(*args: Any, **kwargs: Any) -> Plan:
-    """Deprecated alias of :func:`check_plan` (the name collided with the clients' pre-flight round)."""
+    """Deprecated alias of `check_plan` (the name collided with the clients' pre-flight round).
+
+    Args:
+        *args: As for `check_plan`.
+        **kwargs: As for `check_plan`.
+
+    Returns:
+        `check_plan`'s plan, after a ``DeprecationWarning``.
+    """
     _warnings.warn("dphype.selection.planner.preflight is deprecated; use check_plan", DeprecationWarning,
                    stacklevel=2)
     return check_plan(*args, **kwargs)

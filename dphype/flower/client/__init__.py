@@ -1,47 +1,47 @@
 """DP-Hype on a client: the handlers that answer DP-Hype's messages in a user's own ``ClientApp``.
 
-The client side, in the package: this module (:func:`register_dphype`, the pre-flight and the secure vote),
-:mod:`dphype.flower.client.policy` (the node's policy, refusals), :mod:`dphype.flower.client.secagg` (the node's
-SecAgg+ answers) and :mod:`dphype.flower.client.argmax` (the argmax vote); the tally node is
-:mod:`dphype.flower.tally`. The message types and keys are :mod:`dphype.flower.wire`'s.
+The client side, in the package: this module (`register_dphype`, the pre-flight and the secure vote),
+`dphype.flower.client.policy` (the node's policy, refusals), `dphype.flower.client.secagg` (the node's
+SecAgg+ answers) and `dphype.flower.client.argmax` (the argmax vote); the tally node is
+`dphype.flower.tally`. The message types and keys are `dphype.flower.wire`'s.
 
-:func:`register_dphype` adds two handlers to a Message-API ``ClientApp``, under DP-Hype's own action
+`register_dphype` adds two handlers to a Message-API ``ClientApp``, under DP-Hype's own action
 name, so they never see the user's ``@app.train()``, ``@app.evaluate()`` or ``@app.query()`` messages
-and those never see DP-Hype's. Both enforce this node's own privacy policy (:class:`dphype.node.policy.NodePolicy`,
-set by whoever runs the node, never by the server; :func:`node_policy`) against an active server
-(threat model: :mod:`dphype.node.policy`):
+and those never see DP-Hype's. Both enforce this node's own privacy policy (`dphype.node.policy.NodePolicy`,
+set by whoever runs the node, never by the server; `node_policy`) against an active server
+(threat model: `dphype.node.policy`):
 
-* ``query.dphype`` (pre-flight): parse the :class:`dphype.protocol.VoteRequest`, check it against the
-  policy (:func:`dphype.node.policy.check_vote_request`: the node's candidate copy, its epsilon, delta and
+* ``query.dphype`` (pre-flight): parse the `dphype.protocol.VoteRequest`, check it against the
+  policy (`dphype.node.policy.check_vote_request`: the node's candidate copy, its epsilon, delta and
   minimum clients, the guarantee of the noise it is asked to add) and the node's lifetime budget
-  (:meth:`dphype.node.ledger.Ledger.check`), then score every candidate with the user's task
-  (:func:`dphype.protocol.score_candidates`) and keep the scores in the node's context state; answer
+  (`dphype.node.ledger.Ledger.check`), then score every candidate with the user's task
+  (`dphype.protocol.score_candidates`) and keep the scores in the node's context state; answer
   ``ready`` or a refusal (a reason code and a short message without data values). A pre-flight that carries
-  the secure vote's first stage (``advertise``, :func:`dphype.flower.server.secagg.advertise_record`) gets this
+  the secure vote's first stage (``advertise``, `dphype.flower.server.secagg.advertise_record`) gets this
   node's fresh round keys beside ``ready``, bound to the request just approved;
-* ``train.dphype`` (the secure vote): the stages of DP-Hype's SecAgg+ (:mod:`dphype.secure.secagg`, through
-  :func:`dphype.flower.client.secagg.secure_vote_reply`). The round is bound at its first stage (answered in the
+* ``train.dphype`` (the secure vote): the stages of DP-Hype's SecAgg+ (`dphype.secure.secagg`, through
+  `dphype.flower.client.secagg.secure_vote_reply`). The round is bound at its first stage (answered in the
   pre-flight, or in a restart's ``advertise``) to the request approved in the pre-flight, with that request's
   ``n`` and ``xi`` and the policy's ``dphype-min-neighbours``; every stage is checked before it is answered,
   and a stage out of order, repeated or for another request aborts the round. In the masked-input stage, once
   the neighbours' shares have been decrypted and checked, the request is turned into top-k votes plus a fresh
-  noise share from the secure generator (:meth:`dphype.modes.SumRelease.ballot`), its guarantee recorded in the
-  node's ledger (:meth:`dphype.node.ledger.Ledger.spend`, which checks the lifetime budget again) and only
+  noise share from the secure generator (`dphype.modes.SumRelease.ballot`), its guarantee recorded in the
+  node's ledger (`dphype.node.ledger.Ledger.spend`, which checks the lifetime budget again) and only
   then masked and sent. The guarantee is the one the pre-flight computed for this request (bound to it by its
   digest) under this node's policy, kept in the context state; if the policy changed since, the request is
-  checked again (:func:`dphype.flower.client.policy.approved_guarantee`). A pre-flight that arrives during a
+  checked again (`dphype.flower.client.policy.approved_guarantee`). A pre-flight that arrives during a
   round past its ``advertise`` stage is refused and aborts it (one still at ``advertise`` has sent public keys
   only and is replaced). Any refusal makes the node drop out of the round, and the server sees only the
   sanitized reason
-  (:func:`dphype.flower.client.policy.sanitized`).
+  (`dphype.flower.client.policy.sanitized`).
 
 Refusals reach the server coarse: the node's own limits and budget (``policy_*``, ``lifetime_budget``)
 become the single code ``policy``, so the reply does not say which limit a request crossed; the node's
 log keeps the full reason for its operator.
 
 It also adds the argmax mode's handlers: ``train.dphype_argmax`` (sealed shares to the tally committee,
-:mod:`dphype.flower.client.argmax`) and, on nodes configured as tallies, ``query.dphype_tally``
-(:mod:`dphype.flower.tally`).
+`dphype.flower.client.argmax`) and, on nodes configured as tallies, ``query.dphype_tally``
+(`dphype.flower.tally`).
 """
 
 from __future__ import annotations
@@ -91,21 +91,35 @@ __all__ = ["PolicySource", "node_policy", "register_dphype", "simulated"]
 
 
 def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, policy: PolicySource = None) -> ClientApp:
-    """Let ``app`` take part in DP-Hype: answer its pre-flight and secure vote with ``task_fn(context)``,
-    within this node's privacy policy. Returns ``app``.
+    """Let ``app`` take part in DP-Hype: answer its pre-flight and secure vote with ``task_fn(context)``.
+
+    The node answers within its privacy policy.
 
     ``task_fn`` builds this node's task (anything with ``maximize`` and ``score(candidates)``, e.g.
-    :class:`dphype.ml.task.TorchTask`) from the node's context. ``policy`` is this node's
-    :class:`dphype.node.policy.NodePolicy`:
+    `dphype.ml.task.TorchTask`) from the node's context. ``policy`` is this node's
+    `dphype.node.policy.NodePolicy`:
 
     * ``None`` (the default, and what a deployed app should use): read it where the node's operator sets
-      it, :func:`node_policy` (``--node-config`` keys, else the ``DPHYPE_NODE_POLICY`` environment
-      variable, else the safe defaults of :data:`dphype.node.policy.POLICY_KEYS`);
+      it, `node_policy` (``--node-config`` keys, else the ``DPHYPE_NODE_POLICY`` environment
+      variable, else the safe defaults of `dphype.node.policy.POLICY_KEYS`);
     * a function of the node's ``Context`` that returns one (e.g. one policy per simulated node);
     * a ``NodePolicy``, for a process that runs a single node (its ledger file is the node's).
 
     The candidate list always arrives in the request; the policy's ``candidates`` key is the node's own
     copy, which a request must match.
+
+    Args:
+        app: The ClientApp.
+        task_fn: Builds this node's task from its context.
+        policy: This node's policy: ``None``, a function of the context, or a ``NodePolicy`` (above).
+
+    Returns:
+        ``app``, with the pre-flight, the secure vote (SecAgg+ stages), the argmax vote and the tally handlers
+            added.
+
+    Raises:
+        ValueError: If ``app`` is not a ClientApp, ``task_fn`` is not callable, or ``policy`` is none of the
+            above.
     """
     if not isinstance(app, ClientApp):
         raise ValueError(f"app must be a flwr ClientApp, got {type(app).__name__}")

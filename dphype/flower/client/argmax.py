@@ -1,11 +1,11 @@
 """A client's argmax vote (``release="argmax"``): its sealed shares to the tally committee.
 
 After the usual pre-flight (``query.dphype``: the node policy checks the committee and the pure epsilon,
-:func:`dphype.node.policy.check_vote_request`), ``train.dphype_argmax`` must carry the approved request; the node
+`dphype.node.policy.check_vote_request`), ``train.dphype_argmax`` must carry the approved request; the node
 records the vote in its ledger, then answers with one sealed share per tally (the committee mode's ballot,
-:meth:`dphype.modes.ArgmaxRelease.ballot`).
-The server cannot open them; it forwards them to the tallies (:mod:`dphype.flower.server.committee`,
-:mod:`dphype.flower.tally`).
+`dphype.modes.ArgmaxRelease.ballot`).
+The server cannot open them; it forwards them to the tallies (`dphype.flower.server.committee`,
+`dphype.flower.tally`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,19 @@ from dphype.refusal import Refusal
 
 
 def register_winner_vote(app: ClientApp, *, policy: PolicySource = None) -> ClientApp:
-    """Add ``train.dphype_argmax`` to ``app`` (a client's sealed shares after an approved pre-flight)."""
+    """Add ``train.dphype_argmax`` to ``app`` (a client's sealed shares after an approved pre-flight).
+
+    The handler votes only for the request its pre-flight approved (same digest, scores kept, committee
+    aggregator), charges the node's ledger, and answers the ballot sealed to the tally committee; any failure
+    reaches the server as a sanitized refusal.
+
+    Args:
+        app: The ClientApp.
+        policy: This node's policy, as for `dphype.flower.client.register_dphype`.
+
+    Returns:
+        ``app``.
+    """
 
     @app.train(ARGMAX_ACTION)
     def argmax_vote(msg: Message, context: Context) -> Message:

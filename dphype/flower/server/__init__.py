@@ -1,35 +1,35 @@
 """DP-Hype on the server, in the shape of Flower's Message-API strategies: settings, then ``start(grid)``.
 
-The server side, in the package: this module (:class:`DPHype`), :mod:`dphype.flower.server.readiness` (waiting
-for nodes, the pre-flight, :class:`~dphype.flower.server.readiness.PreflightError`),
-:mod:`dphype.flower.server.secagg` (the SecAgg+ round) and :mod:`dphype.flower.server.committee` (the argmax
-mode's committee). The message types and keys are :mod:`dphype.flower.wire`'s.
+The server side, in the package: this module (`DPHype`), `dphype.flower.server.readiness` (waiting
+for nodes, the pre-flight, `dphype.flower.server.readiness.PreflightError`),
+`dphype.flower.server.secagg` (the SecAgg+ round) and `dphype.flower.server.committee` (the argmax
+mode's committee). The message types and keys are `dphype.flower.wire`'s.
 
-:class:`DPHype` runs DP-Hype's selection inside any ``@app.main()``:
+`DPHype` runs DP-Hype's selection inside any ``@app.main()``:
 
 1. on construction, everything the server can check without simulating: the configuration, the candidate
-   list, the noise calibration (:func:`dphype.protocol.make_vote_request`), the secure-sum range and the SecAgg+
-   graph for ``n`` and ``xi`` (:func:`dphype.flower.server.secagg.secagg_graph`);
-2. ``start(grid)`` first asks the planner for its prediction from public parameters (:meth:`DPHype.plan`,
-   :func:`dphype.selection.planner.check_plan`: a warning below one half, a refusal below
+   list, the noise calibration (`dphype.protocol.make_vote_request`), the secure-sum range and the SecAgg+
+   graph for ``n`` and ``xi`` (`dphype.flower.server.secagg.secagg_graph`);
+2. ``start(grid)`` first asks the planner for its prediction from public parameters (`DPHype.plan`,
+   `dphype.selection.planner.check_plan`: a warning below one half, a refusal below
    ``config.min_success``) -- before any client works; then it waits for ``n`` nodes (logging how many are
    connected every 5 s), runs the pre-flight
    (``query.dphype``: every client checks the request against its own candidate list, task and limits,
    scores the candidates and answers ready, with its keys for the secure vote's first stage, or a reason),
    and aborts with one error counting the reasons
    when fewer than ``ceil((1 - xi) n)`` clients are ready -- nothing is sent in the vote round then;
-3. one round of DP-Hype's SecAgg+ (``train.dphype``, :mod:`dphype.secure.secagg`) over the ready clients
-   returns the exact noisy vote sum (:func:`dphype.flower.server.secagg.run_secure_sum`), unmasked only if enough
+3. one round of DP-Hype's SecAgg+ (``train.dphype``, `dphype.secure.secagg`) over the ready clients
+   returns the exact noisy vote sum (`dphype.flower.server.secagg.run_secure_sum`), unmasked only if enough
    clients contributed and every client verified that any sum it could be part of holds enough noise;
-4. the release (the mode's :meth:`~dphype.modes.ReleaseMode.release`): the selection rule's pick, its confidence
+4. the release (the mode's `dphype.modes.ReleaseMode.release`): the selection rule's pick, its confidence
    and the privacy report.
 
 When the release mode's aggregator is the tally committee (``release="argmax"``) steps 3-4 are
-:func:`dphype.flower.server.committee.run_winner_selection`: sealed shares to the committee of tally nodes named
+`dphype.flower.server.committee.run_winner_selection`: sealed shares to the committee of tally nodes named
 by ``tallies``, a secure argmax on MPyC, only the index released.
 
 Train the final model afterwards with any Message-API strategy, passing
-:func:`dphype.flower.selected.train_config` ``(result.best_params)`` as its train config.
+`dphype.flower.selected.train_config` ``(result.best_params)`` as its train config.
 """
 
 from __future__ import annotations
@@ -62,21 +62,24 @@ from dphype.selection.planner import Plan, check_plan
 class DPHype:
     """DP-Hype's private selection among ``candidates`` with the privacy parameters of ``config``.
 
-    Parameters
-    ----------
-    candidates:
-        The public, ordered candidate list (sent to every client with the request).
-    config:
-        The validated privacy parameters (:class:`dphype.config.DPHypeConfig`).
-    num_shares, reconstruction_threshold:
-        SecAgg+ parameters (Flower's ints, or fractions of the clients / of the shares); ``None`` (the
-        default) uses the secure graph of :func:`dphype.secure.secagg_params.secure_parameters`, and an explicit
-        choice below it is refused (:func:`dphype.flower.server.secagg.secagg_graph`).
-    corrupt_fraction:
-        Fraction of the clients assumed to collude with the server when the SecAgg+ graph is chosen or
-        checked (default 1/3, :data:`dphype.secure.secagg_params.CORRUPT_FRACTION`).
-    tallies:
-        ``release="argmax"`` only: the committee's X25519 public keys in committee order (at least 3 distinct).
+    Everything the server can check without simulating is checked on construction (module docstring, step 1).
+
+    Args:
+        candidates: The public, ordered candidate list (sent to every client with the request).
+        config: The validated privacy parameters (`dphype.config.DPHypeConfig`).
+        num_shares: SecAgg+ parameter (Flower's int, or a fraction of the clients); ``None`` (the default) uses
+            the secure graph of `dphype.secure.secagg_params.secure_parameters`, and an explicit choice below it
+            is refused (`dphype.flower.server.secagg.secagg_graph`).
+        reconstruction_threshold: SecAgg+ parameter (Flower's int, or a fraction of the shares); ``None`` and
+            refusals as for ``num_shares``.
+        corrupt_fraction: Fraction of the clients assumed to collude with the server when the SecAgg+ graph is
+            chosen or checked (default 1/3, `dphype.secure.secagg_params.CORRUPT_FRACTION`).
+        tallies: ``release="argmax"`` only: the committee's X25519 public keys in committee order (at least 3
+            distinct).
+
+    Raises:
+        ValueError: If the request cannot be made (`dphype.protocol.make_vote_request`), ``corrupt_fraction`` is
+            out of range, or no SecAgg+ round can sum the votes of ``config.clients`` with its dropout.
     """
 
     def __init__(
@@ -104,9 +107,16 @@ class DPHype:
                              f"dropout={config.dropout:g}: {err}") from None
 
     def plan(self) -> Plan:
-        """The planner's prediction from public parameters only (:func:`dphype.selection.planner.check_plan`,
-        about a second of simulation, run once on first call); ``ValueError`` below ``config.min_success``.
-        :meth:`start` calls it before any client works."""
+        """The planner's prediction from public parameters only (`dphype.selection.planner.check_plan`).
+
+        About a second of simulation, run once on first call; `start` calls it before any client works.
+
+        Returns:
+            The plan (cached).
+
+        Raises:
+            ValueError: If the predicted chance of a good pick is below ``config.min_success``.
+        """  # noqa: DOC502
         if self._plan is None:
             cfg = self.config
             self._plan = check_plan(cfg.clients, cfg.epsilon, cfg.delta, self.candidates.feature_space(),
@@ -117,10 +127,12 @@ class DPHype:
 
     @property
     def config(self) -> DPHypeConfig:
+        """The request's privacy parameters."""
         return self.request.config
 
     @property
     def candidates(self) -> CandidateList:
+        """The public candidate list."""
         return self.request.candidates
 
     def __repr__(self) -> str:
@@ -132,14 +144,27 @@ class DPHype:
               committee_nodes: Sequence[int] | None = None) -> DPHypeResult:
         """Select one candidate privately; returns the winner with its privacy report.
 
-        ``connect_timeout`` bounds the wait (seconds) for ``clients`` nodes to connect; ``timeout`` bounds
-        the pre-flight (which includes local scoring) and each SecAgg+ stage, so a node that vanishes
-        counts as a dropout instead of stalling the run (``None``: no limit). Raises
-        :class:`dphype.flower.server.readiness.PreflightError` or
-        :class:`dphype.secure.secure_sum.SecureSumError` (nothing released) when too few clients take part.
-        ``committee_nodes`` (argmax mode only): the tallies' node ids in committee order, as
-        :func:`dphype.flower.server.committee.discover_committee` returns them, so the committee is not asked again.
-        """
+        A node that vanishes counts as a dropout instead of stalling the run.
+
+        Args:
+            grid: The ServerApp's grid.
+            timeout: Bounds (seconds) the pre-flight (which includes local scoring) and each SecAgg+ stage
+                (``None``: no limit).
+            connect_timeout: Bounds the wait (seconds) for ``clients`` nodes to connect (``None``: no limit).
+            committee_nodes: Argmax mode only: the tallies' node ids in committee order, as
+                `dphype.flower.server.committee.discover_committee` returns them, so the committee is not asked
+                again.
+
+        Returns:
+            The result, with the pre-flight's notes.
+
+        Raises:
+            ValueError: If a timeout is invalid, ``committee_nodes`` is given outside argmax mode, or the plan is
+                below ``config.min_success``.
+            dphype.flower.server.readiness.PreflightError: When too few clients are ready (nothing released).
+            dphype.secure.secure_sum.SecureSumError: When too few clients contribute to the sum (nothing
+                released).
+        """  # noqa: DOC502, DOC503
         timeout = check_timeout("timeout", timeout)
         connect_timeout = check_timeout("connect_timeout", connect_timeout)
         cfg = self.config
@@ -157,15 +182,17 @@ class DPHype:
 
     def _winner_from_committee(self, grid: Grid, timeout: float | None, connect_timeout: float | None,
                                committee_nodes: Sequence[int] | None) -> DPHypeResult:
-        """Steps 3-4 for a mode whose aggregator is the tally committee
-        (:func:`dphype.flower.server.committee.run_winner_selection`)."""
+        """Steps 3-4 for a mode whose aggregator is the tally committee (`run_winner_selection`)."""
         return run_winner_selection(grid, self.request, preflight=self._preflight, timeout=timeout,
                                     connect_timeout=connect_timeout, committee_nodes=committee_nodes)
 
     def _sum_over_secagg(self, grid: Grid, timeout: float | None, connect_timeout: float | None,
                          committee_nodes: Sequence[int] | None) -> DPHypeResult:
-        """Steps 2-4 for a mode whose aggregator is SecAgg+: the pre-flight carrying the round's first stage, one
-        SecAgg+ round (:func:`dphype.flower.server.secagg.run_secure_sum`) and the mode's release of the sum."""
+        """Steps 2-4 for a mode whose aggregator is SecAgg+.
+
+        The pre-flight carrying the round's first stage, one SecAgg+ round
+        (`dphype.flower.server.secagg.run_secure_sum`) and the mode's release of the sum.
+        """
         cfg = self.config
         log(logging.INFO, "DP-Hype: total noise std sigma=%.4g, each client's share std %.4g",
             self.request.sigma, client_noise_std(self.request.sigma, cfg.clients, cfg.dropout))
@@ -201,8 +228,10 @@ class DPHype:
 
     def _preflight(self, grid: Grid, nodes: list[int], timeout: float | None,
                    advertise: ConfigRecord | None = None) -> dict[int, dict[str, Any]]:
-        """The pre-flight of this selection's request over ``nodes``
-        (:func:`dphype.flower.server.readiness.run_preflight`); keeps its notes for the result."""
+        """The pre-flight of this selection's request over ``nodes``; keeps its notes for the result.
+
+        See `dphype.flower.server.readiness.run_preflight`.
+        """
         ready, self._notes = run_preflight(grid, self.request, nodes, timeout, advertise)
         return ready
 

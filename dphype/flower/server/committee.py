@@ -1,16 +1,18 @@
-"""The server's side of the argmax mode (``release="argmax"``): find the tally committee, collect the clients'
-sealed shares, relay them to the tallies and get the index back.
+"""The server's side of the argmax mode (``release="argmax"``): the tally committee, the sealed shares, the index.
 
-:func:`run_winner_selection` (called by :meth:`dphype.flower.server.DPHype.start` when ``release="argmax"``)
-finds the configured committee among the connected nodes (:func:`find_committee`: a tally that does not answer
+It finds the tally committee, collects the clients' sealed shares, relays them to the tallies and gets the index
+back.
+
+`run_winner_selection` (called by `dphype.flower.server.DPHype.start` when ``release="argmax"``)
+finds the configured committee among the connected nodes (`find_committee`: a tally that does not answer
 ``hello`` is unreachable, and nothing is sent), runs the pre-flight with the other nodes, collects the sealed
-shares (``train.dphype_argmax``, :mod:`dphype.flower.client.argmax`), forwards each tally its ciphertexts and
-gets the index back (``query.dphype_tally``, :mod:`dphype.flower.tally`). Fewer contributors than
-``ceil((1 - xi) n)``: :class:`dphype.flower.server.readiness.PreflightError`; a tally that refuses, fails or
-answers late: :class:`dphype.secure.tally.TallyError`; nothing released either way.
+shares (``train.dphype_argmax``, `dphype.flower.client.argmax`), forwards each tally its ciphertexts and
+gets the index back (``query.dphype_tally``, `dphype.flower.tally`). Fewer contributors than
+``ceil((1 - xi) n)``: `dphype.flower.server.readiness.PreflightError`; a tally that refuses, fails or
+answers late: `dphype.secure.tally.TallyError`; nothing released either way.
 
 A server that takes its committee from the nodes rather than from its operator (the bundled app) asks
-:func:`discover_committee` first; :class:`ClientGrid` is the grid a strategy sees afterwards, without the tallies.
+`discover_committee` first; `ClientGrid` is the grid a strategy sees afterwards, without the tallies.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from dphype.protocol import DPHypeResult, VoteRequest
 from dphype.secure.tally import TallyError, agreed_index
 
 #: The pre-flight of the request over the given nodes within a timeout: the nodes that answered ready
-#: (:meth:`dphype.flower.server.DPHype.start` passes its own).
+#: (`dphype.flower.server.DPHype.start` passes its own).
 Preflight = Callable[[Grid, list[int], float | None], Mapping[int, Any]]
 
 
@@ -55,7 +57,7 @@ def _ask(grid: Grid, nodes: Sequence[int], content: dict[int, dict[str, Any]], t
 
 
 def _answers(replies: dict[int, Message], tally_nodes: dict[int, int], stage: str) -> dict[int, dict[str, Any]]:
-    """Each tally's answer to ``stage``; :class:`TallyError` naming the first tally that failed or was late."""
+    """Each tally's answer to ``stage``; `TallyError` naming the first tally that failed or was late."""
     out = {}
     for j, node in sorted(tally_nodes.items()):
         reply = replies.get(node)
@@ -69,8 +71,10 @@ def _answers(replies: dict[int, Message], tally_nodes: dict[int, int], stage: st
 
 
 def _hello(grid: Grid, nodes: Sequence[int], timeout: float | None) -> list[tuple[int, tuple[int, bytes]]]:
-    """Each answering node's ``(tally index, public key)`` to the ``hello`` stage, by node id (a voter answers
-    index -1; a node that fails or is late is left out)."""
+    """Each answering node's ``(tally index, public key)`` to the ``hello`` stage, by node id.
+
+    A voter answers index -1; a node that fails or is late is left out.
+    """
     replies = _ask(grid, nodes, {n: {"stage": TALLY_HELLO} for n in nodes}, timeout, "DP-Hype tally hello")
     out = []
     for node, reply in sorted(replies.items()):
@@ -82,8 +86,20 @@ def _hello(grid: Grid, nodes: Sequence[int], timeout: float | None) -> list[tupl
 
 def find_committee(grid: Grid, committee: Sequence[bytes], nodes: Sequence[int],
                    timeout: float | None) -> dict[int, int]:
-    """Tally index -> node id of every committee member among ``nodes`` (``hello`` stage); a member that no node
-    answers for is unreachable: :class:`TallyError`, before anything is sent to the clients."""
+    """Tally index -> node id of every committee member among ``nodes`` (``hello`` stage).
+
+    Args:
+        grid: The ServerApp's grid.
+        committee: The committee's X25519 public keys, in committee order.
+        nodes: The node ids to ask.
+        timeout: Seconds to wait for the answers (``None``: no limit).
+
+    Returns:
+        The node id of each tally, by tally index.
+
+    Raises:
+        TallyError: If no node answers for a member (it is unreachable), before anything is sent to the clients.
+    """
     found = {index: node for node, (index, key) in _hello(grid, nodes, timeout)
              if key in committee and committee.index(key) == index}
     missing = [j for j in range(len(committee)) if j not in found]
@@ -95,16 +111,31 @@ def find_committee(grid: Grid, committee: Sequence[bytes], nodes: Sequence[int],
 
 def discover_committee(grid: Grid, clients: int, size: int, *, connect_timeout: float | None,
                        timeout: float | None) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
-    """The public keys of the ``size`` tally nodes among the connected nodes, in committee order, and their node
-    ids (``hello`` stage), for a server that takes its committee from the nodes rather than from its operator
-    (the bundled app). Waits up to ``connect_timeout`` for ``clients + size`` nodes; fewer nodes, or tally
-    indices other than exactly ``0..size-1`` (a tally missing or answering twice):
-    :class:`dphype.flower.server.readiness.PreflightError` / :class:`TallyError`, before anything is sent to the
-    clients.
+    """The public keys of the ``size`` tally nodes among the connected nodes, in committee order, and their node ids.
+
+    The ``hello`` stage, for a server that takes its committee from the nodes rather than from its operator (the
+    bundled app). Waits up to ``connect_timeout`` for ``clients + size`` nodes.
 
     The server learns the keys from the nodes themselves here, so the committee is only as trustworthy as the
     connected nodes; a client that must not rely on that pins the keys it trusts (node config
-    ``dphype-tallies``, :mod:`dphype.node.policy`) and refuses any other committee in the pre-flight."""
+    ``dphype-tallies``, `dphype.node.policy`) and refuses any other committee in the pre-flight.
+
+    Args:
+        grid: The ServerApp's grid.
+        clients: The number of voters.
+        size: The committee's size.
+        connect_timeout: Seconds to wait for the nodes to connect (``None``: no limit).
+        timeout: Seconds to wait for the ``hello`` answers (``None``: no limit).
+
+    Returns:
+        The tallies' public keys and their node ids, both in committee order.
+
+    Raises:
+        dphype.flower.server.readiness.PreflightError: If fewer than ``clients + size`` nodes connect, before
+            anything is sent to the clients.
+        TallyError: If the tally indices that answer are not exactly ``0..size-1`` (a tally missing or answering
+            twice), before anything is sent to the clients.
+    """  # noqa: DOC503
     needed = clients + size
     try:
         wait_for_nodes(grid, needed, connect_timeout)
@@ -132,48 +163,124 @@ def discover_committee(grid: Grid, clients: int, size: int, *, connect_timeout: 
 
 
 class ClientGrid(Grid):
-    """``grid`` without the tally nodes (their ids hidden from :meth:`get_node_ids`): what a strategy that
-    samples nodes (FedAvg) sees after an argmax-mode selection, so that no tally trains or evaluates. Its
-    :meth:`send_and_receive` is :func:`dphype.flower.grid.send_and_receive` (a short poll interval)."""
+    """``grid`` without the tally nodes (their ids hidden from `get_node_ids`).
+
+    What a strategy that samples nodes (FedAvg) sees after an argmax-mode selection, so that no tally trains or
+    evaluates. Its `send_and_receive` is `dphype.flower.grid.send_and_receive` (a short poll interval); the other
+    Grid methods pass through to ``grid``.
+
+    Args:
+        grid: The ServerApp's grid.
+        tally_nodes: The tallies' node ids.
+    """
 
     def __init__(self, grid: Grid, tally_nodes: Sequence[int]) -> None:
         self.grid, self.tally_nodes = grid, frozenset(tally_nodes)
 
     def set_run(self, run: Run) -> None:
+        """Set the run on the wrapped grid.
+
+        Args:
+            run: The run.
+        """
         self.grid.set_run(run)
 
     @property
     def run(self) -> Run:
+        """The wrapped grid's run."""
         return self.grid.run
 
     def create_message(self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
                        ttl: float | None = None) -> Message:
+        """A message created by the wrapped grid.
+
+        Args:
+            content: The message's content.
+            message_type: Its type.
+            dst_node_id: Its destination node.
+            group_id: Its group.
+            ttl: Its time to live in seconds (``None``: Flower's default).
+
+        Returns:
+            The message.
+        """
         return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
 
     def get_node_ids(self) -> Iterable[int]:
+        """The connected nodes' ids, without the tallies.
+
+        Returns:
+            The ids.
+        """
         return [n for n in self.grid.get_node_ids() if n not in self.tally_nodes]
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """Push ``messages`` through the wrapped grid.
+
+        Args:
+            messages: The messages.
+
+        Returns:
+            Their message ids.
+        """
         return self.grid.push_messages(messages)
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        """Pull the replies that have arrived through the wrapped grid.
+
+        Args:
+            message_ids: The ids of the messages sent.
+
+        Returns:
+            The replies that have arrived.
+        """
         return self.grid.pull_messages(message_ids)
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        """Send ``messages`` and collect their replies (`dphype.flower.grid.send_and_receive`).
+
+        Args:
+            messages: The messages.
+            timeout: Seconds to wait for the replies (``None``: no limit).
+
+        Returns:
+            The replies that arrived in time.
+        """
         return send_and_receive(self.grid, messages, timeout=timeout)
 
 
 def run_winner_selection(grid: Grid, request: VoteRequest, *, preflight: Preflight, timeout: float | None,
                          connect_timeout: float | None, tally_timeout: float = 60.0,
                          committee_nodes: Sequence[int] | None = None) -> DPHypeResult:
-    """Argmax mode of :meth:`dphype.flower.server.DPHype.start` for its ``request``: committee, pre-flight (by
-    ``preflight``), sealed shares, tallies, index (module docstring).
+    """Argmax mode of `dphype.flower.server.DPHype.start` for its ``request``.
+
+    Committee, pre-flight (by ``preflight``), sealed shares, tallies, index (module docstring).
 
     ``committee_nodes``: the node id of each tally in committee order, when the caller has just learnt them
-    from the tallies' own ``hello`` (:func:`discover_committee`); the committee is then not asked again (one
+    from the tallies' own ``hello`` (`discover_committee`); the committee is then not asked again (one
     round trip less: on a deployment, a ClientApp process on every node). They must be connected nodes; a
     wrong one fails at its tally's first stage, since only the holder of the committee key can open the
-    shares sealed to it."""
+    shares sealed to it.
+
+    Args:
+        grid: The ServerApp's grid.
+        request: The argmax-mode request (its ``tallies`` name the committee).
+        preflight: The pre-flight over the sampled client nodes.
+        timeout: Seconds per stage (``None``: no limit).
+        connect_timeout: Seconds to wait for ``clients`` plus the tallies to connect (``None``: no limit).
+        tally_timeout: Seconds each tally has for the secure argmax.
+        committee_nodes: The tallies' node ids in committee order, or ``None`` to find them (`find_committee`).
+
+    Returns:
+        The winner-only result (`dphype.modes.ReleaseMode.release` of the agreed index).
+
+    Raises:
+        ValueError: If ``committee_nodes`` does not name one distinct node per tally.
+        TallyError: If a tally is unreachable, not connected, refuses, fails or answers late, or the tallies
+            disagree; nothing is released.
+        dphype.flower.server.readiness.PreflightError: If too few client nodes are connected, ready or send
+            their shares; nothing is released.
+    """  # noqa: DOC503
     cfg = request.config
     committee = list(request.tallies)
     wait_for_nodes(grid, cfg.clients + len(committee), connect_timeout)
