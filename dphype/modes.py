@@ -65,6 +65,7 @@ from dphype.selection.voting import top_k_votes
 
 if TYPE_CHECKING:
     from dphype.selection.candidates import CandidateList
+    from dphype.selection.planner import Plan
 
 #: Largest ratio of an announced sigma to the one calibrated for the announced budget that a client accepts
 #: (sum release): an honest server sends the calibrated sigma (`SumRelease.calibrate`); far more noise is no
@@ -421,6 +422,18 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
             The description.
         """
 
+    @abstractmethod
+    def describe_plan(self, config: Settings, plan: Plan) -> str:
+        """The planner's prediction for this release, in words (the server's plan log line).
+
+        Args:
+            config: The configuration.
+            plan: The planner's prediction for it.
+
+        Returns:
+            The predicted chance of a good pick and what makes the pick.
+        """
+
 
 def release_mode(name: Any) -> ReleaseMode[Any, Any]:
     """The release mode registered as ``name`` (`RELEASE_MODES`).
@@ -665,6 +678,19 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
         return (f"delta={cfg.delta:g}, k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, "
                 f"noise={cfg.noise!r}, rule={cfg.rule!r}")
 
+    def describe_plan(self, config: Settings, plan: Plan) -> str:
+        """The chance of a good pick by the configured rule on the noisy vote sum, and by the argmax rule.
+
+        Args:
+            config: The configuration.
+            plan: The planner's prediction for it.
+
+        Returns:
+            The words.
+        """
+        return (f"{plan.success:.2f} with the {config.rule} rule on the released noisy vote sum (the argmax rule: "
+                f"{plan.success_argmax:.2f})")
+
 
 # ---------------------------------------------------------------------------------------------- argmax
 class ArgmaxRelease(ReleaseMode[list[bytes], int]):
@@ -849,3 +875,15 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
         cfg = request.config
         return (f"k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, neighbouring={cfg.neighbouring!r}, "
                 f"tallies={len(request.tallies)}")
+
+    def describe_plan(self, config: Settings, plan: Plan) -> str:
+        """The chance of a good pick by the argmax release (no selection rule applies).
+
+        Args:
+            config: The configuration.
+            plan: The planner's prediction for it.
+
+        Returns:
+            The words.
+        """
+        return f"{plan.success:.2f} with the argmax release (the tallies' secure argmax; only the winner's index)"

@@ -16,7 +16,6 @@ No Flower import here.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,7 +133,6 @@ class DPHypeResult:
         """
         sel, rep = self.selection, self.report
         params = ", ".join(f"{key}={value}" for key, value in self.selected.items())
-        epsilon = "inf" if math.isinf(rep.epsilon) else f"{rep.epsilon:.4g}"
         contributed = "" if rep.survivors is None else f", {rep.survivors} of {rep.clients} clients contributed"
         lines = [f"DP-Hype selected candidate {self.selected_index} of {len(self.candidates)}: {params}"]
         if sel is None:
@@ -144,8 +142,9 @@ class DPHypeResult:
             rule = sel.rule if sel.rule == sel.requested else f"{sel.rule} (asked for {sel.requested}: {sel.fallback})"
             lines.append(f"rule: {rule}; confidence: P(top-voted) {sel.p_top:.2f}, P(within {sel.tolerance:g} votes "
                          f"of the top) {sel.p_top_group:.2f}, margin {sel.margin:.2f} sigma")
-        lines.append(f"privacy: ({epsilon}, {rep.delta:g})-DP per client ({rep.neighbouring}, {rep.accountant} "
-                     f"accountant), {rep.noise} noise sigma={rep.sigma:.4g}{contributed}; released: {rep.released}")
+        accountant = rep.accountant if rep.pure else f"{rep.accountant} accountant"
+        lines.append(f"privacy: {rep.guarantee()} per client ({rep.neighbouring}, {accountant}), {rep.noise} noise "
+                     f"sigma={rep.sigma:.4g}{contributed}; released: {rep.released}")
         if sel is not None and sel.warning:
             lines.append(f"warning: {sel.warning}")
         lines.extend(f"note: {note}" for note in self.notes)

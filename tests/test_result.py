@@ -43,6 +43,23 @@ def test_summary_is_readable_text():
     assert str(result) == result.summary()
 
 
+def test_a_pure_release_states_delta_zero():
+    """The winner release is pure epsilon-DP: its summary says (epsilon, 0)-DP, not the run's delta, and the flag
+    survives the JSON round trip."""
+    from dphype.config import DPHypeConfig
+    from dphype.protocol import make_vote_request
+    from dphype.secure.tally import Tally
+
+    config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=20, release="argmax")
+    request = make_vote_request(config, CANDIDATES, tallies=tuple(Tally(j).public for j in range(3)))
+    result = request.mode.release(request, 2, 20)
+    assert result.report.pure and result.report.delta == 1e-5  # the run's delta, for composing with others
+    privacy = result.summary().splitlines()[2]
+    assert privacy.startswith("privacy: (1, 0)-DP per client (replace-one, pure epsilon") and "1e-05" not in privacy
+    assert DPHypeResult.from_dict(json.loads(json.dumps(result.to_dict()))).report.pure
+    assert not a_release().report.pure and a_release().report.guarantee() == "(5, 1e-05)-DP"
+
+
 def test_save_and_load_round_trip(tmp_path):
     result = dataclasses.replace(a_release(), secure_sum={"num_shares": 19, "statement": "bounds"})
     loaded = DPHypeResult.load(result.save(tmp_path / "result.json"))

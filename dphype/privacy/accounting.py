@@ -498,6 +498,9 @@ class PrivacyReport:
         neighbouring: The neighbouring relation of the guarantee.
         l2_sensitivity: The L2 sensitivity it implies.
         released: What the server learns.
+        pure: Whether the release itself is pure ``epsilon``-DP (delta 0); ``delta`` is then only the run's delta,
+            at which the release composes with others (pure ``epsilon``-DP is ``(epsilon, delta)``-DP for every
+            delta).
     """
 
     epsilon: float
@@ -514,6 +517,16 @@ class PrivacyReport:
     neighbouring: str
     l2_sensitivity: float
     released: str = "noisy vote sum only (secure aggregation)"
+    pure: bool = False
+
+    def guarantee(self) -> str:
+        """The release's guarantee per client as ``(epsilon, delta)-DP``; delta 0 for a pure release.
+
+        Returns:
+            The guarantee, e.g. ``"(1, 1e-05)-DP"``, or ``"(1, 0)-DP"`` for a pure release.
+        """
+        epsilon = "inf" if math.isinf(self.epsilon) else f"{self.epsilon:.4g}"
+        return f"({epsilon}, 0)-DP" if self.pure else f"({epsilon}, {self.delta:g})-DP"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-serialisable dict of all fields.

@@ -411,6 +411,7 @@ def winner_report(release: WinnerRelease, delta: float, *, clients: int, dropout
         num_candidates=release.num_candidates, survivors=survivors, neighbouring=release.neighbouring,
         l2_sensitivity=1.0,
         released=f"winning index only (secure argmax among {committee} tallies on MPyC; no counts, no runner-up)",
+        pure=True,
     )
 
 

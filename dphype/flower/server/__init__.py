@@ -172,8 +172,7 @@ class DPHype:
             raise ValueError(f"committee_nodes applies to release='argmax' only, got release={cfg.release!r}")
         plan = self.plan()
         log(logging.INFO, "Starting %r", self)
-        log(logging.INFO, "DP-Hype plan: predicted chance of a good pick %.2f with the %s rule (argmax %.2f)",
-            plan.success, cfg.rule, plan.success_argmax)
+        log(logging.INFO, "DP-Hype plan: predicted chance of a good pick %s", cfg.mode.describe_plan(cfg, plan))
         for warning in plan.warnings:
             log(logging.WARNING, "DP-Hype: %s", warning)
         drive = {Aggregator.SECAGG: self._sum_over_secagg, Aggregator.COMMITTEE: self._winner_from_committee}
