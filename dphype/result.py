@@ -26,9 +26,14 @@ import numpy as np
 from dphype.privacy.accounting import PrivacyReport
 from dphype.selection.candidates import Candidate, CandidateList
 from dphype.selection.rules import Selection
+from dphype.strict_json import jsonable
 
 #: ``format`` of a saved result; `DPHypeResult.load` refuses other files.
 RESULT_FORMAT = "dphype-result/1"
+#: ``format`` of the record a failed run writes where its result would have gone (the bundled app's
+#: ``result-file``): ``{"format": FAILURE_FORMAT, "error": "<exception type>: <message>"}``, so that no earlier
+#: run's result stays there and a reader learns the cause. `DPHypeResult.load` refuses it.
+FAILURE_FORMAT = "dphype-failure/1"
 
 
 def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
@@ -56,6 +61,62 @@ def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | Non
     lines = ["  ".join(str(c).rjust(w) for c, w in zip(columns, widths))]
     lines += ["  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in cells]
     return "\n".join(lines)
+
+
+def format_fields(fields: Mapping[str, Any]) -> str:
+    """Named values as readable text (a command's result, a run's fields).
+
+    One ``key: value`` line per entry (numbers to 4 significant digits), a list of rows as a table, a mapping as
+    ``a=1, b=2``, a list of warnings one per line.
+
+    Args:
+        fields: The values, by name.
+
+    Returns:
+        The text.
+    """
+
+    def scalar(value: Any) -> str:
+        value = jsonable(value)
+        return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+    lines = []
+    for key, value in fields.items():
+        if isinstance(value, list) and value and all(isinstance(row, dict) for row in value):
+            table = format_table([{k: jsonable(v) for k, v in row.items()} for row in value])
+            lines.append(f"{key}:\n" + "\n".join("  " + line for line in table.splitlines()))
+        elif isinstance(value, dict):
+            lines.append(f"{key}: " + ", ".join(f"{k}={scalar(v)}" for k, v in value.items()))
+        elif isinstance(value, list) and key == "warnings":
+            lines.extend(f"warning: {warning}" for warning in value)
+        elif isinstance(value, list):
+            lines.append(f"{key}: " + ", ".join(scalar(v) for v in value))
+        else:
+            lines.append(f"{key}: {scalar(value)}")
+    return "\n".join(lines)
+
+
+#: The fields of a run record (the bundled app's summary, `dphype demo`'s) that `summarize_run` shows after the
+#: selection, in this order: the training's and the whole run's privacy, the reference point, the final model's
+#: test accuracy and loss, the planner's prediction, the times and the warnings.
+RUN_FIELDS = ("training", "run", "accuracy", "reference", "test_loss", "predicted_success", "selection_seconds",
+              "fedavg_seconds", "seconds", "warnings")
+
+
+def summarize_run(record: Mapping[str, Any]) -> str:
+    """A run record as text: the selection's `DPHypeResult.summary`, then its `RUN_FIELDS` (`format_fields`).
+
+    Args:
+        record: `DPHypeResult.to_dict`'s record with the run's own fields (the bundled app's summary).
+
+    Returns:
+        The text.
+
+    Raises:
+        ValueError: If the record holds no selection (`DPHypeResult.from_dict`).
+    """  # noqa: DOC502
+    fields = format_fields({key: record[key] for key in RUN_FIELDS if key in record})
+    return DPHypeResult.from_dict(record).summary() + ("\n" + fields if fields else "")
 
 
 @dataclass(frozen=True)

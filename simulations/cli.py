@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from dphype.cli import render_text
+from dphype.result import format_fields
 from dphype.strict_json import jsonable
 from simulations.harness import StudyRun
 
@@ -75,5 +75,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"dphype bench: error: {err}", file=sys.stderr)
         return 2
-    print(json.dumps(jsonable(result), allow_nan=False) if args.json else render_text(result))
+    print(json.dumps(jsonable(result), allow_nan=False) if args.json else format_fields(result))
     return 0

@@ -1,8 +1,11 @@
 """Every test runs with a private ``FLWR_HOME`` (so no node ledger is written into the real home) and without
 an inherited ``DPHYPE_NODE_POLICY`` (so node policies come only from what a test sets); ``recorded_votes``
-records the vectors DP-Hype clients hand to SecAgg+."""
+records the vectors DP-Hype clients hand to SecAgg+; ``flower_log`` holds what Flower's logger writes."""
 
 from __future__ import annotations
+
+import io
+import logging
 
 import pytest
 
@@ -43,3 +46,14 @@ def recorded_votes(record_returns):
     from dphype.modes import SumRelease
 
     return record_returns(SumRelease, "ballot")
+
+
+@pytest.fixture
+def flower_log():
+    """What Flower's logger (``flwr``) writes while the test runs, as a ``StringIO``."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logger = logging.getLogger("flwr")
+    logger.addHandler(handler)
+    yield stream
+    logger.removeHandler(handler)

@@ -6,10 +6,8 @@
   :func:`grid_of`, :func:`sum_config`; the argmax release's tally committee: :func:`argmax_grid`,
   :func:`argmax_config`;
 - released results: :func:`a_release`;
-- reference accuracies (majority class, Opt): :func:`majority_accuracy`, :func:`majority_of_test_split`,
-  :func:`candidate_accuracies`;
 - Flower CLI processes (``flwr run``, loopback deployment): :data:`REPO`, :data:`BIN`, :func:`offline_env`,
-  :func:`processes_with`, :func:`descendants`, :func:`stop`, :func:`parse_result`;
+  :func:`free_ports_in_a_row`, :func:`processes_with`, :func:`descendants`, :func:`stop`, :func:`parse_result`;
 - the bench studies on a tiny configuration: :data:`TINY`, :func:`bench`.
 """
 
@@ -18,8 +16,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import time
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +30,6 @@ from dphype.config import DPHypeConfig
 from dphype.flower import register_dphype
 from dphype.flower.local import LocalGrid, node_id
 from dphype.flower.tally import load_tally_key
-from dphype.ml.models import MODEL_FOR_DATASET
-from dphype.ml.task import load_cached, make_task
-from dphype.ml.training import accuracy, fedavg
 from dphype.protocol import VoteRequest, make_vote_request
 from dphype.result import DPHypeResult
 from dphype.secure.tally import loopback_addresses
@@ -156,33 +151,6 @@ def a_release(rule: str = "gp") -> DPHypeResult:
     return request.mode.release(request, votes, 20)
 
 
-# --- Reference accuracies -----------------------------------------------------------------------------------------
-# What the end-to-end tests compare a run with, computed from the data: the majority-class baseline (always predict
-# the most frequent test label) and Opt (the best candidate's test accuracy after the same FedAvg the bundled app
-# runs, DP-Hype Section V-C).
-
-
-def majority_accuracy(labels: Any) -> float:
-    """Accuracy of always predicting the most frequent of ``labels`` (integer class labels)."""
-    labels = np.asarray(labels)
-    return float(np.bincount(labels).max() / labels.size)
-
-
-def majority_of_test_split(dataset: str) -> float:
-    """:func:`majority_accuracy` of ``dataset``'s test split, on which the bundled app evaluates."""
-    return majority_accuracy(load_cached(dataset)[1].y)
-
-
-def candidate_accuracies(dataset: str, clients: int, candidates: Sequence[Mapping[str, Any]], *, rounds: int,
-                         local_epochs: int, seed: int = 0) -> np.ndarray:
-    """Test accuracy of every candidate after ``rounds`` FedAvg rounds of ``local_epochs`` over the ``clients``
-    iid shards the bundled ClientApp trains on (batched, :func:`dphype.ml.training.fedavg`); Opt is the max."""
-    shards = [make_task(dataset, i, clients, seed=seed, epochs=local_epochs).data for i in range(clients)]
-    models = fedavg(MODEL_FOR_DATASET[dataset], shards, list(candidates), rounds=rounds, local_epochs=local_epochs,
-                    seed=seed, device="cpu")
-    return accuracy(models, load_cached(dataset)[1])
-
-
 # --- Flower CLI processes -----------------------------------------------------------------------------------------
 
 BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
@@ -203,6 +171,22 @@ def offline_env(flwr_home: Path) -> dict[str, str]:
         PYTHONPATH=str(REPO),
     )
     return env
+
+
+def free_ports_in_a_row(count: int) -> int:
+    """The first of ``count`` consecutive ports that are free on 127.0.0.1 now (a script's base port, e.g. the
+    README's ``NODE_PORT``), away from Flower's defaults (9091-9099, 39091-39093)."""
+    rng = np.random.default_rng()
+    for _ in range(200):
+        base = int(rng.integers(20000, 30000))
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError(f"no {count} consecutive free ports found")
 
 
 def processes_with(*fragments: str) -> list[int]:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from dphype.checks import check_int, check_positive
 from dphype.config import RUN_CONFIG_KEYS, DPHypeConfig, read_run_config
 from dphype.flower.training import TrainingBudget
+from dphype.ml.task import check_candidates
 from dphype.secure.tally import COMMITTEE_SIZE
 from dphype.selection.candidates import CandidateList, load_candidates
 
@@ -25,6 +27,32 @@ APP_DATASETS: tuple[str, ...] = ("adult", "mnist5k", "fashion-mnist")
 #: only"). The library's default stays ``"sum"`` (`dphype.config.DPHypeConfig`), which needs no tally
 #: nodes.
 APP_RELEASE = "argmax"
+
+
+def result_path(result_file: str) -> Path | None:
+    """The run config's ``result-file`` as an absolute path on the ServerApp's host, checked; ``None`` when empty.
+
+    A relative path is relative to the ServerApp process's working folder: in a deployment the SuperLink's
+    (where ``server/start-superlink.sh`` was started), in simulation the local SuperLink's; ``~`` is that host's
+    home.
+
+    Args:
+        result_file: The run config's ``result-file``.
+
+    Returns:
+        The absolute path, or ``None`` for an empty ``result_file``.
+
+    Raises:
+        ValueError: If its folder does not exist there, or the path is a folder.
+    """
+    if not result_file:
+        return None
+    path = Path(result_file).expanduser().absolute()
+    if not path.parent.is_dir() or path.is_dir():
+        raise ValueError(f"result-file={result_file!r} ({path} on the ServerApp's host, the SuperLink's in a "
+                         "deployment): its folder must exist there and the path must name a file; give an "
+                         "absolute path in an existing folder of that host, or leave result-file empty")
+    return path
 
 
 @dataclass(frozen=True)
@@ -97,7 +125,25 @@ class AppConfig:
             if self.fraction_evaluate > 0.0:
                 raise ValueError("fraction-evaluate must be 0 when train-epsilon > 0: the clients' evaluation "
                                  "metrics would leave them in plaintext, outside the training guarantee")
-        self.candidate_list()  # a bad spec is refused here, before any client works
+        try:  # a bad spec, or candidates the app's task cannot train, are refused here, before any client works
+            check_candidates(self.candidate_list())
+        except ValueError as err:
+            raise ValueError(f"run config candidates={self.candidates!r}: {err}. The bundled app's {self.dataset} "
+                             "task is the SGD training the nodes run: set candidates to a list with only the keys "
+                             "it reads, e.g. candidates='table3'") from None
+        if self.result_file:
+            self.result_path()  # its folder must exist on the ServerApp's host before the run spends anything
+
+    def result_path(self) -> Path | None:
+        """Where the ServerApp writes its summary (`result_path` of ``result_file``).
+
+        Returns:
+            The absolute path, or ``None`` when ``result_file`` is empty.
+
+        Raises:
+            ValueError: If its folder does not exist on the ServerApp's host, or the path is a folder.
+        """  # noqa: DOC502
+        return result_path(self.result_file)
 
     def training_budget(self) -> TrainingBudget | None:
         """The DP final-training budget, or None for ordinary FedAvg (``train-epsilon = 0``).

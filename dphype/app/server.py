@@ -13,8 +13,10 @@ A worked example of the Message API end to end, in one ``@app.main()``:
    ``fraction-evaluate`` share of the clients on their own data. With ``train-epsilon > 0`` FedAvg runs in
    Flower's DP wrapper (`dphype.flower.private_training`) and the report composes both phases.
 
-The summary (selection, privacy report, test accuracy, timings) is logged as one JSON line prefixed
-``DPHYPE_RESULT`` and, when the run config names a ``result-file``, written there.
+The summary (selection, privacy report, test accuracy, timings) is logged as text
+(`dphype.result.summarize_run`) and as one JSON line prefixed ``DPHYPE_RESULT``, and, when the run config
+names a ``result-file``, written there (on the ServerApp's host). A failed run logs one line prefixed
+``DP-Hype: the run failed:`` with its cause.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from pathlib import Path
 from typing import Any, cast
 
 from flwr.app import ArrayRecord, Context, MetricRecord
@@ -29,15 +32,18 @@ from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Strategy
 
-from dphype.app.config import AppConfig
+from dphype.app.config import AppConfig, result_path
 from dphype.flower import ClientGrid, DPHype, check_private_training, discover_committee, private_training, train_config
 from dphype.ml.models import MODEL_FOR_DATASET
 from dphype.ml.task import TorchTask, load_cached
 from dphype.modes import Aggregator
+from dphype.result import FAILURE_FORMAT, summarize_run
 from dphype.strict_json import jsonable
 
 #: Prefix of the log line that carries the run summary as JSON.
 RESULT_PREFIX = "DPHYPE_RESULT "
+#: Prefix of the one log line that names why a run failed (``server/run.sh`` prints it as its last line).
+FAILURE_PREFIX = "DP-Hype: the run failed: "
 #: What ordinary FedAvg releases (the report says it plainly).
 PLAINTEXT_TRAINING = ("plaintext model updates of every participating client in every FedAvg round (ordinary "
                       "FedAvg): no DP guarantee covers them; set train-epsilon > 0 to train privately")
@@ -120,6 +126,19 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
     }
 
 
+def _result_path(cfg: AppConfig | None, context: Context) -> Path | None:
+    """Where a failed run writes its `dphype.result.FAILURE_FORMAT` record.
+
+    The checked ``result-file``, also when the rest of the run config was refused; ``None`` when there is none, or
+    it names no usable file.
+    """
+    named = context.run_config.get("result-file", "") if cfg is None else cfg.result_file
+    try:
+        return result_path(named) if isinstance(named, str) else None
+    except ValueError:
+        return None
+
+
 def _fedavg(cfg: AppConfig, survivors: int) -> FedAvg:
     return FedAvg(fraction_evaluate=cfg.fraction_evaluate, min_train_nodes=survivors,
                   min_evaluate_nodes=round(cfg.fraction_evaluate * survivors), min_available_nodes=survivors)
@@ -132,19 +151,35 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     """Read and check the run config, select, train, report.
 
-    The summary goes to the log as one strict-JSON line after `RESULT_PREFIX`, and to ``result-file`` if set.
+    The log shows the summary as text (`dphype.result.summarize_run`) and as one strict-JSON line after
+    `RESULT_PREFIX`; with ``result-file`` set the JSON is also written there, on the ServerApp's host
+    (`dphype.app.config.AppConfig.result_path`). A run that fails logs one line after `FAILURE_PREFIX` naming
+    the cause, writes a `dphype.result.FAILURE_FORMAT` record to ``result-file`` if one is named, then lets
+    Flower mark the run failed.
 
     Args:
         grid: The ServerApp's grid.
         context: The run's context (its run config).
 
     Raises:
-        ValueError: If the run config is invalid.
-    """  # noqa: DOC502
-    cfg = AppConfig.from_run_config(context.run_config)
-    summary = run_app(grid, cfg)
+        Exception: Whatever stopped the run (a bad run config is a ``ValueError`` or ``FileNotFoundError``, found
+            before any client works), after the `FAILURE_PREFIX` line.
+    """
+    cfg = None
+    try:
+        cfg = AppConfig.from_run_config(context.run_config)
+        summary = run_app(grid, cfg)
+    except Exception as err:
+        cause = f"{type(err).__name__}: {err}"
+        log(logging.ERROR, "%s%s", FAILURE_PREFIX, cause)
+        path = _result_path(cfg, context)
+        if path is not None:  # no earlier run's result stays there, and its reader learns why
+            path.write_text(json.dumps({"format": FAILURE_FORMAT, "error": cause}) + "\n", encoding="utf-8")
+        raise
     line = json.dumps(jsonable(summary), sort_keys=True, allow_nan=False)  # strict JSON (inf as "inf")
+    log(logging.INFO, "DP-Hype run summary:\n%s", summarize_run(summary))
     log(logging.INFO, "%s%s", RESULT_PREFIX, line)
-    if cfg.result_file:
-        with open(cfg.result_file, "w", encoding="utf-8") as fh:
-            fh.write(line + "\n")
+    path = cfg.result_path()
+    if path is not None:
+        path.write_text(line + "\n", encoding="utf-8")
+        log(logging.INFO, "DP-Hype: the summary's JSON is in %s (on the ServerApp's host)", path)

@@ -2,7 +2,7 @@
 
 Each sub-command lives next to the concept it drives and exposes two functions:
 ``add_arguments(parser)`` and ``run(args) -> dict``. The dict is printed as readable
-text (`render_text`, or the module's own ``render(result) -> str``), or with
+text (`dphype.result.format_fields`, or the module's own ``render(result) -> str``), or with
 ``--json`` as one JSON object on the last line of standard output instead.
 """
 
@@ -43,6 +43,10 @@ PROGRAMS: dict[str, tuple[str, str]] = {
 
 class UsageError(ValueError):
     """Bad command-line input; printed without a traceback."""
+
+
+class RunFailedError(RuntimeError):
+    """A Flower run that a command started ended without its result; printed as one line, exit status 1."""
 
 
 # ------------------------------------------------------------------ options shared by every command
@@ -140,40 +144,6 @@ def privacy_config(args: argparse.Namespace, num_candidates: int | None = None) 
                         neighbouring=args.neighbouring, **selection)
 
 
-def render_text(result: dict[str, Any]) -> str:
-    """A command's result as readable text.
-
-    One ``key: value`` line per entry (numbers to 4 significant digits), a list of rows as a table, a mapping as
-    ``a=1, b=2``, a list of warnings one per line.
-
-    Args:
-        result: The sub-command's result (its ``run(args)`` dict).
-
-    Returns:
-        The text.
-    """
-    from dphype.result import format_table
-
-    def scalar(value: Any) -> str:
-        value = jsonable(value)
-        return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-    lines = []
-    for key, value in result.items():
-        if isinstance(value, list) and value and all(isinstance(row, dict) for row in value):
-            table = format_table([{k: jsonable(v) for k, v in row.items()} for row in value])
-            lines.append(f"{key}:\n" + "\n".join("  " + line for line in table.splitlines()))
-        elif isinstance(value, dict):
-            lines.append(f"{key}: " + ", ".join(f"{k}={scalar(v)}" for k, v in value.items()))
-        elif isinstance(value, list) and key == "warnings":
-            lines.extend(f"warning: {warning}" for warning in value)
-        elif isinstance(value, list):
-            lines.append(f"{key}: " + ", ".join(scalar(v) for v in value))
-        else:
-            lines.append(f"{key}: {scalar(value)}")
-    return "\n".join(lines)
-
-
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """Build the parser; only the chosen sub-command's module is imported (start-up stays fast).
 
@@ -225,14 +195,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The ``dphype`` console script: parse the command line, run the sub-command, print its result.
 
     A `PROGRAMS` entry runs in a child process (`run_program`); a sub-command's ``ValueError`` or
-    ``FileNotFoundError`` (bad input) is printed on standard error without a traceback. argparse exits (status
-    2) on an unknown option.
+    ``FileNotFoundError`` (bad input, exit status 2) or `RunFailedError` (exit status 1) is printed on standard
+    error as one line, without a traceback. argparse exits (status 2) on an unknown option.
 
     Args:
         argv: The command line without the program name; ``sys.argv[1:]`` when ``None``.
 
     Returns:
-        The exit status: 0, 2 for bad input, or a program's own.
+        The exit status: 0, 1 for a failed run, 2 for bad input, or a program's own.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in PROGRAMS:
@@ -249,8 +219,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"dphype {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except RunFailedError as err:
+        print(f"dphype {args.command}: error: {err}", file=sys.stderr)
+        return 1
     if not args.json:
-        render = getattr(module, "render", render_text)
+        from dphype.result import format_fields
+
+        render = getattr(module, "render", format_fields)
         print(render(result))
     else:
         print(json.dumps(jsonable(result), allow_nan=False))

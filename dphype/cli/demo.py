@@ -30,6 +30,12 @@ from typing import Any
 
 from dphype.cli import add_candidates_argument, add_privacy_arguments, add_selection_arguments, privacy_config
 
+#: ``--reference`` choices: every candidate's accuracy and the majority class, or the majority class alone.
+REFERENCES = ("best", "majority")
+#: What the reference point is, in the demo's output.
+REFERENCE_NOTE = ("computed by the demo from the test split (its operator's) outside the private protocol; DP-Hype "
+                  "released none of it")
+
 #: The Flower components of the bundled app (``[tool.flwr.app.components]``), by name: Flower imports them in the
 #: app's processes.
 COMPONENTS: dict[str, str] = {"serverapp": "dphype.app.server:app", "clientapp": "dphype.app.client:app"}
@@ -50,6 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--app", default=None, help="folder of a Flower app to run instead of the bundled one "
                         "(default: the bundled app, dphype.app, from the installed package)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="give up after this many seconds (default 3600)")
+    parser.add_argument("--reference", choices=REFERENCES, default="majority",
+                        help="the reference point printed beside the pick's accuracy, computed here from the test "
+                             "split outside the private protocol: 'majority', the majority class's share (instant); "
+                             "'best', also every candidate trained centrally with the same FedAvg on the same "
+                             "shards: the best one's accuracy (Opt) and the pick's (minutes: about 2.5 CPU minutes "
+                             "for the defaults) (default majority)")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -62,13 +74,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         args: The parsed options.
 
     Returns:
-        The bundled app's run summary (`dphype.app.server.run_app`), with the wall ``seconds``, the planner's and
-        the selection's ``warnings`` and the ``privacy`` report.
+        The bundled app's run summary (`dphype.app.server.run_app`), with the wall ``seconds`` of the run, the
+        planner's and the selection's ``warnings``, the ``privacy`` report and, for the bundled app, its
+        ``reference`` point (`reference_point`).
 
     Raises:
         ValueError: For bad input (exit status 2 via `dphype.cli.main`).
-        RuntimeError: If the Flower run fails (nothing was released).
-    """  # noqa: DOC502
+        dphype.cli.RunFailedError: If the Flower run ends without a result, with the ServerApp's cause when it
+            logged one (exit status 1).
+    """  # noqa: DOC502, DOC503
     from dphype.flower import DPHype
     from dphype.flower.local import node_config_string
     from dphype.flower.tally import TALLY_KEYS_ENV
@@ -78,6 +92,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from dphype.selection.candidates import load_candidates
 
     candidates = load_candidates(args.candidates)
+    if args.app is None:  # the bundled app's task reads only its own keys: refused here, before any node works
+        from dphype.ml.task import check_candidates
+
+        try:
+            check_candidates(candidates)
+        except ValueError as err:
+            raise ValueError(f"--candidates {args.candidates}: {err}. The bundled app's task is that training: "
+                             "give candidates with only those keys, e.g. --candidates table3") from None
     config = privacy_config(args, len(candidates))
     with tempfile.TemporaryDirectory(prefix="dphype-demo-") as folder:
         # argmax mode: the demo's user operates the 3 simulated tally nodes too, so it makes their keys here
@@ -111,9 +133,11 @@ def make_tally_keys(folder: Path) -> tuple[bytes, ...]:
 def _run(args: argparse.Namespace, selection: Any, env: dict[str, str], folder: Path) -> dict[str, Any]:
     """Check the app's own settings, run the app on ``clients`` (plus 3 tally) simulated nodes."""
     from dphype.checks import check_int, check_positive
+    from dphype.cli import RunFailedError
     from dphype.config import RUN_CONFIG_KEYS
     from dphype.flower.local import LocalSuperLink, is_flower_app
     from dphype.modes import Aggregator
+    from dphype.result import FAILURE_FORMAT, RESULT_FORMAT
     from dphype.secure.tally import COMMITTEE_SIZE
 
     config = selection.config
@@ -140,14 +164,49 @@ def _run(args: argparse.Namespace, selection: Any, env: dict[str, str], folder: 
         # with --json, Flower's log goes to stderr so that stdout ends with the JSON line
         code = superlink.run(app, run_config=run_config, supernodes=supernodes,
                              stdout=sys.stderr if args.json else None, timeout=args.timeout)
-    if code != 0 or not result_file.exists():
-        raise RuntimeError(f"the Flower run failed (flwr exit status {code}); nothing was released: see the "
-                           "log above")
-    summary = json.loads(result_file.read_text())
+    summary = json.loads(result_file.read_text()) if result_file.exists() else {}
+    if summary.get("format") == FAILURE_FORMAT:  # the ServerApp's record of why it failed
+        raise RunFailedError(f"the run failed: {summary['error']}")
+    if code != 0 or summary.get("format") != RESULT_FORMAT:
+        raise RunFailedError(f"the Flower run ended without a result (flwr exit status {code}): its cause is in the "
+                             "log above")
+    seconds = time.perf_counter() - start
     privacy = summary.pop("privacy")
-    return {**summary, "seconds": time.perf_counter() - start,
+    if args.app is None:
+        summary["reference"] = reference_point(args, selection.candidates, summary["selected_index"])
+    return {**summary, "seconds": seconds,
             "warnings": plan.warnings + [w for w in [(summary["confidence"] or {}).get("warning")] if w],
             "privacy": privacy}
+
+
+def reference_point(args: argparse.Namespace, candidates: Any, selected: int) -> dict[str, Any]:
+    """What the pick's test accuracy compares with, on the same test split (`dphype.ml.reference`).
+
+    Computed by the demo, whose operator owns the data, outside the private protocol (`REFERENCE_NOTE`): the
+    majority class's share of the test split and, with ``--reference best``, every candidate trained centrally
+    with the run's FedAvg schedule on the run's shards.
+
+    Args:
+        args: The demo's options (clients, seed, FedAvg rounds, local epochs, ``--reference``).
+        candidates: The public candidate list.
+        selected: The pick's index.
+
+    Returns:
+        ``majority_class``; with ``best``, also ``best_candidate`` (its index), ``best_accuracy`` and
+        ``pick_accuracy`` (the pick trained the same way); and ``note``.
+    """
+    from dphype.ml.reference import candidate_accuracies, majority_of_test_split
+
+    reference: dict[str, Any] = {"majority_class": majority_of_test_split("adult")}
+    if args.reference == "best":
+        print("dphype demo: training every candidate centrally for the reference point (outside the private "
+              "protocol)", file=sys.stderr)
+        accuracies = candidate_accuracies("adult", args.clients, candidates, rounds=args.fedavg_rounds,
+                                          local_epochs=args.local_epochs, seed=args.seed)
+        best = int(accuracies.argmax())
+        reference.update(best_candidate=best, best_accuracy=float(accuracies[best]),
+                         pick_accuracy=float(accuracies[selected]))
+    return {**reference, "note": REFERENCE_NOTE}
 
 
 def bundled_app(folder: Path, run_config: dict[str, Any]) -> Path:
@@ -179,10 +238,10 @@ def bundled_app(folder: Path, run_config: dict[str, Any]) -> Path:
 
 
 def render(result: dict[str, Any]) -> str:
-    """The demo's summary as text.
+    """The demo's summary as text (`dphype.result.summarize_run`).
 
-    The selection (`dphype.result.DPHypeResult.summary`), then the training, the whole run's guarantee and the
-    test accuracy.
+    The selection (`dphype.result.DPHypeResult.summary`), then the training, the whole run's guarantee, the test
+    accuracy beside its reference point, the times and the warnings.
 
     Args:
         result: `run`'s summary.
@@ -190,10 +249,6 @@ def render(result: dict[str, Any]) -> str:
     Returns:
         The text.
     """
-    from dphype.cli import render_text
-    from dphype.result import DPHypeResult
+    from dphype.result import summarize_run
 
-    selection = DPHypeResult.from_dict(result).summary()
-    keys = ("training", "run", "accuracy", "test_loss", "predicted_success", "selection_seconds", "fedavg_seconds",
-            "seconds", "warnings")
-    return selection + "\n" + render_text({key: result[key] for key in keys if key in result})
+    return summarize_run(result)

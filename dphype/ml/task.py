@@ -100,11 +100,7 @@ class TorchTask:
             ValueError: A missing ``lr``, a key training does not use, a negative or non-finite value; the
                 message names the key.
         """  # noqa: DOC502
-        import torch
-
-        from dphype.ml.training import Hyperparameters
-
-        Hyperparameters.from_candidates(candidates, torch.device("cpu"))
+        check_candidates(candidates)
 
     def score(
         self,
@@ -190,6 +186,26 @@ class TorchTask:
 
 #: Local epochs per data set (Section V-B: 5, CIFAR-10: 10).
 DEFAULT_EPOCHS: dict[str, int] = {"cifar10": 10}
+
+
+def check_candidates(candidates: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse candidates that `TorchTask`'s batched SGD cannot train (what every node's task checks first).
+
+    The bundled app's server calls it before any client works, so that a candidate key the task does not use is
+    found there and not by every client.
+
+    Args:
+        candidates: The public candidates.
+
+    Raises:
+        ValueError: A missing ``lr``, a key training does not use (named, with the keys it reads), a negative or
+            non-finite value.
+    """  # noqa: DOC502
+    import torch
+
+    from dphype.ml.training import Hyperparameters
+
+    Hyperparameters.from_candidates(candidates, torch.device("cpu"))
 
 
 def default_epochs(dataset: str) -> int:

@@ -25,6 +25,7 @@ import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, overload
 
 import numpy as np
@@ -417,8 +418,8 @@ def load_candidates(spec: str) -> CandidateList:
 
     Raises:
         ValueError: For a malformed spec or list.
-        FileNotFoundError: If the JSON file does not exist (with its path).
-    """  # noqa: DOC503
+        FileNotFoundError: If the JSON file does not exist (naming the option, the path and the fix).
+    """
     if spec == "table3":
         return table_iii_grid()
     if spec.isdigit():
@@ -433,8 +434,12 @@ def load_candidates(spec: str) -> CandidateList:
             raise ValueError(f"candidates spec {spec!r}: SIZE and SEED must be integers") from err
         return random_subset(table_iii_grid(), size, seed)
     if spec.endswith(".json") or os.path.sep in spec:
-        with open(spec, encoding="utf-8") as fh:  # FileNotFoundError propagates with the path
-            return CandidateList.from_json(fh.read())
+        path = Path(spec).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"candidates (--candidates, or the run config's candidates): no file {spec!r} (looked for "
+                f"{path.absolute()}); name an existing JSON list of candidates, or 'table3'")
+        return CandidateList.from_json(path.read_text(encoding="utf-8"))
     raise ValueError(
         f"candidates spec must be 'table3', an integer N, 'table3:random:SIZE:SEED' or a .json path, got {spec!r}")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import PERMISSIVE, majority_of_test_split
+from helpers import PERMISSIVE
 
 from dphype.app.client import simulated_parties
 from dphype.app.config import AppConfig
@@ -11,6 +11,7 @@ from dphype.config import DPHypeConfig
 from dphype.flower import PreflightError
 from dphype.flower.local import LocalGrid, node_id
 from dphype.flower.wire import TALLY_KEY
+from dphype.ml.reference import majority_of_test_split
 from dphype.privacy.winner import WINNER_NOISE
 from dphype.secure.tally import TallyError
 

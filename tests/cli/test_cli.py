@@ -66,12 +66,67 @@ def test_demo_summary_renders_the_result_and_the_training():
 
     from dphype.cli import demo
 
+    reference = {"majority_class": 0.7638, "best_candidate": 3, "best_accuracy": 0.8517, "pick_accuracy": 0.85,
+                 "note": demo.REFERENCE_NOTE}
     summary = {**a_release().to_dict(), "training": {"private": False, "released": "plaintext"},
-               "run": {"epsilon": None, "delta": 1e-5}, "accuracy": 0.8512, "seconds": 61.0, "warnings": ["low"]}
+               "run": {"epsilon": None, "delta": 1e-5}, "accuracy": 0.8512, "reference": reference, "seconds": 61.0,
+               "warnings": ["low"]}
     text = demo.render(summary)
     assert text.startswith("DP-Hype selected candidate ") and "rank  index" in text
-    assert "training: private=False, released=plaintext" in text and "accuracy: 0.8512" in text
+    assert "training: private=False, released=plaintext" in text
+    # the reference point right after the pick's accuracy, saying where it comes from
+    assert ("accuracy: 0.8512\nreference: majority_class=0.7638, best_candidate=3, best_accuracy=0.8517, "
+            "pick_accuracy=0.85, note=computed by the demo from the test split") in text
+    assert "outside the private protocol; DP-Hype released none of it" in text
     assert text.endswith("warning: low")
+
+
+def test_the_demo_refuses_a_candidate_key_before_flower_starts(tmp_path, capsys, monkeypatch):
+    """A key the bundled app's task does not use: exit status 2, one line naming the option, the key, the keys the
+    task reads and the fix, and no Flower run; a missing file names the option too."""
+    import dphype.flower.local
+
+    monkeypatch.setattr(dphype.flower.local, "LocalSuperLink", None)  # starting Flower would fail the test
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"lr": 0.1, "batch": 32}, {"lr": 0.01, "batch": 32}]))
+    assert cli.main(["demo", "--candidates", str(bad), "--k", "1"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"dphype demo: error: --candidates {bad}: candidates[0] has key(s) 'batch'")
+    assert "it reads only lr, momentum, decay" in line and line.endswith("e.g. --candidates table3")
+    assert cli.main(["demo", "--candidates", str(tmp_path / "none.json")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("dphype demo: error: candidates (--candidates, or the run config's candidates): no file")
+
+
+def test_a_failed_demo_run_exits_1_with_the_servers_cause_in_one_line(capsys, monkeypatch):
+    """The ServerApp's failure record in result-file (what a refused run leaves there) becomes the demo's last line,
+    without a traceback."""
+    import dphype.flower.local
+    from dphype.result import FAILURE_FORMAT
+
+    class FailingSuperLink:  # what the bundled ServerApp leaves when the run fails
+        def __init__(self, env):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def run(self, app, *, run_config, **kwargs):
+            with open(run_config["result-file"], "w") as fh:
+                json.dump({"format": FAILURE_FORMAT, "error": "PreflightError: only 2 of 4 clients ready; start "
+                           "more SuperNodes"}, fh)
+            return 0
+
+    monkeypatch.setattr(dphype.flower.local, "LocalSuperLink", FailingSuperLink)
+    argv = ["demo", "--clients", "4", "--epsilon", "20", "--k", "2", "--candidates", "table3:random:6:0"]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == ("dphype demo: error: the run failed: PreflightError: only 2 of 4 clients "
+                                            "ready; start more SuperNodes")
+    assert "Traceback" not in err
 
 
 def test_bench_runs_the_checkouts_program_in_a_child_process(monkeypatch, capfd):

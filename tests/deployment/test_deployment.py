@@ -1,11 +1,10 @@
-"""Deployment on loopback: one flower-superlink, five flower-supernode processes (and three tally SuperNodes for
-the argmax release), `flwr run`, each started with its operator's script (server/start-superlink.sh,
-clients/start-voter.sh, clients/start-tally.sh)."""
+"""Deployment on loopback: one flower-superlink, five flower-supernode processes, `flwr run` of the sum release,
+each started with its operator's script (server/start-superlink.sh, clients/start-voter.sh). The argmax release
+with three tally SuperNodes (clients/start-tally.sh) is the README's recipe, run as written by
+tests/deployment/test_readme_deployment.py."""
 
 from __future__ import annotations
 
-import json
-import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -13,22 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from helpers import (
-    BIN,
-    REPO,
-    candidate_accuracies,
-    descendants,
-    majority_of_test_split,
-    offline_env,
-    parse_result,
-    stop,
-)
+from helpers import BIN, REPO, descendants, offline_env, parse_result, stop
 
-from dphype.flower.tally import TALLY_PARTIES
-from dphype.node.ledger import Ledger
-from dphype.node.policy import default_ledger_path
-from dphype.privacy.winner import WINNER_NOISE
-from dphype.secure.tally import COMMITTEE_SIZE, loopback_addresses
+from dphype.ml.reference import candidate_accuracies, majority_of_test_split
 from dphype.selection.candidates import load_candidates
 from simulations.deployment_profile import (
     free_port,
@@ -40,7 +26,6 @@ from simulations.deployment_profile import (
 )
 
 NUM_NODES = 5
-TALLIES = COMMITTEE_SIZE
 #: Seconds one SecAgg+ stage or FedAvg round may wait for the SuperNodes (run config).
 ROUND_TIMEOUT = 240
 
@@ -60,7 +45,6 @@ class Federation:
     env: dict[str, str]
     link_port: int
     procs: list[subprocess.Popen] = field(default_factory=list)
-    log_of: dict[int, Path] = field(default_factory=dict)  # process id -> its log
 
     @property
     def logs(self) -> Path:
@@ -69,7 +53,6 @@ class Federation:
     def start(self, name: str, args: list[str]) -> subprocess.Popen:
         out = open(self.logs / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
         self.procs.append(subprocess.Popen(args, env=self.env, stdout=out, stderr=subprocess.STDOUT))
-        self.log_of[self.procs[-1].pid] = self.logs / f"{name}.log"
         return self.procs[-1]
 
     def start_supernodes(self, nodes: dict[str, tuple[str, list[str]]],
@@ -110,24 +93,6 @@ class Federation:
         for proc in procs:
             proc.wait(timeout=15)
 
-    def stop_supernodes(self, procs: list[subprocess.Popen]) -> None:
-        """Stop SuperNodes started by :meth:`start_supernodes` (SIGTERM: each deactivates itself at the SuperLink)
-        and wait until ``flwr supernode list`` shows none of them online, so that a later run cannot sample them."""
-        ids = {re.search(r"SuperNode ID: (\d+)", self.log_of[p.pid].read_text(errors="replace")).group(1)
-               for p in procs}
-        self.stop(procs)
-        command = [str(BIN / "flwr"), "supernode", "list", "deploy", "--format", "json"]
-        deadline = time.monotonic() + 120
-        while True:
-            listed = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=120)
-            nodes = json.loads(listed.stdout)["nodes"]
-            online = sorted(n["node-id"] for n in nodes if n["node-id"] in ids and n["status"] == "online")
-            if not online:
-                return
-            if time.monotonic() > deadline:
-                pytest.fail(f"SuperNodes {', '.join(online)} still online 120 s after they were stopped")
-            time.sleep(1)
-
 
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Federation, list[subprocess.Popen]]]:
@@ -149,10 +114,13 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Feder
         policy = write_node_config(tmp_path / "policy.toml", {
             "dphype-max-epsilon": 20, "dphype-min-clients": 4, "dphype-min-neighbours": 2,
             "dphype-lifetime-epsilon": 40})
-        voters = fed.start_supernodes({
-            f"supernode-{i}": ("voter", ["--partition-id", str(i), "--num-partitions", str(NUM_NODES),
-                                         "--node-config", str(policy)])
-            for i in range(NUM_NODES)})
+        nodes = {f"supernode-{i}": ("voter", ["--partition-id", str(i), "--num-partitions", str(NUM_NODES),
+                                              "--node-config", str(policy)]) for i in range(NUM_NODES)}
+        # the last voter's tasks on Flower's own SuperExec, so that both ways of serving tasks run (the README's
+        # recipe, tests/deployment/test_readme_deployment.py, runs every node on the warm one)
+        last = nodes.pop(f"supernode-{NUM_NODES - 1}")
+        voters = fed.start_supernodes(nodes)
+        voters += fed.start_supernodes({f"supernode-{NUM_NODES - 1}": last}, executor="subprocess")
         yield fed, voters
     finally:
         fed.stop(fed.procs)
@@ -205,43 +173,6 @@ def test_deployment_on_loopback(federation):
     # the working ones is the release's business, measured by the benchmarks, not asserted on one noisy run
     assert accuracies[result["selected_index"]] >= accuracies.max() - 0.10
     assert result["accuracy"] > majority_of_test_split("adult") + 0.03
-
-
-@pytest.mark.slow
-def test_deployment_in_argmax_mode_with_three_tally_supernodes(federation, monkeypatch):
-    """The bundled app's default release on loopback: the README's recipe, one SuperNode per tally
-    (clients/start-tally.sh: its index, its own key file in the shared FLWR_HOME, the committee's file), beside the
-    voters; only the winner's index is released, each voter records pure epsilon. The tallies are stopped afterwards
-    (they deactivate at the SuperLink), so the sum-mode runs see voters only."""
-    fed, _ = federation
-    monkeypatch.setenv("FLWR_HOME", fed.env["FLWR_HOME"])  # the voters' ledgers are in the federation's home
-    ledgers = [Ledger(default_ledger_path(i)) for i in range(NUM_NODES)]
-    before = [ledger.entries() for ledger in ledgers]
-    # the MPyC ports, the same file on every tally
-    committee = write_node_config(fed.tmp_path / "committee.toml",
-                                  {TALLY_PARTIES: ",".join(loopback_addresses(TALLIES))})
-    tallies = fed.start_supernodes({  # Flower's own SuperExec here, so that both ways of serving tasks are run
-        f"tally-{j}": ("tally", ["--tally-id", str(j), "--node-config", str(committee)])
-        for j in range(TALLIES)}, executor="subprocess")
-    try:
-        result = flwr_run(
-            fed,
-            f"release='argmax' k=3 clients={NUM_NODES} epsilon=4.0 candidates='table3:random:10:0' local-epochs=1 "
-            f"fedavg-rounds=1 fraction-evaluate=0.0 round-timeout={ROUND_TIMEOUT}",
-        )
-    finally:
-        fed.stop_supernodes(tallies)
-    assert 0 <= result["selected_index"] < 10 and result["best_params"] == load_candidates(
-        "table3:random:10:0")[result["selected_index"]]
-    assert result["noisy_sum"] is None and result["confidence"] is None  # only the index was released
-    privacy = result["privacy"]
-    assert privacy["noise"] == WINNER_NOISE and privacy["accountant"].startswith("pure epsilon")
-    assert privacy["released"].startswith(f"winning index only (secure argmax among {TALLIES} tallies")
-    assert privacy["epsilon"] == pytest.approx(4.0) and privacy["survivors"] == NUM_NODES
-    for entries, ledger in zip(before, ledgers, strict=True):  # each voter's one new entry: the pure epsilon
-        (entry,) = ledger.entries()[len(entries):]
-        assert (entry.noise, entry.epsilon) == (WINNER_NOISE, pytest.approx(4.0))
-    assert result["accuracy"] > majority_of_test_split("adult") + 0.03  # FedAvg trained on the voters only
 
 
 @pytest.mark.slow

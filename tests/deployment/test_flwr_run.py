@@ -5,18 +5,9 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from helpers import (
-    BIN,
-    REPO,
-    candidate_accuracies,
-    descendants,
-    majority_of_test_split,
-    offline_env,
-    parse_result,
-    processes_with,
-    stop,
-)
+from helpers import BIN, REPO, descendants, offline_env, parse_result, processes_with, stop
 
+from dphype.ml.reference import candidate_accuracies, majority_of_test_split
 from dphype.privacy.winner import WINNER_NOISE
 from dphype.selection.candidates import load_candidates
 

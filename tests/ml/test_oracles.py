@@ -4,9 +4,9 @@ import math
 
 import numpy as np
 import pytest
-from helpers import majority_of_test_split
 
 from dphype.ml import oracles
+from dphype.ml.reference import majority_of_test_split
 
 
 def test_svt_privacy_is_dpareto_appendix_b():

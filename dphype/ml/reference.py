@@ -1,0 +1,68 @@
+"""Reference accuracies a run's result is compared with, computed from the data, outside any private protocol.
+
+The majority-class baseline (always predict the most frequent test label) and the candidates' own test
+accuracies after the same FedAvg the bundled app runs (their best is Opt, DP-Hype Section V-C). Both read the
+test split: what whoever owns that split (the demo's operator, a benchmark) may compute, never something a
+DP-Hype release carries or pays for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from dphype.ml.task import load_cached, make_task
+
+
+def majority_accuracy(labels: Any) -> float:
+    """Accuracy of always predicting the most frequent of ``labels``.
+
+    Args:
+        labels: Integer class labels.
+
+    Returns:
+        The most frequent label's share.
+    """
+    labels = np.asarray(labels)
+    return float(np.bincount(labels).max() / labels.size)
+
+
+def majority_of_test_split(dataset: str) -> float:
+    """`majority_accuracy` of ``dataset``'s test split, on which the bundled app evaluates.
+
+    Args:
+        dataset: A data set name (`dphype.ml.task.load_cached`).
+
+    Returns:
+        The majority class's share of the test split.
+    """
+    return majority_accuracy(load_cached(dataset)[1].y)
+
+
+def candidate_accuracies(dataset: str, clients: int, candidates: Sequence[Mapping[str, Any]], *, rounds: int,
+                         local_epochs: int, seed: int = 0) -> np.ndarray:
+    """Test accuracy of every candidate after the bundled app's FedAvg, trained centrally on the same shards.
+
+    ``rounds`` FedAvg rounds of ``local_epochs`` over the ``clients`` iid shards the bundled ClientApp trains on
+    (batched, `dphype.ml.training.fedavg`); the maximum is Opt.
+
+    Args:
+        dataset: A data set name.
+        clients: The number of shards (the run's clients).
+        candidates: The candidates.
+        rounds: FedAvg rounds.
+        local_epochs: Local epochs per round.
+        seed: The partition and initialisation seed.
+
+    Returns:
+        ``(p,)`` test accuracies, in candidate order.
+    """
+    from dphype.ml.models import MODEL_FOR_DATASET
+    from dphype.ml.training import accuracy, fedavg
+
+    shards = [make_task(dataset, i, clients, seed=seed, epochs=local_epochs).data for i in range(clients)]
+    models = fedavg(MODEL_FOR_DATASET[dataset], shards, list(candidates), rounds=rounds, local_epochs=local_epochs,
+                    seed=seed, device="cpu")
+    return accuracy(models, load_cached(dataset)[1])

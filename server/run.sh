@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Submit a run of the bundled DP-Hype app to a SuperLink and stream its log; the exit status says whether it
+# released a result (server/README.md).
+set -uo pipefail
+
+usage() {
+    cat <<'USAGE'
+Usage: server/run.sh CONNECTION [flwr run options, e.g. --run-config "clients=3"]
+
+At the repository root: wait (up to 120 s) until the SuperLink named CONNECTION in $FLWR_HOME/config.toml
+(server/start-superlink.sh, server/connect.sh) answers, then `flwr run . CONNECTION --stream OPTIONS`. The log
+ends with the run's summary. Exit status 0 when the ServerApp logged its result; 1 with one last line naming
+the cause when the run failed (`flwr run` itself exits 0 then); flwr's own status when it could not submit.
+USAGE
+}
+
+[[ ${1:-} == -h || ${1:-} == --help ]] && { usage; exit 0; }
+if [[ $# -lt 1 || ${1:-} == -* ]]; then
+    echo "$(basename "$0"): missing CONNECTION (the SuperLink's name in \$FLWR_HOME/config.toml, e.g. deploy)" >&2
+    usage | sed -n '/^Usage:/,/^$/p' >&2
+    exit 2
+fi
+connection=$1
+shift
+command -v flwr >/dev/null || { echo "$(basename "$0"): flwr is not on PATH: activate the environment where" \
+    "dphype is installed" >&2; exit 2; }
+
+deadline=$((SECONDS + 120))
+until flwr ls "$connection" >/dev/null 2>&1; do  # the SuperLink may still be starting
+    if (( SECONDS >= deadline )); then
+        echo "$(basename "$0"): the SuperLink of connection '$connection' does not answer after 120 s: start it" \
+            "(server/start-superlink.sh) or name it (server/connect.sh)" >&2
+        exit 1
+    fi
+    sleep 1
+done
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+flwr run . "$connection" --stream "$@" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+if (( status != 0 )); then
+    echo "$(basename "$0"): flwr run exited with status $status: the run was not submitted (see above)" >&2
+    exit "$status"
+fi
+grep -q "DPHYPE_RESULT " "$log" && exit 0
+cause=$(grep -o "DP-Hype: the run failed: .*" "$log" | tail -n 1)
+echo "$(basename "$0"): ${cause:-the run ended without a result: see the log above}" >&2
+exit 1
