@@ -5,31 +5,49 @@ set -uo pipefail
 
 usage() {
     cat <<'USAGE'
-Usage: server/run.sh CONNECTION [flwr run options, e.g. --run-config "clients=3"]
+Usage: server/run.sh CONNECTION [--wait SECONDS] [flwr run options, e.g. --run-config "clients=3"]
 
-At the repository root: wait (up to 120 s) until the SuperLink named CONNECTION in $FLWR_HOME/config.toml
-(server/start-superlink.sh, server/connect.sh) answers, then `flwr run . CONNECTION --stream OPTIONS`. The log
-ends with the run's summary. Exit status 0 when the ServerApp logged its result; 1 with one last line naming
-the cause when the run failed (`flwr run` itself exits 0 then); flwr's own status when it could not submit.
+At the repository root: wait (up to SECONDS, default 120) until the SuperLink named CONNECTION in
+$FLWR_HOME/config.toml (server/start-superlink.sh, server/connect.sh) answers, then
+`flwr run . CONNECTION --stream OPTIONS`. The log ends with the run's summary. Exit status 0 when the ServerApp
+logged its result; 1 with one last line naming the cause when the run failed (`flwr run` itself exits 0 then)
+or the SuperLink did not answer; 2 for bad arguments or an unknown CONNECTION; flwr's own status when it could
+not submit the run.
 USAGE
 }
 
-[[ ${1:-} == -h || ${1:-} == --help ]] && { usage; exit 0; }
-if [[ $# -lt 1 || ${1:-} == -* ]]; then
-    echo "$(basename "$0"): missing CONNECTION (the SuperLink's name in \$FLWR_HOME/config.toml, e.g. deploy)" >&2
-    usage | sed -n '/^Usage:/,/^$/p' >&2
+die() {
+    echo "$(basename "$0"): $1" >&2
+    usage | sed -n '/^Usage:/,/^$/p' >&2  # the synopsis
+    echo "Run with --help for every option." >&2
     exit 2
-fi
+}
+
+[[ ${1:-} == -h || ${1:-} == --help ]] && { usage; exit 0; }
+[[ $# -gt 0 ]] || die "missing arguments"
+[[ $1 != -* && $1 =~ ^[A-Za-z0-9_-]+$ ]] || die "CONNECTION (the SuperLink's name in \$FLWR_HOME/config.toml, e.g. deploy) \
+must come first, got '$1'"
 connection=$1
 shift
+wait=120
+if [[ ${1:-} == --wait ]]; then
+    [[ ${2:-} =~ ^[0-9]+$ ]] || die "--wait needs a number of seconds"
+    wait=$2
+    shift 2
+fi
 command -v flwr >/dev/null || { echo "$(basename "$0"): flwr is not on PATH: activate the environment where" \
     "dphype is installed" >&2; exit 2; }
 
-deadline=$((SECONDS + 120))
-until flwr ls "$connection" >/dev/null 2>&1; do  # the SuperLink may still be starting
+deadline=$((SECONDS + wait))
+until answer=$(flwr ls "$connection" 2>&1); do  # the SuperLink may still be starting
+    if [[ $answer == *"'$connection' not found"* ]]; then
+        echo "$(basename "$0"): no connection '$connection' in ${FLWR_HOME:-$HOME/.flwr}/config.toml: start the" \
+            "SuperLink with server/start-superlink.sh (it names it), or name it with server/connect.sh" >&2
+        exit 2
+    fi
     if (( SECONDS >= deadline )); then
-        echo "$(basename "$0"): the SuperLink of connection '$connection' does not answer after 120 s: start it" \
-            "(server/start-superlink.sh) or name it (server/connect.sh)" >&2
+        echo "$(basename "$0"): the SuperLink of connection '$connection' does not answer after $wait s: start it" \
+            "(server/start-superlink.sh), or check its address in ${FLWR_HOME:-$HOME/.flwr}/config.toml" >&2
         exit 1
     fi
     sleep 1

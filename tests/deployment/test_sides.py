@@ -1,12 +1,14 @@
 """The two sides at the repository root: ``server/`` (the SuperLink operator's) and ``clients/`` (each SuperNode
 operator's). Their component modules are the bundled app's objects, ``flwr run .`` packs them, their scripts refuse
 bad input with a usage message, and their node-config examples are valid node configs. The scripts' end-to-end use
-is ``tests/deployment/test_deployment.py`` (slow)."""
+is ``tests/deployment/test_deployment.py`` and the README's recipe, ``tests/deployment/test_readme_deployment.py``
+(slow)."""
 
 from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import tomllib
@@ -21,7 +23,8 @@ from dphype.node.policy import POLICY_KEYS, NodePolicy, PolicyError
 from dphype.secure.tally import COMMITTEE_SIZE
 
 BIN = Path(sys.executable).parent
-SCRIPTS = ["server/start-superlink.sh", "server/connect.sh", "clients/start-voter.sh", "clients/start-tally.sh"]
+SCRIPTS = ["server/start-superlink.sh", "server/connect.sh", "server/run.sh", "clients/start-voter.sh",
+           "clients/start-tally.sh"]
 EXAMPLES = REPO / "clients" / "examples"
 
 
@@ -79,6 +82,8 @@ def test_each_script_prints_its_usage_and_exits_non_zero_without_arguments(scrip
     ("server/start-superlink.sh", ["--insecure", "--port", "39091"], "`flwr run .`'s local SuperLink"),
     ("server/start-superlink.sh", ["--insecure", "--port"], "option --port needs a value"),
     ("server/connect.sh", ["deploy", "nohost", "--insecure"], "HOST:PORT expected"),
+    ("server/run.sh", ["--run-config", "clients=3"], "CONNECTION (the SuperLink's name in $FLWR_HOME/config.toml"),
+    ("server/run.sh", ["deploy", "--wait", "soon"], "--wait needs a number of seconds"),
     ("clients/start-voter.sh", ["--superlink", "127.0.0.1:9092", "--port", "9094", "--insecure"],
      "--partition-id I and --num-partitions N (integers) are required"),
     ("clients/start-voter.sh", ["--superlink", "127.0.0.1:9092", "--port", "9094", "--partition-id", "0",
@@ -93,6 +98,22 @@ def test_each_script_prints_its_usage_and_exits_non_zero_without_arguments(scrip
 def test_a_script_refuses_bad_input_with_its_usage(script, args, message):
     done = run_script(script, *args)
     assert done.returncode == 2 and message in done.stderr and f"Usage: {script}" in done.stderr, done.stderr
+
+
+def test_run_names_an_unknown_connection_and_a_silent_superlink(tmp_path):
+    """``server/run.sh`` before any run: a connection the config does not name (exit 2), a SuperLink that does not
+    answer within --wait (exit 1); each in one line that says what to do."""
+    done = run_script("server/run.sh", "deploy", home=tmp_path)
+    assert done.returncode == 2 and done.stderr.strip() == (
+        f"run.sh: no connection 'deploy' in {tmp_path}/config.toml: start the SuperLink with "
+        "server/start-superlink.sh (it names it), or name it with server/connect.sh")
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    assert run_script("server/connect.sh", "deploy", f"127.0.0.1:{port}", "--insecure", home=tmp_path).returncode == 0
+    done = run_script("server/run.sh", "deploy", "--wait", "1", home=tmp_path)
+    assert done.returncode == 1 and done.stderr.strip().startswith(
+        "run.sh: the SuperLink of connection 'deploy' does not answer after 1 s: start it"), done.stderr
 
 
 def test_a_misspelt_policy_key_stops_the_voter_before_its_supernode_starts(tmp_path):
