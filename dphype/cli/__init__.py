@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("dphype.cli.plan", "predict the chance of a good pick, recommend k, smallest epsilon and n"),
     "ledger": ("dphype.node.ledger", "show this node's privacy ledger: recorded votes and their composed epsilon"),
     "new": ("dphype.cli.new", "write a runnable Flower app with DP-Hype (offline, from the package's template)"),
+    "run": ("dphype.cli.run", "run a Flower app with DP-Hype in a local simulation (private SuperLink, free ports; "
+            "exit status 1 with the cause when the run fails)"),
     "superexec": ("dphype.cli.superexec", "a warm SuperExec for a SuperNode in process isolation: ClientApp tasks "
                   "forked from a process that imported their code once"),
     "demo": ("dphype.cli.demo", "the bundled Flower app on Adult: DP-Hype over SecAgg+, then FedAvg with the winner"),
@@ -43,6 +45,10 @@ PROGRAMS: dict[str, tuple[str, str]] = {
 
 class UsageError(ValueError):
     """Bad command-line input; printed without a traceback."""
+
+
+class RunFailed(RuntimeError):
+    """A Flower run that did not complete; printed as one line without a traceback (exit status 1)."""
 
 
 # ------------------------------------------------------------------ options shared by every command
@@ -225,14 +231,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The ``dphype`` console script: parse the command line, run the sub-command, print its result.
 
     A `PROGRAMS` entry runs in a child process (`run_program`); a sub-command's ``ValueError`` or
-    ``FileNotFoundError`` (bad input) is printed on standard error without a traceback. argparse exits (status
-    2) on an unknown option.
+    ``FileNotFoundError`` (bad input, exit status 2) and a `RunFailed` (a Flower run that failed, exit status 1) are
+    printed on standard error as one line without a traceback. argparse exits (status 2) on an unknown option.
 
     Args:
         argv: The command line without the program name; ``sys.argv[1:]`` when ``None``.
 
     Returns:
-        The exit status: 0, 2 for bad input, or a program's own.
+        The exit status: 0, 1 for a failed run, 2 for bad input, or a program's own.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in PROGRAMS:
@@ -249,6 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"dphype {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except RunFailed as err:
+        print(f"dphype {args.command}: error: {err}", file=sys.stderr)
+        return 1
     if not args.json:
         render = getattr(module, "render", render_text)
         print(render(result))

@@ -1,7 +1,8 @@
 """``dphype demo``: the bundled Flower app on Adult -- DP-Hype's private selection, then FedAvg with the winner.
 
 Runs the bundled app (`dphype.app`, shipped inside the package, so it works from an installed wheel) with
-``flwr run`` on a private local simulation SuperLink (`dphype.flower.local.LocalSuperLink`): every
+``flwr run`` on a private local simulation SuperLink, through ``dphype run``'s runner (`dphype.cli.run.run_locally`:
+a failed run ends with one line naming its cause): every
 simulated client scores the candidates on its Adult shard and votes top-k. By default (``--release argmax``,
 the release results/README.md measures closer to Opt) each client seals shares of its noisy votes to 3
 simulated tally nodes (3 more nodes, keys made here, `make_tally_keys`), which open only the
@@ -28,7 +29,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dphype.cli import add_candidates_argument, add_privacy_arguments, add_selection_arguments, privacy_config
+from dphype.cli import (
+    RunFailed,
+    add_candidates_argument,
+    add_privacy_arguments,
+    add_selection_arguments,
+    privacy_config,
+)
 
 #: The Flower components of the bundled app (``[tool.flwr.app.components]``), by name: Flower imports them in the
 #: app's processes.
@@ -67,7 +74,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     Raises:
         ValueError: For bad input (exit status 2 via `dphype.cli.main`).
-        RuntimeError: If the Flower run fails (nothing was released).
+        dphype.cli.RunFailed: If the Flower run fails (nothing was released).
     """  # noqa: DOC502
     from dphype.flower import DPHype
     from dphype.flower.local import node_config_string
@@ -111,8 +118,9 @@ def make_tally_keys(folder: Path) -> tuple[bytes, ...]:
 def _run(args: argparse.Namespace, selection: Any, env: dict[str, str], folder: Path) -> dict[str, Any]:
     """Check the app's own settings, run the app on ``clients`` (plus 3 tally) simulated nodes."""
     from dphype.checks import check_int, check_positive
+    from dphype.cli.run import run_locally
     from dphype.config import RUN_CONFIG_KEYS
-    from dphype.flower.local import LocalSuperLink, is_flower_app
+    from dphype.flower.local import is_flower_app
     from dphype.modes import Aggregator
     from dphype.secure.tally import COMMITTEE_SIZE
 
@@ -136,13 +144,10 @@ def _run(args: argparse.Namespace, selection: Any, env: dict[str, str], folder: 
     app = args.app if args.app is not None else bundled_app(folder / "app", run_config)
     start = time.perf_counter()
     supernodes = config.clients + (COMMITTEE_SIZE if config.mode.aggregator is Aggregator.COMMITTEE else 0)
-    with LocalSuperLink(env=env) as superlink:
-        # with --json, Flower's log goes to stderr so that stdout ends with the JSON line
-        code = superlink.run(app, run_config=run_config, supernodes=supernodes,
-                             stdout=sys.stderr if args.json else None, timeout=args.timeout)
-    if code != 0 or not result_file.exists():
-        raise RuntimeError(f"the Flower run failed (flwr exit status {code}); nothing was released: see the "
-                           "log above")
+    run_locally(Path(app), run_config, supernodes, env=env, json=args.json, timeout=args.timeout)
+    if not result_file.exists():
+        raise RunFailed(f"the run completed without writing its summary to the run config's result-file: the app "
+                        f"in {app} is not the bundled app's kind (leave --app out)")
     summary = json.loads(result_file.read_text())
     privacy = summary.pop("privacy")
     return {**summary, "seconds": time.perf_counter() - start,
