@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     Raises:
         ValueError: For bad input (exit status 2 via `dphype.cli.main`).
         RunFailed: If the run does not complete (exit status 1).
-    """  # noqa: DOC502
+    """  # noqa: DOC502, DOC503
     from dphype.checks import check_int, check_positive
     from dphype.config import DPHypeConfig
     from dphype.flower.local import app_run_config, is_flower_app, parse_run_config

@@ -128,13 +128,14 @@ def parse_run_config(text: str | None) -> dict[str, Any]:
     Raises:
         ValueError: If ``text`` is not in that syntax (naming ``--run-config``).
     """
+    from click import ClickException
     from flwr.common.config import parse_config_args
 
     if not text:
         return {}
     try:
         return dict(parse_config_args([text]))
-    except (ValueError, OSError) as err:  # tomli's decode error is a ValueError
+    except (ValueError, OSError, ClickException) as err:  # Flower's parser raises click's exception
         raise ValueError(f"--run-config must be key=value pairs with TOML values (strings quoted: "
                          f"\"release='argmax' k=2\") or a .toml file, got {text!r}: {err}") from None
 
