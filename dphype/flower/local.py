@@ -290,9 +290,15 @@ class LocalSuperLink:
         deadline = None if timeout is None else time.monotonic() + timeout
         tail: deque[str] = deque(maxlen=40)
         run_id = None
+        killed = threading.Event()  # set when the timeout killed flwr run
+
+        def kill(pid: int) -> None:
+            killed.set()
+            _kill_group(pid)
+
         with subprocess.Popen(command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               errors="replace", start_new_session=True) as flwr:
-            timer = None if timeout is None else threading.Timer(timeout, _kill_group, (flwr.pid,))
+            timer = None if timeout is None else threading.Timer(timeout, kill, (flwr.pid,))
             if timer is not None:
                 timer.start()
             try:
@@ -308,12 +314,15 @@ class LocalSuperLink:
             finally:
                 if timer is not None:
                     timer.cancel()
-        timed_out = deadline is not None and time.monotonic() >= deadline
         status, details = ("", "") if run_id is None else self._status(run_id, deadline)
+        timed_out = killed.is_set() or (deadline is not None and bool(status) and not status.startswith("finished"))
         return RunOutcome(code, run_id, status, details, tuple(tail), timed_out)
 
     def _status(self, run_id: int, deadline: float | None) -> tuple[str, str]:
-        """The run's status and details (``flwr ls``), polled until it is finished or ``deadline`` passes."""
+        """The run's status and details (``flwr ls``), polled until it is finished or ``deadline`` passes.
+
+        An unreadable answer returns at once (empty status, ``flwr ls``'s output as the details).
+        """
         while True:
             done = subprocess.run(["flwr", "ls", "--run-id", str(run_id), "--format", "json"], env=self.env,
                                   capture_output=True, text=True, check=False)
@@ -322,7 +331,7 @@ class LocalSuperLink:
                 status, details = str(runs[0]["status"]), str(runs[0]["status-details"])
             except (ValueError, KeyError, IndexError, TypeError):
                 status, details = "", f"flwr ls failed: {(done.stdout + done.stderr).strip()[-300:]}"
-            if status.startswith("finished") or (deadline is not None and time.monotonic() >= deadline):
+            if not status or status.startswith("finished") or (deadline is not None and time.monotonic() >= deadline):
                 return status, details
             time.sleep(1.0)
 
