@@ -6,7 +6,8 @@
   :func:`grid_of`, :func:`sum_config`; the argmax release's tally committee: :func:`argmax_grid`,
   :func:`argmax_config`;
 - released results: :func:`a_release`;
-- Flower CLI processes (``flwr run``, loopback deployment): :data:`REPO`, :data:`BIN`, :func:`offline_env`,
+- Flower CLI processes (``flwr run``, loopback deployment, README commands): :data:`REPO`, :data:`BIN`,
+  :data:`LOCAL_SUPERLINK_PORTS`, :func:`offline_env`, :func:`clean_env`, :func:`readme_blocks`,
   :func:`free_ports_in_a_row`, :func:`processes_with`, :func:`descendants`, :func:`stop`, :func:`parse_result`;
 - the bench studies on a tiny configuration: :data:`TINY`, :func:`bench`.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import time
@@ -28,7 +30,7 @@ from flwr.clientapp import ClientApp
 
 from dphype.config import DPHypeConfig
 from dphype.flower import register_dphype
-from dphype.flower.local import LocalGrid, node_id
+from dphype.flower.local import LocalGrid, free_port, node_id
 from dphype.flower.tally import load_tally_key
 from dphype.protocol import VoteRequest, make_vote_request
 from dphype.result import DPHypeResult
@@ -157,11 +159,18 @@ BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 RESULT_PREFIX = "DPHYPE_RESULT "
 
 
+#: The environment variables that move ``flwr run``'s managed local SuperLink off its fixed ports (39091 / 39093),
+#: so that a test's ``flwr run`` never joins a user's local SuperLink (flwr/cli/constant.py).
+LOCAL_SUPERLINK_PORTS = ("FLWR_LOCAL_SUPERLINK_HTTP_API_PORT", "FLWR_LOCAL_CONTROL_API_PORT")
+
+
 def offline_env(flwr_home: Path) -> dict[str, str]:
     """Environment for reproducible offline Flower CLI runs (flower-facts.md); ``PYTHONPATH`` is this checkout,
     so every process Flower starts (SuperLink, SuperNodes, ServerApp, ClientApps) runs the code under test, not
-    wherever the environment's ``dphype`` is installed from."""
-    env = dict(os.environ)
+    wherever the environment's ``dphype`` is installed from. A private ``FLWR_HOME``, free ports for ``flwr run``'s
+    local SuperLink (:data:`LOCAL_SUPERLINK_PORTS`) and no inherited ``DPHYPE_*`` variable: a test's Flower run
+    neither joins nor inherits anything of a user's."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("DPHYPE_")}
     env.update(
         FLWR_HOME=str(flwr_home),
         FLWR_TELEMETRY_ENABLED="0",
@@ -169,6 +178,7 @@ def offline_env(flwr_home: Path) -> dict[str, str]:
         FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
         PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
         PYTHONPATH=str(REPO),
+        **{name: str(free_port()) for name in LOCAL_SUPERLINK_PORTS},
     )
     return env
 
@@ -187,6 +197,15 @@ def free_ports_in_a_row(count: int) -> int:
             continue
         return base
     raise RuntimeError(f"no {count} consecutive free ports found")
+
+
+def clean_env(home: Path) -> dict[str, str]:
+    """The environment of a new user's shell for running README commands verbatim: this checkout's ``bin`` and code,
+    a fresh ``HOME`` and ``FLWR_HOME``, and none of the variables the other tests or the developer set."""
+    home.mkdir(parents=True, exist_ok=True)
+    return {"PATH": f"{BIN}{os.pathsep}/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
+            "FLWR_HOME": str(home / ".flwr"), "PYTHONPATH": str(REPO), "LANG": "C.UTF-8",
+            "TMPDIR": os.environ.get("TMPDIR", "/tmp")}
 
 
 def processes_with(*fragments: str) -> list[int]:
@@ -264,3 +283,13 @@ def bench(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]
     for path in result["outputs"]:
         assert Path(path).stat().st_size > 0
     return result
+
+
+def readme_blocks(section: str, language: str) -> list[str]:
+    """The ``language`` code blocks of the README's section ``## section`` (up to the next ``## `` heading), in
+    order, exactly as written."""
+    text = (REPO / "README.md").read_text()
+    start = text.index(f"\n## {section}\n")
+    end = text.find("\n## ", start + 1)
+    body = text[start:end if end >= 0 else len(text)]
+    return re.findall(rf"^```{language}\n(.*?)^```", body, re.S | re.M)

@@ -1,31 +1,35 @@
-"""The README's embedding example, run exactly as written: in process, and through `flwr run`."""
+"""The README's embedding example, run exactly as written: its files in process, and its commands verbatim (in a
+fresh folder, a clean environment and a private ``FLWR_HOME``) through ``dphype run``."""
 
 from __future__ import annotations
 
 import ast
 import importlib.util
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
 import pytest
 from flwr.app import Context, RecordDict
-from helpers import REPO
+from helpers import clean_env, readme_blocks
 
 from dphype.flower import selected_candidate
 from dphype.flower.local import LocalGrid
 
+SECTION = "Add DP-Hype to your Flower app"
+
 
 def readme_files() -> dict[str, str]:
-    """The README's Python blocks whose first line names a file of the example app."""
-    blocks = re.findall(r"```python\n(# (my_app/\S+)\n.*?)```", (REPO / "README.md").read_text(), re.S)
-    return {name: code for code, name in blocks}
+    """The README's blocks whose first line names a file of the example app."""
+    blocks = readme_blocks(SECTION, "python") + readme_blocks(SECTION, "toml")
+    named = [block for block in blocks if re.match(r"# (my_app/\S+|pyproject.toml)\n", block)]
+    return {block.split("\n", 1)[0][2:]: block for block in named}
 
 
 def run_config() -> dict:
     """The README's ``[tool.flwr.app.config]`` (what ``flwr run`` hands the ServerApp)."""
-    (toml,) = re.findall(r"```toml\n# my_app/pyproject.toml\n(.*?)```", (REPO / "README.md").read_text(), re.S)
-    return tomllib.loads(toml)["tool"]["flwr"]["app"]["config"]
+    return tomllib.loads(readme_files()["pyproject.toml"])["tool"]["flwr"]["app"]["config"]
 
 
 SELECTED = r"DP-Hype selected candidate \d of 8: lr=[0-9.e-]+, steps=\d+\n"
@@ -33,8 +37,8 @@ SELECTED = r"DP-Hype selected candidate \d of 8: lr=[0-9.e-]+, steps=\d+\n"
 
 def write_app(folder: Path) -> Path:
     files = readme_files()
-    assert set(files) == {"my_app/client_app.py", "my_app/server_app.py", "my_app/server_app_dp.py"}
-    (folder / "my_app").mkdir()
+    assert set(files) == {"my_app/client_app.py", "my_app/server_app.py", "my_app/server_app_dp.py", "pyproject.toml"}
+    (folder / "my_app").mkdir(parents=True)
     (folder / "my_app" / "__init__.py").write_text("")
     for name, code in files.items():
         (folder / name).write_text(code)
@@ -50,18 +54,20 @@ def load(path: Path, name: str):
 
 def test_dphype_adds_few_lines_to_each_side():
     for name, code in readme_files().items():
-        if name.endswith("_dp.py"):
+        if not name.endswith("app.py"):
             continue
         added = [line for line in code.splitlines() if line.rstrip().endswith("# +") or "# + " in line]
         assert 0 < len(added) <= 20, name
 
 
 def test_readme_app_selects_then_trains_in_process(tmp_path, capsys):
+    """The sum release in process (the argmax release needs tally processes: the commands below run it)."""
     folder = write_app(tmp_path)
     client = load(folder / "my_app" / "client_app.py", "readme_client_app")
     server = load(folder / "my_app" / "server_app.py", "readme_server_app")
     grid = LocalGrid(client.app, 10)
-    server.app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config()))
+    config = {**run_config(), "release": "sum", "k": 1}
+    server.app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config))
     printed = capsys.readouterr().out
     assert re.search(SELECTED + r".*\nprivacy: \(1, 1e-05\)-DP per client", printed), printed
     trains = [m for m in grid.sent if m.metadata.message_type == "train"]
@@ -76,7 +82,8 @@ def test_readme_app_trains_privately_in_process(tmp_path, capsys):
     client = load(folder / "my_app" / "client_app.py", "readme_client_app")  # the ordinary client serves DP rounds
     server = load(folder / "my_app" / "server_app_dp.py", "readme_server_app_dp")
     grid = LocalGrid(client.app, 10)
-    server.app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config()))
+    config = {**run_config(), "release": "sum", "k": 1}
+    server.app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config))
     run = ast.literal_eval(capsys.readouterr().out.strip().splitlines()[-1])  # the printed report dict
     assert run["releases"] == 4 and run["delta"] == 1e-5 and 2.0 < run["epsilon"] < 3.0
     trains = [r for r in grid.replies if r.metadata.message_type == "train"]
@@ -84,22 +91,17 @@ def test_readme_app_trains_privately_in_process(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_readme_app_runs_with_flwr_run(tmp_path):
-    from dphype.flower.local import LocalSuperLink
-
-    folder = write_app(tmp_path)
-    (folder / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n\n'
-        '[project]\nname = "my-app"\nversion = "1.0.0"\ndependencies = []\n\n'
-        '[tool.hatch.build.targets.wheel]\npackages = ["."]\n\n'
-        '[tool.flwr.app]\npublisher = "readme"\n\n'
-        '[tool.flwr.app.components]\nserverapp = "my_app.server_app:app"\nclientapp = "my_app.client_app:app"\n\n'
-        '[tool.flwr.app.config]\n' + "".join(f"{key} = {value!r}\n" for key, value in run_config().items()))
-    log = tmp_path / "run.log"
-    with LocalSuperLink() as superlink, open(log, "w") as out:
-        code = superlink.run(folder, run_config={}, supernodes=10, stdout=out, timeout=600)
-    text = log.read_text()
-    assert code == 0, text[-3000:]
-    assert re.search(SELECTED, text), text[-3000:]
-    assert "DP-Hype pre-flight: 10 of 10 clients ready" in text
-    assert "aggregate_train: Received 10 results and 0 failures" in text
+def test_readme_embedding_commands_run_verbatim(tmp_path):
+    """The section's bash block, verbatim, in the app folder its files make: the argmax release with 3 simulated
+    tallies must complete (``dphype run`` exits 1 otherwise); the sum release of the same files runs in process
+    above."""
+    (block,) = readme_blocks(SECTION, "bash")
+    folder = write_app(tmp_path / "my-app")
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=folder, env=clean_env(tmp_path / "home"),
+                          capture_output=True, text=True, timeout=600)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    runs = re.findall(r"run \d+ finished:completed in \d+ s on (.*) \(app: ", done.stdout)
+    assert runs == ["10 voters and 3 tally nodes"], output[-4000:]
+    assert len(re.findall(SELECTED, output)) == 1, output[-4000:]
+    assert "released: winning index only" in output and "aggregate_train: Received 10 results and 0 failures" in output

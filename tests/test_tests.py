@@ -5,6 +5,7 @@ plain code lives in ``helpers.py``, shared fixtures in ``conftest.py`` files."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from helpers import REPO
@@ -47,3 +48,21 @@ def test_the_folders_mirror_the_package_and_hold_only_test_modules_and_conftests
     strays = [str(path.relative_to(TESTS)) for path in TESTS.rglob("*.py")
               if not (path.name.startswith("test_") or path.name == "conftest.py" or path == TESTS / "helpers.py")]
     assert not strays, strays
+
+
+def test_every_test_that_starts_flwr_run_moves_its_local_superlink_off_the_users_ports(tmp_path):
+    """``flwr run`` on its default connection starts (or joins!) Flower's local SuperLink on fixed ports (39091 /
+    39093), whatever ``FLWR_HOME`` says: a test module that starts ``flwr run`` must take its environment from
+    ``offline_env``, which moves them to free ports (or run apps through ``dphype run`` / ``LocalSuperLink``), so that
+    ``make test`` passes while a user's ``flwr run .`` runs beside it (issue 24)."""
+    from helpers import LOCAL_SUPERLINK_PORTS, offline_env
+
+    starts = re.compile(r"""["']flwr["']\)?,\s*["']run["']""")
+    bad = [str(path.relative_to(REPO)) for path in sorted(TESTS.rglob("test_*.py"))
+           if starts.search(text := path.read_text()) and "offline_env(" not in text]
+    assert not bad, "these test modules start flwr run without offline_env's free local-SuperLink ports: " + \
+        ", ".join(bad)
+    env, again = offline_env(tmp_path), offline_env(tmp_path)
+    ports = {int(env[name]) for name in LOCAL_SUPERLINK_PORTS}
+    assert len(ports) == 2 and not ports & {39091, 39093} and ports != {int(again[n]) for n in LOCAL_SUPERLINK_PORTS}
+    assert env["FLWR_HOME"] == str(tmp_path) and not any(key.startswith("DPHYPE_") for key in env)

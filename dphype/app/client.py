@@ -19,16 +19,13 @@ SuperNode whose operator names its role in the node config (string values quoted
 them): ``flower-supernode --node-config "dphype-tally-id=0
 dphype-tally-parties='host0:port0,host1:port1,host2:port2' dphype-tally-key='~/.flwr/dphype/tally-0.key'"``
 (one key file per tally, so that tallies sharing a host keep apart).
-In simulation, where the node config holds only ``partition-id`` and ``num-partitions``, `simulated_roles`
-gives the roles (`simulated_role`): partitions ``0 .. clients-1`` vote, partitions
-``clients .. clients+tallies-1`` are tallies ``0 .. tallies-1``
-(so the federation needs ``options.num-supernodes = clients + tallies``).
+In simulation the mod `dphype.flower.simulated_roles` gives the roles: partitions ``0 .. clients-1`` vote,
+partitions ``clients .. clients+tallies-1`` are tallies ``0 .. tallies-1`` (so the federation needs
+``options.num-supernodes = clients + tallies``).
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
@@ -37,11 +34,7 @@ from flwr.clientapp.mod import fixedclipping_mod
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 
-from dphype.flower import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES, register_dphype, selected_candidate
-from dphype.flower.tally import TALLY_KEYS_ENV
-from dphype.modes import RELEASE_MODES, Aggregator
-from dphype.node.policy import run_ledger_path
-from dphype.secure.tally import COMMITTEE_SIZE
+from dphype.flower import register_dphype, selected_candidate, simulated_roles
 
 if TYPE_CHECKING:  # torch is imported where a task is built: a process serving a SecAgg+ stage needs none
     from dphype.ml.task import TorchTask
@@ -63,80 +56,6 @@ def local_task(context: Context) -> TorchTask:
     return make_task(str(run.get("dataset", "adult")), int(context.node_config["partition-id"]),
                      int(context.node_config["num-partitions"]), seed=int(run.get("seed", 0)),
                      epochs=int(run.get("local-epochs", 5)))
-
-
-#: First loopback port of a simulated committee's MPyC parties (`simulated_parties`).
-SIMULATED_TALLY_PORTS = 20000
-
-
-def simulated_parties(run_id: int, tallies: int) -> list[str]:
-    """The MPyC addresses of a simulated committee.
-
-    ``tallies`` consecutive loopback ports from one of 4,000 blocks of 10 at and above `SIMULATED_TALLY_PORTS`,
-    chosen by the run id, so that every tally of the run derives the same list without talking to the others,
-    and runs side by side rarely share a port.
-
-    Args:
-        run_id: The Flower run id.
-        tallies: The committee's size.
-
-    Returns:
-        The addresses, ``"127.0.0.1:port"``, in committee order.
-    """
-    base = SIMULATED_TALLY_PORTS + (run_id % 4000) * 10
-    return [f"127.0.0.1:{base + j}" for j in range(tallies)]
-
-
-def simulated_role(context: Context, clients: int, tallies: int, keys: str | os.PathLike[str]) -> None:
-    """Give a simulated node of an argmax-mode run its role (module docstring), in its node config.
-
-    The run has ``clients`` voters and ``tallies`` tallies: a partition at or beyond ``clients`` becomes tally
-    ``partition-id - clients`` (its key ``tally-<j>.key`` in the folder ``keys``, the addresses of
-    `simulated_parties`), and a voter of a federation of exactly ``clients + tallies`` nodes gets its shard
-    of ``clients`` partitions, as in sum mode. A node whose operator named a role (``dphype-tally-id``), or without
-    a ``partition-id``, keeps its node config.
-
-    Args:
-        context: The node's context, whose node config is updated in place.
-        clients: The number of voters.
-        tallies: The committee's size.
-        keys: The folder of the tallies' key files.
-    """
-    node = context.node_config
-    if TALLY_ID in node or "partition-id" not in node:
-        return
-    partition = int(cast(int, node["partition-id"]))
-    if partition >= clients:
-        index = partition - clients
-        node.update({TALLY_ID: index, TALLY_PARTIES: ",".join(simulated_parties(context.run_id, tallies)),
-                     TALLY_KEY_FILE: str(Path(keys) / f"tally-{index}.key")})
-    elif int(cast(int, node["num-partitions"])) == clients + tallies:
-        node["num-partitions"] = clients
-
-
-def simulated_roles(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
-    """The bundled app's mod for `simulated_role`.
-
-    Only a run config that states a release whose aggregator is the tally committee (``release = "argmax"``)
-    and ``clients`` (as ``flwr run`` and ``dphype demo`` give it)
-    assigns roles, with the keys in `dphype.flower.tally.TALLY_KEYS_ENV`'s folder, or in this run's folder
-    beside the simulated ledgers (`dphype.node.policy.run_ledger_path`); every node of another release keeps
-    its node config.
-
-    Args:
-        msg: The incoming message.
-        context: The node's context.
-        call_next: The next handler.
-
-    Returns:
-        The next handler's reply.
-    """
-    run = context.run_config
-    mode = RELEASE_MODES.get(str(run.get("release")))
-    if mode is not None and mode.aggregator is Aggregator.COMMITTEE and "clients" in run:
-        simulated_role(context, int(cast(int, run["clients"])), int(cast(int, run.get("tallies", COMMITTEE_SIZE))),
-                       os.environ.get(TALLY_KEYS_ENV) or run_ledger_path(context.run_id).parent)
-    return call_next(msg, context)
 
 
 app = ClientApp(mods=[simulated_roles])

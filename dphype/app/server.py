@@ -5,7 +5,7 @@ A worked example of the Message API end to end, in one ``@app.main()``:
 1. `dphype.flower.DPHype` -- every client votes on the public candidate list. With ``release =
    "argmax"`` (the app's default, `dphype.app.config.APP_RELEASE`) the clients seal shares of their
    noisy votes to a committee of ``tallies`` tally nodes, whose keys the ServerApp first asks the connected
-   nodes for (`dphype.flower.discover_committee`), and only the winner's index is released;
+   nodes for (`dphype.flower.connected_committee`), and only the winner's index is released;
    with ``release = "sum"`` one SecAgg+ round releases the noisy vote sum and the rule selects. Either way
    with a privacy report;
 2. ``flwr.serverapp.strategy.FedAvg`` -- ``fedavg-rounds`` rounds with the selected candidate as the train
@@ -33,10 +33,9 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 from dphype.app.config import AppConfig, result_path
-from dphype.flower import ClientGrid, DPHype, check_private_training, discover_committee, private_training, train_config
+from dphype.flower import DPHype, check_private_training, connected_committee, private_training, train_config
 from dphype.ml.models import MODEL_FOR_DATASET
 from dphype.ml.task import TorchTask, load_cached
-from dphype.modes import Aggregator
 from dphype.result import FAILURE_FORMAT, summarize_run
 from dphype.strict_json import jsonable
 
@@ -67,14 +66,11 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
     Raises:
         ValueError: If the selection or the private training is refused before it starts.
     """  # noqa: DOC502
-    tallies: tuple[bytes, ...] = ()
-    tally_nodes: tuple[int, ...] = ()
-    voters = grid
-    if cfg.dphype.mode.aggregator is Aggregator.COMMITTEE:  # the committee's keys from its nodes (hello only)
-        tallies, tally_nodes = discover_committee(grid, cfg.dphype.clients, cfg.tallies,
-                                                  connect_timeout=cfg.connect_timeout, timeout=cfg.round_timeout)
-        voters = ClientGrid(grid, tally_nodes)  # FedAvg samples, trains and evaluates the voters only
-    selection = DPHype(cfg.candidate_list(), cfg.dphype, tallies=tallies)  # checks all before any client works
+    # argmax: the committee's keys from its nodes (hello only); sum: no committee
+    committee = connected_committee(grid, cfg.dphype, cfg.tallies, connect_timeout=cfg.connect_timeout,
+                                    timeout=cfg.round_timeout)
+    voters = committee.voters  # FedAvg samples, trains and evaluates the voters only
+    selection = DPHype(cfg.candidate_list(), cfg.dphype, tallies=committee.keys)  # checks all before any client works
     budget = cfg.training_budget()
     survivors = cfg.dphype.clients  # at least the vote's survivors train: checked here, set after the vote
     if budget is not None:  # the training accountant's preconditions, before the selection spends anything
@@ -82,7 +78,7 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
                                neighbouring=cfg.dphype.neighbouring, sampled_clients=survivors)
     start = time.perf_counter()
     result = selection.start(grid, timeout=cfg.round_timeout, connect_timeout=cfg.connect_timeout,
-                             committee_nodes=tally_nodes or None)  # the committee answered hello above
+                             committee_nodes=committee.nodes)  # the committee answered hello above
     selected_at = time.perf_counter()
 
     test = TorchTask(load_cached(cfg.dataset)[1], MODEL_FOR_DATASET[cfg.dataset])  # central evaluation

@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("dphype.cli.plan", "predict the chance of a good pick, recommend k, smallest epsilon and n"),
     "ledger": ("dphype.node.ledger", "show this node's privacy ledger: recorded votes and their composed epsilon"),
     "new": ("dphype.cli.new", "write a runnable Flower app with DP-Hype (offline, from the package's template)"),
+    "run": ("dphype.cli.run", "run a Flower app with DP-Hype in a local simulation (private SuperLink, free ports; "
+            "exit status 1 with the cause when the run fails)"),
     "superexec": ("dphype.cli.superexec", "a warm SuperExec for a SuperNode in process isolation: ClientApp tasks "
                   "forked from a process that imported their code once"),
     "demo": ("dphype.cli.demo", "the bundled Flower app on Adult: DP-Hype over SecAgg+, then FedAvg with the winner"),

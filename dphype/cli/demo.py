@@ -1,7 +1,8 @@
 """``dphype demo``: the bundled Flower app on Adult -- DP-Hype's private selection, then FedAvg with the winner.
 
 Runs the bundled app (`dphype.app`, shipped inside the package, so it works from an installed wheel) with
-``flwr run`` on a private local simulation SuperLink (`dphype.flower.local.LocalSuperLink`): every
+``flwr run`` on a private local simulation SuperLink, through ``dphype run``'s runner (`dphype.cli.run.run_locally`:
+a failed run ends with one line naming its cause): every
 simulated client scores the candidates on its Adult shard and votes top-k. By default (``--release argmax``,
 the release results/README.md measures closer to Opt) each client seals shares of its noisy votes to 3
 simulated tally nodes (3 more nodes, keys made here, `make_tally_keys`), which open only the
@@ -134,8 +135,9 @@ def _run(args: argparse.Namespace, selection: Any, env: dict[str, str], folder: 
     """Check the app's own settings, run the app on ``clients`` (plus 3 tally) simulated nodes."""
     from dphype.checks import check_int, check_positive
     from dphype.cli import RunFailedError
+    from dphype.cli.run import run_locally
     from dphype.config import RUN_CONFIG_KEYS
-    from dphype.flower.local import LocalSuperLink, is_flower_app
+    from dphype.flower.local import is_flower_app
     from dphype.modes import Aggregator
     from dphype.result import FAILURE_FORMAT, RESULT_FORMAT
     from dphype.secure.tally import COMMITTEE_SIZE
@@ -160,16 +162,17 @@ def _run(args: argparse.Namespace, selection: Any, env: dict[str, str], folder: 
     app = args.app if args.app is not None else bundled_app(folder / "app", run_config)
     start = time.perf_counter()
     supernodes = config.clients + (COMMITTEE_SIZE if config.mode.aggregator is Aggregator.COMMITTEE else 0)
-    with LocalSuperLink(env=env) as superlink:
-        # with --json, Flower's log goes to stderr so that stdout ends with the JSON line
-        code = superlink.run(app, run_config=run_config, supernodes=supernodes,
-                             stdout=sys.stderr if args.json else None, timeout=args.timeout)
+    try:
+        run_locally(Path(app), run_config, supernodes, env=env, json=args.json, timeout=args.timeout)
+    except RunFailedError:
+        failure = json.loads(result_file.read_text()) if result_file.exists() else {}
+        if failure.get("format") == FAILURE_FORMAT:  # the ServerApp's own record of why it failed
+            raise RunFailedError(f"the run failed: {failure['error']}") from None
+        raise
     summary = json.loads(result_file.read_text()) if result_file.exists() else {}
-    if summary.get("format") == FAILURE_FORMAT:  # the ServerApp's record of why it failed
-        raise RunFailedError(f"the run failed: {summary['error']}")
-    if code != 0 or summary.get("format") != RESULT_FORMAT:
-        raise RunFailedError(f"the Flower run ended without a result (flwr exit status {code}): its cause is in the "
-                             "log above")
+    if summary.get("format") != RESULT_FORMAT:
+        raise RunFailedError(f"the run completed without writing its summary to the run config's result-file: the "
+                             f"app in {app} is not the bundled app's kind (leave --app out)")
     seconds = time.perf_counter() - start
     privacy = summary.pop("privacy")
     if args.app is None:

@@ -9,9 +9,10 @@
   ``save()``); then train with any Message-API strategy, passing `train_config` ``(result.best_params)``,
   which the client's ``@app.train()`` reads back with `selected_candidate` ``(msg)``.
 * ``release="argmax"``: the tally nodes run the same ``ClientApp`` (node config `TALLY_ID`,
-  `TALLY_PARTIES`, `TALLY_KEY_FILE`; `load_tally_key` gives a tally's public key); a server that
-  takes the committee from the connected nodes asks `discover_committee`, and trains afterwards on a
-  `ClientGrid`, which hides the tallies from the strategy.
+  `TALLY_PARTIES`, `TALLY_KEY_FILE`; `load_tally_key` gives a tally's public key; in simulation the mod
+  `simulated_roles` makes the last partitions the tallies); a server that takes the committee from the
+  connected nodes asks `connected_committee` (`discover_committee` in argmax mode, nothing in sum mode) and
+  trains afterwards on its ``voters`` (a `ClientGrid`, which hides the tallies from the strategy).
 * `private_training` -- optional: wrap the final FedAvg in Flower's DP wrappers, calibrated to a
   training budget and accounted together with the selection; the server clips (or verifies the clients'
   clipping) and sets uniform weights itself. `check_private_training` checks it before the selection.
@@ -41,6 +42,9 @@ _EXPORTS: dict[str, str] = {
     "TALLY_KEY_FILE": "dphype.flower.tally",
     "TALLY_PARTIES": "dphype.flower.tally",
     "load_tally_key": "dphype.flower.tally",
+    "simulated_roles": "dphype.flower.tally",
+    "Committee": "dphype.flower.server.committee",
+    "connected_committee": "dphype.flower.server.committee",
     "ClippingError": "dphype.flower.training",
     "TrainingBudget": "dphype.flower.training",
     "check_private_training": "dphype.flower.training",
@@ -52,15 +56,16 @@ if TYPE_CHECKING:
     from dphype.flower.client.policy import node_policy
     from dphype.flower.selected import selected_candidate, train_config
     from dphype.flower.server import DPHype
-    from dphype.flower.server.committee import ClientGrid, discover_committee
+    from dphype.flower.server.committee import ClientGrid, Committee, connected_committee, discover_committee
     from dphype.flower.server.readiness import PreflightError
-    from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES, load_tally_key
+    from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES, load_tally_key, simulated_roles
     from dphype.flower.training import ClippingError, TrainingBudget, check_private_training, private_training
 
 
 __getattr__ = lazy_getattr(__name__, _EXPORTS, globals())
 
 
-__all__ = ["TALLY_ID", "TALLY_KEY_FILE", "TALLY_PARTIES", "ClientGrid", "ClippingError", "DPHype", "PreflightError",
-           "TrainingBudget", "check_private_training", "discover_committee", "load_tally_key", "node_policy",
-           "private_training", "register_dphype", "selected_candidate", "train_config"]
+__all__ = ["TALLY_ID", "TALLY_KEY_FILE", "TALLY_PARTIES", "ClientGrid", "ClippingError", "Committee", "DPHype",
+           "PreflightError", "TrainingBudget", "check_private_training", "connected_committee", "discover_committee",
+           "load_tally_key", "node_policy", "private_training", "register_dphype", "selected_candidate",
+           "simulated_roles", "train_config"]

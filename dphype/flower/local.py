@@ -1,11 +1,12 @@
-"""Run a Flower app with ``flwr run`` on a private, local simulation SuperLink (for ``dphype demo``).
+"""Run a Flower app with ``flwr run`` on a private, local simulation SuperLink (``dphype run``, ``dphype demo``).
 
 Flower deprecates in-process simulation (``run_simulation``) in favour of ``flwr run``. ``flwr run`` with the
 default ``local`` connection starts a detached SuperLink on a fixed port that outlives the run, so
 `LocalSuperLink` starts its own ``flower-superlink --simulation`` on free loopback ports instead, with a
 private ``FLWR_HOME`` naming it as the default connection, submits runs to it, and stops it with every
 process it started when done. Nothing is downloaded (runtime dependency installation, telemetry and update
-checks are off).
+checks are off). `LocalSuperLink.run` returns the run's own outcome (`RunOutcome`: Flower's status of the run
+and the ServerApp's exception), because ``flwr run`` exits 0 when the ServerApp raises.
 """
 
 from __future__ import annotations
@@ -14,13 +15,17 @@ import copy
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import deque
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -94,6 +99,47 @@ def node_config_string(values: Mapping[str, Any]) -> str:
     return " ".join(f"{key}={toml_value(value)}" for key, value in values.items())
 
 
+def app_run_config(folder: str | Path) -> dict[str, Any]:
+    """The run config a Flower app declares (``[tool.flwr.app.config]``, flattened as ``flwr run`` does).
+
+    Args:
+        folder: The app's folder.
+
+    Returns:
+        The keys and their defaults.
+    """
+    import tomllib
+
+    from flwr.common.config import flatten_dict
+
+    with (Path(folder) / "pyproject.toml").open("rb") as fh:
+        return dict(flatten_dict(tomllib.load(fh).get("tool", {}).get("flwr", {}).get("app", {}).get("config", {})))
+
+
+def parse_run_config(text: str | None) -> dict[str, Any]:
+    """``--run-config`` overrides in ``flwr run``'s syntax (``"k=2 release='argmax'"``, TOML values) or a TOML file.
+
+    Args:
+        text: The overrides; ``None`` or empty for none.
+
+    Returns:
+        The keys and their values.
+
+    Raises:
+        ValueError: If ``text`` is not in that syntax (naming ``--run-config``).
+    """
+    from click import ClickException
+    from flwr.common.config import parse_config_args
+
+    if not text:
+        return {}
+    try:
+        return dict(parse_config_args([text]))
+    except (ValueError, OSError, ClickException) as err:  # Flower's parser raises click's exception
+        raise ValueError(f"--run-config must be key=value pairs with TOML values (strings quoted: "
+                         f"\"release='argmax' k=2\") or a .toml file, got {text!r}: {err}") from None
+
+
 def is_flower_app(folder: str | Path) -> bool:
     """Whether ``folder`` holds a Flower app (a pyproject.toml with a ``[tool.flwr.app]`` table).
 
@@ -110,6 +156,61 @@ def is_flower_app(folder: str | Path) -> bool:
         return False
     with path.open("rb") as fh:
         return "app" in tomllib.load(fh).get("tool", {}).get("flwr", {})
+
+
+#: The line of ``flwr run`` that names the run it started.
+_STARTED = re.compile(r"Successfully started run (\d+)")
+
+
+def _kill_group(pid: int) -> None:
+    """Kill the process group of ``pid`` (a ``flwr run`` past its timeout)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What became of one `LocalSuperLink.run`: Flower's own status of the run, not ``flwr run``'s exit status.
+
+    Attributes:
+        exit_code: ``flwr run``'s exit status (0 also when the ServerApp raised).
+        run_id: The run's id, ``None`` when no run was started.
+        status: Flower's status of the run (``"finished:completed"``, ``"finished:failed"``, ...); empty when no
+            run was started.
+        details: Flower's status details (for a failed run, the ServerApp's exception).
+        tail: The last lines ``flwr run`` printed.
+        timed_out: Whether the timeout passed before the run finished.
+    """
+
+    exit_code: int
+    run_id: int | None
+    status: str
+    details: str
+    tail: tuple[str, ...]
+    timed_out: bool = False
+
+    @property
+    def completed(self) -> bool:
+        """Whether the run finished and its ServerApp returned (``finished:completed``)."""
+        return self.status == "finished:completed" and not self.timed_out
+
+    def cause(self) -> str:
+        """One line naming why the run did not complete (empty if it did).
+
+        Returns:
+            The cause: the ServerApp's exception, the timeout, or ``flwr run``'s last line when it started no run.
+        """
+        if self.completed:
+            return ""
+        if self.run_id is None:
+            last = next((line.strip() for line in reversed(self.tail) if line.strip()), "no output")
+            return f"flwr run started no run (exit status {self.exit_code}): {last}"
+        if self.timed_out and not self.status.startswith("finished"):
+            return f"run {self.run_id} did not finish in time (status {self.status or 'unknown'})"
+        details = " ".join(self.details.split()) or "no details"
+        return f"run {self.run_id} ended {self.status}: {details}"
 
 
 class LocalSuperLink:
@@ -160,39 +261,79 @@ class LocalSuperLink:
         raise RuntimeError(f"flower-superlink did not listen on 127.0.0.1:{self.port} within {timeout:g} s")
 
     def run(self, app: str | Path, *, run_config: Mapping[str, Any], supernodes: int, client_cpus: int = 1,
-            stdout: Any = None, timeout: float | None = None) -> int:
-        """``flwr run APP --stream`` with ``run_config`` overrides on ``supernodes`` simulated nodes.
+            stdout: Any = None, timeout: float | None = None) -> RunOutcome:
+        """``flwr run APP --stream`` with ``run_config`` overrides on ``supernodes`` simulated nodes, and its outcome.
+
+        ``flwr run`` exits 0 when the ServerApp raises, and its stream may end before the run does; the outcome is
+        the run's own status in the SuperLink (``flwr ls``), waited for until it is finished.
 
         Args:
             app: The Flower app's folder.
             run_config: The run-config overrides (bool, int, finite float or str values).
             supernodes: How many simulated nodes.
             client_cpus: CPUs each ClientApp actor holds (1: as many parallel clients as cores).
-            stdout: Receives the streamed logs; ``None``: inherited.
-            timeout: Seconds before the run is killed; ``None``: no limit.
+            stdout: Receives the streamed logs (any object with ``write``); ``None``: this process's stdout.
+            timeout: Seconds before the run is given up (``flwr run`` killed); ``None``: no limit.
 
         Returns:
-            ``flwr run``'s exit status.
+            The run's outcome (`RunOutcome`: ``timed_out`` when ``timeout`` passed first).
 
         Raises:
             ValueError: If a run-config value is not a bool, int, finite float or str (`toml_value`).
-            subprocess.TimeoutExpired: If the run takes longer than ``timeout``.
         """  # noqa: DOC502
         overrides = self.home / "run-config.toml"
         overrides.write_text("".join(f"{key} = {toml_value(value)}\n" for key, value in run_config.items()))
         command = ["flwr", "run", str(app), "--stream", "--run-config", str(overrides),
                    "--federation-config",
                    f"num-supernodes={int(supernodes)} client-resources-num-cpus={int(client_cpus)}"]
-        try:
-            stdout.fileno() if stdout is not None else None
-            target = stdout
-        except (AttributeError, OSError, ValueError):  # a stream without a file (e.g. captured by a test)
-            target = subprocess.PIPE
-        done = subprocess.run(command, env=self.env, stdout=target, stderr=subprocess.STDOUT, timeout=timeout,
-                              check=False, text=True)
-        if target is subprocess.PIPE:
-            stdout.write(done.stdout)
-        return done.returncode
+        out = sys.stdout if stdout is None else stdout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        tail: deque[str] = deque(maxlen=40)
+        run_id = None
+        killed = threading.Event()  # set when the timeout killed flwr run
+
+        def kill(pid: int) -> None:
+            killed.set()
+            _kill_group(pid)
+
+        with subprocess.Popen(command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              errors="replace", start_new_session=True) as flwr:
+            timer = None if timeout is None else threading.Timer(timeout, kill, (flwr.pid,))
+            if timer is not None:
+                timer.start()
+            try:
+                assert flwr.stdout is not None
+                for line in flwr.stdout:
+                    out.write(line)
+                    out.flush()
+                    tail.append(line.rstrip())
+                    started = _STARTED.search(line)
+                    if started and run_id is None:
+                        run_id = int(started.group(1))
+                code = flwr.wait()
+            finally:
+                if timer is not None:
+                    timer.cancel()
+        status, details = ("", "") if run_id is None else self._status(run_id, deadline)
+        timed_out = killed.is_set() or (deadline is not None and bool(status) and not status.startswith("finished"))
+        return RunOutcome(code, run_id, status, details, tuple(tail), timed_out)
+
+    def _status(self, run_id: int, deadline: float | None) -> tuple[str, str]:
+        """The run's status and details (``flwr ls``), polled until it is finished or ``deadline`` passes.
+
+        An unreadable answer returns at once (empty status, ``flwr ls``'s output as the details).
+        """
+        while True:
+            done = subprocess.run(["flwr", "ls", "--run-id", str(run_id), "--format", "json"], env=self.env,
+                                  capture_output=True, text=True, check=False)
+            try:
+                runs = json.loads(done.stdout)["runs"]
+                status, details = str(runs[0]["status"]), str(runs[0]["status-details"])
+            except (ValueError, KeyError, IndexError, TypeError):
+                status, details = "", f"flwr ls failed: {(done.stdout + done.stderr).strip()[-300:]}"
+            if not status or status.startswith("finished") or (deadline is not None and time.monotonic() >= deadline):
+                return status, details
+            time.sleep(1.0)
 
     def close(self) -> None:
         """Stop the SuperLink and everything it started (its process group), then remove the private home."""

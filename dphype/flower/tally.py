@@ -38,6 +38,7 @@ from typing import Any, cast
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.clientapp.typing import ClientAppCallable
 
 from dphype._exports import moved_getattr
 from dphype.flower.wire import (
@@ -49,10 +50,11 @@ from dphype.flower.wire import (
     TALLY_RESULT,
     TALLY_STATE,
 )
-from dphype.modes import Aggregator
+from dphype.modes import RELEASE_MODES, Aggregator
+from dphype.node.policy import run_ledger_path
 from dphype.protocol import VoteRequest
 from dphype.secure.relay import KeyPair
-from dphype.secure.tally import Tally, TallyError, party_answer, party_command, send_job
+from dphype.secure.tally import COMMITTEE_SIZE, Tally, TallyError, party_answer, party_command, send_job
 
 #: Node-config keys of a tally node (set by its operator, in Flower's node-config style).
 TALLY_ID, TALLY_PARTIES, TALLY_KEY_FILE = "dphype-tally-id", "dphype-tally-parties", "dphype-tally-key"
@@ -217,6 +219,85 @@ def register_tally(app: ClientApp) -> ClientApp:
         return Message(RecordDict({TALLY_KEY: ConfigRecord(answer)}), reply_to=msg)
 
     return app
+
+
+# ------------------------------------------------------------------------------- simulated committee
+#: First loopback port of a simulated committee's MPyC parties (`simulated_parties`).
+SIMULATED_TALLY_PORTS = 20000
+
+
+def simulated_parties(run_id: int, tallies: int) -> list[str]:
+    """The MPyC addresses of a simulated committee.
+
+    ``tallies`` consecutive loopback ports from one of 4,000 blocks of 10 at and above `SIMULATED_TALLY_PORTS`,
+    chosen by the run id, so that every tally of the run derives the same list without talking to the others,
+    and runs side by side rarely share a port.
+
+    Args:
+        run_id: The Flower run id.
+        tallies: The committee's size.
+
+    Returns:
+        The addresses, ``"127.0.0.1:port"``, in committee order.
+    """
+    base = SIMULATED_TALLY_PORTS + (run_id % 4000) * 10
+    return [f"127.0.0.1:{base + j}" for j in range(tallies)]
+
+
+def simulated_role(context: Context, clients: int, tallies: int, keys: str | os.PathLike[str]) -> None:
+    """Give a simulated node of an argmax-mode run its role, in its node config (module docstring, "In simulation").
+
+    The run has ``clients`` voters and ``tallies`` tallies: a partition at or beyond ``clients`` becomes tally
+    ``partition-id - clients`` (its key ``tally-<j>.key`` in the folder ``keys``, the addresses of
+    `simulated_parties`), and a voter of a federation of exactly ``clients + tallies`` nodes gets its shard
+    of ``clients`` partitions, as in sum mode. A node whose operator named a role (``dphype-tally-id``), or without
+    a ``partition-id``, keeps its node config.
+
+    Args:
+        context: The node's context, whose node config is updated in place.
+        clients: The number of voters.
+        tallies: The committee's size.
+        keys: The folder of the tallies' key files.
+    """
+    node = context.node_config
+    if TALLY_ID in node or "partition-id" not in node:
+        return
+    partition = int(cast(int, node["partition-id"]))
+    if partition >= clients:
+        index = partition - clients
+        node.update({TALLY_ID: index, TALLY_PARTIES: ",".join(simulated_parties(context.run_id, tallies)),
+                     TALLY_KEY_FILE: str(Path(keys) / f"tally-{index}.key")})
+    elif int(cast(int, node["num-partitions"])) == clients + tallies:
+        node["num-partitions"] = clients
+
+
+def simulated_roles(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+    """A ClientApp mod that gives each simulated node of an argmax-mode run its role (`simulated_role`).
+
+    ``ClientApp(mods=[simulated_roles])``: the tallies of a simulation need nothing else (the bundled app and
+    the app ``dphype new`` writes use it).
+
+    Only a run config that states a release whose aggregator is the tally committee (``release = "argmax"``)
+    and ``clients`` (as ``flwr run`` and ``dphype demo`` give it)
+    assigns roles, with the keys in `TALLY_KEYS_ENV`'s folder, or in this run's folder
+    beside the simulated ledgers (`dphype.node.policy.run_ledger_path`); every node of another release keeps
+    its node config.
+
+    Args:
+        msg: The incoming message.
+        context: The node's context.
+        call_next: The next handler.
+
+    Returns:
+        The next handler's reply.
+    """
+    run = context.run_config
+    mode = RELEASE_MODES.get(str(run.get("release")))
+    if mode is not None and mode.aggregator is Aggregator.COMMITTEE and "clients" in run:
+        simulated_role(context, int(cast(int, run["clients"])), int(cast(int, run.get("tallies", COMMITTEE_SIZE))),
+                       os.environ.get(TALLY_KEYS_ENV) or run_ledger_path(context.run_id).parent)
+    return call_next(msg, context)
+
 
 
 #: Public names of the server's committee driver, which lived here: importable from here for one more release.

@@ -5,15 +5,16 @@ from __future__ import annotations
 import pytest
 from helpers import PERMISSIVE
 
-from dphype.app.client import simulated_parties
 from dphype.app.config import AppConfig
 from dphype.config import DPHypeConfig
 from dphype.flower import PreflightError
 from dphype.flower.local import LocalGrid, node_id
+from dphype.flower.tally import simulated_parties
 from dphype.flower.wire import TALLY_KEY
 from dphype.ml.reference import majority_of_test_split
 from dphype.privacy.winner import WINNER_NOISE
 from dphype.secure.tally import TallyError
+from dphype.selection.candidates import load_candidates
 
 CLIENTS = 4
 SUBSET = "table3:random:10:0"
@@ -66,7 +67,7 @@ def test_too_few_tally_nodes_connected_is_refused_before_any_client_works():
     cfg, grid = app_grid(CLIENTS + 2, connect_timeout=0.1)
     with pytest.raises(PreflightError, match=r"only 6 nodes connected within 0.1 s; release=argmax needs clients "
                                              r"\+ tallies = 7 nodes \(4 voters and 3 tally nodes\).*"
-                                             r"options.num-supernodes=7"):
+                                             r"`dphype run`.*num-supernodes=7.*simulated_roles.*start-tally.sh"):
         run_app(grid, cfg)
     assert not grid.sent
 
@@ -77,7 +78,9 @@ def test_a_tally_that_does_not_answer_is_named_before_any_client_works():
     cfg, grid = app_grid(CLIENTS + 3, round_timeout=1.0)
     grid.silent = {node_id(CLIENTS + 1)}  # tally 1 never answers
     with pytest.raises(TallyError, match=r"tallies=3 needs tally nodes 0..2 to answer, got 2 \(0, 2\); nothing "
-                                         "was sent to the clients"):
+                                         "was sent to the clients: in simulation give the ClientApp the mod "
+                                         r"dphype.flower.simulated_roles .*`dphype run`; in a deployment .*"
+                                         "start-tally.sh"):
         run_app(grid, cfg)
     assert {m.metadata.message_type for m in grid.sent} == {"query.dphype_tally"}
     assert {dict(m.content.config_records[TALLY_KEY])["stage"] for m in grid.sent} == {"hello"}
@@ -100,3 +103,23 @@ def test_the_app_run_config_names_the_committee_size():
     given = {"epsilon": 1.0, "delta": 1e-5, "k": 3, "clients": 4}
     assert AppConfig.from_run_config(given).dphype.release == "argmax"  # the app's default, not the library's
     assert DPHypeConfig(**given).release == "sum"
+
+
+def test_an_argmax_selection_without_tally_keys_names_the_remedy():
+    """The error a user of their own ServerApp meets first (issue 24): it says how to find the committee."""
+    from dphype.flower import DPHype
+
+    with pytest.raises(ValueError, match=r"release='argmax' needs the tally committee's public keys, got none: pass "
+                                         r"DPHype\(candidates, config, tallies=committee.keys\) with committee = "
+                                         r"dphype.flower.connected_committee\(grid, config\).*simulated_roles.*"
+                                         r"`dphype run`.*start-tally.sh"):
+        DPHype(load_candidates("table3"),
+               DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=10, release="argmax"))
+
+
+def test_the_connected_committee_of_a_sum_release_is_none_and_its_voters_are_the_grid():
+    from dphype.flower import connected_committee
+
+    grid = LocalGrid(None, 3)  # nothing is sent: sum mode has no committee
+    committee = connected_committee(grid, DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=3), connect_timeout=0.1)
+    assert (committee.keys, committee.nodes, committee.voters) == ((), (), grid) and not grid.sent

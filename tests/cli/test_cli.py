@@ -102,6 +102,7 @@ def test_a_failed_demo_run_exits_1_with_the_servers_cause_in_one_line(capsys, mo
     """The ServerApp's failure record in result-file (what a refused run leaves there) becomes the demo's last line,
     without a traceback."""
     import dphype.flower.local
+    from dphype.flower.local import RunOutcome
     from dphype.result import FAILURE_FORMAT
 
     class FailingSuperLink:  # what the bundled ServerApp leaves when the run fails
@@ -118,7 +119,7 @@ def test_a_failed_demo_run_exits_1_with_the_servers_cause_in_one_line(capsys, mo
             with open(run_config["result-file"], "w") as fh:
                 json.dump({"format": FAILURE_FORMAT, "error": "PreflightError: only 2 of 4 clients ready; start "
                            "more SuperNodes"}, fh)
-            return 0
+            return RunOutcome(exit_code=0, run_id=1, status="finished:failed", details="PreflightError", tail=())
 
     monkeypatch.setattr(dphype.flower.local, "LocalSuperLink", FailingSuperLink)
     argv = ["demo", "--clients", "4", "--epsilon", "20", "--k", "2", "--candidates", "table3:random:6:0"]

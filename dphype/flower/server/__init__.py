@@ -92,6 +92,13 @@ class DPHype:
         corrupt_fraction: float = CORRUPT_FRACTION,
         tallies: tuple[bytes, ...] = (),
     ) -> None:
+        if config.mode.aggregator is Aggregator.COMMITTEE and not tallies:
+            raise ValueError(f"release={config.release!r} needs the tally committee's public keys, got none: pass "
+                             "DPHype(candidates, config, tallies=committee.keys) with committee = "
+                             "dphype.flower.connected_committee(grid, config), which finds the tally nodes; in "
+                             "simulation give the ClientApp the mod dphype.flower.simulated_roles and run it with "
+                             "`dphype run` (`dphype new --release argmax` writes such an app); in a deployment "
+                             "start 3 tally SuperNodes (clients/start-tally.sh)")
         self.request = make_vote_request(config, candidates, tallies=tallies)
         self.num_shares = num_shares
         self.reconstruction_threshold = reconstruction_threshold
@@ -153,7 +160,7 @@ class DPHype:
             connect_timeout: Bounds the wait (seconds) for ``clients`` nodes to connect (``None``: no limit).
             committee_nodes: Argmax mode only: the tallies' node ids in committee order, as
                 `dphype.flower.server.committee.discover_committee` returns them, so the committee is not asked
-                again.
+                again; empty or ``None``: none given (the only choice in sum mode).
 
         Returns:
             The result, with the pre-flight's notes.
@@ -168,6 +175,7 @@ class DPHype:
         timeout = check_timeout("timeout", timeout)
         connect_timeout = check_timeout("connect_timeout", connect_timeout)
         cfg = self.config
+        committee_nodes = tuple(committee_nodes or ()) or None  # empty: a mode without a committee, or ask it
         if committee_nodes is not None and cfg.mode.aggregator is not Aggregator.COMMITTEE:
             raise ValueError(f"committee_nodes applies to release='argmax' only, got release={cfg.release!r}")
         plan = self.plan()

@@ -11,8 +11,9 @@ gets the index back (``query.dphype_tally``, `dphype.flower.tally`). Fewer contr
 ``ceil((1 - xi) n)``: `dphype.flower.server.readiness.PreflightError`; a tally that refuses, fails or
 answers late: `dphype.secure.tally.TallyError`; nothing released either way.
 
-A server that takes its committee from the nodes rather than from its operator (the bundled app) asks
-`discover_committee` first; `ClientGrid` is the grid a strategy sees afterwards, without the tallies.
+A server that takes its committee from the nodes rather than from its operator (the bundled app, the app
+``dphype new`` writes) asks `connected_committee` first (`discover_committee` in argmax mode, no committee in
+sum mode); its ``voters`` (a `ClientGrid`) is the grid a strategy sees afterwards, without the tallies.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 from flwr.app import ConfigRecord, Message, RecordDict
@@ -28,6 +30,7 @@ from flwr.common import log
 from flwr.serverapp.grid import Grid
 from flwr.supercore.run import Run
 
+from dphype.config import DPHypeConfig
 from dphype.flower.grid import send_and_receive
 from dphype.flower.server.readiness import PreflightError, wait_for_nodes
 from dphype.flower.wire import (
@@ -40,8 +43,9 @@ from dphype.flower.wire import (
     TALLY_RESULT,
     TALLY_TYPE,
 )
+from dphype.modes import Aggregator
 from dphype.protocol import DPHypeResult, VoteRequest
-from dphype.secure.tally import TallyError, agreed_index
+from dphype.secure.tally import COMMITTEE_SIZE, TallyError, agreed_index
 
 #: The pre-flight of the request over the given nodes within a timeout: the nodes that answered ready
 #: (`dphype.flower.server.DPHype.start` passes its own).
@@ -143,8 +147,9 @@ def discover_committee(grid: Grid, clients: int, size: int, *, connect_timeout: 
         raise PreflightError(
             f"only {len(list(grid.get_node_ids()))} nodes connected within {connect_timeout:g} s; release=argmax "
             f"needs clients + tallies = {needed} nodes ({clients} voters and {size} tally nodes); nothing was "
-            f"sent: in simulation set options.num-supernodes={needed}, in a deployment start every tally's "
-            "SuperNode (README, 'Releasing only the winner')") from None
+            f"sent: in simulation run `dphype run` (it adds the tally nodes) or set num-supernodes={needed} with "
+            "the ClientApp mod dphype.flower.simulated_roles; in a deployment start every tally's SuperNode "
+            "(clients/start-tally.sh; README, 'Releasing only the winner')") from None
     connected = sorted(grid.get_node_ids())
     log(logging.INFO, "DP-Hype tally hello: asking the %d connected nodes which of them are the %d tallies",
         len(connected), size)
@@ -158,8 +163,59 @@ def discover_committee(grid: Grid, clients: int, size: int, *, connect_timeout: 
     if sorted(found) != list(range(size)):
         raise TallyError(f"tallies={size} needs tally nodes 0..{size - 1} to answer, got "
                          f"{len(found)} ({', '.join(map(str, sorted(found))) or 'none'}); nothing was sent to the "
-                         "clients")
+                         "clients: in simulation give the ClientApp the mod dphype.flower.simulated_roles "
+                         "(ClientApp(mods=[simulated_roles])) and run it with `dphype run`; in a deployment start "
+                         "each tally's SuperNode with its dphype-tally-id (clients/start-tally.sh)")
     return tuple(found[j][1] for j in range(size)), tuple(found[j][0] for j in range(size))
+
+
+@dataclass(frozen=True)
+class Committee:
+    """The tally committee a server found among the connected nodes (`connected_committee`).
+
+    Attributes:
+        grid: The ServerApp's grid.
+        keys: The tallies' X25519 public keys in committee order (``DPHype(..., tallies=keys)``); empty in a mode
+            without a committee.
+        nodes: Their node ids in committee order (``DPHype.start(grid, committee_nodes=nodes)``); empty likewise.
+    """
+
+    grid: Grid
+    keys: tuple[bytes, ...] = ()
+    nodes: tuple[int, ...] = ()
+
+    @property
+    def voters(self) -> Grid:
+        """The grid without the tallies (a `ClientGrid`), for the strategy that trains afterwards."""
+        return ClientGrid(self.grid, self.nodes) if self.nodes else self.grid
+
+
+def connected_committee(grid: Grid, config: DPHypeConfig, size: int = COMMITTEE_SIZE, *,
+                        connect_timeout: float | None = 600.0, timeout: float | None = 3600.0) -> Committee:
+    """The tally committee among the connected nodes when ``config``'s release needs one; none otherwise.
+
+    For a server that takes its committee from the nodes (in simulation the mod
+    `dphype.flower.tally.simulated_roles` makes the last ``size`` partitions the tallies): `discover_committee`
+    in argmax mode, an empty `Committee` in sum mode, so that one ServerApp serves both releases.
+
+    Args:
+        grid: The ServerApp's grid.
+        config: The selection's configuration (its release and ``clients``).
+        size: The committee's size (at least 3).
+        connect_timeout: Seconds to wait for ``clients + size`` nodes (``None``: no limit).
+        timeout: Seconds to wait for the ``hello`` answers (``None``: no limit).
+
+    Returns:
+        The committee: its keys, node ids and the ``voters`` grid.
+
+    Raises:
+        dphype.flower.server.readiness.PreflightError: If fewer than ``clients + size`` nodes connect.
+        TallyError: If the tallies that answer are not exactly ``0..size-1``.
+    """  # noqa: DOC502
+    if config.mode.aggregator is not Aggregator.COMMITTEE:
+        return Committee(grid)
+    keys, nodes = discover_committee(grid, config.clients, size, connect_timeout=connect_timeout, timeout=timeout)
+    return Committee(grid, keys, nodes)
 
 
 class ClientGrid(Grid):

@@ -1,0 +1,131 @@
+"""``dphype run [APP_DIR]``: run a Flower app with DP-Hype in a local simulation, and fail loudly when it fails.
+
+The app (by default the one in the current folder: what ``dphype new`` writes, or your own) runs with ``flwr
+run`` on a private ``flower-superlink --simulation`` (`dphype.flower.local.LocalSuperLink`: free loopback
+ports, its own ``FLWR_HOME``, runtime dependency installation off, so nothing is downloaded and nothing is
+left running or remembered between tries). The federation is the run config's ``clients`` voters (``--clients``
+overrides it) and, when the release needs a committee (``release = "argmax"``), ``tallies`` (default 3) more
+simulated nodes, which the ClientApp's mod `dphype.flower.simulated_roles` makes the tallies. The simulated
+nodes apply the node policy in ``DPHYPE_NODE_POLICY`` (`dphype.node.policy`), read fresh on every run.
+
+The outcome is the run's own status in the SuperLink, not ``flwr run``'s exit status (0 even when the ServerApp
+raises): a run that does not complete ends the command with exit status 1 and one line naming the cause (the
+ServerApp's exception, whose DP-Hype errors name their fix). Every ``--run-config`` key must be one the app
+declares (Flower refuses others without naming them), checked here first. `run_locally` is the one runner of
+``dphype run`` and ``dphype demo``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dphype.cli import RunFailedError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``dphype run``.
+
+    Args:
+        parser: The sub-command's parser.
+    """
+    parser.add_argument("app_dir", nargs="?", default=".", help="the Flower app's folder (default: the current one)")
+    parser.add_argument("--clients", type=int, default=None,
+                        help="number of voters (sets the run config's clients; default: the app's)")
+    parser.add_argument("--run-config", default=None,
+                        help="run-config overrides as in flwr run: \"k=2 release='argmax'\" (strings quoted) or a "
+                             ".toml file; every key must be declared in the app's [tool.flwr.app.config]")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="give up after this many seconds (default 3600)")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Check the app and its run config, run it on ``clients`` (+ tallies) simulated nodes, return the outcome.
+
+    Args:
+        args: The parsed options.
+
+    Returns:
+        The ``app`` folder, ``run_id``, ``status``, ``clients``, ``tallies``, ``supernodes`` and wall ``seconds``.
+
+    Raises:
+        ValueError: For bad input (exit status 2 via `dphype.cli.main`).
+        RunFailedError: If the run does not complete (exit status 1).
+    """  # noqa: DOC502, DOC503
+    from dphype.checks import check_int, check_positive
+    from dphype.config import DPHypeConfig
+    from dphype.flower.local import app_run_config, is_flower_app, parse_run_config
+    from dphype.modes import Aggregator, release_mode
+    from dphype.secure.tally import COMMITTEE_SIZE
+
+    folder = Path(args.app_dir).expanduser().absolute()
+    if not is_flower_app(folder):
+        raise ValueError(f"app_dir {args.app_dir!r} holds no Flower app (a pyproject.toml with [tool.flwr.app]): "
+                         "run it in the app's folder or name the folder (`dphype new my-app` writes one)")
+    check_positive("timeout", args.timeout)
+    declared = app_run_config(folder)
+    overrides = parse_run_config(args.run_config)
+    if args.clients is not None:
+        check_int("clients", args.clients, 2)
+        overrides["clients"] = args.clients
+    unknown = sorted(set(overrides) - set(declared))
+    if unknown:
+        raise ValueError(f"run-config key(s) {', '.join(unknown)} are not declared in {folder / 'pyproject.toml'}'s "
+                         f"[tool.flwr.app.config] (Flower refuses undeclared keys): add them there with a default, "
+                         f"or use a declared key ({', '.join(sorted(declared)) or 'none'})")
+    config = {**declared, **overrides}
+    if "clients" not in config:
+        raise ValueError("the app's run config has no clients (the number of voters): pass --clients N")
+    clients = config["clients"]
+    check_int("clients", clients, 2)
+    committee = release_mode(config.get("release", DPHypeConfig.release)).aggregator is Aggregator.COMMITTEE
+    tallies = int(config.get("tallies", COMMITTEE_SIZE)) if committee else 0
+    start = time.perf_counter()
+    outcome = run_locally(folder, overrides, clients + tallies, json=args.json, timeout=args.timeout)
+    return {"app": str(folder), "run_id": outcome.run_id, "status": outcome.status, "clients": clients,
+            "tallies": tallies, "supernodes": clients + tallies, "seconds": time.perf_counter() - start}
+
+
+def run_locally(app: Path, run_config: Mapping[str, Any], supernodes: int, *, env: Mapping[str, str] | None = None,
+                json: bool = False, timeout: float | None = None) -> Any:
+    """Run ``app`` on a private local SuperLink (`dphype.flower.local.LocalSuperLink`); raise unless completed.
+
+    Args:
+        app: The Flower app's folder.
+        run_config: The run-config overrides.
+        supernodes: How many simulated nodes.
+        env: Variables for the SuperLink and everything it starts (e.g. the nodes' policy).
+        json: Whether the command prints JSON: Flower's log then goes to stderr, so that stdout ends with it.
+        timeout: Seconds before the run is given up (``None``: no limit).
+
+    Returns:
+        The completed run's `dphype.flower.local.RunOutcome`.
+
+    Raises:
+        RunFailedError: With one line naming the cause, if the run did not complete.
+    """
+    from dphype.flower.local import LocalSuperLink
+
+    with LocalSuperLink(env=env) as superlink:
+        outcome = superlink.run(app, run_config=run_config, supernodes=supernodes,
+                                stdout=sys.stderr if json else None, timeout=timeout)
+    if not outcome.completed:
+        fix = "; give it longer with --timeout" if outcome.timed_out else ""
+        raise RunFailedError(f"the Flower run failed: {outcome.cause()}{fix}")
+    return outcome
+
+
+def render(result: dict[str, Any]) -> str:
+    """The outcome as one line (the app's own output is in the log above it).
+
+    Args:
+        result: `run`'s result.
+
+    Returns:
+        The line.
+    """
+    nodes = f"{result['clients']} voters" + (f" and {result['tallies']} tally nodes" if result["tallies"] else "")
+    return f"run {result['run_id']} {result['status']} in {result['seconds']:.0f} s on {nodes} (app: {result['app']})"

@@ -1,0 +1,89 @@
+"""`dphype run [APP_DIR]`: a local simulation run that fails loudly; the README's quick start, run verbatim."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+from helpers import clean_env, readme_blocks
+
+from dphype.cli import main
+from dphype.flower.local import RunOutcome, parse_run_config
+
+FAILED_LINE = r"dphype run: error: the Flower run failed: run \d+ ended finished:failed: \w+ failed with exception: "
+
+
+def test_run_refuses_a_folder_without_a_flower_app(tmp_path, capsys):
+    assert main(["run", str(tmp_path)]) == 2
+    assert "holds no Flower app (a pyproject.toml with [tool.flwr.app])" in capsys.readouterr().err
+
+
+def test_run_names_a_run_config_key_the_app_does_not_declare_before_flower_starts(tmp_path, capsys):
+    assert main(["new", str(tmp_path / "app")]) == 0
+    assert main(["run", str(tmp_path / "app"), "--run-config", "releese='sum' k=1"]) == 2
+    err = capsys.readouterr().err
+    assert "run-config key(s) releese are not declared in" in err and "add them there with a default" in err
+    assert "release" in err.split("use a declared key")[1]
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--clients", "1"], "clients must be an integer"),
+    (["--run-config", "release='median'"], "release must be one of sum, argmax, got 'median'"),
+    (["--run-config", "release=argmax"], "--run-config must be key=value pairs with TOML values (strings quoted"),
+    (["--timeout", "0"], "timeout"),
+])
+def test_run_refuses_bad_options_by_name(tmp_path, capsys, options, message):
+    assert main(["new", str(tmp_path / "app")]) == 0
+    assert main(["run", str(tmp_path / "app"), *options]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_parse_run_config_reads_flowers_syntax():
+    assert parse_run_config("release='argmax' k=2 epsilon=0.5") == {"release": "argmax", "k": 2, "epsilon": 0.5}
+    assert parse_run_config(None) == {} and parse_run_config("") == {}
+
+
+def test_a_runs_outcome_names_its_cause_in_one_line():
+    """Flower's own status decides, not flwr run's exit status (0 when the ServerApp raises)."""
+    done = RunOutcome(0, 7, "finished:completed", "", ())
+    assert done.completed and done.cause() == ""
+    failed = RunOutcome(0, 7, "finished:failed", "ServerApp failed with exception: k must be\nat most 8", ("x",))
+    assert not failed.completed
+    assert failed.cause() == "run 7 ended finished:failed: ServerApp failed with exception: k must be at most 8"
+    late = RunOutcome(-9, 7, "running", "", (), timed_out=True)
+    assert late.cause() == "run 7 did not finish in time (status running)"
+    refused = RunOutcome(1, None, "", "", ("Starting...", "Invalid run configuration", ""))
+    assert refused.cause() == "flwr run started no run (exit status 1): Invalid run configuration"
+
+
+def test_help_lists_run(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert re.search(r"run\s+run a Flower app with DP-Hype in a local simulation", capsys.readouterr().out)
+
+
+@pytest.mark.slow
+def test_readme_quick_start_runs_verbatim_and_a_failed_run_says_why(tmp_path):
+    """The README's quick-start block, verbatim, in a fresh folder with a clean environment (no variable of the
+    other tests or the developer; a private HOME and FLWR_HOME): the template's argmax run on 10 voters and 3
+    simulated tallies completes with the planner's 0.81. Then, in the app it wrote, a run the ServerApp refuses
+    (k above the 8 candidates) exits 1 with one line naming the cause, and no traceback of ours."""
+    (block,) = [b for b in readme_blocks("Quick start", "bash") if "dphype run" in b]
+    env = clean_env(tmp_path / "home")
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    last = done.stdout.splitlines()[-1]
+    assert re.search(r"run \d+ finished:completed in \d+ s on 10 voters and 3 tally nodes", last), last
+    assert "DP-Hype plan: predicted chance of a good pick 0.81" in output
+    assert re.search(r"DP-Hype selected candidate \d of 8: lr=[0-9.e-]+, steps=\d+\n", output), output[-4000:]
+    assert "aggregate_train: Received 10 results and 0 failures" in output
+
+    failed = subprocess.run(["dphype", "run", "--run-config", "k=9"], cwd=tmp_path / "my-app", env=env,
+                            capture_output=True, text=True, timeout=600)
+    last = failed.stderr.strip().splitlines()[-1]
+    assert failed.returncode == 1, failed.stdout[-2000:] + failed.stderr[-2000:]
+    assert re.match(FAILED_LINE + r"k must be an integer in \[1, 8\], got 9$", last), last
+    assert "Traceback" not in failed.stderr.split("dphype run: error:")[-1]
