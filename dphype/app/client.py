@@ -37,10 +37,19 @@ from flwr.clientapp.mod import fixedclipping_mod
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 
-from dphype.flower import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES, register_dphype, selected_candidate
+from dphype.flower import (
+    TALLY_ID,
+    TALLY_KEY_FILE,
+    TALLY_PARTIES,
+    load_tally_key,
+    node_policy,
+    register_dphype,
+    selected_candidate,
+)
+from dphype.flower.client.policy import simulated
 from dphype.flower.tally import TALLY_KEYS_ENV
 from dphype.modes import RELEASE_MODES, Aggregator
-from dphype.node.policy import run_ledger_path
+from dphype.node.policy import TALLIES_KEY, run_ledger_path
 from dphype.secure.tally import COMMITTEE_SIZE
 
 if TYPE_CHECKING:  # torch is imported where a task is built: a process serving a SecAgg+ stage needs none
@@ -94,7 +103,10 @@ def simulated_role(context: Context, clients: int, tallies: int, keys: str | os.
     ``partition-id - clients`` (its key ``tally-<j>.key`` in the folder ``keys``, the addresses of
     `simulated_parties`), and a voter of a federation of exactly ``clients + tallies`` nodes gets its shard
     of ``clients`` partitions, as in sum mode. A node whose operator named a role (``dphype-tally-id``), or without
-    a ``partition-id``, keeps its node config.
+    a ``partition-id``, keeps its node config. A voter of Flower's simulation (`dphype.flower.client.policy.simulated`)
+    whose operator pinned no tallies pins the simulated committee (``dphype-tallies``, the public halves of the key
+    files in ``keys``, made by the simulation's operator and never named by the server), so a simulation needs no
+    set-up; a deployed voter is never given tallies: its operator pins them.
 
     Args:
         context: The node's context, whose node config is updated in place.
@@ -110,8 +122,23 @@ def simulated_role(context: Context, clients: int, tallies: int, keys: str | os.
         index = partition - clients
         node.update({TALLY_ID: index, TALLY_PARTIES: ",".join(simulated_parties(context.run_id, tallies)),
                      TALLY_KEY_FILE: str(Path(keys) / f"tally-{index}.key")})
-    elif int(cast(int, node["num-partitions"])) == clients + tallies:
+        return
+    if int(cast(int, node["num-partitions"])) == clients + tallies:
         node["num-partitions"] = clients
+    if simulated() and _pinned_tallies(context) is None:  # the simulation's operator made the committee: it pins it
+        node[TALLIES_KEY] = ",".join(load_tally_key(Path(keys) / f"tally-{j}.key").public.hex()
+                                     for j in range(tallies))
+
+
+def _pinned_tallies(context: Context) -> str | None:
+    """The tallies this node's operator pinned (node config or environment), or ``None``.
+
+    A broken policy counts as pinned (``""``): the handlers refuse it themselves.
+    """
+    try:
+        return node_policy(context).tallies
+    except ValueError:
+        return ""
 
 
 def simulated_roles(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
