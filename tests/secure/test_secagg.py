@@ -394,3 +394,25 @@ def test_in_a_large_round_the_committee_majority_decides() -> None:
     strong = sorted(committee[:33])
     reply = fed.step(committee[41], sa.message("unmask", signers=strong, signatures=[signatures[s] for s in strong]))
     assert committee[41] in reply["b_owners"]
+
+
+def test_an_unmask_reply_reveals_one_kind_of_share_per_peer_never_both() -> None:
+    """Issue 23: a node whose unmask reply revealed both the self-mask share and the pairwise-key share of the same
+    peer would hand the server that peer's vector exactly (and every other test passed). Each reply reveals the
+    self-mask shares of survivors only and the mask-key shares of dropped nodes only: never both for one peer."""
+    fed = Federation(12, dropout=0.25)
+    dropped = fed.ids[1]  # its shares went out, its masked vector never arrives: the others reveal its mask key
+    server = sa.ServerRound(fed.ids, REQUEST, SIZE, fed.survivors, fed.graph_for)
+    send = fed.send({"masked_input": {dropped}})
+    messages = server.advertise()
+    for name, nxt in (("advertise", server.share_keys), ("share_keys", server.masked_input),
+                      ("masked_input", server.consistency), ("consistency", server.unmask)):
+        messages = nxt(send(name, messages))
+    survivors = set(server.survivors)
+    assert dropped not in survivors and len(survivors) == 11
+    revealed = {node: fed.step(node, msg) for node, msg in messages.items()}
+    assert any(dropped in reply["s_owners"] for reply in revealed.values())
+    for reply in revealed.values():
+        assert not set(reply["b_owners"]) & set(reply["s_owners"])
+        assert set(reply["b_owners"]) <= survivors and not set(reply["s_owners"]) & survivors
+    _exact(fed, server.finish(revealed))
