@@ -328,8 +328,9 @@ def test_issue_13_survivor_lists_that_differ_between_nodes_are_refused():
     def views(stage: str, node: int, content: dict) -> dict:
         if stage != "consistency":
             return content
-        mine = [n for n in content["survivors"] if (n in half) == (node in half)]
-        return {**content, "survivors": mine}
+        listed = list(zip(content["survivors"], content["receipts"], strict=True))
+        mine = [(n, r) for n, r in listed if (n in half) == (node in half)]
+        return {**content, "survivors": [n for n, _ in mine], "receipts": [r for _, r in mine]}
 
     grid = TamperingGrid(client_app(scores_table(N)), N, views)
     with pytest.raises(SecureSumError):
