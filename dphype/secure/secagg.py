@@ -84,8 +84,7 @@ the ledgers assumed 10 (issue 23). A committee member checks ``|U3|`` receipts, 
 (iii) Hence the server obtains ``b_v`` only for nodes of ``U3`` and mask keys ``s_w`` only of nodes outside it, so
 the mask ``PRG(s_xy)`` between two neighbours ``x, y`` of ``U3`` cancels only when both vectors are in the sum: a
 sum the server can unmask that contains ``y_u`` contains ``u``'s whole connected component in the public graph
-restricted to
-``U3`` (and a vector outside ``U3`` keeps its self-mask ``PRG(b_v)``, 256 key bits). Each node computes
+restricted to ``U3`` (and a vector outside ``U3`` keeps its self-mask ``PRG(b_v)``, 256 key bits). Each node computes
 that component (`component_size`, linear in ``|U1|`` on the ring) and signs in stage 3 only if it
 has at least ``L = ceil((1 - xi) n)`` nodes. So every sum the server can unmask holds at least ``L`` noise
 shares of variance ``sigma^2 / ((1 - xi) n)``, total variance ``>= sigma^2``, and the epsilon a node

@@ -145,10 +145,14 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Feder
         wait_for_port(fed.link_port)
         # each operator's own limits: votes at epsilon 20 among 5 clients (4 if one vanishes), two of them (and one
         # winner release at epsilon 4) in its lifetime (RDP composes them to less than 40), in a SecAgg+ graph of 2
-        # neighbours (the secure one for 4 or 5 clients)
+        # neighbours (the secure one for 4 or 5 clients), and the argmax committee it trusts: the README's recipe,
+        # each tally's operator prints its public key (creating the key) and the voters pin them
+        tallies = [subprocess.run([str(REPO / "clients" / "start-tally.sh"), "--print-public-key", "--tally-id", str(j)],
+                                  env=fed.env, capture_output=True, text=True, check=True, timeout=120).stdout.strip()
+                   for j in range(TALLIES)]
         policy = write_node_config(tmp_path / "policy.toml", {
             "dphype-max-epsilon": 20, "dphype-min-clients": 4, "dphype-min-neighbours": 2,
-            "dphype-lifetime-epsilon": 40})
+            "dphype-lifetime-epsilon": 40, "dphype-tallies": ",".join(tallies)})
         voters = fed.start_supernodes({
             f"supernode-{i}": ("voter", ["--partition-id", str(i), "--num-partitions", str(NUM_NODES),
                                          "--node-config", str(policy)])
