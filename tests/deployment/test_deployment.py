@@ -147,8 +147,9 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Feder
         # winner release at epsilon 4) in its lifetime (RDP composes them to less than 40), in a SecAgg+ graph of 2
         # neighbours (the secure one for 4 or 5 clients), and the argmax committee it trusts: the README's recipe,
         # each tally's operator prints its public key (creating the key) and the voters pin them
-        tallies = [subprocess.run([str(REPO / "clients" / "start-tally.sh"), "--print-public-key", "--tally-id", str(j)],
-                                  env=fed.env, capture_output=True, text=True, check=True, timeout=120).stdout.strip()
+        script = str(REPO / "clients" / "start-tally.sh")
+        tallies = [subprocess.run([script, "--print-public-key", "--tally-id", str(j)], env=fed.env,
+                                  capture_output=True, text=True, check=True, timeout=120).stdout.strip()
                    for j in range(TALLIES)]
         policy = write_node_config(tmp_path / "policy.toml", {
             "dphype-max-epsilon": 20, "dphype-min-clients": 4, "dphype-min-neighbours": 2,
