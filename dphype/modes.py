@@ -361,7 +361,7 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
     # ------------------------------------------------------------------------------------- the client
     @abstractmethod
     def ballot(self, request: Request, scores: np.ndarray, *, maximize: bool,
-               clipping_range: int | None = None) -> BallotT:
+               clipping_range: int | None = None, voter: str | None = None) -> BallotT:
         """What a client hands the `aggregator`: its top-k votes on ``scores`` plus its noise share.
 
         The share comes from the secure generator (no generator can be passed in).
@@ -372,6 +372,8 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
             maximize: Whether a higher score is better.
             clipping_range: The SecAgg+ round's range (`dphype.secure.secure_sum.clipping_range_for`), for
                 SecAgg+ modes.
+            voter: The client's identity in its run (`dphype.secure.tally.voter_id`), which a committee's ballot
+                is bound to; SecAgg+ binds its own (`dphype.secure.secagg`).
 
         Returns:
             The ballot.
@@ -537,16 +539,19 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
                 `SIGMA_SLACK` times the calibrated one.
         """
         cfg = request.config
-        promised = release_epsilon(self.accounting(request), cfg.delta, cfg.accountant)
-        if promised > cfg.epsilon * (1.0 + EPSILON_RTOL):
-            raise Refusal("noise_too_small", f"sigma={request.sigma:g} gives epsilon={promised:.6g} at "
-                          f"delta={cfg.delta:g}, more than the announced epsilon={cfg.epsilon:g}")
         calibrated = calibrate_release(cfg.epsilon, cfg.delta, cfg.k, num_candidates=len(request.candidates),
                                        accountant=cfg.accountant, noise=cfg.noise,
                                        neighbouring=cfg.neighbouring).sigma
-        if request.sigma > calibrated * SIGMA_SLACK:
+        if request.sigma > calibrated * SIGMA_SLACK:  # first: the accountants are not asked about absurd noise
             raise Refusal("malformed_request", f"sigma={request.sigma:g} is far above the {calibrated:.6g} "
                           "calibrated for the announced budget: no honest server sends it")
+        try:
+            promised = release_epsilon(self.accounting(request), cfg.delta, cfg.accountant)
+        except (ArithmeticError, ValueError):  # a sigma so small that the accountant's arithmetic breaks down
+            promised = math.inf
+        if not promised <= cfg.epsilon * (1.0 + EPSILON_RTOL):
+            raise Refusal("noise_too_small", f"sigma={request.sigma:g} gives epsilon={promised:.6g} at "
+                          f"delta={cfg.delta:g}, more than the announced epsilon={cfg.epsilon:g}")
 
     def announced_epsilon(self, request: Request) -> float:
         """The announced epsilon, which a node holds against its limit.
@@ -584,7 +589,7 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
                         claim=f"the requested noise gives epsilon {eps:.3g} at this node's delta")
 
     def ballot(self, request: Request, scores: np.ndarray, *, maximize: bool,
-               clipping_range: int | None = None) -> np.ndarray:
+               clipping_range: int | None = None, voter: str | None = None) -> np.ndarray:
         """Top-k votes plus this client's noise share, encoded for exact secure summation (lines 5-10).
 
         The share is `dphype.privacy.noise.client_noise_share`'s; the encoding `dphype.secure.secure_sum.encode`'s
@@ -596,6 +601,7 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
             scores: The client's scores, ``(p,)`` or ``(p, j)``.
             maximize: Whether a higher score is better.
             clipping_range: The SecAgg+ round's range.
+            voter: Does not apply (the SecAgg+ round binds the node's keys).
 
         Returns:
             The encoded vector, ``(p,)``.
@@ -799,26 +805,32 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
                         claim=f"the requested winner release gives pure epsilon {eps:.3g}")
 
     def ballot(self, request: Request, scores: np.ndarray, *, maximize: bool,
-               clipping_range: int | None = None) -> list[bytes]:
+               clipping_range: int | None = None, voter: str | None = None) -> list[bytes]:
         """Top-k votes plus this client's discrete Laplace share, split into Shamir shares and sealed.
 
         The share is `dphype.privacy.winner.client_winner_share`'s; one ciphertext per tally in committee order
-        (`dphype.secure.tally.client_sealed_shares`, bound to the request's digest).
+        (`dphype.secure.tally.client_sealed_shares`, bound to the request's digest, the tally and ``voter``).
 
         Args:
             request: The approved request.
             scores: The client's scores, ``(p,)`` or ``(p, j)``.
             maximize: Whether a higher score is better.
             clipping_range: Does not apply.
+            voter: The client's identity in its run (`dphype.secure.tally.voter_id`); required.
 
         Returns:
             The ciphertexts, one per tally.
+
+        Raises:
+            ValueError: Without a ``voter``.
         """
+        if not voter:
+            raise ValueError("voter must be the client's identity in its run (dphype.secure.tally.voter_id)")
         cfg = request.config
         votes = top_k_votes(scores, cfg.k, maximize=maximize).astype(np.int64)
         share = client_winner_share(votes.size, epsilon=cfg.epsilon, neighbouring=cfg.neighbouring,
                                     clients=cfg.clients, dropout=cfg.dropout)
-        return client_sealed_shares(request.digest(), votes + share, request.tallies)
+        return client_sealed_shares(request.digest(), votes + share, request.tallies, voter)
 
     def release(self, request: Request, opened: int, survivors: int) -> DPHypeResult:
         """The server's record of the index the tallies opened.

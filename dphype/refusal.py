@@ -59,7 +59,12 @@ REFUSAL_CODES: dict[str, str] = {
     "node_policy": "this node's privacy policy is misconfigured",
     "ledger_error": "this node's privacy ledger cannot be read or written",
     "unsupported_candidates": "the client's task cannot evaluate these candidates (e.g. a key it does not use)",
-    "tally_committee": "the tally committee is too small, has duplicate tallies or tallies this node does not know",
+    "tally_committee": "the tally committee is too small, has duplicate tallies or tallies this node does not know, "
+                       "or this node's operator pinned no tallies (dphype-tallies)",
+    "release_mode": "the message belongs to another release mode (aggregator) than the request this node approved: "
+                    "a request approved for the tally committee is never summed over SecAgg+, nor the reverse",
+    "tally_refused": "a tally refuses the stage: malformed or out of order, a share that is not its contributor's "
+                     "for this request, run and tally, a duplicate, or a request it has already served",
     "task_error": "the client's task raised an exception while scoring",
     "score_shape": "the client's task returned scores of the wrong shape",
     "uninformative_scores": "the client's task scored every candidate the same, or none (all NaN)",

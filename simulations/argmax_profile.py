@@ -51,13 +51,13 @@ def _request(p: int, k: int, clients: int, keys: tuple[bytes, ...], release: str
 
 
 def _parts(p: int, k: int, clients: int, rng: np.random.Generator) -> dict[str, Any]:
-    from dphype.secure.tally import Tally, field_modulus, open_shares, secure_argmax
+    from dphype.secure.tally import Tally, field_modulus, open_shares, secure_argmax, voter_id
 
     tallies = [Tally(j) for j in range(3)]
     request = _request(p, k, clients, tuple(t.public for t in tallies))
     scores = rng.random((clients, p))
     start = time.perf_counter()
-    sealed = [request.mode.ballot(request, s, maximize=True) for s in scores]
+    sealed = [request.mode.ballot(request, s, maximize=True, voter=voter_id(0, c)) for c, s in enumerate(scores)]
     client = (time.perf_counter() - start) / clients
     for t in tallies:
         t.open_round(request.digest(), p, request.min_survivors)

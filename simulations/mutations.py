@@ -1,5 +1,6 @@
-"""Noise mutations: apply each known noise or slack bug to a temporary copy of the repository and run the test
-files that should catch it; print, per mutation, which test files fail (catch it) and which pass.
+"""Noise, slack and integrity mutations: apply each known bug (noise, slack, issue 23's over-spends and silent
+regressions) to a temporary copy of the repository and run the test files that should catch it; print, per
+mutation, which test files fail (catch it) and which pass.
 
     python -m simulations.mutations                    # every mutation against every test file below
     python -m simulations.mutations --only halve-share --files tests/flower/test_vote_noise.py
@@ -54,8 +55,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              "    return _draw(size, client_noise_variance(sigma, clients, dropout), check_noise(kind), rng)\n",
              "    return _draw(size, 0.5 * client_noise_variance(sigma, clients, dropout), check_noise(kind), rng)\n"),
     Mutation("request-slack-5%", "check_request accepts 5% more epsilon than sigma gives", "dphype/modes.py",
-             "        if promised > cfg.epsilon * (1.0 + EPSILON_RTOL):\n",
-             "        if promised > cfg.epsilon * 1.05:\n"),
+             "        if not promised <= cfg.epsilon * (1.0 + EPSILON_RTOL):\n",
+             "        if not promised <= cfg.epsilon * 1.05:\n"),
     Mutation("policy-announced-5%", "the node's limit on the announced epsilon has a 5% slack",
              "dphype/node/policy.py",
              "    if announced is not None and announced > policy.max_epsilon * (1 + EPSILON_RTOL):\n",
@@ -66,6 +67,31 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("lifetime-5%", "the lifetime budget has a 5% slack", "dphype/node/ledger.py",
              "        if total > policy.lifetime_epsilon * (1 + EPSILON_RTOL):",
              "        if total > policy.lifetime_epsilon * 1.05:"),
+    Mutation("unmask-both-shares", "an unmask reply reveals the mask-key share of survivors too (both shares of "
+             "one peer: the server recovers its vector)", "dphype/secure/secagg.py",
+             "            b_out.append(b_share)\n        else:\n",
+             "            b_out.append(b_share)\n            s_owners.append(owner)\n"
+             "            s_out.append(s_share)\n        else:\n"),
+    Mutation("clip-check-5%", "the server's check of client clipping has a 5% slack", "dphype/flower/training.py",
+             "        limit = self.clipping_norm * (1.0 + CLIP_TOLERANCE)\n",
+             "        limit = self.clipping_norm * 1.05\n"),
+    Mutation("receipts-unchecked", "committee members sign survivors that never proved they took part",
+             "dphype/secure/secagg.py",
+             "    if state.node in consistency_committee(state.graph()):  # a committee member signs only proven "
+             "survivors\n", "    if False:\n"),
+    Mutation("secagg-any-mode", "a SecAgg+ stage answers a request approved for another release mode",
+             "dphype/flower/client/__init__.py", "    if request.mode.aggregator is not Aggregator.SECAGG:\n",
+             "    if False:\n"),
+    Mutation("share-unbound", "a sealed share binds neither its contributor nor its run",
+             "dphype/secure/tally.py",
+             '    return f"dphype-argmax-share|{request_digest}|{int(tally)}|{voter}".encode()\n',
+             '    return f"dphype-argmax-share|{request_digest}|{int(tally)}".encode()\n'),
+    Mutation("served-in-memory", "a tally forgets, on restart, the requests it served",
+             "dphype/secure/tally.py",
+             "        served = self._served | (self._record.entries() if self._record is not None else set())\n",
+             "        served = self._served\n"),
+    Mutation("tallies-unpinned", "a node seals to any committee when its operator pinned none",
+             "dphype/node/policy.py", "    if committee and known is None:", "    if False:"),
     Mutation("planner-voters", "the planner ignores dropout: all n clients vote", "dphype/selection/planner.py",
              "        voters = min_survivors(clients, self.dropout)\n", "        voters = clients\n"),
     Mutation("planner-noise", "the planner ignores dropout in the noise: shares of variance sigma^2 / n",
@@ -80,6 +106,8 @@ TEST_FILES: tuple[str, ...] = (
     "tests/flower/test_vote_noise.py", "tests/test_protocol.py", "tests/privacy/test_noise.py",
     "tests/flower/test_server.py", "tests/privacy/test_audit.py", "tests/node/test_policy.py",
     "tests/node/test_request_slack.py", "tests/node/test_ledger.py", "tests/selection/test_planner.py",
+    "tests/test_winner_protocol.py", "tests/secure/test_secagg.py", "tests/secure/test_tally.py",
+    "tests/flower/test_training.py", "tests/flower/test_client.py", "tests/flower/test_tally.py",
 )
 
 

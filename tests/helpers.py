@@ -121,10 +121,11 @@ def sum_config(**overrides) -> DPHypeConfig:
 CLIENTS = 6
 
 
-def argmax_grid(tmp_path, *, clients=CLIENTS, silent=(), tallies=3):
-    """``clients`` voters (partitions 0..clients-1, all liking candidate 5) and 3 tally nodes after them."""
+def argmax_grid(tmp_path, *, clients=CLIENTS, silent=(), tallies=3, run_id=1):
+    """``clients`` voters (partitions 0..clients-1, all liking candidate 5, pinning the committee) and 3 tally nodes
+    after them (their keys in ``tmp_path``, kept across grids, as a tally's key is), in run ``run_id``."""
     scores = scores_table(clients + tallies)
-    grid = LocalGrid(client_app(scores), clients + tallies, node_config=PERMISSIVE, silent=silent)
+    grid = LocalGrid(client_app(scores), clients + tallies, node_config=PERMISSIVE, silent=silent, run_id=run_id)
     addresses = ",".join(loopback_addresses(tallies))
     keys = []
     for j in range(tallies):
@@ -132,6 +133,8 @@ def argmax_grid(tmp_path, *, clients=CLIENTS, silent=(), tallies=3):
         grid.contexts[node_id(clients + j)].node_config.update(
             {"dphype-tally-id": j, "dphype-tally-parties": addresses, "dphype-tally-key": str(path)})
         keys.append(load_tally_key(path).public)
+    for i in range(clients):  # the voters' operators pin the committee (dphype-tallies)
+        grid.contexts[node_id(i)].node_config["dphype-tallies"] = ",".join(key.hex() for key in keys)
     return grid, tuple(keys)
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import chi2
 
+from dphype.checks import EPSILON_RTOL
 from dphype.config import DPHypeConfig
 from dphype.flower.training import RunAccountant
 from dphype.modes import ArgmaxRelease, SumRelease, release_mode, release_modes
@@ -23,7 +24,7 @@ from dphype.privacy.winner import (
 from dphype.protocol import VoteRequest, make_vote_request
 from dphype.refusal import Refusal
 from dphype.secure.relay import open_sealed
-from dphype.secure.tally import Tally, field_modulus, open_shares, share_context
+from dphype.secure.tally import Tally, field_modulus, open_shares, share_context, voter_id
 from dphype.selection.candidates import candidate_grid
 
 
@@ -74,8 +75,8 @@ def test_what_clients_send_sums_to_discrete_laplace_noise_and_a_scale_error_fail
     for _ in range(rounds):
         total = {j: np.zeros(p, dtype=object) for j in range(3)}  # each tally's summed shares
         for _ in range(clients):  # any m = 4 of 4 clients carry the noise
-            for j, sealed in enumerate(req.mode.ballot(req, scores, maximize=True)):
-                plain = open_sealed(tallies[j].keys, sealed, context=share_context(req.digest(), j))
+            for j, sealed in enumerate(req.mode.ballot(req, scores, maximize=True, voter=voter_id(0, 1))):
+                plain = open_sealed(tallies[j].keys, sealed, context=share_context(req.digest(), j, voter_id(0, 1)))
                 total[j] = total[j] + np.frombuffer(plain, dtype=np.uint64).astype(object)
         counts = open_shares({j: [int(v) % q for v in total[j]] for j in (0, 2)}, q)  # two tallies colluding
         noise.append(np.array(counts) - clients * votes)
@@ -95,12 +96,16 @@ def test_what_clients_send_sums_to_discrete_laplace_noise_and_a_scale_error_fail
 
 def test_node_checks_the_committee_and_recomputes_pure_epsilon_for_its_relation(tallies, tmp_path):
     req = argmax_request(tallies)
-    policy = NodePolicy(min_clients=10, ledger=tmp_path / "l.json", max_epsilon=1.0)
+    pins = ",".join(t.public.hex() for t in tallies)
+    # safe by default: with no tallies pinned a node refuses every committee, naming the key to set
+    with pytest.raises(Refusal, match="tally_committee: this node's operator pinned no tallies.*dphype-tallies"):
+        check_vote_request(req, NodePolicy(min_clients=10, ledger=tmp_path / "l.json", max_epsilon=1.0))
+    policy = NodePolicy(min_clients=10, ledger=tmp_path / "l.json", max_epsilon=1.0, tallies=pins)
     g = check_vote_request(req, policy)
     assert (g.noise, g.epsilon, g.survivors) == (WINNER_NOISE, pytest.approx(1.0), 10)
     # the same noise under add/remove costs half: t = e^-1/2 is e^-eps for eps = 1/2
-    assert check_vote_request(req, NodePolicy(ledger=tmp_path / "l.json", neighbouring="add-remove")).epsilon == \
-        pytest.approx(0.5)
+    assert check_vote_request(req, NodePolicy(ledger=tmp_path / "l.json", neighbouring="add-remove",
+                                              tallies=pins)).epsilon == pytest.approx(0.5)
     add_remove = argmax_request(tallies, neighbouring="add-remove")  # t = e^-1 is eps 2 under replace-one
     with pytest.raises(Refusal, match="policy_epsilon: the requested winner release gives pure epsilon 2"):
         check_vote_request(add_remove, policy)
@@ -113,7 +118,8 @@ def test_node_checks_the_committee_and_recomputes_pure_epsilon_for_its_relation(
 
 def test_ledger_records_pure_epsilon_and_composes_it(tallies, tmp_path):
     req = argmax_request(tallies)
-    policy = NodePolicy(ledger=tmp_path / "l.json", lifetime_epsilon=3.0)
+    policy = NodePolicy(ledger=tmp_path / "l.json", lifetime_epsilon=3.0,
+                        tallies=",".join(t.public.hex() for t in tallies))
     ledger = Ledger(policy.ledger)
     g = check_vote_request(req, policy)
     spent = [ledger.spend(g, policy, req.digest()) for _ in range(3)]
@@ -168,3 +174,21 @@ def test_planner_predicts_both_modes_on_the_same_votes_and_recommends_one():
     assert summed.release == "sum" and summed.success == {r["k"]: r for r in summed.by_k}[summed.k]["success"]
     with pytest.raises(ValueError, match="release must be one of sum, argmax"):
         plan(20, 1.0, 1e-5, None, 100, ks=[2], repetitions=10, search=False, release=release_mode("vector"))
+
+
+@pytest.mark.parametrize(("relation", "factor", "admitted"), [
+    ("replace-one", 1.0, True), ("replace-one", 1 + EPSILON_RTOL / 2, True),
+    ("replace-one", 1 + 2 * EPSILON_RTOL, False), ("replace-one", 1.01, False),
+    ("add-remove", 0.5, True), ("add-remove", 0.5 * (1 + 2 * EPSILON_RTOL), False)])
+def test_the_nodes_argmax_epsilon_check_holds_at_its_boundary(tallies, tmp_path, relation, factor, admitted):
+    """Issue 23: the node's limit on the pure epsilon it recomputes for an argmax request has no slack beyond
+    ``EPSILON_RTOL`` (a 5% slack passed every test). Its limit is 1 under replace-one; an add-remove request's noise
+    costs it twice the announced epsilon."""
+    req = argmax_request(tallies, epsilon=factor, neighbouring=relation)
+    policy = NodePolicy(ledger=tmp_path / "l.json", max_epsilon=1.0, min_clients=10,
+                        tallies=",".join(t.public.hex() for t in tallies))
+    if admitted:
+        assert check_vote_request(req, policy).epsilon == pytest.approx(factor * (2 if relation == "add-remove" else 1))
+    else:
+        with pytest.raises(Refusal, match="policy_epsilon: the requested winner release gives pure epsilon"):
+            check_vote_request(req, policy)

@@ -42,7 +42,7 @@ _EXPORTS: dict[str, str] = {
     "TALLY_KEY_FILE": "dphype.flower.tally",
     "TALLY_PARTIES": "dphype.flower.tally",
     "load_tally_key": "dphype.flower.tally",
-    "simulated_roles": "dphype.flower.tally",
+    "simulated_roles": "dphype.flower.client.roles",
     "Committee": "dphype.flower.server.committee",
     "connected_committee": "dphype.flower.server.committee",
     "ClippingError": "dphype.flower.training",
@@ -54,11 +54,12 @@ _EXPORTS: dict[str, str] = {
 if TYPE_CHECKING:
     from dphype.flower.client import register_dphype
     from dphype.flower.client.policy import node_policy
+    from dphype.flower.client.roles import simulated_roles
     from dphype.flower.selected import selected_candidate, train_config
     from dphype.flower.server import DPHype
     from dphype.flower.server.committee import ClientGrid, Committee, connected_committee, discover_committee
     from dphype.flower.server.readiness import PreflightError
-    from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES, load_tally_key, simulated_roles
+    from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES, load_tally_key
     from dphype.flower.training import ClippingError, TrainingBudget, check_private_training, private_training
 
 

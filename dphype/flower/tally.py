@@ -18,10 +18,12 @@ The server (`dphype.flower.server.committee.run_winner_selection`, called by
 connected nodes (a tally that does not answer ``hello`` is unreachable: nothing is sent), runs the pre-flight
 with the other nodes, collects the sealed shares, forwards each tally its ciphertexts and gets the index back.
 Fewer contributors than ``ceil((1 - xi) n)``, a tally that refuses, fails or answers late:
-`dphype.secure.tally.TallyError`, nothing released. The tally's state lives in its node's context
-(``context.state``: the requests served, the collected job, the party's process id and output file beside the
-key), so a stage may run in any process of the node, as in Flower's simulation, where a node's messages go to
-whichever ClientApp actor is free.
+`dphype.secure.tally.TallyError`, nothing released. The tally's round lives in its node's context
+(``context.state``: the collected job, the party's process id and output file beside the key), so a stage may
+run in any process of the node, as in Flower's simulation, where a node's messages go to whichever ClientApp
+actor is free; the requests it served, by run, live in a persistent record beside its key
+(`served_record_path`, `dphype.secure.tally.ServedRecord`), read before any share is opened, so a request is
+never served twice in one run, across restarts of the node too (shares bound to another run do not open).
 """
 
 from __future__ import annotations
@@ -38,7 +40,6 @@ from typing import Any, cast
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
-from flwr.clientapp.typing import ClientAppCallable
 
 from dphype._exports import moved_getattr
 from dphype.flower.wire import (
@@ -48,13 +49,14 @@ from dphype.flower.wire import (
     TALLY_HELLO,
     TALLY_KEY,
     TALLY_RESULT,
+    TALLY_STAGES,
     TALLY_STATE,
 )
-from dphype.modes import RELEASE_MODES, Aggregator
-from dphype.node.policy import run_ledger_path
+from dphype.modes import Aggregator
 from dphype.protocol import VoteRequest
+from dphype.refusal import Refusal, as_refusal
 from dphype.secure.relay import KeyPair
-from dphype.secure.tally import COMMITTEE_SIZE, Tally, TallyError, party_answer, party_command, send_job
+from dphype.secure.tally import ServedRecord, Tally, TallyError, party_answer, party_command, send_job
 
 #: Node-config keys of a tally node (set by its operator, in Flower's node-config style).
 TALLY_ID, TALLY_PARTIES, TALLY_KEY_FILE = "dphype-tally-id", "dphype-tally-parties", "dphype-tally-key"
@@ -63,12 +65,28 @@ TALLY_ID, TALLY_PARTIES, TALLY_KEY_FILE = "dphype-tally-id", "dphype-tally-parti
 #: unset, the bundled app (`dphype.app.client`) makes each run's keys in the run's folder beside the simulated
 #: ledgers.
 TALLY_KEYS_ENV = "DPHYPE_TALLY_KEYS"
+#: Longest wait, in seconds, a server may ask of a tally's ``result`` stage (one day).
+MAX_RESULT_WAIT = 86400.0
+
+
+def served_record_path(key_file: str | os.PathLike[str]) -> Path:
+    """The tally's record of served requests, beside its key: ``<key file>.served``.
+
+    Args:
+        key_file: The tally's key file.
+
+    Returns:
+        The record's path (`dphype.secure.tally.ServedRecord`).
+    """
+    file = Path(key_file).expanduser()
+    return file.with_name(file.name + ".served")
 
 
 def load_tally_key(path: str | os.PathLike[str]) -> KeyPair:
     """The tally's X25519 key pair from ``path`` (64 hex digits of the raw private key), created if missing.
 
-    A missing file is created with mode 0600 (its folder with mode 0700) and a fresh key.
+    A missing file is created with mode 0600 (its folder with mode 0700) and a fresh key; processes that create it
+    at once agree on one key (it is written aside and linked into place).
 
     Args:
         path: The key file (``~`` is expanded).
@@ -80,11 +98,20 @@ def load_tally_key(path: str | os.PathLike[str]) -> KeyPair:
         ValueError: If the file does not hold 64 hex digits.
     """
     file = Path(path).expanduser()
-    if not file.exists():
+    if not file.exists():  # written aside, then linked: a concurrent reader never sees half a key
         file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        aside = file.with_name(f".{file.name}.{os.getpid()}.{time.monotonic_ns()}")
+        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as out:
             out.write(X25519PrivateKey.generate().private_bytes_raw().hex())
+            out.flush()
+            os.fsync(out.fileno())
+        try:
+            os.link(aside, file)
+        except FileExistsError:  # another process of the node made it first: its key is the key
+            pass
+        finally:
+            aside.unlink()
     try:
         private = X25519PrivateKey.from_private_bytes(bytes.fromhex(file.read_text().strip()))
     except ValueError as err:
@@ -95,19 +122,20 @@ def load_tally_key(path: str | os.PathLike[str]) -> KeyPair:
 class _TallyNode:
     """A tally node: its committee index, MPyC addresses and key, with its state in the node's context.
 
-    The state holds the requests it served, the job it collected, its running MPyC party's process id and output
-    file, so that any process of the node serves any stage (Flower's simulation runs a node's messages in
-    whichever actor is free).
+    The state holds the job it collected, its running MPyC party's process id and output file, so that any
+    process of the node serves any stage (Flower's simulation runs a node's messages in whichever actor is free);
+    the requests it served are in its persistent record (`served_record_path`).
 
     Args:
         node_config: The node's config (`TALLY_ID`, `TALLY_PARTIES`, `TALLY_KEY_FILE`).
         state: The node's ``context.state``, where the tally keeps its own.
+        run: The run's id (``context.run_id``), which the shares are bound to.
 
     Raises:
         ValueError: If the index is outside the committee the parties name, or the key file is invalid.
     """  # noqa: DOC502
 
-    def __init__(self, node_config: dict[str, Any], state: RecordDict) -> None:
+    def __init__(self, node_config: dict[str, Any], state: RecordDict, run: int) -> None:
         self.index = int(node_config[TALLY_ID])
         self.parties = [a.strip() for a in str(node_config[TALLY_PARTIES]).split(",") if a.strip()]
         if not 0 <= self.index < len(self.parties):
@@ -115,10 +143,12 @@ class _TallyNode:
                              f"({TALLY_PARTIES} names {len(self.parties)} parties)")
         self.key_file = Path(str(node_config[TALLY_KEY_FILE])).expanduser()
         self.keys = load_tally_key(self.key_file)
+        self.record = ServedRecord(served_record_path(self.key_file))
+        self.run = int(run)
         self.state = state
         record = state.config_records.get(TALLY_STATE)
         self.saved: dict[str, Any] = (json.loads(str(record["json"])) if record is not None
-                                      else {"served": [], "job": None, "pid": None, "out": None})
+                                      else {"job": None, "pid": None, "out": None})
 
     def _save(self) -> None:
         self.state.config_records[TALLY_STATE] = ConfigRecord({"json": json.dumps(self.saved)})
@@ -127,7 +157,8 @@ class _TallyNode:
         """This tally's answer to one stage's content ``record``.
 
         ``hello``: its index and public key; ``collect``: opens and sums the sealed shares of the request;
-        ``compute``: starts its MPyC party; ``result``: the index its party opened.
+        ``compute``: starts its MPyC party; ``result``: the index its party opened, waiting at most the
+        server's ``timeout`` (a finite number of seconds in ``(0, MAX_RESULT_WAIT]``).
 
         Args:
             record: The stage's content (its ``stage`` entry names the stage).
@@ -136,25 +167,35 @@ class _TallyNode:
             The answer to send back.
 
         Raises:
-            TallyError: If the tally is not this request's, has nothing to compute or running, its party does not
-                answer in time, the stage is unknown, or `dphype.secure.tally.Tally` refuses the shares.
-        """
+            Refusal: ``tally_refused`` if the tally is not this request's, the request was served in this run
+                (its record), a share does not open for its contributor, repeats or is malformed, there is
+                nothing to compute or running, its party does not answer in time, or the stage is unknown;
+                ``malformed_request`` if a field of the stage is missing, of the wrong type or out of range.
+            TallyError: The tally's own refusals (`register_tally` answers them as ``tally_refused``).
+        """  # noqa: DOC502
         stage = record.get("stage")
         if stage == TALLY_HELLO:
             return {"index": self.index, "public": self.keys.public}
         if stage == TALLY_COLLECT:
             request = VoteRequest.from_record(record)
-            if request.mode.aggregator is not Aggregator.COMMITTEE or self.keys.public not in request.tallies \
-                    or request.tallies.index(self.keys.public) != self.index:
+            if request.mode.aggregator is not Aggregator.COMMITTEE:
+                raise Refusal("release_mode", "a tally collects shares only for a request whose release is the "
+                              "tally committee's")
+            if self.keys.public not in request.tallies or request.tallies.index(self.keys.public) != self.index:
                 raise TallyError(f"tally {self.index} is not tally {self.index} of this request's committee")
-            tally = Tally(self.index, self.keys, served=self.saved["served"])
+            contributors, shares = record.get("contributors"), record.get("shares")
+            if not (isinstance(contributors, list) and isinstance(shares, list) and len(contributors) == len(shares)
+                    and all(isinstance(c, int) and not isinstance(c, bool) for c in contributors)
+                    and all(isinstance(b, bytes) for b in shares)):
+                raise Refusal("malformed_request", "collect needs 'contributors' (node ids) and 'shares' (bytes), "
+                              "one share per contributor")
+            tally = Tally(self.index, self.keys, record=self.record)
             tally.open_round(request.digest(), len(request.candidates), request.min_survivors,
-                             len(request.tallies))
+                             len(request.tallies), run=self.run)
             self._stop()
-            contributors = cast(list[int], record["contributors"])
-            for contributor, sealed in zip(contributors, cast(list[bytes], record["shares"]), strict=True):
-                tally.receive(str(contributor), sealed)
-            self.saved.update(job=tally.job(), served=tally.served)
+            for contributor, sealed in zip(contributors, shares, strict=True):
+                tally.receive(str(contributor), cast(bytes, sealed))
+            self.saved.update(job=tally.job())
             self._save()
             return {"collected": len(contributors)}
         if stage == TALLY_COMPUTE:
@@ -170,10 +211,13 @@ class _TallyNode:
             self._save()
             return {"started": True}
         if stage == TALLY_RESULT:
+            timeout = record.get("timeout")
+            if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                    or not 0 < timeout <= MAX_RESULT_WAIT):  # NaN fails the comparison too
+                raise Refusal("malformed_request", f"result needs a 'timeout' in (0, {MAX_RESULT_WAIT:g}] seconds")
             if self.saved["out"] is None:
                 raise TallyError(f"tally {self.index} has no computation running")
-            timeout = float(cast(float, record["timeout"]))
-            out, deadline = Path(self.saved["out"]), time.monotonic() + timeout
+            out, deadline = Path(self.saved["out"]), time.monotonic() + float(timeout)
             try:
                 while (answer := party_answer(out.read_text(encoding="utf-8"), self.index)) is None:
                     if time.monotonic() > deadline:
@@ -182,7 +226,7 @@ class _TallyNode:
             finally:
                 self._stop()
             return {"index": answer[0]}
-        raise TallyError(f"unknown tally stage {stage!r}")
+        raise Refusal("malformed_request", f"unknown tally stage (one of {', '.join(TALLY_STAGES)})")
 
     def _stop(self) -> None:
         """Stop this node's party (left over from an unfinished request, or done) and forget its output."""
@@ -200,7 +244,9 @@ def register_tally(app: ClientApp) -> ClientApp:
     """Add the tally stages (``query.dphype_tally``) to ``app``.
 
     A node without ``dphype-tally-id`` in its node config answers ``hello`` with index -1 and no key, and the
-    other stages with an error (it is not a tally).
+    other stages with an error (it is not a tally). Every error reaches the server as a refusal
+    (`dphype.refusal`): ``tally_refused`` with the tally's own reason, ``malformed_request`` for a malformed or
+    out-of-range field, ``release_mode`` for a request of another release mode.
 
     Args:
         app: The node's ``ClientApp``.
@@ -212,92 +258,22 @@ def register_tally(app: ClientApp) -> ClientApp:
     @app.query(TALLY_ACTION)
     def tally(msg: Message, context: Context) -> Message:
         if TALLY_ID not in context.node_config:
-            if msg.content.config_records[TALLY_KEY].get("stage") == TALLY_HELLO:  # a voter: no index, no key
+            stage = msg.content.config_records.get(TALLY_KEY)
+            if stage is not None and stage.get("stage") == TALLY_HELLO:  # a voter: no index, no key
                 return Message(RecordDict({TALLY_KEY: ConfigRecord({"index": -1, "public": b""})}), reply_to=msg)
-            raise TallyError("this node is not a tally (no dphype-tally-id in its node config)")
-        answer = _TallyNode(dict(context.node_config), context.state).stage(msg.content.config_records[TALLY_KEY])
+            raise Refusal("tally_refused", "this node is not a tally (no dphype-tally-id in its node config)")
+        try:
+            stage = msg.content.config_records.get(TALLY_KEY)
+            if stage is None:
+                raise Refusal("malformed_request", f"a tally stage carries its content under {TALLY_KEY!r}")
+            answer = _TallyNode(dict(context.node_config), context.state, context.run_id).stage(stage)
+        except TallyError as err:  # our own messages: the cause, never a share's content
+            raise Refusal("tally_refused", str(err)) from None
+        except Exception as err:  # noqa: BLE001 - anything else as its refusal code (the request's own included)
+            raise as_refusal(err) from None
         return Message(RecordDict({TALLY_KEY: ConfigRecord(answer)}), reply_to=msg)
 
     return app
-
-
-# ------------------------------------------------------------------------------- simulated committee
-#: First loopback port of a simulated committee's MPyC parties (`simulated_parties`).
-SIMULATED_TALLY_PORTS = 20000
-
-
-def simulated_parties(run_id: int, tallies: int) -> list[str]:
-    """The MPyC addresses of a simulated committee.
-
-    ``tallies`` consecutive loopback ports from one of 4,000 blocks of 10 at and above `SIMULATED_TALLY_PORTS`,
-    chosen by the run id, so that every tally of the run derives the same list without talking to the others,
-    and runs side by side rarely share a port.
-
-    Args:
-        run_id: The Flower run id.
-        tallies: The committee's size.
-
-    Returns:
-        The addresses, ``"127.0.0.1:port"``, in committee order.
-    """
-    base = SIMULATED_TALLY_PORTS + (run_id % 4000) * 10
-    return [f"127.0.0.1:{base + j}" for j in range(tallies)]
-
-
-def simulated_role(context: Context, clients: int, tallies: int, keys: str | os.PathLike[str]) -> None:
-    """Give a simulated node of an argmax-mode run its role, in its node config (module docstring, "In simulation").
-
-    The run has ``clients`` voters and ``tallies`` tallies: a partition at or beyond ``clients`` becomes tally
-    ``partition-id - clients`` (its key ``tally-<j>.key`` in the folder ``keys``, the addresses of
-    `simulated_parties`), and a voter of a federation of exactly ``clients + tallies`` nodes gets its shard
-    of ``clients`` partitions, as in sum mode. A node whose operator named a role (``dphype-tally-id``), or without
-    a ``partition-id``, keeps its node config.
-
-    Args:
-        context: The node's context, whose node config is updated in place.
-        clients: The number of voters.
-        tallies: The committee's size.
-        keys: The folder of the tallies' key files.
-    """
-    node = context.node_config
-    if TALLY_ID in node or "partition-id" not in node:
-        return
-    partition = int(cast(int, node["partition-id"]))
-    if partition >= clients:
-        index = partition - clients
-        node.update({TALLY_ID: index, TALLY_PARTIES: ",".join(simulated_parties(context.run_id, tallies)),
-                     TALLY_KEY_FILE: str(Path(keys) / f"tally-{index}.key")})
-    elif int(cast(int, node["num-partitions"])) == clients + tallies:
-        node["num-partitions"] = clients
-
-
-def simulated_roles(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
-    """A ClientApp mod that gives each simulated node of an argmax-mode run its role (`simulated_role`).
-
-    ``ClientApp(mods=[simulated_roles])``: the tallies of a simulation need nothing else (the bundled app and
-    the app ``dphype new`` writes use it).
-
-    Only a run config that states a release whose aggregator is the tally committee (``release = "argmax"``)
-    and ``clients`` (as ``flwr run`` and ``dphype demo`` give it)
-    assigns roles, with the keys in `TALLY_KEYS_ENV`'s folder, or in this run's folder
-    beside the simulated ledgers (`dphype.node.policy.run_ledger_path`); every node of another release keeps
-    its node config.
-
-    Args:
-        msg: The incoming message.
-        context: The node's context.
-        call_next: The next handler.
-
-    Returns:
-        The next handler's reply.
-    """
-    run = context.run_config
-    mode = RELEASE_MODES.get(str(run.get("release")))
-    if mode is not None and mode.aggregator is Aggregator.COMMITTEE and "clients" in run:
-        simulated_role(context, int(cast(int, run["clients"])), int(cast(int, run.get("tallies", COMMITTEE_SIZE))),
-                       os.environ.get(TALLY_KEYS_ENV) or run_ledger_path(context.run_id).parent)
-    return call_next(msg, context)
-
 
 
 #: Public names of the server's committee driver, which lived here: importable from here for one more release.

@@ -29,7 +29,7 @@ The values are compatible within one release of DP-Hype (a deployment runs one v
 | `GUARANTEE_STATE` | ``dphype_guarantee`` | state: its guarantee and the policy it was computed under |
 | `SCORES_STATE` | ``dphype_scores`` | state (array record): the node's scores until it votes |
 | `SECAGG_STATE` | ``dphype_secagg_state`` | state: the node's SecAgg+ round |
-| `TALLY_STATE` | ``dphype_tally_state`` | state: a tally node's requests served, job, party |
+| `TALLY_STATE` | ``dphype_tally_state`` | state: a tally node's job and party (its served requests: beside its key) |
 
 The tally stages (the ``stage`` entry of a `TALLY_KEY` record) are `TALLY_STAGES`; the SecAgg+
 stages are the protocol's own (`dphype.secure.secagg.STAGES`).

@@ -47,7 +47,14 @@ from typing import Any
 import numpy as np
 
 from dphype.checks import NEIGHBOURING, NOISE_KINDS, check_delta, check_int
-from dphype.node.policy import POLICY_KEYS, NodePolicy, VoteGuarantee, check_vote_request, default_ledger_path
+from dphype.node.policy import (
+    POLICY_KEYS,
+    TALLIES_KEY,
+    NodePolicy,
+    VoteGuarantee,
+    check_vote_request,
+    default_ledger_path,
+)
 from dphype.privacy.accounting import RDP_ORDERS, rdp_epsilon, vote_rdp
 from dphype.privacy.winner import THRESHOLD_SHIFT, WINNER_NOISE, winner_rdp
 from dphype.protocol import EPSILON_RTOL, VoteRequest
@@ -361,7 +368,8 @@ def admitting_policy(request: VoteRequest, *, votes: int = 1) -> dict[str, Any]:
     lowered to the request's ``ceil((1 - xi) n)`` contributors; ``dphype-min-neighbours`` 1, since the SecAgg+
     graph is the server's choice, made by the same operator here (the secure graph of 4 or 5 clients has 2
     neighbours; every other SecAgg+ check still applies); ``dphype-lifetime-epsilon`` the composition of
-    ``votes`` such votes as `Ledger.spend` computes it. The ledger path is left to the node
+    ``votes`` such votes as `Ledger.spend` computes it; ``dphype-tallies`` the request's committee, if it names one
+    (the operator made it). The ledger path is left to the node
     (`dphype.node.policy.default_ledger_path`).
 
     Args:
@@ -382,6 +390,8 @@ def admitting_policy(request: VoteRequest, *, votes: int = 1) -> dict[str, Any]:
         "dphype-min-clients": min(POLICY_KEYS["dphype-min-clients"][0], request.min_survivors),
         "dphype-min-neighbours": 1,
     }
+    if request.tallies:  # the operator made the committee it names: its nodes pin exactly that one
+        keys[TALLIES_KEY] = ",".join(key.hex() for key in request.tallies)
     guarantee = check_vote_request(request, NodePolicy.from_node_config(keys))
     lifetime = Ledger.composed_epsilon([_entry(guarantee, "")] * votes, cfg.delta, guarantee.neighbouring)
     return {**keys, "dphype-lifetime-epsilon": lifetime}

@@ -64,11 +64,18 @@ post-processing.
     recomputes the pure epsilon of the noise it will add under ITS OWN neighbouring relation (the noise
     parameter follows from the announced epsilon and relation), checks it and the fewest contributors against
     its limits, and checks the tally committee before it seals a share: at least 3 distinct tallies (honest
-    majority, threshold 1), and only tallies it knows when the operator pins them (``dphype-tallies``). Each
-    share is sealed to one tally and bound to the request; the server relays ciphertexts only. The tallies,
-    not the server, enforce the minimum number of contributors and one argmax per request. Out of scope: two
-    colluding tallies (they reconstruct the noisy counts) and a malicious tally (it can change the index or
-    abort; MPyC is secure against semi-honest parties).
+    majority, threshold 1), all of them pinned by its operator (``dphype-tallies``; with none pinned every argmax
+    request is refused in the pre-flight, so a server cannot name tallies it runs itself). Each share is sealed
+    to one tally and bound to the request, the tally, the run and the node's identity (without a roster: the
+    Flower node id, `dphype.secure.tally.voter_id`); the server relays ciphertexts only and cannot relabel one
+    node's share as another's or replay it in another run. The tallies, not the server, enforce the minimum
+    number of contributors, one share per contributor (by label and by content) and one argmax per request and
+    run (a record beside each tally's key, `dphype.secure.tally.ServedRecord`). Out of scope: two colluding
+    tallies (they reconstruct the noisy counts) and a malicious tally (it can change the index or abort; MPyC is
+    secure against semi-honest parties).
+11. *The approved release mode* is part of every stage: a request approved for the tally committee is never
+    answered by a SecAgg+ stage (the advertise riding on the pre-flight included), nor a SecAgg+ request by the
+    argmax vote or a tally (``release_mode``): its noise, calibrated to hide one index, never reaches a sum.
 
 **What stays out of scope.**
 
@@ -119,9 +126,12 @@ POLICY_KEYS: dict[str, tuple[Any, str]] = {
     "dphype-accountant": ("auto", "auto (analytic for Gaussian, RDP for Skellam) or rdp"),
     "dphype-neighbouring": ("replace-one", "neighbouring relation of this node's guarantee: replace-one or add-remove"),
     "dphype-tallies": (None, "argmax mode: the only tallies this node seals shares to, comma-separated hex X25519 "
-                       "public keys (default: any committee of at least 3 distinct tallies)"),
+                       "public keys (clients/start-tally.sh --print-public-key); default: none, so this node "
+                       "refuses every argmax request until its operator pins the committee"),
 }
 _PREFIX = "dphype-"
+#: The node-config key of the tallies a node pins (argmax mode).
+TALLIES_KEY = "dphype-tallies"
 #: Environment variable with policy keys in ``--node-config`` syntax (``"dphype-max-epsilon=2 ..."``), read in
 #: the ClientApp's process: the node operator's channel where the node config is not theirs to set (Flower's
 #: simulation fixes it to ``partition-id``/``num-partitions``). Keys of the node config win over it.
@@ -227,7 +237,7 @@ class NodePolicy:
         neighbouring: Neighbouring relation of this node's guarantee: ``"replace-one"`` or ``"add-remove"``.
         ledger_scope: ``"persistent"`` or ``"per-run"``.
         tallies: Argmax mode: the only tallies this node seals shares to, comma-separated hex X25519 public
-            keys, or ``None`` (any committee of at least 3 distinct tallies).
+            keys, or ``None`` (no committee: every argmax request is refused).
 
     Raises:
         PolicyError: If a field is invalid (named by its node-config key).
@@ -264,7 +274,7 @@ class NodePolicy:
             _ = self.known_tallies()
 
     def known_tallies(self) -> tuple[bytes, ...] | None:
-        """The tally keys this node trusts (``dphype-tallies``), or ``None`` (any committee).
+        """The tally keys this node trusts (``dphype-tallies``), or ``None`` (none pinned: no argmax vote).
 
         Returns:
             The keys (32 bytes each), or ``None``.
@@ -398,10 +408,14 @@ def check_vote_request(request: VoteRequest, policy: NodePolicy) -> VoteGuarante
     """  # noqa: DOC503
     check_request(request, local_candidates=policy.own_candidates())
     mode, cfg = request.mode, request.config
+    known = policy.known_tallies()
     try:
-        mode.aggregator.check_tallies(request.tallies, known=policy.known_tallies())
+        committee = mode.aggregator.check_tallies(request.tallies, known=known)
     except ValueError as err:
         raise Refusal("tally_committee", str(err)) from None
+    if committee and known is None:  # safe by default: never a committee the server names
+        raise Refusal("tally_committee", "this node's operator pinned no tallies: it seals shares only to the tally "
+                      "keys in its node config dphype-tallies")
     if cfg.delta > policy.max_delta:
         raise Refusal("policy_delta", f"announced delta {cfg.delta:.3g} is above this node's limit",
                       local=f"announced delta {cfg.delta:.3g} > dphype-max-delta={policy.max_delta:.3g}")
@@ -448,4 +462,8 @@ REMEDIES: dict[str, str] = {
                             "constant metric, empty local data or a failed evaluation)",
     "client_error": "an unexpected error on the node: its traceback is in the node's log",
     "noise_too_small": "the server must calibrate sigma for the announced (epsilon, delta)",
+    "tally_committee": "the node operators pin the committee's tally keys in their node config, dphype-tallies="
+                       "'<hex0>,<hex1>,<hex2>' (each printed by its tally's operator with clients/start-tally.sh "
+                       "--print-public-key), and the server names exactly those tallies",
+    "release_mode": "the server must run the stage of the release mode the nodes approved (DPHype.start does)",
 }

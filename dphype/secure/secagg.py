@@ -45,9 +45,13 @@ packed big-endian wherever they are hashed); ``H(S)`` is SHA-256 of a sorted id 
    (little-endian uint32; ``C`` the range of `dphype.secure.secure_sum.clipping_range_for` for
    ``|U1|``; sign ``+`` iff ``u < v``; ``s_uv = HKDF(X25519(s_u, s_v))``; PRG =
    `dphype.secure.relay.expand_mask`). It masks with **every** graph neighbour, so the masks in the
-   sum are fixed by ``D`` alone, whatever the server forwarded.
-3. ``consistency`` -- server: ``survivors`` ``U3`` (nodes whose masked vectors it holds). The node checks
-   ``U3`` (a subset of ``U1`` with itself, at least ``ceil((1 - xi) n)``) and the **noise-share bound**
+   sum are fixed by ``D`` alone, whatever the server forwarded. With it goes ``receipt``, its Ed25519 signature
+   by ``g_u`` of ``("participation", D)`` (`participation_statement`): proof that it sent a masked vector in
+   this round.
+3. ``consistency`` -- server: ``survivors`` ``U3`` (nodes whose masked vectors it holds) and their ``receipts``.
+   The node checks ``U3`` (a subset of ``U1`` with itself, at least ``ceil((1 - xi) n)``); a member of the
+   committee (below) also verifies every survivor's receipt under the ``g`` key of its own key list, so that
+   only nodes that took part in this round count; then the **noise-share bound**
    below, and answers ``signature`` = Ed25519 by ``g_u`` of ``("consistency", D, H(U3))``.
 4. ``unmask`` -- server: ``signers`` / ``signatures``. The node requires distinct signers from ``U3``,
    at least ``t`` of them and among them more than half of the round's **committee** (the first
@@ -71,11 +75,16 @@ not; never both. (i) All honest nodes that reveal anything hold the **same**
 committee, which ``D`` fixes, and an honest node signs once per round, so two different views cannot both
 collect such a quorum. (A committee instead of all of ``U1`` keeps each node's signature checks at about 33
 instead of ``|U1| / 2``: the argument needs only a fixed public set with an honest majority.) (ii) Every
-node of ``U3`` masked with all its neighbours in the public graph of ``D``. (iii) Hence the server obtains
-``b_v`` only for nodes of ``U3`` and mask keys ``s_w`` only of nodes outside it, so the mask ``PRG(s_xy)`` between
-two neighbours ``x, y`` of ``U3`` cancels only when both vectors are in the sum: a sum the server can
-unmask that contains ``y_u`` contains ``u``'s whole connected component in the public graph restricted to
-``U3`` (and a vector outside ``U3`` keeps its self-mask ``PRG(b_v)``, 256 key bits). Each node computes
+node of ``U3`` masked with all its neighbours in the public graph of ``D``: each signing committee member
+verified a receipt over ``D`` from every node of ``U3``, which a node signs only with its masked vector of this
+round. Without the receipts a server could list as survivors nodes whose keys it put in ``D``'s key list but
+who never took part (they vote in a second round built from the same advertised keys, whose vectors cancel
+the masks towards them): every component check counted them, and a sum of 6 noise shares was unmasked where
+the ledgers assumed 10 (issue 23). A committee member checks ``|U3|`` receipts, the other nodes none.
+(iii) Hence the server obtains ``b_v`` only for nodes of ``U3`` and mask keys ``s_w`` only of nodes outside it, so
+the mask ``PRG(s_xy)`` between two neighbours ``x, y`` of ``U3`` cancels only when both vectors are in the sum: a
+sum the server can unmask that contains ``y_u`` contains ``u``'s whole connected component in the public graph
+restricted to ``U3`` (and a vector outside ``U3`` keeps its self-mask ``PRG(b_v)``, 256 key bits). Each node computes
 that component (`component_size`, linear in ``|U1|`` on the ring) and signs in stage 3 only if it
 has at least ``L = ceil((1 - xi) n)`` nodes. So every sum the server can unmask holds at least ``L`` noise
 shares of variance ``sigma^2 / ((1 - xi) n)``, total variance ``>= sigma^2``, and the epsilon a node
@@ -118,7 +127,7 @@ from dphype.secure.secure_sum import (
 from dphype.secure.shamir import combine_shares, create_shares_of
 
 #: Version of the message formats and of every hashed or signed label.
-VERSION: int = 2
+VERSION: int = 3
 #: The stages in order.
 STAGES: tuple[str, ...] = ("advertise", "share_keys", "masked_input", "consistency", "unmask")
 _LABEL = f"dphype-secagg-v{VERSION}/".encode()
@@ -314,6 +323,18 @@ def _self_mask(seed: bytes, size: int, digest: bytes, node: int) -> np.ndarray:
 
 def _share_context(digest: bytes, sender: int, receiver: int) -> bytes:
     return _LABEL + b"share" + digest + _id(sender) + _id(receiver)
+
+
+def participation_statement(digest: bytes) -> bytes:
+    """What a node signs with its masked vector (stage 2), its receipt: ``("participation", D)``.
+
+    Args:
+        digest: The round digest ``D``.
+
+    Returns:
+        The statement's bytes.
+    """
+    return _LABEL + b"participation" + digest
 
 
 def consistency_statement(digest: bytes, survivors: Sequence[int]) -> bytes:
@@ -730,7 +751,8 @@ def _masked_input(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
         masked = (masked + mask if state.node < v else masked - mask) % MODULUS_RANGE
     new = dataclasses.replace(state, stage="masked_input", share_owners=owners, b_shares=b_shares,
                               s_shares=s_shares)
-    return new, message("masked_input", masked=masked.astype("<u4").tobytes())
+    receipt = relay.SigningKey.from_private(state.g_private).sign(participation_statement(state.digest))
+    return new, message("masked_input", masked=masked.astype("<u4").tobytes(), receipt=receipt)
 
 
 def _consistency(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
@@ -738,6 +760,12 @@ def _consistency(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
     survivors = _ids(msg, "survivors")
     if not set(survivors) <= set(state.nodes) or state.node not in survivors:
         raise _refuse("secagg_unmask", "the survivors are not nodes of the round, or leave this node out")
+    receipts = _blobs(msg, "receipts", len(survivors))
+    if state.node in consistency_committee(state.graph()):  # a committee member signs only proven survivors
+        g_of, proof = state.signing_keys(), participation_statement(state.digest)
+        if not all(relay.verify(g_of[v], receipt, proof) for v, receipt in zip(survivors, receipts)):
+            raise _refuse("secagg_unmask", "a survivor's receipt does not verify: a node that did not send its "
+                          "masked vector in this round was listed as a survivor")
     bound = noise_share_bound(state.graph(), survivors, state.node)
     if bound < approval.survivors:
         raise _refuse("secagg_unmask", f"a sum the server could unmask with this node's vector may hold only "
@@ -836,6 +864,7 @@ class ServerRound:
         digest: The round digest ``D``.
         graph: The round's public graph, once the keys are known.
         masked: Node id -> its masked vector.
+        receipts: Node id -> its participation receipt (`participation_statement`), sent with its vector.
         survivors: The survivor set ``U3``.
     """
 
@@ -851,6 +880,7 @@ class ServerRound:
     digest: bytes = b""
     graph: PublicGraph | None = None
     masked: dict[int, np.ndarray] = field(default_factory=dict)
+    receipts: dict[int, bytes] = field(default_factory=dict)
     survivors: list[int] = field(default_factory=list)
 
     def _enough(self, count: int, stage: str) -> None:
@@ -943,12 +973,15 @@ class ServerRound:
             TooFewSurvivorsError: Fewer than ``min_survivors`` nodes sent a valid masked vector.
         """  # noqa: DOC502
         for n, reply in replies.items():
-            masked = reply.get("masked")
-            if n in self.keys and isinstance(masked, bytes) and len(masked) == 4 * self.size:
+            masked, receipt = reply.get("masked"), reply.get("receipt")
+            if (n in self.keys and isinstance(masked, bytes) and len(masked) == 4 * self.size
+                    and isinstance(receipt, bytes)):
                 self.masked[n] = np.frombuffer(masked, dtype="<u4").astype(np.int64)
+                self.receipts[n] = receipt
         self.survivors = sorted(self.masked)
         self._enough(len(self.survivors), "masked-input")
-        return dict.fromkeys(self.survivors, message("consistency", survivors=self.survivors))
+        return dict.fromkeys(self.survivors, message("consistency", survivors=self.survivors,
+                                                     receipts=[self.receipts[n] for n in self.survivors]))
 
     def unmask(self, replies: Mapping[int, Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
         """Forward a quorum of consistency signatures to every signer: a committee majority, topped up to ``t``.

@@ -9,12 +9,16 @@ Protocol (framework-free; the Flower adapter relays the bytes):
    splitter (`split_shares`: degree ``t = (parties - 1) // 2``, x-coordinates ``1 .. parties``, random
    coefficients from the operating system's CSPRNG, so any ``t`` shares are independent of the vector: one
    for 3 tallies). Share ``j`` is sealed to tally ``j``'s key under a context that
-   binds the request digest and ``j`` (`client_sealed_shares`, `dphype.secure.relay`), and the
-   server relays the ciphertexts: it cannot read them, and a ciphertext for another request or tally does not
-   open.
-3. Each `Tally` opens its ciphertexts for one approved request, refuses duplicates, sums them modulo
-   ``p`` (Shamir sharing is linear: the sum is its share of the noisy counts) and refuses a second argmax for
-   a request digest it has already served (`Tally.job`).
+   binds the request digest, ``j`` and the voter (`voter_id`: the run and the contributor's identity;
+   `client_sealed_shares`, `dphype.secure.relay`), and the server relays the ciphertexts: it cannot read them,
+   and a ciphertext for another request, tally, run or contributor does not open. Without a roster the
+   contributor's identity is the Flower node id the server's SuperLink assigned to it (what the tally sees as
+   the share's label); a server cannot relabel one client's share as another's, nor replay it in another run.
+3. Each `Tally` opens its ciphertexts for one approved request, refuses a second share by label or by content,
+   sums them modulo ``p`` (Shamir sharing is linear: the sum is its share of the noisy counts) and refuses a
+   second argmax for a request it has already served in that run (`Tally.job`). With a ``record`` (the tally
+   node keeps one beside its key, `ServedRecord`) what it served persists across runs and restarts: checked
+   before anything is opened, appended and synced before its job leaves.
 4. The tallies run MPyC (`dphype.secure.tally_party`): they check that they agree on the request, the
    contributor set and its size (at least the minimum survivors), take their summed shares as MPyC secure
    integers (MPyC's parties hold exactly such Shamir shares), compute ``mpc.np_argmax`` (ties to the lowest
@@ -36,6 +40,7 @@ import hashlib
 import importlib
 import json
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -138,17 +143,40 @@ def check_committee(public_keys: Sequence[bytes], *, minimum: int = COMMITTEE_SI
     return keys
 
 
-def share_context(request_digest: str, tally: int) -> bytes:
-    """Associated data of a sealed share: the request and the tally it is for.
+def voter_id(run: int, contributor: int | str) -> str:
+    """The identity a sealed share is bound to: the run and the contributor.
+
+    Without a roster the contributor is its Flower node id (assigned by the SuperLink; the label under which the
+    server relays the share to the tallies), and the run is the Flower run id both sides see in their context.
+
+    Args:
+        run: The run's id.
+        contributor: The contributor's identity (its node id).
+
+    Returns:
+        ``"run=<run>;voter=<contributor>"``.
+
+    Raises:
+        ValueError: If ``contributor`` is empty or holds ``;`` or ``|`` (it could then pass for another).
+    """
+    label = str(contributor)
+    if not label or ";" in label or "|" in label:
+        raise ValueError(f"a contributor's identity must be non-empty without ';' or '|', got {label!r}")
+    return f"run={int(run)};voter={label}"
+
+
+def share_context(request_digest: str, tally: int, voter: str) -> bytes:
+    """Associated data of a sealed share: the request, the tally and the voter (`voter_id`) it is for.
 
     Args:
         request_digest: The request's digest.
         tally: The tally's index.
+        voter: The voter's identity in its run (`voter_id`).
 
     Returns:
         The context bytes.
     """
-    return f"dphype-argmax-share|{request_digest}|{int(tally)}".encode()
+    return f"dphype-argmax-share|{request_digest}|{int(tally)}|{voter}".encode()
 
 
 def split_shares(values: Any, parties: int, modulus: int) -> list[list[int]]:
@@ -190,23 +218,81 @@ def open_shares(points: dict[int, Sequence[int]], modulus: int) -> list[int]:
     return [int(v) for v in opened]
 
 
-def client_sealed_shares(request_digest: str, noisy_counts: Any, committee: Sequence[bytes]) -> list[bytes]:
+def client_sealed_shares(request_digest: str, noisy_counts: Any, committee: Sequence[bytes],
+                         voter: str) -> list[bytes]:
     """What a client sends in argmax mode: `split_shares` of its noisy count vector, each share sealed.
 
-    Share ``j`` is sealed to ``committee[j]`` under `share_context`.
+    Share ``j`` is sealed to ``committee[j]`` under `share_context` (bound to the request, ``j`` and ``voter``).
 
     Args:
         request_digest: The request's digest.
         noisy_counts: The ``(p,)`` integer vector ``votes + noise share``.
         committee: The tallies' public keys.
+        voter: The client's identity in this run (`voter_id`).
 
     Returns:
         One ciphertext per tally, in committee order.
     """
     keys = check_committee(committee)
     modulus = field_modulus()
-    return [seal(key, np.asarray(share, dtype=np.uint64).tobytes(), context=share_context(request_digest, j))
+    return [seal(key, np.asarray(share, dtype=np.uint64).tobytes(),
+                 context=share_context(request_digest, j, voter))
             for j, (key, share) in enumerate(zip(keys, split_shares(noisy_counts, len(keys), modulus), strict=True))]
+
+
+class ServedRecord:
+    """A tally's persistent record of the requests it has served: one JSON line ``{"run", "request"}`` each.
+
+    Append-only, synced to disk (the file and, when it is created, its folder) before the tally's job leaves,
+    and read again before a round opens, so that neither a restart of the tally's node nor a new run of the
+    same server makes it serve a request twice. Kept beside the tally's key (`dphype.flower.tally`). A line
+    that does not parse fails closed: the tally refuses every request until its operator repairs the file.
+
+    Args:
+        path: The record's file (created with mode 0600 on the first request served).
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def entries(self) -> set[tuple[int, str]]:
+        """Every ``(run, request digest)`` served so far.
+
+        Returns:
+            The pairs.
+
+        Raises:
+            TallyError: If the file cannot be read or a line does not parse (nothing is served then).
+        """
+        try:
+            text = self.path.read_text(encoding="utf-8") if self.path.exists() else ""
+            lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+            return {(int(entry["run"]), str(entry["request"])) for entry in lines}
+        except (OSError, ValueError, KeyError, TypeError):
+            raise TallyError(f"the tally's record of served requests {self.path} cannot be read; its operator "
+                             "must repair it (nothing is served meanwhile)") from None
+
+    def add(self, run: int, request_digest: str) -> None:
+        """Append ``(run, request_digest)`` and sync it to disk.
+
+        Args:
+            run: The run's id.
+            request_digest: The request's digest.
+        """
+        created = not self.path.exists()
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, (json.dumps({"run": int(run), "request": request_digest}) + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if created:
+            folder = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(folder)
+            finally:
+                os.close(folder)
 
 
 class Tally:
@@ -215,23 +301,15 @@ class Tally:
     Args:
         index: The tally's index in the committee.
         keys: Its X25519 key pair; ``None``: a fresh one.
-        served: The digests of the requests it served before (restored by a node that keeps state).
+        record: Its persistent record of served requests (`ServedRecord`); ``None``: kept in memory only.
     """
 
-    def __init__(self, index: int, keys: KeyPair | None = None, served: Sequence[str] = ()) -> None:
+    def __init__(self, index: int, keys: KeyPair | None = None, record: ServedRecord | None = None) -> None:
         self.index = int(index)
         self.keys = KeyPair.generate() if keys is None else keys
-        self._served: set[str] = set(served)  # requests served before (restored by a node that keeps state)
+        self._record = record
+        self._served: set[tuple[int, str]] = set()  # what it served (the record's file is read again per round)
         self._round: dict[str, Any] | None = None
-
-    @property
-    def served(self) -> list[str]:
-        """The digests of the requests this tally has served (one argmax each), sorted.
-
-        Returns:
-            The digests.
-        """
-        return sorted(self._served)
 
     @property
     def public(self) -> bytes:
@@ -243,7 +321,7 @@ class Tally:
         return self.keys.public
 
     def open_round(self, request_digest: str, size: int, min_contributors: int,
-                   parties: int = COMMITTEE_SIZE) -> None:
+                   parties: int = COMMITTEE_SIZE, *, run: int = 0) -> None:
         """Start collecting shares of ``size`` entries for one approved request of a ``parties``-tally committee.
 
         Args:
@@ -251,47 +329,58 @@ class Tally:
             size: The number of entries per share (candidates).
             min_contributors: The fewest contributors the MPC accepts.
             parties: The committee's size.
+            run: The run's id: shares are bound to it (`voter_id`) and a request is served once per run.
 
         Raises:
-            TallyError: The request was already served or is being collected: one argmax per request.
+            TallyError: The request was already served in this run (by this tally's record) or is being
+                collected: one argmax per request and run; or the record cannot be read.
         """
-        if request_digest in self._served or (self._round is not None and self._round["request"] == request_digest):
+        served = self._served | (self._record.entries() if self._record is not None else set())
+        if (int(run), request_digest) in served or (self._round is not None and self._round["request"] == request_digest
+                                                     and self._round["run"] == int(run)):
             raise TallyError(f"tally {self.index} refuses a second argmax for request {request_digest[:12]}")
-        self._round = {"request": request_digest, "size": int(size), "min": int(min_contributors),
-                       "modulus": field_modulus(), "threshold": threshold(parties), "shares": {}}
+        self._round = {"request": request_digest, "run": int(run), "size": int(size), "min": int(min_contributors),
+                       "modulus": field_modulus(), "threshold": threshold(parties), "shares": {}, "seen": set()}
 
     def receive(self, contributor: str, sealed: bytes) -> None:
         """Open one client's sealed share of the current request.
 
         Args:
-            contributor: The client's identity.
+            contributor: The client's identity (its node id; the share must be bound to it, `voter_id`).
             sealed: Its share for this tally (`client_sealed_shares`).
 
         Raises:
-            TallyError: No round is open, a second share from the same contributor, a share for another request
-                or tally (it does not authenticate), a wrong length or a value outside the field.
+            TallyError: No round is open, a second share from the same contributor or with the same content, a
+                share for another request, tally, run or contributor (it does not authenticate), a wrong length or
+                a value outside the field.
         """
         rnd = self._round
         if rnd is None:
             raise TallyError(f"tally {self.index} has no open request")
         if contributor in rnd["shares"]:
             raise TallyError(f"tally {self.index} got a second share from contributor {contributor}")
+        fingerprint = hashlib.sha256(bytes(sealed)).digest()
+        if fingerprint in rnd["seen"]:
+            raise TallyError(f"tally {self.index} got the same share twice (again as contributor {contributor})")
         try:
-            plain = open_sealed(self.keys, sealed, context=share_context(rnd["request"], self.index))
-        except RelayError:
-            raise TallyError(f"tally {self.index}: the share of contributor {contributor} is not for request "
-                             f"{rnd['request'][:12]} and this tally (it does not open)") from None
+            voter = voter_id(rnd["run"], contributor)
+            plain = open_sealed(self.keys, sealed, context=share_context(rnd["request"], self.index, voter))
+        except (RelayError, ValueError):
+            raise TallyError(f"tally {self.index}: the share of contributor {contributor} is not this contributor's "
+                             f"for request {rnd['request'][:12]}, this run and this tally (it does not open)") from None
         if len(plain) != rnd["size"] * ENTRY_BYTES:
             raise TallyError(f"tally {self.index}: the share of contributor {contributor} has the wrong length")
         share = np.frombuffer(plain, dtype=np.uint64)
         if np.any(share >= np.uint64(rnd["modulus"])):
             raise TallyError(f"tally {self.index}: the share of contributor {contributor} is outside the field")
+        rnd["seen"].add(fingerprint)
         rnd["shares"][contributor] = share
 
     def job(self) -> dict[str, Any]:
         """Close the round: this tally's input to the MPC (`dphype.secure.tally_party`).
 
-        The request now counts as served. Sums modulo the prime with Python integers (no overflow).
+        The request now counts as served in its run, in the record (synced to disk) before the job is returned.
+        Sums modulo the prime with Python integers (no overflow).
 
         Returns:
             The job: the summed share vector, the field, the request and contributor-set digests, the count.
@@ -303,7 +392,9 @@ class Tally:
         if rnd is None:
             raise TallyError(f"tally {self.index} has no open request")
         self._round = None
-        self._served.add(rnd["request"])
+        self._served.add((rnd["run"], rnd["request"]))
+        if self._record is not None:
+            self._record.add(rnd["run"], rnd["request"])
         contributors = sorted(rnd["shares"])
         total = [0] * rnd["size"]
         for name in contributors:

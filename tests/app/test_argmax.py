@@ -7,11 +7,12 @@ from helpers import PERMISSIVE
 
 from dphype.app.config import AppConfig
 from dphype.config import DPHypeConfig
-from dphype.flower import PreflightError
+from dphype.flower import PreflightError, load_tally_key
+from dphype.flower.client.roles import simulated_parties
 from dphype.flower.local import LocalGrid, node_id
-from dphype.flower.tally import simulated_parties
 from dphype.flower.wire import TALLY_KEY
 from dphype.ml.reference import majority_of_test_split
+from dphype.node.policy import run_ledger_path
 from dphype.privacy.winner import WINNER_NOISE
 from dphype.secure.tally import TallyError
 from dphype.selection.candidates import load_candidates
@@ -28,7 +29,12 @@ def app_grid(nodes: int, **kwargs) -> tuple[AppConfig, LocalGrid]:
                     candidates=SUBSET, fedavg_rounds=1, local_epochs=1, **kwargs)
     run_config = {"dataset": "adult", "seed": 0, "local-epochs": 1, "release": "argmax", "clients": CLIENTS,
                   "tallies": cfg.tallies}
-    return cfg, LocalGrid(client_app.app, nodes, run_config=run_config, node_config=PERMISSIVE)
+    # the operator of this in-process federation pins the committee it runs: the keys the tally nodes will load
+    # from the run's folder (a Ray simulation's voters pin it themselves, tests/app/test_simulation.py)
+    folder = run_ledger_path(1).parent
+    pins = ",".join(load_tally_key(folder / f"tally-{j}.key").public.hex() for j in range(cfg.tallies))
+    return cfg, LocalGrid(client_app.app, nodes, run_config=run_config,
+                          node_config={**PERMISSIVE, "dphype-tallies": pins})
 
 
 def test_bundled_app_in_argmax_mode_selects_with_simulated_tallies_and_trains_on_the_voters_only():
@@ -123,3 +129,40 @@ def test_the_connected_committee_of_a_sum_release_is_none_and_its_voters_are_the
     grid = LocalGrid(None, 3)  # nothing is sent: sum mode has no committee
     committee = connected_committee(grid, DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=3), connect_timeout=0.1)
     assert (committee.keys, committee.nodes, committee.voters) == ((), (), grid) and not grid.sent
+
+
+def test_a_simulated_voter_pins_the_committee_its_operator_made_and_a_deployed_one_is_never_given_tallies(
+        tmp_path, monkeypatch):
+    """Issue 23, safe tallies by default: a node seals shares only to tallies its operator pinned. In Flower's
+    simulation the operator made the committee (its key files), so the bundled app's voters pin those keys in their
+    node config (never from the run config: the server cannot name a tally); a deployed voter gets nothing, its
+    operator's own dphype-tallies is kept, and without one it refuses the pre-flight naming the key to set."""
+    from flwr.app import Context, RecordDict
+
+    import dphype.flower.client.roles as roles
+    from dphype.flower.client.roles import simulated_role
+    from dphype.node.policy import NodePolicy, check_vote_request
+    from dphype.protocol import make_vote_request
+    from dphype.refusal import Refusal
+    from dphype.selection.candidates import load_candidates
+
+    def voter(**node_config):
+        return Context(run_id=7, node_id=1, node_config={"partition-id": 0, "num-partitions": CLIENTS + 3,
+                                                          **node_config}, state=RecordDict(), run_config={})
+
+    keys = tuple(load_tally_key(tmp_path / f"tally-{j}.key").public for j in range(3))
+    deployed = voter()
+    simulated_role(deployed, CLIENTS, 3, tmp_path)
+    assert "dphype-tallies" not in deployed.node_config
+    request = make_vote_request(DPHypeConfig(epsilon=4.0, delta=1e-5, k=3, clients=CLIENTS, release="argmax"),
+                                load_candidates(SUBSET), tallies=keys)
+    with pytest.raises(Refusal, match="tally_committee: this node's operator pinned no tallies.*dphype-tallies"):
+        check_vote_request(request, NodePolicy.from_node_config({**PERMISSIVE, **deployed.node_config}))
+    monkeypatch.setattr(roles, "simulated", lambda: True)
+    simulation = voter()
+    simulated_role(simulation, CLIENTS, 3, tmp_path)
+    assert simulation.node_config["dphype-tallies"] == ",".join(k.hex() for k in keys)
+    assert check_vote_request(request, NodePolicy.from_node_config({**PERMISSIVE, **simulation.node_config}))
+    own = voter(**{"dphype-tallies": keys[0].hex()})  # the operator's own pin wins
+    simulated_role(own, CLIENTS, 3, tmp_path)
+    assert own.node_config["dphype-tallies"] == keys[0].hex()

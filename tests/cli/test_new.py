@@ -30,9 +30,13 @@ def load(path, name):
 
 
 @pytest.mark.parametrize("release", ["argmax", "sum"])
-def test_new_writes_an_app_that_selects_and_trains_in_process(tmp_path, capsys, release):
+def test_new_writes_an_app_that_selects_and_trains_in_process(tmp_path, capsys, monkeypatch, release):
     """The app of either release on the nodes ``dphype run`` gives it: 10 voters, and in argmax mode 3 more that
-    the ClientApp's simulated_roles mod makes the tallies (MPyC on loopback); FedAvg trains the voters only."""
+    the ClientApp's simulated_roles mod makes the tallies (MPyC on loopback) and the voters pin; FedAvg trains the
+    voters only."""
+    import dphype.flower.client.roles as roles
+
+    monkeypatch.setattr(roles, "simulated", lambda: True)  # as in a Ray worker of Flower's simulation
     folder = new_app(tmp_path / "My-App", *(["--release", release] if release != "argmax" else []))
     printed = capsys.readouterr().out
     assert "files: pyproject.toml, my_app/__init__.py, my_app/client_app.py, my_app/server_app.py" in printed

@@ -108,9 +108,9 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Feder
         # the SuperLink's script also names it `deploy` in the fresh FLWR_HOME's config.toml
         fed.start("superlink", superlink_args(fed.link_port, tmp_path / "state.db"))
         wait_for_port(fed.link_port)
-        # each operator's own limits: votes at epsilon 20 among 5 clients (4 if one vanishes), two of them (and one
-        # winner release at epsilon 4) in its lifetime (RDP composes them to less than 40), in a SecAgg+ graph of 2
-        # neighbours (the secure one for 4 or 5 clients)
+        # each operator's own limits: votes at epsilon 20 among 5 clients (4 if one vanishes), two of them in its
+        # lifetime (RDP composes them to less than 40), in a SecAgg+ graph of 2 neighbours (the secure one for 4 or
+        # 5 clients)
         policy = write_node_config(tmp_path / "policy.toml", {
             "dphype-max-epsilon": 20, "dphype-min-clients": 4, "dphype-min-neighbours": 2,
             "dphype-lifetime-epsilon": 40})

@@ -21,15 +21,24 @@ import pytest
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable
-from helpers import CANDS, TableTask, client_app, scores_table
+from helpers import CANDS, CLIENTS, TableTask, argmax_config, argmax_grid, client_app, scores_table
 from helpers import sum_config as flower_config
 
 from dphype.cli import main
 from dphype.flower import DPHype, PreflightError, register_dphype
 from dphype.flower.client import node_policy
 from dphype.flower.local import LocalGrid, node_id
-from dphype.flower.server.secagg import run_secure_sum
-from dphype.flower.wire import APPROVAL_STATE, PREFLIGHT_TYPE, RECORD_KEY, STAGE_KEY
+from dphype.flower.server.readiness import run_preflight
+from dphype.flower.server.secagg import advertise_record, run_secure_sum
+from dphype.flower.wire import (
+    APPROVAL_STATE,
+    ARGMAX_VOTE_TYPE,
+    PREFLIGHT_TYPE,
+    RECORD_KEY,
+    STAGE_KEY,
+    TALLY_KEY,
+    TALLY_TYPE,
+)
 from dphype.node.ledger import Ledger
 from dphype.node.policy import POLICY_ENV, NodePolicy, PolicyError, check_vote_request, default_ledger_path
 from dphype.privacy.accounting import mechanism_epsilon, vote_sensitivity
@@ -319,8 +328,9 @@ def test_issue_13_survivor_lists_that_differ_between_nodes_are_refused():
     def views(stage: str, node: int, content: dict) -> dict:
         if stage != "consistency":
             return content
-        mine = [n for n in content["survivors"] if (n in half) == (node in half)]
-        return {**content, "survivors": mine}
+        listed = list(zip(content["survivors"], content["receipts"], strict=True))
+        mine = [(n, r) for n, r in listed if (n in half) == (node in half)]
+        return {**content, "survivors": [n for n, _ in mine], "receipts": [r for _, r in mine]}
 
     grid = TamperingGrid(client_app(scores_table(N)), N, views)
     with pytest.raises(SecureSumError):
@@ -458,3 +468,44 @@ def test_the_simulation_operators_channel_admits_its_own_run(monkeypatch):
     with pytest.raises(PreflightError, match="4 x refused: node_policy") as info:
         DPHype(CANDS, config(clients=4, epsilon=20.0)).start(grid)
     assert "twenty" not in str(info.value)
+
+
+# ------------------------------------------------------------------------------------ issue 23: release modes
+def test_issue_23_a_sum_vote_on_an_approved_argmax_request_fails_closed_and_opens_nothing(tmp_path):
+    """Issue 23, "release-mode switch": the nodes approve an argmax request (pure epsilon, noise calibrated to hide
+    one index) and the server runs the SecAgg+ sum on it, with the round's first stage riding on the pre-flight or
+    in a stage of its own. Its noisy count vector would carry far more epsilon than the ledger's pure epsilon:
+    every node refuses (``release_mode``) before a round key, a share or a masked vector leaves it, so nothing
+    is opened and nothing is charged (the ledger's 0 is at least the release's nothing)."""
+    grid, keys = argmax_grid(tmp_path)
+    voters = [node_id(i) for i in range(CLIENTS)]
+    request = DPHype(CANDS, argmax_config(), tallies=keys).request
+    round_id, advertise = advertise_record(request.digest())
+    with pytest.raises(PreflightError, match=f"{CLIENTS} x refused: release_mode"):
+        run_preflight(grid, request, voters, 60, advertise)
+    ready, _ = run_preflight(grid, request, voters, 60)  # approved without the SecAgg+ stage ...
+    assert sorted(ready) == voters
+    with pytest.raises(SecureSumError, match=f"{CLIENTS} x Refusal: release_mode"):  # ... its own advertise fails
+        run_secure_sum(grid, voters, request.digest(), size=len(CANDS), noise="skellam", min_survivors=CLIENTS)
+    assert not [r for r in grid.replies if not r.has_error() and STAGE_KEY in r.content.config_records]
+    assert all(not Ledger(NodePolicy.from_node_config(grid.contexts[n].node_config).ledger).entries()
+               for n in voters)
+
+
+def test_issue_23_an_argmax_vote_or_a_tally_collect_on_an_approved_sum_request_is_refused(tmp_path):
+    """The reverse switch: a sum request approved in the pre-flight, then the argmax vote (sealed shares) or a
+    tally's collect on it: both refuse with ``release_mode``; nothing is sealed, charged or collected."""
+    grid, keys = argmax_grid(tmp_path)
+    voters = [node_id(i) for i in range(CLIENTS)]
+    summed = DPHype(CANDS, config(clients=CLIENTS, epsilon=4.0)).request
+    ready, _ = run_preflight(grid, summed, voters, 60)
+    assert sorted(ready) == voters
+    vote = [Message(RecordDict({RECORD_KEY: ConfigRecord(summed.to_record())}), n, ARGMAX_VOTE_TYPE) for n in voters]
+    replies = grid.send_and_receive(vote)
+    assert sorted(r.error.reason.split(": ")[1] for r in replies) == ["release_mode"] * CLIENTS
+    tally = node_id(CLIENTS)
+    collect = {**summed.to_record(), "stage": "collect", "contributors": [], "shares": []}
+    (reply,) = grid.send_and_receive([Message(RecordDict({TALLY_KEY: ConfigRecord(collect)}), tally, TALLY_TYPE)])
+    assert reply.error.reason.startswith("Refusal: release_mode: a tally collects shares only")
+    assert all(not Ledger(NodePolicy.from_node_config(grid.contexts[n].node_config).ledger).entries()
+               for n in voters)

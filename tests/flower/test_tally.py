@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
+from flwr.app import ConfigRecord, Message, RecordDict
 from helpers import CANDS, CLIENTS, argmax_grid
 from helpers import argmax_config as config
 
@@ -116,11 +119,11 @@ def test_a_client_refusing_the_argmax_vote_is_a_dropout_and_too_few_shares_relea
     real = ArgmaxRelease.ballot
     calls = []
 
-    def flaky(self, request, scores, *, maximize, clipping_range=None):  # the 2nd client's vote fails on the client
+    def flaky(self, request, scores, *, maximize, clipping_range=None, voter=None):  # the 2nd client's vote fails
         calls.append(1)
         if len(calls) == 2:
             raise RuntimeError("disk full at /secret/path")
-        return real(self, request, scores, maximize=maximize)
+        return real(self, request, scores, maximize=maximize, voter=voter)
 
     monkeypatch.setattr(ArgmaxRelease, "ballot", flaky)
     with pytest.raises(PreflightError, match="only 5 clients sent their shares, fewer than the minimum survivors 6"):
@@ -151,3 +154,96 @@ def test_an_argmax_result_carries_the_preflights_notes_as_a_sum_result_does(tmp_
     assert result.notes == (f"{CLIENTS} of {CLIENTS} nodes are simulated with a per-run ledger: their lifetime "
                             "budget restarts with every run (an operator who names dphype-ledger keeps one across "
                             "runs)",)
+
+
+def collect_messages(grid) -> list:
+    """The ``collect`` stages the server sent to the tallies (the sealed shares it relayed)."""
+    return [m for m in grid.sent if m.metadata.message_type == "query.dphype_tally"
+            and m.content.config_records[TALLY_KEY].get("stage") == "collect"]
+
+
+def voters_epsilon(grid) -> list[float]:
+    """Every voter's recorded epsilon (pure epsilon of its argmax votes, summed as the ledger lists them)."""
+    return [sum(e.epsilon for e in Ledger(NodePolicy.from_node_config(grid.contexts[node_id(i)].node_config)
+                                          .ledger).entries()) for i in range(CLIENTS)]
+
+
+@pytest.mark.parametrize("relabel", ["one_share_as_all", "one_share_as_another"])
+def test_issue_23_one_ballot_relabelled_as_many_contributors_fails_closed(tmp_path, relabel):
+    """Issue 23, "one ballot counted many times": the server relays client 0's sealed shares as every contributor's
+    (their noise: one share instead of six, epsilon >= 2.36 against the 1.00 recorded at the issue's sizes), or as
+    another contributor's. A share is bound to its contributor's node id and run and refused by content when
+    repeated: the collect stage fails at every tally, no index is opened, the ledger's epsilon (>= 0) covers it."""
+    grid, keys = argmax_grid(tmp_path)
+    real = grid.push_messages
+
+    def relay(messages):
+        messages = list(messages)
+        for m in messages:
+            record = m.content.config_records.get(TALLY_KEY)
+            if record is not None and record.get("stage") == "collect":
+                contributors, shares = list(record["contributors"]), list(record["shares"])
+                if relabel == "one_share_as_all":
+                    record["shares"] = [shares[0]] * len(shares)
+                else:  # client 1's label on client 0's share, client 0 left out
+                    record["contributors"], record["shares"] = contributors[1:], [shares[0], *shares[2:]]
+        return real(messages)
+
+    grid.push_messages = relay
+    reason = "the same share twice" if relabel == "one_share_as_all" else "is not this contributor's"
+    with pytest.raises(TallyError, match=f"tally 0 failed the collect stage .*tally_refused: .*{reason}"):
+        DPHype(CANDS, config(), tallies=keys).start(grid, timeout=60)
+    assert not [m for m in grid.sent if m.metadata.message_type == "query.dphype_tally"
+                and m.content.config_records[TALLY_KEY].get("stage") in ("compute", "result")]
+    assert voters_epsilon(grid) == [pytest.approx(4.0)] * CLIENTS  # each paid for its one vote; nothing opened
+
+
+def test_issue_23_the_same_ciphertexts_replayed_to_the_tallies_in_a_later_run_or_after_a_restart_open_nothing(
+        tmp_path):
+    """Issue 23, "replay to the tallies in a later run": after an honest run, the server sends the tallies the same
+    collect stages (the same ciphertexts) in a new run (they are bound to their run: they do not open) and, with
+    the old run id reused, to a restarted tally whose context state is gone (its record beside the key refuses the
+    request served in that run). Every voter's ledger holds the one release that was opened."""
+    grid, keys = argmax_grid(tmp_path)
+    DPHype(CANDS, config(), tallies=keys).start(grid, timeout=60)
+    replayed = collect_messages(grid)
+    assert len(replayed) == 3
+    for run_id, reason in ((2, "is not this contributor's for request .*, this run and this tally"),
+                           (1, "refuses a second argmax for request")):
+        later, _ = argmax_grid(tmp_path, run_id=run_id)  # the same tally keys (and records), fresh contexts
+        messages = [Message(RecordDict({TALLY_KEY: ConfigRecord(dict(m.content.config_records[TALLY_KEY]))}),
+                            m.metadata.dst_node_id, "query.dphype_tally") for m in replayed]
+        replies = later.send_and_receive(messages)
+        assert len(replies) == 3 and all(r.has_error() for r in replies)
+        assert all(re.search(f"Refusal: tally_refused: tally [012].*{reason}", r.error.reason) for r in replies)
+    assert voters_epsilon(grid) == [pytest.approx(4.0)] * CLIENTS  # one vote, one release: pure epsilon 4 each
+
+
+def test_issue_23_every_malformed_or_out_of_range_tally_stage_is_refused_with_a_refusal_code(tmp_path):
+    """Issue 23: a ``result`` wait took the server's timeout unchecked (NaN or infinity parked the tally forever) and
+    malformed stages came back as raw ``KeyError``/``ValueError`` texts. Every one is now a refusal code; the
+    timeout's boundaries are (0, MAX_RESULT_WAIT]."""
+    grid, keys = argmax_grid(tmp_path)
+    tally = node_id(CLIENTS)
+    request = DPHype(CANDS, config(), tallies=keys).request.to_record()
+    wait = flower_tally.MAX_RESULT_WAIT
+    stages = {
+        "malformed_request": [{"stage": "result", "timeout": t} for t in
+                              (float("nan"), float("inf"), -1.0, 0.0, wait * (1 + 1e-9), True, "5")]
+        + [{"stage": "result"}, {"stage": "bogus"}, {}, {"stage": "collect"},
+           {**request, "stage": "collect"},  # no contributors, no shares
+           {**request, "stage": "collect", "contributors": [1, 2], "shares": [b"x"]},
+           {**request, "stage": "collect", "contributors": ["a"], "shares": [b"x"]}],
+        "tally_refused": [{"stage": "result", "timeout": wait}, {"stage": "result", "timeout": 1e-9},
+                          {"stage": "compute"}],  # in range, but nothing is running or collected
+    }
+    for code, contents in stages.items():
+        replies = grid.send_and_receive([Message(RecordDict({TALLY_KEY: ConfigRecord(c)}), tally, "query.dphype_tally")
+                                         for c in contents])
+        assert len(replies) == len(contents)
+        assert [r.error.reason.split(": ")[:2] for r in replies] == [["Refusal", code]] * len(contents), code
+    (reply,) = grid.send_and_receive([Message(RecordDict(), tally, "query.dphype_tally")])  # no stage record at all
+    assert reply.error.reason.startswith("Refusal: malformed_request")
+    (reply,) = grid.send_and_receive([Message(RecordDict({TALLY_KEY: ConfigRecord({"stage": "compute"})}),
+                                              node_id(0), "query.dphype_tally")])  # a voter asked as a tally
+    assert reply.error.reason.startswith("Refusal: tally_refused: this node is not a tally")

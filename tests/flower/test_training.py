@@ -215,3 +215,19 @@ def test_the_bundled_app_checks_private_training_before_any_client_works():
             run_app(NoGrid(step_app(0.0, clip=False), 4), cfg)
     finally:
         server_app._fedavg = original
+
+
+@pytest.mark.parametrize(("excess", "refused"), [(2.0, True), (0.5, False)])
+def test_the_servers_clipping_check_holds_at_its_boundary(excess, refused):
+    """Issue 23: the server verifies client clipping to float32 rounding (``CLIP_TOLERANCE``), not to a 5% slack:
+    an update of norm C (1 + 2 tol) is refused, one of norm C (1 + tol / 2) accepted."""
+    from dphype.flower.training import CLIP_TOLERANCE
+
+    budget = TrainingBudget(epsilon=5.0, rounds=1, clipping_norm=1.0, clipping="client")
+    app = step_app((1.0 + excess * CLIP_TOLERANCE) / 2, clip=False)  # 4 weights: norm 2 x step
+    if refused:
+        with pytest.raises(ClippingError, match="round 1 refused: 4 of 4 updates exceed the clipping norm 1"):
+            train_privately(app, budget)
+    else:
+        private, _ = train_privately(app, budget)
+        assert private.report()["training"]["private"]

@@ -197,3 +197,14 @@ def test_the_default_ledger_is_per_partition_id(monkeypatch, tmp_path):
         tmp_path / "own.json"  # an explicit ledger wins
     with pytest.raises(PolicyError, match="node config partition-id must be an integer >= 0"):
         NodePolicy.from_node_config({"partition-id": "../x"})
+
+
+@pytest.mark.parametrize(("sigma", "code"), [(1e300, "malformed_request"), (1e20, "malformed_request"),
+                                             (1e-300, "noise_too_small"), (5e-324, "noise_too_small")])
+def test_issue_23_absurd_sigmas_are_refused_with_a_code_not_an_arithmetic_error(tmp_path, sigma, code):
+    """Issue 23: ``sigma = 1e300`` came back as a raw OverflowError (and 1e-300 as a ZeroDivisionError) instead of a
+    refusal code: the calibrated sigma is compared first, and an accountant that breaks down counts as infinite
+    epsilon."""
+    with pytest.raises(Refusal) as refused:
+        check_vote_request(make_request(clients=10, sigma=sigma), NodePolicy(ledger=tmp_path / "l.json"))
+    assert refused.value.code == code

@@ -97,6 +97,11 @@ class Federation:
         return server, messages
 
 
+def listing(server: sa.ServerRound, survivors: list[int]) -> dict[str, Any]:
+    """A ``consistency`` stage naming ``survivors``, with the receipts the server holds for them."""
+    return sa.message("consistency", survivors=survivors, receipts=[server.receipts[n] for n in survivors])
+
+
 def _exact(fed: Federation, result: sa.SumResult) -> None:
     assert np.array_equal(result.total, sum(fed.votes[i] for i in result.survivors))
 
@@ -267,7 +272,7 @@ def test_survivor_set_that_splits_the_graph_is_refused() -> None:
     assert sa.component_size(graph, survivors, small[0]) == 3
     for node in small:
         with pytest.raises(Refusal, match="may hold only 3 noise shares"):
-            fed.step(node, {**messages[node], "survivors": survivors})
+            fed.step(node, listing(server, survivors))
 
 
 def test_different_survivor_views_never_reach_unmasking() -> None:
@@ -280,7 +285,7 @@ def test_different_survivor_views_never_reach_unmasking() -> None:
     signatures: dict[int, bytes] = {}
     for view, members in ((sorted(a + b[:1]), a), (sorted(b + a[:1]), b)):
         for node in members:
-            signatures[node] = fed.step(node, {**messages[node], "survivors": view})["signature"]
+            signatures[node] = fed.step(node, listing(server, view))["signature"]
     assert server.graph is not None and sa.consistency_quorum(sa.consistency_committee(server.graph)) == 9
     for node in (a[0], b[0]):
         own = a if node in a else b
@@ -365,7 +370,7 @@ def test_dropped_vector_keeps_its_self_mask() -> None:
     survivors = [n for n in server.survivors if n != victim]
     replies = {}
     for node in survivors:
-        replies[node] = fed.step(node, {**messages[node], "survivors": survivors})
+        replies[node] = fed.step(node, listing(server, survivors))
     server.survivors = survivors
     unmask = server.unmask(replies)
     revealed = [fed.step(node, msg) for node, msg in unmask.items()]
@@ -394,3 +399,61 @@ def test_in_a_large_round_the_committee_majority_decides() -> None:
     strong = sorted(committee[:33])
     reply = fed.step(committee[41], sa.message("unmask", signers=strong, signatures=[signatures[s] for s in strong]))
     assert committee[41] in reply["b_owners"]
+
+
+def test_an_unmask_reply_reveals_one_kind_of_share_per_peer_never_both() -> None:
+    """Issue 23: a node whose unmask reply revealed both the self-mask share and the pairwise-key share of the same
+    peer would hand the server that peer's vector exactly (and every other test passed). Each reply reveals the
+    self-mask shares of survivors only and the mask-key shares of dropped nodes only: never both for one peer."""
+    fed = Federation(12, dropout=0.25)
+    dropped = fed.ids[1]  # its shares went out, its masked vector never arrives: the others reveal its mask key
+    server = sa.ServerRound(fed.ids, REQUEST, SIZE, fed.survivors, fed.graph_for)
+    send = fed.send({"masked_input": {dropped}})
+    messages = server.advertise()
+    for name, nxt in (("advertise", server.share_keys), ("share_keys", server.masked_input),
+                      ("masked_input", server.consistency), ("consistency", server.unmask)):
+        messages = nxt(send(name, messages))
+    survivors = set(server.survivors)
+    assert dropped not in survivors and len(survivors) == 11
+    revealed = {node: fed.step(node, msg) for node, msg in messages.items()}
+    assert any(dropped in reply["s_owners"] for reply in revealed.values())
+    for reply in revealed.values():
+        assert not set(reply["b_owners"]) & set(reply["s_owners"])
+        assert set(reply["b_owners"]) <= survivors and not set(reply["s_owners"]) & survivors
+    _exact(fed, server.finish(revealed))
+
+
+def test_issue_23_survivors_that_never_took_part_in_the_round_do_not_count_toward_the_bound() -> None:
+    """Issue 23, "survivors that never signed" (xi >= 1/2): the server runs the round with 11 of 20 nodes, in two
+    arcs of the public ring (6 and 5 nodes, gaps wider than k / 2), and lists the other 9, whose keys are in the
+    key list but who never took part in this round (in the attack they vote in another round built from the same
+    advertised keys), as survivors. Every node's component among the claimed survivors is all 20 (>= L = 10) and
+    the 11 are a committee majority, so before the fix they signed and revealed their shares: the server could
+    unmask a sum of 6 noise shares where the ledgers assume 10. Now a survivor must prove it took part: the
+    receipt it signed with its masked vector in this round (over D), which every committee member verifies
+    before it signs; the 9 have none, no committee member signs, and nothing is revealed."""
+    fed = Federation(20, dropout=0.5, graph=(4, 3))
+    assert fed.survivors == 10
+    server, messages = fed.server_until("share_keys")
+    assert server.graph is not None
+    order = sorted(fed.ids, key=lambda n: int(server.graph.positions([n])[0]))  # ring order
+    taking_part = order[0:6] + order[9:14]  # two arcs; gaps of 3 and 6 positions > k / 2 = 2
+    shared = {n: fed.step(n, messages[n]) for n in taking_part}
+    boxes: dict[int, dict[int, bytes]] = {}
+    for n, reply in shared.items():
+        for receiver, ciphertext in zip(reply["receivers"], reply["ciphertexts"]):
+            boxes.setdefault(receiver, {})[n] = ciphertext
+    masked = {n: fed.step(n, sa.message("masked_input", senders=sorted(boxes[n]),
+                                        ciphertexts=[boxes[n][s] for s in sorted(boxes[n])])) for n in taking_part}
+    committee = sa.consistency_committee(server.graph)
+    assert len(committee) == 20 and sa.consistency_quorum(committee) == 11 == len(taking_part)
+    claimed = sorted(fed.ids)  # the 9 that never took part listed as survivors, with receipts it cannot have
+    statement = sa.participation_statement(server.digest)
+    assert all(relay.verify(server.keys[n][2], masked[n]["receipt"], statement) for n in taking_part)
+    # the best the server has for the 9: a participant's receipt (another key) or bytes of its own
+    receipts = [masked[n]["receipt"] if n in masked else masked[taking_part[i % 11]]["receipt"] if i % 2 else
+                bytes(64) for i, n in enumerate(claimed)]
+    for n in taking_part:  # every one is a committee member: each refuses before it signs
+        with pytest.raises(Refusal, match="secagg_unmask: a survivor's receipt does not verify"):
+            fed.step(n, sa.message("consistency", survivors=claimed, receipts=receipts))
+    assert all(fed.states[n] is None for n in taking_part)  # rounds discarded: no signature, no share left

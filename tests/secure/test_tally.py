@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from dphype.secure.tally import (
+    ServedRecord,
     Tally,
     TallyError,
     check_committee,
@@ -12,6 +13,7 @@ from dphype.secure.tally import (
     open_shares,
     secure_argmax,
     split_shares,
+    voter_id,
 )
 
 
@@ -25,8 +27,9 @@ def committee(min_contributors, request="req-1", size=5):
 def send(tallies, request, vectors, start=0, deliver=3):
     keys = [t.public for t in tallies]
     for c, vec in enumerate(vectors, start=start):
-        for t, sealed in list(zip(tallies, client_sealed_shares(request, vec, keys), strict=True))[:deliver]:
-            t.receive(f"client-{c}", sealed)
+        sealed = client_sealed_shares(request, vec, keys, voter_id(0, f"client-{c}"))
+        for t, share in list(zip(tallies, sealed, strict=True))[:deliver]:
+            t.receive(f"client-{c}", share)
 
 
 def test_shamir_shares_open_from_any_two_tallies_and_one_share_is_uniform():
@@ -78,21 +81,65 @@ def test_a_missing_tally_releases_nothing_and_names_the_tally():
 def test_tally_refuses_replays_foreign_shares_and_duplicates():
     tallies = committee(1)
     keys = [t.public for t in tallies]
-    sealed = client_sealed_shares("req-1", np.arange(5), keys)
+    sealed = client_sealed_shares("req-1", np.arange(5), keys, voter_id(0, "a"))
     tallies[0].receive("a", sealed[0])
     with pytest.raises(TallyError, match="second share from contributor a"):
         tallies[0].receive("a", sealed[0])
-    with pytest.raises(TallyError, match="not for request req-1 and this tally"):
-        tallies[1].receive("b", sealed[0])  # tally 0's share at tally 1
-    with pytest.raises(TallyError, match="not for request req-1"):
-        tallies[2].receive("c", client_sealed_shares("req-other", np.arange(5), keys)[2])
+    with pytest.raises(TallyError, match="not this contributor's for request req-1, this run and this tally"):
+        tallies[1].receive("a", sealed[0])  # tally 0's share at tally 1
+    with pytest.raises(TallyError, match="not this contributor's for request req-1"):
+        tallies[2].receive("c", client_sealed_shares("req-other", np.arange(5), keys, voter_id(0, "c"))[2])
     with pytest.raises(TallyError, match="wrong length"):
-        tallies[2].receive("d", client_sealed_shares("req-1", np.arange(4), keys)[2])
+        tallies[2].receive("d", client_sealed_shares("req-1", np.arange(4), keys, voter_id(0, "d"))[2])
     tallies[0].job()
     with pytest.raises(TallyError, match="refuses a second argmax for request req-1"):
         tallies[0].open_round("req-1", 5, 1)
     with pytest.raises(TallyError, match="tally 0 has no open request"):
         tallies[0].receive("e", sealed[0])
+
+
+def test_one_ballot_relabelled_as_many_contributors_is_refused_by_identity_and_by_content():
+    """Issue 23, "one ballot counted many times": the server relays one client's sealed shares under ten labels.
+    A share is bound to its contributor (and run), so under another label it does not open; the same bytes twice
+    are refused by content too, whatever the label."""
+    tallies = committee(1)
+    keys = [t.public for t in tallies]
+    sealed = client_sealed_shares("req-1", np.arange(5), keys, voter_id(0, "7"))
+    for t, share in zip(tallies, sealed, strict=True):
+        for label in range(8, 17):
+            with pytest.raises(TallyError, match=f"share of contributor {label} is not this contributor's"):
+                t.receive(str(label), share)
+        t.receive("7", share)
+        # once counted, the same ciphertext under any label is refused by its content before it is tried
+        with pytest.raises(TallyError, match="the same share twice"):
+            t.receive("8", share)
+    assert [t.job()["count"] for t in tallies] == [1, 1, 1]  # one ballot, counted once
+    with pytest.raises(ValueError, match="non-empty without ';' or '|'"):
+        voter_id(0, "7;voter=8")
+
+
+def test_a_tallys_record_refuses_a_request_served_in_that_run_across_restarts_and_other_runs_do_not_open(tmp_path):
+    """Issue 23, "replay to the tallies in a later run": what a tally served is on disk beside its key, read before
+    it opens anything, so a restarted tally (a fresh process, empty context) refuses the same request in the same
+    run; the same ciphertexts in a new run do not open (they are bound to their run)."""
+    record = ServedRecord(tmp_path / "tally-0.key.served")
+    first = Tally(0, record=record)
+    keys = [first.public, Tally(1).public, Tally(2).public]
+    sealed = client_sealed_shares("req-1", np.arange(5), keys, voter_id(41, "3"))
+    first.open_round("req-1", 5, 1, run=41)
+    first.receive("3", sealed[0])
+    first.job()
+    assert record.entries() == {(41, "req-1")}
+    assert record.path.stat().st_mode & 0o777 == 0o600
+    restarted = Tally(0, first.keys, record=ServedRecord(record.path))  # nothing in memory: the file decides
+    with pytest.raises(TallyError, match="refuses a second argmax for request req-1"):
+        restarted.open_round("req-1", 5, 1, run=41)
+    restarted.open_round("req-1", 5, 1, run=42)  # a new run may ask again (its clients vote and pay again) ...
+    with pytest.raises(TallyError, match="not this contributor's for request req-1, this run"):
+        restarted.receive("3", sealed[0])  # ... but the old ciphertexts do not open in it
+    record.path.write_text('{"run": 41, "request": "req-1"}\nnot json\n')
+    with pytest.raises(TallyError, match="cannot be read; its operator must repair it"):
+        Tally(0, first.keys, record=record).open_round("req-2", 5, 1, run=43)
 
 
 def test_committee_checks_name_the_cause():

@@ -18,11 +18,13 @@ set by whoever runs the node, never by the server; `node_policy`) against an act
   (`dphype.protocol.score_candidates`) and keep the scores in the node's context state; answer
   ``ready`` or a refusal (a reason code and a short message without data values). A pre-flight that carries
   the secure vote's first stage (``advertise``, `dphype.flower.server.secagg.advertise_record`) gets this
-  node's fresh round keys beside ``ready``, bound to the request just approved;
+  node's fresh round keys beside ``ready``, bound to the request just approved (only when its release mode sums
+  over SecAgg+: otherwise the pre-flight is refused with ``release_mode``);
 * ``train.dphype`` (the secure vote): the stages of DP-Hype's SecAgg+ (`dphype.secure.secagg`, through
   `dphype.flower.client.secagg.secure_vote_reply`). The round is bound at its first stage (answered in the
   pre-flight, or in a restart's ``advertise``) to the request approved in the pre-flight, with that request's
-  ``n`` and ``xi`` and the policy's ``dphype-min-neighbours``; every stage is checked before it is answered,
+  ``n`` and ``xi`` and the policy's ``dphype-min-neighbours``, and only when that request's release mode sums
+  over SecAgg+ (``release_mode`` otherwise); every stage is checked before it is answered,
   and a stage out of order, repeated or for another request aborts the round. In the masked-input stage, once
   the neighbours' shares have been decrypted and checked, the request is turned into top-k votes plus a fresh
   noise share from the secure generator (`dphype.modes.SumRelease.ballot`), its guarantee recorded in the
@@ -81,6 +83,7 @@ from dphype.flower.wire import (
     STAGE_KEY,
 )
 from dphype.ml.task import Task
+from dphype.modes import Aggregator
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy, check_vote_request
 from dphype.protocol import VoteRequest, score_candidates
@@ -210,7 +213,13 @@ def _forget(context: Context) -> None:
 
 
 def _approval(request: VoteRequest, limits: NodePolicy) -> Approval:
-    """What this node approved of ``request`` for its secure vote round, with its policy's ``min_neighbours``."""
+    """What this node approved of ``request`` for its secure vote round, with its policy's ``min_neighbours``.
+
+    Only a request whose release mode sums over SecAgg+ has one: a request approved for another aggregator (the
+    tally committee's pure-epsilon noise) is refused (``release_mode``) before any round key or vote leaves.
+    """
+    if request.mode.aggregator is not Aggregator.SECAGG:
+        raise Refusal("release_mode", "a SecAgg+ stage for a request whose release is not SecAgg+'s")
     return Approval(request=request.digest(), clients=request.config.clients, survivors=request.min_survivors,
                     size=len(request.candidates), min_neighbours=limits.min_neighbours)
 

@@ -24,14 +24,17 @@ from dphype.modes import Aggregator
 from dphype.node.ledger import Ledger
 from dphype.protocol import VoteRequest
 from dphype.refusal import Refusal
+from dphype.secure.tally import voter_id
 
 
 def register_winner_vote(app: ClientApp, *, policy: PolicySource = None) -> ClientApp:
     """Add ``train.dphype_argmax`` to ``app`` (a client's sealed shares after an approved pre-flight).
 
-    The handler votes only for the request its pre-flight approved (same digest, scores kept, committee
-    aggregator), charges the node's ledger, and answers the ballot sealed to the tally committee; any failure
-    reaches the server as a sanitized refusal.
+    The handler votes only for the request its pre-flight approved (same digest, scores kept) and only when
+    that request's release mode sends to the tally committee (``release_mode`` otherwise: a request approved for
+    another mode is never answered here), charges the node's ledger, and answers the ballot sealed to the tally
+    committee and bound to this node's identity in this run (`dphype.secure.tally.voter_id`: its node id and the
+    run id); any failure reaches the server as a sanitized refusal.
 
     Args:
         app: The ClientApp.
@@ -48,13 +51,16 @@ def register_winner_vote(app: ClientApp, *, policy: PolicySource = None) -> Clie
             approved = context.state.config_records.get(APPROVAL_STATE)
             checked = context.state.config_records.get(GUARANTEE_STATE)
             request = VoteRequest.from_record(msg.content.config_records.get(RECORD_KEY, {}))
+            if request.mode.aggregator is not Aggregator.COMMITTEE:
+                raise Refusal("release_mode", "an argmax vote for a request whose release is not the tally "
+                              "committee's")
             if (approved is None or checked is None or approved["digest"] != request.digest()
-                    or SCORES_STATE not in context.state.array_records
-                    or request.mode.aggregator is not Aggregator.COMMITTEE):
+                    or SCORES_STATE not in context.state.array_records):
                 raise Refusal("malformed_request", "the argmax vote request is not the one approved in the pre-flight")
             guarantee = approved_guarantee(checked, request, limits)  # the pre-flight's, unless the policy changed
             scores = context.state.array_records[SCORES_STATE]["scores"].numpy()
-            sealed = request.mode.ballot(request, scores, maximize=bool(approved["maximize"]))
+            sealed = request.mode.ballot(request, scores, maximize=bool(approved["maximize"]),
+                                         voter=voter_id(context.run_id, context.node_id))
             del context.state.array_records[SCORES_STATE]  # one pre-flight, one vote
             spent = Ledger(cast(Path, limits.ledger)).spend(guarantee, limits, request.digest())
         except Exception as err:  # noqa: BLE001 - the server sees the sanitized reason only

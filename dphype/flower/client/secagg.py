@@ -5,7 +5,7 @@ The protocol is `dphype.secure.secagg`; the server half of the adapter is `dphyp
 `secure_vote_reply` answers one stage message (`dphype.flower.wire.VOTE_TYPE`, its content under
 `dphype.flower.wire.STAGE_KEY`) with `dphype.secure.secagg.node_step`, keeping the node's round (its
 secrets included) in its own ``context.state`` under `dphype.flower.wire.SECAGG_STATE`; any refusal discards
-the round (`abort_round`). The round's first ``advertise`` rides on the pre-flight (message format version 2,
+the round (`abort_round`). The round's first ``advertise`` rides on the pre-flight (message format version 3,
 `dphype.secure.secagg.Advertised`): a node that approves the request answers it with `stage_reply`
 beside its ``ready``.
 """

@@ -195,7 +195,7 @@ def connected_committee(grid: Grid, config: DPHypeConfig, size: int = COMMITTEE_
     """The tally committee among the connected nodes when ``config``'s release needs one; none otherwise.
 
     For a server that takes its committee from the nodes (in simulation the mod
-    `dphype.flower.tally.simulated_roles` makes the last ``size`` partitions the tallies): `discover_committee`
+    `dphype.flower.client.roles.simulated_roles` makes the last ``size`` partitions the tallies): `discover_committee`
     in argmax mode, an empty `Committee` in sum mode, so that one ServerApp serves both releases.
 
     Args:

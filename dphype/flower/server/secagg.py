@@ -9,7 +9,7 @@ nodes, one round trip per stage (`dphype.flower.grid.send_and_receive`), every m
 `dphype.flower.wire.STAGE_KEY`; a node whose reply is an error or never arrives within ``timeout`` counts as
 dropped. It returns the exact sum of the contributors' encoded vectors or raises
 `dphype.secure.secure_sum.SecureSumError` -- never unmasking fewer than ``min_survivors`` vectors.
-The round's first ``advertise`` rides on the pre-flight (message format version 2,
+The round's first ``advertise`` rides on the pre-flight (message format version 3,
 `dphype.secure.secagg.Advertised`): the server adds it under `dphype.flower.wire.STAGE_KEY` to the
 pre-flight message (`advertise_record`), a node that approves answers it beside its ``ready``, and
 `run_secure_sum` starts with ``share_keys``.
