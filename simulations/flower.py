@@ -6,7 +6,7 @@ runs a configuration once end to end instead: :class:`dphype.flower.DPHype` in a
 noise share, encoding, SecAgg+), all inside ``flwr.simulation.run_simulation`` (deprecated by Flower in favour
 of ``flwr run``, but the only in-process simulation entry point for a benchmark that builds its apps in code).
 A config with ``release="argmax"`` runs the winner-only release instead: 3 more simulated nodes are the tally
-committee, given their roles as the bundled app gives them (:func:`dphype.flower.tally.simulated_role`, keys made
+committee, given their roles as the bundled app gives them (:func:`dphype.flower.client.roles.simulated_role`, keys made
 first, :func:`dphype.cli.demo.make_tally_keys`), and each client seals shares of its noisy votes to them.
 Each client's task returns scores that were already computed by the real task
 (:class:`dphype.ml.task.FixedScoresTask`), so the run measures and exercises the voting round itself.
@@ -134,7 +134,7 @@ def vote_through_flower(
 
     from dphype.cli.demo import make_tally_keys
     from dphype.flower import DPHype, register_dphype
-    from dphype.flower.tally import simulated_role
+    from dphype.flower.client.roles import simulated_role
     from dphype.ml.task import FixedScoresTask
     from dphype.modes import Aggregator
     from dphype.node.ledger import admitting_policy

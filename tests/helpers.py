@@ -202,13 +202,14 @@ def free_ports_in_a_row(count: int) -> int:
     raise RuntimeError(f"no {count} consecutive free ports found")
 
 
-def clean_env(home: Path) -> dict[str, str]:
-    """The environment of a new user's shell for running README commands verbatim: this checkout's ``bin`` and code,
-    a fresh ``HOME`` and ``FLWR_HOME``, and none of the variables the other tests or the developer set."""
+def clean_env(home: Path, checkout: Path = REPO, **variables: str) -> dict[str, str]:
+    """The environment of a new user's shell for running README commands verbatim: this environment's ``bin`` and
+    ``checkout``'s code, a fresh ``HOME`` and ``FLWR_HOME`` (``home/.flwr``, Flower's default under it), the given
+    ``variables`` and none of those the other tests or the developer set."""
     home.mkdir(parents=True, exist_ok=True)
     return {"PATH": f"{BIN}{os.pathsep}/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
-            "FLWR_HOME": str(home / ".flwr"), "PYTHONPATH": str(REPO), "LANG": "C.UTF-8",
-            "TMPDIR": os.environ.get("TMPDIR", "/tmp")}
+            "FLWR_HOME": str(home / ".flwr"), "PYTHONPATH": str(checkout), "LANG": "C.UTF-8",
+            "TMPDIR": os.environ.get("TMPDIR", "/tmp"), **variables}
 
 
 def processes_with(*fragments: str) -> list[int]:
@@ -289,10 +290,11 @@ def bench(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]
 
 
 def readme_blocks(section: str, language: str) -> list[str]:
-    """The ``language`` code blocks of the README's section ``## section`` (up to the next ``## `` heading), in
-    order, exactly as written."""
-    text = (REPO / "README.md").read_text()
-    start = text.index(f"\n## {section}\n")
-    end = text.find("\n## ", start + 1)
-    body = text[start:end if end >= 0 else len(text)]
+    """The ``language`` code blocks of the README's section headed ``## section`` or ``### section`` (up to the
+    next heading of either level: a section's own blocks, not its subsections'), in order, exactly as written."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    start = re.search(rf"^###? {re.escape(section)}\n", text, re.M)
+    assert start is not None, f"the README has no section {section!r}"
+    end = re.compile(r"^###? ", re.M).search(text, start.end())
+    body = text[start.end():end.start() if end else len(text)]
     return re.findall(rf"^```{language}\n(.*?)^```", body, re.S | re.M)

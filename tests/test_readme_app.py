@@ -18,11 +18,14 @@ from dphype.flower import selected_candidate
 from dphype.flower.local import LocalGrid
 
 SECTION = "Add DP-Hype to your Flower app"
+#: Its subsection with the private-training variant of the ServerApp.
+PRIVATE = "Private final training (optional)"
 
 
 def readme_files() -> dict[str, str]:
-    """The README's blocks whose first line names a file of the example app."""
-    blocks = readme_blocks(SECTION, "python") + readme_blocks(SECTION, "toml")
+    """The README's blocks whose first line names a file of the example app (the section's and its private
+    training's)."""
+    blocks = [b for section in (SECTION, PRIVATE) for lang in ("python", "toml") for b in readme_blocks(section, lang)]
     named = [block for block in blocks if re.match(r"# (my_app/\S+|pyproject.toml)\n", block)]
     return {block.split("\n", 1)[0][2:]: block for block in named}
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import BIN, REPO, descendants, free_ports_in_a_row, parse_result, stop
+from helpers import REPO, clean_env, descendants, free_ports_in_a_row, parse_result, readme_blocks, stop
 
 from dphype.node.ledger import Ledger
 from dphype.privacy.winner import WINNER_NOISE
@@ -30,9 +30,8 @@ PORTS = {"LINK_PORT": 1, "NODE_PORT": 6, "MPYC_PORT": 3}
 
 def readme_deployment() -> tuple[str, str]:
     """The README's two deployment blocks: the port variables' and the recipe's."""
-    blocks = re.findall(r"^```bash\n(.*?)^```", (REPO / "README.md").read_text(encoding="utf-8"), re.S | re.M)
-    (ports,) = [b for b in blocks if "export LINK_PORT=" in b]
-    (recipe,) = [b for b in blocks if "server/start-superlink.sh --insecure --port $LINK_PORT" in b]
+    ports, recipe = readme_blocks("Deploying the bundled app", "bash")
+    assert "export LINK_PORT=" in ports and "server/start-superlink.sh --insecure --port $LINK_PORT" in recipe
     return ports, recipe
 
 
@@ -54,14 +53,6 @@ def copy_of_the_repository(folder: Path) -> Path:
         assert count == 1, f"pyproject.toml's run config has no {key}"
     pyproject.write_text(text, encoding="utf-8")
     return folder
-
-
-def clean_env(home: Path, ports: dict[str, int], checkout: Path) -> dict[str, str]:
-    """A user's shell: the environment's bin on PATH, its own HOME, the README's port variables; Flower's offline
-    switches; ``PYTHONPATH`` is the copy, so every process runs its code (as an install of that clone would)."""
-    return {"PATH": f"{BIN}{os.pathsep}/usr/bin{os.pathsep}/bin", "HOME": str(home), "LANG": "C.UTF-8",
-            "PYTHONPATH": str(checkout), "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
-            **{name: str(port) for name, port in ports.items()}}
 
 
 def run_block(script: str, cwd: Path, env: dict[str, str], log: Path, timeout: float) -> tuple[int, int | None, str]:
@@ -104,7 +95,10 @@ def test_the_readme_deployment_recipe_runs_as_written(tmp_path):
     checkout = copy_of_the_repository(tmp_path / "clone")
     home = tmp_path / "home"
     home.mkdir()
-    env = clean_env(home, ports, checkout)
+    # a user's shell (its own HOME, so a fresh ~/.flwr), the README's port variables, Flower's offline switches;
+    # PYTHONPATH is the copy, so every process runs its code (as an install of that clone would)
+    env = clean_env(home, checkout, FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1",
+                    **{name: str(port) for name, port in ports.items()})
     started = time.monotonic()
     group, code, output = run_block(recipe, checkout, env, tmp_path / "recipe.log", timeout=540)
     try:
