@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from flwr.app import Context, RecordDict
-from helpers import clean_env, readme_blocks
+from helpers import REPO, clean_env, readme_blocks
 
 from dphype.flower import selected_candidate
 from dphype.flower.local import LocalGrid
@@ -108,3 +108,14 @@ def test_readme_embedding_commands_run_verbatim(tmp_path):
     assert runs == ["10 voters and 3 tally nodes"], output[-4000:]
     assert len(re.findall(SELECTED, output)) == 1, output[-4000:]
     assert "released: winning index only" in output and "aggregate_train: Received 10 results and 0 failures" in output
+
+
+def test_every_bash_block_of_the_readme_is_one_a_test_runs():
+    """The README's runnable blocks are the quick start's (`make demo` / `make test`, what `.ci/run` and
+    tests/deployment/test_packaging.py run; `dphype new` + `dphype run`, run verbatim by tests/cli/test_run.py),
+    the embedding's (run verbatim above) and the deployment recipe's (tests/deployment/test_readme_deployment.py):
+    a new ```bash block needs a test that runs it (a synopsis is a ```text block)."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    tested = {"Quick start": 2, SECTION: 1, "Deploying the bundled app": 2}
+    assert {section: len(readme_blocks(section, "bash")) for section in tested} == tested
+    assert len(re.findall(r"^```bash\n", text, re.M)) == sum(tested.values())
