@@ -18,12 +18,7 @@ own host; run it on any other host that submits runs.
 USAGE
 }
 
-die() {
-    echo "$(basename "$0"): $1" >&2
-    usage | sed -n '/^Usage:/,/^$/p' >&2  # the synopsis
-    echo "Run with --help for every option." >&2
-    exit 2
-}
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # die
 
 [[ ${1:-} == -h || ${1:-} == --help ]] && { usage; exit 0; }
 [[ $# -ge 3 ]] || die "missing arguments"

@@ -27,12 +27,7 @@ Environment: FLWR_HOME (default ~/.flwr). The script runs until the SuperLink st
 USAGE
 }
 
-die() {
-    echo "$(basename "$0"): $1" >&2
-    usage | sed -n '/^Usage:/,/^$/p' >&2  # the synopsis
-    echo "Run with --help for every option." >&2
-    exit 2
-}
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # die
 
 [[ $# -gt 0 ]] || die "missing arguments"
 host=127.0.0.1 port=9092 database="" connection=deploy address="" insecure=false ca="" cert="" keyfile=""
