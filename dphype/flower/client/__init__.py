@@ -63,7 +63,7 @@ from dphype.flower.client.argmax import register_winner_vote
 from dphype.flower.client.policy import (
     PolicySource,
     announce_simulated,
-    approved_guarantee,
+    cast_approved_ballot,
     node_policy,
     policy_fingerprint,
     refused,
@@ -182,18 +182,9 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
             approval = _approval(request, limits)
 
             def cast_vote(clipping_range: int) -> np.ndarray:
-                if SCORES_STATE not in context.state.array_records:
-                    raise Refusal("malformed_request", "this node already voted on the approved request")
-                guarantee = approved_guarantee(checked, request, limits)
-                scores = context.state.array_records[SCORES_STATE]["scores"].numpy()
-                vector = request.mode.ballot(request, scores, maximize=bool(approved["maximize"]),
-                                             clipping_range=clipping_range)
-                # one pre-flight, one vote: the scores are gone before the vote is recorded
-                del context.state.array_records[SCORES_STATE]
-                spent = Ledger(cast(Path, limits.ledger)).spend(guarantee, limits, digest)
-                log(logging.INFO, "DP-Hype: vote recorded in this node's ledger (lifetime epsilon %.4g of %.4g)",
-                    spent, limits.lifetime_epsilon)
-                return vector
+                return cast(np.ndarray, cast_approved_ballot(context, request, limits, checked,
+                                                             maximize=bool(approved["maximize"]), what="vote",
+                                                             clipping_range=clipping_range))
 
             return secure_vote_reply(msg, context, approval, cast_vote)
         except Exception as err:  # noqa: BLE001 - the server sees the sanitized reason only

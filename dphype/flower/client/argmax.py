@@ -10,18 +10,12 @@ The server cannot open them; it forwards them to the tallies (`dphype.flower.ser
 
 from __future__ import annotations
 
-import logging
-from pathlib import Path
-from typing import cast
-
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
-from flwr.common import log
 
-from dphype.flower.client.policy import PolicySource, approved_guarantee, resolve_policy, sanitized
-from dphype.flower.wire import APPROVAL_STATE, ARGMAX_ACTION, GUARANTEE_STATE, RECORD_KEY, SCORES_STATE
+from dphype.flower.client.policy import PolicySource, cast_approved_ballot, resolve_policy, sanitized
+from dphype.flower.wire import APPROVAL_STATE, ARGMAX_ACTION, GUARANTEE_STATE, RECORD_KEY
 from dphype.modes import Aggregator
-from dphype.node.ledger import Ledger
 from dphype.protocol import VoteRequest
 from dphype.refusal import Refusal
 from dphype.secure.tally import voter_id
@@ -54,19 +48,12 @@ def register_winner_vote(app: ClientApp, *, policy: PolicySource = None) -> Clie
             if request.mode.aggregator is not Aggregator.COMMITTEE:
                 raise Refusal("release_mode", "an argmax vote for a request whose release is not the tally "
                               "committee's")
-            if (approved is None or checked is None or approved["digest"] != request.digest()
-                    or SCORES_STATE not in context.state.array_records):
+            if approved is None or checked is None or approved["digest"] != request.digest():
                 raise Refusal("malformed_request", "the argmax vote request is not the one approved in the pre-flight")
-            guarantee = approved_guarantee(checked, request, limits)  # the pre-flight's, unless the policy changed
-            scores = context.state.array_records[SCORES_STATE]["scores"].numpy()
-            sealed = request.mode.ballot(request, scores, maximize=bool(approved["maximize"]),
-                                         voter=voter_id(context.run_id, context.node_id))
-            del context.state.array_records[SCORES_STATE]  # one pre-flight, one vote
-            spent = Ledger(cast(Path, limits.ledger)).spend(guarantee, limits, request.digest())
+            sealed = cast_approved_ballot(context, request, limits, checked, maximize=bool(approved["maximize"]),
+                                          what="argmax vote", voter=voter_id(context.run_id, context.node_id))
         except Exception as err:  # noqa: BLE001 - the server sees the sanitized reason only
             raise sanitized("argmax vote", err) from None
-        log(logging.INFO, "DP-Hype: argmax vote recorded in this node's ledger (lifetime epsilon %.4g of %.4g)",
-            spent, limits.lifetime_epsilon)
         return Message(RecordDict({RECORD_KEY: ConfigRecord({"shares": sealed})}), reply_to=msg)
 
     return app

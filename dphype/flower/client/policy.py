@@ -27,7 +27,8 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.common import log
 from flwr.common.config import parse_config_args
 
-from dphype.flower.wire import RECORD_KEY
+from dphype.flower.wire import RECORD_KEY, SCORES_STATE
+from dphype.node.ledger import Ledger
 from dphype.node.policy import POLICY_ENV, REMEDIES, NodePolicy, PolicyError, VoteGuarantee, check_vote_request
 from dphype.protocol import VoteRequest
 from dphype.refusal import Refusal, as_refusal
@@ -245,3 +246,39 @@ def approved_guarantee(checked: ConfigRecord, request: VoteRequest, limits: Node
         return check_vote_request(request, limits)
     stored = {f.name: checked[f.name] for f in dataclasses.fields(VoteGuarantee)}  # written by this node
     return VoteGuarantee(**cast(dict[str, Any], stored))
+
+
+def cast_approved_ballot(context: Context, request: VoteRequest, limits: NodePolicy, checked: ConfigRecord, *,
+                         maximize: bool, what: str, **options: Any) -> Any:
+    """This node's one ballot on the ``request`` its pre-flight approved, recorded in its ledger.
+
+    One pre-flight, one vote: the scores the pre-flight kept are read, the mode's ballot is cast
+    (`dphype.modes.ReleaseMode.ballot`, its noise from the secure generator), the scores are dropped and only then is
+    the guarantee (`approved_guarantee`) charged to the node's ledger (`dphype.node.ledger.Ledger.spend`, which
+    checks the lifetime budget again). Whatever fails leaves nothing sent.
+
+    Args:
+        context: The node's context, holding the pre-flight's scores.
+        request: The approved request (bound to the pre-flight by its digest: the caller checks).
+        limits: The node's policy now.
+        checked: What the pre-flight stored of the guarantee (`approved_guarantee`).
+        maximize: Whether the task's scores are better when larger.
+        what: The vote's name in the node's log (``"vote"``, ``"argmax vote"``).
+        **options: The mode's ballot options (the SecAgg+ round's ``clipping_range``, the committee's ``voter``).
+
+    Returns:
+        The ballot, for the mode's aggregator.
+
+    Raises:
+        Refusal: If this node already voted on the request, or its policy or budget no longer admits it.
+    """  # noqa: DOC502
+    if SCORES_STATE not in context.state.array_records:
+        raise Refusal("malformed_request", "this node already voted on the approved request")
+    guarantee = approved_guarantee(checked, request, limits)  # the pre-flight's, unless the policy changed
+    scores = context.state.array_records[SCORES_STATE]["scores"].numpy()
+    ballot = request.mode.ballot(request, scores, maximize=maximize, **options)
+    del context.state.array_records[SCORES_STATE]  # the scores are gone before the vote is recorded
+    spent = Ledger(cast(Path, limits.ledger)).spend(guarantee, limits, request.digest())
+    log(logging.INFO, "DP-Hype: %s recorded in this node's ledger (lifetime epsilon %.4g of %.4g)", what, spent,
+        limits.lifetime_epsilon)
+    return ballot
