@@ -59,6 +59,7 @@ from dphype.refusal import Refusal
 from dphype.result import DPHypeResult
 from dphype.secure.secure_sum import GAUSSIAN_SCALE, check_range, encode
 from dphype.secure.tally import check_committee, client_sealed_shares
+from dphype.selection.ballots import BallotForm
 from dphype.selection.planner import Forecast
 from dphype.selection.rules import select_release
 from dphype.selection.voting import top_k_votes
@@ -259,6 +260,20 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
             The name.
         """
         return self.name
+
+    def ballot_form(self, config: Settings) -> BallotForm:
+        """The form every client's ballot must have under ``config`` (`dphype.selection.ballots`).
+
+        The one place a request's ballot form is derived from its configuration: every node and tally reads it
+        from the approved request.
+
+        Args:
+            config: The request's configuration.
+
+        Returns:
+            DP-Hype's top-k form, ``BallotForm.top_k(config.k)``.
+        """
+        return BallotForm.top_k(config.k)
 
     # ------------------------------------------------------------------------------------ calibration
     @abstractmethod
