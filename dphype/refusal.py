@@ -65,6 +65,10 @@ REFUSAL_CODES: dict[str, str] = {
                     "a request approved for the tally committee is never summed over SecAgg+, nor the reverse",
     "tally_refused": "a tally refuses the stage: malformed or out of order, a share that is not its contributor's "
                      "for this request, run and tally, a duplicate, or a request it has already served",
+    "roster": "a key list, signature or sealed share is not signed by a distinct member of this node's roster, is "
+              "signed under another roster (another federation), or the roster changed since the pre-flight",
+    "no_roster": "this node has no roster (dphype-roster, dphype-identity) and its operator did not allow an "
+                 "unauthenticated federation (dphype-allow-unauthenticated = true)",
     "task_error": "the client's task raised an exception while scoring",
     "score_shape": "the client's task returned scores of the wrong shape",
     "uninformative_scores": "the client's task scored every candidate the same, or none (all NaN)",

@@ -138,6 +138,8 @@ class DPHypeResult:
         candidates: The public candidate list.
         secure_sum: The secure sum's graph, failure bounds and clipping probability, when it ran over SecAgg+.
         notes: What else the operator should know.
+        federation: Which federation voted: ``"roster <fingerprint> (N members)"`` (members authenticated by their
+            roster, `dphype.secure.roster`) or ``"unauthenticated"``; ``None`` where no pre-flight ran.
     """
 
     selected_index: int
@@ -148,6 +150,7 @@ class DPHypeResult:
     candidates: CandidateList
     secure_sum: dict[str, Any] | None = None
     notes: tuple[str, ...] = ()
+    federation: str | None = None
 
     @property
     def best_params(self) -> Candidate:
@@ -208,6 +211,8 @@ class DPHypeResult:
                      f"sigma={rep.sigma:.4g}{contributed}; released: {rep.released}")
         if sel is not None and sel.warning:
             lines.append(f"warning: {sel.warning}")
+        if self.federation is not None:
+            lines.append(f"federation: {self.federation}")
         lines.extend(f"note: {note}" for note in self.notes)
         if sel is not None:
             shown = min(top, len(self.candidates))
@@ -238,6 +243,8 @@ class DPHypeResult:
             out["secure_sum"] = dict(self.secure_sum)
         if self.notes:
             out["notes"] = list(self.notes)
+        if self.federation is not None:
+            out["federation"] = self.federation
         return out
 
     @classmethod
@@ -273,7 +280,8 @@ class DPHypeResult:
             result = cls(selected_index=int(data["selected_index"]), selected=dict(data[key]),
                          noisy_sum=None if noisy is None else np.asarray(noisy, dtype=np.float64),
                          report=PrivacyReport(**data["privacy"]), selection=selection, candidates=candidates,
-                         secure_sum=data.get("secure_sum"), notes=tuple(data.get("notes", ())))
+                         secure_sum=data.get("secure_sum"), notes=tuple(data.get("notes", ())),
+                         federation=data.get("federation"))
         except (KeyError, TypeError) as err:
             raise ValueError(f"the result record is incomplete: {err}") from None
         if candidates[result.selected_index] != result.selected:

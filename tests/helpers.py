@@ -121,11 +121,18 @@ def sum_config(**overrides) -> DPHypeConfig:
 CLIENTS = 6
 
 
-def argmax_grid(tmp_path, *, clients=CLIENTS, silent=(), tallies=3, run_id=1):
+#: Node config of an operator who allows an unauthenticated federation (no roster).
+UNAUTHENTICATED = {"dphype-allow-unauthenticated": True}
+
+
+def argmax_grid(tmp_path, *, clients=CLIENTS, silent=(), tallies=3, run_id=1, federation=True):
     """``clients`` voters (partitions 0..clients-1, all liking candidate 5, pinning the committee) and 3 tally nodes
-    after them (their keys in ``tmp_path``, kept across grids, as a tally's key is), in run ``run_id``."""
+    after them (their keys in ``tmp_path``, kept across grids, as a tally's key is), in run ``run_id``; members of
+    the grid's own roster (``federation``), or of an unauthenticated federation."""
     scores = scores_table(clients + tallies)
-    grid = LocalGrid(client_app(scores), clients + tallies, node_config=PERMISSIVE, silent=silent, run_id=run_id)
+    grid = LocalGrid(client_app(scores), clients + tallies, node_config={**PERMISSIVE, **({} if federation else
+                                                                                          UNAUTHENTICATED)},
+                     silent=silent, run_id=run_id, federation=federation)
     addresses = ",".join(loopback_addresses(tallies))
     keys = []
     for j in range(tallies):

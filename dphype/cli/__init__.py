@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("dphype.cli.calibrate", "solve the total noise std sigma for (epsilon, delta, k)"),
     "plan": ("dphype.cli.plan", "predict the chance of a good pick, recommend k, smallest epsilon and n"),
     "ledger": ("dphype.node.ledger", "show this node's privacy ledger: recorded votes and their composed epsilon"),
+    "roster": ("dphype.cli.roster", "a federation's roster of known members: keygen, init, add, show, check"),
     "new": ("dphype.cli.new", "write a runnable Flower app with DP-Hype (offline, from the package's template)"),
     "run": ("dphype.cli.run", "run a Flower app with DP-Hype in a local simulation (private SuperLink, free ports; "
             "exit status 1 with the cause when the run fails)"),

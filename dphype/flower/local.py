@@ -38,6 +38,9 @@ from flwr.serverapp.grid import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
+from dphype.flower.federation import federation_set, simulated_federation, tally_name, voter_name
+from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, load_tally_key
+
 #: Environment that keeps the Flower CLI offline and quiet.
 OFFLINE_ENV: dict[str, str] = {
     "FLWR_TELEMETRY_ENABLED": "0",
@@ -380,9 +383,14 @@ class LocalGrid(Grid):
     """Deliver each message synchronously to ``client_app`` on one of ``num_nodes`` nodes.
 
     A grid for tests and in-process runs: node ``i`` (ID `node_id` ``(i)``) has its own ``Context`` whose node
-    config holds ``partition-id``, ``num-partitions`` and ``node_config``; a ``silent`` node never replies. It
-    records what passed: ``contexts`` (node ID -> its ``Context``), ``sent`` (every message, in order), ``replies``
-    (every reply, in order) and ``timeouts`` (the ``timeout`` of every `send_and_receive` call).
+    config holds ``partition-id``, ``num-partitions`` and ``node_config``; a ``silent`` node never replies. With
+    ``federation`` (the default) its nodes are members of a roster of their own, as a simulation's are
+    (`dphype.flower.federation.simulated_federation`, a development convenience), made when the first message is
+    delivered: the nodes with ``dphype-tally-id`` in their node config are its tallies (their keys from
+    ``dphype-tally-key``), the others its voters ``node-0``, ``node-1``, ... in partition order; a node whose
+    node config sets ``dphype-roster`` or ``dphype-allow-unauthenticated`` keeps its own. It records what passed:
+    ``contexts`` (node ID -> its ``Context``), ``sent`` (every message, in order), ``replies`` (every reply, in
+    order) and ``timeouts`` (the ``timeout`` of every `send_and_receive` call).
 
     Args:
         client_app: The ClientApp every node runs.
@@ -391,6 +399,7 @@ class LocalGrid(Grid):
         silent: The partition IDs of the nodes that never reply.
         node_config: Further node-config entries of every node.
         run_id: The run's ID.
+        federation: Whether to make the nodes members of a roster of their own (above).
     """
 
     def __init__(
@@ -401,8 +410,10 @@ class LocalGrid(Grid):
         silent: Iterable[int] = (),
         node_config: dict | None = None,
         run_id: int = 1,
+        federation: bool = True,
     ):
         self.client_app = client_app
+        self._federation = federation
         self.silent = {node_id(i) for i in silent}
         # Messages take their source from the process-wide task identity (as in run_simulation).
         TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, run_id, SUPERLINK_NODE_ID
@@ -513,8 +524,24 @@ class LocalGrid(Grid):
                 replies.append(reply)
         return replies
 
+    def _federate(self) -> None:
+        """Make the nodes members of this grid's roster, once (class docstring)."""
+        if not self._federation:
+            return
+        self._federation = False
+        folder = tempfile.mkdtemp(prefix="dphype-localgrid-")  # private (0700), this grid's own
+        tallies = sorted((int(c.node_config[TALLY_ID]), c) for c in self.contexts.values() if TALLY_ID in c.node_config)
+        voters = [c for _, c in sorted((int(c.node_config["partition-id"]), c) for c in self.contexts.values()
+                                       if TALLY_ID not in c.node_config)]
+        committee = [load_tally_key(str(c.node_config[TALLY_KEY_FILE])).public for _, c in tallies]
+        members = [(voter_name(i), c) for i, c in enumerate(voters)] + [(tally_name(j), c) for j, c in tallies]
+        for name, context in members:
+            if not federation_set(context.node_config):
+                context.node_config.update(simulated_federation(folder, context.run_id, name, len(voters), committee))
+
     def _deliver(self, msg: Message) -> Message | None:
         """Hand ``msg`` to its node's ClientApp; the reply (an error reply if the app raised), or None."""
+        self._federate()
         msg.metadata.__dict__["_message_id"] = str(uuid4())
         self.sent.append(msg)
         if msg.metadata.dst_node_id in self.silent:

@@ -53,9 +53,11 @@ from dphype.flower.wire import (
     TALLY_STATE,
 )
 from dphype.modes import Aggregator
+from dphype.node.policy import federation_settings, load_membership
 from dphype.protocol import VoteRequest
 from dphype.refusal import Refusal, as_refusal
 from dphype.secure.relay import KeyPair
+from dphype.secure.roster import RosterError, share_payload
 from dphype.secure.tally import ServedRecord, Tally, TallyError, party_answer, party_command, send_job
 
 #: Node-config keys of a tally node (set by its operator, in Flower's node-config style).
@@ -132,7 +134,10 @@ class _TallyNode:
         run: The run's id (``context.run_id``), which the shares are bound to.
 
     Raises:
-        ValueError: If the index is outside the committee the parties name, or the key file is invalid.
+        ValueError: If the index is outside the committee the parties name, the key file is invalid, or the node's
+            roster or identity key is (`dphype.node.policy.PolicyError`).
+        Refusal: ``no_roster`` without a roster unless its operator allowed it (``dphype-allow-unauthenticated``);
+            ``roster`` if its identity is not a tally of its roster with its key file's key.
     """  # noqa: DOC502
 
     def __init__(self, node_config: dict[str, Any], state: RecordDict, run: int) -> None:
@@ -143,6 +148,10 @@ class _TallyNode:
                              f"({TALLY_PARTIES} names {len(self.parties)} parties)")
         self.key_file = Path(str(node_config[TALLY_KEY_FILE])).expanduser()
         self.keys = load_tally_key(self.key_file)
+        self.membership = load_membership(*federation_settings(node_config))
+        if self.membership is not None and self.membership.member.tally_key != self.keys.public:
+            raise Refusal("roster", f"tally {self.index}'s identity is not a tally of its roster with its key file's "
+                          f"key ({TALLY_KEY_FILE}): its operator must add it with `dphype roster add --role tally`")
         self.record = ServedRecord(served_record_path(self.key_file))
         self.run = int(run)
         self.state = state
@@ -184,11 +193,15 @@ class _TallyNode:
             if self.keys.public not in request.tallies or request.tallies.index(self.keys.public) != self.index:
                 raise TallyError(f"tally {self.index} is not tally {self.index} of this request's committee")
             contributors, shares = record.get("contributors"), record.get("shares")
+            label = int if self.membership is None else str  # node ids, or roster member names
             if not (isinstance(contributors, list) and isinstance(shares, list) and len(contributors) == len(shares)
-                    and all(isinstance(c, int) and not isinstance(c, bool) for c in contributors)
+                    and all(isinstance(c, label) and not isinstance(c, bool) for c in contributors)
                     and all(isinstance(b, bytes) for b in shares)):
-                raise Refusal("malformed_request", "collect needs 'contributors' (node ids) and 'shares' (bytes), "
-                              "one share per contributor")
+                raise Refusal("malformed_request", f"collect needs 'contributors' ({label.__name__}: node ids, or "
+                              "roster member names in a federation with a roster) and 'shares' (bytes), one share "
+                              "per contributor")
+            self._check_signed(request, cast(list[str], contributors), cast(list[bytes], shares),
+                               record.get("signatures"))
             tally = Tally(self.index, self.keys, record=self.record)
             tally.open_round(request.digest(), len(request.candidates), request.min_survivors,
                              len(request.tallies), run=self.run)
@@ -227,6 +240,27 @@ class _TallyNode:
                 self._stop()
             return {"index": answer[0]}
         raise Refusal("malformed_request", f"unknown tally stage (one of {', '.join(TALLY_STAGES)})")
+
+    def _check_signed(self, request: VoteRequest, contributors: list[str], shares: list[bytes],
+                      signatures: Any) -> None:
+        """With a roster: the request's tallies are the roster's, every share signed by the voter it is labelled with.
+
+        For this tally, request and run (``roster`` otherwise; nothing is opened).
+        """
+        if self.membership is None:
+            return
+        roster = self.membership.roster
+        listed = set(roster.tally_keys())
+        if any(key not in listed for key in request.tallies):
+            raise Refusal("roster", "the request's committee names a tally that is not in this tally's roster")
+        if not (isinstance(signatures, list) and len(signatures) == len(shares)):
+            raise Refusal("roster", "collect needs one roster signature per share ('signatures')")
+        context = roster.context("argmax-share", request.digest(), self.run)
+        try:
+            for name, sealed, signature in zip(contributors, shares, signatures, strict=True):
+                roster.check_signed(name, "voter", context, share_payload(self.index, sealed), signature)
+        except RosterError as err:
+            raise Refusal("roster", f"tally {self.index} refuses a share: {err}") from None
 
     def _stop(self) -> None:
         """Stop this node's party (left over from an unfinished request, or done) and forget its output."""

@@ -76,6 +76,15 @@ post-processing.
 11. *The approved release mode* is part of every stage: a request approved for the tally committee is never
     answered by a SecAgg+ stage (the advertise riding on the pre-flight included), nor a SecAgg+ request by the
     argmax vote or a tally (``release_mode``): its noise, calibrated to hide one index, never reaches a sum.
+12. *A federation of known members* (`dphype.secure.roster`): the node reads its federation's roster and its own
+    identity key from its node config (``dphype-roster``, ``dphype-identity``), never from the server; without them
+    it refuses in the pre-flight (``no_roster``) unless its operator sets ``dphype-allow-unauthenticated = true``.
+    The roster's digest is bound to the approval (a roster that changes before a later stage is refused, ``roster``)
+    and to every signature. SecAgg+: every entry of the key list must be signed by a distinct roster voter
+    (``roster``, before any share leaves), so the server cannot invent members; the round's signing key that makes
+    the receipts and consistency signatures is among the signed keys. Argmax: the roster's tallies pin the
+    committee, each sealed share is sealed to the voter's member name and signed by its identity, and a tally
+    opens only shares of distinct roster voters under its own roster.
 
 **What stays out of scope.**
 
@@ -84,9 +93,10 @@ post-processing.
   client code: an operator lets its SuperNode run only apps verified by entities it trusts
   (``flower-supernode --trusted-entities``, Flower's FAB verification) and keeps runtime dependency
   installation off. The node policy itself is outside the app (node config, environment).
-* *Sybils.* Without authenticated client identities (a PKI) the server can *simulate* clients: fake keys,
-  fake neighbours, fake signatures, any ``n``. A node shown a round of invented peers is protected only by
-  its own share; nothing on the node can tell.
+* *Sybils without a roster.* Without authenticated client identities (item 12) the server can *simulate*
+  clients: fake keys, fake neighbours, fake signatures, any ``n``. A node shown a round of invented peers is
+  protected only by its own share; nothing on the node can tell. With a roster they fail closed; a roster member
+  that colludes with the server remains collusion (below).
 * *Collusion.* Clients that collude with the server hand it their shares and their noise: up to ``xi n``
   of them count like dropouts (their noise is missing from the sum, Appendix A), more are out of scope.
   ``2 t > k + 1`` and the consistency quorum (more than half the committee) assume no colluding holder or
@@ -111,6 +121,7 @@ from dphype.checks import NEIGHBOURING
 from dphype.privacy.noise import min_survivors
 from dphype.protocol import EPSILON_RTOL, VoteRequest, check_request
 from dphype.refusal import Refusal
+from dphype.secure.roster import IdentityKey, Membership, Roster, RosterError
 from dphype.selection.candidates import CandidateList, load_candidates
 
 #: Node-config keys (``flower-supernode --node-config "dphype-max-epsilon=1 ..."``): default and meaning.
@@ -128,10 +139,19 @@ POLICY_KEYS: dict[str, tuple[Any, str]] = {
     "dphype-tallies": (None, "argmax mode: the only tallies this node seals shares to, comma-separated hex X25519 "
                        "public keys (clients/start-tally.sh --print-public-key); default: none, so this node "
                        "refuses every argmax request until its operator pins the committee"),
+    "dphype-roster": (None, "the federation's roster (a file of `dphype roster init`/`add`): the members this node "
+                      "accepts, its tallies pinning the committee; default: none, so this node refuses unless "
+                      "dphype-allow-unauthenticated = true"),
+    "dphype-identity": (None, "this node's private identity key file (`dphype roster keygen`, mode 0600); a member "
+                        "of dphype-roster; needed with it"),
+    "dphype-allow-unauthenticated": (False, "true: take part without a roster (no member authentication: a server "
+                                     "can invent members); default false"),
 }
 _PREFIX = "dphype-"
 #: The node-config key of the tallies a node pins (argmax mode).
 TALLIES_KEY = "dphype-tallies"
+#: The node-config keys of a node's federation: its roster, its identity key, and the opt-out of both.
+ROSTER_KEY, IDENTITY_KEY, UNAUTHENTICATED_KEY = "dphype-roster", "dphype-identity", "dphype-allow-unauthenticated"
 #: Environment variable with policy keys in ``--node-config`` syntax (``"dphype-max-epsilon=2 ..."``), read in
 #: the ClientApp's process: the node operator's channel where the node config is not theirs to set (Flower's
 #: simulation fixes it to ``partition-id``/``num-partitions``). Keys of the node config win over it.
@@ -211,6 +231,65 @@ def _choice(key: str, value: Any, choices: tuple[str, ...]) -> str:
     return str(value)
 
 
+def _flag(key: str, value: Any) -> bool:
+    """``true`` or ``false`` (a TOML boolean from the node config, or the same word as a string)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise PolicyError(f"node config {key} must be true or false, got {value!r}")
+
+
+def federation_settings(node_config: Mapping[str, Any]) -> tuple[str | None, str | None, bool]:
+    """The federation keys of a node config: ``dphype-roster``, ``dphype-identity``, ``dphype-allow-unauthenticated``.
+
+    Shared by voters (`NodePolicy`) and tally nodes (`dphype.flower.tally`), whose node configs hold them alike.
+
+    Args:
+        node_config: The node config.
+
+    Returns:
+        The roster's path, the identity key's path (each ``None`` when not set) and the opt-out.
+
+    Raises:
+        PolicyError: If a value is invalid, or only one of roster and identity is set.
+    """
+    roster = node_config.get(ROSTER_KEY)
+    identity = node_config.get(IDENTITY_KEY)
+    roster = None if roster is None else _path(ROSTER_KEY, roster)
+    identity = None if identity is None else _path(IDENTITY_KEY, identity)
+    if (roster is None) != (identity is None):
+        raise PolicyError(f"node config {ROSTER_KEY} and {IDENTITY_KEY} go together: the roster names the "
+                          "members, the identity key is this node's (dphype roster keygen); set both")
+    return roster, identity, _flag(UNAUTHENTICATED_KEY, node_config.get(UNAUTHENTICATED_KEY, False))
+
+
+def load_membership(roster: str | None, identity: str | None, allow_unauthenticated: bool) -> Membership | None:
+    """A node's membership in its federation, or ``None`` when its operator allowed an unauthenticated one.
+
+    Args:
+        roster: The roster file (``dphype-roster``), or ``None``.
+        identity: The node's identity key file (``dphype-identity``), or ``None``.
+        allow_unauthenticated: ``dphype-allow-unauthenticated``.
+
+    Returns:
+        The membership, or ``None`` (no roster, allowed).
+
+    Raises:
+        Refusal: ``no_roster`` when there is no roster and the operator did not allow an unauthenticated federation.
+        PolicyError: If the roster or the key cannot be read, or the key is not a member's.
+    """
+    if roster is None or identity is None:
+        if allow_unauthenticated:
+            return None
+        raise Refusal("no_roster", "this node takes part only in a federation of known members: its operator sets "
+                      f"{ROSTER_KEY} and {IDENTITY_KEY}, or {UNAUTHENTICATED_KEY} = true")
+    try:
+        return Roster.load(roster).membership(IdentityKey.load(identity))
+    except RosterError as err:
+        raise PolicyError(f"node config {ROSTER_KEY}={roster!r} / {IDENTITY_KEY}: {err}") from None
+
+
 def _path(key: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise PolicyError(f"node config {key} must be a non-empty path (quote it: {key}=\"/path\"), got {value!r}")
@@ -237,7 +316,10 @@ class NodePolicy:
         neighbouring: Neighbouring relation of this node's guarantee: ``"replace-one"`` or ``"add-remove"``.
         ledger_scope: ``"persistent"`` or ``"per-run"``.
         tallies: Argmax mode: the only tallies this node seals shares to, comma-separated hex X25519 public
-            keys, or ``None`` (no committee: every argmax request is refused).
+            keys, or ``None`` (no committee: every argmax request is refused, unless the roster names tallies).
+        roster: The federation's roster file (`dphype.secure.roster.Roster`), or ``None``.
+        identity: This node's private identity key file, a member of ``roster``; set with it.
+        allow_unauthenticated: Whether this node takes part without a roster (no member authentication).
 
     Raises:
         PolicyError: If a field is invalid (named by its node-config key).
@@ -254,6 +336,9 @@ class NodePolicy:
     neighbouring: str = "replace-one"
     ledger_scope: str = "persistent"
     tallies: str | None = None
+    roster: str | None = None
+    identity: str | None = None
+    allow_unauthenticated: bool = False
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: store the validated values
@@ -271,17 +356,14 @@ class NodePolicy:
         set_(self, "neighbouring", _choice("dphype-neighbouring", self.neighbouring, NEIGHBOURING))
         set_(self, "ledger_scope", _choice("ledger_scope", self.ledger_scope, ("persistent", "per-run")))
         if self.tallies is not None:
-            _ = self.known_tallies()
+            _ = self._pinned_tallies()
+        roster, identity, allow = federation_settings({ROSTER_KEY: self.roster, IDENTITY_KEY: self.identity,
+                                                       UNAUTHENTICATED_KEY: self.allow_unauthenticated})
+        set_(self, "roster", roster)
+        set_(self, "identity", identity)
+        set_(self, "allow_unauthenticated", allow)
 
-    def known_tallies(self) -> tuple[bytes, ...] | None:
-        """The tally keys this node trusts (``dphype-tallies``), or ``None`` (none pinned: no argmax vote).
-
-        Returns:
-            The keys (32 bytes each), or ``None``.
-
-        Raises:
-            PolicyError: If ``tallies`` is not comma-separated 64-digit hex keys.
-        """
+    def _pinned_tallies(self) -> tuple[bytes, ...] | None:
         if self.tallies is None:
             return None
         try:
@@ -291,6 +373,39 @@ class NodePolicy:
         if not keys or any(len(key) != 32 for key in keys):
             raise PolicyError("node config dphype-tallies must be comma-separated 64-digit hex X25519 public keys")
         return keys
+
+    def known_tallies(self) -> tuple[bytes, ...] | None:
+        """The tally keys this node trusts, or ``None`` (none pinned: no argmax vote).
+
+        The roster's tallies (``dphype-roster``), and of those only the ones in ``dphype-tallies`` when both are
+        set; without a roster, ``dphype-tallies``.
+
+        Returns:
+            The keys (32 bytes each), or ``None``.
+
+        Raises:
+            PolicyError: If ``tallies`` is not comma-separated 64-digit hex keys, or the roster cannot be read.
+        """
+        pinned = self._pinned_tallies()
+        if self.roster is None:
+            return pinned
+        try:
+            listed = Roster.load(self.roster).tally_keys()
+        except RosterError as err:
+            raise PolicyError(f"node config {ROSTER_KEY}={self.roster!r}: {err}") from None
+        return listed if pinned is None else tuple(key for key in pinned if key in listed)
+
+    def membership(self) -> Membership | None:
+        """This node's membership in its federation (`load_membership`), or ``None`` when unauthenticated.
+
+        Returns:
+            The membership, or ``None`` (no roster, and the operator allowed that).
+
+        Raises:
+            Refusal: ``no_roster``: no roster, and ``dphype-allow-unauthenticated`` is not true.
+            PolicyError: If the roster or the identity key is invalid.
+        """  # noqa: DOC502
+        return load_membership(self.roster, self.identity, self.allow_unauthenticated)
 
     @classmethod
     def from_node_config(cls, node_config: Mapping[str, Any], *, run_id: int | None = None) -> NodePolicy:
@@ -466,4 +581,8 @@ REMEDIES: dict[str, str] = {
                        "'<hex0>,<hex1>,<hex2>' (each printed by its tally's operator with clients/start-tally.sh "
                        "--print-public-key), and the server names exactly those tallies",
     "release_mode": "the server must run the stage of the release mode the nodes approved (DPHype.start does)",
+    "roster": "every node and tally must run with the same roster (dphype roster show ROSTER prints its fingerprint) "
+              "and send only its members' signed keys and shares; a roster that changed needs a new pre-flight",
+    "no_roster": "the node operators set dphype-roster and dphype-identity in their node config (dphype roster "
+                 "keygen / init / add), or explicitly dphype-allow-unauthenticated = true",
 }

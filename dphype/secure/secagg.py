@@ -117,6 +117,7 @@ import numpy as np
 from dphype.checks import MAX_CLIENTS
 from dphype.refusal import Refusal
 from dphype.secure import relay
+from dphype.secure.roster import Membership, RosterError
 from dphype.secure.secagg_params import check_share_threshold
 from dphype.secure.secure_sum import (
     MODULUS_RANGE,
@@ -465,6 +466,9 @@ class Approval:
         survivors: ``ceil((1 - xi) n)``, the contributors its ledger entry assumes.
         size: The vector length ``p``.
         min_neighbours: The policy's fewest graph neighbours.
+        run: The run id (bound into the node's roster signature).
+        membership: The node's place in its federation (`dphype.secure.roster.Membership`), or ``None`` when its
+            operator allowed an unauthenticated federation: then the key list is not checked against a roster.
     """
 
     request: str
@@ -472,6 +476,8 @@ class Approval:
     survivors: int
     size: int
     min_neighbours: int
+    run: int = 0
+    membership: Membership | None = None
 
 
 #: The node's vote: called once, in stage 2 after every check, with the round's clipping range ``C``; it
@@ -651,6 +657,48 @@ def _next(stage: str) -> str:
     return STAGES[i + 1]
 
 
+def advertised_keys(node: int, round_id: bytes, keys: Sequence[bytes]) -> bytes:
+    """What a node's identity signs of its ``advertise`` answer: its node id, the round id and its three keys.
+
+    Signed at roster stage ``secagg-advertise`` for the approved request and the run
+    (`dphype.secure.roster.Membership.sign`), so the entry cannot be moved to another node id, round, request,
+    run or federation.
+
+    Args:
+        node: The node's id.
+        round_id: The round's id.
+        keys: Its share-encryption, mask-agreement and signing public keys.
+
+    Returns:
+        The payload's bytes.
+    """
+    return _LABEL + b"advertised" + _id(node) + round_id + b"".join(keys)
+
+
+def _check_members(msg: Mapping[str, Any], state: NodeRound, nodes: Sequence[int],
+                   keys: Mapping[int, tuple[bytes, bytes, bytes]], approval: Approval) -> None:
+    """Refuse (``roster``) unless every entry of the key list is signed by a distinct voter of the node's roster.
+
+    Its own entry must carry its own member name; nothing has left the node yet (module docstring, stage 1).
+    """
+    membership = approval.membership
+    if membership is None:
+        return
+    names = _get(msg, "members", list)
+    signatures = _blobs(msg, "identity_signatures", len(nodes))
+    if len(names) != len(nodes) or not all(isinstance(name, str) for name in names):
+        raise _refuse("roster", "the key list must name the roster member of every node (members)")
+    roster = membership.roster
+    context = roster.context("secagg-advertise", state.request, approval.run)
+    try:
+        roster.check_distinct_signers(((name, advertised_keys(n, state.round_id, keys[n]), signature)
+                                       for n, name, signature in zip(nodes, names, signatures)), "voter", context)
+    except RosterError as err:
+        raise _refuse("roster", f"the key list is not signed by distinct roster voters: {err}") from None
+    if names[list(nodes).index(state.node)] != membership.name:
+        raise _refuse("roster", "this node's own entry in the key list names another member")
+
+
 def _advertise(msg: Mapping[str, Any], node: int, approval: Approval) -> tuple[NodeRound, dict[str, Any]]:
     round_id = _get(msg, "round", bytes)
     if len(round_id) != _ROUND_BYTES:
@@ -660,7 +708,12 @@ def _advertise(msg: Mapping[str, Any], node: int, approval: Approval) -> tuple[N
     c, s, g = relay.KeyPair.generate(), relay.KeyPair.generate(), relay.SigningKey.generate()
     state = NodeRound(node=node, stage="advertise", round_id=round_id, request=approval.request,
                       c_private=c.private_bytes(), s_private=s.private_bytes(), g_private=g.private_bytes())
-    return state, message("advertise", c_key=c.public, s_key=s.public, g_key=g.public)
+    reply = message("advertise", c_key=c.public, s_key=s.public, g_key=g.public)
+    if approval.membership is not None:  # the identity vouches for these keys (roster stage secagg-advertise)
+        reply.update(member=approval.membership.name, identity_signature=approval.membership.sign(
+            "secagg-advertise", approval.request, approval.run,
+            advertised_keys(node, round_id, (c.public, s.public, g.public))))
+    return state, reply
 
 
 def _share_keys(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
@@ -687,6 +740,7 @@ def _share_keys(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
         check_share_threshold(m, k + 1, t)
     except ValueError as err:
         raise _refuse("secagg_setup", str(err)) from None
+    _check_members(msg, state, nodes, keys, approval)  # every entry a distinct roster voter's, before any share
     ordered = sorted(nodes)
     digest = round_digest(state.round_id, state.request, approval.size, k, t, keys)
     graph = public_graph(digest, ordered, k)
@@ -866,6 +920,8 @@ class ServerRound:
         masked: Node id -> its masked vector.
         receipts: Node id -> its participation receipt (`participation_statement`), sent with its vector.
         survivors: The survivor set ``U3``.
+        members: Node id -> its roster member name and identity signature of its keys (`advertised_keys`), from
+            ``advertise``, relayed in ``share_keys`` (nodes of an unauthenticated federation send none).
     """
 
     nodes: list[int]
@@ -882,6 +938,7 @@ class ServerRound:
     masked: dict[int, np.ndarray] = field(default_factory=dict)
     receipts: dict[int, bytes] = field(default_factory=dict)
     survivors: list[int] = field(default_factory=list)
+    members: dict[int, tuple[str, bytes]] = field(default_factory=dict)
 
     def _enough(self, count: int, stage: str) -> None:
         if count < self.min_survivors:
@@ -913,6 +970,9 @@ class ServerRound:
             keys = tuple(reply.get(k) for k in ("c_key", "s_key", "g_key"))
             if n in self.nodes and all(isinstance(k, bytes) and len(k) == relay.KEY_BYTES for k in keys):
                 self.keys[n] = keys  # type: ignore[assignment]
+                member, signature = reply.get("member"), reply.get("identity_signature")
+                if isinstance(member, str) and isinstance(signature, bytes):
+                    self.members[n] = (member, signature)
         self._enough(len(self.keys), "advertise")
         self.neighbours, self.threshold = self.graph_for(len(self.keys))
         ordered = sorted(self.keys)
@@ -922,6 +982,9 @@ class ServerRound:
         content = message("share_keys", nodes=ordered, **{name: b"".join(self.keys[n][i] for n in ordered)
                                                           for i, name in enumerate(("c_keys", "s_keys", "g_keys"))},
                           neighbours=self.neighbours, threshold=self.threshold)
+        if self.members:  # the nodes check every entry against their roster (a node without a signature: "")
+            content.update(members=[self.members.get(n, ("", b""))[0] for n in ordered],
+                           identity_signatures=[self.members.get(n, ("", b""))[1] for n in ordered])
         return dict.fromkeys(ordered, content)
 
     def masked_input(self, replies: Mapping[int, Mapping[str, Any]]) -> dict[int, dict[str, Any]] | list[int]:

@@ -51,7 +51,9 @@ def test_new_writes_an_app_that_selects_and_trains_in_process(tmp_path, capsys, 
     client = load(folder / "my_app" / "client_app.py", f"new_client_app_{release}")
     server = load(folder / "my_app" / "server_app.py", f"new_server_app_{release}")
     nodes = 10 + (3 if release == "argmax" else 0)
-    grid = LocalGrid(client.app, nodes, run_config=run_config)
+    # in argmax mode the simulated_roles mod gives every node its role and its simulated federation, as in a Ray
+    # worker; in sum mode the grid makes its nodes' roster (the node policy would in a Ray worker)
+    grid = LocalGrid(client.app, nodes, run_config=run_config, federation=release != "argmax")
     server.app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config))
     guarantee = r"\(1, 0\)-DP" if release == "argmax" else r"\(1, 1e-05\)-DP"  # pure epsilon says delta 0
     assert re.search(SUMMARY + r".*\nprivacy: " + guarantee + " per client", capsys.readouterr().out)

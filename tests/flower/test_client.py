@@ -483,7 +483,7 @@ def test_issue_23_a_sum_vote_on_an_approved_argmax_request_fails_closed_and_open
     round_id, advertise = advertise_record(request.digest())
     with pytest.raises(PreflightError, match=f"{CLIENTS} x refused: release_mode"):
         run_preflight(grid, request, voters, 60, advertise)
-    ready, _ = run_preflight(grid, request, voters, 60)  # approved without the SecAgg+ stage ...
+    ready, _, _ = run_preflight(grid, request, voters, 60)  # approved without the SecAgg+ stage ...
     assert sorted(ready) == voters
     with pytest.raises(SecureSumError, match=f"{CLIENTS} x Refusal: release_mode"):  # ... its own advertise fails
         run_secure_sum(grid, voters, request.digest(), size=len(CANDS), noise="skellam", min_survivors=CLIENTS)
@@ -498,7 +498,7 @@ def test_issue_23_an_argmax_vote_or_a_tally_collect_on_an_approved_sum_request_i
     grid, keys = argmax_grid(tmp_path)
     voters = [node_id(i) for i in range(CLIENTS)]
     summed = DPHype(CANDS, config(clients=CLIENTS, epsilon=4.0)).request
-    ready, _ = run_preflight(grid, summed, voters, 60)
+    ready, _, _ = run_preflight(grid, summed, voters, 60)
     assert sorted(ready) == voters
     vote = [Message(RecordDict({RECORD_KEY: ConfigRecord(summed.to_record())}), n, ARGMAX_VOTE_TYPE) for n in voters]
     replies = grid.send_and_receive(vote)

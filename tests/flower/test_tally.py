@@ -168,13 +168,16 @@ def voters_epsilon(grid) -> list[float]:
                                           .ledger).entries()) for i in range(CLIENTS)]
 
 
+@pytest.mark.parametrize("federation", [False, True])
 @pytest.mark.parametrize("relabel", ["one_share_as_all", "one_share_as_another"])
-def test_issue_23_one_ballot_relabelled_as_many_contributors_fails_closed(tmp_path, relabel):
+def test_issue_23_one_ballot_relabelled_as_many_contributors_fails_closed(tmp_path, relabel, federation):
     """Issue 23, "one ballot counted many times": the server relays client 0's sealed shares as every contributor's
     (their noise: one share instead of six, epsilon >= 2.36 against the 1.00 recorded at the issue's sizes), or as
-    another contributor's. A share is bound to its contributor's node id and run and refused by content when
-    repeated: the collect stage fails at every tally, no index is opened, the ledger's epsilon (>= 0) covers it."""
-    grid, keys = argmax_grid(tmp_path)
+    another contributor's, its signatures moved along (with a roster). A share is bound to its contributor's node id
+    and run and refused by content when repeated; with a roster it is bound to the member's name and signed by its
+    identity, and a share under another member's name does not verify: the collect stage fails at every tally, no
+    index is opened, the ledger's epsilon (>= 0) covers it."""
+    grid, keys = argmax_grid(tmp_path, federation=federation)
     real = grid.push_messages
 
     def relay(messages):
@@ -183,47 +186,61 @@ def test_issue_23_one_ballot_relabelled_as_many_contributors_fails_closed(tmp_pa
             record = m.content.config_records.get(TALLY_KEY)
             if record is not None and record.get("stage") == "collect":
                 contributors, shares = list(record["contributors"]), list(record["shares"])
+                signatures = list(record.get("signatures", []))
                 if relabel == "one_share_as_all":
                     record["shares"] = [shares[0]] * len(shares)
+                    if federation:
+                        record["signatures"] = [signatures[0]] * len(shares)
                 else:  # client 1's label on client 0's share, client 0 left out
                     record["contributors"], record["shares"] = contributors[1:], [shares[0], *shares[2:]]
+                    if federation:
+                        record["signatures"] = [signatures[0], *signatures[2:]]
         return real(messages)
 
     grid.push_messages = relay
-    reason = "the same share twice" if relabel == "one_share_as_all" else "is not this contributor's"
-    with pytest.raises(TallyError, match=f"tally 0 failed the collect stage .*tally_refused: .*{reason}"):
+    reason = ("roster: .*node-1's signature .* does not verify" if federation else
+              "tally_refused: .*the same share twice" if relabel == "one_share_as_all" else
+              "tally_refused: .*is not this contributor's")
+    with pytest.raises(TallyError, match=f"tally 0 failed the collect stage .*{reason}"):
         DPHype(CANDS, config(), tallies=keys).start(grid, timeout=60)
     assert not [m for m in grid.sent if m.metadata.message_type == "query.dphype_tally"
                 and m.content.config_records[TALLY_KEY].get("stage") in ("compute", "result")]
     assert voters_epsilon(grid) == [pytest.approx(4.0)] * CLIENTS  # each paid for its one vote; nothing opened
 
 
+@pytest.mark.parametrize("federation", [False, True])
 def test_issue_23_the_same_ciphertexts_replayed_to_the_tallies_in_a_later_run_or_after_a_restart_open_nothing(
-        tmp_path):
+        tmp_path, federation):
     """Issue 23, "replay to the tallies in a later run": after an honest run, the server sends the tallies the same
     collect stages (the same ciphertexts) in a new run (they are bound to their run: they do not open) and, with
     the old run id reused, to a restarted tally whose context state is gone (its record beside the key refuses the
-    request served in that run). Every voter's ledger holds the one release that was opened."""
-    grid, keys = argmax_grid(tmp_path)
+    request served in that run). Every voter's ledger holds the one release that was opened. With a roster (the
+    same one) the signatures are bound to their run too."""
+    grid, keys = argmax_grid(tmp_path, federation=federation)
     DPHype(CANDS, config(), tallies=keys).start(grid, timeout=60)
     replayed = collect_messages(grid)
     assert len(replayed) == 3
-    for run_id, reason in ((2, "is not this contributor's for request .*, this run and this tally"),
-                           (1, "refuses a second argmax for request")):
-        later, _ = argmax_grid(tmp_path, run_id=run_id)  # the same tally keys (and records), fresh contexts
+    for run_id, reason in ((2, "roster: tally [012] refuses a share: .* does not verify" if federation else
+                            "tally_refused: tally [012].*is not this contributor's for request .*, this run and this "
+                            "tally"),
+                           (1, "tally_refused: tally [012].*refuses a second argmax for request")):
+        later, _ = argmax_grid(tmp_path, run_id=run_id, federation=federation)  # the same tally keys (and records)
+        for node, context in later.contexts.items():  # the same federation, fresh contexts
+            context.node_config.update({k: v for k, v in grid.contexts[node].node_config.items()
+                                        if k in ("dphype-roster", "dphype-identity")})
         messages = [Message(RecordDict({TALLY_KEY: ConfigRecord(dict(m.content.config_records[TALLY_KEY]))}),
                             m.metadata.dst_node_id, "query.dphype_tally") for m in replayed]
         replies = later.send_and_receive(messages)
         assert len(replies) == 3 and all(r.has_error() for r in replies)
-        assert all(re.search(f"Refusal: tally_refused: tally [012].*{reason}", r.error.reason) for r in replies)
+        assert all(re.search(f"Refusal: {reason}", r.error.reason) for r in replies)
     assert voters_epsilon(grid) == [pytest.approx(4.0)] * CLIENTS  # one vote, one release: pure epsilon 4 each
 
 
 def test_issue_23_every_malformed_or_out_of_range_tally_stage_is_refused_with_a_refusal_code(tmp_path):
     """Issue 23: a ``result`` wait took the server's timeout unchecked (NaN or infinity parked the tally forever) and
     malformed stages came back as raw ``KeyError``/``ValueError`` texts. Every one is now a refusal code; the
-    timeout's boundaries are (0, MAX_RESULT_WAIT]."""
-    grid, keys = argmax_grid(tmp_path)
+    timeout's boundaries are (0, MAX_RESULT_WAIT]. (Unauthenticated: a roster's own checks are in test_roster.)"""
+    grid, keys = argmax_grid(tmp_path, federation=False)
     tally = node_id(CLIENTS)
     request = DPHype(CANDS, config(), tallies=keys).request.to_record()
     wait = flower_tally.MAX_RESULT_WAIT

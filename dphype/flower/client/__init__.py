@@ -63,11 +63,14 @@ from dphype.flower.client.argmax import register_winner_vote
 from dphype.flower.client.policy import (
     PolicySource,
     announce_simulated,
+    approved_membership,
     cast_approved_ballot,
+    describe_federation,
     node_policy,
     policy_fingerprint,
     refused,
     resolve_policy,
+    roster_digest,
     sanitized,
     simulated,
 )
@@ -88,6 +91,7 @@ from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy, check_vote_request
 from dphype.protocol import VoteRequest, score_candidates
 from dphype.refusal import Refusal
+from dphype.secure.roster import Membership
 from dphype.secure.secagg import Approval
 
 __all__ = ["PolicySource", "node_policy", "register_dphype", "simulated"]
@@ -140,6 +144,7 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
             limits = resolve_policy(policy, context)
             announce_simulated(limits, context.run_id)
             request = VoteRequest.from_record(msg.content.config_records.get(RECORD_KEY, {}))
+            membership = limits.membership()  # no roster: refused unless the operator allowed it
             guarantee = check_vote_request(request, limits)
             Ledger(cast(Path, limits.ledger)).check(guarantee, limits)
             task = task_fn(context)
@@ -155,12 +160,14 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
             {**dataclasses.asdict(guarantee), "policy": policy_fingerprint(limits)})
         context.state.config_records[APPROVAL_STATE] = ConfigRecord(
             {"digest": request.digest(), "maximize": bool(task.maximize), "clients": request.config.clients,
-             "dropout": request.config.dropout})
-        answer = RecordDict({RECORD_KEY: ConfigRecord({"status": "ready", "ledger": limits.ledger_scope})})
+             "dropout": request.config.dropout, "roster": roster_digest(membership)})
+        answer = RecordDict({RECORD_KEY: ConfigRecord({"status": "ready", "ledger": limits.ledger_scope,
+                                                       "federation": describe_federation(membership)})})
         advertise = msg.content.config_records.get(STAGE_KEY)
         if advertise is not None:  # the secure vote's first stage rides on the pre-flight
             try:
-                answer[STAGE_KEY] = stage_reply(advertise, context, _approval(request, limits), _no_vote)
+                answer[STAGE_KEY] = stage_reply(advertise, context, _approval(request, limits, context, membership),
+                                                _no_vote)
             except Exception as err:  # noqa: BLE001 - answered as a sanitized refusal
                 _forget(context)
                 return refused(msg, sanitized("request", err))
@@ -179,7 +186,7 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
             digest = str(approved["digest"])
             if request.digest() != digest:
                 raise Refusal("malformed_request", "the stored request is not the one approved in the pre-flight")
-            approval = _approval(request, limits)
+            approval = _approval(request, limits, context, approved_membership(limits, approved))
 
             def cast_vote(clipping_range: int) -> np.ndarray:
                 return cast(np.ndarray, cast_approved_ballot(context, request, limits, checked,
@@ -203,8 +210,10 @@ def _forget(context: Context) -> None:
         context.state.config_records.pop(key, None)
 
 
-def _approval(request: VoteRequest, limits: NodePolicy) -> Approval:
+def _approval(request: VoteRequest, limits: NodePolicy, context: Context, membership: Membership | None) -> Approval:
     """What this node approved of ``request`` for its secure vote round, with its policy's ``min_neighbours``.
+
+    The run and the node's ``membership`` in its federation bind its key list to the roster (`dphype.secure.roster`).
 
     Only a request whose release mode sums over SecAgg+ has one: a request approved for another aggregator (the
     tally committee's pure-epsilon noise) is refused (``release_mode``) before any round key or vote leaves.
@@ -212,7 +221,8 @@ def _approval(request: VoteRequest, limits: NodePolicy) -> Approval:
     if request.mode.aggregator is not Aggregator.SECAGG:
         raise Refusal("release_mode", "a SecAgg+ stage for a request whose release is not SecAgg+'s")
     return Approval(request=request.digest(), clients=request.config.clients, survivors=request.min_survivors,
-                    size=len(request.candidates), min_neighbours=limits.min_neighbours)
+                    size=len(request.candidates), min_neighbours=limits.min_neighbours, run=int(context.run_id),
+                    membership=membership)
 
 
 def _no_vote(clipping_range: int) -> np.ndarray:

@@ -10,14 +10,23 @@ The server cannot open them; it forwards them to the tallies (`dphype.flower.ser
 
 from __future__ import annotations
 
+from typing import Any
+
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from dphype.flower.client.policy import PolicySource, cast_approved_ballot, resolve_policy, sanitized
+from dphype.flower.client.policy import (
+    PolicySource,
+    approved_membership,
+    cast_approved_ballot,
+    resolve_policy,
+    sanitized,
+)
 from dphype.flower.wire import APPROVAL_STATE, ARGMAX_ACTION, GUARANTEE_STATE, RECORD_KEY
 from dphype.modes import Aggregator
 from dphype.protocol import VoteRequest
 from dphype.refusal import Refusal
+from dphype.secure.roster import share_payload
 from dphype.secure.tally import voter_id
 
 
@@ -27,8 +36,10 @@ def register_winner_vote(app: ClientApp, *, policy: PolicySource = None) -> Clie
     The handler votes only for the request its pre-flight approved (same digest, scores kept) and only when
     that request's release mode sends to the tally committee (``release_mode`` otherwise: a request approved for
     another mode is never answered here), charges the node's ledger, and answers the ballot sealed to the tally
-    committee and bound to this node's identity in this run (`dphype.secure.tally.voter_id`: its node id and the
-    run id); any failure reaches the server as a sanitized refusal.
+    committee and bound to this node's identity in this run (`dphype.secure.tally.voter_id`: the run id and its
+    roster member name, or its node id in an unauthenticated federation), each share signed by the member's identity
+    (`dphype.secure.roster.share_payload`, stage ``argmax-share``); a roster that changed since the pre-flight is
+    refused (``roster``) before the ledger is charged. Any failure reaches the server as a sanitized refusal.
 
     Args:
         app: The ClientApp.
@@ -50,10 +61,17 @@ def register_winner_vote(app: ClientApp, *, policy: PolicySource = None) -> Clie
                               "committee's")
             if approved is None or checked is None or approved["digest"] != request.digest():
                 raise Refusal("malformed_request", "the argmax vote request is not the one approved in the pre-flight")
+            membership = approved_membership(limits, approved)  # the roster the pre-flight approved, or refused
+            contributor = context.node_id if membership is None else membership.name
             sealed = cast_approved_ballot(context, request, limits, checked, maximize=bool(approved["maximize"]),
-                                          what="argmax vote", voter=voter_id(context.run_id, context.node_id))
+                                          what="argmax vote", voter=voter_id(context.run_id, contributor))
+            answer: dict[str, Any] = {"shares": sealed}
+            if membership is not None:  # each share signed by this member's identity, for its tally
+                answer.update(member=membership.name, signatures=[
+                    membership.sign("argmax-share", request.digest(), int(context.run_id), share_payload(j, share))
+                    for j, share in enumerate(sealed)])
         except Exception as err:  # noqa: BLE001 - the server sees the sanitized reason only
             raise sanitized("argmax vote", err) from None
-        return Message(RecordDict({RECORD_KEY: ConfigRecord({"shares": sealed})}), reply_to=msg)
+        return Message(RecordDict({RECORD_KEY: ConfigRecord(answer)}), reply_to=msg)
 
     return app

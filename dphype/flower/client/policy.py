@@ -27,11 +27,21 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.common import log
 from flwr.common.config import parse_config_args
 
+from dphype.flower.federation import federation_set, simulated_federation, voter_name
 from dphype.flower.wire import RECORD_KEY, SCORES_STATE
 from dphype.node.ledger import Ledger
-from dphype.node.policy import POLICY_ENV, REMEDIES, NodePolicy, PolicyError, VoteGuarantee, check_vote_request
+from dphype.node.policy import (
+    POLICY_ENV,
+    REMEDIES,
+    NodePolicy,
+    PolicyError,
+    VoteGuarantee,
+    check_vote_request,
+    run_ledger_path,
+)
 from dphype.protocol import VoteRequest
 from dphype.refusal import Refusal, as_refusal
+from dphype.secure.roster import Membership
 
 #: Refusal codes that would tell the server which of the node's limits a request crossed.
 POLICY_CODES = frozenset({"policy_epsilon", "policy_delta", "policy_clients", "lifetime_budget"})
@@ -42,27 +52,17 @@ POLICY_CODES = frozenset({"policy_epsilon", "policy_delta", "policy_clients", "l
 PolicySource = NodePolicy | Callable[[Context], NodePolicy] | None
 
 
-def node_policy(context: Context) -> NodePolicy:
-    """This node's policy from its own channels, never the server's.
+def environment_policy() -> dict[str, Any]:
+    """The policy keys of this ClientApp process's environment variable `dphype.node.policy.POLICY_ENV`.
 
-    The ``dphype-*`` keys of ``context.node_config``
-    (``flower-supernode --node-config "dphype-max-epsilon=1 ..."``) over those of the environment variable
-    `dphype.node.policy.POLICY_ENV` (``DPHYPE_NODE_POLICY``, same syntax, parsed by Flower's own
-    ``--node-config`` parser) in this ClientApp's process. Neither can be set by the server: the run config
-    is never read. The default ledger is per ``partition-id`` (`dphype.node.policy.default_ledger_path`),
-    and per run as well on a `simulated` node without a ``dphype-ledger``
-    (`dphype.node.policy.run_ledger_path`).
-
-    Args:
-        context: The node's Flower context.
+    Parsed by Flower's own ``--node-config`` parser (``DPHYPE_NODE_POLICY="dphype-max-epsilon=2 ..."``).
 
     Returns:
-        The node's policy.
+        Key -> value; empty when the variable is unset.
 
     Raises:
-        PolicyError: If the environment variable does not parse or holds other keys, or the merged policy is
-            invalid (`dphype.node.policy.PolicyError`).
-    """  # noqa: DOC502, DOC503
+        PolicyError: If the variable does not parse or holds keys other than ``dphype-*``.
+    """  # noqa: DOC503 - the ValueError raised inside is caught and re-raised as PolicyError
     text = os.environ.get(POLICY_ENV, "").strip()
     syntax = (f"{POLICY_ENV} must hold dphype-* keys in --node-config syntax "
               "('dphype-max-epsilon=2 dphype-ledger=\"/path\"')")
@@ -78,7 +78,38 @@ def node_policy(context: Context) -> NodePolicy:
         raise PolicyError(f"{syntax}: {err}") from None
     if not all(str(key).startswith("dphype-") for key in from_env):
         raise PolicyError(f"{POLICY_ENV} may hold dphype-* keys only, got {', '.join(map(str, from_env))}")
+    return dict(from_env)
+
+
+def node_policy(context: Context) -> NodePolicy:
+    """This node's policy from its own channels, never the server's.
+
+    The ``dphype-*`` keys of ``context.node_config``
+    (``flower-supernode --node-config "dphype-max-epsilon=1 ..."``) over those of the environment variable
+    `dphype.node.policy.POLICY_ENV` (``DPHYPE_NODE_POLICY``, same syntax, parsed by Flower's own
+    ``--node-config`` parser) in this ClientApp's process. Neither can be set by the server: the run config
+    is never read. The default ledger is per ``partition-id`` (`dphype.node.policy.default_ledger_path`),
+    and per run as well on a `simulated` node without a ``dphype-ledger``
+    (`dphype.node.policy.run_ledger_path`). A `simulated` node whose operator set no federation (neither
+    ``dphype-roster`` nor ``dphype-allow-unauthenticated``) is a member of the run's simulated federation
+    (`dphype.flower.federation.simulated_federation`: a development convenience, never for deployments).
+
+    Args:
+        context: The node's Flower context.
+
+    Returns:
+        The node's policy.
+
+    Raises:
+        PolicyError: If the environment variable does not parse or holds other keys, or the merged policy is
+            invalid (`dphype.node.policy.PolicyError`).
+    """  # noqa: DOC502, DOC503
+    from_env = environment_policy()
     merged = {**from_env, **context.node_config}
+    if simulated() and not federation_set(merged) and "partition-id" in merged:  # development: no set-up
+        merged.update(simulated_federation(run_ledger_path(context.run_id).parent, context.run_id,
+                                           voter_name(int(cast(int, merged["partition-id"]))),
+                                           int(cast(int, merged.get("num-partitions", 0)))))
     return NodePolicy.from_node_config(merged, run_id=context.run_id if simulated() else None)
 
 
@@ -246,6 +277,51 @@ def approved_guarantee(checked: ConfigRecord, request: VoteRequest, limits: Node
         return check_vote_request(request, limits)
     stored = {f.name: checked[f.name] for f in dataclasses.fields(VoteGuarantee)}  # written by this node
     return VoteGuarantee(**cast(dict[str, Any], stored))
+
+
+def roster_digest(membership: Membership | None) -> str:
+    """The digest of the node's roster, ``""`` without one: what its approval binds (`approved_membership`).
+
+    Args:
+        membership: The node's membership, or ``None`` (unauthenticated).
+
+    Returns:
+        The roster's digest, or ``""``.
+    """
+    return "" if membership is None else membership.roster.digest()
+
+
+def describe_federation(membership: Membership | None) -> str:
+    """What a node's pre-flight answer says of its federation, for the server's result.
+
+    Args:
+        membership: The node's membership, or ``None`` (unauthenticated).
+
+    Returns:
+        ``"roster <fingerprint> (N members)"`` or ``"unauthenticated"``.
+    """
+    return "unauthenticated" if membership is None else membership.roster.describe()
+
+
+def approved_membership(limits: NodePolicy, approved: ConfigRecord) -> Membership | None:
+    """The node's membership now, refused (``roster``) if its roster is not the one its pre-flight approved.
+
+    Args:
+        limits: The node's policy now.
+        approved: What the pre-flight stored of the approval (its ``roster`` digest, `roster_digest`).
+
+    Returns:
+        The membership, or ``None`` (unauthenticated, as at the pre-flight).
+
+    Raises:
+        Refusal: ``roster`` if the roster changed (or appeared, or went) since the pre-flight; ``no_roster`` as
+            `dphype.node.policy.NodePolicy.membership`.
+    """  # noqa: DOC502
+    membership = limits.membership()
+    if roster_digest(membership) != approved.get("roster", ""):
+        raise Refusal("roster", "this node's roster changed since the pre-flight approved the request: a new "
+                      "pre-flight is needed")
+    return membership
 
 
 def cast_approved_ballot(context: Context, request: VoteRequest, limits: NodePolicy, checked: ConfigRecord, *,

@@ -15,7 +15,8 @@ from typing import cast
 from flwr.app import Context, Message
 from flwr.clientapp.typing import ClientAppCallable
 
-from dphype.flower.client.policy import node_policy, simulated
+from dphype.flower.client.policy import environment_policy, node_policy, simulated
+from dphype.flower.federation import federation_set, simulated_federation, tally_name, voter_name
 from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, TALLY_KEYS_ENV, TALLY_PARTIES, load_tally_key
 from dphype.modes import RELEASE_MODES, Aggregator
 from dphype.node.policy import TALLIES_KEY, run_ledger_path
@@ -65,6 +66,11 @@ def simulated_role(context: Context, clients: int, tallies: int, keys: str | os.
     if TALLY_ID in node or "partition-id" not in node:
         return
     partition = int(cast(int, node["partition-id"]))
+    if simulated() and not federation_set({**_environment_policy(), **node}):  # development: no set-up
+        committee = [load_tally_key(Path(keys) / f"tally-{j}.key").public for j in range(tallies)]
+        member = voter_name(partition) if partition < clients else tally_name(partition - clients)
+        node.update(simulated_federation(run_ledger_path(context.run_id).parent, context.run_id, member, clients,
+                                         committee))
     if partition >= clients:
         index = partition - clients
         node.update({TALLY_ID: index, TALLY_PARTIES: ",".join(simulated_parties(context.run_id, tallies)),
@@ -75,6 +81,17 @@ def simulated_role(context: Context, clients: int, tallies: int, keys: str | os.
     if simulated() and _pinned_tallies(context) is None:  # the simulation's operator made the committee: it pins it
         node[TALLIES_KEY] = ",".join(load_tally_key(Path(keys) / f"tally-{j}.key").public.hex()
                                      for j in range(tallies))
+
+
+def _environment_policy() -> dict[str, object]:
+    """The policy keys of this node's environment (`dphype.flower.client.policy.environment_policy`).
+
+    None if it does not parse (the handlers refuse it themselves).
+    """
+    try:
+        return environment_policy()
+    except ValueError:
+        return {}
 
 
 def _pinned_tallies(context: Context) -> str | None:

@@ -105,6 +105,7 @@ class DPHype:
         self.corrupt_fraction = check_corrupt_fraction(corrupt_fraction)
         self._plan: Plan | None = None
         self._notes: tuple[str, ...] = ()
+        self._federation: str | None = None
         # the SecAgg+ graph for n clients and the tolerated dropout: refused here, before any client works
         try:
             secagg_graph(config.clients, self.request.min_survivors, num_shares, reconstruction_threshold,
@@ -185,7 +186,7 @@ class DPHype:
             log(logging.WARNING, "DP-Hype: %s", warning)
         drive = {Aggregator.SECAGG: self._sum_over_secagg, Aggregator.COMMITTEE: self._winner_from_committee}
         result = drive[cfg.mode.aggregator](grid, timeout, connect_timeout, committee_nodes)
-        return dataclasses.replace(result, notes=self._notes)
+        return dataclasses.replace(result, notes=self._notes, federation=self._federation)
 
     def _winner_from_committee(self, grid: Grid, timeout: float | None, connect_timeout: float | None,
                                committee_nodes: Sequence[int] | None) -> DPHypeResult:
@@ -239,7 +240,7 @@ class DPHype:
 
         See `dphype.flower.server.readiness.run_preflight`.
         """
-        ready, self._notes = run_preflight(grid, self.request, nodes, timeout, advertise)
+        ready, self._notes, self._federation = run_preflight(grid, self.request, nodes, timeout, advertise)
         return ready
 
 

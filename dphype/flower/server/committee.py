@@ -305,6 +305,17 @@ class ClientGrid(Grid):
         return send_and_receive(self.grid, messages, timeout=timeout)
 
 
+def _labels(contributors: Sequence[int], signed: Mapping[int, tuple[str, list[bytes]]]) -> list[int] | list[str]:
+    """The contributors' labels for the tallies.
+
+    Their roster member names when they signed their shares (a node that did not is labelled by its node id, as
+    text, and a tally with a roster refuses it), else their node ids.
+    """
+    if not signed:
+        return list(contributors)
+    return [signed[c][0] if c in signed else str(c) for c in contributors]
+
+
 def run_winner_selection(grid: Grid, request: VoteRequest, *, preflight: Preflight, timeout: float | None,
                          connect_timeout: float | None, tally_timeout: float = 60.0,
                          committee_nodes: Sequence[int] | None = None) -> DPHypeResult:
@@ -360,18 +371,25 @@ def run_winner_selection(grid: Grid, request: VoteRequest, *, preflight: Preflig
     vote = [Message(RecordDict({RECORD_KEY: ConfigRecord(request.to_record())}), dst_node_id=n,
                     message_type=ARGMAX_VOTE_TYPE) for n in ready]
     shares: dict[int, list[bytes]] = {}
+    signed: dict[int, tuple[str, list[bytes]]] = {}  # a roster member's name and its signature of each share
     for reply in send_and_receive(grid, vote, timeout=timeout, what="DP-Hype argmax vote"):
         answer = None if reply.has_error() else reply.content.config_records.get(RECORD_KEY)
         sealed = None if answer is None else answer.get("shares")
         if isinstance(sealed, list) and len(sealed) == len(committee):  # anything else counts as a dropout
             shares[reply.metadata.src_node_id] = cast(list[bytes], sealed)
+            member, signatures = cast(ConfigRecord, answer).get("member"), cast(ConfigRecord, answer).get("signatures")
+            if isinstance(member, str) and isinstance(signatures, list) and len(signatures) == len(committee):
+                signed[reply.metadata.src_node_id] = (member, cast(list[bytes], signatures))
     if len(shares) < request.min_survivors:
         raise PreflightError(f"only {len(shares)} clients sent their shares, fewer than the minimum survivors "
                              f"{request.min_survivors}; the tallies were not asked and nothing was released")
     contributors = sorted(shares)
     record = request.to_record()
-    collect = {node: {**record, "stage": TALLY_COLLECT, "contributors": contributors,
-                      "shares": [shares[c][j] for c in contributors]} for j, node in tally_nodes.items()}
+    collect = {node: {**record, "stage": TALLY_COLLECT, "contributors": _labels(contributors, signed),
+                      "shares": [shares[c][j] for c in contributors],
+                      **({"signatures": [signed[c][1][j] if c in signed else b"" for c in contributors]}
+                         if signed else {})}
+               for j, node in tally_nodes.items()}
     tallies = sorted(tally_nodes.values())
     _answers(_ask(grid, tallies, collect, timeout, "DP-Hype tally collect"), tally_nodes, TALLY_COLLECT)
     _answers(_ask(grid, tallies, {n: {"stage": TALLY_COMPUTE} for n in tallies}, timeout, "DP-Hype tally compute"),

@@ -65,7 +65,7 @@ def wait_for_nodes(grid: Grid, clients: int, timeout: float | None, every: float
 
 
 def run_preflight(grid: Grid, request: VoteRequest, nodes: list[int], timeout: float | None,
-                  advertise: ConfigRecord | None = None) -> tuple[dict[int, dict[str, Any]], tuple[str, ...]]:
+                  advertise: ConfigRecord | None = None) -> tuple[dict[int, dict[str, Any]], tuple[str, ...], str]:
     """Send ``request`` to ``nodes`` and keep the nodes that answer ready.
 
     With the secure vote's first stage ``advertise`` if given (`dphype.flower.server.secagg.advertise_record`).
@@ -80,11 +80,12 @@ def run_preflight(grid: Grid, request: VoteRequest, nodes: list[int], timeout: f
 
     Returns:
         The nodes that answered ready (node ID -> its answer to ``advertise``: its round keys; empty without),
-        and the notes for the result.
+        the notes for the result, and the federation the ready nodes named (``"roster <fingerprint> (N members)"``
+        or ``"unauthenticated"``, `dphype.secure.roster.Roster.describe`).
 
     Raises:
-        PreflightError: If fewer than the request's ``min_survivors`` clients are ready (the vote was not
-            started and nothing was released).
+        PreflightError: If fewer than the request's ``min_survivors`` clients are ready, or the ready nodes name
+            different federations (the vote was not started and nothing was released).
     """
     content = RecordDict({RECORD_KEY: ConfigRecord(request.to_record())})
     if advertise is not None:
@@ -96,11 +97,13 @@ def run_preflight(grid: Grid, request: VoteRequest, nodes: list[int], timeout: f
     ready: dict[int, dict[str, Any]] = {}
     reasons: Counter[str] = Counter()
     per_run = 0
+    federations: Counter[str] = Counter()
     for reply in replies:
         answer = _answer(reply)
         if answer == "ready":
             ready[reply.metadata.src_node_id] = dict(reply.content.config_records.get(STAGE_KEY, {}))
             per_run += reply.content.config_records[RECORD_KEY].get("ledger") == "per-run"
+            federations[str(reply.content.config_records[RECORD_KEY].get("federation", "unauthenticated"))] += 1
         else:
             reasons[answer] += 1
     reasons["no answer within the timeout"] += len(nodes) - len(replies)
@@ -112,13 +115,19 @@ def run_preflight(grid: Grid, request: VoteRequest, nodes: list[int], timeout: f
             f"{len(nodes) - len(ready)} of {len(nodes)} clients are not ready: {_describe(reasons)}; "
             f"at least {request.min_survivors} must take part (clients={request.config.clients}, "
             f"dropout={request.config.dropout:g}); the vote was not started and nothing was released")
+    if len(federations) > 1:
+        raise PreflightError(f"the ready clients belong to different federations ({_describe(federations)}): every "
+                             "node must run with the same roster (dphype-roster; `dphype roster show` prints its "
+                             "fingerprint); the vote was not started and nothing was released")
     notes: tuple[str, ...] = ()
     if per_run:
         note = (f"{per_run} of {len(ready)} nodes are simulated with a per-run ledger: their lifetime budget "
                 "restarts with every run (an operator who names dphype-ledger keeps one across runs)")
         log(logging.INFO, "DP-Hype: %s", note)
         notes = (note,)
-    return ready, notes
+    federation = next(iter(federations), "unauthenticated")
+    log(logging.INFO, "DP-Hype pre-flight: federation: %s", federation)
+    return ready, notes, federation
 
 
 def _answer(reply: Message) -> str:

@@ -1,0 +1,132 @@
+"""A simulation's federation: a per-run roster and identity keys for simulated nodes, so development needs no set-up.
+
+**A development convenience, never for deployments.** In Flower's simulation (``flwr run .``, ``dphype run``,
+``dphype demo``) and in the in-process `dphype.flower.local.LocalGrid`, one operator runs every node, so
+`simulated_federation` gives every node of a run the same roster (`dphype.secure.roster.Roster`) without any
+operator step: each member's identity key is derived (HKDF-SHA256) from a per-run secret, a file of 32 random
+bytes in a private folder (mode 0700, the file 0600) created atomically by the first node of the run that needs it
+and keyed by the run id, so all Ray workers of one machine agree on it. Whoever can read that folder can sign as
+any simulated member: in a deployment every operator makes its own identity key (``dphype roster keygen``) and the
+federation agrees on one roster file (``dphype roster init`` / ``add``), read from each node's own config.
+
+Members: voters ``node-<partition>`` for the partitions ``0 .. voters - 1`` and tallies ``tally-<j>`` with their
+X25519 committee keys. The roster file's name holds its digest, so nodes that compute the same roster share one
+file and a run with other members gets another.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from dphype.node.policy import IDENTITY_KEY, ROSTER_KEY, UNAUTHENTICATED_KEY
+from dphype.secure.roster import IdentityKey, Member, Roster
+
+#: The folder of a run's federation, inside the run's folder (`dphype.node.policy.run_ledger_path`'s parent).
+FEDERATION_FOLDER = "federation"
+_SECRET_BYTES = 32
+
+
+def voter_name(partition: int) -> str:
+    """The member name of the simulated voter with ``partition``.
+
+    Args:
+        partition: The node's ``partition-id``.
+
+    Returns:
+        ``"node-<partition>"``.
+    """
+    return f"node-{int(partition)}"
+
+
+def tally_name(index: int) -> str:
+    """The member name of simulated tally ``index``.
+
+    Args:
+        index: The tally's committee index.
+
+    Returns:
+        ``"tally-<index>"``.
+    """
+    return f"tally-{int(index)}"
+
+
+def federation_set(node_config: Mapping[str, Any]) -> bool:
+    """Whether a node's federation is set (a roster, or the unauthenticated opt-in), by its operator or already.
+
+    Args:
+        node_config: The node's config (merged with its environment's policy keys where it has them).
+
+    Returns:
+        ``True`` if ``dphype-roster`` or ``dphype-allow-unauthenticated`` is set: the simulation leaves it alone.
+    """
+    return ROSTER_KEY in node_config or UNAUTHENTICATED_KEY in node_config
+
+
+def _write_once(file: Path, data: bytes) -> None:
+    """Create ``file`` with ``data`` (mode 0600) unless it exists.
+
+    Written aside, then linked into place, so concurrent creators agree on the first one's content and no reader
+    sees half a file.
+    """
+    if file.exists():
+        return
+    aside = file.with_name(f".{file.name}.{os.getpid()}.{time.monotonic_ns()}")
+    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    try:
+        os.link(aside, file)
+    except FileExistsError:  # another node of the run made it first: its content is the content
+        pass
+    finally:
+        aside.unlink()
+
+
+def _identity(secret: bytes, name: str) -> IdentityKey:
+    seed = HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+                info=b"dphype-simulated-identity|" + name.encode()).derive(secret)
+    return IdentityKey.from_seed(seed)
+
+
+def simulated_federation(folder: str | os.PathLike[str], run_id: int, member: str, voters: int,
+                         tally_keys: Sequence[bytes] = ()) -> dict[str, str]:
+    """The node-config keys that make ``member`` a member of the run's simulated federation (module docstring).
+
+    Args:
+        folder: The run's folder (the secret, the roster and the key files go in its `FEDERATION_FOLDER`).
+        run_id: The run id (the federation's name).
+        member: This node's member name (`voter_name`, `tally_name`).
+        voters: The number of simulated voters.
+        tally_keys: The committee's X25519 public keys, in committee order (none in a run without tallies).
+
+    Returns:
+        ``dphype-roster`` and ``dphype-identity``: the roster file and this node's identity key file.
+
+    Raises:
+        ValueError: If ``member`` is not one of the run's members.
+    """
+    home = Path(folder).expanduser() / FEDERATION_FOLDER
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _write_once(home / "secret", os.urandom(_SECRET_BYTES))
+    secret = (home / "secret").read_bytes()
+    names = [voter_name(i) for i in range(int(voters))]
+    members = [Member(name, "voter", _identity(secret, name).public) for name in names]
+    members += [Member(tally_name(j), "tally", _identity(secret, tally_name(j)).public, key)
+                for j, key in enumerate(tally_keys)]
+    if member not in {m.name for m in members}:
+        raise ValueError(f"{member!r} is not a member of this simulation's federation ({len(members)} members)")
+    roster = Roster(f"simulation-run-{int(run_id)}", tuple(members))
+    roster_file = home / f"roster-{roster.digest()[:16]}.json"
+    _write_once(roster_file, (roster.to_json() + "\n").encode())
+    key_file = home / f"{member}.key"
+    _write_once(key_file, _identity(secret, member).private_pem())
+    return {ROSTER_KEY: str(roster_file), IDENTITY_KEY: str(key_file)}

@@ -1,0 +1,706 @@
+"""A federation of known members: the roster of long-term identity keys, and signatures checked against it.
+
+Framework-free (``cryptography``'s Ed25519 only). The operators of a federation agree on one **roster**: the
+federation's name and its members, each with a name, a role (``voter`` or ``tally``), a long-term Ed25519
+**identity** public key and, for a tally, its X25519 committee key (`dphype.flower.tally.load_tally_key`). Every
+node reads the roster from its own node config (``dphype-roster``), never from the server, together with its own
+private identity key (``dphype-identity``); ``dphype roster`` creates and inspects both (`dphype.cli.roster`).
+
+What a member signs (`sign`, `verify`) is a `SigningContext` and a payload: the roster's digest (`Roster.digest`,
+SHA-256 of its canonical JSON), the stage (one of `STAGES`: domain separation, so a signature made for one purpose
+never verifies for another), the request's digest (or the round it belongs to), the run id, and the SHA-256 of
+the payload. A signature made under another roster (another federation, or the same one before a member was added)
+does not verify under this one.
+
+Where it is used (the threat model: `dphype.node.policy`):
+
+* SecAgg+ (`dphype.secure.secagg`): with its fresh round keys each node sends its member name and its identity's
+  signature over (its node id, the round id, its three public keys) at stage ``secagg-advertise``; before any
+  share leaves it, every node checks that every entry of the key list it receives is signed by a distinct roster
+  voter, its own entry by itself. The server cannot invent members (Sybils fail closed); the participation
+  receipts and consistency signatures are made with the round's signing key ``g_u``, which the identity signed,
+  so they are a member's too.
+* The argmax vote (`dphype.flower.client.argmax`, `dphype.flower.tally`): each sealed share carries its voter's
+  signature over the ciphertext's hash and the tally index at stage ``argmax-share``, and is sealed to the voter's
+  member name (`dphype.secure.tally.voter_id`); a tally refuses a share of an unknown member, of a member twice,
+  signed under another roster, or relabelled or re-signed by the server.
+
+Every failure raises `RosterError` (a ``ValueError``) naming what failed; its ``refusal_code`` is ``roster``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import os
+import re
+import stat
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+#: The members' roles: a voter votes, a tally is a member of the argmax mode's committee.
+ROLES: tuple[str, ...] = ("voter", "tally")
+#: The stages a member signs (`SigningContext.stage`).
+STAGES: tuple[str, ...] = ("secagg-advertise", "argmax-share")
+#: Version of the roster's format and of every signed statement.
+VERSION = 1
+_LABEL = f"dphype-roster-v{VERSION}"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_KEY_BYTES = 32
+
+
+class RosterError(ValueError):
+    """A roster, identity key or signature is invalid, or names no member; the message says what failed.
+
+    Attributes:
+        refusal_code: What a node tells the server (`dphype.refusal.as_refusal`).
+    """
+
+    refusal_code = "roster"
+
+
+def public_key_bytes(text: str, what: str = "public key") -> bytes:
+    """A 32-byte raw public key written as 64 hex digits or as base64.
+
+    Args:
+        text: The key as the operator typed it.
+        what: What the key is, for the error message (e.g. ``"--identity"``).
+
+    Returns:
+        The 32 raw bytes.
+
+    Raises:
+        RosterError: If ``text`` is neither 64 hex digits nor base64 of 32 bytes.
+    """
+    value = str(text).strip()
+    try:
+        raw = bytes.fromhex(value) if len(value) == 2 * _KEY_BYTES else base64.b64decode(value, validate=True)
+    except (ValueError, binascii.Error):
+        raw = b""
+    if len(raw) != _KEY_BYTES:
+        raise RosterError(f"{what} must be a 32-byte public key, as 64 hex digits or base64 (the line `dphype roster "
+                          f"keygen` or `clients/start-tally.sh --print-public-key` prints), got {value[:80]!r}")
+    return raw
+
+
+def check_name(name: Any, what: str = "member name") -> str:
+    """A member's (or federation's) name: 1-64 letters, digits, ``.``, ``_`` or ``-``, starting alphanumeric.
+
+    Args:
+        name: The name.
+        what: What it names, for the error message.
+
+    Returns:
+        The name.
+
+    Raises:
+        RosterError: If it is not such a name.
+    """
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise RosterError(f"{what} must be 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit "
+                          f"(no spaces, ';' or '|'), got {name!r}")
+    return name
+
+
+@dataclass(frozen=True)
+class IdentityKey:
+    """A member's private Ed25519 identity key.
+
+    Attributes:
+        public: The 32-byte raw public key (what the roster names).
+    """
+
+    _private: Ed25519PrivateKey = field(repr=False)
+    public: bytes
+
+    @classmethod
+    def generate(cls) -> IdentityKey:
+        """A fresh identity key from the operating system's CSPRNG.
+
+        Returns:
+            The key.
+        """
+        return cls._of(Ed25519PrivateKey.generate())
+
+    @classmethod
+    def from_seed(cls, seed: bytes) -> IdentityKey:
+        """The identity key whose raw 32-byte private key is ``seed`` (a simulation derives its nodes' keys so).
+
+        Args:
+            seed: 32 secret bytes.
+
+        Returns:
+            The key.
+
+        Raises:
+            RosterError: If ``seed`` is not 32 bytes.
+        """
+        if not isinstance(seed, bytes) or len(seed) != _KEY_BYTES:
+            raise RosterError("an identity key's seed must be 32 bytes")
+        return cls._of(Ed25519PrivateKey.from_private_bytes(seed))
+
+    @classmethod
+    def _of(cls, private: Ed25519PrivateKey) -> IdentityKey:
+        return cls(private, private.public_key().public_bytes_raw())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> IdentityKey:
+        """Read a private key file: PEM (PKCS#8, unencrypted, as `save` writes) or the raw key in base64.
+
+        The file must be readable by its owner only (mode 0600), as a private SSH key.
+
+        Args:
+            path: The key file (``~`` is expanded).
+
+        Returns:
+            The key.
+
+        Raises:
+            RosterError: If the file is missing, readable by others, or holds no Ed25519 private key.
+        """
+        file = Path(path).expanduser()
+        try:
+            mode = file.stat().st_mode
+            data = file.read_bytes()
+        except OSError as err:
+            raise RosterError(f"identity key file {str(path)!r} cannot be read ({err.strerror}); create one with "
+                              "`dphype roster keygen --name NAME --out FILE`") from None
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise RosterError(f"identity key file {str(path)!r} is readable by others (mode {mode & 0o777:o}); "
+                              f"make it private: chmod 600 {file}")
+        try:
+            if data.lstrip().startswith(b"-----BEGIN"):
+                private = serialization.load_pem_private_key(data, password=None)
+            else:
+                private = Ed25519PrivateKey.from_private_bytes(base64.b64decode(data.strip(), validate=True))
+        except (ValueError, TypeError, binascii.Error):
+            private = None
+        if not isinstance(private, Ed25519PrivateKey):
+            raise RosterError(f"identity key file {str(path)!r} must hold an Ed25519 private key (PEM, or the raw "
+                              "32-byte key in base64), as `dphype roster keygen` writes it")
+        return cls._of(private)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the private key as PEM (PKCS#8) to a new file with mode 0600 (its folder created with 0700).
+
+        Args:
+            path: The file; it must not exist (a key is never overwritten).
+
+        Returns:
+            The file's path.
+
+        Raises:
+            RosterError: If the file exists or cannot be created.
+        """
+        file = Path(path).expanduser()
+        pem = self.private_pem()
+        try:
+            file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            raise RosterError(f"identity key file {str(path)!r} exists; a key is never overwritten: choose another "
+                              "--out, or remove the old key if no roster names it") from None
+        except OSError as err:
+            raise RosterError(f"identity key file {str(path)!r} cannot be created ({err.strerror})") from None
+        with os.fdopen(fd, "wb") as out:
+            out.write(pem)
+            out.flush()
+            os.fsync(out.fileno())
+        return file
+
+    def private_pem(self) -> bytes:
+        """The private key as unencrypted PEM (PKCS#8): what `save` writes and `load` reads (a secret).
+
+        Returns:
+            The PEM bytes.
+        """
+        return self._private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption())
+
+    def sign(self, message: bytes) -> bytes:
+        """The 64-byte Ed25519 signature of ``message``.
+
+        Args:
+            message: The message.
+
+        Returns:
+            The signature.
+        """
+        return self._private.sign(message)
+
+
+@dataclass(frozen=True)
+class Member:
+    """One member of a roster.
+
+    Attributes:
+        name: The member's name, unique in the roster (`check_name`); a voter's contributor identity.
+        role: ``"voter"`` or ``"tally"`` (`ROLES`).
+        identity: Its 32-byte raw Ed25519 identity public key.
+        tally_key: A tally's 32-byte raw X25519 committee key; ``None`` for a voter.
+
+    Raises:
+        RosterError: If a field is invalid, a tally has no committee key or a voter has one.
+    """
+
+    name: str
+    role: str
+    identity: bytes
+    tally_key: bytes | None = None
+
+    def __post_init__(self) -> None:
+        check_name(self.name)
+        if self.role not in ROLES:
+            raise RosterError(f"member {self.name}'s role must be one of {', '.join(ROLES)}, got {self.role!r}")
+        if not isinstance(self.identity, bytes) or len(self.identity) != _KEY_BYTES:
+            raise RosterError(f"member {self.name}'s identity must be a 32-byte Ed25519 public key")
+        try:
+            Ed25519PublicKey.from_public_bytes(self.identity)
+        except ValueError:
+            raise RosterError(f"member {self.name}'s identity is not an Ed25519 public key") from None
+        if self.role == "tally":
+            if not isinstance(self.tally_key, bytes) or len(self.tally_key) != _KEY_BYTES:
+                raise RosterError(f"tally {self.name} needs its 32-byte X25519 committee key (--tally-key: the line "
+                                  "`clients/start-tally.sh --print-public-key` prints)")
+        elif self.tally_key is not None:
+            raise RosterError(f"voter {self.name} has a tally key: only a member with --role tally has one")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The member in the roster's JSON (keys as hex).
+
+        Returns:
+            ``name``, ``role``, ``identity`` and, for a tally, ``tally_key``.
+        """
+        out: dict[str, Any] = {"name": self.name, "role": self.role, "identity": self.identity.hex()}
+        if self.tally_key is not None:
+            out["tally_key"] = self.tally_key.hex()
+        return out
+
+    @classmethod
+    def from_dict(cls, entry: Mapping[str, Any]) -> Member:
+        """Inverse of `to_dict`.
+
+        Args:
+            entry: One member of the roster's JSON.
+
+        Returns:
+            The member.
+
+        Raises:
+            RosterError: If a field is missing or invalid.
+        """
+        if not isinstance(entry, Mapping) or set(entry) - {"name", "role", "identity", "tally_key"}:
+            raise RosterError("a roster member must be an object with name, role, identity and (tallies) tally_key")
+        name = entry.get("name")
+        try:
+            identity = public_key_bytes(str(entry["identity"]), f"member {name}'s identity")
+            tally = entry.get("tally_key")
+            tally_key = None if tally is None else public_key_bytes(str(tally), f"member {name}'s tally_key")
+            return cls(name if isinstance(name, str) else repr(name), str(entry.get("role")), identity, tally_key)
+        except KeyError:
+            raise RosterError(f"roster member {name!r} has no identity") from None
+
+
+@dataclass(frozen=True)
+class SigningContext:
+    """What every signature of a member is bound to, beside its payload.
+
+    Attributes:
+        roster: The roster's digest (`Roster.digest`): a signature of another federation does not verify.
+        stage: What is signed, one of `STAGES`.
+        request: The digest of the request it is for.
+        run: The run id.
+
+    Raises:
+        RosterError: If the stage is unknown or a field has the wrong type.
+    """
+
+    roster: str
+    stage: str
+    request: str
+    run: int
+
+    def __post_init__(self) -> None:
+        if self.stage not in STAGES:
+            raise RosterError(f"unknown signed stage {self.stage!r} (one of {', '.join(STAGES)})")
+        if not (isinstance(self.roster, str) and isinstance(self.request, str) and isinstance(self.run, int)
+                and not isinstance(self.run, bool)):
+            raise RosterError("a signing context needs the roster and request digests (str) and the run id (int)")
+
+    def statement(self, payload: bytes) -> bytes:
+        """The bytes signed for ``payload``: the label, the context's fields and SHA-256 of the payload.
+
+        Args:
+            payload: What is signed in this context.
+
+        Returns:
+            The canonical statement.
+        """
+        fields = [_LABEL, self.stage, self.roster, self.request, self.run, hashlib.sha256(payload).hexdigest()]
+        return json.dumps(fields, separators=(",", ":")).encode()
+
+
+def share_payload(tally: int, sealed: bytes) -> bytes:
+    """What a voter signs of one sealed share at stage ``argmax-share``: the tally's index and the ciphertext's hash.
+
+    Args:
+        tally: The tally's index in the committee.
+        sealed: The sealed share (`dphype.secure.tally.client_sealed_shares`).
+
+    Returns:
+        The payload's bytes.
+    """
+    return f"tally={int(tally)};".encode() + hashlib.sha256(bytes(sealed)).digest()
+
+
+def sign(identity: IdentityKey, context: SigningContext, payload: bytes) -> bytes:
+    """``identity``'s signature of ``payload`` in ``context``.
+
+    Args:
+        identity: The signing member's private identity key.
+        context: What the signature is bound to.
+        payload: What is signed.
+
+    Returns:
+        The 64-byte Ed25519 signature.
+    """
+    return identity.sign(context.statement(payload))
+
+
+def verify(member: Member, context: SigningContext, payload: bytes, signature: Any) -> None:
+    """Check ``member``'s signature of ``payload`` in ``context``.
+
+    Args:
+        member: The member who claims to have signed.
+        context: What the signature must be bound to.
+        payload: What it must sign.
+        signature: The signature.
+
+    Raises:
+        RosterError: If the signature is malformed or does not verify (another payload, context, roster or key).
+    """
+    if not isinstance(signature, bytes) or len(signature) != 64:
+        raise RosterError(f"member {member.name}'s signature ({context.stage}) is missing or malformed")
+    try:
+        Ed25519PublicKey.from_public_bytes(member.identity).verify(signature, context.statement(payload))
+    except InvalidSignature:
+        raise RosterError(f"member {member.name}'s signature ({context.stage}) does not verify: made by another key, "
+                          "for another payload, request, run or stage, or under another roster") from None
+
+
+@dataclass(frozen=True)
+class Roster:
+    """A federation's members (see the module docstring).
+
+    Attributes:
+        federation: The federation's name (`check_name`).
+        members: Its members, sorted by name.
+
+    Raises:
+        RosterError: If the name is invalid, or two members share a name, an identity or a tally key.
+    """
+
+    federation: str
+    members: tuple[Member, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_name(self.federation, "federation name")
+        members = tuple(sorted(self.members, key=lambda m: m.name))
+        if not all(isinstance(m, Member) for m in members):
+            raise RosterError("a roster's members must be Member objects")
+        listed: tuple[tuple[str, list[str]], ...] = (
+            ("name", [m.name for m in members]), ("identity key", [m.identity.hex()[:16] for m in members]),
+            ("tally key", [m.tally_key.hex()[:16] for m in members if m.tally_key is not None]))
+        for what, keys in listed:
+            repeated = {k for k in keys if keys.count(k) > 1}
+            if repeated:
+                shown = ", ".join(sorted(repeated))
+                raise RosterError(f"roster {self.federation} has the same {what} twice ({shown}): every member has "
+                                  "its own name and keys")
+        object.__setattr__(self, "members", members)
+
+    def to_json(self) -> str:
+        """The canonical JSON (members sorted by name, keys sorted, no spaces): what `digest` hashes.
+
+        Returns:
+            The JSON text.
+        """
+        body = {"version": VERSION, "federation": self.federation, "members": [m.to_dict() for m in self.members]}
+        return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Roster:
+        """Parse a roster's JSON (`to_json`, or the indented file `save` writes).
+
+        Args:
+            text: The JSON text.
+
+        Returns:
+            The roster.
+
+        Raises:
+            RosterError: If it does not parse or a field is invalid.
+        """
+        try:
+            body = json.loads(text)
+        except ValueError as err:
+            raise RosterError(f"a roster must be JSON ({err})") from None
+        if not isinstance(body, dict) or body.get("version") != VERSION or not isinstance(body.get("members"), list):
+            raise RosterError(f"a roster must be a JSON object with version {VERSION}, federation and members, as "
+                              "`dphype roster init` writes it")
+        federation = body.get("federation")
+        return cls(federation if isinstance(federation, str) else repr(federation),
+                   tuple(Member.from_dict(m) for m in body["members"]))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Roster:
+        """Read a roster file.
+
+        Args:
+            path: The file (``~`` is expanded).
+
+        Returns:
+            The roster.
+
+        Raises:
+            RosterError: If the file cannot be read or is not a valid roster (the message names the file).
+        """
+        try:
+            text = Path(path).expanduser().read_text(encoding="utf-8")
+        except OSError as err:
+            raise RosterError(f"roster file {str(path)!r} cannot be read ({err.strerror}); create one with "
+                              "`dphype roster init --federation NAME --out FILE`") from None
+        try:
+            return cls.from_json(text)
+        except RosterError as err:
+            raise RosterError(f"roster file {str(path)!r}: {err}") from None
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the roster (indented JSON of the same content as `to_json`), replacing the file atomically.
+
+        Args:
+            path: The file.
+
+        Returns:
+            The file's path.
+        """
+        file = Path(path).expanduser()
+        file.parent.mkdir(parents=True, exist_ok=True)
+        aside = file.with_name(f".{file.name}.{os.getpid()}.tmp")
+        aside.write_text(json.dumps(json.loads(self.to_json()), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(aside, file)
+        return file
+
+    def digest(self) -> str:
+        """SHA-256 of the canonical JSON: names this exact roster (a member more or less is another digest).
+
+        Returns:
+            64 hex digits.
+        """
+        return hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
+
+    @property
+    def fingerprint(self) -> str:
+        """The digest's first 16 hex digits in groups of 4, for operators to compare by eye.
+
+        Returns:
+            E.g. ``"3f2a-09bc-77d1-e4a0"``.
+        """
+        head = self.digest()[:16]
+        return "-".join(head[i:i + 4] for i in range(0, 16, 4))
+
+    def describe(self) -> str:
+        """``"roster <fingerprint> (N members)"``: what a result says of an authenticated federation.
+
+        Returns:
+            The description.
+        """
+        return f"roster {self.fingerprint} ({len(self.members)} members)"
+
+    def with_member(self, member: Member) -> Roster:
+        """This roster with ``member`` added (a new roster, a new digest).
+
+        Args:
+            member: The new member.
+
+        Returns:
+            The new roster.
+
+        Raises:
+            RosterError: If its name or a key is already in the roster.
+        """  # noqa: DOC502
+        return Roster(self.federation, (*self.members, member))
+
+    def member(self, name: Any, role: str | None = None) -> Member:
+        """The member named ``name`` (with ``role``, when given).
+
+        Args:
+            name: The member's name.
+            role: The role it must have; ``None``: any.
+
+        Returns:
+            The member.
+
+        Raises:
+            RosterError: If no member has that name, or it has another role.
+        """
+        found = next((m for m in self.members if m.name == name), None)
+        if found is None:
+            raise RosterError(f"{str(name)[:64]!r} is not a member of roster {self.federation} ({self.fingerprint})")
+        if role is not None and found.role != role:
+            raise RosterError(f"member {found.name} of roster {self.federation} is a {found.role}, not a {role}")
+        return found
+
+    def of_role(self, role: str) -> tuple[Member, ...]:
+        """The members with ``role``.
+
+        Args:
+            role: One of `ROLES`.
+
+        Returns:
+            Those members, sorted by name.
+        """
+        return tuple(m for m in self.members if m.role == role)
+
+    def tally_keys(self) -> tuple[bytes, ...]:
+        """The X25519 committee keys of the roster's tallies: the only tallies a voter with this roster seals to.
+
+        Returns:
+            The keys (32 bytes each), in member order.
+        """
+        return tuple(m.tally_key for m in self.of_role("tally") if m.tally_key is not None)
+
+    def by_identity(self, public: bytes) -> Member:
+        """The member whose identity public key is ``public``.
+
+        Args:
+            public: A 32-byte raw Ed25519 public key.
+
+        Returns:
+            The member.
+
+        Raises:
+            RosterError: If no member has it.
+        """
+        found = next((m for m in self.members if m.identity == public), None)
+        if found is None:
+            raise RosterError(f"the identity key {public.hex()[:16]}... is not a member of roster {self.federation} "
+                              f"({self.fingerprint}): add it with `dphype roster add`, or use this federation's key")
+        return found
+
+    def context(self, stage: str, request: str, run: int) -> SigningContext:
+        """A `SigningContext` under this roster.
+
+        Args:
+            stage: One of `STAGES`.
+            request: The request's digest.
+            run: The run id.
+
+        Returns:
+            The context.
+        """  # noqa: DOC502
+        return SigningContext(self.digest(), stage, request, run)
+
+    def check_signed(self, name: Any, role: str, context: SigningContext, payload: bytes, signature: Any) -> Member:
+        """The member ``name`` of ``role`` after checking its signature of ``payload`` in ``context``.
+
+        Args:
+            name: The claimed signer's member name.
+            role: The role it must have.
+            context: The context (its roster must be this one).
+            payload: What it must have signed.
+            signature: The signature.
+
+        Returns:
+            The member.
+
+        Raises:
+            RosterError: An unknown member or another role, a context of another roster, or a signature that does
+                not verify.
+        """
+        member = self.member(name, role)
+        if context.roster != self.digest():
+            raise RosterError(f"a signature under roster {context.roster[:16]} checked against roster "
+                              f"{self.fingerprint}: another federation, or the roster changed")
+        verify(member, context, payload, signature)
+        return member
+
+    def check_distinct_signers(self, entries: Iterable[tuple[Any, bytes, Any]], role: str,
+                               context: SigningContext) -> list[Member]:
+        """Check that every ``(name, payload, signature)`` is signed by a distinct member of ``role``.
+
+        Args:
+            entries: The signed entries.
+            role: The role every signer must have.
+            context: Their signing context.
+
+        Returns:
+            The signers, in the order of ``entries``.
+
+        Raises:
+            RosterError: A name repeats, or an entry fails `check_signed`.
+        """
+        seen: set[str] = set()
+        signers = []
+        for name, payload, signature in entries:
+            if name in seen:
+                raise RosterError(f"member {str(name)[:64]} appears twice: each member takes part once")
+            signers.append(self.check_signed(name, role, context, payload, signature))
+            seen.add(signers[-1].name)
+        return signers
+
+    def membership(self, identity: IdentityKey) -> Membership:
+        """This node's membership: the roster and the member whose identity is ``identity``.
+
+        Args:
+            identity: This node's private identity key.
+
+        Returns:
+            The membership.
+
+        Raises:
+            RosterError: If the key is not a member's.
+        """  # noqa: DOC502
+        return Membership(self, identity, self.by_identity(identity.public))
+
+
+@dataclass(frozen=True)
+class Membership:
+    """A node's place in its federation: the roster, its own identity key and its member entry.
+
+    Attributes:
+        roster: The federation's roster (from the node's own config).
+        identity: The node's private identity key.
+        member: Its entry in the roster.
+    """
+
+    roster: Roster
+    identity: IdentityKey = field(repr=False)
+    member: Member
+
+    @property
+    def name(self) -> str:
+        """The node's member name (its contributor identity)."""
+        return self.member.name
+
+    def sign(self, stage: str, request: str, run: int, payload: bytes) -> bytes:
+        """This node's signature of ``payload`` at ``stage`` for ``request`` in ``run``, under its roster.
+
+        Args:
+            stage: One of `STAGES`.
+            request: The request's digest.
+            run: The run id.
+            payload: What is signed.
+
+        Returns:
+            The signature.
+        """
+        return sign(self.identity, self.roster.context(stage, request, run), payload)
