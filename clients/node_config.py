@@ -25,7 +25,8 @@ from typing import Any
 
 from dphype.flower.local import node_config_string
 from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES, load_tally_key
-from dphype.node.policy import NodePolicy
+from dphype.node.policy import IDENTITY_KEY, ROSTER_KEY, NodePolicy, federation_settings, load_membership
+from dphype.refusal import Refusal
 
 
 def read_file(path: str | Path) -> dict[str, Any]:
@@ -74,6 +75,27 @@ def tally_config(tally_id: int, key: str | Path, shared: Mapping[str, Any],
     return merge(shared, {TALLY_ID: tally_id, TALLY_KEY_FILE: str(key)}, source)
 
 
+def with_federation(config: Mapping[str, Any], role: str, roster: str | None, identity: str | None,
+                    tally_key: bytes | None = None) -> dict[str, Any]:
+    """``config`` with this node's roster and identity key (absolute paths, as every process of the node reads
+    them), checked as the node will: the key must be a member of the roster in ``role`` (a tally's with its committee
+    key ``tally_key``). Without a roster the node config must allow an unauthenticated federation itself
+    (``dphype-allow-unauthenticated = true``): the node would refuse every request otherwise."""
+    if (roster is None) != (identity is None):
+        raise ValueError("--roster FILE and --identity FILE go together: the federation's roster and this node's "
+                         "identity key (dphype roster keygen)")
+    own = {} if roster is None else {ROSTER_KEY: str(Path(roster).expanduser().resolve()),
+                                     IDENTITY_KEY: str(Path(str(identity)).expanduser().resolve())}
+    merged = merge(config, own, "the node-config file")
+    membership = load_membership(*federation_settings(merged))  # Refusal no_roster, PolicyError
+    if membership is not None and (membership.member.role != role or (tally_key is not None
+                                                                       and membership.member.tally_key != tally_key)):
+        raise ValueError(f"--identity is member {membership.name}, a {membership.member.role} of the roster"
+                         f"{'' if tally_key is None else ' with another tally key'}: this node is a {role}; add it "
+                         f"with `dphype roster add ROSTER --role {role}`")
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Print a bundled-app SuperNode's --node-config string, checked.")
     roles = parser.add_subparsers(dest="role", required=True)
@@ -81,11 +103,15 @@ def main(argv: list[str] | None = None) -> int:
     voter.add_argument("--partition-id", type=int, required=True)
     voter.add_argument("--num-partitions", type=int, required=True)
     voter.add_argument("--file", help="TOML file of shared keys (the node policy, clients/examples/policy.toml)")
+    voter.add_argument("--roster", help="the federation's roster (dphype roster init / add)")
+    voter.add_argument("--identity", help="this node's private identity key (dphype roster keygen)")
     tally = roles.add_parser("tally", help="a tally node: its index, key file and committee")
     tally.add_argument("--tally-id", type=int, required=True)
     tally.add_argument("--key", required=True, help="this tally's private key file (created if missing)")
     tally.add_argument("--file", required=True,
                        help="TOML file of the committee's keys (clients/examples/tally-committee.toml)")
+    tally.add_argument("--roster", help="the federation's roster (dphype roster init / add)")
+    tally.add_argument("--identity", help="this tally's private identity key (dphype roster keygen)")
     public = roles.add_parser("tally-public-key", help="print a tally's public key in hex (what voters pin in "
                               "dphype-tallies), creating its key file if missing")
     public.add_argument("--key", required=True, help="the tally's private key file")
@@ -97,9 +123,15 @@ def main(argv: list[str] | None = None) -> int:
         shared = read_file(args.file) if args.file else {}
         source = args.file or "the node-config file"
         if args.role == "voter":
-            config = voter_config(args.partition_id, args.num_partitions, shared, source)
+            config = with_federation(voter_config(args.partition_id, args.num_partitions, shared, source), "voter",
+                                     args.roster, args.identity)
         else:
-            config = tally_config(args.tally_id, args.key, shared, source)
+            config = with_federation(tally_config(args.tally_id, args.key, shared, source), "tally", args.roster,
+                                     args.identity, load_tally_key(args.key).public)
+    except Refusal as err:  # no roster, and the operator did not allow an unauthenticated federation
+        print(f"node config: {err.detail} (--roster FILE --identity FILE, or dphype-allow-unauthenticated = true "
+              "in the node-config file)", file=sys.stderr)
+        return 2
     except (OSError, ValueError) as err:  # tomllib.TOMLDecodeError and PolicyError are ValueErrors
         print(f"node config: {err}", file=sys.stderr)
         return 2

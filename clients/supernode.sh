@@ -11,6 +11,7 @@ usage() {  # usage ROLE: the role's usage on stdout
         cat <<'EOF'
 Usage: clients/start-voter.sh --superlink HOST:PORT --port PORT --partition-id I --num-partitions N
                               (--insecure | --root-certificates FILE) [--node-config FILE.toml]
+                              [--roster FILE --identity FILE]
                               [--executor forkserver|subprocess] [--poll-interval SECONDS]
 
 Start one voting SuperNode of the bundled DP-Hype app: it scores the candidates on its shard I of N of the
@@ -20,6 +21,7 @@ EOF
         cat <<'EOF'
 Usage: clients/start-tally.sh --superlink HOST:PORT --port PORT --tally-id J --node-config FILE.toml
                               (--insecure | --root-certificates FILE) [--key FILE]
+                              [--roster FILE --identity FILE]
                               [--executor forkserver|subprocess] [--poll-interval SECONDS]
        clients/start-tally.sh --print-public-key [--tally-id J | --key FILE]
 
@@ -54,6 +56,11 @@ EOF
 EOF
     fi
     cat <<'EOF'
+  --roster FILE           the federation's roster of known members (dphype roster init / add), the same file on
+                          every node: the node takes part only with its members (dphype-roster)
+  --identity FILE         this node's private identity key (dphype roster keygen), a member of the roster
+                          (dphype-identity); without --roster and --identity the node-config file must say
+                          dphype-allow-unauthenticated = true (no member authentication: a server can invent members)
   --executor E            forkserver (default): `flower-supernode --isolation process` beside a warm
                           `dphype superexec` that forks each task from a process that imported Flower, dphype
                           (and torch) once; subprocess: Flower's own, a fresh interpreter per message
@@ -76,7 +83,7 @@ start_supernode() {  # start_supernode ROLE ARGS...: parse, check, start, superv
     local role=$1
     shift
     local superlink="" port="" tls=() file="" executor=forkserver poll=()
-    local partition="" partitions="" tally_id="" key="" print_key=false
+    local partition="" partitions="" tally_id="" key="" print_key=false federation=()
     [[ $# -gt 0 ]] || die "$role" "missing arguments"
     while [[ $# -gt 0 ]]; do
         case $1 in
@@ -93,6 +100,8 @@ start_supernode() {  # start_supernode ROLE ARGS...: parse, check, start, superv
                 tls+=(--root-certificates "$2") ;;
             --node-config) file=$2 ;;
             --executor) executor=$2 ;;
+            --roster) federation+=(--roster "$2") ;;
+            --identity) federation+=(--identity "$2") ;;
             --poll-interval) poll=(--poll-interval "$2") ;;
             --partition-id) [[ $role == voter ]] || die "$role" "unknown option $1"; partition=$2 ;;
             --num-partitions) [[ $role == voter ]] || die "$role" "unknown option $1"; partitions=$2 ;;
@@ -120,7 +129,7 @@ start_supernode() {  # start_supernode ROLE ARGS...: parse, check, start, superv
     [[ $executor == forkserver || $executor == subprocess ]] \
         || die "$role" "--executor must be forkserver or subprocess, got '$executor'"
     [[ -z $file || -f $file ]] || die "$role" "--node-config: no file '$file'"
-    local helper=(python3 "$CLIENTS_DIR/node_config.py" "$role")
+    local helper=(python3 "$CLIENTS_DIR/node_config.py" "$role" "${federation[@]}")
     if [[ $role == voter ]]; then
         [[ $partition =~ ^[0-9]+$ && $partitions =~ ^[0-9]+$ ]] \
             || die "$role" "--partition-id I and --num-partitions N (integers) are required"

@@ -1,7 +1,7 @@
 """``dphype roster``: create and inspect a federation's roster and its members' identity keys (`dphype.secure.roster`).
 
-* ``dphype roster keygen --name N --out KEYFILE``: a new private identity key (mode 0600; never overwritten), and
-  the line that adds its public key to the roster;
+* ``dphype roster keygen --name N --out KEYFILE``: a new private identity key (mode 0600; never overwritten), its
+  public key in ``KEYFILE.pub`` (hex), and the line that adds it to the roster;
 * ``dphype roster init --federation F --out ROSTER``: an empty roster;
 * ``dphype roster add ROSTER --name N --role voter|tally --identity PUB [--tally-key PUB]``: one member more (a
   tally with its X25519 committee key, `clients/start-tally.sh --print-public-key`);
@@ -70,7 +70,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         name = check_name(args.name, "--name")
         key = IdentityKey.generate()
         path = key.save(args.out)
-        return {"name": name, "key_file": str(path), "identity": key.public.hex(),
+        public = path.with_name(path.name + ".pub")
+        public.write_text(key.public.hex() + "\n", encoding="utf-8")
+        return {"name": name, "key_file": str(path), "public_file": str(public), "identity": key.public.hex(),
                 "add": f"dphype roster add ROSTER --name {name} --role voter --identity {key.public.hex()}"}
     if args.action == "init":
         roster = Roster(check_name(args.federation, "--federation"))
@@ -116,7 +118,8 @@ def render(result: dict[str, Any]) -> str:
     """
     if "add" in result:  # keygen
         return (f"wrote the private identity key of {result['name']} to {result['key_file']} (mode 0600; keep it "
-                f"secret, name it in dphype-identity)\nidentity: {result['identity']}\nadd it to the federation's "
+                f"secret, name it in dphype-identity) and its public key to {result['public_file']}\nidentity: "
+                f"{result['identity']}\nadd it to the federation's "
                 f"roster:\n  {result['add']}")
     if "member" in result:  # check
         return (f"{result['member']} ({result['role']}) is a member of federation {result['federation']} "

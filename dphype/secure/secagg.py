@@ -679,7 +679,7 @@ def _check_members(msg: Mapping[str, Any], state: NodeRound, nodes: Sequence[int
                    keys: Mapping[int, tuple[bytes, bytes, bytes]], approval: Approval) -> None:
     """Refuse (``roster``) unless every entry of the key list is signed by a distinct voter of the node's roster.
 
-    Its own entry must carry its own member name; nothing has left the node yet (module docstring, stage 1).
+    Nothing has left the node yet (module docstring, stage 1).
     """
     membership = approval.membership
     if membership is None:
@@ -695,8 +695,6 @@ def _check_members(msg: Mapping[str, Any], state: NodeRound, nodes: Sequence[int
                                        for n, name, signature in zip(nodes, names, signatures)), "voter", context)
     except RosterError as err:
         raise _refuse("roster", f"the key list is not signed by distinct roster voters: {err}") from None
-    if names[list(nodes).index(state.node)] != membership.name:
-        raise _refuse("roster", "this node's own entry in the key list names another member")
 
 
 def _advertise(msg: Mapping[str, Any], node: int, approval: Approval) -> tuple[NodeRound, dict[str, Any]]:

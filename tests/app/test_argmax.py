@@ -33,11 +33,21 @@ def app_grid(nodes: int, **kwargs) -> tuple[AppConfig, LocalGrid]:
     # from the run's folder (a Ray simulation's voters pin it themselves, tests/app/test_simulation.py)
     folder = run_ledger_path(1).parent
     pins = ",".join(load_tally_key(folder / f"tally-{j}.key").public.hex() for j in range(cfg.tallies))
+    # the simulated_roles mod gives every node its role and the run's simulated federation, as in a Ray worker
+    # (`ray_worker`), so the grid makes no roster of its own
     return cfg, LocalGrid(client_app.app, nodes, run_config=run_config,
-                          node_config={**PERMISSIVE, "dphype-tallies": pins})
+                          node_config={**PERMISSIVE, "dphype-tallies": pins}, federation=False)
 
 
-def test_bundled_app_in_argmax_mode_selects_with_simulated_tallies_and_trains_on_the_voters_only():
+@pytest.fixture
+def ray_worker(monkeypatch):
+    """The simulated_roles mod acts as in a Ray worker of Flower's simulation (roles and federation)."""
+    import dphype.flower.client.roles as roles
+
+    monkeypatch.setattr(roles, "simulated", lambda: True)
+
+
+def test_bundled_app_in_argmax_mode_selects_with_simulated_tallies_and_trains_on_the_voters_only(ray_worker):
     from dphype.app.server import run_app
 
     cfg, grid = app_grid(CLIENTS + 3, round_timeout=120.0)
@@ -67,7 +77,7 @@ def test_bundled_app_in_argmax_mode_selects_with_simulated_tallies_and_trains_on
     assert summary["accuracy"] > majority_of_test_split("adult") + 0.03
 
 
-def test_too_few_tally_nodes_connected_is_refused_before_any_client_works():
+def test_too_few_tally_nodes_connected_is_refused_before_any_client_works(ray_worker):
     from dphype.app.server import run_app
 
     cfg, grid = app_grid(CLIENTS + 2, connect_timeout=0.1)
@@ -78,7 +88,7 @@ def test_too_few_tally_nodes_connected_is_refused_before_any_client_works():
     assert not grid.sent
 
 
-def test_a_tally_that_does_not_answer_is_named_before_any_client_works():
+def test_a_tally_that_does_not_answer_is_named_before_any_client_works(ray_worker):
     from dphype.app.server import run_app
 
     cfg, grid = app_grid(CLIENTS + 3, round_timeout=1.0)
@@ -92,13 +102,13 @@ def test_a_tally_that_does_not_answer_is_named_before_any_client_works():
     assert {dict(m.content.config_records[TALLY_KEY])["stage"] for m in grid.sent} == {"hello"}
 
 
-def test_two_nodes_claiming_one_tally_index_are_refused(tmp_path):
+def test_two_nodes_claiming_one_tally_index_are_refused(tmp_path, ray_worker):
     from dphype.app.server import run_app
 
     cfg, grid = app_grid(CLIENTS + 3, round_timeout=5.0)
     grid.contexts[node_id(CLIENTS + 2)].node_config.update(  # an operator's node config: tally 0 again
         {"dphype-tally-id": 0, "dphype-tally-parties": "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3",
-         "dphype-tally-key": str(tmp_path / "second-0.key")})
+         "dphype-tally-key": str(tmp_path / "second-0.key"), "dphype-allow-unauthenticated": True})
     with pytest.raises(TallyError, match="two nodes answer as tally 0; nothing was sent to the clients"):
         run_app(grid, cfg)
 

@@ -22,6 +22,7 @@ def test_a_federation_is_made_with_keygen_init_add_and_show(tmp_path, capsys):
     roster = tmp_path / "roster.json"
     code, key, _ = run(capsys, "keygen", "--name", "alice", "--out", str(tmp_path / "alice.key"), "--json")
     assert code == 0 and (tmp_path / "alice.key").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "alice.key.pub").read_text() == key["identity"] + "\n"
     assert key["add"] == f"dphype roster add ROSTER --name alice --role voter --identity {key['identity']}"
     assert run(capsys, "init", "--federation", "acme", "--out", str(roster))[0] == 0
     assert run(capsys, "add", str(roster), "--name", "alice", "--role", "voter", "--identity", key["identity"])[0] == 0

@@ -113,7 +113,7 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Feder
         # 5 clients)
         policy = write_node_config(tmp_path / "policy.toml", {
             "dphype-max-epsilon": 20, "dphype-min-clients": 4, "dphype-min-neighbours": 2,
-            "dphype-lifetime-epsilon": 40})
+            "dphype-lifetime-epsilon": 40, "dphype-allow-unauthenticated": True})  # the README's recipe: a roster
         nodes = {f"supernode-{i}": ("voter", ["--partition-id", str(i), "--num-partitions", str(NUM_NODES),
                                               "--node-config", str(policy)]) for i in range(NUM_NODES)}
         # the last voter's tasks on Flower's own SuperExec, so that both ways of serving tasks run (the README's

@@ -115,6 +115,9 @@ def test_the_readme_deployment_recipe_runs_as_written(tmp_path):
         privacy = result["privacy"]
         assert privacy["pure"] and privacy["noise"] == WINNER_NOISE and privacy["survivors"] == 3
         assert privacy["released"].startswith("winning index only (secure argmax among 3 tallies")
+        # the federation of the README's roster: 3 voters and 3 tallies, said in the result and its summary
+        assert re.fullmatch(r"roster [0-9a-f-]{19} \(6 members\)", result["federation"])
+        assert f"federation: {result['federation']}" in output
         # result-file: on the SuperLink's host, relative to the folder it was started from
         assert json.loads((checkout / "result.json").read_text()) == result
         # per-node files in the fresh ~/.flwr: one ledger per voter (its one pure-epsilon vote), one key per tally

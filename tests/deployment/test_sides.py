@@ -203,3 +203,41 @@ def test_the_server_readme_documents_every_run_config_key():
     documented = set(re.findall(r"^\| `([a-z-]+)` \|", text, re.M))
     own = {f.name.replace("_", "-") for f in AppConfig.__dataclass_fields__.values() if f.name != "dphype"}
     assert documented == set(pyproject()["tool"]["flwr"]["app"]["config"]) == own | set(RUN_CONFIG_KEYS.values())
+
+
+def test_the_node_config_helper_adds_the_roster_and_checks_the_nodes_membership(tmp_path, capsys):
+    """``--roster FILE --identity FILE``: absolute paths in the node config, the key a member in the node's role (a
+    tally's with its committee key); without them the file must allow an unauthenticated federation."""
+    from clients.node_config import main
+
+    from dphype.flower.tally import load_tally_key
+    from dphype.secure.roster import IdentityKey, Member, Roster
+
+    voter, tally, stranger = (IdentityKey.generate() for _ in range(3))
+    committee = load_tally_key(tmp_path / "tally-0.key").public
+    roster = Roster("acme", (Member("v", "voter", voter.public), Member("t", "tally", tally.public, committee)))
+    roster.save(tmp_path / "roster.json")
+    for name, key in (("v", voter), ("t", tally), ("s", stranger)):
+        key.save(tmp_path / f"{name}.id")
+    committee_file = tmp_path / "committee.toml"
+    committee_file.write_text('dphype-tally-parties = "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"\n')
+    shard = ["voter", "--partition-id", "0", "--num-partitions", "1"]
+    assert main([*shard, "--roster", str(tmp_path / "roster.json"), "--identity", str(tmp_path / "v.id")]) == 0
+    assert f'dphype-roster="{tmp_path / "roster.json"}"' in capsys.readouterr().out
+    assert main(["tally", "--tally-id", "0", "--key", str(tmp_path / "tally-0.key"), "--file", str(committee_file),
+                 "--roster", str(tmp_path / "roster.json"), "--identity", str(tmp_path / "t.id")]) == 0
+    capsys.readouterr()
+    refused = {"a stranger": [*shard, "--roster", str(tmp_path / "roster.json"), "--identity", str(tmp_path / "s.id")],
+               "a tally as a voter": [*shard, "--roster", str(tmp_path / "roster.json"), "--identity",
+                                      str(tmp_path / "t.id")],
+               "no roster": shard,
+               "a roster alone": [*shard, "--roster", str(tmp_path / "roster.json")]}
+    messages = {"a stranger": "is not a member of roster acme", "a tally as a voter": "a tally of the roster",
+                "no roster": "--roster FILE --identity FILE, or dphype-allow-unauthenticated = true",
+                "a roster alone": "--roster FILE and --identity FILE go together"}
+    for case, argv in refused.items():
+        assert main(argv) == 2, case
+        assert messages[case] in capsys.readouterr().err, case
+    allowed = tmp_path / "open.toml"
+    allowed.write_text("dphype-allow-unauthenticated = true\n")
+    assert main([*shard, "--file", str(allowed)]) == 0

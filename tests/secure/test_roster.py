@@ -331,7 +331,7 @@ def test_without_a_roster_the_same_sybils_are_not_caught_by_the_key_list():
     assert sorted(fed.shared) == sorted(fed.ids)
 
 
-def test_a_key_list_whose_own_entry_names_another_member_is_refused():
+def test_a_key_list_whose_entries_are_relabelled_is_refused():
     fed = Members(6, clients=6)
     server = sa.ServerRound(fed.ids, REQUEST, 4, 6, graph_for)
     messages = server.share_keys(fed.send("advertise", server.advertise()))

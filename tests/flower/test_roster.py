@@ -1,0 +1,331 @@
+"""Issue 23 item 2 in process: a federation of known members through the real client, tallies and server.
+
+Nodes read their roster and identity from their own node config; without one they refuse unless their operator
+allows an unauthenticated federation; the roster approved in the pre-flight is the one every later stage uses; the
+tallies open only shares signed by distinct roster voters under their own roster; the result says which federation
+voted. (SecAgg+'s key list against the roster, Sybils included, is tests/secure/test_roster.py's.)
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from helpers import (
+    CANDS,
+    CLIENTS,
+    PERMISSIVE,
+    UNAUTHENTICATED,
+    argmax_config,
+    argmax_grid,
+    client_app,
+    scores_table,
+    sum_config,
+)
+
+from dphype.flower import DPHype, PreflightError
+from dphype.flower.federation import simulated_federation
+from dphype.flower.local import LocalGrid, node_id
+from dphype.flower.wire import RECORD_KEY, TALLY_KEY
+from dphype.node.ledger import Ledger
+from dphype.node.policy import NodePolicy, PolicyError
+from dphype.secure.roster import IdentityKey, Member, Roster, share_payload, sign
+from dphype.secure.tally import TallyError
+
+N = 6
+
+
+def sum_grid(**node_config) -> LocalGrid:
+    return LocalGrid(client_app(scores_table(N)), N, node_config={**PERMISSIVE, **node_config})
+
+
+def spent(grid: LocalGrid, nodes=range(N)) -> list[int]:
+    return [len(Ledger(NodePolicy.from_node_config(grid.contexts[node_id(i)].node_config).ledger).entries())
+            for i in nodes]
+
+
+def preflight_codes(grid: LocalGrid) -> list[str]:
+    return sorted(str(r.content.config_records[RECORD_KEY].get("code")) for r in grid.replies
+                  if not r.has_error() and RECORD_KEY in r.content.config_records
+                  and r.content.config_records[RECORD_KEY].get("status") == "refused")
+
+
+# ------------------------------------------------------------------------------------------ no roster
+def test_a_node_without_a_roster_refuses_in_the_preflight_naming_the_keys():
+    grid = LocalGrid(client_app(scores_table(N)), N, node_config=PERMISSIVE, federation=False)
+    with pytest.raises(PreflightError, match="no_roster .*dphype-roster and dphype-identity.*"
+                                             "dphype-allow-unauthenticated = true"):
+        DPHype(CANDS, sum_config()).start(grid, timeout=60)
+    assert preflight_codes(grid) == ["no_roster"] * N and spent(grid) == [0] * N
+
+
+@pytest.mark.parametrize("allowed", [True, False, "true", "false"])
+def test_an_unauthenticated_federation_takes_part_only_when_its_operator_says_so(allowed):
+    grid = LocalGrid(client_app(scores_table(N)), N, node_config={**PERMISSIVE, "dphype-allow-unauthenticated":
+                                                                  allowed}, federation=False)
+    if allowed in (True, "true"):
+        result = DPHype(CANDS, sum_config()).start(grid, timeout=60)
+        assert result.federation == "unauthenticated" and "\nfederation: unauthenticated\n" in result.summary()
+    else:
+        with pytest.raises(PreflightError, match="no_roster"):
+            DPHype(CANDS, sum_config()).start(grid, timeout=60)
+
+
+def test_the_result_names_the_roster_the_nodes_voted_under():
+    grid = sum_grid()
+    result = DPHype(CANDS, sum_config()).start(grid, timeout=60)
+    roster = Roster.load(str(grid.contexts[node_id(0)].node_config["dphype-roster"]))
+    assert result.federation == f"roster {roster.fingerprint} ({N} members)"
+    assert f"federation: roster {roster.fingerprint} ({N} members)" in result.summary()
+    assert result.to_dict()["federation"] == result.federation
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ({"dphype-roster": "/r.json"}, "dphype-roster and dphype-identity go together"),
+    ({"dphype-identity": "/k"}, "dphype-roster and dphype-identity go together"),
+    ({"dphype-allow-unauthenticated": "yes"}, "dphype-allow-unauthenticated must be true or false"),
+    ({"dphype-roster": "", "dphype-identity": "/k"}, "dphype-roster must be a non-empty path"),
+])
+def test_the_federation_keys_of_the_node_config_are_checked(config, message):
+    with pytest.raises(PolicyError, match=message):
+        NodePolicy.from_node_config(config)
+
+
+def test_a_node_whose_identity_is_not_in_its_roster_refuses_as_misconfigured(tmp_path):
+    roster = Roster("acme", (Member("a", "voter", IdentityKey.generate().public),))
+    key = IdentityKey.generate().save(tmp_path / "k")
+    policy = NodePolicy(roster=str(roster.save(tmp_path / "r.json")), identity=str(key))
+    with pytest.raises(PolicyError, match="is not a member of roster acme"):
+        policy.membership()
+
+
+def test_mixed_federations_stop_the_run_before_the_vote():
+    grid = sum_grid()
+    grid.contexts[node_id(0)].node_config.update(UNAUTHENTICATED)  # one operator opted out of the roster
+    with pytest.raises(PreflightError, match="different federations"):
+        DPHype(CANDS, sum_config()).start(grid, timeout=60)
+    assert spent(grid) == [0] * N
+
+
+# ------------------------------------------------------------------------------------------ roster changes
+def grow(path: str) -> None:
+    """The operator adds a member to the node's roster file (another digest)."""
+    roster = Roster.load(path)
+    roster.with_member(Member("newcomer", "voter", IdentityKey.generate().public)).save(path)
+
+
+def test_a_roster_change_between_the_preflight_and_the_secure_vote_is_refused():
+    class Changing(LocalGrid):
+        def push_messages(self, messages):
+            messages = list(messages)
+            if any(m.metadata.message_type == "train.dphype" for m in messages) and not self.changed:
+                self.changed = True
+                for context in self.contexts.values():
+                    grow(str(context.node_config["dphype-roster"]))
+            return super().push_messages(messages)
+
+    grid = Changing(client_app(scores_table(N)), N, node_config=PERMISSIVE)
+    grid.changed = False
+    with pytest.raises(Exception, match="roster"):
+        DPHype(CANDS, sum_config()).start(grid, timeout=60)
+    assert spent(grid) == [0] * N
+
+
+@pytest.mark.parametrize("change", [False, True])
+def test_a_roster_change_between_the_preflight_and_the_argmax_vote_is_refused_before_the_ledger(tmp_path, change):
+    grid, keys = argmax_grid(tmp_path)
+    real = grid.push_messages
+
+    def push(messages):
+        messages = list(messages)
+        if change and any(m.metadata.message_type == "train.dphype_argmax" for m in messages):
+            grow(str(grid.contexts[node_id(0)].node_config["dphype-roster"]))  # the roster all nodes share
+        return real(messages)
+
+    grid.push_messages = push
+    if change:
+        with pytest.raises(PreflightError, match="only 0 clients sent their shares"):
+            DPHype(CANDS, argmax_config(), tallies=keys).start(grid, timeout=60)
+        assert all("Refusal: roster: this node's roster changed" in r.error.reason for r in grid.replies
+                   if r.has_error())
+    else:
+        DPHype(CANDS, argmax_config(), tallies=keys).start(grid, timeout=60)
+    assert spent(grid, range(CLIENTS)) == [int(not change)] * CLIENTS
+
+
+# ------------------------------------------------------------------------------------------ the tallies
+def collect(grid) -> list[Message]:
+    return [m for m in grid.sent if m.metadata.message_type == "query.dphype_tally"
+            and m.content.config_records[TALLY_KEY].get("stage") == "collect"]
+
+
+def replay(grid, change) -> list[str]:
+    """The server's collect stages, changed by ``change(record, tally index)``, sent again (the tallies' own record
+    refuses a request served: a fresh request digest is not needed, the checks run before it)."""
+    out = []
+    for j, m in enumerate(collect(grid)):
+        record = dict(m.content.config_records[TALLY_KEY])
+        change(record, j)
+        (reply,) = grid.send_and_receive([Message(RecordDict({TALLY_KEY: ConfigRecord(record)}),
+                                                  m.metadata.dst_node_id, "query.dphype_tally")])
+        out.append(reply.error.reason if reply.has_error() else "opened")
+    return out
+
+
+def attacked_collect(tmp_path, change, grid_of=None):
+    """An argmax selection whose collect stages the server rewrites with ``change(record, j)``: the tallies' replies."""
+    grid, keys = argmax_grid(tmp_path) if grid_of is None else grid_of()
+    real = grid.push_messages
+
+    def push(messages):
+        messages = list(messages)
+        for m in messages:
+            record = m.content.config_records.get(TALLY_KEY)
+            if record is not None and record.get("stage") == "collect":
+                new = dict(record)
+                change(new, int(str(m.metadata.dst_node_id)) - node_id(CLIENTS))
+                m.content.config_records[TALLY_KEY] = ConfigRecord(new)
+        return real(messages)
+
+    grid.push_messages = push
+    with pytest.raises(TallyError, match="tally 0 failed the collect stage") as err:
+        DPHype(CANDS, argmax_config(), tallies=keys).start(grid, timeout=60)
+    assert not [m for m in grid.sent if m.metadata.message_type == "query.dphype_tally"
+                and m.content.config_records[TALLY_KEY].get("stage") in ("compute", "result")]
+    return grid, str(err.value)
+
+
+def test_a_share_relabelled_and_re_signed_by_the_server_is_refused(tmp_path):
+    """The server takes client 0's shares, labels them as an invented member (or an existing one) and signs them with
+    a key it made: no tally opens them."""
+    forged = IdentityKey.generate()
+
+    def resign(record, j):
+        context = Roster("x").context("argmax-share", "00" * 32, 1)  # the server holds no voter's identity
+        record["contributors"] = ["mallory", *record["contributors"][1:]]
+        record["signatures"] = [sign(forged, context, share_payload(j, record["shares"][0])),
+                                *record["signatures"][1:]]
+
+    _, message = attacked_collect(tmp_path, resign)
+    assert re.search(r"roster: tally 0 refuses a share: 'mallory' is not a member", message)
+
+    def resign_as_member(record, j):
+        record["signatures"] = [sign(forged, Roster("x").context("argmax-share", "00" * 32, 1),
+                                     share_payload(j, record["shares"][0])), *record["signatures"][1:]]
+
+    _, message = attacked_collect(tmp_path / "2", resign_as_member)
+    assert re.search(r"roster: tally 0 refuses a share: member node-0's signature .* does not verify", message)
+
+
+def test_a_member_twice_and_unsigned_shares_are_refused(tmp_path):
+    def twice(record, j):
+        record["contributors"] = [record["contributors"][0]] * len(record["contributors"])
+
+    _, message = attacked_collect(tmp_path, twice)
+    assert "does not verify" in message or "second share from contributor node-0" in message
+
+    def unsigned(record, j):
+        del record["signatures"]
+
+    _, message = attacked_collect(tmp_path / "2", unsigned)
+    assert "roster: collect needs one roster signature per share" in message
+
+
+def test_shares_of_another_federation_are_refused(tmp_path):
+    """Node 0 is also a member of another federation (another roster, the same identity). An honest server stops at
+    the pre-flight (its nodes name two federations); a server that relays node 0's shares signed under the other
+    roster anyway gets nothing opened: no tally of this federation accepts that roster's digest."""
+    grid, keys = argmax_grid(tmp_path)
+    grid._federate()
+    config = grid.contexts[node_id(0)].node_config
+    original = config["dphype-roster"]
+    roster = Roster.load(str(original))
+    config["dphype-roster"] = str(Roster("elsewhere", roster.members).save(tmp_path / "other.json"))
+    with pytest.raises(PreflightError, match="different federations"):
+        DPHype(CANDS, argmax_config(), tallies=keys).start(grid, timeout=60)
+    identity = IdentityKey.load(str(config["dphype-identity"]))
+    config["dphype-roster"] = original
+    elsewhere = Roster("elsewhere", roster.members)
+
+    def other_federation(record, j):
+        request = DPHype(CANDS, argmax_config(), tallies=keys).request.digest()
+        record["signatures"] = [sign(identity, elsewhere.context("argmax-share", request, 1),
+                                     share_payload(j, record["shares"][0])), *record["signatures"][1:]]
+
+    _, message = attacked_collect(tmp_path / "2", other_federation, grid_of=lambda: (grid, keys))
+    assert re.search(r"roster: tally 0 refuses a share: member node-0's signature .* does not verify", message)
+
+
+def test_a_tally_not_in_the_roster_gets_no_share(tmp_path):
+    """The server names a committee with a tally outside the roster (one it runs): every voter refuses in the
+    pre-flight (the roster's tallies pin the committee), and the roster's own tallies refuse a request naming it."""
+    grid, keys = argmax_grid(tmp_path)
+    from dphype.flower.tally import load_tally_key
+
+    rogue = load_tally_key(tmp_path / "rogue.key").public
+    for i in range(CLIENTS):  # the voters' operators pin nothing but the roster
+        grid.contexts[node_id(i)].node_config.pop("dphype-tallies")
+    tallies = [node_id(CLIENTS + j) for j in range(3)]  # the server's own tally stands in for tally 2
+    with pytest.raises(PreflightError, match="tally_committee .*unknown tallies"):
+        DPHype(CANDS, argmax_config(), tallies=(keys[0], keys[1], rogue)).start(grid, timeout=60,
+                                                                               committee_nodes=tallies)
+    assert spent(grid, range(CLIENTS)) == [0] * CLIENTS
+    request = DPHype(CANDS, argmax_config(), tallies=(keys[0], keys[1], rogue)).request
+    record = {**request.to_record(), "stage": "collect", "contributors": [], "shares": [], "signatures": []}
+    (reply,) = grid.send_and_receive([Message(RecordDict({TALLY_KEY: ConfigRecord(record)}), node_id(CLIENTS),
+                                              "query.dphype_tally")])
+    assert reply.error.reason.startswith("Refusal: roster: the request's committee names a tally that is not in")
+
+
+def test_a_tally_whose_key_is_not_its_roster_entry_refuses(tmp_path):
+    grid, keys = argmax_grid(tmp_path)
+    grid._federate()
+    tally = grid.contexts[node_id(CLIENTS)].node_config
+    tally["dphype-identity"] = grid.contexts[node_id(0)].node_config["dphype-identity"]  # a voter's identity
+    (reply,) = grid.send_and_receive([Message(RecordDict({TALLY_KEY: ConfigRecord({"stage": "hello"})}),
+                                              node_id(CLIENTS), "query.dphype_tally")])
+    assert reply.error.reason.startswith("Refusal: roster: tally 0's identity is not a tally of its roster")
+
+
+def test_a_tally_without_a_roster_refuses_unless_allowed(tmp_path):
+    grid, keys = argmax_grid(tmp_path, federation=False)
+    tally = grid.contexts[node_id(CLIENTS)].node_config
+    del tally["dphype-allow-unauthenticated"]
+    (reply,) = grid.send_and_receive([Message(RecordDict({TALLY_KEY: ConfigRecord({"stage": "hello"})}),
+                                              node_id(CLIENTS), "query.dphype_tally")])
+    assert reply.error.reason.startswith("Refusal: no_roster")
+    tally["dphype-allow-unauthenticated"] = True
+    (reply,) = grid.send_and_receive([Message(RecordDict({TALLY_KEY: ConfigRecord({"stage": "hello"})}),
+                                              node_id(CLIENTS), "query.dphype_tally")])
+    assert not reply.has_error()
+
+
+# ------------------------------------------------------------------------------------------ simulation
+def test_a_simulated_federation_is_the_same_for_every_node_of_a_run_and_private(tmp_path):
+    committee = [IdentityKey.generate().public for _ in range(3)]  # any 32-byte keys stand for X25519 ones
+    first = simulated_federation(tmp_path, 7, "node-0", 4, committee)
+    second = simulated_federation(tmp_path, 7, "tally-2", 4, committee)
+    assert first["dphype-roster"] == second["dphype-roster"]
+    roster = Roster.load(first["dphype-roster"])
+    assert roster.federation == "simulation-run-7" and len(roster.members) == 7
+    assert roster.membership(IdentityKey.load(second["dphype-identity"])).member.role == "tally"
+    folder = tmp_path / "federation"
+    assert folder.stat().st_mode & 0o777 == 0o700 and (folder / "secret").stat().st_mode & 0o777 == 0o600
+    other_run = simulated_federation(tmp_path / "run-8", 8, "node-0", 4, committee)
+    assert Roster.load(other_run["dphype-roster"]).digest() != roster.digest()
+    with pytest.raises(ValueError, match="not a member"):
+        simulated_federation(tmp_path, 7, "node-4", 4, committee)
+
+
+def test_a_simulated_node_joins_the_runs_federation_without_set_up(monkeypatch):
+    import dphype.flower.client.policy as client_policy
+
+    monkeypatch.setattr(client_policy, "simulated", lambda: True)
+    context = Context(run_id=5, node_id=1, node_config={"partition-id": 2, "num-partitions": 4}, state=RecordDict(),
+                      run_config={})
+    policy = client_policy.node_policy(context)
+    membership = policy.membership()
+    assert membership is not None and membership.name == "node-2" and len(membership.roster.members) == 4
+    context.node_config["dphype-allow-unauthenticated"] = True  # the operator's own choice wins
+    assert client_policy.node_policy(context).membership() is None
