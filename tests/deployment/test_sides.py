@@ -209,7 +209,6 @@ def test_the_node_config_helper_adds_the_roster_and_checks_the_nodes_membership(
     """``--roster FILE --identity FILE``: absolute paths in the node config, the key a member in the node's role (a
     tally's with its committee key); without them the file must allow an unauthenticated federation."""
     from clients.node_config import main
-
     from dphype.flower.tally import load_tally_key
     from dphype.secure.roster import IdentityKey, Member, Roster
 
