@@ -31,6 +31,8 @@ from dphype.secure.roster import IdentityKey, Member, Roster
 #: The folder of a run's federation, inside the run's folder (`dphype.node.policy.run_ledger_path`'s parent).
 FEDERATION_FOLDER = "federation"
 _SECRET_BYTES = 32
+#: The federations this process has made: (folder, run, voters, tallies) -> (roster, its file, the run's secret).
+_MADE: dict[tuple[str, int, int, tuple[bytes, ...]], tuple[Roster, Path, bytes]] = {}
 
 
 def voter_name(partition: int) -> str:
@@ -114,19 +116,26 @@ def simulated_federation(folder: str | os.PathLike[str], run_id: int, member: st
     Raises:
         ValueError: If ``member`` is not one of the run's members.
     """
-    home = Path(folder).expanduser() / FEDERATION_FOLDER
-    home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _write_once(home / "secret", os.urandom(_SECRET_BYTES))
-    secret = (home / "secret").read_bytes()
-    names = [voter_name(i) for i in range(int(voters))]
-    members = [Member(name, "voter", _identity(secret, name).public) for name in names]
-    members += [Member(tally_name(j), "tally", _identity(secret, tally_name(j)).public, key)
-                for j, key in enumerate(tally_keys)]
-    if member not in {m.name for m in members}:
-        raise ValueError(f"{member!r} is not a member of this simulation's federation ({len(members)} members)")
-    roster = Roster(f"simulation-run-{int(run_id)}", tuple(members))
-    roster_file = home / f"roster-{roster.digest()[:16]}.json"
-    _write_once(roster_file, (roster.to_json() + "\n").encode())
+    home = Path(folder).expanduser().absolute() / FEDERATION_FOLDER
+    cache = (str(home), int(run_id), int(voters), tuple(tally_keys))
+    if cache not in _MADE:  # once per process: a Ray worker serves many nodes of the run, each message
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _write_once(home / "secret", os.urandom(_SECRET_BYTES))
+        secret = (home / "secret").read_bytes()
+        names = [voter_name(i) for i in range(int(voters))]
+        members = [Member(name, "voter", _identity(secret, name).public) for name in names]
+        members += [Member(tally_name(j), "tally", _identity(secret, tally_name(j)).public, key)
+                    for j, key in enumerate(tally_keys)]
+        roster = Roster(f"simulation-run-{int(run_id)}", tuple(members))
+        roster_file = home / f"roster-{roster.digest()[:16]}.json"
+        _write_once(roster_file, (roster.to_json() + "\n").encode())
+        _MADE[cache] = (roster, roster_file, secret)
+    roster, roster_file, secret = _MADE[cache]
+    try:
+        roster.member(member)
+    except ValueError:
+        raise ValueError(f"{member!r} is not a member of this simulation's federation ({len(roster.members)} "
+                         "members)") from None
     key_file = home / f"{member}.key"
     _write_once(key_file, _identity(secret, member).private_pem())
     return {ROSTER_KEY: str(roster_file), IDENTITY_KEY: str(key_file)}

@@ -24,6 +24,12 @@ run in any process of the node, as in Flower's simulation, where a node's messag
 actor is free; the requests it served, by run, live in a persistent record beside its key
 (`served_record_path`, `dphype.secure.tally.ServedRecord`), read before any share is opened, so a request is
 never served twice in one run, across restarts of the node too (shares bound to another run do not open).
+
+With a roster (``dphype-roster``, ``dphype-identity`` in its node config, `dphype.secure.roster`) a tally is a
+member with its committee key, and ``collect`` opens only shares labelled with distinct roster voters' names and
+signed by them for this tally, request and run, for a request whose every tally is in the roster (``roster``
+otherwise); without one it refuses every stage (``no_roster``) unless its operator sets
+``dphype-allow-unauthenticated = true``, and then takes node ids as the contributors' labels.
 """
 
 from __future__ import annotations

@@ -37,8 +37,10 @@ import json
 import os
 import re
 import stat
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -417,10 +419,10 @@ class Roster:
         if not all(isinstance(m, Member) for m in members):
             raise RosterError("a roster's members must be Member objects")
         listed: tuple[tuple[str, list[str]], ...] = (
-            ("name", [m.name for m in members]), ("identity key", [m.identity.hex()[:16] for m in members]),
-            ("tally key", [m.tally_key.hex()[:16] for m in members if m.tally_key is not None]))
+            ("name", [m.name for m in members]), ("identity key", [m.identity.hex() for m in members]),
+            ("tally key", [m.tally_key.hex() for m in members if m.tally_key is not None]))
         for what, keys in listed:
-            repeated = {k for k in keys if keys.count(k) > 1}
+            repeated = {key if what == "name" else key[:16] for key, count in Counter(keys).items() if count > 1}
             if repeated:
                 shown = ", ".join(sorted(repeated))
                 raise RosterError(f"roster {self.federation} has the same {what} twice ({shown}): every member has "
@@ -505,7 +507,15 @@ class Roster:
         Returns:
             64 hex digits.
         """
+        return self._digest
+
+    @cached_property
+    def _digest(self) -> str:
         return hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
+
+    @cached_property
+    def _by_name(self) -> dict[str, Member]:
+        return {m.name: m for m in self.members}
 
     @property
     def fingerprint(self) -> str:
@@ -552,7 +562,7 @@ class Roster:
         Raises:
             RosterError: If no member has that name, or it has another role.
         """
-        found = next((m for m in self.members if m.name == name), None)
+        found = self._by_name.get(name) if isinstance(name, str) else None
         if found is None:
             raise RosterError(f"{str(name)[:64]!r} is not a member of roster {self.federation} ({self.fingerprint})")
         if role is not None and found.role != role:

@@ -16,7 +16,10 @@ packed big-endian wherever they are hashed); ``H(S)`` is SHA-256 of a sorted id 
    approved in its pre-flight). The node binds the round to that digest (any other digest, an unexpected
    stage or a second advertise aborts), draws an X25519 key pair ``c_u`` (share encryption), an X25519
    pair ``s_u`` (masks) and an Ed25519 key ``g_u`` (signatures), and answers ``c_key``, ``s_key``,
-   ``g_key`` (32 bytes each). Since version 2 the first ``advertise`` of a round travels inside the
+   ``g_key`` (32 bytes each). A node of a federation with a roster (`dphype.secure.roster`; ``Approval.membership``)
+   adds ``member`` (its roster name) and ``identity_signature``: its long-term identity's signature, at roster stage
+   ``secagg-advertise`` for the approved request and the run, of its node id, the round id and the three keys
+   (`advertised_keys`). Since version 2 the first ``advertise`` of a round travels inside the
    pre-flight (`Advertised`): the node answers it only after approving the request it names, in the
    same message that says ``ready``, which saves a round trip (on a deployment, a ClientApp process per
    node); a restart (below) still sends ``advertise`` on its own. A new pre-flight discards a round that is
@@ -26,7 +29,9 @@ packed big-endian wherever they are hashed); ``H(S)`` is SHA-256 of a sorted id 
    for all), ``neighbours`` ``k`` and ``threshold`` ``t``. The node
    checks the list (its own keys in it, all keys distinct, ``ceil((1 - xi) n) <= |U1| <= n``), ``k`` and
    ``t`` (``2 t > k + 1``, `dphype.secure.secagg_params.check_share_threshold`; ``k`` at least its
-   policy's ``min_neighbours``), then computes the **round digest**
+   policy's ``min_neighbours``) and, with a roster, that every entry is signed by a distinct roster voter
+   (``members``, ``identity_signatures``, relayed by the server; ``roster`` otherwise), then computes the
+   **round digest**
    ``D = SHA-256(label, round, request, p, k, t, [(id, c, s, g) for every node in id order])`` and the
    **public graph** (`public_graph`): a Harary ring ``H(|U1|, k)`` whose node order is a permutation
    drawn from the ChaCha20 stream keyed by ``D``. No party controls ``D`` (it hashes every node's fresh
@@ -97,9 +102,11 @@ node could only assume a single noise share: the partitioned-graph and over-clai
 issue 13 unmasked sums of 5 to 10 votes that way.
 
 Assumptions: no node colludes with the server (a colluding committee member may sign two views: with ``c``
-of them the quorum would need ``(|committee| + c) / 2``), and no Sybils (a server that invents nodes
-controls their keys and signatures; without a PKI nobody can tell). An honest run needs more than half of
-the committee to sign in stage 3.
+of them the quorum would need ``(|committee| + c) / 2``), and no Sybils: with a roster every key list entry
+is a distinct member's (stage 1), and ``g_u``, which signs the receipts and the consistency statements, is among
+the keys its identity signed, so a server cannot invent nodes; without a roster (an operator's explicit opt-in)
+a server that invents nodes controls their keys and signatures and nobody can tell. An honest run needs more
+than half of the committee to sign in stage 3.
 """
 
 from __future__ import annotations

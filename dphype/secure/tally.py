@@ -11,9 +11,11 @@ Protocol (framework-free; the Flower adapter relays the bytes):
    for 3 tallies). Share ``j`` is sealed to tally ``j``'s key under a context that
    binds the request digest, ``j`` and the voter (`voter_id`: the run and the contributor's identity;
    `client_sealed_shares`, `dphype.secure.relay`), and the server relays the ciphertexts: it cannot read them,
-   and a ciphertext for another request, tally, run or contributor does not open. Without a roster the
-   contributor's identity is the Flower node id the server's SuperLink assigned to it (what the tally sees as
-   the share's label); a server cannot relabel one client's share as another's, nor replay it in another run.
+   and a ciphertext for another request, tally, run or contributor does not open. The contributor's identity is its
+   roster member name, and each share carries the member's signature (`dphype.secure.roster.share_payload`,
+   checked by the tally node, `dphype.flower.tally`); without a roster it is the Flower node id the server's
+   SuperLink assigned to it (what the tally sees as the share's label). A server cannot relabel one client's
+   share as another's, nor replay it in another run.
 3. Each `Tally` opens its ciphertexts for one approved request, refuses a second share by label or by content,
    sums them modulo ``p`` (Shamir sharing is linear: the sum is its share of the noisy counts) and refuses a
    second argmax for a request it has already served in that run (`Tally.job`). With a ``record`` (the tally
@@ -146,8 +148,9 @@ def check_committee(public_keys: Sequence[bytes], *, minimum: int = COMMITTEE_SI
 def voter_id(run: int, contributor: int | str) -> str:
     """The identity a sealed share is bound to: the run and the contributor.
 
-    Without a roster the contributor is its Flower node id (assigned by the SuperLink; the label under which the
-    server relays the share to the tallies), and the run is the Flower run id both sides see in their context.
+    The contributor is its roster member name (`dphype.secure.roster`), or without a roster its Flower node id
+    (assigned by the SuperLink); the label under which the server relays the share to the tallies. The run is the
+    Flower run id both sides see in their context.
 
     Args:
         run: The run's id.

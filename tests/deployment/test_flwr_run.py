@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import pytest
@@ -55,6 +56,7 @@ def test_flwr_run_offline_simulation(tmp_path):
     privacy = result["privacy"]
     assert privacy["survivors"] == 5 and privacy["noise"] == "skellam"
     assert privacy["epsilon"] == pytest.approx(20.0, rel=1e-6)
+    assert re.fullmatch(r"roster [0-9a-f-]{19} \(5 members\)", result["federation"]), result["federation"]
 
 
 @pytest.mark.slow
@@ -76,6 +78,8 @@ def test_flwr_run_in_argmax_mode_with_simulated_tallies(tmp_path):
     assert privacy["noise"] == WINNER_NOISE and privacy["survivors"] == 5
     assert privacy["epsilon"] == pytest.approx(4.0)
     assert result["accuracy"] > majority_of_test_split("adult") + 0.03
+    # the run's simulated federation, made without any set-up: 5 voters and the 3 tallies
+    assert re.fullmatch(r"roster [0-9a-f-]{19} \(8 members\)", result["federation"]), result["federation"]
 
 
 def pyproject_run_config() -> dict:

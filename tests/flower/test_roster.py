@@ -8,6 +8,7 @@ voted. (SecAgg+'s key list against the roster, Sybils included, is tests/secure/
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -329,3 +330,19 @@ def test_a_simulated_node_joins_the_runs_federation_without_set_up(monkeypatch):
     assert membership is not None and membership.name == "node-2" and len(membership.roster.members) == 4
     context.node_config["dphype-allow-unauthenticated"] = True  # the operator's own choice wins
     assert client_policy.node_policy(context).membership() is None
+
+
+def test_the_rosters_tallies_pin_the_committee_and_a_direct_pin_only_narrows_it(tmp_path):
+    """A voter with a roster seals only to the roster's tallies; ``dphype-tallies`` beside it keeps only those of its
+    keys that are the roster's (a pinned key outside the roster does not count)."""
+    committee = [os.urandom(32) for _ in range(3)]
+    rogue = os.urandom(32)
+    voter = IdentityKey.generate()
+    members = [Member("v", "voter", voter.public)] + [Member(f"t{j}", "tally", IdentityKey.generate().public, key)
+                                                      for j, key in enumerate(committee)]
+    roster = str(Roster("acme", tuple(members)).save(tmp_path / "r.json"))
+    identity = str(voter.save(tmp_path / "v.id"))
+    assert NodePolicy(roster=roster, identity=identity).known_tallies() == tuple(committee)
+    pinned = ",".join(k.hex() for k in (rogue, committee[0], committee[1]))
+    assert NodePolicy(roster=roster, identity=identity, tallies=pinned).known_tallies() == tuple(committee[:2])
+    assert NodePolicy(tallies=pinned).known_tallies() == (rogue, committee[0], committee[1])  # no roster: the pin
