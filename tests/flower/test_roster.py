@@ -28,10 +28,14 @@ from helpers import (
 from dphype.flower import DPHype, PreflightError
 from dphype.flower.federation import simulated_federation
 from dphype.flower.local import LocalGrid, node_id
-from dphype.flower.wire import RECORD_KEY, TALLY_KEY
+from dphype.flower.server.secagg import advertise_record, run_secure_sum
+from dphype.flower.tally import load_tally_key
+from dphype.flower.wire import PREFLIGHT_TYPE, RECORD_KEY, STAGE_KEY, TALLY_KEY
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy, PolicyError
+from dphype.secure import relay
 from dphype.secure.roster import IdentityKey, Member, Roster, share_payload, sign
+from dphype.secure.secagg import Advertised
 from dphype.secure.tally import TallyError
 
 N = 6
@@ -262,8 +266,6 @@ def test_a_tally_not_in_the_roster_gets_no_share(tmp_path):
     """The server names a committee with a tally outside the roster (one it runs): every voter refuses in the
     pre-flight (the roster's tallies pin the committee), and the roster's own tallies refuse a request naming it."""
     grid, keys = argmax_grid(tmp_path)
-    from dphype.flower.tally import load_tally_key
-
     rogue = load_tally_key(tmp_path / "rogue.key").public
     for i in range(CLIENTS):  # the voters' operators pin nothing but the roster
         grid.contexts[node_id(i)].node_config.pop("dphype-tallies")
@@ -346,3 +348,61 @@ def test_the_rosters_tallies_pin_the_committee_and_a_direct_pin_only_narrows_it(
     pinned = ",".join(k.hex() for k in (rogue, committee[0], committee[1]))
     assert NodePolicy(roster=roster, identity=identity, tallies=pinned).known_tallies() == tuple(committee[:2])
     assert NodePolicy(tallies=pinned).known_tallies() == (rogue, committee[0], committee[1])  # no roster: the pin
+
+
+# ------------------------------------------------------------------------------------------ Sybils, end to end
+@pytest.mark.parametrize("federation", [True, False])
+def test_issue_23_a_server_that_invents_members_gets_no_share_from_a_federation_with_a_roster(federation):
+    """Issue 23, Sybils: 6 real clients approve a request for 10; the server invents 4 peers (fresh keys, names of
+    its own, signatures by keys it made) to fill the key list. With a roster every client refuses the key list
+    (``roster``) and no share of any secret leaves it; without one (its operators' explicit opt-in) nothing on the
+    clients can tell, and they send their shares: the reason the default refuses to run without a roster."""
+
+    sybils = [9000 + i for i in range(4)]
+    stranger = IdentityKey.generate()
+
+    class Inventing(LocalGrid):
+        def push_messages(self, messages):
+            messages = list(messages)
+            for m in messages:
+                record = m.content.config_records.get(STAGE_KEY)
+                if record is not None and record.get("stage") == "share_keys":
+                    content = dict(record)
+                    fake = {kind: [relay.KeyPair.generate().public for _ in sybils] for kind in ("c", "s")}
+                    fake["g"] = [relay.SigningKey.generate().public for _ in sybils]
+                    nodes = list(content["nodes"]) + sybils
+                    order = sorted(range(len(nodes)), key=lambda i: nodes[i])
+                    for kind in ("c", "s", "g"):
+                        keys = [content[f"{kind}_keys"][32 * i:32 * i + 32] for i in range(len(content["nodes"]))]
+                        keys += fake[kind]
+                        content[f"{kind}_keys"] = b"".join(keys[i] for i in order)
+                    if federation:
+                        names = list(content["members"]) + [f"mallory-{i}" for i in range(len(sybils))]
+                        signatures = list(content["identity_signatures"]) + [stranger.sign(b"x") for _ in sybils]
+                        content["members"] = [names[i] for i in order]
+                        content["identity_signatures"] = [signatures[i] for i in order]
+                    content["nodes"] = [nodes[i] for i in order]
+                    m.content.config_records[STAGE_KEY] = ConfigRecord(content)
+            return super().push_messages(messages)
+
+    grid = Inventing(client_app(scores_table(N)), N, node_config={**PERMISSIVE, **({} if federation else
+                                                                                   UNAUTHENTICATED)},
+                     federation=federation)
+    selection = DPHype(CANDS, sum_config(clients=10))
+    round_id, advertise = advertise_record(selection.request.digest())
+    content = RecordDict({RECORD_KEY: ConfigRecord(selection.request.to_record()), STAGE_KEY: advertise})
+    replies = grid.send_and_receive([Message(content, nid, PREFLIGHT_TYPE) for nid in grid.get_node_ids()])
+    ready = {r.metadata.src_node_id: dict(r.content.config_records[STAGE_KEY]) for r in replies}
+    assert len(ready) == N  # the request alone cannot tell
+    with pytest.raises(Exception):  # noqa: B017, PT011 - either way the server gets no sum here
+        run_secure_sum(grid, sorted(ready), selection.request.digest(), size=len(CANDS), noise="skellam",
+                       min_survivors=N, advertised=Advertised(round_id, ready), timeout=60)
+    shared = [r for r in grid.replies if not r.has_error() and STAGE_KEY in r.content.config_records
+              and r.content.config_records[STAGE_KEY].get("ciphertexts")]
+    refused = [r.error.reason for r in grid.replies if r.has_error()]
+    if federation:
+        assert shared == [] and len(refused) == N
+        assert all(reason.startswith("Refusal: roster: the key list is not signed by distinct roster voters")
+                   for reason in refused)
+    else:
+        assert len(shared) == N  # every client sent its secret shares to a round of invented peers
