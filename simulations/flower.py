@@ -135,10 +135,11 @@ def vote_through_flower(
     from dphype.cli.demo import make_tally_keys
     from dphype.flower import DPHype, register_dphype
     from dphype.flower.client.roles import simulated_role
+    from dphype.flower.federation import simulated_federation, voter_name
     from dphype.ml.task import FixedScoresTask
     from dphype.modes import Aggregator
     from dphype.node.ledger import admitting_policy
-    from dphype.node.policy import NodePolicy
+    from dphype.node.policy import IDENTITY_KEY, ROSTER_KEY, NodePolicy
 
     scores = np.asarray(scores, dtype=np.float64)
     if config.clients != scores.shape[0]:
@@ -176,8 +177,13 @@ def vote_through_flower(
             return call_next(msg, context)
 
         def policy(context: Context) -> NodePolicy:
-            ledger = os.path.join(folder, f"ledger-{int(context.node_config['partition-id'])}.json")
-            return NodePolicy.from_node_config({**allowed, "dphype-ledger": ledger})
+            partition = int(context.node_config["partition-id"])
+            ledger = os.path.join(folder, f"ledger-{partition}.json")
+            # the run's simulated federation: given by the roles mod in argmax mode, made here in sum mode
+            federation = ({key: context.node_config[key] for key in (ROSTER_KEY, IDENTITY_KEY)}
+                          if ROSTER_KEY in context.node_config else
+                          simulated_federation(folder, context.run_id, voter_name(partition), config.clients))
+            return NodePolicy.from_node_config({**allowed, "dphype-ledger": ledger, **federation})
 
         mods = ([roles] if tallies else []) + ([_byte_counter(folder)] if count_bytes else [])
         client_app = register_dphype(ClientApp(mods=mods), task_fn, policy=policy)
