@@ -524,8 +524,11 @@ class LocalGrid(Grid):
                 replies.append(reply)
         return replies
 
-    def _federate(self) -> None:
-        """Make the nodes members of this grid's roster, once (class docstring)."""
+    def federate(self) -> None:
+        """Make the nodes members of this grid's roster now (class docstring); once, and only with ``federation``.
+
+        The first delivered message does it; a test that changes a node's roster before any message calls it.
+        """
         if not self._federation:
             return
         self._federation = False
@@ -541,7 +544,7 @@ class LocalGrid(Grid):
 
     def _deliver(self, msg: Message) -> Message | None:
         """Hand ``msg`` to its node's ClientApp; the reply (an error reply if the app raised), or None."""
-        self._federate()
+        self.federate()
         msg.metadata.__dict__["_message_id"] = str(uuid4())
         self.sent.append(msg)
         if msg.metadata.dst_node_id in self.silent:

@@ -36,6 +36,7 @@ from dphype.node.policy import NodePolicy, PolicyError
 from dphype.secure import relay
 from dphype.secure.roster import IdentityKey, Member, Roster, share_payload, sign
 from dphype.secure.secagg import Advertised
+from dphype.secure.secure_sum import SecureSumError
 from dphype.secure.tally import TallyError
 
 N = 6
@@ -242,7 +243,7 @@ def test_shares_of_another_federation_are_refused(tmp_path):
     the pre-flight (its nodes name two federations); a server that relays node 0's shares signed under the other
     roster anyway gets nothing opened: no tally of this federation accepts that roster's digest."""
     grid, keys = argmax_grid(tmp_path)
-    grid._federate()
+    grid.federate()
     config = grid.contexts[node_id(0)].node_config
     original = config["dphype-roster"]
     roster = Roster.load(str(original))
@@ -283,7 +284,7 @@ def test_a_tally_not_in_the_roster_gets_no_share(tmp_path):
 
 def test_a_tally_whose_key_is_not_its_roster_entry_refuses(tmp_path):
     grid, keys = argmax_grid(tmp_path)
-    grid._federate()
+    grid.federate()
     tally = grid.contexts[node_id(CLIENTS)].node_config
     tally["dphype-identity"] = grid.contexts[node_id(0)].node_config["dphype-identity"]  # a voter's identity
     (reply,) = grid.send_and_receive([Message(RecordDict({TALLY_KEY: ConfigRecord({"stage": "hello"})}),
@@ -394,7 +395,7 @@ def test_issue_23_a_server_that_invents_members_gets_no_share_from_a_federation_
     replies = grid.send_and_receive([Message(content, nid, PREFLIGHT_TYPE) for nid in grid.get_node_ids()])
     ready = {r.metadata.src_node_id: dict(r.content.config_records[STAGE_KEY]) for r in replies}
     assert len(ready) == N  # the request alone cannot tell
-    with pytest.raises(Exception):  # noqa: B017, PT011 - either way the server gets no sum here
+    with pytest.raises(SecureSumError):  # either way the server gets no sum here (no Sybil answers)
         run_secure_sum(grid, sorted(ready), selection.request.digest(), size=len(CANDS), noise="skellam",
                        min_survivors=N, advertised=Advertised(round_id, ready), timeout=60)
     shared = [r for r in grid.replies if not r.has_error() and STAGE_KEY in r.content.config_records
