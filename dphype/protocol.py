@@ -59,22 +59,27 @@ class VoteRequest:
     add. The candidate list travels with the request (canonical JSON); a client compares it with its own copy by
     fingerprint. ``tallies`` are the tally committee's X25519 public keys in committee order when the mode's
     aggregator is the committee (at least 3, distinct; `dphype.secure.tally.check_committee`), else empty.
-    The mode validates all of it (`dphype.modes.ReleaseMode.check_request_fields`).
+    The mode validates all of it (`dphype.modes.ReleaseMode.check_request_fields`). ``roster`` optionally names
+    the federation the server expects (the digest of its roster, `dphype.secure.roster.Roster.digest`): a node with
+    another roster, or none, refuses it; empty, each node binds its own roster to its approval.
 
     Attributes:
         candidates: The public candidate list the clients score.
         config: The validated run configuration (budget, ``k``, clients, dropout, mode).
         sigma: The total noise std the mode calibrated.
         tallies: The tally committee's X25519 public keys (32 bytes each, committee order), or empty.
+        roster: The digest of the roster the server expects its nodes to share (64 hex digits), or empty.
 
     Raises:
-        ValueError: If ``candidates`` or ``config`` has the wrong type, or the mode rejects a field.
+        ValueError: If ``candidates`` or ``config`` has the wrong type, ``roster`` is not a digest, or the mode
+            rejects a field.
     """
 
     candidates: CandidateList
     config: DPHypeConfig
     sigma: float
     tallies: tuple[bytes, ...] = ()
+    roster: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.candidates, CandidateList):
@@ -82,6 +87,10 @@ class VoteRequest:
         if not isinstance(self.config, DPHypeConfig):
             raise ValueError(f"config must be a DPHypeConfig, got {type(self.config).__name__}")
         object.__setattr__(self, "tallies", self.mode.check_request_fields(self))  # the config is validated
+        if not (self.roster == "" or (isinstance(self.roster, str) and len(self.roster) == 64
+                                      and all(c in "0123456789abcdef" for c in self.roster))):
+            raise ValueError(f"roster must be a roster's digest (64 lowercase hex digits, `dphype roster show`) or "
+                             f"empty, got {str(self.roster)[:80]!r}")
 
     @property
     def mode(self) -> ReleaseMode[Any, Any]:
@@ -103,6 +112,8 @@ class VoteRequest:
         record: dict[str, Any] = {PREFIX + "candidates": self.candidates.to_json(), PREFIX + "sigma": self.sigma}
         if self.tallies:
             record[PREFIX + "tallies"] = ",".join(key.hex() for key in self.tallies)
+        if self.roster:
+            record[PREFIX + "roster"] = self.roster
         for field in dataclasses.fields(DPHypeConfig):
             value = getattr(self.config, field.name)
             if value is not None:
@@ -128,7 +139,7 @@ class VoteRequest:
             config = DPHypeConfig(**{f.name: record[PREFIX + f.name] for f in dataclasses.fields(DPHypeConfig)
                                      if PREFIX + f.name in record})
             tallies = tuple(bytes.fromhex(h) for h in str(record.get(PREFIX + "tallies", "")).split(",") if h)
-            return cls(candidates, config, record[PREFIX + "sigma"], tallies)
+            return cls(candidates, config, record[PREFIX + "sigma"], tallies, str(record.get(PREFIX + "roster", "")))
         except KeyError as err:
             raise Refusal("malformed_request", f"the request has no {err.args[0]!r}") from None
         except (TypeError, ValueError) as err:
@@ -148,7 +159,7 @@ class VoteRequest:
 
 
 def make_vote_request(config: DPHypeConfig, candidates: CandidateList, *,
-                      tallies: tuple[bytes, ...] = ()) -> VoteRequest:
+                      tallies: tuple[bytes, ...] = (), roster: str = "") -> VoteRequest:
     """Calibrate the noise of ``config`` for ``candidates`` with its release mode.
 
     Algorithm 1, line 1: `dphype.modes.ReleaseMode.calibrate`, which refuses up front what its aggregator could
@@ -159,6 +170,7 @@ def make_vote_request(config: DPHypeConfig, candidates: CandidateList, *,
         config: The validated run configuration.
         candidates: The public candidate list.
         tallies: The tally committee's X25519 public keys, in committee order.
+        roster: The digest of the roster the server expects its nodes to share, or empty (`VoteRequest`).
 
     Returns:
         The request, with the calibrated ``sigma``.
@@ -173,7 +185,7 @@ def make_vote_request(config: DPHypeConfig, candidates: CandidateList, *,
         raise ValueError(f"candidates must be a CandidateList, got {type(candidates).__name__}")
     mode = config.mode
     committee = tuple(tallies) if mode.aggregator is Aggregator.COMMITTEE else ()
-    return VoteRequest(candidates, config, mode.calibrate(config, candidates), committee)
+    return VoteRequest(candidates, config, mode.calibrate(config, candidates), committee, roster)
 
 
 # ------------------------------------------------------------------------------------ the client side

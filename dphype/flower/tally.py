@@ -196,6 +196,8 @@ class _TallyNode:
             if request.mode.aggregator is not Aggregator.COMMITTEE:
                 raise Refusal("release_mode", "a tally collects shares only for a request whose release is the "
                               "tally committee's")
+            if request.roster and (self.membership is None or request.roster != self.membership.roster.digest()):
+                raise Refusal("roster", "the request names another federation's roster than this tally's")
             if self.keys.public not in request.tallies or request.tallies.index(self.keys.public) != self.index:
                 raise TallyError(f"tally {self.index} is not tally {self.index} of this request's committee")
             contributors, shares = record.get("contributors"), record.get("shares")

@@ -407,3 +407,41 @@ def test_issue_23_a_server_that_invents_members_gets_no_share_from_a_federation_
                    for reason in refused)
     else:
         assert len(shared) == N  # every client sent its secret shares to a round of invented peers
+
+
+# ------------------------------------------------------------------------------------------ a request naming a roster
+@pytest.mark.parametrize("named", ["own", "other", "unauthenticated_node"])
+def test_a_request_may_name_the_roster_and_a_node_of_another_refuses_before_scoring(named, flower_log):
+    grid = sum_grid(**(UNAUTHENTICATED if named == "unauthenticated_node" else {}))
+    grid.federate()
+    own = ("00" * 32 if named == "unauthenticated_node" else
+           Roster.load(str(grid.contexts[node_id(0)].node_config["dphype-roster"])).digest())
+    digest = own if named != "other" else "ab" * 32
+    selection = DPHype(CANDS, sum_config(), roster=digest)
+    assert selection.request.roster == digest and selection.request.to_record()["dphype.roster"] == digest
+    if named == "own":
+        assert selection.start(grid, timeout=60).federation.startswith("roster ")
+        assert "scoring 8 candidates" in flower_log.getvalue()
+    else:
+        with pytest.raises(PreflightError, match=f"{N} x refused: roster .*another federation's roster"):
+            selection.start(grid, timeout=60)
+        assert spent(grid) == [0] * N
+        assert "scoring" not in flower_log.getvalue()
+
+
+def test_a_request_names_a_roster_digest_or_none():
+    roster = Roster("acme")
+    assert DPHype(CANDS, sum_config(), roster=roster).request.roster == roster.digest()
+    assert DPHype(CANDS, sum_config()).request.roster == "" and "dphype.roster" not in DPHype(
+        CANDS, sum_config()).request.to_record()
+    with pytest.raises(ValueError, match="roster must be a roster's digest"):
+        DPHype(CANDS, sum_config(), roster="fingerprint-1234")
+
+
+def test_a_tally_refuses_a_request_naming_another_roster(tmp_path):
+    grid, keys = argmax_grid(tmp_path)
+    request = DPHype(CANDS, argmax_config(), tallies=keys, roster="ab" * 32).request
+    record = {**request.to_record(), "stage": "collect", "contributors": [], "shares": [], "signatures": []}
+    (reply,) = grid.send_and_receive([Message(RecordDict({TALLY_KEY: ConfigRecord(record)}), node_id(CLIENTS),
+                                              "query.dphype_tally")])
+    assert reply.error.reason.startswith("Refusal: roster: the request names another federation's roster")

@@ -145,6 +145,9 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
             announce_simulated(limits, context.run_id)
             request = VoteRequest.from_record(msg.content.config_records.get(RECORD_KEY, {}))
             membership = limits.membership()  # no roster: refused unless the operator allowed it
+            if request.roster and request.roster != roster_digest(membership):
+                raise Refusal("roster", "the request names another federation's roster than this node's (or this "
+                              "node has none)")
             guarantee = check_vote_request(request, limits)
             Ledger(cast(Path, limits.ledger)).check(guarantee, limits)
             task = task_fn(context)

@@ -52,6 +52,7 @@ from dphype.flower.server.secagg import advertise_record, run_secure_sum, secagg
 from dphype.modes import Aggregator, release_modes
 from dphype.privacy.noise import client_noise_std
 from dphype.protocol import DPHypeResult, make_vote_request
+from dphype.secure.roster import Roster
 from dphype.secure.secagg import Advertised
 from dphype.secure.secagg_params import CORRUPT_FRACTION, check_corrupt_fraction
 from dphype.secure.secure_sum import clip_probability
@@ -76,6 +77,9 @@ class DPHype:
             chosen or checked (default 1/3, `dphype.secure.secagg_params.CORRUPT_FRACTION`).
         tallies: ``release="argmax"`` only: the committee's X25519 public keys in committee order (at least 3
             distinct).
+        roster: The federation's roster (`dphype.secure.roster.Roster`, or its digest) the server expects: the
+            request names its digest, and a node with another roster, or none, refuses it in the pre-flight before
+            it scores anything; ``None``: each node binds its own roster (the result says which one voted).
 
     Raises:
         ValueError: If the request cannot be made (`dphype.protocol.make_vote_request`), ``corrupt_fraction`` is
@@ -91,6 +95,7 @@ class DPHype:
         reconstruction_threshold: float | None = None,
         corrupt_fraction: float = CORRUPT_FRACTION,
         tallies: tuple[bytes, ...] = (),
+        roster: Roster | str | None = None,
     ) -> None:
         if config.mode.aggregator is Aggregator.COMMITTEE and not tallies:
             raise ValueError(f"release={config.release!r} needs the tally committee's public keys, got none: pass "
@@ -99,7 +104,8 @@ class DPHype:
                              "simulation give the ClientApp the mod dphype.flower.simulated_roles and run it with "
                              "`dphype run` (`dphype new --release argmax` writes such an app); in a deployment "
                              "start 3 tally SuperNodes (clients/start-tally.sh)")
-        self.request = make_vote_request(config, candidates, tallies=tallies)
+        digest = roster.digest() if isinstance(roster, Roster) else (roster or "")
+        self.request = make_vote_request(config, candidates, tallies=tallies, roster=digest)
         self.num_shares = num_shares
         self.reconstruction_threshold = reconstruction_threshold
         self.corrupt_fraction = check_corrupt_fraction(corrupt_fraction)
