@@ -24,7 +24,7 @@ The values are compatible within one release of DP-Hype (a deployment runs one v
 | `STAGE_KEY` | ``dphype_secagg`` | record: a SecAgg+ stage and its answer |
 | `TALLY_KEY` | ``dphype_tally`` | record: a tally stage and its answer |
 | `CANDIDATE_KEY` | ``dphype_candidate`` | train-config entry: the selected candidate (JSON) |
-| `APPROVAL_STATE` | ``dphype_approval`` | state: the approved request's digest, direction, n, xi |
+| `APPROVAL_STATE` | ``dphype_approval`` | state: the approved request's digest, direction, n, xi, roster digest |
 | `REQUEST_STATE` | ``dphype_request`` | state: the approved request's record |
 | `GUARANTEE_STATE` | ``dphype_guarantee`` | state: its guarantee and the policy it was computed under |
 | `SCORES_STATE` | ``dphype_scores`` | state (array record): the node's scores until it votes |
@@ -65,7 +65,8 @@ TALLY_KEY = "dphype_tally"
 #: Train-config key that carries the selected candidate (its hyperparameters as one JSON object).
 CANDIDATE_KEY = "dphype_candidate"
 
-#: Context-state key of the request a node approved in its pre-flight: digest, direction, clients, dropout.
+#: Context-state key of the request a node approved in its pre-flight: digest, direction, clients, dropout, and the
+#: digest of the node's roster then (empty without one).
 APPROVAL_STATE = "dphype_approval"
 #: Context-state key of the approved request itself (its record, `dphype.protocol.VoteRequest.to_record`).
 REQUEST_STATE = "dphype_request"

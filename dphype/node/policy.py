@@ -80,7 +80,8 @@ post-processing.
     identity key from its node config (``dphype-roster``, ``dphype-identity``), never from the server; without them
     it refuses in the pre-flight (``no_roster``) unless its operator sets ``dphype-allow-unauthenticated = true``.
     The roster's digest is bound to the approval (a roster that changes before a later stage is refused, ``roster``)
-    and to every signature. SecAgg+: every entry of the key list must be signed by a distinct roster voter
+    and to every signature; a request that names a roster (`dphype.protocol.VoteRequest.roster`) other than the
+    node's is refused in the pre-flight. SecAgg+: every entry of the key list must be signed by a distinct roster voter
     (``roster``, before any share leaves), so the server cannot invent members; the round's signing key that makes
     the receipts and consistency signatures is among the signed keys. Argmax: the roster's tallies pin the
     committee, each sealed share is sealed to the voter's member name and signed by its identity, and a tally
