@@ -40,7 +40,7 @@ import stat
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -391,11 +391,23 @@ def verify(member: Member, context: SigningContext, payload: bytes, signature: A
     """
     if not isinstance(signature, bytes) or len(signature) != 64:
         raise RosterError(f"member {member.name}'s signature ({context.stage}) is missing or malformed")
-    try:
-        Ed25519PublicKey.from_public_bytes(member.identity).verify(signature, context.statement(payload))
-    except InvalidSignature:
+    if not _verifies(member.identity, context.statement(payload), signature):
         raise RosterError(f"member {member.name}'s signature ({context.stage}) does not verify: made by another key, "
-                          "for another payload, request, run or stage, or under another roster") from None
+                          "for another payload, request, run or stage, or under another roster")
+
+
+@lru_cache(maxsize=1 << 16)
+def _verifies(identity: bytes, statement: bytes, signature: bytes) -> bool:
+    """Ed25519's verdict on ``signature`` of ``statement`` under ``identity``, once per process.
+
+    The verdict is a function of its three arguments, so a process that serves many nodes of one round (a
+    simulation's worker, the in-process grid) checks each entry of a key list once instead of once per node.
+    """
+    try:
+        Ed25519PublicKey.from_public_bytes(identity).verify(signature, statement)
+    except InvalidSignature:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -475,13 +487,19 @@ class Roster:
         Raises:
             RosterError: If the file cannot be read or is not a valid roster (the message names the file).
         """
+        file = Path(path).expanduser()
         try:
-            text = Path(path).expanduser().read_text(encoding="utf-8")
+            seen = file.stat()
+            version = (str(file.absolute()), seen.st_ino, seen.st_size, seen.st_mtime_ns)
+            if version not in _LOADED:  # read once per version of the file (a node reads it for every message)
+                _LOADED.clear()
+                _LOADED[version] = file.read_text(encoding="utf-8")
+            text = _LOADED[version]
         except OSError as err:
             raise RosterError(f"roster file {str(path)!r} cannot be read ({err.strerror}); create one with "
                               "`dphype roster init --federation NAME --out FILE`") from None
         try:
-            return cls.from_json(text)
+            return _parsed(text)
         except RosterError as err:
             raise RosterError(f"roster file {str(path)!r}: {err}") from None
 
@@ -680,6 +698,16 @@ class Roster:
             RosterError: If the key is not a member's.
         """  # noqa: DOC502
         return Membership(self, identity, self.by_identity(identity.public))
+
+
+#: The roster file last read, by (path, inode, size, modification time): its text.
+_LOADED: dict[tuple[str, int, int, int], str] = {}
+
+
+@lru_cache(maxsize=8)
+def _parsed(text: str) -> Roster:
+    """`Roster.from_json` of ``text``, once per process for the same text (a roster is immutable)."""
+    return Roster.from_json(text)
 
 
 @dataclass(frozen=True)
