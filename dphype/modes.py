@@ -49,7 +49,8 @@ from dphype.privacy.winner import (
     THRESHOLD_SHIFT,
     WINNER_NOISE,
     WinnerRelease,
-    client_winner_share,
+    committee_noise_std,
+    honest_tallies,
     noise_parameter,
     noise_std,
     replay_winners,
@@ -58,7 +59,7 @@ from dphype.privacy.winner import (
 from dphype.refusal import Refusal
 from dphype.result import DPHypeResult
 from dphype.secure.secure_sum import GAUSSIAN_SCALE, check_range, encode
-from dphype.secure.tally import check_committee, client_sealed_shares
+from dphype.secure.tally import Opening, check_committee, client_sealed_shares
 from dphype.selection.ballots import BallotForm
 from dphype.selection.planner import Forecast
 from dphype.selection.rules import select_release
@@ -162,9 +163,9 @@ class Aggregator(enum.Enum):
     """Where the clients' ballots go and what comes back: the Flower server dispatches on it.
 
     ``SECAGG``: DP-Hype's SecAgg+ (`dphype.secure.secagg`); each client sends an encoded noisy vote vector and
-    the server unmasks their exact sum. ``COMMITTEE``: a committee of tally parties (`dphype.secure.tally`,
-    whose public keys the request names); each client seals Shamir shares of its noisy votes to them and they open
-    only what the mode releases.
+    the server unmasks their exact sum (unverified). ``COMMITTEE``: a committee of tally parties
+    (`dphype.secure.tally`, whose public keys the request names); each client seals Shamir shares of its ballot to
+    them and they check every ballot, add their own noise and open only what the mode releases.
 
     Attributes:
         SECAGG: DP-Hype's SecAgg+: the exact sum of the encoded noisy vote vectors.
@@ -714,15 +715,18 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
 
 
 # ---------------------------------------------------------------------------------------------- argmax
-class ArgmaxRelease(ReleaseMode[list[bytes], int]):
-    """Only the winner's index: report-noisy-max over the vote counts with client-made discrete Laplace noise.
+class ArgmaxRelease(ReleaseMode[list[bytes], Opening | int]):
+    """Only the winner's index: report-noisy-max over the verified ballots with committee-made discrete Laplace noise.
 
-    It is computed by a tally committee under MPC (`dphype.privacy.winner`, `dphype.secure.tally`).
+    It is computed by a tally committee under MPC (`dphype.privacy.winner`, `dphype.secure.tally`): the clients
+    secret-share their ballots only, the committee checks each against the request's ballot form, leaves out the
+    invalid ones (naming their contributors), adds the noise its tallies drew and opens only the argmax.
 
-    Pure ``epsilon``-DP with noise independent of ``k``; ``sigma`` is the total discrete Laplace std that
-    ``epsilon`` implies (`dphype.privacy.winner.noise_std`, for information: every client derives its noise
-    from the announced ``epsilon``). ``delta``, ``noise`` and ``accountant`` concern only the composition with
-    other releases, and the selection rule does not apply.
+    Pure ``epsilon``-DP with noise independent of ``k``, of the clients and of the dropout; ``sigma`` is the
+    discrete Laplace std that ``epsilon`` implies (`dphype.privacy.winner.noise_std`: what the shares of any
+    honest majority of tallies add up to; every tally derives its share from the announced ``epsilon``).
+    ``delta``, ``noise`` and ``accountant`` concern only the composition with other releases, and the selection
+    rule does not apply.
 
     Attributes:
         name: ``"argmax"``.
@@ -776,7 +780,7 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
                              neighbouring=cfg.neighbouring)
 
     def check_claims(self, request: Request) -> None:
-        """Nothing to recompute: each client derives its noise from the announced epsilon.
+        """Nothing to recompute: each tally derives its noise share from the announced epsilon and committee size.
 
         So it cannot be asked for too little.
 
@@ -801,12 +805,13 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
                   neighbouring: str) -> NodeCost:
         """Pure ``epsilon_node = -shift log t`` under the node's relation (`THRESHOLD_SHIFT`).
 
-        Whatever the node's delta and accountant; ``total_std`` is the request's ``sigma`` (the fewest
-        contributors' noise).
+        Whatever the node's delta and accountant, and the number of contributors: the noise is the committee's,
+        and the shares of any ``h`` of its tallies (`dphype.privacy.winner.honest_tallies` of the request's
+        committee size, MPyC's honest majority) carry it; ``total_std`` is the request's ``sigma``, that std.
 
         Args:
             request: The request.
-            survivors: The fewest allowed contributors.
+            survivors: The fewest allowed contributors (the noise does not depend on them).
             delta: The node's delta.
             accountant: The node's accountant, ``"auto"`` or a name.
             neighbouring: The node's neighbouring relation.
@@ -815,16 +820,20 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
             The cost.
         """
         cfg = request.config
+        parties = len(request.tallies)
         eps = -THRESHOLD_SHIFT[neighbouring] * math.log(noise_parameter(cfg.epsilon, cfg.neighbouring))
         return NodeCost(noise=WINNER_NOISE, total_std=request.sigma, epsilon=eps, accountant="pure epsilon",
-                        claim=f"the requested winner release gives pure epsilon {eps:.3g}")
+                        claim=f"the requested winner release gives pure epsilon {eps:.3g} (noise made by any "
+                              f"{honest_tallies(parties)} of the {parties} tallies)")
 
     def ballot(self, request: Request, scores: np.ndarray, *, maximize: bool,
                clipping_range: int | None = None, voter: str | None = None) -> list[bytes]:
-        """Top-k votes plus this client's discrete Laplace share, split into Shamir shares and sealed.
+        """The top-k ballot, checked against the request's form, split into Shamir shares of its bits and sealed.
 
-        The share is `dphype.privacy.winner.client_winner_share`'s; one ciphertext per tally in committee order
-        (`dphype.secure.tally.client_sealed_shares`, bound to the request's digest, the tally and ``voter``).
+        No noise: the committee makes it. The client checks its own ballot against the form
+        (`ReleaseMode.ballot_form`, `dphype.selection.ballots.BallotForm.check`) before it shares; one ciphertext
+        per tally in committee order (`dphype.secure.tally.client_sealed_shares`, bound to the request's digest,
+        the tally and ``voter``).
 
         Args:
             request: The approved request.
@@ -837,60 +846,62 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
             The ciphertexts, one per tally.
 
         Raises:
-            ValueError: Without a ``voter``.
-        """
+            ValueError: Without a ``voter``, or for a ballot that breaks the form
+                (`dphype.selection.ballots.InvalidBallot`).
+        """  # noqa: DOC502
         if not voter:
             raise ValueError("voter must be the client's identity in its run (dphype.secure.tally.voter_id)")
-        cfg = request.config
-        votes = top_k_votes(scores, cfg.k, maximize=maximize).astype(np.int64)
-        share = client_winner_share(votes.size, epsilon=cfg.epsilon, neighbouring=cfg.neighbouring,
-                                    clients=cfg.clients, dropout=cfg.dropout)
-        return client_sealed_shares(request.digest(), votes + share, request.tallies, voter)
+        form = self.ballot_form(request.config)
+        votes = form.check(top_k_votes(scores, request.config.k, maximize=maximize), len(request.candidates))
+        return client_sealed_shares(request.digest(), votes, request.tallies, voter, form.bits)
 
-    def release(self, request: Request, opened: int, survivors: int) -> DPHypeResult:
-        """The server's record of the index the tallies opened.
+    def release(self, request: Request, opened: Opening | int, survivors: int) -> DPHypeResult:
+        """The server's record of the index the tallies opened, and of the ballots they left out.
 
         Args:
             request: The request.
-            opened: The winner's index.
-            survivors: The number of contributors.
+            opened: The winner's index and the contributors whose ballots were invalid, or the index alone (a
+                `replay`'s: every ballot valid).
+            survivors: The number of contributors whose ballots reached the tallies (valid or not).
 
         Returns:
-            The result with the winner and the pure-epsilon privacy report, no noisy sum or selection.
+            The result with the winner and the pure-epsilon privacy report (naming the excluded contributors), no
+            noisy sum or selection.
 
         Raises:
-            ValueError: For an index outside the candidate list, or fewer survivors than the request's minimum.
+            ValueError: For an index outside the candidate list, or fewer valid ballots than the request's minimum.
         """
         cfg = request.config
+        opened = opened if isinstance(opened, Opening) else Opening(int(opened))
         report = winner_report(self.accounting(request), cfg.delta, clients=cfg.clients, dropout=cfg.dropout,
-                               survivors=survivors, committee=len(request.tallies))
-        if not 0 <= opened < len(request.candidates):
-            raise ValueError(f"index must be in [0, {len(request.candidates) - 1}], got {opened}")
-        return DPHypeResult(selected_index=int(opened), selected=request.candidates[opened], noisy_sum=None,
-                            report=report, selection=None, candidates=request.candidates)
+                               survivors=survivors - len(opened.excluded), committee=len(request.tallies),
+                               excluded=opened.excluded)
+        if not 0 <= opened.index < len(request.candidates):
+            raise ValueError(f"index must be in [0, {len(request.candidates) - 1}], got {opened.index}")
+        return DPHypeResult(selected_index=int(opened.index), selected=request.candidates[opened.index],
+                            noisy_sum=None, report=report, selection=None, candidates=request.candidates)
 
     def replay(self, request: Request, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
                survivors: int | None = None, per_client: bool = False) -> np.ndarray:
-        """Winning indices (`dphype.privacy.winner.replay_winners`).
+        """Winning indices with the committee's noise (`dphype.privacy.winner.replay_winners`).
 
         Args:
             request: The request.
             vote_sum: The noiseless vote sum, ``(p,)``.
             repetitions: The number of draws ``R``.
             rng: The generator of the noise.
-            survivors: The number of contributing clients (default all).
-            per_client: One noise share per client instead of one summed draw.
+            survivors: Does not apply (the noise does not depend on the contributors).
+            per_client: One noise share per tally instead of one summed draw.
 
         Returns:
             The indices, int64 ``(repetitions,)``.
         """
         cfg = request.config
-        return replay_winners(vote_sum, epsilon=cfg.epsilon, neighbouring=cfg.neighbouring, clients=cfg.clients,
-                              repetitions=repetitions, rng=rng, dropout=cfg.dropout, survivors=survivors,
-                              per_client=per_client)
+        return replay_winners(vote_sum, epsilon=cfg.epsilon, neighbouring=cfg.neighbouring, repetitions=repetitions,
+                              rng=rng, parties=len(request.tallies), per_tally=per_client)
 
     def describe(self, request: Request) -> str:
-        """The winner release's parameters: k, clients, dropout, neighbouring and the committee's size.
+        """The winner release's parameters: k, clients, dropout, neighbouring, the committee and its noise.
 
         Args:
             request: The request.
@@ -900,8 +911,10 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
         """
         # pure epsilon, discrete Laplace: no delta, noise kind or rule applies
         cfg = request.config
+        parties = len(request.tallies)
         return (f"k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, neighbouring={cfg.neighbouring!r}, "
-                f"tallies={len(request.tallies)}")
+                f"tallies={parties}, ballots verified, committee noise std="
+                f"{committee_noise_std(cfg.epsilon, cfg.neighbouring, parties):.4g}")
 
     def describe_plan(self, config: Settings, plan: Plan) -> str:
         """The chance of a good pick by the argmax release (no selection rule applies).

@@ -8,10 +8,11 @@ node whose node config has ``dphype-tally-id`` (its index ``j`` in the committee
 MPyC addresses of all tallies, ``host:port,...`` in committee order) and ``dphype-tally-key`` (a file with its
 X25519 private key, created with mode 0600 if missing; its public key is what the server and the clients'
 ``dphype-tallies`` name). It answers ``query.dphype_tally`` in four stages: ``hello`` (its index and public key),
-``collect`` (the request and the ciphertexts sealed to it: `dphype.secure.tally.Tally` opens and sums
-them, refusing foreign or duplicate shares and a request already served), ``compute`` (starts its MPyC party
-with its summed share and returns at once, so that all parties run together whatever the transport) and
-``result`` (the index its party opened).
+``collect`` (the request and the ciphertexts sealed to it: `dphype.secure.tally.Tally` opens them, refusing
+foreign or duplicate shares and a request already served, and keeps every contributor's share row), ``compute``
+(draws its noise share and starts its MPyC party, which checks every ballot and adds the noise; it returns at
+once, so that all parties run together whatever the transport) and ``result`` (the index its party opened and the
+contributors whose ballots were invalid).
 
 The server (`dphype.flower.server.committee.run_winner_selection`, called by
 `dphype.flower.server.DPHype.start` when ``release="argmax"``) finds the configured committee among the
@@ -156,9 +157,10 @@ class _TallyNode:
     def stage(self, record: ConfigRecord) -> dict[str, Any]:
         """This tally's answer to one stage's content ``record``.
 
-        ``hello``: its index and public key; ``collect``: opens and sums the sealed shares of the request;
-        ``compute``: starts its MPyC party; ``result``: the index its party opened, waiting at most the
-        server's ``timeout`` (a finite number of seconds in ``(0, MAX_RESULT_WAIT]``).
+        ``hello``: its index and public key; ``collect``: opens the sealed shares of the request;
+        ``compute``: starts its MPyC party; ``result``: the index its party opened and the contributors whose
+        ballots were invalid, waiting at most the server's ``timeout`` (a finite number of seconds in
+        ``(0, MAX_RESULT_WAIT]``).
 
         Args:
             record: The stage's content (its ``stage`` entry names the stage).
@@ -190,8 +192,10 @@ class _TallyNode:
                 raise Refusal("malformed_request", "collect needs 'contributors' (node ids) and 'shares' (bytes), "
                               "one share per contributor")
             tally = Tally(self.index, self.keys, record=self.record)
+            cfg = request.config
             tally.open_round(request.digest(), len(request.candidates), request.min_survivors,
-                             len(request.tallies), run=self.run)
+                             len(request.tallies), run=self.run, form=request.mode.ballot_form(cfg),
+                             epsilon=cfg.epsilon, neighbouring=cfg.neighbouring)
             self._stop()
             for contributor, sealed in zip(contributors, shares, strict=True):
                 tally.receive(str(contributor), cast(bytes, sealed))
@@ -225,7 +229,7 @@ class _TallyNode:
                     time.sleep(0.05)
             finally:
                 self._stop()
-            return {"index": answer[0]}
+            return {"index": answer[0].index, "excluded": list(answer[0].excluded)}
         raise Refusal("malformed_request", f"unknown tally stage (one of {', '.join(TALLY_STAGES)})")
 
     def _stop(self) -> None:
