@@ -59,9 +59,11 @@ assumes). A tally that deviates from the protocol (MPyC's model is semi-honest) 
 Utility cost. All ``parties`` shares are added: the total noise is ``NB(parties/h) - NB(parties/h)``, of variance
 ``parties/h`` times one discrete Laplace's (1.5 for 3 tallies, std x 1.22), where the client-made noise of
 the previous release carried ``n/m`` (1 without dropout, ``1/(1 - xi)`` with a tolerated dropout ``xi``) and had
-to be trusted to the clients. Replayed (`replay_winners`, 100,000 releases, counts ``[12, 11, 10, 9, 8]`` of
-20 clients voting top-1, epsilon 1, replace-one): the top candidate wins 0.334 of the time with one discrete
-Laplace and 0.320 with the committee's noise of 3 tallies.
+to be trusted to the clients. Replayed (200,000 releases, epsilon 1, replace-one, counts ``[12, 11, 10, 9, 8]``):
+the top candidate wins 0.527 of the time with one discrete Laplace (the client-made noise without dropout) and 0.456
+with the committee's noise of 3 tallies; among 100 candidates (the other 95 counts 0) 0.493 against 0.403, and one
+of the top 3 wins 0.839 against 0.763. The planner's chance of a good pick for ``dphype new``'s app (8
+candidates, 10 clients, epsilon 1) goes from 0.81 (k = 2) to 0.73 (k = 1).
 
 Accounting. The release is ``(epsilon, 0)``-DP. For composition with other releases (a node's lifetime, the
 DP-FedAvg training after the selection) its Renyi curve is bounded by that of binary randomized response

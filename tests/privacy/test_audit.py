@@ -148,3 +148,41 @@ def test_audit_of_the_secure_client_path(noise, clients, dropout):
     kw.update(confidence=confidence, threshold=threshold)
     assert not audit_vote_noise(share_fn=secure_share, **kw).flagged
     assert audit_vote_noise(share_fn=third_secure_share, **kw).flagged
+
+
+def committee_noise_pairs(trials, epsilon, *, honest=2, parties=3):
+    """The noise the ``honest`` tallies of a ``parties``-tally committee add to 2 counts, ``trials`` times, through the
+    real tally path (`Tally.job` draws each share with the secure generator); the other tallies' shares are known
+    to the attacker and left out (the worst case of the proof)."""
+    from dphype.secure.tally import Tally
+    from dphype.selection.ballots import BallotForm
+
+    width = 2_000  # 1,000 independent pairs of counts per job
+    rounds = -(-2 * trials // width)
+    noise = np.zeros(rounds * width, dtype=np.int64)
+    for r in range(rounds):
+        for j in range(honest):
+            tally = Tally(j)
+            tally.open_round(f"audit-{r}", width, 1, parties, form=BallotForm.top_k(1), epsilon=epsilon)
+            noise[r * width:(r + 1) * width] += tally.job()["noise"]
+    return noise.reshape(-1, 2)[:trials]
+
+
+def test_audit_of_the_committees_noise_made_in_shares():
+    """The argmax release with the committee's noise (issue 23): only 2 of the 3 tallies' shares (from the tallies'
+    own jobs and generator) on counts one client apart (replace-one: its vote moves from candidate 1 to 0). The
+    Clopper-Pearson lower bound on epsilon stays below the claim; tallies that draw their shares for 3 times the
+    epsilon (a third of the noise scale) are caught."""
+    from dphype.privacy.winner import report_noisy_max
+
+    trials = 30_000
+    d, d_prime = np.array([1, 0]), np.array([0, 1])
+
+    def audit(epsilon):
+        false_neg = int(np.sum(report_noisy_max(d + committee_noise_pairs(trials, epsilon)) != 0))
+        false_pos = int(np.sum(report_noisy_max(d_prime + committee_noise_pairs(trials, epsilon)) == 0))
+        return epsilon_lower_bound(false_pos, false_neg, trials, delta=0.0)[0]
+
+    honest = audit(1.0)
+    assert 0.3 < honest <= 1.0  # 2 counts: the exact log ratio is 0.57
+    assert audit(3.0) > 1.0
