@@ -146,7 +146,8 @@ def modified_ballots(monkeypatch, cheaters, boost):
         if voter not in cheaters:
             return real(self, request, scores, maximize=maximize, voter=voter)
         shares = split_shares(boost, 3, field_modulus())
-        return [seal(key, np.asarray(share, dtype=np.uint64).tobytes(), context=share_context(request.digest(), j, voter))
+        return [seal(key, np.asarray(share, dtype=np.uint64).tobytes(),
+                     context=share_context(request.digest(), j, voter))
                 for j, (key, share) in enumerate(zip(request.tallies, shares, strict=True))]
 
     monkeypatch.setattr(ArgmaxRelease, "ballot", ballot)
