@@ -378,9 +378,9 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
     @abstractmethod
     def ballot(self, request: Request, scores: np.ndarray, *, maximize: bool,
                clipping_range: int | None = None, voter: str | None = None) -> BallotT:
-        """What a client hands the `aggregator`: its top-k votes on ``scores`` plus its noise share.
+        """What a client hands the `aggregator`: its top-k votes on ``scores``, plus its noise share where it adds one.
 
-        The share comes from the secure generator (no generator can be passed in).
+        A share comes from the secure generator (no generator can be passed in).
 
         Args:
             request: The approved request.

@@ -1,34 +1,37 @@
-"""The tally committee of ``release="argmax"``: clients secret-share their noisy counts, tallies open only the winner.
+"""The tally committee of ``release="argmax"``: clients secret-share their ballots, tallies open only the winner.
 
 Protocol (framework-free; the Flower adapter relays the bytes):
 
 1. The committee is ``parties >= 3`` tallies with X25519 public keys (`check_committee`: no duplicates,
    honest majority ``t = (parties - 1) // 2 >= 1``, and, when the node pins its tallies, only known keys).
-2. Each client adds its noise share (`dphype.privacy.winner.client_winner_share`) to its top-k votes and
-   splits the noisy vector into Shamir shares modulo the prime ``p`` of MPyC's secure integers with MPyC's own
-   splitter (`split_shares`: degree ``t = (parties - 1) // 2``, x-coordinates ``1 .. parties``, random
-   coefficients from the operating system's CSPRNG, so any ``t`` shares are independent of the vector: one
-   for 3 tallies). Share ``j`` is sealed to tally ``j``'s key under a context that
+2. Each client checks its ballot against the request's form (`dphype.selection.ballots`; no noise: the
+   committee makes it) and splits its bits (`ballot_bits`) into Shamir shares modulo the prime ``p`` of MPyC's
+   secure integers with MPyC's own splitter (`split_shares`: degree ``t = (parties - 1) // 2``, x-coordinates
+   ``1 .. parties``, random coefficients from the operating system's CSPRNG, so any ``t`` shares are
+   independent of the ballot: one for 3 tallies). Share ``j`` is sealed to tally ``j``'s key under a context that
    binds the request digest, ``j`` and the voter (`voter_id`: the run and the contributor's identity;
    `client_sealed_shares`, `dphype.secure.relay`), and the server relays the ciphertexts: it cannot read them,
    and a ciphertext for another request, tally, run or contributor does not open. Without a roster the
    contributor's identity is the Flower node id the server's SuperLink assigned to it (what the tally sees as
    the share's label); a server cannot relabel one client's share as another's, nor replay it in another run.
 3. Each `Tally` opens its ciphertexts for one approved request, refuses a second share by label or by content,
-   sums them modulo ``p`` (Shamir sharing is linear: the sum is its share of the noisy counts) and refuses a
-   second argmax for a request it has already served in that run (`Tally.job`). With a ``record`` (the tally
+   keeps every contributor's share row (nothing is summed before the ballots are checked), draws its noise share
+   (`dphype.privacy.winner.committee_noise_share`, the CSPRNG) and refuses a second argmax for a request it has
+   already served in that run (`Tally.job`). With a ``record`` (the tally
    node keeps one beside its key, `ServedRecord`) what it served persists across runs and restarts: checked
    before anything is opened, appended and synced before its job leaves.
 4. The tallies run MPyC (`dphype.secure.tally_party`): they check that they agree on the request, the
-   contributor set and its size (at least the minimum survivors), take their summed shares as MPyC secure
-   integers (MPyC's parties hold exactly such Shamir shares), compute ``mpc.np_argmax`` (ties to the lowest
-   index) and open only the index.
+   contributors (at least the minimum survivors), the ballot form and the committee, take their share rows as
+   MPyC secure integers (MPyC's parties hold exactly such Shamir shares), check every ballot (one random linear
+   combination opened as zero or not; only if not, which ballots are invalid: `Opening.excluded`), add the valid
+   ballots and every tally's noise share, compute ``mpc.np_argmax`` (ties to the lowest index) and open only the
+   index.
 
 Security (MPyC's model: Shamir secret sharing, honest majority, semi-honest parties). The server sees
 ciphertexts and the index. One tally sees uniformly random shares and the index; the server colluding with
-one tally learns nothing more. Two colluding tallies (of three) can reconstruct the noisy counts (still
-``epsilon``-DP as a vector only if the noise were calibrated for it; it is not: out of scope, as the honest
-majority assumption). A malicious tally can change the result or abort (MPyC is secure against semi-honest
+one tally learns nothing more. Two colluding tallies (of three) can reconstruct every ballot (out of scope, as
+the honest majority assumption). A malicious client cannot make an invalid ballot count (it is left out and its
+contributor named) nor hide a boost in noise (it adds none). A malicious tally can change the result or abort (MPyC is secure against semi-honest
 parties only; an abort releases nothing); the MPC channels are MPyC's TCP connections, which must run over
 a private network or MPyC's ``--ssl`` in a deployment. A tally that drops or answers late aborts the run:
 `secure_argmax` raises `TallyError` naming it and no index is released.
@@ -59,7 +62,7 @@ from dphype.secure.relay import KeyPair, RelayError, open_sealed, seal
 
 #: Tallies in the default committee (honest majority with threshold 1).
 COMMITTEE_SIZE = COMMITTEE_TALLIES
-#: Bit length of MPyC's secure integers: the noisy counts must lie in ``[-2^31, 2^31)``.
+#: Bit length of MPyC's secure integers: the noisy counts (and a ballot's total) must lie in ``[-2^31, 2^31)``.
 BIT_LENGTH = 32
 #: MPyC's statistical security parameter for comparisons (its default): leakage probability ``2^-30``.
 SEC_PARAM = 30
