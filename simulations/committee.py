@@ -81,8 +81,8 @@ def committee_round(p: int, k: int, clients: int, rng: np.random.Generator, inva
     form = request.mode.ballot_form(cfg)
     start = time.perf_counter()
     for t in tallies:
-        t.open_round(request.digest(), p, request.min_survivors - invalid, form=form, epsilon=cfg.epsilon,
-                     neighbouring=cfg.neighbouring)
+        t.open_round(request.digest(), p, request.min_survivors - invalid, form=form,
+                     noise=request.mode.tally_noise(request), opens=request.mode.opens)
         for label, blobs in sealed.items():
             t.receive(label, blobs[t.index])
     jobs = [t.job() for t in tallies]
@@ -93,7 +93,7 @@ def committee_round(p: int, k: int, clients: int, rng: np.random.Generator, inva
     mpc = time.perf_counter() - start
     votes = np.argsort(-scores, axis=1, kind="stable")[:, :k]
     counts = np.bincount(votes.reshape(-1), minlength=p) + np.sum([job["noise"] for job in jobs], axis=0)
-    if opened.index != int(np.argmax(counts)) or opened.excluded != tuple(sorted(map(str, range(honest, clients)))):
+    if opened.value != int(np.argmax(counts)) or opened.excluded != tuple(sorted(map(str, range(honest, clients)))):
         raise RuntimeError(f"the committee opened {opened}, the valid ballots plus the noise give "
                            f"{int(np.argmax(counts))} with {invalid} invalid")
     row = {"seconds": collect + mpc, "client ballot s": client, "upload bytes": sum(map(len, sealed["0"])),

@@ -38,7 +38,7 @@ def argmax_request(tallies, *, p=10, **changes):
 
 
 def test_release_mode_is_validated_and_read_from_the_run_config():
-    with pytest.raises(ValueError, match="release must be one of sum, argmax, got 'max'"):
+    with pytest.raises(ValueError, match="release must be one of sum, argmax, committee-sum, got 'max'"):
         DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=10, release="max")
     cfg = DPHypeConfig.from_run_config({"epsilon": 1, "delta": 1e-5, "k": 2, "clients": 10, "release": "argmax"})
     assert cfg.release == "argmax"
@@ -78,10 +78,10 @@ def test_a_client_sends_its_ballot_only_and_any_two_tallies_noise_shares_are_dis
     assert ballot == [0] * (p - 2) + [1, 1]  # top-2 of increasing scores, and nothing else
     form = req.mode.ballot_form(req.config)
     noise = []
-    for r in range(rounds):
+    for r in range(rounds):  # each tally node draws its share through the mode and hands it to its tally
         jobs = []
         for t in (Tally(j) for j in range(3)):
-            t.open_round(f"req-{r}", p, 1, run=r, form=form, epsilon=req.config.epsilon)
+            t.open_round(f"req-{r}", p, 1, run=r, form=form, noise=req.mode.tally_noise(req), opens=req.mode.opens)
             jobs.append(t.job())
         noise.append(np.add(jobs[0]["noise"], jobs[2]["noise"]))  # any two of the three
     noise = np.concatenate(noise)
@@ -180,7 +180,7 @@ def test_planner_predicts_both_modes_on_the_same_votes_and_recommends_one():
     summed = plan(20, 1.0, 1e-5, None, 100, consensus="moderate", rule="argmax", ks=[2, 5, 15], repetitions=100,
                   search=False, release=SumRelease())
     assert summed.release == "sum" and summed.success == {r["k"]: r for r in summed.by_k}[summed.k]["success"]
-    with pytest.raises(ValueError, match="release must be one of sum, argmax"):
+    with pytest.raises(ValueError, match="release must be one of sum, argmax, committee-sum"):
         plan(20, 1.0, 1e-5, None, 100, ks=[2], repetitions=10, search=False, release=release_mode("vector"))
 
 

@@ -33,17 +33,17 @@ P(i | c, Z_{-i})``. Under add/remove with ``c' - c`` in ``{0, 1}^p`` (monotone: 
 ``Z_{-i}`` (the same law under both neighbours) gives ``P(i | c') >= e^{-epsilon} P(i | c)`` for every ``i``:
 pure ``epsilon``-DP. Ties need no randomness: the lowest-index rule is part of the threshold ``M``.
 
-The noise is made by the tally committee, never by the clients. A geometric variable ``G``,
-``P(G = g) = (1 - t) t^g``, is the negative binomial ``NB(1, 1 - t)`` (failures before the first success), and
-``G_1 - G_2`` of two iid ones is discrete Laplace with parameter ``t``. Negative binomials with the same success
-probability add up in their shape (``NB(a, q) + NB(b, q) = NB(a + b, q)``): the law is infinitely divisible. Each
-of the ``parties`` tallies draws, with the operating system's CSPRNG (`committee_noise_share`), its share
-``NB(1/h, 1 - t) - NB(1/h, 1 - t)`` per count, ``h = parties - threshold`` (`honest_tallies`: the fewest honest
-tallies under MPyC's honest majority, 2 of 3), and inputs it to the MPC, which adds the valid ballots and every
-share and opens only the argmax (`dphype.secure.tally_party`). The shares of ANY ``h`` tallies add up to exactly
-one discrete Laplace per count. A client's ballot carries no noise: the committee checks under MPC that it is a
-valid ballot (`dphype.selection.ballots`; entries 0 or 1, exactly ``k`` ones) and leaves out an invalid one, so
-no client can hide a boost in its noise, and a client's effect on every count is at most one vote.
+The noise is made by the tally committee, never by the clients. A geometric variable ``G``, ``P(G = g) = (1 - t)
+t^g``, is the negative binomial ``NB(1, 1 - t)`` (failures before the first success), and ``G_1 - G_2`` of two iid
+ones is discrete Laplace with parameter ``t``. Negative binomials with the same success probability add up in their
+shape (``NB(a, q) + NB(b, q) = NB(a + b, q)``): the law is infinitely divisible. Each of the ``parties`` tallies
+draws, with the operating system's CSPRNG (`committee_noise_share`), its share ``NB(1/h, 1 - t) - NB(1/h, 1 - t)``
+per count, ``h = parties - threshold`` (`dphype.privacy.noise.honest_tallies`: the fewest honest tallies under
+MPyC's honest majority, 2 of 3), and inputs it to the MPC, which adds the valid ballots and every share and opens
+only the argmax (`dphype.secure.tally_party`). The shares of ANY ``h`` tallies add up to exactly one discrete
+Laplace per count. A client's ballot carries no noise: the committee checks under MPC that it is a valid ballot
+(`dphype.selection.ballots`; entries 0 or 1, exactly ``k`` ones) and leaves out an invalid one, so no client can
+hide a boost in its noise, and a client's effect on every count is at most one vote.
 
 More noise shares (proof sketch). The released index is report-noisy-max over ``c + Z + W``: ``Z`` is the sum of
 the shares of any ``h`` honest tallies (discrete Laplace, as above) and ``W`` the sum of the other
@@ -93,12 +93,10 @@ from dphype.checks import (
     check_num_candidates,
 )
 from dphype.privacy.accounting import PrivacyReport, check_orders
-from dphype.privacy.noise import check_survivors, min_survivors
+from dphype.privacy.noise import COMMITTEE_TALLIES, check_survivors, honest_tallies, min_survivors
 
 #: The noise kind of the winner release (what a `dphype.privacy.accounting.PrivacyReport` names).
 WINNER_NOISE = "discrete-laplace"
-#: Tallies in the default committee (honest majority: MPyC's threshold 1, `honest_tallies` 2).
-COMMITTEE_TALLIES = 3
 #: How far the threshold of report-noisy-max can move between neighbours (proof in the module docstring).
 THRESHOLD_SHIFT: dict[str, int] = {"replace-one": 2, "add-remove": 1}
 
@@ -160,26 +158,6 @@ def noise_std(epsilon: float, neighbouring: str = "replace-one") -> float:
     return math.sqrt(2.0 * t) / (1.0 - t)
 
 
-def honest_tallies(parties: int) -> int:
-    """The fewest honest tallies in a committee of ``parties`` under MPyC's honest majority: ``parties - threshold``.
-
-    MPyC's default Shamir threshold is ``(parties - 1) // 2`` (the most corrupt tallies it tolerates), so at least
-    ``parties - (parties - 1) // 2`` tallies are honest: 2 of 3, 3 of 5.
-
-    Args:
-        parties: The number of tallies, ``>= 3``.
-
-    Returns:
-        ``h``.
-
-    Raises:
-        ValueError: If ``parties`` is not an integer ``>= 3``.
-    """
-    if isinstance(parties, bool) or not isinstance(parties, (int, np.integer)) or parties < 3:
-        raise ValueError(f"a tally committee must have an integer number of tallies >= 3, got {parties!r}")
-    return int(parties) - (int(parties) - 1) // 2
-
-
 def _nb_difference(size: int | tuple[int, ...], shape: float, t: float, rng: np.random.Generator) -> np.ndarray:
     """``NB(shape, 1 - t) - NB(shape, 1 - t)`` per entry as int64 (the one place this noise is sampled).
 
@@ -191,7 +169,7 @@ def _nb_difference(size: int | tuple[int, ...], shape: float, t: float, rng: np.
 
 def committee_noise_share(size: int | tuple[int, ...], epsilon: float, neighbouring: str, parties: int, *,
                           rng: np.random.Generator) -> np.ndarray:
-    """One tally's noise share: ``NB(1/h, 1 - t) - NB(1/h, 1 - t)`` per entry, ``h`` = `honest_tallies`.
+    """One tally's noise share: ``NB(1/h, 1 - t) - NB(1/h, 1 - t)`` per entry (`dphype.privacy.noise.honest_tallies`).
 
     The shares of any ``h`` tallies add up to discrete Laplace with parameter ``t`` (module docstring). A tally
     draws its share with ``rng = dphype.privacy.noise.secure_generator()`` (`dphype.secure.tally.Tally.job`).

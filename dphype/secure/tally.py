@@ -15,17 +15,17 @@ Protocol (framework-free; the Flower adapter relays the bytes):
    contributor's identity is the Flower node id the server's SuperLink assigned to it (what the tally sees as
    the share's label); a server cannot relabel one client's share as another's, nor replay it in another run.
 3. Each `Tally` opens its ciphertexts for one approved request, refuses a second share by label or by content,
-   keeps every contributor's share row (nothing is summed before the ballots are checked), draws its noise share
-   (`dphype.privacy.winner.committee_noise_share`, the CSPRNG) and refuses a second argmax for a request it has
-   already served in that run (`Tally.job`). With a ``record`` (the tally
-   node keeps one beside its key, `ServedRecord`) what it served persists across runs and restarts: checked
+   keeps every contributor's share row (nothing is summed before the ballots are checked), takes its noise share
+   (drawn by its node with the CSPRNG for the request's release mode: `dphype.modes.CommitteeMode.tally_noise`)
+   and refuses a second round for a request it has already served in that run (`Tally.job`). With a ``record``
+   (the tally node keeps one beside its key, `ServedRecord`) what it served persists across runs and restarts: checked
    before anything is opened, appended and synced before its job leaves.
 4. The tallies run MPyC (`dphype.secure.tally_party`): they check that they agree on the request, the
    contributors (at least the minimum survivors), the ballot form and the committee, take their share rows as
    MPyC secure integers (MPyC's parties hold exactly such Shamir shares), check every ballot (one random linear
    combination opened as zero or not; only if not, which ballots are invalid: `Opening.excluded`), add the valid
-   ballots and every tally's noise share, compute ``mpc.np_argmax`` (ties to the lowest index) and open only the
-   index.
+   ballots and every tally's noise share, and open only what the release mode opens: the index of
+   ``mpc.np_argmax`` (ties to the lowest index; `OPENS_ARGMAX`) or the whole noisy sum (`OPENS_SUM`).
 
 Security (MPyC's model: Shamir secret sharing, honest majority, semi-honest parties). The server sees
 ciphertexts and the index. One tally sees uniformly random shares and the index; the server colluding with
@@ -56,8 +56,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from dphype.privacy.noise import secure_generator
-from dphype.privacy.winner import COMMITTEE_TALLIES, committee_noise_share, honest_tallies
+from dphype.privacy.noise import COMMITTEE_TALLIES, honest_tallies
 from dphype.secure.relay import KeyPair, RelayError, open_sealed, seal
 
 #: Tallies in the default committee (honest majority with threshold 1).
@@ -68,6 +67,9 @@ BIT_LENGTH = 32
 SEC_PARAM = 30
 #: Bytes per share entry (the field prime has 64 bits).
 ENTRY_BYTES = 8
+#: What the committee opens: the winner's index (`dphype.modes.ArgmaxRelease`) or the whole noisy sum
+#: (`dphype.modes.CommitteeSumRelease`).
+OPENS_ARGMAX, OPENS_SUM = "argmax", "sum"
 
 
 class TallyError(RuntimeError):
@@ -102,15 +104,16 @@ class Form(Protocol):
 
 @dataclass(frozen=True)
 class Opening:
-    """What the tally committee opened: the winner's index and who cast an invalid ballot.
+    """What the tally committee opened, the winner's index or the noisy sum, and who cast an invalid ballot.
 
     Attributes:
-        index: The winner's index.
+        value: The winner's index (`OPENS_ARGMAX`) or the noisy sum of the valid ballots, one integer per
+            candidate (`OPENS_SUM`).
         excluded: The contributors whose ballots the committee found invalid and left out (their labels, never
             their content).
     """
 
-    index: int
+    value: int | tuple[int, ...]
     excluded: tuple[str, ...] = ()
 
 
@@ -149,7 +152,7 @@ def field_modulus() -> int:
 def threshold(parties: int) -> int:
     """MPyC's default Shamir threshold for ``parties`` parties: ``(parties - 1) // 2`` (honest majority).
 
-    The most corrupt tallies it tolerates: ``parties`` less `dphype.privacy.winner.honest_tallies`.
+    The most corrupt tallies it tolerates: ``parties`` less `dphype.privacy.noise.honest_tallies`.
 
     Args:
         parties: The number of tallies, ``>= 3``.
@@ -288,7 +291,7 @@ def client_sealed_shares(request_digest: str, ballot: Any, committee: Sequence[b
                          bits: int = 1) -> list[bytes]:
     """What a client sends in argmax mode: `split_shares` of its ballot's bits (`ballot_bits`), each share sealed.
 
-    No noise: the committee adds it (`dphype.privacy.winner.committee_noise_share`) and checks the ballot's form.
+    No noise: the committee adds it and checks the ballot's form (`dphype.secure.tally_party`).
     Share ``j`` is sealed to ``committee[j]`` under `share_context` (bound to the request, ``j`` and ``voter``).
 
     Args:
@@ -389,8 +392,8 @@ class Tally:
         return self.keys.public
 
     def open_round(self, request_digest: str, size: int, min_contributors: int,
-                   parties: int = COMMITTEE_SIZE, *, run: int = 0, form: Form, epsilon: float,
-                   neighbouring: str = "replace-one") -> None:
+                   parties: int = COMMITTEE_SIZE, *, run: int = 0, form: Form, noise: Any,
+                   opens: str = OPENS_ARGMAX) -> None:
         """Start collecting ballot shares of ``size`` candidates for one approved request of a committee.
 
         Args:
@@ -400,22 +403,28 @@ class Tally:
             parties: The committee's size.
             run: The run's id: shares are bound to it (`voter_id`) and a request is served once per run.
             form: The request's ballot form (every tally derives it from the approved request).
-            epsilon: The release's epsilon, for this tally's noise share.
-            neighbouring: The release's neighbouring relation, for its noise share.
+            noise: This tally's ``(size,)`` integer noise share, drawn with the CSPRNG for the request's release
+                (`dphype.modes.CommitteeMode.tally_noise`).
+            opens: What the committee opens, `OPENS_ARGMAX` or `OPENS_SUM`.
 
         Raises:
             TallyError: The request was already served in this run (by this tally's record) or is being
-                collected: one argmax per request and run; or the record cannot be read.
+                collected: one round per request and run; or the record cannot be read.
+            ValueError: A noise share of another length, or an unknown ``opens``.
         """
         served = self._served | (self._record.entries() if self._record is not None else set())
         if (int(run), request_digest) in served or (self._round is not None and self._round["request"] == request_digest
                                                      and self._round["run"] == int(run)):
             raise TallyError(f"tally {self.index} refuses a second argmax for request {request_digest[:12]}")
         shape = {"max_entry": int(form.max_entry), "min_total": int(form.min_total), "max_total": int(form.max_total)}
+        share = np.asarray(noise, dtype=np.int64).reshape(-1)
+        if share.size != int(size) or opens not in (OPENS_ARGMAX, OPENS_SUM):
+            raise ValueError(f"the noise share must have {int(size)} entries and opens must be {OPENS_ARGMAX!r} or "
+                             f"{OPENS_SUM!r}")
         self._round = {"request": request_digest, "run": int(run), "size": int(size), "min": int(min_contributors),
                        "modulus": field_modulus(), "parties": int(parties), "threshold": threshold(parties),
                        "form": shape, "width": int(size) * int(form.max_entry).bit_length(),
-                       "epsilon": float(epsilon), "neighbouring": str(neighbouring), "shares": {}, "seen": set()}
+                       "noise": share.tolist(), "opens": opens, "shares": {}, "seen": set()}
 
     def receive(self, contributor: str, sealed: bytes) -> None:
         """Open one client's sealed share of the current request.
@@ -455,9 +464,8 @@ class Tally:
         """Close the round: this tally's input to the MPC (`dphype.secure.tally_party`).
 
         Every contributor's share row as it came (the MPC checks each ballot before anything is summed), and this
-        tally's noise share (`dphype.privacy.winner.committee_noise_share`, drawn now with the operating system's
-        CSPRNG). The request now counts as served in its run, in the record (synced to disk) before the job is
-        returned.
+        tally's noise share. The request now counts as served in its run, in the record (synced to disk) before the
+        job is returned.
 
         Returns:
             The job: the share rows (base64 of little-endian uint64, one row per contributor in label order), the
@@ -477,12 +485,11 @@ class Tally:
         rows = np.zeros((len(contributors), rnd["width"]), dtype="<u8")
         for i, name in enumerate(contributors):
             rows[i] = rnd["shares"][name]
-        noise = committee_noise_share(rnd["size"], rnd["epsilon"], rnd["neighbouring"], rnd["parties"],
-                                      rng=secure_generator())
         return {"modulus": rnd["modulus"], "bit_length": BIT_LENGTH, "threshold": rnd["threshold"],
                 "parties": rnd["parties"], "request": rnd["request"], "contributors": contributors,
                 "min_contributors": rnd["min"], "size": rnd["size"], "form": rnd["form"],
-                "shares": base64.b64encode(rows.tobytes()).decode("ascii"), "noise": noise.tolist()}
+                "shares": base64.b64encode(rows.tobytes()).decode("ascii"), "noise": rnd["noise"],
+                "opens": rnd["opens"]}
 
 
 def _free_ports(count: int, host: str) -> list[int]:
@@ -613,7 +620,8 @@ def party_answer(out: str, index: int) -> tuple[Opening, dict[str, float]] | Non
         raise TallyError(f"tally {index} refused the argmax: {answer['error']}{invalid}; nothing released", excluded)
     measures = {f"{k} s": float(v) for k, v in answer.get("seconds", {}).items()}
     measures |= {key: float(answer[key]) for key in ("bytes sent", "peak memory") if key in answer}
-    return Opening(int(answer["index"]), excluded), measures
+    value = answer["value"]
+    return Opening(int(value) if isinstance(value, int) else tuple(int(v) for v in value), excluded), measures
 
 
 def agreed_opening(openings: Sequence[Opening]) -> Opening:

@@ -5,8 +5,9 @@ starts in a fraction of a second.
 
 Reads one JSON job from stdin (`dphype.secure.tally.Tally.job`: every contributor's share row of its ballot's
 bits, the ballot form, this tally's noise share, the field modulus, the request digest, the contributors, the
-minimum number of contributors), runs the checked, noisy secure argmax with the other parties and writes
-``{"index": i, "excluded": [labels], "seconds": {...}, "bytes sent": b, "peak memory": m}`` (or ``{"error":
+minimum number of contributors, what to open), runs the checked, noisy secure argmax (or sum) with the other
+parties and writes ``{"value": v, "excluded": [labels], "seconds": {...}, "bytes sent": b, "peak memory": m}``
+(``v`` the index, or the noisy sum as a list; or ``{"error":
 reason, "excluded": [...]}``; ``seconds``: importing numpy and MPyC, connecting to the other parties, the ballot
 checks, the noise and the argmax; the bytes this party sent to the others; its peak resident memory in bytes) as one
 JSON line to stdout. The party imports MPyC before it reads the job, so a tally can start it early (while
@@ -21,8 +22,8 @@ semi-honest parties, private channels assumed). Every share row is this party's 
 bits in the field ``GF(modulus)`` of ``SecInt``, so the rows form a secure ``(n, p * bits)`` array as they are.
 
 1. Agreement. Before anything secret is touched the parties exchange (publicly: none of these is secret) the
-   request digest, the contributor list's digest, its size, the row length, the ballot form and the committee's
-   size with ``mpc.transfer``; any difference, or fewer contributors than the minimum, aborts.
+   request digest, the contributor list's digest, its size, the row length, the ballot form, the committee's
+   size and what to open with ``mpc.transfer``; any difference, or fewer contributors than the minimum, aborts.
 2. Ballot checks (`dphype.selection.ballots.BallotForm`). A ballot's entry is the weighted sum
    ``sum_l 2^l x_l`` of its ``bits`` shared bits (for ``max_entry = 1`` the entries themselves), so every
    entry lies in ``[0, max_entry]`` once every ``x`` is a bit; its total ``T`` is the sum of its entries. The
@@ -36,10 +37,11 @@ bits in the field ``GF(modulus)`` of ``SecInt``, so the rows form a secure ``(n,
    whether it is zero is opened (``mpc.is_zero_public``). Only if it is not, the per-ballot values ``V_i`` are
    computed and MPyC opens only which are zero (``mpc.np_is_zero_public``): an invalid ballot's contributor is
    named, nothing else about any ballot is opened.
-3. Noise and argmax. Each party inputs its noise share (``mpc.input``; drawn by its tally with the CSPRNG,
-   `dphype.privacy.winner.committee_noise_share`), the MPC adds the valid ballots' entries and every noise share,
-   and ``mpc.np_argmax`` (secure comparisons, vectorised; ties go to the lowest index, as ``np.argmax``) gives the
-   winner: only that index is opened. Fewer valid ballots than the minimum: nothing is computed after the checks.
+3. Noise and the release. Each party inputs its noise share (``mpc.input``; drawn by its tally with the CSPRNG
+   for the release, `dphype.modes.CommitteeMode.tally_noise`), the MPC adds the valid ballots' entries and every
+   noise share, and opens only what the job names: ``"argmax"``, the index of ``mpc.np_argmax`` (secure
+   comparisons, vectorised; ties go to the lowest index, as ``np.argmax``), or ``"sum"``, the whole noisy sum.
+   Fewer valid ballots than the minimum: nothing is computed after the checks.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ launched = time.perf_counter()
 def _agreement_error(mine: tuple[Any, ...], everyone: list[Any], minimum: int) -> str | None:
     """Why the parties may not compute (``None`` when they may)."""
     names = ("request digest", "contributor set", "contributor count", "row length", "ballot form",
-             "committee size")
+             "committee size", "value to open")
     for pos, name in enumerate(names):
         values = {json.dumps(tuple(v)[pos]) for v in everyone}
         if len(values) != 1:
@@ -81,7 +83,7 @@ def main() -> int:
     """Run this party: read the job from stdin, check the ballots, compute the noisy secure argmax, print the result.
 
     Returns:
-        The exit status: 0 with the index, 3 when the parties refused or failed to compute (the line says why),
+        The exit status: 0 with the opened value, 3 when the parties refused or failed to compute (the line says why),
         4 when the tally handed over no job.
     """
     import numpy as np  # noqa: PLC0415
@@ -101,7 +103,7 @@ def main() -> int:
     rows = np.frombuffer(base64.b64decode(job["shares"]), dtype="<u8")
     noise = [int(v) for v in job["noise"]]
     digest = hashlib.sha256(json.dumps(labels).encode()).hexdigest()
-    mine = (str(job["request"]), digest, count, width, list(form), parties)
+    mine = (str(job["request"]), digest, count, width, list(form), parties, str(job["opens"]))
 
     started = time.perf_counter()
 
@@ -150,18 +152,21 @@ def main() -> int:
         counts = valid.astype(object) @ entries
         for share in mpc.input(secint.array(np.array(noise, dtype=object))):
             counts = counts + share
-        opened = await mpc.output(mpc.np_argmax(counts))
+        if job["opens"] == "sum":  # the whole noisy sum of the valid ballots
+            opened: Any = [int(v) for v in await mpc.output(counts)]
+        else:  # only the winner's index
+            opened = int(await mpc.output(mpc.np_argmax(counts)))
         done = time.perf_counter()
         sent = sum(peer.protocol.nbytes_sent for peer in mpc.parties if peer.pid != mpc.pid)
         await mpc.shutdown()
-        return {"index": int(opened), "excluded": excluded,
+        return {"value": opened, "excluded": excluded,
                 "seconds": {"import": imported - launched, "connect": connected - started,
                             "check": checked - connected, "argmax": done - checked},
                 "bytes sent": sent, "peak memory": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
     result = mpc.run(run())
     print(json.dumps(result), flush=True)
-    return 0 if "index" in result else 3
+    return 0 if "value" in result else 3
 
 
 if __name__ == "__main__":

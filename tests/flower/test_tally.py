@@ -136,11 +136,11 @@ def test_a_client_refusing_the_argmax_vote_is_a_dropout_and_too_few_shares_relea
 
 def modified_ballots(monkeypatch, cheaters, boost):
     """Modified client code on the ``cheaters`` (voter ids): their ballot is ``boost``, shared without the check."""
-    from dphype.modes import ArgmaxRelease
+    from dphype.modes import CommitteeMode
     from dphype.secure.relay import seal
     from dphype.secure.tally import field_modulus, share_context, split_shares
 
-    real = ArgmaxRelease.ballot
+    real = CommitteeMode.ballot
 
     def ballot(self, request, scores, *, maximize, clipping_range=None, voter=None):
         if voter not in cheaters:
@@ -150,7 +150,7 @@ def modified_ballots(monkeypatch, cheaters, boost):
                      context=share_context(request.digest(), j, voter))
                 for j, (key, share) in enumerate(zip(request.tallies, shares, strict=True))]
 
-    monkeypatch.setattr(ArgmaxRelease, "ballot", ballot)
+    monkeypatch.setattr(CommitteeMode, "ballot", ballot)
 
 
 def test_a_malicious_voters_boost_is_excluded_and_named_and_too_many_release_nothing(tmp_path, monkeypatch):
@@ -173,6 +173,27 @@ def test_a_malicious_voters_boost_is_excluded_and_named_and_too_many_release_not
     with pytest.raises(TallyError, match=rf"only 4 valid ballots, fewer than the minimum survivors 5 .*contributors "
                                          rf"{node_id(0)}, {node_id(1)}"):
         DPHype(CANDS, config(dropout=0.2), tallies=keys).start(grid, timeout=60)
+
+
+def test_the_committee_opens_the_noisy_sum_of_the_verified_ballots_and_the_rule_selects(tmp_path, monkeypatch):
+    """release="committee-sum": the whole noisy vector of the valid ballots (for the GP rule), the tallies' noise,
+    a boosted ballot left out and named; every client's ledger records the sum release's epsilon."""
+    from dphype.secure.tally import voter_id
+
+    boost = np.zeros(len(CANDS), dtype=np.int64)
+    boost[0] = 30
+    grid, keys = argmax_grid(tmp_path)
+    modified_ballots(monkeypatch, {voter_id(1, node_id(0))}, boost)
+    cfg = config(release="committee-sum", epsilon=8.0, dropout=0.2)
+    result = DPHype(CANDS, cfg, tallies=keys).start(grid, timeout=60)
+    assert result.noisy_sum is not None and result.noisy_sum.shape == (len(CANDS),)
+    assert result.selection is not None and result.selected_index == 5  # every honest client ranks 5 first
+    assert result.noisy_sum[0] < 15  # the 30 votes were not counted
+    assert result.report.excluded == (str(node_id(0)),) and result.report.noise == "skellam"
+    for i in range(1, CLIENTS):
+        policy = NodePolicy.from_node_config(grid.contexts[node_id(i)].node_config)
+        (entry,) = Ledger(policy.ledger).entries()
+        assert entry.noise == "skellam" and entry.epsilon <= 8.0 * (1 + 1e-6)
 
 
 def test_the_servers_description_names_the_release_and_only_what_applies_to_it(tmp_path):

@@ -152,19 +152,21 @@ def test_audit_of_the_secure_client_path(noise, clients, dropout):
 
 def committee_noise_pairs(trials, epsilon, *, honest=2, parties=3):
     """The noise the ``honest`` tallies of a ``parties``-tally committee add to 2 counts, ``trials`` times, through the
-    real tally path (`Tally.job` draws each share with the secure generator); the other tallies' shares are known
-    to the attacker and left out (the worst case of the proof)."""
-    from dphype.secure.tally import Tally
-    from dphype.selection.ballots import BallotForm
+    real tally path (`ArgmaxRelease.tally_noise`, which a tally node calls: the secure generator); the other tallies'
+    shares are known to the attacker and left out (the worst case of the proof)."""
+    from dphype.config import DPHypeConfig
+    from dphype.protocol import make_vote_request
+    from dphype.selection.candidates import candidate_grid
 
-    width = 2_000  # 1,000 independent pairs of counts per job
+    width = 2_000  # 1,000 independent pairs of counts per request
+    config = DPHypeConfig(epsilon=epsilon, delta=1e-5, k=1, clients=10, release="argmax")
+    request = make_vote_request(config, candidate_grid(lr=[1.0 + i for i in range(width)]),
+                                tallies=tuple(bytes([j + 1]) * 32 for j in range(parties)))
     rounds = -(-2 * trials // width)
     noise = np.zeros(rounds * width, dtype=np.int64)
     for r in range(rounds):
-        for j in range(honest):
-            tally = Tally(j)
-            tally.open_round(f"audit-{r}", width, 1, parties, form=BallotForm.top_k(1), epsilon=epsilon)
-            noise[r * width:(r + 1) * width] += tally.job()["noise"]
+        for _ in range(honest):
+            noise[r * width:(r + 1) * width] += request.mode.tally_noise(request)
     return noise.reshape(-1, 2)[:trials]
 
 

@@ -1,8 +1,7 @@
 """The committee checks every ballot under MPC (issue 23, item 4): malicious clients in process, each check at its
 boundary. A malicious client skips its own check and shares whatever digits it likes; the tallies leave its ballot
 out and name it (never its content) while the honest consensus wins, and release nothing when too few valid ballots
-remain. The committee's noise is made negligible (epsilon 200) so that the opened index is the noiseless argmax of
-the valid ballots."""
+remain. The tallies' noise shares are zero here so that the opened index is the argmax of the valid ballots."""
 
 import numpy as np
 import pytest
@@ -21,14 +20,13 @@ from dphype.secure.tally import (
 )
 from dphype.selection.ballots import BallotForm
 
-NOISELESS = 200.0
 P = 8
 
 
 def open_committee(form, minimum, request="req-b"):
     tallies = [Tally(j) for j in range(3)]
     for t in tallies:
-        t.open_round(request, P, minimum, form=form, epsilon=NOISELESS)
+        t.open_round(request, P, minimum, form=form, noise=np.zeros(P, dtype=np.int64))
     return tallies
 
 

@@ -1,11 +1,13 @@
 """The tally committee: sealed Shamir shares of ballots, per-tally checks, and the secure argmax on MPyC (3 local
-parties). The committee's noise is made negligible here (epsilon 200: t = e^-100) so that the opened index is the
-noiseless argmax; tests/secure/test_ballot_check.py checks the ballots, tests/privacy the noise."""
+parties). The tallies' noise shares are given (zero, or fixed vectors) so that the opened value is known exactly;
+tests/secure/test_ballot_check.py checks the ballots, tests/privacy the noise the modes draw."""
 
 import numpy as np
 import pytest
 
 from dphype.secure.tally import (
+    OPENS_ARGMAX,
+    OPENS_SUM,
     Opening,
     ServedRecord,
     Tally,
@@ -20,14 +22,14 @@ from dphype.secure.tally import (
 )
 from dphype.selection.ballots import BallotForm
 
-#: An epsilon at which the committee's noise is 0 but with probability ~1e-43.
-NOISELESS = 200.0
+TOP_1 = BallotForm.top_k(1)
 
 
-def committee(min_contributors, request="req-1", size=5, k=1):
+def committee(min_contributors, request="req-1", size=5, k=1, noise=None, opens=OPENS_ARGMAX):
     tallies = [Tally(j) for j in range(3)]
     for t in tallies:
-        t.open_round(request, size, min_contributors, form=BallotForm.top_k(k), epsilon=NOISELESS)
+        share = np.zeros(size, dtype=np.int64) if noise is None else noise[t.index]
+        t.open_round(request, size, min_contributors, form=BallotForm.top_k(k), noise=share, opens=opens)
     return tallies
 
 
@@ -70,6 +72,22 @@ def test_secure_argmax_on_valid_ballots_opens_the_lowest_index_among_ties():
     assert secure_argmax([t.job() for t in tallies]) == Opening(int(np.argmax(np.sum(ballots, axis=0))), ())
 
 
+def test_every_tallys_noise_share_is_added_and_the_committee_opens_the_argmax_or_the_whole_noisy_sum():
+    ballots = [one_hot(6, 1, 3), one_hot(6, 1, 4), one_hot(6, 3, 4)]  # counts 0 2 0 2 2 0
+    noise = [np.array([0, -1, 0, 0, 2, 0]), np.array([5, 0, 0, 0, -1, 0]), np.array([-4, 0, 0, 1, 0, -7])]
+    noisy = np.sum(ballots, axis=0) + np.sum(noise, axis=0)  # 1 1 0 3 3 -7
+    tallies = committee(3, size=6, k=2, noise=noise)
+    send(tallies, "req-1", ballots)
+    assert secure_argmax([t.job() for t in tallies]) == Opening(3, ())  # 3 and 4 tie: the lower index
+    tallies = committee(3, request="req-2", size=6, k=2, noise=noise, opens=OPENS_SUM)
+    send(tallies, "req-2", ballots)
+    assert secure_argmax([t.job() for t in tallies]) == Opening(tuple(noisy.tolist()), ())
+    with pytest.raises(ValueError, match="the noise share must have 6 entries and opens must be"):
+        Tally(0).open_round("req-3", 6, 1, form=TOP_1, noise=np.zeros(5))
+    with pytest.raises(ValueError, match="the noise share must have 6 entries and opens must be"):
+        Tally(0).open_round("req-3", 6, 1, form=TOP_1, noise=np.zeros(6), opens="median")
+
+
 def test_tallies_refuse_too_few_contributors_and_disagreeing_sets():
     tallies = committee(3)
     send(tallies, "req-1", [one_hot(5, 0)] * 2)
@@ -106,7 +124,7 @@ def test_tally_refuses_replays_foreign_shares_and_duplicates():
         tallies[2].receive("d", client_sealed_shares("req-1", one_hot(4, 3), keys, voter_id(0, "d"))[2])
     tallies[0].job()
     with pytest.raises(TallyError, match="refuses a second argmax for request req-1"):
-        tallies[0].open_round("req-1", 5, 1, form=BallotForm.top_k(1), epsilon=1.0)
+        tallies[0].open_round("req-1", 5, 1, form=TOP_1, noise=np.zeros(5))
     with pytest.raises(TallyError, match="tally 0 has no open request"):
         tallies[0].receive("e", sealed[0])
 
@@ -140,21 +158,21 @@ def test_a_tallys_record_refuses_a_request_served_in_that_run_across_restarts_an
     keys = [first.public, Tally(1).public, Tally(2).public]
     sealed = client_sealed_shares("req-1", one_hot(5, 0), keys, voter_id(41, "3"))
     form = BallotForm.top_k(1)
-    first.open_round("req-1", 5, 1, run=41, form=form, epsilon=1.0)
+    first.open_round("req-1", 5, 1, run=41, form=form, noise=np.zeros(5))
     first.receive("3", sealed[0])
     first.job()
     assert record.entries() == {(41, "req-1")}
     assert record.path.stat().st_mode & 0o777 == 0o600
     restarted = Tally(0, first.keys, record=ServedRecord(record.path))  # nothing in memory: the file decides
     with pytest.raises(TallyError, match="refuses a second argmax for request req-1"):
-        restarted.open_round("req-1", 5, 1, run=41, form=form, epsilon=1.0)
+        restarted.open_round("req-1", 5, 1, run=41, form=form, noise=np.zeros(5))
     # a new run may ask again (its clients vote and pay again) ...
-    restarted.open_round("req-1", 5, 1, run=42, form=form, epsilon=1.0)
+    restarted.open_round("req-1", 5, 1, run=42, form=form, noise=np.zeros(5))
     with pytest.raises(TallyError, match="not this contributor's for request req-1, this run"):
         restarted.receive("3", sealed[0])  # ... but the old ciphertexts do not open in it
     record.path.write_text('{"run": 41, "request": "req-1"}\nnot json\n')
     with pytest.raises(TallyError, match="cannot be read; its operator must repair it"):
-        Tally(0, first.keys, record=record).open_round("req-2", 5, 1, run=43, form=form, epsilon=1.0)
+        Tally(0, first.keys, record=record).open_round("req-2", 5, 1, run=43, form=form, noise=np.zeros(5))
 
 
 def test_committee_checks_name_the_cause():

@@ -77,12 +77,13 @@ def _answers(replies: dict[int, Message], tally_nodes: dict[int, int], stage: st
 
 def _opening(answer: dict[str, Any]) -> Opening:
     """A tally's ``result`` answer as an `Opening`; `TallyError` for a malformed one."""
-    index, excluded = answer.get("index"), answer.get("excluded", [])
-    if (isinstance(index, bool) or not isinstance(index, int) or not isinstance(excluded, list)
-            or not all(isinstance(label, str) for label in excluded)):
-        raise TallyError("a tally answered the result stage without an index and its excluded contributors; "
+    value, excluded = answer.get("value"), answer.get("excluded", [])
+    values: list[Any] = value if isinstance(value, list) else [value]
+    if (not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+            or not isinstance(excluded, list) or not all(isinstance(label, str) for label in excluded)):
+        raise TallyError("a tally answered the result stage without a value and its excluded contributors; "
                          "nothing released")
-    return Opening(index, tuple(excluded))
+    return Opening(tuple(int(v) for v in values) if isinstance(value, list) else int(values[0]), tuple(excluded))
 
 
 def _hello(grid: Grid, nodes: Sequence[int], timeout: float | None) -> list[tuple[int, tuple[int, bytes]]]:
@@ -392,7 +393,7 @@ def run_winner_selection(grid: Grid, request: VoteRequest, *, preflight: Preflig
                        tally_nodes, TALLY_RESULT)
     opened = agreed_opening([_opening(a) for a in results.values()])
     result = request.mode.release(request, opened, len(contributors))
-    log(logging.INFO, "DP-Hype (argmax) selected candidate %d %s (pure epsilon=%.4g, %d contributors, %d ballots "
-        "invalid, %d tallies) in %.2f s after the pre-flight", opened.index, result.selected, result.report.epsilon,
-        len(contributors), len(opened.excluded), len(tallies), time.perf_counter() - start)
+    log(logging.INFO, "DP-Hype (%s) selected candidate %d %s (epsilon=%.4g, %d contributors, %d ballots invalid, "
+        "%d tallies) in %.2f s after the pre-flight", request.mode.name, result.selected_index, result.selected,
+        result.report.epsilon, len(contributors), len(opened.excluded), len(tallies), time.perf_counter() - start)
     return result
