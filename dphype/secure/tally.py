@@ -31,7 +31,8 @@ Security (MPyC's model: Shamir secret sharing, honest majority, semi-honest part
 ciphertexts and the index. One tally sees uniformly random shares and the index; the server colluding with
 one tally learns nothing more. Two colluding tallies (of three) can reconstruct every ballot (out of scope, as
 the honest majority assumption). A malicious client cannot make an invalid ballot count (it is left out and its
-contributor named) nor hide a boost in noise (it adds none). A malicious tally can change the result or abort
+contributor named), deal shares that lie on no polynomial of degree ``t`` (the same), nor hide a boost in noise (it
+adds none). A malicious tally can change the result or abort
 (MPyC is secure against semi-honest parties only; an abort releases nothing); the MPC channels are MPyC's TCP
 connections, which must run over a private network or MPyC's ``--ssl`` in a deployment. A tally that drops or
 answers late aborts the run: `secure_argmax` raises `TallyError` naming it and no index is released.

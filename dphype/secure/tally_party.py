@@ -24,19 +24,29 @@ bits in the field ``GF(modulus)`` of ``SecInt``, so the rows form a secure ``(n,
 1. Agreement. Before anything secret is touched the parties exchange (publicly: none of these is secret) the
    request digest, the contributor list's digest, its size, the row length, the ballot form, the committee's
    size and what to open with ``mpc.transfer``; any difference, or fewer contributors than the minimum, aborts.
-2. Ballot checks (`dphype.selection.ballots.BallotForm`). A ballot's entry is the weighted sum
-   ``sum_l 2^l x_l`` of its ``bits`` shared bits (for ``max_entry = 1`` the entries themselves), so every
-   entry lies in ``[0, max_entry]`` once every ``x`` is a bit; its total ``T`` is the sum of its entries. The
-   committee's randomness is drawn only now, after every input is fixed: each party sends 32 random bytes
-   (``mpc.transfer``) and SHAKE-256 of all of them expands to public coefficients ``r`` (one per bit) and
-   ``s`` (one per ballot), each uniform in ``[0, 2^62)``. One value is checked for the whole committee,
-   ``V = sum r x (x - 1) + sum_i s_i d_i``, with ``d_i = T_i - k`` for an exact total, or ``[T_i < min_total] +
-   [T_i > max_total]`` (secure comparisons) for a range: one secure inner product (a single resharing) and, for a
-   range, ``2 n`` comparisons. ``V`` is zero for valid ballots and, for any invalid one, nonzero except with
-   probability ``2^-61`` (a nonzero polynomial of degree 2 in ``r`` and ``s``, Schwartz-Zippel), and only
-   whether it is zero is opened (``mpc.is_zero_public``). Only if it is not, the per-ballot values ``V_i`` are
-   computed and MPyC opens only which are zero (``mpc.np_is_zero_public``): an invalid ballot's contributor is
-   named, nothing else about any ballot is opened.
+2. Ballot checks (`dphype.selection.ballots.BallotForm`). The committee's randomness is drawn only now, after every
+   input is fixed: each party sends 32 random bytes (``mpc.transfer``) and SHAKE-256 of all of them expands to public
+   coefficients ``r`` (one per shared bit) and ``s`` (one per ballot), each uniform in ``[0, 2^62)``.
+
+   a. Sharings. A modified client could deal points on no polynomial of degree ``t``: each party opens its outputs
+      from ``t + 1`` shares, MPyC's multiplications read all of them, so such a ballot reads as one valid ballot
+      to the checks and as a boosted one to each party's openings (shares on ``a - 3c x + c x^2`` for 3 parties:
+      the bit ``a`` to the checks, ``a - 2c``, ``a - 6c`` or ``a - 3c`` to the parties; tests/secure). So every
+      ballot's combination ``sum_j r_j x_j`` plus a mask (the sum of one uniformly random input of every party,
+      so nothing about the ballot is revealed) is opened twice, from all parties (``threshold=2t``) and from
+      ``t + 1`` (MPyC's default); a ballot on which any party reads two values is left out (its deviation from a
+      polynomial of degree ``t`` survives the random combination except with probability ``2^-62``).
+   b. Form. A ballot's entry is the weighted sum ``sum_l 2^l x_l`` of its ``bits`` shared bits (for ``max_entry =
+      1`` the entries themselves), so every entry lies in ``[0, max_entry]`` once every ``x`` is a bit; its total
+      ``T`` is the sum of its entries. One value is checked for the whole committee, ``V = sum r x (x - 1) + sum_i
+      s_i d_i`` over the ballots left in, with ``d_i = T_i - k`` for an exact total, or ``[T_i < min_total] +
+      [T_i > max_total]`` (secure comparisons) for a range: one secure inner product (a single resharing) and,
+      for a range, ``2 n`` comparisons. ``V`` is zero for valid ballots and, for any invalid one, nonzero except
+      with probability ``2^-61`` (a nonzero polynomial of degree 2 in ``r`` and ``s``, Schwartz-Zippel), and only
+      whether it is zero is opened (``mpc.is_zero_public``). Only if it is not, the per-ballot values ``V_i`` are
+      computed and MPyC opens only which are zero (``mpc.np_is_zero_public``).
+
+   An invalid ballot's contributor is named; nothing else about any ballot is opened.
 3. Noise and the release. Each party inputs its noise share (``mpc.input``; drawn by its tally with the CSPRNG
    for the release, `dphype.modes.CommitteeMode.tally_noise`), the MPC adds the valid ballots' entries and every
    noise share, and opens only what the job names: ``"argmax"``, the index of ``mpc.np_argmax`` (secure
@@ -126,8 +136,22 @@ def main() -> int:
         # the committee's randomness, drawn after every input is fixed
         seeds = await mpc.transfer(secrets.token_bytes(32))
         coeffs = _coefficients(b"".join(seeds), count * width + count)
-        r = field.array(np.array(coeffs[:count * width], dtype=object).reshape(count, width))
+        r_ = np.array(coeffs[:count * width], dtype=object).reshape(count, width)
         s_ = np.array(coeffs[count * width:], dtype=object)
+        # every contributor's shares lie on one polynomial of degree t: its random combination, masked by the
+        # parties' random inputs, opened from all parties and from t + 1 of them, must read the same
+        masks = mpc.input(secint.array(field.array(np.array([secrets.randbelow(modulus) for _ in range(count)],
+                                                            dtype=object))))
+        combined = (x * field.array(r_)).sum(axis=1)
+        for mask in masks:
+            combined = combined + mask
+        full = await mpc.output(combined, threshold=2 * mpc.threshold)
+        partial = await mpc.output(combined)
+        skewed = await mpc.transfer([bool(a != b) for a, b in zip(full, partial, strict=True)])
+        keep = ~np.any(np.array(skewed, dtype=bool), axis=0)  # any party that read two values leaves it out
+        # the form of every ballot that is a sharing, in one check
+        r = field.array(r_ * keep.astype(object)[:, None])
+        s = field.array(s_ * keep.astype(object))
         weights = np.array([1 << b for b in range(bits)], dtype=object)
         entries = x.reshape(count * size, bits) @ weights if bits > 1 else x
         entries = entries.reshape(count, size)
@@ -137,12 +161,12 @@ def main() -> int:
         else:
             deviation = (totals < form[1]) + (totals > form[2])
         weighted = x * r
-        check = weighted.reshape(count * width) @ (x - 1).reshape(count * width) + deviation @ field.array(s_)
+        check = weighted.reshape(count * width) @ (x - 1).reshape(count * width) + deviation @ s
         if await mpc.is_zero_public(check):
-            valid = np.ones(count, dtype=bool)
+            valid = keep
         else:  # someone cast an invalid ballot: find whose, opening only which per-ballot values are zero
-            per_ballot = mpc.np_multiply(weighted, x - 1).sum(axis=1) + deviation * field.array(s_)
-            valid = np.asarray(await mpc.np_is_zero_public(per_ballot), dtype=bool)
+            per_ballot = mpc.np_multiply(weighted, x - 1).sum(axis=1) + deviation * s
+            valid = keep & np.asarray(await mpc.np_is_zero_public(per_ballot), dtype=bool)
         excluded = [labels[i] for i in np.flatnonzero(~valid)]
         checked = time.perf_counter()
         if int(valid.sum()) < int(job["min_contributors"]):

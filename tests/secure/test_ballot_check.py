@@ -128,3 +128,40 @@ def test_all_valid_ballots_open_only_the_index_and_no_one_is_excluded():
     for c in range(4):
         cast(tallies, f"c{c}", ballot(5, c))
     assert run(tallies) == Opening(5, ())
+
+
+def test_a_ballot_shared_inconsistently_is_excluded_and_named_and_the_tallies_still_agree():
+    """A modified client deals shares that lie on no line (a degree-2 polynomial, not a Shamir sharing of degree 1):
+    every pair of tallies would read another ballot, and MPyC's parties, each opening from its own pair, would disagree
+    or desynchronise. The committee checks every sharing's degree first (a random combination opened in full and
+    with t + 1 shares, masked by the tallies' own random inputs): the client is left out and named."""
+    tallies = open_committee(BallotForm.top_k(1), minimum=3)
+    for c in range(3):
+        cast(tallies, f"honest-{c}", ballot(2))
+    q = field_modulus()
+    shares = split_shares(np.asarray(ballot(6), dtype=object), 3, q)  # a valid ballot ...
+    shares[2] = [(v + 30) % q for v in shares[2]]  # ... with tally 2's shares moved off the line
+    for j, (t, share) in enumerate(zip(tallies, shares, strict=True)):
+        t.receive("skewed", seal(t.public, np.asarray(share, dtype=np.uint64).tobytes(),
+                                 context=share_context("req-b", j, voter_id(0, "skewed"))))
+    assert run(tallies) == Opening(2, ("skewed",))
+
+
+def test_an_inconsistent_sharing_built_to_pass_the_bit_check_is_caught_by_the_degree_check():
+    """The attack the degree check is for: shares on f(x) = a - 3c x + c x^2. Read from all 3 tallies (how MPyC's
+    multiplications and full openings read it) every entry is the valid bit a and x(x - 1) checks to 0, so the form
+    checks pass; read from 2 tallies (how each party opens its outputs) the entry is a - 2c, a - 6c or a - 3c: with
+    c = -10 a boost of 20 to 60 votes for candidate 6 that every party would see (and as many less for candidate 0,
+    so that the totals' linear check reads a consistent sharing as well). The committee must leave it out."""
+    tallies = open_committee(BallotForm.top_k(1), minimum=3)
+    for c in range(3):
+        cast(tallies, f"honest-{c}", ballot(2))
+    q = field_modulus()
+    values = ballot(6)
+    skew = np.zeros(P, dtype=object)
+    skew[6], skew[0] = -10, 10  # summing to 0: the total's check reads a consistent sharing too
+    shares = [[int(a - 3 * c * x + c * x * x) % q for a, c in zip(values, skew, strict=True)] for x in (1, 2, 3)]
+    for j, (t, share) in enumerate(zip(tallies, shares, strict=True)):
+        t.receive("skewed", seal(t.public, np.asarray(share, dtype=np.uint64).tobytes(),
+                                 context=share_context("req-b", j, voter_id(0, "skewed"))))
+    assert run(tallies) == Opening(2, ("skewed",))
