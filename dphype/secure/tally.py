@@ -425,7 +425,7 @@ class Tally:
         self._round = {"request": request_digest, "run": int(run), "size": int(size), "min": int(min_contributors),
                        "modulus": field_modulus(), "parties": int(parties), "threshold": threshold(parties),
                        "form": shape, "width": int(size) * int(form.max_entry).bit_length(),
-                       "noise": share.tolist(), "opens": opens, "shares": {}, "seen": set()}
+                       "noise": share.tolist(), "opens": opens, "shares": {}, "seen": set(), "malformed": set()}
 
     def receive(self, contributor: str, sealed: bytes) -> None:
         """Open one client's sealed share of the current request.
@@ -434,10 +434,13 @@ class Tally:
             contributor: The client's identity (its node id; the share must be bound to it, `voter_id`).
             sealed: Its share for this tally (`client_sealed_shares`).
 
+        A share that opens but has the wrong length or a value outside the field is the contributor's own doing: it
+        is kept as malformed (its row zero) and the committee leaves that contributor's ballot out and names it
+        (`dphype.secure.tally_party`), so one client cannot stop the selection.
+
         Raises:
-            TallyError: No round is open, a second share from the same contributor or with the same content, a
-                share for another request, tally, run or contributor (it does not authenticate), a wrong length or
-                a value outside the field.
+            TallyError: No round is open, a second share from the same contributor or with the same content, or a
+                share for another request, tally, run or contributor (it does not authenticate).
         """
         rnd = self._round
         if rnd is None:
@@ -453,11 +456,10 @@ class Tally:
         except (RelayError, ValueError):
             raise TallyError(f"tally {self.index}: the share of contributor {contributor} is not this contributor's "
                              f"for request {rnd['request'][:12]}, this run and this tally (it does not open)") from None
-        if len(plain) != rnd["width"] * ENTRY_BYTES:
-            raise TallyError(f"tally {self.index}: the share of contributor {contributor} has the wrong length")
-        share = np.frombuffer(plain, dtype=np.uint64)
-        if np.any(share >= np.uint64(rnd["modulus"])):
-            raise TallyError(f"tally {self.index}: the share of contributor {contributor} is outside the field")
+        share = np.frombuffer(plain, dtype=np.uint64) if len(plain) == rnd["width"] * ENTRY_BYTES else None
+        if share is None or np.any(share >= np.uint64(rnd["modulus"])):
+            rnd["malformed"].add(contributor)
+            share = np.zeros(rnd["width"], dtype=np.uint64)
         rnd["seen"].add(fingerprint)
         rnd["shares"][contributor] = share
 
@@ -470,7 +472,8 @@ class Tally:
 
         Returns:
             The job: the share rows (base64 of little-endian uint64, one row per contributor in label order), the
-            contributors' labels, the ballot form, the noise share, the field, the request digest and the sizes.
+            contributors' labels and those whose share was malformed, the ballot form, the noise share, the field,
+            the request digest and the sizes.
 
         Raises:
             TallyError: No round is open.
@@ -489,7 +492,8 @@ class Tally:
         return {"modulus": rnd["modulus"], "bit_length": BIT_LENGTH, "threshold": rnd["threshold"],
                 "parties": rnd["parties"], "request": rnd["request"], "contributors": contributors,
                 "min_contributors": rnd["min"], "size": rnd["size"], "form": rnd["form"],
-                "shares": base64.b64encode(rows.tobytes()).decode("ascii"), "noise": rnd["noise"],
+                "shares": base64.b64encode(rows.tobytes()).decode("ascii"), "malformed": sorted(rnd["malformed"]),
+                "noise": rnd["noise"],
                 "opens": rnd["opens"]}
 
 

@@ -35,7 +35,8 @@ bits in the field ``GF(modulus)`` of ``SecInt``, so the rows form a secure ``(n,
       ballot's combination ``sum_j r_j x_j`` plus a mask (the sum of one uniformly random input of every party,
       so nothing about the ballot is revealed) is opened twice, from all parties (``threshold=2t``) and from
       ``t + 1`` (MPyC's default); a ballot on which any party reads two values is left out (its deviation from a
-      polynomial of degree ``t`` survives the random combination except with probability ``2^-62``).
+      polynomial of degree ``t`` survives the random combination except with probability ``2^-62``), as is a
+      ballot whose share did not parse at any party's tally (a wrong length or a value outside the field).
    b. Form. A ballot's entry is the weighted sum ``sum_l 2^l x_l`` of its ``bits`` shared bits (for ``max_entry =
       1`` the entries themselves), so every entry lies in ``[0, max_entry]`` once every ``x`` is a bit; its total
       ``T`` is the sum of its entries. One value is checked for the whole committee, ``V = sum r x (x - 1) + sum_i
@@ -147,7 +148,9 @@ def main() -> int:
             combined = combined + mask
         full = await mpc.output(combined, threshold=2 * mpc.threshold)
         partial = await mpc.output(combined)
-        skewed = await mpc.transfer([bool(a != b) for a, b in zip(full, partial, strict=True)])
+        malformed = set(job["malformed"])  # a share that did not parse at this party's tally
+        skewed = await mpc.transfer([bool(a != b) or labels[i] in malformed
+                                     for i, (a, b) in enumerate(zip(full, partial, strict=True))])
         keep = ~np.any(np.array(skewed, dtype=bool), axis=0)  # any party that read two values leaves it out
         # the form of every ballot that is a sharing, in one check
         r = field.array(r_ * keep.astype(object)[:, None])

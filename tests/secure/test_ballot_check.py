@@ -165,3 +165,20 @@ def test_an_inconsistent_sharing_built_to_pass_the_bit_check_is_caught_by_the_de
         t.receive("skewed", seal(t.public, np.asarray(share, dtype=np.uint64).tobytes(),
                                  context=share_context("req-b", j, voter_id(0, "skewed"))))
     assert run(tallies) == Opening(2, ("skewed",))
+
+
+def test_a_share_that_does_not_parse_at_one_tally_leaves_its_ballot_out_instead_of_stopping_the_selection():
+    """A client seals a share of the wrong length to tally 0 and values outside the field to tally 2 (its other shares
+    are a valid ballot's): the tallies keep it as malformed, the committee leaves it out and names it, and the
+    selection goes on."""
+    tallies = open_committee(BallotForm.top_k(1), minimum=3)
+    for c in range(3):
+        cast(tallies, f"honest-{c}", ballot(2))
+    q = field_modulus()
+    for label, fault in (("short", 0), ("outside", 2)):
+        shares = split_shares(np.asarray(ballot(6), dtype=object), 3, q)
+        blobs = [np.asarray(share, dtype=np.uint64).tobytes() for share in shares]
+        blobs[fault] = blobs[fault][:-8] if label == "short" else np.full(P, 2**64 - 1, dtype=np.uint64).tobytes()
+        for j, (t, blob) in enumerate(zip(tallies, blobs, strict=True)):
+            t.receive(label, seal(t.public, blob, context=share_context("req-b", j, voter_id(0, label))))
+    assert run(tallies) == Opening(2, ("outside", "short"))
