@@ -44,12 +44,22 @@ from dphype.checks import EPSILON_RTOL, resolve_accountant
 from dphype.privacy.accounting import VoteRelease, mechanism_epsilon, privacy_report, vote_sensitivity
 from dphype.privacy.accounting import calibrate as calibrate_release
 from dphype.privacy.accounting import epsilon as release_epsilon
-from dphype.privacy.noise import check_survivors, client_noise_share, client_noise_std, replay_noisy_sums
+from dphype.privacy.noise import (
+    check_survivors,
+    client_noise_share,
+    client_noise_std,
+    committee_skellam_share,
+    honest_tallies,
+    replay_committee_sums,
+    replay_noisy_sums,
+    secure_generator,
+)
 from dphype.privacy.winner import (
     THRESHOLD_SHIFT,
     WINNER_NOISE,
     WinnerRelease,
-    client_winner_share,
+    committee_noise_share,
+    committee_noise_std,
     noise_parameter,
     noise_std,
     replay_winners,
@@ -58,7 +68,7 @@ from dphype.privacy.winner import (
 from dphype.refusal import Refusal
 from dphype.result import DPHypeResult
 from dphype.secure.secure_sum import GAUSSIAN_SCALE, check_range, encode
-from dphype.secure.tally import check_committee, client_sealed_shares
+from dphype.secure.tally import OPENS_ARGMAX, OPENS_SUM, Opening, check_committee, client_sealed_shares
 from dphype.selection.ballots import BallotForm
 from dphype.selection.planner import Forecast
 from dphype.selection.rules import select_release
@@ -162,9 +172,9 @@ class Aggregator(enum.Enum):
     """Where the clients' ballots go and what comes back: the Flower server dispatches on it.
 
     ``SECAGG``: DP-Hype's SecAgg+ (`dphype.secure.secagg`); each client sends an encoded noisy vote vector and
-    the server unmasks their exact sum. ``COMMITTEE``: a committee of tally parties (`dphype.secure.tally`,
-    whose public keys the request names); each client seals Shamir shares of its noisy votes to them and they open
-    only what the mode releases.
+    the server unmasks their exact sum (unverified). ``COMMITTEE``: a committee of tally parties
+    (`dphype.secure.tally`, whose public keys the request names); each client seals Shamir shares of its ballot to
+    them and they check every ballot, add their own noise and open only what the mode releases.
 
     Attributes:
         SECAGG: DP-Hype's SecAgg+: the exact sum of the encoded noisy vote vectors.
@@ -377,9 +387,9 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
     @abstractmethod
     def ballot(self, request: Request, scores: np.ndarray, *, maximize: bool,
                clipping_range: int | None = None, voter: str | None = None) -> BallotT:
-        """What a client hands the `aggregator`: its top-k votes on ``scores`` plus its noise share.
+        """What a client hands the `aggregator`: its top-k votes on ``scores``, plus its noise share where it adds one.
 
-        The share comes from the secure generator (no generator can be passed in).
+        A share comes from the secure generator (no generator can be passed in).
 
         Args:
             request: The approved request.
@@ -478,6 +488,27 @@ def release_modes() -> tuple[ReleaseMode[Any, Any], ...]:
         The modes.
     """
     return tuple(mode() for mode in RELEASE_MODES.values())
+
+
+def vote_cost(request: Request, total_std: float, *, delta: float, accountant: str, neighbouring: str) -> NodeCost:
+    """What a noisy vote sum with noise of std ``total_std`` costs a node, accounted its way (`ReleaseMode.node_cost`).
+
+    Args:
+        request: The request (its ``k`` and noise kind).
+        total_std: The std of the noise the release carries in the worst allowed case.
+        delta: The node's delta.
+        accountant: The node's accountant, ``"auto"`` (the default for the noise kind) or a name.
+        neighbouring: The node's neighbouring relation.
+
+    Returns:
+        The cost.
+    """
+    cfg = request.config
+    accountant = resolve_accountant(None if accountant == "auto" else accountant, cfg.noise)
+    l2, l1 = vote_sensitivity(cfg.k, neighbouring)
+    eps = mechanism_epsilon(l2, l1, total_std, cfg.noise, delta, accountant)
+    return NodeCost(noise=cfg.noise, total_std=total_std, epsilon=eps, accountant=accountant,
+                    claim=f"the requested noise gives epsilon {eps:.3g} at this node's delta")
 
 
 # ------------------------------------------------------------------------------------------------- sum
@@ -597,11 +628,7 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
         """
         cfg = request.config
         total_std = client_noise_std(request.sigma, cfg.clients, cfg.dropout) * math.sqrt(survivors)
-        accountant = resolve_accountant(None if accountant == "auto" else accountant, cfg.noise)
-        l2, l1 = vote_sensitivity(cfg.k, neighbouring)
-        eps = mechanism_epsilon(l2, l1, total_std, cfg.noise, delta, accountant)
-        return NodeCost(noise=cfg.noise, total_std=total_std, epsilon=eps, accountant=accountant,
-                        claim=f"the requested noise gives epsilon {eps:.3g} at this node's delta")
+        return vote_cost(request, total_std, delta=delta, accountant=accountant, neighbouring=neighbouring)
 
     def ballot(self, request: Request, scores: np.ndarray, *, maximize: bool,
                clipping_range: int | None = None, voter: str | None = None) -> np.ndarray:
@@ -713,26 +740,89 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
                 f"{plan.success_argmax:.2f})")
 
 
+# ----------------------------------------------------------------------------------------- the committee
+class CommitteeMode(ReleaseMode[list[bytes], OpenedT]):
+    """What the tally committee's release modes share: ballots the committee verifies, noise the committee makes.
+
+    A client shares its ballot only (`ballot`); each tally draws its own noise share (`tally_noise`) and the MPC
+    checks every ballot, adds the valid ones and every share, and opens only what the mode releases (`opens`).
+
+    Attributes:
+        aggregator: The tally committee.
+        opens: What the committee opens (`dphype.secure.tally.OPENS_ARGMAX` or `dphype.secure.tally.OPENS_SUM`).
+    """
+
+    aggregator = Aggregator.COMMITTEE
+    #: What the committee opens.
+    opens: ClassVar[str]
+
+    def ballot(self, request: Request, scores: np.ndarray, *, maximize: bool,
+               clipping_range: int | None = None, voter: str | None = None) -> list[bytes]:
+        """The top-k ballot, checked against the request's form, split into Shamir shares of its bits and sealed.
+
+        No noise: the committee makes it. The client checks its own ballot against the form
+        (`ReleaseMode.ballot_form`, `dphype.selection.ballots.BallotForm.check`) before it shares; one ciphertext
+        per tally in committee order (`dphype.secure.tally.client_sealed_shares`, bound to the request's digest,
+        the tally and ``voter``).
+
+        Args:
+            request: The approved request.
+            scores: The client's scores, ``(p,)`` or ``(p, j)``.
+            maximize: Whether a higher score is better.
+            clipping_range: Does not apply.
+            voter: The client's identity in its run (`dphype.secure.tally.voter_id`); required.
+
+        Returns:
+            The ciphertexts, one per tally.
+
+        Raises:
+            ValueError: Without a ``voter``, or for a ballot that breaks the form
+                (`dphype.selection.ballots.InvalidBallot`).
+        """  # noqa: DOC502
+        if not voter:
+            raise ValueError("voter must be the client's identity in its run (dphype.secure.tally.voter_id)")
+        form = self.ballot_form(request.config)
+        votes = form.check(top_k_votes(scores, request.config.k, maximize=maximize), len(request.candidates))
+        return client_sealed_shares(request.digest(), votes, request.tallies, voter, form.bits)
+
+    @abstractmethod
+    def tally_noise(self, request: Request) -> np.ndarray:
+        """One tally's noise share for ``request``, from a fresh `dphype.privacy.noise.secure_generator`.
+
+        The shares of any honest majority of the committee (`dphype.privacy.noise.honest_tallies`) carry the
+        release's guarantee; a tally node draws its share when it collects (`dphype.flower.tally`).
+
+        Args:
+            request: The approved request.
+
+        Returns:
+            The int64 share, one entry per candidate.
+        """
+
+
 # ---------------------------------------------------------------------------------------------- argmax
-class ArgmaxRelease(ReleaseMode[list[bytes], int]):
-    """Only the winner's index: report-noisy-max over the vote counts with client-made discrete Laplace noise.
+class ArgmaxRelease(CommitteeMode[Opening | int]):
+    """Only the winner's index: report-noisy-max over the verified ballots with committee-made discrete Laplace noise.
 
-    It is computed by a tally committee under MPC (`dphype.privacy.winner`, `dphype.secure.tally`).
+    It is computed by a tally committee under MPC (`dphype.privacy.winner`, `dphype.secure.tally`): the clients
+    secret-share their ballots only, the committee checks each against the request's ballot form, leaves out the
+    invalid ones (naming their contributors), adds the noise its tallies drew and opens only the argmax.
 
-    Pure ``epsilon``-DP with noise independent of ``k``; ``sigma`` is the total discrete Laplace std that
-    ``epsilon`` implies (`dphype.privacy.winner.noise_std`, for information: every client derives its noise
-    from the announced ``epsilon``). ``delta``, ``noise`` and ``accountant`` concern only the composition with
-    other releases, and the selection rule does not apply.
+    Pure ``epsilon``-DP with noise independent of ``k``, of the clients and of the dropout; ``sigma`` is the
+    discrete Laplace std that ``epsilon`` implies (`dphype.privacy.winner.noise_std`: what the shares of any
+    honest majority of tallies add up to; every tally derives its share from the announced ``epsilon``).
+    ``delta``, ``noise`` and ``accountant`` concern only the composition with other releases, and the selection
+    rule does not apply.
 
     Attributes:
         name: ``"argmax"``.
-        aggregator: The tally committee.
         forecast: The winner release's.
+        opens: The winner's index.
     """
 
     name = "argmax"
-    aggregator = Aggregator.COMMITTEE
     forecast = Forecast.WINNER
+    opens = OPENS_ARGMAX
 
     def calibrate(self, config: Settings, candidates: CandidateList) -> float:
         """The total discrete Laplace std that ``epsilon`` implies (`dphype.privacy.winner.noise_std`).
@@ -776,7 +866,7 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
                              neighbouring=cfg.neighbouring)
 
     def check_claims(self, request: Request) -> None:
-        """Nothing to recompute: each client derives its noise from the announced epsilon.
+        """Nothing to recompute: each tally derives its noise share from the announced epsilon and committee size.
 
         So it cannot be asked for too little.
 
@@ -801,12 +891,13 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
                   neighbouring: str) -> NodeCost:
         """Pure ``epsilon_node = -shift log t`` under the node's relation (`THRESHOLD_SHIFT`).
 
-        Whatever the node's delta and accountant; ``total_std`` is the request's ``sigma`` (the fewest
-        contributors' noise).
+        Whatever the node's delta and accountant, and the number of contributors: the noise is the committee's,
+        and the shares of any ``h`` of its tallies (`dphype.privacy.winner.honest_tallies` of the request's
+        committee size, MPyC's honest majority) carry it; ``total_std`` is the request's ``sigma``, that std.
 
         Args:
             request: The request.
-            survivors: The fewest allowed contributors.
+            survivors: The fewest allowed contributors (the noise does not depend on them).
             delta: The node's delta.
             accountant: The node's accountant, ``"auto"`` or a name.
             neighbouring: The node's neighbouring relation.
@@ -815,82 +906,76 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
             The cost.
         """
         cfg = request.config
+        parties = len(request.tallies)
         eps = -THRESHOLD_SHIFT[neighbouring] * math.log(noise_parameter(cfg.epsilon, cfg.neighbouring))
         return NodeCost(noise=WINNER_NOISE, total_std=request.sigma, epsilon=eps, accountant="pure epsilon",
-                        claim=f"the requested winner release gives pure epsilon {eps:.3g}")
+                        claim=f"the requested winner release gives pure epsilon {eps:.3g} (noise made by any "
+                              f"{honest_tallies(parties)} of the {parties} tallies)")
 
-    def ballot(self, request: Request, scores: np.ndarray, *, maximize: bool,
-               clipping_range: int | None = None, voter: str | None = None) -> list[bytes]:
-        """Top-k votes plus this client's discrete Laplace share, split into Shamir shares and sealed.
-
-        The share is `dphype.privacy.winner.client_winner_share`'s; one ciphertext per tally in committee order
-        (`dphype.secure.tally.client_sealed_shares`, bound to the request's digest, the tally and ``voter``).
+    def tally_noise(self, request: Request) -> np.ndarray:
+        """One tally's discrete Laplace share (`dphype.privacy.winner.committee_noise_share`) from the CSPRNG.
 
         Args:
             request: The approved request.
-            scores: The client's scores, ``(p,)`` or ``(p, j)``.
-            maximize: Whether a higher score is better.
-            clipping_range: Does not apply.
-            voter: The client's identity in its run (`dphype.secure.tally.voter_id`); required.
 
         Returns:
-            The ciphertexts, one per tally.
-
-        Raises:
-            ValueError: Without a ``voter``.
+            The int64 share, one entry per candidate.
         """
-        if not voter:
-            raise ValueError("voter must be the client's identity in its run (dphype.secure.tally.voter_id)")
         cfg = request.config
-        votes = top_k_votes(scores, cfg.k, maximize=maximize).astype(np.int64)
-        share = client_winner_share(votes.size, epsilon=cfg.epsilon, neighbouring=cfg.neighbouring,
-                                    clients=cfg.clients, dropout=cfg.dropout)
-        return client_sealed_shares(request.digest(), votes + share, request.tallies, voter)
+        return committee_noise_share(len(request.candidates), cfg.epsilon, cfg.neighbouring, len(request.tallies),
+                                     rng=secure_generator())
 
-    def release(self, request: Request, opened: int, survivors: int) -> DPHypeResult:
-        """The server's record of the index the tallies opened.
+    def release(self, request: Request, opened: Opening | int, survivors: int) -> DPHypeResult:
+        """The server's record of the index the tallies opened, and of the ballots they left out.
 
         Args:
             request: The request.
-            opened: The winner's index.
-            survivors: The number of contributors.
+            opened: The winner's index and the contributors whose ballots were invalid, or the index alone (a
+                `replay`'s: every ballot valid).
+            survivors: The number of contributors whose ballots reached the tallies (valid or not).
 
         Returns:
-            The result with the winner and the pure-epsilon privacy report, no noisy sum or selection.
+            The result with the winner and the pure-epsilon privacy report (naming the excluded contributors), no
+            noisy sum or selection.
 
         Raises:
-            ValueError: For an index outside the candidate list, or fewer survivors than the request's minimum.
+            ValueError: For an index outside the candidate list (or a vector), or fewer valid ballots than the
+                request's minimum.
         """
         cfg = request.config
+        opened = opened if isinstance(opened, Opening) else Opening(int(opened))
+        index = opened.value
+        if not isinstance(index, int):
+            raise ValueError("the argmax release opens an index, not a vector")
         report = winner_report(self.accounting(request), cfg.delta, clients=cfg.clients, dropout=cfg.dropout,
-                               survivors=survivors, committee=len(request.tallies))
-        if not 0 <= opened < len(request.candidates):
-            raise ValueError(f"index must be in [0, {len(request.candidates) - 1}], got {opened}")
-        return DPHypeResult(selected_index=int(opened), selected=request.candidates[opened], noisy_sum=None,
-                            report=report, selection=None, candidates=request.candidates)
+                               survivors=survivors - len(opened.excluded), committee=len(request.tallies),
+                               excluded=opened.excluded)
+        if not 0 <= index < len(request.candidates):
+            raise ValueError(f"index must be in [0, {len(request.candidates) - 1}], got {index}")
+        return DPHypeResult(selected_index=index, selected=request.candidates[index],
+                            noisy_sum=None, report=report, selection=None, candidates=request.candidates)
 
     def replay(self, request: Request, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
                survivors: int | None = None, per_client: bool = False) -> np.ndarray:
-        """Winning indices (`dphype.privacy.winner.replay_winners`).
+        """Winning indices with the committee's noise (`dphype.privacy.winner.replay_winners`).
 
         Args:
             request: The request.
             vote_sum: The noiseless vote sum, ``(p,)``.
             repetitions: The number of draws ``R``.
             rng: The generator of the noise.
-            survivors: The number of contributing clients (default all).
-            per_client: One noise share per client instead of one summed draw.
+            survivors: Does not apply (the noise does not depend on the contributors).
+            per_client: One noise share per tally instead of one summed draw.
 
         Returns:
             The indices, int64 ``(repetitions,)``.
         """
         cfg = request.config
-        return replay_winners(vote_sum, epsilon=cfg.epsilon, neighbouring=cfg.neighbouring, clients=cfg.clients,
-                              repetitions=repetitions, rng=rng, dropout=cfg.dropout, survivors=survivors,
-                              per_client=per_client)
+        return replay_winners(vote_sum, epsilon=cfg.epsilon, neighbouring=cfg.neighbouring, repetitions=repetitions,
+                              rng=rng, parties=len(request.tallies), per_tally=per_client)
 
     def describe(self, request: Request) -> str:
-        """The winner release's parameters: k, clients, dropout, neighbouring and the committee's size.
+        """The winner release's parameters: k, clients, dropout, neighbouring, the committee and its noise.
 
         Args:
             request: The request.
@@ -900,8 +985,10 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
         """
         # pure epsilon, discrete Laplace: no delta, noise kind or rule applies
         cfg = request.config
+        parties = len(request.tallies)
         return (f"k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, neighbouring={cfg.neighbouring!r}, "
-                f"tallies={len(request.tallies)}")
+                f"tallies={parties}, ballots verified, committee noise std="
+                f"{committee_noise_std(cfg.epsilon, cfg.neighbouring, parties):.4g}")
 
     def describe_plan(self, config: Settings, plan: Plan) -> str:
         """The chance of a good pick by the argmax release (no selection rule applies).
@@ -914,3 +1001,201 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
             The words.
         """
         return f"{plan.success:.2f} with the argmax release (the tallies' secure argmax; only the winner's index)"
+
+
+# --------------------------------------------------------------------------------------- committee sum
+class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
+    """The noisy vote sum of the ballots the tally committee verified, with noise the committee made.
+
+    As `SumRelease` (the same accounting of ``sigma`` with Skellam noise, the same selection rule on the released
+    vector) but computed by the tally committee: the clients share their ballots only, the committee checks each
+    against the request's ballot form, leaves out the invalid ones (naming their contributors), and each tally adds
+    a Skellam share of variance ``sigma^2 / h`` (`dphype.privacy.noise.committee_skellam_share`; ``h`` =
+    `dphype.privacy.noise.honest_tallies`), so that the shares of any ``h`` tallies carry ``sigma``: the
+    whole noisy vector is opened (the GP rule's input), with the guarantee of ``sigma`` whatever the number of
+    contributors. Integer noise only: ``noise`` must be ``"skellam"``.
+
+    Attributes:
+        name: ``"committee-sum"``.
+        forecast: The noisy sum's.
+        opens: The whole noisy sum.
+    """
+
+    name = "committee-sum"
+    forecast = Forecast.NOISY_SUM
+    opens = OPENS_SUM
+
+    @staticmethod
+    def _check_noise(noise: str) -> None:
+        """Refuse a noise kind the MPC cannot add (it adds integers)."""
+        if noise != "skellam":
+            raise ValueError(f"release='committee-sum' adds the tallies' integer Skellam noise under MPC: noise must "
+                             f"be 'skellam', got {noise!r}; set noise='skellam' (--noise skellam)")
+
+    def calibrate(self, config: Settings, candidates: CandidateList) -> float:
+        """Solve ``sigma`` for Skellam noise (`dphype.privacy.accounting.calibrate`), what any ``h`` tallies add.
+
+        Args:
+            config: The configuration.
+            candidates: The public candidate list.
+
+        Returns:
+            The noise std ``sigma`` of any ``h`` tallies' shares.
+
+        Raises:
+            ValueError: If the budget is invalid or the noise is not Skellam.
+        """  # noqa: DOC502
+        self._check_noise(config.noise)
+        return calibrate_release(config.epsilon, config.delta, config.k, num_candidates=len(candidates),
+                                 accountant=config.accountant, noise=config.noise,
+                                 neighbouring=config.neighbouring).sigma
+
+    def check_sigma(self, request: Request) -> None:
+        """Refuse Gaussian noise, and a ``sigma`` or ``k`` the vote release cannot describe (`SumRelease.check_sigma`).
+
+        Args:
+            request: The request being built.
+
+        Raises:
+            ValueError: If the noise is not Skellam, ``sigma`` is not positive, or ``k`` is not in ``[1, p]``.
+        """  # noqa: DOC502
+        self._check_noise(request.config.noise)
+        SumRelease().check_sigma(request)
+
+    def accounting(self, request: Request) -> VoteRelease:
+        """The noisy vote sum the request describes (`SumRelease.accounting`).
+
+        Args:
+            request: The request.
+
+        Returns:
+            The vote release.
+        """
+        return SumRelease().accounting(request)
+
+    def check_claims(self, request: Request) -> None:
+        """The client recomputes epsilon from the announced ``sigma`` (`SumRelease.check_claims`).
+
+        Args:
+            request: The request.
+        """  # noqa: DOC502
+        SumRelease().check_claims(request)
+
+    def announced_epsilon(self, request: Request) -> float:
+        """The announced epsilon, which a node holds against its limit.
+
+        Args:
+            request: The request.
+
+        Returns:
+            The configuration's epsilon.
+        """
+        return request.config.epsilon
+
+    def node_cost(self, request: Request, *, survivors: int, delta: float, accountant: str,
+                  neighbouring: str) -> NodeCost:
+        """The noisy sum with noise of std ``sigma`` (any ``h`` tallies' shares), accounted the node's way.
+
+        Whatever the number of contributors: the committee makes the noise.
+
+        Args:
+            request: The request.
+            survivors: The fewest allowed contributors (the noise does not depend on them).
+            delta: The node's delta.
+            accountant: The node's accountant, ``"auto"`` or a name.
+            neighbouring: The node's neighbouring relation.
+
+        Returns:
+            The cost.
+        """
+        return vote_cost(request, request.sigma, delta=delta, accountant=accountant, neighbouring=neighbouring)
+
+    def tally_noise(self, request: Request) -> np.ndarray:
+        """One tally's Skellam share (`dphype.privacy.noise.committee_skellam_share`) from the CSPRNG.
+
+        Args:
+            request: The approved request.
+
+        Returns:
+            The int64 share, one entry per candidate.
+        """
+        return committee_skellam_share(len(request.candidates), sigma=request.sigma, parties=len(request.tallies),
+                                       rng=secure_generator())
+
+    def release(self, request: Request, opened: Opening | np.ndarray, survivors: int) -> DPHypeResult:
+        """The configured selection rule on the opened noisy sum, with the privacy report of ``sigma``.
+
+        Args:
+            request: The request.
+            opened: The noisy sum of the valid ballots and the contributors whose ballots were invalid, or the sum
+                alone (a `replay`'s: every ballot valid).
+            survivors: The number of contributors whose ballots reached the tallies (valid or not).
+
+        Returns:
+            The result with the noisy sum, the rule's selection and the privacy report.
+
+        Raises:
+            ValueError: For fewer valid ballots than the request's minimum, or a sum of another shape.
+        """
+        cfg = request.config
+        opening = opened if isinstance(opened, Opening) else Opening(tuple(np.asarray(opened).tolist()))
+        valid = check_survivors(survivors - len(opening.excluded), cfg.clients, request.min_survivors)
+        total = np.asarray(opening.value, dtype=np.float64)
+        if total.shape != (len(request.candidates),):
+            raise ValueError(f"noisy_sum must have shape ({len(request.candidates)},), got {total.shape}")
+        parties = len(request.tallies)
+        noise_std = request.sigma * math.sqrt(parties / honest_tallies(parties))  # all the shares added
+        report = replace(
+            privacy_report(self.accounting(request), cfg.delta, clients=cfg.clients, dropout=cfg.dropout,
+                           accountant=cfg.accountant),
+            survivors=valid, client_std=0.0, ballots_verified=True, excluded=opening.excluded,
+            released=(f"noisy vote sum of the ballots a committee of {parties} tallies verified on MPyC; noise made "
+                      f"by the tallies: any {honest_tallies(parties)} of the {parties} shares add up to the sigma "
+                      f"above, all {parties} to std {noise_std:.4g}"))
+        chosen = select_release(total, noise_std, space=request.candidates.feature_space(), rule=cfg.rule,
+                                clients=valid, k=cfg.k)
+        return DPHypeResult(selected_index=chosen.index, selected=request.candidates[chosen.index], noisy_sum=total,
+                            report=report, selection=chosen, candidates=request.candidates)
+
+    def replay(self, request: Request, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
+               survivors: int | None = None, per_client: bool = False) -> np.ndarray:
+        """Noisy sums with the committee's noise (`dphype.privacy.noise.replay_committee_sums`).
+
+        Args:
+            request: The request.
+            vote_sum: The noiseless vote sum, ``(p,)``.
+            repetitions: The number of draws ``R``.
+            rng: The generator of the noise.
+            survivors: Does not apply (the noise does not depend on the contributors).
+            per_client: One noise share per tally instead of one summed draw.
+
+        Returns:
+            The noisy sums, float64 ``(repetitions, p)``.
+        """
+        return replay_committee_sums(vote_sum, sigma=request.sigma, parties=len(request.tallies),
+                                     repetitions=repetitions, rng=rng, per_tally=per_client)
+
+    def describe(self, request: Request) -> str:
+        """The sum release's parameters (`SumRelease.describe`), the committee and its noise.
+
+        Args:
+            request: The request.
+
+        Returns:
+            The description, ``key=value, ...``.
+        """
+        parties = len(request.tallies)
+        return (f"{SumRelease().describe(request)}, tallies={parties}, ballots verified, committee noise std="
+                f"{request.sigma * math.sqrt(parties / honest_tallies(parties)):.4g}")
+
+    def describe_plan(self, config: Settings, plan: Plan) -> str:
+        """As `SumRelease.describe_plan`: the rule on the released noisy vote sum.
+
+        Args:
+            config: The configuration.
+            plan: The planner's prediction for it.
+
+        Returns:
+            The words.
+        """
+        return SumRelease().describe_plan(config, plan)

@@ -8,8 +8,9 @@ Data flows one way (DP-Hype Algorithm 1); what is released, and how, is the conf
    `make_vote_request` also refuses what the mode's aggregator could not release exactly);
 2. every client checks the request (`check_request`; against its own node policy and privacy
    ledger: `dphype.node.policy`, `dphype.node.ledger`), scores each candidate on its own data
-   (`score_candidates`, lines 2-4), and hands its ballot, its top-k votes plus its noise share
-   (`dphype.modes.ReleaseMode.ballot`, lines 5-10), to the mode's aggregator (SecAgg+, or the tally
+   (`score_candidates`, lines 2-4), and hands its ballot, its top-k votes plus its noise share for SecAgg+ or its
+   top-k votes alone for the tally committee, which makes the noise (`dphype.modes.ReleaseMode.ballot`, lines
+   5-10), to the mode's aggregator (SecAgg+, or the tally
    committee whose public keys the request names);
 3. the server turns what the aggregator opened into a `dphype.result.DPHypeResult` with a privacy report
    (`dphype.modes.ReleaseMode.release`, line 12). Everything after the aggregation is post-processing.

@@ -209,6 +209,7 @@ class DPHypeResult:
         accountant = rep.accountant if rep.pure else f"{rep.accountant} accountant"
         lines.append(f"privacy: {rep.guarantee()} per client ({rep.neighbouring}, {accountant}), {rep.noise} noise "
                      f"sigma={rep.sigma:.4g}{contributed}; released: {rep.released}")
+        lines.append(f"ballots: {rep.ballots()}")
         if sel is not None and sel.warning:
             lines.append(f"warning: {sel.warning}")
         if self.federation is not None:

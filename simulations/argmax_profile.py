@@ -2,14 +2,12 @@
 
 Part by part, for ``--candidates`` candidates (default 100) and each ``n`` of ``--clients``:
 
-* ``client share``: one client's :meth:`dphype.modes.ArgmaxRelease.ballot` (top-k votes, discrete Laplace share from
-  the secure generator, Shamir shares mod MPyC's prime, one sealed ciphertext per tally); mean over the
-  clients of one round; ``share bytes``: what one client uploads (3 ciphertexts);
-* ``tally collect``: one tally opening and summing the ``n`` ciphertexts sealed to it
-  (:class:`dphype.secure.tally.Tally`), mean over the 3 tallies;
-* ``secure argmax``: :func:`dphype.secure.tally.secure_argmax`, 3 MPyC parties on loopback ports, wall time from
-  starting the party processes to the agreed index, with each party's own split (importing numpy and MPyC,
-  connecting, agreement check + argmax); the opened index is checked against ``np.argmax`` of the counts;
+* the committee's parts (:func:`simulations.committee.committee_round`, as ``dphype bench committee``): one
+  client's ballot (:meth:`dphype.modes.ArgmaxRelease.ballot`: top-k votes checked against the form, Shamir shares
+  of its bits mod MPyC's prime, one sealed ciphertext per tally) and what it uploads, the 3 tallies opening their
+  ciphertexts and drawing their noise, and the MPC (3 MPyC parties on loopback ports: start, agreement, ballot
+  checks, noise, argmax) with each party's own split, traffic and memory; the opened index is checked against
+  ``np.argmax`` of the counts plus the tallies' noise shares;
 * with ``--whole``, a whole selection in process (:class:`dphype.flower.local.LocalGrid`, random scores, the
   real client handlers): argmax mode (3 tally nodes) and sum mode (SecAgg+), wall time of ``DPHype.start``.
 
@@ -30,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from simulations import harness
+from simulations.committee import committee_round, request_for
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,43 +38,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repetitions", type=int, default=3, help="rounds per n (default 3; medians reported)")
     parser.add_argument("--whole", action="store_true",
                         help="also time a whole selection in process in both release modes")
-
-
-def _request(p: int, k: int, clients: int, keys: tuple[bytes, ...], release: str = "argmax") -> Any:
-    from dphype.config import DPHypeConfig
-    from dphype.protocol import make_vote_request
-    from dphype.selection.candidates import candidate_grid
-
-    config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=k, clients=clients, release=release)
-    return make_vote_request(config, candidate_grid(lr=[10.0 ** (-i / 10) for i in range(p)]), tallies=keys)
-
-
-def _parts(p: int, k: int, clients: int, rng: np.random.Generator) -> dict[str, Any]:
-    from dphype.secure.tally import Tally, field_modulus, open_shares, secure_argmax, voter_id
-
-    tallies = [Tally(j) for j in range(3)]
-    request = _request(p, k, clients, tuple(t.public for t in tallies))
-    scores = rng.random((clients, p))
-    start = time.perf_counter()
-    sealed = [request.mode.ballot(request, s, maximize=True, voter=voter_id(0, c)) for c, s in enumerate(scores)]
-    client = (time.perf_counter() - start) / clients
-    for t in tallies:
-        t.open_round(request.digest(), p, request.min_survivors)
-    start = time.perf_counter()
-    for c, shares in enumerate(sealed):
-        for t, blob in zip(tallies, shares, strict=True):
-            t.receive(str(c), blob)
-    jobs = [t.job() for t in tallies]
-    collect = (time.perf_counter() - start) / 3
-    counts = open_shares({j: job["share"] for j, job in enumerate(jobs)}, field_modulus())  # the check only
-    timings: list[dict[str, float]] = []
-    start = time.perf_counter()
-    index = secure_argmax(jobs, timings=timings)
-    mpc = time.perf_counter() - start
-    if index != int(np.argmax(counts)):
-        raise RuntimeError(f"secure argmax opened {index}, the counts' argmax is {int(np.argmax(counts))}")
-    return {"client share s": client, "share bytes": sum(len(b) for b in sealed[0]), "tally collect s": collect,
-            "secure argmax s": mpc, **{f"party {key} s": max(t[key] for t in timings) for key in timings[0]}}
 
 
 def _whole(p: int, k: int, clients: int, release: str, rng: np.random.Generator) -> float:
@@ -114,7 +76,7 @@ def _whole(p: int, k: int, clients: int, release: str, rng: np.random.Generator)
             grid.contexts[node_id(clients + j)].node_config.update(
                 {"dphype-tally-id": j, "dphype-tally-parties": addresses, "dphype-tally-key": str(path)})
             keys.append(load_tally_key(path).public)
-        request = _request(p, k, clients, tuple(keys), release)
+        request = request_for(p, k, clients, tuple(keys), release)
         server = DPHype(request.candidates, request.config, tallies=tuple(keys))
         start = time.perf_counter()
         server.start(grid, timeout=600)
@@ -132,7 +94,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     rows = []
     rng = np.random.default_rng(args.seed)
     for n in clients:
-        runs = [_parts(p, k, n, rng) for _ in range(reps)]
+        runs = [committee_round(p, k, n, rng) for _ in range(reps)]
         row: dict[str, Any] = {"clients": n, "candidates": p}
         row |= {key: round(statistics.median(r[key] for r in runs), 4) for key in runs[0]}
         if args.whole:

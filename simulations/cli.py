@@ -36,6 +36,8 @@ STUDIES: dict[str, tuple[str, str]] = {
                "the argmax release's k: the measured sweep against the planner's advice (issue 14)"),
     "argmax-profile": ("simulations.argmax_profile",
                        "argmax mode part by part (client shares, tallies, secure argmax on MPyC) vs the sum mode"),
+    "committee": ("simulations.committee",
+                  "the tally committee with ballot checks and committee noise: seconds, traffic, memory (issue 23)"),
 }
 
 

@@ -111,8 +111,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                     for k in opts["ks"]:  # the same seed for every k: common random numbers
                         rng = np.random.default_rng([args.seed, f_index, e_index, r_index])
                         picks[k], _ = tradeoff.winner_picks(counts[k], epsilon=eps, relation=relation,
-                                                            clients=fed.clients, repetitions=opts["repetitions"],
-                                                            rng=rng)
+                                                            repetitions=opts["repetitions"], rng=rng)
                     gaps = {k: harness.mean_ci(100.0 * (opt - accuracy[picks[k]])) for k in opts["ks"]}
                     best_k = min(opts["ks"], key=lambda k: (gaps[k][0], k))
                     plans = {c: planner(fed.clients, eps, relation, c) for c in opts["consensus"]}

@@ -17,7 +17,7 @@ For every federation (data set, ``n`` clients, iid or Dirichlet ``beta``):
   The JSON ``summary`` rows describe the product's default rule (:data:`dphype.selection.rules.DEFAULT_RULE`),
   with the argmax's numbers beside them.
 * with ``--release argmax`` (or ``sum argmax``) the winner-only release of :mod:`dphype.privacy.winner` is
-  replayed too (:func:`dphype.privacy.winner.replay_winners`: the clients' discrete Laplace shares summed, the noisy
+  replayed too (:func:`dphype.privacy.winner.replay_winners`: the committee's discrete Laplace shares summed, the noisy
   maximum with lowest-index ties, as the tallies compute it), for each relation of ``--neighbourings``, at
   :func:`winner_k`'s ``k`` (``--k`` when given, else the planner's recommendation for that point); its rows
   have ``release = argmax``, rule ``noisy-max/<relation>`` and their ``k``, and ``winner_summary`` in the JSON
@@ -40,7 +40,7 @@ import numpy as np
 from dphype.checks import NEIGHBOURING, resolve_accountant
 from dphype.modes import RELEASE_MODES, ArgmaxRelease
 from dphype.privacy.noise import replay_noisy_sums
-from dphype.privacy.winner import noise_std, replay_winners
+from dphype.privacy.winner import committee_noise_std, replay_winners
 from dphype.selection.planner import plan, read_consensus
 from dphype.selection.rules import DEFAULT_RULE, RULES, select_batch
 from simulations import harness
@@ -124,16 +124,15 @@ def winner_k(release: dict[str, Any], *, clients: int, epsilon: float, relation:
                            num_candidates=num_candidates, consensus=release["consensus"]).recommended_k_winner)
 
 
-def winner_picks(vote_sum: np.ndarray, *, epsilon: float, relation: str, clients: int, repetitions: int,
+def winner_picks(vote_sum: np.ndarray, *, epsilon: float, relation: str, repetitions: int,
                  rng: np.random.Generator) -> tuple[np.ndarray, float]:
     """Argmax-mode picks of ``repetitions`` winner releases (:func:`dphype.privacy.winner.replay_winners`) under the
-    neighbouring ``relation`` and the total noise std; ``epsilon = inf``: the noiseless argmax (lowest index
-    among ties) and std 0."""
+    neighbouring ``relation`` and the total noise std of the 3 tallies' noise; ``epsilon = inf``: the noiseless
+    argmax (lowest index among ties) and std 0."""
     if np.isinf(epsilon):
         return np.full(repetitions, int(np.argmax(vote_sum))), 0.0
-    picks = replay_winners(vote_sum, epsilon=epsilon, neighbouring=relation, clients=clients,
-                           repetitions=repetitions, rng=rng)
-    return picks, noise_std(epsilon, relation)
+    picks = replay_winners(vote_sum, epsilon=epsilon, neighbouring=relation, repetitions=repetitions, rng=rng)
+    return picks, committee_noise_std(epsilon, relation)
 
 
 @dataclass(frozen=True)
@@ -157,8 +156,8 @@ def winner_releases(scores: np.ndarray, votes: np.ndarray, *, epsilon: float, cl
         k = winner_k(release, clients=clients, epsilon=epsilon, relation=relation, space=space,
                      num_candidates=len(votes))
         counts = votes if k == release["k"] else harness.client_votes(scores, k, maximize=True).sum(axis=0)
-        picks, std = winner_picks(counts, epsilon=epsilon, relation=relation, clients=clients,
-                                  repetitions=release["repetitions"], rng=rng)
+        picks, std = winner_picks(counts, epsilon=epsilon, relation=relation, repetitions=release["repetitions"],
+                                  rng=rng)
         out.append(WinnerRelease(f"noisy-max/{relation}", k, counts, picks, std))
     return out
 

@@ -16,6 +16,7 @@ from dphype.modes import (
     RELEASE_MODES,
     Aggregator,
     ArgmaxRelease,
+    CommitteeSumRelease,
     ReleaseMode,
     SumRelease,
     release_mode,
@@ -45,19 +46,24 @@ def a_request(name: str, committee: tuple[bytes, ...], **changes: Any) -> VoteRe
 
 # ------------------------------------------------------------------------------------------------ registry
 def test_the_registry_maps_each_configuration_name_to_its_class() -> None:
-    assert list(RELEASE_MODES) == ["sum", "argmax"]  # definition order: the planner's ties go to the first
+    # definition order: the planner's ties go to the first
+    assert list(RELEASE_MODES) == ["sum", "argmax", "committee-sum"]
     assert RELEASE_MODES["sum"] is SumRelease and RELEASE_MODES["argmax"] is ArgmaxRelease
-    assert (SumRelease.aggregator, ArgmaxRelease.aggregator) == (Aggregator.SECAGG, Aggregator.COMMITTEE)
-    assert (SumRelease.forecast, ArgmaxRelease.forecast) == (Forecast.NOISY_SUM, Forecast.WINNER)
-    assert release_modes() == (SumRelease(), ArgmaxRelease())
+    assert RELEASE_MODES["committee-sum"] is CommitteeSumRelease
+    assert (SumRelease.aggregator, ArgmaxRelease.aggregator, CommitteeSumRelease.aggregator) == (
+        Aggregator.SECAGG, Aggregator.COMMITTEE, Aggregator.COMMITTEE)
+    assert (SumRelease.forecast, ArgmaxRelease.forecast, CommitteeSumRelease.forecast) == (
+        Forecast.NOISY_SUM, Forecast.WINNER, Forecast.NOISY_SUM)
+    assert release_modes() == (SumRelease(), ArgmaxRelease(), CommitteeSumRelease())
     assert SumRelease() == SumRelease() != ArgmaxRelease() and len({SumRelease(), SumRelease()}) == 1
 
 
 @pytest.mark.parametrize("name", [None, "max", "Sum", 1])
 def test_an_unknown_name_names_the_parameter_the_allowed_names_and_the_fix(name: Any) -> None:
-    with pytest.raises(ValueError, match=r"release must be one of sum, argmax, got .*: set release .* to one of them"):
+    with pytest.raises(ValueError, match=r"release must be one of sum, argmax, committee-sum, got .*: set release "
+                                         r".* to one of them"):
         release_mode(name)
-    with pytest.raises(ValueError, match="release must be one of sum, argmax"):
+    with pytest.raises(ValueError, match="release must be one of sum, argmax, committee-sum"):
         DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=10, release=name)
 
 
@@ -88,7 +94,7 @@ def test_a_subclass_that_sets_a_name_registers_itself_once() -> None:
             type("Again", (SumRelease,), {"name": "louder"})
     finally:
         RELEASE_MODES.pop("louder", None)
-    assert list(RELEASE_MODES) == ["sum", "argmax"]
+    assert list(RELEASE_MODES) == ["sum", "argmax", "committee-sum"]
     with pytest.raises(TypeError):
         ReleaseMode()  # type: ignore[abstract]
 
@@ -144,17 +150,19 @@ def test_argmax_release_methods_agree_with_the_discrete_laplace_mechanism(commit
     result = mode.release(request, 3, 10)
     assert result.selected == CANDS[3] and result.noisy_sum is None and result.report.epsilon == 1.0
     counts = np.array([5, 7, 7, 2, 0, 1])
-    picks = mode.replay(request, counts, repetitions=50_000, rng=np.random.default_rng(5))
-    np.testing.assert_allclose(np.bincount(picks, minlength=6) / picks.size, winner_probabilities(counts, 1.0),
-                               atol=0.008)
-    np.testing.assert_array_equal(
+    np.testing.assert_array_equal(  # the committee's noise: the contributors do not change it
         mode.replay(request, counts, repetitions=20, rng=np.random.default_rng(7), survivors=9),
-        replay_winners(counts, epsilon=1.0, neighbouring="replace-one", clients=10, repetitions=20,
-                       rng=np.random.default_rng(7), survivors=9))
+        replay_winners(counts, epsilon=1.0, neighbouring="replace-one", parties=3, repetitions=20,
+                       rng=np.random.default_rng(7)))
+    # one share per tally or their sum in one draw: the same law, 1.5 discrete Laplaces (3 tallies, any 2 carry
+    # epsilon), so the top candidates win a little less often than with the one discrete Laplace of the exact law
     literal = mode.replay(request, counts, repetitions=50_000, rng=np.random.default_rng(6), per_client=True)
-    np.testing.assert_allclose(np.bincount(literal, minlength=6) / literal.size, winner_probabilities(counts, 1.0),
-                               atol=0.008)
-    assert "tallies=3" in mode.describe(request) and "delta" not in mode.describe(request)
+    summed = mode.replay(request, counts, repetitions=50_000, rng=np.random.default_rng(5))
+    freq, again = (np.bincount(picks, minlength=6) / picks.size for picks in (literal, summed))
+    np.testing.assert_allclose(freq, again, atol=0.01)
+    exact = winner_probabilities(counts, 1.0)
+    assert freq[1] + freq[2] < exact[1] + exact[2] - 0.01 and freq[0] > exact[0]
+    assert "tallies=3, ballots verified" in mode.describe(request) and "delta" not in mode.describe(request)
 
 
 def test_a_replayed_release_is_a_release_input(committee: tuple[bytes, ...]) -> None:
@@ -195,3 +203,41 @@ def test_preflight_is_a_deprecated_alias_of_check_plan() -> None:
     expected = check_plan(10, 1.0, 1e-5, None, 20, 2, repetitions=20)
     with pytest.deprecated_call():
         assert preflight(10, 1.0, 1e-5, None, 20, 2, repetitions=20) == expected
+
+
+# -------------------------------------------------------------------------------------------- committee sum
+def test_the_committee_sum_is_the_sum_releases_accounting_with_noise_the_tallies_make(
+        committee: tuple[bytes, ...]) -> None:
+    from dphype.secure.tally import Opening
+
+    mode = CommitteeSumRelease()
+    request = a_request("committee-sum", committee, dropout=0.2)  # at least 8 valid ballots of 10
+    summed = SumRelease().calibrate(request.config, CANDS)
+    assert request.sigma == mode.calibrate(request.config, CANDS) == pytest.approx(summed)
+    with pytest.raises(ValueError, match="noise must be 'skellam', got 'gaussian'; set noise='skellam'"):
+        a_request("committee-sum", committee, noise="gaussian")
+    # the noise is the committee's: the node's cost does not depend on the contributors
+    costs = {n: mode.node_cost(request, survivors=n, delta=1e-5, accountant="auto", neighbouring="replace-one")
+             for n in (2, 10)}
+    l2, l1 = vote_sensitivity(2, "replace-one")
+    assert costs[2] == costs[10] and costs[2].total_std == request.sigma
+    assert costs[2].epsilon == pytest.approx(mechanism_epsilon(l2, l1, request.sigma, "skellam", 1e-5, "rdp"))
+    assert costs[2].epsilon <= 1.0 * (1 + 1e-6)
+    # any 2 of the 3 tallies' shares carry sigma^2; all 3 (the replay) 1.5 sigma^2, one share per tally or summed
+    two = np.concatenate([mode.tally_noise(request) + mode.tally_noise(request) for _ in range(4000)])
+    assert np.var(two) == pytest.approx(request.sigma**2, rel=0.05)
+    votes = np.zeros(len(CANDS))
+    for per_tally in (False, True):
+        noisy = mode.replay(request, votes, repetitions=4000, rng=np.random.default_rng(3), per_client=per_tally)
+        assert np.var(noisy) == pytest.approx(1.5 * request.sigma**2, rel=0.05)
+    noisy_sum = (1, 30, 2, 9, 0, 1)
+    result = mode.release(request, Opening(noisy_sum, ("7",)), 10)  # 9 valid ballots of 10 contributors
+    assert result.noisy_sum is not None and result.noisy_sum.tolist() == list(noisy_sum)
+    assert result.selection is not None and result.selected_index == 1
+    assert (result.report.survivors, result.report.excluded, result.report.ballots_verified) == (9, ("7",), True)
+    assert result.report.sigma == pytest.approx(request.sigma) and result.report.noise == "skellam"
+    assert "ballots: verified by the tally committee under MPC (1 invalid left out, from contributors 7)" in (
+        result.summary())
+    with pytest.raises(ValueError, match=r"survivors must be an integer in \[8, 10\]"):
+        mode.release(request, Opening(noisy_sum, ("7", "8", "9")), 10)  # 7 valid ballots: below the minimum
+    assert "ballots verified, committee noise std=" in mode.describe(request)

@@ -17,8 +17,6 @@ from dphype.privacy.winner import (
     WINNER_NOISE,
     discrete_laplace_pmf,
     noise_parameter,
-    replay_winners,
-    winner_probabilities,
     winner_rdp,
 )
 from dphype.protocol import VoteRequest, make_vote_request
@@ -40,7 +38,7 @@ def argmax_request(tallies, *, p=10, **changes):
 
 
 def test_release_mode_is_validated_and_read_from_the_run_config():
-    with pytest.raises(ValueError, match="release must be one of sum, argmax, got 'max'"):
+    with pytest.raises(ValueError, match="release must be one of sum, argmax, committee-sum, got 'max'"):
         DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=10, release="max")
     cfg = DPHypeConfig.from_run_config({"epsilon": 1, "delta": 1e-5, "k": 2, "clients": 10, "release": "argmax"})
     assert cfg.release == "argmax"
@@ -64,22 +62,28 @@ def test_argmax_request_names_its_committee_and_round_trips(tallies):
         VoteRequest(req.candidates, cfg.replace(release="sum"), 10.0, req.tallies)
 
 
-def test_what_clients_send_sums_to_discrete_laplace_noise_and_a_scale_error_fails(tallies):
-    p, clients, rounds = 100, 4, 200  # 20,000 noise sums: a 10% scale error is rejected (power ~1)
-    req = argmax_request(tallies, p=p, clients=clients)
+def test_a_client_sends_its_ballot_only_and_any_two_tallies_noise_shares_are_discrete_laplace(tallies):
+    """Clients add no noise: two colluding tallies reconstruct exactly the 0/1 ballot with k ones (nothing that could
+    hide a boost). The noise is the tallies': any h = 2 of the 3 shares their jobs carry add up to discrete Laplace for
+    the request's epsilon (20,000 sums: a 10% scale error is rejected)."""
+    p, rounds = 100, 200
+    req = argmax_request(tallies, p=p, clients=4)
     q = field_modulus()
     scores = np.linspace(0.0, 1.0, p)
-    votes = np.zeros(p, dtype=np.int64)
-    votes[-2:] = 1  # top-2 of increasing scores
+    sealed = req.mode.ballot(req, scores, maximize=True, voter=voter_id(0, 1))
+    plain = {j: np.frombuffer(open_sealed(tallies[j].keys, sealed[j], context=share_context(req.digest(), j,
+                                                                                         voter_id(0, 1))),
+                              dtype=np.uint64) for j in range(3)}
+    ballot = open_shares({j: [int(v) for v in plain[j]] for j in (0, 2)}, q)  # two tallies colluding
+    assert ballot == [0] * (p - 2) + [1, 1]  # top-2 of increasing scores, and nothing else
+    form = req.mode.ballot_form(req.config)
     noise = []
-    for _ in range(rounds):
-        total = {j: np.zeros(p, dtype=object) for j in range(3)}  # each tally's summed shares
-        for _ in range(clients):  # any m = 4 of 4 clients carry the noise
-            for j, sealed in enumerate(req.mode.ballot(req, scores, maximize=True, voter=voter_id(0, 1))):
-                plain = open_sealed(tallies[j].keys, sealed, context=share_context(req.digest(), j, voter_id(0, 1)))
-                total[j] = total[j] + np.frombuffer(plain, dtype=np.uint64).astype(object)
-        counts = open_shares({j: [int(v) % q for v in total[j]] for j in (0, 2)}, q)  # two tallies colluding
-        noise.append(np.array(counts) - clients * votes)
+    for r in range(rounds):  # each tally node draws its share through the mode and hands it to its tally
+        jobs = []
+        for t in (Tally(j) for j in range(3)):
+            t.open_round(f"req-{r}", p, 1, run=r, form=form, noise=req.mode.tally_noise(req), opens=req.mode.opens)
+            jobs.append(t.job())
+        noise.append(np.add(jobs[0]["noise"], jobs[2]["noise"]))  # any two of the three
     noise = np.concatenate(noise)
 
     def p_value(t):
@@ -92,6 +96,18 @@ def test_what_clients_send_sums_to_discrete_laplace_noise_and_a_scale_error_fail
 
     assert p_value(noise_parameter(1.0)) > 1e-4
     assert p_value(math.exp(-1.0 / 2.2)) < 1e-4 and p_value(math.exp(-1.0 / 1.8)) < 1e-4  # 10% scale errors
+
+
+def test_a_client_checks_its_own_ballot_against_the_form_before_it_shares(tallies, monkeypatch):
+    import dphype.modes as modes
+
+    req = argmax_request(tallies, p=10)
+    boosted = np.zeros(10, dtype=np.int64)
+    boosted[:2] = 1
+    boosted[5] = 30  # modified client code: 30 votes for one candidate
+    monkeypatch.setattr(modes, "top_k_votes", lambda *args, **kwargs: boosted)
+    with pytest.raises(ValueError, match=r"a ballot's entries must lie in \[0, 1\]"):
+        req.mode.ballot(req, np.arange(10.0), maximize=True, voter=voter_id(0, 1))
 
 
 def test_node_checks_the_committee_and_recomputes_pure_epsilon_for_its_relation(tallies, tmp_path):
@@ -150,14 +166,6 @@ def test_release_winner_reports_pure_epsilon_and_the_run_accountant_composes_it(
     assert acc.get_epsilon(1e-5) <= 1.0
 
 
-def test_replayed_winners_follow_the_exact_distribution():
-    counts = np.array([5, 7, 7, 2])
-    idx = replay_winners(counts, epsilon=0.5, neighbouring="add-remove", clients=20, dropout=0.1, survivors=18,
-                         repetitions=50_000, rng=np.random.default_rng(5))
-    freq = np.bincount(idx, minlength=4) / idx.size
-    np.testing.assert_allclose(freq, winner_probabilities(counts, 0.5, "add-remove"), atol=0.008)
-
-
 def test_planner_predicts_both_modes_on_the_same_votes_and_recommends_one():
     from dphype.selection.planner import plan
 
@@ -172,7 +180,7 @@ def test_planner_predicts_both_modes_on_the_same_votes_and_recommends_one():
     summed = plan(20, 1.0, 1e-5, None, 100, consensus="moderate", rule="argmax", ks=[2, 5, 15], repetitions=100,
                   search=False, release=SumRelease())
     assert summed.release == "sum" and summed.success == {r["k"]: r for r in summed.by_k}[summed.k]["success"]
-    with pytest.raises(ValueError, match="release must be one of sum, argmax"):
+    with pytest.raises(ValueError, match="release must be one of sum, argmax, committee-sum"):
         plan(20, 1.0, 1e-5, None, 100, ks=[2], repetitions=10, search=False, release=release_mode("vector"))
 
 

@@ -4,7 +4,7 @@ A worked example of the Message API end to end, in one ``@app.main()``:
 
 1. `dphype.flower.DPHype` -- every client votes on the public candidate list. With ``release =
    "argmax"`` (the app's default, `dphype.app.config.APP_RELEASE`) the clients seal shares of their
-   noisy votes to a committee of ``tallies`` tally nodes, whose keys the ServerApp first asks the connected
+   ballots to a committee of ``tallies`` tally nodes, whose keys the ServerApp first asks the connected
    nodes for (`dphype.flower.connected_committee`), and only the winner's index is released;
    with ``release = "sum"`` one SecAgg+ round releases the noisy vote sum and the rule selects. Either way
    with a privacy report;

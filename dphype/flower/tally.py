@@ -8,10 +8,11 @@ node whose node config has ``dphype-tally-id`` (its index ``j`` in the committee
 MPyC addresses of all tallies, ``host:port,...`` in committee order) and ``dphype-tally-key`` (a file with its
 X25519 private key, created with mode 0600 if missing; its public key is what the server and the clients'
 ``dphype-tallies`` name). It answers ``query.dphype_tally`` in four stages: ``hello`` (its index and public key),
-``collect`` (the request and the ciphertexts sealed to it: `dphype.secure.tally.Tally` opens and sums
-them, refusing foreign or duplicate shares and a request already served), ``compute`` (starts its MPyC party
-with its summed share and returns at once, so that all parties run together whatever the transport) and
-``result`` (the index its party opened).
+``collect`` (the request and the ciphertexts sealed to it: `dphype.secure.tally.Tally` opens them, refusing
+foreign or duplicate shares and a request already served, and keeps every contributor's share row), ``compute``
+(starts its MPyC party, which checks every ballot and adds the noise shares the tallies drew when they collected;
+it returns at once, so that all parties run together whatever the transport) and ``result`` (what its party
+opened, the index or the noisy sum, and the contributors whose ballots were invalid).
 
 The server (`dphype.flower.server.committee.run_winner_selection`, called by
 `dphype.flower.server.DPHype.start` when ``release="argmax"``) finds the configured committee among the
@@ -58,7 +59,7 @@ from dphype.flower.wire import (
     TALLY_STAGES,
     TALLY_STATE,
 )
-from dphype.modes import Aggregator
+from dphype.modes import CommitteeMode
 from dphype.node.policy import federation_settings, load_membership
 from dphype.protocol import VoteRequest
 from dphype.refusal import Refusal, as_refusal
@@ -171,9 +172,10 @@ class _TallyNode:
     def stage(self, record: ConfigRecord) -> dict[str, Any]:
         """This tally's answer to one stage's content ``record``.
 
-        ``hello``: its index and public key; ``collect``: opens and sums the sealed shares of the request;
-        ``compute``: starts its MPyC party; ``result``: the index its party opened, waiting at most the
-        server's ``timeout`` (a finite number of seconds in ``(0, MAX_RESULT_WAIT]``).
+        ``hello``: its index and public key; ``collect``: opens the sealed shares of the request and draws its noise
+        share (`dphype.modes.CommitteeMode.tally_noise`); ``compute``: starts its MPyC party; ``result``: what its
+        party opened and the contributors whose ballots were invalid, waiting at most the server's ``timeout`` (a
+        finite number of seconds in ``(0, MAX_RESULT_WAIT]``).
 
         Args:
             record: The stage's content (its ``stage`` entry names the stage).
@@ -193,7 +195,8 @@ class _TallyNode:
             return {"index": self.index, "public": self.keys.public}
         if stage == TALLY_COLLECT:
             request = VoteRequest.from_record(record)
-            if request.mode.aggregator is not Aggregator.COMMITTEE:
+            mode = request.mode
+            if not isinstance(mode, CommitteeMode):
                 raise Refusal("release_mode", "a tally collects shares only for a request whose release is the "
                               "tally committee's")
             if request.roster and (self.membership is None or request.roster != self.membership.roster.digest()):
@@ -212,7 +215,8 @@ class _TallyNode:
                                record.get("signatures"))
             tally = Tally(self.index, self.keys, record=self.record)
             tally.open_round(request.digest(), len(request.candidates), request.min_survivors,
-                             len(request.tallies), run=self.run)
+                             len(request.tallies), run=self.run, form=mode.ballot_form(request.config),
+                             noise=mode.tally_noise(request), opens=mode.opens)
             self._stop()
             for contributor, sealed in zip(contributors, shares, strict=True):
                 tally.receive(str(contributor), cast(bytes, sealed))
@@ -246,7 +250,8 @@ class _TallyNode:
                     time.sleep(0.05)
             finally:
                 self._stop()
-            return {"index": answer[0]}
+            value = answer[0].value
+            return {"value": value if isinstance(value, int) else list(value), "excluded": list(answer[0].excluded)}
         raise Refusal("malformed_request", f"unknown tally stage (one of {', '.join(TALLY_STAGES)})")
 
     def _check_signed(self, request: VoteRequest, contributors: list[str], shares: list[bytes],

@@ -81,5 +81,5 @@ SECAGG_STATE = "dphype_secagg_state"
 TALLY_STATE = "dphype_tally_state"
 
 #: The tally stages, in order: ``hello`` (index and public key), ``collect`` (the sealed shares), ``compute``
-#: (start the MPyC party), ``result`` (the index it opened).
+#: (start the MPyC party), ``result`` (what it opened: the index or the noisy sum, and who cast invalid ballots).
 TALLY_HELLO, TALLY_COLLECT, TALLY_COMPUTE, TALLY_RESULT = TALLY_STAGES = ("hello", "collect", "compute", "result")

@@ -61,8 +61,9 @@ post-processing.
    pre-flight.
 9. *Noise* comes from ChaCha20 keyed by the operating system (`dphype.privacy.noise.secure_generator`).
 10. *Argmax mode* (``release="argmax"``, `dphype.privacy.winner`, `dphype.secure.tally`): the node
-    recomputes the pure epsilon of the noise it will add under ITS OWN neighbouring relation (the noise
-    parameter follows from the announced epsilon and relation), checks it and the fewest contributors against
+    recomputes the pure epsilon of the committee's noise under ITS OWN neighbouring relation (the noise
+    parameter follows from the announced epsilon and relation; the shares of any honest majority of the
+    committee's tallies carry it, `dphype.privacy.winner.honest_tallies`), checks it and the fewest contributors against
     its limits, and checks the tally committee before it seals a share: at least 3 distinct tallies (honest
     majority, threshold 1), all of them pinned by its operator (``dphype-tallies``; with none pinned every argmax
     request is refused in the pre-flight, so a server cannot name tallies it runs itself). Each share is sealed
@@ -70,8 +71,9 @@ post-processing.
     Flower node id, `dphype.secure.tally.voter_id`); the server relays ciphertexts only and cannot relabel one
     node's share as another's or replay it in another run. The tallies, not the server, enforce the minimum
     number of contributors, one share per contributor (by label and by content) and one argmax per request and
-    run (a record beside each tally's key, `dphype.secure.tally.ServedRecord`). Out of scope: two colluding
-    tallies (they reconstruct the noisy counts) and a malicious tally (it can change the index or abort; MPyC is
+    run (a record beside each tally's key, `dphype.secure.tally.ServedRecord`), and check every ballot's form under
+    MPC (an invalid one is left out and its sender named). Out of scope: two colluding
+    tallies (they reconstruct the ballots) and a malicious tally (it can change the index or abort; MPyC is
     secure against semi-honest parties).
 11. *The approved release mode* is part of every stage: a request approved for the tally committee is never
     answered by a SecAgg+ stage (the advertise riding on the pre-flight included), nor a SecAgg+ request by the

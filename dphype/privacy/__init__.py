@@ -6,5 +6,5 @@
   a noisy sum (`dphype.privacy.noise.replay_noisy_sums`, for benchmarks and the planner).
 * `dphype.privacy.audit` -- an empirical lower bound on epsilon for the noise path.
 * `dphype.privacy.winner` -- the winner-only release (``release="argmax"``): report-noisy-max with
-  client-made discrete Laplace noise, its proof sketch, pure-DP report, Renyi curve and seeded replay.
+  committee-made discrete Laplace noise, its proof sketch, pure-DP report, Renyi curve and seeded replay.
 """

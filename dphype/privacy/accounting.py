@@ -501,6 +501,10 @@ class PrivacyReport:
         pure: Whether the release itself is pure ``epsilon``-DP (delta 0); ``delta`` is then only the run's delta,
             at which the release composes with others (pure ``epsilon``-DP is ``(epsilon, delta)``-DP for every
             delta).
+        ballots_verified: Whether a tally committee checked every ballot's form under MPC before counting it
+            (`dphype.secure.tally`); SecAgg+ sums whatever the clients send, unverified.
+        excluded: The contributors whose ballots the committee found invalid and left out (their labels, never
+            their content).
     """
 
     epsilon: float
@@ -518,6 +522,24 @@ class PrivacyReport:
     l2_sensitivity: float
     released: str = "noisy vote sum only (secure aggregation)"
     pure: bool = False
+    ballots_verified: bool = False
+    excluded: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "excluded", tuple(str(label) for label in self.excluded))  # a list from JSON
+
+    def ballots(self) -> str:
+        """Whether the ballots were verified, and who was left out, in words (`dphype.result.DPHypeResult.summary`).
+
+        Returns:
+            The words.
+        """
+        if not self.ballots_verified:
+            return ("NOT verified (SecAgg+ sums whatever the clients send: a client running modified code can cast "
+                    "any vector; a tally committee, release=argmax, verifies every ballot)")
+        left_out = (f"{len(self.excluded)} invalid left out, from contributors {', '.join(self.excluded)}"
+                    if self.excluded else "none invalid")
+        return f"verified by the tally committee under MPC ({left_out})"
 
     def guarantee(self) -> str:
         """The release's guarantee per client as ``(epsilon, delta)-DP``; delta 0 for a pure release.

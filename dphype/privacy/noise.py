@@ -122,6 +122,81 @@ def check_survivors(survivors: Any, clients: int, lowest: int = 1) -> int:
     return int(survivors)
 
 
+#: Tallies in the default committee (honest majority: MPyC's threshold 1, `honest_tallies` 2).
+COMMITTEE_TALLIES = 3
+
+
+def honest_tallies(parties: int) -> int:
+    """The fewest honest tallies in a committee of ``parties`` under MPyC's honest majority: ``parties - threshold``.
+
+    MPyC's default Shamir threshold is ``(parties - 1) // 2`` (the most corrupt tallies it tolerates), so at least
+    ``parties - (parties - 1) // 2`` tallies are honest: 2 of 3, 3 of 5.
+
+    Args:
+        parties: The number of tallies, ``>= 3``.
+
+    Returns:
+        ``h``.
+
+    Raises:
+        ValueError: If ``parties`` is not an integer ``>= 3``.
+    """
+    if isinstance(parties, bool) or not isinstance(parties, (int, np.integer)) or parties < 3:
+        raise ValueError(f"a tally committee must have an integer number of tallies >= 3, got {parties!r}")
+    return int(parties) - (int(parties) - 1) // 2
+
+
+def committee_skellam_share(size: int | tuple[int, ...], *, sigma: float, parties: int,
+                            rng: np.random.Generator) -> np.ndarray:
+    """One tally's Skellam noise share for the committee's noisy sum: variance ``sigma^2 / h`` per entry.
+
+    ``h`` = `honest_tallies`: the shares of any ``h`` tallies add up to Skellam noise of variance ``sigma^2``
+    (Poisson laws add), what the sum release's accountant calibrated ``sigma`` for; the other shares are independent
+    of the data and of those ``h`` (post-processing). A tally draws it with ``rng = secure_generator()``.
+
+    Args:
+        size: The share's shape, ``p``.
+        sigma: The std the shares of any ``h`` tallies add up to, ``> 0``.
+        parties: The committee's size, ``>= 3``.
+        rng: The generator to draw from.
+
+    Returns:
+        The int64 share, of shape ``size``.
+
+    Raises:
+        ValueError: An argument is out of its range.
+    """  # noqa: DOC502
+    return _draw(size, check_positive("sigma", sigma) ** 2 / honest_tallies(parties), "skellam", rng)
+
+
+def replay_committee_sums(vote_sum: np.ndarray, *, sigma: float, parties: int, repetitions: int,
+                          rng: np.random.Generator, per_tally: bool = False) -> np.ndarray:
+    """Noisy sums of ``vote_sum`` as a tally committee opens them: all ``parties`` Skellam shares added.
+
+    Variance ``parties / h`` times ``sigma^2`` (1.5 for 3 tallies); with ``per_tally=True`` one
+    `committee_skellam_share` per tally, otherwise their sum in one draw (the same law).
+
+    Args:
+        vote_sum: The noiseless sum of the valid ballots, ``(p,)``, or one row per repetition.
+        sigma: The std the shares of any ``h`` tallies add up to, ``> 0``.
+        parties: The committee's size, ``>= 3``.
+        repetitions: How many sums to draw.
+        rng: The generator to draw from.
+        per_tally: Draw one share per tally and sum them.
+
+    Returns:
+        The noisy sums, float64 ``(repetitions, p)``.
+    """
+    votes = np.asarray(vote_sum, dtype=np.float64)
+    shape = (int(repetitions), votes.shape[-1])
+    if per_tally:
+        noise = sum(committee_skellam_share(shape, sigma=sigma, parties=parties, rng=rng) for _ in range(int(parties)))
+    else:
+        noise = _draw(shape, int(parties) * check_positive("sigma", sigma) ** 2 / honest_tallies(parties), "skellam",
+                      rng)
+    return votes + noise
+
+
 def _draw(size: int | tuple[int, ...], variance: float, kind: str, rng: np.random.Generator) -> np.ndarray:
     """One noise draw of ``variance`` per entry (the one place either kind is sampled).
 

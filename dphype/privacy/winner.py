@@ -1,13 +1,13 @@
-"""Release only the winner: report-noisy-max over the vote counts with client-made discrete Laplace noise.
+"""Release only the winner: report-noisy-max over the vote counts with committee-made discrete Laplace noise.
 
 In ``release="argmax"`` mode nobody sees the noisy vote vector; a committee of tallies computes its argmax
-under MPC (`dphype.secure.tally`) and opens only the index. This module is the mechanism and its
-accounting, framework-free.
+under MPC (`dphype.secure.tally`), after checking every ballot, and opens only the index. This module is the
+mechanism and its accounting, framework-free.
 
 The mechanism
 -------------
-``c`` = the integer vote counts of the contributing clients (each votes 1 for its top ``k``). The released
-value is ``argmax_i (c_i + Z_i)`` with ties broken by the LOWEST index, where the ``Z_i`` are iid discrete
+``c`` = the integer vote counts of the contributing clients' valid ballots (each votes 1 for its top ``k``). The
+released value is ``argmax_i (c_i + Z_i)`` with ties broken by the LOWEST index, where the ``Z_i`` are iid discrete
 Laplace, ``P(Z = z) = (1 - t)/(1 + t) t^|z|`` on the integers, with
 
 * ``t = exp(-epsilon / 2)`` under ``"replace-one"`` (one client's data replaced: every count moves by at most
@@ -33,20 +33,43 @@ P(i | c, Z_{-i})``. Under add/remove with ``c' - c`` in ``{0, 1}^p`` (monotone: 
 ``Z_{-i}`` (the same law under both neighbours) gives ``P(i | c') >= e^{-epsilon} P(i | c)`` for every ``i``:
 pure ``epsilon``-DP. Ties need no randomness: the lowest-index rule is part of the threshold ``M``.
 
-The noise is made by the clients. A geometric variable ``G``, ``P(G = g) = (1 - t) t^g``, is the negative
-binomial ``NB(1, 1 - t)`` (failures before the first success), and ``G_1 - G_2`` of two iid ones is discrete
-Laplace with parameter ``t``. Negative binomials with the same success probability add up in their shape
-(``NB(a, q) + NB(b, q) = NB(a + b, q)``): the law is infinitely divisible. Each client adds to every count
-``NB(1/m, 1 - t) - NB(1/m, 1 - t)``, ``m = ceil((1 - xi) n)`` (`dphype.privacy.noise.min_survivors`),
-so the shares of ANY ``m`` survivors add up to exactly one discrete Laplace per coordinate.
+The noise is made by the tally committee, never by the clients. A geometric variable ``G``, ``P(G = g) = (1 - t)
+t^g``, is the negative binomial ``NB(1, 1 - t)`` (failures before the first success), and ``G_1 - G_2`` of two iid
+ones is discrete Laplace with parameter ``t``. Negative binomials with the same success probability add up in their
+shape (``NB(a, q) + NB(b, q) = NB(a + b, q)``): the law is infinitely divisible. Each of the ``parties`` tallies
+draws, with the operating system's CSPRNG (`committee_noise_share`), its share ``NB(1/h, 1 - t) - NB(1/h, 1 - t)``
+per count, ``h = parties - threshold`` (`dphype.privacy.noise.honest_tallies`: the fewest honest tallies under
+MPyC's honest majority, 2 of 3), and inputs it to the MPC, which adds the valid ballots and every share and opens
+only the argmax (`dphype.secure.tally_party`). The shares of ANY ``h`` tallies add up to exactly one discrete
+Laplace per count. A client's ballot carries no noise: the committee checks under MPC that it is a valid ballot
+(`dphype.selection.ballots`; entries 0 or 1, exactly ``k`` ones) and leaves out an invalid one, so no client can
+hide a boost in its noise, and a client's effect on every count is at most one vote.
 
-More survivors. With ``m' > m`` survivors the noise is ``Z + W``: ``Z`` (the shares of any ``m`` of them) is
-discrete Laplace and ``W`` (the other ``m' - m`` shares) is independent of ``Z`` and of the data, with the same
-law under both neighbours. Given ``W = w`` the release is report-noisy-max over the shifted counts
-``c + w`` and ``c' + w``, which are neighbouring in the same sense (the shift cancels in ``c' - c``), so the
-bound above holds for every ``w``, and averaging over ``w`` keeps it: ``epsilon`` is unchanged. Fewer than
-``m`` survivors would carry too little noise; the tallies refuse to compute the argmax then
-(`dphype.secure.tally`). Dropouts are assumed independent of the noise (as in the sum mode).
+More noise shares (proof sketch). The released index is report-noisy-max over ``c + Z + W``: ``Z`` is the sum of
+the shares of any ``h`` honest tallies (discrete Laplace, as above) and ``W`` the sum of the other
+``parties - h`` shares, independent of ``Z`` and of the data, with the same law under both neighbours; a
+semi-honest tally may even know its own share, so condition on ``W = w``. Given ``w`` the release is
+report-noisy-max over the shifted counts ``c + w`` and ``c' + w``, which are neighbouring in the same sense (the
+shift cancels in ``c' - c``), so the bound above holds for every ``w``, and averaging over ``w`` keeps it:
+``epsilon`` is unchanged, whatever the known shares are. The same argument covered the clients' shares before
+(more survivors than the minimum); now the noise depends on neither the clients nor the dropout, and only the
+valid ballots of the contributors are counted, each moving every count by at most 1 (the sensitivity the proof
+assumes). The names of the contributors whose ballots were invalid are released too: an honest client's ballot is
+valid whatever its data (it checks its own ballot before it shares), so that list is a function of the other
+clients' ballots only and costs an honest client nothing. A tally that deviates from the protocol (MPyC's model is
+semi-honest) is out of scope.
+
+Utility cost. All ``parties`` shares are added: the total noise is ``NB(parties/h) - NB(parties/h)``, of variance
+``parties/h`` times one discrete Laplace's (1.5 for 3 tallies, std x 1.22), where the client-made noise of
+the previous release carried ``n/m`` (1 without dropout, ``1/(1 - xi)`` with a tolerated dropout ``xi``) and had
+to be trusted to the clients. Replayed (200,000 releases, epsilon 1, replace-one, counts ``[12, 11, 10, 9, 8]``):
+the top candidate wins 0.527 of the time with one discrete Laplace (the client-made noise without dropout) and 0.456
+with the committee's noise of 3 tallies; among 100 candidates (the other 95 counts 0) 0.493 against 0.403, and one
+of the top 3 wins 0.839 against 0.763. The planner's chance of a good pick for ``dphype new``'s app (8
+candidates, 10 clients, epsilon 1) goes from 0.81 (k = 2) to 0.73 (k = 1). On Adult's real votes (``dphype bench
+tradeoff --betas iid --epsilons 1 --release argmax``, 100 candidates, 500 replays, the same cached votes) the gap to
+Opt moves from 0.35 to 0.36 points at n = 20, k = 15 (replace-one; every replay within 1 point either way) and from
+3.13 to 3.22 at n = 10, k = 20 (add/remove: 1.77 to 1.88).
 
 Accounting. The release is ``(epsilon, 0)``-DP. For composition with other releases (a node's lifetime, the
 DP-FedAvg training after the selection) its Renyi curve is bounded by that of binary randomized response
@@ -76,7 +99,7 @@ from dphype.checks import (
     check_num_candidates,
 )
 from dphype.privacy.accounting import PrivacyReport, check_orders
-from dphype.privacy.noise import check_survivors, min_survivors, secure_generator
+from dphype.privacy.noise import COMMITTEE_TALLIES, check_survivors, honest_tallies, min_survivors
 
 #: The noise kind of the winner release (what a `dphype.privacy.accounting.PrivacyReport` names).
 WINNER_NOISE = "discrete-laplace"
@@ -150,26 +173,19 @@ def _nb_difference(size: int | tuple[int, ...], shape: float, t: float, rng: np.
             - rng.negative_binomial(shape, 1.0 - t, size=size)).astype(np.int64, copy=False)
 
 
-def winner_share(
-    size: int | tuple[int, ...],
-    *,
-    epsilon: float,
-    neighbouring: str,
-    clients: int,
-    dropout: float,
-    rng: np.random.Generator,
-) -> np.ndarray:
-    """One client's noise share: ``NB(1/m, 1 - t) - NB(1/m, 1 - t)`` per entry, ``m`` the minimum survivors.
+def committee_noise_share(size: int | tuple[int, ...], epsilon: float, neighbouring: str, parties: int, *,
+                          rng: np.random.Generator) -> np.ndarray:
+    """One tally's noise share: ``NB(1/h, 1 - t) - NB(1/h, 1 - t)`` per entry (`dphype.privacy.noise.honest_tallies`).
 
-    Any ``m`` shares sum to discrete Laplace with parameter ``t`` (module docstring).
+    The shares of any ``h`` tallies add up to discrete Laplace with parameter ``t`` (module docstring). A tally
+    draws its share with ``rng = dphype.privacy.noise.secure_generator()`` (`dphype.secure.tally.Tally.job`).
 
     Args:
         size: The share's shape, e.g. ``p`` for one entry per candidate.
         epsilon: The release's epsilon, ``> 0``.
         neighbouring: ``"replace-one"`` or ``"add-remove"``.
-        clients: The number of clients ``n``.
-        dropout: The tolerated dropout fraction ``xi``.
-        rng: The generator to draw from (a client uses `client_winner_share`).
+        parties: The committee's size, ``>= 3``.
+        rng: The generator to draw from.
 
     Returns:
         The int64 share, of shape ``size``.
@@ -177,55 +193,20 @@ def winner_share(
     Raises:
         ValueError: An argument is out of its range.
     """  # noqa: DOC502
-    shape = 1.0 / min_survivors(check_clients(clients), check_dropout(dropout))
-    return _nb_difference(size, shape, noise_parameter(epsilon, neighbouring), rng)
+    return _nb_difference(size, 1.0 / honest_tallies(parties), noise_parameter(epsilon, neighbouring), rng)
 
 
-def client_winner_share(
-    size: int | tuple[int, ...], *, epsilon: float, neighbouring: str, clients: int, dropout: float
-) -> np.ndarray:
-    """`winner_share` from a fresh `dphype.privacy.noise.secure_generator` (ChaCha20 keyed by the OS).
+def committee_noise(size: int | tuple[int, ...], *, epsilon: float, neighbouring: str, parties: int,
+                    rng: np.random.Generator) -> np.ndarray:
+    """The sum of all ``parties`` tallies' `committee_noise_share` draws in one draw, for replays.
 
-    The only draw the client path makes; no generator can be passed in.
-
-    Args:
-        size: The share's shape.
-        epsilon: The release's epsilon, ``> 0``.
-        neighbouring: ``"replace-one"`` or ``"add-remove"``.
-        clients: The number of clients ``n``.
-        dropout: The tolerated dropout fraction ``xi``.
-
-    Returns:
-        The int64 share, of shape ``size``.
-
-    Raises:
-        ValueError: An argument is out of its range.
-    """  # noqa: DOC502
-    return winner_share(size, epsilon=epsilon, neighbouring=neighbouring, clients=clients, dropout=dropout,
-                        rng=secure_generator())
-
-
-def summed_winner_noise(
-    size: int | tuple[int, ...],
-    *,
-    epsilon: float,
-    neighbouring: str,
-    clients: int,
-    dropout: float,
-    survivors: int,
-    rng: np.random.Generator,
-) -> np.ndarray:
-    """The sum of ``survivors`` independent `winner_share` draws in one draw, for replays.
-
-    Each side is ``NB(survivors / m, 1 - t)`` (shapes add).
+    Each side is ``NB(parties / h, 1 - t)`` (shapes add): variance ``parties / h`` times one discrete Laplace's.
 
     Args:
         size: The sum's shape.
         epsilon: The release's epsilon, ``> 0``.
         neighbouring: ``"replace-one"`` or ``"add-remove"``.
-        clients: The number of clients ``n``.
-        dropout: The tolerated dropout fraction ``xi``.
-        survivors: The number of shares summed, in ``[1, clients]``.
+        parties: The committee's size, ``>= 3``.
         rng: The generator to draw from.
 
     Returns:
@@ -234,9 +215,22 @@ def summed_winner_noise(
     Raises:
         ValueError: An argument is out of its range.
     """  # noqa: DOC502
-    clients = check_clients(clients)
-    shape = check_survivors(survivors, clients) / min_survivors(clients, check_dropout(dropout))
+    shape = int(parties) / honest_tallies(parties)
     return _nb_difference(size, shape, noise_parameter(epsilon, neighbouring), rng)
+
+
+def committee_noise_std(epsilon: float, neighbouring: str = "replace-one", parties: int = COMMITTEE_TALLIES) -> float:
+    """Standard deviation of the committee's whole noise on one count: ``sqrt(parties / h)`` times `noise_std`.
+
+    Args:
+        epsilon: The release's epsilon, ``> 0``.
+        neighbouring: ``"replace-one"`` or ``"add-remove"``.
+        parties: The committee's size, ``>= 3``.
+
+    Returns:
+        The standard deviation.
+    """
+    return noise_std(epsilon, neighbouring) * math.sqrt(int(parties) / honest_tallies(parties))
 
 
 def report_noisy_max(noisy_counts: Any) -> np.ndarray:
@@ -258,45 +252,38 @@ def replay_winners(
     *,
     epsilon: float,
     neighbouring: str,
-    clients: int,
     repetitions: int,
     rng: np.random.Generator,
-    dropout: float = 0.0,
-    survivors: int | None = None,
-    per_client: bool = False,
+    parties: int = COMMITTEE_TALLIES,
+    per_tally: bool = False,
 ) -> np.ndarray:
     """Independent winner releases for the noiseless vote counts ``vote_sum``.
 
-    The counts plus the discrete Laplace shares of ``survivors`` clients, report-noisy-max with lowest-index ties,
-    as the tallies compute it: the replay of `dphype.modes.ArgmaxRelease` for benchmarks and the planner. The
-    shares are drawn in one `summed_winner_noise` draw, or with ``per_client=True`` literally, one `winner_share`
-    per client (the same law).
+    The counts plus the noise shares of ``parties`` tallies, report-noisy-max with lowest-index ties, as the
+    tallies compute it: the replay of `dphype.modes.ArgmaxRelease` for benchmarks and the planner. The shares are
+    drawn in one `committee_noise` draw, or with ``per_tally=True`` literally, one `committee_noise_share` per
+    tally (the same law). The noise depends on neither the clients nor the dropout.
 
     Args:
         vote_sum: The noiseless vote counts, ``(p,)``, or one row per repetition, ``(repetitions, p)``.
         epsilon: The release's pure epsilon.
         neighbouring: The neighbouring relation, ``"replace-one"`` or ``"add-remove"``.
-        clients: The number of clients ``n``.
         repetitions: How many releases to draw.
         rng: The generator to draw from.
-        dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
-        survivors: The number of clients whose shares are summed (default: all ``clients``).
-        per_client: Draw one share per client and sum them, rather than their sum in one draw.
+        parties: The committee's size, ``>= 3``.
+        per_tally: Draw one share per tally and sum them, rather than their sum in one draw.
 
     Returns:
         The released indices, int64 ``(repetitions,)``.
     """
     votes = np.asarray(vote_sum)
     shape = (int(repetitions), votes.shape[-1])
-    m = clients if survivors is None else survivors
-    if per_client:
+    if per_tally:
         noise = np.zeros(shape, dtype=np.int64)
-        for _ in range(check_survivors(m, check_clients(clients))):
-            noise += winner_share(shape, epsilon=epsilon, neighbouring=neighbouring, clients=clients, dropout=dropout,
-                                  rng=rng)
+        for _ in range(int(parties)):
+            noise += committee_noise_share(shape, epsilon, neighbouring, parties, rng=rng)
     else:
-        noise = summed_winner_noise(shape, epsilon=epsilon, neighbouring=neighbouring, clients=clients,
-                                    dropout=dropout, survivors=m, rng=rng)
+        noise = committee_noise(shape, epsilon=epsilon, neighbouring=neighbouring, parties=parties, rng=rng)
     return report_noisy_max(np.rint(votes).astype(np.int64) + noise).astype(np.int64)
 
 
@@ -376,23 +363,27 @@ class WinnerRelease:
 
 
 def winner_report(release: WinnerRelease, delta: float, *, clients: int, dropout: float,
-                  survivors: int | None = None, committee: int = 3) -> PrivacyReport:
+                  survivors: int | None = None, committee: int = COMMITTEE_TALLIES,
+                  excluded: tuple[str, ...] = ()) -> PrivacyReport:
     """The privacy statement of one winner release by ``clients`` clients tolerating ``dropout``.
 
-    Pure ``release.epsilon`` whenever at least the minimum survivors contributed (module docstring: more survivors
-    add data-independent noise and keep epsilon); ``survivors`` below that is refused. The release itself has
-    delta 0 (``accountant`` says so); ``delta`` is the run's, at which it composes with other releases (pure
-    ``epsilon``-DP is ``(epsilon, delta)``-DP for every delta). ``sigma`` is the std of the total noise per
-    count of the minimum survivors, ``client_std`` one share's; ``l2_sensitivity`` is the per-count
-    sensitivity 1 (what report-noisy-max needs).
+    Pure ``release.epsilon`` (module docstring: the committee's noise of any ``h`` honest tallies carries it,
+    whatever the other shares and the number of contributors); ``survivors``, the contributors whose valid ballots
+    were counted, below the minimum is refused (the tallies release nothing then). The release itself has delta 0
+    (``accountant`` says so); ``delta`` is the run's, at which it composes with other releases (pure
+    ``epsilon``-DP is ``(epsilon, delta)``-DP for every delta). ``sigma`` is the std of the discrete Laplace that
+    any ``h`` tallies' shares add up to, ``client_std`` 0 (the clients add no noise); ``l2_sensitivity`` is the
+    per-count sensitivity 1 (what report-noisy-max needs).
 
     Args:
         release: The winner release.
         delta: The run's delta, in ``(0, 1)``.
         clients: The number of clients ``n``.
         dropout: The tolerated dropout fraction ``xi``.
-        survivors: The number of contributing clients, at least the minimum survivors; ``None``: unknown.
-        committee: The number of tallies (for the ``released`` text).
+        survivors: The number of contributors whose ballots were counted, at least the minimum survivors;
+            ``None``: unknown.
+        committee: The number of tallies, ``>= 3``.
+        excluded: The contributors whose ballots the committee found invalid and left out (their labels).
 
     Returns:
         The privacy statement.
@@ -403,15 +394,17 @@ def winner_report(release: WinnerRelease, delta: float, *, clients: int, dropout
     clients, dropout, delta = check_clients(clients), check_dropout(dropout), check_delta(delta)
     if survivors is not None:
         survivors = check_survivors(survivors, clients, min_survivors(clients, dropout))
-    std = release.noise_std
+    std, h = release.noise_std, honest_tallies(committee)
+    total = committee_noise_std(release.epsilon, release.neighbouring, committee)
     return PrivacyReport(
         epsilon=release.epsilon, delta=delta, accountant="pure epsilon (report-noisy-max; delta 0)",
-        noise=WINNER_NOISE, sigma=std,
-        client_std=std / math.sqrt(min_survivors(clients, dropout)), clients=clients, dropout=dropout, k=release.k,
+        noise=WINNER_NOISE, sigma=std, client_std=0.0, clients=clients, dropout=dropout, k=release.k,
         num_candidates=release.num_candidates, survivors=survivors, neighbouring=release.neighbouring,
         l2_sensitivity=1.0,
-        released=f"winning index only (secure argmax among {committee} tallies on MPyC; no counts, no runner-up)",
-        pure=True,
+        released=(f"winning index only (secure argmax among {committee} tallies on MPyC; no counts, no runner-up); "
+                  f"noise made by the tallies: any {h} of the {committee} shares add up to the discrete Laplace "
+                  f"above, all {committee} to std {total:.4g}"),
+        pure=True, ballots_verified=True, excluded=tuple(str(label) for label in excluded),
     )
 
 

@@ -1,14 +1,14 @@
-"""The tally committee of ``release="argmax"``: clients secret-share their noisy counts, tallies open only the winner.
+"""The tally committee of ``release="argmax"``: clients secret-share their ballots, tallies open only the winner.
 
 Protocol (framework-free; the Flower adapter relays the bytes):
 
 1. The committee is ``parties >= 3`` tallies with X25519 public keys (`check_committee`: no duplicates,
    honest majority ``t = (parties - 1) // 2 >= 1``, and, when the node pins its tallies, only known keys).
-2. Each client adds its noise share (`dphype.privacy.winner.client_winner_share`) to its top-k votes and
-   splits the noisy vector into Shamir shares modulo the prime ``p`` of MPyC's secure integers with MPyC's own
-   splitter (`split_shares`: degree ``t = (parties - 1) // 2``, x-coordinates ``1 .. parties``, random
-   coefficients from the operating system's CSPRNG, so any ``t`` shares are independent of the vector: one
-   for 3 tallies). Share ``j`` is sealed to tally ``j``'s key under a context that
+2. Each client checks its ballot against the request's form (`dphype.selection.ballots`; no noise: the
+   committee makes it) and splits its bits (`ballot_bits`) into Shamir shares modulo the prime ``p`` of MPyC's
+   secure integers with MPyC's own splitter (`split_shares`: degree ``t = (parties - 1) // 2``, x-coordinates
+   ``1 .. parties``, random coefficients from the operating system's CSPRNG, so any ``t`` shares are
+   independent of the ballot: one for 3 tallies). Share ``j`` is sealed to tally ``j``'s key under a context that
    binds the request digest, ``j`` and the voter (`voter_id`: the run and the contributor's identity;
    `client_sealed_shares`, `dphype.secure.relay`), and the server relays the ciphertexts: it cannot read them,
    and a ciphertext for another request, tally, run or contributor does not open. The contributor's identity is its
@@ -17,27 +17,32 @@ Protocol (framework-free; the Flower adapter relays the bytes):
    SuperLink assigned to it (what the tally sees as the share's label). A server cannot relabel one client's
    share as another's, nor replay it in another run.
 3. Each `Tally` opens its ciphertexts for one approved request, refuses a second share by label or by content,
-   sums them modulo ``p`` (Shamir sharing is linear: the sum is its share of the noisy counts) and refuses a
-   second argmax for a request it has already served in that run (`Tally.job`). With a ``record`` (the tally
-   node keeps one beside its key, `ServedRecord`) what it served persists across runs and restarts: checked
+   keeps every contributor's share row (nothing is summed before the ballots are checked), takes its noise share
+   (drawn by its node with the CSPRNG for the request's release mode: `dphype.modes.CommitteeMode.tally_noise`)
+   and refuses a second round for a request it has already served in that run (`Tally.job`). With a ``record``
+   (the tally node keeps one beside its key, `ServedRecord`) what it served persists across runs and restarts: checked
    before anything is opened, appended and synced before its job leaves.
 4. The tallies run MPyC (`dphype.secure.tally_party`): they check that they agree on the request, the
-   contributor set and its size (at least the minimum survivors), take their summed shares as MPyC secure
-   integers (MPyC's parties hold exactly such Shamir shares), compute ``mpc.np_argmax`` (ties to the lowest
-   index) and open only the index.
+   contributors (at least the minimum survivors), the ballot form and the committee, take their share rows as
+   MPyC secure integers (MPyC's parties hold exactly such Shamir shares), check every ballot (one random linear
+   combination opened as zero or not; only if not, which ballots are invalid: `Opening.excluded`), add the valid
+   ballots and every tally's noise share, and open only what the release mode opens: the index of
+   ``mpc.np_argmax`` (ties to the lowest index; `OPENS_ARGMAX`) or the whole noisy sum (`OPENS_SUM`).
 
 Security (MPyC's model: Shamir secret sharing, honest majority, semi-honest parties). The server sees
 ciphertexts and the index. One tally sees uniformly random shares and the index; the server colluding with
-one tally learns nothing more. Two colluding tallies (of three) can reconstruct the noisy counts (still
-``epsilon``-DP as a vector only if the noise were calibrated for it; it is not: out of scope, as the honest
-majority assumption). A malicious tally can change the result or abort (MPyC is secure against semi-honest
-parties only; an abort releases nothing); the MPC channels are MPyC's TCP connections, which must run over
-a private network or MPyC's ``--ssl`` in a deployment. A tally that drops or answers late aborts the run:
-`secure_argmax` raises `TallyError` naming it and no index is released.
+one tally learns nothing more. Two colluding tallies (of three) can reconstruct every ballot (out of scope, as
+the honest majority assumption). A malicious client cannot make an invalid ballot count (it is left out and its
+contributor named), deal shares that lie on no polynomial of degree ``t`` (the same), nor hide a boost in noise (it
+adds none). A malicious tally can change the result or abort
+(MPyC is secure against semi-honest parties only; an abort releases nothing); the MPC channels are MPyC's TCP
+connections, which must run over a private network or MPyC's ``--ssl`` in a deployment. A tally that drops or
+answers late aborts the run: `secure_argmax` raises `TallyError` naming it and no index is released.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import importlib
 import json
@@ -48,25 +53,71 @@ import subprocess
 import sys
 import time
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from dphype.privacy.noise import COMMITTEE_TALLIES, honest_tallies
 from dphype.secure.relay import KeyPair, RelayError, open_sealed, seal
 
 #: Tallies in the default committee (honest majority with threshold 1).
-COMMITTEE_SIZE = 3
-#: Bit length of MPyC's secure integers: the noisy counts must lie in ``[-2^31, 2^31)``.
+COMMITTEE_SIZE = COMMITTEE_TALLIES
+#: Bit length of MPyC's secure integers: the noisy counts (and a ballot's total) must lie in ``[-2^31, 2^31)``.
 BIT_LENGTH = 32
 #: MPyC's statistical security parameter for comparisons (its default): leakage probability ``2^-30``.
 SEC_PARAM = 30
 #: Bytes per share entry (the field prime has 64 bits).
 ENTRY_BYTES = 8
+#: What the committee opens: the winner's index (`dphype.modes.ArgmaxRelease`) or the whole noisy sum
+#: (`dphype.modes.CommitteeSumRelease`).
+OPENS_ARGMAX, OPENS_SUM = "argmax", "sum"
 
 
 class TallyError(RuntimeError):
-    """The secure argmax did not run; nothing was released. The message names the cause."""
+    """The secure argmax did not run; nothing was released. The message names the cause.
+
+    Args:
+        message: The cause.
+        excluded: The contributors whose ballots the committee found invalid before it stopped (their labels).
+    """
+
+    def __init__(self, message: str, excluded: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.excluded = tuple(excluded)
+
+
+class Form(Protocol):
+    """What the tallies read of a ballot form (`dphype.selection.ballots.BallotForm`, a layer beside this one)."""
+
+    @property
+    def max_entry(self) -> int:
+        """The largest entry, ``2**bits - 1``."""
+        ...
+    @property
+    def min_total(self) -> int:
+        """The smallest total."""
+        ...
+    @property
+    def max_total(self) -> int:
+        """The largest total."""
+        ...
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What the tally committee opened, the winner's index or the noisy sum, and who cast an invalid ballot.
+
+    Attributes:
+        value: The winner's index (`OPENS_ARGMAX`) or the noisy sum of the valid ballots, one integer per
+            candidate (`OPENS_SUM`).
+        excluded: The contributors whose ballots the committee found invalid and left out (their labels, never
+            their content).
+    """
+
+    value: int | tuple[int, ...]
+    excluded: tuple[str, ...] = ()
 
 
 def _mpyc(module: str) -> Any:
@@ -104,13 +155,15 @@ def field_modulus() -> int:
 def threshold(parties: int) -> int:
     """MPyC's default Shamir threshold for ``parties`` parties: ``(parties - 1) // 2`` (honest majority).
 
+    The most corrupt tallies it tolerates: ``parties`` less `dphype.privacy.noise.honest_tallies`.
+
     Args:
-        parties: The number of tallies.
+        parties: The number of tallies, ``>= 3``.
 
     Returns:
         The polynomial degree ``t``.
     """
-    return (int(parties) - 1) // 2
+    return int(parties) - honest_tallies(parties)
 
 
 def check_committee(public_keys: Sequence[bytes], *, minimum: int = COMMITTEE_SIZE,
@@ -221,26 +274,45 @@ def open_shares(points: dict[int, Sequence[int]], modulus: int) -> list[int]:
     return [int(v) for v in opened]
 
 
-def client_sealed_shares(request_digest: str, noisy_counts: Any, committee: Sequence[bytes],
-                         voter: str) -> list[bytes]:
-    """What a client sends in argmax mode: `split_shares` of its noisy count vector, each share sealed.
+def ballot_bits(ballot: Any, bits: int) -> np.ndarray:
+    """The binary digits of every entry of ``ballot``, least significant first: what a client secret-shares.
 
+    Entry ``c``'s digit ``l`` is at ``c * bits + l``; the committee recombines an entry as ``sum_l 2^l x_l``, so an
+    entry in ``[0, 2**bits - 1]`` is exactly one whose digits are bits (`dphype.secure.tally_party`).
+
+    Args:
+        ballot: The ``(p,)`` ballot, entries in ``[0, 2**bits - 1]``.
+        bits: The digits per entry, ``>= 1``.
+
+    Returns:
+        The int64 ``(p * bits,)`` digits.
+    """
+    values = np.asarray(ballot, dtype=np.int64).reshape(-1, 1)
+    return ((values >> np.arange(int(bits), dtype=np.int64)) & 1).reshape(-1)
+
+
+def client_sealed_shares(request_digest: str, ballot: Any, committee: Sequence[bytes], voter: str,
+                         bits: int = 1) -> list[bytes]:
+    """What a client sends in argmax mode: `split_shares` of its ballot's bits (`ballot_bits`), each share sealed.
+
+    No noise: the committee adds it and checks the ballot's form (`dphype.secure.tally_party`).
     Share ``j`` is sealed to ``committee[j]`` under `share_context` (bound to the request, ``j`` and ``voter``).
 
     Args:
         request_digest: The request's digest.
-        noisy_counts: The ``(p,)`` integer vector ``votes + noise share``.
+        ballot: The ``(p,)`` ballot, already checked against its form by the client.
         committee: The tallies' public keys.
         voter: The client's identity in this run (`voter_id`).
+        bits: The digits per entry of the request's ballot form (``BallotForm.bits``).
 
     Returns:
         One ciphertext per tally, in committee order.
     """
     keys = check_committee(committee)
     modulus = field_modulus()
-    return [seal(key, np.asarray(share, dtype=np.uint64).tobytes(),
-                 context=share_context(request_digest, j, voter))
-            for j, (key, share) in enumerate(zip(keys, split_shares(noisy_counts, len(keys), modulus), strict=True))]
+    shares = split_shares(ballot_bits(ballot, bits), len(keys), modulus)
+    return [seal(key, np.asarray(share, dtype=np.uint64).tobytes(), context=share_context(request_digest, j, voter))
+            for j, (key, share) in enumerate(zip(keys, shares, strict=True))]
 
 
 class ServedRecord:
@@ -324,26 +396,39 @@ class Tally:
         return self.keys.public
 
     def open_round(self, request_digest: str, size: int, min_contributors: int,
-                   parties: int = COMMITTEE_SIZE, *, run: int = 0) -> None:
-        """Start collecting shares of ``size`` entries for one approved request of a ``parties``-tally committee.
+                   parties: int = COMMITTEE_SIZE, *, run: int = 0, form: Form, noise: Any,
+                   opens: str = OPENS_ARGMAX) -> None:
+        """Start collecting ballot shares of ``size`` candidates for one approved request of a committee.
 
         Args:
             request_digest: The request's digest.
-            size: The number of entries per share (candidates).
-            min_contributors: The fewest contributors the MPC accepts.
+            size: The number of candidates ``p`` (a share holds ``p * bits`` digits of the ballot).
+            min_contributors: The fewest valid ballots the MPC accepts.
             parties: The committee's size.
             run: The run's id: shares are bound to it (`voter_id`) and a request is served once per run.
+            form: The request's ballot form (every tally derives it from the approved request).
+            noise: This tally's ``(size,)`` integer noise share, drawn with the CSPRNG for the request's release
+                (`dphype.modes.CommitteeMode.tally_noise`).
+            opens: What the committee opens, `OPENS_ARGMAX` or `OPENS_SUM`.
 
         Raises:
             TallyError: The request was already served in this run (by this tally's record) or is being
-                collected: one argmax per request and run; or the record cannot be read.
+                collected: one round per request and run; or the record cannot be read.
+            ValueError: A noise share of another length, or an unknown ``opens``.
         """
         served = self._served | (self._record.entries() if self._record is not None else set())
         if (int(run), request_digest) in served or (self._round is not None and self._round["request"] == request_digest
                                                      and self._round["run"] == int(run)):
             raise TallyError(f"tally {self.index} refuses a second argmax for request {request_digest[:12]}")
+        shape = {"max_entry": int(form.max_entry), "min_total": int(form.min_total), "max_total": int(form.max_total)}
+        share = np.asarray(noise, dtype=np.int64).reshape(-1)
+        if share.size != int(size) or opens not in (OPENS_ARGMAX, OPENS_SUM):
+            raise ValueError(f"the noise share must have {int(size)} entries and opens must be {OPENS_ARGMAX!r} or "
+                             f"{OPENS_SUM!r}")
         self._round = {"request": request_digest, "run": int(run), "size": int(size), "min": int(min_contributors),
-                       "modulus": field_modulus(), "threshold": threshold(parties), "shares": {}, "seen": set()}
+                       "modulus": field_modulus(), "parties": int(parties), "threshold": threshold(parties),
+                       "form": shape, "width": int(size) * int(form.max_entry).bit_length(),
+                       "noise": share.tolist(), "opens": opens, "shares": {}, "seen": set(), "malformed": set()}
 
     def receive(self, contributor: str, sealed: bytes) -> None:
         """Open one client's sealed share of the current request.
@@ -352,10 +437,13 @@ class Tally:
             contributor: The client's identity (its node id; the share must be bound to it, `voter_id`).
             sealed: Its share for this tally (`client_sealed_shares`).
 
+        A share that opens but has the wrong length or a value outside the field is the contributor's own doing: it
+        is kept as malformed (its row zero) and the committee leaves that contributor's ballot out and names it
+        (`dphype.secure.tally_party`), so one client cannot stop the selection.
+
         Raises:
-            TallyError: No round is open, a second share from the same contributor or with the same content, a
-                share for another request, tally, run or contributor (it does not authenticate), a wrong length or
-                a value outside the field.
+            TallyError: No round is open, a second share from the same contributor or with the same content, or a
+                share for another request, tally, run or contributor (it does not authenticate).
         """
         rnd = self._round
         if rnd is None:
@@ -371,22 +459,24 @@ class Tally:
         except (RelayError, ValueError):
             raise TallyError(f"tally {self.index}: the share of contributor {contributor} is not this contributor's "
                              f"for request {rnd['request'][:12]}, this run and this tally (it does not open)") from None
-        if len(plain) != rnd["size"] * ENTRY_BYTES:
-            raise TallyError(f"tally {self.index}: the share of contributor {contributor} has the wrong length")
-        share = np.frombuffer(plain, dtype=np.uint64)
-        if np.any(share >= np.uint64(rnd["modulus"])):
-            raise TallyError(f"tally {self.index}: the share of contributor {contributor} is outside the field")
+        share = np.frombuffer(plain, dtype=np.uint64) if len(plain) == rnd["width"] * ENTRY_BYTES else None
+        if share is None or np.any(share >= np.uint64(rnd["modulus"])):
+            rnd["malformed"].add(contributor)
+            share = np.zeros(rnd["width"], dtype=np.uint64)
         rnd["seen"].add(fingerprint)
         rnd["shares"][contributor] = share
 
     def job(self) -> dict[str, Any]:
         """Close the round: this tally's input to the MPC (`dphype.secure.tally_party`).
 
-        The request now counts as served in its run, in the record (synced to disk) before the job is returned.
-        Sums modulo the prime with Python integers (no overflow).
+        Every contributor's share row as it came (the MPC checks each ballot before anything is summed), and this
+        tally's noise share. The request now counts as served in its run, in the record (synced to disk) before the
+        job is returned.
 
         Returns:
-            The job: the summed share vector, the field, the request and contributor-set digests, the count.
+            The job: the share rows (base64 of little-endian uint64, one row per contributor in label order), the
+            contributors' labels and those whose share was malformed, the ballot form, the noise share, the field,
+            the request digest and the sizes.
 
         Raises:
             TallyError: No round is open.
@@ -399,13 +489,15 @@ class Tally:
         if self._record is not None:
             self._record.add(rnd["run"], rnd["request"])
         contributors = sorted(rnd["shares"])
-        total = [0] * rnd["size"]
-        for name in contributors:
-            total = [(a + int(b)) % rnd["modulus"] for a, b in zip(total, rnd["shares"][name], strict=True)]
-        digest = hashlib.sha256(json.dumps(contributors).encode()).hexdigest()
+        rows = np.zeros((len(contributors), rnd["width"]), dtype="<u8")
+        for i, name in enumerate(contributors):
+            rows[i] = rnd["shares"][name]
         return {"modulus": rnd["modulus"], "bit_length": BIT_LENGTH, "threshold": rnd["threshold"],
-                "share": total, "request": rnd["request"],
-                "contributors": digest, "count": len(contributors), "min_contributors": rnd["min"]}
+                "parties": rnd["parties"], "request": rnd["request"], "contributors": contributors,
+                "min_contributors": rnd["min"], "size": rnd["size"], "form": rnd["form"],
+                "shares": base64.b64encode(rows.tobytes()).decode("ascii"), "malformed": sorted(rnd["malformed"]),
+                "noise": rnd["noise"],
+                "opens": rnd["opens"]}
 
 
 def _free_ports(count: int, host: str) -> list[int]:
@@ -482,7 +574,7 @@ def start_party(index: int, addresses: Sequence[str], job: dict[str, Any]) -> su
 
 
 def party_result(proc: subprocess.Popen[str], index: int, deadline: float,
-                 timeout: float) -> tuple[int, dict[str, float]]:
+                 timeout: float) -> tuple[Opening, dict[str, float]]:
     """Wait for tally ``index``'s party until ``deadline`` (``time.monotonic()``).
 
     On a late answer, a refusal or a crash the party is stopped.
@@ -494,7 +586,7 @@ def party_result(proc: subprocess.Popen[str], index: int, deadline: float,
         timeout: The whole wait the caller allowed (named in the error, not what was left of it).
 
     Returns:
-        The index the party opened and its timings (`dphype.secure.tally_party`).
+        What the party opened and its measures (`party_answer`).
 
     Raises:
         TallyError: The party answered late, refused or crashed; the message names the cause.
@@ -511,43 +603,50 @@ def party_result(proc: subprocess.Popen[str], index: int, deadline: float,
     return answer
 
 
-def party_answer(out: str, index: int) -> tuple[int, dict[str, float]] | None:
-    """The index and timings in a party's output ``out``.
+def party_answer(out: str, index: int) -> tuple[Opening, dict[str, float]] | None:
+    """What a party opened, and its measures, in its output ``out``.
 
     Args:
         out: What the party printed so far.
         index: The tally's index (for the error message).
 
     Returns:
-        ``(index, timings)``, or ``None`` before its answer line is complete.
+        ``(opening, measures)``, or ``None`` before its answer line is complete; the measures are the party's
+        seconds per step (``"import s"``, ``"connect s"``, ``"check s"``, ``"argmax s"``), the bytes it sent to
+        the other parties (``"bytes sent"``) and its peak resident memory in bytes (``"peak memory"``).
 
     Raises:
-        TallyError: The party refused.
+        TallyError: The party refused (with the contributors it found invalid, if it got that far).
     """
     lines = [line for line in out.splitlines(keepends=True) if line.startswith("{") and line.endswith("\n")]
     if not lines:
         return None
     answer = json.loads(lines[-1])
+    excluded = tuple(str(label) for label in answer.get("excluded", ()))
     if "error" in answer:
-        raise TallyError(f"tally {index} refused the argmax: {answer['error']}; nothing released")
-    return int(answer["index"]), {str(k): float(v) for k, v in answer.get("seconds", {}).items()}
+        invalid = f" (invalid ballots from contributors {', '.join(excluded)})" if excluded else ""
+        raise TallyError(f"tally {index} refused the argmax: {answer['error']}{invalid}; nothing released", excluded)
+    measures = {f"{k} s": float(v) for k, v in answer.get("seconds", {}).items()}
+    measures |= {key: float(answer[key]) for key in ("bytes sent", "peak memory") if key in answer}
+    value = answer["value"]
+    return Opening(int(value) if isinstance(value, int) else tuple(int(v) for v in value), excluded), measures
 
 
-def agreed_index(indices: Sequence[int]) -> int:
-    """The one index every tally opened.
+def agreed_opening(openings: Sequence[Opening]) -> Opening:
+    """The one opening (index and excluded contributors) every tally reported.
 
     Args:
-        indices: The index each tally opened.
+        openings: What each tally opened.
 
     Returns:
-        The index.
+        The opening.
 
     Raises:
         TallyError: They differ.
     """
-    if len(set(indices)) != 1:
-        raise TallyError("tallies opened different indices; nothing released")
-    return int(indices[0])
+    if len(set(openings)) != 1:
+        raise TallyError("tallies opened different results; nothing released")
+    return openings[0]
 
 
 def loopback_addresses(parties: int, host: str = "127.0.0.1") -> list[str]:
@@ -564,10 +663,10 @@ def loopback_addresses(parties: int, host: str = "127.0.0.1") -> list[str]:
 
 
 def secure_argmax(jobs: Sequence[dict[str, Any] | None], *, timeout: float = 30.0, host: str = "127.0.0.1",
-                  timings: list[dict[str, float]] | None = None) -> int:
-    """Run the tallies' MPyC parties on this machine (loopback ports) and return the opened index.
+                  timings: list[dict[str, float]] | None = None) -> Opening:
+    """Run the tallies' MPyC parties on this machine (loopback ports): the checked, noisy argmax.
 
-    Every party must answer within ``timeout`` seconds with the same index; otherwise all parties are stopped
+    Every party must answer within ``timeout`` seconds with the same opening; otherwise all parties are stopped
     (nothing is released).
 
     Args:
@@ -575,25 +674,25 @@ def secure_argmax(jobs: Sequence[dict[str, Any] | None], *, timeout: float = 30.
             unreachable).
         timeout: Seconds every party has to answer.
         host: The loopback address.
-        timings: When given, receives each party's timings.
+        timings: When given, receives each party's measures (`party_answer`: seconds, bytes sent, peak memory).
 
     Returns:
-        The opened index.
+        The opened index and the contributors whose ballots were invalid.
 
     Raises:
-        TallyError: A tally did not start, answered late, refused or crashed, or the tallies opened different
-            indices; the message names the tally that failed.
+        TallyError: A tally did not start, answered late, refused (too few valid ballots among them) or crashed, or
+            the tallies opened different results; the message names the tally that failed.
     """
     addresses = loopback_addresses(len(jobs), host)
     procs = {j: start_party(j, addresses, job) for j, job in enumerate(jobs) if job is not None}
     missing = [j for j in range(len(jobs)) if j not in procs]
     deadline = time.monotonic() + timeout
     try:
-        indices = []
+        openings = []
         for j, proc in procs.items():
             try:
-                index, seconds = party_result(proc, j, deadline, timeout)
-                indices.append(index)
+                opening, seconds = party_result(proc, j, deadline, timeout)
+                openings.append(opening)
                 if timings is not None:
                     timings.append(seconds)
             except TallyError as err:
@@ -602,7 +701,7 @@ def secure_argmax(jobs: Sequence[dict[str, Any] | None], *, timeout: float = 30.
                 raise
         if missing:
             raise TallyError(f"tally {missing[0]} did not start; nothing released")
-        return agreed_index(indices)
+        return agreed_opening(openings)
     finally:
         for proc in procs.values():
             if proc.poll() is None:

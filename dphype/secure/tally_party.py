@@ -1,31 +1,67 @@
 """One tally's MPyC party: ``python dphype/secure/tally_party.py -I i -P host:port -P host:port -P host:port``.
 
-Run as a script (not ``-m``) it imports only json, numpy and MPyC, not the dphype package: it starts in a
-fraction of a second.
+Run as a script (not ``-m``) it imports only the standard library, numpy and MPyC, not the dphype package: it
+starts in a fraction of a second.
 
-Reads one JSON job from stdin (its summed share vector, the field modulus, the request digest, the digest and
-size of its contributor set, the minimum number of contributors), runs the secure argmax with the other
-parties and writes ``{"index": i, "seconds": {...}}`` (or ``{"error": reason}``; ``seconds``: importing
-numpy and MPyC, connecting to the other parties, the agreement check plus the argmax) as one JSON line to
-stdout. The party imports MPyC before it reads the job, so a tally can start it early (while it opens and
-sums its shares, `dphype.secure.tally.spawn_party`) and hand it the job later. The MPyC options
-(``-I``, ``-P``, ``--no-log``, ...) are MPyC's own command line (MPyC reads them when ``mpyc.runtime`` is
-imported, hence the separate process); `dphype.secure.tally.secure_argmax` starts the parties on one
-machine, a deployment starts one per tally host with the same command.
+Reads one JSON job from stdin (`dphype.secure.tally.Tally.job`: every contributor's share row of its ballot's
+bits, the ballot form, this tally's noise share, the field modulus, the request digest, the contributors, the
+minimum number of contributors, what to open), runs the checked, noisy secure argmax (or sum) with the other
+parties and writes ``{"value": v, "excluded": [labels], "seconds": {...}, "bytes sent": b, "peak memory": m}``
+(``v`` the index, or the noisy sum as a list; or ``{"error":
+reason, "excluded": [...]}``; ``seconds``: importing numpy and MPyC, connecting to the other parties, the ballot
+checks, the noise and the argmax; the bytes this party sent to the others; its peak resident memory in bytes) as one
+JSON line to stdout. The party imports MPyC before it reads the job, so a tally can start it early (while
+it opens its shares, `dphype.secure.tally.spawn_party`) and hand it the job later. The MPyC options (``-I``,
+``-P``, ``--no-log``, ...) are MPyC's own command line (MPyC reads them when ``mpyc.runtime`` is imported, hence
+the separate process); `dphype.secure.tally.secure_argmax` starts the parties on one machine, a deployment starts
+one per tally host with the same command.
 
 The MPC (honest majority, Shamir sharing with threshold ``t = (parties - 1) // 2``, MPyC's security model:
-semi-honest parties, private channels assumed): every party's share vector is its Shamir share (x-coordinate
-``index + 1``, degree ``t``: the clients split with MPyC's ``np_random_split``) of the noisy count vector in
-the field ``GF(modulus)`` of ``SecInt``, so it is used as a secure array directly; ``mpc.np_argmax`` (secure
-comparisons, vectorised; ties go to the lowest index, as ``np.argmax``, checked in tests/secure/test_tally.py) gives
-the winner, and only that index is opened. Before any input the parties exchange (publicly: none of these is
-secret) the request digest, the contributor-set digest, its size and the vector length with ``mpc.transfer``;
-any difference, or fewer contributors than the minimum, aborts without computing anything.
+semi-honest parties, private channels assumed). Every share row is this party's Shamir share (x-coordinate
+``index + 1``, degree ``t``: the clients split with MPyC's ``np_random_split``) of one client's ``p * bits`` ballot
+bits in the field ``GF(modulus)`` of ``SecInt``, so the rows form a secure ``(n, p * bits)`` array as they are.
+
+1. Agreement. Before anything secret is touched the parties exchange (publicly: none of these is secret) the
+   request digest, the contributor list's digest, its size, the row length, the ballot form, the committee's
+   size and what to open with ``mpc.transfer``; any difference, or fewer contributors than the minimum, aborts.
+2. Ballot checks (`dphype.selection.ballots.BallotForm`). The committee's randomness is drawn only now, after every
+   input is fixed: each party sends 32 random bytes (``mpc.transfer``) and SHAKE-256 of all of them expands to public
+   coefficients ``r`` (one per shared bit) and ``s`` (one per ballot), each uniform in ``[0, 2^62)``.
+
+   a. Sharings. A modified client could deal points on no polynomial of degree ``t``: each party opens its outputs
+      from ``t + 1`` shares, MPyC's multiplications read all of them, so such a ballot reads as one valid ballot
+      to the checks and as a boosted one to each party's openings (shares on ``a - 3c x + c x^2`` for 3 parties:
+      the bit ``a`` to the checks, ``a - 2c``, ``a - 6c`` or ``a - 3c`` to the parties; tests/secure). So every
+      ballot's combination ``sum_j r_j x_j`` plus a mask (the sum of one uniformly random input of every party,
+      so nothing about the ballot is revealed) is opened twice, from all parties (``threshold=2t``) and from
+      ``t + 1`` (MPyC's default); a ballot on which any party reads two values is left out (its deviation from a
+      polynomial of degree ``t`` survives the random combination except with probability ``2^-62``), as is a
+      ballot whose share did not parse at any party's tally (a wrong length or a value outside the field).
+   b. Form. A ballot's entry is the weighted sum ``sum_l 2^l x_l`` of its ``bits`` shared bits (for ``max_entry =
+      1`` the entries themselves), so every entry lies in ``[0, max_entry]`` once every ``x`` is a bit; its total
+      ``T`` is the sum of its entries. One value is checked for the whole committee, ``V = sum r x (x - 1) + sum_i
+      s_i d_i`` over the ballots left in, with ``d_i = T_i - k`` for an exact total, or ``[T_i < min_total] +
+      [T_i > max_total]`` (secure comparisons) for a range: one secure inner product (a single resharing) and,
+      for a range, ``2 n`` comparisons. ``V`` is zero for valid ballots and, for any invalid one, nonzero except
+      with probability ``2^-61`` (a nonzero polynomial of degree 2 in ``r`` and ``s``, Schwartz-Zippel), and only
+      whether it is zero is opened (``mpc.is_zero_public``). Only if it is not, the per-ballot values ``V_i`` are
+      computed and MPyC opens only which are zero (``mpc.np_is_zero_public``).
+
+   An invalid ballot's contributor is named; nothing else about any ballot is opened.
+3. Noise and the release. Each party inputs its noise share (``mpc.input``; drawn by its tally with the CSPRNG
+   for the release, `dphype.modes.CommitteeMode.tally_noise`), the MPC adds the valid ballots' entries and every
+   noise share, and opens only what the job names: ``"argmax"``, the index of ``mpc.np_argmax`` (secure
+   comparisons, vectorised; ties go to the lowest index, as ``np.argmax``), or ``"sum"``, the whole noisy sum.
+   Fewer valid ballots than the minimum: nothing is computed after the checks.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import resource
+import secrets
 import sys
 import time
 from typing import Any
@@ -35,9 +71,10 @@ launched = time.perf_counter()
 
 def _agreement_error(mine: tuple[Any, ...], everyone: list[Any], minimum: int) -> str | None:
     """Why the parties may not compute (``None`` when they may)."""
-    names = ("request digest", "contributor set", "contributor count", "vector length")
+    names = ("request digest", "contributor set", "contributor count", "row length", "ballot form",
+             "committee size", "value to open")
     for pos, name in enumerate(names):
-        values = {tuple(v)[pos] for v in everyone}
+        values = {json.dumps(tuple(v)[pos]) for v in everyone}
         if len(values) != 1:
             return f"tallies disagree on the {name}"
     if mine[2] < minimum:
@@ -45,11 +82,19 @@ def _agreement_error(mine: tuple[Any, ...], everyone: list[Any], minimum: int) -
     return None
 
 
+def _coefficients(seed: bytes, count: int) -> list[int]:
+    """``count`` public check coefficients, uniform in ``[0, 2^62)``, expanded from ``seed`` by SHAKE-256."""
+    import numpy as np  # noqa: PLC0415
+
+    raw = np.frombuffer(hashlib.shake_256(seed).digest(8 * count), dtype="<u8") >> np.uint64(2)
+    return raw.tolist()
+
+
 def main() -> int:
-    """Run this party: read the job from stdin, compute the secure argmax, print the result line.
+    """Run this party: read the job from stdin, check the ballots, compute the noisy secure argmax, print the result.
 
     Returns:
-        The exit status: 0 with the index, 3 when the parties refused or failed to compute (the line says why),
+        The exit status: 0 with the opened value, 3 when the parties refused or failed to compute (the line says why),
         4 when the tally handed over no job.
     """
     import numpy as np  # noqa: PLC0415
@@ -61,8 +106,15 @@ def main() -> int:
         return 4  # the tally gave up before handing over a job
     job = json.loads(line)
 
-    modulus, share = int(job["modulus"]), [int(v) for v in job["share"]]
-    mine = (str(job["request"]), str(job["contributors"]), int(job["count"]), len(share))
+    modulus, size, parties = int(job["modulus"]), int(job["size"]), int(job["parties"])
+    form = (int(job["form"]["max_entry"]), int(job["form"]["min_total"]), int(job["form"]["max_total"]))
+    bits = form[0].bit_length()
+    labels = [str(c) for c in job["contributors"]]
+    count, width = len(labels), size * bits
+    rows = np.frombuffer(base64.b64decode(job["shares"]), dtype="<u8")
+    noise = [int(v) for v in job["noise"]]
+    digest = hashlib.sha256(json.dumps(labels).encode()).hexdigest()
+    mine = (str(job["request"]), digest, count, width, list(form), parties, str(job["opens"]))
 
     started = time.perf_counter()
 
@@ -71,24 +123,77 @@ def main() -> int:
         connected = time.perf_counter()
         everyone = await mpc.transfer(list(mine))
         error = _agreement_error(mine, everyone, int(job["min_contributors"]))
+        if error is None and mpc.threshold != int(job["threshold"]):
+            error = f"MPyC threshold {mpc.threshold} is not the clients' Shamir degree {job['threshold']}"
+        if error is None and (rows.size != count * width or len(noise) != size or len(mpc.parties) != parties):
+            error = "the job's shares, noise or committee do not match its sizes"
         if error is not None:
             await mpc.shutdown()
-            return {"error": error}
+            return {"error": error, "excluded": []}
         secint = mpc.SecInt(int(job["bit_length"]), p=modulus)
-        if mpc.threshold != int(job["threshold"]):
+        field = secint.field
+        # this party's Shamir shares of every contributor's ballot bits: a secure (n, p * bits) array as is
+        x = secint.array(field.array(rows.astype(object).reshape(count, width)))
+        # the committee's randomness, drawn after every input is fixed
+        seeds = await mpc.transfer(secrets.token_bytes(32))
+        coeffs = _coefficients(b"".join(seeds), count * width + count)
+        r_ = np.array(coeffs[:count * width], dtype=object).reshape(count, width)
+        s_ = np.array(coeffs[count * width:], dtype=object)
+        # every contributor's shares lie on one polynomial of degree t: its random combination, masked by the
+        # parties' random inputs, opened from all parties and from t + 1 of them, must read the same
+        masks = mpc.input(secint.array(field.array(np.array([secrets.randbelow(modulus) for _ in range(count)],
+                                                            dtype=object))))
+        combined = (x * field.array(r_)).sum(axis=1)
+        for mask in masks:
+            combined = combined + mask
+        full = await mpc.output(combined, threshold=2 * mpc.threshold)
+        partial = await mpc.output(combined)
+        malformed = set(job["malformed"])  # a share that did not parse at this party's tally
+        skewed = await mpc.transfer([bool(a != b) or labels[i] in malformed
+                                     for i, (a, b) in enumerate(zip(full, partial, strict=True))])
+        keep = ~np.any(np.array(skewed, dtype=bool), axis=0)  # any party that read two values leaves it out
+        # the form of every ballot that is a sharing, in one check
+        r = field.array(r_ * keep.astype(object)[:, None])
+        s = field.array(s_ * keep.astype(object))
+        weights = np.array([1 << b for b in range(bits)], dtype=object)
+        entries = x.reshape(count * size, bits) @ weights if bits > 1 else x
+        entries = entries.reshape(count, size)
+        totals = entries.sum(axis=1)
+        if form[1] == form[2]:
+            deviation = totals - form[1]
+        else:
+            deviation = (totals < form[1]) + (totals > form[2])
+        weighted = x * r
+        check = weighted.reshape(count * width) @ (x - 1).reshape(count * width) + deviation @ s
+        if await mpc.is_zero_public(check):
+            valid = keep
+        else:  # someone cast an invalid ballot: find whose, opening only which per-ballot values are zero
+            per_ballot = mpc.np_multiply(weighted, x - 1).sum(axis=1) + deviation * s
+            valid = keep & np.asarray(await mpc.np_is_zero_public(per_ballot), dtype=bool)
+        excluded = [labels[i] for i in np.flatnonzero(~valid)]
+        checked = time.perf_counter()
+        if int(valid.sum()) < int(job["min_contributors"]):
             await mpc.shutdown()
-            return {"error": f"MPyC threshold {mpc.threshold} is not the clients' Shamir degree {job['threshold']}"}
-        # this party's Shamir share of every noisy count (the clients' shares summed): a secure array as is
-        counts = secint.array(secint.field.array(np.array(share, dtype=object)))
-        opened = await mpc.output(mpc.np_argmax(counts))
+            return {"error": f"only {int(valid.sum())} valid ballots, fewer than the minimum survivors "
+                             f"{job['min_contributors']} ({len(excluded)} invalid)", "excluded": excluded}
+        counts = valid.astype(object) @ entries
+        for share in mpc.input(secint.array(np.array(noise, dtype=object))):
+            counts = counts + share
+        if job["opens"] == "sum":  # the whole noisy sum of the valid ballots
+            opened: Any = [int(v) for v in await mpc.output(counts)]
+        else:  # only the winner's index
+            opened = int(await mpc.output(mpc.np_argmax(counts)))
         done = time.perf_counter()
+        sent = sum(peer.protocol.nbytes_sent for peer in mpc.parties if peer.pid != mpc.pid)
         await mpc.shutdown()
-        return {"index": int(opened), "seconds": {"import": imported - launched, "connect": connected - started,
-                                                  "argmax": done - connected}}
+        return {"value": opened, "excluded": excluded,
+                "seconds": {"import": imported - launched, "connect": connected - started,
+                            "check": checked - connected, "argmax": done - checked},
+                "bytes sent": sent, "peak memory": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
     result = mpc.run(run())
     print(json.dumps(result), flush=True)
-    return 0 if "index" in result else 3
+    return 0 if "value" in result else 3
 
 
 if __name__ == "__main__":

@@ -646,23 +646,20 @@ class _Setting:
                                       rng)
         return voters, counts, good
 
-    def winner_success(self, votes: np.ndarray, good: np.ndarray, epsilon: float, clients: int,
-                       voters: int) -> float:
+    def winner_success(self, votes: np.ndarray, good: np.ndarray, epsilon: float) -> float:
         """Share of winner releases (`Forecast.WINNER`) that pick a good candidate, on the same votes.
 
         Args:
             votes: The noiseless vote sums, ``(R, p)``.
             good: The good masks, ``(R, p)``.
             epsilon: The run's epsilon.
-            clients: The number ``n`` of clients.
-            voters: The number of voters.
 
         Returns:
             The share of good picks.
         """
         rng = np.random.default_rng([self.seed, 2])  # common random numbers across k, epsilon and n
-        picks = replay_winners(votes, epsilon=epsilon, neighbouring=self.neighbouring, clients=clients,
-                               repetitions=len(votes), rng=rng, dropout=self.dropout, survivors=voters)
+        picks = replay_winners(votes, epsilon=epsilon, neighbouring=self.neighbouring, repetitions=len(votes),
+                               rng=rng)  # the committee's noise: neither the clients nor the dropout change it
         return float(good[np.arange(len(picks)), picks].mean())
 
     def success(self, votes: np.ndarray, good: np.ndarray, sigma: float, clients: int, voters: int, k: int,
@@ -703,7 +700,7 @@ class _Setting:
             The share of good picks.
         """
         if forecast is Forecast.WINNER:
-            return self.winner_success(votes, good, epsilon, clients, voters)
+            return self.winner_success(votes, good, epsilon)
         return self.success(votes, good, self.sigma(epsilon, k), clients, voters, k, self.rule)
 
 
@@ -836,7 +833,7 @@ def plan(
                      "success": setting.success(counts[kk], good, sigma, clients, voters, kk, setting.rule),
                      "success_argmax": setting.success(counts[kk], good, sigma, clients, voters, kk, "argmax"),
                      "bound": theorem_iv1_success(counts[kk], good, sigma),
-                     "success_winner": setting.winner_success(counts[kk], good, epsilon, clients, voters)})
+                     "success_winner": setting.winner_success(counts[kk], good, epsilon)})
     best = max(by_k, key=lambda row: (row["success"], -row["k"]))
     best_of = {Forecast.NOISY_SUM: best, Forecast.WINNER: _winner_tie_break(setting, by_k, epsilon, clients)}
     row = best_of[forecast] if chosen_k is None else next(r for r in by_k if r["k"] == chosen_k)
@@ -911,7 +908,7 @@ def _winner_tie_break(setting: _Setting, by_k: list[dict[str, Any]], epsilon: fl
     weaker = replace(setting, scenario=tie_break_scenario(setting.scenario))
     voters, counts, is_good = weaker.votes(clients, [row["k"] for row in tied])
     for row in tied:
-        row["success_winner_tie_break"] = weaker.winner_success(counts[row["k"]], is_good, epsilon, clients, voters)
+        row["success_winner_tie_break"] = weaker.winner_success(counts[row["k"]], is_good, epsilon)
     return max(tied, key=lambda row: (row["success_winner_tie_break"], -row["k"]))
 
 

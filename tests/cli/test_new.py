@@ -65,7 +65,7 @@ def test_new_writes_an_app_that_selects_and_trains_in_process(tmp_path, capsys, 
 
 def test_the_templates_k_is_the_planners_choice_for_its_candidates():
     """TEMPLATE_K is the k with the highest predicted chance of a good pick for the template's 8 candidates, 10
-    clients, epsilon 1 (the argmax release's over 0.8)."""
+    clients, epsilon 1 (the argmax release's over 0.7 with the committee's noise of 3 tallies)."""
     from dphype.config import DPHypeConfig
     from dphype.flower import DPHype
     from dphype.selection.candidates import candidate_grid
@@ -78,7 +78,7 @@ def test_the_templates_k_is_the_planners_choice_for_its_candidates():
                               tallies=keys).plan().success for kk in range(1, 5)}
         assert max(success, key=success.get) == k, (release, success)
         if release == "argmax":  # the default: a first run worth having
-            assert success[k] >= 0.8
+            assert success[k] >= 0.7
 
 
 def test_new_refuses_a_folder_that_is_not_empty(tmp_path, capsys):

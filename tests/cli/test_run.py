@@ -29,7 +29,7 @@ def test_run_names_a_run_config_key_the_app_does_not_declare_before_flower_start
 
 @pytest.mark.parametrize(("options", "message"), [
     (["--clients", "1"], "clients must be an integer"),
-    (["--run-config", "release='median'"], "release must be one of sum, argmax, got 'median'"),
+    (["--run-config", "release='median'"], "release must be one of sum, argmax, committee-sum, got 'median'"),
     (["--run-config", "release=argmax"], "--run-config must be key=value pairs with TOML values (strings quoted"),
     (["--timeout", "0"], "timeout"),
 ])

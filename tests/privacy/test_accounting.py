@@ -242,9 +242,12 @@ def test_privacy_report():
     json.dumps(d)
     assert set(d) == {
         "epsilon", "delta", "accountant", "noise", "sigma", "client_std", "clients", "dropout", "k",
-        "num_candidates", "survivors", "neighbouring", "l2_sensitivity", "released", "pure",
+        "num_candidates", "survivors", "neighbouring", "l2_sensitivity", "released", "pure", "ballots_verified",
+        "excluded",
     }
     assert not d["pure"] and rep.guarantee() == "(1, 1e-05)-DP"  # the sum release is (epsilon, delta)-DP
+    # SecAgg+ sums whatever the clients send: the report says its ballots were not verified
+    assert (d["ballots_verified"], d["excluded"]) == (False, ()) and rep.ballots().startswith("NOT verified")
     assert d["neighbouring"] == "replace-one" and d["l2_sensitivity"] == pytest.approx(math.sqrt(10))
     assert d["released"] == "noisy vote sum only (secure aggregation)"
     # 7 survivors of 10 (xi = 0.3) keep the guarantee; 6 do not, and the report says so

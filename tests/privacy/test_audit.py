@@ -148,3 +148,43 @@ def test_audit_of_the_secure_client_path(noise, clients, dropout):
     kw.update(confidence=confidence, threshold=threshold)
     assert not audit_vote_noise(share_fn=secure_share, **kw).flagged
     assert audit_vote_noise(share_fn=third_secure_share, **kw).flagged
+
+
+def committee_noise_pairs(trials, epsilon, *, honest=2, parties=3):
+    """The noise the ``honest`` tallies of a ``parties``-tally committee add to 2 counts, ``trials`` times, through the
+    real tally path (`ArgmaxRelease.tally_noise`, which a tally node calls: the secure generator); the other tallies'
+    shares are known to the attacker and left out (the worst case of the proof)."""
+    from dphype.config import DPHypeConfig
+    from dphype.protocol import make_vote_request
+    from dphype.selection.candidates import candidate_grid
+
+    width = 2_000  # 1,000 independent pairs of counts per request
+    config = DPHypeConfig(epsilon=epsilon, delta=1e-5, k=1, clients=10, release="argmax")
+    request = make_vote_request(config, candidate_grid(lr=[1.0 + i for i in range(width)]),
+                                tallies=tuple(bytes([j + 1]) * 32 for j in range(parties)))
+    rounds = -(-2 * trials // width)
+    noise = np.zeros(rounds * width, dtype=np.int64)
+    for r in range(rounds):
+        for _ in range(honest):
+            noise[r * width:(r + 1) * width] += request.mode.tally_noise(request)
+    return noise.reshape(-1, 2)[:trials]
+
+
+def test_audit_of_the_committees_noise_made_in_shares():
+    """The argmax release with the committee's noise (issue 23): only 2 of the 3 tallies' shares (from the tallies'
+    own jobs and generator) on counts one client apart (replace-one: its vote moves from candidate 1 to 0). The
+    Clopper-Pearson lower bound on epsilon stays below the claim; tallies that draw their shares for 3 times the
+    epsilon (a third of the noise scale) are caught."""
+    from dphype.privacy.winner import report_noisy_max
+
+    trials = 30_000
+    d, d_prime = np.array([1, 0]), np.array([0, 1])
+
+    def audit(epsilon):
+        false_neg = int(np.sum(report_noisy_max(d + committee_noise_pairs(trials, epsilon)) != 0))
+        false_pos = int(np.sum(report_noisy_max(d_prime + committee_noise_pairs(trials, epsilon)) == 0))
+        return epsilon_lower_bound(false_pos, false_neg, trials, delta=0.0)[0]
+
+    honest = audit(1.0)
+    assert 0.3 < honest <= 1.0  # 2 counts: the exact log ratio is 0.57
+    assert audit(3.0) > 1.0

@@ -1,9 +1,14 @@
-"""The tally committee: sealed additive shares, per-tally checks, and the secure argmax on MPyC (3 local parties)."""
+"""The tally committee: sealed Shamir shares of ballots, per-tally checks, and the secure argmax on MPyC (3 local
+parties). The tallies' noise shares are given (zero, or fixed vectors) so that the opened value is known exactly;
+tests/secure/test_ballot_check.py checks the ballots, tests/privacy the noise the modes draw."""
 
 import numpy as np
 import pytest
 
 from dphype.secure.tally import (
+    OPENS_ARGMAX,
+    OPENS_SUM,
+    Opening,
     ServedRecord,
     Tally,
     TallyError,
@@ -15,13 +20,23 @@ from dphype.secure.tally import (
     split_shares,
     voter_id,
 )
+from dphype.selection.ballots import BallotForm
+
+TOP_1 = BallotForm.top_k(1)
 
 
-def committee(min_contributors, request="req-1", size=5):
+def committee(min_contributors, request="req-1", size=5, k=1, noise=None, opens=OPENS_ARGMAX):
     tallies = [Tally(j) for j in range(3)]
     for t in tallies:
-        t.open_round(request, size, min_contributors)
+        share = np.zeros(size, dtype=np.int64) if noise is None else noise[t.index]
+        t.open_round(request, size, min_contributors, form=BallotForm.top_k(k), noise=share, opens=opens)
     return tallies
+
+
+def one_hot(size, *indices):
+    ballot = np.zeros(size, dtype=np.int64)
+    ballot[list(indices)] = 1
+    return ballot
 
 
 def send(tallies, request, vectors, start=0, deliver=3):
@@ -46,32 +61,48 @@ def test_shamir_shares_open_from_any_two_tallies_and_one_share_is_uniform():
     assert 0.45 < np.mean(bits) * (2**64 / q) < 0.55
 
 
-def test_secure_argmax_on_fixed_vectors_opens_the_lowest_index_among_ties():
-    tallies = committee(2, size=6)
-    send(tallies, "req-1", [np.array([1, 4, -2, 3, 4, 0]), np.array([0, 5, 1, 6, 5, -9])])  # sum 1 9 -1 9 9 -9
-    assert secure_argmax([t.job() for t in tallies]) == 1
+def test_secure_argmax_on_valid_ballots_opens_the_lowest_index_among_ties():
+    tallies = committee(2, size=6, k=2)
+    send(tallies, "req-1", [one_hot(6, 1, 3), one_hot(6, 1, 4), one_hot(6, 3, 4)])  # counts 0 2 0 2 2 0
+    assert secure_argmax([t.job() for t in tallies]) == Opening(1, ())
     rng = np.random.default_rng(7)
-    vectors = [rng.integers(-50, 50, size=100) for _ in range(4)]
-    tallies = committee(4, request="req-2", size=100)
-    send(tallies, "req-2", vectors)
-    assert secure_argmax([t.job() for t in tallies]) == int(np.argmax(np.sum(vectors, axis=0)))
+    ballots = [one_hot(100, *rng.choice(100, 3, replace=False)) for _ in range(40)]
+    tallies = committee(4, request="req-2", size=100, k=3)
+    send(tallies, "req-2", ballots)
+    assert secure_argmax([t.job() for t in tallies]) == Opening(int(np.argmax(np.sum(ballots, axis=0))), ())
+
+
+def test_every_tallys_noise_share_is_added_and_the_committee_opens_the_argmax_or_the_whole_noisy_sum():
+    ballots = [one_hot(6, 1, 3), one_hot(6, 1, 4), one_hot(6, 3, 4)]  # counts 0 2 0 2 2 0
+    noise = [np.array([0, -1, 0, 0, 2, 0]), np.array([5, 0, 0, 0, -1, 0]), np.array([-4, 0, 0, 1, 0, -7])]
+    noisy = np.sum(ballots, axis=0) + np.sum(noise, axis=0)  # 1 1 0 3 3 -7
+    tallies = committee(3, size=6, k=2, noise=noise)
+    send(tallies, "req-1", ballots)
+    assert secure_argmax([t.job() for t in tallies]) == Opening(3, ())  # 3 and 4 tie: the lower index
+    tallies = committee(3, request="req-2", size=6, k=2, noise=noise, opens=OPENS_SUM)
+    send(tallies, "req-2", ballots)
+    assert secure_argmax([t.job() for t in tallies]) == Opening(tuple(noisy.tolist()), ())
+    with pytest.raises(ValueError, match="the noise share must have 6 entries and opens must be"):
+        Tally(0).open_round("req-3", 6, 1, form=TOP_1, noise=np.zeros(5))
+    with pytest.raises(ValueError, match="the noise share must have 6 entries and opens must be"):
+        Tally(0).open_round("req-3", 6, 1, form=TOP_1, noise=np.zeros(6), opens="median")
 
 
 def test_tallies_refuse_too_few_contributors_and_disagreeing_sets():
     tallies = committee(3)
-    send(tallies, "req-1", [np.ones(5, dtype=int)] * 2)
+    send(tallies, "req-1", [one_hot(5, 0)] * 2)
     with pytest.raises(TallyError, match="tally 0 refused the argmax: only 2 contributors, fewer than the minimum"):
         secure_argmax([t.job() for t in tallies])
     tallies = committee(2)
-    send(tallies, "req-1", [np.ones(5, dtype=int)] * 2)
-    send(tallies, "req-1", [np.ones(5, dtype=int)], start=5, deliver=2)  # tally 2 never got client-5's share
+    send(tallies, "req-1", [one_hot(5, 0)] * 2)
+    send(tallies, "req-1", [one_hot(5, 1)], start=5, deliver=2)  # tally 2 never got client-5's share
     with pytest.raises(TallyError, match="tallies disagree on the contributor set"):
         secure_argmax([t.job() for t in tallies])
 
 
 def test_a_missing_tally_releases_nothing_and_names_the_tally():
     tallies = committee(1)
-    send(tallies, "req-1", [np.arange(5)])
+    send(tallies, "req-1", [one_hot(5, 2)])
     jobs = [t.job() for t in tallies]
     # the error names the wait allowed (1 s), not what was left of it when tally 0's turn came (0.99999... s)
     with pytest.raises(TallyError, match=r"did not answer within 1 s; nothing released \(tally 2 did not start\)"):
@@ -81,19 +112,20 @@ def test_a_missing_tally_releases_nothing_and_names_the_tally():
 def test_tally_refuses_replays_foreign_shares_and_duplicates():
     tallies = committee(1)
     keys = [t.public for t in tallies]
-    sealed = client_sealed_shares("req-1", np.arange(5), keys, voter_id(0, "a"))
+    sealed = client_sealed_shares("req-1", one_hot(5, 4), keys, voter_id(0, "a"))
     tallies[0].receive("a", sealed[0])
     with pytest.raises(TallyError, match="second share from contributor a"):
         tallies[0].receive("a", sealed[0])
     with pytest.raises(TallyError, match="not this contributor's for request req-1, this run and this tally"):
         tallies[1].receive("a", sealed[0])  # tally 0's share at tally 1
     with pytest.raises(TallyError, match="not this contributor's for request req-1"):
-        tallies[2].receive("c", client_sealed_shares("req-other", np.arange(5), keys, voter_id(0, "c"))[2])
-    with pytest.raises(TallyError, match="wrong length"):
-        tallies[2].receive("d", client_sealed_shares("req-1", np.arange(4), keys, voter_id(0, "d"))[2])
+        tallies[2].receive("c", client_sealed_shares("req-other", one_hot(5, 4), keys, voter_id(0, "c"))[2])
+    # a share of the wrong length is the client's doing: kept as malformed, for the committee to leave out
+    tallies[2].receive("d", client_sealed_shares("req-1", one_hot(4, 3), keys, voter_id(0, "d"))[2])
+    assert tallies[2].job()["malformed"] == ["d"]
     tallies[0].job()
     with pytest.raises(TallyError, match="refuses a second argmax for request req-1"):
-        tallies[0].open_round("req-1", 5, 1)
+        tallies[0].open_round("req-1", 5, 1, form=TOP_1, noise=np.zeros(5))
     with pytest.raises(TallyError, match="tally 0 has no open request"):
         tallies[0].receive("e", sealed[0])
 
@@ -104,7 +136,7 @@ def test_one_ballot_relabelled_as_many_contributors_is_refused_by_identity_and_b
     are refused by content too, whatever the label."""
     tallies = committee(1)
     keys = [t.public for t in tallies]
-    sealed = client_sealed_shares("req-1", np.arange(5), keys, voter_id(0, "7"))
+    sealed = client_sealed_shares("req-1", one_hot(5, 0), keys, voter_id(0, "7"))
     for t, share in zip(tallies, sealed, strict=True):
         for label in range(8, 17):
             with pytest.raises(TallyError, match=f"share of contributor {label} is not this contributor's"):
@@ -113,7 +145,7 @@ def test_one_ballot_relabelled_as_many_contributors_is_refused_by_identity_and_b
         # once counted, the same ciphertext under any label is refused by its content before it is tried
         with pytest.raises(TallyError, match="the same share twice"):
             t.receive("8", share)
-    assert [t.job()["count"] for t in tallies] == [1, 1, 1]  # one ballot, counted once
+    assert [t.job()["contributors"] for t in tallies] == [["7"]] * 3  # one ballot, counted once
     with pytest.raises(ValueError, match="non-empty without ';' or '|'"):
         voter_id(0, "7;voter=8")
 
@@ -125,21 +157,23 @@ def test_a_tallys_record_refuses_a_request_served_in_that_run_across_restarts_an
     record = ServedRecord(tmp_path / "tally-0.key.served")
     first = Tally(0, record=record)
     keys = [first.public, Tally(1).public, Tally(2).public]
-    sealed = client_sealed_shares("req-1", np.arange(5), keys, voter_id(41, "3"))
-    first.open_round("req-1", 5, 1, run=41)
+    sealed = client_sealed_shares("req-1", one_hot(5, 0), keys, voter_id(41, "3"))
+    form = BallotForm.top_k(1)
+    first.open_round("req-1", 5, 1, run=41, form=form, noise=np.zeros(5))
     first.receive("3", sealed[0])
     first.job()
     assert record.entries() == {(41, "req-1")}
     assert record.path.stat().st_mode & 0o777 == 0o600
     restarted = Tally(0, first.keys, record=ServedRecord(record.path))  # nothing in memory: the file decides
     with pytest.raises(TallyError, match="refuses a second argmax for request req-1"):
-        restarted.open_round("req-1", 5, 1, run=41)
-    restarted.open_round("req-1", 5, 1, run=42)  # a new run may ask again (its clients vote and pay again) ...
+        restarted.open_round("req-1", 5, 1, run=41, form=form, noise=np.zeros(5))
+    # a new run may ask again (its clients vote and pay again) ...
+    restarted.open_round("req-1", 5, 1, run=42, form=form, noise=np.zeros(5))
     with pytest.raises(TallyError, match="not this contributor's for request req-1, this run"):
         restarted.receive("3", sealed[0])  # ... but the old ciphertexts do not open in it
     record.path.write_text('{"run": 41, "request": "req-1"}\nnot json\n')
     with pytest.raises(TallyError, match="cannot be read; its operator must repair it"):
-        Tally(0, first.keys, record=record).open_round("req-2", 5, 1, run=43)
+        Tally(0, first.keys, record=record).open_round("req-2", 5, 1, run=43, form=form, noise=np.zeros(5))
 
 
 def test_committee_checks_name_the_cause():

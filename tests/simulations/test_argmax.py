@@ -27,10 +27,11 @@ def test_tradeoff_and_ablations_replay_both_release_modes(small_adult: None, tmp
         rows = list(csv.DictReader(fh))
     argmax_rows = [r for r in rows if r["release"] == "argmax"]
     assert {r["rule"] for r in argmax_rows} == {"noisy-max/replace-one", "noisy-max/add-remove"}
-    # discrete Laplace std sqrt(2t)/(1-t): t = e^-1/2 under replace-one, e^-1 under add/remove (epsilon 1)
+    # discrete Laplace std sqrt(2t)/(1-t): t = e^-1/2 under replace-one, e^-1 under add/remove (epsilon 1), times
+    # sqrt(3/2): the 3 tallies' noise, any 2 of which carry epsilon
     stds = {r["rule"]: float(r["sigma"]) for r in argmax_rows if r["epsilon"] == "1.0"}
-    assert stds["noisy-max/replace-one"] == pytest.approx(2.799, abs=0.001)
-    assert stds["noisy-max/add-remove"] == pytest.approx(1.357, abs=0.001)
+    assert stds["noisy-max/replace-one"] == pytest.approx(2.799 * 1.5**0.5, abs=0.001)
+    assert stds["noisy-max/add-remove"] == pytest.approx(1.357 * 1.5**0.5, abs=0.001)
 
     res = bench(["ablations", *TINY, "--repetitions", "10", "--epsilons", "0.5", "--cache", cache,
                   "--release", "argmax", "--methods", "DP-Hype", "Subsets", "--out", str(tmp_path / "a")], capsys)
@@ -42,8 +43,17 @@ def test_argmax_profile_times_each_part_and_checks_the_opened_index(tmp_path: Pa
     res = bench(["argmax-profile", "--clients", "3", "--candidates", "20", "--repetitions", "1",
                   "--out", str(tmp_path / "p")], capsys)
     (row,) = res["rows"]
-    assert row["share bytes"] == 3 * (32 + 16 + 20 * 8)  # ephemeral key, tag, 20 field elements per tally
-    assert 0 < row["party argmax s"] < row["secure argmax s"]
+    assert row["upload bytes"] == 3 * (32 + 16 + 20 * 8)  # ephemeral key, tag, 20 field elements (bits) per tally
+    assert 0 < row["party argmax s"] < row["party check s"] + row["party argmax s"] < row["mpc s"] < row["seconds"]
+
+
+def test_the_committee_bench_names_the_invalid_ballots_and_measures_every_tally(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    res = bench(["committee", "--clients", "6", "--candidates", "12", "--k", "2", "--invalid", "2",
+                  "--out", str(tmp_path / "c")], capsys)
+    (row,) = res["rows"]  # the study raises unless the 2 boosted ballots were named and left out
+    assert (row["clients"], row["invalid"], row["upload bytes"]) == (6, 2, 3 * (32 + 16 + 12 * 8))
+    assert row["tally traffic bytes"] > 0 and row["tally peak MiB"] > 10 and row["seconds"] > row["mpc s"]
 
 
 def test_without_k_both_studies_replay_the_winner_release_at_the_planners_k(small_adult: None,
@@ -66,10 +76,11 @@ def test_without_k_both_studies_replay_the_winner_release_at_the_planners_k(smal
     res = bench(["tradeoff", *TINY, "--repetitions", "20", "--epsilons", "0.5", "--cache", cache, "--k", "2",
                   "--release", "argmax", "--out", str(tmp_path / "k2")], capsys)
     assert {r["k"] for r in res["winner_summary"]} == {2}  # an explicit --k is used as given
-    res = bench(["tradeoff", *TINY, "--repetitions", "20", "--epsilons", "0.5", "--cache", cache, "--consensus",
+    res = bench(["tradeoff", *TINY, "--repetitions", "20", "--epsilons", "2", "--cache", cache, "--consensus",
                   "weak", "--release", "argmax", "--out", str(tmp_path / "weak")], capsys)
-    weak = plan(3, 0.5, 1e-5, space, 6, release=ArgmaxRelease(), consensus="weak", search=False).recommended_k_winner
-    assert weak != planned["replace-one"]  # here the scenario changes the planner's k (2 against 1) ...
+    weak, moderate = (plan(3, 2.0, 1e-5, space, 6, release=ArgmaxRelease(), consensus=c, search=False)
+                      .recommended_k_winner for c in ("weak", "moderate"))
+    assert weak != moderate  # here the scenario changes the planner's k (2 against 1) ...
     assert {r["k"] for r in res["winner_summary"]} == {weak}  # ... and --consensus is the planner's scenario
     res = bench(["ablations", *TINY, "--repetitions", "10", "--epsilons", "0.5", "--cache", cache,
                   "--release", "sum", "argmax", "--neighbourings", "replace-one", "add-remove",

@@ -7,7 +7,8 @@ back.
 finds the configured committee among the connected nodes (`find_committee`: a tally that does not answer
 ``hello`` is unreachable, and nothing is sent), runs the pre-flight with the other nodes, collects the sealed
 shares (``train.dphype_argmax``, `dphype.flower.client.argmax`), forwards each tally its ciphertexts and
-gets the index back (``query.dphype_tally``, `dphype.flower.tally`). Fewer contributors than
+gets the index back, with the contributors whose ballots the tallies found invalid and left out
+(``query.dphype_tally``, `dphype.flower.tally`). Fewer contributors than
 ``ceil((1 - xi) n)``: `dphype.flower.server.readiness.PreflightError`; a tally that refuses, fails or
 answers late: `dphype.secure.tally.TallyError`; nothing released either way.
 
@@ -45,7 +46,7 @@ from dphype.flower.wire import (
 )
 from dphype.modes import Aggregator
 from dphype.protocol import DPHypeResult, VoteRequest
-from dphype.secure.tally import COMMITTEE_SIZE, TallyError, agreed_index
+from dphype.secure.tally import COMMITTEE_SIZE, Opening, TallyError, agreed_opening
 
 #: The pre-flight of the request over the given nodes within a timeout: the nodes that answered ready
 #: (`dphype.flower.server.DPHype.start` passes its own).
@@ -72,6 +73,17 @@ def _answers(replies: dict[int, Message], tally_nodes: dict[int, int], stage: st
                              "nothing released")
         out[j] = dict(reply.content.config_records[TALLY_KEY])
     return out
+
+
+def _opening(answer: dict[str, Any]) -> Opening:
+    """A tally's ``result`` answer as an `Opening`; `TallyError` for a malformed one."""
+    value, excluded = answer.get("value"), answer.get("excluded", [])
+    values: list[Any] = value if isinstance(value, list) else [value]
+    if (not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+            or not isinstance(excluded, list) or not all(isinstance(label, str) for label in excluded)):
+        raise TallyError("a tally answered the result stage without a value and its excluded contributors; "
+                         "nothing released")
+    return Opening(tuple(int(v) for v in values) if isinstance(value, list) else int(values[0]), tuple(excluded))
 
 
 def _hello(grid: Grid, nodes: Sequence[int], timeout: float | None) -> list[tuple[int, tuple[int, bytes]]]:
@@ -397,9 +409,9 @@ def run_winner_selection(grid: Grid, request: VoteRequest, *, preflight: Preflig
     results = _answers(_ask(grid, tallies, {n: {"stage": TALLY_RESULT, "timeout": tally_timeout} for n in tallies},
                             tally_timeout + 5.0 if timeout is None else timeout, "DP-Hype tally result"),
                        tally_nodes, TALLY_RESULT)
-    index = agreed_index([int(a["index"]) for a in results.values()])
-    result = request.mode.release(request, index, len(contributors))
-    log(logging.INFO, "DP-Hype (argmax) selected candidate %d %s (pure epsilon=%.4g, %d contributors, %d tallies) "
-        "in %.2f s after the pre-flight", index, result.selected, result.report.epsilon, len(contributors),
-        len(tallies), time.perf_counter() - start)
+    opened = agreed_opening([_opening(a) for a in results.values()])
+    result = request.mode.release(request, opened, len(contributors))
+    log(logging.INFO, "DP-Hype (%s) selected candidate %d %s (epsilon=%.4g, %d contributors, %d ballots invalid, "
+        "%d tallies) in %.2f s after the pre-flight", request.mode.name, result.selected_index, result.selected,
+        result.report.epsilon, len(contributors), len(opened.excluded), len(tallies), time.perf_counter() - start)
     return result
