@@ -158,39 +158,41 @@ def test_a_malicious_voters_boost_is_excluded_and_named_and_too_many_release_not
     client ranks candidate 5 first). The tallies leave its ballot out and name it; the consensus wins; the result and
     its summary name the sender, never the content. With two such clients fewer valid ballots than the minimum
     remain (5 of 6 with dropout 0.2 tolerated, i.e. at least 5): nothing is released and the error names both."""
+    from dphype.flower.federation import voter_name
     from dphype.secure.tally import voter_id
 
     boost = np.zeros(len(CANDS), dtype=np.int64)
     boost[0] = 30
     grid, keys = argmax_grid(tmp_path)
-    modified_ballots(monkeypatch, {voter_id(1, node_id(0))}, boost)
+    modified_ballots(monkeypatch, {voter_id(1, voter_name(0))}, boost)
     # epsilon 20: the noise (std 0.1) cannot move the 4 votes between candidate 5 and the next
     result = DPHype(CANDS, config(dropout=0.2, epsilon=20.0), tallies=keys).start(grid, timeout=60)
-    assert result.selected_index == 5 and result.report.excluded == (str(node_id(0)),)
+    assert result.selected_index == 5 and result.report.excluded == (voter_name(0),)
     assert (result.report.survivors, result.report.ballots_verified) == (CLIENTS - 1, True)
-    assert f"1 invalid left out, from contributors {node_id(0)}" in result.summary()
+    assert f"1 invalid left out, from contributors {voter_name(0)}" in result.summary()
     grid, keys = argmax_grid(tmp_path, run_id=2)
-    modified_ballots(monkeypatch, {voter_id(2, node_id(0)), voter_id(2, node_id(1))}, boost)
+    modified_ballots(monkeypatch, {voter_id(2, voter_name(0)), voter_id(2, voter_name(1))}, boost)
     with pytest.raises(TallyError, match=rf"only 4 valid ballots, fewer than the minimum survivors 5 .*contributors "
-                                         rf"{node_id(0)}, {node_id(1)}"):
+                                         rf"{voter_name(0)}, {voter_name(1)}"):
         DPHype(CANDS, config(dropout=0.2), tallies=keys).start(grid, timeout=60)
 
 
 def test_the_committee_opens_the_noisy_sum_of_the_verified_ballots_and_the_rule_selects(tmp_path, monkeypatch):
     """release="committee-sum": the whole noisy vector of the valid ballots (for the GP rule), the tallies' noise,
     a boosted ballot left out and named; every client's ledger records the sum release's epsilon."""
+    from dphype.flower.federation import voter_name
     from dphype.secure.tally import voter_id
 
     boost = np.zeros(len(CANDS), dtype=np.int64)
     boost[0] = 30
     grid, keys = argmax_grid(tmp_path)
-    modified_ballots(monkeypatch, {voter_id(1, node_id(0))}, boost)
+    modified_ballots(monkeypatch, {voter_id(1, voter_name(0))}, boost)
     cfg = config(release="committee-sum", epsilon=200.0, dropout=0.2, rule="argmax")  # noise std ~0.1
     result = DPHype(CANDS, cfg, tallies=keys).start(grid, timeout=60)
     assert result.noisy_sum is not None and result.noisy_sum.shape == (len(CANDS),)
     assert result.selection is not None and result.selected_index == 5  # every honest client ranks 5 first
     assert result.noisy_sum[0] < 15  # the 30 votes were not counted
-    assert result.report.excluded == (str(node_id(0)),) and result.report.noise == "skellam"
+    assert result.report.excluded == (voter_name(0),) and result.report.noise == "skellam"
     for i in range(1, CLIENTS):
         policy = NodePolicy.from_node_config(grid.contexts[node_id(i)].node_config)
         (entry,) = Ledger(policy.ledger).entries()
