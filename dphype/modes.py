@@ -62,7 +62,7 @@ from dphype.secure.tally import check_committee, client_sealed_shares
 from dphype.selection.ballots import BallotForm
 from dphype.selection.planner import Forecast
 from dphype.selection.rules import select_release
-from dphype.selection.voting import top_k_votes
+from dphype.selection.voting import Ballot, check_ballot
 
 if TYPE_CHECKING:
     from dphype.selection.candidates import CandidateList
@@ -72,6 +72,9 @@ if TYPE_CHECKING:
 #: (sum release): an honest server sends the calibrated sigma (`SumRelease.calibrate`); far more noise is no
 #: request it sends, and the client refuses it before scoring.
 SIGMA_SLACK = 1.001
+
+#: The argmax release's ballot unless the configuration names one (issue 25's measurements: README "Ballots").
+DEFAULT_ARGMAX_BALLOT = "top-k"
 
 #: Every release mode by its configuration name (``DPHypeConfig.release``), in the order they were defined (the
 #: planner's recommendation goes to the first of tied modes).
@@ -123,6 +126,10 @@ class Settings(Protocol):
     @property
     def rule(self) -> str:
         """The selection rule."""
+        ...
+    @property
+    def ballot(self) -> str:
+        """The ballot's name (`dphype.selection.voting.Ballot`)."""
         ...
 
 
@@ -228,6 +235,8 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
             ``--release``).
         aggregator: Where the ballots go (`Aggregator`).
         forecast: What the planner simulates of this release.
+        default_ballot: The ballot a configuration of this mode gets unless it names one.
+        graded_ballots: Whether the mode takes graded ballots (`dphype.selection.voting.Ballot`), not only top-k.
     """
 
     #: The configuration and wire name (``DPHypeConfig.release``, the run config's ``release``, ``--release``).
@@ -236,6 +245,10 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
     aggregator: ClassVar[Aggregator]
     #: What the planner simulates of this release.
     forecast: ClassVar[Forecast]
+    #: The ballot a configuration of this mode gets unless it names one (``DPHypeConfig.ballot``).
+    default_ballot: ClassVar[str] = "top-k"
+    #: Whether the mode takes graded ballots; else only ``"top-k"``.
+    graded_ballots: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -261,7 +274,29 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
         """
         return self.name
 
-    def ballot_form(self, config: Settings) -> BallotForm:
+    def check_ballot(self, ballot: Any) -> str:
+        """The configuration's ballot for this mode: `default_ballot` for ``None``, else checked and canonical.
+
+        Args:
+            ballot: The ballot's name (`dphype.selection.voting.Ballot`), or ``None``.
+
+        Returns:
+            The canonical name.
+
+        Raises:
+            ValueError: Naming ``ballot``, the allowed values and the fix: an unknown name, or a graded ballot for a
+                mode that takes only top-k.
+        """
+        name = check_ballot(self.default_ballot if ballot is None else ballot)
+        if Ballot.parse(name).graded and not self.graded_ballots:
+            raise ValueError(
+                f"ballot must be 'top-k' for release={self.name!r}, got {name!r}: its noise hides a whole ballot (l2 "
+                "sensitivity), which a graded ballot raises as much as it raises the counts; set ballot='top-k' or "
+                "release to a mode that takes graded ballots ("
+                + ", ".join(repr(n) for n, m in RELEASE_MODES.items() if m.graded_ballots) + ")")
+        return name
+
+    def ballot_form(self, config: Settings, num_candidates: int | None = None) -> BallotForm:
         """The form every client's ballot must have under ``config`` (`dphype.selection.ballots`).
 
         The one place a request's ballot form is derived from its configuration: every node and tally reads it
@@ -269,11 +304,14 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
 
         Args:
             config: The request's configuration.
+            num_candidates: The request's number of candidates ``p``, when known (a score ballot's largest total
+                is ``p G``, a rank ballot's depth is cut to ``p``).
 
         Returns:
-            DP-Hype's top-k form, ``BallotForm.top_k(config.k)``.
+            The configured ballot's form (`dphype.selection.voting.Ballot.form`): DP-Hype's top-k form
+            ``BallotForm.top_k(config.k)`` for ``ballot="top-k"``.
         """
-        return BallotForm.top_k(config.k)
+        return Ballot.parse(config.ballot).form(config.k, num_candidates)
 
     # ------------------------------------------------------------------------------------ calibration
     @abstractmethod
@@ -627,7 +665,7 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
         if clipping_range is None:
             raise ValueError("clipping_range must be the SecAgg+ round's (dphype.secure.secure_sum.clipping_range_for)")
         cfg = request.config
-        votes = top_k_votes(scores, cfg.k, maximize=maximize)
+        votes = Ballot.parse(cfg.ballot).cast(scores, cfg.k, maximize=maximize)
         share = client_noise_share(votes.size, sigma=request.sigma, clients=cfg.clients, dropout=cfg.dropout,
                                    kind=cfg.noise)
         return encode(votes + share, cfg.noise, clipping_range)
@@ -720,22 +758,27 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
     It is computed by a tally committee under MPC (`dphype.privacy.winner`, `dphype.secure.tally`).
 
     Pure ``epsilon``-DP with noise independent of ``k``; ``sigma`` is the total discrete Laplace std that
-    ``epsilon`` implies (`dphype.privacy.winner.noise_std`, for information: every client derives its noise
-    from the announced ``epsilon``). ``delta``, ``noise`` and ``accountant`` concern only the composition with
-    other releases, and the selection rule does not apply.
+    ``epsilon`` and the ballot's largest entry imply (`dphype.privacy.winner.noise_std`, for information: every
+    client derives its noise from the announced ``epsilon`` and ballot). ``delta``, ``noise`` and ``accountant``
+    concern only the composition with other releases, and the selection rule does not apply. It takes graded
+    ballots (`dphype.selection.voting.Ballot`): the noise depends on their largest entry only.
 
     Attributes:
         name: ``"argmax"``.
         aggregator: The tally committee.
         forecast: The winner release's.
+        default_ballot: `DEFAULT_ARGMAX_BALLOT`.
+        graded_ballots: ``True``.
     """
 
     name = "argmax"
     aggregator = Aggregator.COMMITTEE
     forecast = Forecast.WINNER
+    default_ballot = DEFAULT_ARGMAX_BALLOT
+    graded_ballots = True
 
     def calibrate(self, config: Settings, candidates: CandidateList) -> float:
-        """The total discrete Laplace std that ``epsilon`` implies (`dphype.privacy.winner.noise_std`).
+        """The total discrete Laplace std that ``epsilon`` and the ballot imply (`dphype.privacy.winner.noise_std`).
 
         Args:
             config: The configuration.
@@ -744,7 +787,7 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
         Returns:
             The std.
         """
-        return noise_std(config.epsilon, config.neighbouring)
+        return noise_std(config.epsilon, config.neighbouring, self.ballot_form(config).max_entry)
 
     def check_sigma(self, request: Request) -> None:
         """Refuse a ``sigma`` other than the one ``epsilon`` implies, or a ``k`` outside ``[1, p]``.
@@ -756,9 +799,9 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
             ValueError: If ``sigma`` or ``k`` is not what the mode needs.
         """
         cfg = request.config
-        expected = noise_std(cfg.epsilon, cfg.neighbouring)
+        expected = noise_std(cfg.epsilon, cfg.neighbouring, self.ballot_form(cfg).max_entry)
         if not abs(request.sigma - expected) <= 1e-9 * expected:
-            raise ValueError(f"sigma must be {expected:.12g} (the discrete Laplace std of epsilon), "
+            raise ValueError(f"sigma must be {expected:.12g} (the discrete Laplace std of epsilon and the ballot), "
                              f"got {request.sigma!r}")
         _ = self.accounting(request)  # validates k against the number of candidates
 
@@ -769,11 +812,11 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
             request: The request.
 
         Returns:
-            The winner release (epsilon, ``k``, ``p``, relation).
+            The winner release (epsilon, ``k``, ``p``, relation, the ballot's largest entry).
         """
         cfg = request.config
         return WinnerRelease(epsilon=cfg.epsilon, k=cfg.k, num_candidates=len(request.candidates),
-                             neighbouring=cfg.neighbouring)
+                             neighbouring=cfg.neighbouring, sensitivity=self.ballot_form(cfg).max_entry)
 
     def check_claims(self, request: Request) -> None:
         """Nothing to recompute: each client derives its noise from the announced epsilon.
@@ -799,7 +842,7 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
 
     def node_cost(self, request: Request, *, survivors: int, delta: float, accountant: str,
                   neighbouring: str) -> NodeCost:
-        """Pure ``epsilon_node = -shift log t`` under the node's relation (`THRESHOLD_SHIFT`).
+        """Pure ``epsilon_node = -shift G log t`` under the node's relation (`THRESHOLD_SHIFT`; ``G`` the ballot's).
 
         Whatever the node's delta and accountant; ``total_std`` is the request's ``sigma`` (the fewest
         contributors' noise).
@@ -815,15 +858,16 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
             The cost.
         """
         cfg = request.config
-        eps = -THRESHOLD_SHIFT[neighbouring] * math.log(noise_parameter(cfg.epsilon, cfg.neighbouring))
+        g = self.ballot_form(cfg).max_entry
+        eps = -THRESHOLD_SHIFT[neighbouring] * g * math.log(noise_parameter(cfg.epsilon, cfg.neighbouring, g))
         return NodeCost(noise=WINNER_NOISE, total_std=request.sigma, epsilon=eps, accountant="pure epsilon",
                         claim=f"the requested winner release gives pure epsilon {eps:.3g}")
 
     def ballot(self, request: Request, scores: np.ndarray, *, maximize: bool,
                clipping_range: int | None = None, voter: str | None = None) -> list[bytes]:
-        """Top-k votes plus this client's discrete Laplace share, split into Shamir shares and sealed.
+        """The configured ballot plus this client's discrete Laplace share, split into Shamir shares and sealed.
 
-        The share is `dphype.privacy.winner.client_winner_share`'s; one ciphertext per tally in committee order
+        The ballot is `dphype.selection.voting.Ballot.cast`'s, checked against `ballot_form`; the share is `dphype.privacy.winner.client_winner_share`'s; one ciphertext per tally in committee order
         (`dphype.secure.tally.client_sealed_shares`, bound to the request's digest, the tally and ``voter``).
 
         Args:
@@ -842,9 +886,10 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
         if not voter:
             raise ValueError("voter must be the client's identity in its run (dphype.secure.tally.voter_id)")
         cfg = request.config
-        votes = top_k_votes(scores, cfg.k, maximize=maximize).astype(np.int64)
+        form = self.ballot_form(cfg, len(request.candidates))
+        votes = form.check(Ballot.parse(cfg.ballot).cast(scores, cfg.k, maximize=maximize), len(request.candidates))
         share = client_winner_share(votes.size, epsilon=cfg.epsilon, neighbouring=cfg.neighbouring,
-                                    clients=cfg.clients, dropout=cfg.dropout)
+                                    clients=cfg.clients, dropout=cfg.dropout, sensitivity=form.max_entry)
         return client_sealed_shares(request.digest(), votes + share, request.tallies, voter)
 
     def release(self, request: Request, opened: int, survivors: int) -> DPHypeResult:
@@ -887,10 +932,10 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
         cfg = request.config
         return replay_winners(vote_sum, epsilon=cfg.epsilon, neighbouring=cfg.neighbouring, clients=cfg.clients,
                               repetitions=repetitions, rng=rng, dropout=cfg.dropout, survivors=survivors,
-                              per_client=per_client)
+                              per_client=per_client, sensitivity=self.ballot_form(cfg).max_entry)
 
     def describe(self, request: Request) -> str:
-        """The winner release's parameters: k, clients, dropout, neighbouring and the committee's size.
+        """The winner release's parameters: ballot, k, clients, dropout, neighbouring and the committee's size.
 
         Args:
             request: The request.
@@ -900,8 +945,8 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
         """
         # pure epsilon, discrete Laplace: no delta, noise kind or rule applies
         cfg = request.config
-        return (f"k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, neighbouring={cfg.neighbouring!r}, "
-                f"tallies={len(request.tallies)}")
+        return (f"ballot={cfg.ballot!r}, k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, "
+                f"neighbouring={cfg.neighbouring!r}, tallies={len(request.tallies)}")
 
     def describe_plan(self, config: Settings, plan: Plan) -> str:
         """The chance of a good pick by the argmax release (no selection rule applies).
