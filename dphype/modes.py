@@ -44,7 +44,13 @@ from dphype.checks import EPSILON_RTOL, resolve_accountant
 from dphype.privacy.accounting import VoteRelease, mechanism_epsilon, privacy_report, vote_sensitivity
 from dphype.privacy.accounting import calibrate as calibrate_release
 from dphype.privacy.accounting import epsilon as release_epsilon
-from dphype.privacy.noise import check_survivors, client_noise_share, client_noise_std, replay_noisy_sums
+from dphype.privacy.noise import (
+    check_survivors,
+    client_noise_share,
+    client_noise_std,
+    min_survivors,
+    replay_noisy_sums,
+)
 from dphype.privacy.winner import (
     THRESHOLD_SHIFT,
     WINNER_NOISE,
@@ -74,7 +80,7 @@ if TYPE_CHECKING:
 SIGMA_SLACK = 1.001
 
 #: The argmax release's ballot unless the configuration names one (issue 25's measurements: README "Ballots").
-DEFAULT_ARGMAX_BALLOT = "top-k"
+DEFAULT_ARGMAX_BALLOT = "auto"
 
 #: Every release mode by its configuration name (``DPHypeConfig.release``), in the order they were defined (the
 #: planner's recommendation goes to the first of tied modes).
@@ -296,6 +302,55 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
                 + ", ".join(repr(n) for n, m in RELEASE_MODES.items() if m.graded_ballots) + ")")
         return name
 
+    def resolved_ballot(self, config: Settings, num_candidates: int | None = None) -> Ballot:
+        """The configured ballot, an ``"auto"`` one resolved to its ``k`` (`dphype.selection.voting.auto_depth`).
+
+        The auto rule reads public facts only: ``p``, the winner release's noise std for a top-k ballot
+        (`dphype.privacy.winner.noise_std`) and the fewest voters ``ceil((1 - xi) n)``.
+
+        Args:
+            config: The request's configuration.
+            num_candidates: ``p``; required for an auto ballot.
+
+        Returns:
+            The ballot.
+
+        Raises:
+            ValueError: For an auto ballot without ``num_candidates``.
+        """
+        ballot = Ballot.parse(config.ballot)
+        if ballot.kind != "auto":
+            return ballot
+        if num_candidates is None:
+            raise ValueError("an auto ballot's form needs the number of candidates: pass num_candidates")
+        return ballot.resolve(num_candidates, noise_std(config.epsilon, config.neighbouring),
+                              min_survivors(config.clients, config.dropout))
+
+    def votes_per_client(self, config: Settings, num_candidates: int) -> int:
+        """The ``k`` the ballot stands for: the configuration's for top-k, an auto ballot's resolved ``k``, a rank
+        ballot's depth (cut to ``p``), the configuration's for a score ballot (what the planner and reports name).
+
+        Args:
+            config: The configuration.
+            num_candidates: ``p``.
+
+        Returns:
+            ``k``.
+        """
+        ballot = self.resolved_ballot(config, num_candidates)
+        return min(ballot.depth, int(num_candidates)) if ballot.kind == "rank" else config.k
+
+    def sensitivity(self, config: Settings) -> int:
+        """The ballot's largest entry ``G`` (its l-infinity sensitivity), which needs no candidate list.
+
+        Args:
+            config: The configuration.
+
+        Returns:
+            ``G``: 1 for top-k and auto, ``2**bits - 1`` for a graded ballot.
+        """
+        return Ballot.parse(config.ballot).max_entry
+
     def ballot_form(self, config: Settings, num_candidates: int | None = None) -> BallotForm:
         """The form every client's ballot must have under ``config`` (`dphype.selection.ballots`).
 
@@ -305,13 +360,17 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
         Args:
             config: The request's configuration.
             num_candidates: The request's number of candidates ``p``, when known (a score ballot's largest total
-                is ``p G``, a rank ballot's depth is cut to ``p``).
+                is ``p G``, a rank ballot's depth is cut to ``p``); required for an auto ballot, whose ``k``
+                depends on it.
 
         Returns:
             The configured ballot's form (`dphype.selection.voting.Ballot.form`): DP-Hype's top-k form
             ``BallotForm.top_k(config.k)`` for ``ballot="top-k"``.
-        """
-        return Ballot.parse(config.ballot).form(config.k, num_candidates)
+
+        Raises:
+            ValueError: For an auto ballot without ``num_candidates``.
+        """  # noqa: DOC502
+        return self.resolved_ballot(config, num_candidates).form(config.k, num_candidates)
 
     # ------------------------------------------------------------------------------------ calibration
     @abstractmethod
@@ -665,7 +724,7 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
         if clipping_range is None:
             raise ValueError("clipping_range must be the SecAgg+ round's (dphype.secure.secure_sum.clipping_range_for)")
         cfg = request.config
-        votes = Ballot.parse(cfg.ballot).cast(scores, cfg.k, maximize=maximize)
+        votes = self.resolved_ballot(cfg, len(request.candidates)).cast(scores, cfg.k, maximize=maximize)
         share = client_noise_share(votes.size, sigma=request.sigma, clients=cfg.clients, dropout=cfg.dropout,
                                    kind=cfg.noise)
         return encode(votes + share, cfg.noise, clipping_range)
@@ -787,7 +846,7 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
         Returns:
             The std.
         """
-        return noise_std(config.epsilon, config.neighbouring, self.ballot_form(config).max_entry)
+        return noise_std(config.epsilon, config.neighbouring, self.sensitivity(config))
 
     def check_sigma(self, request: Request) -> None:
         """Refuse a ``sigma`` other than the one ``epsilon`` implies, or a ``k`` outside ``[1, p]``.
@@ -799,7 +858,7 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
             ValueError: If ``sigma`` or ``k`` is not what the mode needs.
         """
         cfg = request.config
-        expected = noise_std(cfg.epsilon, cfg.neighbouring, self.ballot_form(cfg).max_entry)
+        expected = noise_std(cfg.epsilon, cfg.neighbouring, self.sensitivity(cfg))
         if not abs(request.sigma - expected) <= 1e-9 * expected:
             raise ValueError(f"sigma must be {expected:.12g} (the discrete Laplace std of epsilon and the ballot), "
                              f"got {request.sigma!r}")
@@ -815,8 +874,9 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
             The winner release (epsilon, ``k``, ``p``, relation, the ballot's largest entry).
         """
         cfg = request.config
-        return WinnerRelease(epsilon=cfg.epsilon, k=cfg.k, num_candidates=len(request.candidates),
-                             neighbouring=cfg.neighbouring, sensitivity=self.ballot_form(cfg).max_entry)
+        return WinnerRelease(epsilon=cfg.epsilon, k=self.votes_per_client(cfg, len(request.candidates)),
+                             num_candidates=len(request.candidates),
+                             neighbouring=cfg.neighbouring, sensitivity=self.sensitivity(cfg))
 
     def check_claims(self, request: Request) -> None:
         """Nothing to recompute: each client derives its noise from the announced epsilon.
@@ -858,7 +918,7 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
             The cost.
         """
         cfg = request.config
-        g = self.ballot_form(cfg).max_entry
+        g = self.sensitivity(cfg)
         eps = -THRESHOLD_SHIFT[neighbouring] * g * math.log(noise_parameter(cfg.epsilon, cfg.neighbouring, g))
         return NodeCost(noise=WINNER_NOISE, total_std=request.sigma, epsilon=eps, accountant="pure epsilon",
                         claim=f"the requested winner release gives pure epsilon {eps:.3g}")
@@ -887,7 +947,8 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
             raise ValueError("voter must be the client's identity in its run (dphype.secure.tally.voter_id)")
         cfg = request.config
         form = self.ballot_form(cfg, len(request.candidates))
-        votes = form.check(Ballot.parse(cfg.ballot).cast(scores, cfg.k, maximize=maximize), len(request.candidates))
+        ballot = self.resolved_ballot(cfg, len(request.candidates))
+        votes = form.check(ballot.cast(scores, cfg.k, maximize=maximize), len(request.candidates))
         share = client_winner_share(votes.size, epsilon=cfg.epsilon, neighbouring=cfg.neighbouring,
                                     clients=cfg.clients, dropout=cfg.dropout, sensitivity=form.max_entry)
         return client_sealed_shares(request.digest(), votes + share, request.tallies, voter)
@@ -932,7 +993,7 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
         cfg = request.config
         return replay_winners(vote_sum, epsilon=cfg.epsilon, neighbouring=cfg.neighbouring, clients=cfg.clients,
                               repetitions=repetitions, rng=rng, dropout=cfg.dropout, survivors=survivors,
-                              per_client=per_client, sensitivity=self.ballot_form(cfg).max_entry)
+                              per_client=per_client, sensitivity=self.sensitivity(cfg))
 
     def describe(self, request: Request) -> str:
         """The winner release's parameters: ballot, k, clients, dropout, neighbouring and the committee's size.

@@ -20,7 +20,8 @@ serves every federation with the same ``n``.
 
 **Ballots** (issue 25): every ballot of ``--ballots`` (names of :class:`dphype.selection.voting.Ballot`, e.g.
 ``rank:20:2`` or ``score:0.05``) is cast by every client on the same scores and replayed on the same seeds
-(noise scaled by its largest entry, :func:`dphype.privacy.winner.noise_parameter`). ``ksweep_ballots.csv`` has,
+(noise scaled by its largest entry, :func:`dphype.privacy.winner.noise_parameter`; an ``auto`` ballot resolved at each
+point with all ``n`` clients voting, :meth:`dphype.selection.voting.Ballot.resolve`). ``ksweep_ballots.csv`` has,
 per point and ballot, the gap to Opt, the shares of releases within 1 and 2 points of Opt, and how far it trails
 the best fixed ``k`` in hindsight (paired over the same releases); the result's ``ballot_summary`` summarises each
 ballot over the grid (largest and mean regret against the best ``k``, the smallest share within 2 points).
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from dphype.checks import NEIGHBOURING
+from dphype.privacy.winner import noise_std
 from dphype.selection.planner import KS, read_consensus
 from dphype.selection.voting import Ballot, check_ballot
 from simulations import harness, tradeoff
@@ -124,7 +126,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
             scores = harness.cached_scores(fed, candidates, scale, cache, bar)
             opt = float(accuracy.max())
             counts = {k: harness.client_votes(scores, k, maximize=True).sum(axis=0) for k in opts["ks"]}
-            graded = {name: np.stack([b.cast(row, 1) for row in scores]).sum(axis=0) for name, b in ballots.items()}
+            graded: dict[Ballot, np.ndarray] = {}  # the counts of each resolved ballot (auto's k depends on epsilon)
             for e_index, eps in enumerate(opts["epsilons"]):
                 for r_index, relation in enumerate(opts["neighbourings"]):
                     picks = {}
@@ -139,13 +141,16 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                     common = {"dataset": fed.dataset, "clients": fed.clients, "partition": fed.label,
                               "epsilon": eps, "neighbouring": relation}
                     for name, b in ballots.items():  # the same seeds again
+                        b = b.resolve(p, noise_std(eps, relation), fed.clients)
+                        if b not in graded:
+                            graded[b] = np.stack([b.cast(row, 1) for row in scores]).sum(axis=0)
                         rng = np.random.default_rng([args.seed, f_index, e_index, r_index])
-                        mine, _ = tradeoff.winner_picks(graded[name], epsilon=eps, relation=relation,
+                        mine, _ = tradeoff.winner_picks(graded[b], epsilon=eps, relation=relation,
                                                         clients=fed.clients, repetitions=opts["repetitions"], rng=rng,
                                                         sensitivity=b.max_entry)
                         gap = harness.mean_ci(100.0 * (opt - accuracy[mine]))
                         regret, half = paired_gap(accuracy, mine, picks[best_k])
-                        ballot_rows.append({**common, "ballot": name, "gap_points": round(gap[0], 3),
+                        ballot_rows.append({**common, "ballot": name, "depth": b.depth, "gap_points": round(gap[0], 3),
                                             "ci95": round(gap[1], 3), "within_1pt": within(accuracy, opt, mine, 1),
                                             "within_2pt": within(accuracy, opt, mine, 2), "best_k": best_k,
                                             "best_k_gap_points": round(gaps[best_k][0], 3),

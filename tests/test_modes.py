@@ -203,7 +203,13 @@ def test_each_mode_has_its_default_ballot_and_only_argmax_takes_graded_ones() ->
     base = {"epsilon": 1.0, "delta": 1e-5, "k": 2, "clients": 10}
     assert DPHypeConfig(**base).ballot == "top-k"
     argmax = DPHypeConfig(**base, release="argmax")
-    assert argmax.ballot == ArgmaxRelease.default_ballot
+    assert argmax.ballot == ArgmaxRelease.default_ballot == "auto"
+    assert ArgmaxRelease().votes_per_client(argmax, 100) == 14  # round(0.5 * 100 * 2.799 / 10)
+    assert ArgmaxRelease().ballot_form(argmax, 100) == BallotForm.top_k(14)
+    with pytest.raises(ValueError, match="needs the number of candidates"):
+        ArgmaxRelease().ballot_form(argmax)
+    with pytest.raises(ValueError, match=r"ballot must be 'top-k' for release='sum'"):
+        DPHypeConfig(**base, ballot="auto")
     graded = DPHypeConfig(**base, release="argmax", ballot="rank:20:2")
     assert graded.ballot == "rank:20:2" and graded.replace(release="sum").ballot == "top-k"
     assert graded.replace(epsilon=0.5).ballot == "rank:20:2"

@@ -12,9 +12,15 @@ exactly ``k`` ones. The graded ballots give each candidate an integer in ``[0, G
   under replace-one (`dphype.privacy.winner.noise_std` over ``G n / M``), whatever ``G``; ``G`` only sets the
   rounding.
 
-`Ballot` names a ballot (``"top-k"``, ``"rank:D[:BITS]"``, ``"score:M[:BITS]"``: the configuration's
-``ballot``), casts it and gives its `dphype.selection.ballots.BallotForm`, the bounds every client's ballot
-must meet and the tallies check. In the argmax release the noise depends on the form's ``max_entry`` only
+* `auto_depth` (``"auto"``): top-k with no ``k`` to guess, ``k = round(c p s / m)`` from public facts only: the
+  number of candidates ``p``, the std ``s`` of the argmax release's noise for a top-k ballot and the fewest voters
+  ``m`` (``c = AUTO_SCALE``). The noise-to-signal ratio ``s / m`` decides how deep a vote must reach before the
+  good candidates' counts rise above the noise: measured over Adult, digits and breast-cancer (issue 25, README
+  "Ballots"), the best ``k`` in hindsight ranges from 2 to 40 and follows this rule.
+
+`Ballot` names a ballot (``"top-k"``, ``"auto[:C]"``, ``"rank:D[:BITS]"``, ``"score:M[:BITS]"``: the
+configuration's ``ballot``), casts it and gives its `dphype.selection.ballots.BallotForm`, the bounds every
+client's ballot must meet and the tallies check. In the argmax release the noise depends on the form's ``max_entry`` only
 (`dphype.privacy.winner`), so a graded ballot costs no more epsilon than top-k. In the sum release the noise
 must hide a whole ballot (l2 sensitivity about ``sqrt(2 sum b_i^2)``): a graded ballot of ``D`` non-zero entries up
 to ``G`` needs ``G sqrt(D / k)`` times more noise std than top-k with ``k = D`` for a count scale ``G`` times
@@ -152,6 +158,24 @@ def raw_score_votes(scores: ArrayLike, *, maximize: bool = True) -> np.ndarray:
 DEFAULT_BITS = 4
 #: The most bits an entry may have (the committee checks ``bits`` binary digits per entry).
 MAX_BITS = 8
+#: ``c`` of the auto ballot's rule ``k = round(c p s / m)`` (`auto_depth`), fitted by minimax regret (issue 25).
+AUTO_SCALE = 0.5
+
+
+def auto_depth(num_candidates: int, noise_std: float, voters: int, scale: float = AUTO_SCALE) -> int:
+    """The auto ballot's ``k``: ``round(scale * p * noise_std / voters)`` within ``[1, max(1, p // 2)]``.
+
+    Args:
+        num_candidates: ``p``.
+        noise_std: The std of the release's total noise per count for a top-k ballot.
+        voters: The fewest voters whose ballots are summed, ``>= 1``.
+        scale: ``c > 0``.
+
+    Returns:
+        ``k``.
+    """
+    p = int(num_candidates)
+    return int(min(max(1, round(scale * p * float(noise_std) / int(voters))), max(1, p // 2)))
 
 
 def rank_weights(depth: int, max_entry: int) -> np.ndarray:
@@ -237,24 +261,29 @@ class Ballot:
     Names (the configuration's ``ballot``; `parse` reads them, `name` writes the canonical one):
 
     * ``"top-k"``: `top_k_votes` with the configuration's ``k`` (DP-Hype's; `BallotForm.top_k`);
+    * ``"auto"`` or ``"auto:C"``: `top_k_votes` with `auto_depth`'s ``k`` (``c = C``, default `AUTO_SCALE`); it
+      must be `resolve`d with the release's public facts before `form` and `cast`;
     * ``"rank:D"`` or ``"rank:D:BITS"``: `rank_votes` over the ``D`` best, entries up to ``2**BITS - 1``;
     * ``"score:M"`` or ``"score:M:BITS"``: `score_votes` with margin ``M`` in the score's units.
 
     Attributes:
-        kind: ``"top-k"``, ``"rank"`` or ``"score"``.
+        kind: ``"top-k"``, ``"auto"``, ``"rank"`` or ``"score"``.
         depth: ``D`` of a rank ballot (0 otherwise).
         margin: ``M`` of a score ballot (0 otherwise).
-        bits: Bits per entry: 1 for top-k, in ``[1, MAX_BITS]`` for the graded ones.
+        bits: Bits per entry: 1 for top-k and auto, in ``[1, MAX_BITS]`` for the graded ones.
+        scale: ``C`` of an auto ballot (0 otherwise).
     """
 
     kind: str
     depth: int = 0
     margin: float = 0.0
     bits: int = 1
+    scale: float = 0.0
 
     #: What `parse`'s error lists.
-    ALLOWED = ('"top-k", "rank:D[:BITS]" (D >= 1 ranks get a weight) or "score:M[:BITS]" (margin M > 0 in the '
-               f"score's units), BITS in [1, {MAX_BITS}] (default {DEFAULT_BITS})")
+    ALLOWED = ('"top-k", "auto[:C]" (top-k with k = round(C p s / m), C > 0, default '
+               f'{AUTO_SCALE:g}), "rank:D[:BITS]" (D >= 1 ranks get a weight) or "score:M[:BITS]" (margin M > 0 in '
+               f"the score's units), BITS in [1, {MAX_BITS}] (default {DEFAULT_BITS})")
 
     @property
     def max_entry(self) -> int:
@@ -263,7 +292,7 @@ class Ballot:
 
     @property
     def graded(self) -> bool:
-        """Whether this is a graded ballot (not DP-Hype's top-k)."""
+        """Whether this is another ballot than DP-Hype's top-k with the configuration's ``k``."""
         return self.kind != "top-k"
 
     @property
@@ -271,6 +300,8 @@ class Ballot:
         """The canonical name (`parse` reads it back)."""
         if self.kind == "top-k":
             return "top-k"
+        if self.kind == "auto":
+            return "auto" if self.scale == AUTO_SCALE else f"auto:{self.scale:g}"
         param = str(self.depth) if self.kind == "rank" else f"{self.margin:g}"
         return f"{self.kind}:{param}" + ("" if self.bits == DEFAULT_BITS else f":{self.bits}")
 
@@ -299,6 +330,14 @@ class Ballot:
             if len(parts) != 1:
                 raise refuse("top-k takes no parameter: it reads the configuration's k")
             return cls("top-k")
+        if kind == "auto" and len(parts) in (1, 2):
+            try:
+                scale = float(parts[1]) if len(parts) == 2 else AUTO_SCALE
+            except ValueError as err:
+                raise refuse("C is not a number") from err
+            if not (math.isfinite(scale) and scale > 0):
+                raise refuse("C must be a finite number > 0")
+            return cls("auto", scale=scale)
         if kind not in ("rank", "score") or len(parts) not in (2, 3):
             raise refuse("unknown kind or wrong number of parts")
         try:
@@ -320,6 +359,26 @@ class Ballot:
             raise refuse("M must be a finite number > 0")
         return cls("score", margin=margin, bits=bits)
 
+    def resolve(self, num_candidates: int, noise_std: float, voters: int) -> Ballot:
+        """An auto ballot as the fixed-depth ballot it stands for (``rank:K:1``, top-``K``); any other unchanged.
+
+        Args:
+            num_candidates: ``p``.
+            noise_std: The std of the release's total noise per count for a top-k ballot.
+            voters: The fewest voters whose ballots are summed.
+
+        Returns:
+            The ballot, ready for `form` and `cast`.
+        """
+        if self.kind != "auto":
+            return self
+        return Ballot("rank", depth=auto_depth(num_candidates, noise_std, voters, self.scale), bits=1)
+
+    def _resolved(self) -> None:
+        if self.kind == "auto":
+            raise ValueError("an auto ballot's k follows from the release's public facts: resolve it first "
+                             "(dphype.modes.ReleaseMode.resolved_ballot)")
+
     def form(self, k: int, num_candidates: int | None = None) -> BallotForm:
         """The form every ballot of this kind has (what the tallies check).
 
@@ -332,7 +391,11 @@ class Ballot:
         Returns:
             The form: top-k ``(1, k, k)``; rank ``(G, w, w)`` with ``w`` the sum of `rank_weights`; score
             ``(G, G, p G)``.
+
+        Raises:
+            ValueError: For an auto ballot not `resolve`d.
         """
+        self._resolved()
         if self.kind == "top-k":
             return BallotForm.top_k(k)
         if self.kind == "rank":
@@ -354,8 +417,10 @@ class Ballot:
             The ``(p,)`` int64 ballot, of `form` ``(k, p)``.
 
         Raises:
-            ValueError: For scores of a wrong shape, or (top-k) a ``k`` outside ``[1, p]``.
+            ValueError: For scores of a wrong shape, (top-k) a ``k`` outside ``[1, p]``, or an auto ballot not
+                `resolve`d.
         """  # noqa: DOC502
+        self._resolved()
         if self.kind == "top-k":
             return top_k_votes(scores, k, maximize=maximize)
         if self.kind == "rank":

@@ -101,7 +101,15 @@ def test_raw_score_votes_release_the_primary_key_only():
 
 # ------------------------------------------------------------------------------------- graded ballots (issue 25)
 from dphype.selection.ballots import BallotForm  # noqa: E402
-from dphype.selection.voting import Ballot, check_ballot, rank_votes, rank_weights, score_votes  # noqa: E402
+from dphype.selection.voting import (  # noqa: E402
+    AUTO_SCALE,
+    Ballot,
+    auto_depth,
+    check_ballot,
+    rank_votes,
+    rank_weights,
+    score_votes,
+)
 
 
 def test_rank_weights_fall_linearly_from_g_and_stay_positive():
@@ -161,8 +169,29 @@ def test_ballot_names_are_canonical_and_forms_exact():
     ("top", "unknown kind"), ("top-k:3", "takes no parameter"), ("rank", "unknown kind"), ("rank:0", "D must be"),
     ("rank:2.5", "D is not an integer"), ("score:0", "M must be"), ("score:nan", "M must be"),
     ("score:x", "not a number"), ("rank:3:0", "BITS out of"), ("rank:3:9", "BITS out of"),
-    ("rank:3:x", "BITS is not"), (3, "not a string"), (None, "not a string"),
+    ("rank:3:x", "BITS is not"), (3, "not a string"), (None, "not a string"), ("auto:0", "C must be"),
+    ("auto:x", "C is not"), ("auto:1:2", "unknown kind"),
 ])
 def test_a_bad_ballot_names_the_parameter_the_allowed_values_and_the_fix(value, why):
-    with pytest.raises(ValueError, match=r"ballot must be \"top-k\", \"rank:D\[:BITS\]\".*" + why + r".*set ballot"):
+    with pytest.raises(ValueError, match=r"ballot must be \"top-k\", \"auto\[:C\]\".*\"rank:D\[:BITS\]\".*" + why
+                       + r".*set ballot"):
         Ballot.parse(value)
+
+
+def test_auto_ballot_follows_the_public_rule_and_must_be_resolved():
+    # k = round(c p s / m), written out: p = 100, replace-one epsilon 1 (s = sqrt(2t)/(1-t), t = e^-1/2), m = 20
+    t = np.exp(-0.5)
+    s = np.sqrt(2 * t) / (1 - t)
+    assert auto_depth(100, s, 20) == round(AUTO_SCALE * 100 * s / 20) == 7
+    assert auto_depth(100, s, 2) == 50 and auto_depth(3, 100.0, 2) == 1 and auto_depth(100, 0.01, 50) == 1
+    auto = Ballot.parse("auto")
+    assert auto.name == "auto" and auto.graded and auto.max_entry == 1 and Ballot.parse("auto:0.3").name == "auto:0.3"
+    with pytest.raises(ValueError, match="resolve it first"):
+        auto.form(3, 100)
+    with pytest.raises(ValueError, match="resolve it first"):
+        auto.cast(np.arange(5.0), 2)
+    fixed = auto.resolve(100, s, 20)
+    assert fixed == Ballot("rank", depth=7, bits=1) and fixed.form(1, 100) == BallotForm.top_k(7)
+    scores = np.random.default_rng(2).normal(size=100)
+    assert np.array_equal(fixed.cast(scores, 1), top_k_votes(scores, 7))
+    assert Ballot.parse("rank:4").resolve(100, s, 20) == Ballot.parse("rank:4")
