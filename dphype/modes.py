@@ -134,8 +134,8 @@ class Settings(Protocol):
         """The selection rule."""
         ...
     @property
-    def ballot(self) -> str:
-        """The ballot's name (`dphype.selection.voting.Ballot`)."""
+    def ballot(self) -> str | None:
+        """The ballot's name (`dphype.selection.voting.Ballot`; a validated configuration's is never ``None``)."""
         ...
 
 
@@ -327,8 +327,10 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
                               min_survivors(config.clients, config.dropout))
 
     def votes_per_client(self, config: Settings, num_candidates: int) -> int:
-        """The ``k`` the ballot stands for: the configuration's for top-k, an auto ballot's resolved ``k``, a rank
-        ballot's depth (cut to ``p``), the configuration's for a score ballot (what the planner and reports name).
+        """The ``k`` the ballot stands for (what the planner and the reports name).
+
+        The configuration's for top-k, an auto ballot's resolved ``k``, a rank ballot's depth (cut to ``p``), the
+        configuration's for a score ballot.
 
         Args:
             config: The configuration.
@@ -927,8 +929,10 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
                clipping_range: int | None = None, voter: str | None = None) -> list[bytes]:
         """The configured ballot plus this client's discrete Laplace share, split into Shamir shares and sealed.
 
-        The ballot is `dphype.selection.voting.Ballot.cast`'s, checked against `ballot_form`; the share is `dphype.privacy.winner.client_winner_share`'s; one ciphertext per tally in committee order
-        (`dphype.secure.tally.client_sealed_shares`, bound to the request's digest, the tally and ``voter``).
+        The ballot is `resolved_ballot`'s, checked against `ballot_form`; the share is
+        `dphype.privacy.winner.client_winner_share`'s, scaled by the ballot's largest entry; one ciphertext per tally
+        in committee order (`dphype.secure.tally.client_sealed_shares`, bound to the request's digest, the tally and
+        ``voter``).
 
         Args:
             request: The approved request.

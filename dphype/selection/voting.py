@@ -20,11 +20,15 @@ exactly ``k`` ones. The graded ballots give each candidate an integer in ``[0, G
 
 `Ballot` names a ballot (``"top-k"``, ``"auto[:C]"``, ``"rank:D[:BITS]"``, ``"score:M[:BITS]"``: the
 configuration's ``ballot``), casts it and gives its `dphype.selection.ballots.BallotForm`, the bounds every
-client's ballot must meet and the tallies check. In the argmax release the noise depends on the form's ``max_entry`` only
-(`dphype.privacy.winner`), so a graded ballot costs no more epsilon than top-k. In the sum release the noise
-must hide a whole ballot (l2 sensitivity about ``sqrt(2 sum b_i^2)``): a graded ballot of ``D`` non-zero entries up
-to ``G`` needs ``G sqrt(D / k)`` times more noise std than top-k with ``k = D`` for a count scale ``G`` times
-larger, so it gains nothing there and the sum release keeps top-k (`Ballot.check_release`).
+client's ballot must meet and the tallies check.
+
+The trade-off. In the argmax release the noise depends on the form's ``max_entry`` ``G`` only
+(`dphype.privacy.winner`): a graded ballot costs no more epsilon than top-k, but its noise and its counts both
+grow by ``G``, so per unit of ``G`` a linear rank ballot over ``D`` ranks is the average of the top-``j`` ballots,
+``j <= D``: a hedge over ``k``, never better than the best ``k`` (measured: README "Ballots"). In the sum release
+the noise must hide a whole ballot: a linear rank ballot's l2 sensitivity is about ``G sqrt(2 D / 3)`` against
+top-k's ``sqrt(2 k)``, the same hedge at a noise cost of a top-``D/3`` ballot; the sum release keeps top-k
+(`dphype.modes.ReleaseMode.check_ballot`).
 
 The server's selection rule on the noisy vote sum (line 12) and Theorem IV.1 live in `dphype.selection.rules`.
 """
@@ -33,7 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -272,6 +276,7 @@ class Ballot:
         margin: ``M`` of a score ballot (0 otherwise).
         bits: Bits per entry: 1 for top-k and auto, in ``[1, MAX_BITS]`` for the graded ones.
         scale: ``C`` of an auto ballot (0 otherwise).
+        ALLOWED: The allowed names, in words (what `parse`'s error lists).
     """
 
     kind: str
@@ -281,7 +286,7 @@ class Ballot:
     scale: float = 0.0
 
     #: What `parse`'s error lists.
-    ALLOWED = ('"top-k", "auto[:C]" (top-k with k = round(C p s / m), C > 0, default '
+    ALLOWED: ClassVar[str] = ('"top-k", "auto[:C]" (top-k with k = round(C p s / m), C > 0, default '
                f'{AUTO_SCALE:g}), "rank:D[:BITS]" (D >= 1 ranks get a weight) or "score:M[:BITS]" (margin M > 0 in '
                f"the score's units), BITS in [1, {MAX_BITS}] (default {DEFAULT_BITS})")
 
@@ -317,7 +322,7 @@ class Ballot:
 
         Raises:
             ValueError: Naming ``ballot``, the allowed values and the fix, for anything else.
-        """
+        """  # noqa: DOC503
         def refuse(why: str) -> ValueError:
             return ValueError(f"ballot must be {cls.ALLOWED}; got {value!r} ({why}): set ballot (the "
                               "configuration's ballot, --ballot, or the run config's ballot) to one of them")
@@ -394,7 +399,7 @@ class Ballot:
 
         Raises:
             ValueError: For an auto ballot not `resolve`d.
-        """
+        """  # noqa: DOC502
         self._resolved()
         if self.kind == "top-k":
             return BallotForm.top_k(k)
