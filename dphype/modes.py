@@ -1014,7 +1014,10 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
                 f"neighbouring={cfg.neighbouring!r}, tallies={len(request.tallies)}")
 
     def describe_plan(self, config: Settings, plan: Plan) -> str:
-        """The chance of a good pick by the argmax release (no selection rule applies).
+        """The chance of a good pick by the argmax release (no selection rule applies), and the measured shares.
+
+        With the default ballot, the shares of releases within 1 and 2 points of Opt that the bench measured
+        (`dphype.selection.planner.measured_within`).
 
         Args:
             config: The configuration.
@@ -1023,4 +1026,11 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
         Returns:
             The words.
         """
-        return f"{plan.success:.2f} with the argmax release (the tallies' secure argmax; only the winner's index)"
+        words = f"{plan.success:.2f} with the argmax release (the tallies' secure argmax; only the winner's index)"
+        if plan.within_opt is None:
+            return words
+        w = plan.within_opt
+        return (f"{words}; measured on the bench tasks at n={w['clients']}, epsilon={w['epsilon']:g} with the "
+                f"{w['ballot']} ballot: {w['within_2pt'][0]:.0%}-{w['within_2pt'][1]:.0%} of releases within 2 points "
+                f"of Opt, {w['within_1pt'][0]:.0%}-{w['within_1pt'][1]:.0%} within 1 (the planner sees no data: "
+                "yours may differ)")

@@ -81,6 +81,20 @@ WARN_BELOW = 0.5
 KS: tuple[int, ...] = (1, 2, 3, 5, 8, 10, 15, 20, 25, 30, 40, 50)
 #: use the order-statistics sampler once bad candidates outnumber the ranking depth this many times
 _ORDER_SAMPLER_RATIO = 5
+#: The ballot whose measured shares `measured_within` reports (`dphype.modes.ArgmaxRelease`'s default).
+MEASURED_BALLOT = "auto"
+#: What ``dphype bench ksweep --ballots auto`` measured for the argmax release with `MEASURED_BALLOT` (replace-one,
+#: 5,000 releases per point, Table III's 100 candidates; README "Ballots"): per ``(n, epsilon)``, the smallest and
+#: largest share of releases within 1 and within 2 accuracy points of Opt over the measured federations (Adult,
+#: digits, breast-cancer; iid and Dirichlet 0.5) and how many there were.
+MEASURED_WITHIN: dict[tuple[int, float], dict[str, Any]] = {
+    (10, 0.5): {"within_1pt": (0.12, 0.73), "within_2pt": (0.14, 0.75), "tasks": 6},
+    (10, 1.0): {"within_1pt": (0.22, 0.76), "within_2pt": (0.39, 0.82), "tasks": 6},
+    (20, 0.5): {"within_1pt": (0.17, 0.43), "within_2pt": (0.17, 0.43), "tasks": 3},
+    (20, 1.0): {"within_1pt": (0.40, 0.86), "within_2pt": (0.40, 0.86), "tasks": 3},
+    (50, 0.5): {"within_1pt": (0.21, 0.58), "within_2pt": (0.21, 0.58), "tasks": 2},
+    (50, 1.0): {"within_1pt": (0.86, 0.94), "within_2pt": (0.86, 0.94), "tasks": 2},
+}
 
 
 class Forecast(enum.Enum):
@@ -554,6 +568,8 @@ class Plan:
             (``None``: not within ``[2, MAX_CLIENTS]``).
         unanimous_success: The chance of a good pick if all voters voted for the same ``k`` candidates
             (`unanimous_success`).
+        within_opt: For the winner release with the default ballot: the shares of releases within 1 and 2 points
+            of Opt measured on the bench tasks nearest this ``(n, epsilon)`` (`measured_within`), or ``None``.
         warnings: The plan's warnings (`warnings`).
     """
 
@@ -583,6 +599,7 @@ class Plan:
     min_epsilon: float | None
     min_clients: int | None
     unanimous_success: float
+    within_opt: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -774,6 +791,7 @@ def plan(
     search: bool = True,
     release: PlannedRelease | None = None,
     releases: Sequence[PlannedRelease] = (),
+    ballot: str | None = None,
 ) -> Plan:
     """Predict a DP-Hype run of ``clients`` clients at ``(epsilon, delta)`` over ``num_candidates`` public candidates.
 
@@ -801,6 +819,8 @@ def plan(
         release: The run's mode (e.g. ``DPHypeConfig.mode``; ``None``: report the noisy-sum forecast, unnamed).
         releases: The modes to recommend among (default: ``release`` alone; `dphype.modes.release_modes` for
             all).
+        ballot: The run's ballot name: with the winner release and `MEASURED_BALLOT` the plan carries the measured
+            shares within 1 and 2 points of Opt (`measured_within`), which the scenario cannot predict.
 
     Returns:
         The plan, with its warnings.
@@ -864,8 +884,33 @@ def plan(
         recommended_release=None if recommended is None else recommended.name,
         min_epsilon=None if min_eps is None else float(f"{min_eps:.3g}"),
         min_clients=None if min_n is None else int(min_n),
-        unanimous_success=unanimous_success(voters, kk, p, sigma))
+        unanimous_success=unanimous_success(voters, kk, p, sigma),
+        within_opt=measured_within(clients, epsilon) if forecast is Forecast.WINNER and ballot == MEASURED_BALLOT
+        else None)
     return Plan(**{**asdict(result), "warnings": warnings(result)})
+
+
+def measured_within(clients: int, epsilon: float) -> dict[str, Any]:
+    """The measured shares of releases within 1 and 2 points of Opt nearest ``(clients, epsilon)`` (`MEASURED_WITHIN`).
+
+    The planner sees no data: how close a release lands to Opt depends on how well the clients' local scores
+    predict the federated accuracy, which no scenario knows. This is what the bench measured at the nearest grid
+    point (in ``log n`` and ``log epsilon``), as a range over its tasks, for `MEASURED_BALLOT`.
+
+    Args:
+        clients: The number ``n`` of clients.
+        epsilon: The run's epsilon.
+
+    Returns:
+        ``{"ballot", "clients", "epsilon", "on_grid", "tasks", "within_1pt", "within_2pt"}``: the grid point,
+        whether the run is on it, and the ``[min, max]`` shares over the tasks.
+    """
+    point = min(MEASURED_WITHIN, key=lambda key: (abs(math.log(key[0] / clients)) + abs(math.log(key[1] / epsilon)),
+                                                  key))
+    entry = MEASURED_WITHIN[point]
+    return {"ballot": MEASURED_BALLOT, "clients": point[0], "epsilon": point[1],
+            "on_grid": point == (clients, epsilon), "tasks": entry["tasks"],
+            "within_1pt": list(entry["within_1pt"]), "within_2pt": list(entry["within_2pt"])}
 
 
 #: The winner release's remaining ties are broken under this many times the stated scenario's disagreement.
@@ -945,6 +990,14 @@ def warnings(result: Plan, min_success: float | None = None) -> list[str]:
         out.append(f"predicted chance of selecting a good candidate is {result.success:.2f} (< {WARN_BELOW}) under "
                    f"the {result.scenario['name']} consensus scenario at k = {result.k}; `dphype plan` recommends "
                    f"k and the smallest epsilon and number of clients{hint}")
+    if result.within_opt is not None and result.within_opt["within_2pt"][0] < DEFAULT_TARGET:
+        w = result.within_opt
+        out.append(f"the planner sees no data: on the bench tasks at n = {w['clients']}, epsilon = {w['epsilon']:g} "
+                   f"the {w['ballot']} ballot (k = {result.k} here) put {w['within_2pt'][0]:.0%} to "
+                   f"{w['within_2pt'][1]:.0%} of releases within 2 points of Opt ({w['within_1pt'][0]:.0%} to "
+                   f"{w['within_1pt'][1]:.0%} within 1); yours depends on how well local scores predict the "
+                   "federated accuracy. The auto ballot is the measured robust default; no fixed k did better on "
+                   "every task")
     if min_success is not None:
         floor = check_probability("min_success", min_success)
         if result.success < floor:

@@ -130,7 +130,8 @@ class DPHype:
                                     len(self.candidates), cfg.mode.votes_per_client(cfg, len(self.candidates)),
                                     dropout=cfg.dropout, min_success=cfg.min_success,
                                     rule=cfg.rule, noise=cfg.noise, accountant=cfg.accountant,
-                                    neighbouring=cfg.neighbouring, release=cfg.mode, releases=release_modes())
+                                    neighbouring=cfg.neighbouring, release=cfg.mode, releases=release_modes(),
+                                    ballot=cfg.ballot)
         return self._plan
 
     @property
