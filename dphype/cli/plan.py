@@ -58,9 +58,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from dphype.checks import check_probability
     from dphype.config import DPHypeConfig
     from dphype.modes import release_mode, release_modes
-    from dphype.selection.voting import Ballot
     from dphype.selection.candidates import load_candidates
     from dphype.selection.planner import plan, read_consensus, warnings
+    from dphype.selection.voting import Ballot
 
     if args.min_success is not None:
         check_probability("min_success", args.min_success)  # before any simulation
