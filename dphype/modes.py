@@ -297,8 +297,9 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
         if Ballot.parse(name).graded and not self.graded_ballots:
             raise ValueError(
                 f"ballot must be 'top-k' for release={self.name!r}, got {name!r}: its noise hides a whole ballot (l2 "
-                "sensitivity), which a graded ballot raises as much as it raises the counts; set ballot='top-k' or "
-                "release to a mode that takes graded ballots ("
+                "sensitivity sqrt(2k) for top-k), which a graded ballot raises as much as its counts, and the auto "
+                "ballot's k was fitted for the winner release; set ballot='top-k' (or leave it unset) or release to "
+                "a mode that takes these ballots ("
                 + ", ".join(repr(n) for n, m in RELEASE_MODES.items() if m.graded_ballots) + ")")
         return name
 
@@ -1000,7 +1001,7 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
                               per_client=per_client, sensitivity=self.sensitivity(cfg))
 
     def describe(self, request: Request) -> str:
-        """The winner release's parameters: ballot, k, clients, dropout, neighbouring and the committee's size.
+        """The winner release's parameters: ballot, its k, clients, dropout, neighbouring and the committee's size.
 
         Args:
             request: The request.
@@ -1010,7 +1011,8 @@ class ArgmaxRelease(ReleaseMode[list[bytes], int]):
         """
         # pure epsilon, discrete Laplace: no delta, noise kind or rule applies
         cfg = request.config
-        return (f"ballot={cfg.ballot!r}, k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, "
+        k = self.votes_per_client(cfg, len(request.candidates))
+        return (f"ballot={cfg.ballot!r}, k={k}, clients={cfg.clients}, dropout={cfg.dropout:g}, "
                 f"neighbouring={cfg.neighbouring!r}, tallies={len(request.tallies)}")
 
     def describe_plan(self, config: Settings, plan: Plan) -> str:
