@@ -90,10 +90,10 @@ MEASURED_BALLOT = "auto"
 MEASURED_WITHIN: dict[tuple[int, float], dict[str, Any]] = {
     (10, 0.5): {"within_1pt": (0.12, 0.73), "within_2pt": (0.14, 0.75), "tasks": 6},
     (10, 1.0): {"within_1pt": (0.22, 0.76), "within_2pt": (0.39, 0.82), "tasks": 6},
-    (20, 0.5): {"within_1pt": (0.17, 0.43), "within_2pt": (0.17, 0.43), "tasks": 3},
-    (20, 1.0): {"within_1pt": (0.40, 0.86), "within_2pt": (0.40, 0.86), "tasks": 3},
-    (50, 0.5): {"within_1pt": (0.21, 0.58), "within_2pt": (0.21, 0.58), "tasks": 2},
-    (50, 1.0): {"within_1pt": (0.86, 0.94), "within_2pt": (0.86, 0.94), "tasks": 2},
+    (20, 0.5): {"within_1pt": (0.17, 0.96), "within_2pt": (0.17, 0.96), "tasks": 5},
+    (20, 1.0): {"within_1pt": (0.40, 1.00), "within_2pt": (0.40, 1.00), "tasks": 5},
+    (50, 0.5): {"within_1pt": (0.21, 1.00), "within_2pt": (0.21, 1.00), "tasks": 4},
+    (50, 1.0): {"within_1pt": (0.39, 1.00), "within_2pt": (0.39, 1.00), "tasks": 4},
 }
 
 
