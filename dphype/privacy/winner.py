@@ -17,7 +17,8 @@ t^|z|`` on the integers, with ``t = exp(-epsilon / (shift * G))``, the threshold
 * ``shift = 1`` under ``"add-remove"`` (one client added or removed: the counts are monotone, every count moves
   by at most ``G``, all in the same direction).
 
-The noise depends on the ballot only through its l-infinity sensitivity ``G`` (`sensitivity`), not on ``k``,
+The noise depends on the ballot only through its l-infinity sensitivity ``G`` (the ``sensitivity`` arguments),
+not on ``k``,
 the ballot's total or the number of candidates: the released index is pure ``epsilon``-DP (``delta = 0``),
 against the sum mode whose noise must hide a whole vote vector (L2 sensitivity ``sqrt(2k)`` for top-k).
 
@@ -43,7 +44,11 @@ Graded ballots (issue 25). `dphype.selection.voting` makes ballots of entries in
 scores (by rank or by score): each is a deterministic function of the client's own data, so the argument
 above applies to them unchanged with their ``G``. The noise grows with ``G`` (std about ``sqrt(2) shift G /
 epsilon``), but so do the counts: a graded ballot pays for its resolution only where its entries use less than
-the full range. With ``G = 1`` every formula here is DP-Hype's top-k release.
+the full range. With ``G = 1`` every formula here is DP-Hype's top-k release. The argmax release's default
+ballot, ``"auto"`` (`dphype.selection.voting.auto_depth`), is a top-k ballot (``G = 1``) whose ``k`` is computed
+from the approved request alone (the number of candidates, epsilon, the relation, ``n`` and the dropout
+fraction), before and independently of any client's data: the same ``k`` under both neighbours, so the argument
+holds for it as for any fixed ``k``.
 
 The noise is made by the clients. A geometric variable ``G``, ``P(G = g) = (1 - t) t^g``, is the negative
 binomial ``NB(1, 1 - t)`` (failures before the first success), and ``G_1 - G_2`` of two iid ones is discrete
