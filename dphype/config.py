@@ -74,7 +74,8 @@ class DPHypeConfig:
             with other releases, and ``rule`` does not apply).
         ballot: How a client turns its scores into its ballot (`dphype.selection.voting.Ballot`): ``"top-k"``
             (DP-Hype's, with ``k``), ``"rank:D[:BITS]"`` or ``"score:M[:BITS]"`` (graded, argmax release only);
-            ``None``: the release mode's default (`dphype.modes.ReleaseMode.default_ballot`). Stored resolved and
+            ``None`` or ``"default"``: the release mode's default (`dphype.modes.ReleaseMode.default_ballot`:
+            ``"auto"`` for the argmax release, ``"top-k"`` for the sum release). Stored resolved and
             canonical, so the request carries it; `replace` with a new ``release`` and no ``ballot`` takes the new
             mode's default.
 

@@ -281,10 +281,11 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
         return self.name
 
     def check_ballot(self, ballot: Any) -> str:
-        """The configuration's ballot for this mode: `default_ballot` for ``None``, else checked and canonical.
+        """The configuration's ballot for this mode: `default_ballot` for ``None`` or ``"default"``, else checked.
 
         Args:
-            ballot: The ballot's name (`dphype.selection.voting.Ballot`), or ``None``.
+            ballot: The ballot's name (`dphype.selection.voting.Ballot`), or ``None`` / ``"default"`` (what a Flower
+                run config, which holds no ``None``, says for the mode's default).
 
         Returns:
             The canonical name.
@@ -293,7 +294,7 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
             ValueError: Naming ``ballot``, the allowed values and the fix: an unknown name, or a graded ballot for a
                 mode that takes only top-k.
         """
-        name = check_ballot(self.default_ballot if ballot is None else ballot)
+        name = check_ballot(self.default_ballot if ballot is None or ballot == "default" else ballot)
         if Ballot.parse(name).graded and not self.graded_ballots:
             raise ValueError(
                 f"ballot must be 'top-k' for release={self.name!r}, got {name!r}: its noise hides a whole ballot (l2 "

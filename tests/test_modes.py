@@ -218,6 +218,9 @@ def test_each_mode_has_its_default_ballot_and_only_argmax_takes_graded_ones() ->
     with pytest.raises(ValueError, match=r"ballot must be .*got 'borda'.*set ballot"):
         DPHypeConfig(**base, release="argmax", ballot="borda")
     assert DPHypeConfig.from_run_config({**base, "release": "argmax", "ballot": "score:0.1"}).ballot == "score:0.1"
+    # "default" (a run config holds no None): the release's own
+    assert DPHypeConfig.from_run_config({**base, "release": "sum", "ballot": "default"}).ballot == "top-k"
+    assert DPHypeConfig.from_run_config({**base, "release": "argmax", "ballot": "default"}).ballot == "auto"
 
 
 def test_a_graded_argmax_request_carries_its_ballot_and_scales_its_noise(committee: tuple[bytes, ...]) -> None:
