@@ -83,17 +83,23 @@ KS: tuple[int, ...] = (1, 2, 3, 5, 8, 10, 15, 20, 25, 30, 40, 50)
 _ORDER_SAMPLER_RATIO = 5
 #: The ballot whose measured shares `measured_within` reports (`dphype.modes.ArgmaxRelease`'s default).
 MEASURED_BALLOT = "auto"
-#: What ``dphype bench ksweep --ballots auto`` measured for the argmax release with `MEASURED_BALLOT` (replace-one,
-#: 5,000 releases per point, Table III's 100 candidates; README "Ballots"): per ``(n, epsilon)``, the smallest and
-#: largest share of releases within 1 and within 2 accuracy points of Opt over the measured federations (Adult,
+#: What ``dphype bench ksweep --ballots auto`` measured for the argmax release with `MEASURED_BALLOT` (5,000
+#: releases per point, Table III's 100 candidates; README "Ballots"): per ``(relation, n, epsilon)``, the smallest
+#: and largest share of releases within 1 and within 2 accuracy points of Opt over the measured federations (Adult,
 #: digits, breast-cancer; iid and Dirichlet 0.5) and how many there were.
-MEASURED_WITHIN: dict[tuple[int, float], dict[str, Any]] = {
-    (10, 0.5): {"within_1pt": (0.12, 0.73), "within_2pt": (0.14, 0.75), "tasks": 6},
-    (10, 1.0): {"within_1pt": (0.22, 0.76), "within_2pt": (0.39, 0.82), "tasks": 6},
-    (20, 0.5): {"within_1pt": (0.17, 0.96), "within_2pt": (0.17, 0.96), "tasks": 5},
-    (20, 1.0): {"within_1pt": (0.40, 1.00), "within_2pt": (0.40, 1.00), "tasks": 5},
-    (50, 0.5): {"within_1pt": (0.21, 1.00), "within_2pt": (0.21, 1.00), "tasks": 4},
-    (50, 1.0): {"within_1pt": (0.39, 1.00), "within_2pt": (0.39, 1.00), "tasks": 4},
+MEASURED_WITHIN: dict[tuple[str, int, float], dict[str, Any]] = {
+    ("replace-one", 10, 0.5): {"within_1pt": (0.14, 0.70), "within_2pt": (0.17, 0.71), "tasks": 6},
+    ("replace-one", 10, 1.0): {"within_1pt": (0.28, 0.66), "within_2pt": (0.49, 0.73), "tasks": 6},
+    ("replace-one", 20, 0.5): {"within_1pt": (0.22, 0.94), "within_2pt": (0.22, 0.94), "tasks": 5},
+    ("replace-one", 20, 1.0): {"within_1pt": (0.41, 0.99), "within_2pt": (0.41, 0.99), "tasks": 5},
+    ("replace-one", 50, 0.5): {"within_1pt": (0.17, 1.00), "within_2pt": (0.17, 1.00), "tasks": 4},
+    ("replace-one", 50, 1.0): {"within_1pt": (0.05, 1.00), "within_2pt": (0.05, 1.00), "tasks": 4},
+    ("add-remove", 10, 0.5): {"within_1pt": (0.29, 0.68), "within_2pt": (0.50, 0.75), "tasks": 6},
+    ("add-remove", 10, 1.0): {"within_1pt": (0.25, 1.00), "within_2pt": (0.26, 1.00), "tasks": 6},
+    ("add-remove", 20, 0.5): {"within_1pt": (0.40, 0.99), "within_2pt": (0.40, 0.99), "tasks": 5},
+    ("add-remove", 20, 1.0): {"within_1pt": (0.12, 1.00), "within_2pt": (0.12, 1.00), "tasks": 5},
+    ("add-remove", 50, 0.5): {"within_1pt": (0.05, 1.00), "within_2pt": (0.05, 1.00), "tasks": 4},
+    ("add-remove", 50, 1.0): {"within_1pt": (0.00, 1.00), "within_2pt": (0.00, 1.00), "tasks": 4},
 }
 
 
@@ -885,12 +891,12 @@ def plan(
         min_epsilon=None if min_eps is None else float(f"{min_eps:.3g}"),
         min_clients=None if min_n is None else int(min_n),
         unanimous_success=unanimous_success(voters, kk, p, sigma),
-        within_opt=measured_within(clients, epsilon) if forecast is Forecast.WINNER and ballot == MEASURED_BALLOT
-        else None)
+        within_opt=measured_within(clients, epsilon, setting.neighbouring)
+        if forecast is Forecast.WINNER and ballot == MEASURED_BALLOT else None)
     return Plan(**{**asdict(result), "warnings": warnings(result)})
 
 
-def measured_within(clients: int, epsilon: float) -> dict[str, Any]:
+def measured_within(clients: int, epsilon: float, neighbouring: str = "replace-one") -> dict[str, Any]:
     """The measured shares of releases within 1 and 2 points of Opt nearest ``(clients, epsilon)`` (`MEASURED_WITHIN`).
 
     The planner sees no data: how close a release lands to Opt depends on how well the clients' local scores
@@ -900,16 +906,18 @@ def measured_within(clients: int, epsilon: float) -> dict[str, Any]:
     Args:
         clients: The number ``n`` of clients.
         epsilon: The run's epsilon.
+        neighbouring: The run's neighbouring relation (each was measured).
 
     Returns:
-        ``{"ballot", "clients", "epsilon", "on_grid", "tasks", "within_1pt", "within_2pt"}``: the grid point,
-        whether the run is on it, and the ``[min, max]`` shares over the tasks.
+        ``{"ballot", "neighbouring", "clients", "epsilon", "on_grid", "tasks", "within_1pt", "within_2pt"}``: the
+        grid point, whether the run is on it, and the ``[min, max]`` shares over the tasks.
     """
-    point = min(MEASURED_WITHIN, key=lambda key: (abs(math.log(key[0] / clients)) + abs(math.log(key[1] / epsilon)),
-                                                  key))
+    relation = check_neighbouring(neighbouring)
+    point = min((key for key in MEASURED_WITHIN if key[0] == relation),
+                key=lambda key: (abs(math.log(key[1] / clients)) + abs(math.log(key[2] / epsilon)), key))
     entry = MEASURED_WITHIN[point]
-    return {"ballot": MEASURED_BALLOT, "clients": point[0], "epsilon": point[1],
-            "on_grid": point == (clients, epsilon), "tasks": entry["tasks"],
+    return {"ballot": MEASURED_BALLOT, "neighbouring": relation, "clients": point[1], "epsilon": point[2],
+            "on_grid": point[1:] == (clients, epsilon), "tasks": entry["tasks"],
             "within_1pt": list(entry["within_1pt"]), "within_2pt": list(entry["within_2pt"])}
 
 

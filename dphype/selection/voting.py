@@ -14,9 +14,10 @@ exactly ``k`` ones. The graded ballots give each candidate an integer in ``[0, G
 
 * `auto_depth` (``"auto"``): top-k with no ``k`` to guess, ``k = round(c p s / m)`` from public facts only: the
   number of candidates ``p``, the std ``s`` of the argmax release's noise for a top-k ballot and the fewest voters
-  ``m`` (``c = AUTO_SCALE``). The noise-to-signal ratio ``s / m`` decides how deep a vote must reach before the
-  good candidates' counts rise above the noise: measured over Adult, digits and breast-cancer (issue 25, README
-  "Ballots"), the best ``k`` in hindsight ranges from 2 to 40 and follows this rule.
+  ``m`` (``c = AUTO_SCALE``), at least ``AUTO_FLOOR p``. The noise-to-signal ratio ``s / m`` decides how deep a
+  vote must reach before the good candidates' counts rise above the noise: measured over Adult, digits and
+  breast-cancer under both relations (issue 25, README "Ballots"), the best ``k`` in hindsight ranges from 1 to
+  40 and follows this rule.
 
 `Ballot` names a ballot (``"top-k"``, ``"auto[:C]"``, ``"rank:D[:BITS]"``, ``"score:M[:BITS]"``: the
 configuration's ``ballot``), casts it and gives its `dphype.selection.ballots.BallotForm`, the bounds every
@@ -163,11 +164,15 @@ DEFAULT_BITS = 4
 #: The most bits an entry may have (the committee checks ``bits`` binary digits per entry).
 MAX_BITS = 8
 #: ``c`` of the auto ballot's rule ``k = round(c p s / m)`` (`auto_depth`), fitted by minimax regret (issue 25).
-AUTO_SCALE = 0.5
+AUTO_SCALE = 0.4
+#: The auto ballot's smallest ``k`` as a fraction of ``p`` (a vote of one or two candidates is fragile).
+AUTO_FLOOR = 0.05
 
 
 def auto_depth(num_candidates: int, noise_std: float, voters: int, scale: float = AUTO_SCALE) -> int:
-    """The auto ballot's ``k``: ``round(scale * p * noise_std / voters)`` within ``[1, max(1, p // 2)]``.
+    """The auto ballot's ``k``: ``round(scale * p * noise_std / voters)``, at least ``round(AUTO_FLOOR p)``.
+
+    Within ``[1, max(1, p // 2)]``.
 
     Args:
         num_candidates: ``p``.
@@ -179,7 +184,8 @@ def auto_depth(num_candidates: int, noise_std: float, voters: int, scale: float 
         ``k``.
     """
     p = int(num_candidates)
-    return int(min(max(1, round(scale * p * float(noise_std) / int(voters))), max(1, p // 2)))
+    k = max(1, round(AUTO_FLOOR * p), round(scale * p * float(noise_std) / int(voters)))
+    return int(min(k, max(1, p // 2)))
 
 
 def rank_weights(depth: int, max_entry: int) -> np.ndarray:
