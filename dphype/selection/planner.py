@@ -1004,8 +1004,9 @@ def warnings(result: Plan, min_success: float | None = None) -> list[str]:
                    f"the {w['ballot']} ballot (k = {result.k} here) put {w['within_2pt'][0]:.0%} to "
                    f"{w['within_2pt'][1]:.0%} of releases within 2 points of Opt ({w['within_1pt'][0]:.0%} to "
                    f"{w['within_1pt'][1]:.0%} within 1); yours depends on how well local scores predict the "
-                   "federated accuracy. The auto ballot is the measured robust default; no fixed k did better on "
-                   "every task")
+                   f"federated accuracy. The auto ballot is the measured robust default: the scenario's k "
+                   f"(recommended_k_winner = {result.recommended_k_winner}) is a guess about data the planner cannot "
+                   "see, and no fixed k did as well on every measured task")
     if min_success is not None:
         floor = check_probability("min_success", min_success)
         if result.success < floor:
