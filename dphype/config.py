@@ -41,6 +41,7 @@ RUN_CONFIG_KEYS: dict[str, str] = {
     "rule": "rule",
     "min_success": "min-success",
     "release": "release",
+    "ballot": "ballot",
 }
 
 
@@ -71,10 +72,16 @@ class DPHypeConfig:
             index, from a secure argmax among tally parties: pure ``epsilon``-DP with noise independent of ``k``,
             `dphype.privacy.winner`; ``delta``, ``noise`` and ``accountant`` then concern only the composition
             with other releases, and ``rule`` does not apply).
+        ballot: How a client turns its scores into its ballot (`dphype.selection.voting.Ballot`): ``"top-k"``
+            (DP-Hype's, with ``k``), ``"rank:D[:BITS]"`` or ``"score:M[:BITS]"`` (graded, argmax release only);
+            ``None`` or ``"default"``: the release mode's default (`dphype.modes.ReleaseMode.default_ballot`:
+            ``"auto"`` for the argmax release, ``"top-k"`` for the sum release). Stored resolved and
+            canonical, so the request carries it; `replace` with a new ``release`` and no ``ballot`` takes the new
+            mode's default.
 
     Raises:
-        ValueError: If a field is out of range or names an unknown noise, accountant, neighbouring, rule or
-            release mode.
+        ValueError: If a field is out of range or names an unknown noise, accountant, neighbouring, rule,
+            release mode or ballot.
     """
 
     epsilon: float
@@ -88,6 +95,7 @@ class DPHypeConfig:
     rule: str = DEFAULT_RULE
     min_success: float = 0.0
     release: str = "sum"
+    ballot: str | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise the validated values in place
@@ -101,6 +109,7 @@ class DPHypeConfig:
         set_(self, "rule", check_rule(self.rule))
         set_(self, "min_success", check_probability("min_success", self.min_success))
         set_(self, "release", release_mode(self.release).name)
+        set_(self, "ballot", self.mode.check_ballot(self.ballot))
 
     @property
     def mode(self) -> ReleaseMode[Any, Any]:
@@ -109,6 +118,8 @@ class DPHypeConfig:
 
     def replace(self, **changes: Any) -> DPHypeConfig:
         """A copy with ``changes`` applied (validated again).
+
+        A new ``release`` without a ``ballot`` takes the new mode's default ballot.
 
         Args:
             **changes: New values of fields, by field name.
@@ -119,6 +130,8 @@ class DPHypeConfig:
         Raises:
             ValueError: If a new value is invalid.
         """  # noqa: DOC502
+        if "release" in changes and "ballot" not in changes:
+            changes = {**changes, "ballot": None}
         return dataclasses.replace(self, **changes)
 
     @classmethod

@@ -50,6 +50,7 @@ from dphype.privacy.noise import (
     client_noise_std,
     committee_skellam_share,
     honest_tallies,
+    min_survivors,
     replay_committee_sums,
     replay_noisy_sums,
     secure_generator,
@@ -72,7 +73,7 @@ from dphype.secure.tally import OPENS_ARGMAX, OPENS_SUM, Opening, check_committe
 from dphype.selection.ballots import BallotForm
 from dphype.selection.planner import Forecast
 from dphype.selection.rules import select_release
-from dphype.selection.voting import top_k_votes
+from dphype.selection.voting import Ballot, check_ballot
 
 if TYPE_CHECKING:
     from dphype.selection.candidates import CandidateList
@@ -82,6 +83,9 @@ if TYPE_CHECKING:
 #: (sum release): an honest server sends the calibrated sigma (`SumRelease.calibrate`); far more noise is no
 #: request it sends, and the client refuses it before scoring.
 SIGMA_SLACK = 1.001
+
+#: The argmax release's ballot unless the configuration names one (issue 25's measurements: README "Ballots").
+DEFAULT_ARGMAX_BALLOT = "auto"
 
 #: Every release mode by its configuration name (``DPHypeConfig.release``), in the order they were defined (the
 #: planner's recommendation goes to the first of tied modes).
@@ -133,6 +137,10 @@ class Settings(Protocol):
     @property
     def rule(self) -> str:
         """The selection rule."""
+        ...
+    @property
+    def ballot(self) -> str | None:
+        """The ballot's name (`dphype.selection.voting.Ballot`; a validated configuration's is never ``None``)."""
         ...
 
 
@@ -238,6 +246,8 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
             ``--release``).
         aggregator: Where the ballots go (`Aggregator`).
         forecast: What the planner simulates of this release.
+        default_ballot: The ballot a configuration of this mode gets unless it names one.
+        graded_ballots: Whether the mode takes graded ballots (`dphype.selection.voting.Ballot`), not only top-k.
     """
 
     #: The configuration and wire name (``DPHypeConfig.release``, the run config's ``release``, ``--release``).
@@ -246,6 +256,10 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
     aggregator: ClassVar[Aggregator]
     #: What the planner simulates of this release.
     forecast: ClassVar[Forecast]
+    #: The ballot a configuration of this mode gets unless it names one (``DPHypeConfig.ballot``).
+    default_ballot: ClassVar[str] = "top-k"
+    #: Whether the mode takes graded ballots; else only ``"top-k"``.
+    graded_ballots: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -271,7 +285,82 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
         """
         return self.name
 
-    def ballot_form(self, config: Settings) -> BallotForm:
+    def check_ballot(self, ballot: Any) -> str:
+        """The configuration's ballot for this mode: `default_ballot` for ``None`` or ``"default"``, else checked.
+
+        Args:
+            ballot: The ballot's name (`dphype.selection.voting.Ballot`), or ``None`` / ``"default"`` (what a Flower
+                run config, which holds no ``None``, says for the mode's default).
+
+        Returns:
+            The canonical name.
+
+        Raises:
+            ValueError: Naming ``ballot``, the allowed values and the fix: an unknown name, or a graded ballot for a
+                mode that takes only top-k.
+        """
+        name = check_ballot(self.default_ballot if ballot is None or ballot == "default" else ballot)
+        if Ballot.parse(name).graded and not self.graded_ballots:
+            raise ValueError(
+                f"ballot must be 'top-k' for release={self.name!r}, got {name!r}: its noise hides a whole ballot (l2 "
+                "sensitivity sqrt(2k) for top-k), which a graded ballot raises as much as its counts, and the auto "
+                "ballot's k was fitted for the winner release; set ballot='top-k' (or leave it unset) or release to "
+                "a mode that takes these ballots ("
+                + ", ".join(repr(n) for n, m in RELEASE_MODES.items() if m.graded_ballots) + ")")
+        return name
+
+    def resolved_ballot(self, config: Settings, num_candidates: int | None = None) -> Ballot:
+        """The configured ballot, an ``"auto"`` one resolved to its ``k`` (`dphype.selection.voting.auto_depth`).
+
+        The auto rule reads public facts only: ``p``, the winner release's noise std for a top-k ballot
+        (`dphype.privacy.winner.noise_std`) and the fewest voters ``ceil((1 - xi) n)``.
+
+        Args:
+            config: The request's configuration.
+            num_candidates: ``p``; required for an auto ballot.
+
+        Returns:
+            The ballot.
+
+        Raises:
+            ValueError: For an auto ballot without ``num_candidates``.
+        """
+        ballot = Ballot.parse(config.ballot)
+        if ballot.kind != "auto":
+            return ballot
+        if num_candidates is None:
+            raise ValueError("an auto ballot's form needs the number of candidates: pass num_candidates")
+        return ballot.resolve(num_candidates, noise_std(config.epsilon, config.neighbouring),
+                              min_survivors(config.clients, config.dropout))
+
+    def votes_per_client(self, config: Settings, num_candidates: int) -> int:
+        """The ``k`` the ballot stands for (what the planner and the reports name).
+
+        The configuration's for top-k, an auto ballot's resolved ``k``, a rank ballot's depth (cut to ``p``), the
+        configuration's for a score ballot.
+
+        Args:
+            config: The configuration.
+            num_candidates: ``p``.
+
+        Returns:
+            ``k``.
+        """
+        ballot = self.resolved_ballot(config, num_candidates)
+        return min(ballot.depth, int(num_candidates)) if ballot.kind == "rank" else config.k
+
+    def sensitivity(self, config: Settings) -> int:
+        """The ballot's largest entry ``G`` (its l-infinity sensitivity), which needs no candidate list.
+
+        Args:
+            config: The configuration.
+
+        Returns:
+            ``G``: 1 for top-k and auto, ``2**bits - 1`` for a graded ballot.
+        """
+        return Ballot.parse(config.ballot).max_entry
+
+    def ballot_form(self, config: Settings, num_candidates: int | None = None) -> BallotForm:
         """The form every client's ballot must have under ``config`` (`dphype.selection.ballots`).
 
         The one place a request's ballot form is derived from its configuration: every node and tally reads it
@@ -279,11 +368,18 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
 
         Args:
             config: The request's configuration.
+            num_candidates: The request's number of candidates ``p``, when known (a score ballot's largest total
+                is ``p G``, a rank ballot's depth is cut to ``p``); required for an auto ballot, whose ``k``
+                depends on it.
 
         Returns:
-            DP-Hype's top-k form, ``BallotForm.top_k(config.k)``.
-        """
-        return BallotForm.top_k(config.k)
+            The configured ballot's form (`dphype.selection.voting.Ballot.form`): DP-Hype's top-k form
+            ``BallotForm.top_k(config.k)`` for ``ballot="top-k"``.
+
+        Raises:
+            ValueError: For an auto ballot without ``num_candidates``.
+        """  # noqa: DOC502
+        return self.resolved_ballot(config, num_candidates).form(config.k, num_candidates)
 
     # ------------------------------------------------------------------------------------ calibration
     @abstractmethod
@@ -654,7 +750,7 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
         if clipping_range is None:
             raise ValueError("clipping_range must be the SecAgg+ round's (dphype.secure.secure_sum.clipping_range_for)")
         cfg = request.config
-        votes = top_k_votes(scores, cfg.k, maximize=maximize)
+        votes = self.resolved_ballot(cfg, len(request.candidates)).cast(scores, cfg.k, maximize=maximize)
         share = client_noise_share(votes.size, sigma=request.sigma, clients=cfg.clients, dropout=cfg.dropout,
                                    kind=cfg.noise)
         return encode(votes + share, cfg.noise, clipping_range)
@@ -758,9 +854,10 @@ class CommitteeMode(ReleaseMode[list[bytes], OpenedT]):
 
     def ballot(self, request: Request, scores: np.ndarray, *, maximize: bool,
                clipping_range: int | None = None, voter: str | None = None) -> list[bytes]:
-        """The top-k ballot, checked against the request's form, split into Shamir shares of its bits and sealed.
+        """The configured ballot, checked against the request's form, split into Shamir shares of its bits and sealed.
 
-        No noise: the committee makes it. The client checks its own ballot against the form
+        No noise: the committee makes it. The ballot is `ReleaseMode.resolved_ballot`'s (top-k, auto's top-k or a
+        graded one). The client checks its own ballot against the form
         (`ReleaseMode.ballot_form`, `dphype.selection.ballots.BallotForm.check`) before it shares; one ciphertext
         per tally in committee order (`dphype.secure.tally.client_sealed_shares`, bound to the request's digest,
         the tally and ``voter``).
@@ -781,8 +878,9 @@ class CommitteeMode(ReleaseMode[list[bytes], OpenedT]):
         """  # noqa: DOC502
         if not voter:
             raise ValueError("voter must be the client's identity in its run (dphype.secure.tally.voter_id)")
-        form = self.ballot_form(request.config)
-        votes = form.check(top_k_votes(scores, request.config.k, maximize=maximize), len(request.candidates))
+        cfg, p = request.config, len(request.candidates)
+        form = self.ballot_form(cfg, p)
+        votes = form.check(self.resolved_ballot(cfg, p).cast(scores, cfg.k, maximize=maximize), p)
         return client_sealed_shares(request.digest(), votes, request.tallies, voter, form.bits)
 
     @abstractmethod
@@ -809,23 +907,28 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
     invalid ones (naming their contributors), adds the noise its tallies drew and opens only the argmax.
 
     Pure ``epsilon``-DP with noise independent of ``k``, of the clients and of the dropout; ``sigma`` is the
-    discrete Laplace std that ``epsilon`` implies (`dphype.privacy.winner.noise_std`: what the shares of any
-    honest majority of tallies add up to; every tally derives its share from the announced ``epsilon``).
-    ``delta``, ``noise`` and ``accountant`` concern only the composition with other releases, and the selection
-    rule does not apply.
+    discrete Laplace std that ``epsilon`` and the ballot's largest entry imply (`dphype.privacy.winner.noise_std`:
+    what the shares of any honest majority of tallies add up to; every tally derives its share from the announced
+    ``epsilon`` and ballot). ``delta``, ``noise`` and ``accountant`` concern only the composition with other
+    releases, and the selection rule does not apply. It takes graded ballots (`dphype.selection.voting.Ballot`):
+    the noise depends on their largest entry only.
 
     Attributes:
         name: ``"argmax"``.
         forecast: The winner release's.
         opens: The winner's index.
+        default_ballot: `DEFAULT_ARGMAX_BALLOT`.
+        graded_ballots: ``True``.
     """
 
     name = "argmax"
     forecast = Forecast.WINNER
     opens = OPENS_ARGMAX
+    default_ballot = DEFAULT_ARGMAX_BALLOT
+    graded_ballots = True
 
     def calibrate(self, config: Settings, candidates: CandidateList) -> float:
-        """The total discrete Laplace std that ``epsilon`` implies (`dphype.privacy.winner.noise_std`).
+        """The total discrete Laplace std that ``epsilon`` and the ballot imply (`dphype.privacy.winner.noise_std`).
 
         Args:
             config: The configuration.
@@ -834,7 +937,7 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
         Returns:
             The std.
         """
-        return noise_std(config.epsilon, config.neighbouring)
+        return noise_std(config.epsilon, config.neighbouring, self.sensitivity(config))
 
     def check_sigma(self, request: Request) -> None:
         """Refuse a ``sigma`` other than the one ``epsilon`` implies, or a ``k`` outside ``[1, p]``.
@@ -846,9 +949,9 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
             ValueError: If ``sigma`` or ``k`` is not what the mode needs.
         """
         cfg = request.config
-        expected = noise_std(cfg.epsilon, cfg.neighbouring)
+        expected = noise_std(cfg.epsilon, cfg.neighbouring, self.sensitivity(cfg))
         if not abs(request.sigma - expected) <= 1e-9 * expected:
-            raise ValueError(f"sigma must be {expected:.12g} (the discrete Laplace std of epsilon), "
+            raise ValueError(f"sigma must be {expected:.12g} (the discrete Laplace std of epsilon and the ballot), "
                              f"got {request.sigma!r}")
         _ = self.accounting(request)  # validates k against the number of candidates
 
@@ -859,11 +962,12 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
             request: The request.
 
         Returns:
-            The winner release (epsilon, ``k``, ``p``, relation).
+            The winner release (epsilon, ``k``, ``p``, relation, the ballot's largest entry).
         """
         cfg = request.config
-        return WinnerRelease(epsilon=cfg.epsilon, k=cfg.k, num_candidates=len(request.candidates),
-                             neighbouring=cfg.neighbouring)
+        return WinnerRelease(epsilon=cfg.epsilon, k=self.votes_per_client(cfg, len(request.candidates)),
+                             num_candidates=len(request.candidates),
+                             neighbouring=cfg.neighbouring, sensitivity=self.sensitivity(cfg))
 
     def check_claims(self, request: Request) -> None:
         """Nothing to recompute: each tally derives its noise share from the announced epsilon and committee size.
@@ -889,7 +993,7 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
 
     def node_cost(self, request: Request, *, survivors: int, delta: float, accountant: str,
                   neighbouring: str) -> NodeCost:
-        """Pure ``epsilon_node = -shift log t`` under the node's relation (`THRESHOLD_SHIFT`).
+        """Pure ``epsilon_node = -shift G log t`` under the node's relation (`THRESHOLD_SHIFT`; ``G`` the ballot's).
 
         Whatever the node's delta and accountant, and the number of contributors: the noise is the committee's,
         and the shares of any ``h`` of its tallies (`dphype.privacy.winner.honest_tallies` of the request's
@@ -906,8 +1010,8 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
             The cost.
         """
         cfg = request.config
-        parties = len(request.tallies)
-        eps = -THRESHOLD_SHIFT[neighbouring] * math.log(noise_parameter(cfg.epsilon, cfg.neighbouring))
+        parties, g = len(request.tallies), self.sensitivity(cfg)
+        eps = -THRESHOLD_SHIFT[neighbouring] * g * math.log(noise_parameter(cfg.epsilon, cfg.neighbouring, g))
         return NodeCost(noise=WINNER_NOISE, total_std=request.sigma, epsilon=eps, accountant="pure epsilon",
                         claim=f"the requested winner release gives pure epsilon {eps:.3g} (noise made by any "
                               f"{honest_tallies(parties)} of the {parties} tallies)")
@@ -923,7 +1027,7 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
         """
         cfg = request.config
         return committee_noise_share(len(request.candidates), cfg.epsilon, cfg.neighbouring, len(request.tallies),
-                                     rng=secure_generator())
+                                     rng=secure_generator(), sensitivity=self.sensitivity(cfg))
 
     def release(self, request: Request, opened: Opening | int, survivors: int) -> DPHypeResult:
         """The server's record of the index the tallies opened, and of the ballots they left out.
@@ -972,7 +1076,8 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
         """
         cfg = request.config
         return replay_winners(vote_sum, epsilon=cfg.epsilon, neighbouring=cfg.neighbouring, repetitions=repetitions,
-                              rng=rng, parties=len(request.tallies), per_tally=per_client)
+                              rng=rng, parties=len(request.tallies), per_tally=per_client,
+                              sensitivity=self.sensitivity(cfg))
 
     def describe(self, request: Request) -> str:
         """The winner release's parameters: k, clients, dropout, neighbouring, the committee and its noise.
@@ -985,13 +1090,17 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
         """
         # pure epsilon, discrete Laplace: no delta, noise kind or rule applies
         cfg = request.config
-        parties = len(request.tallies)
-        return (f"k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, neighbouring={cfg.neighbouring!r}, "
-                f"tallies={parties}, ballots verified, committee noise std="
-                f"{committee_noise_std(cfg.epsilon, cfg.neighbouring, parties):.4g}")
+        parties, g = len(request.tallies), self.sensitivity(cfg)
+        k = self.votes_per_client(cfg, len(request.candidates))
+        return (f"ballot={cfg.ballot!r}, k={k}, clients={cfg.clients}, dropout={cfg.dropout:g}, "
+                f"neighbouring={cfg.neighbouring!r}, tallies={parties}, ballots verified, committee noise std="
+                f"{committee_noise_std(cfg.epsilon, cfg.neighbouring, parties, g):.4g}")
 
     def describe_plan(self, config: Settings, plan: Plan) -> str:
-        """The chance of a good pick by the argmax release (no selection rule applies).
+        """The chance of a good pick by the argmax release (no selection rule applies), and the measured shares.
+
+        With the default ballot, the shares of releases within 1 and 2 points of Opt that the bench measured
+        (`dphype.selection.planner.measured_within`).
 
         Args:
             config: The configuration.
@@ -1000,7 +1109,14 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
         Returns:
             The words.
         """
-        return f"{plan.success:.2f} with the argmax release (the tallies' secure argmax; only the winner's index)"
+        words = f"{plan.success:.2f} with the argmax release (the tallies' secure argmax; only the winner's index)"
+        if plan.within_opt is None:
+            return words
+        w = plan.within_opt
+        return (f"{words}; measured on the bench tasks at n={w['clients']}, epsilon={w['epsilon']:g} with the "
+                f"{w['ballot']} ballot: {w['within_2pt'][0]:.0%}-{w['within_2pt'][1]:.0%} of releases within 2 points "
+                f"of Opt, {w['within_1pt'][0]:.0%}-{w['within_1pt'][1]:.0%} within 1 (the planner sees no data: "
+                "yours may differ)")
 
 
 # --------------------------------------------------------------------------------------- committee sum

@@ -78,7 +78,7 @@ def committee_round(p: int, k: int, clients: int, rng: np.random.Generator, inva
         sealed[str(c)] = [seal(t.public, np.asarray(share, dtype=np.uint64).tobytes(),
                                context=share_context(request.digest(), j, voter_id(0, c)))
                           for j, (t, share) in enumerate(zip(tallies, shares, strict=True))]
-    form = request.mode.ballot_form(cfg)
+    form = request.mode.ballot_form(cfg, len(request.candidates))
     start = time.perf_counter()
     for t in tallies:
         t.open_round(request.digest(), p, request.min_survivors - invalid, form=form,

@@ -17,6 +17,14 @@ accuracy of every candidate), every epsilon and every neighbouring relation of `
 
 The planner sees no data: it answers from ``n``, epsilon, the relation and its scenario alone, so one call
 serves every federation with the same ``n``.
+
+**Ballots** (issue 25): every ballot of ``--ballots`` (names of :class:`dphype.selection.voting.Ballot`, e.g.
+``rank:20:2`` or ``score:0.05``) is cast by every client on the same scores and replayed on the same seeds
+(noise scaled by its largest entry, :func:`dphype.privacy.winner.noise_parameter`; an ``auto`` ballot resolved at each
+point with all ``n`` clients voting, :meth:`dphype.selection.voting.Ballot.resolve`). ``ksweep_ballots.csv`` has,
+per point and ballot, the gap to Opt, the shares of releases within 1 and 2 points of Opt, and how far it trails
+the best fixed ``k`` in hindsight (paired over the same releases); the result's ``ballot_summary`` summarises each
+ballot over the grid (largest and mean regret against the best ``k``, the smallest share within 2 points).
 """
 
 from __future__ import annotations
@@ -28,7 +36,9 @@ from typing import Any
 import numpy as np
 
 from dphype.checks import NEIGHBOURING
+from dphype.privacy.winner import noise_std
 from dphype.selection.planner import KS, read_consensus
+from dphype.selection.voting import Ballot, check_ballot
 from simulations import harness, tradeoff
 
 #: Accuracy points by which the planner's ``k`` may trail the sweep's best and still agree with it.
@@ -48,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="neighbouring relations (default both)")
     parser.add_argument("--consensus", nargs="+", default=["moderate"],
                         help="the planner's consensus scenarios to compare (default moderate, as dphype plan)")
+    parser.add_argument("--ballots", nargs="+", default=[],
+                        help="graded ballots to measure beside top-k at every k (e.g. rank:20:2 score:0.05; "
+                             "default none)")
 
 
 def settings(args: argparse.Namespace, num_candidates: int) -> dict[str, Any]:
@@ -62,13 +75,19 @@ def settings(args: argparse.Namespace, num_candidates: int) -> dict[str, Any]:
     return {"epsilons": epsilons, "delta": harness.check_delta(args.delta), "ks": ks,
             "repetitions": harness.check_int("repetitions", args.repetitions, 2),
             "neighbourings": list(dict.fromkeys(args.neighbourings)),
-            "consensus": list(dict.fromkeys(read_consensus(c) for c in args.consensus))}
+            "consensus": list(dict.fromkeys(read_consensus(c) for c in args.consensus)),
+            "ballots": list(dict.fromkeys(check_ballot(b) for b in args.ballots))}
 
 
 def paired_gap(accuracy: np.ndarray, picks: np.ndarray, best_picks: np.ndarray) -> tuple[float, float]:
     """The regret of ``picks`` against ``best_picks`` over the same releases: mean and 95% CI half-width (points)
     of ``accuracy[best_picks] - accuracy[picks]`` (the mean is the difference of the two gaps to Opt)."""
     return harness.mean_ci(100.0 * (accuracy[best_picks] - accuracy[picks]))
+
+
+def within(accuracy: np.ndarray, opt: float, picks: np.ndarray, points: float) -> float:
+    """The share of releases whose pick is within ``points`` accuracy points of Opt."""
+    return float(np.mean(100.0 * (opt - accuracy[picks]) <= points + 1e-9))
 
 
 def agrees(regret: float, half_width: float) -> bool:
@@ -99,12 +118,15 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
 
     rows: list[dict[str, Any]] = []
     advice: list[dict[str, Any]] = []
+    ballot_rows: list[dict[str, Any]] = []
+    ballots = {name: Ballot.parse(name) for name in opts["ballots"]}
     with harness.progress_bar(harness.work_units(feds, scale), "ksweep") as bar:
         for f_index, fed in enumerate(feds):
             accuracy = harness.fill_diverged(harness.cached_accuracies(fed, candidates, scale, cache, bar), test_labels)
             scores = harness.cached_scores(fed, candidates, scale, cache, bar)
             opt = float(accuracy.max())
             counts = {k: harness.client_votes(scores, k, maximize=True).sum(axis=0) for k in opts["ks"]}
+            graded: dict[Ballot, np.ndarray] = {}  # the counts of each resolved ballot (auto's k depends on epsilon)
             for e_index, eps in enumerate(opts["epsilons"]):
                 for r_index, relation in enumerate(opts["neighbourings"]):
                     picks = {}
@@ -117,9 +139,25 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                     plans = {c: planner(fed.clients, eps, relation, c) for c in opts["consensus"]}
                     common = {"dataset": fed.dataset, "clients": fed.clients, "partition": fed.label,
                               "epsilon": eps, "neighbouring": relation}
+                    for name, b in ballots.items():  # the same seeds again
+                        b = b.resolve(p, noise_std(eps, relation), fed.clients)
+                        if b not in graded:
+                            graded[b] = np.stack([b.cast(row, 1) for row in scores]).sum(axis=0)
+                        rng = np.random.default_rng([args.seed, f_index, e_index, r_index])
+                        mine, _ = tradeoff.winner_picks(graded[b], epsilon=eps, relation=relation,
+                                                        repetitions=opts["repetitions"], rng=rng,
+                                                        sensitivity=b.max_entry)
+                        gap = harness.mean_ci(100.0 * (opt - accuracy[mine]))
+                        regret, half = paired_gap(accuracy, mine, picks[best_k])
+                        ballot_rows.append({**common, "ballot": name, "depth": b.depth, "gap_points": round(gap[0], 3),
+                                            "ci95": round(gap[1], 3), "within_1pt": within(accuracy, opt, mine, 1),
+                                            "within_2pt": within(accuracy, opt, mine, 2), "best_k": best_k,
+                                            "best_k_gap_points": round(gaps[best_k][0], 3),
+                                            "behind_best_k_points": round(regret, 3), "paired_ci95": round(half, 3)})
                     for k in opts["ks"]:
                         row = {**common, "k": k, "gap_points": round(gaps[k][0], 3), "ci95": round(gaps[k][1], 3),
-                               "within_1pt": float(np.mean(opt - accuracy[picks[k]] <= 0.01 + 1e-12))}
+                               "within_1pt": within(accuracy, opt, picks[k], 1),
+                               "within_2pt": within(accuracy, opt, picks[k], 2)}
                         for c, pl in plans.items():
                             row[f"success_{c}"] = next(r["success_winner"] for r in pl.by_k if r["k"] == k)
                         rows.append(row)
@@ -132,9 +170,24 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                                        "paired_ci95": round(half, 3), "agrees": agrees(regret, half)})
     study.write_csv("ksweep.csv", rows)
     study.write_csv("ksweep_advice.csv", advice)
+    if ballot_rows:
+        study.write_csv("ksweep_ballots.csv", ballot_rows)
     plot(rows, advice, study, f"ksweep_{args.dataset}.png")
     return study.result(dataset=args.dataset, scale=vars(scale), candidates=p, **opts, tolerance_points=TOLERANCE,
-                        agreement=agreement(advice), advice=advice)
+                        agreement=agreement(advice), advice=advice, ballot_summary=ballot_summary(ballot_rows))
+
+
+def ballot_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per ballot over the grid: the points, the largest and mean gap behind the best ``k`` in hindsight (points),
+    and the smallest share of releases within 2 points of Opt."""
+    out: dict[str, Any] = {}
+    for name in dict.fromkeys(r["ballot"] for r in rows):
+        mine = [r for r in rows if r["ballot"] == name]
+        behind = [r["behind_best_k_points"] for r in mine]
+        out[name] = {"points": len(mine), "max_behind_best_k_points": round(float(np.max(behind)), 3),
+                     "mean_behind_best_k_points": round(float(np.mean(behind)), 3),
+                     "min_within_2pt": round(min(r["within_2pt"] for r in mine), 4)}
+    return out
 
 
 def agreement(advice: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -125,14 +125,15 @@ def winner_k(release: dict[str, Any], *, clients: int, epsilon: float, relation:
 
 
 def winner_picks(vote_sum: np.ndarray, *, epsilon: float, relation: str, repetitions: int,
-                 rng: np.random.Generator) -> tuple[np.ndarray, float]:
+                 rng: np.random.Generator, sensitivity: int = 1) -> tuple[np.ndarray, float]:
     """Argmax-mode picks of ``repetitions`` winner releases (:func:`dphype.privacy.winner.replay_winners`) under the
-    neighbouring ``relation`` and the total noise std of the 3 tallies' noise; ``epsilon = inf``: the noiseless
-    argmax (lowest index among ties) and std 0."""
+    neighbouring ``relation`` for ballots of largest entry ``sensitivity``, and the total noise std of the 3
+    tallies' noise; ``epsilon = inf``: the noiseless argmax (lowest index among ties) and std 0."""
     if np.isinf(epsilon):
         return np.full(repetitions, int(np.argmax(vote_sum))), 0.0
-    picks = replay_winners(vote_sum, epsilon=epsilon, neighbouring=relation, repetitions=repetitions, rng=rng)
-    return picks, committee_noise_std(epsilon, relation)
+    picks = replay_winners(vote_sum, epsilon=epsilon, neighbouring=relation, repetitions=repetitions, rng=rng,
+                           sensitivity=sensitivity)
+    return picks, committee_noise_std(epsilon, relation, sensitivity=sensitivity)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from dphype.privacy.noise import client_noise_variance, min_survivors, replay_no
 from dphype.privacy.winner import WINNER_NOISE, replay_winners, winner_probabilities
 from dphype.protocol import VoteRequest, make_vote_request
 from dphype.secure.tally import Tally
+from dphype.selection.ballots import BallotForm
 from dphype.selection.candidates import candidate_grid as grid
 from dphype.selection.planner import Forecast, PlannedRelease, check_plan, plan, preflight
 
@@ -241,3 +242,44 @@ def test_the_committee_sum_is_the_sum_releases_accounting_with_noise_the_tallies
     with pytest.raises(ValueError, match=r"survivors must be an integer in \[8, 10\]"):
         mode.release(request, Opening(noisy_sum, ("7", "8", "9")), 10)  # 7 valid ballots: below the minimum
     assert "ballots verified, committee noise std=" in mode.describe(request)
+# ----------------------------------------------------------------------------------- the ballot (issue 25)
+def test_each_mode_has_its_default_ballot_and_only_argmax_takes_graded_ones() -> None:
+    base = {"epsilon": 1.0, "delta": 1e-5, "k": 2, "clients": 10}
+    assert DPHypeConfig(**base).ballot == "top-k"
+    argmax = DPHypeConfig(**base, release="argmax")
+    assert argmax.ballot == ArgmaxRelease.default_ballot == "auto"
+    assert ArgmaxRelease().votes_per_client(argmax, 100) == 11  # round(0.4 * 100 * 2.799 / 10)
+    assert ArgmaxRelease().ballot_form(argmax, 100) == BallotForm.top_k(11)
+    with pytest.raises(ValueError, match="needs the number of candidates"):
+        ArgmaxRelease().ballot_form(argmax)
+    with pytest.raises(ValueError, match=r"ballot must be 'top-k' for release='sum'"):
+        DPHypeConfig(**base, ballot="auto")
+    graded = DPHypeConfig(**base, release="argmax", ballot="rank:20:2")
+    assert graded.ballot == "rank:20:2" and graded.replace(release="sum").ballot == "top-k"
+    assert graded.replace(epsilon=0.5).ballot == "rank:20:2"
+    with pytest.raises(ValueError, match=r"ballot must be 'top-k' for release='sum'.*set ballot='top-k'"):
+        DPHypeConfig(**base, ballot="score:0.05")
+    with pytest.raises(ValueError, match=r"ballot must be .*got 'borda'.*set ballot"):
+        DPHypeConfig(**base, release="argmax", ballot="borda")
+    assert DPHypeConfig.from_run_config({**base, "release": "argmax", "ballot": "score:0.1"}).ballot == "score:0.1"
+    # "default" (a run config holds no None): the release's own
+    assert DPHypeConfig.from_run_config({**base, "release": "sum", "ballot": "default"}).ballot == "top-k"
+    assert DPHypeConfig.from_run_config({**base, "release": "argmax", "ballot": "default"}).ballot == "auto"
+
+
+def test_a_graded_argmax_request_carries_its_ballot_and_scales_its_noise(committee: tuple[bytes, ...]) -> None:
+    request = a_request("argmax", committee, ballot="rank:10")
+    top_k = a_request("argmax", committee, ballot="top-k")
+    assert request.sigma == pytest.approx(15 * top_k.sigma, rel=0.02)  # std ~ sqrt(2) shift G / eps
+    back = VoteRequest.from_record(json.loads(json.dumps(request.to_record())))
+    assert back == request and back.config.ballot == "rank:10" and back.digest() == request.digest()
+    assert request.digest() != top_k.digest()
+    mode = request.mode
+    assert mode.ballot_form(request.config, len(CANDS)) == BallotForm(15, 54, 54)  # depth cut to p = 6: 15+13+10+8+5+3
+    assert mode.accounting(request).sensitivity == 15
+    cost = mode.node_cost(request, survivors=10, delta=1e-5, accountant="auto", neighbouring="replace-one")
+    assert cost.epsilon == pytest.approx(1.0)
+    cost = mode.node_cost(request, survivors=10, delta=1e-5, accountant="auto", neighbouring="add-remove")
+    assert cost.epsilon == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="sigma must be"):
+        VoteRequest(request.candidates, request.config, top_k.sigma, request.tallies)

@@ -32,7 +32,8 @@ def tallies():
 
 
 def argmax_request(tallies, *, p=10, **changes):
-    cfg = DPHypeConfig(**{"epsilon": 1.0, "delta": 1e-5, "k": 2, "clients": 10, "release": "argmax", **changes})
+    cfg = DPHypeConfig(**{"epsilon": 1.0, "delta": 1e-5, "k": 2, "clients": 10, "release": "argmax", "ballot": "top-k",
+                          **changes})
     return make_vote_request(cfg, candidate_grid(lr=[10.0**-i for i in range(p)]),
                              tallies=tuple(t.public for t in tallies))
 

@@ -124,14 +124,14 @@ def dphype_select(
         ``(index, privacy report)``: the selected index and the report as a dict.
     """
     from dphype.protocol import check_request, make_vote_request, score_candidates
-    from dphype.selection.voting import top_k_votes
 
     request = make_vote_request(config, candidates)
     mode = request.mode
+    ballot = mode.resolved_ballot(config, len(candidates))
     votes = np.zeros(len(candidates))
     for scores in client_scores:
         check_request(request, local_candidates=candidates)
-        votes += top_k_votes(score_candidates(FixedScoresTask(scores), candidates), config.k, maximize=True)
+        votes += ballot.cast(score_candidates(FixedScoresTask(scores), candidates), config.k, maximize=True)
     n = len(client_scores)
     (opened,) = mode.replay(request, votes, repetitions=1, rng=rng, survivors=n, per_client=True)
     result = mode.release(request, opened, n)

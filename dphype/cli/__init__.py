@@ -75,7 +75,7 @@ def add_privacy_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser, *, release: str = "sum") -> None:
-    """``--rule``, ``--min-success`` and ``--release``.
+    """``--rule``, ``--min-success``, ``--release`` and ``--ballot``.
 
     How the server selects on the release, when it refuses to run, and what it releases.
 
@@ -93,6 +93,9 @@ def add_selection_arguments(parser: argparse.ArgumentParser, *, release: str = "
     parser.add_argument("--release", choices=tuple(RELEASE_MODES), default=release,
                         help="release mode: sum (the noisy vote sum over SecAgg+) or argmax (only the winner's "
                              f"index from a secure argmax among 3 tallies; pure epsilon); default {release}")
+    parser.add_argument("--ballot", default=None,
+                        help="the clients' ballot: top-k (with --k), rank:D[:BITS] or score:M[:BITS] (graded, argmax "
+                             "release only); default: the release's (dphype.modes.ReleaseMode.default_ballot)")
 
 
 def add_noise_arguments(parser: argparse.ArgumentParser) -> None:
@@ -140,7 +143,7 @@ def privacy_config(args: argparse.Namespace, num_candidates: int | None = None) 
 
     if num_candidates is not None:
         check_k(args.k, num_candidates)
-    selection = {name: getattr(args, name) for name in ("rule", "min_success", "release")
+    selection = {name: getattr(args, name) for name in ("rule", "min_success", "release", "ballot")
                  if getattr(args, name, None) is not None}
     return DPHypeConfig(epsilon=args.epsilon, delta=args.delta, k=args.k, clients=args.clients,
                         dropout=args.dropout, noise=args.noise, accountant=args.accountant,

@@ -4,7 +4,9 @@ Prints the predicted chance of selecting a good candidate for a range of k (simu
 consensus scenario, and Theorem IV.1's bound for the argmax) for both kinds of release (the noisy sum and the
 winner only), the recommended k of each and the recommended mode among `dphype.modes.RELEASE_MODES`, and
 the smallest epsilon and number of clients reaching ``--target`` in the mode of ``--release``. ``--min-success P``
-makes it fail (exit status 2) below P.
+makes it fail (exit status 2) below P. With the argmax release's default ballot (``auto``) it reports at the auto
+ballot's ``k`` and adds the shares of releases within 1 and 2 points of Opt that the bench measured
+(``within_opt``): the planner sees no data and says so.
 """
 
 from __future__ import annotations
@@ -54,18 +56,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             `dphype.cli.main`).
     """  # noqa: DOC502
     from dphype.checks import check_probability
+    from dphype.config import DPHypeConfig
     from dphype.modes import release_mode, release_modes
     from dphype.selection.candidates import load_candidates
     from dphype.selection.planner import plan, read_consensus, warnings
+    from dphype.selection.voting import Ballot
 
     if args.min_success is not None:
         check_probability("min_success", args.min_success)  # before any simulation
     candidates = load_candidates(args.candidates)
     consensus = read_consensus(args.consensus)
-    result = plan(args.clients, args.epsilon, args.delta, candidates.feature_space(), len(candidates), k=args.k,
+    mode = release_mode(args.release)
+    ballot = mode.check_ballot(args.ballot)
+    k = args.k
+    if k is None and Ballot.parse(ballot).kind == "auto":  # the auto ballot's k follows from public facts
+        k = mode.votes_per_client(DPHypeConfig(epsilon=args.epsilon, delta=args.delta, k=1, clients=args.clients,
+                                               dropout=args.dropout, neighbouring=args.neighbouring,
+                                               release=args.release, ballot=ballot), len(candidates))
+    result = plan(args.clients, args.epsilon, args.delta, candidates.feature_space(), len(candidates), k=k,
                   dropout=args.dropout, consensus=consensus, num_good=args.good, target=args.target, rule=args.rule,
                   noise=args.noise, accountant=args.accountant, neighbouring=args.neighbouring,
-                  repetitions=args.repetitions, seed=args.seed, release=release_mode(args.release),
-                  releases=release_modes())
+                  repetitions=args.repetitions, seed=args.seed, release=mode, releases=release_modes(),
+                  ballot=ballot)
     warnings(result, args.min_success)
     return result.to_dict()

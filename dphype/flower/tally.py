@@ -215,7 +215,8 @@ class _TallyNode:
                                record.get("signatures"))
             tally = Tally(self.index, self.keys, record=self.record)
             tally.open_round(request.digest(), len(request.candidates), request.min_survivors,
-                             len(request.tallies), run=self.run, form=mode.ballot_form(request.config),
+                             len(request.tallies), run=self.run,
+                             form=mode.ballot_form(request.config, len(request.candidates)),
                              noise=mode.tally_noise(request), opens=mode.opens)
             self._stop()
             for contributor, sealed in zip(contributors, shares, strict=True):

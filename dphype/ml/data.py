@@ -8,6 +8,9 @@ standardized"), Adult's categorical attributes are one-hot encoded and its label
 * ``adult`` and ``mnist5k`` are bundled with the package (``dphype/data/``, see PROVENANCE.md).
   The paper merges Adult's two files (48,842 rows, Table II) and holds out 20 % for testing;
   mnist5k is split the same way.
+* ``breast-cancer`` (569 rows, 30 features, 2 classes) and ``digits`` (1,797 8x8 digits as 64 features, 10
+  classes) are the UCI tables scikit-learn ships offline (`load_sklearn_table`; the optional ``bench`` extra),
+  split and standardized like Adult. Tasks that played no part in DP-Hype's design (issue 25).
 * ``mnist``, ``fashion-mnist`` and ``cifar10`` are read from a user folder in torchvision's on-disk
   format (IDX files / python pickles, read here with numpy) and keep their official train/test split.
   Fashion-MNIST defaults to Debian's ``dataset-fashion-mnist`` package folder.
@@ -35,7 +38,7 @@ if TYPE_CHECKING:
     from flwr_datasets.partitioner import Partitioner
 
 #: Names accepted by `load_dataset`.
-DATASETS: tuple[str, ...] = ("adult", "mnist5k", "mnist", "fashion-mnist", "cifar10")
+DATASETS: tuple[str, ...] = ("adult", "mnist5k", "mnist", "fashion-mnist", "cifar10", "breast-cancer", "digits")
 
 #: Where Debian's ``dataset-fashion-mnist`` package installs the IDX files.
 FASHION_MNIST_DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
@@ -140,6 +143,8 @@ def load_dataset(name: str, data_dir: str | None = None) -> tuple[Dataset, Datas
             "fashion-mnist", FASHION_MNIST_DEFAULT_DIR if d is None else d, ("FashionMNIST",)
         ),
         "cifar10": load_cifar10,
+        "breast-cancer": lambda _dir: load_sklearn_table("breast-cancer"),
+        "digits": lambda _dir: load_sklearn_table("digits"),
     }
     if name not in loaders:
         raise ValueError(f"dataset must be one of {', '.join(DATASETS)}; got {name!r}")
@@ -224,6 +229,45 @@ def load_adult() -> tuple[Dataset, Dataset]:
         Dataset(x[pool_idx], y[pool_idx], 2, "adult"),
         Dataset(x[test_idx], y[test_idx], 2, "adult"),
     )
+
+
+#: The scikit-learn loader of each table `load_sklearn_table` reads (both UCI, CC BY 4.0).
+SKLEARN_TABLES: dict[str, str] = {"breast-cancer": "load_breast_cancer", "digits": "load_digits"}
+
+
+def load_sklearn_table(name: str) -> tuple[Dataset, Dataset]:
+    """A table scikit-learn ships offline as ``(pool, test)``, split 80/20 with `SPLIT_SEED` like Adult.
+
+    ``breast-cancer``: UCI Breast Cancer Wisconsin (Diagnostic), Wolberg, Street & Mangasarian (CC BY 4.0), 569
+    rows, label 1 = benign. ``digits``: UCI Optical Recognition of Handwritten Digits, Alpaydin & Kaynak (CC BY
+    4.0), 1,797 rows of 64 pixel counts in [0, 16]. Every feature is standardized with the pool's mean and
+    standard deviation (a feature constant on the pool is only centred).
+
+    Args:
+        name: A key of `SKLEARN_TABLES`.
+
+    Returns:
+        ``(pool, test)``.
+
+    Raises:
+        ValueError: ``name`` is not a key of `SKLEARN_TABLES`.
+        ModuleNotFoundError: scikit-learn is not installed (the message names the extra to install).
+    """
+    if name not in SKLEARN_TABLES:
+        raise ValueError(f"name must be one of {', '.join(SKLEARN_TABLES)}; got {name!r}")
+    try:
+        from sklearn import datasets
+    except ModuleNotFoundError as err:
+        raise ModuleNotFoundError(f"dataset {name!r} is read from scikit-learn: pip install 'dphype[bench]' "
+                                  "(or scikit-learn)") from err
+    bunch = getattr(datasets, SKLEARN_TABLES[name])()
+    x = np.asarray(bunch.data, dtype=np.float64)
+    y = np.asarray(bunch.target, dtype=np.int64)
+    pool_idx, test_idx = split_indices(len(y), TEST_FRACTION, SPLIT_SEED)
+    mean, std = x[pool_idx].mean(axis=0), x[pool_idx].std(axis=0)
+    x = (x - mean) / np.where(std > 0, std, 1.0)
+    classes = int(y.max()) + 1
+    return Dataset(x[pool_idx], y[pool_idx], classes, name), Dataset(x[test_idx], y[test_idx], classes, name)
 
 
 def _standardize_images(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -6,32 +6,49 @@ mechanism and its accounting, framework-free.
 
 The mechanism
 -------------
-``c`` = the integer vote counts of the contributing clients' valid ballots (each votes 1 for its top ``k``). The
-released value is ``argmax_i (c_i + Z_i)`` with ties broken by the LOWEST index, where the ``Z_i`` are iid discrete
-Laplace, ``P(Z = z) = (1 - t)/(1 + t) t^|z|`` on the integers, with
+``c`` = the integer vote counts of the contributing clients' valid ballots: their sum, each of the request's
+`dphype.selection.ballots.BallotForm` (integer entries in ``[0, G]``, ``G = max_entry = 2**bits - 1``; DP-Hype's
+top-k ballot has ``G = 1``: 1 for each of the client's top ``k``). The released value is ``argmax_i (c_i + Z_i)``
+with ties broken by the LOWEST index, where the ``Z_i`` are iid discrete Laplace, ``P(Z = z) = (1 - t)/(1 + t)
+t^|z|`` on the integers, with ``t = exp(-epsilon / (shift * G))``, the threshold's ``shift`` (`THRESHOLD_SHIFT`):
 
-* ``t = exp(-epsilon / 2)`` under ``"replace-one"`` (one client's data replaced: every count moves by at most
-  1, in either direction, whatever ``k`` is);
-* ``t = exp(-epsilon)`` under ``"add-remove"`` (one client added or removed: the counts are monotone, every
-  count moves by at most 1, all in the same direction).
+* ``shift = 2`` under ``"replace-one"`` (one client's data replaced: every count moves by at most ``G``, in
+  either direction, whatever the ballot's total);
+* ``shift = 1`` under ``"add-remove"`` (one client added or removed: the counts are monotone, every count moves
+  by at most ``G``, all in the same direction).
 
-The noise does not depend on ``k`` or on the number of candidates: the released index is pure
-``epsilon``-DP (``delta = 0``), against the sum mode whose noise must hide a whole vote vector (L2
-sensitivity ``sqrt(2k)``).
+The noise depends on the ballot only through its l-infinity sensitivity ``G`` (the ``sensitivity`` arguments),
+not on ``k``,
+the ballot's total or the number of candidates: the released index is pure ``epsilon``-DP (``delta = 0``),
+against the sum mode whose noise must hide a whole vote vector (L2 sensitivity ``sqrt(2k)`` for top-k).
 
 Proof sketch (report-noisy-max, discrete, deterministic ties; Dwork & Roth 2014, Claim 3.9, adapted).
 Write ``f(z) = (1-t)/(1+t) t^|z|``; then ``f(z + 1) >= t f(z)`` for every integer ``z`` (the ratio is ``t``
 or ``1/t``), so the tail ``S(a) = P(Z >= a)`` satisfies ``S(a + 1) = sum_{z >= a} f(z + 1) >= t S(a)``:
-raising the threshold by 1 costs at most a factor ``t``. Fix candidate ``i`` and the other noises
-``Z_{-i}``. Because the values are integers and ties go to the lowest index, ``i`` wins iff
-``Z_i >= r(c, Z_{-i}) := M - c_i`` with ``M = max(max_{j<i} (c_j + Z_j) + 1, max_{j>i} (c_j + Z_j))``, a
-threshold. For neighbouring counts ``c'``: under replace-one ``|c'_j - c_j| <= 1`` for all ``j``, so
-``|M' - M| <= 1``, ``|r' - r| <= 2`` and ``P(i | c', Z_{-i}) = S(r') >= S(r + 2) >= t^2 S(r) = e^{-epsilon}
-P(i | c, Z_{-i})``. Under add/remove with ``c' - c`` in ``{0, 1}^p`` (monotone: the added client's votes),
-``M' - M`` and ``c'_i - c_i`` both lie in ``[0, 1]``, so ``|r' - r| <= 1`` and the factor is
-``t = e^{-epsilon}``. The relation is symmetric, which gives the other direction. Taking the expectation over
-``Z_{-i}`` (the same law under both neighbours) gives ``P(i | c') >= e^{-epsilon} P(i | c)`` for every ``i``:
-pure ``epsilon``-DP. Ties need no randomness: the lowest-index rule is part of the threshold ``M``.
+raising the threshold by 1 costs at most a factor ``t``, by ``d`` integer steps at most ``t^d``. Fix candidate
+``i`` and the other noises ``Z_{-i}``. Because the values are integers and ties go to the lowest index, ``i``
+wins iff ``Z_i >= r(c, Z_{-i}) := M - c_i`` with ``M = max(max_{j<i} (c_j + Z_j) + 1, max_{j>i} (c_j + Z_j))``,
+a threshold. For neighbouring counts ``c'``: under replace-one one client's ballot ``b`` becomes ``b'``, both of
+the form, so ``|c'_j - c_j| = |b'_j - b_j| <= G`` for all ``j``, hence ``|M' - M| <= G``, ``|r' - r| <= 2G`` and
+``P(i | c', Z_{-i}) = S(r') >= S(r + 2G) >= t^{2G} S(r) = e^{-epsilon} P(i | c, Z_{-i})``. Under add/remove
+``c' - c = b`` in ``[0, G]^p`` (monotone: the added client's ballot), ``M' - M`` and ``c'_i - c_i`` both lie in
+``[0, G]``, so ``|r' - r| <= G`` and the factor is ``t^G = e^{-epsilon}``. The relation is symmetric, which
+gives the other direction. Taking the expectation over ``Z_{-i}`` (the same law under both neighbours) gives
+``P(i | c') >= e^{-epsilon} P(i | c)`` for every ``i``: pure ``epsilon``-DP. Ties need no randomness: the
+lowest-index rule is part of the threshold ``M``. Nothing in the argument reads the ballot's total or how many
+entries are non-zero: only the per-entry range ``[0, G]``, which the tally committee checks on every ballot
+(`dphype.selection.ballots.BallotForm.check`). A ballot outside the range would void the bound, which is why
+the form is part of the approved request and checked before the argmax.
+
+Graded ballots (issue 25). `dphype.selection.voting` makes ballots of entries in ``[0, G]`` from a client's
+scores (by rank or by score): each is a deterministic function of the client's own data, so the argument
+above applies to them unchanged with their ``G``. The noise grows with ``G`` (std about ``sqrt(2) shift G /
+epsilon``), but so do the counts: a graded ballot pays for its resolution only where its entries use less than
+the full range. With ``G = 1`` every formula here is DP-Hype's top-k release. The argmax release's default
+ballot, ``"auto"`` (`dphype.selection.voting.auto_depth`), is a top-k ballot (``G = 1``) whose ``k`` is computed
+from the approved request alone (the number of candidates, epsilon, the relation, ``n`` and the dropout
+fraction), before and independently of any client's data: the same ``k`` under both neighbours, so the argument
+holds for it as for any fixed ``k``.
 
 The noise is made by the tally committee, never by the clients. A geometric variable ``G``, ``P(G = g) = (1 - t)
 t^g``, is the negative binomial ``NB(1, 1 - t)`` (failures before the first success), and ``G_1 - G_2`` of two iid
@@ -42,8 +59,9 @@ per count, ``h = parties - threshold`` (`dphype.privacy.noise.honest_tallies`: t
 MPyC's honest majority, 2 of 3), and inputs it to the MPC, which adds the valid ballots and every share and opens
 only the argmax (`dphype.secure.tally_party`). The shares of ANY ``h`` tallies add up to exactly one discrete
 Laplace per count. A client's ballot carries no noise: the committee checks under MPC that it is a valid ballot
-(`dphype.selection.ballots`; entries 0 or 1, exactly ``k`` ones) and leaves out an invalid one, so no client can
-hide a boost in its noise, and a client's effect on every count is at most one vote.
+(`dphype.selection.ballots`: entries in ``[0, G]``, its total in range; top-k: 0 or 1, exactly ``k`` ones) and
+leaves out an invalid one, so no client can hide a boost in its noise, and a client's effect on every count is at
+most ``G`` (one vote for top-k).
 
 More noise shares (proof sketch). The released index is report-noisy-max over ``c + Z + W``: ``Z`` is the sum of
 the shares of any ``h`` honest tallies (discrete Laplace, as above) and ``W`` the sum of the other
@@ -53,9 +71,9 @@ report-noisy-max over the shifted counts ``c + w`` and ``c' + w``, which are nei
 shift cancels in ``c' - c``), so the bound above holds for every ``w``, and averaging over ``w`` keeps it:
 ``epsilon`` is unchanged, whatever the known shares are. The same argument covered the clients' shares before
 (more survivors than the minimum); now the noise depends on neither the clients nor the dropout, and only the
-valid ballots of the contributors are counted, each moving every count by at most 1 (the sensitivity the proof
-assumes). The names of the contributors whose ballots were invalid are released too: an honest client's ballot is
-valid whatever its data (it checks its own ballot before it shares), so that list is a function of the other
+valid ballots of the contributors are counted, each moving every count by at most ``G`` (the sensitivity the
+proof assumes). The names of the contributors whose ballots were invalid are released too: an honest client's
+ballot is valid whatever its data (it checks its own ballot before it shares), so that list is a function of the other
 clients' ballots only and costs an honest client nothing. A tally that deviates from the protocol (MPyC's model is
 semi-honest) is out of scope.
 
@@ -103,24 +121,47 @@ from dphype.privacy.noise import COMMITTEE_TALLIES, check_survivors, honest_tall
 
 #: The noise kind of the winner release (what a `dphype.privacy.accounting.PrivacyReport` names).
 WINNER_NOISE = "discrete-laplace"
-#: How far the threshold of report-noisy-max can move between neighbours (proof in the module docstring).
+#: How far the threshold of report-noisy-max can move between neighbours per unit of the ballot's l-infinity
+#: sensitivity (proof in the module docstring).
 THRESHOLD_SHIFT: dict[str, int] = {"replace-one": 2, "add-remove": 1}
 
 
-def noise_parameter(epsilon: float, neighbouring: str = "replace-one") -> float:
-    """The discrete Laplace parameter ``t = exp(-epsilon / shift)`` (``shift`` 2 for replace-one, 1 for add/remove).
+def check_sensitivity(sensitivity: Any) -> int:
+    """The ballot's l-infinity sensitivity ``G``: an integer ``>= 1`` (a ballot form's ``max_entry``).
+
+    Args:
+        sensitivity: The value to check.
+
+    Returns:
+        ``G`` as an int.
+
+    Raises:
+        ValueError: Naming ``sensitivity`` and its range, for anything else.
+    """
+    if isinstance(sensitivity, bool) or not isinstance(sensitivity, (int, np.integer)) or sensitivity < 1:
+        raise ValueError(f"sensitivity must be an integer >= 1 (the ballot form's max_entry), got {sensitivity!r}")
+    return int(sensitivity)
+
+
+def noise_parameter(epsilon: float, neighbouring: str = "replace-one", sensitivity: int = 1) -> float:
+    """The discrete Laplace parameter ``t = exp(-epsilon / (shift * G))`` (module docstring).
+
+    ``shift`` is 2 for replace-one and 1 for add/remove (`THRESHOLD_SHIFT`); ``G`` is the ballot's l-infinity
+    sensitivity (its form's ``max_entry``; 1 for top-k).
 
     Args:
         epsilon: The release's epsilon, ``> 0``.
         neighbouring: ``"replace-one"`` or ``"add-remove"``.
+        sensitivity: ``G``, an integer ``>= 1``.
 
     Returns:
         ``t``, in ``(0, 1)``.
 
     Raises:
-        ValueError: ``epsilon`` or ``neighbouring`` is invalid.
+        ValueError: ``epsilon``, ``neighbouring`` or ``sensitivity`` is invalid.
     """  # noqa: DOC502
-    return math.exp(-check_epsilon(epsilon) / THRESHOLD_SHIFT[check_neighbouring(neighbouring)])
+    shift = THRESHOLD_SHIFT[check_neighbouring(neighbouring)] * check_sensitivity(sensitivity)
+    return math.exp(-check_epsilon(epsilon) / shift)
 
 
 def discrete_laplace_pmf(z: Any, t: float) -> np.ndarray:
@@ -150,17 +191,18 @@ def discrete_laplace_cdf(x: Any, t: float) -> np.ndarray:
     return np.where(x < 0, t ** np.abs(x) / (1.0 + t), 1.0 - t ** (np.abs(x) + 1.0) / (1.0 + t))
 
 
-def noise_std(epsilon: float, neighbouring: str = "replace-one") -> float:
+def noise_std(epsilon: float, neighbouring: str = "replace-one", sensitivity: int = 1) -> float:
     """Standard deviation of the total noise on one count: ``sqrt(2 t) / (1 - t)``.
 
     Args:
         epsilon: The release's epsilon, ``> 0``.
         neighbouring: ``"replace-one"`` or ``"add-remove"``.
+        sensitivity: The ballot's l-infinity sensitivity ``G`` (`noise_parameter`).
 
     Returns:
         The standard deviation.
     """
-    t = noise_parameter(epsilon, neighbouring)
+    t = noise_parameter(epsilon, neighbouring, sensitivity)
     return math.sqrt(2.0 * t) / (1.0 - t)
 
 
@@ -174,7 +216,7 @@ def _nb_difference(size: int | tuple[int, ...], shape: float, t: float, rng: np.
 
 
 def committee_noise_share(size: int | tuple[int, ...], epsilon: float, neighbouring: str, parties: int, *,
-                          rng: np.random.Generator) -> np.ndarray:
+                          rng: np.random.Generator, sensitivity: int = 1) -> np.ndarray:
     """One tally's noise share: ``NB(1/h, 1 - t) - NB(1/h, 1 - t)`` per entry (`dphype.privacy.noise.honest_tallies`).
 
     The shares of any ``h`` tallies add up to discrete Laplace with parameter ``t`` (module docstring). A tally
@@ -186,6 +228,7 @@ def committee_noise_share(size: int | tuple[int, ...], epsilon: float, neighbour
         neighbouring: ``"replace-one"`` or ``"add-remove"``.
         parties: The committee's size, ``>= 3``.
         rng: The generator to draw from.
+        sensitivity: The ballot's l-infinity sensitivity ``G`` (`noise_parameter`).
 
     Returns:
         The int64 share, of shape ``size``.
@@ -193,11 +236,12 @@ def committee_noise_share(size: int | tuple[int, ...], epsilon: float, neighbour
     Raises:
         ValueError: An argument is out of its range.
     """  # noqa: DOC502
-    return _nb_difference(size, 1.0 / honest_tallies(parties), noise_parameter(epsilon, neighbouring), rng)
+    t = noise_parameter(epsilon, neighbouring, sensitivity)
+    return _nb_difference(size, 1.0 / honest_tallies(parties), t, rng)
 
 
 def committee_noise(size: int | tuple[int, ...], *, epsilon: float, neighbouring: str, parties: int,
-                    rng: np.random.Generator) -> np.ndarray:
+                    rng: np.random.Generator, sensitivity: int = 1) -> np.ndarray:
     """The sum of all ``parties`` tallies' `committee_noise_share` draws in one draw, for replays.
 
     Each side is ``NB(parties / h, 1 - t)`` (shapes add): variance ``parties / h`` times one discrete Laplace's.
@@ -208,6 +252,7 @@ def committee_noise(size: int | tuple[int, ...], *, epsilon: float, neighbouring
         neighbouring: ``"replace-one"`` or ``"add-remove"``.
         parties: The committee's size, ``>= 3``.
         rng: The generator to draw from.
+        sensitivity: The ballot's l-infinity sensitivity ``G`` (`noise_parameter`).
 
     Returns:
         The int64 summed noise, of shape ``size``.
@@ -216,21 +261,23 @@ def committee_noise(size: int | tuple[int, ...], *, epsilon: float, neighbouring
         ValueError: An argument is out of its range.
     """  # noqa: DOC502
     shape = int(parties) / honest_tallies(parties)
-    return _nb_difference(size, shape, noise_parameter(epsilon, neighbouring), rng)
+    return _nb_difference(size, shape, noise_parameter(epsilon, neighbouring, sensitivity), rng)
 
 
-def committee_noise_std(epsilon: float, neighbouring: str = "replace-one", parties: int = COMMITTEE_TALLIES) -> float:
+def committee_noise_std(epsilon: float, neighbouring: str = "replace-one", parties: int = COMMITTEE_TALLIES,
+                        sensitivity: int = 1) -> float:
     """Standard deviation of the committee's whole noise on one count: ``sqrt(parties / h)`` times `noise_std`.
 
     Args:
         epsilon: The release's epsilon, ``> 0``.
         neighbouring: ``"replace-one"`` or ``"add-remove"``.
         parties: The committee's size, ``>= 3``.
+        sensitivity: The ballot's l-infinity sensitivity ``G`` (`noise_parameter`).
 
     Returns:
         The standard deviation.
     """
-    return noise_std(epsilon, neighbouring) * math.sqrt(int(parties) / honest_tallies(parties))
+    return noise_std(epsilon, neighbouring, sensitivity) * math.sqrt(int(parties) / honest_tallies(parties))
 
 
 def report_noisy_max(noisy_counts: Any) -> np.ndarray:
@@ -256,6 +303,7 @@ def replay_winners(
     rng: np.random.Generator,
     parties: int = COMMITTEE_TALLIES,
     per_tally: bool = False,
+    sensitivity: int = 1,
 ) -> np.ndarray:
     """Independent winner releases for the noiseless vote counts ``vote_sum``.
 
@@ -272,6 +320,7 @@ def replay_winners(
         rng: The generator to draw from.
         parties: The committee's size, ``>= 3``.
         per_tally: Draw one share per tally and sum them, rather than their sum in one draw.
+        sensitivity: The ballot's l-infinity sensitivity ``G`` (`noise_parameter`).
 
     Returns:
         The released indices, int64 ``(repetitions,)``.
@@ -281,13 +330,16 @@ def replay_winners(
     if per_tally:
         noise = np.zeros(shape, dtype=np.int64)
         for _ in range(int(parties)):
-            noise += committee_noise_share(shape, epsilon, neighbouring, parties, rng=rng)
+            noise += committee_noise_share(shape, epsilon, neighbouring, parties, rng=rng,
+                                           sensitivity=sensitivity)
     else:
-        noise = committee_noise(shape, epsilon=epsilon, neighbouring=neighbouring, parties=parties, rng=rng)
+        noise = committee_noise(shape, epsilon=epsilon, neighbouring=neighbouring, parties=parties, rng=rng,
+                                sensitivity=sensitivity)
     return report_noisy_max(np.rint(votes).astype(np.int64) + noise).astype(np.int64)
 
 
-def winner_probabilities(counts: Any, epsilon: float, neighbouring: str = "replace-one") -> np.ndarray:
+def winner_probabilities(counts: Any, epsilon: float, neighbouring: str = "replace-one",
+                         sensitivity: int = 1) -> np.ndarray:
     """Exact ``P(released index = i)`` for integer ``counts`` (independent of the sampler).
 
     The sum over the winner's noise ``z`` of ``f(z) prod_{j<i} P(Z_j <= c_i + z - c_j - 1) prod_{j>i} P(Z_j <=
@@ -297,12 +349,13 @@ def winner_probabilities(counts: Any, epsilon: float, neighbouring: str = "repla
         counts: The ``(p,)`` integer vote counts.
         epsilon: The release's epsilon, ``> 0``.
         neighbouring: ``"replace-one"`` or ``"add-remove"``.
+        sensitivity: The ballot's l-infinity sensitivity ``G`` (`noise_parameter`).
 
     Returns:
         The ``(p,)`` probabilities.
     """
     c = np.asarray(counts, dtype=np.int64)
-    t = noise_parameter(epsilon, neighbouring)
+    t = noise_parameter(epsilon, neighbouring, sensitivity)
     reach = int(math.ceil(math.log(1e-17 * (1.0 + t) / 2.0) / math.log(t))) + int(np.ptp(c)) + 1
     z = np.arange(-reach, reach + 1)
     f = discrete_laplace_pmf(z, t)
@@ -322,26 +375,30 @@ def winner_probabilities(counts: Any, epsilon: float, neighbouring: str = "repla
 class WinnerRelease:
     """What the server learns in ``release="argmax"`` mode: the index of the noisy maximum of the vote counts.
 
-    With discrete Laplace noise for ``epsilon`` under ``neighbouring`` (module docstring). Pure DP: its
-    epsilon is ``epsilon`` whenever at least the minimum survivors contributed, for any ``k``.
+    With discrete Laplace noise for ``epsilon`` under ``neighbouring`` and the ballot's l-infinity sensitivity
+    (module docstring). Pure DP: its epsilon is ``epsilon`` whenever at least the minimum survivors contributed,
+    for any ``k`` and any ballot of entries in ``[0, sensitivity]``.
 
     Attributes:
         epsilon: The release's epsilon, ``> 0``.
-        k: Votes per client, in ``[1, num_candidates]``.
+        k: Votes per client, in ``[1, num_candidates]`` (the top-k ballot's; a graded ballot's depth).
         num_candidates: The number of candidates ``p``.
         neighbouring: ``"replace-one"`` or ``"add-remove"``.
+        sensitivity: The ballot's largest entry ``G`` (its form's ``max_entry``; 1 for top-k).
     """
 
     epsilon: float
     k: int
     num_candidates: int
     neighbouring: str = "replace-one"
+    sensitivity: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
         object.__setattr__(self, "num_candidates", check_num_candidates(self.num_candidates))
         object.__setattr__(self, "k", check_k(self.k, self.num_candidates))
         object.__setattr__(self, "neighbouring", check_neighbouring(self.neighbouring))
+        object.__setattr__(self, "sensitivity", check_sensitivity(self.sensitivity))
 
     @property
     def t(self) -> float:
@@ -350,7 +407,7 @@ class WinnerRelease:
         Returns:
             ``t``, in ``(0, 1)``.
         """
-        return noise_parameter(self.epsilon, self.neighbouring)
+        return noise_parameter(self.epsilon, self.neighbouring, self.sensitivity)
 
     @property
     def noise_std(self) -> float:
@@ -359,7 +416,7 @@ class WinnerRelease:
         Returns:
             The standard deviation.
         """
-        return noise_std(self.epsilon, self.neighbouring)
+        return noise_std(self.epsilon, self.neighbouring, self.sensitivity)
 
 
 def winner_report(release: WinnerRelease, delta: float, *, clients: int, dropout: float,
@@ -373,7 +430,7 @@ def winner_report(release: WinnerRelease, delta: float, *, clients: int, dropout
     (``accountant`` says so); ``delta`` is the run's, at which it composes with other releases (pure
     ``epsilon``-DP is ``(epsilon, delta)``-DP for every delta). ``sigma`` is the std of the discrete Laplace that
     any ``h`` tallies' shares add up to, ``client_std`` 0 (the clients add no noise); ``l2_sensitivity`` is the
-    per-count sensitivity 1 (what report-noisy-max needs).
+    per-count sensitivity ``G`` = ``release.sensitivity`` (what report-noisy-max needs: 1 for top-k).
 
     Args:
         release: The winner release.
@@ -395,12 +452,12 @@ def winner_report(release: WinnerRelease, delta: float, *, clients: int, dropout
     if survivors is not None:
         survivors = check_survivors(survivors, clients, min_survivors(clients, dropout))
     std, h = release.noise_std, honest_tallies(committee)
-    total = committee_noise_std(release.epsilon, release.neighbouring, committee)
+    total = committee_noise_std(release.epsilon, release.neighbouring, committee, release.sensitivity)
     return PrivacyReport(
         epsilon=release.epsilon, delta=delta, accountant="pure epsilon (report-noisy-max; delta 0)",
         noise=WINNER_NOISE, sigma=std, client_std=0.0, clients=clients, dropout=dropout, k=release.k,
         num_candidates=release.num_candidates, survivors=survivors, neighbouring=release.neighbouring,
-        l2_sensitivity=1.0,
+        l2_sensitivity=float(release.sensitivity),
         released=(f"winning index only (secure argmax among {committee} tallies on MPyC; no counts, no runner-up); "
                   f"noise made by the tallies: any {h} of the {committee} shares add up to the discrete Laplace "
                   f"above, all {committee} to std {total:.4g}"),

@@ -81,6 +81,26 @@ WARN_BELOW = 0.5
 KS: tuple[int, ...] = (1, 2, 3, 5, 8, 10, 15, 20, 25, 30, 40, 50)
 #: use the order-statistics sampler once bad candidates outnumber the ranking depth this many times
 _ORDER_SAMPLER_RATIO = 5
+#: The ballot whose measured shares `measured_within` reports (`dphype.modes.ArgmaxRelease`'s default).
+MEASURED_BALLOT = "auto"
+#: What ``dphype bench ksweep --ballots auto`` measured for the argmax release with `MEASURED_BALLOT` (5,000
+#: releases per point, Table III's 100 candidates; README "Ballots"): per ``(relation, n, epsilon)``, the smallest
+#: and largest share of releases within 1 and within 2 accuracy points of Opt over the measured federations (Adult,
+#: digits, breast-cancer; iid and Dirichlet 0.5) and how many there were.
+MEASURED_WITHIN: dict[tuple[str, int, float], dict[str, Any]] = {
+    ("replace-one", 10, 0.5): {"within_1pt": (0.14, 0.70), "within_2pt": (0.17, 0.71), "tasks": 6},
+    ("replace-one", 10, 1.0): {"within_1pt": (0.28, 0.66), "within_2pt": (0.49, 0.73), "tasks": 6},
+    ("replace-one", 20, 0.5): {"within_1pt": (0.22, 0.94), "within_2pt": (0.22, 0.94), "tasks": 5},
+    ("replace-one", 20, 1.0): {"within_1pt": (0.41, 0.99), "within_2pt": (0.41, 0.99), "tasks": 5},
+    ("replace-one", 50, 0.5): {"within_1pt": (0.17, 1.00), "within_2pt": (0.17, 1.00), "tasks": 4},
+    ("replace-one", 50, 1.0): {"within_1pt": (0.05, 1.00), "within_2pt": (0.05, 1.00), "tasks": 4},
+    ("add-remove", 10, 0.5): {"within_1pt": (0.29, 0.68), "within_2pt": (0.50, 0.75), "tasks": 6},
+    ("add-remove", 10, 1.0): {"within_1pt": (0.25, 1.00), "within_2pt": (0.26, 1.00), "tasks": 6},
+    ("add-remove", 20, 0.5): {"within_1pt": (0.40, 0.99), "within_2pt": (0.40, 0.99), "tasks": 5},
+    ("add-remove", 20, 1.0): {"within_1pt": (0.12, 1.00), "within_2pt": (0.12, 1.00), "tasks": 5},
+    ("add-remove", 50, 0.5): {"within_1pt": (0.05, 1.00), "within_2pt": (0.05, 1.00), "tasks": 4},
+    ("add-remove", 50, 1.0): {"within_1pt": (0.00, 1.00), "within_2pt": (0.00, 1.00), "tasks": 4},
+}
 
 
 class Forecast(enum.Enum):
@@ -554,6 +574,8 @@ class Plan:
             (``None``: not within ``[2, MAX_CLIENTS]``).
         unanimous_success: The chance of a good pick if all voters voted for the same ``k`` candidates
             (`unanimous_success`).
+        within_opt: For the winner release with the default ballot: the shares of releases within 1 and 2 points
+            of Opt measured on the bench tasks nearest this ``(n, epsilon)`` (`measured_within`), or ``None``.
         warnings: The plan's warnings (`warnings`).
     """
 
@@ -583,6 +605,7 @@ class Plan:
     min_epsilon: float | None
     min_clients: int | None
     unanimous_success: float
+    within_opt: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -771,6 +794,7 @@ def plan(
     search: bool = True,
     release: PlannedRelease | None = None,
     releases: Sequence[PlannedRelease] = (),
+    ballot: str | None = None,
 ) -> Plan:
     """Predict a DP-Hype run of ``clients`` clients at ``(epsilon, delta)`` over ``num_candidates`` public candidates.
 
@@ -798,6 +822,8 @@ def plan(
         release: The run's mode (e.g. ``DPHypeConfig.mode``; ``None``: report the noisy-sum forecast, unnamed).
         releases: The modes to recommend among (default: ``release`` alone; `dphype.modes.release_modes` for
             all).
+        ballot: The run's ballot name: with the winner release and `MEASURED_BALLOT` the plan carries the measured
+            shares within 1 and 2 points of Opt (`measured_within`), which the scenario cannot predict.
 
     Returns:
         The plan, with its warnings.
@@ -861,8 +887,35 @@ def plan(
         recommended_release=None if recommended is None else recommended.name,
         min_epsilon=None if min_eps is None else float(f"{min_eps:.3g}"),
         min_clients=None if min_n is None else int(min_n),
-        unanimous_success=unanimous_success(voters, kk, p, sigma))
+        unanimous_success=unanimous_success(voters, kk, p, sigma),
+        within_opt=measured_within(clients, epsilon, setting.neighbouring)
+        if forecast is Forecast.WINNER and ballot == MEASURED_BALLOT else None)
     return Plan(**{**asdict(result), "warnings": warnings(result)})
+
+
+def measured_within(clients: int, epsilon: float, neighbouring: str = "replace-one") -> dict[str, Any]:
+    """The measured shares of releases within 1 and 2 points of Opt nearest ``(clients, epsilon)`` (`MEASURED_WITHIN`).
+
+    The planner sees no data: how close a release lands to Opt depends on how well the clients' local scores
+    predict the federated accuracy, which no scenario knows. This is what the bench measured at the nearest grid
+    point (in ``log n`` and ``log epsilon``), as a range over its tasks, for `MEASURED_BALLOT`.
+
+    Args:
+        clients: The number ``n`` of clients.
+        epsilon: The run's epsilon.
+        neighbouring: The run's neighbouring relation (each was measured).
+
+    Returns:
+        ``{"ballot", "neighbouring", "clients", "epsilon", "on_grid", "tasks", "within_1pt", "within_2pt"}``: the
+        grid point, whether the run is on it, and the ``[min, max]`` shares over the tasks.
+    """
+    relation = check_neighbouring(neighbouring)
+    point = min((key for key in MEASURED_WITHIN if key[0] == relation),
+                key=lambda key: (abs(math.log(key[1] / clients)) + abs(math.log(key[2] / epsilon)), key))
+    entry = MEASURED_WITHIN[point]
+    return {"ballot": MEASURED_BALLOT, "neighbouring": relation, "clients": point[1], "epsilon": point[2],
+            "on_grid": point[1:] == (clients, epsilon), "tasks": entry["tasks"],
+            "within_1pt": list(entry["within_1pt"]), "within_2pt": list(entry["within_2pt"])}
 
 
 #: The winner release's remaining ties are broken under this many times the stated scenario's disagreement.
@@ -942,6 +995,15 @@ def warnings(result: Plan, min_success: float | None = None) -> list[str]:
         out.append(f"predicted chance of selecting a good candidate is {result.success:.2f} (< {WARN_BELOW}) under "
                    f"the {result.scenario['name']} consensus scenario at k = {result.k}; `dphype plan` recommends "
                    f"k and the smallest epsilon and number of clients{hint}")
+    if result.within_opt is not None and result.within_opt["within_2pt"][0] < DEFAULT_TARGET:
+        w = result.within_opt
+        out.append(f"the planner sees no data: on the bench tasks at n = {w['clients']}, epsilon = {w['epsilon']:g} "
+                   f"the {w['ballot']} ballot (k = {result.k} here) put {w['within_2pt'][0]:.0%} to "
+                   f"{w['within_2pt'][1]:.0%} of releases within 2 points of Opt ({w['within_1pt'][0]:.0%} to "
+                   f"{w['within_1pt'][1]:.0%} within 1); yours depends on how well local scores predict the "
+                   f"federated accuracy. The auto ballot is the measured robust default: the scenario's k "
+                   f"(recommended_k_winner = {result.recommended_k_winner}) is a guess about data the planner cannot "
+                   "see, and no fixed k did as well on every measured task")
     if min_success is not None:
         floor = check_probability("min_success", min_success)
         if result.success < floor:

@@ -1,13 +1,49 @@
-"""Client votes (DP-Hype Algorithm 1, lines 5-8, and Appendix F).
+"""Client votes (DP-Hype Algorithm 1, lines 5-8, Appendix F, and the graded ballots of issue 25).
 
-Each client turns its local scores into a vote vector with exactly ``k`` ones. The server's selection rule
-on the noisy vote sum (line 12) and Theorem IV.1 live in `dphype.selection.rules`.
+Each client turns its local scores into a ballot, one integer per candidate. DP-Hype's is `top_k_votes`:
+exactly ``k`` ones. The graded ballots give each candidate an integer in ``[0, G]``, ``G = 2**bits - 1``:
+
+* `rank_votes` (``"rank:D"``): truncated Borda, ``G`` for the client's best candidate falling linearly to
+  about ``G / D`` at its ``D``-th, 0 below;
+* `score_votes` (``"score:M"``): a clipped linear utility of the shortfall from the client's own best,
+  ``round(G * clip(1 - (best - s) / M, 0, 1))``. Summed over ``n`` clients the count of a candidate is ``G``
+  times ``n`` minus its summed clipped shortfall over ``M``, so near the top the noisy maximum approaches the
+  argmax of the clients' mean score: the noise std is about ``2 sqrt(2) M / (n epsilon)`` in score units
+  under replace-one (`dphype.privacy.winner.noise_std` over ``G n / M``), whatever ``G``; ``G`` only sets the
+  rounding.
+
+* `auto_depth` (``"auto"``): top-k with no ``k`` to guess, ``k = round(c p s / m)`` from public facts only: the
+  number of candidates ``p``, the std ``s`` of the argmax release's noise for a top-k ballot and the fewest voters
+  ``m`` (``c = AUTO_SCALE``), at least ``AUTO_FLOOR p``. The noise-to-signal ratio ``s / m`` decides how deep a
+  vote must reach before the good candidates' counts rise above the noise: measured over Adult, digits and
+  breast-cancer under both relations (issue 25, README "Ballots"), the best ``k`` in hindsight ranges from 1 to
+  40 and follows this rule.
+
+`Ballot` names a ballot (``"top-k"``, ``"auto[:C]"``, ``"rank:D[:BITS]"``, ``"score:M[:BITS]"``: the
+configuration's ``ballot``), casts it and gives its `dphype.selection.ballots.BallotForm`, the bounds every
+client's ballot must meet and the tallies check.
+
+The trade-off. In the argmax release the noise depends on the form's ``max_entry`` ``G`` only
+(`dphype.privacy.winner`): a graded ballot costs no more epsilon than top-k, but its noise and its counts both
+grow by ``G``, so per unit of ``G`` a linear rank ballot over ``D`` ranks is the average of the top-``j`` ballots,
+``j <= D``: a hedge over ``k``, never better than the best ``k`` (measured: README "Ballots"). In the sum release
+the noise must hide a whole ballot: a linear rank ballot's l2 sensitivity is about ``G sqrt(2 D / 3)`` against
+top-k's ``sqrt(2 k)``, the same hedge at a noise cost of a top-``D/3`` ballot; the sum release keeps top-k
+(`dphype.modes.ReleaseMode.check_ballot`).
+
+The server's selection rule on the noisy vote sum (line 12) and Theorem IV.1 live in `dphype.selection.rules`.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
 import numpy as np
 from numpy.typing import ArrayLike
+
+from dphype.selection.ballots import BallotForm
 
 
 def _as_score_keys(scores: ArrayLike) -> np.ndarray:
@@ -33,6 +69,30 @@ def primary_scores(scores: ArrayLike) -> np.ndarray:
         ValueError: ``scores`` is empty or not of shape ``(p,)`` or ``(p, j)``.
     """  # noqa: DOC502
     return _as_score_keys(scores)[:, 0].copy()
+
+
+def ranking(scores: ArrayLike, *, maximize: bool = True) -> np.ndarray:
+    """The candidates from best to worst, as `top_k_votes` ranks them.
+
+    Column 0 decides, later columns break ties, then the candidate index; a candidate with a non-finite key ranks
+    last.
+
+    Args:
+        scores: ``(p,)`` scores, or ``(p, j)`` lexicographic keys.
+        maximize: Rank every key column from high to low (``True``) or low to high.
+
+    Returns:
+        The ``(p,)`` int64 candidate indices, best first.
+
+    Raises:
+        ValueError: ``scores`` is empty or of another shape.
+    """  # noqa: DOC502
+    keys = _as_score_keys(scores)
+    p = keys.shape[0]
+    bad = ~np.all(np.isfinite(keys), axis=1)
+    ranked = np.where(bad[:, None], 0.0, -keys if maximize else keys)
+    # np.lexsort's LAST key is primary: finite first, then column 0, 1, ..., then the candidate index.
+    return np.lexsort((np.arange(p), *ranked.T[::-1], bad)).astype(np.int64)
 
 
 def top_k_votes(scores: ArrayLike, k: int, *, maximize: bool = True) -> np.ndarray:
@@ -64,10 +124,7 @@ def top_k_votes(scores: ArrayLike, k: int, *, maximize: bool = True) -> np.ndarr
     p = keys.shape[0]
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= p:
         raise ValueError(f"k must be an integer in [1, {p}] (number of candidates), got {k!r}")
-    bad = ~np.all(np.isfinite(keys), axis=1)
-    ranked = np.where(bad[:, None], 0.0, -keys if maximize else keys)
-    # np.lexsort's LAST key is primary: finite first, then column 0, 1, ..., then the candidate index.
-    order = np.lexsort((np.arange(p), *ranked.T[::-1], bad))
+    order = ranking(keys, maximize=maximize)
     votes = np.zeros(p, dtype=np.int64)
     votes[order[: int(k)]] = 1
     return votes
@@ -100,3 +157,298 @@ def raw_score_votes(scores: ArrayLike, *, maximize: bool = True) -> np.ndarray:
         )
     return arr.copy() if maximize else 1.0 - arr
 
+
+
+#: Bits of a graded ballot's entries unless its name says otherwise: entries in ``[0, 15]``.
+DEFAULT_BITS = 4
+#: The most bits an entry may have (the committee checks ``bits`` binary digits per entry).
+MAX_BITS = 8
+#: ``c`` of the auto ballot's rule ``k = round(c p s / m)`` (`auto_depth`), fitted by minimax regret (issue 25).
+AUTO_SCALE = 0.4
+#: The auto ballot's smallest ``k`` as a fraction of ``p`` (a vote of one or two candidates is fragile).
+AUTO_FLOOR = 0.05
+
+
+def auto_depth(num_candidates: int, noise_std: float, voters: int, scale: float = AUTO_SCALE) -> int:
+    """The auto ballot's ``k``: ``round(scale * p * noise_std / voters)``, at least ``round(AUTO_FLOOR p)``.
+
+    Within ``[1, max(1, p // 2)]``.
+
+    Args:
+        num_candidates: ``p``.
+        noise_std: The std of the release's total noise per count for a top-k ballot.
+        voters: The fewest voters whose ballots are summed, ``>= 1``.
+        scale: ``c > 0``.
+
+    Returns:
+        ``k``.
+    """
+    p = int(num_candidates)
+    k = max(1, round(AUTO_FLOOR * p), round(scale * p * float(noise_std) / int(voters)))
+    return int(min(k, max(1, p // 2)))
+
+
+def rank_weights(depth: int, max_entry: int) -> np.ndarray:
+    """Truncated Borda weights: ``ceil(G (D - r) / D)`` for ranks ``r = 0 .. D - 1``.
+
+    ``G`` for the best, falling linearly, every one of the ``D`` at least 1.
+
+    Args:
+        depth: ``D``, the ranks that get a weight, ``>= 1``.
+        max_entry: ``G``, the largest entry, ``>= 1``.
+
+    Returns:
+        The ``(D,)`` int64 weights, non-increasing, in ``[1, G]``.
+    """
+    r = np.arange(int(depth))
+    return np.ceil(int(max_entry) * (depth - r) / depth - 1e-9).astype(np.int64)
+
+
+def rank_votes(scores: ArrayLike, depth: int, *, max_entry: int = 2**DEFAULT_BITS - 1,
+               maximize: bool = True) -> np.ndarray:
+    """Rank-weighted ballot: `rank_weights` on the client's ``depth`` best candidates, 0 elsewhere.
+
+    The ranking is `ranking`'s (`top_k_votes`': lexicographic keys, non-finite last, ties by index); ``depth``
+    above ``p`` is cut to ``p``. With ``max_entry = 1`` it is `top_k_votes` with ``k = depth``.
+
+    Args:
+        scores: ``(p,)`` scores, or ``(p, j)`` lexicographic keys.
+        depth: ``D``, the ranks that get a weight, ``>= 1``.
+        max_entry: ``G``, the best candidate's entry.
+        maximize: Whether a higher score is better.
+
+    Returns:
+        The ``(p,)`` int64 ballot.
+
+    Raises:
+        ValueError: ``scores`` has a wrong shape.
+    """  # noqa: DOC502
+    order = ranking(scores, maximize=maximize)
+    weights = rank_weights(min(int(depth), order.size), max_entry)
+    votes = np.zeros(order.size, dtype=np.int64)
+    votes[order[: weights.size]] = weights
+    return votes
+
+
+def score_votes(scores: ArrayLike, margin: float, *, max_entry: int = 2**DEFAULT_BITS - 1,
+                maximize: bool = True) -> np.ndarray:
+    """Score-graded ballot: ``round(G * clip(1 - shortfall / margin, 0, 1))`` per candidate.
+
+    ``shortfall`` is how far the candidate's primary score (column 0) falls behind the client's best finite one
+    (``best - s`` for utilities, ``s - best`` for losses); a non-finite score gets 0. The best candidates get
+    ``G``; one ``margin`` or more behind gets 0. A client without any finite score gives ``G`` to candidate 0 (the
+    public order's first, as `top_k_votes` would), so every ballot has a total of at least ``G``.
+
+    Args:
+        scores: ``(p,)`` scores, or ``(p, j)`` lexicographic keys (only column 0 is graded).
+        margin: ``M > 0``, in the score's units (accuracy 0.05 = 5 points).
+        max_entry: ``G``, the best candidate's entry.
+        maximize: Whether a higher score is better.
+
+    Returns:
+        The ``(p,)`` int64 ballot.
+
+    Raises:
+        ValueError: ``scores`` has a wrong shape.
+    """  # noqa: DOC502
+    primary = _as_score_keys(scores)[:, 0]
+    finite = np.isfinite(primary)
+    votes = np.zeros(primary.size, dtype=np.int64)
+    if not finite.any():
+        votes[0] = max_entry
+        return votes
+    best = primary[finite].max() if maximize else primary[finite].min()
+    shortfall = np.where(finite, (best - primary) if maximize else (primary - best), np.inf)
+    utility = np.clip(1.0 - shortfall / float(margin), 0.0, 1.0)
+    votes[:] = np.rint(int(max_entry) * utility).astype(np.int64)
+    return votes
+
+
+@dataclass(frozen=True)
+class Ballot:
+    """A named ballot: how a client turns its scores into one integer per candidate, and the form of the result.
+
+    Names (the configuration's ``ballot``; `parse` reads them, `name` writes the canonical one):
+
+    * ``"top-k"``: `top_k_votes` with the configuration's ``k`` (DP-Hype's; `BallotForm.top_k`);
+    * ``"auto"`` or ``"auto:C"``: `top_k_votes` with `auto_depth`'s ``k`` (``c = C``, default `AUTO_SCALE`); it
+      must be `resolve`d with the release's public facts before `form` and `cast`;
+    * ``"rank:D"`` or ``"rank:D:BITS"``: `rank_votes` over the ``D`` best, entries up to ``2**BITS - 1``;
+    * ``"score:M"`` or ``"score:M:BITS"``: `score_votes` with margin ``M`` in the score's units.
+
+    Attributes:
+        kind: ``"top-k"``, ``"auto"``, ``"rank"`` or ``"score"``.
+        depth: ``D`` of a rank ballot (0 otherwise).
+        margin: ``M`` of a score ballot (0 otherwise).
+        bits: Bits per entry: 1 for top-k and auto, in ``[1, MAX_BITS]`` for the graded ones.
+        scale: ``C`` of an auto ballot (0 otherwise).
+        ALLOWED: The allowed names, in words (what `parse`'s error lists).
+    """
+
+    kind: str
+    depth: int = 0
+    margin: float = 0.0
+    bits: int = 1
+    scale: float = 0.0
+
+    #: What `parse`'s error lists.
+    ALLOWED: ClassVar[str] = ('"top-k", "auto[:C]" (top-k with k = round(C p s / m), C > 0, default '
+               f'{AUTO_SCALE:g}), "rank:D[:BITS]" (D >= 1 ranks get a weight) or "score:M[:BITS]" (margin M > 0 in '
+               f"the score's units), BITS in [1, {MAX_BITS}] (default {DEFAULT_BITS})")
+
+    @property
+    def max_entry(self) -> int:
+        """``G = 2**bits - 1``, the largest entry: the argmax release's l-infinity sensitivity."""
+        return 2**self.bits - 1
+
+    @property
+    def graded(self) -> bool:
+        """Whether this is another ballot than DP-Hype's top-k with the configuration's ``k``."""
+        return self.kind != "top-k"
+
+    @property
+    def name(self) -> str:
+        """The canonical name (`parse` reads it back)."""
+        if self.kind == "top-k":
+            return "top-k"
+        if self.kind == "auto":
+            return "auto" if self.scale == AUTO_SCALE else f"auto:{self.scale:g}"
+        param = str(self.depth) if self.kind == "rank" else f"{self.margin:g}"
+        return f"{self.kind}:{param}" + ("" if self.bits == DEFAULT_BITS else f":{self.bits}")
+
+    @classmethod
+    def parse(cls, value: Any) -> Ballot:
+        """The ballot a name stands for.
+
+        Args:
+            value: ``"top-k"``, ``"rank:D[:BITS]"`` or ``"score:M[:BITS]"``.
+
+        Returns:
+            The ballot.
+
+        Raises:
+            ValueError: Naming ``ballot``, the allowed values and the fix, for anything else.
+        """  # noqa: DOC503
+        def refuse(why: str) -> ValueError:
+            return ValueError(f"ballot must be {cls.ALLOWED}; got {value!r} ({why}): set ballot (the "
+                              "configuration's ballot, --ballot, or the run config's ballot) to one of them")
+
+        if not isinstance(value, str):
+            raise refuse("not a string")
+        parts = value.strip().split(":")
+        kind = parts[0]
+        if kind == "top-k":
+            if len(parts) != 1:
+                raise refuse("top-k takes no parameter: it reads the configuration's k")
+            return cls("top-k")
+        if kind == "auto" and len(parts) in (1, 2):
+            try:
+                scale = float(parts[1]) if len(parts) == 2 else AUTO_SCALE
+            except ValueError as err:
+                raise refuse("C is not a number") from err
+            if not (math.isfinite(scale) and scale > 0):
+                raise refuse("C must be a finite number > 0")
+            return cls("auto", scale=scale)
+        if kind not in ("rank", "score") or len(parts) not in (2, 3):
+            raise refuse("unknown kind or wrong number of parts")
+        try:
+            bits = int(parts[2]) if len(parts) == 3 else DEFAULT_BITS
+        except ValueError as err:
+            raise refuse("BITS is not an integer") from err
+        if not 1 <= bits <= MAX_BITS:
+            raise refuse(f"BITS out of [1, {MAX_BITS}]")
+        try:
+            number = int(parts[1]) if kind == "rank" else float(parts[1])
+        except ValueError as err:
+            raise refuse("its parameter is not a number" if kind == "score" else "D is not an integer") from err
+        if kind == "rank":
+            if number < 1:
+                raise refuse("D must be >= 1")
+            return cls("rank", depth=int(number), bits=bits)
+        margin = float(number)
+        if not (math.isfinite(margin) and margin > 0):
+            raise refuse("M must be a finite number > 0")
+        return cls("score", margin=margin, bits=bits)
+
+    def resolve(self, num_candidates: int, noise_std: float, voters: int) -> Ballot:
+        """An auto ballot as the fixed-depth ballot it stands for (``rank:K:1``, top-``K``); any other unchanged.
+
+        Args:
+            num_candidates: ``p``.
+            noise_std: The std of the release's total noise per count for a top-k ballot.
+            voters: The fewest voters whose ballots are summed.
+
+        Returns:
+            The ballot, ready for `form` and `cast`.
+        """
+        if self.kind != "auto":
+            return self
+        return Ballot("rank", depth=auto_depth(num_candidates, noise_std, voters, self.scale), bits=1)
+
+    def _resolved(self) -> None:
+        if self.kind == "auto":
+            raise ValueError("an auto ballot's k follows from the release's public facts: resolve it first "
+                             "(dphype.modes.ReleaseMode.resolved_ballot)")
+
+    def form(self, k: int, num_candidates: int | None = None) -> BallotForm:
+        """The form every ballot of this kind has (what the tallies check).
+
+        Args:
+            k: The configuration's ``k`` (read by top-k only).
+            num_candidates: ``p`` when known: a rank ballot's depth is cut to it, a score ballot's largest total
+                is ``p G``; ``None``: the bounds that hold for every ``p`` (a rank ballot's depth uncut, a score
+                ballot's total unbounded above by ``p``).
+
+        Returns:
+            The form: top-k ``(1, k, k)``; rank ``(G, w, w)`` with ``w`` the sum of `rank_weights`; score
+            ``(G, G, p G)``.
+
+        Raises:
+            ValueError: For an auto ballot not `resolve`d.
+        """  # noqa: DOC502
+        self._resolved()
+        if self.kind == "top-k":
+            return BallotForm.top_k(k)
+        if self.kind == "rank":
+            depth = self.depth if num_candidates is None else min(self.depth, int(num_candidates))
+            total = int(rank_weights(depth, self.max_entry).sum())
+            return BallotForm(self.max_entry, total, total)
+        most = (2**31 - 1) if num_candidates is None else int(num_candidates) * self.max_entry
+        return BallotForm(self.max_entry, self.max_entry, most)
+
+    def cast(self, scores: ArrayLike, k: int, *, maximize: bool = True) -> np.ndarray:
+        """This ballot on a client's scores.
+
+        Args:
+            scores: ``(p,)`` scores, or ``(p, j)`` lexicographic keys.
+            k: The configuration's ``k`` (read by top-k only).
+            maximize: Whether a higher score is better.
+
+        Returns:
+            The ``(p,)`` int64 ballot, of `form` ``(k, p)``.
+
+        Raises:
+            ValueError: For scores of a wrong shape, (top-k) a ``k`` outside ``[1, p]``, or an auto ballot not
+                `resolve`d.
+        """  # noqa: DOC502
+        self._resolved()
+        if self.kind == "top-k":
+            return top_k_votes(scores, k, maximize=maximize)
+        if self.kind == "rank":
+            return rank_votes(scores, self.depth, max_entry=self.max_entry, maximize=maximize)
+        return score_votes(scores, self.margin, max_entry=self.max_entry, maximize=maximize)
+
+
+def check_ballot(value: Any) -> str:
+    """A ballot name, checked and canonical (`Ballot.parse`, `Ballot.name`).
+
+    Args:
+        value: The name.
+
+    Returns:
+        The canonical name.
+
+    Raises:
+        ValueError: Naming ``ballot``, the allowed values and the fix.
+    """  # noqa: DOC502
+    return Ballot.parse(value).name

@@ -74,11 +74,16 @@ def test_the_templates_k_is_the_planners_choice_for_its_candidates():
     tallies = tuple(bytes([j]) * 32 for j in range(3))
     for release, k in TEMPLATE_K.items():
         keys = tallies if release == "argmax" else ()
-        success = {kk: DPHype(candidates, DPHypeConfig(epsilon=1.0, delta=1e-5, k=kk, clients=10, release=release),
+        success = {kk: DPHype(candidates, DPHypeConfig(epsilon=1.0, delta=1e-5, k=kk, clients=10, release=release,
+                                                       ballot="top-k"),
                               tallies=keys).plan().success for kk in range(1, 5)}
         assert max(success, key=success.get) == k, (release, success)
         if release == "argmax":  # the default: a first run worth having
             assert success[k] >= 0.7
+    # the argmax release's default ballot ("auto") needs no k: its k follows from p, epsilon and n (here 1)
+    auto = DPHype(candidates, DPHypeConfig(epsilon=1.0, delta=1e-5, k=TEMPLATE_K["argmax"], clients=10,
+                                           release="argmax"), tallies=tallies)
+    assert auto.config.ballot == "auto" and auto.plan().k == 1 and auto.plan().success >= 0.7
 
 
 def test_new_refuses_a_folder_that_is_not_empty(tmp_path, capsys):

@@ -188,3 +188,35 @@ def test_audit_of_the_committees_noise_made_in_shares():
     honest = audit(1.0)
     assert 0.3 < honest <= 1.0  # 2 counts: the exact log ratio is 0.57
     assert audit(3.0) > 1.0
+
+
+@pytest.mark.parametrize("neighbouring", ["replace-one", "add-remove"])
+def test_audit_of_the_winner_release_with_graded_ballots(neighbouring):
+    """The argmax release with ballots of entries in [0, 15] (G = 15), with 2 of the 3 tallies' noise shares.
+
+    The neighbours are the worst case of a graded ballot: one client moves G from one candidate to the other
+    (replace-one) or adds G to one (add-remove). The test "index 0 wins" must not show more than epsilon, and a
+    client whose noise is calibrated for top-k (G = 1) is caught.
+    """
+    from dphype.privacy.noise import secure_generator
+    from dphype.privacy.winner import committee_noise_share, report_noisy_max
+
+    eps, trials, g = 1.0, 30_000, 15
+    if neighbouring == "replace-one":
+        d, d_prime = np.array([g, 0]), np.array([0, g])
+    else:
+        d, d_prime = np.array([g, 0]), np.array([g, g])
+
+    def released(counts, sensitivity):
+        noise = sum(committee_noise_share((trials, 2), eps, neighbouring, 3, rng=secure_generator(),
+                                          sensitivity=sensitivity) for _ in range(2))  # the honest majority's
+        return report_noisy_max(counts + noise)
+
+    def audit(sensitivity):
+        false_neg = int(np.sum(released(d, sensitivity) != 0))  # guess D when index 0 wins
+        false_pos = int(np.sum(released(d_prime, sensitivity) == 0))
+        return epsilon_lower_bound(false_pos, false_neg, trials, delta=0.0)[0]
+
+    honest = audit(g)
+    assert 0.3 * eps < honest <= eps
+    assert audit(1) > 2 * eps  # noise calibrated for top-k ballots on graded ones is caught

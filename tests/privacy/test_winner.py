@@ -167,3 +167,54 @@ def test_release_description_and_bad_input():
     with pytest.raises(ValueError, match=r"survivors must be an integer in \[8, 10\]"):
         check_survivors(7, 10, min_survivors(10, 0.2))
     assert check_survivors(8, 10, min_survivors(10, 0.2)) == 8
+
+
+def graded_neighbours(counts, max_entry, neighbouring):
+    """Every count vector one client away from ``counts`` when a ballot is any vector of entries in [0, G]."""
+    p = len(counts)
+    ballots = [np.array(b) for b in itertools.product(range(max_entry + 1), repeat=p)]
+    c = np.asarray(counts)
+    if neighbouring == "add-remove":
+        return [c + b for b in ballots]
+    return [c - a + b for a in ballots for b in ballots if np.all(a <= c)]
+
+
+@pytest.mark.parametrize("neighbouring", ["replace-one", "add-remove"])
+def test_graded_ballots_exact_ratio_is_at_most_e_to_the_epsilon_with_sensitivity_g(neighbouring):
+    eps, g = 0.8, 3
+    worst = 0.0
+    for c in itertools.product(range(0, 2 * g + 1, 2), repeat=2):
+        pc = winner_probabilities(c, eps, neighbouring, sensitivity=g)
+        for d in graded_neighbours(c, g, neighbouring):
+            pd = winner_probabilities(d, eps, neighbouring, sensitivity=g)
+            worst = max(worst, float(np.max(np.abs(np.log(pc) - np.log(pd)))))
+    assert 0.6 * eps <= worst <= eps * (1 + 1e-9)
+    # the top-k calibration (G = 1) on the same graded neighbours breaks the claim
+    c = np.array([0, 2 * g]) if neighbouring == "add-remove" else np.array([g, g])
+    d = c + np.array([g, 0]) if neighbouring == "add-remove" else c + np.array([g, -g])
+    broken = np.abs(np.log(winner_probabilities(c, eps, neighbouring)) - np.log(winner_probabilities(d, eps,
+                                                                                                     neighbouring)))
+    assert broken.max() > 1.5 * eps
+
+
+@pytest.mark.parametrize(("neighbouring", "shift"), [("replace-one", 2), ("add-remove", 1)])
+@pytest.mark.parametrize("g", [1, 3, 15])
+def test_calibration_against_the_closed_form(neighbouring, shift, g):
+    eps = 0.7
+    t = math.exp(-eps / (shift * g))  # written out here, independently of the module
+    assert noise_parameter(eps, neighbouring, g) == pytest.approx(t, rel=1e-12)
+    assert noise_std(eps, neighbouring, g) == pytest.approx(math.sqrt(2 * t) / (1 - t), rel=1e-12)
+    # the variance of the discrete Laplace law by summation
+    z = np.arange(-20_000, 20_001)
+    assert float(np.sum(z**2 * discrete_laplace_pmf(z, t))) == pytest.approx(noise_std(eps, neighbouring, g) ** 2,
+                                                                               rel=1e-9)
+    release = WinnerRelease(epsilon=eps, k=2, num_candidates=5, neighbouring=neighbouring, sensitivity=g)
+    assert release.t == pytest.approx(t) and release.noise_std == pytest.approx(noise_std(eps, neighbouring, g))
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "3"])
+def test_sensitivity_must_be_a_positive_integer(bad):
+    with pytest.raises(ValueError, match="sensitivity must be an integer >= 1"):
+        noise_parameter(1.0, "replace-one", bad)
+    with pytest.raises(ValueError, match="sensitivity must be an integer >= 1"):
+        WinnerRelease(epsilon=1.0, k=1, num_candidates=3, sensitivity=bad)

@@ -72,6 +72,7 @@ def test_form_round_trips_and_fits():
 def test_every_mode_derives_top_k_form_from_its_config():
     class Config:
         k = 4
+        ballot = "top-k"
 
     for mode in release_modes():
         assert mode.ballot_form(Config()) == BallotForm.top_k(4)

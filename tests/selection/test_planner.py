@@ -294,3 +294,38 @@ def test_winner_release_without_ties_takes_the_highest_success() -> None:
     assert sum(r["success_winner"] == best["success_winner"] for r in result.by_k) == 1
     assert result.recommended_k_winner == best["k"]
     assert all("success_winner_tie_break" not in r for r in result.by_k)
+
+
+def test_the_winner_plan_with_the_auto_ballot_reports_what_was_measured_and_says_it_sees_no_data(capsys):
+    from dphype.selection.planner import MEASURED_BALLOT, MEASURED_WITHIN, measured_within
+
+    assert MEASURED_BALLOT == ArgmaxRelease.default_ballot
+    assert {key[0] for key in MEASURED_WITHIN} == {"replace-one", "add-remove"}
+    for (relation, n, eps), entry in MEASURED_WITHIN.items():
+        got = measured_within(n, eps, relation)
+        assert got["on_grid"] and (got["neighbouring"], got["clients"], got["epsilon"]) == (relation, n, eps)
+        assert 0 <= got["within_1pt"][0] <= got["within_1pt"][1] <= 1 and got["within_2pt"] == list(entry["within_2pt"])
+        assert got["within_1pt"][0] <= got["within_2pt"][0] and got["within_1pt"][1] <= got["within_2pt"][1]
+    near = measured_within(23, 0.9)  # off the grid: the nearest point in log n and log epsilon
+    assert not near["on_grid"] and (near["clients"], near["epsilon"]) == (20, 1.0)
+    kw = dict(k=6, ks=[6], repetitions=50, search=False, release=ArgmaxRelease())
+    auto = plan(20, 1.0, 1e-5, None, 100, ballot="auto", **kw)
+    assert auto.within_opt == measured_within(20, 1.0, "replace-one")
+    assert plan(20, 1.0, 1e-5, None, 100, ballot="top-k", **kw).within_opt is None  # measured for auto only
+    assert plan(20, 1.0, 1e-5, None, 100, ballot="auto", k=6, ks=[6], repetitions=50, search=False).within_opt \
+        is None  # the sum forecast: no measurement applies
+    if auto.within_opt["within_2pt"][0] < 0.9:
+        assert any("the planner sees no data" in w for w in auto.warnings)
+    assert "within 2 points of Opt" in ArgmaxRelease().describe_plan(None, auto)
+    # dphype plan: the argmax release's default ballot reports at its own k, with the measured shares
+    assert main(["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3",
+                 "--release", "argmax", "--repetitions", "30", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["k"] == 6 and out["within_opt"]["clients"] == 20 and out["within_opt"]["ballot"] == "auto"
+    assert main(["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3",
+                 "--release", "argmax", "--ballot", "top-k", "--k", "5", "--repetitions", "30", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["k"] == 5 and out["within_opt"] is None
+    assert main(["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3",
+                 "--ballot", "rank:5"]) == 2
+    assert "ballot must be 'top-k' for release='sum'" in capsys.readouterr().err

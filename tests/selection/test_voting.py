@@ -97,3 +97,103 @@ def test_raw_score_votes_release_the_primary_key_only():
     assert primary_scores(keys).tolist() == [0.25, 0.75]
     assert primary_scores([0.25, 0.75]).tolist() == [0.25, 0.75]
     assert raw_score_votes(keys).tolist() == [0.25, 0.75]
+
+
+# ------------------------------------------------------------------------------------- graded ballots (issue 25)
+from dphype.selection.ballots import BallotForm  # noqa: E402
+from dphype.selection.voting import (  # noqa: E402
+    AUTO_FLOOR,
+    AUTO_SCALE,
+    Ballot,
+    auto_depth,
+    check_ballot,
+    rank_votes,
+    rank_weights,
+    score_votes,
+)
+
+
+def test_rank_weights_fall_linearly_from_g_and_stay_positive():
+    assert rank_weights(15, 15).tolist() == list(range(15, 0, -1))
+    assert rank_weights(4, 15).tolist() == [15, 12, 8, 4]
+    assert rank_weights(1, 7).tolist() == [7]
+    assert rank_weights(40, 3).min() == 1 and rank_weights(40, 3).max() == 3
+
+
+def test_rank_ballot_with_g_1_is_top_k_and_follows_the_ranking_rules():
+    rng = np.random.default_rng(0)
+    for _ in range(10):
+        s = rng.normal(size=12)
+        assert np.array_equal(rank_votes(s, 4, max_entry=1), top_k_votes(s, 4))
+    s = np.array([0.5, np.nan, 0.9, 0.5, 0.1])
+    assert rank_votes(s, 3, max_entry=15).tolist() == [10, 0, 15, 5, 0]  # ties by index, NaN last
+    assert rank_votes(s, 3, max_entry=15, maximize=False).tolist() == [10, 0, 0, 5, 15]
+    assert rank_votes(s, 9, max_entry=3).tolist() == rank_votes(s, 5, max_entry=3).tolist()  # depth cut to p
+
+
+def test_score_ballot_is_a_clipped_linear_utility_of_the_shortfall():
+    s = np.array([0.75, 0.875, 0.8125, 0.5, np.nan, 0.875])  # binary fractions: exact shortfalls
+    assert score_votes(s, 0.25).tolist() == [8, 15, 11, 0, 0, 15]  # round(15 * 0.5), round(15 * 0.75); 0.375: 0
+    assert score_votes(s, 0.125).tolist() == [0, 15, 8, 0, 0, 15]
+    losses = np.array([0.2, 0.3, 0.1])
+    assert score_votes(losses, 0.2, max_entry=3, maximize=False).tolist() == [2, 0, 3]
+    assert score_votes(np.full(4, np.nan), 0.1).tolist() == [15, 0, 0, 0]  # no finite score: candidate 0
+    keys = np.array([[0.9, -0.3], [0.9, -0.1], [0.8, 0.0]])
+    assert score_votes(keys, 0.2).tolist() == [15, 15, 8]  # only the primary key is graded
+
+
+@pytest.mark.parametrize("name", ["top-k", "rank:1", "rank:7", "rank:30:2", "rank:200", "score:0.05",
+                                  "score:0.3:1", "score:2:8"])
+def test_every_graded_ballot_satisfies_its_form(name):
+    ballot = Ballot.parse(name)
+    rng = np.random.default_rng(1)
+    for p in (1, 5, 40):
+        form = ballot.form(min(3, p), p)
+        assert form.max_entry == ballot.max_entry
+        for scores in (rng.uniform(size=p), rng.uniform(size=(p, 2)), np.round(rng.uniform(size=p), 1),
+                       np.where(rng.uniform(size=p) < 0.3, np.nan, rng.uniform(size=p))):
+            votes = ballot.cast(scores, min(3, p))
+            assert np.array_equal(form.check(votes, p), votes)
+            if ballot.kind != "rank" or ballot.depth <= p:  # without p: the form of every p at least the depth
+                assert np.array_equal(ballot.form(min(3, p)).check(votes), votes)
+
+
+def test_ballot_names_are_canonical_and_forms_exact():
+    assert check_ballot(" rank:20:4") == "rank:20" and check_ballot("score:0.050") == "score:0.05"
+    assert check_ballot("rank:20:2") == "rank:20:2" and Ballot.parse("rank:20:2").max_entry == 3
+    assert Ballot.parse("top-k").form(4) == BallotForm.top_k(4) and not Ballot.parse("top-k").graded
+    assert Ballot.parse("rank:4").form(1) == BallotForm(15, 39, 39)
+    assert Ballot.parse("score:0.1").form(1, 10) == BallotForm(15, 15, 150)
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("top", "unknown kind"), ("top-k:3", "takes no parameter"), ("rank", "unknown kind"), ("rank:0", "D must be"),
+    ("rank:2.5", "D is not an integer"), ("score:0", "M must be"), ("score:nan", "M must be"),
+    ("score:x", "not a number"), ("rank:3:0", "BITS out of"), ("rank:3:9", "BITS out of"),
+    ("rank:3:x", "BITS is not"), (3, "not a string"), (None, "not a string"), ("auto:0", "C must be"),
+    ("auto:x", "C is not"), ("auto:1:2", "unknown kind"),
+])
+def test_a_bad_ballot_names_the_parameter_the_allowed_values_and_the_fix(value, why):
+    with pytest.raises(ValueError, match=r"ballot must be \"top-k\", \"auto\[:C\]\".*\"rank:D\[:BITS\]\".*" + why
+                       + r".*set ballot"):
+        Ballot.parse(value)
+
+
+def test_auto_ballot_follows_the_public_rule_and_must_be_resolved():
+    # k = round(c p s / m), written out: p = 100, replace-one epsilon 1 (s = sqrt(2t)/(1-t), t = e^-1/2), m = 20
+    t = np.exp(-0.5)
+    s = np.sqrt(2 * t) / (1 - t)
+    assert auto_depth(100, s, 20) == round(AUTO_SCALE * 100 * s / 20) == 6
+    assert auto_depth(100, s, 2) == 50 and auto_depth(3, 100.0, 2) == 1  # at most p // 2
+    assert auto_depth(100, 0.01, 50) == round(AUTO_FLOOR * 100) == 5 and auto_depth(8, 0.01, 50) == 1  # the floor
+    auto = Ballot.parse("auto")
+    assert auto.name == "auto" and auto.graded and auto.max_entry == 1 and Ballot.parse("auto:0.3").name == "auto:0.3"
+    with pytest.raises(ValueError, match="resolve it first"):
+        auto.form(3, 100)
+    with pytest.raises(ValueError, match="resolve it first"):
+        auto.cast(np.arange(5.0), 2)
+    fixed = auto.resolve(100, s, 20)
+    assert fixed == Ballot("rank", depth=6, bits=1) and fixed.form(1, 100) == BallotForm.top_k(6)
+    scores = np.random.default_rng(2).normal(size=100)
+    assert np.array_equal(fixed.cast(scores, 1), top_k_votes(scores, 6))
+    assert Ballot.parse("rank:4").resolve(100, s, 20) == Ballot.parse("rank:4")

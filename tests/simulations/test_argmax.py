@@ -129,3 +129,26 @@ def test_ksweep_measures_every_k_on_the_same_releases_and_scores_the_planners_ad
     assert set(by_scenario) == {"moderate", "weak"} and all(v["points"] == 8 for v in by_scenario.values())
     assert by_scenario["moderate"]["agrees"] == sum(a["agrees"] for a in advice if a["consensus"] == "moderate")
 
+
+
+def test_ksweep_replays_graded_ballots_on_the_same_releases(small_adult: None, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    res = bench(["ksweep", *TINY, "--repetitions", "80", "--epsilons", "1", "--ks", "1", "2", "3",
+                 "--neighbourings", "replace-one", "--ballots", "rank:2:1", "rank:3", "score:0.1", "auto",
+                 "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "s")], capsys)
+    with open(tmp_path / "s" / "ksweep.csv") as fh:
+        top_k = {(r["partition"], int(r["k"])): r for r in csv.DictReader(fh)}
+    with open(tmp_path / "s" / "ksweep_ballots.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 2 * 4  # partitions x ballots
+    for r in rows:
+        assert 0 <= float(r["within_1pt"]) <= float(r["within_2pt"]) <= 1
+        if r["ballot"] == "rank:2:1":  # entries 0/1 for the 2 best: top-2 on the same seeds, the same releases
+            same = top_k[(r["partition"], 2)]
+            assert (r["gap_points"], r["within_1pt"], r["within_2pt"]) == (same["gap_points"], same["within_1pt"],
+                                                                           same["within_2pt"])
+        best = min(float(top_k[(r["partition"], k)]["gap_points"]) for k in (1, 2, 3))
+        assert float(r["best_k_gap_points"]) == best
+        assert float(r["behind_best_k_points"]) == pytest.approx(float(r["gap_points"]) - best, abs=2e-3)
+    assert set(res["ballot_summary"]) == {"rank:2:1", "rank:3", "score:0.1", "auto"}
+    assert all(v["points"] == 2 for v in res["ballot_summary"].values())

@@ -134,9 +134,11 @@ class DPHype:
         if self._plan is None:
             cfg = self.config
             self._plan = check_plan(cfg.clients, cfg.epsilon, cfg.delta, self.candidates.feature_space(),
-                                    len(self.candidates), cfg.k, dropout=cfg.dropout, min_success=cfg.min_success,
+                                    len(self.candidates), cfg.mode.votes_per_client(cfg, len(self.candidates)),
+                                    dropout=cfg.dropout, min_success=cfg.min_success,
                                     rule=cfg.rule, noise=cfg.noise, accountant=cfg.accountant,
-                                    neighbouring=cfg.neighbouring, release=cfg.mode, releases=release_modes())
+                                    neighbouring=cfg.neighbouring, release=cfg.mode, releases=release_modes(),
+                                    ballot=cfg.ballot)
         return self._plan
 
     @property
