@@ -100,13 +100,13 @@ def test_a_client_sends_its_ballot_only_and_any_two_tallies_noise_shares_are_dis
 
 
 def test_a_client_checks_its_own_ballot_against_the_form_before_it_shares(tallies, monkeypatch):
-    import dphype.modes as modes
+    from dphype.selection.voting import Ballot
 
     req = argmax_request(tallies, p=10)
     boosted = np.zeros(10, dtype=np.int64)
     boosted[:2] = 1
     boosted[5] = 30  # modified client code: 30 votes for one candidate
-    monkeypatch.setattr(modes, "top_k_votes", lambda *args, **kwargs: boosted)
+    monkeypatch.setattr(Ballot, "cast", lambda *args, **kwargs: boosted)
     with pytest.raises(ValueError, match=r"a ballot's entries must lie in \[0, 1\]"):
         req.mode.ballot(req, np.arange(10.0), maximize=True, voter=voter_id(0, 1))
 
