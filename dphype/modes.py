@@ -45,6 +45,7 @@ from dphype.privacy.accounting import VoteRelease, mechanism_epsilon, privacy_re
 from dphype.privacy.accounting import calibrate as calibrate_release
 from dphype.privacy.accounting import epsilon as release_epsilon
 from dphype.privacy.noise import (
+    COMMITTEE_TALLIES,
     check_survivors,
     client_noise_share,
     client_noise_std,
@@ -284,6 +285,15 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
             The name.
         """
         return self.name
+
+    @property
+    def noise_inflation(self) -> float:
+        """The released noise's std over the calibrated ``sigma`` (what the planner's noisy-sum forecast simulates).
+
+        Returns:
+            1: the noise is exactly ``sigma`` (the committee's noisy sum overrides it).
+        """
+        return 1.0
 
     def check_ballot(self, ballot: Any) -> str:
         """The configuration's ballot for this mode: `default_ballot` for ``None`` or ``"default"``, else checked.
@@ -1140,6 +1150,15 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
     name = "committee-sum"
     forecast = Forecast.NOISY_SUM
     opens = OPENS_SUM
+
+    @property
+    def noise_inflation(self) -> float:
+        """``sqrt(parties / h)`` for the default committee (`dphype.privacy.noise.COMMITTEE_TALLIES`): all shares add.
+
+        Returns:
+            The factor, ``sqrt(3 / 2)`` for 3 tallies.
+        """
+        return math.sqrt(COMMITTEE_TALLIES / honest_tallies(COMMITTEE_TALLIES))
 
     @staticmethod
     def _check_noise(noise: str) -> None:

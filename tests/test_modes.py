@@ -283,3 +283,17 @@ def test_a_graded_argmax_request_carries_its_ballot_and_scales_its_noise(committ
     assert cost.epsilon == pytest.approx(0.5)
     with pytest.raises(ValueError, match="sigma must be"):
         VoteRequest(request.candidates, request.config, top_k.sigma, request.tallies)
+
+
+def test_the_planner_forecasts_the_committees_noisy_sum_with_all_its_noise_shares() -> None:
+    """The committee's noisy sum carries all 3 tallies' shares (std sqrt(3/2) sigma): its forecast is the sum
+    release's with that noise, below the plain sum's on the same votes, and the same sigma is reported."""
+    from dphype.selection.planner import plan
+
+    assert SumRelease().noise_inflation == 1.0 and ArgmaxRelease().noise_inflation == 1.0
+    assert CommitteeSumRelease().noise_inflation == pytest.approx(np.sqrt(1.5))
+    common = {"clients": 20, "epsilon": 1.0, "delta": 1e-5, "space": None, "num_candidates": 30, "k": 3,
+              "rule": "argmax", "repetitions": 400}
+    summed, committee = plan(**common, release=SumRelease()), plan(**common, release=CommitteeSumRelease())
+    assert committee.sigma == summed.sigma
+    assert committee.success < summed.success

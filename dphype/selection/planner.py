@@ -135,6 +135,11 @@ class PlannedRelease(Protocol):
         """The forecast that predicts the mode's release."""
         ...
 
+    @property
+    def noise_inflation(self) -> float:
+        """The released noise's std over the calibrated ``sigma`` of a noisy-sum forecast (1: exactly ``sigma``)."""
+        ...
+
 
 @dataclass(frozen=True)
 class LossModel:
@@ -633,6 +638,7 @@ class _Setting:
         neighbouring: The neighbouring relation.
         repetitions: Simulated runs per point.
         seed: The simulation's seed.
+        inflation: The released noisy sum's std over the calibrated ``sigma`` (`PlannedRelease.noise_inflation`).
     """
 
     delta: float
@@ -646,6 +652,7 @@ class _Setting:
     neighbouring: str
     repetitions: int
     seed: int
+    inflation: float = 1.0
 
     def sigma(self, epsilon: float, k: int) -> float:
         return calibrate(epsilon, self.delta, k, num_candidates=self.num_candidates, accountant=self.accountant,
@@ -724,7 +731,7 @@ class _Setting:
         """
         if forecast is Forecast.WINNER:
             return self.winner_success(votes, good, epsilon)
-        return self.success(votes, good, self.sigma(epsilon, k), clients, voters, k, self.rule)
+        return self.success(votes, good, self.inflation * self.sigma(epsilon, k), clients, voters, k, self.rule)
 
 
 def _bisect(ok: Any, lo: float, hi: float, ratio: float) -> float | None:
@@ -844,7 +851,8 @@ def plan(
         delta=check_delta(delta), dropout=check_dropout(dropout), num_candidates=p, space=space,
         scenario=scenario(p, consensus, num_good), rule=check_rule(DEFAULT_RULE if rule is None else rule),
         noise=noise, accountant=resolve_accountant(accountant, noise), neighbouring=check_neighbouring(neighbouring),
-        repetitions=check_int("repetitions", repetitions, 10), seed=check_int("seed", seed, 0))
+        repetitions=check_int("repetitions", repetitions, 10), seed=check_int("seed", seed, 0),
+        inflation=1.0 if release is None else float(release.noise_inflation))
     target = check_probability("target", target)
     forecast = Forecast.NOISY_SUM if release is None else release.forecast
     chosen = set() if chosen_k is None else {chosen_k}
@@ -855,9 +863,10 @@ def plan(
     by_k: list[dict[str, Any]] = []
     for kk in compare:
         sigma = setting.sigma(epsilon, kk)
+        released = setting.inflation * sigma  # the noise the sum is released with
         by_k.append({"k": kk, "sigma": sigma,
-                     "success": setting.success(counts[kk], good, sigma, clients, voters, kk, setting.rule),
-                     "success_argmax": setting.success(counts[kk], good, sigma, clients, voters, kk, "argmax"),
+                     "success": setting.success(counts[kk], good, released, clients, voters, kk, setting.rule),
+                     "success_argmax": setting.success(counts[kk], good, released, clients, voters, kk, "argmax"),
                      "bound": theorem_iv1_success(counts[kk], good, sigma),
                      "success_winner": setting.winner_success(counts[kk], good, epsilon)})
     best = max(by_k, key=lambda row: (row["success"], -row["k"]))
