@@ -15,8 +15,8 @@ bound and signs the survivor set) and the signature checks it requires happen at
 and the bookkeeping, summed over all nodes and the server: Shamir sharing and reconstruction, key agreement (X25519
 + HKDF), authenticated encryption, mask expansion (ChaCha20), key generation, Ed25519 signing and signature checks,
 the roster's identity signature checks (each verdict once per process, `dphype.secure.roster`: here once for all
-nodes, in a deployment once per node), the public graph, the node state's (de)serialization and the grid's per-
-message copy (a transport stand-in). ``other`` is the rest (Flower's records and messages, the loops, numpy).
+nodes, in a deployment once per node), the public graph, the node state's (de)serialization and the grid's
+per-message copy (a transport stand-in). ``other`` is the rest (Flower's records and messages, the loops, numpy).
 ``cpu_seconds`` is the round's CPU time (steadier than wall time on a shared machine). Message and state sizes are
 the serialized protobuf sizes. The nodes are members of a roster of their own (as in a simulation or a deployment
 since issue 23: every key-list entry carries its member's identity signature and every node checks them all);
