@@ -48,7 +48,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dphype.flower.local import toml_value
+from dphype.flower.tally import load_tally_key
 from dphype.modes import Aggregator, release_mode
+from dphype.secure.roster import IdentityKey, Member, Roster
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -123,6 +125,22 @@ def write_node_config(path: Path, values: Mapping[str, Any]) -> Path:
     return path
 
 
+def write_roster(folder: Path, home: Path, voters: int, tallies: int) -> tuple[Path, list[Path], list[Path]]:
+    """The federation's roster, as its operators make it with `dphype roster` (README, "Deploying the bundled app"):
+    an identity key per node in ``folder``, each tally's committee key where ``clients/start-tally.sh`` reads it
+    (``home/dphype/tally-<j>.key``, created); returns the roster file and the voters' and tallies' identity files."""
+    members: list[Member] = []
+    identities: dict[str, list[Path]] = {"voter": [], "tally": []}
+    for role, count in (("voter", voters), ("tally", tallies)):
+        for i in range(count):
+            key = IdentityKey.generate()
+            identities[role].append(key.save(folder / f"{role}-{i}.id"))
+            committee = load_tally_key(home / "dphype" / f"tally-{i}.key").public if role == "tally" else None
+            members.append(Member(f"{role}-{i}", role, key.public, committee))
+    roster = Roster("profile", tuple(members)).save(folder / "roster.json")
+    return roster, identities["voter"], identities["tally"]
+
+
 def wait_for_port(port: int, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -185,16 +203,19 @@ def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, time
             policy = write_node_config(tmp / "policy.toml", {
                 "dphype-max-epsilon": epsilon, "dphype-min-clients": nodes, "dphype-min-neighbours": 2,
                 "dphype-lifetime-epsilon": 10 * epsilon})
+            tallies = TALLIES if uses_committee(release) else 0
+            roster, voter_ids, tally_ids = write_roster(tmp, home, nodes, tallies)
             for i in range(nodes):
-                start(f"supernode-{i}", supernode_args(link, "voter", ["--partition-id", str(i), "--num-partitions",
-                                                                      str(nodes), "--node-config", str(policy)],
-                                                       executor))
-            if uses_committee(release):  # one SuperNode per tally, its key $FLWR_HOME/dphype/tally-<j>.key
+                start(f"supernode-{i}", supernode_args(link, "voter", [
+                    "--partition-id", str(i), "--num-partitions", str(nodes), "--node-config", str(policy),
+                    "--roster", str(roster), "--identity", str(voter_ids[i])], executor))
+            if tallies:  # one SuperNode per tally, its key $FLWR_HOME/dphype/tally-<j>.key
                 committee = write_node_config(tmp / "committee.toml", {"dphype-tally-parties": ",".join(
-                    f"127.0.0.1:{free_port()}" for _ in range(TALLIES))})
-                for j in range(TALLIES):
-                    start(f"tally-{j}", supernode_args(link, "tally", ["--tally-id", str(j), "--node-config",
-                                                                      str(committee)], executor))
+                    f"127.0.0.1:{free_port()}" for _ in range(tallies))})
+                for j in range(tallies):
+                    start(f"tally-{j}", supernode_args(link, "tally", [
+                        "--tally-id", str(j), "--node-config", str(committee), "--roster", str(roster),
+                        "--identity", str(tally_ids[j])], executor))
             deadline = time.monotonic() + 300
             while not all(node_ready(log.read_text(errors="replace"), executor) for log in logs[1:]):
                 if time.monotonic() > deadline or any(p.poll() is not None for p in procs):

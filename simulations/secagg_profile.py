@@ -9,15 +9,18 @@ and ``--corrupt-fraction``) or ``paper`` (shares 0.3 n, threshold all shares; ch
 client, the only setting it is secure for at small n).
 
 Per stage (``stages``): the seconds each stage took, the nodes' work and the transport included
-(:func:`dphype.secure.secagg.run_round`); ``consistency`` is the consistency round (each node checks its
-noise-share bound and signs the survivor set) and the signature checks it requires happen at the start of
-``unmask`` (``signature checks`` below). Per component (``components``): the wall time inside the
-functions that do the crypto and the bookkeeping, summed over all nodes and the server: Shamir sharing and
-reconstruction, key agreement (X25519 + HKDF), authenticated encryption, mask expansion (ChaCha20), key
-generation, Ed25519 signing and signature checks, the public graph, the node state's (de)serialization and
-the grid's per-message copy (a transport stand-in). ``other`` is the rest (Flower's records and messages,
-the loops, numpy). ``cpu_seconds`` is the round's CPU time (steadier than wall time on a shared machine).
-Message and state sizes are the serialized protobuf sizes.
+(:func:`dphype.secure.secagg.run_round`); ``consistency`` is the consistency round (each node checks its noise-share
+bound and signs the survivor set) and the signature checks it requires happen at the start of ``unmask``
+(``signature checks`` below). Per component (``components``): the wall time inside the functions that do the crypto
+and the bookkeeping, summed over all nodes and the server: Shamir sharing and reconstruction, key agreement (X25519
++ HKDF), authenticated encryption, mask expansion (ChaCha20), key generation, Ed25519 signing and signature checks,
+the roster's identity signature checks (each verdict once per process, `dphype.secure.roster`: here once for all
+nodes, in a deployment once per node), the public graph, the node state's (de)serialization and the grid's
+per-message copy (a transport stand-in). ``other`` is the rest (Flower's records and messages, the loops, numpy).
+``cpu_seconds`` is the round's CPU time (steadier than wall time on a shared machine). Message and state sizes are
+the serialized protobuf sizes. The nodes are members of a roster of their own (as in a simulation or a deployment
+since issue 23: every key-list entry carries its member's identity signature and every node checks them all);
+``--no-roster`` runs the unauthenticated round an operator must opt into.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ COMPONENTS: dict[str, list[tuple[str, str]]] = {
     "encryption": [(_RELAY, "encrypt"), (_RELAY, "decrypt")],
     "mask expansion": [(_PROTOCOL, "_pair_mask"), (_PROTOCOL, "_self_mask")],
     "signature checks": [(_RELAY, "verify")],
+    "roster signature checks": [("dphype.secure.roster", "verify")],
     "public graph": [(_PROTOCOL, "public_graph")],
     "node state (de)serialization": [(_PROTOCOL + ".NodeRound", "to_record"),
                                      (_PROTOCOL + ".NodeRound", "from_record")],
@@ -69,22 +73,28 @@ def graph(clients: int, params: str, dropout: float, corrupt_fraction: float) ->
     return secagg_params.PAPER_NUM_SHARES, secagg_params.PAPER_THRESHOLD
 
 
-def vector_app(vectors: np.ndarray) -> Any:
-    """A ClientApp whose node with partition-id i answers the vote round with ``vectors[i]``."""
+def vector_app(vectors: np.ndarray, roster: bool = True) -> Any:
+    """A ClientApp whose node with partition-id i answers the vote round with ``vectors[i]``; with ``roster``, node
+    i is the member ``node-i`` of a roster of all of them (its approval carries its membership)."""
     from flwr.clientapp import ClientApp
 
     from dphype.flower.client.secagg import secure_vote_reply
     from dphype.flower.wire import ACTION
     from dphype.secure import secure_sum as ss
+    from dphype.secure.roster import IdentityKey, Member, Roster
     from dphype.secure.secagg import Approval
 
     app = ClientApp()
-    approval = Approval(request=REQUEST, clients=len(vectors), survivors=len(vectors), size=SIZE, min_neighbours=1)
+    n = len(vectors)
+    keys = [IdentityKey.generate() for _ in range(n)] if roster else []
+    federation = Roster("profile", tuple(Member(f"node-{i}", "voter", key.public) for i, key in enumerate(keys)))
+    approvals = [Approval(request=REQUEST, clients=n, survivors=n, size=SIZE, min_neighbours=1,
+                          membership=federation.membership(keys[i]) if roster else None) for i in range(n)]
 
     @app.train(ACTION)
     def vote(msg: Any, context: Any) -> Any:
         pid = int(context.node_config["partition-id"])
-        return secure_vote_reply(msg, context, approval,
+        return secure_vote_reply(msg, context, approvals[pid],
                                  lambda clipping_range: ss.encode(vectors[pid], "skellam", clipping_range))
 
     return app
@@ -98,15 +108,16 @@ def _owner(path: str) -> Any:
 
 
 def profile_round(clients: int, *, num_shares: float, threshold: float, corrupt_fraction: float,
-                  seed: int = 0) -> dict[str, Any]:
-    """One in-process round of ``clients`` 100-entry vectors: wall time, stages, components, sizes."""
+                  seed: int = 0, roster: bool = True) -> dict[str, Any]:
+    """One in-process round of ``clients`` 100-entry vectors (nodes of a roster with ``roster``): wall time,
+    stages, components, sizes."""
     from flwr.common.serde import recorddict_to_proto
 
     from dphype.flower.local import LocalGrid
     from dphype.flower.server import secagg
 
     vectors = np.random.default_rng([seed, clients]).integers(-50, 51, size=(clients, SIZE))
-    grid = LocalGrid(vector_app(vectors), clients)
+    grid = LocalGrid(vector_app(vectors, roster), clients, federation=False)
     totals: dict[str, float] = defaultdict(float)
     with contextlib.ExitStack() as stack:
         for label, targets in COMPONENTS.items():
@@ -120,7 +131,7 @@ def profile_round(clients: int, *, num_shares: float, threshold: float, corrupt_
     if not np.array_equal(out.total, vectors.sum(axis=0)):
         raise RuntimeError("the secure sum is not exact")
     return {
-        "clients": clients, "num_shares": out.secagg.num_shares, "threshold": out.secagg.threshold,
+        "clients": clients, "roster": roster, "num_shares": out.secagg.num_shares, "threshold": out.secagg.threshold,
         "seconds": wall, "cpu_seconds": cpu, "components": {**totals, "other": wall - sum(totals.values())},
         "stages": dict(out.stage_seconds),
         "download_bytes_per_client": sum(recorddict_to_proto(m.content).ByteSize() for m in grid.sent) / clients,
@@ -137,6 +148,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dropout", type=float, default=0.0, help="tolerated dropout xi for --params secure")
     parser.add_argument("--corrupt-fraction", type=float, default=None,
                         help="clients colluding with the server, for --params secure (default 1/3)")
+    parser.add_argument("--no-roster", dest="roster", action="store_false",
+                        help="nodes of no roster (an unauthenticated federation; default: a roster of all of them)")
 
 
 def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
@@ -150,13 +163,14 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     with harness.progress_bar(len(settings), "secagg-profile") as bar:
         for n, (shares, threshold) in settings:
             rows.append(profile_round(n, num_shares=shares, threshold=threshold, corrupt_fraction=gamma_checked,
-                                      seed=args.seed))
+                                      seed=args.seed, roster=args.roster))
             bar.update(1)
     study.write_csv("secagg_profile.csv", [_flat(r) for r in rows])
     target = study.path("secagg_profile.txt")
     target.write_text(table(rows) + "\n")
     study.outputs.append(str(target))
-    return study.result(params=args.params, dropout=args.dropout, corrupt_fraction=gamma, rounds=rows)
+    return study.result(params=args.params, dropout=args.dropout, corrupt_fraction=gamma, roster=args.roster,
+                        rounds=rows)
 
 
 def _flat(row: dict[str, Any]) -> dict[str, Any]:

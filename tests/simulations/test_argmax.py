@@ -47,6 +47,19 @@ def test_argmax_profile_times_each_part_and_checks_the_opened_index(tmp_path: Pa
     assert 0 < row["party argmax s"] < row["party check s"] + row["party argmax s"] < row["mpc s"] < row["seconds"]
 
 
+def test_the_secagg_profile_runs_the_round_of_a_roster_by_default(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    rows = {}
+    for flag in ([], ["--no-roster"]):
+        res = bench(["secagg-profile", "--clients", "6", *flag, "--out", str(tmp_path / "s")], capsys)
+        (rows[bool(res["roster"])],) = res["rounds"]  # the study raises unless the sum is exact
+    # with the roster every key-list entry carries its member's name and identity signature, and every node checks them
+    assert rows[True]["upload_bytes_per_client"] > rows[False]["upload_bytes_per_client"] + 64
+    assert rows[True]["download_bytes_per_client"] > rows[False]["download_bytes_per_client"] + 6 * 64
+    assert rows[True]["components"]["roster signature checks"] > 0 == rows[False]["components"].get(
+        "roster signature checks", 0)
+
+
 def test_the_committee_bench_names_the_invalid_ballots_and_measures_every_tally(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     res = bench(["committee", "--clients", "6", "--candidates", "12", "--k", "2", "--invalid", "2",

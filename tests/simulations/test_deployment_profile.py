@@ -9,7 +9,9 @@ from helpers import CANDS, CLIENTS, argmax_config, argmax_grid, client_app, grid
 from helpers import sum_config as config
 
 from dphype.flower import DPHype
-from simulations.deployment_profile import stages
+from dphype.flower.tally import load_tally_key
+from dphype.secure.roster import IdentityKey, Roster
+from simulations.deployment_profile import stages, write_roster
 
 
 def test_the_profile_finds_every_stage_in_the_servers_real_log(caplog):
@@ -39,3 +41,16 @@ def test_the_argmax_profile_finds_every_stage_in_the_servers_real_log(caplog, tm
     table = stages([(10.0 + i, line) for i, line in enumerate(lines)], started=0.0, release="argmax")
     assert list(table) == ["start", "committee", "wait for nodes", "pre-flight", "winner", "fedavg", "selection"]
     assert table["selection"] == sum(table[s] for s in ("committee", "wait for nodes", "pre-flight", "winner"))
+
+
+def test_the_profiles_roster_names_every_node_and_the_committee_keys_the_tally_script_reads(tmp_path):
+    home = tmp_path / "flwr-home"
+    path, voters, tallies = write_roster(tmp_path, home, voters=4, tallies=3)
+    roster = Roster.load(path)
+    assert [m.name for m in roster.of_role("voter")] == [f"voter-{i}" for i in range(4)]
+    assert roster.tally_keys() == tuple(load_tally_key(home / "dphype" / f"tally-{j}.key").public for j in range(3))
+    for role, files in (("voter", voters), ("tally", tallies)):  # each identity file is its member's key
+        assert [roster.member(f"{role}-{i}", role).identity for i in range(len(files))] == [
+            IdentityKey.load(file).public for file in files]
+    path, voters, tallies = write_roster(tmp_path / "sum", home, voters=2, tallies=0)
+    assert not Roster.load(path).of_role("tally") and not tallies and len(voters) == 2
