@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from dphype.checks import EPSILON_RTOL, resolve_accountant
+from dphype.checks import EPSILON_RTOL, check_k, resolve_accountant
 from dphype.privacy.accounting import VoteRelease, mechanism_epsilon, privacy_report, vote_sensitivity
 from dphype.privacy.accounting import calibrate as calibrate_release
 from dphype.privacy.accounting import epsilon as release_epsilon
@@ -963,7 +963,8 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
         if not abs(request.sigma - expected) <= 1e-9 * expected:
             raise ValueError(f"sigma must be {expected:.12g} (the discrete Laplace std of epsilon and the ballot), "
                              f"got {request.sigma!r}")
-        _ = self.accounting(request)  # validates k against the number of candidates
+        check_k(cfg.k, len(request.candidates))  # the configured k, whether or not the ballot votes with it
+        _ = self.accounting(request)  # validates the ballot's k against the number of candidates
 
     def accounting(self, request: Request) -> WinnerRelease:
         """The winner release the request describes.

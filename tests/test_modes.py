@@ -297,3 +297,11 @@ def test_the_planner_forecasts_the_committees_noisy_sum_with_all_its_noise_share
     summed, committee = plan(**common, release=SumRelease()), plan(**common, release=CommitteeSumRelease())
     assert committee.sigma == summed.sigma
     assert committee.success < summed.success
+
+
+def test_an_auto_ballot_request_still_refuses_a_k_above_the_candidates(committee: tuple[bytes, ...]) -> None:
+    """The auto ballot picks its own k, but a configured k outside [1, p] is still an error (server side, before any
+    client works), never silently ignored; at k = p it is accepted."""
+    assert a_request("argmax", committee, k=len(CANDS)).config.ballot == "auto"
+    with pytest.raises(ValueError, match=rf"k must be an integer in \[1, {len(CANDS)}\], got {len(CANDS) + 1}$"):
+        a_request("argmax", committee, k=len(CANDS) + 1)

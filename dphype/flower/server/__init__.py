@@ -192,6 +192,10 @@ class DPHype:
         log(logging.INFO, "DP-Hype plan: predicted chance of a good pick %s", cfg.mode.describe_plan(cfg, plan))
         for warning in plan.warnings:
             log(logging.WARNING, "DP-Hype: %s", warning)
+        votes = cfg.mode.votes_per_client(cfg, len(self.candidates))
+        if votes != cfg.k:
+            log(logging.WARNING, "DP-Hype: the %r ballot votes for %d candidates per client, not the configured k=%d "
+                "(set ballot='top-k' to vote with k=%d)", cfg.ballot, votes, cfg.k, cfg.k)
         drive = {Aggregator.SECAGG: self._sum_over_secagg, Aggregator.COMMITTEE: self._winner_from_committee}
         result = drive[cfg.mode.aggregator](grid, timeout, connect_timeout, committee_nodes)
         return dataclasses.replace(result, notes=self._notes, federation=self._federation)
