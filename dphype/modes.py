@@ -1218,7 +1218,7 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
         SumRelease().check_claims(request)
 
     def announced_epsilon(self, request: Request) -> float:
-        """The announced epsilon, which a node holds against its limit.
+        """The announced epsilon, which a node holds against its limit (`SumRelease.announced_epsilon`).
 
         Args:
             request: The request.
@@ -1226,7 +1226,7 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
         Returns:
             The configuration's epsilon.
         """
-        return request.config.epsilon
+        return SumRelease().announced_epsilon(request)
 
     def node_cost(self, request: Request, *, survivors: int, delta: float, accountant: str,
                   neighbouring: str) -> NodeCost:

@@ -17,7 +17,6 @@ file and a run with other members gets another.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from dphype.files import write_once
 from dphype.node.policy import IDENTITY_KEY, ROSTER_KEY, UNAUTHENTICATED_KEY
 from dphype.secure.roster import IdentityKey, Member, Roster
 
@@ -71,28 +71,6 @@ def federation_set(node_config: Mapping[str, Any]) -> bool:
     return ROSTER_KEY in node_config or UNAUTHENTICATED_KEY in node_config
 
 
-def _write_once(file: Path, data: bytes) -> None:
-    """Create ``file`` with ``data`` (mode 0600) unless it exists.
-
-    Written aside, then linked into place, so concurrent creators agree on the first one's content and no reader
-    sees half a file.
-    """
-    if file.exists():
-        return
-    aside = file.with_name(f".{file.name}.{os.getpid()}.{time.monotonic_ns()}")
-    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    try:
-        os.link(aside, file)
-    except FileExistsError:  # another node of the run made it first: its content is the content
-        pass
-    finally:
-        aside.unlink()
-
-
 def _identity(secret: bytes, name: str) -> IdentityKey:
     seed = HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
                 info=b"dphype-simulated-identity|" + name.encode()).derive(secret)
@@ -120,7 +98,7 @@ def simulated_federation(folder: str | os.PathLike[str], run_id: int, member: st
     cache = (str(home), int(run_id), int(voters), tuple(tally_keys))
     if cache not in _MADE:  # once per process: a Ray worker serves many nodes of the run, each message
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
-        _write_once(home / "secret", os.urandom(_SECRET_BYTES))
+        write_once(home / "secret", os.urandom(_SECRET_BYTES))
         secret = (home / "secret").read_bytes()
         names = [voter_name(i) for i in range(int(voters))]
         members = [Member(name, "voter", _identity(secret, name).public) for name in names]
@@ -128,7 +106,7 @@ def simulated_federation(folder: str | os.PathLike[str], run_id: int, member: st
                     for j, key in enumerate(tally_keys)]
         roster = Roster(f"simulation-run-{int(run_id)}", tuple(members))
         roster_file = home / f"roster-{roster.digest()[:16]}.json"
-        _write_once(roster_file, (roster.to_json() + "\n").encode())
+        write_once(roster_file, (roster.to_json() + "\n").encode())
         _MADE[cache] = (roster, roster_file, secret)
     roster, roster_file, secret = _MADE[cache]
     try:
@@ -137,5 +115,5 @@ def simulated_federation(folder: str | os.PathLike[str], run_id: int, member: st
         raise ValueError(f"{member!r} is not a member of this simulation's federation ({len(roster.members)} "
                          "members)") from None
     key_file = home / f"{member}.key"
-    _write_once(key_file, _identity(secret, member).private_pem())
+    write_once(key_file, _identity(secret, member).private_pem())
     return {ROSTER_KEY: str(roster_file), IDENTITY_KEY: str(key_file)}

@@ -49,6 +49,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from dphype._exports import moved_getattr
+from dphype.files import write_once
 from dphype.flower.wire import (
     TALLY_ACTION,
     TALLY_COLLECT,
@@ -109,18 +110,7 @@ def load_tally_key(path: str | os.PathLike[str]) -> KeyPair:
     file = Path(path).expanduser()
     if not file.exists():  # written aside, then linked: a concurrent reader never sees half a key
         file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        aside = file.with_name(f".{file.name}.{os.getpid()}.{time.monotonic_ns()}")
-        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(X25519PrivateKey.generate().private_bytes_raw().hex())
-            out.flush()
-            os.fsync(out.fileno())
-        try:
-            os.link(aside, file)
-        except FileExistsError:  # another process of the node made it first: its key is the key
-            pass
-        finally:
-            aside.unlink()
+        write_once(file, X25519PrivateKey.generate().private_bytes_raw().hex().encode())
     try:
         private = X25519PrivateKey.from_private_bytes(bytes.fromhex(file.read_text().strip()))
     except ValueError as err:
