@@ -282,7 +282,7 @@ def load_statsmodels_table(name: str) -> tuple[Dataset, Dataset]:
     """A table statsmodels ships offline as ``(pool, test)``, binary, split 80/20 with `SPLIT_SEED` like Adult.
 
     ``fair``: Fair (1978), "A Theory of Extramarital Affairs" (Journal of Political Economy; the 1974 Redbook
-    survey of women, included in statsmodels with the author's permission), 6,366 rows, 8 features, label 1 =
+    survey of women; statsmodels: "Included with permission of the author"), 6,366 rows, 8 features, label 1 =
     ``affairs > 0`` (32 % of rows). ``randhie``: the RAND Health Insurance Experiment (public domain; Cameron &
     Trivedi 2005), 20,190 person-years, 9 features, label 1 = ``mdvis > 1``, more physician visits in the year than
     the median one (50 % of rows; ``mdvis > 0`` holds for 69 % and a logistic regression beats that majority by 0.3
