@@ -286,8 +286,8 @@ def load_statsmodels_table(name: str) -> tuple[Dataset, Dataset]:
     ``affairs > 0`` (32 % of rows). ``randhie``: the RAND Health Insurance Experiment (public domain; Cameron &
     Trivedi 2005), 20,190 person-years, 9 features, label 1 = ``mdvis > 1``, more physician visits in the year than
     the median one (50 % of rows; ``mdvis > 0`` holds for 69 % and a logistic regression beats that majority by 0.3
-    points only, so nearly every candidate would tie with Opt). Every feature is standardized with the pool's mean
-    and standard deviation.
+    points only, so nearly every candidate would tie with Opt). The split is by row (randhie's years of one person
+    may fall on both sides). Every feature is standardized with the pool's mean and standard deviation.
 
     Args:
         name: A key of `STATSMODELS_TABLES`.
