@@ -45,7 +45,9 @@ from dphype.privacy.accounting import calibrate
 from dphype.selection.voting import primary_scores, raw_score_votes, top_k_votes
 
 #: data sets the data-driven studies accept (the names of :func:`dphype.ml.data.load_dataset`).
-DATASETS: tuple[str, ...] = ("adult", "mnist5k", "fashion-mnist", "mnist", "cifar10", "breast-cancer", "digits")
+DATASETS: tuple[str, ...] = (
+    "adult", "mnist5k", "fashion-mnist", "mnist", "cifar10", "breast-cancer", "digits", "fair", "randhie"
+)
 #: data sets that can only be read from a user-supplied ``--data-dir``.
 NEEDS_DATA_DIR: tuple[str, ...] = ("mnist", "cifar10")
 #: fewest local samples a client needs (80/20 split into at least 8 training and 2 validation rows).

@@ -15,9 +15,9 @@ exactly ``k`` ones. The graded ballots give each candidate an integer in ``[0, G
 * `auto_depth` (``"auto"``): top-k with no ``k`` to guess, ``k = round(c p s / m)`` from public facts only: the
   number of candidates ``p``, the std ``s`` of the argmax release's noise for a top-k ballot and the fewest voters
   ``m`` (``c = AUTO_SCALE``), at least ``AUTO_FLOOR p``. The noise-to-signal ratio ``s / m`` decides how deep a
-  vote must reach before the good candidates' counts rise above the noise: measured over Adult, digits and
-  breast-cancer under both relations (issue 25, README "Ballots"), the best ``k`` in hindsight ranges from 1 to
-  40 and follows this rule.
+  vote must reach before the good candidates' counts rise above the noise: measured over Adult, digits,
+  breast-cancer, fair and randhie under both relations (issue 25, README "Ballots"), the best ``k`` in hindsight
+  ranges from 1 to 40 and follows this rule.
 
 `Ballot` names a ballot (``"top-k"``, ``"auto[:C]"``, ``"rank:D[:BITS]"``, ``"score:M[:BITS]"``: the
 configuration's ``ballot``), casts it and gives its `dphype.selection.ballots.BallotForm`, the bounds every

@@ -102,6 +102,51 @@ def test_split_indices_is_seeded_and_disjoint() -> None:
         split_indices(1, 0.2, seed=0)
 
 
+@pytest.mark.parametrize(
+    "name, module, rows, features, classes, positive",
+    [
+        ("breast-cancer", "sklearn", 569, 30, 2, (0.6, 0.65)),
+        ("digits", "sklearn", 1797, 64, 10, None),
+        ("fair", "statsmodels", 6366, 8, 2, (0.31, 0.33)),
+        ("randhie", "statsmodels", 20190, 9, 2, (0.49, 0.51)),
+    ],
+)
+def test_package_tables_read_offline_with_the_documented_shape(
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    module: str,
+    rows: int,
+    features: int,
+    classes: int,
+    positive: tuple[float, float] | None,
+) -> None:
+    """The tables of the ``bench`` extra come from the installed package: no socket is opened (a connection would
+    raise), 80/20 split, standardized on the pool, the documented labels (fair: affairs > 0, 32 %; randhie: mdvis
+    > 1, 50 %)."""
+    pytest.importorskip(module)
+    import socket
+
+    def no_network(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"loading {name!r} tried to reach the network")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    pool, test = load_dataset(name)
+    assert (len(pool), len(test)) == (rows - round(0.2 * rows), round(0.2 * rows))
+    assert pool.x.shape[1] == test.x.shape[1] == features and pool.num_classes == test.num_classes == classes
+    assert pool.name == test.name == name and set(np.unique(pool.y)) == set(range(classes))
+    np.testing.assert_allclose(pool.x.mean(axis=0), 0.0, atol=1e-4)
+    np.testing.assert_allclose(pool.x.std(axis=0)[pool.x.std(axis=0) > 0], 1.0, atol=1e-4)
+    if positive is not None:
+        share = np.concatenate([pool.y, test.y]).mean()
+        assert positive[0] < share < positive[1]
+
+
+def test_unknown_statsmodels_table_is_rejected() -> None:
+    with pytest.raises(ValueError, match="name must be one of fair, randhie"):
+        data.load_statsmodels_table("iris")
+
+
 def test_unknown_dataset_name_is_rejected() -> None:
     with pytest.raises(ValueError, match="dataset must be one of"):
         load_dataset("imagenet")
