@@ -248,8 +248,8 @@ def test_each_mode_has_its_default_ballot_and_only_argmax_takes_graded_ones() ->
     assert DPHypeConfig(**base).ballot == "top-k"
     argmax = DPHypeConfig(**base, release="argmax")
     assert argmax.ballot == ArgmaxRelease.default_ballot == "auto"
-    assert ArgmaxRelease().votes_per_client(argmax, 100) == 11  # round(0.4 * 100 * 2.799 / 10)
-    assert ArgmaxRelease().ballot_form(argmax, 100) == BallotForm.top_k(11)
+    assert ArgmaxRelease().votes_per_client(argmax, 100) == 15  # round(0.4 * 100 * (2.799 / 10) ** 0.75)
+    assert ArgmaxRelease().ballot_form(argmax, 100) == BallotForm.top_k(15)
     with pytest.raises(ValueError, match="needs the number of candidates"):
         ArgmaxRelease().ballot_form(argmax)
     with pytest.raises(ValueError, match=r"ballot must be 'top-k' for release='sum'"):

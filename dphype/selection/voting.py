@@ -12,12 +12,12 @@ exactly ``k`` ones. The graded ballots give each candidate an integer in ``[0, G
   under replace-one (`dphype.privacy.winner.noise_std` over ``G n / M``), whatever ``G``; ``G`` only sets the
   rounding.
 
-* `auto_depth` (``"auto"``): top-k with no ``k`` to guess, ``k = round(c p s / m)`` from public facts only: the
+* `auto_depth` (``"auto"``): top-k with no ``k`` to guess, ``k = round(c p (s / m)^a)`` from public facts only: the
   number of candidates ``p``, the std ``s`` of the argmax release's noise for a top-k ballot and the fewest voters
-  ``m`` (``c = AUTO_SCALE``), at least ``AUTO_FLOOR p``. The noise-to-signal ratio ``s / m`` decides how deep a
-  vote must reach before the good candidates' counts rise above the noise: measured over Adult, digits,
-  breast-cancer, fair and randhie under both relations (issue 25, README "Ballots"), the best ``k`` in hindsight
-  ranges from 1 to 40 and follows this rule.
+  ``m`` (``c = AUTO_SCALE``, ``a = AUTO_EXPONENT``), at least ``AUTO_FLOOR p``. The noise-to-signal ratio
+  ``s / m`` decides how deep a vote must reach before the good candidates' counts rise above the noise: measured
+  over Adult, digits, breast-cancer, fair and randhie under both relations (issue 25, README "Ballots"), the best
+  ``k`` in hindsight ranges from 1 to 40 and follows this rule.
 
 `Ballot` names a ballot (``"top-k"``, ``"auto[:C]"``, ``"rank:D[:BITS]"``, ``"score:M[:BITS]"``: the
 configuration's ``ballot``), casts it and gives its `dphype.selection.ballots.BallotForm`, the bounds every
@@ -163,14 +163,22 @@ def raw_score_votes(scores: ArrayLike, *, maximize: bool = True) -> np.ndarray:
 DEFAULT_BITS = 4
 #: The most bits an entry may have (the committee checks ``bits`` binary digits per entry).
 MAX_BITS = 8
-#: ``c`` of the auto ballot's rule ``k = round(c p s / m)`` (`auto_depth`), fitted by minimax regret (issue 25).
+#: ``c`` of the auto ballot's rule ``k = round(c p (s / m)**AUTO_EXPONENT)`` (`auto_depth`), fitted by minimax
+#: regret (issue 25).
 AUTO_SCALE = 0.4
-#: The auto ballot's smallest ``k`` as a fraction of ``p`` (a vote of one or two candidates is fragile).
-AUTO_FLOOR = 0.05
+#: The exponent of the noise per voter ``s / m`` in the auto rule. Measured over 104 points (Adult, digits,
+#: breast-cancer, fair, randhie; both relations; `dphype bench ksweep`, 5,000 releases per point), ``0.75`` with a
+#: floor of ``0.03 p`` trailed the best ``k`` in hindsight by at most 3.67 / 3.56 points (replace-one / add-remove)
+#: against 4.30 / 4.80 for the linear rule (exponent 1, floor ``0.05 p``), and on fresh seeds 4.12 / 3.53 against
+#: 4.81 / 5.16 (issue 25, README "Ballots").
+AUTO_EXPONENT = 0.75
+#: The auto ballot's smallest ``k`` as a fraction of ``p`` (a vote of one or two candidates is fragile); fitted with
+#: `AUTO_EXPONENT`.
+AUTO_FLOOR = 0.03
 
 
 def auto_depth(num_candidates: int, noise_std: float, voters: int, scale: float = AUTO_SCALE) -> int:
-    """The auto ballot's ``k``: ``round(scale * p * noise_std / voters)``, at least ``round(AUTO_FLOOR p)``.
+    """The auto ballot's ``k``: ``round(scale p (noise_std / voters)**AUTO_EXPONENT)``, at least ``AUTO_FLOOR p``.
 
     Within ``[1, max(1, p // 2)]``.
 
@@ -184,7 +192,7 @@ def auto_depth(num_candidates: int, noise_std: float, voters: int, scale: float 
         ``k``.
     """
     p = int(num_candidates)
-    k = max(1, round(AUTO_FLOOR * p), round(scale * p * float(noise_std) / int(voters)))
+    k = max(1, round(AUTO_FLOOR * p), round(scale * p * (float(noise_std) / int(voters)) ** AUTO_EXPONENT))
     return int(min(k, max(1, p // 2)))
 
 
@@ -292,9 +300,9 @@ class Ballot:
     scale: float = 0.0
 
     #: What `parse`'s error lists.
-    ALLOWED: ClassVar[str] = ('"top-k", "auto[:C]" (top-k with k = round(C p s / m), C > 0, default '
-               f'{AUTO_SCALE:g}), "rank:D[:BITS]" (D >= 1 ranks get a weight) or "score:M[:BITS]" (margin M > 0 in '
-               f"the score's units), BITS in [1, {MAX_BITS}] (default {DEFAULT_BITS})")
+    ALLOWED: ClassVar[str] = (f'"top-k", "auto[:C]" (top-k with k = round(C p (s / m)^{AUTO_EXPONENT:g}), C > 0, '
+               f'default {AUTO_SCALE:g}), "rank:D[:BITS]" (D >= 1 ranks get a weight) or "score:M[:BITS]" '
+               f"(margin M > 0 in the score's units), BITS in [1, {MAX_BITS}] (default {DEFAULT_BITS})")
 
     @property
     def max_entry(self) -> int:

@@ -321,7 +321,7 @@ def test_the_winner_plan_with_the_auto_ballot_reports_what_was_measured_and_says
     assert main(["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3",
                  "--release", "argmax", "--repetitions", "30", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert out["k"] == 6 and out["within_opt"]["clients"] == 20 and out["within_opt"]["ballot"] == "auto"
+    assert out["k"] == 9 and out["within_opt"]["clients"] == 20 and out["within_opt"]["ballot"] == "auto"
     assert main(["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3",
                  "--release", "argmax", "--ballot", "top-k", "--k", "5", "--repetitions", "30", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -102,6 +102,7 @@ def test_raw_score_votes_release_the_primary_key_only():
 # ------------------------------------------------------------------------------------- graded ballots (issue 25)
 from dphype.selection.ballots import BallotForm  # noqa: E402
 from dphype.selection.voting import (  # noqa: E402
+    AUTO_EXPONENT,
     AUTO_FLOOR,
     AUTO_SCALE,
     Ballot,
@@ -180,12 +181,14 @@ def test_a_bad_ballot_names_the_parameter_the_allowed_values_and_the_fix(value, 
 
 
 def test_auto_ballot_follows_the_public_rule_and_must_be_resolved():
-    # k = round(c p s / m), written out: p = 100, replace-one epsilon 1 (s = sqrt(2t)/(1-t), t = e^-1/2), m = 20
+    # k = round(c p (s / m)^a), written out: p = 100, replace-one epsilon 1 (s = sqrt(2t)/(1-t), t = e^-1/2), m = 20
     t = np.exp(-0.5)
     s = np.sqrt(2 * t) / (1 - t)
-    assert auto_depth(100, s, 20) == round(AUTO_SCALE * 100 * s / 20) == 6
+    assert (AUTO_SCALE, AUTO_EXPONENT, AUTO_FLOOR) == (0.4, 0.75, 0.03)
+    assert auto_depth(100, s, 20) == round(0.4 * 100 * (s / 20) ** 0.75) == 9
+    assert auto_depth(100, s, 10) == 15 and auto_depth(100, s, 20, scale=0.2) == 5  # auto:C scales k
     assert auto_depth(100, s, 2) == 50 and auto_depth(3, 100.0, 2) == 1  # at most p // 2
-    assert auto_depth(100, 0.01, 50) == round(AUTO_FLOOR * 100) == 5 and auto_depth(8, 0.01, 50) == 1  # the floor
+    assert auto_depth(100, 0.01, 50) == round(AUTO_FLOOR * 100) == 3 and auto_depth(8, 0.01, 50) == 1  # the floor
     auto = Ballot.parse("auto")
     assert auto.name == "auto" and auto.graded and auto.max_entry == 1 and Ballot.parse("auto:0.3").name == "auto:0.3"
     with pytest.raises(ValueError, match="resolve it first"):
@@ -193,7 +196,7 @@ def test_auto_ballot_follows_the_public_rule_and_must_be_resolved():
     with pytest.raises(ValueError, match="resolve it first"):
         auto.cast(np.arange(5.0), 2)
     fixed = auto.resolve(100, s, 20)
-    assert fixed == Ballot("rank", depth=6, bits=1) and fixed.form(1, 100) == BallotForm.top_k(6)
+    assert fixed == Ballot("rank", depth=9, bits=1) and fixed.form(1, 100) == BallotForm.top_k(9)
     scores = np.random.default_rng(2).normal(size=100)
-    assert np.array_equal(fixed.cast(scores, 1), top_k_votes(scores, 6))
+    assert np.array_equal(fixed.cast(scores, 1), top_k_votes(scores, 9))
     assert Ballot.parse("rank:4").resolve(100, s, 20) == Ballot.parse("rank:4")
