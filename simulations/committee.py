@@ -41,12 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def request_for(p: int, k: int, clients: int, keys: tuple[bytes, ...], release: str = "argmax") -> Any:
-    """A ``release`` request of ``clients`` clients, ``k`` votes, ``p`` learning-rate candidates, at epsilon 1."""
+    """A ``release`` request of ``clients`` clients, top-k ballots of ``k`` votes, ``p`` learning-rate candidates, at
+    epsilon 1 (the ballot pinned: the argmax release's default, ``"auto"``, would choose its own ``k``)."""
     from dphype.config import DPHypeConfig
     from dphype.protocol import make_vote_request
     from dphype.selection.candidates import candidate_grid
 
-    config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=k, clients=clients, release=release)
+    config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=k, clients=clients, release=release, ballot="top-k")
     return make_vote_request(config, candidate_grid(lr=[10.0 ** (-i / 10) for i in range(p)]), tallies=keys)
 
 
