@@ -322,8 +322,9 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
     def resolved_ballot(self, config: Settings, num_candidates: int | None = None) -> Ballot:
         """The configured ballot, an ``"auto"`` one resolved to its ``k`` (`dphype.selection.voting.auto_depth`).
 
-        The auto rule reads public facts only: ``p``, the winner release's noise std for a top-k ballot
-        (`dphype.privacy.winner.noise_std`) and the fewest voters ``ceil((1 - xi) n)``.
+        The auto rule reads public facts only: ``p``, the std of one discrete Laplace of the release's epsilon for a
+        top-k ballot (`dphype.privacy.winner.noise_std`, what any honest majority of the tallies carries) and the
+        fewest voters ``ceil((1 - xi) n)``.
 
         Args:
             config: The request's configuration.

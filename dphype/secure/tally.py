@@ -104,6 +104,14 @@ class Form(Protocol):
         """The largest total."""
         ...
 
+    def to_dict(self) -> dict[str, int]:
+        """The form as plain JSON values (what a tally's party reads).
+
+        Returns:
+            ``{"max_entry": ..., "min_total": ..., "max_total": ...}``.
+        """
+        ...
+
 
 @dataclass(frozen=True)
 class Opening:
@@ -420,14 +428,13 @@ class Tally:
         if (int(run), request_digest) in served or (self._round is not None and self._round["request"] == request_digest
                                                      and self._round["run"] == int(run)):
             raise TallyError(f"tally {self.index} refuses a second argmax for request {request_digest[:12]}")
-        shape = {"max_entry": int(form.max_entry), "min_total": int(form.min_total), "max_total": int(form.max_total)}
         share = np.asarray(noise, dtype=np.int64).reshape(-1)
         if share.size != int(size) or opens not in (OPENS_ARGMAX, OPENS_SUM):
             raise ValueError(f"the noise share must have {int(size)} entries and opens must be {OPENS_ARGMAX!r} or "
                              f"{OPENS_SUM!r}")
         self._round = {"request": request_digest, "run": int(run), "size": int(size), "min": int(min_contributors),
                        "modulus": field_modulus(), "parties": int(parties), "threshold": threshold(parties),
-                       "form": shape, "width": int(size) * int(form.max_entry).bit_length(),
+                       "form": form.to_dict(), "width": int(size) * int(form.max_entry).bit_length(),
                        "noise": share.tolist(), "opens": opens, "shares": {}, "seen": set(), "malformed": set()}
 
     def receive(self, contributor: str, sealed: bytes) -> None:

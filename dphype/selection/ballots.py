@@ -19,7 +19,6 @@ approved; nothing else the server says changes it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -78,25 +77,6 @@ class BallotForm:
         """The binary digits of one entry: ``max_entry = 2**bits - 1``."""
         return self.max_entry.bit_length()
 
-    @property
-    def exact_total(self) -> bool:
-        """Whether every valid ballot has the same total (``min_total == max_total``)."""
-        return self.min_total == self.max_total
-
-    def check_fits(self, num_candidates: int) -> None:
-        """Check that some ballot over ``num_candidates`` candidates has this form.
-
-        Args:
-            num_candidates: ``p``, the number of candidates.
-
-        Raises:
-            ValueError: If ``min_total > p * max_entry`` (no ballot reaches the smallest total).
-        """
-        if self.min_total > int(num_candidates) * self.max_entry:
-            raise ValueError(f"ballot form's min_total {self.min_total} exceeds p * max_entry = "
-                             f"{int(num_candidates) * self.max_entry} (p = {num_candidates} candidates); "
-                             "lower k or add candidates")
-
     def check(self, ballot: ArrayLike, num_candidates: int | None = None) -> np.ndarray:
         """Check one ballot against the form.
 
@@ -134,33 +114,3 @@ class BallotForm:
             ``{"max_entry": ..., "min_total": ..., "max_total": ...}``.
         """
         return {"max_entry": self.max_entry, "min_total": self.min_total, "max_total": self.max_total}
-
-    @classmethod
-    def from_dict(cls, data: Any) -> BallotForm:
-        """The form `to_dict` wrote.
-
-        Args:
-            data: A mapping with exactly the keys ``max_entry``, ``min_total`` and ``max_total``.
-
-        Returns:
-            The form.
-
-        Raises:
-            ValueError: If a key is missing or extra, or a value is invalid.
-        """
-        keys = {"max_entry", "min_total", "max_total"}
-        if not isinstance(data, dict) or set(data) != keys:
-            raise ValueError(f"a ballot form must be an object with exactly the keys {sorted(keys)}, got {data!r}")
-        return cls(data["max_entry"], data["min_total"], data["max_total"])
-
-    def describe(self) -> str:
-        """The form in words, e.g. ``"top-3 (entries 0/1, exactly 3 ones)"``.
-
-        Returns:
-            The words.
-        """
-        if self.max_entry == 1 and self.exact_total:
-            return f"top-{self.min_total} (entries 0/1, exactly {self.min_total} ones)"
-        total = (f"total {self.min_total}" if self.exact_total
-                 else f"total in [{self.min_total}, {self.max_total}]")
-        return f"graded (entries in [0, {self.max_entry}], {total})"

@@ -184,7 +184,9 @@ def auto_depth(num_candidates: int, noise_std: float, voters: int, scale: float 
 
     Args:
         num_candidates: ``p``.
-        noise_std: The std of the release's total noise per count for a top-k ballot.
+        noise_std: The std of one discrete Laplace of the release's epsilon for a top-k ballot
+            (`dphype.privacy.winner.noise_std`: what any honest majority of the tallies carries; the committee's
+            whole noise is ``sqrt(parties / h)`` times it). The constants were fitted with this ``s``.
         voters: The fewest voters whose ballots are summed, ``>= 1``.
         scale: ``c > 0``.
 
@@ -383,7 +385,7 @@ class Ballot:
 
         Args:
             num_candidates: ``p``.
-            noise_std: The std of the release's total noise per count for a top-k ballot.
+            noise_std: The std of one discrete Laplace of the release's epsilon for a top-k ballot (`auto_depth`).
             voters: The fewest voters whose ballots are summed.
 
         Returns:
