@@ -69,9 +69,9 @@ class DPHypeConfig:
             (`dphype.selection.planner.check_plan`; 0, the default: never refuse, only warn below one half).
         release: The name of the release mode (`dphype.modes.RELEASE_MODES`; `mode` is the mode itself):
             ``"sum"`` (the paper's: the noisy vote sum over SecAgg+, default) or ``"argmax"`` (only the winner's
-            index, from a secure argmax among tally parties: pure ``epsilon``-DP with noise independent of ``k``,
-            `dphype.privacy.winner`; ``delta``, ``noise`` and ``accountant`` then concern only the composition
-            with other releases, and ``rule`` does not apply).
+            index, from a secure argmax among tally parties: ``epsilon``-DP with noise independent of ``k``, pure
+            but for its MPC sampler's ``delta`` below ``1e-18``, `dphype.privacy.winner`; ``delta``, ``noise`` and
+            ``accountant`` then concern only the composition with other releases, and ``rule`` does not apply).
         ballot: How a client turns its scores into its ballot (`dphype.selection.voting.Ballot`): ``"top-k"``
             (DP-Hype's, with ``k``), ``"rank:D[:BITS]"`` or ``"score:M[:BITS]"`` (graded, argmax release only);
             ``None`` or ``"default"``: the release mode's default (`dphype.modes.ReleaseMode.default_ballot`:

@@ -59,12 +59,12 @@ from dphype.privacy.noise import (
 from dphype.privacy.winner import (
     THRESHOLD_SHIFT,
     WINNER_NOISE,
+    JointSampler,
     WinnerRelease,
-    committee_noise_share,
-    committee_noise_std,
     noise_parameter,
     noise_std,
     replay_winners,
+    sampler_delta,
     winner_report,
 )
 from dphype.refusal import Refusal
@@ -851,8 +851,9 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
 class CommitteeMode(ReleaseMode[list[bytes], OpenedT]):
     """What the tally committee's release modes share: ballots the committee verifies, noise the committee makes.
 
-    A client shares its ballot only (`ballot`); each tally draws its own noise share (`tally_noise`) and the MPC
-    checks every ballot, adds the valid ones and every share, and opens only what the mode releases (`opens`).
+    A client shares its ballot only (`ballot`); the committee's noise (`tally_noise`: sampled jointly inside the MPC,
+    or a share each tally draws) is added in the MPC, which checks every ballot, adds the valid ones and opens only
+    what the mode releases (`opens`).
 
     Attributes:
         aggregator: The tally committee.
@@ -895,17 +896,18 @@ class CommitteeMode(ReleaseMode[list[bytes], OpenedT]):
         return client_sealed_shares(request.digest(), votes, request.tallies, voter, form.bits)
 
     @abstractmethod
-    def tally_noise(self, request: Request) -> np.ndarray:
-        """One tally's noise share for ``request``, from a fresh `dphype.privacy.noise.secure_generator`.
+    def tally_noise(self, request: Request) -> np.ndarray | JointSampler:
+        """The committee's noise for ``request``, as one tally contributes it (`dphype.flower.tally`).
 
-        The shares of any honest majority of the committee (`dphype.privacy.noise.honest_tallies`) carry the
-        release's guarantee; a tally node draws its share when it collects (`dphype.flower.tally`).
+        Either the sampler the MPC draws the whole noise with, which no tally knows (`JointSampler`), or this
+        tally's own share, from a fresh `dphype.privacy.noise.secure_generator`, such that the shares of any honest
+        majority of the committee (`dphype.privacy.noise.honest_tallies`) carry the release's guarantee.
 
         Args:
             request: The approved request.
 
         Returns:
-            The int64 share, one entry per candidate.
+            The sampler, or the int64 share (one entry per candidate).
         """
 
 
@@ -915,13 +917,15 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
 
     It is computed by a tally committee under MPC (`dphype.privacy.winner`, `dphype.secure.tally`): the clients
     secret-share their ballots only, the committee checks each against the request's ballot form, leaves out the
-    invalid ones (naming their contributors), adds the noise its tallies drew and opens only the argmax.
+    invalid ones (naming their contributors), samples the noise jointly (no tally knows any of it) and opens only the
+    argmax.
 
-    Pure ``epsilon``-DP with noise independent of ``k``, of the clients and of the dropout; ``sigma`` is the
-    discrete Laplace std that ``epsilon`` and the ballot's largest entry imply (`dphype.privacy.winner.noise_std`:
-    what the shares of any honest majority of tallies add up to; every tally derives its share from the announced
-    ``epsilon`` and ballot). ``delta``, ``noise`` and ``accountant`` concern only the composition with other
-    releases, and the selection rule does not apply. It takes graded ballots (`dphype.selection.voting.Ballot`):
+    ``(epsilon, sampler_delta)``-DP (pure ``epsilon`` for exact noise; the MPC sampler is within total variation
+    ``2^-64`` of it) with noise independent of ``k``, of the clients, of the dropout and of the committee's size;
+    ``sigma`` is the discrete Laplace std that ``epsilon`` and the ballot's largest entry imply
+    (`dphype.privacy.winner.noise_std`; every tally derives the sampler from the announced ``epsilon`` and ballot).
+    ``delta``, ``noise`` and ``accountant`` concern only the composition with other releases, and the selection
+    rule does not apply. It takes graded ballots (`dphype.selection.voting.Ballot`):
     the noise depends on their largest entry only.
 
     Attributes:
@@ -982,7 +986,7 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
                              neighbouring=cfg.neighbouring, sensitivity=self.sensitivity(cfg))
 
     def check_claims(self, request: Request) -> None:
-        """Nothing to recompute: each tally derives its noise share from the announced epsilon and committee size.
+        """Nothing to recompute: each tally derives the committee's sampler from the announced epsilon and ballot.
 
         So it cannot be asked for too little.
 
@@ -1005,11 +1009,11 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
 
     def node_cost(self, request: Request, *, survivors: int, delta: float, accountant: str,
                   neighbouring: str) -> NodeCost:
-        """Pure ``epsilon_node = -shift G log t`` under the node's relation (`THRESHOLD_SHIFT`; ``G`` the ballot's).
+        """``epsilon_node = -shift G log t`` under the node's relation (`THRESHOLD_SHIFT`; ``G`` the ballot's).
 
-        Whatever the node's delta and accountant, and the number of contributors: the noise is the committee's,
-        and the shares of any ``h`` of its tallies (`dphype.privacy.winner.honest_tallies` of the request's
-        committee size, MPyC's honest majority) carry it; ``total_std`` is the request's ``sigma``, that std.
+        Whatever the node's delta and accountant, and the number of contributors: the noise is the committee's, one
+        discrete Laplace per count sampled inside the MPC (its sampler's delta is added where the ledger composes,
+        `dphype.privacy.winner.epsilon_with_samplers`); ``total_std`` is the request's ``sigma``, that std.
 
         Args:
             request: The request.
@@ -1024,22 +1028,22 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
         cfg = request.config
         parties, g = len(request.tallies), self.sensitivity(cfg)
         eps = -THRESHOLD_SHIFT[neighbouring] * g * math.log(noise_parameter(cfg.epsilon, cfg.neighbouring, g))
-        return NodeCost(noise=WINNER_NOISE, total_std=request.sigma, epsilon=eps, accountant="pure epsilon",
-                        claim=f"the requested winner release gives pure epsilon {eps:.3g} (noise made by any "
-                              f"{honest_tallies(parties)} of the {parties} tallies)")
+        return NodeCost(noise=WINNER_NOISE, total_std=request.sigma, epsilon=eps,
+                        accountant="report-noisy-max, MPC-sampled",
+                        claim=f"the requested winner release gives epsilon {eps:.3g} with delta "
+                              f"{sampler_delta(eps):.2g} (noise sampled jointly by the {parties} tallies)")
 
-    def tally_noise(self, request: Request) -> np.ndarray:
-        """One tally's discrete Laplace share (`dphype.privacy.winner.committee_noise_share`) from the CSPRNG.
+    def tally_noise(self, request: Request) -> JointSampler:
+        """The committee's discrete Laplace sampler for the request (`dphype.privacy.winner.JointSampler`).
 
         Args:
             request: The approved request.
 
         Returns:
-            The int64 share, one entry per candidate.
+            The sampler, the same at every tally.
         """
         cfg = request.config
-        return committee_noise_share(len(request.candidates), cfg.epsilon, cfg.neighbouring, len(request.tallies),
-                                     rng=secure_generator(), sensitivity=self.sensitivity(cfg))
+        return JointSampler.for_release(len(request.candidates), cfg.epsilon, cfg.neighbouring, self.sensitivity(cfg))
 
     def release(self, request: Request, opened: Opening | int, survivors: int) -> DPHypeResult:
         """The server's record of the index the tallies opened, and of the ballots they left out.
@@ -1051,7 +1055,7 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
             survivors: The number of contributors whose ballots reached the tallies (valid or not).
 
         Returns:
-            The result with the winner and the pure-epsilon privacy report (naming the excluded contributors), no
+            The result with the winner and the privacy report (naming the excluded contributors), no
             noisy sum or selection.
 
         Raises:
@@ -1081,15 +1085,14 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
             repetitions: The number of draws ``R``.
             rng: The generator of the noise.
             survivors: Does not apply (the noise does not depend on the contributors).
-            per_client: One noise share per tally instead of one summed draw.
+            per_client: Does not apply (the committee samples the noise in one piece).
 
         Returns:
             The indices, int64 ``(repetitions,)``.
         """
         cfg = request.config
         return replay_winners(vote_sum, epsilon=cfg.epsilon, neighbouring=cfg.neighbouring, repetitions=repetitions,
-                              rng=rng, parties=len(request.tallies), per_tally=per_client,
-                              sensitivity=self.sensitivity(cfg))
+                              rng=rng, sensitivity=self.sensitivity(cfg))
 
     def describe(self, request: Request) -> str:
         """The winner release's parameters: k, clients, dropout, neighbouring, the committee and its noise.
@@ -1100,13 +1103,13 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
         Returns:
             The description, ``key=value, ...``.
         """
-        # pure epsilon, discrete Laplace: no delta, noise kind or rule applies
+        # discrete Laplace sampled in the MPC: no run delta, noise kind or rule applies
         cfg = request.config
         parties, g = len(request.tallies), self.sensitivity(cfg)
         k = self.votes_per_client(cfg, len(request.candidates))
         return (f"ballot={cfg.ballot!r}, k={k}, clients={cfg.clients}, dropout={cfg.dropout:g}, "
                 f"neighbouring={cfg.neighbouring!r}, tallies={parties}, ballots verified, committee noise std="
-                f"{committee_noise_std(cfg.epsilon, cfg.neighbouring, parties, g):.4g}")
+                f"{noise_std(cfg.epsilon, cfg.neighbouring, g):.4g} (sampled jointly in the MPC)")
 
     def describe_plan(self, config: Settings, plan: Plan) -> str:
         """The chance of a good pick by the argmax release (no selection rule applies), and the measured shares.

@@ -206,7 +206,7 @@ class DPHypeResult:
             rule = sel.rule if sel.rule == sel.requested else f"{sel.rule} (asked for {sel.requested}: {sel.fallback})"
             lines.append(f"rule: {rule}; confidence: P(top-voted) {sel.p_top:.2f}, P(within {sel.tolerance:g} votes "
                          f"of the top) {sel.p_top_group:.2f}, margin {sel.margin:.2f} sigma")
-        accountant = rep.accountant if rep.pure else f"{rep.accountant} accountant"
+        accountant = rep.accountant if rep.release_delta is not None else f"{rep.accountant} accountant"
         lines.append(f"privacy: {rep.guarantee()} per client ({rep.neighbouring}, {accountant}), {rep.noise} noise "
                      f"sigma={rep.sigma:.4g}{contributed}; released: {rep.released}")
         lines.append(f"ballots: {rep.ballots()}")

@@ -6,8 +6,8 @@ Part by part, for ``--candidates`` candidates (default 100) and each ``n`` of ``
   client's ballot (:meth:`dphype.modes.ArgmaxRelease.ballot`: top-k votes checked against the form, Shamir shares
   of its bits mod MPyC's prime, one sealed ciphertext per tally) and what it uploads, the 3 tallies opening their
   ciphertexts and drawing their noise, and the MPC (3 MPyC parties on loopback ports: start, agreement, ballot
-  checks, noise, argmax) with each party's own split, traffic and memory; the opened index is checked against
-  ``np.argmax`` of the counts plus the tallies' noise shares;
+  checks, noise, argmax) with each party's own split, traffic and memory; the opened index is checked to lie
+  within the committee noise's reach of the top count (nobody knows the noise it sampled);
 * with ``--whole``, a whole selection in process (:class:`dphype.flower.local.LocalGrid`, random scores, the
   real client handlers): argmax mode (3 tally nodes) and sum mode (SecAgg+), wall time of ``DPHype.start``.
 

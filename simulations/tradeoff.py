@@ -40,7 +40,7 @@ import numpy as np
 from dphype.checks import NEIGHBOURING, resolve_accountant
 from dphype.modes import RELEASE_MODES, ArgmaxRelease
 from dphype.privacy.noise import replay_noisy_sums
-from dphype.privacy.winner import committee_noise_std, replay_winners
+from dphype.privacy.winner import noise_std, replay_winners
 from dphype.selection.planner import plan, read_consensus
 from dphype.selection.rules import DEFAULT_RULE, RULES, select_batch
 from simulations import harness
@@ -127,13 +127,14 @@ def winner_k(release: dict[str, Any], *, clients: int, epsilon: float, relation:
 def winner_picks(vote_sum: np.ndarray, *, epsilon: float, relation: str, repetitions: int,
                  rng: np.random.Generator, sensitivity: int = 1) -> tuple[np.ndarray, float]:
     """Argmax-mode picks of ``repetitions`` winner releases (:func:`dphype.privacy.winner.replay_winners`) under the
-    neighbouring ``relation`` for ballots of largest entry ``sensitivity``, and the total noise std of the 3
-    tallies' noise; ``epsilon = inf``: the noiseless argmax (lowest index among ties) and std 0."""
+    neighbouring ``relation`` for ballots of largest entry ``sensitivity``, and the std of the committee's noise
+    (one discrete Laplace per count, sampled in the MPC); ``epsilon = inf``: the noiseless argmax (lowest index
+    among ties) and std 0."""
     if np.isinf(epsilon):
         return np.full(repetitions, int(np.argmax(vote_sum))), 0.0
     picks = replay_winners(vote_sum, epsilon=epsilon, neighbouring=relation, repetitions=repetitions, rng=rng,
                            sensitivity=sensitivity)
-    return picks, committee_noise_std(epsilon, relation, sensitivity=sensitivity)
+    return picks, noise_std(epsilon, relation, sensitivity)
 
 
 @dataclass(frozen=True)

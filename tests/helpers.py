@@ -305,3 +305,16 @@ def readme_blocks(section: str, language: str) -> list[str]:
     end = re.compile(r"^###? ", re.M).search(text, start.end())
     body = text[start.end():end.start() if end else len(text)]
     return re.findall(rf"^```{language}\n(.*?)^```", body, re.S | re.M)
+
+
+def sampled_noise(sampler, shape):
+    """Draws from the exact law of the committee's MPC sampler (`dphype.privacy.winner.JointSampler.pmf`), by inverse
+    CDF of the secure generator's uniforms: what the argmax release's audits add to the counts."""
+    import numpy as np
+
+    from dphype.privacy.noise import secure_generator
+
+    support = np.arange(-(2**sampler.digits) + 1, 2**sampler.digits)
+    cdf = np.cumsum(sampler.pmf(support))
+    u = secure_generator().random(shape)
+    return support[np.minimum(np.searchsorted(cdf, u * cdf[-1], side="right"), support.size - 1)]

@@ -53,11 +53,13 @@ def test_a_pure_release_states_delta_zero():
     config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=20, release="argmax")
     request = make_vote_request(config, CANDIDATES, tallies=tuple(Tally(j).public for j in range(3)))
     result = request.mode.release(request, 2, 20)
-    assert result.report.pure and result.report.delta == 1e-5  # the run's delta, for composing with others
+    assert result.report.release_delta < 1e-18 and result.report.delta == 1e-5  # the run's delta, for composing
     privacy = result.summary().splitlines()[2]
-    assert privacy.startswith("privacy: (1, 0)-DP per client (replace-one, pure epsilon") and "1e-05" not in privacy
-    assert DPHypeResult.from_dict(json.loads(json.dumps(result.to_dict()))).report.pure
-    assert not a_release().report.pure and a_release().report.guarantee() == "(5, 1e-05)-DP"
+    assert privacy.startswith("privacy: (1, 2e-19)-DP per client (replace-one, report-noisy-max")
+    assert "1e-05" not in privacy
+    back = DPHypeResult.from_dict(json.loads(json.dumps(result.to_dict()))).report
+    assert back.release_delta == result.report.release_delta
+    assert a_release().report.release_delta is None and a_release().report.guarantee() == "(5, 1e-05)-DP"
 
 
 def test_save_and_load_round_trip(tmp_path):

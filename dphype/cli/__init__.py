@@ -92,7 +92,8 @@ def add_selection_arguments(parser: argparse.ArgumentParser, *, release: str = "
 
     parser.add_argument("--release", choices=tuple(RELEASE_MODES), default=release,
                         help="release mode: sum (the noisy vote sum over SecAgg+) or argmax (only the winner's "
-                             f"index from a secure argmax among 3 tallies; pure epsilon); default {release}")
+                             "index from a secure argmax among 3 tallies, noise sampled inside the MPC); default "
+                             f"{release}")
     parser.add_argument("--ballot", default=None,
                         help="the clients' ballot: top-k (with --k), rank:D[:BITS] or score:M[:BITS] (graded, argmax "
                              "release only); default: the release's (dphype.modes.ReleaseMode.default_ballot)")

@@ -10,9 +10,10 @@ X25519 private key, created with mode 0600 if missing; its public key is what th
 ``dphype-tallies`` name). It answers ``query.dphype_tally`` in four stages: ``hello`` (its index and public key),
 ``collect`` (the request and the ciphertexts sealed to it: `dphype.secure.tally.Tally` opens them, refusing
 foreign or duplicate shares and a request already served, and keeps every contributor's share row), ``compute``
-(starts its MPyC party, which checks every ballot and adds the noise shares the tallies drew when they collected;
-it returns at once, so that all parties run together whatever the transport) and ``result`` (what its party
-opened, the index or the noisy sum, and the contributors whose ballots were invalid).
+(starts its MPyC party, which checks every ballot and adds the noise: sampled jointly inside the MPC for the argmax
+release, the shares the tallies drew when they collected for the committee sum; it returns at once, so that all
+parties run together whatever the transport) and ``result`` (what its party opened, the index or the noisy sum, and
+the contributors whose ballots were invalid).
 
 The server (`dphype.flower.server.committee.run_winner_selection`, called by
 `dphype.flower.server.DPHype.start` when ``release="argmax"``) finds the configured committee among the

@@ -63,7 +63,7 @@ from dphype.privacy.accounting import (
     rdp_epsilon,
     vote_rdp,
 )
-from dphype.privacy.winner import WINNER_NOISE, winner_rdp
+from dphype.privacy.winner import WINNER_NOISE, epsilon_with_samplers, sampler_delta, winner_rdp
 
 #: Where updates are clipped: on the server ("server", the default) or by the clients with ``fixedclipping_mod``
 #: ("client"; the server verifies every update's norm).
@@ -115,7 +115,8 @@ class RunAccountant:
     """Flower's ``PrivacyAccountant`` protocol for a DP-Hype run: the selection, then DP-FedAvg rounds.
 
     The curve starts at the selection's RDP (noise of the survivors, `vote_rdp`; for a winner release
-    `dphype.privacy.winner.winner_rdp` of its pure epsilon) and adds
+    `dphype.privacy.winner.winner_rdp` of its pure epsilon; its MPC sampler's delta,
+    `dphype.privacy.winner.epsilon_with_samplers`) and adds
     `fedavg_rdp` for every composed Gaussian event, both under the selection's neighbouring relation;
     epsilon by `rdp_epsilon` (Thm I.1), delta by `rdp_delta`, on `RDP_ORDERS`. Its ``neighbouring`` is the
     selection's relation.
@@ -134,10 +135,11 @@ class RunAccountant:
                                      neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
                                      sampling_method=SamplingMethod.NO_AMPLIFICATION, max_epsilon=max_epsilon)
         self.neighbouring = selection.neighbouring
-        # a winner release (argmax mode) is pure epsilon: randomized response's curve bounds it (privacy.winner)
+        # a winner release (argmax mode) is pure epsilon for exact noise: randomized response's curve bounds it
         self._rdp = (winner_rdp(selection.epsilon, RDP_ORDERS) if selection.noise == WINNER_NOISE
                      else vote_rdp(selection.k, selection.sigma, selection.noise, neighbouring=self.neighbouring))
         self._releases = 1
+        self._winners = int(selection.noise == WINNER_NOISE)  # its MPC sampler's delta (privacy.winner)
 
     @property
     def config(self) -> PrivacyConfig:
@@ -163,7 +165,7 @@ class RunAccountant:
         self._releases += count
 
     def get_epsilon(self, delta: float) -> float:
-        """The run's epsilon so far at ``delta`` (`rdp_epsilon`).
+        """The run's epsilon so far at ``delta`` (`dphype.privacy.winner.epsilon_with_samplers`).
 
         Args:
             delta: The delta, in ``(0, 1)``.
@@ -171,7 +173,7 @@ class RunAccountant:
         Returns:
             The epsilon.
         """
-        return rdp_epsilon(self._rdp, delta)[0]
+        return epsilon_with_samplers(self._rdp, delta, self._winners)
 
     def get_delta(self, epsilon: float) -> float:
         """The run's delta so far at ``epsilon`` (`rdp_delta`).
@@ -182,7 +184,7 @@ class RunAccountant:
         Returns:
             The delta.
         """
-        return rdp_delta(self._rdp, epsilon)
+        return rdp_delta(self._rdp, epsilon) + sampler_delta(epsilon, self._winners)
 
     def get_privacy_spent(self, delta: float | None = None) -> PrivacySpent:
         """The run's spend so far at ``delta``, in Flower's ``PrivacySpent``.
@@ -197,8 +199,8 @@ class RunAccountant:
             ValueError: If ``delta`` is not in ``(0, 1)``.
         """  # noqa: DOC502
         delta = self._config.target_delta if delta is None else check_delta(delta)
-        epsilon, order = rdp_epsilon(self._rdp, delta)
-        return PrivacySpent(epsilon=epsilon, delta=delta, num_releases=self._releases,
+        order = rdp_epsilon(self._rdp, delta)[1]
+        return PrivacySpent(epsilon=self.get_epsilon(delta), delta=delta, num_releases=self._releases,
                             accounting_method="rdp (DP-Hype selection and DP-FedAvg composed)", optimal_order=order)
 
     def would_exceed(self, event: GaussianPrivacyEvent, max_epsilon: float | None = None, count: int = 1) -> bool:
@@ -218,7 +220,7 @@ class RunAccountant:
         limit = self._config.max_epsilon if max_epsilon is None else max_epsilon
         if limit is None:
             raise ValueError("max_epsilon must be given to the accountant or to would_exceed")
-        return rdp_epsilon(self._with(event, count), self._config.target_delta)[0] > limit
+        return epsilon_with_samplers(self._with(event, count), self._config.target_delta, self._winners) > limit
 
     def to_dict(self) -> dict[str, Any]:
         """A summary for logs: the release count and the relation.

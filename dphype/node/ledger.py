@@ -55,8 +55,8 @@ from dphype.node.policy import (
     check_vote_request,
     default_ledger_path,
 )
-from dphype.privacy.accounting import RDP_ORDERS, rdp_epsilon, vote_rdp
-from dphype.privacy.winner import THRESHOLD_SHIFT, WINNER_NOISE, winner_rdp
+from dphype.privacy.accounting import RDP_ORDERS, vote_rdp
+from dphype.privacy.winner import THRESHOLD_SHIFT, WINNER_NOISE, epsilon_with_samplers, winner_rdp
 from dphype.protocol import EPSILON_RTOL, VoteRequest
 from dphype.refusal import REFUSAL_CODES, Refusal
 
@@ -107,7 +107,8 @@ class LedgerEntry(VoteGuarantee):
     def rdp(self, neighbouring: str) -> np.ndarray:
         """RDP curve of this vote under ``neighbouring`` on `dphype.privacy.accounting.RDP_ORDERS`.
 
-        A winner release (pure epsilon, recorded under the entry's relation) is rescaled to ``neighbouring`` and
+        A winner release (pure epsilon for exact noise, recorded under the entry's relation; its MPC sampler's delta is
+        added where the entries compose, `composed_epsilon`) is rescaled to ``neighbouring`` and
         bounded by `dphype.privacy.winner.winner_rdp`.
 
         Args:
@@ -232,6 +233,8 @@ class Ledger:
     def composed_epsilon(entries: list[LedgerEntry], delta: float, neighbouring: str) -> float:
         """Epsilon at ``delta`` of all ``entries`` together: their RDP curves summed, Thm I.1.
 
+        Winner releases add their MPC sampler's delta (`dphype.privacy.winner.epsilon_with_samplers`).
+
         Args:
             entries: The recorded votes.
             delta: The delta of the composed epsilon, in ``(0, 1)``.
@@ -242,7 +245,8 @@ class Ledger:
         """
         if not entries:
             return 0.0
-        return rdp_epsilon(sum(e.rdp(neighbouring) for e in entries), check_delta(delta))[0]
+        winners = sum(e.noise == WINNER_NOISE for e in entries)
+        return epsilon_with_samplers(sum(e.rdp(neighbouring) for e in entries), check_delta(delta), winners)
 
     def spent(self, delta: float, neighbouring: str = "replace-one") -> float:
         """Epsilon at ``delta`` of every vote recorded so far.

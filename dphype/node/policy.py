@@ -61,9 +61,9 @@ post-processing.
    pre-flight.
 9. *Noise* comes from ChaCha20 keyed by the operating system (`dphype.privacy.noise.secure_generator`).
 10. *Argmax mode* (``release="argmax"``, `dphype.privacy.winner`, `dphype.secure.tally`): the node
-    recomputes the pure epsilon of the committee's noise under ITS OWN neighbouring relation (the noise
-    parameter follows from the announced epsilon and relation; the shares of any honest majority of the
-    committee's tallies carry it, `dphype.privacy.winner.honest_tallies`), checks it and the fewest contributors against
+    recomputes the epsilon of the committee's noise under ITS OWN neighbouring relation (the noise parameter
+    follows from the announced epsilon and relation; the committee samples it jointly inside the MPC,
+    `dphype.privacy.winner.JointSampler`), checks it and the fewest contributors against
     its limits, and checks the tally committee before it seals a share: at least 3 distinct tallies (honest
     majority, threshold 1), all of them pinned by its operator (``dphype-tallies``; with none pinned every argmax
     request is refused in the pre-flight, so a server cannot name tallies it runs itself). Each share is sealed
@@ -508,7 +508,7 @@ def check_vote_request(request: VoteRequest, policy: NodePolicy) -> VoteGuarante
     ``policy_epsilon``); ``n`` and the fewest contributors ``ceil((1 - xi) n)`` against ``min_clients``
     (``policy_clients``); and the epsilon of the worst-case noise, the fewest contributors' shares, recomputed at
     the node's own delta, accountant and neighbouring relation (`dphype.modes.ReleaseMode.node_cost`:
-    Appendix A's shares of variance ``sigma^2 / ((1 - xi) n)`` for the sum, pure epsilon for the winner)
+    Appendix A's shares of variance ``sigma^2 / ((1 - xi) n)`` for the sum, the winner's epsilon for the winner)
     (``policy_epsilon``). Details carry only numbers derived from the request, never the node's limits.
 
     Args:

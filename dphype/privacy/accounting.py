@@ -498,9 +498,10 @@ class PrivacyReport:
         neighbouring: The neighbouring relation of the guarantee.
         l2_sensitivity: The L2 sensitivity it implies.
         released: What the server learns.
-        pure: Whether the release itself is pure ``epsilon``-DP (delta 0); ``delta`` is then only the run's delta,
-            at which the release composes with others (pure ``epsilon``-DP is ``(epsilon, delta)``-DP for every
-            delta).
+        release_delta: The release's own delta where it is far below the run's (the winner release: pure
+            ``epsilon`` but for its MPC sampler's total variation, `dphype.privacy.winner.sampler_delta`); ``delta``
+            is then only the run's delta, at which the release composes with others. ``None``: the release spends
+            ``delta``.
         ballots_verified: Whether a tally committee checked every ballot's form under MPC before counting it
             (`dphype.secure.tally`); SecAgg+ sums whatever the clients send, unverified.
         excluded: The contributors whose ballots the committee found invalid and left out (their labels, never
@@ -521,7 +522,7 @@ class PrivacyReport:
     neighbouring: str
     l2_sensitivity: float
     released: str = "noisy vote sum only (secure aggregation)"
-    pure: bool = False
+    release_delta: float | None = None
     ballots_verified: bool = False
     excluded: tuple[str, ...] = ()
 
@@ -542,13 +543,14 @@ class PrivacyReport:
         return f"verified by the tally committee under MPC ({left_out})"
 
     def guarantee(self) -> str:
-        """The release's guarantee per client as ``(epsilon, delta)-DP``; delta 0 for a pure release.
+        """The release's guarantee per client as ``(epsilon, delta)-DP``, with its own delta where it has one.
 
         Returns:
-            The guarantee, e.g. ``"(1, 1e-05)-DP"``, or ``"(1, 0)-DP"`` for a pure release.
+            The guarantee, e.g. ``"(1, 1e-05)-DP"``, or ``"(1, 2e-19)-DP"`` for a winner release.
         """
         epsilon = "inf" if math.isinf(self.epsilon) else f"{self.epsilon:.4g}"
-        return f"({epsilon}, 0)-DP" if self.pure else f"({epsilon}, {self.delta:g})-DP"
+        delta = self.delta if self.release_delta is None else self.release_delta
+        return f"({epsilon}, {delta:.2g})-DP" if self.release_delta is not None else f"({epsilon}, {delta:g})-DP"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-serialisable dict of all fields.

@@ -50,59 +50,61 @@ from the approved request alone (the number of candidates, epsilon, the relation
 fraction), before and independently of any client's data: the same ``k`` under both neighbours, so the argument
 holds for it as for any fixed ``k``.
 
-The noise is made by the tally committee, never by the clients. A geometric variable ``G``, ``P(G = g) = (1 - t)
-t^g``, is the negative binomial ``NB(1, 1 - t)`` (failures before the first success), and ``G_1 - G_2`` of two iid
-ones is discrete Laplace with parameter ``t``. Negative binomials with the same success probability add up in their
-shape (``NB(a, q) + NB(b, q) = NB(a + b, q)``): the law is infinitely divisible. Each of the ``parties`` tallies
-draws, with the operating system's CSPRNG (`committee_noise_share`), its share ``NB(1/h, 1 - t) - NB(1/h, 1 - t)``
-per count, ``h = parties - threshold`` (`dphype.privacy.noise.honest_tallies`: the fewest honest tallies under
-MPyC's honest majority, 2 of 3), and inputs it to the MPC, which adds the valid ballots and every share and opens
-only the argmax (`dphype.secure.tally_party`). The shares of ANY ``h`` tallies add up to exactly one discrete
-Laplace per count. A client's ballot carries no noise: the committee checks under MPC that it is a valid ballot
-(`dphype.selection.ballots`: entries in ``[0, G]``, its total in range; top-k: 0 or 1, exactly ``k`` ones) and
-leaves out an invalid one, so no client can hide a boost in its noise, and a client's effect on every count is at
-most ``G`` (one vote for top-k).
+The noise is made by the tally committee inside the MPC, never by the clients, and no tally knows any part of
+it (`JointSampler`, `dphype.secure.tally_party`). A geometric variable ``X``, ``P(X = x) = (1 - t) t^x``, has
+independent binary digits (``t^x`` factorises over the digits of ``x``, and ``prod_i (1 + t^(2^i)) = 1/(1 - t)``),
+digit ``i`` being 1 with probability ``q_i = t^(2^i) / (1 + t^(2^i))``; and ``X_1 - X_2`` of two iid ones is
+discrete Laplace with parameter ``t``. The committee draws every digit as a secure comparison ``[U < c_i]`` of a
+secret uniform integer ``U`` of ``M`` bits (MPyC's secure random bits: pseudorandom secret sharing, uniform to any
+coalition of at most ``t`` tallies, MPyC's threshold) with the public threshold ``c_i = round(q_i 2^M)``, adds the
+digits, the two geometrics and the counts of the valid ballots in secret, and opens only the argmax. A client's
+ballot carries no noise: the committee checks under MPC that it is a valid ballot (`dphype.selection.ballots`:
+entries in ``[0, G]``, its total in range; top-k: 0 or 1, exactly ``k`` ones) and leaves out an invalid one, so no
+client can hide a boost in its noise, and a client's effect on every count is at most ``G`` (one vote for top-k).
 
-More noise shares (proof sketch). The released index is report-noisy-max over ``c + Z + W``: ``Z`` is the sum of
-the shares of any ``h`` honest tallies (discrete Laplace, as above) and ``W`` the sum of the other
-``parties - h`` shares, independent of ``Z`` and of the data, with the same law under both neighbours; a
-semi-honest tally may even know its own share, so condition on ``W = w``. Given ``w`` the release is
-report-noisy-max over the shifted counts ``c + w`` and ``c' + w``, which are neighbouring in the same sense (the
-shift cancels in ``c' - c``), so the bound above holds for every ``w``, and averaging over ``w`` keeps it:
-``epsilon`` is unchanged, whatever the known shares are. The same argument covered the clients' shares before
-(more survivors than the minimum); now the noise depends on neither the clients nor the dropout, and only the
-valid ballots of the contributors are counted, each moving every count by at most ``G`` (the sensitivity the
-proof assumes). The names of the contributors whose ballots were invalid are released too: an honest client's
-ballot is valid whatever its data (it checks its own ballot before it shares), so that list is a function of the other
+The noise (proof sketch). Pure DP needs noise of unbounded support, which no computation with finitely many random
+bits draws; the sampler's law is within a proven total variation of the exact one instead. Per geometric: the ``L``
+digits drawn differ from exact Bernoulli digits by at most ``|c_i / 2^M - q_i| <= 2^-M`` each (the thresholds are
+computed to 60 decimal digits) and the digits not drawn are 1 with probability at most ``sum_{i >= L} q_i <= 2
+t^(2^L)``; coupling digit by digit, the ``2p`` geometrics of one release are within total variation ``eta = 2p (L
+2^-M + 2 t^(2^L))`` of exact iid discrete Laplace, and `JointSampler.for_release` takes the fewest ``L`` and ``M``
+with ``eta <= SAMPLER_TV = 2^-64``. For any event ``S`` of the outputs, ``P_real(D)(S) <= P_exact(D)(S) + eta <=
+e^epsilon P_exact(D')(S) + eta <= e^epsilon P_real(D')(S) + (1 + e^epsilon) eta``: the release is ``(epsilon, (1 +
+e^epsilon) eta)``-DP (`sampler_delta`, ``2e-19`` at epsilon 1), and a composition of ``r`` of them with other
+releases adds ``(1 + e^epsilon) r eta`` to the composed delta (the real and exact transcripts couple release by
+release). The uniform bits are pseudorandom (MPyC's PRSS, 128-bit keys from ``secrets``): the guarantee holds
+against a computationally bounded coalition, as every cryptographic part here does. Against a coalition of the
+server and up to ``t`` semi-honest tallies the noise is as secret as the counts (nothing of either is opened but the
+argmax), so the whole noise protects the release: one discrete Laplace per count, not the shares of the honest
+tallies only. The names of the contributors whose ballots were invalid are released too: an honest client's ballot
+is valid whatever its data (it checks its own ballot before it shares), so that list is a function of the other
 clients' ballots only and costs an honest client nothing. A tally that deviates from the protocol (MPyC's model is
 semi-honest) is out of scope.
 
-Utility cost. All ``parties`` shares are added: the total noise is ``NB(parties/h) - NB(parties/h)``, of variance
-``parties/h`` times one discrete Laplace's (1.5 for 3 tallies, std x 1.22), where the client-made noise of
-the previous release carried ``n/m`` (1 without dropout, ``1/(1 - xi)`` with a tolerated dropout ``xi``) and had
-to be trusted to the clients. Replayed (200,000 releases, epsilon 1, replace-one, counts ``[12, 11, 10, 9, 8]``):
-the top candidate wins 0.527 of the time with one discrete Laplace (the client-made noise without dropout) and 0.456
-with the committee's noise of 3 tallies; among 100 candidates (the other 95 counts 0) 0.493 against 0.403, and one
-of the top 3 wins 0.839 against 0.763. The planner's chance of a good pick for ``dphype new``'s app (8
-candidates, 10 clients, epsilon 1) goes from 0.81 (k = 2) to 0.73 (k = 1). On Adult's real votes (``dphype bench
-tradeoff --betas iid --epsilons 1 --release argmax``, 100 candidates, 500 replays, the same cached votes) the gap to
-Opt moves from 0.35 to 0.36 points at n = 20, k = 15 (replace-one; every replay within 1 point either way) and from
-3.13 to 3.22 at n = 10, k = 20 (add/remove: 1.77 to 1.88).
+Utility (issue 23). The committee's noise is one discrete Laplace per count, as the client-made noise of the first
+argmax release was without dropout (its ``n/m`` shares then carried ``1/(1 - xi)`` times the variance), and not
+trusted to any client. The committee's own shares that this sampler replaced (each tally drew ``NB(1/h) - NB(1/h)``
+so that any ``h = 2`` of 3 honest tallies carried one discrete Laplace, since a tally knows its own share) added up
+to 1.5 times its variance: on Adult's cached votes (``dphype bench ksweep``, 10,000 releases, replace-one) the gap to
+Opt at n = 10, epsilon 1 was 3.88 points at the then planner's k and 3.26 at the best k, against 2.97 (auto's k 15)
+and 2.91 (k 20) with the joint noise.
 
-Accounting. The release is ``(epsilon, 0)``-DP. For composition with other releases (a node's lifetime, the
-DP-FedAvg training after the selection) its Renyi curve is bounded by that of binary randomized response
-with ``P(truth) = e^epsilon / (1 + e^epsilon)``: every ``(epsilon, 0)``-DP pair of output laws is a
-post-processing of that pair (Kairouz, Oh & Viswanath, ICML 2015, Thm 2.4's privacy region at ``delta = 0``),
-and Renyi divergence does not grow under post-processing. `winner_rdp` evaluates this curve in closed
-form (equal to dp_accounting's ``RandomizedResponseDpEvent`` with 2 buckets and noise parameter
+Accounting. The release is ``(epsilon, sampler_delta(epsilon))``-DP. For composition with other releases (a
+node's lifetime, the DP-FedAvg training after the selection) the exact release's Renyi curve is bounded by that of
+binary randomized response with ``P(truth) = e^epsilon / (1 + e^epsilon)``: every ``(epsilon, 0)``-DP pair of
+output laws is a post-processing of that pair (Kairouz, Oh & Viswanath, ICML 2015, Thm 2.4's privacy region at
+``delta = 0``), and Renyi divergence does not grow under post-processing. `winner_rdp` evaluates this curve in
+closed form (equal to dp_accounting's ``RandomizedResponseDpEvent`` with 2 buckets and noise parameter
 ``2/(1 + e^epsilon)``, checked in the tests); it is below both ``epsilon`` and ``alpha epsilon^2 / 2`` (Bun &
-Steinke 2016, Prop. 3.3).
+Steinke 2016, Prop. 3.3). The composed guarantee at ``delta`` is computed at ``delta`` less the sampler's part
+(`epsilon_with_samplers`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from decimal import Decimal, localcontext
 from typing import Any
 
 import numpy as np
@@ -116,7 +118,7 @@ from dphype.checks import (
     check_neighbouring,
     check_num_candidates,
 )
-from dphype.privacy.accounting import PrivacyReport, check_orders
+from dphype.privacy.accounting import PrivacyReport, check_orders, rdp_epsilon
 from dphype.privacy.noise import COMMITTEE_TALLIES, check_survivors, honest_tallies, min_survivors
 
 #: The noise kind of the winner release (what a `dphype.privacy.accounting.PrivacyReport` names).
@@ -207,77 +209,183 @@ def noise_std(epsilon: float, neighbouring: str = "replace-one", sensitivity: in
 
 
 def _nb_difference(size: int | tuple[int, ...], shape: float, t: float, rng: np.random.Generator) -> np.ndarray:
-    """``NB(shape, 1 - t) - NB(shape, 1 - t)`` per entry as int64 (the one place this noise is sampled).
-
-    ``shape = 1`` is discrete Laplace with parameter ``t``, and shapes add over independent draws.
-    """
+    """``NB(shape, 1 - t) - NB(shape, 1 - t)`` per entry as int64 (``shape = 1``: discrete Laplace with ``t``)."""
     return (rng.negative_binomial(shape, 1.0 - t, size=size)
             - rng.negative_binomial(shape, 1.0 - t, size=size)).astype(np.int64, copy=False)
 
 
-def committee_noise_share(size: int | tuple[int, ...], epsilon: float, neighbouring: str, parties: int, *,
-                          rng: np.random.Generator, sensitivity: int = 1) -> np.ndarray:
-    """One tally's noise share: ``NB(1/h, 1 - t) - NB(1/h, 1 - t)`` per entry (`dphype.privacy.noise.honest_tallies`).
+def discrete_laplace(size: int | tuple[int, ...], *, epsilon: float, neighbouring: str, rng: np.random.Generator,
+                     sensitivity: int = 1) -> np.ndarray:
+    """Exact discrete Laplace draws with the release's ``t`` (`noise_parameter`), for replays and the planner.
 
-    The shares of any ``h`` tallies add up to discrete Laplace with parameter ``t`` (module docstring). A tally
-    draws its share with ``rng = dphype.privacy.noise.secure_generator()`` (`dphype.secure.tally.Tally.job`).
+    The committee's `JointSampler` draws the same law under MPC to within total variation `SAMPLER_TV` per release.
 
     Args:
-        size: The share's shape, e.g. ``p`` for one entry per candidate.
+        size: The shape, e.g. ``(repetitions, p)``.
         epsilon: The release's epsilon, ``> 0``.
         neighbouring: ``"replace-one"`` or ``"add-remove"``.
-        parties: The committee's size, ``>= 3``.
         rng: The generator to draw from.
         sensitivity: The ballot's l-infinity sensitivity ``G`` (`noise_parameter`).
 
     Returns:
-        The int64 share, of shape ``size``.
+        The int64 draws, of shape ``size``.
 
     Raises:
         ValueError: An argument is out of its range.
     """  # noqa: DOC502
-    t = noise_parameter(epsilon, neighbouring, sensitivity)
-    return _nb_difference(size, 1.0 / honest_tallies(parties), t, rng)
+    return _nb_difference(size, 1.0, noise_parameter(epsilon, neighbouring, sensitivity), rng)
 
 
-def committee_noise(size: int | tuple[int, ...], *, epsilon: float, neighbouring: str, parties: int,
-                    rng: np.random.Generator, sensitivity: int = 1) -> np.ndarray:
-    """The sum of all ``parties`` tallies' `committee_noise_share` draws in one draw, for replays.
-
-    Each side is ``NB(parties / h, 1 - t)`` (shapes add): variance ``parties / h`` times one discrete Laplace's.
-
-    Args:
-        size: The sum's shape.
-        epsilon: The release's epsilon, ``> 0``.
-        neighbouring: ``"replace-one"`` or ``"add-remove"``.
-        parties: The committee's size, ``>= 3``.
-        rng: The generator to draw from.
-        sensitivity: The ballot's l-infinity sensitivity ``G`` (`noise_parameter`).
-
-    Returns:
-        The int64 summed noise, of shape ``size``.
-
-    Raises:
-        ValueError: An argument is out of its range.
-    """  # noqa: DOC502
-    shape = int(parties) / honest_tallies(parties)
-    return _nb_difference(size, shape, noise_parameter(epsilon, neighbouring, sensitivity), rng)
+# -------------------------------------------------------------------------------- the joint sampler
+#: The most total variation between the noise vector the committee samples for one release and exact iid discrete
+#: Laplace (`JointSampler`; module docstring "The noise").
+SAMPLER_TV = 2.0 ** -64
+#: The largest magnitude of one count plus its noise the committee's secure integers hold (`JointSampler`).
+SAMPLER_MAX_DIGITS = 28
 
 
-def committee_noise_std(epsilon: float, neighbouring: str = "replace-one", parties: int = COMMITTEE_TALLIES,
-                        sensitivity: int = 1) -> float:
-    """Standard deviation of the committee's whole noise on one count: ``sqrt(parties / h)`` times `noise_std`.
+def _decimal_exp(x: Decimal) -> Decimal:
+    with localcontext() as ctx:
+        ctx.prec = 60
+        return x.exp()
 
-    Args:
-        epsilon: The release's epsilon, ``> 0``.
-        neighbouring: ``"replace-one"`` or ``"add-remove"``.
-        parties: The committee's size, ``>= 3``.
-        sensitivity: The ballot's l-infinity sensitivity ``G`` (`noise_parameter`).
 
-    Returns:
-        The standard deviation.
+@dataclass(frozen=True)
+class JointSampler:
+    """How the tally committee samples ``size`` discrete Laplace draws inside the MPC, none of it known to any tally.
+
+    A geometric ``X`` with ``P(X = x) = (1 - t) t^x`` has independent binary digits: ``t^x`` factorises over the
+    digits of ``x`` and ``prod_i (1 + t^(2^i)) = 1/(1 - t)``, so digit ``i`` is 1 with probability ``q_i =
+    t^(2^i) / (1 + t^(2^i))``. The committee draws each of the ``digits`` lowest digits as ``[U < c_i]`` with ``U``
+    a secret uniform ``precision``-bit integer made of MPyC's secure random bits (pseudorandom secret sharing; no
+    party knows any of them) and the public threshold ``c_i = round(q_i 2^precision)`` (computed to 60 decimal
+    digits), and the difference of two such geometrics is one draw. Per geometric the total variation to the exact
+    law is at most ``digits 2^-precision`` (each threshold's rounding) plus ``2 t^(2^digits)`` (the digits not drawn):
+    `total_variation`, at most `SAMPLER_TV` for the whole vector by the choice of `for_release`.
+
+    Attributes:
+        size: The number of draws ``p`` (one per candidate).
+        t: The discrete Laplace parameter (`noise_parameter`).
+        digits: The binary digits drawn per geometric, ``L``.
+        precision: The bits of each uniform, ``M``.
+        thresholds: The ``L`` public thresholds ``c_i``, lowest digit first.
     """
-    return noise_std(epsilon, neighbouring, sensitivity) * math.sqrt(int(parties) / honest_tallies(parties))
+
+    size: int
+    t: float
+    digits: int
+    precision: int
+    thresholds: tuple[int, ...]
+
+    @classmethod
+    def for_release(cls, size: int, epsilon: float, neighbouring: str, sensitivity: int = 1) -> JointSampler:
+        """The sampler of one release: the fewest digits and bits whose `total_variation` is within `SAMPLER_TV`.
+
+        Args:
+            size: The number of candidates ``p``.
+            epsilon: The release's epsilon, ``> 0``.
+            neighbouring: ``"replace-one"`` or ``"add-remove"``.
+            sensitivity: The ballot's l-infinity sensitivity ``G``.
+
+        Returns:
+            The sampler.
+
+        Raises:
+            ValueError: An argument is out of range, or the noise would need more than `SAMPLER_MAX_DIGITS` digits
+                (an epsilon far below any useful one; the message names the smallest epsilon it takes).
+        """
+        size = check_num_candidates(size)
+        t = noise_parameter(epsilon, neighbouring, sensitivity)
+        scale = Decimal(THRESHOLD_SHIFT[neighbouring] * check_sensitivity(sensitivity))
+        rate = Decimal(float(epsilon)) / scale  # t = exp(-rate), with the float epsilon as given
+        half = SAMPLER_TV / (4.0 * size)  # the tail and the rounding each get half of the budget
+        digits = 1
+        while 2.0 * math.exp(-float(rate) * 2.0 ** digits) > half:
+            digits += 1
+            if digits > SAMPLER_MAX_DIGITS:
+                least = float(scale) * math.log(2.0 / half) / 2.0 ** SAMPLER_MAX_DIGITS
+                raise ValueError(f"epsilon must be at least {least:.3g} for {size} candidates and this ballot (the "
+                                 f"committee's noise must fit {SAMPLER_MAX_DIGITS} binary digits), got {epsilon!r}")
+        precision = math.ceil(math.log2(digits / half))
+        thresholds = []
+        for i in range(digits):
+            a = _decimal_exp(-rate * (2 ** i))
+            with localcontext() as ctx:
+                ctx.prec = 60
+                thresholds.append(int((a / (1 + a) * (Decimal(2) ** precision)).to_integral_value()))
+        return cls(size=size, t=t, digits=digits, precision=precision, thresholds=tuple(thresholds))
+
+    @property
+    def total_variation(self) -> float:
+        """The bound on the total variation between one sampled noise vector and exact iid discrete Laplace.
+
+        ``2 size (digits 2^-precision + 2 t^(2^digits))``: ``2 size`` geometrics, each within the rounding of its
+        thresholds (at most ``2^-precision`` each, with the 60-digit computation's error) and the mass of its
+        higher digits (``sum_{i >= L} q_i <= 2 t^(2^L)``).
+
+        Returns:
+            The bound, at most `SAMPLER_TV`.
+        """
+        tail = 2.0 * math.exp(math.log(self.t) * 2.0 ** self.digits)
+        return 2.0 * self.size * (self.digits * 2.0 ** -self.precision + tail)
+
+    def digit_probabilities(self) -> np.ndarray:
+        """``c_i / 2^precision``: the probability that digit ``i`` of a sampled geometric is 1.
+
+        Returns:
+            The ``(digits,)`` probabilities.
+        """
+        return np.array([c / 2.0 ** self.precision for c in self.thresholds])
+
+    def pmf(self, z: Any) -> np.ndarray:
+        """The exact law of one sampled draw (the difference of two sampled geometrics) at the integers ``z``.
+
+        Args:
+            z: Integers, any shape.
+
+        Returns:
+            The probabilities, of the shape of ``z``.
+        """
+        q = self.digit_probabilities()
+        values = np.arange(2 ** self.digits)
+        ones = (values[:, None] >> np.arange(self.digits)) & 1
+        geometric = np.prod(np.where(ones == 1, q, 1.0 - q), axis=1)
+        law = np.convolve(geometric, geometric[::-1])  # X1 - X2 on [-(2^L - 1), 2^L - 1]
+        zz = np.asarray(z, dtype=np.int64)
+        offset = zz + 2 ** self.digits - 1
+        inside = (offset >= 0) & (offset < law.size)
+        return np.where(inside, law[np.clip(offset, 0, law.size - 1)], 0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What a tally hands its MPyC party (`dphype.secure.tally_party`).
+
+        Returns:
+            ``{"size", "digits", "precision", "thresholds"}`` (the thresholds as decimal strings).
+        """
+        return {"size": self.size, "digits": self.digits, "precision": self.precision,
+                "thresholds": [str(c) for c in self.thresholds]}
+
+
+def sampler_delta(epsilon: float, releases: int = 1) -> float:
+    """The delta that ``releases`` sampled winner releases add to a guarantee ``(epsilon, delta)`` of the exact ones.
+
+    Each release's noise is within total variation `SAMPLER_TV` of the exact mechanism's, so for any event ``S`` the
+    real composition's probability is within ``releases * SAMPLER_TV`` of the exact one's on either data set:
+    ``(epsilon, delta)`` for the exact releases gives ``(epsilon, delta + (1 + e^epsilon) releases SAMPLER_TV)``.
+
+    Args:
+        epsilon: The guarantee's epsilon, ``>= 0``.
+        releases: The number of sampled winner releases composed in it.
+
+    Returns:
+        The added delta (``inf`` for an epsilon whose ``e^epsilon`` overflows).
+    """
+    if releases <= 0:
+        return 0.0
+    try:
+        return (1.0 + math.exp(epsilon)) * releases * SAMPLER_TV
+    except OverflowError:
+        return math.inf
 
 
 def report_noisy_max(noisy_counts: Any) -> np.ndarray:
@@ -301,40 +409,29 @@ def replay_winners(
     neighbouring: str,
     repetitions: int,
     rng: np.random.Generator,
-    parties: int = COMMITTEE_TALLIES,
-    per_tally: bool = False,
     sensitivity: int = 1,
 ) -> np.ndarray:
     """Independent winner releases for the noiseless vote counts ``vote_sum``.
 
-    The counts plus the noise shares of ``parties`` tallies, report-noisy-max with lowest-index ties, as the
-    tallies compute it: the replay of `dphype.modes.ArgmaxRelease` for benchmarks and the planner. The shares are
-    drawn in one `committee_noise` draw, or with ``per_tally=True`` literally, one `committee_noise_share` per
-    tally (the same law). The noise depends on neither the clients nor the dropout.
+    The counts plus one discrete Laplace draw each (`discrete_laplace`: the law the committee's `JointSampler`
+    draws under MPC), report-noisy-max with lowest-index ties, as the tallies compute it: the replay of
+    `dphype.modes.ArgmaxRelease` for benchmarks and the planner. The noise depends on neither the clients nor the
+    dropout nor the committee's size.
 
     Args:
         vote_sum: The noiseless vote counts, ``(p,)``, or one row per repetition, ``(repetitions, p)``.
-        epsilon: The release's pure epsilon.
+        epsilon: The release's epsilon.
         neighbouring: The neighbouring relation, ``"replace-one"`` or ``"add-remove"``.
         repetitions: How many releases to draw.
         rng: The generator to draw from.
-        parties: The committee's size, ``>= 3``.
-        per_tally: Draw one share per tally and sum them, rather than their sum in one draw.
         sensitivity: The ballot's l-infinity sensitivity ``G`` (`noise_parameter`).
 
     Returns:
         The released indices, int64 ``(repetitions,)``.
     """
     votes = np.asarray(vote_sum)
-    shape = (int(repetitions), votes.shape[-1])
-    if per_tally:
-        noise = np.zeros(shape, dtype=np.int64)
-        for _ in range(int(parties)):
-            noise += committee_noise_share(shape, epsilon, neighbouring, parties, rng=rng,
-                                           sensitivity=sensitivity)
-    else:
-        noise = committee_noise(shape, epsilon=epsilon, neighbouring=neighbouring, parties=parties, rng=rng,
-                                sensitivity=sensitivity)
+    noise = discrete_laplace((int(repetitions), votes.shape[-1]), epsilon=epsilon, neighbouring=neighbouring, rng=rng,
+                             sensitivity=sensitivity)
     return report_noisy_max(np.rint(votes).astype(np.int64) + noise).astype(np.int64)
 
 
@@ -424,13 +521,13 @@ def winner_report(release: WinnerRelease, delta: float, *, clients: int, dropout
                   excluded: tuple[str, ...] = ()) -> PrivacyReport:
     """The privacy statement of one winner release by ``clients`` clients tolerating ``dropout``.
 
-    Pure ``release.epsilon`` (module docstring: the committee's noise of any ``h`` honest tallies carries it,
-    whatever the other shares and the number of contributors); ``survivors``, the contributors whose valid ballots
-    were counted, below the minimum is refused (the tallies release nothing then). The release itself has delta 0
-    (``accountant`` says so); ``delta`` is the run's, at which it composes with other releases (pure
-    ``epsilon``-DP is ``(epsilon, delta)``-DP for every delta). ``sigma`` is the std of the discrete Laplace that
-    any ``h`` tallies' shares add up to, ``client_std`` 0 (the clients add no noise); ``l2_sensitivity`` is the
-    per-count sensitivity ``G`` = ``release.sensitivity`` (what report-noisy-max needs: 1 for top-k).
+    ``(release.epsilon, sampler_delta(release.epsilon))``: pure ``epsilon`` for exact discrete Laplace noise, and
+    the committee's `JointSampler` is within total variation `SAMPLER_TV` of it (module docstring), whatever the
+    number of contributors; ``survivors``, the contributors whose valid ballots were counted, below the minimum is
+    refused (the tallies release nothing then). ``delta`` is the run's, at which it composes with other releases.
+    ``sigma`` is the std of the discrete Laplace noise, ``client_std`` 0 (the clients add no noise);
+    ``l2_sensitivity`` is the per-count sensitivity ``G`` = ``release.sensitivity`` (what report-noisy-max needs: 1
+    for top-k).
 
     Args:
         release: The winner release.
@@ -451,17 +548,17 @@ def winner_report(release: WinnerRelease, delta: float, *, clients: int, dropout
     clients, dropout, delta = check_clients(clients), check_dropout(dropout), check_delta(delta)
     if survivors is not None:
         survivors = check_survivors(survivors, clients, min_survivors(clients, dropout))
-    std, h = release.noise_std, honest_tallies(committee)
-    total = committee_noise_std(release.epsilon, release.neighbouring, committee, release.sensitivity)
+    honest_tallies(committee)  # validates the committee's size
     return PrivacyReport(
-        epsilon=release.epsilon, delta=delta, accountant="pure epsilon (report-noisy-max; delta 0)",
-        noise=WINNER_NOISE, sigma=std, client_std=0.0, clients=clients, dropout=dropout, k=release.k,
+        epsilon=release.epsilon, delta=delta,
+        accountant="report-noisy-max (pure epsilon for exact noise; the MPC sampler's total variation as delta)",
+        noise=WINNER_NOISE, sigma=release.noise_std, client_std=0.0, clients=clients, dropout=dropout, k=release.k,
         num_candidates=release.num_candidates, survivors=survivors, neighbouring=release.neighbouring,
         l2_sensitivity=float(release.sensitivity),
         released=(f"winning index only (secure argmax among {committee} tallies on MPyC; no counts, no runner-up); "
-                  f"noise made by the tallies: any {h} of the {committee} shares add up to the discrete Laplace "
-                  f"above, all {committee} to std {total:.4g}"),
-        pure=True, ballots_verified=True, excluded=tuple(str(label) for label in excluded),
+                  f"noise sampled jointly by the tallies inside the MPC (no tally knows any of it)"),
+        release_delta=sampler_delta(release.epsilon), ballots_verified=True,
+        excluded=tuple(str(label) for label in excluded),
     )
 
 
@@ -485,3 +582,31 @@ def winner_rdp(epsilon: float, orders: Any) -> np.ndarray:
     epsilon = check_epsilon(epsilon)
     a = check_orders(orders)
     return (np.logaddexp(a * epsilon, (1.0 - a) * epsilon) - np.logaddexp(0.0, epsilon)) / (a - 1.0)
+
+
+def epsilon_with_samplers(rdp: Any, delta: float, releases: int) -> float:
+    """The epsilon at ``delta`` of a composition with Renyi curve ``rdp`` that holds ``releases`` winner releases.
+
+    The curve is the exact releases' (`winner_rdp` for each winner release); the real ones add `sampler_delta` to
+    its delta, so the epsilon is the curve's (`dphype.privacy.accounting.rdp_epsilon`) at the largest
+    ``delta' < delta`` with ``delta' + sampler_delta(epsilon(delta'), releases) <= delta``, among ``delta (1 -
+    10^-j)``, ``j = 9, 6, 3, 1``.
+
+    Args:
+        rdp: The ``(m,)`` composed Renyi curve on `dphype.privacy.accounting.RDP_ORDERS`.
+        delta: The delta, in ``(0, 1)``.
+        releases: The winner releases composed in it, ``>= 0``.
+
+    Returns:
+        The epsilon (``inf`` where no such ``delta'`` exists: an epsilon so large that ``e^epsilon`` times the
+        samplers' total variation is not negligible).
+    """
+    delta = check_delta(delta)
+    if releases <= 0:
+        return rdp_epsilon(rdp, delta)[0]
+    for j in (9, 6, 3, 1):
+        inner = delta * (1.0 - 10.0 ** -j)
+        epsilon = rdp_epsilon(rdp, inner)[0]
+        if inner + sampler_delta(epsilon, releases) <= delta:
+            return epsilon
+    return math.inf

@@ -17,8 +17,10 @@ Protocol (framework-free; the Flower adapter relays the bytes):
    SuperLink assigned to it (what the tally sees as the share's label). A server cannot relabel one client's
    share as another's, nor replay it in another run.
 3. Each `Tally` opens its ciphertexts for one approved request, refuses a second share by label or by content,
-   keeps every contributor's share row (nothing is summed before the ballots are checked), takes its noise share
-   (drawn by its node with the CSPRNG for the request's release mode: `dphype.modes.CommitteeMode.tally_noise`)
+   keeps every contributor's share row (nothing is summed before the ballots are checked), takes the committee's
+   noise for the request's release mode (`dphype.modes.CommitteeMode.tally_noise`: the argmax release's sampler,
+   `dphype.privacy.winner.JointSampler`, which every tally derives from the request; the committee sum's Skellam
+   share, drawn by its node with the CSPRNG)
    and refuses a second round for a request it has already served in that run (`Tally.job`). With a ``record``
    (the tally node keeps one beside its key, `ServedRecord`) what it served persists across runs and restarts: checked
    before anything is opened, appended and synced before its job leaves.
@@ -26,7 +28,8 @@ Protocol (framework-free; the Flower adapter relays the bytes):
    contributors (at least the minimum survivors), the ballot form and the committee, take their share rows as
    MPyC secure integers (MPyC's parties hold exactly such Shamir shares), check every ballot (one random linear
    combination opened as zero or not; only if not, which ballots are invalid: `Opening.excluded`), add the valid
-   ballots and every tally's noise share, and open only what the release mode opens: the index of
+   ballots and the noise (sampled jointly inside the MPC, or every tally's share), and open only what the release
+   mode opens: the index of
    ``mpc.np_argmax`` (ties to the lowest index; `OPENS_ARGMAX`) or the whole noisy sum (`OPENS_SUM`).
 
 Security (MPyC's model: Shamir secret sharing, honest majority, semi-honest parties). The server sees
@@ -60,6 +63,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from dphype.privacy.noise import COMMITTEE_TALLIES, honest_tallies
+from dphype.privacy.winner import JointSampler
 from dphype.secure.relay import KeyPair, RelayError, open_sealed, seal
 
 #: Tallies in the default committee (honest majority with threshold 1).
@@ -415,27 +419,33 @@ class Tally:
             parties: The committee's size.
             run: The run's id: shares are bound to it (`voter_id`) and a request is served once per run.
             form: The request's ballot form (every tally derives it from the approved request).
-            noise: This tally's ``(size,)`` integer noise share, drawn with the CSPRNG for the request's release
-                (`dphype.modes.CommitteeMode.tally_noise`).
+            noise: The committee's noise for the request's release (`dphype.modes.CommitteeMode.tally_noise`):
+                the sampler the MPC draws it with (`dphype.privacy.winner.JointSampler`, the same at every tally),
+                or this tally's ``(size,)`` integer share, drawn with the CSPRNG.
             opens: What the committee opens, `OPENS_ARGMAX` or `OPENS_SUM`.
 
         Raises:
             TallyError: The request was already served in this run (by this tally's record) or is being
                 collected: one round per request and run; or the record cannot be read.
-            ValueError: A noise share of another length, or an unknown ``opens``.
+            ValueError: A noise share or sampler of another length, or an unknown ``opens``.
         """
         served = self._served | (self._record.entries() if self._record is not None else set())
         if (int(run), request_digest) in served or (self._round is not None and self._round["request"] == request_digest
                                                      and self._round["run"] == int(run)):
             raise TallyError(f"tally {self.index} refuses a second argmax for request {request_digest[:12]}")
-        share = np.asarray(noise, dtype=np.int64).reshape(-1)
-        if share.size != int(size) or opens not in (OPENS_ARGMAX, OPENS_SUM):
-            raise ValueError(f"the noise share must have {int(size)} entries and opens must be {OPENS_ARGMAX!r} or "
+        spec: dict[str, Any]
+        if isinstance(noise, JointSampler):
+            entries, spec = noise.size, {"sampler": noise.to_dict()}
+        else:
+            share = np.asarray(noise, dtype=np.int64).reshape(-1)
+            entries, spec = share.size, {"noise": share.tolist()}
+        if entries != int(size) or opens not in (OPENS_ARGMAX, OPENS_SUM):
+            raise ValueError(f"the noise must have {int(size)} entries and opens must be {OPENS_ARGMAX!r} or "
                              f"{OPENS_SUM!r}")
         self._round = {"request": request_digest, "run": int(run), "size": int(size), "min": int(min_contributors),
                        "modulus": field_modulus(), "parties": int(parties), "threshold": threshold(parties),
                        "form": form.to_dict(), "width": int(size) * int(form.max_entry).bit_length(),
-                       "noise": share.tolist(), "opens": opens, "shares": {}, "seen": set(), "malformed": set()}
+                       **spec, "opens": opens, "shares": {}, "seen": set(), "malformed": set()}
 
     def receive(self, contributor: str, sealed: bytes) -> None:
         """Open one client's sealed share of the current request.
@@ -476,13 +486,14 @@ class Tally:
     def job(self) -> dict[str, Any]:
         """Close the round: this tally's input to the MPC (`dphype.secure.tally_party`).
 
-        Every contributor's share row as it came (the MPC checks each ballot before anything is summed), and this
-        tally's noise share. The request now counts as served in its run, in the record (synced to disk) before the
-        job is returned.
+        Every contributor's share row as it came (the MPC checks each ballot before anything is summed), and the
+        committee's noise (its sampler, or this tally's share). The request now counts as served in its run, in the
+        record (synced to disk) before the job is returned.
 
         Returns:
             The job: the share rows (base64 of little-endian uint64, one row per contributor in label order), the
-            contributors' labels and those whose share was malformed, the ballot form, the noise share, the field,
+            contributors' labels and those whose share was malformed, the ballot form, the noise (``"sampler"``, the
+            committee's joint sampler, or ``"noise"``, this tally's share), the field,
             the request digest and the sizes.
 
         Raises:
@@ -503,7 +514,7 @@ class Tally:
                 "parties": rnd["parties"], "request": rnd["request"], "contributors": contributors,
                 "min_contributors": rnd["min"], "size": rnd["size"], "form": rnd["form"],
                 "shares": base64.b64encode(rows.tobytes()).decode("ascii"), "malformed": sorted(rnd["malformed"]),
-                "noise": rnd["noise"],
+                **({"sampler": rnd["sampler"]} if "sampler" in rnd else {"noise": rnd["noise"]}),
                 "opens": rnd["opens"]}
 
 

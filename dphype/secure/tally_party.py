@@ -3,18 +3,18 @@
 Run as a script (not ``-m``) it imports only the standard library, numpy and MPyC, not the dphype package: it
 starts in a fraction of a second.
 
-Reads one JSON job from stdin (`dphype.secure.tally.Tally.job`: every contributor's share row of its ballot's
-bits, the ballot form, this tally's noise share, the field modulus, the request digest, the contributors, the
-minimum number of contributors, what to open), runs the checked, noisy secure argmax (or sum) with the other
-parties and writes ``{"value": v, "excluded": [labels], "seconds": {...}, "bytes sent": b, "peak memory": m}``
-(``v`` the index, or the noisy sum as a list; or ``{"error":
-reason, "excluded": [...]}``; ``seconds``: importing numpy and MPyC, connecting to the other parties, the ballot
-checks, the noise and the argmax; the bytes this party sent to the others; its peak resident memory in bytes) as one
-JSON line to stdout. The party imports MPyC before it reads the job, so a tally can start it early (while
-it opens its shares, `dphype.secure.tally.spawn_party`) and hand it the job later. The MPyC options (``-I``,
-``-P``, ``--no-log``, ...) are MPyC's own command line (MPyC reads them when ``mpyc.runtime`` is imported, hence
-the separate process); `dphype.secure.tally.secure_argmax` starts the parties on one machine, a deployment starts
-one per tally host with the same command.
+Reads one JSON job from stdin (`dphype.secure.tally.Tally.job`: every contributor's share row of its ballot's bits,
+the ballot form, the committee's noise sampler or this tally's noise share, the field modulus, the request digest,
+the contributors, the minimum number of contributors, what to open), runs the checked, noisy secure argmax (or sum)
+with the other parties and writes ``{"value": v, "excluded": [labels], "seconds": {...}, "bytes sent": b, "peak
+memory": m}`` (``v`` the index, or the noisy sum as a list; or ``{"error": reason, "excluded": [...]}``;
+``seconds``: importing numpy and MPyC, connecting to the other parties, the ballot checks, the noise and the argmax;
+the bytes this party sent to the others; its peak resident memory in bytes) as one JSON line to stdout. The party
+imports MPyC before it reads the job, so a tally can start it early (while it opens its shares,
+`dphype.secure.tally.spawn_party`) and hand it the job later. The MPyC options (``-I``, ``-P``, ``--no-log``, ...)
+are MPyC's own command line (MPyC reads them when ``mpyc.runtime`` is imported, hence the separate process);
+`dphype.secure.tally.secure_argmax` starts the parties on one machine, a deployment starts one per tally host with
+the same command.
 
 The MPC (honest majority, Shamir sharing with threshold ``t = (parties - 1) // 2``, MPyC's security model:
 semi-honest parties, private channels assumed). Every share row is this party's Shamir share (x-coordinate
@@ -48,10 +48,15 @@ bits in the field ``GF(modulus)`` of ``SecInt``, so the rows form a secure ``(n,
       computed and MPyC opens only which are zero (``mpc.np_is_zero_public``).
 
    An invalid ballot's contributor is named; nothing else about any ballot is opened.
-3. Noise and the release. Each party inputs its noise share (``mpc.input``; drawn by its tally with the CSPRNG
-   for the release, `dphype.modes.CommitteeMode.tally_noise`), the MPC adds the valid ballots' entries and every
-   noise share, and opens only what the job names: ``"argmax"``, the index of ``mpc.np_argmax`` (secure
-   comparisons, vectorised; ties go to the lowest index, as ``np.argmax``), or ``"sum"``, the whole noisy sum.
+3. Noise and the release. With a ``"sampler"`` (the argmax release, `dphype.privacy.winner.JointSampler`: digits
+   ``L``, precision ``M``, public thresholds ``c_i``) the committee draws ``2 p L`` secret digits ``[U < c_i]``,
+   each ``U`` made of ``M`` of MPyC's secure random bits (``mpc.np_random_bits``: pseudorandom secret sharing, no
+   party knows them), by one vectorised comparison with the public ``c_i`` from the lowest bit up (``M`` secure
+   multiplications in sequence), adds them into two geometrics per candidate and subtracts them: one discrete
+   Laplace per count, known to nobody (`sample_discrete_laplace`). With a ``"noise"`` share (the committee sum's
+   Skellam share, drawn by its tally with the CSPRNG) each party inputs it (``mpc.input``). The MPC adds the valid
+   ballots' entries and the noise, and opens only what the job names: ``"argmax"``, the index of ``mpc.np_argmax``
+   (secure comparisons, vectorised; ties go to the lowest index, as ``np.argmax``), or ``"sum"``, the whole noisy sum.
    Fewer valid ballots than the minimum: nothing is computed after the checks.
 """
 
@@ -72,7 +77,7 @@ launched = time.perf_counter()
 def _agreement_error(mine: tuple[Any, ...], everyone: list[Any], minimum: int) -> str | None:
     """Why the parties may not compute (``None`` when they may)."""
     names = ("request digest", "contributor set", "contributor count", "row length", "ballot form",
-             "committee size", "value to open")
+             "committee size", "value to open", "noise sampler")
     for pos, name in enumerate(names):
         values = {json.dumps(tuple(v)[pos]) for v in everyone}
         if len(values) != 1:
@@ -88,6 +93,41 @@ def _coefficients(seed: bytes, count: int) -> list[int]:
 
     raw = np.frombuffer(hashlib.shake_256(seed).digest(8 * count), dtype="<u8") >> np.uint64(2)
     return raw.tolist()
+
+
+def sample_discrete_laplace(mpc: Any, secint: Any, sampler: dict[str, Any]) -> Any:
+    """``sampler["size"]`` discrete Laplace draws as a secure array, sampled jointly (`dphype.privacy.winner`).
+
+    Digit ``i`` of each of two geometrics per draw is ``[U < c_i]`` for a secret uniform ``U`` of ``M`` secure random
+    bits: from the lowest bit ``j`` up, ``lt = (1 - u_j) c_j + lt (u_j c_j + (1 - u_j)(1 - c_j))`` (below ``c`` on
+    the bits so far), one secure multiplication per bit for all digits at once.
+
+    Args:
+        mpc: MPyC's runtime, started.
+        secint: The secure integer type (its field holds the counts and the noise).
+        sampler: ``{"size": p, "digits": L, "precision": M, "thresholds": [c_0 .. c_{L-1}]}``.
+
+    Returns:
+        The ``(p,)`` secure array of draws.
+    """
+    import numpy as np  # noqa: PLC0415
+
+    size, digits, precision = int(sampler["size"]), int(sampler["digits"]), int(sampler["precision"])
+    thresholds = [int(c) for c in sampler["thresholds"]]
+    count = 2 * size * digits  # digit i of geometric g sits at g * digits + i
+    c = np.array(thresholds * (2 * size), dtype=object)
+    field = secint.field
+    u = mpc.np_random_bits(secint, count * precision).reshape(precision, count)
+    lt = (1 - u[0]) * field.array(c & 1)  # bit 0 alone: u_0 = 0 < c_0 = 1
+    for j in range(1, precision):
+        cj = (c >> j) & 1
+        uj = u[j]
+        below = (1 - uj) * field.array(cj)  # bit j decides: u_j = 0 < c_j = 1
+        same = uj * field.array(2 * cj - 1) + field.array(1 - cj)  # equal on bit j: the lower bits decide
+        lt = below + mpc.np_multiply(lt, same)
+    weights = np.array([1 << i for i in range(digits)], dtype=object)
+    geometric = lt.reshape(2 * size, digits) @ weights
+    return geometric[:size] - geometric[size:]
 
 
 def main() -> int:
@@ -112,9 +152,11 @@ def main() -> int:
     labels = [str(c) for c in job["contributors"]]
     count, width = len(labels), size * bits
     rows = np.frombuffer(base64.b64decode(job["shares"]), dtype="<u8")
-    noise = [int(v) for v in job["noise"]]
+    sampler = job.get("sampler")
+    noise = None if sampler is not None else [int(v) for v in job["noise"]]
     digest = hashlib.sha256(json.dumps(labels).encode()).hexdigest()
-    mine = (str(job["request"]), digest, count, width, list(form), parties, str(job["opens"]))
+    mine = (str(job["request"]), digest, count, width, list(form), parties, str(job["opens"]),
+            json.dumps(sampler, sort_keys=True))
 
     started = time.perf_counter()
 
@@ -125,7 +167,8 @@ def main() -> int:
         error = _agreement_error(mine, everyone, int(job["min_contributors"]))
         if error is None and mpc.threshold != int(job["threshold"]):
             error = f"MPyC threshold {mpc.threshold} is not the clients' Shamir degree {job['threshold']}"
-        if error is None and (rows.size != count * width or len(noise) != size or len(mpc.parties) != parties):
+        noise_size = int(sampler["size"]) if sampler is not None else len(noise or [])
+        if error is None and (rows.size != count * width or noise_size != size or len(mpc.parties) != parties):
             error = "the job's shares, noise or committee do not match its sizes"
         if error is not None:
             await mpc.shutdown()
@@ -177,8 +220,13 @@ def main() -> int:
             return {"error": f"only {int(valid.sum())} valid ballots, fewer than the minimum survivors "
                              f"{job['min_contributors']} ({len(excluded)} invalid)", "excluded": excluded}
         counts = valid.astype(object) @ entries
-        for share in mpc.input(secint.array(np.array(noise, dtype=object))):
-            counts = counts + share
+        if sampler is not None:  # one discrete Laplace per count, sampled jointly: no party knows any of it
+            counts = counts + sample_discrete_laplace(mpc, secint, sampler)
+        else:
+            for share in mpc.input(secint.array(np.array(noise, dtype=object))):
+                counts = counts + share
+        await mpc.barrier("noise")
+        noised = time.perf_counter()
         if job["opens"] == "sum":  # the whole noisy sum of the valid ballots
             opened: Any = [int(v) for v in await mpc.output(counts)]
         else:  # only the winner's index
@@ -188,7 +236,7 @@ def main() -> int:
         await mpc.shutdown()
         return {"value": opened, "excluded": excluded,
                 "seconds": {"import": imported - launched, "connect": connected - started,
-                            "check": checked - connected, "argmax": done - checked},
+                            "check": checked - connected, "noise": noised - checked, "argmax": done - noised},
                 "bytes sent": sent, "peak memory": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
     result = mpc.run(run())

@@ -107,13 +107,13 @@ def test_the_readme_deployment_recipe_runs_as_written(tmp_path):
         result = parse_result(output)
         # the ServerApp's summary() in the log, with the pure guarantee worded as such
         assert "DP-Hype run summary:" in output and f"DP-Hype selected candidate {result['selected_index']}" in output
-        assert "privacy: (1, 0)-DP per client (replace-one, pure epsilon" in output
+        assert "privacy: (1, 2e-19)-DP per client (replace-one, report-noisy-max" in output
         assert "DP-Hype plan: predicted chance of a good pick" in output and "with the argmax release" in output
         # only the winner's index, by the three tallies, among the three voters
         assert result["best_params"] == load_candidates(SMALL_RUN["candidates"])[result["selected_index"]]
         assert result["noisy_sum"] is None and result["confidence"] is None
         privacy = result["privacy"]
-        assert privacy["pure"] and privacy["noise"] == WINNER_NOISE and privacy["survivors"] == 3
+        assert privacy["release_delta"] < 1e-18 and privacy["noise"] == WINNER_NOISE and privacy["survivors"] == 3
         assert privacy["released"].startswith("winning index only (secure argmax among 3 tallies")
         # the federation of the README's roster: 3 voters and 3 tallies, said in the result and its summary
         assert re.fullmatch(r"roster [0-9a-f-]{19} \(6 members\)", result["federation"])

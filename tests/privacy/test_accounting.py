@@ -242,10 +242,10 @@ def test_privacy_report():
     json.dumps(d)
     assert set(d) == {
         "epsilon", "delta", "accountant", "noise", "sigma", "client_std", "clients", "dropout", "k",
-        "num_candidates", "survivors", "neighbouring", "l2_sensitivity", "released", "pure", "ballots_verified",
-        "excluded",
+        "num_candidates", "survivors", "neighbouring", "l2_sensitivity", "released", "release_delta",
+        "ballots_verified", "excluded",
     }
-    assert not d["pure"] and rep.guarantee() == "(1, 1e-05)-DP"  # the sum release is (epsilon, delta)-DP
+    assert d["release_delta"] is None and rep.guarantee() == "(1, 1e-05)-DP"  # the sum release is (epsilon, delta)-DP
     # SecAgg+ sums whatever the clients send: the report says its ballots were not verified
     assert (d["ballots_verified"], d["excluded"]) == (False, ()) and rep.ballots().startswith("NOT verified")
     assert d["neighbouring"] == "replace-one" and d["l2_sensitivity"] == pytest.approx(math.sqrt(10))

@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import sampled_noise
 from scipy.stats import binom, skellam
 
 from dphype.privacy.accounting import calibrate
@@ -150,39 +151,32 @@ def test_audit_of_the_secure_client_path(noise, clients, dropout):
     assert audit_vote_noise(share_fn=third_secure_share, **kw).flagged
 
 
-def committee_noise_pairs(trials, epsilon, *, honest=2, parties=3):
-    """The noise the ``honest`` tallies of a ``parties``-tally committee add to 2 counts, ``trials`` times, through the
-    real tally path (`ArgmaxRelease.tally_noise`, which a tally node calls: the secure generator); the other tallies'
-    shares are known to the attacker and left out (the worst case of the proof)."""
+def committee_sampler(epsilon):
+    """The committee's noise sampler for an argmax request, through the real tally path (`ArgmaxRelease.tally_noise`,
+    which a tally node calls)."""
     from dphype.config import DPHypeConfig
     from dphype.protocol import make_vote_request
     from dphype.selection.candidates import candidate_grid
 
-    width = 2_000  # 1,000 independent pairs of counts per request
     config = DPHypeConfig(epsilon=epsilon, delta=1e-5, k=1, clients=10, release="argmax")
-    request = make_vote_request(config, candidate_grid(lr=[1.0 + i for i in range(width)]),
-                                tallies=tuple(bytes([j + 1]) * 32 for j in range(parties)))
-    rounds = -(-2 * trials // width)
-    noise = np.zeros(rounds * width, dtype=np.int64)
-    for r in range(rounds):
-        for _ in range(honest):
-            noise[r * width:(r + 1) * width] += request.mode.tally_noise(request)
-    return noise.reshape(-1, 2)[:trials]
+    request = make_vote_request(config, candidate_grid(lr=[1.0, 2.0]), tallies=tuple(bytes([j + 1]) * 32
+                                                                                     for j in range(3)))
+    return request.mode.tally_noise(request)
 
 
-def test_audit_of_the_committees_noise_made_in_shares():
-    """The argmax release with the committee's noise (issue 23): only 2 of the 3 tallies' shares (from the tallies'
-    own jobs and generator) on counts one client apart (replace-one: its vote moves from candidate 1 to 0). The
-    Clopper-Pearson lower bound on epsilon stays below the claim; tallies that draw their shares for 3 times the
-    epsilon (a third of the noise scale) are caught."""
+def test_audit_of_the_committees_sampled_noise():
+    """The argmax release with the committee's noise (issue 23), drawn from the exact law of its MPC sampler, on
+    counts one client apart (replace-one: its vote moves from candidate 1 to 0). The Clopper-Pearson lower bound on
+    epsilon stays below the claim; a sampler made for 3 times the epsilon (a third of the noise scale) is caught."""
     from dphype.privacy.winner import report_noisy_max
 
     trials = 30_000
     d, d_prime = np.array([1, 0]), np.array([0, 1])
 
     def audit(epsilon):
-        false_neg = int(np.sum(report_noisy_max(d + committee_noise_pairs(trials, epsilon)) != 0))
-        false_pos = int(np.sum(report_noisy_max(d_prime + committee_noise_pairs(trials, epsilon)) == 0))
+        sampler = committee_sampler(epsilon)
+        false_neg = int(np.sum(report_noisy_max(d + sampled_noise(sampler, (trials, 2))) != 0))
+        false_pos = int(np.sum(report_noisy_max(d_prime + sampled_noise(sampler, (trials, 2))) == 0))
         return epsilon_lower_bound(false_pos, false_neg, trials, delta=0.0)[0]
 
     honest = audit(1.0)
@@ -192,14 +186,13 @@ def test_audit_of_the_committees_noise_made_in_shares():
 
 @pytest.mark.parametrize("neighbouring", ["replace-one", "add-remove"])
 def test_audit_of_the_winner_release_with_graded_ballots(neighbouring):
-    """The argmax release with ballots of entries in [0, 15] (G = 15), with 2 of the 3 tallies' noise shares.
+    """The argmax release with ballots of entries in [0, 15] (G = 15), with the committee's sampled noise.
 
     The neighbours are the worst case of a graded ballot: one client moves G from one candidate to the other
     (replace-one) or adds G to one (add-remove). The test "index 0 wins" must not show more than epsilon, and a
     client whose noise is calibrated for top-k (G = 1) is caught.
     """
-    from dphype.privacy.noise import secure_generator
-    from dphype.privacy.winner import committee_noise_share, report_noisy_max
+    from dphype.privacy.winner import JointSampler, report_noisy_max
 
     eps, trials, g = 1.0, 30_000, 15
     if neighbouring == "replace-one":
@@ -208,9 +201,8 @@ def test_audit_of_the_winner_release_with_graded_ballots(neighbouring):
         d, d_prime = np.array([g, 0]), np.array([g, g])
 
     def released(counts, sensitivity):
-        noise = sum(committee_noise_share((trials, 2), eps, neighbouring, 3, rng=secure_generator(),
-                                          sensitivity=sensitivity) for _ in range(2))  # the honest majority's
-        return report_noisy_max(counts + noise)
+        sampler = JointSampler.for_release(2, eps, neighbouring, sensitivity)
+        return report_noisy_max(counts + sampled_noise(sampler, (trials, 2)))
 
     def audit(sensitivity):
         false_neg = int(np.sum(released(d, sensitivity) != 0))  # guess D when index 0 wins

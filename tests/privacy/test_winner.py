@@ -7,17 +7,16 @@ import math
 import dp_accounting
 import numpy as np
 import pytest
+from helpers import sampled_noise
 from scipy.stats import chi2
 
 from dphype.privacy.audit import epsilon_lower_bound
 from dphype.privacy.noise import check_survivors, min_survivors, secure_generator
 from dphype.privacy.winner import (
+    JointSampler,
     WinnerRelease,
-    committee_noise,
-    committee_noise_share,
-    committee_noise_std,
+    discrete_laplace,
     discrete_laplace_pmf,
-    honest_tallies,
     noise_parameter,
     noise_std,
     replay_winners,
@@ -66,8 +65,7 @@ def test_add_remove_calibration_is_not_enough_for_replace_one():
 def test_exact_probabilities_match_monte_carlo_and_lowest_index_ties():
     c = np.array([3, 1, 3, 0])
     rng = np.random.default_rng(3)
-    # the shares of h = 2 tallies (any honest majority of 3): exactly one discrete Laplace
-    z = sum(committee_noise_share((100_000, 4), 1.0, "replace-one", 3, rng=rng) for _ in range(honest_tallies(3)))
+    z = discrete_laplace((100_000, 4), epsilon=1.0, neighbouring="replace-one", rng=rng)
     freq = np.bincount(report_noisy_max(c + z), minlength=4) / 100_000
     exact = winner_probabilities(c, 1.0)
     assert exact.sum() == pytest.approx(1.0, abs=1e-12)
@@ -88,45 +86,33 @@ def chi_square_p_value(samples, t):
     return float(chi2.sf(stat, edges.size - 1))
 
 
-@pytest.mark.parametrize("parties", [3, 4, 5])
-def test_any_honest_majority_of_tally_shares_is_discrete_laplace_and_a_scale_error_fails(parties):
-    """h = parties - (parties - 1) // 2 tallies' shares (from the secure generator, as a tally draws them) add up to
-    discrete Laplace; h - 1 carry too little noise; a 10% scale error is rejected at the same sample size."""
-    eps, draws = 1.0, 40_000
-    h = honest_tallies(parties)
-    assert h == {3: 2, 4: 3, 5: 3}[parties]
-    shares = [committee_noise_share((draws,), eps, "replace-one", parties, rng=secure_generator()) for _ in range(h)]
-    total = np.sum(shares, axis=0)
-    t = noise_parameter(eps, "replace-one")
+@pytest.mark.parametrize(("eps", "neighbouring", "g"), [(1.0, "replace-one", 1), (0.5, "add-remove", 3)])
+def test_replay_noise_is_discrete_laplace_and_a_scale_error_fails(eps, neighbouring, g):
+    """The replays' noise (`discrete_laplace`, what the committee's sampler draws in the MPC) from the secure
+    generator: discrete Laplace with the release's t; a 10% scale error is rejected at the same sample size."""
+    total = discrete_laplace((40_000,), epsilon=eps, neighbouring=neighbouring, rng=secure_generator(), sensitivity=g)
+    t = noise_parameter(eps, neighbouring, g)
+    shift = {"replace-one": 2, "add-remove": 1}[neighbouring] * g
     assert chi_square_p_value(total, t) > 1e-4
-    assert np.std(total) == pytest.approx(noise_std(eps), rel=0.03)
-    assert chi_square_p_value(total, math.exp(-eps / 2.2)) < 1e-6
-    assert chi_square_p_value(total, math.exp(-eps / 1.8)) < 1e-6
-    assert chi_square_p_value(np.sum(shares[: h - 1], axis=0), t) < 1e-6  # fewer than h: too little noise
+    assert np.std(total) == pytest.approx(noise_std(eps, neighbouring, g), rel=0.03)
+    assert chi_square_p_value(total, math.exp(-eps / (1.1 * shift))) < 1e-6
+    assert chi_square_p_value(total, math.exp(-eps / (0.9 * shift))) < 1e-6
 
 
-def test_the_committees_whole_noise_is_parties_over_h_discrete_laplaces_and_replays_alike():
+def test_replayed_winners_follow_the_exact_probabilities():
     rng = np.random.default_rng(11)
-    whole = committee_noise((200_000,), epsilon=1.0, neighbouring="replace-one", parties=3, rng=rng)
-    assert np.var(whole) == pytest.approx(1.5 * noise_std(1.0) ** 2, rel=0.03)  # 3 tallies / h = 2
-    assert committee_noise_std(1.0, "replace-one", 3) == pytest.approx(math.sqrt(1.5) * noise_std(1.0))
     counts = np.array([4, 5, 5, 1])
-    one = replay_winners(counts, epsilon=1.0, neighbouring="replace-one", repetitions=60_000, rng=rng)
-    each = replay_winners(counts, epsilon=1.0, neighbouring="replace-one", repetitions=60_000, rng=rng, per_tally=True)
-    np.testing.assert_allclose(np.bincount(one, minlength=4) / one.size, np.bincount(each, minlength=4) / each.size,
-                               atol=0.01)
-    with pytest.raises(ValueError, match="integer number of tallies >= 3, got 2"):
-        honest_tallies(2)
+    won = replay_winners(counts, epsilon=1.0, neighbouring="replace-one", repetitions=60_000, rng=rng)
+    np.testing.assert_allclose(np.bincount(won, minlength=4) / won.size, winner_probabilities(counts, 1.0), atol=0.01)
 
 
-def test_audit_of_the_released_index_respects_epsilon_and_catches_a_third_of_the_noise():
+def test_audit_of_the_released_index_with_the_sampled_noise_respects_epsilon_and_catches_a_third_of_it():
     eps, trials = 1.0, 30_000
     d, d_prime = np.array([1, 0]), np.array([0, 1])  # one client moved its vote (replace-one)
 
-    def released(counts, epsilon):  # only the h = 2 honest tallies' shares: the third is known to the attacker
-        noise = sum(committee_noise_share((trials, 2), epsilon, "replace-one", 3, rng=secure_generator())
-                    for _ in range(honest_tallies(3)))
-        return report_noisy_max(counts + noise)
+    def released(counts, epsilon):  # the committee's sampled noise: its exact law
+        sampler = JointSampler.for_release(2, epsilon, "replace-one")
+        return report_noisy_max(counts + sampled_noise(sampler, (trials, 2)))
 
     def audit(epsilon):
         false_neg = int(np.sum(released(d, epsilon) != 0))  # guess D when index 0 wins
@@ -135,7 +121,7 @@ def test_audit_of_the_released_index_respects_epsilon_and_catches_a_third_of_the
 
     honest = audit(eps)
     assert 0.5 * eps < honest <= eps
-    assert audit(3 * eps) > eps  # tallies adding a third of the noise are caught
+    assert audit(3 * eps) > eps  # a sampler with a third of the noise is caught
 
 
 def test_winner_rdp_is_randomized_response_and_below_the_pure_dp_bounds():

@@ -82,9 +82,9 @@ def test_every_tallys_noise_share_is_added_and_the_committee_opens_the_argmax_or
     tallies = committee(3, request="req-2", size=6, k=2, noise=noise, opens=OPENS_SUM)
     send(tallies, "req-2", ballots)
     assert secure_argmax([t.job() for t in tallies]) == Opening(tuple(noisy.tolist()), ())
-    with pytest.raises(ValueError, match="the noise share must have 6 entries and opens must be"):
+    with pytest.raises(ValueError, match="the noise must have 6 entries and opens must be"):
         Tally(0).open_round("req-3", 6, 1, form=TOP_1, noise=np.zeros(5))
-    with pytest.raises(ValueError, match="the noise share must have 6 entries and opens must be"):
+    with pytest.raises(ValueError, match="the noise must have 6 entries and opens must be"):
         Tally(0).open_round("req-3", 6, 1, form=TOP_1, noise=np.zeros(6), opens="median")
 
 

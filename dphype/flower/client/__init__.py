@@ -219,7 +219,7 @@ def _approval(request: VoteRequest, limits: NodePolicy, context: Context, member
     The run and the node's ``membership`` in its federation bind its key list to the roster (`dphype.secure.roster`).
 
     Only a request whose release mode sums over SecAgg+ has one: a request approved for another aggregator (the
-    tally committee's pure-epsilon noise) is refused (``release_mode``) before any round key or vote leaves.
+    tally committee's noise for one index) is refused (``release_mode``) before any round key or vote leaves.
     """
     if request.mode.aggregator is not Aggregator.SECAGG:
         raise Refusal("release_mode", "a SecAgg+ stage for a request whose release is not SecAgg+'s")

@@ -1,6 +1,6 @@
 """A client's argmax vote (``release="argmax"``): its sealed shares to the tally committee.
 
-After the usual pre-flight (``query.dphype``: the node policy checks the committee and the pure epsilon,
+After the usual pre-flight (``query.dphype``: the node policy checks the committee and the epsilon,
 `dphype.node.policy.check_vote_request`), ``train.dphype_argmax`` must carry the approved request; the node
 records the vote in its ledger, then answers with one sealed share per tally (the committee mode's ballot,
 `dphype.modes.ArgmaxRelease.ballot`).
