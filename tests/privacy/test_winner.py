@@ -204,3 +204,18 @@ def test_sensitivity_must_be_a_positive_integer(bad):
         noise_parameter(1.0, "replace-one", bad)
     with pytest.raises(ValueError, match="sensitivity must be an integer >= 1"):
         WinnerRelease(epsilon=1.0, k=1, num_candidates=3, sensitivity=bad)
+
+
+def test_composed_epsilon_counts_every_winner_releases_sampler_delta():
+    from dphype.privacy.accounting import RDP_ORDERS, rdp_epsilon
+    from dphype.privacy.winner import epsilon_with_samplers, sampler_delta
+
+    curve = 3 * winner_rdp(1.0, RDP_ORDERS)
+    exact = rdp_epsilon(curve, 1e-5)[0]
+    eps = epsilon_with_samplers(curve, 1e-5, 3)
+    # at a delta less the samplers' part: a hair above the exact releases' epsilon, and the sum stays within delta
+    assert exact <= eps <= exact * (1 + 1e-6)
+    assert epsilon_with_samplers(curve, 1e-5, 0) == exact
+    assert sampler_delta(eps, 3) < 1e-5 * 1e-9
+    # samplers whose part is not negligible at this epsilon: no finite claim
+    assert epsilon_with_samplers(curve, 1e-5, 10**20) == math.inf
