@@ -183,7 +183,7 @@ class Aggregator(enum.Enum):
     ``SECAGG``: DP-Hype's SecAgg+ (`dphype.secure.secagg`); each client sends an encoded noisy vote vector and
     the server unmasks their exact sum (unverified). ``COMMITTEE``: a committee of tally parties
     (`dphype.secure.tally`, whose public keys the request names); each client seals Shamir shares of its ballot to
-    them and they check every ballot, add their own noise and open only what the mode releases.
+    them and they check every ballot, add the committee's noise and open only what the mode releases.
 
     Attributes:
         SECAGG: DP-Hype's SecAgg+: the exact sum of the encoded noisy vote vectors.
