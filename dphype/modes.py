@@ -970,6 +970,7 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
                              f"got {request.sigma!r}")
         check_k(cfg.k, len(request.candidates))  # the configured k, whether or not the ballot votes with it
         _ = self.accounting(request)  # validates the ballot's k against the number of candidates
+        _ = self.tally_noise(request)  # an epsilon too small for the committee's sampler, before any client works
 
     def accounting(self, request: Request) -> WinnerRelease:
         """The winner release the request describes.

@@ -305,7 +305,8 @@ class JointSampler:
             if digits > SAMPLER_MAX_DIGITS:
                 least = float(scale) * math.log(2.0 / half) / 2.0 ** SAMPLER_MAX_DIGITS
                 raise ValueError(f"epsilon must be at least {least:.3g} for {size} candidates and this ballot (the "
-                                 f"committee's noise must fit {SAMPLER_MAX_DIGITS} binary digits), got {epsilon!r}")
+                                 f"committee's noise must fit {SAMPLER_MAX_DIGITS} binary digits), got {epsilon!r}; "
+                                 "raise epsilon")
         precision = math.ceil(math.log2(digits / half))
         thresholds = []
         for i in range(digits):

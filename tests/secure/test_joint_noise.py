@@ -82,9 +82,16 @@ def test_the_digits_law_is_the_discrete_laplace():
         assert s.pmf(z).sum() == pytest.approx(1.0, abs=1e-12)
 
 
-def test_a_sampler_too_fine_for_the_secure_integers_is_refused_naming_epsilon():
+def test_a_sampler_too_fine_for_the_secure_integers_is_refused_naming_epsilon_before_any_client_works():
+    from dphype.config import DPHypeConfig
+    from dphype.protocol import make_vote_request
+    from dphype.selection.candidates import candidate_grid
+
     with pytest.raises(ValueError, match="epsilon must be at least"):
         JointSampler.for_release(100, 1e-7, "replace-one", 15)
+    config = DPHypeConfig(epsilon=1e-8, delta=1e-5, k=1, clients=10, release="argmax")
+    with pytest.raises(ValueError, match=r"epsilon must be at least 3.\d+e-07 .* got 1e-08; raise epsilon"):
+        make_vote_request(config, candidate_grid(lr=[0.1, 1.0]), tallies=tuple(bytes([j + 1]) * 32 for j in range(3)))
 
 
 def test_sampler_delta_is_the_total_variation_bound_times_one_plus_e_to_the_epsilon():
