@@ -133,3 +133,36 @@ def test_the_mpcs_own_random_draws_follow_the_discrete_laplace():
 
     assert p_value(s.t) > 1e-4
     assert p_value(math.exp(-1.0 / 2.8)) < 1e-4 and p_value(math.exp(-1.0 / 1.2)) < 1e-4
+
+
+def test_three_tallies_sample_the_noise_together_and_refuse_to_compute_on_different_samplers():
+    """Through the committee (3 MPyC parties on loopback): with the sampler for epsilon 16 (t = e^-8) a lead of 2
+    votes wins (but with probability about 1e-6); a tally handed another epsilon's sampler makes the parties
+    disagree before anything is computed."""
+    from dphype.secure.tally import (
+        OPENS_ARGMAX,
+        Opening,
+        Tally,
+        TallyError,
+        client_sealed_shares,
+        secure_argmax,
+        voter_id,
+    )
+    from dphype.selection.ballots import BallotForm
+
+    def run(epsilons):
+        tallies = [Tally(j) for j in range(3)]
+        for t, eps in zip(tallies, epsilons, strict=True):
+            t.open_round("req-j", 6, 3, form=BallotForm.top_k(1),
+                         noise=JointSampler.for_release(6, eps, "replace-one"), opens=OPENS_ARGMAX)
+        for c, winner in enumerate((4, 4, 4, 1)):
+            ballot = np.zeros(6, dtype=np.int64)
+            ballot[winner] = 1
+            sealed = client_sealed_shares("req-j", ballot, [t.public for t in tallies], voter_id(0, f"c{c}"))
+            for t, share in zip(tallies, sealed, strict=True):
+                t.receive(f"c{c}", share)
+        return secure_argmax([t.job() for t in tallies])
+
+    assert run((16.0, 16.0, 16.0)) == Opening(4, ())
+    with pytest.raises(TallyError, match="tallies disagree on the noise sampler"):
+        run((16.0, 16.0, 1.0))
