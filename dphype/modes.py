@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 import numpy as np
 
 from dphype.checks import EPSILON_RTOL, check_k, resolve_accountant
-from dphype.privacy.accounting import VoteRelease, mechanism_epsilon, privacy_report, vote_sensitivity
+from dphype.privacy.accounting import PrivacyReport, VoteRelease, mechanism_epsilon, privacy_report, vote_sensitivity
 from dphype.privacy.accounting import calibrate as calibrate_release
 from dphype.privacy.accounting import epsilon as release_epsilon
 from dphype.privacy.noise import (
@@ -50,6 +50,7 @@ from dphype.privacy.noise import (
     client_noise_share,
     client_noise_std,
     committee_skellam_share,
+    committee_sum_std,
     honest_tallies,
     min_survivors,
     replay_committee_sums,
@@ -619,6 +620,28 @@ def vote_cost(request: Request, total_std: float, *, delta: float, accountant: s
 
 
 # ------------------------------------------------------------------------------------------------- sum
+def _noisy_sum(request: Request, opened: Any) -> np.ndarray:
+    """The opened noisy vote sum as an array, refused unless it has one entry per candidate."""
+    total = np.asarray(opened)
+    if total.shape != (len(request.candidates),):
+        raise ValueError(f"noisy_sum must have shape ({len(request.candidates)},), got {total.shape}")
+    return total
+
+
+def _rule_result(request: Request, total: np.ndarray, report: PrivacyReport, noise_std: float,
+                 clients: int) -> DPHypeResult:
+    """The configured selection rule on a released noisy sum, and the result holding it, the sum and ``report``.
+
+    The rule and its confidence read only the release and public facts (post-processing); ``noise_std`` is the std
+    of the released sum's whole noise.
+    """
+    cfg = request.config
+    chosen = select_release(total, noise_std, space=request.candidates.feature_space(), rule=cfg.rule,
+                            clients=clients, k=cfg.k)
+    return DPHypeResult(selected_index=chosen.index, selected=request.candidates[chosen.index], noisy_sum=total,
+                        report=report, selection=chosen, candidates=request.candidates)
+
+
 class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
     """The paper's release: the noisy vote sum over SecAgg+, then the configured selection rule.
 
@@ -783,23 +806,17 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
         Raises:
             ValueError: For fewer survivors than `dphype.protocol.VoteRequest.min_survivors` (their noise would not
                 add up to ``sigma``), or a sum of another shape.
-        """
+        """  # noqa: DOC502
         cfg = request.config
         survivors = check_survivors(survivors, cfg.clients, request.min_survivors)
-        total = np.asarray(opened)
-        if total.shape != (len(request.candidates),):
-            raise ValueError(f"noisy_sum must have shape ({len(request.candidates)},), got {total.shape}")
+        total = _noisy_sum(request, opened)
         report = privacy_report(self.accounting(request), cfg.delta, clients=cfg.clients, dropout=cfg.dropout,
                                 survivors=survivors, accountant=cfg.accountant)
         if cfg.noise == "gaussian":
             report = replace(
                 report, released=f"{report.released}; Gaussian shares rounded to a 1/{GAUSSIAN_SCALE} grid "
                 "before summation, so the guarantee is approximate")
-        # the selection rule and its confidence read only the release and public facts (post-processing)
-        chosen = select_release(total, report.sigma, space=request.candidates.feature_space(), rule=cfg.rule,
-                                clients=survivors, k=cfg.k)
-        return DPHypeResult(selected_index=chosen.index, selected=request.candidates[chosen.index], noisy_sum=total,
-                            report=report, selection=chosen, candidates=request.candidates)
+        return _rule_result(request, total, report, report.sigma, survivors)
 
     def replay(self, request: Request, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
                survivors: int | None = None, per_client: bool = False) -> np.ndarray:
@@ -1164,7 +1181,7 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
         Returns:
             The factor, ``sqrt(3 / 2)`` for 3 tallies.
         """
-        return math.sqrt(COMMITTEE_TALLIES / honest_tallies(COMMITTEE_TALLIES))
+        return committee_sum_std(1.0, COMMITTEE_TALLIES)
 
     @staticmethod
     def _check_noise(noise: str) -> None:
@@ -1277,15 +1294,13 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
 
         Raises:
             ValueError: For fewer valid ballots than the request's minimum, or a sum of another shape.
-        """
+        """  # noqa: DOC502
         cfg = request.config
         opening = opened if isinstance(opened, Opening) else Opening(tuple(np.asarray(opened).tolist()))
         valid = check_survivors(survivors - len(opening.excluded), cfg.clients, request.min_survivors)
-        total = np.asarray(opening.value, dtype=np.float64)
-        if total.shape != (len(request.candidates),):
-            raise ValueError(f"noisy_sum must have shape ({len(request.candidates)},), got {total.shape}")
+        total = _noisy_sum(request, np.asarray(opening.value, dtype=np.float64))
         parties = len(request.tallies)
-        noise_std = request.sigma * math.sqrt(parties / honest_tallies(parties))  # all the shares added
+        noise_std = committee_sum_std(request.sigma, parties)  # all the shares added
         report = replace(
             privacy_report(self.accounting(request), cfg.delta, clients=cfg.clients, dropout=cfg.dropout,
                            accountant=cfg.accountant),
@@ -1293,10 +1308,7 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
             released=(f"noisy vote sum of the ballots a committee of {parties} tallies verified on MPyC; noise made "
                       f"by the tallies: any {honest_tallies(parties)} of the {parties} shares add up to the sigma "
                       f"above, all {parties} to std {noise_std:.4g}"))
-        chosen = select_release(total, noise_std, space=request.candidates.feature_space(), rule=cfg.rule,
-                                clients=valid, k=cfg.k)
-        return DPHypeResult(selected_index=chosen.index, selected=request.candidates[chosen.index], noisy_sum=total,
-                            report=report, selection=chosen, candidates=request.candidates)
+        return _rule_result(request, total, report, noise_std, valid)
 
     def replay(self, request: Request, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
                survivors: int | None = None, per_client: bool = False) -> np.ndarray:
@@ -1327,7 +1339,7 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
         """
         parties = len(request.tallies)
         return (f"{SumRelease().describe(request)}, tallies={parties}, ballots verified, committee noise std="
-                f"{request.sigma * math.sqrt(parties / honest_tallies(parties)):.4g}")
+                f"{committee_sum_std(request.sigma, parties):.4g}")
 
     def describe_plan(self, config: Settings, plan: Plan) -> str:
         """As `SumRelease.describe_plan`: the rule on the released noisy vote sum.

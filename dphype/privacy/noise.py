@@ -169,6 +169,22 @@ def committee_skellam_share(size: int | tuple[int, ...], *, sigma: float, partie
     return _draw(size, check_positive("sigma", sigma) ** 2 / honest_tallies(parties), "skellam", rng)
 
 
+def committee_sum_std(sigma: float, parties: int) -> float:
+    """The std of all ``parties`` tallies' Skellam shares added: ``sigma sqrt(parties / h)`` (`honest_tallies`).
+
+    Args:
+        sigma: The std the shares of any ``h`` tallies add up to, ``> 0``.
+        parties: The committee's size, ``>= 3``.
+
+    Returns:
+        The std of the committee's whole noise on one count (``sqrt(3/2) sigma`` for 3 tallies).
+
+    Raises:
+        ValueError: An argument is out of its range.
+    """  # noqa: DOC502
+    return check_positive("sigma", sigma) * math.sqrt(int(parties) / honest_tallies(parties))
+
+
 def replay_committee_sums(vote_sum: np.ndarray, *, sigma: float, parties: int, repetitions: int,
                           rng: np.random.Generator, per_tally: bool = False) -> np.ndarray:
     """Noisy sums of ``vote_sum`` as a tally committee opens them: all ``parties`` Skellam shares added.

@@ -208,12 +208,6 @@ def noise_std(epsilon: float, neighbouring: str = "replace-one", sensitivity: in
     return math.sqrt(2.0 * t) / (1.0 - t)
 
 
-def _nb_difference(size: int | tuple[int, ...], shape: float, t: float, rng: np.random.Generator) -> np.ndarray:
-    """``NB(shape, 1 - t) - NB(shape, 1 - t)`` per entry as int64 (``shape = 1``: discrete Laplace with ``t``)."""
-    return (rng.negative_binomial(shape, 1.0 - t, size=size)
-            - rng.negative_binomial(shape, 1.0 - t, size=size)).astype(np.int64, copy=False)
-
-
 def discrete_laplace(size: int | tuple[int, ...], *, epsilon: float, neighbouring: str, rng: np.random.Generator,
                      sensitivity: int = 1) -> np.ndarray:
     """Exact discrete Laplace draws with the release's ``t`` (`noise_parameter`), for replays and the planner.
@@ -233,7 +227,9 @@ def discrete_laplace(size: int | tuple[int, ...], *, epsilon: float, neighbourin
     Raises:
         ValueError: An argument is out of its range.
     """  # noqa: DOC502
-    return _nb_difference(size, 1.0, noise_parameter(epsilon, neighbouring, sensitivity), rng)
+    success = 1.0 - noise_parameter(epsilon, neighbouring, sensitivity)  # X1 - X2, two geometrics (NB of shape 1)
+    return (rng.negative_binomial(1.0, success, size=size)
+            - rng.negative_binomial(1.0, success, size=size)).astype(np.int64, copy=False)
 
 
 # -------------------------------------------------------------------------------- the joint sampler
@@ -242,12 +238,6 @@ def discrete_laplace(size: int | tuple[int, ...], *, epsilon: float, neighbourin
 SAMPLER_TV = 2.0 ** -64
 #: The largest magnitude of one count plus its noise the committee's secure integers hold (`JointSampler`).
 SAMPLER_MAX_DIGITS = 28
-
-
-def _decimal_exp(x: Decimal) -> Decimal:
-    with localcontext() as ctx:
-        ctx.prec = 60
-        return x.exp()
 
 
 @dataclass(frozen=True)
@@ -296,24 +286,22 @@ class JointSampler:
         """
         size = check_num_candidates(size)
         t = noise_parameter(epsilon, neighbouring, sensitivity)
-        scale = Decimal(THRESHOLD_SHIFT[neighbouring] * check_sensitivity(sensitivity))
-        rate = Decimal(float(epsilon)) / scale  # t = exp(-rate), with the float epsilon as given
+        scale = THRESHOLD_SHIFT[neighbouring] * check_sensitivity(sensitivity)
+        rate = float(epsilon) / scale  # t = exp(-rate)
         half = SAMPLER_TV / (4.0 * size)  # the tail and the rounding each get half of the budget
         digits = 1
-        while 2.0 * math.exp(-float(rate) * 2.0 ** digits) > half:
+        while 2.0 * math.exp(-rate * 2.0 ** digits) > half:
             digits += 1
             if digits > SAMPLER_MAX_DIGITS:
-                least = float(scale) * math.log(2.0 / half) / 2.0 ** SAMPLER_MAX_DIGITS
+                least = scale * math.log(2.0 / half) / 2.0 ** SAMPLER_MAX_DIGITS
                 raise ValueError(f"epsilon must be at least {least:.3g} for {size} candidates and this ballot (the "
                                  f"committee's noise must fit {SAMPLER_MAX_DIGITS} binary digits), got {epsilon!r}; "
                                  "raise epsilon")
         precision = math.ceil(math.log2(digits / half))
-        thresholds = []
-        for i in range(digits):
-            a = _decimal_exp(-rate * (2 ** i))
-            with localcontext() as ctx:
-                ctx.prec = 60
-                thresholds.append(int((a / (1 + a) * (Decimal(2) ** precision)).to_integral_value()))
+        with localcontext() as ctx:  # q_i = t^(2^i) / (1 + t^(2^i)) to 60 digits
+            ctx.prec = 60
+            powers = [(-Decimal(float(epsilon)) * 2**i / scale).exp() for i in range(digits)]  # the float epsilon
+            thresholds = [int((a / (1 + a) * Decimal(2) ** precision).to_integral_value()) for a in powers]
         return cls(size=size, t=t, digits=digits, precision=precision, thresholds=tuple(thresholds))
 
     @property

@@ -7,13 +7,10 @@ import math
 import dp_accounting
 import numpy as np
 import pytest
-from helpers import sampled_noise
 from scipy.stats import chi2
 
-from dphype.privacy.audit import epsilon_lower_bound
 from dphype.privacy.noise import check_survivors, min_survivors, secure_generator
 from dphype.privacy.winner import (
-    JointSampler,
     WinnerRelease,
     discrete_laplace,
     discrete_laplace_pmf,
@@ -104,24 +101,6 @@ def test_replayed_winners_follow_the_exact_probabilities():
     counts = np.array([4, 5, 5, 1])
     won = replay_winners(counts, epsilon=1.0, neighbouring="replace-one", repetitions=60_000, rng=rng)
     np.testing.assert_allclose(np.bincount(won, minlength=4) / won.size, winner_probabilities(counts, 1.0), atol=0.01)
-
-
-def test_audit_of_the_released_index_with_the_sampled_noise_respects_epsilon_and_catches_a_third_of_it():
-    eps, trials = 1.0, 30_000
-    d, d_prime = np.array([1, 0]), np.array([0, 1])  # one client moved its vote (replace-one)
-
-    def released(counts, epsilon):  # the committee's sampled noise: its exact law
-        sampler = JointSampler.for_release(2, epsilon, "replace-one")
-        return report_noisy_max(counts + sampled_noise(sampler, (trials, 2)))
-
-    def audit(epsilon):
-        false_neg = int(np.sum(released(d, epsilon) != 0))  # guess D when index 0 wins
-        false_pos = int(np.sum(released(d_prime, epsilon) == 0))
-        return epsilon_lower_bound(false_pos, false_neg, trials, delta=0.0)[0]
-
-    honest = audit(eps)
-    assert 0.5 * eps < honest <= eps
-    assert audit(3 * eps) > eps  # a sampler with a third of the noise is caught
 
 
 def test_winner_rdp_is_randomized_response_and_below_the_pure_dp_bounds():
