@@ -324,8 +324,8 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
         """The configured ballot, an ``"auto"`` one resolved to its ``k`` (`dphype.selection.voting.auto_depth`).
 
         The auto rule reads public facts only: ``p``, the std of one discrete Laplace of the release's epsilon for a
-        top-k ballot (`dphype.privacy.winner.noise_std`, what any honest majority of the tallies carries) and the
-        fewest voters ``ceil((1 - xi) n)``.
+        top-k ballot (`dphype.privacy.winner.noise_std`: the committee's whole noise, sampled jointly in the MPC) and
+        the fewest voters ``ceil((1 - xi) n)``.
 
         Args:
             config: The request's configuration.

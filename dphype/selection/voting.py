@@ -170,7 +170,8 @@ AUTO_SCALE = 0.4
 #: breast-cancer, fair, randhie; both relations; `dphype bench ksweep`, 5,000 releases per point), ``0.75`` with a
 #: floor of ``0.03 p`` trailed the best ``k`` in hindsight by at most 3.67 / 3.56 points (replace-one / add-remove)
 #: against 4.30 / 4.80 for the linear rule (exponent 1, floor ``0.05 p``), and on fresh seeds 4.12 / 3.53 against
-#: 4.81 / 5.16 (issue 25, README "Ballots").
+#: 4.81 / 5.16, under the committee's former per-tally noise shares; under its joint noise (issue 23) 3.84 / 3.86
+#: (issue 25, README "Ballots").
 AUTO_EXPONENT = 0.75
 #: The auto ballot's smallest ``k`` as a fraction of ``p`` (a vote of one or two candidates is fragile); fitted with
 #: `AUTO_EXPONENT`.
@@ -185,8 +186,8 @@ def auto_depth(num_candidates: int, noise_std: float, voters: int, scale: float 
     Args:
         num_candidates: ``p``.
         noise_std: The std of one discrete Laplace of the release's epsilon for a top-k ballot
-            (`dphype.privacy.winner.noise_std`: what any honest majority of the tallies carries; the committee's
-            whole noise is ``sqrt(parties / h)`` times it). The constants were fitted with this ``s``.
+            (`dphype.privacy.winner.noise_std`: the committee's whole noise, one discrete Laplace per count sampled
+            jointly in the MPC). The constants were fitted with this ``s``.
         voters: The fewest voters whose ballots are summed, ``>= 1``.
         scale: ``c > 0``.
 
