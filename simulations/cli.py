@@ -34,6 +34,8 @@ STUDIES: dict[str, tuple[str, str]] = {
     "speed": ("simulations.speed", "batched vs sequential local evaluation, synthetic and voting timings"),
     "ksweep": ("simulations.ksweep",
                "the argmax release's k: the measured sweep against the planner's advice (issue 14)"),
+    "ksweep-report": ("simulations.ksweep_report",
+                      "the ballot grid's tables from ksweep runs: gaps behind the best k, floor per cell (issue 25)"),
     "argmax-profile": ("simulations.argmax_profile",
                        "argmax mode part by part (client shares, tallies, secure argmax on MPyC) vs the sum mode"),
     "committee": ("simulations.committee",
