@@ -14,6 +14,9 @@ relation) appears twice, and writes:
   facts (``p``, ``n``, epsilon, the relation: what the cell fixes) can pick different ``k`` for the federations of
   one cell, so over the measured tasks none trails the best ``k`` by less than the largest floor (a lower bound for
   every such rule, the measured tasks' own data included in hindsight);
+* ``ksweep_report_within.csv``: per cell ``(relation, n, epsilon)``, the smallest and largest share of releases
+  within 1 and within 2 points of Opt of ``--default`` over the cell's federations, and how many there were (what
+  `dphype.selection.planner.MEASURED_WITHIN` holds, for the plan's ``within_opt``);
 * ``ksweep_report.md``: the tables of README "Ballots": each ballot and the ``--top-fixed`` fixed ``k`` with the
   smallest largest gap, over the grid (largest gap / mean / points more than 1 behind, per relation; the share of
   releases within 2 points of Opt at the goal's point, ``--goal``); per point, ``--default`` (``auto``) against the
@@ -172,6 +175,26 @@ def floor_rows(sweeps: dict[Point, dict[int, dict[str, float]]]) -> list[dict[st
     return rows
 
 
+def within_rows(rows: Sequence[dict[str, Any]], ballot: str) -> list[dict[str, Any]]:
+    """Per cell ``(relation, n, epsilon)``: the range of ``ballot``'s shares within 1 and 2 points over the cell's
+    federations.
+
+    Args:
+        rows: `point_rows`.
+        ballot: The ballot's name.
+
+    Returns:
+        One row per cell with ``tasks``, ``within_1pt_min``/``_max`` and ``within_2pt_min``/``_max``.
+    """
+    cells: dict[tuple[str, int, float], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["ballot"] == ballot:
+            cells.setdefault((r["neighbouring"], r["clients"], r["epsilon"]), []).append(r)
+    return [{"neighbouring": relation, "clients": n, "epsilon": eps, "tasks": len(mine),
+             **{f"{w}_{f.__name__}": f(r[w] for r in mine) for w in ("within_1pt", "within_2pt") for f in (min, max)}}
+            for (relation, n, eps), mine in sorted(cells.items())]
+
+
 def ballot_summary(rows: Sequence[dict[str, Any]], goal: tuple[int, float, str]) -> dict[str, dict[str, Any]]:
     """Per ballot and relation over the grid: points, largest and mean gap behind the best ``k``, points more than
     `MISS_POINTS` behind; and its share within 2 points at each federation of the goal's ``(n, epsilon, relation)``.
@@ -275,6 +298,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     summary = ballot_summary(rows, opts["goal"])
     study.write_csv("ksweep_report_points.csv", rows)
     study.write_csv("ksweep_report_floor.csv", floors)
+    study.write_csv("ksweep_report_within.csv", within_rows(rows, opts["default"]))
     path = study.path("ksweep_report.md")
     path.write_text(markdown(rows, floors, summary, default=opts["default"], top_fixed=opts["top_fixed"],
                              goal=opts["goal"]))

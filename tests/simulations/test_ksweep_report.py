@@ -66,6 +66,10 @@ def test_the_report_computes_gaps_behind_the_best_k_and_the_floor_of_one_k_per_c
     with open(tmp_path / "r" / "ksweep_report_floor.csv") as fh:
         floors = {r["neighbouring"]: r for r in csv.DictReader(fh)}
     assert (floors["replace-one"]["minimax_k"], floors["replace-one"]["federations"]) == ("2", "2")
+    with open(tmp_path / "r" / "ksweep_report_within.csv") as fh:
+        within = {r["neighbouring"]: r for r in csv.DictReader(fh)}
+    assert (within["replace-one"]["tasks"], float(within["replace-one"]["within_2pt_min"]),
+            float(within["replace-one"]["within_2pt_max"])) == ("2", 0.7, 0.75)
     with open(tmp_path / "r" / "ksweep_report_points.csv") as fh:
         points = list(csv.DictReader(fh))
     assert len(points) == 3 * 3 + 3  # every k and auto at every point
