@@ -1146,10 +1146,11 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
         if plan.within_opt is None:
             return words
         w = plan.within_opt
-        return (f"{words}; measured on the bench tasks at n={w['clients']}, epsilon={w['epsilon']:g} with the "
-                f"{w['ballot']} ballot: {w['within_2pt'][0]:.0%}-{w['within_2pt'][1]:.0%} of releases within 2 points "
-                f"of Opt, {w['within_1pt'][0]:.0%}-{w['within_1pt'][1]:.0%} within 1 (the planner sees no data: "
-                "yours may differ)")
+        return (f"{words}; measured on the bench tasks at n={w['clients']}, epsilon={w['epsilon']:g}, "
+                f"{w['candidates']} candidates with the {w['ballot']} ballot: "
+                f"{w['within_2pt'][0]:.0%}-{w['within_2pt'][1]:.0%} of releases within 2 points of Opt, "
+                f"{w['within_1pt'][0]:.0%}-{w['within_1pt'][1]:.0%} within 1 (the planner sees no data: yours may "
+                "differ)")
 
 
 # --------------------------------------------------------------------------------------- committee sum

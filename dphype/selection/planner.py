@@ -84,23 +84,28 @@ _ORDER_SAMPLER_RATIO = 5
 #: The ballot whose measured shares `measured_within` reports (`dphype.modes.ArgmaxRelease`'s default).
 MEASURED_BALLOT = "auto"
 #: What ``dphype bench ksweep --ballots auto`` measured for the argmax release with `MEASURED_BALLOT` (5,000
-#: releases per point, the release's noise one discrete Laplace per count, Table III's 100 candidates; README
-#: "Ballots"): per ``(relation, n, epsilon)``, the smallest and largest share of releases within 1 and within 2
-#: accuracy points of Opt over the measured federations (Adult, digits, breast-cancer, fair, randhie; iid and
-#: Dirichlet 0.5) and how many there were.
-MEASURED_WITHIN: dict[tuple[str, int, float], dict[str, Any]] = {
-    ("replace-one", 10, 0.5): {"within_1pt": (0.12, 0.73), "within_2pt": (0.15, 0.74), "tasks": 10},
-    ("replace-one", 10, 1.0): {"within_1pt": (0.18, 0.82), "within_2pt": (0.33, 0.90), "tasks": 10},
-    ("replace-one", 20, 0.5): {"within_1pt": (0.15, 0.97), "within_2pt": (0.15, 0.97), "tasks": 9},
-    ("replace-one", 20, 1.0): {"within_1pt": (0.33, 1.00), "within_2pt": (0.33, 1.00), "tasks": 9},
-    ("replace-one", 50, 0.5): {"within_1pt": (0.22, 1.00), "within_2pt": (0.22, 1.00), "tasks": 7},
-    ("replace-one", 50, 1.0): {"within_1pt": (0.05, 1.00), "within_2pt": (0.05, 1.00), "tasks": 7},
-    ("add-remove", 10, 0.5): {"within_1pt": (0.20, 0.82), "within_2pt": (0.34, 0.91), "tasks": 10},
-    ("add-remove", 10, 1.0): {"within_1pt": (0.14, 0.95), "within_2pt": (0.22, 0.99), "tasks": 10},
-    ("add-remove", 20, 0.5): {"within_1pt": (0.30, 1.00), "within_2pt": (0.30, 1.00), "tasks": 9},
-    ("add-remove", 20, 1.0): {"within_1pt": (0.12, 1.00), "within_2pt": (0.12, 1.00), "tasks": 9},
-    ("add-remove", 50, 0.5): {"within_1pt": (0.05, 1.00), "within_2pt": (0.05, 1.00), "tasks": 7},
-    ("add-remove", 50, 1.0): {"within_1pt": (0.34, 1.00), "within_2pt": (0.34, 1.00), "tasks": 7},
+#: releases per point, the release's noise one discrete Laplace per count; the ranges from ``dphype bench
+#: ksweep-report``'s ``ksweep_report_within.csv``, README "Ballots" and results/README.md "Fashion-MNIST on the ballot
+#: grid"): per ``(candidates p, relation, n, epsilon)``, the smallest and largest share of releases within 1 and
+#: within 2 accuracy points of Opt over the measured federations and how many there were. The federations of each
+#: ``p`` are named in `MEASURED_TASKS`.
+MEASURED_WITHIN: dict[tuple[int, str, int, float], dict[str, Any]] = {
+    (100, "replace-one", 10, 0.5): {"within_1pt": (0.12, 0.73), "within_2pt": (0.15, 0.74), "tasks": 10},
+    (100, "replace-one", 10, 1.0): {"within_1pt": (0.18, 0.82), "within_2pt": (0.33, 0.90), "tasks": 10},
+    (100, "replace-one", 20, 0.5): {"within_1pt": (0.15, 0.97), "within_2pt": (0.15, 0.97), "tasks": 9},
+    (100, "replace-one", 20, 1.0): {"within_1pt": (0.33, 1.00), "within_2pt": (0.33, 1.00), "tasks": 9},
+    (100, "replace-one", 50, 0.5): {"within_1pt": (0.22, 1.00), "within_2pt": (0.22, 1.00), "tasks": 7},
+    (100, "replace-one", 50, 1.0): {"within_1pt": (0.05, 1.00), "within_2pt": (0.05, 1.00), "tasks": 7},
+    (100, "add-remove", 10, 0.5): {"within_1pt": (0.20, 0.82), "within_2pt": (0.34, 0.91), "tasks": 10},
+    (100, "add-remove", 10, 1.0): {"within_1pt": (0.14, 0.95), "within_2pt": (0.22, 0.99), "tasks": 10},
+    (100, "add-remove", 20, 0.5): {"within_1pt": (0.30, 1.00), "within_2pt": (0.30, 1.00), "tasks": 9},
+    (100, "add-remove", 20, 1.0): {"within_1pt": (0.12, 1.00), "within_2pt": (0.12, 1.00), "tasks": 9},
+    (100, "add-remove", 50, 0.5): {"within_1pt": (0.05, 1.00), "within_2pt": (0.05, 1.00), "tasks": 7},
+    (100, "add-remove", 50, 1.0): {"within_1pt": (0.34, 1.00), "within_2pt": (0.34, 1.00), "tasks": 7},
+}
+#: The measured federations of each number of candidates in `MEASURED_WITHIN`.
+MEASURED_TASKS: dict[int, str] = {
+    100: "Adult, digits, breast-cancer, fair and randhie; iid and Dirichlet 0.5",
 }
 
 
@@ -898,33 +903,39 @@ def plan(
         min_epsilon=None if min_eps is None else float(f"{min_eps:.3g}"),
         min_clients=None if min_n is None else int(min_n),
         unanimous_success=unanimous_success(voters, kk, p, sigma),
-        within_opt=measured_within(clients, epsilon, setting.neighbouring)
+        within_opt=measured_within(clients, epsilon, setting.neighbouring, p)
         if forecast is Forecast.WINNER and ballot == MEASURED_BALLOT else None)
     return Plan(**{**asdict(result), "warnings": warnings(result)})
 
 
-def measured_within(clients: int, epsilon: float, neighbouring: str = "replace-one") -> dict[str, Any]:
-    """The measured shares of releases within 1 and 2 points of Opt nearest ``(clients, epsilon)`` (`MEASURED_WITHIN`).
+def measured_within(clients: int, epsilon: float, neighbouring: str = "replace-one",
+                    num_candidates: int = 100) -> dict[str, Any]:
+    """The measured shares of releases within 1 and 2 points of Opt nearest the run (`MEASURED_WITHIN`).
 
     The planner sees no data: how close a release lands to Opt depends on how well the clients' local scores
-    predict the federated accuracy, which no scenario knows. This is what the bench measured at the nearest grid
-    point (in ``log n`` and ``log epsilon``), as a range over its tasks, for `MEASURED_BALLOT`.
+    predict the federated accuracy, which no scenario knows. This is what the bench measured, as a range over its
+    tasks, for `MEASURED_BALLOT`: at the measured number of candidates nearest ``p`` (in ``log p``), then at its
+    grid point nearest ``(clients, epsilon)`` (in ``log n`` and ``log epsilon``).
 
     Args:
         clients: The number ``n`` of clients.
         epsilon: The run's epsilon.
         neighbouring: The run's neighbouring relation (each was measured).
+        num_candidates: The number ``p`` of candidates.
 
     Returns:
-        ``{"ballot", "neighbouring", "clients", "epsilon", "on_grid", "tasks", "within_1pt", "within_2pt"}``: the
-        grid point, whether the run is on it, and the ``[min, max]`` shares over the tasks.
+        ``{"ballot", "neighbouring", "candidates", "clients", "epsilon", "on_grid", "tasks", "measured_on",
+        "within_1pt", "within_2pt"}``: the grid point, whether the run is on it, the ``[min, max]`` shares over the
+        tasks and which they were.
     """
     relation = check_neighbouring(neighbouring)
-    point = min((key for key in MEASURED_WITHIN if key[0] == relation),
-                key=lambda key: (abs(math.log(key[1] / clients)) + abs(math.log(key[2] / epsilon)), key))
+    p = min(MEASURED_TASKS, key=lambda q: (abs(math.log(q / num_candidates)), q))
+    point = min((key for key in MEASURED_WITHIN if key[:2] == (p, relation)),
+                key=lambda key: (abs(math.log(key[2] / clients)) + abs(math.log(key[3] / epsilon)), key))
     entry = MEASURED_WITHIN[point]
-    return {"ballot": MEASURED_BALLOT, "neighbouring": relation, "clients": point[1], "epsilon": point[2],
-            "on_grid": point[1:] == (clients, epsilon), "tasks": entry["tasks"],
+    return {"ballot": MEASURED_BALLOT, "neighbouring": relation, "candidates": p, "clients": point[2],
+            "epsilon": point[3], "on_grid": point[2:] == (clients, epsilon) and p == num_candidates,
+            "tasks": entry["tasks"], "measured_on": MEASURED_TASKS[p],
             "within_1pt": list(entry["within_1pt"]), "within_2pt": list(entry["within_2pt"])}
 
 
@@ -1008,6 +1019,7 @@ def warnings(result: Plan, min_success: float | None = None) -> list[str]:
     if result.within_opt is not None and result.within_opt["within_2pt"][0] < DEFAULT_TARGET:
         w = result.within_opt
         out.append(f"the planner sees no data: on the bench tasks at n = {w['clients']}, epsilon = {w['epsilon']:g} "
+                   f"with {w['candidates']} candidates ({w['tasks']} federations: {w['measured_on']}) "
                    f"the {w['ballot']} ballot (k = {result.k} here) put {w['within_2pt'][0]:.0%} to "
                    f"{w['within_2pt'][1]:.0%} of releases within 2 points of Opt ({w['within_1pt'][0]:.0%} to "
                    f"{w['within_1pt'][1]:.0%} within 1); yours depends on how well local scores predict the "

@@ -4,6 +4,7 @@ measured success rates, recommendations, the CLI and bad input."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -297,17 +298,23 @@ def test_winner_release_without_ties_takes_the_highest_success() -> None:
 
 
 def test_the_winner_plan_with_the_auto_ballot_reports_what_was_measured_and_says_it_sees_no_data(capsys):
-    from dphype.selection.planner import MEASURED_BALLOT, MEASURED_WITHIN, measured_within
+    from dphype.selection.planner import MEASURED_BALLOT, MEASURED_TASKS, MEASURED_WITHIN, measured_within
 
     assert MEASURED_BALLOT == ArgmaxRelease.default_ballot
-    assert {key[0] for key in MEASURED_WITHIN} == {"replace-one", "add-remove"}
-    for (relation, n, eps), entry in MEASURED_WITHIN.items():
-        got = measured_within(n, eps, relation)
-        assert got["on_grid"] and (got["neighbouring"], got["clients"], got["epsilon"]) == (relation, n, eps)
+    assert {key[1] for key in MEASURED_WITHIN} == {"replace-one", "add-remove"}
+    assert {key[0] for key in MEASURED_WITHIN} == set(MEASURED_TASKS)
+    for (p, relation, n, eps), entry in MEASURED_WITHIN.items():
+        got = measured_within(n, eps, relation, p)
+        assert got["on_grid"] and (got["candidates"], got["neighbouring"], got["clients"], got["epsilon"]) == (
+            p, relation, n, eps)
+        assert got["measured_on"] == MEASURED_TASKS[p]
         assert 0 <= got["within_1pt"][0] <= got["within_1pt"][1] <= 1 and got["within_2pt"] == list(entry["within_2pt"])
         assert got["within_1pt"][0] <= got["within_2pt"][0] and got["within_1pt"][1] <= got["within_2pt"][1]
     near = measured_within(23, 0.9)  # off the grid: the nearest point in log n and log epsilon
-    assert not near["on_grid"] and (near["clients"], near["epsilon"]) == (20, 1.0)
+    assert not near["on_grid"] and (near["candidates"], near["clients"], near["epsilon"]) == (100, 20, 1.0)
+    for p in (8, 30, 150):  # the nearest measured number of candidates in log p, never claimed on the grid
+        got = measured_within(20, 1.0, "replace-one", p)
+        assert got["candidates"] == min(MEASURED_TASKS, key=lambda q: abs(math.log(q / p))) and not got["on_grid"]
     kw = dict(k=6, ks=[6], repetitions=50, search=False, release=ArgmaxRelease())
     auto = plan(20, 1.0, 1e-5, None, 100, ballot="auto", **kw)
     assert auto.within_opt == measured_within(20, 1.0, "replace-one")
