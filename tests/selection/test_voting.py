@@ -104,6 +104,7 @@ from dphype.selection.ballots import BallotForm  # noqa: E402
 from dphype.selection.voting import (  # noqa: E402
     AUTO_EXPONENT,
     AUTO_FLOOR,
+    AUTO_MIN_DEPTH,
     AUTO_SCALE,
     Ballot,
     auto_depth,
@@ -188,7 +189,10 @@ def test_auto_ballot_follows_the_public_rule_and_must_be_resolved():
     assert auto_depth(100, s, 20) == round(0.4 * 100 * (s / 20) ** 0.75) == 9
     assert auto_depth(100, s, 10) == 15 and auto_depth(100, s, 20, scale=0.2) == 5  # auto:C scales k
     assert auto_depth(100, s, 2) == 50 and auto_depth(3, 100.0, 2) == 1  # at most p // 2
-    assert auto_depth(100, 0.01, 50) == round(AUTO_FLOOR * 100) == 3 and auto_depth(8, 0.01, 50) == 1  # the floor
+    assert auto_depth(100, 0.01, 50) == round(AUTO_FLOOR * 100) == 3  # the floor, a fraction of p
+    # below 100 candidates the floor of 2 (one vote each is what label skew decides), never above p // 2
+    assert AUTO_MIN_DEPTH == 2 and auto_depth(10, 0.01, 50) == auto_depth(8, 0.01, 50) == 2
+    assert auto_depth(10, s, 20) == 2 and auto_depth(3, 0.01, 50) == 1  # the rule alone gives 1 at p = 10
     auto = Ballot.parse("auto")
     assert auto.name == "auto" and auto.graded and auto.max_entry == 1 and Ballot.parse("auto:0.3").name == "auto:0.3"
     with pytest.raises(ValueError, match="resolve it first"):
