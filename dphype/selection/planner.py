@@ -102,10 +102,23 @@ MEASURED_WITHIN: dict[tuple[int, str, int, float], dict[str, Any]] = {
     (100, "add-remove", 20, 1.0): {"within_1pt": (0.12, 1.00), "within_2pt": (0.12, 1.00), "tasks": 9},
     (100, "add-remove", 50, 0.5): {"within_1pt": (0.05, 1.00), "within_2pt": (0.05, 1.00), "tasks": 7},
     (100, "add-remove", 50, 1.0): {"within_1pt": (0.34, 1.00), "within_2pt": (0.34, 1.00), "tasks": 7},
+    (10, "replace-one", 10, 0.5): {"within_1pt": (0.56, 0.56), "within_2pt": (0.56, 0.56), "tasks": 2},
+    (10, "replace-one", 10, 1.0): {"within_1pt": (0.71, 0.82), "within_2pt": (0.71, 0.82), "tasks": 2},
+    (10, "replace-one", 20, 0.5): {"within_1pt": (0.32, 0.55), "within_2pt": (0.55, 0.77), "tasks": 2},
+    (10, "replace-one", 20, 1.0): {"within_1pt": (0.29, 0.49), "within_2pt": (0.49, 0.91), "tasks": 2},
+    (10, "replace-one", 50, 0.5): {"within_1pt": (0.89, 1.00), "within_2pt": (0.89, 1.00), "tasks": 2},
+    (10, "replace-one", 50, 1.0): {"within_1pt": (0.97, 1.00), "within_2pt": (0.97, 1.00), "tasks": 2},
+    (10, "add-remove", 10, 0.5): {"within_1pt": (0.70, 0.83), "within_2pt": (0.70, 0.83), "tasks": 2},
+    (10, "add-remove", 10, 1.0): {"within_1pt": (0.85, 0.96), "within_2pt": (0.85, 0.96), "tasks": 2},
+    (10, "add-remove", 20, 0.5): {"within_1pt": (0.28, 0.51), "within_2pt": (0.51, 0.91), "tasks": 2},
+    (10, "add-remove", 20, 1.0): {"within_1pt": (0.17, 0.37), "within_2pt": (0.37, 0.98), "tasks": 2},
+    (10, "add-remove", 50, 0.5): {"within_1pt": (0.97, 1.00), "within_2pt": (0.97, 1.00), "tasks": 2},
+    (10, "add-remove", 50, 1.0): {"within_1pt": (1.00, 1.00), "within_2pt": (1.00, 1.00), "tasks": 2},
 }
 #: The measured federations of each number of candidates in `MEASURED_WITHIN`.
 MEASURED_TASKS: dict[int, str] = {
     100: "Adult, digits, breast-cancer, fair and randhie; iid and Dirichlet 0.5",
+    10: "Fashion-MNIST at a reduced scale (1 local epoch); iid and Dirichlet 0.5",
 }
 
 
