@@ -226,7 +226,7 @@ def ballot_summary(rows: Sequence[dict[str, Any]], goal: tuple[int, float, str])
 def _summary_cell(stats: dict[str, Any] | None) -> str:
     if stats is None:
         return ""
-    return (f"{stats['max_behind']:.2f} / {stats['mean_behind']:.2f} / {stats['missed']} of {stats['points']}")
+    return f"{stats['max_behind']:.2f} / {stats['mean_behind']:.2f} / {stats['missed']} of {stats['points']}"
 
 
 def _pct(x: float) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import bench
+from helpers import TINY, bench
 
 from simulations.cli import main
 
@@ -108,8 +108,6 @@ def test_a_point_in_two_runs_or_a_folder_without_a_sweep_is_refused(two_tasks: l
 
 def test_the_report_of_a_real_sweep_agrees_with_the_sweeps_own_summary(small_adult: None, tmp_path: Path,
                                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    from helpers import TINY
-
     sweep: dict[str, Any] = bench(["ksweep", *TINY, "--repetitions", "40", "--epsilons", "0.5", "1", "--ks", "1", "2",
                                    "3", "--neighbourings", "replace-one", "--ballots", "auto", "rank:3",
                                    "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "s")], capsys)
