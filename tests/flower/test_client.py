@@ -30,6 +30,7 @@ from dphype.flower.client import node_policy
 from dphype.flower.local import LocalGrid, node_id
 from dphype.flower.server.readiness import run_preflight
 from dphype.flower.server.secagg import advertise_record, run_secure_sum
+from dphype.flower.tally import load_tally_key
 from dphype.flower.wire import (
     APPROVAL_STATE,
     ARGMAX_VOTE_TYPE,
@@ -509,3 +510,28 @@ def test_issue_23_an_argmax_vote_or_a_tally_collect_on_an_approved_sum_request_i
     assert reply.error.reason.startswith("Refusal: release_mode: a tally collects shares only")
     assert all(not Ledger(NodePolicy.from_node_config(grid.contexts[n].node_config).ledger).entries()
                for n in voters)
+
+
+@pytest.mark.parametrize("taken", [3, 2, 1])
+def test_an_argmax_vote_for_a_committee_other_than_the_approved_one_is_refused_before_anything_leaves(tmp_path,
+                                                                                                     taken):
+    """After the pre-flight approved the pinned committee, the server sends the argmax vote with a request naming
+    ``taken`` tally keys it holds itself in place of the approved ones (with two or three it opens every ballot in
+    clear): every node refuses (``malformed_request``) before a sealed share leaves it and before its ledger is
+    charged, because the vote must carry the approved request itself (its digest)."""
+    grid, keys = argmax_grid(tmp_path)
+    voters = [node_id(i) for i in range(CLIENTS)]
+    approved = DPHype(CANDS, argmax_config(), tallies=keys).request
+    ready, _, _ = run_preflight(grid, approved, voters, 60)
+    assert sorted(ready) == voters
+    server_keys = tuple(load_tally_key(tmp_path / f"server-{j}.key").public for j in range(taken))
+    swapped = DPHype(CANDS, argmax_config(), tallies=server_keys + keys[taken:]).request
+    assert swapped.tallies != approved.tallies and swapped.config == approved.config
+    vote = [Message(RecordDict({RECORD_KEY: ConfigRecord(swapped.to_record())}), n, ARGMAX_VOTE_TYPE) for n in voters]
+    replies = grid.send_and_receive(vote)
+    answered = [r.metadata.src_node_id for r in replies if not r.has_error()]
+    assert not answered, f"nodes {answered} sealed their ballots to a committee the pre-flight did not approve"
+    assert sorted(r.error.reason.split(": ")[1] for r in replies) == ["malformed_request"] * CLIENTS
+    assert all("not the one approved in the pre-flight" in r.error.reason for r in replies)
+    charged = [n for n in voters if Ledger(NodePolicy.from_node_config(grid.contexts[n].node_config).ledger).entries()]
+    assert not charged, f"nodes {charged} charged their ledgers for a vote on an unapproved committee"
