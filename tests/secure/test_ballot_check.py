@@ -182,3 +182,37 @@ def test_a_share_that_does_not_parse_at_one_tally_leaves_its_ballot_out_instead_
         for j, (t, blob) in enumerate(zip(tallies, blobs, strict=True)):
             t.receive(label, seal(t.public, blob, context=share_context("req-b", j, voter_id(0, label))))
     assert run(tallies) == Opening(2, ("outside", "short"))
+
+
+def test_ballots_whose_totals_are_right_but_whose_digits_are_not_bits_are_excluded():
+    """Every invalid ballot here keeps the total right, so only the bit term ``sum r x (x - 1)`` of the committee's
+    one check can see it: +30 / -29 / +1 (total k = 2: 30 votes for candidate 6 and 29 taken from the honest favourite
+    3) and -1 / +1 / +1 / +1. Both are left out and named and the honest favourite wins; counted, they would make
+    candidate 6 win."""
+    tallies = open_committee(BallotForm.top_k(2), minimum=5)
+    for c in (0, 1, 2, 4, 5):
+        cast(tallies, f"honest-{c}", ballot(3, c))
+    cheats = {"boost": np.array([1, 0, 0, -29, 0, 0, 30, 0]), "minus-one": np.array([0, 0, 0, -1, 0, 1, 1, 1])}
+    assert all(int(digits.sum()) == 2 for digits in cheats.values())
+    for label, digits in cheats.items():
+        cast(tallies, label, digits)
+    opened = run(tallies)
+    assert opened == Opening(3, ("boost", "minus-one")), (
+        f"ballots with the right total but digits that are not bits were counted: {opened}")
+
+
+def test_a_graded_ballot_whose_digit_is_not_a_bit_but_whose_entries_and_total_are_in_range_is_excluded():
+    """max_entry = 3, totals in [2, 6]: a digit of 2 in the low place makes the entry 2 (in range) and the total 2 (in
+    range); only the bit term sees it. Two such ballots are left out and named; counted, their candidate 6 would tie
+    the honest favourite 7 (4 votes each) and win the tie."""
+    form = BallotForm(3, 2, 6)
+    tallies = open_committee(form, minimum=2)
+    for label in ("a", "b"):
+        cast(tallies, label, ballot_bits(np.array([0, 0, 0, 0, 0, 0, 0, 2]), form.bits))
+    digits = np.zeros(P * form.bits, dtype=np.int64)
+    digits[6 * form.bits] = 2  # entry 6 = 2 * 1 + 0 * 2 = 2, total 2
+    cast(tallies, "digit-2", digits)
+    cast(tallies, "digit-2-again", digits)
+    opened = run(tallies)
+    assert opened == Opening(7, ("digit-2", "digit-2-again")), (
+        f"a ballot whose digit is not a bit was counted: {opened}")
