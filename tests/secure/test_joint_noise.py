@@ -166,3 +166,26 @@ def test_three_tallies_sample_the_noise_together_and_refuse_to_compute_on_differ
     assert run((16.0, 16.0, 16.0)) == Opening(4, ())
     with pytest.raises(TallyError, match="tallies disagree on the noise sampler"):
         run((16.0, 16.0, 1.0))
+
+
+def test_the_mpc_draws_the_top_digit_so_its_noise_reaches_the_samplers_whole_range():
+    """The law's upper tail, at its boundary: the top digit ``L - 1`` carries ``2^(L - 1)``, and without it the
+    committee's noise would stop at ``2^(L - 1) - 1`` (a total variation to the exact law of about ``2 p t^(2^(L-1))``,
+    far above `SAMPLER_TV`). With fixed secure random bits the MPC must draw every digit of every geometric: all digits
+    1 against all 0 gives ``2^L - 1``, the top digit alone (its uniform one below its threshold, every other uniform
+    equal to its threshold, so not below) gives ``2^(L - 1)``, and the reverse gives ``-(2^L - 1)``."""
+    s = JointSampler.for_release(3, 1.0, "replace-one")
+    top = s.digits - 1
+    assert s.thresholds[top] >= 1 and s.pmf(2**s.digits - 1) > 0  # the top digit can be 1: the law reaches 2^L - 1
+    lowest, highest = 0, 2**s.precision - 1  # below every threshold; below none
+    uniforms = np.full((2 * s.size, s.digits), highest, dtype=object)  # geometric g's digit i: uniform g * L + i
+    uniforms[0, :] = lowest  # candidate 0: all digits 1, minus 0
+    uniforms[1, :] = s.thresholds  # candidate 1: equal to each threshold (digit 0) ...
+    uniforms[1, top] = s.thresholds[top] - 1  # ... but the top digit's, one below it (digit 1)
+    uniforms[s.size + 2, :] = lowest  # candidate 2: 0 minus all digits 1
+    flat = uniforms.reshape(-1)
+    bits = [(int(u) >> j) & 1 for j in range(s.precision) for u in flat]  # bit j of uniform d at j * count + d
+    drawn = run_sampler(s, bits=bits).tolist()
+    assert drawn == [2**s.digits - 1, 2**top, -(2**s.digits - 1)], (
+        f"the MPC's draws {drawn} miss the sampler's top digit {top} (expected {2**s.digits - 1}, {2**top}, "
+        f"{-(2**s.digits - 1)})")
