@@ -231,3 +231,22 @@ def test_the_servers_clipping_check_holds_at_its_boundary(excess, refused):
     else:
         private, _ = train_privately(app, budget)
         assert private.report()["training"]["private"]
+
+
+@pytest.mark.parametrize("factor", [1.01, 1.001])
+def test_an_update_just_above_the_clipping_norm_is_refused_whatever_the_tolerance_constant(factor):
+    """An update of norm 1.01 C or 1.001 C is not float32 rounding of a clipped one (float32 moves a norm near 1 by
+    about 1e-7): the server refuses the round, nothing is aggregated or accounted, and the report says not
+    private. The norms are absolute, so a tolerance loosened to a few per cent fails here."""
+    budget = TrainingBudget(epsilon=5.0, rounds=1, clipping_norm=1.0, clipping="client")
+    private = private_training(FedAvg(fraction_evaluate=0.0), selection(), budget, sampled_clients=4)
+    app = step_app(factor / 2, clip=False)  # 4 weights: norm 2 x step
+    try:
+        private.strategy.start(LocalGrid(app, 4), initial_arrays=ArrayRecord([np.zeros(4, np.float32)]),
+                               num_rounds=1)
+    except ClippingError as err:
+        assert "round 1 refused: 4 of 4 updates exceed the clipping norm 1" in str(err)
+    else:
+        pytest.fail(f"updates of L2 norm {factor} x the clipping norm were accepted as clipped")
+    assert private.report()["training"]["private"] is False
+    assert private.accountant.num_releases == 1  # the selection only: the refused round was not accounted
