@@ -457,3 +457,24 @@ def test_issue_23_survivors_that_never_took_part_in_the_round_do_not_count_towar
         with pytest.raises(Refusal, match="secagg_unmask: a survivor's receipt does not verify"):
             fed.step(n, sa.message("consistency", survivors=claimed, receipts=receipts))
     assert all(fed.states[n] is None for n in taking_part)  # rounds discarded: no signature, no share left
+
+
+def test_a_threshold_above_the_quorum_needs_t_consistency_signatures_not_t_minus_one() -> None:
+    """10 nodes, 9 neighbours each, threshold t = 7 (2 t > k + 1): the committee is the whole round and its quorum 6,
+    so t exceeds it. t - 1 = 6 signatures, all of the committee, are a quorum but fewer than t: the node refuses
+    before it reveals a share. Exactly t unlock it (the boundary's other side)."""
+    fed = Federation(10, graph=(9, 7))
+    server, messages = fed.server_until("consistency")
+    assert server.graph is not None and server.threshold == 7
+    committee = sa.consistency_committee(server.graph)
+    assert sa.consistency_quorum(committee) == 6 < server.threshold
+    signatures = {node: fed.step(node, msg)["signature"] for node, msg in messages.items()}
+    short = sorted(committee[:6])
+    node = next(n for n in fed.ids if n not in short)
+    with pytest.raises(Refusal, match="6 consistency signatures, 6 of them from the committee: fewer than 7"):
+        reply = fed.step(node, sa.message("unmask", signers=short, signatures=[signatures[s] for s in short]))
+        pytest.fail(f"t - 1 = 6 consistency signatures unlocked node {node}'s shares of {reply['b_owners']}")
+    assert fed.states[node] is None  # its round is discarded: nothing of it can be revealed later
+    enough = sorted(committee[:7])
+    other = next(n for n in fed.ids if n not in enough and n != node)
+    assert fed.step(other, sa.message("unmask", signers=enough, signatures=[signatures[s] for s in enough]))["b_owners"]
