@@ -478,3 +478,30 @@ def test_a_threshold_above_the_quorum_needs_t_consistency_signatures_not_t_minus
     enough = sorted(committee[:7])
     other = next(n for n in fed.ids if n not in enough and n != node)
     assert fed.step(other, sa.message("unmask", signers=enough, signatures=[signatures[s] for s in enough]))["b_owners"]
+
+
+@pytest.mark.parametrize(("taking_part", "graph"), [(9, None), (16, (15, 9))])
+def test_a_round_with_more_nodes_than_the_announced_n_is_refused_before_any_share(
+        taking_part: int, graph: tuple[int, int] | None) -> None:
+    """The request announces n = 8 clients; the server runs the round with one more node, or twice as many: every
+    node refuses the key list before it shares a secret or casts its vote (the round's size must lie in [L, n])."""
+    fed = Federation(taking_part, clients=8, graph=graph)
+    server, messages = fed.server_until("share_keys")
+    accepted = []
+    for node, msg in messages.items():
+        try:
+            fed.step(node, msg)
+        except Refusal as refused:
+            assert refused.code == "secagg_neighbours"
+            assert f"{taking_part} nodes in the round, outside [8, 8] for the announced request" in refused.detail
+        else:
+            accepted.append(node)
+    assert not accepted, f"nodes {accepted} shared their secrets in a round of {taking_part} nodes announced as 8"
+    assert fed.votes_cast == [] and all(state is None for state in fed.states.values())
+
+
+def test_a_round_of_exactly_the_announced_n_shares_its_keys() -> None:
+    """The other side of the boundary: 8 nodes for the announced 8 pass the size check and share their secrets."""
+    fed = Federation(8, clients=8)
+    server, messages = fed.server_until("share_keys")
+    assert all(fed.step(node, msg)["ciphertexts"] for node, msg in messages.items())
