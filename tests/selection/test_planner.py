@@ -345,3 +345,11 @@ def test_the_winner_plan_with_the_auto_ballot_reports_what_was_measured_and_says
     assert main(["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3",
                  "--ballot", "rank:5"]) == 2
     assert "ballot must be 'top-k' for release='sum'" in capsys.readouterr().err
+
+
+def test_a_huge_epsilon_plans_without_noise_instead_of_dividing_by_it() -> None:
+    assert unanimous_success(10, 5, 100, 0.0) == 1.0  # no noise: the unanimous counts always lead
+    winner = check_plan(10, 1e6, 1e-5, None, 100, 5, repetitions=20, release=ArgmaxRelease(), ballot="auto")
+    assert winner.sigma == 0.0 and winner.unanimous_success == 1.0 and winner.success == 1.0
+    summed = check_plan(10, 1e6, 1e-5, None, 100, 5, repetitions=20)
+    assert summed.sigma < 0.01 and summed.unanimous_success == 1.0
