@@ -65,7 +65,7 @@ class DPHypeConfig:
         neighbouring: ``"replace-one"`` (the paper's, L2 sensitivity ``sqrt(2k)``) or ``"add-remove"``
             (``sqrt(k)``).
         rule: The server's selection rule on the release (`dphype.selection.rules.RULES`; post-processing).
-        min_success: Refuse to run when the planner predicts a smaller chance of a good pick
+        min_success: Refuse to run when the planner's consensus scenario simulates a smaller chance of a good pick
             (`dphype.selection.planner.check_plan`; 0, the default: never refuse, only warn below one half).
         release: The name of the release mode (`dphype.modes.RELEASE_MODES`; `mode` is the mode itself):
             ``"sum"`` (the paper's: the noisy vote sum over SecAgg+, default) or ``"argmax"`` (only the winner's

@@ -559,14 +559,14 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
 
     @abstractmethod
     def describe_plan(self, config: Settings, plan: Plan) -> str:
-        """The planner's prediction for this release, in words (the server's plan log line).
+        """The planner's scenario simulation of this release, in words (the server's plan log line).
 
         Args:
             config: The configuration.
             plan: The planner's prediction for it.
 
         Returns:
-            The predicted chance of a good pick and what makes the pick.
+            The scenario's simulated chance of a good pick and what makes the pick.
         """
 
 
@@ -851,7 +851,7 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
                 f"noise={cfg.noise!r}, rule={cfg.rule!r}")
 
     def describe_plan(self, config: Settings, plan: Plan) -> str:
-        """The chance of a good pick by the configured rule on the noisy vote sum, and by the argmax rule.
+        """The scenario's chance of a good pick by the configured rule on the noisy vote sum, and by the argmax rule.
 
         Args:
             config: The configuration.
@@ -1130,10 +1130,7 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
                 f"{noise_std(cfg.epsilon, cfg.neighbouring, g):.4g} (sampled jointly in the MPC)")
 
     def describe_plan(self, config: Settings, plan: Plan) -> str:
-        """The chance of a good pick by the argmax release (no selection rule applies), and the measured shares.
-
-        With the default ballot, the shares of releases within 1 and 2 points of Opt that the bench measured
-        (`dphype.selection.planner.measured_within`).
+        """The scenario's chance of a good pick by the argmax release (no selection rule applies).
 
         Args:
             config: The configuration.
@@ -1142,15 +1139,7 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
         Returns:
             The words.
         """
-        words = f"{plan.success:.2f} with the argmax release (the tallies' secure argmax; only the winner's index)"
-        if plan.within_opt is None:
-            return words
-        w = plan.within_opt
-        return (f"{words}; measured on the bench tasks at n={w['clients']}, epsilon={w['epsilon']:g}, "
-                f"{w['candidates']} candidates with the {w['ballot']} ballot: "
-                f"{w['within_2pt'][0]:.0%}-{w['within_2pt'][1]:.0%} of releases within 2 points of Opt, "
-                f"{w['within_1pt'][0]:.0%}-{w['within_1pt'][1]:.0%} within 1 (the planner sees no data: yours may "
-                "differ)")
+        return f"{plan.success:.2f} with the argmax release (the tallies' secure argmax; only the winner's index)"
 
 
 # --------------------------------------------------------------------------------------- committee sum

@@ -98,9 +98,10 @@ def format_fields(fields: Mapping[str, Any]) -> str:
 
 #: The fields of a run record (the bundled app's summary, `dphype demo`'s) that `summarize_run` shows after the
 #: selection, in this order: the training's and the whole run's privacy, the reference point, the final model's
-#: test accuracy and loss, the planner's prediction, the times and the warnings.
-RUN_FIELDS = ("training", "run", "accuracy", "reference", "test_loss", "predicted_success", "selection_seconds",
-              "fedavg_seconds", "seconds", "warnings")
+#: test accuracy and loss, the planner's prediction (``None``: unknown) beside the measured share of releases within
+#: 2 points of Opt nearest the run (``[min, max]`` over the bench tasks, where measured), the times and the warnings.
+RUN_FIELDS = ("training", "run", "accuracy", "reference", "test_loss", "predicted_success", "measured_within_2pt",
+              "selection_seconds", "fedavg_seconds", "seconds", "warnings")
 
 
 def summarize_run(record: Mapping[str, Any]) -> str:
@@ -115,7 +116,13 @@ def summarize_run(record: Mapping[str, Any]) -> str:
     Raises:
         ValueError: If the record holds no selection (`DPHypeResult.from_dict`).
     """  # noqa: DOC502
-    fields = format_fields({key: record[key] for key in RUN_FIELDS if key in record})
+    shown = {key: record[key] for key in RUN_FIELDS if key in record}
+    if "predicted_success" in shown and shown["predicted_success"] is None:
+        shown["predicted_success"] = "unknown (the planner sees no data)"
+    if shown.get("measured_within_2pt") is not None:
+        low, high = shown["measured_within_2pt"]
+        shown["measured_within_2pt"] = f"{low:.0%} to {high:.0%} of releases on the bench tasks"
+    fields = format_fields(shown)
     return DPHypeResult.from_dict(record).summary() + ("\n" + fields if fields else "")
 
 

@@ -15,8 +15,11 @@ relation) appears twice, and writes:
   one cell, so over the measured tasks none trails the best ``k`` by less than the largest floor (a lower bound for
   every such rule, the measured tasks' own data included in hindsight);
 * ``ksweep_report_within.csv``: per cell ``(relation, n, epsilon)``, the smallest and largest share of releases
-  within 1 and within 2 points of Opt of ``--default`` over the cell's federations, and how many there were (what
-  `dphype.selection.planner.MEASURED_WITHIN` holds, for the plan's ``within_opt``);
+  within 1 and within 2 points of Opt of ``--default`` over the cell's federations, how many there were and which,
+  with the ballot and the number of candidates (``--candidates``): the table the planner quotes
+  (`dphype.selection.measured`). ``--planner-table FILE`` also writes it into ``FILE`` (the package's is
+  ``dphype/data/ksweep_report_within.csv``), replacing that file's rows of the same ballot and number of candidates
+  and keeping the others, and checks the result with the planner's loader;
 * ``ksweep_report.md``: the tables of README "Ballots": each ballot and the ``--top-fixed`` fixed ``k`` with the
   smallest largest gap, over the grid (largest gap / mean / points more than 1 behind, per relation; the share of
   releases within 2 points of Opt at the goal's point, ``--goal``); per point, ``--default`` (``auto``) against the
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from dphype.checks import NEIGHBOURING
+from dphype.selection.measured import COLUMNS, read_measured
 from simulations import harness
 
 #: A point of the grid: data set, n, partition label, epsilon, relation.
@@ -51,6 +56,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--default", default="auto", help="the ballot compared point by point (default auto)")
     parser.add_argument("--top-fixed", type=int, default=5,
                         help="fixed k rows in the ballot table: those with the smallest largest gap (default 5)")
+    parser.add_argument("--candidates", type=int, default=100,
+                        help="the number of candidates the runs measured, for the planner's table (default 100, "
+                             "Table III's grid)")
+    parser.add_argument("--planner-table", default=None, metavar="FILE",
+                        help="also write the planner's table of measured shares into FILE (e.g. "
+                             "dphype/data/ksweep_report_within.csv), replacing its rows of this ballot and number of "
+                             "candidates")
     parser.add_argument("--goal", nargs=3, default=["20", "1", "replace-one"], metavar=("N", "EPSILON", "RELATION"),
                         help="the point whose share within 2 points is tabulated per task (default 20 1 replace-one)")
 
@@ -68,7 +80,11 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     for d in runs:
         if not (d / "ksweep.csv").is_file():
             raise ValueError(f"--runs: {d} has no ksweep.csv; pass the --out folders of dphype bench ksweep runs")
-    return {"runs": runs, "default": str(args.default), "goal": goal,
+    table = None if args.planner_table is None else Path(args.planner_table)
+    if table is not None and table.exists():
+        read_measured(table.read_text(encoding="utf-8"), str(table))  # a malformed table is refused, not merged
+    return {"runs": runs, "default": str(args.default), "goal": goal, "planner_table": table,
+            "candidates": harness.check_int("candidates", args.candidates, 2),
             "top_fixed": harness.check_int("top-fixed", args.top_fixed, 0)}
 
 
@@ -175,24 +191,61 @@ def floor_rows(sweeps: dict[Point, dict[int, dict[str, float]]]) -> list[dict[st
     return rows
 
 
-def within_rows(rows: Sequence[dict[str, Any]], ballot: str) -> list[dict[str, Any]]:
+def _measured_on(rows: Sequence[dict[str, Any]]) -> str:
+    """The federations of ``rows`` in words: ``"adult (Dirichlet 0.5, iid); digits (iid)"``."""
+    parts: dict[str, set[str]] = {}
+    for r in rows:
+        parts.setdefault(r["dataset"], set()).add(_label(r["partition"]))
+    return "; ".join(f"{d} ({', '.join(sorted(labels))})" for d, labels in sorted(parts.items()))
+
+
+def within_rows(rows: Sequence[dict[str, Any]], ballot: str, candidates: int = 100) -> list[dict[str, Any]]:
     """Per cell ``(relation, n, epsilon)``: the range of ``ballot``'s shares within 1 and 2 points over the cell's
-    federations.
+    federations, in the planner's table's columns (`dphype.selection.measured.COLUMNS`).
 
     Args:
         rows: `point_rows`.
         ballot: The ballot's name.
+        candidates: The number of candidates the runs measured.
 
     Returns:
-        One row per cell with ``tasks``, ``within_1pt_min``/``_max`` and ``within_2pt_min``/``_max``.
+        One row per cell with ``ballot``, ``candidates``, the cell, ``tasks``, ``measured_on``,
+        ``within_1pt_min``/``_max`` and ``within_2pt_min``/``_max``.
     """
     cells: dict[tuple[str, int, float], list[dict[str, Any]]] = {}
     for r in rows:
         if r["ballot"] == ballot:
             cells.setdefault((r["neighbouring"], r["clients"], r["epsilon"]), []).append(r)
-    return [{"neighbouring": relation, "clients": n, "epsilon": eps, "tasks": len(mine),
+    return [{"ballot": ballot, "candidates": candidates, "neighbouring": relation, "clients": n, "epsilon": eps,
+             "tasks": len(mine), "measured_on": _measured_on(mine),
              **{f"{w}_{f.__name__}": f(r[w] for r in mine) for w in ("within_1pt", "within_2pt") for f in (min, max)}}
             for (relation, n, eps), mine in sorted(cells.items())]
+
+
+def write_planner_table(path: Path, within: Sequence[dict[str, Any]]) -> Path:
+    """Write ``within`` into the planner's table at ``path``, keeping its rows of other ballots or candidates.
+
+    Args:
+        path: The table (created if missing; an existing one was checked by `settings`).
+        within: `within_rows` of one ballot and number of candidates.
+
+    Returns:
+        ``path``, after the planner's loader accepted what was written.
+    """
+    mine = {(r["ballot"], str(r["candidates"])) for r in within}
+    kept: list[dict[str, Any]] = []
+    if path.exists():
+        with path.open(newline="") as fh:
+            kept = [r for r in csv.DictReader(fh) if (r["ballot"], r["candidates"]) not in mine]
+    merged = sorted([*kept, *within], key=lambda r: (r["ballot"], int(r["candidates"]), r["neighbouring"],
+                                                      int(r["clients"]), float(r["epsilon"])))
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(COLUMNS), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(merged)
+    read_measured(buffer.getvalue(), str(path))  # what the planner will load
+    path.write_text(buffer.getvalue(), encoding="utf-8")
+    return path
 
 
 def ballot_summary(rows: Sequence[dict[str, Any]], goal: tuple[int, float, str]) -> dict[str, dict[str, Any]]:
@@ -298,7 +351,10 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     summary = ballot_summary(rows, opts["goal"])
     study.write_csv("ksweep_report_points.csv", rows)
     study.write_csv("ksweep_report_floor.csv", floors)
-    study.write_csv("ksweep_report_within.csv", within_rows(rows, opts["default"]))
+    within = within_rows(rows, opts["default"], opts["candidates"])
+    study.write_csv("ksweep_report_within.csv", within)
+    if opts["planner_table"] is not None:
+        study.outputs.append(str(write_planner_table(opts["planner_table"], within)))
     path = study.path("ksweep_report.md")
     path.write_text(markdown(rows, floors, summary, default=opts["default"], top_fixed=opts["top_fixed"],
                              goal=opts["goal"]))

@@ -92,10 +92,10 @@ MUTATIONS: tuple[Mutation, ...] = (
              "        served = self._served\n"),
     Mutation("tallies-unpinned", "a node seals to any committee when its operator pinned none",
              "dphype/node/policy.py", "    if committee and known is None:", "    if False:"),
-    Mutation("planner-voters", "the planner ignores dropout: all n clients vote", "dphype/selection/planner.py",
+    Mutation("planner-voters", "the planner ignores dropout: all n clients vote", "dphype/selection/forecasts.py",
              "        voters = min_survivors(clients, self.dropout)\n", "        voters = clients\n"),
     Mutation("planner-noise", "the planner ignores dropout in the noise: shares of variance sigma^2 / n",
-             "dphype/selection/planner.py",
+             "dphype/selection/forecasts.py",
              "    noisy = replay_noisy_sums(votes, sigma=sigma, clients=clients, repetitions=len(votes), rng=rng, "
              "dropout=dropout,\n",
              "    noisy = replay_noisy_sums(votes, sigma=sigma, clients=clients, repetitions=len(votes), rng=rng, "

@@ -30,7 +30,7 @@ from dphype.protocol import VoteRequest, make_vote_request
 from dphype.secure.tally import Tally
 from dphype.selection.ballots import BallotForm
 from dphype.selection.candidates import candidate_grid as grid
-from dphype.selection.planner import Forecast, PlannedRelease, check_plan, plan, preflight
+from dphype.selection.planner import Forecast, PlannedRelease, plan
 
 CANDS = grid(lr=[10.0**-i for i in range(6)])
 
@@ -196,12 +196,6 @@ def test_each_mode_words_its_plan_after_what_it_releases(committee: tuple[bytes,
         f"{summed.success_argmax:.2f})")
     words = ArgmaxRelease().describe_plan(a_request("argmax", committee).config, winner)
     assert words.startswith(f"{winner.success:.2f} with the argmax release") and "rule" not in words
-
-
-def test_preflight_is_a_deprecated_alias_of_check_plan() -> None:
-    expected = check_plan(10, 1.0, 1e-5, None, 20, 2, repetitions=20)
-    with pytest.deprecated_call():
-        assert preflight(10, 1.0, 1e-5, None, 20, 2, repetitions=20) == expected
 
 
 # -------------------------------------------------------------------------------------------- committee sum

@@ -107,3 +107,16 @@ def test_a_release_without_votes_has_no_votes_column():
     result = dataclasses.replace(a_release(), noisy_sum=None)
     assert "votes" not in result.table()[0] and "estimate" in result.table()[0]
     assert DPHypeResult.from_dict(result.to_dict()).noisy_sum is None
+
+
+def test_a_run_record_says_the_chance_of_a_good_pick_is_unknown_beside_what_was_measured():
+    from dphype.result import summarize_run
+
+    record = {**a_release().to_dict(), "predicted_success": None, "measured_within_2pt": [0.33, 1.0],
+              "warnings": ["the planner sees no data: ... put 33% to 100% of releases within 2 points of Opt"]}
+    text = summarize_run(record)
+    assert "predicted_success: unknown (the planner sees no data)" in text
+    assert "measured_within_2pt: 33% to 100% of releases on the bench tasks" in text
+    assert text.index("predicted_success") < text.index("measured_within_2pt") < text.index("warning: ")
+    unmeasured = summarize_run({**record, "measured_within_2pt": None})
+    assert "predicted_success: unknown" in unmeasured and "measured_within_2pt: None" in unmeasured

@@ -105,6 +105,7 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
         "run": {"epsilon": None, "delta": cfg.dphype.delta, "accountant": "none: the training is not private",
                 "releases": 1 + cfg.fedavg_rounds}}
     final = trained.evaluate_metrics_serverapp[cfg.fedavg_rounds]
+    plan = selection.plan()
     return {
         **result.to_dict(),
         **phases,
@@ -113,8 +114,9 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
         "k": cfg.dphype.k,
         "clients": cfg.dphype.clients,
         "num_candidates": len(selection.candidates),
-        "predicted_success": selection.plan().success,
-        "plan_warnings": selection.plan().warnings,
+        "predicted_success": plan.predicted_success,  # None: unknown (the plan's advice says why)
+        "measured_within_2pt": None if plan.within_opt is None else plan.within_opt["within_2pt"],
+        "plan_warnings": plan.warnings,
         "accuracy": float(cast(float, final["accuracy"])),
         "test_loss": float(cast(float, final["loss"])),
         "selection_seconds": selected_at - start,

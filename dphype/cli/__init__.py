@@ -22,7 +22,7 @@ from dphype.strict_json import jsonable
 #: sub-command -> (module implementing add_arguments/run, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("dphype.cli.calibrate", "solve the total noise std sigma for (epsilon, delta, k)"),
-    "plan": ("dphype.cli.plan", "predict the chance of a good pick, recommend k, smallest epsilon and n"),
+    "plan": ("dphype.cli.plan", "recommend k, smallest epsilon and n under a scenario; quote what was measured"),
     "ledger": ("dphype.node.ledger", "show this node's privacy ledger: recorded votes and their composed epsilon"),
     "roster": ("dphype.cli.roster", "a federation's roster of known members: keygen, init, add, show, check"),
     "new": ("dphype.cli.new", "write a runnable Flower app with DP-Hype (offline, from the package's template)"),
@@ -87,7 +87,7 @@ def add_selection_arguments(parser: argparse.ArgumentParser, *, release: str = "
                         help="selection rule on the released noisy sum: gp (structure-aware, default) or argmax "
                              "(the paper's); both are post-processing")
     parser.add_argument("--min-success", type=float, default=None,
-                        help="refuse to run when the planner's predicted chance of a good pick is below this")
+                        help="refuse to run when the planner's scenario simulates a smaller chance of a good pick")
     from dphype.modes import RELEASE_MODES
 
     parser.add_argument("--release", choices=tuple(RELEASE_MODES), default=release,

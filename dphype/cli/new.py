@@ -21,9 +21,9 @@ from string import Template
 from typing import Any
 
 #: The template's ``k`` per release: the planner's recommendation (`dphype.flower.DPHype.plan`) for the template's 8
-#: candidates, 10 clients, epsilon 1 and delta 1e-5 (argmax, with the committee's noise: predicted chance of a good
-#: pick 0.81 with a top-2 ballot, what the default auto ballot votes here; sum: 0.45, with the planner's warning:
-#: the sum release needs more clients or a larger epsilon). tests/cli/test_new.py checks it.
+#: candidates, 10 clients, epsilon 1 and delta 1e-5 (argmax, with the committee's noise: the moderate scenario's
+#: simulated chance of a good pick 0.81 with a top-2 ballot, what the default auto ballot votes here; sum: 0.45, with
+#: the planner's warning: the sum release needs more clients or a larger epsilon). tests/cli/test_new.py checks it.
 TEMPLATE_K: dict[str, int] = {"argmax": 2, "sum": 1}
 
 #: Template file -> path in the app (``{package}`` is the app's Python package).

@@ -1,12 +1,13 @@
 """``dphype plan``: predict a DP-Hype run before any data is touched (`dphype.selection.planner`).
 
-Prints the predicted chance of selecting a good candidate for a range of k (simulation under a stated
-consensus scenario, and Theorem IV.1's bound for the argmax) for both kinds of release (the noisy sum and the
+Prints the simulated chance of selecting a good candidate for a range of k under a stated consensus scenario (a
+model, not the user's data; and Theorem IV.1's bound for the argmax) for both kinds of release (the noisy sum and the
 winner only), the recommended k of each and the recommended mode among `dphype.modes.RELEASE_MODES`, and
 the smallest epsilon and number of clients reaching ``--target`` in the mode of ``--release``. ``--min-success P``
-makes it fail (exit status 2) below P. With the argmax release's default ballot (``auto``) it reports at the auto
-ballot's ``k`` and adds the shares of releases within 1 and 2 points of Opt that the bench measured
-(``within_opt``): the planner sees no data and says so.
+makes it fail (exit status 2) below P. The chance of a good pick on the user's data is unknown
+(``predicted_success``: ``None``), and ``advice`` says so; with a ballot the bench measured (the argmax release's
+default ``auto``) it reports at that ballot's ``k`` and adds the shares of releases within 1 and 2 points of Opt
+measured nearest the run (``within_opt``, `dphype.selection.measured`).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         args: The parsed options.
 
     Returns:
-        The plan (`dphype.selection.planner.Plan.to_dict`).
+        The plan (`dphype.selection.plan_result.Plan.to_dict`, with its ``advice``).
 
     Raises:
         ValueError: For bad input, or a predicted success below ``--min-success`` (exit status 2 via

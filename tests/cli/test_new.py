@@ -64,7 +64,7 @@ def test_new_writes_an_app_that_selects_and_trains_in_process(tmp_path, capsys, 
 
 
 def test_the_templates_k_is_the_planners_choice_for_its_candidates():
-    """TEMPLATE_K is the k with the highest predicted chance of a good pick for the template's 8 candidates, 10
+    """TEMPLATE_K is the k with the highest simulated chance of a good pick for the template's 8 candidates, 10
     clients, epsilon 1 (the argmax release's over 0.7 with the committee's noise)."""
     from dphype.config import DPHypeConfig
     from dphype.flower import DPHype

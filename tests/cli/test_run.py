@@ -67,7 +67,8 @@ def test_help_lists_run(capsys):
 def test_readme_quick_start_runs_verbatim_and_a_failed_run_says_why(tmp_path):
     """The README's quick-start block, verbatim, in a fresh folder with a clean environment (no variable of the
     other tests or the developer; a private HOME and FLWR_HOME): the template's argmax run on 10 voters and 3
-    simulated tallies completes with the planner's 0.81. Then, in the app it wrote, a run the ServerApp refuses
+    simulated tallies completes; its plan line says the chance of a good pick on the data is unknown, then gives
+    the scenario's 0.81. Then, in the app it wrote, a run the ServerApp refuses
     (k above the 8 candidates) exits 1 with one line naming the cause, and no traceback of ours."""
     (block,) = [b for b in readme_blocks("Quick start", "bash") if "dphype run" in b]
     env = clean_env(tmp_path / "home")
@@ -77,7 +78,8 @@ def test_readme_quick_start_runs_verbatim_and_a_failed_run_says_why(tmp_path):
     assert done.returncode == 0, output[-4000:]
     last = done.stdout.splitlines()[-1]
     assert re.search(r"run \d+ finished:completed in \d+ s on 10 voters and 3 tally nodes", last), last
-    assert "DP-Hype plan: predicted chance of a good pick 0.81" in output
+    assert "DP-Hype plan: chance of a good pick on your data: unknown (the planner sees no data)" in output
+    assert "the moderate consensus scenario (a model, not your data) simulates a good pick with 0.81" in output
     assert re.search(r"DP-Hype selected candidate \d of 8: lr=[0-9.e-]+, steps=\d+\n", output), output[-4000:]
     assert "aggregate_train: Received 10 results and 0 failures" in output
 

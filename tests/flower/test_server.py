@@ -197,7 +197,7 @@ def test_the_planner_runs_on_demand_and_before_any_client_works():
     assert weak.plan().success < 0.5 and any("release is noise" in w for w in weak.plan().warnings)
     refused = DPHype(CANDS, config(epsilon=0.05, clients=4, min_success=0.9))
     grid = grid_of(client_app(scores_table(4)), 4)
-    with pytest.raises(ValueError, match="predicted success .* is below min_success = 0.9: refusing to run"):
+    with pytest.raises(ValueError, match="simulated success .* is below min_success = 0.9: refusing to run"):
         refused.start(grid)
     assert grid.sent == []
 

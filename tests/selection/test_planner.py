@@ -13,9 +13,9 @@ from dphype.checks import MAX_CLIENTS
 from dphype.cli import main
 from dphype.modes import ArgmaxRelease
 from dphype.selection.candidates import candidate_grid, table_iii_grid
+from dphype.selection.loss_model import _distinct_uniform
 from dphype.selection.planner import (
     LossModel,
-    _distinct_uniform,
     _smallest_clients,
     check_plan,
     plan,
@@ -298,23 +298,26 @@ def test_winner_release_without_ties_takes_the_highest_success() -> None:
 
 
 def test_the_winner_plan_with_the_auto_ballot_reports_what_was_measured_and_says_it_sees_no_data(capsys):
-    from dphype.selection.planner import MEASURED_BALLOT, MEASURED_TASKS, MEASURED_WITHIN, measured_within
+    from dphype.selection.measured import MEASURED_BALLOT, load_measured, measured_ballots, measured_within
 
-    assert MEASURED_BALLOT == ArgmaxRelease.default_ballot
-    assert {key[1] for key in MEASURED_WITHIN} == {"replace-one", "add-remove"}
-    assert {key[0] for key in MEASURED_WITHIN} == set(MEASURED_TASKS)
-    for (p, relation, n, eps), entry in MEASURED_WITHIN.items():
-        got = measured_within(n, eps, relation, p)
+    table = load_measured()
+    assert MEASURED_BALLOT == ArgmaxRelease.default_ballot and measured_ballots() == {MEASURED_BALLOT}
+    assert {cell[2] for cell in table} == {"replace-one", "add-remove"}
+    for (ballot, p, relation, n, eps), entry in table.items():
+        got = measured_within(n, eps, relation, p, ballot)
         assert got["on_grid"] and (got["candidates"], got["neighbouring"], got["clients"], got["epsilon"]) == (
             p, relation, n, eps)
-        assert got["measured_on"] == MEASURED_TASKS[p]
-        assert 0 <= got["within_1pt"][0] <= got["within_1pt"][1] <= 1 and got["within_2pt"] == list(entry["within_2pt"])
+        assert got["measured_on"] == entry.measured_on and got["tasks"] == entry.tasks
+        assert 0 <= got["within_1pt"][0] <= got["within_1pt"][1] <= 1 and got["within_2pt"] == list(entry.within_2pt)
         assert got["within_1pt"][0] <= got["within_2pt"][0] and got["within_1pt"][1] <= got["within_2pt"][1]
     near = measured_within(23, 0.9)  # off the grid: the nearest point in log n and log epsilon
     assert not near["on_grid"] and (near["candidates"], near["clients"], near["epsilon"]) == (100, 20, 1.0)
+    measured_p = {cell[1] for cell in table}
     for p in (8, 30, 150):  # the nearest measured number of candidates in log p, never claimed on the grid
         got = measured_within(20, 1.0, "replace-one", p)
-        assert got["candidates"] == min(MEASURED_TASKS, key=lambda q: abs(math.log(q / p))) and not got["on_grid"]
+        assert got["candidates"] == min(measured_p, key=lambda q: abs(math.log(q / p))) and not got["on_grid"]
+    with pytest.raises(ValueError, match="ballot 'top-k' was not measured under replace-one"):
+        measured_within(20, 1.0, ballot="top-k")
     kw = dict(k=6, ks=[6], repetitions=50, search=False, release=ArgmaxRelease())
     auto = plan(20, 1.0, 1e-5, None, 100, ballot="auto", **kw)
     assert auto.within_opt == measured_within(20, 1.0, "replace-one")
@@ -323,12 +326,18 @@ def test_the_winner_plan_with_the_auto_ballot_reports_what_was_measured_and_says
         is None  # the sum forecast: no measurement applies
     if auto.within_opt["within_2pt"][0] < 0.9:
         assert any("the planner sees no data" in w for w in auto.warnings)
-    assert "within 2 points of Opt" in ArgmaxRelease().describe_plan(None, auto)
+    # no chance of a good pick is claimed: unknown, with the measured spread beside it
+    assert auto.predicted_success is None and auto.to_dict()["predicted_success"] is None
+    low, high = auto.within_opt["within_2pt"]
+    assert auto.advice().startswith("chance of a good pick on your data: unknown (the planner sees no data)")
+    assert f"{low:.0%} to {high:.0%} of releases within 2 points of Opt" in auto.advice()
+    assert "unknown" in plan(20, 1.0, 1e-5, None, 100, ballot="top-k", **kw).advice()
     # dphype plan: the argmax release's default ballot reports at its own k, with the measured shares
     assert main(["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3",
                  "--release", "argmax", "--repetitions", "30", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["k"] == 9 and out["within_opt"]["clients"] == 20 and out["within_opt"]["ballot"] == "auto"
+    assert out["predicted_success"] is None and out["advice"].startswith("chance of a good pick on your data: unknown")
     assert main(["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3",
                  "--release", "argmax", "--ballot", "top-k", "--k", "5", "--repetitions", "30", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -336,3 +345,11 @@ def test_the_winner_plan_with_the_auto_ballot_reports_what_was_measured_and_says
     assert main(["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3",
                  "--ballot", "rank:5"]) == 2
     assert "ballot must be 'top-k' for release='sum'" in capsys.readouterr().err
+
+
+def test_a_huge_epsilon_plans_without_noise_instead_of_dividing_by_it() -> None:
+    assert unanimous_success(10, 5, 100, 0.0) == 1.0  # no noise: the unanimous counts always lead
+    winner = check_plan(10, 1e6, 1e-5, None, 100, 5, repetitions=20, release=ArgmaxRelease(), ballot="auto")
+    assert winner.sigma == 0.0 and winner.unanimous_success == 1.0 and winner.success == 1.0
+    summed = check_plan(10, 1e6, 1e-5, None, 100, 5, repetitions=20)
+    assert summed.sigma < 0.01 and summed.unanimous_success == 1.0

@@ -120,3 +120,26 @@ def test_the_report_of_a_real_sweep_agrees_with_the_sweeps_own_summary(small_adu
     assert ours["max_behind"] == pytest.approx(theirs["max_behind_best_k_points"], abs=2e-3)
     assert ours["mean_behind"] == pytest.approx(theirs["mean_behind_best_k_points"], abs=2e-3)
     assert set(res["default_goal_within_2pt"]) == {"adult iid", "adult Dirichlet 5"}
+
+
+def test_the_planner_table_is_written_for_the_planners_loader_keeping_the_other_rows(
+        two_tasks: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.resources
+
+    from dphype.selection.measured import MEASURED_FILE, Measured, load_measured
+
+    table = tmp_path / "table.csv"
+    table.write_text(importlib.resources.files("dphype").joinpath("data", MEASURED_FILE).read_text(), encoding="utf-8")
+    command = ["ksweep-report", "--runs", *map(str, two_tasks), "--candidates", "7", "--planner-table", str(table)]
+    res = bench([*command, "--out", str(tmp_path / "r")], capsys)
+    assert str(table) in res["outputs"]
+    loaded = load_measured(table)
+    assert loaded[("auto", 7, "replace-one", 20, 1.0)] == Measured(2, "alpha (iid); beta (iid)", (0.5, 0.5),
+                                                                   (0.7, 0.75))
+    assert loaded[("auto", 7, "add-remove", 20, 1.0)] == Measured(1, "alpha (iid)", (0.5, 0.5), (0.9, 0.9))
+    assert {cell: m for cell, m in loaded.items() if cell[1] != 7} == load_measured()  # the shipped rows, kept
+    bench([*command, "--out", str(tmp_path / "again")], capsys)  # the same ballot and candidates: replaced
+    assert load_measured(table) == loaded
+    table.write_text("ballot,candidates\nauto,7\n", encoding="utf-8")  # a malformed table is refused, not merged
+    assert main([*command, "--out", str(tmp_path / "bad")]) == 2
+    assert "the columns must be" in capsys.readouterr().err and table.read_text() == "ballot,candidates\nauto,7\n"

@@ -129,7 +129,7 @@ class DPHype:
             The plan (cached).
 
         Raises:
-            ValueError: If the predicted chance of a good pick is below ``config.min_success``.
+            ValueError: If the scenario's simulated chance of a good pick is below ``config.min_success``.
         """  # noqa: DOC502
         if self._plan is None:
             cfg = self.config
@@ -189,7 +189,8 @@ class DPHype:
             raise ValueError(f"committee_nodes applies to release='argmax' only, got release={cfg.release!r}")
         plan = self.plan()
         log(logging.INFO, "Starting %r", self)
-        log(logging.INFO, "DP-Hype plan: predicted chance of a good pick %s", cfg.mode.describe_plan(cfg, plan))
+        log(logging.INFO, "DP-Hype plan: %s; the %s consensus scenario (a model, not your data) simulates a good "
+            "pick with %s", plan.advice(), plan.scenario["name"], cfg.mode.describe_plan(cfg, plan))
         for warning in plan.warnings:
             log(logging.WARNING, "DP-Hype: %s", warning)
         votes = cfg.mode.votes_per_client(cfg, len(self.candidates))

@@ -1,0 +1,295 @@
+"""What the planner simulates of a release: its forecasts of a good pick on a scenario's votes.
+
+Theorem IV.1 bounds the chance that the argmax of the noisy vote sum is good, given the gap between good and bad
+vote counts (`theorem_iv1_success`); the simulation replays the run's noise on the scenario's votes. Both kinds of
+release (`Forecast`) are simulated on the SAME votes: the noisy vote sum picked by the selection rule (Skellam or
+Gaussian shares, replayed by `dphype.privacy.noise.replay_noisy_sums`; with a dropout fraction ``xi`` the worst
+accepted case, only ``ceil((1 - xi) n)`` clients vote and their shares add up to std ``sigma``), and the winner's
+index alone (`dphype.privacy.winner`: discrete Laplace noise whose scale depends on epsilon and the neighbouring
+relation only, replayed by `dphype.privacy.winner.replay_winners`). Success = the pick is good.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from dphype.privacy.accounting import calibrate
+from dphype.privacy.noise import replay_noisy_sums
+from dphype.privacy.winner import noise_std, replay_winners
+from dphype.selection.scenarios import Scenario, simulate_votes
+
+if TYPE_CHECKING:
+    from dphype.selection.candidates import FeatureSpace
+
+
+class Forecast(enum.Enum):
+    """What the planner simulates of a release; its value is the ``by_k`` column with the simulated success.
+
+    ``NOISY_SUM``: the noisy vote sum (noise std ``sigma`` calibrated for ``(epsilon, delta, k)``), picked by the
+    run's selection rule. ``WINNER``: the winner's index alone, report-noisy-max with discrete Laplace noise of the
+    std that epsilon and the neighbouring relation imply (`dphype.privacy.winner.noise_std`).
+
+    Attributes:
+        NOISY_SUM: The noisy vote sum, picked by the run's selection rule (column ``success``).
+        WINNER: The winner's index alone, report-noisy-max (column ``success_winner``).
+    """
+
+    NOISY_SUM = "success"
+    WINNER = "success_winner"
+
+
+class PlannedRelease(Protocol):
+    """What the planner needs of a release mode: its configuration name and the forecast that predicts it.
+
+    `dphype.modes.ReleaseMode` has both.
+    """
+
+    @property
+    def name(self) -> str:
+        """The mode's configuration name (for the plan's report)."""
+        ...
+
+    @property
+    def forecast(self) -> Forecast:
+        """The forecast that predicts the mode's release."""
+        ...
+
+    @property
+    def noise_inflation(self) -> float:
+        """The released noise's std over the calibrated ``sigma`` of a noisy-sum forecast (1: exactly ``sigma``)."""
+        ...
+
+
+
+def theorem_iv1_success(votes: np.ndarray, good: np.ndarray, sigma: float) -> float:
+    """Theorem IV.1's lower bound on the chance that the argmax is good, averaged over vote vectors ``(R, p)``.
+
+    For each vector the theorem holds for any set ``H'`` of good candidates (``Pr[pick in H_good] >=
+    Pr[pick in H']``); the best of the sets "the ``j`` most-voted good candidates" is used, whose gap is the
+    ``j``-th good count minus the largest count outside the set
+    (`dphype.selection.rules.good_selection_probability_bound`).
+
+    Args:
+        votes: The noiseless vote sums, ``(R, p)``.
+        good: The good masks, bool ``(R, p)``.
+        sigma: The noise std of the sum.
+
+    Returns:
+        The mean bound.
+    """
+    from dphype.selection.rules import good_selection_probability_bound
+
+    p = votes.shape[1]
+    total = 0.0
+    for row, mask in zip(votes.astype(np.float64), good):
+        ranked = np.sort(row[mask])[::-1]
+        outside_bad = row[~mask].max()
+        best = 0.0
+        for j in range(1, ranked.size + 1):
+            rival = max(outside_bad, ranked[j]) if j < ranked.size else outside_bad
+            best = max(best, good_selection_probability_bound(float(ranked[j - 1] - rival), sigma, j, p - j))
+        total += best
+    return total / len(votes)
+
+
+def simulated_success(votes: np.ndarray, good: np.ndarray, sigma: float, *, rule: str,
+                      space: FeatureSpace | None, clients: int, voters: int, dropout: float, noise: str, k: int,
+                      rng: np.random.Generator) -> float:
+    """Share of releases whose pick under ``rule`` is good.
+
+    A release is ``votes`` of ``voters`` of the ``clients`` clients plus their noise shares
+    (`dphype.privacy.noise.replay_noisy_sums`).
+
+    Args:
+        votes: The noiseless vote sums, ``(R, p)``.
+        good: The good masks, bool ``(R, p)``.
+        sigma: The total noise std calibrated for ``clients``.
+        rule: The selection rule (`dphype.selection.rules.RULES`).
+        space: The candidates' feature space (``None``: no structure).
+        clients: The number ``n`` of clients the noise is calibrated for.
+        voters: The number of clients that contribute.
+        dropout: The tolerated dropout fraction.
+        noise: The noise kind.
+        k: Votes per client.
+        rng: The random generator.
+
+    Returns:
+        The share of good picks.
+    """
+    from dphype.selection.rules import select_batch
+
+    noisy = replay_noisy_sums(votes, sigma=sigma, clients=clients, repetitions=len(votes), rng=rng, dropout=dropout,
+                            noise=noise, survivors=voters)
+    picks = select_batch(noisy, space, sigma, rule=rule, clients=voters, k=k).picks
+    return float(good[np.arange(len(picks)), picks].mean())
+
+
+def unanimous_success(clients: int, k: int, num_candidates: int, sigma: float) -> float:
+    """Chance that the argmax picks one of ``k`` candidates that ALL ``clients`` voted for (the best case).
+
+    With ``u = (x - n) / sigma``: ``int k phi(u) Phi(u)^(k-1) Phi(u + n / sigma)^(p-k) du`` (the largest of the
+    ``k`` counts ``n + sigma Z`` beats the ``p - k`` counts ``sigma W``).
+
+    Args:
+        clients: The number ``n`` of clients.
+        k: Votes per client.
+        num_candidates: The number ``p`` of candidates.
+        sigma: The noise std of the sum.
+
+    Returns:
+        The chance (1 when ``k >= p`` or ``sigma`` is 0).
+    """
+    from scipy.integrate import quad
+    from scipy.stats import norm
+
+    p = num_candidates
+    if k >= p or not sigma > 0.0:  # without noise the unanimous counts always lead
+        return 1.0
+    lead = clients / sigma
+
+    def density(u: float) -> float:
+        return k * norm.pdf(u) * norm.cdf(u) ** (k - 1) * norm.cdf(u + lead) ** (p - k)
+
+    return float(min(1.0, quad(density, -12.0, 12.0, limit=200)[0]))
+
+
+
+@dataclass(frozen=True)
+class ForecastSetting:
+    """Everything fixed while the planner varies ``k``, epsilon or ``n`` (from the planner's arguments).
+
+    Attributes:
+        delta: The run's delta.
+        dropout: The tolerated dropout fraction.
+        num_candidates: The number ``p`` of candidates.
+        space: The candidates' feature space.
+        scenario: The consensus scenario.
+        rule: The selection rule.
+        noise: The noise kind.
+        accountant: The accountant, resolved.
+        neighbouring: The neighbouring relation.
+        repetitions: Simulated runs per point.
+        seed: The simulation's seed.
+        inflation: The released noisy sum's std over the calibrated ``sigma`` (`PlannedRelease.noise_inflation`).
+    """
+
+    delta: float
+    dropout: float
+    num_candidates: int
+    space: FeatureSpace | None
+    scenario: Scenario
+    rule: str
+    noise: str
+    accountant: str
+    neighbouring: str
+    repetitions: int
+    seed: int
+    inflation: float = 1.0
+
+    def sigma(self, epsilon: float, k: int) -> float:
+        """The calibrated noise std of the sum at ``(epsilon, k)``.
+
+        Args:
+            epsilon: The epsilon.
+            k: Votes per client.
+
+        Returns:
+            ``sigma``.
+        """
+        return calibrate(epsilon, self.delta, k, num_candidates=self.num_candidates, accountant=self.accountant,
+                         noise=self.noise, neighbouring=self.neighbouring).sigma
+
+    def votes(self, clients: int, ks: Sequence[int]) -> tuple[int, dict[int, np.ndarray], np.ndarray]:
+        """Voters (the ``ceil((1 - xi) n)`` survivors), their vote sums per ``k`` and the good masks.
+
+        Args:
+            clients: The number ``n`` of clients.
+            ks: The values of ``k``.
+
+        Returns:
+            The number of voters, ``k`` -> vote sums ``(R, p)``, and the good masks ``(R, p)``.
+        """
+        from dphype.privacy.noise import min_survivors
+
+        voters = min_survivors(clients, self.dropout)
+        rng = np.random.default_rng([self.seed, voters])
+        counts, good = simulate_votes(self.scenario, voters, ks, self.num_candidates, self.space, self.repetitions,
+                                      rng)
+        return voters, counts, good
+
+    def winner_success(self, votes: np.ndarray, good: np.ndarray, epsilon: float) -> float:
+        """Share of winner releases (`Forecast.WINNER`) that pick a good candidate, on the same votes.
+
+        Args:
+            votes: The noiseless vote sums, ``(R, p)``.
+            good: The good masks, ``(R, p)``.
+            epsilon: The run's epsilon.
+
+        Returns:
+            The share of good picks.
+        """
+        rng = np.random.default_rng([self.seed, 2])  # common random numbers across k, epsilon and n
+        picks = replay_winners(votes, epsilon=epsilon, neighbouring=self.neighbouring, repetitions=len(votes),
+                               rng=rng)  # the committee's noise: neither the clients nor the dropout change it
+        return float(good[np.arange(len(picks)), picks].mean())
+
+    def success(self, votes: np.ndarray, good: np.ndarray, sigma: float, clients: int, voters: int, k: int,
+                rule: str) -> float:
+        """Share of noisy-sum releases whose pick under ``rule`` is good (`simulated_success`).
+
+        Args:
+            votes: The noiseless vote sums, ``(R, p)``.
+            good: The good masks, ``(R, p)``.
+            sigma: The noise std the sum is released with.
+            clients: The number ``n`` of clients.
+            voters: The number of voters.
+            k: Votes per client.
+            rule: The selection rule.
+
+        Returns:
+            The share of good picks.
+        """
+        rng = np.random.default_rng([self.seed, 1])  # common random numbers across k, epsilon and n
+        return simulated_success(votes, good, sigma, rule=rule, space=self.space, clients=clients, voters=voters,
+                                 dropout=self.dropout, noise=self.noise, k=k, rng=rng)
+
+    def forecast_sigma(self, forecast: Forecast, epsilon: float, k: int) -> float:
+        """The noise std of ``forecast``'s release at ``(epsilon, k)``.
+
+        Args:
+            forecast: The release forecast.
+            epsilon: The epsilon.
+            k: Votes per client.
+
+        Returns:
+            The noise std.
+        """
+        if forecast is Forecast.WINNER:
+            return noise_std(epsilon, self.neighbouring)
+        return self.sigma(epsilon, k)
+
+    def forecast_success(self, forecast: Forecast, votes: np.ndarray, good: np.ndarray, epsilon: float,
+                         clients: int, voters: int, k: int) -> float:
+        """Simulated success of ``forecast``'s release at ``(epsilon, k)`` on ``votes`` (the run's rule on the sum).
+
+        Args:
+            forecast: The release forecast.
+            votes: The noiseless vote sums, ``(R, p)``.
+            good: The good masks, ``(R, p)``.
+            epsilon: The epsilon.
+            clients: The number ``n`` of clients.
+            voters: The number of voters.
+            k: Votes per client.
+
+        Returns:
+            The share of good picks.
+        """
+        if forecast is Forecast.WINNER:
+            return self.winner_success(votes, good, epsilon)
+        return self.success(votes, good, self.inflation * self.sigma(epsilon, k), clients, voters, k, self.rule)
+
