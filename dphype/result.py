@@ -25,7 +25,7 @@ import numpy as np
 
 from dphype.privacy.accounting import PrivacyReport
 from dphype.selection.candidates import Candidate, CandidateList
-from dphype.selection.rules import Selection
+from dphype.selection.rules import Selection, selection_rule
 from dphype.strict_json import jsonable
 
 #: ``format`` of a saved result; `DPHypeResult.load` refuses other files.
@@ -181,7 +181,7 @@ class DPHypeResult:
             row: dict[str, Any] = {"rank": rank, "index": i, **self.candidates[i]}
             if self.noisy_sum is not None:
                 row["votes"] = float(self.noisy_sum[i])
-            if self.selection.rule != "argmax" or self.noisy_sum is None:
+            if selection_rule(self.selection.rule).models or self.noisy_sum is None:
                 row["estimate"] = float(estimate[i])
             rows.append(row)
         return rows

@@ -62,10 +62,10 @@ from dphype.checks import (
     check_neighbouring,
     check_positive,
     check_probability,
-    resolve_accountant,
 )
 from dphype.privacy.accounting import calibrate
 from dphype.privacy.noise import replay_noisy_sums
+from dphype.privacy.noise_kinds import resolve_accountant
 from dphype.privacy.winner import noise_std, replay_winners
 
 if TYPE_CHECKING:
@@ -1000,9 +1000,9 @@ def _winner_tie_break(setting: _Setting, by_k: list[dict[str, Any]], epsilon: fl
 
 
 def _rule_that_runs(setting: _Setting) -> str:
-    if setting.rule == "gp" and (setting.space is None or setting.space.no_structure is not None):
-        return "argmax"
-    return setting.rule
+    from dphype.selection.rules import selection_rule
+
+    return selection_rule(setting.rule).runs_as(setting.space)[0].name
 
 
 def warnings(result: Plan, min_success: float | None = None) -> list[str]:
