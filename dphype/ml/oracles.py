@@ -651,7 +651,7 @@ def output_perturbation_problem(
     """  # noqa: DOC502
     from dphype.checks import check_delta
     from dphype.ml.data import load_dataset
-    from dphype.privacy.accounting import analytic_gaussian_epsilon
+    from dphype.privacy.noise_kinds import analytic_gaussian_epsilon
 
     check_delta(delta)
     pool, test = load_dataset("adult")

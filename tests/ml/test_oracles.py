@@ -95,7 +95,7 @@ def test_dpsgd_problem_end_to_end_small():
 
 
 def test_output_perturbation_privacy_is_analytic_gaussian():
-    from dphype.privacy.accounting import analytic_gaussian_epsilon
+    from dphype.privacy.noise_kinds import analytic_gaussian_epsilon
 
     problem = oracles.make_problem("logreg-output-perturbation", runs=5, train_size=500)
     sens = oracles.OutputPerturbationSetup().sensitivity(0.01, 500)
