@@ -55,15 +55,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ValueError: For bad input, or a predicted success below ``--min-success`` (exit status 2 via
             `dphype.cli.main`).
     """  # noqa: DOC502
-    from dphype.checks import check_probability
+    from dphype.checks import check_epsilon_budget, check_probability
     from dphype.config import DPHypeConfig
     from dphype.modes import release_mode, release_modes
     from dphype.selection.candidates import load_candidates
     from dphype.selection.planner import plan, read_consensus, warnings
     from dphype.selection.voting import Ballot
 
+    check_epsilon_budget(args.epsilon)  # before any simulation: the bound every command applies
     if args.min_success is not None:
-        check_probability("min_success", args.min_success)  # before any simulation
+        check_probability("min_success", args.min_success)
     candidates = load_candidates(args.candidates)
     consensus = read_consensus(args.consensus)
     mode = release_mode(args.release)
