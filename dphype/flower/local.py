@@ -473,8 +473,8 @@ class LocalGrid(Grid):
     their node config are its tallies (their keys from ``dphype-tally-key``), the others its voters ``node-0``,
     ``node-1``, ... in partition order; a node whose node config sets ``dphype-roster`` or
     ``dphype-allow-unauthenticated`` keeps its own. It records what passed: ``contexts`` (node ID -> its
-    ``Context``), ``sent`` (every message, in order), ``replies`` (every reply, in order) and ``timeouts`` (the
-    ``timeout`` of every `send_and_receive` call).
+    ``Context``), ``sent`` (every message, in order), ``replies`` (every reply, in order), ``timeouts`` (the
+    ``timeout`` of every `send_and_receive` call) and ``folder`` (the roster's folder; ``None`` before it is made).
 
     Args:
         client_app: The ClientApp every node runs.
@@ -512,6 +512,7 @@ class LocalGrid(Grid):
             )
             for i in range(num_nodes)
         }
+        self.folder: Path | None = None
         self.sent: list[Message] = []
         self.replies: list[Message] = []
         self._pending: dict[str, Message] = {}
@@ -617,7 +618,8 @@ class LocalGrid(Grid):
             return
         self._federation = False
         folder = tempfile.mkdtemp(prefix="dphype-localgrid-")  # private (0700), this grid's own
-        self._cleanup = weakref.finalize(self, shutil.rmtree, folder, True)  # removed with the grid, or at exit
+        self.folder = Path(folder)
+        weakref.finalize(self, shutil.rmtree, folder, True)  # removed with the grid, or at exit
         tallies = sorted((int(c.node_config[TALLY_ID]), c) for c in self.contexts.values() if TALLY_ID in c.node_config)
         voters = [c for _, c in sorted((int(c.node_config["partition-id"]), c) for c in self.contexts.values()
                                        if TALLY_ID not in c.node_config)]
