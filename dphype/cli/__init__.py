@@ -110,7 +110,8 @@ def add_privacy_arguments(parser: argparse.ArgumentParser) -> None:
     Args:
         parser: The sub-command's parser.
     """
-    parser.add_argument("--epsilon", type=float, default=1.0, help="privacy budget epsilon > 0 (default 1)")
+    parser.add_argument("--epsilon", type=float, default=1.0,
+                        help="privacy budget epsilon in (0, 100] (above it no privacy; default 1)")
     parser.add_argument("--delta", type=float, default=1e-5, help="privacy parameter delta in (0, 1) (default 1e-5)")
     parser.add_argument("--k", type=int, default=5, help="votes per client, in [1, candidates] (default 5)")
     parser.add_argument("--clients", type=int, default=50, help="number of clients n in [2, 10000] (default 50)")

@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from dphype.selection.candidates import load_candidates
 
     candidates = load_candidates(args.candidates)
+    config = privacy_config(args, len(candidates))  # first: it needs no training code
     if args.app is None:  # the bundled app's task reads only its own keys: refused here, before any node works
         from dphype.ml.task import check_candidates
 
@@ -101,7 +102,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         except ValueError as err:
             raise ValueError(f"--candidates {args.candidates}: {err}. The bundled app's task is that training: "
                              "give candidates with only those keys, e.g. --candidates table3") from None
-    config = privacy_config(args, len(candidates))
     with tempfile.TemporaryDirectory(prefix="dphype-demo-") as folder:
         # argmax mode: the demo's user operates the 3 simulated tally nodes too, so it makes their keys here
         committee = config.mode.aggregator is Aggregator.COMMITTEE

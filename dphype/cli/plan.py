@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from dphype.cli import add_noise_arguments, add_selection_arguments
 
     parser.add_argument("--clients", type=int, required=True, help="number of clients n in [2, 10000]")
-    parser.add_argument("--epsilon", type=float, required=True, help="privacy budget epsilon > 0")
+    parser.add_argument("--epsilon", type=float, required=True, help="privacy budget epsilon in (0, 100]")
     parser.add_argument("--delta", type=float, required=True, help="privacy parameter delta in (0, 1)")
     parser.add_argument("--candidates", required=True,
                         help="candidate spec: table3, an integer N, table3:random:SIZE:SEED or a .json path")

@@ -11,8 +11,10 @@ nodes apply the node policy in ``DPHYPE_NODE_POLICY`` (`dphype.node.policy`), re
 The outcome is the run's own status in the SuperLink, not ``flwr run``'s exit status (0 even when the ServerApp
 raises): a run that does not complete ends the command with exit status 1 and one line naming the cause (the
 ServerApp's exception, whose DP-Hype errors name their fix). Every ``--run-config`` key must be one the app
-declares (Flower refuses others without naming them), checked here first. `run_locally` is the one runner of
-``dphype run`` and ``dphype demo``.
+declares (Flower refuses others without naming them), checked here first, and so are the run config's DP-Hype
+settings and the simulated nodes' policy limits (`check_selection`), before Flower starts. `run_locally` is the one
+runner of ``dphype run`` and ``dphype demo``; SIGTERM or SIGINT stops it with everything it started
+(`dphype.cli.stop_on_signals`, `dphype.flower.local.LocalSuperLink.close`).
 """
 
 from __future__ import annotations
@@ -76,17 +78,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"run-config key(s) {', '.join(unknown)} are not declared in {folder / 'pyproject.toml'}'s "
                          f"[tool.flwr.app.config] (Flower refuses undeclared keys): add them there with a default, "
                          f"or use a declared key ({', '.join(sorted(declared)) or 'none'})")
-    for key, value in overrides.items():
-        try:
-            toml_value(value)
-        except ValueError as err:
-            raise ValueError(f"--run-config {key}={value!r}: {err}") from None
     config = {**declared, **overrides}
     if "clients" not in config:
         raise ValueError("the app's run config has no clients (the number of voters): pass --clients N")
     clients = config["clients"]
     check_int("clients", clients, 2)
     check_selection(config)  # before Flower starts, as `dphype demo` checks its options
+    for key, value in overrides.items():  # the app's own keys: what the run config can carry
+        try:
+            toml_value(value)
+        except ValueError as err:
+            raise ValueError(f"--run-config {key}={value!r}: {err}") from None
     committee = release_mode(config.get("release", DPHypeConfig.release)).aggregator is Aggregator.COMMITTEE
     tallies = int(config.get("tallies", COMMITTEE_SIZE)) if committee else 0
     start = time.perf_counter()
