@@ -14,7 +14,7 @@ from dphype.checks import MAX_CLIENTS, MAX_EPSILON
 from dphype.config import RUN_CONFIG_KEYS, DPHypeConfig
 
 #: The budget of these tests: fast-suite sized (a few seconds in all), no database folder left behind.
-FAST = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=100, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 #: Anything a user, a TOML file or a program may hand over.
 WILD = st.one_of(

@@ -16,7 +16,7 @@ from dphype.cli import main
 from dphype.flower.local import RunOutcome
 
 #: The budget of these tests (fast suite): the examples each tries, no database folder left behind.
-CLI = settings(max_examples=60, deadline=None, database=None,
+CLI = settings(max_examples=40, deadline=None, database=None,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 #: What a user may type for a number.
