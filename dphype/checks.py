@@ -22,7 +22,7 @@ MAX_CLIENTS: int = 10_000
 DEFAULT_NOISE = "skellam"
 #: Largest privacy budget any entry point accepts (`check_epsilon_budget`): a guarantee lets the odds of any
 #: inference about one client grow by up to ``e^epsilon``, about ``2.7e43`` here, which bounds nothing an attacker
-#: could observe; past it the noise of the winner-only release also underflows double precision.
+#: could observe (far above it, the winner-only release's noise parameter underflows double precision).
 MAX_EPSILON: float = 100.0
 #: Relative slack when comparing an announced epsilon with one recomputed from the noise (request, policy, ledger).
 EPSILON_RTOL = 1e-6

@@ -143,9 +143,6 @@ def _run(args: argparse.Namespace, selection: Any, env: dict[str, str], folder: 
     from dphype.secure.tally import COMMITTEE_SIZE
 
     config = selection.config
-    plan = selection.plan()
-    for warning in plan.warnings:
-        print(f"dphype demo: warning: {warning}", file=sys.stderr)
     for name in ("fedavg_rounds", "local_epochs"):
         check_int(name.replace("_", "-"), getattr(args, name), 1)
     check_int("seed", args.seed, 0)
@@ -153,6 +150,9 @@ def _run(args: argparse.Namespace, selection: Any, env: dict[str, str], folder: 
     if args.app is not None and not is_flower_app(args.app):
         raise ValueError(f"--app {args.app!r} holds no Flower app (a pyproject.toml with [tool.flwr.app]); leave "
                          "--app out to run the bundled app")
+    plan = selection.plan()  # about a second of simulation: after the instant checks
+    for warning in plan.warnings:
+        print(f"dphype demo: warning: {warning}", file=sys.stderr)
     result_file = folder / "result.json"
     run_config = {
         **{key: getattr(config, name) for name, key in RUN_CONFIG_KEYS.items()},
