@@ -446,7 +446,11 @@ class LocalSuperLink:
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
                  traceback: TracebackType | None) -> None:
-        self.close()
+        try:
+            self.close()
+        except KeyboardInterrupt:  # a stop during the clean-up (`dphype.cli.Stopped`): finish it first
+            self.close()
+            raise
 
 
 # ------------------------------------------------------------------------------------------ in process
