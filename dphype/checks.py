@@ -20,6 +20,10 @@ NEIGHBOURING: tuple[str, ...] = ("replace-one", "add-remove")
 MAX_CLIENTS: int = 10_000
 #: The default noise kind of a selection (and of every replay of one; `dphype.privacy.noise_kinds`).
 DEFAULT_NOISE = "skellam"
+#: Largest privacy budget any entry point accepts (`check_epsilon_budget`): a guarantee lets the odds of any
+#: inference about one client grow by up to ``e^epsilon``, about ``2.7e43`` here, which bounds nothing an attacker
+#: could observe (far above it, the winner-only release's noise parameter underflows double precision).
+MAX_EPSILON: float = 100.0
 #: Relative slack when comparing an announced epsilon with one recomputed from the noise (request, policy, ledger).
 EPSILON_RTOL = 1e-6
 
@@ -55,6 +59,33 @@ def check_epsilon(epsilon: Any) -> float:
         ValueError: ``epsilon`` is not a finite number ``> 0``.
     """  # noqa: DOC502
     return check_positive("epsilon", epsilon)
+
+
+def check_epsilon_budget(epsilon: Any, name: str = "epsilon") -> float:
+    """Check a privacy budget that a user sets: a finite number in ``(0, MAX_EPSILON]``.
+
+    The one check of every epsilon a configuration, a run config or a command line carries (`MAX_EPSILON` says
+    why the bound); `check_epsilon` is the mathematical functions' check, which takes any finite positive value.
+
+    Args:
+        epsilon: A finite number in ``(0, MAX_EPSILON]``.
+        name: The parameter's name, for the error message.
+
+    Returns:
+        ``epsilon`` as float.
+
+    Raises:
+        ValueError: ``epsilon`` is not a finite number in ``(0, MAX_EPSILON]``; the message names ``name``, the
+            range and the fix.
+    """
+    value = math.nan if isinstance(epsilon, bool) or not isinstance(epsilon, Real) else float(epsilon)
+    if not 0.0 < value <= MAX_EPSILON:  # NaN fails it too
+        too_large = value > MAX_EPSILON
+        why = (f" (above {MAX_EPSILON:g} the guarantee lets the odds of any inference about one client grow by more "
+               f"than e^{MAX_EPSILON:g}, about {math.exp(MAX_EPSILON):.1e}: no privacy)" if too_large else "")
+        raise ValueError(f"{name} must be a finite number in (0, {MAX_EPSILON:g}], got {epsilon!r}{why}; set {name} "
+                         "within it, e.g. 1 (DP-Hype is meant for about 0.1 to 10)")
+    return value
 
 
 def check_delta(delta: Any) -> float:

@@ -19,7 +19,7 @@ from dphype.checks import (
     check_clients,
     check_delta,
     check_dropout,
-    check_epsilon,
+    check_epsilon_budget,
     check_k,
     check_neighbouring,
     check_probability,
@@ -52,7 +52,7 @@ class DPHypeConfig:
     Every field is validated on construction (`dphype.checks`) and stored normalised.
 
     Attributes:
-        epsilon: The budget of the released noisy vote sum.
+        epsilon: The budget of the release, in ``(0, 100]`` (`dphype.checks.MAX_EPSILON`: above it no privacy).
         delta: Its ``delta``.
         k: Votes per client.
         clients: The number ``n`` of clients that take part, in ``[2, 10000]`` (each client's noise share is
@@ -100,7 +100,7 @@ class DPHypeConfig:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise the validated values in place
-        set_(self, "epsilon", check_epsilon(self.epsilon))
+        set_(self, "epsilon", check_epsilon_budget(self.epsilon))
         set_(self, "delta", check_delta(self.delta))
         set_(self, "k", check_k(self.k))
         set_(self, "clients", check_clients(self.clients))

@@ -1,15 +1,53 @@
 """Every test runs with a private ``FLWR_HOME`` (so no node ledger is written into the real home) and without
-an inherited ``DPHYPE_NODE_POLICY`` (so node policies come only from what a test sets); ``recorded_votes``
-records the vectors DP-Hype clients hand to SecAgg+; ``flower_log`` holds what Flower's logger writes."""
+an inherited ``DPHYPE_NODE_POLICY`` (so node policies come only from what a test sets); the session runs with a
+private temporary folder (``TMPDIR``, its subprocesses' too) and fails when it ends with a ``dphype-*`` folder
+left there or a process of its own still running (`nothing_left_behind`); ``recorded_votes`` records the vectors
+DP-Hype clients hand to SecAgg+; ``flower_log`` holds what Flower's logger writes."""
 
 from __future__ import annotations
 
+import gc
 import io
 import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
 from dphype.node.policy import POLICY_ENV
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_behind(tmp_path_factory):
+    """The session's own temporary folder (``tempfile`` and ``TMPDIR``; pytest's ``tmp_path`` stays where it
+    is); at its end no ``dphype-*`` folder may be left in it and no process started by the session may run."""
+    from dphype.flower.local import LocalGrid, descendants
+
+    tmp_path_factory.getbasetemp()  # pytest's folders first, outside the private one
+    private = tempfile.mkdtemp(prefix="session-tmp-")
+    before = (tempfile.tempdir, os.environ.get("TMPDIR"))
+    tempfile.tempdir, os.environ["TMPDIR"] = private, private
+    try:
+        yield
+        gc.collect()  # the grids that no test holds any more remove their folders
+        held = {grid.folder for grid in gc.get_objects() if isinstance(grid, LocalGrid)}  # theirs go at exit
+        left = sorted(path.name for path in Path(private).glob("dphype-*") if path not in held)
+        deadline = time.monotonic() + 10.0  # a child that is stopping gets the time to exit
+        while (running := descendants(os.getpid())) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        commands = [Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120]
+                    for pid in running if Path(f"/proc/{pid}/cmdline").exists()]
+        assert not left and not commands, f"the tests left temporary folders {left} and processes {commands}"
+    finally:
+        tempfile.tempdir = before[0]
+        if before[1] is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = before[1]
+        shutil.rmtree(private, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

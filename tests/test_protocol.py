@@ -140,7 +140,7 @@ def test_sum_ballot_refuses_values_beyond_the_rounds_range():
 def test_lexicographic_keys_break_ties_of_the_first_score(drawn_shares):
     # losses tie at 0.2 for candidates 0, 2, 4; the second key (lower is better) picks 4 then 2
     keys = np.array([[0.2, 0.9], [0.7, 0.0], [0.2, 0.5], [0.6, 0.0], [0.2, 0.1], [0.9, 0.0]])
-    req = request(k=2, epsilon=200.0)
+    req = request(k=2, epsilon=100.0)
     vector = SumRelease().ballot(req, keys, maximize=False, clipping_range=ss.CLIPPING_RANGE)
     (share,) = drawn_shares
     np.testing.assert_array_equal(vector, np.array([0, 0, 1, 0, 1, 0]) + share)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dphype.checks import check_int, check_positive
+from dphype.checks import check_epsilon_budget, check_int, check_positive, check_probability
 from dphype.config import RUN_CONFIG_KEYS, DPHypeConfig, read_run_config
 from dphype.flower.training import TrainingBudget
 from dphype.ml.task import check_candidates
@@ -118,9 +118,9 @@ class AppConfig:
             check_int(name.replace("_", "-"), getattr(self, name), 1)
         for name in ("connect_timeout", "round_timeout"):
             check_positive(name.replace("_", "-"), getattr(self, name))
-        if isinstance(self.fraction_evaluate, bool) or not 0.0 <= self.fraction_evaluate <= 1.0:
-            raise ValueError(f"fraction-evaluate must be a number in [0, 1], got {self.fraction_evaluate!r}")
+        check_probability("fraction-evaluate", self.fraction_evaluate)
         if self.train_epsilon != 0.0:
+            check_epsilon_budget(self.train_epsilon, "train-epsilon")
             self.training_budget()  # validates train-epsilon, clipping-norm and clipping
             if self.fraction_evaluate > 0.0:
                 raise ValueError("fraction-evaluate must be 0 when train-epsilon > 0: the clients' evaluation "

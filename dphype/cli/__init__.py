@@ -9,11 +9,14 @@ text (`dphype.result.format_fields`, or the module's own ``render(result) -> str
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +55,51 @@ class RunFailedError(RuntimeError):
     """A Flower run that a command started ended without its result; printed as one line, exit status 1."""
 
 
+class Stopped(KeyboardInterrupt):
+    """The command was stopped by a signal (SIGTERM or SIGINT); printed as one line, exit status 128 + signal.
+
+    A ``KeyboardInterrupt``, so that whatever the command started is stopped and removed on the way out, as
+    after Ctrl-C (`dphype.flower.local.LocalSuperLink.close`).
+
+    Args:
+        signum: The signal's number.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGINT raise `Stopped`; a second one while it unwinds is ignored.
+
+    The handlers before the block are restored after it. Only in the main thread (elsewhere Python delivers no
+    signal): elsewhere nothing changes.
+
+    Yields:
+        Nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = (signal.SIGTERM, signal.SIGINT)
+    before = {sig: signal.getsignal(sig) for sig in signals}
+
+    def stop(signum: int, frame: Any) -> None:
+        for sig in signals:  # the clean-up that follows is not interrupted
+            signal.signal(sig, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    for sig in signals:
+        signal.signal(sig, stop)
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
 # ------------------------------------------------------------------ options shared by every command
 def add_privacy_arguments(parser: argparse.ArgumentParser) -> None:
     """DP-Hype's privacy options, with the same meaning and defaults in every command.
@@ -62,7 +110,8 @@ def add_privacy_arguments(parser: argparse.ArgumentParser) -> None:
     Args:
         parser: The sub-command's parser.
     """
-    parser.add_argument("--epsilon", type=float, default=1.0, help="privacy budget epsilon > 0 (default 1)")
+    parser.add_argument("--epsilon", type=float, default=1.0,
+                        help="privacy budget epsilon in (0, 100] (above it no privacy; default 1)")
     parser.add_argument("--delta", type=float, default=1e-5, help="privacy parameter delta in (0, 1) (default 1e-5)")
     parser.add_argument("--k", type=int, default=5, help="votes per client, in [1, candidates] (default 5)")
     parser.add_argument("--clients", type=int, default=50, help="number of clients n in [2, 10000] (default 50)")
@@ -211,8 +260,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The ``dphype`` console script: parse the command line, run the sub-command, print its result.
 
     A `PROGRAMS` entry runs in a child process (`run_program`); a sub-command's ``ValueError`` or
-    ``FileNotFoundError`` (bad input, exit status 2) or `RunFailedError` (exit status 1) is printed on standard
-    error as one line, without a traceback. argparse exits (status 2) on an unknown option.
+    ``FileNotFoundError`` (bad input, exit status 2), `RunFailedError` (exit status 1) or a stop by SIGTERM or
+    SIGINT (`stop_on_signals`; exit status 128 + the signal, after what the command started is stopped and
+    removed) is printed on standard error as one line, without a traceback. argparse exits (status 2) on an
+    unknown option.
 
     Args:
         argv: The command line without the program name; ``sys.argv[1:]`` when ``None``.
@@ -231,13 +282,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     module = importlib.import_module(args._module)
     try:
-        result = module.run(args)
+        with stop_on_signals():
+            result = module.run(args)
     except (ValueError, FileNotFoundError) as err:
         print(f"dphype {args.command}: error: {err}", file=sys.stderr)
         return 2
     except RunFailedError as err:
         print(f"dphype {args.command}: error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as err:
+        signum = err.signum if isinstance(err, Stopped) else signal.SIGINT
+        print(f"dphype {args.command}: stopped by {signal.Signals(signum).name}: every process it started is "
+              "stopped and its temporary folders are removed", file=sys.stderr)
+        return 128 + signum
     if not args.json:
         from dphype.result import format_fields
 

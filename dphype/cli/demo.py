@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from dphype.selection.candidates import load_candidates
 
     candidates = load_candidates(args.candidates)
+    config = privacy_config(args, len(candidates))  # first: it needs no training code
     if args.app is None:  # the bundled app's task reads only its own keys: refused here, before any node works
         from dphype.ml.task import check_candidates
 
@@ -101,7 +102,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         except ValueError as err:
             raise ValueError(f"--candidates {args.candidates}: {err}. The bundled app's task is that training: "
                              "give candidates with only those keys, e.g. --candidates table3") from None
-    config = privacy_config(args, len(candidates))
     with tempfile.TemporaryDirectory(prefix="dphype-demo-") as folder:
         # argmax mode: the demo's user operates the 3 simulated tally nodes too, so it makes their keys here
         committee = config.mode.aggregator is Aggregator.COMMITTEE
@@ -143,9 +143,6 @@ def _run(args: argparse.Namespace, selection: Any, env: dict[str, str], folder: 
     from dphype.secure.tally import COMMITTEE_SIZE
 
     config = selection.config
-    plan = selection.plan()
-    for warning in plan.warnings:
-        print(f"dphype demo: warning: {warning}", file=sys.stderr)
     for name in ("fedavg_rounds", "local_epochs"):
         check_int(name.replace("_", "-"), getattr(args, name), 1)
     check_int("seed", args.seed, 0)
@@ -153,6 +150,9 @@ def _run(args: argparse.Namespace, selection: Any, env: dict[str, str], folder: 
     if args.app is not None and not is_flower_app(args.app):
         raise ValueError(f"--app {args.app!r} holds no Flower app (a pyproject.toml with [tool.flwr.app]); leave "
                          "--app out to run the bundled app")
+    plan = selection.plan()  # about a second of simulation: after the instant checks
+    for warning in plan.warnings:
+        print(f"dphype demo: warning: {warning}", file=sys.stderr)
     result_file = folder / "result.json"
     run_config = {
         **{key: getattr(config, name) for name, key in RUN_CONFIG_KEYS.items()},

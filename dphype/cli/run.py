@@ -11,8 +11,10 @@ nodes apply the node policy in ``DPHYPE_NODE_POLICY`` (`dphype.node.policy`), re
 The outcome is the run's own status in the SuperLink, not ``flwr run``'s exit status (0 even when the ServerApp
 raises): a run that does not complete ends the command with exit status 1 and one line naming the cause (the
 ServerApp's exception, whose DP-Hype errors name their fix). Every ``--run-config`` key must be one the app
-declares (Flower refuses others without naming them), checked here first. `run_locally` is the one runner of
-``dphype run`` and ``dphype demo``.
+declares (Flower refuses others without naming them), checked here first, and so are the run config's DP-Hype
+settings and the simulated nodes' policy limits (`check_selection`), before Flower starts. `run_locally` is the one
+runner of ``dphype run`` and ``dphype demo``; SIGTERM or SIGINT stops it with everything it started
+(`dphype.cli.stop_on_signals`, `dphype.flower.local.LocalSuperLink.close`).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """  # noqa: DOC502, DOC503
     from dphype.checks import check_int, check_positive
     from dphype.config import DPHypeConfig
-    from dphype.flower.local import app_run_config, is_flower_app, parse_run_config
+    from dphype.flower.local import app_run_config, is_flower_app, parse_run_config, toml_value
     from dphype.modes import Aggregator, release_mode
     from dphype.secure.tally import COMMITTEE_SIZE
 
@@ -81,12 +83,72 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("the app's run config has no clients (the number of voters): pass --clients N")
     clients = config["clients"]
     check_int("clients", clients, 2)
+    check_selection(config)  # before Flower starts, as `dphype demo` checks its options
+    for key, value in overrides.items():  # the app's own keys: what the run config can carry
+        try:
+            toml_value(value)
+        except ValueError as err:
+            raise ValueError(f"--run-config {key}={value!r}: {err}") from None
     committee = release_mode(config.get("release", DPHypeConfig.release)).aggregator is Aggregator.COMMITTEE
     tallies = int(config.get("tallies", COMMITTEE_SIZE)) if committee else 0
     start = time.perf_counter()
     outcome = run_locally(folder, overrides, clients + tallies, json=args.json, timeout=args.timeout)
     return {"app": str(folder), "run_id": outcome.run_id, "status": outcome.status, "clients": clients,
             "tallies": tallies, "supernodes": clients + tallies, "seconds": time.perf_counter() - start}
+
+
+def check_selection(run_config: Mapping[str, Any]) -> Any:
+    """The DP-Hype settings of an app's run config, checked before Flower starts; ``None`` where it has none.
+
+    Where the run config holds DP-Hype's required keys (an app that reads
+    `dphype.config.DPHypeConfig.from_run_config`), they are validated as `dphype demo` validates its options
+    (`dphype.config.DPHypeConfig`), and against the policy the simulated nodes will apply (`simulated_policy`:
+    its delta and fewest-contributors limits, `dphype.node.policy.check_vote_request`'s own checks), so a run that
+    every node would refuse is refused here, naming the remedy of a simulation.
+
+    Args:
+        run_config: The app's run config with the overrides.
+
+    Returns:
+        The validated `dphype.config.DPHypeConfig`, or ``None`` when the run config lacks a required key.
+
+    Raises:
+        ValueError: Naming the run-config key, its range and the fix.
+    """
+    from dphype.config import RUN_CONFIG_KEYS, DPHypeConfig
+    from dphype.node.policy import POLICY_ENV, SIMULATED_REMEDIES, check_clients_limit, check_delta_limit
+    from dphype.refusal import Refusal
+
+    required = [RUN_CONFIG_KEYS[name] for name in ("epsilon", "delta", "k", "clients")]
+    if not all(key in run_config for key in required):
+        return None
+    try:
+        config = DPHypeConfig.from_run_config(run_config)
+    except ValueError as err:
+        raise ValueError(f"run config: {err}") from None
+    policy = simulated_policy()
+    try:
+        check_delta_limit(config, policy)
+        check_clients_limit(config, policy)
+    except Refusal as refusal:
+        raise ValueError(f"every simulated node would refuse this run ({refusal.local}, their policy from "
+                         f"{POLICY_ENV} or its defaults): {SIMULATED_REMEDIES[refusal.code]}") from None
+    return config
+
+
+def simulated_policy() -> Any:
+    """The node policy the simulated nodes of `run_locally` apply: `dphype.node.policy.POLICY_ENV` of this process.
+
+    Returns:
+        The `dphype.node.policy.NodePolicy`.
+
+    Raises:
+        ValueError: If the variable does not hold a valid policy (naming it).
+    """  # noqa: DOC502
+    from dphype.flower.client.policy import environment_policy
+    from dphype.node.policy import NodePolicy
+
+    return NodePolicy.from_node_config(environment_policy())
 
 
 def run_locally(app: Path, run_config: Mapping[str, Any], supernodes: int, *, env: Mapping[str, str] | None = None,
@@ -114,7 +176,13 @@ def run_locally(app: Path, run_config: Mapping[str, Any], supernodes: int, *, en
                                 stdout=sys.stderr if json else None, timeout=timeout)
     if not outcome.completed:
         fix = "; give it longer with --timeout" if outcome.timed_out else ""
-        raise RunFailedError(f"the Flower run failed: {outcome.cause()}{fix}")
+        cause = outcome.cause()
+        if "in their node config" in cause:  # a node's remedy: in simulation the operators' channel is the variable
+            from dphype.node.policy import POLICY_ENV
+
+            fix += (f" (the simulated nodes' node config is the {POLICY_ENV} environment variable of this command, "
+                    f"e.g. {POLICY_ENV}='dphype-max-epsilon=2 dphype-min-clients=5')")
+        raise RunFailedError(f"the Flower run failed: {cause}{fix}")
     return outcome
 
 

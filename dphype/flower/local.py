@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -173,6 +175,53 @@ def _kill_group(pid: int) -> None:
         pass
 
 
+def descendants(pid: int) -> list[int]:
+    """The ids of every living process below ``pid`` (children, grandchildren, ...), read from Linux's ``/proc``.
+
+    Processes that started their own session (Flower's SuperExec, Ray's daemons) are included: they stay below
+    the process that started them until it exits. Empty where ``/proc`` is not readable.
+
+    Args:
+        pid: The ancestor's process id.
+
+    Returns:
+        Their process ids, parents before their children.
+    """
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat.rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z":  # a zombie is already gone
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: list[int] = []
+    queue = list(children.get(pid, []))
+    while queue:
+        child = queue.pop(0)
+        found.append(child)
+        queue.extend(children.get(child, []))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _signal(pids: Iterable[int], sig: int) -> None:
+    """Send ``sig`` to each of ``pids`` that still exists."""
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 @dataclass(frozen=True)
 class RunOutcome:
     """What became of one `LocalSuperLink.run`: Flower's own status of the run, not ``flwr run``'s exit status.
@@ -247,7 +296,13 @@ class LocalSuperLink:
              "--port", str(self.port), "--health-server-address", f"127.0.0.1:{free_port()}",
              "--database", str(self.home / "state.db")],
             env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-        self._wait_until_listening(startup_timeout)
+        started = False
+        try:
+            self._wait_until_listening(startup_timeout)
+            started = True
+        finally:
+            if not started:  # a signal (KeyboardInterrupt) during the start-up too: nothing stays behind
+                self.close()
 
     def _wait_until_listening(self, timeout: float) -> None:
         """Wait until the SuperLink listens on its port, or stop it and raise ``RuntimeError``."""  # noqa: DOC501
@@ -304,6 +359,7 @@ class LocalSuperLink:
             timer = None if timeout is None else threading.Timer(timeout, kill, (flwr.pid,))
             if timer is not None:
                 timer.start()
+            finished = False
             try:
                 assert flwr.stdout is not None
                 for line in flwr.stdout:
@@ -314,7 +370,10 @@ class LocalSuperLink:
                     if started and run_id is None:
                         run_id = int(started.group(1))
                 code = flwr.wait()
+                finished = True
             finally:
+                if not finished:  # stopped (a signal, KeyboardInterrupt): flwr run runs in its own session
+                    _kill_group(flwr.pid)
                 if timer is not None:
                     timer.cancel()
         status, details = ("", "") if run_id is None else self._status(run_id, deadline)
@@ -339,13 +398,19 @@ class LocalSuperLink:
             time.sleep(1.0)
 
     def close(self) -> None:
-        """Stop the SuperLink and everything it started (its process group), then remove the private home."""
+        """Stop the SuperLink and everything it started, then remove the private home.
+
+        Everything it started: its process group and every process below it (`descendants`: the SuperExec and
+        Ray's processes start sessions of their own), found before any is stopped, so none escapes to ``init``.
+        """
+        family = descendants(self.process.pid)
         if self.process.poll() is None:
             for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
                 try:
                     os.killpg(self.process.pid, sig)
                 except ProcessLookupError:
                     break
+                _signal(family, sig)
                 try:
                     self.process.wait(timeout=wait)
                     break
@@ -355,15 +420,37 @@ class LocalSuperLink:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        deadline = time.monotonic() + 5.0
+        while any(_alive(pid) for pid in family) and time.monotonic() < deadline:
+            _signal((pid for pid in family if _alive(pid)), signal.SIGKILL)
+            time.sleep(0.1)
         self._log.close()
         self._home.cleanup()
+        self._remove_ray_sessions(family)
+
+    def _remove_ray_sessions(self, family: Iterable[int]) -> None:
+        """Remove the session folders that the simulation's Ray made (named after the process that started it).
+
+        Ray keeps them in ``ray`` under ``RAY_TMPDIR``, else (Linux) ``TMPDIR``, else ``/tmp``.
+        """
+        root = Path(self.env.get("RAY_TMPDIR") or self.env.get("TMPDIR") or "/tmp") / "ray"
+        for pid in family:
+            for session in root.glob(f"session_*_{pid}"):
+                shutil.rmtree(session, ignore_errors=True)
+        latest = root / "session_latest"
+        if latest.is_symlink() and not latest.exists():  # it named a removed session
+            latest.unlink(missing_ok=True)
 
     def __enter__(self) -> LocalSuperLink:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
                  traceback: TracebackType | None) -> None:
-        self.close()
+        try:
+            self.close()
+        except KeyboardInterrupt:  # a stop during the clean-up (`dphype.cli.Stopped`): finish it first
+            self.close()
+            raise
 
 
 # ------------------------------------------------------------------------------------------ in process
@@ -385,12 +472,13 @@ class LocalGrid(Grid):
     A grid for tests and in-process runs: node ``i`` (ID `node_id` ``(i)``) has its own ``Context`` whose node
     config holds ``partition-id``, ``num-partitions`` and ``node_config``; a ``silent`` node never replies. With
     ``federation`` (the default) its nodes are members of a roster of their own, as a simulation's are
-    (`dphype.flower.federation.simulated_federation`, a development convenience), made when the first message is
-    delivered: the nodes with ``dphype-tally-id`` in their node config are its tallies (their keys from
-    ``dphype-tally-key``), the others its voters ``node-0``, ``node-1``, ... in partition order; a node whose
-    node config sets ``dphype-roster`` or ``dphype-allow-unauthenticated`` keeps its own. It records what passed:
-    ``contexts`` (node ID -> its ``Context``), ``sent`` (every message, in order), ``replies`` (every reply, in
-    order) and ``timeouts`` (the ``timeout`` of every `send_and_receive` call).
+    (`dphype.flower.federation.simulated_federation`, a development convenience), made in a private temporary folder
+    (removed with the grid, or at exit) when the first message is delivered: the nodes with ``dphype-tally-id`` in
+    their node config are its tallies (their keys from ``dphype-tally-key``), the others its voters ``node-0``,
+    ``node-1``, ... in partition order; a node whose node config sets ``dphype-roster`` or
+    ``dphype-allow-unauthenticated`` keeps its own. It records what passed: ``contexts`` (node ID -> its
+    ``Context``), ``sent`` (every message, in order), ``replies`` (every reply, in order), ``timeouts`` (the
+    ``timeout`` of every `send_and_receive` call) and ``folder`` (the roster's folder; ``None`` before it is made).
 
     Args:
         client_app: The ClientApp every node runs.
@@ -428,6 +516,7 @@ class LocalGrid(Grid):
             )
             for i in range(num_nodes)
         }
+        self.folder: Path | None = None
         self.sent: list[Message] = []
         self.replies: list[Message] = []
         self._pending: dict[str, Message] = {}
@@ -533,6 +622,8 @@ class LocalGrid(Grid):
             return
         self._federation = False
         folder = tempfile.mkdtemp(prefix="dphype-localgrid-")  # private (0700), this grid's own
+        self.folder = Path(folder)
+        weakref.finalize(self, shutil.rmtree, folder, True)  # removed with the grid, or at exit
         tallies = sorted((int(c.node_config[TALLY_ID]), c) for c in self.contexts.values() if TALLY_ID in c.node_config)
         voters = [c for _, c in sorted((int(c.node_config["partition-id"]), c) for c in self.contexts.values()
                                        if TALLY_ID not in c.node_config)]

@@ -52,7 +52,7 @@ from flwr.supercore.privacy_accounting import (
     SamplingMethod,
 )
 
-from dphype.checks import check_delta, check_epsilon, check_int, check_neighbouring, check_positive
+from dphype.checks import check_delta, check_epsilon_budget, check_int, check_neighbouring, check_positive
 from dphype.privacy.accounting import (
     RDP_ORDERS,
     PrivacyReport,
@@ -88,7 +88,7 @@ class TrainingBudget:
     DP-FedAvg rounds with updates clipped to L2 norm ``clipping_norm`` on the ``clipping`` side.
 
     Attributes:
-        epsilon: The training's epsilon, ``> 0``, at the selection's delta.
+        epsilon: The training's epsilon at the selection's delta, in ``(0, 100]`` (`dphype.checks.MAX_EPSILON`).
         rounds: The DP-FedAvg rounds, an integer ``>= 1``.
         clipping_norm: The L2 norm every update is clipped to, ``> 0``.
         clipping: Where updates are clipped, one of `CLIPPING`: ``"server"`` (the server clips) or ``"client"``
@@ -104,7 +104,7 @@ class TrainingBudget:
     clipping: str = "server"
 
     def __post_init__(self) -> None:
-        check_epsilon(self.epsilon)
+        check_epsilon_budget(self.epsilon)
         check_int("rounds", self.rounds, 1)
         check_positive("clipping_norm", self.clipping_norm)
         if self.clipping not in CLIPPING:

@@ -121,6 +121,7 @@ from pathlib import Path
 from typing import Any
 
 from dphype.checks import NEIGHBOURING
+from dphype.config import DPHypeConfig
 from dphype.privacy.noise import min_survivors
 from dphype.protocol import EPSILON_RTOL, VoteRequest, check_request
 from dphype.refusal import Refusal
@@ -534,18 +535,12 @@ def check_vote_request(request: VoteRequest, policy: NodePolicy) -> VoteGuarante
     if committee and known is None:  # safe by default: never a committee the server names
         raise Refusal("tally_committee", "this node's operator pinned no tallies: it seals shares only to the tally "
                       "keys in its node config dphype-tallies")
-    if cfg.delta > policy.max_delta:
-        raise Refusal("policy_delta", f"announced delta {cfg.delta:.3g} is above this node's limit",
-                      local=f"announced delta {cfg.delta:.3g} > dphype-max-delta={policy.max_delta:.3g}")
+    check_delta_limit(cfg, policy)
     announced = mode.announced_epsilon(request)
     if announced is not None and announced > policy.max_epsilon * (1 + EPSILON_RTOL):
         raise Refusal("policy_epsilon", f"announced epsilon {announced:.6g} is above this node's limit",
                       local=f"announced epsilon {announced:.6g} > dphype-max-epsilon={policy.max_epsilon:.6g}")
-    survivors = min_survivors(cfg.clients, cfg.dropout)
-    if survivors < policy.min_clients:
-        raise Refusal("policy_clients", f"{cfg.clients} clients with dropout {cfg.dropout:g} leave {survivors} "
-                      "contributors, fewer than this node requires",
-                      local=f"{survivors} contributors < dphype-min-clients={policy.min_clients}")
+    survivors = check_clients_limit(cfg, policy)
     cost = mode.node_cost(request, survivors=survivors, delta=policy.max_delta, accountant=policy.accountant,
                           neighbouring=policy.neighbouring)
     eps = cost.epsilon
@@ -555,6 +550,42 @@ def check_vote_request(request: VoteRequest, policy: NodePolicy) -> VoteGuarante
                       f"accountant, {survivors} contributors) > dphype-max-epsilon={policy.max_epsilon:.6g}")
     return VoteGuarantee(noise=cost.noise, k=cfg.k, total_std=cost.total_std, survivors=survivors, epsilon=eps,
                          delta=policy.max_delta, neighbouring=policy.neighbouring)
+
+
+def check_delta_limit(config: DPHypeConfig, policy: NodePolicy) -> None:
+    """Refuse a configuration whose delta is above the node's ``dphype-max-delta`` (part of `check_vote_request`).
+
+    Args:
+        config: The request's configuration.
+        policy: This node's policy.
+
+    Raises:
+        Refusal: ``policy_delta``.
+    """
+    if config.delta > policy.max_delta:
+        raise Refusal("policy_delta", f"announced delta {config.delta:.3g} is above this node's limit",
+                      local=f"announced delta {config.delta:.3g} > dphype-max-delta={policy.max_delta:.3g}")
+
+
+def check_clients_limit(config: DPHypeConfig, policy: NodePolicy) -> int:
+    """Refuse a configuration with fewer contributors than ``dphype-min-clients`` (part of `check_vote_request`).
+
+    Args:
+        config: The request's configuration.
+        policy: This node's policy.
+
+    Returns:
+        The fewest contributors ``ceil((1 - xi) n)`` the configuration allows.
+
+    Raises:
+        Refusal: ``policy_clients``.
+    """
+    survivors = min_survivors(config.clients, config.dropout)
+    if survivors < policy.min_clients:
+        raise Refusal("policy_clients", f"{config.clients} clients with dropout {config.dropout:g} leave {survivors} "
+                      "contributors, fewer than this node requires",
+                      local=f"{survivors} contributors < dphype-min-clients={policy.min_clients}")
+    return survivors
 
 
 #: How to resolve each refusal, naming the setting on either side; the server may see it (it names keys and
@@ -588,4 +619,16 @@ REMEDIES: dict[str, str] = {
               "and send only its members' signed keys and shares; a roster that changed needs a new pre-flight",
     "no_roster": "the node operators set dphype-roster and dphype-identity in their node config (dphype roster "
                  "keygen / init / add), or explicitly dphype-allow-unauthenticated = true",
+}
+#: The remedies of the policy refusals where the nodes are simulated (``dphype run``, ``dphype demo``): their
+#: operator's channel is the `POLICY_ENV` environment variable of the command that starts the simulation, not a
+#: node config.
+SIMULATED_REMEDIES: dict[str, str] = {
+    "policy_epsilon": f"lower the run's epsilon, or raise the simulated nodes' limit: "
+                      f"{POLICY_ENV}='dphype-max-epsilon=E' in the environment of `dphype run`",
+    "policy_delta": f"lower the run's delta, or raise the simulated nodes' limit: {POLICY_ENV}='dphype-max-delta=D' in "
+                    "the environment of `dphype run`",
+    "policy_clients": f"run with more clients (--clients N) or a smaller dropout, or lower the simulated nodes' limit "
+                      f"(default {POLICY_KEYS['dphype-min-clients'][0]}): {POLICY_ENV}='dphype-min-clients=N' in the "
+                      "environment of `dphype run`",
 }

@@ -32,11 +32,63 @@ def test_run_names_a_run_config_key_the_app_does_not_declare_before_flower_start
     (["--run-config", "release='median'"], "release must be one of sum, argmax, committee-sum, got 'median'"),
     (["--run-config", "release=argmax"], "--run-config must be key=value pairs with TOML values (strings quoted"),
     (["--timeout", "0"], "timeout"),
+    (["--run-config", "epsilon=1e9"], "run config: epsilon must be a finite number in (0, 100], got 1000000000.0 "
+                                      "(above 100 the guarantee"),
+    (["--run-config", "epsilon=0.0"], "run config: epsilon must be a finite number in (0, 100], got 0.0; set epsilon"),
+    (["--run-config", "epsilon=nan"], "run config: epsilon must be a finite number in (0, 100], got nan"),
+    (["--run-config", "k=0"], "run config: k must be an integer in [1, "),
+    (["--clients", "5"], "every simulated node would refuse this run (5 contributors < dphype-min-clients=10, their "
+                         "policy from DPHYPE_NODE_POLICY or its defaults): run with more clients (--clients N) or a "
+                         "smaller dropout, or lower the simulated nodes' limit (default 10): "
+                         "DPHYPE_NODE_POLICY='dphype-min-clients=N' in the environment of `dphype run`"),
+    (["--run-config", "delta=0.5"], "DPHYPE_NODE_POLICY='dphype-max-delta=D'"),
+    (["--run-config", "num-server-rounds=nan"], "--run-config num-server-rounds=nan: run-config values must be finite"),
 ])
 def test_run_refuses_bad_options_by_name(tmp_path, capsys, options, message):
     assert main(["new", str(tmp_path / "app")]) == 0
     assert main(["run", str(tmp_path / "app"), *options]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_simulated_nodes_policy_is_read_before_flower_starts(tmp_path, capsys, monkeypatch):
+    """The nodes' limits come from DPHYPE_NODE_POLICY: lowered there, 5 clients pass the check (and Flower would
+    start: here a stand-in records it); a policy that does not parse is refused by its variable's name."""
+    assert main(["new", str(tmp_path / "app")]) == 0
+    started = []
+    monkeypatch.setattr("dphype.cli.run.run_locally",
+                        lambda *args, **kwargs: started.append(args) or RunOutcome(0, 1, "finished:completed", "", ()))
+    monkeypatch.setenv("DPHYPE_NODE_POLICY", "dphype-min-clients=5")
+    assert main(["run", str(tmp_path / "app"), "--clients", "5"]) == 0 and len(started) == 1
+    monkeypatch.setenv("DPHYPE_NODE_POLICY", "dphype-min-clients=")
+    assert main(["run", str(tmp_path / "app"), "--clients", "5"]) == 2 and len(started) == 1
+    assert "DPHYPE_NODE_POLICY must hold dphype-* keys" in capsys.readouterr().err
+
+
+def test_a_node_refusal_in_a_simulation_names_the_variable_that_sets_the_nodes_limits(tmp_path, monkeypatch):
+    """A refusal that only a node could make (its remedy names the node config) says where that config is in a
+    simulation: the DPHYPE_NODE_POLICY environment variable."""
+    from dphype.cli import RunFailedError
+    from dphype.cli.run import run_locally
+
+    class Refused:
+        def __init__(self, env=None):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def run(self, *args, **kwargs):
+            return RunOutcome(0, 7, "finished:failed", "PreflightError: 0 of 10 clients ready; 10 x refused: "
+                              "policy_epsilon (...; to resolve: lower the run's epsilon, or the node operators raise "
+                              "dphype-max-epsilon in their node config)", ())
+
+    monkeypatch.setattr("dphype.flower.local.LocalSuperLink", Refused)
+    with pytest.raises(RunFailedError, match=r"in their node config\) \(the simulated nodes' node config is the "
+                                             r"DPHYPE_NODE_POLICY environment variable of this command, e.g. "):
+        run_locally(tmp_path, {}, 10)
 
 
 def test_parse_run_config_reads_flowers_syntax():

@@ -187,7 +187,7 @@ def test_the_committee_opens_the_noisy_sum_of_the_verified_ballots_and_the_rule_
     boost[0] = 30
     grid, keys = argmax_grid(tmp_path)
     modified_ballots(monkeypatch, {voter_id(1, voter_name(0))}, boost)
-    cfg = config(release="committee-sum", epsilon=200.0, dropout=0.2, rule="argmax")  # noise std ~0.1
+    cfg = config(release="committee-sum", epsilon=100.0, dropout=0.2, rule="argmax")  # noise std ~0.2
     result = DPHype(CANDS, cfg, tallies=keys).start(grid, timeout=60)
     assert result.noisy_sum is not None and result.noisy_sum.shape == (len(CANDS),)
     assert result.selection is not None and result.selected_index == 5  # every honest client ranks 5 first
@@ -196,7 +196,7 @@ def test_the_committee_opens_the_noisy_sum_of_the_verified_ballots_and_the_rule_
     for i in range(1, CLIENTS):
         policy = NodePolicy.from_node_config(grid.contexts[node_id(i)].node_config)
         (entry,) = Ledger(policy.ledger).entries()
-        assert entry.noise == "skellam" and entry.epsilon <= 200.0 * (1 + 1e-6)
+        assert entry.noise == "skellam" and entry.epsilon <= 100.0 * (1 + 1e-6)
 
 
 def test_the_servers_description_names_the_release_and_only_what_applies_to_it(tmp_path):

@@ -179,11 +179,11 @@ def test_client_clipping_is_verified_and_weights_are_set_by_the_server():
 
 def test_server_clipping_is_the_default_and_clips():
     """The default budget clips on the server: an update of norm 20 enters the average with norm 1."""
-    budget = TrainingBudget(epsilon=1e6, rounds=1, clipping_norm=1.0)  # noise std z C / m negligible
+    budget = TrainingBudget(epsilon=100.0, rounds=1, clipping_norm=1.0)  # the largest budget: z = 0.195
     private, result = train_privately(step_app(10.0, clip=False), budget)
     final = result.arrays.to_numpy_ndarrays()[0]
     assert budget.clipping == "server" and private.report()["training"]["private"]
-    assert np.linalg.norm(final) == pytest.approx(1.0, abs=0.05)  # not 20
+    assert np.linalg.norm(final) == pytest.approx(1.0, abs=0.3)  # not 20 (noise std z C / 4 = 0.05: 6 of them)
 
 
 @pytest.mark.parametrize(("strategy", "message"), [

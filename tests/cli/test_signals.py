@@ -1,0 +1,78 @@
+"""Stopping a command: SIGTERM or SIGINT ends `dphype demo` with one line and no traceback, and leaves none of its
+processes (SuperLink, SuperExec, ``flwr run``, the simulation, Ray) running and none of its folders behind;
+`dphype.cli.stop_on_signals` restores the handlers it replaced."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import REPO
+
+from dphype.cli import Stopped, stop_on_signals
+from dphype.flower.local import descendants
+
+
+def test_a_signal_inside_the_block_raises_stopped_and_the_handlers_come_back():
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    with pytest.raises(Stopped) as stopped, stop_on_signals():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this ends
+    assert stopped.value.signum == signal.SIGTERM and isinstance(stopped.value, KeyboardInterrupt)
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def living(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def command_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_demo_leaves_nothing_running_or_lying_around(tmp_path, sig):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("DPHYPE_")}, "TMPDIR": str(tmp),
+           "PYTHONPATH": str(REPO)}
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        demo = subprocess.Popen([sys.executable, "-c", "import sys; from dphype.cli import main; sys.exit(main())",
+                                 "demo", "--clients", "10", "--fedavg-rounds", "1", "--local-epochs", "1"],
+                                env=env, stdout=stdout, stderr=stderr, cwd=tmp_path)
+        try:
+            deadline = time.monotonic() + 300
+            while "DP-Hype" not in out.read_text() and demo.poll() is None and time.monotonic() < deadline:
+                time.sleep(1)  # until the ServerApp runs: the simulation and its Ray workers have started
+            family = descendants(demo.pid)
+            assert demo.poll() is None and any("flower-superlink" in command_of(pid) for pid in family), \
+                out.read_text()[-2000:] + err.read_text()[-2000:]
+            assert list(tmp.glob("dphype-flwr-home-*"))
+            demo.send_signal(sig)
+            code = demo.wait(timeout=120)
+        finally:
+            if demo.poll() is None:
+                demo.kill()
+    name = signal.Signals(sig).name
+    assert code == 128 + sig
+    lines = err.read_text().strip().splitlines()
+    assert lines[-1] == (f"dphype demo: stopped by {name}: every process it started is stopped and its temporary "
+                         "folders are removed")
+    assert "Traceback" not in err.read_text() and "Traceback" not in out.read_text()
+    survivors = [command_of(pid)[:100] for pid in family if living(pid)]
+    assert not survivors
+    assert not list(tmp.glob("dphype-*")) and not list(tmp.glob("ray/session_*"))
