@@ -1298,7 +1298,7 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
         """  # noqa: DOC502
         cfg = request.config
         opening = opened if isinstance(opened, Opening) else Opening(tuple(np.asarray(opened).tolist()))
-        valid = check_survivors(survivors - len(opening.excluded), cfg.clients, request.min_survivors)
+        valid = check_survivors(survivors - len(opening.excluded), cfg.clients, request.min_valid)
         total = _noisy_sum(request, np.asarray(opening.value, dtype=np.float64))
         parties = len(request.tallies)
         noise_std = committee_sum_std(request.sigma, parties)  # all the shares added

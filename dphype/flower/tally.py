@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -48,10 +49,12 @@ from typing import Any, cast
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.common import log
 
 from dphype._exports import moved_getattr
 from dphype.files import write_once
 from dphype.flower.wire import (
+    MAX_RESULT_WAIT,
     TALLY_ACTION,
     TALLY_COLLECT,
     TALLY_COMPUTE,
@@ -67,7 +70,16 @@ from dphype.protocol import VoteRequest
 from dphype.refusal import Refusal, as_refusal
 from dphype.secure.relay import KeyPair
 from dphype.secure.roster import RosterError, share_payload
-from dphype.secure.tally import ServedRecord, Tally, TallyError, party_answer, party_command, send_job
+from dphype.secure.tally import (
+    ServedRecord,
+    Tally,
+    TallyError,
+    last_line,
+    log_party_output,
+    party_answer,
+    party_command,
+    send_job,
+)
 
 #: Node-config keys of a tally node (set by its operator, in Flower's node-config style).
 TALLY_ID, TALLY_PARTIES, TALLY_KEY_FILE = "dphype-tally-id", "dphype-tally-parties", "dphype-tally-key"
@@ -76,8 +88,11 @@ TALLY_ID, TALLY_PARTIES, TALLY_KEY_FILE = "dphype-tally-id", "dphype-tally-parti
 #: unset, the bundled app (`dphype.app.client`) makes each run's keys in the run's folder beside the simulated
 #: ledgers.
 TALLY_KEYS_ENV = "DPHYPE_TALLY_KEYS"
-#: Longest wait, in seconds, a server may ask of a tally's ``result`` stage (one day).
-MAX_RESULT_WAIT = 86400.0
+
+
+def _stderr_file(out: Path) -> Path:
+    """Where a party's stderr goes: beside its answer file ``out``, ``.err`` for ``.out``."""
+    return out.with_suffix(".err")
 
 
 def served_record_path(key_file: str | os.PathLike[str]) -> Path:
@@ -202,27 +217,35 @@ class _TallyNode:
                 raise Refusal("malformed_request", f"collect needs 'contributors' ({label.__name__}: node ids, or "
                               "roster member names in a federation with a roster) and 'shares' (bytes), one share "
                               "per contributor")
-            self._check_signed(request, cast(list[str], contributors), cast(list[bytes], shares),
-                               record.get("signatures"))
+            unsigned = self._check_signed(request, cast(list[str], contributors), cast(list[bytes], shares),
+                                          record.get("signatures"))
             tally = Tally(self.index, self.keys, record=self.record)
-            tally.open_round(request.digest(), len(request.candidates), request.min_survivors,
+            tally.open_round(request.digest(), len(request.candidates), request.min_valid,
                              len(request.tallies), run=self.run,
                              form=mode.ballot_form(request.config, len(request.candidates)),
                              noise=mode.tally_noise(request), opens=mode.opens)
             self._stop()
-            for contributor, sealed in zip(contributors, shares, strict=True):
-                tally.receive(str(contributor), cast(bytes, sealed))
-            self.saved.update(job=tally.job())
+            for i, (contributor, sealed) in enumerate(zip(contributors, shares, strict=True)):
+                if i in unsigned:
+                    tally.reject(str(contributor), unsigned[i])
+                else:
+                    tally.receive(str(contributor), cast(bytes, sealed))
+            job = tally.job()
+            for i, reason in zip(job["invalid"], job["reasons"], strict=True):
+                log(logging.WARNING, "DP-Hype tally %d leaves out contributor %s: %s", self.index,
+                    job["contributors"][i], reason)
+            self.saved.update(job=job)
             self._save()
-            return {"collected": len(contributors)}
+            return {"collected": len(contributors), "invalid": list(job["invalid"])}
         if stage == TALLY_COMPUTE:
             job = self.saved["job"]
             if job is None:
                 raise TallyError(f"tally {self.index} has collected nothing to compute")
             out = self.key_file.parent / f"party-{self.index}-{job['request'][:16]}.out"
-            with open(out, "w", encoding="utf-8") as fh:  # the party answers into the file, whoever reads it
+            # the party answers into the file, whoever reads it; its stderr beside it, for the tally's log
+            with open(out, "w", encoding="utf-8") as fh, open(_stderr_file(out), "w", encoding="utf-8") as err:
                 proc = subprocess.Popen(party_command(self.index, self.parties), stdin=subprocess.PIPE, stdout=fh,
-                                        stderr=subprocess.DEVNULL, text=True)
+                                        stderr=err, text=True)
             send_job(proc, job)
             self.saved.update(job=None, pid=proc.pid, out=str(out))
             self._save()
@@ -238,22 +261,32 @@ class _TallyNode:
             try:
                 while (answer := party_answer(out.read_text(encoding="utf-8"), self.index)) is None:
                     if time.monotonic() > deadline:
-                        raise TallyError(f"tally {self.index} did not answer within {timeout:g} s; nothing released")
+                        raise TallyError(f"tally {self.index} did not answer within {timeout:g} s"
+                                         f"{last_line(self._party_stderr())}; nothing released")
                     time.sleep(0.05)
             finally:
+                log_party_output(self.index, self._party_stderr())
                 self._stop()
             value = answer[0].value
-            return {"value": value if isinstance(value, int) else list(value), "excluded": list(answer[0].excluded)}
+            return {"value": value if isinstance(value, int) else list(value), "excluded": list(answer[0].excluded),
+                    "excluded_at": list(answer[0].excluded_at)}
         raise Refusal("malformed_request", f"unknown tally stage (one of {', '.join(TALLY_STAGES)})")
 
     def _check_signed(self, request: VoteRequest, contributors: list[str], shares: list[bytes],
-                      signatures: Any) -> None:
-        """With a roster: the request's tallies are the roster's, every share signed by the voter it is labelled with.
+                      signatures: Any) -> dict[int, str]:
+        """With a roster: the request's tallies are the roster's; which shares are not signed by their labelled voter.
 
-        For this tally, request and run (``roster`` otherwise; nothing is opened).
+        For this tally, request and run. A request whose committee is not the roster's, or a collect without one
+        signature entry per share, is refused (``roster``; nothing is opened); a share whose signature does not
+        verify (missing, garbage, another member's, another run's or federation's, or a label that is not a voter)
+        is its contributor's (or the relay's) doing: its entry is returned, never opened, and the committee leaves
+        that contributor out (`dphype.secure.tally.Tally.reject`).
+
+        Returns:
+            Position -> why its signature does not verify (empty without a roster).
         """
         if self.membership is None:
-            return
+            return {}
         roster = self.membership.roster
         listed = set(roster.tally_keys())
         if any(key not in listed for key in request.tallies):
@@ -261,11 +294,22 @@ class _TallyNode:
         if not (isinstance(signatures, list) and len(signatures) == len(shares)):
             raise Refusal("roster", "collect needs one roster signature per share ('signatures')")
         context = roster.context("argmax-share", request.digest(), self.run)
-        try:
-            for name, sealed, signature in zip(contributors, shares, signatures, strict=True):
+        unsigned = {}
+        for i, (name, sealed, signature) in enumerate(zip(contributors, shares, signatures, strict=True)):
+            try:
+                if not isinstance(signature, bytes):
+                    raise RosterError(f"the signature of {name!r}'s share is not bytes")
                 roster.check_signed(name, "voter", context, share_payload(self.index, sealed), signature)
-        except RosterError as err:
-            raise Refusal("roster", f"tally {self.index} refuses a share: {err}") from None
+            except RosterError as err:
+                unsigned[i] = f"its roster signature does not verify: {err}"
+        return unsigned
+
+    def _party_stderr(self) -> str:
+        """What this node's party wrote to stderr so far (empty when it wrote nothing or none is running)."""
+        out = self.saved["out"]
+        with contextlib.suppress(OSError):
+            return _stderr_file(Path(out)).read_text(encoding="utf-8") if out is not None else ""
+        return ""
 
     def _stop(self) -> None:
         """Stop this node's party (left over from an unfinished request, or done) and forget its output."""
@@ -275,6 +319,7 @@ class _TallyNode:
                 os.kill(int(pid), signal.SIGKILL)  # the party this node started (it has exited when done)
         if out is not None:
             Path(out).unlink(missing_ok=True)
+            _stderr_file(Path(out)).unlink(missing_ok=True)
         self.saved.update(pid=None, out=None)
         self._save()
 
