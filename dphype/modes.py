@@ -169,6 +169,10 @@ class Request(Protocol):
     def min_survivors(self) -> int:
         """Fewest contributing clients whose noise still adds up to ``sigma``."""
         ...
+    @property
+    def min_valid(self) -> int:
+        """Fewest valid ballots a committee release counts."""
+        ...
     def digest(self) -> str:
         """The request's digest (`dphype.protocol.VoteRequest.digest`).
 

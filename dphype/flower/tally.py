@@ -8,8 +8,10 @@ node whose node config has ``dphype-tally-id`` (its index ``j`` in the committee
 MPyC addresses of all tallies, ``host:port,...`` in committee order) and ``dphype-tally-key`` (a file with its
 X25519 private key, created with mode 0600 if missing; its public key is what the server and the clients'
 ``dphype-tallies`` name). It answers ``query.dphype_tally`` in four stages: ``hello`` (its index and public key),
-``collect`` (the request and the ciphertexts sealed to it: `dphype.secure.tally.Tally` opens them, refusing
-foreign or duplicate shares and a request already served, and keeps every contributor's share row), ``compute``
+``collect`` (the request and the ciphertexts sealed to it: `dphype.secure.tally.Tally` opens them, keeps every
+contributor's share row and marks a foreign, duplicate, unparsable or badly signed share as its contributor's
+invalid entry, refuses a request already served and a collect it could count fewer shares of than the committee's
+floor; it answers with the positions it did not take), ``compute``
 (starts its MPyC party, which checks every ballot and adds the noise: sampled jointly inside the MPC for the argmax
 release, the shares the tallies drew when they collected for the committee sum; it returns at once, so that all
 parties run together whatever the transport) and ``result`` (what its party opened, the index or the noisy sum, and
@@ -19,19 +21,22 @@ The server (`dphype.flower.server.committee.run_winner_selection`, called by
 `dphype.flower.server.DPHype.start` when ``release="argmax"``) finds the configured committee among the
 connected nodes (a tally that does not answer ``hello`` is unreachable: nothing is sent), runs the pre-flight
 with the other nodes, collects the sealed shares, forwards each tally its ciphertexts and gets the index back.
-Fewer contributors than ``ceil((1 - xi) n)``, a tally that refuses, fails or answers late:
-`dphype.secure.tally.TallyError`, nothing released. The tally's round lives in its node's context
-(``context.state``: the collected job, the party's process id and output file beside the key), so a stage may
-run in any process of the node, as in Flower's simulation, where a node's messages go to whichever ClientApp
-actor is free; the requests it served, by run, live in a persistent record beside its key
-(`served_record_path`, `dphype.secure.tally.ServedRecord`), read before any share is opened, so a request is
-never served twice in one run, across restarts of the node too (shares bound to another run do not open).
+Fewer contributors than the committee's floor (`dphype.privacy.noise.min_valid_ballots`), a tally that refuses,
+fails or answers late: `dphype.secure.tally.TallyError`, nothing released. The party's stderr goes to a file
+beside its answer and into this node's log when the result is read (its last line into the error). The tally's
+round lives in its node's context (``context.state``: the collected job, the party's process id and output file
+beside the key), so a stage may run in any process of the node, as in Flower's simulation, where a node's
+messages go to whichever ClientApp actor is free; the requests it served, by run, live in a persistent record
+beside its key (`served_record_path`, `dphype.secure.tally.ServedRecord`), read before any share is opened, so a
+request is never served twice in one run, across restarts of the node too (shares bound to another run do not
+open); a collect refused before its job is made (too few valid shares) does not count as served.
 
 With a roster (``dphype-roster``, ``dphype-identity`` in its node config, `dphype.secure.roster`) a tally is a
 member with its committee key, and ``collect`` opens only shares labelled with distinct roster voters' names and
-signed by them for this tally, request and run, for a request whose every tally is in the roster (``roster``
-otherwise); without one it refuses every stage (``no_roster``) unless its operator sets
-``dphype-allow-unauthenticated = true``, and then takes node ids as the contributors' labels.
+signed by them for this tally, request and run (any other share is an invalid entry: its contributor is left out
+and named), for a request whose every tally is in the roster (``roster`` otherwise); without one it refuses every
+stage (``no_roster``) unless its operator sets ``dphype-allow-unauthenticated = true``, and then takes node ids as
+the contributors' labels.
 """
 
 from __future__ import annotations
@@ -191,8 +196,8 @@ class _TallyNode:
 
         Raises:
             Refusal: ``tally_refused`` if the tally is not this request's, the request was served in this run
-                (its record), a share does not open for its contributor, repeats or is malformed, there is
-                nothing to compute or running, its party does not answer in time, or the stage is unknown;
+                (its record), fewer shares than the committee's floor are valid here, there is nothing to compute
+                or running, its party does not answer in time, or the stage is unknown;
                 ``malformed_request`` if a field of the stage is missing, of the wrong type or out of range.
             TallyError: The tally's own refusals (`register_tally` answers them as ``tally_refused``).
         """  # noqa: DOC502

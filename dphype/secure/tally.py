@@ -16,17 +16,24 @@ Protocol (framework-free; the Flower adapter relays the bytes):
    checked by the tally node, `dphype.flower.tally`); without a roster it is the Flower node id the server's
    SuperLink assigned to it (what the tally sees as the share's label). A server cannot relabel one client's
    share as another's, nor replay it in another run.
-3. Each `Tally` opens its ciphertexts for one approved request, refuses a second share by label or by content,
-   keeps every contributor's share row (nothing is summed before the ballots are checked), takes the committee's
+3. Each `Tally` opens its ciphertexts for one approved request and keeps every contributor's share row in the
+   order relayed (nothing is summed before the ballots are checked); a share that fails (it does not open for its
+   label, does not parse, repeats a label or a ciphertext, or its roster signature did not verify at the tally node,
+   `Tally.reject`) is an invalid entry with its reason (`Tally.invalid`), never a refusal of the round. It takes
+   the committee's
    noise for the request's release mode (`dphype.modes.CommitteeMode.tally_noise`: the argmax release's sampler,
    `dphype.privacy.winner.JointSampler`, which every tally derives from the request; the committee sum's Skellam
    share, drawn by its node with the CSPRNG)
-   and refuses a second round for a request it has already served in that run (`Tally.job`). With a ``record``
+   and refuses a second round for a request it has already served in that run (`Tally.job`); a round in which it
+   could take fewer shares than the floor is refused before it counts as served (the MPC never runs: the request
+   may be collected again over another set). With a ``record``
    (the tally node keeps one beside its key, `ServedRecord`) what it served persists across runs and restarts: checked
    before anything is opened, appended and synced before its job leaves.
 4. The tallies run MPyC (`dphype.secure.tally_party`): they check that they agree on the request, the
-   contributors (at least the minimum survivors), the ballot form and the committee, take their share rows as
-   MPyC secure integers (MPyC's parties hold exactly such Shamir shares), check every ballot (one random linear
+   contributors (at least the floor of valid ballots, `dphype.privacy.noise.min_valid_ballots`), the ballot form
+   and the committee, take their share rows as MPyC secure integers (MPyC's parties hold exactly such Shamir
+   shares), leave out every contributor invalid at any one tally (each party sends its tally's flags, all take the
+   union: the same set at every tally), check every ballot (one random linear
    combination opened as zero or not; only if not, which ballots are invalid: `Opening.excluded`), add the valid
    ballots and the noise (sampled jointly inside the MPC, or every tally's share), and open only what the release
    mode opens: the index of
@@ -36,11 +43,16 @@ Security (MPyC's model: Shamir secret sharing, honest majority, semi-honest part
 ciphertexts and the index. One tally sees uniformly random shares and the index; the server colluding with
 one tally learns nothing more. Two colluding tallies (of three) can reconstruct every ballot (out of scope, as
 the honest majority assumption). A malicious client cannot make an invalid ballot count (it is left out and its
-contributor named), deal shares that lie on no polynomial of degree ``t`` (the same), nor hide a boost in noise (it
-adds none). A malicious tally can change the result or abort
+contributor named), deal shares that lie on no polynomial of degree ``t`` or differ between tallies (the same),
+send bytes that do not open at some tally, another member's label or a bad signature (the same, at every tally),
+nor hide a boost in noise (it adds none); nor can it stop the release: it costs its own ballot only, and the
+committee opens while at least `dphype.privacy.noise.min_valid_ballots` valid ballots remain (below it, nothing).
+That floor protects no voter's privacy (the noise does not depend on the count); it keeps the release a decision
+of most of the federation. A malicious tally can change the result or abort
 (MPyC is secure against semi-honest parties only; an abort releases nothing); the MPC channels are MPyC's TCP
 connections, which must run over a private network or MPyC's ``--ssl`` in a deployment. A tally that drops or
-answers late aborts the run: `secure_argmax` raises `TallyError` naming it and no index is released.
+answers late aborts the run: `secure_argmax` raises `TallyError` naming it and no index is released; each party's
+stderr is logged (`log_party_output`) and an error names its last line.
 """
 
 from __future__ import annotations
@@ -468,7 +480,7 @@ class Tally:
 
         Raises:
             TallyError: No round is open.
-        """
+        """  # noqa: DOC502
         rnd = self._open()
         fingerprint = hashlib.sha256(bytes(sealed)).hexdigest()
         try:
@@ -495,7 +507,7 @@ class Tally:
 
         Raises:
             TallyError: No round is open.
-        """
+        """  # noqa: DOC502
         rnd = self._open()
         rnd["entries"].append({"label": str(contributor), "row": None, "fingerprint": None, "reason": reason})
 
@@ -516,7 +528,7 @@ class Tally:
 
         Raises:
             TallyError: No round is open.
-        """
+        """  # noqa: DOC502
         entries = self._open()["entries"]
         out = {i: e["reason"] for i, e in enumerate(entries) if e["reason"] is not None}
         for key, what in (("label", "the same contributor sent twice"), ("fingerprint", "the same share twice")):

@@ -8,9 +8,12 @@ finds the configured committee among the connected nodes (`find_committee`: a ta
 ``hello`` is unreachable, and nothing is sent), runs the pre-flight with the other nodes, collects the sealed
 shares (``train.dphype_argmax``, `dphype.flower.client.argmax`), forwards each tally its ciphertexts and
 gets the index back, with the contributors whose ballots the tallies found invalid and left out
-(``query.dphype_tally``, `dphype.flower.tally`). Fewer contributors than
-``ceil((1 - xi) n)``: `dphype.flower.server.readiness.PreflightError`; a tally that refuses, fails or
-answers late: `dphype.secure.tally.TallyError`; nothing released either way.
+(``query.dphype_tally``, `dphype.flower.tally`). A voter approved in the pre-flight that sends no usable shares
+is named (``node <id> (no shares)``) and left out; a label two voters claim is named with its node id. Fewer
+contributors than the committee's floor (`dphype.privacy.noise.min_valid_ballots`):
+`dphype.flower.server.readiness.PreflightError`; a tally that refuses, fails or answers late:
+`dphype.secure.tally.TallyError`; nothing released either way, and the error says what the voters were charged
+(one vote each: a node votes once per approved request).
 
 A server that takes its committee from the nodes rather than from its operator (the bundled app, the app
 ``dphype new`` writes) asks `connected_committee` first (`discover_committee` in argmax mode, no committee in
@@ -451,8 +454,8 @@ def run_winner_selection(grid: Grid, request: VoteRequest, *, preflight: Preflig
     try:
         collected = _answers(_ask(grid, tallies, collect, timeout, "DP-Hype tally collect"), tally_nodes,
                              TALLY_COLLECT)
-        for j, answer in sorted(collected.items()):
-            invalid = answer.get("invalid", [])
+        for j, took in sorted(collected.items()):
+            invalid = took.get("invalid", [])
             if isinstance(invalid, list) and invalid:
                 log(logging.WARNING, "DP-Hype tally %d did not take the shares of %s", j,
                     ", ".join(_name(labels, contributors, int(i)) for i in invalid
