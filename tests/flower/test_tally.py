@@ -112,7 +112,7 @@ def test_bad_committees_are_refused_before_anything_runs(tmp_path):
                    for i in range(CLIENTS)])
 
 
-def test_a_client_refusing_the_argmax_vote_is_a_dropout_and_too_few_shares_release_nothing(tmp_path, monkeypatch):
+def test_clients_refusing_the_argmax_vote_send_nothing_and_too_few_shares_release_nothing(tmp_path, monkeypatch):
     grid, keys = argmax_grid(tmp_path)
     from dphype.modes import ArgmaxRelease
 
