@@ -467,7 +467,7 @@ class Tally:
     def receive(self, contributor: str, sealed: bytes) -> None:
         """Open one contributor's sealed share of the current request; a share that fails marks its contributor.
 
-        Every share is kept in the order received, one entry per share (what the MPC's contributor list is). A share
+        Every share is kept, one entry per share (the MPC's contributor list, ordered by label in `job`). A share
         that does not open for its label (another request, tally, run or contributor), repeats another's content,
         shares its label with another opened share, has the wrong length or a value outside the field is its
         contributor's doing (or the relay's): the entry is kept as invalid with a zero row and its reason, and the
@@ -544,14 +544,15 @@ class Tally:
     def job(self) -> dict[str, Any]:
         """Close the round: this tally's input to the MPC (`dphype.secure.tally_party`).
 
-        Every contributor's share row as it came, in the order received (the MPC checks each ballot before anything
-        is summed), the positions of the entries this tally found invalid (`invalid`), and the committee's noise
+        Every contributor's share row as it came, ordered by label (entries with one label in the order received; the
+        MPC checks each ballot before anything is summed), the positions in that order of the entries this tally
+        found invalid (`invalid`), and the committee's noise
         (its sampler, or this tally's share). The request now counts as served in its run, in the record (synced to
         disk) before the job is returned.
 
         Returns:
             The job: the share rows (base64 of little-endian uint64, one row per entry, zero for an invalid one), the
-            contributors' labels in the order received and the positions of the invalid entries (``"invalid"``),
+            contributors' labels in that order and the positions of the invalid entries (``"invalid"``),
             the ballot form, the noise (``"sampler"``, the committee's joint sampler, or ``"noise"``, this tally's
             share), the field, the request digest and the sizes.
 
@@ -572,16 +573,18 @@ class Tally:
         self._served.add((rnd["run"], rnd["request"]))
         if self._record is not None:
             self._record.add(rnd["run"], rnd["request"])
-        entries = rnd["entries"]
+        order = sorted(range(len(rnd["entries"])), key=lambda i: rnd["entries"][i]["label"])  # stable: ties as sent
+        entries = [rnd["entries"][i] for i in order]
+        bad = {position: invalid[i] for position, i in enumerate(order) if i in invalid}
         rows = np.zeros((len(entries), rnd["width"]), dtype="<u8")
         for i, entry in enumerate(entries):
-            if i not in invalid:
+            if i not in bad:
                 rows[i] = entry["row"]
         return {"modulus": rnd["modulus"], "bit_length": BIT_LENGTH, "threshold": rnd["threshold"],
                 "parties": rnd["parties"], "request": rnd["request"],
                 "contributors": [e["label"] for e in entries], "min_contributors": rnd["min"], "size": rnd["size"],
                 "form": rnd["form"], "shares": base64.b64encode(rows.tobytes()).decode("ascii"),
-                "invalid": sorted(invalid), "reasons": [invalid[i] for i in sorted(invalid)],
+                "invalid": sorted(bad), "reasons": [bad[i] for i in sorted(bad)],
                 **({"sampler": rnd["sampler"]} if "sampler" in rnd else {"noise": rnd["noise"]}),
                 "opens": rnd["opens"]}
 

@@ -131,8 +131,9 @@ def test_tally_marks_replays_foreign_shares_and_duplicates_invalid():
     tallies[2].receive("e", client_sealed_shares("req-1", one_hot(5, 3), keys, voter_id(0, "e"))[2])
     tallies[2].receive("d", client_sealed_shares("req-1", one_hot(4, 3), keys, voter_id(0, "d"))[2])
     job = tallies[2].job()
-    assert (job["contributors"], job["invalid"]) == (["e", "d"], [1]) and "does not parse" in job["reasons"][0]
-    tallies[0].job()
+    assert (job["contributors"], job["invalid"]) == (["d", "e"], [0]) and "does not parse" in job["reasons"][0]
+    tallies[0].receive("b", client_sealed_shares("req-1", one_hot(5, 2), keys, voter_id(0, "b"))[0])
+    assert tallies[0].job()["invalid"] == [0, 1]  # a, a; b counts
     with pytest.raises(TallyError, match="refuses a second argmax for request req-1"):
         tallies[0].open_round("req-1", 5, 1, form=TOP_1, noise=np.zeros(5))
     with pytest.raises(TallyError, match="tally 0 has no open request"):
@@ -151,10 +152,13 @@ def test_one_ballot_relabelled_as_many_contributors_is_refused_by_identity_and_b
             t.receive(str(label), share)
         t.receive("7", share)
     jobs = [t.job() for t in tallies]
-    assert [job["invalid"] for job in jobs] == [list(range(9))] * 3  # every relabelled copy, never the ballot
+    labels = sorted(str(label) for label in range(7, 17))
+    assert [job["contributors"] for job in jobs] == [labels] * 3
+    relabelled = [i for i, label in enumerate(labels) if label != "7"]
+    assert [job["invalid"] for job in jobs] == [relabelled] * 3  # every relabelled copy, never the ballot
     assert all("is not this contributor's" in reason for job in jobs for reason in job["reasons"])
     opening = secure_argmax(jobs)
-    assert (opening.value, opening.excluded) == (0, tuple(str(label) for label in range(8, 17)))
+    assert (opening.value, opening.excluded) == (0, tuple(labels[i] for i in relabelled))
     with pytest.raises(ValueError, match="non-empty without ';' or '|'"):
         voter_id(0, "7;voter=8")
 

@@ -442,7 +442,8 @@ def run_winner_selection(grid: Grid, request: VoteRequest, *, preflight: Preflig
         raise PreflightError(f"only {len(shares)} clients sent their shares, fewer than the committee's minimum "
                              f"of valid ballots {request.min_valid}; the tallies were not asked and nothing was "
                              f"released{_charged(len(shares))}")
-    contributors = sorted(shares)
+    by_node = sorted(shares)  # in the order every tally keeps them: by label, a label sent twice by node id
+    contributors = [c for _, c in sorted(zip(map(str, _labels(by_node, signed)), by_node, strict=True))]
     labels = _labels(contributors, signed)
     record = request.to_record()
     collect = {node: {**record, "stage": TALLY_COLLECT, "contributors": labels,
