@@ -468,6 +468,8 @@ def run_winner_selection(grid: Grid, request: VoteRequest, *, preflight: Preflig
                                 tally_timeout + 5.0 if timeout is None else timeout, "DP-Hype tally result"),
                            tally_nodes, TALLY_RESULT)
         agreed = agreed_opening([_opening(a) for a in results.values()])
+        if not all(0 <= i < len(labels) for i in agreed.excluded_at):
+            raise TallyError("the tallies named an excluded contributor outside the list sent; nothing released")
     except TallyError as err:
         raise TallyError(f"{err}{_charged(len(shares))}", err.excluded) from None
     names = (tuple(_name(labels, contributors, i) for i in agreed.excluded_at) if agreed.excluded_at
