@@ -170,6 +170,10 @@ class Request(Protocol):
     def min_survivors(self) -> int:
         """Fewest contributing clients whose noise still adds up to ``sigma``."""
         ...
+    @property
+    def min_valid(self) -> int:
+        """Fewest valid ballots a committee release counts."""
+        ...
     def digest(self) -> str:
         """The request's digest (`dphype.protocol.VoteRequest.digest`).
 
@@ -1291,7 +1295,7 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
         """  # noqa: DOC502
         cfg = request.config
         opening = opened if isinstance(opened, Opening) else Opening(tuple(np.asarray(opened).tolist()))
-        valid = check_survivors(survivors - len(opening.excluded), cfg.clients, request.min_survivors)
+        valid = check_survivors(survivors - len(opening.excluded), cfg.clients, request.min_valid)
         total = _noisy_sum(request, np.asarray(opening.value, dtype=np.float64))
         parties = len(request.tallies)
         noise_std = committee_sum_std(request.sigma, parties)  # all the shares added

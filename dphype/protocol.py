@@ -40,7 +40,7 @@ from dphype.config import DPHypeConfig
 from dphype.ml.task import Task
 from dphype.modes import SIGMA_SLACK as SIGMA_SLACK  # re-exported: the sum release's slack on sigma
 from dphype.modes import Aggregator, ReleaseMode
-from dphype.privacy.noise import min_survivors
+from dphype.privacy.noise import min_survivors, min_valid_ballots
 from dphype.refusal import Refusal
 from dphype.result import DPHypeResult as DPHypeResult  # re-exported: what a mode's release returns
 from dphype.selection.candidates import CandidateList
@@ -102,6 +102,11 @@ class VoteRequest:
     def min_survivors(self) -> int:
         """Fewest contributing clients whose noise still adds up to ``sigma``: ``ceil((1 - xi) n)``."""
         return min_survivors(self.config.clients, self.config.dropout)
+
+    @property
+    def min_valid(self) -> int:
+        """Fewest valid ballots a committee release counts (`dphype.privacy.noise.min_valid_ballots`)."""
+        return min_valid_ballots(self.config.clients, self.config.dropout)
 
     def to_record(self) -> dict[str, Any]:
         """Flat scalar record (keys ``dphype.*``) for a Flower ``ConfigRecord``.

@@ -231,8 +231,8 @@ def test_the_committee_sum_is_the_sum_releases_accounting_with_noise_the_tallies
     assert result.report.sigma == pytest.approx(request.sigma) and result.report.noise == "skellam"
     assert "ballots: verified by the tally committee under MPC (1 invalid left out, from contributors 7)" in (
         result.summary())
-    with pytest.raises(ValueError, match=r"survivors must be an integer in \[8, 10\]"):
-        mode.release(request, Opening(noisy_sum, ("7", "8", "9")), 10)  # 7 valid ballots: below the minimum
+    with pytest.raises(ValueError, match=r"survivors must be an integer in \[7, 10\]"):  # 8 less 1 in 10
+        mode.release(request, Opening(noisy_sum, ("6", "7", "8", "9")), 10)  # 6 valid ballots: below the floor
     assert "ballots verified, committee noise std=" in mode.describe(request)
 # ----------------------------------------------------------------------------------- the ballot (issue 25)
 def test_each_mode_has_its_default_ballot_and_only_argmax_takes_graded_ones() -> None:

@@ -81,7 +81,7 @@ def test_a_client_sends_its_ballot_only_and_no_tally_holds_any_of_the_noise(tall
     form = req.mode.ballot_form(req.config)
     jobs = []
     for t in (Tally(j) for j in range(3)):  # each tally node takes the committee's noise through the mode
-        t.open_round("req-0", p, 1, run=0, form=form, noise=req.mode.tally_noise(req), opens=req.mode.opens)
+        t.open_round("req-0", p, 0, run=0, form=form, noise=req.mode.tally_noise(req), opens=req.mode.opens)
         jobs.append(t.job())
     assert all("noise" not in job for job in jobs)
     assert jobs[0]["sampler"] == jobs[1]["sampler"] == jobs[2]["sampler"]
@@ -144,8 +144,8 @@ def test_ledger_records_pure_epsilon_and_composes_it(tallies, tmp_path):
 
 def test_release_winner_reports_pure_epsilon_and_the_run_accountant_composes_it(tallies):
     req = argmax_request(tallies, dropout=0.2)
-    with pytest.raises(ValueError, match=r"survivors must be an integer in \[8, 10\]"):
-        ArgmaxRelease().release(req, 3, survivors=7)
+    with pytest.raises(ValueError, match=r"survivors must be an integer in \[7, 10\]"):  # 8 less 1 in 10 invalid
+        ArgmaxRelease().release(req, 3, survivors=6)
     with pytest.raises(ValueError, match=r"index must be in \[0, 9\]"):
         ArgmaxRelease().release(req, 10, survivors=9)
     result = ArgmaxRelease().release(req, 3, survivors=9)

@@ -63,7 +63,8 @@ class AppConfig:
     (`dphype.selection.candidates.load_candidates`).
     ``connect_timeout`` bounds the wait (seconds) for ``clients`` nodes to connect; ``round_timeout`` bounds
     the pre-flight, each SecAgg+ stage and each FedAvg round, so a vanished SuperNode counts as dropped out
-    instead of stalling the run. ``fraction_evaluate``: the share of nodes that evaluate the global model on
+    instead of stalling the run; ``tally_timeout`` bounds the tallies' MPyC computation (committee releases).
+    ``fraction_evaluate``: the share of nodes that evaluate the global model on
     their own data after each FedAvg round (0: only the server's evaluation on the test split).
     ``train_epsilon`` > 0 trains privately (`dphype.flower.private_training`: DP-FedAvg within that
     budget at ``delta``, updates clipped to ``clipping_norm`` on the server, or by the clients and verified by
@@ -86,6 +87,7 @@ class AppConfig:
         clipping: Who clips in private training, ``"server"`` or ``"client"``.
         connect_timeout: Seconds to wait for ``clients`` nodes to connect.
         round_timeout: Seconds per pre-flight, SecAgg+ stage and FedAvg round.
+        tally_timeout: Seconds the tallies' MPyC parties have to check the ballots and open the result.
         result_file: Where the ServerApp also writes its summary as JSON (empty: nowhere).
         tallies: The size of the tally committee (``release="argmax"`` only).
 
@@ -106,6 +108,7 @@ class AppConfig:
     clipping: str = "server"
     connect_timeout: float = 600.0
     round_timeout: float = 1800.0
+    tally_timeout: float = 60.0
     result_file: str = ""
     tallies: int = COMMITTEE_SIZE
 
@@ -116,7 +119,7 @@ class AppConfig:
         check_int("tallies", self.tallies, 3)
         for name in ("fedavg_rounds", "local_epochs"):
             check_int(name.replace("_", "-"), getattr(self, name), 1)
-        for name in ("connect_timeout", "round_timeout"):
+        for name in ("connect_timeout", "round_timeout", "tally_timeout"):
             check_positive(name.replace("_", "-"), getattr(self, name))
         check_probability("fraction-evaluate", self.fraction_evaluate)
         if self.train_epsilon != 0.0:

@@ -78,7 +78,8 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
                                neighbouring=cfg.dphype.neighbouring, sampled_clients=survivors)
     start = time.perf_counter()
     result = selection.start(grid, timeout=cfg.round_timeout, connect_timeout=cfg.connect_timeout,
-                             committee_nodes=committee.nodes)  # the committee answered hello above
+                             committee_nodes=committee.nodes,  # the committee answered hello above
+                             tally_timeout=cfg.tally_timeout)
     selected_at = time.perf_counter()
 
     test = TorchTask(load_cached(cfg.dataset)[1], MODEL_FOR_DATASET[cfg.dataset])  # central evaluation

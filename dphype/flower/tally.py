@@ -8,8 +8,10 @@ node whose node config has ``dphype-tally-id`` (its index ``j`` in the committee
 MPyC addresses of all tallies, ``host:port,...`` in committee order) and ``dphype-tally-key`` (a file with its
 X25519 private key, created with mode 0600 if missing; its public key is what the server and the clients'
 ``dphype-tallies`` name). It answers ``query.dphype_tally`` in four stages: ``hello`` (its index and public key),
-``collect`` (the request and the ciphertexts sealed to it: `dphype.secure.tally.Tally` opens them, refusing
-foreign or duplicate shares and a request already served, and keeps every contributor's share row), ``compute``
+``collect`` (the request and the ciphertexts sealed to it: `dphype.secure.tally.Tally` opens them, keeps every
+contributor's share row and marks a foreign, duplicate, unparsable or badly signed share as its contributor's
+invalid entry, refuses a request already served and a collect it could count fewer shares of than the committee's
+floor; it answers with the positions it did not take), ``compute``
 (starts its MPyC party, which checks every ballot and adds the noise: sampled jointly inside the MPC for the argmax
 release, the shares the tallies drew when they collected for the committee sum; it returns at once, so that all
 parties run together whatever the transport) and ``result`` (what its party opened, the index or the noisy sum, and
@@ -19,25 +21,29 @@ The server (`dphype.flower.server.committee.run_winner_selection`, called by
 `dphype.flower.server.DPHype.start` when ``release="argmax"``) finds the configured committee among the
 connected nodes (a tally that does not answer ``hello`` is unreachable: nothing is sent), runs the pre-flight
 with the other nodes, collects the sealed shares, forwards each tally its ciphertexts and gets the index back.
-Fewer contributors than ``ceil((1 - xi) n)``, a tally that refuses, fails or answers late:
-`dphype.secure.tally.TallyError`, nothing released. The tally's round lives in its node's context
-(``context.state``: the collected job, the party's process id and output file beside the key), so a stage may
-run in any process of the node, as in Flower's simulation, where a node's messages go to whichever ClientApp
-actor is free; the requests it served, by run, live in a persistent record beside its key
-(`served_record_path`, `dphype.secure.tally.ServedRecord`), read before any share is opened, so a request is
-never served twice in one run, across restarts of the node too (shares bound to another run do not open).
+Fewer contributors than the committee's floor (`dphype.privacy.noise.min_valid_ballots`), a tally that refuses,
+fails or answers late: `dphype.secure.tally.TallyError`, nothing released. The party's stderr goes to a file
+beside its answer and into this node's log when the result is read (its last line into the error). The tally's
+round lives in its node's context (``context.state``: the collected job, the party's process id and output file
+beside the key), so a stage may run in any process of the node, as in Flower's simulation, where a node's
+messages go to whichever ClientApp actor is free; the requests it served, by run, live in a persistent record
+beside its key (`served_record_path`, `dphype.secure.tally.ServedRecord`), read before any share is opened, so a
+request is never served twice in one run, across restarts of the node too (shares bound to another run do not
+open); a collect refused before its job is made (too few valid shares) does not count as served.
 
 With a roster (``dphype-roster``, ``dphype-identity`` in its node config, `dphype.secure.roster`) a tally is a
 member with its committee key, and ``collect`` opens only shares labelled with distinct roster voters' names and
-signed by them for this tally, request and run, for a request whose every tally is in the roster (``roster``
-otherwise); without one it refuses every stage (``no_roster``) unless its operator sets
-``dphype-allow-unauthenticated = true``, and then takes node ids as the contributors' labels.
+signed by them for this tally, request and run (any other share is an invalid entry: its contributor is left out
+and named), for a request whose every tally is in the roster (``roster`` otherwise); without one it refuses every
+stage (``no_roster``) unless its operator sets ``dphype-allow-unauthenticated = true``, and then takes node ids as
+the contributors' labels.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -48,9 +54,11 @@ from typing import Any, cast
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.common import log
 
 from dphype.files import write_once
 from dphype.flower.wire import (
+    MAX_RESULT_WAIT,
     TALLY_ACTION,
     TALLY_COLLECT,
     TALLY_COMPUTE,
@@ -66,7 +74,16 @@ from dphype.protocol import VoteRequest
 from dphype.refusal import Refusal, as_refusal
 from dphype.secure.relay import KeyPair
 from dphype.secure.roster import RosterError, share_payload
-from dphype.secure.tally import ServedRecord, Tally, TallyError, party_answer, party_command, send_job
+from dphype.secure.tally import (
+    ServedRecord,
+    Tally,
+    TallyError,
+    last_line,
+    log_party_output,
+    party_answer,
+    party_command,
+    send_job,
+)
 
 #: Node-config keys of a tally node (set by its operator, in Flower's node-config style).
 TALLY_ID, TALLY_PARTIES, TALLY_KEY_FILE = "dphype-tally-id", "dphype-tally-parties", "dphype-tally-key"
@@ -75,8 +92,11 @@ TALLY_ID, TALLY_PARTIES, TALLY_KEY_FILE = "dphype-tally-id", "dphype-tally-parti
 #: unset, the bundled app (`dphype.app.client`) makes each run's keys in the run's folder beside the simulated
 #: ledgers.
 TALLY_KEYS_ENV = "DPHYPE_TALLY_KEYS"
-#: Longest wait, in seconds, a server may ask of a tally's ``result`` stage (one day).
-MAX_RESULT_WAIT = 86400.0
+
+
+def _stderr_file(out: Path) -> Path:
+    """Where a party's stderr goes: beside its answer file ``out``, ``.err`` for ``.out``."""
+    return out.with_suffix(".err")
 
 
 def served_record_path(key_file: str | os.PathLike[str]) -> Path:
@@ -175,8 +195,8 @@ class _TallyNode:
 
         Raises:
             Refusal: ``tally_refused`` if the tally is not this request's, the request was served in this run
-                (its record), a share does not open for its contributor, repeats or is malformed, there is
-                nothing to compute or running, its party does not answer in time, or the stage is unknown;
+                (its record), fewer shares than the committee's floor are valid here, there is nothing to compute
+                or running, its party does not answer in time, or the stage is unknown;
                 ``malformed_request`` if a field of the stage is missing, of the wrong type or out of range.
             TallyError: The tally's own refusals (`register_tally` answers them as ``tally_refused``).
         """  # noqa: DOC502
@@ -201,27 +221,35 @@ class _TallyNode:
                 raise Refusal("malformed_request", f"collect needs 'contributors' ({label.__name__}: node ids, or "
                               "roster member names in a federation with a roster) and 'shares' (bytes), one share "
                               "per contributor")
-            self._check_signed(request, cast(list[str], contributors), cast(list[bytes], shares),
-                               record.get("signatures"))
+            unsigned = self._check_signed(request, cast(list[str], contributors), cast(list[bytes], shares),
+                                          record.get("signatures"))
             tally = Tally(self.index, self.keys, record=self.record)
-            tally.open_round(request.digest(), len(request.candidates), request.min_survivors,
+            tally.open_round(request.digest(), len(request.candidates), request.min_valid,
                              len(request.tallies), run=self.run,
                              form=mode.ballot_form(request.config, len(request.candidates)),
                              noise=mode.tally_noise(request), opens=mode.opens)
             self._stop()
-            for contributor, sealed in zip(contributors, shares, strict=True):
-                tally.receive(str(contributor), cast(bytes, sealed))
-            self.saved.update(job=tally.job())
+            for i, (contributor, sealed) in enumerate(zip(contributors, shares, strict=True)):
+                if i in unsigned:
+                    tally.reject(str(contributor), unsigned[i])
+                else:
+                    tally.receive(str(contributor), cast(bytes, sealed))
+            job = tally.job()
+            for i, reason in zip(job["invalid"], job["reasons"], strict=True):
+                log(logging.WARNING, "DP-Hype tally %d leaves out contributor %s: %s", self.index,
+                    job["contributors"][i], reason)
+            self.saved.update(job=job)
             self._save()
-            return {"collected": len(contributors)}
+            return {"collected": len(contributors), "invalid": list(job["invalid"])}
         if stage == TALLY_COMPUTE:
             job = self.saved["job"]
             if job is None:
                 raise TallyError(f"tally {self.index} has collected nothing to compute")
             out = self.key_file.parent / f"party-{self.index}-{job['request'][:16]}.out"
-            with open(out, "w", encoding="utf-8") as fh:  # the party answers into the file, whoever reads it
+            # the party answers into the file, whoever reads it; its stderr beside it, for the tally's log
+            with open(out, "w", encoding="utf-8") as fh, open(_stderr_file(out), "w", encoding="utf-8") as err:
                 proc = subprocess.Popen(party_command(self.index, self.parties), stdin=subprocess.PIPE, stdout=fh,
-                                        stderr=subprocess.DEVNULL, text=True)
+                                        stderr=err, text=True)
             send_job(proc, job)
             self.saved.update(job=None, pid=proc.pid, out=str(out))
             self._save()
@@ -237,22 +265,32 @@ class _TallyNode:
             try:
                 while (answer := party_answer(out.read_text(encoding="utf-8"), self.index)) is None:
                     if time.monotonic() > deadline:
-                        raise TallyError(f"tally {self.index} did not answer within {timeout:g} s; nothing released")
+                        raise TallyError(f"tally {self.index} did not answer within {timeout:g} s"
+                                         f"{last_line(self._party_stderr())}; nothing released")
                     time.sleep(0.05)
             finally:
+                log_party_output(self.index, self._party_stderr())
                 self._stop()
             value = answer[0].value
-            return {"value": value if isinstance(value, int) else list(value), "excluded": list(answer[0].excluded)}
+            return {"value": value if isinstance(value, int) else list(value), "excluded": list(answer[0].excluded),
+                    "excluded_at": list(answer[0].excluded_at)}
         raise Refusal("malformed_request", f"unknown tally stage (one of {', '.join(TALLY_STAGES)})")
 
     def _check_signed(self, request: VoteRequest, contributors: list[str], shares: list[bytes],
-                      signatures: Any) -> None:
-        """With a roster: the request's tallies are the roster's, every share signed by the voter it is labelled with.
+                      signatures: Any) -> dict[int, str]:
+        """With a roster: the request's tallies are the roster's; which shares are not signed by their labelled voter.
 
-        For this tally, request and run (``roster`` otherwise; nothing is opened).
+        For this tally, request and run. A request whose committee is not the roster's, or a collect without one
+        signature entry per share, is refused (``roster``; nothing is opened); a share whose signature does not
+        verify (missing, garbage, another member's, another run's or federation's, or a label that is not a voter)
+        is its contributor's (or the relay's) doing: its entry is returned, never opened, and the committee leaves
+        that contributor out (`dphype.secure.tally.Tally.reject`).
+
+        Returns:
+            Position -> why its signature does not verify (empty without a roster).
         """
         if self.membership is None:
-            return
+            return {}
         roster = self.membership.roster
         listed = set(roster.tally_keys())
         if any(key not in listed for key in request.tallies):
@@ -260,11 +298,22 @@ class _TallyNode:
         if not (isinstance(signatures, list) and len(signatures) == len(shares)):
             raise Refusal("roster", "collect needs one roster signature per share ('signatures')")
         context = roster.context("argmax-share", request.digest(), self.run)
-        try:
-            for name, sealed, signature in zip(contributors, shares, signatures, strict=True):
+        unsigned = {}
+        for i, (name, sealed, signature) in enumerate(zip(contributors, shares, signatures, strict=True)):
+            try:
+                if not isinstance(signature, bytes):
+                    raise RosterError(f"the signature of {name!r}'s share is not bytes")
                 roster.check_signed(name, "voter", context, share_payload(self.index, sealed), signature)
-        except RosterError as err:
-            raise Refusal("roster", f"tally {self.index} refuses a share: {err}") from None
+            except RosterError as err:
+                unsigned[i] = f"its roster signature does not verify: {err}"
+        return unsigned
+
+    def _party_stderr(self) -> str:
+        """What this node's party wrote to stderr so far (empty when it wrote nothing or none is running)."""
+        out = self.saved["out"]
+        with contextlib.suppress(OSError):
+            return _stderr_file(Path(out)).read_text(encoding="utf-8") if out is not None else ""
+        return ""
 
     def _stop(self) -> None:
         """Stop this node's party (left over from an unfinished request, or done) and forget its output."""
@@ -274,6 +323,7 @@ class _TallyNode:
                 os.kill(int(pid), signal.SIGKILL)  # the party this node started (it has exited when done)
         if out is not None:
             Path(out).unlink(missing_ok=True)
+            _stderr_file(Path(out)).unlink(missing_ok=True)
         self.saved.update(pid=None, out=None)
         self._save()
 

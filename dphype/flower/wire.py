@@ -80,6 +80,11 @@ SECAGG_STATE = "dphype_secagg_state"
 #: Context-state key of a tally node's state (`dphype.flower.tally.TallyNode`).
 TALLY_STATE = "dphype_tally_state"
 
+#: Longest wait, in seconds, a server may ask of a tally's ``result`` stage (one day).
+MAX_RESULT_WAIT = 86400.0
+#: Default wait, in seconds, for every tally's MPyC party to check the ballots and open the result (``result``).
+TALLY_TIMEOUT = 60.0
+
 #: The tally stages, in order: ``hello`` (index and public key), ``collect`` (the sealed shares), ``compute``
 #: (start the MPyC party), ``result`` (what it opened: the index or the noisy sum, and who cast invalid ballots).
 TALLY_HELLO, TALLY_COLLECT, TALLY_COMPUTE, TALLY_RESULT = TALLY_STAGES = ("hello", "collect", "compute", "result")

@@ -124,6 +124,34 @@ def check_survivors(survivors: Any, clients: int, lowest: int = 1) -> int:
     return int(survivors)
 
 
+#: The share of the clients whose ballots a committee release may leave out (invalid, unsigned, not opening, not
+#: sent) on top of the tolerated dropout: `min_valid_ballots`.
+MISBEHAVING_SHARE = 0.1
+
+
+def min_valid_ballots(clients: int, dropout: float) -> int:
+    """Fewest valid ballots a committee release counts: ``max(1, ceil((1 - xi) n) - ceil(n / 10))``.
+
+    The committee's noise does not depend on how many ballots it counts, so this floor protects no voter's privacy
+    (each is ``epsilon``-DP whatever the count): it keeps the release a decision of most of the federation. The
+    clients that may be missing are the dropout ``xi n`` and, beyond it, ``ceil(n / 10)`` contributors whose
+    ballots the committee left out (`MISBEHAVING_SHARE`): one misbehaving member in 10 (one at least) costs its own
+    ballot, never the release.
+
+    Args:
+        clients: The number of clients ``n``, an integer ``>= 2``.
+        dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
+
+    Returns:
+        The floor, at least 1.
+
+    Raises:
+        ValueError: ``clients`` or ``dropout`` is out of its range.
+    """  # noqa: DOC502
+    survivors = min_survivors(clients, dropout)
+    return max(1, survivors - math.ceil(MISBEHAVING_SHARE * int(clients) - _SURVIVOR_ROUNDING))
+
+
 #: Tallies in the default committee (honest majority: MPyC's threshold 1, `honest_tallies` 2).
 COMMITTEE_TALLIES = 3
 

@@ -119,7 +119,7 @@ from dphype.checks import (
     check_num_candidates,
 )
 from dphype.privacy.accounting import PrivacyReport, check_orders, rdp_epsilon
-from dphype.privacy.noise import COMMITTEE_TALLIES, check_survivors, honest_tallies, min_survivors
+from dphype.privacy.noise import COMMITTEE_TALLIES, check_survivors, honest_tallies, min_valid_ballots
 
 #: The noise kind of the winner release (what a `dphype.privacy.accounting.PrivacyReport` names).
 WINNER_NOISE = "discrete-laplace"
@@ -512,8 +512,9 @@ def winner_report(release: WinnerRelease, delta: float, *, clients: int, dropout
 
     ``(release.epsilon, sampler_delta(release.epsilon))``: pure ``epsilon`` for exact discrete Laplace noise, and
     the committee's `JointSampler` is within total variation `SAMPLER_TV` of it (module docstring), whatever the
-    number of contributors; ``survivors``, the contributors whose valid ballots were counted, below the minimum is
-    refused (the tallies release nothing then). ``delta`` is the run's, at which it composes with other releases.
+    number of contributors; ``survivors``, the contributors whose valid ballots were counted, below the committee's
+    floor (`dphype.privacy.noise.min_valid_ballots`) is refused (the tallies release nothing then). ``delta`` is
+    the run's, at which it composes with other releases.
     ``sigma`` is the std of the discrete Laplace noise, ``client_std`` 0 (the clients add no noise);
     ``l2_sensitivity`` is the per-count sensitivity ``G`` = ``release.sensitivity`` (what report-noisy-max needs: 1
     for top-k).
@@ -523,8 +524,8 @@ def winner_report(release: WinnerRelease, delta: float, *, clients: int, dropout
         delta: The run's delta, in ``(0, 1)``.
         clients: The number of clients ``n``.
         dropout: The tolerated dropout fraction ``xi``.
-        survivors: The number of contributors whose ballots were counted, at least the minimum survivors;
-            ``None``: unknown.
+        survivors: The number of contributors whose ballots were counted, at least
+            `dphype.privacy.noise.min_valid_ballots`; ``None``: unknown.
         committee: The number of tallies, ``>= 3``.
         excluded: The contributors whose ballots the committee found invalid and left out (their labels).
 
@@ -532,11 +533,11 @@ def winner_report(release: WinnerRelease, delta: float, *, clients: int, dropout
         The privacy statement.
 
     Raises:
-        ValueError: An argument is out of its range, or ``survivors`` is below the minimum.
+        ValueError: An argument is out of its range, or ``survivors`` is below the floor.
     """  # noqa: DOC502
     clients, dropout, delta = check_clients(clients), check_dropout(dropout), check_delta(delta)
     if survivors is not None:
-        survivors = check_survivors(survivors, clients, min_survivors(clients, dropout))
+        survivors = check_survivors(survivors, clients, min_valid_ballots(clients, dropout))
     honest_tallies(committee)  # validates the committee's size
     return PrivacyReport(
         epsilon=release.epsilon, delta=delta,

@@ -22,8 +22,9 @@ Where it is used (the threat model: `dphype.node.policy`):
   so they are a member's too.
 * The argmax vote (`dphype.flower.client.argmax`, `dphype.flower.tally`): each sealed share carries its voter's
   signature over the ciphertext's hash and the tally index at stage ``argmax-share``, and is sealed to the voter's
-  member name (`dphype.secure.tally.voter_id`); a tally refuses a share of an unknown member, of a member twice,
-  signed under another roster, or relabelled or re-signed by the server.
+  member name (`dphype.secure.tally.voter_id`); a tally never opens a share of an unknown member, of a member
+  twice, signed under another roster, or relabelled or re-signed by the server: it is an invalid entry, and the
+  committee leaves that contributor out and names it.
 
 Every failure raises `RosterError` (a ``ValueError``) naming what failed; its ``refusal_code`` is ``roster``.
 """

@@ -16,17 +16,24 @@ Protocol (framework-free; the Flower adapter relays the bytes):
    checked by the tally node, `dphype.flower.tally`); without a roster it is the Flower node id the server's
    SuperLink assigned to it (what the tally sees as the share's label). A server cannot relabel one client's
    share as another's, nor replay it in another run.
-3. Each `Tally` opens its ciphertexts for one approved request, refuses a second share by label or by content,
-   keeps every contributor's share row (nothing is summed before the ballots are checked), takes the committee's
+3. Each `Tally` opens its ciphertexts for one approved request and keeps every contributor's share row in the
+   order relayed (nothing is summed before the ballots are checked); a share that fails (it does not open for its
+   label, does not parse, repeats a label or a ciphertext, or its roster signature did not verify at the tally node,
+   `Tally.reject`) is an invalid entry with its reason (`Tally.invalid`), never a refusal of the round. It takes
+   the committee's
    noise for the request's release mode (`dphype.modes.CommitteeMode.tally_noise`: the argmax release's sampler,
    `dphype.privacy.winner.JointSampler`, which every tally derives from the request; the committee sum's Skellam
    share, drawn by its node with the CSPRNG)
-   and refuses a second round for a request it has already served in that run (`Tally.job`). With a ``record``
+   and refuses a second round for a request it has already served in that run (`Tally.job`); a round in which it
+   could take fewer shares than the floor is refused before it counts as served (the MPC never runs: the request
+   may be collected again over another set). With a ``record``
    (the tally node keeps one beside its key, `ServedRecord`) what it served persists across runs and restarts: checked
    before anything is opened, appended and synced before its job leaves.
 4. The tallies run MPyC (`dphype.secure.tally_party`): they check that they agree on the request, the
-   contributors (at least the minimum survivors), the ballot form and the committee, take their share rows as
-   MPyC secure integers (MPyC's parties hold exactly such Shamir shares), check every ballot (one random linear
+   contributors (at least the floor of valid ballots, `dphype.privacy.noise.min_valid_ballots`), the ballot form
+   and the committee, take their share rows as MPyC secure integers (MPyC's parties hold exactly such Shamir
+   shares), leave out every contributor invalid at any one tally (each party sends its tally's flags, all take the
+   union: the same set at every tally), check every ballot (one random linear
    combination opened as zero or not; only if not, which ballots are invalid: `Opening.excluded`), add the valid
    ballots and the noise (sampled jointly inside the MPC, or every tally's share), and open only what the release
    mode opens: the index of
@@ -36,11 +43,16 @@ Security (MPyC's model: Shamir secret sharing, honest majority, semi-honest part
 ciphertexts and the index. One tally sees uniformly random shares and the index; the server colluding with
 one tally learns nothing more. Two colluding tallies (of three) can reconstruct every ballot (out of scope, as
 the honest majority assumption). A malicious client cannot make an invalid ballot count (it is left out and its
-contributor named), deal shares that lie on no polynomial of degree ``t`` (the same), nor hide a boost in noise (it
-adds none). A malicious tally can change the result or abort
+contributor named), deal shares that lie on no polynomial of degree ``t`` or differ between tallies (the same),
+send bytes that do not open at some tally, another member's label or a bad signature (the same, at every tally),
+nor hide a boost in noise (it adds none); nor can it stop the release: it costs its own ballot only, and the
+committee opens while at least `dphype.privacy.noise.min_valid_ballots` valid ballots remain (below it, nothing).
+That floor protects no voter's privacy (the noise does not depend on the count); it keeps the release a decision
+of most of the federation. A malicious tally can change the result or abort
 (MPyC is secure against semi-honest parties only; an abort releases nothing); the MPC channels are MPyC's TCP
 connections, which must run over a private network or MPyC's ``--ssl`` in a deployment. A tally that drops or
-answers late aborts the run: `secure_argmax` raises `TallyError` naming it and no index is released.
+answers late aborts the run: `secure_argmax` raises `TallyError` naming it and no index is released; each party's
+stderr is logged (`log_party_output`) and an error names its last line.
 """
 
 from __future__ import annotations
@@ -56,7 +68,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -74,6 +86,8 @@ BIT_LENGTH = 32
 SEC_PARAM = 30
 #: Bytes per share entry (the field prime has 64 bits).
 ENTRY_BYTES = 8
+#: Where the tallies' parties' output and the contributors they leave out are logged.
+LOGGER = logging.getLogger(__name__)
 #: What the committee opens: the winner's index (`dphype.modes.ArgmaxRelease`) or the whole noisy sum
 #: (`dphype.modes.CommitteeSumRelease`).
 OPENS_ARGMAX, OPENS_SUM = "argmax", "sum"
@@ -126,10 +140,13 @@ class Opening:
             candidate (`OPENS_SUM`).
         excluded: The contributors whose ballots the committee found invalid and left out (their labels, never
             their content).
+        excluded_at: Their positions in the tallies' contributor list (a label the relay sent twice is told apart
+            by it); not compared.
     """
 
     value: int | tuple[int, ...]
     excluded: tuple[str, ...] = ()
+    excluded_at: tuple[int, ...] = field(default=(), compare=False)
 
 
 def _mpyc(module: str) -> Any:
@@ -445,75 +462,129 @@ class Tally:
         self._round = {"request": request_digest, "run": int(run), "size": int(size), "min": int(min_contributors),
                        "modulus": field_modulus(), "parties": int(parties), "threshold": threshold(parties),
                        "form": form.to_dict(), "width": int(size) * int(form.max_entry).bit_length(),
-                       **spec, "opens": opens, "shares": {}, "seen": set(), "malformed": set()}
+                       **spec, "opens": opens, "entries": []}
 
     def receive(self, contributor: str, sealed: bytes) -> None:
-        """Open one client's sealed share of the current request.
+        """Open one contributor's sealed share of the current request; a share that fails marks its contributor.
+
+        Every share is kept, one entry per share (the MPC's contributor list, ordered by label in `job`). A share
+        that does not open for its label (another request, tally, run or contributor), repeats another's content,
+        shares its label with another opened share, has the wrong length or a value outside the field is its
+        contributor's doing (or the relay's): the entry is kept as invalid with a zero row and its reason, and the
+        committee leaves that contributor's ballot out and names it (`dphype.secure.tally_party`: a contributor
+        invalid at any one tally is left out at all of them), so one contributor cannot stop the release.
 
         Args:
-            contributor: The client's identity (its node id; the share must be bound to it, `voter_id`).
+            contributor: The contributor's label (the share must be bound to it, `voter_id`).
             sealed: Its share for this tally (`client_sealed_shares`).
 
-        A share that opens but has the wrong length or a value outside the field is the contributor's own doing: it
-        is kept as malformed (its row zero) and the committee leaves that contributor's ballot out and names it
-        (`dphype.secure.tally_party`), so one client cannot stop the selection.
-
         Raises:
-            TallyError: No round is open, a second share from the same contributor or with the same content, or a
-                share for another request, tally, run or contributor (it does not authenticate).
-        """
-        rnd = self._round
-        if rnd is None:
-            raise TallyError(f"tally {self.index} has no open request")
-        if contributor in rnd["shares"]:
-            raise TallyError(f"tally {self.index} got a second share from contributor {contributor}")
-        fingerprint = hashlib.sha256(bytes(sealed)).digest()
-        if fingerprint in rnd["seen"]:
-            raise TallyError(f"tally {self.index} got the same share twice (again as contributor {contributor})")
+            TallyError: No round is open.
+        """  # noqa: DOC502
+        rnd = self._open()
+        fingerprint = hashlib.sha256(bytes(sealed)).hexdigest()
         try:
             voter = voter_id(rnd["run"], contributor)
             plain = open_sealed(self.keys, sealed, context=share_context(rnd["request"], self.index, voter))
         except (RelayError, ValueError):
-            raise TallyError(f"tally {self.index}: the share of contributor {contributor} is not this contributor's "
-                             f"for request {rnd['request'][:12]}, this run and this tally (it does not open)") from None
+            self.reject(contributor, f"its share is not this contributor's for request {rnd['request'][:12]}, this "
+                        "run and this tally (it does not open)")
+            return
         share = np.frombuffer(plain, dtype=np.uint64) if len(plain) == rnd["width"] * ENTRY_BYTES else None
         if share is None or np.any(share >= np.uint64(rnd["modulus"])):
-            rnd["malformed"].add(contributor)
-            share = np.zeros(rnd["width"], dtype=np.uint64)
-        rnd["seen"].add(fingerprint)
-        rnd["shares"][contributor] = share
+            self.reject(contributor, "its share does not parse (a wrong length or a value outside the field)")
+            return
+        rnd["entries"].append({"label": str(contributor), "row": share, "fingerprint": fingerprint, "reason": None})
+
+    def reject(self, contributor: str, reason: str) -> None:
+        """Keep an entry for ``contributor`` whose share this tally does not take (its ballot is left out).
+
+        For the tally node's own checks before a share is opened (a roster signature that does not verify).
+
+        Args:
+            contributor: The contributor's label.
+            reason: Why (for the tally's log; never a share's content).
+
+        Raises:
+            TallyError: No round is open.
+        """  # noqa: DOC502
+        rnd = self._open()
+        rnd["entries"].append({"label": str(contributor), "row": None, "fingerprint": None, "reason": reason})
+
+    def _open(self) -> dict[str, Any]:
+        """The open round; `TallyError` when there is none."""
+        if self._round is None:
+            raise TallyError(f"tally {self.index} has no open request")
+        return self._round
+
+    def invalid(self) -> dict[int, str]:
+        """The entries of the open round this tally found invalid so far, by position, with the reason.
+
+        Besides the entries `receive` and `reject` marked: every opened share whose label or content another opened
+        share repeats (the same contributor twice, or one ballot under two labels): all of them.
+
+        Returns:
+            Position in the round's contributor list -> reason.
+
+        Raises:
+            TallyError: No round is open.
+        """  # noqa: DOC502
+        entries = self._open()["entries"]
+        out = {i: e["reason"] for i, e in enumerate(entries) if e["reason"] is not None}
+        for key, what in (("label", "the same contributor sent twice"), ("fingerprint", "the same share twice")):
+            seen: dict[str, list[int]] = {}
+            for i, e in enumerate(entries):
+                if e["reason"] is None:
+                    seen.setdefault(e[key], []).append(i)
+            for positions in seen.values():
+                if len(positions) > 1:
+                    out.update({i: f"{what} ({len(positions)} entries)" for i in positions if i not in out})
+        return dict(sorted(out.items()))
 
     def job(self) -> dict[str, Any]:
         """Close the round: this tally's input to the MPC (`dphype.secure.tally_party`).
 
-        Every contributor's share row as it came (the MPC checks each ballot before anything is summed), and the
-        committee's noise (its sampler, or this tally's share). The request now counts as served in its run, in the
-        record (synced to disk) before the job is returned.
+        Every contributor's share row as it came, ordered by label (entries with one label in the order received; the
+        MPC checks each ballot before anything is summed), the positions in that order of the entries this tally
+        found invalid (`invalid`), and the committee's noise
+        (its sampler, or this tally's share). The request now counts as served in its run, in the record (synced to
+        disk) before the job is returned.
 
         Returns:
-            The job: the share rows (base64 of little-endian uint64, one row per contributor in label order), the
-            contributors' labels and those whose share was malformed, the ballot form, the noise (``"sampler"``, the
-            committee's joint sampler, or ``"noise"``, this tally's share), the field,
-            the request digest and the sizes.
+            The job: the share rows (base64 of little-endian uint64, one row per entry, zero for an invalid one), the
+            contributors' labels in that order and the positions of the invalid entries (``"invalid"``),
+            the ballot form, the noise (``"sampler"``, the committee's joint sampler, or ``"noise"``, this tally's
+            share), the field, the request digest and the sizes.
 
         Raises:
-            TallyError: No round is open.
+            TallyError: No round is open, or fewer entries than the round's minimum are valid at this tally (the round
+                is closed, the request not counted as served: nothing of it reaches the MPC).
         """
-        rnd = self._round
-        if rnd is None:
-            raise TallyError(f"tally {self.index} has no open request")
+        rnd = self._open()
+        invalid = self.invalid()
+        taken = len(rnd["entries"]) - len(invalid)
+        if taken < rnd["min"]:  # the committee could not count enough: refused before the request counts as served
+            first = next(iter(invalid.items()), None)
+            why = "" if first is None else f" (left out first: {rnd['entries'][first[0]]['label']}, {first[1]})"
+            self._round = None
+            raise TallyError(f"tally {self.index} takes only {taken} of {len(rnd['entries'])} shares, fewer than the "
+                             f"committee's minimum of valid ballots {rnd['min']}{why}; nothing released")
         self._round = None
         self._served.add((rnd["run"], rnd["request"]))
         if self._record is not None:
             self._record.add(rnd["run"], rnd["request"])
-        contributors = sorted(rnd["shares"])
-        rows = np.zeros((len(contributors), rnd["width"]), dtype="<u8")
-        for i, name in enumerate(contributors):
-            rows[i] = rnd["shares"][name]
+        order = sorted(range(len(rnd["entries"])), key=lambda i: rnd["entries"][i]["label"])  # stable: ties as sent
+        entries = [rnd["entries"][i] for i in order]
+        bad = {position: invalid[i] for position, i in enumerate(order) if i in invalid}
+        rows = np.zeros((len(entries), rnd["width"]), dtype="<u8")
+        for i, entry in enumerate(entries):
+            if i not in bad:
+                rows[i] = entry["row"]
         return {"modulus": rnd["modulus"], "bit_length": BIT_LENGTH, "threshold": rnd["threshold"],
-                "parties": rnd["parties"], "request": rnd["request"], "contributors": contributors,
-                "min_contributors": rnd["min"], "size": rnd["size"], "form": rnd["form"],
-                "shares": base64.b64encode(rows.tobytes()).decode("ascii"), "malformed": sorted(rnd["malformed"]),
+                "parties": rnd["parties"], "request": rnd["request"],
+                "contributors": [e["label"] for e in entries], "min_contributors": rnd["min"], "size": rnd["size"],
+                "form": rnd["form"], "shares": base64.b64encode(rows.tobytes()).decode("ascii"),
+                "invalid": sorted(bad), "reasons": [bad[i] for i in sorted(bad)],
                 **({"sampler": rnd["sampler"]} if "sampler" in rnd else {"noise": rnd["noise"]}),
                 "opens": rnd["opens"]}
 
@@ -557,7 +628,7 @@ def spawn_party(index: int, addresses: Sequence[str]) -> subprocess.Popen[str]:
         The party's process.
     """
     return subprocess.Popen(party_command(index, addresses), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+                            stderr=subprocess.PIPE, text=True)
 
 
 def send_job(proc: subprocess.Popen[str], job: dict[str, Any]) -> subprocess.Popen[str]:
@@ -610,15 +681,44 @@ def party_result(proc: subprocess.Popen[str], index: int, deadline: float,
         TallyError: The party answered late, refused or crashed; the message names the cause.
     """
     try:
-        out, _ = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+        out, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.wait()
-        raise TallyError(f"tally {index} did not answer within {timeout:g} s; nothing released") from None
+        _, err = proc.communicate()
+        log_party_output(index, err)
+        raise TallyError(f"tally {index} did not answer within {timeout:g} s{last_line(err)}; nothing "
+                         "released") from None
+    log_party_output(index, err)
     answer = party_answer(out, index)
     if answer is None:
-        raise TallyError(f"tally {index} stopped without an answer (exit code {proc.returncode}); nothing released")
+        raise TallyError(f"tally {index} stopped without an answer (exit code {proc.returncode}){last_line(err)}; "
+                         "nothing released")
     return answer
+
+
+def log_party_output(index: int, output: str | None) -> None:
+    """Log what tally ``index``'s party wrote to stderr (MPyC's messages, a traceback), one record per line.
+
+    Args:
+        index: The tally's index.
+        output: What the party wrote (``None`` or empty: nothing to log).
+    """
+    for line in (output or "").splitlines():
+        if line.strip():
+            LOGGER.warning("tally %d party: %s", index, line)
+
+
+def last_line(output: str | None) -> str:
+    """``" (its last words: <line>)"`` for a party's stderr, the last non-empty line cut to 200 characters.
+
+    Args:
+        output: What the party wrote to stderr.
+
+    Returns:
+        The clause, or ``""`` when it wrote nothing.
+    """
+    lines = [line.strip() for line in (output or "").splitlines() if line.strip()]
+    return f" (its last words: {lines[-1][:200]})" if lines else ""
 
 
 def party_answer(out: str, index: int) -> tuple[Opening, dict[str, float]] | None:
@@ -647,7 +747,8 @@ def party_answer(out: str, index: int) -> tuple[Opening, dict[str, float]] | Non
     measures = {f"{k} s": float(v) for k, v in answer.get("seconds", {}).items()}
     measures |= {key: float(answer[key]) for key in ("bytes sent", "peak memory") if key in answer}
     value = answer["value"]
-    return Opening(int(value) if isinstance(value, int) else tuple(int(v) for v in value), excluded), measures
+    return Opening(int(value) if isinstance(value, int) else tuple(int(v) for v in value), excluded,
+                   tuple(int(i) for i in answer.get("excluded_at", ()))), measures
 
 
 def agreed_opening(openings: Sequence[Opening]) -> Opening:

@@ -5,9 +5,11 @@ starts in a fraction of a second.
 
 Reads one JSON job from stdin (`dphype.secure.tally.Tally.job`: every contributor's share row of its ballot's bits,
 the ballot form, the committee's noise sampler or this tally's noise share, the field modulus, the request digest,
-the contributors, the minimum number of contributors, what to open), runs the checked, noisy secure argmax (or sum)
-with the other parties and writes ``{"value": v, "excluded": [labels], "seconds": {...}, "bytes sent": b, "peak
-memory": m}`` (``v`` the index, or the noisy sum as a list; or ``{"error": reason, "excluded": [...]}``;
+the contributors and the positions of those its tally did not take, the fewest valid ballots, what to open), runs
+the checked, noisy secure argmax (or sum) with the other parties and writes ``{"value": v, "excluded": [labels],
+"excluded_at": [positions], "seconds": {...}, "bytes sent": b, "peak memory": m}`` (``v`` the index, or the noisy sum
+as a list; or ``{"error": reason, "excluded": [...], "opened": false}``, stopped before anything but the ballots'
+validity was opened;
 ``seconds``: importing numpy and MPyC, connecting to the other parties, the ballot checks, the noise and the argmax;
 the bytes this party sent to the others; its peak resident memory in bytes) as one JSON line to stdout. The party
 imports MPyC before it reads the job, so a tally can start it early (while it opens its shares,
@@ -36,7 +38,10 @@ bits in the field ``GF(modulus)`` of ``SecInt``, so the rows form a secure ``(n,
       so nothing about the ballot is revealed) is opened twice, from all parties (``threshold=2t``) and from
       ``t + 1`` (MPyC's default); a ballot on which any party reads two values is left out (its deviation from a
       polynomial of degree ``t`` survives the random combination except with probability ``2^-62``), as is a
-      ballot whose share did not parse at any party's tally (a wrong length or a value outside the field).
+      ballot that any party's tally did not take (`dphype.secure.tally.Tally.invalid`: a share that did not open
+      or parse, a repeated label or content, a roster signature that did not verify): each party sends its own
+      flags for every ballot with ``mpc.transfer`` and every party leaves out the union, so the set of ballots
+      counted is the same at every party, and a contributor that misbehaves at one tally only is left out at all.
    b. Form. A ballot's entry is the weighted sum ``sum_l 2^l x_l`` of its ``bits`` shared bits (for ``max_entry =
       1`` the entries themselves), so every entry lies in ``[0, max_entry]`` once every ``x`` is a bit; its total
       ``T`` is the sum of its entries. One value is checked for the whole committee, ``V = sum r x (x - 1) + sum_i
@@ -57,7 +62,8 @@ bits in the field ``GF(modulus)`` of ``SecInt``, so the rows form a secure ``(n,
    Skellam share, drawn by its tally with the CSPRNG) each party inputs it (``mpc.input``). The MPC adds the valid
    ballots' entries and the noise, and opens only what the job names: ``"argmax"``, the index of ``mpc.np_argmax``
    (secure comparisons, vectorised; ties go to the lowest index, as ``np.argmax``), or ``"sum"``, the whole noisy sum.
-   Fewer valid ballots than the minimum: nothing is computed after the checks.
+   Fewer valid ballots than the job's minimum (`dphype.privacy.noise.min_valid_ballots`): nothing is computed after
+   the checks.
 """
 
 from __future__ import annotations
@@ -83,7 +89,7 @@ def _agreement_error(mine: tuple[Any, ...], everyone: list[Any], minimum: int) -
         if len(values) != 1:
             return f"tallies disagree on the {name}"
     if mine[2] < minimum:
-        return f"only {mine[2]} contributors, fewer than the minimum survivors {minimum}"
+        return f"only {mine[2]} contributors, fewer than the committee's minimum {minimum}"
     return None
 
 
@@ -172,7 +178,7 @@ def main() -> int:
             error = "the job's shares, noise or committee do not match its sizes"
         if error is not None:
             await mpc.shutdown()
-            return {"error": error, "excluded": []}
+            return {"error": error, "excluded": [], "opened": False}
         secint = mpc.SecInt(int(job["bit_length"]), p=modulus)
         field = secint.field
         # this party's Shamir shares of every contributor's ballot bits: a secure (n, p * bits) array as is
@@ -191,10 +197,10 @@ def main() -> int:
             combined = combined + mask
         full = await mpc.output(combined, threshold=2 * mpc.threshold)
         partial = await mpc.output(combined)
-        malformed = set(job["malformed"])  # a share that did not parse at this party's tally
-        skewed = await mpc.transfer([bool(a != b) or labels[i] in malformed
+        invalid = {int(i) for i in job["invalid"]}  # what this party's tally did not take (its reasons: its log)
+        skewed = await mpc.transfer([bool(a != b) or i in invalid
                                      for i, (a, b) in enumerate(zip(full, partial, strict=True))])
-        keep = ~np.any(np.array(skewed, dtype=bool), axis=0)  # any party that read two values leaves it out
+        keep = ~np.any(np.array(skewed, dtype=bool), axis=0)  # invalid at any one party: left out at all
         # the form of every ballot that is a sharing, in one check
         r = field.array(r_ * keep.astype(object)[:, None])
         s = field.array(s_ * keep.astype(object))
@@ -213,12 +219,14 @@ def main() -> int:
         else:  # someone cast an invalid ballot: find whose, opening only which per-ballot values are zero
             per_ballot = mpc.np_multiply(weighted, x - 1).sum(axis=1) + deviation * s
             valid = keep & np.asarray(await mpc.np_is_zero_public(per_ballot), dtype=bool)
-        excluded = [labels[i] for i in np.flatnonzero(~valid)]
+        positions = [int(i) for i in np.flatnonzero(~valid)]
+        excluded = [labels[i] for i in positions]
         checked = time.perf_counter()
         if int(valid.sum()) < int(job["min_contributors"]):
             await mpc.shutdown()
-            return {"error": f"only {int(valid.sum())} valid ballots, fewer than the minimum survivors "
-                             f"{job['min_contributors']} ({len(excluded)} invalid)", "excluded": excluded}
+            return {"error": f"only {int(valid.sum())} valid ballots, fewer than the committee's minimum "
+                             f"{job['min_contributors']} ({len(excluded)} invalid)", "excluded": excluded,
+                    "excluded_at": positions, "opened": False}
         counts = valid.astype(object) @ entries
         if sampler is not None:  # one discrete Laplace per count, sampled jointly: no party knows any of it
             counts = counts + sample_discrete_laplace(mpc, secint, sampler)
@@ -234,7 +242,7 @@ def main() -> int:
         done = time.perf_counter()
         sent = sum(peer.protocol.nbytes_sent for peer in mpc.parties if peer.pid != mpc.pid)
         await mpc.shutdown()
-        return {"value": opened, "excluded": excluded,
+        return {"value": opened, "excluded": excluded, "excluded_at": positions,
                 "seconds": {"import": imported - launched, "connect": connected - started,
                             "check": checked - connected, "noise": noised - checked, "argmax": done - noised},
                 "bytes sent": sent, "peak memory": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}

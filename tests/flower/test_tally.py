@@ -112,21 +112,24 @@ def test_bad_committees_are_refused_before_anything_runs(tmp_path):
                    for i in range(CLIENTS)])
 
 
-def test_a_client_refusing_the_argmax_vote_is_a_dropout_and_too_few_shares_release_nothing(tmp_path, monkeypatch):
+def test_clients_refusing_the_argmax_vote_send_nothing_and_too_few_shares_release_nothing(tmp_path, monkeypatch):
     grid, keys = argmax_grid(tmp_path)
     from dphype.modes import ArgmaxRelease
 
     real = ArgmaxRelease.ballot
     calls = []
 
-    def flaky(self, request, scores, *, maximize, clipping_range=None, voter=None):  # the 2nd client's vote fails
+    def flaky(self, request, scores, *, maximize, clipping_range=None, voter=None):  # the 2nd and 3rd votes fail
         calls.append(1)
-        if len(calls) == 2:
+        if len(calls) in (2, 3):
             raise RuntimeError("disk full at /secret/path")
         return real(self, request, scores, maximize=maximize, voter=voter)
 
     monkeypatch.setattr(ArgmaxRelease, "ballot", flaky)
-    with pytest.raises(PreflightError, match="only 5 clients sent their shares, fewer than the minimum survivors 6"):
+    # 6 clients, dropout 0: the committee counts at least 5 valid ballots (one misbehaving member in 10 tolerated)
+    with pytest.raises(PreflightError, match=r"only 4 clients sent their shares, fewer than the committee's minimum "
+                                             r"of valid ballots 5; .*the 4 voters that sent their shares each "
+                                             r"recorded this one vote"):
         DPHype(CANDS, config(), tallies=keys).start(grid, timeout=60)
     errors = [r.error.reason for r in grid.replies if r.has_error()]
     assert errors and all("secret" not in e for e in errors) and any("client_error" in e for e in errors)
@@ -157,7 +160,8 @@ def test_a_malicious_voters_boost_is_excluded_and_named_and_too_many_release_not
     """Issue 23, "malicious voters": one client running modified code casts 30 votes for candidate 0 (every honest
     client ranks candidate 5 first). The tallies leave its ballot out and name it; the consensus wins; the result and
     its summary name the sender, never the content. With two such clients fewer valid ballots than the minimum
-    remain (5 of 6 with dropout 0.2 tolerated, i.e. at least 5): nothing is released and the error names both."""
+    remain (6 clients, dropout 0.2: at least 5 contributors, at least 4 valid ballots): two are left out and named,
+    three release nothing and the error names them."""
     from dphype.flower.federation import voter_name
     from dphype.secure.tally import voter_id
 
@@ -170,10 +174,14 @@ def test_a_malicious_voters_boost_is_excluded_and_named_and_too_many_release_not
     assert result.selected_index == 5 and result.report.excluded == (voter_name(0),)
     assert (result.report.survivors, result.report.ballots_verified) == (CLIENTS - 1, True)
     assert f"1 invalid left out, from contributors {voter_name(0)}" in result.summary()
-    grid, keys = argmax_grid(tmp_path, run_id=2)
+    grid, keys = argmax_grid(tmp_path / "2", run_id=2)
     modified_ballots(monkeypatch, {voter_id(2, voter_name(0)), voter_id(2, voter_name(1))}, boost)
-    with pytest.raises(TallyError, match=rf"only 4 valid ballots, fewer than the minimum survivors 5 .*contributors "
-                                         rf"{voter_name(0)}, {voter_name(1)}"):
+    result = DPHype(CANDS, config(dropout=0.2), tallies=keys).start(grid, timeout=60)
+    assert result.report.excluded == (voter_name(0), voter_name(1)) and result.report.survivors == CLIENTS - 2
+    grid, keys = argmax_grid(tmp_path / "3", run_id=3)
+    modified_ballots(monkeypatch, {voter_id(3, voter_name(i)) for i in range(3)}, boost)
+    with pytest.raises(TallyError, match=rf"only 3 valid ballots, fewer than the committee's minimum 4 .*contributors "
+                                         rf"{voter_name(0)}, {voter_name(1)}, {voter_name(2)}"):
         DPHype(CANDS, config(dropout=0.2), tallies=keys).start(grid, timeout=60)
 
 
@@ -240,7 +248,8 @@ def test_issue_23_one_ballot_relabelled_as_many_contributors_fails_closed(tmp_pa
     (their noise: one share instead of six, epsilon >= 2.36 against the 1.00 recorded at the issue's sizes), or as
     another contributor's, its signatures moved along (with a roster). A share is bound to its contributor's node id
     and run and refused by content when repeated; with a roster it is bound to the member's name and signed by its
-    identity, and a share under another member's name does not verify: the collect stage fails at every tally, no
+    identity, and a share under another member's name does not verify: every tally leaves those shares out, fewer
+    than the committee's minimum of valid ballots remain and the collect stage fails at every tally, no
     index is opened, the ledger's epsilon (>= 0) covers it."""
     grid, keys = argmax_grid(tmp_path, federation=federation)
     real = grid.push_messages
@@ -263,9 +272,10 @@ def test_issue_23_one_ballot_relabelled_as_many_contributors_fails_closed(tmp_pa
         return real(messages)
 
     grid.push_messages = relay
-    reason = ("roster: .*node-1's signature .* does not verify" if federation else
-              "tally_refused: .*the same share twice" if relabel == "one_share_as_all" else
-              "tally_refused: .*is not this contributor's")
+    taken = "1 of 6" if relabel == "one_share_as_all" else "4 of 5"  # at least 5 valid ballots needed
+    reason = (f"tally_refused: tally 0 takes only {taken} shares, fewer than the committee's minimum of valid "
+              "ballots 5 " + (r"\(left out first: node-1, its roster signature does not verify" if federation else
+                              r"\(left out first: 1001, its share is not this contributor's"))
     with pytest.raises(TallyError, match=f"tally 0 failed the collect stage .*{reason}"):
         DPHype(CANDS, config(), tallies=keys).start(grid, timeout=60)
     assert not [m for m in grid.sent if m.metadata.message_type == "query.dphype_tally"
@@ -285,9 +295,9 @@ def test_issue_23_the_same_ciphertexts_replayed_to_the_tallies_in_a_later_run_or
     DPHype(CANDS, config(), tallies=keys).start(grid, timeout=60)
     replayed = collect_messages(grid)
     assert len(replayed) == 3
-    for run_id, reason in ((2, "roster: tally [012] refuses a share: .* does not verify" if federation else
-                            "tally_refused: tally [012].*is not this contributor's for request .*, this run and this "
-                            "tally"),
+    for run_id, reason in ((2, "tally_refused: tally [012] takes only 0 of 6 shares, .*" +
+                            ("its roster signature does not verify" if federation else
+                             "is not this contributor's for request .*, this run and this tally")),
                            (1, "tally_refused: tally [012].*refuses a second argmax for request")):
         later, _ = argmax_grid(tmp_path, run_id=run_id, federation=federation)  # the same tally keys (and records)
         for node, context in later.contexts.items():  # the same federation, fresh contexts

@@ -77,7 +77,7 @@ def test_too_many_invalid_ballots_release_nothing_and_the_error_names_them():
     for c in range(2):
         cast(tallies, f"honest-{c}", ballot(c))
     cast(tallies, "boost", np.array([0, 0, 0, 0, 0, 9, 0, 0]))
-    with pytest.raises(TallyError, match=r"only 2 valid ballots, fewer than the minimum survivors 3 \(1 invalid\) "
+    with pytest.raises(TallyError, match=r"only 2 valid ballots, fewer than the committee's minimum 3 \(1 invalid\) "
                                          r"\(invalid ballots from contributors boost\); nothing released") as err:
         run(tallies)
     assert err.value.excluded == ("boost",)

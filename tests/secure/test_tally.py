@@ -91,8 +91,10 @@ def test_every_tallys_noise_share_is_added_and_the_committee_opens_the_argmax_or
 def test_tallies_refuse_too_few_contributors_and_disagreeing_sets():
     tallies = committee(3)
     send(tallies, "req-1", [one_hot(5, 0)] * 2)
-    with pytest.raises(TallyError, match="tally 0 refused the argmax: only 2 contributors, fewer than the minimum"):
-        secure_argmax([t.job() for t in tallies])
+    with pytest.raises(TallyError, match="tally 0 takes only 2 of 2 shares, fewer than the committee's minimum of "
+                                         "valid ballots 3; nothing released"):
+        tallies[0].job()
+    tallies[0].open_round("req-1", 5, 3, form=TOP_1, noise=np.zeros(5))  # refused before it counted as served
     tallies = committee(2)
     send(tallies, "req-1", [one_hot(5, 0)] * 2)
     send(tallies, "req-1", [one_hot(5, 1)], start=5, deliver=2)  # tally 2 never got client-5's share
@@ -109,21 +111,29 @@ def test_a_missing_tally_releases_nothing_and_names_the_tally():
         secure_argmax([jobs[0], jobs[1], None], timeout=1.0)
 
 
-def test_tally_refuses_replays_foreign_shares_and_duplicates():
+def test_tally_marks_replays_foreign_shares_and_duplicates_invalid():
+    """Each share that fails is kept as an invalid entry with its reason (the MPC leaves its ballot out), never a
+    refusal of the whole round: the same label twice (both), another tally's, request's or contributor's share, and
+    one of the wrong length."""
     tallies = committee(1)
     keys = [t.public for t in tallies]
     sealed = client_sealed_shares("req-1", one_hot(5, 4), keys, voter_id(0, "a"))
     tallies[0].receive("a", sealed[0])
-    with pytest.raises(TallyError, match="second share from contributor a"):
-        tallies[0].receive("a", sealed[0])
-    with pytest.raises(TallyError, match="not this contributor's for request req-1, this run and this tally"):
-        tallies[1].receive("a", sealed[0])  # tally 0's share at tally 1
-    with pytest.raises(TallyError, match="not this contributor's for request req-1"):
-        tallies[2].receive("c", client_sealed_shares("req-other", one_hot(5, 4), keys, voter_id(0, "c"))[2])
-    # a share of the wrong length is the client's doing: kept as malformed, for the committee to leave out
+    tallies[0].receive("a", client_sealed_shares("req-1", one_hot(5, 1), keys, voter_id(0, "a"))[0])
+    assert tallies[0].invalid() == {0: "the same contributor sent twice (2 entries)",
+                                    1: "the same contributor sent twice (2 entries)"}
+    tallies[1].receive("a", sealed[0])  # tally 0's share at tally 1
+    tallies[1].receive("c", client_sealed_shares("req-other", one_hot(5, 4), keys, voter_id(0, "c"))[1])
+    assert list(tallies[1].invalid()) == [0, 1]
+    assert all("not this contributor's for request req-1, this run and this tally" in reason
+               for reason in tallies[1].invalid().values())
+    # a share of the wrong length is the client's doing too
+    tallies[2].receive("e", client_sealed_shares("req-1", one_hot(5, 3), keys, voter_id(0, "e"))[2])
     tallies[2].receive("d", client_sealed_shares("req-1", one_hot(4, 3), keys, voter_id(0, "d"))[2])
-    assert tallies[2].job()["malformed"] == ["d"]
-    tallies[0].job()
+    job = tallies[2].job()
+    assert (job["contributors"], job["invalid"]) == (["d", "e"], [0]) and "does not parse" in job["reasons"][0]
+    tallies[0].receive("b", client_sealed_shares("req-1", one_hot(5, 2), keys, voter_id(0, "b"))[0])
+    assert tallies[0].job()["invalid"] == [0, 1]  # a, a; b counts
     with pytest.raises(TallyError, match="refuses a second argmax for request req-1"):
         tallies[0].open_round("req-1", 5, 1, form=TOP_1, noise=np.zeros(5))
     with pytest.raises(TallyError, match="tally 0 has no open request"):
@@ -139,13 +149,16 @@ def test_one_ballot_relabelled_as_many_contributors_is_refused_by_identity_and_b
     sealed = client_sealed_shares("req-1", one_hot(5, 0), keys, voter_id(0, "7"))
     for t, share in zip(tallies, sealed, strict=True):
         for label in range(8, 17):
-            with pytest.raises(TallyError, match=f"share of contributor {label} is not this contributor's"):
-                t.receive(str(label), share)
+            t.receive(str(label), share)
         t.receive("7", share)
-        # once counted, the same ciphertext under any label is refused by its content before it is tried
-        with pytest.raises(TallyError, match="the same share twice"):
-            t.receive("8", share)
-    assert [t.job()["contributors"] for t in tallies] == [["7"]] * 3  # one ballot, counted once
+    jobs = [t.job() for t in tallies]
+    labels = sorted(str(label) for label in range(7, 17))
+    assert [job["contributors"] for job in jobs] == [labels] * 3
+    relabelled = [i for i, label in enumerate(labels) if label != "7"]
+    assert [job["invalid"] for job in jobs] == [relabelled] * 3  # every relabelled copy, never the ballot
+    assert all("is not this contributor's" in reason for job in jobs for reason in job["reasons"])
+    opening = secure_argmax(jobs)
+    assert (opening.value, opening.excluded) == (0, tuple(labels[i] for i in relabelled))
     with pytest.raises(ValueError, match="non-empty without ';' or '|'"):
         voter_id(0, "7;voter=8")
 
@@ -169,8 +182,8 @@ def test_a_tallys_record_refuses_a_request_served_in_that_run_across_restarts_an
         restarted.open_round("req-1", 5, 1, run=41, form=form, noise=np.zeros(5))
     # a new run may ask again (its clients vote and pay again) ...
     restarted.open_round("req-1", 5, 1, run=42, form=form, noise=np.zeros(5))
-    with pytest.raises(TallyError, match="not this contributor's for request req-1, this run"):
-        restarted.receive("3", sealed[0])  # ... but the old ciphertexts do not open in it
+    restarted.receive("3", sealed[0])  # ... but the old ciphertexts do not open in it
+    assert "not this contributor's for request req-1, this run" in restarted.invalid()[0]
     record.path.write_text('{"run": 41, "request": "req-1"}\nnot json\n')
     with pytest.raises(TallyError, match="cannot be read; its operator must repair it"):
         Tally(0, first.keys, record=record).open_round("req-2", 5, 1, run=43, form=form, noise=np.zeros(5))

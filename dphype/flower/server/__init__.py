@@ -46,7 +46,7 @@ from flwr.serverapp.grid import Grid
 
 from dphype.config import DPHypeConfig
 from dphype.flower.grid import check_timeout
-from dphype.flower.server.committee import run_winner_selection
+from dphype.flower.server.committee import TALLY_TIMEOUT, check_tally_timeout, run_winner_selection
 from dphype.flower.server.readiness import run_preflight, wait_for_nodes
 from dphype.flower.server.secagg import advertise_record, run_secure_sum, secagg_graph
 from dphype.modes import Aggregator, release_modes
@@ -111,6 +111,7 @@ class DPHype:
         self.corrupt_fraction = check_corrupt_fraction(corrupt_fraction)
         self._plan: Plan | None = None
         self._notes: tuple[str, ...] = ()
+        self._tally_timeout = TALLY_TIMEOUT
         self._federation: str | None = None
         # the SecAgg+ graph for n clients and the tolerated dropout: refused here, before any client works
         try:
@@ -157,7 +158,7 @@ class DPHype:
                 f"{self.request.mode.describe(self.request)})")
 
     def start(self, grid: Grid, *, timeout: float | None = 3600.0, connect_timeout: float | None = 600.0,
-              committee_nodes: Sequence[int] | None = None) -> DPHypeResult:
+              committee_nodes: Sequence[int] | None = None, tally_timeout: float = TALLY_TIMEOUT) -> DPHypeResult:
         """Select one candidate privately; returns the winner with its privacy report.
 
         A node that vanishes counts as a dropout instead of stalling the run.
@@ -170,6 +171,9 @@ class DPHype:
             committee_nodes: Argmax mode only: the tallies' node ids in committee order, as
                 `dphype.flower.server.committee.discover_committee` returns them, so the committee is not asked
                 again; empty or ``None``: none given (the only choice in sum mode).
+            tally_timeout: Committee releases only: seconds each tally's MPyC party has to check the ballots and open
+                the result (`dphype.flower.server.committee.run_winner_selection`), a finite number in ``(0,
+                86400]``.
 
         Returns:
             The result, with the pre-flight's notes.
@@ -183,6 +187,7 @@ class DPHype:
         """  # noqa: DOC502, DOC503
         timeout = check_timeout("timeout", timeout)
         connect_timeout = check_timeout("connect_timeout", connect_timeout)
+        tally_timeout = check_tally_timeout(tally_timeout)
         cfg = self.config
         committee_nodes = tuple(committee_nodes or ()) or None  # empty: a mode without a committee, or ask it
         if committee_nodes is not None and cfg.mode.aggregator is not Aggregator.COMMITTEE:
@@ -198,6 +203,7 @@ class DPHype:
             log(logging.WARNING, "DP-Hype: the %r ballot votes for %d candidates per client, not the configured k=%d "
                 "(set ballot='top-k' to vote with k=%d)", cfg.ballot, votes, cfg.k, cfg.k)
         drive = {Aggregator.SECAGG: self._sum_over_secagg, Aggregator.COMMITTEE: self._winner_from_committee}
+        self._tally_timeout = tally_timeout
         result = drive[cfg.mode.aggregator](grid, timeout, connect_timeout, committee_nodes)
         return dataclasses.replace(result, notes=self._notes, federation=self._federation)
 
@@ -205,7 +211,8 @@ class DPHype:
                                committee_nodes: Sequence[int] | None) -> DPHypeResult:
         """Steps 3-4 for a mode whose aggregator is the tally committee (`run_winner_selection`)."""
         return run_winner_selection(grid, self.request, preflight=self._preflight, timeout=timeout,
-                                    connect_timeout=connect_timeout, committee_nodes=committee_nodes)
+                                    connect_timeout=connect_timeout, committee_nodes=committee_nodes,
+                                    tally_timeout=self._tally_timeout)
 
     def _sum_over_secagg(self, grid: Grid, timeout: float | None, connect_timeout: float | None,
                          committee_nodes: Sequence[int] | None) -> DPHypeResult:

@@ -8,9 +8,12 @@ finds the configured committee among the connected nodes (`find_committee`: a ta
 ``hello`` is unreachable, and nothing is sent), runs the pre-flight with the other nodes, collects the sealed
 shares (``train.dphype_argmax``, `dphype.flower.client.argmax`), forwards each tally its ciphertexts and
 gets the index back, with the contributors whose ballots the tallies found invalid and left out
-(``query.dphype_tally``, `dphype.flower.tally`). Fewer contributors than
-``ceil((1 - xi) n)``: `dphype.flower.server.readiness.PreflightError`; a tally that refuses, fails or
-answers late: `dphype.secure.tally.TallyError`; nothing released either way.
+(``query.dphype_tally``, `dphype.flower.tally`). A voter approved in the pre-flight that sends no usable shares
+is named (``node <id> (no shares)``) and left out; a label two voters claim is named with its node id. Fewer
+contributors than the committee's floor (`dphype.privacy.noise.min_valid_ballots`):
+`dphype.flower.server.readiness.PreflightError`; a tally that refuses, fails or answers late:
+`dphype.secure.tally.TallyError`; nothing released either way, and the error says what the voters were charged
+(one vote each: a node votes once per approved request).
 
 A server that takes its committee from the nodes rather than from its operator (the bundled app, the app
 ``dphype new`` writes) asks `connected_committee` first (`discover_committee` in argmax mode, no committee in
@@ -31,17 +34,20 @@ from flwr.common import log
 from flwr.serverapp.grid import Grid
 from flwr.supercore.run import Run
 
+from dphype.checks import check_positive
 from dphype.config import DPHypeConfig
 from dphype.flower.grid import send_and_receive
 from dphype.flower.server.readiness import PreflightError, wait_for_nodes
 from dphype.flower.wire import (
     ARGMAX_VOTE_TYPE,
+    MAX_RESULT_WAIT,
     RECORD_KEY,
     TALLY_COLLECT,
     TALLY_COMPUTE,
     TALLY_HELLO,
     TALLY_KEY,
     TALLY_RESULT,
+    TALLY_TIMEOUT,
     TALLY_TYPE,
 )
 from dphype.modes import Aggregator
@@ -77,13 +83,16 @@ def _answers(replies: dict[int, Message], tally_nodes: dict[int, int], stage: st
 
 def _opening(answer: dict[str, Any]) -> Opening:
     """A tally's ``result`` answer as an `Opening`; `TallyError` for a malformed one."""
-    value, excluded = answer.get("value"), answer.get("excluded", [])
+    value, excluded, at = answer.get("value"), answer.get("excluded", []), answer.get("excluded_at", [])
     values: list[Any] = value if isinstance(value, list) else [value]
     if (not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values)
-            or not isinstance(excluded, list) or not all(isinstance(label, str) for label in excluded)):
+            or not isinstance(excluded, list) or not all(isinstance(label, str) for label in excluded)
+            or not isinstance(at, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in at)
+            or len(at) not in (0, len(excluded))):
         raise TallyError("a tally answered the result stage without a value and its excluded contributors; "
                          "nothing released")
-    return Opening(tuple(int(v) for v in values) if isinstance(value, list) else int(values[0]), tuple(excluded))
+    return Opening(tuple(int(v) for v in values) if isinstance(value, list) else int(values[0]), tuple(excluded),
+                   tuple(int(i) for i in at))
 
 
 def _hello(grid: Grid, nodes: Sequence[int], timeout: float | None) -> list[tuple[int, tuple[int, bytes]]]:
@@ -328,8 +337,41 @@ def _labels(contributors: Sequence[int], signed: Mapping[int, tuple[str, list[by
     return [signed[c][0] if c in signed else str(c) for c in contributors]
 
 
+def check_tally_timeout(seconds: Any) -> float:
+    """Check the wait for the tallies' MPyC parties (``tally_timeout``, run config ``tally-timeout``).
+
+    Args:
+        seconds: A finite number of seconds in ``(0, MAX_RESULT_WAIT]`` (one day).
+
+    Returns:
+        ``seconds`` as a float.
+
+    Raises:
+        ValueError: Otherwise, naming the range and the default.
+    """
+    value = check_positive("tally_timeout", seconds)
+    if value > MAX_RESULT_WAIT:
+        raise ValueError(f"tally_timeout must be at most {MAX_RESULT_WAIT:g} s (a tally waits no longer), got "
+                         f"{value:g}; the default is {TALLY_TIMEOUT:g} s")
+    return value
+
+
+def _name(labels: Sequence[int] | Sequence[str], contributors: Sequence[int], position: int) -> str:
+    """The contributor at ``position`` of the tallies' list: its label, with its node id when the label repeats."""
+    label = str(labels[position])
+    twice = sum(str(other) == label for other in labels) > 1
+    return f"{label} (node {contributors[position]})" if twice else label
+
+
+def _charged(voters: int) -> str:
+    """What the voters paid for a committee release that opened nothing: one vote each, once per run."""
+    return (f"; the {voters} voters that sent their shares each recorded this one vote in their ledger (once: a "
+            "node votes once per approved request, and no tally opens a request twice in a run), a new selection "
+            "is a new vote")
+
+
 def run_winner_selection(grid: Grid, request: VoteRequest, *, preflight: Preflight, timeout: float | None,
-                         connect_timeout: float | None, tally_timeout: float = 60.0,
+                         connect_timeout: float | None, tally_timeout: float = TALLY_TIMEOUT,
                          committee_nodes: Sequence[int] | None = None) -> DPHypeResult:
     """Argmax mode of `dphype.flower.server.DPHype.start` for its ``request``.
 
@@ -347,7 +389,8 @@ def run_winner_selection(grid: Grid, request: VoteRequest, *, preflight: Preflig
         preflight: The pre-flight over the sampled client nodes.
         timeout: Seconds per stage (``None``: no limit).
         connect_timeout: Seconds to wait for ``clients`` plus the tallies to connect (``None``: no limit).
-        tally_timeout: Seconds each tally has for the secure argmax.
+        tally_timeout: Seconds each tally's MPyC party has to check the ballots and open the result
+            (`check_tally_timeout`).
         committee_nodes: The tallies' node ids in committee order, or ``None`` to find them (`find_committee`).
 
     Returns:
@@ -362,6 +405,7 @@ def run_winner_selection(grid: Grid, request: VoteRequest, *, preflight: Preflig
     """  # noqa: DOC503
     cfg = request.config
     committee = list(request.tallies)
+    tally_timeout = check_tally_timeout(tally_timeout)
     wait_for_nodes(grid, cfg.clients + len(committee), connect_timeout)
     connected = sorted(grid.get_node_ids())
     if committee_nodes is None:
@@ -387,31 +431,53 @@ def run_winner_selection(grid: Grid, request: VoteRequest, *, preflight: Preflig
     for reply in send_and_receive(grid, vote, timeout=timeout, what="DP-Hype argmax vote"):
         answer = None if reply.has_error() else reply.content.config_records.get(RECORD_KEY)
         sealed = None if answer is None else answer.get("shares")
-        if isinstance(sealed, list) and len(sealed) == len(committee):  # anything else counts as a dropout
+        if (isinstance(sealed, list) and len(sealed) == len(committee)
+                and all(isinstance(b, bytes) for b in sealed)):  # anything else: no answer
             shares[reply.metadata.src_node_id] = cast(list[bytes], sealed)
             member, signatures = cast(ConfigRecord, answer).get("member"), cast(ConfigRecord, answer).get("signatures")
             if isinstance(member, str) and isinstance(signatures, list) and len(signatures) == len(committee):
                 signed[reply.metadata.src_node_id] = (member, cast(list[bytes], signatures))
-    if len(shares) < request.min_survivors:
-        raise PreflightError(f"only {len(shares)} clients sent their shares, fewer than the minimum survivors "
-                             f"{request.min_survivors}; the tallies were not asked and nothing was released")
-    contributors = sorted(shares)
+    silent = sorted(n for n in ready if n not in shares)  # approved, then no (usable) shares: named, left out
+    if len(shares) < request.min_valid:
+        raise PreflightError(f"only {len(shares)} clients sent their shares, fewer than the committee's minimum "
+                             f"of valid ballots {request.min_valid}; the tallies were not asked and nothing was "
+                             f"released{_charged(len(shares))}")
+    by_node = sorted(shares)  # in the order every tally keeps them: by label, a label sent twice by node id
+    contributors = [c for _, c in sorted(zip(map(str, _labels(by_node, signed)), by_node, strict=True))]
+    labels = _labels(contributors, signed)
     record = request.to_record()
-    collect = {node: {**record, "stage": TALLY_COLLECT, "contributors": _labels(contributors, signed),
+    collect = {node: {**record, "stage": TALLY_COLLECT, "contributors": labels,
                       "shares": [shares[c][j] for c in contributors],
                       **({"signatures": [signed[c][1][j] if c in signed else b"" for c in contributors]}
                          if signed else {})}
                for j, node in tally_nodes.items()}
     tallies = sorted(tally_nodes.values())
-    _answers(_ask(grid, tallies, collect, timeout, "DP-Hype tally collect"), tally_nodes, TALLY_COLLECT)
-    _answers(_ask(grid, tallies, {n: {"stage": TALLY_COMPUTE} for n in tallies}, timeout, "DP-Hype tally compute"),
-             tally_nodes, TALLY_COMPUTE)
-    results = _answers(_ask(grid, tallies, {n: {"stage": TALLY_RESULT, "timeout": tally_timeout} for n in tallies},
-                            tally_timeout + 5.0 if timeout is None else timeout, "DP-Hype tally result"),
-                       tally_nodes, TALLY_RESULT)
-    opened = agreed_opening([_opening(a) for a in results.values()])
-    result = request.mode.release(request, opened, len(contributors))
-    log(logging.INFO, "DP-Hype (%s) selected candidate %d %s (epsilon=%.4g, %d contributors, %d ballots invalid, "
+    try:
+        collected = _answers(_ask(grid, tallies, collect, timeout, "DP-Hype tally collect"), tally_nodes,
+                             TALLY_COLLECT)
+        for j, took in sorted(collected.items()):
+            invalid = took.get("invalid", [])
+            if isinstance(invalid, list) and invalid:
+                log(logging.WARNING, "DP-Hype tally %d did not take the shares of %s", j,
+                    ", ".join(_name(labels, contributors, int(i)) for i in invalid
+                              if isinstance(i, int) and 0 <= i < len(labels)))
+        _answers(_ask(grid, tallies, {n: {"stage": TALLY_COMPUTE} for n in tallies}, timeout,
+                      "DP-Hype tally compute"), tally_nodes, TALLY_COMPUTE)
+        results = _answers(_ask(grid, tallies, {n: {"stage": TALLY_RESULT, "timeout": tally_timeout}
+                                                for n in tallies},
+                                tally_timeout + 5.0 if timeout is None else timeout, "DP-Hype tally result"),
+                           tally_nodes, TALLY_RESULT)
+        agreed = agreed_opening([_opening(a) for a in results.values()])
+        if not all(0 <= i < len(labels) for i in agreed.excluded_at):
+            raise TallyError("the tallies named an excluded contributor outside the list sent; nothing released")
+    except TallyError as err:
+        raise TallyError(f"{err}{_charged(len(shares))}", err.excluded) from None
+    names = (tuple(_name(labels, contributors, i) for i in agreed.excluded_at) if agreed.excluded_at
+             else agreed.excluded)
+    opened = Opening(agreed.value, names + tuple(f"node {n} (no shares)" for n in silent))
+    result = request.mode.release(request, opened, len(contributors) + len(silent))
+    log(logging.INFO, "DP-Hype (%s) selected candidate %d %s (epsilon=%.4g, %d contributors, %d ballots left out%s, "
         "%d tallies) in %.2f s after the pre-flight", request.mode.name, result.selected_index, result.selected,
-        result.report.epsilon, len(contributors), len(opened.excluded), len(tallies), time.perf_counter() - start)
+        result.report.epsilon, len(contributors) + len(silent), len(opened.excluded),
+        f": {', '.join(opened.excluded)}" if opened.excluded else "", len(tallies), time.perf_counter() - start)
     return result
