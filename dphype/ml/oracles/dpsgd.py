@@ -1,8 +1,9 @@
 """DP-SGD and DP-Adam (DPareto Alg. 3/4) through Opacus, over DPareto's Table 1 domains on Adult and MNIST.
 
 `train_dpsgd` trains with Poisson-sampled lots, Opacus' per-sample gradients, clipping and noise; `dpsgd_epsilon`
-accounts for it with Opacus' RDP or PRV accountant. The problems are ``{dpsgd,dpadam}-{logreg,svm,mlp,mlp1}-
-{adult,mnist}`` (`DpsgdProblem`); ``mnist`` is the bundled 5,000-digit subset (`_DATASETS`).
+accounts for it with Opacus' RDP or PRV accountant. The problems (`DpsgdProblem`) are
+``{optimizer}-{model}-{dataset}`` for every optimizer of `DPSGD_OPTIMIZERS`, model of `DPSGD_MODELS` and data set of
+``_DATASETS`` (``adult``, or ``mnist``: the bundled 5,000-digit subset).
 
 torch and Opacus are imported inside the functions that train or account, so importing this module is cheap.
 """
@@ -51,6 +52,7 @@ DPSGD_DISTRIBUTIONS: dict[str, dict[str, Distribution]] = {
 DPSGD_MODELS: tuple[str, ...] = ("logreg", "svm", "mlp", "mlp1")
 DPSGD_OPTIMIZERS: tuple[str, ...] = ("dpsgd", "dpadam")
 OPACUS_ACCOUNTANTS: tuple[str, ...] = ("rdp", "prv")
+#: The data sets of the problems: the name in a problem's name -> its `dphype.ml.data.load_dataset` name.
 _DATASETS = {"adult": "adult", "mnist": "mnist5k"}
 #: Renyi orders for the RDP accountant: Opacus' defaults extended to 1024, so that very noisy,
 #: short runs (tiny epsilon, optimal order beyond 63) are not over-estimated.
@@ -295,7 +297,6 @@ def dpsgd_problem(
         description=f"{'DP-SGD' if optimizer == 'dpsgd' else 'DP-Adam'} ({model_name}) on {dataset} via Opacus, "
         f"{accountant.upper()} accountant",
     )
-
 
 
 class DpsgdProblem(NamedProblem):

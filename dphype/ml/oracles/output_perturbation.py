@@ -159,7 +159,6 @@ def output_perturbation_problem(
     )
 
 
-
 class OutputPerturbationProblem(NamedProblem):
     """``logreg-output-perturbation``: `output_perturbation_problem` on the options' ``train_size`` rows.
 

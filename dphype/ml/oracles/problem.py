@@ -141,7 +141,6 @@ class ParetoProblem:
         return Evaluation(cfg, eps, util)
 
 
-
 @dataclass(frozen=True)
 class ProblemOptions:
     """What `dphype.ml.oracles.make_problem` hands every problem; each uses the options that apply to it.

@@ -120,7 +120,6 @@ def svt_problem(*, queries: int = 100, positives: int = 10, runs: int = 50, seed
     )
 
 
-
 class SvtProblem(NamedProblem):
     """``svt``: `svt_problem`, its true queries seeded by the options' ``seed``.
 
