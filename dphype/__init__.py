@@ -37,7 +37,6 @@ _EXPORTS: dict[str, str] = {
     "DPHypeResult": "dphype.result",
     "CandidateList": "dphype.selection.candidates",
     "candidate_grid": "dphype.selection.candidates",
-    "grid": "dphype.selection.candidates",  # deprecated alias of candidate_grid, removed in the next release
     "load_candidates": "dphype.selection.candidates",
     "random_subset": "dphype.selection.candidates",
     "table_iii_grid": "dphype.selection.candidates",
@@ -54,7 +53,6 @@ if TYPE_CHECKING:
     from dphype.selection.candidates import (
         CandidateList,
         candidate_grid,
-        grid,
         load_candidates,
         random_subset,
         table_iii_grid,
@@ -78,7 +76,6 @@ __all__ = [
     "candidate_grid",
     "client_noise_std",
     "epsilon",
-    "grid",
     "load_candidates",
     "noise_share",
     "privacy_report",

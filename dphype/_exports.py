@@ -1,13 +1,11 @@
-"""Lazy re-exports (PEP 562) for `dphype` and `dphype.flower`, and the deprecated paths of moved names.
+"""Lazy re-exports (PEP 562) for `dphype` and `dphype.flower`.
 
 A public name is imported from its home module on first use, so a process that needs one part (a ClientApp serving
-a protocol stage) does not import the rest (torch, scipy's solvers, Flower's server side). A name that moved keeps
-its old path for one release (`moved_getattr`).
+a protocol stage) does not import the rest (torch, scipy's solvers, Flower's server side).
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping
 from importlib import import_module
 from typing import Any
@@ -33,29 +31,5 @@ def lazy_getattr(package: str, exports: Mapping[str, str], namespace: dict[str, 
             namespace[name] = value
             return value
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
-
-    return __getattr__
-
-
-def moved_getattr(module: str, moved: Mapping[str, str]) -> Callable[[str], object]:
-    """The module-level ``__getattr__`` of ``module`` for names that moved out of it.
-
-    The old path still works for one release, with a ``DeprecationWarning`` naming the new one.
-
-    Args:
-        module: The old module's dotted name.
-        moved: Each old name -> ``"new.module"`` or ``"new.module:new_name"``.
-
-    Returns:
-        The module's ``__getattr__(name)``; it raises ``AttributeError`` for a name not in ``moved``.
-    """
-
-    def __getattr__(name: str) -> object:
-        if name in moved:
-            home, _, new = moved[name].partition(":")
-            warnings.warn(f"{module}.{name} moved to {home}.{new or name}; the old path goes in the next release",
-                          DeprecationWarning, stacklevel=2)
-            return getattr(import_module(home), new or name)
-        raise AttributeError(f"module {module!r} has no attribute {name!r}")
 
     return __getattr__

@@ -10,15 +10,15 @@ import math
 from numbers import Integral, Real
 from typing import Any
 
+#: Accountants: the analytic Gaussian mechanism's and Renyi DP's (each noise kind names those valid for it:
+#: `dphype.privacy.noise_kinds`).
 ACCOUNTANTS: tuple[str, ...] = ("analytic", "rdp")
-NOISE_KINDS: tuple[str, ...] = ("gaussian", "skellam")
-DEFAULT_ACCOUNTANT: dict[str, str] = {"gaussian": "analytic", "skellam": "rdp"}
 #: Neighbouring relations: replace one client's data (the paper's) or add/remove one client (DP-FedAvg's).
 NEIGHBOURING: tuple[str, ...] = ("replace-one", "add-remove")
 #: Largest federation accepted: the secure sum's clipping range C(n) is still 2**17 there
 #: (`dphype.secure.secure_sum.clipping_range_for`).
 MAX_CLIENTS: int = 10_000
-#: The default noise kind of a selection (and of every replay of one).
+#: The default noise kind of a selection (and of every replay of one; `dphype.privacy.noise_kinds`).
 DEFAULT_NOISE = "skellam"
 #: Relative slack when comparing an announced epsilon with one recomputed from the noise (request, policy, ledger).
 EPSILON_RTOL = 1e-6
@@ -183,23 +183,6 @@ def check_sigma(sigma: Any) -> float:
     return check_positive("sigma", sigma)
 
 
-def check_noise(noise: Any) -> str:
-    """Check the noise kind.
-
-    Args:
-        noise: One of `NOISE_KINDS`.
-
-    Returns:
-        ``noise`` as str.
-
-    Raises:
-        ValueError: ``noise`` is not one of `NOISE_KINDS`.
-    """
-    if noise not in NOISE_KINDS:
-        raise ValueError(f"noise must be one of {', '.join(NOISE_KINDS)}, got {noise!r}")
-    return str(noise)
-
-
 def check_neighbouring(neighbouring: Any) -> str:
     """Check the neighbouring relation.
 
@@ -215,32 +198,6 @@ def check_neighbouring(neighbouring: Any) -> str:
     if neighbouring not in NEIGHBOURING:
         raise ValueError(f"neighbouring must be one of {', '.join(NEIGHBOURING)}, got {neighbouring!r}")
     return str(neighbouring)
-
-
-def resolve_accountant(accountant: str | None, noise: str) -> str:
-    """Validate ``accountant`` for ``noise``; ``None`` or ``"auto"`` picks the default.
-
-    The default is analytic for Gaussian noise and rdp for Skellam noise (`DEFAULT_ACCOUNTANT`). The analytic
-    Gaussian accountant is exact only for Gaussian noise, so it is refused for Skellam noise.
-
-    Args:
-        accountant: One of `ACCOUNTANTS`, ``"auto"`` or ``None``.
-        noise: The noise kind, one of `NOISE_KINDS`.
-
-    Returns:
-        The accountant's name, one of `ACCOUNTANTS`.
-
-    Raises:
-        ValueError: ``noise`` is unknown, ``accountant`` is unknown, or it is not ``"rdp"`` for Skellam noise.
-    """
-    noise = check_noise(noise)
-    if accountant is None or accountant == "auto":
-        return DEFAULT_ACCOUNTANT[noise]
-    if accountant not in ACCOUNTANTS:
-        raise ValueError(f"accountant must be one of {', '.join(ACCOUNTANTS)} (or auto), got {accountant!r}")
-    if noise == "skellam" and accountant != "rdp":
-        raise ValueError(f"accountant must be 'rdp' for skellam noise, got {accountant!r}")
-    return str(accountant)
 
 
 def check_budget(

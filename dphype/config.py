@@ -23,9 +23,9 @@ from dphype.checks import (
     check_k,
     check_neighbouring,
     check_probability,
-    resolve_accountant,
 )
 from dphype.modes import ReleaseMode, release_mode
+from dphype.privacy.noise_kinds import resolve_accountant
 from dphype.selection.rules import DEFAULT_RULE, check_rule
 
 #: Run-config spelling of each field (Flower run configs use dashes).
@@ -59,12 +59,13 @@ class DPHypeConfig:
             calibrated for it).
         dropout: Tolerated dropout fraction ``xi`` in ``[0, 1)``: any ``ceil((1 - xi) n)`` survivors carry the
             full noise, fewer release nothing.
-        noise: ``"skellam"`` (integer, exact over SecAgg+; default) or ``"gaussian"``.
+        noise: A noise kind's name (`dphype.privacy.noise_kinds`): ``"skellam"`` (integer, exact over SecAgg+;
+            default) or ``"gaussian"``.
         accountant: ``"rdp"``, ``"analytic"`` (Gaussian only) or ``None`` / ``"auto"`` for the default of the
             noise kind; stored resolved.
         neighbouring: ``"replace-one"`` (the paper's, L2 sensitivity ``sqrt(2k)``) or ``"add-remove"``
             (``sqrt(k)``).
-        rule: The server's selection rule on the release (`dphype.selection.rules.RULES`; post-processing).
+        rule: The server's selection rule on the release (`dphype.selection.rules.rule_names`; post-processing).
         min_success: Refuse to run when the planner's consensus scenario simulates a smaller chance of a good pick
             (`dphype.selection.planner.check_plan`; 0, the default: never refuse, only warn below one half).
         release: The name of the release mode (`dphype.modes.RELEASE_MODES`; `mode` is the mode itself):

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from dphype.checks import EPSILON_RTOL, check_k, resolve_accountant
+from dphype.checks import EPSILON_RTOL, check_k
 from dphype.privacy.accounting import PrivacyReport, VoteRelease, mechanism_epsilon, privacy_report, vote_sensitivity
 from dphype.privacy.accounting import calibrate as calibrate_release
 from dphype.privacy.accounting import epsilon as release_epsilon
@@ -49,7 +49,7 @@ from dphype.privacy.noise import (
     check_survivors,
     client_noise_share,
     client_noise_std,
-    committee_skellam_share,
+    committee_noise_share,
     committee_sum_std,
     honest_tallies,
     min_survivors,
@@ -57,6 +57,7 @@ from dphype.privacy.noise import (
     replay_noisy_sums,
     secure_generator,
 )
+from dphype.privacy.noise_kinds import noise_kind, noise_kind_names, resolve_accountant
 from dphype.privacy.winner import (
     THRESHOLD_SHIFT,
     WINNER_NOISE,
@@ -70,7 +71,7 @@ from dphype.privacy.winner import (
 )
 from dphype.refusal import Refusal
 from dphype.result import DPHypeResult
-from dphype.secure.secure_sum import GAUSSIAN_SCALE, check_range, encode
+from dphype.secure.secure_sum import check_range, encode
 from dphype.secure.tally import OPENS_ARGMAX, OPENS_SUM, Opening, check_committee, client_sealed_shares
 from dphype.selection.ballots import BallotForm
 from dphype.selection.planner import Forecast
@@ -765,8 +766,8 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
         """Top-k votes plus this client's noise share, encoded for exact secure summation (lines 5-10).
 
         The share is `dphype.privacy.noise.client_noise_share`'s; the encoding `dphype.secure.secure_sum.encode`'s
-        (integers, or the ``1/GAUSSIAN_SCALE`` grid for Gaussian noise), refused, never clipped, beyond the round's
-        ``clipping_range``, which SecAgg+ ballots need.
+        (on the noise kind's grid ``1/fixed_point_scale``, `dphype.privacy.noise_kinds`), refused, never clipped,
+        beyond the round's ``clipping_range``, which SecAgg+ ballots need.
 
         Args:
             request: The approved request.
@@ -812,10 +813,11 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
         total = _noisy_sum(request, opened)
         report = privacy_report(self.accounting(request), cfg.delta, clients=cfg.clients, dropout=cfg.dropout,
                                 survivors=survivors, accountant=cfg.accountant)
-        if cfg.noise == "gaussian":
+        kind = noise_kind(cfg.noise)
+        if not kind.integer:
             report = replace(
-                report, released=f"{report.released}; Gaussian shares rounded to a 1/{GAUSSIAN_SCALE} grid "
-                "before summation, so the guarantee is approximate")
+                report, released=f"{report.released}; {kind.label} shares rounded to a 1/{kind.fixed_point_scale} "
+                "grid before summation, so the guarantee is approximate")
         return _rule_result(request, total, report, report.sigma, survivors)
 
     def replay(self, request: Request, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
@@ -1146,13 +1148,13 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
 class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
     """The noisy vote sum of the ballots the tally committee verified, with noise the committee made.
 
-    As `SumRelease` (the same accounting of ``sigma`` with Skellam noise, the same selection rule on the released
+    As `SumRelease` (the same accounting of ``sigma`` with integer noise, the same selection rule on the released
     vector) but computed by the tally committee: the clients share their ballots only, the committee checks each
     against the request's ballot form, leaves out the invalid ones (naming their contributors), and each tally adds
-    a Skellam share of variance ``sigma^2 / h`` (`dphype.privacy.noise.committee_skellam_share`; ``h`` =
+    a share of variance ``sigma^2 / h`` (`dphype.privacy.noise.committee_noise_share`; ``h`` =
     `dphype.privacy.noise.honest_tallies`), so that the shares of any ``h`` tallies carry ``sigma``: the
     whole noisy vector is opened (the GP rule's input), with the guarantee of ``sigma`` whatever the number of
-    contributors. Integer noise only: ``noise`` must be ``"skellam"``.
+    contributors. Integer noise only: ``noise`` must name an integer kind (``"skellam"``).
 
     Attributes:
         name: ``"committee-sum"``.
@@ -1175,13 +1177,15 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
 
     @staticmethod
     def _check_noise(noise: str) -> None:
-        """Refuse a noise kind the MPC cannot add (it adds integers)."""
-        if noise != "skellam":
-            raise ValueError(f"release='committee-sum' adds the tallies' integer Skellam noise under MPC: noise must "
-                             f"be 'skellam', got {noise!r}; set noise='skellam' (--noise skellam)")
+        """Refuse a noise kind the MPC cannot add exactly (it adds integers)."""
+        if not noise_kind(noise).integer:
+            integer = noise_kind_names(integer=True)
+            raise ValueError(f"release='committee-sum' adds the tallies' integer noise under MPC: noise must be "
+                             f"{' or '.join(map(repr, integer))}, got {noise!r}; set noise={integer[0]!r} "
+                             f"(--noise {integer[0]})")
 
     def calibrate(self, config: Settings, candidates: CandidateList) -> float:
-        """Solve ``sigma`` for Skellam noise (`dphype.privacy.accounting.calibrate`), what any ``h`` tallies add.
+        """Solve ``sigma`` for integer noise (`dphype.privacy.accounting.calibrate`), what any ``h`` tallies add.
 
         Args:
             config: The configuration.
@@ -1191,7 +1195,7 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
             The noise std ``sigma`` of any ``h`` tallies' shares.
 
         Raises:
-            ValueError: If the budget is invalid or the noise is not Skellam.
+            ValueError: If the budget is invalid or the noise kind is not an integer kind.
         """  # noqa: DOC502
         self._check_noise(config.noise)
         return calibrate_release(config.epsilon, config.delta, config.k, num_candidates=len(candidates),
@@ -1199,13 +1203,13 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
                                  neighbouring=config.neighbouring).sigma
 
     def check_sigma(self, request: Request) -> None:
-        """Refuse Gaussian noise, and a ``sigma`` or ``k`` the vote release cannot describe (`SumRelease.check_sigma`).
+        """Refuse real noise, and a ``sigma`` or ``k`` the vote release cannot describe (`SumRelease.check_sigma`).
 
         Args:
             request: The request being built.
 
         Raises:
-            ValueError: If the noise is not Skellam, ``sigma`` is not positive, or ``k`` is not in ``[1, p]``.
+            ValueError: If the noise is not an integer kind, ``sigma`` is not positive, or ``k`` is not in ``[1, p]``.
         """  # noqa: DOC502
         self._check_noise(request.config.noise)
         SumRelease().check_sigma(request)
@@ -1259,7 +1263,7 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
         return vote_cost(request, request.sigma, delta=delta, accountant=accountant, neighbouring=neighbouring)
 
     def tally_noise(self, request: Request) -> np.ndarray:
-        """One tally's Skellam share (`dphype.privacy.noise.committee_skellam_share`) from the CSPRNG.
+        """One tally's noise share (`dphype.privacy.noise.committee_noise_share`) from the CSPRNG.
 
         Args:
             request: The approved request.
@@ -1267,8 +1271,8 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
         Returns:
             The int64 share, one entry per candidate.
         """
-        return committee_skellam_share(len(request.candidates), sigma=request.sigma, parties=len(request.tallies),
-                                       rng=secure_generator())
+        return committee_noise_share(len(request.candidates), sigma=request.sigma, parties=len(request.tallies),
+                                     rng=secure_generator(), noise=request.config.noise)
 
     def release(self, request: Request, opened: Opening | np.ndarray, survivors: int) -> DPHypeResult:
         """The configured selection rule on the opened noisy sum, with the privacy report of ``sigma``.
@@ -1316,7 +1320,7 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
             The noisy sums, float64 ``(repetitions, p)``.
         """
         return replay_committee_sums(vote_sum, sigma=request.sigma, parties=len(request.tallies),
-                                     repetitions=repetitions, rng=rng, per_tally=per_client)
+                                     repetitions=repetitions, rng=rng, per_tally=per_client, noise=request.config.noise)
 
     def describe(self, request: Request) -> str:
         """The sum release's parameters (`SumRelease.describe`), the committee and its noise.

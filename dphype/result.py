@@ -25,7 +25,7 @@ import numpy as np
 
 from dphype.privacy.accounting import PrivacyReport
 from dphype.selection.candidates import Candidate, CandidateList
-from dphype.selection.rules import Selection
+from dphype.selection.rules import Selection, selection_rule
 from dphype.strict_json import jsonable
 
 #: ``format`` of a saved result; `DPHypeResult.load` refuses other files.
@@ -188,7 +188,7 @@ class DPHypeResult:
             row: dict[str, Any] = {"rank": rank, "index": i, **self.candidates[i]}
             if self.noisy_sum is not None:
                 row["votes"] = float(self.noisy_sum[i])
-            if self.selection.rule != "argmax" or self.noisy_sum is None:
+            if selection_rule(self.selection.rule).models or self.noisy_sum is None:
                 row["estimate"] = float(estimate[i])
             rows.append(row)
         return rows
@@ -259,9 +259,6 @@ class DPHypeResult:
     def from_dict(cls, data: Mapping[str, Any]) -> DPHypeResult:
         """Rebuild a result from `to_dict`'s record.
 
-        A record of dphype 0.1.0 names the selected candidate ``selected`` instead of ``best_params``; it is read
-        too, for one release.
-
         Args:
             data: The record.
 
@@ -283,9 +280,7 @@ class DPHypeResult:
                 sigma=float(conf["sigma"]), p_top=float(conf["p_top"]), p_top_group=float(conf["p_top_group"]),
                 tolerance=float(conf["tolerance_votes"]), margin=float(conf["margin_sigma"]), warning=conf["warning"])
             noisy = data["noisy_sum"]
-            # dphype 0.1.0 wrote the selected candidate as "selected" (read for one release)
-            key = "selected" if "best_params" not in data and "selected" in data else "best_params"
-            result = cls(selected_index=int(data["selected_index"]), selected=dict(data[key]),
+            result = cls(selected_index=int(data["selected_index"]), selected=dict(data["best_params"]),
                          noisy_sum=None if noisy is None else np.asarray(noisy, dtype=np.float64),
                          report=PrivacyReport(**data["privacy"]), selection=selection, candidates=candidates,
                          secure_sum=data.get("secure_sum"), notes=tuple(data.get("notes", ())),

@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from dphype.checks import resolve_accountant
 from dphype.privacy.noise import replay_noisy_sums
+from dphype.privacy.noise_kinds import resolve_accountant
 from dphype.selection.rules import DEFAULT_RULE
 from simulations import harness, tradeoff
 

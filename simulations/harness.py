@@ -36,12 +36,12 @@ from dphype.checks import (  # noqa: F401 (check_* re-exported for the studies)
     check_clients,
     check_delta,
     check_int,
-    check_noise,
     check_positive,
 )
 from dphype.cli import add_candidates_argument, add_noise_arguments  # noqa: F401 (re-exported for the studies)
 from dphype.plotting import pyplot, save_figure  # noqa: F401 (pyplot re-exported for the studies)
 from dphype.privacy.accounting import calibrate
+from dphype.privacy.noise_kinds import check_noise  # noqa: F401 (re-exported for the studies)
 from dphype.selection.voting import primary_scores, raw_score_votes, top_k_votes
 
 #: data sets the data-driven studies accept (the names of :func:`dphype.ml.data.load_dataset`).

@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from dphype.checks import resolve_accountant
 from dphype.privacy.noise import replay_noisy_sums
+from dphype.privacy.noise_kinds import resolve_accountant
 from dphype.selection.planner import LossModel, ranking_prefix, vote_counts
 from simulations import harness
 

@@ -37,12 +37,13 @@ from typing import Any
 
 import numpy as np
 
-from dphype.checks import NEIGHBOURING, resolve_accountant
+from dphype.checks import NEIGHBOURING
 from dphype.modes import RELEASE_MODES, ArgmaxRelease
 from dphype.privacy.noise import replay_noisy_sums
+from dphype.privacy.noise_kinds import resolve_accountant
 from dphype.privacy.winner import noise_std, replay_winners
 from dphype.selection.planner import plan, read_consensus
-from dphype.selection.rules import DEFAULT_RULE, RULES, select_batch
+from dphype.selection.rules import DEFAULT_RULE, rule_names, select_batch
 from simulations import harness
 
 EPSILONS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 3.0, float("inf"))
@@ -68,7 +69,7 @@ def add_release_arguments(parser: argparse.ArgumentParser, *, repetitions: int) 
     parser.add_argument("--repetitions", type=int, default=repetitions,
                         help=f"noisy releases per setting (default {repetitions})")
     harness.add_noise_arguments(parser)
-    parser.add_argument("--rules", nargs="+", choices=RULES, default=list(RULES),
+    parser.add_argument("--rules", nargs="+", choices=rule_names(), default=list(rule_names()),
                         help=f"selection rules applied to the same releases (default all; default rule {DEFAULT_RULE})")
     parser.add_argument("--total-noise", action="store_true",
                         help="draw the summed noise at once instead of one share per client (same distribution)")

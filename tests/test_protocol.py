@@ -127,8 +127,8 @@ def test_gaussian_votes_are_on_the_fixed_point_grid(drawn_shares):
     vector = SumRelease().ballot(req, LOSSES, maximize=False, clipping_range=ss.CLIPPING_RANGE)
     np.testing.assert_array_equal(vector, np.rint(vector))
     (share,) = drawn_shares
-    np.testing.assert_allclose(vector / ss.GAUSSIAN_SCALE, np.array([0, 1, 0, 1, 0, 1]) + share,
-                               atol=0.5 / ss.GAUSSIAN_SCALE)
+    np.testing.assert_allclose(vector / ss.fixed_point_scale("gaussian"), np.array([0, 1, 0, 1, 0, 1]) + share,
+                               atol=0.5 / ss.fixed_point_scale("gaussian"))
 
 
 def test_sum_ballot_refuses_values_beyond_the_rounds_range():

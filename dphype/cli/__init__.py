@@ -83,9 +83,12 @@ def add_selection_arguments(parser: argparse.ArgumentParser, *, release: str = "
         parser: The sub-command's parser.
         release: The default of ``--release``.
     """
-    parser.add_argument("--rule", choices=("gp", "argmax"), default="gp",
-                        help="selection rule on the released noisy sum: gp (structure-aware, default) or argmax "
-                             "(the paper's); both are post-processing")
+    from dphype.selection.rules import DEFAULT_RULE, rule_names, selection_rule
+
+    described = ", ".join(f"{name} ({selection_rule(name).description})" for name in rule_names())
+    parser.add_argument("--rule", choices=rule_names(), default=DEFAULT_RULE,
+                        help=f"selection rule on the released noisy sum: {described}; default {DEFAULT_RULE}; every "
+                             "rule is post-processing")
     parser.add_argument("--min-success", type=float, default=None,
                         help="refuse to run when the planner's scenario simulates a smaller chance of a good pick")
     from dphype.modes import RELEASE_MODES
@@ -105,11 +108,17 @@ def add_noise_arguments(parser: argparse.ArgumentParser) -> None:
     Args:
         parser: The sub-command's parser.
     """
-    parser.add_argument("--noise", choices=("skellam", "gaussian"), default="skellam",
-                        help="noise kind: skellam (integer, exact under SecAgg+; default) or gaussian (the paper's)")
-    parser.add_argument("--accountant", choices=("auto", "rdp", "analytic"), default="auto",
-                        help="auto (default: rdp for skellam, analytic for gaussian), rdp (Thm I.1) or analytic "
-                             "(Balle-Wang, gaussian only)")
+    from dphype.checks import ACCOUNTANTS, DEFAULT_NOISE
+    from dphype.privacy.noise_kinds import noise_kind, noise_kind_names
+
+    kinds = [noise_kind(name) for name in noise_kind_names()]
+    parser.add_argument("--noise", choices=noise_kind_names(), default=DEFAULT_NOISE,
+                        help="noise kind: " + ", ".join(f"{kind.name} ({kind.description})" for kind in kinds)
+                             + f"; default {DEFAULT_NOISE}")
+    defaults = ", ".join(f"{kind.default_accountant} for {kind.name}" for kind in kinds)
+    analytic = " or ".join(kind.name for kind in kinds if "analytic" in kind.accountants)
+    parser.add_argument("--accountant", choices=("auto", *ACCOUNTANTS), default="auto",
+                        help=f"auto (default: {defaults}), rdp (Thm I.1) or analytic (Balle-Wang, {analytic} only)")
 
 
 def add_candidates_argument(parser: argparse.ArgumentParser, *, default: str | None = "table3") -> None:

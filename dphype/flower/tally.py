@@ -49,7 +49,6 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from dphype._exports import moved_getattr
 from dphype.files import write_once
 from dphype.flower.wire import (
     TALLY_ACTION,
@@ -313,8 +312,3 @@ def register_tally(app: ClientApp) -> ClientApp:
         return Message(RecordDict({TALLY_KEY: ConfigRecord(answer)}), reply_to=msg)
 
     return app
-
-
-#: Public names of the server's committee driver, which lived here: importable from here for one more release.
-__getattr__ = moved_getattr(__name__, {"ClientGrid": "dphype.flower.server.committee",
-                                       "discover_committee": "dphype.flower.server.committee"})

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from dphype.checks import NEIGHBOURING, NOISE_KINDS, check_delta, check_int
+from dphype.checks import NEIGHBOURING, check_delta, check_int
 from dphype.node.policy import (
     POLICY_KEYS,
     TALLIES_KEY,
@@ -56,6 +56,7 @@ from dphype.node.policy import (
     default_ledger_path,
 )
 from dphype.privacy.accounting import RDP_ORDERS, vote_rdp
+from dphype.privacy.noise_kinds import noise_kind_names
 from dphype.privacy.winner import THRESHOLD_SHIFT, WINNER_NOISE, epsilon_with_samplers, winner_rdp
 from dphype.protocol import EPSILON_RTOL, VoteRequest
 from dphype.refusal import REFUSAL_CODES, Refusal
@@ -94,7 +95,7 @@ class LedgerEntry(VoteGuarantee):
     def __post_init__(self) -> None:
         ok = (
             isinstance(self.time, str) and isinstance(self.request, str)
-            and self.noise in (*NOISE_KINDS, WINNER_NOISE)
+            and self.noise in (*noise_kind_names(), WINNER_NOISE)
             and self.neighbouring in NEIGHBOURING
             and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (self.k, self.survivors))
             and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

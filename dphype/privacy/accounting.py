@@ -27,7 +27,8 @@ Several releases (a node's votes over its lifetime, a vote followed by DP-FedAvg
 Thm I.1. `calibrate_fedavg` solves DP-FedAvg's noise multiplier for a training budget.
 
 Everything is solved by root finding (``scipy.optimize.brentq``, or dp_accounting's
-``calibrate_dp_mechanism``); nothing is looked up in a table. Argument checks live in `dphype.checks`.
+``calibrate_dp_mechanism``); nothing is looked up in a table. Argument checks live in `dphype.checks`; each noise kind's
+mechanism and its accountants in `dphype.privacy.noise_kinds`.
 """
 
 from __future__ import annotations
@@ -42,9 +43,7 @@ import numpy as np
 
 from dphype.checks import (
     ACCOUNTANTS,
-    DEFAULT_ACCOUNTANT,
     NEIGHBOURING,
-    NOISE_KINDS,
     check_budget,
     check_clients,
     check_delta,
@@ -53,13 +52,12 @@ from dphype.checks import (
     check_int,
     check_k,
     check_neighbouring,
-    check_noise,
     check_num_candidates,
     check_positive,
     check_sigma,
-    resolve_accountant,
 )
 from dphype.privacy.noise import check_survivors, client_noise_std
+from dphype.privacy.noise_kinds import check_noise, noise_kind, noise_kind_names, rdp_to_dp, resolve_accountant
 
 
 def vote_sensitivity(k: int, neighbouring: str = "replace-one") -> tuple[float, float]:
@@ -83,178 +81,7 @@ def vote_sensitivity(k: int, neighbouring: str = "replace-one") -> tuple[float, 
     return math.sqrt(moved), float(moved)
 
 
-# ------------------------------------------------------------------------------------------ pure RDP math
-def gaussian_rdp(alpha: float, l2: float, sigma: float) -> float:
-    """Renyi DP of the Gaussian mechanism at order ``alpha``: ``alpha L2^2 / (2 sigma^2)``.
-
-    Mironov 2017, Prop. 7; DP-Hype Definition I.3. With ``L2 = sqrt(2k)`` this is Thm III.1's ``alpha k / sigma^2``.
-
-    Args:
-        alpha: The Renyi order, ``> 1``.
-        l2: The L2 sensitivity.
-        sigma: The noise standard deviation.
-
-    Returns:
-        The RDP epsilon at order ``alpha``.
-    """
-    return alpha * l2**2 / (2.0 * sigma**2)
-
-
-def skellam_rdp(alpha: float | np.ndarray, l2: float, l1: float, variance: float) -> Any:
-    """Renyi DP bound of the (symmetric) Skellam mechanism with total variance ``lambda`` at integer ``alpha``.
-
-    Agarwal, Kairouz & Liu, "The Skellam Mechanism for Differentially Private Federated Learning"
-    (NeurIPS 2021), as used in their accounting code:
-    ``alpha L2^2/(2 lambda) + min(((2 alpha - 1) L2^2 + 6 L1) / (4 lambda^2), 3 L1 / (2 lambda))``.
-    Valid for integer ``alpha > 1`` only.
-
-    Args:
-        alpha: The Renyi order, or an array of orders (integers ``> 1``).
-        l2: The L2 sensitivity.
-        l1: The L1 sensitivity.
-        variance: The noise's total variance ``lambda``.
-
-    Returns:
-        The RDP epsilon at ``alpha``: a float, or an array of the shape of ``alpha``.
-    """
-    return alpha * l2**2 / (2.0 * variance) + np.minimum(
-        ((2.0 * alpha - 1.0) * l2**2 + 6.0 * l1) / (4.0 * variance**2), 3.0 * l1 / (2.0 * variance)
-    )
-
-
-def rdp_to_dp(rdp_eps: Any, alpha: Any, delta: float) -> Any:
-    """Convert RDP to ``(epsilon, delta)``-DP: DP-Hype Thm I.1.
-
-    Balle et al. 2020; Canonne, Kamath & Steinke 2020: ``(alpha, rdp_eps)``-RDP implies
-    ``(rdp_eps + log((alpha-1)/alpha) - (log delta + log alpha)/(alpha - 1), delta)``-DP for ``alpha > 1``.
-    Elementwise for arrays of orders and RDP values.
-
-    Args:
-        rdp_eps: The RDP epsilon, a float or an array.
-        alpha: Its order, ``> 1``, a float or an array broadcasting with ``rdp_eps``.
-        delta: The target delta, in ``(0, 1)``.
-
-    Returns:
-        The epsilon at ``delta``, of the broadcast shape of ``rdp_eps`` and ``alpha``.
-
-    Raises:
-        ValueError: An order is not ``> 1``.
-    """
-    if np.any(~(np.asarray(alpha) > 1)):
-        raise ValueError(f"alpha must be > 1, got {alpha!r}")
-    return rdp_eps + np.log1p(-1.0 / alpha) - (math.log(delta) + np.log(alpha)) / (alpha - 1.0)
-
-
-def optimal_order(rdp_slope: float, delta: float) -> float:
-    """The order ``alpha > 1`` minimising Thm I.1's epsilon for an RDP curve linear in alpha (``rdp_slope * alpha``).
-
-    The derivative of ``s alpha + log(1 - 1/alpha) - (log delta + log alpha)/(alpha - 1)`` is
-    ``s + (log delta + log alpha)/(alpha - 1)^2``; it has exactly one root, where
-    ``s (alpha - 1)^2 + log delta + log alpha = 0`` (the left side increases in alpha). Solved by brentq on
-    ``(1, 1 + sqrt(log(1/delta)/s)]``, where the left side goes from ``log delta < 0`` to ``log alpha > 0``.
-
-    Args:
-        rdp_slope: The slope ``s > 0`` of the RDP curve ``s alpha``.
-        delta: The target delta, in ``(0, 1)``.
-
-    Returns:
-        The minimising order ``alpha > 1``.
-    """
-    from scipy.optimize import brentq  # local imports of scipy: seconds, needed only when solving
-
-    log_delta = math.log(delta)
-    upper = 1.0 + math.sqrt(-log_delta / rdp_slope)
-    return brentq(
-        lambda a: rdp_slope * (a - 1.0) ** 2 + log_delta + math.log(a), 1.0, upper, xtol=1e-14, rtol=1e-15
-    )
-
-
-def gaussian_rdp_epsilon(l2: float, sigma: float, delta: float) -> float:
-    """Smallest epsilon from the Gaussian RDP curve and Thm I.1, minimised over continuous ``alpha > 1``.
-
-    Args:
-        l2: The L2 sensitivity.
-        sigma: The noise standard deviation.
-        delta: The target delta, in ``(0, 1)``.
-
-    Returns:
-        The epsilon at ``delta``, ``>= 0``.
-    """
-    slope = gaussian_rdp(1.0, l2, sigma)
-    alpha = optimal_order(slope, delta)
-    return max(0.0, rdp_to_dp(slope * alpha, alpha, delta))
-
-
-def _integer_minimiser_candidates(slope: float, lo: int, hi: float, delta: float) -> set[int]:
-    """Integer orders in ``[lo, hi]`` containing the minimiser of Thm I.1's epsilon for ``slope * alpha``.
-
-    That epsilon is unimodal in alpha (`optimal_order`), so on an integer interval it is minimal at
-    the floor or ceil of the continuous minimiser, clipped to the interval.
-    """
-    a = optimal_order(slope, delta)
-    return {int(min(max(c, lo), hi)) for c in (math.floor(a), math.ceil(a))}
-
-
-def skellam_rdp_epsilon(l2: float, l1: float, variance: float, delta: float) -> tuple[float, int]:
-    """Smallest epsilon (and its order) from `skellam_rdp` and Thm I.1 over integer ``alpha >= 2``.
-
-    Exact integer minimisation without a scan: ``skellam_rdp`` is linear in alpha with slope
-    ``L2^2/(2 lambda) + L2^2/(2 lambda^2)`` up to the switch point ``alpha_s`` where the ``min`` picks its
-    constant branch, and has slope ``L2^2/(2 lambda)`` after it. On each piece Thm I.1's epsilon is unimodal
-    (`optimal_order`), so its integer minimiser on the piece is the floor or ceil of the continuous
-    minimiser clipped to the piece, or a piece end; the global minimum is the best of these few orders.
-
-    Args:
-        l2: The L2 sensitivity.
-        l1: The L1 sensitivity.
-        variance: The noise's total variance ``lambda``.
-        delta: The target delta, in ``(0, 1)``.
-
-    Returns:
-        ``(epsilon, alpha)``: the epsilon at ``delta`` (``>= 0``) and the integer order attaining it.
-    """
-    lam = variance
-    base = l2**2 / (2.0 * lam)
-    extra = l2**2 / (2.0 * lam**2)
-    switch = (3.0 * l1 / (2.0 * lam) - (6.0 * l1 - l2**2) / (4.0 * lam**2)) / extra
-    orders: set[int] = set()
-    if switch >= 2.0:  # piece 1: integers in [2, floor(switch)], linear branch of the min
-        orders |= _integer_minimiser_candidates(base + extra, 2, math.floor(switch), delta)
-    orders |= _integer_minimiser_candidates(base, max(2, math.ceil(switch)), math.inf, delta)
-    best = min((rdp_to_dp(float(skellam_rdp(a, l2, l1, lam)), a, delta), a) for a in sorted(orders))
-    return max(0.0, best[0]), int(best[1])
-
-
-# ----------------------------------------------------------------------------------- analytic Gaussian
-def _log_analytic_delta(eps: float, l2: float, sigma: float) -> float:
-    """Log of the analytic-Gaussian delta, computed in log space (no cancellation for tiny deltas)."""
-    from scipy.special import log_ndtr
-
-    a = l2 / (2.0 * sigma) - eps * sigma / l2
-    b = -l2 / (2.0 * sigma) - eps * sigma / l2
-    la, lb = float(log_ndtr(a)), float(log_ndtr(b))
-    gap = eps + lb - la  # < 0 whenever delta > 0
-    if gap >= 0.0:
-        return -math.inf
-    return la + math.log(-math.expm1(gap))
-
-
-def analytic_gaussian_delta(eps: float, l2: float, sigma: float) -> float:
-    """The smallest delta for which ``N(f(D), sigma^2 I)`` is (eps, delta)-DP (Balle & Wang 2018, Thm 8).
-
-    ``Phi(L2/(2 sigma) - eps sigma/L2) - e^eps Phi(-L2/(2 sigma) - eps sigma/L2)``, computed in log space.
-
-    Args:
-        eps: The epsilon, ``>= 0``.
-        l2: The L2 sensitivity.
-        sigma: The noise standard deviation.
-
-    Returns:
-        The delta.
-    """
-    return math.exp(_log_analytic_delta(eps, l2, sigma))
-
-
+# ------------------------------------------------------------------------------------------ root finding
 def _root_decreasing(fn: Callable[[float], float], target: float, start: float, name: str) -> float:
     """Solve ``fn(x) = target`` for ``x > 0`` when ``fn`` decreases in ``x``.
 
@@ -278,29 +105,6 @@ def _root_decreasing(fn: Callable[[float], float], target: float, start: float, 
     return math.exp(brentq(lambda t: fn(math.exp(t)) - target, lo, hi, xtol=1e-13, rtol=1e-14))
 
 
-def analytic_gaussian_epsilon(l2: float, sigma: float, delta: float) -> float:
-    """Smallest epsilon with ``analytic_gaussian_delta(epsilon) <= delta`` (brentq).
-
-    Args:
-        l2: The L2 sensitivity.
-        sigma: The noise standard deviation.
-        delta: The target delta, in ``(0, 1)``.
-
-    Returns:
-        The epsilon, ``0`` if ``delta`` is already met at epsilon 0.
-    """
-    from scipy.optimize import brentq
-
-    log_delta = math.log(delta)
-    if _log_analytic_delta(0.0, l2, sigma) <= log_delta:
-        return 0.0
-    f = lambda e: _log_analytic_delta(e, l2, sigma)  # noqa: E731  (decreasing in e)
-    hi = 1.0
-    while f(hi) > log_delta:
-        hi *= 2.0
-    return brentq(lambda e: f(e) - log_delta, 0.0, hi, xtol=1e-14, rtol=1e-14)
-
-
 # ------------------------------------------------------------------------------------------ the release
 @dataclass(frozen=True)
 class VoteRelease:
@@ -311,7 +115,7 @@ class VoteRelease:
         num_candidates: The number of candidates ``p`` (``None``: unknown; top-k privacy does not depend on it,
             Section III).
         sigma: The noise's total standard deviation per coordinate (Skellam: ``sigma**2`` is its variance).
-        noise: ``"gaussian"`` or ``"skellam"``.
+        noise: The noise kind's name (`dphype.privacy.noise_kinds`).
         raw_scores: Appendix F's variant: scores in ``[0, 1]^p``, Gaussian noise only, ``num_candidates``
             required; ``k`` then does not enter the sensitivity.
         neighbouring: The neighbouring relation of the guarantee (`NEIGHBOURING`, module docstring).
@@ -332,14 +136,16 @@ class VoteRelease:
         p = None if self.num_candidates is None else check_num_candidates(self.num_candidates)
         check_k(self.k, p)
         check_sigma(self.sigma)
-        check_noise(self.noise)
+        kind = noise_kind(self.noise)
         check_neighbouring(self.neighbouring)
         if self.raw_scores:
             if p is None:
                 raise ValueError("num_candidates must be given (an integer >= 1) for raw_scores releases")
-            if self.noise != "gaussian":
+            if kind.integer:
+                real = [repr(name) for name in noise_kind_names(integer=False)]
+                allowed = real[0] if len(real) == 1 else f"one of {', '.join(real)}"
                 raise ValueError(
-                    f"noise must be 'gaussian' for raw_scores releases (real-valued scores), got {self.noise!r}"
+                    f"noise must be {allowed} for raw_scores releases (real-valued scores), got {self.noise!r}"
                 )
 
     @property
@@ -378,25 +184,24 @@ class VoteRelease:
 def mechanism_epsilon(l2: float, l1: float, sigma: float, noise: str, delta: float, accountant: str) -> float:
     """Epsilon at ``delta`` of ONE release of a sum with sensitivities ``(L2, L1)`` plus noise of total std ``sigma``.
 
-    Skellam: `skellam_rdp_epsilon` (variance ``sigma**2``); Gaussian: `analytic_gaussian_epsilon` or
-    `gaussian_rdp_epsilon`. The sensitivities carry the neighbouring relation (`vote_sensitivity`).
+    The kind's own accountant (`dphype.privacy.noise_kinds.NoiseKind.epsilon`). The sensitivities carry the
+    neighbouring relation (`vote_sensitivity`).
 
     Args:
         l2: The L2 sensitivity.
         l1: The L1 sensitivity.
         sigma: The noise's total standard deviation.
-        noise: ``"gaussian"`` or ``"skellam"``.
+        noise: The noise kind's name (`dphype.privacy.noise_kinds`).
         delta: The target delta, in ``(0, 1)``.
-        accountant: A validated accountant, ``"analytic"`` or ``"rdp"`` (`dphype.checks.resolve_accountant`).
+        accountant: An accountant validated for ``noise`` (`dphype.privacy.noise_kinds.resolve_accountant`).
 
     Returns:
         The epsilon at ``delta``.
-    """
-    if noise == "skellam":
-        return skellam_rdp_epsilon(l2, l1, sigma**2, delta)[0]
-    if accountant == "analytic":
-        return analytic_gaussian_epsilon(l2, sigma, delta)
-    return gaussian_rdp_epsilon(l2, sigma, delta)
+
+    Raises:
+        ValueError: ``noise`` is not a registered kind.
+    """  # noqa: DOC502
+    return noise_kind(noise).epsilon(l2, l1, sigma, delta, accountant)
 
 
 def _release_epsilon(release: VoteRelease, delta: float, accountant: str) -> float:
@@ -417,7 +222,7 @@ def epsilon(release: VoteRelease, delta: float, accountant: str | None = None) -
         The epsilon at ``delta``.
 
     Raises:
-        ValueError: ``delta`` or ``accountant`` is invalid (`dphype.checks.resolve_accountant`).
+        ValueError: ``delta`` or ``accountant`` is invalid (`dphype.privacy.noise_kinds.resolve_accountant`).
     """  # noqa: DOC502
     delta = check_delta(delta)
     return _release_epsilon(release, delta, resolve_accountant(accountant, release.noise))
@@ -447,7 +252,7 @@ def calibrate(
         k: Votes per client, in ``[1, num_candidates]``.
         num_candidates: The number of candidates ``p``, or ``None`` (top-k privacy does not depend on it).
         accountant: ``"analytic"``, ``"rdp"``, or ``None``/``"auto"`` for the default of the noise kind.
-        noise: ``"gaussian"`` or ``"skellam"``.
+        noise: The noise kind's name (`dphype.privacy.noise_kinds`).
         raw_scores: Appendix F's real-valued votes (see `VoteRelease`).
         neighbouring: ``"replace-one"`` or ``"add-remove"``.
 
@@ -464,17 +269,10 @@ def calibrate(
                         neighbouring=neighbouring)
     l2 = probe.l2_sensitivity
     start = l2 * math.sqrt(2.0 * math.log(1.25 / delta)) / target  # classic Gaussian scale: a starting point
-    if accountant == "analytic":
-        sigma = _root_decreasing(
-            lambda s: _log_analytic_delta(target, l2, s), math.log(delta), start, "sigma (analytic)"
-        )
-    else:
-        sigma = _root_decreasing(
-            lambda s: _release_epsilon(dataclasses.replace(probe, sigma=s), delta, accountant),
-            target,
-            start,
-            "sigma (rdp)",
-        )
+    equation = noise_kind(noise).sigma_equation(l2, target, delta, accountant)
+    if equation is None:
+        equation = (lambda s: _release_epsilon(dataclasses.replace(probe, sigma=s), delta, accountant)), target
+    sigma = _root_decreasing(*equation, start, f"sigma ({accountant})")
     return dataclasses.replace(probe, sigma=sigma)
 
 
@@ -487,7 +285,7 @@ class PrivacyReport:
         epsilon: The guarantee's epsilon at ``delta``.
         delta: The guarantee's delta.
         accountant: ``"analytic"`` or ``"rdp"``.
-        noise: ``"gaussian"`` or ``"skellam"``.
+        noise: The noise kind's name (`dphype.privacy.noise_kinds`).
         sigma: The total noise std the epsilon is computed for (the survivors' when they are known).
         client_std: Each client's noise share std.
         clients: The number of clients ``n``.
@@ -678,16 +476,12 @@ def vote_rdp(
     """RDP curve ``eps(alpha)`` at ``orders`` of one vote release.
 
     The release is the top-k vote sum plus noise of TOTAL std ``sigma`` (Skellam: variance ``sigma**2``),
-    sensitivities from `vote_sensitivity`.
-    Gaussian: dp_accounting's ``GaussianDpEvent`` with noise multiplier ``sigma / L2`` (Thm III.1:
-    ``alpha k / sigma^2`` under replace-one). Skellam: `skellam_rdp` (Agarwal, Kairouz & Liu 2021),
-    which holds at integer orders; at a fractional order ``alpha`` it is evaluated at ``ceil(alpha)``, an upper
-    bound because Renyi divergence does not decrease with the order (van Erven & Harremoes 2014, Thm 3).
+    sensitivities from `vote_sensitivity`; the curve is the kind's (`dphype.privacy.noise_kinds.NoiseKind.rdp`).
 
     Args:
         k: Votes per client.
         sigma: The noise's total standard deviation.
-        noise: ``"gaussian"`` or ``"skellam"``.
+        noise: The noise kind's name (`dphype.privacy.noise_kinds`).
         neighbouring: ``"replace-one"`` or ``"add-remove"``.
         orders: The RDP orders, shape ``(m,)``.
 
@@ -698,12 +492,8 @@ def vote_rdp(
         ValueError: An argument is invalid.
     """  # noqa: DOC502
     l2, l1 = vote_sensitivity(k, neighbouring)
-    sigma, noise, orders = check_sigma(sigma), check_noise(noise), check_orders(orders)
-    if noise == "gaussian":
-        import dp_accounting
-
-        return _rdp_accountant(orders).compose(dp_accounting.GaussianDpEvent(sigma / l2)).rdp
-    return np.asarray(skellam_rdp(np.maximum(np.ceil(orders), 2.0), l2, l1, sigma**2), dtype=np.float64)
+    sigma, kind, orders = check_sigma(sigma), noise_kind(noise), check_orders(orders)
+    return kind.rdp(orders, l2, l1, sigma)
 
 
 def rdp_epsilon(rdp: Any, delta: float, orders: Any = RDP_ORDERS) -> tuple[float, float]:
@@ -861,8 +651,6 @@ def calibrate_fedavg(epsilon: float, delta: float, rounds: int, *, neighbouring:
 
 __all__ = [
     "ACCOUNTANTS",
-    "NOISE_KINDS",
-    "DEFAULT_ACCOUNTANT",
     "check_epsilon",
     "check_delta",
     "check_num_candidates",
@@ -876,14 +664,6 @@ __all__ = [
     "vote_sensitivity",
     "resolve_accountant",
     "check_budget",
-    "gaussian_rdp",
-    "skellam_rdp",
-    "rdp_to_dp",
-    "optimal_order",
-    "gaussian_rdp_epsilon",
-    "skellam_rdp_epsilon",
-    "analytic_gaussian_delta",
-    "analytic_gaussian_epsilon",
     "VoteRelease",
     "epsilon",
     "calibrate",

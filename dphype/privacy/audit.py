@@ -34,11 +34,12 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import beta as beta_dist
-from scipy.stats import norm, skellam
+from scipy.stats import norm
 
-from dphype.checks import check_delta, check_epsilon, check_int, check_k, resolve_accountant
-from dphype.privacy.accounting import analytic_gaussian_delta, calibrate
+from dphype.checks import check_delta, check_epsilon, check_int, check_k
+from dphype.privacy.accounting import calibrate
 from dphype.privacy.noise import check_survivors, min_survivors, noise_share
+from dphype.privacy.noise_kinds import noise_kind, resolve_accountant
 
 ShareFn = Callable[..., np.ndarray]
 
@@ -109,33 +110,24 @@ def claimed_profile(epsilons: np.ndarray, *, sigma: float, k: int, noise: str) -
     The hockey-stick divergence between the statistic's laws under ``D`` and ``D'`` when the released noise has
     total std ``sigma`` (the noise the accountant analysed).
 
-    Gaussian: ``y ~ N(0, sigma^2)`` against ``N(l2, sigma^2)``, the analytic Gaussian delta (Balle & Wang 2018,
-    Thm 8). Skellam: every coordinate carries ``Pois(sigma^2/2) - Pois(sigma^2/2)``, so ``l2 y = <noise, w>``
-    is a sum of ``2k`` independent symmetric Skellams, ``Skellam(k sigma^2, k sigma^2)`` (Poisson laws add),
-    shifted by ``<w, w> = 2k`` under ``D``; the divergence ``sum_x max(0, P_D(x) - e^eps' P_D'(x))`` is summed
-    exactly over the support within 40 std of both means, plus the mass outside it (an upper bound on the
-    terms left out). Both laws are symmetric, so the divergence is the same in both directions.
+    The noise kind's own profile (`dphype.privacy.noise_kinds.NoiseKind.vote_profile`). Gaussian: ``y ~ N(0,
+    sigma^2)`` against ``N(l2, sigma^2)``, the analytic Gaussian delta (Balle & Wang 2018, Thm 8). Skellam:
+    ``l2 y = <noise, w>`` is ``Skellam(k sigma^2, k sigma^2)`` shifted by ``<w, w> = 2k`` under ``D``, its
+    divergence summed exactly over the support.
 
     Args:
         epsilons: ``(E,)`` epsilons ``eps'``.
         sigma: The released noise's total std.
         k: Votes per client.
-        noise: ``"gaussian"`` or ``"skellam"``.
+        noise: The noise kind's name (`dphype.privacy.noise_kinds`).
 
     Returns:
         The ``(E,)`` deltas.
-    """
-    l2 = math.sqrt(2.0 * k)
-    epsilons = np.asarray(epsilons, dtype=np.float64)
-    if noise == "gaussian":
-        return np.array([analytic_gaussian_delta(float(e), l2, sigma) for e in epsilons])
-    mu, shift = k * sigma**2, 2 * k
-    half = math.ceil(40.0 * math.sqrt(2.0 * mu))
-    x = np.arange(-half, half + shift + 1)
-    p_d_prime, p_d = skellam.pmf(x, mu, mu), skellam.pmf(x - shift, mu, mu)
-    outside = 2.0 * float(skellam.sf(half, mu, mu))
-    excess = p_d[None, :] - np.exp(epsilons)[:, None] * p_d_prime[None, :]
-    return np.asarray(np.maximum(excess, 0.0).sum(axis=1) + outside, dtype=np.float64)
+
+    Raises:
+        ValueError: ``noise`` is not a registered kind.
+    """  # noqa: DOC502
+    return noise_kind(noise).vote_profile(np.asarray(epsilons, dtype=np.float64), sigma, k)
 
 
 def profile_excess(
@@ -227,7 +219,7 @@ class AuditResult:
         claimed_epsilon: The epsilon audited.
         delta: The delta audited.
         sigma: The calibrated total noise std.
-        noise: ``"gaussian"`` or ``"skellam"``.
+        noise: The noise kind's name.
         survivors: The number of clients whose shares were summed.
         threshold: The test's threshold on the statistic.
         trials: Runs per neighbour.
@@ -297,7 +289,7 @@ def audit_vote_noise(
         k: Votes per client.
         clients: The number of clients ``n``.
         dropout: The tolerated dropout fraction ``xi``.
-        noise: ``"gaussian"`` or ``"skellam"``.
+        noise: The noise kind's name.
         accountant: ``"analytic"``, ``"rdp"``, or ``None``/``"auto"`` for the default of the noise kind.
         trials: Runs per neighbour, ``>= 100``.
         seed: Seeds the draws.

@@ -5,6 +5,8 @@ released sum carries the sum of the survivors' shares. Tolerating a dropout frac
 (Appendix A), every share has variance ``sigma^2 / ((1 - xi) n)``: any ``m >= (1 - xi) n`` survivors
 together contribute variance ``m sigma^2 / ((1 - xi) n) >= sigma^2``. The server never adds noise.
 
+Each share is drawn by its noise kind (`dphype.privacy.noise_kinds`), whose law is closed under sums:
+
 * ``"gaussian"``: ``N(0, sigma^2 / ((1 - xi) n))`` as float64 (sums of Gaussians are Gaussian).
 * ``"skellam"``: ``Pois(mu) - Pois(mu)`` with ``mu = sigma^2 / (2 (1 - xi) n)`` as int64; sums of
   independent Skellams are Skellam (Agarwal, Kairouz & Liu, NeurIPS 2021), so integer secure summation is
@@ -34,10 +36,10 @@ from dphype.checks import (
     check_clients,
     check_dropout,
     check_int,
-    check_noise,
     check_positive,
     check_sigma,
 )
+from dphype.privacy.noise_kinds import noise_kind
 
 #: (1 - xi) n within this distance of an integer is treated as that integer (float representation of xi);
 #: the effect on the total variance is below 1e-9 relative.
@@ -146,31 +148,33 @@ def honest_tallies(parties: int) -> int:
     return int(parties) - (int(parties) - 1) // 2
 
 
-def committee_skellam_share(size: int | tuple[int, ...], *, sigma: float, parties: int,
-                            rng: np.random.Generator) -> np.ndarray:
-    """One tally's Skellam noise share for the committee's noisy sum: variance ``sigma^2 / h`` per entry.
+def committee_noise_share(size: int | tuple[int, ...], *, sigma: float, parties: int, rng: np.random.Generator,
+                          noise: str = DEFAULT_NOISE) -> np.ndarray:
+    """One tally's noise share for the committee's noisy sum: variance ``sigma^2 / h`` per entry.
 
-    ``h`` = `honest_tallies`: the shares of any ``h`` tallies add up to Skellam noise of variance ``sigma^2``
-    (Poisson laws add), what the sum release's accountant calibrated ``sigma`` for; the other shares are independent
-    of the data and of those ``h`` (post-processing). A tally draws it with ``rng = secure_generator()``.
+    ``h`` = `honest_tallies`: the shares of any ``h`` tallies add up to noise of variance ``sigma^2`` (the kind's law
+    is closed under sums), what the sum release's accountant calibrated ``sigma`` for; the other shares are
+    independent of the data and of those ``h`` (post-processing). A tally draws it with ``rng = secure_generator()``.
+    The tallies' MPC adds integers: the committee release admits integer kinds only (`dphype.modes`).
 
     Args:
         size: The share's shape, ``p``.
         sigma: The std the shares of any ``h`` tallies add up to, ``> 0``.
         parties: The committee's size, ``>= 3``.
         rng: The generator to draw from.
+        noise: The noise kind's name (`dphype.privacy.noise_kinds`).
 
     Returns:
-        The int64 share, of shape ``size``.
+        The share, of shape ``size`` (int64 for an integer kind).
 
     Raises:
         ValueError: An argument is out of its range.
     """  # noqa: DOC502
-    return _draw(size, check_positive("sigma", sigma) ** 2 / honest_tallies(parties), "skellam", rng)
+    return noise_kind(noise).draw(size, check_positive("sigma", sigma) ** 2 / honest_tallies(parties), rng)
 
 
 def committee_sum_std(sigma: float, parties: int) -> float:
-    """The std of all ``parties`` tallies' Skellam shares added: ``sigma sqrt(parties / h)`` (`honest_tallies`).
+    """The std of all ``parties`` tallies' noise shares added: ``sigma sqrt(parties / h)`` (`honest_tallies`).
 
     Args:
         sigma: The std the shares of any ``h`` tallies add up to, ``> 0``.
@@ -186,11 +190,11 @@ def committee_sum_std(sigma: float, parties: int) -> float:
 
 
 def replay_committee_sums(vote_sum: np.ndarray, *, sigma: float, parties: int, repetitions: int,
-                          rng: np.random.Generator, per_tally: bool = False) -> np.ndarray:
-    """Noisy sums of ``vote_sum`` as a tally committee opens them: all ``parties`` Skellam shares added.
+                          rng: np.random.Generator, per_tally: bool = False, noise: str = DEFAULT_NOISE) -> np.ndarray:
+    """Noisy sums of ``vote_sum`` as a tally committee opens them: all ``parties`` noise shares added.
 
     Variance ``parties / h`` times ``sigma^2`` (1.5 for 3 tallies); with ``per_tally=True`` one
-    `committee_skellam_share` per tally, otherwise their sum in one draw (the same law).
+    `committee_noise_share` per tally, otherwise their sum in one draw (the same law).
 
     Args:
         vote_sum: The noiseless sum of the valid ballots, ``(p,)``, or one row per repetition.
@@ -199,6 +203,7 @@ def replay_committee_sums(vote_sum: np.ndarray, *, sigma: float, parties: int, r
         repetitions: How many sums to draw.
         rng: The generator to draw from.
         per_tally: Draw one share per tally and sum them.
+        noise: The noise kind's name.
 
     Returns:
         The noisy sums, float64 ``(repetitions, p)``.
@@ -206,22 +211,10 @@ def replay_committee_sums(vote_sum: np.ndarray, *, sigma: float, parties: int, r
     votes = np.asarray(vote_sum, dtype=np.float64)
     shape = (int(repetitions), votes.shape[-1])
     if per_tally:
-        noise = sum(committee_skellam_share(shape, sigma=sigma, parties=parties, rng=rng) for _ in range(int(parties)))
-    else:
-        noise = _draw(shape, int(parties) * check_positive("sigma", sigma) ** 2 / honest_tallies(parties), "skellam",
-                      rng)
-    return votes + noise
-
-
-def _draw(size: int | tuple[int, ...], variance: float, kind: str, rng: np.random.Generator) -> np.ndarray:
-    """One noise draw of ``variance`` per entry (the one place either kind is sampled).
-
-    ``N(0, variance)`` as float64, or the symmetric Skellam ``Pois(variance / 2) - Pois(variance / 2)`` as int64.
-    """
-    if kind == "gaussian":
-        return rng.normal(0.0, math.sqrt(variance), size=size).astype(np.float64, copy=False)
-    mu = variance / 2.0
-    return (rng.poisson(mu, size=size) - rng.poisson(mu, size=size)).astype(np.int64, copy=False)
+        return votes + sum(committee_noise_share(shape, sigma=sigma, parties=parties, rng=rng, noise=noise)
+                           for _ in range(int(parties)))
+    variance = int(parties) * check_positive("sigma", sigma) ** 2 / honest_tallies(parties)
+    return votes + noise_kind(noise).draw(shape, variance, rng)
 
 
 def noise_share(
@@ -240,7 +233,7 @@ def noise_share(
         sigma: The total noise standard deviation, ``> 0``.
         clients: The number of clients ``n``, in ``[2, MAX_CLIENTS]``.
         dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
-        kind: ``"gaussian"`` or ``"skellam"``.
+        kind: The noise kind's name (`dphype.privacy.noise_kinds`).
         rng: The generator to draw from (benchmarks, replays, audits; a client uses `client_noise_share`).
 
     Returns:
@@ -250,7 +243,7 @@ def noise_share(
     Raises:
         ValueError: An argument is out of its range.
     """  # noqa: DOC502
-    return _draw(size, client_noise_variance(sigma, clients, dropout), check_noise(kind), rng)
+    return noise_kind(kind).draw(size, client_noise_variance(sigma, clients, dropout), rng)
 
 
 def secure_generator() -> np.random.Generator:
@@ -279,7 +272,7 @@ def client_noise_share(
         sigma: The total noise standard deviation, ``> 0``.
         clients: The number of clients ``n``, in ``[2, MAX_CLIENTS]``.
         dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
-        kind: ``"gaussian"`` or ``"skellam"``.
+        kind: The noise kind's name (`dphype.privacy.noise_kinds`).
 
     Returns:
         The share, of shape ``size`` (float64 for Gaussian, int64 for Skellam noise).
@@ -314,7 +307,7 @@ def summed_noise(
         clients: The number of clients ``n``, in ``[2, MAX_CLIENTS]``.
         dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
         survivors: The number ``m`` of shares summed, an integer in ``[1, clients]``.
-        kind: ``"gaussian"`` or ``"skellam"``.
+        kind: The noise kind's name (`dphype.privacy.noise_kinds`).
         rng: The generator to draw from.
 
     Returns:
@@ -323,9 +316,9 @@ def summed_noise(
     Raises:
         ValueError: An argument is out of its range.
     """  # noqa: DOC502
-    kind = check_noise(kind)
+    noise = noise_kind(kind)
     variance = client_noise_variance(sigma, clients, dropout)
-    return _draw(size, check_survivors(survivors, clients) * variance, kind, rng)
+    return noise.draw(size, check_survivors(survivors, clients) * variance, rng)
 
 
 def replay_noisy_sums(
@@ -355,7 +348,7 @@ def replay_noisy_sums(
         repetitions: How many sums to draw.
         rng: The generator to draw from.
         dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
-        noise: ``"gaussian"`` or ``"skellam"`` (default: the configuration's, `dphype.checks.DEFAULT_NOISE`).
+        noise: The noise kind's name (default: the configuration's, `dphype.checks.DEFAULT_NOISE`).
         survivors: The number of clients whose shares are summed (default: all ``clients``).
         per_client: Draw one share per client and sum them, rather than their sum in one draw.
 
@@ -395,24 +388,6 @@ class TailBound:
     failure_probability: float
 
 
-def _two_sided_tail(threshold: float, variance: float, kind: str) -> float:
-    """Upper bound on ``P(|X| > threshold)`` for one noise entry of the given variance.
-
-    Gaussian: exact, ``2 Phi(-threshold / std)``. Skellam ``Pois(mu) - Pois(mu)`` (``variance = 2 mu``):
-    Chernoff bound with its log-MGF ``2 mu (cosh l - 1)``, optimised at ``l = asinh(m / (2 mu))``, applied
-    to the integer ``m = floor(threshold) + 1`` (``X > threshold`` iff ``X >= m``).
-    """
-    if kind == "gaussian":
-        from scipy.stats import norm  # local import of scipy.stats: seconds, needed only here
-
-        return float(2.0 * norm.sf(threshold / math.sqrt(variance)))
-    mu = variance / 2.0
-    m = math.floor(threshold) + 1.0
-    lam = math.asinh(m / (2.0 * mu))
-    log_bound = -(lam * m - (math.hypot(m, 2.0 * mu) - 2.0 * mu))  # 2 mu (cosh lam - 1), overflow-free
-    return min(1.0, 2.0 * math.exp(log_bound))
-
-
 def noise_tail_bound(
     sigma: float,
     clients: int,
@@ -437,7 +412,7 @@ def noise_tail_bound(
         sigma: The total noise standard deviation, ``> 0``.
         clients: The number of clients ``n``, in ``[2, MAX_CLIENTS]``.
         dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
-        kind: ``"gaussian"`` or ``"skellam"``.
+        kind: The noise kind's name (`dphype.privacy.noise_kinds`).
         size: The number of entries per vote vector, ``>= 1``.
         num_sigmas: Each share entry's bound in multiples of its standard deviation, ``> 0``.
         max_vote: The largest ``|vote|`` entry, ``>= 0``.
@@ -448,7 +423,7 @@ def noise_tail_bound(
     Raises:
         ValueError: An argument is out of its range.
     """
-    kind = check_noise(kind)
+    noise = noise_kind(kind)
     check_positive("num_sigmas", num_sigmas)
     check_int("size", size, 1)
     if not math.isfinite(max_vote) or max_vote < 0:
@@ -457,7 +432,7 @@ def noise_tail_bound(
     share_limit = num_sigmas * math.sqrt(variance)
     sum_limit = share_limit * math.sqrt(clients)
     failure = size * (
-        clients * _two_sided_tail(share_limit, variance, kind) + _two_sided_tail(sum_limit, clients * variance, kind)
+        clients * noise.tail(share_limit, variance) + noise.tail(sum_limit, clients * variance)
     )
     return TailBound(
         client_max_abs=max_vote + share_limit,

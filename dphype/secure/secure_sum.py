@@ -22,14 +22,12 @@ its limits:
   `clip_probability`: the release is ``(epsilon, delta + clip_probability)``-DP, and the check keeps
   that addition below ``1e-9``.
 
-Noise kinds. Skellam shares are integers, so the released sum is exactly the
-Skellam mechanism (Agarwal, Kairouz, Liu 2021). Gaussian shares are real: each
-client rounds ``votes + noise`` to the fixed-point grid ``1 / GAUSSIAN_SCALE``
-before sending, and the server divides the sum by the scale. The released sum
-is then the Gaussian mechanism plus a rounding error of at most
-``m / (2 * GAUSSIAN_SCALE)`` per entry, so its privacy guarantee is only
-approximate (Kairouz, Liu & Steinke, ICML 2021, discretise the noise for this reason);
-Skellam is the default for this reason.
+Noise kinds (`dphype.privacy.noise_kinds`). An integer kind's shares (Skellam) are sent as they are, so the
+released sum is exactly the mechanism (Agarwal, Kairouz, Liu 2021). A real kind's shares (Gaussian) are not: each
+client rounds ``votes + noise`` to the kind's fixed-point grid ``1 / fixed_point_scale`` before sending, and the
+server divides the sum by the scale. The released sum is then the mechanism plus a rounding error of at most
+``m / (2 * fixed_point_scale)`` per entry, so its privacy guarantee is only approximate (Kairouz, Liu & Steinke,
+ICML 2021, discretise the noise for this reason); Skellam is the default for this reason.
 
 Individual vote vectors never leave a client in plaintext: they travel only inside the masked
 vectors of the secure sum, and the client adapter answers vote requests only inside that protocol.
@@ -39,15 +37,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from dphype.checks import check_clients, check_noise
+from dphype.checks import check_clients
 from dphype.privacy.noise import client_noise_std, noise_tail_bound
+from dphype.privacy.noise_kinds import noise_kind
 
 #: The secure sum's modulus ``M``: vectors are summed in the integers modulo ``M``.
 MODULUS_RANGE: int = 2**32
 #: C(n) for federations of up to 1023 clients (the range used when ``n`` is not known).
 CLIPPING_RANGE: int = 2**21
-#: Fixed-point scale for Gaussian noise shares: values are sent as round(x * scale).
-GAUSSIAN_SCALE: int = 2**10
 #: Largest accepted probability that any noisy entry of any client reaches +-C.
 CLIP_PROBABILITY_LIMIT: float = 1e-9
 
@@ -61,10 +58,10 @@ class TooFewSurvivorsError(SecureSumError):
 
 
 def fixed_point_scale(noise: str) -> int:
-    """Integer grid on which a client's noisy votes are sent: 1 for Skellam, 2**10 for Gaussian.
+    """Integer grid on which a client's noisy votes are sent: the kind's ``fixed_point_scale`` (1 for Skellam).
 
     Args:
-        noise: ``"gaussian"`` or ``"skellam"``.
+        noise: The noise kind's name (`dphype.privacy.noise_kinds`).
 
     Returns:
         The scale: a value ``x`` is sent as ``round(x * scale)``.
@@ -72,7 +69,7 @@ def fixed_point_scale(noise: str) -> int:
     Raises:
         ValueError: ``noise`` is unknown.
     """  # noqa: DOC502
-    return 1 if check_noise(noise) == "skellam" else GAUSSIAN_SCALE
+    return noise_kind(noise).fixed_point_scale
 
 
 def clipping_range_for(clients: int) -> int:
@@ -102,15 +99,15 @@ def clip_probability(
     is 0 or 1, so an encoded entry stays within +-C as long as every noise share
     satisfies ``|z| <= t`` with ``t = C / scale - 2`` (one unit for the vote, one for
     fixed-point rounding). The probability that some share of some client exceeds
-    ``t`` is `dphype.privacy.noise.noise_tail_bound`'s union bound (exact Gaussian tail,
-    Chernoff bound for Skellam) at ``num_sigmas = t / client_std``.
+    ``t`` is `dphype.privacy.noise.noise_tail_bound`'s union bound (the kind's tail bound,
+    `dphype.privacy.noise_kinds.NoiseKind.tail`) at ``num_sigmas = t / client_std``.
 
     Args:
         size: The number of entries per vote vector ``p``.
         sigma: The total noise std.
         clients: The number of clients ``n``.
         dropout: The tolerated dropout fraction ``xi``.
-        noise: ``"gaussian"`` or ``"skellam"``.
+        noise: The noise kind's name.
         clipping_range: The range ``C``; ``None``: `clipping_range_for` ``(clients)``.
 
     Returns:
@@ -133,7 +130,7 @@ def check_range(*, size: int, sigma: float, clients: int, dropout: float, noise:
         sigma: The total noise std.
         clients: The number of clients ``n``.
         dropout: The tolerated dropout fraction ``xi``.
-        noise: ``"gaussian"`` or ``"skellam"``.
+        noise: The noise kind's name.
 
     Raises:
         ValueError: `clip_probability` exceeds `CLIP_PROBABILITY_LIMIT`.
@@ -151,30 +148,31 @@ def check_range(*, size: int, sigma: float, clients: int, dropout: float, noise:
 def encode(noisy_votes: np.ndarray, noise: str, clipping_range: int = CLIPPING_RANGE) -> np.ndarray:
     """Client side: turn ``votes + noise share`` into the vector handed to the secure sum.
 
-    Skellam values must already be integers; Gaussian values are rounded to the grid
-    ``1 / GAUSSIAN_SCALE``. Values beyond the round's ``clipping_range`` are refused, never clipped.
+    An integer kind's values must already be integers; a real kind's are rounded to its grid
+    ``1 / fixed_point_scale``. Values beyond the round's ``clipping_range`` are refused, never clipped.
 
     Args:
         noisy_votes: The ``(p,)`` vector ``votes + noise share``.
-        noise: ``"gaussian"`` or ``"skellam"``.
+        noise: The noise kind's name.
         clipping_range: The round's range ``C`` (`clipping_range_for` of its size).
 
     Returns:
         The ``(p,)`` integer-valued float64 vector on the fixed-point grid (not yet shifted by ``C``).
 
     Raises:
-        ValueError: ``noisy_votes`` is not a finite 1-d vector, not integers for Skellam noise, or beyond
+        ValueError: ``noisy_votes`` is not a finite 1-d vector, not integers for an integer kind, or beyond
             ``+-clipping_range``.
     """
-    scale = fixed_point_scale(noise)
+    kind = noise_kind(noise)
+    scale = kind.fixed_point_scale
     values = np.asarray(noisy_votes, dtype=np.float64)
     if values.ndim != 1:
         raise ValueError(f"noisy_votes must be a 1-d vector, got shape {values.shape}")
     if not np.all(np.isfinite(values)):
         raise ValueError("noisy_votes must be finite")
-    scaled = np.rint(values * scale) if scale != 1 else values
-    if scale == 1 and not np.array_equal(scaled, np.rint(scaled)):
-        raise ValueError("noisy_votes must be integers for Skellam noise")
+    scaled = values if kind.integer else np.rint(values * scale)
+    if kind.integer and not np.array_equal(scaled, np.rint(scaled)):
+        raise ValueError(f"noisy_votes must be integers for {kind.label} noise")
     if np.any(np.abs(scaled) > clipping_range):
         raise ValueError(
             f"noisy_votes exceed the secure-sum range +-{clipping_range / scale:g}: they cannot be summed exactly"
@@ -187,12 +185,12 @@ def decode(total: np.ndarray, noise: str) -> np.ndarray:
 
     Args:
         total: The ``(p,)`` exact integer sum of the encoded vectors.
-        noise: ``"gaussian"`` or ``"skellam"``.
+        noise: The noise kind's name.
 
     Returns:
-        The ``(p,)`` released sum: int64 votes for Skellam, float64 on the grid ``1 / GAUSSIAN_SCALE`` for
-        Gaussian noise.
+        The ``(p,)`` released sum: int64 votes for an integer kind, float64 on the grid ``1 / fixed_point_scale``
+        for a real one.
     """
-    scale = fixed_point_scale(noise)
+    kind = noise_kind(noise)
     exact = np.asarray(total, dtype=np.int64)
-    return exact if scale == 1 else exact / scale
+    return exact if kind.integer else exact / kind.fixed_point_scale

@@ -22,7 +22,6 @@ import itertools
 import json
 import math
 import os
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -358,22 +357,6 @@ def candidate_grid(**axes: Sequence[Any]) -> CandidateList:
             raise ValueError(f"grid axis {name!r} must have at least 1 value, got 0")
     names = list(axes)
     return CandidateList([dict(zip(names, combo)) for combo in itertools.product(*axes.values())])
-
-
-def grid(**axes: Sequence[Any]) -> CandidateList:
-    """Deprecated alias of `candidate_grid` (removed in the next release).
-
-    ``grid`` also names Flower's messaging object.
-
-    Args:
-        **axes: As for `candidate_grid`.
-
-    Returns:
-        `candidate_grid`'s list, after a ``DeprecationWarning``.
-    """
-    warnings.warn("dphype.grid is deprecated and will be removed in the next release: use dphype.candidate_grid "
-                  "(the same candidate list)", DeprecationWarning, stacklevel=2)
-    return candidate_grid(**axes)
 
 
 def table_iii_grid() -> CandidateList:

@@ -109,7 +109,7 @@ def simulated_success(votes: np.ndarray, good: np.ndarray, sigma: float, *, rule
         votes: The noiseless vote sums, ``(R, p)``.
         good: The good masks, bool ``(R, p)``.
         sigma: The total noise std calibrated for ``clients``.
-        rule: The selection rule (`dphype.selection.rules.RULES`).
+        rule: The selection rule (`dphype.selection.rules.rule_names`).
         space: The candidates' feature space (``None``: no structure).
         clients: The number ``n`` of clients the noise is calibrated for.
         voters: The number of clients that contribute.

@@ -31,8 +31,8 @@ from dphype.checks import (
     check_k,
     check_neighbouring,
     check_probability,
-    resolve_accountant,
 )
+from dphype.privacy.noise_kinds import resolve_accountant
 from dphype.selection.forecasts import (
     Forecast,
     ForecastSetting,
@@ -271,9 +271,9 @@ def _winner_tie_break(setting: ForecastSetting, by_k: list[dict[str, Any]], epsi
 
 
 def _rule_that_runs(setting: ForecastSetting) -> str:
-    if setting.rule == "gp" and (setting.space is None or setting.space.no_structure is not None):
-        return "argmax"
-    return setting.rule
+    from dphype.selection.rules import selection_rule
+
+    return selection_rule(setting.rule).runs_as(setting.space)[0].name
 
 
 

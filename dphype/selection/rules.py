@@ -6,7 +6,7 @@ feature space (`dphype.selection.candidates.CandidateList.feature_space`) and, o
 ``M = m k`` (each of the ``m`` contributing clients casts exactly ``k`` votes; ``m`` and ``k`` are public).
 No function reads the private votes, so the release's privacy guarantee covers every output (post-processing).
 
-Rules (`RULES`):
+Rules (one `SelectionRule` subclass each, registered under its name: `rule_names`, `selection_rule`):
 
 * ``"argmax"`` -- Algorithm 1, line 12: the candidate with the most noisy votes (ties: lowest index).
 * ``"gp"`` -- structure-aware: a Gaussian process over the public space models the vote surface ``v``;
@@ -38,9 +38,10 @@ plain argmax (`good_selection_probability_bound`) lives here too.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -48,8 +49,6 @@ from numpy.typing import ArrayLike
 if TYPE_CHECKING:
     from dphype.selection.candidates import FeatureSpace
 
-#: Selection rules.
-RULES: tuple[str, ...] = ("argmax", "gp")
 #: The product's default rule (chosen by the benchmarks: results/README.md, "Selection at small federations").
 DEFAULT_RULE = "gp"
 #: A pick whose probability of being within ``tolerance`` of the top is below this carries a warning.
@@ -59,21 +58,135 @@ CONFIDENCE_SAMPLES = 4000
 
 
 # --------------------------------------------------------------------------------------------- validators
-def check_rule(rule: Any) -> str:
-    """Check a selection rule.
+class SelectionRule(ABC):
+    """A selection rule: how it picks on released noisy vote sums, its posterior, and when another rule runs instead.
+
+    Rules are stateless; the registry holds one instance of each (`register_rule`). Everything a rule computes is
+    post-processing of the releases and public facts (module docstring).
+
+    Attributes:
+        name: The public name (configuration, CLI ``--rule``, results).
+        description: One line for the CLI's help.
+        models: Whether its estimate of the vote sum is a model's, not the release itself (a result's table shows
+            the estimate beside the votes then).
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    models: ClassVar[bool]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    def runs_as(self, space: FeatureSpace | None, sigma: float | None = None) -> tuple[SelectionRule, str | None]:
+        """The rule that runs on releases over ``space`` with noise ``sigma``, and why it is not this one.
+
+        Args:
+            space: The candidates' public feature space, or ``None``.
+            sigma: The total noise std on each coordinate (``0``: no noise); ``None``: some noise, not yet known.
+
+        Returns:
+            ``(rule, None)`` when this rule runs, else ``(fallback, reason)``.
+        """
+        return self, None
+
+    @abstractmethod
+    def picks(self, y: np.ndarray, space: FeatureSpace | None, sigma: float, *, clients: int | None, k: int | None,
+              settings: GPSettings | None) -> np.ndarray:
+        """The rule's pick on every release (`select_batch`, after `runs_as`).
+
+        Args:
+            y: ``(R, p)`` finite releases.
+            space: The candidates' public feature space, or ``None``.
+            sigma: The total noise std on each coordinate.
+            clients: The public number of clients whose votes are in the sum, or ``None``.
+            k: The public votes per client, or ``None``.
+            settings: The ``"gp"`` rule's hyperparameter grid, or ``None``.
+
+        Returns:
+            The ``(R,)`` picks.
+        """
+
+    @abstractmethod
+    def posterior(self, y: np.ndarray, space: FeatureSpace | None, sigma: float, *, clients: int | None,
+                  k: int | None, settings: GPSettings | None) -> tuple[np.ndarray, np.ndarray]:
+        """The rule's estimate of the vote sum and samples of its posterior given one release (`select_release`).
+
+        Args:
+            y: ``(1, p)`` the release.
+            space: The candidates' public feature space, or ``None``.
+            sigma: The total noise std on each coordinate, ``> 0``.
+            clients: The public number of contributing clients, or ``None``.
+            k: The public votes per client, or ``None``.
+            settings: The ``"gp"`` rule's hyperparameter grid, or ``None``.
+
+        Returns:
+            The ``(p,)`` estimate and ``(CONFIDENCE_SAMPLES, p)`` posterior samples (deterministic).
+        """
+
+
+_RULES: dict[str, SelectionRule] = {}
+_Rule = TypeVar("_Rule", bound=type[SelectionRule])
+
+
+def register_rule(rule: _Rule) -> _Rule:
+    """Class decorator: register one instance of ``rule`` under ``rule.name``.
 
     Args:
-        rule: One of `RULES`.
+        rule: A concrete `SelectionRule` subclass.
+
+    Returns:
+        ``rule`` itself.
+
+    Raises:
+        ValueError: The name is taken.
+    """
+    if rule.name in _RULES:
+        raise ValueError(f"selection rule {rule.name!r} is already registered ({_RULES[rule.name]!r})")
+    _RULES[rule.name] = rule()
+    return rule
+
+
+def rule_names() -> tuple[str, ...]:
+    """The registered rules' names, in registration order.
+
+    Returns:
+        The names.
+    """
+    return tuple(_RULES)
+
+
+def selection_rule(name: Any) -> SelectionRule:
+    """The registered rule named ``name``: the one lookup, so an unknown rule is refused alike everywhere.
+
+    Args:
+        name: One of `rule_names`.
+
+    Returns:
+        The rule.
+
+    Raises:
+        ValueError: ``name`` is not a registered rule's name; the message lists them.
+    """
+    rule = _RULES.get(name) if isinstance(name, str) else None
+    if rule is None:
+        raise ValueError(f"rule must be one of {', '.join(_RULES)}, got {name!r}")
+    return rule
+
+
+def check_rule(rule: Any) -> str:
+    """Check a selection rule's name.
+
+    Args:
+        rule: One of `rule_names`.
 
     Returns:
         ``rule`` as str.
 
     Raises:
-        ValueError: ``rule`` is not one of `RULES`.
-    """
-    if rule not in RULES:
-        raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
-    return str(rule)
+        ValueError: ``rule`` is not a registered rule's name.
+    """  # noqa: DOC502
+    return selection_rule(rule).name
 
 
 def _as_releases(noisy: ArrayLike, name: str = "noisy") -> np.ndarray:
@@ -622,6 +735,125 @@ def posterior_samples(
     return prior_mean + np.einsum("nq,npq->np", coef, spectra.eigvec[grid_index])
 
 
+# ------------------------------------------------------------------------------------------------ the rules
+@register_rule
+class Argmax(SelectionRule):
+    """Algorithm 1, line 12: the most noisy votes (ties: lowest index); its posterior is ``N(y, sigma^2 I)``.
+
+    Attributes:
+        name: ``"argmax"``.
+        description: The CLI's line.
+        models: ``False``: its estimate is the release.
+    """
+
+    name = "argmax"
+    description = "the paper's: the most noisy votes"
+    models = False
+
+    def picks(self, y: np.ndarray, space: FeatureSpace | None, sigma: float, *, clients: int | None, k: int | None,
+              settings: GPSettings | None) -> np.ndarray:
+        """``argmax`` of every release (`SelectionRule.picks`).
+
+        Args:
+            y: ``(R, p)`` releases.
+            space: Unused.
+            sigma: Unused.
+            clients: Unused.
+            k: Unused.
+            settings: Unused.
+
+        Returns:
+            The ``(R,)`` picks.
+        """
+        return np.argmax(y, axis=1)
+
+    def posterior(self, y: np.ndarray, space: FeatureSpace | None, sigma: float, *, clients: int | None,
+                  k: int | None, settings: GPSettings | None) -> tuple[np.ndarray, np.ndarray]:
+        """The release itself, and ``N(y, sigma^2 I)`` samples (flat prior; `SelectionRule.posterior`).
+
+        Args:
+            y: ``(1, p)`` the release.
+            space: Unused.
+            sigma: The total noise std.
+            clients: Unused.
+            k: Unused.
+            settings: Unused.
+
+        Returns:
+            The estimate and the samples.
+        """
+        return y[0], y + sigma * np.random.default_rng(0).standard_normal((CONFIDENCE_SAMPLES, y.shape[1]))
+
+
+@register_rule
+class GP(SelectionRule):
+    """Structure-aware: the argmax of a Gaussian process's posterior mean over the public space (module docstring).
+
+    Falls back to `Argmax` without noise, without a feature space or on a space without structure.
+
+    Attributes:
+        name: ``"gp"``.
+        description: The CLI's line.
+        models: ``True``: its estimate is the posterior mean.
+    """
+
+    name = "gp"
+    description = "structure-aware, a Gaussian process over the candidate space"
+    models = True
+
+    def runs_as(self, space: FeatureSpace | None, sigma: float | None = None) -> tuple[SelectionRule, str | None]:
+        """`Argmax` when ``sigma == 0``, ``space`` is ``None`` or carries no structure; else this rule.
+
+        Args:
+            space: The candidates' public feature space, or ``None``.
+            sigma: The total noise std (``0``: no noise); ``None``: some noise.
+
+        Returns:
+            The rule that runs and why it is not this one.
+        """
+        if isinstance(sigma, (int, float)) and not isinstance(sigma, bool) and sigma == 0:
+            return selection_rule("argmax"), "no noise: the release is the vote sum itself"
+        reason = "no feature space given" if space is None else space.no_structure
+        return (self, None) if reason is None else (selection_rule("argmax"), reason)
+
+    def picks(self, y: np.ndarray, space: FeatureSpace | None, sigma: float, *, clients: int | None, k: int | None,
+              settings: GPSettings | None) -> np.ndarray:
+        """The argmax of `fit_surface`'s posterior mean on every release (`SelectionRule.picks`).
+
+        Args:
+            y: ``(R, p)`` releases.
+            space: The feature space (with structure: `runs_as`).
+            sigma: The total noise std, ``> 0``.
+            clients: The public number of clients, or ``None``.
+            k: The public votes per client, or ``None``.
+            settings: The hyperparameter grid, or ``None``.
+
+        Returns:
+            The ``(R,)`` picks.
+        """
+        assert space is not None
+        return np.argmax(fit_surface(y, space, sigma, clients=clients, k=k, settings=settings).mean, axis=1)
+
+    def posterior(self, y: np.ndarray, space: FeatureSpace | None, sigma: float, *, clients: int | None,
+                  k: int | None, settings: GPSettings | None) -> tuple[np.ndarray, np.ndarray]:
+        """`fit_surface`'s mean and `posterior_samples` (`SelectionRule.posterior`).
+
+        Args:
+            y: ``(1, p)`` the release.
+            space: The feature space (with structure).
+            sigma: The total noise std.
+            clients: The public number of clients, or ``None``.
+            k: The public votes per client, or ``None``.
+            settings: The hyperparameter grid, or ``None``.
+
+        Returns:
+            The estimate and the samples.
+        """
+        assert space is not None
+        estimate = fit_surface(y, space, sigma, clients=clients, k=k, settings=settings).mean[0]
+        return estimate, posterior_samples(y[0], space, sigma, clients=clients, k=k, settings=settings)
+
+
 # ------------------------------------------------------------------------------------------ batch rules
 @dataclass(frozen=True)
 class BatchSelection:
@@ -630,7 +862,7 @@ class BatchSelection:
     Attributes:
         picks: ``(R,)`` selected indices.
         rule: The rule that ran.
-        fallback: Why ``"gp"`` fell back to ``"argmax"``, or ``None``.
+        fallback: Why the requested rule fell back to another (`SelectionRule.runs_as`), or ``None``.
     """
 
     picks: np.ndarray
@@ -657,7 +889,7 @@ def select_batch(
         noisy: ``(R, p)`` releases (or one ``(p,)`` release).
         space: The candidates' public feature space, or ``None``.
         sigma: The total noise std on each coordinate (``0``: no noise).
-        rule: One of `RULES`.
+        rule: One of `rule_names`.
         clients: The public number of clients whose votes are in the sum, or ``None``.
         k: The public votes per client, or ``None`` (given together with ``clients``).
         settings: The ``"gp"`` rule's hyperparameter grid; ``None``: `GPSettings` ``()``.
@@ -668,18 +900,9 @@ def select_batch(
     Raises:
         ValueError: An input is invalid.
     """  # noqa: DOC502
-    rule = check_rule(rule)
+    runs, reason = selection_rule(rule).runs_as(space, sigma)
     y = _as_releases(noisy)
-    if rule == "gp":
-        if isinstance(sigma, (int, float)) and not isinstance(sigma, bool) and sigma == 0:
-            return BatchSelection(np.argmax(y, axis=1), "argmax", "no noise: the release is the vote sum itself")
-        reason = "no feature space given" if space is None else space.no_structure
-        if reason is None:
-            assert space is not None
-            return BatchSelection(np.argmax(fit_surface(y, space, sigma, clients=clients, k=k,
-                                                        settings=settings).mean, axis=1), "gp")
-        return BatchSelection(np.argmax(y, axis=1), "argmax", reason)
-    return BatchSelection(np.argmax(y, axis=1), "argmax")
+    return BatchSelection(runs.picks(y, space, sigma, clients=clients, k=k, settings=settings), runs.name, reason)
 
 
 # ---------------------------------------------------------------------------------- one release + confidence
@@ -691,7 +914,7 @@ class Selection:
         index: The selected candidate.
         rule: The rule that ran.
         requested: The rule asked for; it differs from ``rule`` on a fallback, explained by ``fallback``.
-        fallback: Why ``"gp"`` fell back to ``"argmax"``, or ``None``.
+        fallback: Why the requested rule fell back to another (`SelectionRule.runs_as`), or ``None``.
         estimate: ``(p,)`` the rule's estimate of the vote sum (the release itself for ``"argmax"``).
         sigma: The total noise std on the release.
         p_top: Posterior probability that ``index`` is the top-voted candidate.
@@ -745,7 +968,7 @@ def select_release(
         noisy_sum: The ``(p,)`` release.
         sigma: The total noise std actually on the sum (`dphype.privacy.accounting.PrivacyReport.sigma`).
         space: The public feature space (``candidates.feature_space()``; ``None`` makes ``"gp"`` fall back).
-        rule: One of `RULES`.
+        rule: One of `rule_names`.
         clients: The public number of contributing clients, or ``None``; with ``k`` it gives the vote mass
             ``clients * k``.
         k: The public votes per client, or ``None`` (given together with ``clients``).
@@ -776,13 +999,8 @@ def select_release(
     elif isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance < math.inf:
         raise ValueError(f"tolerance must be a finite number >= 0 (votes), got {tolerance!r}")
     chosen = select_batch(y, space, sigma, rule=rule, clients=clients, k=k, settings=settings)
-    if chosen.rule == "gp":
-        assert space is not None
-        estimate = fit_surface(y, space, sigma, clients=clients, k=k, settings=settings).mean[0]
-        samples = posterior_samples(y[0], space, sigma, clients=clients, k=k, settings=settings)
-    else:
-        estimate = y[0]
-        samples = y + sigma * np.random.default_rng(0).standard_normal((CONFIDENCE_SAMPLES, y.shape[1]))
+    estimate, samples = selection_rule(chosen.rule).posterior(y, space, sigma, clients=clients, k=k,
+                                                              settings=settings)
     index = int(chosen.picks[0])
     p_top = float(np.mean(np.argmax(samples, axis=1) == index))
     p_group = float(np.mean(samples[:, index] >= samples.max(axis=1) - tolerance))

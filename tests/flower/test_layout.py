@@ -1,6 +1,6 @@
 """The layout of dphype.flower: no module imports a private name of another, no import cycle among them (imports
-inside functions and under TYPE_CHECKING count), every wire name spelled only in dphype.flower.wire, and the
-moved public names still importable from their old paths, with a DeprecationWarning."""
+inside functions and under TYPE_CHECKING count), every wire name spelled only in dphype.flower.wire, and no
+deprecated path left for a moved name."""
 
 from __future__ import annotations
 
@@ -126,18 +126,11 @@ def test_every_wire_name_is_spelled_in_the_wire_module_only():
     assert not spelled, spelled
 
 
-@pytest.mark.parametrize(("old", "name", "home"), [
-    ("dphype.flower.tally", "ClientGrid", "dphype.flower.server.committee"),
-    ("dphype.flower.tally", "discover_committee", "dphype.flower.server.committee"),
-    ("dphype.flower.secagg", "run_secure_sum", "dphype.flower.server.secagg"),
-    ("dphype.flower.secagg", "secagg_graph", "dphype.flower.server.secagg"),
-    ("dphype.flower.secagg", "secure_vote_reply", "dphype.flower.client.secagg"),
-])
-def test_a_moved_public_name_still_works_from_its_old_path_with_a_warning(old, name, home):
-    with pytest.warns(DeprecationWarning, match=f"{old}.{name} moved to {home}.{name}"):
-        value = getattr(importlib.import_module(old), name)
-    assert value is getattr(importlib.import_module(home), name)
-    assert not hasattr(importlib.import_module(old), "no_such_name")  # an AttributeError, as for any module
+@pytest.mark.parametrize(("old", "name"), [("dphype.flower.tally", "ClientGrid"),
+                                           ("dphype.flower.tally", "discover_committee")])
+def test_a_moved_name_has_no_deprecated_path(old, name):
+    assert not hasattr(importlib.import_module(old), name)
+    assert "dphype.flower.secagg" not in MODULES  # split into dphype.flower.server.secagg and .client.secagg
 
 
 def test_the_package_exports_what_an_argmax_app_needs():

@@ -82,9 +82,9 @@ def test_sum_gaussian_fixed_point():
     rng = np.random.default_rng(2)
     noisy = rng.integers(0, 2, size=(4, 50)) + rng.normal(0.0, 5.0, size=(4, 50))
     out, _ = run(noisy, noise="gaussian")
-    expected = sum(ss.encode(v, "gaussian") for v in noisy) / ss.GAUSSIAN_SCALE
+    expected = sum(ss.encode(v, "gaussian") for v in noisy) / ss.fixed_point_scale("gaussian")
     np.testing.assert_array_equal(out.total, expected)
-    assert np.max(np.abs(out.total - noisy.sum(axis=0))) <= 4 / (2 * ss.GAUSSIAN_SCALE)
+    assert np.max(np.abs(out.total - noisy.sum(axis=0))) <= 4 / (2 * ss.fixed_point_scale("gaussian"))
 
 
 def test_dropout_before_masked_vector_is_survived():

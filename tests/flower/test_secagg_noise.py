@@ -20,7 +20,7 @@ from dphype.node.ledger import admitting_policy
 from dphype.privacy.noise import client_noise_std
 from dphype.secure import relay
 from dphype.secure import secagg as sa
-from dphype.secure.secure_sum import GAUSSIAN_SCALE, MODULUS_RANGE, clipping_range_for
+from dphype.secure.secure_sum import MODULUS_RANGE, clipping_range_for, fixed_point_scale
 from dphype.selection.candidates import table_iii_grid
 from dphype.selection.voting import top_k_votes
 
@@ -73,7 +73,7 @@ def test_noise_shares_in_the_sent_vectors_have_the_exact_distribution(noise):
     result = selection.start(grid)
     sent = unmask_each(grid, p)
     assert len(sent) == N == result.report.survivors
-    scale = GAUSSIAN_SCALE if noise == "gaussian" else 1
+    scale = fixed_point_scale(noise)
     shares = np.concatenate([sent[1000 + i] / scale - top_k_votes(scores[i], K) for i in range(N)])
     # the unmasked vectors add up to the released sum: they are what was summed
     np.testing.assert_allclose(sum(sent.values()) / scale, result.noisy_sum)

@@ -31,8 +31,8 @@ LEVEL = 1e-6
 
 
 def decoded(vectors: np.ndarray, noise: str) -> np.ndarray:
-    """Encoded vectors back to vote units (Gaussian shares travel on a 1/GAUSSIAN_SCALE grid)."""
-    return np.asarray(vectors, dtype=np.float64) / (ss.GAUSSIAN_SCALE if noise == "gaussian" else 1)
+    """Encoded vectors back to vote units (Gaussian shares travel on a 1/1024 grid)."""
+    return np.asarray(vectors, dtype=np.float64) / ss.fixed_point_scale(noise)
 
 
 def check_law(noise: str, samples: np.ndarray, variance: float, variance_rtol: float) -> None:

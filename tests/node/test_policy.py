@@ -14,15 +14,9 @@ from dphype.node.policy import (
     check_vote_request,
     default_ledger_path,
 )
-from dphype.privacy.accounting import (
-    calibrate,
-    mechanism_epsilon,
-    rdp_epsilon,
-    skellam_rdp_epsilon,
-    vote_rdp,
-    vote_sensitivity,
-)
+from dphype.privacy.accounting import calibrate, mechanism_epsilon, rdp_epsilon, vote_rdp, vote_sensitivity
 from dphype.privacy.noise import client_noise_std
+from dphype.privacy.noise_kinds import skellam_rdp_epsilon
 from dphype.refusal import Refusal
 from dphype.selection.candidates import candidate_grid, table_iii_grid
 

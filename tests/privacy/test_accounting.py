@@ -9,16 +9,12 @@ from scipy.integrate import quad
 from scipy.stats import norm
 
 from dphype import checks
-from dphype.privacy import accounting as acc
-from dphype.privacy.accounting import (
-    PrivacyReport,
-    VoteRelease,
+from dphype.privacy import noise_kinds as kinds
+from dphype.privacy.accounting import PrivacyReport, VoteRelease, calibrate, epsilon, privacy_report
+from dphype.privacy.noise_kinds import (
     analytic_gaussian_delta,
     analytic_gaussian_epsilon,
-    calibrate,
-    epsilon,
     gaussian_rdp_epsilon,
-    privacy_report,
     rdp_to_dp,
     skellam_rdp,
     skellam_rdp_epsilon,
@@ -123,7 +119,7 @@ def test_rdp_to_dp_formula_and_optimal_order():
     with pytest.raises(ValueError, match="alpha"):
         rdp_to_dp(0.1, 1.0, d)
     # the continuous minimiser beats a dense grid of orders
-    slope = acc.gaussian_rdp(1.0, math.sqrt(10), 12.0)
+    slope = kinds.gaussian_rdp(1.0, math.sqrt(10), 12.0)
     grid = 1 + np.geomspace(1e-4, 1e5, 200001)
     dense = min(rdp_to_dp(slope * x, x, DELTA) for x in grid[::50])
     assert gaussian_rdp_epsilon(math.sqrt(10), 12.0, DELTA) <= dense + 1e-12
@@ -223,8 +219,8 @@ def test_validators():
         checks.check_clients(1)
     with pytest.raises(ValueError, match="clients"):
         checks.check_clients(True)
-    assert checks.resolve_accountant(None, "gaussian") == "analytic"
-    assert checks.resolve_accountant(None, "skellam") == "rdp"
+    assert kinds.resolve_accountant(None, "gaussian") == "analytic"
+    assert kinds.resolve_accountant(None, "skellam") == "rdp"
     checks.check_budget(1.0, 1e-5, 5, num_candidates=100, clients=10, dropout=0.2)
     with pytest.raises(ValueError, match="clients"):
         checks.check_budget(1.0, 1e-5, 5, clients=1)
@@ -263,7 +259,7 @@ def test_privacy_report():
 
 def test_theorem_iii1_vote_rdp_is_alpha_k_over_sigma_squared():
     for alpha, k, sigma in [(2.0, 5, 12.0), (37.5, 1, 3.0), (1.01, 100, 250.0)]:
-        assert acc.gaussian_rdp(alpha, math.sqrt(2 * k), sigma) == pytest.approx(alpha * k / sigma**2)
+        assert kinds.gaussian_rdp(alpha, math.sqrt(2 * k), sigma) == pytest.approx(alpha * k / sigma**2)
     with pytest.raises(ValueError, match="delta"):
         epsilon(VoteRelease(5, None, 10.0), 0.0)
 

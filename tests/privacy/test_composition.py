@@ -19,10 +19,10 @@ from dphype.privacy.accounting import (
     fedavg_epsilon,
     fedavg_rdp,
     rdp_epsilon,
-    skellam_rdp_epsilon,
     vote_rdp,
     vote_sensitivity,
 )
+from dphype.privacy.noise_kinds import skellam_rdp_epsilon
 
 DELTA = 1e-5
 

@@ -161,12 +161,12 @@ def test_tail_bound_covers_empirical_exceedances(kind, sigma):
 
 
 def test_skellam_chernoff_tail_dominates_exact_tail():
-    from dphype.privacy.noise import _two_sided_tail
+    from dphype.privacy.noise_kinds import noise_kind
 
     for mu in (0.01, 0.5, 3.0, 40.0):
         for t in (0.5, 1.0, 3.0, 10.0, 50.0):
             exact = 2 * skellam.sf(math.floor(t), mu, mu)
-            assert _two_sided_tail(t, 2 * mu, "skellam") >= exact * (1 - 1e-9)
+            assert noise_kind("skellam").tail(t, 2 * mu) >= exact * (1 - 1e-9)
 
 
 @pytest.mark.parametrize("clients,dropout,survivors", [(2, 0.0, 2), (7, 0.5, 4), (50, 0.1, 45), (50, 0.0, 1)])

@@ -46,7 +46,7 @@ def test_encode_refuses_what_the_sum_cannot_hold():
     with pytest.raises(ValueError, match="integers"):
         ss.encode(np.array([0.5, 1.0]), "skellam")
     with pytest.raises(ValueError, match="secure-sum range"):
-        ss.encode(np.array([C / ss.GAUSSIAN_SCALE + 1.0]), "gaussian")
+        ss.encode(np.array([C / ss.fixed_point_scale("gaussian") + 1.0]), "gaussian")
     with pytest.raises(ValueError, match="finite"):
         ss.encode(np.array([np.nan]), "gaussian")
     with pytest.raises(ValueError, match="noise"):

@@ -84,15 +84,11 @@ def test_immutable_items_are_copies():
     assert a[0]["lr"] == 0.5
 
 
-def test_grid_is_a_deprecated_alias_of_candidate_grid():
-    """``dphype.grid`` (and ``dphype.selection.candidates.grid``) still builds the candidate grid, for one release,
-    with a DeprecationWarning naming its new name."""
+def test_candidate_grid_has_no_deprecated_alias():
     import dphype
     from dphype.selection import candidates
 
-    for old in (dphype.grid, candidates.grid):
-        with pytest.warns(DeprecationWarning, match="use dphype.candidate_grid"):
-            assert old(lr=[0.1, 0.01], steps=[5, 50]) == dphype.candidate_grid(lr=[0.1, 0.01], steps=[5, 50])
+    assert not hasattr(dphype, "grid") and not hasattr(candidates, "grid") and "grid" not in dphype.__all__
     assert dphype.candidate_grid is candidates.candidate_grid
 
 

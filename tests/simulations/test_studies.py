@@ -65,7 +65,7 @@ def test_tradeoff_then_ablations_and_distributions_reuse_the_cache(
 
 
 def test_feathers_noise_is_calibrated_for_100_releases() -> None:
-    from dphype.privacy.accounting import gaussian_rdp_epsilon
+    from dphype.privacy.noise_kinds import gaussian_rdp_epsilon
     from simulations.ablations import feathers_sigma
 
     sigma = feathers_sigma(1.0, 1e-5)

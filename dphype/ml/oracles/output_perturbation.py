@@ -15,6 +15,7 @@ from dphype.checks import check_delta
 from dphype.ml.data import load_dataset
 from dphype.ml.oracles.problem import NamedProblem, ParetoProblem, ProblemOptions, UtilityResult, subsample_pool
 from dphype.ml.oracles.space import Config, Distribution, Domain, Hyperparameter
+from dphype.privacy.noise_kinds import analytic_gaussian_epsilon
 
 
 @dataclass(frozen=True)
@@ -126,8 +127,6 @@ def output_perturbation_problem(
     Raises:
         ValueError: ``train_size`` is below 2.
     """  # noqa: DOC502
-    from dphype.privacy.accounting import analytic_gaussian_epsilon  # local import: accounting pulls in scipy
-
     check_delta(delta)
     pool, test = load_dataset("adult")
     pool = subsample_pool(pool, train_size)

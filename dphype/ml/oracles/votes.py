@@ -16,6 +16,7 @@ import numpy as np
 from dphype.checks import check_delta
 from dphype.ml.oracles.problem import ParetoProblem, PrivacyOracle, UtilityOracle, UtilityResult
 from dphype.ml.oracles.space import Config, Distribution, Domain, Hyperparameter
+from dphype.privacy.accounting import VoteRelease, epsilon
 from dphype.privacy.noise import replay_noisy_sums
 from dphype.selection.candidates import CandidateList
 from dphype.selection.voting import primary_scores, top_k_votes
@@ -41,8 +42,6 @@ def vote_privacy_oracle(
     Returns:
         The oracle.
     """
-    from dphype.privacy.accounting import VoteRelease, epsilon  # local import: accounting pulls in scipy
-
     check_delta(delta)
 
     def privacy(config: Config) -> float:

@@ -9,7 +9,7 @@ from dphype.ml.reference import majority_of_test_split
 
 
 def test_output_perturbation_privacy_is_analytic_gaussian():
-    from dphype.privacy.accounting import analytic_gaussian_epsilon
+    from dphype.privacy.noise_kinds import analytic_gaussian_epsilon
 
     problem = make_problem("logreg-output-perturbation", runs=5, train_size=500)
     sens = OutputPerturbationSetup().sensitivity(0.01, 500)

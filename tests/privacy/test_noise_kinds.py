@@ -1,0 +1,191 @@
+"""Noise kinds are registered types: a new kind is sampled, accounted for and checked as itself everywhere, and an
+unknown kind is refused at every entry point with the same message."""
+
+import argparse
+
+import numpy as np
+import pytest
+
+from dphype.cli import add_noise_arguments
+from dphype.config import DPHypeConfig
+from dphype.node.ledger import LedgerEntry
+from dphype.privacy import noise_kinds
+from dphype.privacy.accounting import RDP_ORDERS, VoteRelease, calibrate, mechanism_epsilon, vote_rdp
+from dphype.privacy.audit import claimed_profile
+from dphype.privacy.noise import (
+    client_noise_variance,
+    committee_noise_share,
+    honest_tallies,
+    noise_share,
+    noise_tail_bound,
+    replay_committee_sums,
+    replay_noisy_sums,
+    summed_noise,
+)
+from dphype.privacy.noise_kinds import (
+    NoiseKind,
+    check_noise,
+    noise_kind,
+    noise_kind_names,
+    register_noise_kind,
+    resolve_accountant,
+)
+from dphype.secure import secure_sum as ss
+
+
+class Marked(NoiseKind):
+    """A throwaway integer kind whose every answer shows that it, and no other kind, was asked.
+
+    Its draws are the constant ``round(1000 variance)`` (not noise: only the dispatch is under test), its tail is 0,
+    its RDP curve the constant 0.125 and its epsilon ``L2 / sigma``.
+    """
+
+    name = "marked"
+    label = "Marked"
+    description = "a test's throwaway kind"
+    integer = True
+    fixed_point_scale = 1
+    accountants = ("rdp",)
+
+    def draw(self, size, variance, rng):
+        return np.full(size, round(1000 * variance), dtype=np.int64)
+
+    def tail(self, threshold, variance):
+        return 0.0
+
+    def rdp(self, orders, l2, l1, sigma):
+        return np.full(len(orders), 0.125)
+
+    def epsilon(self, l2, l1, sigma, delta, accountant):
+        return l2 / sigma
+
+    def vote_profile(self, epsilons, sigma, k):
+        return np.full(len(epsilons), 0.25)
+
+
+@pytest.fixture
+def marked(monkeypatch):
+    """``Marked`` registered for one test; the registry is restored afterwards."""
+    monkeypatch.setattr(noise_kinds, "_KINDS", dict(noise_kinds._KINDS))
+    register_noise_kind(Marked)
+    return noise_kind("marked")
+
+
+def test_the_registry_holds_the_two_kinds_with_their_constants():
+    assert noise_kind_names() == ("gaussian", "skellam")
+    assert noise_kind_names(integer=True) == ("skellam",) and noise_kind_names(integer=False) == ("gaussian",)
+    gaussian, skellam = noise_kind("gaussian"), noise_kind("skellam")
+    assert (gaussian.fixed_point_scale, skellam.fixed_point_scale) == (2**10, 1)
+    assert (gaussian.default_accountant, skellam.default_accountant) == ("analytic", "rdp")
+    rng = np.random.default_rng(0)
+    assert gaussian.draw(3, 4.0, rng).dtype == np.float64 and skellam.draw(3, 4.0, rng).dtype == np.int64
+
+
+def test_a_new_kind_is_sampled_accounted_and_checked_as_itself(marked):
+    """Every path that samples, accounts for, encodes or checks the noise asks the kind the name names."""
+    rng = np.random.default_rng(0)
+    variance = client_noise_variance(2.0, 10, 0.2)
+    assert check_noise("marked") == "marked" and "marked" in noise_kind_names(integer=True)
+    # sampling: one share, the survivors' sum, replays, the committee's shares
+    assert np.array_equal(noise_share(3, sigma=2.0, clients=10, dropout=0.2, kind="marked", rng=rng),
+                          np.full(3, round(1000 * variance)))
+    assert np.array_equal(summed_noise(2, sigma=2.0, clients=10, dropout=0.2, survivors=9, kind="marked", rng=rng),
+                          np.full(2, round(9000 * variance)))
+    replayed = replay_noisy_sums(np.zeros(4), sigma=2.0, clients=10, repetitions=2, rng=rng, dropout=0.2,
+                                 noise="marked")
+    assert np.array_equal(replayed, np.full((2, 4), round(10_000 * variance)))
+    share = committee_noise_share(4, sigma=2.0, parties=3, rng=rng, noise="marked")
+    assert np.array_equal(share, np.full(4, round(1000 * 4.0 / honest_tallies(3))))
+    assert np.array_equal(replay_committee_sums(np.zeros(4), sigma=2.0, parties=3, repetitions=1, rng=rng,
+                                                per_tally=True, noise="marked"), 3 * share[None, :])
+    # the secure sum's range and encoding
+    assert noise_tail_bound(2.0, 10, 0.2, kind="marked").failure_probability == 0.0
+    assert ss.fixed_point_scale("marked") == 1
+    assert ss.clip_probability(size=4, sigma=2.0, clients=10, dropout=0.2, noise="marked") == 0.0
+    assert np.array_equal(ss.decode(ss.encode(np.array([3.0, -2.0]), "marked"), "marked"), [3, -2])
+    with pytest.raises(ValueError, match="noisy_votes must be integers for Marked noise"):
+        ss.encode(np.array([0.5]), "marked")
+    # accounting: the kind's epsilon, its RDP curve, calibration, the audit's profile
+    assert resolve_accountant(None, "marked") == "rdp"
+    with pytest.raises(ValueError, match="accountant must be 'rdp' for marked noise, got 'analytic'"):
+        resolve_accountant("analytic", "marked")
+    assert mechanism_epsilon(2.0, 4.0, 8.0, "marked", 1e-5, "rdp") == 0.25
+    assert np.array_equal(vote_rdp(2, 3.0, "marked"), np.full(len(RDP_ORDERS), 0.125))
+    assert calibrate(0.5, 1e-5, 2, noise="marked").sigma == pytest.approx(4.0, rel=1e-9)  # L2 / sigma = 0.5
+    assert np.array_equal(claimed_profile(np.array([0.0, 1.0]), sigma=1.0, k=1, noise="marked"), [0.25, 0.25])
+    with pytest.raises(ValueError, match="noise must be 'gaussian' for raw_scores releases"):
+        VoteRelease(1, 4, 1.0, noise="marked", raw_scores=True)
+    # the configuration, a node's ledger and the CLI take the name
+    assert DPHypeConfig(1.0, 1e-5, 2, 10, noise="marked").accountant == "rdp"
+    entry = LedgerEntry(noise="marked", k=2, total_std=3.0, survivors=5, epsilon=1.0, delta=1e-6,
+                        neighbouring="replace-one", time="2026-01-01T00:00:00Z", request="")
+    assert np.array_equal(entry.rdp("replace-one"), np.full(len(RDP_ORDERS), 0.125))
+    parser = argparse.ArgumentParser()
+    add_noise_arguments(parser)
+    assert parser.parse_args(["--noise", "marked"]).noise == "marked"
+
+
+def test_a_kind_is_gone_once_its_test_ends(monkeypatch):
+    with monkeypatch.context() as patch:
+        patch.setattr(noise_kinds, "_KINDS", dict(noise_kinds._KINDS))
+        register_noise_kind(Marked)
+        assert noise_kind("marked").name == "marked"
+    with pytest.raises(ValueError, match="noise must be one of gaussian, skellam, got 'marked'"):
+        noise_kind("marked")
+
+
+def test_registration_refuses_a_taken_name_and_an_unknown_accountant(monkeypatch):
+    monkeypatch.setattr(noise_kinds, "_KINDS", dict(noise_kinds._KINDS))
+
+    class Twice(Marked):
+        name = "gaussian"
+
+    class Private(Marked):
+        name = "private"
+        accountants = ("prv",)
+
+    with pytest.raises(ValueError, match="noise kind 'gaussian' is already registered"):
+        register_noise_kind(Twice)
+    with pytest.raises(ValueError, match="accountants must be a non-empty subset of analytic, rdp"):
+        register_noise_kind(Private)
+    assert noise_kind_names() == ("gaussian", "skellam")
+
+
+@pytest.mark.parametrize("entry", [
+    lambda: noise_kind("laplace"),
+    lambda: check_noise("laplace"),
+    lambda: resolve_accountant(None, "laplace"),
+    lambda: noise_share(3, sigma=1.0, clients=4, dropout=0.0, kind="laplace", rng=np.random.default_rng(0)),
+    lambda: summed_noise(3, sigma=1.0, clients=4, dropout=0.0, survivors=4, kind="laplace",
+                         rng=np.random.default_rng(0)),
+    lambda: replay_noisy_sums(np.zeros(3), sigma=1.0, clients=4, repetitions=1, rng=np.random.default_rng(0),
+                              noise="laplace"),
+    lambda: committee_noise_share(3, sigma=1.0, parties=3, rng=np.random.default_rng(0), noise="laplace"),
+    lambda: replay_committee_sums(np.zeros(3), sigma=1.0, parties=3, repetitions=1, rng=np.random.default_rng(0),
+                                  noise="laplace"),
+    lambda: noise_tail_bound(1.0, 4, 0.0, kind="laplace"),
+    lambda: ss.fixed_point_scale("laplace"),
+    lambda: ss.encode(np.zeros(3), "laplace"),
+    lambda: ss.decode(np.zeros(3), "laplace"),
+    lambda: ss.check_range(size=3, sigma=1.0, clients=4, dropout=0.0, noise="laplace"),
+    lambda: mechanism_epsilon(2.0, 4.0, 1.0, "laplace", 1e-5, "rdp"),
+    lambda: VoteRelease(2, None, 1.0, noise="laplace"),
+    lambda: calibrate(1.0, 1e-5, 2, noise="laplace"),
+    lambda: vote_rdp(2, 1.0, "laplace"),
+    lambda: claimed_profile(np.zeros(2), sigma=1.0, k=1, noise="laplace"),
+    lambda: DPHypeConfig(1.0, 1e-5, 2, 10, noise="laplace"),
+    lambda: noise_kind(["gaussian"]),
+])
+def test_an_unknown_kind_is_refused_at_every_entry_point(entry):
+    with pytest.raises(ValueError, match=r"noise must be one of gaussian, skellam, got "):
+        entry()
+
+
+def test_an_unknown_kind_is_refused_by_the_ledger_and_the_cli():
+    with pytest.raises(ValueError, match="invalid ledger entry"):
+        LedgerEntry(noise="laplace", k=2, total_std=3.0, survivors=5, epsilon=1.0, delta=1e-6,
+                    neighbouring="replace-one", time="2026-01-01T00:00:00Z", request="")
+    parser = argparse.ArgumentParser()
+    add_noise_arguments(parser)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--noise", "laplace"])
