@@ -37,13 +37,13 @@ import numpy as np
 from dphype.checks import EPSILON_RTOL as EPSILON_RTOL  # re-exported: the request's slack, also the node's
 from dphype.checks import MAX_CLIENTS
 from dphype.config import DPHypeConfig
-from dphype.ml.task import Task
 from dphype.modes import SIGMA_SLACK as SIGMA_SLACK  # re-exported: the sum release's slack on sigma
 from dphype.modes import Aggregator, ReleaseMode
 from dphype.privacy.noise import min_survivors, min_valid_ballots
 from dphype.refusal import Refusal
 from dphype.result import DPHypeResult as DPHypeResult  # re-exported: what a mode's release returns
 from dphype.selection.candidates import CandidateList
+from dphype.task import Task
 
 #: Prefix of every key of a request record.
 PREFIX = "dphype."

@@ -3,7 +3,7 @@
 The studies replay DP-Hype's release many times without re-running local training:
 
 1. every client's vote vector is computed ONCE through the real client code path
-   (:meth:`dphype.ml.task.Task.score` -> :func:`dphype.selection.voting.top_k_votes` or
+   (:meth:`dphype.task.Task.score` -> :func:`dphype.selection.voting.top_k_votes` or
    :func:`dphype.selection.voting.raw_score_votes`), see :func:`client_scores` and :func:`client_votes`;
 2. the noisy sum is then drawn ``repetitions`` times by the protocol's one replay,
    :func:`dphype.privacy.noise.replay_noisy_sums` (one noise share per client summed, ``per_client=True``, or one

@@ -35,7 +35,8 @@ from dphype.central.pareto import (
     staircase,
 )
 from dphype.checks import check_int
-from dphype.ml.oracles import Config, Evaluation, ParetoProblem, sample_configs
+from dphype.ml.oracles.problem import Evaluation, ParetoProblem
+from dphype.ml.oracles.space import Config, sample_configs
 
 METHODS: tuple[str, ...] = ("hvpoi", "qnehvi", "random", "grid")
 

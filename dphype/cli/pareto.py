@@ -15,7 +15,8 @@ import os
 import time
 from typing import Any
 
-from dphype.ml.oracles import OPACUS_ACCOUNTANTS, problem_names
+from dphype.ml.oracles import make_problem, problem_names
+from dphype.ml.oracles.dpsgd import OPACUS_ACCOUNTANTS
 
 METHODS = ("hvpoi", "qnehvi", "random", "grid")
 
@@ -73,7 +74,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """  # noqa: DOC502
     from dphype.central.dpareto import run_search, single_thread
     from dphype.central.pareto import hypervolume, hypervolume_trace, non_dominated, plot_front, plot_hypervolume_curves
-    from dphype.ml.oracles import make_problem
 
     started = time.perf_counter()
     problem = make_problem(args.oracle, runs=args.runs, seed=args.seed, accountant=args.accountant,

@@ -1,4 +1,4 @@
-"""What a client evaluates: a `Task` scores every public candidate on local data (DP-Hype, Section III).
+"""What a client evaluates: a `dphype.task.Task` scores every public candidate on local data (DP-Hype, Sec. III).
 
 DP-Hype is task-agnostic: anything with ``maximize`` and ``score(candidates)`` works. `TorchTask`
 is the concrete task of the paper's experiments (Section V-B): train the data set's model (Appendix B)
@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,34 +28,6 @@ if TYPE_CHECKING:
 
 #: Partitioning schemes accepted by `make_task` (Section V-C, Appendix C).
 PARTITIONS: tuple[str, ...] = ("iid", "dirichlet")
-
-
-class Task(Protocol):
-    """Scores every candidate on the client's local data; higher is better iff ``maximize``.
-
-    Attributes:
-        maximize: Whether higher scores are better (accuracies) or lower (losses).
-    """
-
-    maximize: bool
-
-    def score(
-        self,
-        candidates: Sequence[Mapping[str, Any]],
-        *,
-        progress: Callable[[int, int], None] | None = None,
-    ) -> np.ndarray:
-        """Scores in candidate order, NaN for a failed candidate.
-
-        Args:
-            candidates: The public candidates (hyperparameter name -> value).
-            progress: Called with ``(done, total)`` as the work advances, or ``None``.
-
-        Returns:
-            ``(p,)`` scores, one per candidate, or ``(p, j)`` lexicographic keys (column 0 decides, later columns
-            break ties; all in the ``maximize`` direction; see `dphype.selection.voting.top_k_votes`).
-        """
-        ...
 
 
 @dataclass

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dphype.ml.task import Task, TorchTask, default_epochs, load_cached, make_task
+from dphype.ml.task import TorchTask, default_epochs, load_cached, make_task
+from dphype.task import Task
 
 CANDIDATES = [{"lr": 0.1, "decay": 0.99, "momentum": 0.9}, {"lr": 1e-7, "decay": 1.0, "momentum": 0.0}]
 

@@ -85,7 +85,6 @@ from dphype.flower.wire import (
     SCORES_STATE,
     STAGE_KEY,
 )
-from dphype.ml.task import Task
 from dphype.modes import Aggregator
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy, check_vote_request
@@ -93,6 +92,7 @@ from dphype.protocol import VoteRequest, score_candidates
 from dphype.refusal import Refusal
 from dphype.secure.roster import Membership
 from dphype.secure.secagg import Approval
+from dphype.task import Task
 
 __all__ = ["PolicySource", "node_policy", "register_dphype", "simulated"]
 
