@@ -258,6 +258,7 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
     Attributes:
         name: The configuration and wire name (``DPHypeConfig.release``, the run config's ``release``,
             ``--release``).
+        released: What the server learns, in words.
         aggregator: Where the ballots go (`Aggregator`).
         opens: What the committee opens, or ``None`` for SecAgg+.
         forecast: What the planner simulates of this release.
@@ -269,6 +270,8 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
 
     #: The configuration and wire name (``DPHypeConfig.release``, the run config's ``release``, ``--release``).
     name: ClassVar[str]
+    #: What the server learns, in words (the commands' help).
+    released: ClassVar[str]
     #: Where the ballots go (`Aggregator`).
     aggregator: ClassVar[Aggregator]
     #: What the committee opens (`dphype.secure.tally.OPENS_ARGMAX` or `dphype.secure.tally.OPENS_SUM`); ``None``
@@ -710,11 +713,13 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
 
     Attributes:
         name: ``"sum"``.
+        released: What the server learns.
         aggregator: SecAgg+.
         forecast: The noisy sum's.
     """
 
     name = "sum"
+    released = "the noisy vote sum over SecAgg+, picked by the selection rule"
     aggregator = Aggregator.SECAGG
     forecast = Forecast.NOISY_SUM
 
@@ -930,6 +935,7 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
 
     Attributes:
         name: ``"argmax"``.
+        released: What the server learns.
         forecast: The winner release's.
         opens: The winner's index.
         default_ballot: `DEFAULT_ARGMAX_BALLOT`.
@@ -937,6 +943,7 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
     """
 
     name = "argmax"
+    released = "only the winner's index, a secure argmax among the tally committee with noise sampled in the MPC"
     forecast = Forecast.WINNER
     opens = OPENS_ARGMAX
     default_ballot = DEFAULT_ARGMAX_BALLOT
@@ -1127,6 +1134,7 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
 
     Attributes:
         name: ``"committee-sum"``.
+        released: What the server learns.
         forecast: The noisy sum's.
         opens: The whole noisy sum.
         noise_inflation: ``sqrt(parties / h)`` for the default committee (`dphype.privacy.noise.COMMITTEE_TALLIES`):
@@ -1135,6 +1143,7 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
     """
 
     name = "committee-sum"
+    released = "the noisy vote sum of the ballots a tally committee verified, with noise the tallies make"
     forecast = Forecast.NOISY_SUM
     opens = OPENS_SUM
     noise_inflation = committee_sum_std(1.0, COMMITTEE_TALLIES)
