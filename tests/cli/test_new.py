@@ -95,6 +95,28 @@ def test_every_mode_gets_an_app_whose_k_is_the_planners_choice_for_its_candidate
     assert auto.plan().success >= 0.7
 
 
+def test_a_new_mode_is_offered_with_no_other_edit(tmp_path):
+    """One class registers a mode: ``dphype new`` and the commands' ``--release`` offer it, its app asks the planner
+    for its k, and a name no class registered is refused."""
+    from dphype.cli import build_parser
+    from dphype.cli.new import template_k
+    from dphype.modes import CommitteeSumRelease
+
+    try:
+        class Quieter(CommitteeSumRelease):  # a throwaway committee mode: one class
+            name = "quieter"
+
+        args = build_parser(["new"]).parse_args(["new", str(tmp_path / "q"), "--release", "quieter"])
+        assert args.release == "quieter"
+        planned = ["plan", "--clients", "10", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3"]
+        assert build_parser(["plan"]).parse_args([*planned, "--release", "quieter"]).release == "quieter"
+        assert template_k("quieter") == template_k("committee-sum")  # the same forecast, the same k
+    finally:
+        RELEASE_MODES.pop("quieter", None)
+    with pytest.raises(SystemExit):
+        build_parser(["new"]).parse_args(["new", str(tmp_path / "q"), "--release", "quieter"])
+
+
 def test_new_refuses_a_folder_that_is_not_empty(tmp_path, capsys):
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "keep.txt").write_text("mine")
