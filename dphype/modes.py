@@ -4,25 +4,33 @@ DP-Hype's clients vote top-k on a public candidate list and add noise shares; a 
 (Algorithm 1 and its variants). `ReleaseMode` is the interface the rest of the package calls, in the
 order of a run:
 
+* the description -- plain data on the class, read instead of the mode's name: `ReleaseMode.aggregator`
+  (`Aggregator`: where the ballots go; the Flower server, the clients and ``dphype run`` ask it whether a tally
+  committee takes part), `ReleaseMode.opens` (what the committee opens), `ReleaseMode.forecast` and
+  `ReleaseMode.noise_inflation` (what the planner simulates, `dphype.selection.forecasts.Forecast`),
+  `ReleaseMode.integer_noise`, `ReleaseMode.default_ballot` and `ReleaseMode.graded_ballots`;
 * calibration -- `ReleaseMode.calibrate`: the request's noise std ``sigma`` (Algorithm 1, line 1);
 * the request -- `ReleaseMode.check_request_fields` (what `dphype.protocol.VoteRequest` validates:
   its tallies and ``sigma``), `ReleaseMode.accounting` (the release as the accountants describe it) and
   `ReleaseMode.check_claims` (a client's check that the noise gives the announced budget);
 * the node -- `ReleaseMode.announced_epsilon` and `ReleaseMode.node_cost`: what the node's policy
   limits (`dphype.node.policy.check_vote_request`) and its ledger records;
-* the client -- `ReleaseMode.ballot`: what it hands its aggregator (`Aggregator`: SecAgg+ sums
-  encoded vectors, the tally committee receives sealed Shamir shares);
+* the client -- `ReleaseMode.ballot`: what it hands its aggregator (SecAgg+ sums encoded vectors, the tally
+  committee receives sealed Shamir shares);
 * the server -- `ReleaseMode.release`: the result with its privacy report, from what the aggregator opened;
 * replays -- `ReleaseMode.replay`: what the aggregator would open, drawn from a seeded generator
   (benchmarks; the math is in `dphype.privacy`, where the planner and the oracles call it);
-* the planner -- `ReleaseMode.forecast` (`dphype.selection.planner.Forecast`);
-* wording and JSON -- `ReleaseMode.describe`; a mode is stored and sent as its `ReleaseMode.name`,
-  the configuration's ``release`` (`dphype.config.DPHypeConfig.mode` reads it back).
+* wording -- `ReleaseMode.describe` and `ReleaseMode.describe_plan`; a mode is stored and sent as its
+  `ReleaseMode.name`, the configuration's ``release`` (`dphype.config.DPHypeConfig.mode` reads it back).
 
-The modes: `SumRelease` (``"sum"``, the paper's: the noisy vote sum over SecAgg+, picked by the selection
-rule) and `ArgmaxRelease` (``"argmax"``: only the winner's index, a secure argmax among tally parties,
-`dphype.privacy.winner`). `RELEASE_MODES` maps each name to its class (a subclass that sets ``name``
-registers itself); `release_mode` looks one up. Nothing else in the package compares a mode's name.
+The accounting methods default to the noisy vote sum's; the abstract ones are `ReleaseMode.node_cost`,
+`ReleaseMode.ballot`, `ReleaseMode.release`, `ReleaseMode.replay` and `ReleaseMode.describe` (and the committee's
+`CommitteeMode.tally_noise`). The modes: `SumRelease` (``"sum"``, the paper's: the noisy vote sum over SecAgg+,
+picked by the selection rule), `ArgmaxRelease` (``"argmax"``: only the winner's index, a secure argmax among tally
+parties, `dphype.privacy.winner`) and `CommitteeSumRelease` (``"committee-sum"``: the noisy vote sum of the ballots
+a tally committee verified, with noise the tallies make). `RELEASE_MODES` maps each name to its class (a subclass
+that sets ``name`` registers itself); `release_mode` looks one up and refuses any other name. Nothing else in the
+package compares a mode's name.
 
 Layers: the modes sit below the configuration and the protocol (the configuration validates its ``release`` here),
 so they read a configuration and a request through the structural types `Settings` and `Request`,
@@ -244,25 +252,41 @@ class NodeCost:
 class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
     """One release mode (module docstring): a stateless object; two instances of a class are equal.
 
-    A subclass sets `name` (registering it in `RELEASE_MODES`), `aggregator` and
-    `forecast`, and implements the abstract methods. ``BallotT`` is what a client hands the aggregator,
-    ``OpenedT`` what the aggregator opens for the server.
+    A mode is described by plain data (its class attributes: what is released, where the ballots go, what the
+    committee opens, what the planner simulates, which noise and ballots it takes), which the server, the clients,
+    the tallies, the planner and ``dphype new`` read instead of its name; and accounted for by its methods. The
+    defaults are the noisy vote sum's (`VoteRelease`): a subclass sets `name` (registering it in `RELEASE_MODES`),
+    `aggregator` and `forecast`, implements the abstract methods, and overrides the accounting of another release.
+    ``BallotT`` is what a client hands the aggregator, ``OpenedT`` what the aggregator opens for the server.
 
     Attributes:
         name: The configuration and wire name (``DPHypeConfig.release``, the run config's ``release``,
             ``--release``).
+        released: What the server learns, in words.
         aggregator: Where the ballots go (`Aggregator`).
+        opens: What the committee opens, or ``None`` for SecAgg+.
         forecast: What the planner simulates of this release.
+        noise_inflation: The released noise's std over the calibrated ``sigma``.
+        integer_noise: Whether the noise must be of an integer kind.
         default_ballot: The ballot a configuration of this mode gets unless it names one.
         graded_ballots: Whether the mode takes graded ballots (`dphype.selection.voting.Ballot`), not only top-k.
     """
 
     #: The configuration and wire name (``DPHypeConfig.release``, the run config's ``release``, ``--release``).
     name: ClassVar[str]
+    #: What the server learns, in words (the commands' help).
+    released: ClassVar[str]
     #: Where the ballots go (`Aggregator`).
     aggregator: ClassVar[Aggregator]
+    #: What the committee opens (`dphype.secure.tally.OPENS_ARGMAX` or `dphype.secure.tally.OPENS_SUM`); ``None``
+    #: for SecAgg+, which opens the exact sum of what the clients send.
+    opens: ClassVar[str | None] = None
     #: What the planner simulates of this release.
     forecast: ClassVar[Forecast]
+    #: The released noise's std over the calibrated ``sigma`` (what the planner's noisy-sum forecast simulates).
+    noise_inflation: ClassVar[float] = 1.0
+    #: Whether the noise must be of an integer kind (an MPC adds it exactly).
+    integer_noise: ClassVar[bool] = False
     #: The ballot a configuration of this mode gets unless it names one (``DPHypeConfig.ballot``).
     default_ballot: ClassVar[str] = "top-k"
     #: Whether the mode takes graded ballots; else only ``"top-k"``.
@@ -283,23 +307,6 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
-
-    def to_json(self) -> str:
-        """The mode as JSON data: its `name` (`release_mode` reads it back).
-
-        Returns:
-            The name.
-        """
-        return self.name
-
-    @property
-    def noise_inflation(self) -> float:
-        """The released noise's std over the calibrated ``sigma`` (what the planner's noisy-sum forecast simulates).
-
-        Returns:
-            1: the noise is exactly ``sigma`` (the committee's noisy sum overrides it).
-        """
-        return 1.0
 
     def check_ballot(self, ballot: Any) -> str:
         """The configuration's ballot for this mode: `default_ballot` for ``None`` or ``"default"``, else checked.
@@ -399,20 +406,31 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
         return self.resolved_ballot(config, num_candidates).form(config.k, num_candidates)
 
     # ------------------------------------------------------------------------------------ calibration
-    @abstractmethod
     def calibrate(self, config: Settings, candidates: CandidateList) -> float:
-        """The request's ``sigma`` for ``config`` over ``candidates`` (Algorithm 1, line 1).
+        """The request's ``sigma`` for ``config`` over ``candidates`` (Algorithm 1, line 1): the vote sum's by default.
 
         Args:
             config: The configuration.
             candidates: The public candidate list.
 
         Returns:
-            The noise std ``sigma``.
+            The noise std ``sigma`` (`dphype.privacy.accounting.calibrate`).
 
         Raises:
-            ValueError: For what the aggregator could not release exactly.
+            ValueError: If the budget is invalid, or the noise kind is one the mode cannot add (`integer_noise`).
         """  # noqa: DOC502
+        self._check_noise(config.noise)
+        return calibrate_release(config.epsilon, config.delta, config.k, num_candidates=len(candidates),
+                                 accountant=config.accountant, noise=config.noise,
+                                 neighbouring=config.neighbouring).sigma
+
+    def _check_noise(self, noise: str) -> None:
+        """Refuse a real noise kind for a mode whose noise an MPC adds as integers (`integer_noise`)."""
+        if self.integer_noise and not noise_kind(noise).integer:
+            integer = noise_kind_names(integer=True)
+            raise ValueError(f"release={self.name!r} adds integer noise under MPC: noise must be "
+                             f"{' or '.join(map(repr, integer))}, got {noise!r}; set noise={integer[0]!r} "
+                             f"(--noise {integer[0]})")
 
     # ------------------------------------------------------------------------------------ the request
     def check_request_fields(self, request: Request) -> tuple[bytes, ...]:
@@ -431,43 +449,59 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
         self.check_sigma(request)
         return tallies
 
-    @abstractmethod
     def check_sigma(self, request: Request) -> None:
-        """Refuse a ``sigma`` (or ``k``) this mode's request cannot carry.
+        """Refuse a noise kind, ``sigma`` or ``k`` that this mode's release (`accounting`) cannot describe.
 
         Args:
             request: The request being built.
 
         Raises:
-            ValueError: If it cannot carry them.
+            ValueError: If the noise kind is one the mode cannot add, ``sigma`` is not positive, or ``k`` is not in
+                ``[1, p]``.
         """  # noqa: DOC502
+        self._check_noise(request.config.noise)
+        _ = self.accounting(request)  # validates sigma and k against the number of candidates
 
-    @abstractmethod
     def accounting(self, request: Request) -> VoteRelease | WinnerRelease:
-        """The release ``request`` describes, for the accountants (`dphype.privacy`).
+        """The release ``request`` describes, for the accountants (`dphype.privacy`): the noisy vote sum by default.
 
         Args:
             request: The request.
 
         Returns:
-            The release.
+            The release (`vote_release`).
         """
+        return vote_release(request)
 
-    @abstractmethod
     def check_claims(self, request: Request) -> None:
         """A client's check that the request's noise gives the announced budget and that an honest server sends it.
 
-        Called by `dphype.protocol.check_request`.
+        Called by `dphype.protocol.check_request`. By default the client recomputes epsilon from the announced
+        ``sigma`` with the announced accountant.
 
         Args:
             request: The request.
 
         Raises:
-            dphype.refusal.Refusal: ``noise_too_small`` or ``malformed_request``.
-        """  # noqa: DOC502
+            Refusal: ``noise_too_small`` above the announced epsilon; ``malformed_request`` for a ``sigma`` beyond
+                `SIGMA_SLACK` times the calibrated one.
+        """
+        cfg = request.config
+        calibrated = calibrate_release(cfg.epsilon, cfg.delta, cfg.k, num_candidates=len(request.candidates),
+                                       accountant=cfg.accountant, noise=cfg.noise,
+                                       neighbouring=cfg.neighbouring).sigma
+        if request.sigma > calibrated * SIGMA_SLACK:  # first: the accountants are not asked about absurd noise
+            raise Refusal("malformed_request", f"sigma={request.sigma:g} is far above the {calibrated:.6g} "
+                          "calibrated for the announced budget: no honest server sends it")
+        try:
+            promised = release_epsilon(vote_release(request), cfg.delta, cfg.accountant)
+        except (ArithmeticError, ValueError):  # a sigma so small that the accountant's arithmetic breaks down
+            promised = math.inf
+        if not promised <= cfg.epsilon * (1.0 + EPSILON_RTOL):
+            raise Refusal("noise_too_small", f"sigma={request.sigma:g} gives epsilon={promised:.6g} at "
+                          f"delta={cfg.delta:g}, more than the announced epsilon={cfg.epsilon:g}")
 
     # --------------------------------------------------------------------------------------- the node
-    @abstractmethod
     def announced_epsilon(self, request: Request) -> float | None:
         """The announced epsilon a node holds against its limit before it recomputes the cost.
 
@@ -475,8 +509,9 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
             request: The request.
 
         Returns:
-            The epsilon, or ``None``: only the recomputed `node_cost` counts.
+            The configuration's epsilon, or ``None``: only the recomputed `node_cost` counts.
         """
+        return request.config.epsilon
 
     @abstractmethod
     def node_cost(self, request: Request, *, survivors: int, delta: float, accountant: str,
@@ -562,17 +597,22 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
             The description.
         """
 
-    @abstractmethod
     def describe_plan(self, config: Settings, plan: Plan) -> str:
-        """The planner's scenario simulation of this release, in words (the server's plan log line).
+        """The planner's scenario simulation of this release (its `forecast`), in words (the server's plan log line).
 
         Args:
             config: The configuration.
             plan: The planner's prediction for it.
 
         Returns:
-            The scenario's simulated chance of a good pick and what makes the pick.
+            The scenario's simulated chance of a good pick and what makes the pick: the configured rule on a noisy
+            vote sum (and the argmax rule's), or the mode's release of the winner alone.
         """
+        if self.forecast is Forecast.WINNER:
+            return (f"{plan.success:.2f} with the {self.name} release (the tallies' secure argmax; only the winner's "
+                    "index)")
+        return (f"{plan.success:.2f} with the {config.rule} rule on the released noisy vote sum (the argmax rule: "
+                f"{plan.success_argmax:.2f})")
 
 
 def release_mode(name: Any) -> ReleaseMode[Any, Any]:
@@ -624,6 +664,20 @@ def vote_cost(request: Request, total_std: float, *, delta: float, accountant: s
                     claim=f"the requested noise gives epsilon {eps:.3g} at this node's delta")
 
 
+def vote_release(request: Request) -> VoteRelease:
+    """The noisy vote sum ``request`` describes: ``k``, ``p``, ``sigma``, the noise kind and the relation.
+
+    Args:
+        request: The request.
+
+    Returns:
+        The vote release.
+    """
+    cfg = request.config
+    return VoteRelease(k=cfg.k, num_candidates=len(request.candidates), sigma=request.sigma, noise=cfg.noise,
+                       neighbouring=cfg.neighbouring)
+
+
 # ------------------------------------------------------------------------------------------------- sum
 def _noisy_sum(request: Request, opened: Any) -> np.ndarray:
     """The opened noisy vote sum as an array, refused unless it has one entry per candidate."""
@@ -631,6 +685,13 @@ def _noisy_sum(request: Request, opened: Any) -> np.ndarray:
     if total.shape != (len(request.candidates),):
         raise ValueError(f"noisy_sum must have shape ({len(request.candidates)},), got {total.shape}")
     return total
+
+
+def _vote_sum_words(request: Request) -> str:
+    """A noisy vote sum's parameters as ``key=value, ...``: delta, k, clients, dropout, noise and rule."""
+    cfg = request.config
+    return (f"delta={cfg.delta:g}, k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, "
+            f"noise={cfg.noise!r}, rule={cfg.rule!r}")
 
 
 def _rule_result(request: Request, total: np.ndarray, report: PrivacyReport, noise_std: float,
@@ -656,11 +717,13 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
 
     Attributes:
         name: ``"sum"``.
+        released: What the server learns.
         aggregator: SecAgg+.
         forecast: The noisy sum's.
     """
 
     name = "sum"
+    released = "the noisy vote sum over SecAgg+, picked by the selection rule"
     aggregator = Aggregator.SECAGG
     forecast = Forecast.NOISY_SUM
 
@@ -678,72 +741,10 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
             ValueError: If the budget is invalid, or secure summation could clip the shares
                 (`dphype.secure.secure_sum.check_range`).
         """  # noqa: DOC502
-        sigma = calibrate_release(config.epsilon, config.delta, config.k, num_candidates=len(candidates),
-                                  accountant=config.accountant, noise=config.noise,
-                                  neighbouring=config.neighbouring).sigma
+        sigma = super().calibrate(config, candidates)
         check_range(size=len(candidates), sigma=sigma, clients=config.clients, dropout=config.dropout,
                     noise=config.noise)
         return sigma
-
-    def check_sigma(self, request: Request) -> None:
-        """Refuse a ``sigma`` or ``k`` that the vote release (`accounting`) cannot describe.
-
-        Args:
-            request: The request being built.
-
-        Raises:
-            ValueError: If ``sigma`` is not positive, or ``k`` is not in ``[1, p]``.
-        """  # noqa: DOC502
-        _ = self.accounting(request)  # validates sigma and k against the number of candidates
-
-    def accounting(self, request: Request) -> VoteRelease:
-        """The noisy vote sum the request describes.
-
-        Args:
-            request: The request.
-
-        Returns:
-            The vote release (``k``, ``p``, ``sigma``, noise, relation).
-        """
-        cfg = request.config
-        return VoteRelease(k=cfg.k, num_candidates=len(request.candidates), sigma=request.sigma, noise=cfg.noise,
-                           neighbouring=cfg.neighbouring)
-
-    def check_claims(self, request: Request) -> None:
-        """The client recomputes epsilon from the announced ``sigma`` with the announced accountant.
-
-        Args:
-            request: The request.
-
-        Raises:
-            Refusal: ``noise_too_small`` above the announced epsilon; ``malformed_request`` for a ``sigma`` beyond
-                `SIGMA_SLACK` times the calibrated one.
-        """
-        cfg = request.config
-        calibrated = calibrate_release(cfg.epsilon, cfg.delta, cfg.k, num_candidates=len(request.candidates),
-                                       accountant=cfg.accountant, noise=cfg.noise,
-                                       neighbouring=cfg.neighbouring).sigma
-        if request.sigma > calibrated * SIGMA_SLACK:  # first: the accountants are not asked about absurd noise
-            raise Refusal("malformed_request", f"sigma={request.sigma:g} is far above the {calibrated:.6g} "
-                          "calibrated for the announced budget: no honest server sends it")
-        try:
-            promised = release_epsilon(self.accounting(request), cfg.delta, cfg.accountant)
-        except (ArithmeticError, ValueError):  # a sigma so small that the accountant's arithmetic breaks down
-            promised = math.inf
-        if not promised <= cfg.epsilon * (1.0 + EPSILON_RTOL):
-            raise Refusal("noise_too_small", f"sigma={request.sigma:g} gives epsilon={promised:.6g} at "
-                          f"delta={cfg.delta:g}, more than the announced epsilon={cfg.epsilon:g}")
-
-    def announced_epsilon(self, request: Request) -> float:
-        """The announced epsilon, which a node holds against its limit.
-
-        Args:
-            request: The request.
-
-        Returns:
-            The configuration's epsilon.
-        """
-        return request.config.epsilon
 
     def node_cost(self, request: Request, *, survivors: int, delta: float, accountant: str,
                   neighbouring: str) -> NodeCost:
@@ -815,7 +816,7 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
         cfg = request.config
         survivors = check_survivors(survivors, cfg.clients, request.min_survivors)
         total = _noisy_sum(request, opened)
-        report = privacy_report(self.accounting(request), cfg.delta, clients=cfg.clients, dropout=cfg.dropout,
+        report = privacy_report(vote_release(request), cfg.delta, clients=cfg.clients, dropout=cfg.dropout,
                                 survivors=survivors, accountant=cfg.accountant)
         kind = noise_kind(cfg.noise)
         if not kind.integer:
@@ -852,22 +853,7 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
         Returns:
             The description, ``key=value, ...``.
         """
-        cfg = request.config
-        return (f"delta={cfg.delta:g}, k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, "
-                f"noise={cfg.noise!r}, rule={cfg.rule!r}")
-
-    def describe_plan(self, config: Settings, plan: Plan) -> str:
-        """The scenario's chance of a good pick by the configured rule on the noisy vote sum, and by the argmax rule.
-
-        Args:
-            config: The configuration.
-            plan: The planner's prediction for it.
-
-        Returns:
-            The words.
-        """
-        return (f"{plan.success:.2f} with the {config.rule} rule on the released noisy vote sum (the argmax rule: "
-                f"{plan.success_argmax:.2f})")
+        return _vote_sum_words(request)
 
 
 # ----------------------------------------------------------------------------------------- the committee
@@ -953,6 +939,7 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
 
     Attributes:
         name: ``"argmax"``.
+        released: What the server learns.
         forecast: The winner release's.
         opens: The winner's index.
         default_ballot: `DEFAULT_ARGMAX_BALLOT`.
@@ -960,6 +947,7 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
     """
 
     name = "argmax"
+    released = "only the winner's index, a secure argmax among the tally committee with noise sampled in the MPC"
     forecast = Forecast.WINNER
     opens = OPENS_ARGMAX
     default_ballot = DEFAULT_ARGMAX_BALLOT
@@ -1135,18 +1123,6 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
                 f"neighbouring={cfg.neighbouring!r}, tallies={parties}, ballots verified, committee noise std="
                 f"{noise_std(cfg.epsilon, cfg.neighbouring, g):.4g} (sampled jointly in the MPC)")
 
-    def describe_plan(self, config: Settings, plan: Plan) -> str:
-        """The scenario's chance of a good pick by the argmax release (no selection rule applies).
-
-        Args:
-            config: The configuration.
-            plan: The planner's prediction for it.
-
-        Returns:
-            The words.
-        """
-        return f"{plan.success:.2f} with the argmax release (the tallies' secure argmax; only the winner's index)"
-
 
 # --------------------------------------------------------------------------------------- committee sum
 class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
@@ -1162,91 +1138,20 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
 
     Attributes:
         name: ``"committee-sum"``.
+        released: What the server learns.
         forecast: The noisy sum's.
         opens: The whole noisy sum.
+        noise_inflation: ``sqrt(parties / h)`` for the default committee (`dphype.privacy.noise.COMMITTEE_TALLIES`):
+            all the tallies' shares add.
+        integer_noise: ``True``.
     """
 
     name = "committee-sum"
+    released = "the noisy vote sum of the ballots a tally committee verified, with noise the tallies make"
     forecast = Forecast.NOISY_SUM
     opens = OPENS_SUM
-
-    @property
-    def noise_inflation(self) -> float:
-        """``sqrt(parties / h)`` for the default committee (`dphype.privacy.noise.COMMITTEE_TALLIES`): all shares add.
-
-        Returns:
-            The factor, ``sqrt(3 / 2)`` for 3 tallies.
-        """
-        return committee_sum_std(1.0, COMMITTEE_TALLIES)
-
-    @staticmethod
-    def _check_noise(noise: str) -> None:
-        """Refuse a noise kind the MPC cannot add exactly (it adds integers)."""
-        if not noise_kind(noise).integer:
-            integer = noise_kind_names(integer=True)
-            raise ValueError(f"release='committee-sum' adds the tallies' integer noise under MPC: noise must be "
-                             f"{' or '.join(map(repr, integer))}, got {noise!r}; set noise={integer[0]!r} "
-                             f"(--noise {integer[0]})")
-
-    def calibrate(self, config: Settings, candidates: CandidateList) -> float:
-        """Solve ``sigma`` for integer noise (`dphype.privacy.accounting.calibrate`), what any ``h`` tallies add.
-
-        Args:
-            config: The configuration.
-            candidates: The public candidate list.
-
-        Returns:
-            The noise std ``sigma`` of any ``h`` tallies' shares.
-
-        Raises:
-            ValueError: If the budget is invalid or the noise kind is not an integer kind.
-        """  # noqa: DOC502
-        self._check_noise(config.noise)
-        return calibrate_release(config.epsilon, config.delta, config.k, num_candidates=len(candidates),
-                                 accountant=config.accountant, noise=config.noise,
-                                 neighbouring=config.neighbouring).sigma
-
-    def check_sigma(self, request: Request) -> None:
-        """Refuse real noise, and a ``sigma`` or ``k`` the vote release cannot describe (`SumRelease.check_sigma`).
-
-        Args:
-            request: The request being built.
-
-        Raises:
-            ValueError: If the noise is not an integer kind, ``sigma`` is not positive, or ``k`` is not in ``[1, p]``.
-        """  # noqa: DOC502
-        self._check_noise(request.config.noise)
-        SumRelease().check_sigma(request)
-
-    def accounting(self, request: Request) -> VoteRelease:
-        """The noisy vote sum the request describes (`SumRelease.accounting`).
-
-        Args:
-            request: The request.
-
-        Returns:
-            The vote release.
-        """
-        return SumRelease().accounting(request)
-
-    def check_claims(self, request: Request) -> None:
-        """The client recomputes epsilon from the announced ``sigma`` (`SumRelease.check_claims`).
-
-        Args:
-            request: The request.
-        """  # noqa: DOC502
-        SumRelease().check_claims(request)
-
-    def announced_epsilon(self, request: Request) -> float:
-        """The announced epsilon, which a node holds against its limit (`SumRelease.announced_epsilon`).
-
-        Args:
-            request: The request.
-
-        Returns:
-            The configuration's epsilon.
-        """
-        return SumRelease().announced_epsilon(request)
+    noise_inflation = committee_sum_std(1.0, COMMITTEE_TALLIES)
+    integer_noise = True
 
     def node_cost(self, request: Request, *, survivors: int, delta: float, accountant: str,
                   neighbouring: str) -> NodeCost:
@@ -1300,7 +1205,7 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
         parties = len(request.tallies)
         noise_std = committee_sum_std(request.sigma, parties)  # all the shares added
         report = replace(
-            privacy_report(self.accounting(request), cfg.delta, clients=cfg.clients, dropout=cfg.dropout,
+            privacy_report(vote_release(request), cfg.delta, clients=cfg.clients, dropout=cfg.dropout,
                            accountant=cfg.accountant),
             survivors=valid, client_std=0.0, ballots_verified=True, excluded=opening.excluded,
             released=(f"noisy vote sum of the ballots a committee of {parties} tallies verified on MPyC; noise made "
@@ -1327,7 +1232,7 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
                                      repetitions=repetitions, rng=rng, per_tally=per_client, noise=request.config.noise)
 
     def describe(self, request: Request) -> str:
-        """The sum release's parameters (`SumRelease.describe`), the committee and its noise.
+        """The noisy vote sum's parameters (as `SumRelease.describe`), the committee and its noise.
 
         Args:
             request: The request.
@@ -1336,17 +1241,5 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
             The description, ``key=value, ...``.
         """
         parties = len(request.tallies)
-        return (f"{SumRelease().describe(request)}, tallies={parties}, ballots verified, committee noise std="
+        return (f"{_vote_sum_words(request)}, tallies={parties}, ballots verified, committee noise std="
                 f"{committee_sum_std(request.sigma, parties):.4g}")
-
-    def describe_plan(self, config: Settings, plan: Plan) -> str:
-        """As `SumRelease.describe_plan`: the rule on the released noisy vote sum.
-
-        Args:
-            config: The configuration.
-            plan: The planner's prediction for it.
-
-        Returns:
-            The words.
-        """
-        return SumRelease().describe_plan(config, plan)

@@ -16,6 +16,7 @@ from dphype.modes import (
     RELEASE_MODES,
     Aggregator,
     ArgmaxRelease,
+    CommitteeMode,
     CommitteeSumRelease,
     ReleaseMode,
     SumRelease,
@@ -27,7 +28,7 @@ from dphype.privacy.accounting import calibrate, mechanism_epsilon, vote_sensiti
 from dphype.privacy.noise import client_noise_variance, min_survivors, replay_noisy_sums
 from dphype.privacy.winner import WINNER_NOISE, replay_winners, winner_probabilities
 from dphype.protocol import VoteRequest, make_vote_request
-from dphype.secure.tally import Tally
+from dphype.secure.tally import OPENS_ARGMAX, OPENS_SUM, Tally
 from dphype.selection.ballots import BallotForm
 from dphype.selection.candidates import candidate_grid as grid
 from dphype.selection.planner import Forecast, PlannedRelease, plan
@@ -72,7 +73,7 @@ def test_an_unknown_name_names_the_parameter_the_allowed_names_and_the_fix(name:
 def test_every_mode_round_trips_through_the_configuration_and_json(name: str, committee: tuple[bytes, ...]) -> None:
     mode = release_mode(name)
     assert isinstance(mode, RELEASE_MODES[name]) and mode.name == name
-    assert release_mode(json.loads(json.dumps(mode.to_json()))) == mode
+    assert release_mode(json.loads(json.dumps(mode.name))) == mode
     config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=10, release=name)
     assert config.mode == mode and config.release == name
     assert DPHypeConfig.from_run_config({"epsilon": 1, "delta": 1e-5, "k": 2, "clients": 10, "release": name}) == config
@@ -98,6 +99,20 @@ def test_a_subclass_that_sets_a_name_registers_itself_once() -> None:
     assert list(RELEASE_MODES) == ["sum", "argmax", "committee-sum"]
     with pytest.raises(TypeError):
         ReleaseMode()  # type: ignore[abstract]
+
+
+def test_a_mode_is_described_by_plain_data_and_accounted_by_five_methods_of_its_own() -> None:
+    """What the server, the clients, the tallies and the planner read of a mode is class data; the accounting
+    defaults to the noisy vote sum's, so a mode implements only what differs."""
+    assert ReleaseMode.__abstractmethods__ == {"node_cost", "ballot", "release", "replay", "describe"}
+    assert CommitteeMode.__abstractmethods__ == ReleaseMode.__abstractmethods__ - {"ballot"} | {"tally_noise"}
+    described = {name: (mode.aggregator, mode.opens, mode.forecast, mode.noise_inflation, mode.integer_noise,
+                        mode.default_ballot, mode.graded_ballots) for name, mode in RELEASE_MODES.items()}
+    assert described == {
+        "sum": (Aggregator.SECAGG, None, Forecast.NOISY_SUM, 1.0, False, "top-k", False),
+        "argmax": (Aggregator.COMMITTEE, OPENS_ARGMAX, Forecast.WINNER, 1.0, False, "auto", True),
+        "committee-sum": (Aggregator.COMMITTEE, OPENS_SUM, Forecast.NOISY_SUM, pytest.approx(math.sqrt(1.5)), True,
+                          "top-k", False)}
 
 
 def test_only_the_committee_carries_tallies(committee: tuple[bytes, ...]) -> None:

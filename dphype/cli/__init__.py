@@ -143,12 +143,13 @@ def add_selection_arguments(parser: argparse.ArgumentParser, *, release: str = "
     from dphype.modes import RELEASE_MODES
 
     parser.add_argument("--release", choices=tuple(RELEASE_MODES), default=release,
-                        help="release mode: sum (the noisy vote sum over SecAgg+) or argmax (only the winner's "
-                             "index from a secure argmax among 3 tallies, noise sampled inside the MPC); default "
-                             f"{release}")
+                        help="release mode: " + "; ".join(f"{name} ({mode.released})"
+                                                          for name, mode in RELEASE_MODES.items())
+                             + f"; default {release}")
+    graded = " or ".join(name for name, mode in RELEASE_MODES.items() if mode.graded_ballots)
     parser.add_argument("--ballot", default=None,
-                        help="the clients' ballot: top-k (with --k), rank:D[:BITS] or score:M[:BITS] (graded, argmax "
-                             "release only); default: the release's (dphype.modes.ReleaseMode.default_ballot)")
+                        help="the clients' ballot: top-k (with --k), rank:D[:BITS] or score:M[:BITS] (graded, "
+                             f"{graded} release only); default: the release mode's default_ballot")
 
 
 def add_noise_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,8 +7,10 @@ The app (``dphype/templates/app``, shipped as package data) is the README's embe
 policy keys (`dphype.node.policy.POLICY_KEYS`) documented. ``--release`` sets the run config's ``release``:
 ``argmax`` (default) releases only the winner, computed by 3 tally nodes that the ClientApp's mod
 `dphype.flower.simulated_roles` simulates beside the voters and the ServerApp finds with
-`dphype.flower.connected_committee`; ``sum`` releases the noisy vote sum over SecAgg+. The same two app files
-serve both. It runs as written with ``dphype run`` in the app's folder (`dphype.cli.run`).
+`dphype.flower.connected_committee`; ``sum`` releases the noisy vote sum over SecAgg+; any registered mode
+(`dphype.modes.RELEASE_MODES`) may be named. The same two app files serve every mode, and the run config's ``k`` is
+the planner's recommendation for the mode (`template_k`). It runs as written with ``dphype run`` in the app's folder
+(`dphype.cli.run`).
 """
 
 from __future__ import annotations
@@ -20,11 +22,15 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-#: The template's ``k`` per release: the planner's recommendation (`dphype.flower.DPHype.plan`) for the template's 8
-#: candidates, 10 clients, epsilon 1 and delta 1e-5 (argmax, with the committee's noise: the moderate scenario's
-#: simulated chance of a good pick 0.81 with a top-2 ballot, what the default auto ballot votes here; sum: 0.45, with
-#: the planner's warning: the sum release needs more clients or a larger epsilon). tests/cli/test_new.py checks it.
-TEMPLATE_K: dict[str, int] = {"argmax": 2, "sum": 1}
+#: The template app's candidate list (its ``server_app.py``), as `dphype.selection.candidates.candidate_grid`'s
+#: keyword arguments.
+TEMPLATE_GRID: dict[str, list[float]] = {"lr": [0.001, 0.01, 0.1, 1.0], "steps": [5, 50]}
+
+#: The template's run config (its ``pyproject.toml``) that the planner reads to choose its ``k`` (`template_k`).
+TEMPLATE_RUN: dict[str, Any] = {"epsilon": 1.0, "delta": 1e-5, "clients": 10}
+
+#: The ``k`` the planner compares for the template's 8 candidates.
+TEMPLATE_KS: tuple[int, ...] = (1, 2, 3, 4)
 
 #: Template file -> path in the app (``{package}`` is the app's Python package).
 FILES: dict[str, str] = {
@@ -42,9 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser: The sub-command's parser.
     """
     parser.add_argument("app_dir", help="folder to create (must not exist, or be empty); its name names the app")
-    parser.add_argument("--release", choices=tuple(TEMPLATE_K), default="argmax",
-                        help="the run config's release: argmax (only the winner, from 3 simulated tally nodes; "
-                             "default) or sum (the noisy vote sum over SecAgg+)")
+    from dphype.modes import RELEASE_MODES
+
+    parser.add_argument("--release", choices=tuple(RELEASE_MODES), default="argmax",
+                        help="the run config's release: " + "; ".join(f"{name} ({mode.released})"
+                                                                       for name, mode in RELEASE_MODES.items())
+                             + "; default argmax (a committee's 3 tally nodes are simulated beside the voters); the "
+                               "app's k is the planner's recommendation for the release")
 
 
 def package_name(folder: Path) -> str:
@@ -63,6 +73,32 @@ def package_name(folder: Path) -> str:
     if not name:
         raise ValueError(f"app_dir must end in a name with a letter or digit, got {str(folder)!r}")
     return f"app_{name}" if name[0].isdigit() else name
+
+
+def template_k(release: str) -> int:
+    """The planner's recommended top-k ``k`` for the template app under ``release`` (`dphype.selection.planner.plan`).
+
+    The template's candidates (`TEMPLATE_GRID`) and run config (`TEMPLATE_RUN`), the mode's forecast of the moderate
+    scenario, among `TEMPLATE_KS`.
+
+    Args:
+        release: The release mode's name.
+
+    Returns:
+        ``k``.
+
+    Raises:
+        ValueError: For a name that is no registered mode (`dphype.modes.release_mode`).
+    """  # noqa: DOC502
+    from dphype.config import DPHypeConfig
+    from dphype.selection.candidates import candidate_grid
+    from dphype.selection.planner import plan
+
+    cfg = DPHypeConfig(**TEMPLATE_RUN, k=1, release=release, ballot="top-k")
+    candidates = candidate_grid(**TEMPLATE_GRID)
+    return plan(cfg.clients, cfg.epsilon, cfg.delta, candidates.feature_space(), len(candidates), dropout=cfg.dropout,
+                rule=cfg.rule, noise=cfg.noise, accountant=cfg.accountant, neighbouring=cfg.neighbouring,
+                ks=TEMPLATE_KS, release=cfg.mode, search=False).k
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -87,7 +123,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     keys = "\n".join(f"#   {key} = {default!r}: {meaning}".replace("None", "none") for key, (default, meaning)
                      in POLICY_KEYS.items())
     values = {"project": package.replace("_", "-"), "package": package, "version": __version__, "policy_keys": keys,
-              "release": args.release, "k": TEMPLATE_K[args.release]}
+              "release": args.release, "k": template_k(args.release),
+              "grid": ", ".join(f"{key}={values!r}" for key, values in TEMPLATE_GRID.items())}
     templates = files("dphype") / "templates" / "app"
     written = []
     for template, target in FILES.items():

@@ -10,9 +10,10 @@ import pytest
 from flwr.app import Context, RecordDict
 
 from dphype.cli import main
-from dphype.cli.new import TEMPLATE_K
+from dphype.cli.new import TEMPLATE_GRID, TEMPLATE_KS, TEMPLATE_RUN
 from dphype.flower import selected_candidate
 from dphype.flower.local import LocalGrid, node_id
+from dphype.modes import RELEASE_MODES, Aggregator
 
 SUMMARY = r"DP-Hype selected candidate \d of 8: lr=[0-9.e-]+, steps=\d+\n"
 
@@ -45,15 +46,17 @@ def test_new_writes_an_app_that_selects_and_trains_in_process(tmp_path, capsys, 
     assert project["tool"]["flwr"]["app"]["components"] == {"serverapp": "my_app.server_app:app",
                                                             "clientapp": "my_app.client_app:app"}
     run_config = project["tool"]["flwr"]["app"]["config"]
-    assert run_config == {"release": release, "epsilon": 1.0, "delta": 1e-5, "k": TEMPLATE_K[release], "clients": 10,
-                          "num-server-rounds": 3}
+    assert run_config == {"release": release, "epsilon": 1.0, "delta": 1e-5, "k": {"argmax": 2, "sum": 1}[release],
+                          "clients": 10, "num-server-rounds": 3}
+    assert {key: run_config[key] for key in TEMPLATE_RUN} == TEMPLATE_RUN  # what the planner chose k for
     assert "#   dphype-max-epsilon = 1.0: largest epsilon" in (folder / "pyproject.toml").read_text()
     client = load(folder / "my_app" / "client_app.py", f"new_client_app_{release}")
     server = load(folder / "my_app" / "server_app.py", f"new_server_app_{release}")
-    nodes = 10 + (3 if release == "argmax" else 0)
+    committee = RELEASE_MODES[release].aggregator is Aggregator.COMMITTEE
+    nodes = 10 + (3 if committee else 0)
     # in argmax mode the simulated_roles mod gives every node its role and its simulated federation, as in a Ray
     # worker; in sum mode the grid makes its nodes' roster (the node policy would in a Ray worker)
-    grid = LocalGrid(client.app, nodes, run_config=run_config, federation=release != "argmax")
+    grid = LocalGrid(client.app, nodes, run_config=run_config, federation=not committee)
     server.app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config))
     guarantee = r"\(1, 2e-19\)-DP" if release == "argmax" else r"\(1, 1e-05\)-DP"  # argmax: its sampler's delta
     assert re.search(SUMMARY + r".*\nprivacy: " + guarantee + " per client", capsys.readouterr().out)
@@ -63,29 +66,55 @@ def test_new_writes_an_app_that_selects_and_trains_in_process(tmp_path, capsys, 
     assert not any(r.has_error() for r in grid.replies)
 
 
-def test_the_templates_k_is_the_planners_choice_for_its_candidates():
-    """TEMPLATE_K is the k with the highest simulated chance of a good pick for the template's 8 candidates, 10
-    clients, epsilon 1 (the argmax release's over 0.7 with the committee's noise)."""
+def test_every_mode_gets_an_app_whose_k_is_the_planners_choice_for_its_candidates(tmp_path, capsys):
+    """``--release`` offers every registered mode; the app's k is the k with the highest simulated chance of a good
+    pick for the template's 8 candidates, 10 clients, epsilon 1 (the argmax release's over 0.7 with the committee's
+    noise), planned as the server plans a run."""
     from dphype.config import DPHypeConfig
     from dphype.flower import DPHype
     from dphype.selection.candidates import candidate_grid
 
-    candidates = candidate_grid(lr=[0.001, 0.01, 0.1, 1.0], steps=[5, 50])  # the template's (server_app.py)
+    candidates = candidate_grid(**TEMPLATE_GRID)
+    assert f"candidate_grid({', '.join(f'{k}={v!r}' for k, v in TEMPLATE_GRID.items())})" in (
+        new_app(tmp_path / "grid") / "grid" / "server_app.py").read_text()  # the template's candidates
     tallies = tuple(bytes([j]) * 32 for j in range(3))
-    for release, k in TEMPLATE_K.items():
-        keys = tallies if release == "argmax" else ()
-        success = {kk: DPHype(candidates, DPHypeConfig(epsilon=1.0, delta=1e-5, k=kk, clients=10, release=release,
-                                                       ballot="top-k"),
-                              tallies=keys).plan().success for kk in range(1, 5)}
+    for release, mode in RELEASE_MODES.items():
+        k = tomllib.loads((new_app(tmp_path / release, "--release", release) / "pyproject.toml").read_text())[
+            "tool"]["flwr"]["app"]["config"]["k"]
+        keys = tallies if mode.aggregator is Aggregator.COMMITTEE else ()
+        success = {kk: DPHype(candidates, DPHypeConfig(**TEMPLATE_RUN, k=kk, release=release, ballot="top-k"),
+                              tallies=keys).plan().success for kk in TEMPLATE_KS}
         assert max(success, key=success.get) == k, (release, success)
         if release == "argmax":  # the default: a first run worth having
-            assert success[k] >= 0.7
+            assert success[k] >= 0.7 and k == 2
     # the argmax release's default ballot ("auto") needs no k: its k follows from p, epsilon and n (here its floor of
     # 2 votes, the planner's choice above)
     auto = DPHype(candidates, DPHypeConfig(epsilon=1.0, delta=1e-5, k=1, clients=10, release="argmax"),
                   tallies=tallies)
-    assert auto.config.ballot == "auto" and auto.plan().k == 2 == TEMPLATE_K["argmax"]
+    assert auto.config.ballot == "auto" and auto.plan().k == 2
     assert auto.plan().success >= 0.7
+
+
+def test_a_new_mode_is_offered_with_no_other_edit(tmp_path):
+    """One class registers a mode: ``dphype new`` and the commands' ``--release`` offer it, its app asks the planner
+    for its k, and a name no class registered is refused."""
+    from dphype.cli import build_parser
+    from dphype.cli.new import template_k
+    from dphype.modes import CommitteeSumRelease
+
+    try:
+        class Quieter(CommitteeSumRelease):  # a throwaway committee mode: one class
+            name = "quieter"
+
+        args = build_parser(["new"]).parse_args(["new", str(tmp_path / "q"), "--release", "quieter"])
+        assert args.release == "quieter"
+        planned = ["plan", "--clients", "10", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3"]
+        assert build_parser(["plan"]).parse_args([*planned, "--release", "quieter"]).release == "quieter"
+        assert template_k("quieter") == template_k("committee-sum")  # the same forecast, the same k
+    finally:
+        RELEASE_MODES.pop("quieter", None)
+    with pytest.raises(SystemExit):
+        build_parser(["new"]).parse_args(["new", str(tmp_path / "q"), "--release", "quieter"])
 
 
 def test_new_refuses_a_folder_that_is_not_empty(tmp_path, capsys):
