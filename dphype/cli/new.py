@@ -92,12 +92,15 @@ def template_k(release: str) -> int:
     """  # noqa: DOC502
     from dphype.config import DPHypeConfig
     from dphype.selection.candidates import candidate_grid
+    from dphype.selection.forecasts import Forecast
     from dphype.selection.planner import plan
 
     cfg = DPHypeConfig(**TEMPLATE_RUN, k=1, release=release, ballot="top-k")
     candidates = candidate_grid(**TEMPLATE_GRID)
+    # a winner forecast's k does not depend on the server's rule: planning it with argmax spares the GP's torch import
+    rule = "argmax" if cfg.mode.forecast is Forecast.WINNER else cfg.rule
     return plan(cfg.clients, cfg.epsilon, cfg.delta, candidates.feature_space(), len(candidates), dropout=cfg.dropout,
-                rule=cfg.rule, noise=cfg.noise, accountant=cfg.accountant, neighbouring=cfg.neighbouring,
+                rule=rule, noise=cfg.noise, accountant=cfg.accountant, neighbouring=cfg.neighbouring,
                 ks=TEMPLATE_KS, release=cfg.mode, search=False).k
 
 
