@@ -95,7 +95,7 @@ if TYPE_CHECKING:
 #: request it sends, and the client refuses it before scoring.
 SIGMA_SLACK = 1.001
 
-#: The argmax release's ballot unless the configuration names one (issue 25's measurements: README "Ballots").
+#: The argmax release's ballot unless the configuration names one (README "Ballots").
 DEFAULT_ARGMAX_BALLOT = "auto"
 
 #: Every release mode by its configuration name (``DPHypeConfig.release``), in the order they were defined (the

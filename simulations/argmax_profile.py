@@ -1,4 +1,4 @@
-"""Where an argmax-mode selection's time goes, and how it compares with the sum mode (issue 14).
+"""Where an argmax-mode selection's time goes, and how it compares with the sum mode.
 
 Part by part, for ``--candidates`` candidates (default 100) and each ``n`` of ``--clients``:
 

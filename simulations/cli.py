@@ -30,16 +30,16 @@ STUDIES: dict[str, tuple[str, str]] = {
     "resources": ("simulations.resources", "Table IV: local evaluation time/memory, SecAgg+ voting bytes/time"),
     "distributions": ("simulations.distributions", "Figs. 3, 6-8: Dirichlet label plots and accuracy histograms"),
     "secagg-profile": ("simulations.secagg_profile",
-                       "in-process secure-sum round: time per stage and component, bytes, state (issue 13)"),
+                       "in-process secure-sum round: time per stage and component, bytes, state"),
     "speed": ("simulations.speed", "batched vs sequential local evaluation, synthetic and voting timings"),
     "ksweep": ("simulations.ksweep",
-               "the argmax release's k: the measured sweep against the planner's advice (issue 14)"),
+               "the argmax release's k: the measured sweep against the planner's advice"),
     "ksweep-report": ("simulations.ksweep_report",
-                      "the ballot grid's tables from ksweep runs: gaps behind the best k, floor per cell (issue 25)"),
+                      "the ballot grid's tables from ksweep runs: gaps behind the best k, floor per cell"),
     "argmax-profile": ("simulations.argmax_profile",
                        "argmax mode part by part (client shares, tallies, secure argmax on MPyC) vs the sum mode"),
     "committee": ("simulations.committee",
-                  "the tally committee with ballot checks and committee noise: seconds, traffic, memory (issue 23)"),
+                  "the tally committee with ballot checks and committee noise: seconds, traffic, memory"),
 }
 
 

@@ -1,4 +1,4 @@
-"""The tally committee's cost with ballot checks and committee noise (issue 23, item 6).
+"""The tally committee's cost with ballot checks and committee noise.
 
 For ``--candidates`` candidates (default 100) and each ``n`` of ``--clients``, one argmax selection's committee
 part in process, through the real code (:class:`dphype.modes.ArgmaxRelease` for the clients,

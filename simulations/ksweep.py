@@ -1,4 +1,4 @@
-"""The argmax release's ``k``: the measured sweep against the planner's advice (issue 14, item 5).
+"""The argmax release's ``k``: the measured sweep against the planner's advice.
 
 For every federation (the tradeoff study's cached arrays: each client's local scores and the FedAvg test
 accuracy of every candidate), every epsilon and every neighbouring relation of ``--neighbourings``:
@@ -18,7 +18,7 @@ accuracy of every candidate), every epsilon and every neighbouring relation of `
 The planner sees no data: it answers from ``n``, epsilon, the relation and its scenario alone, so one call
 serves every federation with the same ``n``.
 
-**Ballots** (issue 25): every ballot of ``--ballots`` (names of :class:`dphype.selection.voting.Ballot`, e.g.
+**Ballots**: every ballot of ``--ballots`` (names of :class:`dphype.selection.voting.Ballot`, e.g.
 ``rank:20:2`` or ``score:0.05``) is cast by every client on the same scores and replayed on the same seeds
 (noise scaled by its largest entry, :func:`dphype.privacy.winner.noise_parameter`; an ``auto`` ballot resolved at each
 point with all ``n`` clients voting, :meth:`dphype.selection.voting.Ballot.resolve`). ``ksweep_ballots.csv`` has,

@@ -1,4 +1,4 @@
-"""The ballot grid's tables from ``dphype bench ksweep`` runs (issue 25): every number of README "Ballots".
+"""The ballot grid's tables from ``dphype bench ksweep`` runs: every number of README "Ballots".
 
 ``dphype bench ksweep`` measures one data set per run (its ``ksweep.csv``: the gap to Opt and the shares within 1 and 2
 points at every ``k`` of the sweep; its ``ksweep_ballots.csv``: the same for each ballot of ``--ballots``). This study

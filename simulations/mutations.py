@@ -1,4 +1,4 @@
-"""Noise, slack and integrity mutations: apply each known bug (noise, slack, issue 23's over-spends and silent
+"""Noise, slack and integrity mutations: apply each known bug (noise, slack, over-spends and silent
 regressions) to a temporary copy of the repository and run the test files that should catch it; print, per
 mutation, which test files fail (catch it) and which pass.
 

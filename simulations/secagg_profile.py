@@ -1,4 +1,4 @@
-"""Where a secure vote's time goes: one round of DP-Hype's SecAgg+ in process, by stage and component (issue 13).
+"""Where a secure vote's time goes: one round of DP-Hype's SecAgg+ in process, by stage and component.
 
 The round runs through the real server adapter (:func:`dphype.flower.server.secagg.run_secure_sum`) and client
 handler (:func:`dphype.flower.client.secagg.secure_vote_reply`) on the in-process grid of
@@ -18,8 +18,8 @@ the roster's identity signature checks (each verdict once per process, `dphype.s
 nodes, in a deployment once per node), the public graph, the node state's (de)serialization and the grid's
 per-message copy (a transport stand-in). ``other`` is the rest (Flower's records and messages, the loops, numpy).
 ``cpu_seconds`` is the round's CPU time (steadier than wall time on a shared machine). Message and state sizes are
-the serialized protobuf sizes. The nodes are members of a roster of their own (as in a simulation or a deployment
-since issue 23: every key-list entry carries its member's identity signature and every node checks them all);
+the serialized protobuf sizes. The nodes are members of a roster of their own (as in a simulation or a deployment,
+where every key-list entry carries its member's identity signature and every node checks them all);
 ``--no-roster`` runs the unauthenticated round an operator must opt into.
 """
 

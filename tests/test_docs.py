@@ -4,6 +4,7 @@ sections of the docstrings."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import warnings
 
 from helpers import REPO as ROOT
@@ -45,3 +46,17 @@ def test_module_specs_reach_the_lazily_exported_modules():
     assert specs[0] == "dphype" and specs[-1].startswith("!")
     assert any(name.startswith("dphype.flower.") for name in specs)  # dphype.flower's __all__ hides them
     assert not any(name.rpartition(".")[2].startswith("_") for name in specs[:-1])
+
+
+#: Where the project's history stays out: the code, its tests and benchmarks, the operators' scripts and the docs.
+HISTORY_FREE = ("dphype", "tests", "simulations", "docs", "server", "clients")
+
+
+def test_no_tracker_numbers_in_the_code_or_the_docs():
+    pattern = re.compile(r"\b[Ii]ssues? \d+")
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+             for folder in HISTORY_FREE for path in sorted((ROOT / folder).rglob("*"))
+             if path.suffix in {".py", ".md", ".sh", ".tmpl", ".toml"} and path.is_file()
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
+    assert not found, "docstrings and docs are contracts, not history; name the behaviour, not the ticket:\n" + \
+        "\n".join(found)

@@ -249,7 +249,7 @@ def test_the_committee_sum_is_the_sum_releases_accounting_with_noise_the_tallies
     with pytest.raises(ValueError, match=r"survivors must be an integer in \[7, 10\]"):  # 8 less 1 in 10
         mode.release(request, Opening(noisy_sum, ("6", "7", "8", "9")), 10)  # 6 valid ballots: below the floor
     assert "ballots verified, committee noise std=" in mode.describe(request)
-# ----------------------------------------------------------------------------------- the ballot (issue 25)
+# ----------------------------------------------------------------------------------- the ballot
 def test_each_mode_has_its_default_ballot_and_only_argmax_takes_graded_ones() -> None:
     base = {"epsilon": 1.0, "delta": 1e-5, "k": 2, "clients": 10}
     assert DPHypeConfig(**base).ballot == "top-k"

@@ -1,5 +1,5 @@
 """Refusals: a fixed set of reason codes, and any client-side exception turned into a code and a short
-message without data values (issue 8: a duplicate candidate echoed a patient record to the server)."""
+message without data values (a duplicate candidate echoed a patient record to the server)."""
 
 import json
 
@@ -51,7 +51,7 @@ def test_codes_are_a_fixed_set_and_details_are_short():
     assert len(Refusal("client_error", "x" * 1000).detail) == MAX_DETAIL
 
 
-# ------------------------------------------------------------- issue 15: every refusal names its key and remedy
+# ------------------------------------------------------------- every refusal names its key and remedy
 def preflight_failure(caplog, app_scores, node_config: dict, **request) -> tuple[str, str]:
     """Run a selection of 4 nodes that refuse; return (the server's error, the nodes' log)."""
     import logging

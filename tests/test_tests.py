@@ -54,7 +54,7 @@ def test_every_test_that_starts_flwr_run_moves_its_local_superlink_off_the_users
     """``flwr run`` on its default connection starts (or joins!) Flower's local SuperLink on fixed ports (39091 /
     39093), whatever ``FLWR_HOME`` says: a test module that starts ``flwr run`` must take its environment from
     ``offline_env``, which moves them to free ports (or run apps through ``dphype run`` / ``LocalSuperLink``), so that
-    ``make test`` passes while a user's ``flwr run .`` runs beside it (issue 24)."""
+    ``make test`` passes while a user's ``flwr run .`` runs beside it."""
     from helpers import LOCAL_SUPERLINK_PORTS, offline_env
 
     starts = re.compile(r"""["']flwr["']\)?,\s*["']run["']""")

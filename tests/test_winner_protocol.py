@@ -186,7 +186,7 @@ def test_planner_predicts_both_modes_on_the_same_votes_and_recommends_one():
     ("replace-one", 1 + 2 * EPSILON_RTOL, False), ("replace-one", 1.01, False),
     ("add-remove", 0.5, True), ("add-remove", 0.5 * (1 + 2 * EPSILON_RTOL), False)])
 def test_the_nodes_argmax_epsilon_check_holds_at_its_boundary(tallies, tmp_path, relation, factor, admitted):
-    """Issue 23: the node's limit on the pure epsilon it recomputes for an argmax request has no slack beyond
+    """The node's limit on the pure epsilon it recomputes for an argmax request has no slack beyond
     ``EPSILON_RTOL`` (a 5% slack passed every test). Its limit is 1 under replace-one; an add-remove request's noise
     costs it twice the announced epsilon."""
     req = argmax_request(tallies, epsilon=factor, neighbouring=relation)

@@ -36,7 +36,7 @@ post-processing.
    nodes agree on who survived; and it signs only if its
    connected component among the survivors -- which every unmaskable sum containing its vector must
    include -- has at least ``L`` nodes. The ledger entry (item 5) is therefore at least what any release
-   of its vote carries. The attacks of issue 13 are refused this way: a request claiming 1023 clients
+   of its vote carries. Such attacks are refused this way: a request claiming 1023 clients
    with 5 taking part (the round has 5 nodes, not 921 or more), a graph split into cliques at ``xi = 0``
    (each clique sees a key list of 5 for 10 announced), survivor sets that cut the graph or differ between
    nodes (the component check, the quorum).

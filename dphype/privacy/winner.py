@@ -40,7 +40,7 @@ entries are non-zero: only the per-entry range ``[0, G]``, which the tally commi
 (`dphype.selection.ballots.BallotForm.check`). A ballot outside the range would void the bound, which is why
 the form is part of the approved request and checked before the argmax.
 
-Graded ballots (issue 25). `dphype.selection.voting` makes ballots of entries in ``[0, G]`` from a client's
+Graded ballots. `dphype.selection.voting` makes ballots of entries in ``[0, G]`` from a client's
 scores (by rank or by score): each is a deterministic function of the client's own data, so the argument
 above applies to them unchanged with their ``G``. The noise grows with ``G`` (std about ``sqrt(2) shift G /
 epsilon``), but so do the counts: a graded ballot pays for its resolution only where its entries use less than
@@ -81,7 +81,7 @@ is valid whatever its data (it checks its own ballot before it shares), so that 
 clients' ballots only and costs an honest client nothing. A tally that deviates from the protocol (MPyC's model is
 semi-honest) is out of scope.
 
-Utility (issue 23). The committee's noise is one discrete Laplace per count, as the client-made noise of the first
+Utility. The committee's noise is one discrete Laplace per count, as the client-made noise of the first
 argmax release was without dropout (its ``n/m`` shares then carried ``1/(1 - xi)`` times the variance), and not
 trusted to any client. The committee's own shares that this sampler replaced (each tally drew ``NB(1/h) - NB(1/h)``
 so that any ``h = 2`` of 3 honest tallies carried one discrete Laplace, since a tally knows its own share) added up

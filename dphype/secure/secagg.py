@@ -85,7 +85,7 @@ verified a receipt over ``D`` from every node of ``U3``, which a node signs only
 round. Without the receipts a server could list as survivors nodes whose keys it put in ``D``'s key list but
 who never took part (they vote in a second round built from the same advertised keys, whose vectors cancel
 the masks towards them): every component check counted them, and a sum of 6 noise shares was unmasked where
-the ledgers assumed 10 (issue 23). A committee member checks ``|U3|`` receipts, the other nodes none.
+the ledgers assumed 10. A committee member checks ``|U3|`` receipts, the other nodes none.
 (iii) Hence the server obtains ``b_v`` only for nodes of ``U3`` and mask keys ``s_w`` only of nodes outside it, so
 the mask ``PRG(s_xy)`` between two neighbours ``x, y`` of ``U3`` cancels only when both vectors are in the sum: a
 sum the server can unmask that contains ``y_u`` contains ``u``'s whole connected component in the public graph
@@ -98,8 +98,8 @@ charged in stage 2 (its own policy's accounting at ``L`` contributors,
 (`noise_share_bound`). The holders of ``u``'s secrets that are in ``U3`` are its neighbours, in the
 same component, so they refuse exactly when ``u`` does. Without the consistency round and the public graph
 no such bound holds -- the server may partition the graph or show nodes different survivor sets -- and a
-node could only assume a single noise share: the partitioned-graph and over-claimed-``n`` attacks of
-issue 13 unmasked sums of 5 to 10 votes that way.
+node could only assume a single noise share: a partitioned graph or an over-claimed ``n``
+unmasks sums of 5 to 10 votes that way.
 
 Assumptions: no node colludes with the server (a colluding committee member may sign two views: with ``c``
 of them the quorum would need ``(|committee| + c) / 2``), and no Sybils: with a roster every key list entry

@@ -483,7 +483,7 @@ def majority_threshold(num_shares: int) -> int:
 
 
 def check_share_threshold(clients: int, num_shares: int, threshold: int) -> None:
-    """What a client can check itself before any secret leaves it (issue 8, item 4): the one home of the rule.
+    """What a client can check itself before any secret leaves it: the one home of the rule.
 
     The client's secrets have ``num_shares`` holders (its neighbours and itself, each answering the
     unmask request once). An active server that tells some holders "survived" and others "dropped"

@@ -122,7 +122,7 @@ def test_the_app_run_config_names_the_committee_size():
 
 
 def test_an_argmax_selection_without_tally_keys_names_the_remedy():
-    """The error a user of their own ServerApp meets first (issue 24): it says how to find the committee."""
+    """The error a user of their own ServerApp meets first: it says how to find the committee."""
     from dphype.flower import DPHype
 
     with pytest.raises(ValueError, match=r"release='argmax' needs the tally committee's public keys, got none: pass "
@@ -143,7 +143,7 @@ def test_the_connected_committee_of_a_sum_release_is_none_and_its_voters_are_the
 
 def test_a_simulated_voter_pins_the_committee_its_operator_made_and_a_deployed_one_is_never_given_tallies(
         tmp_path, monkeypatch):
-    """Issue 23, safe tallies by default: a node seals shares only to tallies its operator pinned. In Flower's
+    """Safe tallies by default: a node seals shares only to tallies its operator pinned. In Flower's
     simulation the operator made the committee (its key files), so the bundled app's voters pin those keys in their
     node config (never from the run config: the server cannot name a tally); a deployed voter gets nothing, its
     operator's own dphype-tallies is kept, and without one it refuses the pre-flight naming the key to set."""

@@ -68,7 +68,7 @@ def test_demo_runs_from_a_wheel_in_a_fresh_venv(tmp_path, wheel):
 
 def test_a_clientapp_process_imports_neither_torch_nor_scipy_until_it_needs_them():
     """A deployed node starts one ClientApp process per message; those serving SecAgg+ stages need neither the
-    torch training engine nor scipy's solvers (issue 15: seconds of imports per stage and node)."""
+    torch training engine nor scipy's solvers (seconds of imports per stage and node)."""
     code = ("import sys, dphype.app.client, dphype\n"
             "dphype.candidate_grid(lr=[0.1, 1.0])\n"
             "print(sorted(m for m in ('torch', 'scipy.optimize', 'scipy.stats', 'gpytorch', 'dp_accounting') "

@@ -1,4 +1,4 @@
-"""Issue 8's and issue 13's attacks against the whole DP-Hype client (``register_dphype``: node policy,
+"""The attacks against the whole DP-Hype client (``register_dphype``: node policy,
 privacy ledger, DP-Hype's SecAgg+ with its checks of every stage) and the real server (``DPHype``, or one
 that tampers with its messages), in process: each fails closed -- every client refuses with a sanitized
 reason, no secret share leaves it, nothing is spent that was not sent, and the epsilon a node's ledger
@@ -471,9 +471,9 @@ def test_the_simulation_operators_channel_admits_its_own_run(monkeypatch):
     assert "twenty" not in str(info.value)
 
 
-# ------------------------------------------------------------------------------------ issue 23: release modes
+# ------------------------------------------------------------------------------------ release modes
 def test_issue_23_a_sum_vote_on_an_approved_argmax_request_fails_closed_and_opens_nothing(tmp_path):
-    """Issue 23, "release-mode switch": the nodes approve an argmax request (pure epsilon, noise calibrated to hide
+    """Release-mode switch: the nodes approve an argmax request (pure epsilon, noise calibrated to hide
     one index) and the server runs the SecAgg+ sum on it, with the round's first stage riding on the pre-flight or
     in a stage of its own. Its noisy count vector would carry far more epsilon than the ledger's pure epsilon:
     every node refuses (``release_mode``) before a round key, a share or a masked vector leaves it, so nothing

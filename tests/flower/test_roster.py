@@ -1,4 +1,4 @@
-"""Issue 23 item 2 in process: a federation of known members through the real client, tallies and server.
+"""A federation of known members through the real client, tallies and server.
 
 Nodes read their roster and identity from their own node config; without one they refuse unless their operator
 allows an unauthenticated federation; the roster approved in the pre-flight is the one every later stage uses; the
@@ -359,7 +359,7 @@ def test_the_rosters_tallies_pin_the_committee_and_a_direct_pin_only_narrows_it(
 # ------------------------------------------------------------------------------------------ Sybils, end to end
 @pytest.mark.parametrize("federation", [True, False])
 def test_issue_23_a_server_that_invents_members_gets_no_share_from_a_federation_with_a_roster(federation):
-    """Issue 23, Sybils: 6 real clients approve a request for 10; the server invents 4 peers (fresh keys, names of
+    """Sybils: 6 real clients approve a request for 10; the server invents 4 peers (fresh keys, names of
     its own, signatures by keys it made) to fill the key list. With a roster every client refuses the key list
     (``roster``) and no share of any secret leaves it; without one (its operators' explicit opt-in) nothing on the
     clients can tell, and they send their shares: the reason the default refuses to run without a roster."""

@@ -202,9 +202,9 @@ def test_the_planner_runs_on_demand_and_before_any_client_works():
     assert grid.sent == []
 
 
-# ---------------------------------------------------------------------------- issue 15: fail before work
+# ---------------------------------------------------------------------------- fail before work
 def test_a_secagg_setting_that_cannot_work_fails_before_any_client_scores():
-    """dropout 0.5 at 20 clients has no secure SecAgg+ graph: refused on construction, not after the scoring."""
+    """Dropout 0.5 at 20 clients has no secure SecAgg+ graph: refused on construction, not after the scoring."""
     with pytest.raises(ValueError, match=r"no secure SecAgg\+ parameters for clients=20 .*dropout=0.5"):
         DPHype(CANDS, config(clients=20, dropout=0.5))
     with pytest.raises(ValueError, match="num_shares and reconstruction_threshold must be given together"):

@@ -157,7 +157,7 @@ def modified_ballots(monkeypatch, cheaters, boost):
 
 
 def test_a_malicious_voters_boost_is_excluded_and_named_and_too_many_release_nothing(tmp_path, monkeypatch):
-    """Issue 23, "malicious voters": one client running modified code casts 30 votes for candidate 0 (every honest
+    """Malicious voters: one client running modified code casts 30 votes for candidate 0 (every honest
     client ranks candidate 5 first). The tallies leave its ballot out and name it; the consensus wins; the result and
     its summary name the sender, never the content. With two such clients fewer valid ballots than the minimum
     remain (6 clients, dropout 0.2: at least 5 contributors, at least 4 valid ballots): two are left out and named,
@@ -186,7 +186,7 @@ def test_a_malicious_voters_boost_is_excluded_and_named_and_too_many_release_not
 
 
 def test_the_committee_opens_the_noisy_sum_of_the_verified_ballots_and_the_rule_selects(tmp_path, monkeypatch):
-    """release="committee-sum": the whole noisy vector of the valid ballots (for the GP rule), the tallies' noise,
+    """Release="committee-sum": the whole noisy vector of the valid ballots (for the GP rule), the tallies' noise,
     a boosted ballot left out and named; every client's ledger records the sum release's epsilon."""
     from dphype.flower.federation import voter_name
     from dphype.secure.tally import voter_id
@@ -244,7 +244,7 @@ def voters_epsilon(grid) -> list[float]:
 @pytest.mark.parametrize("federation", [False, True])
 @pytest.mark.parametrize("relabel", ["one_share_as_all", "one_share_as_another"])
 def test_issue_23_one_ballot_relabelled_as_many_contributors_fails_closed(tmp_path, relabel, federation):
-    """Issue 23, "one ballot counted many times": the server relays client 0's sealed shares as every contributor's
+    """One ballot counted many times: the server relays client 0's sealed shares as every contributor's
     (their noise: one share instead of six, epsilon >= 2.36 against the 1.00 recorded at the issue's sizes), or as
     another contributor's, its signatures moved along (with a roster). A share is bound to its contributor's node id
     and run and refused by content when repeated; with a roster it is bound to the member's name and signed by its
@@ -286,7 +286,7 @@ def test_issue_23_one_ballot_relabelled_as_many_contributors_fails_closed(tmp_pa
 @pytest.mark.parametrize("federation", [False, True])
 def test_issue_23_the_same_ciphertexts_replayed_to_the_tallies_in_a_later_run_or_after_a_restart_open_nothing(
         tmp_path, federation):
-    """Issue 23, "replay to the tallies in a later run": after an honest run, the server sends the tallies the same
+    """Replay to the tallies in a later run: after an honest run, the server sends the tallies the same
     collect stages (the same ciphertexts) in a new run (they are bound to their run: they do not open) and, with
     the old run id reused, to a restarted tally whose context state is gone (its record beside the key refuses the
     request served in that run). Every voter's ledger holds the one release that was opened. With a roster (the
@@ -312,7 +312,7 @@ def test_issue_23_the_same_ciphertexts_replayed_to_the_tallies_in_a_later_run_or
 
 
 def test_issue_23_every_malformed_or_out_of_range_tally_stage_is_refused_with_a_refusal_code(tmp_path):
-    """Issue 23: a ``result`` wait took the server's timeout unchecked (NaN or infinity parked the tally forever) and
+    """A ``result`` wait took the server's timeout unchecked (NaN or infinity parked the tally forever) and
     malformed stages came back as raw ``KeyError``/``ValueError`` texts. Every one is now a refusal code; the
     timeout's boundaries are (0, MAX_RESULT_WAIT]. (Unauthenticated: a roster's own checks are in test_roster.)"""
     grid, keys = argmax_grid(tmp_path, federation=False)

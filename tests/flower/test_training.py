@@ -219,7 +219,7 @@ def test_the_bundled_app_checks_private_training_before_any_client_works():
 
 @pytest.mark.parametrize(("excess", "refused"), [(2.0, True), (0.5, False)])
 def test_the_servers_clipping_check_holds_at_its_boundary(excess, refused):
-    """Issue 23: the server verifies client clipping to float32 rounding (``CLIP_TOLERANCE``), not to a 5% slack:
+    """The server verifies client clipping to float32 rounding (``CLIP_TOLERANCE``), not to a 5% slack:
     an update of norm C (1 + 2 tol) is refused, one of norm C (1 + tol / 2) accepted."""
     from dphype.flower.training import CLIP_TOLERANCE
 

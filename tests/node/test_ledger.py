@@ -213,7 +213,7 @@ def test_admitting_policy_admits_exactly_its_votes(tmp_path, noise, votes):
         check_vote_request(make_request(noise=noise, clients=8, dropout=0.25, epsilon=1.1), policy)
 
 
-# ----------------------------------------------------- issue 15: per-run ledgers in simulation, list and archive
+# ----------------------------------------------------- per-run ledgers in simulation, list and archive
 ONE_VOTE = {"dphype-max-epsilon": 1.0, "dphype-min-clients": 2, "dphype-min-neighbours": 1,
             "dphype-lifetime-epsilon": 1.2}  # admits one vote at epsilon 1, not two
 

@@ -1,5 +1,5 @@
 """Node policy: read from the node config only, safe defaults, and the request check that recomputes the
-guarantee of the noise a client is asked to add (issue 8's attacks fail closed)."""
+guarantee of the noise a client is asked to add (attacks fail closed)."""
 
 import json
 import math
@@ -122,7 +122,7 @@ def test_issue_8_delta_attack_is_refused(policy, delta, noise, at_least):
     # epsilon 1 announced with delta 0.5 or 0.9: sigma is calibrated for that delta ...
     request = make_request(epsilon=1.0, delta=delta, k=3, noise=noise)
     assert refused(request, policy).code == "policy_delta"
-    # ... which at delta 1e-5 is worth epsilon 9.8 / 22.2 (Gaussian, as issue 8 measured) or 6 / 7 (Skellam)
+    # ... which at delta 1e-5 is worth epsilon 9.8 / 22.2 (Gaussian) or 6 / 7 (Skellam)
     l2, l1 = vote_sensitivity(3)
     accountant = "analytic" if noise == "gaussian" else "rdp"
     assert mechanism_epsilon(l2, l1, request.sigma, noise, 1e-5, accountant) >= at_least
@@ -196,7 +196,7 @@ def test_the_default_ledger_is_per_partition_id(monkeypatch, tmp_path):
 @pytest.mark.parametrize(("sigma", "code"), [(1e300, "malformed_request"), (1e20, "malformed_request"),
                                              (1e-300, "noise_too_small"), (5e-324, "noise_too_small")])
 def test_issue_23_absurd_sigmas_are_refused_with_a_code_not_an_arithmetic_error(tmp_path, sigma, code):
-    """Issue 23: ``sigma = 1e300`` came back as a raw OverflowError (and 1e-300 as a ZeroDivisionError) instead of a
+    """``sigma = 1e300`` came back as a raw OverflowError (and 1e-300 as a ZeroDivisionError) instead of a
     refusal code: the calibrated sigma is compared first, and an accountant that breaks down counts as infinite
     epsilon."""
     with pytest.raises(Refusal) as refused:

@@ -165,7 +165,7 @@ def committee_sampler(epsilon):
 
 
 def test_audit_of_the_committees_sampled_noise():
-    """The argmax release with the committee's noise (issue 23), drawn from the exact law of its MPC sampler, on
+    """The argmax release with the committee's noise, drawn from the exact law of its MPC sampler, on
     counts one client apart (replace-one: its vote moves from candidate 1 to 0). The Clopper-Pearson lower bound on
     epsilon stays below the claim; a sampler made for 3 times the epsilon (a third of the noise scale) is caught."""
     from dphype.privacy.winner import report_noisy_max

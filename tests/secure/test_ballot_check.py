@@ -1,4 +1,4 @@
-"""The committee checks every ballot under MPC (issue 23, item 4): malicious clients in process, each check at its
+"""The committee checks every ballot under MPC: malicious clients in process, each check at its
 boundary. A malicious client skips its own check and shares whatever digits it likes; the tallies leave its ballot
 out and name it (never its content) while the honest consensus wins, and release nothing when too few valid ballots
 remain. The tallies' noise shares are zero here so that the opened index is the argmax of the valid ballots."""

@@ -1,4 +1,4 @@
-"""dphype.secure.secagg without Flower: exact sums under dropout, the public graph, and an active server's
+"""Dphype.secure.secagg without Flower: exact sums under dropout, the public graph, and an active server's
 attacks failing closed before anything secret leaves a node."""
 
 from __future__ import annotations
@@ -402,7 +402,7 @@ def test_in_a_large_round_the_committee_majority_decides() -> None:
 
 
 def test_an_unmask_reply_reveals_one_kind_of_share_per_peer_never_both() -> None:
-    """Issue 23: a node whose unmask reply revealed both the self-mask share and the pairwise-key share of the same
+    """A node whose unmask reply revealed both the self-mask share and the pairwise-key share of the same
     peer would hand the server that peer's vector exactly (and every other test passed). Each reply reveals the
     self-mask shares of survivors only and the mask-key shares of dropped nodes only: never both for one peer."""
     fed = Federation(12, dropout=0.25)
@@ -424,7 +424,7 @@ def test_an_unmask_reply_reveals_one_kind_of_share_per_peer_never_both() -> None
 
 
 def test_issue_23_survivors_that_never_took_part_in_the_round_do_not_count_toward_the_bound() -> None:
-    """Issue 23, "survivors that never signed" (xi >= 1/2): the server runs the round with 11 of 20 nodes, in two
+    """Survivors that never signed (xi >= 1/2): the server runs the round with 11 of 20 nodes, in two
     arcs of the public ring (6 and 5 nodes, gaps wider than k / 2), and lists the other 9, whose keys are in the
     key list but who never took part in this round (in the attack they vote in another round built from the same
     advertised keys), as survivors. Every node's component among the claimed survivors is all 20 (>= L = 10) and

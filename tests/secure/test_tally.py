@@ -141,7 +141,7 @@ def test_tally_marks_replays_foreign_shares_and_duplicates_invalid():
 
 
 def test_one_ballot_relabelled_as_many_contributors_is_refused_by_identity_and_by_content():
-    """Issue 23, "one ballot counted many times": the server relays one client's sealed shares under ten labels.
+    """One ballot counted many times: the server relays one client's sealed shares under ten labels.
     A share is bound to its contributor (and run), so under another label it does not open; the same bytes twice
     are refused by content too, whatever the label."""
     tallies = committee(1)
@@ -164,7 +164,7 @@ def test_one_ballot_relabelled_as_many_contributors_is_refused_by_identity_and_b
 
 
 def test_a_tallys_record_refuses_a_request_served_in_that_run_across_restarts_and_other_runs_do_not_open(tmp_path):
-    """Issue 23, "replay to the tallies in a later run": what a tally served is on disk beside its key, read before
+    """Replay to the tallies in a later run: what a tally served is on disk beside its key, read before
     it opens anything, so a restarted tally (a fresh process, empty context) refuses the same request in the same
     run; the same ciphertexts in a new run do not open (they are bound to their run)."""
     record = ServedRecord(tmp_path / "tally-0.key.served")

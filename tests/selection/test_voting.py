@@ -99,7 +99,7 @@ def test_raw_score_votes_release_the_primary_key_only():
     assert raw_score_votes(keys).tolist() == [0.25, 0.75]
 
 
-# ------------------------------------------------------------------------------------- graded ballots (issue 25)
+# ------------------------------------------------------------------------------------- graded ballots
 from dphype.selection.ballots import BallotForm  # noqa: E402
 from dphype.selection.voting import (  # noqa: E402
     AUTO_EXPONENT,
