@@ -40,16 +40,11 @@ from dphype.checks import (  # noqa: F401 (check_* re-exported for the studies)
     check_positive,
 )
 from dphype.cli import add_candidates_argument, add_noise_arguments  # noqa: F401 (re-exported for the studies)
+from dphype.ml.data import dataset_names, dataset_spec
 from dphype.plotting import pyplot, save_figure  # noqa: F401 (pyplot re-exported for the studies)
 from dphype.privacy.accounting import calibrate
 from dphype.selection.voting import primary_scores, raw_score_votes, top_k_votes
 
-#: data sets the data-driven studies accept (the names of :func:`dphype.ml.data.load_dataset`).
-DATASETS: tuple[str, ...] = (
-    "adult", "mnist5k", "fashion-mnist", "mnist", "cifar10", "breast-cancer", "digits", "fair", "randhie"
-)
-#: data sets that can only be read from a user-supplied ``--data-dir``.
-NEEDS_DATA_DIR: tuple[str, ...] = ("mnist", "cifar10")
 #: fewest local samples a client needs (80/20 split into at least 8 training and 2 validation rows).
 MIN_CLIENT_SAMPLES = 10
 
@@ -108,6 +103,7 @@ class Federation:
     beta: float | None  # None = iid (Section V-C), else Dirichlet concentration
     seed: int = 0
     data_dir: str | None = None
+    device: str | None = None  # torch device of the training; None: CUDA when available (not in the cache key)
 
     @property
     def partition(self) -> str:
@@ -129,14 +125,13 @@ def validate_federations(federations: Sequence[Federation]) -> None:
     from dphype.ml.task import load_cached, partition_cached
 
     for fed in federations:
-        if fed.dataset not in DATASETS:
-            raise ValueError(f"dataset must be one of {', '.join(DATASETS)}, got {fed.dataset!r}")
+        spec = dataset_spec(fed.dataset)
         if fed.beta is not None:
             check_positive("beta", fed.beta)
         check_clients(fed.clients)
         if fed.data_dir is not None and not Path(fed.data_dir).is_dir():
             raise ValueError(f"data_dir {fed.data_dir!r} is not an existing directory")
-        if fed.dataset in NEEDS_DATA_DIR and fed.data_dir is None:
+        if spec.needs_data_dir and fed.data_dir is None:
             raise ValueError(f"dataset {fed.dataset!r} needs --data-dir (it is not bundled)")
         try:
             load_cached(fed.dataset, fed.data_dir)
@@ -273,7 +268,6 @@ def global_accuracies(
     All candidates are trained at once by :func:`dphype.ml.training.fedavg` and scored on the data set's
     test split with :func:`dphype.ml.training.accuracy` (NaN for a diverged candidate).
     """
-    from dphype.ml.models import MODEL_FOR_DATASET
     from dphype.ml.task import load_cached
     from dphype.ml.training import accuracy, fedavg
 
@@ -284,8 +278,8 @@ def global_accuracies(
             progress(now - done[0])
         done[0] = now
 
-    models = fedavg(MODEL_FOR_DATASET[fed.dataset], federation_clients(fed), list(candidates), rounds=rounds,
-                    local_epochs=local_epochs, seed=fed.seed, progress=tick)
+    models = fedavg(dataset_spec(fed.dataset).model, federation_clients(fed), list(candidates), rounds=rounds,
+                    local_epochs=local_epochs, seed=fed.seed, device=fed.device, progress=tick)
     return np.asarray(accuracy(models, load_cached(fed.dataset, fed.data_dir)[1]), dtype=np.float64)
 
 
@@ -334,7 +328,7 @@ def parse_partition(value: str) -> float | None:
 def add_federation_arguments(parser: argparse.ArgumentParser, *, clients: Sequence[int],
                              partitions: Sequence[str]) -> None:
     """Options shared by the data-driven studies (scale-down knobs for CPU runs included)."""
-    parser.add_argument("--dataset", default="adult", help=f"one of {', '.join(DATASETS)} (default adult)")
+    parser.add_argument("--dataset", default="adult", help=f"one of {', '.join(dataset_names())} (default adult)")
     parser.add_argument("--data-dir", default=None, help="folder with the data set's files (mnist, cifar10, ...)")
     parser.add_argument("--clients", type=int, nargs="+", default=list(clients),
                         help=f"n values (default {' '.join(map(str, clients))})")
@@ -347,6 +341,9 @@ def add_federation_arguments(parser: argparse.ArgumentParser, *, clients: Sequen
     parser.add_argument("--rounds", type=int, default=5, help="FedAvg rounds for the ground truth (default 5)")
     parser.add_argument("--fedavg-epochs", type=int, default=None,
                         help="local epochs per FedAvg round (default: same as --epochs)")
+    parser.add_argument("--device", default=None,
+                        help="torch device of all training, e.g. cpu, cuda, cuda:1 (default: CUDA when available); "
+                             "cached arrays are reused whatever the device")
     parser.add_argument("--cache", default="results/cache",
                         help="folder that keeps computed scores/accuracies for reuse ('none' disables)")
 
@@ -360,7 +357,8 @@ def candidates_from_args(args: argparse.Namespace) -> Any:
 
 def federations_from_args(args: argparse.Namespace) -> list[Federation]:
     """All ``(n, partition)`` settings of the run, validated before any training starts."""
-    feds = [Federation(args.dataset, n, beta, args.seed, args.data_dir) for n in args.clients for beta in args.betas]
+    feds = [Federation(args.dataset, n, beta, args.seed, args.data_dir, getattr(args, "device", None))
+            for n in args.clients for beta in args.betas]
     validate_federations(feds)
     return feds
 
@@ -415,7 +413,7 @@ def cached_scores(fed: Federation, candidates: Any, scale: Scale, cache: ArrayCa
 
     def compute() -> np.ndarray:
         return score_clients(fed.dataset, cands, fed.clients, seed=fed.seed, partition=fed.partition,
-                             beta=fed.beta, epochs=scale.epochs, data_dir=fed.data_dir,
+                             beta=fed.beta, epochs=scale.epochs, data_dir=fed.data_dir, device=fed.device,
                              progress=None if bar is None else lambda done, total: bar.update(1))
 
     return cache.get(key, compute, on_hit=None if bar is None else lambda: bar.update(fed.clients))
