@@ -309,7 +309,10 @@ class ArrayCache:
             return np.load(target)
         value = np.asarray(compute())
         self.folder.mkdir(parents=True, exist_ok=True)
-        np.save(target, value)
+        partial = target.with_suffix(".partial")
+        with partial.open("wb") as fh:  # a run stopped while writing leaves no truncated array behind
+            np.save(fh, value)
+        partial.replace(target)
         target.with_suffix(".json").write_text(blob)
         return value
 
@@ -341,6 +344,9 @@ def add_federation_arguments(parser: argparse.ArgumentParser, *, clients: Sequen
     parser.add_argument("--rounds", type=int, default=5, help="FedAvg rounds for the ground truth (default 5)")
     parser.add_argument("--fedavg-epochs", type=int, default=None,
                         help="local epochs per FedAvg round (default: same as --epochs)")
+    parser.add_argument("--fedavg-chunk", type=int, default=None,
+                        help="train the ground truth's FedAvg on this many candidates at a time, each chunk cached on "
+                             "its own so that a stopped run resumes (default: all at once)")
     parser.add_argument("--device", default=None,
                         help="torch device of all training, e.g. cpu, cuda, cuda:1 (default: CUDA when available); "
                              "cached arrays are reused whatever the device")
@@ -370,6 +376,7 @@ class Scale:
     epochs: int
     rounds: int
     fedavg_epochs: int
+    fedavg_chunk: int | None = None  #: candidates per FedAvg run of the ground truth (None: all at once)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Scale:
@@ -377,8 +384,10 @@ class Scale:
 
         epochs = default_epochs(args.dataset) if args.epochs is None else args.epochs
         fedavg_epochs = epochs if args.fedavg_epochs is None else args.fedavg_epochs
+        chunk = getattr(args, "fedavg_chunk", None)
         return cls(check_int("epochs", epochs, 1), check_int("rounds", args.rounds, 1),
-                   check_int("fedavg_epochs", fedavg_epochs, 1))
+                   check_int("fedavg_epochs", fedavg_epochs, 1),
+                   None if chunk is None else check_int("fedavg_chunk", chunk, 1))
 
 
 def cache_from_args(args: argparse.Namespace) -> ArrayCache:
@@ -420,13 +429,31 @@ def cached_scores(fed: Federation, candidates: Any, scale: Scale, cache: ArrayCa
 
 
 def cached_accuracies(fed: Federation, candidates: Any, scale: Scale, cache: ArrayCache, bar: Any = None) -> np.ndarray:
-    """FedAvg test accuracy of every candidate (:func:`global_accuracies`), computed once per configuration."""
+    """FedAvg test accuracy of every candidate (:func:`global_accuracies`), computed once per configuration.
+
+    With ``scale.fedavg_chunk`` below the number of candidates, FedAvg runs on consecutive chunks of that many
+    candidates, each cached on its own: a stopped run resumes after its last finished chunk. A chunk trains from the
+    same initial weights on the same batches as the whole list; only the dropout masks drawn differ."""
     key = federation_key(fed, candidates, what="fedavg_accuracy", rounds=scale.rounds,
                          local_epochs=scale.fedavg_epochs)
-    return cache.get(key, lambda: global_accuracies(fed, candidates, rounds=scale.rounds,
-                                                    local_epochs=scale.fedavg_epochs,
-                                                    progress=None if bar is None else bar.update),
-                     on_hit=None if bar is None else lambda: bar.update(fed.clients * scale.rounds))
+    size = len(candidates) if scale.fedavg_chunk is None else scale.fedavg_chunk
+    pieces = list(chunked(len(candidates), size))
+    parts = []
+    for start, stop in pieces:
+        piece_key = key if len(pieces) == 1 else {**key, "candidate_slice": [start, stop]}
+        parts.append(cache.get(piece_key, _fedavg_piece(fed, list(candidates)[start:stop], scale, bar, len(pieces)),
+                               on_hit=None if bar is None else lambda: bar.update(fed.clients * scale.rounds
+                                                                                  / len(pieces))))
+    return np.concatenate(parts)
+
+
+def _fedavg_piece(fed: Federation, candidates: list[Any], scale: Scale, bar: Any, pieces: int
+                  ) -> Callable[[], np.ndarray]:
+    """The computation of one chunk's accuracies; the progress bar advances by its share of the federation."""
+    def compute() -> np.ndarray:
+        return global_accuracies(fed, candidates, rounds=scale.rounds, local_epochs=scale.fedavg_epochs,
+                                 progress=None if bar is None else lambda done: bar.update(done / pieces))
+    return compute
 
 
 def work_units(feds: Sequence[Federation], scale: Scale, *, scores: bool = True, accuracies: bool = True) -> int:
