@@ -76,7 +76,7 @@ def test_fashion_mnist_paper_command_runs_both_releases_and_resumes_from_its_cac
                                                                          "noisy-max/add-remove"}
     cached = sorted((tmp_path / "cache").glob("*.npy"))
     chunks = [p for p in cached if "candidate_slice" in p.with_suffix(".json").read_text()]
-    assert len(cached) == 2 * 3 and len(chunks) == 2 * 2  # per federation: 2 FedAvg chunks (4 + 2) + the clients' scores
+    assert len(cached) == 2 * 3 and len(chunks) == 2 * 2  # per federation: FedAvg chunks 4 + 2, scores
     first = {p: p.stat().st_mtime_ns for p in cached}
     chunks[0].unlink()  # a run stopped before this chunk: the rerun computes it alone and gives the same table
     _run(tmp_path, DATA_DIR=str(data), BETAS="iid 0.5")
