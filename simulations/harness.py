@@ -125,6 +125,7 @@ def validate_federations(federations: Sequence[Federation]) -> None:
     from dphype.ml.task import load_cached, partition_cached
 
     for fed in federations:
+        check_device(fed.device)
         spec = dataset_spec(fed.dataset)
         if fed.beta is not None:
             check_positive("beta", fed.beta)
@@ -144,6 +145,21 @@ def validate_federations(federations: Sequence[Federation]) -> None:
                 f"clients={fed.clients} is too many for {fed.dataset} ({fed.label}): the smallest client holds "
                 f"{smallest} samples, at least {MIN_CLIENT_SAMPLES} are needed for an 80/20 local split"
             )
+
+
+def check_device(device: str | None) -> None:
+    """Refuse a ``--device`` torch cannot parse, or CUDA where torch sees none (``None``: chosen automatically)."""
+    if device is None:
+        return
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(f"device must be a torch device such as cpu, cuda or cuda:1, got {device!r}") from err
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for, but torch sees no CUDA device: use --device cpu or leave "
+                         "--device out")
 
 
 # ----------------------------------------------------------------------------------------- statistics

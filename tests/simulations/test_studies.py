@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from helpers import TINY, bench
 
 from simulations.cli import main
@@ -145,6 +146,9 @@ def test_tradeoff_flower_run(small_adult: None, tmp_path: Path, capsys: pytest.C
         (["tradeoff", "--consensus", "unanimous"], "consensus must be one of strong, moderate, weak or a number > 0"),
         (["tradeoff", "--consensus", "-1"], "consensus must be a finite number > 0"),
         (["tradeoff", "--epsilons", "0"], "epsilon must be"),
+        (["tradeoff", "--device", "gpu0"], "device must be a torch device such as cpu, cuda or cuda:1, got 'gpu0'"),
+        pytest.param(["tradeoff", "--device", "cuda"], "torch sees no CUDA device",
+                     marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")),
         (["ksweep", "--epsilons", "1", "inf"], "epsilons must be finite"),
         (["ksweep", "--candidates", "6", "--ks", "6", "8"], "ks must contain at least one k in [1, 5]"),
         (["ksweep", "--ks", "0"], "ks must be"),
