@@ -2,11 +2,12 @@
 
 :func:`dphype.ml.training.fedavg` on the first ``--shards`` of ``--clients`` iid shards of ``--dataset``, for the
 ``--candidates``, twice: batched (every candidate in one stacked model) and with ``chunk_size=1`` (the same engine
-run once per candidate, the sequential schedule). Reported: wall and process CPU seconds of each, the speed-up,
-the training work (``sample_steps``: samples x epochs x rounds x candidates), the forward-and-backward FLOPs of one
-training sample of the data set's model (``torch.utils.flop_counter``) and the FLOP rate each run reached, the
-figure from which a run of another size or on another device is projected. The test accuracies of the two runs
-differ only through their dropout masks (``max_accuracy_difference``).
+run once per candidate, the sequential schedule), ``--repeats`` times interleaved. Reported: wall and process CPU
+seconds of each (its fastest repeat), the speed-up, the training work (``sample_steps``: samples x epochs x rounds x
+candidates), the forward-and-backward FLOPs of one training sample of the data set's model
+(``torch.utils.flop_counter``) and the FLOP rate each run reached, the figure from which a run of another size or on
+another device is projected. The test accuracies of the two runs (on
+the first 1,000 test rows) differ only through their dropout masks (``max_accuracy_difference``).
 
 Run: ``nice python -m simulations.bench_fedavg --dataset fashion-mnist --clients 20 --shards 1 [--json]``.
 """
@@ -56,6 +57,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--epochs", type=int, default=1, help="local epochs per round (default 1)")
     parser.add_argument("--rounds", type=int, default=1, help="FedAvg rounds (default 1)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each schedule, interleaved (default 2)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     fed = Federation(args.dataset, args.clients, None, 0, args.data_dir)
@@ -66,17 +68,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     candidates = list(load_candidates(args.candidates))
     model = dataset_spec(args.dataset).model
     test = load_cached(args.dataset, args.data_dir)[1]
+    test = test.subset(np.arange(min(len(test), 1000)))  # the accuracy check only: FedAvg's timings leave it out
     result: dict[str, Any] = {"dataset": args.dataset, "model": model, "candidates": len(candidates),
                               "shard_rows": [len(s) for s in shards], "epochs": args.epochs, "rounds": args.rounds,
                               "device": args.device, "threads": torch.get_num_threads()}
     accuracies = {}
-    for name, chunk in (("batched", None), ("one_at_a_time", 1)):
-        wall, cpu = time.perf_counter(), time.process_time()
-        models = fedavg(model, shards, candidates, rounds=args.rounds, local_epochs=args.epochs, seed=0,
-                        device=args.device, chunk_size=chunk)
-        result[f"{name}_s"] = round(time.perf_counter() - wall, 2)
-        result[f"{name}_cpu_s"] = round(time.process_time() - cpu, 2)
-        accuracies[name] = accuracy(models, test)
+    for repeat in range(args.repeats):  # the schedules interleaved; the best of the repeats is kept
+        for name, chunk in (("batched", None), ("one_at_a_time", 1)):
+            wall, cpu = time.perf_counter(), time.process_time()
+            models = fedavg(model, shards, candidates, rounds=args.rounds, local_epochs=args.epochs, seed=0,
+                            device=args.device, chunk_size=chunk)
+            seconds = (round(time.perf_counter() - wall, 2), round(time.process_time() - cpu, 2))
+            if repeat == 0 or seconds[0] < result[f"{name}_s"]:
+                result[f"{name}_s"], result[f"{name}_cpu_s"] = seconds
+            accuracies[name] = accuracy(models, test)
     result["speedup"] = round(result["one_at_a_time_s"] / result["batched_s"], 2)
     result["max_accuracy_difference"] = float(np.nanmax(np.abs(accuracies["batched"] - accuracies["one_at_a_time"])))
     steps = args.rounds * args.epochs * sum(len(s) for s in shards) * len(candidates)

@@ -95,3 +95,19 @@ def test_cifar10_runs_through_the_same_command_from_a_folder_of_pickles(tmp_path
     assert {(r["method"], r["release"]) for r in rows} == {("Opt", ""), ("RandGuess", ""), ("DP-Hype", "sum"),
                                                            ("DP-Hype", "argmax")}
     assert all(0.0 <= float(r["mean_accuracy"]) <= 1.0 for r in rows)
+
+
+def test_bench_fedavg_reports_both_schedules_and_the_work(capsys: pytest.CaptureFixture[str]) -> None:
+    from simulations import bench_fedavg
+
+    result = bench_fedavg.main(["--dataset", "adult", "--clients", "50", "--shards", "2", "--candidates", "4",
+                                "--repeats", "1", "--json"])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
+    assert result["shard_rows"] == [781, 781] and result["sample_steps"] == 2 * 781 * 4
+    # the Adult MLP (108 -> 64 -> 64 -> 1): forward 2 x MACs, backward the weights' gradients (2 x MACs) and the
+    # hidden layers' input gradients (not the first layer's: the data needs none)
+    macs = 108 * 64 + 64 * 64 + 64
+    assert result["flops_per_sample"] == 2 * macs + 2 * macs + 2 * (64 * 64 + 64)
+    assert result["batched_s"] > 0 and result["one_at_a_time_s"] > 0 and result["speedup"] > 0
+    with pytest.raises(ValueError, match="shards must be in"):
+        bench_fedavg.main(["--dataset", "adult", "--clients", "50", "--shards", "51"])
