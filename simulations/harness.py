@@ -39,17 +39,12 @@ from dphype.checks import (  # noqa: F401 (check_* re-exported for the studies)
     check_positive,
 )
 from dphype.cli import add_candidates_argument, add_noise_arguments  # noqa: F401 (re-exported for the studies)
+from dphype.ml.data import dataset_names, dataset_spec
 from dphype.plotting import pyplot, save_figure  # noqa: F401 (pyplot re-exported for the studies)
 from dphype.privacy.accounting import calibrate
 from dphype.privacy.noise_kinds import check_noise  # noqa: F401 (re-exported for the studies)
 from dphype.selection.voting import primary_scores, raw_score_votes, top_k_votes
 
-#: data sets the data-driven studies accept (the names of :func:`dphype.ml.data.load_dataset`).
-DATASETS: tuple[str, ...] = (
-    "adult", "mnist5k", "fashion-mnist", "mnist", "cifar10", "breast-cancer", "digits", "fair", "randhie"
-)
-#: data sets that can only be read from a user-supplied ``--data-dir``.
-NEEDS_DATA_DIR: tuple[str, ...] = ("mnist", "cifar10")
 #: fewest local samples a client needs (80/20 split into at least 8 training and 2 validation rows).
 MIN_CLIENT_SAMPLES = 10
 
@@ -108,6 +103,7 @@ class Federation:
     beta: float | None  # None = iid (Section V-C), else Dirichlet concentration
     seed: int = 0
     data_dir: str | None = None
+    device: str | None = None  # torch device of the training; None: CUDA when available (not in the cache key)
 
     @property
     def partition(self) -> str:
@@ -129,14 +125,14 @@ def validate_federations(federations: Sequence[Federation]) -> None:
     from dphype.ml.task import load_cached, partition_cached
 
     for fed in federations:
-        if fed.dataset not in DATASETS:
-            raise ValueError(f"dataset must be one of {', '.join(DATASETS)}, got {fed.dataset!r}")
+        check_device(fed.device)
+        spec = dataset_spec(fed.dataset)
         if fed.beta is not None:
             check_positive("beta", fed.beta)
         check_clients(fed.clients)
         if fed.data_dir is not None and not Path(fed.data_dir).is_dir():
             raise ValueError(f"data_dir {fed.data_dir!r} is not an existing directory")
-        if fed.dataset in NEEDS_DATA_DIR and fed.data_dir is None:
+        if spec.needs_data_dir and fed.data_dir is None:
             raise ValueError(f"dataset {fed.dataset!r} needs --data-dir (it is not bundled)")
         try:
             load_cached(fed.dataset, fed.data_dir)
@@ -149,6 +145,21 @@ def validate_federations(federations: Sequence[Federation]) -> None:
                 f"clients={fed.clients} is too many for {fed.dataset} ({fed.label}): the smallest client holds "
                 f"{smallest} samples, at least {MIN_CLIENT_SAMPLES} are needed for an 80/20 local split"
             )
+
+
+def check_device(device: str | None) -> None:
+    """Refuse a ``--device`` torch cannot parse, or CUDA where torch sees none (``None``: chosen automatically)."""
+    if device is None:
+        return
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(f"device must be a torch device such as cpu, cuda or cuda:1, got {device!r}") from err
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for, but torch sees no CUDA device: use --device cpu or leave "
+                         "--device out")
 
 
 # ----------------------------------------------------------------------------------------- statistics
@@ -273,7 +284,6 @@ def global_accuracies(
     All candidates are trained at once by :func:`dphype.ml.training.fedavg` and scored on the data set's
     test split with :func:`dphype.ml.training.accuracy` (NaN for a diverged candidate).
     """
-    from dphype.ml.models import MODEL_FOR_DATASET
     from dphype.ml.task import load_cached
     from dphype.ml.training import accuracy, fedavg
 
@@ -284,8 +294,8 @@ def global_accuracies(
             progress(now - done[0])
         done[0] = now
 
-    models = fedavg(MODEL_FOR_DATASET[fed.dataset], federation_clients(fed), list(candidates), rounds=rounds,
-                    local_epochs=local_epochs, seed=fed.seed, progress=tick)
+    models = fedavg(dataset_spec(fed.dataset).model, federation_clients(fed), list(candidates), rounds=rounds,
+                    local_epochs=local_epochs, seed=fed.seed, device=fed.device, progress=tick)
     return np.asarray(accuracy(models, load_cached(fed.dataset, fed.data_dir)[1]), dtype=np.float64)
 
 
@@ -315,7 +325,10 @@ class ArrayCache:
             return np.load(target)
         value = np.asarray(compute())
         self.folder.mkdir(parents=True, exist_ok=True)
-        np.save(target, value)
+        partial = target.with_suffix(".partial")
+        with partial.open("wb") as fh:  # a run stopped while writing leaves no truncated array behind
+            np.save(fh, value)
+        partial.replace(target)
         target.with_suffix(".json").write_text(blob)
         return value
 
@@ -334,7 +347,7 @@ def parse_partition(value: str) -> float | None:
 def add_federation_arguments(parser: argparse.ArgumentParser, *, clients: Sequence[int],
                              partitions: Sequence[str]) -> None:
     """Options shared by the data-driven studies (scale-down knobs for CPU runs included)."""
-    parser.add_argument("--dataset", default="adult", help=f"one of {', '.join(DATASETS)} (default adult)")
+    parser.add_argument("--dataset", default="adult", help=f"one of {', '.join(dataset_names())} (default adult)")
     parser.add_argument("--data-dir", default=None, help="folder with the data set's files (mnist, cifar10, ...)")
     parser.add_argument("--clients", type=int, nargs="+", default=list(clients),
                         help=f"n values (default {' '.join(map(str, clients))})")
@@ -347,6 +360,12 @@ def add_federation_arguments(parser: argparse.ArgumentParser, *, clients: Sequen
     parser.add_argument("--rounds", type=int, default=5, help="FedAvg rounds for the ground truth (default 5)")
     parser.add_argument("--fedavg-epochs", type=int, default=None,
                         help="local epochs per FedAvg round (default: same as --epochs)")
+    parser.add_argument("--fedavg-chunk", type=int, default=None,
+                        help="train the ground truth's FedAvg on this many candidates at a time, each chunk cached on "
+                             "its own so that a stopped run resumes (default: all at once)")
+    parser.add_argument("--device", default=None,
+                        help="torch device of all training, e.g. cpu, cuda, cuda:1 (default: CUDA when available); "
+                             "cached arrays are reused whatever the device")
     parser.add_argument("--cache", default="results/cache",
                         help="folder that keeps computed scores/accuracies for reuse ('none' disables)")
 
@@ -360,7 +379,8 @@ def candidates_from_args(args: argparse.Namespace) -> Any:
 
 def federations_from_args(args: argparse.Namespace) -> list[Federation]:
     """All ``(n, partition)`` settings of the run, validated before any training starts."""
-    feds = [Federation(args.dataset, n, beta, args.seed, args.data_dir) for n in args.clients for beta in args.betas]
+    feds = [Federation(args.dataset, n, beta, args.seed, args.data_dir, getattr(args, "device", None))
+            for n in args.clients for beta in args.betas]
     validate_federations(feds)
     return feds
 
@@ -372,6 +392,7 @@ class Scale:
     epochs: int
     rounds: int
     fedavg_epochs: int
+    fedavg_chunk: int | None = None  #: candidates per FedAvg run of the ground truth (None: all at once)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Scale:
@@ -379,8 +400,10 @@ class Scale:
 
         epochs = default_epochs(args.dataset) if args.epochs is None else args.epochs
         fedavg_epochs = epochs if args.fedavg_epochs is None else args.fedavg_epochs
+        chunk = getattr(args, "fedavg_chunk", None)
         return cls(check_int("epochs", epochs, 1), check_int("rounds", args.rounds, 1),
-                   check_int("fedavg_epochs", fedavg_epochs, 1))
+                   check_int("fedavg_epochs", fedavg_epochs, 1),
+                   None if chunk is None else check_int("fedavg_chunk", chunk, 1))
 
 
 def cache_from_args(args: argparse.Namespace) -> ArrayCache:
@@ -415,20 +438,38 @@ def cached_scores(fed: Federation, candidates: Any, scale: Scale, cache: ArrayCa
 
     def compute() -> np.ndarray:
         return score_clients(fed.dataset, cands, fed.clients, seed=fed.seed, partition=fed.partition,
-                             beta=fed.beta, epochs=scale.epochs, data_dir=fed.data_dir,
+                             beta=fed.beta, epochs=scale.epochs, data_dir=fed.data_dir, device=fed.device,
                              progress=None if bar is None else lambda done, total: bar.update(1))
 
     return cache.get(key, compute, on_hit=None if bar is None else lambda: bar.update(fed.clients))
 
 
 def cached_accuracies(fed: Federation, candidates: Any, scale: Scale, cache: ArrayCache, bar: Any = None) -> np.ndarray:
-    """FedAvg test accuracy of every candidate (:func:`global_accuracies`), computed once per configuration."""
+    """FedAvg test accuracy of every candidate (:func:`global_accuracies`), computed once per configuration.
+
+    With ``scale.fedavg_chunk`` below the number of candidates, FedAvg runs on consecutive chunks of that many
+    candidates, each cached on its own: a stopped run resumes after its last finished chunk. A chunk trains from the
+    same initial weights on the same batches as the whole list; only the dropout masks drawn differ."""
     key = federation_key(fed, candidates, what="fedavg_accuracy", rounds=scale.rounds,
                          local_epochs=scale.fedavg_epochs)
-    return cache.get(key, lambda: global_accuracies(fed, candidates, rounds=scale.rounds,
-                                                    local_epochs=scale.fedavg_epochs,
-                                                    progress=None if bar is None else bar.update),
-                     on_hit=None if bar is None else lambda: bar.update(fed.clients * scale.rounds))
+    size = len(candidates) if scale.fedavg_chunk is None else scale.fedavg_chunk
+    pieces = list(chunked(len(candidates), size))
+    parts = []
+    for start, stop in pieces:
+        piece_key = key if len(pieces) == 1 else {**key, "candidate_slice": [start, stop]}
+        parts.append(cache.get(piece_key, _fedavg_piece(fed, list(candidates)[start:stop], scale, bar, len(pieces)),
+                               on_hit=None if bar is None else lambda: bar.update(fed.clients * scale.rounds
+                                                                                  / len(pieces))))
+    return np.concatenate(parts)
+
+
+def _fedavg_piece(fed: Federation, candidates: list[Any], scale: Scale, bar: Any, pieces: int
+                  ) -> Callable[[], np.ndarray]:
+    """The computation of one chunk's accuracies; the progress bar advances by its share of the federation."""
+    def compute() -> np.ndarray:
+        return global_accuracies(fed, candidates, rounds=scale.rounds, local_epochs=scale.fedavg_epochs,
+                                 progress=None if bar is None else lambda done: bar.update(done / pieces))
+    return compute
 
 
 def work_units(feds: Sequence[Federation], scale: Scale, *, scores: bool = True, accuracies: bool = True) -> int:

@@ -34,7 +34,7 @@ from flwr.serverapp.strategy import FedAvg, Strategy
 
 from dphype.app.config import AppConfig, result_path
 from dphype.flower import DPHype, check_private_training, connected_committee, private_training, train_config
-from dphype.ml.models import MODEL_FOR_DATASET
+from dphype.ml.data import dataset_spec
 from dphype.ml.task import TorchTask, load_cached
 from dphype.result import FAILURE_FORMAT, summarize_run
 from dphype.strict_json import jsonable
@@ -82,7 +82,7 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
                              tally_timeout=cfg.tally_timeout)
     selected_at = time.perf_counter()
 
-    test = TorchTask(load_cached(cfg.dataset)[1], MODEL_FOR_DATASET[cfg.dataset])  # central evaluation
+    test = TorchTask(load_cached(cfg.dataset)[1], dataset_spec(cfg.dataset).model)  # central evaluation
 
     def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         return MetricRecord(dict(test.evaluate(arrays.to_torch_state_dict())))

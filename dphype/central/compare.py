@@ -87,14 +87,13 @@ def central_accuracies(
     Returns:
         ``(validation_accuracy, test_accuracy, validation_size)``: two ``(candidates,)`` arrays and an int.
     """
-    from dphype.ml.data import split_indices
-    from dphype.ml.models import MODEL_FOR_DATASET
+    from dphype.ml.data import dataset_spec, split_indices
     from dphype.ml.task import default_epochs, load_cached
     from dphype.ml.training import VALIDATION_FRACTION, accuracy, train_candidates
 
     pool, test = load_cached(dataset, data_dir)
     fit_idx, val_idx = split_indices(len(pool), VALIDATION_FRACTION, seed)
-    models = train_candidates(MODEL_FOR_DATASET[dataset], pool.subset(fit_idx), candidates,
+    models = train_candidates(dataset_spec(dataset).model, pool.subset(fit_idx), candidates,
                               epochs=default_epochs(dataset) if epochs is None else epochs, seed=seed)
     return accuracy(models, pool.subset(val_idx)), accuracy(models, test), len(val_idx)
 

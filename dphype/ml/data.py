@@ -1,6 +1,8 @@
 """Data sets and client partitioners for the paper's benchmarks (DP-Hype, Section V-B, Appendix C).
 
-Loaders return ``(pool, test)``: ``pool`` is the training data that gets split among the clients,
+Every data set is one registered `DataSetSpec` (its loader, the paper's model for it, its epochs; see
+`register_dataset`): `load_dataset` and every command take its name, and refuse an unregistered one with the list of
+registered names. Loaders return ``(pool, test)``: ``pool`` is the training data that gets split among the clients,
 ``test`` is held out for the final model. Features are standardized (Section V-B: "data are
 standardized"), Adult's categorical attributes are one-hot encoded and its label is
 ``income > 50K``.
@@ -38,11 +40,6 @@ import numpy as np
 
 if TYPE_CHECKING:
     from flwr_datasets.partitioner import Partitioner
-
-#: Names accepted by `load_dataset`.
-DATASETS: tuple[str, ...] = (
-    "adult", "mnist5k", "mnist", "fashion-mnist", "cifar10", "breast-cancer", "digits", "fair", "randhie"
-)
 
 #: Where Debian's ``dataset-fashion-mnist`` package installs the IDX files.
 FASHION_MNIST_DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
@@ -124,13 +121,81 @@ class Dataset:
 # loaders
 
 
-def load_dataset(name: str, data_dir: str | None = None) -> tuple[Dataset, Dataset]:
-    """``(pool, test)`` of the data set ``name``.
+@dataclass(frozen=True)
+class DataSetSpec:
+    """One registered data set: how to load it and what the paper trains on it.
+
+    Attributes:
+        name: The name commands and configurations use.
+        load: ``load(data_dir)`` -> ``(pool, test)``; ``data_dir`` is ``None`` unless the user gave a folder.
+        model: The model trained on it, a name of `dphype.ml.models.MODELS`.
+        epochs: Local (and FedAvg) epochs the paper uses for it (Section V-B).
+        needs_data_dir: Whether it is read only from a folder the user gives (not bundled, no default folder).
+    """
+
+    name: str
+    load: Callable[[str | None], tuple[Dataset, Dataset]]
+    model: str
+    epochs: int = 5
+    needs_data_dir: bool = False
+
+
+_REGISTRY: dict[str, DataSetSpec] = {}
+
+
+def register_dataset(spec: DataSetSpec) -> DataSetSpec:
+    """Add ``spec`` to the data sets every command accepts.
 
     Args:
-        name: One of `DATASETS`.
+        spec: The data set.
+
+    Returns:
+        ``spec``.
+
+    Raises:
+        ValueError: A data set of that name is already registered, or ``epochs`` is below 1.
+    """
+    if spec.name in _REGISTRY:
+        raise ValueError(f"dataset {spec.name!r} is already registered")
+    if spec.epochs < 1:
+        raise ValueError(f"epochs of dataset {spec.name!r} must be >= 1, got {spec.epochs}")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def dataset_names() -> tuple[str, ...]:
+    """The registered data sets' names.
+
+    Returns:
+        The names, in registration order.
+    """
+    return tuple(_REGISTRY)
+
+
+def dataset_spec(name: str) -> DataSetSpec:
+    """The registered data set ``name``.
+
+    Args:
+        name: One of `dataset_names`.
+
+    Returns:
+        Its entry.
+
+    Raises:
+        ValueError: ``name`` is not registered (the message lists the registered names).
+    """
+    if name not in _REGISTRY:
+        raise ValueError(f"dataset must be one of {', '.join(_REGISTRY)}; got {name!r}")
+    return _REGISTRY[name]
+
+
+def load_dataset(name: str, data_dir: str | None = None) -> tuple[Dataset, Dataset]:
+    """``(pool, test)`` of the registered data set ``name``.
+
+    Args:
+        name: One of `dataset_names`.
         data_dir: The folder holding a non-bundled data set (``mnist``, ``cifar10``; optional for
-            ``fashion-mnist``); the bundled ``adult`` and ``mnist5k`` do not read it.
+            ``fashion-mnist``); the bundled ones do not read it.
 
     Returns:
         ``(pool, test)``.
@@ -139,22 +204,7 @@ def load_dataset(name: str, data_dir: str | None = None) -> tuple[Dataset, Datas
         ValueError: ``name`` is unknown.
         FileNotFoundError: A non-bundled data set's files are missing (the message names them).
     """  # noqa: DOC502, DOC503
-    loaders: dict[str, Callable[[str | None], tuple[Dataset, Dataset]]] = {
-        "adult": lambda _dir: load_adult(),
-        "mnist5k": lambda _dir: load_mnist5k(),
-        "mnist": lambda d: load_idx_images("mnist", d, ("MNIST",)),
-        "fashion-mnist": lambda d: load_idx_images(
-            "fashion-mnist", FASHION_MNIST_DEFAULT_DIR if d is None else d, ("FashionMNIST",)
-        ),
-        "cifar10": load_cifar10,
-        "breast-cancer": lambda _dir: load_sklearn_table("breast-cancer"),
-        "digits": lambda _dir: load_sklearn_table("digits"),
-        "fair": lambda _dir: load_statsmodels_table("fair"),
-        "randhie": lambda _dir: load_statsmodels_table("randhie"),
-    }
-    if name not in loaders:
-        raise ValueError(f"dataset must be one of {', '.join(DATASETS)}; got {name!r}")
-    return loaders[name](data_dir)
+    return dataset_spec(name).load(data_dir)
 
 
 def _bundled(filename: str) -> bytes:
@@ -472,6 +522,21 @@ def load_cifar10(data_dir: str | None) -> tuple[Dataset, Dataset]:
             pool_y = np.concatenate([p[1] for p in parts])
             return Dataset(pool_x, pool_y, 10, "cifar10"), Dataset(held_x, test_y, 10, "cifar10")
     raise FileNotFoundError(f"cifar10: {expected} not found in {root / _CIFAR_FOLDER} or {root}")
+
+
+for _spec in (
+    DataSetSpec("adult", lambda _dir: load_adult(), "adult-mlp"),
+    DataSetSpec("mnist5k", lambda _dir: load_mnist5k(), "mnist-cnn"),
+    DataSetSpec("mnist", lambda d: load_idx_images("mnist", d, ("MNIST",)), "mnist-cnn", needs_data_dir=True),
+    DataSetSpec("fashion-mnist", lambda d: load_idx_images(
+        "fashion-mnist", FASHION_MNIST_DEFAULT_DIR if d is None else d, ("FashionMNIST",)), "mnist-cnn"),
+    DataSetSpec("cifar10", load_cifar10, "cifar-cnn", epochs=10, needs_data_dir=True),
+    DataSetSpec("breast-cancer", lambda _dir: load_sklearn_table("breast-cancer"), "adult-mlp"),
+    DataSetSpec("digits", lambda _dir: load_sklearn_table("digits"), "adult-mlp"),
+    DataSetSpec("fair", lambda _dir: load_statsmodels_table("fair"), "adult-mlp"),
+    DataSetSpec("randhie", lambda _dir: load_statsmodels_table("randhie"), "adult-mlp"),
+):
+    register_dataset(_spec)
 
 
 # --------------------------------------------------------------------------------------------------

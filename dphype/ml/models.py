@@ -2,7 +2,8 @@
 
 Every model maps a batch to logits of shape ``(B, K)``: ``K = 1`` for binary tasks (one logit for
 binary cross-entropy with logits, as the paper's Adult MLP) and ``K = num_classes`` otherwise
-(cross-entropy). ``dropout=False`` builds the same architecture with all dropout rates set to 0
+(cross-entropy). The model of each data set is named by its entry in `dphype.ml.data.dataset_spec`.
+``dropout=False`` builds the same architecture with all dropout rates set to 0
 (used to compare batched and sequential training exactly).
 """
 
@@ -12,20 +13,6 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
-
-#: The model the paper trains on each data set (Appendix B; Fashion-MNIST reuses the MNIST CNN; the small UCI tables
-#: of issue 25, 8 to 64 features, the Adult MLP).
-MODEL_FOR_DATASET: dict[str, str] = {
-    "adult": "adult-mlp",
-    "mnist": "mnist-cnn",
-    "mnist5k": "mnist-cnn",
-    "fashion-mnist": "mnist-cnn",
-    "cifar10": "cifar-cnn",
-    "breast-cancer": "adult-mlp",
-    "digits": "adult-mlp",
-    "fair": "adult-mlp",
-    "randhie": "adult-mlp",
-}
 
 
 def _outputs(num_classes: int) -> int:

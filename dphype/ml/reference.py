@@ -59,10 +59,10 @@ def candidate_accuracies(dataset: str, clients: int, candidates: Sequence[Mappin
     Returns:
         ``(p,)`` test accuracies, in candidate order.
     """
-    from dphype.ml.models import MODEL_FOR_DATASET
+    from dphype.ml.data import dataset_spec
     from dphype.ml.training import accuracy, fedavg
 
     shards = [make_task(dataset, i, clients, seed=seed, epochs=local_epochs).data for i in range(clients)]
-    models = fedavg(MODEL_FOR_DATASET[dataset], shards, list(candidates), rounds=rounds, local_epochs=local_epochs,
+    models = fedavg(dataset_spec(dataset).model, shards, list(candidates), rounds=rounds, local_epochs=local_epochs,
                     seed=seed, device="cpu")
     return accuracy(models, load_cached(dataset)[1])

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dphype.ml.data import Dataset, load_dataset, partition_dirichlet, partition_iid
+from dphype.ml.data import Dataset, dataset_spec, load_dataset, partition_dirichlet, partition_iid
 
 if TYPE_CHECKING:
     from dphype.ml.training import ModelSpec
@@ -156,10 +156,6 @@ class TorchTask:
         return {"num-examples": len(self.data), "loss": loss, "accuracy": acc}
 
 
-#: Local epochs per data set (Section V-B: 5, CIFAR-10: 10).
-DEFAULT_EPOCHS: dict[str, int] = {"cifar10": 10}
-
-
 def check_candidates(candidates: Sequence[Mapping[str, Any]]) -> None:
     """Refuse candidates that `TorchTask`'s batched SGD cannot train (what every node's task checks first).
 
@@ -184,12 +180,15 @@ def default_epochs(dataset: str) -> int:
     """Local (and FedAvg) epochs the paper uses for ``dataset`` (Section V-B).
 
     Args:
-        dataset: The data set's name.
+        dataset: A registered data set's name (`dphype.ml.data.dataset_spec`).
 
     Returns:
         The epochs.
-    """
-    return DEFAULT_EPOCHS.get(dataset, 5)
+
+    Raises:
+        ValueError: ``dataset`` is not registered.
+    """  # noqa: DOC502
+    return dataset_spec(dataset).epochs
 
 
 def load_cached(dataset: str, data_dir: str | None = None) -> tuple[Dataset, Dataset]:
@@ -289,6 +288,7 @@ def make_task(
     beta: float | None = None,
     epochs: int | None = None,
     data_dir: str | None = None,
+    device: str | None = None,
 ) -> TorchTask:
     """Client ``partition_id``'s task: its shard of the ``dataset`` pool and the paper's model.
 
@@ -304,15 +304,15 @@ def make_task(
         beta: The Dirichlet concentration for ``"dirichlet"``.
         epochs: Local epochs, ``>= 1``; ``None``: the paper's value (`default_epochs`).
         data_dir: The folder holding a non-bundled data set.
+        device: The torch device the task trains on; ``None``: CUDA when available.
 
     Returns:
         The client's task.
 
     Raises:
-        ValueError: ``partition_id`` or ``epochs`` is out of its range.
+        ValueError: ``dataset`` is not registered, or ``partition_id`` or ``epochs`` is out of its range.
     """
-    from dphype.ml.models import MODEL_FOR_DATASET
-
+    spec = dataset_spec(dataset)
     if not 0 <= partition_id < num_partitions:
         raise ValueError(f"partition_id must lie in [0, {num_partitions}), got {partition_id}")
     if epochs is not None and epochs < 1:
@@ -322,9 +322,10 @@ def make_task(
     client_seed = int(np.random.SeedSequence([seed, partition_id]).generate_state(1)[0])
     return TorchTask(
         data=pool.subset(shards[partition_id]),
-        model=MODEL_FOR_DATASET[dataset],
-        epochs=default_epochs(dataset) if epochs is None else epochs,
+        model=spec.model,
+        epochs=spec.epochs if epochs is None else epochs,
         seed=client_seed,
+        device=device,
     )
 
 
@@ -338,6 +339,7 @@ def score_clients(
     beta: float | None = None,
     epochs: int | None = None,
     data_dir: str | None = None,
+    device: str | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> np.ndarray:
     """Every client's local scores on a simulated federation, through the real client path.
@@ -354,6 +356,7 @@ def score_clients(
         beta: The Dirichlet concentration for ``"dirichlet"``.
         epochs: Local epochs; ``None``: the paper's value.
         data_dir: The folder holding a non-bundled data set.
+        device: The torch device every client trains on; ``None``: CUDA when available.
         progress: ``progress(done, clients)`` is called after each client, or ``None``.
 
     Returns:
@@ -363,7 +366,7 @@ def score_clients(
     rows = []
     for i in range(clients):
         task = make_task(dataset, i, clients, seed=seed, partition=partition, beta=beta, epochs=epochs,
-                         data_dir=data_dir)
+                         data_dir=data_dir, device=device)
         rows.append(np.asarray(task.score(candidates), dtype=np.float64))
         if progress is not None:
             progress(i + 1, clients)

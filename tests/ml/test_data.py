@@ -147,9 +147,42 @@ def test_unknown_statsmodels_table_is_rejected() -> None:
         data.load_statsmodels_table("iris")
 
 
-def test_unknown_dataset_name_is_rejected() -> None:
-    with pytest.raises(ValueError, match="dataset must be one of"):
-        load_dataset("imagenet")
+def test_unknown_dataset_name_is_rejected_with_the_registered_names() -> None:
+    known = ", ".join(data.dataset_names())
+    assert known.startswith("adult, mnist5k") and "cifar10" in known
+    for refuse in (lambda: load_dataset("imagenet"), lambda: data.dataset_spec("imagenet")):
+        with pytest.raises(ValueError, match=f"dataset must be one of {known}; got 'imagenet'"):
+            refuse()
+
+
+def test_a_registered_dataset_is_one_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Registering a data set makes it loadable by name, with its model and epochs; a second entry of the same
+    name and an entry with no epochs are refused."""
+    from dphype.ml.task import default_epochs, make_task
+
+    monkeypatch.setattr(data, "_REGISTRY", dict(data._REGISTRY))
+    rng = np.random.default_rng(0)
+    pool = Dataset(rng.normal(size=(40, 3)), np.arange(40) % 2, 2, "toy")
+    spec = data.register_dataset(data.DataSetSpec("toy", lambda _dir: (pool, pool), "adult-mlp", epochs=2))
+    assert data.dataset_spec("toy") is spec and data.dataset_names()[-1] == "toy"
+    assert load_dataset("toy")[0] is pool and default_epochs("toy") == 2
+    task = make_task("toy", 1, 4, seed=3)
+    assert (task.model, task.epochs, len(task.data)) == ("adult-mlp", 2, 10)
+    with pytest.raises(ValueError, match="already registered"):
+        data.register_dataset(spec)
+    with pytest.raises(ValueError, match="epochs of dataset 'other' must be >= 1"):
+        data.register_dataset(data.DataSetSpec("other", spec.load, "adult-mlp", epochs=0))
+
+
+def test_the_registry_keeps_each_data_sets_model_and_epochs() -> None:
+    table = {name: (data.dataset_spec(name).model, data.dataset_spec(name).epochs,
+                    data.dataset_spec(name).needs_data_dir) for name in data.dataset_names()}
+    assert table == {
+        "adult": ("adult-mlp", 5, False), "mnist5k": ("mnist-cnn", 5, False), "mnist": ("mnist-cnn", 5, True),
+        "fashion-mnist": ("mnist-cnn", 5, False), "cifar10": ("cifar-cnn", 10, True),
+        "breast-cancer": ("adult-mlp", 5, False), "digits": ("adult-mlp", 5, False),
+        "fair": ("adult-mlp", 5, False), "randhie": ("adult-mlp", 5, False),
+    }
 
 
 # ------------------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from dphype.ml.models import MODEL_FOR_DATASET, MODELS, AdultMLP, CifarCNN, MnistCNN, build_model
+from dphype.ml.data import dataset_names, dataset_spec
+from dphype.ml.models import MODELS, AdultMLP, CifarCNN, MnistCNN, build_model
 
 
 def _count(module: nn.Module) -> int:
@@ -53,8 +54,8 @@ def test_dropout_switch(name: str, shape: tuple[int, ...]) -> None:
     assert not torch.allclose(noisy(x), noisy(x))
 
 
-def test_every_dataset_maps_to_a_model() -> None:
-    assert set(MODEL_FOR_DATASET.values()) <= set(MODELS)
+def test_every_registered_dataset_names_a_model() -> None:
+    assert {dataset_spec(name).model for name in dataset_names()} <= set(MODELS)
 
 
 def test_bad_names_and_shapes_are_rejected() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from helpers import TINY, bench
 
 from simulations.cli import main
@@ -39,7 +40,8 @@ def test_tradeoff_then_ablations_and_distributions_reuse_the_cache(
     cache = str(tmp_path / "cache")
     res = bench(["tradeoff", *TINY, "--repetitions", "4", "--epsilons", "1", "inf", "--cache", cache,
                   "--out", str(tmp_path / "t")], capsys)
-    assert res["study"] == "tradeoff" and res["scale"] == {"epochs": 1, "rounds": 1, "fedavg_epochs": 1}
+    assert res["study"] == "tradeoff"
+    assert res["scale"] == {"epochs": 1, "rounds": 1, "fedavg_epochs": 1, "fedavg_chunk": None}
     assert {Path(p).name for p in res["outputs"]} == {"tradeoff.csv", "tradeoff_candidates.csv", "tradeoff_adult.png"}
     assert len(res["summary"]) == 2 * 2  # partitions x epsilons
     without_noise = [s for s in res["summary"] if s["epsilon"] == "inf"]  # strict JSON: infinity as "inf"
@@ -144,6 +146,9 @@ def test_tradeoff_flower_run(small_adult: None, tmp_path: Path, capsys: pytest.C
         (["tradeoff", "--consensus", "unanimous"], "consensus must be one of strong, moderate, weak or a number > 0"),
         (["tradeoff", "--consensus", "-1"], "consensus must be a finite number > 0"),
         (["tradeoff", "--epsilons", "0"], "epsilon must be"),
+        (["tradeoff", "--device", "gpu0"], "device must be a torch device such as cpu, cuda or cuda:1, got 'gpu0'"),
+        pytest.param(["tradeoff", "--device", "cuda"], "torch sees no CUDA device",
+                     marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")),
         (["ksweep", "--epsilons", "1", "inf"], "epsilons must be finite"),
         (["ksweep", "--candidates", "6", "--ks", "6", "8"], "ks must contain at least one k in [1, 5]"),
         (["ksweep", "--ks", "0"], "ks must be"),
