@@ -14,7 +14,7 @@ standardized"), Adult's categorical attributes are one-hot encoded and its label
   classes) are the UCI tables scikit-learn ships offline (`load_sklearn_table`); ``fair`` (6,366 rows, 8
   features) and ``randhie`` (20,190 rows, 9 features), both binary, are tables statsmodels ships offline
   (`load_statsmodels_table`). All four come with the optional ``bench`` extra and are split and standardized like
-  Adult: tasks that played no part in DP-Hype's design (issue 25).
+  Adult: tasks that played no part in DP-Hype's design.
 * ``mnist``, ``fashion-mnist`` and ``cifar10`` are read from a user folder in torchvision's on-disk
   format (IDX files / python pickles, read here with numpy) and keep their official train/test split.
   Fashion-MNIST defaults to Debian's ``dataset-fashion-mnist`` package folder.

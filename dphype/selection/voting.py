@@ -1,4 +1,4 @@
-"""Client votes (DP-Hype Algorithm 1, lines 5-8, Appendix F, and the graded ballots of issue 25).
+"""Client votes (DP-Hype Algorithm 1, lines 5-8, Appendix F, and graded ballots).
 
 Each client turns its local scores into a ballot, one integer per candidate. DP-Hype's is `top_k_votes`:
 exactly ``k`` ones. The graded ballots give each candidate an integer in ``[0, G]``, ``G = 2**bits - 1``:
@@ -16,7 +16,7 @@ exactly ``k`` ones. The graded ballots give each candidate an integer in ``[0, G
   number of candidates ``p``, the std ``s`` of the argmax release's noise for a top-k ballot and the fewest voters
   ``m`` (``c = AUTO_SCALE``, ``a = AUTO_EXPONENT``), at least ``AUTO_FLOOR p`` and `AUTO_MIN_DEPTH`. The
   noise-to-signal ratio ``s / m`` decides how deep a vote must reach before the good candidates' counts rise above
-  the noise: measured over Adult, digits, breast-cancer, fair and randhie under both relations (issue 25, README
+  the noise: measured over Adult, digits, breast-cancer, fair and randhie under both relations (README
   "Ballots"), the best ``k`` in hindsight ranges from 1 to 40 and follows this rule.
 
 `Ballot` names a ballot (``"top-k"``, ``"auto[:C]"``, ``"rank:D[:BITS]"``, ``"score:M[:BITS]"``: the
@@ -164,23 +164,17 @@ DEFAULT_BITS = 4
 #: The most bits an entry may have (the committee checks ``bits`` binary digits per entry).
 MAX_BITS = 8
 #: ``c`` of the auto ballot's rule ``k = round(c p (s / m)**AUTO_EXPONENT)`` (`auto_depth`), fitted by minimax
-#: regret (issue 25).
+#: regret over the measured ballot grid (README "Ballots").
 AUTO_SCALE = 0.4
-#: The exponent of the noise per voter ``s / m`` in the auto rule. Measured over 104 points (Adult, digits,
-#: breast-cancer, fair, randhie; both relations; `dphype bench ksweep`, 5,000 releases per point), ``0.75`` with a
-#: floor of ``0.03 p`` trailed the best ``k`` in hindsight by at most 3.67 / 3.56 points (replace-one / add-remove)
-#: against 4.30 / 4.80 for the linear rule (exponent 1, floor ``0.05 p``), and on fresh seeds 4.12 / 3.53 against
-#: 4.81 / 5.16, under the committee's former per-tally noise shares; under its joint noise (issue 23) 3.84 / 3.86
-#: (issue 25, README "Ballots").
+#: The exponent of the noise per voter ``s / m`` in the auto rule, fitted with `AUTO_SCALE` and `AUTO_FLOOR`
+#: (its in- and out-of-sample comparison with the linear rule: README "Ballots").
 AUTO_EXPONENT = 0.75
 #: The auto ballot's smallest ``k`` as a fraction of ``p`` (a vote of one or two candidates is fragile); fitted with
 #: `AUTO_EXPONENT`.
 AUTO_FLOOR = 0.03
 #: The auto ballot's smallest ``k`` whatever ``p`` (below ``p // 2``): with one vote each, label-skewed clients vote
-#: for what suits their own labels. On Fashion-MNIST with 10 candidates (where ``AUTO_FLOOR p`` rounds to 1; results/
-#: README.md "Fashion-MNIST on the ballot grid", 24 points) ``k = 1`` trailed the best ``k`` by 10 to 17 points at
-#: n = 50, Dirichlet 0.5; with this floor the rule trails by at most 2.7 there; at 100 candidates ``AUTO_FLOOR p =
-#: 3`` already exceeds it.
+#: for what suits their own labels (measured with few candidates, where ``AUTO_FLOOR p`` rounds to 1: results/README.md
+#: "Fashion-MNIST on the ballot grid").
 AUTO_MIN_DEPTH = 2
 
 
