@@ -3,7 +3,9 @@
 DP-Hype is task-agnostic: anything with ``maximize`` and ``score(candidates)`` works. `TorchTask`
 is the concrete task of the paper's experiments (Section V-B): train the data set's model (Appendix B)
 for each candidate and report its local validation accuracy, with the validation loss (the score of
-Algorithm 1) as the tie-breaking second key. `make_task` builds client
+Algorithm 1) as the tie-breaking second key, measured by the task's ``validation`` scheme
+(`dphype.ml.validation`: by default cross-validation over all the client's rows; ``"split"``, one 80/20 split, is
+the paper's). `make_task` builds client
 ``partition_id``'s task from a data set name, so every Flower client can build its own shard: the
 same ``seed`` gives every client the same partitioning.
 
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from dphype.ml.data import Dataset, load_dataset, partition_dirichlet, partition_iid
+from dphype.ml.validation import DEFAULT_VALIDATION, check_validation
 
 if TYPE_CHECKING:
     from dphype.ml.training import ModelSpec
@@ -62,11 +65,13 @@ class Task(Protocol):
 class TorchTask:
     """Local validation accuracy of one model per candidate (Section V-B).
 
-    Via `dphype.ml.training.evaluate_candidates` (all candidates trained at once).
+    Via `dphype.ml.crossval.cross_validate_candidates` (all candidates, and all folds, trained at once).
     score = validation accuracy; ties broken by validation loss (Algorithm 1's loss): `score`
     returns the ``(p, 2)`` keys ``[accuracy, -validation loss]``. With a few dozen local validation rows
     most candidates share one of a handful of accuracies; the loss separates them, so a client's top-k
-    vote does not fall back to candidate order.
+    vote does not fall back to candidate order. ``validation`` picks how the client holds rows out: the default
+    (`dphype.ml.validation.DEFAULT_VALIDATION`) cross-validates over every local row, which costs one training per
+    fold; ``"split"`` is the paper's single 80/20 split.
 
     Attributes:
         data: The client's local data.
@@ -78,6 +83,7 @@ class TorchTask:
         chunk_size: Caps the candidates trained at once (memory); ``None``: all.
         num_threads: The torch threads (set it when several clients share one machine); ``None``: unchanged.
         maximize: Higher scores are better (the default ``True``: accuracies).
+        validation: A name of `dphype.ml.validation.Validation` (checked when the task is made).
     """
 
     data: Dataset
@@ -89,6 +95,10 @@ class TorchTask:
     chunk_size: int | None = None
     num_threads: int | None = None
     maximize: bool = True
+    validation: str = DEFAULT_VALIDATION
+
+    def __post_init__(self) -> None:
+        self.validation = check_validation(self.validation)
 
     def check(self, candidates: Sequence[Mapping[str, Any]]) -> None:
         """Refuse candidates this task cannot train. Looks at the public candidates only.
@@ -108,21 +118,23 @@ class TorchTask:
         *,
         progress: Callable[[int, int], None] | None = None,
     ) -> np.ndarray:
-        """Train and validate one model per candidate.
+        """Train and validate one model per candidate (per fold) under the task's ``validation``.
 
         Args:
             candidates: The public candidates.
             progress: ``progress(done, total)`` counts local epochs, or ``None``.
 
         Returns:
-            ``(p, 2)`` keys ``[validation accuracy, -validation loss]`` (a NaN row for a diverged candidate).
+            ``(p, 2)`` keys ``[validation accuracy, -validation loss]`` (``":loss"`` schemes: the columns swapped;
+            a NaN row for a diverged candidate).
         """
-        from dphype.ml.training import evaluate_candidates
+        from dphype.ml.crossval import cross_validate_candidates
 
-        return evaluate_candidates(
+        return cross_validate_candidates(
             self.model,
             self.data,
             candidates,
+            validation=self.validation,
             epochs=self.epochs,
             batch_size=self.batch_size,
             seed=self.seed,
@@ -130,7 +142,6 @@ class TorchTask:
             chunk_size=self.chunk_size,
             num_threads=self.num_threads,
             progress=progress,
-            with_loss=True,
         )
 
     # ---- final training of the selected candidate (one model, e.g. FedAvg through Flower) ----
@@ -317,6 +328,7 @@ def make_task(
     beta: float | None = None,
     epochs: int | None = None,
     data_dir: str | None = None,
+    validation: str = DEFAULT_VALIDATION,
 ) -> TorchTask:
     """Client ``partition_id``'s task: its shard of the ``dataset`` pool and the paper's model.
 
@@ -332,12 +344,13 @@ def make_task(
         beta: The Dirichlet concentration for ``"dirichlet"``.
         epochs: Local epochs, ``>= 1``; ``None``: the paper's value (`default_epochs`).
         data_dir: The folder holding a non-bundled data set.
+        validation: How the client holds rows out to score (`dphype.ml.validation`; ``"split"``: the paper's).
 
     Returns:
         The client's task.
 
     Raises:
-        ValueError: ``partition_id`` or ``epochs`` is out of its range.
+        ValueError: ``partition_id`` or ``epochs`` is out of its range, or ``validation`` is not a scheme's name.
     """
     from dphype.ml.models import MODEL_FOR_DATASET
 
@@ -353,6 +366,7 @@ def make_task(
         model=MODEL_FOR_DATASET[dataset],
         epochs=default_epochs(dataset) if epochs is None else epochs,
         seed=client_seed,
+        validation=validation,
     )
 
 
@@ -367,6 +381,7 @@ def score_clients(
     epochs: int | None = None,
     data_dir: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    validation: str = DEFAULT_VALIDATION,
 ) -> np.ndarray:
     """Every client's local scores on a simulated federation, through the real client path.
 
@@ -383,6 +398,7 @@ def score_clients(
         epochs: Local epochs; ``None``: the paper's value.
         data_dir: The folder holding a non-bundled data set.
         progress: ``progress(done, clients)`` is called after each client, or ``None``.
+        validation: Every client's validation scheme (`make_task`).
 
     Returns:
         ``(clients, p)`` scores, or ``(clients, p, j)`` when ``Task.score`` returns lexicographic keys
@@ -391,7 +407,7 @@ def score_clients(
     rows = []
     for i in range(clients):
         task = make_task(dataset, i, clients, seed=seed, partition=partition, beta=beta, epochs=epochs,
-                         data_dir=data_dir)
+                         data_dir=data_dir, validation=validation)
         rows.append(np.asarray(task.score(candidates), dtype=np.float64))
         if progress is not None:
             progress(i + 1, clients)
