@@ -4,7 +4,8 @@ Inputs, computed once and shared (the cost is charged to every method that uses 
 
 * per-client scores: the data set's pool is split over ``clients`` clients with
   `dphype.ml.task.make_task`; every client scores every candidate on its own data
-  (``Task.score``: local 80/20 split, the paper's model and epochs);
+  (``Task.score``: the task's default validation, `dphype.ml.validation.DEFAULT_VALIDATION`, the paper's model
+  and epochs);
 * central models: every candidate trained on the 80 % fit split of the whole pool
   (`dphype.ml.training.train_candidates`), scored on the 20 % validation split (DP-BO's
   sensitive validation set) and on the test split (the test accuracy of any selection).
