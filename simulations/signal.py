@@ -5,9 +5,12 @@ paper's one 80/20 split, k-fold cross-validation, repeated splits, each ranking 
 the federation's ground truth (each candidate's FedAvg test accuracy, Opt its best) is shared by all schemes. Per
 federation and scheme, ``signal.csv`` holds:
 
+* how well the clients' own rankings order the candidates by their FedAvg test accuracy (Spearman's correlation,
+  the mean over clients);
 * the **noiseless vote's gap** (accuracy points behind Opt of the noiseless top-k winner, the lowest index among
-  tied counts, as ``dphype bench ksweep`` at epsilon ``inf``) at the best fixed ``k`` of ``--ks`` and at the
-  ``auto`` ballot's ``k`` (:meth:`dphype.selection.voting.Ballot.resolve` with all ``n`` clients voting);
+  tied counts, as ``dphype bench ksweep`` at epsilon ``inf``) at the best fixed ``k`` of ``--ks``, its mean over
+  ``--ks``, and at the ``auto`` ballot's ``k`` (:meth:`dphype.selection.voting.Ballot.resolve` with all ``n``
+  clients voting);
 * per epsilon, the **release's gap**: ``--repetitions`` winner releases (:func:`simulations.tradeoff.winner_picks`)
   at every ``k``, with common random numbers across ``k`` and across schemes, at the ``auto`` ballot's ``k`` and at
   the best fixed ``k`` in hindsight, with the shares of releases within 2 points of Opt.
@@ -65,6 +68,21 @@ def noiseless_gaps(counts: dict[int, np.ndarray], accuracy: np.ndarray) -> dict[
     return {k: 100.0 * (opt - float(accuracy[int(np.argmax(c))])) for k, c in counts.items()}
 
 
+def local_rank_correlation(scores: np.ndarray, accuracy: np.ndarray) -> float:
+    """Mean over clients of Spearman's correlation between the client's ranking (its lexicographic keys, a
+    diverged candidate last) and the candidates' FedAvg test accuracy: how well each client's signal orders them."""
+    from scipy.stats import spearmanr
+
+    out = []
+    for keys in np.asarray(scores, dtype=np.float64):
+        keys = np.nan_to_num(keys.reshape(len(keys), -1), nan=-np.inf)
+        order = np.lexsort(keys.T[::-1])  # ascending, the first column the primary key
+        rank = np.empty(len(order))
+        rank[order] = np.arange(len(order))
+        out.append(float(spearmanr(rank, accuracy).statistic))
+    return float(np.nanmean(out))
+
+
 def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     candidates = harness.candidates_from_args(args)
     p = len(candidates)
@@ -93,6 +111,8 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                 counts = {k: harness.client_votes(scores, k, maximize=True).sum(axis=0) for k in opts["ks"]}
                 calm = noiseless_gaps(counts, accuracy)
                 calm_k = min(opts["ks"], key=lambda k: (calm[k], k))
+                calm_mean = float(np.mean([calm[k] for k in opts["ks"]]))
+                correlation = local_rank_correlation(scores, accuracy)
                 for e_index, eps in enumerate(opts["epsilons"]):
                     auto_k = Ballot.parse("auto").resolve(p, noise_std(eps, relation), fed.clients).depth
                     if auto_k not in counts:
@@ -107,7 +127,9 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                     best_k = min(opts["ks"], key=lambda k: (gaps[k], k))
                     rows.append({"dataset": fed.dataset, "clients": fed.clients, "partition": fed.label,
                                  "validation": validation, "epsilon": eps, "neighbouring": relation,
+                                 "local_rank_correlation": round(correlation, 4),
                                  "noiseless_best_k": calm_k, "noiseless_best_gap": round(calm[calm_k], 3),
+                                 "noiseless_mean_gap": round(calm_mean, 3),
                                  "auto_k": auto_k, "noiseless_auto_gap": round(calm[auto_k], 3),
                                  "release_auto_gap": round(gaps[auto_k], 3),
                                  "release_auto_within_2pt": within(accuracy, opt, picks[auto_k], 2),
@@ -120,7 +142,8 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
 
 def summary(rows: Sequence[dict[str, Any]], validations: Sequence[str]) -> dict[str, dict[str, float]]:
     """Per scheme, the mean of every gap column over the grid's points."""
-    columns = ("noiseless_best_gap", "noiseless_auto_gap", "release_auto_gap", "release_best_gap",
+    columns = ("local_rank_correlation", "noiseless_best_gap", "noiseless_mean_gap", "noiseless_auto_gap",
+               "release_auto_gap", "release_best_gap",
                "release_auto_within_2pt", "release_best_within_2pt")
     return {v: {c: round(float(np.mean([r[c] for r in rows if r["validation"] == v])), 3) for c in columns}
             for v in validations}
