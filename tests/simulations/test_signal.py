@@ -22,7 +22,8 @@ def test_signal_compares_schemes_on_the_same_ground_truth(tmp_path: Path, capsys
     rows = list(csv.DictReader((tmp_path / "s" / "signal.csv").open()))
     assert len(rows) == 2 * 3  # partitions x schemes x epsilons
     for row in rows:
-        assert float(row["noiseless_best_gap"]) <= float(row["noiseless_auto_gap"])
+        assert float(row["noiseless_best_gap"]) <= float(row["noiseless_mean_gap"])
+        assert -1 <= float(row["local_rank_correlation"]) <= 1
         assert 0 <= float(row["release_auto_within_2pt"]) <= 1
     # one FedAvg ground truth per federation, one score array per base scheme (':loss' reuses kfold:3's)
     assert len(list((tmp_path / "cache").glob("*.npy"))) == 2 * (1 + 2)
