@@ -352,7 +352,7 @@ def add_federation_arguments(parser: argparse.ArgumentParser, *, clients: Sequen
         parser.add_argument("--validation", default="split",
                             help="how each client holds its rows out to score the candidates (dphype.ml.validation: "
                                  "'split', the paper's one 80/20 split, the default here so that the paper's figures "
-                                 "reproduce; 'kfold:5', the library's default; 'repeat:R'; any with ':loss')")
+                                 "reproduce; 'split:loss', the library's default; 'kfold:F'; 'repeat:R')")
     parser.add_argument("--cache", default="results/cache",
                         help="folder that keeps computed scores/accuracies for reuse ('none' disables)")
 

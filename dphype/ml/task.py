@@ -2,10 +2,10 @@
 
 DP-Hype is task-agnostic: anything with ``maximize`` and ``score(candidates)`` works. `TorchTask`
 is the concrete task of the paper's experiments (Section V-B): train the data set's model (Appendix B)
-for each candidate and report its local validation accuracy, with the validation loss (the score of
-Algorithm 1) as the tie-breaking second key, measured by the task's ``validation`` scheme
-(`dphype.ml.validation`: by default cross-validation over all the client's rows; ``"split"``, one 80/20 split, is
-the paper's). `make_task` builds client
+for each candidate and report its local validation loss (the score of Algorithm 1) and accuracy as lexicographic
+keys, measured by the task's ``validation`` scheme (`dphype.ml.validation`: by default one 80/20 split ranked by
+the loss first; ``"split"``, ranked by accuracy with the loss breaking ties, is the paper's; ``"kfold:F"``
+cross-validates over all the client's rows). `make_task` builds client
 ``partition_id``'s task from a data set name, so every Flower client can build its own shard: the
 same ``seed`` gives every client the same partitioning.
 
@@ -63,15 +63,15 @@ class Task(Protocol):
 
 @dataclass
 class TorchTask:
-    """Local validation accuracy of one model per candidate (Section V-B).
+    """Local validation loss and accuracy of one model per candidate (Section V-B).
 
     Via `dphype.ml.crossval.cross_validate_candidates` (all candidates, and all folds, trained at once).
-    score = validation accuracy; ties broken by validation loss (Algorithm 1's loss): `score`
-    returns the ``(p, 2)`` keys ``[accuracy, -validation loss]``. With a few dozen local validation rows
-    most candidates share one of a handful of accuracies; the loss separates them, so a client's top-k
-    vote does not fall back to candidate order. ``validation`` picks how the client holds rows out: the default
-    (`dphype.ml.validation.DEFAULT_VALIDATION`) cross-validates over every local row, which costs one training per
-    fold; ``"split"`` is the paper's single 80/20 split.
+    ``validation`` picks how the client holds rows out and which key ranks first: the default
+    (`dphype.ml.validation.DEFAULT_VALIDATION`, ``"split:loss"``) returns the ``(p, 2)`` keys
+    ``[-validation loss, accuracy]`` of one 80/20 split (the loss, Algorithm 1's score, is the finer key);
+    ``"split"``, the paper's, returns ``[accuracy, -validation loss]`` (with a few dozen local validation rows most
+    candidates share one of a handful of accuracies; the loss breaks those ties, so a client's top-k vote does not
+    fall back to candidate order); ``"kfold:F"`` cross-validates over every local row at one training per fold.
 
     Attributes:
         data: The client's local data.
@@ -125,8 +125,8 @@ class TorchTask:
             progress: ``progress(done, total)`` counts local epochs, or ``None``.
 
         Returns:
-            ``(p, 2)`` keys ``[validation accuracy, -validation loss]`` (``":loss"`` schemes: the columns swapped;
-            a NaN row for a diverged candidate).
+            ``(p, 2)`` keys: ``[-validation loss, validation accuracy]`` for a ``":loss"`` scheme (the default),
+            ``[validation accuracy, -validation loss]`` otherwise; a NaN row for a diverged candidate.
         """
         from dphype.ml.crossval import cross_validate_candidates
 

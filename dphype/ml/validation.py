@@ -11,8 +11,11 @@ privacy cost. A `Validation` names the scheme (`Validation.parse` reads the name
 * ``"repeat:R"``: ``R`` independent seeded 80/20 splits, each with its own initialisation, the held-out rows'
   accuracy and loss pooled the same way.
 
-Any of them takes the suffix ``":loss"`` to rank by validation loss first and accuracy second (the default ranks
-by accuracy and breaks ties with the loss). `dphype.ml.crossval` trains and scores them; this module imports
+Any of them takes the suffix ``":loss"`` to rank by validation loss first and accuracy second (without it a
+scheme ranks by accuracy and breaks ties with the loss). `DEFAULT_VALIDATION`, the bundled tasks' and
+`dphype.ml.task.TorchTask`'s, is ``"split:loss"``: the paper's split, ranked by the loss, the finer score, at the
+single split's compute (``dphype bench signal`` compares the schemes; results/README.md, "The clients' local
+signal"). `dphype.ml.crossval` trains and scores them; this module imports
 no torch.
 """
 
@@ -30,7 +33,7 @@ from dphype.ml.data import split_indices
 VALIDATION_FRACTION = 0.2
 
 #: The bundled tasks' and `dphype.ml.task.TorchTask`'s validation.
-DEFAULT_VALIDATION = "kfold:5"
+DEFAULT_VALIDATION = "split:loss"
 #: The paper's validation (Section V-B): one 80/20 split.
 SINGLE_SPLIT = "split"
 #: The folds of ``"kfold"`` without a count.

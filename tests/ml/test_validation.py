@@ -41,7 +41,8 @@ def per_fold(model: Any, data: Dataset, name: str, seed: int, **kw: Any) -> np.n
 @pytest.mark.parametrize("name", ["kfold", "kfold:3:loss", "repeat:3", "split:loss"])
 def test_names_are_canonical(name: str) -> None:
     assert check_validation(check_validation(name)) == check_validation(name)
-    assert check_validation("kfold") == "kfold:5" == DEFAULT_VALIDATION
+    assert check_validation("kfold") == "kfold:5"
+    assert check_validation(DEFAULT_VALIDATION) == DEFAULT_VALIDATION == "split:loss"
 
 
 @pytest.mark.parametrize(("name", "match"), [
@@ -110,9 +111,14 @@ def test_a_candidate_diverging_in_a_fold_scores_nan_and_progress_counts_epochs()
     assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)]
 
 
-def test_torch_task_cross_validates_by_default_and_keeps_the_split_selectable() -> None:
+def test_torch_task_ranks_by_the_default_scheme_and_keeps_the_paper_split_selectable() -> None:
     task = make_task("breast-cancer", 0, 10, epochs=1)
     assert task.validation == DEFAULT_VALIDATION
+    folds = make_task("breast-cancer", 0, 10, epochs=1, validation="kfold:3")
+    np.testing.assert_allclose(
+        folds.score(CANDIDATES),
+        cross_validate_candidates(folds.model, folds.data, CANDIDATES, validation="kfold:3", epochs=1,
+                                  seed=folds.seed))
     paper = make_task("breast-cancer", 0, 10, epochs=1, validation="split")
     np.testing.assert_array_equal(
         paper.score(CANDIDATES),
