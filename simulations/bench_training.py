@@ -10,7 +10,10 @@ same run, which load from other processes disturbs less):
   MLP's hand-written ``stacked_forward``);
 * ``adult_vmap_s``: the same with the generic ``torch.func.vmap`` forward;
 * ``adult_batched_1thread_s``: the batched path with one torch thread;
-* ``adult_sequential_s``: the reference path (one ``torch.optim.SGD`` + ``StepLR`` per candidate).
+* ``adult_sequential_s``: the reference path (one ``torch.optim.SGD`` + ``StepLR`` per candidate);
+* ``adult_validation_<scheme>_s`` for every scheme of ``--validations`` (:mod:`dphype.ml.validation`, e.g.
+  ``split kfold:5``): the client's scores under that scheme (:func:`dphype.ml.crossval.cross_validate_candidates`,
+  every fold of every candidate at once), with one torch thread: the client's compute per scheme.
 
 ``max_abs_weight_diff`` compares the weights trained by the batched and the sequential path with
 dropout switched off (same initialisation, same mini-batches). The machine's load average is
@@ -30,9 +33,11 @@ from typing import Any
 
 import numpy as np
 
+from dphype.ml.crossval import cross_validate_candidates
 from dphype.ml.data import Dataset, load_adult, partition_iid
 from dphype.ml.models import AdultMLP  # before torch: sets the OpenMP wait policy (see dphype.ml.models)
 from dphype.ml.training import evaluate_candidates, train_candidates
+from dphype.ml.validation import check_validation
 from dphype.selection.candidates import table_iii_grid
 
 import torch  # noqa: E402  isort: skip
@@ -69,10 +74,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--epochs", type=int, default=5, help="local epochs (default 5)")
     parser.add_argument("--repeats", type=int, default=3, help="warm repetitions, best reported (default 3)")
     parser.add_argument("--no-sequential", action="store_true", help="skip the slow sequential reference")
+    parser.add_argument("--validations", nargs="*", default=[],
+                        help="validation schemes to time with one thread (e.g. split kfold:5; default none)")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {args.repeats}")
+    args.validations = [check_validation(v) for v in args.validations]
 
     pool, _ = load_adult()
     client = pool.subset(partition_iid(pool.y, args.clients, seed=0)[0])
@@ -92,6 +100,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "vmap": lambda: batched(lambda: _VmapMLP(client.x.shape[1])),
         "batched_1thread": lambda: batched(num_threads=1),
     }
+    for scheme in args.validations:
+        variants[f"validation_{scheme}"] = lambda scheme=scheme: cross_validate_candidates(
+            "adult-mlp", client, candidates, validation=scheme, epochs=args.epochs, device="cpu", num_threads=1)
     cold, _ = _seconds(keep_scores)
     timings: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     for _ in range(args.repeats):  # interleaved, so that load changes hit every variant alike

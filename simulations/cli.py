@@ -36,6 +36,8 @@ STUDIES: dict[str, tuple[str, str]] = {
                "the argmax release's k: the measured sweep against the planner's advice"),
     "ksweep-report": ("simulations.ksweep_report",
                       "the ballot grid's tables from ksweep runs: gaps behind the best k, floor per cell"),
+    "signal": ("simulations.signal",
+               "the clients' local signal: validation schemes' noiseless and released gaps to Opt"),
     "argmax-profile": ("simulations.argmax_profile",
                        "argmax mode part by part (client shares, tallies, secure argmax on MPyC) vs the sum mode"),
     "committee": ("simulations.committee",

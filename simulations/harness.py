@@ -345,8 +345,9 @@ def parse_partition(value: str) -> float | None:
 
 
 def add_federation_arguments(parser: argparse.ArgumentParser, *, clients: Sequence[int],
-                             partitions: Sequence[str]) -> None:
-    """Options shared by the data-driven studies (scale-down knobs for CPU runs included)."""
+                             partitions: Sequence[str], validation: bool = True) -> None:
+    """Options shared by the data-driven studies (scale-down knobs for CPU runs included); ``validation=False``
+    leaves out ``--validation`` (for a study that compares schemes itself)."""
     parser.add_argument("--dataset", default="adult", help=f"one of {', '.join(dataset_names())} (default adult)")
     parser.add_argument("--data-dir", default=None, help="folder with the data set's files (mnist, cifar10, ...)")
     parser.add_argument("--clients", type=int, nargs="+", default=list(clients),
@@ -366,6 +367,11 @@ def add_federation_arguments(parser: argparse.ArgumentParser, *, clients: Sequen
     parser.add_argument("--device", default=None,
                         help="torch device of all training, e.g. cpu, cuda, cuda:1 (default: CUDA when available); "
                              "cached arrays are reused whatever the device")
+    if validation:
+        parser.add_argument("--validation", default="split",
+                            help="how each client holds its rows out to score the candidates (dphype.ml.validation: "
+                                 "'split', the paper's one 80/20 split, the default here so that the paper's figures "
+                                 "reproduce; 'split:loss', the library's default; 'kfold:F'; 'repeat:R')")
     parser.add_argument("--cache", default="results/cache",
                         help="folder that keeps computed scores/accuracies for reuse ('none' disables)")
 
@@ -387,12 +393,13 @@ def federations_from_args(args: argparse.Namespace) -> list[Federation]:
 
 @dataclass(frozen=True)
 class Scale:
-    """Epochs and rounds actually used (stated in every study's output)."""
+    """Epochs and rounds actually used (stated in every study's output), and the clients' validation scheme."""
 
     epochs: int
     rounds: int
     fedavg_epochs: int
     fedavg_chunk: int | None = None  #: candidates per FedAvg run of the ground truth (None: all at once)
+    validation: str = "split"
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Scale:
@@ -401,9 +408,12 @@ class Scale:
         epochs = default_epochs(args.dataset) if args.epochs is None else args.epochs
         fedavg_epochs = epochs if args.fedavg_epochs is None else args.fedavg_epochs
         chunk = getattr(args, "fedavg_chunk", None)
+        from dphype.ml.validation import SINGLE_SPLIT, check_validation
+
         return cls(check_int("epochs", epochs, 1), check_int("rounds", args.rounds, 1),
                    check_int("fedavg_epochs", fedavg_epochs, 1),
-                   None if chunk is None else check_int("fedavg_chunk", chunk, 1))
+                   None if chunk is None else check_int("fedavg_chunk", chunk, 1),
+                   check_validation(getattr(args, "validation", SINGLE_SPLIT)))
 
 
 def cache_from_args(args: argparse.Namespace) -> ArrayCache:
@@ -433,12 +443,15 @@ def cached_scores(fed: Federation, candidates: Any, scale: Scale, cache: ArrayCa
     from dphype.ml.task import score_clients
     from dphype.selection.candidates import CandidateList
 
-    key = federation_key(fed, candidates, what="client_scores", epochs=scale.epochs, format=SCORE_FORMAT)
+    # the single split's key names no scheme, so the arrays cached before schemes existed are reused
+    scheme = {} if scale.validation == "split" else {"validation": scale.validation}
+    key = federation_key(fed, candidates, what="client_scores", epochs=scale.epochs, format=SCORE_FORMAT, **scheme)
     cands = candidates if isinstance(candidates, CandidateList) else CandidateList(candidates)
 
     def compute() -> np.ndarray:
         return score_clients(fed.dataset, cands, fed.clients, seed=fed.seed, partition=fed.partition,
                              beta=fed.beta, epochs=scale.epochs, data_dir=fed.data_dir, device=fed.device,
+                             validation=scale.validation,
                              progress=None if bar is None else lambda done, total: bar.update(1))
 
     return cache.get(key, compute, on_hit=None if bar is None else lambda: bar.update(fed.clients))

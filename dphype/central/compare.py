@@ -4,7 +4,8 @@ Inputs, computed once and shared (the cost is charged to every method that uses 
 
 * per-client scores: the data set's pool is split over ``clients`` clients with
   `dphype.ml.task.make_task`; every client scores every candidate on its own data
-  (``Task.score``: local 80/20 split, the paper's model and epochs);
+  (``Task.score`` with the paper's single split, ``validation="split"``, so that the primary key is the local
+  accuracy that propose-test takes as each part's utility; the paper's model and epochs);
 * central models: every candidate trained on the 80 % fit split of the whole pool
   (`dphype.ml.training.train_candidates`), scored on the 20 % validation split (DP-BO's
   sensitive validation set) and on the test split (the test accuracy of any selection).
@@ -41,6 +42,7 @@ import numpy as np
 
 from dphype.config import DPHypeConfig
 from dphype.ml.task import FixedScoresTask, score_clients
+from dphype.ml.validation import SINGLE_SPLIT
 from dphype.plotting import pyplot, save_figure
 from dphype.selection.candidates import CandidateList
 
@@ -221,7 +223,7 @@ def compare(
 
     t0 = time.perf_counter()
     client_scores = score_clients(dataset, candidates, clients, seed=seed, epochs=epochs, partition=partition,
-                                  beta=beta, data_dir=data_dir, progress=progress)
+                                  beta=beta, data_dir=data_dir, progress=progress, validation=SINGLE_SPLIT)
     client_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     val_acc, test_acc, val_size = central_accuracies(dataset, candidates, seed=seed, epochs=epochs,

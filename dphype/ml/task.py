@@ -2,8 +2,10 @@
 
 DP-Hype is task-agnostic: anything with ``maximize`` and ``score(candidates)`` works. `TorchTask`
 is the concrete task of the paper's experiments (Section V-B): train the data set's model (Appendix B)
-for each candidate and report its local validation accuracy, with the validation loss (the score of
-Algorithm 1) as the tie-breaking second key. `make_task` builds client
+for each candidate and report its local validation loss (the score of Algorithm 1) and accuracy as lexicographic
+keys, measured by the task's ``validation`` scheme (`dphype.ml.validation`: by default one 80/20 split ranked by
+the loss first; ``"split"``, ranked by accuracy with the loss breaking ties, is the paper's; ``"kfold:F"``
+cross-validates over all the client's rows). `make_task` builds client
 ``partition_id``'s task from a data set name, so every Flower client can build its own shard: the
 same ``seed`` gives every client the same partitioning.
 
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dphype.ml.data import Dataset, dataset_spec, load_dataset, partition_dirichlet, partition_iid
+from dphype.ml.validation import DEFAULT_VALIDATION, check_validation
 
 if TYPE_CHECKING:
     from dphype.ml.training import ModelSpec
@@ -32,13 +35,15 @@ PARTITIONS: tuple[str, ...] = ("iid", "dirichlet")
 
 @dataclass
 class TorchTask:
-    """Local validation accuracy of one model per candidate (Section V-B).
+    """Local validation loss and accuracy of one model per candidate (Section V-B).
 
-    Via `dphype.ml.training.evaluate_candidates` (all candidates trained at once).
-    score = validation accuracy; ties broken by validation loss (Algorithm 1's loss): `score`
-    returns the ``(p, 2)`` keys ``[accuracy, -validation loss]``. With a few dozen local validation rows
-    most candidates share one of a handful of accuracies; the loss separates them, so a client's top-k
-    vote does not fall back to candidate order.
+    Via `dphype.ml.crossval.cross_validate_candidates` (all candidates, and all folds, trained at once).
+    ``validation`` picks how the client holds rows out and which key ranks first: the default
+    (`dphype.ml.validation.DEFAULT_VALIDATION`, ``"split:loss"``) returns the ``(p, 2)`` keys
+    ``[-validation loss, accuracy]`` of one 80/20 split (the loss, Algorithm 1's score, is the finer key);
+    ``"split"``, the paper's, returns ``[accuracy, -validation loss]`` (with a few dozen local validation rows most
+    candidates share one of a handful of accuracies; the loss breaks those ties, so a client's top-k vote does not
+    fall back to candidate order); ``"kfold:F"`` cross-validates over every local row at one training per fold.
 
     Attributes:
         data: The client's local data.
@@ -50,6 +55,7 @@ class TorchTask:
         chunk_size: Caps the candidates trained at once (memory); ``None``: all.
         num_threads: The torch threads (set it when several clients share one machine); ``None``: unchanged.
         maximize: Higher scores are better (the default ``True``: accuracies).
+        validation: A name of `dphype.ml.validation.Validation` (checked when the task is made).
     """
 
     data: Dataset
@@ -61,6 +67,10 @@ class TorchTask:
     chunk_size: int | None = None
     num_threads: int | None = None
     maximize: bool = True
+    validation: str = DEFAULT_VALIDATION
+
+    def __post_init__(self) -> None:
+        self.validation = check_validation(self.validation)
 
     def check(self, candidates: Sequence[Mapping[str, Any]]) -> None:
         """Refuse candidates this task cannot train. Looks at the public candidates only.
@@ -80,21 +90,23 @@ class TorchTask:
         *,
         progress: Callable[[int, int], None] | None = None,
     ) -> np.ndarray:
-        """Train and validate one model per candidate.
+        """Train and validate one model per candidate (per fold) under the task's ``validation``.
 
         Args:
             candidates: The public candidates.
             progress: ``progress(done, total)`` counts local epochs, or ``None``.
 
         Returns:
-            ``(p, 2)`` keys ``[validation accuracy, -validation loss]`` (a NaN row for a diverged candidate).
+            ``(p, 2)`` keys: ``[-validation loss, validation accuracy]`` for a ``":loss"`` scheme (the default),
+            ``[validation accuracy, -validation loss]`` otherwise; a NaN row for a diverged candidate.
         """
-        from dphype.ml.training import evaluate_candidates
+        from dphype.ml.crossval import cross_validate_candidates
 
-        return evaluate_candidates(
+        return cross_validate_candidates(
             self.model,
             self.data,
             candidates,
+            validation=self.validation,
             epochs=self.epochs,
             batch_size=self.batch_size,
             seed=self.seed,
@@ -102,7 +114,6 @@ class TorchTask:
             chunk_size=self.chunk_size,
             num_threads=self.num_threads,
             progress=progress,
-            with_loss=True,
         )
 
     # ---- final training of the selected candidate (one model, e.g. FedAvg through Flower) ----
@@ -289,6 +300,7 @@ def make_task(
     epochs: int | None = None,
     data_dir: str | None = None,
     device: str | None = None,
+    validation: str = DEFAULT_VALIDATION,
 ) -> TorchTask:
     """Client ``partition_id``'s task: its shard of the ``dataset`` pool and the paper's model.
 
@@ -305,12 +317,14 @@ def make_task(
         epochs: Local epochs, ``>= 1``; ``None``: the paper's value (`default_epochs`).
         data_dir: The folder holding a non-bundled data set.
         device: The torch device the task trains on; ``None``: CUDA when available.
+        validation: How the client holds rows out to score (`dphype.ml.validation`; ``"split"``: the paper's).
 
     Returns:
         The client's task.
 
     Raises:
-        ValueError: ``dataset`` is not registered, or ``partition_id`` or ``epochs`` is out of its range.
+        ValueError: ``dataset`` is not registered, ``partition_id`` or ``epochs`` is out of its range, or
+            ``validation`` is not a scheme's name.
     """
     spec = dataset_spec(dataset)
     if not 0 <= partition_id < num_partitions:
@@ -326,6 +340,7 @@ def make_task(
         epochs=spec.epochs if epochs is None else epochs,
         seed=client_seed,
         device=device,
+        validation=validation,
     )
 
 
@@ -341,6 +356,7 @@ def score_clients(
     data_dir: str | None = None,
     device: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    validation: str = DEFAULT_VALIDATION,
 ) -> np.ndarray:
     """Every client's local scores on a simulated federation, through the real client path.
 
@@ -358,6 +374,7 @@ def score_clients(
         data_dir: The folder holding a non-bundled data set.
         device: The torch device every client trains on; ``None``: CUDA when available.
         progress: ``progress(done, clients)`` is called after each client, or ``None``.
+        validation: Every client's validation scheme (`make_task`).
 
     Returns:
         ``(clients, p)`` scores, or ``(clients, p, j)`` when ``Task.score`` returns lexicographic keys
@@ -366,7 +383,7 @@ def score_clients(
     rows = []
     for i in range(clients):
         task = make_task(dataset, i, clients, seed=seed, partition=partition, beta=beta, epochs=epochs,
-                         data_dir=data_dir, device=device)
+                         data_dir=data_dir, device=device, validation=validation)
         rows.append(np.asarray(task.score(candidates), dtype=np.float64))
         if progress is not None:
             progress(i + 1, clients)

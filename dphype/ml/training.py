@@ -37,6 +37,7 @@ import numpy as np
 
 from dphype.ml.data import Dataset, split_indices
 from dphype.ml.models import build_model  # first: sets torch's OpenMP wait policy before torch loads
+from dphype.ml.validation import VALIDATION_FRACTION
 
 import torch  # noqa: E402  isort: skip
 from torch import nn  # noqa: E402  isort: skip
@@ -47,8 +48,6 @@ ModelSpec = str | Callable[[], nn.Module]
 #: Called as ``progress(done, total)`` after each unit of work.
 Progress = Callable[[int, int], None]
 
-#: Fraction of a client's data held out to score candidates (Section V-B).
-VALIDATION_FRACTION = 0.2
 #: The candidate keys training reads (all others are refused).
 HYPERPARAMETERS: tuple[str, ...] = ("lr", "momentum", "decay")
 

@@ -60,8 +60,8 @@ def test_torch_task_scores_every_candidate_with_progress() -> None:
     task: Task = make_task("adult", 3, 200, epochs=2)
     calls: list[tuple[int, int]] = []
     scores = task.score(CANDIDATES, progress=lambda done, total: calls.append((done, total)))
-    assert scores.shape == (2, 2)  # [validation accuracy, -validation loss]
-    assert np.all((scores[:, 0] >= 0) & (scores[:, 0] <= 1)) and np.all(scores[:, 1] < 0)
+    assert scores.shape == (2, 2)  # the default ranks by the loss: [-validation loss, validation accuracy]
+    assert np.all((scores[:, 1] >= 0) & (scores[:, 1] <= 1)) and np.all(scores[:, 0] < 0)
     assert calls == [(1, 2), (2, 2)]
     assert np.array_equal(scores, task.score(CANDIDATES))  # deterministic for a fixed seed
 

@@ -59,7 +59,8 @@ def candidate_utility_oracle(
     """A utility oracle from a candidate scorer, e.g. ``dphype.task.Task.score``.
 
     ``score`` receives a one-candidate list and returns one score per candidate in ``[0, 1]``, shape
-    ``(1,)``, or lexicographic keys, shape ``(1, j)`` (e.g. ``TorchTask``'s ``[accuracy, -loss]``): the
+    ``(1,)``, or lexicographic keys, shape ``(1, j)`` (e.g. ``TorchTask(validation="split")``'s
+    ``[accuracy, -loss]``; a ``":loss"`` scheme's primary key is a negated loss, not in ``[0, 1]``): the
     utility is the primary key, column 0 (`dphype.selection.voting.primary_scores`); for ``maximize=False``
     it is ``1 - score``. Deterministic scorers have one run.
 

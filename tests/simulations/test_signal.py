@@ -1,0 +1,53 @@
+"""dphype bench signal: the validation schemes' noiseless and released gaps, on one shared ground truth."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import TINY, bench
+
+from simulations import harness
+
+
+def test_signal_compares_schemes_on_the_same_ground_truth(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    res: dict[str, Any] = bench(["signal", *TINY, "--validations", "split", "kfold:3", "kfold:3:loss",
+                                 "--epsilons", "1", "--ks", "1", "2", "--repetitions", "20",
+                                 "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "s")], capsys)
+    assert res["validations"] == ["split", "kfold:3", "kfold:3:loss"]
+    rows = list(csv.DictReader((tmp_path / "s" / "signal.csv").open()))
+    assert len(rows) == 2 * 3  # partitions x schemes x epsilons
+    for row in rows:
+        assert float(row["noiseless_best_gap"]) <= float(row["noiseless_mean_gap"])
+        assert -1 <= float(row["local_rank_correlation"]) <= 1
+        assert 0 <= float(row["release_auto_within_2pt"]) <= 1
+    # one FedAvg ground truth per federation, one score array per base scheme (':loss' reuses kfold:3's)
+    assert len(list((tmp_path / "cache").glob("*.npy"))) == 2 * (1 + 2)
+    assert set(res["summary"]) == {"split", "kfold:3", "kfold:3:loss"}
+
+
+def test_the_single_split_keeps_the_cache_key_of_the_scores_before_schemes(tmp_path: Path) -> None:
+    cache = harness.ArrayCache(tmp_path)
+    fed = harness.Federation("breast-cancer", 3, None)
+    from dphype.selection.candidates import table_iii_grid
+
+    cands = table_iii_grid()
+    seen: list[dict[str, Any]] = []
+    cache.get = lambda key, compute, on_hit=None: seen.append(dict(key)) or np.zeros(1)  # type: ignore[method-assign]
+    harness.cached_scores(fed, cands, harness.Scale(1, 1, 1), cache)
+    harness.cached_scores(fed, cands, harness.Scale(1, 1, 1, "kfold:5"), cache)
+    assert "validation" not in seen[0] and seen[1]["validation"] == "kfold:5"
+    assert {k: v for k, v in seen[1].items() if k != "validation"} == seen[0]
+
+
+def test_signal_refuses_bad_input_before_any_work(capsys: pytest.CaptureFixture[str]) -> None:
+    from simulations.cli import main
+
+    assert main(["signal", "--validations", "loo"]) == 2
+    assert "validation must be one of" in capsys.readouterr().err
+    assert main(["signal", "--epsilons", "inf"]) == 2
+    assert "epsilons must be finite" in capsys.readouterr().err
