@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import io
 import logging
+import multiprocessing.util
 import os
 import shutil
 import tempfile
@@ -19,6 +20,9 @@ import pytest
 
 from dphype.node.policy import POLICY_ENV
 
+#: multiprocessing's helper processes (started once per interpreter, stopped at its exit).
+INTERPRETER_SERVERS = ("forkserver", "resource_tracker")
+
 
 @pytest.fixture(scope="session", autouse=True)
 def nothing_left_behind(tmp_path_factory):
@@ -27,6 +31,7 @@ def nothing_left_behind(tmp_path_factory):
     from dphype.flower.local import LocalGrid, descendants
 
     tmp_path_factory.getbasetemp()  # pytest's folders first, outside the private one
+    multiprocessing.util.get_temp_dir()  # and multiprocessing's, which it removes itself at the interpreter's exit
     private = tempfile.mkdtemp(prefix="session-tmp-")
     before = (tempfile.tempdir, os.environ.get("TMPDIR"))
     tempfile.tempdir, os.environ["TMPDIR"] = private, private
@@ -40,6 +45,9 @@ def nothing_left_behind(tmp_path_factory):
             time.sleep(0.2)
         commands = [Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120]
                     for pid in running if Path(f"/proc/{pid}/cmdline").exists()]
+        # multiprocessing's forkserver and resource tracker serve the interpreter and end with it
+        commands = [command for command in commands if not any(f"from multiprocessing.{server} import main" in command
+                                                               for server in INTERPRETER_SERVERS)]
         assert not left and not commands, f"the tests left temporary folders {left} and processes {commands}"
     finally:
         tempfile.tempdir = before[0]
