@@ -31,7 +31,8 @@ PORTS = {"LINK_PORT": 1, "NODE_PORT": 6, "MPYC_PORT": 3}
 def readme_deployment() -> tuple[str, str]:
     """The README's two deployment blocks: the port variables' and the recipe's."""
     ports, recipe = readme_blocks("Deploying the bundled app", "bash")
-    assert "export LINK_PORT=" in ports and "server/start-superlink.sh --insecure --port $LINK_PORT" in recipe
+    assert "export LINK_PORT=" in ports and "server/start-superlink.sh --ssl-ca-certfile pki/ca.pem" in recipe
+    assert "--insecure" not in recipe  # TLS and node authentication on every connection
     return ports, recipe
 
 

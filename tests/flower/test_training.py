@@ -8,8 +8,8 @@ import pytest
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.mod import fixedclipping_mod
-from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
 from flwr.serverapp import GaussianPrivacyEvent, PrivacyAccountant
+from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
 from helpers import PERMISSIVE
 
 from dphype.config import DPHypeConfig
