@@ -72,6 +72,9 @@ EOF
   --identity FILE         this node's private identity key (dphype roster keygen), a member of the roster
                           (dphype-identity); without --roster and --identity the node-config file must say
                           dphype-allow-unauthenticated = true (no member authentication: a server can invent members)
+  --doctor                print what the node would enforce (its policy, roster and membership, tallies,
+                          certificates, ledger and remaining budget: dphype doctor) and exit; 2 on a
+                          contradiction, which also stops every start
   --executor E            forkserver (default): `flower-supernode --isolation process` beside a warm
                           `dphype superexec` that forks each task from a process that imported Flower, dphype
                           (and torch) once; subprocess: Flower's own, a fresh interpreter per message
@@ -95,7 +98,7 @@ start_supernode() {  # start_supernode ROLE ARGS...: parse, check, start, superv
     shift
     local superlink="" port="" tls=() file="" executor=forkserver poll=()
     local partition="" partitions="" tally_id="" key="" print_key=false federation=()
-    local node_key="" print_node_key=false mpyc_tls=""
+    local node_key="" print_node_key=false mpyc_tls="" doctor=false
     [[ $# -gt 0 ]] || die "$role" "missing arguments"
     while [[ $# -gt 0 ]]; do
         case $1 in
@@ -104,6 +107,7 @@ start_supernode() {  # start_supernode ROLE ARGS...: parse, check, start, superv
             --print-public-key) [[ $role == tally ]] || die "$role" "unknown option $1"
                 print_key=true; shift; continue ;;
             --print-node-key) print_node_key=true; shift; continue ;;
+            --doctor) doctor=true; shift; continue ;;
         esac
         [[ $# -ge 2 && -n $2 ]] || die "$role" "option $1 needs a value"
         case $1 in
@@ -186,6 +190,12 @@ SuperLink's operator register the printed KEY.pub (server/register-nodes.sh) bef
     local supernode=(flower-supernode "${tls[@]}" --superlink "$superlink" --host 127.0.0.1 --port "$port"
                      --node-config "$node_config")
     echo "$(basename "$0"): node config: $node_config"
+    local check=(dphype doctor --role "$role" --node-config "$node_config")
+    [[ ${tls[0]} == --insecure ]] || check+=(--root-certificates "${tls[1]}" --node-key "$node_key")
+    if $doctor; then
+        exec "${check[@]}"
+    fi
+    "${check[@]}" | sed "s/^/$(basename "$0"): /" || exit 2  # what it enforces; a contradiction stops it here
     if [[ $executor == subprocess ]]; then
         exec "${supernode[@]}"
     fi

@@ -116,6 +116,9 @@ def test_the_readme_deployment_recipe_runs_as_written(tmp_path):
         privacy = result["privacy"]
         assert privacy["release_delta"] < 1e-18 and privacy["noise"] == WINNER_NOISE and privacy["survivors"] == 3
         assert privacy["released"].startswith("winning index only (secure argmax among 3 tallies")
+        # every tally's MPyC party runs with TLS (its node config names its certificate folder); every node
+        # authenticated to the SuperLink with a key its operator registered
+        assert output.count("dphype-tally-tls=") == 3 and output.count("register-nodes.sh: registered") == 6
         # the federation of the README's roster: 3 voters and 3 tallies, said in the result and its summary
         assert re.fullmatch(r"roster [0-9a-f-]{19} \(6 members\)", result["federation"])
         assert f"federation: {result['federation']}" in output
