@@ -119,6 +119,11 @@ def test_the_readme_deployment_recipe_runs_as_written(tmp_path):
         # every tally's MPyC party runs with TLS (its node config names its certificate folder); every node
         # authenticated to the SuperLink with a key its operator registered
         assert output.count("dphype-tally-tls=") == 3 and output.count("register-nodes.sh: registered") == 6
+        # each node's doctor check before it started: TLS, its node key, its roster membership; a voter's ledger
+        for script, count in (("start-voter.sh", 3), ("start-tally.sh", 3)):
+            assert output.count(f"{script}: transport: TLS, SuperLink verified with pki/ca.pem") == count
+            assert output.count(f"{script}: federation: roster ") == count
+        assert output.count("start-voter.sh: ledger: ") == 3 and output.count("start-tally.sh: mpyc: TLS") == 3
         # the federation of the README's roster: 3 voters and 3 tallies, said in the result and its summary
         assert re.fullmatch(r"roster [0-9a-f-]{19} \(6 members\)", result["federation"])
         assert f"federation: {result['federation']}" in output
