@@ -34,10 +34,22 @@ command -v flwr >/dev/null || { echo "$(basename "$0"): flwr is not on PATH: act
     "dphype is installed" >&2; exit 2; }
 
 wait_for_superlink "$connection" "$wait"
-for key in "$@"; do
-    if ! out=$(flwr supernode register "$key" "$connection" 2>&1); then
-        echo "$(basename "$0"): the SuperLink refused $key: $(tail -n 3 <<<"$out")" >&2
-        exit 1
-    fi
-    echo "$(basename "$0"): registered $key"
-done
+# Flower's own `flwr supernode register KEY.pub CONNECTION`, for every key in one process (the CLI's start-up,
+# seconds on a busy host, is paid once)
+python3 - "$connection" "$@" <<'PY'
+import sys
+
+import click
+from flwr.cli.app import app
+
+connection, keys = sys.argv[1], sys.argv[2:]
+for key in keys:
+    try:
+        app(["supernode", "register", key, connection], standalone_mode=False)
+    except (SystemExit, click.ClickException, click.exceptions.Exit) as exc:
+        code = getattr(exc, "code", None) if not isinstance(exc, click.ClickException) else 1
+        if code not in (0, None):
+            print(f"register-nodes.sh: the SuperLink refused {key} (see above)", file=sys.stderr)
+            sys.exit(1)
+    print(f"register-nodes.sh: registered {key}")
+PY
