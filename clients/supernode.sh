@@ -143,9 +143,12 @@ start_supernode() {  # start_supernode ROLE ARGS...: parse, check, start, superv
     if [[ -z $node_key ]]; then
         local own_id=$partition
         [[ $role == voter ]] || own_id=$tally_id
-        [[ $own_id =~ ^[0-9]+$ ]] || die "$role" "--node-key FILE, or --$([[ $role == voter ]] && echo partition \
-|| echo tally)-id to name the default key file, is required"
-        node_key="$home/dphype/node-$role-$own_id.key"
+        if [[ $own_id =~ ^[0-9]+$ ]]; then
+            node_key="$home/dphype/node-$role-$own_id.key"
+        elif $print_node_key; then
+            die "$role" "--node-key FILE, or --$([[ $role == voter ]] && echo partition || echo tally)-id to name \
+the default key file, is required"
+        fi  # else the missing id stops the script below
     fi
     if $print_node_key; then
         exec python3 "$CLIENTS_DIR/node_config.py" node-key --key "$node_key"
@@ -160,9 +163,11 @@ start_supernode() {  # start_supernode ROLE ARGS...: parse, check, start, superv
             [[ $role == tally && -z $mpyc_tls ]] && echo ", plain TCP between the tallies"): for a loopback demo" \
             "only (use --root-certificates for any other network)" >&2
     else
-        [[ -f $node_key ]] || die "$role" "no node key '$node_key': create it with --print-node-key and have the \
-SuperLink's operator register the printed KEY.pub (server/register-nodes.sh) before the node starts"
-        tls+=(--auth-supernode-private-key "$node_key")
+        if [[ -n $node_key ]]; then
+            [[ -f $node_key ]] || die "$role" "no node key '$node_key': create it with --print-node-key and have \
+the SuperLink's operator register the printed KEY.pub (server/register-nodes.sh) before the node starts"
+            tls+=(--auth-supernode-private-key "$node_key")
+        fi
         [[ $role == voter || -n $mpyc_tls ]] || die "$role" "--mpyc-tls FOLDER is required with --root-certificates \
 (the tallies' MPyC channels run over TLS; server/make-certificates.sh makes the files of a test federation)"
     fi
