@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from dphype.flower.local import node_config_string
-from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES, load_tally_key
+from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES, TALLY_TLS, load_tally_key, mpyc_tls_folder
+from dphype.node.pki import make_node_key
 from dphype.node.policy import IDENTITY_KEY, ROSTER_KEY, NodePolicy, federation_settings, load_membership
 from dphype.refusal import Refusal
 
@@ -64,15 +65,31 @@ def voter_config(partition_id: int, num_partitions: int, shared: Mapping[str, An
 
 
 def tally_config(tally_id: int, key: str | Path, shared: Mapping[str, Any],
-                 source: str = "the node-config file") -> dict[str, Any]:
-    """A tally's node config: its index and key file (:mod:`dphype.flower.tally`) and the committee's shared keys,
-    which must name the parties' MPyC addresses (``dphype-tally-parties``)."""
+                 source: str = "the node-config file", mpyc_tls: str | Path | None = None) -> dict[str, Any]:
+    """A tally's node config: its index and key file (:mod:`dphype.flower.tally`), the folder of its MPyC TLS files
+    (``dphype-tally-tls``, checked; none: plain TCP between the tallies) and the committee's shared keys, which must
+    name the parties' MPyC addresses (``dphype-tally-parties``)."""
     if tally_id < 0:
         raise ValueError(f"--tally-id must be >= 0, got {tally_id}")
     if not isinstance(shared.get(TALLY_PARTIES), str):
         raise ValueError(f"{source} must set {TALLY_PARTIES} = \"HOST:PORT,HOST:PORT,HOST:PORT\" (the MPyC "
                          "addresses of all tallies, in committee order, the same on every tally)")
-    return merge(shared, {TALLY_ID: tally_id, TALLY_KEY_FILE: str(key)}, source)
+    own: dict[str, Any] = {TALLY_ID: tally_id, TALLY_KEY_FILE: str(key)}
+    if mpyc_tls is not None:
+        own[TALLY_TLS] = str(mpyc_tls_folder(mpyc_tls, tally_id))
+    return merge(shared, own, source)
+
+
+def node_key(path: str | Path) -> Path:
+    """The public key file of this SuperNode's Flower authentication key ``path`` (`dphype.node.pki.make_node_key`,
+    created if missing), for the SuperLink operator's ``flwr supernode register``."""
+    path = Path(path).expanduser()
+    public = path.with_name(path.name + ".pub")
+    if not path.exists():
+        return make_node_key(path)
+    if not public.is_file():
+        raise ValueError(f"{path} exists without its public key {public}: restore it or remove both")
+    return public
 
 
 def with_federation(config: Mapping[str, Any], role: str, roster: str | None, identity: str | None,
@@ -112,12 +129,24 @@ def main(argv: list[str] | None = None) -> int:
                        help="TOML file of the committee's keys (clients/examples/tally-committee.toml)")
     tally.add_argument("--roster", help="the federation's roster (dphype roster init / add)")
     tally.add_argument("--identity", help="this tally's private identity key (dphype roster keygen)")
+    tally.add_argument("--mpyc-tls",
+                       help="folder whose .config/ holds its MPyC TLS files (server/make-certificates.sh)")
+    nodekey = roles.add_parser("node-key", help="print the public key file of a SuperNode's Flower authentication "
+                               "key, creating the key (EC P-384, OpenSSH format) if missing")
+    nodekey.add_argument("--key", required=True, help="the SuperNode's private authentication key file")
     public = roles.add_parser("tally-public-key", help="print a tally's public key in hex (what voters pin in "
                               "dphype-tallies), creating its key file if missing")
     public.add_argument("--key", required=True, help="the tally's private key file")
     args = parser.parse_args(argv)
     if args.role == "tally-public-key":
         print(load_tally_key(args.key).public.hex())
+        return 0
+    if args.role == "node-key":
+        try:
+            print(node_key(args.key))
+        except (OSError, ValueError) as err:
+            print(f"node key: {err}", file=sys.stderr)
+            return 2
         return 0
     try:
         shared = read_file(args.file) if args.file else {}
@@ -126,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
             config = with_federation(voter_config(args.partition_id, args.num_partitions, shared, source), "voter",
                                      args.roster, args.identity)
         else:
-            config = with_federation(tally_config(args.tally_id, args.key, shared, source), "tally", args.roster,
-                                     args.identity, load_tally_key(args.key).public)
+            config = with_federation(tally_config(args.tally_id, args.key, shared, source, args.mpyc_tls), "tally",
+                                     args.roster, args.identity, load_tally_key(args.key).public)
     except Refusal as err:  # no roster, and the operator did not allow an unauthenticated federation
         print(f"node config: {err.detail} (--roster FILE --identity FILE, or dphype-allow-unauthenticated = true "
               "in the node-config file)", file=sys.stderr)

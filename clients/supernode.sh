@@ -10,9 +10,10 @@ usage() {  # usage ROLE: the role's usage on stdout
     if [[ $role == voter ]]; then
         cat <<'EOF'
 Usage: clients/start-voter.sh --superlink HOST:PORT --port PORT --partition-id I --num-partitions N
-                              (--insecure | --root-certificates FILE) [--node-config FILE.toml]
-                              [--roster FILE --identity FILE]
+                              (--root-certificates FILE [--node-key FILE] | --insecure)
+                              [--node-config FILE.toml] [--roster FILE --identity FILE]
                               [--executor forkserver|subprocess] [--poll-interval SECONDS]
+       clients/start-voter.sh --print-node-key (--partition-id I | --node-key FILE)
 
 Start one voting SuperNode of the bundled DP-Hype app: it scores the candidates on its shard I of N of the
 data set and votes, within the privacy policy of its node-config file.
@@ -20,10 +21,11 @@ EOF
     else
         cat <<'EOF'
 Usage: clients/start-tally.sh --superlink HOST:PORT --port PORT --tally-id J --node-config FILE.toml
-                              (--insecure | --root-certificates FILE) [--key FILE]
-                              [--roster FILE --identity FILE]
+                              (--root-certificates FILE --mpyc-tls FOLDER [--node-key FILE] | --insecure)
+                              [--key FILE] [--roster FILE --identity FILE]
                               [--executor forkserver|subprocess] [--poll-interval SECONDS]
        clients/start-tally.sh --print-public-key [--tally-id J | --key FILE]
+       clients/start-tally.sh --print-node-key --tally-id J [--node-key FILE]
 
 Start tally J of the committee (release = "argmax"): a SuperNode that opens the votes sealed to it and runs
 its MPyC party with the other tallies; only the winner's index leaves the committee.
@@ -34,8 +36,14 @@ EOF
   --superlink HOST:PORT   the SuperLink's address (server/start-superlink.sh's --host and --port)
   --port PORT             this SuperNode's Runtime API port on 127.0.0.1, where its SuperExec takes tasks;
                           distinct for every SuperNode on one host
-  --insecure              connect to the SuperLink without TLS (loopback or a trusted network only)
-  --root-certificates F   or with TLS, verifying the SuperLink's certificate with this CA file
+  --root-certificates F   connect with TLS, verifying the SuperLink's certificate with this CA file, and
+                          authenticate with --node-key (Flower's SuperNode authentication)
+  --node-key FILE         this SuperNode's Flower authentication key (EC P-384, OpenSSH format; default
+                          $FLWR_HOME/dphype/node-ROLE-I.key): the SuperLink serves only nodes whose public key its
+                          operator registered. Not the roster identity (--identity), which other members verify
+  --print-node-key        create the node key if missing and print its public key file (KEY.pub), which the
+                          SuperLink's operator registers: server/register-nodes.sh CONNECTION KEY.pub
+  --insecure              or no TLS and no node authentication: a loopback demo only (it says so when used)
 EOF
     if [[ $role == voter ]]; then
         cat <<'EOF'
@@ -53,6 +61,9 @@ EOF
   --key FILE              this tally's private key, created with mode 0600 if missing
                           (default: $FLWR_HOME/dphype/tally-J.key, one per tally, so tallies may share a host)
   --print-public-key      print the key's public half in hex (for voters' dphype-tallies) and exit
+  --mpyc-tls FOLDER       the folder whose .config/ holds this tally's MPyC TLS files (party_J.crt, party_J.key,
+                          mpyc_ca.crt; server/make-certificates.sh): the tallies' MPyC channels run over mutually
+                          authenticated TLS (required with --root-certificates; with --insecure, plain TCP)
 EOF
     fi
     cat <<'EOF'
@@ -61,6 +72,9 @@ EOF
   --identity FILE         this node's private identity key (dphype roster keygen), a member of the roster
                           (dphype-identity); without --roster and --identity the node-config file must say
                           dphype-allow-unauthenticated = true (no member authentication: a server can invent members)
+  --doctor                print what the node would enforce (its policy, roster and membership, tallies,
+                          certificates, ledger and remaining budget: dphype doctor) and exit; 2 on a
+                          contradiction, which also stops every start
   --executor E            forkserver (default): `flower-supernode --isolation process` beside a warm
                           `dphype superexec` that forks each task from a process that imported Flower, dphype
                           (and torch) once; subprocess: Flower's own, a fresh interpreter per message
@@ -84,6 +98,7 @@ start_supernode() {  # start_supernode ROLE ARGS...: parse, check, start, superv
     shift
     local superlink="" port="" tls=() file="" executor=forkserver poll=()
     local partition="" partitions="" tally_id="" key="" print_key=false federation=()
+    local node_key="" print_node_key=false mpyc_tls="" doctor=false
     [[ $# -gt 0 ]] || die "$role" "missing arguments"
     while [[ $# -gt 0 ]]; do
         case $1 in
@@ -91,6 +106,8 @@ start_supernode() {  # start_supernode ROLE ARGS...: parse, check, start, superv
             --insecure) tls+=(--insecure); shift; continue ;;
             --print-public-key) [[ $role == tally ]] || die "$role" "unknown option $1"
                 print_key=true; shift; continue ;;
+            --print-node-key) print_node_key=true; shift; continue ;;
+            --doctor) doctor=true; shift; continue ;;
         esac
         [[ $# -ge 2 && -n $2 ]] || die "$role" "option $1 needs a value"
         case $1 in
@@ -107,6 +124,8 @@ start_supernode() {  # start_supernode ROLE ARGS...: parse, check, start, superv
             --num-partitions) [[ $role == voter ]] || die "$role" "unknown option $1"; partitions=$2 ;;
             --tally-id) [[ $role == tally ]] || die "$role" "unknown option $1"; tally_id=$2 ;;
             --key) [[ $role == tally ]] || die "$role" "unknown option $1"; key=$2 ;;
+            --node-key) node_key=$2 ;;
+            --mpyc-tls) [[ $role == tally ]] || die "$role" "unknown option $1"; mpyc_tls=$2 ;;
             *) die "$role" "unknown option $1" ;;
         esac
         shift 2
@@ -121,11 +140,37 @@ start_supernode() {  # start_supernode ROLE ARGS...: parse, check, start, superv
         fi
         [[ $tally_id =~ ^[0-9]+$ ]] || die "$role" "--tally-id J (an integer >= 0) is required"
     fi
+    if [[ -z $node_key ]]; then
+        local own_id=$partition
+        [[ $role == voter ]] || own_id=$tally_id
+        if [[ $own_id =~ ^[0-9]+$ ]]; then
+            node_key="$home/dphype/node-$role-$own_id.key"
+        elif $print_node_key; then
+            die "$role" "--node-key FILE, or --$([[ $role == voter ]] && echo partition || echo tally)-id to name \
+the default key file, is required"
+        fi  # else the missing id stops the script below
+    fi
+    if $print_node_key; then
+        exec python3 "$CLIENTS_DIR/node_config.py" node-key --key "$node_key"
+    fi
     [[ $superlink =~ ^[^[:space:]]+:[0-9]+$ ]] || die "$role" "--superlink HOST:PORT is required"
     [[ $port =~ ^[0-9]+$ ]] || die "$role" "--port PORT (an integer) is required"
     [[ ${#tls[@]} -gt 0 ]] || die "$role" "choose --insecure or --root-certificates FILE"
     [[ ${#tls[@]} -eq 1 || ${#tls[@]} -eq 2 && ${tls[0]} != --insecure ]] \
         || die "$role" "--insecure and --root-certificates exclude each other"
+    if [[ ${tls[0]} == --insecure ]]; then
+        echo "$(basename "$0"): --insecure: no TLS to the SuperLink and no SuperNode authentication$(
+            [[ $role == tally && -z $mpyc_tls ]] && echo ", plain TCP between the tallies"): for a loopback demo" \
+            "only (use --root-certificates for any other network)" >&2
+    else
+        if [[ -n $node_key ]]; then
+            [[ -f $node_key ]] || die "$role" "no node key '$node_key': create it with --print-node-key and have \
+the SuperLink's operator register the printed KEY.pub (server/register-nodes.sh) before the node starts"
+            tls+=(--auth-supernode-private-key "$node_key")
+        fi
+        [[ $role == voter || -n $mpyc_tls ]] || die "$role" "--mpyc-tls FOLDER is required with --root-certificates \
+(the tallies' MPyC channels run over TLS; server/make-certificates.sh makes the files of a test federation)"
+    fi
     [[ $executor == forkserver || $executor == subprocess ]] \
         || die "$role" "--executor must be forkserver or subprocess, got '$executor'"
     [[ -z $file || -f $file ]] || die "$role" "--node-config: no file '$file'"
@@ -138,6 +183,7 @@ start_supernode() {  # start_supernode ROLE ARGS...: parse, check, start, superv
     else
         [[ -n $file ]] || die "$role" "--node-config FILE (the committee's dphype-tally-parties) is required"
         helper+=(--tally-id "$tally_id" --key "$key" --file "$file")
+        [[ -z $mpyc_tls ]] || helper+=(--mpyc-tls "$mpyc_tls")
     fi
     for program in flower-supernode dphype python3; do
         command -v "$program" >/dev/null || { echo "$(basename "$0"): $program is not on PATH: activate the" \
@@ -149,6 +195,12 @@ start_supernode() {  # start_supernode ROLE ARGS...: parse, check, start, superv
     local supernode=(flower-supernode "${tls[@]}" --superlink "$superlink" --host 127.0.0.1 --port "$port"
                      --node-config "$node_config")
     echo "$(basename "$0"): node config: $node_config"
+    local check=(dphype doctor --role "$role" --node-config "$node_config")
+    [[ ${tls[0]} == --insecure ]] || check+=(--root-certificates "${tls[1]}" --node-key "$node_key")
+    if $doctor; then
+        exec "${check[@]}"
+    fi
+    "${check[@]}" | sed "s/^/$(basename "$0"): /" || exit 2  # what it enforces; a contradiction stops it here
     if [[ $executor == subprocess ]]; then
         exec "${supernode[@]}"
     fi

@@ -6,3 +6,21 @@ die() {  # die MESSAGE: the message and the script's synopsis on stderr, exit st
     echo "Run with --help for every option." >&2
     exit 2
 }
+
+wait_for_superlink() {  # wait_for_superlink CONNECTION SECONDS: until `flwr ls CONNECTION` answers; exit 2 for an
+                        # unknown CONNECTION, 1 when it does not answer within SECONDS
+    local connection=$1 deadline=$((SECONDS + $2)) answer
+    until answer=$(flwr ls "$connection" 2>&1); do  # the SuperLink may still be starting
+        if [[ $answer == *"'$connection' not found"* ]]; then
+            echo "$(basename "$0"): no connection '$connection' in ${FLWR_HOME:-$HOME/.flwr}/config.toml: start the" \
+                "SuperLink with server/start-superlink.sh (it names it), or name it with server/connect.sh" >&2
+            exit 2
+        fi
+        if (( SECONDS >= deadline )); then
+            echo "$(basename "$0"): the SuperLink of connection '$connection' does not answer after $2 s: start it" \
+                "(server/start-superlink.sh), or check its address in ${FLWR_HOME:-$HOME/.flwr}/config.toml" >&2
+            exit 1
+        fi
+        sleep 1
+    done
+}

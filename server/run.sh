@@ -33,20 +33,7 @@ fi
 command -v flwr >/dev/null || { echo "$(basename "$0"): flwr is not on PATH: activate the environment where" \
     "dphype is installed" >&2; exit 2; }
 
-deadline=$((SECONDS + wait))
-until answer=$(flwr ls "$connection" 2>&1); do  # the SuperLink may still be starting
-    if [[ $answer == *"'$connection' not found"* ]]; then
-        echo "$(basename "$0"): no connection '$connection' in ${FLWR_HOME:-$HOME/.flwr}/config.toml: start the" \
-            "SuperLink with server/start-superlink.sh (it names it), or name it with server/connect.sh" >&2
-        exit 2
-    fi
-    if (( SECONDS >= deadline )); then
-        echo "$(basename "$0"): the SuperLink of connection '$connection' does not answer after $wait s: start it" \
-            "(server/start-superlink.sh), or check its address in ${FLWR_HOME:-$HOME/.flwr}/config.toml" >&2
-        exit 1
-    fi
-    sleep 1
-done
+wait_for_superlink "$connection" "$wait"
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

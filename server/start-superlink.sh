@@ -4,7 +4,7 @@ set -euo pipefail
 
 usage() {
     cat <<'USAGE'
-Usage: server/start-superlink.sh (--insecure | --ssl-ca-certfile CA --ssl-certfile CERT --ssl-keyfile KEY)
+Usage: server/start-superlink.sh (--ssl-ca-certfile CA --ssl-certfile CERT --ssl-keyfile KEY | --insecure)
                                  [--host HOST] [--port PORT] [--database FILE]
                                  [--connection NAME] [--address HOST:PORT]
 
@@ -13,9 +13,12 @@ here (--disable-runtime-dependency-installation: Flower would otherwise `uv sync
 a runtime environment of its own, and dphype is not on a package registry), after naming it as connection NAME
 in $FLWR_HOME/config.toml (server/connect.sh), so that `flwr run . NAME --stream` submits a run to it.
 
-  --insecure              no TLS (loopback or a trusted network only)
   --ssl-ca-certfile, --ssl-certfile, --ssl-keyfile
-                          or TLS with these files (Flower's flags); the connection verifies with the CA file
+                          TLS with these files (Flower's flags; server/make-certificates.sh makes a test
+                          federation's), the connection verifying with the CA file, and SuperNode
+                          authentication on (--enable-supernode-auth): only the SuperNodes whose keys are
+                          registered (server/register-nodes.sh) are served
+  --insecure              or no TLS and no SuperNode authentication: a loopback demo only (it says so)
   --host HOST             interface to listen on (default 127.0.0.1; 0.0.0.0 for SuperNodes on other hosts)
   --port PORT             port (default 9092); not 39091-39093, where `flwr run .`'s local SuperLink listens
   --database FILE         the SuperLink's state (default $FLWR_HOME/superlink/state.db)
@@ -58,11 +61,13 @@ if $insecure; then
     [[ -z $ca$cert$keyfile ]] || die "--insecure and the --ssl-* files exclude each other"
     tls=(--insecure)
     connect_tls=(--insecure)
+    echo "$(basename "$0"): --insecure: no TLS and no SuperNode authentication: for a loopback demo only (use" \
+        "the --ssl-* files for any other network)" >&2
 else
     [[ -n $ca && -n $cert && -n $keyfile ]] \
         || die "choose --insecure or all three of --ssl-ca-certfile, --ssl-certfile and --ssl-keyfile"
     for f in "$ca" "$cert" "$keyfile"; do [[ -f $f ]] || die "no file '$f'"; done
-    tls=(--ssl-ca-certfile "$ca" --ssl-certfile "$cert" --ssl-keyfile "$keyfile")
+    tls=(--ssl-ca-certfile "$ca" --ssl-certfile "$cert" --ssl-keyfile "$keyfile" --enable-supernode-auth)
     connect_tls=(--root-certificates "$ca")
 fi
 command -v flower-superlink >/dev/null \

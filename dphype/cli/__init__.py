@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "new": ("dphype.cli.new", "write a runnable Flower app with DP-Hype (offline, from the package's template)"),
     "run": ("dphype.cli.run", "run a Flower app with DP-Hype in a local simulation (private SuperLink, free ports; "
             "exit status 1 with the cause when the run fails)"),
+    "doctor": ("dphype.cli.doctor", "what a SuperNode of the bundled app would enforce (policy, roster, tallies, "
+               "certificates, ledger), checked before it joins; exit status 2 on a contradiction"),
     "superexec": ("dphype.cli.superexec", "a warm SuperExec for a SuperNode in process isolation: ClientApp tasks "
                   "forked from a process that imported their code once"),
     "demo": ("dphype.cli.demo", "the bundled Flower app on Adult: DP-Hype over SecAgg+, then FedAvg with the winner"),

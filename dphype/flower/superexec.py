@@ -24,8 +24,8 @@ key and mask is drawn when a message is served, from ``os.urandom`` (`dphype.pri
 reseeds it from the kernel (`fresh_process_state`), as a fresh interpreter would have (no DP-Hype code
 draws from it).
 
-Version note: this module uses Flower 1.41's SuperExec pieces (``AutoExecPlugin``, ``RuntimeHttpClient``,
-``AcquireTaskRequest``, ``run_clientapp``), the ones ``flower-superexec`` itself is built from.
+Version note: this module uses the SuperExec pieces of Flower 1.41 and 1.42 (``AutoExecPlugin``,
+``RuntimeHttpClient``, ``AcquireTaskRequest``, ``run_clientapp``), the ones ``flower-superexec`` itself is built from.
 """
 
 from __future__ import annotations

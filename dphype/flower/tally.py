@@ -87,6 +87,10 @@ from dphype.secure.tally import (
 
 #: Node-config keys of a tally node (set by its operator, in Flower's node-config style).
 TALLY_ID, TALLY_PARTIES, TALLY_KEY_FILE = "dphype-tally-id", "dphype-tally-parties", "dphype-tally-key"
+#: Node config key: the folder whose ``.config/`` holds this tally's MPyC TLS files (``party_J.crt``,
+#: ``party_J.key``, ``mpyc_ca.crt``; `dphype.node.pki.issue_mpyc_party`); its party then runs with MPyC's
+#: ``--ssl`` in that folder. Absent: plain TCP between the parties (a private network only).
+TALLY_TLS = "dphype-tally-tls"
 #: Environment variable naming the folder of a simulated committee's keys (``tally-<j>.key``), set by the
 #: operator of the simulation (``dphype demo`` makes the keys first, to check the committee before Flower starts);
 #: unset, the bundled app (`dphype.app.client`) makes each run's keys in the run's folder beside the simulated
@@ -110,6 +114,31 @@ def served_record_path(key_file: str | os.PathLike[str]) -> Path:
     """
     file = Path(key_file).expanduser()
     return file.with_name(file.name + ".served")
+
+
+def mpyc_tls_folder(value: Any, index: int) -> Path | None:
+    """The folder of `TALLY_TLS` (``None`` if unset), checked to hold tally ``index``'s MPyC TLS files.
+
+    Args:
+        value: The node config's `TALLY_TLS` value, or ``None``.
+        index: The tally's index ``J``.
+
+    Returns:
+        The folder's absolute path, or ``None``.
+
+    Raises:
+        ValueError: If a file is missing, naming the key and the fix.
+    """
+    if value is None:
+        return None
+    folder = Path(str(value)).expanduser().absolute()
+    missing = [name for name in (f"party_{index}.crt", f"party_{index}.key", "mpyc_ca.crt")
+               if not (folder / ".config" / name).is_file()]
+    if missing:
+        raise ValueError(f"node config {TALLY_TLS}={str(value)!r} must be a folder whose .config/ holds tally "
+                         f"{index}'s MPyC TLS files; missing {', '.join(missing)} (server/make-certificates.sh makes "
+                         "them for a test federation)")
+    return folder
 
 
 def load_tally_key(path: str | os.PathLike[str]) -> KeyPair:
@@ -165,6 +194,7 @@ class _TallyNode:
                              f"({TALLY_PARTIES} names {len(self.parties)} parties)")
         self.key_file = Path(str(node_config[TALLY_KEY_FILE])).expanduser()
         self.keys = load_tally_key(self.key_file)
+        self.tls = mpyc_tls_folder(node_config.get(TALLY_TLS), self.index)
         self.membership = load_membership(*federation_settings(node_config))
         if self.membership is not None and self.membership.member.tally_key != self.keys.public:
             raise Refusal("roster", f"tally {self.index}'s identity is not a tally of its roster with its key file's "
@@ -248,8 +278,8 @@ class _TallyNode:
             out = self.key_file.parent / f"party-{self.index}-{job['request'][:16]}.out"
             # the party answers into the file, whoever reads it; its stderr beside it, for the tally's log
             with open(out, "w", encoding="utf-8") as fh, open(_stderr_file(out), "w", encoding="utf-8") as err:
-                proc = subprocess.Popen(party_command(self.index, self.parties), stdin=subprocess.PIPE, stdout=fh,
-                                        stderr=err, text=True)
+                proc = subprocess.Popen(party_command(self.index, self.parties, ssl=self.tls is not None),
+                                        cwd=self.tls, stdin=subprocess.PIPE, stdout=fh, stderr=err, text=True)
             send_job(proc, job)
             self.saved.update(job=None, pid=proc.pid, out=str(out))
             self._save()

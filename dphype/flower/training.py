@@ -20,7 +20,8 @@ own RDP curve (`dphype.privacy.accounting.vote_rdp`; Skellam included) and compo
 (`dphype.privacy.accounting.fedavg_rdp`), so the run has one ``(epsilon, delta)`` for both phases. Accounted
 mode makes Flower refuse a round that would exceed that total, aggregate only when every sampled client
 replied (a round with a missing or failed reply is skipped and releases nothing), and log the composed spend
-after each round.
+after each round. The training rounds alone are also accounted by Flower's own ``RdpAccountant``
+(`flower_training_spent`), and the report gives both epsilons of the training phase.
 
 What each phase releases: the selection releases only the noisy vote sum; each training round releases the
 global model, the uniform average of the clients' clipped updates plus Gaussian noise of std ``z C / m``.
@@ -37,6 +38,15 @@ from typing import Any, cast
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common import log
+from flwr.serverapp import (
+    GaussianPrivacyEvent,
+    NeighboringRelation,
+    PrivacyAccountant,
+    PrivacyConfig,
+    PrivacySpent,
+    RdpAccountant,
+    SamplingMethod,
+)
 from flwr.serverapp.grid import Grid
 from flwr.serverapp.strategy import (
     DifferentialPrivacyClientSideFixedClipping,
@@ -44,13 +54,6 @@ from flwr.serverapp.strategy import (
     FedAvg,
 )
 from flwr.supercore.differential_privacy import get_norm
-from flwr.supercore.privacy_accounting import (
-    GaussianPrivacyEvent,
-    NeighboringRelation,
-    PrivacyConfig,
-    PrivacySpent,
-    SamplingMethod,
-)
 
 from dphype.checks import check_delta, check_epsilon_budget, check_int, check_neighbouring, check_positive
 from dphype.privacy.accounting import (
@@ -58,6 +61,7 @@ from dphype.privacy.accounting import (
     PrivacyReport,
     calibrate_fedavg,
     check_rdp_curve,
+    fedavg_epsilon,
     fedavg_rdp,
     rdp_delta,
     rdp_epsilon,
@@ -259,6 +263,42 @@ class RunAccountant:
         self._rdp, self._releases = rdp, releases
 
 
+def flower_training_spent(noise_multiplier: float, rounds: int, *, sampled_clients: int, population: int,
+                          delta: float, neighbouring: str) -> PrivacySpent:
+    """The DP-FedAvg rounds alone, accounted by Flower's own ``RdpAccountant`` on `RDP_ORDERS`.
+
+    Flower's accountant composes Gaussian events without sampling amplification under add/remove only; a
+    replace-one round moves the sum of clipped updates by twice the clipping norm, so it enters as the
+    add/remove event of multiplier ``z / 2`` (as `fedavg_rdp` does). Same orders and the same RDP-to-DP
+    conversion: its epsilon equals `dphype.privacy.accounting.fedavg_epsilon`'s.
+
+    Args:
+        noise_multiplier: Flower's noise multiplier ``z``, ``> 0``.
+        rounds: The rounds released, ``>= 1``.
+        sampled_clients: The nodes every round trains on (``m``).
+        population: The clients of the run, ``>= sampled_clients``.
+        delta: The delta, in ``(0, 1)``.
+        neighbouring: ``"replace-one"`` or ``"add-remove"``.
+
+    Returns:
+        Flower's ``PrivacySpent`` of the rounds at ``delta``.
+
+    Raises:
+        ValueError: If an argument is out of its range (Flower's or ours).
+    """  # noqa: DOC502
+    check_int("rounds", rounds, 1)
+    effective = check_positive("noise_multiplier", noise_multiplier)
+    if check_neighbouring(neighbouring) == "replace-one":
+        effective /= 2.0
+    config = PrivacyConfig(target_delta=check_delta(delta), population_size=population,
+                           neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
+                           sampling_method=SamplingMethod.NO_AMPLIFICATION)
+    accountant: PrivacyAccountant = RdpAccountant(config, orders=tuple(float(a) for a in RDP_ORDERS))
+    accountant.compose(GaussianPrivacyEvent(noise_multiplier=effective, sample_size=sampled_clients,
+                                            population_size=population), rounds)
+    return accountant.get_privacy_spent()
+
+
 def _uniform_weights(replies: list[Message], key: str) -> None:
     """Replace every reply's metrics by FedAvg's weight 1 under ``key``.
 
@@ -397,11 +437,20 @@ class PrivateTraining:
         A run with a refused round (an update above the clipping norm) is reported as not private.
 
         Returns:
-            ``{"training": {...}, "run": {...}}``: the training's budget, noise, clipping and what each round
-            released; the run's epsilon (``None`` if not private), delta, accountant and release count.
+            ``{"training": {...}, "run": {...}}``: the training's budget, noise, clipping, what each round
+            released and the epsilon of its released rounds alone (``epsilon``: ours, ``epsilon_flower``:
+            Flower's ``RdpAccountant``; ``None`` if not private or none released); the run's epsilon (``None``
+            if not private), delta, accountant and release count.
         """
         spent = self.accountant.get_privacy_spent()
         private = not self.refused
+        rounds, delta = spent.num_releases - 1, self.accountant.config.target_delta
+        ours = flower = None  # the training phase alone: our accountant and Flower's RdpAccountant
+        if private and rounds > 0:
+            ours = fedavg_epsilon(self.noise_multiplier, rounds, delta, neighbouring=self.accountant.neighbouring)
+            flower = flower_training_spent(self.noise_multiplier, rounds, sampled_clients=self.sampled_clients,
+                                           population=self.accountant.config.population_size, delta=delta,
+                                           neighbouring=self.accountant.neighbouring).epsilon
         return {
             "training": {
                 "private": private, "epsilon_budget": self.budget.epsilon,
@@ -409,7 +458,8 @@ class PrivateTraining:
                 "rounds": self.budget.rounds, "noise_multiplier": self.noise_multiplier,
                 "clipping_norm": self.budget.clipping_norm, "clipping": self._clipping(),
                 "weights": "uniform: the server set every client's weight to 1 and kept no client metric",
-                "sampled_clients": self.sampled_clients, "rounds_released": spent.num_releases - 1,
+                "sampled_clients": self.sampled_clients, "rounds_released": rounds,
+                "epsilon": ours, "epsilon_flower": flower,
                 "released": "each round's global model: the uniform average of the clients' updates clipped to "
                             f"L2 norm {self.budget.clipping_norm:g} plus Gaussian noise of std z C / m "
                             f"(z={self.noise_multiplier:.4g}, m={self.sampled_clients}); the server sees the "

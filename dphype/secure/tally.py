@@ -601,17 +601,20 @@ def _free_ports(count: int, host: str) -> list[int]:
             s.close()
 
 
-def party_command(index: int, addresses: Sequence[str]) -> list[str]:
+def party_command(index: int, addresses: Sequence[str], *, ssl: bool = False) -> list[str]:
     """The command that runs tally ``index``'s MPyC party (one per tally host in a deployment).
 
     Args:
         index: The tally's index.
         addresses: Every party's ``host:port``, in committee order.
+        ssl: MPyC's ``--ssl``: mutually authenticated TLS between the parties, with the files MPyC reads from
+            ``.config/`` in the party's working directory (`dphype.node.pki.issue_mpyc_party`).
 
     Returns:
         The command line.
     """
     cmd = [sys.executable, str(Path(__file__).with_name("tally_party.py")), "--no-log", "-I", str(index)]
+    cmd += ["--ssl"] if ssl else []
     for address in addresses:
         cmd += ["-P", address]
     return cmd

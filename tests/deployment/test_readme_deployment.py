@@ -31,7 +31,8 @@ PORTS = {"LINK_PORT": 1, "NODE_PORT": 6, "MPYC_PORT": 3}
 def readme_deployment() -> tuple[str, str]:
     """The README's two deployment blocks: the port variables' and the recipe's."""
     ports, recipe = readme_blocks("Deploying the bundled app", "bash")
-    assert "export LINK_PORT=" in ports and "server/start-superlink.sh --insecure --port $LINK_PORT" in recipe
+    assert "export LINK_PORT=" in ports and "server/start-superlink.sh --ssl-ca-certfile pki/ca.pem" in recipe
+    assert "--insecure" not in recipe  # TLS and node authentication on every connection
     return ports, recipe
 
 
@@ -116,6 +117,14 @@ def test_the_readme_deployment_recipe_runs_as_written(tmp_path):
         privacy = result["privacy"]
         assert privacy["release_delta"] < 1e-18 and privacy["noise"] == WINNER_NOISE and privacy["survivors"] == 3
         assert privacy["released"].startswith("winning index only (secure argmax among 3 tallies")
+        # every tally's MPyC party runs with TLS (its node config names its certificate folder); every node
+        # authenticated to the SuperLink with a key its operator registered
+        assert output.count("dphype-tally-tls=") == 3 and output.count("register-nodes.sh: registered") == 6
+        # each node's doctor check before it started: TLS, its node key, its roster membership; a voter's ledger
+        for script, count in (("start-voter.sh", 3), ("start-tally.sh", 3)):
+            assert output.count(f"{script}: transport: TLS, SuperLink verified with pki/ca.pem") == count
+            assert output.count(f"{script}: federation: roster ") == count
+        assert output.count("start-voter.sh: ledger: ") == 3 and output.count("start-tally.sh: mpyc: TLS") == 3
         # the federation of the README's roster: 3 voters and 3 tallies, said in the result and its summary
         assert re.fullmatch(r"roster [0-9a-f-]{19} \(6 members\)", result["federation"])
         assert f"federation: {result['federation']}" in output

@@ -89,6 +89,13 @@ def test_each_script_prints_its_usage_and_exits_non_zero_without_arguments(scrip
     ("clients/start-voter.sh", ["--superlink", "127.0.0.1:9092", "--port", "9094", "--partition-id", "0",
                                 "--num-partitions", "3"], "choose --insecure or --root-certificates FILE"),
     ("clients/start-voter.sh", ["--tally-id", "0"], "unknown option --tally-id"),
+    # TLS needs the node's registered authentication key, and a tally its MPyC certificates
+    ("clients/start-voter.sh", ["--superlink", "127.0.0.1:9092", "--port", "9094", "--partition-id", "0",
+                                "--num-partitions", "3", "--root-certificates", "README.md", "--node-key", "no.key"],
+     "no node key 'no.key': create it with --print-node-key"),
+    ("clients/start-tally.sh", ["--superlink", "127.0.0.1:9092", "--port", "9094", "--tally-id", "0",
+                                "--root-certificates", "README.md", "--node-key", "README.md"],
+     "--mpyc-tls FOLDER is required with --root-certificates"),
     ("clients/start-tally.sh", ["--superlink", "127.0.0.1:9092", "--port", "9094", "--insecure", "--tally-id", "0"],
      "--node-config FILE (the committee's dphype-tally-parties) is required"),
     ("clients/start-tally.sh", ["--superlink", "127.0.0.1:9092", "--port", "9094", "--insecure", "--tally-id", "0",

@@ -8,14 +8,14 @@ import pytest
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.mod import fixedclipping_mod
+from flwr.serverapp import GaussianPrivacyEvent, PrivacyAccountant
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
-from flwr.supercore.privacy_accounting import GaussianPrivacyEvent
 from helpers import PERMISSIVE
 
 from dphype.config import DPHypeConfig
 from dphype.flower import ClippingError, TrainingBudget, check_private_training, private_training
 from dphype.flower.local import LocalGrid
-from dphype.flower.training import RunAccountant
+from dphype.flower.training import RunAccountant, flower_training_spent
 from dphype.privacy.accounting import calibrate, fedavg_epsilon, privacy_report
 
 
@@ -41,6 +41,34 @@ def test_composition_matches_dp_accounting():
     assert 2.0 < spent.epsilon < 1.0 + 2.0  # RDP composition beats adding the epsilons
     assert spent.num_releases == 6
     assert private.accountant.get_delta(spent.epsilon) == pytest.approx(1e-5, rel=1e-3)
+
+
+@pytest.mark.parametrize("neighbouring", ["replace-one", "add-remove"])
+def test_flowers_rdp_accountant_gives_our_training_epsilon(neighbouring):
+    """The training rounds alone: Flower's RdpAccountant (PrivacyAccountant interface) and ours agree."""
+    for z, rounds in [(0.8, 1), (1.7, 5), (4.0, 30)]:
+        spent = flower_training_spent(z, rounds, sampled_clients=10, population=10, delta=1e-6,
+                                      neighbouring=neighbouring)
+        ours = fedavg_epsilon(z, rounds, 1e-6, neighbouring=neighbouring)
+        assert spent.epsilon == pytest.approx(ours, rel=1e-9) and spent.num_releases == rounds
+    # replace-one costs more than add/remove at the same multiplier (twice the sensitivity)
+    assert (flower_training_spent(1.7, 5, sampled_clients=10, population=10, delta=1e-6, neighbouring="replace-one")
+            .epsilon > fedavg_epsilon(1.7, 5, 1e-6, neighbouring="add-remove"))
+    with pytest.raises(ValueError, match="rounds"):
+        flower_training_spent(1.0, 0, sampled_clients=10, population=10, delta=1e-6, neighbouring=neighbouring)
+
+
+def test_the_run_reports_both_training_epsilons():
+    report = selection("gaussian")
+    private = private_training(FedAvg(fraction_evaluate=0.0), report, TrainingBudget(epsilon=2.0, rounds=4),
+                               sampled_clients=20)
+    accountant: PrivacyAccountant = private.accountant  # the wrappers' accountant is Flower's interface
+    event = GaussianPrivacyEvent(noise_multiplier=private.noise_multiplier, sample_size=20, population_size=20)
+    assert private.report()["training"]["epsilon"] is None  # no round released yet
+    accountant.compose(event, 4)
+    training = private.report()["training"]
+    assert training["epsilon"] == pytest.approx(2.0, rel=1e-5)  # the training budget, all four rounds spent
+    assert training["epsilon_flower"] == pytest.approx(training["epsilon"], rel=1e-9)
 
 
 def test_the_accountant_refuses_rounds_beyond_the_plan():
@@ -101,6 +129,7 @@ def test_bundled_app_trains_privately_and_reports_both_phases():
     training, run = summary["training"], summary["run"]
     assert training["private"] and training["rounds_released"] == 2 and training["noise_multiplier"] > 0
     assert "clipped" in training["released"] and run["releases"] == 3
+    assert training["epsilon_flower"] == pytest.approx(training["epsilon"], rel=1e-9) and training["epsilon"] < 50.0
     assert training["clipping"].startswith("server-side") and "weight to 1" in training["weights"]
     assert summary["privacy"]["epsilon"] < run["epsilon"] < summary["privacy"]["epsilon"] + 50.0
     trains = [r for r in grid.replies if r.metadata.message_type == "train"]

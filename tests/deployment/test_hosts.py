@@ -1,0 +1,158 @@
+"""A federation on hosts that are really apart: one network namespace per SuperLink, voter and tally, created
+by the test (a private 10.231.0.0/24 behind a bridge in a namespace of its own, torn down at the end), each node
+started by its operator's script with TLS, SuperNode authentication, MPyC TLS and the roster, its own FLWR_HOME;
+one argmax selection and the final training complete."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from helpers import REPO, clean_env, descendants, parse_result, stop
+
+SUBNET = "10.231.0"
+LINK = f"{SUBNET}.1"
+VOTERS, TALLIES = 4, 3
+PORT, RUNTIME_PORT, MPYC_PORT = 9092, 9094, 7000
+RUN = {"candidates": "'table3:random:10:0'", "k": 3, "local-epochs": 1, "fedavg-rounds": 1,
+       "fraction-evaluate": 0.0, "clients": VOTERS, "dropout": 0.25, "round-timeout": 60.0,
+       "connect-timeout": 240.0}
+
+
+def ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+class Hosts:
+    """Network namespaces ``name -> address`` on one bridge; every process started in them is stopped by PID."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag, self.names, self.procs = tag, {}, []
+        self.switch = f"{tag}-sw"
+        ip("netns", "add", self.switch)
+        self.names[self.switch] = None
+        self.exec(self.switch, "ip", "link", "add", "br0", "type", "bridge")
+        self.exec(self.switch, "ip", "link", "set", "br0", "up")
+
+    def ns(self, host: str) -> str:
+        return f"{self.tag}-{host}"
+
+    def exec(self, ns: str, *cmd: str) -> None:
+        ip("netns", "exec", ns, *cmd)
+
+    def add(self, host: str, address: str) -> None:
+        ns, k = self.ns(host), len(self.names)
+        ip("netns", "add", ns)
+        self.names[ns] = address
+        outer, inner = f"{self.tag}s{k}", f"{self.tag}h{k}"
+        ip("link", "add", inner, "type", "veth", "peer", "name", outer)
+        ip("link", "set", inner, "netns", ns)
+        ip("link", "set", outer, "netns", self.switch)
+        self.exec(self.switch, "ip", "link", "set", outer, "master", "br0")
+        self.exec(self.switch, "ip", "link", "set", outer, "up")
+        self.exec(ns, "ip", "link", "set", inner, "name", "eth0")
+        self.exec(ns, "ip", "addr", "add", f"{address}/24", "dev", "eth0")
+        self.exec(ns, "ip", "link", "set", "eth0", "up")
+        self.exec(ns, "ip", "link", "set", "lo", "up")
+
+    def start(self, host: str, script: str, env: dict[str, str], log: Path) -> subprocess.Popen:
+        with open(log, "w") as out:
+            proc = subprocess.Popen(["ip", "netns", "exec", self.ns(host), "bash", "-c", script], cwd=REPO, env=env,
+                                    stdout=out, stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+        return proc
+
+    def run(self, host: str, script: str, env: dict[str, str], timeout: float = 120) -> str:
+        out = subprocess.run(["ip", "netns", "exec", self.ns(host), "bash", "-c", script], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=timeout)
+        assert out.returncode == 0, f"{host}: {script}\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
+        return out.stdout
+
+    def close(self) -> None:
+        stop([d for p in self.procs for d in reversed(descendants(p.pid))] + [p.pid for p in self.procs])
+        for ns in self.names:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def _namespaces_available() -> bool:
+    if shutil.which("ip") is None or os.geteuid() != 0:
+        return False
+    probe = f"dphprobe{os.getpid() % 100000}"
+    ok = subprocess.run(["ip", "netns", "add", probe], capture_output=True).returncode == 0
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return ok
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _namespaces_available(), reason="needs root and `ip netns` (network namespaces)")
+def test_a_federation_of_separate_hosts_with_tls(tmp_path):
+    hosts = Hosts(f"dh{os.getpid() % 10000}")
+    shared = tmp_path / "shared"  # what the operators exchange: the CA and certificates, the roster, the committee
+    shared.mkdir()
+    homes = {}
+
+    def env(host: str) -> dict[str, str]:
+        homes.setdefault(host, tmp_path / host)
+        return clean_env(homes[host], REPO, FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1",
+                         OMP_NUM_THREADS="1")
+
+    try:
+        hosts.add("link", LINK)
+        names = [f"voter-{i}" for i in range(VOTERS)] + [f"tally-{j}" for j in range(TALLIES)]
+        address = {name: f"{SUBNET}.{10 + k}" for k, name in enumerate(names)}
+        for name in names:
+            hosts.add(name, address[name])
+        root = env("link")
+        hosts.run("link", f"server/make-certificates.sh {shared}/pki --superlink-host {LINK} --tallies {TALLIES}"
+                          f" && dphype roster init --federation hosts --out {shared}/roster.json", root)
+        parties = ",".join(f"{address[f'tally-{j}']}:{MPYC_PORT}" for j in range(TALLIES))
+        (shared / "committee.toml").write_text(f'dphype-tally-parties = "{parties}"\n')
+        keys = []
+        for name in names:  # each operator on its own host: identity, (tally) committee key, node key
+            role, index = name.split("-")
+            flag = "--partition-id" if role == "voter" else "--tally-id"
+            tally_key = (f' --tally-key "$(clients/start-tally.sh --print-public-key --tally-id {index})"'
+                         if role == "tally" else "")
+            out = hosts.run(name, f"dphype roster keygen --name {name} --out $HOME/id >/dev/null && "
+                                  f"dphype roster add {shared}/roster.json --name {name} --role {role} "
+                                  f'--identity "$(cat $HOME/id.pub)"{tally_key} >/dev/null && '
+                                  f"clients/start-{role}.sh --print-node-key {flag} {index}", env(name))
+            keys.append(out.strip().splitlines()[-1])
+        link = hosts.start("link", f"server/start-superlink.sh --ssl-ca-certfile {shared}/pki/ca.pem "
+                                   f"--ssl-certfile {shared}/pki/superlink.pem --ssl-keyfile {shared}/pki/superlink.key"
+                                   f" --host 0.0.0.0 --port {PORT} --address {LINK}:{PORT}", root,
+                           tmp_path / "link.log")
+        hosts.run("link", f"server/register-nodes.sh deploy {' '.join(keys)}", root, timeout=300)
+        common = f"--superlink {LINK}:{PORT} --port {RUNTIME_PORT} --root-certificates {shared}/pki/ca.pem " \
+                 f"--roster {shared}/roster.json --identity $HOME/id"
+        for i in range(VOTERS):
+            hosts.start(f"voter-{i}", f"clients/start-voter.sh {common} --partition-id {i} --num-partitions {VOTERS}"
+                                      " --node-config clients/examples/policy-small-federation.toml",
+                        env(f"voter-{i}"), tmp_path / f"voter-{i}.log")
+        for j in range(TALLIES):
+            hosts.start(f"tally-{j}", f"clients/start-tally.sh {common} --tally-id {j} --node-config "
+                                      f"{shared}/committee.toml --mpyc-tls {shared}/pki/tally-{j}",
+                        env(f"tally-{j}"), tmp_path / f"tally-{j}.log")
+        config = " ".join(f"{k}={v}" for k, v in RUN.items())
+        started = time.monotonic()
+        submit = hosts.start("link", f'server/run.sh deploy --wait 60 --run-config "{config}"',
+                             root, tmp_path / "run.log")
+        run_log = tmp_path / "run.log"
+        code = submit.wait(timeout=600)
+        seconds = time.monotonic() - started
+        output = run_log.read_text(errors="replace")
+        tails = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}"
+                          for p in sorted(tmp_path.glob("*.log")))
+        assert code == 0, f"run.sh exited {code} after {seconds:.0f} s\n{output[-4000:]}\n{tails}"
+        result = parse_result(output)
+        assert result["privacy"]["survivors"] == VOTERS
+        assert result["privacy"]["released"].startswith(f"winning index only (secure argmax among {TALLIES} tallies")
+        assert result["federation"].startswith("roster ") and f"({VOTERS + TALLIES} members)" in result["federation"]
+        assert link.poll() is None  # the SuperLink still serves
+        print(f"time to a result on separate hosts ({VOTERS} voters, {TALLIES} tallies): {seconds:.1f} s")
+    finally:
+        hosts.close()
