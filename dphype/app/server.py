@@ -67,10 +67,11 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
         ValueError: If the selection or the private training is refused before it starts.
     """  # noqa: DOC502
     # argmax: the committee's keys from its nodes (hello only); sum: no committee
-    committee = connected_committee(grid, cfg.dphype, cfg.tallies, connect_timeout=cfg.connect_timeout,
-                                    timeout=cfg.round_timeout)
+    candidates = cfg.candidate_list()
+    committee = connected_committee(grid, cfg.dphype, cfg.tallies, candidates=candidates,
+                                    connect_timeout=cfg.connect_timeout, timeout=cfg.round_timeout)
     voters = committee.voters  # FedAvg samples, trains and evaluates the voters only
-    selection = DPHype(cfg.candidate_list(), cfg.dphype, tallies=committee.keys)  # checks all before any client works
+    selection = DPHype(candidates, cfg.dphype, tallies=committee.keys)  # checks all before any client works
     budget = cfg.training_budget()
     survivors = cfg.dphype.clients  # at least the vote's survivors train: checked here, set after the vote
     if budget is not None:  # the training accountant's preconditions, before the selection spends anything

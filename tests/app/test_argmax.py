@@ -141,6 +141,19 @@ def test_the_connected_committee_of_a_sum_release_is_none_and_its_voters_are_the
     assert (committee.keys, committee.nodes, committee.voters) == ((), (), grid) and not grid.sent
 
 
+def test_the_committee_search_refuses_a_k_its_candidates_cannot_serve_before_any_node_is_asked():
+    from dphype.flower import connected_committee
+
+    grid = LocalGrid(None, 0)  # no node: a wait would time out, a refusal comes first
+    candidates = load_candidates("table3")
+    config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=len(candidates) + 1, clients=3, release="argmax",
+                          ballot="top-k")
+    p = len(candidates)
+    with pytest.raises(ValueError, match=rf"k must be an integer in \[1, {p}\], got {p + 1}"):
+        connected_committee(grid, config, candidates=candidates, connect_timeout=0.1)
+    assert not grid.sent
+
+
 def test_a_simulated_voter_pins_the_committee_its_operator_made_and_a_deployed_one_is_never_given_tallies(
         tmp_path, monkeypatch):
     """Safe tallies by default: a node seals shares only to tallies its operator pinned. In Flower's

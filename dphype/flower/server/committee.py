@@ -34,7 +34,7 @@ from flwr.common import log
 from flwr.serverapp.grid import Grid
 from flwr.supercore.run import Run
 
-from dphype.checks import check_positive
+from dphype.checks import check_k, check_positive
 from dphype.config import DPHypeConfig
 from dphype.flower.grid import send_and_receive
 from dphype.flower.server.readiness import PreflightError, wait_for_nodes
@@ -53,6 +53,7 @@ from dphype.flower.wire import (
 from dphype.modes import Aggregator
 from dphype.protocol import DPHypeResult, VoteRequest
 from dphype.secure.tally import COMMITTEE_SIZE, Opening, TallyError, agreed_opening
+from dphype.selection.candidates import CandidateList
 
 #: The pre-flight of the request over the given nodes within a timeout: the nodes that answered ready
 #: (`dphype.flower.server.DPHype.start` passes its own).
@@ -212,7 +213,8 @@ class Committee:
 
 
 def connected_committee(grid: Grid, config: DPHypeConfig, size: int = COMMITTEE_SIZE, *,
-                        connect_timeout: float | None = 600.0, timeout: float | None = 3600.0) -> Committee:
+                        candidates: CandidateList | None = None, connect_timeout: float | None = 600.0,
+                        timeout: float | None = 3600.0) -> Committee:
     """The tally committee among the connected nodes when ``config``'s release needs one; none otherwise.
 
     For a server that takes its committee from the nodes (in simulation the mod
@@ -223,6 +225,9 @@ def connected_committee(grid: Grid, config: DPHypeConfig, size: int = COMMITTEE_
         grid: The ServerApp's grid.
         config: The selection's configuration (its release and ``clients``).
         size: The committee's size (at least 3).
+        candidates: The selection's candidates: ``config``'s ``k`` is checked against their number and its noise
+            calibrated for them (`dphype.modes.ReleaseMode.calibrate`) before any wait for nodes; ``None``: not
+            checked here.
         connect_timeout: Seconds to wait for ``clients + size`` nodes (``None``: no limit).
         timeout: Seconds to wait for the ``hello`` answers (``None``: no limit).
 
@@ -232,7 +237,12 @@ def connected_committee(grid: Grid, config: DPHypeConfig, size: int = COMMITTEE_
     Raises:
         dphype.flower.server.readiness.PreflightError: If fewer than ``clients + size`` nodes connect.
         TallyError: If the tallies that answer are not exactly ``0..size-1``.
+        ValueError: If ``config``'s ``k`` exceeds the number of ``candidates`` or its noise cannot be calibrated
+            for them.
     """  # noqa: DOC502
+    if candidates is not None:
+        check_k(config.k, len(candidates))  # the configured k, whether or not the ballot votes with it
+        config.mode.calibrate(config, candidates)
     if config.mode.aggregator is not Aggregator.COMMITTEE:
         return Committee(grid)
     keys, nodes = discover_committee(grid, config.clients, size, connect_timeout=connect_timeout, timeout=timeout)
