@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dphype.registry import Registry
+
 if TYPE_CHECKING:
     from flwr_datasets.partitioner import Partitioner
 
@@ -140,7 +142,7 @@ class DataSetSpec:
     needs_data_dir: bool = False
 
 
-_REGISTRY: dict[str, DataSetSpec] = {}
+_REGISTRY: Registry[DataSetSpec] = Registry("dataset", "dataset")
 
 
 def register_dataset(spec: DataSetSpec) -> DataSetSpec:
@@ -155,12 +157,9 @@ def register_dataset(spec: DataSetSpec) -> DataSetSpec:
     Raises:
         ValueError: A data set of that name is already registered, or ``epochs`` is below 1.
     """
-    if spec.name in _REGISTRY:
-        raise ValueError(f"dataset {spec.name!r} is already registered")
     if spec.epochs < 1:
         raise ValueError(f"epochs of dataset {spec.name!r} must be >= 1, got {spec.epochs}")
-    _REGISTRY[spec.name] = spec
-    return spec
+    return _REGISTRY.add(spec.name, spec)
 
 
 def dataset_names() -> tuple[str, ...]:
@@ -169,7 +168,7 @@ def dataset_names() -> tuple[str, ...]:
     Returns:
         The names, in registration order.
     """
-    return tuple(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def dataset_spec(name: str) -> DataSetSpec:
@@ -184,9 +183,7 @@ def dataset_spec(name: str) -> DataSetSpec:
     Raises:
         ValueError: ``name`` is not registered (the message lists the registered names).
     """
-    if name not in _REGISTRY:
-        raise ValueError(f"dataset must be one of {', '.join(_REGISTRY)}; got {name!r}")
-    return _REGISTRY[name]
+    return _REGISTRY.get(name)
 
 
 def load_dataset(name: str, data_dir: str | None = None) -> tuple[Dataset, Dataset]:

@@ -36,6 +36,7 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 
 from dphype.checks import ACCOUNTANTS
+from dphype.registry import Registry
 
 
 # ---------------------------------------------------------------------------------- RDP to (epsilon, delta): Thm I.1
@@ -210,7 +211,7 @@ class NoiseKind(ABC):
 
 
 # ----------------------------------------------------------------------------------------------- registry
-_KINDS: dict[str, NoiseKind] = {}
+_KINDS: Registry[NoiseKind] = Registry("noise", "noise kind")
 _Kind = TypeVar("_Kind", bound=type[NoiseKind])
 
 
@@ -226,12 +227,10 @@ def register_noise_kind(kind: _Kind) -> _Kind:
     Raises:
         ValueError: The name is taken, or an accountant of ``kind`` is not one of `dphype.checks.ACCOUNTANTS`.
     """
-    if kind.name in _KINDS:
-        raise ValueError(f"noise kind {kind.name!r} is already registered ({_KINDS[kind.name]!r})")
     if not kind.accountants or not set(kind.accountants) <= set(ACCOUNTANTS):
         raise ValueError(f"noise kind {kind.name!r}: accountants must be a non-empty subset of "
                          f"{', '.join(ACCOUNTANTS)}, got {kind.accountants!r}")
-    _KINDS[kind.name] = kind()
+    _KINDS.add(kind.name, kind())
     return kind
 
 
@@ -244,7 +243,7 @@ def noise_kind_names(integer: bool | None = None) -> tuple[str, ...]:
     Returns:
         The names.
     """
-    return tuple(name for name, kind in _KINDS.items() if integer is None or kind.integer == integer)
+    return tuple(kind.name for kind in _KINDS if integer is None or kind.integer == integer)
 
 
 def noise_kind(name: Any) -> NoiseKind:
@@ -259,10 +258,7 @@ def noise_kind(name: Any) -> NoiseKind:
     Raises:
         ValueError: ``name`` is not a registered kind's name; the message lists them.
     """
-    kind = _KINDS.get(name) if isinstance(name, str) else None
-    if kind is None:
-        raise ValueError(f"noise must be one of {', '.join(_KINDS)}, got {name!r}")
-    return kind
+    return _KINDS.get(name)
 
 
 def check_noise(noise: Any) -> str:

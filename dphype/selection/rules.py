@@ -46,6 +46,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import numpy as np
 from numpy.typing import ArrayLike
 
+from dphype.registry import Registry
+
 if TYPE_CHECKING:
     from dphype.selection.candidates import FeatureSpace
 
@@ -125,7 +127,7 @@ class SelectionRule(ABC):
         """
 
 
-_RULES: dict[str, SelectionRule] = {}
+_RULES: Registry[SelectionRule] = Registry("rule", "selection rule")
 _Rule = TypeVar("_Rule", bound=type[SelectionRule])
 
 
@@ -141,9 +143,7 @@ def register_rule(rule: _Rule) -> _Rule:
     Raises:
         ValueError: The name is taken.
     """
-    if rule.name in _RULES:
-        raise ValueError(f"selection rule {rule.name!r} is already registered ({_RULES[rule.name]!r})")
-    _RULES[rule.name] = rule()
+    _RULES.add(rule.name, rule())
     return rule
 
 
@@ -153,7 +153,7 @@ def rule_names() -> tuple[str, ...]:
     Returns:
         The names.
     """
-    return tuple(_RULES)
+    return _RULES.names()
 
 
 def selection_rule(name: Any) -> SelectionRule:
@@ -168,10 +168,7 @@ def selection_rule(name: Any) -> SelectionRule:
     Raises:
         ValueError: ``name`` is not a registered rule's name; the message lists them.
     """
-    rule = _RULES.get(name) if isinstance(name, str) else None
-    if rule is None:
-        raise ValueError(f"rule must be one of {', '.join(_RULES)}, got {name!r}")
-    return rule
+    return _RULES.get(name)
 
 
 def check_rule(rule: Any) -> str:

@@ -151,7 +151,7 @@ def test_unknown_dataset_name_is_rejected_with_the_registered_names() -> None:
     known = ", ".join(data.dataset_names())
     assert known.startswith("adult, mnist5k") and "cifar10" in known
     for refuse in (lambda: load_dataset("imagenet"), lambda: data.dataset_spec("imagenet")):
-        with pytest.raises(ValueError, match=f"dataset must be one of {known}; got 'imagenet'"):
+        with pytest.raises(ValueError, match=f"dataset must be one of {known}, got 'imagenet'"):
             refuse()
 
 
@@ -160,7 +160,7 @@ def test_a_registered_dataset_is_one_entry(monkeypatch: pytest.MonkeyPatch) -> N
     name and an entry with no epochs are refused."""
     from dphype.ml.task import default_epochs, make_task
 
-    monkeypatch.setattr(data, "_REGISTRY", dict(data._REGISTRY))
+    monkeypatch.setattr(data, "_REGISTRY", data._REGISTRY.copy())
     rng = np.random.default_rng(0)
     pool = Dataset(rng.normal(size=(40, 3)), np.arange(40) % 2, 2, "toy")
     spec = data.register_dataset(data.DataSetSpec("toy", lambda _dir: (pool, pool), "adult-mlp", epochs=2))

@@ -66,7 +66,7 @@ class Marked(NoiseKind):
 @pytest.fixture
 def marked(monkeypatch):
     """``Marked`` registered for one test; the registry is restored afterwards."""
-    monkeypatch.setattr(noise_kinds, "_KINDS", dict(noise_kinds._KINDS))
+    monkeypatch.setattr(noise_kinds, "_KINDS", noise_kinds._KINDS.copy())
     register_noise_kind(Marked)
     return noise_kind("marked")
 
@@ -127,7 +127,7 @@ def test_a_new_kind_is_sampled_accounted_and_checked_as_itself(marked):
 
 def test_a_kind_is_gone_once_its_test_ends(monkeypatch):
     with monkeypatch.context() as patch:
-        patch.setattr(noise_kinds, "_KINDS", dict(noise_kinds._KINDS))
+        patch.setattr(noise_kinds, "_KINDS", noise_kinds._KINDS.copy())
         register_noise_kind(Marked)
         assert noise_kind("marked").name == "marked"
     with pytest.raises(ValueError, match="noise must be one of gaussian, skellam, got 'marked'"):
@@ -135,7 +135,7 @@ def test_a_kind_is_gone_once_its_test_ends(monkeypatch):
 
 
 def test_registration_refuses_a_taken_name_and_an_unknown_accountant(monkeypatch):
-    monkeypatch.setattr(noise_kinds, "_KINDS", dict(noise_kinds._KINDS))
+    monkeypatch.setattr(noise_kinds, "_KINDS", noise_kinds._KINDS.copy())
 
     class Twice(Marked):
         name = "gaussian"

@@ -48,7 +48,7 @@ class Unready(Last):
 @pytest.fixture
 def registered(monkeypatch):
     """``Last`` and ``Unready`` registered for one test; the registry is restored afterwards."""
-    monkeypatch.setattr(rules, "_RULES", dict(rules._RULES))
+    monkeypatch.setattr(rules, "_RULES", rules._RULES.copy())
     register_rule(Last)
     register_rule(Unready)
 
@@ -87,7 +87,7 @@ def test_a_new_rule_runs_wherever_a_rule_is_named(registered):
 
 def test_a_rule_is_gone_once_its_test_ends(monkeypatch):
     with monkeypatch.context() as patch:
-        patch.setattr(rules, "_RULES", dict(rules._RULES))
+        patch.setattr(rules, "_RULES", rules._RULES.copy())
         register_rule(Last)
         assert check_rule("last") == "last"
     with pytest.raises(ValueError, match="rule must be one of argmax, gp, got 'last'"):
@@ -95,7 +95,7 @@ def test_a_rule_is_gone_once_its_test_ends(monkeypatch):
 
 
 def test_registration_refuses_a_taken_name(monkeypatch):
-    monkeypatch.setattr(rules, "_RULES", dict(rules._RULES))
+    monkeypatch.setattr(rules, "_RULES", rules._RULES.copy())
 
     class Twice(Last):
         name = "gp"

@@ -1,0 +1,85 @@
+"""Named variants of one concept (a noise kind, a selection rule, a data set), in registration order.
+
+Registering refuses a name that is taken; looking a name up refuses an unknown one with the list of registered
+names, so a configuration, the command line and a wire message meet the same refusal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Name -> variant, refusing taken and unknown names.
+
+    Args:
+        parameter: The parameter a looked-up name is the value of, as errors name it (``"noise"``).
+        concept: What is registered, as errors name it (``"noise kind"``).
+    """
+
+    def __init__(self, parameter: str, concept: str) -> None:
+        self.parameter = parameter
+        self.concept = concept
+        self._items: dict[str, T] = {}
+
+    def add(self, name: str, item: T) -> T:
+        """Register ``item`` under ``name``.
+
+        Args:
+            name: Its public name.
+            item: The variant.
+
+        Returns:
+            ``item``.
+
+        Raises:
+            ValueError: ``name`` is taken.
+        """
+        if name in self._items:
+            raise ValueError(f"{self.concept} {name!r} is already registered ({self._items[name]!r})")
+        self._items[name] = item
+        return item
+
+    def get(self, name: Any) -> T:
+        """The variant named ``name``.
+
+        Args:
+            name: A registered name.
+
+        Returns:
+            The variant.
+
+        Raises:
+            ValueError: ``name`` is not a registered name; the message lists them.
+        """
+        item = self._items.get(name) if isinstance(name, str) else None
+        if item is None:
+            raise ValueError(f"{self.parameter} must be one of {', '.join(self._items)}, got {name!r}")
+        return item
+
+    def names(self) -> tuple[str, ...]:
+        """The registered names.
+
+        Returns:
+            The names, in registration order.
+        """
+        return tuple(self._items)
+
+    def copy(self) -> Registry[T]:
+        """A registry with the same entries, for a test's throwaway variants.
+
+        Returns:
+            The copy.
+        """
+        twin: Registry[T] = Registry(self.parameter, self.concept)
+        twin._items = dict(self._items)
+        return twin
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self._items.values())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
