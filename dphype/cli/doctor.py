@@ -1,15 +1,15 @@
 """``dphype doctor``: what a SuperNode of the bundled app would enforce, checked before it joins.
 
 Given the node config its start script builds (``clients/start-voter.sh ... --doctor`` passes it, with its TLS
-files), it prints the node's policy, its roster's fingerprint and its own membership, the tallies it seals
-shares to, its certificates and their validity, its ledger and remaining lifetime budget (a voter), or its
-committee, key and MPyC TLS files (a tally), and exits with status 2, naming every contradiction, when the
-configuration cannot work: a key set twice, each invalid or misspelt policy key, an invalid roster, an identity
-that is not a member or in the other role, pinned tallies outside the roster or fewer than 3, a tally key file
-that is not the roster's, a committee whose size is not the roster's tallies, a corrupt ledger or a spent
-lifetime budget, a certificate that is not valid now or not signed by the CA, a tally certificate for another
-party or a private key that is not its own, a missing or unreadable node key, or a node key without TLS. With
-``--json`` a refused configuration's report (``"ok": false`` and its ``problems``) is printed as JSON.
+files), it prints the node's policy, its roster's fingerprint and its own membership, the tallies it seals shares
+to, its certificates and their validity, its ledger and remaining lifetime budget (a voter), or its committee, key
+and MPyC TLS files (a tally), and exits with status 2, naming every contradiction, when the configuration cannot
+work: a key set twice, each invalid or misspelt policy key, a shard outside its count, an invalid roster, an
+identity that is not a member or in the other role, pinned tallies outside the roster or fewer than 3, a tally key
+file that is not the roster's, a committee whose size is not the roster's tallies, a corrupt ledger or a spent
+lifetime budget, a certificate that is not valid now or not signed by the CA, a tally certificate for another party
+or a private key that is not its own, a missing or unreadable node key, or a node key without TLS. With ``--json`` a
+refused configuration's report (``"ok": false`` and its ``problems``) is printed as JSON.
 """
 
 from __future__ import annotations
@@ -158,6 +158,13 @@ def _voter(config: Mapping[str, Any], report: dict[str, Any], problems: list[str
         problems.extend(_invalid_keys(config, err))
         return
     report["policy"] = " ".join(f"{k}={v}" for k, v in policy.to_dict().items() if k != "dphype-ledger")
+    if "partition-id" in config or "num-partitions" in config:  # the bundled app's data shard
+        from dphype.flower.local import check_partition
+
+        try:
+            check_partition(config.get("partition-id"), config.get("num-partitions"))
+        except ValueError as err:
+            problems.append(f"{err}: give this node's shard, as clients/start-voter.sh does")
     try:
         membership = policy.membership()
         tallies = policy.known_tallies()

@@ -162,7 +162,7 @@ def test_a_voter_and_a_tally_of_a_roster_pass_and_report_json(fed, capsys):
     (lambda f: tally(f, j=1, identity="tally-2.id"), ["the roster lists this tally with another key"]),
     (lambda f: tally(f, j=3, key="tally-1.key"), ["dphype-tally-id=3 must be an index into dphype-tally-parties"]),
     (lambda f: tally(f, parties=4), ["dphype-tally-parties names 4 parties, but the roster lists 3 tallies"]),
-    (lambda f: ["--role", "voter", "--node-config", "partition-id=0"],
+    (lambda f: ["--role", "voter", "--node-config", "partition-id=0 num-partitions=3"],
      ["this node takes part only in a federation of known members"]),
     (lambda f: ["--role", "tally", "--node-config", f"dphype-tally-id=0 dphype-tally-parties='h:1,h:2,h:3' "
                 f"dphype-tally-key='{f['dir'] / 'tally-0.key'}'"],
@@ -178,10 +178,16 @@ def test_a_voter_and_a_tally_of_a_roster_pass_and_report_json(fed, capsys):
       "node config dphype-allow-unauthenticated must be true or false, got 'maybe'"]),
     (lambda f: [*voter(f), "--node-key", str(f["dir"] / "voter-0.id")],
      ["SuperNode authentication runs only over TLS: add --root-certificates CA.pem"]),
+    (lambda f: ["--role", "voter", "--node-config", "partition-id=3 num-partitions=3 "
+                "dphype-allow-unauthenticated=true"],
+     ["partition-id must be in [0, 2] for num-partitions 3, got 3: give this node's shard"]),
+    (lambda f: ["--role", "voter", "--node-config", "partition-id=1 dphype-allow-unauthenticated=true"],
+     ["partition-id and num-partitions must be integers (this node's shard of the data and the number of shards), "
+      "got 1 and None"]),
 ], ids=["identity-not-in-roster", "voter-with-a-tally-identity", "tally-with-a-voter-identity",
         "tally-key-not-its-roster-entry", "tally-id-out-of-range", "parties-not-the-roster-tallies",
         "voter-without-roster", "tally-without-roster", "invalid-and-misspelt-keys", "invalid-partition-and-flag",
-        "node-key-without-tls"])
+        "node-key-without-tls", "partition-out-of-range", "partition-without-num-partitions"])
 def test_each_contradiction_is_refused_on_its_own(fed, capsys, argv, expected):
     """Each expected problem is one entry of ``problems``, in that order, and there is no other."""
     problems = refused(capsys, *argv(fed))
