@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dphype.flower.local import node_config_string
+from dphype.flower.local import check_partition, node_config_string
 from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES, TALLY_TLS, load_tally_key, mpyc_tls_folder
 from dphype.node.pki import make_node_key
 from dphype.node.policy import IDENTITY_KEY, ROSTER_KEY, NodePolicy, federation_settings, load_membership
@@ -56,9 +56,7 @@ def voter_config(partition_id: int, num_partitions: int, shared: Mapping[str, An
                  source: str = "the node-config file") -> dict[str, Any]:
     """A voter's node config: its shard of the bundled app's data and the shared keys (its policy); the policy is
     checked as the node will read it."""
-    if not 0 <= partition_id < num_partitions:
-        raise ValueError(f"--partition-id must be in [0, {num_partitions - 1}] for --num-partitions "
-                         f"{num_partitions}, got {partition_id}")
+    check_partition(partition_id, num_partitions, "--")
     config = merge(shared or {}, {"partition-id": partition_id, "num-partitions": num_partitions}, source)
     NodePolicy.from_node_config(config)  # PolicyError (a ValueError) names the key and its range
     return config

@@ -1,23 +1,27 @@
 """``dphype doctor``: what a SuperNode of the bundled app would enforce, checked before it joins.
 
 Given the node config its start script builds (``clients/start-voter.sh ... --doctor`` passes it, with its TLS
-files), it prints the node's policy, its roster's fingerprint and its own membership, the tallies it seals
-shares to, its certificates and their validity, its ledger and remaining lifetime budget (a voter), or its
-committee, key and MPyC TLS files (a tally), and exits with status 2, naming every contradiction, when the
-configuration cannot work: an invalid policy or roster, pinned tallies outside the roster or fewer than 3, a
-spent lifetime budget, a certificate that is not valid now or not signed by the CA, a tally certificate for
-another party, a missing node key.
+files), it prints the node's policy, its roster's fingerprint and its own membership, the tallies it seals shares
+to, its certificates and their validity, its ledger and remaining lifetime budget (a voter), or its committee, key
+and MPyC TLS files (a tally), and exits with status 2, naming every contradiction, when the configuration cannot
+work: a key set twice, each invalid or misspelt policy key, a shard outside its count, an invalid roster, an
+identity that is not a member or in the other role, pinned tallies outside the roster or fewer than 3, a tally key
+file that is not the roster's, a committee whose size is not the roster's tallies, a corrupt ledger or a spent
+lifetime budget, a certificate that is not valid now or not signed by the CA, a tally certificate for another party
+or a private key that is not its own, a missing or unreadable node key, or a node key without TLS. With ``--json`` a
+refused configuration's report (``"ok": false`` and its ``problems``) is printed as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -52,13 +56,16 @@ def parse_node_config(text: str) -> dict[str, Any]:
         Key -> value.
 
     Raises:
-        ValueError: If a pair has no ``=`` or its value is not a TOML value.
+        ValueError: If a pair has no ``=``, its value is not a TOML value, or a key is set twice.
     """
     out: dict[str, Any] = {}
     for pair in _PAIR.finditer(text):
         key, value, junk = pair.group("key"), pair.group("value"), pair.group("junk")
         if junk is not None:
             raise ValueError(f"--node-config: {junk!r} is not key=value")
+        if key in out:
+            raise ValueError(f"--node-config: {key} is set twice (a SuperNode keeps only one value): set each key "
+                             "once")
         try:
             out[key] = tomllib.loads(f"v = {value}")["v"]
         except tomllib.TOMLDecodeError as err:
@@ -67,18 +74,34 @@ def parse_node_config(text: str) -> dict[str, Any]:
 
 
 def _certificate(path: Path, problems: list[str], *, issuer: x509.Certificate | None = None,
-                 name: str | None = None) -> str:
-    """One line on the certificate at ``path``; its contradictions appended to ``problems``."""
+                 name: str | None = None, key: Path | None = None) -> str:
+    """One line on the certificate at ``path`` (and its private key ``key``); its contradictions in ``problems``."""
+    from cryptography.hazmat.primitives import serialization
+
     try:
         cert = x509.load_pem_x509_certificate(path.read_bytes())
     except (OSError, ValueError) as err:
         problems.append(f"{path}: not a readable PEM certificate ({err})")
         return f"{path}: unreadable"
     now = datetime.datetime.now(datetime.UTC)
-    valid = cert.not_valid_before_utc <= now <= cert.not_valid_after_utc
-    if not valid:
-        problems.append(f"{path}: not valid now (valid {cert.not_valid_before_utc:%Y-%m-%d} to "
-                        f"{cert.not_valid_after_utc:%Y-%m-%d}): renew it")
+    start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
+    valid = start <= now <= end
+    if now < start:
+        problems.append(f"{path}: not yet valid (valid from {start:%Y-%m-%d %H:%M} UTC to {end:%Y-%m-%d}): check "
+                        "this host's clock, or issue a certificate valid now")
+    elif now > end:
+        problems.append(f"{path}: expired on {end:%Y-%m-%d} (valid from {start:%Y-%m-%d}): issue a new one from "
+                        "the CA")
+    if key is not None:
+        spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        try:
+            private = serialization.load_pem_private_key(key.read_bytes(), password=None)
+        except (OSError, ValueError, TypeError) as err:
+            problems.append(f"{key}: not a readable unencrypted PEM private key ({err})")
+        else:
+            if private.public_key().public_bytes(*spki) != cert.public_key().public_bytes(*spki):
+                problems.append(f"{key}: not the private key of {path} (its public key is not the certificate's): "
+                                "put the certificate's own key there, or reissue the certificate for this key")
     subject = cert.subject.rfc4514_string()
     if name is not None and subject != f"CN={name}":
         problems.append(f"{path}: its subject is {subject}, but MPyC expects CN={name} for this party")
@@ -91,17 +114,57 @@ def _certificate(path: Path, problems: list[str], *, issuer: x509.Certificate | 
             f"({'valid' if valid else 'NOT VALID NOW'})")
 
 
+def _invalid_keys(config: Mapping[str, Any], whole: Exception) -> list[str]:
+    """Each invalid or unknown key of a voter's policy on its own line (``whole``: the policy's first error)."""
+    from dphype.node.policy import (
+        IDENTITY_KEY,
+        POLICY_KEYS,
+        ROSTER_KEY,
+        UNAUTHENTICATED_KEY,
+        NodePolicy,
+        federation_settings,
+    )
+
+    found = []
+    unknown = [str(k) for k in config if str(k).startswith("dphype-") and k not in POLICY_KEYS]
+    if unknown:
+        found.append(f"unknown node config key(s) {', '.join(unknown)} (known: {', '.join(POLICY_KEYS)}): correct "
+                     "the misspelt key or remove it")
+    for key, value in config.items():
+        if key in (*POLICY_KEYS, "partition-id") and key not in (ROSTER_KEY, IDENTITY_KEY, UNAUTHENTICATED_KEY):
+            try:
+                NodePolicy.from_node_config({key: value})  # each key alone, as the node reads it
+            except ValueError as err:
+                default = f" for its default ({POLICY_KEYS[key][0]})" if key in POLICY_KEYS else ""
+                found.append(f"{err}: set an allowed value, or remove {key}{default}")
+    try:
+        federation_settings(config)
+    except ValueError as err:
+        found.append(str(err))
+    return found or [str(whole)]
+
+
 def _voter(config: Mapping[str, Any], report: dict[str, Any], problems: list[str]) -> None:
-    from dphype.node.ledger import Ledger
+    from dataclasses import replace
+
+    from dphype.node.ledger import Ledger, LedgerError
     from dphype.node.policy import NodePolicy
     from dphype.refusal import Refusal
+    from dphype.secure.roster import RosterError
 
     try:
         policy = NodePolicy.from_node_config(config)
     except ValueError as err:
-        problems.append(str(err))
+        problems.extend(_invalid_keys(config, err))
         return
     report["policy"] = " ".join(f"{k}={v}" for k, v in policy.to_dict().items() if k != "dphype-ledger")
+    if "partition-id" in config or "num-partitions" in config:  # the bundled app's data shard
+        from dphype.flower.local import check_partition
+
+        try:
+            check_partition(config.get("partition-id"), config.get("num-partitions"))
+        except ValueError as err:
+            problems.append(f"{err}: give this node's shard, as clients/start-voter.sh does")
     try:
         membership = policy.membership()
         tallies = policy.known_tallies()
@@ -113,6 +176,19 @@ def _voter(config: Mapping[str, Any], report: dict[str, Any], problems: list[str
     else:
         report["federation"] = (f"roster {membership.roster.fingerprint} ({len(membership.roster.members)} "
                                 f"members), this node: {membership.name} ({membership.member.role})")
+        try:
+            membership.roster.member(membership.name, "voter")
+        except RosterError as err:
+            problems.append(f"dphype-identity: {err}: this node is a voter; use its own identity key, or add it with "
+                            "`dphype roster add ROSTER --role voter`")
+        if policy.tallies is not None:  # the pinned keys alone, then those the roster does not list
+            listed = membership.roster.tally_keys()
+            stray = [k for k in replace(policy, roster=None, identity=None).known_tallies() or () if k not in listed]
+            if stray:
+                problems.append(f"dphype-tallies pins {len(stray)} key(s) that are not tallies of the roster "
+                                f"{membership.roster.fingerprint} ({', '.join(k.hex()[:16] + '...' for k in stray)}):"
+                                " this node would drop them from its committee; pin the roster's tally keys, or "
+                                "remove dphype-tallies (the roster's tallies are then the committee)")
     if tallies is None:
         report["tallies"] = "none pinned: this node refuses every argmax vote (sum release only)"
     else:
@@ -125,9 +201,15 @@ def _voter(config: Mapping[str, Any], report: dict[str, Any], problems: list[str
         problems.append("no ledger: set partition-id or dphype-ledger")
         return
     ledger = Ledger(policy.ledger)
-    spent = ledger.spent(policy.max_delta, policy.neighbouring)
+    try:
+        entries = ledger.entries()
+    except LedgerError as err:
+        problems.append(f"dphype-ledger: {err}: repair it, or archive it (dphype ledger --archive --path "
+                        f"{ledger.path}; its votes still count)")
+        return
+    spent = Ledger.composed_epsilon(entries, policy.max_delta, policy.neighbouring)
     remaining = policy.lifetime_epsilon - spent
-    report["ledger"] = (f"{policy.ledger}: {len(ledger.entries())} votes, epsilon {spent:.4g} spent of "
+    report["ledger"] = (f"{policy.ledger}: {len(entries)} votes, epsilon {spent:.4g} spent of "
                         f"{policy.lifetime_epsilon:g} at delta {policy.max_delta:g}, {max(remaining, 0.0):.4g} left")
     if remaining <= 0:
         problems.append(f"the lifetime budget is spent ({spent:.4g} >= dphype-lifetime-epsilon="
@@ -135,10 +217,18 @@ def _voter(config: Mapping[str, Any], report: dict[str, Any], problems: list[str
 
 
 def _tally(config: Mapping[str, Any], report: dict[str, Any], problems: list[str]) -> None:
-    from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES, TALLY_TLS, load_tally_key
+    from dphype.flower.tally import (
+        TALLY_ID,
+        TALLY_KEY_FILE,
+        TALLY_PARTIES,
+        TALLY_TLS,
+        load_tally_key,
+        mpyc_tls_folder,
+    )
     from dphype.node.pki import MPYC_NAME
     from dphype.node.policy import federation_settings, load_membership
     from dphype.refusal import Refusal
+    from dphype.secure.roster import RosterError
 
     index = config.get(TALLY_ID)
     parties = [a.strip() for a in str(config.get(TALLY_PARTIES, "")).split(",") if a.strip()]
@@ -163,19 +253,34 @@ def _tally(config: Mapping[str, Any], report: dict[str, Any], problems: list[str
     else:
         report["federation"] = (f"roster {membership.roster.fingerprint} ({len(membership.roster.members)} "
                                 f"members), this node: {membership.name} ({membership.member.role})")
-        if membership.member.tally_key != key.public:
-            problems.append("the roster lists this tally with another key than its key file's")
+        try:
+            membership.roster.member(membership.name, "tally")
+        except RosterError as err:
+            problems.append(f"dphype-identity: {err}: this node is a tally; use its own identity key, or add it with "
+                            "`dphype roster add ROSTER --role tally`")
+        else:
+            if membership.member.tally_key != key.public:
+                problems.append("the roster lists this tally with another key than its key file's")
+        listed = membership.roster.tally_keys()
+        if len(listed) != len(parties):
+            problems.append(f"{TALLY_PARTIES} names {len(parties)} parties, but the roster lists {len(listed)} "
+                            f"tallies: every tally's {TALLY_PARTIES} names the roster's tallies, in committee order")
     folder = config.get(TALLY_TLS)
     if folder is None:
         report["mpyc"] = "plain TCP between the tallies (no dphype-tally-tls): a private network only"
         return
-    files = Path(str(folder)) / ".config"
+    try:
+        files = cast(Path, mpyc_tls_folder(folder, index)) / ".config"  # a Path: folder is set
+    except ValueError as err:
+        problems.append(str(err))
+        return
     try:
         ca = x509.load_pem_x509_certificate((files / "mpyc_ca.crt").read_bytes())
     except (OSError, ValueError) as err:
         problems.append(f"{files / 'mpyc_ca.crt'}: not a readable CA certificate ({err})")
         return
-    line = _certificate(files / f"party_{index}.crt", problems, issuer=ca, name=MPYC_NAME.format(index))
+    line = _certificate(files / f"party_{index}.crt", problems, issuer=ca, name=MPYC_NAME.format(index),
+                        key=files / f"party_{index}.key")
     report["mpyc"] = f"TLS (MPyC --ssl) in {folder}: {line}"
 
 
@@ -186,17 +291,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         args: The parsed options.
 
     Returns:
-        Topic -> one line (policy, federation, tallies, ledger or committee, certificates).
+        Topic -> one line (policy, federation, tallies, ledger or committee, certificates), ``ok`` and the empty
+        ``problems``.
 
     Raises:
         ValueError: If the node config cannot be parsed or the configuration is contradictory (every problem
-            named; the report is printed first).
+            named; the report, with ``--json`` as JSON, is printed first).
     """
     config = parse_node_config(args.node_config)
     report: dict[str, Any] = {"role": args.role}
     problems: list[str] = []
     if args.root_certificates is None:
         report["transport"] = "--insecure: no TLS, no SuperNode authentication (a loopback demo only)"
+        if args.node_key is not None:
+            problems.append(f"--node-key {args.node_key}: SuperNode authentication runs only over TLS: add "
+                            "--root-certificates CA.pem (the SuperLink's CA), or drop --node-key")
     else:
         report["transport"] = f"TLS, SuperLink verified with {args.root_certificates}: " + _certificate(
             args.root_certificates, problems)
@@ -204,12 +313,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             problems.append(f"no SuperNode authentication key {args.node_key}: make it with --print-node-key and "
                             "have the SuperLink's operator register KEY.pub")
         else:
+            _node_key(args.node_key, problems)
             report["node key"] = f"{args.node_key} (register {args.node_key}.pub with the SuperLink)"
     (_voter if args.role == "voter" else _tally)(config, report, problems)
     if problems:
-        print(render(report))
+        if args.json:
+            from dphype.strict_json import jsonable
+
+            print(json.dumps(jsonable({**report, "ok": False, "problems": problems}), allow_nan=False))
+        else:
+            print(render(report))
         raise ValueError(f"{len(problems)} contradiction(s), the node would not start: " + "; ".join(problems))
-    return report
+    return {**report, "ok": True, "problems": []}
+
+
+def _node_key(path: Path, problems: list[str]) -> None:
+    """Whether ``path`` reads as an unencrypted private key (OpenSSH or PEM), as flower-supernode loads it."""
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        data = path.read_bytes()
+        if b"OPENSSH PRIVATE KEY" in data:
+            serialization.load_ssh_private_key(data, password=None)
+        else:
+            serialization.load_pem_private_key(data, password=None)
+    except (OSError, ValueError, TypeError) as err:
+        problems.append(f"--node-key {path}: not readable as an unencrypted private key ({err}): name this node's "
+                        "authentication key (--print-node-key makes one)")
 
 
 def render(report: Mapping[str, Any]) -> str:
@@ -219,6 +349,6 @@ def render(report: Mapping[str, Any]) -> str:
         report: What `run` returned.
 
     Returns:
-        The text.
+        The text (without ``ok`` and ``problems``).
     """
-    return "\n".join(f"{topic}: {line}" for topic, line in report.items())
+    return "\n".join(f"{topic}: {line}" for topic, line in report.items() if topic not in ("ok", "problems"))

@@ -89,6 +89,25 @@ def toml_value(value: Any) -> str:
     raise ValueError(f"run-config values must be bool, int, float or str, got {type(value).__name__}")
 
 
+def check_partition(partition_id: Any, num_partitions: Any, prefix: str = "") -> None:
+    """A voter's data shard (``partition-id``, ``num-partitions``): integers with ``0 <= I < N``.
+
+    Args:
+        partition_id: ``I``.
+        num_partitions: ``N``.
+        prefix: Put before both names in the message (``"--"``: a start script's options).
+
+    Raises:
+        ValueError: If either is not an integer or ``I`` is outside ``[0, N - 1]``, naming both.
+    """
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (partition_id, num_partitions)):
+        raise ValueError(f"{prefix}partition-id and {prefix}num-partitions must be integers (this node's shard of "
+                         f"the data and the number of shards), got {partition_id!r} and {num_partitions!r}")
+    if not 0 <= partition_id < num_partitions:
+        raise ValueError(f"{prefix}partition-id must be in [0, {num_partitions - 1}] for {prefix}num-partitions "
+                         f"{num_partitions}, got {partition_id}")
+
+
 def node_config_string(values: Mapping[str, Any]) -> str:
     """``values`` in ``--node-config`` / ``--run-config`` syntax: ``key=value`` pairs with TOML values.
 
