@@ -5,9 +5,11 @@ processes (SuperLink, SuperExec, ``flwr run``, the simulation, Ray) running and 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -45,8 +47,15 @@ def command_of(pid: int) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_stopped_demo_leaves_nothing_running_or_lying_around(tmp_path, sig):
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    # the demo's temporary folder, short: Ray's socket paths below it must fit AF_UNIX's 107 bytes
+    tmp = Path(tempfile.mkdtemp(prefix="sig", dir="/tmp"))
+    try:
+        _stop_a_demo(tmp_path, tmp, sig)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _stop_a_demo(tmp_path: Path, tmp: Path, sig: int) -> None:
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("DPHYPE_")}, "TMPDIR": str(tmp),
            "PYTHONPATH": str(REPO)}
     out, err = tmp_path / "out.txt", tmp_path / "err.txt"
