@@ -39,7 +39,7 @@ def test_the_single_split_keeps_the_cache_key_of_the_scores_before_schemes(tmp_p
     seen: list[dict[str, Any]] = []
     cache.get = lambda key, compute, on_hit=None: seen.append(dict(key)) or np.zeros(1)  # type: ignore[method-assign]
     harness.cached_scores(fed, cands, harness.Scale(1, 1, 1), cache)
-    harness.cached_scores(fed, cands, harness.Scale(1, 1, 1, "kfold:5"), cache)
+    harness.cached_scores(fed, cands, harness.Scale(1, 1, 1, validation="kfold:5"), cache)
     assert "validation" not in seen[0] and seen[1]["validation"] == "kfold:5"
     assert {k: v for k, v in seen[1].items() if k != "validation"} == seen[0]
 
