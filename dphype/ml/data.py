@@ -156,7 +156,7 @@ def register_dataset(spec: DataSetSpec) -> DataSetSpec:
 
     Raises:
         ValueError: A data set of that name is already registered, or ``epochs`` is below 1.
-    """
+    """  # noqa: DOC502
     if spec.epochs < 1:
         raise ValueError(f"epochs of dataset {spec.name!r} must be >= 1, got {spec.epochs}")
     return _REGISTRY.add(spec.name, spec)
@@ -182,7 +182,7 @@ def dataset_spec(name: str) -> DataSetSpec:
 
     Raises:
         ValueError: ``name`` is not registered (the message lists the registered names).
-    """
+    """  # noqa: DOC502
     return _REGISTRY.get(name)
 
 

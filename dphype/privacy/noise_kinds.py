@@ -226,7 +226,7 @@ def register_noise_kind(kind: _Kind) -> _Kind:
 
     Raises:
         ValueError: The name is taken, or an accountant of ``kind`` is not one of `dphype.checks.ACCOUNTANTS`.
-    """
+    """  # noqa: DOC502
     if not kind.accountants or not set(kind.accountants) <= set(ACCOUNTANTS):
         raise ValueError(f"noise kind {kind.name!r}: accountants must be a non-empty subset of "
                          f"{', '.join(ACCOUNTANTS)}, got {kind.accountants!r}")
@@ -257,7 +257,7 @@ def noise_kind(name: Any) -> NoiseKind:
 
     Raises:
         ValueError: ``name`` is not a registered kind's name; the message lists them.
-    """
+    """  # noqa: DOC502
     return _KINDS.get(name)
 
 

@@ -142,7 +142,7 @@ def register_rule(rule: _Rule) -> _Rule:
 
     Raises:
         ValueError: The name is taken.
-    """
+    """  # noqa: DOC502
     _RULES.add(rule.name, rule())
     return rule
 
@@ -167,7 +167,7 @@ def selection_rule(name: Any) -> SelectionRule:
 
     Raises:
         ValueError: ``name`` is not a registered rule's name; the message lists them.
-    """
+    """  # noqa: DOC502
     return _RULES.get(name)
 
 
