@@ -21,10 +21,13 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
+
+if TYPE_CHECKING:
+    from dphype.secure.roster import Membership
 
 #: One ``key=value`` pair (a TOML string value in quotes may hold spaces), or a word that is not one.
 _PAIR = re.compile(r"""(?P<key>[^\s=]+)=(?P<value>"(?:[^"\\]|\\.)*"|'[^']*'|\S+)|(?P<junk>\S+)""")
@@ -144,13 +147,27 @@ def _invalid_keys(config: Mapping[str, Any], whole: Exception) -> list[str]:
     return found or [str(whole)]
 
 
+def _check_role(report: dict[str, Any], problems: list[str], membership: Membership, role: str) -> bool:
+    """Report the roster and this node's place in it; a problem unless its identity holds ``role``; whether it does."""
+    from dphype.secure.roster import RosterError
+
+    report["federation"] = (f"roster {membership.roster.fingerprint} ({len(membership.roster.members)} "
+                            f"members), this node: {membership.name} ({membership.member.role})")
+    try:
+        membership.roster.member(membership.name, role)
+    except RosterError as err:
+        problems.append(f"dphype-identity: {err}: this node is a {role}; use its own identity key, or add it with "
+                        f"`dphype roster add ROSTER --role {role}`")
+        return False
+    return True
+
+
 def _voter(config: Mapping[str, Any], report: dict[str, Any], problems: list[str]) -> None:
     from dataclasses import replace
 
     from dphype.node.ledger import Ledger, LedgerError
     from dphype.node.policy import NodePolicy
     from dphype.refusal import Refusal
-    from dphype.secure.roster import RosterError
 
     try:
         policy = NodePolicy.from_node_config(config)
@@ -174,13 +191,7 @@ def _voter(config: Mapping[str, Any], report: dict[str, Any], problems: list[str
     if membership is None:
         report["federation"] = "unauthenticated (dphype-allow-unauthenticated = true: a server can invent members)"
     else:
-        report["federation"] = (f"roster {membership.roster.fingerprint} ({len(membership.roster.members)} "
-                                f"members), this node: {membership.name} ({membership.member.role})")
-        try:
-            membership.roster.member(membership.name, "voter")
-        except RosterError as err:
-            problems.append(f"dphype-identity: {err}: this node is a voter; use its own identity key, or add it with "
-                            "`dphype roster add ROSTER --role voter`")
+        _check_role(report, problems, membership, "voter")
         if policy.tallies is not None:  # the pinned keys alone, then those the roster does not list
             listed = membership.roster.tally_keys()
             stray = [k for k in replace(policy, roster=None, identity=None).known_tallies() or () if k not in listed]
@@ -228,7 +239,6 @@ def _tally(config: Mapping[str, Any], report: dict[str, Any], problems: list[str
     from dphype.node.pki import MPYC_NAME
     from dphype.node.policy import federation_settings, load_membership
     from dphype.refusal import Refusal
-    from dphype.secure.roster import RosterError
 
     index = config.get(TALLY_ID)
     parties = [a.strip() for a in str(config.get(TALLY_PARTIES, "")).split(",") if a.strip()]
@@ -251,16 +261,8 @@ def _tally(config: Mapping[str, Any], report: dict[str, Any], problems: list[str
     if membership is None:
         report["federation"] = "unauthenticated (dphype-allow-unauthenticated = true)"
     else:
-        report["federation"] = (f"roster {membership.roster.fingerprint} ({len(membership.roster.members)} "
-                                f"members), this node: {membership.name} ({membership.member.role})")
-        try:
-            membership.roster.member(membership.name, "tally")
-        except RosterError as err:
-            problems.append(f"dphype-identity: {err}: this node is a tally; use its own identity key, or add it with "
-                            "`dphype roster add ROSTER --role tally`")
-        else:
-            if membership.member.tally_key != key.public:
-                problems.append("the roster lists this tally with another key than its key file's")
+        if _check_role(report, problems, membership, "tally") and membership.member.tally_key != key.public:
+            problems.append("the roster lists this tally with another key than its key file's")
         listed = membership.roster.tally_keys()
         if len(listed) != len(parties):
             problems.append(f"{TALLY_PARTIES} names {len(parties)} parties, but the roster lists {len(listed)} "
