@@ -48,8 +48,9 @@ def test_module_specs_reach_the_lazily_exported_modules():
     assert not any(name.rpartition(".")[2].startswith("_") for name in specs[:-1])
 
 
-#: Where the project's history stays out: the code, its tests and benchmarks, the operators' scripts and the docs.
-HISTORY_FREE = ("dphype", "tests", "simulations", "docs", "server", "clients")
+#: Where the project's history stays out: the code, its tests and benchmarks, the operators' scripts, the docs and the
+#: benchmark results.
+HISTORY_FREE = ("dphype", "tests", "simulations", "docs", "server", "clients", "results")
 
 
 def test_no_tracker_numbers_in_the_code_or_the_docs():
