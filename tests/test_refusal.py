@@ -13,7 +13,7 @@ from dphype.selection.candidates import CandidateList, table_iii_grid
 RECORD = {"patient": "alice", "hiv": "positive"}
 
 
-def test_issue_8_an_exception_carrying_data_is_sanitized():
+def test_an_exception_carrying_data_is_sanitized():
     with pytest.raises(ValueError) as info:
         CandidateList([RECORD, RECORD])
     assert "alice" in str(info.value)  # the local error names the entry (useful on the node)

@@ -173,7 +173,7 @@ def only(stage_name: str, change: Callable[[int, dict], dict]) -> Callable[[str,
     (only("share_keys", lambda node, c: {**c, **{k: keys_at(c[k], [c["nodes"].index(node)]) for k in
                                                  ("c_keys", "s_keys", "g_keys")}, "nodes": [node],
                                          "neighbours": 0}), "secagg_neighbours")])
-def test_issue_8_fake_round_with_threshold_1_or_no_neighbours_gets_no_share(tamper, code):
+def test_fake_round_with_threshold_1_or_no_neighbours_gets_no_share(tamper, code):
     grid = TamperingGrid(client_app(scores_table(N)), N, tamper)
     with pytest.raises(SecureSumError, match=f"Client failures: {N} x Refusal: {code}: "):
         DPHype(CANDS, config(clients=N)).start(grid)
@@ -182,7 +182,7 @@ def test_issue_8_fake_round_with_threshold_1_or_no_neighbours_gets_no_share(tamp
     assert votes_spent() == [0] * N  # and no vote was cast
 
 
-def test_issue_13_overclaimed_clients_with_a_small_share_set_get_nothing():
+def test_overclaimed_clients_with_a_small_share_set_get_nothing():
     # the request claims 1023 clients (sigma split over 1023 shares); 12 take part, and the server runs the
     # round with them as if that were enough
     n = 12
@@ -196,7 +196,7 @@ def test_issue_13_overclaimed_clients_with_a_small_share_set_get_nothing():
     assert secret_replies(grid) == [] and votes_spent(n) == [0] * n  # recorded 0, released nothing
 
 
-def test_issue_13_partitioned_graph_at_xi_0_gets_nothing():
+def test_partitioned_graph_at_xi_0_gets_nothing():
     # two cliques of 5 (10 clients announced, xi = 0): each half is shown a key list of its own half only
     halves = [[node_id(i) for i in range(5)], [node_id(i) for i in range(5, 10)]]
 
@@ -215,7 +215,7 @@ def test_issue_13_partitioned_graph_at_xi_0_gets_nothing():
     assert secret_replies(grid) == [] and votes_spent() == [0] * N
 
 
-def test_issue_13_request_switched_between_stages_aborts_the_round():
+def test_request_switched_between_stages_aborts_the_round():
     honest = DPHype(CANDS, config(clients=N))
     switched = DPHype(CANDS, config(clients=1023))  # a pre-flight of another request arrives mid-round
 
@@ -294,7 +294,7 @@ def test_the_rounds_first_stage_rides_on_the_preflight_bound_to_the_approved_req
     assert votes_spent() == [1] * N
 
 
-def test_issue_13_forged_share_ciphertexts_charge_no_budget():
+def test_forged_share_ciphertexts_charge_no_budget():
     def forge(stage: str, node: int, content: dict) -> dict:
         if stage != "masked_input":
             return content
@@ -307,7 +307,7 @@ def test_issue_13_forged_share_ciphertexts_charge_no_budget():
 
 
 @pytest.mark.parametrize("skip", ["consistency", "masked_input"])
-def test_issue_13_a_skipped_stage_aborts_the_round(skip):
+def test_a_skipped_stage_aborts_the_round(skip):
     after = {"consistency": "unmask", "masked_input": "consistency"}[skip]
 
     def skip_stage(stage: str, node: int, content: dict) -> dict:
@@ -322,7 +322,7 @@ def test_issue_13_a_skipped_stage_aborts_the_round(skip):
     assert votes_spent() == [1 if skip == "consistency" else 0] * N
 
 
-def test_issue_13_survivor_lists_that_differ_between_nodes_are_refused():
+def test_survivor_lists_that_differ_between_nodes_are_refused():
     # the server tells half the nodes that the other half dropped, and the other half the reverse
     half = {node_id(i) for i in range(5)}
 
@@ -340,7 +340,7 @@ def test_issue_13_survivor_lists_that_differ_between_nodes_are_refused():
     assert [r for r in secret_replies(grid) if r.get("b_shares") or r.get("s_shares")] == []
 
 
-def test_issue_13_absurd_requests_are_refused_before_scoring():
+def test_absurd_requests_are_refused_before_scoring():
     calls: list[int] = []
 
     class CountingTask(TableTask):
@@ -360,7 +360,7 @@ def test_issue_13_absurd_requests_are_refused_before_scoring():
 
 
 @pytest.mark.parametrize("delta", [0.5, 0.9])
-def test_issue_8_requests_at_delta_0_5_and_0_9_are_refused_in_the_preflight(delta):
+def test_requests_at_delta_0_5_and_0_9_are_refused_in_the_preflight(delta):
     grid = LocalGrid(client_app(scores_table(N)), N)
     with pytest.raises(PreflightError, match=f"{N} of {N} clients are not ready: {N} x refused: policy "):
         DPHype(CANDS, config(clients=N, delta=delta)).start(grid)
@@ -373,7 +373,7 @@ def test_issue_8_requests_at_delta_0_5_and_0_9_are_refused_in_the_preflight(delt
     assert votes_spent() == [0] * N
 
 
-def test_issue_8_repeated_requests_stop_at_the_lifetime_budget(capsys):
+def test_repeated_requests_stop_at_the_lifetime_budget(capsys):
     grid = LocalGrid(client_app(scores_table(N)), N, node_config={"dphype-lifetime-epsilon": 2.5})
     selection = DPHype(CANDS, config(clients=N))  # the same request every time, epsilon 1 each
     accepted = 0
@@ -398,7 +398,7 @@ def test_issue_8_repeated_requests_stop_at_the_lifetime_budget(capsys):
     assert 2.0 < shown["epsilon"] <= 2.5
 
 
-def test_issue_8_a_server_named_candidate_path_is_never_opened(tmp_path):
+def test_a_server_named_candidate_path_is_never_opened(tmp_path):
     secret = tmp_path / "candidates.json"
     secret.write_text('[{"patient": "alice", "hiv": "positive"}]')
     opened: list = []
@@ -416,7 +416,7 @@ def test_issue_8_a_server_named_candidate_path_is_never_opened(tmp_path):
     assert all(APPROVAL_STATE not in context.state.config_records for context in grid.contexts.values())  # not approved
 
 
-def test_issue_8_errors_carrying_data_reach_the_server_sanitized(tmp_path):
+def test_errors_carrying_data_reach_the_server_sanitized(tmp_path):
     # the node's own candidate copy has a duplicate entry whose text carries data
     own = tmp_path / "own.json"
     own.write_text(json.dumps([{"patient": "alice", "hiv": "positive"}] * 2))
@@ -472,7 +472,7 @@ def test_the_simulation_operators_channel_admits_its_own_run(monkeypatch):
 
 
 # ------------------------------------------------------------------------------------ release modes
-def test_issue_23_a_sum_vote_on_an_approved_argmax_request_fails_closed_and_opens_nothing(tmp_path):
+def test_a_sum_vote_on_an_approved_argmax_request_fails_closed_and_opens_nothing(tmp_path):
     """Release-mode switch: the nodes approve an argmax request (pure epsilon, noise calibrated to hide
     one index) and the server runs the SecAgg+ sum on it, with the round's first stage riding on the pre-flight or
     in a stage of its own. Its noisy count vector would carry far more epsilon than the ledger's pure epsilon:
@@ -493,7 +493,7 @@ def test_issue_23_a_sum_vote_on_an_approved_argmax_request_fails_closed_and_open
                for n in voters)
 
 
-def test_issue_23_an_argmax_vote_or_a_tally_collect_on_an_approved_sum_request_is_refused(tmp_path):
+def test_an_argmax_vote_or_a_tally_collect_on_an_approved_sum_request_is_refused(tmp_path):
     """The reverse switch: a sum request approved in the pre-flight, then the argmax vote (sealed shares) or a
     tally's collect on it: both refuse with ``release_mode``; nothing is sealed, charged or collected."""
     grid, keys = argmax_grid(tmp_path)

@@ -358,7 +358,7 @@ def test_the_rosters_tallies_pin_the_committee_and_a_direct_pin_only_narrows_it(
 
 # ------------------------------------------------------------------------------------------ Sybils, end to end
 @pytest.mark.parametrize("federation", [True, False])
-def test_issue_23_a_server_that_invents_members_gets_no_share_from_a_federation_with_a_roster(federation):
+def test_a_server_that_invents_members_gets_no_share_from_a_federation_with_a_roster(federation):
     """Sybils: 6 real clients approve a request for 10; the server invents 4 peers (fresh keys, names of
     its own, signatures by keys it made) to fill the key list. With a roster every client refuses the key list
     (``roster``) and no share of any secret leaves it; without one (its operators' explicit opt-in) nothing on the

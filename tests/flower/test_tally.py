@@ -243,7 +243,7 @@ def voters_epsilon(grid) -> list[float]:
 
 @pytest.mark.parametrize("federation", [False, True])
 @pytest.mark.parametrize("relabel", ["one_share_as_all", "one_share_as_another"])
-def test_issue_23_one_ballot_relabelled_as_many_contributors_fails_closed(tmp_path, relabel, federation):
+def test_one_ballot_relabelled_as_many_contributors_fails_closed(tmp_path, relabel, federation):
     """One ballot counted many times: the server relays client 0's sealed shares as every contributor's
     (their noise: one share instead of six, epsilon >= 2.36 against the 1.00 recorded at the issue's sizes), or as
     another contributor's, its signatures moved along (with a roster). A share is bound to its contributor's node id
@@ -284,7 +284,7 @@ def test_issue_23_one_ballot_relabelled_as_many_contributors_fails_closed(tmp_pa
 
 
 @pytest.mark.parametrize("federation", [False, True])
-def test_issue_23_the_same_ciphertexts_replayed_to_the_tallies_in_a_later_run_or_after_a_restart_open_nothing(
+def test_the_same_ciphertexts_replayed_to_the_tallies_in_a_later_run_or_after_a_restart_open_nothing(
         tmp_path, federation):
     """Replay to the tallies in a later run: after an honest run, the server sends the tallies the same
     collect stages (the same ciphertexts) in a new run (they are bound to their run: they do not open) and, with
@@ -311,7 +311,7 @@ def test_issue_23_the_same_ciphertexts_replayed_to_the_tallies_in_a_later_run_or
     assert voters_epsilon(grid) == [pytest.approx(4.0)] * CLIENTS  # one vote, one release: pure epsilon 4 each
 
 
-def test_issue_23_every_malformed_or_out_of_range_tally_stage_is_refused_with_a_refusal_code(tmp_path):
+def test_every_malformed_or_out_of_range_tally_stage_is_refused_with_a_refusal_code(tmp_path):
     """A ``result`` wait took the server's timeout unchecked (NaN or infinity parked the tally forever) and
     malformed stages came back as raw ``KeyError``/``ValueError`` texts. Every one is now a refusal code; the
     timeout's boundaries are (0, MAX_RESULT_WAIT]. (Unauthenticated: a roster's own checks are in test_roster.)"""

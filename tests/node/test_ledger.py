@@ -51,7 +51,7 @@ def test_votes_compose_in_rdp(policy):
     assert max(gaussian.epsilon, skellam.epsilon) < total < gaussian.epsilon + skellam.epsilon
 
 
-def test_issue_8_300_repeated_requests_are_refused_once_the_lifetime_budget_is_spent(policy):
+def test_300_repeated_requests_are_refused_once_the_lifetime_budget_is_spent(policy):
     ledger = Ledger(policy.ledger)
     request = make_request()
     accepted = refused = 0

@@ -118,7 +118,7 @@ def test_an_honest_request_passes_and_its_guarantee_is_recomputed(policy, noise)
 
 @pytest.mark.parametrize("delta,noise,at_least", [(0.5, "gaussian", 9.8), (0.9, "gaussian", 22.1),
                                                    (0.5, "skellam", 6.0), (0.9, "skellam", 7.1)])
-def test_issue_8_delta_attack_is_refused(policy, delta, noise, at_least):
+def test_delta_attack_is_refused(policy, delta, noise, at_least):
     # epsilon 1 announced with delta 0.5 or 0.9: sigma is calibrated for that delta ...
     request = make_request(epsilon=1.0, delta=delta, k=3, noise=noise)
     assert refused(request, policy).code == "policy_delta"
@@ -195,7 +195,7 @@ def test_the_default_ledger_is_per_partition_id(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize(("sigma", "code"), [(1e300, "malformed_request"), (1e20, "malformed_request"),
                                              (1e-300, "noise_too_small"), (5e-324, "noise_too_small")])
-def test_issue_23_absurd_sigmas_are_refused_with_a_code_not_an_arithmetic_error(tmp_path, sigma, code):
+def test_absurd_sigmas_are_refused_with_a_code_not_an_arithmetic_error(tmp_path, sigma, code):
     """``sigma = 1e300`` came back as a raw OverflowError (and 1e-300 as a ZeroDivisionError) instead of a
     refusal code: the calibrated sigma is compared first, and an accountant that breaks down counts as infinite
     epsilon."""

@@ -280,7 +280,7 @@ def test_an_honest_round_of_roster_members_sums_exactly():
 
 
 @pytest.mark.parametrize("sybil", ["stranger", "no_signature", "a_member_twice", "moved_entry"])
-def test_issue_23_invented_members_in_the_key_list_are_refused_before_any_share_leaves(sybil):
+def test_invented_members_in_the_key_list_are_refused_before_any_share_leaves(sybil):
     """Sybils: 6 members, a request for 10 clients; the server invents 4 more nodes to reach 10. With a roster no
     node sends a share: every entry of the key list must be signed by a distinct roster voter."""
     fed = Members(6, clients=10)

@@ -423,7 +423,7 @@ def test_an_unmask_reply_reveals_one_kind_of_share_per_peer_never_both() -> None
     _exact(fed, server.finish(revealed))
 
 
-def test_issue_23_survivors_that_never_took_part_in_the_round_do_not_count_toward_the_bound() -> None:
+def test_survivors_that_never_took_part_in_the_round_do_not_count_toward_the_bound() -> None:
     """Survivors that never signed (xi >= 1/2): the server runs the round with 11 of 20 nodes, in two
     arcs of the public ring (6 and 5 nodes, gaps wider than k / 2), and lists the other 9, whose keys are in the
     key list but who never took part in this round (in the attack they vote in another round built from the same
