@@ -1,4 +1,4 @@
-"""``dphype bench <study>``: the DP-Hype paper's benchmark studies (issue #3).
+"""``dphype bench <study>``: the DP-Hype paper's benchmark studies.
 
 A program of the repository checkout, not of the installed library: ``python -m simulations <study> ...`` from
 the repository root, or ``dphype bench <study> ...`` there, which runs the same program in a child process (the

@@ -9,8 +9,8 @@ CPU seconds (``resource.getrusage(RUSAGE_CHILDREN)``), ``--repeat`` times:
   and then the bundled ClientApp (``dphype.app.client``), with the ``flwr`` modules, torch and scipy that the
   app's import adds on top of the runtime's;
 * ``policy check``: :func:`dphype.node.policy.check_vote_request` of the paper's 100-candidate request in a
-  process that has already imported the ClientApp (what the masked-input stage paid before it reused the
-  pre-flight's guarantee), with the top-level modules it loads;
+  process that has already imported the ClientApp (what a stage that re-checks the request pays; the
+  masked-input stage reuses the pre-flight's guarantee), with the top-level modules it loads;
 * ``pre-flight scoring``: what the pre-flight's process does besides Flower's runtime, split into importing
   torch, building the node's task (:func:`dphype.app.client.local_task`: loading Adult, the node's shard of
   ``--nodes`` partitions) and scoring the paper's 100 candidates for 5 local epochs (the deployment

@@ -22,8 +22,8 @@ SuperExec, a fresh ``flwr-clientapp`` interpreter per message. The stages:
   stages (``secagg: share_keys``, ``secagg: masked_input``, ``secagg: consistency``, ``secagg: unmask``, as
   the server logs them) and ``release`` (decoding, the selection rule, the report); argmax mode: ``winner``,
   the sealed shares and the tallies' ``collect``, ``compute`` and ``result`` stages;
-* ``selection``: the sum of the above from ``Starting DPHype`` (argmax mode: from the ``hello``), what the
-  issue's goal bounds;
+* ``selection``: the sum of the above from ``Starting DPHype`` (argmax mode: from the ``hello``), the
+  deployment's selection time;
 * ``fedavg``: the final training (one round, by default) until the result line.
 
 Usage: ``python -m simulations.deployment_profile --nodes 10 --candidates table3 [--release argmax]

@@ -1,4 +1,4 @@
-"""Shared machinery of the ``dphype bench`` studies (issue #3).
+"""Shared machinery of the ``dphype bench`` studies.
 
 The studies replay DP-Hype's release many times without re-running local training:
 
@@ -432,8 +432,8 @@ def federation_key(fed: Federation, candidates: Any, **extra: Any) -> dict[str, 
             "data_dir": fed.data_dir, "candidates": candidates.fingerprint(), **scheme, **extra}
 
 
-#: What :func:`dphype.ml.task.score_clients` stores; part of the cache key, so arrays of an older score format
-#: (``(n, p)`` accuracies only, before the loss tie-break) are never reused.
+#: What :func:`dphype.ml.task.score_clients` stores; part of the cache key, so arrays of another score format
+#: (e.g. ``(n, p)`` accuracies alone) are never reused.
 SCORE_FORMAT = "keys:accuracy,-validation_loss"
 
 

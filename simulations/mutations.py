@@ -1,5 +1,5 @@
-"""Noise, slack and integrity mutations: apply each known bug (noise, slack, over-spends and silent
-regressions) to a temporary copy of the repository and run the test files that should catch it; print, per
+"""Noise, slack and integrity mutations: plant each fault (wrong noise, slack, over-spends, silently dropped
+checks) in a temporary copy of the repository and run the test files that should catch it; print, per
 mutation, which test files fail (catch it) and which pass.
 
     python -m simulations.mutations                    # every mutation against every test file below

@@ -245,7 +245,7 @@ def voters_epsilon(grid) -> list[float]:
 @pytest.mark.parametrize("relabel", ["one_share_as_all", "one_share_as_another"])
 def test_one_ballot_relabelled_as_many_contributors_fails_closed(tmp_path, relabel, federation):
     """One ballot counted many times: the server relays client 0's sealed shares as every contributor's
-    (their noise: one share instead of six, epsilon >= 2.36 against the 1.00 recorded at the issue's sizes), or as
+    (their noise: one share instead of six, epsilon >= 2.36 where the ledgers record 1.00), or as
     another contributor's, its signatures moved along (with a roster). A share is bound to its contributor's node id
     and run and refused by content when repeated; with a roster it is bound to the member's name and signed by its
     identity, and a share under another member's name does not verify: every tally leaves those shares out, fewer
@@ -312,9 +312,9 @@ def test_the_same_ciphertexts_replayed_to_the_tallies_in_a_later_run_or_after_a_
 
 
 def test_every_malformed_or_out_of_range_tally_stage_is_refused_with_a_refusal_code(tmp_path):
-    """A ``result`` wait took the server's timeout unchecked (NaN or infinity parked the tally forever) and
-    malformed stages came back as raw ``KeyError``/``ValueError`` texts. Every one is now a refusal code; the
-    timeout's boundaries are (0, MAX_RESULT_WAIT]. (Unauthenticated: a roster's own checks are in test_roster.)"""
+    """Every malformed stage, and a ``result`` wait outside (0, MAX_RESULT_WAIT] (NaN or infinity would park the
+    tally forever), is refused with a refusal code, never a raw ``KeyError``/``ValueError`` text. (Unauthenticated:
+    a roster's own checks are in test_roster.)"""
     grid, keys = argmax_grid(tmp_path, federation=False)
     tally = node_id(CLIENTS)
     request = DPHype(CANDS, config(), tallies=keys).request.to_record()

@@ -428,10 +428,10 @@ def test_survivors_that_never_took_part_in_the_round_do_not_count_toward_the_bou
     arcs of the public ring (6 and 5 nodes, gaps wider than k / 2), and lists the other 9, whose keys are in the
     key list but who never took part in this round (in the attack they vote in another round built from the same
     advertised keys), as survivors. Every node's component among the claimed survivors is all 20 (>= L = 10) and
-    the 11 are a committee majority, so before the fix they signed and revealed their shares: the server could
-    unmask a sum of 6 noise shares where the ledgers assume 10. Now a survivor must prove it took part: the
-    receipt it signed with its masked vector in this round (over D), which every committee member verifies
-    before it signs; the 9 have none, no committee member signs, and nothing is revealed."""
+    the 11 are a committee majority: were they to sign and reveal their shares, the server could unmask a sum of
+    6 noise shares where the ledgers assume 10. A survivor must prove it took part: the receipt it signed with its
+    masked vector in this round (over D), which every committee member verifies before it signs; the 9 have none,
+    no committee member signs, and nothing is revealed."""
     fed = Federation(20, dropout=0.5, graph=(4, 3))
     assert fed.survivors == 10
     server, messages = fed.server_until("share_keys")

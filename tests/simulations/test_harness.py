@@ -39,7 +39,7 @@ def test_client_votes_break_accuracy_ties_by_loss_and_studies_see_accuracy() -> 
 
 
 def test_score_cache_key_names_the_score_format(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # an array cached before the loss tie-break ((n, p) accuracies) must not be found under the new key
+    # an array of accuracies alone ((n, p)) is not found under the key of [accuracy, -loss] scores
     from dphype.selection.candidates import table_iii_grid
 
     fed, cands = harness.Federation("adult", 4, None), table_iii_grid()
