@@ -420,8 +420,8 @@ def cache_from_args(args: argparse.Namespace) -> ArrayCache:
     return ArrayCache(None if str(args.cache).lower() == "none" else args.cache)
 
 
-#: Names the Dirichlet split in the cache key: arrays of the former hand-written partitioner (other shards
-#: for the same beta and seed) are never reused.
+#: Names the Dirichlet split in the cache key: arrays of another partitioner (other shards for the same beta and
+#: seed) are never reused.
 DIRICHLET_PARTITIONER = "flwr-datasets:DirichletPartitioner"
 
 

@@ -228,7 +228,7 @@ def test_an_insecure_explicit_graph_is_refused_before_anything_is_sent():
     grid = LocalGrid(vector_app(vectors), 50)
     with pytest.raises(ValueError, match="num_shares must be in \\[19, 50\\]"):
         run_secure_sum(grid, grid.get_node_ids(), REQUEST, size=3, noise="skellam", min_survivors=50,
-                       num_shares=0.2, reconstruction_threshold=0.6)  # the former default: 11 shares
+                       num_shares=0.2, reconstruction_threshold=0.6)  # 11 shares, fewer than the graph needs
     assert grid.sent == []
 
 
