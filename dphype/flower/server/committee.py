@@ -276,7 +276,7 @@ def _labels(contributors: Sequence[int], signed: Mapping[int, tuple[str, list[by
 
 
 def check_tally_timeout(seconds: Any) -> float:
-    """The wait for the tallies' parties (``tally-timeout``) as a float in ``(0, MAX_RESULT_WAIT]``, else `ValueError`."""
+    """The tallies' wait (``tally-timeout``) as a float in ``(0, MAX_RESULT_WAIT]``; else `ValueError`."""
     value = check_positive("tally_timeout", seconds)
     if value > MAX_RESULT_WAIT:
         raise ValueError(f"tally_timeout must be at most {MAX_RESULT_WAIT:g} s (a tally waits no longer), got "
