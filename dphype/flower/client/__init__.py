@@ -214,13 +214,7 @@ def _forget(context: Context) -> None:
 
 
 def _approval(request: VoteRequest, limits: NodePolicy, context: Context, membership: Membership | None) -> Approval:
-    """What this node approved of ``request`` for its secure vote round, with its policy's ``min_neighbours``.
-
-    The run and the node's ``membership`` in its federation bind its key list to the roster (`dphype.secure.roster`).
-
-    Only a request whose release mode sums over SecAgg+ has one: a request approved for another aggregator (the
-    tally committee's noise for one index) is refused (``release_mode``) before any round key or vote leaves.
-    """
+    """What this node approved for its SecAgg+ round; another aggregator's request is refused (``release_mode``)."""
     if request.mode.aggregator is not Aggregator.SECAGG:
         raise Refusal("release_mode", "a SecAgg+ stage for a request whose release is not SecAgg+'s")
     return Approval(request=request.digest(), clients=request.config.clients, survivors=request.min_survivors,
