@@ -1,17 +1,7 @@
-"""The bundled Flower app: DP-Hype selects the hyperparameters, then Flower's FedAvg trains with them.
+"""The bundled Flower app: DP-Hype selects the hyperparameters, then Flower's FedAvg (or DP-FedAvg) trains.
 
-DP-Hype selects on Adult (or MNIST, Fashion-MNIST), then FedAvg (or DP-FedAvg) trains -- the worked example of
-the Message API end to end.
-
-* `dphype.app.server` -- the ServerApp (``dphype.app.server:app``), its run summary;
-* `dphype.app.client` -- the ClientApp (``dphype.app.client:app``): DP-Hype's handlers plus its own
-  train and evaluate handlers;
-* `dphype.app.config` -- its run config, validated before any client works.
-
-It ships inside the package, so ``dphype demo`` runs it from an installed wheel: a Flower app's
-``pyproject.toml`` names its components ``dphype.app.server:app`` and ``dphype.app.client:app`` (the app folder
-``dphype demo`` writes does, `dphype.cli.demo.COMPONENTS`; the repository's own pyproject names
-``server/server_app.py`` and ``clients/client_app.py``, which re-export them), and every SuperNode runs them from
-its installed ``dphype``. The app sits at the top of the library, beside the command line: nothing in
-`dphype` imports it (Flower loads it by those names).
+`dphype.app.server` is the ServerApp, `dphype.app.client` the ClientApp, `dphype.app.config` its run config.
+It ships inside the package so that ``dphype demo`` runs it from an installed wheel: an app's ``pyproject.toml``
+names ``dphype.app.server:app`` and ``dphype.app.client:app`` (`dphype.cli.demo.COMPONENTS`). Nothing in
+`dphype` imports it.
 """

@@ -32,9 +32,7 @@ APP_RELEASE = "argmax"
 def result_path(result_file: str) -> Path | None:
     """The run config's ``result-file`` as an absolute path on the ServerApp's host, checked; ``None`` when empty.
 
-    A relative path is relative to the ServerApp process's working folder: in a deployment the SuperLink's
-    (where ``server/start-superlink.sh`` was started), in simulation the local SuperLink's; ``~`` is that host's
-    home.
+    A relative path is relative to the ServerApp process's working folder (in a deployment, the SuperLink's).
 
     Args:
         result_file: The run config's ``result-file``.
@@ -59,21 +57,6 @@ def result_path(result_file: str) -> Path | None:
 class AppConfig:
     """Everything one run of the bundled app needs: DP-Hype's selection, then FedAvg with the winner.
 
-    ``dataset``: one of `APP_DATASETS`. ``candidates``: a candidate spec
-    (`dphype.selection.candidates.load_candidates`).
-    ``connect_timeout`` bounds the wait (seconds) for ``clients`` nodes to connect; ``round_timeout`` bounds
-    the pre-flight, each SecAgg+ stage and each FedAvg round, so a vanished SuperNode counts as dropped out
-    instead of stalling the run; ``tally_timeout`` bounds the tallies' MPyC computation (committee releases).
-    ``fraction_evaluate``: the share of nodes that evaluate the global model on
-    their own data after each FedAvg round (0: only the server's evaluation on the test split).
-    ``train_epsilon`` > 0 trains privately (`dphype.flower.private_training`: DP-FedAvg within that
-    budget at ``delta``, updates clipped to ``clipping_norm`` on the server, or by the clients and verified by
-    the server (``clipping``), composed with the selection); 0 trains with ordinary FedAvg, whose plaintext
-    updates no guarantee covers.
-    ``result_file``: where the ServerApp also writes its summary as JSON (empty: nowhere).
-    ``tallies``: ``release="argmax"`` only: the size of the tally committee, whose nodes the ServerApp finds
-    among the connected ones (`dphype.flower.discover_committee`; at least 3).
-
     Attributes:
         dphype: The selection's configuration.
         dataset: One of `APP_DATASETS`.
@@ -81,15 +64,17 @@ class AppConfig:
         seed: The seed of the data split and the training.
         fedavg_rounds: FedAvg's rounds with the winner.
         local_epochs: Each client's epochs per FedAvg round.
-        fraction_evaluate: The share of nodes that evaluate the global model after each FedAvg round.
-        train_epsilon: The final training's budget (0: ordinary FedAvg).
+        fraction_evaluate: The share of nodes that evaluate the global model after each FedAvg round (0: only
+            the server's evaluation).
+        train_epsilon: The final training's budget (`dphype.flower.private_training`, composed with the selection;
+            0: ordinary FedAvg, whose plaintext updates no guarantee covers).
         clipping_norm: The update clipping norm of private training.
         clipping: Who clips in private training, ``"server"`` or ``"client"``.
         connect_timeout: Seconds to wait for ``clients`` nodes to connect.
-        round_timeout: Seconds per pre-flight, SecAgg+ stage and FedAvg round.
+        round_timeout: Seconds per pre-flight, SecAgg+ stage and FedAvg round (a vanished node counts as dropped).
         tally_timeout: Seconds the tallies' MPyC parties have to check the ballots and open the result.
         result_file: Where the ServerApp also writes its summary as JSON (empty: nowhere).
-        tallies: The size of the tally committee (``release="argmax"`` only).
+        tallies: The size of the tally committee found among the connected nodes (committee releases only).
 
     Raises:
         ValueError: If a field is invalid (named by its run-config key), the candidate spec cannot be loaded, or
@@ -138,39 +123,18 @@ class AppConfig:
             self.result_path()  # its folder must exist on the ServerApp's host before the run spends anything
 
     def result_path(self) -> Path | None:
-        """Where the ServerApp writes its summary (`result_path` of ``result_file``).
-
-        Returns:
-            The absolute path, or ``None`` when ``result_file`` is empty.
-
-        Raises:
-            ValueError: If its folder does not exist on the ServerApp's host, or the path is a folder.
-        """  # noqa: DOC502
+        """Where the ServerApp writes its summary (`result_path` of ``result_file``)."""
         return result_path(self.result_file)
 
     def training_budget(self) -> TrainingBudget | None:
-        """The DP final-training budget, or None for ordinary FedAvg (``train-epsilon = 0``).
-
-        Returns:
-            The budget, or ``None``.
-
-        Raises:
-            ValueError: If ``train_epsilon``, ``clipping_norm`` or ``clipping`` is invalid.
-        """  # noqa: DOC502
+        """The DP final-training budget, or ``None`` for ordinary FedAvg (``train-epsilon = 0``)."""
         if self.train_epsilon == 0.0:
             return None
         return TrainingBudget(epsilon=self.train_epsilon, rounds=self.fedavg_rounds, clipping_norm=self.clipping_norm,
                               clipping=self.clipping)
 
     def candidate_list(self) -> CandidateList:
-        """The public candidate list of this run.
-
-        Returns:
-            The list loaded from ``candidates``.
-
-        Raises:
-            ValueError: If the spec names no loadable candidate list.
-        """  # noqa: DOC502
+        """The public candidate list loaded from ``candidates``."""
         return load_candidates(self.candidates)
 
     @classmethod

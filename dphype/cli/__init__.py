@@ -174,12 +174,7 @@ def add_noise_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_candidates_argument(parser: argparse.ArgumentParser, *, default: str | None = "table3") -> None:
-    """``--candidates SPEC``: the same candidate specs in every command.
-
-    Args:
-        parser: The sub-command's parser.
-        default: The default spec; ``None`` for none.
-    """
+    """Add ``--candidates SPEC`` (the same candidate specs in every command) with ``default`` to ``parser``."""
     parser.add_argument("--candidates", default=default,
                         help="candidate list: 'table3' (Table III, 100), an integer N (a random N of Table III), "
                              "'table3:random:N:SEED' or a path to a JSON list" + (f" (default {default})" if default
@@ -237,9 +232,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 
 def run_program(name: str, argv: Sequence[str]) -> int:
-    """``dphype NAME ARGV`` for a `PROGRAMS` entry: ``python -m PACKAGE ARGV`` in a child process.
-
-    It runs from the repository checkout in the current folder.
+    """``dphype NAME ARGV`` for a `PROGRAMS` entry: ``python -m PACKAGE ARGV`` in a child, from the checkout here.
 
     Args:
         name: The `PROGRAMS` entry.

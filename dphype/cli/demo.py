@@ -115,16 +115,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def make_tally_keys(folder: Path) -> tuple[bytes, ...]:
-    """The simulated committee's keys, created in ``folder`` (``tally-<j>.key``).
-
-    The simulated tally nodes read them through `dphype.flower.tally.TALLY_KEYS_ENV`.
-
-    Args:
-        folder: Where to create the key files.
-
-    Returns:
-        Their X25519 public keys, in committee order.
-    """
+    """Create the simulated committee's ``tally-<j>.key`` files in ``folder``; their public keys in order."""
     from dphype.flower.tally import load_tally_key
     from dphype.secure.tally import COMMITTEE_SIZE
 
@@ -213,11 +204,7 @@ def reference_point(args: argparse.Namespace, candidates: Any, selected: int) ->
 
 
 def bundled_app(folder: Path, run_config: dict[str, Any]) -> Path:
-    """Write the Flower app folder of the bundled app.
-
-    A ``pyproject.toml`` whose components are the installed `COMPONENTS` and whose run config declares
-    ``run_config``'s keys, and the FAB's one file, a note that the app's code is the installed ``dphype``'s
-    (every node runs its own copy).
+    """Write the bundled app's folder: a ``pyproject.toml`` naming the installed `COMPONENTS` and ``run_config``.
 
     Args:
         folder: The folder to create (it must not exist).
@@ -241,17 +228,7 @@ def bundled_app(folder: Path, run_config: dict[str, Any]) -> Path:
 
 
 def render(result: dict[str, Any]) -> str:
-    """The demo's summary as text (`dphype.result.summarize_run`).
-
-    The selection (`dphype.result.DPHypeResult.summary`), then the training, the whole run's guarantee, the test
-    accuracy beside its reference point, the times and the warnings.
-
-    Args:
-        result: `run`'s summary.
-
-    Returns:
-        The text.
-    """
+    """The demo's summary as text (`dphype.result.summarize_run`)."""
     from dphype.result import summarize_run
 
     return summarize_run(result)

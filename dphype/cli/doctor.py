@@ -345,12 +345,5 @@ def _node_key(path: Path, problems: list[str]) -> None:
 
 
 def render(report: Mapping[str, Any]) -> str:
-    """The report, one ``topic: line`` per line.
-
-    Args:
-        report: What `run` returned.
-
-    Returns:
-        The text (without ``ok`` and ``problems``).
-    """
+    """The report, one ``topic: line`` per line (without ``ok`` and ``problems``)."""
     return "\n".join(f"{topic}: {line}" for topic, line in report.items() if topic not in ("ok", "problems"))

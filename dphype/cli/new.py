@@ -58,17 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def package_name(folder: Path) -> str:
-    """A Python package name from the folder's name (``my-app`` -> ``my_app``).
-
-    Args:
-        folder: The app's folder.
-
-    Returns:
-        The package name (prefixed ``app_`` when it would start with a digit).
-
-    Raises:
-        ValueError: If the folder's name has no letter or digit.
-    """
+    """A package name from the folder's (``my-app`` -> ``my_app``, ``app_`` before a digit); else `ValueError`."""
     name = re.sub(r"\W+", "_", folder.name.lower()).strip("_")
     if not name:
         raise ValueError(f"app_dir must end in a name with a letter or digit, got {str(folder)!r}")
@@ -78,8 +68,7 @@ def package_name(folder: Path) -> str:
 def template_k(release: str) -> int:
     """The planner's recommended top-k ``k`` for the template app under ``release`` (`dphype.selection.planner.plan`).
 
-    The template's candidates (`TEMPLATE_GRID`) and run config (`TEMPLATE_RUN`), the mode's forecast of the moderate
-    scenario, among `TEMPLATE_KS`.
+    For `TEMPLATE_GRID` and `TEMPLATE_RUN` in the moderate scenario, among `TEMPLATE_KS`.
 
     Args:
         release: The release mode's name.

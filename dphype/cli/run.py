@@ -137,14 +137,7 @@ def check_selection(run_config: Mapping[str, Any]) -> Any:
 
 
 def simulated_policy() -> Any:
-    """The node policy the simulated nodes of `run_locally` apply: `dphype.node.policy.POLICY_ENV` of this process.
-
-    Returns:
-        The `dphype.node.policy.NodePolicy`.
-
-    Raises:
-        ValueError: If the variable does not hold a valid policy (naming it).
-    """  # noqa: DOC502
+    """The policy `run_locally`'s simulated nodes apply (`dphype.node.policy.POLICY_ENV`); `ValueError` if invalid."""
     from dphype.flower.client.policy import environment_policy
     from dphype.node.policy import NodePolicy
 
@@ -187,13 +180,6 @@ def run_locally(app: Path, run_config: Mapping[str, Any], supernodes: int, *, en
 
 
 def render(result: dict[str, Any]) -> str:
-    """The outcome as one line (the app's own output is in the log above it).
-
-    Args:
-        result: `run`'s result.
-
-    Returns:
-        The line.
-    """
+    """The outcome as one line (the app's own output is in the log above it)."""
     nodes = f"{result['clients']} voters" + (f" and {result['tallies']} tally nodes" if result["tallies"] else "")
     return f"run {result['run_id']} {result['status']} in {result['seconds']:.0f} s on {nodes} (app: {result['app']})"

@@ -36,38 +36,17 @@ _MADE: dict[tuple[str, int, int, tuple[bytes, ...]], tuple[Roster, Path, bytes]]
 
 
 def voter_name(partition: int) -> str:
-    """The member name of the simulated voter with ``partition``.
-
-    Args:
-        partition: The node's ``partition-id``.
-
-    Returns:
-        ``"node-<partition>"``.
-    """
+    """The member name of the simulated voter with ``partition``: ``"node-<partition>"``."""
     return f"node-{int(partition)}"
 
 
 def tally_name(index: int) -> str:
-    """The member name of simulated tally ``index``.
-
-    Args:
-        index: The tally's committee index.
-
-    Returns:
-        ``"tally-<index>"``.
-    """
+    """The member name of simulated tally ``index``: ``"tally-<index>"``."""
     return f"tally-{int(index)}"
 
 
 def federation_set(node_config: Mapping[str, Any]) -> bool:
-    """Whether a node's federation is set (a roster, or the unauthenticated opt-in), by its operator or already.
-
-    Args:
-        node_config: The node's config (merged with its environment's policy keys where it has them).
-
-    Returns:
-        ``True`` if ``dphype-roster`` or ``dphype-allow-unauthenticated`` is set: the simulation leaves it alone.
-    """
+    """Whether ``node_config`` sets a roster or the unauthenticated opt-in (the simulation then leaves it alone)."""
     return ROSTER_KEY in node_config or UNAUTHENTICATED_KEY in node_config
 
 

@@ -3,21 +3,13 @@
 `send_and_receive` pushes the messages and pulls the replies every `POLL_INTERVAL` s; `check_timeout` checks a
 wait limit.
 
-Flower 1.41's ``Grid.send_and_receive`` of a deployment (``flwr.superlink.grid.http_grid``) pulls the replies
-every 3 s, so every round trip of a deployed run waits up to 3 s after its last reply arrived.
-`send_and_receive` is the same round trip with a short poll interval: every stage of DP-Hype's
-selection (the pre-flight, the SecAgg+ stages, the argmax mode's stages) and
-`dphype.flower.server.committee.ClientGrid` use it.
+`send_and_receive` is ``Grid.send_and_receive``'s round trip with a shorter poll interval than a deployed
+grid's; every stage of DP-Hype's selection and `dphype.flower.server.committee.ClientGrid` use it.
 
-In Flower's simulation (the ServerApp's grid is an ``InMemoryGrid``) it pulls every
-`SIMULATION_POLL_INTERVAL` s, keeps at most `in_flight_limit` messages outstanding and pushes the
-next ones as replies arrive. The simulation
-engine (``flwr.server.superlink.fleet.vce.vce_api.add_messages_to_queue``) asks the in-memory LinkState for
-every node's next message every 0.1 s, and each of those lookups scans every stored message
-(``InMemoryLinkState.get_message_ins``) under the state's lock: with all ``n`` messages of a stage stored at
-once a sweep costs ``n^2`` checks (a million at n = 1,000), which starves the engine's own worker threads and
-the ServerApp of the one interpreter they share. The simulated nodes run a few at a time anyway (one per Ray
-actor), so the window costs no parallelism. A deployment's grid pushes everything at once, as before.
+In Flower's simulation (an ``InMemoryGrid``) it keeps at most `in_flight_limit` messages outstanding and pushes
+the next ones as replies arrive: the simulation engine's in-memory LinkState scans every stored message for every
+node's lookup under one lock, so storing all ``n`` messages of a stage at once costs ``n^2`` checks per sweep and
+starves the interpreter the engine and the ServerApp share. A deployment's grid pushes everything at once.
 """
 
 from __future__ import annotations
@@ -38,45 +30,20 @@ from dphype.checks import check_positive
 #: Seconds between two pulls of the replies still missing.
 POLL_INTERVAL = 0.2
 #: The same in Flower's simulation, where a pull is an in-memory lookup and the window (below) is refilled at
-#: each pull: measured at n = 250 (quiet machine, window 16), the secure vote's four stages took 13.9-15.1 s
-#: with 0.05 s against 18.4-20.8 s with 0.2 s, and the whole selection 30.2-31.5 against 35.0-41.2 s.
+#: each pull.
 SIMULATION_POLL_INTERVAL = 0.05
-#: Messages outstanding at once in Flower's simulation (module docstring), at least: twice the machine's cores
-#: where that is more (Flower runs one Ray actor per core by default), so that the actors never wait for the
-#: next poll to refill the window. Measured with ``dphype bench resources`` (2 cores, n = 1,000): a window of 16
-#: took the selection from 134.7 to 112.2 s; at n = 250 the difference was within the run-to-run spread.
+#: Messages outstanding at once in Flower's simulation, at least: twice the machine's cores where that is more
+#: (one Ray actor per core), so that the actors never wait for the next poll to refill the window.
 SIMULATION_IN_FLIGHT = 16
 
 
 def check_timeout(name: str, seconds: Any) -> float | None:
-    """Return a wait limit in seconds: ``None`` (no limit) or a finite number > 0.
-
-    A deployed SuperNode that vanishes never answers, so without a limit the server would wait for it
-    forever; with one, the round goes on with the nodes that answered and the survivor check decides
-    whether anything is released.
-
-    Args:
-        name: The limit's name, for the error message.
-        seconds: The limit: ``None`` or a number.
-
-    Returns:
-        ``None`` or ``seconds`` as a finite float ``> 0``.
-
-    Raises:
-        ValueError: If ``seconds`` is neither ``None`` nor a finite number ``> 0``.
-    """  # noqa: DOC502
+    """A wait limit named ``name``: ``None`` (no limit) or a finite float > 0; else `ValueError`."""
     return None if seconds is None else check_positive(name, seconds)
 
 
 def in_flight_limit(grid: Grid) -> int | None:
-    """How many messages `send_and_receive` keeps outstanding on ``grid``.
-
-    Args:
-        grid: The ServerApp's grid.
-
-    Returns:
-        In Flower's simulation `SIMULATION_IN_FLIGHT` or twice the cores if more, elsewhere ``None`` (all at once).
-    """
+    """Messages outstanding at once on ``grid``: in simulation the larger of `SIMULATION_IN_FLIGHT` and 2 x cores."""
     if not isinstance(grid, InMemoryGrid):
         return None
     return max(SIMULATION_IN_FLIGHT, 2 * (os.cpu_count() or 1))
@@ -86,11 +53,7 @@ def send_and_receive(grid: Grid, messages: Iterable[Message], *, timeout: float 
                      every: float = 10.0, in_flight: int | None = None) -> list[Message]:
     """Push ``messages`` through ``grid`` and return the replies that arrived within ``timeout`` seconds.
 
-    As ``Grid.send_and_receive`` does; a reply still missing at the timeout
-    is left out (its node counts as dropped where the caller says so; so does a message not yet pushed then).
-    At most ``in_flight`` messages are outstanding at once (default `in_flight_limit`; ``None``: all).
-    With ``what`` it logs how many replies arrived every ``every`` seconds while it waits (local scoring can
-    take minutes).
+    A reply still missing at the timeout (or a message not yet pushed then) is left out.
 
     Args:
         grid: The ServerApp's grid.

@@ -54,11 +54,7 @@ OFFLINE_ENV: dict[str, str] = {
 
 
 def free_port() -> int:
-    """A currently unused TCP port on 127.0.0.1.
-
-    Returns:
-        The port number.
-    """
+    """A currently unused TCP port on 127.0.0.1."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -109,29 +105,12 @@ def check_partition(partition_id: Any, num_partitions: Any, prefix: str = "") ->
 
 
 def node_config_string(values: Mapping[str, Any]) -> str:
-    """``values`` in ``--node-config`` / ``--run-config`` syntax: ``key=value`` pairs with TOML values.
-
-    Args:
-        values: The keys and their values (bool, int, finite float or str).
-
-    Returns:
-        The pairs, separated by spaces.
-
-    Raises:
-        ValueError: If a value is not a bool, int, finite float or str (`toml_value`).
-    """  # noqa: DOC502
+    """``values`` as space-separated ``key=value`` pairs with TOML values (`toml_value`), for ``--node-config``."""
     return " ".join(f"{key}={toml_value(value)}" for key, value in values.items())
 
 
 def app_run_config(folder: str | Path) -> dict[str, Any]:
-    """The run config a Flower app declares (``[tool.flwr.app.config]``, flattened as ``flwr run`` does).
-
-    Args:
-        folder: The app's folder.
-
-    Returns:
-        The keys and their defaults.
-    """
+    """The run config the app in ``folder`` declares (``[tool.flwr.app.config]``, flattened as ``flwr run`` does)."""
     import tomllib
 
     from flwr.common.config import flatten_dict
@@ -165,14 +144,7 @@ def parse_run_config(text: str | None) -> dict[str, Any]:
 
 
 def is_flower_app(folder: str | Path) -> bool:
-    """Whether ``folder`` holds a Flower app (a pyproject.toml with a ``[tool.flwr.app]`` table).
-
-    Args:
-        folder: The folder to look in.
-
-    Returns:
-        ``True`` if its pyproject.toml has a ``[tool.flwr.app]`` table.
-    """
+    """Whether ``folder`` holds a Flower app (a pyproject.toml with a ``[tool.flwr.app]`` table)."""
     import tomllib
 
     path = Path(folder) / "pyproject.toml"
@@ -474,30 +446,18 @@ class LocalSuperLink:
 
 # ------------------------------------------------------------------------------------------ in process
 def node_id(partition_id: int) -> int:
-    """The node ID that `LocalGrid` gives the node with ``partition_id``.
-
-    Args:
-        partition_id: The node's ``partition-id``.
-
-    Returns:
-        Its node ID, ``1000 + partition_id``.
-    """
+    """The node ID that `LocalGrid` gives the node with ``partition_id``: ``1000 + partition_id``."""
     return 1000 + partition_id
 
 
 class LocalGrid(Grid):
     """Deliver each message synchronously to ``client_app`` on one of ``num_nodes`` nodes.
 
-    A grid for tests and in-process runs: node ``i`` (ID `node_id` ``(i)``) has its own ``Context`` whose node
-    config holds ``partition-id``, ``num-partitions`` and ``node_config``; a ``silent`` node never replies. With
-    ``federation`` (the default) its nodes are members of a roster of their own, as a simulation's are
-    (`dphype.flower.federation.simulated_federation`, a development convenience), made in a private temporary folder
-    (removed with the grid, or at exit) when the first message is delivered: the nodes with ``dphype-tally-id`` in
-    their node config are its tallies (their keys from ``dphype-tally-key``), the others its voters ``node-0``,
-    ``node-1``, ... in partition order; a node whose node config sets ``dphype-roster`` or
-    ``dphype-allow-unauthenticated`` keeps its own. It records what passed: ``contexts`` (node ID -> its
-    ``Context``), ``sent`` (every message, in order), ``replies`` (every reply, in order), ``timeouts`` (the
-    ``timeout`` of every `send_and_receive` call) and ``folder`` (the roster's folder; ``None`` before it is made).
+    A grid for tests and in-process runs: node ``i`` (ID `node_id` ``(i)``) has its own ``Context``; a ``silent``
+    node never replies. With ``federation`` its nodes join a roster of their own
+    (`dphype.flower.federation.simulated_federation`) in a temporary folder made at the first delivery: nodes with
+    ``dphype-tally-id`` are its tallies, the others voters; a node whose node config sets its own federation keeps
+    it. It records ``contexts``, ``sent``, ``replies``, ``timeouts`` and ``folder`` (the roster's).
 
     Args:
         client_app: The ClientApp every node runs.
@@ -542,11 +502,7 @@ class LocalGrid(Grid):
         self.timeouts: list[float | None] = []
 
     def set_run(self, run: Run) -> None:
-        """Set the run this grid belongs to (Flower's ``Grid`` interface).
-
-        Args:
-            run: The run.
-        """
+        """Set the run this grid belongs to (Flower's ``Grid`` interface)."""
         self._run = run
 
     @property
@@ -556,37 +512,15 @@ class LocalGrid(Grid):
 
     def create_message(self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
                        ttl: float | None = None) -> Message:
-        """A message to ``dst_node_id`` (Flower's ``Grid`` interface).
-
-        Args:
-            content: The message's ``RecordDict``.
-            message_type: Its type.
-            dst_node_id: The node it goes to.
-            group_id: Its group ID.
-            ttl: Its time to live in seconds; ``None``: Flower's default.
-
-        Returns:
-            The message.
-        """
+        """A message to ``dst_node_id`` (Flower's ``Grid`` interface)."""
         return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
 
     def get_node_ids(self) -> Iterable[int]:
-        """The IDs of all nodes, silent ones included (Flower's ``Grid`` interface).
-
-        Returns:
-            The node IDs.
-        """
+        """The IDs of all nodes, silent ones included (Flower's ``Grid`` interface)."""
         return list(self.contexts)
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        """Deliver each message now; its reply waits for `pull_messages` (a silent node never replies).
-
-        Args:
-            messages: The messages to deliver.
-
-        Returns:
-            The messages' IDs.
-        """
+        """Deliver each message now and return their IDs; a reply waits for `pull_messages`."""
         ids = []
         for msg in messages:
             reply = self._deliver(msg)
@@ -596,14 +530,7 @@ class LocalGrid(Grid):
         return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        """The replies to ``message_ids`` that are waiting, each returned once (Flower's ``Grid`` interface).
-
-        Args:
-            message_ids: The IDs `push_messages` returned.
-
-        Returns:
-            The waiting replies.
-        """
+        """The replies to ``message_ids`` that are waiting, each returned once (Flower's ``Grid`` interface)."""
         return [self._pending.pop(i) for i in list(message_ids) if i in self._pending]
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None):

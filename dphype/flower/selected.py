@@ -19,9 +19,7 @@ from dphype.selection.candidates import Candidate
 
 
 def train_config(candidate: Mapping[str, Any], **extra: bool | int | float | str) -> ConfigRecord:
-    """A train config carrying ``candidate`` under `CANDIDATE_KEY`, plus the ``extra`` entries.
-
-    For any Message-API strategy's ``start(train_config=...)``; the client reads it with `selected_candidate`.
+    """A train config carrying ``candidate`` as JSON under `CANDIDATE_KEY`, plus the ``extra`` entries.
 
     Args:
         candidate: The selected hyperparameters (JSON-serialisable values), e.g. ``result.best_params``.
@@ -41,17 +39,7 @@ def train_config(candidate: Mapping[str, Any], **extra: bool | int | float | str
 
 
 def selected_candidate(msg: Message) -> Candidate:
-    """The candidate that `train_config` put in the train config of ``msg``.
-
-    Args:
-        msg: A message to the ClientApp's ``@app.train()``.
-
-    Returns:
-        The candidate's hyperparameters.
-
-    Raises:
-        ValueError: Naming the key, if the message carries none, or if it holds no JSON object.
-    """
+    """The candidate `train_config` put in ``msg``; `ValueError` naming the key if absent or not a JSON object."""
     for record in msg.content.config_records.values():
         if CANDIDATE_KEY in record:
             candidate = json.loads(str(record[CANDIDATE_KEY]))

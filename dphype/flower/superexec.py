@@ -1,31 +1,19 @@
 """A warm SuperExec for SuperNodes: every ClientApp task forked from a process that has imported its code once.
 
-Flower 1.41's SuperNode serves each message in a new ``flwr-clientapp`` process, which its SuperExec
-(``flower-superexec``, `flwr.supercore.superexec.executor.SubprocessExecutor`) starts as a fresh Python
-interpreter. Such a process spends about 2 CPU s importing Flower's ClientApp runtime and the app before it
-reads the message (``python -m simulations.clientapp_costs``), and a DP-Hype selection sends every node 3-5
-messages, so on a small machine a loopback deployment spends more CPU starting processes than voting. Flower's
-own warm pools (``warm-executor-pools``) exist only in its Kubernetes executor.
+Flower's SuperNode serves each message in a new ``flwr-clientapp`` process that ``flower-superexec`` starts as a
+fresh interpreter, which spends seconds of CPU on imports before it reads the message (``python -m
+simulations.clientapp_costs`` measures it).
 
-`ForkserverExecutor` is an executor of Flower's SuperExec interface (its ``Executor`` protocol) that
-starts each ClientApp task as a child of Python's fork server (`multiprocessing`'s ``forkserver`` start
-method), which imported Flower's ClientApp runtime and the ``preload`` modules once, when the SuperExec started.
-The child then runs Flower's own ``run_clientapp`` for the task's token, exactly as ``flwr-clientapp --token``
-would: it pulls the message, installs the FAB, loads the ClientApp, pushes the reply and exits. One task, one
-process, as in Flower; only the interpreter start and the imports are shared. `serve` is Flower's
-SuperExec loop (acquire a task from the SuperNode's Runtime API, launch it) with this executor;
-``dphype superexec`` runs it beside a ``flower-supernode --isolation process`` (README, "Deployment").
+`ForkserverExecutor` implements the SuperExec's ``Executor`` protocol by starting each ClientApp task as a child
+of Python's fork server, which imported Flower's ClientApp runtime and the ``preload`` modules once. The child
+runs Flower's own ``run_clientapp`` for the task's token, as ``flwr-clientapp --token`` would: one task, one
+process; only the interpreter start and the imports are shared. `serve` is Flower's SuperExec loop with this
+executor (``dphype superexec``, beside a ``flower-supernode --isolation process``).
 
-What a forked task shares with its siblings is only what the fork server holds after its imports: module
-code and constants, no task's data. Nothing secret exists at import time in `dphype`: every noise share,
-key and mask is drawn when a message is served, from ``os.urandom`` (`dphype.privacy.noise.secure_generator`,
-`dphype.secure.relay`, `dphype.secure.shamir`), which the kernel keeps unique per process. Python's
-``random`` reseeds itself in a forked child; numpy's legacy global generator does not, so every task first
-reseeds it from the kernel (`fresh_process_state`), as a fresh interpreter would have (no DP-Hype code
-draws from it).
-
-Version note: this module uses the SuperExec pieces of Flower 1.41 and 1.42 (``AutoExecPlugin``,
-``RuntimeHttpClient``, ``AcquireTaskRequest``, ``run_clientapp``), the ones ``flower-superexec`` itself is built from.
+A forked task shares with its siblings only module code and constants: nothing secret exists at import time in
+`dphype` (every noise share, key and mask is drawn from ``os.urandom`` when a message is served), and NumPy's
+legacy global generator is reseeded per task (`fresh_process_state`). It uses the SuperExec pieces of Flower
+1.41 and 1.42 (``AutoExecPlugin``, ``RuntimeHttpClient``, ``AcquireTaskRequest``, ``run_clientapp``).
 """
 
 from __future__ import annotations
@@ -44,17 +32,13 @@ from flwr.supercore.superexec.executor.subprocess_executor import SubprocessExec
 
 #: Modules every fork-server child has imported: Flower's ClientApp runtime and DP-Hype's protocol handlers.
 RUNTIME_MODULES: tuple[str, ...] = ("flwr.supernode.runtime.run_clientapp", "flwr.clientapp", "dphype.flower.client")
-#: Seconds between two task requests to the SuperNode (Flower's SuperExec waits 1 s). An idle SuperNode with this
-#: SuperExec used 0.31 CPU s in 30 s at 0.5 s, 1.25 at 0.1 s, Flower's pair 0.20 (``python -m
-#: simulations.deployment_profile --idle 30``);
-#: a task then waits 0.25 s on average, beside the SuperNode's own 3 s pulls from the SuperLink.
+#: Seconds between two task requests to the SuperNode (Flower's SuperExec waits 1 s); the idle CPU cost is
+#: measured by ``python -m simulations.deployment_profile --idle 30``.
 DEFAULT_POLL_INTERVAL = 0.5
 
 
 def check_preload(preload: Sequence[str]) -> tuple[str, ...]:
     """The fork server's modules: `RUNTIME_MODULES` plus ``preload``, each checked to be importable here.
-
-    The fork server itself would skip a missing one silently.
 
     Args:
         preload: Installed libraries your ClientApp imports, e.g. ``torch``; not modules of the app's FAB, which
@@ -78,12 +62,7 @@ def check_preload(preload: Sequence[str]) -> tuple[str, ...]:
 
 
 def fresh_process_state() -> None:
-    """Reseed what a forked task must not share with its siblings.
-
-    Numpy's legacy global generator, copied from the fork
-    server, is reseeded from the kernel (Python's ``random`` reseeds itself at fork; DP-Hype's noise, keys and
-    masks come from ``os.urandom`` at the time they are drawn).
-    """
+    """Reseed NumPy's legacy global generator, copied from the fork server (DP-Hype's randomness is drawn fresh)."""
     import numpy as np
 
     np.random.seed()
@@ -126,29 +105,13 @@ class ForkserverExecutor:
 
     def get_eligible_capacity(self, supported_task_types: set[TaskType], *, insecure: bool = False,
                               root_certificates_path: str | None = None) -> tuple[set[TaskType], set[str]]:
-        """Every task type it is asked about: a forked task needs no extra capacity (the ``Executor`` protocol).
-
-        Args:
-            supported_task_types: The task types the SuperExec serves.
-            insecure: Unused (the protocol's).
-            root_certificates_path: Unused (the protocol's).
-
-        Returns:
-            ``supported_task_types`` and no FAB hashes.
-        """
+        """``supported_task_types`` and no FAB hashes: a forked task needs no extra capacity (``Executor``)."""
         del insecure, root_certificates_path
         return supported_task_types, set()
 
     def wait_for_capacity(self, task_type: TaskType | None = None, *, fab_hash: str | None = None,
                           insecure: bool = False, root_certificates_path: str | None = None) -> None:
-        """Return at once: a forked task needs no capacity to wait for (the ``Executor`` protocol).
-
-        Args:
-            task_type: Unused (the protocol's).
-            fab_hash: Unused (the protocol's).
-            insecure: Unused (the protocol's).
-            root_certificates_path: Unused (the protocol's).
-        """
+        """Return at once: a forked task needs no capacity to wait for (the ``Executor`` protocol)."""
         del task_type, fab_hash, insecure, root_certificates_path
 
     def launch(self, spec: ExecutionSpec) -> LaunchResult:

@@ -1,35 +1,17 @@
-"""The tally node of the argmax mode (``release="argmax"``).
+"""The tally node of the argmax mode (``release="argmax"``): one member of the committee (`dphype.secure.tally`).
 
-A tally is one member of the committee that sums the clients' sealed shares and runs a secure argmax on them.
+The same ``ClientApp`` serves clients and tallies (`dphype.flower.client.register_dphype` adds `register_tally`).
+A **tally** is a node whose node config has ``dphype-tally-id`` (its index ``j``), ``dphype-tally-parties`` (all
+tallies' MPyC addresses in committee order) and ``dphype-tally-key`` (its X25519 private key file, created with
+mode 0600 if missing). It answers ``query.dphype_tally`` in four stages: ``hello`` (its index and public key),
+``collect`` (the ciphertexts sealed to it, opened by `dphype.secure.tally.Tally`; it answers with the positions
+it did not take), ``compute`` (starts its MPyC party and returns at once, so that all parties run together
+whatever the transport) and ``result`` (what its party opened and the contributors left out). The party's
+stderr goes to a file beside its answer and into this node's log when the result is read.
 
-The same ``ClientApp`` serves clients and tallies (`dphype.flower.client.register_dphype` adds
-`register_tally`; a client's sealed shares are `dphype.flower.client.argmax`'s). A **tally** is a
-node whose node config has ``dphype-tally-id`` (its index ``j`` in the committee), ``dphype-tally-parties`` (the
-MPyC addresses of all tallies, ``host:port,...`` in committee order) and ``dphype-tally-key`` (a file with its
-X25519 private key, created with mode 0600 if missing; its public key is what the server and the clients'
-``dphype-tallies`` name). It answers ``query.dphype_tally`` in four stages: ``hello`` (its index and public key),
-``collect`` (the request and the ciphertexts sealed to it: `dphype.secure.tally.Tally` opens them, keeps every
-contributor's share row and marks a foreign, duplicate, unparsable or badly signed share as its contributor's
-invalid entry, refuses a request already served and a collect it could count fewer shares of than the committee's
-floor; it answers with the positions it did not take), ``compute``
-(starts its MPyC party, which checks every ballot and adds the noise: sampled jointly inside the MPC for the argmax
-release, the shares the tallies drew when they collected for the committee sum; it returns at once, so that all
-parties run together whatever the transport) and ``result`` (what its party opened, the index or the noisy sum, and
-the contributors whose ballots were invalid).
-
-The server (`dphype.flower.server.committee.run_winner_selection`, called by
-`dphype.flower.server.DPHype.start` when ``release="argmax"``) finds the configured committee among the
-connected nodes (a tally that does not answer ``hello`` is unreachable: nothing is sent), runs the pre-flight
-with the other nodes, collects the sealed shares, forwards each tally its ciphertexts and gets the index back.
-Fewer contributors than the committee's floor (`dphype.privacy.noise.min_valid_ballots`), a tally that refuses,
-fails or answers late: `dphype.secure.tally.TallyError`, nothing released. The party's stderr goes to a file
-beside its answer and into this node's log when the result is read (its last line into the error). The tally's
-round lives in its node's context (``context.state``: the collected job, the party's process id and output file
-beside the key), so a stage may run in any process of the node, as in Flower's simulation, where a node's
-messages go to whichever ClientApp actor is free; the requests it served, by run, live in a persistent record
-beside its key (`served_record_path`, `dphype.secure.tally.ServedRecord`), read before any share is opened, so a
-request is never served twice in one run, across restarts of the node too (shares bound to another run do not
-open); a collect refused before its job is made (too few valid shares) does not count as served.
+The tally's round lives in ``context.state`` (the job, the party's process id and output file), so a stage may
+run in any process of the node; the requests it served live in a `dphype.secure.tally.ServedRecord` beside its
+key (`served_record_path`), so a request is never served twice in one run, across restarts too.
 
 With a roster (``dphype-roster``, ``dphype-identity`` in its node config, `dphype.secure.roster`) a tally is a
 member with its committee key, and ``collect`` opens only shares labelled with distinct roster voters' names and
@@ -104,14 +86,7 @@ def _stderr_file(out: Path) -> Path:
 
 
 def served_record_path(key_file: str | os.PathLike[str]) -> Path:
-    """The tally's record of served requests, beside its key: ``<key file>.served``.
-
-    Args:
-        key_file: The tally's key file.
-
-    Returns:
-        The record's path (`dphype.secure.tally.ServedRecord`).
-    """
+    """The tally's record of served requests, beside its key: ``<key file>.served``."""
     file = Path(key_file).expanduser()
     return file.with_name(file.name + ".served")
 
@@ -144,8 +119,7 @@ def mpyc_tls_folder(value: Any, index: int) -> Path | None:
 def load_tally_key(path: str | os.PathLike[str]) -> KeyPair:
     """The tally's X25519 key pair from ``path`` (64 hex digits of the raw private key), created if missing.
 
-    A missing file is created with mode 0600 (its folder with mode 0700) and a fresh key; processes that create it
-    at once agree on one key (it is written aside and linked into place).
+    A missing file is created with mode 0600 (its folder 0700); processes that create it at once agree on one key.
 
     Args:
         path: The key file (``~`` is expanded).

@@ -88,9 +88,6 @@ class ClippingError(ValueError):
 class TrainingBudget:
     """The privacy budget of the final training.
 
-    ``epsilon`` (at the selection's delta) for ``rounds``
-    DP-FedAvg rounds with updates clipped to L2 norm ``clipping_norm`` on the ``clipping`` side.
-
     Attributes:
         epsilon: The training's epsilon at the selection's delta, in ``(0, 100]`` (`dphype.checks.MAX_EPSILON`).
         rounds: The DP-FedAvg rounds, an integer ``>= 1``.
@@ -118,12 +115,9 @@ class TrainingBudget:
 class RunAccountant:
     """Flower's ``PrivacyAccountant`` protocol for a DP-Hype run: the selection, then DP-FedAvg rounds.
 
-    The curve starts at the selection's RDP (noise of the survivors, `vote_rdp`; for a winner release
-    `dphype.privacy.winner.winner_rdp` of its pure epsilon; its MPC sampler's delta,
-    `dphype.privacy.winner.epsilon_with_samplers`) and adds
-    `fedavg_rdp` for every composed Gaussian event, both under the selection's neighbouring relation;
-    epsilon by `rdp_epsilon` (Thm I.1), delta by `rdp_delta`, on `RDP_ORDERS`. Its ``neighbouring`` is the
-    selection's relation.
+    The curve starts at the selection's RDP (`vote_rdp`, or `dphype.privacy.winner.winner_rdp` for a winner
+    release, whose MPC sampler adds its delta) and adds `fedavg_rdp` for every composed Gaussian event, both under
+    the selection's neighbouring relation; epsilon by `rdp_epsilon`, delta by `rdp_delta`, on `RDP_ORDERS`.
 
     Args:
         selection: The selection's privacy report (its delta, relation and noise start the curve).
@@ -159,87 +153,38 @@ class RunAccountant:
         return self._rdp + fedavg_rdp(event.noise_multiplier, count, neighbouring=self.neighbouring)
 
     def compose(self, event: GaussianPrivacyEvent, count: int = 1) -> None:
-        """Add ``count`` DP-FedAvg rounds of ``event`` to the curve (`fedavg_rdp`).
-
-        Args:
-            event: A round's Gaussian event (its noise multiplier).
-            count: How many such rounds.
-        """
+        """Add ``count`` DP-FedAvg rounds of ``event`` to the curve (`fedavg_rdp`)."""
         self._rdp = self._with(event, count)
         self._releases += count
 
     def get_epsilon(self, delta: float) -> float:
-        """The run's epsilon so far at ``delta`` (`dphype.privacy.winner.epsilon_with_samplers`).
-
-        Args:
-            delta: The delta, in ``(0, 1)``.
-
-        Returns:
-            The epsilon.
-        """
+        """The run's epsilon so far at ``delta`` (`dphype.privacy.winner.epsilon_with_samplers`)."""
         return epsilon_with_samplers(self._rdp, delta, self._winners)
 
     def get_delta(self, epsilon: float) -> float:
-        """The run's delta so far at ``epsilon`` (`rdp_delta`).
-
-        Args:
-            epsilon: The epsilon, ``> 0``.
-
-        Returns:
-            The delta.
-        """
+        """The run's delta so far at ``epsilon`` (`rdp_delta`)."""
         return rdp_delta(self._rdp, epsilon) + sampler_delta(epsilon, self._winners)
 
     def get_privacy_spent(self, delta: float | None = None) -> PrivacySpent:
-        """The run's spend so far at ``delta``, in Flower's ``PrivacySpent``.
-
-        Args:
-            delta: The delta; ``None``: the selection's.
-
-        Returns:
-            The epsilon, delta, release count, method and optimal Renyi order.
-
-        Raises:
-            ValueError: If ``delta`` is not in ``(0, 1)``.
-        """  # noqa: DOC502
+        """The run's spend so far at ``delta`` (``None``: the selection's), in Flower's ``PrivacySpent``."""
         delta = self._config.target_delta if delta is None else check_delta(delta)
         order = rdp_epsilon(self._rdp, delta)[1]
         return PrivacySpent(epsilon=self.get_epsilon(delta), delta=delta, num_releases=self._releases,
                             accounting_method="rdp (DP-Hype selection and DP-FedAvg composed)", optimal_order=order)
 
     def would_exceed(self, event: GaussianPrivacyEvent, max_epsilon: float | None = None, count: int = 1) -> bool:
-        """Whether composing ``count`` rounds of ``event`` would take the run's epsilon above the limit.
-
-        Args:
-            event: A round's Gaussian event.
-            max_epsilon: The limit; ``None``: the accountant's own.
-            count: How many rounds.
-
-        Returns:
-            ``True`` if the epsilon at the selection's delta would exceed the limit.
-
-        Raises:
-            ValueError: If neither the accountant nor the call gives a limit.
-        """
+        """Whether ``count`` more rounds of ``event`` take the epsilon above ``max_epsilon`` (or the accountant's)."""
         limit = self._config.max_epsilon if max_epsilon is None else max_epsilon
         if limit is None:
             raise ValueError("max_epsilon must be given to the accountant or to would_exceed")
         return epsilon_with_samplers(self._with(event, count), self._config.target_delta, self._winners) > limit
 
     def to_dict(self) -> dict[str, Any]:
-        """A summary for logs: the release count and the relation.
-
-        Returns:
-            ``{"releases": ..., "neighbouring": ...}``.
-        """
+        """A summary for logs: ``{"releases": ..., "neighbouring": ...}``."""
         return {"releases": self._releases, "neighbouring": self.neighbouring}
 
     def state_dict(self) -> dict[str, object]:
-        """The composed RDP curve (on `RDP_ORDERS`), the release count and the relation.
-
-        Returns:
-            ``{"rdp": [...], "releases": ..., "neighbouring": ...}``, which `load_state_dict` restores.
-        """
+        """``{"rdp": [...], "releases": ..., "neighbouring": ...}`` (on `RDP_ORDERS`) for `load_state_dict`."""
         return {"rdp": [float(v) for v in self._rdp], "releases": self._releases, "neighbouring": self.neighbouring}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
@@ -267,10 +212,8 @@ def flower_training_spent(noise_multiplier: float, rounds: int, *, sampled_clien
                           delta: float, neighbouring: str) -> PrivacySpent:
     """The DP-FedAvg rounds alone, accounted by Flower's own ``RdpAccountant`` on `RDP_ORDERS`.
 
-    Flower's accountant composes Gaussian events without sampling amplification under add/remove only; a
-    replace-one round moves the sum of clipped updates by twice the clipping norm, so it enters as the
-    add/remove event of multiplier ``z / 2`` (as `fedavg_rdp` does). Same orders and the same RDP-to-DP
-    conversion: its epsilon equals `dphype.privacy.accounting.fedavg_epsilon`'s.
+    Flower's accountant knows add/remove only, so a replace-one round enters as multiplier ``z / 2`` (as
+    `fedavg_rdp` does); its epsilon equals `dphype.privacy.accounting.fedavg_epsilon`'s.
 
     Args:
         noise_multiplier: Flower's noise multiplier ``z``, ``> 0``.
@@ -518,13 +461,8 @@ def private_training(strategy: FedAvg, selection: PrivacyReport, budget: Trainin
                      sampled_clients: int) -> PrivateTraining:
     """Wrap ``strategy`` for DP final training within ``budget``, accounted together with ``selection``.
 
-    ``sampled_clients`` is the number of nodes every round trains on (``m``; all connected nodes with
-    ``fraction_train=1``). The noise multiplier ``z`` is the smallest with which ``budget.rounds`` rounds are
-    ``(budget.epsilon, delta)``-DP at the selection's delta under the selection's neighbouring relation
-    (`check_private_training`, which also checks the strategy; call it before the selection to fail
-    before any client works); the accountant's limit is the composition of the selection with exactly those
-    rounds, so no run spends more. The server sets every client's weight to 1 and clips every update
-    (``budget.clipping == "server"``), or verifies that the clients did (``"client"``, see the module).
+    ``z`` is `check_private_training`'s (call it before the selection to fail before any client works); the
+    accountant's limit is the selection composed with exactly ``budget.rounds`` rounds, so no run spends more.
 
     Args:
         strategy: The user's ``FedAvg`` (``fraction_train=1``, ``fraction_evaluate=0``).

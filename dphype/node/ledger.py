@@ -106,18 +106,7 @@ class LedgerEntry(VoteGuarantee):
             raise ValueError("invalid ledger entry")
 
     def rdp(self, neighbouring: str) -> np.ndarray:
-        """RDP curve of this vote under ``neighbouring`` on `dphype.privacy.accounting.RDP_ORDERS`.
-
-        A winner release (pure epsilon for exact noise, recorded under the entry's relation; its MPC sampler's delta is
-        added where the entries compose, `composed_epsilon`) is rescaled to ``neighbouring`` and
-        bounded by `dphype.privacy.winner.winner_rdp`.
-
-        Args:
-            neighbouring: The node's current neighbouring relation.
-
-        Returns:
-            The ``(m,)`` RDP curve, ``m = len(RDP_ORDERS)``.
-        """
+        """RDP curve of this vote under ``neighbouring`` on `RDP_ORDERS` (a winner's epsilon rescaled, `winner_rdp`)."""
         if self.noise == WINNER_NOISE:
             eps = self.epsilon * THRESHOLD_SHIFT[neighbouring] / THRESHOLD_SHIFT[self.neighbouring]
             return winner_rdp(eps, RDP_ORDERS)
@@ -219,49 +208,20 @@ class Ledger:
 
     # ------------------------------------------------------------------------------------------ the API
     def entries(self) -> list[LedgerEntry]:
-        """All recorded votes, oldest first.
-
-        Returns:
-            The entries; none when the file does not exist.
-
-        Raises:
-            LedgerError: The file cannot be read, parsed or verified, or the lock cannot be taken.
-        """  # noqa: DOC502
+        """All recorded votes, oldest first; `LedgerError` if the file cannot be read or verified or is locked."""
         with self._locked():
             return self._read()
 
     @staticmethod
     def composed_epsilon(entries: list[LedgerEntry], delta: float, neighbouring: str) -> float:
-        """Epsilon at ``delta`` of all ``entries`` together: their RDP curves summed, Thm I.1.
-
-        Winner releases add their MPC sampler's delta (`dphype.privacy.winner.epsilon_with_samplers`).
-
-        Args:
-            entries: The recorded votes.
-            delta: The delta of the composed epsilon, in ``(0, 1)``.
-            neighbouring: The neighbouring relation of the composition.
-
-        Returns:
-            The composed epsilon, 0 if there are no entries.
-        """
+        """Epsilon at ``delta`` of ``entries`` composed in RDP (winners add their sampler's delta); 0 for none."""
         if not entries:
             return 0.0
         winners = sum(e.noise == WINNER_NOISE for e in entries)
         return epsilon_with_samplers(sum(e.rdp(neighbouring) for e in entries), check_delta(delta), winners)
 
     def spent(self, delta: float, neighbouring: str = "replace-one") -> float:
-        """Epsilon at ``delta`` of every vote recorded so far.
-
-        Args:
-            delta: The delta of the composed epsilon, in ``(0, 1)``.
-            neighbouring: The neighbouring relation of the composition.
-
-        Returns:
-            The composed epsilon (`composed_epsilon` of `entries`).
-
-        Raises:
-            LedgerError: The ledger cannot be read or verified.
-        """  # noqa: DOC502
+        """Epsilon at ``delta`` of every vote recorded so far (`composed_epsilon` of `entries`)."""
         return self.composed_epsilon(self.entries(), delta, neighbouring)
 
     def _after(self, entries: list[LedgerEntry], new: LedgerEntry, policy: NodePolicy) -> float:
@@ -276,26 +236,12 @@ class Ledger:
         return total
 
     def check(self, guarantee: VoteGuarantee, policy: NodePolicy) -> float:
-        """The lifetime epsilon after this vote, without recording it (pre-flight).
-
-        Args:
-            guarantee: The vote's worst-case guarantee.
-            policy: The node's policy (lifetime budget, delta, neighbouring relation).
-
-        Returns:
-            The composed epsilon of the recorded votes and this one.
-
-        Raises:
-            dphype.refusal.Refusal: ``lifetime_budget``: the vote would exceed ``policy.lifetime_epsilon``.
-            LedgerError: The ledger cannot be read or verified.
-        """  # noqa: DOC502
+        """The lifetime epsilon after this vote, without recording it; refused (``lifetime_budget``) as `spend`."""
         with self._locked():
             return self._after(self._read(), _entry(guarantee, ""), policy)
 
     def spend(self, guarantee: VoteGuarantee, policy: NodePolicy, request: str) -> float:
-        """Record the vote ``guarantee``, durably, if it stays within the lifetime budget.
-
-        Call immediately before the masked vector is sent; a refusal records nothing.
+        """Record the vote durably if it stays within the lifetime budget; call right before the vote is sent.
 
         Args:
             guarantee: The vote's worst-case guarantee.
@@ -318,10 +264,7 @@ class Ledger:
 
 
     def archive(self) -> Path:
-        """Move this ledger aside, under the lock, to ``<name>.archived-<UTC time>.json`` beside it.
-
-        The node's next vote starts a new, empty ledger. The operator's decision: the archived votes were
-        released and still count against this node's data (`ARCHIVE_WARNING`).
+        """Move this ledger aside, under the lock, to ``<name>.archived-<UTC time>.json`` (`ARCHIVE_WARNING`).
 
         Returns:
             The archived file's path.
@@ -346,14 +289,7 @@ ARCHIVE_WARNING = ("archiving a ledger is the node operator's decision: the vote
 
 
 def ledger_files(root: Path | None = None) -> list[Path]:
-    """Every ledger file under ``root``: persistent, per-run and archived.
-
-    Args:
-        root: The folder to search; ``None``: ``$FLWR_HOME/dphype``.
-
-    Returns:
-        The ledger files, sorted; none if ``root`` does not exist.
-    """
+    """Every ledger file (persistent, per-run, archived) under ``root`` (``$FLWR_HOME/dphype``), sorted."""
     root = default_ledger_path().parent if root is None else root
     return sorted(path for path in root.rglob("*.json") if path.name.startswith("ledger")) if root.exists() else []
 
@@ -366,16 +302,10 @@ def _entry(guarantee: VoteGuarantee, request: str) -> LedgerEntry:
 def admitting_policy(request: VoteRequest, *, votes: int = 1) -> dict[str, Any]:
     """Node-config keys of the strictest policy (beyond the defaults) that admits ``votes`` votes of ``request``.
 
-    On a fresh ledger: for simulations whose operator runs every node and chose the request (``dphype demo``,
-    the benchmarks), never a substitute for a real node's own limits.
-
-    ``dphype-max-epsilon`` and ``dphype-max-delta`` are the request's; ``dphype-min-clients`` the default,
-    lowered to the request's ``ceil((1 - xi) n)`` contributors; ``dphype-min-neighbours`` 1, since the SecAgg+
-    graph is the server's choice, made by the same operator here (the secure graph of 4 or 5 clients has 2
-    neighbours; every other SecAgg+ check still applies); ``dphype-lifetime-epsilon`` the composition of
-    ``votes`` such votes as `Ledger.spend` computes it; ``dphype-tallies`` the request's committee, if it names one
-    (the operator made it). The ledger path is left to the node
-    (`dphype.node.policy.default_ledger_path`).
+    For simulations whose operator runs every node and chose the request (``dphype demo``, the benchmarks), never
+    a substitute for a real node's own limits: the request's epsilon, delta and committee, ``dphype-min-clients``
+    at most its contributors, ``dphype-min-neighbours`` 1 (the graph is the same operator's choice; every other
+    SecAgg+ check applies) and the lifetime budget of ``votes`` such votes on a fresh ledger.
 
     Args:
         request: The vote request.
@@ -404,11 +334,7 @@ def admitting_policy(request: VoteRequest, *, votes: int = 1) -> dict[str, Any]:
 
 # -------------------------------------------------------------------------------------- dphype ledger
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register the ``ledger`` options.
-
-    Args:
-        parser: The ``dphype ledger`` sub-command's parser.
-    """
+    """Register the ``dphype ledger`` options on ``parser``."""
     parser.add_argument("--path", default=None,
                         help="ledger file (default: $FLWR_HOME/dphype/ledger.json, FLWR_HOME defaults to ~/.flwr)")
     parser.add_argument("--partition-id", type=int, default=None,

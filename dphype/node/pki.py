@@ -192,17 +192,7 @@ def issue_mpyc_party(ca: Issued, folder: Path, tally_id: int) -> Path:
 
 
 def make_node_key(path: Path) -> Path:
-    """A SuperNode authentication key: EC P-384 in OpenSSH format at ``path`` (0600), its public half at ``.pub``.
-
-    Args:
-        path: The private key's file.
-
-    Returns:
-        The public key's file (``path`` + ``.pub``), for ``flwr supernode register``.
-
-    Raises:
-        FileExistsError: If ``path`` exists.
-    """  # noqa: DOC502
+    """A new SuperNode key: EC P-384 OpenSSH at ``path`` (0600); returns its public half's file, ``<path>.pub``."""
     public = path.with_name(path.name + ".pub")
     _refuse_existing(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -215,17 +205,7 @@ def make_node_key(path: Path) -> Path:
 
 
 def certificate_summary(path: Path) -> str:
-    """One line on a PEM certificate: subject, issuer, validity and whether it is valid now.
-
-    Args:
-        path: The certificate's file.
-
-    Returns:
-        The line.
-
-    Raises:
-        ValueError: If the file is not a PEM certificate.
-    """  # noqa: DOC502
+    """One line on a PEM certificate: subject, issuer, validity and whether it is valid now."""
     cert = x509.load_pem_x509_certificate(path.read_bytes())
     now = datetime.datetime.now(datetime.UTC)
     state = "valid" if cert.not_valid_before_utc <= now <= cert.not_valid_after_utc else "NOT VALID NOW"

@@ -22,24 +22,19 @@ post-processing.
    ``sigma``, ``n`` and ``xi`` the client derives its share variance ``v = sigma^2 / ((1 - xi) n)`` and
    the total noise of the fewest contributors the protocol allows, ``L = ceil((1 - xi) n)`` shares; it
    recomputes epsilon for that noise with ITS OWN delta, accountant and neighbouring relation and refuses
-   above its limit. A server that calibrates ``sigma`` for delta 0.5 or 0.9 is refused: at the node's
-   delta that noise gives epsilon 10 or more for an announced epsilon of 1. So are an announced epsilon or
+   above its limit (so a ``sigma`` calibrated for a large delta is refused). So are an announced epsilon or
    delta above the node's limits, fewer clients (or contributors) than its minimum, and requests no honest
-   server sends (more clients than the secure sum allows, a ``sigma`` far above the calibrated one:
-   `dphype.protocol.check_request`), all before the node scores anything.
+   server sends (`dphype.protocol.check_request`), all before the node scores anything.
 3. *Every sum the server can unmask holds at least L noise shares* (`dphype.secure.secagg`, "the
    noise-share bound"). The neighbour graph is a public Harary ring seeded by the hash of every node's
    fresh keys, which each node recomputes from the full key list (its own neighbourhood included); the
    round's size must lie in ``[L, n]``; before revealing any unmasking share a node verifies Ed25519
-   signatures over the same key list and survivor set from more than half of a committee of up to 64
-   nodes that the key hash fixes (the consistency round of Bonawitz et al., CCS 2017), so all revealing
-   nodes agree on who survived; and it signs only if its
-   connected component among the survivors -- which every unmaskable sum containing its vector must
-   include -- has at least ``L`` nodes. The ledger entry (item 5) is therefore at least what any release
-   of its vote carries. Such attacks are refused this way: a request claiming 1023 clients
-   with 5 taking part (the round has 5 nodes, not 921 or more), a graph split into cliques at ``xi = 0``
-   (each clique sees a key list of 5 for 10 announced), survivor sets that cut the graph or differ between
-   nodes (the component check, the quorum).
+   signatures over the same key list and survivor set from more than half of a committee that the key hash
+   fixes (the consistency round of Bonawitz et al., CCS 2017), so all revealing nodes agree on who survived;
+   and it signs only if its connected component among the survivors (which every unmaskable sum containing
+   its vector includes) has at least ``L`` nodes. The ledger entry (item 5) is therefore at least what any
+   release of its vote carries: an over-claimed ``n``, a graph split into cliques, and survivor sets that cut
+   the graph or differ between nodes are refused.
 4. *One approval per round* (`dphype.flower.client`): the request is stored when the pre-flight
    approves it and bound to the round at its first stage; a second pre-flight during a round aborts it,
    and a stage out of order, repeated or for another request aborts the round with nothing of it sent.
@@ -178,35 +173,13 @@ def _field(key: str) -> str:
 
 
 def default_ledger_path(partition_id: int | None = None) -> Path:
-    """``$FLWR_HOME/dphype/ledger.json``, where ``FLWR_HOME`` defaults to ``~/.flwr`` as in Flower.
-
-    With a ``partition_id`` it is ``ledger-partition-<id>.json`` there, so that the nodes one machine runs
-    (simulated nodes, or several SuperNodes sharing a ``FLWR_HOME``) keep apart.
-
-    Args:
-        partition_id: The node config's ``partition-id``, if any.
-
-    Returns:
-        The ledger's path.
-    """
+    """``$FLWR_HOME/dphype/ledger.json`` (``~/.flwr``), or ``ledger-partition-<id>.json`` with a ``partition_id``."""
     name = "ledger.json" if partition_id is None else f"ledger-partition-{partition_id}.json"
     return Path(os.environ.get("FLWR_HOME") or Path.home() / ".flwr").expanduser() / "dphype" / name
 
 
 def run_ledger_path(run_id: int, partition_id: int | None = None) -> Path:
-    """The per-run ledger of a simulated node.
-
-    ``$FLWR_HOME/dphype/runs/run-<run_id>/`` and the file name of `default_ledger_path`. A simulation's nodes
-    are its operator's own data, run again and again while an app is developed; their budget restarts with each
-    run unless the operator names a ledger.
-
-    Args:
-        run_id: The Flower run id.
-        partition_id: The node config's ``partition-id``, if any.
-
-    Returns:
-        The ledger's path.
-    """
+    """A simulated node's per-run ledger: `default_ledger_path`'s name under ``$FLWR_HOME/dphype/runs/run-<id>/``."""
     return default_ledger_path(partition_id).parent / "runs" / f"run-{run_id}" / default_ledger_path(partition_id).name
 
 
@@ -245,9 +218,7 @@ def _flag(key: str, value: Any) -> bool:
 
 
 def federation_settings(node_config: Mapping[str, Any]) -> tuple[str | None, str | None, bool]:
-    """The federation keys of a node config: ``dphype-roster``, ``dphype-identity``, ``dphype-allow-unauthenticated``.
-
-    Shared by voters (`NodePolicy`) and tally nodes (`dphype.flower.tally`), whose node configs hold them alike.
+    """The federation keys of a voter's or tally's node config: roster, identity and the unauthenticated opt-out.
 
     Args:
         node_config: The node config.
@@ -302,11 +273,7 @@ def _path(key: str, value: Any) -> str:
 
 @dataclass(frozen=True)
 class NodePolicy:
-    """What this node allows, from its node config (`from_node_config`); see `POLICY_KEYS`.
-
-    ``ledger`` is resolved to an absolute path; ``candidates`` is a path or spec of the node's own copy
-    of the candidate list, or ``None``. ``ledger_scope`` is ``"persistent"`` (the node's lifetime ledger) or
-    ``"per-run"`` (a simulated node without a named ledger, `run_ledger_path`).
+    """What this node allows, from its node config (`from_node_config`); the fields are `POLICY_KEYS`.
 
     Attributes:
         max_epsilon: Largest epsilon one vote may cost this node (at ``max_delta``), > 0.
@@ -318,7 +285,7 @@ class NodePolicy:
         candidates: Path or spec of this node's own copy of the candidate list, or ``None``.
         accountant: ``"auto"`` (analytic for Gaussian, RDP for Skellam) or ``"rdp"``.
         neighbouring: Neighbouring relation of this node's guarantee: ``"replace-one"`` or ``"add-remove"``.
-        ledger_scope: ``"persistent"`` or ``"per-run"``.
+        ledger_scope: ``"persistent"`` or ``"per-run"`` (a simulated node without a named ledger).
         tallies: Argmax mode: the only tallies this node seals shares to, comma-separated hex X25519 public
             keys, or ``None`` (no committee: every argmax request is refused, unless the roster names tallies).
         roster: The federation's roster file (`dphype.secure.roster.Roster`), or ``None``.
@@ -379,10 +346,7 @@ class NodePolicy:
         return keys
 
     def known_tallies(self) -> tuple[bytes, ...] | None:
-        """The tally keys this node trusts, or ``None`` (none pinned: no argmax vote).
-
-        The roster's tallies (``dphype-roster``), and of those only the ones in ``dphype-tallies`` when both are
-        set; without a roster, ``dphype-tallies``.
+        """The tally keys this node trusts: the roster's, narrowed by ``dphype-tallies``; ``None``: no argmax vote.
 
         Returns:
             The keys (32 bytes each), or ``None``.
@@ -400,24 +364,14 @@ class NodePolicy:
         return listed if pinned is None else tuple(key for key in pinned if key in listed)
 
     def membership(self) -> Membership | None:
-        """This node's membership in its federation (`load_membership`), or ``None`` when unauthenticated.
-
-        Returns:
-            The membership, or ``None`` (no roster, and the operator allowed that).
-
-        Raises:
-            Refusal: ``no_roster``: no roster, and ``dphype-allow-unauthenticated`` is not true.
-            PolicyError: If the roster or the identity key is invalid.
-        """  # noqa: DOC502
+        """This node's membership (`load_membership` of its roster and identity)."""
         return load_membership(self.roster, self.identity, self.allow_unauthenticated)
 
     @classmethod
     def from_node_config(cls, node_config: Mapping[str, Any], *, run_id: int | None = None) -> NodePolicy:
-        """Read the ``dphype-*`` keys of a Flower node config.
+        """Read the ``dphype-*`` keys of a Flower node config; an unknown one is an error (no misspelt limit).
 
-        Other keys are left alone, but a ``partition-id`` names the default ledger (`default_ledger_path`). A
-        simulated node passes its ``run_id``: without a ``dphype-ledger`` its ledger is then the run's own
-        (`run_ledger_path`). An unknown ``dphype-*`` key is an error (a misspelt limit must not be ignored).
+        A ``partition-id`` names the default ledger; a simulated node's ``run_id`` makes it `run_ledger_path`.
 
         Args:
             node_config: The Flower node config.
@@ -444,14 +398,7 @@ class NodePolicy:
         return cls(**values)
 
     def own_candidates(self) -> CandidateList | None:
-        """The node's own copy of the candidate list, or ``None`` when the operator configured none.
-
-        Returns:
-            The list, or ``None``.
-
-        Raises:
-            PolicyError: If ``candidates`` cannot be loaded.
-        """
+        """The node's own copy of the candidate list, or ``None``; `PolicyError` if it cannot be loaded."""
         if self.candidates is None:
             return None
         try:
@@ -460,11 +407,7 @@ class NodePolicy:
             raise PolicyError(f"node config dphype-candidates={self.candidates!r} cannot be loaded: {err}") from err
 
     def to_dict(self) -> dict[str, Any]:
-        """The policy under its node-config keys (JSON-friendly).
-
-        Returns:
-            Node-config key -> value (the ledger as a string).
-        """
+        """Node-config key -> value (JSON-friendly, the ledger as a string)."""
         out = {key: getattr(self, _field(key)) for key in POLICY_KEYS}
         out["dphype-ledger"] = str(self.ledger)
         return out
@@ -472,11 +415,7 @@ class NodePolicy:
 
 @dataclass(frozen=True)
 class VoteGuarantee:
-    """What one vote costs this node: the release its noise share allows in the worst case.
-
-    ``total_std`` is the std of the summed noise when the fewest allowed clients contribute
-    (``survivors = ceil((1 - xi) n)`` shares of std ``sigma / sqrt((1 - xi) n)``); ``epsilon`` is that
-    release's epsilon at ``delta`` (this node's) with this node's accountant and ``neighbouring``.
+    """What one vote costs this node: the release its noise share allows with the fewest allowed contributors.
 
     Attributes:
         noise: The noise kind.
@@ -498,19 +437,13 @@ class VoteGuarantee:
 
 
 def check_vote_request(request: VoteRequest, policy: NodePolicy) -> VoteGuarantee:
-    """Refuse a request that is not what it claims or that this node's policy does not allow.
+    """Refuse a request that is not what it claims or that this node's policy does not allow (threat model 2, 10).
 
-    Else return the guarantee of the noise it asks for (items 2 and 10 of the threat model).
-
-    First `dphype.protocol.check_request` with the node's own candidate copy (``candidate_mismatch``,
-    ``noise_too_small``), and the tally committee against the tallies this node knows when the request's mode
-    sends to one (``tally_committee``). Then the announced delta, and the announced epsilon where the mode has one
-    to hold (`dphype.modes.ReleaseMode.announced_epsilon`), against the node's limits (``policy_delta``,
-    ``policy_epsilon``); ``n`` and the fewest contributors ``ceil((1 - xi) n)`` against ``min_clients``
-    (``policy_clients``); and the epsilon of the worst-case noise, the fewest contributors' shares, recomputed at
-    the node's own delta, accountant and neighbouring relation (`dphype.modes.ReleaseMode.node_cost`:
-    Appendix A's shares of variance ``sigma^2 / ((1 - xi) n)`` for the sum, the winner's epsilon for the winner)
-    (``policy_epsilon``). Details carry only numbers derived from the request, never the node's limits.
+    In order: `dphype.protocol.check_request` with the node's candidate copy; the tally committee against the
+    known tallies; the announced delta and epsilon (`dphype.modes.ReleaseMode.announced_epsilon`) against the
+    limits; the fewest contributors against ``min_clients``; and the worst-case epsilon recomputed at the node's
+    own delta, accountant and relation (`dphype.modes.ReleaseMode.node_cost`). Details carry only numbers derived
+    from the request, never the node's limits.
 
     Args:
         request: The server's request.
@@ -553,33 +486,14 @@ def check_vote_request(request: VoteRequest, policy: NodePolicy) -> VoteGuarante
 
 
 def check_delta_limit(config: DPHypeConfig, policy: NodePolicy) -> None:
-    """Refuse a configuration whose delta is above the node's ``dphype-max-delta`` (part of `check_vote_request`).
-
-    Args:
-        config: The request's configuration.
-        policy: This node's policy.
-
-    Raises:
-        Refusal: ``policy_delta``.
-    """
+    """Refuse (``policy_delta``) a configuration whose delta is above the node's ``dphype-max-delta``."""
     if config.delta > policy.max_delta:
         raise Refusal("policy_delta", f"announced delta {config.delta:.3g} is above this node's limit",
                       local=f"announced delta {config.delta:.3g} > dphype-max-delta={policy.max_delta:.3g}")
 
 
 def check_clients_limit(config: DPHypeConfig, policy: NodePolicy) -> int:
-    """Refuse a configuration with fewer contributors than ``dphype-min-clients`` (part of `check_vote_request`).
-
-    Args:
-        config: The request's configuration.
-        policy: This node's policy.
-
-    Returns:
-        The fewest contributors ``ceil((1 - xi) n)`` the configuration allows.
-
-    Raises:
-        Refusal: ``policy_clients``.
-    """
+    """The fewest contributors ``ceil((1 - xi) n)``; refused (``policy_clients``) below ``dphype-min-clients``."""
     survivors = min_survivors(config.clients, config.dropout)
     if survivors < policy.min_clients:
         raise Refusal("policy_clients", f"{config.clients} clients with dropout {config.dropout:g} leave {survivors} "

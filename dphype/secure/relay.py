@@ -1,11 +1,9 @@
 """Cryptographic building blocks of DP-Hype's secure computation, all from ``cryptography``.
 
-Nothing here is a hand-written primitive: key agreement is X25519 (RFC 7748), key derivation HKDF-SHA256
-(RFC 5869), authenticated encryption ChaCha20-Poly1305 (RFC 8439), signatures Ed25519 (RFC 8032), and the
-mask generator is the raw ChaCha20 keystream (RFC 8439, section 2.4) keyed with the *full* 32-byte key.
-This module only fixes how they are combined, with a ``context`` (bytes naming the protocol, round and
-purpose) bound into every derivation or as associated data, so a ciphertext or a key made for one purpose
-cannot be replayed for another.
+Nothing here is a hand-written primitive: X25519 (RFC 7748), HKDF-SHA256 (RFC 5869), ChaCha20-Poly1305
+(RFC 8439), Ed25519 (RFC 8032), and the raw ChaCha20 keystream keyed with the *full* 32-byte key as mask
+generator. This module fixes how they are combined, with a ``context`` (protocol, round, purpose) bound into
+every derivation or as associated data, so nothing made for one purpose can be replayed for another.
 
 * `KeyPair` -- an X25519 key pair; `KeyPair.agree` gives ``HKDF-SHA256(X25519(a, B), info)``,
   32 bytes, the same on both sides (the pairwise keys of SecAgg+, Bell et al. CCS 2020, Algorithm 2).
@@ -19,8 +17,7 @@ cannot be replayed for another.
   keystream under that key (nonce ``SHA-256("dphype-mask-v1" || context)[:12]``, block counter 0) read as
   little-endian 64-bit words; a word ``w`` is kept iff ``w < 2**64 - (2**64 mod modulus)`` and mapped to
   ``w mod modulus`` (rejection sampling, so no modulo bias; for a power-of-two modulus nothing is
-  rejected). All 256 key bits seed the generator (compare Flower 1.41's ``pseudo_rand_gen``, which folds
-  the key to a 32-bit ``RandomState`` seed, Flower issue #7522).
+  rejected). All 256 key bits seed the generator.
 * `SigningKey` / `verify` -- Ed25519 signatures (the consistency round of Bonawitz et al.,
   CCS 2017).
 
@@ -91,71 +88,27 @@ class KeyPair:
 
     @classmethod
     def generate(cls) -> KeyPair:
-        """A fresh key pair from the operating system's CSPRNG.
-
-        Returns:
-            The key pair.
-        """
+        """A fresh key pair from the operating system's CSPRNG."""
         private = X25519PrivateKey.generate()
         return cls(private, private.public_key().public_bytes_raw())
 
     @classmethod
     def from_private(cls, private: bytes) -> KeyPair:
-        """The key pair of a 32-byte raw private key (`private_bytes`).
-
-        Args:
-            private: The 32-byte raw private key.
-
-        Returns:
-            The key pair.
-
-        Raises:
-            RelayError: ``private`` is not 32 bytes.
-        """  # noqa: DOC502
+        """The key pair of a 32-byte raw private key (`private_bytes`); `RelayError` for another length."""
         key = X25519PrivateKey.from_private_bytes(_check_bytes("private", private, KEY_BYTES))
         return cls(key, key.public_key().public_bytes_raw())
 
     def private_bytes(self) -> bytes:
-        """The 32-byte raw private key (a secret: SecAgg+ Shamir-shares it, a node keeps it in its state).
-
-        Returns:
-            The raw private key.
-        """
+        """The 32-byte raw private key (a secret)."""
         return self._private.private_bytes_raw()
 
     def agree(self, peer_public: bytes, *, info: bytes) -> bytes:
-        """``HKDF-SHA256(X25519(self, peer_public), info=info)``: 32 bytes, equal on both sides.
-
-        Args:
-            peer_public: The peer's 32-byte raw public key.
-            info: HKDF's context and application-specific information.
-
-        Returns:
-            The 32-byte shared key.
-
-        Raises:
-            RelayError: ``peer_public`` is malformed or the key agreement fails.
-        """  # noqa: DOC502
+        """``HKDF-SHA256(X25519(self, peer_public), info)``; `RelayError` for a malformed or low-order key."""
         return _hkdf(_exchange(self._private, peer_public), info=_check_bytes("info", info))
 
 
 def seal(recipient_public: bytes, plaintext: bytes, *, context: bytes) -> bytes:
-    """Encrypt ``plaintext`` to ``recipient_public``: ephemeral X25519 + HKDF-SHA256 + ChaCha20-Poly1305.
-
-    ``context`` is bound as associated data and into the key; only `open_sealed` with the recipient's key pair
-    and the same ``context`` recovers it.
-
-    Args:
-        recipient_public: The recipient's 32-byte raw X25519 public key.
-        plaintext: The message.
-        context: Bound to the ciphertext (the protocol step and its parties).
-
-    Returns:
-        The ephemeral public key followed by the authenticated ciphertext.
-
-    Raises:
-        RelayError: ``recipient_public`` is malformed.
-    """  # noqa: DOC502
+    """Encrypt ``plaintext`` to ``recipient_public`` under ``context``; `RelayError` for a malformed key."""
     _check_bytes("plaintext", plaintext)
     _check_bytes("context", context)
     ephemeral = X25519PrivateKey.generate()
@@ -177,8 +130,7 @@ def open_sealed(recipient: KeyPair, sealed: bytes, *, context: bytes) -> bytes:
         The plaintext.
 
     Raises:
-        RelayError: ``sealed`` is too short, was tampered with, sealed to another key, or sealed under another
-            context.
+        RelayError: ``sealed`` is too short, tampered with, or sealed to another key or context.
     """
     _check_bytes("sealed", sealed)
     _check_bytes("context", context)
@@ -194,19 +146,7 @@ def open_sealed(recipient: KeyPair, sealed: bytes, *, context: bytes) -> bytes:
 
 
 def encrypt(key: bytes, plaintext: bytes, *, context: bytes) -> bytes:
-    """ChaCha20-Poly1305 under the 32-byte ``key``, a random 96-bit nonce prepended, ``context`` associated data.
-
-    Args:
-        key: The 32-byte key.
-        plaintext: The message.
-        context: The associated data.
-
-    Returns:
-        The nonce followed by the authenticated ciphertext.
-
-    Raises:
-        RelayError: ``key`` is not 32 bytes.
-    """  # noqa: DOC502
+    """ChaCha20-Poly1305 under the 32-byte ``key`` (else `RelayError`), a random nonce prepended."""
     _check_bytes("key", key, KEY_BYTES)
     _check_bytes("plaintext", plaintext)
     _check_bytes("context", context)
@@ -215,19 +155,7 @@ def encrypt(key: bytes, plaintext: bytes, *, context: bytes) -> bytes:
 
 
 def decrypt(key: bytes, ciphertext: bytes, *, context: bytes) -> bytes:
-    """Invert `encrypt`.
-
-    Args:
-        key: The 32-byte key.
-        ciphertext: What `encrypt` returned.
-        context: The associated data it was made under.
-
-    Returns:
-        The plaintext.
-
-    Raises:
-        RelayError: The ciphertext is too short, was tampered with or made under another key or context.
-    """
+    """Invert `encrypt`; `RelayError` if too short, tampered with, or made under another key or context."""
     _check_bytes("key", key, KEY_BYTES)
     _check_bytes("ciphertext", ciphertext)
     _check_bytes("context", context)
@@ -240,22 +168,14 @@ def decrypt(key: bytes, ciphertext: bytes, *, context: bytes) -> bytes:
 
 
 def mask_nonce(context: bytes) -> bytes:
-    """The 96-bit ChaCha20 nonce `expand_mask` uses for ``context``.
-
-    Args:
-        context: The mask's context.
-
-    Returns:
-        The 12-byte nonce.
-    """
+    """The 96-bit ChaCha20 nonce `expand_mask` uses for ``context``."""
     return hashlib.sha256(_MASK_NONCE_LABEL + _check_bytes("context", context)).digest()[:NONCE_BYTES]
 
 
 def expand_mask(key: bytes, size: int, modulus: int, *, context: bytes) -> np.ndarray:
     """``size`` int64 values uniform on ``[0, modulus)`` from the ChaCha20 keystream under the full 32-byte ``key``.
 
-    See the module docstring: 64-bit words, rejection of the top ``2**64 mod modulus`` values. Deterministic in
-    ``(key, size, modulus, context)``.
+    Deterministic in ``(key, size, modulus, context)``.
 
     Args:
         key: The 32-byte mask key.
@@ -304,61 +224,27 @@ class SigningKey:
 
     @classmethod
     def generate(cls) -> SigningKey:
-        """A fresh signing key from the operating system's CSPRNG.
-
-        Returns:
-            The signing key.
-        """
+        """A fresh signing key from the operating system's CSPRNG."""
         private = Ed25519PrivateKey.generate()
         return cls(private, private.public_key().public_bytes_raw())
 
     @classmethod
     def from_private(cls, private: bytes) -> SigningKey:
-        """The signing key of a 32-byte raw private key (`private_bytes`).
-
-        Args:
-            private: The 32-byte raw private key.
-
-        Returns:
-            The signing key.
-
-        Raises:
-            RelayError: ``private`` is not 32 bytes.
-        """  # noqa: DOC502
+        """The signing key of a 32-byte raw private key (`private_bytes`); `RelayError` for another length."""
         key = Ed25519PrivateKey.from_private_bytes(_check_bytes("private", private, KEY_BYTES))
         return cls(key, key.public_key().public_bytes_raw())
 
     def private_bytes(self) -> bytes:
-        """The 32-byte raw private key (kept in the node's round state only).
-
-        Returns:
-            The raw private key.
-        """
+        """The 32-byte raw private key (kept in the node's round state only)."""
         return self._private.private_bytes_raw()
 
     def sign(self, message: bytes) -> bytes:
-        """The 64-byte Ed25519 signature of ``message``.
-
-        Args:
-            message: The message.
-
-        Returns:
-            The signature.
-        """
+        """The 64-byte Ed25519 signature of ``message``."""
         return self._private.sign(_check_bytes("message", message))
 
 
 def verify(public: bytes, signature: bytes, message: bytes) -> bool:
-    """Whether ``signature`` is a valid Ed25519 signature of ``message`` under ``public``.
-
-    Args:
-        public: The 32-byte raw verification key.
-        signature: The 64-byte signature.
-        message: The message.
-
-    Returns:
-        Whether it is valid; False for any malformed key or signature, never an exception.
-    """
+    """Whether ``signature`` is ``public``'s Ed25519 signature of ``message``; False (never raises) if malformed."""
     if not (isinstance(public, bytes) and isinstance(signature, bytes) and isinstance(message, bytes)):
         return False
     if len(public) != KEY_BYTES or len(signature) != 64:

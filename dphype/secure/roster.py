@@ -6,11 +6,10 @@ federation's name and its members, each with a name, a role (``voter`` or ``tall
 node reads the roster from its own node config (``dphype-roster``), never from the server, together with its own
 private identity key (``dphype-identity``); ``dphype roster`` creates and inspects both (`dphype.cli.roster`).
 
-What a member signs (`sign`, `verify`) is a `SigningContext` and a payload: the roster's digest (`Roster.digest`,
-SHA-256 of its canonical JSON), the stage (one of `STAGES`: domain separation, so a signature made for one purpose
-never verifies for another), the request's digest (or the round it belongs to), the run id, and the SHA-256 of
-the payload. A signature made under another roster (another federation, or the same one before a member was added)
-does not verify under this one.
+A member signs (`sign`, `verify`) a `SigningContext` and a payload: the roster's digest (`Roster.digest`), the
+stage (one of `STAGES`: a signature made for one purpose never verifies for another), the request's digest (or
+its round), the run id, and the payload's SHA-256. A signature made under another roster (another federation, or
+the same one before a member was added) does not verify under this one.
 
 Where it is used (the threat model: `dphype.node.policy`):
 
@@ -71,11 +70,11 @@ class RosterError(ValueError):
 
 
 def public_key_bytes(text: str, what: str = "public key") -> bytes:
-    """A 32-byte raw public key written as 64 hex digits or as base64.
+    """The 32 raw bytes of a public key typed as 64 hex digits or base64 (``what`` names it in the error).
 
     Args:
         text: The key as the operator typed it.
-        what: What the key is, for the error message (e.g. ``"--identity"``).
+        what: What the key is, for the error message.
 
     Returns:
         The 32 raw bytes.
@@ -95,18 +94,7 @@ def public_key_bytes(text: str, what: str = "public key") -> bytes:
 
 
 def check_name(name: Any, what: str = "member name") -> str:
-    """A member's (or federation's) name: 1-64 letters, digits, ``.``, ``_`` or ``-``, starting alphanumeric.
-
-    Args:
-        name: The name.
-        what: What it names, for the error message.
-
-    Returns:
-        The name.
-
-    Raises:
-        RosterError: If it is not such a name.
-    """
+    """``name`` if it is 1-64 letters, digits, ``.``, ``_`` or ``-`` starting alphanumeric; else `RosterError`."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise RosterError(f"{what} must be 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit "
                           f"(no spaces, ';' or '|'), got {name!r}")
@@ -126,26 +114,12 @@ class IdentityKey:
 
     @classmethod
     def generate(cls) -> IdentityKey:
-        """A fresh identity key from the operating system's CSPRNG.
-
-        Returns:
-            The key.
-        """
+        """A fresh identity key from the operating system's CSPRNG."""
         return cls._of(Ed25519PrivateKey.generate())
 
     @classmethod
     def from_seed(cls, seed: bytes) -> IdentityKey:
-        """The identity key whose raw 32-byte private key is ``seed`` (a simulation derives its nodes' keys so).
-
-        Args:
-            seed: 32 secret bytes.
-
-        Returns:
-            The key.
-
-        Raises:
-            RosterError: If ``seed`` is not 32 bytes.
-        """
+        """The identity key whose raw private key is the 32-byte ``seed`` (for simulations); else `RosterError`."""
         if not isinstance(seed, bytes) or len(seed) != _KEY_BYTES:
             raise RosterError("an identity key's seed must be 32 bytes")
         return cls._of(Ed25519PrivateKey.from_private_bytes(seed))
@@ -156,9 +130,7 @@ class IdentityKey:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> IdentityKey:
-        """Read a private key file: PEM (PKCS#8, unencrypted, as `save` writes) or the raw key in base64.
-
-        The file must be readable by its owner only (mode 0600), as a private SSH key.
+        """Read a private key file, PEM (PKCS#8, as `save` writes) or raw base64, readable by its owner only.
 
         Args:
             path: The key file (``~`` is expanded).
@@ -192,7 +164,7 @@ class IdentityKey:
         return cls._of(private)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the private key as PEM (PKCS#8) to a new file with mode 0600 (its folder created with 0700).
+        """Write the private key as PEM (PKCS#8) to a new file with mode 0600 (its folder 0700).
 
         Args:
             path: The file; it must not exist (a key is never overwritten).
@@ -220,23 +192,12 @@ class IdentityKey:
         return file
 
     def private_pem(self) -> bytes:
-        """The private key as unencrypted PEM (PKCS#8): what `save` writes and `load` reads (a secret).
-
-        Returns:
-            The PEM bytes.
-        """
+        """The private key as unencrypted PEM (PKCS#8): what `save` writes (a secret)."""
         return self._private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                            serialization.NoEncryption())
 
     def sign(self, message: bytes) -> bytes:
-        """The 64-byte Ed25519 signature of ``message``.
-
-        Args:
-            message: The message.
-
-        Returns:
-            The signature.
-        """
+        """The 64-byte Ed25519 signature of ``message``."""
         return self._private.sign(message)
 
 
@@ -277,11 +238,7 @@ class Member:
             raise RosterError(f"voter {self.name} has a tally key: only a member with --role tally has one")
 
     def to_dict(self) -> dict[str, Any]:
-        """The member in the roster's JSON (keys as hex).
-
-        Returns:
-            ``name``, ``role``, ``identity`` and, for a tally, ``tally_key``.
-        """
+        """``name``, ``role``, ``identity`` and, for a tally, ``tally_key`` (keys as hex): the roster's JSON."""
         out: dict[str, Any] = {"name": self.name, "role": self.role, "identity": self.identity.hex()}
         if self.tally_key is not None:
             out["tally_key"] = self.tally_key.hex()
@@ -289,17 +246,7 @@ class Member:
 
     @classmethod
     def from_dict(cls, entry: Mapping[str, Any]) -> Member:
-        """Inverse of `to_dict`.
-
-        Args:
-            entry: One member of the roster's JSON.
-
-        Returns:
-            The member.
-
-        Raises:
-            RosterError: If a field is missing or invalid.
-        """
+        """Inverse of `to_dict`; `RosterError` if a field is missing or invalid."""
         if not isinstance(entry, Mapping) or set(entry) - {"name", "role", "identity", "tally_key"}:
             raise RosterError("a roster member must be an object with name, role, identity and (tallies) tally_key")
         name = entry.get("name")
@@ -339,57 +286,23 @@ class SigningContext:
             raise RosterError("a signing context needs the roster and request digests (str) and the run id (int)")
 
     def statement(self, payload: bytes) -> bytes:
-        """The bytes signed for ``payload``: the label, the context's fields and SHA-256 of the payload.
-
-        Args:
-            payload: What is signed in this context.
-
-        Returns:
-            The canonical statement.
-        """
+        """The canonical bytes signed for ``payload``: the label, the context's fields and the payload's SHA-256."""
         fields = [_LABEL, self.stage, self.roster, self.request, self.run, hashlib.sha256(payload).hexdigest()]
         return json.dumps(fields, separators=(",", ":")).encode()
 
 
 def share_payload(tally: int, sealed: bytes) -> bytes:
-    """What a voter signs of one sealed share at stage ``argmax-share``: the tally's index and the ciphertext's hash.
-
-    Args:
-        tally: The tally's index in the committee.
-        sealed: The sealed share (`dphype.secure.tally.client_sealed_shares`).
-
-    Returns:
-        The payload's bytes.
-    """
+    """What a voter signs of one sealed share at stage ``argmax-share``: the tally's index and the ciphertext's hash."""
     return f"tally={int(tally)};".encode() + hashlib.sha256(bytes(sealed)).digest()
 
 
 def sign(identity: IdentityKey, context: SigningContext, payload: bytes) -> bytes:
-    """``identity``'s signature of ``payload`` in ``context``.
-
-    Args:
-        identity: The signing member's private identity key.
-        context: What the signature is bound to.
-        payload: What is signed.
-
-    Returns:
-        The 64-byte Ed25519 signature.
-    """
+    """``identity``'s 64-byte Ed25519 signature of ``payload`` in ``context``."""
     return identity.sign(context.statement(payload))
 
 
 def verify(member: Member, context: SigningContext, payload: bytes, signature: Any) -> None:
-    """Check ``member``'s signature of ``payload`` in ``context``.
-
-    Args:
-        member: The member who claims to have signed.
-        context: What the signature must be bound to.
-        payload: What it must sign.
-        signature: The signature.
-
-    Raises:
-        RosterError: If the signature is malformed or does not verify (another payload, context, roster or key).
-    """
+    """Check ``member``'s signature of ``payload`` in ``context``; `RosterError` if malformed or not verifying."""
     if not isinstance(signature, bytes) or len(signature) != 64:
         raise RosterError(f"member {member.name}'s signature ({context.stage}) is missing or malformed")
     if not _verifies(member.identity, context.statement(payload), signature):
@@ -399,11 +312,7 @@ def verify(member: Member, context: SigningContext, payload: bytes, signature: A
 
 @lru_cache(maxsize=1 << 16)
 def _verifies(identity: bytes, statement: bytes, signature: bytes) -> bool:
-    """Ed25519's verdict on ``signature`` of ``statement`` under ``identity``, once per process.
-
-    The verdict is a function of its three arguments, so a process that serves many nodes of one round (a
-    simulation's worker, the in-process grid) checks each entry of a key list once instead of once per node.
-    """
+    """Ed25519's verdict on ``signature`` of ``statement`` under ``identity``, cached (a pure function)."""
     try:
         Ed25519PublicKey.from_public_bytes(identity).verify(signature, statement)
     except InvalidSignature:
@@ -443,27 +352,13 @@ class Roster:
         object.__setattr__(self, "members", members)
 
     def to_json(self) -> str:
-        """The canonical JSON (members sorted by name, keys sorted, no spaces): what `digest` hashes.
-
-        Returns:
-            The JSON text.
-        """
+        """The canonical JSON (members sorted by name, keys sorted, no spaces): what `digest` hashes."""
         body = {"version": VERSION, "federation": self.federation, "members": [m.to_dict() for m in self.members]}
         return json.dumps(body, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> Roster:
-        """Parse a roster's JSON (`to_json`, or the indented file `save` writes).
-
-        Args:
-            text: The JSON text.
-
-        Returns:
-            The roster.
-
-        Raises:
-            RosterError: If it does not parse or a field is invalid.
-        """
+        """Parse a roster's JSON (`to_json` or `save`'s file); `RosterError` if it does not parse or is invalid."""
         try:
             body = json.loads(text)
         except ValueError as err:
@@ -477,7 +372,7 @@ class Roster:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Roster:
-        """Read a roster file.
+        """Read a roster file (parsed once per version of the file).
 
         Args:
             path: The file (``~`` is expanded).
@@ -505,14 +400,7 @@ class Roster:
             raise RosterError(f"roster file {str(path)!r}: {err}") from None
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the roster (indented JSON of the same content as `to_json`), replacing the file atomically.
-
-        Args:
-            path: The file.
-
-        Returns:
-            The file's path.
-        """
+        """Write the roster as indented JSON (`to_json`'s content), replacing the file atomically; returns its path."""
         file = Path(path).expanduser()
         file.parent.mkdir(parents=True, exist_ok=True)
         aside = file.with_name(f".{file.name}.{os.getpid()}.tmp")
@@ -521,11 +409,7 @@ class Roster:
         return file
 
     def digest(self) -> str:
-        """SHA-256 of the canonical JSON: names this exact roster (a member more or less is another digest).
-
-        Returns:
-            64 hex digits.
-        """
+        """SHA-256 (hex) of the canonical JSON: names this exact roster (a member more or less is another digest)."""
         return self._digest
 
     @cached_property
@@ -538,38 +422,20 @@ class Roster:
 
     @property
     def fingerprint(self) -> str:
-        """The digest's first 16 hex digits in groups of 4, for operators to compare by eye.
-
-        Returns:
-            E.g. ``"3f2a-09bc-77d1-e4a0"``.
-        """
+        """The digest's first 16 hex digits in groups of 4 (``"3f2a-09bc-77d1-e4a0"``), to compare by eye."""
         head = self.digest()[:16]
         return "-".join(head[i:i + 4] for i in range(0, 16, 4))
 
     def describe(self) -> str:
-        """``"roster <fingerprint> (N members)"``: what a result says of an authenticated federation.
-
-        Returns:
-            The description.
-        """
+        """``"roster <fingerprint> (N members)"``: what a result says of an authenticated federation."""
         return f"roster {self.fingerprint} ({len(self.members)} members)"
 
     def with_member(self, member: Member) -> Roster:
-        """This roster with ``member`` added (a new roster, a new digest).
-
-        Args:
-            member: The new member.
-
-        Returns:
-            The new roster.
-
-        Raises:
-            RosterError: If its name or a key is already in the roster.
-        """  # noqa: DOC502
+        """A new roster with ``member`` added; `RosterError` if its name or a key is already in it."""
         return Roster(self.federation, (*self.members, member))
 
     def member(self, name: Any, role: str | None = None) -> Member:
-        """The member named ``name`` (with ``role``, when given).
+        """The member named ``name``, with ``role`` when given.
 
         Args:
             name: The member's name.
@@ -589,36 +455,15 @@ class Roster:
         return found
 
     def of_role(self, role: str) -> tuple[Member, ...]:
-        """The members with ``role``.
-
-        Args:
-            role: One of `ROLES`.
-
-        Returns:
-            Those members, sorted by name.
-        """
+        """The members with ``role``, sorted by name."""
         return tuple(m for m in self.members if m.role == role)
 
     def tally_keys(self) -> tuple[bytes, ...]:
-        """The X25519 committee keys of the roster's tallies: the only tallies a voter with this roster seals to.
-
-        Returns:
-            The keys (32 bytes each), in member order.
-        """
+        """The tallies' X25519 committee keys in member order: the only tallies a voter with this roster seals to."""
         return tuple(m.tally_key for m in self.of_role("tally") if m.tally_key is not None)
 
     def by_identity(self, public: bytes) -> Member:
-        """The member whose identity public key is ``public``.
-
-        Args:
-            public: A 32-byte raw Ed25519 public key.
-
-        Returns:
-            The member.
-
-        Raises:
-            RosterError: If no member has it.
-        """
+        """The member whose raw Ed25519 identity key is ``public``; `RosterError` if none."""
         found = next((m for m in self.members if m.identity == public), None)
         if found is None:
             raise RosterError(f"the identity key {public.hex()[:16]}... is not a member of roster {self.federation} "
@@ -626,16 +471,7 @@ class Roster:
         return found
 
     def context(self, stage: str, request: str, run: int) -> SigningContext:
-        """A `SigningContext` under this roster.
-
-        Args:
-            stage: One of `STAGES`.
-            request: The request's digest.
-            run: The run id.
-
-        Returns:
-            The context.
-        """  # noqa: DOC502
+        """A `SigningContext` under this roster."""
         return SigningContext(self.digest(), stage, request, run)
 
     def check_signed(self, name: Any, role: str, context: SigningContext, payload: bytes, signature: Any) -> Member:
@@ -687,17 +523,7 @@ class Roster:
         return signers
 
     def membership(self, identity: IdentityKey) -> Membership:
-        """This node's membership: the roster and the member whose identity is ``identity``.
-
-        Args:
-            identity: This node's private identity key.
-
-        Returns:
-            The membership.
-
-        Raises:
-            RosterError: If the key is not a member's.
-        """  # noqa: DOC502
+        """This node's membership by its private ``identity`` key; `RosterError` if the key is not a member's."""
         return Membership(self, identity, self.by_identity(identity.public))
 
 
@@ -731,15 +557,5 @@ class Membership:
         return self.member.name
 
     def sign(self, stage: str, request: str, run: int, payload: bytes) -> bytes:
-        """This node's signature of ``payload`` at ``stage`` for ``request`` in ``run``, under its roster.
-
-        Args:
-            stage: One of `STAGES`.
-            request: The request's digest.
-            run: The run id.
-            payload: What is signed.
-
-        Returns:
-            The signature.
-        """
+        """This node's signature of ``payload`` at ``stage`` for ``request`` in ``run``, under its roster."""
         return sign(self.identity, self.roster.context(stage, request, run), payload)

@@ -19,11 +19,10 @@ packed big-endian wherever they are hashed); ``H(S)`` is SHA-256 of a sorted id 
    ``g_key`` (32 bytes each). A node of a federation with a roster (`dphype.secure.roster`; ``Approval.membership``)
    adds ``member`` (its roster name) and ``identity_signature``: its long-term identity's signature, at roster stage
    ``secagg-advertise`` for the approved request and the run, of its node id, the round id and the three keys
-   (`advertised_keys`). Since version 2 the first ``advertise`` of a round travels inside the
-   pre-flight (`Advertised`): the node answers it only after approving the request it names, in the
-   same message that says ``ready``, which saves a round trip (on a deployment, a ClientApp process per
-   node); a restart (below) still sends ``advertise`` on its own. A new pre-flight discards a round that is
-   still at this stage (nothing secret has left the node) and refuses, aborting it, one that is past it.
+   (`advertised_keys`). The first ``advertise`` of a round travels inside the pre-flight (`Advertised`): the
+   node answers it only after approving the request it names, in its ``ready`` message; a restart (below)
+   sends ``advertise`` on its own. A new pre-flight discards a round still at this stage (nothing secret has
+   left the node) and refuses, aborting it, one that is past it.
 1. ``share_keys`` -- server: ``nodes``, ``c_keys``, ``s_keys``, ``g_keys`` (the keys of every node ``U1``
    that advertised, in the order of ``nodes``, each kind concatenated into one byte string; one message
    for all), ``neighbours`` ``k`` and ``threshold`` ``t``. The node
@@ -78,14 +77,12 @@ An honest node reveals, per node ``v``, the share of ``b_v`` if its ``U3`` holds
 not; never both. (i) All honest nodes that reveal anything hold the **same**
 ``D`` and ``U3``: each verified consistency signatures over ``(D, U3)`` from more than half of the
 committee, which ``D`` fixes, and an honest node signs once per round, so two different views cannot both
-collect such a quorum. (A committee instead of all of ``U1`` keeps each node's signature checks at about 33
-instead of ``|U1| / 2``: the argument needs only a fixed public set with an honest majority.) (ii) Every
-node of ``U3`` masked with all its neighbours in the public graph of ``D``: each signing committee member
-verified a receipt over ``D`` from every node of ``U3``, which a node signs only with its masked vector of this
-round. Without the receipts a server could list as survivors nodes whose keys it put in ``D``'s key list but
-who never took part (they vote in a second round built from the same advertised keys, whose vectors cancel
-the masks towards them): every component check counted them, and a sum of 6 noise shares was unmasked where
-the ledgers assumed 10. A committee member checks ``|U3|`` receipts, the other nodes none.
+collect such a quorum (the argument needs only a fixed public set with an honest majority, so a bounded
+committee replaces all of ``U1``). (ii) Every node of ``U3`` masked with all its neighbours in the public graph
+of ``D``: each signing committee member verified a receipt over ``D`` from every node of ``U3``, which a node
+signs only with its masked vector of this round. Without the receipts a server could list as survivors nodes
+whose keys it put in ``D``'s key list but who voted in a second round built from the same keys (whose vectors
+cancel the masks towards them), and every component check would count them.
 (iii) Hence the server obtains ``b_v`` only for nodes of ``U3`` and mask keys ``s_w`` only of nodes outside it, so
 the mask ``PRG(s_xy)`` between two neighbours ``x, y`` of ``U3`` cancels only when both vectors are in the sum: a
 sum the server can unmask that contains ``y_u`` contains ``u``'s whole connected component in the public graph
@@ -97,9 +94,8 @@ charged in stage 2 (its own policy's accounting at ``L`` contributors,
 `dphype.node.policy.check_vote_request`) is at least what any release of its vote carries
 (`noise_share_bound`). The holders of ``u``'s secrets that are in ``U3`` are its neighbours, in the
 same component, so they refuse exactly when ``u`` does. Without the consistency round and the public graph
-no such bound holds -- the server may partition the graph or show nodes different survivor sets -- and a
-node could only assume a single noise share: a partitioned graph or an over-claimed ``n``
-unmasks sums of 5 to 10 votes that way.
+no such bound holds (the server may partition the graph or show nodes different survivor sets) and a node
+could only assume a single noise share.
 
 Assumptions: no node colludes with the server (a colluding committee member may sign two views: with ``c``
 of them the quorum would need ``(|committee| + c) / 2``), and no Sybils: with a roster every key list entry
@@ -149,22 +145,13 @@ def _id(node: int) -> bytes:
 
 
 def set_digest(nodes: Sequence[int]) -> bytes:
-    """``H(S)``: SHA-256 of the sorted ids, 8 bytes each, big-endian.
-
-    Args:
-        nodes: The node ids of the set ``S``.
-
-    Returns:
-        The 32-byte digest.
-    """
+    """``H(S)``: SHA-256 of the sorted ids, 8 bytes each, big-endian."""
     return hashlib.sha256(b"".join(_id(n) for n in sorted(nodes))).digest()
 
 
 def round_digest(round_id: bytes, request: str, size: int, neighbours: int, threshold: int,
                  keys: Mapping[int, tuple[bytes, bytes, bytes]]) -> bytes:
-    """``D``: SHA-256 over the round, the request digest, ``p``, ``k``, ``t`` and every node's three public keys.
-
-    The keys in id order (the module docstring, stage 1).
+    """``D``: SHA-256 over the round, the request digest, ``p``, ``k``, ``t`` and every node's keys in id order.
 
     Args:
         round_id: The round's id.
@@ -205,34 +192,16 @@ class PublicGraph:
 
     @property
     def complete(self) -> bool:
-        """Whether every node is joined to every other (``k >= m - 1``).
-
-        Returns:
-            Whether the graph is complete.
-        """
+        """Whether every node is joined to every other (``k >= m - 1``)."""
         return self.neighbours >= self.nodes.size - 1
 
     @property
     def order(self) -> tuple[int, ...]:
-        """The node ids in ring order.
-
-        Returns:
-            The ids.
-        """
+        """The node ids in ring order."""
         return tuple(int(v) for v in self.nodes[self.ring])
 
     def positions(self, members: Sequence[int]) -> np.ndarray:
-        """Ring positions of ``members``.
-
-        Args:
-            members: Ids of nodes of the round.
-
-        Returns:
-            Their positions, in the order of ``members``.
-
-        Raises:
-            ValueError: A member is not a node of the round.
-        """
+        """Ring positions of ``members``, in their order; `ValueError` if one is not a node of the round."""
         ids = np.asarray(members, dtype=np.uint64)
         index = np.minimum(np.searchsorted(self.nodes, ids), self.nodes.size - 1)
         if not np.array_equal(self.nodes[index], ids):
@@ -240,14 +209,7 @@ class PublicGraph:
         return self.place[index]
 
     def neighbourhood(self, node: int) -> tuple[int, ...]:
-        """``N(node)``, sorted.
-
-        Args:
-            node: A node of the round.
-
-        Returns:
-            The ids of its graph neighbours.
-        """
+        """``N(node)``: the ids of its graph neighbours, sorted."""
         if self.complete:
             return tuple(int(n) for n in self.nodes if n != node)
         half, m = self.neighbours // 2, self.nodes.size
@@ -257,19 +219,7 @@ class PublicGraph:
 
 
 def public_graph(digest: bytes, nodes: Sequence[int], neighbours: int) -> PublicGraph:
-    """The public graph of round digest ``D`` (`PublicGraph`).
-
-    Positions sorted by 62-bit values of the ChaCha20 stream under ``D`` (ties, of probability about
-    ``m^2 / 2^63``, broken by id).
-
-    Args:
-        digest: The round digest ``D``.
-        nodes: The round's node ids.
-        neighbours: The degree ``k``.
-
-    Returns:
-        The graph.
-    """
+    """The public graph of ``D``: positions sorted by 62-bit words of the ChaCha20 stream under ``D``, ties by id."""
     ids = np.sort(np.asarray(nodes, dtype=np.uint64))
     keys = relay.expand_mask(digest, ids.size, relay.MAX_MODULUS, context=_LABEL + b"graph")
     ring = np.lexsort((np.arange(ids.size), keys))
@@ -281,9 +231,7 @@ def public_graph(digest: bytes, nodes: Sequence[int], neighbours: int) -> Public
 def component_size(graph: PublicGraph, survivors: Sequence[int], node: int) -> int:
     """Size of ``node``'s connected component in the public graph restricted to ``survivors``.
 
-    On the ring two survivors are joined iff their positions are at most ``k / 2`` apart, so a component is
-    a maximal arc of survivors without a gap of more than ``k / 2`` positions (one such gap leaves a path,
-    which is connected).
+    On the ring a component is a maximal arc of survivors without a gap of more than ``k / 2`` positions.
 
     Args:
         graph: The round's public graph.
@@ -334,27 +282,12 @@ def _share_context(digest: bytes, sender: int, receiver: int) -> bytes:
 
 
 def participation_statement(digest: bytes) -> bytes:
-    """What a node signs with its masked vector (stage 2), its receipt: ``("participation", D)``.
-
-    Args:
-        digest: The round digest ``D``.
-
-    Returns:
-        The statement's bytes.
-    """
+    """What a node signs with its masked vector (stage 2), its receipt: ``("participation", D)``."""
     return _LABEL + b"participation" + digest
 
 
 def consistency_statement(digest: bytes, survivors: Sequence[int]) -> bytes:
-    """What a node signs in the consistency round (stage 3): ``("consistency", D, H(U3))``.
-
-    Args:
-        digest: The round digest ``D``.
-        survivors: The survivor set ``U3``.
-
-    Returns:
-        The statement's bytes.
-    """
+    """What a node signs in the consistency round (stage 3): ``("consistency", D, H(U3))``."""
     return _LABEL + b"consistency" + digest + set_digest(survivors)
 
 
@@ -363,29 +296,12 @@ COMMITTEE_SIZE: int = 64
 
 
 def consistency_committee(graph: PublicGraph) -> tuple[int, ...]:
-    """The nodes whose majority must sign the survivor set.
-
-    The first ``min(|U1|, COMMITTEE_SIZE)`` nodes of the public graph's order (fixed by ``D``, so by no single
-    party).
-
-    Args:
-        graph: The round's public graph.
-
-    Returns:
-        The committee's node ids.
-    """
+    """The nodes whose majority must sign the survivor set: the first `COMMITTEE_SIZE` in the graph's order."""
     return tuple(int(v) for v in graph.nodes[graph.ring[:COMMITTEE_SIZE]])
 
 
 def consistency_quorum(committee: Sequence[int]) -> int:
-    """Committee signatures a node needs before unmasking: more than half the committee.
-
-    Args:
-        committee: The committee (`consistency_committee`).
-
-    Returns:
-        The quorum.
-    """
+    """Committee signatures a node needs before unmasking: more than half the committee."""
     return len(committee) // 2 + 1
 
 
@@ -427,24 +343,12 @@ def _key_list(message: Mapping[str, Any], key: str, count: int) -> list[bytes]:
 
 
 def message(stage: str, **content: Any) -> dict[str, Any]:
-    """A message of ``stage`` in the current format.
-
-    Args:
-        stage: One of `STAGES`.
-        **content: The message's fields.
-
-    Returns:
-        The message.
-    """
+    """A message of ``stage`` in the current format, with ``content``'s fields."""
     return {"version": VERSION, "stage": stage, **content}
 
 
 def new_round_id() -> bytes:
-    """A fresh random round id (the ``round`` of ``advertise``).
-
-    Returns:
-        16 random bytes.
-    """
+    """A fresh random 16-byte round id (the ``round`` of ``advertise``)."""
     return os.urandom(_ROUND_BYTES)
 
 
@@ -453,8 +357,7 @@ class Advertised:
     """A round's first ``advertise`` stage, carried by the pre-flight.
 
     Attributes:
-        round_id: The ``round`` id the server sent with the request (in `message`
-            ``("advertise", round=round_id, request=digest)``).
+        round_id: The ``round`` id the server sent with the request.
         replies: The replies of the nodes that approved it (node id -> message).
     """
 
@@ -531,11 +434,7 @@ class NodeRound:
     seed: bytes = b""
     digest: bytes = b""
     nodes: list[int] = field(default_factory=list)
-    #: This node's graph neighbours ``N(u)``, sorted: the only nodes whose share-encryption and mask keys a
-    #: later stage uses, so only theirs are kept (``c_keys`` / ``s_keys``, 32 bytes each in this order). The
-    #: node's round state travels with its Context on every message in Flower's simulation; keeping every
-    #: node's three keys made it 96 bytes per node of the round (96 KB at n = 1,000); now it is 32 per node
-    #: (the signing keys) and 64 per neighbour.
+    #: Only the neighbours' share-encryption and mask keys are kept: the state travels with the node's Context.
     peers: list[int] = field(default_factory=list)
     c_keys: bytes = b""
     s_keys: bytes = b""
@@ -548,26 +447,12 @@ class NodeRound:
     s_shares: list[bytes] = field(default_factory=list)
 
     def to_record(self) -> dict[str, Any]:
-        """The state as a flat dict (lists copied).
-
-        Returns:
-            Field name -> value.
-        """
+        """The state as a flat dict, field name -> value (lists copied)."""
         return {k: (list(v) if isinstance(v, list) else v) for k, v in self.__dict__.items()}
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> NodeRound:
-        """Inverse of `to_record` (the node's own storage; an unreadable one aborts the round).
-
-        Args:
-            record: What `to_record` returned.
-
-        Returns:
-            The state.
-
-        Raises:
-            dphype.refusal.Refusal: ``secagg_round``: the record is unreadable.
-        """  # noqa: DOC503
+        """Inverse of `to_record`; an unreadable record is refused (``secagg_round``), aborting the round."""
         values: dict[str, Any] = {k: (list(v) if isinstance(v, list) else v) for k, v in record.items()}
         try:
             return cls(**values)
@@ -575,36 +460,15 @@ class NodeRound:
             raise _refuse("secagg_round", "this node's round state is unreadable") from None
 
     def graph(self) -> PublicGraph:
-        """The round's public graph (`public_graph`).
-
-        Returns:
-            The graph.
-        """
+        """The round's public graph (`public_graph`)."""
         return public_graph(self.digest, self.nodes, self.neighbours)
 
     def peer_keys(self, blob: bytes) -> dict[int, bytes]:
-        """Neighbour id -> key, from ``c_keys`` or ``s_keys``.
-
-        Args:
-            blob: ``c_keys`` or ``s_keys``.
-
-        Returns:
-            The neighbours' keys.
-
-        Raises:
-            dphype.refusal.Refusal: ``secagg_round``: the blob does not split into the neighbours' keys.
-        """  # noqa: DOC502
+        """Neighbour id -> key from ``c_keys`` or ``s_keys``; refused (``secagg_round``) if it does not split."""
         return _split_keys(blob, self.peers)
 
     def signing_keys(self) -> dict[int, bytes]:
-        """Node id -> signing key, for every node of the round.
-
-        Returns:
-            The signing keys.
-
-        Raises:
-            dphype.refusal.Refusal: ``secagg_round``: ``g_keys`` does not split into the nodes' keys.
-        """  # noqa: DOC502
+        """Node id -> signing key for every node; refused (``secagg_round``) if ``g_keys`` does not split."""
         return _split_keys(self.g_keys, self.nodes)
 
 
@@ -665,29 +529,13 @@ def _next(stage: str) -> str:
 
 
 def advertised_keys(node: int, round_id: bytes, keys: Sequence[bytes]) -> bytes:
-    """What a node's identity signs of its ``advertise`` answer: its node id, the round id and its three keys.
-
-    Signed at roster stage ``secagg-advertise`` for the approved request and the run
-    (`dphype.secure.roster.Membership.sign`), so the entry cannot be moved to another node id, round, request,
-    run or federation.
-
-    Args:
-        node: The node's id.
-        round_id: The round's id.
-        keys: Its share-encryption, mask-agreement and signing public keys.
-
-    Returns:
-        The payload's bytes.
-    """
+    """What a node's identity signs (stage ``secagg-advertise``) of its ``advertise`` answer: id, round, 3 keys."""
     return _LABEL + b"advertised" + _id(node) + round_id + b"".join(keys)
 
 
 def _check_members(msg: Mapping[str, Any], state: NodeRound, nodes: Sequence[int],
                    keys: Mapping[int, tuple[bytes, bytes, bytes]], approval: Approval) -> None:
-    """Refuse (``roster``) unless every entry of the key list is signed by a distinct voter of the node's roster.
-
-    Nothing has left the node yet (module docstring, stage 1).
-    """
+    """Refuse (``roster``) unless every entry of the key list is signed by a distinct voter of the node's roster."""
     membership = approval.membership
     if membership is None:
         return
@@ -867,22 +715,7 @@ def _unmask(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
 
 
 def noise_share_bound(graph: PublicGraph, survivors: Sequence[int], node: int) -> int:
-    """The fewest noise shares in any sum the server can unmask that contains ``node``'s vector.
-
-    Once the consistency round holds: ``node``'s component in the public graph restricted to ``survivors``
-    (module docstring, "the noise-share bound").
-
-    Args:
-        graph: The round's public graph.
-        survivors: The survivor set ``U3``.
-        node: One of the survivors.
-
-    Returns:
-        The bound.
-
-    Raises:
-        ValueError: ``node`` is not a survivor.
-    """  # noqa: DOC502
+    """The fewest noise shares in any unmaskable sum holding ``node``'s vector: its component (`component_size`)."""
     return component_size(graph, survivors, node)
 
 
@@ -952,11 +785,7 @@ class ServerRound:
                 f"{self.min_survivors} required by the dropout tolerance; nothing was unmasked or released")
 
     def advertise(self) -> dict[int, dict[str, Any]]:
-        """Stage 0's messages.
-
-        Returns:
-            Node id -> its ``advertise`` message.
-        """
+        """Stage 0's messages: node id -> its ``advertise`` message."""
         return {n: message("advertise", round=self.round_id, request=self.request) for n in self.nodes}
 
     def share_keys(self, replies: Mapping[int, Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
@@ -993,11 +822,7 @@ class ServerRound:
         return dict.fromkeys(ordered, content)
 
     def masked_input(self, replies: Mapping[int, Mapping[str, Any]]) -> dict[int, dict[str, Any]] | list[int]:
-        """Forward every share ciphertext to its receiver.
-
-        Or, when some node of ``U1`` sent no valid shares, name the nodes that did: the caller restarts the round
-        over them (`run_round`; nodes mask with all their graph neighbours, so every node of ``U1`` must have
-        shared its keys).
+        """Forward every share ciphertext to its receiver, or name the nodes to restart with if some did not share.
 
         Args:
             replies: The ``share_keys`` replies.

@@ -16,18 +16,16 @@ for a server colluding with a fraction ``gamma`` of the clients, with a fraction
 * **E3, correctness**: a client has fewer than ``t`` surviving neighbours; its secret cannot be
   reconstructed and nothing is released.
 
-Security asks ``P[E1] + P[E2] <= 2**-sigma`` and correctness ``P[E3] <= 2**-eta`` (we use ``sigma =
-40``, ``eta = 20``, as the authors' own parameter finder does: Google's federated compute platform,
-``fcp/secagg/server/graph_parameter_finder.cc``, which splits the security budget evenly, 2**-(sigma+1)
-per event). The probabilities are over the random graph; the corrupted and dropped sets are fixed before
-it is drawn (static corruption; an honest-but-curious server draws the graph as prescribed).
+Security asks ``P[E1] + P[E2] <= 2**-sigma`` and correctness ``P[E3] <= 2**-eta`` (``sigma = 40``,
+``eta = 20``, the budget split evenly, ``2**-(sigma+1)`` per event, as in the authors' parameter finder,
+``fcp/secagg/server/graph_parameter_finder.cc``). The probabilities are over the random graph; the corrupted and
+dropped sets are fixed before it is drawn (static corruption).
 
-**The graph.** Flower 1.41's ``SecAggPlusWorkflow`` shuffles the client IDs and joins each client to the
-``num_shares // 2`` clients on either side of it on the ring: a Harary graph ``H(n, k)`` (``k`` even)
-with its nodes placed by a random permutation -- exactly the "random Harary graph" whose parameters
-the finder above computes, not an Erdos-Renyi graph. Under a random permutation the ``k`` neighbours of
-a client are a uniformly random ``k``-subset of the other ``n - 1`` clients, so with ``c = floor(gamma
-n)`` corrupted and ``s = ceil((1 - xi) n)`` surviving clients:
+**The graph.** Flower's ``SecAggPlusWorkflow`` shuffles the client IDs and joins each client to the
+``num_shares // 2`` clients on either side on the ring: a Harary graph ``H(n, k)`` (``k`` even) placed by a
+random permutation, the finder's "random Harary graph". A client's ``k`` neighbours are then a uniformly random
+``k``-subset of the other ``n - 1``, so with ``c = floor(gamma n)`` corrupted and ``s = ceil((1 - xi) n)``
+surviving clients:
 
 * ``P[E1] <= n P[H(n-1, c, k) >= t]``, ``H(N, K, k)`` the hypergeometric law (union bound over clients);
 * ``P[E3] <= n P[H(n-1, s, k) <= t - 1]`` (a client that dropped has all ``s`` survivors among the
@@ -52,10 +50,8 @@ part it can see itself with `check_share_threshold`.
 
 **Flower's counting.** Flower's ``num_shares`` counts the client's own share: ``num_shares = k + 1``
 (``n`` for the complete graph), and its ``reconstruction_threshold`` counts shares, so it is ``t``.
-`flower_graph` turns Flower's arguments (ints or fractions) into ``(k, t)`` exactly as
-``SecAggPlusWorkflow.setup_stage`` does, so a user's explicit choice can be checked
-(`check_parameters`) and the DP-Hype paper's benchmark settings (shares ``0.3 n``, threshold all
-shares: `PAPER_NUM_SHARES`, `PAPER_THRESHOLD`) can be reported with their bounds.
+`flower_graph` turns Flower's arguments into ``(k, t)`` as ``SecAggPlusWorkflow.setup_stage`` does, so a
+user's explicit choice can be checked (`check_parameters`).
 """
 
 from __future__ import annotations
@@ -113,51 +109,25 @@ class SecAggParameters:
 
     @property
     def num_shares(self) -> int:
-        """Flower's ``num_shares``: the neighbours plus the client's own share.
-
-        Returns:
-            ``k + 1``.
-        """
+        """Flower's ``num_shares``, ``k + 1``: the neighbours plus the client's own share."""
         return self.neighbours + 1
 
     @property
     def log2_insecure(self) -> float:
-        """Log2 of the bound on P[E1] + P[E2] (the server learns more than the sum).
-
-        Returns:
-            The log2 bound.
-        """
+        """Log2 of the bound on P[E1] + P[E2] (the server learns more than the sum)."""
         return float(np.logaddexp2(self.log2_unmask, self.log2_disconnect))
 
     def flower_arguments(self) -> dict[str, int]:
-        """``num_shares`` and ``reconstruction_threshold`` for ``SecAggPlusWorkflow`` (as ints).
-
-        Returns:
-            The two keyword arguments.
-        """
+        """``num_shares`` and ``reconstruction_threshold`` for ``SecAggPlusWorkflow`` (as ints)."""
         return {"num_shares": self.num_shares, "reconstruction_threshold": self.threshold}
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly summary, with Flower's share count and the combined security bound.
-
-        Returns:
-            The fields, ``num_shares`` and ``log2_insecure`` by name.
-        """
+        """The fields, ``num_shares`` and ``log2_insecure`` by name (JSON-friendly)."""
         return {**dataclasses.asdict(self), "num_shares": self.num_shares, "log2_insecure": self.log2_insecure}
 
 
 def check_corrupt_fraction(corrupt_fraction: Any) -> float:
-    """Check the corrupt fraction ``gamma``.
-
-    Args:
-        corrupt_fraction: A number in ``[0, 1)``.
-
-    Returns:
-        ``corrupt_fraction`` as float.
-
-    Raises:
-        ValueError: It is not a number in ``[0, 1)``.
-    """
+    """The corrupt fraction ``gamma`` as float; `ValueError` unless a number in ``[0, 1)``."""
     try:
         gamma = float(corrupt_fraction)
     except (TypeError, ValueError):
@@ -168,17 +138,7 @@ def check_corrupt_fraction(corrupt_fraction: Any) -> float:
 
 
 def check_adversary(adversary: Any) -> str:
-    """Check the threat model.
-
-    Args:
-        adversary: One of `ADVERSARIES`.
-
-    Returns:
-        ``adversary`` as str.
-
-    Raises:
-        ValueError: It is not one of `ADVERSARIES`.
-    """
+    """The threat model as str; `ValueError` unless one of `ADVERSARIES`."""
     if adversary not in ADVERSARIES:
         raise ValueError(f"adversary must be one of {', '.join(ADVERSARIES)}, got {adversary!r}")
     return str(adversary)
@@ -190,10 +150,7 @@ def _counts(clients: int, dropout: float, corrupt_fraction: float) -> tuple[int,
 
 
 def log2_disconnect(clients: int, neighbours: int, removed: int) -> float:
-    """Log2 bound on P[E2]: the random Harary graph ``H(n, k)`` minus ``removed`` random nodes falls apart.
-
-    ``log2(n (n - k - 1) / 2) + log2(C(b, k) / C(n, k))`` (two disjoint all-removed runs of ``k / 2``
-    positions, union bound over the pairs of runs); ``-inf`` when ``b < k`` or the graph is complete.
+    """Log2 bound on P[E2] (module docstring); ``-inf`` when ``b < k`` or the graph is complete.
 
     Args:
         clients: The number of clients ``n``.
@@ -211,11 +168,7 @@ def log2_disconnect(clients: int, neighbours: int, removed: int) -> float:
 
 
 def _log2_counts(clients: int, neighbours: int, marked: int) -> tuple[np.ndarray, np.ndarray]:
-    """Log2 P[X >= m] and log2 P[X <= m], m = 0..k, for the number X of a client's neighbours among ``marked``.
-
-    ``marked`` of the other ``n - 1`` clients: ``H(n-1, marked, k)``, or exactly ``marked`` on the
-    complete graph. Summed from the tails (``logaddexp`` accumulation), so 2**-60 tails keep their digits.
-    """
+    """Log2 P[X >= m], log2 P[X <= m] (m = 0..k), X ~ ``H(n-1, marked, k)`` (``marked`` if complete), tail-summed."""
     n, k = clients, neighbours
     x = np.arange(k + 1)
     if k >= n - 1:
@@ -236,12 +189,7 @@ def _at_least(log_ge: np.ndarray, m: np.ndarray) -> np.ndarray:
 def _threshold_bounds(
     clients: int, neighbours: int, thresholds: np.ndarray, corrupted: int, survivors: int, adversary: str
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(log2 bound on P[E1], log2 bound on P[E3]) for each threshold (module docstring).
-
-    E1: ``n P[X_c >= t]`` (semi-honest) or ``n P[X_c >= 2t - k - 1]`` (active), ``X_c`` the corrupted
-    neighbours of an honest client. E3: ``n P[X_s <= t - 1]``, ``X_s`` the surviving neighbours; the
-    worst client is one that dropped, with all survivors among the others (``min(s, n - 1)`` of them).
-    """
+    """(log2 bound on P[E1], log2 bound on P[E3]) for each threshold, as the module docstring derives them."""
     n, k, t = clients, neighbours, thresholds
     corrupt_ge, _ = _log2_counts(n, k, corrupted)
     _, survive_le = _log2_counts(n, k, min(survivors, n - 1))
@@ -305,11 +253,7 @@ def _threshold_range(
     clients: int, neighbours: int, corrupted: int, survivors: int, adversary: str, security: float, correctness: float,
     majority: bool = False,
 ) -> tuple[int, int]:
-    """Smallest ``t >= 2`` with P[E1] <= 2**-(security+1), largest with P[E3] <= 2**-correctness (may cross).
-
-    E1 falls and E3 rises with ``t``, so one vectorised pass over ``t = 2..k+1`` finds both ends. With
-    ``majority`` the smallest ``t`` is also at least `majority_threshold` of the ``k + 1`` shares.
-    """
+    """Smallest ``t >= 2`` meeting E1 (with ``majority``, also `majority_threshold`), largest meeting E3."""
     t = np.arange(2, neighbours + 2)
     unmask, failure = _threshold_bounds(clients, neighbours, t, corrupted, survivors, adversary)
     secure = np.flatnonzero(unmask <= -(security + 1))
@@ -333,9 +277,8 @@ def secure_parameters(
 ) -> SecAggParameters:
     """The cheapest secure SecAgg+ graph for ``n`` clients: smallest even degree ``k``, then smallest ``t``.
 
-    Secure: ``P[E1] <= 2**-(sigma+1)`` and ``P[E2] <= 2**-(sigma+1)``; correct: ``P[E3] <= 2**-eta``
-    (module docstring). With ``majority``, also ``2 t > k + 1`` (`check_share_threshold`, what every
-    DP-Hype client checks before sharing its secrets). Falls back to the complete graph.
+    Secure: ``P[E1], P[E2] <= 2**-(sigma+1)``; correct: ``P[E3] <= 2**-eta``. With ``majority``, also
+    ``2 t > k + 1`` (`check_share_threshold`). Falls back to the complete graph.
 
     Args:
         clients: The number of clients ``n``.
@@ -371,12 +314,10 @@ def secure_parameters(
 
 
 def flower_graph(clients: int, num_shares: float, reconstruction_threshold: float) -> tuple[int, int]:
-    """``(k, t)`` that Flower 1.41's ``SecAggPlusWorkflow.setup_stage`` builds from its two arguments.
+    """``(k, t)`` that Flower's ``SecAggPlusWorkflow.setup_stage`` builds from its two arguments.
 
     Fractions: ``num_shares = round(f n)``, made odd if below ``n``, ``n`` if at most 2; threshold
-    ``max(2, round(f num_shares))``. Ints are used as given (``num_shares`` odd, ``threshold < num_shares``
-    are Flower's rules). The ring joins each client to ``num_shares // 2`` clients on each side, so
-    ``k = 2 (num_shares // 2)``, or ``n - 1`` once that covers everyone.
+    ``max(2, round(f num_shares))``. Ints are used as given. ``k = 2 (num_shares // 2)``, at most ``n - 1``.
 
     Args:
         clients: The number of clients ``n``, ``>= 2``.
@@ -419,9 +360,8 @@ def check_parameters(
 ) -> SecAggParameters:
     """Refuse a user's explicit SecAgg+ choice that is below the secure minimum; return its bounds.
 
-    ``num_shares`` must give a graph of degree at least `secure_parameters`', and ``reconstruction_threshold``
-    must keep P[E1] <= 2**-(sigma+1) and P[E3] <= 2**-eta for that graph, and with ``majority`` exceed half
-    the shares.
+    ``num_shares`` must give at least `secure_parameters`' degree, and the threshold must meet E1 and E3 on that
+    graph (with ``majority``, exceed half the shares).
 
     Args:
         clients: The number of clients ``n``.
@@ -439,8 +379,7 @@ def check_parameters(
 
     Raises:
         ValueError: ``num_shares`` is even and below ``n`` or gives too small a graph, or
-            ``reconstruction_threshold`` is outside its allowed range; the message names the argument and the
-            allowed range.
+            ``reconstruction_threshold`` is outside its allowed range (named in the message).
     """
     n = check_int("clients", clients, 2)  # the graph bounds hold for any n, beyond the protocol's MAX_CLIENTS
     if isinstance(num_shares, int) and num_shares < n and num_shares % 2 == 0:
@@ -471,29 +410,18 @@ def check_parameters(
 
 
 def majority_threshold(num_shares: int) -> int:
-    """Smallest threshold ``t`` with ``2 t > num_shares``: ``num_shares // 2 + 1`` (`check_share_threshold`).
-
-    Args:
-        num_shares: The number of share holders.
-
-    Returns:
-        The threshold.
-    """
+    """Smallest threshold ``t`` with ``2 t > num_shares``: ``num_shares // 2 + 1``."""
     return num_shares // 2 + 1
 
 
 def check_share_threshold(clients: int, num_shares: int, threshold: int) -> None:
-    """What a client can check itself before any secret leaves it: the one home of the rule.
+    """What a client checks itself before any secret leaves it.
 
-    The client's secrets have ``num_shares`` holders (its neighbours and itself, each answering the
-    unmask request once). An active server that tells some holders "survived" and others "dropped"
-    obtains ``t`` shares of both secrets from honest holders only if ``2 t <= num_shares``, so the
-    client refuses that, a threshold below 2 (one share is the secret), a threshold above
-    ``num_shares`` (nothing could be reconstructed) and a share count outside ``[3, clients]``. Whether
-    the graph is large enough against colluding clients depends on the neighbours it cannot see; the
-    server's choice is checked against `secure_parameters` with `check_parameters`, and with
-    ``majority=True`` both also keep this rule, so an honest DP-Hype server never proposes a graph its
-    clients refuse.
+    The client's secrets have ``num_shares`` holders (its neighbours and itself). An active server that tells
+    some holders "survived" and others "dropped" gets ``t`` shares of both secrets from honest holders only if
+    ``2 t <= num_shares``, so that is refused, as is a threshold above ``num_shares`` and a share count outside
+    ``[3, clients]``. The graph's size against colluding clients is the server's check (`check_parameters` with
+    ``majority=True`` keeps this rule too).
 
     Args:
         clients: The number of clients ``n``.

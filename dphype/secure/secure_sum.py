@@ -1,36 +1,25 @@
 """Exact integer summation of DP-Hype vote vectors under secure aggregation: the encoding and its limits.
 
-DP-Hype releases one thing: the sum over clients of ``votes + noise share``
-(Algorithm 1, line 11, "SecSum"). DP-Hype's own SecAgg+ (`dphype.secure.secagg`) sums vectors of
-integers modulo ``M = 2**32`` (`MODULUS_RANGE`); this module holds the encoding into that group and
-its limits:
+DP-Hype releases the sum over clients of ``votes + noise share`` (Algorithm 1, line 11, "SecSum"). Its SecAgg+
+(`dphype.secure.secagg`) sums integer vectors modulo ``M = 2**32`` (`MODULUS_RANGE`); this module holds the
+encoding into that group and its limits:
 
-* a client sends the integer vector ``x`` (its noisy votes on the fixed-point grid of
-  `fixed_point_scale`) shifted by the round's range ``C``: every entry lies in ``[0, 2C]``. ``C(m)``
-  (`clipping_range_for`) is the largest power of two with ``m * 2 C(m) <= M - 1`` for a round of
-  ``m`` clients -- ``2**21`` up to 1023 clients, ``2**17`` at 10,000 -- so no sum of up to ``m`` encoded
-  vectors can wrap, whatever the values, and the residue modulo ``M`` minus ``|survivors| C`` is the exact
-  sum (`decode`);
-* values outside ``[-C, C]`` cannot be sent. A vote entry is 0 or 1 and a noise share has std
-  ``sigma / sqrt((1 - xi) n)``, far below ``C(n)`` (a few units against 131072 at n = 10,000), so the
-  range costs nothing in practice, but the noise is unbounded: `check_range` refuses, before
-  anything is sent, a configuration in which some client's noisy entry leaves ``[-C(n), C(n)]`` with
-  probability above `CLIP_PROBABILITY_LIMIT` (`clip_probability`: Gaussian tails, Skellam
-  Chernoff bounds, a union bound), and a client whose value would still leave the range refuses to send
-  it (`encode`) instead of clipping it. Such a client counts as a dropout. As the refusal depends (a
-  little) on the client's vote, it is a privacy failure event of probability at most
-  `clip_probability`: the release is ``(epsilon, delta + clip_probability)``-DP, and the check keeps
-  that addition below ``1e-9``.
+* a client sends its noisy votes on the fixed-point grid of `fixed_point_scale`, shifted by the round's range
+  ``C``, so every entry lies in ``[0, 2C]``. ``C(m)`` (`clipping_range_for`) is the largest power of two with
+  ``m * 2 C(m) <= M - 1``: no sum of up to ``m`` encoded vectors can wrap, and the residue minus
+  ``|survivors| C`` is the exact sum (`decode`);
+* values outside ``[-C, C]`` cannot be sent. The noise is unbounded, so `check_range` refuses, before anything is
+  sent, a configuration in which some client's noisy entry leaves the range with probability above
+  `CLIP_PROBABILITY_LIMIT` (`clip_probability`), and a client whose value still leaves it refuses to send
+  (`encode`) instead of clipping, counting as a dropout. The refusal depends on the vote, so it is a privacy
+  failure event: the release is ``(epsilon, delta + clip_probability)``-DP.
 
-Noise kinds (`dphype.privacy.noise_kinds`). An integer kind's shares (Skellam) are sent as they are, so the
-released sum is exactly the mechanism (Agarwal, Kairouz, Liu 2021). A real kind's shares (Gaussian) are not: each
-client rounds ``votes + noise`` to the kind's fixed-point grid ``1 / fixed_point_scale`` before sending, and the
-server divides the sum by the scale. The released sum is then the mechanism plus a rounding error of at most
-``m / (2 * fixed_point_scale)`` per entry, so its privacy guarantee is only approximate (Kairouz, Liu & Steinke,
-ICML 2021, discretise the noise for this reason); Skellam is the default for this reason.
+An integer noise kind's shares (Skellam) are sent as they are: the released sum is exactly the mechanism (Agarwal,
+Kairouz & Liu 2021). A real kind's (Gaussian) are rounded to the grid ``1 / fixed_point_scale`` with ``votes +
+noise``, adding at most ``m / (2 * fixed_point_scale)`` per entry, so its guarantee is only approximate (Kairouz,
+Liu & Steinke 2021 discretise the noise for this reason); Skellam is the default.
 
-Individual vote vectors never leave a client in plaintext: they travel only inside the masked
-vectors of the secure sum, and the client adapter answers vote requests only inside that protocol.
+Individual vote vectors never leave a client in plaintext: only inside the masked vectors of the secure sum.
 """
 
 from __future__ import annotations
@@ -58,34 +47,12 @@ class TooFewSurvivorsError(SecureSumError):
 
 
 def fixed_point_scale(noise: str) -> int:
-    """Integer grid on which a client's noisy votes are sent: the kind's ``fixed_point_scale`` (1 for Skellam).
-
-    Args:
-        noise: The noise kind's name (`dphype.privacy.noise_kinds`).
-
-    Returns:
-        The scale: a value ``x`` is sent as ``round(x * scale)``.
-
-    Raises:
-        ValueError: ``noise`` is unknown.
-    """  # noqa: DOC502
+    """The kind's ``fixed_point_scale``: ``x`` is sent as ``round(x * scale)``; `ValueError` for an unknown kind."""
     return noise_kind(noise).fixed_point_scale
 
 
 def clipping_range_for(clients: int) -> int:
-    """The range ``C(n)``: the largest power of two with ``n * 2 C(n) <= M - 1``.
-
-    So the modular sum of up to ``n`` encoded vectors (entries in ``[0, 2C]``) cannot wrap around ``M = 2**32``.
-
-    Args:
-        clients: The number of clients ``n`` in the round, in ``[2, MAX_CLIENTS]``.
-
-    Returns:
-        ``C(n)``.
-
-    Raises:
-        ValueError: ``clients`` is out of its range.
-    """  # noqa: DOC502
+    """``C(n)``, the largest power of two with ``n * 2 C(n) <= M - 1``; `ValueError` for ``n`` out of range."""
     check_clients(clients)
     return 2 ** (((MODULUS_RANGE - 1) // (2 * clients)).bit_length() - 1)
 
@@ -93,14 +60,11 @@ def clipping_range_for(clients: int) -> int:
 def clip_probability(
     *, size: int, sigma: float, clients: int, dropout: float, noise: str, clipping_range: int | None = None
 ) -> float:
-    """Bound on P(some client's encoded entry leaves the clipping range +-C).
+    """Bound on P(some client's encoded entry leaves +-C).
 
-    ``C`` is ``clipping_range`` or `clipping_range_for` ``(clients)``. A vote entry
-    is 0 or 1, so an encoded entry stays within +-C as long as every noise share
-    satisfies ``|z| <= t`` with ``t = C / scale - 2`` (one unit for the vote, one for
-    fixed-point rounding). The probability that some share of some client exceeds
-    ``t`` is `dphype.privacy.noise.noise_tail_bound`'s union bound (the kind's tail bound,
-    `dphype.privacy.noise_kinds.NoiseKind.tail`) at ``num_sigmas = t / client_std``.
+    An entry stays within +-C while every noise share has ``|z| <= t = C / scale - 2`` (one unit for the vote,
+    one for rounding); the bound is `dphype.privacy.noise.noise_tail_bound`'s union bound at
+    ``num_sigmas = t / client_std``.
 
     Args:
         size: The number of entries per vote vector ``p``.
@@ -123,7 +87,7 @@ def clip_probability(
 
 
 def check_range(*, size: int, sigma: float, clients: int, dropout: float, noise: str) -> None:
-    """Refuse a release whose noise shares could leave SecAgg+'s range ``C(n)`` (see the module docstring).
+    """Refuse a release whose noise shares could leave SecAgg+'s range ``C(n)``.
 
     Args:
         size: The number of entries per vote vector ``p``.
@@ -146,10 +110,7 @@ def check_range(*, size: int, sigma: float, clients: int, dropout: float, noise:
 
 
 def encode(noisy_votes: np.ndarray, noise: str, clipping_range: int = CLIPPING_RANGE) -> np.ndarray:
-    """Client side: turn ``votes + noise share`` into the vector handed to the secure sum.
-
-    An integer kind's values must already be integers; a real kind's are rounded to its grid
-    ``1 / fixed_point_scale``. Values beyond the round's ``clipping_range`` are refused, never clipped.
+    """Client side: ``votes + noise share`` on the kind's grid; values beyond ``clipping_range`` are refused.
 
     Args:
         noisy_votes: The ``(p,)`` vector ``votes + noise share``.
@@ -181,16 +142,7 @@ def encode(noisy_votes: np.ndarray, noise: str, clipping_range: int = CLIPPING_R
 
 
 def decode(total: np.ndarray, noise: str) -> np.ndarray:
-    """Server side: the released sum from the exact integer sum of the encoded vectors.
-
-    Args:
-        total: The ``(p,)`` exact integer sum of the encoded vectors.
-        noise: The noise kind's name.
-
-    Returns:
-        The ``(p,)`` released sum: int64 votes for an integer kind, float64 on the grid ``1 / fixed_point_scale``
-        for a real one.
-    """
+    """Server side: the released sum from the exact integer sum (int64, or float64 on a real kind's grid)."""
     kind = noise_kind(noise)
     exact = np.asarray(total, dtype=np.int64)
     return exact if kind.integer else exact / kind.fixed_point_scale

@@ -43,11 +43,7 @@ def _lane_mask(lanes: int) -> int:
 
 
 def _reduce(packed: int, low: int) -> int:
-    """Reduce every lane (a carry-less product of two field elements) modulo ``x^128 + x^7 + x^2 + x + 1``.
-
-    ``x^128 = x^7 + x^2 + x + 1``, so the high half ``h`` of a lane folds down as ``h ^ h<<1 ^ h<<2 ^
-    h<<7``; that can reach bit 134, so a second, tiny fold finishes.
-    """
+    """Reduce each lane modulo ``x^128 + x^7 + x^2 + x + 1``: fold the high half as ``h^h<<1^h<<2^h<<7``, twice."""
     for _ in range(2):
         high = (packed >> _BITS) & low
         packed = (packed & low) ^ high ^ (high << 1) ^ (high << 2) ^ (high << 7)
@@ -76,15 +72,7 @@ def _times_small(packed: int, factor: int) -> int:
 
 
 def gf_mul(a: int, b: int) -> int:
-    """Product of two GF(2^128) elements.
-
-    Args:
-        a: A field element, an integer below ``2**128``.
-        b: A field element, an integer below ``2**128``.
-
-    Returns:
-        ``a * b`` in GF(2^128).
-    """
+    """Product of two GF(2^128) elements (integers below ``2**128``)."""
     return _reduce(_times(a, b), _MASK)
 
 
@@ -124,19 +112,7 @@ def _unpack(packed: int, lanes: int) -> bytes:
 
 
 def create_shares(secret: bytes, threshold: int, num: int) -> list[bytes]:
-    """Shares ``1..num`` of ``secret``, any ``threshold`` of which reconstruct it (Flower's byte format).
-
-    Args:
-        secret: The secret.
-        threshold: The number of shares that reconstruct it, in ``[1, num]``.
-        num: The number of shares, below 65536.
-
-    Returns:
-        ``num`` shares: share ``j`` is ``j`` as 4 little-endian bytes followed by its 16-byte chunk shares.
-
-    Raises:
-        ValueError: ``threshold`` or ``num`` is out of its range.
-    """  # noqa: DOC502
+    """Shares ``1..num`` of ``secret``, any ``threshold`` of which reconstruct it (`create_shares_of`'s format)."""
     return create_shares_of([secret], threshold, num)[0]
 
 
@@ -153,7 +129,8 @@ def create_shares_of(secrets: list[bytes], threshold: int, num: int) -> list[lis
         num: The number of shares per secret, below 65536.
 
     Returns:
-        For each secret, its ``num`` shares (as `create_shares`).
+        For each secret, its ``num`` shares: share ``j`` is ``j`` as 4 little-endian bytes followed by its 16-byte
+        chunk shares (Flower's byte format).
 
     Raises:
         ValueError: ``threshold`` or ``num`` is out of its range.

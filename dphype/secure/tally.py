@@ -2,57 +2,43 @@
 
 Protocol (framework-free; the Flower adapter relays the bytes):
 
-1. The committee is ``parties >= 3`` tallies with X25519 public keys (`check_committee`: no duplicates,
-   honest majority ``t = (parties - 1) // 2 >= 1``, and, when the node pins its tallies, only known keys).
-2. Each client checks its ballot against the request's form (`dphype.selection.ballots`; no noise: the
-   committee makes it) and splits its bits (`ballot_bits`) into Shamir shares modulo the prime ``p`` of MPyC's
-   secure integers with MPyC's own splitter (`split_shares`: degree ``t = (parties - 1) // 2``, x-coordinates
-   ``1 .. parties``, random coefficients from the operating system's CSPRNG, so any ``t`` shares are
-   independent of the ballot: one for 3 tallies). Share ``j`` is sealed to tally ``j``'s key under a context that
-   binds the request digest, ``j`` and the voter (`voter_id`: the run and the contributor's identity;
-   `client_sealed_shares`, `dphype.secure.relay`), and the server relays the ciphertexts: it cannot read them,
-   and a ciphertext for another request, tally, run or contributor does not open. The contributor's identity is its
-   roster member name, and each share carries the member's signature (`dphype.secure.roster.share_payload`,
-   checked by the tally node, `dphype.flower.tally`); without a roster it is the Flower node id the server's
-   SuperLink assigned to it (what the tally sees as the share's label). A server cannot relabel one client's
-   share as another's, nor replay it in another run.
-3. Each `Tally` opens its ciphertexts for one approved request and keeps every contributor's share row in the
-   order relayed (nothing is summed before the ballots are checked); a share that fails (it does not open for its
-   label, does not parse, repeats a label or a ciphertext, or its roster signature did not verify at the tally node,
-   `Tally.reject`) is an invalid entry with its reason (`Tally.invalid`), never a refusal of the round. It takes
-   the committee's
-   noise for the request's release mode (`dphype.modes.CommitteeMode.tally_noise`: the argmax release's sampler,
-   `dphype.privacy.winner.JointSampler`, which every tally derives from the request; the committee sum's Skellam
-   share, drawn by its node with the CSPRNG)
-   and refuses a second round for a request it has already served in that run (`Tally.job`); a round in which it
-   could take fewer shares than the floor is refused before it counts as served (the MPC never runs: the request
-   may be collected again over another set). With a ``record``
-   (the tally node keeps one beside its key, `ServedRecord`) what it served persists across runs and restarts: checked
-   before anything is opened, appended and synced before its job leaves.
-4. The tallies run MPyC (`dphype.secure.tally_party`): they check that they agree on the request, the
-   contributors (at least the floor of valid ballots, `dphype.privacy.noise.min_valid_ballots`), the ballot form
-   and the committee, take their share rows as MPyC secure integers (MPyC's parties hold exactly such Shamir
-   shares), leave out every contributor invalid at any one tally (each party sends its tally's flags, all take the
-   union: the same set at every tally), check every ballot (one random linear
-   combination opened as zero or not; only if not, which ballots are invalid: `Opening.excluded`), add the valid
-   ballots and the noise (sampled jointly inside the MPC, or every tally's share), and open only what the release
-   mode opens: the index of
-   ``mpc.np_argmax`` (ties to the lowest index; `OPENS_ARGMAX`) or the whole noisy sum (`OPENS_SUM`).
+1. The committee is ``parties >= 3`` tallies with X25519 keys (`check_committee`: no duplicates, honest majority
+   ``t = (parties - 1) // 2 >= 1``, only known keys when the node pins its tallies).
+2. Each client checks its ballot against the request's form (`dphype.selection.ballots`; it adds no noise) and
+   splits its bits (`ballot_bits`) into Shamir shares modulo MPyC's secure-integer prime with MPyC's splitter
+   (`split_shares`: degree ``t``, x-coordinates ``1 .. parties``, CSPRNG coefficients, so any ``t`` shares are
+   independent of the ballot). Share ``j`` is sealed to tally ``j`` under a context binding the request digest,
+   ``j`` and the voter (`voter_id`: run and contributor; `client_sealed_shares`); the server relays ciphertexts it
+   cannot read, and one for another request, tally, run or contributor does not open. The contributor is its
+   roster member name, whose signature each share carries (checked by the tally node, `dphype.flower.tally`), or
+   without a roster its SuperLink node id: the server can neither relabel a share nor replay it in another run.
+3. Each `Tally` opens its ciphertexts for one approved request and keeps every share row as relayed (nothing is
+   summed before the ballots are checked). A share that does not open for its label, does not parse, repeats a
+   label or a ciphertext, or whose roster signature failed (`Tally.reject`) is an invalid entry with its reason
+   (`Tally.invalid`), never a refusal of the round. The tally takes the mode's committee noise
+   (`dphype.modes.CommitteeMode.tally_noise`: the argmax's joint sampler derived from the request, or the
+   committee sum's Skellam share drawn with the CSPRNG) and serves a request once per run (`Tally.job`); a round
+   with fewer valid shares than the floor is refused before it counts as served. A `ServedRecord` (kept beside
+   the tally's key) makes this persist across runs and restarts: read before anything is opened, appended and
+   synced before the job leaves.
+4. The tallies run MPyC (`dphype.secure.tally_party`): they agree on the request, the contributors (at least
+   `dphype.privacy.noise.min_valid_ballots` valid), the form and the committee; take their rows as MPyC secure
+   integers; leave out every contributor invalid at any one tally (the union of all tallies' flags); check every
+   ballot (one random linear combination opened as zero or not; only if not, which are invalid:
+   `Opening.excluded`); add the valid ballots and the noise; and open only what the mode opens: the index of
+   ``mpc.np_argmax`` (ties to the lowest; `OPENS_ARGMAX`) or the noisy sum (`OPENS_SUM`).
 
-Security (MPyC's model: Shamir secret sharing, honest majority, semi-honest parties). The server sees
-ciphertexts and the index. One tally sees uniformly random shares and the index; the server colluding with
-one tally learns nothing more. Two colluding tallies (of three) can reconstruct every ballot (out of scope, as
-the honest majority assumption). A malicious client cannot make an invalid ballot count (it is left out and its
-contributor named), deal shares that lie on no polynomial of degree ``t`` or differ between tallies (the same),
-send bytes that do not open at some tally, another member's label or a bad signature (the same, at every tally),
-nor hide a boost in noise (it adds none); nor can it stop the release: it costs its own ballot only, and the
-committee opens while at least `dphype.privacy.noise.min_valid_ballots` valid ballots remain (below it, nothing).
-That floor protects no voter's privacy (the noise does not depend on the count); it keeps the release a decision
-of most of the federation. A malicious tally can change the result or abort
-(MPyC is secure against semi-honest parties only; an abort releases nothing); the MPC channels are MPyC's TCP
-connections, which must run over a private network or MPyC's ``--ssl`` in a deployment. A tally that drops or
-answers late aborts the run: `secure_argmax` raises `TallyError` naming it and no index is released; each party's
-stderr is logged (`log_party_output`) and an error names its last line.
+Security (MPyC's model: Shamir sharing, honest majority, semi-honest parties). The server sees ciphertexts and the
+opening; one tally sees uniformly random shares and the opening, and the server colluding with one tally learns
+nothing more. Two colluding tallies of three can reconstruct every ballot (excluded by the honest-majority
+assumption). A malicious client cannot make an invalid ballot count, deal inconsistent shares, send bytes that do
+not open, use another member's label or a bad signature (each is left out and named at every tally), nor hide a
+boost in noise (it adds none); it costs only its own ballot, and the committee opens while at least the floor of
+valid ballots remains (below it, nothing). The floor protects no voter (the noise does not depend on the count);
+it keeps the release a decision of most of the federation. A malicious tally can change the result or abort (an
+abort releases nothing). The MPC channels are MPyC's TCP connections: a private network or MPyC's ``--ssl`` in a
+deployment. A tally that drops or answers late aborts the run (`secure_argmax` raises `TallyError` naming it);
+each party's stderr is logged and an error quotes its last line.
 """
 
 from __future__ import annotations
@@ -94,11 +80,11 @@ OPENS_ARGMAX, OPENS_SUM = "argmax", "sum"
 
 
 class TallyError(RuntimeError):
-    """The secure argmax did not run; nothing was released. The message names the cause.
+    """The committee released nothing; the message names the cause.
 
     Args:
         message: The cause.
-        excluded: The contributors whose ballots the committee found invalid before it stopped (their labels).
+        excluded: The labels of the contributors found invalid before it stopped.
     """
 
     def __init__(self, message: str, excluded: Sequence[str] = ()) -> None:
@@ -123,11 +109,7 @@ class Form(Protocol):
         ...
 
     def to_dict(self) -> dict[str, int]:
-        """The form as plain JSON values (what a tally's party reads).
-
-        Returns:
-            ``{"max_entry": ..., "min_total": ..., "max_total": ...}``.
-        """
+        """``{"max_entry", "min_total", "max_total"}`` as JSON values (what a tally's party reads)."""
         ...
 
 
@@ -138,10 +120,8 @@ class Opening:
     Attributes:
         value: The winner's index (`OPENS_ARGMAX`) or the noisy sum of the valid ballots, one integer per
             candidate (`OPENS_SUM`).
-        excluded: The contributors whose ballots the committee found invalid and left out (their labels, never
-            their content).
-        excluded_at: Their positions in the tallies' contributor list (a label the relay sent twice is told apart
-            by it); not compared.
+        excluded: The labels (never the content) of the contributors whose ballots were left out as invalid.
+        excluded_at: Their positions in the contributor list (tells apart a label sent twice); not compared.
     """
 
     value: int | tuple[int, ...]
@@ -150,12 +130,7 @@ class Opening:
 
 
 def _mpyc(module: str) -> Any:
-    """``mpyc.<module>`` (``finfields``, ``thresha``), imported without MPyC's side effects on this (host) process.
-
-    Importing the ``mpyc`` package parses ``sys.argv`` as MPyC options (a host's own ``--out`` is an
-    ambiguous MPyC option and exits), configures the root logger and installs uvloop's event loop policy. The
-    import sees only ``--no-log --no-uvloop``; the root logger's handlers and level are restored afterwards.
-    """
+    """``mpyc.<module>``, imported seeing only ``--no-log --no-uvloop`` (MPyC parses ``sys.argv``), logging restored."""
     name = f"mpyc.{module}"
     if name not in sys.modules:
         argv, root = sys.argv, logging.getLogger()
@@ -171,27 +146,12 @@ def _mpyc(module: str) -> Any:
 
 
 def field_modulus() -> int:
-    """The prime of the secure integers: MPyC's own choice for ``SecInt(BIT_LENGTH)`` at ``SEC_PARAM``.
-
-    ``mpyc.finfields.find_prime_root(l + k + 2)``, the largest Blum prime below ``2^64``.
-
-    Returns:
-        The prime.
-    """
+    """The prime of MPyC's ``SecInt(BIT_LENGTH)`` at ``SEC_PARAM`` (the largest Blum prime below ``2^64``)."""
     return int(_mpyc("finfields").find_prime_root(BIT_LENGTH + SEC_PARAM + 2, n=2)[0])
 
 
 def threshold(parties: int) -> int:
-    """MPyC's default Shamir threshold for ``parties`` parties: ``(parties - 1) // 2`` (honest majority).
-
-    The most corrupt tallies it tolerates: ``parties`` less `dphype.privacy.noise.honest_tallies`.
-
-    Args:
-        parties: The number of tallies, ``>= 3``.
-
-    Returns:
-        The polynomial degree ``t``.
-    """
+    """MPyC's Shamir threshold ``t = (parties - 1) // 2``: the most corrupt tallies an honest majority tolerates."""
     return int(parties) - honest_tallies(parties)
 
 
@@ -201,15 +161,14 @@ def check_committee(public_keys: Sequence[bytes], *, minimum: int = COMMITTEE_SI
 
     Args:
         public_keys: The tallies' 32-byte raw public keys, in committee order.
-        minimum: The fewest tallies accepted (never fewer than 3: honest majority with threshold 1).
+        minimum: The fewest tallies accepted (never fewer than 3).
         known: The tallies this node trusts; ``None``: any.
 
     Returns:
         The keys as a tuple.
 
     Raises:
-        ValueError: Too few tallies, a key that is not 32 bytes, a duplicate, or a key outside ``known``; the
-            message names the cause.
+        ValueError: Too few tallies, a key that is not 32 bytes, a duplicate, or a key outside ``known``.
     """
     keys = tuple(public_keys)
     floor = max(3, int(minimum))
@@ -228,15 +187,11 @@ def check_committee(public_keys: Sequence[bytes], *, minimum: int = COMMITTEE_SI
 
 
 def voter_id(run: int, contributor: int | str) -> str:
-    """The identity a sealed share is bound to: the run and the contributor.
-
-    The contributor is its roster member name (`dphype.secure.roster`), or without a roster its Flower node id
-    (assigned by the SuperLink); the label under which the server relays the share to the tallies. The run is the
-    Flower run id both sides see in their context.
+    """The identity a sealed share is bound to: the Flower run and the contributor's label.
 
     Args:
         run: The run's id.
-        contributor: The contributor's identity (its node id).
+        contributor: The contributor's roster member name, or without a roster its node id.
 
     Returns:
         ``"run=<run>;voter=<contributor>"``.
@@ -251,34 +206,12 @@ def voter_id(run: int, contributor: int | str) -> str:
 
 
 def share_context(request_digest: str, tally: int, voter: str) -> bytes:
-    """Associated data of a sealed share: the request, the tally and the voter (`voter_id`) it is for.
-
-    Args:
-        request_digest: The request's digest.
-        tally: The tally's index.
-        voter: The voter's identity in its run (`voter_id`).
-
-    Returns:
-        The context bytes.
-    """
+    """Associated data of a sealed share: the request, the tally index and the voter (`voter_id`) it is for."""
     return f"dphype-argmax-share|{request_digest}|{int(tally)}|{voter}".encode()
 
 
 def split_shares(values: Any, parties: int, modulus: int) -> list[list[int]]:
-    """Shamir shares of the integer vector ``values`` in ``GF(modulus)`` for ``parties`` tallies.
-
-    One row per tally (x-coordinates ``1 .. parties``, degree `threshold`), by MPyC's own
-    ``mpyc.thresha.np_random_split`` (coefficients from ``secrets.randbelow``): exactly the sharing MPyC's
-    parties hold, so a tally's row (summed over the clients) is its share of the count vector.
-
-    Args:
-        values: The ``(p,)`` signed integer vector.
-        parties: The number of tallies.
-        modulus: The field's prime (`field_modulus`).
-
-    Returns:
-        ``parties`` rows of ``p`` field elements.
-    """
+    """``parties`` rows of Shamir shares of ``values`` in ``GF(modulus)`` by MPyC's ``np_random_split`` (CSPRNG)."""
     field = _mpyc("finfields").GF(modulus)
     vector = np.array([int(v) % modulus for v in np.asarray(values).reshape(-1)], dtype=object)
     rows = _mpyc("thresha").np_random_split(field, vector, threshold(parties), parties)
@@ -286,46 +219,21 @@ def split_shares(values: Any, parties: int, modulus: int) -> list[list[int]]:
 
 
 def open_shares(points: dict[int, Sequence[int]], modulus: int) -> list[int]:
-    """The signed integers whose Shamir shares are ``points`` (MPyC's ``mpyc.thresha.recombine``).
-
-    What any ``threshold + 1`` tallies together could reconstruct. For tests and benchmarks that check the
-    secure argmax; the protocol never opens the counts.
-
-    Args:
-        points: Tally index -> its share vector.
-        modulus: The field's prime.
-
-    Returns:
-        The ``p`` signed integers.
-    """
+    """The integers whose shares are ``points`` (tally index -> row), for tests; the protocol never opens counts."""
     field = _mpyc("finfields").GF(modulus)
     opened = _mpyc("thresha").recombine(field, [(j + 1, [field(int(v)) for v in row]) for j, row in points.items()])
     return [int(v) for v in opened]
 
 
 def ballot_bits(ballot: Any, bits: int) -> np.ndarray:
-    """The binary digits of every entry of ``ballot``, least significant first: what a client secret-shares.
-
-    Entry ``c``'s digit ``l`` is at ``c * bits + l``; the committee recombines an entry as ``sum_l 2^l x_l``, so an
-    entry in ``[0, 2**bits - 1]`` is exactly one whose digits are bits (`dphype.secure.tally_party`).
-
-    Args:
-        ballot: The ``(p,)`` ballot, entries in ``[0, 2**bits - 1]``.
-        bits: The digits per entry, ``>= 1``.
-
-    Returns:
-        The int64 ``(p * bits,)`` digits.
-    """
+    """The ``bits`` binary digits of each ballot entry, least significant first (entry c, digit l at ``c*bits+l``)."""
     values = np.asarray(ballot, dtype=np.int64).reshape(-1, 1)
     return ((values >> np.arange(int(bits), dtype=np.int64)) & 1).reshape(-1)
 
 
 def client_sealed_shares(request_digest: str, ballot: Any, committee: Sequence[bytes], voter: str,
                          bits: int = 1) -> list[bytes]:
-    """What a client sends in argmax mode: `split_shares` of its ballot's bits (`ballot_bits`), each share sealed.
-
-    No noise: the committee adds it and checks the ballot's form (`dphype.secure.tally_party`).
-    Share ``j`` is sealed to ``committee[j]`` under `share_context` (bound to the request, ``j`` and ``voter``).
+    """What a client sends: `split_shares` of its `ballot_bits`, share ``j`` sealed to ``committee[j]``.
 
     Args:
         request_digest: The request's digest.
@@ -345,12 +253,10 @@ def client_sealed_shares(request_digest: str, ballot: Any, committee: Sequence[b
 
 
 class ServedRecord:
-    """A tally's persistent record of the requests it has served: one JSON line ``{"run", "request"}`` each.
+    """A tally's append-only record of the requests it served: one JSON line ``{"run", "request"}`` each.
 
-    Append-only, synced to disk (the file and, when it is created, its folder) before the tally's job leaves,
-    and read again before a round opens, so that neither a restart of the tally's node nor a new run of the
-    same server makes it serve a request twice. Kept beside the tally's key (`dphype.flower.tally`). A line
-    that does not parse fails closed: the tally refuses every request until its operator repairs the file.
+    Synced to disk (the file and, on creation, its folder) and read again before each round. A line that does
+    not parse fails closed: the tally refuses every request until its operator repairs the file.
 
     Args:
         path: The record's file (created with mode 0600 on the first request served).
@@ -360,14 +266,7 @@ class ServedRecord:
         self.path = Path(path)
 
     def entries(self) -> set[tuple[int, str]]:
-        """Every ``(run, request digest)`` served so far.
-
-        Returns:
-            The pairs.
-
-        Raises:
-            TallyError: If the file cannot be read or a line does not parse (nothing is served then).
-        """
+        """Every ``(run, request digest)`` served; `TallyError` if the file cannot be read or a line does not parse."""
         try:
             text = self.path.read_text(encoding="utf-8") if self.path.exists() else ""
             lines = [json.loads(line) for line in text.splitlines() if line.strip()]
@@ -377,12 +276,7 @@ class ServedRecord:
                              "must repair it (nothing is served meanwhile)") from None
 
     def add(self, run: int, request_digest: str) -> None:
-        """Append ``(run, request_digest)`` and sync it to disk.
-
-        Args:
-            run: The run's id.
-            request_digest: The request's digest.
-        """
+        """Append ``(run, request_digest)`` and sync it to disk."""
         created = not self.path.exists()
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -417,34 +311,28 @@ class Tally:
 
     @property
     def public(self) -> bytes:
-        """The X25519 public key clients seal their shares to.
-
-        Returns:
-            The 32-byte raw public key.
-        """
+        """The 32-byte X25519 public key clients seal their shares to."""
         return self.keys.public
 
     def open_round(self, request_digest: str, size: int, min_contributors: int,
                    parties: int = COMMITTEE_SIZE, *, run: int = 0, form: Form, noise: Any,
                    opens: str = OPENS_ARGMAX) -> None:
-        """Start collecting ballot shares of ``size`` candidates for one approved request of a committee.
+        """Start collecting ballot shares of ``size`` candidates for one approved request.
 
         Args:
             request_digest: The request's digest.
-            size: The number of candidates ``p`` (a share holds ``p * bits`` digits of the ballot).
+            size: The number of candidates ``p``.
             min_contributors: The fewest valid ballots the MPC accepts.
             parties: The committee's size.
-            run: The run's id: shares are bound to it (`voter_id`) and a request is served once per run.
-            form: The request's ballot form (every tally derives it from the approved request).
-            noise: The committee's noise for the request's release (`dphype.modes.CommitteeMode.tally_noise`):
-                the sampler the MPC draws it with (`dphype.privacy.winner.JointSampler`, the same at every tally),
-                or this tally's ``(size,)`` integer share, drawn with the CSPRNG.
-            opens: What the committee opens, `OPENS_ARGMAX` or `OPENS_SUM`.
+            run: The run's id (shares are bound to it).
+            form: The request's ballot form.
+            noise: The committee's noise: the MPC's `dphype.privacy.winner.JointSampler`, or this tally's
+                ``(size,)`` integer share.
+            opens: `OPENS_ARGMAX` or `OPENS_SUM`.
 
         Raises:
-            TallyError: The request was already served in this run (by this tally's record) or is being
-                collected: one round per request and run; or the record cannot be read.
-            ValueError: A noise share or sampler of another length, or an unknown ``opens``.
+            TallyError: The request was served in this run or is being collected, or the record cannot be read.
+            ValueError: Noise of another length, or an unknown ``opens``.
         """
         served = self._served | (self._record.entries() if self._record is not None else set())
         if (int(run), request_digest) in served or (self._round is not None and self._round["request"] == request_digest
@@ -465,14 +353,7 @@ class Tally:
                        **spec, "opens": opens, "entries": []}
 
     def receive(self, contributor: str, sealed: bytes) -> None:
-        """Open one contributor's sealed share of the current request; a share that fails marks its contributor.
-
-        Every share is kept, one entry per share (the MPC's contributor list, ordered by label in `job`). A share
-        that does not open for its label (another request, tally, run or contributor), repeats another's content,
-        shares its label with another opened share, has the wrong length or a value outside the field is its
-        contributor's doing (or the relay's): the entry is kept as invalid with a zero row and its reason, and the
-        committee leaves that contributor's ballot out and names it (`dphype.secure.tally_party`: a contributor
-        invalid at any one tally is left out at all of them), so one contributor cannot stop the release.
+        """Open one contributor's sealed share; one that does not open for its label or does not parse is `reject`-ed.
 
         Args:
             contributor: The contributor's label (the share must be bound to it, `voter_id`).
@@ -497,17 +378,7 @@ class Tally:
         rnd["entries"].append({"label": str(contributor), "row": share, "fingerprint": fingerprint, "reason": None})
 
     def reject(self, contributor: str, reason: str) -> None:
-        """Keep an entry for ``contributor`` whose share this tally does not take (its ballot is left out).
-
-        For the tally node's own checks before a share is opened (a roster signature that does not verify).
-
-        Args:
-            contributor: The contributor's label.
-            reason: Why (for the tally's log; never a share's content).
-
-        Raises:
-            TallyError: No round is open.
-        """  # noqa: DOC502
+        """Keep an invalid entry (zero row, ``reason``, never a share's content) for ``contributor``; needs a round."""
         rnd = self._open()
         rnd["entries"].append({"label": str(contributor), "row": None, "fingerprint": None, "reason": reason})
 
@@ -518,10 +389,7 @@ class Tally:
         return self._round
 
     def invalid(self) -> dict[int, str]:
-        """The entries of the open round this tally found invalid so far, by position, with the reason.
-
-        Besides the entries `receive` and `reject` marked: every opened share whose label or content another opened
-        share repeats (the same contributor twice, or one ballot under two labels): all of them.
+        """Position -> reason of the open round's invalid entries: rejected ones and every repeated label or share.
 
         Returns:
             Position in the round's contributor list -> reason.
@@ -542,23 +410,16 @@ class Tally:
         return dict(sorted(out.items()))
 
     def job(self) -> dict[str, Any]:
-        """Close the round: this tally's input to the MPC (`dphype.secure.tally_party`).
-
-        Every contributor's share row as it came, ordered by label (entries with one label in the order received; the
-        MPC checks each ballot before anything is summed), the positions in that order of the entries this tally
-        found invalid (`invalid`), and the committee's noise
-        (its sampler, or this tally's share). The request now counts as served in its run, in the record (synced to
-        disk) before the job is returned.
+        """Close the round: this tally's input to the MPC; the request counts as served (recorded) before it returns.
 
         Returns:
-            The job: the share rows (base64 of little-endian uint64, one row per entry, zero for an invalid one), the
-            contributors' labels in that order and the positions of the invalid entries (``"invalid"``),
-            the ballot form, the noise (``"sampler"``, the committee's joint sampler, or ``"noise"``, this tally's
-            share), the field, the request digest and the sizes.
+            The job: the share rows ordered by label (base64 little-endian uint64, zero for an invalid entry), the
+            labels, the invalid positions (``"invalid"``) and reasons, the form, the noise (``"sampler"`` or
+            ``"noise"``), the field, the request digest and the sizes.
 
         Raises:
-            TallyError: No round is open, or fewer entries than the round's minimum are valid at this tally (the round
-                is closed, the request not counted as served: nothing of it reaches the MPC).
+            TallyError: No round is open, or fewer entries than the minimum are valid (the round is closed
+                without counting as served).
         """
         rnd = self._open()
         invalid = self.invalid()
@@ -602,13 +463,13 @@ def _free_ports(count: int, host: str) -> list[int]:
 
 
 def party_command(index: int, addresses: Sequence[str], *, ssl: bool = False) -> list[str]:
-    """The command that runs tally ``index``'s MPyC party (one per tally host in a deployment).
+    """The command that runs tally ``index``'s MPyC party.
 
     Args:
         index: The tally's index.
         addresses: Every party's ``host:port``, in committee order.
-        ssl: MPyC's ``--ssl``: mutually authenticated TLS between the parties, with the files MPyC reads from
-            ``.config/`` in the party's working directory (`dphype.node.pki.issue_mpyc_party`).
+        ssl: MPyC's ``--ssl``: mutual TLS with the files in the party's ``.config/``
+            (`dphype.node.pki.issue_mpyc_party`).
 
     Returns:
         The command line.
@@ -621,29 +482,13 @@ def party_command(index: int, addresses: Sequence[str], *, ssl: bool = False) ->
 
 
 def spawn_party(index: int, addresses: Sequence[str]) -> subprocess.Popen[str]:
-    """Start tally ``index``'s MPyC party (`party_command`); it imports MPyC and waits for its job.
-
-    Args:
-        index: The tally's index.
-        addresses: Every party's ``host:port``, in committee order.
-
-    Returns:
-        The party's process.
-    """
+    """Start tally ``index``'s MPyC party (`party_command`) on ``addresses``; it waits for its job on stdin."""
     return subprocess.Popen(party_command(index, addresses), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
 def send_job(proc: subprocess.Popen[str], job: dict[str, Any]) -> subprocess.Popen[str]:
-    """Hand a spawned party its job (`Tally.job`); it then connects to the others and computes.
-
-    Args:
-        proc: The party's process (`spawn_party`).
-        job: The tally's job.
-
-    Returns:
-        ``proc``.
-    """
+    """Hand a spawned party its job (`Tally.job`) and return ``proc``; it then connects to the others."""
     stdin = proc.stdin
     assert stdin is not None
     stdin.write(json.dumps(job) + "\n")
@@ -652,24 +497,13 @@ def send_job(proc: subprocess.Popen[str], job: dict[str, Any]) -> subprocess.Pop
 
 
 def start_party(index: int, addresses: Sequence[str], job: dict[str, Any]) -> subprocess.Popen[str]:
-    """`spawn_party` and `send_job` at once; returns without waiting.
-
-    Args:
-        index: The tally's index.
-        addresses: Every party's ``host:port``, in committee order.
-        job: The tally's job.
-
-    Returns:
-        The party's process.
-    """
+    """`spawn_party` and `send_job` at once; returns without waiting."""
     return send_job(spawn_party(index, addresses), job)
 
 
 def party_result(proc: subprocess.Popen[str], index: int, deadline: float,
                  timeout: float) -> tuple[Opening, dict[str, float]]:
-    """Wait for tally ``index``'s party until ``deadline`` (``time.monotonic()``).
-
-    On a late answer, a refusal or a crash the party is stopped.
+    """Wait for tally ``index``'s party until ``deadline``; a late party is stopped.
 
     Args:
         proc: The party's process.
@@ -700,26 +534,14 @@ def party_result(proc: subprocess.Popen[str], index: int, deadline: float,
 
 
 def log_party_output(index: int, output: str | None) -> None:
-    """Log what tally ``index``'s party wrote to stderr (MPyC's messages, a traceback), one record per line.
-
-    Args:
-        index: The tally's index.
-        output: What the party wrote (``None`` or empty: nothing to log).
-    """
+    """Log what tally ``index``'s party wrote to stderr, one record per non-empty line."""
     for line in (output or "").splitlines():
         if line.strip():
             LOGGER.warning("tally %d party: %s", index, line)
 
 
 def last_line(output: str | None) -> str:
-    """``" (its last words: <line>)"`` for a party's stderr, the last non-empty line cut to 200 characters.
-
-    Args:
-        output: What the party wrote to stderr.
-
-    Returns:
-        The clause, or ``""`` when it wrote nothing.
-    """
+    """``" (its last words: <line>)"``, the last non-empty stderr line cut to 200 characters, or ``""``."""
     lines = [line.strip() for line in (output or "").splitlines() if line.strip()]
     return f" (its last words: {lines[-1][:200]})" if lines else ""
 
@@ -732,9 +554,8 @@ def party_answer(out: str, index: int) -> tuple[Opening, dict[str, float]] | Non
         index: The tally's index (for the error message).
 
     Returns:
-        ``(opening, measures)``, or ``None`` before its answer line is complete; the measures are the party's
-        seconds per step (``"import s"``, ``"connect s"``, ``"check s"``, ``"argmax s"``), the bytes it sent to
-        the other parties (``"bytes sent"``) and its peak resident memory in bytes (``"peak memory"``).
+        ``(opening, measures)``, or ``None`` before its answer line is complete; the measures are seconds per
+        step (``"<step> s"``), ``"bytes sent"`` and ``"peak memory"`` (bytes).
 
     Raises:
         TallyError: The party refused (with the contributors it found invalid, if it got that far).
@@ -755,55 +576,33 @@ def party_answer(out: str, index: int) -> tuple[Opening, dict[str, float]] | Non
 
 
 def agreed_opening(openings: Sequence[Opening]) -> Opening:
-    """The one opening (index and excluded contributors) every tally reported.
-
-    Args:
-        openings: What each tally opened.
-
-    Returns:
-        The opening.
-
-    Raises:
-        TallyError: They differ.
-    """
+    """The one opening every tally reported; `TallyError` if they differ."""
     if len(set(openings)) != 1:
         raise TallyError("tallies opened different results; nothing released")
     return openings[0]
 
 
 def loopback_addresses(parties: int, host: str = "127.0.0.1") -> list[str]:
-    """``host:port`` for ``parties`` MPyC parties on free loopback ports.
-
-    Args:
-        parties: The number of parties.
-        host: The loopback address.
-
-    Returns:
-        The addresses.
-    """
+    """``host:port`` for ``parties`` MPyC parties on free loopback ports."""
     return [f"{host}:{port}" for port in _free_ports(parties, host)]
 
 
 def secure_argmax(jobs: Sequence[dict[str, Any] | None], *, timeout: float = 30.0, host: str = "127.0.0.1",
                   timings: list[dict[str, float]] | None = None) -> Opening:
-    """Run the tallies' MPyC parties on this machine (loopback ports): the checked, noisy argmax.
-
-    Every party must answer within ``timeout`` seconds with the same opening; otherwise all parties are stopped
-    (nothing is released).
+    """Run the tallies' MPyC parties on loopback ports; all must answer alike within ``timeout`` or all are stopped.
 
     Args:
-        jobs: ``jobs[j]`` is tally ``j``'s `Tally.job` (``None``: that tally does not take part, as when it is
-            unreachable).
+        jobs: ``jobs[j]`` is tally ``j``'s `Tally.job` (``None``: that tally does not take part).
         timeout: Seconds every party has to answer.
         host: The loopback address.
-        timings: When given, receives each party's measures (`party_answer`: seconds, bytes sent, peak memory).
+        timings: When given, receives each party's measures (`party_answer`).
 
     Returns:
-        The opened index and the contributors whose ballots were invalid.
+        The opening and the contributors whose ballots were invalid.
 
     Raises:
-        TallyError: A tally did not start, answered late, refused (too few valid ballots among them) or crashed, or
-            the tallies opened different results; the message names the tally that failed.
+        TallyError: A tally did not start, answered late, refused or crashed, or the tallies disagree; the message
+            names the tally.
     """
     addresses = loopback_addresses(len(jobs), host)
     procs = {j: start_party(j, addresses, job) for j, job in enumerate(jobs) if job is not None}

@@ -11,35 +11,21 @@ and those never see DP-Hype's. Both enforce this node's own privacy policy (`dph
 set by whoever runs the node, never by the server; `node_policy`) against an active server
 (threat model: `dphype.node.policy`):
 
-* ``query.dphype`` (pre-flight): parse the `dphype.protocol.VoteRequest`, check it against the
-  policy (`dphype.node.policy.check_vote_request`: the node's candidate copy, its epsilon, delta and
-  minimum clients, the guarantee of the noise it is asked to add) and the node's lifetime budget
-  (`dphype.node.ledger.Ledger.check`), then score every candidate with the user's task
-  (`dphype.protocol.score_candidates`) and keep the scores in the node's context state; answer
-  ``ready`` or a refusal (a reason code and a short message without data values). A pre-flight that carries
-  the secure vote's first stage (``advertise``, `dphype.flower.server.secagg.advertise_record`) gets this
-  node's fresh round keys beside ``ready``, bound to the request just approved (only when its release mode sums
-  over SecAgg+: otherwise the pre-flight is refused with ``release_mode``);
-* ``train.dphype`` (the secure vote): the stages of DP-Hype's SecAgg+ (`dphype.secure.secagg`, through
-  `dphype.flower.client.secagg.secure_vote_reply`). The round is bound at its first stage (answered in the
-  pre-flight, or in a restart's ``advertise``) to the request approved in the pre-flight, with that request's
-  ``n`` and ``xi`` and the policy's ``dphype-min-neighbours``, and only when that request's release mode sums
-  over SecAgg+ (``release_mode`` otherwise); every stage is checked before it is answered,
-  and a stage out of order, repeated or for another request aborts the round. In the masked-input stage, once
-  the neighbours' shares have been decrypted and checked, the request is turned into top-k votes plus a fresh
-  noise share from the secure generator (`dphype.modes.SumRelease.ballot`), its guarantee recorded in the
-  node's ledger (`dphype.node.ledger.Ledger.spend`, which checks the lifetime budget again) and only
-  then masked and sent. The guarantee is the one the pre-flight computed for this request (bound to it by its
-  digest) under this node's policy, kept in the context state; if the policy changed since, the request is
-  checked again (`dphype.flower.client.policy.approved_guarantee`). A pre-flight that arrives during a
-  round past its ``advertise`` stage is refused and aborts it (one still at ``advertise`` has sent public keys
-  only and is replaced). Any refusal makes the node drop out of the round, and the server sees only the
-  sanitized reason
-  (`dphype.flower.client.policy.sanitized`).
+* ``query.dphype`` (pre-flight): parse the `dphype.protocol.VoteRequest`, check it against the policy
+  (`dphype.node.policy.check_vote_request`) and the lifetime budget (`dphype.node.ledger.Ledger.check`), score
+  every candidate with the user's task and keep the scores in the context state; answer ``ready`` or a refusal.
+  A pre-flight carrying the vote's first stage (``advertise``) gets this node's fresh round keys beside
+  ``ready``, bound to the request just approved (only for a SecAgg+ release; else ``release_mode``);
+* ``train.dphype`` (the secure vote): the SecAgg+ stages (`dphype.flower.client.secagg.secure_vote_reply`),
+  bound at the first stage to the approved request, its ``n`` and ``xi`` and the policy's
+  ``dphype-min-neighbours``; a stage out of order, repeated or for another request aborts the round. In the
+  masked-input stage, once the neighbours' shares are checked, the ballot is cast with a fresh noise share, its
+  guarantee (the pre-flight's, or checked again if the policy changed) recorded in the ledger
+  (`dphype.node.ledger.Ledger.spend`) and only then masked and sent. A pre-flight during a round past
+  ``advertise`` is refused and aborts it.
 
-Refusals reach the server coarse: the node's own limits and budget (``policy_*``, ``lifetime_budget``)
-become the single code ``policy``, so the reply does not say which limit a request crossed; the node's
-log keeps the full reason for its operator.
+Any refusal makes the node drop out; the server sees only the sanitized reason
+(`dphype.flower.client.policy.sanitized`: limits and budget read as the single code ``policy``).
 
 It also adds the argmax mode's handlers: ``train.dphype_argmax`` (sealed shares to the tally committee,
 `dphype.flower.client.argmax`) and, on nodes configured as tallies, ``query.dphype_tally``
@@ -214,13 +200,7 @@ def _forget(context: Context) -> None:
 
 
 def _approval(request: VoteRequest, limits: NodePolicy, context: Context, membership: Membership | None) -> Approval:
-    """What this node approved of ``request`` for its secure vote round, with its policy's ``min_neighbours``.
-
-    The run and the node's ``membership`` in its federation bind its key list to the roster (`dphype.secure.roster`).
-
-    Only a request whose release mode sums over SecAgg+ has one: a request approved for another aggregator (the
-    tally committee's noise for one index) is refused (``release_mode``) before any round key or vote leaves.
-    """
+    """What this node approved for its SecAgg+ round; another aggregator's request is refused (``release_mode``)."""
     if request.mode.aggregator is not Aggregator.SECAGG:
         raise Refusal("release_mode", "a SecAgg+ stage for a request whose release is not SecAgg+'s")
     return Approval(request=request.digest(), clients=request.config.clients, survivors=request.min_survivors,

@@ -53,9 +53,7 @@ PolicySource = NodePolicy | Callable[[Context], NodePolicy] | None
 
 
 def environment_policy() -> dict[str, Any]:
-    """The policy keys of this ClientApp process's environment variable `dphype.node.policy.POLICY_ENV`.
-
-    Parsed by Flower's own ``--node-config`` parser (``DPHYPE_NODE_POLICY="dphype-max-epsilon=2 ..."``).
+    """The ``dphype-*`` keys of `dphype.node.policy.POLICY_ENV`, parsed by Flower's ``--node-config`` parser.
 
     Returns:
         Key -> value; empty when the variable is unset.
@@ -82,17 +80,11 @@ def environment_policy() -> dict[str, Any]:
 
 
 def node_policy(context: Context) -> NodePolicy:
-    """This node's policy from its own channels, never the server's.
+    """This node's policy from its own channels, never the server's (the run config is never read).
 
-    The ``dphype-*`` keys of ``context.node_config``
-    (``flower-supernode --node-config "dphype-max-epsilon=1 ..."``) over those of the environment variable
-    `dphype.node.policy.POLICY_ENV` (``DPHYPE_NODE_POLICY``, same syntax, parsed by Flower's own
-    ``--node-config`` parser) in this ClientApp's process. Neither can be set by the server: the run config
-    is never read. The default ledger is per ``partition-id`` (`dphype.node.policy.default_ledger_path`),
-    and per run as well on a `simulated` node without a ``dphype-ledger``
-    (`dphype.node.policy.run_ledger_path`). A `simulated` node whose operator set no federation (neither
-    ``dphype-roster`` nor ``dphype-allow-unauthenticated``) is a member of the run's simulated federation
-    (`dphype.flower.federation.simulated_federation`: a development convenience, never for deployments).
+    The ``dphype-*`` keys of ``context.node_config`` over those of `environment_policy`. A `simulated` node
+    without a federation set joins the run's simulated federation
+    (`dphype.flower.federation.simulated_federation`, never for deployments).
 
     Args:
         context: The node's Flower context.
@@ -114,14 +106,7 @@ def node_policy(context: Context) -> NodePolicy:
 
 
 def simulated() -> bool:
-    """Whether this ClientApp runs as a simulated node.
-
-    That is, inside a Ray worker of Flower's simulation engine (the only backend of Flower 1.41's simulation),
-    not in a SuperNode's ClientApp process or in process.
-
-    Returns:
-        ``True`` inside a Ray worker of Flower's simulation.
-    """
+    """Whether this ClientApp runs inside a Ray worker of Flower's simulation engine."""
     ray = sys.modules.get("ray")
     if ray is None:
         return False
@@ -134,10 +119,7 @@ def simulated() -> bool:
 
 
 def _parent_superlink() -> str:
-    """The SuperLink process this simulated node descends from, as ``"flower-superlink (pid N)"``.
-
-    Found by walking the parent processes (Linux ``/proc``); a description of where to look elsewhere.
-    """
+    """``"flower-superlink (pid N)"``, the SuperLink this simulated node descends from (Linux ``/proc``)."""
     pid = os.getpid()
     for _ in range(16):
         try:
@@ -157,12 +139,7 @@ _ANNOUNCED: set[int] = set()
 
 
 def announce_simulated(limits: NodePolicy, run_id: int) -> None:
-    """On a `simulated` node, say once per run and process where its policy and ledger come from.
-
-    Args:
-        limits: The node's policy.
-        run_id: The run's id (the message is logged once per run).
-    """
+    """On a `simulated` node, log once per run and process where its policy and ledger come from."""
     if not simulated() or run_id in _ANNOUNCED:
         return
     _ANNOUNCED.add(run_id)
@@ -175,9 +152,7 @@ def announce_simulated(limits: NodePolicy, run_id: int) -> None:
 
 
 def resolve_policy(policy: PolicySource, context: Context) -> NodePolicy:
-    """This node's policy from ``policy``.
-
-    `node_policy` for ``None``, else the policy or what the function returns for ``context``.
+    """This node's policy: `node_policy` for ``None``, else ``policy`` or what it returns for ``context``.
 
     Args:
         policy: The `PolicySource` given to ``register_dphype``.
@@ -199,27 +174,13 @@ def resolve_policy(policy: PolicySource, context: Context) -> NodePolicy:
 
 
 def refused(msg: Message, refusal: Refusal) -> Message:
-    """The pre-flight's answer to ``msg``: ``refusal`` (sanitized by `sanitized`).
-
-    Args:
-        msg: The pre-flight message.
-        refusal: The refusal to send, already sanitized.
-
-    Returns:
-        The reply carrying the refusal's code and detail.
-    """
+    """The pre-flight's reply to ``msg`` carrying the (already `sanitized`) ``refusal``."""
     answer = ConfigRecord({"status": "refused", "code": refusal.code, "detail": refusal.detail})
     return Message(RecordDict({RECORD_KEY: answer}), reply_to=msg)
 
 
 def sanitized(what: str, err: BaseException) -> Refusal:
-    """``err`` as the refusal the server may see.
-
-    Sanitized (`dphype.refusal.as_refusal`), and a
-    refusal by the node's own limits or budget as the coarse ``policy`` (the server learns neither the limit
-    nor the budget left). This node's log gets everything: the refusal, the node-only detail (the limit that
-    refused, the budget left), the remedy naming the key to change and, for an error of the task or the
-    client code, the full traceback.
+    """``err`` as the refusal the server may see; the node's log gets the detail, the remedy and any traceback.
 
     Args:
         what: What was refused (``"pre-flight"``, ``"vote"``, ...), for the log.
@@ -242,25 +203,12 @@ def sanitized(what: str, err: BaseException) -> Refusal:
 
 
 def policy_fingerprint(limits: NodePolicy) -> str:
-    """``limits`` as a canonical string: a guarantee computed under another policy is not reused.
-
-    Args:
-        limits: The node's policy.
-
-    Returns:
-        Its canonical JSON.
-    """
+    """``limits`` as canonical JSON: a guarantee computed under another policy is not reused."""
     return json.dumps(limits.to_dict(), sort_keys=True, default=str)
 
 
 def approved_guarantee(checked: ConfigRecord, request: VoteRequest, limits: NodePolicy) -> VoteGuarantee:
-    """The guarantee of the approved ``request`` under this node's policy ``limits``.
-
-    The one the pre-flight
-    computed (``checked``; the request is the approved one, bound by its digest) while the policy is unchanged,
-    else `dphype.node.policy.check_vote_request` afresh (which refuses what the new policy does not admit).
-    Reusing it spares the vote's process the accountant's solvers; the lifetime budget is checked at charge
-    time by `dphype.node.ledger.Ledger.spend` either way.
+    """The pre-flight's guarantee while the policy is unchanged, else `dphype.node.policy.check_vote_request` anew.
 
     Args:
         checked: What the pre-flight stored: the guarantee's fields and the fingerprint of its policy.
@@ -280,26 +228,12 @@ def approved_guarantee(checked: ConfigRecord, request: VoteRequest, limits: Node
 
 
 def roster_digest(membership: Membership | None) -> str:
-    """The digest of the node's roster, ``""`` without one: what its approval binds (`approved_membership`).
-
-    Args:
-        membership: The node's membership, or ``None`` (unauthenticated).
-
-    Returns:
-        The roster's digest, or ``""``.
-    """
+    """The digest of the node's roster, ``""`` without one: what its approval binds (`approved_membership`)."""
     return "" if membership is None else membership.roster.digest()
 
 
 def describe_federation(membership: Membership | None) -> str:
-    """What a node's pre-flight answer says of its federation, for the server's result.
-
-    Args:
-        membership: The node's membership, or ``None`` (unauthenticated).
-
-    Returns:
-        ``"roster <fingerprint> (N members)"`` or ``"unauthenticated"``.
-    """
+    """``"roster <fingerprint> (N members)"`` or ``"unauthenticated"``: the federation, for the server's result."""
     return "unauthenticated" if membership is None else membership.roster.describe()
 
 
@@ -328,10 +262,9 @@ def cast_approved_ballot(context: Context, request: VoteRequest, limits: NodePol
                          maximize: bool, what: str, **options: Any) -> Any:
     """This node's one ballot on the ``request`` its pre-flight approved, recorded in its ledger.
 
-    One pre-flight, one vote: the scores the pre-flight kept are read, the mode's ballot is cast
-    (`dphype.modes.ReleaseMode.ballot`, its noise from the secure generator), the scores are dropped and only then is
-    the guarantee (`approved_guarantee`) charged to the node's ledger (`dphype.node.ledger.Ledger.spend`, which
-    checks the lifetime budget again). Whatever fails leaves nothing sent.
+    One pre-flight, one vote: the kept scores are read, the ballot cast (`dphype.modes.ReleaseMode.ballot`), the
+    scores dropped, and only then the guarantee charged (`dphype.node.ledger.Ledger.spend` checks the lifetime
+    budget again). Whatever fails leaves nothing sent.
 
     Args:
         context: The node's context, holding the pre-flight's scores.

@@ -27,34 +27,18 @@ SIMULATED_TALLY_PORTS = 20000
 
 
 def simulated_parties(run_id: int, tallies: int) -> list[str]:
-    """The MPyC addresses of a simulated committee.
-
-    ``tallies`` consecutive loopback ports from one of 4,000 blocks of 10 at and above `SIMULATED_TALLY_PORTS`,
-    chosen by the run id, so that every tally of the run derives the same list without talking to the others,
-    and runs side by side rarely share a port.
-
-    Args:
-        run_id: The Flower run id.
-        tallies: The committee's size.
-
-    Returns:
-        The addresses, ``"127.0.0.1:port"``, in committee order.
-    """
+    """``tallies`` loopback addresses from a block above `SIMULATED_TALLY_PORTS` chosen by the run id (no talk)."""
     base = SIMULATED_TALLY_PORTS + (run_id % 4000) * 10
     return [f"127.0.0.1:{base + j}" for j in range(tallies)]
 
 
 def simulated_role(context: Context, clients: int, tallies: int, keys: str | os.PathLike[str]) -> None:
-    """Give a simulated node of an argmax-mode run its role, in its node config (module docstring, "In simulation").
+    """Give a simulated node of an argmax-mode run its role, in its node config.
 
-    The run has ``clients`` voters and ``tallies`` tallies: a partition at or beyond ``clients`` becomes tally
-    ``partition-id - clients`` (its key ``tally-<j>.key`` in the folder ``keys``, the addresses of
-    `simulated_parties`), and a voter of a federation of exactly ``clients + tallies`` nodes gets its shard
-    of ``clients`` partitions, as in sum mode. A node whose operator named a role (``dphype-tally-id``), or without
-    a ``partition-id``, keeps its node config. A voter of Flower's simulation (`dphype.flower.client.policy.simulated`)
-    whose operator pinned no tallies pins the simulated committee (``dphype-tallies``: the public halves of the key
-    files in ``keys``, made by the simulation's operator and never named by the server), so a simulation needs no
-    set-up; a deployed voter is never given tallies: its operator pins them.
+    A partition at or beyond ``clients`` becomes tally ``partition-id - clients`` (key ``tally-<j>.key`` in
+    ``keys``); a voter gets its shard of ``clients`` partitions and, in Flower's simulation without pinned
+    tallies, pins the committee from the key files in ``keys`` (never from the server). A node whose operator
+    named a role, or without a ``partition-id``, keeps its node config; a deployed voter is never given tallies.
 
     Args:
         context: The node's context, whose node config is updated in place.
@@ -84,10 +68,7 @@ def simulated_role(context: Context, clients: int, tallies: int, keys: str | os.
 
 
 def _environment_policy() -> dict[str, object]:
-    """The policy keys of this node's environment (`dphype.flower.client.policy.environment_policy`).
-
-    None if it does not parse (the handlers refuse it themselves).
-    """
+    """The policy keys of this node's environment, empty if they do not parse (the handlers refuse that)."""
     try:
         return environment_policy()
     except ValueError:
@@ -95,10 +76,7 @@ def _environment_policy() -> dict[str, object]:
 
 
 def _pinned_tallies(context: Context) -> str | None:
-    """The tallies this node's operator pinned (node config or environment), or ``None``.
-
-    A broken policy counts as pinned (``""``): the handlers refuse it themselves.
-    """
+    """The tallies this node's operator pinned, or ``None``; ``""`` for a broken policy (the handlers refuse it)."""
     try:
         return node_policy(context).tallies
     except ValueError:
@@ -106,16 +84,9 @@ def _pinned_tallies(context: Context) -> str | None:
 
 
 def simulated_roles(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
-    """A ClientApp mod that gives each simulated node of an argmax-mode run its role (`simulated_role`).
+    """ClientApp mod: `simulated_role` when the run config names a committee release and ``clients``.
 
-    ``ClientApp(mods=[simulated_roles])``: the tallies of a simulation need nothing else (the bundled app and
-    the app ``dphype new`` writes use it).
-
-    Only a run config that states a release whose aggregator is the tally committee (``release = "argmax"``)
-    and ``clients`` (as ``flwr run`` and ``dphype demo`` give it)
-    assigns roles, with the keys in `dphype.flower.tally.TALLY_KEYS_ENV`'s folder, or in this run's folder
-    beside the simulated ledgers (`dphype.node.policy.run_ledger_path`); every node of another release keeps
-    its node config.
+    The keys are in `dphype.flower.tally.TALLY_KEYS_ENV`'s folder, or beside the run's simulated ledgers.
 
     Args:
         msg: The incoming message.

@@ -5,9 +5,9 @@ The protocol is `dphype.secure.secagg`; the server half of the adapter is `dphyp
 `secure_vote_reply` answers one stage message (`dphype.flower.wire.VOTE_TYPE`, its content under
 `dphype.flower.wire.STAGE_KEY`) with `dphype.secure.secagg.node_step`, keeping the node's round (its
 secrets included) in its own ``context.state`` under `dphype.flower.wire.SECAGG_STATE`; any refusal discards
-the round (`abort_round`). The round's first ``advertise`` rides on the pre-flight (message format version 3,
-`dphype.secure.secagg.Advertised`): a node that approves the request answers it with `stage_reply`
-beside its ``ready``.
+the round (`abort_round`). The round's first ``advertise`` rides on the pre-flight
+(`dphype.secure.secagg.Advertised`): a node that approves the request answers it with `stage_reply` beside
+its ``ready``.
 """
 
 from __future__ import annotations
@@ -20,37 +20,19 @@ from dphype.secure import secagg as protocol
 
 
 def abort_round(context: Context) -> None:
-    """Discard this node's round (its secrets included): any later stage of it is refused.
-
-    Args:
-        context: The node's Flower context (its round lives in ``context.state``).
-    """
+    """Discard this node's round (its secrets included): any later stage of it is refused."""
     context.state.config_records.pop(SECAGG_STATE, None)
 
 
 def round_in_progress(context: Context) -> bool:
-    """Whether this node is inside a round past its ``advertise`` stage (its secret shares sent) that has not ended.
-
-    A round still at ``advertise`` has sent public keys only.
-
-    Args:
-        context: The node's Flower context (its round lives in ``context.state``).
-
-    Returns:
-        ``True`` while a round is past ``advertise`` and not yet ended.
-    """
+    """Whether this node is in a round past ``advertise`` (secrets sent, not just public keys) not yet ended."""
     record = context.state.config_records.get(SECAGG_STATE)
     return record is not None and record.get("stage") not in (protocol.STAGES[0], protocol.STAGES[-1])
 
 
 def secure_vote_reply(msg: Message, context: Context, approval: protocol.Approval,
                       vote: protocol.VoteFunction) -> Message:
-    """Answer one stage message of the vote round (`dphype.secure.secagg.node_step`).
-
-    For the request this node ``approval``-ed; ``vote(clipping_range)`` returns the encoded vote and charges the
-    ledger, and is called only in the masked-input stage after every check. A refusal (raised) discards the
-    round, so nothing of the stage leaves the node; a message that is not a stage of the round is refused:
-    answering it could send the vote in plaintext.
+    """Answer one stage message of the vote round; a message that is no stage is refused (no plaintext vote).
 
     Args:
         msg: The stage message (`dphype.flower.wire.VOTE_TYPE`), its content under `dphype.flower.wire.STAGE_KEY`.
@@ -76,8 +58,6 @@ def secure_vote_reply(msg: Message, context: Context, approval: protocol.Approva
 def stage_reply(record: ConfigRecord, context: Context, approval: protocol.Approval,
                 vote: protocol.VoteFunction) -> ConfigRecord:
     """This node's answer to one stage's content ``record`` (`dphype.secure.secagg.node_step`).
-
-    Its round is kept in ``context.state``; a refusal (raised) discards the round.
 
     Args:
         record: The stage's content.

@@ -122,9 +122,7 @@ class DPHype:
                              f"dropout={config.dropout:g}: {err}") from None
 
     def plan(self) -> Plan:
-        """The planner's prediction from public parameters only (`dphype.selection.planner.check_plan`).
-
-        About a second of simulation, run once on first call; `start` calls it before any client works.
+        """The planner's prediction from public parameters only (`dphype.selection.planner.check_plan`), cached.
 
         Returns:
             The plan (cached).
@@ -159,9 +157,7 @@ class DPHype:
 
     def start(self, grid: Grid, *, timeout: float | None = 3600.0, connect_timeout: float | None = 600.0,
               committee_nodes: Sequence[int] | None = None, tally_timeout: float = TALLY_TIMEOUT) -> DPHypeResult:
-        """Select one candidate privately; returns the winner with its privacy report.
-
-        A node that vanishes counts as a dropout instead of stalling the run.
+        """Select one candidate privately; a node that vanishes counts as a dropout.
 
         Args:
             grid: The ServerApp's grid.
@@ -216,11 +212,7 @@ class DPHype:
 
     def _sum_over_secagg(self, grid: Grid, timeout: float | None, connect_timeout: float | None,
                          committee_nodes: Sequence[int] | None) -> DPHypeResult:
-        """Steps 2-4 for a mode whose aggregator is SecAgg+.
-
-        The pre-flight carrying the round's first stage, one SecAgg+ round
-        (`dphype.flower.server.secagg.run_secure_sum`) and the mode's release of the sum.
-        """
+        """Steps 2-4 over SecAgg+: the pre-flight with the round's first stage, the round, the mode's release."""
         cfg = self.config
         log(logging.INFO, "DP-Hype: total noise std sigma=%.4g, each client's share std %.4g",
             self.request.sigma, client_noise_std(self.request.sigma, cfg.clients, cfg.dropout))
@@ -256,10 +248,7 @@ class DPHype:
 
     def _preflight(self, grid: Grid, nodes: list[int], timeout: float | None,
                    advertise: ConfigRecord | None = None) -> dict[int, dict[str, Any]]:
-        """The pre-flight of this selection's request over ``nodes``; keeps its notes for the result.
-
-        See `dphype.flower.server.readiness.run_preflight`.
-        """
+        """`dphype.flower.server.readiness.run_preflight` of this request over ``nodes``; keeps its notes."""
         ready, self._notes, self._federation = run_preflight(grid, self.request, nodes, timeout, advertise)
         return ready
 

@@ -1,14 +1,10 @@
 """The server's side of the argmax mode (``release="argmax"``): the tally committee, the sealed shares, the index.
 
-It finds the tally committee, collects the clients' sealed shares, relays them to the tallies and gets the index
-back.
-
-`run_winner_selection` (called by `dphype.flower.server.DPHype.start` when ``release="argmax"``)
-finds the configured committee among the connected nodes (`find_committee`: a tally that does not answer
-``hello`` is unreachable, and nothing is sent), runs the pre-flight with the other nodes, collects the sealed
-shares (``train.dphype_argmax``, `dphype.flower.client.argmax`), forwards each tally its ciphertexts and
-gets the index back, with the contributors whose ballots the tallies found invalid and left out
-(``query.dphype_tally``, `dphype.flower.tally`). A voter approved in the pre-flight that sends no usable shares
+`run_winner_selection` (called by `dphype.flower.server.DPHype.start`) finds the configured committee among the
+connected nodes (`find_committee`: a tally that does not answer ``hello`` is unreachable, and nothing is sent),
+runs the pre-flight with the other nodes, collects the sealed shares (`dphype.flower.client.argmax`), forwards
+each tally its ciphertexts and gets the opening back, with the contributors whose ballots were left out
+(`dphype.flower.tally`). A voter approved in the pre-flight that sends no usable shares
 is named (``node <id> (no shares)``) and left out; a label two voters claim is named with its node id. Fewer
 contributors than the committee's floor (`dphype.privacy.noise.min_valid_ballots`):
 `dphype.flower.server.readiness.PreflightError`; a tally that refuses, fails or answers late:
@@ -112,20 +108,7 @@ def _hello(grid: Grid, nodes: Sequence[int], timeout: float | None) -> list[tupl
 
 def find_committee(grid: Grid, committee: Sequence[bytes], nodes: Sequence[int],
                    timeout: float | None) -> dict[int, int]:
-    """Tally index -> node id of every committee member among ``nodes`` (``hello`` stage).
-
-    Args:
-        grid: The ServerApp's grid.
-        committee: The committee's X25519 public keys, in committee order.
-        nodes: The node ids to ask.
-        timeout: Seconds to wait for the answers (``None``: no limit).
-
-    Returns:
-        The node id of each tally, by tally index.
-
-    Raises:
-        TallyError: If no node answers for a member (it is unreachable), before anything is sent to the clients.
-    """
+    """Tally index -> node id of every ``committee`` key among ``nodes``; `TallyError` if one is unreachable."""
     found = {index: node for node, (index, key) in _hello(grid, nodes, timeout)
              if key in committee and committee.index(key) == index}
     missing = [j for j in range(len(committee)) if j not in found]
@@ -139,12 +122,8 @@ def discover_committee(grid: Grid, clients: int, size: int, *, connect_timeout: 
                        timeout: float | None) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
     """The public keys of the ``size`` tally nodes among the connected nodes, in committee order, and their node ids.
 
-    The ``hello`` stage, for a server that takes its committee from the nodes rather than from its operator (the
-    bundled app). Waits up to ``connect_timeout`` for ``clients + size`` nodes.
-
-    The server learns the keys from the nodes themselves here, so the committee is only as trustworthy as the
-    connected nodes; a client that must not rely on that pins the keys it trusts (node config
-    ``dphype-tallies``, `dphype.node.policy`) and refuses any other committee in the pre-flight.
+    The committee is then only as trustworthy as the connected nodes; a client pins the keys it trusts
+    (``dphype-tallies``, `dphype.node.policy`) and refuses any other committee in the pre-flight.
 
     Args:
         grid: The ServerApp's grid.
@@ -217,17 +196,13 @@ def connected_committee(grid: Grid, config: DPHypeConfig, size: int = COMMITTEE_
                         timeout: float | None = 3600.0) -> Committee:
     """The tally committee among the connected nodes when ``config``'s release needs one; none otherwise.
 
-    For a server that takes its committee from the nodes (in simulation the mod
-    `dphype.flower.client.roles.simulated_roles` makes the last ``size`` partitions the tallies): `discover_committee`
-    in argmax mode, an empty `Committee` in sum mode, so that one ServerApp serves both releases.
+    `discover_committee` in a committee mode, an empty `Committee` otherwise, so one ServerApp serves every release.
 
     Args:
         grid: The ServerApp's grid.
         config: The selection's configuration (its release and ``clients``).
         size: The committee's size (at least 3).
-        candidates: The selection's candidates: ``config``'s ``k`` is checked against their number and its noise
-            calibrated for them (`dphype.modes.ReleaseMode.calibrate`) before any wait for nodes; ``None``: not
-            checked here.
+        candidates: The selection's candidates, checked against ``config`` before any wait; ``None``: not checked.
         connect_timeout: Seconds to wait for ``clients + size`` nodes (``None``: no limit).
         timeout: Seconds to wait for the ``hello`` answers (``None``: no limit).
 
@@ -252,9 +227,7 @@ def connected_committee(grid: Grid, config: DPHypeConfig, size: int = COMMITTEE_
 class ClientGrid(Grid):
     """``grid`` without the tally nodes (their ids hidden from `get_node_ids`).
 
-    What a strategy that samples nodes (FedAvg) sees after an argmax-mode selection, so that no tally trains or
-    evaluates. Its `send_and_receive` is `dphype.flower.grid.send_and_receive` (a short poll interval); the other
-    Grid methods pass through to ``grid``.
+    What a strategy that samples nodes sees after a committee selection, so that no tally trains or evaluates.
 
     Args:
         grid: The ServerApp's grid.
@@ -265,11 +238,7 @@ class ClientGrid(Grid):
         self.grid, self.tally_nodes = grid, frozenset(tally_nodes)
 
     def set_run(self, run: Run) -> None:
-        """Set the run on the wrapped grid.
-
-        Args:
-            run: The run.
-        """
+        """Set the run on the wrapped grid."""
         self.grid.set_run(run)
 
     @property
@@ -279,86 +248,35 @@ class ClientGrid(Grid):
 
     def create_message(self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
                        ttl: float | None = None) -> Message:
-        """A message created by the wrapped grid.
-
-        Args:
-            content: The message's content.
-            message_type: Its type.
-            dst_node_id: Its destination node.
-            group_id: Its group.
-            ttl: Its time to live in seconds (``None``: Flower's default).
-
-        Returns:
-            The message.
-        """
+        """A message created by the wrapped grid."""
         return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
 
     def get_node_ids(self) -> Iterable[int]:
-        """The connected nodes' ids, without the tallies.
-
-        Returns:
-            The ids.
-        """
+        """The connected nodes' ids, without the tallies."""
         return [n for n in self.grid.get_node_ids() if n not in self.tally_nodes]
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        """Push ``messages`` through the wrapped grid.
-
-        Args:
-            messages: The messages.
-
-        Returns:
-            Their message ids.
-        """
+        """Push ``messages`` through the wrapped grid; their message ids."""
         return self.grid.push_messages(messages)
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        """Pull the replies that have arrived through the wrapped grid.
-
-        Args:
-            message_ids: The ids of the messages sent.
-
-        Returns:
-            The replies that have arrived.
-        """
+        """Pull the replies that have arrived through the wrapped grid."""
         return self.grid.pull_messages(message_ids)
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
-        """Send ``messages`` and collect their replies (`dphype.flower.grid.send_and_receive`).
-
-        Args:
-            messages: The messages.
-            timeout: Seconds to wait for the replies (``None``: no limit).
-
-        Returns:
-            The replies that arrived in time.
-        """
+        """The replies that arrive within ``timeout`` (`dphype.flower.grid.send_and_receive`, a short poll)."""
         return send_and_receive(self.grid, messages, timeout=timeout)
 
 
 def _labels(contributors: Sequence[int], signed: Mapping[int, tuple[str, list[bytes]]]) -> list[int] | list[str]:
-    """The contributors' labels for the tallies.
-
-    Their roster member names when they signed their shares (a node that did not is labelled by its node id, as
-    text, and a tally with a roster refuses it), else their node ids.
-    """
+    """The contributors' roster names if any signed (else node ids; an unsigned one as text, which a tally refuses)."""
     if not signed:
         return list(contributors)
     return [signed[c][0] if c in signed else str(c) for c in contributors]
 
 
 def check_tally_timeout(seconds: Any) -> float:
-    """Check the wait for the tallies' MPyC parties (``tally_timeout``, run config ``tally-timeout``).
-
-    Args:
-        seconds: A finite number of seconds in ``(0, MAX_RESULT_WAIT]`` (one day).
-
-    Returns:
-        ``seconds`` as a float.
-
-    Raises:
-        ValueError: Otherwise, naming the range and the default.
-    """
+    """The tallies' wait (``tally-timeout``) as a float in ``(0, MAX_RESULT_WAIT]``; else `ValueError`."""
     value = check_positive("tally_timeout", seconds)
     if value > MAX_RESULT_WAIT:
         raise ValueError(f"tally_timeout must be at most {MAX_RESULT_WAIT:g} s (a tally waits no longer), got "

@@ -30,10 +30,7 @@ class PreflightError(RuntimeError):
 
 
 def wait_for_nodes(grid: Grid, clients: int, timeout: float | None, every: float = 5.0) -> list[int]:
-    """``clients`` connected node IDs (a random sample when more are connected).
-
-    It logs how many are connected every ``every`` seconds while it waits (it looks every 0.5 s, or every
-    ``every`` s when that is shorter).
+    """``clients`` connected node IDs (a random sample when more are connected), logging progress while it waits.
 
     Args:
         grid: The ServerApp's grid.

@@ -1,22 +1,13 @@
 """DP-Hype's SecAgg+ round driven from the server, the server half of the Message-API adapter of the secure sum.
 
-The protocol is `dphype.secure.secagg`; the nodes' half of the adapter is `dphype.flower.client.secagg`.
+The protocol is `dphype.secure.secagg`; the nodes' half of the adapter is `dphype.flower.client.secagg`; this
+module only carries its messages. `run_secure_sum` drives `dphype.secure.secagg.run_round`, one round trip per
+stage (`dphype.flower.grid.send_and_receive`), each a `dphype.flower.wire.VOTE_TYPE` message with the stage under
+`dphype.flower.wire.STAGE_KEY`; a node whose reply is an error or late counts as dropped. It never unmasks fewer
+than ``min_survivors`` vectors. The first ``advertise`` rides on the pre-flight message (`advertise_record`).
 
-The protocol (rounds, checks, message formats, the noise-share bound) is `dphype.secure.secagg`; this
-module only carries its messages. `run_secure_sum` drives `dphype.secure.secagg.run_round` over given
-nodes, one round trip per stage (`dphype.flower.grid.send_and_receive`), every message of DP-Hype's own type
-`dphype.flower.wire.VOTE_TYPE` with the stage's content in a ``ConfigRecord`` under
-`dphype.flower.wire.STAGE_KEY`; a node whose reply is an error or never arrives within ``timeout`` counts as
-dropped. It returns the exact sum of the contributors' encoded vectors or raises
-`dphype.secure.secure_sum.SecureSumError` -- never unmasking fewer than ``min_survivors`` vectors.
-The round's first ``advertise`` rides on the pre-flight (message format version 3,
-`dphype.secure.secagg.Advertised`): the server adds it under `dphype.flower.wire.STAGE_KEY` to the
-pre-flight message (`advertise_record`), a node that approves answers it beside its ``ready``, and
-`run_secure_sum` starts with ``share_keys``.
-
-Flower's legacy ``SecAggPlusWorkflow``, ``secaggplus_mod`` and ``LegacyContext`` are not used: Flower 1.41
-has no SecAgg+ for the Message API, and its legacy mask generator seeds NumPy's ``RandomState`` with 32
-bits of the agreed key (Flower issue #7522).
+Flower's legacy ``SecAggPlusWorkflow`` is not used: it is not on the Message API, and its mask generator seeds
+NumPy's ``RandomState`` with 32 bits of the agreed key.
 """
 
 from __future__ import annotations
@@ -67,12 +58,8 @@ def secagg_graph(clients: int, min_survivors: int, num_shares: float | None,
                  reconstruction_threshold: float | None, corrupt_fraction: float) -> SecAggParameters:
     """The round's SecAgg+ graph: the secure one by default, an explicit choice only if it is as secure.
 
-    The tolerated dropout is ``(n - min_survivors) / n``, so the graph stays correct with exactly the
-    survivors the release needs (`dphype.secure.secagg_params.secure_parameters`); an explicit
-    ``num_shares`` / ``reconstruction_threshold`` (Flower's ints or fractions) below that is refused
-    (`dphype.secure.secagg_params.check_parameters`). Either way the threshold exceeds half the
-    shares, the rule every node checks before sharing its secrets
-    (`dphype.secure.secagg_params.check_share_threshold`).
+    The tolerated dropout is ``(n - min_survivors) / n``; either way the threshold exceeds half the shares
+    (`dphype.secure.secagg_params.check_share_threshold`, which every node checks).
 
     Args:
         clients: The nodes ``n`` in the round.
@@ -101,11 +88,7 @@ def secagg_graph(clients: int, min_survivors: int, num_shares: float | None,
 
 def _send(grid: Grid, stage: str, messages: dict[int, dict[str, Any]], timeout: float | None,
           failures: Counter[str]) -> dict[int, dict[str, Any]]:
-    """One stage: every node its message, and the replies that came back within ``timeout``.
-
-    Through `dphype.flower.grid.send_and_receive`; error replies are counted. A
-    content shared by several nodes (the key list, the signatures) becomes one record, validated once.
-    """
+    """One stage: every node its message (shared contents as one record), the replies within ``timeout``."""
     records: dict[int, ConfigRecord] = {}
     out = []
     for node, content in messages.items():
@@ -125,15 +108,7 @@ def _send(grid: Grid, stage: str, messages: dict[int, dict[str, Any]], timeout: 
 
 
 def advertise_record(request: str) -> tuple[bytes, ConfigRecord]:
-    """A fresh round id and the ``advertise`` stage for the request with digest ``request``.
-
-    Args:
-        request: The request's digest.
-
-    Returns:
-        The round id and the stage as the record the pre-flight message carries under
-        `dphype.flower.wire.STAGE_KEY`.
-    """
+    """A fresh round id and the ``advertise`` record the pre-flight carries for the request with this digest."""
     round_id = protocol.new_round_id()
     return round_id, ConfigRecord(protocol.message("advertise", round=round_id, request=request))
 
@@ -152,15 +127,7 @@ def run_secure_sum(
     timeout: float | None = None,
     advertised: protocol.Advertised | None = None,
 ) -> SecureSum:
-    """One secure-sum round over ``node_ids`` for the approved request with digest ``request``.
-
-    Each node answers with its encoded vector of length ``size``.
-
-    The graph is `secagg_graph`'s for the nodes that advertised keys: secure against a server
-    colluding with ``corrupt_fraction`` of the clients by default; an explicit ``num_shares`` /
-    ``reconstruction_threshold`` below that is refused. ``timeout`` bounds each stage in seconds (``None``:
-    wait for every reply). ``advertised``: the round's ``advertise`` stage already ran in the pre-flight
-    (`advertise_record`).
+    """One secure-sum round over ``node_ids`` for the approved request, on `secagg_graph`'s graph.
 
     Args:
         grid: The ServerApp's grid.
