@@ -304,7 +304,7 @@ class DPBOResult:
 
 
 def candidate_features(candidates: Sequence[Mapping[str, Any]]) -> np.ndarray:
-    """Public numeric features in ``[0, 1]^d`` for ``k2``: min-max scaled keys (log scale when positive spanning > 10x)."""
+    """Public numeric features in ``[0, 1]^d`` for ``k2``: min-max scaled keys (log scale if positive and over 10x)."""
     keys = sorted(candidates[0])
     cols = []
     for key in keys:
