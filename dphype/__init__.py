@@ -1,13 +1,13 @@
 """dphype: DP-Hype, federated differentially private hyperparameter search for Flower.
 
-Every client scores each public candidate on its own data, votes 1 for its top-k, adds its
-share of calibrated noise, and one SecAgg+ round releases only the noisy vote sum; the server
-picks from it with the configured selection rule (Liebenow, Peinemann, Mohammadi: DP-Hype, Algorithm 1).
+Every client scores each public candidate on its own data and votes for its best ones (Liebenow, Peinemann,
+Mohammadi: DP-Hype, Algorithm 1); the release mode decides what the server learns (`dphype.modes`): the winner's
+index alone, from a secure argmax among tally parties (the bundled app's default), the noisy vote sum over SecAgg+
+(the paper's, `DPHypeConfig`'s default), or the noisy sum of the ballots a tally committee verified.
 
-The light, framework-free core is re-exported here; the protocol is `dphype.protocol` (its release modes,
-one class each, are `dphype.modes`), the Flower adapters are `dphype.flower` (``register_dphype`` for
-clients, ``DPHype`` for the server), torch training is `dphype.ml.training`, the central optimizers are
-`dphype.central`.
+The light, framework-free core is re-exported here; the protocol is `dphype.protocol`, the Flower adapters are
+`dphype.flower` (``register_dphype`` for clients, ``DPHype`` for the server), torch training is
+`dphype.ml.training`, the central optimizers are `dphype.central`.
 """
 
 import os as _os
