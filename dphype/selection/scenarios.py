@@ -85,7 +85,7 @@ def read_consensus(value: str) -> str | float:
 
 
 def _neighbourhoods(space: FeatureSpace | None, num_good: int, centres: np.ndarray) -> np.ndarray:
-    """``(R, num_good)`` candidates nearest to each centre (numeric distance plus differing categories; ties by index)."""
+    """``(R, num_good)`` candidates nearest each centre (numeric distance plus differing categories; ties by index)."""
     if space is None or space.no_structure is not None:
         return np.broadcast_to(np.arange(num_good), (len(centres), num_good))
     diff = space.numeric[centres][:, None, :] - space.numeric[None, :, :]
