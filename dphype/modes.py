@@ -497,17 +497,7 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
 
 
 def release_mode(name: Any) -> ReleaseMode[Any, Any]:
-    """The release mode registered as ``name`` (`RELEASE_MODES`).
-
-    Args:
-        name: The mode's name.
-
-    Returns:
-        An instance of the mode.
-
-    Raises:
-        ValueError: Naming the allowed names, for any other value.
-    """
+    """An instance of the mode registered as ``name`` (`RELEASE_MODES`); any other value is refused, naming them."""
     mode = RELEASE_MODES.get(name) if isinstance(name, str) else None
     if mode is None:
         raise ValueError(f"release must be one of {', '.join(RELEASE_MODES)}, got {name!r}: set release (the "
@@ -521,18 +511,7 @@ def release_modes() -> tuple[ReleaseMode[Any, Any], ...]:
 
 
 def vote_cost(request: Request, total_std: float, *, delta: float, accountant: str, neighbouring: str) -> NodeCost:
-    """What a noisy vote sum with noise of std ``total_std`` costs a node, accounted its way.
-
-    Args:
-        request: The request (its ``k`` and noise kind).
-        total_std: The std of the noise the release carries in the worst allowed case.
-        delta: The node's delta.
-        accountant: The node's accountant, ``"auto"`` (the noise kind's default) or a name.
-        neighbouring: The node's neighbouring relation.
-
-    Returns:
-        The cost.
-    """
+    """What a noisy vote sum with noise of std ``total_std`` costs a node (arguments of `ReleaseMode.node_cost`)."""
     cfg = request.config
     accountant = resolve_accountant(None if accountant == "auto" else accountant, cfg.noise)
     l2, l1 = vote_sensitivity(cfg.k, neighbouring)

@@ -138,17 +138,7 @@ _Kind = TypeVar("_Kind", bound=type[NoiseKind])
 
 
 def register_noise_kind(kind: _Kind) -> _Kind:
-    """Class decorator: register one instance of ``kind`` under ``kind.name``.
-
-    Args:
-        kind: A concrete `NoiseKind` subclass.
-
-    Returns:
-        ``kind`` itself.
-
-    Raises:
-        ValueError: The name is taken, or an accountant of ``kind`` is not one of `dphype.checks.ACCOUNTANTS`.
-    """  # noqa: DOC502
+    """Class decorator registering one instance of ``kind``; a taken name or unknown accountant is refused."""
     if not kind.accountants or not set(kind.accountants) <= set(ACCOUNTANTS):
         raise ValueError(f"noise kind {kind.name!r}: accountants must be a non-empty subset of "
                          f"{', '.join(ACCOUNTANTS)}, got {kind.accountants!r}")
