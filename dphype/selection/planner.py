@@ -69,7 +69,7 @@ KS: tuple[int, ...] = (1, 2, 3, 5, 8, 10, 15, 20, 25, 30, 40, 50)
 
 
 def _bisect(ok: Any, lo: float, hi: float, ratio: float) -> float | None:
-    """Smallest ``x`` in ``[lo, hi]`` with ``ok(x)`` up to a factor ``ratio``; ``None`` if not ``ok(hi)``."""
+    """Smallest ``x`` in ``[lo, hi]`` with monotone ``ok(x)``, up to a factor ``ratio``; ``None`` if not ``ok(hi)``."""
     if not ok(hi):
         return None
     if ok(lo):
