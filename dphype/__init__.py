@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING  # noqa: E402
 
 from dphype._exports import lazy_getattr  # noqa: E402
 
-#: Public name -> the module that defines it. Imported on first use (PEP 562), so that a process that needs
-#: only part of dphype (a ClientApp process serving one SecAgg+ stage, the console script) does not import
-#: scipy, torch and the accountants it does not use.
+#: Public name -> the module that defines it, imported on first use (PEP 562): a process that needs only part of
+#: dphype does not import scipy, torch and the accountants.
 _EXPORTS: dict[str, str] = {
     "DPHypeConfig": "dphype.config",
     "PrivacyReport": "dphype.privacy.accounting",

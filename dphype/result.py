@@ -30,9 +30,8 @@ from dphype.strict_json import jsonable
 
 #: ``format`` of a saved result; `DPHypeResult.load` refuses other files.
 RESULT_FORMAT = "dphype-result/1"
-#: ``format`` of the record a failed run writes where its result would have gone (the bundled app's
-#: ``result-file``): ``{"format": FAILURE_FORMAT, "error": "<exception type>: <message>"}``, so that no earlier
-#: run's result stays there and a reader learns the cause. `DPHypeResult.load` refuses it.
+#: ``format`` of the record ``{"format": FAILURE_FORMAT, "error": "<type>: <message>"}`` a failed run writes where
+#: its result would have gone, so no earlier result stays there; `DPHypeResult.load` refuses it.
 FAILURE_FORMAT = "dphype-failure/1"
 
 
@@ -78,10 +77,7 @@ def format_fields(fields: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-#: The fields of a run record (the bundled app's summary, `dphype demo`'s) that `summarize_run` shows after the
-#: selection, in this order: the training's and the whole run's privacy, the reference point, the final model's
-#: test accuracy and loss, the planner's prediction (``None``: unknown) beside the measured share of releases within
-#: 2 points of Opt nearest the run (``[min, max]`` over the bench tasks, where measured), the times and the warnings.
+#: The fields of a run record (the bundled app's summary) that `summarize_run` shows after the selection, in order.
 RUN_FIELDS = ("training", "run", "accuracy", "reference", "test_loss", "predicted_success", "measured_within_2pt",
               "selection_seconds", "fedavg_seconds", "seconds", "warnings")
 
