@@ -1,13 +1,13 @@
 """dphype: DP-Hype, federated differentially private hyperparameter search for Flower.
 
-Every client scores each public candidate on its own data, votes 1 for its top-k, adds its
-share of calibrated noise, and one SecAgg+ round releases only the noisy vote sum; the server
-picks from it with the configured selection rule (Liebenow, Peinemann, Mohammadi: DP-Hype, Algorithm 1).
+Every client scores each public candidate on its own data and votes for its best ones (Liebenow, Peinemann,
+Mohammadi: DP-Hype, Algorithm 1); the release mode decides what the server learns (`dphype.modes`): the winner's
+index alone, from a secure argmax among tally parties (the bundled app's default), the noisy vote sum over SecAgg+
+(the paper's, `DPHypeConfig`'s default), or the noisy sum of the ballots a tally committee verified.
 
-The light, framework-free core is re-exported here; the protocol is `dphype.protocol` (its release modes,
-one class each, are `dphype.modes`), the Flower adapters are `dphype.flower` (``register_dphype`` for
-clients, ``DPHype`` for the server), torch training is `dphype.ml.training`, the central optimizers are
-`dphype.central`.
+The light, framework-free core is re-exported here; the protocol is `dphype.protocol`, the Flower adapters are
+`dphype.flower` (``register_dphype`` for clients, ``DPHype`` for the server), torch training is
+`dphype.ml.training`, the central optimizers are `dphype.central`.
 """
 
 import os as _os
@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING  # noqa: E402
 
 from dphype._exports import lazy_getattr  # noqa: E402
 
-#: Public name -> the module that defines it. Imported on first use (PEP 562), so that a process that needs
-#: only part of dphype (a ClientApp process serving one SecAgg+ stage, the console script) does not import
-#: scipy, torch and the accountants it does not use.
+#: Public name -> the module that defines it, imported on first use (PEP 562): a process that needs only part of
+#: dphype does not import scipy, torch and the accountants.
 _EXPORTS: dict[str, str] = {
     "DPHypeConfig": "dphype.config",
     "PrivacyReport": "dphype.privacy.accounting",

@@ -12,17 +12,15 @@ from typing import Any
 
 
 def lazy_getattr(package: str, exports: Mapping[str, str], namespace: dict[str, Any]) -> Callable[[str], object]:
-    """The module-level ``__getattr__`` of ``package``.
-
-    A name is imported once and then cached in ``namespace``.
+    """The module-level ``__getattr__`` of ``package``: imports a name once, caches it in ``namespace``.
 
     Args:
         package: The package's dotted name (for the error message).
         exports: Each public name -> the dotted name of its home module.
-        namespace: The package's ``globals()``, where an imported name is cached.
+        namespace: The package's ``globals()``.
 
     Returns:
-        The package's ``__getattr__(name)``; it raises ``AttributeError`` for a name not in ``exports``.
+        The ``__getattr__(name)``; it raises ``AttributeError`` for a name not in ``exports``.
     """
 
     def __getattr__(name: str) -> object:

@@ -29,55 +29,19 @@ EPSILON_RTOL = 1e-6
 
 
 def check_positive(name: str, value: Any) -> float:
-    """Check a positive finite number.
-
-    Args:
-        name: The parameter's name, for the error message.
-        value: A finite real number (not a bool) ``> 0``.
-
-    Returns:
-        ``value`` as float.
-
-    Raises:
-        ValueError: ``value`` is not a finite number ``> 0``; the message names ``name`` and the allowed range.
-    """
+    """``value`` as float, refused unless a finite real number (not a bool) ``> 0``."""
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return float(value)
 
 
 def check_epsilon(epsilon: Any) -> float:
-    """Check the privacy budget epsilon.
-
-    Args:
-        epsilon: A finite number ``> 0``.
-
-    Returns:
-        ``epsilon`` as float.
-
-    Raises:
-        ValueError: ``epsilon`` is not a finite number ``> 0``.
-    """  # noqa: DOC502
+    """The privacy budget epsilon as float: any finite number ``> 0`` (the mathematical functions' check)."""
     return check_positive("epsilon", epsilon)
 
 
 def check_epsilon_budget(epsilon: Any, name: str = "epsilon") -> float:
-    """Check a privacy budget that a user sets: a finite number in ``(0, MAX_EPSILON]``.
-
-    The one check of every epsilon a configuration, a run config or a command line carries (`MAX_EPSILON` says
-    why the bound); `check_epsilon` is the mathematical functions' check, which takes any finite positive value.
-
-    Args:
-        epsilon: A finite number in ``(0, MAX_EPSILON]``.
-        name: The parameter's name, for the error message.
-
-    Returns:
-        ``epsilon`` as float.
-
-    Raises:
-        ValueError: ``epsilon`` is not a finite number in ``(0, MAX_EPSILON]``; the message names ``name``, the
-            range and the fix.
-    """
+    """A budget a user sets (configuration, run config, command line): a finite number in ``(0, MAX_EPSILON]``."""
     value = math.nan if isinstance(epsilon, bool) or not isinstance(epsilon, Real) else float(epsilon)
     if not 0.0 < value <= MAX_EPSILON:  # NaN fails it too
         too_large = value > MAX_EPSILON
@@ -89,69 +53,26 @@ def check_epsilon_budget(epsilon: Any, name: str = "epsilon") -> float:
 
 
 def check_delta(delta: Any) -> float:
-    """Check the privacy parameter delta.
-
-    Args:
-        delta: A number in the open interval ``(0, 1)``.
-
-    Returns:
-        ``delta`` as float.
-
-    Raises:
-        ValueError: ``delta`` is not a number in ``(0, 1)``.
-    """
+    """The privacy parameter delta as float, in the open interval ``(0, 1)``."""
     if isinstance(delta, bool) or not isinstance(delta, Real) or not 0.0 < float(delta) < 1.0:
         raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
     return float(delta)
 
 
 def check_int(name: str, value: Any, minimum: int) -> int:
-    """Check an integer with a lower bound.
-
-    Args:
-        name: The parameter's name, for the error message.
-        value: An integer (not a bool) ``>= minimum``.
-        minimum: The smallest value allowed.
-
-    Returns:
-        ``value`` as int.
-
-    Raises:
-        ValueError: ``value`` is not an integer ``>= minimum``; the message names ``name`` and the allowed range.
-    """
+    """``value`` as int, refused unless an integer (not a bool) ``>= minimum``."""
     if isinstance(value, bool) or not isinstance(value, Integral) or int(value) < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
 
 
 def check_num_candidates(num_candidates: Any) -> int:
-    """Check the number of candidates ``p``.
-
-    Args:
-        num_candidates: An integer ``>= 1``.
-
-    Returns:
-        ``num_candidates`` as int.
-
-    Raises:
-        ValueError: ``num_candidates`` is not an integer ``>= 1``.
-    """  # noqa: DOC502
+    """The number of candidates ``p`` as int, ``>= 1``."""
     return check_int("num_candidates", num_candidates, 1)
 
 
 def check_k(k: Any, num_candidates: int | None = None) -> int:
-    """Check the number of votes per client ``k``.
-
-    Args:
-        k: An integer in ``[1, num_candidates]``.
-        num_candidates: The number of candidates ``p``; ``None``: no upper bound is checked.
-
-    Returns:
-        ``k`` as int.
-
-    Raises:
-        ValueError: ``k`` is not an integer in ``[1, num_candidates]``.
-    """
+    """Votes per client ``k`` as int, in ``[1, num_candidates]`` (no upper bound for ``None``)."""
     upper = "num_candidates" if num_candidates is None else str(num_candidates)
     if (
         isinstance(k, bool)
@@ -164,68 +85,26 @@ def check_k(k: Any, num_candidates: int | None = None) -> int:
 
 
 def check_dropout(dropout: Any) -> float:
-    """Check the tolerated dropout fraction ``xi`` (Appendix A).
-
-    Args:
-        dropout: A number in ``[0, 1)``.
-
-    Returns:
-        ``dropout`` as float.
-
-    Raises:
-        ValueError: ``dropout`` is not a number in ``[0, 1)``.
-    """
+    """The tolerated dropout fraction ``xi`` (Appendix A) as float, in ``[0, 1)``."""
     if isinstance(dropout, bool) or not isinstance(dropout, Real) or not 0.0 <= float(dropout) < 1.0:
         raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
     return float(dropout)
 
 
 def check_clients(clients: Any) -> int:
-    """Check the number of clients ``n``.
-
-    Secure summation needs 2 clients, and the exact secure sum's range is fixed up to `MAX_CLIENTS`.
-
-    Args:
-        clients: An integer in ``[2, MAX_CLIENTS]``.
-
-    Returns:
-        ``clients`` as int.
-
-    Raises:
-        ValueError: ``clients`` is not an integer in ``[2, MAX_CLIENTS]``.
-    """
+    """The number of clients ``n`` as int, in ``[2, MAX_CLIENTS]`` (the exact secure sum's range is fixed up to it)."""
     if isinstance(clients, bool) or not isinstance(clients, Integral) or not 2 <= int(clients) <= MAX_CLIENTS:
         raise ValueError(f"clients must be an integer in [2, {MAX_CLIENTS}], got {clients!r}")
     return int(clients)
 
 
 def check_sigma(sigma: Any) -> float:
-    """Check the total noise standard deviation ``sigma``.
-
-    Args:
-        sigma: A finite number ``> 0``.
-
-    Returns:
-        ``sigma`` as float.
-
-    Raises:
-        ValueError: ``sigma`` is not a finite number ``> 0``.
-    """  # noqa: DOC502
+    """The total noise standard deviation ``sigma`` as float, a finite number ``> 0``."""
     return check_positive("sigma", sigma)
 
 
 def check_neighbouring(neighbouring: Any) -> str:
-    """Check the neighbouring relation.
-
-    Args:
-        neighbouring: One of `NEIGHBOURING`.
-
-    Returns:
-        ``neighbouring`` as str.
-
-    Raises:
-        ValueError: ``neighbouring`` is not one of `NEIGHBOURING`.
-    """
+    """The neighbouring relation as str, one of `NEIGHBOURING`."""
     if neighbouring not in NEIGHBOURING:
         raise ValueError(f"neighbouring must be one of {', '.join(NEIGHBOURING)}, got {neighbouring!r}")
     return str(neighbouring)
@@ -240,19 +119,7 @@ def check_budget(
     clients: Any = None,
     dropout: Any = None,
 ) -> None:
-    """Validate a full DP-Hype configuration at once (each keyword argument only when given).
-
-    Args:
-        epsilon: The privacy budget, see `check_epsilon`.
-        delta: The privacy parameter, see `check_delta`.
-        k: Votes per client, see `check_k` (bounded by ``num_candidates`` when given).
-        num_candidates: The number of candidates, see `check_num_candidates`.
-        clients: The number of clients, see `check_clients`.
-        dropout: The tolerated dropout fraction, see `check_dropout`.
-
-    Raises:
-        ValueError: Any of them is out of its range.
-    """  # noqa: DOC502
+    """Validate a full DP-Hype configuration at once, each keyword argument only when given (``k`` against ``p``)."""
     check_epsilon(epsilon)
     check_delta(delta)
     p = None if num_candidates is None else check_num_candidates(num_candidates)
@@ -264,18 +131,7 @@ def check_budget(
 
 
 def check_probability(name: str, value: Any) -> float:
-    """Check a probability.
-
-    Args:
-        name: The parameter's name, for the error message.
-        value: A number in ``[0, 1]``.
-
-    Returns:
-        ``value`` as float.
-
-    Raises:
-        ValueError: ``value`` is not a number in ``[0, 1]``; the message names ``name``.
-    """
+    """``value`` as float, refused unless a number in ``[0, 1]``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
         raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
     return float(value)

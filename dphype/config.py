@@ -1,10 +1,8 @@
 """One validated DP-Hype configuration (what the server announces and every layer reads).
 
-`DPHypeConfig` holds the privacy parameters of one selection: the budget ``(epsilon, delta)``,
-the number of votes per client ``k``, the number of clients ``n`` and their tolerated dropout fraction
-``xi`` (Appendix A), the noise kind and the accountant. It is validated once, on construction, and
-then passed along instead of the seven values; `dphype.protocol.make_vote_request` turns it and
-a candidate list into the calibrated request every client checks.
+`DPHypeConfig` holds the privacy parameters of one selection, validated once on construction and then passed
+along; `dphype.protocol.make_vote_request` turns it and a candidate list into the calibrated request every client
+checks.
 """
 
 from __future__ import annotations
@@ -47,42 +45,34 @@ RUN_CONFIG_KEYS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class DPHypeConfig:
-    """The privacy parameters of one DP-Hype selection (Algorithm 1, line 1's inputs).
-
-    Every field is validated on construction (`dphype.checks`) and stored normalised.
+    """The privacy parameters of one DP-Hype selection (Algorithm 1, line 1's inputs), validated and normalised.
 
     Attributes:
-        epsilon: The budget of the release, in ``(0, 100]`` (`dphype.checks.MAX_EPSILON`: above it no privacy).
+        epsilon: The budget of the release, in ``(0, MAX_EPSILON]`` (`dphype.checks.MAX_EPSILON`).
         delta: Its ``delta``.
         k: Votes per client.
-        clients: The number ``n`` of clients that take part, in ``[2, 10000]`` (each client's noise share is
-            calibrated for it).
-        dropout: Tolerated dropout fraction ``xi`` in ``[0, 1)``: any ``ceil((1 - xi) n)`` survivors carry the
-            full noise, fewer release nothing.
-        noise: A noise kind's name (`dphype.privacy.noise_kinds`): ``"skellam"`` (integer, exact over SecAgg+;
-            default) or ``"gaussian"``.
-        accountant: ``"rdp"``, ``"analytic"`` (Gaussian only) or ``None`` / ``"auto"`` for the default of the
-            noise kind; stored resolved.
-        neighbouring: ``"replace-one"`` (the paper's, L2 sensitivity ``sqrt(2k)``) or ``"add-remove"``
-            (``sqrt(k)``).
-        rule: The server's selection rule on the release (`dphype.selection.rules.rule_names`; post-processing).
+        clients: The number ``n`` of clients that take part, in ``[2, MAX_CLIENTS]``; each noise share is
+            calibrated for it.
+        dropout: Tolerated dropout fraction ``xi`` in ``[0, 1)``: any ``ceil((1 - xi) n)`` survivors carry the full
+            noise, fewer release nothing.
+        noise: A noise kind's name (`dphype.privacy.noise_kinds`; default ``"skellam"``).
+        accountant: An accountant valid for the noise kind, or ``None`` / ``"auto"`` for its default; stored
+            resolved.
+        neighbouring: ``"replace-one"`` (the paper's, L2 sensitivity ``sqrt(2k)``) or ``"add-remove"`` (``sqrt(k)``).
+        rule: The server's selection rule on a released sum (`dphype.selection.rules.rule_names`).
         min_success: Refuse to run when the planner's consensus scenario simulates a smaller chance of a good pick
-            (`dphype.selection.planner.check_plan`; 0, the default: never refuse, only warn below one half).
-        release: The name of the release mode (`dphype.modes.RELEASE_MODES`; `mode` is the mode itself):
-            ``"sum"`` (the paper's: the noisy vote sum over SecAgg+, default) or ``"argmax"`` (only the winner's
-            index, from a secure argmax among tally parties: ``epsilon``-DP with noise independent of ``k``, pure
-            but for its MPC sampler's ``delta`` below ``1e-18``, `dphype.privacy.winner`; ``delta``, ``noise`` and
-            ``accountant`` then concern only the composition with other releases, and ``rule`` does not apply).
-        ballot: How a client turns its scores into its ballot (`dphype.selection.voting.Ballot`): ``"top-k"``
-            (DP-Hype's, with ``k``), ``"rank:D[:BITS]"`` or ``"score:M[:BITS]"`` (graded, argmax release only);
-            ``None`` or ``"default"``: the release mode's default (`dphype.modes.ReleaseMode.default_ballot`:
-            ``"auto"`` for the argmax release, ``"top-k"`` for the sum release). Stored resolved and
-            canonical, so the request carries it; `replace` with a new ``release`` and no ``ballot`` takes the new
-            mode's default.
+            (`dphype.selection.planner.check_plan`; 0: never refuse, only warn below one half).
+        release: The release mode's name (`dphype.modes.RELEASE_MODES`; `mode` is the mode itself; default
+            ``"sum"``). The winner-only ``"argmax"`` is ``epsilon``-DP with noise independent of ``k`` (pure but for
+            its MPC sampler's delta); ``delta``, ``noise`` and ``accountant`` then concern only composition, and
+            ``rule`` does not apply.
+        ballot: How a client turns its scores into its ballot (`dphype.selection.voting.Ballot`); ``None`` or
+            ``"default"``: the mode's `dphype.modes.ReleaseMode.default_ballot`. Stored resolved and canonical;
+            `replace` with a new ``release`` and no ``ballot`` takes the new mode's default.
 
     Raises:
-        ValueError: If a field is out of range or names an unknown noise, accountant, neighbouring, rule,
-            release mode or ballot.
+        ValueError: If a field is out of range or names an unknown noise, accountant, neighbouring, rule, release
+            mode or ballot.
     """
 
     epsilon: float
@@ -118,29 +108,14 @@ class DPHypeConfig:
         return release_mode(self.release)
 
     def replace(self, **changes: Any) -> DPHypeConfig:
-        """A copy with ``changes`` applied (validated again).
-
-        A new ``release`` without a ``ballot`` takes the new mode's default ballot.
-
-        Args:
-            **changes: New values of fields, by field name.
-
-        Returns:
-            The new configuration.
-
-        Raises:
-            ValueError: If a new value is invalid.
-        """  # noqa: DOC502
+        """A copy with ``changes`` applied and validated; a new ``release`` without ``ballot`` takes its default."""
         if "release" in changes and "ballot" not in changes:
             changes = {**changes, "ballot": None}
         return dataclasses.replace(self, **changes)
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> DPHypeConfig:
-        """Read the fields from a Flower run config (keys of `RUN_CONFIG_KEYS`).
-
-        Other keys are ignored, so an app can keep its own keys beside them. Integers given for float fields are
-        accepted (``--run-config "epsilon=1"`` arrives as an int).
+        """Read the fields from a Flower run config (keys of `RUN_CONFIG_KEYS`; other keys are ignored).
 
         Args:
             run_config: The Flower run config.
@@ -149,8 +124,7 @@ class DPHypeConfig:
             The validated configuration.
 
         Raises:
-            ValueError: If a required key (``epsilon``, ``delta``, ``k``, ``clients``) is missing, or a value is
-                invalid.
+            ValueError: If a required key (``epsilon``, ``delta``, ``k``, ``clients``) is missing or a value invalid.
         """
         values = read_run_config(cls, run_config, RUN_CONFIG_KEYS)
         missing = [RUN_CONFIG_KEYS[f.name] for f in dataclasses.fields(cls)
@@ -163,8 +137,7 @@ class DPHypeConfig:
 def read_run_config(cls: type, run_config: Mapping[str, Any], keys: Mapping[str, str]) -> dict[str, Any]:
     """The values of dataclass ``cls``'s fields that ``run_config`` holds under ``keys``, for ``cls(**values)``.
 
-    ``cls(**values)`` validates them. Flower parses ``--run-config "epsilon=1"`` as an int: an int given for a
-    ``float`` field becomes a float.
+    An int given for a ``float`` field becomes a float (Flower parses ``--run-config "epsilon=1"`` as an int).
 
     Args:
         cls: The dataclass.

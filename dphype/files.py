@@ -8,14 +8,10 @@ from pathlib import Path
 
 
 def write_once(file: Path, data: bytes) -> None:
-    """Create ``file`` with ``data`` (mode 0600) unless it exists.
+    """Create ``file`` with ``data`` (mode 0600) unless it exists; the parent folder must exist.
 
-    Written aside, then linked into place: concurrent creators (the simulated nodes of one run, the processes of one
-    node) agree on the first one's content, and no reader sees half a file. The parent folder must exist.
-
-    Args:
-        file: The file to create.
-        data: Its content.
+    Written aside, then linked into place: concurrent creators agree on the first one's content, and no reader sees
+    half a file.
     """
     if file.exists():
         return

@@ -1,40 +1,28 @@
-"""Release modes: what the server learns from the clients' votes, one class per mode behind one small interface.
+"""Release modes: what the server learns from the clients' votes, one class per mode behind one interface.
 
 DP-Hype's clients vote top-k on a public candidate list and add noise shares; a release mode decides the rest
-(Algorithm 1 and its variants). `ReleaseMode` is the interface the rest of the package calls, in the
-order of a run:
+(Algorithm 1 and its variants). `ReleaseMode` is what the rest of the package calls, in the order of a run:
 
-* the description -- plain data on the class, read instead of the mode's name: `ReleaseMode.aggregator`
-  (`Aggregator`: where the ballots go; the Flower server, the clients and ``dphype run`` ask it whether a tally
-  committee takes part), `ReleaseMode.opens` (what the committee opens), `ReleaseMode.forecast` and
-  `ReleaseMode.noise_inflation` (what the planner simulates, `dphype.selection.forecasts.Forecast`),
-  `ReleaseMode.integer_noise`, `ReleaseMode.default_ballot` and `ReleaseMode.graded_ballots`;
+* description -- class data read instead of the mode's name: `ReleaseMode.aggregator` (SecAgg+ or a tally
+  committee), `ReleaseMode.opens`, `ReleaseMode.forecast`, `ReleaseMode.noise_inflation`,
+  `ReleaseMode.integer_noise`, `ReleaseMode.default_ballot`, `ReleaseMode.graded_ballots`;
 * calibration -- `ReleaseMode.calibrate`: the request's noise std ``sigma`` (Algorithm 1, line 1);
-* the request -- `ReleaseMode.check_request_fields` (what `dphype.protocol.VoteRequest` validates:
-  its tallies and ``sigma``), `ReleaseMode.accounting` (the release as the accountants describe it) and
-  `ReleaseMode.check_claims` (a client's check that the noise gives the announced budget);
-* the node -- `ReleaseMode.announced_epsilon` and `ReleaseMode.node_cost`: what the node's policy
-  limits (`dphype.node.policy.check_vote_request`) and its ledger records;
-* the client -- `ReleaseMode.ballot`: what it hands its aggregator (SecAgg+ sums encoded vectors, the tally
-  committee receives sealed Shamir shares);
-* the server -- `ReleaseMode.release`: the result with its privacy report, from what the aggregator opened;
-* replays -- `ReleaseMode.replay`: what the aggregator would open, drawn from a seeded generator
-  (benchmarks; the math is in `dphype.privacy`, where the planner and the oracles call it);
-* wording -- `ReleaseMode.describe` and `ReleaseMode.describe_plan`; a mode is stored and sent as its
-  `ReleaseMode.name`, the configuration's ``release`` (`dphype.config.DPHypeConfig.mode` reads it back).
+* request -- `ReleaseMode.check_request_fields`, `ReleaseMode.accounting` (the release as the accountants describe
+  it) and `ReleaseMode.check_claims` (a client's check that the noise gives the announced budget);
+* node -- `ReleaseMode.announced_epsilon` and `ReleaseMode.node_cost` (what `dphype.node.policy` limits and records);
+* client -- `ReleaseMode.ballot` (SecAgg+ sums encoded vectors; a committee receives sealed Shamir shares);
+* server -- `ReleaseMode.release`: the result with its privacy report;
+* replays -- `ReleaseMode.replay`: what the aggregator would open, from a seeded generator (benchmarks);
+* wording -- `ReleaseMode.describe`, `ReleaseMode.describe_plan`; a mode travels as its `ReleaseMode.name`.
 
-The accounting methods default to the noisy vote sum's; the abstract ones are `ReleaseMode.node_cost`,
-`ReleaseMode.ballot`, `ReleaseMode.release`, `ReleaseMode.replay` and `ReleaseMode.describe` (and the committee's
-`CommitteeMode.tally_noise`). The modes: `SumRelease` (``"sum"``, the paper's: the noisy vote sum over SecAgg+,
-picked by the selection rule), `ArgmaxRelease` (``"argmax"``: only the winner's index, a secure argmax among tally
-parties, `dphype.privacy.winner`) and `CommitteeSumRelease` (``"committee-sum"``: the noisy vote sum of the ballots
-a tally committee verified, with noise the tallies make). `RELEASE_MODES` maps each name to its class (a subclass
-that sets ``name`` registers itself); `release_mode` looks one up and refuses any other name. Nothing else in the
-package compares a mode's name.
+The accounting methods default to the noisy vote sum's. The modes: `SumRelease` (``"sum"``, the paper's: the noisy
+vote sum over SecAgg+, picked by the selection rule), `ArgmaxRelease` (``"argmax"``: only the winner's index, a
+secure argmax among tally parties, `dphype.privacy.winner`) and `CommitteeSumRelease` (``"committee-sum"``: the
+noisy vote sum of the ballots a tally committee verified, with noise the tallies make). A subclass that sets
+``name`` registers itself in `RELEASE_MODES`; `release_mode` refuses any other name.
 
-Layers: the modes sit below the configuration and the protocol (the configuration validates its ``release`` here),
-so they read a configuration and a request through the structural types `Settings` and `Request`,
-which `dphype.config.DPHypeConfig` and `dphype.protocol.VoteRequest` satisfy. No Flower import here.
+The modes sit below the configuration and the protocol, so they read them through the structural types `Settings`
+and `Request`. No Flower import here.
 """
 
 from __future__ import annotations
@@ -90,16 +78,14 @@ if TYPE_CHECKING:
     from dphype.selection.candidates import CandidateList
     from dphype.selection.planner import Plan
 
-#: Largest ratio of an announced sigma to the one calibrated for the announced budget that a client accepts
-#: (sum release): an honest server sends the calibrated sigma (`SumRelease.calibrate`); far more noise is no
-#: request it sends, and the client refuses it before scoring.
+#: Largest ratio of an announced sigma to the calibrated one that a client accepts (an honest server sends the
+#: calibrated sigma).
 SIGMA_SLACK = 1.001
 
 #: The argmax release's ballot unless the configuration names one (README "Ballots").
 DEFAULT_ARGMAX_BALLOT = "auto"
 
-#: Every release mode by its configuration name (``DPHypeConfig.release``), in the order they were defined (the
-#: planner's recommendation goes to the first of tied modes).
+#: Every release mode by its configuration name, in definition order (the planner prefers the first of ties).
 RELEASE_MODES: dict[str, type[ReleaseMode[Any, Any]]] = {}
 
 BallotT = TypeVar("BallotT")
@@ -107,11 +93,7 @@ OpenedT = TypeVar("OpenedT")
 
 
 class Settings(Protocol):
-    """What a mode reads of a configuration: `dphype.config.DPHypeConfig`'s fields.
-
-    The configuration sits above the modes, so the modes name only what they read; each property means what the
-    field of that name means there.
-    """
+    """What a mode reads of a configuration (`dphype.config.DPHypeConfig`'s fields of the same names)."""
 
     @property
     def epsilon(self) -> float:
@@ -151,12 +133,12 @@ class Settings(Protocol):
         ...
     @property
     def ballot(self) -> str | None:
-        """The ballot's name (`dphype.selection.voting.Ballot`; a validated configuration's is never ``None``)."""
+        """The ballot's name (a validated configuration's is never ``None``)."""
         ...
 
 
 class Request(Protocol):
-    """What a mode reads of a request: `dphype.protocol.VoteRequest` (the protocol sits above the modes)."""
+    """What a mode reads of a request (`dphype.protocol.VoteRequest`)."""
 
     @property
     def candidates(self) -> CandidateList:
@@ -183,25 +165,18 @@ class Request(Protocol):
         """Fewest valid ballots a committee release counts."""
         ...
     def digest(self) -> str:
-        """The request's digest (`dphype.protocol.VoteRequest.digest`).
-
-        Returns:
-            The digest as hex characters.
-        """
+        """The request's digest as hex characters."""
         ...
 
 
 class Aggregator(enum.Enum):
     """Where the clients' ballots go and what comes back: the Flower server dispatches on it.
 
-    ``SECAGG``: DP-Hype's SecAgg+ (`dphype.secure.secagg`); each client sends an encoded noisy vote vector and
-    the server unmasks their exact sum (unverified). ``COMMITTEE``: a committee of tally parties
-    (`dphype.secure.tally`, whose public keys the request names); each client seals Shamir shares of its ballot to
-    them and they check every ballot, add the committee's noise and open only what the mode releases.
-
     Attributes:
-        SECAGG: DP-Hype's SecAgg+: the exact sum of the encoded noisy vote vectors.
-        COMMITTEE: A committee of tally parties: sealed Shamir shares, only the release opened.
+        SECAGG: DP-Hype's SecAgg+ (`dphype.secure.secagg`): the server unmasks the exact (unverified) sum of the
+            encoded noisy vote vectors.
+        COMMITTEE: Tally parties (`dphype.secure.tally`) receive sealed Shamir shares, check every ballot, add the
+            committee's noise and open only what the mode releases.
     """
 
     SECAGG = "SecAgg+"
@@ -215,11 +190,10 @@ class Aggregator(enum.Enum):
             known: The only keys a committee may use (a node's pinned tallies); ``None``: any.
 
         Returns:
-            The committee (`dphype.secure.tally.check_committee`: at least 3 distinct, within ``known`` when
-            given), or ``()`` for SecAgg+.
+            The committee (`dphype.secure.tally.check_committee`), or ``()`` for SecAgg+.
 
         Raises:
-            ValueError: Naming the cause, if the committee is invalid, or SecAgg+ is given tallies.
+            ValueError: If the committee is invalid, or SecAgg+ is given tallies.
         """
         if self is Aggregator.COMMITTEE:
             return check_committee(tallies, known=known)
@@ -250,26 +224,11 @@ class NodeCost:
 
 
 class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
-    """One release mode (module docstring): a stateless object; two instances of a class are equal.
+    """One release mode (module docstring): stateless; two instances of a class are equal.
 
-    A mode is described by plain data (its class attributes: what is released, where the ballots go, what the
-    committee opens, what the planner simulates, which noise and ballots it takes), which the server, the clients,
-    the tallies, the planner and ``dphype new`` read instead of its name; and accounted for by its methods. The
-    defaults are the noisy vote sum's (`VoteRelease`): a subclass sets `name` (registering it in `RELEASE_MODES`),
-    `aggregator` and `forecast`, implements the abstract methods, and overrides the accounting of another release.
-    ``BallotT`` is what a client hands the aggregator, ``OpenedT`` what the aggregator opens for the server.
-
-    Attributes:
-        name: The configuration and wire name (``DPHypeConfig.release``, the run config's ``release``,
-            ``--release``).
-        released: What the server learns, in words.
-        aggregator: Where the ballots go (`Aggregator`).
-        opens: What the committee opens, or ``None`` for SecAgg+.
-        forecast: What the planner simulates of this release.
-        noise_inflation: The released noise's std over the calibrated ``sigma``.
-        integer_noise: Whether the noise must be of an integer kind.
-        default_ballot: The ballot a configuration of this mode gets unless it names one.
-        graded_ballots: Whether the mode takes graded ballots (`dphype.selection.voting.Ballot`), not only top-k.
+    The defaults are the noisy vote sum's (`VoteRelease`): a subclass sets `name`, `aggregator` and `forecast`,
+    implements the abstract methods and overrides the accounting of another release. ``BallotT`` is what a client hands
+    the aggregator, ``OpenedT`` what the aggregator opens for the server.
     """
 
     #: The configuration and wire name (``DPHypeConfig.release``, the run config's ``release``, ``--release``).
@@ -278,12 +237,11 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
     released: ClassVar[str]
     #: Where the ballots go (`Aggregator`).
     aggregator: ClassVar[Aggregator]
-    #: What the committee opens (`dphype.secure.tally.OPENS_ARGMAX` or `dphype.secure.tally.OPENS_SUM`); ``None``
-    #: for SecAgg+, which opens the exact sum of what the clients send.
+    #: What the committee opens (`dphype.secure.tally.OPENS_ARGMAX` or ``OPENS_SUM``); ``None`` for SecAgg+.
     opens: ClassVar[str | None] = None
     #: What the planner simulates of this release.
     forecast: ClassVar[Forecast]
-    #: The released noise's std over the calibrated ``sigma`` (what the planner's noisy-sum forecast simulates).
+    #: The released noise's std over the calibrated ``sigma``.
     noise_inflation: ClassVar[float] = 1.0
     #: Whether the noise must be of an integer kind (an MPC adds it exactly).
     integer_noise: ClassVar[bool] = False
@@ -312,15 +270,13 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
         """The configuration's ballot for this mode: `default_ballot` for ``None`` or ``"default"``, else checked.
 
         Args:
-            ballot: The ballot's name (`dphype.selection.voting.Ballot`), or ``None`` / ``"default"`` (what a Flower
-                run config, which holds no ``None``, says for the mode's default).
+            ballot: The ballot's name (`dphype.selection.voting.Ballot`), ``None`` or ``"default"``.
 
         Returns:
             The canonical name.
 
         Raises:
-            ValueError: Naming ``ballot``, the allowed values and the fix: an unknown name, or a graded ballot for a
-                mode that takes only top-k.
+            ValueError: For an unknown name, or a graded ballot for a mode that takes only top-k.
         """
         name = check_ballot(self.default_ballot if ballot is None or ballot == "default" else ballot)
         if Ballot.parse(name).graded and not self.graded_ballots:
@@ -335,9 +291,8 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
     def resolved_ballot(self, config: Settings, num_candidates: int | None = None) -> Ballot:
         """The configured ballot, an ``"auto"`` one resolved to its ``k`` (`dphype.selection.voting.auto_depth`).
 
-        The auto rule reads public facts only: ``p``, the std of one discrete Laplace of the release's epsilon for a
-        top-k ballot (`dphype.privacy.winner.noise_std`: the committee's whole noise, sampled jointly in the MPC) and
-        the fewest voters ``ceil((1 - xi) n)``.
+        The auto rule reads public facts only: ``p``, the std of the release's discrete Laplace noise for a top-k ballot
+        (`dphype.privacy.winner.noise_std`) and the fewest voters ``ceil((1 - xi) n)``.
 
         Args:
             config: The request's configuration.
@@ -358,47 +313,26 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
                               min_survivors(config.clients, config.dropout))
 
     def votes_per_client(self, config: Settings, num_candidates: int) -> int:
-        """The ``k`` the ballot stands for (what the planner and the reports name).
-
-        The configuration's for top-k, an auto ballot's resolved ``k``, a rank ballot's depth (cut to ``p``), the
-        configuration's for a score ballot.
-
-        Args:
-            config: The configuration.
-            num_candidates: ``p``.
-
-        Returns:
-            ``k``.
-        """
+        """The ``k`` of the ballot: a rank ballot's depth (cut to ``p``), an auto ballot's, else the config's."""
         ballot = self.resolved_ballot(config, num_candidates)
         return min(ballot.depth, int(num_candidates)) if ballot.kind == "rank" else config.k
 
     def sensitivity(self, config: Settings) -> int:
-        """The ballot's largest entry ``G`` (its l-infinity sensitivity), which needs no candidate list.
-
-        Args:
-            config: The configuration.
-
-        Returns:
-            ``G``: 1 for top-k and auto, ``2**bits - 1`` for a graded ballot.
-        """
+        """The ballot's largest entry ``G`` (l-infinity sensitivity): 1 for top-k and auto, ``2**bits - 1`` graded."""
         return Ballot.parse(config.ballot).max_entry
 
     def ballot_form(self, config: Settings, num_candidates: int | None = None) -> BallotForm:
         """The form every client's ballot must have under ``config`` (`dphype.selection.ballots`).
 
-        The one place a request's ballot form is derived from its configuration: every node and tally reads it
-        from the approved request.
+        Every node and tally derives it from the approved request here.
 
         Args:
             config: The request's configuration.
-            num_candidates: The request's number of candidates ``p``, when known (a score ballot's largest total
-                is ``p G``, a rank ballot's depth is cut to ``p``); required for an auto ballot, whose ``k``
-                depends on it.
+            num_candidates: ``p`` when known (a score ballot's largest total is ``p G``, a rank ballot's depth is cut to
+                ``p``); required for an auto ballot.
 
         Returns:
-            The configured ballot's form (`dphype.selection.voting.Ballot.form`): DP-Hype's top-k form
-            ``BallotForm.top_k(config.k)`` for ``ballot="top-k"``.
+            The configured ballot's form (`dphype.selection.voting.Ballot.form`).
 
         Raises:
             ValueError: For an auto ballot without ``num_candidates``.
@@ -434,50 +368,24 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
 
     # ------------------------------------------------------------------------------------ the request
     def check_request_fields(self, request: Request) -> tuple[bytes, ...]:
-        """Validate a request's fields for this mode: its tallies for the `aggregator`, then ``sigma`` and ``k``.
-
-        Args:
-            request: The request being built.
-
-        Returns:
-            The tallies as the request keeps them.
-
-        Raises:
-            ValueError: If the tallies (`Aggregator.check_tallies`), ``sigma`` or ``k`` (`check_sigma`) are invalid.
-        """  # noqa: DOC502
+        """Validate a request's tallies for the `aggregator` and its ``sigma`` and ``k``; return the tallies."""
         tallies = self.aggregator.check_tallies(request.tallies)
         self.check_sigma(request)
         return tallies
 
     def check_sigma(self, request: Request) -> None:
-        """Refuse a noise kind, ``sigma`` or ``k`` that this mode's release (`accounting`) cannot describe.
-
-        Args:
-            request: The request being built.
-
-        Raises:
-            ValueError: If the noise kind is one the mode cannot add, ``sigma`` is not positive, or ``k`` is not in
-                ``[1, p]``.
-        """  # noqa: DOC502
+        """Refuse a noise kind the mode cannot add, a non-positive ``sigma`` or a ``k`` outside ``[1, p]``."""
         self._check_noise(request.config.noise)
         _ = self.accounting(request)  # validates sigma and k against the number of candidates
 
     def accounting(self, request: Request) -> VoteRelease | WinnerRelease:
-        """The release ``request`` describes, for the accountants (`dphype.privacy`): the noisy vote sum by default.
-
-        Args:
-            request: The request.
-
-        Returns:
-            The release (`vote_release`).
-        """
+        """The release ``request`` describes, for the accountants (`dphype.privacy`): the noisy vote sum by default."""
         return vote_release(request)
 
     def check_claims(self, request: Request) -> None:
         """A client's check that the request's noise gives the announced budget and that an honest server sends it.
 
-        Called by `dphype.protocol.check_request`. By default the client recomputes epsilon from the announced
-        ``sigma`` with the announced accountant.
+        By default the client recomputes epsilon from the announced ``sigma`` with the announced accountant.
 
         Args:
             request: The request.
@@ -503,28 +411,19 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
 
     # --------------------------------------------------------------------------------------- the node
     def announced_epsilon(self, request: Request) -> float | None:
-        """The announced epsilon a node holds against its limit before it recomputes the cost.
-
-        Args:
-            request: The request.
-
-        Returns:
-            The configuration's epsilon, or ``None``: only the recomputed `node_cost` counts.
-        """
+        """The announced epsilon a node holds against its limit, or ``None``: only `node_cost` counts."""
         return request.config.epsilon
 
     @abstractmethod
     def node_cost(self, request: Request, *, survivors: int, delta: float, accountant: str,
                   neighbouring: str) -> NodeCost:
-        """What one vote costs the node when only ``survivors`` (the fewest allowed) contribute.
-
-        The cost is recomputed with the node's own ``delta``, ``accountant`` and ``neighbouring`` relation.
+        """What one vote costs the node when only ``survivors`` contribute, recomputed the node's way.
 
         Args:
             request: The request.
             survivors: The fewest allowed contributors.
             delta: The node's delta.
-            accountant: The node's accountant, ``"auto"`` or a name.
+            accountant: The node's accountant, ``"auto"`` (the noise kind's default) or a name.
             neighbouring: The node's neighbouring relation.
 
         Returns:
@@ -535,7 +434,7 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
     @abstractmethod
     def ballot(self, request: Request, scores: np.ndarray, *, maximize: bool,
                clipping_range: int | None = None, voter: str | None = None) -> BallotT:
-        """What a client hands the `aggregator`: its top-k votes on ``scores``, plus its noise share where it adds one.
+        """What a client hands the `aggregator`: its votes on ``scores``, plus its noise share where it adds one.
 
         A share comes from the secure generator (no generator can be passed in).
 
@@ -543,10 +442,8 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
             request: The approved request.
             scores: The client's scores, ``(p,)`` or ``(p, j)``.
             maximize: Whether a higher score is better.
-            clipping_range: The SecAgg+ round's range (`dphype.secure.secure_sum.clipping_range_for`), for
-                SecAgg+ modes.
-            voter: The client's identity in its run (`dphype.secure.tally.voter_id`), which a committee's ballot
-                is bound to; SecAgg+ binds its own (`dphype.secure.secagg`).
+            clipping_range: The SecAgg+ round's range (`dphype.secure.secure_sum.clipping_range_for`), SecAgg+ modes.
+            voter: The client's identity in its run (`dphype.secure.tally.voter_id`), committee modes.
 
         Returns:
             The ballot.
@@ -580,7 +477,7 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
             repetitions: The number of draws.
             rng: The generator of the noise.
             survivors: The number of contributing clients (default all).
-            per_client: One noise share per client instead of one summed draw.
+            per_client: One noise share per client (or tally) instead of one summed draw.
 
         Returns:
             One `release` input per row.
@@ -588,26 +485,10 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
 
     @abstractmethod
     def describe(self, request: Request) -> str:
-        """The request's parameters that apply to this mode, as ``key=value, ...`` (the server's description).
-
-        Args:
-            request: The request.
-
-        Returns:
-            The description.
-        """
+        """The request's parameters that apply to this mode, as ``key=value, ...``."""
 
     def describe_plan(self, config: Settings, plan: Plan) -> str:
-        """The planner's scenario simulation of this release (its `forecast`), in words (the server's plan log line).
-
-        Args:
-            config: The configuration.
-            plan: The planner's prediction for it.
-
-        Returns:
-            The scenario's simulated chance of a good pick and what makes the pick: the configured rule on a noisy
-            vote sum (and the argmax rule's), or the mode's release of the winner alone.
-        """
+        """The planner's simulated chance of a good pick for this release and what makes the pick, in words."""
         if self.forecast is Forecast.WINNER:
             return (f"{plan.success:.2f} with the {self.name} release (the tallies' secure argmax; only the winner's "
                     "index)")
@@ -616,17 +497,7 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
 
 
 def release_mode(name: Any) -> ReleaseMode[Any, Any]:
-    """The release mode registered as ``name`` (`RELEASE_MODES`).
-
-    Args:
-        name: The mode's name.
-
-    Returns:
-        An instance of the mode.
-
-    Raises:
-        ValueError: Naming the parameter, the allowed names and the fix, for any other value.
-    """
+    """An instance of the mode registered as ``name`` (`RELEASE_MODES`); any other value is refused, naming them."""
     mode = RELEASE_MODES.get(name) if isinstance(name, str) else None
     if mode is None:
         raise ValueError(f"release must be one of {', '.join(RELEASE_MODES)}, got {name!r}: set release (the "
@@ -635,27 +506,12 @@ def release_mode(name: Any) -> ReleaseMode[Any, Any]:
 
 
 def release_modes() -> tuple[ReleaseMode[Any, Any], ...]:
-    """One instance of every registered mode, in `RELEASE_MODES` order (what the planner compares).
-
-    Returns:
-        The modes.
-    """
+    """One instance of every registered mode, in `RELEASE_MODES` order."""
     return tuple(mode() for mode in RELEASE_MODES.values())
 
 
 def vote_cost(request: Request, total_std: float, *, delta: float, accountant: str, neighbouring: str) -> NodeCost:
-    """What a noisy vote sum with noise of std ``total_std`` costs a node, accounted its way (`ReleaseMode.node_cost`).
-
-    Args:
-        request: The request (its ``k`` and noise kind).
-        total_std: The std of the noise the release carries in the worst allowed case.
-        delta: The node's delta.
-        accountant: The node's accountant, ``"auto"`` (the default for the noise kind) or a name.
-        neighbouring: The node's neighbouring relation.
-
-    Returns:
-        The cost.
-    """
+    """What a noisy vote sum with noise of std ``total_std`` costs a node (arguments of `ReleaseMode.node_cost`)."""
     cfg = request.config
     accountant = resolve_accountant(None if accountant == "auto" else accountant, cfg.noise)
     l2, l1 = vote_sensitivity(cfg.k, neighbouring)
@@ -665,14 +521,7 @@ def vote_cost(request: Request, total_std: float, *, delta: float, accountant: s
 
 
 def vote_release(request: Request) -> VoteRelease:
-    """The noisy vote sum ``request`` describes: ``k``, ``p``, ``sigma``, the noise kind and the relation.
-
-    Args:
-        request: The request.
-
-    Returns:
-        The vote release.
-    """
+    """The noisy vote sum ``request`` describes."""
     cfg = request.config
     return VoteRelease(k=cfg.k, num_candidates=len(request.candidates), sigma=request.sigma, noise=cfg.noise,
                        neighbouring=cfg.neighbouring)
@@ -688,7 +537,7 @@ def _noisy_sum(request: Request, opened: Any) -> np.ndarray:
 
 
 def _vote_sum_words(request: Request) -> str:
-    """A noisy vote sum's parameters as ``key=value, ...``: delta, k, clients, dropout, noise and rule."""
+    """A noisy vote sum's parameters as ``key=value, ...``."""
     cfg = request.config
     return (f"delta={cfg.delta:g}, k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, "
             f"noise={cfg.noise!r}, rule={cfg.rule!r}")
@@ -696,11 +545,7 @@ def _vote_sum_words(request: Request) -> str:
 
 def _rule_result(request: Request, total: np.ndarray, report: PrivacyReport, noise_std: float,
                  clients: int) -> DPHypeResult:
-    """The configured selection rule on a released noisy sum, and the result holding it, the sum and ``report``.
-
-    The rule and its confidence read only the release and public facts (post-processing); ``noise_std`` is the std
-    of the released sum's whole noise.
-    """
+    """The configured rule on a released noisy sum (post-processing); ``noise_std`` is its whole noise's std."""
     cfg = request.config
     chosen = select_release(total, noise_std, space=request.candidates.feature_space(), rule=cfg.rule,
                             clients=clients, k=cfg.k)
@@ -711,15 +556,9 @@ def _rule_result(request: Request, total: np.ndarray, report: PrivacyReport, noi
 class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
     """The paper's release: the noisy vote sum over SecAgg+, then the configured selection rule.
 
-    ``sigma`` is the TOTAL noise std on the released sum, calibrated for ``(epsilon, delta, k)`` with the
-    configured noise and accountant; each client adds a share of variance ``sigma^2 / ((1 - xi) n)``
-    (`dphype.privacy.noise.client_noise_variance`). Everything after the sum is post-processing.
-
-    Attributes:
-        name: ``"sum"``.
-        released: What the server learns.
-        aggregator: SecAgg+.
-        forecast: The noisy sum's.
+    ``sigma`` is the TOTAL noise std on the released sum; each client adds a share of variance
+    ``sigma^2 / ((1 - xi) n)`` (`dphype.privacy.noise.client_noise_variance`). Everything after the sum is
+    post-processing.
     """
 
     name = "sum"
@@ -728,19 +567,7 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
     forecast = Forecast.NOISY_SUM
 
     def calibrate(self, config: Settings, candidates: CandidateList) -> float:
-        """Solve ``sigma`` (`dphype.privacy.accounting.calibrate`) and refuse one whose shares could be clipped.
-
-        Args:
-            config: The configuration.
-            candidates: The public candidate list.
-
-        Returns:
-            The total noise std ``sigma``.
-
-        Raises:
-            ValueError: If the budget is invalid, or secure summation could clip the shares
-                (`dphype.secure.secure_sum.check_range`).
-        """  # noqa: DOC502
+        """Solve ``sigma``; refuse one whose shares secure summation could clip (`check_range`)."""
         sigma = super().calibrate(config, candidates)
         check_range(size=len(candidates), sigma=sigma, clients=config.clients, dropout=config.dropout,
                     noise=config.noise)
@@ -748,20 +575,7 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
 
     def node_cost(self, request: Request, *, survivors: int, delta: float, accountant: str,
                   neighbouring: str) -> NodeCost:
-        """``survivors`` shares of variance ``sigma^2 / ((1 - xi) n)`` (Appendix A), accounted the node's way.
-
-        At the node's delta, with its accountant (``"auto"``: the default for the noise kind) and relation.
-
-        Args:
-            request: The request.
-            survivors: The fewest allowed contributors.
-            delta: The node's delta.
-            accountant: The node's accountant, ``"auto"`` or a name.
-            neighbouring: The node's neighbouring relation.
-
-        Returns:
-            The cost.
-        """
+        """``survivors`` shares of variance ``sigma^2 / ((1 - xi) n)`` (Appendix A), accounted the node's way."""
         cfg = request.config
         total_std = client_noise_std(request.sigma, cfg.clients, cfg.dropout) * math.sqrt(survivors)
         return vote_cost(request, total_std, delta=delta, accountant=accountant, neighbouring=neighbouring)
@@ -770,16 +584,14 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
                clipping_range: int | None = None, voter: str | None = None) -> np.ndarray:
         """Top-k votes plus this client's noise share, encoded for exact secure summation (lines 5-10).
 
-        The share is `dphype.privacy.noise.client_noise_share`'s; the encoding `dphype.secure.secure_sum.encode`'s
-        (on the noise kind's grid ``1/fixed_point_scale``, `dphype.privacy.noise_kinds`), refused, never clipped,
-        beyond the round's ``clipping_range``, which SecAgg+ ballots need.
+        Values beyond the round's ``clipping_range`` are refused, never clipped; ``voter`` does not apply.
 
         Args:
             request: The approved request.
             scores: The client's scores, ``(p,)`` or ``(p, j)``.
             maximize: Whether a higher score is better.
             clipping_range: The SecAgg+ round's range.
-            voter: Does not apply (the SecAgg+ round binds the node's keys).
+            voter: Unused.
 
         Returns:
             The encoded vector, ``(p,)``.
@@ -796,23 +608,7 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
         return encode(votes + share, cfg.noise, clipping_range)
 
     def release(self, request: Request, opened: np.ndarray, survivors: int) -> DPHypeResult:
-        """The configured selection rule on the decoded noisy sum (line 12), with the privacy report.
-
-        The rule is `dphype.selection.rules`' argmax, or the structure-aware rule; the report is of the noise
-        actually summed.
-
-        Args:
-            request: The request.
-            opened: The decoded noisy sum, ``(p,)``.
-            survivors: The number of contributors.
-
-        Returns:
-            The result with the noisy sum, the rule's selection and the privacy report.
-
-        Raises:
-            ValueError: For fewer survivors than `dphype.protocol.VoteRequest.min_survivors` (their noise would not
-                add up to ``sigma``), or a sum of another shape.
-        """  # noqa: DOC502
+        """The configured rule on the decoded noisy sum (line 12), with the report of the noise actually summed."""
         cfg = request.config
         survivors = check_survivors(survivors, cfg.clients, request.min_survivors)
         total = _noisy_sum(request, opened)
@@ -827,46 +623,22 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
 
     def replay(self, request: Request, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
                survivors: int | None = None, per_client: bool = False) -> np.ndarray:
-        """Noisy sums (`dphype.privacy.noise.replay_noisy_sums`).
-
-        Args:
-            request: The request.
-            vote_sum: The noiseless vote sum, ``(p,)``.
-            repetitions: The number of draws ``R``.
-            rng: The generator of the noise.
-            survivors: The number of contributing clients (default all).
-            per_client: One noise share per client instead of one summed draw.
-
-        Returns:
-            The noisy sums, float64 ``(repetitions, p)``.
-        """
+        """Noisy sums, float64 ``(repetitions, p)`` (`dphype.privacy.noise.replay_noisy_sums`)."""
         cfg = request.config
         return replay_noisy_sums(vote_sum, sigma=request.sigma, clients=cfg.clients, repetitions=repetitions, rng=rng,
                                  dropout=cfg.dropout, noise=cfg.noise, survivors=survivors, per_client=per_client)
 
     def describe(self, request: Request) -> str:
-        """The sum release's parameters: delta, k, clients, dropout, noise and rule.
-
-        Args:
-            request: The request.
-
-        Returns:
-            The description, ``key=value, ...``.
-        """
+        """The sum release's parameters: delta, k, clients, dropout, noise and rule."""
         return _vote_sum_words(request)
 
 
 # ----------------------------------------------------------------------------------------- the committee
 class CommitteeMode(ReleaseMode[list[bytes], OpenedT]):
-    """What the tally committee's release modes share: ballots the committee verifies, noise the committee makes.
+    """The tally committee's modes: ballots the committee verifies, noise the committee makes.
 
-    A client shares its ballot only (`ballot`); the committee's noise (`tally_noise`: sampled jointly inside the MPC,
-    or a share each tally draws) is added in the MPC, which checks every ballot, adds the valid ones and opens only
-    what the mode releases (`opens`).
-
-    Attributes:
-        aggregator: The tally committee.
-        opens: What the committee opens (`dphype.secure.tally.OPENS_ARGMAX` or `dphype.secure.tally.OPENS_SUM`).
+    A client shares its ballot only; the committee's noise (`tally_noise`) is added in the MPC, which checks every
+    ballot, adds the valid ones and opens only `opens`.
     """
 
     aggregator = Aggregator.COMMITTEE
@@ -875,27 +647,23 @@ class CommitteeMode(ReleaseMode[list[bytes], OpenedT]):
 
     def ballot(self, request: Request, scores: np.ndarray, *, maximize: bool,
                clipping_range: int | None = None, voter: str | None = None) -> list[bytes]:
-        """The configured ballot, checked against the request's form, split into Shamir shares of its bits and sealed.
+        """The ballot, checked against the request's form, as Shamir shares of its bits sealed to each tally.
 
-        No noise: the committee makes it. The ballot is `ReleaseMode.resolved_ballot`'s (top-k, auto's top-k or a
-        graded one). The client checks its own ballot against the form
-        (`ReleaseMode.ballot_form`, `dphype.selection.ballots.BallotForm.check`) before it shares; one ciphertext
-        per tally in committee order (`dphype.secure.tally.client_sealed_shares`, bound to the request's digest,
-        the tally and ``voter``).
+        No noise: the committee makes it. One ciphertext per tally in committee order, bound to the request's digest,
+        the tally and ``voter`` (`dphype.secure.tally.client_sealed_shares`).
 
         Args:
             request: The approved request.
             scores: The client's scores, ``(p,)`` or ``(p, j)``.
             maximize: Whether a higher score is better.
-            clipping_range: Does not apply.
+            clipping_range: Unused.
             voter: The client's identity in its run (`dphype.secure.tally.voter_id`); required.
 
         Returns:
             The ciphertexts, one per tally.
 
         Raises:
-            ValueError: Without a ``voter``, or for a ballot that breaks the form
-                (`dphype.selection.ballots.InvalidBallot`).
+            ValueError: Without a ``voter``, or for a ballot that breaks the form.
         """  # noqa: DOC502
         if not voter:
             raise ValueError("voter must be the client's identity in its run (dphype.secure.tally.voter_id)")
@@ -906,11 +674,11 @@ class CommitteeMode(ReleaseMode[list[bytes], OpenedT]):
 
     @abstractmethod
     def tally_noise(self, request: Request) -> np.ndarray | JointSampler:
-        """The committee's noise for ``request``, as one tally contributes it (`dphype.flower.tally`).
+        """The committee's noise as one tally contributes it (`dphype.flower.tally`).
 
-        Either the sampler the MPC draws the whole noise with, which no tally knows (`JointSampler`), or this
-        tally's own share, from a fresh `dphype.privacy.noise.secure_generator`, such that the shares of any honest
-        majority of the committee (`dphype.privacy.noise.honest_tallies`) carry the release's guarantee.
+        Either the sampler the MPC draws the whole noise with, which no tally knows (`JointSampler`), or this tally's
+        share from a fresh `dphype.privacy.noise.secure_generator`, such that any honest majority's shares
+        (`dphype.privacy.noise.honest_tallies`) carry the release's guarantee.
 
         Args:
             request: The approved request.
@@ -924,26 +692,15 @@ class CommitteeMode(ReleaseMode[list[bytes], OpenedT]):
 class ArgmaxRelease(CommitteeMode[Opening | int]):
     """Only the winner's index: report-noisy-max over the verified ballots with committee-made discrete Laplace noise.
 
-    It is computed by a tally committee under MPC (`dphype.privacy.winner`, `dphype.secure.tally`): the clients
-    secret-share their ballots only, the committee checks each against the request's ballot form, leaves out the
-    invalid ones (naming their contributors), samples the noise jointly (no tally knows any of it) and opens only the
-    argmax.
+    A tally committee computes it under MPC (`dphype.privacy.winner`, `dphype.secure.tally`): it checks each ballot
+    against the request's form, leaves out the invalid ones (naming their contributors), samples the noise jointly (no
+    tally knows any of it) and opens only the argmax.
 
     ``(epsilon, sampler_delta)``-DP (pure ``epsilon`` for exact noise; the MPC sampler is within total variation
-    ``2^-64`` of it) with noise independent of ``k``, of the clients, of the dropout and of the committee's size;
-    ``sigma`` is the discrete Laplace std that ``epsilon`` and the ballot's largest entry imply
-    (`dphype.privacy.winner.noise_std`; every tally derives the sampler from the announced ``epsilon`` and ballot).
-    ``delta``, ``noise`` and ``accountant`` concern only the composition with other releases, and the selection
-    rule does not apply. It takes graded ballots (`dphype.selection.voting.Ballot`):
-    the noise depends on their largest entry only.
-
-    Attributes:
-        name: ``"argmax"``.
-        released: What the server learns.
-        forecast: The winner release's.
-        opens: The winner's index.
-        default_ballot: `DEFAULT_ARGMAX_BALLOT`.
-        graded_ballots: ``True``.
+    ``2^-64`` of it) with noise independent of ``k``, the clients, the dropout and the committee's size; ``sigma`` is
+    the discrete Laplace std that ``epsilon`` and the ballot's largest entry imply (`dphype.privacy.winner.noise_std`).
+    ``delta``, ``noise`` and ``accountant`` concern only composition with other releases; the selection rule does not
+    apply. Graded ballots are allowed: the noise depends on their largest entry only.
     """
 
     name = "argmax"
@@ -954,26 +711,11 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
     graded_ballots = True
 
     def calibrate(self, config: Settings, candidates: CandidateList) -> float:
-        """The total discrete Laplace std that ``epsilon`` and the ballot imply (`dphype.privacy.winner.noise_std`).
-
-        Args:
-            config: The configuration.
-            candidates: The public candidate list (not needed).
-
-        Returns:
-            The std.
-        """
+        """The discrete Laplace std that ``epsilon`` and the ballot imply (`dphype.privacy.winner.noise_std`)."""
         return noise_std(config.epsilon, config.neighbouring, self.sensitivity(config))
 
     def check_sigma(self, request: Request) -> None:
-        """Refuse a ``sigma`` other than the one ``epsilon`` implies, or a ``k`` outside ``[1, p]``.
-
-        Args:
-            request: The request being built.
-
-        Raises:
-            ValueError: If ``sigma`` or ``k`` is not what the mode needs.
-        """
+        """Refuse a ``sigma`` other than ``epsilon`` implies, a ``k`` outside ``[1, p]`` or a too small epsilon."""
         cfg = request.config
         expected = noise_std(cfg.epsilon, cfg.neighbouring, self.sensitivity(cfg))
         if not abs(request.sigma - expected) <= 1e-9 * expected:
@@ -984,54 +726,32 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
         _ = self.tally_noise(request)  # an epsilon too small for the committee's sampler, before any client works
 
     def accounting(self, request: Request) -> WinnerRelease:
-        """The winner release the request describes.
-
-        Args:
-            request: The request.
-
-        Returns:
-            The winner release (epsilon, ``k``, ``p``, relation, the ballot's largest entry).
-        """
+        """The winner release the request describes."""
         cfg = request.config
         return WinnerRelease(epsilon=cfg.epsilon, k=self.votes_per_client(cfg, len(request.candidates)),
                              num_candidates=len(request.candidates),
                              neighbouring=cfg.neighbouring, sensitivity=self.sensitivity(cfg))
 
     def check_claims(self, request: Request) -> None:
-        """Nothing to recompute: each tally derives the committee's sampler from the announced epsilon and ballot.
-
-        So it cannot be asked for too little.
-
-        Args:
-            request: The request.
-        """
+        """Nothing to recompute: each tally derives the sampler from the announced epsilon and ballot."""
 
     def announced_epsilon(self, request: Request) -> None:
-        """``None``: the noise parameter follows from the announced epsilon and relation.
-
-        The node's own relation decides what it costs (`node_cost`).
-
-        Args:
-            request: The request.
-
-        Returns:
-            ``None``.
-        """
+        """``None``: the node's own relation decides the cost (`node_cost`)."""
         return None
 
     def node_cost(self, request: Request, *, survivors: int, delta: float, accountant: str,
                   neighbouring: str) -> NodeCost:
         """``epsilon_node = -shift G log t`` under the node's relation (`THRESHOLD_SHIFT`; ``G`` the ballot's).
 
-        Whatever the node's delta and accountant, and the number of contributors: the noise is the committee's, one
-        discrete Laplace per count sampled inside the MPC (its sampler's delta is added where the ledger composes,
-        `dphype.privacy.winner.epsilon_with_samplers`); ``total_std`` is the request's ``sigma``, that std.
+        Independent of the node's delta and accountant and of the contributors: the noise is one discrete Laplace per
+        count sampled in the MPC (its sampler's delta is added where the ledger composes,
+        `dphype.privacy.winner.epsilon_with_samplers`); ``total_std`` is the request's ``sigma``.
 
         Args:
             request: The request.
-            survivors: The fewest allowed contributors (the noise does not depend on them).
-            delta: The node's delta.
-            accountant: The node's accountant, ``"auto"`` or a name.
+            survivors: Unused.
+            delta: Unused.
+            accountant: Unused.
             neighbouring: The node's neighbouring relation.
 
         Returns:
@@ -1046,14 +766,7 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
                               f"{sampler_delta(eps):.2g} (noise sampled jointly by the {parties} tallies)")
 
     def tally_noise(self, request: Request) -> JointSampler:
-        """The committee's discrete Laplace sampler for the request (`dphype.privacy.winner.JointSampler`).
-
-        Args:
-            request: The approved request.
-
-        Returns:
-            The sampler, the same at every tally.
-        """
+        """The committee's discrete Laplace sampler, the same at every tally."""
         cfg = request.config
         return JointSampler.for_release(len(request.candidates), cfg.epsilon, cfg.neighbouring, self.sensitivity(cfg))
 
@@ -1062,17 +775,14 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
 
         Args:
             request: The request.
-            opened: The winner's index and the contributors whose ballots were invalid, or the index alone (a
-                `replay`'s: every ballot valid).
+            opened: The index and the contributors whose ballots were invalid, or the index alone (a `replay`'s).
             survivors: The number of contributors whose ballots reached the tallies (valid or not).
 
         Returns:
-            The result with the winner and the privacy report (naming the excluded contributors), no
-            noisy sum or selection.
+            The result with the winner and the privacy report, no noisy sum or selection.
 
         Raises:
-            ValueError: For an index outside the candidate list (or a vector), or fewer valid ballots than the
-                request's minimum.
+            ValueError: For an index outside the candidate list (or a vector), or fewer valid ballots than the minimum.
         """
         cfg = request.config
         opened = opened if isinstance(opened, Opening) else Opening(int(opened))
@@ -1089,32 +799,13 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
 
     def replay(self, request: Request, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
                survivors: int | None = None, per_client: bool = False) -> np.ndarray:
-        """Winning indices with the committee's noise (`dphype.privacy.winner.replay_winners`).
-
-        Args:
-            request: The request.
-            vote_sum: The noiseless vote sum, ``(p,)``.
-            repetitions: The number of draws ``R``.
-            rng: The generator of the noise.
-            survivors: Does not apply (the noise does not depend on the contributors).
-            per_client: Does not apply (the committee samples the noise in one piece).
-
-        Returns:
-            The indices, int64 ``(repetitions,)``.
-        """
+        """Winning indices, int64 ``(repetitions,)`` (`dphype.privacy.winner.replay_winners`)."""
         cfg = request.config
         return replay_winners(vote_sum, epsilon=cfg.epsilon, neighbouring=cfg.neighbouring, repetitions=repetitions,
                               rng=rng, sensitivity=self.sensitivity(cfg))
 
     def describe(self, request: Request) -> str:
-        """The winner release's parameters: k, clients, dropout, neighbouring, the committee and its noise.
-
-        Args:
-            request: The request.
-
-        Returns:
-            The description, ``key=value, ...``.
-        """
+        """The winner release's parameters: ballot, k, clients, dropout, relation, the committee and its noise."""
         # discrete Laplace sampled in the MPC: no run delta, noise kind or rule applies
         cfg = request.config
         parties, g = len(request.tallies), self.sensitivity(cfg)
@@ -1128,22 +819,11 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
 class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
     """The noisy vote sum of the ballots the tally committee verified, with noise the committee made.
 
-    As `SumRelease` (the same accounting of ``sigma`` with integer noise, the same selection rule on the released
-    vector) but computed by the tally committee: the clients share their ballots only, the committee checks each
-    against the request's ballot form, leaves out the invalid ones (naming their contributors), and each tally adds
-    a share of variance ``sigma^2 / h`` (`dphype.privacy.noise.committee_noise_share`; ``h`` =
-    `dphype.privacy.noise.honest_tallies`), so that the shares of any ``h`` tallies carry ``sigma``: the
-    whole noisy vector is opened (the GP rule's input), with the guarantee of ``sigma`` whatever the number of
-    contributors. Integer noise only: ``noise`` must name an integer kind (``"skellam"``).
-
-    Attributes:
-        name: ``"committee-sum"``.
-        released: What the server learns.
-        forecast: The noisy sum's.
-        opens: The whole noisy sum.
-        noise_inflation: ``sqrt(parties / h)`` for the default committee (`dphype.privacy.noise.COMMITTEE_TALLIES`):
-            all the tallies' shares add.
-        integer_noise: ``True``.
+    As `SumRelease` (the same accounting of ``sigma``, the same rule on the released vector) but computed by the
+    committee, which checks each ballot, leaves out the invalid ones (naming their contributors) and where each tally
+    adds a share of variance ``sigma^2 / h`` (`dphype.privacy.noise.committee_noise_share`, ``h`` =
+    `dphype.privacy.noise.honest_tallies`): any ``h`` tallies' shares carry ``sigma`` whatever the number of
+    contributors. Integer noise only. `noise_inflation` is ``sqrt(parties / h)`` for the default committee.
     """
 
     name = "committee-sum"
@@ -1155,49 +835,16 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
 
     def node_cost(self, request: Request, *, survivors: int, delta: float, accountant: str,
                   neighbouring: str) -> NodeCost:
-        """The noisy sum with noise of std ``sigma`` (any ``h`` tallies' shares), accounted the node's way.
-
-        Whatever the number of contributors: the committee makes the noise.
-
-        Args:
-            request: The request.
-            survivors: The fewest allowed contributors (the noise does not depend on them).
-            delta: The node's delta.
-            accountant: The node's accountant, ``"auto"`` or a name.
-            neighbouring: The node's neighbouring relation.
-
-        Returns:
-            The cost.
-        """
+        """The noisy sum with noise of std ``sigma`` (any ``h`` tallies' shares), whatever the contributors."""
         return vote_cost(request, request.sigma, delta=delta, accountant=accountant, neighbouring=neighbouring)
 
     def tally_noise(self, request: Request) -> np.ndarray:
-        """One tally's noise share (`dphype.privacy.noise.committee_noise_share`) from the CSPRNG.
-
-        Args:
-            request: The approved request.
-
-        Returns:
-            The int64 share, one entry per candidate.
-        """
+        """One tally's int64 noise share (`dphype.privacy.noise.committee_noise_share`) from the CSPRNG."""
         return committee_noise_share(len(request.candidates), sigma=request.sigma, parties=len(request.tallies),
                                      rng=secure_generator(), noise=request.config.noise)
 
     def release(self, request: Request, opened: Opening | np.ndarray, survivors: int) -> DPHypeResult:
-        """The configured selection rule on the opened noisy sum, with the privacy report of ``sigma``.
-
-        Args:
-            request: The request.
-            opened: The noisy sum of the valid ballots and the contributors whose ballots were invalid, or the sum
-                alone (a `replay`'s: every ballot valid).
-            survivors: The number of contributors whose ballots reached the tallies (valid or not).
-
-        Returns:
-            The result with the noisy sum, the rule's selection and the privacy report.
-
-        Raises:
-            ValueError: For fewer valid ballots than the request's minimum, or a sum of another shape.
-        """  # noqa: DOC502
+        """The configured rule on the opened noisy sum of the valid ballots, with the privacy report of ``sigma``."""
         cfg = request.config
         opening = opened if isinstance(opened, Opening) else Opening(tuple(np.asarray(opened).tolist()))
         valid = check_survivors(survivors - len(opening.excluded), cfg.clients, request.min_valid)
@@ -1215,31 +862,12 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
 
     def replay(self, request: Request, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
                survivors: int | None = None, per_client: bool = False) -> np.ndarray:
-        """Noisy sums with the committee's noise (`dphype.privacy.noise.replay_committee_sums`).
-
-        Args:
-            request: The request.
-            vote_sum: The noiseless vote sum, ``(p,)``.
-            repetitions: The number of draws ``R``.
-            rng: The generator of the noise.
-            survivors: Does not apply (the noise does not depend on the contributors).
-            per_client: One noise share per tally instead of one summed draw.
-
-        Returns:
-            The noisy sums, float64 ``(repetitions, p)``.
-        """
+        """Noisy sums with the committee's noise (`dphype.privacy.noise.replay_committee_sums`)."""
         return replay_committee_sums(vote_sum, sigma=request.sigma, parties=len(request.tallies),
                                      repetitions=repetitions, rng=rng, per_tally=per_client, noise=request.config.noise)
 
     def describe(self, request: Request) -> str:
-        """The noisy vote sum's parameters (as `SumRelease.describe`), the committee and its noise.
-
-        Args:
-            request: The request.
-
-        Returns:
-            The description, ``key=value, ...``.
-        """
+        """The noisy vote sum's parameters, the committee and its noise."""
         parties = len(request.tallies)
         return (f"{_vote_sum_words(request)}, tallies={parties}, ballots verified, committee noise std="
                 f"{committee_sum_std(request.sigma, parties):.4g}")

@@ -10,11 +10,7 @@ from typing import Any
 
 
 def pyplot() -> Any:
-    """``matplotlib.pyplot`` with the Agg backend (no display needed).
-
-    Returns:
-        The ``matplotlib.pyplot`` module.
-    """
+    """``matplotlib.pyplot`` with the Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")

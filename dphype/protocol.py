@@ -1,25 +1,19 @@
 """The DP-Hype protocol, framework-free: the request, its checks, and a client's scores.
 
 Data flows one way (DP-Hype Algorithm 1); what is released, and how, is the configuration's release mode
-(`dphype.modes`: `dphype.config.DPHypeConfig.mode`), whose methods this module and its callers use:
+(`dphype.modes`):
 
-1. the server turns a validated `dphype.config.DPHypeConfig` and the public candidate list into
-   a `VoteRequest` (line 1: the noise std ``sigma`` is the mode's `dphype.modes.ReleaseMode.calibrate`;
-   `make_vote_request` also refuses what the mode's aggregator could not release exactly);
-2. every client checks the request (`check_request`; against its own node policy and privacy
-   ledger: `dphype.node.policy`, `dphype.node.ledger`), scores each candidate on its own data
-   (`score_candidates`, lines 2-4), and hands its ballot, its top-k votes plus its noise share for SecAgg+ or its
-   top-k votes alone for the tally committee, which makes the noise (`dphype.modes.ReleaseMode.ballot`, lines
-   5-10), to the mode's aggregator (SecAgg+, or the tally
-   committee whose public keys the request names);
+1. the server turns a validated `dphype.config.DPHypeConfig` and the public candidate list into a `VoteRequest`
+   (line 1: ``sigma`` is the mode's `dphype.modes.ReleaseMode.calibrate`);
+2. every client checks the request (`check_request`, then its node policy and privacy ledger, `dphype.node`),
+   scores each candidate on its own data (`score_candidates`, lines 2-4) and hands its ballot
+   (`dphype.modes.ReleaseMode.ballot`, lines 5-10) to the mode's aggregator (SecAgg+, or the tally committee the
+   request names);
 3. the server turns what the aggregator opened into a `dphype.result.DPHypeResult` with a privacy report
    (`dphype.modes.ReleaseMode.release`, line 12). Everything after the aggregation is post-processing.
-   Benchmarks replay it with `dphype.modes.ReleaseMode.replay`.
 
-A client that will not take part raises `dphype.refusal.Refusal`, whose ``code`` and ``detail`` are safe
-to send to the server: they name the reason, never a data value.
-
-No Flower import here: the Flower adapters are in `dphype.flower`.
+A client that will not take part raises `dphype.refusal.Refusal`, whose ``code`` and ``detail`` name the reason,
+never a data value. No Flower import here.
 """
 
 from __future__ import annotations
@@ -52,24 +46,21 @@ PREFIX = "dphype."
 # --------------------------------------------------------------------------------------- the request
 @dataclass(frozen=True)
 class VoteRequest:
-    """What the server asks every client for: one noisy top-k vote over ``candidates``.
+    """What the server asks every client for: one ballot over ``candidates``, released as the mode says.
 
-    It is released as the configuration's mode says (`mode`, `dphype.modes`).
-    ``sigma`` is the total noise std the mode calibrated (`dphype.modes.ReleaseMode.calibrate`); each client
-    adds a share of it. The budget in ``config`` lets a client recompute the guarantee of the noise it is asked to
-    add. The candidate list travels with the request (canonical JSON); a client compares it with its own copy by
-    fingerprint. ``tallies`` are the tally committee's X25519 public keys in committee order when the mode's
-    aggregator is the committee (at least 3, distinct; `dphype.secure.tally.check_committee`), else empty.
-    The mode validates all of it (`dphype.modes.ReleaseMode.check_request_fields`). ``roster`` optionally names
-    the federation the server expects (the digest of its roster, `dphype.secure.roster.Roster.digest`): a node with
-    another roster, or none, refuses it; empty, each node binds its own roster to its approval.
+    The budget in ``config`` lets a client recompute the guarantee of the noise it is asked for. The candidate list
+    travels with the request (canonical JSON); a client compares it with its own copy by fingerprint. The mode
+    validates the fields (`dphype.modes.ReleaseMode.check_request_fields`). A node with another roster than
+    ``roster``, or none, refuses the request; an empty ``roster`` lets each node bind its own roster to its approval.
 
     Attributes:
         candidates: The public candidate list the clients score.
-        config: The validated run configuration (budget, ``k``, clients, dropout, mode).
-        sigma: The total noise std the mode calibrated.
-        tallies: The tally committee's X25519 public keys (32 bytes each, committee order), or empty.
-        roster: The digest of the roster the server expects its nodes to share (64 hex digits), or empty.
+        config: The validated run configuration.
+        sigma: The total noise std the mode calibrated; each client adds a share of it.
+        tallies: The tally committee's X25519 public keys (32 bytes each, committee order; at least 3, distinct), or
+            empty when the aggregator is SecAgg+.
+        roster: The digest of the roster the server expects its nodes to share (64 hex digits,
+            `dphype.secure.roster.Roster.digest`), or empty.
 
     Raises:
         ValueError: If ``candidates`` or ``config`` has the wrong type, ``roster`` is not a digest, or the mode
@@ -109,12 +100,7 @@ class VoteRequest:
         return min_valid_ballots(self.config.clients, self.config.dropout)
 
     def to_record(self) -> dict[str, Any]:
-        """Flat scalar record (keys ``dphype.*``) for a Flower ``ConfigRecord``.
-
-        Returns:
-            The record: the candidate list as canonical JSON, ``sigma``, the tallies (hex, comma-separated)
-            when there are any, and every configuration field that is set.
-        """
+        """Flat scalar record (keys ``dphype.*``) for a Flower ``ConfigRecord``: candidates, sigma, tallies, config."""
         record: dict[str, Any] = {PREFIX + "candidates": self.candidates.to_json(), PREFIX + "sigma": self.sigma}
         if self.tallies:
             record[PREFIX + "tallies"] = ",".join(key.hex() for key in self.tallies)
@@ -128,17 +114,17 @@ class VoteRequest:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> VoteRequest:
-        """Parse `to_record`'s output; anything missing or invalid is a ``malformed_request`` refusal.
+        """Parse `to_record`'s output.
 
         Args:
-            record: A request record, as `to_record` writes it.
+            record: A request record.
 
         Returns:
             The request.
 
         Raises:
-            Refusal: ``malformed_request``, if a key is missing or a value is invalid (the message names
-                parameters and ranges, never candidate values).
+            Refusal: ``malformed_request``, if a key is missing or a value is invalid (the message names parameters and
+                ranges, never candidate values).
         """
         try:
             candidates = CandidateList.from_json(str(record[PREFIX + "candidates"]))
@@ -155,35 +141,29 @@ class VoteRequest:
             raise Refusal("malformed_request", reason) from None
 
     def digest(self) -> str:
-        """SHA-256 of the canonical record: identifies this exact request (e.g. between pre-flight and vote).
-
-        Returns:
-            The digest as 64 hex characters.
-        """
+        """SHA-256 of the canonical record, 64 hex characters: identifies this exact request."""
         blob = json.dumps(self.to_record(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 def make_vote_request(config: DPHypeConfig, candidates: CandidateList, *,
                       tallies: tuple[bytes, ...] = (), roster: str = "") -> VoteRequest:
-    """Calibrate the noise of ``config`` for ``candidates`` with its release mode.
+    """Calibrate the noise of ``config`` for ``candidates`` with its release mode (Algorithm 1, line 1).
 
-    Algorithm 1, line 1: `dphype.modes.ReleaseMode.calibrate`, which refuses up front what its aggregator could
-    not release exactly, e.g. a ``sigma`` whose shares secure summation could clip. ``tallies`` name the
-    committee when the mode's aggregator is the tally committee; other modes carry none (any given are left out).
+    The mode refuses up front what its aggregator could not release exactly (e.g. a ``sigma`` whose shares secure
+    summation could clip); ``tallies`` are left out unless the aggregator is the tally committee.
 
     Args:
         config: The validated run configuration.
         candidates: The public candidate list.
         tallies: The tally committee's X25519 public keys, in committee order.
-        roster: The digest of the roster the server expects its nodes to share, or empty (`VoteRequest`).
+        roster: The digest of the roster the server expects its nodes to share, or empty.
 
     Returns:
         The request, with the calibrated ``sigma``.
 
     Raises:
-        ValueError: If ``config`` or ``candidates`` has the wrong type, or the mode cannot calibrate or release
-            it (raised by the mode).
+        ValueError: If ``config`` or ``candidates`` has the wrong type, or the mode cannot calibrate or release it.
     """  # noqa: DOC502
     if not isinstance(config, DPHypeConfig):
         raise ValueError(f"config must be a DPHypeConfig, got {type(config).__name__}")
@@ -198,12 +178,9 @@ def make_vote_request(config: DPHypeConfig, candidates: CandidateList, *,
 def check_request(request: VoteRequest, *, local_candidates: CandidateList | None = None) -> None:
     """Refuse a request for another candidate list, whose noise does not give its budget, or no honest server sends.
 
-    A ``local_candidates`` copy (the client's own) must have the request's fingerprint; a request for more
-    clients than the secure sum allows is ``malformed_request``; then the mode checks its own claims
-    (`dphype.modes.ReleaseMode.check_claims`: the sum release recomputes epsilon from the announced
-    ``sigma`` and refuses a ``sigma`` beyond `SIGMA_SLACK` times the calibrated one). This checks that the
-    request is what it claims; whether this node allows it is `dphype.node.policy.check_vote_request`'s
-    question (which starts here).
+    A ``local_candidates`` copy must have the request's fingerprint; more clients than the secure sum allows is
+    ``malformed_request``; then the mode checks its claims (`dphype.modes.ReleaseMode.check_claims`). Whether this
+    node allows the request is `dphype.node.policy.check_vote_request`'s question.
 
     Args:
         request: The server's request.
@@ -226,20 +203,18 @@ def score_candidates(task: Task, candidates: CandidateList, *,
                      progress: Callable[[int, int], None] | None = None) -> np.ndarray:
     """The task's local scores (Algorithm 1, lines 2-4) as float64 ``(p,)`` or ``(p, j)``.
 
-    A task may have ``check(candidates)``, which looks at the public candidates only and raises
-    ``ValueError`` for ones it cannot evaluate: refused as ``unsupported_candidates`` with that message (it
-    names candidate keys, never data). A task whose ``score`` raises is refused as ``task_error`` (the
-    exception type only: its message may carry data), one that returns another shape as ``score_shape``, one
-    whose scores cannot rank the candidates (all NaN, or the same for all) as ``uninformative_scores``.
+    A task's optional ``check(candidates)`` looks at the public candidates only; its ``ValueError`` is refused as
+    ``unsupported_candidates`` with its message (it names keys, never data). A raising ``score`` is ``task_error``
+    (the exception type only: its message may carry data), another shape ``score_shape``, scores that cannot rank
+    the candidates (all NaN, or all equal) ``uninformative_scores``.
 
     Args:
-        task: The client's task (``score(candidates)``, optionally ``check(candidates)`` and a ``progress``
-            keyword).
+        task: The client's task (``score(candidates)``, optionally ``check`` and a ``progress`` keyword).
         candidates: The public candidate list.
         progress: Called with ``(done, total)`` while scoring, if the task's ``score`` takes ``progress``.
 
     Returns:
-        The scores, float64 ``(p,)`` or ``(p, j)``.
+        The scores.
 
     Raises:
         Refusal: ``unsupported_candidates``, ``task_error``, ``score_shape`` or ``uninformative_scores``.

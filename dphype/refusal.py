@@ -14,13 +14,10 @@ from __future__ import annotations
 class Refusal(Exception):
     """A client refuses to take part.
 
-    ``code`` (one of `REFUSAL_CODES`) names the reason, ``detail``
-    explains it in at most `MAX_DETAIL` characters, safe to send to the server: it names the reason
-    and at most numbers derived from the server's own request, never a data value (a candidate the task
-    choked on, a score, a file's content) nor node-private state (the node's limits, its remaining
-    lifetime budget, its paths). `as_refusal` turns any other exception into one. ``local`` is for the
-    node's own log only and may name exactly those (the limit that refused, the budget left); it is never sent.
-    The three are kept as attributes of the same names.
+    ``code`` and ``detail`` are safe to send to the server: they name the reason and at most numbers derived from
+    the server's own request, never a data value (a candidate the task choked on, a score, a file's content) nor
+    node-private state (its limits, its remaining budget, its paths). ``local`` is for the node's own log only and
+    may name exactly those; it is never sent. `as_refusal` turns any other exception into one.
 
     Args:
         code: The reason, a key of `REFUSAL_CODES`.
@@ -81,10 +78,8 @@ MAX_DETAIL = 200
 def as_refusal(err: BaseException) -> Refusal:
     """``err`` as a refusal that is safe to send.
 
-    A `Refusal` as it is; an exception whose class
-    names a ``refusal_code`` (a candidate-list mismatch, a bad node policy, an unreadable ledger) as that
-    code with its fixed text; anything else as ``client_error`` naming the exception TYPE only. Never the
-    message: it may echo data (a duplicate entry of a candidate file comes back with the entry).
+    A `Refusal` as it is; an exception whose class names a ``refusal_code`` as that code with its fixed text; anything
+    else as ``client_error`` naming the exception TYPE only, never the message (it may echo data).
 
     Args:
         err: Any exception.

@@ -26,54 +26,25 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
 
     def add(self, name: str, item: T) -> T:
-        """Register ``item`` under ``name``.
-
-        Args:
-            name: Its public name.
-            item: The variant.
-
-        Returns:
-            ``item``.
-
-        Raises:
-            ValueError: ``name`` is taken.
-        """
+        """Register ``item`` under ``name`` and return it; a taken name is refused."""
         if name in self._items:
             raise ValueError(f"{self.concept} {name!r} is already registered ({self._items[name]!r})")
         self._items[name] = item
         return item
 
     def get(self, name: Any) -> T:
-        """The variant named ``name``.
-
-        Args:
-            name: A registered name.
-
-        Returns:
-            The variant.
-
-        Raises:
-            ValueError: ``name`` is not a registered name; the message lists them.
-        """
+        """The variant named ``name``; an unknown name is refused with the list of registered ones."""
         item = self._items.get(name) if isinstance(name, str) else None
         if item is None:
             raise ValueError(f"{self.parameter} must be one of {', '.join(self._items)}, got {name!r}")
         return item
 
     def names(self) -> tuple[str, ...]:
-        """The registered names.
-
-        Returns:
-            The names, in registration order.
-        """
+        """The registered names, in registration order."""
         return tuple(self._items)
 
     def copy(self) -> Registry[T]:
-        """A registry with the same entries, for a test's throwaway variants.
-
-        Returns:
-            The copy.
-        """
+        """A registry with the same entries, for a test's throwaway variants."""
         twin: Registry[T] = Registry(self.parameter, self.concept)
         twin._items = dict(self._items)
         return twin

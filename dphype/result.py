@@ -30,22 +30,13 @@ from dphype.strict_json import jsonable
 
 #: ``format`` of a saved result; `DPHypeResult.load` refuses other files.
 RESULT_FORMAT = "dphype-result/1"
-#: ``format`` of the record a failed run writes where its result would have gone (the bundled app's
-#: ``result-file``): ``{"format": FAILURE_FORMAT, "error": "<exception type>: <message>"}``, so that no earlier
-#: run's result stays there and a reader learns the cause. `DPHypeResult.load` refuses it.
+#: ``format`` of the record ``{"format": FAILURE_FORMAT, "error": "<type>: <message>"}`` a failed run writes where
+#: its result would have gone, so no earlier result stays there; `DPHypeResult.load` refuses it.
 FAILURE_FORMAT = "dphype-failure/1"
 
 
 def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
-    """``rows`` as a plain-text table with one header line; floats with 4 significant digits, missing cells empty.
-
-    Args:
-        rows: The table's rows, column name -> value.
-        columns: The columns, in order; by default the keys of all rows in order of appearance.
-
-    Returns:
-        The table, one line per row after the header, right-aligned columns.
-    """
+    """``rows`` as a plain-text table with a header line: right-aligned, floats to 4 digits, missing cells empty."""
     if columns is None:
         columns = list(dict.fromkeys(key for row in rows for key in row))
 
@@ -64,17 +55,7 @@ def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | Non
 
 
 def format_fields(fields: Mapping[str, Any]) -> str:
-    """Named values as readable text (a command's result, a run's fields).
-
-    One ``key: value`` line per entry (numbers to 4 significant digits), a list of rows as a table, a mapping as
-    ``a=1, b=2``, a list of warnings one per line.
-
-    Args:
-        fields: The values, by name.
-
-    Returns:
-        The text.
-    """
+    """Named values as text: ``key: value`` lines, a list of rows as a table, a mapping as ``a=1, b=2``."""
 
     def scalar(value: Any) -> str:
         value = jsonable(value)
@@ -96,26 +77,13 @@ def format_fields(fields: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-#: The fields of a run record (the bundled app's summary, `dphype demo`'s) that `summarize_run` shows after the
-#: selection, in this order: the training's and the whole run's privacy, the reference point, the final model's
-#: test accuracy and loss, the planner's prediction (``None``: unknown) beside the measured share of releases within
-#: 2 points of Opt nearest the run (``[min, max]`` over the bench tasks, where measured), the times and the warnings.
+#: The fields of a run record (the bundled app's summary) that `summarize_run` shows after the selection, in order.
 RUN_FIELDS = ("training", "run", "accuracy", "reference", "test_loss", "predicted_success", "measured_within_2pt",
               "selection_seconds", "fedavg_seconds", "seconds", "warnings")
 
 
 def summarize_run(record: Mapping[str, Any]) -> str:
-    """A run record as text: the selection's `DPHypeResult.summary`, then its `RUN_FIELDS` (`format_fields`).
-
-    Args:
-        record: `DPHypeResult.to_dict`'s record with the run's own fields (the bundled app's summary).
-
-    Returns:
-        The text.
-
-    Raises:
-        ValueError: If the record holds no selection (`DPHypeResult.from_dict`).
-    """  # noqa: DOC502
+    """A run record as text: the selection's `DPHypeResult.summary`, then its `RUN_FIELDS`."""
     shown = {key: record[key] for key in RUN_FIELDS if key in record}
     if "predicted_success" in shown and shown["predicted_success"] is None:
         shown["predicted_success"] = "unknown (the planner sees no data)"
@@ -130,23 +98,17 @@ def summarize_run(record: Mapping[str, Any]) -> str:
 class DPHypeResult:
     """Outcome of one DP-Hype selection.
 
-    The winner, the released noisy sum (``None`` for a release without votes), the privacy report, the selection
-    rule that ran with the confidence in its pick, the public candidate list and (when it ran over SecAgg+) the
-    secure sum's graph, its failure bounds and the range's clipping probability; ``notes`` say what else the
-    operator should know (e.g. simulated nodes with per-run ledgers).
-
     Attributes:
         selected_index: The winner's index in ``candidates``.
         selected: The winner's hyperparameters.
         noisy_sum: The released noisy vote sum ``(p,)``, or ``None`` for a release without votes.
         report: The privacy report of the release.
-        selection: The selection rule that ran, with its estimate and confidence; ``None`` for the winner-only
-            release.
+        selection: The selection rule that ran, with its estimate and confidence; ``None`` for the winner-only release.
         candidates: The public candidate list.
         secure_sum: The secure sum's graph, failure bounds and clipping probability, when it ran over SecAgg+.
-        notes: What else the operator should know.
-        federation: Which federation voted: ``"roster <fingerprint> (N members)"`` (members authenticated by their
-            roster, `dphype.secure.roster`) or ``"unauthenticated"``; ``None`` where no pre-flight ran.
+        notes: What else the operator should know (e.g. simulated nodes with per-run ledgers).
+        federation: Which federation voted: ``"roster <fingerprint> (N members)"`` (authenticated by their roster,
+            `dphype.secure.roster`) or ``"unauthenticated"``; ``None`` where no pre-flight ran.
     """
 
     selected_index: int
@@ -167,14 +129,14 @@ class DPHypeResult:
     def table(self, top: int | None = None) -> list[dict[str, Any]]:
         """Every candidate (or the ``top`` first), ranked by the selection rule's estimate of the vote sum.
 
-        The estimate is the release itself for the argmax rule; ties go by index; the pick leads the table.
+        Ties go by index; the pick leads the table.
 
         Args:
             top: How many rows to return; all when ``None``.
 
         Returns:
-            One row per candidate: ``rank``, ``index``, its hyperparameters, ``votes`` (the released noisy vote
-            sum, where the release has it) and ``estimate``; only the winner's row for a release without votes.
+            One row per candidate: ``rank``, ``index``, its hyperparameters, ``votes`` (where the release has them) and
+            ``estimate``; only the winner's row for a release without votes.
         """
         if self.selection is None:  # the winner-only release ranks nothing else
             return [{"rank": 1, "index": self.selected_index, **self.selected}]
@@ -194,14 +156,7 @@ class DPHypeResult:
         return rows
 
     def summary(self, top: int = 10) -> str:
-        """Readable text: the pick, the rule and its confidence, the privacy guarantee and the top rows of `table`.
-
-        Args:
-            top: How many rows of `table` to show.
-
-        Returns:
-            The summary, several lines.
-        """
+        """Readable text: the pick, the rule and its confidence, the guarantee and the ``top`` rows of `table`."""
         sel, rep = self.selection, self.report
         params = ", ".join(f"{key}={value}" for key, value in self.selected.items())
         contributed = "" if rep.survivors is None else f", {rep.survivors} of {rep.clients} clients contributed"
@@ -232,11 +187,7 @@ class DPHypeResult:
         return self.summary()
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly record of everything (`from_dict` reads it back).
-
-        Returns:
-            The record, format `RESULT_FORMAT`; the selected candidate is ``best_params``, as in Python.
-        """
+        """JSON-friendly record of everything, format `RESULT_FORMAT` (`from_dict` reads it back)."""
         out: dict[str, Any] = {
             "format": RESULT_FORMAT,
             "selected_index": self.selected_index,
@@ -266,8 +217,8 @@ class DPHypeResult:
             The result.
 
         Raises:
-            ValueError: For another format, an incomplete record, or a record whose selected candidate is not the
-                list's entry at its index.
+            ValueError: For another format, an incomplete record, or a selected candidate that is not the list's
+                entry at its index.
         """
         if data.get("format") != RESULT_FORMAT:
             raise ValueError(f"format must be {RESULT_FORMAT!r}, got {data.get('format')!r}")
@@ -292,29 +243,12 @@ class DPHypeResult:
         return result
 
     def save(self, path: str | Path) -> Path:
-        """Write `to_dict` as JSON to ``path`` (Python's JSON: an infinite epsilon is ``Infinity``).
-
-        Args:
-            path: The file to write.
-
-        Returns:
-            The path written.
-        """
+        """Write `to_dict` as JSON to ``path`` and return it (Python's JSON: an infinite epsilon is ``Infinity``)."""
         path = Path(path)
         path.write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> DPHypeResult:
-        """Read a result written by `save`.
-
-        Args:
-            path: The file.
-
-        Returns:
-            The result.
-
-        Raises:
-            ValueError: If the file holds no result record of this format.
-        """  # noqa: DOC502
+        """Read a result written by `save`; a file without a record of this format is refused."""
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))

@@ -10,17 +10,7 @@ from typing import Any
 
 
 def jsonable(obj: Any) -> Any:
-    """``obj`` as strict-JSON-serialisable Python data (numpy/torch values, no NaN or infinity).
-
-    Dicts (keys as strings), lists and tuples are converted item by item, arrays through ``tolist()`` and scalars
-    through ``item()``; a NaN becomes ``None`` and an infinity ``"inf"`` or ``"-inf"``.
-
-    Args:
-        obj: Any value made of dicts, lists, tuples, numpy/torch arrays and scalars, and JSON's own types.
-
-    Returns:
-        The same data as plain Python values that `json.dumps` writes as strict JSON.
-    """
+    """``obj`` as strict-JSON Python data: arrays and scalars converted, NaN as ``None``, infinities as ``"inf"``."""
     if isinstance(obj, dict):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -14,11 +14,7 @@ import numpy as np
 
 
 class Task(Protocol):
-    """Scores every candidate on the client's local data; higher is better iff ``maximize``.
-
-    Attributes:
-        maximize: Whether higher scores are better (accuracies) or lower (losses).
-    """
+    """Scores every candidate on the client's local data; higher is better iff ``maximize``."""
 
     maximize: bool
 
@@ -35,7 +31,7 @@ class Task(Protocol):
             progress: Called with ``(done, total)`` as the work advances, or ``None``.
 
         Returns:
-            ``(p,)`` scores, one per candidate, or ``(p, j)`` lexicographic keys (column 0 decides, later columns
-            break ties; all in the ``maximize`` direction; see `dphype.selection.voting.top_k_votes`).
+            ``(p,)`` scores, or ``(p, j)`` lexicographic keys (column 0 decides, later columns break ties; all in the
+            ``maximize`` direction).
         """
         ...

@@ -77,7 +77,7 @@ class SharedInputs:
 def central_accuracies(
     dataset: str, candidates: CandidateList, *, seed: int, epochs: int | None, data_dir: str | None
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Train every candidate on the pool's fit split; accuracy on its validation split and on test.
+    """Every candidate trained on the pool's fit split: ``(validation accuracy, test accuracy, validation size)``.
 
     Args:
         dataset: The data set's name.
@@ -87,7 +87,7 @@ def central_accuracies(
         data_dir: Where the data lives; ``None``: the default.
 
     Returns:
-        ``(validation_accuracy, test_accuracy, validation_size)``: two ``(candidates,)`` arrays and an int.
+        Two ``(candidates,)`` arrays and an int.
     """
     from dphype.ml.data import dataset_spec, split_indices
     from dphype.ml.task import default_epochs, load_cached
@@ -107,13 +107,11 @@ def dphype_select(
     *,
     rng: np.random.Generator,
 ) -> tuple[int, dict[str, Any]]:
-    """DP-Hype's selection through the protocol's own steps.
+    """DP-Hype's selection through the protocol's own steps, its noise a seeded replay.
 
-    The request of `dphype.protocol.make_vote_request`, every client's `check_request`,
-    `score_candidates` and top-k votes, one noise share per client drawn from ``rng`` and summed
-    (the mode's `dphype.modes.ReleaseMode.replay` with ``per_client=True``: a seeded replay of what the
-    aggregator would open; the client path draws its shares from the secure generator, and the Flower
-    transport is exercised elsewhere), and the server's `dphype.modes.ReleaseMode.release`.
+    `dphype.protocol.make_vote_request`, every client's `check_request`, `score_candidates` and votes, one noise share
+    per client from ``rng`` (`dphype.modes.ReleaseMode.replay` with ``per_client=True``; the client path draws from
+    the secure generator), and the server's `dphype.modes.ReleaseMode.release`.
 
     Args:
         client_scores: ``(clients, candidates[, keys])`` local scores.

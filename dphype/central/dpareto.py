@@ -51,17 +51,7 @@ ERROR_CLAMP = 1e-3
 
 # -------------------------------------------------------------------------------- objective transforms
 def transform_objectives(points: np.ndarray) -> np.ndarray:
-    """``(epsilon, error) -> (log epsilon, logit error)`` (DPareto Sec. 3.2); monotone, so it keeps dominance.
-
-    Epsilon is floored at ``EPSILON_FLOOR`` and the error clamped to ``[ERROR_CLAMP, 1 - ERROR_CLAMP]`` so that
-    both transforms stay finite.
-
-    Args:
-        points: ``(n, 2)`` (epsilon, error) points.
-
-    Returns:
-        The ``(n, 2)`` transformed points.
-    """
+    """``(epsilon, error) -> (log epsilon, logit error)`` (Sec. 3.2), monotone, floored and clamped to stay finite."""
     pts = np.asarray(points, dtype=np.float64)
     eps = np.log(np.maximum(pts[..., 0], EPSILON_FLOOR))
     err = np.clip(pts[..., 1], ERROR_CLAMP, 1.0 - ERROR_CLAMP)
@@ -69,14 +59,7 @@ def transform_objectives(points: np.ndarray) -> np.ndarray:
 
 
 def untransform_objectives(values: np.ndarray) -> np.ndarray:
-    """Inverse of `transform_objectives`: ``(exp(a), sigmoid(b))``.
-
-    Args:
-        values: ``(n, 2)`` transformed points.
-
-    Returns:
-        The ``(n, 2)`` (epsilon, error) points.
-    """
+    """Inverse of `transform_objectives`: ``(exp(a), sigmoid(b))``."""
     vals = np.asarray(values, dtype=np.float64)
     return np.stack([np.exp(vals[..., 0]), 1.0 / (1.0 + np.exp(-vals[..., 1]))], axis=-1)
 
@@ -147,10 +130,7 @@ def hvpoi(
 # ------------------------------------------------------------------------------------------ surrogate
 @contextmanager
 def single_thread() -> Iterator[None]:
-    """Run the (small) GP linear algebra on one thread, restoring the thread count afterwards.
-
-    With a few hundred points, intra-op parallelism gains nothing and, on a busy 2-core machine,
-    OpenMP barriers waiting for descheduled threads made the search several times slower.
+    """Run the small GP linear algebra on one thread (more threads gain nothing there), then restore.
 
     Yields:
         Nothing; the body runs single-threaded.
@@ -197,12 +177,7 @@ class Surrogate:
         return (y_t - self.stats[0]) / self.stats[1]
 
     def update(self, x_unit: np.ndarray, y_t: np.ndarray) -> None:
-        """Condition on all data; refit hyperparameters (warm start) every ``refit_every`` calls.
-
-        Args:
-            x_unit: ``(n, dim)`` inputs in the unit cube.
-            y_t: ``(n, 2)`` observed objectives in the transformed space.
-        """
+        """Condition on all data; refit the hyperparameters (warm start) every ``refit_every`` calls."""
         import torch
         from botorch.fit import fit_gpytorch_mll
         from botorch.models import SingleTaskGP
@@ -242,14 +217,7 @@ class Surrogate:
                 self._cache.append((x, chol, torch.cholesky_solve(resid, chol)))
 
     def predict(self, x_unit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Predictive mean and std of the latent functions (R&W Eq. 2.25-2.26), in the transformed space.
-
-        Args:
-            x_unit: ``(N, dim)`` inputs in the unit cube.
-
-        Returns:
-            ``(mean, std)``, each of shape ``(N, 2)``.
-        """
+        """``(N, 2)`` predictive mean and std of the latent functions (R&W Eq. 2.25-2.26), transformed space."""
         import torch
 
         z = torch.from_numpy(np.ascontiguousarray(x_unit, dtype=np.float64))
@@ -292,25 +260,14 @@ class SearchResult:
     trace: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def points(self, which: str = "mean") -> np.ndarray:
-        """``(epsilon, 1 - utility)`` per evaluation.
-
-        Args:
-            which: The utility: the ``mean``, ``best`` or ``worst`` run.
-
-        Returns:
-            The ``(n, 2)`` points.
-        """
+        """``(n, 2)`` points ``(epsilon, 1 - utility)``, utility of the ``mean``, ``best`` or ``worst`` run."""
         return np.array(
             [[e.epsilon, 1.0 - getattr(e.utility, which)] for e in self.evaluations], dtype=np.float64
         ).reshape(-1, 2)
 
     @property
     def hypervolume(self) -> float:
-        """The final hypervolume (0 before any evaluation).
-
-        Returns:
-            The last value of ``trace``.
-        """
+        """The final hypervolume (0 before any evaluation)."""
         return float(self.trace[-1]) if len(self.trace) else 0.0
 
 
@@ -350,27 +307,14 @@ def _check_counts(seeds: int, iterations: int) -> None:
 
 
 def seed_configs(problem: ParetoProblem, count: int, seed: int) -> list[Config]:
-    """The ``k0`` initial configurations: draws from the problem's random-sampling laws.
-
-    Shared by DPareto and the random baseline, as in DPareto Fig. 5.
-
-    Args:
-        problem: The problem.
-        count: ``k0``.
-        seed: Seeds the draws.
-
-    Returns:
-        The configurations.
-    """
+    """The ``k0`` initial configurations from the problem's sampling laws (shared with random search, Fig. 5)."""
     return sample_configs(problem.domain, problem.distributions, count, np.random.default_rng([seed, 0]))
 
 
 # ------------------------------------------------------------------------------------------- searches
 def random_search(problem: ParetoProblem, *, seeds: int, iterations: int, seed: int = 0,
                   reference: Sequence[float] = DEFAULT_REFERENCE) -> SearchResult:
-    """Random sampling baseline: the same ``k0`` seed configurations as `dpareto`, then further draws.
-
-    ``iterations`` further draws from DPareto's distributions (Appendix C).
+    """Random sampling baseline: `dpareto`'s ``k0`` seed configurations, then ``iterations`` draws (Appendix C).
 
     Args:
         problem: The problem.
@@ -395,19 +339,7 @@ def random_search(problem: ParetoProblem, *, seeds: int, iterations: int, seed: 
 
 def grid_search(problem: ParetoProblem, evaluations: int, *, seed: int = 0,
                 reference: Sequence[float] = DEFAULT_REFERENCE) -> SearchResult:
-    """Grid baseline (DPareto Sec. 4.3): the largest full grid with at most ``evaluations`` points.
-
-    ``g`` values per axis, ``g^d <= evaluations``, evaluated in a seeded random order.
-
-    Args:
-        problem: The problem.
-        evaluations: The most evaluations.
-        seed: Seeds the order.
-        reference: The anti-ideal point of the hypervolume.
-
-    Returns:
-        The search's evaluations.
-    """
+    """Grid baseline (Sec. 4.3): the largest full grid, ``g^d <= evaluations``, in a seeded random order."""
     _check_counts(evaluations, 0)
     per_axis = max(1, int(math.floor(evaluations ** (1.0 / problem.domain.dim) + 1e-9)))
     runner = _Runner(problem, "grid", reference, seed)
@@ -502,11 +434,7 @@ def dpareto(
 
 def _qnehvi_values(surrogate: Surrogate, x_unit: np.ndarray, pool: np.ndarray,
                    reference: Sequence[float]) -> np.ndarray:
-    """BoTorch ``qLogNoisyExpectedHypervolumeImprovement`` (q = 1) of every pool point.
-
-    With an objective mapping the GP samples back to ``(-epsilon, -error)`` (BoTorch maximises) and the
-    reference point ``(-ref_eps, -ref_err)``.
-    """
+    """BoTorch's qLogNEHVI (q = 1) of every pool point, maximising ``(-epsilon, -error)`` from ``(-ref)``."""
     import torch
     from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
     from botorch.acquisition.multi_objective.objective import GenericMCMultiOutputObjective
@@ -552,7 +480,7 @@ def run_search(
         iterations: Further evaluations, ``>= 0``.
         seed: Seeds the search.
         reference: The anti-ideal point of the hypervolume.
-        **options: `dpareto`'s options (``hvpoi``, ``qnehvi`` only).
+        **options: `dpareto`'s options (``hvpoi`` and ``qnehvi`` only).
 
     Returns:
         The search's evaluations.

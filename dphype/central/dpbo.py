@@ -53,21 +53,7 @@ ASSUMPTIONS_ALG3: tuple[str, ...] = (
 
 # ------------------------------------------------------------------------------------ GP on Lambda
 def matern52(a: np.ndarray, b: np.ndarray, lengthscale: float) -> np.ndarray:
-    """Normalised Matern 5/2 kernel (Kusner et al. Sec. 2).
-
-    ``(1 + sqrt5 r/l + 5 r^2/(3 l^2)) exp(-sqrt5 r/l)``, ``r = ||a - b||``, so ``k(x, x) = 1``.
-
-    Args:
-        a: ``(n, d)`` points.
-        b: ``(m, d)`` points.
-        lengthscale: ``l > 0``.
-
-    Returns:
-        The ``(n, m)`` kernel matrix.
-
-    Raises:
-        ValueError: ``lengthscale`` is not ``> 0``.
-    """
+    """Normalised Matern 5/2 kernel ``(1 + sqrt5 r/l + 5 r^2/(3 l^2)) exp(-sqrt5 r/l)``, ``r = ||a - b||`` (Sec. 2)."""
     if not lengthscale > 0:
         raise ValueError(f"lengthscale must be > 0, got {lengthscale}")
     r = np.sqrt(np.maximum(((a[:, None, :] - b[None, :, :]) ** 2).sum(axis=-1), 0.0))
@@ -78,19 +64,7 @@ def matern52(a: np.ndarray, b: np.ndarray, lengthscale: float) -> np.ndarray:
 def gp_posterior(
     kernel: np.ndarray, observed: Sequence[int], values: Sequence[float] | np.ndarray, noise_var: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Kusner et al. Eq. (2) on a finite set: posterior mean and std of every candidate.
-
-    Prior mean 0.
-
-    Args:
-        kernel: The ``(|Lambda|, |Lambda|)`` prior covariance.
-        observed: The indices sampled so far (repeats allowed).
-        values: Their noisy gains.
-        noise_var: The observation noise variance.
-
-    Returns:
-        ``(mean, std)``: the ``(|Lambda|,)`` posterior mean and standard deviation.
-    """
+    """Kusner et al. Eq. (2) on a finite set, prior mean 0: the ``(|Lambda|,)`` posterior mean and std."""
     idx = np.asarray(observed, dtype=np.int64)
     if len(idx) == 0:
         return np.zeros(len(kernel)), np.sqrt(np.diag(kernel))
@@ -104,16 +78,7 @@ def gp_posterior(
 
 
 def ucb_beta(t: int, num_candidates: int, delta: float) -> float:
-    """Alg. 1 line 4: ``beta_t = 2 log(|Lambda| t^2 pi^2 / (3 delta))``.
-
-    Args:
-        t: The iteration, ``>= 1``.
-        num_candidates: ``|Lambda|``.
-        delta: The failure probability.
-
-    Returns:
-        ``beta_t``.
-    """
+    """Alg. 1 line 4: ``beta_t = 2 log(|Lambda| t^2 pi^2 / (3 delta))``."""
     return 2.0 * math.log(num_candidates * t * t * math.pi**2 / (3.0 * delta))
 
 
@@ -142,9 +107,7 @@ def gp_ucb(
     delta: float,
     noise_var: float,
 ) -> UCBTrace:
-    """Alg. 1 lines 2-8: ``lambda_t = argmax mu_{t-1} + sqrt(beta_t) sigma_{t-1}``, then observe, then update.
-
-    Observe ``gain(index)``; update the posterior (Eq. 2). Ties go to the lowest index.
+    """Alg. 1 lines 2-8: ``lambda_t = argmax mu_{t-1} + sqrt(beta_t) sigma_{t-1}`` (ties: lowest), observe, update.
 
     Args:
         gain: Observes the (noisy) gain of a candidate index.
@@ -171,9 +134,9 @@ def gp_ucb(
 def max_information_gain_bound(kernel: np.ndarray, iterations: int, noise_var: float) -> float:
     """Upper bound on ``gamma_T = max_{|A| = T} 1/2 log det(I + K_A / sigma^2)`` over multisets of ``Lambda``.
 
-    Srinivas et al. 2010. The information gain is monotone submodular, so greedy
-    selection (largest posterior variance, Srinivas et al. Lemma 5.3) reaches at least
-    ``(1 - 1/e)`` of the optimum (Nemhauser et al. 1978): ``gamma_T <= greedy / (1 - 1/e)``.
+    The information gain is monotone submodular, so greedy selection (largest posterior variance, Srinivas et al.
+    2010, Lemma 5.3) reaches at least ``(1 - 1/e)`` of the optimum (Nemhauser et al. 1978):
+    ``gamma_T <= greedy / (1 - 1/e)``.
 
     Args:
         kernel: The ``(|Lambda|, |Lambda|)`` prior covariance.
@@ -195,10 +158,10 @@ def max_information_gain_bound(kernel: np.ndarray, iterations: int, noise_var: f
 
 # -------------------------------------------------------------------------------------- sensitivities
 def neighbour_gap(kernel_gap: float, num_candidates: int, delta: float) -> float:
-    """``c`` of Alg. 1 line 9 / Theorem 1.
+    """``c`` of Alg. 1 line 9 / Theorem 1: ``2 sqrt((1 - k1) log(3 |Lambda| / delta))``.
 
-    ``|f_V - f_V'| <= sigma_1 sqrt(2 log(3|Lambda|/delta))`` for all ``lambda`` w.p. ``1 - delta/3``,
-    ``sigma_1 = sqrt(2 (1 - k1(V, V')))``, i.e. ``c = 2 sqrt((1 - k1) log(3 |Lambda| / delta))``.
+    ``|f_V - f_V'| <= sigma_1 sqrt(2 log(3|Lambda|/delta))`` for all ``lambda`` w.p. ``1 - delta/3``, with
+    ``sigma_1 = sqrt(2 (1 - k1(V, V')))``.
 
     Args:
         kernel_gap: ``1 - k1(V, V')``, in ``[0, 1]``.
@@ -217,20 +180,7 @@ def neighbour_gap(kernel_gap: float, num_candidates: int, delta: float) -> float
 
 
 def mean_sensitivity(iterations: int, num_candidates: int, delta: float, kernel_gap: float) -> float:
-    """Theorem 1: ``|mu'_T(lambda) - mu_T(lambda)| <= 2 sqrt(beta_{T+1}) + c`` w.p. ``1 - delta``.
-
-    Args:
-        iterations: ``T``.
-        num_candidates: ``|Lambda|``.
-        delta: The failure probability.
-        kernel_gap: ``1 - k1(V, V')``, in ``[0, 1]``.
-
-    Returns:
-        The sensitivity of the posterior mean.
-
-    Raises:
-        ValueError: ``kernel_gap`` is outside ``[0, 1]``.
-    """  # noqa: DOC502
+    """Theorem 1: ``|mu'_T(lambda) - mu_T(lambda)| <= 2 sqrt(beta_{T+1}) + c`` w.p. ``1 - delta``."""
     return 2.0 * math.sqrt(ucb_beta(iterations + 1, num_candidates, delta)) + neighbour_gap(
         kernel_gap, num_candidates, delta
     )
@@ -241,22 +191,20 @@ def gain_sensitivity(
 ) -> float:
     """Theorem 3 (Alg. 1 lines 9-14): ``sqrt(C1 beta_T gamma_T / T) + c + q``.
 
-    ``C1 = 8 / log(1 + sigma^-2)`` and ``q = sigma sqrt(8 log(3 / delta))``.
+    ``C1 = 8 / log(1 + sigma^-2)``, ``q = sigma sqrt(8 log(3 / delta))``, ``gamma_T`` from
+    `max_information_gain_bound`; ``kernel_gap`` outside ``[0, 1]`` is refused.
 
     Args:
         iterations: ``T``.
         num_candidates: ``|Lambda|``.
         delta: The failure probability.
-        kernel_gap: ``1 - k1(V, V')``, in ``[0, 1]``.
+        kernel_gap: ``1 - k1(V, V')``.
         noise_var: ``sigma^2``.
-        gamma_t: ``gamma_T`` (`max_information_gain_bound`).
+        gamma_t: ``gamma_T``.
 
     Returns:
         The sensitivity of the best observed gain.
-
-    Raises:
-        ValueError: ``kernel_gap`` is outside ``[0, 1]``.
-    """  # noqa: DOC502
+    """
     c1 = 8.0 / math.log1p(1.0 / noise_var)
     q = math.sqrt(noise_var) * math.sqrt(8.0 * math.log(3.0 / delta))
     beta = ucb_beta(iterations, num_candidates, delta)
@@ -293,19 +241,7 @@ def lipschitz_gain_sensitivity(
 
 # --------------------------------------------------------------------------------------- mechanisms
 def exponential_mechanism_probabilities(utility: np.ndarray, epsilon: float, sensitivity: float) -> np.ndarray:
-    """Kusner et al. Def. 4 (McSherry & Talwar 2007): ``P(lambda) ~ exp(epsilon q(lambda) / (2 Delta))``.
-
-    Args:
-        utility: The ``(|Lambda|,)`` utilities ``q``.
-        epsilon: The budget, ``> 0``.
-        sensitivity: ``Delta > 0``.
-
-    Returns:
-        The ``(|Lambda|,)`` probabilities.
-
-    Raises:
-        ValueError: ``epsilon`` or ``sensitivity`` is not ``> 0``.
-    """  # noqa: DOC502
+    """Def. 4 (McSherry & Talwar 2007): ``P(lambda) ~ exp(epsilon q(lambda) / (2 Delta))``, ``epsilon, Delta > 0``."""
     from dphype.checks import check_epsilon, check_positive
 
     check_epsilon(epsilon)
@@ -316,18 +252,7 @@ def exponential_mechanism_probabilities(utility: np.ndarray, epsilon: float, sen
 
 
 def laplace_scale(sensitivity: float, epsilon: float) -> float:
-    """Kusner et al. Def. 3: the Laplace mechanism adds ``Lap(Delta / epsilon)``.
-
-    Args:
-        sensitivity: ``Delta > 0``.
-        epsilon: The budget, ``> 0``.
-
-    Returns:
-        The scale ``Delta / epsilon``.
-
-    Raises:
-        ValueError: ``epsilon`` or ``sensitivity`` is not ``> 0``.
-    """  # noqa: DOC502
+    """Def. 3: the Laplace mechanism's scale ``Delta / epsilon`` (both ``> 0``)."""
     from dphype.checks import check_epsilon, check_positive
 
     check_epsilon(epsilon)
@@ -363,11 +288,7 @@ class DPBOResult:
     assumptions: tuple[str, ...] = field(default=ASSUMPTIONS_ALG1)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly summary, with the accountant (without the probabilities and the trace).
-
-        Returns:
-            The summary's fields by name.
-        """
+        """JSON-friendly summary with the accountant (without the probabilities and the trace)."""
         return {
             "index": self.index,
             "noisy_gain": self.noisy_gain,
@@ -383,17 +304,7 @@ class DPBOResult:
 
 
 def candidate_features(candidates: Sequence[Mapping[str, Any]]) -> np.ndarray:
-    """Public numeric features of a candidate list in ``[0, 1]^d`` for the kernel ``k2``.
-
-    Each numeric key min-max scaled over the list, on a log scale when all values are > 0 and span
-    more than a factor 10 (e.g. learning rates); constant keys are dropped.
-
-    Args:
-        candidates: The candidates (hyperparameter name -> value).
-
-    Returns:
-        The ``(len(candidates), d)`` features.
-    """
+    """Public numeric features in ``[0, 1]^d`` for ``k2``: min-max scaled keys (log scale if positive and over 10x)."""
     keys = sorted(candidates[0])
     cols = []
     for key in keys:

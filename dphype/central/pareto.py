@@ -45,20 +45,7 @@ def _reference(reference: Sequence[float] | np.ndarray, *, allow_inf: bool = Fal
 
 
 def non_dominated(points: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
-    """Boolean mask of the points on the Pareto front (DPareto Def. 2, minimisation).
-
-    A point is kept if no other point is at least as good in both objectives and better in
-    one; of several identical non-dominated points only the first is kept.
-
-    Args:
-        points: ``(n, 2)`` (epsilon, error) points.
-
-    Returns:
-        The ``(n,)`` boolean mask.
-
-    Raises:
-        ValueError: ``points`` is not ``(n, 2)`` or holds NaN.
-    """  # noqa: DOC502
+    """``(n,)`` mask of the points on the front (Def. 2, minimisation); of identical ones only the first is kept."""
     import torch
     from botorch.utils.multi_objective.pareto import is_non_dominated
 
@@ -70,17 +57,7 @@ def non_dominated(points: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
 
 
 def pareto_front(points: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
-    """The non-dominated points sorted by increasing epsilon (so by decreasing error).
-
-    Args:
-        points: ``(n, 2)`` (epsilon, error) points.
-
-    Returns:
-        The ``(m, 2)`` front.
-
-    Raises:
-        ValueError: ``points`` is not ``(n, 2)`` or holds NaN.
-    """  # noqa: DOC502
+    """The ``(m, 2)`` non-dominated points sorted by increasing epsilon (so by decreasing error)."""
     arr = _points(points)
     front = arr[non_dominated(arr)]
     return front[np.argsort(front[:, 0], kind="stable")]
@@ -90,21 +67,7 @@ def hypervolume(
     points: np.ndarray | Sequence[Sequence[float]],
     reference: Sequence[float] = DEFAULT_REFERENCE,
 ) -> float:
-    """``HV_{v+}(PF(points))``: area dominated by the front inside the anti-ideal box.
-
-    Points that do not strictly dominate the reference contribute nothing. Computed with
-    BoTorch's ``DominatedPartitioning`` on negated objectives (BoTorch maximises).
-
-    Args:
-        points: ``(n, 2)`` (epsilon, error) points.
-        reference: The anti-ideal point ``(epsilon, error)``.
-
-    Returns:
-        The hypervolume.
-
-    Raises:
-        ValueError: ``points`` or ``reference`` is malformed.
-    """  # noqa: DOC502
+    """``HV_{v+}(PF(points))``: area the front dominates in the anti-ideal box (BoTorch's ``DominatedPartitioning``)."""
     import torch
     from botorch.utils.multi_objective.box_decompositions.dominated import DominatedPartitioning
 
@@ -187,21 +150,7 @@ def hypervolume_trace(
     points: np.ndarray | Sequence[Sequence[float]],
     reference: Sequence[float] = DEFAULT_REFERENCE,
 ) -> np.ndarray:
-    """Hypervolume of the first ``t`` points for ``t = 1..n`` (the HV-vs-iterations curve).
-
-    Accumulates the improvement of each point over the running front, which is updated in numpy
-    (a new point joins unless weakly dominated and evicts the points it weakly dominates).
-
-    Args:
-        points: ``(n, 2)`` (epsilon, error) points, in evaluation order.
-        reference: The anti-ideal point.
-
-    Returns:
-        The ``(n,)`` hypervolumes.
-
-    Raises:
-        ValueError: An input is malformed.
-    """  # noqa: DOC502
+    """``(n,)`` hypervolumes of the first ``t`` points, ``t = 1..n``, accumulated over the running front."""
     arr = _points(points)
     ref = _reference(reference)
     trace = np.zeros(len(arr))
@@ -292,16 +241,7 @@ def plot_hypervolume_curves(
     *,
     title: str = "hypervolume vs evaluations",
 ) -> str:
-    """Save a PNG with one hypervolume-vs-number-of-evaluations curve per method.
-
-    Args:
-        path: The PNG file to write.
-        curves: Method -> its hypervolume after each evaluation.
-        title: The figure's title.
-
-    Returns:
-        The file's path.
-    """
+    """Save a PNG of one hypervolume-vs-evaluations curve per method and return its path."""
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4.2))

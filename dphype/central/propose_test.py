@@ -59,30 +59,12 @@ def advanced_composition(eps0: float, iterations: int, delta_slack: float) -> fl
 
 
 def worst_case_iterations(granularity: float, lower_bound: float) -> int:
-    """Data-independent bound on the loop length: ``2 ceil((1 - u0) / g) + 1`` (module docstring).
-
-    Args:
-        granularity: ``g``, in ``(0, 1)``.
-        lower_bound: ``u0``, in ``[0, 1)``.
-
-    Returns:
-        The bound on the number of iterations.
-    """
+    """Data-independent bound ``2 ceil((1 - u0) / g) + 1`` on the loop length (module docstring)."""
     return 2 * math.ceil((1.0 - lower_bound) / granularity - 1e-12) + 1
 
 
 def calibrate_eps0(epsilon: float, delta_slack: float, granularity: float, lower_bound: float) -> float:
-    """Largest ``eps0`` whose worst-case composition (`worst_case_iterations`) is ``epsilon``.
-
-    Args:
-        epsilon: The tuning budget.
-        delta_slack: The extra delta ``delta'`` of advanced composition.
-        granularity: ``g``, in ``(0, 1)``.
-        lower_bound: ``u0``, in ``[0, 1)``.
-
-    Returns:
-        The per-iteration epsilon ``eps0``.
-    """
+    """Largest ``eps0`` whose worst-case composition (`worst_case_iterations`) is ``epsilon`` at ``delta_slack``."""
     t_max = worst_case_iterations(granularity, lower_bound)
     return brentq(lambda e: advanced_composition(e, t_max, delta_slack) - epsilon, 1e-12, epsilon, xtol=1e-14)
 
@@ -114,11 +96,7 @@ class ProposeTestResult:
     assumptions: tuple[str, ...] = ASSUMPTIONS
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly summary, with the accountant (without the steps).
-
-        Returns:
-            The summary's fields by name.
-        """
+        """JSON-friendly summary with the accountant (without the steps)."""
         return {
             "index": self.index,
             "iterations": self.iterations,
@@ -133,17 +111,7 @@ class ProposeTestResult:
 
 
 def aggregate_utilities(part_utilities: np.ndarray) -> np.ndarray:
-    """Alg. 1 line 9: ``u_s = (1/k) sum_i u_s^(i)``.
-
-    Args:
-        part_utilities: The ``(k, |S|)`` per-part utilities, in ``[0, 1]``.
-
-    Returns:
-        The ``(|S|,)`` averaged utilities.
-
-    Raises:
-        ValueError: The matrix is empty or not 2-d, or a utility is outside ``[0, 1]`` (or NaN).
-    """
+    """Alg. 1 line 9: ``u_s = (1/k) sum_i u_s^(i)``; utilities outside ``[0, 1]`` (or NaN) are refused."""
     u = np.asarray(part_utilities, dtype=np.float64)
     if u.ndim != 2 or u.shape[0] < 1 or u.shape[1] < 1:
         raise ValueError(f"part utilities must be a non-empty (k, candidates) matrix, got shape {u.shape}")

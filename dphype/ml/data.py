@@ -108,14 +108,7 @@ class Dataset:
         return int(self.y.shape[0])
 
     def subset(self, indices: np.ndarray) -> Dataset:
-        """The rows ``indices`` (a copy), with the same ``num_classes`` and ``name``.
-
-        Args:
-            indices: Row indices.
-
-        Returns:
-            The subset.
-        """
+        """The rows ``indices`` (a copy), with the same ``num_classes`` and ``name``."""
         return Dataset(self.x[indices], self.y[indices], self.num_classes, self.name)
 
 
@@ -146,43 +139,19 @@ _REGISTRY: Registry[DataSetSpec] = Registry("dataset", "dataset")
 
 
 def register_dataset(spec: DataSetSpec) -> DataSetSpec:
-    """Add ``spec`` to the data sets every command accepts.
-
-    Args:
-        spec: The data set.
-
-    Returns:
-        ``spec``.
-
-    Raises:
-        ValueError: A data set of that name is already registered, or ``epochs`` is below 1.
-    """  # noqa: DOC502
+    """Add ``spec`` to the data sets every command accepts; a taken name or ``epochs`` below 1 is refused."""
     if spec.epochs < 1:
         raise ValueError(f"epochs of dataset {spec.name!r} must be >= 1, got {spec.epochs}")
     return _REGISTRY.add(spec.name, spec)
 
 
 def dataset_names() -> tuple[str, ...]:
-    """The registered data sets' names.
-
-    Returns:
-        The names, in registration order.
-    """
+    """The registered data sets' names, in registration order."""
     return _REGISTRY.names()
 
 
 def dataset_spec(name: str) -> DataSetSpec:
-    """The registered data set ``name``.
-
-    Args:
-        name: One of `dataset_names`.
-
-    Returns:
-        Its entry.
-
-    Raises:
-        ValueError: ``name`` is not registered (the message lists the registered names).
-    """  # noqa: DOC502
+    """The registered data set ``name``; an unknown name is refused with the list of registered ones."""
     return _REGISTRY.get(name)
 
 
@@ -326,15 +295,13 @@ STATSMODELS_TABLES: dict[str, tuple[str, str, float]] = {
 
 
 def load_statsmodels_table(name: str) -> tuple[Dataset, Dataset]:
-    """A table statsmodels ships offline as ``(pool, test)``, binary, split 80/20 with `SPLIT_SEED` like Adult.
+    """A binary table statsmodels ships offline as ``(pool, test)``, split 80/20 with `SPLIT_SEED` like Adult.
 
-    ``fair``: Fair (1978), "A Theory of Extramarital Affairs" (Journal of Political Economy; the 1974 Redbook
-    survey of women; statsmodels: "Included with permission of the author"), 6,366 rows, 8 features, label 1 =
-    ``affairs > 0`` (32 % of rows). ``randhie``: the RAND Health Insurance Experiment (public domain; Cameron &
-    Trivedi 2005), 20,190 person-years, 9 features, label 1 = ``mdvis > 1``, more physician visits in the year than
-    the median one (50 % of rows; ``mdvis > 0`` holds for 69 % and a logistic regression beats that majority by 0.3
-    points only, so nearly every candidate would tie with Opt). The split is by row (randhie's years of one person
-    may fall on both sides). Every feature is standardized with the pool's mean and standard deviation.
+    ``fair``: Fair (1978), "A Theory of Extramarital Affairs" (Journal of Political Economy; statsmodels: "Included
+    with permission of the author"), 6,366 rows, 8 features, label 1 = ``affairs > 0``. ``randhie``: the RAND Health
+    Insurance Experiment (public domain; Cameron & Trivedi 2005), 20,190 person-years, 9 features, label 1 =
+    ``mdvis > 1``, more physician visits than the median (``mdvis > 0`` would be too unbalanced for candidates to
+    differ). The split is by row (one person's years may fall on both sides). Features standardized on the pool.
 
     Args:
         name: A key of `STATSMODELS_TABLES`.
@@ -361,11 +328,7 @@ def load_statsmodels_table(name: str) -> tuple[Dataset, Dataset]:
 
 
 def _split_table(x: np.ndarray, y: np.ndarray, name: str) -> tuple[Dataset, Dataset]:
-    """``(pool, test)`` of a numeric table with ``max(y) + 1`` classes, split 80/20 by `split_indices`.
-
-    Every feature is standardized with the pool's mean and standard deviation (a feature constant on the pool is
-    only centred).
-    """
+    """``(pool, test)`` of a numeric table split 80/20, standardized on the pool (constant features only centred)."""
     pool_idx, test_idx = split_indices(len(y), TEST_FRACTION, SPLIT_SEED)
     mean, std = x[pool_idx].mean(axis=0), x[pool_idx].std(axis=0)
     x = (x - mean) / np.where(std > 0, std, 1.0)
@@ -383,11 +346,7 @@ def _standardize_images(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray
 
 
 def load_mnist5k() -> tuple[Dataset, Dataset]:
-    """The bundled 5,000-digit MNIST subset as ``(pool, test)``, split 80/20 with `SPLIT_SEED`.
-
-    Returns:
-        ``(pool, test)``.
-    """
+    """The bundled 5,000-digit MNIST subset as ``(pool, test)``, split 80/20 with `SPLIT_SEED`."""
     table = np.loadtxt(_bundled("mnist_5k.csv.gz").decode().splitlines(), delimiter=",", dtype=np.uint8)
     images = table[:, :-1].reshape(-1, 1, 28, 28)
     labels = table[:, -1].astype(np.int64)
@@ -483,10 +442,7 @@ _CIFAR_TEST = "test_batch"
 
 
 def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """Images ``(N, 3, 32, 32)`` uint8 and labels of one CIFAR-10 python pickle batch.
-
-    The pickles are trusted input (the official archive), as with torchvision.
-    """
+    """``(N, 3, 32, 32)`` uint8 images and labels of one CIFAR-10 pickle batch (trusted input, as in torchvision)."""
     with path.open("rb") as fh:
         batch = pickle.load(fh, encoding="bytes")
     images = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
@@ -553,10 +509,9 @@ def _check_clients(clients: int, num_samples: int, min_size: int) -> None:
 def partition_iid(labels: np.ndarray | int, clients: int, seed: int) -> list[np.ndarray]:
     """IID split (Section V-C): equal client sizes and a near-identical label mix.
 
-    ``labels`` is the label array (or a sample count, meaning no labels). Every client gets
-    ``len // clients`` rows; the ``len % clients`` left over are dropped at random. The kept rows are
-    shuffled with ``seed``, stably sorted by label and dealt round-robin, so each client's count of
-    every label differs from the others' by at most one.
+    Every client gets ``N // clients`` rows (the rest dropped at random); the kept rows are shuffled with ``seed``,
+    stably sorted by label and dealt round-robin, so each client's count of every label differs from the others' by
+    at most one.
 
     Args:
         labels: The ``(N,)`` label array, or a sample count ``N`` (no labels).
@@ -578,11 +533,9 @@ def partition_iid(labels: np.ndarray | int, clients: int, seed: int) -> list[np.
 
 
 def flwr_partition(labels: np.ndarray, partitioner: Partitioner) -> list[np.ndarray]:
-    """Row indices of every partition a flwr-datasets ``partitioner`` makes of in-memory data.
+    """Row indices of every partition a configured flwr-datasets ``partitioner`` makes of in-memory labels.
 
-    The partitioner (``DirichletPartitioner``, ``IidPartitioner``, ``ShardPartitioner``, ... configured with
-    ``num_partitions`` and, where it needs one, ``partition_by="label"``) is handed an in-memory
-    ``datasets.Dataset`` with two columns: ``label`` (``labels``) and ``row`` (the row index), so the
+    The partitioner gets a ``datasets.Dataset`` with the columns ``label`` and ``row`` (the row index), so the
     features never leave numpy and any flwr-datasets partitioning plugs in.
 
     Args:

@@ -42,32 +42,24 @@ class AdultMLP(nn.Module):
         self.out = nn.Linear(hidden, _outputs(num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The logits of a batch.
-
-        Args:
-            x: ``(B, D)`` features.
-
-        Returns:
-            ``(B, K)`` logits (``K = 1`` for two classes).
-        """
+        """``(B, K)`` logits of a ``(B, D)`` batch (``K = 1`` for two classes)."""
         h = torch.relu(self.fc1(x))
         h = self.dropout(torch.relu(self.fc2(h)))
         return self.out(h)
 
     def stacked_forward(self, params: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        """`forward` of ``C`` stacked copies on one shared batch.
+        """`forward` of ``C`` stacked copies on one shared batch: ``(C, B, K)`` logits.
 
-        Hand-written with batched matrix products (the first layer as a single GEMM over all copies,
-        since the input is shared) because it trains Adult's 100 candidates about 20 % faster than
-        ``torch.func.vmap`` over `forward` on CPU. Dropout (in training mode) draws an
-        independent mask per copy, like ``vmap(..., randomness="different")``.
+        Batched matrix products (the first layer one GEMM over all copies, since the input is shared) instead of
+        ``torch.func.vmap``; in training mode dropout draws an independent mask per copy, like
+        ``vmap(..., randomness="different")``.
 
         Args:
             params: This module's parameters (by name) with a leading axis of size ``C``.
             x: ``(B, D)`` features, shared by the copies.
 
         Returns:
-            ``(C, B, K)`` logits.
+            The logits.
         """
         copies = params["fc1.weight"].shape[0]
         w1 = params["fc1.weight"].flatten(0, 1)  # (C * hidden, D)
@@ -107,14 +99,7 @@ class MnistCNN(nn.Module):
         self.fc2 = nn.Linear(128, _outputs(num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The logits of a batch of images.
-
-        Args:
-            x: ``(B, C, S, S)`` images.
-
-        Returns:
-            ``(B, K)`` logits (``K = 1`` for two classes).
-        """
+        """``(B, K)`` logits of ``(B, C, S, S)`` images (``K = 1`` for two classes)."""
         h = torch.relu(self.conv2(torch.relu(self.conv1(x))))
         h = self.dropout1(torch.flatten(nn.functional.max_pool2d(h, 2), 1))
         h = self.dropout2(torch.relu(self.fc1(h)))
@@ -155,14 +140,7 @@ class CifarCNN(nn.Module):
         self.out = nn.Linear(128, _outputs(num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The logits of a batch of images.
-
-        Args:
-            x: ``(B, C, H, W)`` images, ``H, W >= 4``.
-
-        Returns:
-            ``(B, K)`` logits (``K = 1`` for two classes).
-        """
+        """``(B, K)`` logits of ``(B, C, H, W)`` images, ``H, W >= 4`` (``K = 1`` for two classes)."""
         return self.out(self.features(x).mean(dim=(2, 3)))
 
 

@@ -17,27 +17,13 @@ from dphype.ml.task import load_cached, make_task
 
 
 def majority_accuracy(labels: Any) -> float:
-    """Accuracy of always predicting the most frequent of ``labels``.
-
-    Args:
-        labels: Integer class labels.
-
-    Returns:
-        The most frequent label's share.
-    """
+    """Accuracy of always predicting the most frequent of ``labels``."""
     labels = np.asarray(labels)
     return float(np.bincount(labels).max() / labels.size)
 
 
 def majority_of_test_split(dataset: str) -> float:
-    """`majority_accuracy` of ``dataset``'s test split, on which the bundled app evaluates.
-
-    Args:
-        dataset: A data set name (`dphype.ml.task.load_cached`).
-
-    Returns:
-        The majority class's share of the test split.
-    """
+    """`majority_accuracy` of ``dataset``'s test split, on which the bundled app evaluates."""
     return majority_accuracy(load_cached(dataset)[1].y)
 
 
@@ -45,8 +31,7 @@ def candidate_accuracies(dataset: str, clients: int, candidates: Sequence[Mappin
                          local_epochs: int, seed: int = 0) -> np.ndarray:
     """Test accuracy of every candidate after the bundled app's FedAvg, trained centrally on the same shards.
 
-    ``rounds`` FedAvg rounds of ``local_epochs`` over the ``clients`` iid shards the bundled ClientApp trains on
-    (batched, `dphype.ml.training.fedavg`); the maximum is Opt.
+    ``rounds`` batched FedAvg rounds (`dphype.ml.training.fedavg`) over the ``clients`` iid shards; the maximum is Opt.
 
     Args:
         dataset: A data set name.

@@ -1,16 +1,11 @@
 """What a client evaluates: a `dphype.task.Task` scores every public candidate on local data (DP-Hype, Sec. III).
 
-DP-Hype is task-agnostic: anything with ``maximize`` and ``score(candidates)`` works. `TorchTask`
-is the concrete task of the paper's experiments (Section V-B): train the data set's model (Appendix B)
-for each candidate and report its local validation loss (the score of Algorithm 1) and accuracy as lexicographic
-keys, measured by the task's ``validation`` scheme (`dphype.ml.validation`: by default one 80/20 split ranked by
-the loss first; ``"split"``, ranked by accuracy with the loss breaking ties, is the paper's; ``"kfold:F"``
-cross-validates over all the client's rows). `make_task` builds client
-``partition_id``'s task from a data set name, so every Flower client can build its own shard: the
-same ``seed`` gives every client the same partitioning.
-
-torch is imported inside `make_task` and `TorchTask.score` only, so importing this module
-is cheap.
+DP-Hype is task-agnostic: anything with ``maximize`` and ``score(candidates)`` works. `TorchTask` is the task of
+the paper's experiments (Section V-B): train the data set's model (Appendix B) for each candidate and report its
+local validation loss (Algorithm 1's score) and accuracy as lexicographic keys, under the task's ``validation``
+scheme (`dphype.ml.validation`). `make_task` builds client ``partition_id``'s task from a data set name: the same
+``seed`` gives every client the same partitioning. torch is imported inside functions only, so importing this
+module is cheap.
 """
 
 from __future__ import annotations
@@ -35,15 +30,12 @@ PARTITIONS: tuple[str, ...] = ("iid", "dirichlet")
 
 @dataclass
 class TorchTask:
-    """Local validation loss and accuracy of one model per candidate (Section V-B).
+    """Local validation loss and accuracy of one model per candidate (Section V-B), all trained at once.
 
-    Via `dphype.ml.crossval.cross_validate_candidates` (all candidates, and all folds, trained at once).
-    ``validation`` picks how the client holds rows out and which key ranks first: the default
-    (`dphype.ml.validation.DEFAULT_VALIDATION`, ``"split:loss"``) returns the ``(p, 2)`` keys
-    ``[-validation loss, accuracy]`` of one 80/20 split (the loss, Algorithm 1's score, is the finer key);
-    ``"split"``, the paper's, returns ``[accuracy, -validation loss]`` (with a few dozen local validation rows most
-    candidates share one of a handful of accuracies; the loss breaks those ties, so a client's top-k vote does not
-    fall back to candidate order); ``"kfold:F"`` cross-validates over every local row at one training per fold.
+    ``validation`` picks how rows are held out and which key ranks first: the default ``"split:loss"`` returns
+    ``[-validation loss, accuracy]`` of one 80/20 split; ``"split"``, the paper's, ``[accuracy, -validation loss]``
+    (the loss breaks the many ties of accuracies on small validation sets); ``"kfold:F"`` cross-validates over every
+    local row (`dphype.ml.crossval.cross_validate_candidates`).
 
     Attributes:
         data: The client's local data.
@@ -54,7 +46,7 @@ class TorchTask:
         device: The torch device; ``None`` uses CUDA when available.
         chunk_size: Caps the candidates trained at once (memory); ``None``: all.
         num_threads: The torch threads (set it when several clients share one machine); ``None``: unchanged.
-        maximize: Higher scores are better (the default ``True``: accuracies).
+        maximize: Higher scores are better.
         validation: A name of `dphype.ml.validation.Validation` (checked when the task is made).
     """
 
@@ -73,15 +65,7 @@ class TorchTask:
         self.validation = check_validation(self.validation)
 
     def check(self, candidates: Sequence[Mapping[str, Any]]) -> None:
-        """Refuse candidates this task cannot train. Looks at the public candidates only.
-
-        Args:
-            candidates: The public candidates.
-
-        Raises:
-            ValueError: A missing ``lr``, a key training does not use, a negative or non-finite value; the
-                message names the key.
-        """  # noqa: DOC502
+        """Refuse public candidates this task cannot train (`check_candidates`)."""
         check_candidates(candidates)
 
     def score(
@@ -97,8 +81,7 @@ class TorchTask:
             progress: ``progress(done, total)`` counts local epochs, or ``None``.
 
         Returns:
-            ``(p, 2)`` keys: ``[-validation loss, validation accuracy]`` for a ``":loss"`` scheme (the default),
-            ``[validation accuracy, -validation loss]`` otherwise; a NaN row for a diverged candidate.
+            ``(p, 2)`` keys in the scheme's order (class docstring); a NaN row for a diverged candidate.
         """
         from dphype.ml.crossval import cross_validate_candidates
 
@@ -118,14 +101,7 @@ class TorchTask:
 
     # ---- final training of the selected candidate (one model, e.g. FedAvg through Flower) ----
     def initial_state(self, seed: int = 0) -> dict[str, Any]:
-        """The model's initial weights drawn with ``seed``: the global model's start.
-
-        Args:
-            seed: Seeds the initialisation.
-
-        Returns:
-            A torch state dict.
-        """
+        """The model's initial weights (a torch state dict) drawn with ``seed``: the global model's start."""
         from dphype.ml.training import initial_state
 
         return initial_state(self.model, self.data, seed=seed, device=self.device)
@@ -133,8 +109,6 @@ class TorchTask:
     def fit(self, candidate: Mapping[str, Any], state: Mapping[str, Any], *, epochs: int | None = None,
             seed: int = 0) -> tuple[dict[str, Any], dict[str, float]]:
         """One local update of the global weights ``state`` with ``candidate`` on all local data.
-
-        `dphype.ml.training.local_update`.
 
         Args:
             candidate: The hyperparameters.
@@ -153,14 +127,7 @@ class TorchTask:
         return new, {"num-examples": len(self.data), "train-loss": loss, "train-accuracy": acc}
 
     def evaluate(self, state: Mapping[str, Any]) -> dict[str, float]:
-        """Evaluate the weights ``state`` on all local data.
-
-        Args:
-            state: The weights (a torch state dict).
-
-        Returns:
-            ``{"num-examples", "loss", "accuracy"}``.
-        """
+        """``{"num-examples", "loss", "accuracy"}`` of the weights ``state`` on all local data."""
         from dphype.ml.training import evaluate_state
 
         acc, loss = evaluate_state(self.model, self.data, state, device=self.device)
@@ -168,10 +135,7 @@ class TorchTask:
 
 
 def check_candidates(candidates: Sequence[Mapping[str, Any]]) -> None:
-    """Refuse candidates that `TorchTask`'s batched SGD cannot train (what every node's task checks first).
-
-    The bundled app's server calls it before any client works, so that a candidate key the task does not use is
-    found there and not by every client.
+    """Refuse candidates `TorchTask`'s batched SGD cannot train (what the server checks before any client works).
 
     Args:
         candidates: The public candidates.
@@ -188,30 +152,12 @@ def check_candidates(candidates: Sequence[Mapping[str, Any]]) -> None:
 
 
 def default_epochs(dataset: str) -> int:
-    """Local (and FedAvg) epochs the paper uses for ``dataset`` (Section V-B).
-
-    Args:
-        dataset: A registered data set's name (`dphype.ml.data.dataset_spec`).
-
-    Returns:
-        The epochs.
-
-    Raises:
-        ValueError: ``dataset`` is not registered.
-    """  # noqa: DOC502
+    """Local (and FedAvg) epochs the paper uses for a registered ``dataset`` (Section V-B)."""
     return dataset_spec(dataset).epochs
 
 
 def load_cached(dataset: str, data_dir: str | None = None) -> tuple[Dataset, Dataset]:
-    """`dphype.ml.data.load_dataset`, loaded once per process. Do not modify the returned arrays.
-
-    Args:
-        dataset: The data set's name.
-        data_dir: The folder holding a non-bundled data set.
-
-    Returns:
-        ``(pool, test)``, shared by every caller.
-    """
+    """`dphype.ml.data.load_dataset`'s ``(pool, test)``, loaded once per process and shared: do not modify."""
     return _load_cached(dataset, data_dir)
 
 
@@ -259,9 +205,7 @@ def partition_cached(
 
 
 class FixedScoresTask:
-    """A `Task` whose local scores were computed beforehand (e.g. by a `TorchTask` run, or outside dphype).
-
-    Replaying them runs the voting round without retraining.
+    """A `Task` replaying precomputed local scores (a `TorchTask` run's, or from outside dphype): no retraining.
 
     Args:
         scores: ``(p,)`` or ``(p, j)`` precomputed scores.
@@ -273,17 +217,7 @@ class FixedScoresTask:
         self.maximize = maximize
 
     def score(self, candidates: Sequence[Mapping[str, Any]], **_: Any) -> np.ndarray:
-        """The precomputed scores.
-
-        Args:
-            candidates: The candidates (only their number is checked).
-
-        Returns:
-            The scores.
-
-        Raises:
-            ValueError: The number of candidates differs from the scores'.
-        """
+        """The precomputed scores; a different number of candidates is refused."""
         if len(candidates) != len(self.scores):
             raise ValueError(f"got {len(candidates)} candidates for {len(self.scores)} precomputed scores")
         return self.scores
@@ -304,8 +238,8 @@ def make_task(
 ) -> TorchTask:
     """Client ``partition_id``'s task: its shard of the ``dataset`` pool and the paper's model.
 
-    The partitioning depends only on ``(dataset, num_partitions, seed, partition, beta)``; the
-    client's training seed is derived from ``seed`` and ``partition_id``.
+    The partitioning depends only on ``(dataset, num_partitions, seed, partition, beta)``; the training seed is
+    derived from ``seed`` and ``partition_id``.
 
     Args:
         dataset: The data set's name.
@@ -316,8 +250,8 @@ def make_task(
         beta: The Dirichlet concentration for ``"dirichlet"``.
         epochs: Local epochs, ``>= 1``; ``None``: the paper's value (`default_epochs`).
         data_dir: The folder holding a non-bundled data set.
-        device: The torch device the task trains on; ``None``: CUDA when available.
-        validation: How the client holds rows out to score (`dphype.ml.validation`; ``"split"``: the paper's).
+        device: The torch device; ``None``: CUDA when available.
+        validation: How the client holds rows out to score (`dphype.ml.validation`).
 
     Returns:
         The client's task.
@@ -358,10 +292,7 @@ def score_clients(
     progress: Callable[[int, int], None] | None = None,
     validation: str = DEFAULT_VALIDATION,
 ) -> np.ndarray:
-    """Every client's local scores on a simulated federation, through the real client path.
-
-    Client ``i`` is `make_task` ``(dataset, i, clients, ...)`` and scores every candidate on its
-    own shard (Algorithm 1, lines 2-4).
+    """Every client's local scores on a simulated federation, through the real client path (`make_task`).
 
     Args:
         dataset: The data set's name.
@@ -372,13 +303,12 @@ def score_clients(
         beta: The Dirichlet concentration for ``"dirichlet"``.
         epochs: Local epochs; ``None``: the paper's value.
         data_dir: The folder holding a non-bundled data set.
-        device: The torch device every client trains on; ``None``: CUDA when available.
+        device: The torch device; ``None``: CUDA when available.
         progress: ``progress(done, clients)`` is called after each client, or ``None``.
-        validation: Every client's validation scheme (`make_task`).
+        validation: Every client's validation scheme.
 
     Returns:
-        ``(clients, p)`` scores, or ``(clients, p, j)`` when ``Task.score`` returns lexicographic keys
-        (``TorchTask``: ``[accuracy, -validation loss]``).
+        ``(clients, p)`` scores, or ``(clients, p, j)`` for lexicographic keys.
     """
     rows = []
     for i in range(clients):

@@ -1,25 +1,21 @@
 """Local candidate evaluation and FedAvg, batched over hyperparameter candidates (DP-Hype, Section V-B).
 
-Each client trains one model per candidate with SGD (the candidate's ``lr`` and ``momentum``, PyTorch
-semantics ``buf = momentum * buf + grad; p -= lr * buf``) and a StepLR schedule (``lr`` multiplied
-by the candidate's ``decay`` after every epoch), on 80 % of its local data in mini-batches of 64
-for 5 epochs, and scores the candidate by its accuracy on the remaining 20 %.
+Each client trains one model per candidate with SGD (the candidate's ``lr`` and ``momentum``, PyTorch semantics
+``buf = momentum * buf + grad; p -= lr * buf``) and a StepLR schedule (``lr`` times the candidate's ``decay``
+after every epoch), on 80 % of its local data in mini-batches of 64 for 5 epochs, and scores the candidate on the
+remaining 20 %.
 
-All candidates are trained at once: their parameters are stacked along a leading candidate
-dimension (`StackedModels`) and the forward pass is vectorised with ``torch.func.vmap`` over
-``functional_call``, or uses the model's own hand-written ``stacked_forward`` when it has one (the
-Adult MLP: about 20-25 % less CPU time than vmap for Table III on one Adult client, see
-``simulations/bench_training.py``). One backward pass of the summed per-candidate losses yields
-every candidate's own gradient, because the candidates share no parameters. All candidates start from the same
-initial weights and see the same mini-batches in the same order, so the result equals training
-them one by one (`train_candidates` with ``sequential=True``, the reference path built on
-``torch.optim.SGD`` and ``StepLR``), up to floating-point rounding and dropout masks (drawn
-independently per candidate). Batch norm layers keep one set of running statistics per
-candidate: the stacked buffers are updated in place through ``vmap``, as in sequential training.
+All candidates are trained at once: their parameters are stacked along a leading candidate dimension
+(`StackedModels`) and the forward pass is ``torch.func.vmap`` over ``functional_call``, or the model's own
+``stacked_forward`` when it has one. One backward pass of the summed losses yields every candidate's own gradient
+(the candidates share no parameters). All candidates start from the same initial weights and see the same
+mini-batches in the same order, so the result equals training them one by one (`train_candidates` with
+``sequential=True``, the reference path on ``torch.optim.SGD`` and ``StepLR``) up to floating-point rounding and
+dropout masks (drawn per candidate). Batch norm keeps one set of running statistics per candidate.
 
-A candidate that diverges (non-finite weights or outputs) gets the score NaN; the others are
-unaffected. Candidates are mappings with the keys ``"lr"`` (required), ``"momentum"`` (default 0)
-and ``"decay"`` (default 1, no decay), e.g. the items of ``dphype.selection.candidates.table_iii_grid()``.
+A candidate that diverges (non-finite weights or outputs) gets the score NaN; the others are unaffected.
+Candidates are mappings with the keys ``"lr"`` (required), ``"momentum"`` (default 0) and ``"decay"`` (default 1),
+e.g. the items of ``dphype.selection.candidates.table_iii_grid()``.
 """
 
 from __future__ import annotations
@@ -70,8 +66,8 @@ class Hyperparameters:
     def from_candidates(cls, candidates: Sequence[Mapping[str, Any]], device: torch.device) -> Hyperparameters:
         """Read ``lr``, ``momentum`` (default 0) and ``decay`` (default 1) from each candidate.
 
-        Any other key is refused, naming it: training would ignore it, so candidates that differ only in
-        it would be scored identically.
+        Any other key is refused, naming it: training would ignore it, so candidates differing only in it would
+        score the same.
 
         Args:
             candidates: The candidates (hyperparameter name -> value).
@@ -103,14 +99,7 @@ class Hyperparameters:
         return cls(table[:, 0], table[:, 1], table[:, 2])
 
     def epoch_lr(self, epoch: int) -> torch.Tensor:
-        """StepLR(step_size=1, gamma=decay): ``lr * decay**epoch`` (``0**0 = 1``).
-
-        Args:
-            epoch: The epoch, from 0.
-
-        Returns:
-            The ``(C,)`` learning rates of that epoch.
-        """
+        """The ``(C,)`` learning rates of ``epoch``: StepLR's ``lr * decay**epoch`` (``0**0 = 1``)."""
         return self.lr * self.decay**epoch
 
     def __getitem__(self, index: slice) -> Hyperparameters:
@@ -133,29 +122,14 @@ class StackedModels:
 
     @classmethod
     def replicate(cls, module: nn.Module, count: int) -> StackedModels:
-        """``count`` copies of ``module``'s current weights (the same initialisation for all).
-
-        Args:
-            module: The model.
-            count: The number of copies ``C``.
-
-        Returns:
-            The stacked copies.
-        """
+        """``count`` copies of ``module``'s current weights (the same initialisation for all)."""
         params = {k: v.detach().expand(count, *v.shape).clone() for k, v in module.named_parameters()}
         buffers = {k: v.detach().expand(count, *v.shape).clone() for k, v in module.named_buffers()}
         return cls(module, params, buffers)
 
     @classmethod
     def stack(cls, modules: Sequence[nn.Module]) -> StackedModels:
-        """Stack independently trained copies of one architecture.
-
-        Args:
-            modules: The models.
-
-        Returns:
-            The stacked models.
-        """
+        """Stack independently trained copies of one architecture."""
         params, buffers = stack_module_state(list(modules))
         return cls(modules[0], {k: v.detach() for k, v in params.items()}, buffers)
 
@@ -163,18 +137,14 @@ class StackedModels:
         return next(iter(self.params.values())).shape[0]
 
     def logits(self, x: torch.Tensor, *, train: bool) -> torch.Tensor:
-        """Outputs of every model on the shared batch ``x``.
-
-        Uses the module's own ``stacked_forward(params, x)`` when it has one (the Adult MLP's
-        hand-written batched matmuls), else ``vmap`` over ``functional_call``.
+        """``(C, B, K)`` outputs of every model on the shared batch ``x`` (``stacked_forward``, else ``vmap``).
 
         Args:
             x: ``(B, ...)`` inputs.
-            train: Select dropout and batch-norm batch statistics (which then update the stacked running
-                statistics).
+            train: Select dropout and batch-norm batch statistics (which then update the stacked running statistics).
 
         Returns:
-            ``(C, B, K)`` logits.
+            The logits.
         """
         self.module.train(train)
         stacked_forward = getattr(self.module, "stacked_forward", None)
@@ -189,11 +159,7 @@ class StackedModels:
         return vmap(one, in_dims=(0, 0, None), randomness="different")(self.params, self.buffers, x)
 
     def clone(self) -> StackedModels:
-        """An independent copy (the template module is shared).
-
-        Returns:
-            The copy.
-        """
+        """An independent copy (the template module is shared)."""
         return StackedModels(
             self.module,
             {k: v.clone() for k, v in self.params.items()},
@@ -201,25 +167,14 @@ class StackedModels:
         )
 
     def unstack(self, index: int) -> nn.Module:
-        """Model ``index`` as a plain ``nn.Module`` (a copy of the template with its weights).
-
-        Args:
-            index: The model, in ``[0, C)``.
-
-        Returns:
-            The module.
-        """
+        """Model ``index`` as a plain ``nn.Module`` (a copy of the template with its weights)."""
         module = copy.deepcopy(self.module)
         state = {k: v[index] for k, v in {**self.params, **self.buffers}.items()}
         module.load_state_dict(state)
         return module
 
     def finite(self) -> torch.Tensor:
-        """Whether all of a model's parameters are finite (False = diverged).
-
-        Returns:
-            Boolean ``(C,)``.
-        """
+        """Boolean ``(C,)``: whether all of a model's parameters are finite (False: diverged)."""
         ok = torch.ones(len(self), dtype=torch.bool, device=next(iter(self.params.values())).device)
         for value in self.params.values():
             ok &= torch.isfinite(value.detach().reshape(len(self), -1)).all(dim=1)
@@ -231,14 +186,7 @@ class StackedModels:
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
-    """``device``, or CUDA when available and ``device`` is None, else CPU.
-
-    Args:
-        device: A device, or ``None``.
-
-    Returns:
-        The torch device.
-    """
+    """``device``, or CUDA when available and ``device`` is None, else CPU."""
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
@@ -246,12 +194,7 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 @contextmanager
 def _threads(num_threads: int | None) -> Iterator[None]:
-    """Run with ``num_threads`` intra-op threads, then restore torch's setting.
-
-    ``None`` keeps torch's setting but caps it at the CPUs this process may use, so training never
-    oversubscribes the machine on its own. Several training processes sharing a machine (e.g.
-    parallel Flower clients) should split the CPUs between them with explicit ``num_threads``.
-    """
+    """Run with ``num_threads`` intra-op threads (``None``: torch's, capped at the usable CPUs), then restore."""
     if num_threads is not None and num_threads < 1:
         raise ValueError(f"num_threads must be >= 1 or None, got {num_threads}")
     available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -284,18 +227,12 @@ def _tensors(data: Dataset, device: torch.device) -> tuple[torch.Tensor, torch.T
 
 
 def _batches(num_samples: int, batch_size: int, generator: torch.Generator, device: torch.device) -> list[torch.Tensor]:
-    """One epoch of shuffled mini-batch indices on ``device`` (the last batch may be smaller).
-
-    ``generator`` is a CPU generator, so the order does not depend on the device.
-    """
+    """One epoch of shuffled mini-batch indices on ``device``, ordered by a CPU generator (device-independent)."""
     return list(torch.randperm(num_samples, generator=generator).to(device).split(batch_size))
 
 
 def _loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Mean loss over the batch axis of ``logits (..., B, K)``.
-
-    Binary cross-entropy with logits for ``K = 1``, cross-entropy otherwise. Leading axes (candidates) are kept.
-    """
+    """Mean loss over the batch axis of ``logits (..., B, K)``: BCE with logits for ``K = 1``, else cross-entropy."""
     if logits.shape[-1] == 1:
         target = y.to(logits.dtype).expand(logits.shape[:-1])
         return nn.functional.binary_cross_entropy_with_logits(logits[..., 0], target, reduction="none").mean(-1)
@@ -422,8 +359,7 @@ def train_candidates(
 ) -> StackedModels:
     """Train one model per candidate on all of ``data`` (Section V-B: SGD, StepLR per epoch, batch 64).
 
-    All candidates start from the same initialisation (drawn with ``seed``) and see the same
-    mini-batch order (also from ``seed``).
+    All candidates start from the same initialisation and mini-batch order, both drawn with ``seed``.
 
     Args:
         model: A name of `dphype.ml.models.MODELS` or a zero-argument factory of a fresh module.
@@ -436,7 +372,7 @@ def train_candidates(
         chunk_size: Bounds how many candidates are trained at once (memory); the result does not depend on it.
         num_threads: Torch intra-op threads (``None``: torch's setting, capped at the usable CPUs).
         sequential: Run the reference path (one ``torch.optim.SGD`` per candidate).
-        progress: ``progress(done, total)`` is called after every epoch of every chunk (batched path only).
+        progress: ``progress(done, total)`` after every epoch of every chunk (batched path only).
 
     Returns:
         The ``C`` trained models, stacked.
@@ -476,10 +412,7 @@ def train_candidates(
 def validation_metrics(
     models: StackedModels, data: Dataset, *, batch_size: int = 1024
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Accuracy and mean loss of every stacked model on ``data`` in one evaluation-mode pass.
-
-    The loss is the one training minimises (cross-entropy, or binary cross-entropy with
-    logits for one output), averaged over all of ``data``.
+    """Accuracy and mean loss (the one training minimises) of every stacked model on ``data``, in one pass.
 
     Args:
         models: The ``C`` stacked models.
@@ -487,8 +420,7 @@ def validation_metrics(
         batch_size: The evaluation batch size.
 
     Returns:
-        ``(accuracy, loss)``: float64 ``(C,)`` arrays, NaN for a diverged model (non-finite weights or NaN
-        outputs).
+        ``(accuracy, loss)``: float64 ``(C,)`` arrays, NaN for a diverged model.
 
     Raises:
         ValueError: ``data`` is empty.
@@ -512,19 +444,7 @@ def validation_metrics(
 
 
 def accuracy(models: StackedModels, data: Dataset, *, batch_size: int = 1024) -> np.ndarray:
-    """Accuracy of every stacked model on ``data`` (evaluation mode).
-
-    Args:
-        models: The ``C`` stacked models.
-        data: The evaluation data, not empty.
-        batch_size: The evaluation batch size.
-
-    Returns:
-        Float64 ``(C,)``, NaN for diverged models.
-
-    Raises:
-        ValueError: ``data`` is empty.
-    """  # noqa: DOC502
+    """Float64 ``(C,)`` accuracy of every stacked model on non-empty ``data``, NaN for diverged models."""
     return validation_metrics(models, data, batch_size=batch_size)[0]
 
 
@@ -545,11 +465,9 @@ def evaluate_candidates(
 ) -> np.ndarray:
     """A client's local scores (Section III / V-B): validation accuracy of every candidate.
 
-    ``train`` (the client's local data) is split 80/20 with ``seed``; each candidate is trained on
-    the 80 % (`train_candidates`, same keyword arguments) and scored on the 20 %. Needs at least 2 local
-    samples. With ``with_loss``, the validation loss (Algorithm 1's score, the loss training minimises) is negated
-    so that both columns are maximised: the lexicographic keys of `dphype.selection.voting.top_k_votes`. Both
-    come from the same evaluation pass (`validation_metrics`).
+    ``train`` is split 80/20 with ``seed``; each candidate is trained on the 80 % (`train_candidates`) and scored on
+    the 20 %. With ``with_loss`` the validation loss (Algorithm 1's score) is negated so that both columns are
+    maximised: lexicographic keys for `dphype.selection.voting.top_k_votes`.
 
     Args:
         model: A name of `dphype.ml.models.MODELS` or a zero-argument factory of a fresh module.
@@ -566,8 +484,7 @@ def evaluate_candidates(
         with_loss: Return ``[accuracy, -loss]`` per candidate.
 
     Returns:
-        Float64 ``(p,)`` accuracies in ``[0, 1]``, or ``(p, 2)`` keys with ``with_loss``; NaN for a diverged
-        candidate (in both columns).
+        Float64 ``(p,)`` accuracies, or ``(p, 2)`` keys; NaN for a diverged candidate.
 
     Raises:
         ValueError: An argument or a candidate is invalid, or ``train`` has fewer than 2 samples.
@@ -592,18 +509,7 @@ def evaluate_candidates(
 
 
 def client_round_seed(seed: int, round_index: int, client: int) -> int:
-    """The mini-batch seed of ``client`` in FedAvg round ``round_index`` (0-based) of a run seeded ``seed``.
-
-    `fedavg` and a Flower ClientApp that trains the same way draw the same batches.
-
-    Args:
-        seed: The run's seed.
-        round_index: The round, from 0.
-        client: The client's index.
-
-    Returns:
-        The seed.
-    """
+    """The mini-batch seed of ``client`` in FedAvg round ``round_index`` (`fedavg` and a ClientApp draw alike)."""
     return int(np.random.SeedSequence([seed, round_index, client]).generate_state(1)[0])
 
 
@@ -623,10 +529,9 @@ def fedavg(
 ) -> StackedModels:
     """FedAvg (McMahan et al.; Section V-B: 5 rounds x 5 local epochs, batch 64) for every candidate.
 
-    Each round, every client starts from the global models, trains all candidates on all its data
-    (fresh momentum buffers, StepLR restarting at the candidate's ``lr``), and the server averages
-    parameters and buffers weighted by the clients' sample counts. All candidates start from the
-    same initialisation (drawn with ``seed``).
+    Each round every client starts from the global models and trains all candidates on all its data (fresh momentum,
+    StepLR restarting at ``lr``); the server averages parameters and buffers weighted by sample counts. All
+    candidates start from the same initialisation (drawn with ``seed``).
 
     Args:
         model: A name of `dphype.ml.models.MODELS` or a zero-argument factory of a fresh module.
@@ -639,7 +544,7 @@ def fedavg(
         device: The torch device; ``None``: CUDA when available.
         chunk_size: As in `train_candidates`.
         num_threads: As in `train_candidates`.
-        progress: ``progress(done, total)`` is called after each client update of each chunk.
+        progress: ``progress(done, total)`` after each client update of each chunk.
 
     Returns:
         The ``C`` global models, stacked.
@@ -691,17 +596,7 @@ def fedavg(
 
 def initial_state(model: ModelSpec, data: Dataset, *, seed: int, device: str | torch.device | None = None
                   ) -> dict[str, torch.Tensor]:
-    """Initial weights of the model for ``data``'s shape, drawn with ``seed``: FedAvg's start.
-
-    Args:
-        model: A name of `dphype.ml.models.MODELS` or a zero-argument factory of a fresh module.
-        data: Data of the model's input shape and classes.
-        seed: Seeds the initialisation.
-        device: The torch device; ``None``: CUDA when available.
-
-    Returns:
-        The state dict.
-    """
+    """Initial weights (a state dict) of the model for ``data``'s shape, drawn with ``seed``: FedAvg's start."""
     dev = resolve_device(device)
     with _seeded(seed, dev):
         return {k: v.detach().clone() for k, v in _build(model, data, dev).state_dict().items()}
@@ -724,10 +619,7 @@ def local_update(
     seed: int = 0,
     device: str | torch.device | None = None,
 ) -> dict[str, torch.Tensor]:
-    """FedAvg's local update of one client (the procedure of `fedavg`).
-
-    Start from the global weights ``state``, train on all of ``data`` with ``candidate`` (fresh momentum, StepLR
-    from the candidate's ``lr``) for ``epochs`` epochs, mini-batch order and dropout masks from ``seed``.
+    """FedAvg's local update of one client (`fedavg`'s procedure): new weights from the global ``state``.
 
     Args:
         model: A name of `dphype.ml.models.MODELS` or a zero-argument factory of a fresh module.
@@ -751,17 +643,7 @@ def local_update(
 
 def evaluate_state(model: ModelSpec, data: Dataset, state: Mapping[str, torch.Tensor], *,
                    device: str | torch.device | None = None) -> tuple[float, float]:
-    """Accuracy and mean loss of the weights ``state`` on ``data``.
-
-    Args:
-        model: A name of `dphype.ml.models.MODELS` or a zero-argument factory of a fresh module.
-        data: The evaluation data.
-        state: The weights (a state dict).
-        device: The torch device; ``None``: CUDA when available.
-
-    Returns:
-        ``(accuracy, loss)``, NaN for a diverged model.
-    """
+    """``(accuracy, loss)`` of the weights ``state`` on ``data``, NaN for a diverged model."""
     dev = resolve_device(device)
     acc, loss = validation_metrics(StackedModels.replicate(_loaded(model, data, state, dev), 1), data)
     return float(acc[0]), float(loss[0])

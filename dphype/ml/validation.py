@@ -1,22 +1,17 @@
 """How a client validates its candidates: one held-out split, or cross-validation over all its rows.
 
-What a client votes with is computed on its own data only, so it may use every row to score the candidates at no
-privacy cost. A `Validation` names the scheme (`Validation.parse` reads the names):
+A client's vote is computed on its own data only, so it may use every row to score the candidates at no privacy
+cost. A `Validation` names the scheme:
 
-* ``"split"``: one seeded 80/20 split (`dphype.ml.training.evaluate_candidates`; DP-Hype's Section V-B, the
-  paper's reproduction);
-* ``"kfold:F"`` (``"kfold"`` is ``"kfold:5"``): ``F``-fold cross-validation; every row is held out once, the
-  models of fold ``f`` start from their own initialisation and batch order (`fold_seed`), and a candidate's score
-  is its accuracy and loss pooled over all held-out rows;
-* ``"repeat:R"``: ``R`` independent seeded 80/20 splits, each with its own initialisation, the held-out rows'
-  accuracy and loss pooled the same way.
+* ``"split"``: one seeded 80/20 split (`dphype.ml.training.evaluate_candidates`; DP-Hype's Section V-B);
+* ``"kfold:F"`` (``"kfold"`` is ``"kfold:5"``): ``F``-fold cross-validation; each fold's models start from their
+  own initialisation and batch order (`fold_seed`), and a candidate's accuracy and loss are pooled over all
+  held-out rows;
+* ``"repeat:R"``: ``R`` independent seeded 80/20 splits, pooled the same way.
 
-Any of them takes the suffix ``":loss"`` to rank by validation loss first and accuracy second (without it a
-scheme ranks by accuracy and breaks ties with the loss). `DEFAULT_VALIDATION`, the bundled tasks' and
-`dphype.ml.task.TorchTask`'s, is ``"split:loss"``: the paper's split, ranked by the loss, the finer score, at the
-single split's compute (``dphype bench signal`` compares the schemes; results/README.md, "The clients' local
-signal"). `dphype.ml.crossval` trains and scores them; this module imports
-no torch.
+The suffix ``":loss"`` ranks by validation loss first and accuracy second (else accuracy first, the loss breaking
+ties). `DEFAULT_VALIDATION` is ``"split:loss"`` (the schemes compared: results/README.md, the clients' local
+signal). `dphype.ml.crossval` trains and scores them; this module imports no torch.
 """
 
 from __future__ import annotations
@@ -46,7 +41,7 @@ _NAME = re.compile(r"^(split|kfold|repeat)(?::(\d+))?(:loss)?$")
 
 @dataclass(frozen=True)
 class Validation:
-    """A validation scheme (see the module docstring for the names).
+    """A validation scheme (module docstring).
 
     Attributes:
         kind: ``"split"``, ``"kfold"`` or ``"repeat"``.
@@ -98,20 +93,7 @@ class Validation:
         return base + (":loss" if self.loss_first else "")
 
     def splits(self, num_samples: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The ``(training rows, held-out rows)`` of every fold, each sorted.
-
-        ``"kfold"`` with fewer rows than folds uses one fold per row (leave one out).
-
-        Args:
-            num_samples: The client's rows, ``>= 2``.
-            seed: Seeds the folds.
-
-        Returns:
-            One pair per fold.
-
-        Raises:
-            ValueError: ``num_samples`` is below 2.
-        """  # noqa: DOC502
+        """The sorted ``(training rows, held-out rows)`` of every fold (``"kfold"`` on few rows: leave one out)."""
         if self.kind == "split":
             return [split_indices(num_samples, VALIDATION_FRACTION, seed)]
         if self.kind == "repeat":
@@ -124,30 +106,12 @@ class Validation:
 
 
 def check_validation(value: Any) -> str:
-    """A validation name, checked and canonical (`Validation.parse`, `Validation.name`).
-
-    Args:
-        value: The name.
-
-    Returns:
-        The canonical name.
-
-    Raises:
-        ValueError: Naming ``validation``, the allowed values and the fix.
-    """  # noqa: DOC502
+    """A validation name, checked (`Validation.parse`) and canonical."""
     return Validation.parse(value).name
 
 
 def fold_seed(seed: int, fold: int) -> int:
-    """The training seed of fold ``fold`` (its initialisation, batch order and dropout) of a client seeded ``seed``.
-
-    Args:
-        seed: The client's seed.
-        fold: The fold, from 0.
-
-    Returns:
-        The seed.
-    """
+    """The training seed of fold ``fold`` (initialisation, batch order, dropout) of a client seeded ``seed``."""
     return int(np.random.SeedSequence([seed, fold]).generate_state(1)[0])
 
 

@@ -1,34 +1,30 @@
 """Privacy accounting for DP-Hype: describe a release, then account for it.
 
-A `VoteRelease` says what the server sees: the sum of all clients' vote vectors plus noise whose
-TOTAL standard deviation on every coordinate is ``sigma`` (Skellam: ``sigma**2`` is the total variance).
-An accountant turns it into ``(epsilon, delta)``:
+A `VoteRelease` says what the server sees: the sum of all clients' vote vectors plus noise whose TOTAL standard
+deviation on every coordinate is ``sigma`` (Skellam: ``sigma**2`` is the total variance). An accountant turns it
+into ``(epsilon, delta)``:
 
-* ``"analytic"`` -- the analytic Gaussian mechanism (Balle & Wang, ICML 2018, Thm 8): exact for one
-  Gaussian release. Default for Gaussian noise.
-* ``"rdp"`` -- Renyi DP (Mironov 2017). Gaussian: ``alpha * L2^2 / (2 sigma^2)`` (Definition I.3; for
-  top-k votes ``alpha k / sigma^2``, DP-Hype Thm III.1). Skellam: the bound of Agarwal, Kairouz & Liu
-  (NeurIPS 2021) over integer orders. Both converted with DP-Hype Thm I.1 and minimised over ``alpha``.
+* ``"analytic"`` -- the analytic Gaussian mechanism (Balle & Wang, ICML 2018, Thm 8): exact for one Gaussian
+  release. Default for Gaussian noise.
+* ``"rdp"`` -- Renyi DP (Mironov 2017). Gaussian: ``alpha * L2^2 / (2 sigma^2)`` (Definition I.3; for top-k votes
+  ``alpha k / sigma^2``, DP-Hype Thm III.1). Skellam: the bound of Agarwal, Kairouz & Liu (NeurIPS 2021) over
+  integer orders. Both converted with DP-Hype Thm I.1 and minimised over ``alpha``.
 
 Sensitivities depend on the neighbouring relation (`NEIGHBOURING`):
 
-* ``"replace-one"`` (the paper's, default; DP-Hype Lemma III.1 and Appendix F): neighbouring federations
-  differ in one client's data. Top-k votes ``L2 = sqrt(2k)``, ``L1 = 2k``; raw scores in ``[0, 1]^p``:
-  ``L2 = sqrt(p)``, ``L1 = p``.
-* ``"add-remove"`` (the convention of DP-FedAvg): one federation has a client the other lacks. Top-k votes
-  ``L2 = sqrt(k)``, ``L1 = k``; raw scores ``L2 = sqrt(p)``, ``L1 = p`` (a vector in ``[0, 1]^p``). Every
-  contributing client adds its noise share whatever it votes, so the missing client is modelled as present
-  with a zero vote (the "zero-out" form of add/remove, Kairouz et al., ICML 2021): the noise is the same in
-  both federations and the Gaussian / Skellam analysis with the shifted mean applies unchanged.
+* ``"replace-one"`` (the paper's, default; Lemma III.1, Appendix F): neighbouring federations differ in one
+  client's data. Top-k votes ``L2 = sqrt(2k)``, ``L1 = 2k``; raw scores in ``[0, 1]^p``: ``L2 = sqrt(p)``,
+  ``L1 = p``.
+* ``"add-remove"`` (DP-FedAvg's convention): one federation has a client the other lacks. Top-k votes
+  ``L2 = sqrt(k)``, ``L1 = k``; raw scores ``L2 = sqrt(p)``, ``L1 = p``. Every contributing client adds its
+  noise share whatever it votes, so the missing client is modelled as present with a zero vote (the "zero-out"
+  form, Kairouz et al., ICML 2021): the noise is the same in both federations and the analysis with the shifted
+  mean applies unchanged.
 
 Several releases (a node's votes over its lifetime, a vote followed by DP-FedAvg training) compose in RDP:
-`vote_rdp` and `fedavg_rdp` give each release's curve on the common order grid
-`RDP_ORDERS`, curves add up (Mironov 2017, Prop. 1), and `rdp_epsilon` converts the sum with
-Thm I.1. `calibrate_fedavg` solves DP-FedAvg's noise multiplier for a training budget.
-
-Everything is solved by root finding (``scipy.optimize.brentq``, or dp_accounting's
-``calibrate_dp_mechanism``); nothing is looked up in a table. Argument checks live in `dphype.checks`; each noise kind's
-mechanism and its accountants in `dphype.privacy.noise_kinds`.
+`vote_rdp` and `fedavg_rdp` give each release's curve on the order grid `RDP_ORDERS`, curves add up (Mironov 2017,
+Prop. 1), and `rdp_epsilon` converts the sum with Thm I.1. `calibrate_fedavg` solves DP-FedAvg's noise multiplier
+for a training budget. Everything is solved by root finding, nothing looked up in a table.
 """
 
 from __future__ import annotations
@@ -61,21 +57,7 @@ from dphype.privacy.noise_kinds import check_noise, noise_kind, noise_kind_names
 
 
 def vote_sensitivity(k: int, neighbouring: str = "replace-one") -> tuple[float, float]:
-    """``(L2, L1)`` sensitivity of the top-k vote sum.
-
-    ``(sqrt(2k), 2k)`` when one client's data is replaced (its k ones move, DP-Hype Lemma III.1), ``(sqrt(k), k)``
-    when one client is added or removed.
-
-    Args:
-        k: Votes per client, an integer ``>= 1``.
-        neighbouring: ``"replace-one"`` or ``"add-remove"``.
-
-    Returns:
-        ``(L2, L1)``.
-
-    Raises:
-        ValueError: ``k`` or ``neighbouring`` is invalid.
-    """  # noqa: DOC502
+    """``(L2, L1)`` of the top-k vote sum: ``(sqrt(2k), 2k)`` replace-one (Lemma III.1), ``(sqrt(k), k)`` add-remove."""
     k = check_k(k)
     moved = 2 * k if check_neighbouring(neighbouring) == "replace-one" else k
     return math.sqrt(moved), float(moved)
@@ -83,10 +65,7 @@ def vote_sensitivity(k: int, neighbouring: str = "replace-one") -> tuple[float, 
 
 # ------------------------------------------------------------------------------------------ root finding
 def _root_decreasing(fn: Callable[[float], float], target: float, start: float, name: str) -> float:
-    """Solve ``fn(x) = target`` for ``x > 0`` when ``fn`` decreases in ``x``.
-
-    Bracket by doubling, then brentq on ``log x``.
-    """
+    """Solve ``fn(x) = target`` for ``x > 0``, ``fn`` decreasing: bracket by doubling, then brentq on ``log x``."""
     from scipy.optimize import brentq
 
     lo = hi = math.log(start)
@@ -112,17 +91,16 @@ class VoteRelease:
 
     Attributes:
         k: Votes per client.
-        num_candidates: The number of candidates ``p`` (``None``: unknown; top-k privacy does not depend on it,
-            Section III).
+        num_candidates: The number of candidates ``p`` (``None``: unknown; top-k privacy does not depend on it).
         sigma: The noise's total standard deviation per coordinate (Skellam: ``sigma**2`` is its variance).
         noise: The noise kind's name (`dphype.privacy.noise_kinds`).
-        raw_scores: Appendix F's variant: scores in ``[0, 1]^p``, Gaussian noise only, ``num_candidates``
-            required; ``k`` then does not enter the sensitivity.
-        neighbouring: The neighbouring relation of the guarantee (`NEIGHBOURING`, module docstring).
+        raw_scores: Appendix F's variant: scores in ``[0, 1]^p``, real noise only, ``num_candidates`` required;
+            ``k`` then does not enter the sensitivity.
+        neighbouring: The neighbouring relation of the guarantee (`NEIGHBOURING`).
 
     Raises:
-        ValueError: A field is out of its range, or a raw-scores release lacks ``num_candidates`` or has
-            Skellam noise.
+        ValueError: A field is out of its range, or a raw-scores release lacks ``num_candidates`` or has integer
+            noise.
     """
 
     k: int
@@ -150,13 +128,7 @@ class VoteRelease:
 
     @property
     def sensitivities(self) -> tuple[float, float]:
-        """``(L2, L1)``: `vote_sensitivity` for top-k votes; ``(sqrt(p), p)`` for raw scores.
-
-        Raw scores: under either relation each of the ``p`` scores in ``[0, 1]`` changes by at most 1 (App. F).
-
-        Returns:
-            ``(L2, L1)``.
-        """
+        """``(L2, L1)``: `vote_sensitivity`; raw scores ``(sqrt(p), p)`` (each score moves by at most 1, App. F)."""
         if self.raw_scores:
             assert self.num_candidates is not None
             return math.sqrt(self.num_candidates), float(self.num_candidates)
@@ -164,43 +136,17 @@ class VoteRelease:
 
     @property
     def l2_sensitivity(self) -> float:
-        """L2 sensitivity: ``sqrt(2k)`` (replace-one, Lemma III.1), ``sqrt(k)`` (add-remove), ``sqrt(p)`` (raw).
-
-        Returns:
-            The L2 sensitivity.
-        """
+        """The L2 sensitivity (`sensitivities`)."""
         return self.sensitivities[0]
 
     @property
     def l1_sensitivity(self) -> float:
-        """L1 sensitivity: ``2k`` (replace-one) or ``k`` (add-remove) for top-k votes, ``p`` for raw scores.
-
-        Returns:
-            The L1 sensitivity.
-        """
+        """The L1 sensitivity (`sensitivities`)."""
         return self.sensitivities[1]
 
 
 def mechanism_epsilon(l2: float, l1: float, sigma: float, noise: str, delta: float, accountant: str) -> float:
-    """Epsilon at ``delta`` of ONE release of a sum with sensitivities ``(L2, L1)`` plus noise of total std ``sigma``.
-
-    The kind's own accountant (`dphype.privacy.noise_kinds.NoiseKind.epsilon`). The sensitivities carry the
-    neighbouring relation (`vote_sensitivity`).
-
-    Args:
-        l2: The L2 sensitivity.
-        l1: The L1 sensitivity.
-        sigma: The noise's total standard deviation.
-        noise: The noise kind's name (`dphype.privacy.noise_kinds`).
-        delta: The target delta, in ``(0, 1)``.
-        accountant: An accountant validated for ``noise`` (`dphype.privacy.noise_kinds.resolve_accountant`).
-
-    Returns:
-        The epsilon at ``delta``.
-
-    Raises:
-        ValueError: ``noise`` is not a registered kind.
-    """  # noqa: DOC502
+    """Epsilon at ``delta`` of ONE release of a sum of sensitivities ``(l2, l1)`` plus noise of total std ``sigma``."""
     return noise_kind(noise).epsilon(l2, l1, sigma, delta, accountant)
 
 
@@ -211,19 +157,7 @@ def _release_epsilon(release: VoteRelease, delta: float, accountant: str) -> flo
 
 
 def epsilon(release: VoteRelease, delta: float, accountant: str | None = None) -> float:
-    """Epsilon of ``release`` at ``delta`` under ``accountant``.
-
-    Args:
-        release: The release to account for.
-        delta: The target delta, in ``(0, 1)``.
-        accountant: ``"analytic"``, ``"rdp"``, or ``None``/``"auto"`` for the default of the noise kind.
-
-    Returns:
-        The epsilon at ``delta``.
-
-    Raises:
-        ValueError: ``delta`` or ``accountant`` is invalid (`dphype.privacy.noise_kinds.resolve_accountant`).
-    """  # noqa: DOC502
+    """Epsilon of ``release`` at ``delta`` under ``accountant`` (``None``/``"auto"``: the noise kind's default)."""
     delta = check_delta(delta)
     return _release_epsilon(release, delta, resolve_accountant(accountant, release.noise))
 
@@ -241,19 +175,17 @@ def calibrate(
 ) -> VoteRelease:
     """Solve the smallest total noise std ``sigma`` giving ``(epsilon, delta)``-DP (Algorithm 1, line 1).
 
-    Under the neighbouring relation ``neighbouring`` (module docstring). Root finding with
-    ``scipy.optimize.brentq`` on ``log sigma``: for ``"analytic"`` the analytic-Gaussian delta at ``epsilon`` is
-    matched to ``delta``; for ``"rdp"`` the Thm I.1 epsilon is matched to ``epsilon``. Both decrease
-    monotonically in sigma, so the root is unique.
+    Root finding on ``log sigma``: for ``"analytic"`` the analytic-Gaussian delta at ``epsilon`` is matched to
+    ``delta``; for ``"rdp"`` the Thm I.1 epsilon to ``epsilon``. Both decrease in sigma, so the root is unique.
 
     Args:
         epsilon: The privacy budget, ``> 0``.
         delta: The target delta, in ``(0, 1)``.
         k: Votes per client, in ``[1, num_candidates]``.
         num_candidates: The number of candidates ``p``, or ``None`` (top-k privacy does not depend on it).
-        accountant: ``"analytic"``, ``"rdp"``, or ``None``/``"auto"`` for the default of the noise kind.
-        noise: The noise kind's name (`dphype.privacy.noise_kinds`).
-        raw_scores: Appendix F's real-valued votes (see `VoteRelease`).
+        accountant: ``"analytic"``, ``"rdp"``, or ``None``/``"auto"`` for the noise kind's default.
+        noise: The noise kind's name.
+        raw_scores: Appendix F's real-valued votes (`VoteRelease`).
         neighbouring: ``"replace-one"`` or ``"add-remove"``.
 
     Returns:
@@ -284,8 +216,8 @@ class PrivacyReport:
     Attributes:
         epsilon: The guarantee's epsilon at ``delta``.
         delta: The guarantee's delta.
-        accountant: ``"analytic"`` or ``"rdp"``.
-        noise: The noise kind's name (`dphype.privacy.noise_kinds`).
+        accountant: The accountant.
+        noise: The noise kind's name.
         sigma: The total noise std the epsilon is computed for (the survivors' when they are known).
         client_std: Each client's noise share std.
         clients: The number of clients ``n``.
@@ -296,14 +228,12 @@ class PrivacyReport:
         neighbouring: The neighbouring relation of the guarantee.
         l2_sensitivity: The L2 sensitivity it implies.
         released: What the server learns.
-        release_delta: The release's own delta where it is far below the run's (the winner release: pure
-            ``epsilon`` but for its MPC sampler's total variation, `dphype.privacy.winner.sampler_delta`); ``delta``
-            is then only the run's delta, at which the release composes with others. ``None``: the release spends
-            ``delta``.
-        ballots_verified: Whether a tally committee checked every ballot's form under MPC before counting it
-            (`dphype.secure.tally`); SecAgg+ sums whatever the clients send, unverified.
-        excluded: The contributors whose ballots the committee found invalid and left out (their labels, never
-            their content).
+        release_delta: The release's own delta where far below the run's (the winner release: its MPC sampler's,
+            `dphype.privacy.winner.sampler_delta`); ``delta`` is then the run's, at which it composes. ``None``: the
+            release spends ``delta``.
+        ballots_verified: Whether a tally committee checked every ballot's form under MPC (SecAgg+ sums whatever the
+            clients send, unverified).
+        excluded: The labels (never the content) of the contributors whose ballots the committee left out as invalid.
     """
 
     epsilon: float
@@ -328,11 +258,7 @@ class PrivacyReport:
         object.__setattr__(self, "excluded", tuple(str(label) for label in self.excluded))  # a list from JSON
 
     def ballots(self) -> str:
-        """Whether the ballots were verified, and who was left out, in words (`dphype.result.DPHypeResult.summary`).
-
-        Returns:
-            The words.
-        """
+        """Whether the ballots were verified, and who was left out, in words."""
         if not self.ballots_verified:
             return ("NOT verified (SecAgg+ sums whatever the clients send: a client running modified code can cast "
                     "any vector; a tally committee, release=argmax, verifies every ballot)")
@@ -341,21 +267,13 @@ class PrivacyReport:
         return f"verified by the tally committee under MPC ({left_out})"
 
     def guarantee(self) -> str:
-        """The release's guarantee per client as ``(epsilon, delta)-DP``, with its own delta where it has one.
-
-        Returns:
-            The guarantee, e.g. ``"(1, 1e-05)-DP"``, or ``"(1, 2e-19)-DP"`` for a winner release.
-        """
+        """The guarantee per client as ``"(epsilon, delta)-DP"``, with the release's own delta where it has one."""
         epsilon = "inf" if math.isinf(self.epsilon) else f"{self.epsilon:.4g}"
         delta = self.delta if self.release_delta is None else self.release_delta
         return f"({epsilon}, {delta:.2g})-DP" if self.release_delta is not None else f"({epsilon}, {delta:g})-DP"
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-serialisable dict of all fields.
-
-        Returns:
-            Field name -> value.
-        """
+        """Plain JSON-serialisable dict of all fields."""
         return dataclasses.asdict(self)
 
 
@@ -370,10 +288,9 @@ def privacy_report(
 ) -> PrivacyReport:
     """Account for ``release`` as run by ``clients`` clients that tolerate a ``dropout`` fraction (App. A).
 
-    With ``survivors=None`` the statement is the design guarantee (total std ``release.sigma``), valid
-    whenever at least `dphype.privacy.noise.min_survivors` clients contribute noise. With a known survivor
-    count the total noise std is ``client_std * sqrt(survivors)`` and epsilon is recomputed for it, so too
-    few survivors show up as an epsilon above the target rather than being hidden.
+    ``survivors=None``: the design guarantee (total std ``release.sigma``), valid whenever at least
+    `dphype.privacy.noise.min_survivors` clients contribute noise. A known count gives total std
+    ``client_std * sqrt(survivors)`` and epsilon recomputed for it: too few survivors show as a larger epsilon.
 
     Args:
         release: The (calibrated) release.
@@ -381,7 +298,7 @@ def privacy_report(
         clients: The number of clients ``n``, in ``[2, MAX_CLIENTS]``.
         dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
         survivors: The number of clients that contributed noise, in ``[1, clients]``, or ``None``.
-        accountant: ``"analytic"``, ``"rdp"``, or ``None``/``"auto"`` for the default of the noise kind.
+        accountant: ``"analytic"``, ``"rdp"``, or ``None``/``"auto"`` for the noise kind's default.
 
     Returns:
         The privacy statement.
@@ -416,9 +333,8 @@ def privacy_report(
 
 
 # ------------------------------------------------------------------------------- composition in RDP
-#: The common RDP order grid for composing releases: 1.1 to 10.9 in steps of 0.1, every integer from 11 to
-#: 256 (Skellam's bound holds at integer orders; near-optimal orders for per-release epsilons >= ~0.05),
-#: then ~60 geometrically spaced integers up to 2**17 for very small epsilons.
+#: The common RDP order grid: 1.1 to 10.9 by 0.1, every integer 11 to 256 (Skellam's bound holds at integer
+#: orders), then about 60 geometrically spaced integers up to 2**17 for very small epsilons.
 RDP_ORDERS: np.ndarray = np.concatenate(
     [1.0 + np.arange(1, 100) / 10.0, np.arange(11.0, 257.0), np.unique(np.round(np.geomspace(272, 2**17, 60)))]
 )
@@ -432,17 +348,7 @@ def _rdp_accountant(orders: Any) -> Any:
 
 
 def check_orders(orders: Any) -> np.ndarray:
-    """Check RDP orders.
-
-    Args:
-        orders: A non-empty 1-d array of finite numbers ``> 1``.
-
-    Returns:
-        ``orders`` as a float64 array of shape ``(m,)``.
-
-    Raises:
-        ValueError: ``orders`` is not a non-empty 1-d array of finite numbers ``> 1``.
-    """
+    """RDP orders as a float64 ``(m,)`` array, refused unless non-empty, 1-d, finite and ``> 1``."""
     out = np.asarray(orders, dtype=np.float64)
     if out.ndim != 1 or out.size == 0 or not np.all(np.isfinite(out)) or np.any(out <= 1.0):
         raise ValueError("orders must be a non-empty 1-d array of finite RDP orders > 1")
@@ -450,19 +356,7 @@ def check_orders(orders: Any) -> np.ndarray:
 
 
 def check_rdp_curve(rdp: Any, orders: Any = RDP_ORDERS, name: str = "rdp") -> np.ndarray:
-    """Check an RDP curve.
-
-    Args:
-        rdp: One value in ``[0, +inf]`` per order of ``orders`` (``+inf``: no bound at that order).
-        orders: The RDP orders, shape ``(m,)``.
-        name: The curve's name, for the error message.
-
-    Returns:
-        ``rdp`` as a float64 array of shape ``(m,)``.
-
-    Raises:
-        ValueError: ``rdp`` has the wrong shape or a NaN or negative value; the message names ``name``.
-    """
+    """An RDP curve as float64 ``(m,)``: one value in ``[0, inf]`` per order, refused naming ``name`` otherwise."""
     size = check_orders(orders).size
     curve = np.asarray(rdp, dtype=np.float64)
     if curve.shape != (size,) or np.any(np.isnan(curve)) or np.any(curve < 0):
@@ -473,34 +367,17 @@ def check_rdp_curve(rdp: Any, orders: Any = RDP_ORDERS, name: str = "rdp") -> np
 def vote_rdp(
     k: int, sigma: float, noise: str, *, neighbouring: str = "replace-one", orders: Any = RDP_ORDERS
 ) -> np.ndarray:
-    """RDP curve ``eps(alpha)`` at ``orders`` of one vote release.
-
-    The release is the top-k vote sum plus noise of TOTAL std ``sigma`` (Skellam: variance ``sigma**2``),
-    sensitivities from `vote_sensitivity`; the curve is the kind's (`dphype.privacy.noise_kinds.NoiseKind.rdp`).
-
-    Args:
-        k: Votes per client.
-        sigma: The noise's total standard deviation.
-        noise: The noise kind's name (`dphype.privacy.noise_kinds`).
-        neighbouring: ``"replace-one"`` or ``"add-remove"``.
-        orders: The RDP orders, shape ``(m,)``.
-
-    Returns:
-        The ``(m,)`` RDP curve.
-
-    Raises:
-        ValueError: An argument is invalid.
-    """  # noqa: DOC502
+    """RDP curve ``(m,)`` at ``orders`` of one top-k vote release with noise of TOTAL std ``sigma`` (the kind's)."""
     l2, l1 = vote_sensitivity(k, neighbouring)
     sigma, kind, orders = check_sigma(sigma), noise_kind(noise), check_orders(orders)
     return kind.rdp(orders, l2, l1, sigma)
 
 
 def rdp_epsilon(rdp: Any, delta: float, orders: Any = RDP_ORDERS) -> tuple[float, float]:
-    """The smallest Thm I.1 epsilon (`rdp_to_dp`) over ``orders`` of an RDP curve, and its order.
+    """The smallest Thm I.1 epsilon over ``orders`` of an RDP curve, and its order.
 
-    Curves of several releases on the same orders are summed first (RDP composition, Mironov 2017, Prop. 1).
-    Vectorised over the orders; an infinite curve value gives an infinite epsilon at that order.
+    Curves of several releases on the same orders are summed first (Mironov 2017, Prop. 1); an infinite curve value
+    gives an infinite epsilon at that order.
 
     Args:
         rdp: The ``(m,)`` RDP curve.
@@ -521,10 +398,9 @@ def rdp_epsilon(rdp: Any, delta: float, orders: Any = RDP_ORDERS) -> tuple[float
 
 
 def rdp_delta(rdp: Any, epsilon: float, orders: Any = RDP_ORDERS) -> float:
-    """Smallest delta over ``orders`` at which an RDP curve gives ``epsilon``.
+    """Smallest delta (at most 1) over ``orders`` at which an RDP curve gives ``epsilon``.
 
-    `rdp_to_dp` (Thm I.1) solved for delta: ``log delta = (alpha - 1)(eps_alpha + log(1 - 1/alpha) - epsilon)
-    - log alpha``.
+    Thm I.1 solved for delta: ``log delta = (alpha - 1)(eps_alpha + log(1 - 1/alpha) - epsilon) - log alpha``.
 
     Args:
         rdp: The ``(m,)`` RDP curve.
@@ -532,7 +408,7 @@ def rdp_delta(rdp: Any, epsilon: float, orders: Any = RDP_ORDERS) -> float:
         orders: The RDP orders, shape ``(m,)``.
 
     Returns:
-        The delta, at most 1.
+        The delta.
 
     Raises:
         ValueError: ``epsilon``, ``orders`` or the curve is invalid.
@@ -554,14 +430,11 @@ def _fedavg_event(noise_multiplier: float, rounds: int, neighbouring: str) -> An
 def fedavg_rdp(
     noise_multiplier: float, rounds: int, *, neighbouring: str = "replace-one", orders: Any = RDP_ORDERS
 ) -> np.ndarray:
-    """RDP curve at ``orders`` of ``rounds`` rounds of DP-FedAvg with fixed clipping.
+    """RDP curve at ``orders`` of ``rounds`` rounds of DP-FedAvg with fixed clipping, no subsampling.
 
-    Every round is over all sampled clients (no subsampling amplification).
-
-    Flower's DP wrappers add Gaussian noise of std ``z C`` to the sum of updates clipped to norm ``C``, which
-    calibrates ``z`` to the add/remove sensitivity ``C``. Replacing one client moves the sum by up to ``2C``,
-    so under replace-one the effective multiplier is ``z / 2``. Composition via dp_accounting
-    (``SelfComposedDpEvent`` of ``GaussianDpEvent``).
+    Flower's DP wrappers add Gaussian noise of std ``z C`` to the sum of updates clipped to norm ``C``: ``z`` is
+    calibrated to the add/remove sensitivity ``C``. Replacing one client moves the sum by up to ``2C``, so under
+    replace-one the effective multiplier is ``z / 2``.
 
     Args:
         noise_multiplier: Flower's noise multiplier ``z``, ``> 0``.
@@ -584,32 +457,16 @@ def fedavg_rdp(
 def fedavg_epsilon(
     noise_multiplier: float, rounds: int, delta: float, *, neighbouring: str = "replace-one"
 ) -> float:
-    """Epsilon at ``delta`` of ``rounds`` DP-FedAvg rounds: `rdp_epsilon` of `fedavg_rdp`.
-
-    Args:
-        noise_multiplier: Flower's noise multiplier ``z``, ``> 0``.
-        rounds: The number of rounds, ``>= 1``.
-        delta: The target delta, in ``(0, 1)``.
-        neighbouring: ``"replace-one"`` or ``"add-remove"``.
-
-    Returns:
-        The epsilon at ``delta``.
-
-    Raises:
-        ValueError: An argument is invalid.
-    """  # noqa: DOC502
+    """Epsilon at ``delta`` of ``rounds`` DP-FedAvg rounds: `rdp_epsilon` of `fedavg_rdp`."""
     return rdp_epsilon(fedavg_rdp(noise_multiplier, rounds, neighbouring=neighbouring), delta)[0]
 
 
 def calibrate_fedavg(epsilon: float, delta: float, rounds: int, *, neighbouring: str = "replace-one") -> float:
     """Smallest noise multiplier ``z`` (within 1e-6) for which ``rounds`` DP-FedAvg rounds are ``(epsilon, delta)``-DP.
 
-    Accounted in RDP on `RDP_ORDERS` (`fedavg_epsilon`, the accountant that also composes training with the
-    vote); pass ``z`` to Flower's fixed-clipping DP wrappers.
-
-    Root finding by dp_accounting's ``calibrate_dp_mechanism`` (Brent's method; it guarantees that the returned
-    ``z`` does not exceed the budget) on a bracket found by doubling/halving the classic Gaussian scale
-    ``sqrt(2 R log(1.25/delta)) / epsilon`` (times 2 under replace-one).
+    Accounted in RDP on `RDP_ORDERS` (`fedavg_epsilon`); pass ``z`` to Flower's fixed-clipping DP wrappers.
+    dp_accounting's ``calibrate_dp_mechanism`` (it never returns a ``z`` over the budget) on a bracket found by
+    doubling/halving ``sqrt(2 R log(1.25/delta)) / epsilon`` (times 2 under replace-one).
 
     Args:
         epsilon: The training budget, ``> 0``.

@@ -1,29 +1,25 @@
 """Empirical privacy audit of the client noise path (Jagielski, Ullman & Oprea 2020; Nasr et al. 2021).
 
 If a mechanism is ``(eps, delta)``-DP, every test that tells neighbouring inputs apart satisfies
-``FPR + e^eps FNR >= 1 - delta`` (and symmetrically). Running the mechanism ``N`` times on each
-neighbour and bounding both error rates from above with one-sided Clopper-Pearson intervals (level
-``beta/2`` each) gives ``eps_lb = log((1 - delta - FNR_ub) / FPR_ub)``, a lower bound on the true epsilon
-with probability ``>= 1 - beta`` (Jagielski, Ullman & Oprea 2020; Nasr et al. 2021). An ``eps_lb``
-above the claimed epsilon proves the implementation adds too little noise.
+``FPR + e^eps FNR >= 1 - delta`` (and symmetrically). Running the mechanism ``N`` times on each neighbour and
+bounding both error rates from above with one-sided Clopper-Pearson intervals (level ``beta/2`` each) gives
+``eps_lb = log((1 - delta - FNR_ub) / FPR_ub)``, a lower bound on the true epsilon with probability
+``>= 1 - beta``. An ``eps_lb`` above the claimed epsilon proves the implementation adds too little noise.
 
-The mechanism audited is the REAL one: the released vector is the neighbour's vote sum plus the sum of
-`dphype.privacy.noise.noise_share` outputs of the surviving clients, with ``sigma`` from
-`dphype.privacy.accounting.calibrate`. Neighbours ``D, D'`` differ in one client who moves its ``k`` votes,
-so the vote sums differ by ``w`` with ``k`` entries ``+1`` and ``k`` entries ``-1`` (``||w|| = sqrt(2k)``,
-Lemma III.1). Coordinates where the sums agree carry noise independent of the test statistic and are
-left out. The statistic is ``y = <out - f(D'), w> / ||w||``; the test guesses ``D`` when ``y > t`` for a
-threshold ``t`` fixed before sampling.
+The mechanism audited is the REAL one: the neighbour's vote sum plus the surviving clients'
+`dphype.privacy.noise.noise_share` outputs, ``sigma`` from `dphype.privacy.accounting.calibrate`. Neighbours
+``D, D'`` differ in one client who moves its ``k`` votes, so the vote sums differ by ``w`` with ``k`` entries
+``+1`` and ``k`` entries ``-1`` (``||w|| = sqrt(2k)``, Lemma III.1); coordinates where they agree carry noise
+independent of the statistic and are left out. The statistic is ``y = <out - f(D'), w> / ||w||``; the test
+guesses ``D`` when ``y > t`` for a threshold ``t`` fixed before sampling.
 
-One ``delta`` alone makes a weak audit: at ``delta = 1e-5`` only far-tail thresholds can show ``eps_lb > 1``,
-and noise of std ``0.71 sigma`` (a sensitivity ``sqrt(2)`` too small) measures ``eps_lb ~ 0.7`` at 3e4 trials.
-So the same two Clopper-Pearson bounds are also checked against the whole privacy profile of the noise the
-accountant analysed (`claimed_profile`: ``delta(eps')`` of the statistic at total std ``sigma``, exact
-for Gaussian and Skellam noise): every ``(eps', delta(eps'))`` pair bounds both error rates, and near the
-centre of the two laws a test of 3e4 trials per neighbour already refutes ``0.7 sigma`` (`profile_excess`).
-The bounds hold together with probability ``>= 1 - beta``, so a correct implementation (whose statistic has
-exactly the claimed profile, or a smaller one when more than ``ceil((1 - xi) n)`` clients add noise) is
-flagged with probability at most ``beta`` whatever the number of ``eps'`` checked.
+One ``delta`` alone makes a weak audit (only far-tail thresholds can show a large ``eps_lb``), so the same two
+bounds are also checked against the whole privacy profile of the noise the accountant analysed
+(`claimed_profile`, exact for Gaussian and Skellam noise): every ``(eps', delta(eps'))`` pair bounds both error
+rates, and near the centre of the two laws far fewer trials refute too small a noise (`profile_excess`). The bounds
+hold together with probability ``>= 1 - beta``, so a correct implementation (whose statistic has exactly the
+claimed profile, or a smaller one when more than ``ceil((1 - xi) n)`` clients add noise) is flagged with
+probability at most ``beta`` whatever the number of ``eps'`` checked.
 """
 
 from __future__ import annotations
@@ -72,9 +68,9 @@ def epsilon_lower_bound(
 ) -> tuple[float, float, float]:
     """A lower bound on epsilon from the error counts of ``trials`` runs per neighbour.
 
-    Both one-sided Clopper-Pearson bounds hold together with probability ``>= confidence`` (each at level
-    ``(1 - confidence)/2``); then ``eps >= log((1 - delta - FNR_ub)/FPR_ub)`` and, swapping the roles of
-    the neighbours, ``eps >= log((1 - delta - FPR_ub)/FNR_ub)``.
+    Both one-sided Clopper-Pearson bounds hold together with probability ``>= confidence``; then
+    ``eps >= log((1 - delta - FNR_ub)/FPR_ub)`` and, swapping the neighbours,
+    ``eps >= log((1 - delta - FPR_ub)/FNR_ub)``.
 
     Args:
         false_positives: The test's false positives (guessed ``D`` on ``D'``).
@@ -84,8 +80,7 @@ def epsilon_lower_bound(
         confidence: The probability with which both bounds hold together.
 
     Returns:
-        ``(eps_lb, FPR_ub, FNR_ub)``: the larger of the two lower bounds (0 if neither is positive) and the two
-        upper bounds on the error rates.
+        ``(eps_lb, FPR_ub, FNR_ub)``: the larger lower bound (0 if neither is positive) and the two upper bounds.
 
     Raises:
         ValueError: A count is out of ``[0, trials]`` or the confidence is out of ``(0, 1)``.
@@ -105,28 +100,11 @@ PROFILE_GRID: np.ndarray = np.linspace(0.0, 4.0, 401)
 
 
 def claimed_profile(epsilons: np.ndarray, *, sigma: float, k: int, noise: str) -> np.ndarray:
-    """The claimed privacy profile ``delta(eps')`` of the audit statistic at each of ``epsilons``.
+    """The claimed ``(E,)`` profile ``delta(eps')`` of the audit statistic at total noise std ``sigma``.
 
-    The hockey-stick divergence between the statistic's laws under ``D`` and ``D'`` when the released noise has
-    total std ``sigma`` (the noise the accountant analysed).
-
-    The noise kind's own profile (`dphype.privacy.noise_kinds.NoiseKind.vote_profile`). Gaussian: ``y ~ N(0,
-    sigma^2)`` against ``N(l2, sigma^2)``, the analytic Gaussian delta (Balle & Wang 2018, Thm 8). Skellam:
-    ``l2 y = <noise, w>`` is ``Skellam(k sigma^2, k sigma^2)`` shifted by ``<w, w> = 2k`` under ``D``, its
-    divergence summed exactly over the support.
-
-    Args:
-        epsilons: ``(E,)`` epsilons ``eps'``.
-        sigma: The released noise's total std.
-        k: Votes per client.
-        noise: The noise kind's name (`dphype.privacy.noise_kinds`).
-
-    Returns:
-        The ``(E,)`` deltas.
-
-    Raises:
-        ValueError: ``noise`` is not a registered kind.
-    """  # noqa: DOC502
+    `dphype.privacy.noise_kinds.NoiseKind.vote_profile`: the hockey-stick divergence between the statistic's laws
+    under ``D`` and ``D'`` (Gaussian: the analytic Gaussian delta; Skellam: summed exactly over the support).
+    """
     return noise_kind(noise).vote_profile(np.asarray(epsilons, dtype=np.float64), sigma, k)
 
 
@@ -138,18 +116,15 @@ def profile_excess(
     deltas: np.ndarray,
     confidence: float = 0.95,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """By how much the error counts refute the claimed profile ``deltas`` at ``epsilons``.
+    """By how much the error counts refute the claimed profile ``deltas`` at ``epsilons`` (vectorised over counts).
 
-    A mechanism that is ``(eps', delta')``-DP has ``delta' >= 1 - FNR - e^eps' FPR`` and ``delta' >= 1 - FPR -
-    e^eps' FNR`` for every test. With the one-sided Clopper-Pearson bounds of `epsilon_lower_bound`
-    (both hold together with probability ``>= confidence``) this gives a lower bound ``delta_lb(eps')`` on the
-    implementation's profile at every ``eps'`` at once; ``excess = max over eps' of delta_lb - delta_claim``,
-    positive when the implementation is provably less private than claimed, at the ``eps'`` returned.
-    Vectorised over arrays of counts.
+    An ``(eps', delta')``-DP mechanism has ``delta' >= 1 - FNR - e^eps' FPR`` and ``delta' >= 1 - FPR - e^eps' FNR``
+    for every test. With `epsilon_lower_bound`'s bounds this gives ``delta_lb(eps')`` at every ``eps'`` at once;
+    ``excess = max over eps' of delta_lb - delta_claim``, positive when provably less private than claimed.
 
     Args:
         false_positives: A count, or ``(C,)`` counts.
-        false_negatives: A count, or ``(C,)`` counts (as many as ``false_positives``).
+        false_negatives: As many counts as ``false_positives``.
         trials: Runs per neighbour.
         epsilons: ``(E,)`` epsilons ``eps'``.
         deltas: ``(E,)`` claimed deltas at ``epsilons`` (`claimed_profile`).
@@ -181,13 +156,10 @@ def design_threshold(
 ) -> float:
     """Threshold chosen before sampling: best for refuting the claimed profile when the noise is too small.
 
-    The design alternative is noise of std ``std_factor * sigma`` (default 0.7: a sensitivity ``sqrt(2)`` too
-    small, or a share of half the variance).
-
-    Under that design alternative ``y`` is taken as ``N(0, s^2)`` for ``D'`` and ``N(l2, s^2)`` for ``D``
-    (``s = std_factor * sigma``). For each ``t`` on a grid the error counts are set one binomial standard
-    deviation above their expectations (so the test keeps its power when counts fluctuate), and the ``t``
-    maximising `profile_excess` is returned. Depends only on the configuration, never on the samples.
+    The design alternative is noise of std ``s = std_factor * sigma`` (0.7: a sensitivity ``sqrt(2)`` too small, or a
+    share of half the variance): ``y ~ N(0, s^2)`` under ``D'``, ``N(l2, s^2)`` under ``D``. For each ``t`` on a grid
+    the error counts are set one binomial std above their expectations, and the ``t`` maximising `profile_excess` is
+    returned. It depends only on the configuration, never on the samples.
 
     Args:
         sigma: The claimed noise's total std.
@@ -250,14 +222,7 @@ class AuditResult:
 
     @property
     def flagged(self) -> bool:
-        """True when the samples refute the claim.
-
-        The lower bound on epsilon at ``delta`` exceeds the claimed epsilon, or the implementation's privacy
-        profile is provably above the claimed one at some epsilon (``profile_excess > 0`` at ``profile_epsilon``).
-
-        Returns:
-            Whether the noise is provably too small.
-        """
+        """True when the samples refute the claim: ``epsilon_lb`` above it, or ``profile_excess > 0``."""
         return self.epsilon_lb > self.claimed_epsilon or self.profile_excess > 0.0
 
 
@@ -279,9 +244,8 @@ def audit_vote_noise(
 ) -> AuditResult:
     """Audit the client noise path for a claimed ``(epsilon, delta)`` with ``trials`` runs per neighbour.
 
-    ``sigma`` comes from `dphype.privacy.accounting.calibrate`; each run sums ``share_fn`` outputs of
-    ``survivors`` clients. Pass a wrapped ``share_fn`` to audit a modified implementation.
-    Vectorised: one ``(trials, 2k)`` draw per client and neighbour.
+    Each run sums ``share_fn`` outputs of ``survivors`` clients (pass a wrapped ``share_fn`` to audit a modified
+    implementation); one ``(trials, 2k)`` draw per client and neighbour.
 
     Args:
         epsilon: The claimed epsilon, ``> 0``.
@@ -290,14 +254,14 @@ def audit_vote_noise(
         clients: The number of clients ``n``.
         dropout: The tolerated dropout fraction ``xi``.
         noise: The noise kind's name.
-        accountant: ``"analytic"``, ``"rdp"``, or ``None``/``"auto"`` for the default of the noise kind.
+        accountant: ``"analytic"``, ``"rdp"``, or ``None``/``"auto"`` for the noise kind's default.
         trials: Runs per neighbour, ``>= 100``.
         seed: Seeds the draws.
         confidence: The probability with which the error-rate bounds hold together, in ``(0, 1)``.
         threshold: The test's threshold; ``None``: `design_threshold`.
         share_fn: The noise path audited, with the signature of `dphype.privacy.noise.noise_share`.
-        survivors: The number of clients whose shares are summed; ``None``: the fewest allowed,
-            ``min_survivors(clients, dropout)``, the worst case the accounting must cover.
+        survivors: The clients whose shares are summed; ``None``: ``min_survivors(clients, dropout)``, the worst
+            case the accounting must cover.
 
     Returns:
         The audit's counts, bounds and verdict (``flagged``).

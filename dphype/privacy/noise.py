@@ -1,23 +1,16 @@
 """Client-side noise shares for distributed DP under secure summation (DP-Hype Section I-A, Appendix A).
 
-Each of ``n`` clients adds an independent share to its vote vector; only the sum is revealed, so the
-released sum carries the sum of the survivors' shares. Tolerating a dropout fraction ``xi``
-(Appendix A), every share has variance ``sigma^2 / ((1 - xi) n)``: any ``m >= (1 - xi) n`` survivors
-together contribute variance ``m sigma^2 / ((1 - xi) n) >= sigma^2``. The server never adds noise.
-
-Each share is drawn by its noise kind (`dphype.privacy.noise_kinds`), whose law is closed under sums:
-
-* ``"gaussian"``: ``N(0, sigma^2 / ((1 - xi) n))`` as float64 (sums of Gaussians are Gaussian).
-* ``"skellam"``: ``Pois(mu) - Pois(mu)`` with ``mu = sigma^2 / (2 (1 - xi) n)`` as int64; sums of
-  independent Skellams are Skellam (Agarwal, Kairouz & Liu, NeurIPS 2021), so integer secure summation is
-  exact and the Skellam accountant applies to the total variance.
+Each of ``n`` clients adds an independent share to its vote vector; only the sum is revealed, so the released sum
+carries the survivors' shares. Tolerating a dropout fraction ``xi`` (Appendix A), every share has variance
+``sigma^2 / ((1 - xi) n)``: any ``m >= (1 - xi) n`` survivors together contribute variance
+``m sigma^2 / ((1 - xi) n) >= sigma^2``. The server never adds noise. Shares are drawn by their noise kind
+(`dphype.privacy.noise_kinds`), whose law is closed under sums (Skellam: integer secure summation is exact and the
+Skellam accountant applies to the total variance).
 
 Where the randomness comes from. A client's share must be unpredictable to the server, so the client path
-(`client_noise_share`) draws it from `secure_generator`: numpy's ``Generator`` over randomgen's
-ChaCha20 keyed with 256 fresh bits from the operating system (``os.urandom``), a new key for every share.
-`client_noise_share` takes no generator argument at all, so no caller can hand it a seeded one;
-`noise_share` and `summed_noise` take an explicit ``rng`` for benchmarks, replays and audits;
-`replay_noisy_sums` replays whole releases with them.
+(`client_noise_share`) draws it from `secure_generator` (ChaCha20 keyed with 256 fresh bits from ``os.urandom``,
+a new key for every share) and takes no generator argument, so no caller can hand it a seeded one. `noise_share`,
+`summed_noise` and `replay_noisy_sums` take an explicit ``rng`` for benchmarks, replays and audits.
 """
 
 from __future__ import annotations
@@ -41,52 +34,26 @@ from dphype.checks import (
 )
 from dphype.privacy.noise_kinds import noise_kind
 
-#: (1 - xi) n within this distance of an integer is treated as that integer (float representation of xi);
-#: the effect on the total variance is below 1e-9 relative.
+#: (1 - xi) n within this distance of an integer is treated as that integer (float representation of xi).
 _SURVIVOR_ROUNDING = 1e-9
 
 
 def client_noise_variance(sigma: float, clients: int, dropout: float) -> float:
-    """Per-client share variance ``sigma^2 / ((1 - xi) n)`` (Appendix A).
-
-    Args:
-        sigma: The total noise standard deviation, ``> 0``.
-        clients: The number of clients ``n``, in ``[2, MAX_CLIENTS]``.
-        dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
-
-    Returns:
-        The variance of one client's noise share, per entry.
-
-    Raises:
-        ValueError: An argument is out of its range (`dphype.checks`).
-    """  # noqa: DOC502
+    """Per-client share variance ``sigma^2 / ((1 - xi) n)`` (Appendix A), arguments checked."""
     sigma, clients, dropout = check_sigma(sigma), check_clients(clients), check_dropout(dropout)
     return sigma**2 / ((1.0 - dropout) * clients)
 
 
 def client_noise_std(sigma: float, clients: int, dropout: float) -> float:
-    """Per-client share std ``sigma / sqrt((1 - xi) n)`` (Appendix A).
-
-    Args:
-        sigma: The total noise standard deviation, ``> 0``.
-        clients: The number of clients ``n``, in ``[2, MAX_CLIENTS]``.
-        dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
-
-    Returns:
-        The standard deviation of one client's noise share, per entry.
-
-    Raises:
-        ValueError: An argument is out of its range (`dphype.checks`).
-    """  # noqa: DOC502
+    """Per-client share std ``sigma / sqrt((1 - xi) n)`` (Appendix A)."""
     return math.sqrt(client_noise_variance(sigma, clients, dropout))
 
 
 def min_survivors(clients: int, dropout: float) -> int:
-    """Fewest surviving clients whose shares still sum to total variance ``>= sigma^2``: ``ceil((1 - xi) n)``.
+    """Fewest survivors whose shares still sum to variance ``>= sigma^2``: ``ceil((1 - xi) n)``, at least 1.
 
-    ``m`` survivors give variance ``m sigma^2 / ((1 - xi) n)``, which is ``>= sigma^2`` iff
-    ``m >= (1 - xi) n``; the smallest integer such ``m`` is the ceiling. The rule holds for any ``n >= 2``, also
-    beyond the protocol's `dphype.checks.MAX_CLIENTS` (the secure-graph bounds use it there).
+    ``m`` survivors give variance ``m sigma^2 / ((1 - xi) n)``, ``>= sigma^2`` iff ``m >= (1 - xi) n``. Any
+    ``n >= 2``, also beyond `dphype.checks.MAX_CLIENTS` (the secure-graph bounds use it there).
 
     Args:
         clients: The number of clients ``n``, an integer ``>= 2``.
@@ -103,13 +70,13 @@ def min_survivors(clients: int, dropout: float) -> int:
 
 
 def check_survivors(survivors: Any, clients: int, lowest: int = 1) -> int:
-    """Check the number of contributing clients ``m``.
+    """Check the number of contributing clients ``m``: an integer in ``[lowest, clients]``.
 
-    ``lowest=1`` where fewer than `min_survivors` is meaningful (accounting for a too-small survivor
-    set shows its larger epsilon, an audit may probe it); a release passes ``min_survivors(clients, xi)``.
+    A release passes ``lowest=min_survivors(clients, xi)``; ``lowest=1`` where fewer is meaningful (accounting shows a
+    too-small survivor set's larger epsilon, an audit may probe it).
 
     Args:
-        survivors: An integer in ``[lowest, clients]``.
+        survivors: The value to check.
         clients: The number of clients ``n``.
         lowest: The fewest survivors allowed.
 
@@ -124,19 +91,16 @@ def check_survivors(survivors: Any, clients: int, lowest: int = 1) -> int:
     return int(survivors)
 
 
-#: The share of the clients whose ballots a committee release may leave out (invalid, unsigned, not opening, not
-#: sent) on top of the tolerated dropout: `min_valid_ballots`.
+#: The share of the clients whose ballots a committee release may leave out on top of the dropout.
 MISBEHAVING_SHARE = 0.1
 
 
 def min_valid_ballots(clients: int, dropout: float) -> int:
     """Fewest valid ballots a committee release counts: ``max(1, ceil((1 - xi) n) - ceil(n / 10))``.
 
-    The committee's noise does not depend on how many ballots it counts, so this floor protects no voter's privacy
-    (each is ``epsilon``-DP whatever the count): it keeps the release a decision of most of the federation. The
-    clients that may be missing are the dropout ``xi n`` and, beyond it, ``ceil(n / 10)`` contributors whose
-    ballots the committee left out (`MISBEHAVING_SHARE`): one misbehaving member in 10 (one at least) costs its own
-    ballot, never the release.
+    The committee's noise does not depend on the count, so this floor protects no voter's privacy (each is
+    ``epsilon``-DP whatever the count): it keeps the release a decision of most of the federation. Beyond the dropout,
+    ``ceil(n / 10)`` contributors' ballots may be left out (`MISBEHAVING_SHARE`).
 
     Args:
         clients: The number of clients ``n``, an integer ``>= 2``.
@@ -157,20 +121,7 @@ COMMITTEE_TALLIES = 3
 
 
 def honest_tallies(parties: int) -> int:
-    """The fewest honest tallies in a committee of ``parties`` under MPyC's honest majority: ``parties - threshold``.
-
-    MPyC's default Shamir threshold is ``(parties - 1) // 2`` (the most corrupt tallies it tolerates), so at least
-    ``parties - (parties - 1) // 2`` tallies are honest: 2 of 3, 3 of 5.
-
-    Args:
-        parties: The number of tallies, ``>= 3``.
-
-    Returns:
-        ``h``.
-
-    Raises:
-        ValueError: If ``parties`` is not an integer ``>= 3``.
-    """
+    """Fewest honest tallies ``h`` of ``parties >= 3`` under MPyC's Shamir threshold ``(parties - 1) // 2``."""
     if isinstance(parties, bool) or not isinstance(parties, (int, np.integer)) or parties < 3:
         raise ValueError(f"a tally committee must have an integer number of tallies >= 3, got {parties!r}")
     return int(parties) - (int(parties) - 1) // 2
@@ -180,17 +131,17 @@ def committee_noise_share(size: int | tuple[int, ...], *, sigma: float, parties:
                           noise: str = DEFAULT_NOISE) -> np.ndarray:
     """One tally's noise share for the committee's noisy sum: variance ``sigma^2 / h`` per entry.
 
-    ``h`` = `honest_tallies`: the shares of any ``h`` tallies add up to noise of variance ``sigma^2`` (the kind's law
-    is closed under sums), what the sum release's accountant calibrated ``sigma`` for; the other shares are
-    independent of the data and of those ``h`` (post-processing). A tally draws it with ``rng = secure_generator()``.
-    The tallies' MPC adds integers: the committee release admits integer kinds only (`dphype.modes`).
+    ``h`` = `honest_tallies`: any ``h`` tallies' shares add up to variance ``sigma^2`` (the kind's law is closed under
+    sums), what the accountant calibrated ``sigma`` for; the other shares are independent of the data and of those
+    ``h`` (post-processing). A tally passes ``rng = secure_generator()``. The MPC adds integers, so the committee
+    release admits integer kinds only (`dphype.modes`).
 
     Args:
         size: The share's shape, ``p``.
         sigma: The std the shares of any ``h`` tallies add up to, ``> 0``.
         parties: The committee's size, ``>= 3``.
         rng: The generator to draw from.
-        noise: The noise kind's name (`dphype.privacy.noise_kinds`).
+        noise: The noise kind's name.
 
     Returns:
         The share, of shape ``size`` (int64 for an integer kind).
@@ -202,27 +153,13 @@ def committee_noise_share(size: int | tuple[int, ...], *, sigma: float, parties:
 
 
 def committee_sum_std(sigma: float, parties: int) -> float:
-    """The std of all ``parties`` tallies' noise shares added: ``sigma sqrt(parties / h)`` (`honest_tallies`).
-
-    Args:
-        sigma: The std the shares of any ``h`` tallies add up to, ``> 0``.
-        parties: The committee's size, ``>= 3``.
-
-    Returns:
-        The std of the committee's whole noise on one count (``sqrt(3/2) sigma`` for 3 tallies).
-
-    Raises:
-        ValueError: An argument is out of its range.
-    """  # noqa: DOC502
+    """The std of all ``parties`` tallies' shares added: ``sigma sqrt(parties / h)`` (`honest_tallies`)."""
     return check_positive("sigma", sigma) * math.sqrt(int(parties) / honest_tallies(parties))
 
 
 def replay_committee_sums(vote_sum: np.ndarray, *, sigma: float, parties: int, repetitions: int,
                           rng: np.random.Generator, per_tally: bool = False, noise: str = DEFAULT_NOISE) -> np.ndarray:
-    """Noisy sums of ``vote_sum`` as a tally committee opens them: all ``parties`` noise shares added.
-
-    Variance ``parties / h`` times ``sigma^2`` (1.5 for 3 tallies); with ``per_tally=True`` one
-    `committee_noise_share` per tally, otherwise their sum in one draw (the same law).
+    """Noisy sums of ``vote_sum`` as a committee opens them: all ``parties`` shares added, float64 ``(repetitions, p)``.
 
     Args:
         vote_sum: The noiseless sum of the valid ballots, ``(p,)``, or one row per repetition.
@@ -230,11 +167,11 @@ def replay_committee_sums(vote_sum: np.ndarray, *, sigma: float, parties: int, r
         parties: The committee's size, ``>= 3``.
         repetitions: How many sums to draw.
         rng: The generator to draw from.
-        per_tally: Draw one share per tally and sum them.
+        per_tally: Draw one `committee_noise_share` per tally, not their sum in one draw (the same law).
         noise: The noise kind's name.
 
     Returns:
-        The noisy sums, float64 ``(repetitions, p)``.
+        The noisy sums.
     """
     votes = np.asarray(vote_sum, dtype=np.float64)
     shape = (int(repetitions), votes.shape[-1])
@@ -254,33 +191,15 @@ def noise_share(
     kind: str,
     rng: np.random.Generator,
 ) -> np.ndarray:
-    """One client's noise share of shape ``size`` for total noise std ``sigma`` (see the module docstring).
-
-    Args:
-        size: The share's shape, e.g. ``p`` for one share per candidate.
-        sigma: The total noise standard deviation, ``> 0``.
-        clients: The number of clients ``n``, in ``[2, MAX_CLIENTS]``.
-        dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
-        kind: The noise kind's name (`dphype.privacy.noise_kinds`).
-        rng: The generator to draw from (benchmarks, replays, audits; a client uses `client_noise_share`).
-
-    Returns:
-        The share, of shape ``size``: float64 ``N(0, v)`` entries for Gaussian noise, int64
-        ``Pois(v / 2) - Pois(v / 2)`` for Skellam, ``v`` = `client_noise_variance`.
-
-    Raises:
-        ValueError: An argument is out of its range.
-    """  # noqa: DOC502
+    """One client's share of shape ``size``: the kind's draw of variance `client_noise_variance` from ``rng``."""
     return noise_kind(kind).draw(size, client_noise_variance(sigma, clients, dropout), rng)
 
 
 def secure_generator() -> np.random.Generator:
     """A numpy ``Generator`` over ChaCha20 keyed with 256 fresh bits from ``os.urandom``.
 
-    randomgen's ``ChaCha`` with 20 rounds: a cryptographically secure stream no seed or server value can
-    reproduce. ChaCha20 is the stream cipher of RFC 8439 and of Linux's ``/dev/urandom``; randomgen runs it in
-    counter mode from counter 0, which is safe because every call draws a fresh key. numpy's ``Generator`` turns
-    the stream into Poisson and normal variates with its usual (deterministic) algorithms.
+    randomgen's ``ChaCha`` with 20 rounds (RFC 8439's stream cipher): a cryptographically secure stream no seed or
+    server value can reproduce. It runs in counter mode from counter 0, safe because every call draws a fresh key.
 
     Returns:
         A new generator with a fresh key.
@@ -291,23 +210,7 @@ def secure_generator() -> np.random.Generator:
 def client_noise_share(
     size: int | tuple[int, ...], *, sigma: float, clients: int, dropout: float, kind: str
 ) -> np.ndarray:
-    """A client's noise share (`noise_share`) drawn from a fresh `secure_generator`.
-
-    The one function the client path uses; it has no ``rng`` parameter by design (see the module docstring).
-
-    Args:
-        size: The share's shape, e.g. ``p`` for one share per candidate.
-        sigma: The total noise standard deviation, ``> 0``.
-        clients: The number of clients ``n``, in ``[2, MAX_CLIENTS]``.
-        dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
-        kind: The noise kind's name (`dphype.privacy.noise_kinds`).
-
-    Returns:
-        The share, of shape ``size`` (float64 for Gaussian, int64 for Skellam noise).
-
-    Raises:
-        ValueError: An argument is out of its range.
-    """  # noqa: DOC502
+    """A client's noise share (`noise_share`) from a fresh `secure_generator`; no ``rng`` parameter by design."""
     return noise_share(size, sigma=sigma, clients=clients, dropout=dropout, kind=kind, rng=secure_generator())
 
 
@@ -323,11 +226,9 @@ def summed_noise(
 ) -> np.ndarray:
     """The sum of ``survivors`` independent `noise_share` draws, sampled in one call.
 
-    Every share has variance ``v = sigma^2 / ((1 - xi) n)`` (`client_noise_variance`); a sum of
-    independent Gaussians is ``N(0, m v)``, and a sum of independent Skellams ``Pois(mu) - Pois(mu)`` is
-    ``Pois(m mu) - Pois(m mu)`` (``mu = v / 2``; Poisson laws add), so the result has exactly the
-    distribution of what secure aggregation releases when ``m = survivors`` clients add their shares
-    (float64 for Gaussian, int64 for Skellam). For simulations that replay many releases.
+    The kinds' laws are closed under sums (``m`` Gaussians of variance ``v``: ``N(0, m v)``; ``m`` Skellams
+    ``Pois(mu) - Pois(mu)``: ``Pois(m mu) - Pois(m mu)``), so this is exactly what secure aggregation releases when
+    ``m = survivors`` clients add their shares.
 
     Args:
         size: The sum's shape.
@@ -335,11 +236,11 @@ def summed_noise(
         clients: The number of clients ``n``, in ``[2, MAX_CLIENTS]``.
         dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
         survivors: The number ``m`` of shares summed, an integer in ``[1, clients]``.
-        kind: The noise kind's name (`dphype.privacy.noise_kinds`).
+        kind: The noise kind's name.
         rng: The generator to draw from.
 
     Returns:
-        The summed noise, of shape ``size`` (float64 for Gaussian, int64 for Skellam noise).
+        The summed noise, of shape ``size`` (int64 for an integer kind).
 
     Raises:
         ValueError: An argument is out of its range.
@@ -361,24 +262,18 @@ def replay_noisy_sums(
     survivors: int | None = None,
     per_client: bool = False,
 ) -> np.ndarray:
-    """Independent noisy sums of ``vote_sum`` as the server would receive them.
-
-    The replay of the sum release (`dphype.modes.SumRelease`) for benchmarks, the DPareto oracle and the planner.
-    ``survivors`` clients each add a share of variance ``sigma^2 / ((1 - xi) n)``: with ``per_client=True``
-    literally, one `noise_share` each, summed; otherwise their sum in one `summed_noise` draw, which has the same
-    distribution (sums of Gaussians are Gaussian, of Skellams Skellam).
+    """Independent noisy sums of ``vote_sum`` as the server would receive them (the sum release's replay).
 
     Args:
-        vote_sum: The noiseless sum of the contributing clients' votes, ``(p,)``, or one row per repetition,
-            ``(repetitions, p)``.
+        vote_sum: The noiseless sum of the contributing clients' votes, ``(p,)`` or ``(repetitions, p)``.
         sigma: The total noise standard deviation; ``0`` (no noise) returns the votes.
         clients: The number of clients ``n``.
         repetitions: How many sums to draw.
         rng: The generator to draw from.
         dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
-        noise: The noise kind's name (default: the configuration's, `dphype.checks.DEFAULT_NOISE`).
-        survivors: The number of clients whose shares are summed (default: all ``clients``).
-        per_client: Draw one share per client and sum them, rather than their sum in one draw.
+        noise: The noise kind's name.
+        survivors: The number of clients whose shares are summed (default all).
+        per_client: One `noise_share` per client, summed, not one `summed_noise` draw (the same law).
 
     Returns:
         The noisy sums, float64 ``(repetitions, p)``.
@@ -399,9 +294,7 @@ def replay_noisy_sums(
 
 @dataclass(frozen=True)
 class TailBound:
-    """Range that one client's ``vote + share`` entries and the released sum stay within.
-
-    Both bounds hold simultaneously except with probability at most ``failure_probability``.
+    """Range a client's ``vote + share`` entries and the released sum stay within, but with ``failure_probability``.
 
     Attributes:
         client_max_abs: Bounds ``|vote + share|`` per entry of one client.
@@ -426,21 +319,18 @@ def noise_tail_bound(
     num_sigmas: float = 10.0,
     max_vote: float = 1.0,
 ) -> TailBound:
-    """Secure-sum range check: Gaussian and Skellam shares are unbounded, so bound them with high probability.
+    """Secure-sum range check: bound the unbounded shares with high probability.
 
-    Each share entry stays within ``t = num_sigmas * client_std``, so each client's entry within
-    ``max_vote + t``; the sum of all ``clients`` shares (the most noise any survivor set can carry; a
-    smaller, noise-independent survivor set has lighter tails) stays within ``num_sigmas * client_std *
-    sqrt(clients)``, so the released sum within ``clients * max_vote`` plus that. ``failure_probability``
-    is the union bound over the ``clients * size`` share entries and the ``size`` sum entries (a Gaussian tail
-    exactly, a Skellam tail by its Chernoff bound). Use it to refuse configurations whose range does not fit the
-    secure-sum clipping range or modulus.
+    Each share entry stays within ``t = num_sigmas * client_std``, each client's entry within ``max_vote + t``; all
+    ``clients`` shares summed (the most noise any survivor set carries) stay within ``t sqrt(clients)``, the released
+    sum within ``clients * max_vote`` plus that. ``failure_probability`` is the union bound over the ``clients * size``
+    share entries and the ``size`` sum entries (the kind's `dphype.privacy.noise_kinds.NoiseKind.tail`).
 
     Args:
         sigma: The total noise standard deviation, ``> 0``.
         clients: The number of clients ``n``, in ``[2, MAX_CLIENTS]``.
         dropout: The tolerated dropout fraction ``xi``, in ``[0, 1)``.
-        kind: The noise kind's name (`dphype.privacy.noise_kinds`).
+        kind: The noise kind's name.
         size: The number of entries per vote vector, ``>= 1``.
         num_sigmas: Each share entry's bound in multiples of its standard deviation, ``> 0``.
         max_vote: The largest ``|vote|`` entry, ``>= 0``.

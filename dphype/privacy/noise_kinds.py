@@ -1,22 +1,9 @@
 """Noise kinds: one class per kind of noise a vote release may carry, registered under its public name.
 
-The public name (``"gaussian"``, ``"skellam"``) is what a configuration, a request on the wire, a node's ledger and
-the CLI's ``--noise`` carry; `noise_kind` turns it into its `NoiseKind`, and every module that samples, accounts
-for, encodes or bounds the noise asks that object (an unknown name is refused there, with the names known). A kind
-holds, in one class:
-
-* ``integer``: whether its draws are integers (exact under secure summation and in the tallies' MPC; a
-  real-valued kind cannot carry raw-score releases' reals exactly, an integer one cannot carry them at all);
-* ``fixed_point_scale``: the grid ``1 / scale`` on which a client's ``votes + share`` travel to the secure sum;
-* ``accountants``: the accountants valid for it, its default first (`resolve_accountant`);
-* `NoiseKind.draw`: ``size`` independent draws of a given variance from a given generator. A kind's law must be
-  closed under sums (the sum of independent draws is a draw at the summed variance): clients' shares add up to
-  the release's noise, and replays draw that sum at once (`dphype.privacy.noise`);
-* `NoiseKind.tail`: a bound on ``P(|X| > t)`` for one draw (the secure sum's range check);
-* `NoiseKind.rdp` and `NoiseKind.epsilon`: the RDP curve, and the epsilon at delta, of one release of a sum with
-  sensitivities ``(L2, L1)`` plus the kind's noise of total std ``sigma`` (`NoiseKind.sigma_equation` the equation
-  calibration solves);
-* `NoiseKind.vote_profile`: the privacy profile of the audit's statistic (`dphype.privacy.audit`).
+The public name (``"gaussian"``, ``"skellam"``) travels in configurations, requests, ledgers and ``--noise``;
+`noise_kind` turns it into its `NoiseKind` (refusing an unknown name), which every module that samples, accounts
+for, encodes or bounds the noise asks. A kind's law must be closed under sums (independent draws add up to a draw
+at the summed variance): clients' shares add up to the release's noise, and replays draw that sum at once.
 
 The kinds: `Gaussian` (``N(0, v)``, float64; the paper's) and `Skellam` (``Pois(v/2) - Pois(v/2)``, int64;
 Agarwal, Kairouz & Liu, NeurIPS 2021). A new kind is one subclass decorated with `register_noise_kind`.
@@ -41,19 +28,18 @@ from dphype.registry import Registry
 
 # ---------------------------------------------------------------------------------- RDP to (epsilon, delta): Thm I.1
 def rdp_to_dp(rdp_eps: Any, alpha: Any, delta: float) -> Any:
-    """Convert RDP to ``(epsilon, delta)``-DP: DP-Hype Thm I.1.
+    """Convert RDP to ``(epsilon, delta)``-DP: DP-Hype Thm I.1, elementwise.
 
     Balle et al. 2020; Canonne, Kamath & Steinke 2020: ``(alpha, rdp_eps)``-RDP implies
     ``(rdp_eps + log((alpha-1)/alpha) - (log delta + log alpha)/(alpha - 1), delta)``-DP for ``alpha > 1``.
-    Elementwise for arrays of orders and RDP values.
 
     Args:
         rdp_eps: The RDP epsilon, a float or an array.
-        alpha: Its order, ``> 1``, a float or an array broadcasting with ``rdp_eps``.
+        alpha: Its order, ``> 1``, broadcasting with ``rdp_eps``.
         delta: The target delta, in ``(0, 1)``.
 
     Returns:
-        The epsilon at ``delta``, of the broadcast shape of ``rdp_eps`` and ``alpha``.
+        The epsilon at ``delta``, of the broadcast shape.
 
     Raises:
         ValueError: An order is not ``> 1``.
@@ -64,19 +50,18 @@ def rdp_to_dp(rdp_eps: Any, alpha: Any, delta: float) -> Any:
 
 
 def optimal_order(rdp_slope: float, delta: float) -> float:
-    """The order ``alpha > 1`` minimising Thm I.1's epsilon for an RDP curve linear in alpha (``rdp_slope * alpha``).
+    """The order ``alpha > 1`` minimising Thm I.1's epsilon for an RDP curve ``rdp_slope * alpha``.
 
-    The derivative of ``s alpha + log(1 - 1/alpha) - (log delta + log alpha)/(alpha - 1)`` is
-    ``s + (log delta + log alpha)/(alpha - 1)^2``; it has exactly one root, where
-    ``s (alpha - 1)^2 + log delta + log alpha = 0`` (the left side increases in alpha). Solved by brentq on
+    The derivative ``s + (log delta + log alpha)/(alpha - 1)^2`` has one root, where
+    ``s (alpha - 1)^2 + log delta + log alpha = 0`` (increasing in alpha); brentq on
     ``(1, 1 + sqrt(log(1/delta)/s)]``, where the left side goes from ``log delta < 0`` to ``log alpha > 0``.
 
     Args:
-        rdp_slope: The slope ``s > 0`` of the RDP curve ``s alpha``.
+        rdp_slope: The slope ``s > 0``.
         delta: The target delta, in ``(0, 1)``.
 
     Returns:
-        The minimising order ``alpha > 1``.
+        The minimising order.
     """
     from scipy.optimize import brentq  # local imports of scipy: seconds, needed only when solving
 
@@ -88,27 +73,21 @@ def optimal_order(rdp_slope: float, delta: float) -> float:
 
 
 def _integer_minimiser_candidates(slope: float, lo: int, hi: float, delta: float) -> set[int]:
-    """Integer orders in ``[lo, hi]`` containing the minimiser of Thm I.1's epsilon for ``slope * alpha``.
-
-    That epsilon is unimodal in alpha (`optimal_order`), so on an integer interval it is minimal at
-    the floor or ceil of the continuous minimiser, clipped to the interval.
-    """
+    """Integer orders in ``[lo, hi]`` holding the minimiser (the epsilon is unimodal: floor or ceil, clipped)."""
     a = optimal_order(slope, delta)
     return {int(min(max(c, lo), hi)) for c in (math.floor(a), math.ceil(a))}
 
 
 # ------------------------------------------------------------------------------------------------- a kind
 class NoiseKind(ABC):
-    """One kind of noise: its sampling, its accounting, its tail and its range (module docstring).
-
-    Kinds are stateless; the registry holds one instance of each (`register_noise_kind`).
+    """One kind of noise: its sampling, accounting, tail and range; stateless, registered once.
 
     Attributes:
         name: The public name (configuration, wire, ledger, CLI).
         label: The name in prose (reports, errors).
         description: One line for the CLI's help.
-        integer: Whether its draws are integers.
-        fixed_point_scale: A client's noisy votes travel to the secure sum as ``round(x * fixed_point_scale)``.
+        integer: Whether its draws are integers (exact under secure summation and in the tallies' MPC).
+        fixed_point_scale: A client's ``votes + share`` travel to the secure sum as ``round(x * fixed_point_scale)``.
         accountants: The accountants valid for it (names of `dphype.checks.ACCOUNTANTS`), its default first.
     """
 
@@ -129,85 +108,28 @@ class NoiseKind(ABC):
 
     @abstractmethod
     def draw(self, size: int | tuple[int, ...], variance: float, rng: np.random.Generator) -> np.ndarray:
-        """Independent draws of the kind's noise, ``variance`` per entry, from ``rng``.
-
-        Args:
-            size: The shape.
-            variance: The variance of each entry, ``> 0``.
-            rng: The generator to draw from.
-
-        Returns:
-            The draws, of shape ``size``: int64 for an integer kind, float64 otherwise.
-        """
+        """``size`` independent draws of ``variance`` each from ``rng``: int64 for an integer kind, else float64."""
 
     @abstractmethod
     def tail(self, threshold: float, variance: float) -> float:
-        """An upper bound on ``P(|X| > threshold)`` for one draw ``X`` of ``variance``.
-
-        Args:
-            threshold: The bound on ``|X|``, ``> 0``.
-            variance: The draw's variance, ``> 0``.
-
-        Returns:
-            The probability bound, in ``[0, 1]``.
-        """
+        """An upper bound on ``P(|X| > threshold)`` for one draw ``X`` of ``variance``."""
 
     @abstractmethod
     def rdp(self, orders: np.ndarray, l2: float, l1: float, sigma: float) -> np.ndarray:
-        """The RDP curve of one release of a sum with sensitivities ``(l2, l1)`` plus noise of total std ``sigma``.
-
-        Args:
-            orders: The checked RDP orders, ``(m,)``, each ``> 1``.
-            l2: The L2 sensitivity.
-            l1: The L1 sensitivity.
-            sigma: The noise's total standard deviation.
-
-        Returns:
-            The ``(m,)`` RDP epsilons.
-        """
+        """The ``(m,)`` RDP curve of one release of a sum of sensitivities ``(l2, l1)`` plus noise of std ``sigma``."""
 
     @abstractmethod
     def epsilon(self, l2: float, l1: float, sigma: float, delta: float, accountant: str) -> float:
-        """Epsilon at ``delta`` of one release of that sum under ``accountant``.
-
-        Args:
-            l2: The L2 sensitivity.
-            l1: The L1 sensitivity.
-            sigma: The noise's total standard deviation.
-            delta: The target delta, in ``(0, 1)``.
-            accountant: One of ``accountants`` (`resolve_accountant`).
-
-        Returns:
-            The epsilon, ``>= 0``.
-        """
+        """Epsilon at ``delta`` of one such release under ``accountant`` (one of ``accountants``)."""
 
     def sigma_equation(self, l2: float, epsilon: float, delta: float,
                        accountant: str) -> tuple[Callable[[float], float], float] | None:
-        """An equation ``f(sigma) = target``, ``f`` decreasing, that calibration solves rather than `epsilon`'s.
-
-        Args:
-            l2: The L2 sensitivity.
-            epsilon: The target epsilon.
-            delta: The target delta.
-            accountant: One of ``accountants``.
-
-        Returns:
-            ``(f, target)``, or ``None``: calibration matches `epsilon` to ``epsilon``.
-        """
+        """An equation ``(f, target)``, ``f(sigma)`` decreasing, that calibration solves; ``None``: match `epsilon`."""
         return None
 
     @abstractmethod
     def vote_profile(self, epsilons: np.ndarray, sigma: float, k: int) -> np.ndarray:
-        """The privacy profile ``delta(eps')`` of the audit's statistic (`dphype.privacy.audit.claimed_profile`).
-
-        Args:
-            epsilons: ``(E,)`` float64 epsilons ``eps'``.
-            sigma: The released noise's total std.
-            k: Votes per client (one client's ``k`` votes move, replace-one).
-
-        Returns:
-            The ``(E,)`` deltas.
-        """
+        """The ``(E,)`` privacy profile ``delta(eps')`` of the audit's statistic for ``k`` votes."""
 
 
 # ----------------------------------------------------------------------------------------------- registry
@@ -216,17 +138,7 @@ _Kind = TypeVar("_Kind", bound=type[NoiseKind])
 
 
 def register_noise_kind(kind: _Kind) -> _Kind:
-    """Class decorator: register one instance of ``kind`` under ``kind.name``.
-
-    Args:
-        kind: A concrete `NoiseKind` subclass.
-
-    Returns:
-        ``kind`` itself.
-
-    Raises:
-        ValueError: The name is taken, or an accountant of ``kind`` is not one of `dphype.checks.ACCOUNTANTS`.
-    """  # noqa: DOC502
+    """Class decorator registering one instance of ``kind``; a taken name or unknown accountant is refused."""
     if not kind.accountants or not set(kind.accountants) <= set(ACCOUNTANTS):
         raise ValueError(f"noise kind {kind.name!r}: accountants must be a non-empty subset of "
                          f"{', '.join(ACCOUNTANTS)}, got {kind.accountants!r}")
@@ -235,44 +147,17 @@ def register_noise_kind(kind: _Kind) -> _Kind:
 
 
 def noise_kind_names(integer: bool | None = None) -> tuple[str, ...]:
-    """The registered kinds' public names in registration order (only the integer or real ones, given ``integer``).
-
-    Args:
-        integer: ``True``: the integer kinds only; ``False``: the real-valued ones; ``None``: all.
-
-    Returns:
-        The names.
-    """
+    """The registered kinds' names in registration order; only the integer (or real) ones given ``integer``."""
     return tuple(kind.name for kind in _KINDS if integer is None or kind.integer == integer)
 
 
 def noise_kind(name: Any) -> NoiseKind:
-    """The registered kind named ``name``: the one lookup, so an unknown name is refused alike everywhere.
-
-    Args:
-        name: A public name (`noise_kind_names`).
-
-    Returns:
-        The kind.
-
-    Raises:
-        ValueError: ``name`` is not a registered kind's name; the message lists them.
-    """  # noqa: DOC502
+    """The registered kind named ``name``; an unknown name is refused (ValueError listing the names)."""
     return _KINDS.get(name)
 
 
 def check_noise(noise: Any) -> str:
-    """Check the noise kind's name.
-
-    Args:
-        noise: One of `noise_kind_names`.
-
-    Returns:
-        ``noise`` as str.
-
-    Raises:
-        ValueError: ``noise`` is not a registered kind's name.
-    """  # noqa: DOC502
+    """Check the noise kind's name and return it as str."""
     return noise_kind(noise).name
 
 
@@ -284,11 +169,11 @@ def resolve_accountant(accountant: str | None, noise: str) -> str:
         noise: The noise kind's name.
 
     Returns:
-        The accountant's name, one of the kind's ``accountants``.
+        One of the kind's ``accountants``.
 
     Raises:
-        ValueError: ``noise`` is unknown, ``accountant`` is unknown, or it is not valid for the kind (the
-            analytic Gaussian accountant is exact only for Gaussian noise).
+        ValueError: ``noise`` or ``accountant`` is unknown, or the accountant is not valid for the kind (the analytic
+            Gaussian accountant is exact only for Gaussian noise).
     """
     kind = noise_kind(noise)
     if accountant is None or accountant == "auto":
@@ -303,32 +188,12 @@ def resolve_accountant(accountant: str | None, noise: str) -> str:
 
 # ---------------------------------------------------------------------------------------------------------- Gaussian
 def gaussian_rdp(alpha: float, l2: float, sigma: float) -> float:
-    """Renyi DP of the Gaussian mechanism at order ``alpha``: ``alpha L2^2 / (2 sigma^2)``.
-
-    Mironov 2017, Prop. 7; DP-Hype Definition I.3. With ``L2 = sqrt(2k)`` this is Thm III.1's ``alpha k / sigma^2``.
-
-    Args:
-        alpha: The Renyi order, ``> 1``.
-        l2: The L2 sensitivity.
-        sigma: The noise standard deviation.
-
-    Returns:
-        The RDP epsilon at order ``alpha``.
-    """
+    """Gaussian RDP at ``alpha``: ``alpha L2^2 / (2 sigma^2)`` (Mironov 2017, Prop. 7; Thm III.1: ``L2 = sqrt(2k)``)."""
     return alpha * l2**2 / (2.0 * sigma**2)
 
 
 def gaussian_rdp_epsilon(l2: float, sigma: float, delta: float) -> float:
-    """Smallest epsilon from the Gaussian RDP curve and Thm I.1, minimised over continuous ``alpha > 1``.
-
-    Args:
-        l2: The L2 sensitivity.
-        sigma: The noise standard deviation.
-        delta: The target delta, in ``(0, 1)``.
-
-    Returns:
-        The epsilon at ``delta``, ``>= 0``.
-    """
+    """Smallest epsilon at ``delta`` from the Gaussian RDP curve and Thm I.1 over continuous ``alpha > 1``."""
     slope = gaussian_rdp(1.0, l2, sigma)
     alpha = optimal_order(slope, delta)
     return max(0.0, rdp_to_dp(slope * alpha, alpha, delta))
@@ -364,16 +229,7 @@ def analytic_gaussian_delta(eps: float, l2: float, sigma: float) -> float:
 
 
 def analytic_gaussian_epsilon(l2: float, sigma: float, delta: float) -> float:
-    """Smallest epsilon with ``analytic_gaussian_delta(epsilon) <= delta`` (brentq).
-
-    Args:
-        l2: The L2 sensitivity.
-        sigma: The noise standard deviation.
-        delta: The target delta, in ``(0, 1)``.
-
-    Returns:
-        The epsilon, ``0`` if ``delta`` is already met at epsilon 0.
-    """
+    """Smallest epsilon with ``analytic_gaussian_delta(epsilon) <= delta`` (brentq); ``0`` if met at 0."""
     from scipy.optimize import brentq
 
     log_delta = math.log(delta)
@@ -388,18 +244,11 @@ def analytic_gaussian_epsilon(l2: float, sigma: float, delta: float) -> float:
 
 @register_noise_kind
 class Gaussian(NoiseKind):
-    """``N(0, v)`` as float64 (sums of Gaussians are Gaussian); the paper's noise.
+    """``N(0, v)`` as float64; the paper's noise.
 
     Its shares are real, so each client rounds ``votes + share`` to the grid ``1 / fixed_point_scale`` before the
-    secure sum: the release is the Gaussian mechanism plus a rounding error, its guarantee approximate.
-
-    Attributes:
-        name: ``"gaussian"``.
-        label: ``"Gaussian"``.
-        description: The CLI's line.
-        integer: ``False``.
-        fixed_point_scale: ``2**10``.
-        accountants: The analytic Gaussian mechanism (the default, exact for one release), then RDP.
+    secure sum: the release is the Gaussian mechanism plus a rounding error, its guarantee approximate. Accountants:
+    the analytic Gaussian mechanism (the default, exact for one release), then RDP.
     """
 
     name = "gaussian"
@@ -410,108 +259,47 @@ class Gaussian(NoiseKind):
     accountants = ("analytic", "rdp")
 
     def draw(self, size: int | tuple[int, ...], variance: float, rng: np.random.Generator) -> np.ndarray:
-        """``N(0, variance)`` entries as float64 (`NoiseKind.draw`).
-
-        Args:
-            size: The shape.
-            variance: The variance of each entry.
-            rng: The generator to draw from.
-
-        Returns:
-            The draws.
-        """
+        """``N(0, variance)`` entries as float64."""
         return rng.normal(0.0, math.sqrt(variance), size=size).astype(np.float64, copy=False)
 
     def tail(self, threshold: float, variance: float) -> float:
-        """Exact: ``2 Phi(-threshold / std)`` (`NoiseKind.tail`).
-
-        Args:
-            threshold: The bound on ``|X|``.
-            variance: The draw's variance.
-
-        Returns:
-            The probability.
-        """
+        """Exact: ``2 Phi(-threshold / std)``."""
         from scipy.stats import norm  # local import of scipy.stats: seconds, needed only here
 
         return float(2.0 * norm.sf(threshold / math.sqrt(variance)))
 
     def rdp(self, orders: np.ndarray, l2: float, l1: float, sigma: float) -> np.ndarray:
-        """dp_accounting's ``GaussianDpEvent`` with noise multiplier ``sigma / L2`` (`NoiseKind.rdp`).
-
-        Thm III.1: ``alpha k / sigma^2`` under replace-one.
-
-        Args:
-            orders: The RDP orders.
-            l2: The L2 sensitivity.
-            l1: The L1 sensitivity (unused: the Gaussian's RDP depends on L2 only).
-            sigma: The noise's total standard deviation.
-
-        Returns:
-            The RDP curve.
-        """
+        """dp_accounting's ``GaussianDpEvent`` with noise multiplier ``sigma / L2`` (Thm III.1); ``l1`` unused."""
         import dp_accounting  # local import: ~1 s, needed only for composition
 
         accountant = dp_accounting.rdp.RdpAccountant(orders=list(orders))
         return accountant.compose(dp_accounting.GaussianDpEvent(sigma / l2)).rdp
 
     def epsilon(self, l2: float, l1: float, sigma: float, delta: float, accountant: str) -> float:
-        """`analytic_gaussian_epsilon`, or `gaussian_rdp_epsilon` for ``"rdp"`` (`NoiseKind.epsilon`).
-
-        Args:
-            l2: The L2 sensitivity.
-            l1: The L1 sensitivity (unused).
-            sigma: The noise's total standard deviation.
-            delta: The target delta.
-            accountant: ``"analytic"`` or ``"rdp"``.
-
-        Returns:
-            The epsilon.
-        """
+        """`analytic_gaussian_epsilon`, or `gaussian_rdp_epsilon` for ``"rdp"``."""
         if accountant == "analytic":
             return analytic_gaussian_epsilon(l2, sigma, delta)
         return gaussian_rdp_epsilon(l2, sigma, delta)
 
     def sigma_equation(self, l2: float, epsilon: float, delta: float,
                        accountant: str) -> tuple[Callable[[float], float], float] | None:
-        """Analytic: the log of `analytic_gaussian_delta` at ``epsilon`` matched to ``log delta``.
-
-        Args:
-            l2: The L2 sensitivity.
-            epsilon: The target epsilon.
-            delta: The target delta.
-            accountant: ``"analytic"`` or ``"rdp"``.
-
-        Returns:
-            ``(f, log delta)`` for the analytic accountant, ``None`` for RDP.
-        """
+        """Analytic: ``log`` `analytic_gaussian_delta` at ``epsilon`` matched to ``log delta``; ``None`` for RDP."""
         if accountant != "analytic":
             return None
         return (lambda s: _log_analytic_delta(epsilon, l2, s)), math.log(delta)
 
     def vote_profile(self, epsilons: np.ndarray, sigma: float, k: int) -> np.ndarray:
-        """``N(0, sigma^2)`` against ``N(L2, sigma^2)``: the analytic Gaussian delta (Balle & Wang 2018, Thm 8).
-
-        Args:
-            epsilons: ``(E,)`` epsilons.
-            sigma: The released noise's total std.
-            k: Votes per client.
-
-        Returns:
-            The ``(E,)`` deltas.
-        """
+        """``N(0, sigma^2)`` against ``N(L2, sigma^2)``: the analytic Gaussian delta (Balle & Wang 2018, Thm 8)."""
         l2 = math.sqrt(2.0 * k)
         return np.array([analytic_gaussian_delta(float(e), l2, sigma) for e in epsilons])
 
 
 # ----------------------------------------------------------------------------------------------------------- Skellam
 def skellam_rdp(alpha: float | np.ndarray, l2: float, l1: float, variance: float) -> Any:
-    """Renyi DP bound of the (symmetric) Skellam mechanism with total variance ``lambda`` at integer ``alpha``.
+    """Renyi DP bound of the symmetric Skellam mechanism with total variance ``lambda`` at integer ``alpha > 1``.
 
-    Agarwal, Kairouz & Liu, "The Skellam Mechanism for Differentially Private Federated Learning"
-    (NeurIPS 2021), as used in their accounting code:
+    Agarwal, Kairouz & Liu (NeurIPS 2021), as in their accounting code:
     ``alpha L2^2/(2 lambda) + min(((2 alpha - 1) L2^2 + 6 L1) / (4 lambda^2), 3 L1 / (2 lambda))``.
-    Valid for integer ``alpha > 1`` only.
 
     Args:
         alpha: The Renyi order, or an array of orders (integers ``> 1``).
@@ -520,7 +308,7 @@ def skellam_rdp(alpha: float | np.ndarray, l2: float, l1: float, variance: float
         variance: The noise's total variance ``lambda``.
 
     Returns:
-        The RDP epsilon at ``alpha``: a float, or an array of the shape of ``alpha``.
+        The RDP epsilon, of the shape of ``alpha``.
     """
     return alpha * l2**2 / (2.0 * variance) + np.minimum(
         ((2.0 * alpha - 1.0) * l2**2 + 6.0 * l1) / (4.0 * variance**2), 3.0 * l1 / (2.0 * variance)
@@ -530,11 +318,10 @@ def skellam_rdp(alpha: float | np.ndarray, l2: float, l1: float, variance: float
 def skellam_rdp_epsilon(l2: float, l1: float, variance: float, delta: float) -> tuple[float, int]:
     """Smallest epsilon (and its order) from `skellam_rdp` and Thm I.1 over integer ``alpha >= 2``.
 
-    Exact integer minimisation without a scan: ``skellam_rdp`` is linear in alpha with slope
-    ``L2^2/(2 lambda) + L2^2/(2 lambda^2)`` up to the switch point ``alpha_s`` where the ``min`` picks its
-    constant branch, and has slope ``L2^2/(2 lambda)`` after it. On each piece Thm I.1's epsilon is unimodal
-    (`optimal_order`), so its integer minimiser on the piece is the floor or ceil of the continuous
-    minimiser clipped to the piece, or a piece end; the global minimum is the best of these few orders.
+    Exact without a scan: ``skellam_rdp`` is linear in alpha with slope ``L2^2/(2 lambda) + L2^2/(2 lambda^2)`` up
+    to the switch point where the ``min`` takes its constant branch, and slope ``L2^2/(2 lambda)`` after it. On each
+    piece Thm I.1's epsilon is unimodal (`optimal_order`), so the integer minimiser is the floor or ceil of the
+    continuous one clipped to the piece, or a piece end; the best of these few orders wins.
 
     Args:
         l2: The L2 sensitivity.
@@ -559,18 +346,10 @@ def skellam_rdp_epsilon(l2: float, l1: float, variance: float, delta: float) -> 
 
 @register_noise_kind
 class Skellam(NoiseKind):
-    """The symmetric Skellam ``Pois(v/2) - Pois(v/2)`` as int64 (sums of Skellams are Skellam; Poisson laws add).
+    """The symmetric Skellam ``Pois(v/2) - Pois(v/2)`` as int64 (Poisson laws add; Agarwal, Kairouz & Liu 2021).
 
-    Integer shares, so integer secure summation (and the tallies' MPC) is exact and the release is exactly the
-    Skellam mechanism (Agarwal, Kairouz & Liu, NeurIPS 2021).
-
-    Attributes:
-        name: ``"skellam"``.
-        label: ``"Skellam"``.
-        description: The CLI's line.
-        integer: ``True``.
-        fixed_point_scale: ``1``.
-        accountants: RDP only (`skellam_rdp`).
+    Integer shares, so secure summation (and the tallies' MPC) is exact and the release is exactly the Skellam
+    mechanism. Accountant: RDP only (`skellam_rdp`).
     """
 
     name = "skellam"
@@ -581,24 +360,14 @@ class Skellam(NoiseKind):
     accountants = ("rdp",)
 
     def draw(self, size: int | tuple[int, ...], variance: float, rng: np.random.Generator) -> np.ndarray:
-        """``Pois(variance / 2) - Pois(variance / 2)`` entries as int64 (`NoiseKind.draw`).
-
-        Args:
-            size: The shape.
-            variance: The variance of each entry.
-            rng: The generator to draw from.
-
-        Returns:
-            The draws.
-        """
+        """``Pois(variance / 2) - Pois(variance / 2)`` entries as int64."""
         mu = variance / 2.0
         return (rng.poisson(mu, size=size) - rng.poisson(mu, size=size)).astype(np.int64, copy=False)
 
     def tail(self, threshold: float, variance: float) -> float:
-        """Chernoff bound with the log-MGF ``2 mu (cosh l - 1)`` (``variance = 2 mu``; `NoiseKind.tail`).
+        """Chernoff bound with log-MGF ``2 mu (cosh l - 1)``, ``variance = 2 mu``, at ``l = asinh(m / (2 mu))``.
 
-        Optimised at ``l = asinh(m / (2 mu))`` and applied to the integer ``m = floor(threshold) + 1``
-        (``X > threshold`` iff ``X >= m``).
+        Applied to the integer ``m = floor(threshold) + 1`` (``X > threshold`` iff ``X >= m``).
 
         Args:
             threshold: The bound on ``|X|``.
@@ -614,10 +383,10 @@ class Skellam(NoiseKind):
         return min(1.0, 2.0 * math.exp(log_bound))
 
     def rdp(self, orders: np.ndarray, l2: float, l1: float, sigma: float) -> np.ndarray:
-        """`skellam_rdp` at variance ``sigma^2``, at ``ceil(alpha)`` for a fractional order (`NoiseKind.rdp`).
+        """`skellam_rdp` at variance ``sigma^2`` and order ``ceil(alpha)``.
 
-        The bound holds at integer orders; evaluated at ``ceil(alpha)`` it bounds the order ``alpha``, because
-        Renyi divergence does not decrease with the order (van Erven & Harremoes 2014, Thm 3).
+        The bound holds at integer orders; at ``ceil(alpha)`` it bounds the order ``alpha`` because Renyi divergence
+        does not decrease with the order (van Erven & Harremoes 2014, Thm 3).
 
         Args:
             orders: The RDP orders.
@@ -631,27 +400,16 @@ class Skellam(NoiseKind):
         return np.asarray(skellam_rdp(np.maximum(np.ceil(orders), 2.0), l2, l1, sigma**2), dtype=np.float64)
 
     def epsilon(self, l2: float, l1: float, sigma: float, delta: float, accountant: str) -> float:
-        """`skellam_rdp_epsilon` at variance ``sigma^2`` (`NoiseKind.epsilon`).
-
-        Args:
-            l2: The L2 sensitivity.
-            l1: The L1 sensitivity.
-            sigma: The noise's total standard deviation.
-            delta: The target delta.
-            accountant: ``"rdp"``.
-
-        Returns:
-            The epsilon.
-        """
+        """`skellam_rdp_epsilon` at variance ``sigma^2``."""
         return skellam_rdp_epsilon(l2, l1, sigma**2, delta)[0]
 
     def vote_profile(self, epsilons: np.ndarray, sigma: float, k: int) -> np.ndarray:
-        """The audit statistic's profile, summed exactly over its integer support (`NoiseKind.vote_profile`).
+        """The audit statistic's profile, summed exactly over its integer support.
 
-        ``<noise, w>`` is a sum of ``2k`` independent symmetric Skellams, ``Skellam(k sigma^2, k sigma^2)``,
-        shifted by ``<w, w> = 2k`` under ``D``; the divergence ``sum_x max(0, P_D(x) - e^eps' P_D'(x))`` is summed
-        over the support within 40 std of both means, plus the mass outside it (an upper bound on the terms left
-        out). Both laws are symmetric, so the divergence is the same in both directions.
+        ``<noise, w>`` is a sum of ``2k`` independent symmetric Skellams, ``Skellam(k sigma^2, k sigma^2)``, shifted by
+        ``<w, w> = 2k`` under ``D``; ``sum_x max(0, P_D(x) - e^eps' P_D'(x))`` is summed within 40 std of both means,
+        plus the mass outside (an upper bound on the terms left out). Both laws are symmetric, so the divergence is the
+        same in both directions.
 
         Args:
             epsilons: ``(E,)`` epsilons.

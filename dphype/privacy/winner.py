@@ -1,103 +1,79 @@
 """Release only the winner: report-noisy-max over the vote counts with committee-made discrete Laplace noise.
 
-In ``release="argmax"`` mode nobody sees the noisy vote vector; a committee of tallies computes its argmax
-under MPC (`dphype.secure.tally`), after checking every ballot, and opens only the index. This module is the
-mechanism and its accounting, framework-free.
+In ``release="argmax"`` mode nobody sees the noisy vote vector; a committee of tallies checks every ballot, computes
+the argmax under MPC (`dphype.secure.tally`) and opens only the index. This module is the mechanism and its
+accounting, framework-free.
 
 The mechanism
 -------------
-``c`` = the integer vote counts of the contributing clients' valid ballots: their sum, each of the request's
-`dphype.selection.ballots.BallotForm` (integer entries in ``[0, G]``, ``G = max_entry = 2**bits - 1``; DP-Hype's
-top-k ballot has ``G = 1``: 1 for each of the client's top ``k``). The released value is ``argmax_i (c_i + Z_i)``
-with ties broken by the LOWEST index, where the ``Z_i`` are iid discrete Laplace, ``P(Z = z) = (1 - t)/(1 + t)
-t^|z|`` on the integers, with ``t = exp(-epsilon / (shift * G))``, the threshold's ``shift`` (`THRESHOLD_SHIFT`):
+``c`` = the integer vote counts of the contributing clients' valid ballots, each of the request's
+`dphype.selection.ballots.BallotForm` (integer entries in ``[0, G]``, ``G = max_entry = 2**bits - 1``; top-k has
+``G = 1``). The released value is ``argmax_i (c_i + Z_i)``, ties broken by the LOWEST index, with ``Z_i`` iid
+discrete Laplace, ``P(Z = z) = (1 - t)/(1 + t) t^|z|``, ``t = exp(-epsilon / (shift * G))`` (`THRESHOLD_SHIFT`):
 
-* ``shift = 2`` under ``"replace-one"`` (one client's data replaced: every count moves by at most ``G``, in
-  either direction, whatever the ballot's total);
-* ``shift = 1`` under ``"add-remove"`` (one client added or removed: the counts are monotone, every count moves
-  by at most ``G``, all in the same direction).
+* ``shift = 2`` under ``"replace-one"`` (every count moves by at most ``G``, in either direction);
+* ``shift = 1`` under ``"add-remove"`` (the counts are monotone: every count moves by at most ``G``, all in the
+  same direction).
 
-The noise depends on the ballot only through its l-infinity sensitivity ``G`` (the ``sensitivity`` arguments),
-not on ``k``,
-the ballot's total or the number of candidates: the released index is pure ``epsilon``-DP (``delta = 0``),
-against the sum mode whose noise must hide a whole vote vector (L2 sensitivity ``sqrt(2k)`` for top-k).
+The noise depends on the ballot only through ``G``, not on ``k``, the ballot's total or the number of candidates:
+the released index is pure ``epsilon``-DP (``delta = 0``), where the sum mode's noise must hide a whole vote vector
+(L2 sensitivity ``sqrt(2k)`` for top-k).
 
 Proof sketch (report-noisy-max, discrete, deterministic ties; Dwork & Roth 2014, Claim 3.9, adapted).
-Write ``f(z) = (1-t)/(1+t) t^|z|``; then ``f(z + 1) >= t f(z)`` for every integer ``z`` (the ratio is ``t``
-or ``1/t``), so the tail ``S(a) = P(Z >= a)`` satisfies ``S(a + 1) = sum_{z >= a} f(z + 1) >= t S(a)``:
-raising the threshold by 1 costs at most a factor ``t``, by ``d`` integer steps at most ``t^d``. Fix candidate
-``i`` and the other noises ``Z_{-i}``. Because the values are integers and ties go to the lowest index, ``i``
-wins iff ``Z_i >= r(c, Z_{-i}) := M - c_i`` with ``M = max(max_{j<i} (c_j + Z_j) + 1, max_{j>i} (c_j + Z_j))``,
-a threshold. For neighbouring counts ``c'``: under replace-one one client's ballot ``b`` becomes ``b'``, both of
-the form, so ``|c'_j - c_j| = |b'_j - b_j| <= G`` for all ``j``, hence ``|M' - M| <= G``, ``|r' - r| <= 2G`` and
-``P(i | c', Z_{-i}) = S(r') >= S(r + 2G) >= t^{2G} S(r) = e^{-epsilon} P(i | c, Z_{-i})``. Under add/remove
-``c' - c = b`` in ``[0, G]^p`` (monotone: the added client's ballot), ``M' - M`` and ``c'_i - c_i`` both lie in
-``[0, G]``, so ``|r' - r| <= G`` and the factor is ``t^G = e^{-epsilon}``. The relation is symmetric, which
-gives the other direction. Taking the expectation over ``Z_{-i}`` (the same law under both neighbours) gives
-``P(i | c') >= e^{-epsilon} P(i | c)`` for every ``i``: pure ``epsilon``-DP. Ties need no randomness: the
-lowest-index rule is part of the threshold ``M``. Nothing in the argument reads the ballot's total or how many
-entries are non-zero: only the per-entry range ``[0, G]``, which the tally committee checks on every ballot
-(`dphype.selection.ballots.BallotForm.check`). A ballot outside the range would void the bound, which is why
-the form is part of the approved request and checked before the argmax.
+Write ``f(z) = (1-t)/(1+t) t^|z|``; then ``f(z + 1) >= t f(z)``, so the tail ``S(a) = P(Z >= a)`` satisfies
+``S(a + 1) >= t S(a)``: raising the threshold by ``d`` integer steps costs at most ``t^d``. Fix ``i`` and
+``Z_{-i}``. Values are integers and ties go to the lowest index, so ``i`` wins iff ``Z_i >= r := M - c_i`` with
+``M = max(max_{j<i} (c_j + Z_j) + 1, max_{j>i} (c_j + Z_j))``. Under replace-one ``|c'_j - c_j| <= G`` for all
+``j``, hence ``|r' - r| <= 2G`` and ``P(i | c', Z_{-i}) = S(r') >= t^{2G} S(r) = e^{-epsilon} P(i | c, Z_{-i})``.
+Under add/remove ``c' - c`` lies in ``[0, G]^p``, so ``M' - M`` and ``c'_i - c_i`` both lie in ``[0, G]``,
+``|r' - r| <= G`` and the factor is ``t^G = e^{-epsilon}``. The relation is symmetric; the expectation over
+``Z_{-i}`` (the same law under both neighbours) gives ``P(i | c') >= e^{-epsilon} P(i | c)``: pure
+``epsilon``-DP. Only the per-entry range ``[0, G]`` is used, which the committee checks on every ballot
+(`dphype.selection.ballots.BallotForm.check`): a ballot outside it would void the bound, so the form is part of
+the approved request and checked before the argmax.
 
-Graded ballots. `dphype.selection.voting` makes ballots of entries in ``[0, G]`` from a client's
-scores (by rank or by score): each is a deterministic function of the client's own data, so the argument
-above applies to them unchanged with their ``G``. The noise grows with ``G`` (std about ``sqrt(2) shift G /
-epsilon``), but so do the counts: a graded ballot pays for its resolution only where its entries use less than
-the full range. With ``G = 1`` every formula here is DP-Hype's top-k release. The argmax release's default
-ballot, ``"auto"`` (`dphype.selection.voting.auto_depth`), is a top-k ballot (``G = 1``) whose ``k`` is computed
-from the approved request alone (the number of candidates, epsilon, the relation, ``n`` and the dropout
-fraction), before and independently of any client's data: the same ``k`` under both neighbours, so the argument
-holds for it as for any fixed ``k``.
+Graded ballots (`dphype.selection.voting`: entries in ``[0, G]`` by rank or by score) are deterministic functions
+of the client's own data, so the argument holds with their ``G`` (noise std about ``sqrt(2) shift G / epsilon``).
+The default ballot ``"auto"`` (`dphype.selection.voting.auto_depth`) is top-k (``G = 1``) with a ``k`` computed
+from the approved request alone (``p``, epsilon, the relation, ``n``, the dropout), the same under both
+neighbours, so the argument holds as for any fixed ``k``.
 
-The noise is made by the tally committee inside the MPC, never by the clients, and no tally knows any part of
-it (`JointSampler`, `dphype.secure.tally_party`). A geometric variable ``X``, ``P(X = x) = (1 - t) t^x``, has
-independent binary digits (``t^x`` factorises over the digits of ``x``, and ``prod_i (1 + t^(2^i)) = 1/(1 - t)``),
-digit ``i`` being 1 with probability ``q_i = t^(2^i) / (1 + t^(2^i))``; and ``X_1 - X_2`` of two iid ones is
-discrete Laplace with parameter ``t``. The committee draws every digit as a secure comparison ``[U < c_i]`` of a
-secret uniform integer ``U`` of ``M`` bits (MPyC's secure random bits: pseudorandom secret sharing, uniform to any
-coalition of at most ``t`` tallies, MPyC's threshold) with the public threshold ``c_i = round(q_i 2^M)``, adds the
-digits, the two geometrics and the counts of the valid ballots in secret, and opens only the argmax. A client's
-ballot carries no noise: the committee checks under MPC that it is a valid ballot (`dphype.selection.ballots`:
-entries in ``[0, G]``, its total in range; top-k: 0 or 1, exactly ``k`` ones) and leaves out an invalid one, so no
-client can hide a boost in its noise, and a client's effect on every count is at most ``G`` (one vote for top-k).
+The noise is made by the tally committee inside the MPC, never by the clients, and no tally knows any part of it
+(`JointSampler`, `dphype.secure.tally_party`). A geometric ``X``, ``P(X = x) = (1 - t) t^x``, has independent
+binary digits (``t^x`` factorises over the digits and ``prod_i (1 + t^(2^i)) = 1/(1 - t)``), digit ``i`` being 1
+with probability ``q_i = t^(2^i) / (1 + t^(2^i))``; ``X_1 - X_2`` of two iid ones is discrete Laplace. The
+committee draws every digit as a secure comparison ``[U < c_i]`` of a secret uniform ``M``-bit ``U`` (MPyC's
+secure random bits: pseudorandom secret sharing, uniform to any coalition of at most ``t`` tallies, MPyC's
+threshold) with the public ``c_i = round(q_i 2^M)``, adds the digits, the two geometrics and the valid ballots'
+counts in secret, and opens only the argmax. A client's ballot carries no noise: the committee checks under MPC
+that it is valid (entries in ``[0, G]``, its total in range; top-k: 0 or 1, exactly ``k`` ones) and leaves out an
+invalid one, so no client can hide a boost in its noise.
 
-The noise (proof sketch). Pure DP needs noise of unbounded support, which no computation with finitely many random
-bits draws; the sampler's law is within a proven total variation of the exact one instead. Per geometric: the ``L``
-digits drawn differ from exact Bernoulli digits by at most ``|c_i / 2^M - q_i| <= 2^-M`` each (the thresholds are
-computed to 60 decimal digits) and the digits not drawn are 1 with probability at most ``sum_{i >= L} q_i <= 2
-t^(2^L)``; coupling digit by digit, the ``2p`` geometrics of one release are within total variation ``eta = 2p (L
-2^-M + 2 t^(2^L))`` of exact iid discrete Laplace, and `JointSampler.for_release` takes the fewest ``L`` and ``M``
-with ``eta <= SAMPLER_TV = 2^-64``. For any event ``S`` of the outputs, ``P_real(D)(S) <= P_exact(D)(S) + eta <=
-e^epsilon P_exact(D')(S) + eta <= e^epsilon P_real(D')(S) + (1 + e^epsilon) eta``: the release is ``(epsilon, (1 +
-e^epsilon) eta)``-DP (`sampler_delta`, ``2e-19`` at epsilon 1), and a composition of ``r`` of them with other
-releases adds ``(1 + e^epsilon) r eta`` to the composed delta (the real and exact transcripts couple release by
+The noise (proof sketch). Pure DP needs noise of unbounded support, which finitely many random bits cannot draw;
+the sampler is within a proven total variation of the exact law instead. Per geometric the ``L`` digits drawn
+differ from exact Bernoulli digits by at most ``|c_i / 2^M - q_i| <= 2^-M`` each (thresholds computed to 60
+decimal digits) and the digits not drawn are 1 with probability at most ``sum_{i >= L} q_i <= 2 t^(2^L)``;
+coupling digit by digit, the ``2p`` geometrics of one release are within ``eta = 2p (L 2^-M + 2 t^(2^L))`` of
+exact, and `JointSampler.for_release` takes the fewest ``L``, ``M`` with ``eta <= SAMPLER_TV = 2^-64``. For any
+event ``S``, ``P_real(D)(S) <= P_exact(D)(S) + eta <= e^epsilon P_exact(D')(S) + eta <= e^epsilon P_real(D')(S)
++ (1 + e^epsilon) eta``: the release is ``(epsilon, (1 + e^epsilon) eta)``-DP (`sampler_delta`), and ``r`` of them
+composed with other releases add ``(1 + e^epsilon) r eta`` to the composed delta (the transcripts couple release by
 release). The uniform bits are pseudorandom (MPyC's PRSS, 128-bit keys from ``secrets``): the guarantee holds
-against a computationally bounded coalition, as every cryptographic part here does. Against a coalition of the
-server and up to ``t`` semi-honest tallies the noise is as secret as the counts (nothing of either is opened but the
-argmax), so the whole noise protects the release: one discrete Laplace per count, not the shares of the honest
-tallies only. The names of the contributors whose ballots were invalid are released too: an honest client's ballot
-is valid whatever its data (it checks its own ballot before it shares), so that list is a function of the other
-clients' ballots only and costs an honest client nothing. A tally that deviates from the protocol (MPyC's model is
-semi-honest) is out of scope.
+against a computationally bounded coalition. Against the server and up to ``t`` semi-honest tallies the noise is
+as secret as the counts, so the whole noise protects the release (one discrete Laplace per count). The names of
+contributors whose ballots were invalid are released too: an honest client's ballot is valid whatever its data
+(it checks its own ballot before sharing), so that list is a function of the other clients' ballots only and
+costs an honest client nothing. A tally that deviates from the protocol (MPyC's model is semi-honest) is out of
+scope. Measured utility: results/README.md (the argmax release).
 
-Utility. The committee's noise is one discrete Laplace per count, as the client-made noise of the first
-argmax release was without dropout (its ``n/m`` shares then carried ``1/(1 - xi)`` times the variance), and not
-trusted to any client. The committee's own shares that this sampler replaced (each tally drew ``NB(1/h) - NB(1/h)``
-so that any ``h = 2`` of 3 honest tallies carried one discrete Laplace, since a tally knows its own share) added up
-to 1.5 times its variance: on Adult's cached votes (``dphype bench ksweep``, 10,000 releases, replace-one) the gap to
-Opt at n = 10, epsilon 1 was 3.88 points at the then planner's k and 3.26 at the best k, against 2.97 (auto's k 15)
-and 2.91 (k 20) with the joint noise.
-
-Accounting. The release is ``(epsilon, sampler_delta(epsilon))``-DP. For composition with other releases (a
-node's lifetime, the DP-FedAvg training after the selection) the exact release's Renyi curve is bounded by that of
-binary randomized response with ``P(truth) = e^epsilon / (1 + e^epsilon)``: every ``(epsilon, 0)``-DP pair of
-output laws is a post-processing of that pair (Kairouz, Oh & Viswanath, ICML 2015, Thm 2.4's privacy region at
-``delta = 0``), and Renyi divergence does not grow under post-processing. `winner_rdp` evaluates this curve in
-closed form (equal to dp_accounting's ``RandomizedResponseDpEvent`` with 2 buckets and noise parameter
-``2/(1 + e^epsilon)``, checked in the tests); it is below both ``epsilon`` and ``alpha epsilon^2 / 2`` (Bun &
-Steinke 2016, Prop. 3.3). The composed guarantee at ``delta`` is computed at ``delta`` less the sampler's part
-(`epsilon_with_samplers`).
+Accounting. The release is ``(epsilon, sampler_delta(epsilon))``-DP. For composition (a node's lifetime, the
+DP-FedAvg training after the selection) the exact release's Renyi curve is bounded by binary randomized
+response's with ``P(truth) = e^epsilon / (1 + e^epsilon)``: every ``(epsilon, 0)``-DP pair of output laws is a
+post-processing of that pair (Kairouz, Oh & Viswanath, ICML 2015, Thm 2.4 at ``delta = 0``), and Renyi divergence
+does not grow under post-processing. `winner_rdp` evaluates it in closed form (dp_accounting's
+``RandomizedResponseDpEvent`` with 2 buckets and noise parameter ``2/(1 + e^epsilon)``); it is below both
+``epsilon`` and ``alpha epsilon^2 / 2`` (Bun & Steinke 2016, Prop. 3.3). The composed guarantee at ``delta`` is
+computed at ``delta`` less the sampler's part (`epsilon_with_samplers`).
 """
 
 from __future__ import annotations
@@ -129,27 +105,14 @@ THRESHOLD_SHIFT: dict[str, int] = {"replace-one": 2, "add-remove": 1}
 
 
 def check_sensitivity(sensitivity: Any) -> int:
-    """The ballot's l-infinity sensitivity ``G``: an integer ``>= 1`` (a ballot form's ``max_entry``).
-
-    Args:
-        sensitivity: The value to check.
-
-    Returns:
-        ``G`` as an int.
-
-    Raises:
-        ValueError: Naming ``sensitivity`` and its range, for anything else.
-    """
+    """The ballot's l-infinity sensitivity ``G`` (a form's ``max_entry``), refused unless an integer ``>= 1``."""
     if isinstance(sensitivity, bool) or not isinstance(sensitivity, (int, np.integer)) or sensitivity < 1:
         raise ValueError(f"sensitivity must be an integer >= 1 (the ballot form's max_entry), got {sensitivity!r}")
     return int(sensitivity)
 
 
 def noise_parameter(epsilon: float, neighbouring: str = "replace-one", sensitivity: int = 1) -> float:
-    """The discrete Laplace parameter ``t = exp(-epsilon / (shift * G))`` (module docstring).
-
-    ``shift`` is 2 for replace-one and 1 for add/remove (`THRESHOLD_SHIFT`); ``G`` is the ballot's l-infinity
-    sensitivity (its form's ``max_entry``; 1 for top-k).
+    """The discrete Laplace parameter ``t = exp(-epsilon / (shift * G))`` (`THRESHOLD_SHIFT`; ``G = 1`` top-k).
 
     Args:
         epsilon: The release's epsilon, ``> 0``.
@@ -167,43 +130,18 @@ def noise_parameter(epsilon: float, neighbouring: str = "replace-one", sensitivi
 
 
 def discrete_laplace_pmf(z: Any, t: float) -> np.ndarray:
-    """``P(Z = z) = (1 - t)/(1 + t) t^|z|`` elementwise.
-
-    Args:
-        z: Integers, any shape.
-        t: The discrete Laplace parameter, in ``(0, 1)``.
-
-    Returns:
-        The probabilities, of the shape of ``z``.
-    """
+    """``P(Z = z) = (1 - t)/(1 + t) t^|z|`` elementwise."""
     return (1.0 - t) / (1.0 + t) * t ** np.abs(np.asarray(z, dtype=np.float64))
 
 
 def discrete_laplace_cdf(x: Any, t: float) -> np.ndarray:
-    """``P(Z <= x)`` for integer ``x``: ``t^-x/(1 + t)`` below 0, ``1 - t^(x+1)/(1 + t)`` from 0 on.
-
-    Args:
-        x: Integers, any shape.
-        t: The discrete Laplace parameter, in ``(0, 1)``.
-
-    Returns:
-        The probabilities, of the shape of ``x``.
-    """
+    """``P(Z <= x)`` for integer ``x``: ``t^-x/(1 + t)`` below 0, ``1 - t^(x+1)/(1 + t)`` from 0 on."""
     x = np.asarray(x, dtype=np.float64)
     return np.where(x < 0, t ** np.abs(x) / (1.0 + t), 1.0 - t ** (np.abs(x) + 1.0) / (1.0 + t))
 
 
 def noise_std(epsilon: float, neighbouring: str = "replace-one", sensitivity: int = 1) -> float:
-    """Standard deviation of the total noise on one count: ``sqrt(2 t) / (1 - t)``.
-
-    Args:
-        epsilon: The release's epsilon, ``> 0``.
-        neighbouring: ``"replace-one"`` or ``"add-remove"``.
-        sensitivity: The ballot's l-infinity sensitivity ``G`` (`noise_parameter`).
-
-    Returns:
-        The standard deviation.
-    """
+    """Standard deviation of the total noise on one count: ``sqrt(2 t) / (1 - t)`` (`noise_parameter`)."""
     t = noise_parameter(epsilon, neighbouring, sensitivity)
     return math.sqrt(2.0 * t) / (1.0 - t)
 
@@ -219,7 +157,7 @@ def discrete_laplace(size: int | tuple[int, ...], *, epsilon: float, neighbourin
         epsilon: The release's epsilon, ``> 0``.
         neighbouring: ``"replace-one"`` or ``"add-remove"``.
         rng: The generator to draw from.
-        sensitivity: The ballot's l-infinity sensitivity ``G`` (`noise_parameter`).
+        sensitivity: The ballot's l-infinity sensitivity ``G``.
 
     Returns:
         The int64 draws, of shape ``size``.
@@ -242,16 +180,10 @@ SAMPLER_MAX_DIGITS = 28
 
 @dataclass(frozen=True)
 class JointSampler:
-    """How the tally committee samples ``size`` discrete Laplace draws inside the MPC, none of it known to any tally.
+    """How the tally committee samples ``size`` discrete Laplace draws inside the MPC (module docstring, "The noise").
 
-    A geometric ``X`` with ``P(X = x) = (1 - t) t^x`` has independent binary digits: ``t^x`` factorises over the
-    digits of ``x`` and ``prod_i (1 + t^(2^i)) = 1/(1 - t)``, so digit ``i`` is 1 with probability ``q_i =
-    t^(2^i) / (1 + t^(2^i))``. The committee draws each of the ``digits`` lowest digits as ``[U < c_i]`` with ``U``
-    a secret uniform ``precision``-bit integer made of MPyC's secure random bits (pseudorandom secret sharing; no
-    party knows any of them) and the public threshold ``c_i = round(q_i 2^precision)`` (computed to 60 decimal
-    digits), and the difference of two such geometrics is one draw. Per geometric the total variation to the exact
-    law is at most ``digits 2^-precision`` (each threshold's rounding) plus ``2 t^(2^digits)`` (the digits not drawn):
-    `total_variation`, at most `SAMPLER_TV` for the whole vector by the choice of `for_release`.
+    Each of the ``digits`` lowest digits of a geometric is ``[U < c_i]`` for a secret uniform ``precision``-bit ``U``;
+    the difference of two geometrics is one draw; `total_variation` is at most `SAMPLER_TV` by `for_release`.
 
     Attributes:
         size: The number of draws ``p`` (one per candidate).
@@ -281,8 +213,8 @@ class JointSampler:
             The sampler.
 
         Raises:
-            ValueError: An argument is out of range, or the noise would need more than `SAMPLER_MAX_DIGITS` digits
-                (an epsilon far below any useful one; the message names the smallest epsilon it takes).
+            ValueError: An argument is out of range, or the noise would need more than `SAMPLER_MAX_DIGITS` digits (the
+                message names the smallest epsilon it takes).
         """
         size = check_num_candidates(size)
         t = noise_parameter(epsilon, neighbouring, sensitivity)
@@ -306,35 +238,16 @@ class JointSampler:
 
     @property
     def total_variation(self) -> float:
-        """The bound on the total variation between one sampled noise vector and exact iid discrete Laplace.
-
-        ``2 size (digits 2^-precision + 2 t^(2^digits))``: ``2 size`` geometrics, each within the rounding of its
-        thresholds (at most ``2^-precision`` each, with the 60-digit computation's error) and the mass of its
-        higher digits (``sum_{i >= L} q_i <= 2 t^(2^L)``).
-
-        Returns:
-            The bound, at most `SAMPLER_TV`.
-        """
+        """The bound ``2 size (digits 2^-precision + 2 t^(2^digits))`` on the distance to exact iid noise."""
         tail = 2.0 * math.exp(math.log(self.t) * 2.0 ** self.digits)
         return 2.0 * self.size * (self.digits * 2.0 ** -self.precision + tail)
 
     def digit_probabilities(self) -> np.ndarray:
-        """``c_i / 2^precision``: the probability that digit ``i`` of a sampled geometric is 1.
-
-        Returns:
-            The ``(digits,)`` probabilities.
-        """
+        """``c_i / 2^precision``: the ``(digits,)`` probabilities that each digit of a geometric is 1."""
         return np.array([c / 2.0 ** self.precision for c in self.thresholds])
 
     def pmf(self, z: Any) -> np.ndarray:
-        """The exact law of one sampled draw (the difference of two sampled geometrics) at the integers ``z``.
-
-        Args:
-            z: Integers, any shape.
-
-        Returns:
-            The probabilities, of the shape of ``z``.
-        """
+        """The exact law of one sampled draw (the difference of two sampled geometrics) at the integers ``z``."""
         q = self.digit_probabilities()
         values = np.arange(2 ** self.digits)
         ones = (values[:, None] >> np.arange(self.digits)) & 1
@@ -346,28 +259,23 @@ class JointSampler:
         return np.where(inside, law[np.clip(offset, 0, law.size - 1)], 0.0)
 
     def to_dict(self) -> dict[str, Any]:
-        """What a tally hands its MPyC party (`dphype.secure.tally_party`).
-
-        Returns:
-            ``{"size", "digits", "precision", "thresholds"}`` (the thresholds as decimal strings).
-        """
+        """What a tally hands its MPyC party: size, digits, precision and thresholds (decimal strings)."""
         return {"size": self.size, "digits": self.digits, "precision": self.precision,
                 "thresholds": [str(c) for c in self.thresholds]}
 
 
 def sampler_delta(epsilon: float, releases: int = 1) -> float:
-    """The delta that ``releases`` sampled winner releases add to a guarantee ``(epsilon, delta)`` of the exact ones.
+    """The delta ``(1 + e^epsilon) releases SAMPLER_TV`` that sampled winner releases add (``inf`` on overflow).
 
-    Each release's noise is within total variation `SAMPLER_TV` of the exact mechanism's, so for any event ``S`` the
-    real composition's probability is within ``releases * SAMPLER_TV`` of the exact one's on either data set:
-    ``(epsilon, delta)`` for the exact releases gives ``(epsilon, delta + (1 + e^epsilon) releases SAMPLER_TV)``.
+    Each release's noise is within total variation `SAMPLER_TV` of the exact mechanism's, so ``(epsilon, delta)`` for
+    the exact releases gives ``(epsilon, delta + (1 + e^epsilon) releases SAMPLER_TV)`` for the real ones.
 
     Args:
         epsilon: The guarantee's epsilon, ``>= 0``.
         releases: The number of sampled winner releases composed in it.
 
     Returns:
-        The added delta (``inf`` for an epsilon whose ``e^epsilon`` overflows).
+        The added delta.
     """
     if releases <= 0:
         return 0.0
@@ -378,16 +286,7 @@ def sampler_delta(epsilon: float, releases: int = 1) -> float:
 
 
 def report_noisy_max(noisy_counts: Any) -> np.ndarray:
-    """Index of the largest noisy count along the last axis, the lowest index among ties.
-
-    ``np.argmax``'s rule, and MPyC's ``mpc.argmax``'s: it keeps the earlier of two equal values.
-
-    Args:
-        noisy_counts: ``(..., p)`` noisy counts.
-
-    Returns:
-        The ``(...)`` winning indices.
-    """
+    """Index of the largest noisy count along the last axis, the lowest among ties (as MPyC's ``mpc.argmax``)."""
     return np.argmax(np.asarray(noisy_counts), axis=-1)
 
 
@@ -400,20 +299,18 @@ def replay_winners(
     rng: np.random.Generator,
     sensitivity: int = 1,
 ) -> np.ndarray:
-    """Independent winner releases for the noiseless vote counts ``vote_sum``.
+    """Independent winner releases for the noiseless vote counts ``vote_sum`` (benchmarks and the planner).
 
-    The counts plus one discrete Laplace draw each (`discrete_laplace`: the law the committee's `JointSampler`
-    draws under MPC), report-noisy-max with lowest-index ties, as the tallies compute it: the replay of
-    `dphype.modes.ArgmaxRelease` for benchmarks and the planner. The noise depends on neither the clients nor the
-    dropout nor the committee's size.
+    The counts plus exact discrete Laplace noise (`discrete_laplace`), report-noisy-max with lowest-index ties, as the
+    tallies compute it; the noise depends on neither the clients, the dropout nor the committee's size.
 
     Args:
-        vote_sum: The noiseless vote counts, ``(p,)``, or one row per repetition, ``(repetitions, p)``.
+        vote_sum: The noiseless vote counts, ``(p,)`` or ``(repetitions, p)``.
         epsilon: The release's epsilon.
-        neighbouring: The neighbouring relation, ``"replace-one"`` or ``"add-remove"``.
+        neighbouring: ``"replace-one"`` or ``"add-remove"``.
         repetitions: How many releases to draw.
         rng: The generator to draw from.
-        sensitivity: The ballot's l-infinity sensitivity ``G`` (`noise_parameter`).
+        sensitivity: The ballot's l-infinity sensitivity ``G``.
 
     Returns:
         The released indices, int64 ``(repetitions,)``.
@@ -428,14 +325,14 @@ def winner_probabilities(counts: Any, epsilon: float, neighbouring: str = "repla
                          sensitivity: int = 1) -> np.ndarray:
     """Exact ``P(released index = i)`` for integer ``counts`` (independent of the sampler).
 
-    The sum over the winner's noise ``z`` of ``f(z) prod_{j<i} P(Z_j <= c_i + z - c_j - 1) prod_{j>i} P(Z_j <=
-    c_i + z - c_j)``, truncated where the remaining mass of ``f`` is below ``1e-17``.
+    The sum over the winner's noise ``z`` of ``f(z) prod_{j<i} P(Z_j <= c_i + z - c_j - 1) prod_{j>i} P(Z_j <= c_i +
+    z - c_j)``, truncated where the remaining mass of ``f`` is below ``1e-17``.
 
     Args:
         counts: The ``(p,)`` integer vote counts.
         epsilon: The release's epsilon, ``> 0``.
         neighbouring: ``"replace-one"`` or ``"add-remove"``.
-        sensitivity: The ballot's l-infinity sensitivity ``G`` (`noise_parameter`).
+        sensitivity: The ballot's l-infinity sensitivity ``G``.
 
     Returns:
         The ``(p,)`` probabilities.
@@ -461,16 +358,15 @@ def winner_probabilities(counts: Any, epsilon: float, neighbouring: str = "repla
 class WinnerRelease:
     """What the server learns in ``release="argmax"`` mode: the index of the noisy maximum of the vote counts.
 
-    With discrete Laplace noise for ``epsilon`` under ``neighbouring`` and the ballot's l-infinity sensitivity
-    (module docstring). Pure DP: its epsilon is ``epsilon`` whenever at least the minimum survivors contributed,
-    for any ``k`` and any ballot of entries in ``[0, sensitivity]``.
+    Pure ``epsilon``-DP for exact noise whenever at least the minimum survivors contributed, for any ``k`` and any
+    ballot of entries in ``[0, sensitivity]`` (module docstring).
 
     Attributes:
         epsilon: The release's epsilon, ``> 0``.
-        k: Votes per client, in ``[1, num_candidates]`` (the top-k ballot's; a graded ballot's depth).
+        k: Votes per client, in ``[1, num_candidates]`` (a graded ballot's depth).
         num_candidates: The number of candidates ``p``.
         neighbouring: ``"replace-one"`` or ``"add-remove"``.
-        sensitivity: The ballot's largest entry ``G`` (its form's ``max_entry``; 1 for top-k).
+        sensitivity: The ballot's largest entry ``G`` (1 for top-k).
     """
 
     epsilon: float
@@ -488,20 +384,12 @@ class WinnerRelease:
 
     @property
     def t(self) -> float:
-        """The discrete Laplace parameter (`noise_parameter`).
-
-        Returns:
-            ``t``, in ``(0, 1)``.
-        """
+        """The discrete Laplace parameter (`noise_parameter`)."""
         return noise_parameter(self.epsilon, self.neighbouring, self.sensitivity)
 
     @property
     def noise_std(self) -> float:
-        """Std of the total noise on one count (`noise_std`).
-
-        Returns:
-            The standard deviation.
-        """
+        """Std of the total noise on one count (`noise_std`)."""
         return noise_std(self.epsilon, self.neighbouring, self.sensitivity)
 
 
@@ -510,24 +398,19 @@ def winner_report(release: WinnerRelease, delta: float, *, clients: int, dropout
                   excluded: tuple[str, ...] = ()) -> PrivacyReport:
     """The privacy statement of one winner release by ``clients`` clients tolerating ``dropout``.
 
-    ``(release.epsilon, sampler_delta(release.epsilon))``: pure ``epsilon`` for exact discrete Laplace noise, and
-    the committee's `JointSampler` is within total variation `SAMPLER_TV` of it (module docstring), whatever the
-    number of contributors; ``survivors``, the contributors whose valid ballots were counted, below the committee's
-    floor (`dphype.privacy.noise.min_valid_ballots`) is refused (the tallies release nothing then). ``delta`` is
-    the run's, at which it composes with other releases.
-    ``sigma`` is the std of the discrete Laplace noise, ``client_std`` 0 (the clients add no noise);
-    ``l2_sensitivity`` is the per-count sensitivity ``G`` = ``release.sensitivity`` (what report-noisy-max needs: 1
-    for top-k).
+    ``(release.epsilon, sampler_delta(release.epsilon))`` whatever the number of contributors; ``delta`` is the
+    run's, at which it composes with other releases. ``sigma`` is the discrete Laplace std, ``client_std`` 0 (the
+    clients add no noise), ``l2_sensitivity`` the per-count ``G``.
 
     Args:
         release: The winner release.
         delta: The run's delta, in ``(0, 1)``.
         clients: The number of clients ``n``.
         dropout: The tolerated dropout fraction ``xi``.
-        survivors: The number of contributors whose ballots were counted, at least
-            `dphype.privacy.noise.min_valid_ballots`; ``None``: unknown.
+        survivors: The contributors whose ballots were counted, at least
+            `dphype.privacy.noise.min_valid_ballots` (the tallies release nothing below); ``None``: unknown.
         committee: The number of tallies, ``>= 3``.
-        excluded: The contributors whose ballots the committee found invalid and left out (their labels).
+        excluded: The labels of the contributors whose ballots the committee left out as invalid.
 
     Returns:
         The privacy statement.
@@ -555,9 +438,8 @@ def winner_report(release: WinnerRelease, delta: float, *, clients: int, dropout
 def winner_rdp(epsilon: float, orders: Any) -> np.ndarray:
     """Renyi curve at ``orders`` bounding any ``(epsilon, 0)``-DP release: binary randomized response's.
 
-    (Module docstring.) ``D_a = log((e^(a eps) + e^((1 - a) eps)) / (1 + e^eps)) / (a - 1)``, in log space.
-    The same curve as dp_accounting's ``RandomizedResponseDpEvent(2 / (1 + e^epsilon), 2)`` (checked in
-    tests/privacy/test_winner.py), without its per-order Python loop: a node's ledger evaluates it for every entry.
+    ``D_a = log((e^(a eps) + e^((1 - a) eps)) / (1 + e^eps)) / (a - 1)``, in log space: dp_accounting's
+    ``RandomizedResponseDpEvent(2 / (1 + e^epsilon), 2)`` without its per-order loop (a ledger evaluates it per entry).
 
     Args:
         epsilon: The pure epsilon, ``> 0``.
@@ -577,10 +459,9 @@ def winner_rdp(epsilon: float, orders: Any) -> np.ndarray:
 def epsilon_with_samplers(rdp: Any, delta: float, releases: int) -> float:
     """The epsilon at ``delta`` of a composition with Renyi curve ``rdp`` that holds ``releases`` winner releases.
 
-    The curve is the exact releases' (`winner_rdp` for each winner release); the real ones add `sampler_delta` to
-    its delta, so the epsilon is the curve's (`dphype.privacy.accounting.rdp_epsilon`) at the largest
-    ``delta' < delta`` with ``delta' + sampler_delta(epsilon(delta'), releases) <= delta``, among ``delta (1 -
-    10^-j)``, ``j = 9, 6, 3, 1``.
+    The curve is the exact releases'; the real ones add `sampler_delta`, so the epsilon is the curve's at the largest
+    ``delta' < delta`` with ``delta' + sampler_delta(epsilon(delta'), releases) <= delta``, among
+    ``delta (1 - 10^-j)``, ``j = 9, 6, 3, 1``.
 
     Args:
         rdp: The ``(m,)`` composed Renyi curve on `dphype.privacy.accounting.RDP_ORDERS`.
@@ -588,8 +469,7 @@ def epsilon_with_samplers(rdp: Any, delta: float, releases: int) -> float:
         releases: The winner releases composed in it, ``>= 0``.
 
     Returns:
-        The epsilon (``inf`` where no such ``delta'`` exists: an epsilon so large that ``e^epsilon`` times the
-        samplers' total variation is not negligible).
+        The epsilon (``inf`` where no such ``delta'`` exists).
     """
     delta = check_delta(delta)
     if releases <= 0:

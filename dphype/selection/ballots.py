@@ -57,17 +57,7 @@ class BallotForm:
 
     @classmethod
     def top_k(cls, k: int) -> BallotForm:
-        """DP-Hype's top-k ballot: entries 0 or 1, exactly ``k`` ones.
-
-        Args:
-            k: The number of votes, ``>= 1``.
-
-        Returns:
-            ``BallotForm(1, k, k)``.
-
-        Raises:
-            ValueError: If ``k`` is not an integer ``>= 1``.
-        """
+        """DP-Hype's top-k ballot ``BallotForm(1, k, k)``: entries 0 or 1, exactly ``k >= 1`` ones."""
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be an integer >= 1, got {k!r}")
         return cls(1, int(k), int(k))
@@ -88,8 +78,7 @@ class BallotForm:
             The ballot as an int64 ``(p,)`` array.
 
         Raises:
-            InvalidBallot: If the ballot's shape, an entry or its total breaks the form; the message names the
-                rule.
+            InvalidBallot: If the ballot's shape, an entry or its total breaks the form; the message names the rule.
         """
         arr = np.asarray(ballot)
         if arr.ndim != 1 or arr.size == 0:
@@ -108,9 +97,5 @@ class BallotForm:
         return values
 
     def to_dict(self) -> dict[str, int]:
-        """The form as plain JSON values.
-
-        Returns:
-            ``{"max_entry": ..., "min_total": ..., "max_total": ...}``.
-        """
+        """The form as plain JSON values: ``max_entry``, ``min_total``, ``max_total``."""
         return {"max_entry": self.max_entry, "min_total": self.min_total, "max_total": self.max_total}

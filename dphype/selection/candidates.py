@@ -38,11 +38,7 @@ TABLE_III_MOMENTUM: tuple[float, ...] = (0.0, 0.9)
 
 
 class CandidateMismatchError(ValueError):
-    """A client's candidate list differs from the one the server announced.
-
-    Attributes:
-        refusal_code: What a client tells the server (`dphype.refusal.as_refusal`).
-    """
+    """A client's candidate list differs from the one the server announced (``refusal_code`` is what it tells)."""
 
     refusal_code = "candidate_mismatch"  # what a client tells the server (dphype.refusal.as_refusal)
 
@@ -142,37 +138,16 @@ class CandidateList(Sequence[Candidate]):
         return f"CandidateList({len(self)} candidates, fingerprint={self.fingerprint()[:12]})"
 
     def fingerprint(self) -> str:
-        """SHA-256 hex digest of the canonical JSON (order-sensitive: the order is part of the protocol).
-
-        Returns:
-            The digest as 64 hex characters.
-        """
+        """SHA-256 hex digest of the canonical JSON (order-sensitive: the order is part of the protocol)."""
         return hashlib.sha256(self._json.encode("utf-8")).hexdigest()
 
     def to_json(self) -> str:
-        """Canonical JSON list; ``from_json(to_json())`` reproduces the list and its fingerprint.
-
-        Returns:
-            The JSON text.
-        """
+        """Canonical JSON list; ``from_json(to_json())`` reproduces the list and its fingerprint."""
         return self._json
 
     @classmethod
     def from_json(cls, s: str) -> CandidateList:
-        """Parse a JSON list of objects.
-
-        The last few lists parsed are kept per process, keyed by their text (the list is immutable): every
-        stage message of a node's vote re-reads the same request, and a simulation actor serves many nodes.
-
-        Args:
-            s: The JSON text.
-
-        Returns:
-            The candidate list.
-
-        Raises:
-            ValueError: On malformed input.
-        """  # noqa: DOC502
+        """Parse a JSON list of objects (the last few lists parsed are cached by text); malformed input is refused."""
         return _parse_candidates(s)
 
     def feature_space(self, scales: Mapping[str, str] | None = None) -> FeatureSpace:
@@ -191,14 +166,7 @@ class CandidateList(Sequence[Candidate]):
         return FeatureSpace.of(self._items, scales)
 
     def check_fingerprint(self, expected: str) -> None:
-        """Raise `CandidateMismatchError` unless this list's fingerprint equals ``expected``.
-
-        Args:
-            expected: The announced fingerprint (`fingerprint`).
-
-        Raises:
-            CandidateMismatchError: If the fingerprints differ.
-        """
+        """Raise `CandidateMismatchError` unless this list's fingerprint equals ``expected``."""
         actual = self.fingerprint()
         if actual != expected:
             raise CandidateMismatchError(
@@ -335,9 +303,7 @@ class FeatureSpace:
 
 
 def candidate_grid(**axes: Sequence[Any]) -> CandidateList:
-    """The candidate list of every combination of the axes' values.
-
-    Their Cartesian product in the given key order (first key slowest, last key fastest).
+    """The candidates of every combination of the axes' values, first key slowest, last key fastest.
 
     Args:
         **axes: Hyperparameter name -> its values (a non-empty sequence, not a string).
@@ -360,28 +326,12 @@ def candidate_grid(**axes: Sequence[Any]) -> CandidateList:
 
 
 def table_iii_grid() -> CandidateList:
-    """DP-Hype Table III: lr (10) x decay (5) x momentum (2) = 100 candidates, lr-major, momentum fastest.
-
-    Returns:
-        The candidate list.
-    """
+    """DP-Hype Table III: lr (10) x decay (5) x momentum (2) = 100 candidates, lr-major, momentum fastest."""
     return candidate_grid(lr=TABLE_III_LR, decay=TABLE_III_DECAY, momentum=TABLE_III_MOMENTUM)
 
 
 def random_subset(cands: CandidateList, size: int, seed: int) -> CandidateList:
-    """A seeded uniform random subset of ``size`` candidates, keeping their original relative order.
-
-    Args:
-        cands: The candidate list.
-        size: How many to keep, in ``[1, len(cands)]``.
-        seed: The seed of the draw.
-
-    Returns:
-        The subset.
-
-    Raises:
-        ValueError: If ``size`` is not an integer in ``[1, len(cands)]``.
-    """
+    """A seeded uniform random subset of ``size`` in ``[1, len(cands)]`` candidates, in their original order."""
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or not 1 <= size <= len(cands):
         raise ValueError(f"size must be an integer in [1, {len(cands)}], got {size!r}")
     rng = np.random.default_rng(seed)

@@ -30,13 +30,10 @@ if TYPE_CHECKING:
 class Forecast(enum.Enum):
     """What the planner simulates of a release; its value is the ``by_k`` column with the simulated success.
 
-    ``NOISY_SUM``: the noisy vote sum (noise std ``sigma`` calibrated for ``(epsilon, delta, k)``), picked by the
-    run's selection rule. ``WINNER``: the winner's index alone, report-noisy-max with discrete Laplace noise of the
-    std that epsilon and the neighbouring relation imply (`dphype.privacy.winner.noise_std`).
-
     Attributes:
-        NOISY_SUM: The noisy vote sum, picked by the run's selection rule (column ``success``).
-        WINNER: The winner's index alone, report-noisy-max (column ``success_winner``).
+        NOISY_SUM: The noisy vote sum (``sigma`` calibrated for ``(epsilon, delta, k)``), picked by the run's rule.
+        WINNER: The winner's index alone, report-noisy-max with the discrete Laplace noise epsilon and the relation
+            imply (`dphype.privacy.winner.noise_std`).
     """
 
     NOISY_SUM = "success"
@@ -44,10 +41,7 @@ class Forecast(enum.Enum):
 
 
 class PlannedRelease(Protocol):
-    """What the planner needs of a release mode: its configuration name and the forecast that predicts it.
-
-    `dphype.modes.ReleaseMode` has both.
-    """
+    """What the planner needs of a release mode (`dphype.modes.ReleaseMode` has it)."""
 
     @property
     def name(self) -> str:
@@ -69,10 +63,9 @@ class PlannedRelease(Protocol):
 def theorem_iv1_success(votes: np.ndarray, good: np.ndarray, sigma: float) -> float:
     """Theorem IV.1's lower bound on the chance that the argmax is good, averaged over vote vectors ``(R, p)``.
 
-    For each vector the theorem holds for any set ``H'`` of good candidates (``Pr[pick in H_good] >=
-    Pr[pick in H']``); the best of the sets "the ``j`` most-voted good candidates" is used, whose gap is the
-    ``j``-th good count minus the largest count outside the set
-    (`dphype.selection.rules.good_selection_probability_bound`).
+    The theorem holds for any set ``H'`` of good candidates (``Pr[pick in H_good] >= Pr[pick in H']``); the best of
+    the sets "the ``j`` most-voted good candidates" is used, whose gap is the ``j``-th good count minus the largest
+    count outside the set.
 
     Args:
         votes: The noiseless vote sums, ``(R, p)``.
@@ -109,7 +102,7 @@ def simulated_success(votes: np.ndarray, good: np.ndarray, sigma: float, *, rule
         votes: The noiseless vote sums, ``(R, p)``.
         good: The good masks, bool ``(R, p)``.
         sigma: The total noise std calibrated for ``clients``.
-        rule: The selection rule (`dphype.selection.rules.rule_names`).
+        rule: The selection rule.
         space: The candidates' feature space (``None``: no structure).
         clients: The number ``n`` of clients the noise is calibrated for.
         voters: The number of clients that contribute.
@@ -130,7 +123,7 @@ def simulated_success(votes: np.ndarray, good: np.ndarray, sigma: float, *, rule
 
 
 def unanimous_success(clients: int, k: int, num_candidates: int, sigma: float) -> float:
-    """Chance that the argmax picks one of ``k`` candidates that ALL ``clients`` voted for (the best case).
+    """Chance that the argmax picks one of ``k`` candidates ALL ``clients`` voted for (1 if ``k >= p`` or ``sigma`` 0).
 
     With ``u = (x - n) / sigma``: ``int k phi(u) Phi(u)^(k-1) Phi(u + n / sigma)^(p-k) du`` (the largest of the
     ``k`` counts ``n + sigma Z`` beats the ``p - k`` counts ``sigma W``).
@@ -142,7 +135,7 @@ def unanimous_success(clients: int, k: int, num_candidates: int, sigma: float) -
         sigma: The noise std of the sum.
 
     Returns:
-        The chance (1 when ``k >= p`` or ``sigma`` is 0).
+        The chance.
     """
     from scipy.integrate import quad
     from scipy.stats import norm
@@ -192,28 +185,12 @@ class ForecastSetting:
     inflation: float = 1.0
 
     def sigma(self, epsilon: float, k: int) -> float:
-        """The calibrated noise std of the sum at ``(epsilon, k)``.
-
-        Args:
-            epsilon: The epsilon.
-            k: Votes per client.
-
-        Returns:
-            ``sigma``.
-        """
+        """The calibrated noise std of the sum at ``(epsilon, k)``."""
         return calibrate(epsilon, self.delta, k, num_candidates=self.num_candidates, accountant=self.accountant,
                          noise=self.noise, neighbouring=self.neighbouring).sigma
 
     def votes(self, clients: int, ks: Sequence[int]) -> tuple[int, dict[int, np.ndarray], np.ndarray]:
-        """Voters (the ``ceil((1 - xi) n)`` survivors), their vote sums per ``k`` and the good masks.
-
-        Args:
-            clients: The number ``n`` of clients.
-            ks: The values of ``k``.
-
-        Returns:
-            The number of voters, ``k`` -> vote sums ``(R, p)``, and the good masks ``(R, p)``.
-        """
+        """Voters (the ``ceil((1 - xi) n)`` survivors), their ``(R, p)`` vote sums per ``k`` and the good masks."""
         from dphype.privacy.noise import min_survivors
 
         voters = min_survivors(clients, self.dropout)
@@ -223,16 +200,7 @@ class ForecastSetting:
         return voters, counts, good
 
     def winner_success(self, votes: np.ndarray, good: np.ndarray, epsilon: float) -> float:
-        """Share of winner releases (`Forecast.WINNER`) that pick a good candidate, on the same votes.
-
-        Args:
-            votes: The noiseless vote sums, ``(R, p)``.
-            good: The good masks, ``(R, p)``.
-            epsilon: The run's epsilon.
-
-        Returns:
-            The share of good picks.
-        """
+        """Share of winner releases that pick a good candidate, on the same votes."""
         rng = np.random.default_rng([self.seed, 2])  # common random numbers across k, epsilon and n
         picks = replay_winners(votes, epsilon=epsilon, neighbouring=self.neighbouring, repetitions=len(votes),
                                rng=rng)  # the committee's noise: neither the clients nor the dropout change it
@@ -240,55 +208,20 @@ class ForecastSetting:
 
     def success(self, votes: np.ndarray, good: np.ndarray, sigma: float, clients: int, voters: int, k: int,
                 rule: str) -> float:
-        """Share of noisy-sum releases whose pick under ``rule`` is good (`simulated_success`).
-
-        Args:
-            votes: The noiseless vote sums, ``(R, p)``.
-            good: The good masks, ``(R, p)``.
-            sigma: The noise std the sum is released with.
-            clients: The number ``n`` of clients.
-            voters: The number of voters.
-            k: Votes per client.
-            rule: The selection rule.
-
-        Returns:
-            The share of good picks.
-        """
+        """Share of noisy-sum releases whose pick under ``rule`` is good (`simulated_success`)."""
         rng = np.random.default_rng([self.seed, 1])  # common random numbers across k, epsilon and n
         return simulated_success(votes, good, sigma, rule=rule, space=self.space, clients=clients, voters=voters,
                                  dropout=self.dropout, noise=self.noise, k=k, rng=rng)
 
     def forecast_sigma(self, forecast: Forecast, epsilon: float, k: int) -> float:
-        """The noise std of ``forecast``'s release at ``(epsilon, k)``.
-
-        Args:
-            forecast: The release forecast.
-            epsilon: The epsilon.
-            k: Votes per client.
-
-        Returns:
-            The noise std.
-        """
+        """The noise std of ``forecast``'s release at ``(epsilon, k)``."""
         if forecast is Forecast.WINNER:
             return noise_std(epsilon, self.neighbouring)
         return self.sigma(epsilon, k)
 
     def forecast_success(self, forecast: Forecast, votes: np.ndarray, good: np.ndarray, epsilon: float,
                          clients: int, voters: int, k: int) -> float:
-        """Simulated success of ``forecast``'s release at ``(epsilon, k)`` on ``votes`` (the run's rule on the sum).
-
-        Args:
-            forecast: The release forecast.
-            votes: The noiseless vote sums, ``(R, p)``.
-            good: The good masks, ``(R, p)``.
-            epsilon: The epsilon.
-            clients: The number ``n`` of clients.
-            voters: The number of voters.
-            k: Votes per client.
-
-        Returns:
-            The share of good picks.
-        """
+        """Simulated success of ``forecast``'s release at ``(epsilon, k)`` on ``votes`` (the run's rule on a sum)."""
         if forecast is Forecast.WINNER:
             return self.winner_success(votes, good, epsilon)
         return self.success(votes, good, self.inflation * self.sigma(epsilon, k), clients, voters, k, self.rule)

@@ -64,15 +64,7 @@ class LossModel:
         return self.num_candidates - self.num_good
 
     def losses(self, rows: int, rng: np.random.Generator) -> np.ndarray:
-        """``(rows, |H|)`` float32 losses, one row per client.
-
-        Args:
-            rows: The number of clients.
-            rng: The random generator.
-
-        Returns:
-            The losses.
-        """
+        """``(rows, |H|)`` float32 losses, one row per client."""
         out = rng.standard_normal((rows, self.num_candidates), dtype=np.float32)
         out *= np.float32(self.sigma_loss)
         out[:, self.num_good :] += np.float32(1.0)
@@ -80,17 +72,10 @@ class LossModel:
 
 
 def ranking_from_losses(losses: np.ndarray, depth: int) -> np.ndarray:
-    """Indices of each row's ``depth`` smallest losses (or rank keys), best first: nested top-k sets.
+    """Indices ``(rows, depth)`` of each row's ``depth`` smallest losses (or rank keys), best first.
 
     ``prefix[:, :k]`` marks the same ``k`` candidates as `dphype.selection.voting.top_k_votes` with
-    ``maximize=False`` (up to exact ties, which have probability zero for continuous losses).
-
-    Args:
-        losses: The losses (or rank keys), ``(rows, p)``.
-        depth: How many of each row's best to keep.
-
-    Returns:
-        The indices, int32 ``(rows, depth)``.
+    ``maximize=False`` (up to exact ties, of probability zero for continuous losses).
     """
     return np.argsort(losses, axis=1)[:, :depth].astype(np.int32)
 
@@ -125,18 +110,15 @@ def _good_losses(model: LossModel, rows: int, rng: np.random.Generator) -> np.nd
 
 def ranking_prefix(model: LossModel, rows: int, depth: int, rng: np.random.Generator,
                    sampler: str = "auto") -> np.ndarray:
-    """Best-first candidate indices ``(rows, depth)`` of ``rows`` independent clients (see module docstring).
-
-    ``sampler``: ``"losses"`` (draw every loss, the reference), ``"direct"`` (rank keys for every
-    candidate), ``"order"`` (order statistics) or ``"auto"`` (``order`` when bad candidates outnumber
-    ``depth`` five times, else ``direct``).
+    """Best-first candidate indices ``(rows, depth)`` of ``rows`` independent clients (module docstring).
 
     Args:
         model: The clients' loss model.
         rows: The number of clients.
         depth: The prefix length, the largest ``k`` needed.
         rng: The random generator.
-        sampler: ``"losses"``, ``"direct"``, ``"order"`` or ``"auto"`` (above).
+        sampler: ``"losses"``, ``"direct"``, ``"order"`` or ``"auto"`` (``order`` when bad candidates outnumber
+            ``depth`` five times, else ``direct``).
 
     Returns:
         The prefixes, int32 ``(rows, depth)``.

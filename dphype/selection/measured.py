@@ -124,16 +124,16 @@ def read_measured(text: str, source: str = MEASURED_FILE) -> dict[Cell, Measured
 
 
 def load_measured(path: str | Path | None = None) -> dict[Cell, Measured]:
-    """The measured table at ``path``, or the package's own (`MEASURED_FILE`, read once).
+    """The measured table at ``path`` (``dphype bench ksweep-report``'s), or the package's own, read once.
 
     Args:
-        path: A table ``dphype bench ksweep-report`` wrote; ``None``: the package's.
+        path: A table file; ``None``: the package's (`MEASURED_FILE`).
 
     Returns:
         Cell -> its measured shares (`read_measured`).
 
     Raises:
-        ValueError: If the file is malformed (`read_measured`).
+        ValueError: If the file is malformed.
         OSError: If ``path`` cannot be read.
     """  # noqa: DOC502
     if path is None:
@@ -148,14 +148,7 @@ def _packaged() -> dict[Cell, Measured]:
 
 
 def measured_ballots(table: dict[Cell, Measured] | None = None) -> frozenset[str]:
-    """The ballots the table (default the package's) measured.
-
-    Args:
-        table: A table from `load_measured`; ``None``: the package's.
-
-    Returns:
-        Their names.
-    """
+    """The ballots a table from `load_measured` (``None``: the package's) measured."""
     return frozenset(cell[0] for cell in (load_measured() if table is None else table))
 
 

@@ -94,20 +94,11 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        """The plan as a JSON-ready dict, with its `advice`.
-
-        Returns:
-            Field name -> value.
-        """
+        """The plan as a JSON-ready dict, with its `advice`."""
         return {**asdict(self), "advice": self.advice()}
 
     def advice(self) -> str:
-        """What the planner knows of the chance of a good pick on the run's data, in words.
-
-        Returns:
-            ``predicted_success`` when there is one; else that it is unknown, with the spread the bench measured
-            nearest the run (`within_opt`) where it measured the release and ballot, and what would narrow it.
-        """
+        """What the planner knows of the chance of a good pick on the run's data, and what would narrow it, in words."""
         if self.predicted_success is not None:
             return f"predicted chance of a good pick {self.predicted_success:.2f}"
         words = "chance of a good pick on your data: unknown (the planner sees no data)"
@@ -120,14 +111,7 @@ class Plan:
 
 
 def measured_spread(within: dict[str, Any]) -> str:
-    """The measured shares of a plan's ``within_opt`` in words.
-
-    Args:
-        within: `Plan.within_opt`.
-
-    Returns:
-        The words.
-    """
+    """The measured shares of a plan's `Plan.within_opt` in words."""
     return (f"on the bench tasks at n = {within['clients']}, epsilon = {within['epsilon']:g} with "
             f"{within['candidates']} candidates ({within['tasks']} federations: {within['measured_on']}) the "
             f"{within['ballot']} ballot put {within['within_2pt'][0]:.0%} to {within['within_2pt'][1]:.0%} of releases "

@@ -69,10 +69,7 @@ KS: tuple[int, ...] = (1, 2, 3, 5, 8, 10, 15, 20, 25, 30, 40, 50)
 
 
 def _bisect(ok: Any, lo: float, hi: float, ratio: float) -> float | None:
-    """Smallest ``x`` in ``[lo, hi]`` with ``ok(x)``, to within a factor ``ratio``.
-
-    ``ok`` is monotone in ``x``; ``None`` if ``not ok(hi)``.
-    """
+    """Smallest ``x`` in ``[lo, hi]`` with monotone ``ok(x)``, up to a factor ``ratio``; ``None`` if not ``ok(hi)``."""
     if not ok(hi):
         return None
     if ok(lo):
@@ -242,19 +239,17 @@ def _winner_tie_break(setting: ForecastSetting, by_k: list[dict[str, Any]], epsi
                       clients: int) -> dict[str, Any]:
     """The row of the winner release's recommended ``k``: the highest ``success_winner``.
 
-    When several ``k`` reach it (at a large epsilon every ``k`` from some on simulates success 1.0), the scenario
-    cannot tell them apart, and the tie goes to
+    When several ``k`` reach it (at a large epsilon every ``k`` from some on simulates success 1.0) the scenario cannot
+    tell them apart, and the tie goes to
 
     1. the scenario's number of good candidates ``|H_good|`` (a vote for exactly the good ones) if it is tied;
-    2. else the tied ``k`` with the highest success under `tie_break_scenario` (clients that agree half
-       as well), simulated for the tied ``k`` exactly as `plan` with that scenario and ``ks`` = the tied
-       ``k`` would (each tied row gets ``success_winner_tie_break``); then the smallest ``k``.
+    2. else the tied ``k`` with the highest success under `tie_break_scenario` (clients that agree half as well),
+       simulated as `plan` would with that scenario (each tied row gets ``success_winner_tie_break``); then the
+       smallest ``k``.
 
-    Why (``dphype bench ksweep`` on 9 Adult federations, results/README.md): the smallest saturated ``k``
-    (1-3) lands 2-4 points from Opt under label skew, where ``k`` = 5 lands within 0.4; ``k`` of 20 and more
-    lands 5-9 points from it at n = 250 (many candidates reach the ceiling of n votes and the lowest index wins
-    among them); ties below saturation (epsilon <= 0.25 at 10-20 clients) measure best at the larger ``k`` that
-    the weaker scenario prefers.
+    The rule follows ``dphype bench ksweep`` (results/README.md, the planner's k against the measured sweep): the
+    smallest saturated ``k`` lands far from Opt under label skew, and a large ``k`` lets many candidates reach the
+    ceiling of ``n`` votes, where the lowest index wins.
     """
     top = max(row["success_winner"] for row in by_k)
     tied = [row for row in by_k if row["success_winner"] == top]
@@ -289,11 +284,10 @@ def check_plan(
     min_success: float | None = None,
     **options: Any,
 ) -> Plan:
-    """The check a server or the demo runs before any data is touched (about a second).
+    """The check a server or the demo runs before any data is touched: the plan at the configured ``k``.
 
-    The predicted success of the configured run, refused below ``min_success``: the plan at the configured ``k``
-    without the searches; its ``warnings`` say when the predicted success is below `WARN_BELOW` or the release is
-    noise.
+    Without the searches; refused below ``min_success``; its ``warnings`` say when the predicted success is below
+    `WARN_BELOW` or the release is noise.
 
     Args:
         clients: The number ``n`` of clients.
@@ -304,8 +298,8 @@ def check_plan(
         k: Votes per client.
         dropout: The tolerated dropout fraction.
         min_success: In ``[0, 1]``: refuse when the predicted success is below it; ``None``: never refuse.
-        **options: Go to `plan` (``rule``, ``noise``, ``accountant``, ``neighbouring``, ``consensus``,
-            ``num_good``, ``repetitions``, ``seed``, ``release``, ``releases``).
+        **options: Go to `plan` (``rule``, ``noise``, ``accountant``, ``neighbouring``, ``consensus``, ``num_good``,
+            ``repetitions``, ``seed``, ``release``, ``releases``).
 
     Returns:
         The plan.

@@ -61,16 +61,14 @@ CONFIDENCE_SAMPLES = 4000
 
 # --------------------------------------------------------------------------------------------- validators
 class SelectionRule(ABC):
-    """A selection rule: how it picks on released noisy vote sums, its posterior, and when another rule runs instead.
+    """A selection rule: its picks on released noisy vote sums, its posterior, and when another rule runs instead.
 
-    Rules are stateless; the registry holds one instance of each (`register_rule`). Everything a rule computes is
-    post-processing of the releases and public facts (module docstring).
+    Stateless; registered once (`register_rule`). Everything it computes is post-processing (module docstring).
 
     Attributes:
         name: The public name (configuration, CLI ``--rule``, results).
         description: One line for the CLI's help.
-        models: Whether its estimate of the vote sum is a model's, not the release itself (a result's table shows
-            the estimate beside the votes then).
+        models: Whether its estimate of the vote sum is a model's, not the release itself.
     """
 
     name: ClassVar[str]
@@ -81,7 +79,7 @@ class SelectionRule(ABC):
         return f"{type(self).__name__}()"
 
     def runs_as(self, space: FeatureSpace | None, sigma: float | None = None) -> tuple[SelectionRule, str | None]:
-        """The rule that runs on releases over ``space`` with noise ``sigma``, and why it is not this one.
+        """The rule that runs on releases over ``space`` with noise ``sigma`` (``None``: some), and why not this one.
 
         Args:
             space: The candidates' public feature space, or ``None``.
@@ -115,10 +113,10 @@ class SelectionRule(ABC):
         """The rule's estimate of the vote sum and samples of its posterior given one release (`select_release`).
 
         Args:
-            y: ``(1, p)`` the release.
+            y: ``(1, p)`` releases.
             space: The candidates' public feature space, or ``None``.
-            sigma: The total noise std on each coordinate, ``> 0``.
-            clients: The public number of contributing clients, or ``None``.
+            sigma: The total noise std on each coordinate.
+            clients: The public number of clients whose votes are in the sum, or ``None``.
             k: The public votes per client, or ``None``.
             settings: The ``"gp"`` rule's hyperparameter grid, or ``None``.
 
@@ -132,57 +130,23 @@ _Rule = TypeVar("_Rule", bound=type[SelectionRule])
 
 
 def register_rule(rule: _Rule) -> _Rule:
-    """Class decorator: register one instance of ``rule`` under ``rule.name``.
-
-    Args:
-        rule: A concrete `SelectionRule` subclass.
-
-    Returns:
-        ``rule`` itself.
-
-    Raises:
-        ValueError: The name is taken.
-    """  # noqa: DOC502
+    """Class decorator: register one instance of ``rule`` under ``rule.name`` (a taken name is refused)."""
     _RULES.add(rule.name, rule())
     return rule
 
 
 def rule_names() -> tuple[str, ...]:
-    """The registered rules' names, in registration order.
-
-    Returns:
-        The names.
-    """
+    """The registered rules' names, in registration order."""
     return _RULES.names()
 
 
 def selection_rule(name: Any) -> SelectionRule:
-    """The registered rule named ``name``: the one lookup, so an unknown rule is refused alike everywhere.
-
-    Args:
-        name: One of `rule_names`.
-
-    Returns:
-        The rule.
-
-    Raises:
-        ValueError: ``name`` is not a registered rule's name; the message lists them.
-    """  # noqa: DOC502
+    """The registered rule named ``name``; an unknown name is refused (ValueError listing the names)."""
     return _RULES.get(name)
 
 
 def check_rule(rule: Any) -> str:
-    """Check a selection rule's name.
-
-    Args:
-        rule: One of `rule_names`.
-
-    Returns:
-        ``rule`` as str.
-
-    Raises:
-        ValueError: ``rule`` is not a registered rule's name.
-    """  # noqa: DOC502
+    """Check a selection rule's name and return it as str."""
     return selection_rule(rule).name
 
 
@@ -200,17 +164,7 @@ def _as_releases(noisy: ArrayLike, name: str = "noisy") -> np.ndarray:
 
 # --------------------------------------------------------------------------------------------- argmax
 def select(noisy_sum: ArrayLike) -> int:
-    """Index of the candidate with the most noisy votes (Algorithm 1, line 12); ties -> lowest index.
-
-    Args:
-        noisy_sum: The ``(p,)`` released noisy vote sum.
-
-    Returns:
-        The selected candidate's index.
-
-    Raises:
-        ValueError: ``noisy_sum`` is empty, not 1-D or not finite.
-    """
+    """Index of most noisy votes (Algorithm 1, line 12; ties: lowest); refuses an empty, non-1-D or non-finite sum."""
     arr = np.asarray(noisy_sum, dtype=np.float64)
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError(f"noisy_sum must be a non-empty 1-D array, got shape {arr.shape}")
@@ -220,16 +174,14 @@ def select(noisy_sum: ArrayLike) -> int:
 
 
 def selection_gap(vote_sum: ArrayLike, good: Sequence[int]) -> float:
-    """Gap ``gamma`` of Eq. (3): min votes over good candidates minus max votes over the others.
-
-    Every index not in ``good`` counts as bad.
+    """Gap ``gamma`` of Eq. (3): min votes over good candidates minus max votes over the others (every index not good).
 
     Args:
         vote_sum: The ``(p,)`` noiseless aggregated vote vector.
         good: The indices of ``H_good``, at least one, leaving at least one bad candidate.
 
     Returns:
-        The gap ``gamma`` (negative when a bad candidate has more votes than a good one).
+        The gap (negative when a bad candidate has more votes than a good one).
 
     Raises:
         ValueError: ``vote_sum`` is empty or not 1-D, ``good`` is empty, out of range or covers every candidate.
@@ -250,12 +202,9 @@ def selection_gap(vote_sum: ArrayLike, good: Sequence[int]) -> float:
 def good_selection_probability_bound(gap: float, sigma: float, num_good: int, num_bad: int) -> float:
     """Theorem IV.1: ``Pr[M(D) in H_good] >= 1 - |H_bad| sigma / (gamma sqrt(pi)) exp(-gamma^2 / (4 sigma^2))``.
 
-    The proof bounds ``Pr[z_i - z_j >= gamma]`` for ``z_i - z_j ~ N(0, 2 sigma^2)`` by the
-    Gaussian tail ``sigma / (gamma sqrt(pi)) exp(-gamma^2/(4 sigma^2))`` and takes a union bound over the
-    ``num_bad`` bad candidates. The bound does not depend on ``num_good`` (only ``num_good >= 1`` is
-    needed for ``gamma`` to exist); it is validated for consistency with the theorem's setting.
-    The tail bound needs ``gamma > 0``; for ``gamma <= 0`` the theorem gives nothing and the trivial
-    bound 0 is returned; a negative right-hand side is likewise reported as 0 (a probability is >= 0).
+    The proof bounds ``Pr[z_i - z_j >= gamma]`` for ``z_i - z_j ~ N(0, 2 sigma^2)`` by the Gaussian tail and takes a
+    union bound over the bad candidates; ``num_good`` only has to be ``>= 1``. For ``gamma <= 0`` the theorem gives
+    nothing and 0 is returned; a negative right-hand side is reported as 0.
 
     Args:
         gap: ``gamma`` of Eq. (3) (`selection_gap`), finite.
@@ -294,19 +243,15 @@ def good_selection_probability_bound(gap: float, sigma: float, num_good: int, nu
 class GPSettings:
     """The hyperparameter grid of the ``"gp"`` rule (public constants; nothing here is read from data).
 
-    The lengthscale grid is the product of ``lengthscales`` over the axes, or, when that exceeds ``max_grid``
-    points, ``max_grid`` points of a scrambled Sobol design over it (fixed seed).
-    Outputscales ``s`` (the surface's variance around its mean): ``num_outputscales`` log-spaced values
-    between the variance of random voting, ``n q (1 - q)`` with ``q = k / p`` (every vote count
-    ``Binomial(n, q)``), and of unanimous voting, ``n^2 q (1 - q)`` (``k`` candidates with ``n`` votes, the
-    rest none), when ``n`` and ``k`` are known; else ``sigma^2 * 10^[-3, 3]``. ``outputscales`` (units of
-    ``sigma^2``) replaces that grid. Prior: uniform over the grid (log-uniform in every lengthscale and in
-    ``s``), or with ``botorch_prior`` BoTorch's dimension-scaled ``LogNormal(sqrt(2) + log(d)/2, sqrt(3))``
-    on each lengthscale (Hvarfner et al., ICML 2024).
+    Lengthscales: the product of ``lengthscales`` over the axes, or ``max_grid`` points of a scrambled Sobol design
+    over it (fixed seed). Outputscales ``s``: ``num_outputscales`` log-spaced values between the variance of random
+    voting, ``n q (1 - q)`` with ``q = k / p``, and of unanimous voting, ``n^2 q (1 - q)``, when ``n`` and ``k`` are
+    known; else ``sigma^2 * 10^[-3, 3]``; ``outputscales`` (units of ``sigma^2``) replaces that grid. Prior: uniform
+    over the grid (log-uniform in every lengthscale and in ``s``), or with ``botorch_prior`` BoTorch's
+    ``LogNormal(sqrt(2) + log(d)/2, sqrt(3))`` per lengthscale (Hvarfner et al., ICML 2024).
 
     Attributes:
-        lengthscales: Candidate lengthscales of every axis, in units of the axis' ``[0, 1]`` range (for the
-            categorical kernel, on its own scale).
+        lengthscales: Candidate lengthscales of every axis, in units of the axis' ``[0, 1]`` range.
         num_outputscales: The number of outputscales in the default grid.
         outputscales: Outputscales in units of ``sigma^2`` replacing the default grid, or ``None``.
         max_grid: The most lengthscale vectors in the grid.
@@ -337,17 +282,7 @@ class GPSettings:
         check_int("max_grid", self.max_grid, 1)
 
     def outputscale_grid(self, sigma: float, clients: int | None, k: int | None, p: int) -> np.ndarray:
-        """The outputscale grid in vote units squared (class docstring).
-
-        Args:
-            sigma: The release's total noise std.
-            clients: The number of clients whose votes are in the sum, or ``None``.
-            k: Votes per client, or ``None``.
-            p: The number of candidates.
-
-        Returns:
-            The ``(S,)`` outputscales.
-        """
+        """The ``(S,)`` outputscale grid in vote units squared (class docstring)."""
         if self.outputscales is not None:
             return np.asarray(self.outputscales, dtype=np.float64) * sigma**2
         q = None if clients is None or k is None else k / p
@@ -370,28 +305,23 @@ def _lengthscale_grid(num_axes: int, settings: GPSettings) -> np.ndarray:
 
 
 def _log_lengthscale_prior(grid: np.ndarray) -> np.ndarray:
-    """Log prior of each lengthscale vector on the log-spaced grid, up to a constant.
-
-    BoTorch's default dimension-scaled ``LogNormal(sqrt(2) + log(d) / 2, sqrt(3))`` per axis, a normal density in
-    ``log l``.
-    """
+    """Log prior (up to a constant) of each grid vector: BoTorch's ``LogNormal`` per axis, normal in ``log l``."""
     loc, scale = math.sqrt(2.0) + 0.5 * math.log(grid.shape[1]), math.sqrt(3.0)
     return (-0.5 * ((np.log(grid) - loc) / scale) ** 2).sum(axis=1)
 
 
 def unit_kernels(space: FeatureSpace, lengthscales: np.ndarray) -> np.ndarray:
-    """Unit-outputscale kernel matrices of the candidates, one per row of ``lengthscales``.
+    """Unit-outputscale ``(L, p, p)`` kernel matrices of the candidates, one per row of ``lengthscales``.
 
     GPyTorch's ``MaternKernel(nu=2.5)`` with ARD over the ``d`` numeric axes, times BoTorch's ``CategoricalKernel``
     (``exp(-mean_i [x_i != x'_i] / l)``) when there are categorical axes.
 
     Args:
         space: The candidates' public feature space (``p`` candidates, ``d`` numeric axes).
-        lengthscales: ``(L, d)`` lengthscales of the numeric axes, plus one last column (``(L, d + 1)``) when
-            there are categorical axes: the categorical kernel's lengthscale.
+        lengthscales: ``(L, d)`` lengthscales, plus a last column (``(L, d + 1)``) for the categorical kernel.
 
     Returns:
-        The ``(L, p, p)`` kernel matrices.
+        The kernel matrices.
     """
     import warnings
 
@@ -421,15 +351,7 @@ def unit_kernels(space: FeatureSpace, lengthscales: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _Spectra:
-    """The rule's grid for one space, with the eigendecompositions of its unit kernels.
-
-    Attributes:
-        grid: ``(L, a)`` lengthscales.
-        log_prior: ``(L,)`` log prior.
-        eigval: ``(L, p)`` eigenvalues of the unit kernels.
-        eigvec: ``(L, p, p)`` eigenvectors of the unit kernels.
-        u1: ``(L, p)``: ``U^T 1``.
-    """
+    """Grid for one space: ``grid``, ``log_prior``, the kernels' ``eigval``, ``eigvec`` and ``u1 = U^T 1``."""
 
     grid: np.ndarray
     log_prior: np.ndarray
@@ -475,14 +397,7 @@ class SurfaceFit:
 
 @dataclass(frozen=True)
 class _Release:
-    """Validated inputs of a fit.
-
-    Attributes:
-        y: ``(R, p)`` releases.
-        sigma: The total noise std.
-        clients: The public number of clients, or ``None``.
-        k: The public votes per client, or ``None``.
-    """
+    """Validated inputs of a fit: ``(R, p)`` releases ``y``, ``sigma`` and the public ``clients`` and ``k``."""
 
     y: np.ndarray
     sigma: float
@@ -491,19 +406,11 @@ class _Release:
 
     @property
     def vote_mass(self) -> float | None:
-        """The public total ``M = n k`` of the noiseless votes, if known.
-
-        Returns:
-            ``M``, or ``None``.
-        """
+        """The public total ``M = n k`` of the noiseless votes, or ``None``."""
         return None if self.clients is None or self.k is None else float(self.clients * self.k)
 
     def prior_mean(self) -> np.ndarray:
-        """The prior mean: ``M / p``, or each release's own average when ``M`` is unknown.
-
-        Returns:
-            ``(R,)`` prior means.
-        """
+        """The ``(R,)`` prior means: ``M / p``, or each release's own average when ``M`` is unknown."""
         mass = self.vote_mass
         return self.y.mean(axis=1) if mass is None else np.full(self.y.shape[0], mass / self.y.shape[1])
 
@@ -548,17 +455,17 @@ class _Chunk:
     u1: np.ndarray | None
 
     def mean_coefficients(self, weights: np.ndarray) -> np.ndarray:
-        """The weighted sum over outputscales of the posterior mean's eigen-coefficients.
+        """The ``(G, R, p)`` weighted sum over outputscales of the posterior mean's eigen-coefficients.
 
-        One outputscale: ``m + U (z * shrink)`` (R&W Eq. 2.25). With a known vote mass ``M`` (prior mean
-        ``M / p``) it is conditioned on ``1^T v = M``, a noiseless linear observation:
-        ``mu + C 1 (M - 1^T mu) / (1^T C 1)``, ``C = U diag(post_var) U^T``, ``M - 1^T mu = -u1 . (z * shrink)``.
+        One outputscale: ``m + U (z * shrink)`` (R&W Eq. 2.25). With a known vote mass ``M`` it is conditioned on
+        ``1^T v = M``, a noiseless linear observation: ``mu + C 1 (M - 1^T mu) / (1^T C 1)``, ``C = U diag(post_var)
+        U^T``, ``M - 1^T mu = -u1 . (z * shrink)``.
 
         Args:
             weights: ``(G, R, S)`` weights.
 
         Returns:
-            ``(G, R, p)`` eigen-coefficients.
+            The coefficients.
         """
         out = self.z * (weights @ self.shrink)
         if self.u1 is not None:
@@ -575,10 +482,7 @@ _CHUNK_ENTRIES = 2**21
 
 def _grid_chunks(centred: np.ndarray, spectra: _Spectra, sigma: float, scales: np.ndarray,
                  constrained: bool) -> Any:
-    """Yield `_Chunk` s covering the whole grid.
-
-    For the centred releases ``(R, p)`` and the outputscales ``scales`` ``(S,)``.
-    """
+    """Yield `_Chunk` s covering the grid for the centred ``(R, p)`` releases and the ``(S,)`` outputscales."""
     r, p = centred.shape
     noise_var = sigma**2
     size = max(1, _CHUNK_ENTRIES // (r * p))
@@ -605,10 +509,9 @@ def fit_surface(
 ) -> SurfaceFit:
     """Fit the ``"gp"`` rule's vote surface to every release of ``noisy`` (module docstring).
 
-    ``clients`` and ``k`` give the vote mass ``M = clients k`` (prior mean ``M / p``, exact sum constraint) and
-    the outputscale range (`GPSettings`); unknown (``None``), the prior mean is each release's own average and no
-    sum constraint is used. The posterior mean is averaged over the grid with the weights
-    ``exp(log marginal likelihood + log prior)``, accumulated chunk by chunk relative to the running maximum.
+    ``clients`` and ``k`` give the vote mass ``M`` (prior mean ``M / p``, exact sum constraint) and the outputscale
+    range; unknown, the prior mean is each release's own average, without constraint. The posterior mean is averaged
+    over the grid with weights ``exp(log marginal likelihood + log prior)``, accumulated chunk by chunk.
 
     Args:
         noisy: ``(R, p)`` releases (or one ``(p,)`` release).
@@ -632,12 +535,7 @@ def fit_surface(
 
 
 def _one_blas_thread() -> Any:
-    """Single-threaded BLAS for the rule's many small products and eigendecompositions.
-
-    Extra BLAS threads gain nothing on ``p x p`` matrices and, spinning while they wait, slowed a batch fit
-    ten-fold on a shared 2-core machine (and the grid's eigendecompositions a hundredfold inside a busy Flower
-    simulation).
-    """
+    """Single-threaded BLAS: extra threads gain nothing on ``p x p`` matrices and spin on a busy machine."""
     from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=1, user_api="blas")
@@ -682,8 +580,8 @@ def posterior_samples(
 ) -> np.ndarray:
     """Draws of the vote sum from the ``"gp"`` rule's posterior given one release.
 
-    A grid point ``(l, s)`` is drawn from the hyperparameter posterior, then ``v ~ N(mean, C)`` in its
-    eigenbasis; with a known vote mass the draw is conditioned on ``1^T v = M`` by Matheron's rule,
+    A grid point ``(l, s)`` is drawn from the hyperparameter posterior, then ``v ~ N(mean, C)`` in its eigenbasis;
+    with a known vote mass the draw is conditioned on ``1^T v = M`` by Matheron's rule,
     ``v + C 1 (M - 1^T v) / (1^T C 1)`` (exact for Gaussians).
 
     Args:
@@ -700,8 +598,7 @@ def posterior_samples(
         ``(N, p)`` draws.
 
     Raises:
-        ValueError: An input is invalid, ``noisy_sum`` holds more than one release, or ``space`` carries no
-            structure.
+        ValueError: An input is invalid, ``noisy_sum`` holds more than one release, or ``space`` has no structure.
     """
     from dphype.checks import check_int
 
@@ -735,13 +632,7 @@ def posterior_samples(
 # ------------------------------------------------------------------------------------------------ the rules
 @register_rule
 class Argmax(SelectionRule):
-    """Algorithm 1, line 12: the most noisy votes (ties: lowest index); its posterior is ``N(y, sigma^2 I)``.
-
-    Attributes:
-        name: ``"argmax"``.
-        description: The CLI's line.
-        models: ``False``: its estimate is the release.
-    """
+    """Algorithm 1, line 12: the most noisy votes (ties: lowest index); its posterior is ``N(y, sigma^2 I)``."""
 
     name = "argmax"
     description = "the paper's: the most noisy votes"
@@ -749,65 +640,25 @@ class Argmax(SelectionRule):
 
     def picks(self, y: np.ndarray, space: FeatureSpace | None, sigma: float, *, clients: int | None, k: int | None,
               settings: GPSettings | None) -> np.ndarray:
-        """``argmax`` of every release (`SelectionRule.picks`).
-
-        Args:
-            y: ``(R, p)`` releases.
-            space: Unused.
-            sigma: Unused.
-            clients: Unused.
-            k: Unused.
-            settings: Unused.
-
-        Returns:
-            The ``(R,)`` picks.
-        """
+        """``argmax`` of every release."""
         return np.argmax(y, axis=1)
 
     def posterior(self, y: np.ndarray, space: FeatureSpace | None, sigma: float, *, clients: int | None,
                   k: int | None, settings: GPSettings | None) -> tuple[np.ndarray, np.ndarray]:
-        """The release itself, and ``N(y, sigma^2 I)`` samples (flat prior; `SelectionRule.posterior`).
-
-        Args:
-            y: ``(1, p)`` the release.
-            space: Unused.
-            sigma: The total noise std.
-            clients: Unused.
-            k: Unused.
-            settings: Unused.
-
-        Returns:
-            The estimate and the samples.
-        """
+        """The release itself, and ``N(y, sigma^2 I)`` samples (flat prior)."""
         return y[0], y + sigma * np.random.default_rng(0).standard_normal((CONFIDENCE_SAMPLES, y.shape[1]))
 
 
 @register_rule
 class GP(SelectionRule):
-    """Structure-aware: the argmax of a Gaussian process's posterior mean over the public space (module docstring).
-
-    Falls back to `Argmax` without noise, without a feature space or on a space without structure.
-
-    Attributes:
-        name: ``"gp"``.
-        description: The CLI's line.
-        models: ``True``: its estimate is the posterior mean.
-    """
+    """Structure-aware: the argmax of a Gaussian process's posterior mean over the public space (module docstring)."""
 
     name = "gp"
     description = "structure-aware, a Gaussian process over the candidate space"
     models = True
 
     def runs_as(self, space: FeatureSpace | None, sigma: float | None = None) -> tuple[SelectionRule, str | None]:
-        """`Argmax` when ``sigma == 0``, ``space`` is ``None`` or carries no structure; else this rule.
-
-        Args:
-            space: The candidates' public feature space, or ``None``.
-            sigma: The total noise std (``0``: no noise); ``None``: some noise.
-
-        Returns:
-            The rule that runs and why it is not this one.
-        """
+        """`Argmax` when ``sigma == 0``, ``space`` is ``None`` or carries no structure; else this rule."""
         if isinstance(sigma, (int, float)) and not isinstance(sigma, bool) and sigma == 0:
             return selection_rule("argmax"), "no noise: the release is the vote sum itself"
         reason = "no feature space given" if space is None else space.no_structure
@@ -815,37 +666,13 @@ class GP(SelectionRule):
 
     def picks(self, y: np.ndarray, space: FeatureSpace | None, sigma: float, *, clients: int | None, k: int | None,
               settings: GPSettings | None) -> np.ndarray:
-        """The argmax of `fit_surface`'s posterior mean on every release (`SelectionRule.picks`).
-
-        Args:
-            y: ``(R, p)`` releases.
-            space: The feature space (with structure: `runs_as`).
-            sigma: The total noise std, ``> 0``.
-            clients: The public number of clients, or ``None``.
-            k: The public votes per client, or ``None``.
-            settings: The hyperparameter grid, or ``None``.
-
-        Returns:
-            The ``(R,)`` picks.
-        """
+        """The argmax of `fit_surface`'s posterior mean on every release."""
         assert space is not None
         return np.argmax(fit_surface(y, space, sigma, clients=clients, k=k, settings=settings).mean, axis=1)
 
     def posterior(self, y: np.ndarray, space: FeatureSpace | None, sigma: float, *, clients: int | None,
                   k: int | None, settings: GPSettings | None) -> tuple[np.ndarray, np.ndarray]:
-        """`fit_surface`'s mean and `posterior_samples` (`SelectionRule.posterior`).
-
-        Args:
-            y: ``(1, p)`` the release.
-            space: The feature space (with structure).
-            sigma: The total noise std.
-            clients: The public number of clients, or ``None``.
-            k: The public votes per client, or ``None``.
-            settings: The hyperparameter grid, or ``None``.
-
-        Returns:
-            The estimate and the samples.
-        """
+        """`fit_surface`'s mean and `posterior_samples`."""
         assert space is not None
         estimate = fit_surface(y, space, sigma, clients=clients, k=k, settings=settings).mean[0]
         return estimate, posterior_samples(y[0], space, sigma, clients=clients, k=k, settings=settings)
@@ -877,10 +704,7 @@ def select_batch(
     k: int | None = None,
     settings: GPSettings | None = None,
 ) -> BatchSelection:
-    """``rule``'s pick on every release of ``noisy``.
-
-    ``"gp"`` falls back to ``"argmax"`` (with the reason) when ``space`` is ``None`` or carries no structure, or
-    when ``sigma == 0`` (no noise: epsilon = inf in the benchmarks).
+    """``rule``'s pick on every release of ``noisy``, or its fallback's (`SelectionRule.runs_as`) with the reason.
 
     Args:
         noisy: ``(R, p)`` releases (or one ``(p,)`` release).
@@ -935,11 +759,7 @@ class Selection:
     warning: str | None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-serialisable summary (without the estimate vector).
-
-        Returns:
-            The summary's fields by name.
-        """
+        """Plain JSON-serialisable summary (without the estimate vector)."""
         return {"selected": self.index, "rule": self.rule, "requested_rule": self.requested,
                 "fallback": self.fallback, "p_top": self.p_top, "p_top_group": self.p_top_group,
                 "tolerance_votes": self.tolerance, "margin_sigma": self.margin, "sigma": self.sigma,
@@ -957,17 +777,14 @@ def select_release(
     tolerance: float | None = None,
     settings: GPSettings | None = None,
 ) -> Selection:
-    """Select a candidate from one released noisy vote sum ``(p,)`` and say how sure the pick is.
-
-    The confidence comes from posterior samples of the vote sum (module docstring).
+    """Select a candidate from one released noisy vote sum and say how sure the pick is (module docstring).
 
     Args:
         noisy_sum: The ``(p,)`` release.
         sigma: The total noise std actually on the sum (`dphype.privacy.accounting.PrivacyReport.sigma`).
-        space: The public feature space (``candidates.feature_space()``; ``None`` makes ``"gp"`` fall back).
+        space: The public feature space (``None`` makes ``"gp"`` fall back).
         rule: One of `rule_names`.
-        clients: The public number of contributing clients, or ``None``; with ``k`` it gives the vote mass
-            ``clients * k``.
+        clients: The public number of contributing clients, or ``None``; with ``k`` it gives the vote mass.
         k: The public votes per client, or ``None`` (given together with ``clients``).
         tolerance: Votes below the top that still count as the top group (default: a tenth of ``clients``, at
             least 1; 0 if ``clients`` is unknown).
@@ -977,8 +794,8 @@ def select_release(
         The pick, its estimate and the confidence in it.
 
     Raises:
-        ValueError: An input is invalid: more than one release, ``clients`` without ``k`` or the converse, a
-            negative or infinite ``tolerance``.
+        ValueError: An input is invalid: more than one release, ``clients`` without ``k`` or the converse, a negative
+            or infinite ``tolerance``.
     """
     from dphype.checks import check_int, check_sigma
 

@@ -40,14 +40,7 @@ class Scenario:
     sigma_loss: float
 
     def loss_model(self, num_candidates: int) -> LossModel:
-        """The loss model of this scenario over ``num_candidates`` candidates.
-
-        Args:
-            num_candidates: The number of candidates.
-
-        Returns:
-            The loss model.
-        """
+        """The loss model of this scenario over ``num_candidates`` candidates."""
         return LossModel(self.num_good, num_candidates, self.sigma_loss)
 
 
@@ -82,17 +75,7 @@ def scenario(num_candidates: int, consensus: str | float = "moderate", num_good:
 
 
 def read_consensus(value: str) -> str | float:
-    """A ``--consensus`` option as `scenario` takes it, checked there before any simulation.
-
-    Args:
-        value: The option's text.
-
-    Returns:
-        A number (``sigma_loss``) when it parses as one, else a scenario name.
-
-    Raises:
-        ValueError: Naming ``consensus``, if it is neither a scenario name nor a number > 0.
-    """  # noqa: DOC502
+    """A ``--consensus`` option as `scenario` takes it: a number (``sigma_loss``) if it parses as one, else a name."""
     try:
         parsed: str | float = float(value)
     except ValueError:
@@ -102,11 +85,7 @@ def read_consensus(value: str) -> str | float:
 
 
 def _neighbourhoods(space: FeatureSpace | None, num_good: int, centres: np.ndarray) -> np.ndarray:
-    """``(R, num_good)``: the ``num_good`` candidates nearest to each centre.
-
-    Euclidean over the numeric features plus the number of differing categories; ties by index. Without
-    structure: ``0 .. num_good-1``.
-    """
+    """``(R, num_good)`` candidates nearest each centre (numeric distance plus differing categories; ties by index)."""
     if space is None or space.no_structure is not None:
         return np.broadcast_to(np.arange(num_good), (len(centres), num_good))
     diff = space.numeric[centres][:, None, :] - space.numeric[None, :, :]
@@ -157,13 +136,6 @@ TIE_BREAK_DISAGREEMENT = 2.0
 
 
 def tie_break_scenario(sc: Scenario) -> Scenario:
-    """The scenario that breaks the winner release's remaining ties.
-
-    Args:
-        sc: The stated scenario.
-
-    Returns:
-        ``sc`` with `TIE_BREAK_DISAGREEMENT` times its disagreement ``sigma_loss`` (moderate's 0.5 -> weak's 1.0).
-    """
+    """``sc`` with `TIE_BREAK_DISAGREEMENT` times its ``sigma_loss``: breaks the winner release's remaining ties."""
     return Scenario(f"{sc.name}, tie-break", sc.num_good, TIE_BREAK_DISAGREEMENT * sc.sigma_loss)
 

@@ -1,37 +1,29 @@
 """Client votes (DP-Hype Algorithm 1, lines 5-8, Appendix F, and graded ballots).
 
-Each client turns its local scores into a ballot, one integer per candidate. DP-Hype's is `top_k_votes`:
-exactly ``k`` ones. The graded ballots give each candidate an integer in ``[0, G]``, ``G = 2**bits - 1``:
+Each client turns its local scores into a ballot, one integer per candidate. DP-Hype's is `top_k_votes`: exactly
+``k`` ones. The graded ballots give each candidate an integer in ``[0, G]``, ``G = 2**bits - 1``:
 
-* `rank_votes` (``"rank:D"``): truncated Borda, ``G`` for the client's best candidate falling linearly to
-  about ``G / D`` at its ``D``-th, 0 below;
+* `rank_votes` (``"rank:D"``): truncated Borda, ``G`` for the client's best candidate falling linearly to about
+  ``G / D`` at its ``D``-th, 0 below;
 * `score_votes` (``"score:M"``): a clipped linear utility of the shortfall from the client's own best,
-  ``round(G * clip(1 - (best - s) / M, 0, 1))``. Summed over ``n`` clients the count of a candidate is ``G``
-  times ``n`` minus its summed clipped shortfall over ``M``, so near the top the noisy maximum approaches the
-  argmax of the clients' mean score: the noise std is about ``2 sqrt(2) M / (n epsilon)`` in score units
-  under replace-one (`dphype.privacy.winner.noise_std` over ``G n / M``), whatever ``G``; ``G`` only sets the
-  rounding.
+  ``round(G * clip(1 - (best - s) / M, 0, 1))``. Summed over ``n`` clients, near the top the noisy maximum
+  approaches the argmax of the clients' mean score, with noise std about ``2 sqrt(2) M / (n epsilon)`` in score
+  units under replace-one, whatever ``G`` (``G`` only sets the rounding);
+* `auto_depth` (``"auto"``): top-k with ``k = round(c p (s / m)^a)`` from public facts only: ``p``, the std ``s``
+  of the argmax release's noise for a top-k ballot and the fewest voters ``m`` (``c = AUTO_SCALE``,
+  ``a = AUTO_EXPONENT``), at least ``AUTO_FLOOR p`` and `AUTO_MIN_DEPTH`. The noise-to-signal ratio ``s / m``
+  decides how deep a vote must reach before the good candidates' counts rise above the noise; the constants were
+  fitted to the measured best ``k`` (results/README.md, the ballot grid).
 
-* `auto_depth` (``"auto"``): top-k with no ``k`` to guess, ``k = round(c p (s / m)^a)`` from public facts only: the
-  number of candidates ``p``, the std ``s`` of the argmax release's noise for a top-k ballot and the fewest voters
-  ``m`` (``c = AUTO_SCALE``, ``a = AUTO_EXPONENT``), at least ``AUTO_FLOOR p`` and `AUTO_MIN_DEPTH`. The
-  noise-to-signal ratio ``s / m`` decides how deep a vote must reach before the good candidates' counts rise above
-  the noise: measured over Adult, digits, breast-cancer, fair and randhie under both relations (README
-  "Ballots"), the best ``k`` in hindsight ranges from 1 to 40 and follows this rule.
+`Ballot` names a ballot (``"top-k"``, ``"auto[:C]"``, ``"rank:D[:BITS]"``, ``"score:M[:BITS]"``), casts it and
+gives its `dphype.selection.ballots.BallotForm`, the bounds every ballot must meet and the tallies check.
 
-`Ballot` names a ballot (``"top-k"``, ``"auto[:C]"``, ``"rank:D[:BITS]"``, ``"score:M[:BITS]"``: the
-configuration's ``ballot``), casts it and gives its `dphype.selection.ballots.BallotForm`, the bounds every
-client's ballot must meet and the tallies check.
-
-The trade-off. In the argmax release the noise depends on the form's ``max_entry`` ``G`` only
-(`dphype.privacy.winner`): a graded ballot costs no more epsilon than top-k, but its noise and its counts both
-grow by ``G``, so per unit of ``G`` a linear rank ballot over ``D`` ranks is the average of the top-``j`` ballots,
-``j <= D``: a hedge over ``k``, never better than the best ``k`` (measured: README "Ballots"). In the sum release
-the noise must hide a whole ballot: a linear rank ballot's l2 sensitivity is about ``G sqrt(2 D / 3)`` against
-top-k's ``sqrt(2 k)``, the same hedge at a noise cost of a top-``D/3`` ballot; the sum release keeps top-k
-(`dphype.modes.ReleaseMode.check_ballot`).
-
-The server's selection rule on the noisy vote sum (line 12) and Theorem IV.1 live in `dphype.selection.rules`.
+The trade-off. In the argmax release the noise depends on ``G`` only (`dphype.privacy.winner`): a graded ballot
+costs no more epsilon than top-k, but its noise and counts both grow by ``G``, so per unit of ``G`` a linear rank
+ballot over ``D`` ranks is the average of the top-``j`` ballots, ``j <= D``: a hedge over ``k``, never better than
+the best ``k``. In the sum release the noise must hide a whole ballot: a linear rank ballot's l2 sensitivity is
+about ``G sqrt(2 D / 3)`` against top-k's ``sqrt(2 k)``; the sum release keeps top-k
+(`dphype.modes.ReleaseMode.check_ballot`). The server's selection rule lives in `dphype.selection.rules`.
 """
 
 from __future__ import annotations
@@ -57,36 +49,12 @@ def _as_score_keys(scores: ArrayLike) -> np.ndarray:
 
 
 def primary_scores(scores: ArrayLike) -> np.ndarray:
-    """The primary key of each candidate.
-
-    Args:
-        scores: ``(p,)`` scores, or ``(p, j)`` lexicographic keys (see `top_k_votes`).
-
-    Returns:
-        A ``(p,)`` float64 copy: ``scores`` itself for shape ``(p,)``, column 0 for ``(p, j)``.
-
-    Raises:
-        ValueError: ``scores`` is empty or not of shape ``(p,)`` or ``(p, j)``.
-    """  # noqa: DOC502
+    """The ``(p,)`` primary key of each candidate: ``scores`` for ``(p,)``, column 0 for ``(p, j)``."""
     return _as_score_keys(scores)[:, 0].copy()
 
 
 def ranking(scores: ArrayLike, *, maximize: bool = True) -> np.ndarray:
-    """The candidates from best to worst, as `top_k_votes` ranks them.
-
-    Column 0 decides, later columns break ties, then the candidate index; a candidate with a non-finite key ranks
-    last.
-
-    Args:
-        scores: ``(p,)`` scores, or ``(p, j)`` lexicographic keys.
-        maximize: Rank every key column from high to low (``True``) or low to high.
-
-    Returns:
-        The ``(p,)`` int64 candidate indices, best first.
-
-    Raises:
-        ValueError: ``scores`` is empty or of another shape.
-    """  # noqa: DOC502
+    """The ``(p,)`` candidate indices best first, as `top_k_votes` ranks them; a bad shape is refused."""
     keys = _as_score_keys(scores)
     p = keys.shape[0]
     bad = ~np.all(np.isfinite(keys), axis=1)
@@ -98,24 +66,19 @@ def ranking(scores: ArrayLike, *, maximize: bool = True) -> np.ndarray:
 def top_k_votes(scores: ArrayLike, k: int, *, maximize: bool = True) -> np.ndarray:
     """Vote vector with exactly ``k`` ones at the ``k`` best candidates (Algorithm 1, lines 5-8).
 
-    Algorithm 1 has every client vote for the ``k`` candidates with the best local score (the ``k``
-    smallest losses). ``scores`` is either one score per candidate, shape ``(p,)``, or lexicographic keys,
-    shape ``(p, j)``: column 0 decides, and each later column only breaks ties among candidates equal in
-    all earlier columns, e.g. ``[accuracy, -loss]`` ranks by validation accuracy and breaks its frequent
-    ties (small validation sets have few distinct accuracies) by the validation loss of Algorithm 1.
-    Every column is ranked in the same direction: ``maximize=True`` for accuracies, ``False`` for losses.
-    Candidates still tied in every key go to the lower candidate index (the public order). A candidate
-    with NaN or +-inf in ANY key ranks last, whatever the direction (after every candidate with all keys
-    finite; ties among them by index), so a broken evaluation never attracts a vote while finite
-    alternatives remain.
+    ``scores`` is one score per candidate, ``(p,)``, or lexicographic keys, ``(p, j)``: column 0 decides and each
+    later column only breaks ties among candidates equal in all earlier ones (e.g. ``[accuracy, -loss]``); every column
+    is ranked in the same direction. Candidates still tied go to the lower index (the public order). A candidate with
+    NaN or +-inf in ANY key ranks last whatever the direction, so a broken evaluation never attracts a vote while
+    finite alternatives remain.
 
     Args:
-        scores: ``(p,)`` scores, one per candidate, or ``(p, j)`` lexicographic keys.
+        scores: ``(p,)`` scores, or ``(p, j)`` lexicographic keys.
         k: The number of votes, an integer in ``[1, p]``.
-        maximize: Rank every key column from high to low (``True``: accuracies) or low to high (losses).
+        maximize: Rank every key column from high to low (accuracies) or low to high (losses).
 
     Returns:
-        The ``(p,)`` int64 vote vector: ``1`` at the ``k`` best candidates, ``0`` elsewhere.
+        The ``(p,)`` int64 vote vector.
 
     Raises:
         ValueError: ``scores`` is empty or of another shape, or ``k`` is not an integer in ``[1, p]``.
@@ -131,17 +94,14 @@ def top_k_votes(scores: ArrayLike, k: int, *, maximize: bool = True) -> np.ndarr
 
 
 def raw_score_votes(scores: ArrayLike, *, maximize: bool = True) -> np.ndarray:
-    """Real-valued vote of Appendix F: the local scores themselves, bounded to ``[0, 1]``.
+    """Real-valued vote of Appendix F: the primary scores themselves in ``[0, 1]``, or ``1 - loss``.
 
-    With ``maximize=False`` the scores are losses in ``[0, 1]`` and the vote is ``1 - loss`` (Appendix F:
-    subtract the loss from the maximal loss). Replace-one sensitivity is then ``L2 = sqrt(p)``,
-    ``L1 = p`` (see `dphype.privacy.accounting.VoteRelease` with ``raw_scores=True``). Out-of-range or
-    non-finite scores raise ``ValueError``; they are never clipped silently. For lexicographic keys of
-    shape ``(p, j)`` (see `top_k_votes`) only the primary key, column 0, is released: the
-    tie-breaking columns matter only for a ranking.
+    Replace-one sensitivity ``L2 = sqrt(p)``, ``L1 = p`` (`dphype.privacy.accounting.VoteRelease` with
+    ``raw_scores=True``). Out-of-range or non-finite scores are refused, never clipped; of ``(p, j)`` keys only
+    column 0 is released.
 
     Args:
-        scores: ``(p,)`` scores in ``[0, 1]``, or ``(p, j)`` lexicographic keys whose column 0 is in ``[0, 1]``.
+        scores: ``(p,)`` scores, or ``(p, j)`` keys, with the primary score in ``[0, 1]``.
         maximize: The scores are utilities (the vote is the score) or losses (the vote is ``1 - loss``).
 
     Returns:
@@ -179,15 +139,14 @@ AUTO_MIN_DEPTH = 2
 
 
 def auto_depth(num_candidates: int, noise_std: float, voters: int, scale: float = AUTO_SCALE) -> int:
-    """The auto ballot's ``k``: ``round(scale p (noise_std / voters)**AUTO_EXPONENT)``, at least ``AUTO_FLOOR p``.
+    """The auto ballot's ``k``: ``round(scale p (noise_std / voters)**AUTO_EXPONENT)``, clamped.
 
-    At least `AUTO_MIN_DEPTH` and at most ``max(1, p // 2)``.
+    At least ``AUTO_FLOOR p`` and `AUTO_MIN_DEPTH`, at most ``max(1, p // 2)``.
 
     Args:
         num_candidates: ``p``.
-        noise_std: The std of one discrete Laplace of the release's epsilon for a top-k ballot
-            (`dphype.privacy.winner.noise_std`: the committee's whole noise, one discrete Laplace per count sampled
-            jointly in the MPC). The constants were fitted with this ``s``.
+        noise_std: The std of the release's discrete Laplace noise on one count for a top-k ballot
+            (`dphype.privacy.winner.noise_std`), the ``s`` the constants were fitted with.
         voters: The fewest voters whose ballots are summed, ``>= 1``.
         scale: ``c > 0``.
 
@@ -200,27 +159,16 @@ def auto_depth(num_candidates: int, noise_std: float, voters: int, scale: float 
 
 
 def rank_weights(depth: int, max_entry: int) -> np.ndarray:
-    """Truncated Borda weights: ``ceil(G (D - r) / D)`` for ranks ``r = 0 .. D - 1``.
-
-    ``G`` for the best, falling linearly, every one of the ``D`` at least 1.
-
-    Args:
-        depth: ``D``, the ranks that get a weight, ``>= 1``.
-        max_entry: ``G``, the largest entry, ``>= 1``.
-
-    Returns:
-        The ``(D,)`` int64 weights, non-increasing, in ``[1, G]``.
-    """
+    """Truncated Borda weights ``ceil(G (D - r) / D)`` for ranks ``r = 0 .. D - 1``, int64 in ``[1, G]``."""
     r = np.arange(int(depth))
     return np.ceil(int(max_entry) * (depth - r) / depth - 1e-9).astype(np.int64)
 
 
 def rank_votes(scores: ArrayLike, depth: int, *, max_entry: int = 2**DEFAULT_BITS - 1,
                maximize: bool = True) -> np.ndarray:
-    """Rank-weighted ballot: `rank_weights` on the client's ``depth`` best candidates, 0 elsewhere.
+    """Rank-weighted ballot: `rank_weights` on the client's ``depth`` best candidates (`ranking`), 0 elsewhere.
 
-    The ranking is `ranking`'s (`top_k_votes`': lexicographic keys, non-finite last, ties by index); ``depth``
-    above ``p`` is cut to ``p``. With ``max_entry = 1`` it is `top_k_votes` with ``k = depth``.
+    ``depth`` above ``p`` is cut to ``p``; with ``max_entry = 1`` it is `top_k_votes` with ``k = depth``.
 
     Args:
         scores: ``(p,)`` scores, or ``(p, j)`` lexicographic keys.
@@ -245,10 +193,8 @@ def score_votes(scores: ArrayLike, margin: float, *, max_entry: int = 2**DEFAULT
                 maximize: bool = True) -> np.ndarray:
     """Score-graded ballot: ``round(G * clip(1 - shortfall / margin, 0, 1))`` per candidate.
 
-    ``shortfall`` is how far the candidate's primary score (column 0) falls behind the client's best finite one
-    (``best - s`` for utilities, ``s - best`` for losses); a non-finite score gets 0. The best candidates get
-    ``G``; one ``margin`` or more behind gets 0. A client without any finite score gives ``G`` to candidate 0 (the
-    public order's first, as `top_k_votes` would), so every ballot has a total of at least ``G``.
+    ``shortfall`` is how far the primary score falls behind the client's best finite one; a non-finite score gets 0.
+    A client without any finite score gives ``G`` to candidate 0, so every ballot totals at least ``G``.
 
     Args:
         scores: ``(p,)`` scores, or ``(p, j)`` lexicographic keys (only column 0 is graded).
@@ -279,13 +225,9 @@ def score_votes(scores: ArrayLike, margin: float, *, max_entry: int = 2**DEFAULT
 class Ballot:
     """A named ballot: how a client turns its scores into one integer per candidate, and the form of the result.
 
-    Names (the configuration's ``ballot``; `parse` reads them, `name` writes the canonical one):
-
-    * ``"top-k"``: `top_k_votes` with the configuration's ``k`` (DP-Hype's; `BallotForm.top_k`);
-    * ``"auto"`` or ``"auto:C"``: `top_k_votes` with `auto_depth`'s ``k`` (``c = C``, default `AUTO_SCALE`); it
-      must be `resolve`d with the release's public facts before `form` and `cast`;
-    * ``"rank:D"`` or ``"rank:D:BITS"``: `rank_votes` over the ``D`` best, entries up to ``2**BITS - 1``;
-    * ``"score:M"`` or ``"score:M:BITS"``: `score_votes` with margin ``M`` in the score's units.
+    Names (`parse` reads them, `name` writes the canonical one): ``"top-k"`` (`top_k_votes` with the configuration's
+    ``k``); ``"auto[:C]"`` (`top_k_votes` with `auto_depth`'s ``k``; `resolve` it before `form` and `cast`);
+    ``"rank:D[:BITS]"`` (`rank_votes`); ``"score:M[:BITS]"`` (`score_votes`).
 
     Attributes:
         kind: ``"top-k"``, ``"auto"``, ``"rank"`` or ``"score"``.
@@ -293,7 +235,7 @@ class Ballot:
         margin: ``M`` of a score ballot (0 otherwise).
         bits: Bits per entry: 1 for top-k and auto, in ``[1, MAX_BITS]`` for the graded ones.
         scale: ``C`` of an auto ballot (0 otherwise).
-        ALLOWED: The allowed names, in words (what `parse`'s error lists).
+        ALLOWED: The allowed names, in words.
     """
 
     kind: str
@@ -382,16 +324,7 @@ class Ballot:
         return cls("score", margin=margin, bits=bits)
 
     def resolve(self, num_candidates: int, noise_std: float, voters: int) -> Ballot:
-        """An auto ballot as the fixed-depth ballot it stands for (``rank:K:1``, top-``K``); any other unchanged.
-
-        Args:
-            num_candidates: ``p``.
-            noise_std: The std of one discrete Laplace of the release's epsilon for a top-k ballot (`auto_depth`).
-            voters: The fewest voters whose ballots are summed.
-
-        Returns:
-            The ballot, ready for `form` and `cast`.
-        """
+        """An auto ballot as the fixed-depth ballot it stands for (`auto_depth`); any other unchanged."""
         if self.kind != "auto":
             return self
         return Ballot("rank", depth=auto_depth(num_candidates, noise_std, voters, self.scale), bits=1)
@@ -406,13 +339,11 @@ class Ballot:
 
         Args:
             k: The configuration's ``k`` (read by top-k only).
-            num_candidates: ``p`` when known: a rank ballot's depth is cut to it, a score ballot's largest total
-                is ``p G``; ``None``: the bounds that hold for every ``p`` (a rank ballot's depth uncut, a score
-                ballot's total unbounded above by ``p``).
+            num_candidates: ``p`` when known (a rank ballot's depth is cut to it, a score ballot's largest total is
+                ``p G``); ``None``: the bounds that hold for every ``p``.
 
         Returns:
-            The form: top-k ``(1, k, k)``; rank ``(G, w, w)`` with ``w`` the sum of `rank_weights`; score
-            ``(G, G, p G)``.
+            The form: top-k ``(1, k, k)``; rank ``(G, w, w)``, ``w`` the sum of `rank_weights`; score ``(G, G, p G)``.
 
         Raises:
             ValueError: For an auto ballot not `resolve`d.
@@ -428,20 +359,7 @@ class Ballot:
         return BallotForm(self.max_entry, self.max_entry, most)
 
     def cast(self, scores: ArrayLike, k: int, *, maximize: bool = True) -> np.ndarray:
-        """This ballot on a client's scores.
-
-        Args:
-            scores: ``(p,)`` scores, or ``(p, j)`` lexicographic keys.
-            k: The configuration's ``k`` (read by top-k only).
-            maximize: Whether a higher score is better.
-
-        Returns:
-            The ``(p,)`` int64 ballot, of `form` ``(k, p)``.
-
-        Raises:
-            ValueError: For scores of a wrong shape, (top-k) a ``k`` outside ``[1, p]``, or an auto ballot not
-                `resolve`d.
-        """  # noqa: DOC502
+        """This ballot on a client's scores: ``(p,)`` int64 of `form` ``(k, p)`` (auto: `resolve` it first)."""
         self._resolved()
         if self.kind == "top-k":
             return top_k_votes(scores, k, maximize=maximize)
@@ -451,15 +369,5 @@ class Ballot:
 
 
 def check_ballot(value: Any) -> str:
-    """A ballot name, checked and canonical (`Ballot.parse`, `Ballot.name`).
-
-    Args:
-        value: The name.
-
-    Returns:
-        The canonical name.
-
-    Raises:
-        ValueError: Naming ``ballot``, the allowed values and the fix.
-    """  # noqa: DOC502
+    """A ballot name, checked (`Ballot.parse`) and canonical."""
     return Ballot.parse(value).name

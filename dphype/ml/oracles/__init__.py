@@ -42,11 +42,7 @@ _BY_NAME = _by_name(PROBLEMS)
 
 
 def problem_names() -> tuple[str, ...]:
-    """All names accepted by `make_problem`.
-
-    Returns:
-        The names.
-    """
+    """All names accepted by `make_problem`."""
     return tuple(_BY_NAME)
 
 

@@ -61,19 +61,7 @@ RDP_ORDERS: tuple[float, ...] = tuple([1 + x / 10.0 for x in range(1, 100)] + li
 
 
 def dpsgd_steps(epochs: int, lot_size: int, num_samples: int) -> tuple[float, int]:
-    """Poisson sampling rate ``q = m / n`` and number of steps ``T * n / m`` (at least 1).
-
-    Args:
-        epochs: ``T``, ``>= 1``.
-        lot_size: ``m``, in ``[1, n]``.
-        num_samples: ``n``.
-
-    Returns:
-        ``(q, steps)``.
-
-    Raises:
-        ValueError: ``epochs`` or ``lot_size`` is out of its range.
-    """
+    """Poisson sampling rate ``q = m / n`` and steps ``T * n / m`` (at least 1); refuses ``T`` or ``m`` out of range."""
     if not 1 <= lot_size <= num_samples:
         raise ValueError(f"lot_size must be in [1, {num_samples}] (the training set size), got {lot_size}")
     if epochs < 1:
@@ -300,29 +288,14 @@ def dpsgd_problem(
 
 
 class DpsgdProblem(NamedProblem):
-    """``{optimizer}-{model}-{dataset}``: `dpsgd_problem` for every optimizer, model and data set.
-
-    Attributes:
-        names: Every optimizer of `DPSGD_OPTIMIZERS`, model of `DPSGD_MODELS` and data set, joined by ``-``.
-    """
+    """``{optimizer}-{model}-{dataset}``: `dpsgd_problem` for every optimizer, model and data set."""
 
     names = tuple(
         f"{o}-{m}-{d}" for o, m, d in itertools.product(DPSGD_OPTIMIZERS, DPSGD_MODELS, _DATASETS))
 
     @classmethod
     def build(cls, name: str, options: ProblemOptions) -> ParetoProblem:
-        """`dpsgd_problem` for the optimizer, model and data set ``name`` names, with the options.
-
-        Args:
-            name: ``{optimizer}-{model}-{dataset}``.
-            options: The caller's options (``runs``, ``accountant``, ``train_size``, ``data_dir``).
-
-        Returns:
-            The problem.
-
-        Raises:
-            ValueError: An option is out of its range.
-        """  # noqa: DOC502
+        """`dpsgd_problem` for the optimizer, model and data set ``name`` names, with the options."""
         optimizer, model_name, dataset = name.split("-")
         return dpsgd_problem(optimizer, model_name, dataset, accountant=options.accountant,
                              train_size=options.train_size, data_dir=options.data_dir, **options.runs_override())

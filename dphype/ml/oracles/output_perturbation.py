@@ -36,15 +36,7 @@ class OutputPerturbationSetup:
     smoothness: float = 0.25
 
     def sensitivity(self, gamma: float, n: int) -> float:
-        """L2 sensitivity ``2 L / (gamma n)`` of strongly convex permutation PSGD (Wu et al., Alg. 2).
-
-        Args:
-            gamma: The regularisation.
-            n: The number of training rows.
-
-        Returns:
-            The sensitivity.
-        """
+        """L2 sensitivity ``2 L / (gamma n)`` of strongly convex permutation PSGD on ``n`` rows (Wu et al., Alg. 2)."""
         return 2.0 * self.lipschitz / (gamma * n)
 
 
@@ -104,15 +96,11 @@ def output_perturbation_problem(
 ) -> ParetoProblem:
     """DPareto's private logistic regression example (Sec. 2.2) on Adult.
 
-    Hyperparameters: regularisation ``gamma`` in [1e-4, 1] and output-noise std ``sigma`` in
-    [0.1, 10] (log-uniform, Sec. 3.3). Privacy: analytic Gaussian mechanism with the sensitivity
-    of `OutputPerturbationSetup` at ``delta = 1e-6``. Utility: test accuracy of
-    ``w + N(0, sigma^2 I)`` averaged over ``runs`` noise draws. For speed, the non-private ``w`` is
-    trained once per oracle call (one random data order) and the runs differ in the output noise,
-    which dominates the variability: after 10 passes the strongly convex PSGD iterate barely depends
-    on the order (test accuracies agree to 1e-3 across orders and batch sizes 1..128). DPareto uses
-    mini-batch size 1; the default here is 32 (the sensitivity bound of the strongly convex case
-    does not depend on the batch size). Rows are scaled to unit L2 norm.
+    Hyperparameters: regularisation ``gamma`` in [1e-4, 1] and output-noise std ``sigma`` in [0.1, 10] (log-uniform,
+    Sec. 3.3). Privacy: the analytic Gaussian mechanism with `OutputPerturbationSetup`'s sensitivity. Utility: test
+    accuracy of ``w + N(0, sigma^2 I)`` averaged over ``runs`` noise draws; the non-private ``w`` is trained once per
+    call (one data order) and the runs differ in the output noise, which dominates the variability. The sensitivity
+    bound of the strongly convex case does not depend on the batch size (DPareto uses 1). Rows are scaled to unit norm.
 
     Args:
         runs: Output-noise draws per evaluation.
@@ -159,26 +147,11 @@ def output_perturbation_problem(
 
 
 class OutputPerturbationProblem(NamedProblem):
-    """``logreg-output-perturbation``: `output_perturbation_problem` on the options' ``train_size`` rows.
-
-    Attributes:
-        names: ``("logreg-output-perturbation",)``.
-    """
+    """``logreg-output-perturbation``: `output_perturbation_problem` on the options' ``train_size`` rows."""
 
     names = ("logreg-output-perturbation",)
 
     @classmethod
     def build(cls, name: str, options: ProblemOptions) -> ParetoProblem:
-        """`output_perturbation_problem` with the options' ``train_size`` and ``runs``.
-
-        Args:
-            name: ``"logreg-output-perturbation"``.
-            options: The caller's options.
-
-        Returns:
-            The problem.
-
-        Raises:
-            ValueError: ``train_size`` is below 2.
-        """  # noqa: DOC502
+        """`output_perturbation_problem` with the options' ``train_size`` and ``runs``."""
         return output_perturbation_problem(train_size=options.train_size, **options.runs_override())

@@ -43,17 +43,7 @@ class UtilityResult:
 
     @classmethod
     def from_runs(cls, runs: Sequence[float] | np.ndarray) -> UtilityResult:
-        """Summarise the runs.
-
-        Args:
-            runs: Every run's utility, at least one.
-
-        Returns:
-            The summary.
-
-        Raises:
-            ValueError: No runs.
-        """
+        """Summarise at least one run's utility."""
         values = tuple(float(v) for v in runs)
         if len(values) == 0:
             raise ValueError("a utility needs at least one run")
@@ -82,11 +72,7 @@ class Evaluation:
 
     @property
     def error(self) -> float:
-        """``1 - U(lambda)``, DPareto's second (minimised) objective.
-
-        Returns:
-            One minus the mean utility.
-        """
+        """``1 - U(lambda)``, DPareto's second (minimised) objective."""
         return 1.0 - self.utility.mean
 
 
@@ -113,18 +99,7 @@ class ParetoProblem:
     description: str = ""
 
     def evaluate(self, config: Mapping[str, Any], rng: np.random.Generator) -> Evaluation:
-        """Call both oracles on ``config``.
-
-        Args:
-            config: The configuration.
-            rng: The utility oracle's randomness.
-
-        Returns:
-            The evaluation.
-
-        Raises:
-            ValueError: An oracle's output is out of range (the message names the oracle).
-        """
+        """Call both oracles on ``config``; an output out of range is refused, naming the oracle."""
         cfg = dict(config)
         self.domain.check([cfg])
         eps = float(self.privacy(cfg))
@@ -160,20 +135,12 @@ class ProblemOptions:
     data_dir: str | None = None
 
     def runs_override(self) -> dict[str, int]:
-        """The keyword arguments that pass ``runs`` to a problem's builder.
-
-        Returns:
-            ``{"runs": runs}``, or nothing when ``runs`` is ``None``.
-        """
+        """``{"runs": runs}`` for a problem's builder, or nothing when ``runs`` is ``None``."""
         return {} if self.runs is None else {"runs": self.runs}
 
 
 class NamedProblem(ABC):
-    """A problem `dphype.ml.oracles.make_problem` builds by name (one entry of `dphype.ml.oracles.PROBLEMS`).
-
-    Attributes:
-        names: The names it builds, unique across the registry.
-    """
+    """A problem `dphype.ml.oracles.make_problem` builds by one of its ``names`` (unique across the registry)."""
 
     #: The names it builds, unique across the registry.
     names: ClassVar[tuple[str, ...]]
@@ -181,31 +148,11 @@ class NamedProblem(ABC):
     @classmethod
     @abstractmethod
     def build(cls, name: str, options: ProblemOptions) -> ParetoProblem:
-        """The problem ``name``, one of `names`.
-
-        Args:
-            name: The problem's name.
-            options: The caller's options.
-
-        Returns:
-            The problem.
-        """
+        """The problem ``name``, one of `names`, built with the caller's options."""
 
 
 def subsample_pool(data: Dataset, size: int | None, seed: int = 0) -> Dataset:
-    """The first ``size`` rows of a seeded permutation of ``data`` (all rows if ``size`` is None or too large).
-
-    Args:
-        data: The training pool.
-        size: The rows to keep, ``>= 2``, or ``None``.
-        seed: Seeds the permutation.
-
-    Returns:
-        The subsample.
-
-    Raises:
-        ValueError: ``size`` is below 2.
-    """
+    """The first ``size >= 2`` rows of a seeded permutation of ``data`` (all for ``None`` or too large a size)."""
     if size is None or size >= len(data):
         return data
     if size < 2:

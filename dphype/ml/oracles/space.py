@@ -53,40 +53,19 @@ class Hyperparameter:
         return np.log(value) if self.log else value
 
     def from_unit(self, u: np.ndarray) -> np.ndarray:
-        """Map ``u`` in ``[0, 1]`` to the range (log-linear if ``log``; rounded if ``integer``).
-
-        Args:
-            u: Unit coordinates, any shape.
-
-        Returns:
-            Values in ``[low, high]``, of the shape of ``u``.
-        """
+        """Map ``u`` in ``[0, 1]`` (any shape) to ``[low, high]`` (log-linear if ``log``; rounded if ``integer``)."""
         lo, hi = self._scale(np.array([self.low, self.high], dtype=np.float64))
         value = lo + np.clip(u, 0.0, 1.0) * (hi - lo)
         value = np.exp(value) if self.log else value
         return np.clip(np.round(value), self.low, self.high) if self.integer else np.clip(value, self.low, self.high)
 
     def to_unit(self, value: np.ndarray) -> np.ndarray:
-        """Inverse of `from_unit` (up to integer rounding).
-
-        Args:
-            value: Values in ``[low, high]``, any shape.
-
-        Returns:
-            Unit coordinates, of the shape of ``value``.
-        """
+        """Inverse of `from_unit` (up to integer rounding)."""
         lo, hi = self._scale(np.array([self.low, self.high], dtype=np.float64))
         return (self._scale(np.asarray(value, dtype=np.float64)) - lo) / (hi - lo)
 
     def contains(self, value: float) -> bool:
-        """Whether ``value`` lies in the interval (and is an integer on an integer axis).
-
-        Args:
-            value: A value.
-
-        Returns:
-            Whether it is admissible.
-        """
+        """Whether ``value`` lies in the interval (and is an integer on an integer axis)."""
         ok = self.low <= value <= self.high
         return bool(ok and (not self.integer or float(value).is_integer()))
 
@@ -113,34 +92,16 @@ class Domain:
 
     @property
     def names(self) -> tuple[str, ...]:
-        """The axes' names, in order.
-
-        Returns:
-            The names.
-        """
+        """The axes' names, in order."""
         return tuple(p.name for p in self.params)
 
     @property
     def dim(self) -> int:
-        """The number of axes ``d``.
-
-        Returns:
-            ``d``.
-        """
+        """The number of axes ``d``."""
         return len(self.params)
 
     def from_unit(self, unit: np.ndarray) -> list[Config]:
-        """Configurations for the rows of ``unit``.
-
-        Args:
-            unit: ``(n, dim)`` values in ``[0, 1]``.
-
-        Returns:
-            ``n`` configurations.
-
-        Raises:
-            ValueError: ``unit`` does not have ``dim`` columns.
-        """
+        """Configurations for the rows of ``unit`` ``(n, dim)`` in ``[0, 1]``; another column count is refused."""
         unit = np.atleast_2d(np.asarray(unit, dtype=np.float64))
         if unit.shape[1] != self.dim:
             raise ValueError(f"unit points must have {self.dim} columns, got shape {unit.shape}")
@@ -151,14 +112,7 @@ class Domain:
         ]
 
     def to_unit(self, configs: Sequence[Mapping[str, Any]]) -> np.ndarray:
-        """Unit-cube coordinates of ``configs``.
-
-        Args:
-            configs: ``n`` configurations.
-
-        Returns:
-            ``(n, dim)`` coordinates.
-        """
+        """``(n, dim)`` unit-cube coordinates of ``configs``."""
         self.check(configs)
         return np.stack(
             [p.to_unit(np.array([c[p.name] for c in configs], dtype=np.float64)) for p in self.params],
@@ -166,14 +120,7 @@ class Domain:
         ).reshape(len(configs), self.dim)
 
     def check(self, configs: Sequence[Mapping[str, Any]]) -> None:
-        """Check configurations against the domain.
-
-        Args:
-            configs: The configurations.
-
-        Raises:
-            ValueError: A hyperparameter is missing or out of range (the first one is named).
-        """
+        """Refuse configurations with a hyperparameter missing or out of range (the first one is named)."""
         for c in configs:
             for p in self.params:
                 if p.name not in c:
@@ -185,17 +132,7 @@ class Domain:
                     )
 
     def grid(self, points_per_axis: int) -> list[Config]:
-        """Full grid with ``points_per_axis`` values per axis, end points included (DPareto Sec. 4.3).
-
-        Args:
-            points_per_axis: Values per axis, ``>= 1``.
-
-        Returns:
-            ``points_per_axis ** dim`` configurations.
-
-        Raises:
-            ValueError: ``points_per_axis`` is below 1.
-        """
+        """Full grid of ``points_per_axis >= 1`` values per axis, end points included (DPareto Sec. 4.3)."""
         if points_per_axis < 1:
             raise ValueError(f"points_per_axis must be >= 1, got {points_per_axis}")
         ticks = np.linspace(0.0, 1.0, points_per_axis) if points_per_axis > 1 else np.array([0.5])
@@ -222,18 +159,7 @@ class Distribution:
     b: float
 
     def draw(self, rng: np.random.Generator, size: int) -> np.ndarray:
-        """Draw from the law.
-
-        Args:
-            rng: The generator.
-            size: The number of draws.
-
-        Returns:
-            ``(size,)`` draws.
-
-        Raises:
-            ValueError: ``kind`` is unknown.
-        """
+        """``(size,)`` draws from the law (an unknown ``kind`` is refused)."""
         if self.kind == "uniform":
             return rng.uniform(self.a, self.b, size)
         if self.kind == "loguniform":

@@ -14,20 +14,7 @@ from dphype.ml.oracles.space import Config, Distribution, Domain, Hyperparameter
 
 
 def svt_epsilon(b: float, bound: int) -> float:
-    """DPareto Appendix B: Alg. 1 with noise ``b`` and answer bound ``C`` is (eps, 0)-DP.
-
-    ``eps = (1 + (2C)^(1/3)) (1 + (2C)^(2/3)) / b``.
-
-    Args:
-        b: The noise scale, ``> 0``.
-        bound: ``C``, an integer ``>= 1``.
-
-    Returns:
-        The epsilon.
-
-    Raises:
-        ValueError: ``b`` or ``C`` is out of its range.
-    """
+    """DPareto App. B: Alg. 1 with noise ``b``, bound ``C`` is ``((1 + (2C)^(1/3)) (1 + (2C)^(2/3)) / b, 0)``-DP."""
     check_positive("b", b)
     if bound < 1:
         raise ValueError(f"C must be an integer >= 1, got {bound}")
@@ -38,9 +25,9 @@ def svt_epsilon(b: float, bound: int) -> float:
 def svt_answers(answers: np.ndarray, b: float, bound: int, rng: np.random.Generator) -> np.ndarray:
     """Run DPareto Alg. 1 on each row of the 0/1 matrix ``answers`` (one run per row).
 
-    ``b1 = b / (1 + (2C)^(1/3))``, ``b2 = b - b1``; threshold noise ``rho ~ Lap(b1)`` per run,
-    query noise ``nu_i ~ Lap(b2)``; query ``i`` is answered 1 if ``q_i + nu_i >= 1/2 + rho``, and the
-    run stops after the ``C``-th positive answer.
+    ``b1 = b / (1 + (2C)^(1/3))``, ``b2 = b - b1``; threshold noise ``rho ~ Lap(b1)`` per run, query noise
+    ``nu_i ~ Lap(b2)``; query ``i`` is answered 1 if ``q_i + nu_i >= 1/2 + rho``, and the run stops after the
+    ``C``-th positive answer.
 
     Args:
         answers: ``(R, m)`` true 0/1 answers, one run per row.
@@ -61,15 +48,7 @@ def svt_answers(answers: np.ndarray, b: float, bound: int, rng: np.random.Genera
 
 
 def f1_scores(truth: np.ndarray, predicted: np.ndarray) -> np.ndarray:
-    """Row-wise F1 score ``2TP / (2TP + FP + FN)`` of 0/1 matrices (1 when both are empty).
-
-    Args:
-        truth: ``(R, m)`` true 0/1 answers.
-        predicted: ``(R, m)`` released 0/1 answers.
-
-    Returns:
-        ``(R,)`` F1 scores.
-    """
+    """Row-wise F1 score ``2TP / (2TP + FP + FN)`` of ``(R, m)`` 0/1 matrices (1 when both are empty)."""
     t = np.atleast_2d(truth).astype(bool)
     p = np.atleast_2d(predicted).astype(bool)
     tp = (t & p).sum(axis=1)
@@ -78,15 +57,12 @@ def f1_scores(truth: np.ndarray, predicted: np.ndarray) -> np.ndarray:
 
 
 def svt_problem(*, queries: int = 100, positives: int = 10, runs: int = 50, seed: int = 0) -> ParetoProblem:
-    """DPareto's SVT example (Sec. 2.2/3.3).
-
-    ``m = 100`` queries, 10 of them true; the utility is the F1 score averaged over ``R = 50`` runs with random
-    query orders; ``C`` in [1, 30] (uniform), ``b`` in [1e-2, 1e2] (log-uniform).
+    """DPareto's SVT example (Sec. 2.2/3.3): ``C`` in [1, 30] (uniform), ``b`` in [1e-2, 1e2] (log-uniform).
 
     Args:
         queries: ``m``.
         positives: True queries, in ``[1, m]``.
-        runs: ``R``, ``>= 1``.
+        runs: ``R``, ``>= 1``: runs with random query orders whose F1 scores are averaged.
         seed: Seeds which queries are true.
 
     Returns:
@@ -121,26 +97,11 @@ def svt_problem(*, queries: int = 100, positives: int = 10, runs: int = 50, seed
 
 
 class SvtProblem(NamedProblem):
-    """``svt``: `svt_problem`, its true queries seeded by the options' ``seed``.
-
-    Attributes:
-        names: ``("svt",)``.
-    """
+    """``svt``: `svt_problem`, its true queries seeded by the options' ``seed``."""
 
     names = ("svt",)
 
     @classmethod
     def build(cls, name: str, options: ProblemOptions) -> ParetoProblem:
-        """`svt_problem` with the options' ``seed`` and ``runs``.
-
-        Args:
-            name: ``"svt"``.
-            options: The caller's options.
-
-        Returns:
-            The problem.
-
-        Raises:
-            ValueError: ``runs`` is below 1.
-        """  # noqa: DOC502
+        """`svt_problem` with the options' ``seed`` and ``runs``."""
         return svt_problem(seed=options.seed, **options.runs_override())

@@ -29,15 +29,13 @@ def vote_privacy_oracle(
     accountant: str | None = None,
     noise: str = "gaussian",
 ) -> PrivacyOracle:
-    """DP-Hype's privacy as a privacy oracle: ``{"sigma": s, "k": k} -> epsilon`` of the noisy vote sum.
-
-    A `dphype.privacy.accounting.VoteRelease`, accounted by `dphype.privacy.accounting.epsilon`.
+    """DP-Hype's privacy as an oracle: ``{"sigma": s, "k": k} -> epsilon`` of the noisy vote sum (`VoteRelease`).
 
     Args:
         delta: The fixed delta.
         num_candidates: The number of candidates, or ``None``.
-        accountant: The accountant; ``None``: the default of the noise kind.
-        noise: ``"gaussian"`` or ``"skellam"``.
+        accountant: The accountant; ``None``: the noise kind's default.
+        noise: The noise kind.
 
     Returns:
         The oracle.
@@ -58,11 +56,9 @@ def candidate_utility_oracle(
 ) -> UtilityOracle:
     """A utility oracle from a candidate scorer, e.g. ``dphype.task.Task.score``.
 
-    ``score`` receives a one-candidate list and returns one score per candidate in ``[0, 1]``, shape
-    ``(1,)``, or lexicographic keys, shape ``(1, j)`` (e.g. ``TorchTask(validation="split")``'s
-    ``[accuracy, -loss]``; a ``":loss"`` scheme's primary key is a negated loss, not in ``[0, 1]``): the
-    utility is the primary key, column 0 (`dphype.selection.voting.primary_scores`); for ``maximize=False``
-    it is ``1 - score``. Deterministic scorers have one run.
+    ``score`` receives a one-candidate list and returns ``(1,)`` scores in ``[0, 1]`` or ``(1, j)`` lexicographic keys;
+    the utility is the primary key (`dphype.selection.voting.primary_scores`), ``1 - score`` for ``maximize=False``.
+    Deterministic scorers have one run.
 
     Args:
         score: The candidate scorer.
@@ -92,19 +88,15 @@ def dphype_vote_problem(
 ) -> ParetoProblem:
     """DP-Hype itself as a DPareto problem over ``(sigma, k)`` for fixed local scores.
 
-    Privacy: `vote_privacy_oracle`. Utility: the test accuracy of the argmax of
-    ``sum_i top_k_votes(scores_i) + sum_i noise_share_i``, replayed by
-    `dphype.privacy.noise.replay_noisy_sums` (the clients' own vote and noise functions), averaged over
-    ``runs`` noise draws; ``test_accuracy[j]`` is the
-    accuracy a model trained with candidate ``j`` reaches (e.g. from ``dphype compare``'s inputs).
+    Privacy: `vote_privacy_oracle`. Utility: the test accuracy of the argmax of the summed top-k votes plus noise
+    shares, replayed by `dphype.privacy.noise.replay_noisy_sums` and averaged over ``runs`` draws.
 
     Args:
-        client_scores: ``(clients, candidates)`` or ``(clients, candidates, j)`` (each client's lexicographic
-            keys, see `dphype.selection.voting.top_k_votes`), at least 2 clients.
-        test_accuracy: ``(candidates,)`` accuracies.
+        client_scores: ``(clients, candidates)`` or ``(clients, candidates, j)`` scores, at least 2 clients.
+        test_accuracy: ``(candidates,)`` accuracies a model trained with each candidate reaches.
         delta: The fixed delta.
-        noise: ``"gaussian"`` or ``"skellam"``.
-        accountant: The accountant; ``None``: the default of the noise kind.
+        noise: The noise kind.
+        accountant: The accountant; ``None``: the noise kind's default.
         runs: Noise draws per evaluation.
         sigma_range: The ``sigma`` axis.
         max_k: The largest ``k``.
