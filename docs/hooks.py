@@ -1,5 +1,8 @@
-"""MkDocs hook of the documentation site: the benchmark results (``results/README.md`` and its figures, which the
-bench commands' runs are written up in) become the site's ``results/`` page, as they are, without a copy in docs/."""
+"""MkDocs hook of the documentation site: the benchmark results become its ``results/`` page.
+
+``results/README.md`` (where the bench commands' runs are written up) and its figures are added as they are, without
+a copy in docs/.
+"""
 
 from __future__ import annotations
 
