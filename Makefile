@@ -28,7 +28,7 @@ DOCSTRING_MODULES = $(shell $(PY) -c 'import tomllib; \
 	print(*tomllib.load(open("pyproject.toml", "rb"))["tool"]["dphype"]["docstrings"]["checked"])')
 
 # Style and types of the library (ruff: pyflakes, pycodestyle, isort, pyupgrade, bugbear; mypy on dphype/), its
-# import contracts (lint-imports: the layers of the README's Architecture section, no import cycles, Flower only in
+# import contracts (lint-imports: the layers of docs/architecture.md, no import cycles, Flower only in
 # dphype/flower/ and dphype/app/, no benchmark driver in the library; [tool.importlinter] in pyproject.toml), and
 # the Google-style docstrings of the listed modules (ruff's pydocstyle rules; pydoclint: every public function's
 # arguments, return value and raised exceptions are documented). Not D105 or D107: a magic method follows its
