@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# CPU torch first: an unpinned resolve would pull the multi-GB CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[test,bench]"
+	$(PY) -m pip install -q -e ".[test,bench,docs]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -28,7 +28,7 @@ DOCSTRING_MODULES = $(shell $(PY) -c 'import tomllib; \
 	print(*tomllib.load(open("pyproject.toml", "rb"))["tool"]["dphype"]["docstrings"]["checked"])')
 
 # Style and types of the library (ruff: pyflakes, pycodestyle, isort, pyupgrade, bugbear; mypy on dphype/), its
-# import contracts (lint-imports: the layers of the README's Architecture section, no import cycles, Flower only in
+# import contracts (lint-imports: the layers of docs/architecture.md, no import cycles, Flower only in
 # dphype/flower/ and dphype/app/, no benchmark driver in the library; [tool.importlinter] in pyproject.toml), and
 # the Google-style docstrings of the listed modules (ruff's pydocstyle rules; pydoclint: every public function's
 # arguments, return value and raised exceptions are documented). Not D105 or D107: a magic method follows its
@@ -40,9 +40,10 @@ lint: install
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-# The HTML API reference of the installed library (pdoc, offline) in build/docs/ (open build/docs/index.html).
+# The documentation site (mkdocs.yml: the guides in docs/, the benchmark results, the API reference from the
+# docstrings), built offline with every link checked, in build/docs/ (open build/docs/index.html).
 docs: install
-	$(PY) docs/build.py build/docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/docs
 
 test: install fmnist lint
 	$(PY) -m pytest -q -m "slow or not slow"

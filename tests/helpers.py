@@ -6,8 +6,8 @@
   :func:`grid_of`, :func:`sum_config`; the argmax release's tally committee: :func:`argmax_grid`,
   :func:`argmax_config`;
 - released results: :func:`a_release`;
-- Flower CLI processes (``flwr run``, loopback deployment, README commands): :data:`REPO`, :data:`BIN`,
-  :data:`LOCAL_SUPERLINK_PORTS`, :func:`offline_env`, :func:`clean_env`, :func:`readme_blocks`,
+- Flower CLI processes (``flwr run``, loopback deployment, the commands of the README and the docs): :data:`REPO`,
+  :data:`BIN`, :data:`LOCAL_SUPERLINK_PORTS`, :func:`offline_env`, :func:`clean_env`, :func:`doc_blocks`,
   :func:`free_ports_in_a_row`, :func:`processes_with`, :func:`descendants`, :func:`stop`, :func:`parse_result`;
 - the bench studies on a tiny configuration: :data:`TINY`, :func:`bench`.
 """
@@ -195,7 +195,7 @@ def offline_env(flwr_home: Path) -> dict[str, str]:
 
 def free_ports_in_a_row(count: int) -> int:
     """The first of ``count`` consecutive ports that are free on 127.0.0.1 now (a script's base port, e.g. the
-    README's ``NODE_PORT``), away from Flower's defaults (9091-9099, 39091-39093)."""
+    deployment recipe's ``NODE_PORT``), away from Flower's defaults (9091-9099, 39091-39093)."""
     rng = np.random.default_rng()
     for _ in range(200):
         base = int(rng.integers(20000, 30000))
@@ -210,7 +210,7 @@ def free_ports_in_a_row(count: int) -> int:
 
 
 def clean_env(home: Path, checkout: Path = REPO, **variables: str) -> dict[str, str]:
-    """The environment of a new user's shell for running README commands verbatim: this environment's ``bin`` and
+    """The environment of a new user's shell for running the docs' commands verbatim: this environment's ``bin`` and
     ``checkout``'s code, a fresh ``HOME`` and ``FLWR_HOME`` (``home/.flwr``, Flower's default under it), the given
     ``variables`` and none of those the other tests or the developer set."""
     home.mkdir(parents=True, exist_ok=True)
@@ -296,12 +296,13 @@ def bench(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]
     return result
 
 
-def readme_blocks(section: str, language: str) -> list[str]:
-    """The ``language`` code blocks of the README's section headed ``## section`` or ``### section`` (up to the
-    next heading of either level: a section's own blocks, not its subsections'), in order, exactly as written."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+def doc_blocks(page: str, section: str, language: str) -> list[str]:
+    """The ``language`` code blocks of ``page`` (``README.md`` or a page of the documentation site, ``docs/*.md``)
+    in its section headed ``## section`` or ``### section`` (up to the next heading of either level: a section's own
+    blocks, not its subsections'), in order, exactly as written."""
+    text = (REPO / page).read_text(encoding="utf-8")
     start = re.search(rf"^###? {re.escape(section)}\n", text, re.M)
-    assert start is not None, f"the README has no section {section!r}"
+    assert start is not None, f"{page} has no section {section!r}"
     end = re.compile(r"^###? ", re.M).search(text, start.end())
     body = text[start.end():end.start() if end else len(text)]
     return re.findall(rf"^```{language}\n(.*?)^```", body, re.S | re.M)

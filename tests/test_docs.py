@@ -1,62 +1,134 @@
-"""The API reference: `make docs` (docs/build.py, pdoc) renders every public module, offline, with the Google-style
-sections of the docstrings."""
+"""The documentation: the README (the front door) and the site `make docs` builds (mkdocs.yml: the guides in docs/,
+the benchmark results, the API reference). The site builds offline with every link and anchor checked; every shell
+and Python block of the README and the guides is one that a test runs as written; neither carries tracker numbers."""
 
 from __future__ import annotations
 
-import importlib.util
+import os
 import re
-import warnings
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
 
+import pytest
 from helpers import REPO as ROOT
+from helpers import doc_blocks
+from markdown.extensions.toc import slugify
+
+#: The pages: the README and every page of the site.
+PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))]
+
+#: The sections whose shell and Python blocks are run as written, how many each holds, and the test that runs them.
+#: A block elsewhere must repeat one of these verbatim (docs/getting-started.md repeats the README's).
+RUN_AS_WRITTEN = {
+    ("README.md", "Set-up", "bash"): 1,  # test_the_set_up_block_names_the_makefile_and_its_environment, below
+    ("README.md", "A first app", "bash"): 1,  # tests/cli/test_run.py
+    ("docs/embedding.md", "Add DP-Hype to your Flower app", "python"): 2,  # tests/test_readme_app.py, in process
+    ("docs/embedding.md", "Add DP-Hype to your Flower app", "bash"): 1,  # tests/test_readme_app.py, dphype run
+    ("docs/embedding.md", "Private final training (optional)", "python"): 1,  # tests/test_readme_app.py
+    ("docs/deployment.md", "Deploying the bundled app", "bash"): 2,  # tests/deployment/test_readme_deployment.py
+}
+#: What a fenced block may be: runnable (`RUNNABLE`), a file's contents or a synopsis and diagram (never run).
+RUNNABLE = ("bash", "python")
+LANGUAGES = {*RUNNABLE, "toml", "text"}
 
 
-def _build_module():
-    spec = importlib.util.spec_from_file_location("dphype_docs_build", ROOT / "docs" / "build.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def fences(page: str) -> list[tuple[str, str]]:
+    """Every fenced block of ``page``: its language (``""`` when none is named) and its text."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    return re.findall(r"^```(\S*)\n(.*?)^```", text, re.S | re.M)
 
 
-def test_reference_builds_with_rendered_sections(tmp_path):
-    build = _build_module()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = build.build(tmp_path / "docs")
-    # pdoc warns (and leaves a page out) when a module fails to import or is reached twice
-    assert not [w for w in caught if "pdoc" in w.filename], [str(w.message) for w in caught if "pdoc" in w.filename]
-
-    # the package pages and one page per module, those of the lazily re-exported packages (dphype.flower) too
-    for page in ("index.html", "dphype.html", "dphype/flower.html", "dphype/cli.html",
-                 "dphype/privacy/accounting.html", "dphype/secure/secagg.html"):
-        assert (out / page).is_file(), page
-    assert list((out / "dphype" / "flower").glob("*.html"))
-    # internal modules stay out
-    assert not (out / "dphype" / "_exports.html").exists()
-
-    # a converted docstring's Args/Returns sections are rendered as headed lists
-    html = (out / "dphype" / "plotting.html").read_text()
-    section = html[html.index('id="save_figure"'):]
-    assert "Arguments:" in section and "<li><strong>dpi:</strong>" in section
-    assert "Returns:" in section
+def test_the_tested_sections_hold_the_blocks_their_tests_run():
+    found = {key: len(doc_blocks(*key)) for key in RUN_AS_WRITTEN}
+    assert found == RUN_AS_WRITTEN
 
 
-def test_module_specs_reach_the_lazily_exported_modules():
-    specs = _build_module().module_specs()
-    assert specs[0] == "dphype" and specs[-1].startswith("!")
-    assert any(name.startswith("dphype.flower.") for name in specs)  # dphype.flower's __all__ hides them
-    assert not any(name.rpartition(".")[2].startswith("_") for name in specs[:-1])
+def test_every_shell_and_python_block_is_one_a_test_runs():
+    """A new ```bash or ```python block needs a test that runs it (a synopsis or a diagram is a ```text block), and
+    no block hides from this check under another name (```sh, ```console, no language)."""
+    tested = {block for key in RUN_AS_WRITTEN for block in doc_blocks(*key)}
+    for page in PAGES:
+        for language, block in fences(page):
+            assert language in LANGUAGES, f"{page}: a ```{language} block (name one of {sorted(LANGUAGES)})"
+            if language in RUNNABLE:
+                assert block in tested, f"{page}: a ```{language} block no test runs:\n{block}"
 
 
-#: Where the project's history stays out: the code, its tests and benchmarks, the operators' scripts, the docs and the
-#: benchmark results.
-HISTORY_FREE = ("dphype", "tests", "simulations", "docs", "server", "clients", "results")
+def test_the_set_up_block_names_the_makefile_and_its_environment():
+    """The README's set-up block: its `make` targets are the Makefile's, and the script it activates is the one
+    the Makefile's environment has, whose `bin` holds the `dphype` command the first app runs."""
+    (block,) = doc_blocks("README.md", "Set-up", "bash")
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    targets = set(re.findall(r"^([a-z-]+):", makefile, re.M))
+    venv = re.search(r"^VENV\s+\?=\s+(\S+)$", makefile, re.M)
+    assert venv is not None
+    commands = [line.split("#")[0].strip() for line in block.splitlines()]
+    assert commands == ["make demo", "make test", f". {venv.group(1)}/bin/activate"]
+    assert {"demo", "test"} <= targets
+    assert re.search(r"test -x \$\(PY\) \|\| python3 -m venv \$\(VENV\)", makefile)  # venv writes bin/activate
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert "dphype" in project["scripts"]
+
+
+def test_the_readme_is_a_front_door_whose_links_resolve():
+    """At most about 250 lines; every relative link names a file of the repository and, with an anchor, a heading
+    of that page (GitHub's view of the README; the site checks its own pages when it builds)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 250
+    links = re.findall(r"\]\(([^)#]+)(?:#([^)]+))?\)", text)
+    assert links
+    for target, anchor in links:
+        if target.startswith("https://"):
+            continue
+        path = ROOT / target
+        assert path.is_file(), target
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", path.read_text(encoding="utf-8"), re.M)
+            assert anchor in {slugify(heading, "-") for heading in headings}, f"{target}#{anchor}"
+
+
+def test_every_page_is_in_the_site_navigation():
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    for page in PAGES[1:]:
+        assert f" {Path(page).relative_to('docs')}\n" in nav, page
+
+
+@pytest.mark.slow
+def test_the_site_builds_offline_with_every_link_checked(tmp_path):
+    """`mkdocs build --strict` (what `make docs` runs) with the network unreachable: no warning (a link to a missing
+    page or anchor is one, mkdocs.yml's `validation`), every page and the API reference rendered, the results page
+    and its figures there, and no page loading anything from another host (no web fonts, no CDN)."""
+    site = tmp_path / "site"
+    dead = "http://127.0.0.1:9"  # nothing listens on the discard port
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1", "HTTP_PROXY": dead, "HTTPS_PROXY": dead,
+           "http_proxy": dead, "https_proxy": dead, "NO_PROXY": "", "no_proxy": ""}
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "WARNING" not in done.stderr, done.stderr[-4000:]
+
+    for page in PAGES[1:]:
+        assert (site / Path(page).relative_to("docs").with_suffix(".html")).is_file(), page
+    assert (site / "results" / "index.html").is_file() and list((site / "results").glob("*.png"))
+    flower = (site / "reference" / "flower.html").read_text(encoding="utf-8")
+    assert 'id="dphype.flower.register_dphype"' in flower and "Parameters:" in flower
+    remote = re.compile(r"<(?:link|script|img)\b[^>]*\b(?:href|src)=\"(?:https?:)?//", re.I)
+    for html in site.rglob("*.html"):
+        assert not remote.search(html.read_text(encoding="utf-8")), html.relative_to(site)
+
+
+#: Where the project's history stays out: the code, its tests and benchmarks, the operators' scripts, the README,
+#: the docs and the benchmark results.
+HISTORY_FREE = ("dphype", "tests", "simulations", "docs", "server", "clients", "results", "README.md")
 
 
 def test_no_tracker_numbers_in_the_code_or_the_docs():
-    pattern = re.compile(r"\b[Ii]ssues? \d+")
-    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
-             for folder in HISTORY_FREE for path in sorted((ROOT / folder).rglob("*"))
+    pattern = re.compile(r"(?<!Flower )\b[Ii]ssues?[ _]#?\d+")  # an upstream ticket may be cited by project
+    paths = [path for entry in HISTORY_FREE for path in ([ROOT / entry] if (ROOT / entry).is_file()
+                                                          else sorted((ROOT / entry).rglob("*")))]
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}" for path in paths
              if path.suffix in {".py", ".md", ".sh", ".tmpl", ".toml"} and path.is_file()
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
     assert not found, "docstrings and docs are contracts, not history; name the behaviour, not the ticket:\n" + \

@@ -1,4 +1,4 @@
-"""The import contracts of pyproject.toml's ``[tool.importlinter]`` (the README's Architecture section): the layers,
+"""The import contracts of pyproject.toml's ``[tool.importlinter]`` (docs/architecture.md): the layers,
 no import cycles, Flower only in the adapters and the bundled app, no benchmark driver in the library. ``make lint``
 runs them as ``lint-imports``; here they fail the fast suite too."""
 

@@ -1,5 +1,5 @@
-"""The README's embedding example, run exactly as written: its files in process, and its commands verbatim (in a
-fresh folder, a clean environment and a private ``FLWR_HOME``) through ``dphype run``."""
+"""The embedding guide's example (docs/embedding.md), run exactly as written: its files in process, and its command
+verbatim (in a fresh folder, a clean environment and a private ``FLWR_HOME``) through ``dphype run``."""
 
 from __future__ import annotations
 
@@ -12,34 +12,37 @@ from pathlib import Path
 
 import pytest
 from flwr.app import Context, RecordDict
-from helpers import REPO, clean_env, readme_blocks
+from helpers import clean_env, doc_blocks
 
 from dphype.flower import selected_candidate
 from dphype.flower.local import LocalGrid
 
+#: The guide and its section that holds the example app.
+PAGE = "docs/embedding.md"
 SECTION = "Add DP-Hype to your Flower app"
 #: Its subsection with the private-training variant of the ServerApp.
 PRIVATE = "Private final training (optional)"
 
 
-def readme_files() -> dict[str, str]:
-    """The README's blocks whose first line names a file of the example app (the section's and its private
+def example_files() -> dict[str, str]:
+    """The guide's blocks whose first line names a file of the example app (the section's and its private
     training's)."""
-    blocks = [b for section in (SECTION, PRIVATE) for lang in ("python", "toml") for b in readme_blocks(section, lang)]
+    blocks = [block for section in (SECTION, PRIVATE) for lang in ("python", "toml")
+              for block in doc_blocks(PAGE, section, lang)]
     named = [block for block in blocks if re.match(r"# (my_app/\S+|pyproject.toml)\n", block)]
     return {block.split("\n", 1)[0][2:]: block for block in named}
 
 
 def run_config() -> dict:
-    """The README's ``[tool.flwr.app.config]`` (what ``flwr run`` hands the ServerApp)."""
-    return tomllib.loads(readme_files()["pyproject.toml"])["tool"]["flwr"]["app"]["config"]
+    """The guide's ``[tool.flwr.app.config]`` (what ``flwr run`` hands the ServerApp)."""
+    return tomllib.loads(example_files()["pyproject.toml"])["tool"]["flwr"]["app"]["config"]
 
 
 SELECTED = r"DP-Hype selected candidate \d of 8: lr=[0-9.e-]+, steps=\d+\n"
 
 
 def write_app(folder: Path) -> Path:
-    files = readme_files()
+    files = example_files()
     assert set(files) == {"my_app/client_app.py", "my_app/server_app.py", "my_app/server_app_dp.py", "pyproject.toml"}
     (folder / "my_app").mkdir(parents=True)
     (folder / "my_app" / "__init__.py").write_text("")
@@ -56,18 +59,18 @@ def load(path: Path, name: str):
 
 
 def test_dphype_adds_few_lines_to_each_side():
-    for name, code in readme_files().items():
+    for name, code in example_files().items():
         if not name.endswith("app.py"):
             continue
         added = [line for line in code.splitlines() if line.rstrip().endswith("# +") or "# + " in line]
         assert 0 < len(added) <= 20, name
 
 
-def test_readme_app_selects_then_trains_in_process(tmp_path, capsys):
+def test_embedding_app_selects_then_trains_in_process(tmp_path, capsys):
     """The sum release in process (the argmax release needs tally processes: the commands below run it)."""
     folder = write_app(tmp_path)
-    client = load(folder / "my_app" / "client_app.py", "readme_client_app")
-    server = load(folder / "my_app" / "server_app.py", "readme_server_app")
+    client = load(folder / "my_app" / "client_app.py", "embedding_client_app")
+    server = load(folder / "my_app" / "server_app.py", "embedding_server_app")
     grid = LocalGrid(client.app, 10)
     config = {**run_config(), "release": "sum", "k": 1}
     server.app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config))
@@ -80,10 +83,10 @@ def test_readme_app_selects_then_trains_in_process(tmp_path, capsys):
     assert not any(r.has_error() for r in grid.replies)
 
 
-def test_readme_app_trains_privately_in_process(tmp_path, capsys):
+def test_embedding_app_trains_privately_in_process(tmp_path, capsys):
     folder = write_app(tmp_path)
-    client = load(folder / "my_app" / "client_app.py", "readme_client_app")  # the ordinary client serves DP rounds
-    server = load(folder / "my_app" / "server_app_dp.py", "readme_server_app_dp")
+    client = load(folder / "my_app" / "client_app.py", "embedding_client_app")  # the ordinary client serves DP rounds
+    server = load(folder / "my_app" / "server_app_dp.py", "embedding_server_app_dp")
     grid = LocalGrid(client.app, 10)
     config = {**run_config(), "release": "sum", "k": 1}
     server.app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config))
@@ -94,11 +97,11 @@ def test_readme_app_trains_privately_in_process(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_readme_embedding_commands_run_verbatim(tmp_path):
+def test_embedding_command_runs_verbatim(tmp_path):
     """The section's bash block, verbatim, in the app folder its files make: the argmax release with 3 simulated
     tallies must complete (``dphype run`` exits 1 otherwise); the sum release of the same files runs in process
     above."""
-    (block,) = readme_blocks(SECTION, "bash")
+    (block,) = doc_blocks(PAGE, SECTION, "bash")
     folder = write_app(tmp_path / "my-app")
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=folder, env=clean_env(tmp_path / "home"),
                           capture_output=True, text=True, timeout=600)
@@ -108,14 +111,3 @@ def test_readme_embedding_commands_run_verbatim(tmp_path):
     assert runs == ["10 voters and 3 tally nodes"], output[-4000:]
     assert len(re.findall(SELECTED, output)) == 1, output[-4000:]
     assert "released: winning index only" in output and "aggregate_train: Received 10 results and 0 failures" in output
-
-
-def test_every_bash_block_of_the_readme_is_one_a_test_runs():
-    """The README's runnable blocks are the quick start's (`make demo` / `make test`, what `.ci/run` and
-    tests/deployment/test_packaging.py run; `dphype new` + `dphype run`, run verbatim by tests/cli/test_run.py),
-    the embedding's (run verbatim above) and the deployment recipe's (tests/deployment/test_readme_deployment.py):
-    a new ```bash block needs a test that runs it (a synopsis is a ```text block)."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    tested = {"Quick start": 2, SECTION: 1, "Deploying the bundled app": 2}
-    assert {section: len(readme_blocks(section, "bash")) for section in tested} == tested
-    assert len(re.findall(r"^```bash\n", text, re.M)) == sum(tested.values())

@@ -1,4 +1,4 @@
-"""`dphype run [APP_DIR]`: a local simulation run that fails loudly; the README's quick start, run verbatim."""
+"""`dphype run [APP_DIR]`: a local simulation run that fails loudly; the README's first app, run verbatim."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 import subprocess
 
 import pytest
-from helpers import clean_env, readme_blocks
+from helpers import clean_env, doc_blocks
 
 from dphype.cli import main
 from dphype.flower.local import RunOutcome, parse_run_config
@@ -116,13 +116,13 @@ def test_help_lists_run(capsys):
 
 
 @pytest.mark.slow
-def test_readme_quick_start_runs_verbatim_and_a_failed_run_says_why(tmp_path):
-    """The README's quick-start block, verbatim, in a fresh folder with a clean environment (no variable of the
-    other tests or the developer; a private HOME and FLWR_HOME): the template's argmax run on 10 voters and 3
-    simulated tallies completes; its plan line says the chance of a good pick on the data is unknown, then gives
-    the scenario's 0.81. Then, in the app it wrote, a run the ServerApp refuses
-    (k above the 8 candidates) exits 1 with one line naming the cause, and no traceback of ours."""
-    (block,) = [b for b in readme_blocks("Quick start", "bash") if "dphype run" in b]
+def test_readme_first_app_runs_verbatim_and_a_failed_run_says_why(tmp_path):
+    """The README's first-app block (docs/getting-started.md repeats it), verbatim, in a fresh folder with a clean
+    environment (no variable of the other tests or the developer; a private HOME and FLWR_HOME): the template's
+    argmax run on 10 voters and 3 simulated tallies completes; its plan line says the chance of a good pick on the
+    data is unknown, then gives the scenario's 0.81. Then, in the app it wrote, a run the ServerApp refuses (k above
+    the 8 candidates) exits 1 with one line naming the cause, and no traceback of ours."""
+    (block,) = doc_blocks("README.md", "A first app", "bash")
     env = clean_env(tmp_path / "home")
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=600)

@@ -1,6 +1,6 @@
 """Deployment on loopback: one flower-superlink, five flower-supernode processes, `flwr run` of the sum release,
 each started with its operator's script (server/start-superlink.sh, clients/start-voter.sh). The argmax release
-with three tally SuperNodes (clients/start-tally.sh) is the README's recipe, run as written by
+with three tally SuperNodes (clients/start-tally.sh) is the deployment guide's recipe, run as written by
 tests/deployment/test_readme_deployment.py."""
 
 from __future__ import annotations
@@ -113,10 +113,10 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Feder
         # 5 clients)
         policy = write_node_config(tmp_path / "policy.toml", {
             "dphype-max-epsilon": 20, "dphype-min-clients": 4, "dphype-min-neighbours": 2,
-            "dphype-lifetime-epsilon": 40, "dphype-allow-unauthenticated": True})  # the README's recipe: a roster
+            "dphype-lifetime-epsilon": 40, "dphype-allow-unauthenticated": True})  # the guide's recipe: a roster
         nodes = {f"supernode-{i}": ("voter", ["--partition-id", str(i), "--num-partitions", str(NUM_NODES),
                                               "--node-config", str(policy)]) for i in range(NUM_NODES)}
-        # the last voter's tasks on Flower's own SuperExec, so that both ways of serving tasks run (the README's
+        # the last voter's tasks on Flower's own SuperExec, so that both ways of serving tasks run (the guide's
         # recipe, tests/deployment/test_readme_deployment.py, runs every node on the warm one)
         last = nodes.pop(f"supernode-{NUM_NODES - 1}")
         voters = fed.start_supernodes(nodes)

@@ -1,5 +1,5 @@
-"""The README's deployment recipe ("Deploying the bundled app"), run as written: its two command blocks, on a copy
-of the repository, with a fresh HOME (so a fresh ~/.flwr), free ports for the README's port variables and no
+"""The deployment recipe (docs/deployment.md, "Deploying the bundled app"), run as written: its two command blocks, on
+a copy of the repository, with a fresh HOME (so a fresh ~/.flwr), free ports for the recipe's port variables and no
 variable of the other tests; then a run the server refuses before any client works."""
 
 from __future__ import annotations
@@ -13,24 +13,24 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, clean_env, descendants, free_ports_in_a_row, parse_result, readme_blocks, stop
+from helpers import REPO, clean_env, descendants, doc_blocks, free_ports_in_a_row, parse_result, stop
 
 from dphype.node.ledger import Ledger
 from dphype.privacy.winner import WINNER_NOISE
 from dphype.selection.candidates import load_candidates
 
-#: The run config the copy's pyproject.toml gives the app (the README's own command sets only clients=3): the
+#: The run config the copy's pyproject.toml gives the app (the recipe's own command sets only clients=3): the
 #: same recipe on a smaller search, for the test suite's time; result-file, relative, lands on the SuperLink's host
 #: in the folder it was started from.
 SMALL_RUN = {"candidates": "table3:random:10:0", "k": 3, "local-epochs": 1, "fedavg-rounds": 1,
              "fraction-evaluate": 0.0, "round-timeout": 240.0, "connect-timeout": 300.0, "result-file": "result.json"}
-#: The README's port variables and how many consecutive ports each names.
+#: The recipe's port variables and how many consecutive ports each names.
 PORTS = {"LINK_PORT": 1, "NODE_PORT": 6, "MPYC_PORT": 3}
 
 
 def readme_deployment() -> tuple[str, str]:
-    """The README's two deployment blocks: the port variables' and the recipe's."""
-    ports, recipe = readme_blocks("Deploying the bundled app", "bash")
+    """The guide's two deployment blocks: the port variables' and the recipe's."""
+    ports, recipe = doc_blocks("docs/deployment.md", "Deploying the bundled app", "bash")
     assert "export LINK_PORT=" in ports and "server/start-superlink.sh --ssl-ca-certfile pki/ca.pem" in recipe
     assert "--insecure" not in recipe  # TLS and node authentication on every connection
     return ports, recipe
@@ -90,13 +90,13 @@ def _group(pid: int) -> int | None:
 @pytest.mark.slow
 def test_the_readme_deployment_recipe_runs_as_written(tmp_path):
     ports_block, recipe = readme_deployment()
-    # the test sets exactly the variables the README's first block exports, to free ports of this machine
+    # the test sets exactly the variables the recipe's first block exports, to free ports of this machine
     assert re.fullmatch(r"# .*\nexport LINK_PORT=\d+ NODE_PORT=\d+ MPYC_PORT=\d+\n", ports_block), ports_block
     ports = {name: free_ports_in_a_row(count) for name, count in PORTS.items()}
     checkout = copy_of_the_repository(tmp_path / "clone")
     home = tmp_path / "home"
     home.mkdir()
-    # a user's shell (its own HOME, so a fresh ~/.flwr), the README's port variables, Flower's offline switches;
+    # a user's shell (its own HOME, so a fresh ~/.flwr), the recipe's port variables, Flower's offline switches;
     # PYTHONPATH is the copy, so every process runs its code (as an install of that clone would)
     env = clean_env(home, checkout, FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1",
                     **{name: str(port) for name, port in ports.items()})
@@ -125,7 +125,7 @@ def test_the_readme_deployment_recipe_runs_as_written(tmp_path):
             assert output.count(f"{script}: transport: TLS, SuperLink verified with pki/ca.pem") == count
             assert output.count(f"{script}: federation: roster ") == count
         assert output.count("start-voter.sh: ledger: ") == 3 and output.count("start-tally.sh: mpyc: TLS") == 3
-        # the federation of the README's roster: 3 voters and 3 tallies, said in the result and its summary
+        # the federation of the recipe's roster: 3 voters and 3 tallies, said in the result and its summary
         assert re.fullmatch(r"roster [0-9a-f-]{19} \(6 members\)", result["federation"])
         assert f"federation: {result['federation']}" in output
         # result-file: on the SuperLink's host, relative to the folder it was started from

@@ -1,8 +1,8 @@
 """The two sides at the repository root: ``server/`` (the SuperLink operator's) and ``clients/`` (each SuperNode
 operator's). Their component modules are the bundled app's objects, ``flwr run .`` packs them, their scripts refuse
 bad input with a usage message, and their node-config examples are valid node configs. The scripts' end-to-end use
-is ``tests/deployment/test_deployment.py`` and the README's recipe, ``tests/deployment/test_readme_deployment.py``
-(slow)."""
+is ``tests/deployment/test_deployment.py`` and the deployment guide's recipe,
+``tests/deployment/test_readme_deployment.py`` (slow)."""
 
 from __future__ import annotations
 
