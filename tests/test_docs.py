@@ -4,10 +4,13 @@ and Python block of the README and the guides is one that a test runs as written
 
 from __future__ import annotations
 
+import ast
+import io
 import os
 import re
 import subprocess
 import sys
+import tokenize
 import tomllib
 from pathlib import Path
 
@@ -133,3 +136,29 @@ def test_no_tracker_numbers_in_the_code_or_the_docs():
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
     assert not found, "docstrings and docs are contracts, not history; name the behaviour, not the ticket:\n" + \
         "\n".join(found)
+
+
+def _docstring_and_code_lines(source: str) -> tuple[int, int]:
+    """Non-blank docstring lines and the other non-blank, non-comment lines of one module."""
+    lines = source.splitlines()
+    documented: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value,
+                                                                                                   str):
+                documented.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    comments = {token.start[0] for token in tokenize.generate_tokens(io.StringIO(source).readline)
+                if token.type == tokenize.COMMENT and token.line.lstrip().startswith("#")}
+    doc = sum(1 for number in documented if lines[number - 1].strip())
+    code = sum(1 for number, line in enumerate(lines, 1)
+               if line.strip() and number not in documented and number not in comments)
+    return doc, code
+
+
+def test_the_package_reads_more_code_than_docstring():
+    """Docstrings are contracts: at most three docstring lines per four lines of code across ``dphype/``."""
+    counts = [_docstring_and_code_lines(path.read_text(encoding="utf-8"))
+              for path in sorted((ROOT / "dphype").rglob("*.py"))]
+    doc, code = sum(d for d, _ in counts), sum(c for _, c in counts)
+    assert doc <= 0.75 * code, f"{doc} docstring lines against {code} lines of code ({doc / code:.2f} > 0.75)"
