@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -168,8 +169,10 @@ def test_demo_runs_the_bundled_app_with_flwr_run(capsys):
     assert reference["pick_accuracy"] >= reference["best_accuracy"] - 0.10
     assert reference["pick_accuracy"] > majority_of_test_split("adult") + 0.03
     assert result["accuracy"] > majority_of_test_split("adult") + 0.03
-    assert result["noisy_sum"] is None  # only the winner's index was released
+    assert result["noisy_sum"] is None and result["confidence"] is None  # only the winner's index was released
     privacy = result["privacy"]
     assert privacy["survivors"] == 10 and privacy["clients"] == 10 and privacy["noise"] == WINNER_NOISE
     assert privacy["epsilon"] == pytest.approx(20.0, rel=1e-6)
+    # the run's simulated federation, made without any set-up: the 10 voters and the 3 tallies
+    assert re.fullmatch(r"roster [0-9a-f-]{19} \(13 members\)", result["federation"]), result["federation"]
     assert "DeprecationWarning" not in err and "deprecated" not in err.lower()

@@ -1,4 +1,6 @@
-"""`flwr run` of the project's Flower app, offline, on the managed local simulation SuperLink."""
+"""`flwr run` of the project's Flower app, offline, on the managed local simulation SuperLink (the sum release; the
+bundled app's default, the argmax release with simulated tallies, runs through `flwr run` in
+tests/app/test_simulation.py's `dphype demo`)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ import pytest
 from helpers import BIN, REPO, descendants, offline_env, parse_result, processes_with, stop
 
 from dphype.ml.reference import candidate_accuracies, majority_of_test_split
-from dphype.privacy.winner import WINNER_NOISE
 from dphype.selection.candidates import load_candidates
 
 
@@ -57,29 +58,6 @@ def test_flwr_run_offline_simulation(tmp_path):
     assert privacy["survivors"] == 5 and privacy["noise"] == "skellam"
     assert privacy["epsilon"] == pytest.approx(20.0, rel=1e-6)
     assert re.fullmatch(r"roster [0-9a-f-]{19} \(5 members\)", result["federation"]), result["federation"]
-
-
-@pytest.mark.slow
-def test_flwr_run_in_argmax_mode_with_simulated_tallies(tmp_path):
-    """The bundled app's default release through `flwr run`: 5 voters and 3 simulated tally nodes (partitions 5-7),
-    MPyC among the tallies, FedAvg on the voters."""
-    flwr_home = tmp_path / "flwr-home"
-    flwr_home.mkdir()
-    command = [str(BIN / "flwr"), "run", ".", "--stream", "--federation-config", "num-supernodes=8",
-               "--run-config", "clients=5 epsilon=4.0 k=3 candidates='table3:random:10:0' local-epochs=1 "
-               "fedavg-rounds=1"]
-    log_marker = str(flwr_home / "local-superlink")
-    env = {**offline_env(flwr_home),
-           "DPHYPE_NODE_POLICY": "dphype-max-epsilon=4 dphype-min-clients=5 dphype-lifetime-epsilon=4"}
-    result = run_on_a_local_superlink(command, env, log_marker)
-    assert result["clients"] == 5 and 0 <= result["selected_index"] < 10
-    assert result["noisy_sum"] is None and result["confidence"] is None  # only the index was released
-    privacy = result["privacy"]
-    assert privacy["noise"] == WINNER_NOISE and privacy["survivors"] == 5
-    assert privacy["epsilon"] == pytest.approx(4.0)
-    assert result["accuracy"] > majority_of_test_split("adult") + 0.03
-    # the run's simulated federation, made without any set-up: 5 voters and the 3 tallies
-    assert re.fullmatch(r"roster [0-9a-f-]{19} \(8 members\)", result["federation"]), result["federation"]
 
 
 def pyproject_run_config() -> dict:

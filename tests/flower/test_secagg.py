@@ -271,12 +271,14 @@ def test_drops_up_to_xi_at_every_stage_release_the_exact_sum():
 
 
 @pytest.mark.slow
-def test_exact_sum_of_1000_clients_in_process():
-    """n = 1000 through the real adapter and handlers, every client at the top of the range (the largest
-    possible sum still fits); a ring of 2 neighbours (secure only against no collusion) keeps it short."""
-    n = 1000
-    vectors = np.random.default_rng(6).integers(-C, C + 1, size=(n, 5))
-    vectors[:, 0] = C
+def test_exact_sum_of_255_clients_at_the_top_of_their_range_in_process():
+    """n = 255 through the real adapter and handlers, every client at the top of the round's range ``C(n)`` (the
+    largest possible sum, 255/256 of the modulus, still fits; the range arithmetic up to the largest n is checked
+    in tests/secure/test_secure_sum.py); a ring of 2 neighbours (secure only against no collusion) keeps it short."""
+    n = 255
+    top = ss.clipping_range_for(n)
+    vectors = np.random.default_rng(6).integers(-top, top + 1, size=(n, 5))
+    vectors[:, 0] = top
     grid = LocalGrid(vector_app(vectors), n)
     out = run_secure_sum(grid, grid.get_node_ids(), REQUEST, size=5, noise="skellam", min_survivors=n, num_shares=3,
                          reconstruction_threshold=2, corrupt_fraction=0.0)

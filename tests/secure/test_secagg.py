@@ -144,13 +144,15 @@ def test_round_sums_exactly_with_dropouts_at_every_stage() -> None:
 
 
 @pytest.mark.slow
-def test_round_sums_exactly_at_500_with_dropouts_at_every_stage() -> None:
-    fed = Federation(500, dropout=0.1, seed=5)
+def test_round_sums_exactly_at_200_with_dropouts_at_every_stage() -> None:
+    """The secure graph at a size where it is sparse (a node's neighbours are about a third of the others), 4 nodes
+    lost at every stage."""
+    fed = Federation(200, dropout=0.1, seed=5)
     rng = np.random.default_rng(1)
-    lost = rng.choice(fed.ids, size=40, replace=False).tolist()
-    drop = {stage: set(lost[8 * i:8 * i + 8]) for i, stage in enumerate(sa.STAGES)}
+    lost = rng.choice(fed.ids, size=20, replace=False).tolist()
+    drop = {stage: set(lost[4 * i:4 * i + 4]) for i, stage in enumerate(sa.STAGES)}
     result = fed.run(drop)
-    assert set(result.survivors) == set(fed.ids) - set(lost[:24])
+    assert set(result.survivors) == set(fed.ids) - set(lost[:12])
     _exact(fed, result)
 
 
