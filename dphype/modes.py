@@ -68,7 +68,7 @@ from dphype.privacy.winner import (
 from dphype.refusal import Refusal
 from dphype.result import DPHypeResult
 from dphype.secure.secure_sum import check_range, encode
-from dphype.secure.tally import OPENS_ARGMAX, OPENS_SUM, Opening, check_committee, client_sealed_shares
+from dphype.secure.committee import OPENS_ARGMAX, OPENS_SUM, Opening, check_committee, client_sealed_shares
 from dphype.selection.ballots import BallotForm
 from dphype.selection.planner import Forecast
 from dphype.selection.rules import select_release
@@ -175,7 +175,7 @@ class Aggregator(enum.Enum):
     Attributes:
         SECAGG: DP-Hype's SecAgg+ (`dphype.secure.secagg`): the server unmasks the exact (unverified) sum of the
             encoded noisy vote vectors.
-        COMMITTEE: Tally parties (`dphype.secure.tally`) receive sealed Shamir shares, check every ballot, add the
+        COMMITTEE: Tally parties (`dphype.secure.committee`) receive sealed Shamir shares, check every ballot, add the
             committee's noise and open only what the mode releases.
     """
 
@@ -190,7 +190,7 @@ class Aggregator(enum.Enum):
             known: The only keys a committee may use (a node's pinned tallies); ``None``: any.
 
         Returns:
-            The committee (`dphype.secure.tally.check_committee`), or ``()`` for SecAgg+.
+            The committee (`dphype.secure.committee.check_committee`), or ``()`` for SecAgg+.
 
         Raises:
             ValueError: If the committee is invalid, or SecAgg+ is given tallies.
@@ -237,7 +237,7 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
     released: ClassVar[str]
     #: Where the ballots go (`Aggregator`).
     aggregator: ClassVar[Aggregator]
-    #: What the committee opens (`dphype.secure.tally.OPENS_ARGMAX` or ``OPENS_SUM``); ``None`` for SecAgg+.
+    #: What the committee opens (`dphype.secure.committee.OPENS_ARGMAX` or ``OPENS_SUM``); ``None`` for SecAgg+.
     opens: ClassVar[str | None] = None
     #: What the planner simulates of this release.
     forecast: ClassVar[Forecast]
@@ -443,7 +443,7 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
             scores: The client's scores, ``(p,)`` or ``(p, j)``.
             maximize: Whether a higher score is better.
             clipping_range: The SecAgg+ round's range (`dphype.secure.secure_sum.clipping_range_for`), SecAgg+ modes.
-            voter: The client's identity in its run (`dphype.secure.tally.voter_id`), committee modes.
+            voter: The client's identity in its run (`dphype.secure.committee.voter_id`), committee modes.
 
         Returns:
             The ballot.
@@ -650,14 +650,14 @@ class CommitteeMode(ReleaseMode[list[bytes], OpenedT]):
         """The ballot, checked against the request's form, as Shamir shares of its bits sealed to each tally.
 
         No noise: the committee makes it. One ciphertext per tally in committee order, bound to the request's digest,
-        the tally and ``voter`` (`dphype.secure.tally.client_sealed_shares`).
+        the tally and ``voter`` (`dphype.secure.committee.client_sealed_shares`).
 
         Args:
             request: The approved request.
             scores: The client's scores, ``(p,)`` or ``(p, j)``.
             maximize: Whether a higher score is better.
             clipping_range: Unused.
-            voter: The client's identity in its run (`dphype.secure.tally.voter_id`); required.
+            voter: The client's identity in its run (`dphype.secure.committee.voter_id`); required.
 
         Returns:
             The ciphertexts, one per tally.
@@ -666,7 +666,7 @@ class CommitteeMode(ReleaseMode[list[bytes], OpenedT]):
             ValueError: Without a ``voter``, or for a ballot that breaks the form.
         """  # noqa: DOC502
         if not voter:
-            raise ValueError("voter must be the client's identity in its run (dphype.secure.tally.voter_id)")
+            raise ValueError("voter must be the client's identity in its run (dphype.secure.committee.voter_id)")
         cfg, p = request.config, len(request.candidates)
         form = self.ballot_form(cfg, p)
         votes = form.check(self.resolved_ballot(cfg, p).cast(scores, cfg.k, maximize=maximize), p)
@@ -674,7 +674,7 @@ class CommitteeMode(ReleaseMode[list[bytes], OpenedT]):
 
     @abstractmethod
     def tally_noise(self, request: Request) -> np.ndarray | JointSampler:
-        """The committee's noise as one tally contributes it (`dphype.flower.tally`).
+        """The committee's noise as one tally contributes it (`dphype.flower.tally_node`).
 
         Either the sampler the MPC draws the whole noise with, which no tally knows (`JointSampler`), or this tally's
         share from a fresh `dphype.privacy.noise.secure_generator`, such that any honest majority's shares
@@ -692,7 +692,7 @@ class CommitteeMode(ReleaseMode[list[bytes], OpenedT]):
 class ArgmaxRelease(CommitteeMode[Opening | int]):
     """Only the winner's index: report-noisy-max over the verified ballots with committee-made discrete Laplace noise.
 
-    A tally committee computes it under MPC (`dphype.privacy.winner`, `dphype.secure.tally`): it checks each ballot
+    A tally committee computes it under MPC (`dphype.privacy.winner`, `dphype.secure.committee`): it checks each ballot
     against the request's form, leaves out the invalid ones (naming their contributors), samples the noise jointly (no
     tally knows any of it) and opens only the argmax.
 

@@ -18,7 +18,7 @@ SuperExec, a fresh ``flwr-clientapp`` interpreter per message. The stages:
   answers ``hello``; the planner's simulation runs here too);
 * ``wait for nodes``: to the pre-flight being sent (all ``clients`` nodes connected);
 * ``pre-flight``: every node checks the request and scores every candidate (ClientApp processes start here);
-* sum mode: ``secure vote``, our SecAgg+ round (:func:`dphype.flower.server.secagg.run_secure_sum`), split into its
+* sum mode: ``secure vote``, our SecAgg+ round (:func:`dphype.flower.server.secagg_server.run_secure_sum`), split into its
   stages (``secagg: share_keys``, ``secagg: masked_input``, ``secagg: consistency``, ``secagg: unmask``, as
   the server logs them) and ``release`` (decoding, the selection rule, the report); argmax mode: ``winner``,
   the sealed shares and the tallies' ``collect``, ``compute`` and ``result`` stages;
@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dphype.flower.local import toml_value
-from dphype.flower.tally import load_tally_key
+from dphype.flower.tally_node import load_tally_key
 from dphype.modes import Aggregator, release_mode
 from dphype.secure.roster import IdentityKey, Member, Roster
 

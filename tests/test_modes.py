@@ -28,7 +28,7 @@ from dphype.privacy.accounting import calibrate, mechanism_epsilon, vote_sensiti
 from dphype.privacy.noise import client_noise_variance, min_survivors, replay_noisy_sums
 from dphype.privacy.winner import WINNER_NOISE, replay_winners, winner_probabilities
 from dphype.protocol import VoteRequest, make_vote_request
-from dphype.secure.tally import OPENS_ARGMAX, OPENS_SUM, Tally
+from dphype.secure.committee import OPENS_ARGMAX, OPENS_SUM, Tally
 from dphype.selection.ballots import BallotForm
 from dphype.selection.candidates import candidate_grid as grid
 from dphype.selection.planner import Forecast, PlannedRelease, plan
@@ -216,7 +216,7 @@ def test_each_mode_words_its_plan_after_what_it_releases(committee: tuple[bytes,
 # -------------------------------------------------------------------------------------------- committee sum
 def test_the_committee_sum_is_the_sum_releases_accounting_with_noise_the_tallies_make(
         committee: tuple[bytes, ...]) -> None:
-    from dphype.secure.tally import Opening
+    from dphype.secure.committee import Opening
 
     mode = CommitteeSumRelease()
     request = a_request("committee-sum", committee, dropout=0.2)  # at least 8 valid ballots of 10

@@ -7,7 +7,7 @@ import pytest
 
 from dphype.checks import EPSILON_RTOL
 from dphype.config import DPHypeConfig
-from dphype.flower.training import RunAccountant
+from dphype.flower.final_training import RunAccountant
 from dphype.modes import ArgmaxRelease, SumRelease, release_mode, release_modes
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy, check_vote_request
@@ -22,7 +22,7 @@ from dphype.privacy.winner import (
 from dphype.protocol import VoteRequest, make_vote_request
 from dphype.refusal import Refusal
 from dphype.secure.relay import open_sealed
-from dphype.secure.tally import Tally, field_modulus, open_shares, share_context, voter_id
+from dphype.secure.committee import Tally, field_modulus, open_shares, share_context, voter_id
 from dphype.selection.candidates import candidate_grid
 
 

@@ -39,7 +39,7 @@ REFERENCE_NOTE = ("computed by the demo from the test split (its operator's) out
 
 #: The Flower components of the bundled app (``[tool.flwr.app.components]``), by name: Flower imports them in the
 #: app's processes.
-COMPONENTS: dict[str, str] = {"serverapp": "dphype.app.server:app", "clientapp": "dphype.app.client:app"}
+COMPONENTS: dict[str, str] = {"serverapp": "dphype.app.server_app:app", "clientapp": "dphype.app.client_app:app"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         args: The parsed options.
 
     Returns:
-        The bundled app's run summary (`dphype.app.server.run_app`), with the wall ``seconds`` of the run, the
+        The bundled app's run summary (`dphype.app.server_app.run_app`), with the wall ``seconds`` of the run, the
         planner's and the selection's ``warnings``, the ``privacy`` report and, for the bundled app, its
         ``reference`` point (`reference_point`).
 
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """  # noqa: DOC502, DOC503
     from dphype.flower import DPHype
     from dphype.flower.local import node_config_string
-    from dphype.flower.tally import TALLY_KEYS_ENV
+    from dphype.flower.tally_node import TALLY_KEYS_ENV
     from dphype.modes import Aggregator
     from dphype.node.ledger import admitting_policy
     from dphype.node.policy import POLICY_ENV
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     candidates = load_candidates(args.candidates)
     config = privacy_config(args, len(candidates))  # first: it needs no training code
     if args.app is None:  # the bundled app's task reads only its own keys: refused here, before any node works
-        from dphype.ml.task import check_candidates
+        from dphype.ml.torch_task import check_candidates
 
         try:
             check_candidates(candidates)
@@ -116,8 +116,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def make_tally_keys(folder: Path) -> tuple[bytes, ...]:
     """Create the simulated committee's ``tally-<j>.key`` files in ``folder``; their public keys in order."""
-    from dphype.flower.tally import load_tally_key
-    from dphype.secure.tally import COMMITTEE_SIZE
+    from dphype.flower.tally_node import load_tally_key
+    from dphype.secure.committee import COMMITTEE_SIZE
 
     return tuple(load_tally_key(folder / f"tally-{j}.key").public for j in range(COMMITTEE_SIZE))
 
@@ -131,7 +131,7 @@ def _run(args: argparse.Namespace, selection: Any, env: dict[str, str], folder: 
     from dphype.flower.local import is_flower_app
     from dphype.modes import Aggregator
     from dphype.result import FAILURE_FORMAT, RESULT_FORMAT
-    from dphype.secure.tally import COMMITTEE_SIZE
+    from dphype.secure.committee import COMMITTEE_SIZE
 
     config = selection.config
     for name in ("fedavg_rounds", "local_epochs"):

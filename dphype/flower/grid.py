@@ -4,7 +4,7 @@
 wait limit.
 
 `send_and_receive` is ``Grid.send_and_receive``'s round trip with a shorter poll interval than a deployed
-grid's; every stage of DP-Hype's selection and `dphype.flower.server.committee.ClientGrid` use it.
+grid's; every stage of DP-Hype's selection and `dphype.flower.server.committee_server.ClientGrid` use it.
 
 In Flower's simulation (an ``InMemoryGrid``) it keeps at most `in_flight_limit` messages outstanding and pushes
 the next ones as replies arrive: the simulation engine's in-memory LinkState scans every stored message for every

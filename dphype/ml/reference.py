@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from dphype.ml.task import load_cached, make_task
+from dphype.ml.torch_task import load_cached, make_task
 
 
 def majority_accuracy(labels: Any) -> float:

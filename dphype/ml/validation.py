@@ -27,7 +27,7 @@ from dphype.ml.data import split_indices
 #: Fraction of a client's data held out by one split (Section V-B).
 VALIDATION_FRACTION = 0.2
 
-#: The bundled tasks' and `dphype.ml.task.TorchTask`'s validation.
+#: The bundled tasks' and `dphype.ml.torch_task.TorchTask`'s validation.
 DEFAULT_VALIDATION = "split:loss"
 #: The paper's validation (Section V-B): one 80/20 split.
 SINGLE_SPLIT = "split"

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
-from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES
+from dphype.flower.tally_node import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES
 from dphype.node.policy import POLICY_KEYS, NodePolicy, PolicyError
-from dphype.secure.tally import COMMITTEE_SIZE
+from dphype.secure.committee import COMMITTEE_SIZE
 
 BIN = Path(sys.executable).parent
 SCRIPTS = ["server/start-superlink.sh", "server/connect.sh", "server/run.sh", "clients/start-voter.sh",
@@ -43,12 +43,12 @@ def pyproject() -> dict:
 
 def test_the_components_are_the_bundled_apps_objects():
     import clients.client_app
-    import dphype.app.client
-    import dphype.app.server
+    import dphype.app.client_app
+    import dphype.app.server_app
     import server.server_app
 
-    assert server.server_app.app is dphype.app.server.app
-    assert clients.client_app.app is dphype.app.client.app
+    assert server.server_app.app is dphype.app.server_app.app
+    assert clients.client_app.app is dphype.app.client_app.app
     assert pyproject()["tool"]["flwr"]["app"]["components"] == {"serverapp": "server.server_app:app",
                                                                 "clientapp": "clients.client_app:app"}
 
@@ -203,7 +203,7 @@ def test_the_node_config_helper_refuses_what_the_node_would(tmp_path):
 
 
 def test_the_server_readme_documents_every_run_config_key():
-    from dphype.app.config import AppConfig
+    from dphype.app.run_config import AppConfig
     from dphype.config import RUN_CONFIG_KEYS
 
     text = (REPO / "server" / "README.md").read_text()
@@ -216,7 +216,7 @@ def test_the_node_config_helper_adds_the_roster_and_checks_the_nodes_membership(
     """``--roster FILE --identity FILE``: absolute paths in the node config, the key a member in the node's role (a
     tally's with its committee key); without them the file must allow an unauthenticated federation."""
     from clients.node_config import main
-    from dphype.flower.tally import load_tally_key
+    from dphype.flower.tally_node import load_tally_key
     from dphype.secure.roster import IdentityKey, Member, Roster
 
     voter, tally, stranger = (IdentityKey.generate() for _ in range(3))

@@ -1,4 +1,4 @@
-"""DP-Hype's SecAgg+ on the Message API (dphype.flower.server.secagg, client.secagg), against real ClientApps in
+"""DP-Hype's SecAgg+ on the Message API (dphype.flower.server.secagg_server, client.secagg), against real ClientApps in
 process."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from dphype.flower.client.secagg import secure_vote_reply
+from dphype.flower.client.secagg_client import secure_vote_reply
 from dphype.flower.local import LocalGrid, node_id
-from dphype.flower.server.secagg import run_secure_sum
+from dphype.flower.server.secagg_server import run_secure_sum
 from dphype.flower.wire import ACTION, STAGE_KEY, VOTE_TYPE
 from dphype.secure import secure_sum as ss
 from dphype.secure.secagg import Approval

@@ -1,9 +1,9 @@
 """DP-Hype on a client: the handlers that answer DP-Hype's messages in a user's own ``ClientApp``.
 
 The client side, in the package: this module (`register_dphype`, the pre-flight and the secure vote),
-`dphype.flower.client.policy` (the node's policy, refusals), `dphype.flower.client.secagg` (the node's
-SecAgg+ answers) and `dphype.flower.client.argmax` (the argmax vote); the tally node is
-`dphype.flower.tally`. The message types and keys are `dphype.flower.wire`'s.
+`dphype.flower.client.policy_client` (the node's policy, refusals), `dphype.flower.client.secagg_client` (the node's
+SecAgg+ answers) and `dphype.flower.client.committee_client` (the committee vote); the tally node is
+`dphype.flower.tally_node`. The message types and keys are `dphype.flower.wire`'s.
 
 `register_dphype` adds two handlers to a Message-API ``ClientApp``, under DP-Hype's own action
 name, so they never see the user's ``@app.train()``, ``@app.evaluate()`` or ``@app.query()`` messages
@@ -16,7 +16,7 @@ set by whoever runs the node, never by the server; `node_policy`) against an act
   every candidate with the user's task and keep the scores in the context state; answer ``ready`` or a refusal.
   A pre-flight carrying the vote's first stage (``advertise``) gets this node's fresh round keys beside
   ``ready``, bound to the request just approved (only for a SecAgg+ release; else ``release_mode``);
-* ``train.dphype`` (the secure vote): the SecAgg+ stages (`dphype.flower.client.secagg.secure_vote_reply`),
+* ``train.dphype`` (the secure vote): the SecAgg+ stages (`dphype.flower.client.secagg_client.secure_vote_reply`),
   bound at the first stage to the approved request, its ``n`` and ``xi`` and the policy's
   ``dphype-min-neighbours``; a stage out of order, repeated or for another request aborts the round. In the
   masked-input stage, once the neighbours' shares are checked, the ballot is cast with a fresh noise share, its
@@ -25,11 +25,11 @@ set by whoever runs the node, never by the server; `node_policy`) against an act
   ``advertise`` is refused and aborts it.
 
 Any refusal makes the node drop out; the server sees only the sanitized reason
-(`dphype.flower.client.policy.sanitized`: limits and budget read as the single code ``policy``).
+(`dphype.flower.client.policy_client.sanitized`: limits and budget read as the single code ``policy``).
 
-It also adds the argmax mode's handlers: ``train.dphype_argmax`` (sealed shares to the tally committee,
-`dphype.flower.client.argmax`) and, on nodes configured as tallies, ``query.dphype_tally``
-(`dphype.flower.tally`).
+It also adds the argmax mode's handlers: ``train.dphype_committee`` (sealed shares to the tally committee,
+`dphype.flower.client.committee_client`) and, on nodes configured as tallies, ``query.dphype_tally``
+(`dphype.flower.tally_node`).
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 from flwr.clientapp import ClientApp
 from flwr.common import log
 
-from dphype.flower.client.argmax import register_winner_vote
-from dphype.flower.client.policy import (
+from dphype.flower.client.committee_client import register_committee_vote
+from dphype.flower.client.policy_client import (
     PolicySource,
     announce_simulated,
     approved_membership,
@@ -60,8 +60,8 @@ from dphype.flower.client.policy import (
     sanitized,
     simulated,
 )
-from dphype.flower.client.secagg import abort_round, round_in_progress, secure_vote_reply, stage_reply
-from dphype.flower.tally import register_tally
+from dphype.flower.client.secagg_client import abort_round, round_in_progress, secure_vote_reply, stage_reply
+from dphype.flower.tally_node import register_tally
 from dphype.flower.wire import (
     ACTION,
     APPROVAL_STATE,
@@ -89,7 +89,7 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
     The node answers within its privacy policy.
 
     ``task_fn`` builds this node's task (anything with ``maximize`` and ``score(candidates)``, e.g.
-    `dphype.ml.task.TorchTask`) from the node's context. ``policy`` is this node's
+    `dphype.ml.torch_task.TorchTask`) from the node's context. ``policy`` is this node's
     `dphype.node.policy.NodePolicy`:
 
     * ``None`` (the default, and what a deployed app should use): read it where the node's operator sets
@@ -107,7 +107,7 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
         policy: This node's policy: ``None``, a function of the context, or a ``NodePolicy`` (above).
 
     Returns:
-        ``app``, with the pre-flight, the secure vote (SecAgg+ stages), the argmax vote and the tally handlers
+        ``app``, with the pre-flight, the secure vote (SecAgg+ stages), the committee vote and the tally handlers
             added.
 
     Raises:
@@ -186,7 +186,7 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
         except Exception as err:  # noqa: BLE001 - the server sees the sanitized reason only
             raise sanitized("vote", err) from None
 
-    register_winner_vote(app, policy=policy)  # release="argmax": sealed shares to the tallies
+    register_committee_vote(app, policy=policy)  # release="argmax": sealed shares to the tallies
     register_tally(app)  # answered only on nodes configured as tallies
     return app
 

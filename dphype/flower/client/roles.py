@@ -15,12 +15,12 @@ from typing import cast
 from flwr.app import Context, Message
 from flwr.clientapp.typing import ClientAppCallable
 
-from dphype.flower.client.policy import environment_policy, node_policy, simulated
+from dphype.flower.client.policy_client import environment_policy, node_policy, simulated
 from dphype.flower.federation import federation_set, simulated_federation, tally_name, voter_name
-from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, TALLY_KEYS_ENV, TALLY_PARTIES, load_tally_key
+from dphype.flower.tally_node import TALLY_ID, TALLY_KEY_FILE, TALLY_KEYS_ENV, TALLY_PARTIES, load_tally_key
 from dphype.modes import RELEASE_MODES, Aggregator
 from dphype.node.policy import TALLIES_KEY, run_ledger_path
-from dphype.secure.tally import COMMITTEE_SIZE
+from dphype.secure.committee import COMMITTEE_SIZE
 
 #: First loopback port of a simulated committee's MPyC parties (`simulated_parties`).
 SIMULATED_TALLY_PORTS = 20000
@@ -86,7 +86,7 @@ def _pinned_tallies(context: Context) -> str | None:
 def simulated_roles(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
     """ClientApp mod: `simulated_role` when the run config names a committee release and ``clients``.
 
-    The keys are in `dphype.flower.tally.TALLY_KEYS_ENV`'s folder, or beside the run's simulated ledgers.
+    The keys are in `dphype.flower.tally_node.TALLY_KEYS_ENV`'s folder, or beside the run's simulated ledgers.
 
     Args:
         msg: The incoming message.

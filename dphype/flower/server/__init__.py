@@ -2,14 +2,14 @@
 
 The server side, in the package: this module (`DPHype`), `dphype.flower.server.readiness` (waiting
 for nodes, the pre-flight, `dphype.flower.server.readiness.PreflightError`),
-`dphype.flower.server.secagg` (the SecAgg+ round) and `dphype.flower.server.committee` (the argmax
+`dphype.flower.server.secagg_server` (the SecAgg+ round) and `dphype.flower.server.committee_server` (the argmax
 mode's committee). The message types and keys are `dphype.flower.wire`'s.
 
 `DPHype` runs DP-Hype's selection inside any ``@app.main()``:
 
 1. on construction, everything the server can check without simulating: the configuration, the candidate
    list, the noise calibration (`dphype.protocol.make_vote_request`), the secure-sum range and the SecAgg+
-   graph for ``n`` and ``xi`` (`dphype.flower.server.secagg.secagg_graph`);
+   graph for ``n`` and ``xi`` (`dphype.flower.server.secagg_server.secagg_graph`);
 2. ``start(grid)`` first asks the planner for its prediction from public parameters (`DPHype.plan`,
    `dphype.selection.planner.check_plan`: a warning below one half, a refusal below
    ``config.min_success``) -- before any client works; then it waits for ``n`` nodes (logging how many are
@@ -19,13 +19,13 @@ mode's committee). The message types and keys are `dphype.flower.wire`'s.
    and aborts with one error counting the reasons
    when fewer than ``ceil((1 - xi) n)`` clients are ready -- nothing is sent in the vote round then;
 3. one round of DP-Hype's SecAgg+ (``train.dphype``, `dphype.secure.secagg`) over the ready clients
-   returns the exact noisy vote sum (`dphype.flower.server.secagg.run_secure_sum`), unmasked only if enough
+   returns the exact noisy vote sum (`dphype.flower.server.secagg_server.run_secure_sum`), unmasked only if enough
    clients contributed and every client verified that any sum it could be part of holds enough noise;
 4. the release (the mode's `dphype.modes.ReleaseMode.release`): the selection rule's pick, its confidence
    and the privacy report.
 
 When the release mode's aggregator is the tally committee (``release="argmax"``) steps 3-4 are
-`dphype.flower.server.committee.run_winner_selection`: sealed shares to the committee of tally nodes named
+`dphype.flower.server.committee_server.run_committee_selection`: sealed shares to the committee of tally nodes named
 by ``tallies``, a secure argmax on MPyC, only the index released.
 
 Train the final model afterwards with any Message-API strategy, passing
@@ -46,9 +46,9 @@ from flwr.serverapp.grid import Grid
 
 from dphype.config import DPHypeConfig
 from dphype.flower.grid import check_timeout
-from dphype.flower.server.committee import TALLY_TIMEOUT, check_tally_timeout, run_winner_selection
+from dphype.flower.server.committee_server import TALLY_TIMEOUT, check_tally_timeout, run_committee_selection
 from dphype.flower.server.readiness import run_preflight, wait_for_nodes
-from dphype.flower.server.secagg import advertise_record, run_secure_sum, secagg_graph
+from dphype.flower.server.secagg_server import advertise_record, run_secure_sum, secagg_graph
 from dphype.modes import Aggregator, release_modes
 from dphype.privacy.noise import client_noise_std
 from dphype.protocol import DPHypeResult, make_vote_request
@@ -70,7 +70,7 @@ class DPHype:
         config: The validated privacy parameters (`dphype.config.DPHypeConfig`).
         num_shares: SecAgg+ parameter (Flower's int, or a fraction of the clients); ``None`` (the default) uses
             the secure graph of `dphype.secure.secagg_params.secure_parameters`, and an explicit choice below it
-            is refused (`dphype.flower.server.secagg.secagg_graph`).
+            is refused (`dphype.flower.server.secagg_server.secagg_graph`).
         reconstruction_threshold: SecAgg+ parameter (Flower's int, or a fraction of the shares); ``None`` and
             refusals as for ``num_shares``.
         corrupt_fraction: Fraction of the clients assumed to collude with the server when the SecAgg+ graph is
@@ -165,10 +165,10 @@ class DPHype:
                 (``None``: no limit).
             connect_timeout: Bounds the wait (seconds) for ``clients`` nodes to connect (``None``: no limit).
             committee_nodes: Argmax mode only: the tallies' node ids in committee order, as
-                `dphype.flower.server.committee.discover_committee` returns them, so the committee is not asked
+                `dphype.flower.server.committee_server.discover_committee` returns them, so the committee is not asked
                 again; empty or ``None``: none given (the only choice in sum mode).
             tally_timeout: Committee releases only: seconds each tally's MPyC party has to check the ballots and open
-                the result (`dphype.flower.server.committee.run_winner_selection`), a finite number in ``(0,
+                the result (`dphype.flower.server.committee_server.run_committee_selection`), a finite number in ``(0,
                 86400]``.
 
         Returns:
@@ -198,15 +198,15 @@ class DPHype:
         if votes != cfg.k:
             log(logging.WARNING, "DP-Hype: the %r ballot votes for %d candidates per client, not the configured k=%d "
                 "(set ballot='top-k' to vote with k=%d)", cfg.ballot, votes, cfg.k, cfg.k)
-        drive = {Aggregator.SECAGG: self._sum_over_secagg, Aggregator.COMMITTEE: self._winner_from_committee}
+        drive = {Aggregator.SECAGG: self._sum_over_secagg, Aggregator.COMMITTEE: self._select_over_committee}
         self._tally_timeout = tally_timeout
         result = drive[cfg.mode.aggregator](grid, timeout, connect_timeout, committee_nodes)
         return dataclasses.replace(result, notes=self._notes, federation=self._federation)
 
-    def _winner_from_committee(self, grid: Grid, timeout: float | None, connect_timeout: float | None,
+    def _select_over_committee(self, grid: Grid, timeout: float | None, connect_timeout: float | None,
                                committee_nodes: Sequence[int] | None) -> DPHypeResult:
-        """Steps 3-4 for a mode whose aggregator is the tally committee (`run_winner_selection`)."""
-        return run_winner_selection(grid, self.request, preflight=self._preflight, timeout=timeout,
+        """Steps 3-4 for a mode whose aggregator is the tally committee (`run_committee_selection`)."""
+        return run_committee_selection(grid, self.request, preflight=self._preflight, timeout=timeout,
                                     connect_timeout=connect_timeout, committee_nodes=committee_nodes,
                                     tally_timeout=self._tally_timeout)
 

@@ -10,7 +10,7 @@ Protocol (framework-free; the Flower adapter relays the bytes):
    independent of the ballot). Share ``j`` is sealed to tally ``j`` under a context binding the request digest,
    ``j`` and the voter (`voter_id`: run and contributor; `client_sealed_shares`); the server relays ciphertexts it
    cannot read, and one for another request, tally, run or contributor does not open. The contributor is its
-   roster member name, whose signature each share carries (checked by the tally node, `dphype.flower.tally`), or
+   roster member name, whose signature each share carries (checked by the tally node, `dphype.flower.tally_node`), or
    without a roster its SuperLink node id: the server can neither relabel a share nor replay it in another run.
 3. Each `Tally` opens its ciphertexts for one approved request and keeps every share row as relayed (nothing is
    summed before the ballots are checked). A share that does not open for its label, does not parse, repeats a
@@ -37,7 +37,7 @@ boost in noise (it adds none); it costs only its own ballot, and the committee o
 valid ballots remains (below it, nothing). The floor protects no voter (the noise does not depend on the count);
 it keeps the release a decision of most of the federation. A malicious tally can change the result or abort (an
 abort releases nothing). The MPC channels are MPyC's TCP connections: a private network or MPyC's ``--ssl`` in a
-deployment. A tally that drops or answers late aborts the run (`secure_argmax` raises `TallyError` naming it);
+deployment. A tally that drops or answers late aborts the run (`run_loopback_committee` raises `TallyError` naming it);
 each party's stderr is logged and an error quotes its last line.
 """
 
@@ -587,7 +587,7 @@ def loopback_addresses(parties: int, host: str = "127.0.0.1") -> list[str]:
     return [f"{host}:{port}" for port in _free_ports(parties, host)]
 
 
-def secure_argmax(jobs: Sequence[dict[str, Any] | None], *, timeout: float = 30.0, host: str = "127.0.0.1",
+def run_loopback_committee(jobs: Sequence[dict[str, Any] | None], *, timeout: float = 30.0, host: str = "127.0.0.1",
                   timings: list[dict[str, float]] | None = None) -> Opening:
     """Run the tallies' MPyC parties on loopback ports; all must answer alike within ``timeout`` or all are stopped.
 

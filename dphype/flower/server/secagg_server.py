@@ -1,6 +1,6 @@
 """DP-Hype's SecAgg+ round driven from the server, the server half of the Message-API adapter of the secure sum.
 
-The protocol is `dphype.secure.secagg`; the nodes' half of the adapter is `dphype.flower.client.secagg`; this
+The protocol is `dphype.secure.secagg`; the nodes' half of the adapter is `dphype.flower.client.secagg_client`; this
 module only carries its messages. `run_secure_sum` drives `dphype.secure.secagg.run_round`, one round trip per
 stage (`dphype.flower.grid.send_and_receive`), each a `dphype.flower.wire.VOTE_TYPE` message with the stage under
 `dphype.flower.wire.STAGE_KEY`; a node whose reply is an error or late counts as dropped. It never unmasks fewer

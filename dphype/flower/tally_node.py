@@ -1,16 +1,16 @@
-"""The tally node of the argmax mode (``release="argmax"``): one member of the committee (`dphype.secure.tally`).
+"""The tally node of the argmax mode (``release="argmax"``): one member of the committee (`dphype.secure.committee`).
 
 The same ``ClientApp`` serves clients and tallies (`dphype.flower.client.register_dphype` adds `register_tally`).
 A **tally** is a node whose node config has ``dphype-tally-id`` (its index ``j``), ``dphype-tally-parties`` (all
 tallies' MPyC addresses in committee order) and ``dphype-tally-key`` (its X25519 private key file, created with
 mode 0600 if missing). It answers ``query.dphype_tally`` in four stages: ``hello`` (its index and public key),
-``collect`` (the ciphertexts sealed to it, opened by `dphype.secure.tally.Tally`; it answers with the positions
+``collect`` (the ciphertexts sealed to it, opened by `dphype.secure.committee.Tally`; it answers with the positions
 it did not take), ``compute`` (starts its MPyC party and returns at once, so that all parties run together
 whatever the transport) and ``result`` (what its party opened and the contributors left out). The party's
 stderr goes to a file beside its answer and into this node's log when the result is read.
 
 The tally's round lives in ``context.state`` (the job, the party's process id and output file), so a stage may
-run in any process of the node; the requests it served live in a `dphype.secure.tally.ServedRecord` beside its
+run in any process of the node; the requests it served live in a `dphype.secure.committee.ServedRecord` beside its
 key (`served_record_path`), so a request is never served twice in one run, across restarts too.
 
 With a roster (``dphype-roster``, ``dphype-identity`` in its node config, `dphype.secure.roster`) a tally is a
@@ -56,7 +56,7 @@ from dphype.protocol import VoteRequest
 from dphype.refusal import Refusal, as_refusal
 from dphype.secure.relay import KeyPair
 from dphype.secure.roster import RosterError, share_payload
-from dphype.secure.tally import (
+from dphype.secure.committee import (
     ServedRecord,
     Tally,
     TallyError,
@@ -75,7 +75,7 @@ TALLY_ID, TALLY_PARTIES, TALLY_KEY_FILE = "dphype-tally-id", "dphype-tally-parti
 TALLY_TLS = "dphype-tally-tls"
 #: Environment variable naming the folder of a simulated committee's keys (``tally-<j>.key``), set by the
 #: operator of the simulation (``dphype demo`` makes the keys first, to check the committee before Flower starts);
-#: unset, the bundled app (`dphype.app.client`) makes each run's keys in the run's folder beside the simulated
+#: unset, the bundled app (`dphype.app.client_app`) makes each run's keys in the run's folder beside the simulated
 #: ledgers.
 TALLY_KEYS_ENV = "DPHYPE_TALLY_KEYS"
 
@@ -288,7 +288,7 @@ class _TallyNode:
         signature entry per share, is refused (``roster``; nothing is opened); a share whose signature does not
         verify (missing, garbage, another member's, another run's or federation's, or a label that is not a voter)
         is its contributor's (or the relay's) doing: its entry is returned, never opened, and the committee leaves
-        that contributor out (`dphype.secure.tally.Tally.reject`).
+        that contributor out (`dphype.secure.committee.Tally.reject`).
 
         Returns:
             Position -> why its signature does not verify (empty without a roster).
@@ -301,7 +301,7 @@ class _TallyNode:
             raise Refusal("roster", "the request's committee names a tally that is not in this tally's roster")
         if not (isinstance(signatures, list) and len(signatures) == len(shares)):
             raise Refusal("roster", "collect needs one roster signature per share ('signatures')")
-        context = roster.context("argmax-share", request.digest(), self.run)
+        context = roster.context("committee-share", request.digest(), self.run)
         unsigned = {}
         for i, (name, sealed, signature) in enumerate(zip(contributors, shares, signatures, strict=True)):
             try:

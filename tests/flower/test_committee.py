@@ -10,16 +10,16 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from helpers import CANDS, CLIENTS, argmax_grid
 from helpers import argmax_config as config
 
-import dphype.flower.tally as flower_tally
+import dphype.flower.tally_node as flower_tally
 from dphype.config import DPHypeConfig
 from dphype.flower import DPHype, PreflightError
 from dphype.flower.local import node_id
-from dphype.flower.server.committee import run_winner_selection
+from dphype.flower.server.committee_server import run_committee_selection
 from dphype.flower.wire import TALLY_KEY
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy
 from dphype.privacy.winner import WINNER_NOISE
-from dphype.secure.tally import TallyError
+from dphype.secure.committee import TallyError
 
 
 def test_argmax_selection_releases_only_the_index_and_every_client_records_pure_epsilon(tmp_path):
@@ -33,7 +33,7 @@ def test_argmax_selection_releases_only_the_index_and_every_client_records_pure_
     assert result.table() == [{"rank": 1, "index": 5, **CANDS[5]}]
     assert (result.report.epsilon, result.report.noise, result.report.survivors) == (4.0, WINNER_NOISE, CLIENTS)
     types = [m.metadata.message_type for m in grid.sent]
-    assert types.count("train.dphype_argmax") == CLIENTS and "train.dphype" not in types
+    assert types.count("train.dphype_committee") == CLIENTS and "train.dphype" not in types
     for i in range(CLIENTS):
         policy = NodePolicy.from_node_config(grid.contexts[node_id(i)].node_config)
         (entry,) = Ledger(policy.ledger).entries()
@@ -64,11 +64,11 @@ def test_a_tally_that_never_computes_makes_the_others_time_out_and_nothing_is_re
     monkeypatch.setattr(flower_tally._TallyNode, "stage", drop_compute)
     server = DPHype(CANDS, config(), tallies=keys)
     with pytest.raises(TallyError, match="tally 0 failed the result stage .*tally 0 did not answer within 1 s"):
-        run_winner_selection(grid, server.request, preflight=server._preflight, timeout=60, connect_timeout=5,
+        run_committee_selection(grid, server.request, preflight=server._preflight, timeout=60, connect_timeout=5,
                              tally_timeout=1.0)
 
 
-@pytest.mark.slow  # two whole selections; the tally's own refusal is tested fast in tests/secure/test_tally.py
+@pytest.mark.slow  # two whole selections; the tally's own refusal is tested fast in tests/secure/test_committee.py
 def test_a_second_argmax_for_the_same_request_is_refused_by_the_tallies(tmp_path):
     grid, keys = argmax_grid(tmp_path)
     server = DPHype(CANDS, config(), tallies=keys)
@@ -141,7 +141,7 @@ def modified_ballots(monkeypatch, cheaters, boost):
     """Modified client code on the ``cheaters`` (voter ids): their ballot is ``boost``, shared without the check."""
     from dphype.modes import CommitteeMode
     from dphype.secure.relay import seal
-    from dphype.secure.tally import field_modulus, share_context, split_shares
+    from dphype.secure.committee import field_modulus, share_context, split_shares
 
     real = CommitteeMode.ballot
 
@@ -163,7 +163,7 @@ def test_a_malicious_voters_boost_is_excluded_and_named_and_too_many_release_not
     remain (6 clients, dropout 0.2: at least 5 contributors, at least 4 valid ballots): two are left out and named,
     three release nothing and the error names them."""
     from dphype.flower.federation import voter_name
-    from dphype.secure.tally import voter_id
+    from dphype.secure.committee import voter_id
 
     boost = np.zeros(len(CANDS), dtype=np.int64)
     boost[0] = 30
@@ -189,7 +189,7 @@ def test_the_committee_opens_the_noisy_sum_of_the_verified_ballots_and_the_rule_
     """Release="committee-sum": the whole noisy vector of the valid ballots (for the GP rule), the tallies' noise,
     a boosted ballot left out and named; every client's ledger records the sum release's epsilon."""
     from dphype.flower.federation import voter_name
-    from dphype.secure.tally import voter_id
+    from dphype.secure.committee import voter_id
 
     boost = np.zeros(len(CANDS), dtype=np.int64)
     boost[0] = 30
@@ -219,7 +219,7 @@ def test_the_servers_description_names_the_release_and_only_what_applies_to_it(t
 def test_an_argmax_result_carries_the_preflights_notes_as_a_sum_result_does(tmp_path, monkeypatch):
     """Both aggregators' results get the pre-flight's notes (here: simulated nodes with per-run ledgers), through
     the one dispatch of ``DPHype.start``."""
-    import dphype.flower.client.policy as client_policy
+    import dphype.flower.client.policy_client as client_policy
 
     monkeypatch.setattr(client_policy, "simulated", lambda: True)  # as in a Ray worker of Flower's simulation
     grid, keys = argmax_grid(tmp_path)
@@ -236,7 +236,7 @@ def collect_messages(grid) -> list:
 
 
 def voters_epsilon(grid) -> list[float]:
-    """Every voter's recorded epsilon (pure epsilon of its argmax votes, summed as the ledger lists them)."""
+    """Every voter's recorded epsilon (pure epsilon of its committee votes, summed as the ledger lists them)."""
     return [sum(e.epsilon for e in Ledger(NodePolicy.from_node_config(grid.contexts[node_id(i)].node_config)
                                           .ledger).entries()) for i in range(CLIENTS)]
 

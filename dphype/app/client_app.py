@@ -1,14 +1,14 @@
 """The bundled ClientApp: DP-Hype's handlers plus the user's own train and evaluate handlers.
 
 A plain ``ClientApp``: `dphype.flower.register_dphype` adds DP-Hype's pre-flight and vote handlers, which score
-the candidates with this node's `dphype.ml.task.TorchTask` (its shard from ``partition-id`` / ``num-partitions``
+the candidates with this node's `dphype.ml.torch_task.TorchTask` (its shard from ``partition-id`` / ``num-partitions``
 in the node config); ``@app.train()`` and ``@app.evaluate()`` serve the final FedAvg with the selected candidate.
 
 The run config names only the data set, the partition seed and the local epochs; nothing a server names is
 opened as a file. The node's privacy limits are its operator's (`dphype.flower.client.node_policy`), never the
 run config's.
 
-Tally nodes (`dphype.flower.tally`) run this same app: in a deployment the operator names the role in the node
+Tally nodes (`dphype.flower.tally_node`) run this same app: in a deployment the operator names the role in the node
 config (``dphype-tally-id``, ``dphype-tally-parties``, ``dphype-tally-key``; one key file per tally); in
 simulation `dphype.flower.simulated_roles` makes partitions ``clients .. clients+tallies-1`` the tallies (so
 ``options.num-supernodes = clients + tallies``).
@@ -27,12 +27,12 @@ from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 from dphype.flower import register_dphype, selected_candidate, simulated_roles
 
 if TYPE_CHECKING:  # torch is imported where a task is built: a process serving a SecAgg+ stage needs none
-    from dphype.ml.task import TorchTask
+    from dphype.ml.torch_task import TorchTask
 
 
 def local_task(context: Context) -> TorchTask:
     """This node's task: its shard of the run's data set and the paper's model."""
-    from dphype.ml.task import make_task
+    from dphype.ml.torch_task import make_task
 
     run = context.run_config
     return make_task(str(run.get("dataset", "adult")), int(context.node_config["partition-id"]),
