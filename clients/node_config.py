@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dphype.flower.local import check_partition, node_config_string
-from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES, TALLY_TLS, load_tally_key, mpyc_tls_folder
+from dphype.flower.tally_node import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES, TALLY_TLS, load_tally_key, mpyc_tls_folder
 from dphype.node.pki import make_node_key
 from dphype.node.policy import IDENTITY_KEY, ROSTER_KEY, NodePolicy, federation_settings, load_membership
 from dphype.refusal import Refusal
@@ -64,7 +64,7 @@ def voter_config(partition_id: int, num_partitions: int, shared: Mapping[str, An
 
 def tally_config(tally_id: int, key: str | Path, shared: Mapping[str, Any],
                  source: str = "the node-config file", mpyc_tls: str | Path | None = None) -> dict[str, Any]:
-    """A tally's node config: its index and key file (:mod:`dphype.flower.tally`), the folder of its MPyC TLS files
+    """A tally's node config: its index and key file (:mod:`dphype.flower.tally_node`), the folder of its MPyC TLS files
     (``dphype-tally-tls``, checked; none: plain TCP between the tallies) and the committee's shared keys, which must
     name the parties' MPyC addresses (``dphype-tally-parties``)."""
     if tally_id < 0:

@@ -79,8 +79,8 @@ from dphype.privacy.winner import (
 )
 from dphype.refusal import Refusal
 from dphype.result import DPHypeResult
+from dphype.secure.committee import OPENS_ARGMAX, OPENS_SUM, Opening, check_committee, client_sealed_shares
 from dphype.secure.secure_sum import check_range, encode
-from dphype.secure.tally import OPENS_ARGMAX, OPENS_SUM, Opening, check_committee, client_sealed_shares
 from dphype.selection.ballots import BallotForm
 from dphype.selection.planner import Forecast
 from dphype.selection.rules import select_release
@@ -196,7 +196,7 @@ class Aggregator(enum.Enum):
 
     ``SECAGG``: DP-Hype's SecAgg+ (`dphype.secure.secagg`); each client sends an encoded noisy vote vector and
     the server unmasks their exact sum (unverified). ``COMMITTEE``: a committee of tally parties
-    (`dphype.secure.tally`, whose public keys the request names); each client seals Shamir shares of its ballot to
+    (`dphype.secure.committee`, whose public keys the request names); each client seals Shamir shares of its ballot to
     them and they check every ballot, add the committee's noise and open only what the mode releases.
 
     Attributes:
@@ -215,7 +215,7 @@ class Aggregator(enum.Enum):
             known: The only keys a committee may use (a node's pinned tallies); ``None``: any.
 
         Returns:
-            The committee (`dphype.secure.tally.check_committee`: at least 3 distinct, within ``known`` when
+            The committee (`dphype.secure.committee.check_committee`: at least 3 distinct, within ``known`` when
             given), or ``()`` for SecAgg+.
 
         Raises:
@@ -224,10 +224,13 @@ class Aggregator(enum.Enum):
         if self is Aggregator.COMMITTEE:
             return check_committee(tallies, known=known)
         if tallies:
-            names = " or ".join(repr(name) for name, mode in RELEASE_MODES.items()
-                                if mode.aggregator is Aggregator.COMMITTEE)
-            raise ValueError(f"tallies must be empty unless release is {names}")
+            raise ValueError(f"tallies must be empty unless release is one of the committee releases "
+                             f"({Aggregator.COMMITTEE.releases()})")
         return ()
+
+    def releases(self) -> str:
+        """The names of the registered release modes with this aggregator, comma-separated."""
+        return ", ".join(name for name, mode in RELEASE_MODES.items() if mode.aggregator is self)
 
 
 @dataclass(frozen=True)
@@ -278,8 +281,8 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
     released: ClassVar[str]
     #: Where the ballots go (`Aggregator`).
     aggregator: ClassVar[Aggregator]
-    #: What the committee opens (`dphype.secure.tally.OPENS_ARGMAX` or `dphype.secure.tally.OPENS_SUM`); ``None``
-    #: for SecAgg+, which opens the exact sum of what the clients send.
+    #: What the committee opens (`dphype.secure.committee.OPENS_ARGMAX` or
+    #: `dphype.secure.committee.OPENS_SUM`); ``None`` for SecAgg+, which opens the exact sum of what the clients send.
     opens: ClassVar[str | None] = None
     #: What the planner simulates of this release.
     forecast: ClassVar[Forecast]
@@ -545,7 +548,7 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
             maximize: Whether a higher score is better.
             clipping_range: The SecAgg+ round's range (`dphype.secure.secure_sum.clipping_range_for`), for
                 SecAgg+ modes.
-            voter: The client's identity in its run (`dphype.secure.tally.voter_id`), which a committee's ballot
+            voter: The client's identity in its run (`dphype.secure.committee.voter_id`), which a committee's ballot
                 is bound to; SecAgg+ binds its own (`dphype.secure.secagg`).
 
         Returns:
@@ -866,7 +869,7 @@ class CommitteeMode(ReleaseMode[list[bytes], OpenedT]):
 
     Attributes:
         aggregator: The tally committee.
-        opens: What the committee opens (`dphype.secure.tally.OPENS_ARGMAX` or `dphype.secure.tally.OPENS_SUM`).
+        opens: What the committee opens (`dphype.secure.committee.OPENS_ARGMAX` or `dphype.secure.committee.OPENS_SUM`).
     """
 
     aggregator = Aggregator.COMMITTEE
@@ -880,7 +883,7 @@ class CommitteeMode(ReleaseMode[list[bytes], OpenedT]):
         No noise: the committee makes it. The ballot is `ReleaseMode.resolved_ballot`'s (top-k, auto's top-k or a
         graded one). The client checks its own ballot against the form
         (`ReleaseMode.ballot_form`, `dphype.selection.ballots.BallotForm.check`) before it shares; one ciphertext
-        per tally in committee order (`dphype.secure.tally.client_sealed_shares`, bound to the request's digest,
+        per tally in committee order (`dphype.secure.committee.client_sealed_shares`, bound to the request's digest,
         the tally and ``voter``).
 
         Args:
@@ -888,7 +891,7 @@ class CommitteeMode(ReleaseMode[list[bytes], OpenedT]):
             scores: The client's scores, ``(p,)`` or ``(p, j)``.
             maximize: Whether a higher score is better.
             clipping_range: Does not apply.
-            voter: The client's identity in its run (`dphype.secure.tally.voter_id`); required.
+            voter: The client's identity in its run (`dphype.secure.committee.voter_id`); required.
 
         Returns:
             The ciphertexts, one per tally.
@@ -898,7 +901,7 @@ class CommitteeMode(ReleaseMode[list[bytes], OpenedT]):
                 (`dphype.selection.ballots.InvalidBallot`).
         """  # noqa: DOC502
         if not voter:
-            raise ValueError("voter must be the client's identity in its run (dphype.secure.tally.voter_id)")
+            raise ValueError("voter must be the client's identity in its run (dphype.secure.committee.voter_id)")
         cfg, p = request.config, len(request.candidates)
         form = self.ballot_form(cfg, p)
         votes = form.check(self.resolved_ballot(cfg, p).cast(scores, cfg.k, maximize=maximize), p)
@@ -906,7 +909,7 @@ class CommitteeMode(ReleaseMode[list[bytes], OpenedT]):
 
     @abstractmethod
     def tally_noise(self, request: Request) -> np.ndarray | JointSampler:
-        """The committee's noise for ``request``, as one tally contributes it (`dphype.flower.tally`).
+        """The committee's noise for ``request``, as one tally contributes it (`dphype.flower.tally_node`).
 
         Either the sampler the MPC draws the whole noise with, which no tally knows (`JointSampler`), or this
         tally's own share, from a fresh `dphype.privacy.noise.secure_generator`, such that the shares of any honest
@@ -924,7 +927,7 @@ class CommitteeMode(ReleaseMode[list[bytes], OpenedT]):
 class ArgmaxRelease(CommitteeMode[Opening | int]):
     """Only the winner's index: report-noisy-max over the verified ballots with committee-made discrete Laplace noise.
 
-    It is computed by a tally committee under MPC (`dphype.privacy.winner`, `dphype.secure.tally`): the clients
+    It is computed by a tally committee under MPC (`dphype.privacy.winner`, `dphype.secure.committee`): the clients
     secret-share their ballots only, the committee checks each against the request's ballot form, leaves out the
     invalid ones (naming their contributors), samples the noise jointly (no tally knows any of it) and opens only the
     argmax.

@@ -59,7 +59,7 @@ class VoteRequest:
     adds a share of it. The budget in ``config`` lets a client recompute the guarantee of the noise it is asked to
     add. The candidate list travels with the request (canonical JSON); a client compares it with its own copy by
     fingerprint. ``tallies`` are the tally committee's X25519 public keys in committee order when the mode's
-    aggregator is the committee (at least 3, distinct; `dphype.secure.tally.check_committee`), else empty.
+    aggregator is the committee (at least 3, distinct; `dphype.secure.committee.check_committee`), else empty.
     The mode validates all of it (`dphype.modes.ReleaseMode.check_request_fields`). ``roster`` optionally names
     the federation the server expects (the digest of its roster, `dphype.secure.roster.Roster.digest`): a node with
     another roster, or none, refuses it; empty, each node binds its own roster to its approval.

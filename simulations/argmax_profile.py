@@ -46,9 +46,9 @@ def _whole(p: int, k: int, clients: int, release: str, rng: np.random.Generator)
 
     from dphype.flower import DPHype, register_dphype
     from dphype.flower.local import LocalGrid, node_id
-    from dphype.flower.tally import load_tally_key
+    from dphype.flower.tally_node import load_tally_key
     from dphype.modes import Aggregator, release_mode
-    from dphype.secure.tally import loopback_addresses
+    from dphype.secure.committee import loopback_addresses
 
     scores = rng.random((clients + 3, p))
 

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dphype.flower.local import toml_value
-from dphype.flower.tally import load_tally_key
+from dphype.flower.tally_node import load_tally_key
 from dphype.modes import Aggregator, release_mode
 from dphype.secure.roster import IdentityKey, Member, Roster
 

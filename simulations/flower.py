@@ -40,7 +40,7 @@ def _byte_counter(folder: str) -> Callable[..., Any]:
     def mod(msg: Any, context: Any, call_next: Callable[..., Any]) -> Any:
         from flwr.common.serde import recorddict_to_proto
 
-        from dphype.flower.tally import TALLY_ID
+        from dphype.flower.tally_node import TALLY_ID
 
         received = recorddict_to_proto(msg.content).ByteSize() if msg.has_content() else 0
         reply = call_next(msg, context)

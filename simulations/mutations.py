@@ -83,11 +83,11 @@ MUTATIONS: tuple[Mutation, ...] = (
              "dphype/flower/client/__init__.py", "    if request.mode.aggregator is not Aggregator.SECAGG:\n",
              "    if False:\n"),
     Mutation("share-unbound", "a sealed share binds neither its contributor nor its run",
-             "dphype/secure/tally.py",
+             "dphype/secure/committee.py",
              '    return f"dphype-argmax-share|{request_digest}|{int(tally)}|{voter}".encode()\n',
              '    return f"dphype-argmax-share|{request_digest}|{int(tally)}".encode()\n'),
     Mutation("served-in-memory", "a tally forgets, on restart, the requests it served",
-             "dphype/secure/tally.py",
+             "dphype/secure/committee.py",
              "        served = self._served | (self._record.entries() if self._record is not None else set())\n",
              "        served = self._served\n"),
     Mutation("tallies-unpinned", "a node seals to any committee when its operator pinned none",
@@ -106,8 +106,8 @@ TEST_FILES: tuple[str, ...] = (
     "tests/flower/test_vote_noise.py", "tests/test_protocol.py", "tests/privacy/test_noise.py",
     "tests/flower/test_server.py", "tests/privacy/test_audit.py", "tests/node/test_policy.py",
     "tests/node/test_request_slack.py", "tests/node/test_ledger.py", "tests/selection/test_planner.py",
-    "tests/test_winner_protocol.py", "tests/secure/test_secagg.py", "tests/secure/test_tally.py",
-    "tests/flower/test_training.py", "tests/flower/test_client.py", "tests/flower/test_tally.py",
+    "tests/test_winner_protocol.py", "tests/secure/test_secagg.py", "tests/secure/test_committee.py",
+    "tests/flower/test_training.py", "tests/flower/test_client.py", "tests/flower/test_committee.py",
 )
 
 

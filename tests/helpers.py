@@ -31,10 +31,10 @@ from flwr.clientapp import ClientApp
 from dphype.config import DPHypeConfig
 from dphype.flower import register_dphype
 from dphype.flower.local import LocalGrid, free_port, node_id
-from dphype.flower.tally import load_tally_key
+from dphype.flower.tally_node import load_tally_key
 from dphype.protocol import VoteRequest, make_vote_request
 from dphype.result import DPHypeResult
-from dphype.secure.tally import loopback_addresses
+from dphype.secure.committee import loopback_addresses
 from dphype.selection.candidates import CandidateList, candidate_grid, table_iii_grid
 
 #: The repository root (``flwr run .``, the server/ and clients/ sides, pyproject.toml).

@@ -28,7 +28,7 @@ from dphype.privacy.accounting import calibrate, mechanism_epsilon, vote_sensiti
 from dphype.privacy.noise import client_noise_variance, min_survivors, replay_noisy_sums
 from dphype.privacy.winner import WINNER_NOISE, replay_winners, winner_probabilities
 from dphype.protocol import VoteRequest, make_vote_request
-from dphype.secure.tally import OPENS_ARGMAX, OPENS_SUM, Tally
+from dphype.secure.committee import OPENS_ARGMAX, OPENS_SUM, Tally
 from dphype.selection.ballots import BallotForm
 from dphype.selection.candidates import candidate_grid as grid
 from dphype.selection.planner import Forecast, PlannedRelease, plan
@@ -118,7 +118,9 @@ def test_a_mode_is_described_by_plain_data_and_accounted_by_five_methods_of_its_
 def test_only_the_committee_carries_tallies(committee: tuple[bytes, ...]) -> None:
     assert a_request("sum", committee).tallies == ()  # make_vote_request leaves them out for SecAgg+
     assert a_request("argmax", committee).tallies == committee
-    with pytest.raises(ValueError, match="tallies must be empty unless release is 'argmax'"):
+    with pytest.raises(ValueError,
+                       match=r"tallies must be empty unless release is one of the committee releases \(argmax, "
+                             r"committee-sum\)"):
         VoteRequest(CANDS, DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=10), 10.0, committee)
     with pytest.raises(ValueError, match="at least 3 tallies"):
         Aggregator.COMMITTEE.check_tallies(committee[:2])
@@ -216,7 +218,7 @@ def test_each_mode_words_its_plan_after_what_it_releases(committee: tuple[bytes,
 # -------------------------------------------------------------------------------------------- committee sum
 def test_the_committee_sum_is_the_sum_releases_accounting_with_noise_the_tallies_make(
         committee: tuple[bytes, ...]) -> None:
-    from dphype.secure.tally import Opening
+    from dphype.secure.committee import Opening
 
     mode = CommitteeSumRelease()
     request = a_request("committee-sum", committee, dropout=0.2)  # at least 8 valid ballots of 10

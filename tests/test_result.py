@@ -48,7 +48,7 @@ def test_a_pure_release_states_delta_zero():
     survives the JSON round trip."""
     from dphype.config import DPHypeConfig
     from dphype.protocol import make_vote_request
-    from dphype.secure.tally import Tally
+    from dphype.secure.committee import Tally
 
     config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=20, release="argmax")
     request = make_vote_request(config, CANDIDATES, tallies=tuple(Tally(j).public for j in range(3)))

@@ -14,7 +14,7 @@ dphype-max-epsilon=1 dphype-lifetime-epsilon=4"``, or the ``DPHYPE_NODE_POLICY``
 the node config is not the operator's to set (simulation); unset keys keep the safe defaults of
 `dphype.node.policy.POLICY_KEYS` (see `dphype.flower.client.node_policy`).
 
-Tally nodes (``release = "argmax"``, `dphype.flower.tally`) run this same app. In a deployment each is a
+Tally nodes (``release = "argmax"``, `dphype.flower.tally_node`) run this same app. In a deployment each is a
 SuperNode whose operator names its role in the node config (string values quoted, as Flower's parser wants
 them): ``flower-supernode --node-config "dphype-tally-id=0
 dphype-tally-parties='host0:port0,host1:port1,host2:port2' dphype-tally-key='~/.flwr/dphype/tally-0.key'"``

@@ -18,7 +18,7 @@ from dphype.checks import check_epsilon_budget, check_int, check_positive, check
 from dphype.config import RUN_CONFIG_KEYS, DPHypeConfig, read_run_config
 from dphype.flower.training import TrainingBudget
 from dphype.ml.task import check_candidates
-from dphype.secure.tally import COMMITTEE_SIZE
+from dphype.secure.committee import COMMITTEE_SIZE
 from dphype.selection.candidates import CandidateList, load_candidates
 
 #: Data sets every node can load without a data directory (bundled, or Debian's Fashion-MNIST package).

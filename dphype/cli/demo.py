@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """  # noqa: DOC502, DOC503
     from dphype.flower import DPHype
     from dphype.flower.local import node_config_string
-    from dphype.flower.tally import TALLY_KEYS_ENV
+    from dphype.flower.tally_node import TALLY_KEYS_ENV
     from dphype.modes import Aggregator
     from dphype.node.ledger import admitting_policy
     from dphype.node.policy import POLICY_ENV
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def make_tally_keys(folder: Path) -> tuple[bytes, ...]:
     """The simulated committee's keys, created in ``folder`` (``tally-<j>.key``).
 
-    The simulated tally nodes read them through `dphype.flower.tally.TALLY_KEYS_ENV`.
+    The simulated tally nodes read them through `dphype.flower.tally_node.TALLY_KEYS_ENV`.
 
     Args:
         folder: Where to create the key files.
@@ -125,8 +125,8 @@ def make_tally_keys(folder: Path) -> tuple[bytes, ...]:
     Returns:
         Their X25519 public keys, in committee order.
     """
-    from dphype.flower.tally import load_tally_key
-    from dphype.secure.tally import COMMITTEE_SIZE
+    from dphype.flower.tally_node import load_tally_key
+    from dphype.secure.committee import COMMITTEE_SIZE
 
     return tuple(load_tally_key(folder / f"tally-{j}.key").public for j in range(COMMITTEE_SIZE))
 
@@ -140,7 +140,7 @@ def _run(args: argparse.Namespace, selection: Any, env: dict[str, str], folder: 
     from dphype.flower.local import is_flower_app
     from dphype.modes import Aggregator
     from dphype.result import FAILURE_FORMAT, RESULT_FORMAT
-    from dphype.secure.tally import COMMITTEE_SIZE
+    from dphype.secure.committee import COMMITTEE_SIZE
 
     config = selection.config
     for name in ("fedavg_rounds", "local_epochs"):

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 #: One ``key=value`` pair (a TOML string value in quotes may hold spaces), or a word that is not one.
 _PAIR = re.compile(r"""(?P<key>[^\s=]+)=(?P<value>"(?:[^"\\]|\\.)*"|'[^']*'|\S+)|(?P<junk>\S+)""")
-#: The fewest distinct tallies a voter seals shares to (`dphype.secure.tally.check_committee`).
+#: The fewest distinct tallies a voter seals shares to (`dphype.secure.committee.check_committee`).
 MIN_TALLIES = 3
 
 
@@ -201,12 +201,12 @@ def _voter(config: Mapping[str, Any], report: dict[str, Any], problems: list[str
                                 " this node would drop them from its committee; pin the roster's tally keys, or "
                                 "remove dphype-tallies (the roster's tallies are then the committee)")
     if tallies is None:
-        report["tallies"] = "none pinned: this node refuses every argmax vote (sum release only)"
+        report["tallies"] = "none pinned: this node refuses every committee vote (sum release only)"
     else:
         report["tallies"] = f"{len(tallies)}: " + ", ".join(key.hex()[:16] for key in tallies)
         if len(set(tallies)) < MIN_TALLIES:
             problems.append(f"{len(set(tallies))} tallies are trusted (dphype-tallies within the roster's "
-                            f"tallies), fewer than the {MIN_TALLIES} of a committee: every argmax vote would be "
+                            f"tallies), fewer than the {MIN_TALLIES} of a committee: every committee vote would be "
                             "refused; pin keys of the roster's tallies")
     if policy.ledger is None:
         problems.append("no ledger: set partition-id or dphype-ledger")
@@ -228,7 +228,7 @@ def _voter(config: Mapping[str, Any], report: dict[str, Any], problems: list[str
 
 
 def _tally(config: Mapping[str, Any], report: dict[str, Any], problems: list[str]) -> None:
-    from dphype.flower.tally import (
+    from dphype.flower.tally_node import (
         TALLY_ID,
         TALLY_KEY_FILE,
         TALLY_PARTIES,

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from dphype.config import DPHypeConfig
     from dphype.flower.local import app_run_config, is_flower_app, parse_run_config, toml_value
     from dphype.modes import Aggregator, release_mode
-    from dphype.secure.tally import COMMITTEE_SIZE
+    from dphype.secure.committee import COMMITTEE_SIZE
 
     folder = Path(args.app_dir).expanduser().absolute()
     if not is_flower_app(folder):

@@ -18,7 +18,7 @@
   clipping) and sets uniform weights itself. `check_private_training` checks it before the selection.
 
 Modules, split the way Flower splits itself: `dphype.flower.client` (the ClientApp's handlers),
-`dphype.flower.server` (the ServerApp's selection), `dphype.flower.tally` (the tally node),
+`dphype.flower.server` (the ServerApp's selection), `dphype.flower.tally_node` (the tally node),
 `dphype.flower.wire` (message types and keys), `dphype.flower.grid` (helpers both sides share),
 `dphype.flower.local` (in-process grid, private local SuperLink).
 """
@@ -36,15 +36,15 @@ _EXPORTS: dict[str, str] = {
     "train_config": "dphype.flower.selected",
     "DPHype": "dphype.flower.server",
     "PreflightError": "dphype.flower.server.readiness",
-    "ClientGrid": "dphype.flower.server.committee",
-    "discover_committee": "dphype.flower.server.committee",
-    "TALLY_ID": "dphype.flower.tally",
-    "TALLY_KEY_FILE": "dphype.flower.tally",
-    "TALLY_PARTIES": "dphype.flower.tally",
-    "load_tally_key": "dphype.flower.tally",
+    "ClientGrid": "dphype.flower.server.committee_server",
+    "discover_committee": "dphype.flower.server.committee_server",
+    "TALLY_ID": "dphype.flower.tally_node",
+    "TALLY_KEY_FILE": "dphype.flower.tally_node",
+    "TALLY_PARTIES": "dphype.flower.tally_node",
+    "load_tally_key": "dphype.flower.tally_node",
     "simulated_roles": "dphype.flower.client.roles",
-    "Committee": "dphype.flower.server.committee",
-    "connected_committee": "dphype.flower.server.committee",
+    "Committee": "dphype.flower.server.committee_server",
+    "connected_committee": "dphype.flower.server.committee_server",
     "ClippingError": "dphype.flower.training",
     "TrainingBudget": "dphype.flower.training",
     "check_private_training": "dphype.flower.training",
@@ -57,9 +57,9 @@ if TYPE_CHECKING:
     from dphype.flower.client.roles import simulated_roles
     from dphype.flower.selected import selected_candidate, train_config
     from dphype.flower.server import DPHype
-    from dphype.flower.server.committee import ClientGrid, Committee, connected_committee, discover_committee
+    from dphype.flower.server.committee_server import ClientGrid, Committee, connected_committee, discover_committee
     from dphype.flower.server.readiness import PreflightError
-    from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES, load_tally_key
+    from dphype.flower.tally_node import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES, load_tally_key
     from dphype.flower.training import ClippingError, TrainingBudget, check_private_training, private_training
 
 

@@ -7,7 +7,7 @@ Flower 1.41's ``Grid.send_and_receive`` of a deployment (``flwr.superlink.grid.h
 every 3 s, so every round trip of a deployed run waits up to 3 s after its last reply arrived.
 `send_and_receive` is the same round trip with a short poll interval: every stage of DP-Hype's
 selection (the pre-flight, the SecAgg+ stages, the argmax mode's stages) and
-`dphype.flower.server.committee.ClientGrid` use it.
+`dphype.flower.server.committee_server.ClientGrid` use it.
 
 In Flower's simulation (the ServerApp's grid is an ``InMemoryGrid``) it pulls every
 `SIMULATION_POLL_INTERVAL` s, keeps at most `in_flight_limit` messages outstanding and pushes the

@@ -41,7 +41,7 @@ from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
 from dphype.flower.federation import federation_set, simulated_federation, tally_name, voter_name
-from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, load_tally_key
+from dphype.flower.tally_node import TALLY_ID, TALLY_KEY_FILE, load_tally_key
 
 #: Environment that keeps the Flower CLI offline and quiet.
 OFFLINE_ENV: dict[str, str] = {

@@ -3,22 +3,28 @@
 Every action, message type, record key and context-state key is here; every sender and every receiver imports it
 from here.
 
-Style: a DP-Hype name is lowercase words joined by ``_`` and starts with ``dphype`` (``dphype_argmax``,
+Style: a DP-Hype name is lowercase words joined by ``_`` and starts with ``dphype`` (``dphype_committee``,
 ``dphype_secagg_state``): an action must be a Python identifier (Flower checks it), and the record and state keys
 follow the same style. A message type is Flower's own ``<category>.<action>`` (``query.dphype``). The node-config
 keys an operator types (``dphype-max-epsilon``, ``dphype-tally-id``, ...) are not wire names: they keep Flower's
-node-config style (dashes), in `dphype.node.policy` and `dphype.flower.tally`.
+node-config style (dashes), in `dphype.node.policy` and `dphype.flower.tally_node`.
+
+Glossary (one name per concept, in the package's names, messages and errors): the **committee** is the path of
+the committee releases (``release="argmax"`` and ``"committee-sum"``, `dphype.modes.Aggregator.COMMITTEE`):
+clients seal Shamir shares of their ballots to it, it checks them under MPC and opens only the release; a
+**tally** is one member of the committee (a role, like a **voter**: a tally node, its key, its MPyC party, its
+stages); **argmax** names only the release ``"argmax"`` (what its committee opens) and the selection rule.
 
 The values are compatible within one release of DP-Hype (a deployment runs one version on every node).
 
 | name | value | what |
 |---|---|---|
 | `ACTION` | ``dphype`` | pre-flight (``query``) and secure vote (``train``) |
-| `ARGMAX_ACTION` | ``dphype_argmax`` | a client's sealed shares (``train``) |
+| `COMMITTEE_ACTION` | ``dphype_committee`` | a client's sealed shares (``train``) |
 | `TALLY_ACTION` | ``dphype_tally`` | the tally stages (``query``) |
 | `PREFLIGHT_TYPE` | ``query.dphype`` | message type of the pre-flight |
 | `VOTE_TYPE` | ``train.dphype`` | message type of the secure vote's stages |
-| `ARGMAX_VOTE_TYPE` | ``train.dphype_argmax`` | message type of the argmax vote |
+| `COMMITTEE_VOTE_TYPE` | ``train.dphype_committee`` | message type of the committee vote |
 | `TALLY_TYPE` | ``query.dphype_tally`` | message type of the tally stages |
 | `RECORD_KEY` | ``dphype`` | record: the request, the pre-flight answer, the sealed shares |
 | `STAGE_KEY` | ``dphype_secagg`` | record: a SecAgg+ stage and its answer |
@@ -42,7 +48,7 @@ from flwr.app import MessageType
 #: Action of the pre-flight (``query``) and of the secure vote (``train``).
 ACTION = "dphype"
 #: Action of a client's sealed shares in argmax mode (``train``).
-ARGMAX_ACTION = "dphype_argmax"
+COMMITTEE_ACTION = "dphype_committee"
 #: Action of the tally nodes' stages (``query``).
 TALLY_ACTION = "dphype_tally"
 
@@ -50,8 +56,8 @@ TALLY_ACTION = "dphype_tally"
 PREFLIGHT_TYPE = f"{MessageType.QUERY}.{ACTION}"
 #: Message type of the secure vote's SecAgg+ stages.
 VOTE_TYPE = f"{MessageType.TRAIN}.{ACTION}"
-#: Message type of the argmax vote (sealed shares to the tally committee).
-ARGMAX_VOTE_TYPE = f"{MessageType.TRAIN}.{ARGMAX_ACTION}"
+#: Message type of the committee vote (sealed shares to the tally committee).
+COMMITTEE_VOTE_TYPE = f"{MessageType.TRAIN}.{COMMITTEE_ACTION}"
 #: Message type of the tally stages.
 TALLY_TYPE = f"{MessageType.QUERY}.{TALLY_ACTION}"
 
@@ -77,7 +83,7 @@ GUARANTEE_STATE = "dphype_guarantee"
 SCORES_STATE = "dphype_scores"
 #: Context-state key of the node's SecAgg+ round (`dphype.secure.secagg.NodeRound`).
 SECAGG_STATE = "dphype_secagg_state"
-#: Context-state key of a tally node's state (`dphype.flower.tally.TallyNode`).
+#: Context-state key of a tally node's state (`dphype.flower.tally_node.TallyNode`).
 TALLY_STATE = "dphype_tally_state"
 
 #: Longest wait, in seconds, a server may ask of a tally's ``result`` stage (one day).

@@ -60,7 +60,7 @@ post-processing.
    node takes part remains visible: a server can still probe a node's limits one accept/refuse bit per
    pre-flight.
 9. *Noise* comes from ChaCha20 keyed by the operating system (`dphype.privacy.noise.secure_generator`).
-10. *Argmax mode* (``release="argmax"``, `dphype.privacy.winner`, `dphype.secure.tally`): the node
+10. *Argmax mode* (``release="argmax"``, `dphype.privacy.winner`, `dphype.secure.committee`): the node
     recomputes the epsilon of the committee's noise under ITS OWN neighbouring relation (the noise parameter
     follows from the announced epsilon and relation; the committee samples it jointly inside the MPC,
     `dphype.privacy.winner.JointSampler`), checks it and the fewest contributors against
@@ -68,16 +68,16 @@ post-processing.
     majority, threshold 1), all of them pinned by its operator (``dphype-tallies``; with none pinned every argmax
     request is refused in the pre-flight, so a server cannot name tallies it runs itself). Each share is sealed
     to one tally and bound to the request, the tally, the run and the node's identity (without a roster: the
-    Flower node id, `dphype.secure.tally.voter_id`); the server relays ciphertexts only and cannot relabel one
+    Flower node id, `dphype.secure.committee.voter_id`); the server relays ciphertexts only and cannot relabel one
     node's share as another's or replay it in another run. The tallies, not the server, enforce the minimum
     number of contributors, one share per contributor (by label and by content) and one argmax per request and
-    run (a record beside each tally's key, `dphype.secure.tally.ServedRecord`), and check every ballot's form under
+    run (a record beside each tally's key, `dphype.secure.committee.ServedRecord`), and check every ballot's form under
     MPC (an invalid one is left out and its sender named). Out of scope: two colluding
     tallies (they reconstruct the ballots) and a malicious tally (it can change the index or abort; MPyC is
     secure against semi-honest parties).
 11. *The approved release mode* is part of every stage: a request approved for the tally committee is never
     answered by a SecAgg+ stage (the advertise riding on the pre-flight included), nor a SecAgg+ request by the
-    argmax vote or a tally (``release_mode``): its noise, calibrated to hide one index, never reaches a sum.
+    committee vote or a tally (``release_mode``): its noise, calibrated to hide one index, never reaches a sum.
 12. *A federation of known members* (`dphype.secure.roster`): the node reads its federation's roster and its own
     identity key from its node config (``dphype-roster``, ``dphype-identity``), never from the server; without them
     it refuses in the pre-flight (``no_roster``) unless its operator sets ``dphype-allow-unauthenticated = true``.
@@ -247,7 +247,7 @@ def _flag(key: str, value: Any) -> bool:
 def federation_settings(node_config: Mapping[str, Any]) -> tuple[str | None, str | None, bool]:
     """The federation keys of a node config: ``dphype-roster``, ``dphype-identity``, ``dphype-allow-unauthenticated``.
 
-    Shared by voters (`NodePolicy`) and tally nodes (`dphype.flower.tally`), whose node configs hold them alike.
+    Shared by voters (`NodePolicy`) and tally nodes (`dphype.flower.tally_node`), whose node configs hold them alike.
 
     Args:
         node_config: The node config.
@@ -379,7 +379,7 @@ class NodePolicy:
         return keys
 
     def known_tallies(self) -> tuple[bytes, ...] | None:
-        """The tally keys this node trusts, or ``None`` (none pinned: no argmax vote).
+        """The tally keys this node trusts, or ``None`` (none pinned: no committee vote).
 
         The roster's tallies (``dphype-roster``), and of those only the ones in ``dphype-tallies`` when both are
         set; without a roster, ``dphype-tallies``.

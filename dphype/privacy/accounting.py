@@ -301,7 +301,7 @@ class PrivacyReport:
             is then only the run's delta, at which the release composes with others. ``None``: the release spends
             ``delta``.
         ballots_verified: Whether a tally committee checked every ballot's form under MPC before counting it
-            (`dphype.secure.tally`); SecAgg+ sums whatever the clients send, unverified.
+            (`dphype.secure.committee`); SecAgg+ sums whatever the clients send, unverified.
         excluded: The contributors whose ballots the committee found invalid and left out (their labels, never
             their content).
     """

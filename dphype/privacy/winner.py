@@ -1,7 +1,7 @@
 """Release only the winner: report-noisy-max over the vote counts with committee-made discrete Laplace noise.
 
 In ``release="argmax"`` mode nobody sees the noisy vote vector; a committee of tallies computes its argmax
-under MPC (`dphype.secure.tally`), after checking every ballot, and opens only the index. This module is the
+under MPC (`dphype.secure.committee`), after checking every ballot, and opens only the index. This module is the
 mechanism and its accounting, framework-free.
 
 The mechanism

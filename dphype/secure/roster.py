@@ -2,7 +2,7 @@
 
 Framework-free (``cryptography``'s Ed25519 only). The operators of a federation agree on one **roster**: the
 federation's name and its members, each with a name, a role (``voter`` or ``tally``), a long-term Ed25519
-**identity** public key and, for a tally, its X25519 committee key (`dphype.flower.tally.load_tally_key`). Every
+**identity** public key and, for a tally, its X25519 committee key (`dphype.flower.tally_node.load_tally_key`). Every
 node reads the roster from its own node config (``dphype-roster``), never from the server, together with its own
 private identity key (``dphype-identity``); ``dphype roster`` creates and inspects both (`dphype.cli.roster`).
 
@@ -20,11 +20,11 @@ Where it is used (the threat model: `dphype.node.policy`):
   voter, its own entry by itself. The server cannot invent members (Sybils fail closed); the participation
   receipts and consistency signatures are made with the round's signing key ``g_u``, which the identity signed,
   so they are a member's too.
-* The argmax vote (`dphype.flower.client.argmax`, `dphype.flower.tally`): each sealed share carries its voter's
-  signature over the ciphertext's hash and the tally index at stage ``argmax-share``, and is sealed to the voter's
-  member name (`dphype.secure.tally.voter_id`); a tally never opens a share of an unknown member, of a member
-  twice, signed under another roster, or relabelled or re-signed by the server: it is an invalid entry, and the
-  committee leaves that contributor out and names it.
+* The committee vote (`dphype.flower.client.committee_client`, `dphype.flower.tally_node`): each sealed share
+  carries its voter's signature over the ciphertext's hash and the tally index at stage ``committee-share``, and
+  is sealed to the voter's member name (`dphype.secure.committee.voter_id`); a tally never opens a share of an
+  unknown member, of a member twice, signed under another roster, or relabelled or re-signed by the server: it is
+  an invalid entry, and the committee leaves that contributor out and names it.
 
 Every failure raises `RosterError` (a ``ValueError``) naming what failed; its ``refusal_code`` is ``roster``.
 """
@@ -52,7 +52,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 #: The members' roles: a voter votes, a tally is a member of the argmax mode's committee.
 ROLES: tuple[str, ...] = ("voter", "tally")
 #: The stages a member signs (`SigningContext.stage`).
-STAGES: tuple[str, ...] = ("secagg-advertise", "argmax-share")
+STAGES: tuple[str, ...] = ("secagg-advertise", "committee-share")
 #: Version of the roster's format and of every signed statement.
 VERSION = 1
 _LABEL = f"dphype-roster-v{VERSION}"
@@ -352,11 +352,11 @@ class SigningContext:
 
 
 def share_payload(tally: int, sealed: bytes) -> bytes:
-    """What a voter signs of one sealed share at stage ``argmax-share``: the tally's index and the ciphertext's hash.
+    """What a voter signs of one sealed share at stage ``committee-share``: the tally's index and the ciphertext's hash.
 
     Args:
         tally: The tally's index in the committee.
-        sealed: The sealed share (`dphype.secure.tally.client_sealed_shares`).
+        sealed: The sealed share (`dphype.secure.committee.client_sealed_shares`).
 
     Returns:
         The payload's bytes.

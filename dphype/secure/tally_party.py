@@ -3,7 +3,7 @@
 Run as a script (not ``-m``) it imports only the standard library, numpy and MPyC, not the dphype package: it
 starts in a fraction of a second.
 
-Reads one JSON job from stdin (`dphype.secure.tally.Tally.job`: every contributor's share row of its ballot's bits,
+Reads one JSON job from stdin (`dphype.secure.committee.Tally.job`: every contributor's share row of its ballot's bits,
 the ballot form, the committee's noise sampler or this tally's noise share, the field modulus, the request digest,
 the contributors and the positions of those its tally did not take, the fewest valid ballots, what to open), runs
 the checked, noisy secure argmax (or sum) with the other parties and writes ``{"value": v, "excluded": [labels],
@@ -13,10 +13,10 @@ validity was opened;
 ``seconds``: importing numpy and MPyC, connecting to the other parties, the ballot checks, the noise and the argmax;
 the bytes this party sent to the others; its peak resident memory in bytes) as one JSON line to stdout. The party
 imports MPyC before it reads the job, so a tally can start it early (while it opens its shares,
-`dphype.secure.tally.spawn_party`) and hand it the job later. The MPyC options (``-I``, ``-P``, ``--no-log``, ...)
+`dphype.secure.committee.spawn_party`) and hand it the job later. The MPyC options (``-I``, ``-P``, ``--no-log``, ...)
 are MPyC's own command line (MPyC reads them when ``mpyc.runtime`` is imported, hence the separate process);
-`dphype.secure.tally.secure_argmax` starts the parties on one machine, a deployment starts one per tally host with
-the same command.
+`dphype.secure.committee.run_loopback_committee` starts the parties on one machine, a deployment starts one per
+tally host with the same command.
 
 The MPC (honest majority, Shamir sharing with threshold ``t = (parties - 1) // 2``, MPyC's security model:
 semi-honest parties, private channels assumed). Every share row is this party's Shamir share (x-coordinate
@@ -38,7 +38,7 @@ bits in the field ``GF(modulus)`` of ``SecInt``, so the rows form a secure ``(n,
       so nothing about the ballot is revealed) is opened twice, from all parties (``threshold=2t``) and from
       ``t + 1`` (MPyC's default); a ballot on which any party reads two values is left out (its deviation from a
       polynomial of degree ``t`` survives the random combination except with probability ``2^-62``), as is a
-      ballot that any party's tally did not take (`dphype.secure.tally.Tally.invalid`: a share that did not open
+      ballot that any party's tally did not take (`dphype.secure.committee.Tally.invalid`: a share that did not open
       or parse, a repeated label or content, a roster signature that did not verify): each party sends its own
       flags for every ballot with ``mpc.transfer`` and every party leaves out the union, so the set of ballots
       counted is the same at every party, and a contributor that misbehaves at one tally only is left out at all.

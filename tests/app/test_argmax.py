@@ -14,7 +14,7 @@ from dphype.flower.wire import TALLY_KEY
 from dphype.ml.reference import majority_of_test_split
 from dphype.node.policy import run_ledger_path
 from dphype.privacy.winner import WINNER_NOISE
-from dphype.secure.tally import TallyError
+from dphype.secure.committee import TallyError
 from dphype.selection.candidates import load_candidates
 
 CLIENTS = 4
@@ -67,7 +67,7 @@ def test_bundled_app_in_argmax_mode_selects_with_simulated_tallies_and_trains_on
     by_type: dict[str, set[int]] = {}
     for m in grid.sent:
         by_type.setdefault(m.metadata.message_type, set()).add(m.metadata.dst_node_id)
-    assert by_type["train.dphype_argmax"] == set(voters) and "train.dphype" not in by_type
+    assert by_type["train.dphype_committee"] == set(voters) and "train.dphype" not in by_type
     assert by_type["train"] == set(voters) and by_type["evaluate"] == set(voters)  # FedAvg: never a tally
     assert by_type["query.dphype_tally"] == set(voters) | set(tallies)  # hello to all, the stages to tallies
     hellos = [m.metadata.dst_node_id for m in grid.sent if m.metadata.message_type == "query.dphype_tally"

@@ -15,7 +15,7 @@ from cryptography.x509.oid import NameOID
 
 from dphype.cli import main
 from dphype.cli.doctor import parse_node_config
-from dphype.flower.tally import load_tally_key
+from dphype.flower.tally_node import load_tally_key
 from dphype.node.ledger import Ledger
 from dphype.node.pki import issue_mpyc_party, make_ca, make_node_key
 from dphype.node.policy import NodePolicy, VoteGuarantee
@@ -44,7 +44,7 @@ def test_a_voter_prints_its_policy_federation_and_ledger(tmp_path, monkeypatch, 
     assert code == 0
     assert "--insecure: no TLS, no SuperNode authentication (a loopback demo only)" in out
     assert "dphype-min-clients=3" in out and "federation: unauthenticated" in out
-    assert "none pinned: this node refuses every argmax vote" in out
+    assert "none pinned: this node refuses every committee vote" in out
     assert f"{tmp_path}/dphype/ledger-partition-0.json: 0 votes, epsilon 0 spent of 4 at delta 1e-05, 4 left" in out
 
 

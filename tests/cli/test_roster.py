@@ -7,7 +7,7 @@ import json
 import pytest
 
 from dphype import cli
-from dphype.flower.tally import load_tally_key
+from dphype.flower.tally_node import load_tally_key
 from dphype.secure.roster import Roster
 
 

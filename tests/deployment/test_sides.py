@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
-from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES
+from dphype.flower.tally_node import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES
 from dphype.node.policy import POLICY_KEYS, NodePolicy, PolicyError
-from dphype.secure.tally import COMMITTEE_SIZE
+from dphype.secure.committee import COMMITTEE_SIZE
 
 BIN = Path(sys.executable).parent
 SCRIPTS = ["server/start-superlink.sh", "server/connect.sh", "server/run.sh", "clients/start-voter.sh",
@@ -216,7 +216,7 @@ def test_the_node_config_helper_adds_the_roster_and_checks_the_nodes_membership(
     """``--roster FILE --identity FILE``: absolute paths in the node config, the key a member in the node's role (a
     tally's with its committee key); without them the file must allow an unauthenticated federation."""
     from clients.node_config import main
-    from dphype.flower.tally import load_tally_key
+    from dphype.flower.tally_node import load_tally_key
     from dphype.secure.roster import IdentityKey, Member, Roster
 
     voter, tally, stranger = (IdentityKey.generate() for _ in range(3))

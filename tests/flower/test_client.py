@@ -30,10 +30,10 @@ from dphype.flower.client import node_policy
 from dphype.flower.local import LocalGrid, node_id
 from dphype.flower.server.readiness import run_preflight
 from dphype.flower.server.secagg import advertise_record, run_secure_sum
-from dphype.flower.tally import load_tally_key
+from dphype.flower.tally_node import load_tally_key
 from dphype.flower.wire import (
     APPROVAL_STATE,
-    ARGMAX_VOTE_TYPE,
+    COMMITTEE_VOTE_TYPE,
     PREFLIGHT_TYPE,
     RECORD_KEY,
     STAGE_KEY,
@@ -493,15 +493,15 @@ def test_issue_23_a_sum_vote_on_an_approved_argmax_request_fails_closed_and_open
                for n in voters)
 
 
-def test_issue_23_an_argmax_vote_or_a_tally_collect_on_an_approved_sum_request_is_refused(tmp_path):
-    """The reverse switch: a sum request approved in the pre-flight, then the argmax vote (sealed shares) or a
+def test_issue_23_a_committee_vote_or_a_tally_collect_on_an_approved_sum_request_is_refused(tmp_path):
+    """The reverse switch: a sum request approved in the pre-flight, then the committee vote (sealed shares) or a
     tally's collect on it: both refuse with ``release_mode``; nothing is sealed, charged or collected."""
     grid, keys = argmax_grid(tmp_path)
     voters = [node_id(i) for i in range(CLIENTS)]
     summed = DPHype(CANDS, config(clients=CLIENTS, epsilon=4.0)).request
     ready, _, _ = run_preflight(grid, summed, voters, 60)
     assert sorted(ready) == voters
-    vote = [Message(RecordDict({RECORD_KEY: ConfigRecord(summed.to_record())}), n, ARGMAX_VOTE_TYPE) for n in voters]
+    vote = [Message(RecordDict({RECORD_KEY: ConfigRecord(summed.to_record())}), n, COMMITTEE_VOTE_TYPE) for n in voters]
     replies = grid.send_and_receive(vote)
     assert sorted(r.error.reason.split(": ")[1] for r in replies) == ["release_mode"] * CLIENTS
     tally = node_id(CLIENTS)
@@ -513,9 +513,9 @@ def test_issue_23_an_argmax_vote_or_a_tally_collect_on_an_approved_sum_request_i
 
 
 @pytest.mark.parametrize("taken", [3, 2, 1])
-def test_an_argmax_vote_for_a_committee_other_than_the_approved_one_is_refused_before_anything_leaves(tmp_path,
+def test_a_committee_vote_for_a_committee_other_than_the_approved_one_is_refused_before_anything_leaves(tmp_path,
                                                                                                      taken):
-    """After the pre-flight approved the pinned committee, the server sends the argmax vote with a request naming
+    """After the pre-flight approved the pinned committee, the server sends the committee vote with a request naming
     ``taken`` tally keys it holds itself in place of the approved ones (with two or three it opens every ballot in
     clear): every node refuses (``malformed_request``) before a sealed share leaves it and before its ledger is
     charged, because the vote must carry the approved request itself (its digest)."""
@@ -527,7 +527,8 @@ def test_an_argmax_vote_for_a_committee_other_than_the_approved_one_is_refused_b
     server_keys = tuple(load_tally_key(tmp_path / f"server-{j}.key").public for j in range(taken))
     swapped = DPHype(CANDS, argmax_config(), tallies=server_keys + keys[taken:]).request
     assert swapped.tallies != approved.tallies and swapped.config == approved.config
-    vote = [Message(RecordDict({RECORD_KEY: ConfigRecord(swapped.to_record())}), n, ARGMAX_VOTE_TYPE) for n in voters]
+    vote = [Message(RecordDict({RECORD_KEY: ConfigRecord(swapped.to_record())}), n, COMMITTEE_VOTE_TYPE)
+            for n in voters]
     replies = grid.send_and_receive(vote)
     answered = [r.metadata.src_node_id for r in replies if not r.has_error()]
     assert not answered, f"nodes {answered} sealed their ballots to a committee the pre-flight did not approve"

@@ -11,7 +11,7 @@ from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 
 from dphype.flower.grid import SIMULATION_IN_FLIGHT, in_flight_limit, send_and_receive
 from dphype.flower.local import LocalGrid, node_id
-from dphype.flower.server.committee import ClientGrid
+from dphype.flower.server.committee_server import ClientGrid
 
 
 def echo_app() -> ClientApp:

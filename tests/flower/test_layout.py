@@ -51,10 +51,10 @@ def private(name: str) -> bool:
 
 
 def test_the_layout_sees_every_module():
-    assert {"dphype.flower.wire", "dphype.flower.grid", "dphype.flower.tally", "dphype.flower.client",
-            "dphype.flower.client.policy", "dphype.flower.client.secagg", "dphype.flower.client.argmax",
+    assert {"dphype.flower.wire", "dphype.flower.grid", "dphype.flower.tally_node", "dphype.flower.client",
+            "dphype.flower.client.policy", "dphype.flower.client.secagg", "dphype.flower.client.committee_client",
             "dphype.flower.server", "dphype.flower.server.readiness", "dphype.flower.server.secagg",
-            "dphype.flower.server.committee"} <= set(MODULES)
+            "dphype.flower.server.committee_server"} <= set(MODULES)
     # the parser sees imports under TYPE_CHECKING and inside functions
     assert "dphype.flower.client" in {target for target, _, _ in imports("dphype.flower")}
     assert "tomllib" in {target for target, _, _ in imports("dphype.flower.local")}  # in is_flower_app
@@ -126,16 +126,16 @@ def test_every_wire_name_is_spelled_in_the_wire_module_only():
     assert not spelled, spelled
 
 
-@pytest.mark.parametrize(("old", "name"), [("dphype.flower.tally", "ClientGrid"),
-                                           ("dphype.flower.tally", "discover_committee")])
+@pytest.mark.parametrize(("old", "name"), [("dphype.flower.tally_node", "ClientGrid"),
+                                           ("dphype.flower.tally_node", "discover_committee")])
 def test_a_moved_name_has_no_deprecated_path(old, name):
     assert not hasattr(importlib.import_module(old), name)
     assert "dphype.flower.secagg" not in MODULES  # split into dphype.flower.server.secagg and .client.secagg
 
 
-def test_the_package_exports_what_an_argmax_app_needs():
-    from dphype.flower.server.committee import ClientGrid, discover_committee
-    from dphype.flower.tally import TALLY_ID, load_tally_key
+def test_the_package_exports_what_a_committee_app_needs():
+    from dphype.flower.server.committee_server import ClientGrid, discover_committee
+    from dphype.flower.tally_node import TALLY_ID, load_tally_key
 
     assert (dphype.flower.ClientGrid, dphype.flower.discover_committee) == (ClientGrid, discover_committee)
     assert (dphype.flower.TALLY_ID, dphype.flower.load_tally_key) == (TALLY_ID, load_tally_key)

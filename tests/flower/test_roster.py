@@ -29,15 +29,15 @@ from dphype.flower import DPHype, PreflightError
 from dphype.flower.federation import simulated_federation
 from dphype.flower.local import LocalGrid, node_id
 from dphype.flower.server.secagg import advertise_record, run_secure_sum
-from dphype.flower.tally import load_tally_key
+from dphype.flower.tally_node import load_tally_key
 from dphype.flower.wire import PREFLIGHT_TYPE, RECORD_KEY, STAGE_KEY, TALLY_KEY
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy, PolicyError
 from dphype.secure import relay
+from dphype.secure.committee import TallyError
 from dphype.secure.roster import IdentityKey, Member, Roster, share_payload, sign
 from dphype.secure.secagg import Advertised
 from dphype.secure.secure_sum import SecureSumError
-from dphype.secure.tally import TallyError
 
 N = 6
 
@@ -139,13 +139,13 @@ def test_a_roster_change_between_the_preflight_and_the_secure_vote_is_refused():
 
 
 @pytest.mark.parametrize("change", [False, True])
-def test_a_roster_change_between_the_preflight_and_the_argmax_vote_is_refused_before_the_ledger(tmp_path, change):
+def test_a_roster_change_between_the_preflight_and_the_committee_vote_is_refused_before_the_ledger(tmp_path, change):
     grid, keys = argmax_grid(tmp_path)
     real = grid.push_messages
 
     def push(messages):
         messages = list(messages)
-        if change and any(m.metadata.message_type == "train.dphype_argmax" for m in messages):
+        if change and any(m.metadata.message_type == "train.dphype_committee" for m in messages):
             grow(str(grid.contexts[node_id(0)].node_config["dphype-roster"]))  # the roster all nodes share
         return real(messages)
 
@@ -212,7 +212,7 @@ def test_a_share_relabelled_and_re_signed_by_the_server_is_left_out(tmp_path):
     forged = IdentityKey.generate()
 
     def resign(record, j):
-        context = Roster("x").context("argmax-share", "00" * 32, 1)  # the server holds no voter's identity
+        context = Roster("x").context("committee-share", "00" * 32, 1)  # the server holds no voter's identity
         record["contributors"] = ["mallory", *record["contributors"][1:]]
         record["signatures"] = [sign(forged, context, share_payload(j, record["shares"][0])),
                                 *record["signatures"][1:]]
@@ -221,7 +221,7 @@ def test_a_share_relabelled_and_re_signed_by_the_server_is_left_out(tmp_path):
     assert result.report.excluded == ("node-0",) and result.report.survivors == CLIENTS - 1
 
     def resign_as_member(record, j):
-        record["signatures"] = [sign(forged, Roster("x").context("argmax-share", "00" * 32, 1),
+        record["signatures"] = [sign(forged, Roster("x").context("committee-share", "00" * 32, 1),
                                      share_payload(j, record["shares"][0])), *record["signatures"][1:]]
 
     _, result = attacked_collect(tmp_path / "2", resign_as_member, released=True)
@@ -261,7 +261,7 @@ def test_shares_of_another_federation_are_refused(tmp_path):
 
     def other_federation(record, j):
         request = DPHype(CANDS, argmax_config(), tallies=keys).request.digest()
-        record["signatures"] = [sign(identity, elsewhere.context("argmax-share", request, 1),
+        record["signatures"] = [sign(identity, elsewhere.context("committee-share", request, 1),
                                      share_payload(j, record["shares"][0])), *record["signatures"][1:]]
 
     _, result = attacked_collect(tmp_path / "2", other_federation, grid_of=lambda: (grid, keys), released=True)

@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 from helpers import CANDS, CLIENTS, TableTask, argmax_config, argmax_grid, scores_table
 
-import dphype.flower.client.argmax as client_argmax
+import dphype.flower.client.committee_client as client_argmax
 from dphype.flower.federation import voter_name
 from dphype.flower.local import node_id
 from dphype.flower.server import DPHype
 from dphype.modes import CommitteeMode
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy
+from dphype.secure.committee import TallyError, field_modulus, share_context, split_shares, voter_id
 from dphype.secure.relay import seal
-from dphype.secure.tally import TallyError, field_modulus, share_context, split_shares, voter_id
 
 CHEATER = voter_name(0)
 
@@ -171,8 +171,8 @@ def test_a_member_whose_bytes_do_not_open_at_one_tally_is_left_out_through_flowe
     from dphype.flower import register_dphype
     from dphype.flower.client.policy import node_policy
     from dphype.flower.client.roles import simulated_role
-    from dphype.flower.server.committee import connected_committee
-    from dphype.flower.tally import load_tally_key
+    from dphype.flower.server.committee_server import connected_committee
+    from dphype.flower.tally_node import load_tally_key
     from dphype.flower.wire import RECORD_KEY
     from dphype.protocol import VoteRequest
     from dphype.secure.roster import share_payload
@@ -189,13 +189,13 @@ def test_a_member_whose_bytes_do_not_open_at_one_tally_is_left_out_through_flowe
 
     def bytes_to_tally_2(msg: Message, context: Context, call_next):
         reply = call_next(msg, context)
-        if (msg.metadata.message_type == "train.dphype_argmax" and int(context.node_config["partition-id"]) == 0
+        if (msg.metadata.message_type == "train.dphype_committee" and int(context.node_config["partition-id"]) == 0
                 and not reply.has_error()):
             answer = reply.content.config_records[RECORD_KEY]
             shares, signatures = list(answer["shares"]), list(answer["signatures"])
             shares[2] = os.urandom(len(shares[2]))
             request = VoteRequest.from_record(msg.content.config_records[RECORD_KEY])
-            signatures[2] = node_policy(context).membership().sign("argmax-share", request.digest(),
+            signatures[2] = node_policy(context).membership().sign("committee-share", request.digest(),
                                                                    int(context.run_id), share_payload(2, shares[2]))
             answer["shares"], answer["signatures"] = shares, signatures
         return reply

@@ -6,18 +6,18 @@ remain. The tallies' noise shares are zero here so that the opened index is the 
 import numpy as np
 import pytest
 
-from dphype.secure.relay import seal
-from dphype.secure.tally import (
+from dphype.secure.committee import (
     Opening,
     Tally,
     TallyError,
     ballot_bits,
     field_modulus,
-    secure_argmax,
+    run_loopback_committee,
     share_context,
     split_shares,
     voter_id,
 )
+from dphype.secure.relay import seal
 from dphype.selection.ballots import BallotForm
 
 P = 8
@@ -46,7 +46,7 @@ def ballot(*ones, p=P):
 
 
 def run(tallies):
-    return secure_argmax([t.job() for t in tallies], timeout=60)
+    return run_loopback_committee([t.job() for t in tallies], timeout=60)
 
 
 def test_malicious_top_k_ballots_are_excluded_and_named_while_the_honest_consensus_wins():

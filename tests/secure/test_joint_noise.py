@@ -139,13 +139,13 @@ def test_three_tallies_sample_the_noise_together_and_refuse_to_compute_on_differ
     """Through the committee (3 MPyC parties on loopback): with the sampler for epsilon 16 (t = e^-8) a lead of 2
     votes wins (but with probability about 1e-6); a tally handed another epsilon's sampler makes the parties
     disagree before anything is computed."""
-    from dphype.secure.tally import (
+    from dphype.secure.committee import (
         OPENS_ARGMAX,
         Opening,
         Tally,
         TallyError,
         client_sealed_shares,
-        secure_argmax,
+        run_loopback_committee,
         voter_id,
     )
     from dphype.selection.ballots import BallotForm
@@ -161,7 +161,7 @@ def test_three_tallies_sample_the_noise_together_and_refuse_to_compute_on_differ
             sealed = client_sealed_shares("req-j", ballot, [t.public for t in tallies], voter_id(0, f"c{c}"))
             for t, share in zip(tallies, sealed, strict=True):
                 t.receive(f"c{c}", share)
-        return secure_argmax([t.job() for t in tallies])
+        return run_loopback_committee([t.job() for t in tallies])
 
     assert run((16.0, 16.0, 16.0)) == Opening(4, ())
     with pytest.raises(TallyError, match="tallies disagree on the noise sampler"):

@@ -160,15 +160,15 @@ def test_membership_finds_this_nodes_entry_or_says_it_is_not_a_member():
 # ------------------------------------------------------------------------------------------ signatures
 def test_a_signature_verifies_only_in_its_own_context_and_payload():
     roster, keys = members(2)
-    context = roster.context("argmax-share", REQUEST, 7)
+    context = roster.context("committee-share", REQUEST, 7)
     signature = sign(keys["node-0"], context, b"payload")
     member = roster.member("node-0")
     verify(member, context, b"payload", signature)
     assert roster.check_signed("node-0", "voter", context, b"payload", signature) == member
     others = [SigningContext(context.roster, "secagg-advertise", REQUEST, 7),  # another stage
-              SigningContext(context.roster, "argmax-share", "ef" * 32, 7),  # another request
-              SigningContext(context.roster, "argmax-share", REQUEST, 8),  # another run
-              SigningContext("00" * 32, "argmax-share", REQUEST, 7)]  # another roster
+              SigningContext(context.roster, "committee-share", "ef" * 32, 7),  # another request
+              SigningContext(context.roster, "committee-share", REQUEST, 8),  # another run
+              SigningContext("00" * 32, "committee-share", REQUEST, 7)]  # another roster
     for other in others:
         with pytest.raises(RosterError, match="does not verify"):
             verify(member, other, b"payload", signature)
@@ -185,17 +185,17 @@ def test_a_signature_verifies_only_in_its_own_context_and_payload():
 def test_a_signature_under_another_federations_roster_is_refused():
     roster, keys = members(2)
     other = Roster("other", roster.members)  # the same keys, another federation
-    context = other.context("argmax-share", REQUEST, 1)
+    context = other.context("committee-share", REQUEST, 1)
     signature = sign(keys["node-0"], context, b"x")
     with pytest.raises(RosterError, match="another federation, or the roster changed"):
         roster.check_signed("node-0", "voter", context, b"x", signature)
     with pytest.raises(RosterError, match="does not verify"):  # re-labelled with this roster's digest
-        roster.check_signed("node-0", "voter", roster.context("argmax-share", REQUEST, 1), b"x", signature)
+        roster.check_signed("node-0", "voter", roster.context("committee-share", REQUEST, 1), b"x", signature)
 
 
 def test_unknown_members_other_roles_and_a_member_twice_are_refused():
     roster, keys = members(2, tallies=1)
-    context = roster.context("argmax-share", REQUEST, 1)
+    context = roster.context("committee-share", REQUEST, 1)
     stranger = IdentityKey.generate()
     with pytest.raises(RosterError, match="'mallory' is not a member"):
         roster.check_signed("mallory", "voter", context, b"x", sign(stranger, context, b"x"))

@@ -6,18 +6,18 @@ import numpy as np
 import pytest
 
 from dphype.privacy.noise import min_survivors, min_valid_ballots
-from dphype.secure.relay import seal
-from dphype.secure.tally import (
+from dphype.secure.committee import (
     OPENS_SUM,
     Tally,
     TallyError,
     client_sealed_shares,
     field_modulus,
-    secure_argmax,
+    run_loopback_committee,
     share_context,
     split_shares,
     voter_id,
 )
+from dphype.secure.relay import seal
 from dphype.selection.ballots import BallotForm
 
 SIZE, VOTERS, REQUEST = 5, 10, "req-x"
@@ -109,7 +109,7 @@ def test_one_misbehaving_contributor_is_left_out_at_every_tally_and_named_and_th
     local = [set(job["invalid"]) for job in jobs]
     if attack == "bytes that do not open at one tally":  # only tally 2 saw it: the MPC leaves it out at all three
         assert local == [set(), set(), {0}]  # "mallory" comes first of the labels
-    opening = secure_argmax(jobs)
+    opening = run_loopback_committee(jobs)
     assert opening.excluded == ("mallory",) and opening.excluded_at == (0,)
     assert opening.value == tuple(counts.tolist())  # exactly the honest ballots, nothing of the cheater's
 
@@ -126,7 +126,7 @@ def test_misbehaving_contributors_beyond_the_floor_release_nothing_and_are_named
             t.receive(f"voter-{i}", share)
     with pytest.raises(TallyError, match=r"only 8 valid ballots, fewer than the committee's minimum 9 \(2 invalid\) "
                                          r"\(invalid ballots from contributors voter-0, voter-1\)") as err:
-        secure_argmax([t.job() for t in tallies])
+        run_loopback_committee([t.job() for t in tallies])
     assert err.value.excluded == ("voter-0", "voter-1")
 
 
@@ -149,7 +149,7 @@ def test_a_collect_a_tally_cannot_count_is_refused_before_it_counts_as_served_an
     for name, share in list(rows.items())[2:]:
         tally.receive(name, share)
     assert tally.job()["contributors"] == [f"voter-{i}" for i in range(2, VOTERS)]
-    with pytest.raises(TallyError, match="refuses a second argmax"):
+    with pytest.raises(TallyError, match="refuses a second opening"):
         tally.open_round(REQUEST, SIZE, 7, form=FORM, noise=np.zeros(SIZE))
 
 
@@ -161,8 +161,8 @@ def test_a_party_that_fails_logs_its_stderr_and_names_its_last_words(caplog):
     jobs = [t.job() for t in tallies]
     for job in jobs:
         job["shares"] = "not base64 of a share row!"
-    with caplog.at_level("WARNING", logger="dphype.secure.tally"), \
+    with caplog.at_level("WARNING", logger="dphype.secure.committee"), \
             pytest.raises(TallyError, match=r"tally 0 stopped without an answer \(exit code 1\) \(its last words: "
                                             r"ValueError: buffer size must be a multiple"):
-        secure_argmax(jobs, timeout=60)
+        run_loopback_committee(jobs, timeout=60)
     assert any(r.getMessage().startswith("tally 0 party: Traceback") for r in caplog.records)

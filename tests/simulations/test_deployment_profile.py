@@ -9,7 +9,7 @@ from helpers import CANDS, CLIENTS, argmax_config, argmax_grid, client_app, grid
 from helpers import sum_config as config
 
 from dphype.flower import DPHype
-from dphype.flower.tally import load_tally_key
+from dphype.flower.tally_node import load_tally_key
 from dphype.secure.roster import IdentityKey, Roster
 from simulations.deployment_profile import stages, write_roster
 

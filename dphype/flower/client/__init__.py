@@ -2,8 +2,8 @@
 
 The client side, in the package: this module (`register_dphype`, the pre-flight and the secure vote),
 `dphype.flower.client.policy` (the node's policy, refusals), `dphype.flower.client.secagg` (the node's
-SecAgg+ answers) and `dphype.flower.client.argmax` (the argmax vote); the tally node is
-`dphype.flower.tally`. The message types and keys are `dphype.flower.wire`'s.
+SecAgg+ answers) and `dphype.flower.client.committee_client` (the committee vote); the tally node is
+`dphype.flower.tally_node`. The message types and keys are `dphype.flower.wire`'s.
 
 `register_dphype` adds two handlers to a Message-API ``ClientApp``, under DP-Hype's own action
 name, so they never see the user's ``@app.train()``, ``@app.evaluate()`` or ``@app.query()`` messages
@@ -41,9 +41,9 @@ Refusals reach the server coarse: the node's own limits and budget (``policy_*``
 become the single code ``policy``, so the reply does not say which limit a request crossed; the node's
 log keeps the full reason for its operator.
 
-It also adds the argmax mode's handlers: ``train.dphype_argmax`` (sealed shares to the tally committee,
-`dphype.flower.client.argmax`) and, on nodes configured as tallies, ``query.dphype_tally``
-(`dphype.flower.tally`).
+It also adds the argmax mode's handlers: ``train.dphype_committee`` (sealed shares to the tally committee,
+`dphype.flower.client.committee_client`) and, on nodes configured as tallies, ``query.dphype_tally``
+(`dphype.flower.tally_node`).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 from flwr.clientapp import ClientApp
 from flwr.common import log
 
-from dphype.flower.client.argmax import register_winner_vote
+from dphype.flower.client.committee_client import register_committee_vote
 from dphype.flower.client.policy import (
     PolicySource,
     announce_simulated,
@@ -75,7 +75,7 @@ from dphype.flower.client.policy import (
     simulated,
 )
 from dphype.flower.client.secagg import abort_round, round_in_progress, secure_vote_reply, stage_reply
-from dphype.flower.tally import register_tally
+from dphype.flower.tally_node import register_tally
 from dphype.flower.wire import (
     ACTION,
     APPROVAL_STATE,
@@ -121,7 +121,7 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
         policy: This node's policy: ``None``, a function of the context, or a ``NodePolicy`` (above).
 
     Returns:
-        ``app``, with the pre-flight, the secure vote (SecAgg+ stages), the argmax vote and the tally handlers
+        ``app``, with the pre-flight, the secure vote (SecAgg+ stages), the committee vote and the tally handlers
             added.
 
     Raises:
@@ -200,7 +200,7 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
         except Exception as err:  # noqa: BLE001 - the server sees the sanitized reason only
             raise sanitized("vote", err) from None
 
-    register_winner_vote(app, policy=policy)  # release="argmax": sealed shares to the tallies
+    register_committee_vote(app, policy=policy)  # release="argmax": sealed shares to the tallies
     register_tally(app)  # answered only on nodes configured as tallies
     return app
 

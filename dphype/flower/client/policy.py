@@ -339,7 +339,7 @@ def cast_approved_ballot(context: Context, request: VoteRequest, limits: NodePol
         limits: The node's policy now.
         checked: What the pre-flight stored of the guarantee (`approved_guarantee`).
         maximize: Whether the task's scores are better when larger.
-        what: The vote's name in the node's log (``"vote"``, ``"argmax vote"``).
+        what: The vote's name in the node's log (``"vote"``, ``"committee vote"``).
         **options: The mode's ballot options (the SecAgg+ round's ``clipping_range``, the committee's ``voter``).
 
     Returns:

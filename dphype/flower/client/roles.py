@@ -17,10 +17,10 @@ from flwr.clientapp.typing import ClientAppCallable
 
 from dphype.flower.client.policy import environment_policy, node_policy, simulated
 from dphype.flower.federation import federation_set, simulated_federation, tally_name, voter_name
-from dphype.flower.tally import TALLY_ID, TALLY_KEY_FILE, TALLY_KEYS_ENV, TALLY_PARTIES, load_tally_key
+from dphype.flower.tally_node import TALLY_ID, TALLY_KEY_FILE, TALLY_KEYS_ENV, TALLY_PARTIES, load_tally_key
 from dphype.modes import RELEASE_MODES, Aggregator
 from dphype.node.policy import TALLIES_KEY, run_ledger_path
-from dphype.secure.tally import COMMITTEE_SIZE
+from dphype.secure.committee import COMMITTEE_SIZE
 
 #: First loopback port of a simulated committee's MPyC parties (`simulated_parties`).
 SIMULATED_TALLY_PORTS = 20000
@@ -113,7 +113,7 @@ def simulated_roles(msg: Message, context: Context, call_next: ClientAppCallable
 
     Only a run config that states a release whose aggregator is the tally committee (``release = "argmax"``)
     and ``clients`` (as ``flwr run`` and ``dphype demo`` give it)
-    assigns roles, with the keys in `dphype.flower.tally.TALLY_KEYS_ENV`'s folder, or in this run's folder
+    assigns roles, with the keys in `dphype.flower.tally_node.TALLY_KEYS_ENV`'s folder, or in this run's folder
     beside the simulated ledgers (`dphype.node.policy.run_ledger_path`); every node of another release keeps
     its node config.
 

@@ -2,7 +2,7 @@
 
 The server side, in the package: this module (`DPHype`), `dphype.flower.server.readiness` (waiting
 for nodes, the pre-flight, `dphype.flower.server.readiness.PreflightError`),
-`dphype.flower.server.secagg` (the SecAgg+ round) and `dphype.flower.server.committee` (the argmax
+`dphype.flower.server.secagg` (the SecAgg+ round) and `dphype.flower.server.committee_server` (the argmax
 mode's committee). The message types and keys are `dphype.flower.wire`'s.
 
 `DPHype` runs DP-Hype's selection inside any ``@app.main()``:
@@ -25,7 +25,7 @@ mode's committee). The message types and keys are `dphype.flower.wire`'s.
    and the privacy report.
 
 When the release mode's aggregator is the tally committee (``release="argmax"``) steps 3-4 are
-`dphype.flower.server.committee.run_winner_selection`: sealed shares to the committee of tally nodes named
+`dphype.flower.server.committee_server.run_committee_selection`: sealed shares to the committee of tally nodes named
 by ``tallies``, a secure argmax on MPyC, only the index released.
 
 Train the final model afterwards with any Message-API strategy, passing
@@ -46,7 +46,7 @@ from flwr.serverapp.grid import Grid
 
 from dphype.config import DPHypeConfig
 from dphype.flower.grid import check_timeout
-from dphype.flower.server.committee import TALLY_TIMEOUT, check_tally_timeout, run_winner_selection
+from dphype.flower.server.committee_server import TALLY_TIMEOUT, check_tally_timeout, run_committee_selection
 from dphype.flower.server.readiness import run_preflight, wait_for_nodes
 from dphype.flower.server.secagg import advertise_record, run_secure_sum, secagg_graph
 from dphype.modes import Aggregator, release_modes
@@ -168,11 +168,11 @@ class DPHype:
             timeout: Bounds (seconds) the pre-flight (which includes local scoring) and each SecAgg+ stage
                 (``None``: no limit).
             connect_timeout: Bounds the wait (seconds) for ``clients`` nodes to connect (``None``: no limit).
-            committee_nodes: Argmax mode only: the tallies' node ids in committee order, as
-                `dphype.flower.server.committee.discover_committee` returns them, so the committee is not asked
+            committee_nodes: Committee releases only: the tallies' node ids in committee order, as
+                `dphype.flower.server.committee_server.discover_committee` returns them, so the committee is not asked
                 again; empty or ``None``: none given (the only choice in sum mode).
             tally_timeout: Committee releases only: seconds each tally's MPyC party has to check the ballots and open
-                the result (`dphype.flower.server.committee.run_winner_selection`), a finite number in ``(0,
+                the result (`dphype.flower.server.committee_server.run_committee_selection`), a finite number in ``(0,
                 86400]``.
 
         Returns:
@@ -191,7 +191,8 @@ class DPHype:
         cfg = self.config
         committee_nodes = tuple(committee_nodes or ()) or None  # empty: a mode without a committee, or ask it
         if committee_nodes is not None and cfg.mode.aggregator is not Aggregator.COMMITTEE:
-            raise ValueError(f"committee_nodes applies to release='argmax' only, got release={cfg.release!r}")
+            raise ValueError(f"committee_nodes applies to the committee releases "
+                             f"({Aggregator.COMMITTEE.releases()}) only, got release={cfg.release!r}")
         plan = self.plan()
         log(logging.INFO, "Starting %r", self)
         log(logging.INFO, "DP-Hype plan: %s; the %s consensus scenario (a model, not your data) simulates a good "
@@ -202,15 +203,15 @@ class DPHype:
         if votes != cfg.k:
             log(logging.WARNING, "DP-Hype: the %r ballot votes for %d candidates per client, not the configured k=%d "
                 "(set ballot='top-k' to vote with k=%d)", cfg.ballot, votes, cfg.k, cfg.k)
-        drive = {Aggregator.SECAGG: self._sum_over_secagg, Aggregator.COMMITTEE: self._winner_from_committee}
+        drive = {Aggregator.SECAGG: self._sum_over_secagg, Aggregator.COMMITTEE: self._select_over_committee}
         self._tally_timeout = tally_timeout
         result = drive[cfg.mode.aggregator](grid, timeout, connect_timeout, committee_nodes)
         return dataclasses.replace(result, notes=self._notes, federation=self._federation)
 
-    def _winner_from_committee(self, grid: Grid, timeout: float | None, connect_timeout: float | None,
+    def _select_over_committee(self, grid: Grid, timeout: float | None, connect_timeout: float | None,
                                committee_nodes: Sequence[int] | None) -> DPHypeResult:
-        """Steps 3-4 for a mode whose aggregator is the tally committee (`run_winner_selection`)."""
-        return run_winner_selection(grid, self.request, preflight=self._preflight, timeout=timeout,
+        """Steps 3-4 for a mode whose aggregator is the tally committee (`run_committee_selection`)."""
+        return run_committee_selection(grid, self.request, preflight=self._preflight, timeout=timeout,
                                     connect_timeout=connect_timeout, committee_nodes=committee_nodes,
                                     tally_timeout=self._tally_timeout)
 

@@ -13,7 +13,7 @@ Protocol (framework-free; the Flower adapter relays the bytes):
    `client_sealed_shares`, `dphype.secure.relay`), and the server relays the ciphertexts: it cannot read them,
    and a ciphertext for another request, tally, run or contributor does not open. The contributor's identity is its
    roster member name, and each share carries the member's signature (`dphype.secure.roster.share_payload`,
-   checked by the tally node, `dphype.flower.tally`); without a roster it is the Flower node id the server's
+   checked by the tally node, `dphype.flower.tally_node`); without a roster it is the Flower node id the server's
    SuperLink assigned to it (what the tally sees as the share's label). A server cannot relabel one client's
    share as another's, nor replay it in another run.
 3. Each `Tally` opens its ciphertexts for one approved request and keeps every contributor's share row in the
@@ -51,8 +51,8 @@ That floor protects no voter's privacy (the noise does not depend on the count);
 of most of the federation. A malicious tally can change the result or abort
 (MPyC is secure against semi-honest parties only; an abort releases nothing); the MPC channels are MPyC's TCP
 connections, which must run over a private network or MPyC's ``--ssl`` in a deployment. A tally that drops or
-answers late aborts the run: `secure_argmax` raises `TallyError` naming it and no index is released; each party's
-stderr is logged (`log_party_output`) and an error names its last line.
+answers late aborts the run: `run_loopback_committee` raises `TallyError` naming it and no index is released;
+each party's stderr is logged (`log_party_output`) and an error names its last line.
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def _mpyc(module: str) -> Any:
         handlers, level = root.handlers[:], root.level
         sys.argv = [argv[0] if argv else "dphype", "--no-log", "--no-uvloop"]
         try:
-            importlib.import_module(name)  # only the argmax path needs MPyC
+            importlib.import_module(name)  # only the committee path needs MPyC
         finally:
             sys.argv = argv
             root.handlers[:] = handlers
@@ -349,7 +349,7 @@ class ServedRecord:
 
     Append-only, synced to disk (the file and, when it is created, its folder) before the tally's job leaves,
     and read again before a round opens, so that neither a restart of the tally's node nor a new run of the
-    same server makes it serve a request twice. Kept beside the tally's key (`dphype.flower.tally`). A line
+    same server makes it serve a request twice. Kept beside the tally's key (`dphype.flower.tally_node`). A line
     that does not parse fails closed: the tally refuses every request until its operator repairs the file.
 
     Args:
@@ -449,7 +449,7 @@ class Tally:
         served = self._served | (self._record.entries() if self._record is not None else set())
         if (int(run), request_digest) in served or (self._round is not None and self._round["request"] == request_digest
                                                      and self._round["run"] == int(run)):
-            raise TallyError(f"tally {self.index} refuses a second argmax for request {request_digest[:12]}")
+            raise TallyError(f"tally {self.index} refuses a second opening for request {request_digest[:12]}")
         spec: dict[str, Any]
         if isinstance(noise, JointSampler):
             entries, spec = noise.size, {"sampler": noise.to_dict()}
@@ -746,7 +746,7 @@ def party_answer(out: str, index: int) -> tuple[Opening, dict[str, float]] | Non
     excluded = tuple(str(label) for label in answer.get("excluded", ()))
     if "error" in answer:
         invalid = f" (invalid ballots from contributors {', '.join(excluded)})" if excluded else ""
-        raise TallyError(f"tally {index} refused the argmax: {answer['error']}{invalid}; nothing released", excluded)
+        raise TallyError(f"tally {index} refused to open: {answer['error']}{invalid}; nothing released", excluded)
     measures = {f"{k} s": float(v) for k, v in answer.get("seconds", {}).items()}
     measures |= {key: float(answer[key]) for key in ("bytes sent", "peak memory") if key in answer}
     value = answer["value"]
@@ -784,7 +784,7 @@ def loopback_addresses(parties: int, host: str = "127.0.0.1") -> list[str]:
     return [f"{host}:{port}" for port in _free_ports(parties, host)]
 
 
-def secure_argmax(jobs: Sequence[dict[str, Any] | None], *, timeout: float = 30.0, host: str = "127.0.0.1",
+def run_loopback_committee(jobs: Sequence[dict[str, Any] | None], *, timeout: float = 30.0, host: str = "127.0.0.1",
                   timings: list[dict[str, float]] | None = None) -> Opening:
     """Run the tallies' MPyC parties on this machine (loopback ports): the checked, noisy argmax.
 

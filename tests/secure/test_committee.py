@@ -5,7 +5,7 @@ tests/secure/test_ballot_check.py checks the ballots, tests/privacy the noise th
 import numpy as np
 import pytest
 
-from dphype.secure.tally import (
+from dphype.secure.committee import (
     OPENS_ARGMAX,
     OPENS_SUM,
     Opening,
@@ -16,7 +16,7 @@ from dphype.secure.tally import (
     client_sealed_shares,
     field_modulus,
     open_shares,
-    secure_argmax,
+    run_loopback_committee,
     split_shares,
     voter_id,
 )
@@ -61,15 +61,15 @@ def test_shamir_shares_open_from_any_two_tallies_and_one_share_is_uniform():
     assert 0.45 < np.mean(bits) * (2**64 / q) < 0.55
 
 
-def test_secure_argmax_on_valid_ballots_opens_the_lowest_index_among_ties():
+def test_the_loopback_committee_on_valid_ballots_opens_the_lowest_index_among_ties():
     tallies = committee(2, size=6, k=2)
     send(tallies, "req-1", [one_hot(6, 1, 3), one_hot(6, 1, 4), one_hot(6, 3, 4)])  # counts 0 2 0 2 2 0
-    assert secure_argmax([t.job() for t in tallies]) == Opening(1, ())
+    assert run_loopback_committee([t.job() for t in tallies]) == Opening(1, ())
     rng = np.random.default_rng(7)
     ballots = [one_hot(100, *rng.choice(100, 3, replace=False)) for _ in range(40)]
     tallies = committee(4, request="req-2", size=100, k=3)
     send(tallies, "req-2", ballots)
-    assert secure_argmax([t.job() for t in tallies]) == Opening(int(np.argmax(np.sum(ballots, axis=0))), ())
+    assert run_loopback_committee([t.job() for t in tallies]) == Opening(int(np.argmax(np.sum(ballots, axis=0))), ())
 
 
 def test_every_tallys_noise_share_is_added_and_the_committee_opens_the_argmax_or_the_whole_noisy_sum():
@@ -78,10 +78,10 @@ def test_every_tallys_noise_share_is_added_and_the_committee_opens_the_argmax_or
     noisy = np.sum(ballots, axis=0) + np.sum(noise, axis=0)  # 1 1 0 3 3 -7
     tallies = committee(3, size=6, k=2, noise=noise)
     send(tallies, "req-1", ballots)
-    assert secure_argmax([t.job() for t in tallies]) == Opening(3, ())  # 3 and 4 tie: the lower index
+    assert run_loopback_committee([t.job() for t in tallies]) == Opening(3, ())  # 3 and 4 tie: the lower index
     tallies = committee(3, request="req-2", size=6, k=2, noise=noise, opens=OPENS_SUM)
     send(tallies, "req-2", ballots)
-    assert secure_argmax([t.job() for t in tallies]) == Opening(tuple(noisy.tolist()), ())
+    assert run_loopback_committee([t.job() for t in tallies]) == Opening(tuple(noisy.tolist()), ())
     with pytest.raises(ValueError, match="the noise must have 6 entries and opens must be"):
         Tally(0).open_round("req-3", 6, 1, form=TOP_1, noise=np.zeros(5))
     with pytest.raises(ValueError, match="the noise must have 6 entries and opens must be"):
@@ -99,7 +99,7 @@ def test_tallies_refuse_too_few_contributors_and_disagreeing_sets():
     send(tallies, "req-1", [one_hot(5, 0)] * 2)
     send(tallies, "req-1", [one_hot(5, 1)], start=5, deliver=2)  # tally 2 never got client-5's share
     with pytest.raises(TallyError, match="tallies disagree on the contributor set"):
-        secure_argmax([t.job() for t in tallies])
+        run_loopback_committee([t.job() for t in tallies])
 
 
 def test_a_missing_tally_releases_nothing_and_names_the_tally():
@@ -108,7 +108,7 @@ def test_a_missing_tally_releases_nothing_and_names_the_tally():
     jobs = [t.job() for t in tallies]
     # the error names the wait allowed (1 s), not what was left of it when tally 0's turn came (0.99999... s)
     with pytest.raises(TallyError, match=r"did not answer within 1 s; nothing released \(tally 2 did not start\)"):
-        secure_argmax([jobs[0], jobs[1], None], timeout=1.0)
+        run_loopback_committee([jobs[0], jobs[1], None], timeout=1.0)
 
 
 def test_tally_marks_replays_foreign_shares_and_duplicates_invalid():
@@ -134,7 +134,7 @@ def test_tally_marks_replays_foreign_shares_and_duplicates_invalid():
     assert (job["contributors"], job["invalid"]) == (["d", "e"], [0]) and "does not parse" in job["reasons"][0]
     tallies[0].receive("b", client_sealed_shares("req-1", one_hot(5, 2), keys, voter_id(0, "b"))[0])
     assert tallies[0].job()["invalid"] == [0, 1]  # a, a; b counts
-    with pytest.raises(TallyError, match="refuses a second argmax for request req-1"):
+    with pytest.raises(TallyError, match="refuses a second opening for request req-1"):
         tallies[0].open_round("req-1", 5, 1, form=TOP_1, noise=np.zeros(5))
     with pytest.raises(TallyError, match="tally 0 has no open request"):
         tallies[0].receive("e", sealed[0])
@@ -157,7 +157,7 @@ def test_one_ballot_relabelled_as_many_contributors_is_refused_by_identity_and_b
     relabelled = [i for i, label in enumerate(labels) if label != "7"]
     assert [job["invalid"] for job in jobs] == [relabelled] * 3  # every relabelled copy, never the ballot
     assert all("is not this contributor's" in reason for job in jobs for reason in job["reasons"])
-    opening = secure_argmax(jobs)
+    opening = run_loopback_committee(jobs)
     assert (opening.value, opening.excluded) == (0, tuple(labels[i] for i in relabelled))
     with pytest.raises(ValueError, match="non-empty without ';' or '|'"):
         voter_id(0, "7;voter=8")
@@ -178,7 +178,7 @@ def test_a_tallys_record_refuses_a_request_served_in_that_run_across_restarts_an
     assert record.entries() == {(41, "req-1")}
     assert record.path.stat().st_mode & 0o777 == 0o600
     restarted = Tally(0, first.keys, record=ServedRecord(record.path))  # nothing in memory: the file decides
-    with pytest.raises(TallyError, match="refuses a second argmax for request req-1"):
+    with pytest.raises(TallyError, match="refuses a second opening for request req-1"):
         restarted.open_round("req-1", 5, 1, run=41, form=form, noise=np.zeros(5))
     # a new run may ask again (its clients vote and pay again) ...
     restarted.open_round("req-1", 5, 1, run=42, form=form, noise=np.zeros(5))
@@ -211,7 +211,7 @@ def test_the_field_prime_is_read_without_mpycs_side_effects_on_the_host():
     import sys
 
     code = ("import sys, asyncio, logging; sys.argv = ['app', '--out', 'x', '-W', 'error']\n"
-            "from dphype.secure.tally import field_modulus\n"
+            "from dphype.secure.committee import field_modulus\n"
             "print(field_modulus(), type(asyncio.get_event_loop_policy()).__name__, len(logging.getLogger().handlers))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.split() == [str(field_modulus()), "_UnixDefaultEventLoopPolicy", "0"]

@@ -3,16 +3,16 @@
 It finds the tally committee, collects the clients' sealed shares, relays them to the tallies and gets the index
 back.
 
-`run_winner_selection` (called by `dphype.flower.server.DPHype.start` when ``release="argmax"``)
+`run_committee_selection` (called by `dphype.flower.server.DPHype.start` when ``release="argmax"``)
 finds the configured committee among the connected nodes (`find_committee`: a tally that does not answer
 ``hello`` is unreachable, and nothing is sent), runs the pre-flight with the other nodes, collects the sealed
-shares (``train.dphype_argmax``, `dphype.flower.client.argmax`), forwards each tally its ciphertexts and
+shares (``train.dphype_committee``, `dphype.flower.client.committee_client`), forwards each tally its ciphertexts and
 gets the index back, with the contributors whose ballots the tallies found invalid and left out
-(``query.dphype_tally``, `dphype.flower.tally`). A voter approved in the pre-flight that sends no usable shares
+(``query.dphype_tally``, `dphype.flower.tally_node`). A voter approved in the pre-flight that sends no usable shares
 is named (``node <id> (no shares)``) and left out; a label two voters claim is named with its node id. Fewer
 contributors than the committee's floor (`dphype.privacy.noise.min_valid_ballots`):
 `dphype.flower.server.readiness.PreflightError`; a tally that refuses, fails or answers late:
-`dphype.secure.tally.TallyError`; nothing released either way, and the error says what the voters were charged
+`dphype.secure.committee.TallyError`; nothing released either way, and the error says what the voters were charged
 (one vote each: a node votes once per approved request).
 
 A server that takes its committee from the nodes rather than from its operator (the bundled app, the app
@@ -39,7 +39,7 @@ from dphype.config import DPHypeConfig
 from dphype.flower.grid import send_and_receive
 from dphype.flower.server.readiness import PreflightError, wait_for_nodes
 from dphype.flower.wire import (
-    ARGMAX_VOTE_TYPE,
+    COMMITTEE_VOTE_TYPE,
     MAX_RESULT_WAIT,
     RECORD_KEY,
     TALLY_COLLECT,
@@ -52,7 +52,7 @@ from dphype.flower.wire import (
 )
 from dphype.modes import Aggregator
 from dphype.protocol import DPHypeResult, VoteRequest
-from dphype.secure.tally import COMMITTEE_SIZE, Opening, TallyError, agreed_opening
+from dphype.secure.committee import COMMITTEE_SIZE, Opening, TallyError, agreed_opening
 from dphype.selection.candidates import CandidateList
 
 #: The pre-flight of the request over the given nodes within a timeout: the nodes that answered ready
@@ -380,7 +380,7 @@ def _charged(voters: int) -> str:
             "is a new vote")
 
 
-def run_winner_selection(grid: Grid, request: VoteRequest, *, preflight: Preflight, timeout: float | None,
+def run_committee_selection(grid: Grid, request: VoteRequest, *, preflight: Preflight, timeout: float | None,
                          connect_timeout: float | None, tally_timeout: float = TALLY_TIMEOUT,
                          committee_nodes: Sequence[int] | None = None) -> DPHypeResult:
     """Argmax mode of `dphype.flower.server.DPHype.start` for its ``request``.
@@ -435,10 +435,10 @@ def run_winner_selection(grid: Grid, request: VoteRequest, *, preflight: Preflig
     ready = preflight(grid, sorted(random.sample(others, cfg.clients)), timeout)
     start = time.perf_counter()
     vote = [Message(RecordDict({RECORD_KEY: ConfigRecord(request.to_record())}), dst_node_id=n,
-                    message_type=ARGMAX_VOTE_TYPE) for n in ready]
+                    message_type=COMMITTEE_VOTE_TYPE) for n in ready]
     shares: dict[int, list[bytes]] = {}
     signed: dict[int, tuple[str, list[bytes]]] = {}  # a roster member's name and its signature of each share
-    for reply in send_and_receive(grid, vote, timeout=timeout, what="DP-Hype argmax vote"):
+    for reply in send_and_receive(grid, vote, timeout=timeout, what="DP-Hype committee vote"):
         answer = None if reply.has_error() else reply.content.config_records.get(RECORD_KEY)
         sealed = None if answer is None else answer.get("shares")
         if (isinstance(sealed, list) and len(sealed) == len(committee)

@@ -3,12 +3,12 @@
 A tally is one member of the committee that sums the clients' sealed shares and runs a secure argmax on them.
 
 The same ``ClientApp`` serves clients and tallies (`dphype.flower.client.register_dphype` adds
-`register_tally`; a client's sealed shares are `dphype.flower.client.argmax`'s). A **tally** is a
+`register_tally`; a client's sealed shares are `dphype.flower.client.committee_client`'s). A **tally** is a
 node whose node config has ``dphype-tally-id`` (its index ``j`` in the committee), ``dphype-tally-parties`` (the
 MPyC addresses of all tallies, ``host:port,...`` in committee order) and ``dphype-tally-key`` (a file with its
 X25519 private key, created with mode 0600 if missing; its public key is what the server and the clients'
 ``dphype-tallies`` name). It answers ``query.dphype_tally`` in four stages: ``hello`` (its index and public key),
-``collect`` (the request and the ciphertexts sealed to it: `dphype.secure.tally.Tally` opens them, keeps every
+``collect`` (the request and the ciphertexts sealed to it: `dphype.secure.committee.Tally` opens them, keeps every
 contributor's share row and marks a foreign, duplicate, unparsable or badly signed share as its contributor's
 invalid entry, refuses a request already served and a collect it could count fewer shares of than the committee's
 floor; it answers with the positions it did not take), ``compute``
@@ -17,17 +17,17 @@ release, the shares the tallies drew when they collected for the committee sum; 
 parties run together whatever the transport) and ``result`` (what its party opened, the index or the noisy sum, and
 the contributors whose ballots were invalid).
 
-The server (`dphype.flower.server.committee.run_winner_selection`, called by
+The server (`dphype.flower.server.committee_server.run_committee_selection`, called by
 `dphype.flower.server.DPHype.start` when ``release="argmax"``) finds the configured committee among the
 connected nodes (a tally that does not answer ``hello`` is unreachable: nothing is sent), runs the pre-flight
 with the other nodes, collects the sealed shares, forwards each tally its ciphertexts and gets the index back.
 Fewer contributors than the committee's floor (`dphype.privacy.noise.min_valid_ballots`), a tally that refuses,
-fails or answers late: `dphype.secure.tally.TallyError`, nothing released. The party's stderr goes to a file
+fails or answers late: `dphype.secure.committee.TallyError`, nothing released. The party's stderr goes to a file
 beside its answer and into this node's log when the result is read (its last line into the error). The tally's
 round lives in its node's context (``context.state``: the collected job, the party's process id and output file
 beside the key), so a stage may run in any process of the node, as in Flower's simulation, where a node's
 messages go to whichever ClientApp actor is free; the requests it served, by run, live in a persistent record
-beside its key (`served_record_path`, `dphype.secure.tally.ServedRecord`), read before any share is opened, so a
+beside its key (`served_record_path`, `dphype.secure.committee.ServedRecord`), read before any share is opened, so a
 request is never served twice in one run, across restarts of the node too (shares bound to another run do not
 open); a collect refused before its job is made (too few valid shares) does not count as served.
 
@@ -72,9 +72,7 @@ from dphype.modes import CommitteeMode
 from dphype.node.policy import federation_settings, load_membership
 from dphype.protocol import VoteRequest
 from dphype.refusal import Refusal, as_refusal
-from dphype.secure.relay import KeyPair
-from dphype.secure.roster import RosterError, share_payload
-from dphype.secure.tally import (
+from dphype.secure.committee import (
     ServedRecord,
     Tally,
     TallyError,
@@ -84,6 +82,8 @@ from dphype.secure.tally import (
     party_command,
     send_job,
 )
+from dphype.secure.relay import KeyPair
+from dphype.secure.roster import RosterError, share_payload
 
 #: Node-config keys of a tally node (set by its operator, in Flower's node-config style).
 TALLY_ID, TALLY_PARTIES, TALLY_KEY_FILE = "dphype-tally-id", "dphype-tally-parties", "dphype-tally-key"
@@ -110,7 +110,7 @@ def served_record_path(key_file: str | os.PathLike[str]) -> Path:
         key_file: The tally's key file.
 
     Returns:
-        The record's path (`dphype.secure.tally.ServedRecord`).
+        The record's path (`dphype.secure.committee.ServedRecord`).
     """
     file = Path(key_file).expanduser()
     return file.with_name(file.name + ".served")
@@ -314,7 +314,7 @@ class _TallyNode:
         signature entry per share, is refused (``roster``; nothing is opened); a share whose signature does not
         verify (missing, garbage, another member's, another run's or federation's, or a label that is not a voter)
         is its contributor's (or the relay's) doing: its entry is returned, never opened, and the committee leaves
-        that contributor out (`dphype.secure.tally.Tally.reject`).
+        that contributor out (`dphype.secure.committee.Tally.reject`).
 
         Returns:
             Position -> why its signature does not verify (empty without a roster).
@@ -327,7 +327,7 @@ class _TallyNode:
             raise Refusal("roster", "the request's committee names a tally that is not in this tally's roster")
         if not (isinstance(signatures, list) and len(signatures) == len(shares)):
             raise Refusal("roster", "collect needs one roster signature per share ('signatures')")
-        context = roster.context("argmax-share", request.digest(), self.run)
+        context = roster.context("committee-share", request.digest(), self.run)
         unsigned = {}
         for i, (name, sealed, signature) in enumerate(zip(contributors, shares, signatures, strict=True)):
             try:

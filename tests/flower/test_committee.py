@@ -10,16 +10,16 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from helpers import CANDS, CLIENTS, argmax_grid
 from helpers import argmax_config as config
 
-import dphype.flower.tally as flower_tally
+import dphype.flower.tally_node as flower_tally
 from dphype.config import DPHypeConfig
 from dphype.flower import DPHype, PreflightError
 from dphype.flower.local import node_id
-from dphype.flower.server.committee import run_winner_selection
+from dphype.flower.server.committee_server import run_committee_selection
 from dphype.flower.wire import TALLY_KEY
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy
 from dphype.privacy.winner import WINNER_NOISE
-from dphype.secure.tally import TallyError
+from dphype.secure.committee import TallyError
 
 
 def test_argmax_selection_releases_only_the_index_and_every_client_records_pure_epsilon(tmp_path):
@@ -33,7 +33,7 @@ def test_argmax_selection_releases_only_the_index_and_every_client_records_pure_
     assert result.table() == [{"rank": 1, "index": 5, **CANDS[5]}]
     assert (result.report.epsilon, result.report.noise, result.report.survivors) == (4.0, WINNER_NOISE, CLIENTS)
     types = [m.metadata.message_type for m in grid.sent]
-    assert types.count("train.dphype_argmax") == CLIENTS and "train.dphype" not in types
+    assert types.count("train.dphype_committee") == CLIENTS and "train.dphype" not in types
     for i in range(CLIENTS):
         policy = NodePolicy.from_node_config(grid.contexts[node_id(i)].node_config)
         (entry,) = Ledger(policy.ledger).entries()
@@ -64,16 +64,16 @@ def test_a_tally_that_never_computes_makes_the_others_time_out_and_nothing_is_re
     monkeypatch.setattr(flower_tally._TallyNode, "stage", drop_compute)
     server = DPHype(CANDS, config(), tallies=keys)
     with pytest.raises(TallyError, match="tally 0 failed the result stage .*tally 0 did not answer within 1 s"):
-        run_winner_selection(grid, server.request, preflight=server._preflight, timeout=60, connect_timeout=5,
+        run_committee_selection(grid, server.request, preflight=server._preflight, timeout=60, connect_timeout=5,
                              tally_timeout=1.0)
 
 
-@pytest.mark.slow  # two whole selections; the tally's own refusal is tested fast in tests/secure/test_tally.py
-def test_a_second_argmax_for_the_same_request_is_refused_by_the_tallies(tmp_path):
+@pytest.mark.slow  # two whole selections; the tally's own refusal is tested fast in tests/secure/test_committee.py
+def test_a_second_opening_for_the_same_request_is_refused_by_the_tallies(tmp_path):
     grid, keys = argmax_grid(tmp_path)
     server = DPHype(CANDS, config(), tallies=keys)
     server.start(grid, timeout=60)
-    with pytest.raises(TallyError, match="tally 0 failed the collect stage .*refuses a second argmax for request"):
+    with pytest.raises(TallyError, match="tally 0 failed the collect stage .*refuses a second opening for request"):
         server.start(grid, timeout=60)
 
 
@@ -88,7 +88,8 @@ def test_committee_nodes_from_the_callers_hello_are_checked_and_not_asked_again(
     with pytest.raises(TallyError, match="committee node 12345 is not connected"):
         server.start(grid, timeout=60, committee_nodes=[*tallies[:2], 12345])
     summed = DPHype(CANDS, DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=CLIENTS))
-    with pytest.raises(ValueError, match="committee_nodes applies to release='argmax' only"):
+    with pytest.raises(ValueError,
+                       match=r"committee_nodes applies to the committee releases \(argmax, committee-sum\) only"):
         summed.start(grid, timeout=60, committee_nodes=tallies)
     assert grid.sent == []  # every refusal above came before any message
     result = server.start(grid, timeout=60, committee_nodes=tallies)
@@ -112,7 +113,7 @@ def test_bad_committees_are_refused_before_anything_runs(tmp_path):
                    for i in range(CLIENTS)])
 
 
-def test_clients_refusing_the_argmax_vote_send_nothing_and_too_few_shares_release_nothing(tmp_path, monkeypatch):
+def test_clients_refusing_the_committee_vote_send_nothing_and_too_few_shares_release_nothing(tmp_path, monkeypatch):
     grid, keys = argmax_grid(tmp_path)
     from dphype.modes import ArgmaxRelease
 
@@ -140,8 +141,8 @@ def test_clients_refusing_the_argmax_vote_send_nothing_and_too_few_shares_releas
 def modified_ballots(monkeypatch, cheaters, boost):
     """Modified client code on the ``cheaters`` (voter ids): their ballot is ``boost``, shared without the check."""
     from dphype.modes import CommitteeMode
+    from dphype.secure.committee import field_modulus, share_context, split_shares
     from dphype.secure.relay import seal
-    from dphype.secure.tally import field_modulus, share_context, split_shares
 
     real = CommitteeMode.ballot
 
@@ -163,7 +164,7 @@ def test_a_malicious_voters_boost_is_excluded_and_named_and_too_many_release_not
     remain (6 clients, dropout 0.2: at least 5 contributors, at least 4 valid ballots): two are left out and named,
     three release nothing and the error names them."""
     from dphype.flower.federation import voter_name
-    from dphype.secure.tally import voter_id
+    from dphype.secure.committee import voter_id
 
     boost = np.zeros(len(CANDS), dtype=np.int64)
     boost[0] = 30
@@ -189,7 +190,7 @@ def test_the_committee_opens_the_noisy_sum_of_the_verified_ballots_and_the_rule_
     """Release="committee-sum": the whole noisy vector of the valid ballots (for the GP rule), the tallies' noise,
     a boosted ballot left out and named; every client's ledger records the sum release's epsilon."""
     from dphype.flower.federation import voter_name
-    from dphype.secure.tally import voter_id
+    from dphype.secure.committee import voter_id
 
     boost = np.zeros(len(CANDS), dtype=np.int64)
     boost[0] = 30
@@ -236,7 +237,7 @@ def collect_messages(grid) -> list:
 
 
 def voters_epsilon(grid) -> list[float]:
-    """Every voter's recorded epsilon (pure epsilon of its argmax votes, summed as the ledger lists them)."""
+    """Every voter's recorded epsilon (pure epsilon of its committee votes, summed as the ledger lists them)."""
     return [sum(e.epsilon for e in Ledger(NodePolicy.from_node_config(grid.contexts[node_id(i)].node_config)
                                           .ledger).entries()) for i in range(CLIENTS)]
 
@@ -298,7 +299,7 @@ def test_issue_23_the_same_ciphertexts_replayed_to_the_tallies_in_a_later_run_or
     for run_id, reason in ((2, "tally_refused: tally [012] takes only 0 of 6 shares, .*" +
                             ("its roster signature does not verify" if federation else
                              "is not this contributor's for request .*, this run and this tally")),
-                           (1, "tally_refused: tally [012].*refuses a second argmax for request")):
+                           (1, "tally_refused: tally [012].*refuses a second opening for request")):
         later, _ = argmax_grid(tmp_path, run_id=run_id, federation=federation)  # the same tally keys (and records)
         for node, context in later.contexts.items():  # the same federation, fresh contexts
             context.node_config.update({k: v for k, v in grid.contexts[node].node_config.items()
