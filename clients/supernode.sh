@@ -205,7 +205,7 @@ the SuperLink's operator register the printed KEY.pub (server/register-nodes.sh)
         exec "${supernode[@]}"
     fi
     # the tasks of a voter score candidates with torch; a tally's only open shares and start its MPyC party
-    local preload=(dphype.app.client)
+    local preload=(dphype.app.client_app)
     [[ $role == tally ]] || preload+=(torch)
     local pids=()
     trap 'kill -TERM "${pids[@]}" 2>/dev/null || true' TERM INT HUP

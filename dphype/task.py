@@ -2,7 +2,7 @@
 
 DP-Hype is task-agnostic: anything with ``maximize`` and ``score(candidates)`` is a task. The protocol
 (`dphype.protocol.score_candidates`) and the Flower client (`dphype.flower.client.register_dphype`) take any
-task; `dphype.ml.task.TorchTask` is the concrete one of the paper's experiments.
+task; `dphype.ml.torch_task.TorchTask` is the concrete one of the paper's experiments.
 """
 
 from __future__ import annotations

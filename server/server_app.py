@@ -1,10 +1,10 @@
 """The ServerApp component of ``flwr run .`` at the repository root (``[tool.flwr.app.components]``).
 
-It is the installed package's bundled ServerApp, :data:`dphype.app.server.app` (DP-Hype's selection, then FedAvg),
+It is the installed package's bundled ServerApp, :data:`dphype.app.server_app.app` (DP-Hype's selection, then FedAvg),
 re-exported: ``dphype demo`` runs the same object from a wheel, so there is one copy of the code. ``__all__`` names
 ``app`` for Flower's check of the component reference, which reads this file without importing it.
 """
 
-from dphype.app.server import app
+from dphype.app.server_app import app
 
 __all__ = ["app"]

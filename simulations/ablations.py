@@ -122,7 +122,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     scale = harness.Scale.from_args(args)
     feds = harness.federations_from_args(args)
     cache = harness.cache_from_args(args)
-    from dphype.ml.task import load_cached
+    from dphype.ml.torch_task import load_cached
 
     test_labels = load_cached(args.dataset, args.data_dir)[1].y
     p, k, reps = len(candidates), release["k"], release["repetitions"]

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from dphype.ml.data import dataset_names, dataset_spec
-from dphype.ml.task import load_cached
+from dphype.ml.torch_task import load_cached
 from dphype.ml.training import accuracy, fedavg
 from dphype.selection.candidates import load_candidates
 from simulations.harness import Federation, federation_clients, validate_federations

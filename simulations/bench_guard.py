@@ -98,11 +98,11 @@ def round_cost(clients: int, rounds: int) -> dict[str, Any]:
     from flwr.clientapp import ClientApp
 
     import dphype.flower.client as client_side
-    import dphype.flower.client.policy as client_policy
+    import dphype.flower.client.policy_client as client_policy
     import dphype.protocol as protocol
     from dphype.flower import DPHype, register_dphype
     from dphype.flower.local import LocalGrid
-    from dphype.ml.task import FixedScoresTask
+    from dphype.ml.torch_task import FixedScoresTask
 
     # the argmax rule: the server's selection time is not the guard's
     config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=5, clients=clients, dropout=0.1, noise="skellam", rule="argmax")

@@ -6,13 +6,13 @@ in a fresh Python process (this interpreter, the checkout on ``PYTHONPATH``) and
 CPU seconds (``resource.getrusage(RUSAGE_CHILDREN)``), ``--repeat`` times:
 
 * ``clientapp imports``: Flower's ClientApp runtime (``flwr.supernode.cli``, ``flwr.supernode.runtime``)
-  and then the bundled ClientApp (``dphype.app.client``), with the ``flwr`` modules, torch and scipy that the
+  and then the bundled ClientApp (``dphype.app.client_app``), with the ``flwr`` modules, torch and scipy that the
   app's import adds on top of the runtime's;
 * ``policy check``: :func:`dphype.node.policy.check_vote_request` of the paper's 100-candidate request in a
   process that has already imported the ClientApp (what the masked-input stage paid before it reused the
   pre-flight's guarantee), with the top-level modules it loads;
 * ``pre-flight scoring``: what the pre-flight's process does besides Flower's runtime, split into importing
-  torch, building the node's task (:func:`dphype.app.client.local_task`: loading Adult, the node's shard of
+  torch, building the node's task (:func:`dphype.app.client_app.local_task`: loading Adult, the node's shard of
   ``--nodes`` partitions) and scoring the paper's 100 candidates for 5 local epochs (the deployment
   profile's run).
 
@@ -39,7 +39,7 @@ import json, sys
 from flwr.supernode.cli import flwr_clientapp
 import flwr.supernode.runtime.run_clientapp
 before = set(sys.modules)
-import dphype.app.client
+import dphype.app.client_app
 added = set(sys.modules) - before
 print(json.dumps({"flwr modules added by the app": sorted(m for m in added if m.split(".")[0] == "flwr"),
                   "torch": "torch" in sys.modules, "scipy": "scipy" in sys.modules}))
@@ -47,7 +47,7 @@ print(json.dumps({"flwr modules added by the app": sorted(m for m in added if m.
 
 CHECK = r'''
 import json, pickle, sys, time
-from dphype.app.client import app
+from dphype.app.client_app import app
 from dphype.node.policy import NodePolicy, check_vote_request
 from dphype.protocol import VoteRequest
 request = VoteRequest.from_record(pickle.load(open(sys.argv[1], "rb")))
@@ -61,7 +61,7 @@ print(json.dumps({"seconds": time.process_time() - start,
 SCORING = r'''
 import json, sys, time
 from flwr.app import Context, RecordDict
-from dphype.app.client import local_task
+from dphype.app.client_app import local_task
 from dphype.protocol import score_candidates
 from dphype.selection.candidates import load_candidates
 seconds = {}
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--repeat must be >= 1, got {args.repeat}")
     out = measure(args.repeat, args.nodes)
     print(f"load average {', '.join(f'{x:.1f}' for x in out['load_average'])}")
-    print(f"  ClientApp process imports (Flower runtime + dphype.app.client): "
+    print(f"  ClientApp process imports (Flower runtime + dphype.app.client_app): "
           f"{', '.join(f'{x:.2f}' for x in out['clientapp_import_cpu_seconds'])} CPU s; the app adds "
           f"{out['clientapp_import']}")
     print(f"  check_vote_request in a fresh ClientApp process: "

@@ -1,7 +1,7 @@
 """Data and accuracy distributions: Figs. 6-7 (Appendix C) and Figs. 3, 8 (Section V-B, Appendix D).
 
 * **Label plots** (Figs. 6, 7): the Dirichlet partitions of :func:`dphype.ml.data.partition_dirichlet` (the
-  shards every client gets through :func:`dphype.ml.task.make_task`) for each ``beta``; the first
+  shards every client gets through :func:`dphype.ml.torch_task.make_task`) for each ``beta``; the first
   ``--show`` clients of ``n`` as stacked bars of per-label sample counts (bar length = local data size).
 * **Accuracy histograms** (Figs. 3, 8): the FedAvg test accuracy of every candidate for each
   (``n``, partition) setting, from the cache the tradeoff study fills (trained here when missing).
@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def label_counts(fed: harness.Federation) -> np.ndarray:
     """``(n, num_classes)`` label counts of every client's shard."""
-    from dphype.ml.task import load_cached
+    from dphype.ml.torch_task import load_cached
 
     num_classes = load_cached(fed.dataset, fed.data_dir)[0].num_classes
     return np.stack([np.bincount(c.y, minlength=num_classes) for c in harness.federation_clients(fed)])
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
              for f, t in counts.items()}
     extra: dict[str, Any] = {}
     if args.flower:  # the first setting's partition, voted on once through the real Flower path
-        from dphype.ml.task import load_cached
+        from dphype.ml.torch_task import load_cached
         from simulations.flower import flower_check
 
         fed = feds[0]

@@ -9,7 +9,7 @@ A config with ``release="argmax"`` runs the winner-only release instead: 3 more 
 committee, given their roles as the bundled app gives them (:func:`dphype.flower.client.roles.simulated_role`, keys made
 first, :func:`dphype.cli.demo.make_tally_keys`), and each client seals shares of its noisy votes to them.
 Each client's task returns scores that were already computed by the real task
-(:class:`dphype.ml.task.FixedScoresTask`), so the run measures and exercises the voting round itself.
+(:class:`dphype.ml.torch_task.FixedScoresTask`), so the run measures and exercises the voting round itself.
 
 With ``count_bytes=True`` a client mod adds up the serialized size of every message each node receives
 and sends (the protobuf ``RecordDict`` content, i.e. the payload on the wire, without transport framing).
@@ -136,7 +136,7 @@ def vote_through_flower(
     from dphype.flower import DPHype, register_dphype
     from dphype.flower.client.roles import simulated_role
     from dphype.flower.federation import simulated_federation, voter_name
-    from dphype.ml.task import FixedScoresTask
+    from dphype.ml.torch_task import FixedScoresTask
     from dphype.modes import Aggregator
     from dphype.node.ledger import admitting_policy
     from dphype.node.policy import IDENTITY_KEY, ROSTER_KEY, NodePolicy

@@ -118,11 +118,11 @@ def validate_federations(federations: Sequence[Federation]) -> None:
     """Reject unknown data sets, ``beta <= 0``, missing data directories and too many clients, before any work.
 
     Loads every data set and asks TRAIN's partitioners for the split, so the limits are the library's own
-    (Dirichlet needs a minimum number of rows per client). Both go through :mod:`dphype.ml.task`'s per-process
+    (Dirichlet needs a minimum number of rows per client). Both go through :mod:`dphype.ml.torch_task`'s per-process
     caches, which the studies then use: the data set is loaded and each federation split once per process,
     not once here and again for the study (a Dirichlet split of Adult takes seconds).
     """
-    from dphype.ml.task import load_cached, partition_cached
+    from dphype.ml.torch_task import load_cached, partition_cached
 
     for fed in federations:
         check_device(fed.device)
@@ -263,8 +263,8 @@ def check_epsilons(values: Sequence[float]) -> list[float]:
 
 # ------------------------------------------------------------------------------ federated ground truth
 def federation_clients(fed: Federation) -> list[Any]:
-    """The clients' local data sets (the same shards :func:`dphype.ml.task.make_task` hands each client)."""
-    from dphype.ml.task import load_cached, partition_cached
+    """The clients' local data sets (the same shards :func:`dphype.ml.torch_task.make_task` hands each client)."""
+    from dphype.ml.torch_task import load_cached, partition_cached
 
     shards = partition_cached(fed.dataset, fed.clients, fed.seed, fed.partition, fed.beta, fed.data_dir)
     pool = load_cached(fed.dataset, fed.data_dir)[0]
@@ -284,7 +284,7 @@ def global_accuracies(
     All candidates are trained at once by :func:`dphype.ml.training.fedavg` and scored on the data set's
     test split with :func:`dphype.ml.training.accuracy` (NaN for a diverged candidate).
     """
-    from dphype.ml.task import load_cached
+    from dphype.ml.torch_task import load_cached
     from dphype.ml.training import accuracy, fedavg
 
     done = [0]
@@ -403,7 +403,7 @@ class Scale:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Scale:
-        from dphype.ml.task import default_epochs
+        from dphype.ml.torch_task import default_epochs
 
         epochs = default_epochs(args.dataset) if args.epochs is None else args.epochs
         fedavg_epochs = epochs if args.fedavg_epochs is None else args.fedavg_epochs
@@ -432,15 +432,15 @@ def federation_key(fed: Federation, candidates: Any, **extra: Any) -> dict[str, 
             "data_dir": fed.data_dir, "candidates": candidates.fingerprint(), **scheme, **extra}
 
 
-#: What :func:`dphype.ml.task.score_clients` stores; part of the cache key, so arrays of an older score format
+#: What :func:`dphype.ml.torch_task.score_clients` stores; part of the cache key, so arrays of an older score format
 #: (``(n, p)`` accuracies only, before the loss tie-break) are never reused.
 SCORE_FORMAT = "keys:accuracy,-validation_loss"
 
 
 def cached_scores(fed: Federation, candidates: Any, scale: Scale, cache: ArrayCache, bar: Any = None) -> np.ndarray:
-    """Every client's local scores ``(n, p, 2)`` (:func:`dphype.ml.task.score_clients`: the real client code
+    """Every client's local scores ``(n, p, 2)`` (:func:`dphype.ml.torch_task.score_clients`: the real client code
     path, Algorithm 1 lines 2-4), computed once per configuration."""
-    from dphype.ml.task import score_clients
+    from dphype.ml.torch_task import score_clients
     from dphype.selection.candidates import CandidateList
 
     # the single split's key names no scheme, so the arrays cached before schemes existed are reused

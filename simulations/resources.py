@@ -1,7 +1,7 @@
 """Resource consumption of Table IV (Section V-D): local evaluation and the voting round.
 
 * **Local evaluation**, per client: wall time and peak memory of one client scoring every candidate
-  (:meth:`dphype.ml.task.TorchTask.score`). On a GPU the memory is ``torch.cuda.max_memory_allocated`` (what
+  (:meth:`dphype.ml.torch_task.TorchTask.score`). On a GPU the memory is ``torch.cuda.max_memory_allocated`` (what
   the paper reports); on a CPU it is the growth of the process's peak resident set size during scoring
   (Linux: the peak ``VmHWM`` is reset through ``/proc/self/clear_refs`` just before scoring, and the
   resident size at that moment is subtracted; a tiny warm-up run first keeps torch's one-off start-up
@@ -51,7 +51,7 @@ def _measure_client(dataset: str, partition_id: int, clients: int, seed: int, ep
 
     import torch
 
-    from dphype.ml.task import make_task
+    from dphype.ml.torch_task import make_task
     from dphype.selection.candidates import CandidateList
 
     task = make_task(dataset, partition_id, clients, seed=seed, epochs=epochs, data_dir=data_dir)
@@ -120,7 +120,7 @@ def secagg_arguments(clients: int, secagg: str, dropout: float) -> dict[str, Any
     from dphype.secure import secagg_params as sp
 
     if secagg == "secure":  # the product's default: DPHype picks the graph itself (reported here as it will)
-        from dphype.flower.server.secagg import secagg_graph
+        from dphype.flower.server.secagg_server import secagg_graph
         from dphype.privacy.noise import min_survivors
 
         chosen = secagg_graph(clients, min_survivors(clients, dropout), None, None, sp.CORRUPT_FRACTION)
@@ -136,7 +136,7 @@ def secagg_arguments(clients: int, secagg: str, dropout: float) -> dict[str, Any
 
 def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     from dphype.checks import MAX_CLIENTS
-    from dphype.ml.task import default_epochs
+    from dphype.ml.torch_task import default_epochs
 
     candidates = harness.candidates_from_args(args)
     measured = harness.check_int("measured_clients", args.measured_clients, 1)

@@ -1,7 +1,7 @@
 """Where a secure vote's time goes: one round of DP-Hype's SecAgg+ in process, by stage and component.
 
-The round runs through the real server adapter (:func:`dphype.flower.server.secagg.run_secure_sum`) and client
-handler (:func:`dphype.flower.client.secagg.secure_vote_reply`) on the in-process grid of
+The round runs through the real server adapter (:func:`dphype.flower.server.secagg_server.run_secure_sum`) and client
+handler (:func:`dphype.flower.client.secagg_client.secure_vote_reply`) on the in-process grid of
 ``dphype.flower.local.LocalGrid`` (synchronous, no Ray, no SuperLink), so the protocol's own cost is separated from
 the simulation runtime's. Each client sends a 100-entry integer vector; the sum is checked to be exact.
 ``--params`` picks the graph: ``secure`` (:func:`dphype.secure.secagg_params.secure_parameters` for ``--dropout``
@@ -62,8 +62,8 @@ STAGES = ("advertise", "share_keys", "masked_input", "consistency", "unmask", "f
 
 def graph(clients: int, params: str, dropout: float, corrupt_fraction: float) -> tuple[int | float, int | float]:
     """Flower-style ``(num_shares, reconstruction_threshold)`` for ``--params``: the graph a DP-Hype round picks
-    (:func:`dphype.flower.server.secagg.secagg_graph`), or the paper's fractions."""
-    from dphype.flower.server.secagg import secagg_graph
+    (:func:`dphype.flower.server.secagg_server.secagg_graph`), or the paper's fractions."""
+    from dphype.flower.server.secagg_server import secagg_graph
     from dphype.privacy.noise import min_survivors
     from dphype.secure import secagg_params
 
@@ -78,7 +78,7 @@ def vector_app(vectors: np.ndarray, roster: bool = True) -> Any:
     i is the member ``node-i`` of a roster of all of them (its approval carries its membership)."""
     from flwr.clientapp import ClientApp
 
-    from dphype.flower.client.secagg import secure_vote_reply
+    from dphype.flower.client.secagg_client import secure_vote_reply
     from dphype.flower.wire import ACTION
     from dphype.secure import secure_sum as ss
     from dphype.secure.roster import IdentityKey, Member, Roster
@@ -114,7 +114,7 @@ def profile_round(clients: int, *, num_shares: float, threshold: float, corrupt_
     from flwr.common.serde import recorddict_to_proto
 
     from dphype.flower.local import LocalGrid
-    from dphype.flower.server import secagg
+    from dphype.flower.server import secagg_server
 
     vectors = np.random.default_rng([seed, clients]).integers(-50, 51, size=(clients, SIZE))
     grid = LocalGrid(vector_app(vectors, roster), clients, federation=False)
@@ -124,7 +124,7 @@ def profile_round(clients: int, *, num_shares: float, threshold: float, corrupt_
             for owner, name in targets:
                 stack.enter_context(harness.timed(totals, label, _owner(owner), name))
         start, cpu_start = time.perf_counter(), time.process_time()
-        out = secagg.run_secure_sum(grid, grid.get_node_ids(), REQUEST, size=SIZE, noise="skellam",
+        out = secagg_server.run_secure_sum(grid, grid.get_node_ids(), REQUEST, size=SIZE, noise="skellam",
                                     min_survivors=clients, num_shares=num_shares, reconstruction_threshold=threshold,
                                     corrupt_fraction=corrupt_fraction)
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start

@@ -101,7 +101,7 @@ def _has_gpu() -> bool:
 def _mnist_gpu(clients: int, epochs: int) -> dict[str, float]:
     """MNIST CNN (mnist5k client 0 of ``clients`` iid): batched vs sequential local evaluation on the GPU."""
     from dphype.ml.data import partition_iid
-    from dphype.ml.task import load_cached
+    from dphype.ml.torch_task import load_cached
     from dphype.ml.training import evaluate_candidates
     from dphype.selection.candidates import table_iii_grid
 

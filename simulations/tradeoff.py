@@ -5,7 +5,7 @@ For every federation (data set, ``n`` clients, iid or Dirichlet ``beta``):
 * the FedAvg test accuracy of every candidate (5 rounds x 5 local epochs, all candidates batched by
   :func:`dphype.ml.training.fedavg`) is computed once; **Opt** is the best of them, **RandGuess** their mean
   (the expected accuracy of a random pick, Section V-B);
-* every client scores every candidate on its local data (:meth:`dphype.ml.task.TorchTask.score`: validation
+* every client scores every candidate on its local data (:meth:`dphype.ml.torch_task.TorchTask.score`: validation
   accuracy, ties broken by validation loss, then by candidate order) and votes for its top ``k = 5``
   (:func:`dphype.selection.voting.top_k_votes`), once;
 * for every ``epsilon`` the noisy vote sum is drawn ``--repetitions`` times
@@ -219,7 +219,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     scale = harness.Scale.from_args(args)
     feds = harness.federations_from_args(args)
     cache = harness.cache_from_args(args)
-    from dphype.ml.task import load_cached
+    from dphype.ml.torch_task import load_cached
 
     test_labels = load_cached(args.dataset, args.data_dir)[1].y
     rows: list[dict[str, Any]] = []

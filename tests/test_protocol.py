@@ -173,7 +173,7 @@ def test_a_failing_task_is_refused_without_its_message():
 
 
 def test_a_task_check_names_the_candidate_keys_it_cannot_use():
-    from dphype.ml.task import TorchTask, make_task
+    from dphype.ml.torch_task import TorchTask, make_task
 
     task: TorchTask = make_task("adult", 0, 50, epochs=1)
     bad = candidate_grid(lr=[0.01, 0.1], hidden=[32, 64])

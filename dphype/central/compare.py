@@ -3,7 +3,7 @@
 Inputs, computed once and shared (the cost is charged to every method that uses them):
 
 * per-client scores: the data set's pool is split over ``clients`` clients with
-  `dphype.ml.task.make_task`; every client scores every candidate on its own data
+  `dphype.ml.torch_task.make_task`; every client scores every candidate on its own data
   (``Task.score`` with the paper's single split, ``validation="split"``, so that the primary key is the local
   accuracy that propose-test takes as each part's utility; the paper's model and epochs);
 * central models: every candidate trained on the 80 % fit split of the whole pool
@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from dphype.config import DPHypeConfig
-from dphype.ml.task import FixedScoresTask, score_clients
+from dphype.ml.torch_task import FixedScoresTask, score_clients
 from dphype.ml.validation import SINGLE_SPLIT
 from dphype.plotting import pyplot, save_figure
 from dphype.selection.candidates import CandidateList
@@ -90,7 +90,7 @@ def central_accuracies(
         ``(validation_accuracy, test_accuracy, validation_size)``: two ``(candidates,)`` arrays and an int.
     """
     from dphype.ml.data import dataset_spec, split_indices
-    from dphype.ml.task import default_epochs, load_cached
+    from dphype.ml.torch_task import default_epochs, load_cached
     from dphype.ml.training import VALIDATION_FRACTION, accuracy, train_candidates
 
     pool, test = load_cached(dataset, data_dir)

@@ -1,6 +1,7 @@
 """The ``dphype`` console script.
 
-Each sub-command lives next to the concept it drives and exposes two functions:
+Each sub-command's module is named after the command (the only module names that repeat in the package:
+``dphype/cli/roster.py`` drives `dphype.secure.roster`) and exposes two functions:
 ``add_arguments(parser)`` and ``run(args) -> dict``. The dict is printed as readable
 text (`dphype.result.format_fields`, or the module's own ``render(result) -> str``), or with
 ``--json`` as one JSON object on the last line of standard output instead.

@@ -39,7 +39,7 @@ REFERENCE_NOTE = ("computed by the demo from the test split (its operator's) out
 
 #: The Flower components of the bundled app (``[tool.flwr.app.components]``), by name: Flower imports them in the
 #: app's processes.
-COMPONENTS: dict[str, str] = {"serverapp": "dphype.app.server:app", "clientapp": "dphype.app.client:app"}
+COMPONENTS: dict[str, str] = {"serverapp": "dphype.app.server_app:app", "clientapp": "dphype.app.client_app:app"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         args: The parsed options.
 
     Returns:
-        The bundled app's run summary (`dphype.app.server.run_app`), with the wall ``seconds`` of the run, the
+        The bundled app's run summary (`dphype.app.server_app.run_app`), with the wall ``seconds`` of the run, the
         planner's and the selection's ``warnings``, the ``privacy`` report and, for the bundled app, its
         ``reference`` point (`reference_point`).
 
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     candidates = load_candidates(args.candidates)
     config = privacy_config(args, len(candidates))  # first: it needs no training code
     if args.app is None:  # the bundled app's task reads only its own keys: refused here, before any node works
-        from dphype.ml.task import check_candidates
+        from dphype.ml.torch_task import check_candidates
 
         try:
             check_candidates(candidates)

@@ -145,7 +145,7 @@ def simulated_policy() -> Any:
     Raises:
         ValueError: If the variable does not hold a valid policy (naming it).
     """  # noqa: DOC502
-    from dphype.flower.client.policy import environment_policy
+    from dphype.flower.client.policy_client import environment_policy
     from dphype.node.policy import NodePolicy
 
     return NodePolicy.from_node_config(environment_policy())

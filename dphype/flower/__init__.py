@@ -31,7 +31,7 @@ from dphype._exports import lazy_getattr
 #: the server, the DP-FedAvg wrappers and their accountants.
 _EXPORTS: dict[str, str] = {
     "register_dphype": "dphype.flower.client",
-    "node_policy": "dphype.flower.client.policy",
+    "node_policy": "dphype.flower.client.policy_client",
     "selected_candidate": "dphype.flower.selected",
     "train_config": "dphype.flower.selected",
     "DPHype": "dphype.flower.server",
@@ -45,22 +45,22 @@ _EXPORTS: dict[str, str] = {
     "simulated_roles": "dphype.flower.client.roles",
     "Committee": "dphype.flower.server.committee_server",
     "connected_committee": "dphype.flower.server.committee_server",
-    "ClippingError": "dphype.flower.training",
-    "TrainingBudget": "dphype.flower.training",
-    "check_private_training": "dphype.flower.training",
-    "private_training": "dphype.flower.training",
+    "ClippingError": "dphype.flower.private_training",
+    "TrainingBudget": "dphype.flower.private_training",
+    "check_private_training": "dphype.flower.private_training",
+    "private_training": "dphype.flower.private_training",
 }
 
 if TYPE_CHECKING:
     from dphype.flower.client import register_dphype
-    from dphype.flower.client.policy import node_policy
+    from dphype.flower.client.policy_client import node_policy
     from dphype.flower.client.roles import simulated_roles
+    from dphype.flower.private_training import ClippingError, TrainingBudget, check_private_training, private_training
     from dphype.flower.selected import selected_candidate, train_config
     from dphype.flower.server import DPHype
     from dphype.flower.server.committee_server import ClientGrid, Committee, connected_committee, discover_committee
     from dphype.flower.server.readiness import PreflightError
     from dphype.flower.tally_node import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES, load_tally_key
-    from dphype.flower.training import ClippingError, TrainingBudget, check_private_training, private_training
 
 
 __getattr__ = lazy_getattr(__name__, _EXPORTS, globals())

@@ -93,7 +93,7 @@ TALLY_ID, TALLY_PARTIES, TALLY_KEY_FILE = "dphype-tally-id", "dphype-tally-parti
 TALLY_TLS = "dphype-tally-tls"
 #: Environment variable naming the folder of a simulated committee's keys (``tally-<j>.key``), set by the
 #: operator of the simulation (``dphype demo`` makes the keys first, to check the committee before Flower starts);
-#: unset, the bundled app (`dphype.app.client`) makes each run's keys in the run's folder beside the simulated
+#: unset, the bundled app (`dphype.app.client_app`) makes each run's keys in the run's folder beside the simulated
 #: ledgers.
 TALLY_KEYS_ENV = "DPHYPE_TALLY_KEYS"
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from dphype.ml.task import load_cached, make_task
+from dphype.ml.torch_task import load_cached, make_task
 
 
 def majority_accuracy(labels: Any) -> float:
@@ -33,7 +33,7 @@ def majority_of_test_split(dataset: str) -> float:
     """`majority_accuracy` of ``dataset``'s test split, on which the bundled app evaluates.
 
     Args:
-        dataset: A data set name (`dphype.ml.task.load_cached`).
+        dataset: A data set name (`dphype.ml.torch_task.load_cached`).
 
     Returns:
         The majority class's share of the test split.

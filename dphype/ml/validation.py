@@ -13,7 +13,7 @@ privacy cost. A `Validation` names the scheme (`Validation.parse` reads the name
 
 Any of them takes the suffix ``":loss"`` to rank by validation loss first and accuracy second (without it a
 scheme ranks by accuracy and breaks ties with the loss). `DEFAULT_VALIDATION`, the bundled tasks' and
-`dphype.ml.task.TorchTask`'s, is ``"split:loss"``: the paper's split, ranked by the loss, the finer score, at the
+`dphype.ml.torch_task.TorchTask`'s, is ``"split:loss"``: the paper's split, ranked by the loss, the finer score, at the
 single split's compute (``dphype bench signal`` compares the schemes; results/README.md, "The clients' local
 signal"). `dphype.ml.crossval` trains and scores them; this module imports
 no torch.
@@ -32,7 +32,7 @@ from dphype.ml.data import split_indices
 #: Fraction of a client's data held out by one split (Section V-B).
 VALIDATION_FRACTION = 0.2
 
-#: The bundled tasks' and `dphype.ml.task.TorchTask`'s validation.
+#: The bundled tasks' and `dphype.ml.torch_task.TorchTask`'s validation.
 DEFAULT_VALIDATION = "split:loss"
 #: The paper's validation (Section V-B): one 80/20 split.
 SINGLE_SPLIT = "split"

@@ -1,7 +1,7 @@
 """DP-Hype's own SecAgg+ (Bell et al., CCS 2020) with the consistency round of Bonawitz et al. (CCS 2017).
 
 Framework-free: message contents are plain dicts of ints, bytes and lists, the node keeps its round in a
-`NodeRound` it can store as such a dict, and the Flower adapter (`dphype.flower.server.secagg`) only
+`NodeRound` it can store as such a dict, and the Flower adapter (`dphype.flower.server.secagg_server`) only
 carries them. Primitives come from `dphype.secure.relay` (X25519, HKDF-SHA256, ChaCha20-Poly1305,
 Ed25519, the ChaCha20 mask generator), secret sharing from `dphype.secure.shamir`, the graph's degree
 and threshold from `dphype.secure.secagg_params`, the encoding from `dphype.secure.secure_sum`.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from helpers import PERMISSIVE
 
-from dphype.app.config import AppConfig
+from dphype.app.run_config import AppConfig
 from dphype.config import DPHypeConfig
 from dphype.flower import PreflightError, load_tally_key
 from dphype.flower.client.roles import simulated_parties
@@ -23,7 +23,7 @@ SUBSET = "table3:random:10:0"
 
 def app_grid(nodes: int, **kwargs) -> tuple[AppConfig, LocalGrid]:
     """The bundled apps on ``nodes`` simulated nodes with the run config ``flwr run`` would give them."""
-    import dphype.app.client as client_app
+    import dphype.app.client_app as client_app
 
     cfg = AppConfig(DPHypeConfig(epsilon=4.0, delta=1e-5, k=3, clients=CLIENTS, release="argmax"),
                     candidates=SUBSET, fedavg_rounds=1, local_epochs=1, **kwargs)
@@ -48,7 +48,7 @@ def ray_worker(monkeypatch):
 
 
 def test_bundled_app_in_argmax_mode_selects_with_simulated_tallies_and_trains_on_the_voters_only(ray_worker):
-    from dphype.app.server import run_app
+    from dphype.app.server_app import run_app
 
     cfg, grid = app_grid(CLIENTS + 3, round_timeout=120.0)
     summary = run_app(grid, cfg)
@@ -78,7 +78,7 @@ def test_bundled_app_in_argmax_mode_selects_with_simulated_tallies_and_trains_on
 
 
 def test_too_few_tally_nodes_connected_is_refused_before_any_client_works(ray_worker):
-    from dphype.app.server import run_app
+    from dphype.app.server_app import run_app
 
     cfg, grid = app_grid(CLIENTS + 2, connect_timeout=0.1)
     with pytest.raises(PreflightError, match=r"only 6 nodes connected within 0.1 s; release=argmax needs clients "
@@ -89,7 +89,7 @@ def test_too_few_tally_nodes_connected_is_refused_before_any_client_works(ray_wo
 
 
 def test_a_tally_that_does_not_answer_is_named_before_any_client_works(ray_worker):
-    from dphype.app.server import run_app
+    from dphype.app.server_app import run_app
 
     cfg, grid = app_grid(CLIENTS + 3, round_timeout=1.0)
     grid.silent = {node_id(CLIENTS + 1)}  # tally 1 never answers
@@ -103,7 +103,7 @@ def test_a_tally_that_does_not_answer_is_named_before_any_client_works(ray_worke
 
 
 def test_two_nodes_claiming_one_tally_index_are_refused(tmp_path, ray_worker):
-    from dphype.app.server import run_app
+    from dphype.app.server_app import run_app
 
     cfg, grid = app_grid(CLIENTS + 3, round_timeout=5.0)
     grid.contexts[node_id(CLIENTS + 2)].node_config.update(  # an operator's node config: tally 0 again

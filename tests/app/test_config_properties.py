@@ -1,4 +1,4 @@
-"""Property-based test (Hypothesis) of the bundled app's run config (`dphype.app.config.AppConfig`): any value of
+"""Property-based test (Hypothesis) of the bundled app's run config (`dphype.app.run_config.AppConfig`): any value of
 any key is accepted within its range or refused with a ``ValueError`` that names the key, before any client
 works."""
 
@@ -9,7 +9,7 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dphype.app.config import AppConfig
+from dphype.app.run_config import AppConfig
 from dphype.checks import MAX_EPSILON
 
 #: The bundled app's run config as `dphype demo` sends it (every key valid).

@@ -10,7 +10,7 @@ import pytest
 from flwr.app import Context, RecordDict
 from helpers import PERMISSIVE
 
-from dphype.app.config import AppConfig
+from dphype.app.run_config import AppConfig
 from dphype.config import DPHypeConfig
 from dphype.flower import selected_candidate
 from dphype.flower.local import LocalGrid
@@ -35,8 +35,8 @@ def app_config(**overrides) -> AppConfig:
 def test_apps_in_process_select_then_train(tmp_path, flower_log):
     """The bundled ServerApp (its ``@app.main()``): DP-Hype over SecAgg+, then Flower's FedAvg with the user's own
     train/evaluate handlers; the summary in the log as text and JSON, and in ``result-file``."""
-    import dphype.app.client as client_app
-    from dphype.app.server import RESULT_PREFIX, app
+    import dphype.app.client_app as client_app
+    from dphype.app.server_app import RESULT_PREFIX, app
 
     # 4 clients: at epsilon=1 the noise (sigma ~10), not the vote, would decide; the nodes' operators allow it
     run_config = {**RUN_CONFIG, "epsilon": 20.0, "round-timeout": 123.0, "result-file": str(tmp_path / "result.json")}
@@ -74,8 +74,8 @@ def test_apps_in_process_select_then_train(tmp_path, flower_log):
 def test_a_failed_run_says_why_in_one_line_and_leaves_no_result(tmp_path, flower_log, change, cause):
     """A run the server refuses: before any client works, one log line names the cause, and ``result-file`` holds
     the failure record instead of an earlier run's result."""
-    import dphype.app.client as client_app
-    from dphype.app.server import FAILURE_PREFIX, app
+    import dphype.app.client_app as client_app
+    from dphype.app.server_app import FAILURE_PREFIX, app
     from dphype.result import FAILURE_FORMAT
 
     bad = tmp_path / "bad.json"
@@ -103,7 +103,7 @@ def test_majority_baseline_counts_the_most_frequent_label():
 
 
 def test_local_update_starts_from_the_global_weights_and_is_seeded():
-    from dphype.ml.task import make_task
+    from dphype.ml.torch_task import make_task
 
     task = make_task("adult", 0, 40, seed=0, epochs=1)
     candidate = {"lr": 0.1, "decay": 0.99, "momentum": 0.9}

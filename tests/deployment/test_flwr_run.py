@@ -90,14 +90,14 @@ def pyproject_run_config() -> dict:
 
 
 def test_pyproject_run_config_parses():
-    from dphype.app.config import AppConfig
+    from dphype.app.run_config import AppConfig
 
     cfg = AppConfig.from_run_config(pyproject_run_config())
     assert cfg.dataset == "adult" and cfg.dphype.noise == "skellam" and cfg.dphype.clients >= 2
 
 
 def test_run_config_overrides_and_errors():
-    from dphype.app.config import AppConfig
+    from dphype.app.run_config import AppConfig
 
     run_config = {**pyproject_run_config(), "epsilon": 2, "local-epochs": 1}
     cfg = AppConfig.from_run_config(run_config)
@@ -118,7 +118,7 @@ def test_run_config_overrides_and_errors():
 
 
 def test_optional_keys_default_to_what_pyproject_states():
-    from dphype.app.config import AppConfig
+    from dphype.app.run_config import AppConfig
 
     given = pyproject_run_config()
     bare = {k: v for k, v in given.items() if k in ("epsilon", "delta", "k", "clients")}

@@ -31,7 +31,7 @@ def test_the_wheel_contains_only_the_dphype_package(wheel):
 
 def test_the_wheel_ships_the_bundled_app_and_the_app_template(wheel):
     names = zipfile.ZipFile(wheel).namelist()
-    assert {"dphype/app/server.py", "dphype/app/client.py", "dphype/app/config.py"} <= set(names)
+    assert {"dphype/app/server_app.py", "dphype/app/client_app.py", "dphype/app/run_config.py"} <= set(names)
     assert {f"dphype/templates/app/{name}.tmpl" for name in ("pyproject.toml", "__init__.py", "client_app.py",
                                                             "server_app.py")} <= set(names)
 
@@ -69,7 +69,7 @@ def test_demo_runs_from_a_wheel_in_a_fresh_venv(tmp_path, wheel):
 def test_a_clientapp_process_imports_neither_torch_nor_scipy_until_it_needs_them():
     """A deployed node starts one ClientApp process per message; those serving SecAgg+ stages need neither the
     torch training engine nor scipy's solvers (seconds of imports per stage and node)."""
-    code = ("import sys, dphype.app.client, dphype\n"
+    code = ("import sys, dphype.app.client_app, dphype\n"
             "dphype.candidate_grid(lr=[0.1, 1.0])\n"
             "print(sorted(m for m in ('torch', 'scipy.optimize', 'scipy.stats', 'gpytorch', 'dp_accounting') "
             "if m in sys.modules))")

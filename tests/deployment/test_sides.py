@@ -43,12 +43,12 @@ def pyproject() -> dict:
 
 def test_the_components_are_the_bundled_apps_objects():
     import clients.client_app
-    import dphype.app.client
-    import dphype.app.server
+    import dphype.app.client_app
+    import dphype.app.server_app
     import server.server_app
 
-    assert server.server_app.app is dphype.app.server.app
-    assert clients.client_app.app is dphype.app.client.app
+    assert server.server_app.app is dphype.app.server_app.app
+    assert clients.client_app.app is dphype.app.client_app.app
     assert pyproject()["tool"]["flwr"]["app"]["components"] == {"serverapp": "server.server_app:app",
                                                                 "clientapp": "clients.client_app:app"}
 
@@ -203,7 +203,7 @@ def test_the_node_config_helper_refuses_what_the_node_would(tmp_path):
 
 
 def test_the_server_readme_documents_every_run_config_key():
-    from dphype.app.config import AppConfig
+    from dphype.app.run_config import AppConfig
     from dphype.config import RUN_CONFIG_KEYS
 
     text = (REPO / "server" / "README.md").read_text()

@@ -29,7 +29,7 @@ from dphype.flower import DPHype, PreflightError, register_dphype
 from dphype.flower.client import node_policy
 from dphype.flower.local import LocalGrid, node_id
 from dphype.flower.server.readiness import run_preflight
-from dphype.flower.server.secagg import advertise_record, run_secure_sum
+from dphype.flower.server.secagg_server import advertise_record, run_secure_sum
 from dphype.flower.tally_node import load_tally_key
 from dphype.flower.wire import (
     APPROVAL_STATE,

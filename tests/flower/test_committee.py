@@ -220,7 +220,7 @@ def test_the_servers_description_names_the_release_and_only_what_applies_to_it(t
 def test_an_argmax_result_carries_the_preflights_notes_as_a_sum_result_does(tmp_path, monkeypatch):
     """Both aggregators' results get the pre-flight's notes (here: simulated nodes with per-run ledgers), through
     the one dispatch of ``DPHype.start``."""
-    import dphype.flower.client.policy as client_policy
+    import dphype.flower.client.policy_client as client_policy
 
     monkeypatch.setattr(client_policy, "simulated", lambda: True)  # as in a Ray worker of Flower's simulation
     grid, keys = argmax_grid(tmp_path)

@@ -28,7 +28,7 @@ from helpers import (
 from dphype.flower import DPHype, PreflightError
 from dphype.flower.federation import simulated_federation
 from dphype.flower.local import LocalGrid, node_id
-from dphype.flower.server.secagg import advertise_record, run_secure_sum
+from dphype.flower.server.secagg_server import advertise_record, run_secure_sum
 from dphype.flower.tally_node import load_tally_key
 from dphype.flower.wire import PREFLIGHT_TYPE, RECORD_KEY, STAGE_KEY, TALLY_KEY
 from dphype.node.ledger import Ledger
@@ -328,7 +328,7 @@ def test_a_simulated_federation_is_the_same_for_every_node_of_a_run_and_private(
 
 
 def test_a_simulated_node_joins_the_runs_federation_without_set_up(monkeypatch):
-    import dphype.flower.client.policy as client_policy
+    import dphype.flower.client.policy_client as client_policy
 
     monkeypatch.setattr(client_policy, "simulated", lambda: True)
     context = Context(run_id=5, node_id=1, node_config={"partition-id": 2, "num-partitions": 4}, state=RecordDict(),

@@ -1,5 +1,5 @@
-"""DP-Hype's SecAgg+ on the Message API (dphype.flower.server.secagg, client.secagg), against real ClientApps in
-process."""
+"""DP-Hype's SecAgg+ on the Message API (dphype.flower.server.secagg_server, client.secagg_client), against real
+ClientApps in process."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from dphype.flower.client.secagg import secure_vote_reply
+from dphype.flower.client.secagg_client import secure_vote_reply
 from dphype.flower.local import LocalGrid, node_id
-from dphype.flower.server.secagg import run_secure_sum
+from dphype.flower.server.secagg_server import run_secure_sum
 from dphype.flower.wire import ACTION, STAGE_KEY, VOTE_TYPE
 from dphype.secure import secure_sum as ss
 from dphype.secure.secagg import Approval
@@ -242,10 +242,10 @@ def test_the_papers_fractions_are_accepted_against_no_collusion():
 
 
 def test_a_value_beyond_the_range_is_refused_not_clipped(monkeypatch):
-    from dphype.flower.server import secagg
+    from dphype.flower.server import secagg_server
     from dphype.secure import secagg as protocol
 
-    monkeypatch.setattr(secagg, "clipping_range_for", lambda clients: 1000)  # the server's range ...
+    monkeypatch.setattr(secagg_server, "clipping_range_for", lambda clients: 1000)  # the server's range ...
     monkeypatch.setattr(protocol, "clipping_range_for", lambda clients: 1000)  # ... and the one clients use
     vectors = np.ones((5, 4), dtype=np.int64)
     vectors[2, 0] = 5000  # beyond the round's clipping range of 1000

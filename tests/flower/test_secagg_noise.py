@@ -15,7 +15,7 @@ from dphype.config import DPHypeConfig
 from dphype.flower import DPHype, register_dphype
 from dphype.flower.local import LocalGrid
 from dphype.flower.wire import SECAGG_STATE, STAGE_KEY
-from dphype.ml.task import FixedScoresTask
+from dphype.ml.torch_task import FixedScoresTask
 from dphype.node.ledger import admitting_policy
 from dphype.privacy.noise import client_noise_std
 from dphype.secure import relay

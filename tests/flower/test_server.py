@@ -134,7 +134,7 @@ def test_a_vote_that_was_not_approved_in_the_preflight_is_refused():
     selection = DPHype(CANDS, config(clients=3))
     selection._preflight(grid, sorted(grid.get_node_ids()), None)
     other = DPHype(CANDS, config(clients=3, epsilon=2.0))  # a different request in the vote round
-    from dphype.flower.server.secagg import run_secure_sum
+    from dphype.flower.server.secagg_server import run_secure_sum
 
     with pytest.raises(ss.SecureSumError, match="3 x .*secagg_round: the round is for another request"):
         run_secure_sum(grid, grid.get_node_ids(), other.request.digest(), size=8, noise="skellam",

@@ -169,7 +169,7 @@ def test_a_member_whose_bytes_do_not_open_at_one_tally_is_left_out_through_flowe
 
     from dphype.config import DPHypeConfig
     from dphype.flower import register_dphype
-    from dphype.flower.client.policy import node_policy
+    from dphype.flower.client.policy_client import node_policy
     from dphype.flower.client.roles import simulated_role
     from dphype.flower.server.committee_server import connected_committee
     from dphype.flower.tally_node import load_tally_key

@@ -1,4 +1,4 @@
-"""Optional DP final training (dphype.flower.training): calibration, composition with the selection, app."""
+"""Optional DP final training (dphype.flower.private_training): calibration, composition with the selection, app."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from helpers import PERMISSIVE
 from dphype.config import DPHypeConfig
 from dphype.flower import ClippingError, TrainingBudget, check_private_training, private_training
 from dphype.flower.local import LocalGrid
-from dphype.flower.training import RunAccountant, flower_training_spent
+from dphype.flower.private_training import RunAccountant, flower_training_spent
 from dphype.privacy.accounting import calibrate, fedavg_epsilon, privacy_report
 
 
@@ -117,9 +117,9 @@ def test_bad_budgets_are_refused(kwargs, message):
 
 
 def test_bundled_app_trains_privately_and_reports_both_phases():
-    import dphype.app.client as client_app
-    from dphype.app.config import AppConfig
-    from dphype.app.server import run_app
+    import dphype.app.client_app as client_app
+    from dphype.app.run_config import AppConfig
+    from dphype.app.server_app import run_app
 
     cfg = AppConfig(DPHypeConfig(epsilon=20.0, delta=1e-5, k=3, clients=4), candidates="table3:random:10:0",
                     fedavg_rounds=2, local_epochs=1, fraction_evaluate=0.0, train_epsilon=50.0, clipping_norm=5.0)
@@ -138,16 +138,16 @@ def test_bundled_app_trains_privately_and_reports_both_phases():
 
 
 def test_private_training_needs_no_client_metrics():
-    from dphype.app.config import AppConfig
+    from dphype.app.run_config import AppConfig
 
     with pytest.raises(ValueError, match="fraction-evaluate must be 0 when train-epsilon > 0"):
         AppConfig(DPHypeConfig(epsilon=1.0, delta=1e-5, k=3, clients=4), train_epsilon=1.0)
 
 
 def test_ordinary_training_says_what_it_releases():
-    import dphype.app.client as client_app
-    from dphype.app.config import AppConfig
-    from dphype.app.server import run_app
+    import dphype.app.client_app as client_app
+    from dphype.app.run_config import AppConfig
+    from dphype.app.server_app import run_app
 
     cfg = AppConfig(DPHypeConfig(epsilon=20.0, delta=1e-5, k=3, clients=3), candidates="table3:random:6:0",
                     fedavg_rounds=1, local_epochs=1, fraction_evaluate=0.0)
@@ -226,8 +226,8 @@ def test_training_preconditions_are_checked_before_the_selection(strategy, messa
 
 
 def test_the_bundled_app_checks_private_training_before_any_client_works():
-    from dphype.app.config import AppConfig
-    from dphype.app.server import run_app
+    from dphype.app.run_config import AppConfig
+    from dphype.app.server_app import run_app
 
     cfg = AppConfig(DPHypeConfig(epsilon=20.0, delta=1e-5, k=3, clients=4), candidates="table3:random:6:0",
                     fraction_evaluate=0.0, train_epsilon=1.0)
@@ -236,7 +236,7 @@ def test_the_bundled_app_checks_private_training_before_any_client_works():
         def get_node_ids(self):
             raise AssertionError("a node was contacted")
 
-    import dphype.app.server as server_app
+    import dphype.app.server_app as server_app
     original = server_app._fedavg
     server_app._fedavg = lambda cfg, survivors: FedAvg(fraction_train=0.5, fraction_evaluate=0.0)
     try:
@@ -250,7 +250,7 @@ def test_the_bundled_app_checks_private_training_before_any_client_works():
 def test_the_servers_clipping_check_holds_at_its_boundary(excess, refused):
     """The server verifies client clipping to float32 rounding (``CLIP_TOLERANCE``), not to a 5% slack:
     an update of norm C (1 + 2 tol) is refused, one of norm C (1 + tol / 2) accepted."""
-    from dphype.flower.training import CLIP_TOLERANCE
+    from dphype.flower.private_training import CLIP_TOLERANCE
 
     budget = TrainingBudget(epsilon=5.0, rounds=1, clipping_norm=1.0, clipping="client")
     app = step_app((1.0 + excess * CLIP_TOLERANCE) / 2, clip=False)  # 4 weights: norm 2 x step

@@ -158,7 +158,7 @@ def test_unknown_dataset_name_is_rejected_with_the_registered_names() -> None:
 def test_a_registered_dataset_is_one_entry(monkeypatch: pytest.MonkeyPatch) -> None:
     """Registering a data set makes it loadable by name, with its model and epochs; a second entry of the same
     name and an entry with no epochs are refused."""
-    from dphype.ml.task import default_epochs, make_task
+    from dphype.ml.torch_task import default_epochs, make_task
 
     monkeypatch.setattr(data, "_REGISTRY", data._REGISTRY.copy())
     rng = np.random.default_rng(0)

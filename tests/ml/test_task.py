@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dphype.ml.task import TorchTask, default_epochs, load_cached, make_task
+from dphype.ml.torch_task import TorchTask, default_epochs, load_cached, make_task
 from dphype.task import Task
 
 CANDIDATES = [{"lr": 0.1, "decay": 0.99, "momentum": 0.9}, {"lr": 1e-7, "decay": 1.0, "momentum": 0.0}]
@@ -69,7 +69,7 @@ def test_torch_task_scores_every_candidate_with_progress() -> None:
 def test_fixed_scores_task_replays_its_scores_and_checks_the_length():
     import numpy as np
 
-    from dphype.ml.task import FixedScoresTask
+    from dphype.ml.torch_task import FixedScoresTask
     from dphype.selection.candidates import table_iii_grid
 
     cands = table_iii_grid()

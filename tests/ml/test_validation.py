@@ -11,7 +11,7 @@ from torch import nn
 from dphype.ml.crossval import cross_validate_candidates
 from dphype.ml.data import Dataset
 from dphype.ml.models import AdultMLP
-from dphype.ml.task import TorchTask, make_task
+from dphype.ml.torch_task import TorchTask, make_task
 from dphype.ml.training import evaluate_candidates, train_candidates, validation_metrics
 from dphype.ml.validation import DEFAULT_VALIDATION, Validation, check_validation, fold_seed
 

@@ -237,7 +237,7 @@ def select_once(run_id: int, ledgers: dict[int, str] | None = None):
 def test_a_simulation_run_twice_keeps_its_budget_but_a_named_ledger_is_spent(monkeypatch, tmp_path, caplog):
     import logging
 
-    import dphype.flower.client.policy as client_policy
+    import dphype.flower.client.policy_client as client_policy
     from dphype.flower import PreflightError
 
     monkeypatch.setattr(client_policy, "simulated", lambda: True)  # as in a Ray worker of Flower's simulation

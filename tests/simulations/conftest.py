@@ -1,7 +1,7 @@
 """The bench studies' data fixture: ``small_adult`` replaces each data set by a small slice of it.
 
 A small slice of Adult (600 training / 300 test rows; of mnist5k 300 / 150) replaces the data set for speed: the
-studies load data only through :mod:`dphype.ml.task`'s cached loader, which the fixture swaps."""
+studies load data only through :mod:`dphype.ml.torch_task`'s cached loader, which the fixture swaps."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-import dphype.ml.task as task
-from dphype.ml.task import load_cached as load_whole  # the real per-process cache (the fixture swaps task.load_cached)
+import dphype.ml.torch_task as task
+from dphype.ml.torch_task import (
+    load_cached as load_whole,  # the real per-process cache (the fixture swaps task.load_cached)
+)
 
 #: training and test rows the fixture keeps; fewer of mnist5k, whose CNN costs ~10x the Adult MLP per row
 SMALL_ROWS = {"mnist5k": (300, 150)}

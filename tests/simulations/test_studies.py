@@ -2,7 +2,7 @@
 bench`` runs), in process, plus bad input.
 
 A small slice of Adult (600 training / 300 test rows; of mnist5k 300 / 150) replaces the data set for speed:
-the studies load data only through :mod:`dphype.ml.task`'s cached loader, which the ``small_adult`` fixture
+the studies load data only through :mod:`dphype.ml.torch_task`'s cached loader, which the ``small_adult`` fixture
 (``conftest.py`` beside this file) swaps.
 """
 

@@ -1,7 +1,7 @@
 """DP-Hype on a client: the handlers that answer DP-Hype's messages in a user's own ``ClientApp``.
 
 The client side, in the package: this module (`register_dphype`, the pre-flight and the secure vote),
-`dphype.flower.client.policy` (the node's policy, refusals), `dphype.flower.client.secagg` (the node's
+`dphype.flower.client.policy_client` (the node's policy, refusals), `dphype.flower.client.secagg_client` (the node's
 SecAgg+ answers) and `dphype.flower.client.committee_client` (the committee vote); the tally node is
 `dphype.flower.tally_node`. The message types and keys are `dphype.flower.wire`'s.
 
@@ -17,11 +17,11 @@ set by whoever runs the node, never by the server; `node_policy`) against an act
   (`dphype.node.ledger.Ledger.check`), then score every candidate with the user's task
   (`dphype.protocol.score_candidates`) and keep the scores in the node's context state; answer
   ``ready`` or a refusal (a reason code and a short message without data values). A pre-flight that carries
-  the secure vote's first stage (``advertise``, `dphype.flower.server.secagg.advertise_record`) gets this
+  the secure vote's first stage (``advertise``, `dphype.flower.server.secagg_server.advertise_record`) gets this
   node's fresh round keys beside ``ready``, bound to the request just approved (only when its release mode sums
   over SecAgg+: otherwise the pre-flight is refused with ``release_mode``);
 * ``train.dphype`` (the secure vote): the stages of DP-Hype's SecAgg+ (`dphype.secure.secagg`, through
-  `dphype.flower.client.secagg.secure_vote_reply`). The round is bound at its first stage (answered in the
+  `dphype.flower.client.secagg_client.secure_vote_reply`). The round is bound at its first stage (answered in the
   pre-flight, or in a restart's ``advertise``) to the request approved in the pre-flight, with that request's
   ``n`` and ``xi`` and the policy's ``dphype-min-neighbours``, and only when that request's release mode sums
   over SecAgg+ (``release_mode`` otherwise); every stage is checked before it is answered,
@@ -31,11 +31,11 @@ set by whoever runs the node, never by the server; `node_policy`) against an act
   node's ledger (`dphype.node.ledger.Ledger.spend`, which checks the lifetime budget again) and only
   then masked and sent. The guarantee is the one the pre-flight computed for this request (bound to it by its
   digest) under this node's policy, kept in the context state; if the policy changed since, the request is
-  checked again (`dphype.flower.client.policy.approved_guarantee`). A pre-flight that arrives during a
+  checked again (`dphype.flower.client.policy_client.approved_guarantee`). A pre-flight that arrives during a
   round past its ``advertise`` stage is refused and aborts it (one still at ``advertise`` has sent public keys
   only and is replaced). Any refusal makes the node drop out of the round, and the server sees only the
   sanitized reason
-  (`dphype.flower.client.policy.sanitized`).
+  (`dphype.flower.client.policy_client.sanitized`).
 
 Refusals reach the server coarse: the node's own limits and budget (``policy_*``, ``lifetime_budget``)
 become the single code ``policy``, so the reply does not say which limit a request crossed; the node's
@@ -60,7 +60,7 @@ from flwr.clientapp import ClientApp
 from flwr.common import log
 
 from dphype.flower.client.committee_client import register_committee_vote
-from dphype.flower.client.policy import (
+from dphype.flower.client.policy_client import (
     PolicySource,
     announce_simulated,
     approved_membership,
@@ -74,7 +74,7 @@ from dphype.flower.client.policy import (
     sanitized,
     simulated,
 )
-from dphype.flower.client.secagg import abort_round, round_in_progress, secure_vote_reply, stage_reply
+from dphype.flower.client.secagg_client import abort_round, round_in_progress, secure_vote_reply, stage_reply
 from dphype.flower.tally_node import register_tally
 from dphype.flower.wire import (
     ACTION,
@@ -103,7 +103,7 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
     The node answers within its privacy policy.
 
     ``task_fn`` builds this node's task (anything with ``maximize`` and ``score(candidates)``, e.g.
-    `dphype.ml.task.TorchTask`) from the node's context. ``policy`` is this node's
+    `dphype.ml.torch_task.TorchTask`) from the node's context. ``policy`` is this node's
     `dphype.node.policy.NodePolicy`:
 
     * ``None`` (the default, and what a deployed app should use): read it where the node's operator sets

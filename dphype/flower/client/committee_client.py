@@ -15,7 +15,7 @@ from typing import Any
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from dphype.flower.client.policy import (
+from dphype.flower.client.policy_client import (
     PolicySource,
     approved_membership,
     cast_approved_ballot,

@@ -15,7 +15,7 @@ from typing import cast
 from flwr.app import Context, Message
 from flwr.clientapp.typing import ClientAppCallable
 
-from dphype.flower.client.policy import environment_policy, node_policy, simulated
+from dphype.flower.client.policy_client import environment_policy, node_policy, simulated
 from dphype.flower.federation import federation_set, simulated_federation, tally_name, voter_name
 from dphype.flower.tally_node import TALLY_ID, TALLY_KEY_FILE, TALLY_KEYS_ENV, TALLY_PARTIES, load_tally_key
 from dphype.modes import RELEASE_MODES, Aggregator
@@ -51,10 +51,11 @@ def simulated_role(context: Context, clients: int, tallies: int, keys: str | os.
     ``partition-id - clients`` (its key ``tally-<j>.key`` in the folder ``keys``, the addresses of
     `simulated_parties`), and a voter of a federation of exactly ``clients + tallies`` nodes gets its shard
     of ``clients`` partitions, as in sum mode. A node whose operator named a role (``dphype-tally-id``), or without
-    a ``partition-id``, keeps its node config. A voter of Flower's simulation (`dphype.flower.client.policy.simulated`)
-    whose operator pinned no tallies pins the simulated committee (``dphype-tallies``: the public halves of the key
-    files in ``keys``, made by the simulation's operator and never named by the server), so a simulation needs no
-    set-up; a deployed voter is never given tallies: its operator pins them.
+    a ``partition-id``, keeps its node config. A voter of Flower's simulation
+    (`dphype.flower.client.policy_client.simulated`) whose operator pinned no tallies pins the simulated committee
+    (``dphype-tallies``: the public halves of the key files in ``keys``, made by the simulation's operator and never
+    named by the server), so a simulation needs no set-up; a deployed voter is never given tallies: its operator pins
+    them.
 
     Args:
         context: The node's context, whose node config is updated in place.
@@ -84,7 +85,7 @@ def simulated_role(context: Context, clients: int, tallies: int, keys: str | os.
 
 
 def _environment_policy() -> dict[str, object]:
-    """The policy keys of this node's environment (`dphype.flower.client.policy.environment_policy`).
+    """The policy keys of this node's environment (`dphype.flower.client.policy_client.environment_policy`).
 
     None if it does not parse (the handlers refuse it themselves).
     """

@@ -2,14 +2,14 @@
 
 The server side, in the package: this module (`DPHype`), `dphype.flower.server.readiness` (waiting
 for nodes, the pre-flight, `dphype.flower.server.readiness.PreflightError`),
-`dphype.flower.server.secagg` (the SecAgg+ round) and `dphype.flower.server.committee_server` (the argmax
+`dphype.flower.server.secagg_server` (the SecAgg+ round) and `dphype.flower.server.committee_server` (the argmax
 mode's committee). The message types and keys are `dphype.flower.wire`'s.
 
 `DPHype` runs DP-Hype's selection inside any ``@app.main()``:
 
 1. on construction, everything the server can check without simulating: the configuration, the candidate
    list, the noise calibration (`dphype.protocol.make_vote_request`), the secure-sum range and the SecAgg+
-   graph for ``n`` and ``xi`` (`dphype.flower.server.secagg.secagg_graph`);
+   graph for ``n`` and ``xi`` (`dphype.flower.server.secagg_server.secagg_graph`);
 2. ``start(grid)`` first asks the planner for its prediction from public parameters (`DPHype.plan`,
    `dphype.selection.planner.check_plan`: a warning below one half, a refusal below
    ``config.min_success``) -- before any client works; then it waits for ``n`` nodes (logging how many are
@@ -19,7 +19,7 @@ mode's committee). The message types and keys are `dphype.flower.wire`'s.
    and aborts with one error counting the reasons
    when fewer than ``ceil((1 - xi) n)`` clients are ready -- nothing is sent in the vote round then;
 3. one round of DP-Hype's SecAgg+ (``train.dphype``, `dphype.secure.secagg`) over the ready clients
-   returns the exact noisy vote sum (`dphype.flower.server.secagg.run_secure_sum`), unmasked only if enough
+   returns the exact noisy vote sum (`dphype.flower.server.secagg_server.run_secure_sum`), unmasked only if enough
    clients contributed and every client verified that any sum it could be part of holds enough noise;
 4. the release (the mode's `dphype.modes.ReleaseMode.release`): the selection rule's pick, its confidence
    and the privacy report.
@@ -48,7 +48,7 @@ from dphype.config import DPHypeConfig
 from dphype.flower.grid import check_timeout
 from dphype.flower.server.committee_server import TALLY_TIMEOUT, check_tally_timeout, run_committee_selection
 from dphype.flower.server.readiness import run_preflight, wait_for_nodes
-from dphype.flower.server.secagg import advertise_record, run_secure_sum, secagg_graph
+from dphype.flower.server.secagg_server import advertise_record, run_secure_sum, secagg_graph
 from dphype.modes import Aggregator, release_modes
 from dphype.privacy.noise import client_noise_std
 from dphype.protocol import DPHypeResult, make_vote_request
@@ -70,7 +70,7 @@ class DPHype:
         config: The validated privacy parameters (`dphype.config.DPHypeConfig`).
         num_shares: SecAgg+ parameter (Flower's int, or a fraction of the clients); ``None`` (the default) uses
             the secure graph of `dphype.secure.secagg_params.secure_parameters`, and an explicit choice below it
-            is refused (`dphype.flower.server.secagg.secagg_graph`).
+            is refused (`dphype.flower.server.secagg_server.secagg_graph`).
         reconstruction_threshold: SecAgg+ parameter (Flower's int, or a fraction of the shares); ``None`` and
             refusals as for ``num_shares``.
         corrupt_fraction: Fraction of the clients assumed to collude with the server when the SecAgg+ graph is
@@ -220,7 +220,7 @@ class DPHype:
         """Steps 2-4 for a mode whose aggregator is SecAgg+.
 
         The pre-flight carrying the round's first stage, one SecAgg+ round
-        (`dphype.flower.server.secagg.run_secure_sum`) and the mode's release of the sum.
+        (`dphype.flower.server.secagg_server.run_secure_sum`) and the mode's release of the sum.
         """
         cfg = self.config
         log(logging.INFO, "DP-Hype: total noise std sigma=%.4g, each client's share std %.4g",

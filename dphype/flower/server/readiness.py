@@ -68,7 +68,7 @@ def run_preflight(grid: Grid, request: VoteRequest, nodes: list[int], timeout: f
                   advertise: ConfigRecord | None = None) -> tuple[dict[int, dict[str, Any]], tuple[str, ...], str]:
     """Send ``request`` to ``nodes`` and keep the nodes that answer ready.
 
-    With the secure vote's first stage ``advertise`` if given (`dphype.flower.server.secagg.advertise_record`).
+    With the secure vote's first stage ``advertise`` if given (`dphype.flower.server.secagg_server.advertise_record`).
     A note for the result says how many ready nodes are simulated with a per-run ledger.
 
     Args:

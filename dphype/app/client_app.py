@@ -2,7 +2,7 @@
 
 A worked example of the Message API: the app is a plain ``ClientApp``; `dphype.flower.register_dphype`
 adds DP-Hype's pre-flight and secure-vote handlers, which score the public candidates with this node's
-`dphype.ml.task.TorchTask` (its shard of the data set, from ``partition-id`` / ``num-partitions`` in
+`dphype.ml.torch_task.TorchTask` (its shard of the data set, from ``partition-id`` / ``num-partitions`` in
 the node config, which the simulation engine also sets). Its own ``@app.train()`` and ``@app.evaluate()``
 then serve the final FedAvg with the selected candidate, which arrives in the train config
 (`dphype.flower.selected_candidate`).
@@ -37,7 +37,7 @@ from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 from dphype.flower import register_dphype, selected_candidate, simulated_roles
 
 if TYPE_CHECKING:  # torch is imported where a task is built: a process serving a SecAgg+ stage needs none
-    from dphype.ml.task import TorchTask
+    from dphype.ml.torch_task import TorchTask
 
 
 def local_task(context: Context) -> TorchTask:
@@ -50,7 +50,7 @@ def local_task(context: Context) -> TorchTask:
     Returns:
         The task.
     """
-    from dphype.ml.task import make_task
+    from dphype.ml.torch_task import make_task
 
     run = context.run_config
     return make_task(str(run.get("dataset", "adult")), int(context.node_config["partition-id"]),

@@ -3,7 +3,7 @@
 A worked example of the Message API end to end, in one ``@app.main()``:
 
 1. `dphype.flower.DPHype` -- every client votes on the public candidate list. With ``release =
-   "argmax"`` (the app's default, `dphype.app.config.APP_RELEASE`) the clients seal shares of their
+   "argmax"`` (the app's default, `dphype.app.run_config.APP_RELEASE`) the clients seal shares of their
    ballots to a committee of ``tallies`` tally nodes, whose keys the ServerApp first asks the connected
    nodes for (`dphype.flower.connected_committee`), and only the winner's index is released;
    with ``release = "sum"`` one SecAgg+ round releases the noisy vote sum and the rule selects. Either way
@@ -32,10 +32,10 @@ from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Strategy
 
-from dphype.app.config import AppConfig, result_path
+from dphype.app.run_config import AppConfig, result_path
 from dphype.flower import DPHype, check_private_training, connected_committee, private_training, train_config
 from dphype.ml.data import dataset_spec
-from dphype.ml.task import TorchTask, load_cached
+from dphype.ml.torch_task import TorchTask, load_cached
 from dphype.result import FAILURE_FORMAT, summarize_run
 from dphype.strict_json import jsonable
 
@@ -153,7 +153,7 @@ def main(grid: Grid, context: Context) -> None:
 
     The log shows the summary as text (`dphype.result.summarize_run`) and as one strict-JSON line after
     `RESULT_PREFIX`; with ``result-file`` set the JSON is also written there, on the ServerApp's host
-    (`dphype.app.config.AppConfig.result_path`). A run that fails logs one line after `FAILURE_PREFIX` naming
+    (`dphype.app.run_config.AppConfig.result_path`). A run that fails logs one line after `FAILURE_PREFIX` naming
     the cause, writes a `dphype.result.FAILURE_FORMAT` record to ``result-file`` if one is named, then lets
     Flower mark the run failed.
 

@@ -1,6 +1,6 @@
 """A node's answers in DP-Hype's SecAgg+ round, the client half of the Message-API adapter of the secure sum.
 
-The protocol is `dphype.secure.secagg`; the server half of the adapter is `dphype.flower.server.secagg`.
+The protocol is `dphype.secure.secagg`; the server half of the adapter is `dphype.flower.server.secagg_server`.
 
 `secure_vote_reply` answers one stage message (`dphype.flower.wire.VOTE_TYPE`, its content under
 `dphype.flower.wire.STAGE_KEY`) with `dphype.secure.secagg.node_step`, keeping the node's round (its

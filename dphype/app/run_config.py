@@ -16,8 +16,8 @@ from typing import Any
 
 from dphype.checks import check_epsilon_budget, check_int, check_positive, check_probability
 from dphype.config import RUN_CONFIG_KEYS, DPHypeConfig, read_run_config
-from dphype.flower.training import TrainingBudget
-from dphype.ml.task import check_candidates
+from dphype.flower.private_training import TrainingBudget
+from dphype.ml.torch_task import check_candidates
 from dphype.secure.committee import COMMITTEE_SIZE
 from dphype.selection.candidates import CandidateList, load_candidates
 

@@ -1,6 +1,6 @@
 """DP-Hype's SecAgg+ round driven from the server, the server half of the Message-API adapter of the secure sum.
 
-The protocol is `dphype.secure.secagg`; the nodes' half of the adapter is `dphype.flower.client.secagg`.
+The protocol is `dphype.secure.secagg`; the nodes' half of the adapter is `dphype.flower.client.secagg_client`.
 
 The protocol (rounds, checks, message formats, the noise-share bound) is `dphype.secure.secagg`; this
 module only carries its messages. `run_secure_sum` drives `dphype.secure.secagg.run_round` over given
