@@ -4,13 +4,16 @@ runs them as ``lint-imports``; here they fail the fast suite too."""
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 import shutil
 import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
 from helpers import REPO as ROOT
 
 from dphype.cli import COMMANDS
@@ -59,3 +62,12 @@ def test_each_module_name_is_used_once_but_a_commands_module_is_named_after_its_
                 or len(paths) > 1 and COMMANDS.get(name, ("",))[0] != f"dphype.cli.{name}"}
     assert not repeated, f"give these modules distinct names: {repeated}"
     assert "cli/roster" in owners["roster"] and len(owners["roster"]) == 2  # the one allowed kind of repeat
+
+
+@pytest.mark.parametrize("package", ["dphype", "dphype.flower"])
+def test_no_lazily_exported_name_is_the_name_of_a_submodule(package: str) -> None:
+    """A package's lazy export (``_EXPORTS``, PEP 562) named like one of its submodules would be shadowed by that
+    submodule once anything imports it."""
+    module = importlib.import_module(package)
+    submodules = {info.name for info in pkgutil.iter_modules(module.__path__)}
+    assert not submodules & set(module._EXPORTS), submodules & set(module._EXPORTS)

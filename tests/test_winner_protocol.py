@@ -7,7 +7,7 @@ import pytest
 
 from dphype.checks import EPSILON_RTOL
 from dphype.config import DPHypeConfig
-from dphype.flower.private_training import RunAccountant
+from dphype.flower.final_training import RunAccountant
 from dphype.modes import ArgmaxRelease, SumRelease, release_mode, release_modes
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy, check_vote_request

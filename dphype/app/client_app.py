@@ -84,7 +84,7 @@ def train(msg: Message, context: Context) -> Message:
 
     In DP rounds with client-side clipping the update is clipped by the mod (the server verifies its norm);
     with server-side clipping the server clips. Either way the server weighs every client the same and keeps
-    none of their metrics (`dphype.flower.private_training`).
+    none of their metrics (`dphype.flower.final_training`).
 
     Args:
         msg: The train message: the global model (``arrays``) and the train config (the candidate,

@@ -16,7 +16,7 @@ from typing import Any
 
 from dphype.checks import check_epsilon_budget, check_int, check_positive, check_probability
 from dphype.config import RUN_CONFIG_KEYS, DPHypeConfig, read_run_config
-from dphype.flower.private_training import TrainingBudget
+from dphype.flower.final_training import TrainingBudget
 from dphype.ml.torch_task import check_candidates
 from dphype.secure.committee import COMMITTEE_SIZE
 from dphype.selection.candidates import CandidateList, load_candidates
@@ -66,7 +66,7 @@ class AppConfig:
     instead of stalling the run; ``tally_timeout`` bounds the tallies' MPyC computation (committee releases).
     ``fraction_evaluate``: the share of nodes that evaluate the global model on
     their own data after each FedAvg round (0: only the server's evaluation on the test split).
-    ``train_epsilon`` > 0 trains privately (`dphype.flower.private_training`: DP-FedAvg within that
+    ``train_epsilon`` > 0 trains privately (`dphype.flower.final_training`: DP-FedAvg within that
     budget at ``delta``, updates clipped to ``clipping_norm`` on the server, or by the clients and verified by
     the server (``clipping``), composed with the selection); 0 trains with ordinary FedAvg, whose plaintext
     updates no guarantee covers.

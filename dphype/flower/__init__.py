@@ -45,17 +45,17 @@ _EXPORTS: dict[str, str] = {
     "simulated_roles": "dphype.flower.client.roles",
     "Committee": "dphype.flower.server.committee_server",
     "connected_committee": "dphype.flower.server.committee_server",
-    "ClippingError": "dphype.flower.private_training",
-    "TrainingBudget": "dphype.flower.private_training",
-    "check_private_training": "dphype.flower.private_training",
-    "private_training": "dphype.flower.private_training",
+    "ClippingError": "dphype.flower.final_training",
+    "TrainingBudget": "dphype.flower.final_training",
+    "check_private_training": "dphype.flower.final_training",
+    "private_training": "dphype.flower.final_training",
 }
 
 if TYPE_CHECKING:
     from dphype.flower.client import register_dphype
     from dphype.flower.client.policy_client import node_policy
     from dphype.flower.client.roles import simulated_roles
-    from dphype.flower.private_training import ClippingError, TrainingBudget, check_private_training, private_training
+    from dphype.flower.final_training import ClippingError, TrainingBudget, check_private_training, private_training
     from dphype.flower.selected import selected_candidate, train_config
     from dphype.flower.server import DPHype
     from dphype.flower.server.committee_server import ClientGrid, Committee, connected_committee, discover_committee

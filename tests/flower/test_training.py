@@ -1,4 +1,4 @@
-"""Optional DP final training (dphype.flower.private_training): calibration, composition with the selection, app."""
+"""Optional DP final training (dphype.flower.final_training): calibration, composition with the selection, app."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from helpers import PERMISSIVE
 
 from dphype.config import DPHypeConfig
 from dphype.flower import ClippingError, TrainingBudget, check_private_training, private_training
+from dphype.flower.final_training import RunAccountant, flower_training_spent
 from dphype.flower.local import LocalGrid
-from dphype.flower.private_training import RunAccountant, flower_training_spent
 from dphype.privacy.accounting import calibrate, fedavg_epsilon, privacy_report
 
 
@@ -250,7 +250,7 @@ def test_the_bundled_app_checks_private_training_before_any_client_works():
 def test_the_servers_clipping_check_holds_at_its_boundary(excess, refused):
     """The server verifies client clipping to float32 rounding (``CLIP_TOLERANCE``), not to a 5% slack:
     an update of norm C (1 + 2 tol) is refused, one of norm C (1 + tol / 2) accepted."""
-    from dphype.flower.private_training import CLIP_TOLERANCE
+    from dphype.flower.final_training import CLIP_TOLERANCE
 
     budget = TrainingBudget(epsilon=5.0, rounds=1, clipping_norm=1.0, clipping="client")
     app = step_app((1.0 + excess * CLIP_TOLERANCE) / 2, clip=False)  # 4 weights: norm 2 x step
