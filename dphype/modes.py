@@ -78,6 +78,7 @@ from dphype.privacy.winner import (
     winner_report,
 )
 from dphype.refusal import Refusal
+from dphype.registry import Registry
 from dphype.result import DPHypeResult
 from dphype.secure.committee import OPENS_ARGMAX, OPENS_SUM, Opening, check_committee, client_sealed_shares
 from dphype.secure.secure_sum import check_range, encode
@@ -100,7 +101,9 @@ DEFAULT_ARGMAX_BALLOT = "auto"
 
 #: Every release mode by its configuration name (``DPHypeConfig.release``), in the order they were defined (the
 #: planner's recommendation goes to the first of tied modes).
-RELEASE_MODES: dict[str, type[ReleaseMode[Any, Any]]] = {}
+RELEASE_MODES: Registry[type[ReleaseMode[Any, Any]]] = Registry(
+    "release", "release mode", "set release (the configuration's release, --release, or the run config's release) to "
+    "one of them")
 
 BallotT = TypeVar("BallotT")
 OpenedT = TypeVar("OpenedT")
@@ -230,7 +233,7 @@ class Aggregator(enum.Enum):
 
     def releases(self) -> str:
         """The names of the registered release modes with this aggregator, comma-separated."""
-        return ", ".join(name for name, mode in RELEASE_MODES.items() if mode.aggregator is self)
+        return ", ".join(mode.name for mode in RELEASE_MODES if mode.aggregator is self)
 
 
 @dataclass(frozen=True)
@@ -298,9 +301,7 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "name" in cls.__dict__:
-            if cls.name in RELEASE_MODES:
-                raise ValueError(f"release mode {cls.name!r} is already registered by {RELEASE_MODES[cls.name]}")
-            RELEASE_MODES[cls.name] = cls
+            RELEASE_MODES.add(cls.name, cls)
 
     def __eq__(self, other: object) -> bool:
         return type(self) is type(other)
@@ -332,7 +333,7 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
                 "sensitivity sqrt(2k) for top-k), which a graded ballot raises as much as its counts, and the auto "
                 "ballot's k was fitted for the winner release; set ballot='top-k' (or leave it unset) or release to "
                 "a mode that takes these ballots ("
-                + ", ".join(repr(n) for n, m in RELEASE_MODES.items() if m.graded_ballots) + ")")
+                + ", ".join(repr(m.name) for m in RELEASE_MODES if m.graded_ballots) + ")")
         return name
 
     def resolved_ballot(self, config: Settings, num_candidates: int | None = None) -> Ballot:
@@ -629,12 +630,8 @@ def release_mode(name: Any) -> ReleaseMode[Any, Any]:
 
     Raises:
         ValueError: Naming the parameter, the allowed names and the fix, for any other value.
-    """
-    mode = RELEASE_MODES.get(name) if isinstance(name, str) else None
-    if mode is None:
-        raise ValueError(f"release must be one of {', '.join(RELEASE_MODES)}, got {name!r}: set release (the "
-                         "configuration's release, --release, or the run config's release) to one of them")
-    return mode()
+    """  # noqa: DOC502
+    return RELEASE_MODES.get(name)()
 
 
 def release_modes() -> tuple[ReleaseMode[Any, Any], ...]:
@@ -643,7 +640,7 @@ def release_modes() -> tuple[ReleaseMode[Any, Any], ...]:
     Returns:
         The modes.
     """
-    return tuple(mode() for mode in RELEASE_MODES.values())
+    return tuple(mode() for mode in RELEASE_MODES)
 
 
 def vote_cost(request: Request, total_std: float, *, delta: float, accountant: str, neighbouring: str) -> NodeCost:

@@ -18,11 +18,13 @@ class Registry(Generic[T]):
     Args:
         parameter: The parameter a looked-up name is the value of, as errors name it (``"noise"``).
         concept: What is registered, as errors name it (``"noise kind"``).
+        fix: How to set the parameter, appended to the refusal of an unknown name (empty: nothing appended).
     """
 
-    def __init__(self, parameter: str, concept: str) -> None:
+    def __init__(self, parameter: str, concept: str, fix: str = "") -> None:
         self.parameter = parameter
         self.concept = concept
+        self.fix = fix
         self._items: dict[str, T] = {}
 
     def add(self, name: str, item: T) -> T:
@@ -57,7 +59,8 @@ class Registry(Generic[T]):
         """
         item = self._items.get(name) if isinstance(name, str) else None
         if item is None:
-            raise ValueError(f"{self.parameter} must be one of {', '.join(self._items)}, got {name!r}")
+            fix = f": {self.fix}" if self.fix else ""
+            raise ValueError(f"{self.parameter} must be one of {', '.join(self._items)}, got {name!r}{fix}")
         return item
 
     def names(self) -> tuple[str, ...]:
@@ -68,13 +71,17 @@ class Registry(Generic[T]):
         """
         return tuple(self._items)
 
+    def items(self) -> tuple[tuple[str, T], ...]:
+        """``(name, variant)`` pairs, in registration order."""
+        return tuple(self._items.items())
+
     def copy(self) -> Registry[T]:
         """A registry with the same entries, for a test's throwaway variants.
 
         Returns:
             The copy.
         """
-        twin: Registry[T] = Registry(self.parameter, self.concept)
+        twin: Registry[T] = Registry(self.parameter, self.concept, self.fix)
         twin._items = dict(self._items)
         return twin
 

@@ -145,7 +145,7 @@ def add_selection_arguments(parser: argparse.ArgumentParser, *, release: str = "
                         help="refuse to run when the planner's scenario simulates a smaller chance of a good pick")
     from dphype.modes import RELEASE_MODES
 
-    parser.add_argument("--release", choices=tuple(RELEASE_MODES), default=release,
+    parser.add_argument("--release", choices=RELEASE_MODES.names(), default=release,
                         help="release mode: " + "; ".join(f"{name} ({mode.released})"
                                                           for name, mode in RELEASE_MODES.items())
                              + f"; default {release}")

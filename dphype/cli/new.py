@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("app_dir", help="folder to create (must not exist, or be empty); its name names the app")
     from dphype.modes import RELEASE_MODES
 
-    parser.add_argument("--release", choices=tuple(RELEASE_MODES), default="argmax",
+    parser.add_argument("--release", choices=RELEASE_MODES.names(), default="argmax",
                         help="the run config's release: " + "; ".join(f"{name} ({mode.released})"
                                                                        for name, mode in RELEASE_MODES.items())
                              + "; default argmax (a committee's 3 tally nodes are simulated beside the voters); the "
