@@ -15,9 +15,11 @@ def pyplot() -> Any:
     Returns:
         The ``matplotlib.pyplot`` module.
     """
+    # lazy import: matplotlib
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy import: matplotlib
     import matplotlib.pyplot as plt
 
     return plt

@@ -35,6 +35,7 @@ from flwr.clientapp.typing import ClientAppCallable
 from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 
 from dphype.flower import register_dphype, selected_candidate, simulated_roles
+from dphype.ml.torch_task import make_task
 
 if TYPE_CHECKING:  # torch is imported where a task is built: a process serving a SecAgg+ stage needs none
     from dphype.ml.torch_task import TorchTask
@@ -50,8 +51,6 @@ def local_task(context: Context) -> TorchTask:
     Returns:
         The task.
     """
-    from dphype.ml.torch_task import make_task
-
     run = context.run_config
     return make_task(str(run.get("dataset", "adult")), int(context.node_config["partition-id"]),
                      int(context.node_config["num-partitions"]), seed=int(run.get("seed", 0)),
@@ -94,6 +93,7 @@ def train(msg: Message, context: Context) -> Message:
     Returns:
         The reply: the updated model (``arrays``) and the training metrics.
     """
+    # lazy import: torch
     from dphype.ml.training import client_round_seed
 
     config = msg.content.config_records["config"]

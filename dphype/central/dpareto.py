@@ -155,6 +155,7 @@ def single_thread() -> Iterator[None]:
     Yields:
         Nothing; the body runs single-threaded.
     """
+    # lazy import: torch
     import torch
 
     previous = torch.get_num_threads()
@@ -203,6 +204,7 @@ class Surrogate:
             x_unit: ``(n, dim)`` inputs in the unit cube.
             y_t: ``(n, 2)`` observed objectives in the transformed space.
         """
+        # lazy import: BoTorch; GPyTorch; torch
         import torch
         from botorch.fit import fit_gpytorch_mll
         from botorch.models import SingleTaskGP
@@ -250,6 +252,7 @@ class Surrogate:
         Returns:
             ``(mean, std)``, each of shape ``(N, 2)``.
         """
+        # lazy import: torch
         import torch
 
         z = torch.from_numpy(np.ascontiguousarray(x_unit, dtype=np.float64))
@@ -471,6 +474,7 @@ def dpareto(
             "pool_size, refit_every and fit_maxiter must be >= 1 and local_pool >= 0, got "
             f"{pool_size}, {refit_every}, {fit_maxiter}, {local_pool}"
         )
+    # lazy import: torch
     import torch
 
     torch.manual_seed(seed)
@@ -507,6 +511,7 @@ def _qnehvi_values(surrogate: Surrogate, x_unit: np.ndarray, pool: np.ndarray,
     With an objective mapping the GP samples back to ``(-epsilon, -error)`` (BoTorch maximises) and the
     reference point ``(-ref_eps, -ref_err)``.
     """
+    # lazy import: BoTorch; torch
     import torch
     from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
     from botorch.acquisition.multi_objective.objective import GenericMCMultiOutputObjective

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from dphype.checks import check_delta, check_epsilon, check_positive
+
 ASSUMPTIONS_ALG1: tuple[str, ...] = (
     "Assumption 1 (Kusner et al. 2015): validation gains of all data sets are jointly a GP with known "
     "normalised kernels k1(V,V') k2(lambda,lambda'); k2 fixed in advance (Matern 5/2, given lengthscale), "
@@ -306,8 +308,6 @@ def exponential_mechanism_probabilities(utility: np.ndarray, epsilon: float, sen
     Raises:
         ValueError: ``epsilon`` or ``sensitivity`` is not ``> 0``.
     """  # noqa: DOC502
-    from dphype.checks import check_epsilon, check_positive
-
     check_epsilon(epsilon)
     check_positive("sensitivity", sensitivity)
     logits = epsilon * np.asarray(utility, dtype=np.float64) / (2.0 * sensitivity)
@@ -328,8 +328,6 @@ def laplace_scale(sensitivity: float, epsilon: float) -> float:
     Raises:
         ValueError: ``epsilon`` or ``sensitivity`` is not ``> 0``.
     """  # noqa: DOC502
-    from dphype.checks import check_epsilon, check_positive
-
     check_epsilon(epsilon)
     check_positive("sensitivity", sensitivity)
     return sensitivity / epsilon
@@ -442,8 +440,6 @@ def dp_bo(
     Raises:
         ValueError: An argument is out of its range.
     """
-    from dphype.checks import check_delta, check_epsilon
-
     check_epsilon(epsilon)
     check_delta(delta)
     if iterations < 1:

@@ -59,6 +59,7 @@ def non_dominated(points: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
     Raises:
         ValueError: ``points`` is not ``(n, 2)`` or holds NaN.
     """  # noqa: DOC502
+    # lazy import: BoTorch; torch
     import torch
     from botorch.utils.multi_objective.pareto import is_non_dominated
 
@@ -105,6 +106,7 @@ def hypervolume(
     Raises:
         ValueError: ``points`` or ``reference`` is malformed.
     """  # noqa: DOC502
+    # lazy import: BoTorch; torch
     import torch
     from botorch.utils.multi_objective.box_decompositions.dominated import DominatedPartitioning
 

@@ -135,6 +135,7 @@ def add_selection_arguments(parser: argparse.ArgumentParser, *, release: str = "
         parser: The sub-command's parser.
         release: The default of ``--release``.
     """
+    # lazy import: start-up: `dphype --help` imports only the standard library
     from dphype.selection.rules import DEFAULT_RULE, rule_names, selection_rule
 
     described = ", ".join(f"{name} ({selection_rule(name).description})" for name in rule_names())
@@ -143,6 +144,7 @@ def add_selection_arguments(parser: argparse.ArgumentParser, *, release: str = "
                              "rule is post-processing")
     parser.add_argument("--min-success", type=float, default=None,
                         help="refuse to run when the planner's scenario simulates a smaller chance of a good pick")
+    # lazy import: start-up: `dphype --help` imports only the standard library
     from dphype.modes import RELEASE_MODES
 
     parser.add_argument("--release", choices=RELEASE_MODES.names(), default=release,
@@ -161,6 +163,7 @@ def add_noise_arguments(parser: argparse.ArgumentParser) -> None:
     Args:
         parser: The sub-command's parser.
     """
+    # lazy import: start-up: `dphype --help` imports only the standard library
     from dphype.checks import ACCOUNTANTS, DEFAULT_NOISE
     from dphype.privacy.noise_kinds import noise_kind, noise_kind_names
 
@@ -201,6 +204,7 @@ def privacy_config(args: argparse.Namespace, num_candidates: int | None = None) 
     Raises:
         ValueError: If an option is out of range, or ``k`` exceeds ``num_candidates``.
     """  # noqa: DOC502
+    # lazy import: start-up: `dphype --help` imports only the standard library
     from dphype.checks import check_k
     from dphype.config import DPHypeConfig
 
@@ -300,6 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "stopped and its temporary folders are removed", file=sys.stderr)
         return 128 + signum
     if not args.json:
+        # lazy import: start-up: `dphype --help` imports only the standard library
         from dphype.result import format_fields
 
         render = getattr(module, "render", format_fields)

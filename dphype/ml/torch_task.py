@@ -100,6 +100,7 @@ class TorchTask:
             ``(p, 2)`` keys: ``[-validation loss, validation accuracy]`` for a ``":loss"`` scheme (the default),
             ``[validation accuracy, -validation loss]`` otherwise; a NaN row for a diverged candidate.
         """
+        # lazy import: torch
         from dphype.ml.crossval import cross_validate_candidates
 
         return cross_validate_candidates(
@@ -126,6 +127,7 @@ class TorchTask:
         Returns:
             A torch state dict.
         """
+        # lazy import: torch
         from dphype.ml.training import initial_state
 
         return initial_state(self.model, self.data, seed=seed, device=self.device)
@@ -145,6 +147,7 @@ class TorchTask:
         Returns:
             The new weights and ``{"num-examples", "train-loss", "train-accuracy"}`` measured after the update.
         """
+        # lazy import: torch
         from dphype.ml.training import evaluate_state, local_update
 
         new = local_update(self.model, self.data, state, candidate, epochs=self.epochs if epochs is None else epochs,
@@ -161,6 +164,7 @@ class TorchTask:
         Returns:
             ``{"num-examples", "loss", "accuracy"}``.
         """
+        # lazy import: torch
         from dphype.ml.training import evaluate_state
 
         acc, loss = evaluate_state(self.model, self.data, state, device=self.device)
@@ -180,8 +184,10 @@ def check_candidates(candidates: Sequence[Mapping[str, Any]]) -> None:
         ValueError: A missing ``lr``, a key training does not use (named, with the keys it reads), a negative or
             non-finite value.
     """  # noqa: DOC502
+    # lazy import: torch
     import torch
 
+    # lazy import: torch
     from dphype.ml.training import Hyperparameters
 
     Hyperparameters.from_candidates(candidates, torch.device("cpu"))

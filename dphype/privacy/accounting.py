@@ -87,6 +87,7 @@ def _root_decreasing(fn: Callable[[float], float], target: float, start: float, 
 
     Bracket by doubling, then brentq on ``log x``.
     """
+    # lazy import: scipy
     from scipy.optimize import brentq
 
     lo = hi = math.log(start)
@@ -426,6 +427,7 @@ RDP_ORDERS: np.ndarray = np.concatenate(
 
 def _rdp_accountant(orders: Any) -> Any:
     """A fresh dp_accounting ``RdpAccountant`` on ``orders``."""
+    # lazy import: dp_accounting
     import dp_accounting  # local import: ~1 s, needed only for composition
 
     return dp_accounting.rdp.RdpAccountant(orders=list(check_orders(orders)))
@@ -545,6 +547,7 @@ def rdp_delta(rdp: Any, epsilon: float, orders: Any = RDP_ORDERS) -> float:
 
 def _fedavg_event(noise_multiplier: float, rounds: int, neighbouring: str) -> Any:
     """dp_accounting event of ``rounds`` DP-FedAvg rounds (effective multiplier, see `fedavg_rdp`)."""
+    # lazy import: dp_accounting
     import dp_accounting
 
     effective = noise_multiplier / 2.0 if neighbouring == "replace-one" else noise_multiplier
@@ -623,6 +626,7 @@ def calibrate_fedavg(epsilon: float, delta: float, rounds: int, *, neighbouring:
     Raises:
         ValueError: An argument is invalid.
     """  # noqa: DOC502
+    # lazy import: dp_accounting
     import dp_accounting
 
     target = check_epsilon(epsilon)

@@ -78,6 +78,7 @@ def optimal_order(rdp_slope: float, delta: float) -> float:
     Returns:
         The minimising order ``alpha > 1``.
     """
+    # lazy import: scipy
     from scipy.optimize import brentq  # local imports of scipy: seconds, needed only when solving
 
     log_delta = math.log(delta)
@@ -336,6 +337,7 @@ def gaussian_rdp_epsilon(l2: float, sigma: float, delta: float) -> float:
 
 def _log_analytic_delta(eps: float, l2: float, sigma: float) -> float:
     """Log of the analytic-Gaussian delta, computed in log space (no cancellation for tiny deltas)."""
+    # lazy import: scipy
     from scipy.special import log_ndtr
 
     a = l2 / (2.0 * sigma) - eps * sigma / l2
@@ -374,6 +376,7 @@ def analytic_gaussian_epsilon(l2: float, sigma: float, delta: float) -> float:
     Returns:
         The epsilon, ``0`` if ``delta`` is already met at epsilon 0.
     """
+    # lazy import: scipy
     from scipy.optimize import brentq
 
     log_delta = math.log(delta)
@@ -432,6 +435,7 @@ class Gaussian(NoiseKind):
         Returns:
             The probability.
         """
+        # lazy import: scipy
         from scipy.stats import norm  # local import of scipy.stats: seconds, needed only here
 
         return float(2.0 * norm.sf(threshold / math.sqrt(variance)))
@@ -450,6 +454,7 @@ class Gaussian(NoiseKind):
         Returns:
             The RDP curve.
         """
+        # lazy import: dp_accounting
         import dp_accounting  # local import: ~1 s, needed only for composition
 
         accountant = dp_accounting.rdp.RdpAccountant(orders=list(orders))
@@ -661,6 +666,7 @@ class Skellam(NoiseKind):
         Returns:
             The ``(E,)`` deltas.
         """
+        # lazy import: scipy
         from scipy.stats import skellam  # local import of scipy.stats: seconds, needed only by the audit
 
         mu, shift = k * sigma**2, 2 * k

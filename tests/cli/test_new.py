@@ -98,13 +98,12 @@ def test_every_mode_gets_an_app_whose_k_is_the_planners_choice_for_its_candidate
 def test_a_new_mode_is_offered_with_no_other_edit(tmp_path):
     """One class registers a mode: ``dphype new`` and the commands' ``--release`` offer it, its app asks the planner
     for its k, and a name no class registered is refused."""
-    from dphype import modes
     from dphype.cli import build_parser
     from dphype.cli.new import template_k
     from dphype.modes import CommitteeSumRelease
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(modes, "RELEASE_MODES", RELEASE_MODES.copy())  # the throwaway mode's registry
+        patch.setattr(RELEASE_MODES, "_items", RELEASE_MODES.copy()._items)  # the throwaway mode's entries
 
         class Quieter(CommitteeSumRelease):  # a throwaway committee mode: one class
             name = "quieter"
