@@ -66,9 +66,10 @@ from dphype.privacy.winner import (
     winner_report,
 )
 from dphype.refusal import Refusal
+from dphype.registry import Registry
 from dphype.result import DPHypeResult
-from dphype.secure.secure_sum import check_range, encode
 from dphype.secure.committee import OPENS_ARGMAX, OPENS_SUM, Opening, check_committee, client_sealed_shares
+from dphype.secure.secure_sum import check_range, encode
 from dphype.selection.ballots import BallotForm
 from dphype.selection.planner import Forecast
 from dphype.selection.rules import select_release
@@ -85,8 +86,11 @@ SIGMA_SLACK = 1.001
 #: The argmax release's ballot unless the configuration names one (README "Ballots").
 DEFAULT_ARGMAX_BALLOT = "auto"
 
-#: Every release mode by its configuration name, in definition order (the planner prefers the first of ties).
-RELEASE_MODES: dict[str, type[ReleaseMode[Any, Any]]] = {}
+#: Every release mode by its configuration name (``DPHypeConfig.release``), in the order they were defined (the
+#: planner's recommendation goes to the first of tied modes).
+RELEASE_MODES: Registry[type[ReleaseMode[Any, Any]]] = Registry(
+    "release", "release mode", "set release (the configuration's release, --release, or the run config's release) to "
+    "one of them")
 
 BallotT = TypeVar("BallotT")
 OpenedT = TypeVar("OpenedT")
@@ -198,10 +202,13 @@ class Aggregator(enum.Enum):
         if self is Aggregator.COMMITTEE:
             return check_committee(tallies, known=known)
         if tallies:
-            names = " or ".join(repr(name) for name, mode in RELEASE_MODES.items()
-                                if mode.aggregator is Aggregator.COMMITTEE)
-            raise ValueError(f"tallies must be empty unless release is {names}")
+            raise ValueError(f"tallies must be empty unless release is one of the committee releases "
+                             f"({Aggregator.COMMITTEE.releases()})")
         return ()
+
+    def releases(self) -> str:
+        """The names of the registered release modes with this aggregator, comma-separated."""
+        return ", ".join(mode.name for mode in RELEASE_MODES if mode.aggregator is self)
 
 
 @dataclass(frozen=True)
@@ -237,7 +244,8 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
     released: ClassVar[str]
     #: Where the ballots go (`Aggregator`).
     aggregator: ClassVar[Aggregator]
-    #: What the committee opens (`dphype.secure.committee.OPENS_ARGMAX` or ``OPENS_SUM``); ``None`` for SecAgg+.
+    #: What the committee opens (`dphype.secure.committee.OPENS_ARGMAX` or
+    #: `dphype.secure.committee.OPENS_SUM`); ``None`` for SecAgg+, which opens the exact sum of what the clients send.
     opens: ClassVar[str | None] = None
     #: What the planner simulates of this release.
     forecast: ClassVar[Forecast]
@@ -253,9 +261,7 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "name" in cls.__dict__:
-            if cls.name in RELEASE_MODES:
-                raise ValueError(f"release mode {cls.name!r} is already registered by {RELEASE_MODES[cls.name]}")
-            RELEASE_MODES[cls.name] = cls
+            RELEASE_MODES.add(cls.name, cls)
 
     def __eq__(self, other: object) -> bool:
         return type(self) is type(other)
@@ -285,7 +291,7 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
                 "sensitivity sqrt(2k) for top-k), which a graded ballot raises as much as its counts, and the auto "
                 "ballot's k was fitted for the winner release; set ballot='top-k' (or leave it unset) or release to "
                 "a mode that takes these ballots ("
-                + ", ".join(repr(n) for n, m in RELEASE_MODES.items() if m.graded_ballots) + ")")
+                + ", ".join(repr(m.name) for m in RELEASE_MODES if m.graded_ballots) + ")")
         return name
 
     def resolved_ballot(self, config: Settings, num_candidates: int | None = None) -> Ballot:
@@ -498,16 +504,12 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
 
 def release_mode(name: Any) -> ReleaseMode[Any, Any]:
     """An instance of the mode registered as ``name`` (`RELEASE_MODES`); any other value is refused, naming them."""
-    mode = RELEASE_MODES.get(name) if isinstance(name, str) else None
-    if mode is None:
-        raise ValueError(f"release must be one of {', '.join(RELEASE_MODES)}, got {name!r}: set release (the "
-                         "configuration's release, --release, or the run config's release) to one of them")
-    return mode()
+    return RELEASE_MODES.get(name)()
 
 
 def release_modes() -> tuple[ReleaseMode[Any, Any], ...]:
     """One instance of every registered mode, in `RELEASE_MODES` order."""
-    return tuple(mode() for mode in RELEASE_MODES.values())
+    return tuple(mode() for mode in RELEASE_MODES)
 
 
 def vote_cost(request: Request, total_std: float, *, delta: float, accountant: str, neighbouring: str) -> NodeCost:

@@ -11,9 +11,11 @@ from typing import Any
 
 def pyplot() -> Any:
     """``matplotlib.pyplot`` with the Agg backend (no display needed)."""
+    # lazy import: matplotlib
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy import: matplotlib
     import matplotlib.pyplot as plt
 
     return plt

@@ -18,11 +18,13 @@ class Registry(Generic[T]):
     Args:
         parameter: The parameter a looked-up name is the value of, as errors name it (``"noise"``).
         concept: What is registered, as errors name it (``"noise kind"``).
+        fix: How to set the parameter, appended to the refusal of an unknown name (empty: nothing appended).
     """
 
-    def __init__(self, parameter: str, concept: str) -> None:
+    def __init__(self, parameter: str, concept: str, fix: str = "") -> None:
         self.parameter = parameter
         self.concept = concept
+        self.fix = fix
         self._items: dict[str, T] = {}
 
     def add(self, name: str, item: T) -> T:
@@ -36,16 +38,21 @@ class Registry(Generic[T]):
         """The variant named ``name``; an unknown name is refused with the list of registered ones."""
         item = self._items.get(name) if isinstance(name, str) else None
         if item is None:
-            raise ValueError(f"{self.parameter} must be one of {', '.join(self._items)}, got {name!r}")
+            fix = f": {self.fix}" if self.fix else ""
+            raise ValueError(f"{self.parameter} must be one of {', '.join(self._items)}, got {name!r}{fix}")
         return item
 
     def names(self) -> tuple[str, ...]:
         """The registered names, in registration order."""
         return tuple(self._items)
 
+    def items(self) -> tuple[tuple[str, T], ...]:
+        """``(name, variant)`` pairs, in registration order."""
+        return tuple(self._items.items())
+
     def copy(self) -> Registry[T]:
         """A registry with the same entries, for a test's throwaway variants."""
-        twin: Registry[T] = Registry(self.parameter, self.concept)
+        twin: Registry[T] = Registry(self.parameter, self.concept, self.fix)
         twin._items = dict(self._items)
         return twin
 

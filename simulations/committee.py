@@ -2,8 +2,8 @@
 
 For ``--candidates`` candidates (default 100) and each ``n`` of ``--clients``, one argmax selection's committee
 part in process, through the real code (:class:`dphype.modes.ArgmaxRelease` for the clients,
-:class:`dphype.secure.committee.Tally` and :func:`dphype.secure.committee.run_loopback_committee` for the 3 tallies, MPyC parties on
-loopback ports):
+:class:`dphype.secure.committee.Tally` and :func:`dphype.secure.committee.run_loopback_committee` for the 3 tallies,
+MPyC parties on loopback ports):
 
 * ``client ballot s``: one client's ballot (top-k, checked against the form, Shamir shares of its bits, sealed to the
   3 tallies), mean over the clients; ``upload bytes``: what one client sends;
@@ -53,7 +53,6 @@ def request_for(p: int, k: int, clients: int, keys: tuple[bytes, ...], release: 
 
 def committee_round(p: int, k: int, clients: int, rng: np.random.Generator, invalid: int = 0) -> dict[str, Any]:
     """One committee round of ``clients`` ballots (the last ``invalid`` of them boosted); the measures by name."""
-    from dphype.secure.relay import seal
     from dphype.secure.committee import (
         Tally,
         field_modulus,
@@ -62,6 +61,7 @@ def committee_round(p: int, k: int, clients: int, rng: np.random.Generator, inva
         split_shares,
         voter_id,
     )
+    from dphype.secure.relay import seal
 
     tallies = [Tally(j) for j in range(3)]
     request = request_for(p, k, clients, tuple(t.public for t in tallies))

@@ -18,10 +18,10 @@ SuperExec, a fresh ``flwr-clientapp`` interpreter per message. The stages:
   answers ``hello``; the planner's simulation runs here too);
 * ``wait for nodes``: to the pre-flight being sent (all ``clients`` nodes connected);
 * ``pre-flight``: every node checks the request and scores every candidate (ClientApp processes start here);
-* sum mode: ``secure vote``, our SecAgg+ round (:func:`dphype.flower.server.secagg_server.run_secure_sum`), split into its
-  stages (``secagg: share_keys``, ``secagg: masked_input``, ``secagg: consistency``, ``secagg: unmask``, as
-  the server logs them) and ``release`` (decoding, the selection rule, the report); argmax mode: ``winner``,
-  the sealed shares and the tallies' ``collect``, ``compute`` and ``result`` stages;
+* sum mode: ``secure vote``, our SecAgg+ round (:func:`dphype.flower.server.secagg_server.run_secure_sum`), split into
+  its stages (``secagg: share_keys``, ``secagg: masked_input``, ``secagg: consistency``, ``secagg: unmask``, as the
+  server logs them) and ``release`` (decoding, the selection rule, the report); argmax mode: ``winner``, the sealed
+  shares and the tallies' ``collect``, ``compute`` and ``result`` stages;
 * ``selection``: the sum of the above from ``Starting DPHype`` (argmax mode: from the ``hello``), the
   deployment's selection time;
 * ``fedavg``: the final training (one round, by default) until the result line.

@@ -432,8 +432,8 @@ def federation_key(fed: Federation, candidates: Any, **extra: Any) -> dict[str, 
             "data_dir": fed.data_dir, "candidates": candidates.fingerprint(), **scheme, **extra}
 
 
-#: What :func:`dphype.ml.torch_task.score_clients` stores; part of the cache key, so arrays of another score format
-#: (e.g. ``(n, p)`` accuracies alone) are never reused.
+#: What :func:`dphype.ml.torch_task.score_clients` stores; part of the cache key, so arrays of an older score format
+#: (``(n, p)`` accuracies only, before the loss tie-break) are never reused.
 SCORE_FORMAT = "keys:accuracy,-validation_loss"
 
 

@@ -72,7 +72,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              "            b_out.append(b_share)\n        else:\n",
              "            b_out.append(b_share)\n            s_owners.append(owner)\n"
              "            s_out.append(s_share)\n        else:\n"),
-    Mutation("clip-check-5%", "the server's check of client clipping has a 5% slack", "dphype/flower/final_training.py",
+    Mutation("clip-check-5%", "the server's check of client clipping has a 5% slack",
+             "dphype/flower/final_training.py",
              "        limit = self.clipping_norm * (1.0 + CLIP_TOLERANCE)\n",
              "        limit = self.clipping_norm * 1.05\n"),
     Mutation("receipts-unchecked", "committee members sign survivors that never proved they took part",

@@ -107,7 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="SecAgg+ graph: secure (default; dphype.secure.secagg_params) or paper (shares 0.3 n, "
                              "all needed)")
     parser.add_argument("--dropout", type=float, default=0.0, help="tolerated dropout xi (default 0)")
-    parser.add_argument("--release", nargs="+", choices=tuple(RELEASE_MODES), default=["sum"],
+    parser.add_argument("--release", nargs="+", choices=RELEASE_MODES.names(), default=["sum"],
                         help="release modes of the voting round: sum (SecAgg+, default) and/or argmax (the winner "
                              "only, 3 simulated tally nodes)")
     parser.add_argument("--skip-local", action="store_true", help="only the voting round")

@@ -114,7 +114,7 @@ def profile_round(clients: int, *, num_shares: float, threshold: float, corrupt_
     from flwr.common.serde import recorddict_to_proto
 
     from dphype.flower.local import LocalGrid
-    from dphype.flower.server import secagg
+    from dphype.flower.server import secagg_server
 
     vectors = np.random.default_rng([seed, clients]).integers(-50, 51, size=(clients, SIZE))
     grid = LocalGrid(vector_app(vectors, roster), clients, federation=False)
@@ -124,7 +124,7 @@ def profile_round(clients: int, *, num_shares: float, threshold: float, corrupt_
             for owner, name in targets:
                 stack.enter_context(harness.timed(totals, label, _owner(owner), name))
         start, cpu_start = time.perf_counter(), time.process_time()
-        out = secagg.run_secure_sum(grid, grid.get_node_ids(), REQUEST, size=SIZE, noise="skellam",
+        out = secagg_server.run_secure_sum(grid, grid.get_node_ids(), REQUEST, size=SIZE, noise="skellam",
                                     min_survivors=clients, num_shares=num_shares, reconstruction_threshold=threshold,
                                     corrupt_fraction=corrupt_fraction)
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start

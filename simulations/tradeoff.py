@@ -73,7 +73,7 @@ def add_release_arguments(parser: argparse.ArgumentParser, *, repetitions: int) 
                         help=f"selection rules applied to the same releases (default all; default rule {DEFAULT_RULE})")
     parser.add_argument("--total-noise", action="store_true",
                         help="draw the summed noise at once instead of one share per client (same distribution)")
-    parser.add_argument("--release", nargs="+", choices=tuple(RELEASE_MODES), default=["sum"],
+    parser.add_argument("--release", nargs="+", choices=RELEASE_MODES.names(), default=["sum"],
                         help="release modes replayed on the same votes: sum (the noisy vote sum, default) and/or "
                              "argmax (only the winner, pure epsilon; dphype.privacy.winner)")
     parser.add_argument("--neighbourings", nargs="+", choices=NEIGHBOURING, default=["replace-one"],

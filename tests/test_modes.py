@@ -49,9 +49,9 @@ def a_request(name: str, committee: tuple[bytes, ...], **changes: Any) -> VoteRe
 # ------------------------------------------------------------------------------------------------ registry
 def test_the_registry_maps_each_configuration_name_to_its_class() -> None:
     # definition order: the planner's ties go to the first
-    assert list(RELEASE_MODES) == ["sum", "argmax", "committee-sum"]
-    assert RELEASE_MODES["sum"] is SumRelease and RELEASE_MODES["argmax"] is ArgmaxRelease
-    assert RELEASE_MODES["committee-sum"] is CommitteeSumRelease
+    assert RELEASE_MODES.names() == ("sum", "argmax", "committee-sum")
+    assert RELEASE_MODES.get("sum") is SumRelease and RELEASE_MODES.get("argmax") is ArgmaxRelease
+    assert RELEASE_MODES.get("committee-sum") is CommitteeSumRelease
     assert (SumRelease.aggregator, ArgmaxRelease.aggregator, CommitteeSumRelease.aggregator) == (
         Aggregator.SECAGG, Aggregator.COMMITTEE, Aggregator.COMMITTEE)
     assert (SumRelease.forecast, ArgmaxRelease.forecast, CommitteeSumRelease.forecast) == (
@@ -69,10 +69,10 @@ def test_an_unknown_name_names_the_parameter_the_allowed_names_and_the_fix(name:
         DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=10, release=name)
 
 
-@pytest.mark.parametrize("name", list(RELEASE_MODES))
+@pytest.mark.parametrize("name", RELEASE_MODES.names())
 def test_every_mode_round_trips_through_the_configuration_and_json(name: str, committee: tuple[bytes, ...]) -> None:
     mode = release_mode(name)
-    assert isinstance(mode, RELEASE_MODES[name]) and mode.name == name
+    assert isinstance(mode, RELEASE_MODES.get(name)) and mode.name == name
     assert release_mode(json.loads(json.dumps(mode.name))) == mode
     config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=10, release=name)
     assert config.mode == mode and config.release == name
@@ -86,7 +86,9 @@ def test_every_mode_round_trips_through_the_configuration_and_json(name: str, co
 
 
 def test_a_subclass_that_sets_a_name_registers_itself_once() -> None:
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(RELEASE_MODES, "_items", RELEASE_MODES.copy()._items)  # the throwaway mode's entries
+
         class Louder(SumRelease):  # a variant of the sum release: one class
             name = "louder"
 
@@ -94,9 +96,7 @@ def test_a_subclass_that_sets_a_name_registers_itself_once() -> None:
         assert DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=10, release="louder").mode == Louder()
         with pytest.raises(ValueError, match="release mode 'louder' is already registered"):
             type("Again", (SumRelease,), {"name": "louder"})
-    finally:
-        RELEASE_MODES.pop("louder", None)
-    assert list(RELEASE_MODES) == ["sum", "argmax", "committee-sum"]
+    assert RELEASE_MODES.names() == ("sum", "argmax", "committee-sum")
     with pytest.raises(TypeError):
         ReleaseMode()  # type: ignore[abstract]
 
@@ -118,7 +118,9 @@ def test_a_mode_is_described_by_plain_data_and_accounted_by_five_methods_of_its_
 def test_only_the_committee_carries_tallies(committee: tuple[bytes, ...]) -> None:
     assert a_request("sum", committee).tallies == ()  # make_vote_request leaves them out for SecAgg+
     assert a_request("argmax", committee).tallies == committee
-    with pytest.raises(ValueError, match="tallies must be empty unless release is 'argmax'"):
+    with pytest.raises(ValueError,
+                       match=r"tallies must be empty unless release is one of the committee releases \(argmax, "
+                             r"committee-sum\)"):
         VoteRequest(CANDS, DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=10), 10.0, committee)
     with pytest.raises(ValueError, match="at least 3 tallies"):
         Aggregator.COMMITTEE.check_tallies(committee[:2])
@@ -181,7 +183,7 @@ def test_argmax_release_methods_agree_with_the_discrete_laplace_mechanism(commit
 
 def test_a_replayed_release_is_a_release_input(committee: tuple[bytes, ...]) -> None:
     votes = np.array([0.0, 9.0, 2.0, 8.0, 0.0, 1.0])
-    for name in RELEASE_MODES:
+    for name in RELEASE_MODES.names():
         request = a_request(name, committee, epsilon=50.0)
         (opened,) = request.mode.replay(request, votes, repetitions=1, rng=np.random.default_rng(0))
         assert request.mode.release(request, opened, 10).selected_index == 1

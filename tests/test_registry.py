@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from dphype.ml.data import dataset_spec
+from dphype.ml.oracles import make_problem
+from dphype.modes import release_mode
+from dphype.privacy.noise_kinds import noise_kind
 from dphype.registry import Registry
+from dphype.selection.rules import selection_rule
 
 
 def test_a_registry_keeps_order_refuses_taken_and_unknown_names_and_copies_apart():
@@ -20,3 +25,20 @@ def test_a_registry_keeps_order_refuses_taken_and_unknown_names_and_copies_apart
     twin = colours.copy()
     twin.add("green", 3)
     assert twin.names() == ("red", "blue", "green") and colours.names() == ("red", "blue")
+    assert colours.items() == (("red", 1), ("blue", 2))
+
+
+def test_a_registrys_fix_follows_its_refusal():
+    sizes = Registry[int]("size", "size", "set --size to one of them")
+    sizes.add("small", 1)
+    with pytest.raises(ValueError, match=r"^size must be one of small, got 'huge': set --size to one of them$"):
+        sizes.get("huge")
+    assert sizes.copy().fix == sizes.fix
+
+
+@pytest.mark.parametrize(("lookup", "parameter"), [(noise_kind, "noise"), (selection_rule, "rule"),
+                                                   (dataset_spec, "dataset"), (release_mode, "release"),
+                                                   (make_problem, "oracle")])
+def test_every_family_of_variants_refuses_an_unknown_name_through_its_registry(lookup, parameter):
+    with pytest.raises(ValueError, match=rf"^{parameter} must be one of \S+(, \S+)*, got 'nope'"):
+        lookup("nope")

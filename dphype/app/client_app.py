@@ -25,6 +25,7 @@ from flwr.clientapp.typing import ClientAppCallable
 from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 
 from dphype.flower import register_dphype, selected_candidate, simulated_roles
+from dphype.ml.torch_task import make_task
 
 if TYPE_CHECKING:  # torch is imported where a task is built: a process serving a SecAgg+ stage needs none
     from dphype.ml.torch_task import TorchTask
@@ -32,8 +33,6 @@ if TYPE_CHECKING:  # torch is imported where a task is built: a process serving 
 
 def local_task(context: Context) -> TorchTask:
     """This node's task: its shard of the run's data set and the paper's model."""
-    from dphype.ml.torch_task import make_task
-
     run = context.run_config
     return make_task(str(run.get("dataset", "adult")), int(context.node_config["partition-id"]),
                      int(context.node_config["num-partitions"]), seed=int(run.get("seed", 0)),
@@ -54,6 +53,7 @@ def clip_in_private_rounds(msg: Message, context: Context, call_next: ClientAppC
 @app.train(mods=[clip_in_private_rounds])
 def train(msg: Message, context: Context) -> Message:
     """One FedAvg local update of the global model with the selected candidate (in DP rounds, clipped by the mod)."""
+    # lazy import: torch
     from dphype.ml.training import client_round_seed
 
     config = msg.content.config_records["config"]

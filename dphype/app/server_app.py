@@ -11,7 +11,7 @@ A worked example of the Message API end to end, in one ``@app.main()``:
 2. ``flwr.serverapp.strategy.FedAvg`` -- ``fedavg-rounds`` rounds with the selected candidate as the train
    config; the global model is evaluated on the held-out test split after every round, and by a
    ``fraction-evaluate`` share of the clients on their own data. With ``train-epsilon > 0`` FedAvg runs in
-   Flower's DP wrapper (`dphype.flower.private_training`) and the report composes both phases.
+   Flower's DP wrapper (`dphype.flower.final_training`) and the report composes both phases.
 
 The summary (selection, privacy report, test accuracy, timings) is logged as text
 (`dphype.result.summarize_run`) and as one JSON line prefixed ``DPHYPE_RESULT``, and, when the run config

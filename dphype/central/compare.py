@@ -32,6 +32,7 @@ The methods compared:
 
 from __future__ import annotations
 
+import csv
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -40,11 +41,16 @@ from typing import Any
 
 import numpy as np
 
+from dphype.central.dpbo import candidate_features, dp_bo
+from dphype.checks import check_k
 from dphype.config import DPHypeConfig
-from dphype.ml.torch_task import FixedScoresTask, score_clients
+from dphype.ml.data import dataset_spec, split_indices
+from dphype.ml.torch_task import FixedScoresTask, default_epochs, load_cached, score_clients
 from dphype.ml.validation import SINGLE_SPLIT
 from dphype.plotting import pyplot, save_figure
+from dphype.protocol import check_request, make_vote_request, score_candidates
 from dphype.selection.candidates import CandidateList
+from dphype.selection.voting import primary_scores
 
 DPHYPE_ASSUMPTIONS: tuple[str, ...] = (
     "client-level DP, replace-one neighbouring clients (top-k votes: L2 sqrt(2k), L1 2k)",
@@ -89,8 +95,7 @@ def central_accuracies(
     Returns:
         Two ``(candidates,)`` arrays and an int.
     """
-    from dphype.ml.data import dataset_spec, split_indices
-    from dphype.ml.torch_task import default_epochs, load_cached
+    # lazy import: torch
     from dphype.ml.training import VALIDATION_FRACTION, accuracy, train_candidates
 
     pool, test = load_cached(dataset, data_dir)
@@ -122,8 +127,6 @@ def dphype_select(
     Returns:
         ``(index, privacy report)``: the selected index and the report as a dict.
     """
-    from dphype.protocol import check_request, make_vote_request, score_candidates
-
     request = make_vote_request(config, candidates)
     mode = request.mode
     ballot = mode.resolved_ballot(config, len(candidates))
@@ -206,10 +209,8 @@ def compare(
     Raises:
         ValueError: ``k`` exceeds the candidates, or ``dpbo_iterations`` or ``repetitions`` is below 1.
     """
-    from dphype.central.dpbo import candidate_features, dp_bo
+    # lazy import: scipy
     from dphype.central.propose_test import calibrate_eps0, propose_test
-    from dphype.checks import check_k
-    from dphype.selection.voting import primary_scores
 
     check_k(config.k, len(candidates))
     epsilon, delta, clients, k = config.epsilon, config.delta, config.clients, config.k
@@ -323,8 +324,6 @@ def write_table(rows: Sequence[Mapping[str, Any]], out: str, title: str) -> list
     Returns:
         The two files' paths.
     """
-    import csv
-
     plt = pyplot()
     os.makedirs(out, exist_ok=True)
     csv_path = os.path.join(out, "compare.csv")

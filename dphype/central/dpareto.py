@@ -135,6 +135,7 @@ def single_thread() -> Iterator[None]:
     Yields:
         Nothing; the body runs single-threaded.
     """
+    # lazy import: torch
     import torch
 
     previous = torch.get_num_threads()
@@ -178,6 +179,7 @@ class Surrogate:
 
     def update(self, x_unit: np.ndarray, y_t: np.ndarray) -> None:
         """Condition on all data; refit the hyperparameters (warm start) every ``refit_every`` calls."""
+        # lazy import: BoTorch; GPyTorch; torch
         import torch
         from botorch.fit import fit_gpytorch_mll
         from botorch.models import SingleTaskGP
@@ -218,6 +220,7 @@ class Surrogate:
 
     def predict(self, x_unit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(N, 2)`` predictive mean and std of the latent functions (R&W Eq. 2.25-2.26), transformed space."""
+        # lazy import: torch
         import torch
 
         z = torch.from_numpy(np.ascontiguousarray(x_unit, dtype=np.float64))
@@ -403,6 +406,7 @@ def dpareto(
             "pool_size, refit_every and fit_maxiter must be >= 1 and local_pool >= 0, got "
             f"{pool_size}, {refit_every}, {fit_maxiter}, {local_pool}"
         )
+    # lazy import: torch
     import torch
 
     torch.manual_seed(seed)
@@ -435,6 +439,7 @@ def dpareto(
 def _qnehvi_values(surrogate: Surrogate, x_unit: np.ndarray, pool: np.ndarray,
                    reference: Sequence[float]) -> np.ndarray:
     """BoTorch's qLogNEHVI (q = 1) of every pool point, maximising ``(-epsilon, -error)`` from ``(-ref)``."""
+    # lazy import: BoTorch; torch
     import torch
     from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
     from botorch.acquisition.multi_objective.objective import GenericMCMultiOutputObjective

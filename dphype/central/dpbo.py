@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from dphype.checks import check_delta, check_epsilon, check_positive
+
 ASSUMPTIONS_ALG1: tuple[str, ...] = (
     "Assumption 1 (Kusner et al. 2015): validation gains of all data sets are jointly a GP with known "
     "normalised kernels k1(V,V') k2(lambda,lambda'); k2 fixed in advance (Matern 5/2, given lengthscale), "
@@ -242,8 +244,6 @@ def lipschitz_gain_sensitivity(
 # --------------------------------------------------------------------------------------- mechanisms
 def exponential_mechanism_probabilities(utility: np.ndarray, epsilon: float, sensitivity: float) -> np.ndarray:
     """Def. 4 (McSherry & Talwar 2007): ``P(lambda) ~ exp(epsilon q(lambda) / (2 Delta))``, ``epsilon, Delta > 0``."""
-    from dphype.checks import check_epsilon, check_positive
-
     check_epsilon(epsilon)
     check_positive("sensitivity", sensitivity)
     logits = epsilon * np.asarray(utility, dtype=np.float64) / (2.0 * sensitivity)
@@ -253,8 +253,6 @@ def exponential_mechanism_probabilities(utility: np.ndarray, epsilon: float, sen
 
 def laplace_scale(sensitivity: float, epsilon: float) -> float:
     """Def. 3: the Laplace mechanism's scale ``Delta / epsilon`` (both ``> 0``)."""
-    from dphype.checks import check_epsilon, check_positive
-
     check_epsilon(epsilon)
     check_positive("sensitivity", sensitivity)
     return sensitivity / epsilon
@@ -353,8 +351,6 @@ def dp_bo(
     Raises:
         ValueError: An argument is out of its range.
     """
-    from dphype.checks import check_delta, check_epsilon
-
     check_epsilon(epsilon)
     check_delta(delta)
     if iterations < 1:

@@ -46,6 +46,7 @@ def _reference(reference: Sequence[float] | np.ndarray, *, allow_inf: bool = Fal
 
 def non_dominated(points: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
     """``(n,)`` mask of the points on the front (Def. 2, minimisation); of identical ones only the first is kept."""
+    # lazy import: BoTorch; torch
     import torch
     from botorch.utils.multi_objective.pareto import is_non_dominated
 
@@ -68,6 +69,7 @@ def hypervolume(
     reference: Sequence[float] = DEFAULT_REFERENCE,
 ) -> float:
     """``HV_{v+}(PF(points))``: area the front dominates in the anti-ideal box (BoTorch's ``DominatedPartitioning``)."""
+    # lazy import: BoTorch; torch
     import torch
     from botorch.utils.multi_objective.box_decompositions.dominated import DominatedPartitioning
 

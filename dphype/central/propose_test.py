@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 from scipy.optimize import brentq
 
+from dphype.checks import check_delta, check_epsilon
+
 ASSUMPTIONS: tuple[str, ...] = (
     "add/remove-one neighbours of the training set; the k parts are disjoint, so each averaged utility "
     "has sensitivity 1/k (utilities in [0, 1])",
@@ -145,8 +147,6 @@ def propose_test(
     Raises:
         ValueError: An argument is out of its range.
     """
-    from dphype.checks import check_delta, check_epsilon
-
     check_epsilon(eps0)
     check_delta(delta_slack)
     if not 0.0 < granularity < 1.0:

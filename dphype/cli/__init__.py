@@ -1,6 +1,7 @@
 """The ``dphype`` console script.
 
-Each sub-command lives next to the concept it drives and exposes two functions:
+Each sub-command's module is named after the command (the only module names that repeat in the package:
+``dphype/cli/roster.py`` drives `dphype.secure.roster`) and exposes two functions:
 ``add_arguments(parser)`` and ``run(args) -> dict``. The dict is printed as readable
 text (`dphype.result.format_fields`, or the module's own ``render(result) -> str``), or with
 ``--json`` as one JSON object on the last line of standard output instead.
@@ -134,6 +135,7 @@ def add_selection_arguments(parser: argparse.ArgumentParser, *, release: str = "
         parser: The sub-command's parser.
         release: The default of ``--release``.
     """
+    # lazy import: start-up: `dphype --help` imports only the standard library
     from dphype.selection.rules import DEFAULT_RULE, rule_names, selection_rule
 
     described = ", ".join(f"{name} ({selection_rule(name).description})" for name in rule_names())
@@ -142,9 +144,10 @@ def add_selection_arguments(parser: argparse.ArgumentParser, *, release: str = "
                              "rule is post-processing")
     parser.add_argument("--min-success", type=float, default=None,
                         help="refuse to run when the planner's scenario simulates a smaller chance of a good pick")
+    # lazy import: start-up: `dphype --help` imports only the standard library
     from dphype.modes import RELEASE_MODES
 
-    parser.add_argument("--release", choices=tuple(RELEASE_MODES), default=release,
+    parser.add_argument("--release", choices=RELEASE_MODES.names(), default=release,
                         help="release mode: " + "; ".join(f"{name} ({mode.released})"
                                                           for name, mode in RELEASE_MODES.items())
                              + f"; default {release}")
@@ -160,6 +163,7 @@ def add_noise_arguments(parser: argparse.ArgumentParser) -> None:
     Args:
         parser: The sub-command's parser.
     """
+    # lazy import: start-up: `dphype --help` imports only the standard library
     from dphype.checks import ACCOUNTANTS, DEFAULT_NOISE
     from dphype.privacy.noise_kinds import noise_kind, noise_kind_names
 
@@ -195,6 +199,7 @@ def privacy_config(args: argparse.Namespace, num_candidates: int | None = None) 
     Raises:
         ValueError: If an option is out of range, or ``k`` exceeds ``num_candidates``.
     """  # noqa: DOC502
+    # lazy import: start-up: `dphype --help` imports only the standard library
     from dphype.checks import check_k
     from dphype.config import DPHypeConfig
 
@@ -292,6 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "stopped and its temporary folders are removed", file=sys.stderr)
         return 128 + signum
     if not args.json:
+        # lazy import: start-up: `dphype --help` imports only the standard library
         from dphype.result import format_fields
 
         render = getattr(module, "render", format_fields)

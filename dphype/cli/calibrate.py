@@ -10,6 +10,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from dphype.cli import add_candidates_argument, add_privacy_arguments, privacy_config
+from dphype.privacy.accounting import calibrate, privacy_report
+from dphype.privacy.noise import min_survivors
+from dphype.selection.candidates import load_candidates
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``calibrate`` options (the privacy options shared by every command).
@@ -17,8 +22,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     Args:
         parser: The sub-command's parser.
     """
-    from dphype.cli import add_candidates_argument, add_privacy_arguments
-
     add_privacy_arguments(parser)
     add_candidates_argument(parser, default=None)
     parser.add_argument(
@@ -41,11 +44,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     Raises:
         ValueError: For bad input (exit status 2 via `dphype.cli.main`).
     """  # noqa: DOC502
-    from dphype.cli import privacy_config
-    from dphype.privacy.accounting import calibrate, privacy_report
-    from dphype.privacy.noise import min_survivors
-    from dphype.selection.candidates import load_candidates
-
     num_candidates = None if args.candidates is None else len(load_candidates(args.candidates))
     config = privacy_config(args, num_candidates)
     release = calibrate(config.epsilon, config.delta, config.k, num_candidates=num_candidates,

@@ -13,7 +13,9 @@ import sys
 import time
 from typing import Any
 
+from dphype.central.compare import compare, write_table
 from dphype.cli import add_candidates_argument, add_privacy_arguments, privacy_config
+from dphype.selection.candidates import load_candidates
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,9 +59,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     Raises:
         ValueError: For bad input (exit status 2 via `dphype.cli.main`).
     """  # noqa: DOC502
-    from dphype.central.compare import compare, write_table
-    from dphype.selection.candidates import load_candidates
-
     started = time.perf_counter()
     candidates = load_candidates(args.candidates)
     rows, shared = compare(

@@ -29,7 +29,25 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dphype.cli import add_candidates_argument, add_privacy_arguments, add_selection_arguments, privacy_config
+from dphype import __version__
+from dphype.checks import check_int, check_positive
+from dphype.cli import (
+    RunFailedError,
+    add_candidates_argument,
+    add_privacy_arguments,
+    add_selection_arguments,
+    privacy_config,
+)
+from dphype.cli.run import run_locally
+from dphype.config import RUN_CONFIG_KEYS
+from dphype.ml.reference import candidate_accuracies, majority_of_test_split
+from dphype.ml.torch_task import check_candidates
+from dphype.modes import Aggregator
+from dphype.node.ledger import admitting_policy
+from dphype.node.policy import POLICY_ENV
+from dphype.result import FAILURE_FORMAT, RESULT_FORMAT, summarize_run
+from dphype.secure.committee import COMMITTEE_SIZE
+from dphype.selection.candidates import load_candidates
 
 #: ``--reference`` choices: every candidate's accuracy and the majority class, or the majority class alone.
 REFERENCES = ("best", "majority")
@@ -84,18 +102,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         dphype.cli.RunFailedError: If the Flower run ends without a result, with the ServerApp's cause when it
             logged one (exit status 1).
     """  # noqa: DOC502, DOC503
+    # lazy import: Flower
     from dphype.flower import DPHype
     from dphype.flower.local import node_config_string
     from dphype.flower.tally_node import TALLY_KEYS_ENV
-    from dphype.modes import Aggregator
-    from dphype.node.ledger import admitting_policy
-    from dphype.node.policy import POLICY_ENV
-    from dphype.selection.candidates import load_candidates
 
     candidates = load_candidates(args.candidates)
     config = privacy_config(args, len(candidates))  # first: it needs no training code
     if args.app is None:  # the bundled app's task reads only its own keys: refused here, before any node works
-        from dphype.ml.torch_task import check_candidates
 
         try:
             check_candidates(candidates)
@@ -116,22 +130,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def make_tally_keys(folder: Path) -> tuple[bytes, ...]:
     """Create the simulated committee's ``tally-<j>.key`` files in ``folder``; their public keys in order."""
+    # lazy import: Flower
     from dphype.flower.tally_node import load_tally_key
-    from dphype.secure.committee import COMMITTEE_SIZE
 
     return tuple(load_tally_key(folder / f"tally-{j}.key").public for j in range(COMMITTEE_SIZE))
 
 
 def _run(args: argparse.Namespace, selection: Any, env: dict[str, str], folder: Path) -> dict[str, Any]:
     """Check the app's own settings, run the app on ``clients`` (plus 3 tally) simulated nodes."""
-    from dphype.checks import check_int, check_positive
-    from dphype.cli import RunFailedError
-    from dphype.cli.run import run_locally
-    from dphype.config import RUN_CONFIG_KEYS
+    # lazy import: Flower
     from dphype.flower.local import is_flower_app
-    from dphype.modes import Aggregator
-    from dphype.result import FAILURE_FORMAT, RESULT_FORMAT
-    from dphype.secure.committee import COMMITTEE_SIZE
 
     config = selection.config
     for name in ("fedavg_rounds", "local_epochs"):
@@ -189,8 +197,6 @@ def reference_point(args: argparse.Namespace, candidates: Any, selected: int) ->
         ``majority_class``; with ``best``, also ``best_candidate`` (its index), ``best_accuracy`` and
         ``pick_accuracy`` (the pick trained the same way); and ``note``.
     """
-    from dphype.ml.reference import candidate_accuracies, majority_of_test_split
-
     reference: dict[str, Any] = {"majority_class": majority_of_test_split("adult")}
     if args.reference == "best":
         print("dphype demo: training every candidate centrally for the reference point (outside the private "
@@ -213,7 +219,7 @@ def bundled_app(folder: Path, run_config: dict[str, Any]) -> Path:
     Returns:
         ``folder``.
     """
-    from dphype import __version__
+    # lazy import: Flower
     from dphype.flower.local import toml_value
 
     folder.mkdir(parents=True)
@@ -229,6 +235,4 @@ def bundled_app(folder: Path, run_config: dict[str, Any]) -> Path:
 
 def render(result: dict[str, Any]) -> str:
     """The demo's summary as text (`dphype.result.summarize_run`)."""
-    from dphype.result import summarize_run
-
     return summarize_run(result)

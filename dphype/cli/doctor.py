@@ -20,11 +20,28 @@ import json
 import re
 import tomllib
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+
+from dphype.node.ledger import Ledger, LedgerError
+from dphype.node.pki import MPYC_NAME
+from dphype.node.policy import (
+    IDENTITY_KEY,
+    POLICY_KEYS,
+    ROSTER_KEY,
+    UNAUTHENTICATED_KEY,
+    NodePolicy,
+    federation_settings,
+    load_membership,
+)
+from dphype.refusal import Refusal
+from dphype.secure.roster import RosterError
+from dphype.strict_json import jsonable
 
 if TYPE_CHECKING:
     from dphype.secure.roster import Membership
@@ -79,8 +96,6 @@ def parse_node_config(text: str) -> dict[str, Any]:
 def _certificate(path: Path, problems: list[str], *, issuer: x509.Certificate | None = None,
                  name: str | None = None, key: Path | None = None) -> str:
     """One line on the certificate at ``path`` (and its private key ``key``); its contradictions in ``problems``."""
-    from cryptography.hazmat.primitives import serialization
-
     try:
         cert = x509.load_pem_x509_certificate(path.read_bytes())
     except (OSError, ValueError) as err:
@@ -119,15 +134,6 @@ def _certificate(path: Path, problems: list[str], *, issuer: x509.Certificate | 
 
 def _invalid_keys(config: Mapping[str, Any], whole: Exception) -> list[str]:
     """Each invalid or unknown key of a voter's policy on its own line (``whole``: the policy's first error)."""
-    from dphype.node.policy import (
-        IDENTITY_KEY,
-        POLICY_KEYS,
-        ROSTER_KEY,
-        UNAUTHENTICATED_KEY,
-        NodePolicy,
-        federation_settings,
-    )
-
     found = []
     unknown = [str(k) for k in config if str(k).startswith("dphype-") and k not in POLICY_KEYS]
     if unknown:
@@ -149,8 +155,6 @@ def _invalid_keys(config: Mapping[str, Any], whole: Exception) -> list[str]:
 
 def _check_role(report: dict[str, Any], problems: list[str], membership: Membership, role: str) -> bool:
     """Report the roster and this node's place in it; a problem unless its identity holds ``role``; whether it does."""
-    from dphype.secure.roster import RosterError
-
     report["federation"] = (f"roster {membership.roster.fingerprint} ({len(membership.roster.members)} "
                             f"members), this node: {membership.name} ({membership.member.role})")
     try:
@@ -163,12 +167,6 @@ def _check_role(report: dict[str, Any], problems: list[str], membership: Members
 
 
 def _voter(config: Mapping[str, Any], report: dict[str, Any], problems: list[str]) -> None:
-    from dataclasses import replace
-
-    from dphype.node.ledger import Ledger, LedgerError
-    from dphype.node.policy import NodePolicy
-    from dphype.refusal import Refusal
-
     try:
         policy = NodePolicy.from_node_config(config)
     except ValueError as err:
@@ -176,6 +174,7 @@ def _voter(config: Mapping[str, Any], report: dict[str, Any], problems: list[str
         return
     report["policy"] = " ".join(f"{k}={v}" for k, v in policy.to_dict().items() if k != "dphype-ledger")
     if "partition-id" in config or "num-partitions" in config:  # the bundled app's data shard
+        # lazy import: Flower
         from dphype.flower.local import check_partition
 
         try:
@@ -228,6 +227,7 @@ def _voter(config: Mapping[str, Any], report: dict[str, Any], problems: list[str
 
 
 def _tally(config: Mapping[str, Any], report: dict[str, Any], problems: list[str]) -> None:
+    # lazy import: Flower
     from dphype.flower.tally_node import (
         TALLY_ID,
         TALLY_KEY_FILE,
@@ -236,9 +236,6 @@ def _tally(config: Mapping[str, Any], report: dict[str, Any], problems: list[str
         load_tally_key,
         mpyc_tls_folder,
     )
-    from dphype.node.pki import MPYC_NAME
-    from dphype.node.policy import federation_settings, load_membership
-    from dphype.refusal import Refusal
 
     index = config.get(TALLY_ID)
     parties = [a.strip() for a in str(config.get(TALLY_PARTIES, "")).split(",") if a.strip()]
@@ -320,7 +317,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     (_voter if args.role == "voter" else _tally)(config, report, problems)
     if problems:
         if args.json:
-            from dphype.strict_json import jsonable
 
             print(json.dumps(jsonable({**report, "ok": False, "problems": problems}), allow_nan=False))
         else:
@@ -331,8 +327,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _node_key(path: Path, problems: list[str]) -> None:
     """Whether ``path`` reads as an unencrypted private key (OpenSSH or PEM), as flower-supernode loads it."""
-    from cryptography.hazmat.primitives import serialization
-
     try:
         data = path.read_bytes()
         if b"OPENSSH PRIVATE KEY" in data:

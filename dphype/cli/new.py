@@ -22,6 +22,14 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from dphype import __version__
+from dphype.config import DPHypeConfig
+from dphype.modes import RELEASE_MODES
+from dphype.node.policy import POLICY_KEYS
+from dphype.selection.candidates import candidate_grid
+from dphype.selection.forecasts import Forecast
+from dphype.selection.planner import plan
+
 #: The template app's candidate list (its ``server_app.py``), as `dphype.selection.candidates.candidate_grid`'s
 #: keyword arguments.
 TEMPLATE_GRID: dict[str, list[float]] = {"lr": [0.001, 0.01, 0.1, 1.0], "steps": [5, 50]}
@@ -48,9 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser: The sub-command's parser.
     """
     parser.add_argument("app_dir", help="folder to create (must not exist, or be empty); its name names the app")
-    from dphype.modes import RELEASE_MODES
 
-    parser.add_argument("--release", choices=tuple(RELEASE_MODES), default="argmax",
+    parser.add_argument("--release", choices=RELEASE_MODES.names(), default="argmax",
                         help="the run config's release: " + "; ".join(f"{name} ({mode.released})"
                                                                        for name, mode in RELEASE_MODES.items())
                              + "; default argmax (a committee's 3 tally nodes are simulated beside the voters); the "
@@ -79,11 +86,6 @@ def template_k(release: str) -> int:
     Raises:
         ValueError: For a name that is no registered mode (`dphype.modes.release_mode`).
     """  # noqa: DOC502
-    from dphype.config import DPHypeConfig
-    from dphype.selection.candidates import candidate_grid
-    from dphype.selection.forecasts import Forecast
-    from dphype.selection.planner import plan
-
     cfg = DPHypeConfig(**TEMPLATE_RUN, k=1, release=release, ballot="top-k")
     candidates = candidate_grid(**TEMPLATE_GRID)
     # a winner forecast's k does not depend on the server's rule: planning it with argmax spares the GP's torch import
@@ -105,9 +107,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     Raises:
         ValueError: If ``app_dir`` exists and is not an empty folder, or its name makes no package name.
     """
-    from dphype import __version__
-    from dphype.node.policy import POLICY_KEYS
-
     folder = Path(args.app_dir).expanduser().absolute()
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise ValueError(f"app_dir {str(folder)!r} exists and is not an empty folder; choose a new one")

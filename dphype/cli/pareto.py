@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     Raises:
         ValueError: For bad input (exit status 2 via `dphype.cli.main`).
     """  # noqa: DOC502
+    # lazy import: start-up: scipy and BoTorch only when the search runs
     from dphype.central.dpareto import run_search, single_thread
     from dphype.central.pareto import hypervolume, hypervolume_trace, non_dominated, plot_front, plot_hypervolume_curves
 

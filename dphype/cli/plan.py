@@ -15,6 +15,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from dphype.checks import check_epsilon_budget, check_probability
+from dphype.cli import add_noise_arguments, add_selection_arguments
+from dphype.config import DPHypeConfig
+from dphype.modes import release_mode, release_modes
+from dphype.selection.candidates import load_candidates
+from dphype.selection.planner import plan, read_consensus, warnings
+from dphype.selection.voting import Ballot
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``plan`` options (``--noise`` / ``--accountant`` as in every command).
@@ -22,8 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     Args:
         parser: The sub-command's parser.
     """
-    from dphype.cli import add_noise_arguments, add_selection_arguments
-
     parser.add_argument("--clients", type=int, required=True, help="number of clients n in [2, 10000]")
     parser.add_argument("--epsilon", type=float, required=True, help="privacy budget epsilon in (0, 100]")
     parser.add_argument("--delta", type=float, required=True, help="privacy parameter delta in (0, 1)")
@@ -56,13 +62,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ValueError: For bad input, or a predicted success below ``--min-success`` (exit status 2 via
             `dphype.cli.main`).
     """  # noqa: DOC502
-    from dphype.checks import check_epsilon_budget, check_probability
-    from dphype.config import DPHypeConfig
-    from dphype.modes import release_mode, release_modes
-    from dphype.selection.candidates import load_candidates
-    from dphype.selection.planner import plan, read_consensus, warnings
-    from dphype.selection.voting import Ballot
-
     check_epsilon_budget(args.epsilon)  # before any simulation: the bound every command applies
     if args.min_success is not None:
         check_probability("min_success", args.min_success)

@@ -18,6 +18,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from dphype.secure.roster import IdentityKey, Member, Roster, RosterError, check_name, public_key_bytes
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``roster`` actions and their options.
@@ -64,8 +66,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             that exists or cannot be read, a member already in the roster, a key that is not a member (``check``);
             the message names the option and the fix.
     """
-    from dphype.secure.roster import IdentityKey, Member, Roster, RosterError, check_name, public_key_bytes
-
     if args.action == "keygen":
         name = check_name(args.name, "--name")
         key = IdentityKey.generate()

@@ -26,7 +26,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dphype.checks import check_int, check_positive
 from dphype.cli import RunFailedError
+from dphype.config import RUN_CONFIG_KEYS, DPHypeConfig
+from dphype.modes import Aggregator, release_mode
+from dphype.node.policy import POLICY_ENV, SIMULATED_REMEDIES, NodePolicy, check_clients_limit, check_delta_limit
+from dphype.refusal import Refusal
+from dphype.secure.committee import COMMITTEE_SIZE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,11 +63,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ValueError: For bad input (exit status 2 via `dphype.cli.main`).
         RunFailedError: If the run does not complete (exit status 1).
     """  # noqa: DOC502, DOC503
-    from dphype.checks import check_int, check_positive
-    from dphype.config import DPHypeConfig
+    # lazy import: Flower
     from dphype.flower.local import app_run_config, is_flower_app, parse_run_config, toml_value
-    from dphype.modes import Aggregator, release_mode
-    from dphype.secure.committee import COMMITTEE_SIZE
 
     folder = Path(args.app_dir).expanduser().absolute()
     if not is_flower_app(folder):
@@ -115,10 +118,6 @@ def check_selection(run_config: Mapping[str, Any]) -> Any:
     Raises:
         ValueError: Naming the run-config key, its range and the fix.
     """
-    from dphype.config import RUN_CONFIG_KEYS, DPHypeConfig
-    from dphype.node.policy import POLICY_ENV, SIMULATED_REMEDIES, check_clients_limit, check_delta_limit
-    from dphype.refusal import Refusal
-
     required = [RUN_CONFIG_KEYS[name] for name in ("epsilon", "delta", "k", "clients")]
     if not all(key in run_config for key in required):
         return None
@@ -138,8 +137,8 @@ def check_selection(run_config: Mapping[str, Any]) -> Any:
 
 def simulated_policy() -> Any:
     """The policy `run_locally`'s simulated nodes apply (`dphype.node.policy.POLICY_ENV`); `ValueError` if invalid."""
+    # lazy import: Flower
     from dphype.flower.client.policy_client import environment_policy
-    from dphype.node.policy import NodePolicy
 
     return NodePolicy.from_node_config(environment_policy())
 
@@ -162,6 +161,7 @@ def run_locally(app: Path, run_config: Mapping[str, Any], supernodes: int, *, en
     Raises:
         RunFailedError: With one line naming the cause, if the run did not complete.
     """
+    # lazy import: Flower
     from dphype.flower.local import LocalSuperLink
 
     with LocalSuperLink(env=env) as superlink:
@@ -171,7 +171,6 @@ def run_locally(app: Path, run_config: Mapping[str, Any], supernodes: int, *, en
         fix = "; give it longer with --timeout" if outcome.timed_out else ""
         cause = outcome.cause()
         if "in their node config" in cause:  # a node's remedy: in simulation the operators' channel is the variable
-            from dphype.node.policy import POLICY_ENV
 
             fix += (f" (the simulated nodes' node config is the {POLICY_ENV} environment variable of this command, "
                     f"e.g. {POLICY_ENV}='dphype-max-epsilon=2 dphype-min-clients=5')")

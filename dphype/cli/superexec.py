@@ -17,6 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     Args:
         parser: The sub-command's parser.
     """
+    # lazy import: Flower
     from dphype.flower.superexec import DEFAULT_POLL_INTERVAL
 
     parser.add_argument("--runtime-api-address", required=True,
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ValueError: If ``--runtime-api-address`` is not ``HOST:PORT``, ``--root-certificates`` is missing without
             ``--insecure``, or ``serve`` refuses an option.
     """
+    # lazy import: Flower
     from dphype.flower.superexec import serve
 
     if ":" not in args.runtime_api_address:

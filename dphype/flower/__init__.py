@@ -55,12 +55,12 @@ if TYPE_CHECKING:
     from dphype.flower.client import register_dphype
     from dphype.flower.client.policy_client import node_policy
     from dphype.flower.client.roles import simulated_roles
+    from dphype.flower.final_training import ClippingError, TrainingBudget, check_private_training, private_training
     from dphype.flower.selected import selected_candidate, train_config
     from dphype.flower.server import DPHype
     from dphype.flower.server.committee_server import ClientGrid, Committee, connected_committee, discover_committee
     from dphype.flower.server.readiness import PreflightError
     from dphype.flower.tally_node import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES, load_tally_key
-    from dphype.flower.final_training import ClippingError, TrainingBudget, check_private_training, private_training
 
 
 __getattr__ = lazy_getattr(__name__, _EXPORTS, globals())

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import tomllib
 import weakref
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -33,8 +34,10 @@ from types import TracebackType
 from typing import Any
 from uuid import uuid4
 
+from click import ClickException
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.common.config import flatten_dict, parse_config_args
 from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 from flwr.serverapp.grid import Grid
 from flwr.supercore.run import Run
@@ -111,10 +114,6 @@ def node_config_string(values: Mapping[str, Any]) -> str:
 
 def app_run_config(folder: str | Path) -> dict[str, Any]:
     """The run config the app in ``folder`` declares (``[tool.flwr.app.config]``, flattened as ``flwr run`` does)."""
-    import tomllib
-
-    from flwr.common.config import flatten_dict
-
     with (Path(folder) / "pyproject.toml").open("rb") as fh:
         return dict(flatten_dict(tomllib.load(fh).get("tool", {}).get("flwr", {}).get("app", {}).get("config", {})))
 
@@ -131,9 +130,6 @@ def parse_run_config(text: str | None) -> dict[str, Any]:
     Raises:
         ValueError: If ``text`` is not in that syntax (naming ``--run-config``).
     """
-    from click import ClickException
-    from flwr.common.config import parse_config_args
-
     if not text:
         return {}
     try:
@@ -145,8 +141,6 @@ def parse_run_config(text: str | None) -> dict[str, Any]:
 
 def is_flower_app(folder: str | Path) -> bool:
     """Whether ``folder`` holds a Flower app (a pyproject.toml with a ``[tool.flwr.app]`` table)."""
-    import tomllib
-
     path = Path(folder) / "pyproject.toml"
     if not path.is_file():
         return False

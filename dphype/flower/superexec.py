@@ -63,7 +63,7 @@ def check_preload(preload: Sequence[str]) -> tuple[str, ...]:
 
 def fresh_process_state() -> None:
     """Reseed NumPy's legacy global generator, copied from the fork server (DP-Hype's randomness is drawn fresh)."""
-    import numpy as np
+    import numpy as np  # lazy import: the SuperExec's own loop never needs numpy
 
     np.random.seed()
 
@@ -71,6 +71,7 @@ def fresh_process_state() -> None:
 def _run_task(runtime_api_address: str, token: str, insecure: bool, root_certificates_path: str | None,
               parent_pid: int | None, runtime_dependency_install: bool) -> None:
     """In the forked child: what ``flwr-clientapp --token`` does, without starting an interpreter."""
+    # lazy import: Flower's ClientApp runtime, in the forked child only (the fork server preloads it)
     from flwr.supercore.tls import validate_and_resolve_root_certificates
     from flwr.supernode.runtime.run_clientapp import run_clientapp
 
@@ -164,6 +165,7 @@ def serve(runtime_api_address: str, *, insecure: bool, root_certificates_path: s
     Raises:
         ValueError: If ``poll_interval`` is outside ``[0.01, 60]`` or a ``preload`` module cannot be imported.
     """
+    # lazy import: the loop's Flower modules, only when it serves (not for `dphype superexec --help`)
     from flwr.proto.runtime_pb2 import AcquireTaskRequest
     from flwr.supercore import log
     from flwr.supercore.app_utils import start_parent_process_monitor

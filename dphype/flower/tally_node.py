@@ -54,8 +54,6 @@ from dphype.modes import CommitteeMode
 from dphype.node.policy import federation_settings, load_membership
 from dphype.protocol import VoteRequest
 from dphype.refusal import Refusal, as_refusal
-from dphype.secure.relay import KeyPair
-from dphype.secure.roster import RosterError, share_payload
 from dphype.secure.committee import (
     ServedRecord,
     Tally,
@@ -66,6 +64,8 @@ from dphype.secure.committee import (
     party_command,
     send_job,
 )
+from dphype.secure.relay import KeyPair
+from dphype.secure.roster import RosterError, share_payload
 
 #: Node-config keys of a tally node (set by its operator, in Flower's node-config style).
 TALLY_ID, TALLY_PARTIES, TALLY_KEY_FILE = "dphype-tally-id", "dphype-tally-parties", "dphype-tally-key"

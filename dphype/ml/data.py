@@ -31,6 +31,7 @@ from __future__ import annotations
 import gzip
 import importlib.resources
 import pickle
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dphype.checks import check_positive
 from dphype.registry import Registry
 
 if TYPE_CHECKING:
@@ -278,6 +280,7 @@ def load_sklearn_table(name: str) -> tuple[Dataset, Dataset]:
     if name not in SKLEARN_TABLES:
         raise ValueError(f"name must be one of {', '.join(SKLEARN_TABLES)}; got {name!r}")
     try:
+        # lazy import: scikit-learn (bench extra)
         from sklearn import datasets
     except ModuleNotFoundError as err:
         raise ModuleNotFoundError(f"dataset {name!r} is read from scikit-learn: pip install 'dphype[bench]' "
@@ -316,6 +319,7 @@ def load_statsmodels_table(name: str) -> tuple[Dataset, Dataset]:
     if name not in STATSMODELS_TABLES:
         raise ValueError(f"name must be one of {', '.join(STATSMODELS_TABLES)}; got {name!r}")
     try:
+        # lazy import: statsmodels (bench extra)
         import statsmodels.datasets
     except ModuleNotFoundError as err:
         raise ModuleNotFoundError(f"dataset {name!r} is read from statsmodels: pip install 'dphype[bench]' "
@@ -545,6 +549,7 @@ def flwr_partition(labels: np.ndarray, partitioner: Partitioner) -> list[np.ndar
     Returns:
         One sorted index array per partition.
     """
+    # lazy import: Hugging Face datasets
     from datasets import Dataset as HFDataset
 
     y = np.asarray(labels)
@@ -581,11 +586,8 @@ def partition_dirichlet(
         ValueError: An argument is out of its range, or after flwr-datasets' 10 tries the data cannot support
             that many clients.
     """
-    import warnings
-
+    # lazy import: Flower Datasets
     from flwr_datasets.partitioner import DirichletPartitioner
-
-    from dphype.privacy.accounting import check_positive  # local import: accounting pulls in scipy
 
     y = np.asarray(labels)
     check_positive("beta", beta)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from dphype.ml.data import dataset_spec
 from dphype.ml.torch_task import load_cached, make_task
 
 
@@ -44,7 +45,7 @@ def candidate_accuracies(dataset: str, clients: int, candidates: Sequence[Mappin
     Returns:
         ``(p,)`` test accuracies, in candidate order.
     """
-    from dphype.ml.data import dataset_spec
+    # lazy import: torch
     from dphype.ml.training import accuracy, fedavg
 
     shards = [make_task(dataset, i, clients, seed=seed, epochs=local_epochs).data for i in range(clients)]

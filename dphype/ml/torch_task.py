@@ -83,6 +83,7 @@ class TorchTask:
         Returns:
             ``(p, 2)`` keys in the scheme's order (class docstring); a NaN row for a diverged candidate.
         """
+        # lazy import: torch
         from dphype.ml.crossval import cross_validate_candidates
 
         return cross_validate_candidates(
@@ -102,6 +103,7 @@ class TorchTask:
     # ---- final training of the selected candidate (one model, e.g. FedAvg through Flower) ----
     def initial_state(self, seed: int = 0) -> dict[str, Any]:
         """The model's initial weights (a torch state dict) drawn with ``seed``: the global model's start."""
+        # lazy import: torch
         from dphype.ml.training import initial_state
 
         return initial_state(self.model, self.data, seed=seed, device=self.device)
@@ -119,6 +121,7 @@ class TorchTask:
         Returns:
             The new weights and ``{"num-examples", "train-loss", "train-accuracy"}`` measured after the update.
         """
+        # lazy import: torch
         from dphype.ml.training import evaluate_state, local_update
 
         new = local_update(self.model, self.data, state, candidate, epochs=self.epochs if epochs is None else epochs,
@@ -128,6 +131,7 @@ class TorchTask:
 
     def evaluate(self, state: Mapping[str, Any]) -> dict[str, float]:
         """``{"num-examples", "loss", "accuracy"}`` of the weights ``state`` on all local data."""
+        # lazy import: torch
         from dphype.ml.training import evaluate_state
 
         acc, loss = evaluate_state(self.model, self.data, state, device=self.device)
@@ -144,8 +148,10 @@ def check_candidates(candidates: Sequence[Mapping[str, Any]]) -> None:
         ValueError: A missing ``lr``, a key training does not use (named, with the keys it reads), a negative or
             non-finite value.
     """  # noqa: DOC502
+    # lazy import: torch
     import torch
 
+    # lazy import: torch
     from dphype.ml.training import Hyperparameters
 
     Hyperparameters.from_candidates(candidates, torch.device("cpu"))

@@ -66,6 +66,7 @@ def vote_sensitivity(k: int, neighbouring: str = "replace-one") -> tuple[float, 
 # ------------------------------------------------------------------------------------------ root finding
 def _root_decreasing(fn: Callable[[float], float], target: float, start: float, name: str) -> float:
     """Solve ``fn(x) = target`` for ``x > 0``, ``fn`` decreasing: bracket by doubling, then brentq on ``log x``."""
+    # lazy import: scipy
     from scipy.optimize import brentq
 
     lo = hi = math.log(start)
@@ -342,6 +343,7 @@ RDP_ORDERS: np.ndarray = np.concatenate(
 
 def _rdp_accountant(orders: Any) -> Any:
     """A fresh dp_accounting ``RdpAccountant`` on ``orders``."""
+    # lazy import: dp_accounting
     import dp_accounting  # local import: ~1 s, needed only for composition
 
     return dp_accounting.rdp.RdpAccountant(orders=list(check_orders(orders)))
@@ -421,6 +423,7 @@ def rdp_delta(rdp: Any, epsilon: float, orders: Any = RDP_ORDERS) -> float:
 
 def _fedavg_event(noise_multiplier: float, rounds: int, neighbouring: str) -> Any:
     """dp_accounting event of ``rounds`` DP-FedAvg rounds (effective multiplier, see `fedavg_rdp`)."""
+    # lazy import: dp_accounting
     import dp_accounting
 
     effective = noise_multiplier / 2.0 if neighbouring == "replace-one" else noise_multiplier
@@ -480,6 +483,7 @@ def calibrate_fedavg(epsilon: float, delta: float, rounds: int, *, neighbouring:
     Raises:
         ValueError: An argument is invalid.
     """  # noqa: DOC502
+    # lazy import: dp_accounting
     import dp_accounting
 
     target = check_epsilon(epsilon)

@@ -63,6 +63,7 @@ def optimal_order(rdp_slope: float, delta: float) -> float:
     Returns:
         The minimising order.
     """
+    # lazy import: scipy
     from scipy.optimize import brentq  # local imports of scipy: seconds, needed only when solving
 
     log_delta = math.log(delta)
@@ -201,6 +202,7 @@ def gaussian_rdp_epsilon(l2: float, sigma: float, delta: float) -> float:
 
 def _log_analytic_delta(eps: float, l2: float, sigma: float) -> float:
     """Log of the analytic-Gaussian delta, computed in log space (no cancellation for tiny deltas)."""
+    # lazy import: scipy
     from scipy.special import log_ndtr
 
     a = l2 / (2.0 * sigma) - eps * sigma / l2
@@ -230,6 +232,7 @@ def analytic_gaussian_delta(eps: float, l2: float, sigma: float) -> float:
 
 def analytic_gaussian_epsilon(l2: float, sigma: float, delta: float) -> float:
     """Smallest epsilon with ``analytic_gaussian_delta(epsilon) <= delta`` (brentq); ``0`` if met at 0."""
+    # lazy import: scipy
     from scipy.optimize import brentq
 
     log_delta = math.log(delta)
@@ -264,12 +267,14 @@ class Gaussian(NoiseKind):
 
     def tail(self, threshold: float, variance: float) -> float:
         """Exact: ``2 Phi(-threshold / std)``."""
+        # lazy import: scipy
         from scipy.stats import norm  # local import of scipy.stats: seconds, needed only here
 
         return float(2.0 * norm.sf(threshold / math.sqrt(variance)))
 
     def rdp(self, orders: np.ndarray, l2: float, l1: float, sigma: float) -> np.ndarray:
         """dp_accounting's ``GaussianDpEvent`` with noise multiplier ``sigma / L2`` (Thm III.1); ``l1`` unused."""
+        # lazy import: dp_accounting
         import dp_accounting  # local import: ~1 s, needed only for composition
 
         accountant = dp_accounting.rdp.RdpAccountant(orders=list(orders))
@@ -419,6 +424,7 @@ class Skellam(NoiseKind):
         Returns:
             The ``(E,)`` deltas.
         """
+        # lazy import: scipy
         from scipy.stats import skellam  # local import of scipy.stats: seconds, needed only by the audit
 
         mu, shift = k * sigma**2, 2 * k

@@ -137,7 +137,7 @@ def _mpyc(module: str) -> Any:
         handlers, level = root.handlers[:], root.level
         sys.argv = [argv[0] if argv else "dphype", "--no-log", "--no-uvloop"]
         try:
-            importlib.import_module(name)  # only the argmax path needs MPyC
+            importlib.import_module(name)  # only the committee path needs MPyC
         finally:
             sys.argv = argv
             root.handlers[:] = handlers
@@ -337,7 +337,7 @@ class Tally:
         served = self._served | (self._record.entries() if self._record is not None else set())
         if (int(run), request_digest) in served or (self._round is not None and self._round["request"] == request_digest
                                                      and self._round["run"] == int(run)):
-            raise TallyError(f"tally {self.index} refuses a second argmax for request {request_digest[:12]}")
+            raise TallyError(f"tally {self.index} refuses a second opening for request {request_digest[:12]}")
         spec: dict[str, Any]
         if isinstance(noise, JointSampler):
             entries, spec = noise.size, {"sampler": noise.to_dict()}
@@ -567,7 +567,7 @@ def party_answer(out: str, index: int) -> tuple[Opening, dict[str, float]] | Non
     excluded = tuple(str(label) for label in answer.get("excluded", ()))
     if "error" in answer:
         invalid = f" (invalid ballots from contributors {', '.join(excluded)})" if excluded else ""
-        raise TallyError(f"tally {index} refused the argmax: {answer['error']}{invalid}; nothing released", excluded)
+        raise TallyError(f"tally {index} refused to open: {answer['error']}{invalid}; nothing released", excluded)
     measures = {f"{k} s": float(v) for k, v in answer.get("seconds", {}).items()}
     measures |= {key: float(answer[key]) for key in ("bytes sent", "peak memory") if key in answer}
     value = answer["value"]

@@ -19,10 +19,10 @@ Where it is used (the threat model: `dphype.node.policy`):
   voter, its own entry by itself. The server cannot invent members (Sybils fail closed); the participation
   receipts and consistency signatures are made with the round's signing key ``g_u``, which the identity signed,
   so they are a member's too.
-* The committee vote (`dphype.flower.client.committee_client`, `dphype.flower.tally_node`): each sealed share carries its voter's
-  signature over the ciphertext's hash and the tally index at stage ``committee-share``, and is sealed to the voter's
-  member name (`dphype.secure.committee.voter_id`); a tally never opens a share of an unknown member, of a member
-  twice, signed under another roster, or relabelled or re-signed by the server: it is an invalid entry, and the
+* The committee vote (`dphype.flower.client.committee_client`, `dphype.flower.tally_node`): each sealed share carries
+  its voter's signature over the ciphertext's hash and the tally index at stage ``committee-share``, and is sealed to
+  the voter's member name (`dphype.secure.committee.voter_id`); a tally never opens a share of an unknown member, of a
+  member twice, signed under another roster, or relabelled or re-signed by the server: it is an invalid entry, and the
   committee leaves that contributor out and names it.
 
 Every failure raises `RosterError` (a ``ValueError``) naming what failed; its ``refusal_code`` is ``roster``.
@@ -292,7 +292,7 @@ class SigningContext:
 
 
 def share_payload(tally: int, sealed: bytes) -> bytes:
-    """What a voter signs of one sealed share at stage ``committee-share``: the tally's index and the ciphertext's hash."""
+    """What a voter signs of one sealed share at stage ``committee-share``: the tally's index and the sealed hash."""
     return f"tally={int(tally)};".encode() + hashlib.sha256(bytes(sealed)).digest()
 
 

@@ -174,6 +174,7 @@ def _log2_counts(clients: int, neighbours: int, marked: int) -> tuple[np.ndarray
     if k >= n - 1:
         log_pmf = np.where(x == marked, 0.0, -np.inf)
     else:
+        # lazy import: scipy
         from scipy.stats import hypergeom  # local import of scipy.stats: seconds, needed only for these tails
 
         log_pmf = hypergeom.logpmf(x, n - 1, marked, k) / math.log(2)

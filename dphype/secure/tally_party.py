@@ -15,8 +15,8 @@ the bytes this party sent to the others; its peak resident memory in bytes) as o
 imports MPyC before it reads the job, so a tally can start it early (while it opens its shares,
 `dphype.secure.committee.spawn_party`) and hand it the job later. The MPyC options (``-I``, ``-P``, ``--no-log``, ...)
 are MPyC's own command line (MPyC reads them when ``mpyc.runtime`` is imported, hence the separate process);
-`dphype.secure.committee.run_loopback_committee` starts the parties on one machine, a deployment starts one per tally host with
-the same command.
+`dphype.secure.committee.run_loopback_committee` starts the parties on one machine, a deployment starts one per tally
+host with the same command.
 
 The MPC (honest majority, Shamir sharing with threshold ``t = (parties - 1) // 2``, MPyC's security model:
 semi-honest parties, private channels assumed). Every share row is this party's Shamir share (x-coordinate
@@ -95,6 +95,7 @@ def _agreement_error(mine: tuple[Any, ...], everyone: list[Any], minimum: int) -
 
 def _coefficients(seed: bytes, count: int) -> list[int]:
     """``count`` public check coefficients, uniform in ``[0, 2^62)``, expanded from ``seed`` by SHAKE-256."""
+    # lazy import: the party's script times its own imports (numpy, MPyC) after it starts
     import numpy as np  # noqa: PLC0415
 
     raw = np.frombuffer(hashlib.shake_256(seed).digest(8 * count), dtype="<u8") >> np.uint64(2)
@@ -116,6 +117,7 @@ def sample_discrete_laplace(mpc: Any, secint: Any, sampler: dict[str, Any]) -> A
     Returns:
         The ``(p,)`` secure array of draws.
     """
+    # lazy import: the party's script times its own imports (numpy, MPyC) after it starts
     import numpy as np  # noqa: PLC0415
 
     size, digits, precision = int(sampler["size"]), int(sampler["digits"]), int(sampler["precision"])
@@ -143,6 +145,7 @@ def main() -> int:
         The exit status: 0 with the opened value, 3 when the parties refused or failed to compute (the line says why),
         4 when the tally handed over no job.
     """
+    # lazy import: the party's script times its own imports (numpy, MPyC) after it starts
     import numpy as np  # noqa: PLC0415
     from mpyc.runtime import mpc  # noqa: PLC0415 - reads MPyC's command line (the party's own process)
 

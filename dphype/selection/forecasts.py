@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from dphype.privacy.accounting import calibrate
-from dphype.privacy.noise import replay_noisy_sums
+from dphype.privacy.noise import min_survivors, replay_noisy_sums
 from dphype.privacy.winner import noise_std, replay_winners
+from dphype.selection.rules import good_selection_probability_bound, select_batch
 from dphype.selection.scenarios import Scenario, simulate_votes
 
 if TYPE_CHECKING:
@@ -75,8 +76,6 @@ def theorem_iv1_success(votes: np.ndarray, good: np.ndarray, sigma: float) -> fl
     Returns:
         The mean bound.
     """
-    from dphype.selection.rules import good_selection_probability_bound
-
     p = votes.shape[1]
     total = 0.0
     for row, mask in zip(votes.astype(np.float64), good):
@@ -114,8 +113,6 @@ def simulated_success(votes: np.ndarray, good: np.ndarray, sigma: float, *, rule
     Returns:
         The share of good picks.
     """
-    from dphype.selection.rules import select_batch
-
     noisy = replay_noisy_sums(votes, sigma=sigma, clients=clients, repetitions=len(votes), rng=rng, dropout=dropout,
                             noise=noise, survivors=voters)
     picks = select_batch(noisy, space, sigma, rule=rule, clients=voters, k=k).picks
@@ -137,6 +134,7 @@ def unanimous_success(clients: int, k: int, num_candidates: int, sigma: float) -
     Returns:
         The chance.
     """
+    # lazy import: scipy
     from scipy.integrate import quad
     from scipy.stats import norm
 
@@ -191,8 +189,6 @@ class ForecastSetting:
 
     def votes(self, clients: int, ks: Sequence[int]) -> tuple[int, dict[int, np.ndarray], np.ndarray]:
         """Voters (the ``ceil((1 - xi) n)`` survivors), their ``(R, p)`` vote sums per ``k`` and the good masks."""
-        from dphype.privacy.noise import min_survivors
-
         voters = min_survivors(clients, self.dropout)
         rng = np.random.default_rng([self.seed, voters])
         counts, good = simulate_votes(self.scenario, voters, ks, self.num_candidates, self.space, self.repetitions,

@@ -126,6 +126,7 @@ def ranking_prefix(model: LossModel, rows: int, depth: int, rng: np.random.Gener
     Raises:
         ValueError: For an unknown ``sampler``, or ``"order"`` with fewer bad candidates than ``depth``.
     """
+    # lazy import: scipy
     from scipy.special import log_ndtr, ndtr
 
     if sampler == "auto":

@@ -44,6 +44,7 @@ from dphype.selection.forecasts import (
 from dphype.selection.loss_model import LossModel, ranking_from_losses, ranking_prefix, vote_counts
 from dphype.selection.measured import MEASURED_BALLOT, measured_ballots, measured_within
 from dphype.selection.plan_result import DEFAULT_TARGET, WARN_BELOW, Plan, warnings
+from dphype.selection.rules import DEFAULT_RULE, check_rule, selection_rule
 from dphype.selection.scenarios import (
     CONSENSUS,
     TIE_BREAK_DISAGREEMENT,
@@ -171,8 +172,6 @@ def plan(
         ValueError: If a parameter is out of range, ``space`` has another number of candidates, or ``ks`` holds
             no ``k`` below ``num_candidates``.
     """
-    from dphype.selection.rules import DEFAULT_RULE, check_rule
-
     clients = check_clients(clients)
     epsilon = check_epsilon(epsilon)
     p = check_int("num_candidates", num_candidates, 2)
@@ -266,8 +265,6 @@ def _winner_tie_break(setting: ForecastSetting, by_k: list[dict[str, Any]], epsi
 
 
 def _rule_that_runs(setting: ForecastSetting) -> str:
-    from dphype.selection.rules import selection_rule
-
     return selection_rule(setting.rule).runs_as(setting.space)[0].name
 
 

@@ -38,6 +38,7 @@ plain argmax (`good_selection_probability_bound`) lives here too.
 from __future__ import annotations
 
 import math
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,7 +46,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
+from threadpoolctl import threadpool_limits
 
+from dphype.checks import check_int, check_positive, check_sigma
 from dphype.registry import Registry
 
 if TYPE_CHECKING:
@@ -218,8 +221,6 @@ def good_selection_probability_bound(gap: float, sigma: float, num_good: int, nu
     Raises:
         ValueError: An argument is out of its range.
     """
-    from dphype.privacy.accounting import check_sigma  # local import: accounting pulls in scipy
-
     check_sigma(sigma)
     if not math.isfinite(gap):
         raise ValueError(f"gap must be finite, got {gap!r}")
@@ -268,8 +269,6 @@ class GPSettings:
     botorch_prior: bool = False
 
     def __post_init__(self) -> None:
-        from dphype.checks import check_int, check_positive
-
         for name in ("lengthscales", "outputscales"):
             values = getattr(self, name)
             if values is None and name == "outputscales":
@@ -298,6 +297,7 @@ def _lengthscale_grid(num_axes: int, settings: GPSettings) -> np.ndarray:
     if len(values) ** num_axes <= settings.max_grid:
         mesh = np.meshgrid(*([values] * num_axes), indexing="ij")
         return np.stack([m.ravel() for m in mesh], axis=1).reshape(-1, num_axes)
+    # lazy import: scipy
     from scipy.stats import qmc
 
     u = qmc.Sobol(num_axes, scramble=True, seed=0).random(settings.max_grid)
@@ -323,12 +323,12 @@ def unit_kernels(space: FeatureSpace, lengthscales: np.ndarray) -> np.ndarray:
     Returns:
         The kernel matrices.
     """
-    import warnings
-
+    # lazy import: torch
     import torch
 
     with warnings.catch_warnings():  # GPyTorch still decorates helpers with torch.jit.script, which torch deprecates
         warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=DeprecationWarning)
+        # lazy import: BoTorch; GPyTorch
         from botorch.models.kernels import CategoricalKernel
         from gpytorch.kernels import MaternKernel
 
@@ -416,8 +416,6 @@ class _Release:
 
 
 def _release(noisy: ArrayLike, space: FeatureSpace, sigma: float, clients: Any, k: Any) -> _Release:
-    from dphype.checks import check_int, check_sigma
-
     y = _as_releases(noisy)
     sigma = check_sigma(sigma)
     if (clients is None) != (k is None):
@@ -536,8 +534,6 @@ def fit_surface(
 
 def _one_blas_thread() -> Any:
     """Single-threaded BLAS: extra threads gain nothing on ``p x p`` matrices and spin on a busy machine."""
-    from threadpoolctl import threadpool_limits
-
     return threadpool_limits(limits=1, user_api="blas")
 
 
@@ -600,8 +596,6 @@ def posterior_samples(
     Raises:
         ValueError: An input is invalid, ``noisy_sum`` holds more than one release, or ``space`` has no structure.
     """
-    from dphype.checks import check_int
-
     rel = _release(noisy_sum, space, sigma, clients, k)
     if rel.y.shape[0] != 1:
         raise ValueError(f"noisy_sum must be one release of shape (p,), got shape {np.shape(noisy_sum)}")
@@ -797,8 +791,6 @@ def select_release(
         ValueError: An input is invalid: more than one release, ``clients`` without ``k`` or the converse, a negative
             or infinite ``tolerance``.
     """
-    from dphype.checks import check_int, check_sigma
-
     rule = check_rule(rule)
     sigma = check_sigma(sigma)
     y = _as_releases(noisy_sum, "noisy_sum")

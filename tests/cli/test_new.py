@@ -52,7 +52,7 @@ def test_new_writes_an_app_that_selects_and_trains_in_process(tmp_path, capsys, 
     assert "#   dphype-max-epsilon = 1.0: largest epsilon" in (folder / "pyproject.toml").read_text()
     client = load(folder / "my_app" / "client_app.py", f"new_client_app_{release}")
     server = load(folder / "my_app" / "server_app.py", f"new_server_app_{release}")
-    committee = RELEASE_MODES[release].aggregator is Aggregator.COMMITTEE
+    committee = RELEASE_MODES.get(release).aggregator is Aggregator.COMMITTEE
     nodes = 10 + (3 if committee else 0)
     # in argmax mode the simulated_roles mod gives every node its role and its simulated federation, as in a Ray
     # worker; in sum mode the grid makes its nodes' roster (the node policy would in a Ray worker)
@@ -102,7 +102,9 @@ def test_a_new_mode_is_offered_with_no_other_edit(tmp_path):
     from dphype.cli.new import template_k
     from dphype.modes import CommitteeSumRelease
 
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(RELEASE_MODES, "_items", RELEASE_MODES.copy()._items)  # the throwaway mode's entries
+
         class Quieter(CommitteeSumRelease):  # a throwaway committee mode: one class
             name = "quieter"
 
@@ -111,8 +113,6 @@ def test_a_new_mode_is_offered_with_no_other_edit(tmp_path):
         planned = ["plan", "--clients", "10", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3"]
         assert build_parser(["plan"]).parse_args([*planned, "--release", "quieter"]).release == "quieter"
         assert template_k("quieter") == template_k("committee-sum")  # the same forecast, the same k
-    finally:
-        RELEASE_MODES.pop("quieter", None)
     with pytest.raises(SystemExit):
         build_parser(["new"]).parse_args(["new", str(tmp_path / "q"), "--release", "quieter"])
 

@@ -493,7 +493,7 @@ def test_a_sum_vote_on_an_approved_argmax_request_fails_closed_and_opens_nothing
                for n in voters)
 
 
-def test_an_argmax_vote_or_a_tally_collect_on_an_approved_sum_request_is_refused(tmp_path):
+def test_issue_23_a_committee_vote_or_a_tally_collect_on_an_approved_sum_request_is_refused(tmp_path):
     """The reverse switch: a sum request approved in the pre-flight, then the committee vote (sealed shares) or a
     tally's collect on it: both refuse with ``release_mode``; nothing is sealed, charged or collected."""
     grid, keys = argmax_grid(tmp_path)
@@ -513,7 +513,7 @@ def test_an_argmax_vote_or_a_tally_collect_on_an_approved_sum_request_is_refused
 
 
 @pytest.mark.parametrize("taken", [3, 2, 1])
-def test_an_argmax_vote_for_a_committee_other_than_the_approved_one_is_refused_before_anything_leaves(tmp_path,
+def test_a_committee_vote_for_a_committee_other_than_the_approved_one_is_refused_before_anything_leaves(tmp_path,
                                                                                                      taken):
     """After the pre-flight approved the pinned committee, the server sends the committee vote with a request naming
     ``taken`` tally keys it holds itself in place of the approved ones (with two or three it opens every ballot in
@@ -527,7 +527,8 @@ def test_an_argmax_vote_for_a_committee_other_than_the_approved_one_is_refused_b
     server_keys = tuple(load_tally_key(tmp_path / f"server-{j}.key").public for j in range(taken))
     swapped = DPHype(CANDS, argmax_config(), tallies=server_keys + keys[taken:]).request
     assert swapped.tallies != approved.tallies and swapped.config == approved.config
-    vote = [Message(RecordDict({RECORD_KEY: ConfigRecord(swapped.to_record())}), n, COMMITTEE_VOTE_TYPE) for n in voters]
+    vote = [Message(RecordDict({RECORD_KEY: ConfigRecord(swapped.to_record())}), n, COMMITTEE_VOTE_TYPE)
+            for n in voters]
     replies = grid.send_and_receive(vote)
     answered = [r.metadata.src_node_id for r in replies if not r.has_error()]
     assert not answered, f"nodes {answered} sealed their ballots to a committee the pre-flight did not approve"

@@ -69,11 +69,11 @@ def test_a_tally_that_never_computes_makes_the_others_time_out_and_nothing_is_re
 
 
 @pytest.mark.slow  # two whole selections; the tally's own refusal is tested fast in tests/secure/test_committee.py
-def test_a_second_argmax_for_the_same_request_is_refused_by_the_tallies(tmp_path):
+def test_a_second_opening_for_the_same_request_is_refused_by_the_tallies(tmp_path):
     grid, keys = argmax_grid(tmp_path)
     server = DPHype(CANDS, config(), tallies=keys)
     server.start(grid, timeout=60)
-    with pytest.raises(TallyError, match="tally 0 failed the collect stage .*refuses a second argmax for request"):
+    with pytest.raises(TallyError, match="tally 0 failed the collect stage .*refuses a second opening for request"):
         server.start(grid, timeout=60)
 
 
@@ -88,7 +88,8 @@ def test_committee_nodes_from_the_callers_hello_are_checked_and_not_asked_again(
     with pytest.raises(TallyError, match="committee node 12345 is not connected"):
         server.start(grid, timeout=60, committee_nodes=[*tallies[:2], 12345])
     summed = DPHype(CANDS, DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=CLIENTS))
-    with pytest.raises(ValueError, match="committee_nodes applies to release='argmax' only"):
+    with pytest.raises(ValueError,
+                       match=r"committee_nodes applies to the committee releases \(argmax, committee-sum\) only"):
         summed.start(grid, timeout=60, committee_nodes=tallies)
     assert grid.sent == []  # every refusal above came before any message
     result = server.start(grid, timeout=60, committee_nodes=tallies)
@@ -112,7 +113,7 @@ def test_bad_committees_are_refused_before_anything_runs(tmp_path):
                    for i in range(CLIENTS)])
 
 
-def test_clients_refusing_the_argmax_vote_send_nothing_and_too_few_shares_release_nothing(tmp_path, monkeypatch):
+def test_clients_refusing_the_committee_vote_send_nothing_and_too_few_shares_release_nothing(tmp_path, monkeypatch):
     grid, keys = argmax_grid(tmp_path)
     from dphype.modes import ArgmaxRelease
 
@@ -140,8 +141,8 @@ def test_clients_refusing_the_argmax_vote_send_nothing_and_too_few_shares_releas
 def modified_ballots(monkeypatch, cheaters, boost):
     """Modified client code on the ``cheaters`` (voter ids): their ballot is ``boost``, shared without the check."""
     from dphype.modes import CommitteeMode
-    from dphype.secure.relay import seal
     from dphype.secure.committee import field_modulus, share_context, split_shares
+    from dphype.secure.relay import seal
 
     real = CommitteeMode.ballot
 
@@ -298,7 +299,7 @@ def test_the_same_ciphertexts_replayed_to_the_tallies_in_a_later_run_or_after_a_
     for run_id, reason in ((2, "tally_refused: tally [012] takes only 0 of 6 shares, .*" +
                             ("its roster signature does not verify" if federation else
                              "is not this contributor's for request .*, this run and this tally")),
-                           (1, "tally_refused: tally [012].*refuses a second argmax for request")):
+                           (1, "tally_refused: tally [012].*refuses a second opening for request")):
         later, _ = argmax_grid(tmp_path, run_id=run_id, federation=federation)  # the same tally keys (and records)
         for node, context in later.contexts.items():  # the same federation, fresh contexts
             context.node_config.update({k: v for k, v in grid.contexts[node].node_config.items()

@@ -52,7 +52,8 @@ def private(name: str) -> bool:
 
 def test_the_layout_sees_every_module():
     assert {"dphype.flower.wire", "dphype.flower.grid", "dphype.flower.tally_node", "dphype.flower.client",
-            "dphype.flower.client.policy_client", "dphype.flower.client.secagg_client", "dphype.flower.client.committee_client",
+            "dphype.flower.client.policy_client", "dphype.flower.client.secagg_client",
+            "dphype.flower.client.committee_client",
             "dphype.flower.server", "dphype.flower.server.readiness", "dphype.flower.server.secagg_server",
             "dphype.flower.server.committee_server"} <= set(MODULES)
     # the parser sees imports under TYPE_CHECKING and inside functions
@@ -130,10 +131,10 @@ def test_every_wire_name_is_spelled_in_the_wire_module_only():
                                            ("dphype.flower.tally_node", "discover_committee")])
 def test_a_moved_name_has_no_deprecated_path(old, name):
     assert not hasattr(importlib.import_module(old), name)
-    assert "dphype.flower.secagg" not in MODULES  # split into dphype.flower.server.secagg_server and .client.secagg
+    assert "dphype.flower.secagg" not in MODULES  # split into server.secagg_server and client.secagg_client
 
 
-def test_the_package_exports_what_an_argmax_app_needs():
+def test_the_package_exports_what_a_committee_app_needs():
     from dphype.flower.server.committee_server import ClientGrid, discover_committee
     from dphype.flower.tally_node import TALLY_ID, load_tally_key
 

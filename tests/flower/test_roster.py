@@ -34,10 +34,10 @@ from dphype.flower.wire import PREFLIGHT_TYPE, RECORD_KEY, STAGE_KEY, TALLY_KEY
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy, PolicyError
 from dphype.secure import relay
+from dphype.secure.committee import TallyError
 from dphype.secure.roster import IdentityKey, Member, Roster, share_payload, sign
 from dphype.secure.secagg import Advertised
 from dphype.secure.secure_sum import SecureSumError
-from dphype.secure.committee import TallyError
 
 N = 6
 
@@ -139,7 +139,7 @@ def test_a_roster_change_between_the_preflight_and_the_secure_vote_is_refused():
 
 
 @pytest.mark.parametrize("change", [False, True])
-def test_a_roster_change_between_the_preflight_and_the_argmax_vote_is_refused_before_the_ledger(tmp_path, change):
+def test_a_roster_change_between_the_preflight_and_the_committee_vote_is_refused_before_the_ledger(tmp_path, change):
     grid, keys = argmax_grid(tmp_path)
     real = grid.push_messages
 

@@ -242,10 +242,10 @@ def test_the_papers_fractions_are_accepted_against_no_collusion():
 
 
 def test_a_value_beyond_the_range_is_refused_not_clipped(monkeypatch):
-    from dphype.flower.server import secagg
+    from dphype.flower.server import secagg_server
     from dphype.secure import secagg as protocol
 
-    monkeypatch.setattr(secagg, "clipping_range_for", lambda clients: 1000)  # the server's range ...
+    monkeypatch.setattr(secagg_server, "clipping_range_for", lambda clients: 1000)  # the server's range ...
     monkeypatch.setattr(protocol, "clipping_range_for", lambda clients: 1000)  # ... and the one clients use
     vectors = np.ones((5, 4), dtype=np.int64)
     vectors[2, 0] = 5000  # beyond the round's clipping range of 1000

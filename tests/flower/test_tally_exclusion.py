@@ -19,8 +19,8 @@ from dphype.flower.server import DPHype
 from dphype.modes import CommitteeMode
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy
-from dphype.secure.relay import seal
 from dphype.secure.committee import TallyError, field_modulus, share_context, split_shares, voter_id
+from dphype.secure.relay import seal
 
 CHEATER = voter_name(0)
 

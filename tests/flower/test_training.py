@@ -14,8 +14,8 @@ from helpers import PERMISSIVE
 
 from dphype.config import DPHypeConfig
 from dphype.flower import ClippingError, TrainingBudget, check_private_training, private_training
-from dphype.flower.local import LocalGrid
 from dphype.flower.final_training import RunAccountant, flower_training_spent
+from dphype.flower.local import LocalGrid
 from dphype.privacy.accounting import calibrate, fedavg_epsilon, privacy_report
 
 

@@ -25,7 +25,7 @@ def test_an_unknown_name_is_refused_with_the_known_ones():
 
 
 def test_a_name_registered_twice_is_refused():
-    with pytest.raises(ValueError, match="'svt' is registered by SvtProblem and SvtProblem"):
+    with pytest.raises(ValueError, match=r"problem name 'svt' is already registered \(<class '.*SvtProblem'>\)"):
         _by_name((SvtProblem, OutputPerturbationProblem, SvtProblem))
 
 

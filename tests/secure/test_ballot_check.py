@@ -6,7 +6,6 @@ remain. The tallies' noise shares are zero here so that the opened index is the 
 import numpy as np
 import pytest
 
-from dphype.secure.relay import seal
 from dphype.secure.committee import (
     Opening,
     Tally,
@@ -18,6 +17,7 @@ from dphype.secure.committee import (
     split_shares,
     voter_id,
 )
+from dphype.secure.relay import seal
 from dphype.selection.ballots import BallotForm
 
 P = 8

@@ -61,7 +61,7 @@ def test_shamir_shares_open_from_any_two_tallies_and_one_share_is_uniform():
     assert 0.45 < np.mean(bits) * (2**64 / q) < 0.55
 
 
-def test_secure_argmax_on_valid_ballots_opens_the_lowest_index_among_ties():
+def test_the_loopback_committee_on_valid_ballots_opens_the_lowest_index_among_ties():
     tallies = committee(2, size=6, k=2)
     send(tallies, "req-1", [one_hot(6, 1, 3), one_hot(6, 1, 4), one_hot(6, 3, 4)])  # counts 0 2 0 2 2 0
     assert run_loopback_committee([t.job() for t in tallies]) == Opening(1, ())
@@ -134,7 +134,7 @@ def test_tally_marks_replays_foreign_shares_and_duplicates_invalid():
     assert (job["contributors"], job["invalid"]) == (["d", "e"], [0]) and "does not parse" in job["reasons"][0]
     tallies[0].receive("b", client_sealed_shares("req-1", one_hot(5, 2), keys, voter_id(0, "b"))[0])
     assert tallies[0].job()["invalid"] == [0, 1]  # a, a; b counts
-    with pytest.raises(TallyError, match="refuses a second argmax for request req-1"):
+    with pytest.raises(TallyError, match="refuses a second opening for request req-1"):
         tallies[0].open_round("req-1", 5, 1, form=TOP_1, noise=np.zeros(5))
     with pytest.raises(TallyError, match="tally 0 has no open request"):
         tallies[0].receive("e", sealed[0])
@@ -178,7 +178,7 @@ def test_a_tallys_record_refuses_a_request_served_in_that_run_across_restarts_an
     assert record.entries() == {(41, "req-1")}
     assert record.path.stat().st_mode & 0o777 == 0o600
     restarted = Tally(0, first.keys, record=ServedRecord(record.path))  # nothing in memory: the file decides
-    with pytest.raises(TallyError, match="refuses a second argmax for request req-1"):
+    with pytest.raises(TallyError, match="refuses a second opening for request req-1"):
         restarted.open_round("req-1", 5, 1, run=41, form=form, noise=np.zeros(5))
     # a new run may ask again (its clients vote and pay again) ...
     restarted.open_round("req-1", 5, 1, run=42, form=form, noise=np.zeros(5))

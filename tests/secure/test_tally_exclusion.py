@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from dphype.privacy.noise import min_survivors, min_valid_ballots
-from dphype.secure.relay import seal
 from dphype.secure.committee import (
     OPENS_SUM,
     Tally,
@@ -18,6 +17,7 @@ from dphype.secure.committee import (
     split_shares,
     voter_id,
 )
+from dphype.secure.relay import seal
 from dphype.selection.ballots import BallotForm
 
 SIZE, VOTERS, REQUEST = 5, 10, "req-x"
@@ -149,7 +149,7 @@ def test_a_collect_a_tally_cannot_count_is_refused_before_it_counts_as_served_an
     for name, share in list(rows.items())[2:]:
         tally.receive(name, share)
     assert tally.job()["contributors"] == [f"voter-{i}" for i in range(2, VOTERS)]
-    with pytest.raises(TallyError, match="refuses a second argmax"):
+    with pytest.raises(TallyError, match="refuses a second opening"):
         tally.open_round(REQUEST, SIZE, 7, form=FORM, noise=np.zeros(SIZE))
 
 

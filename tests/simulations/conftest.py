@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 import dphype.ml.torch_task as task
-from dphype.ml.torch_task import load_cached as load_whole  # the real per-process cache (the fixture swaps task.load_cached)
+from dphype.ml.torch_task import (
+    load_cached as load_whole,  # the real per-process cache (the fixture swaps task.load_cached)
+)
 
 #: training and test rows the fixture keeps; fewer of mnist5k, whose CNN costs ~10x the Adult MLP per row
 SMALL_ROWS = {"mnist5k": (300, 150)}

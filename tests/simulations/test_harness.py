@@ -48,7 +48,8 @@ def test_score_cache_key_names_the_score_format(tmp_path: Path, monkeypatch: pyt
     cache.get(harness.federation_key(fed, cands, what="client_scores", epochs=1), lambda: np.zeros((4, len(cands))))
     import dphype.ml.torch_task
 
-    monkeypatch.setattr(dphype.ml.torch_task, "score_clients", lambda *a, **k: np.ones((4, len(cands), 2)))  # no training
+    monkeypatch.setattr(dphype.ml.torch_task, "score_clients",
+                        lambda *a, **k: np.ones((4, len(cands), 2)))  # no training
     assert harness.cached_scores(fed, cands, scale, cache).shape == (4, len(cands), 2)
     assert len(list(tmp_path.glob("*.npy"))) == 2
 

@@ -26,8 +26,8 @@ from dphype.flower.wire import APPROVAL_STATE, COMMITTEE_ACTION, GUARANTEE_STATE
 from dphype.modes import Aggregator
 from dphype.protocol import VoteRequest
 from dphype.refusal import Refusal
-from dphype.secure.roster import share_payload
 from dphype.secure.committee import voter_id
+from dphype.secure.roster import share_payload
 
 
 def register_committee_vote(app: ClientApp, *, policy: PolicySource = None) -> ClientApp:
@@ -57,10 +57,11 @@ def register_committee_vote(app: ClientApp, *, policy: PolicySource = None) -> C
             checked = context.state.config_records.get(GUARANTEE_STATE)
             request = VoteRequest.from_record(msg.content.config_records.get(RECORD_KEY, {}))
             if request.mode.aggregator is not Aggregator.COMMITTEE:
-                raise Refusal("release_mode", "an committee vote for a request whose release is not the tally "
+                raise Refusal("release_mode", "a committee vote for a request whose release is not the tally "
                               "committee's")
             if approved is None or checked is None or approved["digest"] != request.digest():
-                raise Refusal("malformed_request", "the committee vote request is not the one approved in the pre-flight")
+                raise Refusal("malformed_request",
+                              "the committee vote request is not the one approved in the pre-flight")
             membership = approved_membership(limits, approved)  # the roster the pre-flight approved, or refused
             contributor = context.node_id if membership is None else membership.name
             sealed = cast_approved_ballot(context, request, limits, checked, maximize=bool(approved["maximize"]),

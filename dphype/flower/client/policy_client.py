@@ -111,6 +111,7 @@ def simulated() -> bool:
     if ray is None:
         return False
     try:
+        # lazy import: Ray
         from ray._private import worker
 
         return bool(worker.global_worker.mode == worker.WORKER_MODE)

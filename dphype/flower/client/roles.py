@@ -97,7 +97,8 @@ def simulated_roles(msg: Message, context: Context, call_next: ClientAppCallable
         The next handler's reply.
     """
     run = context.run_config
-    mode = RELEASE_MODES.get(str(run.get("release")))
+    release = str(run.get("release"))
+    mode = RELEASE_MODES.get(release) if release in RELEASE_MODES else None
     if mode is not None and mode.aggregator is Aggregator.COMMITTEE and "clients" in run:
         simulated_role(context, int(cast(int, run["clients"])), int(cast(int, run.get("tallies", COMMITTEE_SIZE))),
                        os.environ.get(TALLY_KEYS_ENV) or run_ledger_path(context.run_id).parent)

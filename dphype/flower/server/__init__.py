@@ -187,7 +187,8 @@ class DPHype:
         cfg = self.config
         committee_nodes = tuple(committee_nodes or ()) or None  # empty: a mode without a committee, or ask it
         if committee_nodes is not None and cfg.mode.aggregator is not Aggregator.COMMITTEE:
-            raise ValueError(f"committee_nodes applies to release='argmax' only, got release={cfg.release!r}")
+            raise ValueError(f"committee_nodes applies to the committee releases "
+                             f"({Aggregator.COMMITTEE.releases()}) only, got release={cfg.release!r}")
         plan = self.plan()
         log(logging.INFO, "Starting %r", self)
         log(logging.INFO, "DP-Hype plan: %s; the %s consensus scenario (a model, not your data) simulates a good "

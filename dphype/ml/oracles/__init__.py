@@ -21,21 +21,19 @@ from dphype.ml.oracles.dpsgd import DpsgdProblem
 from dphype.ml.oracles.output_perturbation import OutputPerturbationProblem
 from dphype.ml.oracles.problem import NamedProblem, ParetoProblem, ProblemOptions
 from dphype.ml.oracles.svt import SvtProblem
+from dphype.registry import Registry
 
 #: The problems `make_problem` builds, one entry each, in the order `problem_names` lists their names.
 PROBLEMS: tuple[type[NamedProblem], ...] = (SvtProblem, OutputPerturbationProblem, DpsgdProblem)
 
 
-def _by_name(problems: tuple[type[NamedProblem], ...]) -> dict[str, type[NamedProblem]]:
+def _by_name(problems: tuple[type[NamedProblem], ...]) -> Registry[type[NamedProblem]]:
     """Each registered name -> its problem; a name registered twice is refused."""
-    table: dict[str, type[NamedProblem]] = {}
+    registry: Registry[type[NamedProblem]] = Registry("oracle", "problem name")
     for problem in problems:
         for name in problem.names:
-            if name in table:
-                raise ValueError(f"problem name {name!r} is registered by {table[name].__name__} and "
-                                 f"{problem.__name__}: give one of them another name")
-            table[name] = problem
-    return table
+            registry.add(name, problem)
+    return registry
 
 
 _BY_NAME = _by_name(PROBLEMS)
@@ -43,7 +41,7 @@ _BY_NAME = _by_name(PROBLEMS)
 
 def problem_names() -> tuple[str, ...]:
     """All names accepted by `make_problem`."""
-    return tuple(_BY_NAME)
+    return _BY_NAME.names()
 
 
 def make_problem(
@@ -72,7 +70,5 @@ def make_problem(
         ValueError: ``name`` is unknown, or an option is out of the problem's range.
     """  # noqa: DOC502
     problem = _BY_NAME.get(name)
-    if problem is None:
-        raise ValueError(f"oracle must be one of {', '.join(problem_names())}; got {name!r}")
     options = ProblemOptions(runs=runs, seed=seed, accountant=accountant, train_size=train_size, data_dir=data_dir)
     return problem.build(name, options)

@@ -90,6 +90,7 @@ def dpsgd_epsilon(config: Mapping[str, Any], num_samples: int, delta: float, acc
     Raises:
         ValueError: ``accountant`` is unknown, or ``epochs`` or ``lot_size`` is out of its range.
     """
+    # lazy import: Opacus
     from opacus.accountants import create_accountant
 
     if accountant not in OPACUS_ACCOUNTANTS:
@@ -119,6 +120,7 @@ def build_dpsgd_model(name: str, in_features: int, num_classes: int) -> Any:
     Raises:
         ValueError: ``name`` is unknown.
     """
+    # lazy import: torch
     from torch import nn
 
     if name in ("logreg", "svm"):
@@ -166,6 +168,7 @@ def train_dpsgd(
     Raises:
         ValueError: ``optimizer`` or ``model_name`` is unknown.
     """  # noqa: DOC502
+    # lazy import: Opacus; torch
     import torch
     from opacus import GradSampleModule
     from opacus.optimizers import DPOptimizer
@@ -234,6 +237,7 @@ def dpsgd_problem(
     Raises:
         ValueError: An argument is unknown or out of its range.
     """
+    # lazy import: torch
     import torch
 
     if optimizer not in DPSGD_OPTIMIZERS:
