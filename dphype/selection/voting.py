@@ -178,10 +178,33 @@ AUTO_FLOOR = 0.03
 AUTO_MIN_DEPTH = 2
 
 
-def auto_depth(num_candidates: int, noise_std: float, voters: int, scale: float = AUTO_SCALE) -> int:
-    """The auto ballot's ``k``: ``round(scale p (noise_std / voters)**AUTO_EXPONENT)``, at least ``AUTO_FLOOR p``.
+def rule_depth(num_candidates: ArrayLike, noise_std: ArrayLike, voters: ArrayLike, scale: float,
+               noise_exponent: float, voters_exponent: float) -> np.ndarray:
+    """``k = round(scale p s**noise_exponent / m**voters_exponent)``, at least `AUTO_MIN_DEPTH` and ``AUTO_FLOOR p``.
 
-    At least `AUTO_MIN_DEPTH` and at most ``max(1, p // 2)``.
+    At most ``max(1, p // 2)``; element-wise over arrays of public facts (what the bench fits over its grid).
+
+    Args:
+        num_candidates: ``p``.
+        noise_std: ``s``, the std of one discrete Laplace of the release's epsilon for a top-k ballot
+            (`dphype.privacy.winner.noise_std`).
+        voters: ``m``, the fewest voters whose ballots are summed, ``>= 1``.
+        scale: ``c > 0``.
+        noise_exponent: The power of ``s``.
+        voters_exponent: The power of ``1 / m``.
+
+    Returns:
+        ``k``, int64, of the broadcast shape.
+    """
+    p = np.asarray(num_candidates, dtype=np.int64)
+    raw = scale * p * np.asarray(noise_std, dtype=np.float64) ** noise_exponent \
+        / np.asarray(voters, dtype=np.float64) ** voters_exponent
+    k = np.maximum(np.maximum(AUTO_MIN_DEPTH, np.rint(AUTO_FLOOR * p)), np.rint(raw)).astype(np.int64)
+    return np.minimum(k, np.maximum(1, p // 2))
+
+
+def auto_depth(num_candidates: int, noise_std: float, voters: int, scale: float = AUTO_SCALE) -> int:
+    """The auto ballot's ``k``: `rule_depth` with both exponents `AUTO_EXPONENT`.
 
     Args:
         num_candidates: ``p``.
@@ -194,9 +217,7 @@ def auto_depth(num_candidates: int, noise_std: float, voters: int, scale: float 
     Returns:
         ``k``.
     """
-    p = int(num_candidates)
-    k = max(AUTO_MIN_DEPTH, round(AUTO_FLOOR * p), round(scale * p * (float(noise_std) / int(voters)) ** AUTO_EXPONENT))
-    return int(min(k, max(1, p // 2)))
+    return int(rule_depth(int(num_candidates), float(noise_std), int(voters), scale, AUTO_EXPONENT, AUTO_EXPONENT))
 
 
 def rank_weights(depth: int, max_entry: int) -> np.ndarray:
