@@ -19,7 +19,11 @@ exactly ``k`` ones. The graded ballots give each candidate an integer in ``[0, G
   the noise: measured over Adult, digits, breast-cancer, fair and randhie under both relations (README
   "Ballots"), the best ``k`` in hindsight ranges from 1 to 40 and follows this rule.
 
-`Ballot` names a ballot (``"top-k"``, ``"auto[:C]"``, ``"rank:D[:BITS]"``, ``"score:M[:BITS]"``: the
+* `share_depth` (``"share"``): top-k with ``k = round(c p)``, a fixed share of the candidates (``c = SHARE_SCALE``), at
+  least ``AUTO_FLOOR p`` and `AUTO_MIN_DEPTH`: the winner release's default, chosen because fitted on all tasks but
+  one it trails the best ``k`` least on the task left out (``dphype bench ksweep-loto``).
+
+`Ballot` names a ballot (``"top-k"``, ``"share[:C]"``, ``"auto[:C]"``, ``"rank:D[:BITS]"``, ``"score:M[:BITS]"``: the
 configuration's ``ballot``), casts it and gives its `dphype.selection.ballots.BallotForm`, the bounds every
 client's ballot must meet and the tallies check.
 
@@ -176,6 +180,9 @@ AUTO_FLOOR = 0.03
 #: for what suits their own labels (measured with few candidates, where ``AUTO_FLOOR p`` rounds to 1: results/README.md
 #: "Fashion-MNIST on the ballot grid").
 AUTO_MIN_DEPTH = 2
+#: ``c`` of the share ballot's rule ``k = round(c p)`` (`share_depth`), fitted on every measured task
+#: (``dphype bench ksweep-loto``; its figures on held-out tasks are in the docs).
+SHARE_SCALE = 0.2
 
 
 def rule_depth(num_candidates: ArrayLike, noise_std: ArrayLike, voters: ArrayLike, scale: float,
@@ -201,6 +208,11 @@ def rule_depth(num_candidates: ArrayLike, noise_std: ArrayLike, voters: ArrayLik
         / np.asarray(voters, dtype=np.float64) ** voters_exponent
     k = np.maximum(np.maximum(AUTO_MIN_DEPTH, np.rint(AUTO_FLOOR * p)), np.rint(raw)).astype(np.int64)
     return np.minimum(k, np.maximum(1, p // 2))
+
+
+def share_depth(num_candidates: int, scale: float = 0.0) -> int:
+    """The share ballot's ``k``: `rule_depth` with both exponents 0, ``round(scale p)`` (``scale`` 0: `SHARE_SCALE`)."""
+    return int(rule_depth(int(num_candidates), 1.0, 1, scale or SHARE_SCALE, 0.0, 0.0))
 
 
 def auto_depth(num_candidates: int, noise_std: float, voters: int, scale: float = AUTO_SCALE) -> int:
@@ -296,6 +308,10 @@ def score_votes(scores: ArrayLike, margin: float, *, max_entry: int = 2**DEFAULT
     return votes
 
 
+#: The default ``C`` of each ballot whose ``k`` follows from public facts.
+_SCALES = {"share": SHARE_SCALE, "auto": AUTO_SCALE}
+
+
 @dataclass(frozen=True)
 class Ballot:
     """A named ballot: how a client turns its scores into one integer per candidate, and the form of the result.
@@ -303,17 +319,19 @@ class Ballot:
     Names (the configuration's ``ballot``; `parse` reads them, `name` writes the canonical one):
 
     * ``"top-k"``: `top_k_votes` with the configuration's ``k`` (DP-Hype's; `BallotForm.top_k`);
-    * ``"auto"`` or ``"auto:C"``: `top_k_votes` with `auto_depth`'s ``k`` (``c = C``, default `AUTO_SCALE`); it
-      must be `resolve`d with the release's public facts before `form` and `cast`;
+    * ``"share"`` or ``"share:C"``: `top_k_votes` with `share_depth`'s ``k`` (``c = C``, default `SHARE_SCALE`);
+    * ``"auto"`` or ``"auto:C"``: `top_k_votes` with `auto_depth`'s ``k`` (``c = C``, default `AUTO_SCALE`);
+
+    share and auto ballots must be `resolve`d with the release's public facts before `form` and `cast`;
     * ``"rank:D"`` or ``"rank:D:BITS"``: `rank_votes` over the ``D`` best, entries up to ``2**BITS - 1``;
     * ``"score:M"`` or ``"score:M:BITS"``: `score_votes` with margin ``M`` in the score's units.
 
     Attributes:
-        kind: ``"top-k"``, ``"auto"``, ``"rank"`` or ``"score"``.
+        kind: ``"top-k"``, ``"share"``, ``"auto"``, ``"rank"`` or ``"score"``.
         depth: ``D`` of a rank ballot (0 otherwise).
         margin: ``M`` of a score ballot (0 otherwise).
         bits: Bits per entry: 1 for top-k and auto, in ``[1, MAX_BITS]`` for the graded ones.
-        scale: ``C`` of an auto ballot (0 otherwise).
+        scale: ``C`` of a share or auto ballot (0 otherwise).
         ALLOWED: The allowed names, in words (what `parse`'s error lists).
     """
 
@@ -324,7 +342,8 @@ class Ballot:
     scale: float = 0.0
 
     #: What `parse`'s error lists.
-    ALLOWED: ClassVar[str] = (f'"top-k", "auto[:C]" (top-k with k = round(C p (s / m)^{AUTO_EXPONENT:g}), C > 0, '
+    ALLOWED: ClassVar[str] = (f'"top-k", "share[:C]" (top-k with k = round(C p), C > 0, default {SHARE_SCALE:g}), '
+               f'"auto[:C]" (top-k with k = round(C p (s / m)^{AUTO_EXPONENT:g}), C > 0, '
                f'default {AUTO_SCALE:g}), "rank:D[:BITS]" (D >= 1 ranks get a weight) or "score:M[:BITS]" '
                f"(margin M > 0 in the score's units), BITS in [1, {MAX_BITS}] (default {DEFAULT_BITS})")
 
@@ -332,6 +351,11 @@ class Ballot:
     def max_entry(self) -> int:
         """``G = 2**bits - 1``, the largest entry: the argmax release's l-infinity sensitivity."""
         return 2**self.bits - 1
+
+    @property
+    def from_public_facts(self) -> bool:
+        """Whether ``k`` follows from the release's public facts (share, auto): `resolve` it before `form`, `cast`."""
+        return self.kind in _SCALES
 
     @property
     def graded(self) -> bool:
@@ -343,8 +367,8 @@ class Ballot:
         """The canonical name (`parse` reads it back)."""
         if self.kind == "top-k":
             return "top-k"
-        if self.kind == "auto":
-            return "auto" if self.scale == AUTO_SCALE else f"auto:{self.scale:g}"
+        if self.from_public_facts:
+            return self.kind if self.scale == _SCALES[self.kind] else f"{self.kind}:{self.scale:g}"
         param = str(self.depth) if self.kind == "rank" else f"{self.margin:g}"
         return f"{self.kind}:{param}" + ("" if self.bits == DEFAULT_BITS else f":{self.bits}")
 
@@ -353,7 +377,7 @@ class Ballot:
         """The ballot a name stands for.
 
         Args:
-            value: ``"top-k"``, ``"rank:D[:BITS]"`` or ``"score:M[:BITS]"``.
+            value: One of `ALLOWED`.
 
         Returns:
             The ballot.
@@ -373,14 +397,14 @@ class Ballot:
             if len(parts) != 1:
                 raise refuse("top-k takes no parameter: it reads the configuration's k")
             return cls("top-k")
-        if kind == "auto" and len(parts) in (1, 2):
+        if kind in _SCALES and len(parts) in (1, 2):
             try:
-                scale = float(parts[1]) if len(parts) == 2 else AUTO_SCALE
+                scale = float(parts[1]) if len(parts) == 2 else _SCALES[kind]
             except ValueError as err:
                 raise refuse("C is not a number") from err
             if not (math.isfinite(scale) and scale > 0):
                 raise refuse("C must be a finite number > 0")
-            return cls("auto", scale=scale)
+            return cls(kind, scale=scale)
         if kind not in ("rank", "score") or len(parts) not in (2, 3):
             raise refuse("unknown kind or wrong number of parts")
         try:
@@ -403,7 +427,7 @@ class Ballot:
         return cls("score", margin=margin, bits=bits)
 
     def resolve(self, num_candidates: int, noise_std: float, voters: int) -> Ballot:
-        """An auto ballot as the fixed-depth ballot it stands for (``rank:K:1``, top-``K``); any other unchanged.
+        """A share or auto ballot as the fixed-depth ballot it stands for (``rank:K:1``, top-``K``); any other unchanged.
 
         Args:
             num_candidates: ``p``.
@@ -413,13 +437,15 @@ class Ballot:
         Returns:
             The ballot, ready for `form` and `cast`.
         """
+        if self.kind == "share":
+            return Ballot("rank", depth=share_depth(num_candidates, self.scale), bits=1)
         if self.kind != "auto":
             return self
         return Ballot("rank", depth=auto_depth(num_candidates, noise_std, voters, self.scale), bits=1)
 
     def _resolved(self) -> None:
-        if self.kind == "auto":
-            raise ValueError("an auto ballot's k follows from the release's public facts: resolve it first "
+        if self.from_public_facts:
+            raise ValueError(f"a {self.kind} ballot's k follows from the release's public facts: resolve it first "
                              "(dphype.modes.ReleaseMode.resolved_ballot)")
 
     def form(self, k: int, num_candidates: int | None = None) -> BallotForm:
@@ -436,7 +462,7 @@ class Ballot:
             ``(G, G, p G)``.
 
         Raises:
-            ValueError: For an auto ballot not `resolve`d.
+            ValueError: For a share or auto ballot not `resolve`d.
         """  # noqa: DOC502
         self._resolved()
         if self.kind == "top-k":
@@ -460,8 +486,8 @@ class Ballot:
             The ``(p,)`` int64 ballot, of `form` ``(k, p)``.
 
         Raises:
-            ValueError: For scores of a wrong shape, (top-k) a ``k`` outside ``[1, p]``, or an auto ballot not
-                `resolve`d.
+            ValueError: For scores of a wrong shape, (top-k) a ``k`` outside ``[1, p]``, or a share or auto
+                ballot not `resolve`d.
         """  # noqa: DOC502
         self._resolved()
         if self.kind == "top-k":

@@ -342,15 +342,15 @@ def test_issue_23_every_malformed_or_out_of_range_tally_stage_is_refused_with_a_
 
 
 def test_the_server_says_when_the_ballot_does_not_vote_with_the_configured_k(tmp_path, caplog):
-    """The auto ballot chooses its own k: the server's log names it and the configured k it does not use (and how
+    """The default share ballot chooses its own k: the server's log names it and the configured k it does not use (and how
     to vote with it); a top-k ballot with the same k says nothing of the kind."""
     grid, keys = argmax_grid(tmp_path)
     server = DPHype(CANDS, config(k=3), tallies=keys)
     votes = server.config.mode.votes_per_client(server.config, len(CANDS))
-    assert server.config.ballot == "auto" and votes != 3
+    assert server.config.ballot == "share" and votes != 3
     with caplog.at_level("WARNING"):
         server.start(grid, timeout=60)
-    assert (f"the 'auto' ballot votes for {votes} candidates per client, not the configured k=3 (set "
+    assert (f"the 'share' ballot votes for {votes} candidates per client, not the configured k=3 (set "
             "ballot='top-k' to vote with k=3)") in caplog.text
     caplog.clear()
     grid, keys = argmax_grid(tmp_path, run_id=2)
