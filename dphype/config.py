@@ -74,7 +74,8 @@ class DPHypeConfig:
             but for its MPC sampler's ``delta`` below ``1e-18``, `dphype.privacy.winner`; ``delta``, ``noise`` and
             ``accountant`` then concern only the composition with other releases, and ``rule`` does not apply).
         ballot: How a client turns its scores into its ballot (`dphype.selection.voting.Ballot`): ``"top-k"``
-            (DP-Hype's, with ``k``), ``"share[:C]"``, ``"auto[:C]"``, ``"rank:D[:BITS]"`` or ``"score:M[:BITS]"`` (graded, argmax release only);
+            (DP-Hype's, with ``k``), ``"share[:C]"``, ``"auto[:C]"``, ``"rank:D[:BITS]"`` or ``"score:M[:BITS]"``
+            (graded, argmax release only);
             ``None`` or ``"default"``: the release mode's default (`dphype.modes.ReleaseMode.default_ballot`:
             ``"share"`` for the argmax release, ``"top-k"`` for the sum release). Stored resolved and
             canonical, so the request carries it; `replace` with a new ``release`` and no ``ballot`` takes the new

@@ -427,7 +427,7 @@ class Ballot:
         return cls("score", margin=margin, bits=bits)
 
     def resolve(self, num_candidates: int, noise_std: float, voters: int) -> Ballot:
-        """A share or auto ballot as the fixed-depth ballot it stands for (``rank:K:1``, top-``K``); any other unchanged.
+        """A share or auto ballot as the fixed-depth ballot it stands for (``rank:K:1``, top-``K``); others unchanged.
 
         Args:
             num_candidates: ``p``.

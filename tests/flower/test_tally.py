@@ -342,8 +342,8 @@ def test_issue_23_every_malformed_or_out_of_range_tally_stage_is_refused_with_a_
 
 
 def test_the_server_says_when_the_ballot_does_not_vote_with_the_configured_k(tmp_path, caplog):
-    """The default share ballot chooses its own k: the server's log names it and the configured k it does not use (and how
-    to vote with it); a top-k ballot with the same k says nothing of the kind."""
+    """The default share ballot chooses its own k: the server's log names it and the configured k it does not use (and
+    how to vote with it); a top-k ballot with the same k says nothing of the kind."""
     grid, keys = argmax_grid(tmp_path)
     server = DPHype(CANDS, config(k=3), tallies=keys)
     votes = server.config.mode.votes_per_client(server.config, len(CANDS))

@@ -180,8 +180,8 @@ def test_ballot_names_are_canonical_and_forms_exact():
     ("share:x", "C is not"), ("share:0.2:1", "unknown kind"),
 ])
 def test_a_bad_ballot_names_the_parameter_the_allowed_values_and_the_fix(value, why):
-    with pytest.raises(ValueError, match=r"ballot must be \"top-k\", \"share\[:C\]\".*\"auto\[:C\]\".*\"rank:D\[:BITS\]\".*" + why
-                       + r".*set ballot"):
+    with pytest.raises(ValueError, match=r"ballot must be \"top-k\", \"share\[:C\]\".*\"auto\[:C\]\".*"
+                       + r"\"rank:D\[:BITS\]\".*" + why + r".*set ballot"):
         Ballot.parse(value)
 
 
