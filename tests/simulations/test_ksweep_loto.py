@@ -87,6 +87,8 @@ def test_the_study_writes_its_tables_against_the_goals(tmp_path: Path, capsys: p
     res = bench(["ksweep-loto", "--runs", *map(str, runs), "--families", "constant", "noise",
                  "--out", str(tmp_path / "r")], capsys)
     assert res["points"] == 6 and res["tasks"] == ["alpha", "beta", "gamma"]
+    # the floor: one k per cell; at n = 20, epsilon 1 k = 6 trails by 0, 0, 4 (mean 4 / 3), k = 8 by 2, 2, 2
+    assert res["floor"] == {"mean_behind": pytest.approx(4 / 6, abs=1e-3), "worst_behind": 2.0}
     # constant: without gamma k = 6 or 12 trail by 6 at one cell (hinge 4 + 2 = 6 on worst and mean 3); k = 9 by 3 at
     # both: mean 3, worst 3; out of sample gamma's k = 9 trails by 1 and 3
     assert res["held_out"]["constant gamma"] == "K = 9"
@@ -97,7 +99,7 @@ def test_the_study_writes_its_tables_against_the_goals(tmp_path: Path, capsys: p
     assert (float(at_goal["floor_worst"]), at_goal["floor_worst_k"]) == (2.0, "8")
     text = (tmp_path / "r" / "ksweep_loto.md").read_text()
     assert "| constant | k = K | K = " in text
-    assert "| gamma | constant | K = 9 | 2 | 2.00 | 3.00 | 1 | gamma iid 0.90 |" in text
+    assert "| gamma | constant | K = 9 | 2 | 2.00 | 3.00 | 1 | gamma iid 0.90 | 0.00 / 0.00 |" in text
     assert main(["ksweep-loto", "--runs", str(runs[0]), "--out", str(tmp_path / "r2")]) == 2
     assert "at least 2 data sets" in capsys.readouterr().err
     assert main(["ksweep-loto", "--runs", str(tmp_path), "--out", str(tmp_path / "r3")]) == 2
