@@ -255,9 +255,10 @@ def test_each_mode_has_its_default_ballot_and_only_argmax_takes_graded_ones() ->
     assert DPHypeConfig(**base).ballot == "top-k"
     argmax = DPHypeConfig(**base, release="argmax")
     assert argmax.ballot == ArgmaxRelease.default_ballot == "share"
-    from dphype.selection.voting import SHARE_SCALE
+    from dphype.privacy.winner import noise_std
+    from dphype.selection.voting import share_depth
 
-    k = round(SHARE_SCALE * 100)  # a fixed share of the candidates, whatever epsilon and n
+    k = share_depth(100, noise_std(1.0))  # a share of the candidates set by epsilon, whatever n
     assert ArgmaxRelease().votes_per_client(argmax, 100) == k
     assert ArgmaxRelease().ballot_form(argmax, 100) == BallotForm.top_k(k)
     auto = argmax.replace(ballot="auto")  # still selectable: k from p, epsilon and n

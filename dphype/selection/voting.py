@@ -19,13 +19,14 @@ exactly ``k`` ones. The graded ballots give each candidate an integer in ``[0, G
   the noise: measured over Adult, digits, breast-cancer, fair and randhie under both relations (README
   "Ballots"), the best ``k`` in hindsight ranges from 1 to 40 and follows this rule.
 
-* `share_depth` (``"share"``): top-k with ``k = round(c p)``, a fixed share of the candidates (``c = SHARE_SCALE``), at
-  least ``AUTO_FLOOR p`` and `AUTO_MIN_DEPTH`: the winner release's default, chosen because fitted on all tasks but
-  one it trails the best ``k`` least on the task left out (``dphype bench ksweep-loto``).
+* `share_depth` (``"share"``): top-k with ``k = round(c p s^a)``, a share of the candidates that grows with the noise
+  std ``s`` of the release (its epsilon and relation) but not with ``n`` (``c = SHARE_SCALE``, ``a = SHARE_EXPONENT``),
+  at least ``AUTO_FLOOR p`` and `AUTO_MIN_DEPTH`: the winner release's default, chosen because, fitted on all tasks
+  but one, it trails the best ``k`` least on the task left out (``dphype bench ksweep-loto``).
 
-`Ballot` names a ballot (``"top-k"``, ``"share[:C]"``, ``"auto[:C]"``, ``"rank:D[:BITS]"``, ``"score:M[:BITS]"``: the
-configuration's ``ballot``), casts it and gives its `dphype.selection.ballots.BallotForm`, the bounds every
-client's ballot must meet and the tallies check.
+`Ballot` names a ballot (``"top-k"``, ``"share[:C[:A]]"``, ``"auto[:C]"``, ``"rank:D[:BITS]"``,
+``"score:M[:BITS]"``: the configuration's ``ballot``), casts it and gives its `dphype.selection.ballots.BallotForm`,
+the bounds every client's ballot must meet and the tallies check.
 
 The trade-off. In the argmax release the noise depends on the form's ``max_entry`` ``G`` only
 (`dphype.privacy.winner`): a graded ballot costs no more epsilon than top-k, but its noise and its counts both
@@ -180,9 +181,11 @@ AUTO_FLOOR = 0.03
 #: for what suits their own labels (measured with few candidates, where ``AUTO_FLOOR p`` rounds to 1: results/README.md
 #: "Fashion-MNIST on the ballot grid").
 AUTO_MIN_DEPTH = 2
-#: ``c`` of the share ballot's rule ``k = round(c p)`` (`share_depth`), fitted on every measured task
-#: (``dphype bench ksweep-loto``; its figures on held-out tasks are in the docs).
+#: ``c`` of the share ballot's rule ``k = round(c p s**a)`` (`share_depth`), fitted with `SHARE_EXPONENT` on every
+#: measured task (``dphype bench ksweep-loto``; its figures on held-out tasks are in the docs).
 SHARE_SCALE = 0.2
+#: ``a``, the power of the noise std ``s`` in the share ballot's rule.
+SHARE_EXPONENT = 0.0
 
 
 def rule_depth(num_candidates: ArrayLike, noise_std: ArrayLike, voters: ArrayLike, scale: float,
@@ -210,9 +213,10 @@ def rule_depth(num_candidates: ArrayLike, noise_std: ArrayLike, voters: ArrayLik
     return np.minimum(k, np.maximum(1, p // 2))
 
 
-def share_depth(num_candidates: int, scale: float = 0.0) -> int:
-    """The share ballot's ``k``: `rule_depth` with both exponents 0, ``round(scale p)`` (``scale`` 0: `SHARE_SCALE`)."""
-    return int(rule_depth(int(num_candidates), 1.0, 1, scale or SHARE_SCALE, 0.0, 0.0))
+def share_depth(num_candidates: int, noise_std: float, scale: float = SHARE_SCALE,
+                exponent: float = SHARE_EXPONENT) -> int:
+    """The share ballot's ``k``: `rule_depth` without ``n``, ``round(scale p noise_std**exponent)``."""
+    return int(rule_depth(int(num_candidates), float(noise_std), 1, scale, exponent, 0.0))
 
 
 def auto_depth(num_candidates: int, noise_std: float, voters: int, scale: float = AUTO_SCALE) -> int:
@@ -319,7 +323,8 @@ class Ballot:
     Names (the configuration's ``ballot``; `parse` reads them, `name` writes the canonical one):
 
     * ``"top-k"``: `top_k_votes` with the configuration's ``k`` (DP-Hype's; `BallotForm.top_k`);
-    * ``"share"`` or ``"share:C"``: `top_k_votes` with `share_depth`'s ``k`` (``c = C``, default `SHARE_SCALE`);
+    * ``"share"``, ``"share:C"`` or ``"share:C:A"``: `top_k_votes` with `share_depth`'s ``k`` (``c = C``, default
+      `SHARE_SCALE`; ``a = A``, default `SHARE_EXPONENT`);
     * ``"auto"`` or ``"auto:C"``: `top_k_votes` with `auto_depth`'s ``k`` (``c = C``, default `AUTO_SCALE`);
 
     share and auto ballots must be `resolve`d with the release's public facts before `form` and `cast`;
@@ -332,6 +337,7 @@ class Ballot:
         margin: ``M`` of a score ballot (0 otherwise).
         bits: Bits per entry: 1 for top-k and auto, in ``[1, MAX_BITS]`` for the graded ones.
         scale: ``C`` of a share or auto ballot (0 otherwise).
+        exponent: ``A`` of a share ballot (0 otherwise).
         ALLOWED: The allowed names, in words (what `parse`'s error lists).
     """
 
@@ -340,9 +346,11 @@ class Ballot:
     margin: float = 0.0
     bits: int = 1
     scale: float = 0.0
+    exponent: float = 0.0
 
     #: What `parse`'s error lists.
-    ALLOWED: ClassVar[str] = (f'"top-k", "share[:C]" (top-k with k = round(C p), C > 0, default {SHARE_SCALE:g}), '
+    ALLOWED: ClassVar[str] = (f'"top-k", "share[:C[:A]]" (top-k with k = round(C p s^A), C > 0, default '
+               f'{SHARE_SCALE:g}, A default {SHARE_EXPONENT:g}), '
                f'"auto[:C]" (top-k with k = round(C p (s / m)^{AUTO_EXPONENT:g}), C > 0, '
                f'default {AUTO_SCALE:g}), "rank:D[:BITS]" (D >= 1 ranks get a weight) or "score:M[:BITS]" '
                f"(margin M > 0 in the score's units), BITS in [1, {MAX_BITS}] (default {DEFAULT_BITS})")
@@ -368,6 +376,8 @@ class Ballot:
         if self.kind == "top-k":
             return "top-k"
         if self.from_public_facts:
+            if self.kind == "share" and self.exponent != SHARE_EXPONENT:
+                return f"share:{self.scale:g}:{self.exponent:g}"
             return self.kind if self.scale == _SCALES[self.kind] else f"{self.kind}:{self.scale:g}"
         param = str(self.depth) if self.kind == "rank" else f"{self.margin:g}"
         return f"{self.kind}:{param}" + ("" if self.bits == DEFAULT_BITS else f":{self.bits}")
@@ -397,14 +407,17 @@ class Ballot:
             if len(parts) != 1:
                 raise refuse("top-k takes no parameter: it reads the configuration's k")
             return cls("top-k")
-        if kind in _SCALES and len(parts) in (1, 2):
+        if kind in _SCALES and (len(parts) in (1, 2) or (kind == "share" and len(parts) == 3)):
             try:
-                scale = float(parts[1]) if len(parts) == 2 else _SCALES[kind]
+                scale = float(parts[1]) if len(parts) >= 2 else _SCALES[kind]
+                exponent = float(parts[2]) if len(parts) == 3 else SHARE_EXPONENT
             except ValueError as err:
-                raise refuse("C is not a number") from err
+                raise refuse("C or A is not a number") from err
             if not (math.isfinite(scale) and scale > 0):
                 raise refuse("C must be a finite number > 0")
-            return cls(kind, scale=scale)
+            if not math.isfinite(exponent):
+                raise refuse("A must be a finite number")
+            return cls(kind, scale=scale, exponent=exponent if kind == "share" else 0.0)
         if kind not in ("rank", "score") or len(parts) not in (2, 3):
             raise refuse("unknown kind or wrong number of parts")
         try:
@@ -438,7 +451,7 @@ class Ballot:
             The ballot, ready for `form` and `cast`.
         """
         if self.kind == "share":
-            return Ballot("rank", depth=share_depth(num_candidates, self.scale), bits=1)
+            return Ballot("rank", depth=share_depth(num_candidates, noise_std, self.scale, self.exponent), bits=1)
         if self.kind != "auto":
             return self
         return Ballot("rank", depth=auto_depth(num_candidates, noise_std, voters, self.scale), bits=1)

@@ -12,6 +12,7 @@ import pytest
 from dphype.checks import MAX_CLIENTS
 from dphype.cli import main
 from dphype.modes import ArgmaxRelease
+from dphype.privacy.winner import noise_std
 from dphype.selection.candidates import candidate_grid, table_iii_grid
 from dphype.selection.loss_model import _distinct_uniform
 from dphype.selection.planner import (
@@ -342,7 +343,7 @@ def test_the_winner_plan_with_a_measured_ballot_reports_what_was_measured_and_sa
     assert main(["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3",
                  "--release", "argmax", "--repetitions", "30", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert out["k"] == share_depth(100) and out["within_opt"]["clients"] == 20
+    assert out["k"] == share_depth(100, noise_std(1.0)) and out["within_opt"]["clients"] == 20
     assert out["within_opt"]["ballot"] == "share"
     assert out["predicted_success"] is None and out["advice"].startswith("chance of a good pick on your data: unknown")
     assert main(["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3",

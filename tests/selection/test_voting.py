@@ -106,6 +106,7 @@ from dphype.selection.voting import (  # noqa: E402
     AUTO_FLOOR,
     AUTO_MIN_DEPTH,
     AUTO_SCALE,
+    SHARE_EXPONENT,
     SHARE_SCALE,
     Ballot,
     auto_depth,
@@ -176,11 +177,12 @@ def test_ballot_names_are_canonical_and_forms_exact():
     ("rank:2.5", "D is not an integer"), ("score:0", "M must be"), ("score:nan", "M must be"),
     ("score:x", "not a number"), ("rank:3:0", "BITS out of"), ("rank:3:9", "BITS out of"),
     ("rank:3:x", "BITS is not"), (3, "not a string"), (None, "not a string"), ("auto:0", "C must be"),
-    ("auto:x", "C is not"), ("auto:1:2", "unknown kind"), ("share:-1", "C must be"), ("share:inf", "C must be"),
-    ("share:x", "C is not"), ("share:0.2:1", "unknown kind"),
+    ("auto:x", "C or A is not"), ("auto:1:2", "unknown kind"), ("share:-1", "C must be"), ("share:inf", "C must be"),
+    ("share:x", "C or A is not"), ("share:0.2:y", "C or A is not"), ("share:0.2:nan", "A must be"),
+    ("share:0.2:1:1", "unknown kind"),
 ])
 def test_a_bad_ballot_names_the_parameter_the_allowed_values_and_the_fix(value, why):
-    with pytest.raises(ValueError, match=r"ballot must be \"top-k\", \"share\[:C\]\".*\"auto\[:C\]\".*"
+    with pytest.raises(ValueError, match=r"ballot must be \"top-k\", \"share\[:C\[:A\]\]\".*\"auto\[:C\]\".*"
                        + r"\"rank:D\[:BITS\]\".*" + why + r".*set ballot"):
         Ballot.parse(value)
 
@@ -210,23 +212,27 @@ def test_auto_ballot_follows_the_public_rule_and_must_be_resolved():
     assert Ballot.parse("rank:4").resolve(100, s, 20) == Ballot.parse("rank:4")
 
 
-def test_share_ballot_votes_for_a_fixed_share_of_the_candidates_and_must_be_resolved():
-    # k = round(c p), at least 2 and 0.03 p, at most p // 2, whatever the noise and the number of voters
-    c = SHARE_SCALE
-    assert share_depth(100) == round(c * 100) and share_depth(100, 0.4) == 40
-    assert share_depth(100, 0.9) == 50 and share_depth(3, 0.9) == 1  # at most p // 2
-    assert share_depth(100, 0.001) == 3 and share_depth(10, 0.001) == 2  # the floors: 0.03 p, 2
+def test_share_ballot_votes_for_a_share_of_the_candidates_set_by_the_noise_and_must_be_resolved():
+    # k = round(c p s^a), at least 2 and 0.03 p, at most p // 2, whatever the number of voters
+    c, a = SHARE_SCALE, SHARE_EXPONENT
+    for s in (1.4, 2.8, 5.6):
+        assert share_depth(100, s) == min(50, max(3, round(c * 100 * s**a)))
+    assert share_depth(100, 2.0, 0.4, 0.0) == 40 and share_depth(100, 2.0, 0.1, 1.0) == 20
+    assert share_depth(100, 1.0, 0.9, 0.0) == 50 and share_depth(3, 1.0, 0.9, 0.0) == 1  # at most p // 2
+    assert share_depth(100, 1.0, 0.001) == 3 and share_depth(10, 1.0, 0.001) == 2  # the floors: 0.03 p, 2
     share = Ballot.parse("share")
     assert share.name == "share" and share.graded and share.from_public_facts and share.max_entry == 1
-    assert Ballot.parse("share:0.3").name == "share:0.3" and Ballot.parse(f"share:{c}") == share
+    assert (share.scale, share.exponent) == (c, a) and Ballot.parse(f"share:{c}:{a}") == share
+    assert Ballot.parse("share:0.3").name == "share:0.3" and Ballot.parse("share:0.3:0.5").name == "share:0.3:0.5"
+    assert Ballot.parse("share:0.3:0.5").exponent == 0.5 and Ballot.parse("share:0.3").exponent == a
     assert not Ballot.parse("top-k").from_public_facts and not Ballot.parse("rank:3").from_public_facts
     with pytest.raises(ValueError, match="a share ballot's k follows from the release's public facts"):
         share.form(3, 100)
     with pytest.raises(ValueError, match="resolve it first"):
         share.cast(np.arange(5.0), 2)
-    for s, m in ((0.5, 10), (30.0, 200)):  # the same k at any noise and number of voters
-        assert share.resolve(100, s, m) == Ballot("rank", depth=share_depth(100), bits=1)
-    assert Ballot.parse("share:0.3").resolve(100, 1.0, 20).form(1, 100) == BallotForm.top_k(30)
+    for m in (10, 200):  # the same k whatever the number of voters
+        assert share.resolve(100, 2.8, m) == Ballot("rank", depth=share_depth(100, 2.8), bits=1)
+    assert Ballot.parse("share:0.3:0").resolve(100, 9.0, 20).form(1, 100) == BallotForm.top_k(30)
 
 
 def test_rule_depth_is_element_wise_and_auto_is_one_of_its_rules():
