@@ -6,10 +6,10 @@ is a rule that picks ``k`` from public facts (the number of candidates ``p``, th
 ``n``); its result at a point is the sweep's at the ``k`` it picks (the same releases, common random numbers). This
 study reads the folders of several runs (``--runs``, as ``ksweep-report``) and, for each family of rules:
 
-* ``constant``: ``k = K``;
-* ``share``: ``k = round(c p)``;
-* ``auto``: today's form, ``k = round(c p (s / n)^a)``, ``c`` and ``a`` fitted;
-* ``noise``: ``k = round(c p s^a)``, the noise alone (no ``n``);
+* ``constant``: ``k = K`` (the ballot ``top-k``);
+* ``share``: ``k = round(c p)`` (the ballot ``share:c:0``);
+* ``auto``: the auto ballot's form, ``k = round(c p (s / n)^a)``, ``c`` and ``a`` fitted;
+* ``noise``: ``k = round(c p s^a)``, the noise alone, no ``n`` (the ballot ``share:c:a``);
 * ``power``: ``k = round(c p s^a / n^b)``;
 
 (every family but ``constant`` through `dphype.selection.voting.rule_depth`: at least 2 and ``0.03 p``, at most
