@@ -256,13 +256,13 @@ def test_each_mode_has_its_default_ballot_and_only_argmax_takes_graded_ones() ->
     argmax = DPHypeConfig(**base, release="argmax")
     assert argmax.ballot == ArgmaxRelease.default_ballot == "share"
     from dphype.privacy.winner import noise_std
-    from dphype.selection.voting import share_depth
+    from dphype.selection.voting import auto_depth, share_depth
 
     k = share_depth(100, noise_std(1.0))  # a share of the candidates set by epsilon, whatever n
     assert ArgmaxRelease().votes_per_client(argmax, 100) == k
     assert ArgmaxRelease().ballot_form(argmax, 100) == BallotForm.top_k(k)
     auto = argmax.replace(ballot="auto")  # still selectable: k from p, epsilon and n
-    assert ArgmaxRelease().votes_per_client(auto, 100) == 15  # round(0.4 * 100 * (2.799 / 10) ** 0.75)
+    assert ArgmaxRelease().votes_per_client(auto, 100) == auto_depth(100, noise_std(1.0), 10)
     with pytest.raises(ValueError, match="needs the number of candidates"):
         ArgmaxRelease().ballot_form(argmax)
     with pytest.raises(ValueError, match=r"ballot must be 'top-k' for release='sum'"):

@@ -191,24 +191,26 @@ def test_auto_ballot_follows_the_public_rule_and_must_be_resolved():
     # k = round(c p (s / m)^a), written out: p = 100, replace-one epsilon 1 (s = sqrt(2t)/(1-t), t = e^-1/2), m = 20
     t = np.exp(-0.5)
     s = np.sqrt(2 * t) / (1 - t)
-    assert (AUTO_SCALE, AUTO_EXPONENT, AUTO_FLOOR) == (0.4, 0.75, 0.03)
-    assert auto_depth(100, s, 20) == round(0.4 * 100 * (s / 20) ** 0.75) == 9
-    assert auto_depth(100, s, 10) == 15 and auto_depth(100, s, 20, scale=0.2) == 5  # auto:C scales k
-    assert auto_depth(100, s, 2) == 50 and auto_depth(3, 100.0, 2) == 1  # at most p // 2
+    c, a = AUTO_SCALE, AUTO_EXPONENT
+    assert AUTO_FLOOR == 0.03
+    for m in (10, 20, 50):
+        assert auto_depth(100, s, m) == max(3, round(c * 100 * (s / m) ** a))
+    assert auto_depth(100, s, 20, scale=2 * c) == max(3, round(2 * c * 100 * (s / 20) ** a))  # auto:C scales k
+    assert auto_depth(100, 1e3, 2) == 50 and auto_depth(3, 1e3, 2) == 1  # at most p // 2
     assert auto_depth(100, 0.01, 50) == round(AUTO_FLOOR * 100) == 3  # the floor, a fraction of p
     # below 100 candidates the floor of 2 (one vote each is what label skew decides), never above p // 2
     assert AUTO_MIN_DEPTH == 2 and auto_depth(10, 0.01, 50) == auto_depth(8, 0.01, 50) == 2
-    assert auto_depth(10, s, 20) == 2 and auto_depth(3, 0.01, 50) == 1  # the rule alone gives 1 at p = 10
+    assert auto_depth(10, s, 20) == max(2, round(c * 10 * (s / 20) ** a)) and auto_depth(3, 0.01, 50) == 1
     auto = Ballot.parse("auto")
     assert auto.name == "auto" and auto.graded and auto.max_entry == 1 and Ballot.parse("auto:0.3").name == "auto:0.3"
     with pytest.raises(ValueError, match="resolve it first"):
         auto.form(3, 100)
     with pytest.raises(ValueError, match="resolve it first"):
         auto.cast(np.arange(5.0), 2)
-    fixed = auto.resolve(100, s, 20)
-    assert fixed == Ballot("rank", depth=9, bits=1) and fixed.form(1, 100) == BallotForm.top_k(9)
+    fixed, k = auto.resolve(100, s, 20), auto_depth(100, s, 20)
+    assert fixed == Ballot("rank", depth=k, bits=1) and fixed.form(1, 100) == BallotForm.top_k(k)
     scores = np.random.default_rng(2).normal(size=100)
-    assert np.array_equal(fixed.cast(scores, 1), top_k_votes(scores, 9))
+    assert np.array_equal(fixed.cast(scores, 1), top_k_votes(scores, k))
     assert Ballot.parse("rank:4").resolve(100, s, 20) == Ballot.parse("rank:4")
 
 
