@@ -29,7 +29,7 @@ from dphype.selection.planner import (
     vote_counts,
 )
 from dphype.selection.rules import good_selection_probability_bound, selection_gap
-from dphype.selection.voting import share_depth, top_k_votes
+from dphype.selection.voting import Ballot, top_k_votes
 
 
 def test_ranking_prefix_gives_the_library_top_k_votes() -> None:
@@ -343,8 +343,8 @@ def test_the_winner_plan_with_a_measured_ballot_reports_what_was_measured_and_sa
     assert main(["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3",
                  "--release", "argmax", "--repetitions", "30", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert out["k"] == share_depth(100, noise_std(1.0)) and out["within_opt"]["clients"] == 20
-    assert out["within_opt"]["ballot"] == "share"
+    assert out["k"] == Ballot.parse(MEASURED_BALLOT).resolve(100, noise_std(1.0), 20).depth
+    assert out["within_opt"]["clients"] == 20 and out["within_opt"]["ballot"] == MEASURED_BALLOT
     assert out["predicted_success"] is None and out["advice"].startswith("chance of a good pick on your data: unknown")
     assert main(["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3",
                  "--release", "argmax", "--ballot", "top-k", "--k", "5", "--repetitions", "30", "--json"]) == 0
