@@ -77,7 +77,7 @@ class DPHypeConfig:
             (DP-Hype's, with ``k``), ``"share[:C]"``, ``"auto[:C]"``, ``"rank:D[:BITS]"`` or ``"score:M[:BITS]"``
             (graded, argmax release only);
             ``None`` or ``"default"``: the release mode's default (`dphype.modes.ReleaseMode.default_ballot`:
-            ``"share"`` for the argmax release, ``"top-k"`` for the sum release). Stored resolved and
+            ``"auto"`` for the argmax release, ``"top-k"`` for the sum release). Stored resolved and
             canonical, so the request carries it; `replace` with a new ``release`` and no ``ballot`` takes the new
             mode's default.
 

@@ -96,7 +96,7 @@ if TYPE_CHECKING:
 SIGMA_SLACK = 1.001
 
 #: The argmax release's ballot unless the configuration names one (README "Ballots").
-DEFAULT_ARGMAX_BALLOT = "share"
+DEFAULT_ARGMAX_BALLOT = "auto"
 
 #: Every release mode by its configuration name (``DPHypeConfig.release``), in the order they were defined (the
 #: planner's recommendation goes to the first of tied modes).

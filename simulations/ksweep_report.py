@@ -58,12 +58,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "ballots, ksweep_ballots.csv); each point of the grid in one of them only")
     parser.add_argument("--default", default=DEFAULT_ARGMAX_BALLOT,
                         help="the ballot compared point by point (default the argmax release's, "
-                             f"{DEFAULT_ARGMAX_BALLOT}); a share or auto ballot the runs did not measure is read off "
-                             "the sweep at the k it resolves to")
+                             f"{DEFAULT_ARGMAX_BALLOT}); a share or auto ballot is read off the sweep at the k its "
+                             "rule gives now")
     parser.add_argument("--top-fixed", type=int, default=5,
                         help="fixed k rows in the ballot table: those with the smallest largest gap (default 5)")
     parser.add_argument("--candidates", type=int, default=100,
-                        help="the number of candidates the runs measured, for the planner's table (default 100, "
+                        help="the number of candidates the runs measured, for the planner's table and a share or auto "
+                             "ballot's k (default 100, "
                              "Table III's grid)")
     parser.add_argument("--planner-table", default=None, metavar="FILE",
                         help="also write the planner's table of measured shares into FILE (e.g. "
@@ -143,18 +144,20 @@ def read_runs(runs: Iterable[Path]) -> tuple[dict[Point, dict[int, dict[str, flo
 
 def read_off_sweep(sweeps: dict[Point, dict[int, dict[str, float]]],
                    ballots: dict[Point, dict[str, dict[str, float]]], name: str, candidates: int) -> None:
-    """Add ``name`` to ``ballots`` where it was not measured and is a share or auto ballot: the sweep's row at the
-    ``k`` it resolves to (``p = candidates``, the noise of the point's epsilon and relation, all ``n`` voting; the
-    same releases as that ``k``'s, as ``dphype bench ksweep`` replays a resolved ballot)."""
+    """A share or auto ballot ``name`` at each point as its rule resolves it now (``p = candidates``, the noise of the
+    point's epsilon and relation, all ``n`` voting): the sweep's row at that ``k`` (the same releases, as ``dphype
+    bench ksweep`` replays a resolved ballot), or the run's measurement of ``name`` if it voted with that ``k``; a
+    measurement with another ``k`` (the rule's constants since refitted) is dropped."""
     ballot = Ballot.parse(name)
     if not ballot.from_public_facts:
         return
     for point, sweep in sweeps.items():
         mine = ballots.setdefault(point, {})
-        if name not in mine:
-            k = ballot.resolve(candidates, noise_std(point[3], point[4]), point[1]).depth
-            if k in sweep:
-                mine[name] = {"depth": float(k), **sweep[k]}
+        k = ballot.resolve(candidates, noise_std(point[3], point[4]), point[1]).depth
+        if k in sweep:
+            mine[name] = {"depth": float(k), **sweep[k]}
+        elif name in mine and mine[name]["depth"] != k:
+            del mine[name]
 
 
 def point_rows(sweeps: dict[Point, dict[int, dict[str, float]]],

@@ -45,9 +45,9 @@ scores (by rank or by score): each is a deterministic function of the client's o
 above applies to them unchanged with their ``G``. The noise grows with ``G`` (std about ``sqrt(2) shift G /
 epsilon``), but so do the counts: a graded ballot pays for its resolution only where its entries use less than
 the full range. With ``G = 1`` every formula here is DP-Hype's top-k release. The argmax release's default
-ballot, ``"share"`` (`dphype.selection.voting.share_depth`), and the ``"auto"`` ballot are top-k ballots (``G = 1``)
-whose ``k`` is computed from the approved request alone (the number of candidates; for auto also epsilon, the
-relation, ``n`` and the dropout fraction), before and independently of any client's data: the same ``k`` under both
+ballot, ``"auto"`` (`dphype.selection.voting.auto_depth`), and the ``"share"`` ballot are top-k ballots (``G = 1``)
+whose ``k`` is computed from the approved request alone (the number of candidates, epsilon and the relation; for
+auto also ``n`` and the dropout fraction), before and independently of any client's data: the same ``k`` under both
 neighbours, so the argument holds for them as for any fixed ``k``.
 
 The noise is made by the tally committee inside the MPC, never by the clients, and no tally knows any part of

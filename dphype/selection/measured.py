@@ -23,7 +23,7 @@ from typing import Any
 from dphype.checks import NEIGHBOURING, check_neighbouring
 
 #: The ballot the planner quotes by default (`dphype.modes.ArgmaxRelease`'s default).
-MEASURED_BALLOT = "share"
+MEASURED_BALLOT = "auto"
 #: The package's table, in ``dphype/data``.
 MEASURED_FILE = "ksweep_report_within.csv"
 #: The columns of a table, in the order ``dphype bench ksweep-report`` writes them.

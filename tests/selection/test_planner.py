@@ -302,7 +302,7 @@ def test_the_winner_plan_with_a_measured_ballot_reports_what_was_measured_and_sa
     from dphype.selection.measured import MEASURED_BALLOT, load_measured, measured_ballots, measured_within
 
     table = load_measured()
-    assert MEASURED_BALLOT == ArgmaxRelease.default_ballot and measured_ballots() == {MEASURED_BALLOT, "auto"}
+    assert MEASURED_BALLOT == ArgmaxRelease.default_ballot and measured_ballots() == {"auto", "share"}
     assert {cell[2] for cell in table} == {"replace-one", "add-remove"}
     assert MEASURED_BALLOT in measured_ballots(neighbouring="replace-one")
     for (ballot, p, relation, n, eps), entry in table.items():
