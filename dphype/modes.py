@@ -288,33 +288,33 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
         if Ballot.parse(name).graded and not self.graded_ballots:
             raise ValueError(
                 f"ballot must be 'top-k' for release={self.name!r}, got {name!r}: its noise hides a whole ballot (l2 "
-                "sensitivity sqrt(2k) for top-k), which a graded ballot raises as much as its counts, and the auto "
-                "ballot's k was fitted for the winner release; set ballot='top-k' (or leave it unset) or release to "
-                "a mode that takes these ballots ("
-                + ", ".join(repr(m.name) for m in RELEASE_MODES if m.graded_ballots) + ")")
+                "sensitivity sqrt(2k) for top-k), which a graded ballot raises as much as its counts, and the share "
+                "and auto ballots' k were fitted for the winner release; set ballot='top-k' (or leave it unset) or "
+                "release to a mode that takes these ballots ("
+                + ", ".join(repr(n) for n, m in RELEASE_MODES.items() if m.graded_ballots) + ")")
         return name
 
     def resolved_ballot(self, config: Settings, num_candidates: int | None = None) -> Ballot:
-        """The configured ballot, an ``"auto"`` one resolved to its ``k`` (`dphype.selection.voting.auto_depth`).
+        """The configured ballot, a ``"share"`` or ``"auto"`` one resolved to its ``k`` (`Ballot.resolve`).
 
-        The auto rule reads public facts only: ``p``, the std of the release's discrete Laplace noise for a top-k ballot
+        The rules read public facts only: ``p``, the std of the release's discrete Laplace noise for a top-k ballot
         (`dphype.privacy.winner.noise_std`) and the fewest voters ``ceil((1 - xi) n)``.
 
         Args:
             config: The request's configuration.
-            num_candidates: ``p``; required for an auto ballot.
+            num_candidates: ``p``; required for a share or auto ballot.
 
         Returns:
             The ballot.
 
         Raises:
-            ValueError: For an auto ballot without ``num_candidates``.
+            ValueError: For a share or auto ballot without ``num_candidates``.
         """
         ballot = Ballot.parse(config.ballot)
-        if ballot.kind != "auto":
+        if not ballot.from_public_facts:
             return ballot
         if num_candidates is None:
-            raise ValueError("an auto ballot's form needs the number of candidates: pass num_candidates")
+            raise ValueError(f"a {ballot.kind} ballot's form needs the number of candidates: pass num_candidates")
         return ballot.resolve(num_candidates, noise_std(config.epsilon, config.neighbouring),
                               min_survivors(config.clients, config.dropout))
 

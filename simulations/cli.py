@@ -36,6 +36,8 @@ STUDIES: dict[str, tuple[str, str]] = {
                "the argmax release's k: the measured sweep against the planner's advice"),
     "ksweep-report": ("simulations.ksweep_report",
                       "the ballot grid's tables from ksweep runs: gaps behind the best k, floor per cell"),
+    "ksweep-loto": ("simulations.ksweep_loto",
+                    "default ballots fitted on all tasks but one, measured on the one left out, against the goals"),
     "signal": ("simulations.signal",
                "the clients' local signal: validation schemes' noiseless and released gaps to Opt"),
     "argmax-profile": ("simulations.argmax_profile",

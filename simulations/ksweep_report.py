@@ -40,7 +40,10 @@ from typing import Any
 import numpy as np
 
 from dphype.checks import NEIGHBOURING
+from dphype.modes import DEFAULT_ARGMAX_BALLOT
+from dphype.privacy.winner import noise_std
 from dphype.selection.measured import COLUMNS, read_measured
+from dphype.selection.voting import Ballot
 from simulations import harness
 
 #: A point of the grid: data set, n, partition label, epsilon, relation.
@@ -53,11 +56,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", nargs="+", required=True, metavar="DIR",
                         help="output folders of dphype bench ksweep runs (each with ksweep.csv and, for the "
                              "ballots, ksweep_ballots.csv); each point of the grid in one of them only")
-    parser.add_argument("--default", default="auto", help="the ballot compared point by point (default auto)")
+    parser.add_argument("--default", default=DEFAULT_ARGMAX_BALLOT,
+                        help="the ballot compared point by point (default the argmax release's, "
+                             f"{DEFAULT_ARGMAX_BALLOT}); a share or auto ballot is read off the sweep at the k its "
+                             "rule gives now")
     parser.add_argument("--top-fixed", type=int, default=5,
                         help="fixed k rows in the ballot table: those with the smallest largest gap (default 5)")
     parser.add_argument("--candidates", type=int, default=100,
-                        help="the number of candidates the runs measured, for the planner's table (default 100, "
+                        help="the number of candidates the runs measured, for the planner's table and a share or auto "
+                             "ballot's k (default 100, "
                              "Table III's grid)")
     parser.add_argument("--planner-table", default=None, metavar="FILE",
                         help="also write the planner's table of measured shares into FILE (e.g. "
@@ -83,7 +90,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     table = None if args.planner_table is None else Path(args.planner_table)
     if table is not None and table.exists():
         read_measured(table.read_text(encoding="utf-8"), str(table))  # a malformed table is refused, not merged
-    return {"runs": runs, "default": str(args.default), "goal": goal, "planner_table": table,
+    return {"runs": runs, "default": Ballot.parse(args.default).name, "goal": goal, "planner_table": table,
             "candidates": harness.check_int("candidates", args.candidates, 2),
             "top_fixed": harness.check_int("top-fixed", args.top_fixed, 0)}
 
@@ -133,6 +140,24 @@ def read_runs(runs: Iterable[Path]) -> tuple[dict[Point, dict[int, dict[str, flo
                 ballots.setdefault(_point(row), {})[row["ballot"]] = {
                     key: float(row[key]) for key in ("depth", "gap_points", "within_1pt", "within_2pt")}
     return sweeps, ballots
+
+
+def read_off_sweep(sweeps: dict[Point, dict[int, dict[str, float]]],
+                   ballots: dict[Point, dict[str, dict[str, float]]], name: str, candidates: int) -> None:
+    """A share or auto ballot ``name`` at each point as its rule resolves it now (``p = candidates``, the noise of the
+    point's epsilon and relation, all ``n`` voting): the sweep's row at that ``k`` (the same releases, as ``dphype
+    bench ksweep`` replays a resolved ballot), or the run's measurement of ``name`` if it voted with that ``k``; a
+    measurement with another ``k`` (the rule's constants since refitted) is dropped."""
+    ballot = Ballot.parse(name)
+    if not ballot.from_public_facts:
+        return
+    for point, sweep in sweeps.items():
+        mine = ballots.setdefault(point, {})
+        k = ballot.resolve(candidates, noise_std(point[3], point[4]), point[1]).depth
+        if k in sweep:
+            mine[name] = {"depth": float(k), **sweep[k]}
+        elif name in mine and mine[name]["depth"] != k:
+            del mine[name]
 
 
 def point_rows(sweeps: dict[Point, dict[int, dict[str, float]]],
@@ -343,10 +368,11 @@ def markdown(rows: Sequence[dict[str, Any]], floors: Sequence[dict[str, Any]], s
 def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     opts = settings(args)
     sweeps, ballots = read_runs(opts["runs"])
+    read_off_sweep(sweeps, ballots, opts["default"], opts["candidates"])
     rows = point_rows(sweeps, ballots)
     if not any(r["ballot"] == opts["default"] for r in rows):
         raise ValueError(f"--default {opts['default']!r} was not measured in these runs (their --ballots); "
-                         "pass one of them, e.g. auto")
+                         "pass one of them, or a share or auto ballot whose k the runs swept")
     floors = floor_rows(sweeps)
     summary = ballot_summary(rows, opts["goal"])
     study.write_csv("ksweep_report_points.csv", rows)

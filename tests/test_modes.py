@@ -13,6 +13,7 @@ import pytest
 
 from dphype.config import DPHypeConfig
 from dphype.modes import (
+    DEFAULT_ARGMAX_BALLOT,
     RELEASE_MODES,
     Aggregator,
     ArgmaxRelease,
@@ -110,7 +111,7 @@ def test_a_mode_is_described_by_plain_data_and_accounted_by_five_methods_of_its_
                         mode.default_ballot, mode.graded_ballots) for name, mode in RELEASE_MODES.items()}
     assert described == {
         "sum": (Aggregator.SECAGG, None, Forecast.NOISY_SUM, 1.0, False, "top-k", False),
-        "argmax": (Aggregator.COMMITTEE, OPENS_ARGMAX, Forecast.WINNER, 1.0, False, "auto", True),
+        "argmax": (Aggregator.COMMITTEE, OPENS_ARGMAX, Forecast.WINNER, 1.0, False, DEFAULT_ARGMAX_BALLOT, True),
         "committee-sum": (Aggregator.COMMITTEE, OPENS_SUM, Forecast.NOISY_SUM, pytest.approx(math.sqrt(1.5)), True,
                           "top-k", False)}
 
@@ -256,9 +257,15 @@ def test_each_mode_has_its_default_ballot_and_only_argmax_takes_graded_ones() ->
     base = {"epsilon": 1.0, "delta": 1e-5, "k": 2, "clients": 10}
     assert DPHypeConfig(**base).ballot == "top-k"
     argmax = DPHypeConfig(**base, release="argmax")
-    assert argmax.ballot == ArgmaxRelease.default_ballot == "auto"
-    assert ArgmaxRelease().votes_per_client(argmax, 100) == 15  # round(0.4 * 100 * (2.799 / 10) ** 0.75)
-    assert ArgmaxRelease().ballot_form(argmax, 100) == BallotForm.top_k(15)
+    assert argmax.ballot == ArgmaxRelease.default_ballot == DEFAULT_ARGMAX_BALLOT in ("share", "auto")
+    from dphype.privacy.winner import noise_std
+    from dphype.selection.voting import auto_depth, share_depth
+
+    k = {"share": share_depth(100, noise_std(1.0)), "auto": auto_depth(100, noise_std(1.0), 10)}
+    assert ArgmaxRelease().votes_per_client(argmax, 100) == k[DEFAULT_ARGMAX_BALLOT]
+    assert ArgmaxRelease().ballot_form(argmax, 100) == BallotForm.top_k(k[DEFAULT_ARGMAX_BALLOT])
+    for name in k:  # both selectable: k from p and epsilon (share), from p, epsilon and n (auto)
+        assert ArgmaxRelease().votes_per_client(argmax.replace(ballot=name), 100) == k[name]
     with pytest.raises(ValueError, match="needs the number of candidates"):
         ArgmaxRelease().ballot_form(argmax)
     with pytest.raises(ValueError, match=r"ballot must be 'top-k' for release='sum'"):
@@ -273,7 +280,8 @@ def test_each_mode_has_its_default_ballot_and_only_argmax_takes_graded_ones() ->
     assert DPHypeConfig.from_run_config({**base, "release": "argmax", "ballot": "score:0.1"}).ballot == "score:0.1"
     # "default" (a run config holds no None): the release's own
     assert DPHypeConfig.from_run_config({**base, "release": "sum", "ballot": "default"}).ballot == "top-k"
-    assert DPHypeConfig.from_run_config({**base, "release": "argmax", "ballot": "default"}).ballot == "auto"
+    assert DPHypeConfig.from_run_config({**base, "release": "argmax", "ballot": "default"}).ballot \
+        == DEFAULT_ARGMAX_BALLOT
 
 
 def test_a_graded_argmax_request_carries_its_ballot_and_scales_its_noise(committee: tuple[bytes, ...]) -> None:
@@ -308,9 +316,9 @@ def test_the_planner_forecasts_the_committees_noisy_sum_with_all_its_noise_share
     assert committee.success < summed.success
 
 
-def test_an_auto_ballot_request_still_refuses_a_k_above_the_candidates(committee: tuple[bytes, ...]) -> None:
-    """The auto ballot picks its own k, but a configured k outside [1, p] is still an error (server side, before any
-    client works), never silently ignored; at k = p it is accepted."""
-    assert a_request("argmax", committee, k=len(CANDS)).config.ballot == "auto"
+def test_the_default_ballot_request_still_refuses_a_k_above_the_candidates(committee: tuple[bytes, ...]) -> None:
+    """The default ballot picks its own k, but a configured k outside [1, p] is still an error (server side,
+    before any client works), never silently ignored; at k = p it is accepted."""
+    assert a_request("argmax", committee, k=len(CANDS)).config.ballot == DEFAULT_ARGMAX_BALLOT
     with pytest.raises(ValueError, match=rf"k must be an integer in \[1, {len(CANDS)}\], got {len(CANDS) + 1}$"):
         a_request("argmax", committee, k=len(CANDS) + 1)

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     mode = release_mode(args.release)
     ballot = mode.check_ballot(args.ballot)
     k = args.k
-    if k is None and Ballot.parse(ballot).kind == "auto":  # the auto ballot's k follows from public facts
+    if k is None and Ballot.parse(ballot).from_public_facts:  # a share or auto ballot's k follows from public facts
         k = mode.votes_per_client(DPHypeConfig(epsilon=args.epsilon, delta=args.delta, k=1, clients=args.clients,
                                                dropout=args.dropout, neighbouring=args.neighbouring,
                                                release=args.release, ballot=ballot), len(candidates))

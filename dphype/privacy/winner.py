@@ -34,9 +34,9 @@ the approved request and checked before the argmax.
 
 Graded ballots (`dphype.selection.voting`: entries in ``[0, G]`` by rank or by score) are deterministic functions
 of the client's own data, so the argument holds with their ``G`` (noise std about ``sqrt(2) shift G / epsilon``).
-The default ballot ``"auto"`` (`dphype.selection.voting.auto_depth`) is top-k (``G = 1``) with a ``k`` computed
-from the approved request alone (``p``, epsilon, the relation, ``n``, the dropout), the same under both
-neighbours, so the argument holds as for any fixed ``k``.
+The default ballot ``"auto"`` and the ``"share"`` ballot (`dphype.selection.voting`) are top-k (``G = 1``) with a
+``k`` computed from the approved request alone (``p``, epsilon, the relation; for auto also ``n`` and the
+dropout), the same under both neighbours, so the argument holds as for any fixed ``k``.
 
 The noise is made by the tally committee inside the MPC, never by the clients, and no tally knows any part of it
 (`JointSampler`, `dphype.secure.tally_party`). A geometric ``X``, ``P(X = x) = (1 - t) t^x``, has independent

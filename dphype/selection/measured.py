@@ -147,9 +147,18 @@ def _packaged() -> dict[Cell, Measured]:
     return read_measured(text, f"dphype/data/{MEASURED_FILE}")
 
 
-def measured_ballots(table: dict[Cell, Measured] | None = None) -> frozenset[str]:
-    """The ballots a table from `load_measured` (``None``: the package's) measured."""
-    return frozenset(cell[0] for cell in (load_measured() if table is None else table))
+def measured_ballots(table: dict[Cell, Measured] | None = None, neighbouring: str | None = None) -> frozenset[str]:
+    """The ballots the table (default the package's) measured, under ``neighbouring`` (``None``: under any).
+
+    Args:
+        table: A table from `load_measured`; ``None``: the package's.
+        neighbouring: A relation, or ``None``.
+
+    Returns:
+        Their names.
+    """
+    return frozenset(cell[0] for cell in (load_measured() if table is None else table)
+                     if neighbouring is None or cell[2] == neighbouring)
 
 
 def measured_within(clients: int, epsilon: float, neighbouring: str = "replace-one", num_candidates: int = 100,

@@ -229,7 +229,7 @@ def plan(
         min_clients=None if min_n is None else int(min_n),
         unanimous_success=unanimous_success(voters, kk, p, sigma),
         within_opt=measured_within(clients, epsilon, setting.neighbouring, p, ballot)
-        if forecast is Forecast.WINNER and ballot in measured_ballots() else None)
+        if forecast is Forecast.WINNER and ballot in measured_ballots(neighbouring=setting.neighbouring) else None)
     return Plan(**{**asdict(result), "warnings": warnings(result)})
 
 

@@ -12,11 +12,17 @@ Each client turns its local scores into a ballot, one integer per candidate. DP-
 * `auto_depth` (``"auto"``): top-k with ``k = round(c p (s / m)^a)`` from public facts only: ``p``, the std ``s``
   of the argmax release's noise for a top-k ballot and the fewest voters ``m`` (``c = AUTO_SCALE``,
   ``a = AUTO_EXPONENT``), at least ``AUTO_FLOOR p`` and `AUTO_MIN_DEPTH`. The noise-to-signal ratio ``s / m``
-  decides how deep a vote must reach before the good candidates' counts rise above the noise; the constants were
-  fitted to the measured best ``k`` (results/README.md, the ballot grid).
+  decides how deep a vote must reach before the good candidates' counts rise above the noise; the argmax
+  release's default;
+* `share_depth` (``"share"``): top-k with ``k = round(c p s^a)``, a share of the candidates that grows with the
+  release's noise std ``s`` but not with ``n`` (``c = SHARE_SCALE``, ``a = SHARE_EXPONENT``), with the same bounds.
 
-`Ballot` names a ballot (``"top-k"``, ``"auto[:C]"``, ``"rank:D[:BITS]"``, ``"score:M[:BITS]"``), casts it and
-gives its `dphype.selection.ballots.BallotForm`, the bounds every ballot must meet and the tallies check.
+Both rules' constants are fitted by ``dphype bench ksweep-loto``, which fits each family of rules on all measured
+tasks but one and measures it on the task left out (docs/ballots.md).
+
+`Ballot` names a ballot (``"top-k"``, ``"share[:C[:A]]"``, ``"auto[:C]"``, ``"rank:D[:BITS]"``,
+``"score:M[:BITS]"``), casts it and gives its `dphype.selection.ballots.BallotForm`, the bounds every ballot must
+meet and the tallies check.
 
 The trade-off. In the argmax release the noise depends on ``G`` only (`dphype.privacy.winner`): a graded ballot
 costs no more epsilon than top-k, but its noise and counts both grow by ``G``, so per unit of ``G`` a linear rank
@@ -123,25 +129,58 @@ def raw_score_votes(scores: ArrayLike, *, maximize: bool = True) -> np.ndarray:
 DEFAULT_BITS = 4
 #: The most bits an entry may have (the committee checks ``bits`` binary digits per entry).
 MAX_BITS = 8
-#: ``c`` of the auto ballot's rule ``k = round(c p (s / m)**AUTO_EXPONENT)`` (`auto_depth`), fitted by minimax
-#: regret over the measured ballot grid (README "Ballots").
-AUTO_SCALE = 0.4
-#: The exponent of the noise per voter ``s / m`` in the auto rule, fitted with `AUTO_SCALE` and `AUTO_FLOOR`
-#: (its in- and out-of-sample comparison with the linear rule: README "Ballots").
-AUTO_EXPONENT = 0.75
-#: The auto ballot's smallest ``k`` as a fraction of ``p`` (a vote of one or two candidates is fragile); fitted with
-#: `AUTO_EXPONENT`.
+#: ``c`` of the auto ballot's rule ``k = round(c p (s / m)**AUTO_EXPONENT)`` (`auto_depth`), fitted with
+#: `AUTO_EXPONENT` on every measured task by ``dphype bench ksweep-loto`` (the goals' shortfall; its figures on
+#: held-out tasks are in the docs).
+AUTO_SCALE = 0.39
+#: The exponent of the noise per voter ``s / m`` in the auto rule, fitted with `AUTO_SCALE`.
+AUTO_EXPONENT = 1.0
+#: The auto ballot's smallest ``k`` as a fraction of ``p`` (a vote of one or two candidates is fragile).
 AUTO_FLOOR = 0.03
 #: The auto ballot's smallest ``k`` whatever ``p`` (below ``p // 2``): with one vote each, label-skewed clients vote
 #: for what suits their own labels (measured with few candidates, where ``AUTO_FLOOR p`` rounds to 1: results/README.md
 #: "Fashion-MNIST on the ballot grid").
 AUTO_MIN_DEPTH = 2
+#: ``c`` of the share ballot's rule ``k = round(c p s**a)`` (`share_depth`), fitted as a fixed share of ``p`` on every
+#: measured task by ``dphype bench ksweep-loto``.
+SHARE_SCALE = 0.09
+#: ``a``, the power of the noise std ``s`` in the share ballot's rule (0: a fixed share of ``p``).
+SHARE_EXPONENT = 0.0
+
+
+def rule_depth(num_candidates: ArrayLike, noise_std: ArrayLike, voters: ArrayLike, scale: float,
+               noise_exponent: float, voters_exponent: float) -> np.ndarray:
+    """``k = round(scale p s**noise_exponent / m**voters_exponent)``, at least `AUTO_MIN_DEPTH` and ``AUTO_FLOOR p``.
+
+    At most ``max(1, p // 2)``; element-wise over arrays of public facts (what the bench fits over its grid).
+
+    Args:
+        num_candidates: ``p``.
+        noise_std: ``s``, the std of one discrete Laplace of the release's epsilon for a top-k ballot
+            (`dphype.privacy.winner.noise_std`).
+        voters: ``m``, the fewest voters whose ballots are summed, ``>= 1``.
+        scale: ``c > 0``.
+        noise_exponent: The power of ``s``.
+        voters_exponent: The power of ``1 / m``.
+
+    Returns:
+        ``k``, int64, of the broadcast shape.
+    """
+    p = np.asarray(num_candidates, dtype=np.int64)
+    raw = scale * p * np.asarray(noise_std, dtype=np.float64) ** noise_exponent \
+        / np.asarray(voters, dtype=np.float64) ** voters_exponent
+    k = np.maximum(np.maximum(AUTO_MIN_DEPTH, np.rint(AUTO_FLOOR * p)), np.rint(raw)).astype(np.int64)
+    return np.minimum(k, np.maximum(1, p // 2))
+
+
+def share_depth(num_candidates: int, noise_std: float, scale: float = SHARE_SCALE,
+                exponent: float = SHARE_EXPONENT) -> int:
+    """The share ballot's ``k``: `rule_depth` without ``n``, ``round(scale p noise_std**exponent)``."""
+    return int(rule_depth(int(num_candidates), float(noise_std), 1, scale, exponent, 0.0))
 
 
 def auto_depth(num_candidates: int, noise_std: float, voters: int, scale: float = AUTO_SCALE) -> int:
-    """The auto ballot's ``k``: ``round(scale p (noise_std / voters)**AUTO_EXPONENT)``, clamped.
-
-    At least ``AUTO_FLOOR p`` and `AUTO_MIN_DEPTH`, at most ``max(1, p // 2)``.
+    """The auto ballot's ``k``: `rule_depth` with both exponents `AUTO_EXPONENT`.
 
     Args:
         num_candidates: ``p``.
@@ -153,9 +192,7 @@ def auto_depth(num_candidates: int, noise_std: float, voters: int, scale: float 
     Returns:
         ``k``.
     """
-    p = int(num_candidates)
-    k = max(AUTO_MIN_DEPTH, round(AUTO_FLOOR * p), round(scale * p * (float(noise_std) / int(voters)) ** AUTO_EXPONENT))
-    return int(min(k, max(1, p // 2)))
+    return int(rule_depth(int(num_candidates), float(noise_std), int(voters), scale, AUTO_EXPONENT, AUTO_EXPONENT))
 
 
 def rank_weights(depth: int, max_entry: int) -> np.ndarray:
@@ -221,20 +258,26 @@ def score_votes(scores: ArrayLike, margin: float, *, max_entry: int = 2**DEFAULT
     return votes
 
 
+#: The default ``C`` of each ballot whose ``k`` follows from public facts.
+_SCALES = {"share": SHARE_SCALE, "auto": AUTO_SCALE}
+
+
 @dataclass(frozen=True)
 class Ballot:
     """A named ballot: how a client turns its scores into one integer per candidate, and the form of the result.
 
     Names (`parse` reads them, `name` writes the canonical one): ``"top-k"`` (`top_k_votes` with the configuration's
-    ``k``); ``"auto[:C]"`` (`top_k_votes` with `auto_depth`'s ``k``; `resolve` it before `form` and `cast`);
-    ``"rank:D[:BITS]"`` (`rank_votes`); ``"score:M[:BITS]"`` (`score_votes`).
+    ``k``); ``"share[:C[:A]]"`` (`top_k_votes` with `share_depth`'s ``k``) and ``"auto[:C]"`` (with `auto_depth`'s
+    ``k``; `resolve` either before `form` and `cast`); ``"rank:D[:BITS]"`` (`rank_votes`); ``"score:M[:BITS]"``
+    (`score_votes`).
 
     Attributes:
-        kind: ``"top-k"``, ``"auto"``, ``"rank"`` or ``"score"``.
+        kind: ``"top-k"``, ``"share"``, ``"auto"``, ``"rank"`` or ``"score"``.
         depth: ``D`` of a rank ballot (0 otherwise).
         margin: ``M`` of a score ballot (0 otherwise).
         bits: Bits per entry: 1 for top-k and auto, in ``[1, MAX_BITS]`` for the graded ones.
-        scale: ``C`` of an auto ballot (0 otherwise).
+        scale: ``C`` of a share or auto ballot (0 otherwise).
+        exponent: ``A`` of a share ballot (0 otherwise).
         ALLOWED: The allowed names, in words.
     """
 
@@ -243,9 +286,12 @@ class Ballot:
     margin: float = 0.0
     bits: int = 1
     scale: float = 0.0
+    exponent: float = 0.0
 
     #: What `parse`'s error lists.
-    ALLOWED: ClassVar[str] = (f'"top-k", "auto[:C]" (top-k with k = round(C p (s / m)^{AUTO_EXPONENT:g}), C > 0, '
+    ALLOWED: ClassVar[str] = (f'"top-k", "share[:C[:A]]" (top-k with k = round(C p s^A), C > 0, default '
+               f'{SHARE_SCALE:g}, A default {SHARE_EXPONENT:g}), '
+               f'"auto[:C]" (top-k with k = round(C p (s / m)^{AUTO_EXPONENT:g}), C > 0, '
                f'default {AUTO_SCALE:g}), "rank:D[:BITS]" (D >= 1 ranks get a weight) or "score:M[:BITS]" '
                f"(margin M > 0 in the score's units), BITS in [1, {MAX_BITS}] (default {DEFAULT_BITS})")
 
@@ -253,6 +299,11 @@ class Ballot:
     def max_entry(self) -> int:
         """``G = 2**bits - 1``, the largest entry: the argmax release's l-infinity sensitivity."""
         return 2**self.bits - 1
+
+    @property
+    def from_public_facts(self) -> bool:
+        """Whether ``k`` follows from the release's public facts (share, auto): `resolve` it before `form`, `cast`."""
+        return self.kind in _SCALES
 
     @property
     def graded(self) -> bool:
@@ -264,8 +315,10 @@ class Ballot:
         """The canonical name (`parse` reads it back)."""
         if self.kind == "top-k":
             return "top-k"
-        if self.kind == "auto":
-            return "auto" if self.scale == AUTO_SCALE else f"auto:{self.scale:g}"
+        if self.from_public_facts:
+            if self.kind == "share" and self.exponent != SHARE_EXPONENT:
+                return f"share:{self.scale:g}:{self.exponent:g}"
+            return self.kind if self.scale == _SCALES[self.kind] else f"{self.kind}:{self.scale:g}"
         param = str(self.depth) if self.kind == "rank" else f"{self.margin:g}"
         return f"{self.kind}:{param}" + ("" if self.bits == DEFAULT_BITS else f":{self.bits}")
 
@@ -274,7 +327,7 @@ class Ballot:
         """The ballot a name stands for.
 
         Args:
-            value: ``"top-k"``, ``"rank:D[:BITS]"`` or ``"score:M[:BITS]"``.
+            value: One of `ALLOWED`.
 
         Returns:
             The ballot.
@@ -294,14 +347,17 @@ class Ballot:
             if len(parts) != 1:
                 raise refuse("top-k takes no parameter: it reads the configuration's k")
             return cls("top-k")
-        if kind == "auto" and len(parts) in (1, 2):
+        if kind in _SCALES and (len(parts) in (1, 2) or (kind == "share" and len(parts) == 3)):
             try:
-                scale = float(parts[1]) if len(parts) == 2 else AUTO_SCALE
+                scale = float(parts[1]) if len(parts) >= 2 else _SCALES[kind]
+                exponent = float(parts[2]) if len(parts) == 3 else SHARE_EXPONENT
             except ValueError as err:
-                raise refuse("C is not a number") from err
+                raise refuse("C or A is not a number") from err
             if not (math.isfinite(scale) and scale > 0):
                 raise refuse("C must be a finite number > 0")
-            return cls("auto", scale=scale)
+            if not math.isfinite(exponent):
+                raise refuse("A must be a finite number")
+            return cls(kind, scale=scale, exponent=exponent if kind == "share" else 0.0)
         if kind not in ("rank", "score") or len(parts) not in (2, 3):
             raise refuse("unknown kind or wrong number of parts")
         try:
@@ -324,14 +380,16 @@ class Ballot:
         return cls("score", margin=margin, bits=bits)
 
     def resolve(self, num_candidates: int, noise_std: float, voters: int) -> Ballot:
-        """An auto ballot as the fixed-depth ballot it stands for (`auto_depth`); any other unchanged."""
+        """A share or auto ballot as the fixed-depth ballot it stands for (top-``K``); any other unchanged."""
+        if self.kind == "share":
+            return Ballot("rank", depth=share_depth(num_candidates, noise_std, self.scale, self.exponent), bits=1)
         if self.kind != "auto":
             return self
         return Ballot("rank", depth=auto_depth(num_candidates, noise_std, voters, self.scale), bits=1)
 
     def _resolved(self) -> None:
-        if self.kind == "auto":
-            raise ValueError("an auto ballot's k follows from the release's public facts: resolve it first "
+        if self.from_public_facts:
+            raise ValueError(f"a {self.kind} ballot's k follows from the release's public facts: resolve it first "
                              "(dphype.modes.ReleaseMode.resolved_ballot)")
 
     def form(self, k: int, num_candidates: int | None = None) -> BallotForm:
@@ -346,7 +404,7 @@ class Ballot:
             The form: top-k ``(1, k, k)``; rank ``(G, w, w)``, ``w`` the sum of `rank_weights`; score ``(G, G, p G)``.
 
         Raises:
-            ValueError: For an auto ballot not `resolve`d.
+            ValueError: For a share or auto ballot not `resolve`d.
         """  # noqa: DOC502
         self._resolved()
         if self.kind == "top-k":
@@ -359,7 +417,7 @@ class Ballot:
         return BallotForm(self.max_entry, self.max_entry, most)
 
     def cast(self, scores: ArrayLike, k: int, *, maximize: bool = True) -> np.ndarray:
-        """This ballot on a client's scores: ``(p,)`` int64 of `form` ``(k, p)`` (auto: `resolve` it first)."""
+        """This ballot on a client's scores: ``(p,)`` int64 of `form` ``(k, p)`` (share, auto: `resolve` it first)."""
         self._resolved()
         if self.kind == "top-k":
             return top_k_votes(scores, k, maximize=maximize)

@@ -148,7 +148,7 @@ def test_demo_runs_the_bundled_app_with_flwr_run(capsys):
     from dphype.cli import main
 
     # epsilon=20 (noise std ~0.14 against 10 votes): the vote, not the noise, decides, so the winner is the
-    # candidate most clients rank first (the default ballot, auto, takes k = 1 at this noise; --k is the sum
+    # candidate most clients rank first (the default ballot, auto, votes for its floor of 2 here; --k is the sum
     # release's and top-k's) -- the plain count, no GP rule, which at 10 clients need not be Opt of
     # this 1-round FedAvg (a run picked the 5th best, 4 points below it); the check is that it trains, where 3 of
     # the 10 candidates diverge (0.24)

@@ -13,7 +13,7 @@ from dphype.cli import main
 from dphype.cli.new import TEMPLATE_GRID, TEMPLATE_KS, TEMPLATE_RUN
 from dphype.flower import selected_candidate
 from dphype.flower.local import LocalGrid, node_id
-from dphype.modes import RELEASE_MODES, Aggregator
+from dphype.modes import DEFAULT_ARGMAX_BALLOT, RELEASE_MODES, Aggregator
 
 SUMMARY = r"DP-Hype selected candidate \d of 8: lr=[0-9.e-]+, steps=\d+\n"
 
@@ -87,11 +87,11 @@ def test_every_mode_gets_an_app_whose_k_is_the_planners_choice_for_its_candidate
         assert max(success, key=success.get) == k, (release, success)
         if release == "argmax":  # the default: a first run worth having
             assert success[k] >= 0.7 and k == 2
-    # the argmax release's default ballot ("auto") needs no k: its k follows from p, epsilon and n (here its floor of
-    # 2 votes, the planner's choice above)
+    # the argmax release's default ballot needs no k: its k follows from public facts (here its floor of 2 votes,
+    # the planner's choice above)
     auto = DPHype(candidates, DPHypeConfig(epsilon=1.0, delta=1e-5, k=1, clients=10, release="argmax"),
                   tallies=tallies)
-    assert auto.config.ballot == "auto" and auto.plan().k == 2
+    assert auto.config.ballot == DEFAULT_ARGMAX_BALLOT and auto.plan().k == 2
     assert auto.plan().success >= 0.7
 
 

@@ -16,6 +16,7 @@ from dphype.flower import DPHype, PreflightError
 from dphype.flower.local import node_id
 from dphype.flower.server.committee_server import run_committee_selection
 from dphype.flower.wire import TALLY_KEY
+from dphype.modes import DEFAULT_ARGMAX_BALLOT
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy
 from dphype.privacy.winner import WINNER_NOISE
@@ -343,16 +344,16 @@ def test_every_malformed_or_out_of_range_tally_stage_is_refused_with_a_refusal_c
 
 
 def test_the_server_says_when_the_ballot_does_not_vote_with_the_configured_k(tmp_path, caplog):
-    """The auto ballot chooses its own k: the server's log names it and the configured k it does not use (and how
-    to vote with it); a top-k ballot with the same k says nothing of the kind."""
+    """The default ballot chooses its own k: the server's log names it and the configured k it does not use (and
+    how to vote with it); a top-k ballot with the same k says nothing of the kind."""
     grid, keys = argmax_grid(tmp_path)
     server = DPHype(CANDS, config(k=3), tallies=keys)
     votes = server.config.mode.votes_per_client(server.config, len(CANDS))
-    assert server.config.ballot == "auto" and votes != 3
+    assert server.config.ballot == DEFAULT_ARGMAX_BALLOT and votes != 3
     with caplog.at_level("WARNING"):
         server.start(grid, timeout=60)
-    assert (f"the 'auto' ballot votes for {votes} candidates per client, not the configured k=3 (set "
-            "ballot='top-k' to vote with k=3)") in caplog.text
+    assert (f"the {DEFAULT_ARGMAX_BALLOT!r} ballot votes for {votes} candidates per client, not the configured k=3 "
+            "(set ballot='top-k' to vote with k=3)") in caplog.text
     caplog.clear()
     grid, keys = argmax_grid(tmp_path, run_id=2)
     with caplog.at_level("WARNING"):

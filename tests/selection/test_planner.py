@@ -12,6 +12,7 @@ import pytest
 from dphype.checks import MAX_CLIENTS
 from dphype.cli import main
 from dphype.modes import ArgmaxRelease
+from dphype.privacy.winner import noise_std
 from dphype.selection.candidates import candidate_grid, table_iii_grid
 from dphype.selection.loss_model import _distinct_uniform
 from dphype.selection.planner import (
@@ -28,7 +29,7 @@ from dphype.selection.planner import (
     vote_counts,
 )
 from dphype.selection.rules import good_selection_probability_bound, selection_gap
-from dphype.selection.voting import top_k_votes
+from dphype.selection.voting import Ballot, top_k_votes
 
 
 def test_ranking_prefix_gives_the_library_top_k_votes() -> None:
@@ -297,12 +298,13 @@ def test_winner_release_without_ties_takes_the_highest_success() -> None:
     assert all("success_winner_tie_break" not in r for r in result.by_k)
 
 
-def test_the_winner_plan_with_the_auto_ballot_reports_what_was_measured_and_says_it_sees_no_data(capsys):
+def test_the_winner_plan_with_a_measured_ballot_reports_what_was_measured_and_says_it_sees_no_data(capsys):
     from dphype.selection.measured import MEASURED_BALLOT, load_measured, measured_ballots, measured_within
 
     table = load_measured()
-    assert MEASURED_BALLOT == ArgmaxRelease.default_ballot and measured_ballots() == {MEASURED_BALLOT}
+    assert MEASURED_BALLOT == ArgmaxRelease.default_ballot and measured_ballots() == {"auto", "share"}
     assert {cell[2] for cell in table} == {"replace-one", "add-remove"}
+    assert MEASURED_BALLOT in measured_ballots(neighbouring="replace-one")
     for (ballot, p, relation, n, eps), entry in table.items():
         got = measured_within(n, eps, relation, p, ballot)
         assert got["on_grid"] and (got["candidates"], got["neighbouring"], got["clients"], got["epsilon"]) == (
@@ -312,18 +314,23 @@ def test_the_winner_plan_with_the_auto_ballot_reports_what_was_measured_and_says
         assert got["within_1pt"][0] <= got["within_2pt"][0] and got["within_1pt"][1] <= got["within_2pt"][1]
     near = measured_within(23, 0.9)  # off the grid: the nearest point in log n and log epsilon
     assert not near["on_grid"] and (near["candidates"], near["clients"], near["epsilon"]) == (100, 20, 1.0)
-    measured_p = {cell[1] for cell in table}
+    measured_p = {cell[1] for cell in table if cell[0] == MEASURED_BALLOT}
     for p in (8, 30, 150):  # the nearest measured number of candidates in log p, never claimed on the grid
         got = measured_within(20, 1.0, "replace-one", p)
         assert got["candidates"] == min(measured_p, key=lambda q: abs(math.log(q / p))) and not got["on_grid"]
     with pytest.raises(ValueError, match="ballot 'top-k' was not measured under replace-one"):
         measured_within(20, 1.0, ballot="top-k")
     kw = dict(k=6, ks=[6], repetitions=50, search=False, release=ArgmaxRelease())
-    auto = plan(20, 1.0, 1e-5, None, 100, ballot="auto", **kw)
+    auto = plan(20, 1.0, 1e-5, None, 100, ballot=MEASURED_BALLOT, **kw)
     assert auto.within_opt == measured_within(20, 1.0, "replace-one")
-    assert plan(20, 1.0, 1e-5, None, 100, ballot="top-k", **kw).within_opt is None  # measured for auto only
-    assert plan(20, 1.0, 1e-5, None, 100, ballot="auto", k=6, ks=[6], repetitions=50, search=False).within_opt \
-        is None  # the sum forecast: no measurement applies
+    assert plan(20, 1.0, 1e-5, None, 100, ballot="auto", **kw).within_opt == measured_within(20, 1.0, ballot="auto")
+    assert plan(20, 1.0, 1e-5, None, 100, ballot="top-k", **kw).within_opt is None  # measured for share, auto only
+    unmeasured = {r for r in ("replace-one", "add-remove") if MEASURED_BALLOT not in measured_ballots(neighbouring=r)}
+    for relation in unmeasured:  # a relation the bench did not measure for the ballot: nothing quoted, said so
+        other = plan(20, 1.0, 1e-5, None, 100, ballot=MEASURED_BALLOT, neighbouring=relation, **kw)
+        assert other.within_opt is None and "the bench measured no release like this one's" in other.advice()
+    summed = plan(20, 1.0, 1e-5, None, 100, ballot=MEASURED_BALLOT, k=6, ks=[6], repetitions=50, search=False)
+    assert summed.within_opt is None  # the sum forecast: no measurement applies
     if auto.within_opt["within_2pt"][0] < 0.9:
         assert any("the planner sees no data" in w for w in auto.warnings)
     # no chance of a good pick is claimed: unknown, with the measured spread beside it
@@ -336,7 +343,8 @@ def test_the_winner_plan_with_the_auto_ballot_reports_what_was_measured_and_says
     assert main(["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3",
                  "--release", "argmax", "--repetitions", "30", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert out["k"] == 9 and out["within_opt"]["clients"] == 20 and out["within_opt"]["ballot"] == "auto"
+    assert out["k"] == Ballot.parse(MEASURED_BALLOT).resolve(100, noise_std(1.0), 20).depth
+    assert out["within_opt"]["clients"] == 20 and out["within_opt"]["ballot"] == MEASURED_BALLOT
     assert out["predicted_success"] is None and out["advice"].startswith("chance of a good pick on your data: unknown")
     assert main(["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3",
                  "--release", "argmax", "--ballot", "top-k", "--k", "5", "--repetitions", "30", "--json"]) == 0

@@ -106,12 +106,16 @@ from dphype.selection.voting import (  # noqa: E402
     AUTO_FLOOR,
     AUTO_MIN_DEPTH,
     AUTO_SCALE,
+    SHARE_EXPONENT,
+    SHARE_SCALE,
     Ballot,
     auto_depth,
     check_ballot,
     rank_votes,
     rank_weights,
+    rule_depth,
     score_votes,
+    share_depth,
 )
 
 
@@ -173,11 +177,13 @@ def test_ballot_names_are_canonical_and_forms_exact():
     ("rank:2.5", "D is not an integer"), ("score:0", "M must be"), ("score:nan", "M must be"),
     ("score:x", "not a number"), ("rank:3:0", "BITS out of"), ("rank:3:9", "BITS out of"),
     ("rank:3:x", "BITS is not"), (3, "not a string"), (None, "not a string"), ("auto:0", "C must be"),
-    ("auto:x", "C is not"), ("auto:1:2", "unknown kind"),
+    ("auto:x", "C or A is not"), ("auto:1:2", "unknown kind"), ("share:-1", "C must be"), ("share:inf", "C must be"),
+    ("share:x", "C or A is not"), ("share:0.2:y", "C or A is not"), ("share:0.2:nan", "A must be"),
+    ("share:0.2:1:1", "unknown kind"),
 ])
 def test_a_bad_ballot_names_the_parameter_the_allowed_values_and_the_fix(value, why):
-    with pytest.raises(ValueError, match=r"ballot must be \"top-k\", \"auto\[:C\]\".*\"rank:D\[:BITS\]\".*" + why
-                       + r".*set ballot"):
+    with pytest.raises(ValueError, match=r"ballot must be \"top-k\", \"share\[:C\[:A\]\]\".*\"auto\[:C\]\".*"
+                       + r"\"rank:D\[:BITS\]\".*" + why + r".*set ballot"):
         Ballot.parse(value)
 
 
@@ -185,22 +191,54 @@ def test_auto_ballot_follows_the_public_rule_and_must_be_resolved():
     # k = round(c p (s / m)^a), written out: p = 100, replace-one epsilon 1 (s = sqrt(2t)/(1-t), t = e^-1/2), m = 20
     t = np.exp(-0.5)
     s = np.sqrt(2 * t) / (1 - t)
-    assert (AUTO_SCALE, AUTO_EXPONENT, AUTO_FLOOR) == (0.4, 0.75, 0.03)
-    assert auto_depth(100, s, 20) == round(0.4 * 100 * (s / 20) ** 0.75) == 9
-    assert auto_depth(100, s, 10) == 15 and auto_depth(100, s, 20, scale=0.2) == 5  # auto:C scales k
-    assert auto_depth(100, s, 2) == 50 and auto_depth(3, 100.0, 2) == 1  # at most p // 2
+    c, a = AUTO_SCALE, AUTO_EXPONENT
+    assert AUTO_FLOOR == 0.03
+    for m in (10, 20, 50):
+        assert auto_depth(100, s, m) == max(3, round(c * 100 * (s / m) ** a))
+    assert auto_depth(100, s, 20, scale=2 * c) == max(3, round(2 * c * 100 * (s / 20) ** a))  # auto:C scales k
+    assert auto_depth(100, 1e3, 2) == 50 and auto_depth(3, 1e3, 2) == 1  # at most p // 2
     assert auto_depth(100, 0.01, 50) == round(AUTO_FLOOR * 100) == 3  # the floor, a fraction of p
     # below 100 candidates the floor of 2 (one vote each is what label skew decides), never above p // 2
     assert AUTO_MIN_DEPTH == 2 and auto_depth(10, 0.01, 50) == auto_depth(8, 0.01, 50) == 2
-    assert auto_depth(10, s, 20) == 2 and auto_depth(3, 0.01, 50) == 1  # the rule alone gives 1 at p = 10
+    assert auto_depth(10, s, 20) == max(2, round(c * 10 * (s / 20) ** a)) and auto_depth(3, 0.01, 50) == 1
     auto = Ballot.parse("auto")
     assert auto.name == "auto" and auto.graded and auto.max_entry == 1 and Ballot.parse("auto:0.3").name == "auto:0.3"
     with pytest.raises(ValueError, match="resolve it first"):
         auto.form(3, 100)
     with pytest.raises(ValueError, match="resolve it first"):
         auto.cast(np.arange(5.0), 2)
-    fixed = auto.resolve(100, s, 20)
-    assert fixed == Ballot("rank", depth=9, bits=1) and fixed.form(1, 100) == BallotForm.top_k(9)
+    fixed, k = auto.resolve(100, s, 20), auto_depth(100, s, 20)
+    assert fixed == Ballot("rank", depth=k, bits=1) and fixed.form(1, 100) == BallotForm.top_k(k)
     scores = np.random.default_rng(2).normal(size=100)
-    assert np.array_equal(fixed.cast(scores, 1), top_k_votes(scores, 9))
+    assert np.array_equal(fixed.cast(scores, 1), top_k_votes(scores, k))
     assert Ballot.parse("rank:4").resolve(100, s, 20) == Ballot.parse("rank:4")
+
+
+def test_share_ballot_votes_for_a_share_of_the_candidates_set_by_the_noise_and_must_be_resolved():
+    # k = round(c p s^a), at least 2 and 0.03 p, at most p // 2, whatever the number of voters
+    c, a = SHARE_SCALE, SHARE_EXPONENT
+    for s in (1.4, 2.8, 5.6):
+        assert share_depth(100, s) == min(50, max(3, round(c * 100 * s**a)))
+    assert share_depth(100, 2.0, 0.4, 0.0) == 40 and share_depth(100, 2.0, 0.1, 1.0) == 20
+    assert share_depth(100, 1.0, 0.9, 0.0) == 50 and share_depth(3, 1.0, 0.9, 0.0) == 1  # at most p // 2
+    assert share_depth(100, 1.0, 0.001) == 3 and share_depth(10, 1.0, 0.001) == 2  # the floors: 0.03 p, 2
+    share = Ballot.parse("share")
+    assert share.name == "share" and share.graded and share.from_public_facts and share.max_entry == 1
+    assert (share.scale, share.exponent) == (c, a) and Ballot.parse(f"share:{c}:{a}") == share
+    assert Ballot.parse("share:0.3").name == "share:0.3" and Ballot.parse("share:0.3:0.5").name == "share:0.3:0.5"
+    assert Ballot.parse("share:0.3:0.5").exponent == 0.5 and Ballot.parse("share:0.3").exponent == a
+    assert not Ballot.parse("top-k").from_public_facts and not Ballot.parse("rank:3").from_public_facts
+    with pytest.raises(ValueError, match="a share ballot's k follows from the release's public facts"):
+        share.form(3, 100)
+    with pytest.raises(ValueError, match="resolve it first"):
+        share.cast(np.arange(5.0), 2)
+    for m in (10, 200):  # the same k whatever the number of voters
+        assert share.resolve(100, 2.8, m) == Ballot("rank", depth=share_depth(100, 2.8), bits=1)
+    assert Ballot.parse("share:0.3:0").resolve(100, 9.0, 20).form(1, 100) == BallotForm.top_k(30)
+
+
+def test_rule_depth_is_element_wise_and_auto_is_one_of_its_rules():
+    p, s, m = np.array([100, 100, 10]), np.array([2.7, 5.5, 2.7]), np.array([20, 10, 50])
+    got = rule_depth(p, s, m, AUTO_SCALE, AUTO_EXPONENT, AUTO_EXPONENT)
+    assert got.tolist() == [auto_depth(int(a), float(b), int(d)) for a, b, d in zip(p, s, m)]
+    assert rule_depth(100, s, m, 0.2, 0.0, 0.0).tolist() == [20, 20, 20]  # no exponent: a share of p

@@ -53,8 +53,9 @@ def two_tasks(tmp_path: Path) -> list[Path]:
 
 def test_the_report_computes_gaps_behind_the_best_k_and_the_floor_of_one_k_per_cell(
         two_tasks: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    res = bench(["ksweep-report", "--runs", *map(str, two_tasks), "--top-fixed", "2", "--out", str(tmp_path / "r")],
-                capsys)
+    # 7 candidates: auto's k is its floor, 2, at every point (as the runs measured it)
+    res = bench(["ksweep-report", "--runs", *map(str, two_tasks), "--top-fixed", "2", "--default", "auto",
+                 "--candidates", "7", "--out", str(tmp_path / "r")], capsys)
     assert res["points"] == 3
     # auto: alpha replace-one 3.0 - 0.5 = 2.5 behind, beta 2.5 - 1.0 = 1.5; alpha add-remove 0 behind
     assert res["default_behind"]["replace-one"] == {"points": 2, "max_behind": 2.5, "mean_behind": 2.0, "missed": 2}
@@ -112,7 +113,7 @@ def test_the_report_of_a_real_sweep_agrees_with_the_sweeps_own_summary(small_adu
                                    "3", "--neighbourings", "replace-one", "--ballots", "auto", "rank:3",
                                    "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "s")], capsys)
     res = bench(["ksweep-report", "--runs", str(tmp_path / "s"), "--goal", "3", "1", "replace-one",
-                 "--out", str(tmp_path / "r")], capsys)
+                 "--default", "auto", "--candidates", "6", "--out", str(tmp_path / "r")], capsys)
     assert res["points"] == 2 * 2  # partitions x epsilons
     ours = res["default_behind"]["replace-one"]
     theirs = sweep["ballot_summary"]["auto"]
@@ -130,7 +131,8 @@ def test_the_planner_table_is_written_for_the_planners_loader_keeping_the_other_
 
     table = tmp_path / "table.csv"
     table.write_text(importlib.resources.files("dphype").joinpath("data", MEASURED_FILE).read_text(), encoding="utf-8")
-    command = ["ksweep-report", "--runs", *map(str, two_tasks), "--candidates", "7", "--planner-table", str(table)]
+    command = ["ksweep-report", "--runs", *map(str, two_tasks), "--candidates", "7", "--planner-table", str(table),
+               "--default", "auto"]
     res = bench([*command, "--out", str(tmp_path / "r")], capsys)
     assert str(table) in res["outputs"]
     loaded = load_measured(table)
@@ -143,3 +145,32 @@ def test_the_planner_table_is_written_for_the_planners_loader_keeping_the_other_
     table.write_text("ballot,candidates\nauto,7\n", encoding="utf-8")  # a malformed table is refused, not merged
     assert main([*command, "--out", str(tmp_path / "bad")]) == 2
     assert "the columns must be" in capsys.readouterr().err and table.read_text() == "ballot,candidates\nauto,7\n"
+
+
+def test_a_share_ballot_the_runs_did_not_measure_is_read_off_the_sweep(two_tasks: list[Path], tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # share:0.3 of 7 candidates: k = round(2.1) = 2 at every point, so it is the fixed k = 2 exactly
+    res = bench(["ksweep-report", "--runs", *map(str, two_tasks), "--candidates", "7", "--default", "share:0.3",
+                 "--out", str(tmp_path / "r")], capsys)
+    assert res["default"] == "share:0.3"
+    assert res["default_behind"]["replace-one"] == {"points": 2, "max_behind": 2.5, "mean_behind": 2.0, "missed": 2}
+    with open(tmp_path / "r" / "ksweep_report_within.csv") as fh:
+        within = {r["neighbouring"]: r for r in csv.DictReader(fh)}
+    assert within["replace-one"]["ballot"] == "share:0.3" and float(within["replace-one"]["within_2pt_max"]) == 0.75
+    # a k outside the sweep (share:0.9 of the default 100 candidates is 50): not measured, refused
+    assert main(["ksweep-report", "--runs", *map(str, two_tasks), "--default", "share:0.9",
+                 "--out", str(tmp_path / "r2")]) == 2
+    assert "was not measured" in capsys.readouterr().err
+
+
+def test_a_measured_auto_ballot_whose_rule_has_changed_is_read_at_its_new_k(two_tasks: list[Path], tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    # the runs measured auto at k = 2; at 100 candidates today's rule votes deeper than the sweep's 3 k under
+    # replace-one (not measured there) and for k = 3 under add-remove (the sweep's row: 1.5 - 1.0 behind)
+    res = bench(["ksweep-report", "--runs", *map(str, two_tasks), "--default", "auto", "--out", str(tmp_path / "r")],
+                capsys)
+    assert res["default_behind"] == {"add-remove": {"points": 1, "max_behind": 0.5, "mean_behind": 0.5, "missed": 0}}
+    # auto:0.01 of 100 candidates is its floor, 3: the sweep's k = 3 row, not the runs' measurement at k = 2
+    res = bench(["ksweep-report", "--runs", *map(str, two_tasks), "--default", "auto:0.01", "--out",
+                 str(tmp_path / "r2")], capsys)
+    assert res["default_behind"]["replace-one"] == {"points": 2, "max_behind": 5.5, "mean_behind": 2.75, "missed": 1}

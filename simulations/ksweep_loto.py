@@ -1,0 +1,399 @@
+"""Candidate default ballots fitted on all tasks but one and measured on the one left out, every task in turn.
+
+``dphype bench ksweep`` measures, per point of the grid (data set, ``n``, partition, epsilon, relation), the gap to
+Opt and the shares of releases within 1 and 2 points of Opt at every fixed ``k``. A default ballot of the top-k kind
+is a rule that picks ``k`` from public facts (the number of candidates ``p``, the noise std ``s`` of the release,
+``n``); its result at a point is the sweep's at the ``k`` it picks (the same releases, common random numbers). This
+study reads the folders of several runs (``--runs``, as ``ksweep-report``) and, for each family of rules:
+
+* ``constant``: ``k = K`` (the ballot ``top-k``);
+* ``share``: ``k = round(c p)`` (the ballot ``share:c:0``);
+* ``auto``: the auto ballot's form, ``k = round(c p (s / n)^a)``, ``c`` and ``a`` fitted;
+* ``noise``: ``k = round(c p s^a)``, the noise alone, no ``n`` (the ballot ``share:c:a``);
+* ``power``: ``k = round(c p s^a / n^b)``;
+
+(every family but ``constant`` through `dphype.selection.voting.rule_depth`: at least 2 and ``0.03 p``, at most
+``p / 2``) fits its parameters on every task but one, over a grid, and applies them to the task left out. The
+fit's objective is the goals' shortfall: ``max(0, mean - 1) + max(0, worst - 2) + 10 max_f max(0, 0.9 - share_f)``
+(mean and worst gap behind the best fixed ``k`` in hindsight over the training points; ``share_f`` the share within
+2 points at the goal point ``--goal`` of each training federation where some fixed ``k`` reaches 90%), ties broken
+by the mean, then the worst gap, then the smaller parameters. The held-out task's points never enter its fit.
+
+It writes ``ksweep_loto.csv`` (per family, held-out task and point: the fitted parameters, ``k``, gap, how far
+behind the best ``k``, share within 2 points), ``ksweep_loto_fits.csv`` (per family and held-out task: parameters,
+held-out mean and worst, goal shares; and the fit on all tasks), ``ksweep_loto_cells.csv`` (per family and cell
+``(relation, n, epsilon)``: out-of-sample mean and worst against the floor, the best any one fixed ``k`` reaches
+over the cell's federations) and ``ksweep_loto.md`` (the tables against the goals).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dphype.checks import NEIGHBOURING
+from dphype.privacy.winner import noise_std
+from dphype.selection.voting import rule_depth
+from simulations import harness
+from simulations.ksweep_report import Point, read_runs
+
+#: The goals: the mean and the worst gap behind the best fixed ``k`` (points), the share of releases within 2 points
+#: of Opt at the goal point wherever some fixed ``k`` reaches it, and the slack over the floor where a goal is out of
+#: reach (points).
+GOAL_MEAN, GOAL_WORST, GOAL_SHARE, FLOOR_SLACK = 1.0, 2.0, 0.9, 0.5
+#: Weight of a share's shortfall in the objective: 10 percentage points weigh as 1 point of gap.
+SHARE_WEIGHT = 10.0
+
+_SCALES = np.unique(np.concatenate([np.round(np.geomspace(0.002, 50.0, 121), 4),
+                                    np.round(np.arange(0.01, 2.0, 0.01), 2)]))
+
+
+@dataclass(frozen=True)
+class Family:
+    """A family of rules: parameter names, the grid the fit searches, and ``k`` per point for each grid row."""
+
+    name: str
+    form: str
+    params: tuple[str, ...]
+    grid: np.ndarray
+    depths: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+def _power(grid: np.ndarray, p: np.ndarray, s: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """``k`` for each grid row ``(c, a, b)`` (rows) at each point (columns)."""
+    c, a, b = (grid[:, i, None] for i in range(3))
+    return rule_depth(p[None, :], s[None, :], n[None, :], c, a, b)  # type: ignore[arg-type]
+
+
+def families(ks: Sequence[int], names: Sequence[str]) -> list[Family]:
+    """The families named (all five by default), with their grids over ``ks`` (the swept ``k``)."""
+    exps = np.round(np.arange(0.0, 1.51, 0.05), 2)
+    shares = np.round(np.arange(0.01, 0.505, 0.005), 3)
+    every: dict[str, Family] = {
+        "constant": Family("constant", "k = K", ("K",), np.array(ks, dtype=np.float64)[:, None],
+                           lambda g, p, s, n: np.broadcast_to(g[:, :1].astype(np.int64), (len(g), len(p)))),
+        "share": Family("share", "k = round(c p)", ("c",), shares[:, None],
+                        lambda g, p, s, n: _power(np.column_stack([g[:, 0], 0 * g[:, 0], 0 * g[:, 0]]), p, s, n)),
+        "auto": Family("auto", "k = round(c p (s / n)^a)", ("c", "a"),
+                       np.array(list(itertools.product(_SCALES, exps))),
+                       lambda g, p, s, n: _power(np.column_stack([g, g[:, 1]]), p, s, n)),
+        "noise": Family("noise", "k = round(c p s^a)", ("c", "a"),
+                        np.array(list(itertools.product(_SCALES, exps))),
+                        lambda g, p, s, n: _power(np.column_stack([g, 0 * g[:, 0]]), p, s, n)),
+        "power": Family("power", "k = round(c p s^a / n^b)", ("c", "a", "b"),
+                        np.array(list(itertools.product(_SCALES[::2], exps[::2],
+                                                        np.round(np.arange(-0.5, 1.51, 0.1), 2)))),
+                        _power),
+    }
+    return [every[name] for name in names]
+
+
+@dataclass
+class Grid:
+    """The measured points as arrays: per point (rows) and swept ``k`` (columns)."""
+
+    points: list[Point]
+    ks: np.ndarray
+    behind: np.ndarray
+    gap: np.ndarray
+    within2: np.ndarray
+    p: np.ndarray
+    s: np.ndarray
+    n: np.ndarray
+
+    @classmethod
+    def of(cls, sweeps: dict[Point, dict[int, dict[str, float]]], candidates: int) -> Grid:
+        points = sorted(sweeps)
+        ks = sorted(set.intersection(*(set(sweeps[pt]) for pt in points)))
+        gap = np.array([[sweeps[pt][k]["gap_points"] for k in ks] for pt in points])
+        within2 = np.array([[sweeps[pt][k]["within_2pt"] for k in ks] for pt in points])
+        best = np.array([min(m["gap_points"] for m in sweeps[pt].values()) for pt in points])
+        return cls(points, np.array(ks), gap - best[:, None], gap, within2, np.full(len(points), candidates),
+                   np.array([noise_std(pt[3], pt[4]) for pt in points]), np.array([pt[1] for pt in points]))
+
+    def column(self, k: np.ndarray) -> np.ndarray:
+        """The column of the swept ``k`` nearest each ``k`` (a rule's ``k`` beyond the sweep takes its end)."""
+        idx = np.clip(np.searchsorted(self.ks, k), 0, len(self.ks) - 1)
+        lower = np.clip(idx - 1, 0, len(self.ks) - 1)
+        return np.where(np.abs(self.ks[lower] - k) <= np.abs(self.ks[idx] - k), lower, idx)
+
+
+def goal_mask(grid: Grid, goal: tuple[int, float, str]) -> np.ndarray:
+    """The points at the goal ``(n, epsilon, relation)`` where some fixed ``k`` puts `GOAL_SHARE` within 2 points."""
+    at = np.array([(pt[1], pt[3], pt[4]) == goal for pt in grid.points])
+    return at & (grid.within2.max(axis=1) >= GOAL_SHARE - 1e-9)
+
+
+def objective(behind: np.ndarray, within2: np.ndarray, goal: np.ndarray) -> np.ndarray:
+    """The goals' shortfall of each rule (rows) over the points (columns); see the module docstring."""
+    mean, worst = behind.mean(axis=1), behind.max(axis=1)
+    short = np.maximum(0.0, GOAL_SHARE - within2[:, goal]).max(axis=1) if goal.any() else 0.0 * mean
+    return np.maximum(0.0, mean - GOAL_MEAN) + np.maximum(0.0, worst - GOAL_WORST) + SHARE_WEIGHT * short
+
+
+def fit(family: Family, grid: Grid, train: np.ndarray, goal: np.ndarray) -> int:
+    """The grid row of ``family`` with the smallest objective over the ``train`` points (see the module docstring).
+
+    Args:
+        family: The family.
+        grid: The measured points.
+        train: Which points the fit may read.
+        goal: `goal_mask`.
+
+    Returns:
+        The row of ``family.grid``.
+    """
+    cols = grid.column(family.depths(family.grid, grid.p[train], grid.s[train], grid.n[train]))
+    pts = np.arange(int(train.sum()))[None, :]
+    behind = grid.behind[train][pts, cols]
+    within2 = grid.within2[train][pts, cols]
+    score = np.round(objective(behind, within2, goal[train]), 9)
+    keys = (*family.grid.T[::-1], np.round(behind.max(axis=1), 9), np.round(behind.mean(axis=1), 9), score)
+    return int(np.lexsort(keys)[0])
+
+
+def floor_of(grid: Grid, idx: np.ndarray) -> tuple[float, float]:
+    """The floor over the points ``idx``: one fixed ``k`` per cell ``(relation, n, epsilon)``, chosen in hindsight for
+    the smallest mean (then for the smallest largest) gap behind the best ``k``; ``(mean, worst)`` over the points."""
+    cells: dict[tuple[str, int, float], list[int]] = {}
+    for i in idx:
+        pt = grid.points[i]
+        cells.setdefault((pt[4], pt[1], pt[3]), []).append(int(i))
+    total = sum(float(grid.behind[c].sum(axis=0).min()) for c in cells.values())
+    return total / len(idx), max(float(grid.behind[c].max(axis=0).min()) for c in cells.values())
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", nargs="+", required=True, metavar="DIR",
+                        help="output folders of dphype bench ksweep runs (their ksweep.csv, every point once)")
+    parser.add_argument("--families", nargs="+", default=["constant", "share", "auto", "noise", "power"],
+                        choices=["constant", "share", "auto", "noise", "power"],
+                        help="the families of rules to fit (default all five)")
+    parser.add_argument("--relations", nargs="+", choices=NEIGHBOURING, default=["replace-one"],
+                        help="the relations whose points are fitted and measured (default replace-one, the goals')")
+    parser.add_argument("--candidates", type=int, default=100,
+                        help="the number of candidates p the runs measured (default 100, Table III's grid)")
+    parser.add_argument("--goal", nargs=2, default=["20", "1"], metavar=("N", "EPSILON"),
+                        help="the point of the share goal (default 20 1)")
+
+
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Validated options (``ValueError`` naming the option, before any file is read)."""
+    try:
+        n, eps = int(args.goal[0]), float(args.goal[1])
+    except ValueError:
+        raise ValueError(f"--goal takes N (an integer) EPSILON (a number), got {args.goal!r}") from None
+    runs = [Path(d) for d in args.runs]
+    for d in runs:
+        if not (d / "ksweep.csv").is_file():
+            raise ValueError(f"--runs: {d} has no ksweep.csv; pass the --out folders of dphype bench ksweep runs")
+    return {"runs": runs, "families": list(dict.fromkeys(args.families)),
+            "relations": list(dict.fromkeys(args.relations)),
+            "candidates": harness.check_int("candidates", args.candidates, 2), "goal": (n, eps)}
+
+
+def _params(family: Family, row: int) -> dict[str, float]:
+    return {name: float(v) for name, v in zip(family.params, family.grid[row], strict=True)}
+
+
+def _words(params: dict[str, float]) -> str:
+    return ", ".join(f"{k} = {v:g}" for k, v in params.items())
+
+
+def _label(pt: Point) -> str:
+    return f"{pt[0]} {pt[2].replace('beta=', 'Dirichlet ')}"
+
+
+def evaluate(grid: Grid, family: Family, goal: tuple[int, float], relation_goal: str) -> dict[str, Any]:
+    """Leave one task out for ``family``: per held-out task its fit on the others and its points' results.
+
+    Args:
+        grid: The measured points (one relation or several).
+        family: The family.
+        goal: ``(n, epsilon)`` of the share goal.
+        relation_goal: The relation of the share goal.
+
+    Returns:
+        ``{"points": [per point], "fits": [per held-out task, then "all tasks"]}``.
+    """
+    tasks = sorted({pt[0] for pt in grid.points})
+    task_of = np.array([pt[0] for pt in grid.points])
+    mask = goal_mask(grid, (goal[0], goal[1], relation_goal))
+    points, fits = [], []
+    for task in [*tasks, None]:
+        held = task_of == task if task is not None else np.ones(len(task_of), dtype=bool)
+        train = ~held if task is not None else held
+        row = fit(family, grid, train, mask)
+        ks = family.depths(family.grid[row:row + 1], grid.p, grid.s, grid.n)[0]
+        cols = grid.column(ks)
+        idx = np.flatnonzero(held)
+        behind = grid.behind[idx, cols[idx]]
+        params = _params(family, row)
+        floor = floor_of(grid, idx)
+        fits.append({"family": family.name, "held_out": task or "(none: fit on all tasks)", **params,
+                     "params": _words(params), "points": len(idx), "mean_behind": round(float(behind.mean()), 3),
+                     "worst_behind": round(float(behind.max()), 3), "missed": int((behind > GOAL_MEAN).sum()),
+                     "floor_mean": round(floor[0], 3), "floor_worst": round(floor[1], 3),
+                     "goal_within_2pt": "; ".join(f"{_label(grid.points[i])} {grid.within2[i, cols[i]]:.2f}"
+                                                  for i in idx if (grid.points[i][1], grid.points[i][3],
+                                                                   grid.points[i][4]) == (*goal, relation_goal))})
+        if task is None:
+            continue
+        for i in idx:
+            dataset, n, partition, eps, relation = grid.points[i]
+            points.append({"family": family.name, "held_out": task, "params": _words(params), "dataset": dataset,
+                           "clients": n, "partition": partition, "epsilon": eps, "neighbouring": relation,
+                           "k": int(grid.ks[cols[i]]), "gap_points": round(float(grid.gap[i, cols[i]]), 3),
+                           "behind_best_k_points": round(float(grid.behind[i, cols[i]]), 3),
+                           "within_2pt": float(grid.within2[i, cols[i]]),
+                           "best_k": int(grid.ks[np.argmin(grid.behind[i])]),
+                           "most_within_2pt": float(grid.within2[i].max())})
+    return {"points": points, "fits": fits}
+
+
+def cell_rows(grid: Grid, points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per family and cell ``(relation, n, epsilon)``: the out-of-sample mean and worst gap behind the best ``k``
+    against the floor (the smallest largest and the smallest mean gap one fixed ``k`` reaches over the cell's
+    federations), and whether each is within the goal or `FLOOR_SLACK` of its floor."""
+    cells: dict[tuple[str, int, float], list[int]] = {}
+    for i, pt in enumerate(grid.points):
+        cells.setdefault((pt[4], pt[1], pt[3]), []).append(i)
+    rows = []
+    for (relation, n, eps), idx in sorted(cells.items()):
+        worst_k, mean_k = grid.behind[idx].max(axis=0), grid.behind[idx].mean(axis=0)
+        floor_worst, floor_mean = float(worst_k.min()), float(mean_k.min())
+        for family in dict.fromkeys(r["family"] for r in points):
+            mine = [r["behind_best_k_points"] for r in points
+                    if r["family"] == family and (r["neighbouring"], r["clients"], r["epsilon"]) == (relation, n, eps)]
+            worst, mean = max(mine), float(np.mean(mine))
+            rows.append({"family": family, "neighbouring": relation, "clients": n, "epsilon": eps,
+                         "federations": len(idx), "floor_worst": round(floor_worst, 3),
+                         "floor_worst_k": int(grid.ks[np.argmin(worst_k)]), "floor_mean": round(floor_mean, 3),
+                         "worst_behind": round(worst, 3), "mean_behind": round(mean, 3),
+                         "worst_ok": worst <= max(GOAL_WORST, floor_worst + FLOOR_SLACK) + 1e-9,
+                         "mean_ok": mean <= max(GOAL_MEAN, floor_mean + FLOOR_SLACK) + 1e-9})
+    return rows
+
+
+def overall(points: Sequence[dict[str, Any]], cells: Sequence[dict[str, Any]], goal: tuple[int, float],
+            relation_goal: str) -> dict[str, dict[str, Any]]:
+    """Per family over every held-out point: mean, worst, points more than 1 behind, the share goal's federations
+    (met / reachable, the smallest share where reachable) and the cells within the goal or the floor's slack."""
+    out = {}
+    for family in dict.fromkeys(r["family"] for r in points):
+        mine = [r for r in points if r["family"] == family]
+        behind = np.array([r["behind_best_k_points"] for r in mine])
+        at_goal = [r for r in mine if (r["clients"], r["epsilon"], r["neighbouring"]) == (*goal, relation_goal)]
+        reach = [r for r in at_goal if r["most_within_2pt"] >= GOAL_SHARE - 1e-9]
+        fam_cells = [c for c in cells if c["family"] == family]
+        out[family] = {"points": len(mine), "mean_behind": round(float(behind.mean()), 3),
+                       "worst_behind": round(float(behind.max()), 3), "missed": int((behind > GOAL_MEAN).sum()),
+                       "goal_reachable": len(reach),
+                       "goal_met": sum(r["within_2pt"] >= GOAL_SHARE - 1e-9 for r in reach),
+                       "goal_min_share": round(min((r["within_2pt"] for r in reach), default=float("nan")), 3),
+                       "cells": len(fam_cells), "cells_worst_ok": sum(c["worst_ok"] for c in fam_cells),
+                       "cells_mean_ok": sum(c["mean_ok"] for c in fam_cells)}
+    return out
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def markdown(fits: Sequence[dict[str, Any]], points: Sequence[dict[str, Any]], cells: Sequence[dict[str, Any]],
+             summary: dict[str, dict[str, Any]], fams: Sequence[Family], goal: tuple[int, float],
+             relation_goal: str, floor: tuple[float, float]) -> str:
+    """The tables against the goals (overall, per held-out task, per cell with the floor, the share goal)."""
+    n, eps = goal
+    forms = {f.name: f.form for f in fams}
+    all_fit = {f["family"]: f["params"] for f in fits if f["held_out"].startswith("(none")}
+    lines = [f"Out of sample (each task's points with the parameters fitted on the other tasks). Goals: mean <= "
+             f"{GOAL_MEAN:g}, worst <= {GOAL_WORST:g} points behind the best fixed k in hindsight; >= "
+             f"{_pct(GOAL_SHARE)} of releases within 2 points of Opt at n = {n}, epsilon {eps:g}, {relation_goal} "
+             f"wherever some fixed k reaches it; where a goal is out of reach, within {FLOOR_SLACK:g} of the cell's "
+             f"floor. The floor over all points (one fixed k per cell (relation, n, epsilon), chosen in hindsight): "
+             f"mean {floor[0]:.2f}, worst {floor[1]:.2f}.", "",
+             "| family | form | fitted on all tasks | mean behind | worst behind | points > 1 behind | "
+             "share goal met (where reachable) | smallest share there | cells: worst ok | cells: mean ok |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for fam, s in summary.items():
+        lines.append(f"| {fam} | {forms[fam]} | {all_fit[fam]} | {s['mean_behind']:.2f} | {s['worst_behind']:.2f} | "
+                     f"{s['missed']} of {s['points']} | {s['goal_met']} of {s['goal_reachable']} | "
+                     f"{_pct(s['goal_min_share']) if s['goal_reachable'] else '-'} | "
+                     f"{s['cells_worst_ok']} of {s['cells']} | {s['cells_mean_ok']} of {s['cells']} |")
+    lines += ["", "Per held-out task (parameters fitted without it; mean / worst behind the best k; share within 2 "
+              f"points at n = {n}, epsilon {eps:g}):", "",
+              "| held out | family | fitted on the others | points | mean | worst | > 1 behind | "
+              "shares at the goal point | the task's floor (one k per cell in hindsight): mean / worst |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for f in sorted((f for f in fits if not f["held_out"].startswith("(none")), key=lambda f: (f["held_out"],)):
+        lines.append(f"| {f['held_out']} | {f['family']} | {f['params']} | {f['points']} | {f['mean_behind']:.2f} | "
+                     f"{f['worst_behind']:.2f} | {f['missed']} | {f['goal_within_2pt']} | "
+                     f"{f['floor_mean']:.2f} / {f['floor_worst']:.2f} |")
+    names = list(summary)
+    lines += ["", "Per cell, out of sample: worst / mean behind the best k, against the floor (the smallest largest "
+              "and smallest mean gap one fixed k reaches over the cell's federations, in hindsight; `*` marks a cell "
+              f"where the family misses both the goal and the floor + {FLOOR_SLACK:g}):", "",
+              "| relation | n | epsilon | federations | floor worst (its k) | floor mean | " + " | ".join(names) + " |",
+              "|---|---|---|---|---|---|" + "---|" * len(names)]
+    by_cell: dict[tuple[str, int, float], dict[str, dict[str, Any]]] = {}
+    for c in cells:
+        by_cell.setdefault((c["neighbouring"], c["clients"], c["epsilon"]), {})[c["family"]] = c
+    for (relation, cn, ce), row in by_cell.items():
+        first = next(iter(row.values()))
+        lines.append(f"| {relation} | {cn} | {ce:g} | {first['federations']} | {first['floor_worst']:.2f} "
+                     f"({first['floor_worst_k']}) | {first['floor_mean']:.2f} | "
+                     + " | ".join(f"{row[f]['worst_behind']:.2f}{'' if row[f]['worst_ok'] else '*'} / "
+                                  f"{row[f]['mean_behind']:.2f}{'' if row[f]['mean_ok'] else '*'}" for f in names)
+                     + " |")
+    at_goal = sorted({(r["dataset"], r["partition"]) for r in points
+                      if (r["clients"], r["epsilon"], r["neighbouring"]) == (*goal, relation_goal)})
+    lines += ["", f"Share of releases within 2 points of Opt at n = {n}, epsilon {eps:g}, {relation_goal}, out of "
+              "sample (the floor: the most any fixed k reaches):", "",
+              "| federation | most at any k | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for dataset, partition in at_goal:
+        mine = {r["family"]: r for r in points if (r["dataset"], r["partition"], r["clients"], r["epsilon"],
+                                                   r["neighbouring"]) == (dataset, partition, *goal, relation_goal)}
+        most = next(iter(mine.values()))["most_within_2pt"]
+        lines.append(f"| {dataset} {partition.replace('beta=', 'Dirichlet ')} | {_pct(most)} | "
+                     + " | ".join(f"{_pct(mine[f]['within_2pt'])} (k {mine[f]['k']})" for f in names) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
+    opts = settings(args)
+    sweeps, _ = read_runs(opts["runs"])
+    sweeps = {pt: m for pt, m in sweeps.items() if pt[4] in opts["relations"]}
+    if len({pt[0] for pt in sweeps}) < 2:
+        raise ValueError("--runs: leaving one task out needs points of at least 2 data sets in --relations")
+    grid = Grid.of(sweeps, opts["candidates"])
+    relation_goal = "replace-one" if "replace-one" in opts["relations"] else opts["relations"][0]
+    fams = families(grid.ks.tolist(), opts["families"])
+    points: list[dict[str, Any]] = []
+    fits: list[dict[str, Any]] = []
+    for family in fams:
+        res = evaluate(grid, family, opts["goal"], relation_goal)
+        points += res["points"]
+        fits += res["fits"]
+    cells = cell_rows(grid, points)
+    summary = overall(points, cells, opts["goal"], relation_goal)
+    study.write_csv("ksweep_loto.csv", points)
+    study.write_csv("ksweep_loto_fits.csv", [{k: v for k, v in f.items() if k not in ("c", "a", "b", "K")}
+                                             for f in fits])
+    study.write_csv("ksweep_loto_cells.csv", cells)
+    path = study.path("ksweep_loto.md")
+    floor = floor_of(grid, np.arange(len(grid.points)))
+    path.write_text(markdown(fits, points, cells, summary, fams, opts["goal"], relation_goal, floor))
+    study.outputs.append(str(path))
+    return study.result(points=len(grid.points), tasks=sorted({pt[0] for pt in grid.points}),
+                        relations=opts["relations"], summary=summary,
+                        floor={"mean_behind": round(floor[0], 3), "worst_behind": round(floor[1], 3)},
+                        fitted_on_all={f["family"]: f["params"] for f in fits if f["held_out"].startswith("(none")},
+                        held_out={f"{f['family']} {f['held_out']}": f["params"] for f in fits
+                                  if not f["held_out"].startswith("(none")})

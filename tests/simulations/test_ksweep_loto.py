@@ -1,0 +1,114 @@
+"""``dphype bench ksweep-loto``: default ballots fitted without the task they are measured on, on synthetic sweeps."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import bench
+
+from dphype.privacy.winner import noise_std
+from dphype.selection.voting import rule_depth
+from simulations import ksweep_loto
+from simulations.cli import main
+from simulations.ksweep_report import read_runs
+
+KEYS = ["dataset", "clients", "partition", "epsilon", "neighbouring", "k", "gap_points", "ci95", "within_1pt",
+        "within_2pt"]
+
+
+def write_sweep(folder: Path, dataset: str, best: dict[tuple[int, float], int], ks: range, slope: float = 1.0) -> Path:
+    """A ksweep run of one iid federation per ``(n, epsilon)`` (replace-one): the gap is ``slope |k - best|`` and the
+    share within 2 points ``1 - gap / 10`` (floored at 0)."""
+    folder.mkdir(parents=True)
+    with (folder / "ksweep.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, KEYS)
+        w.writeheader()
+        for (n, eps), k_star in best.items():
+            for k in ks:
+                gap = slope * abs(k - k_star)
+                w.writerow({"dataset": dataset, "clients": n, "partition": "iid", "epsilon": eps,
+                            "neighbouring": "replace-one", "k": k, "gap_points": gap, "ci95": 0.1, "within_1pt": 0.5,
+                            "within_2pt": max(0.0, 1 - gap / 10)})
+    return folder
+
+
+def test_a_fixed_k_is_fitted_on_the_other_tasks_only(tmp_path: Path) -> None:
+    ks = range(1, 7)
+    runs = [write_sweep(tmp_path / "a", "alpha", {(20, 1.0): 4}, ks, 4.0),
+            write_sweep(tmp_path / "b", "beta", {(20, 1.0): 4}, ks, 4.0),
+            write_sweep(tmp_path / "c", "gamma", {(20, 1.0): 2}, ks, 4.0)]
+    grid = ksweep_loto.Grid.of(read_runs(runs)[0], 20)
+    constant, share = ksweep_loto.families(list(ks), ["constant", "share"])
+    res = ksweep_loto.evaluate(grid, constant, (20, 1.0), "replace-one")
+    fits = {f["held_out"]: f for f in res["fits"]}
+    # without gamma, alpha and beta want k = 4; without alpha, beta (4) and gamma (2) meet at k = 3, 4 behind each
+    assert fits["gamma"]["K"] == 4 and fits["gamma"]["mean_behind"] == 8.0
+    assert fits["alpha"]["K"] == 3 and fits["alpha"]["worst_behind"] == 4.0
+    # on all three: k = 4 trails by 0, 0, 8 (shortfall 1.67 + 6), k = 3 by 4 at each (3 + 2): the worst weighs
+    assert fits["(none: fit on all tasks)"]["K"] == 3
+    shares = {f["held_out"]: f for f in ksweep_loto.evaluate(grid, share, (20, 1.0), "replace-one")["fits"]}
+    assert 0.175 <= shares["gamma"]["c"] < 0.225  # round(20 c) = 4, the smallest such c
+    assert {r["k"] for r in res["points"] if r["held_out"] == "gamma"} == {4}
+    # the held-out task's own data never enter its fit: change gamma, and gamma's fit stays (alpha's moves)
+    runs[2] = write_sweep(tmp_path / "c2", "gamma", {(20, 1.0): 6}, ks, 4.0)
+    moved = {f["held_out"]: f for f in ksweep_loto.evaluate(ksweep_loto.Grid.of(read_runs(runs)[0], 20), constant,
+                                                             (20, 1.0), "replace-one")["fits"]}
+    assert moved["gamma"]["K"] == 4 and moved["gamma"]["mean_behind"] == 8.0
+    assert moved["alpha"]["K"] == 5
+
+
+@pytest.mark.parametrize("family, scale, exponents, distinct",
+                         [("auto", 0.4, (0.75, 0.75), 5), ("noise", 0.04, (0.5, 0.0), 2)])
+def test_a_rule_the_tasks_follow_is_found_and_holds_out_of_sample(tmp_path: Path, family: str, scale: float,
+                                                                   exponents: tuple[float, float],
+                                                                   distinct: int) -> None:
+    cells = [(n, eps) for n in (10, 20, 50) for eps in (0.5, 1.0)]
+    best = {cell: int(rule_depth(100, noise_std(cell[1], "replace-one"), cell[0], scale, *exponents))
+            for cell in cells}
+    assert len(set(best.values())) == distinct  # the rule's k differ from cell to cell
+    runs = [write_sweep(tmp_path / name, name, best, range(1, 51)) for name in ("alpha", "beta", "gamma")]
+    grid = ksweep_loto.Grid.of(read_runs(runs)[0], 100)
+    [fam, constant] = ksweep_loto.families(list(range(1, 51)), [family, "constant"])
+    res = ksweep_loto.evaluate(grid, fam, (20, 1.0), "replace-one")
+    assert all(r["behind_best_k_points"] == 0.0 for r in res["points"])
+    assert all(f["worst_behind"] == 0.0 for f in res["fits"])
+    assert max(r["behind_best_k_points"] for r in
+               ksweep_loto.evaluate(grid, constant, (20, 1.0), "replace-one")["points"]) > 0
+
+
+def test_the_study_writes_its_tables_against_the_goals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ks = range(1, 21)
+    cells = {(20, 1.0): 6, (10, 0.5): 12}
+    runs = [write_sweep(tmp_path / "a", "alpha", cells, ks), write_sweep(tmp_path / "b", "beta", cells, ks),
+            write_sweep(tmp_path / "c", "gamma", {(20, 1.0): 10, (10, 0.5): 12}, ks)]
+    res = bench(["ksweep-loto", "--runs", *map(str, runs), "--families", "constant", "noise",
+                 "--out", str(tmp_path / "r")], capsys)
+    assert res["points"] == 6 and res["tasks"] == ["alpha", "beta", "gamma"]
+    # the floor: one k per cell; at n = 20, epsilon 1 k = 6 trails by 0, 0, 4 (mean 4 / 3), k = 8 by 2, 2, 2
+    assert res["floor"] == {"mean_behind": pytest.approx(4 / 6, abs=1e-3), "worst_behind": 2.0}
+    # constant: without gamma k = 6 or 12 trail by 6 at one cell (hinge 4 + 2 = 6 on worst and mean 3); k = 9 by 3 at
+    # both: mean 3, worst 3; out of sample gamma's k = 9 trails by 1 and 3
+    assert res["held_out"]["constant gamma"] == "K = 9"
+    with open(tmp_path / "r" / "ksweep_loto_cells.csv") as fh:
+        cells_out = [r for r in csv.DictReader(fh) if r["family"] == "noise"]
+    at_goal = next(r for r in cells_out if (r["clients"], r["epsilon"]) == ("20", "1.0"))
+    # the floor at n = 20, epsilon 1: one k for 6, 6 and 10 trails by at least 2 (k = 8)
+    assert (float(at_goal["floor_worst"]), at_goal["floor_worst_k"]) == (2.0, "8")
+    text = (tmp_path / "r" / "ksweep_loto.md").read_text()
+    assert "| constant | k = K | K = " in text
+    assert "| gamma | constant | K = 9 | 2 | 2.00 | 3.00 | 1 | gamma iid 0.90 | 0.00 / 0.00 |" in text
+    assert main(["ksweep-loto", "--runs", str(runs[0]), "--out", str(tmp_path / "r2")]) == 2
+    assert "at least 2 data sets" in capsys.readouterr().err
+    assert main(["ksweep-loto", "--runs", str(tmp_path), "--out", str(tmp_path / "r3")]) == 2
+    assert "has no ksweep.csv" in capsys.readouterr().err
+
+
+def test_the_objective_adds_the_goals_shortfalls() -> None:
+    behind = np.array([[0.5, 1.0, 3.0], [0.0, 0.0, 0.0]])
+    within2 = np.array([[0.95, 0.8, 0.5], [1.0, 1.0, 1.0]])
+    goal = np.array([False, True, False])
+    # mean 1.5 (0.5 over), worst 3 (1 over), the goal federation's share 0.8 (0.1 short: 1 point)
+    assert ksweep_loto.objective(behind, within2, goal) == pytest.approx([2.5, 0.0])
