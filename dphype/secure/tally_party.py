@@ -18,6 +18,10 @@ are MPyC's own command line (MPyC reads them when ``mpyc.runtime`` is imported, 
 `dphype.secure.committee.run_loopback_committee` starts the parties on one machine, a deployment starts one per tally
 host with the same command.
 
+With MPyC's ``--ssl`` every peer's certificate must be its own party's (`wrong_parties`): a certificate of the
+committee's CA issued to another party is refused right after the connections open, before anything of this party
+is sent.
+
 The MPC (honest majority, Shamir sharing with threshold ``t = (parties - 1) // 2``, MPyC's security model:
 semi-honest parties, private channels assumed). Every share row is this party's Shamir share (x-coordinate
 ``index + 1``, degree ``t``: the clients split with MPyC's ``np_random_split``) of one client's ``p * bits`` ballot
@@ -91,6 +95,44 @@ def _agreement_error(mine: tuple[Any, ...], everyone: list[Any], minimum: int) -
     if mine[2] < minimum:
         return f"only {mine[2]} contributors, fewer than the committee's minimum {minimum}"
     return None
+
+
+#: The subject common name of party ``J``'s certificate (`dphype.node.pki.MPYC_NAME`: MPyC's ``--ssl`` connects to
+#: party ``J`` under this server name).
+PARTY_NAME = "MPyC party {}"
+
+
+def wrong_parties(parties: Any, pid: int) -> list[str]:
+    """Every peer whose verified TLS certificate is not its own party's, described; empty when all are.
+
+    MPyC's ``--ssl`` checks that each peer's certificate chains to the committee's CA (``mpyc_ca.crt``) and, where
+    this party connects, the listening party's name; a party that connects states its index itself. So every
+    peer's certificate, as Python's ``ssl`` verified it in the handshake, must name exactly the party it speaks for:
+    subject common name `PARTY_NAME` of its index and no other DNS name.
+
+    Args:
+        parties: MPyC's parties after ``mpc.start()`` (``mpc.parties``: each with its ``pid`` and ``protocol``).
+        pid: This party's index.
+
+    Returns:
+        ``"party J presented NAMES"`` for each peer whose certificate names another party (``"party J is not
+        connected"`` for one whose connection is gone), or none.
+    """
+    wrong = []
+    for peer in parties:
+        if peer.pid == pid:
+            continue
+        transport = getattr(peer.protocol, "transport", None)
+        if transport is None:  # its connection is gone already (a party that refused closes its connections)
+            wrong.append(f"party {peer.pid} is not connected")
+            continue
+        cert = transport.get_extra_info("peercert") or {}
+        names = [value for rdn in cert.get("subject", ()) for key, value in rdn if key == "commonName"]
+        dns = [value for key, value in cert.get("subjectAltName", ()) if key == "DNS"]
+        expected = PARTY_NAME.format(peer.pid)
+        if names != [expected] or any(name != expected for name in dns):
+            wrong.append(f"party {peer.pid} presented {', '.join(names + dns) or 'no certificate'}")
+    return wrong
 
 
 def _coefficients(seed: bytes, count: int) -> list[int]:
@@ -172,6 +214,14 @@ def main() -> int:
     async def run() -> dict[str, Any]:
         await mpc.start()
         connected = time.perf_counter()
+        wrong = wrong_parties(mpc.parties, mpc.pid) if mpc.options.ssl else []
+        if wrong:  # before anything of this party's is sent: drop every connection and refuse
+            for peer in mpc.parties:
+                if peer.pid != mpc.pid and peer.protocol is not None:
+                    peer.protocol.transport.close()
+            return {"error": f"the parties' certificates do not check out ({'; '.join(wrong)}): only party J's "
+                             f"certificate ({PARTY_NAME.format('J')}) may speak for party J", "excluded": [],
+                    "opened": False}
         everyone = await mpc.transfer(list(mine))
         error = _agreement_error(mine, everyone, int(job["min_contributors"]))
         if error is None and mpc.threshold != int(job["threshold"]):

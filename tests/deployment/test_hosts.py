@@ -1,7 +1,11 @@
 """A federation on hosts that are really apart: one network namespace per SuperLink, voter and tally, created
 by the test (a private 10.231.0.0/24 behind a bridge in a namespace of its own, torn down at the end), each node
-started by its operator's script with TLS, SuperNode authentication, MPyC TLS and the roster, its own FLWR_HOME;
-one argmax selection and the final training complete."""
+started by its operator's script with TLS, SuperNode authentication, MPyC TLS and the roster, its own FLWR_HOME.
+One federation started once serves three runs: the sum release over SecAgg+ (before the tallies join: the bundled
+app samples its voters among all connected nodes in that release) and the committee's argmax release complete with
+the final training; then a voter whose link is cut mid-selection is a dropout and the run completes with the
+others. Each run prints its time to a result and where it went (not asserted). ``DPHYPE_HOSTS_VOTERS`` sets the
+number of voters (default 4; the measured configuration is 10)."""
 
 from __future__ import annotations
 
@@ -9,17 +13,24 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from helpers import REPO, clean_env, descendants, parse_result, stop
 
+pytestmark = pytest.mark.slow
+
 SUBNET = "10.231.0"
 LINK = f"{SUBNET}.1"
-VOTERS, TALLIES = 4, 3
+VOTERS, TALLIES = int(os.environ.get("DPHYPE_HOSTS_VOTERS", "4")), 3
 PORT, RUNTIME_PORT, MPYC_PORT = 9092, 9094, 7000
+#: Seconds per stage: a voter cut off is waited for this long at most (or until the SuperLink finds its heartbeats
+#: missing), so it bounds the cut-off run.
+ROUND_TIMEOUT = 40.0
 RUN = {"candidates": "'table3:random:10:0'", "k": 3, "local-epochs": 1, "fedavg-rounds": 1,
-       "fraction-evaluate": 0.0, "clients": VOTERS, "dropout": 0.25, "round-timeout": 60.0,
+       "fraction-evaluate": 0.0, "clients": VOTERS, "dropout": 0.25, "round-timeout": ROUND_TIMEOUT,
        "connect-timeout": 240.0}
 
 
@@ -31,7 +42,7 @@ class Hosts:
     """Network namespaces ``name -> address`` on one bridge; every process started in them is stopped by PID."""
 
     def __init__(self, tag: str) -> None:
-        self.tag, self.names, self.procs = tag, {}, []
+        self.tag, self.names, self.procs, self.links = tag, {}, [], {}
         self.switch = f"{tag}-sw"
         ip("netns", "add", self.switch)
         self.names[self.switch] = None
@@ -46,6 +57,7 @@ class Hosts:
 
     def add(self, host: str, address: str) -> None:
         ns, k = self.ns(host), len(self.names)
+        self.links[host] = f"{self.tag}s{k}"
         ip("netns", "add", ns)
         self.names[ns] = address
         outer, inner = f"{self.tag}s{k}", f"{self.tag}h{k}"
@@ -58,6 +70,10 @@ class Hosts:
         self.exec(ns, "ip", "addr", "add", f"{address}/24", "dev", "eth0")
         self.exec(ns, "ip", "link", "set", "eth0", "up")
         self.exec(ns, "ip", "link", "set", "lo", "up")
+
+    def cut(self, host: str) -> None:
+        """Cut ``host`` off: its link to the bridge goes down (no reset reaches anyone; its peers just hear nothing)."""
+        self.exec(self.switch, "ip", "link", "set", self.links[host], "down")
 
     def start(self, host: str, script: str, env: dict[str, str], log: Path) -> subprocess.Popen:
         with open(log, "w") as out:
@@ -87,9 +103,59 @@ def _namespaces_available() -> bool:
     return ok
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not _namespaces_available(), reason="needs root and `ip netns` (network namespaces)")
-def test_a_federation_of_separate_hosts_with_tls(tmp_path):
+@dataclass
+class Federation:
+    """The started federation: its hosts, where its logs go, and each run's time to a result."""
+
+    hosts: Hosts
+    folder: Path
+    env: dict[str, str]
+    link: subprocess.Popen
+    start_tallies: Callable[[], None]
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def run(self, name: str, cut: str | None = None, **overrides: object) -> dict:
+        """Submit one run of the bundled app; with ``cut`` that host's link goes down once it receives the pre-flight.
+
+        Flower streams the ServerApp's log in bursts, so the stamps say when a line arrived, not when it was written.
+        """
+        config = " ".join(f"{k}={v}" for k, v in {**RUN, **overrides}.items())
+        log = self.folder / f"run-{name}.log"
+        watched = self.folder / f"{cut}.log"  # the node to cut: cut once its SuperNode receives the pre-flight
+        seen = len(watched.read_text(errors="replace")) if cut is not None else 0
+        started = time.monotonic()
+        submit = self.hosts.start("link", f'server/run.sh deploy --wait 60 --run-config "{config}"', self.env, log)
+        stamped: list[tuple[float, str]] = []  # when each log line appeared: where the time went
+        while True:
+            done = submit.poll() is not None
+            lines = log.read_text(errors="replace").splitlines()
+            stamped += [(time.monotonic() - started, line) for line in lines[len(stamped):]]
+            if cut is not None and "Receiving: query.dphype message" in watched.read_text(errors="replace")[seen:]:
+                self.hosts.cut(cut)
+                cut = None
+            if done or time.monotonic() - started > 600:
+                break
+            time.sleep(0.2)
+        code = submit.wait(timeout=10)
+        self.seconds[name] = time.monotonic() - started
+        (self.folder / f"profile-{name}.txt").write_text("".join(f"{t:7.1f} {line}\n" for t, line in stamped))
+        print("\n".join(f"  {t:6.1f} s {line[:150]}" for t, line in stamped if any(
+            mark in line for mark in ("DP-Hype", "[ROUND", "Starting", "waiting for nodes", "Waiting for"))))
+        output = log.read_text(errors="replace")
+        tails = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}"
+                          for p in sorted(self.folder.glob("*.log")) if not p.name.startswith("run-"))
+        assert code == 0, f"run.sh exited {code} after {self.seconds[name]:.0f} s\n{output[-4000:]}\n{tails}"
+        print(f"time to a result on separate hosts ({name}, {VOTERS} voters, {TALLIES} tallies): "
+              f"{self.seconds[name]:.1f} s")
+        return parse_result(output)
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory):
+    """A SuperLink, the voters and the tallies, each on its own host, started by their operators' scripts."""
+    if not _namespaces_available():
+        pytest.skip("needs root and `ip netns` (network namespaces)")
+    tmp_path = tmp_path_factory.mktemp("hosts")
     hosts = Hosts(f"dh{os.getpid() % 10000}")
     shared = tmp_path / "shared"  # what the operators exchange: the CA and certificates, the roster, the committee
     shared.mkdir()
@@ -101,11 +167,13 @@ def test_a_federation_of_separate_hosts_with_tls(tmp_path):
                          OMP_NUM_THREADS="1")
 
     try:
+        phases = {"start": time.monotonic()}
         hosts.add("link", LINK)
         names = [f"voter-{i}" for i in range(VOTERS)] + [f"tally-{j}" for j in range(TALLIES)]
         address = {name: f"{SUBNET}.{10 + k}" for k, name in enumerate(names)}
         for name in names:
             hosts.add(name, address[name])
+        phases["namespaces"] = time.monotonic()
         root = env("link")
         hosts.run("link", f"server/make-certificates.sh {shared}/pki --superlink-host {LINK} --tallies {TALLIES}"
                           f" && dphype roster init --federation hosts --out {shared}/roster.json", root)
@@ -122,37 +190,57 @@ def test_a_federation_of_separate_hosts_with_tls(tmp_path):
                                   f'--identity "$(cat $HOME/id.pub)"{tally_key} >/dev/null && '
                                   f"clients/start-{role}.sh --print-node-key {flag} {index}", env(name))
             keys.append(out.strip().splitlines()[-1])
+        phases["identities"] = time.monotonic()
         link = hosts.start("link", f"server/start-superlink.sh --ssl-ca-certfile {shared}/pki/ca.pem "
                                    f"--ssl-certfile {shared}/pki/superlink.pem --ssl-keyfile {shared}/pki/superlink.key"
                                    f" --host 0.0.0.0 --port {PORT} --address {LINK}:{PORT}", root,
                            tmp_path / "link.log")
         hosts.run("link", f"server/register-nodes.sh deploy {' '.join(keys)}", root, timeout=300)
+        phases["superlink"] = time.monotonic()
         common = f"--superlink {LINK}:{PORT} --port {RUNTIME_PORT} --root-certificates {shared}/pki/ca.pem " \
                  f"--roster {shared}/roster.json --identity $HOME/id"
         for i in range(VOTERS):
             hosts.start(f"voter-{i}", f"clients/start-voter.sh {common} --partition-id {i} --num-partitions {VOTERS}"
                                       " --node-config clients/examples/policy-small-federation.toml",
                         env(f"voter-{i}"), tmp_path / f"voter-{i}.log")
-        for j in range(TALLIES):
-            hosts.start(f"tally-{j}", f"clients/start-tally.sh {common} --tally-id {j} --node-config "
-                                      f"{shared}/committee.toml --mpyc-tls {shared}/pki/tally-{j}",
-                        env(f"tally-{j}"), tmp_path / f"tally-{j}.log")
-        config = " ".join(f"{k}={v}" for k, v in RUN.items())
-        started = time.monotonic()
-        submit = hosts.start("link", f'server/run.sh deploy --wait 60 --run-config "{config}"',
-                             root, tmp_path / "run.log")
-        run_log = tmp_path / "run.log"
-        code = submit.wait(timeout=600)
-        seconds = time.monotonic() - started
-        output = run_log.read_text(errors="replace")
-        tails = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}"
-                          for p in sorted(tmp_path.glob("*.log")))
-        assert code == 0, f"run.sh exited {code} after {seconds:.0f} s\n{output[-4000:]}\n{tails}"
-        result = parse_result(output)
-        assert result["privacy"]["survivors"] == VOTERS
-        assert result["privacy"]["released"].startswith(f"winning index only (secure argmax among {TALLIES} tallies")
-        assert result["federation"].startswith("roster ") and f"({VOTERS + TALLIES} members)" in result["federation"]
-        assert link.poll() is None  # the SuperLink still serves
-        print(f"time to a result on separate hosts ({VOTERS} voters, {TALLIES} tallies): {seconds:.1f} s")
+        before = time.monotonic()
+        print("federation set-up: " + ", ".join(f"{b} {phases[b] - phases[a]:.1f} s" for a, b in
+                                                 zip(phases, list(phases)[1:])) + f" (supernodes start with the "
+              f"first run, {before - phases['superlink']:.1f} s to launch)")
+        def start_tallies() -> None:
+            for j in range(TALLIES):
+                hosts.start(f"tally-{j}", f"clients/start-tally.sh {common} --tally-id {j} --node-config "
+                                          f"{shared}/committee.toml --mpyc-tls {shared}/pki/tally-{j}",
+                            env(f"tally-{j}"), tmp_path / f"tally-{j}.log")
+
+        yield Federation(hosts, tmp_path, root, link, start_tallies)
     finally:
         hosts.close()
+
+
+def _federation_line(result: dict) -> None:
+    assert result["federation"].startswith("roster ") and f"({VOTERS + TALLIES} members)" in result["federation"]
+
+
+def test_the_sum_release_over_secagg_on_separate_hosts(federation):
+    result = federation.run("sum", release="'sum'")
+    assert result["privacy"]["survivors"] == VOTERS and "secure_sum" in result and result["noisy_sum"] is not None
+    assert result["selected_index"] in range(10) and result["accuracy"] > 0.0
+    _federation_line(result)
+
+
+def test_the_committee_argmax_release_on_separate_hosts(federation):
+    federation.start_tallies()
+    result = federation.run("argmax", release="'argmax'")
+    assert result["privacy"]["survivors"] == VOTERS
+    assert result["privacy"]["released"].startswith(f"winning index only (secure argmax among {TALLIES} tallies")
+    _federation_line(result)
+    assert federation.link.poll() is None  # the SuperLink still serves
+
+
+def test_a_voter_cut_off_mid_selection_is_a_dropout_and_the_run_completes(federation):
+    # dropout=0.25: at least ceil(0.75 n) voters must take part; the last voter's link goes down as soon as it has
+    # received the pre-flight (its answer never arrives)
+    result = federation.run("argmax-cut", cut=f"voter-{VOTERS - 1}", release="'argmax'")
+    assert result["privacy"]["survivors"] == VOTERS - 1
+    assert result["privacy"]["released"].startswith("winning index only")

@@ -19,7 +19,6 @@ sum mode); its ``voters`` (a `ClientGrid`) is the grid a strategy sees afterward
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from flwr.supercore.run import Run
 from dphype.checks import check_k, check_positive
 from dphype.config import DPHypeConfig
 from dphype.flower.grid import send_and_receive
-from dphype.flower.server.readiness import PreflightError, wait_for_nodes
+from dphype.flower.server.readiness import PreflightError, remaining_nodes, wait_for_nodes
 from dphype.flower.wire import (
     COMMITTEE_VOTE_TYPE,
     MAX_RESULT_WAIT,
@@ -65,16 +64,24 @@ def _ask(grid: Grid, nodes: Sequence[int], content: dict[int, dict[str, Any]], t
 
 
 def _answers(replies: dict[int, Message], tally_nodes: dict[int, int], stage: str) -> dict[int, dict[str, Any]]:
-    """Each tally's answer to ``stage``; `TallyError` naming the first tally that failed or was late."""
-    out = {}
+    """Each tally's answer to ``stage``; `TallyError` naming every tally that was late and every one that failed.
+
+    The committee computes only with all its parties, so one tally missing stops the release: a tally cut off
+    mid-run is named as late (the others' MPyC parties then fail or time out waiting for it).
+    """
+    out, late, failed = {}, [], []
     for j, node in sorted(tally_nodes.items()):
         reply = replies.get(node)
         if reply is None:
-            raise TallyError(f"tally {j} did not answer the {stage} stage in time; nothing released")
-        if reply.has_error():
-            raise TallyError(f"tally {j} failed the {stage} stage ({(reply.error.reason or '')[:200]}); "
-                             "nothing released")
-        out[j] = dict(reply.content.config_records[TALLY_KEY])
+            late.append(str(j))
+        elif reply.has_error():
+            failed.append(f"tally {j} failed the {stage} stage ({(reply.error.reason or '')[:200]})")
+        else:
+            out[j] = dict(reply.content.config_records[TALLY_KEY])
+    if late or failed:
+        causes = ([f"tally {', '.join(late)} did not answer the {stage} stage in time (unreachable or cut off: the "
+                   f"committee needs all {len(tally_nodes)} tallies)"] if late else [])
+        raise TallyError(f"{'; '.join(causes + failed)}; nothing released")
     return out
 
 
@@ -316,7 +323,9 @@ def run_committee_selection(grid: Grid, request: VoteRequest, *, preflight: Pref
         request: The argmax-mode request (its ``tallies`` name the committee).
         preflight: The pre-flight over the sampled client nodes.
         timeout: Seconds per stage (``None``: no limit).
-        connect_timeout: Seconds to wait for ``clients`` plus the tallies to connect (``None``: no limit).
+        connect_timeout: Seconds to wait for ``clients`` plus the tallies to connect when ``committee_nodes`` is
+            ``None`` (``None``: no limit); with ``committee_nodes`` the voters still connected take part, a voter
+            cut off since the committee was found counting as a dropout (`remaining_nodes`).
         tally_timeout: Seconds each tally's MPyC party has to check the ballots and open the result
             (`check_tally_timeout`).
         committee_nodes: The tallies' node ids in committee order, or ``None`` to find them (`find_committee`).
@@ -334,11 +343,12 @@ def run_committee_selection(grid: Grid, request: VoteRequest, *, preflight: Pref
     cfg = request.config
     committee = list(request.tallies)
     tally_timeout = check_tally_timeout(tally_timeout)
-    wait_for_nodes(grid, cfg.clients + len(committee), connect_timeout)
-    connected = sorted(grid.get_node_ids())
     if committee_nodes is None:
+        wait_for_nodes(grid, cfg.clients + len(committee), connect_timeout)
+        connected = sorted(grid.get_node_ids())
         tally_nodes = find_committee(grid, committee, connected, timeout)
-    else:
+    else:  # the committee was found among connected nodes: a node gone since then is cut off, not waited for
+        connected = sorted(grid.get_node_ids())
         tally_nodes = dict(enumerate(int(n) for n in committee_nodes))
         if len(tally_nodes) != len(committee) or len(set(tally_nodes.values())) != len(committee):
             raise ValueError(f"committee_nodes must name {len(committee)} distinct nodes, one per tally in "
@@ -346,11 +356,7 @@ def run_committee_selection(grid: Grid, request: VoteRequest, *, preflight: Pref
         absent = [n for n in tally_nodes.values() if n not in connected]
         if absent:
             raise TallyError(f"committee node {absent[0]} is not connected; nothing was sent to the clients")
-    others = [n for n in connected if n not in tally_nodes.values()]
-    if len(others) < cfg.clients:
-        raise PreflightError(f"only {len(others)} client nodes besides the {len(committee)} tallies, fewer than "
-                             f"clients={cfg.clients}; nothing was sent")
-    ready = preflight(grid, sorted(random.sample(others, cfg.clients)), timeout)
+    ready = preflight(grid, remaining_nodes(grid, tally_nodes.values(), cfg.clients, request.min_survivors), timeout)
     start = time.perf_counter()
     vote = [Message(RecordDict({RECORD_KEY: ConfigRecord(request.to_record())}), dst_node_id=n,
                     message_type=COMMITTEE_VOTE_TYPE) for n in ready]

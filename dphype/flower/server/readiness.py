@@ -1,6 +1,7 @@
 """Which nodes take part in a selection: enough connected nodes, then the clients that are ready.
 
-`wait_for_nodes` waits for enough connected nodes and `run_preflight` sends the pre-flight
+`wait_for_nodes` waits for enough connected nodes (`remaining_nodes` takes those still connected, without a
+second wait, once a run has counted them) and `run_preflight` sends the pre-flight
 (``query.dphype``: every client checks the request against its own candidate list, task and limits, scores the
 candidates and answers ready or a reason); too few of either: `PreflightError`, and nothing is sent in
 the vote round.
@@ -12,6 +13,7 @@ import logging
 import random
 import time
 from collections import Counter
+from collections.abc import Collection
 from typing import Any
 
 from flwr.app import ConfigRecord, Message, RecordDict
@@ -59,6 +61,36 @@ def wait_for_nodes(grid: Grid, clients: int, timeout: float | None, every: float
                 clients, waited, "" if timeout is None else f" (giving up after {timeout:g} s)")
             last_log = time.monotonic()
         time.sleep(min(0.5, every))
+
+
+def remaining_nodes(grid: Grid, exclude: Collection[int], clients: int, fewest: int) -> list[int]:
+    """``clients`` connected nodes outside ``exclude`` (a random sample), or all of them when fewer are left.
+
+    For a run that has counted its nodes already (its committee was found among them): a node no longer connected
+    was cut off mid-run and is a dropout of the selection, not waited for again.
+
+    Args:
+        grid: The ServerApp's grid.
+        exclude: Node IDs that are not candidates (the tallies).
+        clients: How many nodes the selection asks.
+        fewest: The fewest nodes the selection can go on with (the request's ``min_survivors``).
+
+    Returns:
+        The node IDs, sorted: ``clients`` of them, or every one left when that is between ``fewest`` and ``clients``.
+
+    Raises:
+        PreflightError: If fewer than ``fewest`` are left (nothing was sent).
+    """
+    nodes = sorted(n for n in grid.get_node_ids() if n not in exclude)
+    if len(nodes) >= clients:
+        return sorted(random.sample(nodes, clients))
+    if len(nodes) < fewest:
+        raise PreflightError(f"only {len(nodes)} of clients={clients} voters are still connected, fewer than the "
+                             f"{fewest} the selection needs ({clients - len(nodes)} cut off after the run counted "
+                             "them); nothing was sent and nothing was released")
+    log(logging.WARNING, "DP-Hype: %d of clients=%d voters are still connected; the %d cut off since the run "
+        "counted them are dropouts (at least %d must take part)", len(nodes), clients, clients - len(nodes), fewest)
+    return nodes
 
 
 def run_preflight(grid: Grid, request: VoteRequest, nodes: list[int], timeout: float | None,

@@ -1,0 +1,95 @@
+"""The tallies' MPyC parties over MPyC's TLS (``--ssl``): each peer's certificate must be its own party's; a
+certificate the committee's CA issued to another party is refused and nothing is opened."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from dphype.node.pki import MPYC_NAME, issue, issue_mpyc_party, make_ca
+from dphype.secure.tally import (
+    Opening,
+    Tally,
+    TallyError,
+    client_sealed_shares,
+    loopback_addresses,
+    party_command,
+    party_result,
+    send_job,
+    voter_id,
+)
+from dphype.secure.tally_party import PARTY_NAME
+from dphype.selection.ballots import BallotForm
+
+
+def _jobs(request: str) -> list[dict]:
+    """Three tallies' jobs for 3 ballots over 4 candidates whose counts are 1 3 0 2 (argmax: candidate 1)."""
+    tallies = [Tally(j) for j in range(3)]
+    for t in tallies:
+        t.open_round(request, 4, 2, form=BallotForm.top_k(2), noise=np.zeros(4, dtype=np.int64))
+    keys = [t.public for t in tallies]
+    for c, ones in enumerate([(0, 1), (1, 3), (1, 3)]):
+        vec = np.zeros(4, dtype=np.int64)
+        vec[list(ones)] = 1
+        for t, share in zip(tallies, client_sealed_shares(request, vec, keys, voter_id(0, f"c{c}")), strict=True):
+            t.receive(f"c{c}", share)
+    return [t.job() for t in tallies]
+
+
+def _run(folders, request):
+    """Each party in its folder with --ssl; every party's opening or its refusal."""
+    addresses = loopback_addresses(3)
+    procs = [subprocess.Popen(party_command(j, addresses, ssl=True), cwd=folder, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for j, folder in enumerate(folders)]
+    for proc, job in zip(procs, _jobs(request), strict=True):
+        send_job(proc, job)
+    out = []
+    try:
+        for j, proc in enumerate(procs):
+            try:
+                out.append(party_result(proc, j, time.monotonic() + 30, 30)[0])
+            except TallyError as err:
+                out.append(str(err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return out
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("mpyc-pki")
+    return folder, make_ca(folder, "committee CA")
+
+
+def test_the_party_name_is_the_one_the_certificates_carry():
+    assert PARTY_NAME == MPYC_NAME
+
+
+def test_parties_with_their_own_certificates_open_the_argmax(ca):
+    folder, authority = ca
+    folders = [issue_mpyc_party(authority, folder / f"honest-{j}", j) for j in range(3)]
+    assert _run(folders, "req-tls-1") == [Opening(1, ())] * 3
+
+
+def test_a_valid_certificate_of_another_party_is_refused_and_nothing_is_opened(ca):
+    folder, authority = ca
+    folders = [issue_mpyc_party(authority, folder / f"pinned-{j}", j) for j in (1, 2)]
+    # party 0's operator holds a certificate the committee's CA issued to party 1 and connects as party 0
+    impostor = folder / "impostor" / ".config"
+    issued = issue(authority, impostor, "party_0", common_name=MPYC_NAME.format(1), client=True)
+    issued.cert.rename(impostor / "party_0.crt")
+    (impostor / "mpyc_ca.crt").write_bytes(authority.cert.read_bytes())
+    out = _run([folder / "impostor", *folders], "req-tls-2")
+    assert not any(isinstance(o, Opening) for o in out)  # nothing opened anywhere
+    # the parties it reached refuse; the first to check names its certificate (one that checks after another
+    # refused finds that party's connection gone)
+    assert all(f"tally {j} refused the argmax: the parties' certificates do not check out" in out[j] for j in (1, 2))
+    assert any("party 0 presented MPyC party 1)" in out[j] or "party 0 presented MPyC party 1;" in out[j]
+               for j in (1, 2))
