@@ -13,7 +13,7 @@ from helpers import argmax_config as config
 from dphype.flower import DPHype, PreflightError, connected_committee
 from dphype.flower.local import node_id
 from dphype.flower.server.readiness import remaining_nodes
-from dphype.secure.tally import TallyError
+from dphype.secure.committee import TallyError
 
 
 class Nodes:
@@ -84,7 +84,7 @@ def test_a_voter_cut_off_mid_vote_is_named_and_left_out(tmp_path, monkeypatch):
 
     def cut_at_the_vote(messages):  # ready in the pre-flight, gone before it sends its shares
         messages = list(messages)
-        if any(m.metadata.message_type == "train.dphype_argmax" for m in messages):
+        if any(m.metadata.message_type == "train.dphype_committee" for m in messages):
             cut(grid, 3)
         return deliver(messages)
 

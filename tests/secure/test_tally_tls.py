@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dphype.node.pki import MPYC_NAME, issue, issue_mpyc_party, make_ca
-from dphype.secure.tally import (
+from dphype.secure.committee import (
     Opening,
     Tally,
     TallyError,
