@@ -90,6 +90,6 @@ def test_a_valid_certificate_of_another_party_is_refused_and_nothing_is_opened(c
     assert not any(isinstance(o, Opening) for o in out)  # nothing opened anywhere
     # the parties it reached refuse; the first to check names its certificate (one that checks after another
     # refused finds that party's connection gone)
-    assert all(f"tally {j} refused the argmax: the parties' certificates do not check out" in out[j] for j in (1, 2))
+    assert all(f"tally {j} refused to open: the parties' certificates do not check out" in out[j] for j in (1, 2))
     assert any("party 0 presented MPyC party 1)" in out[j] or "party 0 presented MPyC party 1;" in out[j]
                for j in (1, 2))
