@@ -83,7 +83,7 @@ if TYPE_CHECKING:
 #: calibrated sigma).
 SIGMA_SLACK = 1.001
 
-#: The argmax release's ballot unless the configuration names one (README "Ballots").
+#: The argmax release's ballot unless the configuration names one (docs/ballots.md).
 DEFAULT_ARGMAX_BALLOT = "auto"
 
 #: Every release mode by its configuration name (``DPHypeConfig.release``), in the order they were defined (the

@@ -126,7 +126,7 @@ def write_node_config(path: Path, values: Mapping[str, Any]) -> Path:
 
 
 def write_roster(folder: Path, home: Path, voters: int, tallies: int) -> tuple[Path, list[Path], list[Path]]:
-    """The federation's roster, as its operators make it with `dphype roster` (README, "Deploying the bundled app"):
+    """The federation's roster, as its operators make it with `dphype roster` (docs/deployment.md):
     an identity key per node in ``folder``, each tally's committee key where ``clients/start-tally.sh`` reads it
     (``home/dphype/tally-<j>.key``, created); returns the roster file and the voters' and tallies' identity files."""
     members: list[Member] = []

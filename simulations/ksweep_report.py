@@ -1,4 +1,4 @@
-"""The ballot grid's tables from ``dphype bench ksweep`` runs: every number of README "Ballots".
+"""The ballot grid's tables from ``dphype bench ksweep`` runs: the tables of docs/ballots.md.
 
 ``dphype bench ksweep`` measures one data set per run (its ``ksweep.csv``: the gap to Opt and the shares within 1 and 2
 points at every ``k`` of the sweep; its ``ksweep_ballots.csv``: the same for each ballot of ``--ballots``). This study
@@ -20,7 +20,7 @@ relation) appears twice, and writes:
   (`dphype.selection.measured`). ``--planner-table FILE`` also writes it into ``FILE`` (the package's is
   ``dphype/data/ksweep_report_within.csv``), replacing that file's rows of the same ballot and number of candidates
   and keeping the others, and checks the result with the planner's loader;
-* ``ksweep_report.md``: the tables of README "Ballots": each ballot and the ``--top-fixed`` fixed ``k`` with the
+* ``ksweep_report.md``: the tables of docs/ballots.md: each ballot and the ``--top-fixed`` fixed ``k`` with the
   smallest largest gap, over the grid (largest gap / mean / points more than 1 behind, per relation; the share of
   releases within 2 points of Opt at the goal's point, ``--goal``); per point, ``--default`` (``auto``) against the
   best ``k``; the floor per cell.
@@ -313,7 +313,7 @@ def _pct(x: float) -> str:
 
 def markdown(rows: Sequence[dict[str, Any]], floors: Sequence[dict[str, Any]], summary: dict[str, dict[str, Any]],
              *, default: str, top_fixed: int, goal: tuple[int, float, str]) -> str:
-    """README "Ballots"'s tables (see the module docstring).
+    """docs/ballots.md's tables (see the module docstring).
 
     Args:
         rows: `point_rows`.

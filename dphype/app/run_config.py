@@ -23,7 +23,7 @@ from dphype.selection.candidates import CandidateList, load_candidates
 
 #: Data sets every node can load without a data directory (bundled, or Debian's Fashion-MNIST package).
 APP_DATASETS: tuple[str, ...] = ("adult", "mnist5k", "fashion-mnist")
-#: The app's release when the run config names none: only the winner (README, "Default release: the winner
+#: The app's release when the run config names none: only the winner (docs/deployment.md, "Default release: the winner
 #: only"). The library's default stays ``"sum"`` (`dphype.config.DPHypeConfig`), which needs no tally
 #: nodes.
 APP_RELEASE = "argmax"

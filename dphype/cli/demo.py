@@ -67,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser: The sub-command's parser.
     """
     add_privacy_arguments(parser)
-    add_selection_arguments(parser, release="argmax")  # the release the benchmarks support (README)
+    add_selection_arguments(parser, release="argmax")  # the bundled app's release (docs/deployment.md)
     add_candidates_argument(parser)
     parser.add_argument("--seed", type=int, default=0, help="data partition / model seed (default 0)")
     parser.add_argument("--fedavg-rounds", type=int, default=5, help="FedAvg rounds (default 5)")

@@ -1,6 +1,6 @@
 """``dphype new APP_DIR``: write a runnable Flower app with DP-Hype, offline, from templates in the package.
 
-The app (``dphype/templates/app``, shipped as package data) is the README's embedding example: a Message-API
+The app (``dphype/templates/app``, shipped as package data) is the embedding example of docs/embedding.md: a Message-API
 ``ClientApp`` with a task and its own ``@app.train()``, a ``ServerApp`` that selects with
 `dphype.flower.DPHype` and trains with Flower's ``FedAvg`` (any strategy works), and a
 ``pyproject.toml`` with the run config (`dphype.config.DPHypeConfig.from_run_config`) and the node

@@ -8,7 +8,7 @@ bytes followed by the chunks' 16-byte shares. PyCryptodome multiplies field elem
 building two 128-character strings per bit (about 300 us per product, 15 us by a small index), and
 Flower hands ``combine`` every share it received instead of ``t``; at the SecAgg+ sizes DP-Hype needs
 (a client's two secrets are 23 chunks, ``t`` in the tens) sharing and reconstruction dominated a
-voting round (see the README's breakdown).
+voting round (docs/benchmarks.md, the secure vote at scale).
 
 Hand-written (PyCryptodome's field arithmetic is the only one in our dependencies, and no maintained
 package shares over this field in this byte format) and checked both ways against Flower's functions in

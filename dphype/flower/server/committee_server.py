@@ -157,7 +157,7 @@ def discover_committee(grid: Grid, clients: int, size: int, *, connect_timeout: 
             f"needs clients + tallies = {needed} nodes ({clients} voters and {size} tally nodes); nothing was "
             f"sent: in simulation run `dphype run` (it adds the tally nodes) or set num-supernodes={needed} with "
             "the ClientApp mod dphype.flower.simulated_roles; in a deployment start every tally's SuperNode "
-            "(clients/start-tally.sh; README, 'Releasing only the winner')") from None
+            "(clients/start-tally.sh; docs/releases.md)") from None
     connected = sorted(grid.get_node_ids())
     log(logging.INFO, "DP-Hype tally hello: asking the %d connected nodes which of them are the %d tallies",
         len(connected), size)
