@@ -21,8 +21,8 @@ secure argmax among tally parties, `dphype.privacy.winner`) and `CommitteeSumRel
 noisy vote sum of the ballots a tally committee verified, with noise the tallies make). A subclass that sets
 ``name`` registers itself in `RELEASE_MODES`; `release_mode` refuses any other name.
 
-The modes sit below the configuration and the protocol, so they read them through the structural types `Settings`
-and `Request`. No Flower import here.
+The modes sit below the configuration and the protocol: they name `dphype.config.DPHypeConfig` and
+`dphype.protocol.VoteRequest` in annotations only. No Flower import here.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Collection
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
@@ -76,6 +76,8 @@ from dphype.selection.rules import select_release
 from dphype.selection.voting import Ballot, check_ballot
 
 if TYPE_CHECKING:
+    from dphype.config import DPHypeConfig
+    from dphype.protocol import VoteRequest
     from dphype.selection.candidates import CandidateList
     from dphype.selection.planner import Plan
 
@@ -94,83 +96,6 @@ RELEASE_MODES: Registry[type[ReleaseMode[Any, Any]]] = Registry(
 
 BallotT = TypeVar("BallotT")
 OpenedT = TypeVar("OpenedT")
-
-
-class Settings(Protocol):
-    """What a mode reads of a configuration (`dphype.config.DPHypeConfig`'s fields of the same names)."""
-
-    @property
-    def epsilon(self) -> float:
-        """The budget's epsilon."""
-        ...
-    @property
-    def delta(self) -> float:
-        """The budget's delta."""
-        ...
-    @property
-    def k(self) -> int:
-        """Votes per client."""
-        ...
-    @property
-    def clients(self) -> int:
-        """The number ``n`` of clients."""
-        ...
-    @property
-    def dropout(self) -> float:
-        """The tolerated dropout fraction ``xi``."""
-        ...
-    @property
-    def noise(self) -> str:
-        """The noise kind."""
-        ...
-    @property
-    def accountant(self) -> str | None:
-        """The accountant."""
-        ...
-    @property
-    def neighbouring(self) -> str:
-        """The neighbouring relation."""
-        ...
-    @property
-    def rule(self) -> str:
-        """The selection rule."""
-        ...
-    @property
-    def ballot(self) -> str | None:
-        """The ballot's name (a validated configuration's is never ``None``)."""
-        ...
-
-
-class Request(Protocol):
-    """What a mode reads of a request (`dphype.protocol.VoteRequest`)."""
-
-    @property
-    def candidates(self) -> CandidateList:
-        """The public candidate list."""
-        ...
-    @property
-    def config(self) -> Settings:
-        """The configuration."""
-        ...
-    @property
-    def sigma(self) -> float:
-        """The noise std the mode calibrated."""
-        ...
-    @property
-    def tallies(self) -> tuple[bytes, ...]:
-        """The tally committee's public keys, or empty."""
-        ...
-    @property
-    def min_survivors(self) -> int:
-        """Fewest contributing clients whose noise still adds up to ``sigma``."""
-        ...
-    @property
-    def min_valid(self) -> int:
-        """Fewest valid ballots a committee release counts."""
-        ...
-    def digest(self) -> str:
-        """The request's digest as hex characters."""
-        ...
 
 
 class Aggregator(enum.Enum):
@@ -294,7 +219,7 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
                 + ", ".join(repr(n) for n, m in RELEASE_MODES.items() if m.graded_ballots) + ")")
         return name
 
-    def resolved_ballot(self, config: Settings, num_candidates: int | None = None) -> Ballot:
+    def resolved_ballot(self, config: DPHypeConfig, num_candidates: int | None = None) -> Ballot:
         """The configured ballot, a ``"share"`` or ``"auto"`` one resolved to its ``k`` (`Ballot.resolve`).
 
         The rules read public facts only: ``p``, the std of the release's discrete Laplace noise for a top-k ballot
@@ -318,16 +243,16 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
         return ballot.resolve(num_candidates, noise_std(config.epsilon, config.neighbouring),
                               min_survivors(config.clients, config.dropout))
 
-    def votes_per_client(self, config: Settings, num_candidates: int) -> int:
+    def votes_per_client(self, config: DPHypeConfig, num_candidates: int) -> int:
         """The ``k`` of the ballot: a rank ballot's depth (cut to ``p``), an auto ballot's, else the config's."""
         ballot = self.resolved_ballot(config, num_candidates)
         return min(ballot.depth, int(num_candidates)) if ballot.kind == "rank" else config.k
 
-    def sensitivity(self, config: Settings) -> int:
+    def sensitivity(self, config: DPHypeConfig) -> int:
         """The ballot's largest entry ``G`` (l-infinity sensitivity): 1 for top-k and auto, ``2**bits - 1`` graded."""
         return Ballot.parse(config.ballot).max_entry
 
-    def ballot_form(self, config: Settings, num_candidates: int | None = None) -> BallotForm:
+    def ballot_form(self, config: DPHypeConfig, num_candidates: int | None = None) -> BallotForm:
         """The form every client's ballot must have under ``config`` (`dphype.selection.ballots`).
 
         Every node and tally derives it from the approved request here.
@@ -346,7 +271,7 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
         return self.resolved_ballot(config, num_candidates).form(config.k, num_candidates)
 
     # ------------------------------------------------------------------------------------ calibration
-    def calibrate(self, config: Settings, candidates: CandidateList) -> float:
+    def calibrate(self, config: DPHypeConfig, candidates: CandidateList) -> float:
         """The request's ``sigma`` for ``config`` over ``candidates`` (Algorithm 1, line 1): the vote sum's by default.
 
         Args:
@@ -373,22 +298,22 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
                              f"(--noise {integer[0]})")
 
     # ------------------------------------------------------------------------------------ the request
-    def check_request_fields(self, request: Request) -> tuple[bytes, ...]:
+    def check_request_fields(self, request: VoteRequest) -> tuple[bytes, ...]:
         """Validate a request's tallies for the `aggregator` and its ``sigma`` and ``k``; return the tallies."""
         tallies = self.aggregator.check_tallies(request.tallies)
         self.check_sigma(request)
         return tallies
 
-    def check_sigma(self, request: Request) -> None:
+    def check_sigma(self, request: VoteRequest) -> None:
         """Refuse a noise kind the mode cannot add, a non-positive ``sigma`` or a ``k`` outside ``[1, p]``."""
         self._check_noise(request.config.noise)
         _ = self.accounting(request)  # validates sigma and k against the number of candidates
 
-    def accounting(self, request: Request) -> VoteRelease | WinnerRelease:
+    def accounting(self, request: VoteRequest) -> VoteRelease | WinnerRelease:
         """The release ``request`` describes, for the accountants (`dphype.privacy`): the noisy vote sum by default."""
         return vote_release(request)
 
-    def check_claims(self, request: Request) -> None:
+    def check_claims(self, request: VoteRequest) -> None:
         """A client's check that the request's noise gives the announced budget and that an honest server sends it.
 
         By default the client recomputes epsilon from the announced ``sigma`` with the announced accountant.
@@ -416,12 +341,12 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
                           f"delta={cfg.delta:g}, more than the announced epsilon={cfg.epsilon:g}")
 
     # --------------------------------------------------------------------------------------- the node
-    def announced_epsilon(self, request: Request) -> float | None:
+    def announced_epsilon(self, request: VoteRequest) -> float | None:
         """The announced epsilon a node holds against its limit, or ``None``: only `node_cost` counts."""
         return request.config.epsilon
 
     @abstractmethod
-    def node_cost(self, request: Request, *, survivors: int, delta: float, accountant: str,
+    def node_cost(self, request: VoteRequest, *, survivors: int, delta: float, accountant: str,
                   neighbouring: str) -> NodeCost:
         """What one vote costs the node when only ``survivors`` contribute, recomputed the node's way.
 
@@ -438,7 +363,7 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
 
     # ------------------------------------------------------------------------------------- the client
     @abstractmethod
-    def ballot(self, request: Request, scores: np.ndarray, *, maximize: bool,
+    def ballot(self, request: VoteRequest, scores: np.ndarray, *, maximize: bool,
                clipping_range: int | None = None, voter: str | None = None) -> BallotT:
         """What a client hands the `aggregator`: its votes on ``scores``, plus its noise share where it adds one.
 
@@ -457,7 +382,7 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
 
     # ------------------------------------------------------------------------------------- the server
     @abstractmethod
-    def release(self, request: Request, opened: OpenedT, survivors: int) -> DPHypeResult:
+    def release(self, request: VoteRequest, opened: OpenedT, survivors: int) -> DPHypeResult:
         """The server's result from what the aggregator ``opened`` for ``survivors`` contributors.
 
         Args:
@@ -473,7 +398,7 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
         """  # noqa: DOC502
 
     @abstractmethod
-    def replay(self, request: Request, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
+    def replay(self, request: VoteRequest, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
                survivors: int | None = None, per_client: bool = False) -> np.ndarray:
         """``repetitions`` draws of what the aggregator would open for the noiseless vote sum ``vote_sum``.
 
@@ -490,10 +415,10 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
         """
 
     @abstractmethod
-    def describe(self, request: Request) -> str:
+    def describe(self, request: VoteRequest) -> str:
         """The request's parameters that apply to this mode, as ``key=value, ...``."""
 
-    def describe_plan(self, config: Settings, plan: Plan) -> str:
+    def describe_plan(self, config: DPHypeConfig, plan: Plan) -> str:
         """The planner's simulated chance of a good pick for this release and what makes the pick, in words."""
         if self.forecast is Forecast.WINNER:
             return (f"{plan.success:.2f} with the {self.name} release (the tallies' secure argmax; only the winner's "
@@ -512,7 +437,7 @@ def release_modes() -> tuple[ReleaseMode[Any, Any], ...]:
     return tuple(mode() for mode in RELEASE_MODES)
 
 
-def vote_cost(request: Request, total_std: float, *, delta: float, accountant: str, neighbouring: str) -> NodeCost:
+def vote_cost(request: VoteRequest, total_std: float, *, delta: float, accountant: str, neighbouring: str) -> NodeCost:
     """What a noisy vote sum with noise of std ``total_std`` costs a node (arguments of `ReleaseMode.node_cost`)."""
     cfg = request.config
     accountant = resolve_accountant(None if accountant == "auto" else accountant, cfg.noise)
@@ -522,7 +447,7 @@ def vote_cost(request: Request, total_std: float, *, delta: float, accountant: s
                     claim=f"the requested noise gives epsilon {eps:.3g} at this node's delta")
 
 
-def vote_release(request: Request) -> VoteRelease:
+def vote_release(request: VoteRequest) -> VoteRelease:
     """The noisy vote sum ``request`` describes."""
     cfg = request.config
     return VoteRelease(k=cfg.k, num_candidates=len(request.candidates), sigma=request.sigma, noise=cfg.noise,
@@ -530,7 +455,7 @@ def vote_release(request: Request) -> VoteRelease:
 
 
 # ------------------------------------------------------------------------------------------------- sum
-def _noisy_sum(request: Request, opened: Any) -> np.ndarray:
+def _noisy_sum(request: VoteRequest, opened: Any) -> np.ndarray:
     """The opened noisy vote sum as an array, refused unless it has one entry per candidate."""
     total = np.asarray(opened)
     if total.shape != (len(request.candidates),):
@@ -538,14 +463,14 @@ def _noisy_sum(request: Request, opened: Any) -> np.ndarray:
     return total
 
 
-def _vote_sum_words(request: Request) -> str:
+def _vote_sum_words(request: VoteRequest) -> str:
     """A noisy vote sum's parameters as ``key=value, ...``."""
     cfg = request.config
     return (f"delta={cfg.delta:g}, k={cfg.k}, clients={cfg.clients}, dropout={cfg.dropout:g}, "
             f"noise={cfg.noise!r}, rule={cfg.rule!r}")
 
 
-def _rule_result(request: Request, total: np.ndarray, report: PrivacyReport, noise_std: float,
+def _rule_result(request: VoteRequest, total: np.ndarray, report: PrivacyReport, noise_std: float,
                  clients: int) -> DPHypeResult:
     """The configured rule on a released noisy sum (post-processing); ``noise_std`` is its whole noise's std."""
     cfg = request.config
@@ -568,21 +493,21 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
     aggregator = Aggregator.SECAGG
     forecast = Forecast.NOISY_SUM
 
-    def calibrate(self, config: Settings, candidates: CandidateList) -> float:
+    def calibrate(self, config: DPHypeConfig, candidates: CandidateList) -> float:
         """Solve ``sigma``; refuse one whose shares secure summation could clip (`check_range`)."""
         sigma = super().calibrate(config, candidates)
         check_range(size=len(candidates), sigma=sigma, clients=config.clients, dropout=config.dropout,
                     noise=config.noise)
         return sigma
 
-    def node_cost(self, request: Request, *, survivors: int, delta: float, accountant: str,
+    def node_cost(self, request: VoteRequest, *, survivors: int, delta: float, accountant: str,
                   neighbouring: str) -> NodeCost:
         """``survivors`` shares of variance ``sigma^2 / ((1 - xi) n)`` (Appendix A), accounted the node's way."""
         cfg = request.config
         total_std = client_noise_std(request.sigma, cfg.clients, cfg.dropout) * math.sqrt(survivors)
         return vote_cost(request, total_std, delta=delta, accountant=accountant, neighbouring=neighbouring)
 
-    def ballot(self, request: Request, scores: np.ndarray, *, maximize: bool,
+    def ballot(self, request: VoteRequest, scores: np.ndarray, *, maximize: bool,
                clipping_range: int | None = None, voter: str | None = None) -> np.ndarray:
         """Top-k votes plus this client's noise share, encoded for exact secure summation (lines 5-10).
 
@@ -609,7 +534,7 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
                                    kind=cfg.noise)
         return encode(votes + share, cfg.noise, clipping_range)
 
-    def release(self, request: Request, opened: np.ndarray, survivors: int) -> DPHypeResult:
+    def release(self, request: VoteRequest, opened: np.ndarray, survivors: int) -> DPHypeResult:
         """The configured rule on the decoded noisy sum (line 12), with the report of the noise actually summed."""
         cfg = request.config
         survivors = check_survivors(survivors, cfg.clients, request.min_survivors)
@@ -623,14 +548,14 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
                 "grid before summation, so the guarantee is approximate")
         return _rule_result(request, total, report, report.sigma, survivors)
 
-    def replay(self, request: Request, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
+    def replay(self, request: VoteRequest, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
                survivors: int | None = None, per_client: bool = False) -> np.ndarray:
         """Noisy sums, float64 ``(repetitions, p)`` (`dphype.privacy.noise.replay_noisy_sums`)."""
         cfg = request.config
         return replay_noisy_sums(vote_sum, sigma=request.sigma, clients=cfg.clients, repetitions=repetitions, rng=rng,
                                  dropout=cfg.dropout, noise=cfg.noise, survivors=survivors, per_client=per_client)
 
-    def describe(self, request: Request) -> str:
+    def describe(self, request: VoteRequest) -> str:
         """The sum release's parameters: delta, k, clients, dropout, noise and rule."""
         return _vote_sum_words(request)
 
@@ -647,7 +572,7 @@ class CommitteeMode(ReleaseMode[list[bytes], OpenedT]):
     #: What the committee opens.
     opens: ClassVar[str]
 
-    def ballot(self, request: Request, scores: np.ndarray, *, maximize: bool,
+    def ballot(self, request: VoteRequest, scores: np.ndarray, *, maximize: bool,
                clipping_range: int | None = None, voter: str | None = None) -> list[bytes]:
         """The ballot, checked against the request's form, as Shamir shares of its bits sealed to each tally.
 
@@ -675,7 +600,7 @@ class CommitteeMode(ReleaseMode[list[bytes], OpenedT]):
         return client_sealed_shares(request.digest(), votes, request.tallies, voter, form.bits)
 
     @abstractmethod
-    def tally_noise(self, request: Request) -> np.ndarray | JointSampler:
+    def tally_noise(self, request: VoteRequest) -> np.ndarray | JointSampler:
         """The committee's noise as one tally contributes it (`dphype.flower.tally_node`).
 
         Either the sampler the MPC draws the whole noise with, which no tally knows (`JointSampler`), or this tally's
@@ -712,11 +637,11 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
     default_ballot = DEFAULT_ARGMAX_BALLOT
     graded_ballots = True
 
-    def calibrate(self, config: Settings, candidates: CandidateList) -> float:
+    def calibrate(self, config: DPHypeConfig, candidates: CandidateList) -> float:
         """The discrete Laplace std that ``epsilon`` and the ballot imply (`dphype.privacy.winner.noise_std`)."""
         return noise_std(config.epsilon, config.neighbouring, self.sensitivity(config))
 
-    def check_sigma(self, request: Request) -> None:
+    def check_sigma(self, request: VoteRequest) -> None:
         """Refuse a ``sigma`` other than ``epsilon`` implies, a ``k`` outside ``[1, p]`` or a too small epsilon."""
         cfg = request.config
         expected = noise_std(cfg.epsilon, cfg.neighbouring, self.sensitivity(cfg))
@@ -727,21 +652,21 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
         _ = self.accounting(request)  # validates the ballot's k against the number of candidates
         _ = self.tally_noise(request)  # an epsilon too small for the committee's sampler, before any client works
 
-    def accounting(self, request: Request) -> WinnerRelease:
+    def accounting(self, request: VoteRequest) -> WinnerRelease:
         """The winner release the request describes."""
         cfg = request.config
         return WinnerRelease(epsilon=cfg.epsilon, k=self.votes_per_client(cfg, len(request.candidates)),
                              num_candidates=len(request.candidates),
                              neighbouring=cfg.neighbouring, sensitivity=self.sensitivity(cfg))
 
-    def check_claims(self, request: Request) -> None:
+    def check_claims(self, request: VoteRequest) -> None:
         """Nothing to recompute: each tally derives the sampler from the announced epsilon and ballot."""
 
-    def announced_epsilon(self, request: Request) -> None:
+    def announced_epsilon(self, request: VoteRequest) -> None:
         """``None``: the node's own relation decides the cost (`node_cost`)."""
         return None
 
-    def node_cost(self, request: Request, *, survivors: int, delta: float, accountant: str,
+    def node_cost(self, request: VoteRequest, *, survivors: int, delta: float, accountant: str,
                   neighbouring: str) -> NodeCost:
         """``epsilon_node = -shift G log t`` under the node's relation (`THRESHOLD_SHIFT`; ``G`` the ballot's).
 
@@ -767,12 +692,12 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
                         claim=f"the requested winner release gives epsilon {eps:.3g} with delta "
                               f"{sampler_delta(eps):.2g} (noise sampled jointly by the {parties} tallies)")
 
-    def tally_noise(self, request: Request) -> JointSampler:
+    def tally_noise(self, request: VoteRequest) -> JointSampler:
         """The committee's discrete Laplace sampler, the same at every tally."""
         cfg = request.config
         return JointSampler.for_release(len(request.candidates), cfg.epsilon, cfg.neighbouring, self.sensitivity(cfg))
 
-    def release(self, request: Request, opened: Opening | int, survivors: int) -> DPHypeResult:
+    def release(self, request: VoteRequest, opened: Opening | int, survivors: int) -> DPHypeResult:
         """The server's record of the index the tallies opened, and of the ballots they left out.
 
         Args:
@@ -799,14 +724,14 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
         return DPHypeResult(selected_index=index, selected=request.candidates[index],
                             noisy_sum=None, report=report, selection=None, candidates=request.candidates)
 
-    def replay(self, request: Request, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
+    def replay(self, request: VoteRequest, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
                survivors: int | None = None, per_client: bool = False) -> np.ndarray:
         """Winning indices, int64 ``(repetitions,)`` (`dphype.privacy.winner.replay_winners`)."""
         cfg = request.config
         return replay_winners(vote_sum, epsilon=cfg.epsilon, neighbouring=cfg.neighbouring, repetitions=repetitions,
                               rng=rng, sensitivity=self.sensitivity(cfg))
 
-    def describe(self, request: Request) -> str:
+    def describe(self, request: VoteRequest) -> str:
         """The winner release's parameters: ballot, k, clients, dropout, relation, the committee and its noise."""
         # discrete Laplace sampled in the MPC: no run delta, noise kind or rule applies
         cfg = request.config
@@ -835,17 +760,17 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
     noise_inflation = committee_sum_std(1.0, COMMITTEE_TALLIES)
     integer_noise = True
 
-    def node_cost(self, request: Request, *, survivors: int, delta: float, accountant: str,
+    def node_cost(self, request: VoteRequest, *, survivors: int, delta: float, accountant: str,
                   neighbouring: str) -> NodeCost:
         """The noisy sum with noise of std ``sigma`` (any ``h`` tallies' shares), whatever the contributors."""
         return vote_cost(request, request.sigma, delta=delta, accountant=accountant, neighbouring=neighbouring)
 
-    def tally_noise(self, request: Request) -> np.ndarray:
+    def tally_noise(self, request: VoteRequest) -> np.ndarray:
         """One tally's int64 noise share (`dphype.privacy.noise.committee_noise_share`) from the CSPRNG."""
         return committee_noise_share(len(request.candidates), sigma=request.sigma, parties=len(request.tallies),
                                      rng=secure_generator(), noise=request.config.noise)
 
-    def release(self, request: Request, opened: Opening | np.ndarray, survivors: int) -> DPHypeResult:
+    def release(self, request: VoteRequest, opened: Opening | np.ndarray, survivors: int) -> DPHypeResult:
         """The configured rule on the opened noisy sum of the valid ballots, with the privacy report of ``sigma``."""
         cfg = request.config
         opening = opened if isinstance(opened, Opening) else Opening(tuple(np.asarray(opened).tolist()))
@@ -862,13 +787,13 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
                       f"above, all {parties} to std {noise_std:.4g}"))
         return _rule_result(request, total, report, noise_std, valid)
 
-    def replay(self, request: Request, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
+    def replay(self, request: VoteRequest, vote_sum: np.ndarray, *, repetitions: int, rng: np.random.Generator,
                survivors: int | None = None, per_client: bool = False) -> np.ndarray:
         """Noisy sums with the committee's noise (`dphype.privacy.noise.replay_committee_sums`)."""
         return replay_committee_sums(vote_sum, sigma=request.sigma, parties=len(request.tallies),
                                      repetitions=repetitions, rng=rng, per_tally=per_client, noise=request.config.noise)
 
-    def describe(self, request: Request) -> str:
+    def describe(self, request: VoteRequest) -> str:
         """The noisy vote sum's parameters, the committee and its noise."""
         parties = len(request.tallies)
         return (f"{_vote_sum_words(request)}, tallies={parties}, ballots verified, committee noise std="
