@@ -102,12 +102,8 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
             accuracy = harness.fill_diverged(harness.cached_accuracies(fed, candidates, base, cache, bar), test_labels)
             opt = float(accuracy.max())
             for validation in opts["validations"]:
-                # a ':loss' scheme ranks the same keys loss first: its scores are the base scheme's, swapped
-                scheme = Validation.parse(validation)
-                scale = dataclasses.replace(base, validation=dataclasses.replace(scheme, loss_first=False).name)
+                scale = dataclasses.replace(base, validation=validation)  # ':loss' reuses its base's arrays
                 scores = harness.cached_scores(fed, candidates, scale, cache, bar)
-                if scheme.loss_first:
-                    scores = scores[..., ::-1]
                 counts = {k: harness.client_votes(scores, k, maximize=True).sum(axis=0) for k in opts["ks"]}
                 calm = noiseless_gaps(counts, accuracy)
                 calm_k = min(opts["ks"], key=lambda k: (calm[k], k))

@@ -88,3 +88,17 @@ def test_array_cache_computes_once(tmp_path: Path) -> None:
 def test_validate_federations_rejects(fed: harness.Federation, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         harness.validate_federations([fed])
+
+
+def test_the_benches_default_to_the_products_local_signal_and_select_the_papers() -> None:
+    import argparse
+    import dataclasses
+
+    from dphype.ml.task import TorchTask
+
+    parser = argparse.ArgumentParser()
+    harness.add_federation_arguments(parser, clients=(3,), partitions=("iid",))
+    product = next(f.default for f in dataclasses.fields(TorchTask) if f.name == "validation")
+    assert harness.Scale.from_args(parser.parse_args([])).validation == product == "split:loss"
+    assert harness.Scale(1, 1, 1).validation == product
+    assert harness.Scale.from_args(parser.parse_args(["--validation", "split"])).validation == "split"
