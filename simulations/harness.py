@@ -45,7 +45,7 @@ from dphype.ml.validation import DEFAULT_VALIDATION, Validation, check_validatio
 from dphype.plotting import pyplot, save_figure  # noqa: F401 (pyplot re-exported for the studies)
 from dphype.privacy.accounting import calibrate
 from dphype.privacy.noise_kinds import check_noise  # noqa: F401 (re-exported for the studies)
-from dphype.selection.voting import primary_scores, raw_score_votes, top_k_votes
+from dphype.selection.voting import raw_score_votes, top_k_votes
 
 #: fewest local samples a client needs (80/20 split into at least 8 training and 2 validation rows).
 MIN_CLIENT_SAMPLES = 10
@@ -90,10 +90,10 @@ def client_raw_votes(scores: np.ndarray, *, maximize: bool = True) -> np.ndarray
     return np.stack([raw_score_votes(row, maximize=maximize) for row in np.asarray(scores)])
 
 
-def primary_client_scores(scores: np.ndarray) -> np.ndarray:
-    """``(n, p)``: each client's primary score (:func:`dphype.selection.voting.primary_scores`; for
-    ``TorchTask``'s ``[accuracy, -loss]`` keys, the local validation accuracy)."""
-    return np.stack([primary_scores(row) for row in np.asarray(scores)])
+def local_accuracies(scores: np.ndarray, validation: str) -> np.ndarray:
+    """``(n, p)``: each client's local validation accuracy, a key of its ``(n, p, 2)`` scores under ``validation``
+    (the first, the second for a ``":loss"`` scheme, :func:`cached_scores`)."""
+    return np.asarray(scores)[..., 1 if Validation.parse(validation).loss_first else 0]
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,10 @@ def test_client_votes_break_accuracy_ties_by_loss_and_studies_see_accuracy() -> 
     scores = np.array([[[0.75, -0.6], [0.75, -0.4], [0.75, -0.5]],
                        [[0.5, -0.1], [0.75, -0.9], [0.75, -0.2]]])
     assert harness.client_votes(scores, 1).tolist() == [[0, 1, 0], [0, 0, 1]]
-    assert harness.primary_client_scores(scores).tolist() == [[0.75, 0.75, 0.75], [0.5, 0.75, 0.75]]
-    assert np.array_equal(harness.client_raw_votes(scores), harness.primary_client_scores(scores))
+    assert harness.local_accuracies(scores, "split").tolist() == [[0.75, 0.75, 0.75], [0.5, 0.75, 0.75]]
+    assert np.array_equal(harness.local_accuracies(scores[..., ::-1], "kfold:3:loss"),
+                          harness.local_accuracies(scores, "kfold:3"))  # loss first: the accuracy is the second key
+    assert np.array_equal(harness.client_raw_votes(scores), harness.local_accuracies(scores, "split"))
 
 
 def test_score_cache_key_names_the_score_format(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
