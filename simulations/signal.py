@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from dphype.checks import NEIGHBOURING
-from dphype.ml.validation import Validation, check_validation
+from dphype.ml.validation import DEFAULT_VALIDATION, SINGLE_SPLIT, Validation, check_validation
 from dphype.privacy.winner import noise_std
 from dphype.selection.voting import Ballot
 from simulations import harness, tradeoff
@@ -38,8 +38,9 @@ from simulations.ksweep import within
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     harness.add_federation_arguments(parser, clients=(10, 20), partitions=("iid", "0.5"), validation=False)
-    parser.add_argument("--validations", nargs="+", default=["split", "kfold:5"],
-                        help="validation schemes to compare (dphype.ml.validation; default split kfold:5)")
+    parser.add_argument("--validations", nargs="+", default=[SINGLE_SPLIT, DEFAULT_VALIDATION, "kfold:5"],
+                        help="validation schemes to compare (dphype.ml.validation; default: the paper's split, the "
+                             f"product's {DEFAULT_VALIDATION} and kfold:5)")
     parser.add_argument("--epsilons", type=float, nargs="+", default=[0.5, 1.0],
                         help="privacy budgets of the releases, finite (default 0.5 1)")
     parser.add_argument("--ks", type=int, nargs="+", default=list(range(1, 51)),
