@@ -132,7 +132,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
         for f_index, fed in enumerate(feds):
             accuracy = harness.fill_diverged(harness.cached_accuracies(fed, candidates, scale, cache, bar), test_labels)
             scores = harness.cached_scores(fed, candidates, scale, cache, bar)
-            accuracies = harness.primary_client_scores(scores)  # raw scores, Subsets, Feathers: local accuracy
+            accuracies = harness.local_accuracies(scores, scale.validation)  # raw scores, Subsets, Feathers
             finite_scores = np.where(np.isfinite(accuracies), accuracies, 0.0)
             common = {"dataset": fed.dataset, "clients": fed.clients, "partition": fed.label, "candidates": p, "k": k}
             opt = float(accuracy.max())

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import dataclasses
 import math
 import os
 import sys
@@ -40,10 +41,11 @@ from dphype.checks import (  # noqa: F401 (check_* re-exported for the studies)
 )
 from dphype.cli import add_candidates_argument, add_noise_arguments  # noqa: F401 (re-exported for the studies)
 from dphype.ml.data import dataset_names, dataset_spec
+from dphype.ml.validation import DEFAULT_VALIDATION, Validation, check_validation
 from dphype.plotting import pyplot, save_figure  # noqa: F401 (pyplot re-exported for the studies)
 from dphype.privacy.accounting import calibrate
 from dphype.privacy.noise_kinds import check_noise  # noqa: F401 (re-exported for the studies)
-from dphype.selection.voting import primary_scores, raw_score_votes, top_k_votes
+from dphype.selection.voting import raw_score_votes, top_k_votes
 
 #: fewest local samples a client needs (80/20 split into at least 8 training and 2 validation rows).
 MIN_CLIENT_SAMPLES = 10
@@ -88,10 +90,10 @@ def client_raw_votes(scores: np.ndarray, *, maximize: bool = True) -> np.ndarray
     return np.stack([raw_score_votes(row, maximize=maximize) for row in np.asarray(scores)])
 
 
-def primary_client_scores(scores: np.ndarray) -> np.ndarray:
-    """``(n, p)``: each client's primary score (:func:`dphype.selection.voting.primary_scores`; for
-    ``TorchTask``'s ``[accuracy, -loss]`` keys, the local validation accuracy)."""
-    return np.stack([primary_scores(row) for row in np.asarray(scores)])
+def local_accuracies(scores: np.ndarray, validation: str) -> np.ndarray:
+    """``(n, p)``: each client's local validation accuracy, a key of its ``(n, p, 2)`` scores under ``validation``
+    (the first, the second for a ``":loss"`` scheme, :func:`cached_scores`)."""
+    return np.asarray(scores)[..., 1 if Validation.parse(validation).loss_first else 0]
 
 
 @dataclass(frozen=True)
@@ -368,10 +370,10 @@ def add_federation_arguments(parser: argparse.ArgumentParser, *, clients: Sequen
                         help="torch device of all training, e.g. cpu, cuda, cuda:1 (default: CUDA when available); "
                              "cached arrays are reused whatever the device")
     if validation:
-        parser.add_argument("--validation", default="split",
+        parser.add_argument("--validation", default=DEFAULT_VALIDATION,
                             help="how each client holds its rows out to score the candidates (dphype.ml.validation: "
-                                 "'split', the paper's one 80/20 split, the default here so that the paper's figures "
-                                 "reproduce; 'split:loss', the library's default; 'kfold:F'; 'repeat:R')")
+                                 f"default {DEFAULT_VALIDATION!r}, the library's; 'split', the paper's one 80/20 "
+                                 "split, to reproduce the paper's figures; 'kfold:F'; 'repeat:R')")
     parser.add_argument("--cache", default="results/cache",
                         help="folder that keeps computed scores/accuracies for reuse ('none' disables)")
 
@@ -399,7 +401,7 @@ class Scale:
     rounds: int
     fedavg_epochs: int
     fedavg_chunk: int | None = None  #: candidates per FedAvg run of the ground truth (None: all at once)
-    validation: str = "split"
+    validation: str = DEFAULT_VALIDATION
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Scale:
@@ -408,12 +410,10 @@ class Scale:
         epochs = default_epochs(args.dataset) if args.epochs is None else args.epochs
         fedavg_epochs = epochs if args.fedavg_epochs is None else args.fedavg_epochs
         chunk = getattr(args, "fedavg_chunk", None)
-        from dphype.ml.validation import SINGLE_SPLIT, check_validation
-
         return cls(check_int("epochs", epochs, 1), check_int("rounds", args.rounds, 1),
                    check_int("fedavg_epochs", fedavg_epochs, 1),
                    None if chunk is None else check_int("fedavg_chunk", chunk, 1),
-                   check_validation(getattr(args, "validation", SINGLE_SPLIT)))
+                   check_validation(getattr(args, "validation", DEFAULT_VALIDATION)))
 
 
 def cache_from_args(args: argparse.Namespace) -> ArrayCache:
@@ -439,22 +439,28 @@ SCORE_FORMAT = "keys:accuracy,-validation_loss"
 
 def cached_scores(fed: Federation, candidates: Any, scale: Scale, cache: ArrayCache, bar: Any = None) -> np.ndarray:
     """Every client's local scores ``(n, p, 2)`` (:func:`dphype.ml.torch_task.score_clients`: the real client code
-    path, Algorithm 1 lines 2-4), computed once per configuration."""
+    path, Algorithm 1 lines 2-4), computed once per configuration.
+
+    A ``":loss"`` scheme ranks its base scheme's keys loss first: its scores are the base scheme's arrays with the
+    two keys swapped, so both share one cache entry."""
     from dphype.ml.torch_task import score_clients
     from dphype.selection.candidates import CandidateList
 
+    scheme = Validation.parse(scale.validation)
+    base = dataclasses.replace(scheme, loss_first=False).name
     # the single split's key names no scheme, so the arrays cached before schemes existed are reused
-    scheme = {} if scale.validation == "split" else {"validation": scale.validation}
-    key = federation_key(fed, candidates, what="client_scores", epochs=scale.epochs, format=SCORE_FORMAT, **scheme)
+    named = {} if base == "split" else {"validation": base}
+    key = federation_key(fed, candidates, what="client_scores", epochs=scale.epochs, format=SCORE_FORMAT, **named)
     cands = candidates if isinstance(candidates, CandidateList) else CandidateList(candidates)
 
     def compute() -> np.ndarray:
         return score_clients(fed.dataset, cands, fed.clients, seed=fed.seed, partition=fed.partition,
                              beta=fed.beta, epochs=scale.epochs, data_dir=fed.data_dir, device=fed.device,
-                             validation=scale.validation,
+                             validation=base,
                              progress=None if bar is None else lambda done, total: bar.update(1))
 
-    return cache.get(key, compute, on_hit=None if bar is None else lambda: bar.update(fed.clients))
+    scores = cache.get(key, compute, on_hit=None if bar is None else lambda: bar.update(fed.clients))
+    return scores[..., ::-1] if scheme.loss_first else scores
 
 
 def cached_accuracies(fed: Federation, candidates: Any, scale: Scale, cache: ArrayCache, bar: Any = None) -> np.ndarray:

@@ -24,6 +24,6 @@ RESULTS=${RESULTS:-results/paper_${DATASET}}
 PYTHON=${PYTHON:-python3}
 # shellcheck disable=SC2086  # CLIENTS, BETAS and EPSILONS are lists
 exec "$PYTHON" -m simulations tradeoff --dataset "$DATASET" --data-dir "$DATA_DIR" --clients $CLIENTS \
-    --betas $BETAS --candidates "$CANDIDATES" ${EPOCHS:+--epochs "$EPOCHS"} --rounds "$ROUNDS" \
+    --betas $BETAS --candidates "$CANDIDATES" ${EPOCHS:+--epochs "$EPOCHS"} --rounds "$ROUNDS" --validation split \
     --fedavg-chunk "$FEDAVG_CHUNK" --device "$DEVICE" --release sum argmax \
     --neighbourings replace-one add-remove --epsilons $EPSILONS --repetitions "$REPETITIONS" --cache "$CACHE" --out "$RESULTS" --json

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from dphype.checks import NEIGHBOURING
-from dphype.ml.validation import Validation, check_validation
+from dphype.ml.validation import DEFAULT_VALIDATION, SINGLE_SPLIT, Validation, check_validation
 from dphype.privacy.winner import noise_std
 from dphype.selection.voting import Ballot
 from simulations import harness, tradeoff
@@ -38,8 +38,9 @@ from simulations.ksweep import within
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     harness.add_federation_arguments(parser, clients=(10, 20), partitions=("iid", "0.5"), validation=False)
-    parser.add_argument("--validations", nargs="+", default=["split", "kfold:5"],
-                        help="validation schemes to compare (dphype.ml.validation; default split kfold:5)")
+    parser.add_argument("--validations", nargs="+", default=[SINGLE_SPLIT, DEFAULT_VALIDATION, "kfold:5"],
+                        help="validation schemes to compare (dphype.ml.validation; default: the paper's split, the "
+                             f"product's {DEFAULT_VALIDATION} and kfold:5)")
     parser.add_argument("--epsilons", type=float, nargs="+", default=[0.5, 1.0],
                         help="privacy budgets of the releases, finite (default 0.5 1)")
     parser.add_argument("--ks", type=int, nargs="+", default=list(range(1, 51)),
@@ -102,12 +103,8 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
             accuracy = harness.fill_diverged(harness.cached_accuracies(fed, candidates, base, cache, bar), test_labels)
             opt = float(accuracy.max())
             for validation in opts["validations"]:
-                # a ':loss' scheme ranks the same keys loss first: its scores are the base scheme's, swapped
-                scheme = Validation.parse(validation)
-                scale = dataclasses.replace(base, validation=dataclasses.replace(scheme, loss_first=False).name)
+                scale = dataclasses.replace(base, validation=validation)  # ':loss' reuses its base's arrays
                 scores = harness.cached_scores(fed, candidates, scale, cache, bar)
-                if scheme.loss_first:
-                    scores = scores[..., ::-1]
                 counts = {k: harness.client_votes(scores, k, maximize=True).sum(axis=0) for k in opts["ks"]}
                 calm = noiseless_gaps(counts, accuracy)
                 calm_k = min(opts["ks"], key=lambda k: (calm[k], k))

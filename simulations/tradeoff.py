@@ -231,7 +231,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
             accuracy = harness.fill_diverged(harness.cached_accuracies(fed, candidates, scale, cache, bar), test_labels)
             scores = harness.cached_scores(fed, candidates, scale, cache, bar)
             votes = harness.client_votes(scores, release["k"], maximize=True).sum(axis=0)
-            local_accuracy = harness.primary_client_scores(scores)
+            local_accuracy = harness.local_accuracies(scores, scale.validation)
             common = {"dataset": fed.dataset, "clients": fed.clients, "partition": fed.label,
                       "candidates": len(candidates), "k": release["k"]}
             opt = float(accuracy.max())

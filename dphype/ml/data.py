@@ -294,6 +294,7 @@ def load_sklearn_table(name: str) -> tuple[Dataset, Dataset]:
 STATSMODELS_TABLES: dict[str, tuple[str, str, float]] = {
     "fair": ("fair", "affairs", 0.0),
     "randhie": ("randhie", "mdvis", 1.0),
+    "anes96": ("anes96", "vote", 0.0),
 }
 
 
@@ -304,7 +305,9 @@ def load_statsmodels_table(name: str) -> tuple[Dataset, Dataset]:
     with permission of the author"), 6,366 rows, 8 features, label 1 = ``affairs > 0``. ``randhie``: the RAND Health
     Insurance Experiment (public domain; Cameron & Trivedi 2005), 20,190 person-years, 9 features, label 1 =
     ``mdvis > 1``, more physician visits than the median (``mdvis > 0`` would be too unbalanced for candidates to
-    differ). The split is by row (one person's years may fall on both sides). Features standardized on the pool.
+    differ). ``anes96``: the American National Election Studies' 1996 survey (public domain), 944 respondents, 10
+    features, label 1 = voted for Dole. The split is by row (one person's years may fall on both sides). Features
+    standardized on the pool.
 
     Args:
         name: A key of `STATSMODELS_TABLES`.
@@ -334,10 +337,16 @@ def load_statsmodels_table(name: str) -> tuple[Dataset, Dataset]:
 def _split_table(x: np.ndarray, y: np.ndarray, name: str) -> tuple[Dataset, Dataset]:
     """``(pool, test)`` of a numeric table split 80/20, standardized on the pool (constant features only centred)."""
     pool_idx, test_idx = split_indices(len(y), TEST_FRACTION, SPLIT_SEED)
-    mean, std = x[pool_idx].mean(axis=0), x[pool_idx].std(axis=0)
-    x = (x - mean) / np.where(std > 0, std, 1.0)
+    pool_x, test_x = _standardize_columns(x[pool_idx], x[test_idx])
     classes = int(y.max()) + 1
-    return Dataset(x[pool_idx], y[pool_idx], classes, name), Dataset(x[test_idx], y[test_idx], classes, name)
+    return Dataset(pool_x, y[pool_idx], classes, name), Dataset(test_x, y[test_idx], classes, name)
+
+
+def _standardize_columns(pool: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both tables standardized per column by the pool's mean and std (a column constant on the pool: centred)."""
+    mean, std = pool.mean(axis=0), pool.std(axis=0)
+    scale = np.where(std > 0, std, 1.0)
+    return (pool - mean) / scale, (test - mean) / scale
 
 
 def _standardize_images(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -357,6 +366,42 @@ def load_mnist5k() -> tuple[Dataset, Dataset]:
     pool_idx, test_idx = split_indices(len(labels), TEST_FRACTION, SPLIT_SEED)
     pool_x, test_x = _standardize_images(images[pool_idx], images[test_idx])
     return Dataset(pool_x, labels[pool_idx], 10, "mnist5k"), Dataset(test_x, labels[test_idx], 10, "mnist5k")
+
+
+#: Training images per class in the pool of ``fashion-mnist-6k`` (`load_fashion_mnist_6k`).
+FASHION_6K_PER_CLASS = 600
+
+
+def load_fashion_mnist_6k(data_dir: str | None) -> tuple[Dataset, Dataset]:
+    """A small tabular Fashion-MNIST for an MLP: 6,000 pooled images as ``(pool, test)``.
+
+    Fashion-MNIST (Xiao, Rasul & Vollgraf 2017, Zalando Research; MIT licence), read by `load_idx_images`. The pool
+    is `FASHION_6K_PER_CLASS` official training images of each of the 10 classes, drawn with `SPLIT_SEED`; the test
+    set is the official 10,000 test images. Every image is average-pooled over 2 x 2 pixels to 14 x 14 = 196
+    features, standardized with the pool's mean and standard deviation.
+
+    Args:
+        data_dir: The folder holding the IDX files; ``None``: `FASHION_MNIST_DEFAULT_DIR`.
+
+    Returns:
+        ``(pool, test)``.
+
+    Raises:
+        FileNotFoundError: The IDX files are not found (the message names them).
+    """  # noqa: DOC502
+    full, test = load_idx_images("fashion-mnist", FASHION_MNIST_DEFAULT_DIR if data_dir is None else data_dir,
+                                 ("FashionMNIST",))
+    rng = np.random.default_rng(SPLIT_SEED)
+    rows = np.sort(np.concatenate([rng.choice(np.flatnonzero(full.y == c), FASHION_6K_PER_CLASS, replace=False)
+                                   for c in range(full.num_classes)]))
+
+    def pooled(images: np.ndarray) -> np.ndarray:
+        blocks = images.astype(np.float64).reshape(len(images), 14, 2, 14, 2)
+        return blocks.mean(axis=(2, 4)).reshape(len(images), -1)
+
+    pool_x, test_x = _standardize_columns(pooled(full.x[rows]), pooled(test.x))
+    name = "fashion-mnist-6k"
+    return Dataset(pool_x, full.y[rows], 10, name), Dataset(test_x, test.y, 10, name)
 
 
 def read_idx(path: str | Path) -> np.ndarray:
@@ -492,6 +537,8 @@ for _spec in (
     DataSetSpec("digits", lambda _dir: load_sklearn_table("digits"), "adult-mlp"),
     DataSetSpec("fair", lambda _dir: load_statsmodels_table("fair"), "adult-mlp"),
     DataSetSpec("randhie", lambda _dir: load_statsmodels_table("randhie"), "adult-mlp"),
+    DataSetSpec("anes96", lambda _dir: load_statsmodels_table("anes96"), "adult-mlp"),
+    DataSetSpec("fashion-mnist-6k", load_fashion_mnist_6k, "adult-mlp"),
 ):
     register_dataset(_spec)
 

@@ -109,6 +109,7 @@ def test_split_indices_is_seeded_and_disjoint() -> None:
         ("digits", "sklearn", 1797, 64, 10, None),
         ("fair", "statsmodels", 6366, 8, 2, (0.31, 0.33)),
         ("randhie", "statsmodels", 20190, 9, 2, (0.49, 0.51)),
+        ("anes96", "statsmodels", 944, 10, 2, (0.41, 0.42)),
     ],
 )
 def test_package_tables_read_offline_with_the_documented_shape(
@@ -122,7 +123,7 @@ def test_package_tables_read_offline_with_the_documented_shape(
 ) -> None:
     """The tables of the ``bench`` extra come from the installed package: no socket is opened (a connection would
     raise), 80/20 split, standardized on the pool, the documented labels (fair: affairs > 0, 32 %; randhie: mdvis
-    > 1, 50 %)."""
+    > 1, 50 %; anes96: a vote for Dole, 42 %)."""
     pytest.importorskip(module)
     import socket
 
@@ -143,7 +144,7 @@ def test_package_tables_read_offline_with_the_documented_shape(
 
 
 def test_unknown_statsmodels_table_is_rejected() -> None:
-    with pytest.raises(ValueError, match="name must be one of fair, randhie"):
+    with pytest.raises(ValueError, match="name must be one of fair, randhie, anes96"):
         data.load_statsmodels_table("iris")
 
 
@@ -182,7 +183,25 @@ def test_the_registry_keeps_each_data_sets_model_and_epochs() -> None:
         "fashion-mnist": ("mnist-cnn", 5, False), "cifar10": ("cifar-cnn", 10, True),
         "breast-cancer": ("adult-mlp", 5, False), "digits": ("adult-mlp", 5, False),
         "fair": ("adult-mlp", 5, False), "randhie": ("adult-mlp", 5, False),
+        "anes96": ("adult-mlp", 5, False), "fashion-mnist-6k": ("adult-mlp", 5, False),
     }
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path(data.FASHION_MNIST_DEFAULT_DIR).is_dir(),
+                    reason="Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)")
+def test_fashion_mnist_6k_is_600_pooled_images_per_class_and_the_official_test_set() -> None:
+    pool, test = load_dataset("fashion-mnist-6k")
+    assert pool.x.shape == (6000, 196) and test.x.shape == (10000, 196)
+    assert pool.num_classes == test.num_classes == 10 and pool.name == test.name == "fashion-mnist-6k"
+    assert np.bincount(pool.y).tolist() == [600] * 10 and np.bincount(test.y).tolist() == [1000] * 10
+    np.testing.assert_allclose(pool.x.mean(axis=0), 0.0, atol=1e-4)
+    np.testing.assert_allclose(pool.x.std(axis=0), 1.0, atol=1e-3)
+    # each feature is the mean of a 2 x 2 block: the official test images' first block, standardized alike
+    _, full_test = data.load_idx_images("fashion-mnist", data.FASHION_MNIST_DEFAULT_DIR, ("FashionMNIST",))
+    block = full_test.x[:, 0, :2, :2].mean(axis=(1, 2))
+    assert np.corrcoef(block, test.x[:, 0])[0, 1] > 0.9999
+    assert np.array_equal(load_dataset("fashion-mnist-6k")[0].y, pool.y)  # the same draw every time
 
 
 # ------------------------------------------------------------------------------------------------

@@ -34,8 +34,10 @@ def test_client_votes_break_accuracy_ties_by_loss_and_studies_see_accuracy() -> 
     scores = np.array([[[0.75, -0.6], [0.75, -0.4], [0.75, -0.5]],
                        [[0.5, -0.1], [0.75, -0.9], [0.75, -0.2]]])
     assert harness.client_votes(scores, 1).tolist() == [[0, 1, 0], [0, 0, 1]]
-    assert harness.primary_client_scores(scores).tolist() == [[0.75, 0.75, 0.75], [0.5, 0.75, 0.75]]
-    assert np.array_equal(harness.client_raw_votes(scores), harness.primary_client_scores(scores))
+    assert harness.local_accuracies(scores, "split").tolist() == [[0.75, 0.75, 0.75], [0.5, 0.75, 0.75]]
+    assert np.array_equal(harness.local_accuracies(scores[..., ::-1], "kfold:3:loss"),
+                          harness.local_accuracies(scores, "kfold:3"))  # loss first: the accuracy is the second key
+    assert np.array_equal(harness.client_raw_votes(scores), harness.local_accuracies(scores, "split"))
 
 
 def test_score_cache_key_names_the_score_format(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -89,3 +91,17 @@ def test_array_cache_computes_once(tmp_path: Path) -> None:
 def test_validate_federations_rejects(fed: harness.Federation, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         harness.validate_federations([fed])
+
+
+def test_the_benches_default_to_the_products_local_signal_and_select_the_papers() -> None:
+    import argparse
+    import dataclasses
+
+    from dphype.ml.torch_task import TorchTask
+
+    parser = argparse.ArgumentParser()
+    harness.add_federation_arguments(parser, clients=(3,), partitions=("iid",))
+    product = next(f.default for f in dataclasses.fields(TorchTask) if f.name == "validation")
+    assert harness.Scale.from_args(parser.parse_args([])).validation == product == "split:loss"
+    assert harness.Scale(1, 1, 1).validation == product
+    assert harness.Scale.from_args(parser.parse_args(["--validation", "split"])).validation == "split"

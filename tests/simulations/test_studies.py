@@ -15,6 +15,7 @@ import pytest
 import torch
 from helpers import TINY, bench
 
+from dphype.ml.validation import DEFAULT_VALIDATION
 from simulations.cli import main
 
 
@@ -41,7 +42,8 @@ def test_tradeoff_then_ablations_and_distributions_reuse_the_cache(
     res = bench(["tradeoff", *TINY, "--repetitions", "4", "--epsilons", "1", "inf", "--cache", cache,
                   "--out", str(tmp_path / "t")], capsys)
     assert res["study"] == "tradeoff"
-    assert res["scale"] == {"epochs": 1, "rounds": 1, "fedavg_epochs": 1, "fedavg_chunk": None, "validation": "split"}
+    assert res["scale"] == {"epochs": 1, "rounds": 1, "fedavg_epochs": 1, "fedavg_chunk": None,
+                            "validation": DEFAULT_VALIDATION}  # the product's local signal, as TorchTask's
     assert {Path(p).name for p in res["outputs"]} == {"tradeoff.csv", "tradeoff_candidates.csv", "tradeoff_adult.png"}
     assert len(res["summary"]) == 2 * 2  # partitions x epsilons
     without_noise = [s for s in res["summary"] if s["epsilon"] == "inf"]  # strict JSON: infinity as "inf"
