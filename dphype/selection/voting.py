@@ -132,9 +132,9 @@ MAX_BITS = 8
 #: ``c`` of the auto ballot's rule ``k = round(c p (s / m)**AUTO_EXPONENT)`` (`auto_depth`), fitted with
 #: `AUTO_EXPONENT` on every measured task by ``dphype bench ksweep-loto`` (the goals' shortfall; its figures on
 #: held-out tasks are in the docs).
-AUTO_SCALE = 0.39
+AUTO_SCALE = 0.42
 #: The exponent of the noise per voter ``s / m`` in the auto rule, fitted with `AUTO_SCALE`.
-AUTO_EXPONENT = 1.0
+AUTO_EXPONENT = 1.05
 #: The auto ballot's smallest ``k`` as a fraction of ``p`` (a vote of one or two candidates is fragile).
 AUTO_FLOOR = 0.03
 #: The auto ballot's smallest ``k`` whatever ``p`` (below ``p // 2``): with one vote each, label-skewed clients vote
