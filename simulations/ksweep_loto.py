@@ -32,7 +32,6 @@ import argparse
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,7 +40,7 @@ from dphype.checks import NEIGHBOURING
 from dphype.privacy.winner import noise_std
 from dphype.selection.voting import rule_depth
 from simulations import harness
-from simulations.ksweep_report import Point, read_runs
+from simulations.ksweep_report import Point, read_runs, run_folders
 
 #: The goals: the mean and the worst gap behind the best fixed ``k`` (points), the share of releases within 2 points
 #: of Opt at the goal point wherever some fixed ``k`` reaches it, and the slack over the floor where a goal is out of
@@ -189,10 +188,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         n, eps = int(args.goal[0]), float(args.goal[1])
     except ValueError:
         raise ValueError(f"--goal takes N (an integer) EPSILON (a number), got {args.goal!r}") from None
-    runs = [Path(d) for d in args.runs]
-    for d in runs:
-        if not (d / "ksweep.csv").is_file():
-            raise ValueError(f"--runs: {d} has no ksweep.csv; pass the --out folders of dphype bench ksweep runs")
+    runs = run_folders(args.runs)
     return {"runs": runs, "families": list(dict.fromkeys(args.families)),
             "relations": list(dict.fromkeys(args.relations)),
             "candidates": harness.check_int("candidates", args.candidates, 2), "goal": (n, eps)}

@@ -83,10 +83,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         goal = (int(n), float(eps), relation)
     except ValueError:
         raise ValueError(f"--goal takes N (an integer) EPSILON (a number) RELATION, got {args.goal!r}") from None
-    runs = [Path(d) for d in args.runs]
-    for d in runs:
-        if not (d / "ksweep.csv").is_file():
-            raise ValueError(f"--runs: {d} has no ksweep.csv; pass the --out folders of dphype bench ksweep runs")
+    runs = run_folders(args.runs)
     table = None if args.planner_table is None else Path(args.planner_table)
     if table is not None and table.exists():
         read_measured(table.read_text(encoding="utf-8"), str(table))  # a malformed table is refused, not merged
@@ -106,6 +103,15 @@ def _label(partition: str) -> str:
 def _read(path: Path) -> list[dict[str, str]]:
     with path.open(newline="") as fh:
         return list(csv.DictReader(fh))
+
+
+def run_folders(dirs: Sequence[str]) -> list[Path]:
+    """``--runs`` as folders, each refused unless it holds a ``ksweep.csv``."""
+    runs = [Path(d) for d in dirs]
+    for d in runs:
+        if not (d / "ksweep.csv").is_file():
+            raise ValueError(f"--runs: {d} has no ksweep.csv; pass the --out folders of dphype bench ksweep runs")
+    return runs
 
 
 def read_runs(runs: Iterable[Path]) -> tuple[dict[Point, dict[int, dict[str, float]]],
