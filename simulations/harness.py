@@ -93,7 +93,7 @@ def client_raw_votes(scores: np.ndarray, *, maximize: bool = True) -> np.ndarray
 def local_accuracies(scores: np.ndarray, validation: str) -> np.ndarray:
     """``(n, p)``: each client's local validation accuracy, a key of its ``(n, p, 2)`` scores under ``validation``
     (the first, the second for a ``":loss"`` scheme, :func:`cached_scores`)."""
-    return np.asarray(scores)[..., 1 if Validation.parse(validation).loss_first else 0]
+    return np.asarray(scores)[..., Validation.parse(validation).accuracy_key]
 
 
 @dataclass(frozen=True)
@@ -460,7 +460,7 @@ def cached_scores(fed: Federation, candidates: Any, scale: Scale, cache: ArrayCa
                              progress=None if bar is None else lambda done, total: bar.update(1))
 
     scores = cache.get(key, compute, on_hit=None if bar is None else lambda: bar.update(fed.clients))
-    return scores[..., ::-1] if scheme.loss_first else scores
+    return scheme.ranked(scores)
 
 
 def cached_accuracies(fed: Federation, candidates: Any, scale: Scale, cache: ArrayCache, bar: Any = None) -> np.ndarray:

@@ -218,4 +218,4 @@ def cross_validate_candidates(
                         loss_sum[chunk] += loss * len(held)
         rows = sum(len(held) for _, held in splits)
         keys = np.stack([correct / rows, -loss_sum / rows], axis=1)
-    return keys[:, ::-1].copy() if scheme.loss_first else keys
+    return scheme.ranked(keys)

@@ -92,6 +92,15 @@ class Validation:
         base = "split" if self.kind == "split" else f"{self.kind}:{self.count}"
         return base + (":loss" if self.loss_first else "")
 
+    def ranked(self, keys: np.ndarray) -> np.ndarray:
+        """``(..., 2)`` keys ``[accuracy, -loss]`` in this scheme's ranking order (loss first for ``":loss"``)."""
+        return keys[..., ::-1].copy() if self.loss_first else keys
+
+    @property
+    def accuracy_key(self) -> int:
+        """The position of the accuracy among the keys in this scheme's ranking order."""
+        return 1 if self.loss_first else 0
+
     def splits(self, num_samples: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """The sorted ``(training rows, held-out rows)`` of every fold (``"kfold"`` on few rows: leave one out)."""
         if self.kind == "split":

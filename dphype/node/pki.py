@@ -35,8 +35,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-#: The subject name MPyC's ``--ssl`` expects of party ``J``'s certificate (it connects with that server name).
-MPYC_NAME = "MPyC party {}"
+from dphype.secure.tally_party import PARTY_NAME
+
+#: The subject name MPyC's ``--ssl`` expects of party ``J``'s certificate, the one its peers check.
+MPYC_NAME = PARTY_NAME
 #: Days a test federation's certificates are valid.
 VALID_DAYS = 365
 

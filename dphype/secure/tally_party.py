@@ -97,8 +97,8 @@ def _agreement_error(mine: tuple[Any, ...], everyone: list[Any], minimum: int) -
     return None
 
 
-#: The subject common name of party ``J``'s certificate (`dphype.node.pki.MPYC_NAME`: MPyC's ``--ssl`` connects to
-#: party ``J`` under this server name).
+#: The subject common name of party ``J``'s certificate (MPyC's ``--ssl`` connects to party ``J`` under this server
+#: name; `dphype.node.pki` issues it).
 PARTY_NAME = "MPyC party {}"
 
 
