@@ -40,7 +40,7 @@ from dphype.checks import NEIGHBOURING
 from dphype.privacy.winner import noise_std
 from dphype.selection.voting import rule_depth
 from simulations import harness
-from simulations.ksweep_report import Point, read_runs, run_folders
+from simulations.ksweep_report import Point, partition_label, percent, read_runs, run_folders
 
 #: The goals: the mean and the worst gap behind the best fixed ``k`` (points), the share of releases within 2 points
 #: of Opt at the goal point wherever some fixed ``k`` reaches it, and the slack over the floor where a goal is out of
@@ -203,7 +203,7 @@ def _words(params: dict[str, float]) -> str:
 
 
 def _label(pt: Point) -> str:
-    return f"{pt[0]} {pt[2].replace('beta=', 'Dirichlet ')}"
+    return f"{pt[0]} {partition_label(pt[2])}"
 
 
 def evaluate(grid: Grid, family: Family, goal: tuple[int, float], relation_goal: str) -> dict[str, Any]:
@@ -298,10 +298,6 @@ def overall(points: Sequence[dict[str, Any]], cells: Sequence[dict[str, Any]], g
     return out
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
-
-
 def markdown(fits: Sequence[dict[str, Any]], points: Sequence[dict[str, Any]], cells: Sequence[dict[str, Any]],
              summary: dict[str, dict[str, Any]], fams: Sequence[Family], goal: tuple[int, float],
              relation_goal: str, floor: tuple[float, float]) -> str:
@@ -311,7 +307,7 @@ def markdown(fits: Sequence[dict[str, Any]], points: Sequence[dict[str, Any]], c
     all_fit = {f["family"]: f["params"] for f in fits if f["held_out"].startswith("(none")}
     lines = [f"Out of sample (each task's points with the parameters fitted on the other tasks). Goals: mean <= "
              f"{GOAL_MEAN:g}, worst <= {GOAL_WORST:g} points behind the best fixed k in hindsight; >= "
-             f"{_pct(GOAL_SHARE)} of releases within 2 points of Opt at n = {n}, epsilon {eps:g}, {relation_goal} "
+             f"{percent(GOAL_SHARE)} of releases within 2 points of Opt at n = {n}, epsilon {eps:g}, {relation_goal} "
              f"wherever some fixed k reaches it; where a goal is out of reach, within {FLOOR_SLACK:g} of the cell's "
              f"floor. The floor over all points (one fixed k per cell (relation, n, epsilon), chosen in hindsight): "
              f"mean {floor[0]:.2f}, worst {floor[1]:.2f}.", "",
@@ -321,7 +317,7 @@ def markdown(fits: Sequence[dict[str, Any]], points: Sequence[dict[str, Any]], c
     for fam, s in summary.items():
         lines.append(f"| {fam} | {forms[fam]} | {all_fit[fam]} | {s['mean_behind']:.2f} | {s['worst_behind']:.2f} | "
                      f"{s['missed']} of {s['points']} | {s['goal_met']} of {s['goal_reachable']} | "
-                     f"{_pct(s['goal_min_share']) if s['goal_reachable'] else '-'} | "
+                     f"{percent(s['goal_min_share']) if s['goal_reachable'] else '-'} | "
                      f"{s['cells_worst_ok']} of {s['cells']} | {s['cells_mean_ok']} of {s['cells']} |")
     lines += ["", "Per held-out task (parameters fitted without it; mean / worst behind the best k; share within 2 "
               f"points at n = {n}, epsilon {eps:g}):", "",
@@ -357,8 +353,8 @@ def markdown(fits: Sequence[dict[str, Any]], points: Sequence[dict[str, Any]], c
         mine = {r["family"]: r for r in points if (r["dataset"], r["partition"], r["clients"], r["epsilon"],
                                                    r["neighbouring"]) == (dataset, partition, *goal, relation_goal)}
         most = next(iter(mine.values()))["most_within_2pt"]
-        lines.append(f"| {dataset} {partition.replace('beta=', 'Dirichlet ')} | {_pct(most)} | "
-                     + " | ".join(f"{_pct(mine[f]['within_2pt'])} (k {mine[f]['k']})" for f in names) + " |")
+        lines.append(f"| {dataset} {partition.replace('beta=', 'Dirichlet ')} | {percent(most)} | "
+                     + " | ".join(f"{percent(mine[f]['within_2pt'])} (k {mine[f]['k']})" for f in names) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -96,7 +96,8 @@ def _point(row: dict[str, str]) -> Point:
     return (row["dataset"], int(row["clients"]), row["partition"], float(row["epsilon"]), row["neighbouring"])
 
 
-def _label(partition: str) -> str:
+def partition_label(partition: str) -> str:
+    """A run's partition as the tables name it (``beta=0.5`` -> ``Dirichlet 0.5``)."""
     return partition.replace("beta=", "Dirichlet ")
 
 
@@ -226,7 +227,7 @@ def _measured_on(rows: Sequence[dict[str, Any]]) -> str:
     """The federations of ``rows`` in words: ``"adult (Dirichlet 0.5, iid); digits (iid)"``."""
     parts: dict[str, set[str]] = {}
     for r in rows:
-        parts.setdefault(r["dataset"], set()).add(_label(r["partition"]))
+        parts.setdefault(r["dataset"], set()).add(partition_label(r["partition"]))
     return "; ".join(f"{d} ({', '.join(sorted(labels))})" for d, labels in sorted(parts.items()))
 
 
@@ -296,7 +297,7 @@ def ballot_summary(rows: Sequence[dict[str, Any]], goal: tuple[int, float, str])
         stats = entry.setdefault(r["neighbouring"], {"behind": []})
         stats["behind"].append(r["behind_best_k_points"])
         if (r["clients"], r["epsilon"], r["neighbouring"]) == goal:
-            entry["goal_within_2pt"][f"{r['dataset']} {_label(r['partition'])}"] = r["within_2pt"]
+            entry["goal_within_2pt"][f"{r['dataset']} {partition_label(r['partition'])}"] = r["within_2pt"]
     for entry in out.values():
         for relation in NEIGHBOURING:
             if relation in entry:
@@ -313,7 +314,8 @@ def _summary_cell(stats: dict[str, Any] | None) -> str:
     return f"{stats['max_behind']:.2f} / {stats['mean_behind']:.2f} / {stats['missed']} of {stats['points']}"
 
 
-def _pct(x: float) -> str:
+def percent(x: float) -> str:
+    """A share as a whole percentage."""
     return f"{100 * x:.0f}%"
 
 
@@ -347,7 +349,7 @@ def markdown(rows: Sequence[dict[str, Any]], floors: Sequence[dict[str, Any]], s
         goal_shares = summary[b]["goal_within_2pt"]
         lines.append(f"| `{b}` | {_summary_cell(summary[b].get('replace-one'))} | "
                      f"{_summary_cell(summary[b].get('add-remove'))} | "
-                     + " | ".join(_pct(goal_shares[t]) if t in goal_shares else "" for t in tasks) + " |")
+                     + " | ".join(percent(goal_shares[t]) if t in goal_shares else "" for t in tasks) + " |")
     for relation_ in NEIGHBOURING:
         mine = [r for r in rows if r["ballot"] == default and r["neighbouring"] == relation_]
         if not mine:
@@ -357,11 +359,11 @@ def markdown(rows: Sequence[dict[str, Any]], floors: Sequence[dict[str, Any]], s
                   "its within 1 | its within 2 | most within 2 at any k | behind |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in mine:
-            lines.append(f"| {r['dataset']} | {r['clients']} | {_label(r['partition'])} | {r['epsilon']:g} | "
-                         f"{r['depth']} | {r['gap_points']:.2f} | {_pct(r['within_1pt'])} | {_pct(r['within_2pt'])} | "
-                         f"{r['best_k']} | {r['best_k_gap_points']:.2f} | {_pct(r['best_k_within_1pt'])} | "
-                         f"{_pct(r['best_k_within_2pt'])} | {_pct(r['most_within_2pt'])} | "
-                         f"{r['behind_best_k_points']:.2f} |")
+            lines.append(f"| {r['dataset']} | {r['clients']} | {partition_label(r['partition'])} | {r['epsilon']:g} | "
+                         f"{r['depth']} | {r['gap_points']:.2f} | {percent(r['within_1pt'])} | "
+                         f"{percent(r['within_2pt'])} | {r['best_k']} | {r['best_k_gap_points']:.2f} | "
+                         f"{percent(r['best_k_within_1pt'])} | {percent(r['best_k_within_2pt'])} | "
+                         f"{percent(r['most_within_2pt'])} | {r['behind_best_k_points']:.2f} |")
     lines += ["", "The floor of any rule of public facts: per cell, the one k with the smallest largest gap behind "
               "the best k over the cell's federations:", "",
               "| relation | n | epsilon | federations | that k | its largest gap behind the best k |",
