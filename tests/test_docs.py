@@ -122,6 +122,41 @@ def test_the_site_builds_offline_with_every_link_checked(tmp_path):
         assert not remote.search(html.read_text(encoding="utf-8")), html.relative_to(site)
 
 
+#: A measured figure in prose: a time (`41.1 s`, `2.00-2.10 CPU s`, `25.0 / 21.9 s`) unless it is a setting (`every
+#: 3 s`, `sleeps 3 s`, `default 600 s`, `goal 60 s`), a machine's load, a confidence interval, or a gap to Opt (a goal
+#: says `within 2 points of Opt`).
+MEASURED = re.compile(
+    r"(?<![\w.])(?<!every )(?<!sleeps )(?<!default )(?<!goal )"
+    r"\d+(?:[.,]\d+)?(?:\s?[-/]\s?\d+(?:\.\d+)?)*\s(?:CPU\s)?(?:s|ms|seconds|minutes|hours)\b(?!-)"
+    r"|load averages?\s(?:of\s|at\s|about\s)?\d+(?:\.\d+)?"
+    r"|(?<![\w.])\d+(?:\.\d+)?\s±\s\d+(?:\.\d+)?"
+    r"|(?<!within )(?<!most )\b\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)?\spoints?\s(?:from|behind|below)\sOpt")
+
+
+def measured_figures(markdown: str) -> list[str]:
+    """The measured figures in the prose of ``markdown`` (fenced blocks and code spans left out), as written."""
+    blanked = re.sub(r"^```.*?^```", lambda block: "\n" * block.group().count("\n"), markdown, flags=re.S | re.M)
+    return [" ".join(m.group().split()) for m in MEASURED.finditer(re.sub(r"`[^`\n]*`", "``", blanked))]
+
+
+def test_measured_figures_are_spotted_and_settings_are_not():
+    assert measured_figures("selection 40.8 / 41.1 s (goal 60 s), 2.00-2.10 CPU s, load average 6.8") == [
+        "40.8 / 41.1 s", "2.00-2.10 CPU s", "load average 6.8"]
+    assert measured_figures("0.35 ± 0.04 points; lands 12.0 points from Opt; about 2.5 CPU\nminutes") == [
+        "0.35 ± 0.04", "12.0 points from Opt", "2.5 CPU minutes"]
+    assert measured_figures("polls every 0.5 s, sleeps 3 s (default 600 s; goal 30 s), within 2 points of Opt, "
+                            "`--idle 30 s`\n```text\n4.2 s\n```\nthe 3-5 messages, a 64-byte signature") == []
+
+
+def test_the_guides_quote_no_measured_figure():
+    """Measured results live in the file the benchmark commands' runs are written up in (results/README.md, the site's
+    results page), each beside its command and the machine's load; the README and the guides link to them."""
+    found = [f"{page}: {figure}" for page in PAGES
+             for figure in measured_figures((ROOT / page).read_text(encoding="utf-8"))]
+    assert not found, "measured figures belong in results/README.md, beside their command; link there:\n" + \
+        "\n".join(found)
+
+
 #: Where the project's history stays out: the code, its tests and benchmarks, the operators' scripts, the README,
 #: the docs and the benchmark results.
 HISTORY_FREE = ("dphype", "tests", "simulations", "docs", "server", "clients", "results", "README.md")
