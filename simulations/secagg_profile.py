@@ -182,7 +182,7 @@ def _flat(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
-    """A plain-text breakdown (one column per round) for docs/benchmarks.md."""
+    """A plain-text breakdown, one column per round."""
     names = sorted({k for r in rows for k in r["components"]},
                    key=lambda k: -max(r["components"].get(k, 0.0) for r in rows))
     lines = [" | ".join(["seconds"] + [f"n={r['clients']}" for r in rows])]

@@ -5,10 +5,10 @@ chunks (PKCS#7 padded) and shares each chunk with PyCryptodome's ``Shamir`` over
 ``x^128 + x^7 + x^2 + x + 1``; an element is the big-endian integer of its 16 bytes, bit ``i`` the
 coefficient of ``x^i``; share ``j`` of polynomial ``p`` is ``p(j)``). A share is ``j`` as 4 little-endian
 bytes followed by the chunks' 16-byte shares. PyCryptodome multiplies field elements in pure Python,
-building two 128-character strings per bit (about 300 us per product, 15 us by a small index), and
+building two 128-character strings per bit, and
 Flower hands ``combine`` every share it received instead of ``t``; at the SecAgg+ sizes DP-Hype needs
 (a client's two secrets are 23 chunks, ``t`` in the tens) sharing and reconstruction dominated a
-voting round (docs/benchmarks.md, the secure vote at scale).
+voting round (results/README.md, "The secure vote at scale").
 
 Hand-written (PyCryptodome's field arithmetic is the only one in our dependencies, and no maintained
 package shares over this field in this byte format) and checked both ways against Flower's functions in
