@@ -9,15 +9,22 @@ study reads the folders of several runs (``--runs``, as ``ksweep-report``) and, 
 * ``constant``: ``k = K`` (the ballot ``top-k``);
 * ``share``: ``k = round(c p)`` (the ballot ``share:c:0``);
 * ``auto``: the auto ballot's form, ``k = round(c p (s / n)^a)``, ``c`` and ``a`` fitted;
+* ``ratio``: the same form with ``a = 1``, ``k = round(c p s / n)``, only ``c`` fitted (the noise per voter);
 * ``noise``: ``k = round(c p s^a)``, the noise alone, no ``n`` (the ballot ``share:c:a``);
 * ``power``: ``k = round(c p s^a / n^b)``;
 
 (every family but ``constant`` through `dphype.selection.voting.rule_depth`: at least 2 and ``0.03 p``, at most
 ``p / 2``) fits its parameters on every task but one, over a grid, and applies them to the task left out. The
-fit's objective is the goals' shortfall: ``max(0, mean - 1) + max(0, worst - 2) + 10 max_f max(0, 0.9 - share_f)``
-(mean and worst gap behind the best fixed ``k`` in hindsight over the training points; ``share_f`` the share within
-2 points at the goal point ``--goal`` of each training federation where some fixed ``k`` reaches 90%), ties broken
-by the mean, then the worst gap, then the smaller parameters. The held-out task's points never enter its fit.
+fit's objective is the goals' largest excess over the training cells ``(relation, n, epsilon)``: per cell, the
+worst gap behind the best fixed ``k`` in hindsight over the cell's training points less the cell's bar (the goal,
+2 points, or the cell's training floor + 0.5 where that is higher), and the mean gap less its bar (1 point, or the
+floor's mean + 0.5); the largest of these over the cells (`objective`). A rule of public facts takes one ``k`` per
+cell, so each cell is a compromise between its tasks; the fit keeps a margin by scoring each grid row with the
+largest objective of the rows that differ from it only in the first parameter, by at most a factor
+`ROBUST_BAND` (`robust`): a fit that holds only on a knife's edge of the training tasks does not win. Ties go to
+the plain objective, then the largest shortfall of the share goal (within 2 points at the goal point ``--goal`` of
+each training federation where some fixed ``k`` reaches 90%), the mean, the worst gap and the smaller
+parameters. The held-out task's points never enter its fit.
 
 It writes ``ksweep_loto.csv`` (per family, held-out task and point: the fitted parameters, ``k``, gap, how far
 behind the best ``k``, share within 2 points), ``ksweep_loto_fits.csv`` (per family and held-out task: parameters,
@@ -46,8 +53,8 @@ from simulations.ksweep_report import Point, partition_label, percent, read_runs
 #: of Opt at the goal point wherever some fixed ``k`` reaches it, and the slack over the floor where a goal is out of
 #: reach (points).
 GOAL_MEAN, GOAL_WORST, GOAL_SHARE, FLOOR_SLACK = 1.0, 2.0, 0.9, 0.5
-#: Weight of a share's shortfall in the objective: 10 percentage points weigh as 1 point of gap.
-SHARE_WEIGHT = 10.0
+#: A fit's first parameter may be off by this factor (either way) and the fit must still score as well: `robust`.
+ROBUST_BAND = 1.08
 
 _SCALES = np.unique(np.concatenate([np.round(np.geomspace(0.002, 50.0, 121), 4),
                                     np.round(np.arange(0.01, 2.0, 0.01), 2)]))
@@ -71,7 +78,7 @@ def _power(grid: np.ndarray, p: np.ndarray, s: np.ndarray, n: np.ndarray) -> np.
 
 
 def families(ks: Sequence[int], names: Sequence[str]) -> list[Family]:
-    """The families named (all five by default), with their grids over ``ks`` (the swept ``k``)."""
+    """The families named (all six by default), with their grids over ``ks`` (the swept ``k``)."""
     exps = np.round(np.arange(0.0, 1.51, 0.05), 2)
     shares = np.round(np.arange(0.01, 0.505, 0.005), 3)
     every: dict[str, Family] = {
@@ -82,6 +89,9 @@ def families(ks: Sequence[int], names: Sequence[str]) -> list[Family]:
         "auto": Family("auto", "k = round(c p (s / n)^a)", ("c", "a"),
                        np.array(list(itertools.product(_SCALES, exps))),
                        lambda g, p, s, n: _power(np.column_stack([g, g[:, 1]]), p, s, n)),
+        "ratio": Family("ratio", "k = round(c p s / n)", ("c",), _SCALES[:, None],
+                        lambda g, p, s, n: _power(np.column_stack([g[:, 0], 1 + 0 * g[:, 0], 1 + 0 * g[:, 0]]),
+                                                  p, s, n)),
         "noise": Family("noise", "k = round(c p s^a)", ("c", "a"),
                         np.array(list(itertools.product(_SCALES, exps))),
                         lambda g, p, s, n: _power(np.column_stack([g, 0 * g[:, 0]]), p, s, n)),
@@ -129,57 +139,95 @@ def goal_mask(grid: Grid, goal: tuple[int, float, str]) -> np.ndarray:
     return at & (grid.within2.max(axis=1) >= GOAL_SHARE - 1e-9)
 
 
-def objective(behind: np.ndarray, within2: np.ndarray, goal: np.ndarray) -> np.ndarray:
-    """The goals' shortfall of each rule (rows) over the points (columns); see the module docstring."""
-    mean, worst = behind.mean(axis=1), behind.max(axis=1)
-    short = np.maximum(0.0, GOAL_SHARE - within2[:, goal]).max(axis=1) if goal.any() else 0.0 * mean
-    return np.maximum(0.0, mean - GOAL_MEAN) + np.maximum(0.0, worst - GOAL_WORST) + SHARE_WEIGHT * short
+def cells_of(grid: Grid, idx: np.ndarray) -> dict[tuple[str, int, float], np.ndarray]:
+    """The points ``idx`` grouped by cell ``(relation, n, epsilon)``, cells sorted (positions into ``idx``)."""
+    cells: dict[tuple[str, int, float], list[int]] = {}
+    for j, i in enumerate(idx):
+        pt = grid.points[i]
+        cells.setdefault((pt[4], pt[1], pt[3]), []).append(j)
+    return {c: np.array(cells[c]) for c in sorted(cells)}
 
 
-def fit(family: Family, grid: Grid, train: np.ndarray, goal: np.ndarray) -> int:
-    """The grid row of ``family`` with the smallest objective over the ``train`` points (see the module docstring).
+def bars(behind: np.ndarray) -> tuple[float, float]:
+    """A cell's bars from its points' gaps behind the best ``k`` (rows: points, columns: swept ``k``): the worst
+    goal or the floor's worst + `FLOOR_SLACK`, the mean goal or the floor's mean + `FLOOR_SLACK`, the higher."""
+    return (max(GOAL_WORST, float(behind.max(axis=0).min()) + FLOOR_SLACK),
+            max(GOAL_MEAN, float(behind.mean(axis=0).min()) + FLOOR_SLACK))
+
+
+def objective(behind: np.ndarray, cells: Sequence[np.ndarray], cell_bars: Sequence[tuple[float, float]]) -> np.ndarray:
+    """The largest excess of each rule (rows) over the cells' bars: per cell its worst and its mean gap over the
+    cell's points (columns of ``behind``, grouped by ``cells``) less `bars`; see the module docstring."""
+    return np.max([np.maximum(behind[:, c].max(axis=1) - w, behind[:, c].mean(axis=1) - m)
+                   for c, (w, m) in zip(cells, cell_bars, strict=True)], axis=0)
+
+
+def robust(grid: np.ndarray, score: np.ndarray, band: float = ROBUST_BAND) -> np.ndarray:
+    """Per grid row, the largest ``score`` over the rows equal to it but in the first parameter, which may differ by
+    a factor up to ``band`` (the row itself included)."""
+    out = score.copy()
+    first = np.log(np.maximum(grid[:, 0], 1e-300))
+    groups: dict[tuple[float, ...], list[int]] = {}
+    for i, rest in enumerate(map(tuple, grid[:, 1:])):
+        groups.setdefault(rest, []).append(i)
+    band = np.log(band) + 1e-12
+    for rows in map(np.array, groups.values()):
+        near = np.abs(first[rows][:, None] - first[rows][None, :]) <= band
+        out[rows] = np.where(near, score[rows][None, :], -np.inf).max(axis=1)
+    return out
+
+
+def fit(family: Family, grid: Grid, train: np.ndarray, goal: np.ndarray, band: float = ROBUST_BAND) -> int:
+    """The grid row of ``family`` with the smallest `robust` `objective` over the ``train`` points (ties: see the
+    module docstring).
 
     Args:
         family: The family.
         grid: The measured points.
         train: Which points the fit may read.
         goal: `goal_mask`.
+        band: `robust`'s factor.
 
     Returns:
         The row of ``family.grid``.
     """
-    cols = grid.column(family.depths(family.grid, grid.p[train], grid.s[train], grid.n[train]))
-    pts = np.arange(int(train.sum()))[None, :]
-    behind = grid.behind[train][pts, cols]
-    within2 = grid.within2[train][pts, cols]
-    score = np.round(objective(behind, within2, goal[train]), 9)
-    keys = (*family.grid.T[::-1], np.round(behind.max(axis=1), 9), np.round(behind.mean(axis=1), 9), score)
+    idx = np.flatnonzero(train)
+    cols = grid.column(family.depths(family.grid, grid.p[idx], grid.s[idx], grid.n[idx]))
+    pts = np.arange(len(idx))[None, :]
+    behind = grid.behind[idx][pts, cols]
+    within2 = grid.within2[idx][pts, cols]
+    cells = list(cells_of(grid, idx).values())
+    score = objective(behind, cells, [bars(grid.behind[idx[c]]) for c in cells])
+    at_goal = goal[idx]
+    short = np.maximum(0.0, GOAL_SHARE - within2[:, at_goal]).max(axis=1) if at_goal.any() else 0.0 * score
+    keys = (*family.grid.T[::-1], np.round(behind.max(axis=1), 9), np.round(behind.mean(axis=1), 9),
+            np.round(short, 9), np.round(score, 9), np.round(robust(family.grid, score, band), 9))
     return int(np.lexsort(keys)[0])
 
 
 def floor_of(grid: Grid, idx: np.ndarray) -> tuple[float, float]:
     """The floor over the points ``idx``: one fixed ``k`` per cell ``(relation, n, epsilon)``, chosen in hindsight for
     the smallest mean (then for the smallest largest) gap behind the best ``k``; ``(mean, worst)`` over the points."""
-    cells: dict[tuple[str, int, float], list[int]] = {}
-    for i in idx:
-        pt = grid.points[i]
-        cells.setdefault((pt[4], pt[1], pt[3]), []).append(int(i))
-    total = sum(float(grid.behind[c].sum(axis=0).min()) for c in cells.values())
-    return total / len(idx), max(float(grid.behind[c].max(axis=0).min()) for c in cells.values())
+    cells = [idx[c] for c in cells_of(grid, idx).values()]
+    total = sum(float(grid.behind[c].sum(axis=0).min()) for c in cells)
+    return total / len(idx), max(float(grid.behind[c].max(axis=0).min()) for c in cells)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", nargs="+", required=True, metavar="DIR",
                         help="output folders of dphype bench ksweep runs (their ksweep.csv, every point once)")
-    parser.add_argument("--families", nargs="+", default=["constant", "share", "auto", "noise", "power"],
-                        choices=["constant", "share", "auto", "noise", "power"],
-                        help="the families of rules to fit (default all five)")
+    parser.add_argument("--families", nargs="+", default=["constant", "share", "auto", "ratio", "noise", "power"],
+                        choices=["constant", "share", "auto", "ratio", "noise", "power"],
+                        help="the families of rules to fit (default all six)")
     parser.add_argument("--relations", nargs="+", choices=NEIGHBOURING, default=["replace-one"],
                         help="the relations whose points are fitted and measured (default replace-one, the goals')")
     parser.add_argument("--candidates", type=int, default=100,
                         help="the number of candidates p the runs measured (default 100, Table III's grid)")
     parser.add_argument("--goal", nargs=2, default=["20", "1"], metavar=("N", "EPSILON"),
                         help="the point of the share goal (default 20 1)")
+    parser.add_argument("--robust-band", type=float, default=ROBUST_BAND, metavar="FACTOR",
+                        help="the fit must score as well with its first parameter off by this factor, >= 1 "
+                             f"(default {ROBUST_BAND:g}; 1: the plain objective)")
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -188,10 +236,13 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         n, eps = int(args.goal[0]), float(args.goal[1])
     except ValueError:
         raise ValueError(f"--goal takes N (an integer) EPSILON (a number), got {args.goal!r}") from None
+    if not np.isfinite(args.robust_band) or args.robust_band < 1:
+        raise ValueError(f"--robust-band must be a finite number >= 1 (1: no margin), got {args.robust_band!r}")
     runs = run_folders(args.runs)
     return {"runs": runs, "families": list(dict.fromkeys(args.families)),
             "relations": list(dict.fromkeys(args.relations)),
-            "candidates": harness.check_int("candidates", args.candidates, 2), "goal": (n, eps)}
+            "candidates": harness.check_int("candidates", args.candidates, 2), "goal": (n, eps),
+            "band": float(args.robust_band)}
 
 
 def _params(family: Family, row: int) -> dict[str, float]:
@@ -206,7 +257,8 @@ def _label(pt: Point) -> str:
     return f"{pt[0]} {partition_label(pt[2])}"
 
 
-def evaluate(grid: Grid, family: Family, goal: tuple[int, float], relation_goal: str) -> dict[str, Any]:
+def evaluate(grid: Grid, family: Family, goal: tuple[int, float], relation_goal: str,
+             band: float = ROBUST_BAND) -> dict[str, Any]:
     """Leave one task out for ``family``: per held-out task its fit on the others and its points' results.
 
     Args:
@@ -214,6 +266,7 @@ def evaluate(grid: Grid, family: Family, goal: tuple[int, float], relation_goal:
         family: The family.
         goal: ``(n, epsilon)`` of the share goal.
         relation_goal: The relation of the share goal.
+        band: `robust`'s factor.
 
     Returns:
         ``{"points": [per point], "fits": [per held-out task, then "all tasks"]}``.
@@ -225,7 +278,7 @@ def evaluate(grid: Grid, family: Family, goal: tuple[int, float], relation_goal:
     for task in [*tasks, None]:
         held = task_of == task if task is not None else np.ones(len(task_of), dtype=bool)
         train = ~held if task is not None else held
-        row = fit(family, grid, train, mask)
+        row = fit(family, grid, train, mask, band)
         ks = family.depths(family.grid[row:row + 1], grid.p, grid.s, grid.n)[0]
         cols = grid.column(ks)
         idx = np.flatnonzero(held)
@@ -257,12 +310,10 @@ def cell_rows(grid: Grid, points: Sequence[dict[str, Any]]) -> list[dict[str, An
     """Per family and cell ``(relation, n, epsilon)``: the out-of-sample mean and worst gap behind the best ``k``
     against the floor (the smallest largest and the smallest mean gap one fixed ``k`` reaches over the cell's
     federations), and whether each is within the goal or `FLOOR_SLACK` of its floor."""
-    cells: dict[tuple[str, int, float], list[int]] = {}
-    for i, pt in enumerate(grid.points):
-        cells.setdefault((pt[4], pt[1], pt[3]), []).append(i)
     rows = []
-    for (relation, n, eps), idx in sorted(cells.items()):
+    for (relation, n, eps), idx in cells_of(grid, np.arange(len(grid.points))).items():
         worst_k, mean_k = grid.behind[idx].max(axis=0), grid.behind[idx].mean(axis=0)
+        bar_worst, bar_mean = bars(grid.behind[idx])
         floor_worst, floor_mean = float(worst_k.min()), float(mean_k.min())
         for family in dict.fromkeys(r["family"] for r in points):
             mine = [r["behind_best_k_points"] for r in points
@@ -272,8 +323,7 @@ def cell_rows(grid: Grid, points: Sequence[dict[str, Any]]) -> list[dict[str, An
                          "federations": len(idx), "floor_worst": round(floor_worst, 3),
                          "floor_worst_k": int(grid.ks[np.argmin(worst_k)]), "floor_mean": round(floor_mean, 3),
                          "worst_behind": round(worst, 3), "mean_behind": round(mean, 3),
-                         "worst_ok": worst <= max(GOAL_WORST, floor_worst + FLOOR_SLACK) + 1e-9,
-                         "mean_ok": mean <= max(GOAL_MEAN, floor_mean + FLOOR_SLACK) + 1e-9})
+                         "worst_ok": worst <= bar_worst + 1e-9, "mean_ok": mean <= bar_mean + 1e-9})
     return rows
 
 
@@ -300,7 +350,7 @@ def overall(points: Sequence[dict[str, Any]], cells: Sequence[dict[str, Any]], g
 
 def markdown(fits: Sequence[dict[str, Any]], points: Sequence[dict[str, Any]], cells: Sequence[dict[str, Any]],
              summary: dict[str, dict[str, Any]], fams: Sequence[Family], goal: tuple[int, float],
-             relation_goal: str, floor: tuple[float, float]) -> str:
+             relation_goal: str, floor: tuple[float, float], band: float = ROBUST_BAND) -> str:
     """The tables against the goals (overall, per held-out task, per cell with the floor, the share goal)."""
     n, eps = goal
     forms = {f.name: f.form for f in fams}
@@ -310,7 +360,9 @@ def markdown(fits: Sequence[dict[str, Any]], points: Sequence[dict[str, Any]], c
              f"{percent(GOAL_SHARE)} of releases within 2 points of Opt at n = {n}, epsilon {eps:g}, {relation_goal} "
              f"wherever some fixed k reaches it; where a goal is out of reach, within {FLOOR_SLACK:g} of the cell's "
              f"floor. The floor over all points (one fixed k per cell (relation, n, epsilon), chosen in hindsight): "
-             f"mean {floor[0]:.2f}, worst {floor[1]:.2f}.", "",
+             f"mean {floor[0]:.2f}, worst {floor[1]:.2f}. Each fit minimises the largest excess over the training "
+             f"cells' bars (the goal or the training floor + {FLOOR_SLACK:g}), scored at its worst over its first "
+             f"parameter times or divided by up to {band:g}.", "",
              "| family | form | fitted on all tasks | mean behind | worst behind | points > 1 behind | "
              "share goal met (where reachable) | smallest share there | cells: worst ok | cells: mean ok |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -370,7 +422,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     points: list[dict[str, Any]] = []
     fits: list[dict[str, Any]] = []
     for family in fams:
-        res = evaluate(grid, family, opts["goal"], relation_goal)
+        res = evaluate(grid, family, opts["goal"], relation_goal, opts["band"])
         points += res["points"]
         fits += res["fits"]
     cells = cell_rows(grid, points)
@@ -381,10 +433,11 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     study.write_csv("ksweep_loto_cells.csv", cells)
     path = study.path("ksweep_loto.md")
     floor = floor_of(grid, np.arange(len(grid.points)))
-    path.write_text(markdown(fits, points, cells, summary, fams, opts["goal"], relation_goal, floor))
+    path.write_text(markdown(fits, points, cells, summary, fams, opts["goal"], relation_goal, floor,
+                             opts["band"]))
     study.outputs.append(str(path))
     return study.result(points=len(grid.points), tasks=sorted({pt[0] for pt in grid.points}),
-                        relations=opts["relations"], summary=summary,
+                        relations=opts["relations"], robust_band=opts["band"], summary=summary,
                         floor={"mean_behind": round(floor[0], 3), "worst_behind": round(floor[1], 3)},
                         fitted_on_all={f["family"]: f["params"] for f in fits if f["held_out"].startswith("(none")},
                         held_out={f"{f['family']} {f['held_out']}": f["params"] for f in fits

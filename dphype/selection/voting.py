@@ -129,12 +129,13 @@ def raw_score_votes(scores: ArrayLike, *, maximize: bool = True) -> np.ndarray:
 DEFAULT_BITS = 4
 #: The most bits an entry may have (the committee checks ``bits`` binary digits per entry).
 MAX_BITS = 8
-#: ``c`` of the auto ballot's rule ``k = round(c p (s / m)**AUTO_EXPONENT)`` (`auto_depth`), fitted with
-#: `AUTO_EXPONENT` on every measured task by ``dphype bench ksweep-loto`` (the goals' shortfall; its figures on
-#: held-out tasks are in the docs).
-AUTO_SCALE = 0.42
-#: The exponent of the noise per voter ``s / m`` in the auto rule, fitted with `AUTO_SCALE`.
-AUTO_EXPONENT = 1.05
+#: ``c`` of the auto ballot's rule ``k = round(c p (s / m)**AUTO_EXPONENT)`` (`auto_depth`), fitted on every
+#: measured task by ``dphype bench ksweep-loto`` as its ``ratio`` family (the largest excess over the cells' goals
+#: or floors, with a margin; its figures on held-out tasks are in the docs).
+AUTO_SCALE = 0.4073
+#: The exponent of the noise per voter ``s / m`` in the auto rule: 1, ``k`` in proportion to ``s / m`` (the study's
+#: ``ratio`` family; its ``auto`` family, which fits the exponent too, misses a cell out of sample).
+AUTO_EXPONENT = 1.0
 #: The auto ballot's smallest ``k`` as a fraction of ``p`` (a vote of one or two candidates is fragile).
 AUTO_FLOOR = 0.03
 #: The auto ballot's smallest ``k`` whatever ``p`` (below ``p // 2``): with one vote each, label-skewed clients vote
@@ -143,7 +144,7 @@ AUTO_FLOOR = 0.03
 AUTO_MIN_DEPTH = 2
 #: ``c`` of the share ballot's rule ``k = round(c p s**a)`` (`share_depth`), fitted as a fixed share of ``p`` on every
 #: measured task by ``dphype bench ksweep-loto``.
-SHARE_SCALE = 0.09
+SHARE_SCALE = 0.08
 #: ``a``, the power of the noise std ``s`` in the share ballot's rule (0: a fixed share of ``p``).
 SHARE_EXPONENT = 0.0
 

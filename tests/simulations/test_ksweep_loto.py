@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -19,16 +20,17 @@ KEYS = ["dataset", "clients", "partition", "epsilon", "neighbouring", "k", "gap_
         "within_2pt"]
 
 
-def write_sweep(folder: Path, dataset: str, best: dict[tuple[int, float], int], ks: range, slope: float = 1.0) -> Path:
-    """A ksweep run of one iid federation per ``(n, epsilon)`` (replace-one): the gap is ``slope |k - best|`` and the
-    share within 2 points ``1 - gap / 10`` (floored at 0)."""
+def write_sweep(folder: Path, dataset: str, best: dict[tuple[int, float], int], ks: range, slope: float = 1.0,
+                gaps: Callable[[int], float] | None = None) -> Path:
+    """A ksweep run of one iid federation per ``(n, epsilon)`` (replace-one): the gap is ``slope |k - best|`` (or
+    ``gaps(k)``) and the share within 2 points ``1 - gap / 10`` (floored at 0)."""
     folder.mkdir(parents=True)
     with (folder / "ksweep.csv").open("w", newline="") as fh:
         w = csv.DictWriter(fh, KEYS)
         w.writeheader()
         for (n, eps), k_star in best.items():
             for k in ks:
-                gap = slope * abs(k - k_star)
+                gap = slope * abs(k - k_star) if gaps is None else gaps(k)
                 w.writerow({"dataset": dataset, "clients": n, "partition": "iid", "epsilon": eps,
                             "neighbouring": "replace-one", "k": k, "gap_points": gap, "ci95": 0.1, "within_1pt": 0.5,
                             "within_2pt": max(0.0, 1 - gap / 10)})
@@ -47,7 +49,8 @@ def test_a_fixed_k_is_fitted_on_the_other_tasks_only(tmp_path: Path) -> None:
     # without gamma, alpha and beta want k = 4; without alpha, beta (4) and gamma (2) meet at k = 3, 4 behind each
     assert fits["gamma"]["K"] == 4 and fits["gamma"]["mean_behind"] == 8.0
     assert fits["alpha"]["K"] == 3 and fits["alpha"]["worst_behind"] == 4.0
-    # on all three: k = 4 trails by 0, 0, 8 (shortfall 1.67 + 6), k = 3 by 4 at each (3 + 2): the worst weighs
+    # on all three the bars are 4.5 (the floor's worst 4, at k = 3) and 8 / 3 + 0.5: k = 4 trails by 0, 0, 8 (mean
+    # 8 / 3, the best mean; worst 3.5 over its bar), k = 3 by 4 at each (mean 0.83 over its bar): the worst weighs
     assert fits["(none: fit on all tasks)"]["K"] == 3
     shares = {f["held_out"]: f for f in ksweep_loto.evaluate(grid, share, (20, 1.0), "replace-one")["fits"]}
     assert 0.175 <= shares["gamma"]["c"] < 0.225  # round(20 c) = 4, the smallest such c
@@ -61,7 +64,8 @@ def test_a_fixed_k_is_fitted_on_the_other_tasks_only(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("family, scale, exponents, distinct",
-                         [("auto", 0.4, (0.75, 0.75), 5), ("noise", 0.04, (0.5, 0.0), 2)])
+                         [("auto", 0.4, (0.75, 0.75), 5), ("ratio", 0.4, (1.0, 1.0), 5),
+                          ("noise", 0.04, (0.5, 0.0), 2)])
 def test_a_rule_the_tasks_follow_is_found_and_holds_out_of_sample(tmp_path: Path, family: str, scale: float,
                                                                    exponents: tuple[float, float],
                                                                    distinct: int) -> None:
@@ -89,8 +93,8 @@ def test_the_study_writes_its_tables_against_the_goals(tmp_path: Path, capsys: p
     assert res["points"] == 6 and res["tasks"] == ["alpha", "beta", "gamma"]
     # the floor: one k per cell; at n = 20, epsilon 1 k = 6 trails by 0, 0, 4 (mean 4 / 3), k = 8 by 2, 2, 2
     assert res["floor"] == {"mean_behind": pytest.approx(4 / 6, abs=1e-3), "worst_behind": 2.0}
-    # constant: without gamma k = 6 or 12 trail by 6 at one cell (hinge 4 + 2 = 6 on worst and mean 3); k = 9 by 3 at
-    # both: mean 3, worst 3; out of sample gamma's k = 9 trails by 1 and 3
+    # constant: without gamma each cell's floor is 0 (bars 2 and 1); k = 6 or 12 trail by 6 at one cell (5 over the
+    # mean's bar), k = 9 by 3 at both (2 over); out of sample gamma's k = 9 trails by 1 and 3
     assert res["held_out"]["constant gamma"] == "K = 9"
     with open(tmp_path / "r" / "ksweep_loto_cells.csv") as fh:
         cells_out = [r for r in csv.DictReader(fh) if r["family"] == "noise"]
@@ -106,9 +110,56 @@ def test_the_study_writes_its_tables_against_the_goals(tmp_path: Path, capsys: p
     assert "has no ksweep.csv" in capsys.readouterr().err
 
 
-def test_the_objective_adds_the_goals_shortfalls() -> None:
-    behind = np.array([[0.5, 1.0, 3.0], [0.0, 0.0, 0.0]])
-    within2 = np.array([[0.95, 0.8, 0.5], [1.0, 1.0, 1.0]])
-    goal = np.array([False, True, False])
-    # mean 1.5 (0.5 over), worst 3 (1 over), the goal federation's share 0.8 (0.1 short: 1 point)
-    assert ksweep_loto.objective(behind, within2, goal) == pytest.approx([2.5, 0.0])
+def test_the_objective_is_the_largest_excess_over_the_cells_bars() -> None:
+    behind = np.array([[0.0, 0.0, 3.0], [1.5, 1.5, 1.5]])
+    cells = [np.array([0, 1]), np.array([2])]
+    # row 0: the first cell is 2 under its worst bar and 1 under its mean bar, the second 1 over (worst) and 2 over
+    # (mean); row 1: 0.5 over the mean bar at both cells, though its mean (1.5) is the larger
+    assert ksweep_loto.objective(behind, cells, [(2.0, 1.0), (2.0, 1.0)]) == pytest.approx([2.0, 0.5])
+    # a cell with a higher bar (its floor + 0.5) forgives more
+    assert ksweep_loto.objective(behind, cells, [(2.0, 1.0), (3.5, 3.5)]) == pytest.approx([-0.5, 0.5])
+    assert ksweep_loto.bars(np.array([[0.0, 3.0, 6.0], [6.0, 3.0, 0.0]])) == (3.5, 3.5)
+    assert ksweep_loto.bars(np.array([[0.0, 1.0], [1.0, 0.0]])) == (2.0, 1.0)
+
+
+def test_the_fit_takes_the_smallest_largest_excess_not_the_smallest_mean(tmp_path: Path) -> None:
+    ks = range(1, 21)
+    runs = [write_sweep(tmp_path / name, name, {(20, 1.0): best}, ks)
+            for name, best in (("alpha", 4), ("beta", 4), ("gamma", 10))]
+    grid = ksweep_loto.Grid.of(read_runs(runs)[0], 100)
+    [constant] = ksweep_loto.families(list(ks), ["constant"])
+    everyone = np.ones(len(grid.points), dtype=bool)
+    mask = ksweep_loto.goal_mask(grid, (20, 1.0, "replace-one"))
+    behind = grid.behind.mean(axis=0)
+    assert grid.ks[np.argmin(behind)] == 4  # the mean-optimal k: 0, 0 and 6 behind
+    # the bars: the floor's worst 3 (k = 7) + 0.5, the floor's mean 2 (k = 4) + 0.5; k = 6 and 7 are both 0.5 over
+    # (k = 6: 4 worst; k = 7: mean 3), k = 4 is 2.5 over; between 6 and 7 the share goal decides (0.6 vs 0.7 at worst)
+    assert constant.grid[ksweep_loto.fit(constant, grid, everyone, mask)][0] == 7
+    assert constant.grid[ksweep_loto.fit(constant, grid, everyone, 0 * mask)][0] == 6  # no share goal: the mean
+
+
+def test_a_fit_on_a_knife_edge_loses_to_one_with_a_margin(tmp_path: Path) -> None:
+    ks = range(1, 51)
+    # every task trails by 0 at k = 20 only (10 at 19 and 21) and by 1 from k = 36 to 44
+    runs = [write_sweep(tmp_path / name, name, {(20, 1.0): 20}, ks,
+                        gaps=lambda k: 0.0 if k == 20 else 1.0 if 36 <= k <= 44 else 10.0)
+            for name in ("alpha", "beta", "gamma")]
+    grid = ksweep_loto.Grid.of(read_runs(runs)[0], 100)
+    [constant] = ksweep_loto.families(list(ks), ["constant"])
+    everyone = np.ones(len(grid.points), dtype=bool)
+    none = np.zeros(len(grid.points), dtype=bool)
+    assert constant.grid[ksweep_loto.fit(constant, grid, everyone, none, band=1.0)][0] == 20
+    # with its K off by up to 8% the edge (19 to 21) trails by 10; the smallest K whose band lies in the basin: 38
+    # (36 to 41)
+    assert constant.grid[ksweep_loto.fit(constant, grid, everyone, none)][0] == 38
+    rows = np.array([[1.0, 0.0], [1.05, 0.0], [1.1, 0.0], [1.2, 0.0], [1.3, 0.0], [1.05, 1.0]])
+    score = np.array([0.0, 5.0, 0.0, 0.0, 0.0, 0.0])
+    # the band spans factors up to 1.08 in the first parameter and never crosses to another value of the second
+    assert ksweep_loto.robust(rows, score).tolist() == [5.0, 5.0, 5.0, 0.0, 0.0, 0.0]
+    assert ksweep_loto.robust(rows, score, 1.0).tolist() == score.tolist()
+
+
+def test_the_robust_band_is_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = [write_sweep(tmp_path / name, name, {(20, 1.0): 4}, range(1, 7)) for name in ("alpha", "beta")]
+    assert main(["ksweep-loto", "--runs", *map(str, runs), "--robust-band", "0.9", "--out", str(tmp_path / "r")]) == 2
+    assert "--robust-band must be a finite number >= 1" in capsys.readouterr().err
