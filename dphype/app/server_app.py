@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
@@ -84,6 +85,10 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
                                neighbouring=cfg.dphype.neighbouring, sampled_clients=survivors)
     # without a committee the selection is checked before any node is asked (a committee's keys come from its nodes)
     checked = None if cfg.dphype.mode.aggregator is Aggregator.COMMITTEE else DPHype(candidates, cfg.dphype)
+    # the central evaluation's split, parsed while the nodes work (the thread ends with the parsing)
+    loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dphype-test-split")
+    split = loader.submit(load_cached, cfg.dataset)
+    loader.shutdown(wait=False)
     # argmax: the committee's keys from its nodes (hello only); sum: the connected tallies, set aside
     committee = connected_committee(grid, cfg.dphype, cfg.tallies, candidates=candidates,
                                     connect_timeout=cfg.connect_timeout, timeout=cfg.round_timeout)
@@ -96,7 +101,7 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
                              tally_timeout=cfg.tally_timeout)
     selected_at = time.perf_counter()
 
-    test = TorchTask(load_cached(cfg.dataset)[1], dataset_spec(cfg.dataset).model)  # central evaluation
+    test = TorchTask(split.result()[1], dataset_spec(cfg.dataset).model)  # central evaluation
 
     def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         return MetricRecord(dict(test.evaluate(arrays.to_torch_state_dict())))
