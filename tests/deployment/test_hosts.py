@@ -5,8 +5,11 @@ One federation started once, every SuperNode connected before the first run, ser
 over SecAgg+ (the tallies are connected and answer the server's hello as tallies: the voters are sampled among the
 others) and the committee's argmax release complete with the final training; then a voter whose link is cut
 mid-selection is a dropout and the run completes with the others. Each run prints its time from submission to a
-result and where it went (not asserted). ``DPHYPE_HOSTS_VOTERS`` sets the
-number of voters (default 4; the measured configuration is 10)."""
+result and where it went (not asserted). Flower's own waits are part of every stage: an idle SuperNode sleeps 3 s
+between two pulls and polls for its ClientApp's reply every 0.5 s, each run's ServerApp is a fresh interpreter,
+the ServerApp's log reaches ``flwr run --stream`` in bursts, and the SuperLink sees a node cut off only when its
+heartbeats stop; a cut-off voter's pre-flight answer is waited for until the round timeout.
+``DPHYPE_HOSTS_VOTERS`` sets the number of voters (default 4; the measured configuration is 10)."""
 
 from __future__ import annotations
 
