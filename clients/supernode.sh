@@ -81,8 +81,9 @@ EOF
   --poll-interval S       seconds between the warm SuperExec's task requests (default 0.5)
   -h, --help              show this help
 
-Environment: FLWR_HOME (default ~/.flwr) holds the ledgers and tally keys. The script runs until the SuperNode
-stops; SIGTERM or Ctrl-C stops the SuperNode and its SuperExec.
+Environment: FLWR_HOME (default ~/.flwr) holds the ledgers and tally keys; DPHYPE_WARM_DATA (a voter with the
+forkserver executor; default adult, empty for none) names the data sets its SuperExec parses once for all tasks.
+The script runs until the SuperNode stops; SIGTERM or Ctrl-C stops the SuperNode and its SuperExec.
 EOF
 }
 
@@ -204,9 +205,12 @@ the SuperLink's operator register the printed KEY.pub (server/register-nodes.sh)
     if [[ $executor == subprocess ]]; then
         exec "${supernode[@]}"
     fi
-    # the tasks of a voter score candidates with torch; a tally's only open shares and start its MPyC party
+    # the tasks of a voter score candidates with torch on its data set, parsed once in the fork server
+    # (dphype.app.warm: $DPHYPE_WARM_DATA, default the bundled app's adult); a tally's only open shares and start
+    # its MPyC party
     local preload=(dphype.app.client_app)
-    [[ $role == tally ]] || preload+=(torch)
+    [[ $role == tally ]] || preload+=(torch dphype.app.warm)
+    export DPHYPE_WARM_DATA=${DPHYPE_WARM_DATA-adult}
     local pids=()
     trap 'kill -TERM "${pids[@]}" 2>/dev/null || true' TERM INT HUP
     "${supernode[@]}" --isolation process &

@@ -24,18 +24,27 @@ from __future__ import annotations
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
 from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import FedAvg, Strategy
+from flwr.serverapp.strategy import Strategy
 
 from dphype.app.run_config import AppConfig, result_path
-from dphype.flower import DPHype, check_private_training, connected_committee, private_training, train_config
+from dphype.flower import (
+    BoundedFedAvg,
+    DPHype,
+    check_private_training,
+    connected_committee,
+    private_training,
+    train_config,
+)
 from dphype.ml.data import dataset_spec
 from dphype.ml.torch_task import TorchTask, load_cached
+from dphype.modes import Aggregator
 from dphype.result import FAILURE_FORMAT, summarize_run
 from dphype.strict_json import jsonable
 
@@ -51,8 +60,10 @@ PLAINTEXT_TRAINING = ("plaintext model updates of every participating client in 
 def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
     """DP-Hype selection, then FedAvg with the winner.
 
-    In argmax mode the tally committee is found among the connected nodes first, and FedAvg trains and evaluates
-    the voters only; with a training budget the training's preconditions are checked before the selection
+    The tally nodes are found among the connected nodes first (in argmax mode the committee; in sum mode those that
+    answer as tallies, which neither vote nor train), and FedAvg trains and evaluates the voters only, going on
+    without a voter that vanished (down to the selection's fewest survivors; private training: none may vanish) after
+    a round timeout's wait; with a training budget the training's preconditions are checked before the selection
     spends anything, and DP-FedAvg is accounted together with the selection.
 
     Args:
@@ -66,33 +77,42 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
     Raises:
         ValueError: If the selection or the private training is refused before it starts.
     """  # noqa: DOC502
-    # argmax: the committee's keys from its nodes (hello only); sum: no committee
     candidates = cfg.candidate_list()
-    committee = connected_committee(grid, cfg.dphype, cfg.tallies, candidates=candidates,
-                                    connect_timeout=cfg.connect_timeout, timeout=cfg.round_timeout)
-    voters = committee.voters  # FedAvg samples, trains and evaluates the voters only
-    selection = DPHype(candidates, cfg.dphype, tallies=committee.keys)  # checks all before any client works
     budget = cfg.training_budget()
     survivors = cfg.dphype.clients  # at least the vote's survivors train: checked here, set after the vote
     if budget is not None:  # the training accountant's preconditions, before the selection spends anything
         check_private_training(_fedavg(cfg, survivors), budget, delta=cfg.dphype.delta,
                                neighbouring=cfg.dphype.neighbouring, sampled_clients=survivors)
+    # without a committee the selection is checked before any node is asked (a committee's keys come from its nodes)
+    checked = None if cfg.dphype.mode.aggregator is Aggregator.COMMITTEE else DPHype(candidates, cfg.dphype)
+    # the central evaluation's split, parsed while the nodes work (the thread ends with the parsing)
+    loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dphype-test-split")
+    split = loader.submit(load_cached, cfg.dataset)
+    loader.shutdown(wait=False)
+    # argmax: the committee's keys from its nodes (hello only); sum: the connected tallies, set aside
+    committee = connected_committee(grid, cfg.dphype, cfg.tallies, candidates=candidates,
+                                    connect_timeout=cfg.connect_timeout, timeout=cfg.round_timeout)
+    voters = committee.voters  # FedAvg samples, trains and evaluates the voters only
+    # checks all before any client works
+    selection = checked or DPHype(candidates, cfg.dphype, tallies=committee.keys)
     start = time.perf_counter()
-    result = selection.start(grid, timeout=cfg.round_timeout, connect_timeout=cfg.connect_timeout,
+    result = selection.start(committee.selection_grid, timeout=cfg.round_timeout, connect_timeout=cfg.connect_timeout,
                              committee_nodes=committee.nodes,  # the committee answered hello above
                              tally_timeout=cfg.tally_timeout)
     selected_at = time.perf_counter()
 
-    test = TorchTask(load_cached(cfg.dataset)[1], dataset_spec(cfg.dataset).model)  # central evaluation
+    test = TorchTask(split.result()[1], dataset_spec(cfg.dataset).model)  # central evaluation
 
     def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         return MetricRecord(dict(test.evaluate(arrays.to_torch_state_dict())))
 
     survivors = result.report.survivors or cfg.dphype.clients  # only the vote's survivors are waited for
-    fedavg = _fedavg(cfg, survivors)
+    sampled = len(list(voters.get_node_ids()))
+    # plaintext FedAvg goes on without a vanished voter down to the selection's floor; DP-FedAvg's accounting
+    # needs every sampled node
+    fedavg = _fedavg(cfg, survivors, selection.request.min_survivors if budget is None else sampled)
     # DP-FedAvg, accounted together with the selection, when the run has a training budget
-    private = None if budget is None else private_training(fedavg, result.report, budget,
-                                                           sampled_clients=len(list(voters.get_node_ids())))
+    private = None if budget is None else private_training(fedavg, result.report, budget, sampled_clients=sampled)
     strategy: Strategy = fedavg if private is None else private.strategy
     trained = strategy.start(
         voters,
@@ -139,9 +159,10 @@ def _result_path(cfg: AppConfig | None, context: Context) -> Path | None:
         return None
 
 
-def _fedavg(cfg: AppConfig, survivors: int) -> FedAvg:
-    return FedAvg(fraction_evaluate=cfg.fraction_evaluate, min_train_nodes=survivors,
-                  min_evaluate_nodes=round(cfg.fraction_evaluate * survivors), min_available_nodes=survivors)
+def _fedavg(cfg: AppConfig, survivors: int, fewest: int | None = None) -> BoundedFedAvg:
+    return BoundedFedAvg(fewest=survivors if fewest is None else min(fewest, survivors), wait=cfg.round_timeout,
+                         fraction_evaluate=cfg.fraction_evaluate, min_train_nodes=survivors,
+                         min_evaluate_nodes=round(cfg.fraction_evaluate * survivors), min_available_nodes=survivors)
 
 
 app = ServerApp()

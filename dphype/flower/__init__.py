@@ -11,8 +11,9 @@
 * ``release="argmax"``: the tally nodes run the same ``ClientApp`` (node config `TALLY_ID`,
   `TALLY_PARTIES`, `TALLY_KEY_FILE`; `load_tally_key` gives a tally's public key; in simulation the mod
   `simulated_roles` makes the last partitions the tallies); a server that takes the committee from the
-  connected nodes asks `connected_committee` (`discover_committee` in argmax mode, nothing in sum mode) and
-  trains afterwards on its ``voters`` (a `ClientGrid`, which hides the tallies from the strategy).
+  connected nodes asks `connected_committee` (`discover_committee` in argmax mode, the connected tallies to set
+  aside in sum mode) and trains afterwards on its ``voters`` (a `ClientGrid`, which hides the tallies from the
+  strategy), with `BoundedFedAvg` when a voter may vanish mid-training.
 * `private_training` -- optional: wrap the final FedAvg in Flower's DP wrappers, calibrated to a
   training budget and accounted together with the selection; the server clips (or verifies the clients'
   clipping) and sets uniform weights itself. `check_private_training` checks it before the selection.
@@ -45,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     "simulated_roles": "dphype.flower.client.roles",
     "Committee": "dphype.flower.server.committee_server",
     "connected_committee": "dphype.flower.server.committee_server",
+    "BoundedFedAvg": "dphype.flower.final_training",
     "ClippingError": "dphype.flower.final_training",
     "TrainingBudget": "dphype.flower.final_training",
     "check_private_training": "dphype.flower.final_training",
@@ -55,7 +57,13 @@ if TYPE_CHECKING:
     from dphype.flower.client import register_dphype
     from dphype.flower.client.policy_client import node_policy
     from dphype.flower.client.roles import simulated_roles
-    from dphype.flower.final_training import ClippingError, TrainingBudget, check_private_training, private_training
+    from dphype.flower.final_training import (
+        BoundedFedAvg,
+        ClippingError,
+        TrainingBudget,
+        check_private_training,
+        private_training,
+    )
     from dphype.flower.selected import selected_candidate, train_config
     from dphype.flower.server import DPHype
     from dphype.flower.server.committee_server import ClientGrid, Committee, connected_committee, discover_committee
@@ -66,7 +74,7 @@ if TYPE_CHECKING:
 __getattr__ = lazy_getattr(__name__, _EXPORTS, globals())
 
 
-__all__ = ["TALLY_ID", "TALLY_KEY_FILE", "TALLY_PARTIES", "ClientGrid", "ClippingError", "Committee", "DPHype",
-           "PreflightError", "TrainingBudget", "check_private_training", "connected_committee", "discover_committee",
-           "load_tally_key", "node_policy", "private_training", "register_dphype", "selected_candidate",
-           "simulated_roles", "train_config"]
+__all__ = ["TALLY_ID", "TALLY_KEY_FILE", "TALLY_PARTIES", "BoundedFedAvg", "ClientGrid", "ClippingError", "Committee",
+           "DPHype", "PreflightError", "TrainingBudget", "check_private_training", "connected_committee",
+           "discover_committee", "load_tally_key", "node_policy", "private_training", "register_dphype",
+           "selected_candidate", "simulated_roles", "train_config"]

@@ -27,11 +27,16 @@ What each phase releases: the selection releases only the noisy vote sum; each t
 global model, the uniform average of the clients' clipped updates plus Gaussian noise of std ``z C / m``.
 The server itself sees every client's update in plaintext: the guarantee of the training phase covers what
 the global models reveal to everyone else (central DP), as in DP-FedAvg.
+
+`BoundedFedAvg` is the ``FedAvg`` whose wait for its ``min_available_nodes`` is bounded: Flower's own sampling
+waits for them without limit, so a voter cut off mid-training would stop the run for good.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -75,6 +80,71 @@ CLIPPING: tuple[str, ...] = ("server", "client")
 #: Relative slack of the server's norm check of client-clipped updates: a client that clipped exactly still
 #: sends float32 parameters, whose difference from the global model can exceed the norm by rounding.
 CLIP_TOLERANCE = 1e-4
+
+
+#: Seconds between two looks at the connected nodes while `BoundedFedAvg` waits for them.
+NODE_POLL = 1.0
+
+
+class TrainingError(RuntimeError):
+    """Too few voters are connected to go on training (`BoundedFedAvg`); the rounds so far stand."""
+
+
+class BoundedFedAvg(FedAvg):
+    """Flower's ``FedAvg`` whose wait for ``min_available_nodes`` ends after ``wait`` seconds.
+
+    Before a round samples its nodes it waits at most ``wait`` s for ``min_available_nodes``; then, with at least
+    ``fewest`` connected, it goes on with those (and lowers its minimums to them for the later rounds, so a node that
+    is gone is not waited for again), with fewer it raises `TrainingError`.
+
+    Args:
+        fewest: The fewest connected nodes it goes on with (an integer ``>= 1``); ``min_available_nodes`` keeps
+            the run from going on with fewer when the two are equal (private training: Flower's accounted mode
+            needs every sampled node).
+        wait: Seconds to wait for ``min_available_nodes`` before going on with fewer (``> 0``).
+        **kwargs: Flower's ``FedAvg`` keyword arguments.
+
+    Raises:
+        ValueError: If ``fewest`` or ``wait`` is out of range.
+    """
+
+    def __init__(self, *, fewest: int, wait: float, **kwargs: Any) -> None:
+        if isinstance(fewest, bool) or not isinstance(fewest, int) or fewest < 1:
+            raise ValueError(f"fewest must be an integer >= 1, got {fewest!r}")
+        super().__init__(**kwargs)
+        self.fewest = fewest
+        self.wait = check_positive("wait", wait)
+
+    def _connected(self, grid: Grid) -> None:
+        """Wait for ``min_available_nodes`` at most `wait` s; go on with ``fewest`` or more, else `TrainingError`."""
+        deadline = time.monotonic() + self.wait
+        while len(nodes := list(grid.get_node_ids())) < self.min_available_nodes:
+            if time.monotonic() >= deadline:
+                if len(nodes) < self.fewest:
+                    raise TrainingError(
+                        f"only {len(nodes)} of the {self.min_available_nodes} nodes FedAvg trains on are connected "
+                        f"after {self.wait:g} s, fewer than the {self.fewest} it can go on with; the training stopped "
+                        "(the rounds so far stand): restart the voters' SuperNodes, or run again")
+                log(logging.WARNING, "DP-Hype: %d of the %d nodes FedAvg trains on are connected after %g s; going on "
+                    "with them (at least %d)", len(nodes), self.min_available_nodes, self.wait, self.fewest)
+                self.min_available_nodes = self.min_train_nodes = len(nodes)
+                self.min_evaluate_nodes = min(self.min_evaluate_nodes, len(nodes))
+                return
+            time.sleep(min(NODE_POLL, max(deadline - time.monotonic(), 0.0)))
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        """Flower's ``configure_train`` after a bounded wait for the nodes."""
+        if self.fraction_train > 0.0:
+            self._connected(grid)
+        return super().configure_train(server_round, arrays, config, grid)
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        """Flower's ``configure_evaluate`` after a bounded wait for the nodes."""
+        if self.fraction_evaluate > 0.0:
+            self._connected(grid)
+        return super().configure_evaluate(server_round, arrays, config, grid)
 
 
 class ClippingError(ValueError):

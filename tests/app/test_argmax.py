@@ -134,11 +134,14 @@ def test_an_argmax_selection_without_tally_keys_names_the_remedy():
 
 
 def test_the_connected_committee_of_a_sum_release_is_none_and_its_voters_are_the_grid():
-    from dphype.flower import connected_committee
+    from dphype.flower import ClientGrid, connected_committee
 
-    grid = LocalGrid(None, 3)  # nothing is sent: sum mode has no committee
+    grid = LocalGrid(None, 3)  # nothing is sent: sum mode has no committee, and no other node to tell apart
     committee = connected_committee(grid, DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=3), connect_timeout=0.1)
-    assert (committee.keys, committee.nodes, committee.voters) == ((), (), grid) and not grid.sent
+    assert (committee.keys, committee.nodes, committee.others) == ((), (), ()) and not grid.sent
+    voters = committee.voters  # the grid itself, behind the wrapper that retries a transient SuperLink error
+    assert isinstance(voters, ClientGrid) and voters.grid is grid and committee.selection_grid.grid is grid
+    assert list(voters.get_node_ids()) == list(grid.get_node_ids())
 
 
 def test_the_committee_search_refuses_a_k_its_candidates_cannot_serve_before_any_node_is_asked():

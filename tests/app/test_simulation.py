@@ -33,12 +33,21 @@ def app_config(**overrides) -> AppConfig:
     return AppConfig(DPHypeConfig(**dphype), **values)
 
 
-def test_apps_in_process_select_then_train(tmp_path, flower_log):
+def test_apps_in_process_select_then_train(tmp_path, flower_log, monkeypatch):
     """The bundled ServerApp (its ``@app.main()``): DP-Hype over SecAgg+, then Flower's FedAvg with the user's own
     train/evaluate handlers; the summary in the log as text and JSON, and in ``result-file``."""
     import dphype.app.client_app as client_app
+    import dphype.flower.server.committee_server as committee_server
     from dphype.app.server_app import RESULT_PREFIX, app
 
+    bounds = []  # the timeout of every round trip of the voters' grid (FedAvg's rounds)
+
+    def bounded(grid, messages, *, timeout, **kwargs):
+        bounds.append(timeout)
+        return send_and_receive(grid, messages, timeout=timeout, **kwargs)
+
+    send_and_receive = committee_server.send_and_receive
+    monkeypatch.setattr(committee_server, "send_and_receive", bounded)
     # 4 clients: at epsilon=1 the noise (sigma ~10), not the vote, would decide; the nodes' operators allow it
     run_config = {**RUN_CONFIG, "epsilon": 20.0, "round-timeout": 123.0, "result-file": str(tmp_path / "result.json")}
     grid = LocalGrid(client_app.app, 4, run_config={"dataset": "adult", "seed": 0, "local-epochs": 1},
@@ -64,7 +73,7 @@ def test_apps_in_process_select_then_train(tmp_path, flower_log):
     trains = [m for m in grid.sent if m.metadata.message_type == "train"]
     assert all(selected_candidate(m) == summary["best_params"] for m in trains)
     assert {r.metadata.message_type for r in grid.replies if r.has_error()} == set()
-    assert set(grid.timeouts) == {123.0}  # every FedAvg round is bounded (Flower's send_and_receive)
+    assert set(bounds) == {123.0} and len(bounds) == 4  # every FedAvg round (train, evaluate) is bounded
 
 
 @pytest.mark.parametrize("change, cause", [

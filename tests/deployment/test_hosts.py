@@ -1,19 +1,23 @@
 """A federation on hosts that are really apart: one network namespace per SuperLink, voter and tally, created
 by the test (a private 10.231.0.0/24 behind a bridge in a namespace of its own, torn down at the end), each node
 started by its operator's script with TLS, SuperNode authentication, MPyC TLS and the roster, its own FLWR_HOME.
-One federation started once serves three runs: the sum release over SecAgg+ (before the tallies join: the bundled
-app samples its voters among all connected nodes in that release) and the committee's argmax release complete with
-the final training; then a voter whose link is cut mid-selection is a dropout and the run completes with the
-others. Each run prints its time to a result and where it went (not asserted). ``DPHYPE_HOSTS_VOTERS`` sets the
-number of voters (default 4; the measured configuration is 10)."""
+One federation started once, every SuperNode connected before the first run, serves three runs: the sum release
+over SecAgg+ (the tallies are connected and answer the server's hello as tallies: the voters are sampled among the
+others) and the committee's argmax release complete with the final training; then a voter whose link is cut
+mid-selection is a dropout and the run completes with the others. Each run prints its time from submission to a
+result and where it went (not asserted). Flower's own waits are part of every stage: an idle SuperNode sleeps 3 s
+between two pulls and polls for its ClientApp's reply every 0.5 s, each run's ServerApp is a fresh interpreter,
+the ServerApp's log reaches ``flwr run --stream`` in bursts, and the SuperLink sees a node cut off only when its
+heartbeats stop; a cut-off voter's pre-flight answer is waited for until the round timeout.
+``DPHYPE_HOSTS_VOTERS`` sets the number of voters (default 4; the measured configuration is 10)."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,25 +115,36 @@ class Federation:
     folder: Path
     env: dict[str, str]
     link: subprocess.Popen
-    start_tallies: Callable[[], None]
     seconds: dict[str, float] = field(default_factory=dict)
 
     def run(self, name: str, cut: str | None = None, **overrides: object) -> dict:
         """Submit one run of the bundled app; with ``cut`` that host's link goes down once it receives the pre-flight.
 
-        Flower streams the ServerApp's log in bursts, so the stamps say when a line arrived, not when it was written.
+        Flower streams the ServerApp's log in bursts, so its stamps say when a line arrived, not when it was written;
+        the first voter's and the first tally's SuperNode logs arrive as they are written, and their stamped
+        ``Receiving``/``Sending`` lines say when each stage reached a node and when its answer left.
         """
         config = " ".join(f"{k}={v}" for k, v in {**RUN, **overrides}.items())
         log = self.folder / f"run-{name}.log"
         watched = self.folder / f"{cut}.log"  # the node to cut: cut once its SuperNode receives the pre-flight
         seen = len(watched.read_text(errors="replace")) if cut is not None else 0
+        nodes = {host: self.folder / f"{host}.log" for host in ("voter-0", f"tally-{TALLIES - 1}")}
+        offsets = {host: len(path.read_text(errors="replace")) for host, path in nodes.items()}
         started = time.monotonic()
         submit = self.hosts.start("link", f'server/run.sh deploy --wait 60 --run-config "{config}"', self.env, log)
         stamped: list[tuple[float, str]] = []  # when each log line appeared: where the time went
+        server_lines = 0
         while True:
             done = submit.poll() is not None
+            now = time.monotonic() - started
             lines = log.read_text(errors="replace").splitlines()
-            stamped += [(time.monotonic() - started, line) for line in lines[len(stamped):]]
+            stamped += [(now, line) for line in lines[server_lines:]]
+            server_lines = len(lines)
+            for host, path in nodes.items():
+                text = path.read_text(errors="replace")
+                stamped += [(now, f"[{host}] {line}") for line in text[offsets[host]:].splitlines()
+                            if "Receiving:" in line or "Sending:" in line]
+                offsets[host] = len(text)
             if cut is not None and "Receiving: query.dphype message" in watched.read_text(errors="replace")[seen:]:
                 self.hosts.cut(cut)
                 cut = None
@@ -140,7 +155,8 @@ class Federation:
         self.seconds[name] = time.monotonic() - started
         (self.folder / f"profile-{name}.txt").write_text("".join(f"{t:7.1f} {line}\n" for t, line in stamped))
         print("\n".join(f"  {t:6.1f} s {line[:150]}" for t, line in stamped if any(
-            mark in line for mark in ("DP-Hype", "[ROUND", "Starting", "waiting for nodes", "Waiting for"))))
+            mark in line for mark in ("DP-Hype", "[ROUND", "Starting", "waiting for nodes", "Waiting for",
+                                      "Receiving:", "Sending:"))))
         output = log.read_text(errors="replace")
         tails = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}"
                           for p in sorted(self.folder.glob("*.log")) if not p.name.startswith("run-"))
@@ -203,19 +219,34 @@ def federation(tmp_path_factory):
             hosts.start(f"voter-{i}", f"clients/start-voter.sh {common} --partition-id {i} --num-partitions {VOTERS}"
                                       " --node-config clients/examples/policy-small-federation.toml",
                         env(f"voter-{i}"), tmp_path / f"voter-{i}.log")
-        before = time.monotonic()
+        for j in range(TALLIES):
+            hosts.start(f"tally-{j}", f"clients/start-tally.sh {common} --tally-id {j} --node-config "
+                                      f"{shared}/committee.toml --mpyc-tls {shared}/pki/tally-{j}",
+                        env(f"tally-{j}"), tmp_path / f"tally-{j}.log")
+        _wait_online(hosts, root, VOTERS + TALLIES)
+        phases["supernodes online"] = time.monotonic()
         print("federation set-up: " + ", ".join(f"{b} {phases[b] - phases[a]:.1f} s" for a, b in
-                                                 zip(phases, list(phases)[1:])) + f" (supernodes start with the "
-              f"first run, {before - phases['superlink']:.1f} s to launch)")
-        def start_tallies() -> None:
-            for j in range(TALLIES):
-                hosts.start(f"tally-{j}", f"clients/start-tally.sh {common} --tally-id {j} --node-config "
-                                          f"{shared}/committee.toml --mpyc-tls {shared}/pki/tally-{j}",
-                            env(f"tally-{j}"), tmp_path / f"tally-{j}.log")
-
-        yield Federation(hosts, tmp_path, root, link, start_tallies)
+                                                 zip(phases, list(phases)[1:])))
+        yield Federation(hosts, tmp_path, root, link)
     finally:
         hosts.close()
+
+
+def _wait_online(hosts: Hosts, env: dict[str, str], count: int, timeout: float = 300.0) -> None:
+    """Wait until the SuperLink lists ``count`` SuperNodes online (`flwr supernode list`), so no run waits for one."""
+    script = ("import json, subprocess, sys, time\n"
+              "deadline = time.monotonic() + float(sys.argv[2])\n"
+              "while True:\n"
+              "    out = subprocess.run(['flwr', 'supernode', 'list', 'deploy', '--format', 'json'],"
+              " capture_output=True, text=True).stdout\n"
+              "    nodes = json.loads(out[out.index('{'):]).get('nodes', []) if '{' in out else []\n"
+              "    online = sum(node.get('status') == 'online' for node in nodes)\n"
+              "    if online >= int(sys.argv[1]) or time.monotonic() > deadline:\n"
+              "        print(online); break\n"
+              "    time.sleep(2)\n")
+    online = int(hosts.run("link", f"python3 -c {shlex.quote(script)} {count} {timeout}", env,
+                           timeout=timeout + 60).split()[-1])
+    assert online >= count, f"only {online} of {count} SuperNodes connected within {timeout:g} s"
 
 
 def _federation_line(result: dict) -> None:
@@ -230,7 +261,6 @@ def test_the_sum_release_over_secagg_on_separate_hosts(federation):
 
 
 def test_the_committee_argmax_release_on_separate_hosts(federation):
-    federation.start_tallies()
     result = federation.run("argmax", release="'argmax'")
     assert result["privacy"]["survivors"] == VOTERS
     assert result["privacy"]["released"].startswith(f"winning index only (secure argmax among {TALLIES} tallies")

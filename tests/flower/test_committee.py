@@ -7,14 +7,14 @@ import re
 import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Message, RecordDict
-from helpers import CANDS, CLIENTS, argmax_grid
+from helpers import CANDS, CLIENTS, argmax_grid, sum_config
 from helpers import argmax_config as config
 
 import dphype.flower.tally_node as flower_tally
 from dphype.config import DPHypeConfig
 from dphype.flower import DPHype, PreflightError
 from dphype.flower.local import node_id
-from dphype.flower.server.committee_server import run_committee_selection
+from dphype.flower.server.committee_server import connected_committee, run_committee_selection
 from dphype.flower.wire import TALLY_KEY
 from dphype.modes import DEFAULT_ARGMAX_BALLOT
 from dphype.node.ledger import Ledger
@@ -359,3 +359,25 @@ def test_the_server_says_when_the_ballot_does_not_vote_with_the_configured_k(tmp
     with caplog.at_level("WARNING"):
         DPHype(CANDS, config(k=3, ballot="top-k"), tallies=keys).start(grid, timeout=60)
     assert "votes for" not in caplog.text
+
+
+def test_a_sum_release_samples_its_voters_among_the_nodes_that_answer_as_voters(tmp_path):
+    grid, _ = argmax_grid(tmp_path)  # the committee's 3 tallies are connected too, and refuse a sum pre-flight
+    tallies = [node_id(CLIENTS + j) for j in range(3)]
+    summed = sum_config(clients=CLIENTS, dropout=0.0)  # every sampled node must be ready
+    committee = connected_committee(grid, summed, connect_timeout=5, timeout=10)
+    assert committee.others == tuple(tallies) and committee.keys == () and committee.nodes == ()
+    assert sorted(committee.voters.get_node_ids()) == [node_id(i) for i in range(CLIENTS)]
+    result = DPHype(CANDS, summed).start(committee.selection_grid, timeout=60, connect_timeout=5)
+    assert result.report.survivors == CLIENTS
+    preflight = [m.metadata.dst_node_id for m in grid.sent if m.metadata.message_type == "query.dphype"]
+    assert sorted(preflight) == [node_id(i) for i in range(CLIENTS)]  # no tally was asked to vote
+    # more voters than the tallies leave: the run waits for them, then says so
+    with pytest.raises(PreflightError, match=r"only 6 of clients=7 voters connected within 0.3 s \(besides 3 tally"):
+        connected_committee(grid, sum_config(clients=CLIENTS + 1), connect_timeout=0.3, timeout=10)
+
+
+def test_with_exactly_the_voters_connected_a_sum_release_asks_no_node_its_role(tmp_path):
+    grid, _ = argmax_grid(tmp_path, tallies=0)
+    committee = connected_committee(grid, sum_config(clients=CLIENTS), connect_timeout=5, timeout=10)
+    assert committee.others == () and grid.sent == []

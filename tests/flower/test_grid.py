@@ -1,15 +1,20 @@
-"""One round trip over a grid (dphype.flower.grid.send_and_receive): replies, missing replies, the timeout."""
+"""One round trip over a grid (dphype.flower.grid.send_and_receive): replies, missing replies, the timeout, the
+retries of a transient SuperLink error."""
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 
+import grpc
+import httpx
 import pytest
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 
-from dphype.flower.grid import SIMULATION_IN_FLIGHT, in_flight_limit, send_and_receive
+import dphype.flower.grid as grid_module
+from dphype.flower.grid import RETRIES, SIMULATION_IN_FLIGHT, in_flight_limit, node_ids, send_and_receive, transient
 from dphype.flower.local import LocalGrid, node_id
 from dphype.flower.server.committee_server import ClientGrid
 
@@ -132,3 +137,67 @@ def test_only_flowers_simulation_grid_gets_a_window():
     simulated = InMemoryGrid.__new__(InMemoryGrid)  # the ServerApp's grid in Flower's simulation
     assert in_flight_limit(simulated) == max(SIMULATION_IN_FLIGHT, 2 * (os.cpu_count() or 1))
     assert in_flight_limit(LocalGrid(echo_app(), 2)) is None
+
+
+class FlakyGrid(LocalGrid):
+    """A LocalGrid whose first ``fail`` calls of each of push, pull and get_node_ids raise ``error()`` (a SuperLink
+    that answered an error); ``calls`` counts every call."""
+
+    def __init__(self, *args, fail: int, error, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fail, self.error, self.calls = fail, error, Counter()
+
+    def _maybe_fail(self, name: str) -> None:
+        self.calls[name] += 1
+        if self.calls[name] <= self.fail:
+            raise self.error()
+
+    def push_messages(self, messages):
+        self._maybe_fail("push")
+        return super().push_messages(messages)
+
+    def pull_messages(self, message_ids):
+        self._maybe_fail("pull")
+        return super().pull_messages(message_ids)
+
+    def get_node_ids(self):
+        self._maybe_fail("nodes")
+        return super().get_node_ids()
+
+
+def http_error(status: int):
+    """The error Flower's HTTP grid raises for a SuperLink answer with ``status`` (500: its store was locked)."""
+    request = httpx.Request("POST", "https://superlink:9091/push")
+    return lambda: httpx.HTTPStatusError(f"Server error '{status}'", request=request,
+                                         response=httpx.Response(status, request=request))
+
+
+class Unavailable(grpc.RpcError):
+    def code(self):
+        return grpc.StatusCode.UNAVAILABLE
+
+
+@pytest.mark.parametrize("error", [http_error(500), http_error(503), Unavailable])
+def test_a_transient_superlink_error_is_retried_and_every_reply_comes_back(monkeypatch, caplog, error):
+    monkeypatch.setattr(grid_module, "RETRY_DELAY", 0.001)
+    grid = FlakyGrid(echo_app(), 4, fail=1, error=error)
+    messages = [Message(RecordDict({"ping": ConfigRecord({"node": node_id(i)})}), dst_node_id=node_id(i),
+                        message_type="query") for i in range(4)]
+    replies = ClientGrid(grid, []).send_and_receive(messages, timeout=None)
+    assert sources(replies) == [node_id(i) for i in range(4)]
+    assert grid.calls["push"] == 2 and grid.calls["pull"] >= 2 and len(grid.sent) == 4
+    assert node_ids(grid) == [node_id(i) for i in range(4)] and grid.calls["nodes"] == 2
+    assert "the SuperLink failed to store messages" in caplog.text
+
+
+def test_a_superlink_error_that_is_not_transient_fails_at_once_and_a_lasting_one_after_the_retries(monkeypatch):
+    monkeypatch.setattr(grid_module, "RETRY_DELAY", 0.001)
+    grid = FlakyGrid(echo_app(), 2, fail=1, error=http_error(400))
+    with pytest.raises(httpx.HTTPStatusError, match="400"):
+        send_and_receive(grid, pings(LocalGrid(echo_app(), 2)), timeout=None)
+    assert grid.calls["push"] == 1 and grid.sent == []
+    lasting = FlakyGrid(echo_app(), 2, fail=10**6, error=http_error(500))
+    with pytest.raises(httpx.HTTPStatusError, match="500"):
+        node_ids(lasting)
+    assert lasting.calls["nodes"] == RETRIES + 1
+    assert not transient(ValueError("database is locked")) and transient(http_error(502)())

@@ -5,8 +5,12 @@ voters' setup in ``tests/deployment/test_deployment.py``."""
 from __future__ import annotations
 
 import multiprocessing
+import os
+import subprocess
+import sys
 
 import pytest
+from helpers import REPO
 
 from dphype.cli import main as cli_main
 from dphype.flower.superexec import RUNTIME_MODULES, ForkserverExecutor, check_preload, fresh_process_state, serve
@@ -71,3 +75,16 @@ def test_preload_names_a_module_that_cannot_be_imported():
 def test_the_command_refuses_bad_options_before_it_starts(argv, message, capsys):
     assert cli_main(["superexec", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("names", "loaded"), [("adult", 1), (" adult , ", 1), ("", 0)])
+def test_the_fork_servers_warm_module_parses_the_named_data_sets_once_for_every_task(names, loaded):
+    # what `dphype superexec --preload dphype.app.warm` does in the fork server (clients/start-voter.sh)
+    probe = ("import dphype.app.warm\n"
+             "from dphype.ml.torch_task import _load_cached, load_cached\n"
+             "print(_load_cached.cache_info().currsize)\n"
+             "load_cached('adult')\n"  # what a task's make_task asks: found, not parsed again
+             "print(_load_cached.cache_info().misses)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(REPO), "DPHYPE_WARM_DATA": names}).stdout.split()
+    assert out == [str(loaded), "1"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dp_accounting
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.mod import fixedclipping_mod
 from flwr.serverapp import GaussianPrivacyEvent, PrivacyAccountant
@@ -13,8 +13,8 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, 
 from helpers import PERMISSIVE
 
 from dphype.config import DPHypeConfig
-from dphype.flower import ClippingError, TrainingBudget, check_private_training, private_training
-from dphype.flower.final_training import RunAccountant, flower_training_spent
+from dphype.flower import BoundedFedAvg, ClippingError, TrainingBudget, check_private_training, private_training
+from dphype.flower.final_training import RunAccountant, TrainingError, flower_training_spent
 from dphype.flower.local import LocalGrid
 from dphype.privacy.accounting import calibrate, fedavg_epsilon, privacy_report
 
@@ -279,3 +279,21 @@ def test_an_update_just_above_the_clipping_norm_is_refused_whatever_the_toleranc
         pytest.fail(f"updates of L2 norm {factor} x the clipping norm were accepted as clipped")
     assert private.report()["training"]["private"] is False
     assert private.accountant.num_releases == 1  # the selection only: the refused round was not accounted
+
+
+def test_fedavg_waits_for_a_vanished_voter_only_so_long_then_goes_on_with_the_others_or_stops(caplog):
+    grid = LocalGrid(ClientApp(), 4)  # one voter of 5 is gone: Flower's own FedAvg would wait for it forever
+    arrays = ArrayRecord({"w": Array(np.zeros(2, dtype=np.float32))})
+    strategy = BoundedFedAvg(fewest=3, wait=0.05, fraction_evaluate=0.5, min_train_nodes=5, min_evaluate_nodes=5,
+                             min_available_nodes=5)
+    assert len(list(strategy.configure_train(1, arrays, ConfigRecord(), grid))) == 4
+    assert "4 of the 5 nodes FedAvg trains on are connected after 0.05 s; going on with them" in caplog.text
+    assert (strategy.min_available_nodes, strategy.min_train_nodes, strategy.min_evaluate_nodes) == (4, 4, 4)
+    assert len(list(strategy.configure_evaluate(1, arrays, ConfigRecord(), grid))) == 4  # no second wait
+    strict = BoundedFedAvg(fewest=5, wait=0.05, min_train_nodes=5, min_available_nodes=5)
+    with pytest.raises(TrainingError, match="only 4 of the 5 nodes FedAvg trains on are connected after 0.05 s, "
+                                            "fewer than the 5 it can go on with"):
+        strict.configure_train(1, arrays, ConfigRecord(), grid)
+    for bad in ({"fewest": 0, "wait": 1.0}, {"fewest": 3, "wait": 0.0}):
+        with pytest.raises(ValueError, match="must be"):
+            BoundedFedAvg(**bad)

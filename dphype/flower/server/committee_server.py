@@ -12,8 +12,9 @@ contributors than the committee's floor (`dphype.privacy.noise.min_valid_ballots
 (one vote each: a node votes once per approved request).
 
 A server that takes its committee from the nodes rather than from its operator (the bundled app, the app
-``dphype new`` writes) asks `connected_committee` first (`discover_committee` in argmax mode, no committee in
-sum mode); its ``voters`` (a `ClientGrid`) is the grid a strategy sees afterwards, without the tallies.
+``dphype new`` writes) asks `connected_committee` first (`discover_committee` in argmax mode; in sum mode
+`find_tallies`, the connected tally nodes, which do not vote then); its ``voters`` (a `ClientGrid`) is the grid a
+strategy sees afterwards, without the tallies.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from flwr.supercore.run import Run
 
 from dphype.checks import check_k, check_positive
 from dphype.config import DPHypeConfig
-from dphype.flower.grid import send_and_receive
+from dphype.flower.grid import node_ids, pull, push, send_and_receive
 from dphype.flower.server.readiness import PreflightError, remaining_nodes, wait_for_nodes
 from dphype.flower.wire import (
     COMMITTEE_VOTE_TYPE,
@@ -153,12 +154,12 @@ def discover_committee(grid: Grid, clients: int, size: int, *, connect_timeout: 
         wait_for_nodes(grid, needed, connect_timeout)
     except PreflightError:
         raise PreflightError(
-            f"only {len(list(grid.get_node_ids()))} nodes connected within {connect_timeout:g} s; release=argmax "
+            f"only {len(node_ids(grid))} nodes connected within {connect_timeout:g} s; release=argmax "
             f"needs clients + tallies = {needed} nodes ({clients} voters and {size} tally nodes); nothing was "
             f"sent: in simulation run `dphype run` (it adds the tally nodes) or set num-supernodes={needed} with "
             "the ClientApp mod dphype.flower.simulated_roles; in a deployment start every tally's SuperNode "
             "(clients/start-tally.sh; docs/releases.md)") from None
-    connected = sorted(grid.get_node_ids())
+    connected = sorted(node_ids(grid))
     log(logging.INFO, "DP-Hype tally hello: asking the %d connected nodes which of them are the %d tallies",
         len(connected), size)
     found: dict[int, tuple[int, bytes]] = {}
@@ -177,6 +178,53 @@ def discover_committee(grid: Grid, clients: int, size: int, *, connect_timeout: 
     return tuple(found[j][1] for j in range(size)), tuple(found[j][0] for j in range(size))
 
 
+def find_tallies(grid: Grid, clients: int, *, connect_timeout: float | None,
+                 timeout: float | None) -> tuple[int, ...]:
+    """The node ids of the connected tally nodes, for a release without a committee, once ``clients`` voters connect.
+
+    Which nodes are tallies is each node's own answer to ``hello`` (its operator's ``dphype-tally-id``), never the
+    server's guess. Nodes are asked only when more than ``clients`` are connected (else every one takes part), each
+    once; a node that does not answer in time is not set aside (a tally among the sampled voters refuses the
+    pre-flight). While tallies leave fewer than ``clients`` other nodes it waits for more.
+
+    Args:
+        grid: The ServerApp's grid.
+        clients: The number of voters the selection needs.
+        connect_timeout: Seconds to wait for ``clients`` voters to connect (``None``: no limit).
+        timeout: Seconds to wait for the ``hello`` answers (``None``: no limit).
+
+    Returns:
+        The tallies' node ids, sorted (empty when no more than ``clients`` nodes are connected).
+
+    Raises:
+        dphype.flower.server.readiness.PreflightError: If fewer than ``clients`` nodes besides the tallies connect
+            within ``connect_timeout`` (nothing was sent to the voters).
+    """  # noqa: DOC503
+    deadline = None if connect_timeout is None else time.monotonic() + connect_timeout
+    tallies: set[int] = set()
+    asked: set[int] = set()
+    while True:
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        try:
+            wait_for_nodes(ClientGrid(grid, sorted(tallies)), clients, left)
+        except PreflightError:
+            raise PreflightError(f"only {len(node_ids(grid)) - len(tallies)} of clients={clients} voters connected "
+                                 f"within {connect_timeout:g} s (besides {len(tallies)} tally nodes, which do not "
+                                 "vote in this release); nothing was sent: start more voters' SuperNodes, or run "
+                                 "with clients <= the voters you have") from None
+        connected = node_ids(grid)
+        fresh = sorted(n for n in connected if n not in asked)
+        if len(connected) <= clients and not asked:  # no choice to make: every connected node is asked to vote
+            return ()
+        if fresh:
+            log(logging.INFO, "DP-Hype: asking %d connected nodes whether they are tallies (%d voters are sampled "
+                "among the others)", len(fresh), clients)
+            asked.update(fresh)
+            tallies.update(node for node, (index, _) in _hello(grid, fresh, timeout) if index >= 0)
+        if len([n for n in connected if n not in tallies]) >= clients:
+            return tuple(sorted(tallies))
+
+
 @dataclass(frozen=True)
 class Committee:
     """The tally committee a server found among the connected nodes (`connected_committee`).
@@ -186,38 +234,49 @@ class Committee:
         keys: The tallies' X25519 public keys in committee order (``DPHype(..., tallies=keys)``); empty in a mode
             without a committee.
         nodes: Their node ids in committee order (``DPHype.start(grid, committee_nodes=nodes)``); empty likewise.
+        others: In a mode without a committee, the connected tally nodes (`find_tallies`), which neither vote nor
+            train; empty otherwise.
     """
 
     grid: Grid
     keys: tuple[bytes, ...] = ()
     nodes: tuple[int, ...] = ()
+    others: tuple[int, ...] = ()
 
     @property
     def voters(self) -> Grid:
         """The grid without the tallies (a `ClientGrid`), for the strategy that trains afterwards."""
-        return ClientGrid(self.grid, self.nodes) if self.nodes else self.grid
+        return ClientGrid(self.grid, self.nodes + self.others)
+
+    @property
+    def selection_grid(self) -> Grid:
+        """The grid the selection runs on: the whole grid with a committee (it asks the tallies), else `voters`."""
+        return self.grid if self.nodes else self.voters
 
 
 def connected_committee(grid: Grid, config: DPHypeConfig, size: int = COMMITTEE_SIZE, *,
                         candidates: CandidateList | None = None, connect_timeout: float | None = 600.0,
                         timeout: float | None = 3600.0) -> Committee:
-    """The tally committee among the connected nodes when ``config``'s release needs one; none otherwise.
+    """The tally committee among the connected nodes when ``config``'s release needs one; else the tallies to skip.
 
-    `discover_committee` in a committee mode, an empty `Committee` otherwise, so one ServerApp serves every release.
+    `discover_committee` in a committee mode, `find_tallies` otherwise, so one ServerApp serves every release and
+    its selection (`Committee.selection_grid`) and training (`Committee.voters`) reach the voters only.
 
     Args:
         grid: The ServerApp's grid.
         config: The selection's configuration (its release and ``clients``).
         size: The committee's size (at least 3).
         candidates: The selection's candidates, checked against ``config`` before any wait; ``None``: not checked.
-        connect_timeout: Seconds to wait for ``clients + size`` nodes (``None``: no limit).
+        connect_timeout: Seconds to wait for ``clients + size`` nodes (a committee mode) or ``clients`` voters
+            (``None``: no limit).
         timeout: Seconds to wait for the ``hello`` answers (``None``: no limit).
 
     Returns:
         The committee: its keys, node ids and the ``voters`` grid.
 
     Raises:
-        dphype.flower.server.readiness.PreflightError: If fewer than ``clients + size`` nodes connect.
+        dphype.flower.server.readiness.PreflightError: If fewer than ``clients + size`` nodes connect (a committee
+            mode), or fewer than ``clients`` voters.
         TallyError: If the tallies that answer are not exactly ``0..size-1``.
         ValueError: If ``config``'s ``k`` exceeds the number of ``candidates`` or its noise cannot be calibrated
             for them.
@@ -226,7 +285,8 @@ def connected_committee(grid: Grid, config: DPHypeConfig, size: int = COMMITTEE_
         check_k(config.k, len(candidates))  # the configured k, whether or not the ballot votes with it
         config.mode.calibrate(config, candidates)
     if config.mode.aggregator is not Aggregator.COMMITTEE:
-        return Committee(grid)
+        return Committee(grid, others=find_tallies(grid, config.clients, connect_timeout=connect_timeout,
+                                                   timeout=timeout))
     keys, nodes = discover_committee(grid, config.clients, size, connect_timeout=connect_timeout, timeout=timeout)
     return Committee(grid, keys, nodes)
 
@@ -260,15 +320,15 @@ class ClientGrid(Grid):
 
     def get_node_ids(self) -> Iterable[int]:
         """The connected nodes' ids, without the tallies."""
-        return [n for n in self.grid.get_node_ids() if n not in self.tally_nodes]
+        return [n for n in node_ids(self.grid) if n not in self.tally_nodes]
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        """Push ``messages`` through the wrapped grid; their message ids."""
-        return self.grid.push_messages(messages)
+        """Push ``messages`` through the wrapped grid (`dphype.flower.grid.push`); their message ids."""
+        return push(self.grid, list(messages))
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        """Pull the replies that have arrived through the wrapped grid."""
-        return self.grid.pull_messages(message_ids)
+        """Pull the replies that have arrived through the wrapped grid (`dphype.flower.grid.pull`)."""
+        return pull(self.grid, message_ids)
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
         """The replies that arrive within ``timeout`` (`dphype.flower.grid.send_and_receive`, a short poll)."""
@@ -345,10 +405,10 @@ def run_committee_selection(grid: Grid, request: VoteRequest, *, preflight: Pref
     tally_timeout = check_tally_timeout(tally_timeout)
     if committee_nodes is None:
         wait_for_nodes(grid, cfg.clients + len(committee), connect_timeout)
-        connected = sorted(grid.get_node_ids())
+        connected = sorted(node_ids(grid))
         tally_nodes = find_committee(grid, committee, connected, timeout)
     else:  # the committee was found among connected nodes: a node gone since then is cut off, not waited for
-        connected = sorted(grid.get_node_ids())
+        connected = sorted(node_ids(grid))
         tally_nodes = dict(enumerate(int(n) for n in committee_nodes))
         if len(tally_nodes) != len(committee) or len(set(tally_nodes.values())) != len(committee):
             raise ValueError(f"committee_nodes must name {len(committee)} distinct nodes, one per tally in "

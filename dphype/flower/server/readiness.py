@@ -20,7 +20,7 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common import log
 from flwr.serverapp.grid import Grid
 
-from dphype.flower.grid import send_and_receive
+from dphype.flower.grid import node_ids, send_and_receive
 from dphype.flower.wire import PREFLIGHT_TYPE, RECORD_KEY, STAGE_KEY
 from dphype.node.policy import REMEDIES
 from dphype.protocol import VoteRequest
@@ -49,7 +49,7 @@ def wait_for_nodes(grid: Grid, clients: int, timeout: float | None, every: float
     start = time.monotonic()
     last_log = start
     while True:
-        nodes = sorted(grid.get_node_ids())
+        nodes = sorted(node_ids(grid))
         if len(nodes) >= clients:
             return sorted(random.sample(nodes, clients))
         waited = time.monotonic() - start
@@ -81,7 +81,7 @@ def remaining_nodes(grid: Grid, exclude: Collection[int], clients: int, fewest: 
     Raises:
         PreflightError: If fewer than ``fewest`` are left (nothing was sent).
     """
-    nodes = sorted(n for n in grid.get_node_ids() if n not in exclude)
+    nodes = sorted(n for n in node_ids(grid) if n not in exclude)
     if len(nodes) >= clients:
         return sorted(random.sample(nodes, clients))
     if len(nodes) < fewest:
