@@ -107,9 +107,8 @@ def federation(tmp_path: Path) -> Iterator[tuple[Federation, list[subprocess.Pop
         # the SuperLink's script also names it `deploy` in the fresh FLWR_HOME's config.toml
         fed.start("superlink", superlink_args(fed.link_port, tmp_path / "state.db"))
         wait_for_port(fed.link_port)
-        # each operator's own limits: votes at epsilon 20 among 5 clients (4 if one vanishes), two of them in its
-        # lifetime (RDP composes them to less than 40), in a SecAgg+ graph of 2 neighbours (the secure one for 4 or
-        # 5 clients)
+        # each operator's own limits: a vote at epsilon 20 among 5 clients (4 if one vanishes), within a lifetime
+        # budget of 40, in a SecAgg+ graph of 2 neighbours (the secure one for 4 or 5 clients)
         policy = write_node_config(tmp_path / "policy.toml", {
             "dphype-max-epsilon": 20, "dphype-min-clients": 4, "dphype-min-neighbours": 2,
             "dphype-lifetime-epsilon": 40, "dphype-allow-unauthenticated": True})  # the guide's recipe: a roster
