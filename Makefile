@@ -45,8 +45,15 @@ lint: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/docs
 
+# The fast tests on $(WORKERS) pytest-xdist workers (each worker is its own session: its own temporary folder, FLWR_HOME
+# and ports), then the slow end-to-end tests one at a time (they start Flower deployments and MPyC committees of
+# their own). Both parts always run; `make test` fails when either fails.
+WORKERS ?= 2
+
 test: install fmnist lint
-	$(PY) -m pytest -q -m "slow or not slow"
+	$(PY) -m pytest -q -n $(WORKERS); fast=$$?; \
+	$(PY) -m pytest -q -m slow; slow=$$?; \
+	test $$fast -eq 0 -a $$slow -eq 0
 
 test-fast: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(WORKERS)

@@ -24,11 +24,27 @@ from dphype.node.policy import POLICY_ENV
 INTERPRETER_SERVERS = ("forkserver", "resource_tracker")
 
 
+def session_processes() -> list[str]:
+    """The command lines (cut to 120 characters) of the processes below this one, but for multiprocessing's
+    forkserver and resource tracker, which serve the interpreter and end with it."""
+    from dphype.flower.local import descendants
+
+    commands = []
+    for pid in descendants(os.getpid()):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # it ended meanwhile
+            continue
+        if not any(f"from multiprocessing.{server} import main" in command for server in INTERPRETER_SERVERS):
+            commands.append(command[:120])
+    return commands
+
+
 @pytest.fixture(scope="session", autouse=True)
 def nothing_left_behind(tmp_path_factory):
     """The session's own temporary folder (``tempfile`` and ``TMPDIR``; pytest's ``tmp_path`` stays where it
     is); at its end no ``dphype-*`` folder may be left in it and no process started by the session may run."""
-    from dphype.flower.local import LocalGrid, descendants
+    from dphype.flower.local import LocalGrid
 
     tmp_path_factory.getbasetemp()  # pytest's folders first, outside the private one
     multiprocessing.util.get_temp_dir()  # and multiprocessing's, which it removes itself at the interpreter's exit
@@ -41,13 +57,8 @@ def nothing_left_behind(tmp_path_factory):
         held = {grid.folder for grid in gc.get_objects() if isinstance(grid, LocalGrid)}  # theirs go at exit
         left = sorted(path.name for path in Path(private).glob("dphype-*") if path not in held)
         deadline = time.monotonic() + 10.0  # a child that is stopping gets the time to exit
-        while (running := descendants(os.getpid())) and time.monotonic() < deadline:
+        while (commands := session_processes()) and time.monotonic() < deadline:
             time.sleep(0.2)
-        commands = [Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120]
-                    for pid in running if Path(f"/proc/{pid}/cmdline").exists()]
-        # multiprocessing's forkserver and resource tracker serve the interpreter and end with it
-        commands = [command for command in commands if not any(f"from multiprocessing.{server} import main" in command
-                                                               for server in INTERPRETER_SERVERS)]
         assert not left and not commands, f"the tests left temporary folders {left} and processes {commands}"
     finally:
         tempfile.tempdir = before[0]

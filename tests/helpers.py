@@ -31,6 +31,7 @@ from flwr.clientapp import ClientApp
 from dphype.config import DPHypeConfig
 from dphype.flower import register_dphype
 from dphype.flower.local import LocalGrid, free_port, node_id
+from dphype.flower.local import descendants as descendants  # the test modules stop process trees with it
 from dphype.flower.tally_node import load_tally_key
 from dphype.protocol import VoteRequest, make_vote_request
 from dphype.result import DPHypeResult
@@ -234,27 +235,16 @@ def processes_with(*fragments: str) -> list[int]:
     return pids
 
 
-def descendants(pid: int) -> list[int]:
-    """All live descendants of ``pid`` (children first found through /proc/*/stat)."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            parents.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited but not yet reaped by its parent, does not)."""
+    try:
+        return (Path(f"/proc/{pid}") / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def stop(pids: list[int], timeout: float = 10.0) -> None:
-    """SIGTERM each PID, then SIGKILL what is still alive after ``timeout``."""
+    """SIGTERM each PID, then SIGKILL what is still running after ``timeout``."""
     for pid in pids:
         try:
             os.kill(pid, signal.SIGTERM)
@@ -262,9 +252,9 @@ def stop(pids: list[int], timeout: float = 10.0) -> None:
             pass
     deadline = time.monotonic() + timeout
     for pid in pids:
-        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        while time.monotonic() < deadline and running(pid):
             time.sleep(0.2)
-        if Path(f"/proc/{pid}").exists():
+        if running(pid):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

@@ -586,8 +586,9 @@ def partition_iid(labels: np.ndarray | int, clients: int, seed: int) -> list[np.
 def flwr_partition(labels: np.ndarray, partitioner: Partitioner) -> list[np.ndarray]:
     """Row indices of every partition a configured flwr-datasets ``partitioner`` makes of in-memory labels.
 
-    The partitioner gets a ``datasets.Dataset`` with the columns ``label`` and ``row`` (the row index), so the
-    features never leave numpy and any flwr-datasets partitioning plugs in.
+    The partitioner gets a ``datasets.Dataset`` with the columns ``label`` and ``row`` (the row index) in Arrow
+    format (a column reads as one Arrow array, not row by row), so the features never leave numpy and any
+    flwr-datasets partitioning plugs in.
 
     Args:
         labels: The ``(N,)`` labels.
@@ -600,7 +601,8 @@ def flwr_partition(labels: np.ndarray, partitioner: Partitioner) -> list[np.ndar
     from datasets import Dataset as HFDataset
 
     y = np.asarray(labels)
-    partitioner.dataset = HFDataset.from_dict({"label": y, "row": np.arange(len(y), dtype=np.int64)})
+    table = HFDataset.from_dict({"label": y, "row": np.arange(len(y), dtype=np.int64)})
+    partitioner.dataset = table.with_format("arrow")
     return [np.sort(np.asarray(partitioner.load_partition(i)["row"], dtype=np.int64))
             for i in range(partitioner.num_partitions)]
 

@@ -89,7 +89,8 @@ def test_a_voter_cut_off_mid_vote_is_named_and_left_out(tmp_path, monkeypatch):
         return deliver(messages)
 
     monkeypatch.setattr(grid, "push_messages", cut_at_the_vote)
-    result = DPHype(CANDS, cfg, tallies=committee.keys).start(grid, timeout=5, connect_timeout=600,
+    # the in-process grid answers when a message is pushed: the timeout is only waited out for the cut-off node
+    result = DPHype(CANDS, cfg, tallies=committee.keys).start(grid, timeout=1, connect_timeout=600,
                                                               committee_nodes=committee.nodes)
     assert f"node {node_id(3)} (no shares)" in result.report.excluded and result.report.survivors == CLIENTS - 1
 
@@ -107,5 +108,6 @@ def test_a_tally_cut_off_mid_run_stops_the_release_naming_it(tmp_path):
     grid.silent.add(node_id(CLIENTS + 2))  # tally 2 still listed, never answers again: cut off mid-run
     with pytest.raises(TallyError, match=r"tally 2 did not answer the collect stage in time \(unreachable or cut "
                                          r"off: the committee needs all 3 tallies\); nothing released; the 6 voters"):
-        DPHype(CANDS, cfg, tallies=committee.keys).start(grid, timeout=5, connect_timeout=600,
+        # the in-process grid answers when a message is pushed: the timeout is only waited out for tally 2
+        DPHype(CANDS, cfg, tallies=committee.keys).start(grid, timeout=1, connect_timeout=600,
                                                          committee_nodes=committee.nodes)
