@@ -103,6 +103,9 @@ def test_the_study_writes_its_tables_against_the_goals(tmp_path: Path, capsys: p
     assert (float(at_goal["floor_worst"]), at_goal["floor_worst_k"]) == (2.0, "8")
     text = (tmp_path / "r" / "ksweep_loto.md").read_text()
     assert "| constant | k = K | K = " in text
+    # the share goal's federations (6, 6 and 10 best) with one k: k = 8 gives the least of them 1 - 2 / 10
+    assert res["share_goal_one_k"] == {"k": 8, "least_share": 0.8}
+    assert "at best 80% for the least of them (k = 8)" in text
     assert "| gamma | constant | K = 9 | 2 | 2.00 | 3.00 | 1 | gamma iid 0.90 | 0.00 / 0.00 |" in text
     assert main(["ksweep-loto", "--runs", str(runs[0]), "--out", str(tmp_path / "r2")]) == 2
     assert "at least 2 data sets" in capsys.readouterr().err
