@@ -48,8 +48,9 @@ def test_apps_in_process_select_then_train(tmp_path, flower_log, monkeypatch):
 
     send_and_receive = committee_server.send_and_receive
     monkeypatch.setattr(committee_server, "send_and_receive", bounded)
-    # 4 clients: at epsilon=1 the noise (sigma ~10), not the vote, would decide; the nodes' operators allow it
-    run_config = {**RUN_CONFIG, "epsilon": 20.0, "round-timeout": 123.0, "result-file": str(tmp_path / "result.json")}
+    # 4 clients: at epsilon=1 the noise (sigma ~10), not the vote, would decide, and at 20 it still lifts a candidate
+    # without a vote above the voted ones now and then; at 100 the vote decides; the nodes' operators allow it
+    run_config = {**RUN_CONFIG, "epsilon": 100.0, "round-timeout": 123.0, "result-file": str(tmp_path / "result.json")}
     grid = LocalGrid(client_app.app, 4, run_config={"dataset": "adult", "seed": 0, "local-epochs": 1},
                      node_config=PERMISSIVE)
     app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config))
@@ -58,7 +59,7 @@ def test_apps_in_process_select_then_train(tmp_path, flower_log, monkeypatch):
     assert json.loads(logged.split(RESULT_PREFIX, 1)[1].splitlines()[0]) == summary
     # the summary as text: the pick and its guarantee, then the training and the accuracy
     assert f"DP-Hype run summary:\nDP-Hype selected candidate {summary['selected_index']} of 10" in logged
-    assert "privacy: (20, 1e-05)-DP per client" in logged and f"accuracy: {summary['accuracy']:.4g}" in logged
+    assert "privacy: (100, 1e-05)-DP per client" in logged and f"accuracy: {summary['accuracy']:.4g}" in logged
     assert f"the summary's JSON is in {tmp_path / 'result.json'}" in logged
     assert summary["best_params"] == load_candidates(SUBSET)[summary["selected_index"]]
     assert len(summary["noisy_sum"]) == 10

@@ -181,5 +181,7 @@ def test_deployment_on_loopback_survives_a_vanished_supernode(federation):
     # a working candidate: within 10 points of Opt (the diverged ones sit 60 points below it); the noisy pick among
     # the working ones is the release's business, measured by the benchmarks, not asserted on one noisy run
     assert accuracies[result["selected_index"]] >= accuracies.max() - 0.10
-    # FedAvg trained on the four remaining shards: above the majority baseline
-    assert result["accuracy"] > majority_of_test_split("adult") + 0.03
+    # FedAvg trained the pick on the four remaining shards: above the majority baseline, and near what the pick
+    # reaches on all five (a working pick may itself sit only a few points above the baseline)
+    assert result["accuracy"] > majority_of_test_split("adult")
+    assert result["accuracy"] == pytest.approx(accuracies[result["selected_index"]], abs=0.05)
