@@ -46,14 +46,16 @@ docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/docs
 
 # The fast tests on $(WORKERS) pytest-xdist workers (each worker is its own session: its own temporary folder, FLWR_HOME
-# and ports), then the slow end-to-end tests one at a time (they start Flower deployments and MPyC committees of
-# their own). Both parts always run; `make test` fails when either fails.
+# and ports; one torch/BLAS thread each, so that the workers do not oversubscribe the cores), then the slow end-to-end
+# tests one at a time (they start Flower deployments and MPyC committees of their own). Both parts always run;
+# `make test` fails when either fails.
 WORKERS ?= 2
+FAST = OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n $(WORKERS)
 
 test: install fmnist lint
-	$(PY) -m pytest -q -n $(WORKERS); fast=$$?; \
+	$(FAST); fast=$$?; \
 	$(PY) -m pytest -q -m slow; slow=$$?; \
 	test $$fast -eq 0 -a $$slow -eq 0
 
 test-fast: install
-	$(PY) -m pytest -q -n $(WORKERS)
+	$(FAST)
