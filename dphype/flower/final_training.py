@@ -35,7 +35,6 @@ waits for them without limit, so a voter cut off mid-training would stop the run
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -61,6 +60,7 @@ from flwr.serverapp.strategy import (
 from flwr.supercore.differential_privacy import get_norm
 
 from dphype.checks import check_delta, check_epsilon_budget, check_int, check_neighbouring, check_positive
+from dphype.flower.server.readiness import PreflightError, wait_for_nodes
 from dphype.privacy.accounting import (
     RDP_ORDERS,
     PrivacyReport,
@@ -82,10 +82,6 @@ CLIPPING: tuple[str, ...] = ("server", "client")
 CLIP_TOLERANCE = 1e-4
 
 
-#: Seconds between two looks at the connected nodes while `BoundedFedAvg` waits for them.
-NODE_POLL = 1.0
-
-
 class TrainingError(RuntimeError):
     """Too few voters are connected to go on training (`BoundedFedAvg`); the rounds so far stand."""
 
@@ -104,33 +100,30 @@ class BoundedFedAvg(FedAvg):
         wait: Seconds to wait for ``min_available_nodes`` before going on with fewer (``> 0``).
         **kwargs: Flower's ``FedAvg`` keyword arguments.
 
-    Raises:
-        ValueError: If ``fewest`` or ``wait`` is out of range.
+    ``fewest`` or ``wait`` out of range is refused with a ``ValueError`` naming it (`dphype.checks`).
     """
 
     def __init__(self, *, fewest: int, wait: float, **kwargs: Any) -> None:
-        if isinstance(fewest, bool) or not isinstance(fewest, int) or fewest < 1:
-            raise ValueError(f"fewest must be an integer >= 1, got {fewest!r}")
         super().__init__(**kwargs)
-        self.fewest = fewest
+        self.fewest = check_int("fewest", fewest, 1)
         self.wait = check_positive("wait", wait)
 
     def _connected(self, grid: Grid) -> None:
         """Wait for ``min_available_nodes`` at most `wait` s; go on with ``fewest`` or more, else `TrainingError`."""
-        deadline = time.monotonic() + self.wait
-        while len(nodes := list(grid.get_node_ids())) < self.min_available_nodes:
-            if time.monotonic() >= deadline:
-                if len(nodes) < self.fewest:
-                    raise TrainingError(
-                        f"only {len(nodes)} of the {self.min_available_nodes} nodes FedAvg trains on are connected "
-                        f"after {self.wait:g} s, fewer than the {self.fewest} it can go on with; the training stopped "
-                        "(the rounds so far stand): restart the voters' SuperNodes, or run again")
-                log(logging.WARNING, "DP-Hype: %d of the %d nodes FedAvg trains on are connected after %g s; going on "
-                    "with them (at least %d)", len(nodes), self.min_available_nodes, self.wait, self.fewest)
-                self.min_available_nodes = self.min_train_nodes = len(nodes)
-                self.min_evaluate_nodes = min(self.min_evaluate_nodes, len(nodes))
-                return
-            time.sleep(min(NODE_POLL, max(deadline - time.monotonic(), 0.0)))
+        try:
+            wait_for_nodes(grid, self.min_available_nodes, self.wait)
+            return
+        except PreflightError:
+            nodes = list(grid.get_node_ids())
+        if len(nodes) < self.fewest:
+            raise TrainingError(
+                f"only {len(nodes)} of the {self.min_available_nodes} nodes FedAvg trains on are connected after "
+                f"{self.wait:g} s, fewer than the {self.fewest} it can go on with; the training stopped (the rounds "
+                "so far stand): restart the voters' SuperNodes, or run again")
+        log(logging.WARNING, "DP-Hype: %d of the %d nodes FedAvg trains on are connected after %g s; going on with "
+            "them (at least %d)", len(nodes), self.min_available_nodes, self.wait, self.fewest)
+        self.min_available_nodes = self.min_train_nodes = len(nodes)
+        self.min_evaluate_nodes = min(self.min_evaluate_nodes, len(nodes))
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:

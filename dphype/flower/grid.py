@@ -75,17 +75,17 @@ def retried(call: Callable[[], _T], what: str) -> _T:
         Exception: The call's error when it is not transient, or still transient after the last retry.
     """  # noqa: DOC502, DOC503
     delay = RETRY_DELAY
-    for attempt in range(RETRIES + 1):
+    for attempt in range(RETRIES):
         try:
             return call()
         except Exception as err:
-            if attempt == RETRIES or not transient(err):
+            if not transient(err):
                 raise
             log(logging.WARNING, "DP-Hype: the SuperLink failed to %s (%s); retry %d of %d in %.1f s", what,
                 (str(err).splitlines() or [type(err).__name__])[0][:200], attempt + 1, RETRIES, delay)
             time.sleep(delay)
             delay *= 2
-    raise AssertionError("unreachable")  # the loop returns or raises
+    return call()
 
 
 def push(grid: Grid, messages: list[Message]) -> list[str]:

@@ -93,6 +93,11 @@ def test_every_mode_gets_an_app_whose_k_is_the_planners_choice_for_its_candidate
                   tallies=tallies)
     assert auto.config.ballot == DEFAULT_ARGMAX_BALLOT and auto.plan().k == 2
     assert auto.plan().success >= 0.7
+    # the app's comment states the auto rule with the library's constants
+    from dphype.selection.voting import AUTO_EXPONENT, AUTO_SCALE
+
+    assert AUTO_EXPONENT == 1.0 and f"round({AUTO_SCALE:g} p s / n)" in (
+        new_app(tmp_path / "auto") / "pyproject.toml").read_text()
 
 
 def test_a_new_mode_is_offered_with_no_other_edit(tmp_path):
