@@ -77,8 +77,12 @@ def _power(grid: np.ndarray, p: np.ndarray, s: np.ndarray, n: np.ndarray) -> np.
     return rule_depth(p[None, :], s[None, :], n[None, :], c, a, b)  # type: ignore[arg-type]
 
 
+#: The families of rules the study can fit, in report order (`families`).
+FAMILY_NAMES = ("constant", "share", "auto", "ratio", "noise", "power")
+
+
 def families(ks: Sequence[int], names: Sequence[str]) -> list[Family]:
-    """The families named (all six by default), with their grids over ``ks`` (the swept ``k``)."""
+    """The families named (any of `FAMILY_NAMES`), with their grids over ``ks`` (the swept ``k``)."""
     exps = np.round(np.arange(0.0, 1.51, 0.05), 2)
     shares = np.round(np.arange(0.01, 0.505, 0.005), 3)
     every: dict[str, Family] = {
@@ -223,8 +227,7 @@ def floor_of(grid: Grid, idx: np.ndarray) -> tuple[float, float]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", nargs="+", required=True, metavar="DIR",
                         help="output folders of dphype bench ksweep runs (their ksweep.csv, every point once)")
-    parser.add_argument("--families", nargs="+", default=["constant", "share", "auto", "ratio", "noise", "power"],
-                        choices=["constant", "share", "auto", "ratio", "noise", "power"],
+    parser.add_argument("--families", nargs="+", default=list(FAMILY_NAMES), choices=FAMILY_NAMES,
                         help="the families of rules to fit (default all six)")
     parser.add_argument("--relations", nargs="+", choices=NEIGHBOURING, default=["replace-one"],
                         help="the relations whose points are fitted and measured (default replace-one, the goals')")
@@ -413,7 +416,7 @@ def markdown(fits: Sequence[dict[str, Any]], points: Sequence[dict[str, Any]], c
         mine = {r["family"]: r for r in points if (r["dataset"], r["partition"], r["clients"], r["epsilon"],
                                                    r["neighbouring"]) == (dataset, partition, *goal, relation_goal)}
         most = next(iter(mine.values()))["most_within_2pt"]
-        lines.append(f"| {dataset} {partition.replace('beta=', 'Dirichlet ')} | {percent(most)} | "
+        lines.append(f"| {dataset} {partition_label(partition)} | {percent(most)} | "
                      + " | ".join(f"{percent(mine[f]['within_2pt'])} (k {mine[f]['k']})" for f in names) + " |")
     if one_k is not None:
         lines += ["", f"One fixed k for all these federations where some k reaches {percent(GOAL_SHARE)} (a rule of "
