@@ -339,18 +339,16 @@ def winner_probabilities(counts: Any, epsilon: float, neighbouring: str = "repla
     """
     c = np.asarray(counts, dtype=np.int64)
     t = noise_parameter(epsilon, neighbouring, sensitivity)
-    reach = int(math.ceil(math.log(1e-17 * (1.0 + t) / 2.0) / math.log(t))) + int(np.ptp(c)) + 1
-    z = np.arange(-reach, reach + 1)
-    f = discrete_laplace_pmf(z, t)
-    out = np.empty(c.size)
-    for i in range(c.size):
-        level = c[i] + z  # the winner's noisy count
-        prob = f.copy()
-        for j in range(c.size):
-            if j != i:
-                prob *= discrete_laplace_cdf(level - c[j] - (1 if j < i else 0), t)
-        out[i] = prob.sum()
-    return out
+    reach = int(math.ceil(math.log(1e-17 * (1.0 + t) / 2.0) / math.log(t))) + 1
+    level = np.arange(c.min() - reach, c.max() + reach + 1)  # the winner's noisy count
+    below = level[None, :] - c[:, None]
+    with np.errstate(divide="ignore"):
+        strict = np.log(discrete_laplace_cdf(below - 1, t))  # rows j < i must stay below the level
+        loose = np.log(discrete_laplace_cdf(below, t))  # rows j > i may tie it
+    zero = np.zeros((1, level.size))
+    before = np.vstack([zero, np.cumsum(strict, axis=0)[:-1]])
+    after = np.vstack([np.cumsum(loose[::-1], axis=0)[::-1][1:], zero])
+    return (discrete_laplace_pmf(below, t) * np.exp(before + after)).sum(axis=1)
 
 
 # ------------------------------------------------------------------------------------- accounting
