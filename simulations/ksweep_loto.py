@@ -44,9 +44,11 @@ from typing import Any
 import numpy as np
 
 from dphype.checks import NEIGHBOURING
+from dphype.ml.validation import DEFAULT_VALIDATION, check_validation
 from dphype.privacy.winner import noise_std
 from dphype.selection.voting import rule_depth
 from simulations import harness
+from simulations.ksweep_aware import FORMS, PARAMETERS, measure_points
 from simulations.ksweep_report import Point, partition_label, percent, read_runs, run_folders
 
 #: The goals: the mean and the worst gap behind the best fixed ``k`` (points), the share of releases within 2 points
@@ -62,13 +64,31 @@ _SCALES = np.unique(np.concatenate([np.round(np.geomspace(0.002, 50.0, 121), 4),
 
 @dataclass(frozen=True)
 class Family:
-    """A family of rules: parameter names, the grid the fit searches, and ``k`` per point for each grid row."""
+    """A family of default ballots: parameter names, the grid the fit searches, and per grid row either ``k`` at each
+    point (a rule of public facts, ``depths``) or each point's measured gap and share (a data-aware family,
+    ``measured``: `simulations.ksweep_aware`)."""
 
     name: str
     form: str
     params: tuple[str, ...]
     grid: np.ndarray
-    depths: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+    depths: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None = None
+    measured: np.ndarray | None = None  #: ``(rows, points, 2)``: gap to Opt (points), share within 2 points
+
+    def outcomes(self, grid: Grid, idx: np.ndarray, rows: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(behind, within2, gap, k)`` for the grid ``rows`` (default all; rows) at the points ``idx`` (columns);
+        ``k`` is -1 where the data choose the depth."""
+        params = self.grid if rows is None else self.grid[rows]
+        if self.measured is not None:
+            table = self.measured if rows is None else self.measured[rows]
+            gap = table[:, idx, 0]
+            return gap - grid.gap[idx].min(axis=1)[None, :], table[:, idx, 1], gap, np.full(gap.shape, -1)
+        assert self.depths is not None
+        cols = grid.column(self.depths(params, grid.p[idx], grid.s[idx], grid.n[idx]))
+        pts = np.arange(len(idx))[None, :]
+        return (grid.behind[idx][pts, cols], grid.within2[idx][pts, cols], grid.gap[idx][pts, cols],
+                grid.ks[cols])
 
 
 def _power(grid: np.ndarray, p: np.ndarray, s: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -77,12 +97,15 @@ def _power(grid: np.ndarray, p: np.ndarray, s: np.ndarray, n: np.ndarray) -> np.
     return rule_depth(p[None, :], s[None, :], n[None, :], c, a, b)  # type: ignore[arg-type]
 
 
-#: The families of rules the study can fit, in report order (`families`).
-FAMILY_NAMES = ("constant", "share", "auto", "ratio", "noise", "power")
+#: The families of rules of public facts, in report order (`families`).
+RULE_NAMES = ("constant", "share", "auto", "ratio", "noise", "power")
+#: Every family the study can fit: the rules, then the data-aware families (`simulations.ksweep_aware`).
+FAMILY_NAMES = (*RULE_NAMES, *PARAMETERS)
 
 
 def families(ks: Sequence[int], names: Sequence[str]) -> list[Family]:
-    """The families named (any of `FAMILY_NAMES`), with their grids over ``ks`` (the swept ``k``)."""
+    """The rule families named (any of `RULE_NAMES`; others are skipped), with their grids over ``ks`` (the swept
+    ``k``)."""
     exps = np.round(np.arange(0.0, 1.51, 0.05), 2)
     shares = np.round(np.arange(0.01, 0.505, 0.005), 3)
     every: dict[str, Family] = {
@@ -104,7 +127,13 @@ def families(ks: Sequence[int], names: Sequence[str]) -> list[Family]:
                                                         np.round(np.arange(-0.5, 1.51, 0.1), 2)))),
                         _power),
     }
-    return [every[name] for name in names]
+    return [every[name] for name in names if name in every]
+
+
+def aware_families(grid: Grid, names: Sequence[str], measured: dict[str, np.ndarray]) -> list[Family]:
+    """The data-aware families named, their outcomes ``measured`` at the grid's points (`measure_points`)."""
+    return [Family(name, FORMS[name], PARAMETERS[name][0], np.array(PARAMETERS[name][1], dtype=np.float64),
+                   measured=measured[name]) for name in names if name in PARAMETERS]
 
 
 @dataclass
@@ -203,10 +232,7 @@ def fit(family: Family, grid: Grid, train: np.ndarray, goal: np.ndarray, band: f
         The row of ``family.grid``.
     """
     idx = np.flatnonzero(train)
-    cols = grid.column(family.depths(family.grid, grid.p[idx], grid.s[idx], grid.n[idx]))
-    pts = np.arange(len(idx))[None, :]
-    behind = grid.behind[idx][pts, cols]
-    within2 = grid.within2[idx][pts, cols]
+    behind, within2, _, _ = family.outcomes(grid, idx)
     cells = list(cells_of(grid, idx).values())
     score = objective(behind, cells, [bars(grid.behind[idx[c]]) for c in cells])
     at_goal = goal[idx]
@@ -227,8 +253,9 @@ def floor_of(grid: Grid, idx: np.ndarray) -> tuple[float, float]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", nargs="+", required=True, metavar="DIR",
                         help="output folders of dphype bench ksweep runs (their ksweep.csv, every point once)")
-    parser.add_argument("--families", nargs="+", default=list(FAMILY_NAMES), choices=FAMILY_NAMES,
-                        help="the families of rules to fit (default all six)")
+    parser.add_argument("--families", nargs="+", default=list(RULE_NAMES), choices=FAMILY_NAMES,
+                        help="the families to fit (default the six rules of public facts; the data-aware "
+                             f"{', '.join(PARAMETERS)} read each federation's arrays from --cache)")
     parser.add_argument("--relations", nargs="+", choices=NEIGHBOURING, default=["replace-one"],
                         help="the relations whose points are fitted and measured (default replace-one, the goals')")
     parser.add_argument("--candidates", type=int, default=100,
@@ -238,6 +265,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--robust-band", type=float, default=ROBUST_BAND, metavar="FACTOR",
                         help="the fit must score as well with its first parameter off by this factor, >= 1 "
                              f"(default {ROBUST_BAND:g}; 1: the plain objective)")
+    parser.add_argument("--cache", default=None, metavar="DIR",
+                        help="the ksweep runs' --cache folder (the data-aware families only)")
+    parser.add_argument("--candidate-list", default="table3", metavar="SPEC",
+                        help="the runs' --candidates (the data-aware families only; default table3)")
+    parser.add_argument("--validation", default=DEFAULT_VALIDATION,
+                        help=f"the runs' --validation (the data-aware families only; default {DEFAULT_VALIDATION})")
+    parser.add_argument("--repetitions", type=int, default=2000,
+                        help="draws per point where the data choose the depth (joint, threshold; default 2000)")
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -249,9 +284,23 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     if not np.isfinite(args.robust_band) or args.robust_band < 1:
         raise ValueError(f"--robust-band must be a finite number >= 1 (1: no margin), got {args.robust_band!r}")
     runs = run_folders(args.runs)
-    return {"runs": runs, "families": list(dict.fromkeys(args.families)),
+    names = list(dict.fromkeys(args.families))
+    if any(name in PARAMETERS for name in names) and args.cache in (None, "none"):
+        raise ValueError(f"--cache: the data-aware families ({', '.join(n for n in names if n in PARAMETERS)}) read "
+                         "each federation's scores and accuracies; pass the --cache folder of the ksweep runs")
+    candidates = harness.check_int("candidates", args.candidates, 2)
+    listed = None
+    if any(name in PARAMETERS for name in names):
+        from dphype.selection.candidates import load_candidates
+
+        listed = load_candidates(str(args.candidate_list))
+        if len(listed) != candidates:
+            raise ValueError(f"--candidate-list {args.candidate_list!r} has {len(listed)} candidates, --candidates "
+                             f"says {candidates}; pass the list the ksweep runs used")
+    return {"runs": runs, "families": names, "repetitions": harness.check_int("repetitions", args.repetitions, 2),
+            "candidate_list": listed, "validation": check_validation(args.validation),
             "relations": list(dict.fromkeys(args.relations)),
-            "candidates": harness.check_int("candidates", args.candidates, 2), "goal": (n, eps),
+            "candidates": candidates, "goal": (n, eps),
             "band": float(args.robust_band)}
 
 
@@ -261,6 +310,10 @@ def _params(family: Family, row: int) -> dict[str, float]:
 
 def _words(params: dict[str, float]) -> str:
     return ", ".join(f"{k} = {v:g}" for k, v in params.items())
+
+
+def _depth(k: int | None) -> str:
+    return "k from the data" if k is None else f"k {k}"
 
 
 def _label(pt: Point) -> str:
@@ -289,17 +342,17 @@ def evaluate(grid: Grid, family: Family, goal: tuple[int, float], relation_goal:
         held = task_of == task if task is not None else np.ones(len(task_of), dtype=bool)
         train = ~held if task is not None else held
         row = fit(family, grid, train, mask, band)
-        ks = family.depths(family.grid[row:row + 1], grid.p, grid.s, grid.n)[0]
-        cols = grid.column(ks)
+        every, within2, gap, ks = (a[0] for a in family.outcomes(grid, np.arange(len(grid.points)),
+                                                                 np.array([row])))
         idx = np.flatnonzero(held)
-        behind = grid.behind[idx, cols[idx]]
+        behind = every[idx]
         params = _params(family, row)
         floor = floor_of(grid, idx)
         fits.append({"family": family.name, "held_out": task or "(none: fit on all tasks)", **params,
                      "params": _words(params), "points": len(idx), "mean_behind": round(float(behind.mean()), 3),
                      "worst_behind": round(float(behind.max()), 3), "missed": int((behind > GOAL_MEAN).sum()),
                      "floor_mean": round(floor[0], 3), "floor_worst": round(floor[1], 3),
-                     "goal_within_2pt": "; ".join(f"{_label(grid.points[i])} {grid.within2[i, cols[i]]:.2f}"
+                     "goal_within_2pt": "; ".join(f"{_label(grid.points[i])} {within2[i]:.2f}"
                                                   for i in idx if (grid.points[i][1], grid.points[i][3],
                                                                    grid.points[i][4]) == (*goal, relation_goal))})
         if task is None:
@@ -308,9 +361,8 @@ def evaluate(grid: Grid, family: Family, goal: tuple[int, float], relation_goal:
             dataset, n, partition, eps, relation = grid.points[i]
             points.append({"family": family.name, "held_out": task, "params": _words(params), "dataset": dataset,
                            "clients": n, "partition": partition, "epsilon": eps, "neighbouring": relation,
-                           "k": int(grid.ks[cols[i]]), "gap_points": round(float(grid.gap[i, cols[i]]), 3),
-                           "behind_best_k_points": round(float(grid.behind[i, cols[i]]), 3),
-                           "within_2pt": float(grid.within2[i, cols[i]]),
+                           "k": int(ks[i]) if ks[i] > 0 else None, "gap_points": round(float(gap[i]), 3),
+                           "behind_best_k_points": round(float(every[i]), 3), "within_2pt": float(within2[i]),
                            "best_k": int(grid.ks[np.argmin(grid.behind[i])]),
                            "most_within_2pt": float(grid.within2[i].max())})
     return {"points": points, "fits": fits}
@@ -417,7 +469,7 @@ def markdown(fits: Sequence[dict[str, Any]], points: Sequence[dict[str, Any]], c
                                                    r["neighbouring"]) == (dataset, partition, *goal, relation_goal)}
         most = next(iter(mine.values()))["most_within_2pt"]
         lines.append(f"| {dataset} {partition_label(partition)} | {percent(most)} | "
-                     + " | ".join(f"{percent(mine[f]['within_2pt'])} (k {mine[f]['k']})" for f in names) + " |")
+                     + " | ".join(f"{percent(mine[f]['within_2pt'])} ({_depth(mine[f]['k'])})" for f in names) + " |")
     if one_k is not None:
         lines += ["", f"One fixed k for all these federations where some k reaches {percent(GOAL_SHARE)} (a rule of "
                   f"public facts gives them all the same k: the same p, n and epsilon): at best {percent(one_k[1])} "
@@ -434,6 +486,13 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     grid = Grid.of(sweeps, opts["candidates"])
     relation_goal = "replace-one" if "replace-one" in opts["relations"] else opts["relations"][0]
     fams = families(grid.ks.tolist(), opts["families"])
+    aware = [name for name in opts["families"] if name in PARAMETERS]
+    if aware:
+        measured = measure_points(aware, grid.points, cache=harness.ArrayCache(args.cache),
+                                  candidates=opts["candidate_list"], validation=opts["validation"], seed=args.seed,
+                                  repetitions=opts["repetitions"])
+        fams += aware_families(grid, aware, measured)
+    fams.sort(key=lambda f: opts["families"].index(f.name))
     points: list[dict[str, Any]] = []
     fits: list[dict[str, Any]] = []
     for family in fams:
@@ -443,8 +502,8 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     cells = cell_rows(grid, points)
     summary = overall(points, cells, opts["goal"], relation_goal)
     study.write_csv("ksweep_loto.csv", points)
-    study.write_csv("ksweep_loto_fits.csv", [{k: v for k, v in f.items() if k not in ("c", "a", "b", "K")}
-                                             for f in fits])
+    names = {name for family in fams for name in family.params}
+    study.write_csv("ksweep_loto_fits.csv", [{k: v for k, v in f.items() if k not in names} for f in fits])
     study.write_csv("ksweep_loto_cells.csv", cells)
     path = study.path("ksweep_loto.md")
     floor = floor_of(grid, np.arange(len(grid.points)))

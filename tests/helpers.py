@@ -14,12 +14,14 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
 import signal
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -284,6 +286,28 @@ def bench(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]
     for path in result["outputs"]:
         assert Path(path).stat().st_size > 0
     return result
+
+
+#: The columns of a ``dphype bench ksweep`` run's ``ksweep.csv`` that the ballot-grid studies read.
+KSWEEP_KEYS = ["dataset", "clients", "partition", "epsilon", "neighbouring", "k", "gap_points", "ci95", "within_1pt",
+        "within_2pt"]
+
+
+def write_sweep(folder: Path, dataset: str, best: dict[tuple[int, float], int], ks: range, slope: float = 1.0,
+                gaps: Callable[[int], float] | None = None) -> Path:
+    """A ksweep run of one iid federation per ``(n, epsilon)`` (replace-one): the gap is ``slope |k - best|`` (or
+    ``gaps(k)``) and the share within 2 points ``1 - gap / 10`` (floored at 0)."""
+    folder.mkdir(parents=True)
+    with (folder / "ksweep.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, KSWEEP_KEYS)
+        w.writeheader()
+        for (n, eps), k_star in best.items():
+            for k in ks:
+                gap = slope * abs(k - k_star) if gaps is None else gaps(k)
+                w.writerow({"dataset": dataset, "clients": n, "partition": "iid", "epsilon": eps,
+                            "neighbouring": "replace-one", "k": k, "gap_points": gap, "ci95": 0.1, "within_1pt": 0.5,
+                            "within_2pt": max(0.0, 1 - gap / 10)})
+    return folder
 
 
 def doc_blocks(page: str, section: str, language: str) -> list[str]:

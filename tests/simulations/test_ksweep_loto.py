@@ -3,38 +3,17 @@
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import bench
+from helpers import bench, write_sweep
 
 from dphype.privacy.winner import noise_std
 from dphype.selection.voting import rule_depth
 from simulations import ksweep_loto
 from simulations.cli import main
 from simulations.ksweep_report import read_runs
-
-KEYS = ["dataset", "clients", "partition", "epsilon", "neighbouring", "k", "gap_points", "ci95", "within_1pt",
-        "within_2pt"]
-
-
-def write_sweep(folder: Path, dataset: str, best: dict[tuple[int, float], int], ks: range, slope: float = 1.0,
-                gaps: Callable[[int], float] | None = None) -> Path:
-    """A ksweep run of one iid federation per ``(n, epsilon)`` (replace-one): the gap is ``slope |k - best|`` (or
-    ``gaps(k)``) and the share within 2 points ``1 - gap / 10`` (floored at 0)."""
-    folder.mkdir(parents=True)
-    with (folder / "ksweep.csv").open("w", newline="") as fh:
-        w = csv.DictWriter(fh, KEYS)
-        w.writeheader()
-        for (n, eps), k_star in best.items():
-            for k in ks:
-                gap = slope * abs(k - k_star) if gaps is None else gaps(k)
-                w.writerow({"dataset": dataset, "clients": n, "partition": "iid", "epsilon": eps,
-                            "neighbouring": "replace-one", "k": k, "gap_points": gap, "ci95": 0.1, "within_1pt": 0.5,
-                            "within_2pt": max(0.0, 1 - gap / 10)})
-    return folder
 
 
 def test_a_fixed_k_is_fitted_on_the_other_tasks_only(tmp_path: Path) -> None:

@@ -1,0 +1,181 @@
+"""Data-aware depths: argmax releases whose depth reads the clients' data, measured on the ballot grid's points.
+
+A rule of public facts gives every federation of a cell ``(relation, n, epsilon)`` the same ``k``. Each family
+here lets the data choose how deep the vote reaches, in one of the three ways such a choice can be paid for:
+
+* ``score``: inside each client, at no privacy cost: the graded ballot ``score:M:BITS``
+  (`dphype.selection.voting.score_votes`), so a client with many near-ties votes deep and one with a clear best votes
+  shallow; the release's noise grows with its largest entry ``G = 2**BITS - 1`` (`dphype.privacy.winner`);
+* ``joint``: inside the release, at no extra cost: report-noisy-max over every pair (depth ``k`` of `JOINT_DEPTHS`,
+  candidate ``c``) of ``count_k(c) - beta n k / p`` plus one discrete Laplace of the release's epsilon each. One
+  client changes each pair's count by at most 1 (moving them all one way under add-remove), so this is the argmax
+  release's mechanism over ``|JOINT_DEPTHS| p`` counts, epsilon-DP; the offsets are public, and only ``c`` is
+  released. What a committee would compute if each client sent its nested top-k ballots at every depth;
+* ``threshold``: a first round composed in the ledger: AboveThreshold (Dwork and Roth 2014, Algorithm 1; Laplace
+  noise ``2 / epsilon_1`` on the threshold ``T n``, ``4 / epsilon_1`` per query) with ``epsilon_1 = f epsilon`` over
+  the top count at ``k = 1, 2, ...`` of `JOINT_DEPTHS` stops at the first depth whose top count passes ``T n``
+  (the last depth if none does); then the argmax release at that depth with ``epsilon - epsilon_1``.
+
+Each family is measured at every point for every row of its parameter grid (`PARAMETERS`): the gap to Opt in
+accuracy points and the share of releases within 2 points of Opt, exactly where the release is one report-noisy-max
+(`dphype.privacy.winner.winner_probabilities`), from ``repetitions`` seeded draws where a draw chooses the depth.
+``dphype bench ksweep-loto`` then fits each family's parameters on all tasks but one and measures them on the one
+left out, beside the rules of public facts, against the same goals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dphype.privacy.winner import discrete_laplace, winner_probabilities
+from dphype.selection.voting import Ballot
+from simulations import harness
+
+#: The depths the ``joint`` and ``threshold`` families choose from.
+JOINT_DEPTHS = tuple(range(1, 21))
+#: The parameter grid of each family: names, then one tuple per row.
+PARAMETERS: dict[str, tuple[tuple[str, ...], tuple[tuple[float, ...], ...]]] = {
+    "score": (("M", "bits"), tuple((m, b) for m in (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64) for b in (1, 2))),
+    "joint": (("beta",), tuple((b,) for b in (0.5, 1.0, 2.0, 4.0, 6.0, 8.0, 12.0))),
+    "threshold": (("f", "T"), tuple((f, t) for f in (0.05, 0.1, 0.2, 0.3) for t in (0.5, 0.7, 0.9, 1.0))),
+}
+#: The forms the report shows.
+FORMS = {"score": "score:M:bits ballot (each client's depth from its own margin)",
+         "joint": "noisy max over (k, c) of count_k(c) - beta n k / p, k <= 20",
+         "threshold": "AboveThreshold (f epsilon) on top count >= T n, then argmax ((1 - f) epsilon)"}
+
+
+@dataclass(frozen=True)
+class Federation:
+    """One federation's arrays: each client's score keys ``(n, p, j)`` and every candidate's test accuracy ``(p,)``."""
+
+    scores: np.ndarray
+    accuracy: np.ndarray
+
+
+def _outcome(probabilities: np.ndarray, accuracy: np.ndarray) -> tuple[float, float]:
+    """``(gap to Opt in points, share within 2 points)`` of a distribution over the candidates."""
+    gap = 100.0 * (accuracy.max() - accuracy)
+    return float(probabilities @ gap), float(probabilities[gap <= 2.0 + 1e-9].sum())
+
+
+def depth_counts(scores: np.ndarray, depths: Sequence[int]) -> np.ndarray:
+    """The top-k vote counts at each depth, ``(len(depths), p)`` (`simulations.harness.client_votes`)."""
+    return np.stack([harness.client_votes(scores, k).sum(axis=0) for k in depths])
+
+
+def score_family(fed: Federation, epsilon: float, relation: str, margin: float, bits: int) -> tuple[float, float]:
+    """The ``score:M:BITS`` ballot's argmax release, exactly."""
+    ballot = Ballot.parse(f"score:{margin:g}:{int(bits)}")
+    counts = np.stack([ballot.cast(row, 1) for row in fed.scores]).sum(axis=0)
+    return _outcome(winner_probabilities(counts, epsilon, relation, ballot.max_entry), fed.accuracy)
+
+
+def joint_family(fed: Federation, epsilon: float, relation: str, betas: Sequence[float], repetitions: int,
+                 rng: np.random.Generator) -> list[tuple[float, float]]:
+    """Report-noisy-max over (depth, candidate) with the offsets ``beta n k / p`` for each of ``betas``, from
+    ``repetitions`` draws shared by all ``betas``."""
+    counts = depth_counts(fed.scores, JOINT_DEPTHS)
+    n, p = fed.scores.shape[:2]
+    noisy = counts[None] + discrete_laplace((repetitions, *counts.shape), epsilon=epsilon, neighbouring=relation,
+                                            rng=rng)
+    gap = 100.0 * (fed.accuracy.max() - fed.accuracy)
+    out = []
+    for beta in betas:
+        offsets = beta * n * np.asarray(JOINT_DEPTHS, dtype=np.float64) / p
+        picks = (noisy - offsets[None, :, None]).reshape(repetitions, -1).argmax(axis=1) % p
+        out.append((float(gap[picks].mean()), float((gap[picks] <= 2.0 + 1e-9).mean())))
+    return out
+
+
+def threshold_family(fed: Federation, epsilon: float, relation: str, rows: Sequence[tuple[float, float]],
+                     repetitions: int, rng: np.random.Generator) -> list[tuple[float, float]]:
+    """AboveThreshold's depth from ``repetitions`` draws (shared by the rows of one ``f``), then each depth's argmax
+    release exactly, for each row ``(f, T)``."""
+    counts = depth_counts(fed.scores, JOINT_DEPTHS)
+    n = fed.scores.shape[0]
+    top = counts.max(axis=1)
+    exact: dict[tuple[int, float], tuple[float, float]] = {}
+    draws: dict[float, tuple[np.ndarray, np.ndarray]] = {}
+    out = []
+    for fraction, level in rows:
+        first = fraction * epsilon
+        if fraction not in draws:  # unit Laplace draws, scaled per f
+            draws[fraction] = (rng.laplace(0.0, 1.0, repetitions), rng.laplace(0.0, 1.0, (repetitions, top.size)))
+        rho, nu = draws[fraction]
+        passed = top[None, :] + 4.0 / first * nu >= (level * n + 2.0 / first * rho)[:, None]
+        chosen = np.where(passed.any(axis=1), passed.argmax(axis=1), top.size - 1)
+        weights = np.bincount(chosen, minlength=top.size) / repetitions
+        gap = within = 0.0
+        for d in np.flatnonzero(weights):
+            key = (int(d), epsilon - first)
+            if key not in exact:
+                exact[key] = _outcome(winner_probabilities(counts[d], epsilon - first, relation), fed.accuracy)
+            gap += weights[d] * exact[key][0]
+            within += weights[d] * exact[key][1]
+        out.append((gap, within))
+    return out
+
+
+def measure(family: str, fed: Federation, epsilon: float, relation: str, repetitions: int,
+            rng: np.random.Generator) -> np.ndarray:
+    """``(rows, 2)``: gap to Opt (points) and share within 2 points for each row of ``PARAMETERS[family]``.
+
+    Args:
+        family: ``"score"``, ``"joint"`` or ``"threshold"``.
+        fed: The federation's arrays.
+        epsilon: The release's whole epsilon.
+        relation: ``"replace-one"`` or ``"add-remove"``.
+        repetitions: Draws of the depth (``joint``, ``threshold``).
+        rng: The generator of those draws.
+
+    Returns:
+        One row per parameter row.
+
+    Raises:
+        ValueError: ``family`` is not one of `PARAMETERS`.
+    """
+    if family not in PARAMETERS:
+        raise ValueError(f"family must be one of {', '.join(PARAMETERS)}, got {family!r}")
+    rows = PARAMETERS[family][1]
+    if family == "score":
+        return np.array([score_family(fed, epsilon, relation, m, int(b)) for m, b in rows])
+    if family == "joint":
+        return np.array(joint_family(fed, epsilon, relation, [b for (b,) in rows], repetitions, rng))
+    return np.array(threshold_family(fed, epsilon, relation, [(f, t) for f, t in rows], repetitions, rng))
+
+
+def load_federation(dataset: str, clients: int, partition: str, *, cache: harness.ArrayCache, candidates: Any,
+                    validation: str, seed: int) -> Federation:
+    """A ksweep point's federation (``partition`` as the runs label it: ``iid``, ``beta=B``) at the bench's default
+    scale, from the cache of its run (the arrays are computed there if missing, as ``dphype bench ksweep`` would)."""
+    from dphype.ml.torch_task import default_epochs, load_cached
+
+    epochs = default_epochs(dataset)
+    scale = harness.Scale(epochs, 5, epochs, validation=validation)
+    fed = harness.Federation(dataset, int(clients), harness.parse_partition(partition.removeprefix("beta=")), seed)
+    accuracy = harness.fill_diverged(harness.cached_accuracies(fed, candidates, scale, cache),
+                                     load_cached(dataset, None)[1].y)
+    return Federation(harness.cached_scores(fed, candidates, scale, cache), accuracy)
+
+
+def measure_points(families: Sequence[str], points: Sequence[tuple[str, int, str, float, str]], *,
+                   cache: harness.ArrayCache, candidates: Any, validation: str, seed: int,
+                   repetitions: int) -> dict[str, np.ndarray]:
+    """Per family of ``families``: ``(rows, points, 2)``, `measure` at every point (data set, ``n``, partition,
+    epsilon, relation), each point's draws seeded by ``seed`` and its position."""
+    feds: dict[tuple[str, int, str], Federation] = {}
+    out = {name: np.empty((len(PARAMETERS[name][1]), len(points), 2)) for name in families}
+    for j, (dataset, clients, partition, eps, relation) in enumerate(points):
+        key = (dataset, clients, partition)
+        if key not in feds:
+            feds[key] = load_federation(dataset, clients, partition, cache=cache, candidates=candidates,
+                                        validation=validation, seed=seed)
+        for f_index, name in enumerate(families):
+            out[name][:, j] = measure(name, feds[key], eps, relation, repetitions,
+                                      np.random.default_rng([seed, j, f_index]))
+    return out

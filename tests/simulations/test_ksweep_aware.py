@@ -1,0 +1,106 @@
+"""Data-aware depths (`simulations.ksweep_aware`) and their out-of-sample fit in ``dphype bench ksweep-loto``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import write_sweep
+
+from dphype.privacy.winner import winner_probabilities
+from simulations import ksweep_aware, ksweep_loto
+from simulations.cli import main
+from simulations.ksweep_report import read_runs
+
+
+def _federation(rng: np.random.Generator, n: int = 12, p: int = 30) -> ksweep_aware.Federation:
+    return ksweep_aware.Federation(rng.random((n, p, 2)), rng.uniform(0.6, 0.9, p))
+
+
+def test_one_client_moves_each_depth_candidate_count_by_at_most_one() -> None:
+    """The joint family's privacy premise: the (depth, candidate) counts have l-infinity sensitivity 1."""
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        fed = _federation(rng)
+        before = ksweep_aware.depth_counts(fed.scores, ksweep_aware.JOINT_DEPTHS)
+        swapped = fed.scores.copy()
+        swapped[rng.integers(len(swapped))] = rng.random(swapped.shape[1:])
+        after = ksweep_aware.depth_counts(swapped, ksweep_aware.JOINT_DEPTHS)
+        assert np.abs(after - before).max() <= 1
+        assert before.shape == (len(ksweep_aware.JOINT_DEPTHS), fed.scores.shape[1])
+
+
+def test_without_noise_the_joint_family_takes_the_best_offset_count() -> None:
+    rng = np.random.default_rng(1)
+    fed = _federation(rng)
+    n, p = fed.scores.shape[:2]
+    counts = ksweep_aware.depth_counts(fed.scores, ksweep_aware.JOINT_DEPTHS)
+    gap = 100 * (fed.accuracy.max() - fed.accuracy)
+    for beta in (0.5, 4.0, 12.0):
+        offset = counts - beta * n * np.array(ksweep_aware.JOINT_DEPTHS)[:, None] / p
+        winner = int(np.unravel_index(np.argmax(offset), offset.shape)[1])
+        [(got_gap, got_within)] = ksweep_aware.joint_family(fed, 1e4, "replace-one", [beta], 50,
+                                                            np.random.default_rng(2))
+        assert got_gap == pytest.approx(gap[winner]) and got_within == float(gap[winner] <= 2)
+
+
+def test_the_threshold_family_stops_at_the_first_depth_whose_top_count_passes() -> None:
+    rng = np.random.default_rng(3)
+    fed = _federation(rng, n=10)
+    counts = ksweep_aware.depth_counts(fed.scores, ksweep_aware.JOINT_DEPTHS)
+    for level in (0.3, 0.6, 0.9):
+        depth = int(np.argmax(counts.max(axis=1) >= level * 10 + 0.5))
+        # a huge first-round epsilon leaves AboveThreshold noiseless; the second round's epsilon is what is left
+        [(gap, within)] = ksweep_aware.threshold_family(fed, 4000.0, "replace-one", [(0.999, level + 0.05)], 100,
+                                                        np.random.default_rng(4))
+        probs = winner_probabilities(counts[depth], 4.0, "replace-one")
+        expected = 100 * (fed.accuracy.max() - fed.accuracy)
+        assert gap == pytest.approx(float(probs @ expected))
+        assert within == pytest.approx(float(probs[expected <= 2 + 1e-9].sum()))
+
+
+def test_the_score_family_is_the_score_ballot_released_exactly() -> None:
+    fed = _federation(np.random.default_rng(5))
+    table = ksweep_aware.measure("score", fed, 1.0, "add-remove", 10, np.random.default_rng(0))
+    rows = ksweep_aware.PARAMETERS["score"][1]
+    assert table.shape == (len(rows), 2)
+    from dphype.selection.voting import score_votes
+
+    m, bits = rows[3]
+    g = 2 ** int(bits) - 1
+    counts = np.stack([score_votes(s, m, max_entry=g) for s in fed.scores]).sum(axis=0)
+    probs = winner_probabilities(counts, 1.0, "add-remove", g)
+    assert table[3, 0] == pytest.approx(float(probs @ (100 * (fed.accuracy.max() - fed.accuracy))))
+    with pytest.raises(ValueError, match="family must be one of score, joint, threshold"):
+        ksweep_aware.measure("magic", fed, 1.0, "replace-one", 10, np.random.default_rng(0))
+
+
+def test_a_data_aware_family_is_fitted_without_the_task_it_is_measured_on(tmp_path: Path) -> None:
+    ks = range(1, 7)
+    runs = [write_sweep(tmp_path / name, name, {(20, 1.0): 3}, ks) for name in ("alpha", "beta", "gamma")]
+    grid = ksweep_loto.Grid.of(read_runs(runs)[0], 20)  # the best fixed k trails 0 at each point
+    # two parameter rows: row 0 trails 0.5 on alpha and beta, 6 on gamma; row 1 trails 3 everywhere
+    table = np.zeros((2, 3, 2))
+    order = [pt[0] for pt in grid.points]
+    table[0, :, 0] = [6.0 if task == "gamma" else 0.5 for task in order]
+    table[1, :, 0] = 3.0
+    family = ksweep_loto.Family("toy", "toy", ("x",), np.array([[0.0], [1.0]]), measured=table)
+    fits = {f["held_out"]: f for f in ksweep_loto.evaluate(grid, family, (20, 1.0), "replace-one")["fits"]}
+    assert fits["gamma"]["x"] == 0.0 and fits["gamma"]["worst_behind"] == 6.0  # gamma's own rows never seen
+    assert fits["alpha"]["x"] == 1.0 and fits["alpha"]["worst_behind"] == 3.0  # row 0 fails gamma in training
+    points = ksweep_loto.evaluate(grid, family, (20, 1.0), "replace-one")["points"]
+    assert {r["k"] for r in points} == {None}
+
+
+def test_data_aware_families_need_the_runs_cache(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = [write_sweep(tmp_path / name, name, {(20, 1.0): 3}, range(1, 7)) for name in ("alpha", "beta")]
+    assert main(["ksweep-loto", "--runs", *map(str, runs), "--families", "ratio", "joint",
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "--cache" in err and "(joint)" in err
+    assert main(["ksweep-loto", "--runs", *map(str, runs), "--families", "score", "--cache", str(tmp_path),
+                 "--candidates", "20", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "--candidate-list" in err and "100 candidates" in err
+    assert not (tmp_path / "out").exists()  # refused before any work
