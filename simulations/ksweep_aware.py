@@ -1,7 +1,8 @@
 """Data-aware depths: argmax releases whose depth reads the clients' data, measured on the ballot grid's points.
 
 A rule of public facts gives every federation of a cell ``(relation, n, epsilon)`` the same ``k``. Each family
-here lets the data choose how deep the vote reaches, in one of the three ways such a choice can be paid for:
+here lets the data choose how deep the vote reaches, in one of the three ways such a choice can be paid for
+(inside each client, inside the release, or by a first release):
 
 * ``score``: inside each client, at no privacy cost: the graded ballot ``score:M:BITS``
   (`dphype.selection.voting.score_votes`), so a client with many near-ties votes deep and one with a clear best votes
@@ -11,6 +12,9 @@ here lets the data choose how deep the vote reaches, in one of the three ways su
   client changes each pair's count by at most 1 (moving them all one way under add-remove), so this is the argmax
   release's mechanism over ``|JOINT_DEPTHS| p`` counts, epsilon-DP; the offsets are public, and only ``c`` is
   released. What a committee would compute if each client sent its nested top-k ballots at every depth;
+* ``shallow``: the same with two depths: ``k = 2`` with a public bonus ``a`` on its counts, and the
+  auto ballot's ``k`` (`dphype.selection.voting.auto_depth`): a federation whose clients nearly all put the same
+  candidates in their top 2 is released from there, any other from the default's depth;
 * ``threshold``: a first round composed in the ledger: AboveThreshold (Dwork and Roth 2014, Algorithm 1; Laplace
   noise ``2 / epsilon_1`` on the threshold ``T n``, ``4 / epsilon_1`` per query) with ``epsilon_1 = f epsilon`` over
   the top count at ``k = 1, 2, ...`` of `JOINT_DEPTHS` stops at the first depth whose top count passes ``T n``
@@ -31,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from dphype.privacy.winner import discrete_laplace, winner_probabilities
-from dphype.selection.voting import Ballot
+from dphype.privacy.winner import discrete_laplace, noise_std, winner_probabilities
+from dphype.selection.voting import Ballot, auto_depth
 from simulations import harness
 
 #: The depths the ``joint`` and ``threshold`` families choose from.
@@ -41,11 +45,13 @@ JOINT_DEPTHS = tuple(range(1, 21))
 PARAMETERS: dict[str, tuple[tuple[str, ...], tuple[tuple[float, ...], ...]]] = {
     "score": (("M", "bits"), tuple((m, b) for m in (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64) for b in (1, 2))),
     "joint": (("beta",), tuple((b,) for b in (0.5, 1.0, 2.0, 4.0, 6.0, 8.0, 12.0))),
+    "shallow": (("a",), tuple((a,) for a in (0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0))),
     "threshold": (("f", "T"), tuple((f, t) for f in (0.05, 0.1, 0.2, 0.3) for t in (0.5, 0.7, 0.9, 1.0))),
 }
 #: The forms the report shows.
 FORMS = {"score": "score:M:bits ballot (each client's depth from its own margin)",
          "joint": "noisy max over (k, c) of count_k(c) - beta n k / p, k <= 20",
+         "shallow": "noisy max over (k, c), k = 2 or auto's k, of count_k(c) + a [k = 2]",
          "threshold": "AboveThreshold (f epsilon) on top count >= T n, then argmax ((1 - f) epsilon)"}
 
 
@@ -92,6 +98,22 @@ def joint_family(fed: Federation, epsilon: float, relation: str, betas: Sequence
     return out
 
 
+def shallow_family(fed: Federation, epsilon: float, relation: str, bonuses: Sequence[float], repetitions: int,
+                   rng: np.random.Generator) -> list[tuple[float, float]]:
+    """Report-noisy-max over (depth, candidate), depths 2 and `auto_depth`'s, with the bonus ``a`` on depth 2, for
+    each of ``bonuses``, from ``repetitions`` draws shared by all of them."""
+    n, p = fed.scores.shape[:2]
+    counts = depth_counts(fed.scores, (2, auto_depth(p, noise_std(epsilon, relation), n)))
+    noisy = counts[None] + discrete_laplace((repetitions, *counts.shape), epsilon=epsilon, neighbouring=relation,
+                                            rng=rng)
+    gap = 100.0 * (fed.accuracy.max() - fed.accuracy)
+    out = []
+    for bonus in bonuses:
+        picks = (noisy + np.array([bonus, 0.0])[None, :, None]).reshape(repetitions, -1).argmax(axis=1) % p
+        out.append((float(gap[picks].mean()), float((gap[picks] <= 2.0 + 1e-9).mean())))
+    return out
+
+
 def threshold_family(fed: Federation, epsilon: float, relation: str, rows: Sequence[tuple[float, float]],
                      repetitions: int, rng: np.random.Generator) -> list[tuple[float, float]]:
     """AboveThreshold's depth from ``repetitions`` draws (shared by the rows of one ``f``), then each depth's argmax
@@ -126,7 +148,7 @@ def measure(family: str, fed: Federation, epsilon: float, relation: str, repetit
     """``(rows, 2)``: gap to Opt (points) and share within 2 points for each row of ``PARAMETERS[family]``.
 
     Args:
-        family: ``"score"``, ``"joint"`` or ``"threshold"``.
+        family: One of `PARAMETERS`.
         fed: The federation's arrays.
         epsilon: The release's whole epsilon.
         relation: ``"replace-one"`` or ``"add-remove"``.
@@ -146,6 +168,8 @@ def measure(family: str, fed: Federation, epsilon: float, relation: str, repetit
         return np.array([score_family(fed, epsilon, relation, m, int(b)) for m, b in rows])
     if family == "joint":
         return np.array(joint_family(fed, epsilon, relation, [b for (b,) in rows], repetitions, rng))
+    if family == "shallow":
+        return np.array(shallow_family(fed, epsilon, relation, [a for (a,) in rows], repetitions, rng))
     return np.array(threshold_family(fed, epsilon, relation, [(f, t) for f, t in rows], repetitions, rng))
 
 

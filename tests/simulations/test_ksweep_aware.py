@@ -72,7 +72,7 @@ def test_the_score_family_is_the_score_ballot_released_exactly() -> None:
     counts = np.stack([score_votes(s, m, max_entry=g) for s in fed.scores]).sum(axis=0)
     probs = winner_probabilities(counts, 1.0, "add-remove", g)
     assert table[3, 0] == pytest.approx(float(probs @ (100 * (fed.accuracy.max() - fed.accuracy))))
-    with pytest.raises(ValueError, match="family must be one of score, joint, threshold"):
+    with pytest.raises(ValueError, match="family must be one of score, joint, shallow, threshold"):
         ksweep_aware.measure("magic", fed, 1.0, "replace-one", 10, np.random.default_rng(0))
 
 
@@ -104,3 +104,27 @@ def test_data_aware_families_need_the_runs_cache(tmp_path: Path, capsys: pytest.
     err = capsys.readouterr().err
     assert "--candidate-list" in err and "100 candidates" in err
     assert not (tmp_path / "out").exists()  # refused before any work
+
+
+def test_the_pair_families_release_the_exact_noisy_max_over_their_pairs() -> None:
+    """joint and shallow against the exact distribution of report-noisy-max over the stacked pair counts."""
+    rng = np.random.default_rng(6)
+    # every client ranks candidates 0 and 1 first and 2 to 5 next, the rest at random; 0 and 1 are the bad ones
+    scores = np.concatenate([np.array([9.0, 8, 7, 6, 5, 4])[None, :] + rng.random((20, 6)),
+                             rng.random((20, 94))], axis=1)[:, :, None].repeat(2, axis=2)
+    fed = ksweep_aware.Federation(scores, np.where(np.arange(100) < 2, 0.6, 0.9))
+    gap = 100 * (fed.accuracy.max() - fed.accuracy)
+
+    def exact(pairs: np.ndarray) -> float:  # integer pair counts (depths, p), row-major as the families flatten them
+        probs = winner_probabilities(pairs.ravel(), 1.0, "replace-one").reshape(pairs.shape).sum(axis=0)
+        return float(probs @ gap)
+
+    deep = ksweep_aware.auto_depth(100, ksweep_aware.noise_std(1.0), 20)
+    assert deep > 2  # two distinct depths
+    pairs = ksweep_aware.depth_counts(fed.scores, (2, deep)) + np.array([[3], [0]])
+    [(got, _)] = ksweep_aware.shallow_family(fed, 1.0, "replace-one", [3.0], 8000, np.random.default_rng(7))
+    assert got == pytest.approx(exact(pairs), abs=0.35)
+    depths = np.array(ksweep_aware.JOINT_DEPTHS)
+    pairs = ksweep_aware.depth_counts(fed.scores, depths) - 5 * depths[:, None]  # beta 25: offsets 5 k
+    [(got, _)] = ksweep_aware.joint_family(fed, 1.0, "replace-one", [25.0], 8000, np.random.default_rng(8))
+    assert got == pytest.approx(exact(pairs), abs=0.35)
