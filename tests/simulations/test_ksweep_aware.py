@@ -128,3 +128,20 @@ def test_the_pair_families_release_the_exact_noisy_max_over_their_pairs() -> Non
     pairs = ksweep_aware.depth_counts(fed.scores, depths) - 5 * depths[:, None]  # beta 25: offsets 5 k
     [(got, _)] = ksweep_aware.joint_family(fed, 1.0, "replace-one", [25.0], 8000, np.random.default_rng(8))
     assert got == pytest.approx(exact(pairs), abs=0.35)
+
+
+def test_the_best_row_in_hindsight_bounds_every_fit(tmp_path: Path) -> None:
+    ks = range(1, 7)
+    runs = [write_sweep(tmp_path / name, name, {(20, 1.0): best}, ks, 3.0)
+            for name, best in (("alpha", 1), ("beta", 1), ("gamma", 5))]
+    grid = ksweep_loto.Grid.of(read_runs(runs)[0], 20)  # within 2 points: 1 - 3 |k - best| / 10
+    mask = ksweep_loto.goal_mask(grid, (20, 1.0, "replace-one"))
+    assert mask.all()
+    [constant] = ksweep_loto.families(list(ks), ["constant"])
+    assert ksweep_loto.most_met(constant, grid, mask) == 2  # k = 1 meets alpha and beta; no k meets all three
+    table = np.zeros((2, 3, 2))
+    table[:, :, 1] = [[0.95, 0.5, 0.95], [0.5, 0.95, 0.95]]
+    toy = ksweep_loto.Family("toy", "toy", ("x",), np.array([[0.0], [1.0]]), measured=table)
+    assert ksweep_loto.most_met(toy, grid, mask) == 2
+    table[1, :, 1] = 0.9
+    assert ksweep_loto.most_met(toy, grid, mask) == 3
