@@ -14,7 +14,9 @@ study reads the folders of several runs (``--runs``, as ``ksweep-report``) and, 
 * ``power``: ``k = round(c p s^a / n^b)``;
 
 (every family but ``constant`` through `dphype.selection.voting.rule_depth`: at least 2 and ``0.03 p``, at most
-``p / 2``) fits its parameters on every task but one, over a grid, and applies them to the task left out. The
+``p / 2``), and the data-aware families of `simulations.ksweep_aware` (``score``, ``joint``, ``shallow``,
+``threshold``: measured at every point from the runs' cached arrays, ``--cache``), fits its parameters on every
+task but one, over a grid, and applies them to the task left out. The
 fit's objective is the goals' largest excess over the training cells ``(relation, n, epsilon)``: per cell, the
 worst gap behind the best fixed ``k`` in hindsight over the cell's training points less the cell's bar (the goal,
 2 points, or the cell's training floor + 0.5 where that is higher), and the mean gap less its bar (1 point, or the
@@ -30,7 +32,7 @@ It writes ``ksweep_loto.csv`` (per family, held-out task and point: the fitted p
 behind the best ``k``, share within 2 points), ``ksweep_loto_fits.csv`` (per family and held-out task: parameters,
 held-out mean and worst, goal shares; and the fit on all tasks), ``ksweep_loto_cells.csv`` (per family and cell
 ``(relation, n, epsilon)``: out-of-sample mean and worst against the floor, the best any one fixed ``k`` reaches
-over the cell's federations) and ``ksweep_loto.md`` (the tables against the goals).
+over the cell's federations) and ``ksweep_loto.md`` (the tables against the goals, with each family's `most_met`).
 """
 
 from __future__ import annotations
