@@ -79,8 +79,8 @@ class Family:
 
     def outcomes(self, grid: Grid, idx: np.ndarray, rows: np.ndarray | None = None
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``(behind, within2, gap, k)`` for the grid ``rows`` (default all; rows) at the points ``idx`` (columns);
-        ``k`` is -1 where the data choose the depth."""
+        """``(behind, within2, gap, k)``, each with one row per grid row of ``rows`` (default every row) and one column
+        per point of ``idx``; ``k`` is -1 where the data choose the depth."""
         params = self.grid if rows is None else self.grid[rows]
         if self.measured is not None:
             table = self.measured if rows is None else self.measured[rows]
@@ -132,7 +132,7 @@ def families(ks: Sequence[int], names: Sequence[str]) -> list[Family]:
     return [every[name] for name in names if name in every]
 
 
-def aware_families(grid: Grid, names: Sequence[str], measured: dict[str, np.ndarray]) -> list[Family]:
+def aware_families(names: Sequence[str], measured: dict[str, np.ndarray]) -> list[Family]:
     """The data-aware families named, their outcomes ``measured`` at the grid's points (`measure_points`)."""
     return [Family(name, FORMS[name], PARAMETERS[name][0], np.array(PARAMETERS[name][1], dtype=np.float64),
                    measured=measured[name]) for name in names if name in PARAMETERS]
@@ -505,7 +505,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
         measured = measure_points(aware, grid.points, cache=harness.ArrayCache(args.cache),
                                   candidates=opts["candidate_list"], validation=opts["validation"], seed=args.seed,
                                   repetitions=opts["repetitions"])
-        fams += aware_families(grid, aware, measured)
+        fams += aware_families(aware, measured)
     fams.sort(key=lambda f: opts["families"].index(f.name))
     points: list[dict[str, Any]] = []
     fits: list[dict[str, Any]] = []
