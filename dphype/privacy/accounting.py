@@ -205,7 +205,11 @@ def calibrate(
     equation = noise_kind(noise).sigma_equation(l2, target, delta, accountant)
     if equation is None:
         equation = (lambda s: _release_epsilon(dataclasses.replace(probe, sigma=s), delta, accountant)), target
-    sigma = _root_decreasing(*equation, start, f"sigma ({accountant})")
+    try:
+        sigma = _root_decreasing(*equation, start, f"sigma ({accountant})")
+    except (ValueError, OverflowError, RuntimeError) as err:  # valid arguments: floating point gave out
+        raise ValueError(f"the noise std for epsilon {target!r} at delta {delta!r} cannot be solved in floating point "
+                         f"({err}); choose a larger epsilon") from err
     return dataclasses.replace(probe, sigma=sigma)
 
 

@@ -46,6 +46,7 @@ def rdp_to_dp(rdp_eps: Any, alpha: Any, delta: float) -> Any:
     """
     if np.any(~(np.asarray(alpha) > 1)):
         raise ValueError(f"alpha must be > 1, got {alpha!r}")
+    alpha = np.asarray(alpha, dtype=np.float64)  # an integer order may exceed int64 (the optimum at huge noise)
     return rdp_eps + np.log1p(-1.0 / alpha) - (math.log(delta) + np.log(alpha)) / (alpha - 1.0)
 
 
@@ -53,8 +54,9 @@ def optimal_order(rdp_slope: float, delta: float) -> float:
     """The order ``alpha > 1`` minimising Thm I.1's epsilon for an RDP curve ``rdp_slope * alpha``.
 
     The derivative ``s + (log delta + log alpha)/(alpha - 1)^2`` has one root, where
-    ``s (alpha - 1)^2 + log delta + log alpha = 0`` (increasing in alpha); brentq on
-    ``(1, 1 + sqrt(log(1/delta)/s)]``, where the left side goes from ``log delta < 0`` to ``log alpha > 0``.
+    ``s (alpha - 1)^2 + log delta + log alpha = 0`` (increasing in alpha); brentq on ``log(alpha - 1)`` over
+    ``(1, 1 + sqrt(log(1/delta)/s)]``, where the left side goes from ``log delta < 0`` to ``log alpha > 0`` (in
+    ``log(alpha - 1)`` the tolerance is relative, so a tiny slope's far root costs no more steps).
 
     Args:
         rdp_slope: The slope ``s > 0``.
@@ -67,10 +69,10 @@ def optimal_order(rdp_slope: float, delta: float) -> float:
     from scipy.optimize import brentq  # local imports of scipy: seconds, needed only when solving
 
     log_delta = math.log(delta)
-    upper = 1.0 + math.sqrt(-log_delta / rdp_slope)
-    return brentq(
-        lambda a: rdp_slope * (a - 1.0) ** 2 + log_delta + math.log(a), 1.0, upper, xtol=1e-14, rtol=1e-15
-    )
+    upper = 0.5 * math.log(-log_delta / rdp_slope)  # log(alpha - 1) at the bracket's right end
+    u = brentq(lambda u: rdp_slope * math.exp(2.0 * u) + log_delta + math.log1p(math.exp(u)),
+               min(-700.0, upper - 1.0), upper, xtol=1e-14, rtol=1e-15)
+    return 1.0 + math.exp(u)
 
 
 def _integer_minimiser_candidates(slope: float, lo: int, hi: float, delta: float) -> set[int]:
@@ -339,8 +341,10 @@ def skellam_rdp_epsilon(l2: float, l1: float, variance: float, delta: float) -> 
     """
     lam = variance
     base = l2**2 / (2.0 * lam)
-    extra = l2**2 / (2.0 * lam**2)
-    switch = (3.0 * l1 / (2.0 * lam) - (6.0 * l1 - l2**2) / (4.0 * lam**2)) / extra
+    extra = base / lam  # l2^2 / (2 lam^2), without squaring lam (which may overflow)
+    # (3 l1 / (2 lam) - (6 l1 - l2^2) / (4 lam^2)) / extra, multiplied out so that a huge lam neither overflows nor
+    # divides by an extra that underflowed to 0
+    switch = (3.0 * l1 * lam - (6.0 * l1 - l2**2) / 2.0) / l2**2
     orders: set[int] = set()
     if switch >= 2.0:  # piece 1: integers in [2, floor(switch)], linear branch of the min
         orders |= _integer_minimiser_candidates(base + extra, 2, math.floor(switch), delta)

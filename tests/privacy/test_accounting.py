@@ -321,3 +321,13 @@ def test_add_remove_sensitivities_and_noise():
             < calibrate(1.0, DELTA, 5, noise="skellam").sigma)
     with pytest.raises(ValueError, match="neighbouring must be one of replace-one, add-remove"):
         calibrate(1.0, DELTA, 5, neighbouring="swap")
+
+
+def test_calibration_at_a_tiny_epsilon_answers_or_says_why():
+    # huge noise: the Skellam accountant's best order exceeds int64 and lambda^2 overflows; both still answer
+    for noise in ("skellam", "gaussian"):
+        release = calibrate(1e-9, 1e-5, 5, noise=noise)
+        assert math.isfinite(release.sigma) and epsilon(release, 1e-5) <= 1e-9
+    # beyond what floating point can solve: a ValueError that names epsilon and the fix, not a crash
+    with pytest.raises(ValueError, match=r"epsilon 3\.5e-120 at delta 1e-05 cannot be solved.*larger epsilon"):
+        calibrate(3.5e-120, 1e-5, 5, noise="skellam")
