@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from dphype.privacy.winner import discrete_laplace, noise_std, winner_probabilities
-from dphype.selection.voting import Ballot, auto_depth
+from dphype.selection.voting import Ballot, auto_depth, ranking
 from simulations import harness
 
 #: The depths the ``joint`` and ``threshold`` families choose from.
@@ -70,8 +70,27 @@ def _outcome(probabilities: np.ndarray, accuracy: np.ndarray) -> tuple[float, fl
 
 
 def depth_counts(scores: np.ndarray, depths: Sequence[int]) -> np.ndarray:
-    """The top-k vote counts at each depth, ``(len(depths), p)`` (`simulations.harness.client_votes`)."""
-    return np.stack([harness.client_votes(scores, k).sum(axis=0) for k in depths])
+    """The top-k vote counts at each depth, ``(len(depths), p)``: each client ranked once (`ranking`, as
+    `dphype.selection.voting.top_k_votes` ranks), its top-k ballot at every ``k`` cut from that ranking."""
+    n, p = scores.shape[:2]
+    position = np.empty((n, p), dtype=np.int64)
+    position[np.arange(n)[:, None], np.stack([ranking(row) for row in scores])] = np.arange(p)
+    return (position[None, :, :] < np.asarray(depths)[:, None, None]).sum(axis=1)
+
+
+def _pair_release(fed: Federation, depths: Sequence[int], shifts: np.ndarray, epsilon: float, relation: str,
+                  repetitions: int, rng: np.random.Generator) -> list[tuple[float, float]]:
+    """Report-noisy-max over (depth, candidate) of ``count_k(c) + shift_k`` for each row of public ``shifts``
+    ``(rows, len(depths))``, from ``repetitions`` draws shared by all rows; the released candidate's outcome."""
+    counts = depth_counts(fed.scores, depths)
+    p = counts.shape[1]
+    noisy = counts[None] + discrete_laplace((repetitions, *counts.shape), epsilon=epsilon, neighbouring=relation,
+                                            rng=rng)
+    out = []
+    for shift in shifts:
+        picks = (noisy + shift[None, :, None]).reshape(repetitions, -1).argmax(axis=1) % p
+        out.append(_outcome(np.bincount(picks, minlength=p) / repetitions, fed.accuracy))
+    return out
 
 
 def score_family(fed: Federation, epsilon: float, relation: str, margin: float, bits: int) -> tuple[float, float]:
@@ -83,35 +102,20 @@ def score_family(fed: Federation, epsilon: float, relation: str, margin: float, 
 
 def joint_family(fed: Federation, epsilon: float, relation: str, betas: Sequence[float], repetitions: int,
                  rng: np.random.Generator) -> list[tuple[float, float]]:
-    """Report-noisy-max over (depth, candidate) with the offsets ``beta n k / p`` for each of ``betas``, from
-    ``repetitions`` draws shared by all ``betas``."""
-    counts = depth_counts(fed.scores, JOINT_DEPTHS)
+    """Report-noisy-max over (depth of `JOINT_DEPTHS`, candidate) with the offsets ``beta n k / p``, per ``beta``."""
     n, p = fed.scores.shape[:2]
-    noisy = counts[None] + discrete_laplace((repetitions, *counts.shape), epsilon=epsilon, neighbouring=relation,
-                                            rng=rng)
-    gap = 100.0 * (fed.accuracy.max() - fed.accuracy)
-    out = []
-    for beta in betas:
-        offsets = beta * n * np.asarray(JOINT_DEPTHS, dtype=np.float64) / p
-        picks = (noisy - offsets[None, :, None]).reshape(repetitions, -1).argmax(axis=1) % p
-        out.append((float(gap[picks].mean()), float((gap[picks] <= 2.0 + 1e-9).mean())))
-    return out
+    depths = np.asarray(JOINT_DEPTHS, dtype=np.float64)
+    return _pair_release(fed, JOINT_DEPTHS, -np.outer(betas, depths) * n / p, epsilon, relation, repetitions, rng)
 
 
 def shallow_family(fed: Federation, epsilon: float, relation: str, bonuses: Sequence[float], repetitions: int,
                    rng: np.random.Generator) -> list[tuple[float, float]]:
-    """Report-noisy-max over (depth, candidate), depths 2 and `auto_depth`'s, with the bonus ``a`` on depth 2, for
-    each of ``bonuses``, from ``repetitions`` draws shared by all of them."""
+    """Report-noisy-max over (depth, candidate), depths 2 and `auto_depth`'s, with the bonus ``a`` on depth 2, per
+    ``a``."""
     n, p = fed.scores.shape[:2]
-    counts = depth_counts(fed.scores, (2, auto_depth(p, noise_std(epsilon, relation), n)))
-    noisy = counts[None] + discrete_laplace((repetitions, *counts.shape), epsilon=epsilon, neighbouring=relation,
-                                            rng=rng)
-    gap = 100.0 * (fed.accuracy.max() - fed.accuracy)
-    out = []
-    for bonus in bonuses:
-        picks = (noisy + np.array([bonus, 0.0])[None, :, None]).reshape(repetitions, -1).argmax(axis=1) % p
-        out.append((float(gap[picks].mean()), float((gap[picks] <= 2.0 + 1e-9).mean())))
-    return out
+    deep = auto_depth(p, noise_std(epsilon, relation), n)
+    shifts = np.column_stack([bonuses, np.zeros(len(bonuses))])
+    return _pair_release(fed, (2, deep), shifts, epsilon, relation, repetitions, rng)
 
 
 def threshold_family(fed: Federation, epsilon: float, relation: str, rows: Sequence[tuple[float, float]],

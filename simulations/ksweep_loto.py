@@ -81,13 +81,12 @@ class Family:
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(behind, within2, gap, k)``, each with one row per grid row of ``rows`` (default every row) and one column
         per point of ``idx``; ``k`` is -1 where the data choose the depth."""
-        params = self.grid if rows is None else self.grid[rows]
+        chosen = slice(None) if rows is None else rows
         if self.measured is not None:
-            table = self.measured if rows is None else self.measured[rows]
-            gap = table[:, idx, 0]
-            return gap - grid.gap[idx].min(axis=1)[None, :], table[:, idx, 1], gap, np.full(gap.shape, -1)
+            gap, within2 = self.measured[chosen][:, idx, 0], self.measured[chosen][:, idx, 1]
+            return gap - grid.gap[idx].min(axis=1)[None, :], within2, gap, np.full(gap.shape, -1)
         assert self.depths is not None
-        cols = grid.column(self.depths(params, grid.p[idx], grid.s[idx], grid.n[idx]))
+        cols = grid.column(self.depths(self.grid[chosen], grid.p[idx], grid.s[idx], grid.n[idx]))
         pts = np.arange(len(idx))[None, :]
         return (grid.behind[idx][pts, cols], grid.within2[idx][pts, cols], grid.gap[idx][pts, cols],
                 grid.ks[cols])
