@@ -78,8 +78,8 @@ def format_fields(fields: Mapping[str, Any]) -> str:
 
 
 #: The fields of a run record (the bundled app's summary) that `summarize_run` shows after the selection, in order.
-RUN_FIELDS = ("training", "run", "accuracy", "reference", "test_loss", "predicted_success", "measured_within_2pt",
-              "selection_seconds", "fedavg_seconds", "seconds", "warnings")
+RUN_FIELDS = ("training", "run", "accuracy", "baseline", "reference", "test_loss", "predicted_success",
+              "measured_within_2pt", "selection_seconds", "fedavg_seconds", "seconds", "warnings")
 
 
 def summarize_run(record: Mapping[str, Any]) -> str:
@@ -109,6 +109,8 @@ class DPHypeResult:
         notes: What else the operator should know (e.g. simulated nodes with per-run ledgers).
         federation: Which federation voted: ``"roster <fingerprint> (N members)"`` (authenticated by their roster,
             `dphype.secure.roster`) or ``"unauthenticated"``; ``None`` where no pre-flight ran.
+        folder: The run folder that keeps this run's record, model and log (`dphype.runs.RunFolder`); ``None``
+            where the run keeps none.
     """
 
     selected_index: int
@@ -120,6 +122,7 @@ class DPHypeResult:
     secure_sum: dict[str, Any] | None = None
     notes: tuple[str, ...] = ()
     federation: str | None = None
+    folder: str | None = None
 
     @property
     def best_params(self) -> Candidate:
@@ -177,6 +180,8 @@ class DPHypeResult:
         if self.federation is not None:
             lines.append(f"federation: {self.federation}")
         lines.extend(f"note: {note}" for note in self.notes)
+        if self.folder is not None:
+            lines.append(f"run folder: {self.folder} (result.json, model.npz, log.txt)")
         if sel is not None:
             shown = min(top, len(self.candidates))
             lines.append(f"top {shown} of {len(self.candidates)} candidates, ranked by the {sel.rule} rule's estimate:")
@@ -204,6 +209,8 @@ class DPHypeResult:
             out["notes"] = list(self.notes)
         if self.federation is not None:
             out["federation"] = self.federation
+        if self.folder is not None:
+            out["folder"] = self.folder
         return out
 
     @classmethod
@@ -211,7 +218,7 @@ class DPHypeResult:
         """Rebuild a result from `to_dict`'s record.
 
         Args:
-            data: The record.
+            data: The record (``noisy_sum``, ``confidence`` and ``estimate`` may be left out where ``None``).
 
         Returns:
             The result.
@@ -224,18 +231,18 @@ class DPHypeResult:
             raise ValueError(f"format must be {RESULT_FORMAT!r}, got {data.get('format')!r}")
         try:
             candidates = CandidateList.from_json(json.dumps(data["candidates"]))
-            conf = data["confidence"]
+            conf = data.get("confidence")  # absent or None: a release without votes
             selection = None if conf is None else Selection(
                 index=int(conf["selected"]), rule=conf["rule"], requested=conf["requested_rule"],
                 fallback=conf["fallback"], estimate=np.asarray(data["estimate"], dtype=np.float64),
                 sigma=float(conf["sigma"]), p_top=float(conf["p_top"]), p_top_group=float(conf["p_top_group"]),
                 tolerance=float(conf["tolerance_votes"]), margin=float(conf["margin_sigma"]), warning=conf["warning"])
-            noisy = data["noisy_sum"]
+            noisy = data.get("noisy_sum")
             result = cls(selected_index=int(data["selected_index"]), selected=dict(data["best_params"]),
                          noisy_sum=None if noisy is None else np.asarray(noisy, dtype=np.float64),
                          report=PrivacyReport(**data["privacy"]), selection=selection, candidates=candidates,
                          secure_sum=data.get("secure_sum"), notes=tuple(data.get("notes", ())),
-                         federation=data.get("federation"))
+                         federation=data.get("federation"), folder=data.get("folder"))
         except (KeyError, TypeError) as err:
             raise ValueError(f"the result record is incomplete: {err}") from None
         if candidates[result.selected_index] != result.selected:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from dphype.node.policy import POLICY_ENV
+from dphype.runs import RUNS_ENV
 
 #: multiprocessing's helper processes (started once per interpreter, stopped at its exit).
 INTERPRETER_SERVERS = ("forkserver", "resource_tracker")
@@ -74,6 +75,7 @@ def private_flwr_home(tmp_path_factory, monkeypatch):
     home = tmp_path_factory.mktemp("flwr-home")
     monkeypatch.setenv("FLWR_HOME", str(home))
     monkeypatch.delenv(POLICY_ENV, raising=False)
+    monkeypatch.setenv(RUNS_ENV, str(home / "runs"))  # an in-process ServerApp's run folders: not in the checkout
     return home
 
 

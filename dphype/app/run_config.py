@@ -74,6 +74,8 @@ class AppConfig:
         round_timeout: Seconds per pre-flight, SecAgg+ stage and FedAvg round (a vanished node counts as dropped).
         tally_timeout: Seconds the tallies' MPyC parties have to check the ballots and open the result.
         result_file: Where the ServerApp also writes its summary as JSON (empty: nowhere).
+        runs_dir: The folder of the run folders on the ServerApp's host (`dphype.runs.runs_dir`; empty: ``runs``,
+            and under ``dphype run`` the app folder's ``runs/``).
         tallies: The size of the tally committee found among the connected nodes (committee releases only).
 
     Raises:
@@ -95,6 +97,7 @@ class AppConfig:
     round_timeout: float = 1800.0
     tally_timeout: float = 60.0
     result_file: str = ""
+    runs_dir: str = ""
     tallies: int = COMMITTEE_SIZE
 
     def __post_init__(self) -> None:

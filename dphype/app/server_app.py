@@ -13,10 +13,11 @@ A worked example of the Message API end to end, in one ``@app.main()``:
    ``fraction-evaluate`` share of the clients on their own data. With ``train-epsilon > 0`` FedAvg runs in
    Flower's DP wrapper (`dphype.flower.final_training`) and the report composes both phases.
 
-The summary (selection, privacy report, test accuracy, timings) is logged as text
-(`dphype.result.summarize_run`) and as one JSON line prefixed ``DPHYPE_RESULT``, and, when the run config
-names a ``result-file``, written there (on the ServerApp's host). A failed run logs one line prefixed
-``DP-Hype: the run failed:`` with its cause.
+Every run writes its run folder (`dphype.flower.run_folder`: ``result.json``, the final model's ``model.npz``,
+``log.txt``; by default ``runs/`` of the app folder under ``dphype run``). The summary (selection, privacy report,
+test accuracy, timings) is logged as text (`dphype.result.summarize_run`) and as one JSON line prefixed
+``DPHYPE_RESULT``, and, when the run config names a ``result-file``, also written there (on the ServerApp's host).
+A failed run logs one line prefixed ``DP-Hype: the run failed:`` with its cause.
 """
 
 from __future__ import annotations
@@ -39,25 +40,27 @@ from dphype.flower import (
     DPHype,
     check_private_training,
     connected_committee,
+    plaintext_training,
     private_training,
+    run_folder,
+    save_model,
     train_config,
 )
+from dphype.flower.server import selection_plan
 from dphype.ml.data import dataset_spec
 from dphype.ml.torch_task import TorchTask, load_cached
 from dphype.modes import Aggregator
 from dphype.result import FAILURE_FORMAT, summarize_run
+from dphype.runs import RunFolder
 from dphype.strict_json import jsonable
 
 #: Prefix of the log line that carries the run summary as JSON.
 RESULT_PREFIX = "DPHYPE_RESULT "
 #: Prefix of the one log line that names why a run failed (``server/run.sh`` prints it as its last line).
 FAILURE_PREFIX = "DP-Hype: the run failed: "
-#: What ordinary FedAvg releases (the report says it plainly).
-PLAINTEXT_TRAINING = ("plaintext model updates of every participating client in every FedAvg round (ordinary "
-                      "FedAvg): no DP guarantee covers them; set train-epsilon > 0 to train privately")
 
 
-def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
+def run_app(grid: Grid, cfg: AppConfig, run: RunFolder) -> dict[str, Any]:
     """DP-Hype selection, then FedAvg with the winner.
 
     The tally nodes are found among the connected nodes first (in argmax mode the committee; in sum mode those that
@@ -69,6 +72,7 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
     Args:
         grid: The ServerApp's grid.
         cfg: The validated app configuration.
+        run: The run folder: the selection is recorded in it and the final model saved there.
 
     Returns:
         The run summary: the selection's `dphype.result.DPHypeResult.to_dict` record, the training's and the
@@ -83,6 +87,8 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
     if budget is not None:  # the training accountant's preconditions, before the selection spends anything
         check_private_training(_fedavg(cfg, survivors), budget, delta=cfg.dphype.delta,
                                neighbouring=cfg.dphype.neighbouring, sampled_clients=survivors)
+    # the planner's check first (a federation too small to select is refused, naming the size that would do)
+    selection_plan(cfg.dphype, candidates)
     # without a committee the selection is checked before any node is asked (a committee's keys come from its nodes)
     checked = None if cfg.dphype.mode.aggregator is Aggregator.COMMITTEE else DPHype(candidates, cfg.dphype)
     # the central evaluation's split, parsed while the nodes work (the thread ends with the parsing)
@@ -99,6 +105,7 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
     result = selection.start(committee.selection_grid, timeout=cfg.round_timeout, connect_timeout=cfg.connect_timeout,
                              committee_nodes=committee.nodes,  # the committee answered hello above
                              tally_timeout=cfg.tally_timeout)
+    result = run.selected(result)  # its summary names the run folder
     selected_at = time.perf_counter()
 
     test = TorchTask(split.result()[1], dataset_spec(cfg.dataset).model)  # central evaluation
@@ -122,11 +129,10 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
         train_config=train_config(result.best_params, **{"local-epochs": cfg.local_epochs}),
         evaluate_fn=evaluate,
     )
-    phases = private.report() if private is not None else {  # after training: the rounds actually released
-        "training": {"private": False, "released": PLAINTEXT_TRAINING},
-        "run": {"epsilon": None, "delta": cfg.dphype.delta, "accountant": "none: the training is not private",
-                "releases": 1 + cfg.fedavg_rounds}}
+    # after training: the rounds actually released
+    phases = private.report() if private is not None else plaintext_training(cfg.dphype.delta, cfg.fedavg_rounds)
     final = trained.evaluate_metrics_serverapp[cfg.fedavg_rounds]
+    save_model(run, trained.arrays)
     plan = selection.plan()
     return {
         **result.to_dict(),
@@ -170,13 +176,14 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Read and check the run config, select, train, report.
+    """Read and check the run config, select, train, report, all recorded in the run's folder.
 
-    The log shows the summary as text (`dphype.result.summarize_run`) and as one strict-JSON line after
-    `RESULT_PREFIX`; with ``result-file`` set the JSON is also written there, on the ServerApp's host
+    The run folder (`dphype.flower.run_folder`) keeps the record, the model and the log. The log shows the
+    summary as text (`dphype.result.summarize_run`) and as one strict-JSON line after `RESULT_PREFIX`; with
+    ``result-file`` set the JSON is also written there, on the ServerApp's host
     (`dphype.app.run_config.AppConfig.result_path`). A run that fails logs one line after `FAILURE_PREFIX` naming
-    the cause, writes a `dphype.result.FAILURE_FORMAT` record to ``result-file`` if one is named, then lets
-    Flower mark the run failed.
+    the cause, writes a `dphype.result.FAILURE_FORMAT` record to ``result-file`` if one is named and to its run
+    folder, then lets Flower mark the run failed.
 
     Args:
         grid: The ServerApp's grid.
@@ -187,20 +194,22 @@ def main(grid: Grid, context: Context) -> None:
             before any client works), after the `FAILURE_PREFIX` line.
     """
     cfg = None
-    try:
-        cfg = AppConfig.from_run_config(context.run_config)
-        summary = run_app(grid, cfg)
-    except Exception as err:
-        cause = f"{type(err).__name__}: {err}"
-        log(logging.ERROR, "%s%s", FAILURE_PREFIX, cause)
-        path = _result_path(cfg, context)
-        if path is not None:  # no earlier run's result stays there, and its reader learns why
-            path.write_text(json.dumps({"format": FAILURE_FORMAT, "error": cause}) + "\n", encoding="utf-8")
-        raise
-    line = json.dumps(jsonable(summary), sort_keys=True, allow_nan=False)  # strict JSON (inf as "inf")
-    log(logging.INFO, "DP-Hype run summary:\n%s", summarize_run(summary))
-    log(logging.INFO, "%s%s", RESULT_PREFIX, line)
-    path = cfg.result_path()
-    if path is not None:
-        path.write_text(line + "\n", encoding="utf-8")
-        log(logging.INFO, "DP-Hype: the summary's JSON is in %s (on the ServerApp's host)", path)
+    with run_folder(context) as run:
+        try:
+            cfg = AppConfig.from_run_config(context.run_config)
+            summary = run_app(grid, cfg, run)
+        except Exception as err:
+            cause = f"{type(err).__name__}: {err}"
+            log(logging.ERROR, "%s%s", FAILURE_PREFIX, cause)
+            path = _result_path(cfg, context)
+            if path is not None:  # no earlier run's result stays there, and its reader learns why
+                path.write_text(json.dumps({"format": FAILURE_FORMAT, "error": cause}) + "\n", encoding="utf-8")
+            raise
+        run.add(**summary)
+        line = json.dumps(jsonable(summary), sort_keys=True, allow_nan=False)  # strict JSON (inf as "inf")
+        log(logging.INFO, "DP-Hype run summary:\n%s", summarize_run(summary))
+        log(logging.INFO, "%s%s", RESULT_PREFIX, line)
+        path = cfg.result_path()
+        if path is not None:
+            path.write_text(line + "\n", encoding="utf-8")
+            log(logging.INFO, "DP-Hype: the summary's JSON is in %s (on the ServerApp's host)", path)

@@ -32,6 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "new": ("dphype.cli.new", "write a runnable Flower app with DP-Hype (offline, from the package's template)"),
     "run": ("dphype.cli.run", "run a Flower app with DP-Hype in a local simulation (private SuperLink, free ports; "
             "exit status 1 with the cause when the run fails)"),
+    "runs": ("dphype.cli.runs", "list the run folders of an app's past runs (runs/<date>-<run id>/)"),
+    "show": ("dphype.cli.show", "print one past run: its pick, guarantees, accuracy and files (--json: result.json)"),
     "doctor": ("dphype.cli.doctor", "what a SuperNode of the bundled app would enforce (policy, roster, tallies, "
                "certificates, ledger), checked before it joins; exit status 2 on a contradiction"),
     "superexec": ("dphype.cli.superexec", "a warm SuperExec for a SuperNode in process isolation: ClientApp tasks "

@@ -9,7 +9,8 @@ policy keys (`dphype.node.policy.POLICY_KEYS`) documented. ``--release`` sets th
 `dphype.flower.simulated_roles` simulates beside the voters and the ServerApp finds with
 `dphype.flower.connected_committee`; ``sum`` releases the noisy vote sum over SecAgg+; any registered mode
 (`dphype.modes.RELEASE_MODES`) may be named. The same two app files serve every mode, and the run config's ``k`` is
-the planner's recommendation for the mode (`template_k`). It runs as written with ``dphype run`` in the app's folder
+the planner's recommendation for the mode, and its ``clients`` at least the planner's smallest federation for
+it (`template_plan`). It runs as written with ``dphype run`` in the app's folder
 (`dphype.cli.run`).
 """
 
@@ -28,14 +29,17 @@ from dphype.modes import RELEASE_MODES
 from dphype.node.policy import POLICY_KEYS
 from dphype.selection.candidates import candidate_grid
 from dphype.selection.forecasts import Forecast
-from dphype.selection.planner import plan
+from dphype.selection.planner import WARN_BELOW, plan
 
 #: The template app's candidate list (its ``server_app.py``), as `dphype.selection.candidates.candidate_grid`'s
 #: keyword arguments.
 TEMPLATE_GRID: dict[str, list[float]] = {"lr": [0.001, 0.01, 0.1, 1.0], "steps": [5, 50]}
 
-#: The template's run config (its ``pyproject.toml``) that the planner reads to choose its ``k`` (`template_k`).
+#: The template's run config (its ``pyproject.toml``) that the planner reads to choose its ``k`` (`template_plan`).
 TEMPLATE_RUN: dict[str, Any] = {"epsilon": 1.0, "delta": 1e-5, "clients": 10}
+
+#: The template's ``min-success``: the planner's warning threshold (a federation below it is refused).
+TEMPLATE_MIN_SUCCESS: float = WARN_BELOW
 
 #: The ``k`` the planner compares for the template's 8 candidates.
 TEMPLATE_KS: tuple[int, ...] = (1, 2, 3, 4)
@@ -43,6 +47,7 @@ TEMPLATE_KS: tuple[int, ...] = (1, 2, 3, 4)
 #: Template file -> path in the app (``{package}`` is the app's Python package).
 FILES: dict[str, str] = {
     "pyproject.toml.tmpl": "pyproject.toml",
+    "README.md.tmpl": "README.md",
     "__init__.py.tmpl": "{package}/__init__.py",
     "client_app.py.tmpl": "{package}/client_app.py",
     "server_app.py.tmpl": "{package}/server_app.py",
@@ -72,16 +77,19 @@ def package_name(folder: Path) -> str:
     return f"app_{name}" if name[0].isdigit() else name
 
 
-def template_k(release: str) -> int:
-    """The planner's recommended top-k ``k`` for the template app under ``release`` (`dphype.selection.planner.plan`).
+def template_plan(release: str) -> tuple[int, int]:
+    """The planner's ``k`` and number of clients for the template app under ``release``.
 
-    For `TEMPLATE_GRID` and `TEMPLATE_RUN` in the moderate scenario, among `TEMPLATE_KS`.
+    ``k`` is the recommended top-k ``k`` (`dphype.selection.planner.plan`) for `TEMPLATE_GRID` and `TEMPLATE_RUN`
+    in the moderate scenario, among `TEMPLATE_KS`; the clients are `TEMPLATE_RUN`'s, or, where the scenario gives
+    them less than `TEMPLATE_MIN_SUCCESS` at that ``k``, the planner's smallest federation that reaches it (the app
+    would refuse a smaller one).
 
     Args:
         release: The release mode's name.
 
     Returns:
-        ``k``.
+        ``(k, clients)``.
 
     Raises:
         ValueError: For a name that is no registered mode (`dphype.modes.release_mode`).
@@ -90,9 +98,12 @@ def template_k(release: str) -> int:
     candidates = candidate_grid(**TEMPLATE_GRID)
     # a winner forecast's k does not depend on the server's rule: planning it with argmax spares the GP's torch import
     rule = "argmax" if cfg.mode.forecast is Forecast.WINNER else cfg.rule
-    return plan(cfg.clients, cfg.epsilon, cfg.delta, candidates.feature_space(), len(candidates), dropout=cfg.dropout,
-                rule=rule, noise=cfg.noise, accountant=cfg.accountant, neighbouring=cfg.neighbouring,
-                ks=TEMPLATE_KS, release=cfg.mode, search=False).k
+    chosen = plan(cfg.clients, cfg.epsilon, cfg.delta, candidates.feature_space(), len(candidates), dropout=cfg.dropout,
+                  rule=rule, noise=cfg.noise, accountant=cfg.accountant, neighbouring=cfg.neighbouring,
+                  ks=TEMPLATE_KS, release=cfg.mode, target=TEMPLATE_MIN_SUCCESS)
+    if chosen.success >= TEMPLATE_MIN_SUCCESS or chosen.min_clients is None:
+        return chosen.k, cfg.clients
+    return chosen.k, max(cfg.clients, chosen.min_clients)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -111,10 +122,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise ValueError(f"app_dir {str(folder)!r} exists and is not an empty folder; choose a new one")
     package = package_name(folder)
+    k, clients = template_plan(args.release)
     keys = "\n".join(f"#   {key} = {default!r}: {meaning}".replace("None", "none") for key, (default, meaning)
                      in POLICY_KEYS.items())
     values = {"project": package.replace("_", "-"), "package": package, "version": __version__, "policy_keys": keys,
-              "release": args.release, "k": template_k(args.release),
+              "release": args.release, "k": k, "clients": clients, "min_success": TEMPLATE_MIN_SUCCESS,
+              "clients_note": "the planner's smallest federation for this release at epsilon 1, min-success "
+                              f"{TEMPLATE_MIN_SUCCESS:g}" if clients > TEMPLATE_RUN["clients"] else
+                              "the default; the planner's check below says whether it is enough",
               "grid": ", ".join(f"{key}={values!r}" for key, values in TEMPLATE_GRID.items())}
     templates = files("dphype") / "templates" / "app"
     written = []

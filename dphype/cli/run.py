@@ -28,10 +28,12 @@ from typing import Any
 
 from dphype.checks import check_int, check_positive
 from dphype.cli import RunFailedError
+from dphype.cli.runs import add_runs_dir_argument, app_runs_dir, check_federation_size, run_record
 from dphype.config import RUN_CONFIG_KEYS, DPHypeConfig
 from dphype.modes import Aggregator, release_mode
 from dphype.node.policy import POLICY_ENV, SIMULATED_REMEDIES, NodePolicy, check_clients_limit, check_delta_limit
 from dphype.refusal import Refusal
+from dphype.runs import RUNS_ENV, run_folders
 from dphype.secure.committee import COMMITTEE_SIZE
 
 
@@ -48,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run-config overrides as in flwr run: \"k=2 release='argmax'\" (strings quoted) or a "
                              ".toml file; every key must be declared in the app's [tool.flwr.app.config]")
     parser.add_argument("--timeout", type=float, default=3600.0, help="give up after this many seconds (default 3600)")
+    add_runs_dir_argument(parser)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -57,7 +60,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         args: The parsed options.
 
     Returns:
-        The ``app`` folder, ``run_id``, ``status``, ``clients``, ``tallies``, ``supernodes`` and wall ``seconds``.
+        The run's record (its folder's ``result.json``, `dphype.runs`); for an app that keeps no run folder, the
+        ``app`` folder, ``run_id``, ``status``, ``clients``, ``tallies``, ``supernodes`` and wall ``seconds``.
 
     Raises:
         ValueError: For bad input (exit status 2 via `dphype.cli.main`).
@@ -86,7 +90,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("the app's run config has no clients (the number of voters): pass --clients N")
     clients = config["clients"]
     check_int("clients", clients, 2)
-    check_selection(config)  # before Flower starts, as `dphype demo` checks its options
+    check_federation_size(check_selection(config), config)  # before Flower starts, as `dphype demo` checks
     for key, value in overrides.items():  # the app's own keys: what the run config can carry
         try:
             toml_value(value)
@@ -94,10 +98,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             raise ValueError(f"--run-config {key}={value!r}: {err}") from None
     committee = release_mode(config.get("release", DPHypeConfig.release)).aggregator is Aggregator.COMMITTEE
     tallies = int(config.get("tallies", COMMITTEE_SIZE)) if committee else 0
+    runs = app_runs_dir(folder, config, args.runs_dir)  # the ServerApp writes its run folder there
+    before = run_folders(runs)
     start = time.perf_counter()
-    outcome = run_locally(folder, overrides, clients + tallies, json=args.json, timeout=args.timeout)
-    return {"app": str(folder), "run_id": outcome.run_id, "status": outcome.status, "clients": clients,
-            "tallies": tallies, "supernodes": clients + tallies, "seconds": time.perf_counter() - start}
+    try:
+        outcome = run_locally(folder, overrides, clients + tallies, env={RUNS_ENV: str(runs)}, json=args.json,
+                              timeout=args.timeout)
+    except RunFailedError as err:
+        failed = run_record(runs, None, before)
+        raise RunFailedError(f"{err} (log: {failed['folder']})" if failed else str(err)) from None
+    record = run_record(runs, outcome.run_id, before)
+    return record or {"app": str(folder), "run_id": outcome.run_id, "status": outcome.status, "clients": clients,
+                      "tallies": tallies, "supernodes": clients + tallies, "seconds": time.perf_counter() - start}
 
 
 def check_selection(run_config: Mapping[str, Any]) -> Any:
@@ -179,6 +191,8 @@ def run_locally(app: Path, run_config: Mapping[str, Any], supernodes: int, *, en
 
 
 def render(result: dict[str, Any]) -> str:
-    """The outcome as one line (the app's own output is in the log above it)."""
+    """The outcome as one line (the app's own output is in the log above it): the run folder's, or Flower's."""
+    if "folder" in result:
+        return f"run {result['run_id']} {result['status']} in {result['seconds']:.0f} s: {result['folder']}"
     nodes = f"{result['clients']} voters" + (f" and {result['tallies']} tally nodes" if result["tallies"] else "")
     return f"run {result['run_id']} {result['status']} in {result['seconds']:.0f} s on {nodes} (app: {result['app']})"

@@ -51,6 +51,9 @@ _EXPORTS: dict[str, str] = {
     "TrainingBudget": "dphype.flower.final_training",
     "check_private_training": "dphype.flower.final_training",
     "private_training": "dphype.flower.final_training",
+    "plaintext_training": "dphype.flower.final_training",
+    "run_folder": "dphype.flower.run_record",
+    "save_model": "dphype.flower.run_record",
 }
 
 if TYPE_CHECKING:
@@ -62,8 +65,10 @@ if TYPE_CHECKING:
         ClippingError,
         TrainingBudget,
         check_private_training,
+        plaintext_training,
         private_training,
     )
+    from dphype.flower.run_record import run_folder, save_model
     from dphype.flower.selected import selected_candidate, train_config
     from dphype.flower.server import DPHype
     from dphype.flower.server.committee_server import ClientGrid, Committee, connected_committee, discover_committee
@@ -76,5 +81,5 @@ __getattr__ = lazy_getattr(__name__, _EXPORTS, globals())
 
 __all__ = ["TALLY_ID", "TALLY_KEY_FILE", "TALLY_PARTIES", "BoundedFedAvg", "ClientGrid", "ClippingError", "Committee",
            "DPHype", "PreflightError", "TrainingBudget", "check_private_training", "connected_committee",
-           "discover_committee", "load_tally_key", "node_policy", "private_training", "register_dphype",
-           "selected_candidate", "simulated_roles", "train_config"]
+           "discover_committee", "load_tally_key", "node_policy", "plaintext_training", "private_training",
+           "register_dphype", "run_folder", "save_model", "selected_candidate", "simulated_roles", "train_config"]

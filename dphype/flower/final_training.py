@@ -478,6 +478,27 @@ class PrivateTraining:
         }
 
 
+#: What ordinary FedAvg releases (`plaintext_training` says it plainly).
+PLAINTEXT_TRAINING = ("plaintext model updates of every participating client in every FedAvg round (ordinary "
+                      "FedAvg): no DP guarantee covers them; set train-epsilon > 0 to train privately")
+
+
+def plaintext_training(delta: float, rounds: int) -> dict[str, Any]:
+    """What a run that trains with ordinary FedAvg after the selection releases, in `PrivateTraining.report`'s shape.
+
+    Args:
+        delta: The selection's delta.
+        rounds: FedAvg's rounds.
+
+    Returns:
+        ``{"training": {"private": False, "released": ...}, "run": {"epsilon": None, ...}}``: no guarantee covers
+        the run as a whole.
+    """
+    return {"training": {"private": False, "released": PLAINTEXT_TRAINING},
+            "run": {"epsilon": None, "delta": delta, "accountant": "none: the training is not private",
+                    "releases": 1 + rounds}}
+
+
 def check_private_training(strategy: FedAvg, budget: TrainingBudget, *, delta: float, neighbouring: str,
                            sampled_clients: int) -> float:
     """Every precondition of the training accountant that the server can check before the selection starts.

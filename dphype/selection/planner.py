@@ -283,8 +283,9 @@ def check_plan(
 ) -> Plan:
     """The check a server or the demo runs before any data is touched: the plan at the configured ``k``.
 
-    Without the searches; refused below ``min_success``; its ``warnings`` say when the predicted success is below
-    `WARN_BELOW` or the release is noise.
+    Without the searches; refused below ``min_success`` (a federation too small to select), naming the number of
+    clients (and the epsilon) that reach it; its ``warnings`` say when the predicted success is below `WARN_BELOW`
+    or the release is noise.
 
     Args:
         clients: The number ``n`` of clients.
@@ -308,6 +309,16 @@ def check_plan(
         check_probability("min_success", min_success)
     result = plan(clients, epsilon, delta, space, num_candidates, k=k, dropout=dropout, ks=[k], search=False,
                   **options)
-    warnings(result, min_success)
+    if min_success is not None and result.success < min_success:  # too small: search what would reach it
+        reach = plan(clients, epsilon, delta, space, num_candidates, k=k, dropout=dropout, ks=[k],
+                     target=min_success, **options)
+        size = (f"use clients >= {reach.min_clients}" if reach.min_clients is not None else
+                f"no federation of up to {MAX_CLIENTS} clients reaches it")
+        more = "" if reach.min_epsilon is None else f" (or epsilon >= {reach.min_epsilon:g})"
+        raise ValueError(f"clients={clients} is too few to select at epsilon {epsilon:g}: {size}{more}, or set "
+                         f"min-success = 0 to run anyway\nthe planner's {reach.scenario['name']} consensus scenario "
+                         f"(a model, not your data) simulates a good pick with {result.success:.2f} < min-success "
+                         f"{min_success:g} at k = {k} over {num_candidates} candidates; nothing was sent")
+    warnings(result)
     return result
 

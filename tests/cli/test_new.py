@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import re
 import tomllib
+from pathlib import Path
+
+import numpy as np
 
 import pytest
 from flwr.app import Context, RecordDict
@@ -40,20 +45,24 @@ def test_new_writes_an_app_that_selects_and_trains_in_process(tmp_path, capsys, 
     monkeypatch.setattr(roles, "simulated", lambda: True)  # as in a Ray worker of Flower's simulation
     folder = new_app(tmp_path / "My-App", *(["--release", release] if release != "argmax" else []))
     printed = capsys.readouterr().out
-    assert "files: pyproject.toml, my_app/__init__.py, my_app/client_app.py, my_app/server_app.py" in printed
+    assert ("files: pyproject.toml, README.md, my_app/__init__.py, my_app/client_app.py, my_app/server_app.py"
+            in printed)
     assert f"release: {release}" in printed and f"next: cd {folder} && dphype run" in printed
     project = tomllib.loads((folder / "pyproject.toml").read_text())
     assert project["tool"]["flwr"]["app"]["components"] == {"serverapp": "my_app.server_app:app",
                                                             "clientapp": "my_app.client_app:app"}
     run_config = project["tool"]["flwr"]["app"]["config"]
+    # the sum release needs more than 10 clients for the planner's 0.5 (the app would refuse 10)
+    clients = {"argmax": 10, "sum": 13}[release]
     assert run_config == {"release": release, "epsilon": 1.0, "delta": 1e-5, "k": {"argmax": 2, "sum": 1}[release],
-                          "clients": 10, "num-server-rounds": 3}
-    assert {key: run_config[key] for key in TEMPLATE_RUN} == TEMPLATE_RUN  # what the planner chose k for
+                          "clients": clients, "min-success": 0.5, "num-server-rounds": 3, "runs-dir": "runs"}
+    assert {key: run_config[key] for key in TEMPLATE_RUN if key != "clients"} == {  # what the planner chose k for
+        key: value for key, value in TEMPLATE_RUN.items() if key != "clients"}
     assert "#   dphype-max-epsilon = 1.0: largest epsilon" in (folder / "pyproject.toml").read_text()
     client = load(folder / "my_app" / "client_app.py", f"new_client_app_{release}")
     server = load(folder / "my_app" / "server_app.py", f"new_server_app_{release}")
     committee = RELEASE_MODES.get(release).aggregator is Aggregator.COMMITTEE
-    nodes = 10 + (3 if committee else 0)
+    nodes = clients + (3 if committee else 0)
     # in argmax mode the simulated_roles mod gives every node its role and its simulated federation, as in a Ray
     # worker; in sum mode the grid makes its nodes' roster (the node policy would in a Ray worker)
     grid = LocalGrid(client.app, nodes, run_config=run_config, federation=not committee)
@@ -61,9 +70,18 @@ def test_new_writes_an_app_that_selects_and_trains_in_process(tmp_path, capsys, 
     guarantee = r"\(1, 2e-19\)-DP" if release == "argmax" else r"\(1, 1e-05\)-DP"  # argmax: its sampler's delta
     assert re.search(SUMMARY + r".*\nprivacy: " + guarantee + " per client", capsys.readouterr().out)
     trains = [m for m in grid.sent if m.metadata.message_type == "train"]
-    assert len(trains) == 3 * 10 and len({str(selected_candidate(m)) for m in trains}) == 1
-    assert {m.metadata.dst_node_id for m in trains} == {node_id(i) for i in range(10)}
+    assert len(trains) == 3 * clients and len({str(selected_candidate(m)) for m in trains}) == 1
+    assert {m.metadata.dst_node_id for m in trains} == {node_id(i) for i in range(clients)}
     assert not any(r.has_error() for r in grid.replies)
+    # the run folder (here the test's DPHYPE_RUNS_DIR): the record names the pick, the model is the trained one
+    (run,) = (Path(os.environ["DPHYPE_RUNS_DIR"])).iterdir()
+    assert re.fullmatch(r"\d{8}-\d{6}-1", run.name) and sorted(p.name for p in run.iterdir()) == [
+        "log.txt", "model.npz", "result.json"]
+    record = json.loads((run / "result.json").read_text())
+    assert record["status"] == "completed" and record["best_params"] == selected_candidate(trains[0])
+    assert 0.5 <= record["baseline"] < 1 and 0 <= record["accuracy"] <= 1 and record["run"]["epsilon"] is None
+    assert np.load(run / "model.npz")["0"].shape == (5,)
+    assert "DP-Hype selected candidate" in (run / "log.txt").read_text()
 
 
 def test_every_mode_gets_an_app_whose_k_is_the_planners_choice_for_its_candidates(tmp_path, capsys):
@@ -104,7 +122,7 @@ def test_a_new_mode_is_offered_with_no_other_edit(tmp_path):
     """One class registers a mode: ``dphype new`` and the commands' ``--release`` offer it, its app asks the planner
     for its k, and a name no class registered is refused."""
     from dphype.cli import build_parser
-    from dphype.cli.new import template_k
+    from dphype.cli.new import template_plan
     from dphype.modes import CommitteeSumRelease
 
     with pytest.MonkeyPatch.context() as patch:
@@ -117,7 +135,7 @@ def test_a_new_mode_is_offered_with_no_other_edit(tmp_path):
         assert args.release == "quieter"
         planned = ["plan", "--clients", "10", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3"]
         assert build_parser(["plan"]).parse_args([*planned, "--release", "quieter"]).release == "quieter"
-        assert template_k("quieter") == template_k("committee-sum")  # the same forecast, the same k
+        assert template_plan("quieter") == template_plan("committee-sum")  # the same forecast, the same k
     with pytest.raises(SystemExit):
         build_parser(["new"]).parse_args(["new", str(tmp_path / "q"), "--release", "quieter"])
 

@@ -35,6 +35,7 @@ Train the final model afterwards with any Message-API strategy, passing
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -58,6 +59,31 @@ from dphype.secure.secagg_params import CORRUPT_FRACTION, check_corrupt_fraction
 from dphype.secure.secure_sum import clip_probability
 from dphype.selection.candidates import CandidateList
 from dphype.selection.planner import Plan, check_plan
+
+
+@functools.lru_cache(maxsize=8)
+def selection_plan(config: DPHypeConfig, candidates: CandidateList) -> Plan:
+    """The planner's check of a selection (`dphype.selection.planner.check_plan`), from public parameters only.
+
+    What `DPHype.plan` runs, and an app or ``dphype run`` before anything else where the candidates are known;
+    cached (the planner's simulation is seeded: the same arguments give the same plan).
+
+    Args:
+        config: The selection's configuration.
+        candidates: The public candidate list.
+
+    Returns:
+        The plan.
+
+    Raises:
+        ValueError: If the scenario's simulated chance of a good pick is below ``config.min_success`` (a federation
+            too small to select), naming the number of clients that would reach it.
+    """  # noqa: DOC502
+    return check_plan(config.clients, config.epsilon, config.delta, candidates.feature_space(), len(candidates),
+                      config.mode.votes_per_client(config, len(candidates)), dropout=config.dropout,
+                      min_success=config.min_success, rule=config.rule, noise=config.noise,
+                      accountant=config.accountant, neighbouring=config.neighbouring, release=config.mode,
+                      releases=release_modes(), ballot=config.ballot)
 
 
 class DPHype:
@@ -131,13 +157,7 @@ class DPHype:
             ValueError: If the scenario's simulated chance of a good pick is below ``config.min_success``.
         """  # noqa: DOC502
         if self._plan is None:
-            cfg = self.config
-            self._plan = check_plan(cfg.clients, cfg.epsilon, cfg.delta, self.candidates.feature_space(),
-                                    len(self.candidates), cfg.mode.votes_per_client(cfg, len(self.candidates)),
-                                    dropout=cfg.dropout, min_success=cfg.min_success,
-                                    rule=cfg.rule, noise=cfg.noise, accountant=cfg.accountant,
-                                    neighbouring=cfg.neighbouring, release=cfg.mode, releases=release_modes(),
-                                    ballot=cfg.ballot)
+            self._plan = selection_plan(self.config, self.candidates)
         return self._plan
 
     @property
