@@ -21,6 +21,7 @@ ServerApp process's working folder (in a deployment, the SuperLink's). No Flower
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import sys
@@ -179,15 +180,16 @@ class RunFolder:
     def capture_output(self) -> Iterator[None]:
         """Within the block, copy everything written to ``sys.stdout`` and ``sys.stderr`` into ``log.txt``.
 
-        The streams' ``write`` is wrapped, not the streams replaced, so handlers that hold them (Flower's console
-        logger) are copied too; colour codes are stripped; the streams are restored after the block.
+        The streams' ``write`` is wrapped, not the streams replaced, so handlers that hold them are copied too, and
+        so are the streams of the ``flwr`` logger's handlers (Flower's console log, wherever it writes); colour codes
+        are stripped; the streams are restored after the block.
 
         Yields:
             Nothing.
         """
         lock = threading.Lock()
-        streams = [sys.stdout, sys.stderr]
-        saved = [stream.__dict__.get("write") for stream in streams]
+        handlers = [h.stream for h in logging.getLogger("flwr").handlers if isinstance(h, logging.StreamHandler)]
+        streams = list({id(stream): stream for stream in [sys.stdout, sys.stderr, *handlers]}.values())
         with (self.path / LOG_FILE).open("w", encoding="utf-8") as log:
 
             def tee(write: Any) -> Any:
@@ -199,16 +201,22 @@ class RunFolder:
                     return int(written or 0)
                 return copy
 
+            saved = []  # (stream, its own write attribute or None)
             for stream in streams:
-                stream.write = tee(stream.write)  # type: ignore[method-assign]
+                own = getattr(stream, "__dict__", {}).get("write")
+                try:
+                    stream.write = tee(stream.write)  # type: ignore[method-assign]
+                except AttributeError:  # a stream that takes no attribute: not copied
+                    continue
+                saved.append((stream, own))
             try:
                 yield
             finally:
-                for stream, write in zip(streams, saved):
-                    if write is None:
+                for stream, own in saved:
+                    if own is None:
                         del stream.write
                     else:
-                        stream.write = write  # type: ignore[method-assign]
+                        stream.write = own  # type: ignore[method-assign]
 
 
 def read_record(folder: Path) -> dict[str, Any]:

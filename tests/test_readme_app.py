@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 import re
 import subprocess
 import tomllib
@@ -66,14 +67,25 @@ def test_dphype_adds_few_lines_to_each_side():
         assert 0 < len(added) <= 20, name
 
 
-def test_embedding_app_selects_then_trains_in_process(tmp_path, capsys):
-    """The sum release in process (the argmax release needs tally processes: the commands below run it)."""
+def test_embedding_app_selects_then_trains_in_process(tmp_path, capsys, monkeypatch):
+    """The sum release in process (the argmax release needs tally processes: the commands below run it). At 10
+    clients the planner gives it less than the guide's min-success: refused before any node is asked; opted in
+    with min-success = 0 it runs, keeps its run folder, and its log ends with the one warning line."""
     folder = write_app(tmp_path)
     client = load(folder / "my_app" / "client_app.py", "embedding_client_app")
     server = load(folder / "my_app" / "server_app.py", "embedding_server_app")
-    grid = LocalGrid(client.app, 10)
+    monkeypatch.setenv("DPHYPE_RUNS_DIR", str(tmp_path / "runs"))
     config = {**run_config(), "release": "sum", "k": 1}
-    server.app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config))
+    grid = LocalGrid(client.app, 10)
+    with pytest.raises(ValueError, match=r"^clients=10 is too few to select at epsilon 1: use clients >= 13 "
+                                         r"\(or epsilon >= [0-9.]+\), or set min-success = 0 to run anyway\n"):
+        server.app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config))
+    assert not grid.sent  # no node was asked anything
+    (refused,) = (tmp_path / "runs").iterdir()
+    assert json.loads((refused / "result.json").read_text())["error"].startswith("ValueError: clients=10 is too few")
+
+    config["min-success"] = 0.0
+    server.app(grid, Context(run_id=2, node_id=0, node_config={}, state=RecordDict(), run_config=config))
     printed = capsys.readouterr().out
     assert re.search(SELECTED + r".*\nprivacy: \(1, 1e-05\)-DP per client", printed), printed
     trains = [m for m in grid.sent if m.metadata.message_type == "train"]
@@ -81,6 +93,12 @@ def test_embedding_app_selects_then_trains_in_process(tmp_path, capsys):
     lr = {selected_candidate(m)["lr"] for m in trains}
     assert len(lr) == 1 and lr <= {0.001, 0.01, 0.1, 1.0}  # the selected candidate is the train config
     assert not any(r.has_error() for r in grid.replies)
+    (run,) = (p for p in (tmp_path / "runs").iterdir() if p.name.endswith("-2"))
+    record = json.loads((run / "result.json").read_text())
+    assert record["status"] == "completed" and record["best_params"]["lr"] in lr and record["predicted_success"] < 0.5
+    assert record["training"]["private"] is False and 0.5 <= record["baseline"] < 1
+    last = (run / "log.txt").read_text().strip().splitlines()[-1]
+    assert "DP-Hype: TOO SMALL TO SELECT: clients=10 at epsilon 1 gives a good pick with 0.45" in last, last
 
 
 def test_embedding_app_trains_privately_in_process(tmp_path, capsys):

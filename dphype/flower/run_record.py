@@ -50,7 +50,7 @@ def run_folder(context: Context) -> Iterator[RunFolder]:
         success = folder.record.get("predicted_success")
         if isinstance(success, float) and success < WARN_BELOW:
             privacy = folder.record.get("privacy", {})
-            log(logging.WARNING, "DP-Hype: TOO SMALL TO SELECT: clients=%s at epsilon %s gives a good pick with %.2f "
+            log(logging.WARNING, "DP-Hype: TOO SMALL TO SELECT: clients=%s at epsilon %.3g gives a good pick with %.2f "
                 "(< %g, the planner's scenario): this run tested the plumbing; its pick and model are no selection "
                 "(`dphype plan` names the size that would be)", privacy.get("clients"), privacy.get("epsilon"),
                 success, WARN_BELOW)
