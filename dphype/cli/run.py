@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                               timeout=args.timeout)
     except RunFailedError as err:
         failed = run_record(runs, None, before)
-        raise RunFailedError(f"{err} (log: {failed['folder']})" if failed else str(err)) from None
+        raise RunFailedError(f"{err} (run folder: {failed['folder']})" if failed else str(err)) from None
     record = run_record(runs, outcome.run_id, before)
     return record or {"app": str(folder), "run_id": outcome.run_id, "status": outcome.status, "clients": clients,
                       "tallies": tallies, "supernodes": clients + tallies, "seconds": time.perf_counter() - start}

@@ -6,11 +6,12 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from dphype.cli.runs import add_runs_dir_argument, folder_of
 from dphype.result import RESULT_FORMAT, summarize_run
-from dphype.runs import LOG_FILE, MODEL_FILE, find_run, read_record
+from dphype.runs import LOG_FILE, MODEL_FILE, RECORD_FILE, find_run, read_record
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,9 +41,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def render(record: dict[str, Any]) -> str:
-    """The record as text: the run summary (`dphype.result.summarize_run`), or a failed run's cause; its files."""
+    """The record as text: the run summary (`dphype.result.summarize_run`), or a failed run's cause; its files there."""
     head = f"run {record.get('run_id')} {record.get('status', '')} ({record.get('started', '')}, " \
            f"{record.get('seconds', 0):.0f} s)"
     body = summarize_run(record) if record.get("format") == RESULT_FORMAT else f"error: {record.get('error')}"
-    files = [name for name in ("result.json", MODEL_FILE if "model" in record else "", LOG_FILE) if name]
+    folder = Path(str(record.get("folder")))
+    files = [name for name in (RECORD_FILE, MODEL_FILE, LOG_FILE) if (folder / name).is_file()]
     return f"{head}\n{body}\nfolder: {record.get('folder')} ({', '.join(files)})"

@@ -10,7 +10,6 @@ import tomllib
 from pathlib import Path
 
 import numpy as np
-
 import pytest
 from flwr.app import Context, RecordDict
 

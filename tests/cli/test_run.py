@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 
+import numpy as np
 import pytest
 from helpers import clean_env, doc_blocks
 
@@ -116,28 +118,62 @@ def test_help_lists_run(capsys):
 
 
 @pytest.mark.slow
-def test_readme_first_app_runs_verbatim_and_a_failed_run_says_why(tmp_path):
+def test_readme_first_app_runs_verbatim_keeps_its_run_folder_and_a_failed_run_says_why(tmp_path):
     """The README's first-app block (docs/getting-started.md repeats it), verbatim, in a fresh folder with a clean
     environment (no variable of the other tests or the developer; a private HOME and FLWR_HOME): the template's
     argmax run on 10 voters and 3 simulated tallies completes; its plan line says the chance of a good pick on the
-    data is unknown, then gives the scenario's 0.81. Then, in the app it wrote, a run the ServerApp refuses (k above
-    the 8 candidates) exits 1 with one line naming the cause, and no traceback of ours."""
+    data is unknown, then gives the scenario's 0.81; the model's accuracy is logged every round. Its run folder in
+    the app folder holds the whole record (pick, guarantees, accuracy above the majority baseline), the trained
+    model and the log without colour codes, which `dphype show last` prints again and `dphype runs` lists. Then,
+    in the app it wrote, a run the ServerApp refuses (k above the 8 candidates) exits 1 with one line naming the
+    cause and the failed run's folder, and no traceback of ours."""
     (block,) = doc_blocks("README.md", "A first app", "bash")
     env = clean_env(tmp_path / "home")
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=600)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
-    last = done.stdout.splitlines()[-1]
-    assert re.search(r"run \d+ finished:completed in \d+ s on 10 voters and 3 tally nodes", last), last
+    app = tmp_path / "my-app"
+    (folder,) = (app / "runs").iterdir()
+    assert re.search(rf"run \d+ completed in \d+ s: {re.escape(str(folder))}\n", done.stdout), done.stdout[-2000:]
     assert "DP-Hype plan: chance of a good pick on your data: unknown (the planner sees no data)" in output
     assert "the moderate consensus scenario (a model, not your data) simulates a good pick with 0.81" in output
     assert re.search(r"DP-Hype selected candidate \d of 8: lr=[0-9.e-]+, steps=\d+\n", output), output[-4000:]
     assert "aggregate_train: Received 10 results and 0 failures" in output
+    assert output.count("'accuracy': ") >= 4  # the server's evaluation before and after each of the 3 rounds
+    # the run folder: <UTC start>-<run id>, the record, the model, the log
+    assert re.fullmatch(r"\d{8}-\d{6}-\d+", folder.name) and sorted(p.name for p in folder.iterdir()) == [
+        "log.txt", "model.npz", "result.json"]
+    record = json.loads((folder / "result.json").read_text())
+    assert record["status"] == "completed" and folder.name.endswith(f"-{record['run_id']}")
+    assert record["folder"] == str(folder) and record["model"] == "model.npz" and record["seconds"] > 0
+    assert record["best_params"] == record["candidates"]["candidates"][record["selected_index"]]
+    assert record["privacy"]["epsilon"] == 1.0 and record["privacy"]["clients"] == 10
+    assert record["training"]["private"] is False and record["run"]["epsilon"] is None  # plaintext FedAvg: said
+    assert 0.5 <= record["baseline"] < record["accuracy"] <= 1.0 and record["predicted_success"] > 0.5
+    assert None not in record.values()  # a field is present when measured, absent otherwise
+    assert np.load(folder / "model.npz")["0"].shape == (5,)
+    log = (folder / "log.txt").read_text()
+    assert "\x1b[" not in log and "DP-Hype selected candidate" in log and "ServerApp-side Evaluate Metrics" in log
+    assert "DP-Hype: the run's record is" in log
+    shown = done.stdout.split(str(folder) + "\n", 1)[1]  # `dphype show last`
+    assert re.search(r"DP-Hype selected candidate \d of 8", shown) and f"folder: {folder} (result.json, model.npz, " \
+        "log.txt)" in shown
+    assert "accuracy: " in shown and "baseline: " in shown
+    listed = subprocess.run(["dphype", "runs", "--json"], cwd=app, env=env, capture_output=True, text=True, timeout=60)
+    (row,) = json.loads(listed.stdout.splitlines()[-1])["runs"]
+    assert row["run"] == folder.name and row["status"] == "completed" and row["accuracy"] == record["accuracy"]
+    shown = subprocess.run(["dphype", "show", str(record["run_id"]), "--json"], cwd=app, env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert json.loads(shown.stdout.splitlines()[-1]) == record
 
-    failed = subprocess.run(["dphype", "run", "--run-config", "k=9"], cwd=tmp_path / "my-app", env=env,
+    failed = subprocess.run(["dphype", "run", "--run-config", "k=9"], cwd=app, env=env,
                             capture_output=True, text=True, timeout=600)
     last = failed.stderr.strip().splitlines()[-1]
     assert failed.returncode == 1, failed.stdout[-2000:] + failed.stderr[-2000:]
-    assert re.match(FAILED_LINE + r"k must be an integer in \[1, 8\], got 9$", last), last
+    (failed_folder,) = set((app / "runs").iterdir()) - {folder}
+    cause = rf"k must be an integer in \[1, 8\], got 9 \(run folder: {re.escape(str(failed_folder))}\)$"
+    assert re.match(FAILED_LINE + cause, last), last
+    assert json.loads((failed_folder / "result.json").read_text())["error"] == (
+        "ValueError: k must be an integer in [1, 8], got 9")
     assert "Traceback" not in failed.stderr.split("dphype run: error:")[-1]
