@@ -205,7 +205,7 @@ class RunFolder:
             for stream in streams:
                 own = getattr(stream, "__dict__", {}).get("write")
                 try:
-                    stream.write = tee(stream.write)  # type: ignore[method-assign]
+                    stream.write = tee(stream.write)
                 except AttributeError:  # a stream that takes no attribute: not copied
                     continue
                 saved.append((stream, own))
@@ -216,7 +216,7 @@ class RunFolder:
                     if own is None:
                         del stream.write
                     else:
-                        stream.write = own  # type: ignore[method-assign]
+                        stream.write = own
 
 
 def read_record(folder: Path) -> dict[str, Any]:

@@ -48,6 +48,7 @@ from dphype.flower import (
 )
 from dphype.flower.server import selection_plan
 from dphype.ml.data import dataset_spec
+from dphype.ml.reference import majority_of_test_split
 from dphype.ml.torch_task import TorchTask, load_cached
 from dphype.modes import Aggregator
 from dphype.result import FAILURE_FORMAT, summarize_run
@@ -76,7 +77,8 @@ def run_app(grid: Grid, cfg: AppConfig, run: RunFolder) -> dict[str, Any]:
 
     Returns:
         The run summary: the selection's `dphype.result.DPHypeResult.to_dict` record, the training's and the
-        whole run's privacy, the configuration, the plan, the final test accuracy and loss, and the times.
+        whole run's privacy, the configuration, the plan, the final test accuracy, the test split's majority
+        baseline and loss, and the times.
 
     Raises:
         ValueError: If the selection or the private training is refused before it starts.
@@ -146,6 +148,7 @@ def run_app(grid: Grid, cfg: AppConfig, run: RunFolder) -> dict[str, Any]:
         "measured_within_2pt": None if plan.within_opt is None else plan.within_opt["within_2pt"],
         "plan_warnings": plan.warnings,
         "accuracy": float(cast(float, final["accuracy"])),
+        "baseline": majority_of_test_split(cfg.dataset),  # the majority class's share of the same test split
         "test_loss": float(cast(float, final["loss"])),
         "selection_seconds": selected_at - start,
         "fedavg_seconds": time.perf_counter() - selected_at,

@@ -35,7 +35,7 @@ def run_folder(context: Context) -> Iterator[RunFolder]:
 
     Raises:
         ValueError: If the folder cannot be created (before any work).
-    """  # noqa: DOC502
+    """  # noqa: DOC502, DOC503
     folder = RunFolder.create(runs_dir(context.run_config), context.run_id)
     with folder.capture_output():
         log(logging.INFO, "DP-Hype: this run's folder (on the ServerApp's host): %s", folder.path)
