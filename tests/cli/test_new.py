@@ -86,7 +86,7 @@ def test_new_writes_an_app_that_selects_and_trains_in_process(tmp_path, capsys, 
 def test_every_mode_gets_an_app_whose_k_is_the_planners_choice_for_its_candidates(tmp_path, capsys):
     """``--release`` offers every registered mode; the app's k is the k with the highest simulated chance of a good
     pick for the template's 8 candidates, 10 clients, epsilon 1 (the argmax release's over 0.7 with the committee's
-    noise), planned as the server plans a run."""
+    noise), planned as the server plans a run; the app's own run config passes its server's plan check."""
     from dphype.config import DPHypeConfig
     from dphype.flower import DPHype
     from dphype.selection.candidates import candidate_grid
@@ -96,9 +96,14 @@ def test_every_mode_gets_an_app_whose_k_is_the_planners_choice_for_its_candidate
         new_app(tmp_path / "grid") / "grid" / "server_app.py").read_text()  # the template's candidates
     tallies = tuple(bytes([j]) * 32 for j in range(3))
     for release, mode in RELEASE_MODES.items():
-        k = tomllib.loads((new_app(tmp_path / release, "--release", release) / "pyproject.toml").read_text())[
-            "tool"]["flwr"]["app"]["config"]["k"]
+        run_config = tomllib.loads((new_app(tmp_path / release, "--release", release) / "pyproject.toml").read_text())[
+            "tool"]["flwr"]["app"]["config"]
+        k = run_config["k"]
         keys = tallies if mode.aggregator is Aggregator.COMMITTEE else ()
+        # the app passes its own server's check: its clients reach its min-success (the sum releases need more than
+        # 10 here, and get the planner's smallest federation)
+        plan = DPHype(candidates, DPHypeConfig.from_run_config(run_config), tallies=keys).plan()
+        assert run_config["min-success"] == 0.5 <= plan.success and run_config["clients"] >= 10
         success = {kk: DPHype(candidates, DPHypeConfig(**TEMPLATE_RUN, k=kk, release=release, ballot="top-k"),
                               tallies=keys).plan().success for kk in TEMPLATE_KS}
         assert max(success, key=success.get) == k, (release, success)

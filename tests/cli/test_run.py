@@ -147,8 +147,8 @@ def test_readme_first_app_runs_verbatim_keeps_its_run_folder_and_a_failed_run_sa
     record = json.loads((folder / "result.json").read_text())
     assert record["status"] == "completed" and folder.name.endswith(f"-{record['run_id']}")
     assert record["folder"] == str(folder) and record["model"] == "model.npz" and record["seconds"] > 0
-    assert record["best_params"] == record["candidates"]["candidates"][record["selected_index"]]
-    assert record["privacy"]["epsilon"] == 1.0 and record["privacy"]["clients"] == 10
+    assert record["best_params"] == record["candidates"][record["selected_index"]]
+    assert record["privacy"]["epsilon"] == pytest.approx(1.0) and record["privacy"]["clients"] == 10
     assert record["training"]["private"] is False and record["run"]["epsilon"] is None  # plaintext FedAvg: said
     assert 0.5 <= record["baseline"] < record["accuracy"] <= 1.0 and record["predicted_success"] > 0.5
     assert None not in record.values()  # a field is present when measured, absent otherwise
@@ -156,7 +156,7 @@ def test_readme_first_app_runs_verbatim_keeps_its_run_folder_and_a_failed_run_sa
     log = (folder / "log.txt").read_text()
     assert "\x1b[" not in log and "DP-Hype selected candidate" in log and "ServerApp-side Evaluate Metrics" in log
     assert "DP-Hype: the run's record is" in log
-    shown = done.stdout.split(str(folder) + "\n", 1)[1]  # `dphype show last`
+    shown = done.stdout.rsplit(str(folder) + "\n", 1)[1]  # `dphype show last`, after `dphype run`'s last line
     assert re.search(r"DP-Hype selected candidate \d of 8", shown) and f"folder: {folder} (result.json, model.npz, " \
         "log.txt)" in shown
     assert "accuracy: " in shown and "baseline: " in shown
