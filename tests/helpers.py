@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import os
 import re
@@ -37,6 +38,7 @@ from dphype.flower.local import descendants as descendants  # the test modules s
 from dphype.flower.tally_node import load_tally_key
 from dphype.protocol import VoteRequest, make_vote_request
 from dphype.result import DPHypeResult
+from dphype.runs import RunFolder, runs_dir
 from dphype.secure.committee import loopback_addresses
 from dphype.selection.candidates import CandidateList, candidate_grid, table_iii_grid
 
@@ -157,6 +159,14 @@ def argmax_config(**overrides) -> DPHypeConfig:
 # --- Released results ---------------------------------------------------------------------------------------------
 
 CANDIDATES = candidate_grid(lr=[0.001, 0.01, 0.1, 1.0], steps=[5, 50])
+
+
+def a_run_folder() -> RunFolder:
+    """A run folder in the test's runs folder (conftest's ``DPHYPE_RUNS_DIR``), as a ServerApp's ``main`` opens one."""
+    return RunFolder.create(runs_dir({}), next(_RUN_IDS))
+
+
+_RUN_IDS = itertools.count(1)
 
 
 def a_release(rule: str = "gp") -> DPHypeResult:

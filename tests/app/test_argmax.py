@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import PERMISSIVE
+from helpers import PERMISSIVE, a_run_folder
 
 from dphype.app.run_config import AppConfig
 from dphype.config import DPHypeConfig
@@ -51,7 +51,7 @@ def test_bundled_app_in_argmax_mode_selects_with_simulated_tallies_and_trains_on
     from dphype.app.server_app import run_app
 
     cfg, grid = app_grid(CLIENTS + 3, round_timeout=120.0)
-    summary = run_app(grid, cfg)
+    summary = run_app(grid, cfg, a_run_folder())
     voters, tallies = [node_id(i) for i in range(CLIENTS)], [node_id(CLIENTS + j) for j in range(3)]
     # only the index left the committee: no vote vector, pure epsilon with the winner's noise
     assert summary["noisy_sum"] is None and summary["selected_index"] in range(10)
@@ -84,7 +84,7 @@ def test_too_few_tally_nodes_connected_is_refused_before_any_client_works(ray_wo
     with pytest.raises(PreflightError, match=r"only 6 nodes connected within 0.1 s; release=argmax needs clients "
                                              r"\+ tallies = 7 nodes \(4 voters and 3 tally nodes\).*"
                                              r"`dphype run`.*num-supernodes=7.*simulated_roles.*start-tally.sh"):
-        run_app(grid, cfg)
+        run_app(grid, cfg, a_run_folder())
     assert not grid.sent
 
 
@@ -97,7 +97,7 @@ def test_a_tally_that_does_not_answer_is_named_before_any_client_works(ray_worke
                                          "was sent to the clients: in simulation give the ClientApp the mod "
                                          r"dphype.flower.simulated_roles .*`dphype run`; in a deployment .*"
                                          "start-tally.sh"):
-        run_app(grid, cfg)
+        run_app(grid, cfg, a_run_folder())
     assert {m.metadata.message_type for m in grid.sent} == {"query.dphype_tally"}
     assert {dict(m.content.config_records[TALLY_KEY])["stage"] for m in grid.sent} == {"hello"}
 
@@ -110,7 +110,7 @@ def test_two_nodes_claiming_one_tally_index_are_refused(tmp_path, ray_worker):
         {"dphype-tally-id": 0, "dphype-tally-parties": "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3",
          "dphype-tally-key": str(tmp_path / "second-0.key"), "dphype-allow-unauthenticated": True})
     with pytest.raises(TallyError, match="two nodes answer as tally 0; nothing was sent to the clients"):
-        run_app(grid, cfg)
+        run_app(grid, cfg, a_run_folder())
 
 
 def test_the_app_run_config_names_the_committee_size():

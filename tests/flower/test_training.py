@@ -10,7 +10,7 @@ from flwr.clientapp import ClientApp
 from flwr.clientapp.mod import fixedclipping_mod
 from flwr.serverapp import GaussianPrivacyEvent, PrivacyAccountant
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
-from helpers import PERMISSIVE
+from helpers import PERMISSIVE, a_run_folder
 
 from dphype.config import DPHypeConfig
 from dphype.flower import BoundedFedAvg, ClippingError, TrainingBudget, check_private_training, private_training
@@ -125,7 +125,7 @@ def test_bundled_app_trains_privately_and_reports_both_phases():
                     fedavg_rounds=2, local_epochs=1, fraction_evaluate=0.0, train_epsilon=50.0, clipping_norm=5.0)
     grid = LocalGrid(client_app.app, 4, run_config={"dataset": "adult", "seed": 0, "local-epochs": 1},
                      node_config=PERMISSIVE)
-    summary = run_app(grid, cfg)
+    summary = run_app(grid, cfg, a_run_folder())
     training, run = summary["training"], summary["run"]
     assert training["private"] and training["rounds_released"] == 2 and training["noise_multiplier"] > 0
     assert "clipped" in training["released"] and run["releases"] == 3
@@ -153,7 +153,7 @@ def test_ordinary_training_says_what_it_releases():
                     fedavg_rounds=1, local_epochs=1, fraction_evaluate=0.0)
     grid = LocalGrid(client_app.app, 3, run_config={"dataset": "adult", "seed": 0, "local-epochs": 1},
                      node_config=PERMISSIVE)
-    summary = run_app(grid, cfg)
+    summary = run_app(grid, cfg, a_run_folder())
     assert summary["training"]["private"] is False and "plaintext model updates" in summary["training"]["released"]
     assert summary["run"]["epsilon"] is None
 
@@ -241,7 +241,7 @@ def test_the_bundled_app_checks_private_training_before_any_client_works():
     server_app._fedavg = lambda cfg, survivors: FedAvg(fraction_train=0.5, fraction_evaluate=0.0)
     try:
         with pytest.raises(ValueError, match="fraction_train must be 1.0"):
-            run_app(NoGrid(step_app(0.0, clip=False), 4), cfg)
+            run_app(NoGrid(step_app(0.0, clip=False), 4), cfg, a_run_folder())
     finally:
         server_app._fedavg = original
 
