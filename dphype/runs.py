@@ -4,8 +4,8 @@ Each run writes ``<runs>/<YYYYMMDD-HHMMSS>-<run id>/`` (UTC start time, Flower's
 
 * ``result.json`` -- the run's record: the selection's `dphype.result.DPHypeResult.to_dict` fields (pick,
   candidates, privacy report, notes), whatever the app adds (each phase's guarantee and the composed one, the final
-  model's accuracy and its baseline, timings), and the run's ``run_id``, ``folder``, ``status``, ``started``,
-  ``finished`` and ``seconds``. A field is present when it was measured and absent otherwise (no ``null``
+  model's accuracy and its baseline), and the run's ``run_id``, ``folder``, ``status``, ``started``, ``finished``,
+  ``seconds`` and ``selection_seconds``. A field is present when it was measured and absent otherwise (no ``null``
   placeholders at the top level). `dphype.result.DPHypeResult.load` reads the selection back from it. A failed
   run's record is ``{"format": FAILURE_FORMAT, "error": ...}`` with the same run fields.
 * ``model.npz`` -- the final model's weights, one array per name of the Flower ``ArrayRecord`` (NumPy's ``.npz``:
@@ -123,7 +123,8 @@ class RunFolder:
         self.record.update({key: value for key, value in fields.items() if value is not None})
 
     def selected(self, result: DPHypeResult, plan: Plan | None = None) -> DPHypeResult:
-        """Record the selection (`dphype.result.DPHypeResult.to_dict`) and return the result naming this folder.
+        """Record the selection (`dphype.result.DPHypeResult.to_dict`, and the seconds from the run's start to the
+        pick, ``selection_seconds``) and return the result naming this folder.
 
         Args:
             result: The selection's result.
@@ -134,7 +135,7 @@ class RunFolder:
             The result with ``folder`` set, so that its summary names this folder.
         """
         named = replace(result, folder=str(self.path))
-        self.add(**named.to_dict())
+        self.add(**named.to_dict(), selection_seconds=round(time.perf_counter() - self._start, 3))
         if plan is not None:
             self.add(predicted_success=plan.success, plan_warnings=list(plan.warnings) or None)
         return named
