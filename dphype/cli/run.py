@@ -8,15 +8,17 @@ overrides it) and, when the release needs a committee (``release = "argmax"``), 
 simulated nodes, which the ClientApp's mod `dphype.flower.simulated_roles` makes the tallies. The simulated
 nodes apply the node policy in ``DPHYPE_NODE_POLICY`` (`dphype.node.policy`), read fresh on every run.
 
+The outcome is the run's own status in the SuperLink, not ``flwr run``'s exit status (0 even when the ServerApp
+raises): a run that does not complete ends the command with exit status 1 and one line naming the cause (the
+ServerApp's exception, whose DP-Hype errors name their fix). Every ``--run-config`` key must be one the app
+declares (Flower refuses others without naming them), checked here first, and so are the run config's DP-Hype
+settings and the simulated nodes' policy limits (`check_selection`), before Flower starts. `run_locally` is the one
+runner of ``dphype run`` and ``dphype demo``; SIGTERM or SIGINT stops it with everything it started
+(`dphype.cli.stop_on_signals`, `dphype.flower.local.LocalSuperLink.close`).
+
 The ServerApp keeps the run's folder (`dphype.runs`) in the app folder's ``runs/`` (``--runs-dir``, or the run
 config's ``runs-dir``, names another; passed as ``DPHYPE_RUNS_DIR``): the command prints its path, ``--json`` its
-``result.json``; a failed run's error names it. The outcome is the run's own status in the SuperLink, not ``flwr
-run``'s exit status (0 even when the ServerApp raises): a run that does not complete ends the command with exit
-status 1 and one line naming the cause (the ServerApp's exception, whose DP-Hype errors name their fix). Every
-``--run-config`` key must be one the app declares (Flower refuses others without naming them), checked here first,
-and so are the run config's DP-Hype settings and the simulated nodes' policy limits (`check_selection`), before
-Flower starts. `run_locally` is the one runner of ``dphype run`` and ``dphype demo``; SIGTERM or SIGINT stops it
-with everything it started (`dphype.cli.stop_on_signals`, `dphype.flower.local.LocalSuperLink.close`).
+``result.json``; a failed run's error names it.
 """
 
 from __future__ import annotations
