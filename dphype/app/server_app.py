@@ -132,7 +132,8 @@ def run_app(grid: Grid, cfg: AppConfig, run: RunFolder) -> dict[str, Any]:
         evaluate_fn=evaluate,
     )
     # after training: the rounds actually released
-    phases = private.report() if private is not None else plaintext_training(cfg.dphype.delta, cfg.fedavg_rounds)
+    phases = private.report() if private is not None else plaintext_training(
+        cfg.dphype.delta, cfg.fedavg_rounds, client_evaluation=cfg.fraction_evaluate > 0)
     final = trained.evaluate_metrics_serverapp[cfg.fedavg_rounds]
     save_model(run, trained.arrays)
     plan = selection.plan()

@@ -483,18 +483,22 @@ PLAINTEXT_TRAINING = ("plaintext model updates of every participating client in 
                       "FedAvg): no DP guarantee covers them; set train-epsilon > 0 to train privately")
 
 
-def plaintext_training(delta: float, rounds: int) -> dict[str, Any]:
+def plaintext_training(delta: float, rounds: int, *, client_evaluation: bool = False) -> dict[str, Any]:
     """What a run that trains with ordinary FedAvg after the selection releases, in `PrivateTraining.report`'s shape.
 
     Args:
         delta: The selection's delta.
         rounds: FedAvg's rounds.
+        client_evaluation: Whether clients also evaluate the global model on their own data each round (their
+            un-noised metrics are released too).
 
     Returns:
         ``{"training": {"private": False, "released": ...}, "run": {"epsilon": None, ...}}``: no guarantee covers
         the run as a whole.
     """
-    return {"training": {"private": False, "released": PLAINTEXT_TRAINING},
+    released = PLAINTEXT_TRAINING + ("; and each evaluating client's un-noised loss and accuracy on its own data "
+                                     "after every round" if client_evaluation else "")
+    return {"training": {"private": False, "released": released},
             "run": {"epsilon": None, "delta": delta, "accountant": "none: the training is not private",
                     "releases": 1 + rounds}}
 
