@@ -106,7 +106,7 @@ def test_embedding_app_trains_privately_in_process(tmp_path, capsys):
     client = load(folder / "my_app" / "client_app.py", "embedding_client_app")  # the ordinary client serves DP rounds
     server = load(folder / "my_app" / "server_app_dp.py", "embedding_server_app_dp")
     grid = LocalGrid(client.app, 10)
-    config = {**run_config(), "release": "sum", "k": 1}
+    config = {**run_config(), "release": "sum", "k": 1, "min-success": 0.0}  # the training is tested here
     server.app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config))
     run = ast.literal_eval(capsys.readouterr().out.strip().splitlines()[-1])  # the printed report dict
     assert run["releases"] == 4 and run["delta"] == 1e-5 and 2.0 < run["epsilon"] < 3.0
@@ -125,7 +125,9 @@ def test_embedding_command_runs_verbatim(tmp_path):
                           capture_output=True, text=True, timeout=600)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
-    runs = re.findall(r"run \d+ finished:completed in \d+ s on (.*) \(app: ", done.stdout)
-    assert runs == ["10 voters and 3 tally nodes"], output[-4000:]
+    (run,) = (folder / "runs").iterdir()  # the run's folder, named on the command's last line
+    assert re.findall(r"run \d+ completed in \d+ s: (.*)\n", done.stdout) == [str(run)], output[-4000:]
+    assert json.loads((run / "result.json").read_text())["privacy"]["released"].startswith(
+        "winning index only (secure argmax among 3 tallies")
     assert len(re.findall(SELECTED, output)) == 1, output[-4000:]
     assert "released: winning index only" in output and "aggregate_train: Received 10 results and 0 failures" in output
