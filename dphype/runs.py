@@ -123,8 +123,10 @@ class RunFolder:
         self.record.update({key: value for key, value in fields.items() if value is not None})
 
     def selected(self, result: DPHypeResult, plan: Plan | None = None) -> DPHypeResult:
-        """Record the selection (`dphype.result.DPHypeResult.to_dict`, and the seconds from the run's start to the
-        pick, ``selection_seconds``) and return the result naming this folder.
+        """Record the selection and return the result naming this folder.
+
+        The record gets `dphype.result.DPHypeResult.to_dict`'s fields and ``selection_seconds`` (from the run's
+        start to the pick).
 
         Args:
             result: The selection's result.
