@@ -19,6 +19,7 @@ never a data value. No Flower import here.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import inspect
 import json
@@ -32,11 +33,12 @@ from dphype.checks import EPSILON_RTOL as EPSILON_RTOL  # re-exported: the reque
 from dphype.checks import MAX_CLIENTS
 from dphype.config import DPHypeConfig
 from dphype.modes import SIGMA_SLACK as SIGMA_SLACK  # re-exported: the sum release's slack on sigma
-from dphype.modes import Aggregator, ReleaseMode
+from dphype.modes import Aggregator, ReleaseMode, release_modes
 from dphype.privacy.noise import min_survivors, min_valid_ballots
 from dphype.refusal import Refusal
 from dphype.result import DPHypeResult as DPHypeResult  # re-exported: what a mode's release returns
 from dphype.selection.candidates import CandidateList
+from dphype.selection.planner import Plan, check_plan
 from dphype.task import Task
 
 #: Prefix of every key of a request record.
@@ -244,3 +246,29 @@ def score_candidates(task: Task, candidates: CandidateList, *,
         raise Refusal("uninformative_scores", f"task.score gave all {p} candidates the same score: its top-k vote "
                       "would only repeat the list order")
     return scores
+
+
+@functools.lru_cache(maxsize=8)
+def selection_plan(config: DPHypeConfig, candidates: CandidateList) -> Plan:
+    """The planner's check of a selection (`dphype.selection.planner.check_plan`), from public parameters only.
+
+    What `dphype.flower.DPHype.plan` and `dphype.flower.connected_committee` run, and ``dphype run`` before Flower
+    starts where the run config names the candidates;
+    cached (the planner's simulation is seeded: the same arguments give the same plan).
+
+    Args:
+        config: The selection's configuration.
+        candidates: The public candidate list.
+
+    Returns:
+        The plan.
+
+    Raises:
+        ValueError: If the scenario's simulated chance of a good pick is below ``config.min_success`` (a federation
+            too small to select), naming the number of clients that would reach it.
+    """  # noqa: DOC502
+    return check_plan(config.clients, config.epsilon, config.delta, candidates.feature_space(), len(candidates),
+                      config.mode.votes_per_client(config, len(candidates)), dropout=config.dropout,
+                      min_success=config.min_success, rule=config.rule, noise=config.noise,
+                      accountant=config.accountant, neighbouring=config.neighbouring, release=config.mode,
+                      releases=release_modes(), ballot=config.ballot)

@@ -46,7 +46,6 @@ from dphype.flower import (
     save_model,
     train_config,
 )
-from dphype.flower.server import selection_plan
 from dphype.ml.data import dataset_spec
 from dphype.ml.reference import majority_of_test_split
 from dphype.ml.torch_task import TorchTask, load_cached
@@ -89,8 +88,6 @@ def run_app(grid: Grid, cfg: AppConfig, run: RunFolder) -> dict[str, Any]:
     if budget is not None:  # the training accountant's preconditions, before the selection spends anything
         check_private_training(_fedavg(cfg, survivors), budget, delta=cfg.dphype.delta,
                                neighbouring=cfg.dphype.neighbouring, sampled_clients=survivors)
-    # the planner's check first (a federation too small to select is refused, naming the size that would do)
-    selection_plan(cfg.dphype, candidates)
     # without a committee the selection is checked before any node is asked (a committee's keys come from its nodes)
     checked = None if cfg.dphype.mode.aggregator is Aggregator.COMMITTEE else DPHype(candidates, cfg.dphype)
     # the central evaluation's split, parsed while the nodes work (the thread ends with the parsing)

@@ -89,7 +89,7 @@ def run_record(runs: Path, run_id: int | None, before: list[Path]) -> dict[str, 
 def check_federation_size(config: Any, run_config: Mapping[str, Any]) -> None:
     """Refuse, before Flower starts, a federation too small to select, where the run config names the candidates.
 
-    The server's own check (`dphype.flower.server.selection_plan`: the planner's chance of a good pick against
+    The server's own check (`dphype.protocol.selection_plan`: the planner's chance of a good pick against
     ``min-success``) on the run config's ``candidates`` spec (the bundled app's key); apps whose candidates are in
     their code are checked by their ServerApp, before any client works.
 
@@ -103,8 +103,8 @@ def check_federation_size(config: Any, run_config: Mapping[str, Any]) -> None:
     spec = run_config.get("candidates")
     if config is None or not isinstance(spec, str) or config.min_success == 0.0:
         return
-    # lazy import: Flower
-    from dphype.flower.server import selection_plan
+    # lazy import: start-up: the planner (numpy, scipy) only where the run config names candidates
+    from dphype.protocol import selection_plan
     from dphype.selection.candidates import load_candidates
 
     try:

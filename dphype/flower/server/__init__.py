@@ -35,7 +35,6 @@ Train the final model afterwards with any Message-API strategy, passing
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -50,40 +49,15 @@ from dphype.flower.grid import check_timeout
 from dphype.flower.server.committee_server import TALLY_TIMEOUT, check_tally_timeout, run_committee_selection
 from dphype.flower.server.readiness import run_preflight, wait_for_nodes
 from dphype.flower.server.secagg_server import advertise_record, run_secure_sum, secagg_graph
-from dphype.modes import Aggregator, release_modes
+from dphype.modes import Aggregator
 from dphype.privacy.noise import client_noise_std
-from dphype.protocol import DPHypeResult, make_vote_request
+from dphype.protocol import DPHypeResult, make_vote_request, selection_plan
 from dphype.secure.roster import Roster
 from dphype.secure.secagg import Advertised
 from dphype.secure.secagg_params import CORRUPT_FRACTION, check_corrupt_fraction
 from dphype.secure.secure_sum import clip_probability
 from dphype.selection.candidates import CandidateList
-from dphype.selection.planner import Plan, check_plan
-
-
-@functools.lru_cache(maxsize=8)
-def selection_plan(config: DPHypeConfig, candidates: CandidateList) -> Plan:
-    """The planner's check of a selection (`dphype.selection.planner.check_plan`), from public parameters only.
-
-    What `DPHype.plan` runs, and an app or ``dphype run`` before anything else where the candidates are known;
-    cached (the planner's simulation is seeded: the same arguments give the same plan).
-
-    Args:
-        config: The selection's configuration.
-        candidates: The public candidate list.
-
-    Returns:
-        The plan.
-
-    Raises:
-        ValueError: If the scenario's simulated chance of a good pick is below ``config.min_success`` (a federation
-            too small to select), naming the number of clients that would reach it.
-    """  # noqa: DOC502
-    return check_plan(config.clients, config.epsilon, config.delta, candidates.feature_space(), len(candidates),
-                      config.mode.votes_per_client(config, len(candidates)), dropout=config.dropout,
-                      min_success=config.min_success, rule=config.rule, noise=config.noise,
-                      accountant=config.accountant, neighbouring=config.neighbouring, release=config.mode,
-                      releases=release_modes(), ballot=config.ballot)
+from dphype.selection.planner import Plan
 
 
 class DPHype:

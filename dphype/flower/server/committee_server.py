@@ -47,7 +47,7 @@ from dphype.flower.wire import (
     TALLY_TYPE,
 )
 from dphype.modes import Aggregator
-from dphype.protocol import DPHypeResult, VoteRequest
+from dphype.protocol import DPHypeResult, VoteRequest, selection_plan
 from dphype.secure.committee import COMMITTEE_SIZE, Opening, TallyError, agreed_opening
 from dphype.selection.candidates import CandidateList
 
@@ -278,12 +278,14 @@ def connected_committee(grid: Grid, config: DPHypeConfig, size: int = COMMITTEE_
         dphype.flower.server.readiness.PreflightError: If fewer than ``clients + size`` nodes connect (a committee
             mode), or fewer than ``clients`` voters.
         TallyError: If the tallies that answer are not exactly ``0..size-1``.
-        ValueError: If ``config``'s ``k`` exceeds the number of ``candidates`` or its noise cannot be calibrated
-            for them.
+        ValueError: If ``config``'s ``k`` exceeds the number of ``candidates``, its noise cannot be calibrated
+            for them, or the planner's chance of a good pick is below ``config.min_success``
+            (`dphype.protocol.selection_plan`).
     """  # noqa: DOC502
     if candidates is not None:
         check_k(config.k, len(candidates))  # the configured k, whether or not the ballot votes with it
         config.mode.calibrate(config, candidates)
+        selection_plan(config, candidates)  # a federation too small to select is refused here
     if config.mode.aggregator is not Aggregator.COMMITTEE:
         return Committee(grid, others=find_tallies(grid, config.clients, connect_timeout=connect_timeout,
                                                    timeout=timeout))
