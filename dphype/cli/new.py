@@ -48,6 +48,7 @@ TEMPLATE_KS: tuple[int, ...] = (1, 2, 3, 4)
 FILES: dict[str, str] = {
     "pyproject.toml.tmpl": "pyproject.toml",
     "README.md.tmpl": "README.md",
+    "gitignore.tmpl": ".gitignore",
     "__init__.py.tmpl": "{package}/__init__.py",
     "client_app.py.tmpl": "{package}/client_app.py",
     "server_app.py.tmpl": "{package}/server_app.py",

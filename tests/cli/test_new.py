@@ -44,8 +44,9 @@ def test_new_writes_an_app_that_selects_and_trains_in_process(tmp_path, capsys, 
     monkeypatch.setattr(roles, "simulated", lambda: True)  # as in a Ray worker of Flower's simulation
     folder = new_app(tmp_path / "My-App", *(["--release", release] if release != "argmax" else []))
     printed = capsys.readouterr().out
-    assert ("files: pyproject.toml, README.md, my_app/__init__.py, my_app/client_app.py, my_app/server_app.py"
-            in printed)
+    assert ("files: pyproject.toml, README.md, .gitignore, my_app/__init__.py, my_app/client_app.py, "
+            "my_app/server_app.py" in printed)
+    assert (folder / ".gitignore").read_text().splitlines()[-1] == "runs/"  # out of git and of the app's FAB
     assert f"release: {release}" in printed and f"next: cd {folder} && dphype run" in printed
     project = tomllib.loads((folder / "pyproject.toml").read_text())
     assert project["tool"]["flwr"]["app"]["components"] == {"serverapp": "my_app.server_app:app",
