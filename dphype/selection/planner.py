@@ -65,6 +65,9 @@ __all__ = [
     "tie_break_scenario", "unanimous_success", "vote_counts", "warnings",
 ]
 
+#: A refusal names the smallest federation that would reach ``min_success`` up to this many times the run's clients.
+REFUSAL_SEARCH = 16
+
 #: values of ``k`` the planner compares (those below the number of candidates)
 KS: tuple[int, ...] = (1, 2, 3, 5, 8, 10, 15, 20, 25, 30, 40, 50)
 
@@ -81,14 +84,14 @@ def _bisect(ok: Any, lo: float, hi: float, ratio: float) -> float | None:
     return hi
 
 
-def _smallest_clients(ok: Any, start: int) -> int | None:
-    """Smallest ``n`` in ``[2, MAX_CLIENTS]`` with ``ok(n)`` for ``ok`` monotone in ``n``.
+def _smallest_clients(ok: Any, start: int, most: int = MAX_CLIENTS) -> int | None:
+    """Smallest ``n`` in ``[2, most]`` with ``ok(n)`` for ``ok`` monotone in ``n``.
 
-    ``None`` if not ``ok(MAX_CLIENTS)``. Brackets the answer by halving down or doubling up from ``start`` (the
+    ``None`` if not ``ok(most)``. Brackets the answer by halving down or doubling up from ``start`` (the
     run's own n, near which the answer usually lies), then bisects exactly: the simulations stay near the answer
     instead of starting with ``MAX_CLIENTS`` simulated clients.
     """
-    lo = hi = min(max(start, 2), MAX_CLIENTS)
+    lo = hi = min(max(start, 2), most)
     if ok(hi):
         while hi > 2:
             lo = max(2, hi // 2)
@@ -99,9 +102,9 @@ def _smallest_clients(ok: Any, start: int) -> int | None:
             return 2
     else:
         while True:
-            if lo >= MAX_CLIENTS:
+            if lo >= most:
                 return None
-            hi = min(2 * lo, MAX_CLIENTS)
+            hi = min(2 * lo, most)
             if ok(hi):
                 break
             lo = hi
@@ -134,6 +137,7 @@ def plan(
     release: PlannedRelease | None = None,
     releases: Sequence[PlannedRelease] = (),
     ballot: str | None = None,
+    most_clients: int = MAX_CLIENTS,
 ) -> Plan:
     """Predict a DP-Hype run of ``clients`` clients at ``(epsilon, delta)`` over ``num_candidates`` public candidates.
 
@@ -164,6 +168,7 @@ def plan(
         ballot: The run's ballot name: with the winner release and a ballot the bench measured
             (`dphype.selection.measured.measured_ballots`) the plan carries the measured shares within 1 and 2 points
             of Opt (`measured_within`), which the scenario cannot predict.
+        most_clients: The largest ``n`` the search for ``min_clients`` tries (``None`` above it).
 
     Returns:
         The plan, with its warnings.
@@ -216,7 +221,7 @@ def plan(
         return setting.forecast_success(forecast, c[kk], g, epsilon, n, m, kk) >= target
 
     min_eps = _bisect(reaches_epsilon, 1e-3, 1e3, 1.02) if search else None
-    min_n = _smallest_clients(reaches_clients, clients) if search else None
+    min_n = _smallest_clients(reaches_clients, clients, most_clients) if search else None
     result = Plan(
         clients=clients, epsilon=epsilon, delta=setting.delta, dropout=setting.dropout, voters=voters,
         num_candidates=p, noise=setting.noise, accountant=setting.accountant, neighbouring=setting.neighbouring,
@@ -310,10 +315,11 @@ def check_plan(
     result = plan(clients, epsilon, delta, space, num_candidates, k=k, dropout=dropout, ks=[k], search=False,
                   **options)
     if min_success is not None and result.success < min_success:  # too small: search what would reach it
+        most = min(MAX_CLIENTS, REFUSAL_SEARCH * clients)  # the search's cost grows with the clients it simulates
         reach = plan(clients, epsilon, delta, space, num_candidates, k=k, dropout=dropout, ks=[k],
-                     target=min_success, **options)
+                     target=min_success, most_clients=most, **options)
         size = (f"use clients >= {reach.min_clients}" if reach.min_clients is not None else
-                f"no federation of up to {MAX_CLIENTS} clients reaches it")
+                f"even {most} clients would not reach it")
         more = "" if reach.min_epsilon is None else f" (or epsilon >= {reach.min_epsilon:g})"
         raise ValueError(f"clients={clients} is too few to select at epsilon {epsilon:g}: {size}{more}, or set "
                          f"min-success = 0 to run anyway\nthe planner's {reach.scenario['name']} consensus scenario "

@@ -186,7 +186,7 @@ def test_construction_runs_no_simulation(monkeypatch):
     def no_planner(*args, **kwargs):
         raise AssertionError("the planner ran on construction")
 
-    monkeypatch.setattr("dphype.flower.server.check_plan", no_planner)
+    monkeypatch.setattr("dphype.protocol.check_plan", no_planner)
     DPHype(CANDS, config(epsilon=0.05, clients=4, min_success=0.9))
     with pytest.raises(ValueError, match="k must be an integer"):  # server-checkable input still refused at once
         DPHype(CANDS, config(k=9))
@@ -197,7 +197,8 @@ def test_the_planner_runs_on_demand_and_before_any_client_works():
     assert weak.plan().success < 0.5 and any("release is noise" in w for w in weak.plan().warnings)
     refused = DPHype(CANDS, config(epsilon=0.05, clients=4, min_success=0.9))
     grid = grid_of(client_app(scores_table(4)), 4)
-    with pytest.raises(ValueError, match="simulated success .* is below min_success = 0.9: refusing to run"):
+    with pytest.raises(ValueError, match=r"^clients=4 is too few to select at epsilon 0.05: .*, or set min-success = 0 "
+                                         r"to run anyway\n.* simulates a good pick with 0\.\d+ < min-success 0.9"):
         refused.start(grid)
     assert grid.sent == []
 
