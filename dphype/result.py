@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from dphype.privacy.accounting import PrivacyReport
+from dphype.privacy.evaluation import EvaluationResult
 from dphype.selection.candidates import Candidate, CandidateList
 from dphype.selection.rules import Selection, selection_rule
 from dphype.strict_json import jsonable
@@ -109,6 +110,9 @@ class DPHypeResult:
         notes: What else the operator should know (e.g. simulated nodes with per-run ledgers).
         federation: Which federation voted: ``"roster <fingerprint> (N members)"`` (authenticated by their roster,
             `dphype.secure.roster`) or ``"unauthenticated"``; ``None`` where no pre-flight ran.
+        evaluation: The private evaluation of the final model trained with the pick (its held-out accuracy and the
+            majority-class baseline, with their noise and privacy cost, `dphype.privacy.evaluation.EvaluationResult`);
+            ``None`` where none ran.
     """
 
     selected_index: int
@@ -120,6 +124,7 @@ class DPHypeResult:
     secure_sum: dict[str, Any] | None = None
     notes: tuple[str, ...] = ()
     federation: str | None = None
+    evaluation: EvaluationResult | None = None
 
     @property
     def best_params(self) -> Candidate:
@@ -181,6 +186,11 @@ class DPHypeResult:
             shown = min(top, len(self.candidates))
             lines.append(f"top {shown} of {len(self.candidates)} candidates, ranked by the {sel.rule} rule's estimate:")
         lines.append(format_table(self.table(top)))
+        if self.evaluation is not None:  # last: how good the pick turned out, and a pick below the baseline says so
+            lines.append(self.evaluation.describe())
+            verdict = self.evaluation.verdict()
+            if verdict is not None:
+                lines.append(f"warning: {verdict}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -204,6 +214,8 @@ class DPHypeResult:
             out["notes"] = list(self.notes)
         if self.federation is not None:
             out["federation"] = self.federation
+        if self.evaluation is not None:
+            out["evaluation"] = self.evaluation.to_dict()
         return out
 
     @classmethod
@@ -235,7 +247,9 @@ class DPHypeResult:
                          noisy_sum=None if noisy is None else np.asarray(noisy, dtype=np.float64),
                          report=PrivacyReport(**data["privacy"]), selection=selection, candidates=candidates,
                          secure_sum=data.get("secure_sum"), notes=tuple(data.get("notes", ())),
-                         federation=data.get("federation"))
+                         federation=data.get("federation"),
+                         evaluation=None if data.get("evaluation") is None else
+                         EvaluationResult.from_dict(data["evaluation"]))
         except (KeyError, TypeError) as err:
             raise ValueError(f"the result record is incomplete: {err}") from None
         if candidates[result.selected_index] != result.selected:
