@@ -18,6 +18,7 @@ from dphype.checks import check_epsilon_budget, check_int, check_positive, check
 from dphype.config import RUN_CONFIG_KEYS, DPHypeConfig, read_run_config
 from dphype.flower.final_training import TrainingBudget
 from dphype.ml.torch_task import check_candidates
+from dphype.privacy.evaluation import DEFAULT_EVALUATION_SHARE, check_share
 from dphype.secure.committee import COMMITTEE_SIZE
 from dphype.selection.candidates import CandidateList, load_candidates
 
@@ -75,6 +76,10 @@ class AppConfig:
         tally_timeout: Seconds the tallies' MPyC parties have to check the ballots and open the result.
         result_file: Where the ServerApp also writes its summary as JSON (empty: nowhere).
         tallies: The size of the tally committee found among the connected nodes (committee releases only).
+        private_evaluation: Whether the voters evaluate the final model privately after the training
+            (`dphype.flower.PrivateEvaluation`: held-out accuracy and majority-class baseline, noisy, composed with
+            the run's guarantee); ``false`` spends nothing on it.
+        evaluation_share: The private evaluation's share of ``epsilon``, spent on top of the selection, in ``(0, 1]``.
 
     Raises:
         ValueError: If a field is invalid (named by its run-config key), the candidate spec cannot be loaded, or
@@ -96,6 +101,8 @@ class AppConfig:
     tally_timeout: float = 60.0
     result_file: str = ""
     tallies: int = COMMITTEE_SIZE
+    private_evaluation: bool = True
+    evaluation_share: float = DEFAULT_EVALUATION_SHARE
 
     def __post_init__(self) -> None:
         if self.dataset not in APP_DATASETS:
@@ -107,6 +114,10 @@ class AppConfig:
         for name in ("connect_timeout", "round_timeout", "tally_timeout"):
             check_positive(name.replace("_", "-"), getattr(self, name))
         check_probability("fraction-evaluate", self.fraction_evaluate)
+        if not isinstance(self.private_evaluation, bool):
+            raise ValueError(f"private-evaluation must be true or false, got {self.private_evaluation!r}")
+        if self.private_evaluation:
+            check_share(self.evaluation_share, "evaluation-share")
         if self.train_epsilon != 0.0:
             check_epsilon_budget(self.train_epsilon, "train-epsilon")
             self.training_budget()  # validates train-epsilon, clipping-norm and clipping

@@ -11,7 +11,11 @@ A worked example of the Message API end to end, in one ``@app.main()``:
 2. ``flwr.serverapp.strategy.FedAvg`` -- ``fedavg-rounds`` rounds with the selected candidate as the train
    config; the global model is evaluated on the held-out test split after every round, and by a
    ``fraction-evaluate`` share of the clients on their own data. With ``train-epsilon > 0`` FedAvg runs in
-   Flower's DP wrapper (`dphype.flower.final_training`) and the report composes both phases.
+   Flower's DP wrapper (`dphype.flower.final_training`) and the report composes both phases;
+3. `dphype.flower.PrivateEvaluation` -- with ``private-evaluation`` (the default) the voters evaluate the final model
+   on their held-out rows and the federation releases the mean accuracy and majority-class baseline with noise, for
+   ``evaluation-share`` of ``epsilon``, composed with the run's guarantee; a model below the baseline is named in the
+   run's last line.
 
 The summary (selection, privacy report, test accuracy, timings) is logged as text
 (`dphype.result.summarize_run`) and as one JSON line prefixed ``DPHYPE_RESULT``, and, when the run config
@@ -37,6 +41,7 @@ from dphype.app.run_config import AppConfig, result_path
 from dphype.flower import (
     BoundedFedAvg,
     DPHype,
+    PrivateEvaluation,
     check_private_training,
     connected_committee,
     private_training,
@@ -45,7 +50,7 @@ from dphype.flower import (
 from dphype.ml.data import dataset_spec
 from dphype.ml.torch_task import TorchTask, load_cached
 from dphype.modes import Aggregator
-from dphype.result import FAILURE_FORMAT, summarize_run
+from dphype.result import FAILURE_FORMAT, DPHypeResult, summarize_run
 from dphype.strict_json import jsonable
 
 #: Prefix of the log line that carries the run summary as JSON.
@@ -83,6 +88,8 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
     if budget is not None:  # the training accountant's preconditions, before the selection spends anything
         check_private_training(_fedavg(cfg, survivors), budget, delta=cfg.dphype.delta,
                                neighbouring=cfg.dphype.neighbouring, sampled_clients=survivors)
+    # the private evaluation's share, noise and secure-sum graph, before the selection spends anything
+    evaluation = PrivateEvaluation(cfg.dphype, share=cfg.evaluation_share) if cfg.private_evaluation else None
     # without a committee the selection is checked before any node is asked (a committee's keys come from its nodes)
     checked = None if cfg.dphype.mode.aggregator is Aggregator.COMMITTEE else DPHype(candidates, cfg.dphype)
     # the central evaluation's split, parsed while the nodes work (the thread ends with the parsing)
@@ -122,6 +129,9 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
         train_config=train_config(result.best_params, **{"local-epochs": cfg.local_epochs}),
         evaluate_fn=evaluate,
     )
+    if evaluation is not None:  # the voters' held-out accuracy and baseline, composed before the report is made
+        result = evaluation.start(voters, trained.arrays, result, accountant=None if private is None else
+                                  private.accountant, timeout=cfg.round_timeout, connect_timeout=cfg.connect_timeout)
     phases = private.report() if private is not None else {  # after training: the rounds actually released
         "training": {"private": False, "released": PLAINTEXT_TRAINING},
         "run": {"epsilon": None, "delta": cfg.dphype.delta, "accountant": "none: the training is not private",
@@ -204,3 +214,7 @@ def main(grid: Grid, context: Context) -> None:
     if path is not None:
         path.write_text(line + "\n", encoding="utf-8")
         log(logging.INFO, "DP-Hype: the summary's JSON is in %s (on the ServerApp's host)", path)
+    evaluated = DPHypeResult.from_dict(summary).evaluation
+    verdict = None if evaluated is None else evaluated.verdict()
+    if verdict is not None:  # the run's last line
+        log(logging.WARNING, "DP-Hype: %s", verdict)

@@ -60,12 +60,12 @@ def evaluation_sensitivity(noise: str) -> tuple[float, float]:
     return math.sqrt(values) * scale, float(values * scale)
 
 
-def check_share(share: Any) -> float:
-    """The evaluation's share of epsilon, a finite number in ``(0, 1]``; refused naming the fix otherwise."""
+def check_share(share: Any, name: str = "evaluation share") -> float:
+    """The evaluation's share of epsilon, a finite number in ``(0, 1]``; else refused naming ``name`` and the fix."""
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not (math.isfinite(share) and 0 < share <= 1):
-        raise ValueError(f"evaluation share must be a number in (0, 1] (the share of epsilon the private evaluation "
-                         f"spends on top of the selection), got {share!r}; to evaluate without spending, turn the "
-                         "private evaluation off")
+        raise ValueError(f"{name} must be a number in (0, 1] (the share of epsilon the private evaluation spends on "
+                         f"top of the selection), got {share!r}; set it within, e.g. {DEFAULT_EVALUATION_SHARE:g}, or "
+                         "turn the private evaluation off")
     return float(share)
 
 
