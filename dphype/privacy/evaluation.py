@@ -194,11 +194,13 @@ class EvaluationResult:
         if not self.below_baseline:
             return None
         gap = self.accuracy - self.majority_baseline
-        sure = ("beyond 2 noise std" if -gap > 2 * self.gap_std() else
-                "within 2 noise std: the noise may explain it, spend a larger evaluation share or ask more clients")
-        return (f"the selected candidate trained a model BELOW the majority-class baseline: held-out accuracy "
-                f"{self.accuracy:.3f} vs {self.majority_baseline:.3f} (gap {gap:+.3f}, noise std {self.gap_std():.3f}, "
-                f"{sure})")
+        numbers = (f"held-out accuracy {self.accuracy:.3f} vs {self.majority_baseline:.3f} (gap {gap:+.3f}, noise std "
+                   f"{self.gap_std():.3f}")
+        if -gap > 2 * self.gap_std():
+            return (f"the selected candidate trained a model BELOW the majority-class baseline: {numbers}, beyond 2 "
+                    "noise std)")
+        return (f"the released accuracy is below the released majority-class baseline, but the noise may explain it: "
+                f"{numbers}, within 2 noise std; a larger evaluation share or more clients would tell)")
 
     def describe(self) -> str:
         """The release in one line: both means with their noise std, who contributed, the cost."""
