@@ -47,7 +47,7 @@ def test_new_writes_an_app_that_selects_and_trains_in_process(tmp_path, capsys, 
                                                             "clientapp": "my_app.client_app:app"}
     run_config = project["tool"]["flwr"]["app"]["config"]
     assert run_config == {"release": release, "epsilon": 1.0, "delta": 1e-5, "k": {"argmax": 2, "sum": 1}[release],
-                          "clients": 10, "num-server-rounds": 3}
+                          "clients": 10, "num-server-rounds": 3, "private-evaluation": True, "evaluation-share": 0.5}
     assert {key: run_config[key] for key in TEMPLATE_RUN} == TEMPLATE_RUN  # what the planner chose k for
     assert "#   dphype-max-epsilon = 1.0: largest epsilon" in (folder / "pyproject.toml").read_text()
     client = load(folder / "my_app" / "client_app.py", f"new_client_app_{release}")
@@ -59,10 +59,15 @@ def test_new_writes_an_app_that_selects_and_trains_in_process(tmp_path, capsys, 
     grid = LocalGrid(client.app, nodes, run_config=run_config, federation=not committee)
     server.app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config))
     guarantee = r"\(1, 2e-19\)-DP" if release == "argmax" else r"\(1, 1e-05\)-DP"  # argmax: its sampler's delta
-    assert re.search(SUMMARY + r".*\nprivacy: " + guarantee + " per client", capsys.readouterr().out)
+    printed = capsys.readouterr().out
+    assert re.search(SUMMARY + r".*\nprivacy: " + guarantee + " per client", printed)
     trains = [m for m in grid.sent if m.metadata.message_type == "train"]
     assert len(trains) == 3 * 10 and len({str(selected_candidate(m)) for m in trains}) == 1
     assert {m.metadata.dst_node_id for m in trains} == {node_id(i) for i in range(10)}
+    # then the voters' private evaluation of the final model: the summary's last lines say how good it turned out
+    assert "private evaluation of the final model on 10 of 10 clients' held-out rows" in printed
+    evaluated = {m.metadata.dst_node_id for m in grid.sent if m.metadata.message_type == "query.dphype_evaluation"}
+    assert evaluated == {node_id(i) for i in range(10)}
     assert not any(r.has_error() for r in grid.replies)
 
 
