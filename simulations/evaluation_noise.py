@@ -2,7 +2,7 @@
 
 For every ``--clients`` n and ``--shares`` share of ``--epsilon`` (the selection's, a top-``--k`` sum release with the
 library's default noise and relation): the evaluation's epsilon, the selection and the evaluation composed in RDP
-(`dphype.flower.evaluation.compose_evaluation`), and the std of each released mean (accuracy, majority baseline)
+(`dphype.flower.private_evaluation.compose_evaluation`), and the std of each released mean (accuracy, majority baseline)
 when all n contribute (`dphype.privacy.evaluation.evaluation_noise_std`). With ``--measure R`` the real handlers run
 R evaluations in process (`dphype.flower.local.LocalGrid`: every client reports accuracy 0.8 and baseline 0.6) and
 the released accuracies' sample std is set beside the predicted one. ``load`` is the 1-minute load average at the
@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     from dphype.config import DPHypeConfig
-    from dphype.flower.evaluation import compose_evaluation
+    from dphype.flower.private_evaluation import compose_evaluation
     from dphype.privacy.accounting import calibrate, privacy_report
     from dphype.privacy.evaluation import (
         DEFAULT_EVALUATION_SHARE,

@@ -55,7 +55,7 @@ _EXPORTS: dict[str, str] = {
     "TrainingBudget": "dphype.flower.final_training",
     "check_private_training": "dphype.flower.final_training",
     "private_training": "dphype.flower.final_training",
-    "PrivateEvaluation": "dphype.flower.evaluation",
+    "PrivateEvaluation": "dphype.flower.private_evaluation",
     "register_private_evaluation": "dphype.flower.client.evaluation_client",
 }
 
@@ -64,7 +64,6 @@ if TYPE_CHECKING:
     from dphype.flower.client.evaluation_client import register_private_evaluation
     from dphype.flower.client.policy_client import node_policy
     from dphype.flower.client.roles import simulated_roles
-    from dphype.flower.evaluation import PrivateEvaluation
     from dphype.flower.final_training import (
         BoundedFedAvg,
         ClippingError,
@@ -72,6 +71,7 @@ if TYPE_CHECKING:
         check_private_training,
         private_training,
     )
+    from dphype.flower.private_evaluation import PrivateEvaluation
     from dphype.flower.selected import selected_candidate, train_config
     from dphype.flower.server import DPHype
     from dphype.flower.server.committee_server import ClientGrid, Committee, connected_committee, discover_committee

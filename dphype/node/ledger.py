@@ -6,7 +6,7 @@ lifetime budget; a crash between recording and sending counts the vote as spent.
 (`dphype.privacy.accounting.vote_rdp` on `dphype.privacy.accounting.RDP_ORDERS`: dp_accounting's Gaussian
 event, the Skellam bound otherwise), converted once with Thm I.1 at the node's delta. A repeated, identical
 request is a new release and costs budget again. The private evaluation of the final model
-(`dphype.node.evaluation`) is recorded the same way, as an entry with ``"release": "evaluation"``
+(`dphype.node.evaluation_policy`) is recorded the same way, as an entry with ``"release": "evaluation"``
 (`dphype.privacy.evaluation.evaluation_rdp`).
 
 File format (JSON, UTF-8), version 1::
@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from dphype.checks import NEIGHBOURING, check_delta, check_int
-from dphype.node.evaluation import EvaluationGuarantee
+from dphype.node.evaluation_policy import EvaluationGuarantee
 from dphype.node.policy import (
     POLICY_KEYS,
     TALLIES_KEY,

@@ -168,7 +168,7 @@ def test_the_run_composes_selection_training_and_evaluation_as_dp_accounting_doe
                                sampled_clients=20)
     z = private.noise_multiplier
     private.accountant.compose(GaussianPrivacyEvent(noise_multiplier=z, sample_size=20, population_size=20), 3)
-    from dphype.flower.evaluation import compose_evaluation  # noqa: PLC0415 - the function under test
+    from dphype.flower.private_evaluation import compose_evaluation  # noqa: PLC0415 - the function under test
 
     sigma = calibrate_evaluation(0.5, delta, noise="gaussian", accountant="rdp")
     released = release_evaluation([0.8 * 20, 0.6 * 20], 20, sigma=sigma, clients=20, dropout=0.0, noise="gaussian",
@@ -189,7 +189,7 @@ def test_the_run_composes_selection_training_and_evaluation_as_dp_accounting_doe
 
 
 def test_the_ledger_composes_votes_and_evaluations_and_reads_older_entries(tmp_path):
-    from dphype.node.evaluation import EvaluationGuarantee  # noqa: PLC0415
+    from dphype.node.evaluation_policy import EvaluationGuarantee  # noqa: PLC0415
     from dphype.node.policy import NodePolicy, VoteGuarantee  # noqa: PLC0415
 
     policy = NodePolicy(ledger=tmp_path / "ledger.json", lifetime_epsilon=100.0)
@@ -209,3 +209,13 @@ def test_the_ledger_composes_votes_and_evaluations_and_reads_older_entries(tmp_p
 
     policy.ledger.write_text(json.dumps({**data, "entries": old, "checksum": _checksum(old)}))
     assert [e.release for e in ledger.entries()] == ["vote"]
+
+
+def test_the_gaussian_evaluation_is_the_audited_top_1_vote_release():
+    """In value units the Gaussian evaluation (L2 = sqrt(2)) is the replace-one top-1 vote release (Lemma III.1):
+    the same sigma, so `dphype.privacy.audit.audit_vote_noise(k=1)` audits its noise path (`noise_share`)."""
+    for epsilon in (0.1, 0.5, 2.0):
+        for accountant in ("analytic", "rdp"):
+            vote = calibrate(epsilon, 1e-5, 1, noise="gaussian", accountant=accountant)
+            assert calibrate_evaluation(epsilon, 1e-5, noise="gaussian", accountant=accountant) == pytest.approx(
+                vote.sigma, rel=1e-12)

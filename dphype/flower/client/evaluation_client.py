@@ -3,10 +3,10 @@
 `register_private_evaluation` adds two handlers to a Message-API ``ClientApp`` under DP-Hype's evaluation action
 (`dphype.flower.wire.EVALUATION_ACTION`), so they never see the user's own messages:
 
-* ``query.dphype_evaluation`` (pre-flight): parse the `dphype.node.evaluation.EvaluationRequest`, check that the model
-  it carries is the one the request names, check the request against this node's own policy
-  (`dphype.node.evaluation.check_evaluation_request`) and lifetime budget (`dphype.node.ledger.Ledger.check`), then
-  evaluate the model with the user's function on the node's held-out rows and keep the two values on the grid
+* ``query.dphype_evaluation`` (pre-flight): parse the `dphype.node.evaluation_policy.EvaluationRequest`, check that
+  the model it carries is the one the request names, check the request against this node's own policy
+  (`dphype.node.evaluation_policy.check_evaluation_request`) and lifetime budget (`dphype.node.ledger.Ledger.check`),
+  then evaluate the model with the user's function on the node's held-out rows and keep the two values on the grid
   (`dphype.privacy.evaluation.quantize`: refused, never clipped, outside ``[0, 1]``). It answers ``ready`` with its
   keys for the SecAgg+ round's first stage (bound to the approved request), or a sanitized refusal;
 * ``train.dphype_evaluation`` (the SecAgg+ stages, `dphype.flower.client.secagg_client.secure_vote_reply`): in the
@@ -46,7 +46,7 @@ from dphype.flower.client.policy_client import (
 )
 from dphype.flower.client.secagg_client import abort_round, round_in_progress, secure_vote_reply, stage_reply
 from dphype.flower.wire import EVALUATION_ACTION, EVALUATION_STATE, MODEL_KEY, RECORD_KEY, STAGE_KEY
-from dphype.node.evaluation import (
+from dphype.node.evaluation_policy import (
     EvaluationGuarantee,
     EvaluationRequest,
     check_evaluation_request,

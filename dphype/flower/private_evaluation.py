@@ -3,8 +3,8 @@
 `PrivateEvaluation` is built before the selection (so a bad setting is refused before any client works: the share,
 the calibration, the secure sum's range and graph) and run after the final training with ``start``:
 
-1. every voter gets the `dphype.node.evaluation.EvaluationRequest` and the model (``query.dphype_evaluation``, with
-   the SecAgg+ round's first stage); each checks it against its own policy and budget, evaluates the model on its
+1. every voter gets the `dphype.node.evaluation_policy.EvaluationRequest` and the model (``query.dphype_evaluation``,
+   with the SecAgg+ round's first stage); each checks it against its own policy and budget, evaluates the model on its
    held-out rows and answers ready (`dphype.flower.client.evaluation_client`);
 2. one SecAgg+ round (`dphype.flower.server.secagg_server.run_secure_sum`, message type
    `dphype.flower.wire.EVALUATION_TYPE`) releases the noisy sums, unmasked only if at least ``ceil((1 - xi) n)``
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections import Counter
 from typing import Any
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
@@ -31,10 +30,10 @@ from flwr.serverapp.grid import Grid
 from dphype.config import DPHypeConfig
 from dphype.flower.final_training import RunAccountant
 from dphype.flower.grid import check_timeout, send_and_receive
-from dphype.flower.server.readiness import PreflightError, _answer, _describe, wait_for_nodes
+from dphype.flower.server.readiness import PreflightError, describe_reasons, sort_answers, wait_for_nodes
 from dphype.flower.server.secagg_server import advertise_record, run_secure_sum, secagg_graph
 from dphype.flower.wire import EVALUATION_PREFLIGHT_TYPE, EVALUATION_TYPE, MODEL_KEY, RECORD_KEY, STAGE_KEY
-from dphype.node.evaluation import EvaluationRequest, make_evaluation_request, model_digest
+from dphype.node.evaluation_policy import EvaluationRequest, make_evaluation_request, model_digest
 from dphype.privacy.evaluation import (
     DEFAULT_EVALUATION_SHARE,
     EVALUATION_RELEASE,
@@ -173,22 +172,14 @@ class PrivateEvaluation:
         content = RecordDict({RECORD_KEY: ConfigRecord(request.to_record()), MODEL_KEY: arrays, STAGE_KEY: advertise})
         messages = [Message(content, dst_node_id=node, message_type=EVALUATION_PREFLIGHT_TYPE) for node in nodes]
         replies = send_and_receive(grid, messages, timeout=timeout, what="DP-Hype private evaluation pre-flight")
-        ready: dict[int, dict[str, Any]] = {}
-        reasons: Counter[str] = Counter()
-        for reply in replies:
-            answer = _answer(reply)
-            if answer == "ready":
-                ready[reply.metadata.src_node_id] = dict(reply.content.config_records.get(STAGE_KEY, {}))
-            else:
-                reasons[answer] += 1
-        reasons["no answer within the timeout"] += len(nodes) - len(replies)
-        reasons = +reasons
+        ready, reasons = sort_answers(replies, nodes)
         log(logging.INFO, "DP-Hype private evaluation: %d of %d clients ready%s", len(ready), len(nodes),
-            "" if not reasons else "; " + _describe(reasons))
+            "" if not reasons else "; " + describe_reasons(reasons))
         if len(ready) < request.min_survivors:
             raise PreflightError(
-                f"{len(nodes) - len(ready)} of {len(nodes)} clients are not ready to evaluate: {_describe(reasons)}; "
-                f"at least {request.min_survivors} must take part; nothing was sent and nothing was released")
+                f"{len(nodes) - len(ready)} of {len(nodes)} clients are not ready to evaluate: "
+                f"{describe_reasons(reasons)}; at least {request.min_survivors} must take part; nothing was sent and "
+                "nothing was released")
         return ready
 
 
