@@ -30,7 +30,7 @@ from flwr.serverapp.grid import Grid
 from dphype.config import DPHypeConfig
 from dphype.flower.final_training import RunAccountant
 from dphype.flower.grid import check_timeout, send_and_receive
-from dphype.flower.server.readiness import PreflightError, describe_reasons, sort_answers, wait_for_nodes
+from dphype.flower.server.readiness import ready_nodes, wait_for_nodes
 from dphype.flower.server.secagg_server import advertise_record, run_secure_sum, secagg_graph
 from dphype.flower.wire import EVALUATION_PREFLIGHT_TYPE, EVALUATION_TYPE, MODEL_KEY, RECORD_KEY, STAGE_KEY
 from dphype.node.evaluation_policy import EvaluationRequest, make_evaluation_request, model_digest
@@ -172,15 +172,8 @@ class PrivateEvaluation:
         content = RecordDict({RECORD_KEY: ConfigRecord(request.to_record()), MODEL_KEY: arrays, STAGE_KEY: advertise})
         messages = [Message(content, dst_node_id=node, message_type=EVALUATION_PREFLIGHT_TYPE) for node in nodes]
         replies = send_and_receive(grid, messages, timeout=timeout, what="DP-Hype private evaluation pre-flight")
-        ready, reasons = sort_answers(replies, nodes)
-        log(logging.INFO, "DP-Hype private evaluation: %d of %d clients ready%s", len(ready), len(nodes),
-            "" if not reasons else "; " + describe_reasons(reasons))
-        if len(ready) < request.min_survivors:
-            raise PreflightError(
-                f"{len(nodes) - len(ready)} of {len(nodes)} clients are not ready to evaluate: "
-                f"{describe_reasons(reasons)}; at least {request.min_survivors} must take part; nothing was sent and "
-                "nothing was released")
-        return ready
+        return ready_nodes(replies, nodes, fewest=request.min_survivors, what="private evaluation pre-flight",
+                           refused="; nothing was sent and nothing was released")
 
 
 def compose_evaluation(released: EvaluationResult, result: DPHypeResult,

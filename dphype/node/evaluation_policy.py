@@ -12,7 +12,6 @@ accountant and relation against ``dphype-max-epsilon``, and the lifetime budget 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -32,6 +31,7 @@ from dphype.privacy.evaluation import (
     evaluation_epsilon,
 )
 from dphype.privacy.noise import client_noise_std, min_survivors
+from dphype.protocol import config_from_record, config_record
 from dphype.refusal import Refusal
 
 #: Prefix of every key of an evaluation request record.
@@ -87,20 +87,14 @@ class EvaluationRequest:
 
     def to_record(self) -> dict[str, Any]:
         """Flat scalar record (keys `PREFIX` + name) for a Flower ``ConfigRecord``."""
-        record: dict[str, Any] = {PREFIX + "share": self.share, PREFIX + "sigma": float(self.sigma),
-                                  PREFIX + "model": self.model}
-        for field in dataclasses.fields(DPHypeConfig):
-            value = getattr(self.config, field.name)
-            if value is not None:
-                record[PREFIX + field.name] = value
-        return record
+        return {PREFIX + "share": self.share, PREFIX + "sigma": float(self.sigma), PREFIX + "model": self.model,
+                **config_record(self.config, PREFIX)}
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> EvaluationRequest:
         """Parse `to_record`'s output; ``malformed_request`` (a `dphype.refusal.Refusal`) names a missing or bad key."""
         try:
-            config = DPHypeConfig(**{f.name: record[PREFIX + f.name] for f in dataclasses.fields(DPHypeConfig)
-                                     if PREFIX + f.name in record})
+            config = config_from_record(record, PREFIX)
             return cls(config, record[PREFIX + "share"], record[PREFIX + "sigma"], str(record[PREFIX + "model"]))
         except KeyError as err:
             raise Refusal("malformed_request", f"the evaluation request has no {err.args[0]!r}") from None
