@@ -80,7 +80,7 @@ def format_fields(fields: Mapping[str, Any]) -> str:
 
 #: The fields of a run record (the bundled app's summary) that `summarize_run` shows after the selection, in order.
 RUN_FIELDS = ("training", "run", "accuracy", "reference", "test_loss", "predicted_success", "measured_within_2pt",
-              "selection_seconds", "fedavg_seconds", "seconds", "warnings")
+              "selection_seconds", "fedavg_seconds", "seconds", "evaluation_error", "warnings")
 
 
 def summarize_run(record: Mapping[str, Any]) -> str:

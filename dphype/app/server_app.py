@@ -41,6 +41,7 @@ from dphype.app.run_config import AppConfig, result_path
 from dphype.flower import (
     BoundedFedAvg,
     DPHype,
+    PreflightError,
     PrivateEvaluation,
     check_private_training,
     connected_committee,
@@ -51,6 +52,7 @@ from dphype.ml.data import dataset_spec
 from dphype.ml.torch_task import TorchTask, load_cached
 from dphype.modes import Aggregator
 from dphype.result import FAILURE_FORMAT, DPHypeResult, summarize_run
+from dphype.secure.secure_sum import SecureSumError
 from dphype.strict_json import jsonable
 
 #: Prefix of the log line that carries the run summary as JSON.
@@ -76,8 +78,9 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
         cfg: The validated app configuration.
 
     Returns:
-        The run summary: the selection's `dphype.result.DPHypeResult.to_dict` record, the training's and the
-        whole run's privacy, the configuration, the plan, the final test accuracy and loss, and the times.
+        The run summary: the selection's `dphype.result.DPHypeResult.to_dict` record (with the private evaluation's
+        ``evaluation``, or ``evaluation_error`` when it released nothing), the training's and the whole run's
+        privacy, the configuration, the plan, the final test accuracy and loss, and the times.
 
     Raises:
         ValueError: If the selection or the private training is refused before it starts.
@@ -129,9 +132,15 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
         train_config=train_config(result.best_params, **{"local-epochs": cfg.local_epochs}),
         evaluate_fn=evaluate,
     )
+    evaluation_error = None
     if evaluation is not None:  # the voters' held-out accuracy and baseline, composed before the report is made
-        result = evaluation.start(voters, trained.arrays, result, accountant=None if private is None else
-                                  private.accountant, timeout=cfg.round_timeout, connect_timeout=cfg.connect_timeout)
+        try:
+            result = evaluation.start(voters, trained.arrays, result, accountant=None if private is None else
+                                      private.accountant, timeout=cfg.round_timeout,
+                                      connect_timeout=cfg.connect_timeout)
+        except (PreflightError, SecureSumError) as err:  # it released nothing; the selection and training stand
+            evaluation_error = f"the private evaluation released nothing: {err}"
+            log(logging.WARNING, "DP-Hype: %s", evaluation_error)
     phases = private.report() if private is not None else {  # after training: the rounds actually released
         "training": {"private": False, "released": PLAINTEXT_TRAINING},
         "run": {"epsilon": None, "delta": cfg.dphype.delta, "accountant": "none: the training is not private",
@@ -153,6 +162,7 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
         "test_loss": float(cast(float, final["loss"])),
         "selection_seconds": selected_at - start,
         "fedavg_seconds": time.perf_counter() - selected_at,
+        **({} if evaluation_error is None else {"evaluation_error": evaluation_error}),
     }
 
 

@@ -306,6 +306,12 @@ def ledger_files(root: Path | None = None) -> list[Path]:
     return sorted(path for path in root.rglob("*.json") if path.name.startswith("ledger")) if root.exists() else []
 
 
+def _counts(entries: list[LedgerEntry]) -> dict[str, int]:
+    """``{"votes": ..., "evaluations": ...}``: the recorded releases of each kind."""
+    evaluations = sum(entry.release == EVALUATION_RELEASE for entry in entries)
+    return {"votes": len(entries) - evaluations, "evaluations": evaluations}
+
+
 def _entry(guarantee: VoteGuarantee, request: str) -> LedgerEntry:
     release = EVALUATION_RELEASE if isinstance(guarantee, EvaluationGuarantee) else "vote"
     return LedgerEntry(**asdict(guarantee), time=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -388,7 +394,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             row: dict[str, Any]
             try:
                 entries = Ledger(path).entries()
-                row = {"votes": len(entries), "epsilon": Ledger.composed_epsilon(entries, delta, args.neighbouring)}
+                row = {**_counts(entries), "epsilon": Ledger.composed_epsilon(entries, delta, args.neighbouring)}
             except LedgerError as err:
                 row = {"votes": None, "epsilon": None, "error": str(err).split("(", 1)[-1].rstrip(")")[:60]}
             rows.append({"path": str(path), **row})
@@ -412,7 +418,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "path": str(ledger.path),
         "exists": ledger.path.exists(),
-        "votes": len(entries),
+        **_counts(entries),
         "epsilon": Ledger.composed_epsilon(entries, delta, args.neighbouring),
         "delta": delta,
         "neighbouring": args.neighbouring,

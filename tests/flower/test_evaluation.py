@@ -188,7 +188,7 @@ def test_the_run_composes_selection_training_and_evaluation_as_dp_accounting_doe
     assert "evaluation" in training["run"]["accountant"] and training["run"]["releases"] == 5
 
 
-def test_the_ledger_composes_votes_and_evaluations_and_reads_older_entries(tmp_path):
+def test_the_ledger_composes_votes_and_evaluations_and_reads_older_entries(tmp_path, capsys):
     from dphype.node.evaluation_policy import EvaluationGuarantee  # noqa: PLC0415
     from dphype.node.policy import NodePolicy, VoteGuarantee  # noqa: PLC0415
 
@@ -202,6 +202,11 @@ def test_the_ledger_composes_votes_and_evaluations_and_reads_older_entries(tmp_p
     total = ledger.spend(evaluation, policy, "b" * 64)
     curve = vote_rdp(5, 30.0, "skellam") + evaluation_rdp(9000.0, "skellam")
     assert total == pytest.approx(rdp_epsilon(curve, 1e-5)[0], rel=1e-12)
+    from dphype.cli import main  # noqa: PLC0415
+
+    assert main(["ledger", "--path", str(policy.ledger), "--json"]) == 0  # the operator's view counts each kind
+    shown = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert shown["votes"] == 1 and shown["evaluations"] == 1 and shown["epsilon"] == pytest.approx(total, rel=1e-12)
     # a ledger written before the evaluation existed (entries without "release") still reads, as votes
     data = json.loads(policy.ledger.read_text())
     old = [{k: v for k, v in data["entries"][0].items() if k != "release"}]
