@@ -108,11 +108,7 @@ class VoteRequest:
             record[PREFIX + "tallies"] = ",".join(key.hex() for key in self.tallies)
         if self.roster:
             record[PREFIX + "roster"] = self.roster
-        for field in dataclasses.fields(DPHypeConfig):
-            value = getattr(self.config, field.name)
-            if value is not None:
-                record[PREFIX + field.name] = value
-        return record
+        return {**record, **config_record(self.config, PREFIX)}
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> VoteRequest:
@@ -130,8 +126,7 @@ class VoteRequest:
         """
         try:
             candidates = CandidateList.from_json(str(record[PREFIX + "candidates"]))
-            config = DPHypeConfig(**{f.name: record[PREFIX + f.name] for f in dataclasses.fields(DPHypeConfig)
-                                     if PREFIX + f.name in record})
+            config = config_from_record(record, PREFIX)
             tallies = tuple(bytes.fromhex(h) for h in str(record.get(PREFIX + "tallies", "")).split(",") if h)
             return cls(candidates, config, record[PREFIX + "sigma"], tallies, str(record.get(PREFIX + "roster", "")))
         except KeyError as err:
@@ -146,6 +141,18 @@ class VoteRequest:
         """SHA-256 of the canonical record, 64 hex characters: identifies this exact request."""
         blob = json.dumps(self.to_record(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def config_record(config: DPHypeConfig, prefix: str) -> dict[str, Any]:
+    """``config``'s fields as flat scalar entries ``prefix + name`` (``None`` left out), for a request record."""
+    return {prefix + field.name: getattr(config, field.name) for field in dataclasses.fields(DPHypeConfig)
+            if getattr(config, field.name) is not None}
+
+
+def config_from_record(record: Mapping[str, Any], prefix: str) -> DPHypeConfig:
+    """The `dphype.config.DPHypeConfig` of `config_record`'s entries; its checks' ``ValueError`` if one is invalid."""
+    return DPHypeConfig(**{field.name: record[prefix + field.name] for field in dataclasses.fields(DPHypeConfig)
+                           if prefix + field.name in record})
 
 
 def make_vote_request(config: DPHypeConfig, candidates: CandidateList, *,

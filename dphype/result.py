@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from dphype.privacy.accounting import PrivacyReport
+from dphype.privacy.evaluation import EvaluationResult
 from dphype.selection.candidates import Candidate, CandidateList
 from dphype.selection.rules import Selection, selection_rule
 from dphype.strict_json import jsonable
@@ -79,7 +80,7 @@ def format_fields(fields: Mapping[str, Any]) -> str:
 
 #: The fields of a run record (the bundled app's summary) that `summarize_run` shows after the selection, in order.
 RUN_FIELDS = ("training", "run", "accuracy", "baseline", "reference", "test_loss", "predicted_success",
-              "measured_within_2pt", "selection_seconds", "fedavg_seconds", "seconds", "warnings")
+              "measured_within_2pt", "selection_seconds", "fedavg_seconds", "seconds", "evaluation_error", "warnings")
 
 
 def summarize_run(record: Mapping[str, Any]) -> str:
@@ -111,6 +112,9 @@ class DPHypeResult:
             `dphype.secure.roster`) or ``"unauthenticated"``; ``None`` where no pre-flight ran.
         folder: The run folder that keeps this run's record, model and log (`dphype.runs.RunFolder`); ``None``
             where the run keeps none.
+        evaluation: The private evaluation of the final model trained with the pick (its held-out accuracy and the
+            majority-class baseline, with their noise and privacy cost, `dphype.privacy.evaluation.EvaluationResult`);
+            ``None`` where none ran.
     """
 
     selected_index: int
@@ -123,6 +127,7 @@ class DPHypeResult:
     notes: tuple[str, ...] = ()
     federation: str | None = None
     folder: str | None = None
+    evaluation: EvaluationResult | None = None
 
     @property
     def best_params(self) -> Candidate:
@@ -186,6 +191,11 @@ class DPHypeResult:
             shown = min(top, len(self.candidates))
             lines.append(f"top {shown} of {len(self.candidates)} candidates, ranked by the {sel.rule} rule's estimate:")
         lines.append(format_table(self.table(top)))
+        if self.evaluation is not None:  # last: how good the pick turned out, and a pick below the baseline says so
+            lines.append(self.evaluation.describe())
+            verdict = self.evaluation.verdict()
+            if verdict is not None:
+                lines.append(f"warning: {verdict}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -211,6 +221,8 @@ class DPHypeResult:
             out["federation"] = self.federation
         if self.folder is not None:
             out["folder"] = self.folder
+        if self.evaluation is not None:
+            out["evaluation"] = self.evaluation.to_dict()
         return out
 
     @classmethod
@@ -242,7 +254,9 @@ class DPHypeResult:
                          noisy_sum=None if noisy is None else np.asarray(noisy, dtype=np.float64),
                          report=PrivacyReport(**data["privacy"]), selection=selection, candidates=candidates,
                          secure_sum=data.get("secure_sum"), notes=tuple(data.get("notes", ())),
-                         federation=data.get("federation"), folder=data.get("folder"))
+                         federation=data.get("federation"), folder=data.get("folder"),
+                         evaluation=None if data.get("evaluation") is None else
+                         EvaluationResult.from_dict(data["evaluation"]))
         except (KeyError, TypeError) as err:
             raise ValueError(f"the result record is incomplete: {err}") from None
         if candidates[result.selected_index] != result.selected:

@@ -125,8 +125,8 @@ class RunFolder:
     def selected(self, result: DPHypeResult, plan: Plan | None = None) -> DPHypeResult:
         """Record the selection and return the result naming this folder.
 
-        The record gets `dphype.result.DPHypeResult.to_dict`'s fields and ``selection_seconds`` (from the run's
-        start to the pick).
+        The record gets `dphype.result.DPHypeResult.to_dict`'s fields and, the first time, ``selection_seconds``
+        (from the run's start to the pick); a later call (the result with its private evaluation) updates the fields.
 
         Args:
             result: The selection's result.
@@ -137,7 +137,8 @@ class RunFolder:
             The result with ``folder`` set, so that its summary names this folder.
         """
         named = replace(result, folder=str(self.path))
-        self.add(**named.to_dict(), selection_seconds=round(time.perf_counter() - self._start, 3))
+        self.add(**named.to_dict())
+        self.record.setdefault("selection_seconds", round(time.perf_counter() - self._start, 3))
         if plan is not None:
             self.add(predicted_success=plan.success, plan_warnings=list(plan.warnings) or None)
         return named

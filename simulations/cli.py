@@ -44,6 +44,8 @@ STUDIES: dict[str, tuple[str, str]] = {
                        "argmax mode part by part (client shares, tallies, secure argmax on MPyC) vs the sum mode"),
     "committee": ("simulations.committee",
                   "the tally committee with ballot checks and committee noise: seconds, traffic, memory"),
+    "evaluation": ("simulations.evaluation_noise",
+                   "the private evaluation of the final model: its epsilon, the composed epsilon, each mean's noise"),
 }
 
 

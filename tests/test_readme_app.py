@@ -88,6 +88,9 @@ def test_embedding_app_selects_then_trains_in_process(tmp_path, capsys, monkeypa
     server.app(grid, Context(run_id=2, node_id=0, node_config={}, state=RecordDict(), run_config=config))
     printed = capsys.readouterr().out
     assert re.search(SELECTED + r".*\nprivacy: \(1, 1e-05\)-DP per client", printed), printed
+    # the summary ends with the private evaluation: every voter's held-out accuracy and majority baseline, noisy
+    assert re.search(r"\nprivate evaluation of the final model on 10 of 10 clients' held-out rows: accuracy -?[0-9.]+, "
+                     r"majority-class baseline -?[0-9.]+ \(each \+- [0-9.]+ noise std\); \(0\.5, 1e-05\)-DP", printed)
     trains = [m for m in grid.sent if m.metadata.message_type == "train"]
     assert len(trains) == 3 * 10  # FedAvg: every client in each of 3 rounds
     lr = {selected_candidate(m)["lr"] for m in trains}
@@ -109,7 +112,9 @@ def test_embedding_app_trains_privately_in_process(tmp_path, capsys):
     config = {**run_config(), "release": "sum", "k": 1, "min-success": 0.0}  # the training is tested here
     server.app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config))
     run = ast.literal_eval(capsys.readouterr().out.strip().splitlines()[-1])  # the printed report dict
-    assert run["releases"] == 4 and run["delta"] == 1e-5 and 2.0 < run["epsilon"] < 3.0
+    # the selection, 3 DP-FedAvg rounds and the private evaluation, composed
+    assert run["releases"] == 5 and run["delta"] == 1e-5 and 2.0 < run["epsilon"] < 3.5
+    assert "evaluation" in run["accountant"]
     trains = [r for r in grid.replies if r.metadata.message_type == "train"]
     assert len(trains) == 30 and not any(r.has_error() for r in grid.replies)
 

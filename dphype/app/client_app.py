@@ -2,7 +2,10 @@
 
 A plain ``ClientApp``: `dphype.flower.register_dphype` adds DP-Hype's pre-flight and vote handlers, which score
 the candidates with this node's `dphype.ml.torch_task.TorchTask` (its shard from ``partition-id`` / ``num-partitions``
-in the node config); ``@app.train()`` and ``@app.evaluate()`` serve the final FedAvg with the selected candidate.
+in the node config); ``@app.train()`` and ``@app.evaluate()`` serve the final FedAvg with the selected candidate;
+`dphype.flower.register_private_evaluation` answers the private evaluation of the final model with `held_out`: its
+accuracy and the majority-class baseline on the node's held-out rows (its shard of the data set's test split, which
+no node trains on).
 
 The run config names only the data set, the partition seed and the local epochs; nothing a server names is
 opened as a file. The node's privacy limits are its operator's (`dphype.flower.client.node_policy`), never the
@@ -16,19 +19,19 @@ simulation `dphype.flower.simulated_roles` makes partitions ``clients .. clients
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
+import numpy as np
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.mod import fixedclipping_mod
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 
-from dphype.flower import register_dphype, selected_candidate, simulated_roles
-from dphype.ml.torch_task import make_task
-
-if TYPE_CHECKING:  # torch is imported where a task is built: a process serving a SecAgg+ stage needs none
-    from dphype.ml.torch_task import TorchTask
+from dphype.flower import register_dphype, register_private_evaluation, selected_candidate, simulated_roles
+from dphype.ml.data import dataset_spec
+from dphype.ml.reference import majority_accuracy
+from dphype.ml.torch_task import TorchTask, load_cached, make_task
 
 
 def local_task(context: Context) -> TorchTask:
@@ -39,8 +42,19 @@ def local_task(context: Context) -> TorchTask:
                      epochs=int(run.get("local-epochs", 5)))
 
 
+def held_out(context: Context, arrays: ArrayRecord) -> tuple[float, float]:
+    """The final model's accuracy and the majority-class baseline on this node's shard of the test split."""
+    dataset = str(context.run_config.get("dataset", "adult"))
+    test = load_cached(dataset)[1]
+    rows = test.subset(np.arange(int(cast(int, context.node_config["partition-id"])), len(test.y),
+                                 int(cast(int, context.node_config["num-partitions"]))))
+    accuracy = TorchTask(rows, dataset_spec(dataset).model).evaluate(arrays.to_torch_state_dict())["accuracy"]
+    return float(accuracy), majority_accuracy(rows.y)
+
+
 app = ClientApp(mods=[simulated_roles])
 register_dphype(app, local_task)
+register_private_evaluation(app, held_out)
 
 
 def clip_in_private_rounds(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:

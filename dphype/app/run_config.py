@@ -18,6 +18,7 @@ from dphype.checks import check_epsilon_budget, check_int, check_positive, check
 from dphype.config import RUN_CONFIG_KEYS, DPHypeConfig, read_run_config
 from dphype.flower.final_training import TrainingBudget
 from dphype.ml.torch_task import check_candidates
+from dphype.privacy.evaluation import DEFAULT_EVALUATION_SHARE, check_share
 from dphype.secure.committee import COMMITTEE_SIZE
 from dphype.selection.candidates import CandidateList, load_candidates
 
@@ -77,6 +78,10 @@ class AppConfig:
         runs_dir: The folder of the run folders on the ServerApp's host (`dphype.runs.runs_dir`; empty: ``runs``,
             and under ``dphype run`` the app folder's ``runs/``).
         tallies: The size of the tally committee found among the connected nodes (committee releases only).
+        private_evaluation: Whether the voters evaluate the final model privately after the training
+            (`dphype.flower.PrivateEvaluation`: held-out accuracy and majority-class baseline, noisy, composed with
+            the run's guarantee); ``false`` spends nothing on it.
+        evaluation_share: The private evaluation's share of ``epsilon``, spent on top of the selection, in ``(0, 1]``.
 
     Raises:
         ValueError: If a field is invalid (named by its run-config key), the candidate spec cannot be loaded, or
@@ -99,6 +104,8 @@ class AppConfig:
     result_file: str = ""
     runs_dir: str = ""
     tallies: int = COMMITTEE_SIZE
+    private_evaluation: bool = True
+    evaluation_share: float = DEFAULT_EVALUATION_SHARE
 
     def __post_init__(self) -> None:
         if self.dataset not in APP_DATASETS:
@@ -110,6 +117,10 @@ class AppConfig:
         for name in ("connect_timeout", "round_timeout", "tally_timeout"):
             check_positive(name.replace("_", "-"), getattr(self, name))
         check_probability("fraction-evaluate", self.fraction_evaluate)
+        if not isinstance(self.private_evaluation, bool):
+            raise ValueError(f"private-evaluation must be true or false, got {self.private_evaluation!r}")
+        if self.private_evaluation:
+            check_share(self.evaluation_share, "evaluation-share")
         if self.train_epsilon != 0.0:
             check_epsilon_budget(self.train_epsilon, "train-epsilon")
             self.training_budget()  # validates train-epsilon, clipping-norm and clipping

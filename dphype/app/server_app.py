@@ -11,7 +11,11 @@ A worked example of the Message API end to end, in one ``@app.main()``:
 2. ``flwr.serverapp.strategy.FedAvg`` -- ``fedavg-rounds`` rounds with the selected candidate as the train
    config; the global model is evaluated on the held-out test split after every round, and by a
    ``fraction-evaluate`` share of the clients on their own data. With ``train-epsilon > 0`` FedAvg runs in
-   Flower's DP wrapper (`dphype.flower.final_training`) and the report composes both phases.
+   Flower's DP wrapper (`dphype.flower.final_training`) and the report composes both phases;
+3. `dphype.flower.PrivateEvaluation` -- with ``private-evaluation`` (the default) the voters evaluate the final model
+   on their held-out rows and the federation releases the mean accuracy and majority-class baseline with noise, for
+   ``evaluation-share`` of ``epsilon``, composed with the run's guarantee; a model below the baseline is named in the
+   run's last line.
 
 Every run writes its run folder (`dphype.flower.run_folder`: ``result.json``, the final model's ``model.npz``,
 ``log.txt``; by default ``runs/`` of the app folder under ``dphype run``). The summary (selection, privacy report,
@@ -38,6 +42,8 @@ from dphype.app.run_config import AppConfig, result_path
 from dphype.flower import (
     BoundedFedAvg,
     DPHype,
+    PreflightError,
+    PrivateEvaluation,
     check_private_training,
     connected_committee,
     plaintext_training,
@@ -50,8 +56,9 @@ from dphype.ml.data import dataset_spec
 from dphype.ml.reference import majority_of_test_split
 from dphype.ml.torch_task import TorchTask, load_cached
 from dphype.modes import Aggregator
-from dphype.result import FAILURE_FORMAT, summarize_run
+from dphype.result import FAILURE_FORMAT, DPHypeResult, summarize_run
 from dphype.runs import RunFolder
+from dphype.secure.secure_sum import SecureSumError
 from dphype.strict_json import jsonable
 
 #: Prefix of the log line that carries the run summary as JSON.
@@ -75,9 +82,10 @@ def run_app(grid: Grid, cfg: AppConfig, run: RunFolder) -> dict[str, Any]:
         run: The run folder: the selection is recorded in it and the final model saved there.
 
     Returns:
-        The run summary: the selection's `dphype.result.DPHypeResult.to_dict` record, the training's and the
-        whole run's privacy, the configuration, the plan, the final test accuracy, the test split's majority
-        baseline and loss, and the times.
+        The run summary: the selection's `dphype.result.DPHypeResult.to_dict` record (with the private evaluation's
+        ``evaluation``, or ``evaluation_error`` when it released nothing), the training's and the whole run's
+        privacy, the configuration, the plan, the final test accuracy, the test split's majority baseline and loss,
+        and the times.
 
     Raises:
         ValueError: If the selection or the private training is refused before it starts.
@@ -88,6 +96,8 @@ def run_app(grid: Grid, cfg: AppConfig, run: RunFolder) -> dict[str, Any]:
     if budget is not None:  # the training accountant's preconditions, before the selection spends anything
         check_private_training(_fedavg(cfg, survivors), budget, delta=cfg.dphype.delta,
                                neighbouring=cfg.dphype.neighbouring, sampled_clients=survivors)
+    # the private evaluation's share, noise and secure-sum graph, before the selection spends anything
+    evaluation = PrivateEvaluation(cfg.dphype, share=cfg.evaluation_share) if cfg.private_evaluation else None
     # without a committee the selection is checked before any node is asked (a committee's keys come from its nodes)
     checked = None if cfg.dphype.mode.aggregator is Aggregator.COMMITTEE else DPHype(candidates, cfg.dphype)
     # the central evaluation's split, parsed while the nodes work (the thread ends with the parsing)
@@ -128,6 +138,17 @@ def run_app(grid: Grid, cfg: AppConfig, run: RunFolder) -> dict[str, Any]:
         train_config=train_config(result.best_params, **{"local-epochs": cfg.local_epochs}),
         evaluate_fn=evaluate,
     )
+    evaluation_error = None
+    if evaluation is not None:  # the voters' held-out accuracy and baseline, composed before the report is made
+        try:
+            result = evaluation.start(voters, trained.arrays, result, accountant=None if private is None else
+                                      private.accountant, timeout=cfg.round_timeout,
+                                      connect_timeout=cfg.connect_timeout)
+        except (PreflightError, SecureSumError) as err:  # it released nothing; the selection and training stand
+            evaluation_error = f"the private evaluation released nothing: {err}"
+            log(logging.WARNING, "DP-Hype: %s", evaluation_error)
+    if evaluation is not None and evaluation_error is None:
+        result = run.selected(result)  # the record with the private evaluation
     # after training: the rounds actually released
     phases = private.report() if private is not None else plaintext_training(
         cfg.dphype.delta, cfg.fedavg_rounds, client_evaluation=cfg.fraction_evaluate > 0)
@@ -150,6 +171,7 @@ def run_app(grid: Grid, cfg: AppConfig, run: RunFolder) -> dict[str, Any]:
         "test_loss": float(cast(float, final["loss"])),
         "selection_seconds": selected_at - start,
         "fedavg_seconds": time.perf_counter() - selected_at,
+        **({} if evaluation_error is None else {"evaluation_error": evaluation_error}),
     }
 
 
@@ -214,3 +236,7 @@ def main(grid: Grid, context: Context) -> None:
         if path is not None:
             path.write_text(line + "\n", encoding="utf-8")
             log(logging.INFO, "DP-Hype: the summary's JSON is in %s (on the ServerApp's host)", path)
+        evaluated = DPHypeResult.from_dict(summary).evaluation
+        verdict = None if evaluated is None else evaluated.verdict()
+        if verdict is not None:  # the run's last line
+            log(logging.WARNING, "DP-Hype: %s", verdict)

@@ -17,6 +17,10 @@
 * `private_training` -- optional: wrap the final FedAvg in Flower's DP wrappers, calibrated to a
   training budget and accounted together with the selection; the server clips (or verifies the clients'
   clipping) and sets uniform weights itself. `check_private_training` checks it before the selection.
+* `PrivateEvaluation` / `register_private_evaluation` -- the final model's held-out accuracy and majority-class
+  baseline, released as noisy means over SecAgg+ for a share of epsilon, accounted in every node's ledger and
+  composed with the run's guarantee (`PrivateEvaluation(config)` before the selection, ``.start(grid, arrays,
+  result)`` after the training; the client adds its ``evaluate(context, arrays)``).
 
 Modules, split the way Flower splits itself: `dphype.flower.client` (the ClientApp's handlers),
 `dphype.flower.server` (the ServerApp's selection), `dphype.flower.tally_node` (the tally node),
@@ -54,10 +58,13 @@ _EXPORTS: dict[str, str] = {
     "plaintext_training": "dphype.flower.final_training",
     "run_folder": "dphype.flower.run_record",
     "save_model": "dphype.flower.run_record",
+    "PrivateEvaluation": "dphype.flower.private_evaluation",
+    "register_private_evaluation": "dphype.flower.client.evaluation_client",
 }
 
 if TYPE_CHECKING:
     from dphype.flower.client import register_dphype
+    from dphype.flower.client.evaluation_client import register_private_evaluation
     from dphype.flower.client.policy_client import node_policy
     from dphype.flower.client.roles import simulated_roles
     from dphype.flower.final_training import (
@@ -68,6 +75,7 @@ if TYPE_CHECKING:
         plaintext_training,
         private_training,
     )
+    from dphype.flower.private_evaluation import PrivateEvaluation
     from dphype.flower.run_record import run_folder, save_model
     from dphype.flower.selected import selected_candidate, train_config
     from dphype.flower.server import DPHype
@@ -80,6 +88,7 @@ __getattr__ = lazy_getattr(__name__, _EXPORTS, globals())
 
 
 __all__ = ["TALLY_ID", "TALLY_KEY_FILE", "TALLY_PARTIES", "BoundedFedAvg", "ClientGrid", "ClippingError", "Committee",
-           "DPHype", "PreflightError", "TrainingBudget", "check_private_training", "connected_committee",
-           "discover_committee", "load_tally_key", "node_policy", "plaintext_training", "private_training",
-           "register_dphype", "run_folder", "save_model", "selected_candidate", "simulated_roles", "train_config"]
+           "DPHype", "PreflightError", "PrivateEvaluation", "TrainingBudget", "check_private_training",
+           "connected_committee", "discover_committee", "load_tally_key", "node_policy", "plaintext_training",
+           "private_training", "register_dphype", "register_private_evaluation", "run_folder", "save_model",
+           "selected_candidate", "simulated_roles", "train_config"]

@@ -201,6 +201,7 @@ class RunAccountant:
                      else vote_rdp(selection.k, selection.sigma, selection.noise, neighbouring=self.neighbouring))
         self._releases = 1
         self._winners = int(selection.noise == WINNER_NOISE)  # its MPC sampler's delta (privacy.winner)
+        self._added: list[str] = []  # the other releases composed (compose_release), by name
 
     @property
     def config(self) -> PrivacyConfig:
@@ -209,8 +210,19 @@ class RunAccountant:
 
     @property
     def num_releases(self) -> int:
-        """The releases composed so far: the selection and every training round."""
+        """The releases composed so far: the selection, every training round and every `compose_release`."""
         return self._releases
+
+    @property
+    def added_releases(self) -> tuple[str, ...]:
+        """The names of the releases composed with `compose_release` (neither the selection nor a training round)."""
+        return tuple(self._added)
+
+    def compose_release(self, name: str, rdp: np.ndarray) -> None:
+        """Add another release's RDP curve on `RDP_ORDERS` under this run's relation (the private evaluation)."""
+        self._rdp = self._rdp + check_rdp_curve(rdp, name=f"{name} rdp")
+        self._releases += 1
+        self._added.append(name)
 
     def _with(self, event: GaussianPrivacyEvent, count: int) -> np.ndarray:
         return self._rdp + fedavg_rdp(event.noise_multiplier, count, neighbouring=self.neighbouring)
@@ -232,8 +244,9 @@ class RunAccountant:
         """The run's spend so far at ``delta`` (``None``: the selection's), in Flower's ``PrivacySpent``."""
         delta = self._config.target_delta if delta is None else check_delta(delta)
         order = rdp_epsilon(self._rdp, delta)[1]
+        phases = ", ".join(["DP-Hype selection", "DP-FedAvg", *self._added])
         return PrivacySpent(epsilon=self.get_epsilon(delta), delta=delta, num_releases=self._releases,
-                            accounting_method="rdp (DP-Hype selection and DP-FedAvg composed)", optimal_order=order)
+                            accounting_method=f"rdp ({phases} composed)", optimal_order=order)
 
     def would_exceed(self, event: GaussianPrivacyEvent, max_epsilon: float | None = None, count: int = 1) -> bool:
         """Whether ``count`` more rounds of ``event`` take the epsilon above ``max_epsilon`` (or the accountant's)."""
@@ -450,7 +463,8 @@ class PrivateTraining:
         """
         spent = self.accountant.get_privacy_spent()
         private = not self.refused
-        rounds, delta = spent.num_releases - 1, self.accountant.config.target_delta
+        rounds = spent.num_releases - 1 - len(self.accountant.added_releases)
+        delta = self.accountant.config.target_delta
         ours = flower = None  # the training phase alone: our accountant and Flower's RdpAccountant
         if private and rounds > 0:
             ours = fedavg_epsilon(self.noise_multiplier, rounds, delta, neighbouring=self.accountant.neighbouring)

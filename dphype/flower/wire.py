@@ -22,10 +22,15 @@ The values are compatible within one release of DP-Hype (a deployment runs one v
 | `ACTION` | ``dphype`` | pre-flight (``query``) and secure vote (``train``) |
 | `COMMITTEE_ACTION` | ``dphype_committee`` | a client's sealed shares (``train``) |
 | `TALLY_ACTION` | ``dphype_tally`` | the tally stages (``query``) |
+| `EVALUATION_ACTION` | ``dphype_evaluation`` | the private evaluation's pre-flight (``query``) and stages (``train``) |
 | `PREFLIGHT_TYPE` | ``query.dphype`` | message type of the pre-flight |
 | `VOTE_TYPE` | ``train.dphype`` | message type of the secure vote's stages |
 | `COMMITTEE_VOTE_TYPE` | ``train.dphype_committee`` | message type of the committee vote |
 | `TALLY_TYPE` | ``query.dphype_tally`` | message type of the tally stages |
+| `EVALUATION_PREFLIGHT_TYPE` | ``query.dphype_evaluation`` | the evaluation's request, the model and its first stage |
+| `EVALUATION_TYPE` | ``train.dphype_evaluation`` | message type of the evaluation's SecAgg+ stages |
+| `MODEL_KEY` | ``dphype_model`` | record (arrays): the final model the clients evaluate |
+| `EVALUATION_STATE` | ``dphype_evaluation_state`` | state: the approved evaluation request, its guarantee, the values |
 | `RECORD_KEY` | ``dphype`` | record: the request, the pre-flight answer, the sealed shares |
 | `STAGE_KEY` | ``dphype_secagg`` | record: a SecAgg+ stage and its answer |
 | `TALLY_KEY` | ``dphype_tally`` | record: a tally stage and its answer |
@@ -51,6 +56,8 @@ ACTION = "dphype"
 COMMITTEE_ACTION = "dphype_committee"
 #: Action of the tally nodes' stages (``query``).
 TALLY_ACTION = "dphype_tally"
+#: Action of the private evaluation of the final model: its pre-flight (``query``) and SecAgg+ stages (``train``).
+EVALUATION_ACTION = "dphype_evaluation"
 
 #: Message type of the pre-flight.
 PREFLIGHT_TYPE = f"{MessageType.QUERY}.{ACTION}"
@@ -60,6 +67,10 @@ VOTE_TYPE = f"{MessageType.TRAIN}.{ACTION}"
 COMMITTEE_VOTE_TYPE = f"{MessageType.TRAIN}.{COMMITTEE_ACTION}"
 #: Message type of the tally stages.
 TALLY_TYPE = f"{MessageType.QUERY}.{TALLY_ACTION}"
+#: Message type of the private evaluation's pre-flight (its request, the model and the first SecAgg+ stage).
+EVALUATION_PREFLIGHT_TYPE = f"{MessageType.QUERY}.{EVALUATION_ACTION}"
+#: Message type of the private evaluation's SecAgg+ stages.
+EVALUATION_TYPE = f"{MessageType.TRAIN}.{EVALUATION_ACTION}"
 
 #: Record key of the request in DP-Hype's messages, of the answer in pre-flight replies and of the sealed shares
 #: in argmax-vote replies.
@@ -70,6 +81,8 @@ STAGE_KEY = "dphype_secagg"
 TALLY_KEY = "dphype_tally"
 #: Train-config key that carries the selected candidate (its hyperparameters as one JSON object).
 CANDIDATE_KEY = "dphype_candidate"
+#: Record key (an array record) of the final model in the private evaluation's pre-flight.
+MODEL_KEY = "dphype_model"
 
 #: Context-state key of the request a node approved in its pre-flight: digest, direction, clients, dropout, and the
 #: digest of the node's roster then (empty without one).
@@ -85,6 +98,9 @@ SCORES_STATE = "dphype_scores"
 SECAGG_STATE = "dphype_secagg_state"
 #: Context-state key of a tally node's state (`dphype.flower.tally_node.TallyNode`).
 TALLY_STATE = "dphype_tally_state"
+#: Context-state key of the private evaluation a node approved: the request's record, its guarantee and the policy
+#: it was computed under, the node's two values on the grid (until they are sent) and the roster digest.
+EVALUATION_STATE = "dphype_evaluation_state"
 
 #: Longest wait, in seconds, a server may ask of a tally's ``result`` stage (one day).
 MAX_RESULT_WAIT = 86400.0

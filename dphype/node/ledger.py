@@ -5,14 +5,16 @@ lock, after checking that the composition of all recorded votes and the new one 
 lifetime budget; a crash between recording and sending counts the vote as spent. Votes compose in RDP
 (`dphype.privacy.accounting.vote_rdp` on `dphype.privacy.accounting.RDP_ORDERS`: dp_accounting's Gaussian
 event, the Skellam bound otherwise), converted once with Thm I.1 at the node's delta. A repeated, identical
-request is a new release and costs budget again.
+request is a new release and costs budget again. The private evaluation of the final model
+(`dphype.node.evaluation_policy`) is recorded the same way, as an entry with ``"release": "evaluation"``
+(`dphype.privacy.evaluation.evaluation_rdp`).
 
 File format (JSON, UTF-8), version 1::
 
     {"format": "dphype-ledger", "version": 1,
      "entries": [{"time": "2025-01-01T12:00:00+00:00", "request": "<sha256 of the request>",
                   "noise": "skellam", "k": 5, "total_std": 12.84, "survivors": 50,
-                  "epsilon": 0.9993, "delta": 1e-05, "neighbouring": "replace-one"}, ...],
+                  "epsilon": 0.9993, "delta": 1e-05, "neighbouring": "replace-one", "release": "vote"}, ...],
      "checksum": "<sha256 of the canonical JSON of entries>"}
 
 An entry describes the release in the worst case the request allowed (`dphype.node.policy.VoteGuarantee`):
@@ -47,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from dphype.checks import NEIGHBOURING, check_delta, check_int
+from dphype.node.evaluation_policy import EvaluationGuarantee
 from dphype.node.policy import (
     POLICY_KEYS,
     TALLIES_KEY,
@@ -56,6 +59,7 @@ from dphype.node.policy import (
     default_ledger_path,
 )
 from dphype.privacy.accounting import RDP_ORDERS, vote_rdp
+from dphype.privacy.evaluation import EVALUATION_RELEASE, evaluation_rdp
 from dphype.privacy.noise_kinds import noise_kind_names
 from dphype.privacy.winner import THRESHOLD_SHIFT, WINNER_NOISE, epsilon_with_samplers, winner_rdp
 from dphype.protocol import EPSILON_RTOL, VoteRequest
@@ -84,6 +88,9 @@ class LedgerEntry(VoteGuarantee):
     Attributes:
         time: When it was recorded (ISO 8601, UTC, seconds).
         request: The SHA-256 digest of the request (empty for a pre-flight check).
+        release: ``"vote"``, or ``"evaluation"`` (`dphype.privacy.evaluation.EVALUATION_RELEASE`: the private
+            evaluation of the final model, whose ``k`` counts the values sent); entries of older ledgers without the
+            field are votes.
 
     Raises:
         ValueError: A field is invalid.
@@ -91,10 +98,13 @@ class LedgerEntry(VoteGuarantee):
 
     time: str
     request: str
+    release: str = "vote"
 
     def __post_init__(self) -> None:
         ok = (
             isinstance(self.time, str) and isinstance(self.request, str)
+            and self.release in ("vote", EVALUATION_RELEASE)
+            and (self.release == "vote" or self.noise != WINNER_NOISE)
             and self.noise in (*noise_kind_names(), WINNER_NOISE)
             and self.neighbouring in NEIGHBOURING
             and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (self.k, self.survivors))
@@ -110,6 +120,8 @@ class LedgerEntry(VoteGuarantee):
         if self.noise == WINNER_NOISE:
             eps = self.epsilon * THRESHOLD_SHIFT[neighbouring] / THRESHOLD_SHIFT[self.neighbouring]
             return winner_rdp(eps, RDP_ORDERS)
+        if self.release == EVALUATION_RELEASE:
+            return evaluation_rdp(self.total_std, self.noise, RDP_ORDERS)
         return vote_rdp(self.k, self.total_std, self.noise, neighbouring=neighbouring, orders=RDP_ORDERS)
 
 
@@ -174,7 +186,7 @@ class Ledger:
             if data["checksum"] != _checksum(raw):
                 raise ValueError("checksum mismatch")
             names = {f.name for f in fields(LedgerEntry)}
-            if not all(isinstance(e, dict) and set(e) == names for e in raw):
+            if not all(isinstance(e, dict) and set(e) | {"release"} == names for e in raw):  # older: no release
                 raise ValueError("an entry has missing or unknown fields")
             return [LedgerEntry(**e) for e in raw]
         except (ValueError, KeyError, TypeError) as err:
@@ -294,9 +306,16 @@ def ledger_files(root: Path | None = None) -> list[Path]:
     return sorted(path for path in root.rglob("*.json") if path.name.startswith("ledger")) if root.exists() else []
 
 
+def _counts(entries: list[LedgerEntry]) -> dict[str, int]:
+    """``{"votes": ..., "evaluations": ...}``: the recorded releases of each kind."""
+    evaluations = sum(entry.release == EVALUATION_RELEASE for entry in entries)
+    return {"votes": len(entries) - evaluations, "evaluations": evaluations}
+
+
 def _entry(guarantee: VoteGuarantee, request: str) -> LedgerEntry:
+    release = EVALUATION_RELEASE if isinstance(guarantee, EvaluationGuarantee) else "vote"
     return LedgerEntry(**asdict(guarantee), time=datetime.now(UTC).isoformat(timespec="seconds"),
-                       request=request)
+                       request=request, release=release)
 
 
 def admitting_policy(request: VoteRequest, *, votes: int = 1) -> dict[str, Any]:
@@ -375,7 +394,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             row: dict[str, Any]
             try:
                 entries = Ledger(path).entries()
-                row = {"votes": len(entries), "epsilon": Ledger.composed_epsilon(entries, delta, args.neighbouring)}
+                row = {**_counts(entries), "epsilon": Ledger.composed_epsilon(entries, delta, args.neighbouring)}
             except LedgerError as err:
                 row = {"votes": None, "epsilon": None, "error": str(err).split("(", 1)[-1].rstrip(")")[:60]}
             rows.append({"path": str(path), **row})
@@ -399,7 +418,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "path": str(ledger.path),
         "exists": ledger.path.exists(),
-        "votes": len(entries),
+        **_counts(entries),
         "epsilon": Ledger.composed_epsilon(entries, delta, args.neighbouring),
         "delta": delta,
         "neighbouring": args.neighbouring,

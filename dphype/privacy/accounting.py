@@ -195,22 +195,46 @@ def calibrate(
     Raises:
         ValueError: An argument is invalid, or the root cannot be bracketed.
     """  # noqa: DOC502
+    probe = VoteRelease(k=k, num_candidates=num_candidates, sigma=1.0, noise=noise, raw_scores=raw_scores,
+                        neighbouring=neighbouring)
+    sigma = calibrate_sigma(probe.l2_sensitivity, probe.l1_sensitivity, epsilon, delta, noise=noise,
+                            accountant=accountant)
+    return dataclasses.replace(probe, sigma=sigma)
+
+
+def calibrate_sigma(l2: float, l1: float, epsilon: float, delta: float, *, noise: str,
+                    accountant: str | None = None) -> float:
+    """The smallest total noise std making one release of a sum of sensitivities ``(l2, l1)`` ``(epsilon, delta)``-DP.
+
+    `calibrate`'s root finding for any sum (`mechanism_epsilon` decreases in sigma, so the root is unique).
+
+    Args:
+        l2: The L2 sensitivity, ``> 0``.
+        l1: The L1 sensitivity, ``> 0``.
+        epsilon: The privacy budget, ``> 0``.
+        delta: The target delta, in ``(0, 1)``.
+        noise: The noise kind's name.
+        accountant: ``"analytic"``, ``"rdp"``, or ``None``/``"auto"`` for the noise kind's default.
+
+    Returns:
+        The total noise std ``sigma``.
+
+    Raises:
+        ValueError: An argument is invalid, or floating point cannot solve the equation (choose a larger epsilon).
+    """  # noqa: DOC502
     target = check_epsilon(epsilon)
     delta = check_delta(delta)
     accountant = resolve_accountant(accountant, noise)
-    probe = VoteRelease(k=k, num_candidates=num_candidates, sigma=1.0, noise=noise, raw_scores=raw_scores,
-                        neighbouring=neighbouring)
-    l2 = probe.l2_sensitivity
+    l2, l1 = check_positive("l2", l2), check_positive("l1", l1)
     start = l2 * math.sqrt(2.0 * math.log(1.25 / delta)) / target  # classic Gaussian scale: a starting point
     equation = noise_kind(noise).sigma_equation(l2, target, delta, accountant)
     if equation is None:
-        equation = (lambda s: _release_epsilon(dataclasses.replace(probe, sigma=s), delta, accountant)), target
+        equation = (lambda s: mechanism_epsilon(l2, l1, s, noise, delta, accountant)), target
     try:
-        sigma = _root_decreasing(*equation, start, f"sigma ({accountant})")
+        return _root_decreasing(*equation, start, f"sigma ({accountant})")
     except (ValueError, OverflowError, RuntimeError) as err:  # valid arguments: floating point gave out
         raise ValueError(f"the noise std for epsilon {target!r} at delta {delta!r} cannot be solved in floating point "
                          f"({err}); choose a larger epsilon") from err
-    return dataclasses.replace(probe, sigma=sigma)
 
 
 # ---------------------------------------------------------------------------------------- the report
@@ -532,6 +556,7 @@ __all__ = [
     "VoteRelease",
     "epsilon",
     "calibrate",
+    "calibrate_sigma",
     "PrivacyReport",
     "privacy_report",
     "mechanism_epsilon",

@@ -58,12 +58,13 @@ def clipping_range_for(clients: int) -> int:
 
 
 def clip_probability(
-    *, size: int, sigma: float, clients: int, dropout: float, noise: str, clipping_range: int | None = None
+    *, size: int, sigma: float, clients: int, dropout: float, noise: str, clipping_range: int | None = None,
+    largest_value: float = 1.0,
 ) -> float:
     """Bound on P(some client's encoded entry leaves +-C).
 
-    An entry stays within +-C while every noise share has ``|z| <= t = C / scale - 2`` (one unit for the vote,
-    one for rounding); the bound is `dphype.privacy.noise.noise_tail_bound`'s union bound at
+    An entry stays within +-C while every noise share has ``|z| <= t = C / scale - largest_value - 1`` (the
+    value, and one unit for rounding); the bound is `dphype.privacy.noise.noise_tail_bound`'s union bound at
     ``num_sigmas = t / client_std``.
 
     Args:
@@ -73,12 +74,13 @@ def clip_probability(
         dropout: The tolerated dropout fraction ``xi``.
         noise: The noise kind's name.
         clipping_range: The range ``C``; ``None``: `clipping_range_for` ``(clients)``.
+        largest_value: The largest ``|entry|`` before the noise (a vote's 1; the evaluation's grid scale).
 
     Returns:
         The bound on the probability.
     """
     limit_range = clipping_range_for(clients) if clipping_range is None else clipping_range
-    limit = limit_range / fixed_point_scale(noise) - 2.0
+    limit = limit_range / fixed_point_scale(noise) - largest_value - 1.0
     std = client_noise_std(sigma, clients, dropout)
     bound = noise_tail_bound(
         sigma, clients, dropout, kind=noise, size=size, num_sigmas=limit / std
@@ -86,7 +88,8 @@ def clip_probability(
     return bound.failure_probability
 
 
-def check_range(*, size: int, sigma: float, clients: int, dropout: float, noise: str) -> None:
+def check_range(*, size: int, sigma: float, clients: int, dropout: float, noise: str,
+                largest_value: float = 1.0) -> None:
     """Refuse a release whose noise shares could leave SecAgg+'s range ``C(n)``.
 
     Args:
@@ -95,11 +98,13 @@ def check_range(*, size: int, sigma: float, clients: int, dropout: float, noise:
         clients: The number of clients ``n``.
         dropout: The tolerated dropout fraction ``xi``.
         noise: The noise kind's name.
+        largest_value: The largest ``|entry|`` before the noise (`clip_probability`).
 
     Raises:
         ValueError: `clip_probability` exceeds `CLIP_PROBABILITY_LIMIT`.
     """
-    p = clip_probability(size=size, sigma=sigma, clients=clients, dropout=dropout, noise=noise)
+    p = clip_probability(size=size, sigma=sigma, clients=clients, dropout=dropout, noise=noise,
+                         largest_value=largest_value)
     if p > CLIP_PROBABILITY_LIMIT:
         raise ValueError(
             f"sigma={sigma:g} is too large for secure summation with {clients} clients "

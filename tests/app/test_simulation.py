@@ -69,6 +69,14 @@ def test_apps_in_process_select_then_train(tmp_path, flower_log, monkeypatch):
     assert accuracies[summary["selected_index"]] >= accuracies.max() - 0.02
     assert summary["accuracy"] > majority_of_test_split("adult") + 0.03 and summary["test_loss"] > 0
     assert summary["privacy"]["survivors"] == 4
+    # the voters' private evaluation on their shards of the test split: the released mean accuracy is the central
+    # one up to its noise (and the shards' unequal sizes), the baseline Adult's majority class
+    evaluation = summary["evaluation"]
+    assert evaluation["contributors"] == 4 and evaluation["share"] == 0.5
+    assert evaluation["epsilon"] == pytest.approx(50.0, rel=1e-9)
+    assert abs(evaluation["accuracy"] - summary["accuracy"]) < 6 * evaluation["noise_std"] + 0.01
+    assert abs(evaluation["majority_baseline"] - majority_of_test_split("adult")) < 6 * evaluation["noise_std"] + 0.01
+    assert "private evaluation of the final model on 4 of 4 clients' held-out rows" in logged
     types = [m.metadata.message_type for m in grid.sent]
     assert types.count("train") == 2 * 4 and types.count("evaluate") == 2 * 4  # every client, every round
     trains = [m for m in grid.sent if m.metadata.message_type == "train"]

@@ -55,7 +55,8 @@ def test_new_writes_an_app_that_selects_and_trains_in_process(tmp_path, capsys, 
     # the sum release needs more than 10 clients for the planner's 0.5 (the app would refuse 10)
     clients = {"argmax": 10, "sum": 13}[release]
     assert run_config == {"release": release, "epsilon": 1.0, "delta": 1e-5, "k": {"argmax": 2, "sum": 1}[release],
-                          "clients": clients, "min-success": 0.5, "num-server-rounds": 3, "runs-dir": "runs"}
+                          "clients": clients, "min-success": 0.5, "num-server-rounds": 3, "runs-dir": "runs",
+                          "private-evaluation": True, "evaluation-share": 0.5}
     assert {key: run_config[key] for key in TEMPLATE_RUN if key != "clients"} == {  # what the planner chose k for
         key: value for key, value in TEMPLATE_RUN.items() if key != "clients"}
     assert "#   dphype-max-epsilon = 1.0: largest epsilon" in (folder / "pyproject.toml").read_text()
@@ -68,10 +69,15 @@ def test_new_writes_an_app_that_selects_and_trains_in_process(tmp_path, capsys, 
     grid = LocalGrid(client.app, nodes, run_config=run_config, federation=not committee)
     server.app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config))
     guarantee = r"\(1, 2e-19\)-DP" if release == "argmax" else r"\(1, 1e-05\)-DP"  # argmax: its sampler's delta
-    assert re.search(SUMMARY + r".*\nprivacy: " + guarantee + " per client", capsys.readouterr().out)
+    printed = capsys.readouterr().out
+    assert re.search(SUMMARY + r".*\nprivacy: " + guarantee + " per client", printed)
     trains = [m for m in grid.sent if m.metadata.message_type == "train"]
     assert len(trains) == 3 * clients and len({str(selected_candidate(m)) for m in trains}) == 1
     assert {m.metadata.dst_node_id for m in trains} == {node_id(i) for i in range(clients)}
+    # then the voters' private evaluation of the final model: the summary's last lines say how good it turned out
+    assert f"private evaluation of the final model on {clients} of {clients} clients' held-out rows" in printed
+    evaluated = {m.metadata.dst_node_id for m in grid.sent if m.metadata.message_type == "query.dphype_evaluation"}
+    assert evaluated == {node_id(i) for i in range(clients)}
     assert not any(r.has_error() for r in grid.replies)
     # the run folder (here the test's DPHYPE_RUNS_DIR): the record names the pick, the model is the trained one
     (run,) = (Path(os.environ["DPHYPE_RUNS_DIR"])).iterdir()
@@ -81,6 +87,7 @@ def test_new_writes_an_app_that_selects_and_trains_in_process(tmp_path, capsys, 
     assert record["status"] == "completed" and record["best_params"] == selected_candidate(trains[0])
     assert 0.5 <= record["baseline"] < 1 and 0 <= record["accuracy"] <= 1 and record["run"]["epsilon"] is None
     assert np.load(run / "model.npz")["0"].shape == (5,)
+    assert record["evaluation"]["clients"] == clients  # the private evaluation in the record too
     assert "DP-Hype selected candidate" in (run / "log.txt").read_text()
 
 

@@ -128,10 +128,12 @@ def test_bundled_app_trains_privately_and_reports_both_phases():
     summary = run_app(grid, cfg, a_run_folder())
     training, run = summary["training"], summary["run"]
     assert training["private"] and training["rounds_released"] == 2 and training["noise_multiplier"] > 0
-    assert "clipped" in training["released"] and run["releases"] == 3
+    assert "clipped" in training["released"] and run["releases"] == 4  # the selection, 2 rounds, the evaluation
     assert training["epsilon_flower"] == pytest.approx(training["epsilon"], rel=1e-9) and training["epsilon"] < 50.0
     assert training["clipping"].startswith("server-side") and "weight to 1" in training["weights"]
-    assert summary["privacy"]["epsilon"] < run["epsilon"] < summary["privacy"]["epsilon"] + 50.0
+    # the private evaluation (half the selection's epsilon, 10) is composed into the run's guarantee
+    assert summary["privacy"]["epsilon"] < run["epsilon"] < summary["privacy"]["epsilon"] + 50.0 + 10.0
+    assert summary["evaluation"]["run_epsilon"] == pytest.approx(run["epsilon"], rel=1e-12)
     trains = [r for r in grid.replies if r.metadata.message_type == "train"]
     assert len(trains) == 8 and all(dict(r.content["metrics"]) == {"num-examples": 1} for r in trains)  # set by
     # the server: the clients sent their training metrics and weights, which the private rounds do not keep

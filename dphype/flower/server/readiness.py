@@ -123,31 +123,19 @@ def run_preflight(grid: Grid, request: VoteRequest, nodes: list[int], timeout: f
     log(logging.INFO, "DP-Hype pre-flight: sending the request to %d clients (each checks it and scores "
         "the %d candidates)", len(nodes), len(request.candidates))
     replies = send_and_receive(grid, messages, timeout=timeout, what="DP-Hype pre-flight")
-    ready: dict[int, dict[str, Any]] = {}
-    reasons: Counter[str] = Counter()
+    ready = ready_nodes(replies, nodes, fewest=request.min_survivors, what="pre-flight",
+                        refused=f" (clients={request.config.clients}, dropout={request.config.dropout:g}); the vote "
+                        "was not started and nothing was released")
     per_run = 0
     federations: Counter[str] = Counter()
     for reply in replies:
-        answer = _answer(reply)
-        if answer == "ready":
-            ready[reply.metadata.src_node_id] = dict(reply.content.config_records.get(STAGE_KEY, {}))
+        if reply.metadata.src_node_id in ready:
             per_run += reply.content.config_records[RECORD_KEY].get("ledger") == "per-run"
             federations[str(reply.content.config_records[RECORD_KEY].get("federation", "unauthenticated"))] += 1
-        else:
-            reasons[answer] += 1
-    reasons["no answer within the timeout"] += len(nodes) - len(replies)
-    reasons = +reasons  # drop zero counts
-    log(logging.INFO, "DP-Hype pre-flight: %d of %d clients ready%s", len(ready), len(nodes),
-        "" if not reasons else "; " + _describe(reasons))
-    if len(ready) < request.min_survivors:
-        raise PreflightError(
-            f"{len(nodes) - len(ready)} of {len(nodes)} clients are not ready: {_describe(reasons)}; "
-            f"at least {request.min_survivors} must take part (clients={request.config.clients}, "
-            f"dropout={request.config.dropout:g}); the vote was not started and nothing was released")
     if len(federations) > 1:
-        raise PreflightError(f"the ready clients belong to different federations ({_describe(federations)}): every "
-                             "node must run with the same roster (dphype-roster; `dphype roster show` prints its "
-                             "fingerprint); the vote was not started and nothing was released")
+        raise PreflightError(f"the ready clients belong to different federations ({describe_reasons(federations)}): "
+                             "every node must run with the same roster (dphype-roster; `dphype roster show` prints "
+                             "its fingerprint); the vote was not started and nothing was released")
     notes: tuple[str, ...] = ()
     if per_run:
         note = (f"{per_run} of {len(ready)} nodes are simulated with a per-run ledger: their lifetime budget "
@@ -157,6 +145,41 @@ def run_preflight(grid: Grid, request: VoteRequest, nodes: list[int], timeout: f
     federation = next(iter(federations), "unauthenticated")
     log(logging.INFO, "DP-Hype pre-flight: federation: %s", federation)
     return ready, notes, federation
+
+
+def ready_nodes(replies: list[Message], nodes: list[int], *, fewest: int, what: str,
+                refused: str) -> dict[int, dict[str, Any]]:
+    """The nodes whose pre-flight reply is ``ready``, logged with why the others' is not; too few refuse the release.
+
+    Args:
+        replies: The replies that arrived.
+        nodes: The nodes asked.
+        fewest: The fewest ready nodes the release needs.
+        what: The pre-flight's name in the log (``"pre-flight"``, ``"private evaluation pre-flight"``).
+        refused: What the error adds after "at least N must take part": what was not done.
+
+    Returns:
+        Node ID -> its answer to the first SecAgg+ stage (empty without one), for the ready nodes.
+
+    Raises:
+        PreflightError: If fewer than ``fewest`` nodes are ready, counting the others' reasons.
+    """
+    ready: dict[int, dict[str, Any]] = {}
+    reasons: Counter[str] = Counter()
+    for reply in replies:
+        answer = _answer(reply)
+        if answer == "ready":
+            ready[reply.metadata.src_node_id] = dict(reply.content.config_records.get(STAGE_KEY, {}))
+        else:
+            reasons[answer] += 1
+    reasons["no answer within the timeout"] += len(nodes) - len(replies)
+    reasons = +reasons  # drop zero counts
+    log(logging.INFO, "DP-Hype %s: %d of %d clients ready%s", what, len(ready), len(nodes),
+        "" if not reasons else "; " + describe_reasons(reasons))
+    if len(ready) < fewest:
+        raise PreflightError(f"{len(nodes) - len(ready)} of {len(nodes)} clients are not ready: "
+                             f"{describe_reasons(reasons)}; at least {fewest} must take part{refused}")
+    return ready
 
 
 def _answer(reply: Message) -> str:
@@ -174,5 +197,6 @@ def _answer(reply: Message) -> str:
     return f"refused: {known} ({str(record.get('detail', ''))[:200]}{remedy})"
 
 
-def _describe(reasons: Counter[str]) -> str:
+def describe_reasons(reasons: Counter[str]) -> str:
+    """``"3 x reason; 1 x other"``, the most frequent first."""
     return "; ".join(f"{count} x {reason}" for reason, count in reasons.most_common())

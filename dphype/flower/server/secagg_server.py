@@ -87,7 +87,7 @@ def secagg_graph(clients: int, min_survivors: int, num_shares: float | None,
 
 
 def _send(grid: Grid, stage: str, messages: dict[int, dict[str, Any]], timeout: float | None,
-          failures: Counter[str]) -> dict[int, dict[str, Any]]:
+          failures: Counter[str], message_type: str = VOTE_TYPE) -> dict[int, dict[str, Any]]:
     """One stage: every node its message (shared contents as one record), the replies within ``timeout``."""
     records: dict[int, ConfigRecord] = {}
     out = []
@@ -95,7 +95,7 @@ def _send(grid: Grid, stage: str, messages: dict[int, dict[str, Any]], timeout: 
         if id(content) not in records:
             records[id(content)] = ConfigRecord(content)
         out.append(Message(RecordDict({STAGE_KEY: records[id(content)]}), dst_node_id=node,
-                           message_type=VOTE_TYPE))
+                           message_type=message_type))
     replies: dict[int, dict[str, Any]] = {}
     for reply in send_and_receive(grid, out, timeout=timeout, what=f"DP-Hype secure vote {stage}"):
         if reply.has_error():
@@ -126,6 +126,7 @@ def run_secure_sum(
     corrupt_fraction: float = CORRUPT_FRACTION,
     timeout: float | None = None,
     advertised: protocol.Advertised | None = None,
+    message_type: str = VOTE_TYPE,
 ) -> SecureSum:
     """One secure-sum round over ``node_ids`` for the approved request, on `secagg_graph`'s graph.
 
@@ -141,6 +142,8 @@ def run_secure_sum(
         corrupt_fraction: The fraction of clients that may collude with the server.
         timeout: Seconds each stage waits for the replies; ``None`` waits for every reply.
         advertised: The round's ``advertise`` stage as it ran in the pre-flight; ``None`` starts with it.
+        message_type: The stages' message type: the vote's `dphype.flower.wire.VOTE_TYPE`, or the private
+            evaluation's `dphype.flower.wire.EVALUATION_TYPE`.
 
     Returns:
         The exact sum of the contributors' vectors, with the graph, the range ``C`` and the timings.
@@ -168,8 +171,9 @@ def run_secure_sum(
     start = time.perf_counter()
     try:
         result, server = protocol.run_round(
-            nodes, lambda stage, messages: _send(grid, stage, messages, timeout, failures), request=request, size=size,
-            min_survivors=min_survivors, graph_for=graph_for, timings=timings, advertised=advertised)
+            nodes, lambda stage, messages: _send(grid, stage, messages, timeout, failures, message_type),
+            request=request, size=size, min_survivors=min_survivors, graph_for=graph_for, timings=timings,
+            advertised=advertised)
     except SecureSumError as err:
         raise type(err)(f"{err}. Client failures: {_failure_summary(failures)}") from None
     log(logging.INFO, "DP-Hype secure vote: %d of %d clients contributed (%s)", len(result.survivors), len(nodes),
