@@ -78,18 +78,13 @@ def format_fields(fields: Mapping[str, Any]) -> str:
 
 
 #: The fields of a run record (the bundled app's summary) that `summarize_run` shows after the selection, in order.
-RUN_FIELDS = ("training", "run", "accuracy", "reference", "test_loss", "predicted_success", "measured_within_2pt",
-              "selection_seconds", "fedavg_seconds", "seconds", "warnings")
+RUN_FIELDS = ("training", "run", "accuracy", "reference", "test_loss", "selection_seconds", "fedavg_seconds", "seconds",
+              "warnings")
 
 
 def summarize_run(record: Mapping[str, Any]) -> str:
     """A run record as text: the selection's `DPHypeResult.summary`, then its `RUN_FIELDS`."""
     shown = {key: record[key] for key in RUN_FIELDS if key in record}
-    if "predicted_success" in shown and shown["predicted_success"] is None:
-        shown["predicted_success"] = "unknown (the planner sees no data)"
-    if shown.get("measured_within_2pt") is not None:
-        low, high = shown["measured_within_2pt"]
-        shown["measured_within_2pt"] = f"{low:.0%} to {high:.0%} of releases on the bench tasks"
     fields = format_fields(shown)
     return DPHypeResult.from_dict(record).summary() + ("\n" + fields if fields else "")
 

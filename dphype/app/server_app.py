@@ -136,9 +136,7 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
         "k": cfg.dphype.k,
         "clients": cfg.dphype.clients,
         "num_candidates": len(selection.candidates),
-        "predicted_success": plan.predicted_success,  # None: unknown (the plan's advice says why)
-        "measured_within_2pt": None if plan.within_opt is None else plan.within_opt["within_2pt"],
-        "plan_warnings": plan.warnings,
+        "plan": plan.to_dict(),  # the advice the log printed once, with its details
         "accuracy": float(cast(float, final["accuracy"])),
         "test_loss": float(cast(float, final["loss"])),
         "selection_seconds": selected_at - start,

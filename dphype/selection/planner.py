@@ -134,6 +134,7 @@ def plan(
     release: PlannedRelease | None = None,
     releases: Sequence[PlannedRelease] = (),
     ballot: str | None = None,
+    partition: str | None = None,
 ) -> Plan:
     """Predict a DP-Hype run of ``clients`` clients at ``(epsilon, delta)`` over ``num_candidates`` public candidates.
 
@@ -164,6 +165,8 @@ def plan(
         ballot: The run's ballot name: with the winner release and a ballot the bench measured
             (`dphype.selection.measured.measured_ballots`) the plan carries the measured shares within 1 and 2 points
             of Opt (`measured_within`), which the scenario cannot predict.
+        partition: How the run's data is split across its clients, for the measured cell (``"iid"``,
+            ``"dirichlet"``; ``None``: unknown, every measured partition counts).
 
     Returns:
         The plan, with its warnings.
@@ -228,7 +231,7 @@ def plan(
         min_epsilon=None if min_eps is None else float(f"{min_eps:.3g}"),
         min_clients=None if min_n is None else int(min_n),
         unanimous_success=unanimous_success(voters, kk, p, sigma),
-        within_opt=measured_within(clients, epsilon, setting.neighbouring, p, ballot)
+        within_opt=measured_within(clients, epsilon, setting.neighbouring, p, ballot, partition)
         if forecast is Forecast.WINNER and ballot in measured_ballots(neighbouring=setting.neighbouring) else None)
     return Plan(**{**asdict(result), "warnings": warnings(result)})
 
@@ -296,7 +299,7 @@ def check_plan(
         dropout: The tolerated dropout fraction.
         min_success: In ``[0, 1]``: refuse when the predicted success is below it; ``None``: never refuse.
         **options: Go to `plan` (``rule``, ``noise``, ``accountant``, ``neighbouring``, ``consensus``, ``num_good``,
-            ``repetitions``, ``seed``, ``release``, ``releases``).
+            ``repetitions``, ``seed``, ``release``, ``releases``, ``ballot``, ``partition``).
 
     Returns:
         The plan.

@@ -191,10 +191,8 @@ class DPHype:
                              f"({Aggregator.COMMITTEE.releases()}) only, got release={cfg.release!r}")
         plan = self.plan()
         log(logging.INFO, "Starting %r", self)
-        log(logging.INFO, "DP-Hype plan: %s; the %s consensus scenario (a model, not your data) simulates a good "
-            "pick with %s", plan.advice(), plan.scenario["name"], cfg.mode.describe_plan(cfg, plan))
-        for warning in plan.warnings:
-            log(logging.WARNING, "DP-Hype: %s", warning)
+        # the planner's advice, once per run, in one line (the plan's details: `plan().to_dict()`)
+        log(logging.WARNING if plan.warnings else logging.INFO, "DP-Hype plan: %s", plan.advice())
         votes = cfg.mode.votes_per_client(cfg, len(self.candidates))
         if votes != cfg.k:
             log(logging.WARNING, "DP-Hype: the %r ballot votes for %d candidates per client, not the configured k=%d "
