@@ -104,6 +104,8 @@ class DPHypeResult:
         notes: What else the operator should know (e.g. simulated nodes with per-run ledgers).
         federation: Which federation voted: ``"roster <fingerprint> (N members)"`` (authenticated by their roster,
             `dphype.secure.roster`) or ``"unauthenticated"``; ``None`` where no pre-flight ran.
+        plan: The planner's advice the server logged once before the vote (``"advice"``, one line) with its details
+            (`dphype.selection.plan_result.Plan.to_dict`); ``None`` where no planner ran.
     """
 
     selected_index: int
@@ -115,6 +117,7 @@ class DPHypeResult:
     secure_sum: dict[str, Any] | None = None
     notes: tuple[str, ...] = ()
     federation: str | None = None
+    plan: dict[str, Any] | None = None
 
     @property
     def best_params(self) -> Candidate:
@@ -199,6 +202,8 @@ class DPHypeResult:
             out["notes"] = list(self.notes)
         if self.federation is not None:
             out["federation"] = self.federation
+        if self.plan is not None:
+            out["plan"] = dict(self.plan)
         return out
 
     @classmethod
@@ -230,7 +235,7 @@ class DPHypeResult:
                          noisy_sum=None if noisy is None else np.asarray(noisy, dtype=np.float64),
                          report=PrivacyReport(**data["privacy"]), selection=selection, candidates=candidates,
                          secure_sum=data.get("secure_sum"), notes=tuple(data.get("notes", ())),
-                         federation=data.get("federation"))
+                         federation=data.get("federation"), plan=data.get("plan"))
         except (KeyError, TypeError) as err:
             raise ValueError(f"the result record is incomplete: {err}") from None
         if candidates[result.selected_index] != result.selected:

@@ -109,8 +109,10 @@ def test_a_run_records_summary_leaves_the_plan_to_the_json_the_log_printed_its_a
     from dphype.result import summarize_run
 
     advice = "8 candidates, 10 voters, epsilon 1: bench gap to Opt median 4.0, p90 9.1 points"
-    record = {**a_release().to_dict(), "plan": {"advice": advice, "warnings": ["a plan warning"]}, "accuracy": 0.8,
-              "warnings": ["the pick's confidence is low"]}
+    result = dataclasses.replace(a_release(), plan={"advice": advice, "warnings": ["a plan warning"]})
+    assert DPHypeResult.from_dict(json.loads(json.dumps(result.to_dict()))).plan == result.plan  # the JSON has it
+    assert advice not in result.summary()
+    record = {**result.to_dict(), "accuracy": 0.8, "warnings": ["the pick's confidence is low"]}
     text = summarize_run(record)
     assert "accuracy: 0.8" in text and "warning: the pick's confidence is low" in text
     assert advice not in text and "a plan warning" not in text and "plan" not in text.replace("planner", "")

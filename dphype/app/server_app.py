@@ -127,7 +127,6 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
         "run": {"epsilon": None, "delta": cfg.dphype.delta, "accountant": "none: the training is not private",
                 "releases": 1 + cfg.fedavg_rounds}}
     final = trained.evaluate_metrics_serverapp[cfg.fedavg_rounds]
-    plan = selection.plan()
     return {
         **result.to_dict(),
         **phases,
@@ -136,7 +135,6 @@ def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
         "k": cfg.dphype.k,
         "clients": cfg.dphype.clients,
         "num_candidates": len(selection.candidates),
-        "plan": plan.to_dict(),  # the advice the log printed once, with its details
         "accuracy": float(cast(float, final["accuracy"])),
         "test_loss": float(cast(float, final["loss"])),
         "selection_seconds": selected_at - start,
