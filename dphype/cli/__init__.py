@@ -259,8 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     One of the paper's benchmarks runs in a child process (`run_program`, `dphype.cli.bench.paper_study`); a
     sub-command's ``ValueError`` or ``FileNotFoundError`` (bad input, exit status 2), `RunFailedError` (exit status
     1) or a stop by SIGTERM or SIGINT (`stop_on_signals`; exit status 128 + the signal, after what the command
-    started is stopped and removed) is printed on standard error as one line, without a traceback. argparse exits (status 2) on an
-    unknown option.
+    started is stopped and removed) is printed on standard error as one line, without a traceback. argparse exits
+    (status 2) on an unknown option.
 
     Args:
         argv: The command line without the program name; ``sys.argv[1:]`` when ``None``.

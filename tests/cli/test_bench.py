@@ -18,7 +18,7 @@ from dphype.ml.data import Dataset
 from dphype.ml.ksweep import Partition, split_proxy, sweep
 from dphype.privacy.winner import noise_std
 from dphype.selection.voting import Ballot
-from tests.helpers import clean_env
+from tests.helpers import clean_env, doc_blocks
 
 
 def write_proxy(path: Path, rows: int = 300, seed: int = 0) -> Path:
@@ -139,10 +139,17 @@ def test_bench_help_works_anywhere_and_the_papers_studies_are_refused_outside_a_
     assert not {name for name in set(sys.modules) - before if name.split(".")[0] == "simulations"}
 
 
-def test_a_user_runs_ksweep_from_the_app_folder_with_the_console_script(app: Path, tmp_path: Path) -> None:
-    """As a user types it: the installed console script, in the app's folder, a clean environment."""
+@pytest.mark.slow
+def test_the_guides_ksweep_block_runs_as_written_in_a_fresh_app_folder(tmp_path: Path) -> None:
+    """docs/getting-started.md's block, verbatim, as a user types it after the README's first-app block: the installed
+    console script in the app folder `dphype new` wrote, a clean environment, the bundled-with-the-bench-extra
+    breast-cancer as the proxy."""
+    pytest.importorskip("sklearn")
+    (block,) = doc_blocks("docs/getting-started.md", "Measure k on data like yours", "bash")
     env = clean_env(tmp_path / "home")
-    done = subprocess.run(["dphype", "bench", "ksweep", "--proxy", "proxy.csv", "--clients", "5", "--ks", "1", "3",
-                           "--repetitions", "30"], cwd=app, env=env, capture_output=True, text=True, timeout=120)
+    subprocess.run(["dphype", "new", "my-app"], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=120)
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path / "my-app", env=env,
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "best k " in done.stdout and "Traceback" not in done.stderr
+    assert done.stdout.startswith("my_app.client_app:Task on breast-cancer, 10 simulated clients (iid), 8 candidates")
+    assert done.stdout.count("best k ") == 2 and done.stderr == ""
