@@ -146,6 +146,15 @@ def split_proxy(data: Dataset, clients: int, partition: Partition, seed: int) ->
     return [data.subset(rows) for rows in shards]
 
 
+def _build(task_fn: Callable[[np.ndarray, np.ndarray], Task], rows: Dataset) -> Task:
+    """``task_fn(x, y)`` on ``rows``; a ``TypeError`` (another signature) as a ``ValueError`` naming the contract."""
+    try:
+        return task_fn(rows.x, rows.y)
+    except TypeError as err:
+        raise ValueError(f"the task must be built from a client's rows as NAME(x, y) ({err}); give your Task that "
+                         "constructor, or name a function that builds it with --task MODULE:NAME") from None
+
+
 def _scores(task: Task, candidates: Sequence[Mapping[str, Any]], who: str) -> np.ndarray:
     """The task's scores of ``candidates``, checked: ``(p,)`` or ``(p, j)`` numbers, a ``ValueError`` naming ``who``."""
     try:
@@ -208,12 +217,12 @@ def sweep(
     if not swept or swept[-1] >= p:
         raise ValueError(f"--ks must be integers in [1, {p - 1}] (below the {p} candidates), got {ks!r}")
     shards = split_proxy(data, clients, partition, seed)
-    tasks = [task_fn(shard.x, shard.y) for shard in shards]
+    tasks = [_build(task_fn, shard) for shard in shards]
     maximize = bool(tasks[0].maximize)
     scores = [_scores(task, candidates, f"client {i}") for i, task in enumerate(tasks)]
     pooled = Dataset(np.concatenate([s.x for s in shards]), np.concatenate([s.y for s in shards]), data.num_classes,
                      data.name)
-    reference = primary_scores(_scores(task_fn(pooled.x, pooled.y), candidates, "the pooled rows"))
+    reference = primary_scores(_scores(_build(task_fn, pooled), candidates, "the pooled rows"))
     worst = np.nanmin(reference) if maximize else np.nanmax(reference)
     reference = np.where(np.isfinite(reference), reference, worst if np.isfinite(worst) else 0.0)
     opt = int(np.argmax(reference) if maximize else np.argmin(reference))

@@ -78,6 +78,8 @@ def test_ksweep_in_a_fresh_app_folder_measures_every_k_on_the_apps_own_task(
     (["--proxy", "proxy.csv", "--task", "my_app.client_app"], "--task must be MODULE:NAME"),
     (["--proxy", "proxy.csv", "--task", "my_app.client_app:Nothing"], "cannot load Nothing from my_app.client_app"),
     (["--proxy", "proxy.csv", "--out", "sweep.txt"], "--out must name a .csv file"),
+    (["--proxy", "proxy.csv", "--task", "my_app.client_app:local_data"],
+     r"must be built from a client's rows as NAME\(x, y\)"),
 ])
 def test_ksweeps_bad_input_is_refused_in_one_line(app: Path, monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str], argv: list[str],
