@@ -20,6 +20,7 @@ from dphype.checks import check_epsilon_budget, check_probability
 from dphype.cli import add_noise_arguments, add_selection_arguments
 from dphype.config import DPHypeConfig
 from dphype.modes import release_mode, release_modes
+from dphype.result import format_fields
 from dphype.selection.candidates import load_candidates
 from dphype.selection.measured import PARTITIONS
 from dphype.selection.planner import plan, read_consensus, warnings
@@ -86,3 +87,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                   ballot=ballot, partition=args.partition)
     warnings(result, args.min_success)
     return result.to_dict()
+
+
+def render(result: dict[str, Any]) -> str:
+    """The plan as text: its one-line ``advice`` first, then every other field (`dphype.result.format_fields`)."""
+    return f"advice: {result['advice']}\n" + format_fields({k: v for k, v in result.items() if k != "advice"})

@@ -329,6 +329,10 @@ def test_the_winner_plan_with_a_measured_ballot_quotes_the_shipped_tables_neares
     assert out["within_opt"] == measured_within(20, 1.0, num_candidates=8, partition="iid")
     assert out["predicted_success"] is None and out["advice"].startswith("8 candidates, 20 voters, epsilon 1: ")
     assert "your p outside the grid" in out["advice"] and len(out["advice"]) < 200
+    assert main(["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "8",
+                 "--release", "argmax", "--repetitions", "30", "--partition", "iid"]) == 0
+    text = capsys.readouterr().out.splitlines()  # readable: the advice first, once
+    assert text[0] == f"advice: {out['advice']}" and sum(out["advice"] in line for line in text) == 1
     assert main(["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3",
                  "--release", "argmax", "--ballot", "top-k", "--k", "5", "--repetitions", "30", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
