@@ -16,8 +16,8 @@ from dphype.checks import check_probability
 DEFAULT_TARGET = 0.9
 #: below this simulated success the server and the demo warn
 WARN_BELOW = 0.5
-#: the longest `Plan.advice`: a log line's prefix (``DP-Hype plan: ``, Flower's level) keeps it under 200 characters
-ADVICE_CHARS = 180
+#: the longest `Plan.advice`: with a log line's prefix (Flower's ``WARNING :   ``, ``DP-Hype plan: ``) under 200
+ADVICE_CHARS = 172
 
 
 @dataclass(frozen=True)
@@ -131,11 +131,11 @@ class Plan:
                  f"p={within['candidates']} n={within['clients']} eps={within['epsilon']:g}")
         outside = [short for name, short in (("candidates", "p"), ("n", "n"), ("epsilon", "eps"))
                    if any(words.startswith(f"{name} ") for words in within["outside"])]
-        caveat = ((f"; your {', '.join(outside)} outside the grid" if outside else "")
+        caveat = ((f"; {', '.join(outside)} outside the grid" if outside else "")
                   + ("" if within["enough"] else "; too few runs to tell"))
         quote = f"{head}bench gap to Opt median {gap['median']:.1f}, p90 {gap['p90']:.1f} points"
         runs = f" over {within['federations']} runs"
-        yours = "; measure yours: dphype bench ksweep"
+        yours = "; yours: dphype bench ksweep"
         share = f", median {within['within_2pt']['median']:.0%} within 2"
         return _first_that_fits(f"{quote}{share}{runs} at {where}{caveat}{yours}",
                                 f"{quote}{runs} at {where}{caveat}{yours}", f"{quote}{runs} at {where}{caveat}",

@@ -132,7 +132,8 @@ def test_readme_first_app_runs_verbatim_and_a_failed_run_says_why(tmp_path):
     assert re.search(r"run \d+ finished:completed in \d+ s on 10 voters and 3 tally nodes", last), last
     (plan_line,) = [line for line in output.splitlines() if "DP-Hype plan:" in line]  # printed once per run
     advice = plan_line.split("DP-Hype plan: ", 1)[1]
-    assert advice.startswith("8 candidates, 10 voters, epsilon 1: bench gap to Opt median ") and len(advice) < 200
+    assert advice.startswith("8 candidates, 10 voters, epsilon 1: bench gap to Opt median ")
+    assert len(re.sub(r"\x1b\[[0-9;]*m", "", plan_line)) < 200  # as shown, Flower's level and colour codes aside
     assert re.search(r"DP-Hype selected candidate \d of 8: lr=[0-9.e-]+, steps=\d+\n", output), output[-4000:]
     assert "aggregate_train: Received 10 results and 0 failures" in output
 

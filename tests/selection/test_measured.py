@@ -94,14 +94,14 @@ def test_the_plans_advice_quotes_the_cell_in_one_short_line_in_the_runs_own_term
                 release=ArgmaxRelease())
     quoted = dataclasses.replace(base, within_opt=measured_within(20, 1.0, partition="iid", table=table))
     assert quoted.advice() == ("100 candidates, 20 voters, epsilon 1: bench gap to Opt median 4.5, p90 8.1 points, "
-                               "median 55% within 2 over 10 runs at this cell; measure yours: dphype bench ksweep")
+                               "median 55% within 2 over 10 runs at this cell; yours: dphype bench ksweep")
     few = dataclasses.replace(base, within_opt=measured_within(20, 1.0, partition="dirichlet", table=table))
     assert "median 11.5, p90 12.7 points" in few.advice() and "too few runs to tell" in few.advice()
     small = plan(400, 1.0, 1e-5, None, 8, ballot="auto", k=2, ks=[2], repetitions=20, search=False,
                  release=ArgmaxRelease())
     off = dataclasses.replace(small, within_opt=measured_within(400, 1.0, num_candidates=8, table=table))
     assert off.advice().startswith("8 candidates, 400 voters, epsilon 1: bench gap to Opt median 1.0")
-    assert "p=100 n=50 eps=1; your p, n outside the grid" in off.advice()
+    assert "p=100 n=50 eps=1; p, n outside the grid" in off.advice()
     for p, n, eps in [(2, 2, 0.001), (8, 10, 1.0), (1000, 10000, 0.001), (37, 9999, 99.5), (100, 3, 1e-3)]:
         for partition in (None, "iid", "dirichlet"):
             within = measured_within(n, eps, num_candidates=p, partition=partition, table=table)

@@ -328,7 +328,7 @@ def test_the_winner_plan_with_a_measured_ballot_quotes_the_shipped_tables_neares
     assert out["k"] == Ballot.parse(MEASURED_BALLOT).resolve(8, noise_std(1.0), 20).depth
     assert out["within_opt"] == measured_within(20, 1.0, num_candidates=8, partition="iid")
     assert out["predicted_success"] is None and out["advice"].startswith("8 candidates, 20 voters, epsilon 1: ")
-    assert "your p outside the grid" in out["advice"] and len(out["advice"]) < 200
+    assert "p outside the grid" in out["advice"] and len(out["advice"]) < 200
     assert main(["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "8",
                  "--release", "argmax", "--repetitions", "30", "--partition", "iid"]) == 0
     text = capsys.readouterr().out.splitlines()  # readable: the advice first, once
