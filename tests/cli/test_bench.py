@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -31,12 +32,15 @@ def write_proxy(path: Path, rows: int = 300, seed: int = 0) -> Path:
 
 
 @pytest.fixture
-def app(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
-    """A fresh app from ``dphype new``, with a proxy CSV beside it."""
+def app(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Iterator[Path]:
+    """A fresh app from ``dphype new``, with a proxy CSV beside it; its modules are forgotten afterwards (the next
+    test's app has the same package name in another folder)."""
     assert cli.main(["new", str(tmp_path / "my-app")]) == 0
     capsys.readouterr()
     write_proxy(tmp_path / "my-app" / "proxy.csv")
-    return tmp_path / "my-app"
+    yield tmp_path / "my-app"
+    for name in [m for m in sys.modules if m == "my_app" or m.startswith("my_app.")]:
+        del sys.modules[name]
 
 
 def test_ksweep_in_a_fresh_app_folder_measures_every_k_on_the_apps_own_task(
