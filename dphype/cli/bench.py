@@ -209,13 +209,14 @@ def render(result: dict[str, Any]) -> str:
         eps, relation = best["epsilon"], best["neighbouring"]
         lines.append(f"epsilon {eps:g}, {relation}:")
         for row in result["rows"]:
-            if (row["epsilon"], row["neighbouring"]) == (eps, relation):
+            if (row["epsilon"], row["neighbouring"], row["ballot"]) == (eps, relation, "top-k"):
                 marks = [mark for mark, on in (("best", row["k"] == best["best_k"]),
-                                               ("default ballot", row["default_ballot"])) if on]
+                                               ("the default ballot's", row["k"] == best["default_k"])) if on]
                 lines.append(f"  k {row['k']:>3}: gap {row['gap']:.4g}, within {row['within']:.0%}"
                              + (f"  <- {', '.join(marks)}" if marks else ""))
-        lines.append(f"  best k {best['best_k']} (gap {best['best_gap']:.4g}); the default ballot's k "
-                     f"{best['default_k']} trails it by {best['default_behind']:.4g}")
+        default = "" if best["default_k"] is None else f" (k {best['default_k']})"
+        lines.append(f"  best k {best['best_k']} (gap {best['best_gap']:.4g}); the default ballot{default} trails it "
+                     f"by {best['default_behind']:.4g}")
     if result["out"]:
         lines.append(f"rows written to {result['out']}")
     return "\n".join(lines)

@@ -4,8 +4,9 @@ The planner sees no data (`dphype.selection.measured` quotes the bench's tasks).
 like your clients' (`load_proxy`: a registered data set of `dphype.ml.data`, or a CSV file) is split into
 simulated clients (`split_proxy`: iid, or Dirichlet label skew), each client builds YOUR task on its rows and scores
 every candidate, and `sweep` replays the winner release (`dphype.privacy.winner.replay_winners`: the tallies'
-report-noisy-max with the noise epsilon and the relation imply) for every ``k`` on the same noise draws (common random
-numbers, so two ``k`` differ by their votes alone). Nothing here is private or released: the proxy is public.
+report-noisy-max with the noise epsilon and the relation imply) for top-k ballots at every ``k`` and for the argmax
+release's default ballot, on the same noise draws (common random numbers, so two ballots differ by their votes alone).
+Nothing here is private or released: the proxy is public.
 
 What a pick is worth is measured with the same task on the pooled rows of all simulated clients (the reference:
 what the federation would know if it could pool its data): a candidate's reference score is the task's own score on
@@ -30,12 +31,11 @@ import numpy as np
 
 from dphype.checks import check_epsilon, check_int, check_neighbouring, check_positive
 from dphype.ml.data import Dataset, dataset_names, load_dataset, partition_dirichlet, partition_iid
+from dphype.modes import DEFAULT_ARGMAX_BALLOT
 from dphype.privacy.winner import noise_std, replay_winners
 from dphype.selection.voting import Ballot, primary_scores, top_k_votes
 from dphype.task import Task
 
-#: The ballot whose ``k`` the sweep reports beside the best one: the argmax release's default.
-DEFAULT_BALLOT = "auto"
 #: The fewest rows a simulated client holds (a Dirichlet split is redrawn until each has them).
 MIN_ROWS = 4
 
@@ -167,6 +167,14 @@ def _scores(task: Task, candidates: Sequence[Mapping[str, Any]], who: str) -> np
     return scores
 
 
+def _release(counts: np.ndarray, *, gap_of: np.ndarray, epsilon: float, neighbouring: str, repetitions: int,
+             tolerance: float, seed: tuple[int, ...], sensitivity: int = 1) -> tuple[float, float]:
+    """The mean gap of ``repetitions`` winner releases of ``counts`` and their share within ``tolerance``."""
+    gaps = gap_of[replay_winners(counts, epsilon=epsilon, neighbouring=neighbouring, repetitions=repetitions,
+                                 rng=np.random.default_rng(list(seed)), sensitivity=sensitivity)]
+    return float(gaps.mean()), float(np.mean(gaps <= tolerance + 1e-12))
+
+
 def sweep(
     task_fn: Callable[[np.ndarray, np.ndarray], Task],
     data: Dataset,
@@ -191,8 +199,7 @@ def sweep(
         partition: How the proxy is split (`split_proxy`).
         epsilons: The release's epsilons.
         neighbourings: The neighbouring relations.
-        ks: The votes per client to sweep (default every ``k`` from 1 to ``p - 1``); `DEFAULT_BALLOT`'s ``k`` at
-            each point is added.
+        ks: The votes per client of the top-k ballots to sweep (default every ``k`` from 1 to ``p - 1``).
         repetitions: Winner releases per point, at least 10.
         tolerance: A release is within it when its gap is at most this (the task's score units), ``> 0``.
         seed: Seeds the split and the noise.
@@ -200,9 +207,10 @@ def sweep(
     Returns:
         ``{"clients", "partition", "candidates", "maximize", "tolerance", "repetitions", "reference", "opt", "rows",
         "best", "seconds"}``: the reference score of every candidate and the index of Opt; ``rows``: per epsilon,
-        relation and ``k``, the mean gap and the share within ``tolerance`` (and whether `DEFAULT_BALLOT` votes with
-        that ``k``); ``best``: per epsilon and relation, the ``k`` with the smallest mean gap (ties: the smaller ``k``)
-        and the default ballot's ``k`` with its gap and how far it trails.
+        relation and ballot (top-k at each ``k``, and the argmax release's default ballot,
+        `dphype.modes.DEFAULT_ARGMAX_BALLOT`, with its ``k`` where it is a top-k one, else ``None``), the mean gap
+        and the share within ``tolerance``; ``best``: per epsilon and relation, the ``k`` with the smallest mean gap
+        (ties: the smaller ``k``) and the default ballot's ``k``, gap and how far it trails.
 
     Raises:
         ValueError: For an argument out of range, or a task whose scores are not one per candidate.
@@ -227,26 +235,27 @@ def sweep(
     reference = np.where(np.isfinite(reference), reference, worst if np.isfinite(worst) else 0.0)
     opt = int(np.argmax(reference) if maximize else np.argmin(reference))
     gap_of = np.abs(reference[opt] - reference)
-    default = Ballot.parse(DEFAULT_BALLOT)
+    default = Ballot.parse(DEFAULT_ARGMAX_BALLOT)
     rows: list[dict[str, Any]] = []
     best: list[dict[str, Any]] = []
     for e_index, eps in enumerate(epsilons):
         for r_index, relation in enumerate(neighbourings):
-            auto_k = min(default.resolve(p, noise_std(eps, relation), clients).depth, p)
-            point: dict[int, tuple[float, float]] = {}
-            for k in sorted({*swept, auto_k}):
-                counts = np.sum([top_k_votes(s, k, maximize=maximize) for s in scores], axis=0)
-                rng = np.random.default_rng([seed, e_index, r_index])  # the same draws for every k
-                gaps = gap_of[replay_winners(counts, epsilon=eps, neighbouring=relation, repetitions=repetitions,
-                                             rng=rng)]
-                point[k] = (float(gaps.mean()), float(np.mean(gaps <= tolerance + 1e-12)))
-                rows.append({"epsilon": eps, "neighbouring": relation, "k": k, "gap": point[k][0],
-                             "within": point[k][1], "default_ballot": k == auto_k})
+            common = {"epsilon": eps, "neighbouring": relation}
+            replay = {**common, "gap_of": gap_of, "repetitions": repetitions, "tolerance": tolerance,
+                      "seed": (seed, e_index, r_index)}  # the same draws for every ballot
+            point = {k: _release(np.sum([top_k_votes(s, k, maximize=maximize) for s in scores], axis=0), **replay)
+                     for k in swept}
+            rows += [{**common, "ballot": "top-k", "k": k, "gap": gap, "within": share}
+                     for k, (gap, share) in point.items()]
+            ballot = default.resolve(p, noise_std(eps, relation), clients)
+            depth = min(ballot.depth, p) if ballot.kind == "rank" and ballot.max_entry == 1 else None
+            gap, share = _release(np.sum([ballot.cast(s, 1, maximize=maximize) for s in scores], axis=0), **replay,
+                                  sensitivity=ballot.max_entry)
+            rows.append({**common, "ballot": default.name, "k": depth, "gap": gap, "within": share})
             best_k = min(point, key=lambda k: (point[k][0], k))
-            mine = point[auto_k]
-            best.append({"epsilon": eps, "neighbouring": relation, "best_k": best_k, "best_gap": point[best_k][0],
-                         "best_within": point[best_k][1], "default_k": auto_k, "default_gap": mine[0],
-                         "default_within": mine[1], "default_behind": mine[0] - point[best_k][0]})
+            best.append({**common, "best_k": best_k, "best_gap": point[best_k][0], "best_within": point[best_k][1],
+                         "default_k": depth, "default_gap": gap, "default_within": share,
+                         "default_behind": gap - point[best_k][0]})
     return {"clients": clients, "partition": partition.label, "candidates": p, "maximize": maximize,
             "tolerance": tolerance, "repetitions": repetitions, "reference": reference.tolist(), "opt": opt,
             "rows": rows, "best": best, "seconds": time.perf_counter() - start}

@@ -17,6 +17,7 @@ import pytest
 from dphype import cli
 from dphype.ml.data import Dataset
 from dphype.ml.ksweep import Partition, split_proxy, sweep
+from dphype.modes import DEFAULT_ARGMAX_BALLOT
 from dphype.privacy.winner import noise_std
 from dphype.selection.voting import Ballot
 from tests.helpers import clean_env, doc_blocks
@@ -54,13 +55,16 @@ def test_ksweep_in_a_fresh_app_folder_measures_every_k_on_the_apps_own_task(
     # Opt is the candidate the same Task rates best on the pooled rows (a log-loss: lowest)
     assert out["opt"] == int(np.argmin(out["reference"]))
     for best in out["best"]:
-        rows = {r["k"]: r for r in out["rows"] if r["epsilon"] == best["epsilon"]}
-        assert set(rows) == set(range(1, 8))  # every k below the 8 candidates (the default's k among them)
+        mine = [r for r in out["rows"] if r["epsilon"] == best["epsilon"]]
+        rows = {r["k"]: r for r in mine if r["ballot"] == "top-k"}
+        assert set(rows) == set(range(1, 8))  # every k below the 8 candidates
         assert best["best_k"] == min(rows, key=lambda k: (rows[k]["gap"], k))
-        auto = Ballot.parse("auto").resolve(8, noise_std(best["epsilon"]), 6).depth
-        assert best["default_k"] == auto and rows[auto]["default_ballot"]
-        assert best["default_behind"] == pytest.approx(rows[auto]["gap"] - rows[best["best_k"]]["gap"])
-        assert all(0 <= r["within"] <= 1 and r["gap"] >= 0 for r in rows.values())
+        (default,) = [r for r in mine if r["ballot"] == DEFAULT_ARGMAX_BALLOT]
+        auto = Ballot.parse(DEFAULT_ARGMAX_BALLOT).resolve(8, noise_std(best["epsilon"]), 6).depth
+        assert best["default_k"] == default["k"] == auto  # auto votes top-k with its k: the same releases as top-k
+        assert (default["gap"], default["within"]) == (rows[auto]["gap"], rows[auto]["within"])
+        assert best["default_behind"] == pytest.approx(default["gap"] - rows[best["best_k"]]["gap"])
+        assert all(0 <= r["within"] <= 1 and r["gap"] >= 0 for r in mine)
     # readable text, and --task from another folder names the same Task: the same sweep
     monkeypatch.chdir(app.parent)
     assert cli.main([argv[0], argv[1], "--app", str(app), "--task", "my_app.client_app:Task", *argv[2:4],
@@ -69,7 +73,7 @@ def test_ksweep_in_a_fresh_app_folder_measures_every_k_on_the_apps_own_task(
     assert again["rows"] == out["rows"]
     assert cli.main([*argv[:3], str(app / "proxy.csv"), "--app", str(app), "--ks", "1", "2"]) == 0
     text = capsys.readouterr().out
-    assert "my_app.client_app:Task on " in text and "best k " in text and "<- default ballot" in text
+    assert "my_app.client_app:Task on " in text and "best k " in text and "the default ballot (k " in text
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -123,7 +127,7 @@ def test_the_sweep_scores_picks_on_the_pooled_rows_and_a_clear_signal_at_a_large
     pooled = np.mean(np.concatenate([s.y for s in shards]))  # the reference: the same task on the pooled rows
     assert got["reference"] == pytest.approx([abs(pooled - c["t"]) for c in candidates])
     assert got["opt"] == 2  # t = 0.3 is nearest a mean label of about 0.3
-    k1 = next(r for r in got["rows"] if r["k"] == 1)
+    k1 = next(r for r in got["rows"] if r["ballot"] == "top-k" and r["k"] == 1)
     assert k1["gap"] == pytest.approx(0.0) and k1["within"] == 1.0  # every client's best is Opt; no noise to speak of
     assert Partition.parse("dirichlet:0.5") == Partition(0.5) and Partition(0.5).label == "Dirichlet 0.5"
 
