@@ -107,8 +107,8 @@ class Plan:
         measured the release and ballot, the gap to Opt over the federations of the nearest measured cell
         (`within_opt`: median and 90th percentile, the median share within 2 points where the line has room, and
         whether the run lies outside the measured range or the cell holds too few federations to tell); else the
-        scenario's simulated chance, a model of data the planner cannot see. Details go first where the line has no
-        room for them.
+        scenario's simulated chance, a model of data the planner cannot see. Where the line has no room, the details
+        are left out first (they stay in `to_dict`).
         """
         head = f"{self.num_candidates} candidates, {self.clients} voters, epsilon {self.epsilon:g}: "
         if self.predicted_success is not None:
