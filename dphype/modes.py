@@ -13,7 +13,7 @@ DP-Hype's clients vote top-k on a public candidate list and add noise shares; a 
 * client -- `ReleaseMode.ballot` (SecAgg+ sums encoded vectors; a committee receives sealed Shamir shares);
 * server -- `ReleaseMode.release`: the result with its privacy report;
 * replays -- `ReleaseMode.replay`: what the aggregator would open, from a seeded generator (benchmarks);
-* wording -- `ReleaseMode.describe`, `ReleaseMode.describe_plan`; a mode travels as its `ReleaseMode.name`.
+* wording -- `ReleaseMode.describe`; a mode travels as its `ReleaseMode.name`.
 
 The accounting methods default to the noisy vote sum's. The modes: `SumRelease` (``"sum"``, the paper's: the noisy
 vote sum over SecAgg+, picked by the selection rule), `ArgmaxRelease` (``"argmax"``: only the winner's index, a
@@ -79,7 +79,6 @@ if TYPE_CHECKING:
     from dphype.config import DPHypeConfig
     from dphype.protocol import VoteRequest
     from dphype.selection.candidates import CandidateList
-    from dphype.selection.planner import Plan
 
 #: Largest ratio of an announced sigma to the calibrated one that a client accepts (an honest server sends the
 #: calibrated sigma).
@@ -417,14 +416,6 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
     @abstractmethod
     def describe(self, request: VoteRequest) -> str:
         """The request's parameters that apply to this mode, as ``key=value, ...``."""
-
-    def describe_plan(self, config: DPHypeConfig, plan: Plan) -> str:
-        """The planner's simulated chance of a good pick for this release and what makes the pick, in words."""
-        if self.forecast is Forecast.WINNER:
-            return (f"{plan.success:.2f} with the {self.name} release (the tallies' secure argmax; only the winner's "
-                    "index)")
-        return (f"{plan.success:.2f} with the {config.rule} rule on the released noisy vote sum (the argmax rule: "
-                f"{plan.success_argmax:.2f})")
 
 
 def release_mode(name: Any) -> ReleaseMode[Any, Any]:

@@ -79,18 +79,13 @@ def format_fields(fields: Mapping[str, Any]) -> str:
 
 
 #: The fields of a run record (the bundled app's summary) that `summarize_run` shows after the selection, in order.
-RUN_FIELDS = ("training", "run", "accuracy", "baseline", "reference", "test_loss", "predicted_success",
-              "measured_within_2pt", "selection_seconds", "fedavg_seconds", "seconds", "evaluation_error", "warnings")
+RUN_FIELDS = ("training", "run", "accuracy", "baseline", "reference", "test_loss", "selection_seconds",
+              "fedavg_seconds", "seconds", "evaluation_error", "warnings")
 
 
 def summarize_run(record: Mapping[str, Any]) -> str:
     """A run record as text: the selection's `DPHypeResult.summary`, then its `RUN_FIELDS`."""
     shown = {key: record[key] for key in RUN_FIELDS if key in record}
-    if "predicted_success" in shown and shown["predicted_success"] is None:
-        shown["predicted_success"] = "unknown (the planner sees no data)"
-    if shown.get("measured_within_2pt") is not None:
-        low, high = shown["measured_within_2pt"]
-        shown["measured_within_2pt"] = f"{low:.0%} to {high:.0%} of releases on the bench tasks"
     fields = format_fields(shown)
     return DPHypeResult.from_dict(record).summary() + ("\n" + fields if fields else "")
 
@@ -115,6 +110,8 @@ class DPHypeResult:
         evaluation: The private evaluation of the final model trained with the pick (its held-out accuracy and the
             majority-class baseline, with their noise and privacy cost, `dphype.privacy.evaluation.EvaluationResult`);
             ``None`` where none ran.
+        plan: The planner's advice the server logged once before the vote (``"advice"``, one line) with its details
+            (`dphype.selection.plan_result.Plan.to_dict`); ``None`` where no planner ran.
     """
 
     selected_index: int
@@ -128,6 +125,7 @@ class DPHypeResult:
     federation: str | None = None
     folder: str | None = None
     evaluation: EvaluationResult | None = None
+    plan: dict[str, Any] | None = None
 
     @property
     def best_params(self) -> Candidate:
@@ -223,6 +221,8 @@ class DPHypeResult:
             out["folder"] = self.folder
         if self.evaluation is not None:
             out["evaluation"] = self.evaluation.to_dict()
+        if self.plan is not None:
+            out["plan"] = dict(self.plan)
         return out
 
     @classmethod
@@ -254,7 +254,7 @@ class DPHypeResult:
                          noisy_sum=None if noisy is None else np.asarray(noisy, dtype=np.float64),
                          report=PrivacyReport(**data["privacy"]), selection=selection, candidates=candidates,
                          secure_sum=data.get("secure_sum"), notes=tuple(data.get("notes", ())),
-                         federation=data.get("federation"), folder=data.get("folder"),
+                         federation=data.get("federation"), folder=data.get("folder"), plan=data.get("plan"),
                          evaluation=None if data.get("evaluation") is None else
                          EvaluationResult.from_dict(data["evaluation"]))
         except (KeyError, TypeError) as err:

@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from dphype.result import FAILURE_FORMAT, RESULT_FORMAT, DPHypeResult, format_table
-from dphype.selection.plan_result import Plan
 from dphype.strict_json import jsonable
 
 #: Environment variable naming the runs folder on the ServerApp's host (`runs_dir`); ``dphype run`` sets it.
@@ -122,16 +121,15 @@ class RunFolder:
         """Add fields to the record (``None`` values are left out: absent means not measured)."""
         self.record.update({key: value for key, value in fields.items() if value is not None})
 
-    def selected(self, result: DPHypeResult, plan: Plan | None = None) -> DPHypeResult:
+    def selected(self, result: DPHypeResult) -> DPHypeResult:
         """Record the selection and return the result naming this folder.
 
-        The record gets `dphype.result.DPHypeResult.to_dict`'s fields and, the first time, ``selection_seconds``
-        (from the run's start to the pick); a later call (the result with its private evaluation) updates the fields.
+        The record gets `dphype.result.DPHypeResult.to_dict`'s fields (the planner's advice among them, ``plan``)
+        and, the first time, ``selection_seconds`` (from the run's start to the pick); a later call (the result with
+        its private evaluation) updates the fields.
 
         Args:
             result: The selection's result.
-            plan: The planner's prediction for the run (`dphype.flower.DPHype.plan`): its ``predicted_success``
-                and ``plan_warnings`` are recorded.
 
         Returns:
             The result with ``folder`` set, so that its summary names this folder.
@@ -139,8 +137,6 @@ class RunFolder:
         named = replace(result, folder=str(self.path))
         self.add(**named.to_dict())
         self.record.setdefault("selection_seconds", round(time.perf_counter() - self._start, 3))
-        if plan is not None:
-            self.add(predicted_success=plan.success, plan_warnings=list(plan.warnings) or None)
         return named
 
     def save_model(self, arrays: Mapping[str, np.ndarray]) -> Path:

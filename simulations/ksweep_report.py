@@ -14,12 +14,12 @@ relation) appears twice, and writes:
   facts (``p``, ``n``, epsilon, the relation: what the cell fixes) can pick different ``k`` for the federations of
   one cell, so over the measured tasks none trails the best ``k`` by less than the largest floor (a lower bound for
   every such rule, the measured tasks' own data included in hindsight);
-* ``ksweep_report_within.csv``: per cell ``(relation, n, epsilon)``, the smallest and largest share of releases
-  within 1 and within 2 points of Opt of ``--default`` over the cell's federations, how many there were and which,
-  with the ballot and the number of candidates (``--candidates``): the table the planner quotes
-  (`dphype.selection.measured`). ``--planner-table FILE`` also writes it into ``FILE`` (the package's is
-  ``dphype/data/ksweep_report_within.csv``), replacing that file's rows of the same ballot and number of candidates
-  and keeping the others, and checks the result with the planner's loader;
+* ``ksweep_report_within.csv``: per federation (data set, partition) of each cell ``(relation, n, epsilon)``, the
+  mean gap to Opt of ``--default`` and its shares of releases within 1 and within 2 points of Opt, with the ballot and
+  the number of candidates (``--candidates``): the table the planner quotes (`dphype.selection.measured`, which
+  takes the distribution over each cell's federations). ``--planner-table FILE`` also writes it into ``FILE`` (the
+  package's is ``dphype/data/ksweep_report_within.csv``), replacing that file's rows of the same ballot and number of
+  candidates and keeping the others, and checks the result with the planner's loader;
 * ``ksweep_report.md``: the tables of docs/ballots.md: each ballot and the ``--top-fixed`` fixed ``k`` with the
   smallest largest gap, over the grid (largest gap / mean / points more than 1 behind, per relation; the share of
   releases within 2 points of Opt at the goal's point, ``--goal``); per point, ``--default`` (``auto``) against the
@@ -223,17 +223,9 @@ def floor_rows(sweeps: dict[Point, dict[int, dict[str, float]]]) -> list[dict[st
     return rows
 
 
-def _measured_on(rows: Sequence[dict[str, Any]]) -> str:
-    """The federations of ``rows`` in words: ``"adult (Dirichlet 0.5, iid); digits (iid)"``."""
-    parts: dict[str, set[str]] = {}
-    for r in rows:
-        parts.setdefault(r["dataset"], set()).add(partition_label(r["partition"]))
-    return "; ".join(f"{d} ({', '.join(sorted(labels))})" for d, labels in sorted(parts.items()))
-
-
 def within_rows(rows: Sequence[dict[str, Any]], ballot: str, candidates: int = 100) -> list[dict[str, Any]]:
-    """Per cell ``(relation, n, epsilon)``: the range of ``ballot``'s shares within 1 and 2 points over the cell's
-    federations, in the planner's table's columns (`dphype.selection.measured.COLUMNS`).
+    """``ballot``'s rows of `point_rows` in the planner's table's columns (`dphype.selection.measured.COLUMNS`): per
+    federation, its cell, its mean gap to Opt and its shares within 1 and 2 points.
 
     Args:
         rows: `point_rows`.
@@ -241,17 +233,12 @@ def within_rows(rows: Sequence[dict[str, Any]], ballot: str, candidates: int = 1
         candidates: The number of candidates the runs measured.
 
     Returns:
-        One row per cell with ``ballot``, ``candidates``, the cell, ``tasks``, ``measured_on``,
-        ``within_1pt_min``/``_max`` and ``within_2pt_min``/``_max``.
+        One row per point of ``ballot``, its partition labelled as the tables label it (`partition_label`).
     """
-    cells: dict[tuple[str, int, float], list[dict[str, Any]]] = {}
-    for r in rows:
-        if r["ballot"] == ballot:
-            cells.setdefault((r["neighbouring"], r["clients"], r["epsilon"]), []).append(r)
-    return [{"ballot": ballot, "candidates": candidates, "neighbouring": relation, "clients": n, "epsilon": eps,
-             "tasks": len(mine), "measured_on": _measured_on(mine),
-             **{f"{w}_{f.__name__}": f(r[w] for r in mine) for w in ("within_1pt", "within_2pt") for f in (min, max)}}
-            for (relation, n, eps), mine in sorted(cells.items())]
+    return [{"ballot": ballot, "candidates": candidates, "neighbouring": r["neighbouring"], "clients": r["clients"],
+             "epsilon": r["epsilon"], "partition": partition_label(r["partition"]), "dataset": r["dataset"],
+             "gap_points": r["gap_points"], "within_1pt": r["within_1pt"], "within_2pt": r["within_2pt"]}
+            for r in rows if r["ballot"] == ballot]
 
 
 def write_planner_table(path: Path, within: Sequence[dict[str, Any]]) -> Path:
@@ -270,9 +257,10 @@ def write_planner_table(path: Path, within: Sequence[dict[str, Any]]) -> Path:
         with path.open(newline="") as fh:
             kept = [r for r in csv.DictReader(fh) if (r["ballot"], r["candidates"]) not in mine]
     merged = sorted([*kept, *within], key=lambda r: (r["ballot"], int(r["candidates"]), r["neighbouring"],
-                                                      int(r["clients"]), float(r["epsilon"])))
+                                                      int(r["clients"]), float(r["epsilon"]), r["partition"],
+                                                      r["dataset"]))
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(COLUMNS), lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=list(COLUMNS), lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     writer.writerows(merged)
     read_measured(buffer.getvalue(), str(path))  # what the planner will load

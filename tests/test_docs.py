@@ -27,6 +27,7 @@ PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").
 RUN_AS_WRITTEN = {
     ("README.md", "Set-up", "bash"): 1,  # test_the_set_up_block_names_the_makefile_and_its_environment, below
     ("README.md", "A first app", "bash"): 1,  # tests/cli/test_run.py
+    ("docs/getting-started.md", "Measure k on data like yours", "bash"): 1,  # tests/cli/test_bench.py
     ("docs/embedding.md", "Add DP-Hype to your Flower app", "python"): 2,  # tests/test_readme_app.py, in process
     ("docs/embedding.md", "Add DP-Hype to your Flower app", "bash"): 1,  # tests/test_readme_app.py, dphype run
     ("docs/embedding.md", "Private final training (optional)", "python"): 1,  # tests/test_readme_app.py

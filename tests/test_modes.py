@@ -202,20 +202,6 @@ def test_the_planner_predicts_the_mode_it_is_given() -> None:
     assert winner.success == {r["k"]: r for r in winner.by_k}[winner.k]["success_winner"]
 
 
-def test_each_mode_words_its_plan_after_what_it_releases(committee: tuple[bytes, ...]) -> None:
-    """The server's plan line speaks of the sum release's rule, or of the argmax release (never of a rule that does
-    not run)."""
-    common: dict[str, Any] = dict(consensus="moderate", ks=[2], repetitions=50, search=False)
-    summed = plan(10, 1.0, 1e-5, None, 6, rule="gp", release=SumRelease(), **common)
-    winner = plan(10, 1.0, 1e-5, None, 6, release=ArgmaxRelease(), **common)
-    sum_config = a_request("sum", committee).config
-    assert SumRelease().describe_plan(sum_config, summed) == (
-        f"{summed.success:.2f} with the gp rule on the released noisy vote sum (the argmax rule: "
-        f"{summed.success_argmax:.2f})")
-    words = ArgmaxRelease().describe_plan(a_request("argmax", committee).config, winner)
-    assert words.startswith(f"{winner.success:.2f} with the argmax release") and "rule" not in words
-
-
 # -------------------------------------------------------------------------------------------- committee sum
 def test_the_committee_sum_is_the_sum_releases_accounting_with_noise_the_tallies_make(
         committee: tuple[bytes, ...]) -> None:

@@ -98,7 +98,7 @@ def test_embedding_app_selects_then_trains_in_process(tmp_path, capsys, monkeypa
     assert not any(r.has_error() for r in grid.replies)
     (run,) = (p for p in (tmp_path / "runs").iterdir() if p.name.endswith("-2"))
     record = json.loads((run / "result.json").read_text())
-    assert record["status"] == "completed" and record["best_params"]["lr"] in lr and record["predicted_success"] < 0.5
+    assert record["status"] == "completed" and record["best_params"]["lr"] in lr and record["plan"]["success"] < 0.5
     assert record["training"]["private"] is False and 0.5 <= record["baseline"] < 1
     last = (run / "log.txt").read_text().strip().splitlines()[-1]
     assert "DP-Hype: TOO SMALL TO SELECT: clients=10 at epsilon 1 gives a good pick with 0.45" in last, last

@@ -105,14 +105,14 @@ def test_a_release_without_votes_has_no_votes_column():
     assert DPHypeResult.from_dict(result.to_dict()).noisy_sum is None
 
 
-def test_a_run_record_says_the_chance_of_a_good_pick_is_unknown_beside_what_was_measured():
+def test_a_run_records_summary_leaves_the_plan_to_the_json_the_log_printed_its_advice_once():
     from dphype.result import summarize_run
 
-    record = {**a_release().to_dict(), "predicted_success": None, "measured_within_2pt": [0.33, 1.0],
-              "warnings": ["the planner sees no data: ... put 33% to 100% of releases within 2 points of Opt"]}
+    advice = "8 candidates, 10 voters, epsilon 1: bench gap to Opt median 4.0, p90 9.1 points"
+    result = dataclasses.replace(a_release(), plan={"advice": advice, "warnings": ["a plan warning"]})
+    assert DPHypeResult.from_dict(json.loads(json.dumps(result.to_dict()))).plan == result.plan  # the JSON has it
+    assert advice not in result.summary()
+    record = {**result.to_dict(), "accuracy": 0.8, "warnings": ["the pick's confidence is low"]}
     text = summarize_run(record)
-    assert "predicted_success: unknown (the planner sees no data)" in text
-    assert "measured_within_2pt: 33% to 100% of releases on the bench tasks" in text
-    assert text.index("predicted_success") < text.index("measured_within_2pt") < text.index("warning: ")
-    unmeasured = summarize_run({**record, "measured_within_2pt": None})
-    assert "predicted_success: unknown" in unmeasured and "measured_within_2pt: None" in unmeasured
+    assert "accuracy: 0.8" in text and "warning: the pick's confidence is low" in text
+    assert advice not in text and "a plan warning" not in text and "plan" not in text.replace("planner", "")

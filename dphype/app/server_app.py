@@ -154,7 +154,6 @@ def run_app(grid: Grid, cfg: AppConfig, run: RunFolder) -> dict[str, Any]:
         cfg.dphype.delta, cfg.fedavg_rounds, client_evaluation=cfg.fraction_evaluate > 0)
     final = trained.evaluate_metrics_serverapp[cfg.fedavg_rounds]
     save_model(run, trained.arrays)
-    plan = selection.plan()
     return {
         **result.to_dict(),
         **phases,
@@ -163,9 +162,6 @@ def run_app(grid: Grid, cfg: AppConfig, run: RunFolder) -> dict[str, Any]:
         "k": cfg.dphype.k,
         "clients": cfg.dphype.clients,
         "num_candidates": len(selection.candidates),
-        "predicted_success": plan.predicted_success,  # None: unknown (the plan's advice says why)
-        "measured_within_2pt": None if plan.within_opt is None else plan.within_opt["within_2pt"],
-        "plan_warnings": plan.warnings,
         "accuracy": float(cast(float, final["accuracy"])),
         "baseline": majority_of_test_split(cfg.dataset),  # the majority class's share of the same test split
         "test_loss": float(cast(float, final["loss"])),

@@ -41,15 +41,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("dphype.cli.demo", "the bundled Flower app on Adult: DP-Hype over SecAgg+, then FedAvg with the winner"),
     "pareto": ("dphype.cli.pareto", "DPareto privacy-utility Pareto front search"),
     "compare": ("dphype.cli.compare", "federated DP-Hype vs central private tuning on one task"),
+    "bench": ("dphype.cli.bench", "measure k on your app's Task over a public proxy data set (bench ksweep --proxy, "
+              "any folder); the paper's benchmarks (from a dphype repository checkout)"),
 }
 
 
-#: sub-command -> (package of the repository checkout run as ``python -m PACKAGE``, one-line help): programs
-#: beside the library, not part of it (the benchmark drivers); run in a child process, never imported.
-PROGRAMS: dict[str, tuple[str, str]] = {
-    "bench": ("simulations", "run one of the paper's benchmarks (python -m simulations, from a dphype repository "
-              "checkout)"),
-}
+#: sub-command -> package of the repository checkout run as ``python -m PACKAGE``: programs beside the library, not
+#: part of it (the benchmark drivers, `dphype.cli.bench.paper_study`); run in a child process, never imported.
+PROGRAMS: dict[str, str] = {"bench": "simulations"}
 
 
 class UsageError(ValueError):
@@ -222,7 +221,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
             sub-command, whose options are added.
 
     Returns:
-        The parser, with every sub-command of `COMMANDS` and `PROGRAMS`.
+        The parser, with every sub-command of `COMMANDS`.
     """
     parser = argparse.ArgumentParser(prog="dphype", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -233,17 +232,16 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         p.set_defaults(_module=module)
         if name == chosen:
             importlib.import_module(module).add_arguments(p)
-    for name, (_, help_text) in PROGRAMS.items():  # listed in the help; main() runs them before parsing
-        sub.add_parser(name, help=help_text, add_help=False).add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
 
-def run_program(name: str, argv: Sequence[str]) -> int:
+def run_program(name: str, argv: Sequence[str], refusal: str) -> int:
     """``dphype NAME ARGV`` for a `PROGRAMS` entry: ``python -m PACKAGE ARGV`` in a child, from the checkout here.
 
     Args:
         name: The `PROGRAMS` entry.
         argv: Its arguments.
+        refusal: What the `UsageError` says outside a checkout (where to run it).
 
     Returns:
         The child's exit status.
@@ -251,22 +249,20 @@ def run_program(name: str, argv: Sequence[str]) -> int:
     Raises:
         UsageError: Outside a repository checkout (no ``PACKAGE/__main__.py`` in the current folder).
     """
-    package = PROGRAMS[name][0]
+    package = PROGRAMS[name]
     if not (Path.cwd() / package / "__main__.py").is_file():
-        raise UsageError(f"'dphype {name}' runs 'python -m {package}', the benchmark drivers in the {package}/ "
-                         "folder of a dphype repository checkout; run it from the repository root (they are not "
-                         "part of the installed library)")
+        raise UsageError(refusal)
     return subprocess.call([sys.executable, "-m", package, *argv], cwd=Path.cwd())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``dphype`` console script: parse the command line, run the sub-command, print its result.
 
-    A `PROGRAMS` entry runs in a child process (`run_program`); a sub-command's ``ValueError`` or
-    ``FileNotFoundError`` (bad input, exit status 2), `RunFailedError` (exit status 1) or a stop by SIGTERM or
-    SIGINT (`stop_on_signals`; exit status 128 + the signal, after what the command started is stopped and
-    removed) is printed on standard error as one line, without a traceback. argparse exits (status 2) on an
-    unknown option.
+    One of the paper's benchmarks runs in a child process (`run_program`, `dphype.cli.bench.paper_study`); a
+    sub-command's ``ValueError`` or ``FileNotFoundError`` (bad input, exit status 2), `RunFailedError` (exit status
+    1) or a stop by SIGTERM or SIGINT (`stop_on_signals`; exit status 128 + the signal, after what the command
+    started is stopped and removed) is printed on standard error as one line, without a traceback. argparse exits
+    (status 2) on an unknown option.
 
     Args:
         argv: The command line without the program name; ``sys.argv[1:]`` when ``None``.
@@ -275,12 +271,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         The exit status: 0, 1 for a failed run, 2 for bad input, or a program's own.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in PROGRAMS:
-        try:
-            return run_program(argv[0], argv[1:])
-        except UsageError as err:
-            print(f"dphype: error: {err}", file=sys.stderr)
-            return 2
+    if argv[:1] == ["bench"]:
+        from dphype.cli.bench import paper_study, refuse_outside_checkout
+
+        study = paper_study(argv[1:])
+        if study is not None:
+            try:
+                return run_program("bench", study, refuse_outside_checkout(study))
+            except UsageError as err:
+                print(f"dphype bench: error: {err}", file=sys.stderr)
+                return 2
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     module = importlib.import_module(args._module)

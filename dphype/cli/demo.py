@@ -149,9 +149,7 @@ def _run(args: argparse.Namespace, selection: Any, env: dict[str, str], folder: 
     if args.app is not None and not is_flower_app(args.app):
         raise ValueError(f"--app {args.app!r} holds no Flower app (a pyproject.toml with [tool.flwr.app]); leave "
                          "--app out to run the bundled app")
-    plan = selection.plan()  # about a second of simulation: after the instant checks
-    for warning in plan.warnings:
-        print(f"dphype demo: warning: {warning}", file=sys.stderr)
+    selection.plan()  # refuses below min_success; about a second of simulation: after the instant checks
     result_file = folder / "result.json"
     run_config = {
         **{key: getattr(config, name) for name, key in RUN_CONFIG_KEYS.items()},
@@ -177,7 +175,7 @@ def _run(args: argparse.Namespace, selection: Any, env: dict[str, str], folder: 
     if args.app is None:
         summary["reference"] = reference_point(args, selection.candidates, summary["selected_index"])
     return {**summary, "seconds": seconds,
-            "warnings": plan.warnings + [w for w in [(summary["confidence"] or {}).get("warning")] if w],
+            "warnings": [w for w in [(summary["confidence"] or {}).get("warning")] if w],
             "privacy": privacy}
 
 

@@ -6,8 +6,9 @@ winner only), the recommended k of each and the recommended mode among `dphype.m
 the smallest epsilon and number of clients reaching ``--target`` in the mode of ``--release``. ``--min-success P``
 makes it fail (exit status 2) below P. The chance of a good pick on the user's data is unknown
 (``predicted_success``: ``None``), and ``advice`` says so; with a ballot the bench measured (the argmax release's
-default ``auto``) it reports at that ballot's ``k`` and adds the shares of releases within 1 and 2 points of Opt
-measured nearest the run (``within_opt``, `dphype.selection.measured`).
+default ``auto``) it reports at that ballot's ``k`` and adds how far from Opt the measured releases of the cell
+nearest the run landed (``within_opt``, `dphype.selection.measured`; ``--partition`` picks the iid or the Dirichlet
+federations).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from dphype.checks import check_epsilon_budget, check_probability
 from dphype.cli import add_noise_arguments, add_selection_arguments
 from dphype.config import DPHypeConfig
 from dphype.modes import release_mode, release_modes
+from dphype.result import format_fields
 from dphype.selection.candidates import load_candidates
+from dphype.selection.measured import PARTITIONS
 from dphype.selection.planner import plan, read_consensus, warnings
 from dphype.selection.voting import Ballot
 
@@ -45,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_noise_arguments(parser)
     parser.add_argument("--neighbouring", choices=("replace-one", "add-remove"), default="replace-one",
                         help="neighbouring relation of the guarantee (default replace-one)")
+    parser.add_argument("--partition", choices=PARTITIONS, default=None,
+                        help="how your data is split across the clients, for the measured cell the plan quotes: iid "
+                             "or dirichlet (label skew); default unknown: every measured partition")
     parser.add_argument("--repetitions", type=int, default=200, help="simulated runs per point (default 200)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the simulation (default 0)")
 
@@ -78,6 +84,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                   dropout=args.dropout, consensus=consensus, num_good=args.good, target=args.target, rule=args.rule,
                   noise=args.noise, accountant=args.accountant, neighbouring=args.neighbouring,
                   repetitions=args.repetitions, seed=args.seed, release=mode, releases=release_modes(),
-                  ballot=ballot)
+                  ballot=ballot, partition=args.partition)
     warnings(result, args.min_success)
     return result.to_dict()
+
+
+def render(result: dict[str, Any]) -> str:
+    """The plan as text: its one-line ``advice`` first, then every other field (`dphype.result.format_fields`)."""
+    return f"advice: {result['advice']}\n" + format_fields({k: v for k, v in result.items() if k != "advice"})

@@ -24,7 +24,7 @@ from dphype.selection.plan_result import WARN_BELOW
 def run_folder(context: Context) -> Iterator[RunFolder]:
     """The run folder of this ServerApp run, written whole when the block ends (completed or failed).
 
-    A run whose record says the planner's chance of a good pick (``predicted_success``) was below `WARN_BELOW`
+    A run whose record says the planner's chance of a good pick (its plan's ``success``, the scenario's simulated chance) was below `WARN_BELOW`
     (a federation too small to select, run with ``min-success = 0``) ends with one warning line saying so.
 
     Args:
@@ -47,7 +47,7 @@ def run_folder(context: Context) -> Iterator[RunFolder]:
             raise
         path = folder.write()
         log(logging.INFO, "DP-Hype: the run's record is %s", path)
-        success = folder.record.get("predicted_success")
+        success = (folder.record.get("plan") or {}).get("success")
         if isinstance(success, float) and success < WARN_BELOW:
             privacy = folder.record.get("privacy", {})
             log(logging.WARNING, "DP-Hype: TOO SMALL TO SELECT: clients=%s at epsilon %.3g gives a good pick with %.2f "

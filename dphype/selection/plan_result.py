@@ -1,8 +1,8 @@
 """The plan: what the planner reports for one configuration, and the warnings it carries.
 
 The scenario's simulated success is a model's answer, not a prediction for the user's data: the planner sees no
-data. Where the bench measured the run's release and ballot, the plan carries the measured spread
-(`dphype.selection.measured`) and says what would narrow it.
+data. Where the bench measured the run's release and ballot, the plan carries where the measured releases of the
+nearest cell landed (`dphype.selection.measured`); `Plan.advice` says it in one line, in the run's own terms.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from dphype.checks import check_probability
 DEFAULT_TARGET = 0.9
 #: below this simulated success the server and the demo warn
 WARN_BELOW = 0.5
+#: the longest `Plan.advice`: with a log line's prefix (Flower's ``WARNING :   ``, ``DP-Hype plan: ``) under 200
+ADVICE_CHARS = 172
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,9 @@ class Plan:
             (``None``: not within ``[2, MAX_CLIENTS]``).
         unanimous_success: The chance of a good pick if all voters voted for the same ``k`` candidates
             (`unanimous_success`).
-        within_opt: For the winner release with a measured ballot: the shares of releases within 1 and 2 points
-            of Opt measured on the bench tasks nearest this ``(n, epsilon)`` (`measured_within`), or ``None``.
+        within_opt: For the winner release with a measured ballot: the gap to Opt and the shares of releases within
+            1 and 2 points of Opt over the federations of the measured cell nearest the run
+            (`dphype.selection.measured.measured_within`), or ``None``.
         predicted_success: A chance of a good pick on the run's data that the planner can back (calibrated out of
             sample on the measured grid); ``None``: unknown, and `advice` says what was measured and what would
             narrow it.
@@ -98,24 +101,50 @@ class Plan:
         return {**asdict(self), "advice": self.advice()}
 
     def advice(self) -> str:
-        """What the planner knows of the chance of a good pick on the run's data, and what would narrow it, in words."""
+        """The plan in one line of at most `ADVICE_CHARS` characters, in the run's own terms; the rest is in `to_dict`.
+
+        In order: a chance of a good pick the planner can back; else a release that is noise; else, where the bench
+        measured the release and ballot, the gap to Opt over the federations of the nearest measured cell
+        (`within_opt`: median and 90th percentile, the median share within 2 points where the line has room, and
+        whether the run lies outside the measured range or the cell holds too few federations to tell); else the
+        scenario's simulated chance, a model of data the planner cannot see. Where the line has no room, the details
+        are left out first (they stay in `to_dict`).
+        """
+        head = f"{self.num_candidates} candidates, {self.clients} voters, epsilon {self.epsilon:g}: "
         if self.predicted_success is not None:
-            return f"predicted chance of a good pick {self.predicted_success:.2f}"
-        words = "chance of a good pick on your data: unknown (the planner sees no data)"
-        if self.within_opt is None:
-            return (f"{words}; the bench measured no release like this one's; measuring the release on a public task "
-                    "like yours (dphype bench ksweep) would tell what to expect")
-        return (f"{words}; {measured_spread(self.within_opt)}; only a measurement on a task like yours (dphype bench "
-                "ksweep) narrows it")
+            return f"{head}predicted chance of a good pick {self.predicted_success:.2f}"
+        if self.unanimous_success < WARN_BELOW:
+            return _first_that_fits(
+                f"{head}the release is noise (even {self.voters} unanimous votes win with "
+                f"{self.unanimous_success:.2f}); raise epsilon or the number of voters",
+                f"{head}the release is noise; raise epsilon or the number of voters")
+        within = self.within_opt
+        if within is None:
+            hint = ("" if self.success >= WARN_BELOW or self.min_clients is None
+                    else f"; {self.target:g} needs {self.min_clients} voters")
+            line = (f"{head}the {self.scenario['name']} scenario (a model, not your data) simulates a good pick "
+                    f"with {self.success:.2f} at k {self.k}{hint}")
+            return _first_that_fits(f"{line}; the bench measured no release like this", line,
+                                    f"{head}a scenario (not your data) simulates a good pick with {self.success:.2f}")
+        gap = within["gap_points"]
+        where = ("this cell" if within["on_grid"] else
+                 f"p={within['candidates']} n={within['clients']} eps={within['epsilon']:g}")
+        outside = [short for name, short in (("candidates", "p"), ("n", "n"), ("epsilon", "eps"))
+                   if any(words.startswith(f"{name} ") for words in within["outside"])]
+        caveat = ((f"; {', '.join(outside)} outside the grid" if outside else "")
+                  + ("" if within["enough"] else "; too few runs to tell"))
+        quote = f"{head}bench gap to Opt median {gap['median']:.1f}, p90 {gap['p90']:.1f} points"
+        runs = f" over {within['federations']} runs"
+        yours = "; yours: dphype bench ksweep"
+        share = f", median {within['within_2pt']['median']:.0%} within 2"
+        return _first_that_fits(f"{quote}{share}{runs} at {where}{caveat}{yours}",
+                                f"{quote}{runs} at {where}{caveat}{yours}", f"{quote}{runs} at {where}{caveat}",
+                                f"{quote}{runs} at the nearest cell{caveat}", f"{quote}{caveat}")
 
 
-
-def measured_spread(within: dict[str, Any]) -> str:
-    """The measured shares of a plan's `Plan.within_opt` in words."""
-    return (f"on the bench tasks at n = {within['clients']}, epsilon = {within['epsilon']:g} with "
-            f"{within['candidates']} candidates ({within['tasks']} federations: {within['measured_on']}) the "
-            f"{within['ballot']} ballot put {within['within_2pt'][0]:.0%} to {within['within_2pt'][1]:.0%} of releases "
-            f"within 2 points of Opt ({within['within_1pt'][0]:.0%} to {within['within_1pt'][1]:.0%} within 1)")
+def _first_that_fits(*lines: str) -> str:
+    """The first of ``lines`` (longest first) of at most `ADVICE_CHARS` characters, else the last."""
+    return next((line for line in lines if len(line) <= ADVICE_CHARS), lines[-1])
 
 
 def warnings(result: Plan, min_success: float | None = None) -> list[str]:
@@ -127,8 +156,8 @@ def warnings(result: Plan, min_success: float | None = None) -> list[str]:
             refuse.
 
     Returns:
-        The warnings: a release that is noise, a simulated success below `WARN_BELOW`, or a measured share within 2
-        points of Opt below `DEFAULT_TARGET` at some measured task.
+        The warnings: a release that is noise, or a simulated success below `WARN_BELOW` (what the bench measured is
+        in `Plan.advice` and `Plan.within_opt`).
 
     Raises:
         ValueError: If the simulated success is below ``min_success``, or ``min_success`` is not in ``[0, 1]``.
@@ -139,16 +168,12 @@ def warnings(result: Plan, min_success: float | None = None) -> list[str]:
                    f"clients voted for the same {result.k} candidates, the argmax would pick one of them with "
                    f"probability {result.unanimous_success:.2f} (noise std sigma = {result.sigma:.1f} votes)")
     if result.success < WARN_BELOW:
-        hint = (f"; reaching {result.target:g} needs epsilon >= {result.min_epsilon} or clients >= "
-                f"{result.min_clients}" if result.min_epsilon is not None or result.min_clients is not None else "")
+        needs = [f"{name} >= {value}" for name, value in (("epsilon", result.min_epsilon),
+                                                           ("clients", result.min_clients)) if value is not None]
+        hint = f"; reaching {result.target:g} needs {' or '.join(needs)}" if needs else ""
         out.append(f"the {result.scenario['name']} consensus scenario (a model, not your data) simulates a good pick "
                    f"with {result.success:.2f} (< {WARN_BELOW}) at k = {result.k}; `dphype plan` recommends "
                    f"k and the smallest epsilon and number of clients{hint}")
-    if result.within_opt is not None and result.within_opt["within_2pt"][0] < DEFAULT_TARGET:
-        out.append(f"the planner sees no data: {measured_spread(result.within_opt)} (k = {result.k} here); yours "
-                   "depends on how well local scores predict the federated accuracy, which only a measurement on a "
-                   f"task like yours (dphype bench ksweep) tells. The scenario's k (recommended_k_winner = "
-                   f"{result.recommended_k_winner}) is a guess about data the planner cannot see")
     if min_success is not None:
         floor = check_probability("min_success", min_success)
         if result.success < floor:

@@ -138,6 +138,7 @@ def plan(
     releases: Sequence[PlannedRelease] = (),
     ballot: str | None = None,
     most_clients: int = MAX_CLIENTS,
+    partition: str | None = None,
 ) -> Plan:
     """Predict a DP-Hype run of ``clients`` clients at ``(epsilon, delta)`` over ``num_candidates`` public candidates.
 
@@ -169,6 +170,8 @@ def plan(
             (`dphype.selection.measured.measured_ballots`) the plan carries the measured shares within 1 and 2 points
             of Opt (`measured_within`), which the scenario cannot predict.
         most_clients: The largest ``n`` the search for ``min_clients`` tries (``None`` above it).
+        partition: How the run's data is split across its clients, for the measured cell (``"iid"``,
+            ``"dirichlet"``; ``None``: unknown, every measured partition counts).
 
     Returns:
         The plan, with its warnings.
@@ -233,7 +236,7 @@ def plan(
         min_epsilon=None if min_eps is None else float(f"{min_eps:.3g}"),
         min_clients=None if min_n is None else int(min_n),
         unanimous_success=unanimous_success(voters, kk, p, sigma),
-        within_opt=measured_within(clients, epsilon, setting.neighbouring, p, ballot)
+        within_opt=measured_within(clients, epsilon, setting.neighbouring, p, ballot, partition)
         if forecast is Forecast.WINNER and ballot in measured_ballots(neighbouring=setting.neighbouring) else None)
     return Plan(**{**asdict(result), "warnings": warnings(result)})
 
@@ -302,7 +305,7 @@ def check_plan(
         dropout: The tolerated dropout fraction.
         min_success: In ``[0, 1]``: refuse when the predicted success is below it; ``None``: never refuse.
         **options: Go to `plan` (``rule``, ``noise``, ``accountant``, ``neighbouring``, ``consensus``, ``num_good``,
-            ``repetitions``, ``seed``, ``release``, ``releases``).
+            ``repetitions``, ``seed``, ``release``, ``releases``, ``ballot``, ``partition``).
 
     Returns:
         The plan.

@@ -144,7 +144,7 @@ def test_bench_runs_the_checkouts_program_in_a_child_process(monkeypatch, capfd)
 def test_bench_outside_a_checkout_is_a_usage_error(monkeypatch, tmp_path, capsys):
     monkeypatch.chdir(tmp_path)
     assert cli.main(["bench", "synthetic"]) == 2
-    assert "run it from the repository root" in capsys.readouterr().err
+    assert "the paper's studies run in a dphype repository checkout (its root)" in capsys.readouterr().err
 
 
 def test_the_demo_names_the_bundled_apps_components_as_the_repository_does():

@@ -109,8 +109,7 @@ def test_the_readme_deployment_recipe_runs_as_written(tmp_path):
         # the ServerApp's summary() in the log, with the pure guarantee worded as such
         assert "DP-Hype run summary:" in output and f"DP-Hype selected candidate {result['selected_index']}" in output
         assert "privacy: (1, 2e-19)-DP per client (replace-one, report-noisy-max" in output
-        assert "DP-Hype plan: chance of a good pick on your data: unknown" in output
-        assert "with the argmax release" in output
+        assert output.count("DP-Hype plan: ") == 1 and "DP-Hype plan: 10 candidates, 3 voters, epsilon " in output
         # only the winner's index, by the three tallies, among the three voters
         assert result["best_params"] == load_candidates(SMALL_RUN["candidates"])[result["selected_index"]]
         assert result["noisy_sum"] is None and result["confidence"] is None

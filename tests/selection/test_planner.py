@@ -4,7 +4,6 @@ measured success rates, recommendations, the CLI and bad input."""
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import pytest
@@ -299,54 +298,42 @@ def test_winner_release_without_ties_takes_the_highest_success() -> None:
     assert all("success_winner_tie_break" not in r for r in result.by_k)
 
 
-def test_the_winner_plan_with_a_measured_ballot_reports_what_was_measured_and_says_it_sees_no_data(capsys):
+def test_the_winner_plan_with_a_measured_ballot_quotes_the_shipped_tables_nearest_cell(capsys):
     from dphype.selection.measured import MEASURED_BALLOT, load_measured, measured_ballots, measured_within
 
     table = load_measured()
-    assert MEASURED_BALLOT == ArgmaxRelease.default_ballot and measured_ballots() == {"auto", "share"}
+    assert MEASURED_BALLOT == ArgmaxRelease.default_ballot and MEASURED_BALLOT in measured_ballots()
     assert {cell[2] for cell in table} == {"replace-one", "add-remove"}
-    assert MEASURED_BALLOT in measured_ballots(neighbouring="replace-one")
-    for (ballot, p, relation, n, eps), entry in table.items():
+    for (ballot, p, relation, n, eps), points in table.items():  # every cell is on the grid at its own point
         got = measured_within(n, eps, relation, p, ballot)
-        assert got["on_grid"] and (got["candidates"], got["neighbouring"], got["clients"], got["epsilon"]) == (
-            p, relation, n, eps)
-        assert got["measured_on"] == entry.measured_on and got["tasks"] == entry.tasks
-        assert 0 <= got["within_1pt"][0] <= got["within_1pt"][1] <= 1 and got["within_2pt"] == list(entry.within_2pt)
-        assert got["within_1pt"][0] <= got["within_2pt"][0] and got["within_1pt"][1] <= got["within_2pt"][1]
-    near = measured_within(23, 0.9)  # off the grid: the nearest point in log n and log epsilon
-    assert not near["on_grid"] and (near["candidates"], near["clients"], near["epsilon"]) == (100, 20, 1.0)
-    measured_p = {cell[1] for cell in table if cell[0] == MEASURED_BALLOT}
-    for p in (8, 30, 150):  # the nearest measured number of candidates in log p, never claimed on the grid
-        got = measured_within(20, 1.0, "replace-one", p)
-        assert got["candidates"] == min(measured_p, key=lambda q: abs(math.log(q / p))) and not got["on_grid"]
-    with pytest.raises(ValueError, match="ballot 'top-k' was not measured under replace-one"):
-        measured_within(20, 1.0, ballot="top-k")
+        assert got["on_grid"] and got["federations"] == len(points) and got["outside"] == []
+        assert got["gap_points"]["median"] == pytest.approx(float(np.median([x.gap_points for x in points])))
     kw = dict(k=6, ks=[6], repetitions=50, search=False, release=ArgmaxRelease())
     auto = plan(20, 1.0, 1e-5, None, 100, ballot=MEASURED_BALLOT, **kw)
     assert auto.within_opt == measured_within(20, 1.0, "replace-one")
-    assert plan(20, 1.0, 1e-5, None, 100, ballot="auto", **kw).within_opt == measured_within(20, 1.0, ballot="auto")
-    assert plan(20, 1.0, 1e-5, None, 100, ballot="top-k", **kw).within_opt is None  # measured for share, auto only
-    unmeasured = {r for r in ("replace-one", "add-remove") if MEASURED_BALLOT not in measured_ballots(neighbouring=r)}
-    for relation in unmeasured:  # a relation the bench did not measure for the ballot: nothing quoted, said so
-        other = plan(20, 1.0, 1e-5, None, 100, ballot=MEASURED_BALLOT, neighbouring=relation, **kw)
-        assert other.within_opt is None and "the bench measured no release like this one's" in other.advice()
+    iid = plan(20, 1.0, 1e-5, None, 100, ballot=MEASURED_BALLOT, partition="iid", **kw)
+    assert iid.within_opt == measured_within(20, 1.0, partition="iid")
+    assert plan(20, 1.0, 1e-5, None, 100, ballot="top-k", **kw).within_opt is None  # top-k was not measured
     summed = plan(20, 1.0, 1e-5, None, 100, ballot=MEASURED_BALLOT, k=6, ks=[6], repetitions=50, search=False)
-    assert summed.within_opt is None  # the sum forecast: no measurement applies
-    if auto.within_opt["within_2pt"][0] < 0.9:
-        assert any("the planner sees no data" in w for w in auto.warnings)
-    # no chance of a good pick is claimed: unknown, with the measured spread beside it
+    assert summed.within_opt is None and "simulates a good pick" in summed.advice()  # no measurement applies
+    # no chance of a good pick is claimed: the measured gaps of the cell, in the run's own terms
     assert auto.predicted_success is None and auto.to_dict()["predicted_success"] is None
-    low, high = auto.within_opt["within_2pt"]
-    assert auto.advice().startswith("chance of a good pick on your data: unknown (the planner sees no data)")
-    assert f"{low:.0%} to {high:.0%} of releases within 2 points of Opt" in auto.advice()
-    assert "unknown" in plan(20, 1.0, 1e-5, None, 100, ballot="top-k", **kw).advice()
-    # dphype plan: the argmax release's default ballot reports at its own k, with the measured shares
-    assert main(["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3",
-                 "--release", "argmax", "--repetitions", "30", "--json"]) == 0
+    gap = auto.within_opt["gap_points"]
+    assert auto.advice().startswith(f"100 candidates, 20 voters, epsilon 1: bench gap to Opt median "
+                                    f"{gap['median']:.1f}, p90 {gap['p90']:.1f} points")
+    assert not any("bench" in w for w in auto.warnings)  # the advice is said once, not again as a warning
+    # dphype plan: the argmax release's default ballot reports at its own k, with the measured cell
+    assert main(["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "8",
+                 "--release", "argmax", "--repetitions", "30", "--partition", "iid", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert out["k"] == Ballot.parse(MEASURED_BALLOT).resolve(100, noise_std(1.0), 20).depth
-    assert out["within_opt"]["clients"] == 20 and out["within_opt"]["ballot"] == MEASURED_BALLOT
-    assert out["predicted_success"] is None and out["advice"].startswith("chance of a good pick on your data: unknown")
+    assert out["k"] == Ballot.parse(MEASURED_BALLOT).resolve(8, noise_std(1.0), 20).depth
+    assert out["within_opt"] == measured_within(20, 1.0, num_candidates=8, partition="iid")
+    assert out["predicted_success"] is None and out["advice"].startswith("8 candidates, 20 voters, epsilon 1: ")
+    assert "p outside the grid" in out["advice"] and len(out["advice"]) < 200
+    assert main(["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "8",
+                 "--release", "argmax", "--repetitions", "30", "--partition", "iid"]) == 0
+    text = capsys.readouterr().out.splitlines()  # readable: the advice first, once
+    assert text[0] == f"advice: {out['advice']}" and sum(out["advice"] in line for line in text) == 1
     assert main(["plan", "--clients", "20", "--epsilon", "1", "--delta", "1e-5", "--candidates", "table3",
                  "--release", "argmax", "--ballot", "top-k", "--k", "5", "--repetitions", "30", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -67,10 +67,11 @@ def test_the_report_computes_gaps_behind_the_best_k_and_the_floor_of_one_k_per_c
     with open(tmp_path / "r" / "ksweep_report_floor.csv") as fh:
         floors = {r["neighbouring"]: r for r in csv.DictReader(fh)}
     assert (floors["replace-one"]["minimax_k"], floors["replace-one"]["federations"]) == ("2", "2")
-    with open(tmp_path / "r" / "ksweep_report_within.csv") as fh:
-        within = {r["neighbouring"]: r for r in csv.DictReader(fh)}
-    assert (within["replace-one"]["tasks"], float(within["replace-one"]["within_2pt_min"]),
-            float(within["replace-one"]["within_2pt_max"])) == ("2", 0.7, 0.75)
+    with open(tmp_path / "r" / "ksweep_report_within.csv") as fh:  # the planner's rows: one per federation
+        within = {(r["neighbouring"], r["dataset"]): r for r in csv.DictReader(fh)}
+    assert {key: (r["partition"], float(r["gap_points"]), float(r["within_2pt"])) for key, r in within.items()} == {
+        ("replace-one", "alpha"): ("iid", 3.0, 0.7), ("replace-one", "beta"): ("iid", 2.5, 0.75),
+        ("add-remove", "alpha"): ("iid", 1.0, 0.9)}
     with open(tmp_path / "r" / "ksweep_report_points.csv") as fh:
         points = list(csv.DictReader(fh))
     assert len(points) == 3 * 3 + 3  # every k and auto at every point
@@ -127,7 +128,7 @@ def test_the_planner_table_is_written_for_the_planners_loader_keeping_the_other_
         two_tasks: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import importlib.resources
 
-    from dphype.selection.measured import MEASURED_FILE, Measured, load_measured
+    from dphype.selection.measured import MEASURED_FILE, Point, load_measured
 
     table = tmp_path / "table.csv"
     table.write_text(importlib.resources.files("dphype").joinpath("data", MEASURED_FILE).read_text(), encoding="utf-8")
@@ -136,15 +137,15 @@ def test_the_planner_table_is_written_for_the_planners_loader_keeping_the_other_
     res = bench([*command, "--out", str(tmp_path / "r")], capsys)
     assert str(table) in res["outputs"]
     loaded = load_measured(table)
-    assert loaded[("auto", 7, "replace-one", 20, 1.0)] == Measured(2, "alpha (iid); beta (iid)", (0.5, 0.5),
-                                                                   (0.7, 0.75))
-    assert loaded[("auto", 7, "add-remove", 20, 1.0)] == Measured(1, "alpha (iid)", (0.5, 0.5), (0.9, 0.9))
+    assert loaded[("auto", 7, "replace-one", 20, 1.0)] == (Point("alpha", "iid", 3.0, 0.5, 0.7),
+                                                           Point("beta", "iid", 2.5, 0.5, 0.75))
+    assert loaded[("auto", 7, "add-remove", 20, 1.0)] == (Point("alpha", "iid", 1.0, 0.5, 0.9),)
     assert {cell: m for cell, m in loaded.items() if cell[1] != 7} == load_measured()  # the shipped rows, kept
     bench([*command, "--out", str(tmp_path / "again")], capsys)  # the same ballot and candidates: replaced
     assert load_measured(table) == loaded
     table.write_text("ballot,candidates\nauto,7\n", encoding="utf-8")  # a malformed table is refused, not merged
     assert main([*command, "--out", str(tmp_path / "bad")]) == 2
-    assert "the columns must be" in capsys.readouterr().err and table.read_text() == "ballot,candidates\nauto,7\n"
+    assert "the columns must include" in capsys.readouterr().err and table.read_text() == "ballot,candidates\nauto,7\n"
 
 
 def test_a_share_ballot_the_runs_did_not_measure_is_read_off_the_sweep(two_tasks: list[Path], tmp_path: Path,
@@ -155,8 +156,9 @@ def test_a_share_ballot_the_runs_did_not_measure_is_read_off_the_sweep(two_tasks
     assert res["default"] == "share:0.3"
     assert res["default_behind"]["replace-one"] == {"points": 2, "max_behind": 2.5, "mean_behind": 2.0, "missed": 2}
     with open(tmp_path / "r" / "ksweep_report_within.csv") as fh:
-        within = {r["neighbouring"]: r for r in csv.DictReader(fh)}
-    assert within["replace-one"]["ballot"] == "share:0.3" and float(within["replace-one"]["within_2pt_max"]) == 0.75
+        within = {(r["neighbouring"], r["dataset"]): r for r in csv.DictReader(fh)}
+    assert {r["ballot"] for r in within.values()} == {"share:0.3"}
+    assert float(within["replace-one", "beta"]["within_2pt"]) == 0.75
     # a k outside the sweep (share:0.9 of the default 100 candidates is 50): not measured, refused
     assert main(["ksweep-report", "--runs", *map(str, two_tasks), "--default", "share:0.9",
                  "--out", str(tmp_path / "r2")]) == 2

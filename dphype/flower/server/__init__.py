@@ -185,10 +185,8 @@ class DPHype:
                              f"({Aggregator.COMMITTEE.releases()}) only, got release={cfg.release!r}")
         plan = self.plan()
         log(logging.INFO, "Starting %r", self)
-        log(logging.INFO, "DP-Hype plan: %s; the %s consensus scenario (a model, not your data) simulates a good "
-            "pick with %s", plan.advice(), plan.scenario["name"], cfg.mode.describe_plan(cfg, plan))
-        for warning in plan.warnings:
-            log(logging.WARNING, "DP-Hype: %s", warning)
+        # the planner's advice, once per run, in one line; its details go into the result (`DPHypeResult.plan`)
+        log(logging.WARNING if plan.warnings else logging.INFO, "DP-Hype plan: %s", plan.advice())
         votes = cfg.mode.votes_per_client(cfg, len(self.candidates))
         if votes != cfg.k:
             log(logging.WARNING, "DP-Hype: the %r ballot votes for %d candidates per client, not the configured k=%d "
@@ -196,7 +194,7 @@ class DPHype:
         drive = {Aggregator.SECAGG: self._sum_over_secagg, Aggregator.COMMITTEE: self._select_over_committee}
         self._tally_timeout = tally_timeout
         result = drive[cfg.mode.aggregator](grid, timeout, connect_timeout, committee_nodes)
-        return dataclasses.replace(result, notes=self._notes, federation=self._federation)
+        return dataclasses.replace(result, notes=self._notes, federation=self._federation, plan=plan.to_dict())
 
     def _select_over_committee(self, grid: Grid, timeout: float | None, connect_timeout: float | None,
                                committee_nodes: Sequence[int] | None) -> DPHypeResult:
