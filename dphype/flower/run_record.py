@@ -24,8 +24,8 @@ from dphype.selection.plan_result import WARN_BELOW
 def run_folder(context: Context) -> Iterator[RunFolder]:
     """The run folder of this ServerApp run, written whole when the block ends (completed or failed).
 
-    A run whose record says the planner's chance of a good pick (its plan's ``success``, the scenario's simulated chance) was below `WARN_BELOW`
-    (a federation too small to select, run with ``min-success = 0``) ends with one warning line saying so.
+    A run whose plan's simulated chance of a good pick (``plan.success``) is below `WARN_BELOW` (a federation too
+    small to select, run with ``min-success = 0``) ends with one warning line saying so.
 
     Args:
         context: The ServerApp's context (its run id and run config).
