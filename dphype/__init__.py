@@ -1,7 +1,7 @@
 """dphype: DP-Hype, federated differentially private hyperparameter search for Flower.
 
 Every client scores each public candidate on its own data and votes for its best ones (Liebenow, Peinemann,
-Mohammadi: DP-Hype, Algorithm 1); the release mode decides what the server learns (`dphype.modes`): the winner's
+Mohammadi: DP-Hype, Algorithm 1); the release mode decides what the server learns (`dphype.release`): the winner's
 index alone, from a secure argmax among tally parties (the bundled app's default), the noisy vote sum over SecAgg+
 (the paper's, `DPHypeConfig`'s default), or the noisy sum of the ballots a tally committee verified.
 

@@ -22,8 +22,8 @@ from dphype.checks import (
     check_neighbouring,
     check_probability,
 )
-from dphype.modes import ReleaseMode, release_mode
 from dphype.privacy.noise_kinds import resolve_accountant
+from dphype.release import ReleaseMode, release_mode
 from dphype.selection.rules import DEFAULT_RULE, check_rule
 
 #: Run-config spelling of each field (Flower run configs use dashes).
@@ -62,12 +62,12 @@ class DPHypeConfig:
         rule: The server's selection rule on a released sum (`dphype.selection.rules.rule_names`).
         min_success: Refuse to run when the planner's consensus scenario simulates a smaller chance of a good pick
             (`dphype.selection.planner.check_plan`; 0: never refuse, only warn below one half).
-        release: The release mode's name (`dphype.modes.RELEASE_MODES`; `mode` is the mode itself; default
+        release: The release mode's name (`dphype.release.RELEASE_MODES`; `mode` is the mode itself; default
             ``"sum"``). The winner-only ``"argmax"`` is ``epsilon``-DP with noise independent of ``k`` (pure but for
             its MPC sampler's delta); ``delta``, ``noise`` and ``accountant`` then concern only composition, and
             ``rule`` does not apply.
         ballot: How a client turns its scores into its ballot (`dphype.selection.voting.Ballot`); ``None`` or
-            ``"default"``: the mode's `dphype.modes.ReleaseMode.default_ballot`. Stored resolved and canonical;
+            ``"default"``: the mode's `dphype.release.ReleaseMode.default_ballot`. Stored resolved and canonical;
             `replace` with a new ``release`` and no ``ballot`` takes the new mode's default.
 
     Raises:
@@ -104,7 +104,7 @@ class DPHypeConfig:
 
     @property
     def mode(self) -> ReleaseMode[Any, Any]:
-        """The release mode named by ``release`` (`dphype.modes.release_mode`)."""
+        """The release mode named by ``release`` (`dphype.release.release_mode`)."""
         return release_mode(self.release)
 
     def replace(self, **changes: Any) -> DPHypeConfig:

@@ -1,16 +1,16 @@
 """The DP-Hype protocol, framework-free: the request, its checks, and a client's scores.
 
 Data flows one way (DP-Hype Algorithm 1); what is released, and how, is the configuration's release mode
-(`dphype.modes`):
+(`dphype.release`):
 
 1. the server turns a validated `dphype.config.DPHypeConfig` and the public candidate list into a `VoteRequest`
-   (line 1: ``sigma`` is the mode's `dphype.modes.ReleaseMode.calibrate`);
+   (line 1: ``sigma`` is the mode's `dphype.release.ReleaseMode.calibrate`);
 2. every client checks the request (`check_request`, then its node policy and privacy ledger, `dphype.node`),
    scores each candidate on its own data (`score_candidates`, lines 2-4) and hands its ballot
-   (`dphype.modes.ReleaseMode.ballot`, lines 5-10) to the mode's aggregator (SecAgg+, or the tally committee the
+   (`dphype.release.ReleaseMode.ballot`, lines 5-10) to the mode's aggregator (SecAgg+, or the tally committee the
    request names);
 3. the server turns what the aggregator opened into a `dphype.result.DPHypeResult` with a privacy report
-   (`dphype.modes.ReleaseMode.release`, line 12). Everything after the aggregation is post-processing.
+   (`dphype.release.ReleaseMode.release`, line 12). Everything after the aggregation is post-processing.
 
 A client that will not take part raises `dphype.refusal.Refusal`, whose ``code`` and ``detail`` name the reason,
 never a data value. No Flower import here.
@@ -32,10 +32,10 @@ import numpy as np
 from dphype.checks import EPSILON_RTOL as EPSILON_RTOL  # re-exported: the request's slack, also the node's
 from dphype.checks import MAX_CLIENTS
 from dphype.config import DPHypeConfig
-from dphype.modes import SIGMA_SLACK as SIGMA_SLACK  # re-exported: the sum release's slack on sigma
-from dphype.modes import Aggregator, ReleaseMode, release_modes
 from dphype.privacy.noise import min_survivors, min_valid_ballots
 from dphype.refusal import Refusal
+from dphype.release import SIGMA_SLACK as SIGMA_SLACK  # re-exported: the sum release's slack on sigma
+from dphype.release import ReleaseMode, release_modes
 from dphype.result import DPHypeResult as DPHypeResult  # re-exported: what a mode's release returns
 from dphype.selection.candidates import CandidateList
 from dphype.selection.planner import Plan, check_plan
@@ -52,7 +52,7 @@ class VoteRequest:
 
     The budget in ``config`` lets a client recompute the guarantee of the noise it is asked for. The candidate list
     travels with the request (canonical JSON); a client compares it with its own copy by fingerprint. The mode
-    validates the fields (`dphype.modes.ReleaseMode.check_request_fields`). A node with another roster than
+    validates the fields (`dphype.release.ReleaseMode.check_request_fields`). A node with another roster than
     ``roster``, or none, refuses the request; an empty ``roster`` lets each node bind its own roster to its approval.
 
     Attributes:
@@ -179,7 +179,7 @@ def make_vote_request(config: DPHypeConfig, candidates: CandidateList, *,
     if not isinstance(candidates, CandidateList):
         raise ValueError(f"candidates must be a CandidateList, got {type(candidates).__name__}")
     mode = config.mode
-    committee = tuple(tallies) if mode.aggregator is Aggregator.COMMITTEE else ()
+    committee = tuple(tallies) if mode.uses_committee else ()
     return VoteRequest(candidates, config, mode.calibrate(config, candidates), committee, roster)
 
 
@@ -188,7 +188,7 @@ def check_request(request: VoteRequest, *, local_candidates: CandidateList | Non
     """Refuse a request for another candidate list, whose noise does not give its budget, or no honest server sends.
 
     A ``local_candidates`` copy must have the request's fingerprint; more clients than the secure sum allows is
-    ``malformed_request``; then the mode checks its claims (`dphype.modes.ReleaseMode.check_claims`). Whether this
+    ``malformed_request``; then the mode checks its claims (`dphype.release.ReleaseMode.check_claims`). Whether this
     node allows the request is `dphype.node.policy.check_vote_request`'s question.
 
     Args:

@@ -3,7 +3,7 @@
 Part by part, for ``--candidates`` candidates (default 100) and each ``n`` of ``--clients``:
 
 * the committee's parts (:func:`simulations.committee.committee_round`, as ``dphype bench committee``): one
-  client's ballot (:meth:`dphype.modes.ArgmaxRelease.ballot`: top-k votes checked against the form, Shamir shares
+  client's ballot (:meth:`dphype.release.ArgmaxRelease.ballot`: top-k votes checked against the form, Shamir shares
   of its bits mod MPyC's prime, one sealed ciphertext per tally) and what it uploads, the 3 tallies opening their
   ciphertexts and drawing their noise, and the MPC (3 MPyC parties on loopback ports: start, agreement, ballot
   checks, noise, argmax) with each party's own split, traffic and memory; the opened index is checked to lie
@@ -47,7 +47,7 @@ def _whole(p: int, k: int, clients: int, release: str, rng: np.random.Generator)
     from dphype.flower import DPHype, register_dphype
     from dphype.flower.local import LocalGrid, node_id
     from dphype.flower.tally_node import load_tally_key
-    from dphype.modes import Aggregator, release_mode
+    from dphype.release import release_mode
     from dphype.secure.committee import loopback_addresses
 
     scores = rng.random((clients + 3, p))
@@ -65,7 +65,7 @@ def _whole(p: int, k: int, clients: int, release: str, rng: np.random.Generator)
     register_dphype(app, lambda ctx: Table(scores[int(ctx.node_config["partition-id"])]))
     policy = {"dphype-max-epsilon": 10.0, "dphype-min-clients": 2, "dphype-min-neighbours": 1,
               "dphype-lifetime-epsilon": 1e6}
-    tallies = 3 if release_mode(release).aggregator is Aggregator.COMMITTEE else 0
+    tallies = 3 if release_mode(release).uses_committee else 0
     with tempfile.TemporaryDirectory() as home:
         os.environ["FLWR_HOME"] = home
         grid = LocalGrid(app, clients + tallies, node_config=policy)

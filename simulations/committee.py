@@ -1,7 +1,7 @@
 """The tally committee's cost with ballot checks and committee noise.
 
 For ``--candidates`` candidates (default 100) and each ``n`` of ``--clients``, one argmax selection's committee
-part in process, through the real code (:class:`dphype.modes.ArgmaxRelease` for the clients,
+part in process, through the real code (:class:`dphype.release.ArgmaxRelease` for the clients,
 :class:`dphype.secure.committee.Tally` and :func:`dphype.secure.committee.run_loopback_committee` for the 3 tallies,
 MPyC parties on loopback ports):
 

@@ -49,7 +49,7 @@ from typing import Any, Literal
 
 from dphype.flower.local import toml_value
 from dphype.flower.tally_node import load_tally_key
-from dphype.modes import Aggregator, release_mode
+from dphype.release import release_mode
 from dphype.secure.roster import IdentityKey, Member, Roster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -164,7 +164,7 @@ def stages(stamped: list[tuple[float, str]], started: float, release: str = "sum
         previous = hit
     if markers[-2][0] in out:
         out["selection"] = sum(out[name] for name, _ in markers[1:-1])
-        if release_mode(release).aggregator is Aggregator.SECAGG:
+        if not release_mode(release).uses_committee:
             line = next(line for _, line in stamped if re.search(markers[3][1], line))
             for stage, seconds in re.findall(r"(\w+) (\d+\.\d+) s", line):
                 out[f"secagg: {stage}"] = float(seconds)
@@ -173,7 +173,7 @@ def stages(stamped: list[tuple[float, str]], started: float, release: str = "sum
 
 def uses_committee(release: str) -> bool:
     """Whether the release mode named ``release`` sends its ballots to a tally committee."""
-    return release_mode(release).aggregator is Aggregator.COMMITTEE
+    return release_mode(release).uses_committee
 
 
 def profile(nodes: int, candidates: str, epsilon: float, local_epochs: int, timeout: float,

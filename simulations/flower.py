@@ -137,7 +137,6 @@ def vote_through_flower(
     from dphype.flower.client.roles import simulated_role
     from dphype.flower.federation import simulated_federation, voter_name
     from dphype.ml.torch_task import FixedScoresTask
-    from dphype.modes import Aggregator
     from dphype.node.ledger import admitting_policy
     from dphype.node.policy import IDENTITY_KEY, ROSTER_KEY, NodePolicy
 
@@ -166,7 +165,7 @@ def vote_through_flower(
             return FixedScoresTask(_score_row(table, int(context.node_config["partition-id"])), maximize)
 
         keys = Path(folder) / "tallies"
-        tallies = make_tally_keys(keys) if config.mode.aggregator is Aggregator.COMMITTEE else ()
+        tallies = make_tally_keys(keys) if config.mode.uses_committee else ()
         selection = DPHype(candidates, config, num_shares=num_shares,
                            reconstruction_threshold=reconstruction_threshold, tallies=tallies, **extra)
         # The benchmark runs every node: their policy admits this one release, their ledgers are this run's.
@@ -214,7 +213,7 @@ def replay_picks(scores: np.ndarray, candidates: Any, config: Any, *, maximize: 
     """How often the replay picks each candidate for the same clients' scores and release (``config``, a
     :class:`dphype.config.DPHypeConfig`, over ``candidates``): the reference distribution a single Flower run
     is compared with. The same request (:func:`dphype.protocol.make_vote_request`: sigma, dropout, noise), its
-    mode's replay (:meth:`dphype.modes.ReleaseMode.replay`) and
+    mode's replay (:meth:`dphype.release.ReleaseMode.replay`) and
     the same selection rule as the run."""
     from dphype.protocol import make_vote_request
     from dphype.selection.rules import select_batch

@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 
 from dphype.checks import NEIGHBOURING
-from dphype.modes import DEFAULT_ARGMAX_BALLOT
 from dphype.privacy.winner import noise_std
+from dphype.release import DEFAULT_ARGMAX_BALLOT
 from dphype.selection.measured import COLUMNS, read_measured
 from dphype.selection.voting import Ballot
 from simulations import harness

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from dphype.modes import RELEASE_MODES, Aggregator, release_mode
+from dphype.release import RELEASE_MODES, release_mode
 from simulations import harness
 
 
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                 for rep in range(vote_reps):
                     scores = np.random.default_rng([args.seed, n, rep]).random((n, len(candidates)))
                     for release in releases:  # both modes on the same scores
-                        secagg = release_mode(release).aggregator is Aggregator.SECAGG
+                        secagg = not release_mode(release).uses_committee
                         graph = graphs[n] if secagg else None  # the committee's modes run no SecAgg+
                         secagg = {} if graph is None else {"corrupt_fraction": graph["corrupt_fraction"],
                                                            **graph["arguments"]}

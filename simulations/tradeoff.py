@@ -38,10 +38,10 @@ from typing import Any
 import numpy as np
 
 from dphype.checks import NEIGHBOURING
-from dphype.modes import RELEASE_MODES, ArgmaxRelease
 from dphype.privacy.noise import replay_noisy_sums
 from dphype.privacy.noise_kinds import resolve_accountant
 from dphype.privacy.winner import noise_std, replay_winners
+from dphype.release import RELEASE_MODES, ArgmaxRelease
 from dphype.selection.planner import plan, read_consensus
 from dphype.selection.rules import DEFAULT_RULE, rule_names, select_batch
 from simulations import harness

@@ -102,7 +102,7 @@ def record_returns(monkeypatch):
 def recorded_votes(record_returns):
     """Every encoded vector a DP-Hype client hands to SecAgg+ (its noise comes from the secure generator, so a
     test that checks that the released sum is exact compares it with these)."""
-    from dphype.modes import SumRelease
+    from dphype.release import SumRelease
 
     return record_returns(SumRelease, "ballot")
 

@@ -1,4 +1,4 @@
-"""The framework-free protocol (dphype.protocol) with the sum release (dphype.modes.SumRelease): request, client
+"""The framework-free protocol (dphype.protocol) with the sum release (dphype.release.SumRelease): request, client
 ballot, release, replay (its math, dphype.privacy.noise.replay_noisy_sums)."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ import pytest
 
 from dphype.checks import MAX_CLIENTS
 from dphype.config import DPHypeConfig
-from dphype.modes import SumRelease
 from dphype.privacy.accounting import calibrate
 from dphype.privacy.noise import replay_noisy_sums
 from dphype.protocol import (
@@ -18,6 +17,7 @@ from dphype.protocol import (
     score_candidates,
 )
 from dphype.refusal import REFUSAL_CODES, Refusal
+from dphype.release import SumRelease
 from dphype.secure import secure_sum as ss
 from dphype.selection.candidates import candidate_grid
 
@@ -97,9 +97,9 @@ def test_bad_configuration_is_refused_up_front(overrides, message):
 @pytest.fixture
 def drawn_shares(record_returns):
     """The shares the sum ballot draws, as dphype.privacy.noise.client_noise_share returns them."""
-    import dphype.modes as modes
+    import dphype.release.sum as sum_release
 
-    return record_returns(modes, "client_noise_share")
+    return record_returns(sum_release, "client_noise_share")
 
 
 def test_sum_ballot_is_top_k_plus_the_share_encoded(drawn_shares):

@@ -6,9 +6,9 @@ import pytest
 
 from dphype.ml.data import dataset_spec
 from dphype.ml.oracles import make_problem
-from dphype.modes import release_mode
 from dphype.privacy.noise_kinds import noise_kind
 from dphype.registry import Registry
+from dphype.release import release_mode
 from dphype.selection.rules import selection_rule
 
 

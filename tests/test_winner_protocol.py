@@ -8,7 +8,6 @@ import pytest
 from dphype.checks import EPSILON_RTOL
 from dphype.config import DPHypeConfig
 from dphype.flower.final_training import RunAccountant
-from dphype.modes import ArgmaxRelease, SumRelease, release_mode, release_modes
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy, check_vote_request
 from dphype.privacy.accounting import RDP_ORDERS, rdp_delta, rdp_epsilon
@@ -21,6 +20,7 @@ from dphype.privacy.winner import (
 )
 from dphype.protocol import VoteRequest, make_vote_request
 from dphype.refusal import Refusal
+from dphype.release import ArgmaxRelease, SumRelease, release_mode, release_modes
 from dphype.secure.committee import Tally, field_modulus, open_shares, share_context, voter_id
 from dphype.secure.relay import open_sealed
 from dphype.selection.candidates import candidate_grid

@@ -55,7 +55,6 @@ from dphype.flower import (
 from dphype.ml.data import dataset_spec
 from dphype.ml.reference import majority_of_test_split
 from dphype.ml.torch_task import TorchTask, load_cached
-from dphype.modes import Aggregator
 from dphype.result import FAILURE_FORMAT, DPHypeResult, summarize_run
 from dphype.runs import RunFolder
 from dphype.secure.secure_sum import SecureSumError
@@ -99,7 +98,7 @@ def run_app(grid: Grid, cfg: AppConfig, run: RunFolder) -> dict[str, Any]:
     # the private evaluation's share, noise and secure-sum graph, before the selection spends anything
     evaluation = PrivateEvaluation(cfg.dphype, share=cfg.evaluation_share) if cfg.private_evaluation else None
     # without a committee the selection is checked before any node is asked (a committee's keys come from its nodes)
-    checked = None if cfg.dphype.mode.aggregator is Aggregator.COMMITTEE else DPHype(candidates, cfg.dphype)
+    checked = None if cfg.dphype.mode.uses_committee else DPHype(candidates, cfg.dphype)
     # the central evaluation's split, parsed while the nodes work (the thread ends with the parsing)
     loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dphype-test-split")
     split = loader.submit(load_cached, cfg.dataset)

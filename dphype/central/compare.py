@@ -15,7 +15,7 @@ The methods compared:
 * DP-Hype (federated, no trusted party): the protocol's request, and every client's request check,
   scores and top-k votes (`dphype.protocol`); the noise is a seeded replay, one share per client
   drawn from the method's generator and summed with the votes (the release mode's
-  `dphype.modes.ReleaseMode.replay`, the law of the clients' secure shares; no encoding and no SecAgg+ run here),
+  `dphype.release.ReleaseMode.replay`, the law of the clients' secure shares; no encoding and no SecAgg+ run here),
   then the server's
   release (the configured selection rule and the privacy report);
 * DP-BO (Kusner et al. Alg. 1; central, trusted curator): GP-UCB on the central validation
@@ -115,8 +115,8 @@ def dphype_select(
     """DP-Hype's selection through the protocol's own steps, its noise a seeded replay.
 
     `dphype.protocol.make_vote_request`, every client's `check_request`, `score_candidates` and votes, one noise share
-    per client from ``rng`` (`dphype.modes.ReleaseMode.replay` with ``per_client=True``; the client path draws from
-    the secure generator), and the server's `dphype.modes.ReleaseMode.release`.
+    per client from ``rng`` (`dphype.release.ReleaseMode.replay` with ``per_client=True``; the client path draws from
+    the secure generator), and the server's `dphype.release.ReleaseMode.release`.
 
     Args:
         client_scores: ``(clients, candidates[, keys])`` local scores.

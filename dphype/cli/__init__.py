@@ -146,7 +146,7 @@ def add_selection_arguments(parser: argparse.ArgumentParser, *, release: str = "
     parser.add_argument("--min-success", type=float, default=None,
                         help="refuse to run when the planner's scenario simulates a smaller chance of a good pick")
     # lazy import: start-up: `dphype --help` imports only the standard library
-    from dphype.modes import RELEASE_MODES
+    from dphype.release import RELEASE_MODES
 
     parser.add_argument("--release", choices=RELEASE_MODES.names(), default=release,
                         help="release mode: " + "; ".join(f"{name} ({mode.released})"

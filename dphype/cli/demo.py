@@ -42,7 +42,6 @@ from dphype.cli.run import run_locally
 from dphype.config import RUN_CONFIG_KEYS
 from dphype.ml.reference import candidate_accuracies, majority_of_test_split
 from dphype.ml.torch_task import check_candidates
-from dphype.modes import Aggregator
 from dphype.node.ledger import admitting_policy
 from dphype.node.policy import POLICY_ENV
 from dphype.result import FAILURE_FORMAT, RESULT_FORMAT, summarize_run
@@ -118,7 +117,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                              "give candidates with only those keys, e.g. --candidates table3") from None
     with tempfile.TemporaryDirectory(prefix="dphype-demo-") as folder:
         # argmax mode: the demo's user operates the 3 simulated tally nodes too, so it makes their keys here
-        committee = config.mode.aggregator is Aggregator.COMMITTEE
+        committee = config.mode.uses_committee
         tallies = make_tally_keys(Path(folder) / "tallies") if committee else ()
         # the server's own checks (calibration, secure-sum range, committee, the planner), before Flower starts
         selection = DPHype(candidates, config, tallies=tallies)
@@ -158,7 +157,7 @@ def _run(args: argparse.Namespace, selection: Any, env: dict[str, str], folder: 
     }
     app = args.app if args.app is not None else bundled_app(folder / "app", run_config)
     start = time.perf_counter()
-    supernodes = config.clients + (COMMITTEE_SIZE if config.mode.aggregator is Aggregator.COMMITTEE else 0)
+    supernodes = config.mode.supernodes(config.clients)
     try:
         run_locally(Path(app), run_config, supernodes, env=env, json=args.json, timeout=args.timeout)
     except RunFailedError:

@@ -8,7 +8,7 @@ policy keys (`dphype.node.policy.POLICY_KEYS`) documented. ``--release`` sets th
 ``argmax`` (default) releases only the winner, computed by 3 tally nodes that the ClientApp's mod
 `dphype.flower.simulated_roles` simulates beside the voters and the ServerApp finds with
 `dphype.flower.connected_committee`; ``sum`` releases the noisy vote sum over SecAgg+; any registered mode
-(`dphype.modes.RELEASE_MODES`) may be named. The same two app files serve every mode, and the run config's ``k`` is
+(`dphype.release.RELEASE_MODES`) may be named. The same two app files serve every mode, and the run config's ``k`` is
 the planner's recommendation for the mode, and its ``clients`` at least the planner's smallest federation for
 it (`template_plan`). It runs as written with ``dphype run`` in the app's folder
 (`dphype.cli.run`).
@@ -25,8 +25,8 @@ from typing import Any
 
 from dphype import __version__
 from dphype.config import DPHypeConfig
-from dphype.modes import RELEASE_MODES
 from dphype.node.policy import POLICY_KEYS
+from dphype.release import RELEASE_MODES
 from dphype.selection.candidates import candidate_grid
 from dphype.selection.forecasts import Forecast
 from dphype.selection.planner import WARN_BELOW, plan
@@ -93,7 +93,7 @@ def template_plan(release: str) -> tuple[int, int]:
         ``(k, clients)``.
 
     Raises:
-        ValueError: For a name that is no registered mode (`dphype.modes.release_mode`).
+        ValueError: For a name that is no registered mode (`dphype.release.release_mode`).
     """  # noqa: DOC502
     cfg = DPHypeConfig(**TEMPLATE_RUN, k=1, release=release, ballot="top-k")
     candidates = candidate_grid(**TEMPLATE_GRID)

@@ -2,7 +2,7 @@
 
 Prints the simulated chance of selecting a good candidate for a range of k under a stated consensus scenario (a
 model, not the user's data; and Theorem IV.1's bound for the argmax) for both kinds of release (the noisy sum and the
-winner only), the recommended k of each and the recommended mode among `dphype.modes.RELEASE_MODES`, and
+winner only), the recommended k of each and the recommended mode among `dphype.release.RELEASE_MODES`, and
 the smallest epsilon and number of clients reaching ``--target`` in the mode of ``--release``. ``--min-success P``
 makes it fail (exit status 2) below P. The chance of a good pick on the user's data is unknown
 (``predicted_success``: ``None``), and ``advice`` says so; with a ballot the bench measured (the argmax release's
@@ -19,7 +19,7 @@ from typing import Any
 from dphype.checks import check_epsilon_budget, check_probability
 from dphype.cli import add_noise_arguments, add_selection_arguments
 from dphype.config import DPHypeConfig
-from dphype.modes import release_mode, release_modes
+from dphype.release import release_mode, release_modes
 from dphype.result import format_fields
 from dphype.selection.candidates import load_candidates
 from dphype.selection.measured import PARTITIONS

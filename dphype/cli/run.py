@@ -34,9 +34,9 @@ from dphype.checks import check_int, check_positive
 from dphype.cli import RunFailedError
 from dphype.cli.runs import add_runs_dir_argument, app_runs_dir, check_federation_size, run_record
 from dphype.config import RUN_CONFIG_KEYS, DPHypeConfig
-from dphype.modes import Aggregator, release_mode
 from dphype.node.policy import POLICY_ENV, SIMULATED_REMEDIES, NodePolicy, check_clients_limit, check_delta_limit
 from dphype.refusal import Refusal
+from dphype.release import release_mode
 from dphype.runs import RUNS_ENV, run_folders
 from dphype.secure.committee import COMMITTEE_SIZE
 
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             toml_value(value)
         except ValueError as err:
             raise ValueError(f"--run-config {key}={value!r}: {err}") from None
-    committee = release_mode(config.get("release", DPHypeConfig.release)).aggregator is Aggregator.COMMITTEE
+    committee = release_mode(config.get("release", DPHypeConfig.release)).uses_committee
     tallies = int(config.get("tallies", COMMITTEE_SIZE)) if committee else 0
     runs = app_runs_dir(folder, config, args.runs_dir)  # the ServerApp writes its run folder there
     before = run_folders(runs)

@@ -50,10 +50,10 @@ from dphype.flower.wire import (
     TALLY_STAGES,
     TALLY_STATE,
 )
-from dphype.modes import CommitteeMode
 from dphype.node.policy import federation_settings, load_membership
 from dphype.protocol import VoteRequest
 from dphype.refusal import Refusal, as_refusal
+from dphype.release import CommitteeMode
 from dphype.secure.committee import (
     ServedRecord,
     Tally,
@@ -187,7 +187,7 @@ class _TallyNode:
         """This tally's answer to one stage's content ``record``.
 
         ``hello``: its index and public key; ``collect``: opens the sealed shares of the request and draws its noise
-        share (`dphype.modes.CommitteeMode.tally_noise`); ``compute``: starts its MPyC party; ``result``: what its
+        share (`dphype.release.CommitteeMode.tally_noise`); ``compute``: starts its MPyC party; ``result``: what its
         party opened and the contributors whose ballots were invalid, waiting at most the server's ``timeout`` (a
         finite number of seconds in ``(0, MAX_RESULT_WAIT]``).
 

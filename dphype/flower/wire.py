@@ -10,7 +10,7 @@ keys an operator types (``dphype-max-epsilon``, ``dphype-tally-id``, ...) are no
 node-config style (dashes), in `dphype.node.policy` and `dphype.flower.tally_node`.
 
 Glossary (one name per concept, in the package's names, messages and errors): the **committee** is the path of
-the committee releases (``release="argmax"`` and ``"committee-sum"``, `dphype.modes.Aggregator.COMMITTEE`):
+the committee releases (``release="argmax"`` and ``"committee-sum"``, `dphype.release.Aggregator.COMMITTEE`):
 clients seal Shamir shares of their ballots to it, it checks them under MPC and opens only the release; a
 **tally** is one member of the committee (a role, like a **voter**: a tally node, its key, its MPyC party, its
 stages); **argmax** names only the release ``"argmax"`` (what its committee opens) and the selection rule.

@@ -31,8 +31,8 @@ import numpy as np
 
 from dphype.checks import check_epsilon, check_int, check_neighbouring, check_positive
 from dphype.ml.data import Dataset, dataset_names, load_dataset, partition_dirichlet, partition_iid
-from dphype.modes import DEFAULT_ARGMAX_BALLOT
 from dphype.privacy.winner import noise_std, replay_winners
+from dphype.release import DEFAULT_ARGMAX_BALLOT
 from dphype.selection.voting import Ballot, primary_scores, top_k_votes
 from dphype.task import Task
 
@@ -208,7 +208,7 @@ def sweep(
         ``{"clients", "partition", "candidates", "maximize", "tolerance", "repetitions", "reference", "opt", "rows",
         "best", "seconds"}``: the reference score of every candidate and the index of Opt; ``rows``: per epsilon,
         relation and ballot (top-k at each ``k``, and the argmax release's default ballot,
-        `dphype.modes.DEFAULT_ARGMAX_BALLOT`, with its ``k`` where it is a top-k one, else ``None``), the mean gap
+        `dphype.release.DEFAULT_ARGMAX_BALLOT`, with its ``k`` where it is a top-k one, else ``None``), the mean gap
         and the share within ``tolerance``; ``best``: per epsilon and relation, the ``k`` with the smallest mean gap
         (ties: the smaller ``k``) and the default ballot's ``k``, gap and how far it trails.
 

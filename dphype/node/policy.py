@@ -440,9 +440,9 @@ def check_vote_request(request: VoteRequest, policy: NodePolicy) -> VoteGuarante
     """Refuse a request that is not what it claims or that this node's policy does not allow (threat model 2, 10).
 
     In order: `dphype.protocol.check_request` with the node's candidate copy; the tally committee against the
-    known tallies; the announced delta and epsilon (`dphype.modes.ReleaseMode.announced_epsilon`) against the
+    known tallies; the announced delta and epsilon (`dphype.release.ReleaseMode.announced_epsilon`) against the
     limits; the fewest contributors against ``min_clients``; and the worst-case epsilon recomputed at the node's
-    own delta, accountant and relation (`dphype.modes.ReleaseMode.node_cost`). Details carry only numbers derived
+    own delta, accountant and relation (`dphype.release.ReleaseMode.node_cost`). Details carry only numbers derived
     from the request, never the node's limits.
 
     Args:

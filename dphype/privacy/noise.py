@@ -134,7 +134,7 @@ def committee_noise_share(size: int | tuple[int, ...], *, sigma: float, parties:
     ``h`` = `honest_tallies`: any ``h`` tallies' shares add up to variance ``sigma^2`` (the kind's law is closed under
     sums), what the accountant calibrated ``sigma`` for; the other shares are independent of the data and of those
     ``h`` (post-processing). A tally passes ``rng = secure_generator()``. The MPC adds integers, so the committee
-    release admits integer kinds only (`dphype.modes`).
+    release admits integer kinds only (`dphype.release`).
 
     Args:
         size: The share's shape, ``p``.

@@ -16,7 +16,7 @@ Protocol (framework-free; the Flower adapter relays the bytes):
    summed before the ballots are checked). A share that does not open for its label, does not parse, repeats a
    label or a ciphertext, or whose roster signature failed (`Tally.reject`) is an invalid entry with its reason
    (`Tally.invalid`), never a refusal of the round. The tally takes the mode's committee noise
-   (`dphype.modes.CommitteeMode.tally_noise`: the argmax's joint sampler derived from the request, or the
+   (`dphype.release.CommitteeMode.tally_noise`: the argmax's joint sampler derived from the request, or the
    committee sum's Skellam share drawn with the CSPRNG) and serves a request once per run (`Tally.job`); a round
    with fewer valid shares than the floor is refused before it counts as served. A `ServedRecord` (kept beside
    the tally's key) makes this persist across runs and restarts: read before anything is opened, appended and
@@ -74,8 +74,8 @@ SEC_PARAM = 30
 ENTRY_BYTES = 8
 #: Where the tallies' parties' output and the contributors they leave out are logged.
 LOGGER = logging.getLogger(__name__)
-#: What the committee opens: the winner's index (`dphype.modes.ArgmaxRelease`) or the whole noisy sum
-#: (`dphype.modes.CommitteeSumRelease`).
+#: What the committee opens: the winner's index (`dphype.release.ArgmaxRelease`) or the whole noisy sum
+#: (`dphype.release.CommitteeSumRelease`).
 OPENS_ARGMAX, OPENS_SUM = "argmax", "sum"
 
 

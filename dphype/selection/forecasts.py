@@ -42,7 +42,7 @@ class Forecast(enum.Enum):
 
 
 class PlannedRelease(Protocol):
-    """What the planner needs of a release mode (`dphype.modes.ReleaseMode` has it)."""
+    """What the planner needs of a release mode (`dphype.release.ReleaseMode` has it)."""
 
     @property
     def name(self) -> str:

@@ -27,7 +27,7 @@ import numpy as np
 
 from dphype.checks import NEIGHBOURING, check_neighbouring
 
-#: The ballot the planner quotes by default (`dphype.modes.ArgmaxRelease`'s default).
+#: The ballot the planner quotes by default (`dphype.release.ArgmaxRelease`'s default).
 MEASURED_BALLOT = "auto"
 #: The package's table, in ``dphype/data``.
 MEASURED_FILE = "ksweep_report_within.csv"

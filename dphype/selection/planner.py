@@ -5,9 +5,9 @@ success of the selection rule that will run and of the argmax, with Theorem IV.1
 (`dphype.selection.forecasts`); recommends the ``k`` with the highest simulated success (the winner release's ties:
 `_winner_tie_break`), and finds the smallest epsilon and the smallest number of clients that reach a target success
 (bisection with common random numbers). The planner names no release mode: its caller passes the run's mode and the
-modes to compare (`PlannedRelease`, which `dphype.modes.ReleaseMode` implements). The plan recommends ``k`` for each
+modes to compare (`PlannedRelease`, which `dphype.release.ReleaseMode` implements). The plan recommends ``k`` for each
 forecast and, among the modes passed, the one with the higher simulated success at its recommended ``k`` (ties: the
-first passed, the sum release in `dphype.modes.RELEASE_MODES`).
+first passed, the sum release in `dphype.release.RELEASE_MODES`).
 
 The scenario is a model, not the user's data: the plan (`dphype.selection.plan_result.Plan`) claims no chance of a
 good pick on it, and quotes what the bench measured where it measured the run's release and ballot
@@ -164,7 +164,7 @@ def plan(
         seed: The simulation's seed.
         search: ``False`` skips the searches for ``min_epsilon`` and ``min_clients`` (reported as ``None``).
         release: The run's mode (e.g. ``DPHypeConfig.mode``; ``None``: report the noisy-sum forecast, unnamed).
-        releases: The modes to recommend among (default: ``release`` alone; `dphype.modes.release_modes` for
+        releases: The modes to recommend among (default: ``release`` alone; `dphype.release.release_modes` for
             all).
         ballot: The run's ballot name: with the winner release and a ballot the bench measured
             (`dphype.selection.measured.measured_ballots`) the plan carries the measured shares within 1 and 2 points

@@ -29,7 +29,7 @@ costs no more epsilon than top-k, but its noise and counts both grow by ``G``, s
 ballot over ``D`` ranks is the average of the top-``j`` ballots, ``j <= D``: a hedge over ``k``, never better than
 the best ``k``. In the sum release the noise must hide a whole ballot: a linear rank ballot's l2 sensitivity is
 about ``G sqrt(2 D / 3)`` against top-k's ``sqrt(2 k)``; the sum release keeps top-k
-(`dphype.modes.ReleaseMode.check_ballot`). The server's selection rule lives in `dphype.selection.rules`.
+(`dphype.release.ReleaseMode.check_ballot`). The server's selection rule lives in `dphype.selection.rules`.
 """
 
 from __future__ import annotations
@@ -391,7 +391,7 @@ class Ballot:
     def _resolved(self) -> None:
         if self.from_public_facts:
             raise ValueError(f"a {self.kind} ballot's k follows from the release's public facts: resolve it first "
-                             "(dphype.modes.ReleaseMode.resolved_ballot)")
+                             "(dphype.release.ReleaseMode.resolved_ballot)")
 
     def form(self, k: int, num_candidates: int | None = None) -> BallotForm:
         """The form every ballot of this kind has (what the tallies check).

@@ -17,8 +17,8 @@ import pytest
 from dphype import cli
 from dphype.ml.data import Dataset
 from dphype.ml.ksweep import Partition, split_proxy, sweep
-from dphype.modes import DEFAULT_ARGMAX_BALLOT
 from dphype.privacy.winner import noise_std
+from dphype.release import DEFAULT_ARGMAX_BALLOT
 from dphype.selection.voting import Ballot
 from tests.helpers import clean_env, doc_blocks
 

@@ -17,7 +17,7 @@ from dphype.cli import main
 from dphype.cli.new import TEMPLATE_GRID, TEMPLATE_KS, TEMPLATE_RUN
 from dphype.flower import selected_candidate
 from dphype.flower.local import LocalGrid, node_id
-from dphype.modes import DEFAULT_ARGMAX_BALLOT, RELEASE_MODES, Aggregator
+from dphype.release import DEFAULT_ARGMAX_BALLOT, RELEASE_MODES
 
 SUMMARY = r"DP-Hype selected candidate \d of 8: lr=[0-9.e-]+, steps=\d+\n"
 
@@ -62,7 +62,7 @@ def test_new_writes_an_app_that_selects_and_trains_in_process(tmp_path, capsys, 
     assert "#   dphype-max-epsilon = 1.0: largest epsilon" in (folder / "pyproject.toml").read_text()
     client = load(folder / "my_app" / "client_app.py", f"new_client_app_{release}")
     server = load(folder / "my_app" / "server_app.py", f"new_server_app_{release}")
-    committee = RELEASE_MODES.get(release).aggregator is Aggregator.COMMITTEE
+    committee = RELEASE_MODES.get(release).uses_committee
     nodes = clients + (3 if committee else 0)
     # in argmax mode the simulated_roles mod gives every node its role and its simulated federation, as in a Ray
     # worker; in sum mode the grid makes its nodes' roster (the node policy would in a Ray worker)
@@ -107,7 +107,7 @@ def test_every_mode_gets_an_app_whose_k_is_the_planners_choice_for_its_candidate
         run_config = tomllib.loads((new_app(tmp_path / release, "--release", release) / "pyproject.toml").read_text())[
             "tool"]["flwr"]["app"]["config"]
         k = run_config["k"]
-        keys = tallies if mode.aggregator is Aggregator.COMMITTEE else ()
+        keys = tallies if mode.uses_committee else ()
         # the app passes its own server's check: its clients reach its min-success (the sum releases need more than
         # 10 here, and get the planner's smallest federation)
         plan = DPHype(candidates, DPHypeConfig.from_run_config(run_config), tallies=keys).plan()
@@ -135,7 +135,7 @@ def test_a_new_mode_is_offered_with_no_other_edit(tmp_path):
     for its k, and a name no class registered is refused."""
     from dphype.cli import build_parser
     from dphype.cli.new import template_plan
-    from dphype.modes import CommitteeSumRelease
+    from dphype.release import CommitteeSumRelease
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(RELEASE_MODES, "_items", RELEASE_MODES.copy()._items)  # the throwaway mode's entries

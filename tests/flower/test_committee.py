@@ -16,10 +16,10 @@ from dphype.flower import DPHype, PreflightError
 from dphype.flower.local import node_id
 from dphype.flower.server.committee_server import connected_committee, run_committee_selection
 from dphype.flower.wire import TALLY_KEY
-from dphype.modes import DEFAULT_ARGMAX_BALLOT
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy
 from dphype.privacy.winner import WINNER_NOISE
+from dphype.release import DEFAULT_ARGMAX_BALLOT
 from dphype.secure.committee import TallyError
 
 
@@ -116,7 +116,7 @@ def test_bad_committees_are_refused_before_anything_runs(tmp_path):
 
 def test_clients_refusing_the_committee_vote_send_nothing_and_too_few_shares_release_nothing(tmp_path, monkeypatch):
     grid, keys = argmax_grid(tmp_path)
-    from dphype.modes import ArgmaxRelease
+    from dphype.release import ArgmaxRelease
 
     real = ArgmaxRelease.ballot
     calls = []
@@ -141,7 +141,7 @@ def test_clients_refusing_the_committee_vote_send_nothing_and_too_few_shares_rel
 
 def modified_ballots(monkeypatch, cheaters, boost):
     """Modified client code on the ``cheaters`` (voter ids): their ballot is ``boost``, shared without the check."""
-    from dphype.modes import CommitteeMode
+    from dphype.release import CommitteeMode
     from dphype.secure.committee import field_modulus, share_context, split_shares
     from dphype.secure.relay import seal
 

@@ -16,9 +16,9 @@ import dphype.flower.client.committee_client as client_argmax
 from dphype.flower.federation import voter_name
 from dphype.flower.local import node_id
 from dphype.flower.server import DPHype
-from dphype.modes import CommitteeMode
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy
+from dphype.release import CommitteeMode
 from dphype.secure.committee import TallyError, field_modulus, share_context, split_shares, voter_id
 from dphype.secure.relay import seal
 

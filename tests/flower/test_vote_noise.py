@@ -1,4 +1,4 @@
-"""The noise in what a client actually sends, through the real vote path (:meth:`dphype.modes.SumRelease.ballot`,
+"""The noise in what a client actually sends, through the real vote path (:meth:`dphype.release.SumRelease.ballot`,
 and the client handler under :class:`dphype.flower.local.LocalGrid`), against the exact law of a share (DP-Hype
 Appendix A: variance ``sigma^2 / ((1 - xi) n)``; Skellam shares ``Pois(mu) - Pois(mu)``, Agarwal, Kairouz & Liu 2021).
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dphype.modes import release_modes
+from dphype.release import release_modes
 from dphype.selection.ballots import BallotForm, InvalidBallot
 from dphype.selection.voting import top_k_votes
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dphype.modes import ArgmaxRelease
+from dphype.release import ArgmaxRelease
 from dphype.selection.measured import (
     COLUMNS,
     MEASURED_FILE,

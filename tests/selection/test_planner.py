@@ -10,8 +10,8 @@ import pytest
 
 from dphype.checks import MAX_CLIENTS
 from dphype.cli import main
-from dphype.modes import ArgmaxRelease
 from dphype.privacy.winner import noise_std
+from dphype.release import ArgmaxRelease
 from dphype.selection.candidates import candidate_grid, table_iii_grid
 from dphype.selection.loss_model import _distinct_uniform
 from dphype.selection.planner import (

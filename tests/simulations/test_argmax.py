@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from helpers import TINY, bench
 
-from dphype.modes import ArgmaxRelease
+from dphype.release import ArgmaxRelease
 
 
 def test_tradeoff_and_ablations_replay_both_release_modes(small_adult: None, tmp_path: Path,

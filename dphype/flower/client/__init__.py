@@ -71,7 +71,6 @@ from dphype.flower.wire import (
     SCORES_STATE,
     STAGE_KEY,
 )
-from dphype.modes import Aggregator
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy, check_vote_request
 from dphype.protocol import VoteRequest, score_candidates
@@ -201,7 +200,7 @@ def _forget(context: Context) -> None:
 
 def _approval(request: VoteRequest, limits: NodePolicy, context: Context, membership: Membership | None) -> Approval:
     """What this node approved for its SecAgg+ round; another aggregator's request is refused (``release_mode``)."""
-    if request.mode.aggregator is not Aggregator.SECAGG:
+    if request.mode.uses_committee:
         raise Refusal("release_mode", "a SecAgg+ stage for a request whose release is not SecAgg+'s")
     return Approval(request=request.digest(), clients=request.config.clients, survivors=request.min_survivors,
                     size=len(request.candidates), min_neighbours=limits.min_neighbours, run=int(context.run_id),

@@ -3,7 +3,7 @@
 After the usual pre-flight (``query.dphype``: the node policy checks the committee and the epsilon,
 `dphype.node.policy.check_vote_request`), ``train.dphype_committee`` must carry the approved request; the node
 records the vote in its ledger, then answers with one sealed share per tally (the committee mode's ballot,
-`dphype.modes.ArgmaxRelease.ballot`).
+`dphype.release.ArgmaxRelease.ballot`).
 The server cannot open them; it forwards them to the tallies (`dphype.flower.server.committee_server`,
 `dphype.flower.tally_node`).
 """
@@ -23,7 +23,6 @@ from dphype.flower.client.policy_client import (
     sanitized,
 )
 from dphype.flower.wire import APPROVAL_STATE, COMMITTEE_ACTION, GUARANTEE_STATE, RECORD_KEY
-from dphype.modes import Aggregator
 from dphype.protocol import VoteRequest
 from dphype.refusal import Refusal
 from dphype.secure.committee import voter_id
@@ -56,7 +55,7 @@ def register_committee_vote(app: ClientApp, *, policy: PolicySource = None) -> C
             approved = context.state.config_records.get(APPROVAL_STATE)
             checked = context.state.config_records.get(GUARANTEE_STATE)
             request = VoteRequest.from_record(msg.content.config_records.get(RECORD_KEY, {}))
-            if request.mode.aggregator is not Aggregator.COMMITTEE:
+            if not request.mode.uses_committee:
                 raise Refusal("release_mode", "a committee vote for a request whose release is not the tally "
                               "committee's")
             if approved is None or checked is None or approved["digest"] != request.digest():

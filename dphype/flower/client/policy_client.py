@@ -263,7 +263,7 @@ def cast_approved_ballot(context: Context, request: VoteRequest, limits: NodePol
                          maximize: bool, what: str, **options: Any) -> Any:
     """This node's one ballot on the ``request`` its pre-flight approved, recorded in its ledger.
 
-    One pre-flight, one vote: the kept scores are read, the ballot cast (`dphype.modes.ReleaseMode.ballot`), the
+    One pre-flight, one vote: the kept scores are read, the ballot cast (`dphype.release.ReleaseMode.ballot`), the
     scores dropped, and only then the guarantee charged (`dphype.node.ledger.Ledger.spend` checks the lifetime
     budget again). Whatever fails leaves nothing sent.
 

@@ -18,8 +18,8 @@ from flwr.clientapp.typing import ClientAppCallable
 from dphype.flower.client.policy_client import environment_policy, node_policy, simulated
 from dphype.flower.federation import federation_set, simulated_federation, tally_name, voter_name
 from dphype.flower.tally_node import TALLY_ID, TALLY_KEY_FILE, TALLY_KEYS_ENV, TALLY_PARTIES, load_tally_key
-from dphype.modes import RELEASE_MODES, Aggregator
 from dphype.node.policy import TALLIES_KEY, run_ledger_path
+from dphype.release import RELEASE_MODES
 from dphype.secure.committee import COMMITTEE_SIZE
 
 #: First loopback port of a simulated committee's MPyC parties (`simulated_parties`).
@@ -99,7 +99,7 @@ def simulated_roles(msg: Message, context: Context, call_next: ClientAppCallable
     run = context.run_config
     release = str(run.get("release"))
     mode = RELEASE_MODES.get(release) if release in RELEASE_MODES else None
-    if mode is not None and mode.aggregator is Aggregator.COMMITTEE and "clients" in run:
+    if mode is not None and mode.uses_committee and "clients" in run:
         simulated_role(context, int(cast(int, run["clients"])), int(cast(int, run.get("tallies", COMMITTEE_SIZE))),
                        os.environ.get(TALLY_KEYS_ENV) or run_ledger_path(context.run_id).parent)
     return call_next(msg, context)

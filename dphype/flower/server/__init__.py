@@ -21,7 +21,7 @@ mode's committee). The message types and keys are `dphype.flower.wire`'s.
 3. one round of DP-Hype's SecAgg+ (``train.dphype``, `dphype.secure.secagg`) over the ready clients
    returns the exact noisy vote sum (`dphype.flower.server.secagg_server.run_secure_sum`), unmasked only if enough
    clients contributed and every client verified that any sum it could be part of holds enough noise;
-4. the release (the mode's `dphype.modes.ReleaseMode.release`): the selection rule's pick, its confidence
+4. the release (the mode's `dphype.release.ReleaseMode.release`): the selection rule's pick, its confidence
    and the privacy report.
 
 When the release mode's aggregator is the tally committee (``release="argmax"``) steps 3-4 are
@@ -49,9 +49,9 @@ from dphype.flower.grid import check_timeout
 from dphype.flower.server.committee_server import TALLY_TIMEOUT, check_tally_timeout, run_committee_selection
 from dphype.flower.server.readiness import run_preflight, wait_for_nodes
 from dphype.flower.server.secagg_server import advertise_record, run_secure_sum, secagg_graph
-from dphype.modes import Aggregator
 from dphype.privacy.noise import client_noise_std
 from dphype.protocol import DPHypeResult, make_vote_request, selection_plan
+from dphype.release import Aggregator, committee_releases
 from dphype.secure.roster import Roster
 from dphype.secure.secagg import Advertised
 from dphype.secure.secagg_params import CORRUPT_FRACTION, check_corrupt_fraction
@@ -97,7 +97,7 @@ class DPHype:
         tallies: tuple[bytes, ...] = (),
         roster: Roster | str | None = None,
     ) -> None:
-        if config.mode.aggregator is Aggregator.COMMITTEE and not tallies:
+        if config.mode.uses_committee and not tallies:
             raise ValueError(f"release={config.release!r} needs the tally committee's public keys, got none: pass "
                              "DPHype(candidates, config, tallies=committee.keys) with committee = "
                              "dphype.flower.connected_committee(grid, config), which finds the tally nodes; in "
@@ -180,9 +180,9 @@ class DPHype:
         tally_timeout = check_tally_timeout(tally_timeout)
         cfg = self.config
         committee_nodes = tuple(committee_nodes or ()) or None  # empty: a mode without a committee, or ask it
-        if committee_nodes is not None and cfg.mode.aggregator is not Aggregator.COMMITTEE:
+        if committee_nodes is not None and not cfg.mode.uses_committee:
             raise ValueError(f"committee_nodes applies to the committee releases "
-                             f"({Aggregator.COMMITTEE.releases()}) only, got release={cfg.release!r}")
+                             f"({committee_releases()}) only, got release={cfg.release!r}")
         plan = self.plan()
         log(logging.INFO, "Starting %r", self)
         # the planner's advice, once per run, in one line; its details go into the result (`DPHypeResult.plan`)

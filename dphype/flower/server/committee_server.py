@@ -46,7 +46,6 @@ from dphype.flower.wire import (
     TALLY_TIMEOUT,
     TALLY_TYPE,
 )
-from dphype.modes import Aggregator
 from dphype.protocol import DPHypeResult, VoteRequest, selection_plan
 from dphype.secure.committee import COMMITTEE_SIZE, Opening, TallyError, agreed_opening
 from dphype.selection.candidates import CandidateList
@@ -286,7 +285,7 @@ def connected_committee(grid: Grid, config: DPHypeConfig, size: int = COMMITTEE_
         check_k(config.k, len(candidates))  # the configured k, whether or not the ballot votes with it
         config.mode.calibrate(config, candidates)
         selection_plan(config, candidates)  # a federation too small to select is refused here
-    if config.mode.aggregator is not Aggregator.COMMITTEE:
+    if not config.mode.uses_committee:
         return Committee(grid, others=find_tallies(grid, config.clients, connect_timeout=connect_timeout,
                                                    timeout=timeout))
     keys, nodes = discover_committee(grid, config.clients, size, connect_timeout=connect_timeout, timeout=timeout)
@@ -393,7 +392,7 @@ def run_committee_selection(grid: Grid, request: VoteRequest, *, preflight: Pref
         committee_nodes: The tallies' node ids in committee order, or ``None`` to find them (`find_committee`).
 
     Returns:
-        The winner-only result (`dphype.modes.ReleaseMode.release` of the agreed index).
+        The winner-only result (`dphype.release.ReleaseMode.release` of the agreed index).
 
     Raises:
         ValueError: If ``committee_nodes`` does not name one distinct node per tally.

@@ -1,4 +1,4 @@
-"""Release modes (dphype.modes): the registry, the round trips through the configuration and JSON, and each mode's
+"""Release modes (dphype.release): the registry, the round trips through the configuration and JSON, and each mode's
 methods against the independent formulas the other tests use (DP-Hype Appendix A for the sum release, the discrete
 Laplace mechanism of dphype.privacy.winner's docstring for the winner release)."""
 
@@ -12,7 +12,12 @@ import numpy as np
 import pytest
 
 from dphype.config import DPHypeConfig
-from dphype.modes import (
+from dphype.node.policy import NodePolicy, check_vote_request
+from dphype.privacy.accounting import calibrate, mechanism_epsilon, vote_sensitivity
+from dphype.privacy.noise import client_noise_variance, min_survivors, replay_noisy_sums
+from dphype.privacy.winner import WINNER_NOISE, replay_winners, winner_probabilities
+from dphype.protocol import VoteRequest, make_vote_request
+from dphype.release import (
     DEFAULT_ARGMAX_BALLOT,
     RELEASE_MODES,
     Aggregator,
@@ -24,11 +29,6 @@ from dphype.modes import (
     release_mode,
     release_modes,
 )
-from dphype.node.policy import NodePolicy, check_vote_request
-from dphype.privacy.accounting import calibrate, mechanism_epsilon, vote_sensitivity
-from dphype.privacy.noise import client_noise_variance, min_survivors, replay_noisy_sums
-from dphype.privacy.winner import WINNER_NOISE, replay_winners, winner_probabilities
-from dphype.protocol import VoteRequest, make_vote_request
 from dphype.secure.committee import OPENS_ARGMAX, OPENS_SUM, Tally
 from dphype.selection.ballots import BallotForm
 from dphype.selection.candidates import candidate_grid as grid
