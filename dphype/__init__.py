@@ -27,7 +27,7 @@ from dphype._exports import lazy_getattr  # noqa: E402
 _EXPORTS: dict[str, str] = {
     "DPHypeConfig": "dphype.config",
     "PrivacyReport": "dphype.privacy.accounting",
-    "VoteRelease": "dphype.privacy.accounting",
+    "VoteEvent": "dphype.privacy.accounting",
     "calibrate": "dphype.privacy.accounting",
     "epsilon": "dphype.privacy.accounting",
     "privacy_report": "dphype.privacy.accounting",
@@ -46,7 +46,7 @@ _EXPORTS: dict[str, str] = {
 
 if TYPE_CHECKING:
     from dphype.config import DPHypeConfig
-    from dphype.privacy.accounting import PrivacyReport, VoteRelease, calibrate, epsilon, privacy_report
+    from dphype.privacy.accounting import PrivacyReport, VoteEvent, calibrate, epsilon, privacy_report
     from dphype.privacy.noise import client_noise_std, noise_share
     from dphype.result import DPHypeResult
     from dphype.selection.candidates import (
@@ -70,7 +70,7 @@ __all__ = [
     "DPHypeConfig",
     "DPHypeResult",
     "PrivacyReport",
-    "VoteRelease",
+    "VoteEvent",
     "calibrate",
     "candidate_grid",
     "client_noise_std",

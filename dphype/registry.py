@@ -19,12 +19,14 @@ class Registry(Generic[T]):
         parameter: The parameter a looked-up name is the value of, as errors name it (``"noise"``).
         concept: What is registered, as errors name it (``"noise kind"``).
         fix: How to set the parameter, appended to the refusal of an unknown name (empty: nothing appended).
+        renamed: Retired names -> their new names: looking a retired name up is refused, naming the new one.
     """
 
-    def __init__(self, parameter: str, concept: str, fix: str = "") -> None:
+    def __init__(self, parameter: str, concept: str, fix: str = "", renamed: dict[str, str] | None = None) -> None:
         self.parameter = parameter
         self.concept = concept
         self.fix = fix
+        self.renamed = dict(renamed or {})
         self._items: dict[str, T] = {}
 
     def add(self, name: str, item: T) -> T:
@@ -37,6 +39,8 @@ class Registry(Generic[T]):
     def get(self, name: Any) -> T:
         """The variant named ``name``; an unknown name is refused with the list of registered ones."""
         item = self._items.get(name) if isinstance(name, str) else None
+        if item is None and isinstance(name, str) and name in self.renamed:
+            raise ValueError(f"{self.parameter}={name!r} was renamed: set {self.parameter}={self.renamed[name]!r}")
         if item is None:
             fix = f": {self.fix}" if self.fix else ""
             raise ValueError(f"{self.parameter} must be one of {', '.join(self._items)}, got {name!r}{fix}")
@@ -52,7 +56,7 @@ class Registry(Generic[T]):
 
     def copy(self) -> Registry[T]:
         """A registry with the same entries, for a test's throwaway variants."""
-        twin: Registry[T] = Registry(self.parameter, self.concept, self.fix)
+        twin: Registry[T] = Registry(self.parameter, self.concept, self.fix, self.renamed)
         twin._items = dict(self._items)
         return twin
 

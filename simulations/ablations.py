@@ -4,7 +4,7 @@ All methods reuse the tradeoff study's arrays (each client's local score of ever
 FedAvg test accuracy of every candidate, cached per configuration), so only the release differs:
 
 * **DP-Hype**: top-k votes (:func:`dphype.selection.voting.top_k_votes`), L2 sensitivity ``sqrt(2k)``; every selection
-  rule of ``--rules`` (the plain argmax and the structure-aware ``gp`` rule of :mod:`dphype.selection.rules`) picks
+  rule of ``--rules`` (the max-votes rule and the structure-aware ``gp`` rule of :mod:`dphype.selection.rules`) picks
   from the same releases, one row each (column ``rule``). With ``--release argmax`` the winner release is
   replayed too (:func:`simulations.tradeoff.winner_releases`: per relation of ``--neighbourings``, at the
   planner's recommended ``k`` unless ``--k`` is given; column ``k``).

@@ -105,7 +105,7 @@ def round_cost(clients: int, rounds: int) -> dict[str, Any]:
     from dphype.ml.torch_task import FixedScoresTask
 
     # the argmax rule: the server's selection time is not the guard's
-    config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=5, clients=clients, dropout=0.1, noise="skellam", rule="argmax")
+    config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=5, clients=clients, dropout=0.1, noise="skellam", rule="max-votes")
     candidates = table_iii_grid()
     scores = np.random.default_rng(0).random((clients, len(candidates)))
     selection = DPHype(candidates, config)

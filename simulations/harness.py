@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from dphype.checks import (  # noqa: F401 (check_* re-exported for the studies)
+    DEFAULT_NOISE,
     check_clients,
     check_delta,
     check_int,
@@ -59,7 +60,7 @@ def sigma_for(
     *,
     num_candidates: int,
     accountant: str | None,
-    noise: str = "gaussian",
+    noise: str = DEFAULT_NOISE,
     raw_scores: bool = False,
 ) -> float:
     """Total noise std for one release (:func:`dphype.privacy.accounting.calibrate`); ``epsilon = inf`` gives 0."""

@@ -10,7 +10,7 @@ For every federation (data set, ``n`` clients, iid or Dirichlet ``beta``):
   (:func:`dphype.selection.voting.top_k_votes`), once;
 * for every ``epsilon`` the noisy vote sum is drawn ``--repetitions`` times
   (:func:`dphype.privacy.noise.replay_noisy_sums`: per-client shares, summed), and every selection rule of
-  ``--rules`` (:mod:`dphype.selection.rules`: the plain argmax and the structure-aware ``gp`` rule) picks a
+  ``--rules`` (:mod:`dphype.selection.rules`: the max-votes rule and the structure-aware ``gp`` rule) picks a
   candidate from the SAME releases; **DP-Hype**'s accuracy is the FedAvg accuracy of the pick. Per point:
   mean with 95% CI, the share of runs within 1 point of Opt, the worst 5% accuracy (5th percentile) and
   the share of picks no client voted for.
@@ -109,10 +109,10 @@ def winner_plan(clients: int, epsilon: float, relation: str, *, delta: float, sp
                 consensus: Any = "moderate", ks: Sequence[int] | None = None) -> Any:
     """The planner's prediction for the winner release at one point, as ``dphype plan --release argmax
     --neighbouring R`` gives it (``recommended_k_winner``, ``by_k``'s ``success_winner``), without the searches.
-    The sum release's success is asked for the plain argmax rule: the winner's ``k`` does not depend on it, and
+    The sum release's success is asked for the max-votes rule: the winner's ``k`` does not depend on it, and
     the GP rule's simulation would cost most of the call."""
     return plan(clients, epsilon, delta, space, num_candidates, neighbouring=relation, release=ArgmaxRelease(),
-                consensus=consensus, ks=ks, rule="argmax", search=False)
+                consensus=consensus, ks=ks, rule="max-votes", search=False)
 
 
 def winner_k(release: dict[str, Any], *, clients: int, epsilon: float, relation: str, space: Any,
@@ -139,7 +139,7 @@ def winner_picks(vote_sum: np.ndarray, *, epsilon: float, relation: str, repetit
 
 
 @dataclass(frozen=True)
-class WinnerRelease:
+class WinnerEvent:
     """The argmax release replayed at one point for one neighbouring relation."""
 
     rule: str  #: ``noisy-max/<relation>``
@@ -150,7 +150,7 @@ class WinnerRelease:
 
 
 def winner_releases(scores: np.ndarray, votes: np.ndarray, *, epsilon: float, clients: int,
-                    release: dict[str, Any], space: Any, rng: np.random.Generator) -> list[WinnerRelease]:
+                    release: dict[str, Any], space: Any, rng: np.random.Generator) -> list[WinnerEvent]:
     """The argmax release for each relation of ``release['neighbourings']``, at :func:`winner_k`'s ``k``:
     ``votes`` (the vote counts at ``release['k']``) are reused when that is the ``k``, otherwise the clients'
     ``scores`` are voted again at it."""
@@ -161,7 +161,7 @@ def winner_releases(scores: np.ndarray, votes: np.ndarray, *, epsilon: float, cl
         counts = votes if k == release["k"] else harness.client_votes(scores, k, maximize=True).sum(axis=0)
         picks, std = winner_picks(counts, epsilon=epsilon, relation=relation, repetitions=release["repetitions"],
                                   rng=rng)
-        out.append(WinnerRelease(f"noisy-max/{relation}", k, counts, picks, std))
+        out.append(WinnerEvent(f"noisy-max/{relation}", k, counts, picks, std))
     return out
 
 
@@ -303,7 +303,7 @@ def winner_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per federation and epsilon, the product's default rule (or, if it did not run, the first rule): its
     gap to Opt and margin over RandGuess (accuracy points), share of runs within 1 point of Opt and worst 5%
-    gap, with the plain argmax's gap, share and worst 5% gap beside them."""
+    gap, with the max-votes rule's gap, share and worst 5% gap beside them."""
     ran = list(dict.fromkeys(r["rule"] for r in rows if r["method"] == "DP-Hype"))
     main_rule = DEFAULT_RULE if DEFAULT_RULE in ran else ran[0]
     out = []
@@ -320,14 +320,14 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                  "within_1pt": round(row["within_1pt"], 3), "within_2pt": round(row["within_2pt"], 3),
                  "worst5_gap_points": round(100 * (opt - row["worst5_accuracy"]), 2),
                  "zero_vote_share": round(row["zero_vote_share"], 4)}
-        argmax = next((r for r in same if r["method"] == "DP-Hype" and r["rule"] == "argmax"
+        argmax = next((r for r in same if r["method"] == "DP-Hype" and r["rule"] == "max-votes"
                        and r["epsilon"] == row["epsilon"]), None)
-        if argmax is not None and main_rule != "argmax":
-            entry.update({"argmax_gap_to_opt_points": round(100 * (opt - argmax["mean_accuracy"]), 2),
-                          "argmax_within_1pt": round(argmax["within_1pt"], 3),
-                          "argmax_within_2pt": round(argmax["within_2pt"], 3),
-                          "argmax_worst5_gap_points": round(100 * (opt - argmax["worst5_accuracy"]), 2),
-                          "argmax_zero_vote_share": round(argmax["zero_vote_share"], 4)})
+        if argmax is not None and main_rule != "max-votes":
+            entry.update({"max_votes_gap_to_opt_points": round(100 * (opt - argmax["mean_accuracy"]), 2),
+                          "max_votes_within_1pt": round(argmax["within_1pt"], 3),
+                          "max_votes_within_2pt": round(argmax["within_2pt"], 3),
+                          "max_votes_worst5_gap_points": round(100 * (opt - argmax["worst5_accuracy"]), 2),
+                          "max_votes_zero_vote_share": round(argmax["zero_vote_share"], 4)})
         out.append(entry)
     return out
 

@@ -34,7 +34,7 @@ VALID = {
     "noise": st.sampled_from(["skellam", "gaussian"]),
     "accountant": st.sampled_from([None, "auto", "rdp", "analytic"]),
     "neighbouring": st.sampled_from(["replace-one", "add-remove"]),
-    "rule": st.sampled_from(["gp", "argmax"]),
+    "rule": st.sampled_from(["gp", "max-votes"]),
     "min_success": st.floats(min_value=0.0, max_value=1.0),
     "release": st.sampled_from(["sum", "argmax", "committee-sum"]),
     "ballot": st.sampled_from([None, "default", "auto", "top-k", "rank:3", "score:4"]),

@@ -249,10 +249,10 @@ def test_replay_without_noise_returns_the_votes():
 def test_release_runs_the_configured_rule_and_states_its_confidence():
     votes = np.array([0, 40, 5, 38, 0, 36])  # the lr=0.01 / 0.1 rows hold the votes
     structured = SumRelease().release(request(clients=50), votes, 50)
-    assert structured.selection.requested == "gp" and structured.to_dict()["confidence"]["rule"] in ("gp", "argmax")
+    assert structured.selection.requested == "gp" and structured.to_dict()["confidence"]["rule"] in ("gp", "max-votes")
     assert 0 <= structured.selection.p_top <= 1 and structured.selection.margin >= 0
-    plain = SumRelease().release(request(clients=50, rule="argmax"), votes, 50)
-    assert plain.selection.rule == "argmax" and plain.selected_index == 1
+    plain = SumRelease().release(request(clients=50, rule="max-votes"), votes, 50)
+    assert plain.selection.rule == "max-votes" and plain.selected_index == 1
 
 
 def test_add_remove_neighbours_need_less_noise_and_are_reported():

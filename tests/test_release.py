@@ -192,7 +192,7 @@ def test_a_replayed_release_is_a_release_input(committee: tuple[bytes, ...]) -> 
 
 # -------------------------------------------------------------------------------------------- the planner
 def test_the_planner_predicts_the_mode_it_is_given() -> None:
-    common: dict[str, Any] = dict(consensus="moderate", rule="argmax", ks=[2, 5], repetitions=50, search=False)
+    common: dict[str, Any] = dict(consensus="moderate", rule="max-votes", ks=[2, 5], repetitions=50, search=False)
     unnamed = plan(20, 1.0, 1e-5, None, 50, **common)
     summed = plan(20, 1.0, 1e-5, None, 50, release=SumRelease(), **common)
     winner = plan(20, 1.0, 1e-5, None, 50, release=ArgmaxRelease(), releases=release_modes(), **common)
@@ -296,7 +296,7 @@ def test_the_planner_forecasts_the_committees_noisy_sum_with_all_its_noise_share
     assert SumRelease().noise_inflation == 1.0 and ArgmaxRelease().noise_inflation == 1.0
     assert CommitteeSumRelease().noise_inflation == pytest.approx(np.sqrt(1.5))
     common = {"clients": 20, "epsilon": 1.0, "delta": 1e-5, "space": None, "num_candidates": 30, "k": 3,
-              "rule": "argmax", "repetitions": 400}
+              "rule": "max-votes", "repetitions": 400}
     summed, committee = plan(**common, release=SumRelease()), plan(**common, release=CommitteeSumRelease())
     assert committee.sigma == summed.sigma
     assert committee.success < summed.success

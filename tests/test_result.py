@@ -12,7 +12,7 @@ from helpers import CANDIDATES, a_release
 from dphype import DPHypeResult
 
 
-@pytest.mark.parametrize("rule", ["gp", "argmax"])
+@pytest.mark.parametrize("rule", ["gp", "max-votes"])
 def test_best_params_and_the_ranked_table(rule):
     result = a_release(rule)
     assert result.best_params == CANDIDATES[result.selected_index] == result.selected
@@ -21,7 +21,7 @@ def test_best_params_and_the_ranked_table(rule):
     assert sorted(row["index"] for row in table) == list(range(8))
     assert all(row["votes"] == result.noisy_sum[row["index"]] for row in table)
     assert {"lr", "steps"} <= set(table[0])
-    if rule == "argmax":
+    if rule == "max-votes":
         assert "estimate" not in table[0] and [row["votes"] for row in table] == sorted(result.noisy_sum)[::-1]
     else:
         estimates = [row["estimate"] for row in table]

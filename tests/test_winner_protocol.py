@@ -168,7 +168,7 @@ def test_release_winner_reports_pure_epsilon_and_the_run_accountant_composes_it(
 def test_planner_predicts_both_modes_on_the_same_votes_and_recommends_one():
     from dphype.selection.planner import plan
 
-    result = plan(20, 1.0, 1e-5, None, 100, consensus="moderate", rule="argmax", ks=[2, 5, 15], repetitions=100,
+    result = plan(20, 1.0, 1e-5, None, 100, consensus="moderate", rule="max-votes", ks=[2, 5, 15], repetitions=100,
                   search=False, release=ArgmaxRelease(), releases=release_modes())
     rows = {r["k"]: r for r in result.by_k}
     # the winner release's noise does not grow with k: at k = 15 it wins by far (std 2.8 vs 22 for the sum)
@@ -176,7 +176,7 @@ def test_planner_predicts_both_modes_on_the_same_votes_and_recommends_one():
     assert result.recommended_release == "argmax" and result.release == "argmax"
     assert result.k == result.recommended_k_winner and result.success == rows[result.k]["success_winner"]
     assert result.sigma == pytest.approx(math.sqrt(2 * math.exp(-0.5)) / (1 - math.exp(-0.5)))
-    summed = plan(20, 1.0, 1e-5, None, 100, consensus="moderate", rule="argmax", ks=[2, 5, 15], repetitions=100,
+    summed = plan(20, 1.0, 1e-5, None, 100, consensus="moderate", rule="max-votes", ks=[2, 5, 15], repetitions=100,
                   search=False, release=SumRelease())
     assert summed.release == "sum" and summed.success == {r["k"]: r for r in summed.by_k}[summed.k]["success"]
     with pytest.raises(ValueError, match="release must be one of sum, argmax, committee-sum"):

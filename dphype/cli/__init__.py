@@ -137,10 +137,17 @@ def add_selection_arguments(parser: argparse.ArgumentParser, *, release: str = "
         release: The default of ``--release``.
     """
     # lazy import: start-up: `dphype --help` imports only the standard library
-    from dphype.selection.rules import DEFAULT_RULE, rule_names, selection_rule
+    from dphype.selection.rules import DEFAULT_RULE, check_rule, rule_names, selection_rule
+
+    def rule(text: str) -> str:
+        """``--rule``'s value: a registered rule (a retired name is refused naming its new one)."""
+        try:
+            return check_rule(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
 
     described = ", ".join(f"{name} ({selection_rule(name).description})" for name in rule_names())
-    parser.add_argument("--rule", choices=rule_names(), default=DEFAULT_RULE,
+    parser.add_argument("--rule", type=rule, choices=rule_names(), default=DEFAULT_RULE,
                         help=f"selection rule on the released noisy sum: {described}; default {DEFAULT_RULE}; every "
                              "rule is post-processing")
     parser.add_argument("--min-success", type=float, default=None,

@@ -98,7 +98,7 @@ def template_plan(release: str) -> tuple[int, int]:
     cfg = DPHypeConfig(**TEMPLATE_RUN, k=1, release=release, ballot="top-k")
     candidates = candidate_grid(**TEMPLATE_GRID)
     # a winner forecast's k does not depend on the server's rule: planning it with argmax spares the GP's torch import
-    rule = "argmax" if cfg.mode.forecast is Forecast.WINNER else cfg.rule
+    rule = "max-votes" if cfg.mode.forecast is Forecast.WINNER else cfg.rule
     chosen = plan(cfg.clients, cfg.epsilon, cfg.delta, candidates.feature_space(), len(candidates), dropout=cfg.dropout,
                   rule=rule, noise=cfg.noise, accountant=cfg.accountant, neighbouring=cfg.neighbouring,
                   ks=TEMPLATE_KS, release=cfg.mode, target=TEMPLATE_MIN_SUCCESS)

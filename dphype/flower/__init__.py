@@ -11,8 +11,8 @@
 * ``release="argmax"``: the tally nodes run the same ``ClientApp`` (node config `TALLY_ID`,
   `TALLY_PARTIES`, `TALLY_KEY_FILE`; `load_tally_key` gives a tally's public key; in simulation the mod
   `simulated_roles` makes the last partitions the tallies); a server that takes the committee from the
-  connected nodes asks `connected_committee` (`discover_committee` in argmax mode, the connected tallies to set
-  aside in sum mode) and trains afterwards on its ``voters`` (a `ClientGrid`, which hides the tallies from the
+  connected nodes asks `connected_committee` (the committee in a committee mode, the connected tallies to set aside
+  in sum mode) and trains afterwards on its ``voters`` (a `ClientGrid`, which hides the tallies from the
   strategy), with `BoundedFedAvg` when a voter may vanish mid-training.
 * `private_training` -- optional: wrap the final FedAvg in Flower's DP wrappers, calibrated to a
   training budget and accounted together with the selection; the server clips (or verifies the clients'
@@ -42,7 +42,6 @@ _EXPORTS: dict[str, str] = {
     "DPHype": "dphype.flower.server",
     "PreflightError": "dphype.flower.server.readiness",
     "ClientGrid": "dphype.flower.server.committee_server",
-    "discover_committee": "dphype.flower.server.committee_server",
     "TALLY_ID": "dphype.flower.tally_node",
     "TALLY_KEY_FILE": "dphype.flower.tally_node",
     "TALLY_PARTIES": "dphype.flower.tally_node",
@@ -79,7 +78,7 @@ if TYPE_CHECKING:
     from dphype.flower.run_record import run_folder, save_model
     from dphype.flower.selected import selected_candidate, train_config
     from dphype.flower.server import DPHype
-    from dphype.flower.server.committee_server import ClientGrid, Committee, connected_committee, discover_committee
+    from dphype.flower.server.committee_server import ClientGrid, Committee, connected_committee
     from dphype.flower.server.readiness import PreflightError
     from dphype.flower.tally_node import TALLY_ID, TALLY_KEY_FILE, TALLY_PARTIES, load_tally_key
 
@@ -89,6 +88,6 @@ __getattr__ = lazy_getattr(__name__, _EXPORTS, globals())
 
 __all__ = ["TALLY_ID", "TALLY_KEY_FILE", "TALLY_PARTIES", "BoundedFedAvg", "ClientGrid", "ClippingError", "Committee",
            "DPHype", "PreflightError", "PrivateEvaluation", "TrainingBudget", "check_private_training",
-           "connected_committee", "discover_committee", "load_tally_key", "node_policy", "plaintext_training",
+           "connected_committee", "load_tally_key", "node_policy", "plaintext_training",
            "private_training", "register_dphype", "register_private_evaluation", "run_folder", "save_model",
            "selected_candidate", "simulated_roles", "train_config"]

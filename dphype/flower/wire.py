@@ -13,7 +13,8 @@ Glossary (one name per concept, in the package's names, messages and errors): th
 the committee releases (``release="argmax"`` and ``"committee-sum"``, `dphype.release.Aggregator.COMMITTEE`):
 clients seal Shamir shares of their ballots to it, it checks them under MPC and opens only the release; a
 **tally** is one member of the committee (a role, like a **voter**: a tally node, its key, its MPyC party, its
-stages); **argmax** names only the release ``"argmax"`` (what its committee opens) and the selection rule.
+stages); **argmax** names only the release ``"argmax"`` and what its committee opens (the sum release's rule that
+releases the most noisy votes is ``"max-votes"``).
 
 The values are compatible within one release of DP-Hype (a deployment runs one version on every node).
 

@@ -1,6 +1,6 @@
 """Privacy: what a release is and what it costs.
 
-* `dphype.privacy.accounting` -- the release description (`dphype.privacy.accounting.VoteRelease`), exact calibration,
+* `dphype.privacy.accounting` -- the release description (`dphype.privacy.accounting.VoteEvent`), exact calibration,
   epsilon/delta for Gaussian and Skellam noise (RDP and analytic), the run accountant's RDP curves.
 * `dphype.privacy.noise` -- each client's integer or Gaussian noise share, from a CSPRNG, and the seeded replay of
   a noisy sum (`dphype.privacy.noise.replay_noisy_sums`, for benchmarks and the planner).

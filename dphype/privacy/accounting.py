@@ -1,6 +1,6 @@
 """Privacy accounting for DP-Hype: describe a release, then account for it.
 
-A `VoteRelease` says what the server sees: the sum of all clients' vote vectors plus noise whose TOTAL standard
+A `VoteEvent` says what the server sees: the sum of all clients' vote vectors plus noise whose TOTAL standard
 deviation on every coordinate is ``sigma`` (Skellam: ``sigma**2`` is the total variance). An accountant turns it
 into ``(epsilon, delta)``:
 
@@ -39,6 +39,7 @@ import numpy as np
 
 from dphype.checks import (
     ACCOUNTANTS,
+    DEFAULT_NOISE,
     NEIGHBOURING,
     check_budget,
     check_clients,
@@ -87,8 +88,10 @@ def _root_decreasing(fn: Callable[[float], float], target: float, start: float, 
 
 # ------------------------------------------------------------------------------------------ the release
 @dataclass(frozen=True)
-class VoteRelease:
-    """What the server learns: the vote sum plus noise of TOTAL std ``sigma`` per coordinate.
+class VoteEvent:
+    """The noisy vote sum as a DP event: the vote sum plus noise of TOTAL std ``sigma`` per coordinate.
+
+    An event, as dp-accounting names what an accountant composes; the release mode is `dphype.release.SumRelease`.
 
     Attributes:
         k: Votes per client.
@@ -107,7 +110,7 @@ class VoteRelease:
     k: int
     num_candidates: int | None
     sigma: float
-    noise: str = "gaussian"
+    noise: str = DEFAULT_NOISE
     raw_scores: bool = False
     neighbouring: str = "replace-one"
 
@@ -151,13 +154,13 @@ def mechanism_epsilon(l2: float, l1: float, sigma: float, noise: str, delta: flo
     return noise_kind(noise).epsilon(l2, l1, sigma, delta, accountant)
 
 
-def _release_epsilon(release: VoteRelease, delta: float, accountant: str) -> float:
+def _release_epsilon(release: VoteEvent, delta: float, accountant: str) -> float:
     return mechanism_epsilon(
         release.l2_sensitivity, release.l1_sensitivity, release.sigma, release.noise, delta, accountant
     )
 
 
-def epsilon(release: VoteRelease, delta: float, accountant: str | None = None) -> float:
+def epsilon(release: VoteEvent, delta: float, accountant: str | None = None) -> float:
     """Epsilon of ``release`` at ``delta`` under ``accountant`` (``None``/``"auto"``: the noise kind's default)."""
     delta = check_delta(delta)
     return _release_epsilon(release, delta, resolve_accountant(accountant, release.noise))
@@ -170,10 +173,10 @@ def calibrate(
     *,
     num_candidates: int | None = None,
     accountant: str | None = None,
-    noise: str = "gaussian",
+    noise: str = DEFAULT_NOISE,
     raw_scores: bool = False,
     neighbouring: str = "replace-one",
-) -> VoteRelease:
+) -> VoteEvent:
     """Solve the smallest total noise std ``sigma`` giving ``(epsilon, delta)``-DP (Algorithm 1, line 1).
 
     Root finding on ``log sigma``: for ``"analytic"`` the analytic-Gaussian delta at ``epsilon`` is matched to
@@ -186,7 +189,7 @@ def calibrate(
         num_candidates: The number of candidates ``p``, or ``None`` (top-k privacy does not depend on it).
         accountant: ``"analytic"``, ``"rdp"``, or ``None``/``"auto"`` for the noise kind's default.
         noise: The noise kind's name.
-        raw_scores: Appendix F's real-valued votes (`VoteRelease`).
+        raw_scores: Appendix F's real-valued votes (`VoteEvent`).
         neighbouring: ``"replace-one"`` or ``"add-remove"``.
 
     Returns:
@@ -195,7 +198,7 @@ def calibrate(
     Raises:
         ValueError: An argument is invalid, or the root cannot be bracketed.
     """  # noqa: DOC502
-    probe = VoteRelease(k=k, num_candidates=num_candidates, sigma=1.0, noise=noise, raw_scores=raw_scores,
+    probe = VoteEvent(k=k, num_candidates=num_candidates, sigma=1.0, noise=noise, raw_scores=raw_scores,
                         neighbouring=neighbouring)
     sigma = calibrate_sigma(probe.l2_sensitivity, probe.l1_sensitivity, epsilon, delta, noise=noise,
                             accountant=accountant)
@@ -307,7 +310,7 @@ class PrivacyReport:
 
 
 def privacy_report(
-    release: VoteRelease,
+    release: VoteEvent,
     delta: float,
     *,
     clients: int,
@@ -553,7 +556,7 @@ __all__ = [
     "vote_sensitivity",
     "resolve_accountant",
     "check_budget",
-    "VoteRelease",
+    "VoteEvent",
     "epsilon",
     "calibrate",
     "calibrate_sigma",

@@ -32,7 +32,7 @@ import numpy as np
 from scipy.stats import beta as beta_dist
 from scipy.stats import norm
 
-from dphype.checks import check_delta, check_epsilon, check_int, check_k
+from dphype.checks import DEFAULT_NOISE, check_delta, check_epsilon, check_int, check_k
 from dphype.privacy.accounting import calibrate
 from dphype.privacy.noise import check_survivors, min_survivors, noise_share
 from dphype.privacy.noise_kinds import noise_kind, resolve_accountant
@@ -233,7 +233,7 @@ def audit_vote_noise(
     k: int,
     clients: int,
     dropout: float = 0.0,
-    noise: str = "gaussian",
+    noise: str = DEFAULT_NOISE,
     accountant: str | None = None,
     trials: int = 30_000,
     seed: int = 0,

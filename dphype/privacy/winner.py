@@ -353,8 +353,10 @@ def winner_probabilities(counts: Any, epsilon: float, neighbouring: str = "repla
 
 # ------------------------------------------------------------------------------------- accounting
 @dataclass(frozen=True)
-class WinnerRelease:
-    """What the server learns in ``release="argmax"`` mode: the index of the noisy maximum of the vote counts.
+class WinnerEvent:
+    """The winner release as a DP event: the index of the noisy maximum of the vote counts (``release="argmax"``).
+
+    The release mode is `dphype.release.ArgmaxRelease`.
 
     Pure ``epsilon``-DP for exact noise whenever at least the minimum survivors contributed, for any ``k`` and any
     ballot of entries in ``[0, sensitivity]`` (module docstring).
@@ -391,7 +393,7 @@ class WinnerRelease:
         return noise_std(self.epsilon, self.neighbouring, self.sensitivity)
 
 
-def winner_report(release: WinnerRelease, delta: float, *, clients: int, dropout: float,
+def winner_report(release: WinnerEvent, delta: float, *, clients: int, dropout: float,
                   survivors: int | None = None, committee: int = COMMITTEE_TALLIES,
                   excluded: tuple[str, ...] = ()) -> PrivacyReport:
     """The privacy statement of one winner release by ``clients`` clients tolerating ``dropout``.

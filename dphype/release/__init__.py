@@ -20,7 +20,7 @@ from dphype.release.base import (
     release_mode,
     release_modes,
     vote_cost,
-    vote_release,
+    vote_event,
 )
 from dphype.release.committee_mode import CommitteeMode
 
@@ -51,5 +51,5 @@ __all__ = [
     "release_mode",
     "release_modes",
     "vote_cost",
-    "vote_release",
+    "vote_event",
 ]

@@ -11,7 +11,7 @@ from dphype.privacy.winner import (
     THRESHOLD_SHIFT,
     WINNER_NOISE,
     JointSampler,
-    WinnerRelease,
+    WinnerEvent,
     noise_parameter,
     noise_std,
     replay_winners,
@@ -69,10 +69,10 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
         _ = self.accounting(request)  # validates the ballot's k against the number of candidates
         _ = self.tally_noise(request)  # an epsilon too small for the committee's sampler, before any client works
 
-    def accounting(self, request: ReleaseRequest) -> WinnerRelease:
+    def accounting(self, request: ReleaseRequest) -> WinnerEvent:
         """The winner release the request describes."""
         cfg = request.config
-        return WinnerRelease(epsilon=cfg.epsilon, k=self.votes_per_client(cfg, len(request.candidates)),
+        return WinnerEvent(epsilon=cfg.epsilon, k=self.votes_per_client(cfg, len(request.candidates)),
                              num_candidates=len(request.candidates),
                              neighbouring=cfg.neighbouring, sensitivity=self.sensitivity(cfg))
 

@@ -32,12 +32,12 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 import numpy as np
 
 from dphype.checks import EPSILON_RTOL
-from dphype.privacy.accounting import PrivacyReport, VoteRelease, mechanism_epsilon, vote_sensitivity
+from dphype.privacy.accounting import PrivacyReport, VoteEvent, mechanism_epsilon, vote_sensitivity
 from dphype.privacy.accounting import calibrate as calibrate_release
 from dphype.privacy.accounting import epsilon as release_epsilon
 from dphype.privacy.noise import min_survivors
 from dphype.privacy.noise_kinds import noise_kind, noise_kind_names, resolve_accountant
-from dphype.privacy.winner import WinnerRelease, noise_std
+from dphype.privacy.winner import WinnerEvent, noise_std
 from dphype.refusal import Refusal
 from dphype.registry import Registry
 from dphype.result import DPHypeResult
@@ -161,7 +161,7 @@ class NodeCost:
 class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
     """One release mode (module docstring): stateless; two instances of a class are equal.
 
-    The defaults are the noisy vote sum's (`VoteRelease`): a subclass sets `name`, `aggregator` and `forecast`,
+    The defaults are the noisy vote sum's (`VoteEvent`): a subclass sets `name`, `aggregator` and `forecast`,
     implements the abstract methods and overrides the accounting of another release. ``BallotT`` is what a client hands
     the aggregator, ``OpenedT`` what the aggregator opens for the server.
     """
@@ -318,9 +318,9 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
         self._check_noise(request.config.noise)
         _ = self.accounting(request)  # validates sigma and k against the number of candidates
 
-    def accounting(self, request: ReleaseRequest) -> VoteRelease | WinnerRelease:
+    def accounting(self, request: ReleaseRequest) -> VoteEvent | WinnerEvent:
         """The release ``request`` describes, for the accountants (`dphype.privacy`): the noisy vote sum by default."""
-        return vote_release(request)
+        return vote_event(request)
 
     def check_claims(self, request: ReleaseRequest) -> None:
         """A client's check that the request's noise gives the announced budget and that an honest server sends it.
@@ -342,7 +342,7 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
             raise Refusal("malformed_request", f"sigma={request.sigma:g} is far above the {calibrated:.6g} "
                           "calibrated for the announced budget: no honest server sends it")
         try:
-            promised = release_epsilon(vote_release(request), cfg.delta, cfg.accountant)
+            promised = release_epsilon(vote_event(request), cfg.delta, cfg.accountant)
         except (ArithmeticError, ValueError):  # a sigma so small that the accountant's arithmetic breaks down
             promised = math.inf
         if not promised <= cfg.epsilon * (1.0 + EPSILON_RTOL):
@@ -454,10 +454,10 @@ def vote_cost(request: ReleaseRequest, total_std: float, *, delta: float, accoun
                     claim=f"the requested noise gives epsilon {eps:.3g} at this node's delta")
 
 
-def vote_release(request: ReleaseRequest) -> VoteRelease:
+def vote_event(request: ReleaseRequest) -> VoteEvent:
     """The noisy vote sum ``request`` describes."""
     cfg = request.config
-    return VoteRelease(k=cfg.k, num_candidates=len(request.candidates), sigma=request.sigma, noise=cfg.noise,
+    return VoteEvent(k=cfg.k, num_candidates=len(request.candidates), sigma=request.sigma, noise=cfg.noise,
                        neighbouring=cfg.neighbouring)
 
 

@@ -22,7 +22,7 @@ from dphype.release.base import (
     noisy_sum_of,
     rule_result,
     vote_cost,
-    vote_release,
+    vote_event,
     vote_sum_words,
 )
 from dphype.release.committee_mode import CommitteeMode
@@ -67,7 +67,7 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
         parties = len(request.tallies)
         noise_std = committee_sum_std(request.sigma, parties)  # all the shares added
         report = replace(
-            privacy_report(vote_release(request), cfg.delta, clients=cfg.clients, dropout=cfg.dropout,
+            privacy_report(vote_event(request), cfg.delta, clients=cfg.clients, dropout=cfg.dropout,
                            accountant=cfg.accountant),
             survivors=valid, client_std=0.0, ballots_verified=True, excluded=opening.excluded,
             released=(f"noisy vote sum of the ballots a committee of {parties} tallies verified on MPyC; noise made "

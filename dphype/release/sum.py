@@ -24,7 +24,7 @@ from dphype.release.base import (
     noisy_sum_of,
     rule_result,
     vote_cost,
-    vote_release,
+    vote_event,
     vote_sum_words,
 )
 from dphype.result import DPHypeResult
@@ -92,7 +92,7 @@ class SumRelease(ReleaseMode[np.ndarray, np.ndarray]):
         cfg = request.config
         survivors = check_survivors(survivors, cfg.clients, request.min_survivors)
         total = noisy_sum_of(request, opened)
-        report = privacy_report(vote_release(request), cfg.delta, clients=cfg.clients, dropout=cfg.dropout,
+        report = privacy_report(vote_event(request), cfg.delta, clients=cfg.clients, dropout=cfg.dropout,
                                 survivors=survivors, accountant=cfg.accountant)
         kind = noise_kind(cfg.noise)
         if not kind.integer:

@@ -228,7 +228,7 @@ class FeatureSpace:
     ``numeric`` is ``(p, d)`` float64: each log or linear axis mapped to ``[0, 1]`` (log axes after
     ``log``), ``categorical`` is ``(p, c)`` int64: each categorical axis as level codes (equality is all
     that counts). Axes with a single value carry nothing and are left out. ``no_structure`` is ``None`` or
-    the reason why the space cannot inform selection (then only the plain argmax makes sense): fewer than
+    the reason why the space cannot inform selection (then only the max-votes rule makes sense): fewer than
     3 candidates, a hyperparameter missing from some candidates (conditional spaces), or a single
     categorical axis (every candidate is its own category, nothing is shared between candidates).
     Derived from the public candidate list only; built by `of`.

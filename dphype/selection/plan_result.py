@@ -42,7 +42,7 @@ class Plan:
         success: The scenario's simulated chance that the run picks a good candidate at ``k`` (a model of data the
             planner cannot see, not a prediction for the run): ``rule`` on the noisy sum, or the
             winner release, as the mode's `Forecast` says.
-        success_argmax: The argmax rule on the noisy sum at ``k``.
+        success_max_votes: The max-votes rule on the noisy sum at ``k``.
         bound: Theorem IV.1's bound for the argmax rule on the noisy sum at ``k``.
         recommended_k: The best ``k`` of the noisy sum.
         by_k: One row per compared ``k`` (both forecasts).
@@ -81,7 +81,7 @@ class Plan:
     k: int
     sigma: float
     success: float
-    success_argmax: float
+    success_max_votes: float
     bound: float
     recommended_k: int
     by_k: list[dict[str, Any]]

@@ -22,6 +22,7 @@ from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 from dphype.checks import (
+    DEFAULT_NOISE,
     MAX_CLIENTS,
     check_clients,
     check_delta,
@@ -127,7 +128,7 @@ def plan(
     num_good: int | None = None,
     target: float = DEFAULT_TARGET,
     rule: str | None = None,
-    noise: str = "skellam",
+    noise: str = DEFAULT_NOISE,
     accountant: str | None = None,
     neighbouring: str = "replace-one",
     ks: Sequence[int] | None = None,
@@ -205,7 +206,7 @@ def plan(
         released = setting.inflation * sigma  # the noise the sum is released with
         by_k.append({"k": kk, "sigma": sigma,
                      "success": setting.success(counts[kk], good, released, clients, voters, kk, setting.rule),
-                     "success_argmax": setting.success(counts[kk], good, released, clients, voters, kk, "argmax"),
+                     "success_max_votes": setting.success(counts[kk], good, released, clients, voters, kk, "max-votes"),
                      "bound": theorem_iv1_success(counts[kk], good, sigma),
                      "success_winner": setting.winner_success(counts[kk], good, epsilon)})
     best = max(by_k, key=lambda row: (row["success"], -row["k"]))
@@ -229,7 +230,7 @@ def plan(
         clients=clients, epsilon=epsilon, delta=setting.delta, dropout=setting.dropout, voters=voters,
         num_candidates=p, noise=setting.noise, accountant=setting.accountant, neighbouring=setting.neighbouring,
         rule=_rule_that_runs(setting), scenario=asdict(setting.scenario), target=target, k=kk,
-        sigma=sigma, success=row[forecast.value], success_argmax=row["success_argmax"], bound=row["bound"],
+        sigma=sigma, success=row[forecast.value], success_max_votes=row["success_max_votes"], bound=row["bound"],
         recommended_k=int(best["k"]), by_k=by_k, release=None if release is None else release.name,
         success_winner=row["success_winner"], recommended_k_winner=int(best_of[Forecast.WINNER]["k"]),
         recommended_release=None if recommended is None else recommended.name,

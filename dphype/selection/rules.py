@@ -8,7 +8,7 @@ No function reads the private votes, so the release's privacy guarantee covers e
 
 Rules (one `SelectionRule` subclass each, registered under its name: `rule_names`, `selection_rule`):
 
-* ``"argmax"`` -- Algorithm 1, line 12: the candidate with the most noisy votes (ties: lowest index).
+* ``"max-votes"`` -- Algorithm 1, line 12: the candidate with the most noisy votes (ties: lowest index).
 * ``"gp"`` -- structure-aware: a Gaussian process over the public space models the vote surface ``v``;
   the pick is the argmax of its posterior mean given ``y``. Noise variance: the KNOWN ``sigma^2``. Prior
   mean: the constant ``M / p`` when the vote mass is known (and the posterior is conditioned on the exact
@@ -18,7 +18,7 @@ Rules (one `SelectionRule` subclass each, registered under its name: `rule_names
   ``s``) are inferred from the release itself on a fixed grid (`GPSettings`): the posterior mean is
   averaged over the grid with weights ``marginal likelihood x prior`` (Bayesian model averaging; log-uniform
   priors). Where the space carries no structure
-  (`dphype.selection.candidates.FeatureSpace.no_structure`), the rule falls back to ``"argmax"`` and says why.
+  (`dphype.selection.candidates.FeatureSpace.no_structure`), the rule falls back to ``"max-votes"`` and says why.
 
 Batched algebra (the benchmarks replay hundreds of releases per setting): for one lengthscale vector the
 unit-scale kernel ``K0 = U diag(lambda) U^T`` is eigendecomposed once; for every outputscale ``s`` and
@@ -29,10 +29,10 @@ every release (``z = U^T (y - m)``) the log marginal likelihood is
 grid is exhaustive and fixed, so the result is deterministic, and identical for identical inputs.
 
 Confidence (`select_release`): samples of the posterior of ``v`` given the release (flat prior for
-``"argmax"``: ``N(y, sigma^2 I)``; the model-averaged GP posterior for ``"gp"``) give the probability that
+``"max-votes"``: ``N(y, sigma^2 I)``; the model-averaged GP posterior for ``"gp"``) give the probability that
 the pick is the top-voted candidate and that it is within ``tolerance`` votes of the top; the margin is the
 rule's estimate for the pick minus the runner-up's, in units of ``sigma``. Theorem IV.1's bound for the
-plain argmax (`good_selection_probability_bound`) lives here too.
+max-votes rule (`good_selection_probability_bound`) lives here too.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ class SelectionRule(ABC):
         """
 
 
-_RULES: Registry[SelectionRule] = Registry("rule", "selection rule")
+_RULES: Registry[SelectionRule] = Registry("rule", "selection rule", renamed={"argmax": "max-votes"})
 _Rule = TypeVar("_Rule", bound=type[SelectionRule])
 
 
@@ -625,10 +625,10 @@ def posterior_samples(
 
 # ------------------------------------------------------------------------------------------------ the rules
 @register_rule
-class Argmax(SelectionRule):
+class MaxVotes(SelectionRule):
     """Algorithm 1, line 12: the most noisy votes (ties: lowest index); its posterior is ``N(y, sigma^2 I)``."""
 
-    name = "argmax"
+    name = "max-votes"
     description = "the paper's: the most noisy votes"
     models = False
 
@@ -654,9 +654,9 @@ class GP(SelectionRule):
     def runs_as(self, space: FeatureSpace | None, sigma: float | None = None) -> tuple[SelectionRule, str | None]:
         """`Argmax` when ``sigma == 0``, ``space`` is ``None`` or carries no structure; else this rule."""
         if isinstance(sigma, (int, float)) and not isinstance(sigma, bool) and sigma == 0:
-            return selection_rule("argmax"), "no noise: the release is the vote sum itself"
+            return selection_rule("max-votes"), "no noise: the release is the vote sum itself"
         reason = "no feature space given" if space is None else space.no_structure
-        return (self, None) if reason is None else (selection_rule("argmax"), reason)
+        return (self, None) if reason is None else (selection_rule("max-votes"), reason)
 
     def picks(self, y: np.ndarray, space: FeatureSpace | None, sigma: float, *, clients: int | None, k: int | None,
               settings: GPSettings | None) -> np.ndarray:
@@ -730,7 +730,7 @@ class Selection:
         rule: The rule that ran.
         requested: The rule asked for; it differs from ``rule`` on a fallback, explained by ``fallback``.
         fallback: Why the requested rule fell back to another (`SelectionRule.runs_as`), or ``None``.
-        estimate: ``(p,)`` the rule's estimate of the vote sum (the release itself for ``"argmax"``).
+        estimate: ``(p,)`` the rule's estimate of the vote sum (the release itself for ``"max-votes"``).
         sigma: The total noise std on the release.
         p_top: Posterior probability that ``index`` is the top-voted candidate.
         p_top_group: Posterior probability that it is within ``tolerance`` votes of the top.

@@ -102,7 +102,7 @@ def top_k_votes(scores: ArrayLike, k: int, *, maximize: bool = True) -> np.ndarr
 def raw_score_votes(scores: ArrayLike, *, maximize: bool = True) -> np.ndarray:
     """Real-valued vote of Appendix F: the primary scores themselves in ``[0, 1]``, or ``1 - loss``.
 
-    Replace-one sensitivity ``L2 = sqrt(p)``, ``L1 = p`` (`dphype.privacy.accounting.VoteRelease` with
+    Replace-one sensitivity ``L2 = sqrt(p)``, ``L1 = p`` (`dphype.privacy.accounting.VoteEvent` with
     ``raw_scores=True``). Out-of-range or non-finite scores are refused, never clipped; of ``(p, j)`` keys only
     column 0 is released.
 

@@ -48,7 +48,7 @@ def test_plan_prints_a_readable_table(capsys):
     lines = capsys.readouterr().out.splitlines()
     at = lines.index("by_k:")
     header = lines[at + 1].split()
-    assert header[:6] == ["k", "sigma", "success", "success_argmax", "bound", "success_winner"]
+    assert header[:6] == ["k", "sigma", "success", "success_max_votes", "bound", "success_winner"]
     assert header[6:] in ([], ["success_winner_tie_break"])  # the winner release's ties, simulated when there are
     assert lines[at + 2].split()[0] == "1" and not any("[{" in line or "{'" in line for line in lines)
     assert "scenario: name=moderate, num_good=1, sigma_loss=0.5" in lines

@@ -53,7 +53,7 @@ N = 10
 
 def config(**overrides):
     """test_flower's configuration, selected by the argmax (the selection rule is not what these tests check)."""
-    return flower_config(**{"rule": "argmax", **overrides})
+    return flower_config(**{"rule": "max-votes", **overrides})
 
 
 def votes_spent(n: int = N) -> list[int]:

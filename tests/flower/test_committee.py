@@ -197,7 +197,7 @@ def test_the_committee_opens_the_noisy_sum_of_the_verified_ballots_and_the_rule_
     boost[0] = 30
     grid, keys = argmax_grid(tmp_path)
     modified_ballots(monkeypatch, {voter_id(1, voter_name(0))}, boost)
-    cfg = config(release="committee-sum", epsilon=100.0, dropout=0.2, rule="argmax")  # noise std ~0.2
+    cfg = config(release="committee-sum", epsilon=100.0, dropout=0.2, rule="max-votes")  # noise std ~0.2
     result = DPHype(CANDS, cfg, tallies=keys).start(grid, timeout=60)
     assert result.noisy_sum is not None and result.noisy_sum.shape == (len(CANDS),)
     assert result.selection is not None and result.selected_index == 5  # every honest client ranks 5 first

@@ -128,16 +128,17 @@ def test_every_wire_name_is_spelled_in_the_wire_module_only():
 
 
 @pytest.mark.parametrize(("old", "name"), [("dphype.flower.tally_node", "ClientGrid"),
-                                           ("dphype.flower.tally_node", "discover_committee")])
+                                           ("dphype.flower.tally_node", "discover_committee"),
+                                           ("dphype.flower", "discover_committee")])  # one finder: connected_committee
 def test_a_moved_name_has_no_deprecated_path(old, name):
     assert not hasattr(importlib.import_module(old), name)
     assert "dphype.flower.secagg" not in MODULES  # split into server.secagg_server and client.secagg_client
 
 
 def test_the_package_exports_what_a_committee_app_needs():
-    from dphype.flower.server.committee_server import ClientGrid, discover_committee
+    from dphype.flower.server.committee_server import ClientGrid, connected_committee
     from dphype.flower.tally_node import TALLY_ID, load_tally_key
 
-    assert (dphype.flower.ClientGrid, dphype.flower.discover_committee) == (ClientGrid, discover_committee)
+    assert (dphype.flower.ClientGrid, dphype.flower.connected_committee) == (ClientGrid, connected_committee)
     assert (dphype.flower.TALLY_ID, dphype.flower.load_tally_key) == (TALLY_ID, load_tally_key)
     assert set(dphype.flower.__all__) == set(dphype.flower._EXPORTS)

@@ -66,7 +66,7 @@ def test_noise_shares_in_the_sent_vectors_have_the_exact_distribution(noise):
     candidates = table_iii_grid()
     p = len(candidates)
     scores = np.random.default_rng(11).random((N, p))
-    config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=K, clients=N, dropout=XI, noise=noise, rule="argmax")
+    config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=K, clients=N, dropout=XI, noise=noise, rule="max-votes")
     selection = DPHype(candidates, config)
     app = register_dphype(ClientApp(), lambda ctx: FixedScoresTask(scores[int(ctx.node_config["partition-id"])]))
     grid = SnapshotGrid(app, N, node_config=admitting_policy(selection.request))

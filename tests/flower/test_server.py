@@ -22,7 +22,7 @@ from dphype.selection.candidates import candidate_grid
 def test_selection_releases_the_exact_sum_of_the_clients_noisy_votes(recorded_votes):
     n = 6
     grid = grid_of(client_app(scores_table(n)), n)
-    result = DPHype(CANDS, config(rule="argmax")).start(grid)  # the default rule (gp) need not pick the argmax
+    result = DPHype(CANDS, config(rule="max-votes")).start(grid)  # the default rule (gp) need not pick the argmax
     assert len(recorded_votes) == n
     np.testing.assert_array_equal(result.noisy_sum, np.sum(recorded_votes, axis=0))
     assert result.selected_index == int(np.argmax(result.noisy_sum))

@@ -91,7 +91,7 @@ def test_what_clients_send_and_the_release_carry_the_calibrated_noise(noise, rec
     rows = [np.arange(len(BIG), dtype=np.float64)] * 7 + [RuntimeError("refuses")] * 3
     app = ClientApp()
     register_dphype(app, lambda ctx: TableTask(rows[int(ctx.node_config["partition-id"])]))
-    config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=3, clients=clients, dropout=dropout, noise=noise, rule="argmax")
+    config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=3, clients=clients, dropout=dropout, noise=noise, rule="max-votes")
     selection = DPHype(BIG, config)
     sigma = selection.request.sigma  # the announced total std; the shares must add up to it
     votes = np.zeros(len(BIG))

@@ -14,7 +14,7 @@ def test_every_problem_registers_once_and_lists_its_names_in_order():
     assert PROBLEMS == (SvtProblem, OutputPerturbationProblem, DpsgdProblem)
     assert names[:3] == ("svt", "logreg-output-perturbation", "dpsgd-logreg-adult")
     assert len(names) == len(set(names)) == 2 + len(DPSGD_OPTIMIZERS) * len(DPSGD_MODELS) * 2
-    assert {"dpadam-mlp1-mnist", "dpsgd-svm-mnist"} <= set(names)
+    assert {"dpadam-mlp1-mnist5k", "dpsgd-svm-mnist5k"} <= set(names)
 
 
 def test_an_unknown_name_is_refused_with_the_known_ones():

@@ -10,7 +10,7 @@ from scipy.stats import norm
 
 from dphype import checks
 from dphype.privacy import noise_kinds as kinds
-from dphype.privacy.accounting import PrivacyReport, VoteRelease, calibrate, epsilon, privacy_report
+from dphype.privacy.accounting import PrivacyReport, VoteEvent, calibrate, epsilon, privacy_report
 from dphype.privacy.noise_kinds import (
     analytic_gaussian_delta,
     analytic_gaussian_epsilon,
@@ -39,8 +39,8 @@ def sig3(x: float) -> float:
 @pytest.mark.parametrize("eps", sorted(TABLE))
 def test_reproduces_dp_facts_table_to_3_significant_digits(eps):
     analytic, rdp_tight, _, sk = TABLE[eps]
-    assert sig3(calibrate(eps, DELTA, 5).sigma) == sig3(analytic)
-    assert sig3(calibrate(eps, DELTA, 5, accountant="rdp").sigma) == sig3(rdp_tight)
+    assert sig3(calibrate(eps, DELTA, 5, noise="gaussian").sigma) == sig3(analytic)
+    assert sig3(calibrate(eps, DELTA, 5, accountant="rdp", noise="gaussian").sigma) == sig3(rdp_tight)
     assert sig3(calibrate(eps, DELTA, 5, noise="skellam").sigma) == sig3(sk)
 
 
@@ -56,8 +56,8 @@ def _classic_rdp_sigma(eps: float, l2: float, delta: float) -> float:
 def test_classic_conversion_column_and_thm_i1_is_tighter(eps):
     classic = _classic_rdp_sigma(eps, math.sqrt(10), DELTA)
     assert sig3(classic) == sig3(TABLE[eps][2])
-    tight = calibrate(eps, DELTA, 5, accountant="rdp").sigma
-    analytic = calibrate(eps, DELTA, 5).sigma
+    tight = calibrate(eps, DELTA, 5, accountant="rdp", noise="gaussian").sigma
+    analytic = calibrate(eps, DELTA, 5, noise="gaussian").sigma
     assert analytic < tight < classic
 
 
@@ -66,7 +66,7 @@ def test_analytic_matches_dp_accounting_get_sigma_gaussian(eps):
     from dp_accounting import get_sigma_gaussian
 
     for delta in (1e-5, 1e-8):
-        ours = calibrate(eps, delta, 5).sigma / math.sqrt(10)  # noise multiplier (sensitivity 1)
+        ours = calibrate(eps, delta, 5, noise="gaussian").sigma / math.sqrt(10)  # noise multiplier (sensitivity 1)
         theirs = get_sigma_gaussian(eps, delta)
         assert ours == pytest.approx(theirs, rel=1e-6)
 
@@ -153,22 +153,23 @@ def test_skellam_bound_formula_and_gaussian_limit():
 def test_calibrate_epsilon_round_trip(accountant, noise, eps):
     release = calibrate(eps, 1e-6, 3, accountant=accountant, noise=noise)
     assert epsilon(release, 1e-6, accountant) == pytest.approx(eps, rel=1e-8)
-    slightly_less = VoteRelease(3, None, release.sigma * 0.999, noise=noise)
+    slightly_less = VoteEvent(3, None, release.sigma * 0.999, noise=noise)
     assert epsilon(slightly_less, 1e-6, accountant) > eps
 
 
 def test_sensitivities_and_independence_from_number_of_candidates():
-    r = VoteRelease(k=5, num_candidates=100, sigma=1.0)
+    r = VoteEvent(k=5, num_candidates=100, sigma=1.0, noise="gaussian")
     assert r.l2_sensitivity == pytest.approx(math.sqrt(10)) and r.l1_sensitivity == 10
-    assert calibrate(1.0, DELTA, 5, num_candidates=100).sigma == calibrate(1.0, DELTA, 5).sigma
-    raw = VoteRelease(k=1, num_candidates=10, sigma=1.0, raw_scores=True)
+    assert (calibrate(1.0, DELTA, 5, num_candidates=100, noise="gaussian").sigma
+            == calibrate(1.0, DELTA, 5, noise="gaussian").sigma)
+    raw = VoteEvent(k=1, num_candidates=10, sigma=1.0, raw_scores=True, noise="gaussian")
     assert raw.l2_sensitivity == pytest.approx(math.sqrt(10)) and raw.l1_sensitivity == 10
     # raw scores over p = 10 candidates need the same noise as top-5 votes (both L2 = sqrt(10))
-    assert calibrate(1.0, DELTA, 1, num_candidates=10, raw_scores=True).sigma == pytest.approx(
-        calibrate(1.0, DELTA, 5).sigma
+    assert calibrate(1.0, DELTA, 1, num_candidates=10, raw_scores=True, noise="gaussian").sigma == pytest.approx(
+        calibrate(1.0, DELTA, 5, noise="gaussian").sigma
     )
     # sigma grows like sqrt(k) (Thm III.1: rdp = alpha k / sigma^2)
-    s1, s4 = calibrate(1.0, DELTA, 1, accountant="rdp").sigma, calibrate(1.0, DELTA, 4, accountant="rdp").sigma
+    s1, s4 = (calibrate(1.0, DELTA, k, accountant="rdp", noise="gaussian").sigma for k in (1, 4))
     assert s4 == pytest.approx(2 * s1, rel=1e-9)
 
 
@@ -225,7 +226,7 @@ def test_validators():
     with pytest.raises(ValueError, match="clients"):
         checks.check_budget(1.0, 1e-5, 5, clients=1)
     with pytest.raises(ValueError, match="sigma"):
-        VoteRelease(5, None, sigma=0.0)
+        VoteEvent(5, None, sigma=0.0, noise="gaussian")
 
 
 def test_privacy_report():
@@ -261,7 +262,7 @@ def test_theorem_iii1_vote_rdp_is_alpha_k_over_sigma_squared():
     for alpha, k, sigma in [(2.0, 5, 12.0), (37.5, 1, 3.0), (1.01, 100, 250.0)]:
         assert kinds.gaussian_rdp(alpha, math.sqrt(2 * k), sigma) == pytest.approx(alpha * k / sigma**2)
     with pytest.raises(ValueError, match="delta"):
-        epsilon(VoteRelease(5, None, 10.0), 0.0)
+        epsilon(VoteEvent(5, None, 10.0, noise="gaussian"), 0.0)
 
 
 def test_check_int_is_the_one_integer_validator():
@@ -285,7 +286,7 @@ def test_both_neighbouring_relations_against_dp_accounting(neighbouring, changed
     from dp_accounting.rdp import RdpAccountant
 
     k = 5
-    release = calibrate(eps, DELTA, k, neighbouring=neighbouring)
+    release = calibrate(eps, DELTA, k, neighbouring=neighbouring, noise="gaussian")
     assert release.neighbouring == neighbouring and release.l2_sensitivity == pytest.approx(math.sqrt(changed * k))
     multiplier = release.sigma / math.sqrt(changed * k)
     assert multiplier == pytest.approx(get_sigma_gaussian(eps, DELTA), rel=1e-6)
@@ -295,7 +296,7 @@ def test_both_neighbouring_relations_against_dp_accounting(neighbouring, changed
     pld.compose(GaussianDpEvent(noise_multiplier=multiplier))
     assert pld.get_epsilon(DELTA) == pytest.approx(eps, rel=1e-4)
     # RDP: dp_accounting minimises the same conversion over a finite list of orders, we over all alpha > 1
-    rdp_release = calibrate(eps, DELTA, k, accountant="rdp", neighbouring=neighbouring)
+    rdp_release = calibrate(eps, DELTA, k, accountant="rdp", neighbouring=neighbouring, noise="gaussian")
     rdp = RdpAccountant(neighboring_relation=relation)
     rdp.compose(GaussianDpEvent(noise_multiplier=rdp_release.sigma / math.sqrt(changed * k)))
     theirs = rdp.get_epsilon(DELTA)
@@ -307,20 +308,20 @@ def test_both_neighbouring_relations_against_dp_accounting(neighbouring, changed
 
 
 def test_add_remove_sensitivities_and_noise():
-    top = VoteRelease(k=5, num_candidates=100, sigma=1.0, neighbouring="add-remove")
+    top = VoteEvent(k=5, num_candidates=100, sigma=1.0, neighbouring="add-remove", noise="gaussian")
     assert top.l2_sensitivity == pytest.approx(math.sqrt(5)) and top.l1_sensitivity == 5
-    raw = VoteRelease(k=1, num_candidates=10, sigma=1.0, raw_scores=True, neighbouring="add-remove")
+    raw = VoteEvent(k=1, num_candidates=10, sigma=1.0, raw_scores=True, neighbouring="add-remove", noise="gaussian")
     assert raw.l2_sensitivity == pytest.approx(math.sqrt(10)) and raw.l1_sensitivity == 10  # unchanged
     # half the squared sensitivity: sigma shrinks by sqrt(2) for every Gaussian accountant
     for accountant in ("analytic", "rdp"):
-        ratio = (calibrate(1.0, DELTA, 5, accountant=accountant).sigma
-                 / calibrate(1.0, DELTA, 5, accountant=accountant, neighbouring="add-remove").sigma)
+        ratio = (calibrate(1.0, DELTA, 5, accountant=accountant, noise="gaussian").sigma
+                 / calibrate(1.0, DELTA, 5, accountant=accountant, neighbouring="add-remove", noise="gaussian").sigma)
         assert ratio == pytest.approx(math.sqrt(2), rel=1e-8)
     # Skellam: L1 enters too, and add-remove needs less noise
     assert (calibrate(1.0, DELTA, 5, noise="skellam", neighbouring="add-remove").sigma
             < calibrate(1.0, DELTA, 5, noise="skellam").sigma)
     with pytest.raises(ValueError, match="neighbouring must be one of replace-one, add-remove"):
-        calibrate(1.0, DELTA, 5, neighbouring="swap")
+        calibrate(1.0, DELTA, 5, neighbouring="swap", noise="gaussian")
 
 
 def test_calibration_at_a_tiny_epsilon_answers_or_says_why():

@@ -64,7 +64,7 @@ def profile(sigma, k, noise, epsilon=1.0):
 
 
 def test_threshold_is_fixed_by_configuration_only():
-    sigma = calibrate(1.0, 1e-5, 5).sigma
+    sigma = calibrate(1.0, 1e-5, 5, noise="gaussian").sigma
     t1 = design_threshold(sigma, math.sqrt(10), 30000, *profile(sigma, 5, "gaussian"))
     t2 = design_threshold(sigma, math.sqrt(10), 30000, *profile(sigma, 5, "gaussian"))
     assert t1 == t2 and math.sqrt(10) / 2 <= t1 < 4 * sigma
@@ -119,11 +119,11 @@ def test_correct_noise_never_flagged_over_seeds():
 
 def test_audit_bad_input():
     with pytest.raises(ValueError, match="trials"):
-        audit_vote_noise(epsilon=1.0, delta=1e-5, k=5, clients=10, trials=10)
+        audit_vote_noise(epsilon=1.0, delta=1e-5, k=5, clients=10, trials=10, noise="gaussian")
     with pytest.raises(ValueError, match="survivors"):
-        audit_vote_noise(epsilon=1.0, delta=1e-5, k=5, clients=10, survivors=11)
+        audit_vote_noise(epsilon=1.0, delta=1e-5, k=5, clients=10, survivors=11, noise="gaussian")
     with pytest.raises(ValueError, match="epsilon"):
-        audit_vote_noise(epsilon=0.0, delta=1e-5, k=5, clients=10)
+        audit_vote_noise(epsilon=0.0, delta=1e-5, k=5, clients=10, noise="gaussian")
 
 
 def test_audit_uses_the_shares_it_is_given():

@@ -10,7 +10,7 @@ from dphype.cli import add_noise_arguments
 from dphype.config import DPHypeConfig
 from dphype.node.ledger import LedgerEntry
 from dphype.privacy import noise_kinds
-from dphype.privacy.accounting import RDP_ORDERS, VoteRelease, calibrate, mechanism_epsilon, vote_rdp
+from dphype.privacy.accounting import RDP_ORDERS, VoteEvent, calibrate, mechanism_epsilon, vote_rdp
 from dphype.privacy.audit import claimed_profile
 from dphype.privacy.noise import (
     client_noise_variance,
@@ -114,7 +114,7 @@ def test_a_new_kind_is_sampled_accounted_and_checked_as_itself(marked):
     assert calibrate(0.5, 1e-5, 2, noise="marked").sigma == pytest.approx(4.0, rel=1e-9)  # L2 / sigma = 0.5
     assert np.array_equal(claimed_profile(np.array([0.0, 1.0]), sigma=1.0, k=1, noise="marked"), [0.25, 0.25])
     with pytest.raises(ValueError, match="noise must be 'gaussian' for raw_scores releases"):
-        VoteRelease(1, 4, 1.0, noise="marked", raw_scores=True)
+        VoteEvent(1, 4, 1.0, noise="marked", raw_scores=True)
     # the configuration, a node's ledger and the CLI take the name
     assert DPHypeConfig(1.0, 1e-5, 2, 10, noise="marked").accountant == "rdp"
     entry = LedgerEntry(noise="marked", k=2, total_std=3.0, survivors=5, epsilon=1.0, delta=1e-6,
@@ -169,7 +169,7 @@ def test_registration_refuses_a_taken_name_and_an_unknown_accountant(monkeypatch
     lambda: ss.decode(np.zeros(3), "laplace"),
     lambda: ss.check_range(size=3, sigma=1.0, clients=4, dropout=0.0, noise="laplace"),
     lambda: mechanism_epsilon(2.0, 4.0, 1.0, "laplace", 1e-5, "rdp"),
-    lambda: VoteRelease(2, None, 1.0, noise="laplace"),
+    lambda: VoteEvent(2, None, 1.0, noise="laplace"),
     lambda: calibrate(1.0, 1e-5, 2, noise="laplace"),
     lambda: vote_rdp(2, 1.0, "laplace"),
     lambda: claimed_profile(np.zeros(2), sigma=1.0, k=1, noise="laplace"),

@@ -11,7 +11,7 @@ from scipy.stats import chi2
 
 from dphype.privacy.noise import check_survivors, min_survivors, secure_generator
 from dphype.privacy.winner import (
-    WinnerRelease,
+    WinnerEvent,
     discrete_laplace,
     discrete_laplace_pmf,
     noise_parameter,
@@ -120,13 +120,13 @@ def test_winner_rdp_is_randomized_response_and_below_the_pure_dp_bounds():
 
 
 def test_release_description_and_bad_input():
-    r = WinnerRelease(epsilon=0.5, k=3, num_candidates=10, neighbouring="add-remove")
+    r = WinnerEvent(epsilon=0.5, k=3, num_candidates=10, neighbouring="add-remove")
     assert r.t == pytest.approx(math.exp(-0.5))
     assert r.noise_std == pytest.approx(math.sqrt(2 * r.t) / (1 - r.t))
     with pytest.raises(ValueError, match="k must be an integer in \\[1, 10\\]"):
-        WinnerRelease(epsilon=0.5, k=11, num_candidates=10)
+        WinnerEvent(epsilon=0.5, k=11, num_candidates=10)
     with pytest.raises(ValueError, match="epsilon must be"):
-        WinnerRelease(epsilon=0.0, k=1, num_candidates=10)
+        WinnerEvent(epsilon=0.0, k=1, num_candidates=10)
     with pytest.raises(ValueError, match="neighbouring must be one of"):
         noise_parameter(1.0, "swap")
     with pytest.raises(ValueError, match=r"survivors must be an integer in \[8, 10\]"):
@@ -173,7 +173,7 @@ def test_calibration_against_the_closed_form(neighbouring, shift, g):
     z = np.arange(-20_000, 20_001)
     assert float(np.sum(z**2 * discrete_laplace_pmf(z, t))) == pytest.approx(noise_std(eps, neighbouring, g) ** 2,
                                                                                rel=1e-9)
-    release = WinnerRelease(epsilon=eps, k=2, num_candidates=5, neighbouring=neighbouring, sensitivity=g)
+    release = WinnerEvent(epsilon=eps, k=2, num_candidates=5, neighbouring=neighbouring, sensitivity=g)
     assert release.t == pytest.approx(t) and release.noise_std == pytest.approx(noise_std(eps, neighbouring, g))
 
 
@@ -182,7 +182,7 @@ def test_sensitivity_must_be_a_positive_integer(bad):
     with pytest.raises(ValueError, match="sensitivity must be an integer >= 1"):
         noise_parameter(1.0, "replace-one", bad)
     with pytest.raises(ValueError, match="sensitivity must be an integer >= 1"):
-        WinnerRelease(epsilon=1.0, k=1, num_candidates=3, sensitivity=bad)
+        WinnerEvent(epsilon=1.0, k=1, num_candidates=3, sensitivity=bad)
 
 
 def test_composed_epsilon_counts_every_winner_releases_sampler_delta():

@@ -91,11 +91,11 @@ def test_distinct_uniform_tuples() -> None:
     [(0.5, 1, 0.796), (0.5, 5, 0.961), (1.0, 1, 0.231), (1.0, 5, 0.344)],
 )
 def test_planner_reproduces_the_synthetic_studys_measured_success(sigma_loss, k, measured):
-    result = plan(250, 0.25, 1e-5, None, 100, k=k, consensus=sigma_loss, num_good=5, rule="argmax",
+    result = plan(250, 0.25, 1e-5, None, 100, k=k, consensus=sigma_loss, num_good=5, rule="max-votes",
                   noise="gaussian", accountant="rdp", ks=[k], repetitions=1500, search=False)
     se = np.sqrt(measured * (1 - measured) * (1 / 1500 + 1 / 5000))
     assert abs(result.success - measured) < 4 * se
-    assert result.success == result.success_argmax and result.rule == "argmax"
+    assert result.success == result.success_max_votes and result.rule == "max-votes"
 
 
 def test_theorem_iv1_bound_by_hand_and_below_the_simulated_success():
@@ -107,12 +107,12 @@ def test_theorem_iv1_bound_by_hand_and_below_the_simulated_success():
                   good_selection_probability_bound(selection_gap(votes[0], [0]), sigma, 1, 5))
     assert theorem_iv1_success(votes, good, sigma) == pytest.approx(by_hand)
     # strong consensus, many clients: the theorem is informative and never above the simulated success
-    result = plan(250, 1.0, 1e-5, None, 100, consensus="strong", rule="argmax", noise="gaussian",
+    result = plan(250, 1.0, 1e-5, None, 100, consensus="strong", rule="max-votes", noise="gaussian",
                   accountant="rdp", ks=[1, 5, 25], repetitions=400, search=False)
     rows = {r["k"]: r for r in result.by_k}
     assert rows[5]["bound"] > 0.9
     for row in rows.values():
-        assert row["bound"] <= row["success_argmax"] + 1e-9
+        assert row["bound"] <= row["success_max_votes"] + 1e-9
 
 
 def test_unanimous_success_matches_simulation():
@@ -140,12 +140,12 @@ def test_simulated_votes_place_good_candidates_on_a_neighbourhood():
 
 
 def test_plan_recommends_the_best_k_and_finds_min_epsilon_and_clients():
-    result = plan(60, 0.5, 1e-5, None, 100, consensus="moderate", rule="argmax", noise="gaussian",
+    result = plan(60, 0.5, 1e-5, None, 100, consensus="moderate", rule="max-votes", noise="gaussian",
                   accountant="rdp", ks=[1, 3, 5, 10], repetitions=300, target=0.8)
     best = max(result.by_k, key=lambda r: (r["success"], -r["k"]))
     assert result.recommended_k == best["k"] == result.k and result.success == best["success"]
     assert result.min_epsilon is not None and result.min_clients is not None
-    common = dict(k=result.k, consensus="moderate", rule="argmax", noise="gaussian", accountant="rdp",
+    common = dict(k=result.k, consensus="moderate", rule="max-votes", noise="gaussian", accountant="rdp",
                   ks=[result.k], repetitions=300, search=False)
     assert plan(60, result.min_epsilon * 1.03, 1e-5, None, 100, **common).success >= 0.8
     assert plan(60, result.min_epsilon / 1.1, 1e-5, None, 100, **common).success < 0.8
@@ -178,18 +178,18 @@ def test_structure_aware_rule_in_the_planner():
                   repetitions=400, search=False)
     assert result.rule == "gp"
     # the good neighbourhood is found more often (measured 0.835 vs 0.633; 400 runs: std error <= 0.025)
-    assert result.success > result.success_argmax + 0.1
+    assert result.success > result.success_max_votes + 0.1
 
 
 def test_preflight_warns_and_refuses():
-    quiet = check_plan(100, 1.0, 1e-5, None, 100, 5, consensus="strong", rule="argmax", repetitions=100)
+    quiet = check_plan(100, 1.0, 1e-5, None, 100, 5, consensus="strong", rule="max-votes", repetitions=100)
     assert quiet.warnings == [] and quiet.success > 0.9
-    noisy = check_plan(10, 0.01, 1e-5, None, 100, 5, rule="argmax", repetitions=100)
+    noisy = check_plan(10, 0.01, 1e-5, None, 100, 5, rule="max-votes", repetitions=100)
     assert any("release is noise" in w for w in noisy.warnings)
     assert any("(< 0.5)" in w for w in noisy.warnings)
     with pytest.raises(ValueError, match=r"(?s)^clients=10 is too few to select at epsilon 0.01: even 160 clients "
                                          r"would not reach it \(or epsilon >= [0-9.]+\).*< min-success 0.5"):
-        check_plan(10, 0.01, 1e-5, None, 100, 5, rule="argmax", repetitions=100, min_success=0.5)
+        check_plan(10, 0.01, 1e-5, None, 100, 5, rule="max-votes", repetitions=100, min_success=0.5)
 
 
 @pytest.mark.parametrize(
@@ -206,20 +206,20 @@ def test_preflight_warns_and_refuses():
         (dict(consensus=-1.0), r"consensus must be a finite number > 0"),
         (dict(num_good=100), r"num_good must be an integer in \[1, 99\]"),
         (dict(repetitions=5), r"repetitions must be an integer >= 10"),
-        (dict(rule="median"), r"rule must be one of argmax, gp"),
+        (dict(rule="median"), r"rule must be one of max-votes, gp"),
         (dict(noise="laplace"), r"noise must be one of gaussian, skellam"),
     ],
 )
 def test_planner_refuses_bad_values(kwargs, message):
     args = dict(clients=50, epsilon=1.0, delta=1e-5, space=None, num_candidates=100, repetitions=20,
-                search=False, rule="argmax") | kwargs
+                search=False, rule="max-votes") | kwargs
     with pytest.raises(ValueError, match=message):
         plan(**args)
 
 
 def test_plan_cli_json_and_min_success(capsys):
     argv = ["plan", "--clients", "40", "--epsilon", "2", "--delta", "1e-5", "--candidates", "table3:random:30:0",
-            "--k", "3", "--rule", "argmax", "--repetitions", "50", "--json"]
+            "--k", "3", "--rule", "max-votes", "--repetitions", "50", "--json"]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     for key in ("success", "recommended_k", "min_epsilon", "min_clients", "bound", "by_k", "scenario", "warnings"):
@@ -237,7 +237,7 @@ def test_plan_cli_json_and_min_success(capsys):
 def test_dropout_is_planned_as_its_worst_case(noise, dropout, voters):
     # 20 clients tolerating xi: only ceil((1 - xi) 20) vote, and their shares add up to exactly sigma, which is
     # the run of that many clients without dropout (same voters, same total noise, common random numbers)
-    kw = dict(k=5, rule="argmax", noise=noise, ks=[5], repetitions=300, search=False)
+    kw = dict(k=5, rule="max-votes", noise=noise, ks=[5], repetitions=300, search=False)
     dropped = plan(20, 1.0, 1e-5, None, 100, dropout=dropout, **kw)
     fewer = plan(voters, 1.0, 1e-5, None, 100, **kw)
     full = plan(20, 1.0, 1e-5, None, 100, **kw)
@@ -252,14 +252,14 @@ def test_winner_release_ties_go_to_the_number_of_good_candidates_when_it_is_tied
     (5 good candidates of 100): the tie goes to k = 5, a vote for exactly the good ones, not to the smallest k;
     with ``--good 8`` to k = 8."""
     space = table_iii_grid().feature_space()
-    result = plan(100, 1.0, 1e-5, space, 100, release=ArgmaxRelease(), neighbouring="add-remove", rule="argmax",
+    result = plan(100, 1.0, 1e-5, space, 100, release=ArgmaxRelease(), neighbouring="add-remove", rule="max-votes",
                   search=False)
     tied = [r["k"] for r in result.by_k if r["success_winner"] == 1.0]
     assert len(tied) > 3 and min(tied) < 5 and 5 in tied
     assert result.recommended_k_winner == result.k == 5
     assert all("success_winner_tie_break" not in r for r in result.by_k)  # no weaker scenario was needed
     eight = plan(100, 1.0, 1e-5, space, 100, release=ArgmaxRelease(), neighbouring="add-remove", num_good=8,
-                 rule="argmax", search=False)
+                 rule="max-votes", search=False)
     assert 8 in [r["k"] for r in eight.by_k if r["success_winner"] == 1.0] and eight.recommended_k_winner == 8
 
 
@@ -270,12 +270,12 @@ def test_winner_release_other_ties_are_broken_under_twice_the_disagreement() -> 
     space = table_iii_grid().feature_space()
     ks = [1, 2, 3, 8, 10, 15]
     result = plan(100, 1.0, 1e-5, space, 100, release=ArgmaxRelease(), neighbouring="add-remove", ks=ks,
-                  rule="argmax", search=False)
+                  rule="max-votes", search=False)
     top = max(r["success_winner"] for r in result.by_k)
     tied = [r["k"] for r in result.by_k if r["success_winner"] == top]
     assert top == 1.0 and len(tied) > 1
     weak = plan(100, 1.0, 1e-5, space, 100, release=ArgmaxRelease(), neighbouring="add-remove", consensus="weak",
-                ks=tied, rule="argmax", search=False)
+                ks=tied, rule="max-votes", search=False)
     weak_rows = {r["k"]: r["success_winner"] for r in weak.by_k}
     for row in result.by_k:
         if row["k"] in tied:
@@ -291,7 +291,7 @@ def test_winner_release_other_ties_are_broken_under_twice_the_disagreement() -> 
 def test_winner_release_without_ties_takes_the_highest_success() -> None:
     """n = 10, epsilon 1, replace-one: one k simulates the highest success; no tie-break is simulated."""
     space = table_iii_grid().feature_space()
-    result = plan(10, 1.0, 1e-5, space, 100, release=ArgmaxRelease(), rule="argmax", search=False)
+    result = plan(10, 1.0, 1e-5, space, 100, release=ArgmaxRelease(), rule="max-votes", search=False)
     best = max(result.by_k, key=lambda r: r["success_winner"])
     assert sum(r["success_winner"] == best["success_winner"] for r in result.by_k) == 1
     assert result.recommended_k_winner == best["k"]

@@ -42,7 +42,7 @@ class Unready(Last):
     name = "unready"
 
     def runs_as(self, space, sigma=None):
-        return selection_rule("argmax"), "not ready"
+        return selection_rule("max-votes"), "not ready"
 
 
 @pytest.fixture
@@ -60,8 +60,8 @@ def _parser():
 
 
 def test_the_registry_holds_the_two_rules_and_the_gp_fallback_is_its_own():
-    assert rule_names() == ("argmax", "gp") and check_rule("gp") == "gp"
-    gp, argmax = selection_rule("gp"), selection_rule("argmax")
+    assert rule_names() == ("max-votes", "gp") and check_rule("gp") == "gp"
+    gp, argmax = selection_rule("gp"), selection_rule("max-votes")
     assert gp.models and not argmax.models
     assert gp.runs_as(None) == (argmax, "no feature space given")
     assert gp.runs_as(candidate_grid(lr=[0.1, 1.0, 10.0]).feature_space(), 0.0) == (
@@ -80,7 +80,7 @@ def test_a_new_rule_runs_wherever_a_rule_is_named(registered):
     assert (sel.index, sel.rule, sel.requested, sel.fallback) == (2, "last", "last", None)
     assert sel.p_top == 0.0 and sel.margin == pytest.approx(-3.0)  # its posterior: the release, repeated
     handed = select_release(y[0], 1.0, rule="unready")
-    assert (handed.index, handed.rule, handed.requested, handed.fallback) == (0, "argmax", "unready", "not ready")
+    assert (handed.index, handed.rule, handed.requested, handed.fallback) == (0, "max-votes", "unready", "not ready")
     assert DPHypeConfig(1.0, 1e-5, 2, 10, rule="last").rule == "last"
     assert _parser().parse_args(["--rule", "last"]).rule == "last"
 
@@ -90,7 +90,7 @@ def test_a_rule_is_gone_once_its_test_ends(monkeypatch):
         patch.setattr(rules, "_RULES", rules._RULES.copy())
         register_rule(Last)
         assert check_rule("last") == "last"
-    with pytest.raises(ValueError, match="rule must be one of argmax, gp, got 'last'"):
+    with pytest.raises(ValueError, match="rule must be one of max-votes, gp, got 'last'"):
         check_rule("last")
 
 
@@ -102,7 +102,7 @@ def test_registration_refuses_a_taken_name(monkeypatch):
 
     with pytest.raises(ValueError, match="selection rule 'gp' is already registered"):
         register_rule(Twice)
-    assert rule_names() == ("argmax", "gp")
+    assert rule_names() == ("max-votes", "gp")
 
 
 @pytest.mark.parametrize("entry", [
@@ -114,7 +114,7 @@ def test_registration_refuses_a_taken_name(monkeypatch):
     lambda: selection_rule(["gp"]),
 ])
 def test_an_unknown_rule_is_refused_at_every_entry_point(entry):
-    with pytest.raises(ValueError, match="rule must be one of argmax, gp, got "):
+    with pytest.raises(ValueError, match="rule must be one of max-votes, gp, got "):
         entry()
 
 
@@ -123,3 +123,15 @@ def test_the_cli_offers_the_registered_rules_and_refuses_others():
     assert parser.parse_args([]).rule == rules.DEFAULT_RULE
     with pytest.raises(SystemExit):
         parser.parse_args(["--rule", "median"])
+
+
+def test_the_retired_rule_name_is_refused_in_one_line_naming_the_new_one(capsys):
+    with pytest.raises(ValueError, match=r"^rule='argmax' was renamed: set rule='max-votes'$"):
+        check_rule("argmax")
+    with pytest.raises(ValueError, match="rule='argmax' was renamed"):
+        DPHypeConfig(epsilon=1.0, delta=1e-5, k=2, clients=10, rule="argmax")
+    parser = argparse.ArgumentParser()
+    add_selection_arguments(parser)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--rule", "argmax"])
+    assert "argument --rule: rule='argmax' was renamed: set rule='max-votes'" in capsys.readouterr().err

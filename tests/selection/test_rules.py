@@ -146,10 +146,10 @@ def test_structureless_space_falls_back_to_argmax_and_says_why():
     assert space.no_structure is not None and "single categorical axis" in space.no_structure
     y = np.array([3.0, 9.0, 1.0, 4.0])
     batch = select_batch(np.stack([y, y[::-1]]), space, 5.0, rule="gp")
-    assert batch.rule == "argmax" and batch.fallback == space.no_structure
+    assert batch.rule == "max-votes" and batch.fallback == space.no_structure
     assert batch.picks.tolist() == [1, 2]
     sel = select_release(y, 5.0, space=space, rule="gp")
-    assert (sel.index, sel.rule, sel.requested, sel.fallback) == (1, "argmax", "gp", space.no_structure)
+    assert (sel.index, sel.rule, sel.requested, sel.fallback) == (1, "max-votes", "gp", space.no_structure)
     assert select_release(y, 5.0, space=None).fallback == "no feature space given"
     with pytest.raises(ValueError, match="no structure"):
         fit_surface(y, space, 5.0)
@@ -290,9 +290,9 @@ def test_confidence_clear_winner_and_pure_noise():
     clear = np.zeros(40)
     clear[19] = 50.0  # every one of 50 clients voted for candidate 19 (and 4 others, spread thinly)
     clear[:4] += 50.0
-    sel = select_release(clear, 2.0, space=space, clients=50, k=5, rule="argmax")
+    sel = select_release(clear, 2.0, space=space, clients=50, k=5, rule="max-votes")
     assert sel.index == 0 and sel.warning is None
-    top = select_release(clear + np.eye(40)[19], 2.0, space=space, clients=50, k=5, rule="argmax")
+    top = select_release(clear + np.eye(40)[19], 2.0, space=space, clients=50, k=5, rule="max-votes")
     assert top.index == 19 and top.margin == pytest.approx(0.5)
     # flat-prior posterior: v_19 ~ N(51, 4), four rivals ~ N(50, 4): P(top) and P(within 5 votes of the top)
     from scipy.integrate import quad
@@ -306,7 +306,7 @@ def test_confidence_clear_winner_and_pure_noise():
     consensus = np.zeros(40)
     consensus[[8, 9, 18, 19, 29]] = 50.0
     noisy = consensus + np.random.default_rng(0).normal(0.0, 400.0, 40)
-    for rule in ("argmax", "gp"):
+    for rule in ("max-votes", "gp"):
         sel = select_release(noisy, 400.0, space=space, clients=50, k=5, rule=rule)
         assert sel.p_top < 0.2 and sel.warning is not None and "low confidence" in sel.warning
 
@@ -315,14 +315,14 @@ def test_confidence_of_the_argmax_is_calibrated_for_a_flat_surface():
     # posterior N(y, sigma^2 I): for two candidates P(top) = Phi((y0 - y1) / (sigma sqrt 2))
     space = None
     y = np.array([10.0, 7.0] + [-100.0] * 8)
-    sel = select_release(y, 3.0, space=space, rule="argmax")
+    sel = select_release(y, 3.0, space=space, rule="max-votes")
     assert sel.p_top == pytest.approx(norm.cdf(3.0 / (3.0 * math.sqrt(2))), abs=0.02)
 
 
 def test_selection_options_refuse_bad_values():
     space = _small_space()
     y = np.zeros(40)
-    with pytest.raises(ValueError, match="rule must be one of argmax, gp"):
+    with pytest.raises(ValueError, match="rule must be one of max-votes, gp"):
         select_release(y, 1.0, rule="median")
     with pytest.raises(ValueError, match="sigma must be a finite number > 0"):
         select_release(y, 0.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from helpers import CANDS, CLIENTS, argmax_config, argmax_grid, client_app, grid_of, scores_table
+from helpers import CANDS, argmax_config, argmax_grid, client_app, grid_of, scores_table
 from helpers import sum_config as config
 
 from dphype.flower import DPHype
@@ -17,7 +17,7 @@ from simulations.deployment_profile import stages, write_roster
 def test_the_profile_finds_every_stage_in_the_servers_real_log(caplog):
     n = 6
     with caplog.at_level(logging.INFO, logger="flwr"):
-        DPHype(CANDS, config(rule="argmax")).start(grid_of(client_app(scores_table(n)), n))
+        DPHype(CANDS, config(rule="max-votes")).start(grid_of(client_app(scores_table(n)), n))
     lines = [record.getMessage() for record in caplog.records]
     lines.append("DPHYPE_RESULT {}")  # the bundled app's result line, after the release (and after any warning)
     stamped = [(10.0 + i, line) for i, line in enumerate(["Starting DPHype(6 candidates, ...)", *lines])]
@@ -31,12 +31,12 @@ def test_the_profile_finds_every_stage_in_the_servers_real_log(caplog):
 
 def test_the_argmax_profile_finds_every_stage_in_the_servers_real_log(caplog, tmp_path):
 
-    from dphype.flower import discover_committee
+    from dphype.flower import connected_committee
 
     grid, _ = argmax_grid(tmp_path)
     with caplog.at_level(logging.INFO, logger="flwr"):  # what the bundled app's ServerApp does in argmax mode
-        keys, nodes = discover_committee(grid, CLIENTS, 3, connect_timeout=5, timeout=60)
-        DPHype(CANDS, argmax_config(), tallies=keys).start(grid, timeout=60, committee_nodes=nodes)
+        committee = connected_committee(grid, argmax_config(), 3, connect_timeout=5, timeout=60)
+        DPHype(CANDS, argmax_config(), tallies=committee.keys).start(grid, timeout=60, committee_nodes=committee.nodes)
     lines = [record.getMessage() for record in caplog.records] + ["DPHYPE_RESULT {}"]
     table = stages([(10.0 + i, line) for i, line in enumerate(lines)], started=0.0, release="argmax")
     assert list(table) == ["start", "committee", "wait for nodes", "pre-flight", "winner", "fedavg", "selection"]

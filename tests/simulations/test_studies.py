@@ -31,8 +31,8 @@ def test_tradeoff_on_image_data_uses_the_cnn(
     for row in res["summary"]:
         assert 0.0 <= row["dphype"] <= 1.0 and row["gap_to_opt_points"] >= 0 and row["rule"] == "gp"
         assert 0.0 <= row["within_1pt"] <= 1.0 and row["worst5_gap_points"] >= row["gap_to_opt_points"] - 1e-9
-        assert "argmax_gap_to_opt_points" in row  # the plain argmax side by side
-        assert 0.0 <= row["zero_vote_share"] <= 1.0 and 0.0 <= row["argmax_zero_vote_share"] <= 1.0
+        assert "max_votes_gap_to_opt_points" in row  # the max-votes rule side by side
+        assert 0.0 <= row["zero_vote_share"] <= 1.0 and 0.0 <= row["max_votes_zero_vote_share"] <= 1.0
 
 
 def test_tradeoff_then_ablations_and_distributions_reuse_the_cache(
@@ -50,7 +50,7 @@ def test_tradeoff_then_ablations_and_distributions_reuse_the_cache(
     assert all(s["gap_to_opt_points"] >= 0 for s in without_noise)
     rows = (tmp_path / "t" / "tradeoff.csv").read_text().splitlines()
     assert len(rows) == 1 + 2 * (2 + 2 * 2)  # header + partitions x (Opt, RandGuess, 2 epsilons x 2 rules)
-    assert set(res["select_seconds"]) == {"argmax", "gp"} and res["default_rule"] == "gp"
+    assert set(res["select_seconds"]) == {"max-votes", "gp"} and res["default_rule"] == "gp"
     cached = sorted(p.name for p in (tmp_path / "cache").glob("*.npy"))
     assert len(cached) == 4  # scores and accuracies for two partitions
 
@@ -58,7 +58,7 @@ def test_tradeoff_then_ablations_and_distributions_reuse_the_cache(
                   "--out", str(tmp_path / "a")], capsys)
     assert res["methods"] == ["DP-Hype", "Raw scores", "Subsets", "Feathers (corrected)"]
     assert {r["method"] for r in res["summary"]} >= {"Opt", "RandGuess", "Subsets", "Feathers (corrected)"}
-    assert {r["rule"] for r in res["summary"] if r["method"] == "DP-Hype"} == {"argmax", "gp"}
+    assert {r["rule"] for r in res["summary"] if r["method"] == "DP-Hype"} == {"max-votes", "gp"}
     assert len(list((tmp_path / "cache").glob("*.npy"))) == 4  # nothing retrained
 
     res = bench(["distributions", *TINY, "--cache", cache, "--out", str(tmp_path / "d")], capsys)

@@ -159,7 +159,7 @@ class DPHype:
                 (``None``: no limit).
             connect_timeout: Bounds the wait (seconds) for ``clients`` nodes to connect (``None``: no limit).
             committee_nodes: Argmax mode only: the tallies' node ids in committee order, as
-                `dphype.flower.server.committee_server.discover_committee` returns them, so the committee is not asked
+                `dphype.flower.connected_committee` returns them, so the committee is not asked
                 again; empty or ``None``: none given (the only choice in sum mode).
             tally_timeout: Committee releases only: seconds each tally's MPyC party has to check the ballots and open
                 the result (`dphype.flower.server.committee_server.run_committee_selection`), a finite number in ``(0,

@@ -1,7 +1,7 @@
 """The server's side of the argmax mode (``release="argmax"``): the tally committee, the sealed shares, the index.
 
 `run_committee_selection` (called by `dphype.flower.server.DPHype.start`) finds the configured committee among the
-connected nodes (`find_committee`: a tally that does not answer ``hello`` is unreachable, and nothing is sent),
+connected nodes (a tally that does not answer ``hello`` is unreachable, and nothing is sent),
 runs the pre-flight with the other nodes, collects the sealed shares (`dphype.flower.client.committee_client`), forwards
 each tally its ciphertexts and gets the opening back, with the contributors whose ballots were left out
 (`dphype.flower.tally_node`). A voter approved in the pre-flight that sends no usable shares
@@ -12,8 +12,8 @@ contributors than the committee's floor (`dphype.privacy.noise.min_valid_ballots
 (one vote each: a node votes once per approved request).
 
 A server that takes its committee from the nodes rather than from its operator (the bundled app, the app
-``dphype new`` writes) asks `connected_committee` first (`discover_committee` in argmax mode; in sum mode
-`find_tallies`, the connected tally nodes, which do not vote then); its ``voters`` (a `ClientGrid`) is the grid a
+``dphype new`` writes) asks `connected_committee` first, the one committee finder (the committee in a committee
+mode; in sum mode the connected tally nodes, which do not vote then); its ``voters`` (a `ClientGrid`) is the grid a
 strategy sees afterwards, without the tallies.
 """
 
@@ -113,7 +113,7 @@ def _hello(grid: Grid, nodes: Sequence[int], timeout: float | None) -> list[tupl
     return out
 
 
-def find_committee(grid: Grid, committee: Sequence[bytes], nodes: Sequence[int],
+def _reach_committee(grid: Grid, committee: Sequence[bytes], nodes: Sequence[int],
                    timeout: float | None) -> dict[int, int]:
     """Tally index -> node id of every ``committee`` key among ``nodes``; `TallyError` if one is unreachable."""
     found = {index: node for node, (index, key) in _hello(grid, nodes, timeout)
@@ -125,7 +125,7 @@ def find_committee(grid: Grid, committee: Sequence[bytes], nodes: Sequence[int],
     return found
 
 
-def discover_committee(grid: Grid, clients: int, size: int, *, connect_timeout: float | None,
+def _discover_committee(grid: Grid, clients: int, size: int, *, connect_timeout: float | None,
                        timeout: float | None) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
     """The public keys of the ``size`` tally nodes among the connected nodes, in committee order, and their node ids.
 
@@ -177,7 +177,7 @@ def discover_committee(grid: Grid, clients: int, size: int, *, connect_timeout: 
     return tuple(found[j][1] for j in range(size)), tuple(found[j][0] for j in range(size))
 
 
-def find_tallies(grid: Grid, clients: int, *, connect_timeout: float | None,
+def _tally_nodes(grid: Grid, clients: int, *, connect_timeout: float | None,
                  timeout: float | None) -> tuple[int, ...]:
     """The node ids of the connected tally nodes, for a release without a committee, once ``clients`` voters connect.
 
@@ -233,7 +233,7 @@ class Committee:
         keys: The tallies' X25519 public keys in committee order (``DPHype(..., tallies=keys)``); empty in a mode
             without a committee.
         nodes: Their node ids in committee order (``DPHype.start(grid, committee_nodes=nodes)``); empty likewise.
-        others: In a mode without a committee, the connected tally nodes (`find_tallies`), which neither vote nor
+        others: In a mode without a committee, the connected tally nodes (the tally nodes), which neither vote nor
             train; empty otherwise.
     """
 
@@ -258,8 +258,8 @@ def connected_committee(grid: Grid, config: DPHypeConfig, size: int = COMMITTEE_
                         timeout: float | None = 3600.0) -> Committee:
     """The tally committee among the connected nodes when ``config``'s release needs one; else the tallies to skip.
 
-    `discover_committee` in a committee mode, `find_tallies` otherwise, so one ServerApp serves every release and
-    its selection (`Committee.selection_grid`) and training (`Committee.voters`) reach the voters only.
+    The committee in a committee mode, the tally nodes to set aside otherwise, so one ServerApp serves every release
+    and its selection (`Committee.selection_grid`) and training (`Committee.voters`) reach the voters only.
 
     Args:
         grid: The ServerApp's grid.
@@ -286,9 +286,9 @@ def connected_committee(grid: Grid, config: DPHypeConfig, size: int = COMMITTEE_
         config.mode.calibrate(config, candidates)
         selection_plan(config, candidates)  # a federation too small to select is refused here
     if not config.mode.uses_committee:
-        return Committee(grid, others=find_tallies(grid, config.clients, connect_timeout=connect_timeout,
+        return Committee(grid, others=_tally_nodes(grid, config.clients, connect_timeout=connect_timeout,
                                                    timeout=timeout))
-    keys, nodes = discover_committee(grid, config.clients, size, connect_timeout=connect_timeout, timeout=timeout)
+    keys, nodes = _discover_committee(grid, config.clients, size, connect_timeout=connect_timeout, timeout=timeout)
     return Committee(grid, keys, nodes)
 
 
@@ -374,7 +374,7 @@ def run_committee_selection(grid: Grid, request: VoteRequest, *, preflight: Pref
     Committee, pre-flight (by ``preflight``), sealed shares, tallies, index (module docstring).
 
     ``committee_nodes``: the node id of each tally in committee order, when the caller has just learnt them
-    from the tallies' own ``hello`` (`discover_committee`); the committee is then not asked again (one
+    from the tallies' own ``hello`` (`connected_committee`); the committee is then not asked again (one
     round trip less: on a deployment, a ClientApp process on every node). They must be connected nodes; a
     wrong one fails at its tally's first stage, since only the holder of the committee key can open the
     shares sealed to it.
@@ -389,7 +389,7 @@ def run_committee_selection(grid: Grid, request: VoteRequest, *, preflight: Pref
             cut off since the committee was found counting as a dropout (`remaining_nodes`).
         tally_timeout: Seconds each tally's MPyC party has to check the ballots and open the result
             (`check_tally_timeout`).
-        committee_nodes: The tallies' node ids in committee order, or ``None`` to find them (`find_committee`).
+        committee_nodes: The tallies' node ids in committee order, or ``None`` to find them among the connected nodes.
 
     Returns:
         The winner-only result (`dphype.release.ReleaseMode.release` of the agreed index).
@@ -407,7 +407,7 @@ def run_committee_selection(grid: Grid, request: VoteRequest, *, preflight: Pref
     if committee_nodes is None:
         wait_for_nodes(grid, cfg.clients + len(committee), connect_timeout)
         connected = sorted(node_ids(grid))
-        tally_nodes = find_committee(grid, committee, connected, timeout)
+        tally_nodes = _reach_committee(grid, committee, connected, timeout)
     else:  # the committee was found among connected nodes: a node gone since then is cut off, not waited for
         connected = sorted(node_ids(grid))
         tally_nodes = dict(enumerate(int(n) for n in committee_nodes))

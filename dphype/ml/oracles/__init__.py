@@ -7,7 +7,7 @@ privacy oracle and the utility oracle). Each problem is a module:
 * `dphype.ml.oracles.svt` - ``svt``: DPareto's sparse vector technique with its closed-form privacy.
 * `dphype.ml.oracles.output_perturbation` - ``logreg-output-perturbation``: projected-SGD logistic regression on
   Adult, released with Gaussian output perturbation.
-* `dphype.ml.oracles.dpsgd` - ``{dpsgd,dpadam}-{logreg,svm,mlp,mlp1}-{adult,mnist}``: DP-SGD / DP-Adam through
+* `dphype.ml.oracles.dpsgd` - ``{dpsgd,dpadam}-{logreg,svm,mlp,mlp1}-{adult,mnist5k}``: DP-SGD / DP-Adam through
   Opacus.
 * `dphype.ml.oracles.votes` - DP-Hype's own vote release as a problem over fixed local scores (built with its
   data: `dphype.ml.oracles.votes.dphype_vote_problem`).

@@ -3,7 +3,7 @@
 `train_dpsgd` trains with Poisson-sampled lots, Opacus' per-sample gradients, clipping and noise; `dpsgd_epsilon`
 accounts for it with Opacus' RDP or PRV accountant. The problems (`DpsgdProblem`) are
 ``{optimizer}-{model}-{dataset}`` for every optimizer of `DPSGD_OPTIMIZERS`, model of `DPSGD_MODELS` and data set of
-``_DATASETS`` (``adult``, or ``mnist``: the bundled 5,000-digit subset).
+`DPSGD_DATASETS` (``adult``, or ``mnist5k``: the bundled 5,000-digit subset of MNIST, `dphype.ml.data`).
 
 torch and Opacus are imported inside the functions that train or account, so importing this module is cheap.
 """
@@ -27,7 +27,7 @@ from dphype.ml.oracles.space import Config, Distribution, Domain, Hyperparameter
 DPSGD_DOMAINS: dict[str, dict[str, tuple[float, float]]] = {
     "adult": {"epochs": (1, 64), "lot_size": (8, 512), "lr": (5e-4, 5e-2), "noise_variance": (0.1, 16),
               "clip_norm": (0.1, 4)},
-    "mnist": {"epochs": (1, 400), "lot_size": (16, 4000), "lr": (1e-3, 5e-1), "noise_variance": (0.1, 16),
+    "mnist5k": {"epochs": (1, 400), "lot_size": (16, 4000), "lr": (1e-3, 5e-1), "noise_variance": (0.1, 16),
               "clip_norm": (0.1, 12)},
 }
 
@@ -40,7 +40,7 @@ DPSGD_DISTRIBUTIONS: dict[str, dict[str, Distribution]] = {
         "noise_variance": Distribution("shifted-exponential", 1e-1, 1e-1),
         "clip_norm": Distribution("shifted-exponential", 1e-1, 1e-1),
     },
-    "mnist": {
+    "mnist5k": {
         "epochs": Distribution("uniform", 1, 400),
         "lot_size": Distribution("normal", 800, 800),
         "lr": Distribution("shifted-exponential", 10, 1e-3),
@@ -52,8 +52,9 @@ DPSGD_DISTRIBUTIONS: dict[str, dict[str, Distribution]] = {
 DPSGD_MODELS: tuple[str, ...] = ("logreg", "svm", "mlp", "mlp1")
 DPSGD_OPTIMIZERS: tuple[str, ...] = ("dpsgd", "dpadam")
 OPACUS_ACCOUNTANTS: tuple[str, ...] = ("rdp", "prv")
-#: The data sets of the problems: the name in a problem's name -> its `dphype.ml.data.load_dataset` name.
-_DATASETS = {"adult": "adult", "mnist": "mnist5k"}
+#: The data sets of the problems, by their `dphype.ml.data.load_dataset` names (DPareto's MNIST domain is used on
+#: the bundled 5,000-digit subset, ``mnist5k``).
+DPSGD_DATASETS: tuple[str, ...] = ("adult", "mnist5k")
 #: Renyi orders for the RDP accountant: Opacus' defaults extended to 1024, so that very noisy,
 #: short runs (tiny epsilon, optimal order beyond 63) are not over-estimated.
 RDP_ORDERS: tuple[float, ...] = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))
@@ -216,7 +217,7 @@ def dpsgd_problem(
     train_size: int | None = None,
     data_dir: str | None = None,
 ) -> ParetoProblem:
-    """DP-SGD / DP-Adam over DPareto's Table 1 domain for ``dataset`` in {adult, mnist}.
+    """DP-SGD / DP-Adam over DPareto's Table 1 domain for ``dataset`` in `DPSGD_DATASETS`.
 
     Utility: test accuracy averaged over ``runs`` independent trainings (best/worst kept).
     Privacy: `dpsgd_epsilon` at ``delta`` with Opacus' ``accountant``.
@@ -224,7 +225,7 @@ def dpsgd_problem(
     Args:
         optimizer: One of `DPSGD_OPTIMIZERS`.
         model_name: One of `DPSGD_MODELS`.
-        dataset: ``"adult"`` or ``"mnist"``.
+        dataset: ``"adult"`` or ``"mnist5k"``.
         runs: Independent trainings per evaluation, ``>= 1``.
         delta: The fixed delta.
         accountant: ``"rdp"`` or ``"prv"``.
@@ -244,14 +245,14 @@ def dpsgd_problem(
         raise ValueError(f"optimizer must be one of {DPSGD_OPTIMIZERS}, got {optimizer!r}")
     if model_name not in DPSGD_MODELS:
         raise ValueError(f"model must be one of {DPSGD_MODELS}, got {model_name!r}")
-    if dataset not in _DATASETS:
-        raise ValueError(f"dataset must be one of {tuple(_DATASETS)}, got {dataset!r}")
+    if dataset not in DPSGD_DATASETS:
+        raise ValueError(f"dataset must be one of {DPSGD_DATASETS}, got {dataset!r}")
     if accountant not in OPACUS_ACCOUNTANTS:
         raise ValueError(f"accountant must be one of {OPACUS_ACCOUNTANTS}, got {accountant!r}")
     if runs < 1:
         raise ValueError(f"runs must be >= 1, got {runs}")
     check_delta(delta)
-    pool, test = load_dataset(_DATASETS[dataset], data_dir)
+    pool, test = load_dataset(dataset, data_dir)
     pool = subsample_pool(pool, train_size)
     x = torch.from_numpy(pool.x.reshape(len(pool), -1))
     y = torch.from_numpy(pool.y)
@@ -295,7 +296,7 @@ class DpsgdProblem(NamedProblem):
     """``{optimizer}-{model}-{dataset}``: `dpsgd_problem` for every optimizer, model and data set."""
 
     names = tuple(
-        f"{o}-{m}-{d}" for o, m, d in itertools.product(DPSGD_OPTIMIZERS, DPSGD_MODELS, _DATASETS))
+        f"{o}-{m}-{d}" for o, m, d in itertools.product(DPSGD_OPTIMIZERS, DPSGD_MODELS, DPSGD_DATASETS))
 
     @classmethod
     def build(cls, name: str, options: ProblemOptions) -> ParetoProblem:

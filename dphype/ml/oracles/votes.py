@@ -1,6 +1,6 @@
 """DP-Hype's own side of the Pareto interface: its vote release as a privacy oracle, a task as a utility oracle.
 
-`vote_privacy_oracle` is DP-Hype's privacy (a `dphype.privacy.accounting.VoteRelease` per configuration),
+`vote_privacy_oracle` is DP-Hype's privacy (a `dphype.privacy.accounting.VoteEvent` per configuration),
 `candidate_utility_oracle` scores configurations with a `dphype.task.Task`-like scorer, and `dphype_vote_problem`
 makes DP-Hype's own ``(sigma, k)`` trade-off a DPareto problem over fixed local scores. The vote problem takes the
 clients' scores, so it is built with its data, not by name.
@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from dphype.checks import check_delta
+from dphype.checks import DEFAULT_NOISE, check_delta
 from dphype.ml.oracles.problem import ParetoProblem, PrivacyOracle, UtilityOracle, UtilityResult
 from dphype.ml.oracles.space import Config, Distribution, Domain, Hyperparameter
-from dphype.privacy.accounting import VoteRelease, epsilon
+from dphype.privacy.accounting import VoteEvent, epsilon
 from dphype.privacy.noise import replay_noisy_sums
 from dphype.selection.candidates import CandidateList
 from dphype.selection.voting import primary_scores, top_k_votes
@@ -27,9 +27,9 @@ def vote_privacy_oracle(
     delta: float,
     num_candidates: int | None = None,
     accountant: str | None = None,
-    noise: str = "gaussian",
+    noise: str = DEFAULT_NOISE,
 ) -> PrivacyOracle:
-    """DP-Hype's privacy as an oracle: ``{"sigma": s, "k": k} -> epsilon`` of the noisy vote sum (`VoteRelease`).
+    """DP-Hype's privacy as an oracle: ``{"sigma": s, "k": k} -> epsilon`` of the noisy vote sum (`VoteEvent`).
 
     Args:
         delta: The fixed delta.
@@ -43,7 +43,7 @@ def vote_privacy_oracle(
     check_delta(delta)
 
     def privacy(config: Config) -> float:
-        release = VoteRelease(int(config["k"]), num_candidates, float(config["sigma"]), noise)
+        release = VoteEvent(int(config["k"]), num_candidates, float(config["sigma"]), noise)
         return epsilon(release, delta, accountant)
 
     return privacy
@@ -80,7 +80,7 @@ def dphype_vote_problem(
     test_accuracy: np.ndarray,
     *,
     delta: float,
-    noise: str = "gaussian",
+    noise: str = DEFAULT_NOISE,
     accountant: str | None = None,
     runs: int = 50,
     sigma_range: tuple[float, float] = (1.0, 100.0),
