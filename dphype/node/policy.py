@@ -1,108 +1,11 @@
 """A node's own privacy policy, and the check of every vote request against it.
 
-Threat model
-============
-
-**Honest-but-curious server (the paper's setting, DP-Hype Section II).** The server follows the protocol
-and only looks at what it receives. Each client adds a noise share of variance ``sigma^2 / ((1 - xi) n)``
-(Appendix A), the secure sum (`dphype.secure.secagg`, SecAgg+ of Bell et al., CCS 2020) reveals only
-the sum of the masked vectors (up to the failure events that `dphype.secure.secagg_params` bounds), the
-server unmasks only when at least ``ceil((1 - xi) n)`` clients contributed, so the released sum carries
-noise of variance ``>= sigma^2`` and is ``(epsilon, delta)``-DP for the announced budget; the selection is
-post-processing.
-
-**Active server: what every client enforces on its own**, before anything secret leaves it:
-
-1. *Its own limits.* A `NodePolicy` read from the node config (``context.node_config``, set by
-   whoever runs the SuperNode), or where the node config is not the operator's to set (Flower's simulation
-   fixes it) from the ClientApp process's environment (`POLICY_ENV`), never from the run config (set
-   by whoever submits the run, i.e. the server side). Defaults are safe (`POLICY_KEYS`);
-   `dphype.flower.client.register_dphype` reads it for every message.
-2. *The guarantee of the noise it is asked to add* (`check_vote_request`). From the announced
-   ``sigma``, ``n`` and ``xi`` the client derives its share variance ``v = sigma^2 / ((1 - xi) n)`` and
-   the total noise of the fewest contributors the protocol allows, ``L = ceil((1 - xi) n)`` shares; it
-   recomputes epsilon for that noise with ITS OWN delta, accountant and neighbouring relation and refuses
-   above its limit (so a ``sigma`` calibrated for a large delta is refused). So are an announced epsilon or
-   delta above the node's limits, fewer clients (or contributors) than its minimum, and requests no honest
-   server sends (`dphype.protocol.check_request`), all before the node scores anything.
-3. *Every sum the server can unmask holds at least L noise shares* (`dphype.secure.secagg`, "the
-   noise-share bound"). The neighbour graph is a public Harary ring seeded by the hash of every node's
-   fresh keys, which each node recomputes from the full key list (its own neighbourhood included); the
-   round's size must lie in ``[L, n]``; before revealing any unmasking share a node verifies Ed25519
-   signatures over the same key list and survivor set from more than half of a committee that the key hash
-   fixes (the consistency round of Bonawitz et al., CCS 2017), so all revealing nodes agree on who survived;
-   and it signs only if its connected component among the survivors (which every unmaskable sum containing
-   its vector includes) has at least ``L`` nodes. The ledger entry (item 5) is therefore at least what any
-   release of its vote carries: an over-claimed ``n``, a graph split into cliques, and survivor sets that cut
-   the graph or differ between nodes are refused.
-4. *One approval per round* (`dphype.flower.client`): the request is stored when the pre-flight
-   approves it and bound to the round at its first stage; a second pre-flight during a round aborts it,
-   and a stage out of order, repeated or for another request aborts the round with nothing of it sent.
-5. *A lifetime budget* (`dphype.node.ledger`): every vote is recorded in a file on the node after every
-   share it received has been decrypted and checked (forged ciphertexts cost nothing) and before its masked
-   vector is sent, composed with the earlier ones in RDP; a crash between the two counts the vote as spent.
-   A vote that would exceed the lifetime budget is refused, and repeating a request costs budget again.
-6. *The candidate list travels in the request* and is compared with the node's own copy when the operator
-   configures one (``dphype-candidates``); nothing the server names is opened on the client.
-7. *The secure sum's parameters*, checked by the node at the share-keys stage: a reconstruction threshold
-   ``t >= 2`` with ``2 t > k + 1`` for ``k + 1`` share holders (an honest holder reveals one kind of share
-   per client, so a server that lies about who dropped cannot collect ``t`` shares of both of a client's
-   secrets), at least ``dphype-min-neighbours`` neighbours, its own keys in the list and no repeated key.
-   Masks come from ChaCha20 keyed with the full 256-bit agreed key (`dphype.secure.relay.expand_mask`).
-8. *Errors sent back* are a reason code and a short message without data values
-   (`dphype.refusal.as_refusal`), and refusals by the node's own limits or budget all read
-   ``policy``, so a reply does not say which limit a request crossed (the node's log names it). Whether a
-   node takes part remains visible: a server can still probe a node's limits one accept/refuse bit per
-   pre-flight.
-9. *Noise* comes from ChaCha20 keyed by the operating system (`dphype.privacy.noise.secure_generator`).
-10. *Argmax mode* (``release="argmax"``, `dphype.privacy.winner`, `dphype.secure.committee`): the node
-    recomputes the epsilon of the committee's noise under ITS OWN neighbouring relation (the noise parameter
-    follows from the announced epsilon and relation; the committee samples it jointly inside the MPC,
-    `dphype.privacy.winner.JointSampler`), checks it and the fewest contributors against
-    its limits, and checks the tally committee before it seals a share: at least 3 distinct tallies (honest
-    majority, threshold 1), all of them pinned by its operator (``dphype-tallies``; with none pinned every argmax
-    request is refused in the pre-flight, so a server cannot name tallies it runs itself). Each share is sealed
-    to one tally and bound to the request, the tally, the run and the node's identity (without a roster: the
-    Flower node id, `dphype.secure.committee.voter_id`); the server relays ciphertexts only and cannot relabel one
-    node's share as another's or replay it in another run. The tallies, not the server, enforce the minimum
-    number of contributors, one share per contributor (by label and by content) and one argmax per request and
-    run (a record beside each tally's key, `dphype.secure.committee.ServedRecord`), and check every ballot's form under
-    MPC (an invalid one is left out and its sender named). Out of scope: two colluding
-    tallies (they reconstruct the ballots) and a malicious tally (it can change the index or abort; MPyC is
-    secure against semi-honest parties).
-11. *The approved release mode* is part of every stage: a request approved for the tally committee is never
-    answered by a SecAgg+ stage (the advertise riding on the pre-flight included), nor a SecAgg+ request by the
-    committee vote or a tally (``release_mode``): its noise, calibrated to hide one index, never reaches a sum.
-12. *A federation of known members* (`dphype.secure.roster`): the node reads its federation's roster and its own
-    identity key from its node config (``dphype-roster``, ``dphype-identity``), never from the server; without them
-    it refuses in the pre-flight (``no_roster``) unless its operator sets ``dphype-allow-unauthenticated = true``.
-    The roster's digest is bound to the approval (a roster that changes before a later stage is refused, ``roster``)
-    and to every signature; a request that names a roster (`dphype.protocol.VoteRequest.roster`) other than the
-    node's is refused in the pre-flight. SecAgg+: every entry of the key list must be signed by a distinct roster voter
-    (``roster``, before any share leaves), so the server cannot invent members; the round's signing key that makes
-    the receipts and consistency signatures is among the signed keys. Argmax: the roster's tallies pin the
-    committee, each sealed share is sealed to the voter's member name and signed by its identity, and a tally
-    opens only shares of distinct roster voters under its own roster.
-
-**What stays out of scope.**
-
-* *The code it runs.* In a Flower deployment the ClientApp is shipped with the run (its FAB) by whoever
-  submits the run, i.e. the server side. Every check above holds only while the node runs DP-Hype's own
-  client code: an operator lets its SuperNode run only apps verified by entities it trusts
-  (``flower-supernode --trusted-entities``, Flower's FAB verification) and keeps runtime dependency
-  installation off. The node policy itself is outside the app (node config, environment).
-* *Sybils without a roster.* Without authenticated client identities (item 12) the server can *simulate*
-  clients: fake keys, fake neighbours, fake signatures, any ``n``. A node shown a round of invented peers is
-  protected only by its own share; nothing on the node can tell. With a roster they fail closed; a roster member
-  that colludes with the server remains collusion (below).
-* *Collusion.* Clients that collude with the server hand it their shares and their noise: up to ``xi n``
-  of them count like dropouts (their noise is missing from the sum, Appendix A), more are out of scope.
-  ``2 t > k + 1`` and the consistency quorum (more than half the committee) assume no colluding holder or
-  committee member (with ``c`` of them the conditions become ``2 t > k + 1 + c`` and a quorum of
-  ``(|committee| + c) / 2``; `dphype.secure.secagg_params` sizes the graph for a colluding fraction).
-* *Side channels* (timing, message sizes, the fact of taking part) and *the integrity of the sum*: a
-  malicious client can send an out-of-range vector and skew the selection (a utility, not a privacy,
-  failure); input validation inside secure aggregation is out of scope.
+`NodePolicy` holds the node's own limits, read from its node config (or, where Flower's simulation fixes that,
+the ClientApp's environment, `POLICY_ENV`), never from the run config; the defaults are safe (`POLICY_KEYS`).
+`check_vote_request` checks a vote request against them before the node scores anything: it recomputes the
+epsilon of the noise it is asked to add with its own delta, accountant and neighbouring relation, at the fewest
+contributors the protocol allows, and refuses above its limits. The threat model these checks enforce, item by
+item, and what stays out of scope: docs/design/node-policy.md.
 """
 
 from __future__ import annotations

@@ -221,11 +221,10 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
         name = check_ballot(self.default_ballot if ballot is None or ballot == "default" else ballot)
         if Ballot.parse(name).graded and not self.graded_ballots:
             raise ValueError(
-                f"ballot must be 'top-k' for release={self.name!r}, got {name!r}: its noise hides a whole ballot (l2 "
-                "sensitivity sqrt(2k) for top-k), which a graded ballot raises as much as its counts, and the share "
-                "and auto ballots' k were fitted for the winner release; set ballot='top-k' (or leave it unset) or "
-                "release to a mode that takes these ballots ("
-                + ", ".join(repr(n) for n, m in RELEASE_MODES.items() if m.graded_ballots) + ")")
+                f"ballot must be 'top-k' for release={self.name!r}, got {name!r}: set ballot='top-k' or release="
+                + " or ".join(repr(n) for n, m in RELEASE_MODES.items() if m.graded_ballots)
+                + "\nIts noise hides a whole ballot (l2 sensitivity sqrt(2k) for top-k), which a graded ballot raises "
+                "as much as its counts, and the share and auto ballots' k were fitted for the winner release.")
         return name
 
     def resolved_ballot(self, config: ReleaseConfig, num_candidates: int | None = None) -> Ballot:
@@ -302,9 +301,8 @@ class ReleaseMode(ABC, Generic[BallotT, OpenedT]):
         """Refuse a real noise kind for a mode whose noise an MPC adds as integers (`integer_noise`)."""
         if self.integer_noise and not noise_kind(noise).integer:
             integer = noise_kind_names(integer=True)
-            raise ValueError(f"release={self.name!r} adds integer noise under MPC: noise must be "
-                             f"{' or '.join(map(repr, integer))}, got {noise!r}; set noise={integer[0]!r} "
-                             f"(--noise {integer[0]})")
+            raise ValueError(f"release={self.name!r} adds integer noise: noise must be "
+                             f"{' or '.join(map(repr, integer))}, got {noise!r} (--noise {integer[0]})")
 
     # ------------------------------------------------------------------------------------ the request
     def check_request_fields(self, request: ReleaseRequest) -> tuple[bytes, ...]:

@@ -98,8 +98,8 @@ class DPHype:
         roster: Roster | str | None = None,
     ) -> None:
         if config.mode.uses_committee and not tallies:
-            raise ValueError(f"release={config.release!r} needs the tally committee's public keys, got none: pass "
-                             "DPHype(candidates, config, tallies=committee.keys) with committee = "
+            raise ValueError(f"release={config.release!r} needs the tally keys, got none: pass "
+                             "DPHype(candidates, config, tallies=committee.keys)\nwith committee = "
                              "dphype.flower.connected_committee(grid, config), which finds the tally nodes; in "
                              "simulation give the ClientApp the mod dphype.flower.simulated_roles and run it with "
                              "`dphype run` (`dphype new --release argmax` writes such an app); in a deployment "

@@ -153,11 +153,11 @@ def _discover_committee(grid: Grid, clients: int, size: int, *, connect_timeout:
         wait_for_nodes(grid, needed, connect_timeout)
     except PreflightError:
         raise PreflightError(
-            f"only {len(node_ids(grid))} nodes connected within {connect_timeout:g} s; release=argmax "
-            f"needs clients + tallies = {needed} nodes ({clients} voters and {size} tally nodes); nothing was "
-            f"sent: in simulation run `dphype run` (it adds the tally nodes) or set num-supernodes={needed} with "
-            "the ClientApp mod dphype.flower.simulated_roles; in a deployment start every tally's SuperNode "
-            "(clients/start-tally.sh; docs/releases.md)") from None
+            f"only {len(node_ids(grid))} of the {needed} nodes connected within {connect_timeout:g} s: start the "
+            f"tally nodes\na committee release needs clients + tallies = {needed} nodes ({clients} voters "
+            f"and {size} tally nodes); nothing was sent: in simulation run `dphype run` (it adds the tally nodes) "
+            f"or set num-supernodes={needed} with the ClientApp mod dphype.flower.simulated_roles; in a deployment "
+            "start every tally's SuperNode (clients/start-tally.sh; docs/releases.md)") from None
     connected = sorted(node_ids(grid))
     log(logging.INFO, "DP-Hype tally hello: asking the %d connected nodes which of them are the %d tallies",
         len(connected), size)
