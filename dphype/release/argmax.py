@@ -18,11 +18,7 @@ from dphype.privacy.winner import (
     sampler_delta,
     winner_report,
 )
-from dphype.release.base import (
-    NodeCost,
-    ReleaseConfig,
-    ReleaseRequest,
-)
+from dphype.release.base import NodeCost, ReleaseConfig, ReleaseRequest
 from dphype.release.committee_mode import CommitteeMode
 from dphype.result import DPHypeResult
 from dphype.secure.committee import OPENS_ARGMAX, Opening

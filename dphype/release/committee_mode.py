@@ -7,15 +7,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from dphype.privacy.winner import (
-    JointSampler,
-)
-from dphype.release.base import (
-    Aggregator,
-    OpenedT,
-    ReleaseMode,
-    ReleaseRequest,
-)
+from dphype.privacy.winner import JointSampler
+from dphype.release.base import Aggregator, OpenedT, ReleaseMode, ReleaseRequest
 from dphype.secure.committee import client_sealed_shares
 
 

@@ -8,12 +8,7 @@ from dataclasses import replace
 import numpy as np
 
 from dphype.privacy.accounting import privacy_report
-from dphype.privacy.noise import (
-    check_survivors,
-    client_noise_share,
-    client_noise_std,
-    replay_noisy_sums,
-)
+from dphype.privacy.noise import check_survivors, client_noise_share, client_noise_std, replay_noisy_sums
 from dphype.privacy.noise_kinds import noise_kind
 from dphype.release.base import (
     Aggregator,
