@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
@@ -46,6 +47,7 @@ from dphype.ml.data import dataset_spec
 from dphype.ml.torch_task import TorchTask, load_cached
 from dphype.modes import Aggregator
 from dphype.result import FAILURE_FORMAT, summarize_run
+from dphype.selection.candidates import CandidateList
 from dphype.strict_json import jsonable
 
 #: Prefix of the log line that carries the run summary as JSON.
@@ -55,6 +57,23 @@ FAILURE_PREFIX = "DP-Hype: the run failed: "
 #: What ordinary FedAvg releases (the report says it plainly).
 PLAINTEXT_TRAINING = ("plaintext model updates of every participating client in every FedAvg round (ordinary "
                       "FedAvg): no DP guarantee covers them; set train-epsilon > 0 to train privately")
+
+
+def candidates(run_config: Mapping[str, Any]) -> CandidateList:
+    """The public candidate list a run config names, every key of it checked (`AppConfig.from_run_config`).
+
+    ``dphype run`` calls it before Flower starts (`dphype.flower.local.app_candidates`).
+
+    Args:
+        run_config: The Flower run config.
+
+    Returns:
+        The candidate list.
+
+    Raises:
+        ValueError: If a key is unknown or missing, or a value is invalid.
+    """  # noqa: DOC502
+    return AppConfig.from_run_config(run_config).candidate_list()
 
 
 def run_app(grid: Grid, cfg: AppConfig) -> dict[str, Any]:
