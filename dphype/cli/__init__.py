@@ -254,7 +254,40 @@ def run_program(name: str, argv: Sequence[str]) -> int:
         raise UsageError(f"'dphype {name}' runs 'python -m {package}', the benchmark drivers in the {package}/ "
                          "folder of a dphype repository checkout; run it from the repository root (they are not "
                          "part of the installed library)")
-    return subprocess.call([sys.executable, "-m", package, *argv], cwd=Path.cwd())
+    child = subprocess.Popen([sys.executable, "-m", package, *argv], cwd=Path.cwd())
+    with forward_signals(child):
+        code = child.wait()
+    return 128 - code if code < 0 else code  # killed by signal N: the shell's 128 + N
+
+
+@contextlib.contextmanager
+def forward_signals(child: subprocess.Popen[Any]) -> Iterator[None]:
+    """Within the block, SIGTERM and SIGINT are passed on to ``child``, which stops itself and says so in one line.
+
+    The handlers before the block are restored after it; only in the main thread (elsewhere nothing changes).
+
+    Args:
+        child: The child process.
+
+    Yields:
+        Nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = (signal.SIGTERM, signal.SIGINT)
+    before = {sig: signal.getsignal(sig) for sig in signals}
+    def forward(signum: int, frame: Any) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    for sig in signals:
+        signal.signal(sig, forward)
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -122,7 +122,7 @@ def add_command(name: str, role: str, identity: str) -> str:
     Returns:
         The command line.
     """
-    tally = f' --tally-key "$(clients/start-tally.sh --print-public-key --tally-id J)"' if role == "tally" else ""
+    tally = ' --tally-key "$(clients/start-tally.sh --print-public-key --tally-id J)"' if role == "tally" else ""
     return f"dphype roster add ROSTER --name {name} --role {role} --identity {identity}{tally}"
 
 
