@@ -36,7 +36,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "certificates, ledger), checked before it joins; exit status 2 on a contradiction"),
     "superexec": ("dphype.cli.superexec", "a warm SuperExec for a SuperNode in process isolation: ClientApp tasks "
                   "forked from a process that imported their code once"),
-    "demo": ("dphype.cli.demo", "the bundled Flower app on Adult: DP-Hype over SecAgg+, then FedAvg with the winner"),
+    "demo": ("dphype.cli.demo", "the bundled Flower app on Adult: DP-Hype's argmax release (3 simulated tally nodes "
+             "release only the winner; --release sum: the noisy vote sum over SecAgg+), then FedAvg with the winner"),
     "pareto": ("dphype.cli.pareto", "DPareto privacy-utility Pareto front search"),
     "compare": ("dphype.cli.compare", "federated DP-Hype vs central private tuning on one task"),
 }
@@ -222,11 +223,12 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     Returns:
         The parser, with every sub-command of `COMMANDS` and `PROGRAMS`.
     """
-    parser = argparse.ArgumentParser(prog="dphype", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="dphype", description="DP-Hype: differentially private hyperparameter "
+                                     "selection for Flower apps")
     sub = parser.add_subparsers(dest="command", required=True)
     chosen = next((a for a in argv if a in COMMANDS), None)
     for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
         p.set_defaults(_module=module)
         if name == chosen:
