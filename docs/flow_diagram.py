@@ -21,8 +21,8 @@ OUT = Path(__file__).resolve().parent / "flow.svg"
 #: The stages: (x, y) centre in axes units, title, lines below it, fill colour.
 STAGES = {
     "server": ((0.10, 0.70), "Server", ["public candidates", "epsilon, delta, k", "calibrated noise"], "#dbe8f6"),
-    "voters": ((0.36, 0.70), "Voters (n nodes)", ["score every candidate", "on their own data,", "check policy + ledger,",
-                                                  "cast a ballot"], "#e3f1df"),
+    "voters": ((0.36, 0.70), "Voters (n nodes)", ["score every candidate", "on their own data,",
+                                                  "check policy + ledger,", "cast a ballot"], "#e3f1df"),
     "tallies": ((0.63, 0.70), "3 tallies (MPC)", ["check every ballot,", "sample the noise jointly,",
                                                   "open only the winner"], "#fbead3"),
     "winner": ((0.89, 0.70), "Winner", ["its index only:", "epsilon-DP, in every", "node's ledger"], "#f6dada"),

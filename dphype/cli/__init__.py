@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,12 +74,18 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
-@contextlib.contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGINT raise `Stopped`; a second one while it unwinds is ignored.
+#: The signals that stop a command: what a service manager or ``timeout`` sends, and Ctrl-C.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    The handlers before the block are restored after it. Only in the main thread (elsewhere Python delivers no
-    signal): elsewhere nothing changes.
+
+@contextlib.contextmanager
+def _handling(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """Within the block ``handler`` handles `STOP_SIGNALS`; the handlers before it come back after it.
+
+    Only in the main thread (elsewhere Python delivers no signal): elsewhere nothing changes.
+
+    Args:
+        handler: The signal handler.
 
     Yields:
         Nothing.
@@ -87,21 +93,31 @@ def stop_on_signals() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    signals = (signal.SIGTERM, signal.SIGINT)
-    before = {sig: signal.getsignal(sig) for sig in signals}
-
-    def stop(signum: int, frame: Any) -> None:
-        for sig in signals:  # the clean-up that follows is not interrupted
-            signal.signal(sig, signal.SIG_IGN)
-        raise Stopped(signum)
-
-    for sig in signals:
-        signal.signal(sig, stop)
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, handler)
     try:
         yield
     finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
+        for sig, previous in before.items():
+            signal.signal(sig, previous)
+
+
+def stop_on_signals() -> contextlib.AbstractContextManager[None]:
+    """Within the block, SIGTERM and SIGINT raise `Stopped`; a second one while it unwinds is ignored.
+
+    The handlers before the block are restored after it; only in the main thread (`_handling`).
+
+    Returns:
+        The context manager.
+    """
+
+    def stop(signum: int, frame: Any) -> None:
+        for sig in STOP_SIGNALS:  # the clean-up that follows is not interrupted
+            signal.signal(sig, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    return _handling(stop)
 
 
 # ------------------------------------------------------------------ options shared by every command
@@ -262,34 +278,23 @@ def run_program(name: str, argv: Sequence[str]) -> int:
     return 128 - code if code < 0 else code  # killed by signal N: the shell's 128 + N
 
 
-@contextlib.contextmanager
-def forward_signals(child: subprocess.Popen[Any]) -> Iterator[None]:
+def forward_signals(child: subprocess.Popen[Any]) -> contextlib.AbstractContextManager[None]:
     """Within the block, SIGTERM and SIGINT are passed on to ``child``, which stops itself and says so in one line.
 
-    The handlers before the block are restored after it; only in the main thread (elsewhere nothing changes).
+    The handlers before the block are restored after it; only in the main thread (`_handling`).
 
     Args:
         child: The child process.
 
-    Yields:
-        Nothing.
+    Returns:
+        The context manager.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    signals = (signal.SIGTERM, signal.SIGINT)
-    before = {sig: signal.getsignal(sig) for sig in signals}
+
     def forward(signum: int, frame: Any) -> None:
         if child.poll() is None:
             child.send_signal(signum)
 
-    for sig in signals:
-        signal.signal(sig, forward)
-    try:
-        yield
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
+    return _handling(forward)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
