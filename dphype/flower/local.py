@@ -332,9 +332,12 @@ class LocalSuperLink:
         (self.home / "config.toml").write_text(
             '[superlink]\ndefault = "dphype-local"\n\n'
             f'[superlink.dphype-local]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n')
-        # Ray's session folders (the simulation's) go under the private home too, so close removes them with it
+        # Ray's session folders (the simulation's) go to a folder of their own, which close removes: beside the home,
+        # with a short name, as Ray's Unix socket paths below it (ray/session_<date>_<pid>/sockets/plasma_store, 67
+        # bytes) must fit AF_UNIX's 107
+        self._ray = tempfile.TemporaryDirectory(prefix="r", ignore_cleanup_errors=True)
         self.env = {**os.environ, **OFFLINE_ENV, **(env or {}), "FLWR_HOME": str(self.home),
-                    "RAY_TMPDIR": str(self.home),
+                    "RAY_TMPDIR": self._ray.name,
                     "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
         self._log = open(log if log is not None else self.home / "superlink.log", "w")  # noqa: SIM115
         self.process = subprocess.Popen(
@@ -472,6 +475,7 @@ class LocalSuperLink:
             time.sleep(0.1)
         self._log.close()
         self._home.cleanup()
+        self._ray.cleanup()
 
     def __enter__(self) -> LocalSuperLink:
         return self
