@@ -166,5 +166,6 @@ def test_readme_first_app_runs_verbatim_and_a_failed_run_says_why(tmp_path):
                             env={**env, "DPHYPE_NODE_POLICY": "dphype-max-epsilon=0.5"})
     last = failed.stderr.strip().splitlines()[-1]
     assert failed.returncode == 1, failed.stdout[-2000:] + failed.stderr[-2000:]
-    assert re.match(FAILED_LINE + r".*policy_epsilon.*DPHYPE_NODE_POLICY environment variable", last), last
+    assert re.match(FAILED_LINE + r"10 of 10 clients are not ready: 10 x refused: policy \(this node's privacy "
+                    r"policy does not admit the request", last), last
     assert "Traceback" not in failed.stderr.split("dphype run: error:")[-1]
