@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
@@ -59,12 +60,30 @@ from dphype.modes import Aggregator
 from dphype.result import FAILURE_FORMAT, DPHypeResult, summarize_run
 from dphype.runs import RunFolder
 from dphype.secure.secure_sum import SecureSumError
+from dphype.selection.candidates import CandidateList
 from dphype.strict_json import jsonable
 
 #: Prefix of the log line that carries the run summary as JSON.
 RESULT_PREFIX = "DPHYPE_RESULT "
 #: Prefix of the one log line that names why a run failed (``server/run.sh`` prints it as its last line).
 FAILURE_PREFIX = "DP-Hype: the run failed: "
+
+
+def candidates(run_config: Mapping[str, Any]) -> CandidateList:
+    """The public candidate list a run config names, every key of it checked (`AppConfig.from_run_config`).
+
+    ``dphype run`` calls it before Flower starts (`dphype.flower.local.app_candidates`).
+
+    Args:
+        run_config: The Flower run config.
+
+    Returns:
+        The candidate list.
+
+    Raises:
+        ValueError: If a key is unknown or missing, or a value is invalid.
+    """  # noqa: DOC502
+    return AppConfig.from_run_config(run_config).candidate_list()
 
 
 def run_app(grid: Grid, cfg: AppConfig, run: RunFolder) -> dict[str, Any]:

@@ -220,7 +220,14 @@ class Ledger:
 
     # ------------------------------------------------------------------------------------------ the API
     def entries(self) -> list[LedgerEntry]:
-        """All recorded votes, oldest first; `LedgerError` if the file cannot be read or verified or is locked."""
+        """All recorded votes, oldest first; `LedgerError` if the file cannot be read or verified or is locked.
+
+        A ledger with no file has no votes: reading it creates nothing (no lock file, no folder), as
+        ``dphype doctor`` only looks. A file appears whole (`_write` replaces it atomically), so no lock is needed
+        to see that it is not there.
+        """
+        if not self.path.exists():
+            return []
         with self._locked():
             return self._read()
 

@@ -64,7 +64,7 @@ as secret as the counts, so the whole noise protects the release (one discrete L
 contributors whose ballots were invalid are released too: an honest client's ballot is valid whatever its data
 (it checks its own ballot before sharing), so that list is a function of the other clients' ballots only and
 costs an honest client nothing. A tally that deviates from the protocol (MPyC's model is semi-honest) is out of
-scope. Measured utility: results/README.md (the argmax release).
+scope. Measured utility: results/releases.md (the argmax release).
 
 Accounting. The release is ``(epsilon, sampler_delta(epsilon))``-DP. For composition (a node's lifetime, the
 DP-FedAvg training after the selection) the exact release's Renyi curve is bounded by binary randomized

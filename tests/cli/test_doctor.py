@@ -56,6 +56,7 @@ def test_contradictions_are_all_named_and_refused(tmp_path, monkeypatch, capsys)
                             f'{UNAUTHENTICATED} dphype-tallies="{one_tally}"',
                             "--root-certificates", str(ca.cert), "--node-key", str(tmp_path / "missing.key"))
     assert code == 2 and "tallies: 1: abababababababab" in out  # the report, then every problem
+    assert not (tmp_path / "dphype").exists()  # it only looked: no ledger folder, no lock file left behind
     assert "2 contradiction(s)" in err and "no SuperNode authentication key" in err
     assert "fewer than the 3 of a committee" in err
     make_node_key(tmp_path / "node.key")

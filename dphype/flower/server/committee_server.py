@@ -30,7 +30,7 @@ from flwr.common import log
 from flwr.serverapp.grid import Grid
 from flwr.supercore.run import Run
 
-from dphype.checks import check_k, check_positive
+from dphype.checks import check_positive
 from dphype.config import DPHypeConfig
 from dphype.flower.grid import node_ids, pull, push, send_and_receive
 from dphype.flower.server.readiness import PreflightError, remaining_nodes, wait_for_nodes
@@ -47,7 +47,7 @@ from dphype.flower.wire import (
     TALLY_TYPE,
 )
 from dphype.modes import Aggregator
-from dphype.protocol import DPHypeResult, VoteRequest, selection_plan
+from dphype.protocol import DPHypeResult, VoteRequest, precheck_request, selection_plan
 from dphype.secure.committee import COMMITTEE_SIZE, Opening, TallyError, agreed_opening
 from dphype.selection.candidates import CandidateList
 
@@ -283,8 +283,7 @@ def connected_committee(grid: Grid, config: DPHypeConfig, size: int = COMMITTEE_
             (`dphype.protocol.selection_plan`).
     """  # noqa: DOC502
     if candidates is not None:
-        check_k(config.k, len(candidates))  # the configured k, whether or not the ballot votes with it
-        config.mode.calibrate(config, candidates)
+        precheck_request(config, candidates)
         selection_plan(config, candidates)  # a federation too small to select is refused here
     if config.mode.aggregator is not Aggregator.COMMITTEE:
         return Committee(grid, others=find_tallies(grid, config.clients, connect_timeout=connect_timeout,
