@@ -47,14 +47,15 @@ docs: install
 
 # The fast tests on $(WORKERS) pytest-xdist workers (each worker is its own session: its own temporary folder, FLWR_HOME
 # and ports; one torch/BLAS thread each, so that the workers do not oversubscribe the cores), then the slow end-to-end
-# tests on as many workers (--dist loadgroup: the tests of an `xdist_group` on one worker, so that they share the
-# deployment a module-scoped fixture starts, tests/deployment/test_hosts.py's; the others one at a time wherever a
-# worker is free). The slow tests mostly wait (Flower's pull intervals, process start-ups, MPyC and Ray
-# hand-shakes), so two side by side overlap their waits. Both parts always run; `make test` fails when either fails.
+# tests one at a time (they start Flower deployments, Ray and MPyC committees of their own, with stage timeouts that
+# two deployments side by side on 2 cores can pass: `make test SLOW_WORKERS=2` runs them on two workers, --dist
+# loadgroup keeping an `xdist_group`'s tests on one worker so they share a module-scoped deployment). Both parts
+# always run; `make test` fails when either fails.
 WORKERS ?= 2
 THREADS = OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 FAST = $(THREADS) $(PY) -m pytest -q -n $(WORKERS)
-SLOW = $(THREADS) $(PY) -m pytest -q -m slow -n $(WORKERS) --dist loadgroup
+SLOW_WORKERS ?= 0
+SLOW = $(PY) -m pytest -q -m slow -n $(SLOW_WORKERS) --dist loadgroup
 
 test: install fmnist lint
 	$(FAST); fast=$$?; \
