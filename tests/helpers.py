@@ -333,3 +333,12 @@ def sampled_noise(sampler, shape):
     cdf = np.cumsum(sampler.pmf(support))
     u = secure_generator().random(shape)
     return support[np.minimum(np.searchsorted(cdf, u * cdf[-1], side="right"), support.size - 1)]
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its parent to read its status has ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")

@@ -6,7 +6,8 @@ tallies' MPyC addresses in committee order) and ``dphype-tally-key`` (its X25519
 mode 0600 if missing). It answers ``query.dphype_tally`` in four stages: ``hello`` (its index and public key),
 ``collect`` (the ciphertexts sealed to it, opened by `dphype.secure.committee.Tally`; it answers with the positions
 it did not take), ``compute`` (starts its MPyC party and returns at once, so that all parties run together
-whatever the transport) and ``result`` (what its party opened and the contributors left out). The party's
+whatever the transport; the party ends by the stage's ``timeout``, the server's ``tally_timeout``, or as soon as
+this node's process does, `node_process`, whether or not ``result`` ever comes) and ``result`` (what its party opened and the contributors left out). The party's
 stderr goes to a file beside its answer and into this node's log when the result is read.
 
 The tally's round lives in ``context.state`` (the job, the party's process id and output file), so a stage may
@@ -83,6 +84,27 @@ TALLY_KEYS_ENV = "DPHYPE_TALLY_KEYS"
 def _stderr_file(out: Path) -> Path:
     """Where a party's stderr goes: beside its answer file ``out``, ``.err`` for ``.out``."""
     return out.with_suffix(".err")
+
+
+def node_process() -> int:
+    """The process whose death ends this node's MPyC party: the one that starts this node's ClientApp tasks.
+
+    A deployed node serves each message in a ClientApp process of its own (it exits once the compute stage has
+    answered, while the party runs on), started by the node's SuperExec; a simulated node's ClientApp runs in a Ray
+    worker started by Ray's raylet. Either way the parent of the process serving the stage lives as long as the
+    node (or the simulation) does: it is the party's anchor (`dphype.secure.tally_party.bound_lifetime`).
+    """
+    return os.getppid()
+
+
+def _wait(record: ConfigRecord) -> float:
+    """The stage's ``timeout``: a finite number of seconds in ``(0, MAX_RESULT_WAIT]``; else ``malformed_request``."""
+    timeout = record.get("timeout")
+    if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+            or not 0 < timeout <= MAX_RESULT_WAIT):  # NaN fails the comparison too
+        raise Refusal("malformed_request", f"{record.get('stage')} needs a 'timeout' in (0, {MAX_RESULT_WAIT:g}] "
+                      "seconds")
+    return float(timeout)
 
 
 def served_record_path(key_file: str | os.PathLike[str]) -> Path:
@@ -246,6 +268,7 @@ class _TallyNode:
             self._save()
             return {"collected": len(contributors), "invalid": list(job["invalid"])}
         if stage == TALLY_COMPUTE:
+            timeout = _wait(record)
             job = self.saved["job"]
             if job is None:
                 raise TallyError(f"tally {self.index} has collected nothing to compute")
@@ -254,15 +277,12 @@ class _TallyNode:
             with open(out, "w", encoding="utf-8") as fh, open(_stderr_file(out), "w", encoding="utf-8") as err:
                 proc = subprocess.Popen(party_command(self.index, self.parties, ssl=self.tls is not None),
                                         cwd=self.tls, stdin=subprocess.PIPE, stdout=fh, stderr=err, text=True)
-            send_job(proc, job)
+            send_job(proc, job, deadline=timeout, anchor=node_process())
             self.saved.update(job=None, pid=proc.pid, out=str(out))
             self._save()
             return {"started": True}
         if stage == TALLY_RESULT:
-            timeout = record.get("timeout")
-            if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                    or not 0 < timeout <= MAX_RESULT_WAIT):  # NaN fails the comparison too
-                raise Refusal("malformed_request", f"result needs a 'timeout' in (0, {MAX_RESULT_WAIT:g}] seconds")
+            timeout = _wait(record)
             if self.saved["out"] is None:
                 raise TallyError(f"tally {self.index} has no computation running")
             out, deadline = Path(self.saved["out"]), time.monotonic() + float(timeout)

@@ -37,7 +37,8 @@ boost in noise (it adds none); it costs only its own ballot, and the committee o
 valid ballots remains (below it, nothing). The floor protects no voter (the noise does not depend on the count);
 it keeps the release a decision of most of the federation. A malicious tally can change the result or abort (an
 abort releases nothing). The MPC channels are MPyC's TCP connections: a private network or MPyC's ``--ssl`` in a
-deployment. A tally that drops or answers late aborts the run (`run_loopback_committee` raises `TallyError` naming it);
+deployment. Every party has a deadline and an anchor process from its job (`send_job`): it ends at the
+deadline, or when the anchor dies, whatever it is waiting for. A tally that drops or answers late aborts the run (`run_loopback_committee` raises `TallyError` naming it);
 each party's stderr is logged and an error quotes its last line.
 """
 
@@ -487,18 +488,29 @@ def spawn_party(index: int, addresses: Sequence[str]) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, text=True)
 
 
-def send_job(proc: subprocess.Popen[str], job: dict[str, Any]) -> subprocess.Popen[str]:
-    """Hand a spawned party its job (`Tally.job`) and return ``proc``; it then connects to the others."""
+def send_job(proc: subprocess.Popen[str], job: dict[str, Any], *, deadline: float,
+             anchor: int) -> subprocess.Popen[str]:
+    """Hand a spawned party its job (`Tally.job`) and its lifetime, and return ``proc``; it then connects to the others.
+
+    Args:
+        proc: The party's process (`spawn_party`).
+        job: Its tally's job.
+        deadline: Seconds the party may run from now; it is terminated then, whatever it is doing.
+        anchor: The process whose death ends the party at once (`dphype.secure.tally_party.bound_lifetime`).
+
+    Returns:
+        ``proc``.
+    """
     stdin = proc.stdin
     assert stdin is not None
-    stdin.write(json.dumps(job) + "\n")
+    stdin.write(json.dumps({**job, "deadline": float(deadline), "anchor": int(anchor)}) + "\n")
     stdin.flush()
     return proc
 
 
-def start_party(index: int, addresses: Sequence[str], job: dict[str, Any]) -> subprocess.Popen[str]:
-    """`spawn_party` and `send_job` at once; returns without waiting."""
-    return send_job(spawn_party(index, addresses), job)
+def start_party(index: int, addresses: Sequence[str], job: dict[str, Any], *, deadline: float) -> subprocess.Popen[str]:
+    """`spawn_party` and `send_job` at once, anchored to this process; returns without waiting."""
+    return send_job(spawn_party(index, addresses), job, deadline=deadline, anchor=os.getpid())
 
 
 def party_result(proc: subprocess.Popen[str], index: int, deadline: float,
@@ -591,6 +603,8 @@ def run_loopback_committee(jobs: Sequence[dict[str, Any] | None], *, timeout: fl
                   timings: list[dict[str, float]] | None = None) -> Opening:
     """Run the tallies' MPyC parties on loopback ports; all must answer alike within ``timeout`` or all are stopped.
 
+    Each party ends by itself at ``timeout`` too, and at once if this process dies (its anchor, `send_job`).
+
     Args:
         jobs: ``jobs[j]`` is tally ``j``'s `Tally.job` (``None``: that tally does not take part).
         timeout: Seconds every party has to answer.
@@ -605,7 +619,7 @@ def run_loopback_committee(jobs: Sequence[dict[str, Any] | None], *, timeout: fl
             names the tally.
     """
     addresses = loopback_addresses(len(jobs), host)
-    procs = {j: start_party(j, addresses, job) for j, job in enumerate(jobs) if job is not None}
+    procs = {j: start_party(j, addresses, job, deadline=timeout) for j, job in enumerate(jobs) if job is not None}
     missing = [j for j in range(len(jobs)) if j not in procs]
     deadline = time.monotonic() + timeout
     try:

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import re
+import time
 
 import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Message, RecordDict
-from helpers import CANDS, CLIENTS, argmax_grid, sum_config
+from helpers import CANDS, CLIENTS, alive, argmax_grid, sum_config
 from helpers import argmax_config as config
 
+import dphype.flower.server.committee_server as committee_server
 import dphype.flower.tally_node as flower_tally
 from dphype.config import DPHypeConfig
 from dphype.flower import DPHype, PreflightError
 from dphype.flower.local import node_id
 from dphype.flower.server.committee_server import connected_committee, run_committee_selection
-from dphype.flower.wire import TALLY_KEY
+from dphype.flower.wire import TALLY_KEY, TALLY_STATE
 from dphype.modes import DEFAULT_ARGMAX_BALLOT
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy
@@ -314,22 +317,22 @@ def test_the_same_ciphertexts_replayed_to_the_tallies_in_a_later_run_or_after_a_
 
 
 def test_every_malformed_or_out_of_range_tally_stage_is_refused_with_a_refusal_code(tmp_path):
-    """Every malformed stage, and a ``result`` wait outside (0, MAX_RESULT_WAIT] (NaN or infinity would park the
-    tally forever), is refused with a refusal code, never a raw ``KeyError``/``ValueError`` text. (Unauthenticated:
-    a roster's own checks are in test_roster.)"""
+    """Every malformed stage, and a ``compute`` or ``result`` wait outside (0, MAX_RESULT_WAIT] (NaN or infinity
+    would park the tally, or its party, forever), is refused with a refusal code, never a raw ``KeyError`` or
+    ``ValueError`` text. (Unauthenticated: a roster's own checks are in test_roster.)"""
     grid, keys = argmax_grid(tmp_path, federation=False)
     tally = node_id(CLIENTS)
     request = DPHype(CANDS, config(), tallies=keys).request.to_record()
     wait = flower_tally.MAX_RESULT_WAIT
     stages = {
-        "malformed_request": [{"stage": "result", "timeout": t} for t in
+        "malformed_request": [{"stage": stage, "timeout": t} for stage in ("compute", "result") for t in
                               (float("nan"), float("inf"), -1.0, 0.0, wait * (1 + 1e-9), True, "5")]
-        + [{"stage": "result"}, {"stage": "bogus"}, {}, {"stage": "collect"},
+        + [{"stage": "result"}, {"stage": "compute"}, {"stage": "bogus"}, {}, {"stage": "collect"},
            {**request, "stage": "collect"},  # no contributors, no shares
            {**request, "stage": "collect", "contributors": [1, 2], "shares": [b"x"]},
            {**request, "stage": "collect", "contributors": ["a"], "shares": [b"x"]}],
         "tally_refused": [{"stage": "result", "timeout": wait}, {"stage": "result", "timeout": 1e-9},
-                          {"stage": "compute"}],  # in range, but nothing is running or collected
+                          {"stage": "compute", "timeout": 1.0}],  # in range, but nothing is running or collected
     }
     for code, contents in stages.items():
         replies = grid.send_and_receive([Message(RecordDict({TALLY_KEY: ConfigRecord(c)}), tally, "query.dphype_tally")
@@ -381,3 +384,37 @@ def test_with_exactly_the_voters_connected_a_sum_release_asks_no_node_its_role(t
     grid, _ = argmax_grid(tmp_path, tallies=0)
     committee = connected_committee(grid, sum_config(clients=CLIENTS), connect_timeout=5, timeout=10)
     assert committee.others == () and grid.sent == []
+
+
+@pytest.mark.parametrize("abort_at", ["compute", "result"])
+def test_a_server_that_aborts_a_release_at_any_stage_leaves_no_mpc_party_running(tmp_path, monkeypatch, abort_at):
+    """The server stops before a stage (it never sends it): before ``compute`` no party was started; before
+    ``result`` (tally 1 never started its party either) the two parties waiting for it end by the compute stage's
+    deadline, the server's ``tally_timeout``."""
+    grid, keys = argmax_grid(tmp_path)
+    real_stage, real_ask = flower_tally._TallyNode.stage, committee_server._ask
+
+    def drop_compute(self, record):
+        if self.index == 1 and record.get("stage") == "compute":
+            return {"started": True}
+        return real_stage(self, record)
+
+    def abort(grid_, nodes, content, *args):
+        if next(iter(content.values()))["stage"] == abort_at:
+            raise TallyError("the server aborts")
+        return real_ask(grid_, nodes, content, *args)
+
+    monkeypatch.setattr(flower_tally._TallyNode, "stage", drop_compute)
+    monkeypatch.setattr(committee_server, "_ask", abort)
+    server = DPHype(CANDS, config(), tallies=keys)
+    with pytest.raises(TallyError, match="the server aborts"):
+        run_committee_selection(grid, server.request, preflight=server._preflight, timeout=60, connect_timeout=5,
+                                tally_timeout=1.0)
+    saved = [json.loads(grid.contexts[node_id(CLIENTS + j)].state.config_records[TALLY_STATE]["json"])
+             for j in range(3)]
+    pids = [s["pid"] for s in saved if s["pid"] is not None]
+    assert len(pids) == (0 if abort_at == "compute" else 2)
+    deadline = time.monotonic() + 1.0 + 10.0  # the deadline, and the time to start an interpreter on a busy machine
+    while any(alive(pid) for pid in pids):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)

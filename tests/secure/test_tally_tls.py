@@ -3,6 +3,7 @@ certificate the committee's CA issued to another party is refused and nothing is
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 
@@ -47,7 +48,7 @@ def _run(folders, request, timeouts=(30.0, 30.0, 30.0)):
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for j, folder in enumerate(folders)]
     for proc, job in zip(procs, _jobs(request), strict=True):
-        send_job(proc, job)
+        send_job(proc, job, deadline=60, anchor=os.getpid())
     out: list = [None] * len(procs)
     try:
         for j in sorted(range(len(procs)), key=lambda j: -timeouts[j]):

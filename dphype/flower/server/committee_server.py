@@ -455,7 +455,7 @@ def run_committee_selection(grid: Grid, request: VoteRequest, *, preflight: Pref
                 log(logging.WARNING, "DP-Hype tally %d did not take the shares of %s", j,
                     ", ".join(_name(labels, contributors, int(i)) for i in invalid
                               if isinstance(i, int) and 0 <= i < len(labels)))
-        _answers(_ask(grid, tallies, {n: {"stage": TALLY_COMPUTE} for n in tallies}, timeout,
+        _answers(_ask(grid, tallies, {n: {"stage": TALLY_COMPUTE, "timeout": tally_timeout} for n in tallies}, timeout,
                       "DP-Hype tally compute"), tally_nodes, TALLY_COMPUTE)
         results = _answers(_ask(grid, tallies, {n: {"stage": TALLY_RESULT, "timeout": tally_timeout}
                                                 for n in tallies},
