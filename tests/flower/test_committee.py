@@ -418,3 +418,42 @@ def test_a_server_that_aborts_a_release_at_any_stage_leaves_no_mpc_party_running
     while any(alive(pid) for pid in pids):
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+def test_a_request_re_run_in_the_same_run_after_too_few_valid_ballots_charges_each_honest_voter_once(tmp_path,
+                                                                                                       monkeypatch):
+    """The server re-runs a failed request in the same run: a relay damaged two voters' shares in transit, so the
+    tallies take 4 of 6 shares, below the floor of 5, and refuse before the request counts as served; the server
+    then runs the same request again (pre-flight, votes, tallies). Every voter answers with the very shares it sent
+    the first time and is not charged again, even after a restart that lost its context state: its memory of the
+    vote is on disk beside its ledger. One opening, one vote in each ledger."""
+    grid, keys = argmax_grid(tmp_path)
+    server = DPHype(CANDS, config(), tallies=keys)
+    real_ask = committee_server._ask
+    damaged = []
+
+    def damage_in_transit(grid_, nodes, content, *args):
+        records = list(content.values())
+        if records[0]["stage"] == "collect" and not damaged:
+            damaged.append(True)
+            for record in records:
+                record["shares"] = [bytes([b ^ 1 for b in share]) if i < 2 else share
+                                    for i, share in enumerate(record["shares"])]
+        return real_ask(grid_, nodes, content, *args)
+
+    monkeypatch.setattr(committee_server, "_ask", damage_in_transit)
+    with pytest.raises(TallyError, match="takes only 4 of 6 shares, fewer than the committee's minimum"):
+        server.start(grid, timeout=60)
+    voters = [node_id(i) for i in range(CLIENTS)]
+    for n in voters:  # a restart: the node's context state is gone, its disk is not
+        grid.contexts[n].state = RecordDict()
+    result = server.start(grid, timeout=60)
+    assert result.selected_index == 5
+    sealed = {}
+    for reply in grid.replies:
+        if not reply.has_error() and reply.metadata.message_type == "train.dphype_committee":
+            sealed.setdefault(reply.metadata.src_node_id, []).append(list(reply.content.config_records["dphype"]
+                                                                          ["shares"]))
+    assert sorted(sealed) == voters and all(len(s) == 2 and s[0] == s[1] for s in sealed.values())
+    for n in voters:
+        assert len(Ledger(NodePolicy.from_node_config(grid.contexts[n].node_config).ledger).entries()) == 1
