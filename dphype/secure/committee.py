@@ -38,8 +38,9 @@ valid ballots remains (below it, nothing). The floor protects no voter (the nois
 it keeps the release a decision of most of the federation. A malicious tally can change the result or abort (an
 abort releases nothing). The MPC channels are MPyC's TCP connections: a private network or MPyC's ``--ssl`` in a
 deployment. Every party has a deadline and an anchor process from its job (`send_job`): it ends at the
-deadline, or when the anchor dies, whatever it is waiting for. A tally that drops or answers late aborts the run (`run_loopback_committee` raises `TallyError` naming it);
-each party's stderr is logged and an error quotes its last line.
+deadline, or when the anchor dies, whatever it is waiting for. A tally that drops or answers late aborts the run
+(`run_loopback_committee` raises `TallyError` naming it); each party's stderr is logged and an error quotes its last
+line.
 """
 
 from __future__ import annotations
