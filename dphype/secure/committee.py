@@ -124,11 +124,15 @@ class Opening:
             candidate (`OPENS_SUM`).
         excluded: The labels (never the content) of the contributors whose ballots were left out as invalid.
         excluded_at: Their positions in the contributor list (tells apart a label sent twice); not compared.
+        unattributed: Of the contributors left out, those whose share failed in a way that may be the relay's as much
+            as the sender's (`Tally.unattributable`, or no shares at all), as the server names them; ``excluded``
+            then holds only the voters' own invalid ballots. Empty as the MPC opens it.
     """
 
     value: int | tuple[int, ...]
     excluded: tuple[str, ...] = ()
     excluded_at: tuple[int, ...] = field(default=(), compare=False)
+    unattributed: tuple[str, ...] = ()
 
 
 def _mpyc(module: str) -> Any:
@@ -375,14 +379,24 @@ class Tally:
             return
         share = np.frombuffer(plain, dtype=np.uint64) if len(plain) == rnd["width"] * ENTRY_BYTES else None
         if share is None or np.any(share >= np.uint64(rnd["modulus"])):
-            self.reject(contributor, "its share does not parse (a wrong length or a value outside the field)")
+            self.reject(contributor, "its share does not parse (a wrong length or a value outside the field)",
+                        sealed_by_sender=True)
             return
-        rnd["entries"].append({"label": str(contributor), "row": share, "fingerprint": fingerprint, "reason": None})
+        rnd["entries"].append({"label": str(contributor), "row": share, "fingerprint": fingerprint, "reason": None,
+                               "transit": False})
 
-    def reject(self, contributor: str, reason: str) -> None:
-        """Keep an invalid entry (zero row, ``reason``, never a share's content) for ``contributor``; needs a round."""
+    def reject(self, contributor: str, reason: str, *, sealed_by_sender: bool = False) -> None:
+        """Keep an invalid entry (zero row, ``reason``, never a share's content) for ``contributor``; needs a round.
+
+        Args:
+            contributor: The entry's label.
+            reason: Why it is invalid.
+            sealed_by_sender: Whether the share opened for its label, so its content is what its sender sealed; else
+                (it did not open, or its roster signature failed) the relay may have made it so (`unattributable`).
+        """
         rnd = self._open()
-        rnd["entries"].append({"label": str(contributor), "row": None, "fingerprint": None, "reason": reason})
+        rnd["entries"].append({"label": str(contributor), "row": None, "fingerprint": None, "reason": reason,
+                               "transit": not sealed_by_sender})
 
     def _open(self) -> dict[str, Any]:
         """The open round; `TallyError` when there is none."""
@@ -411,12 +425,28 @@ class Tally:
                     out.update({i: f"{what} ({len(positions)} entries)" for i in positions if i not in out})
         return dict(sorted(out.items()))
 
+    def unattributable(self) -> set[int]:
+        """Positions of the open round's invalid entries that may be the relay's doing as much as the sender's.
+
+        A share that did not open for its label, whose roster signature failed, or whose label or content repeats:
+        the relay can make each of these from an honest voter's share (alter it, drop its signature, replay it).
+        A share that opened, was signed (where the federation has a roster) and does not parse is its sender's.
+
+        Returns:
+            Positions in the round's contributor list.
+
+        Raises:
+            TallyError: No round is open.
+        """  # noqa: DOC502
+        entries = self._open()["entries"]
+        return {i for i in self.invalid() if entries[i]["transit"] or entries[i]["reason"] is None}
+
     def job(self) -> dict[str, Any]:
         """Close the round: this tally's input to the MPC; the request counts as served (recorded) before it returns.
 
         Returns:
             The job: the share rows ordered by label (base64 little-endian uint64, zero for an invalid entry), the
-            labels, the invalid positions (``"invalid"``) and reasons, the form, the noise (``"sampler"`` or
+            labels, the invalid positions (``"invalid"``) and reasons, those of them `unattributable`, the form, the noise (``"sampler"`` or
             ``"noise"``), the field, the request digest and the sizes.
 
         Raises:
@@ -424,7 +454,7 @@ class Tally:
                 without counting as served).
         """
         rnd = self._open()
-        invalid = self.invalid()
+        invalid, unattributable = self.invalid(), self.unattributable()
         taken = len(rnd["entries"]) - len(invalid)
         if taken < rnd["min"]:  # the committee could not count enough: refused before the request counts as served
             first = next(iter(invalid.items()), None)
@@ -448,6 +478,7 @@ class Tally:
                 "contributors": [e["label"] for e in entries], "min_contributors": rnd["min"], "size": rnd["size"],
                 "form": rnd["form"], "shares": base64.b64encode(rows.tobytes()).decode("ascii"),
                 "invalid": sorted(bad), "reasons": [bad[i] for i in sorted(bad)],
+                "unattributable": sorted(position for position, i in enumerate(order) if i in unattributable),
                 **({"sampler": rnd["sampler"]} if "sampler" in rnd else {"noise": rnd["noise"]}),
                 "opens": rnd["opens"]}
 
