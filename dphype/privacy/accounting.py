@@ -277,7 +277,8 @@ class PrivacyReport:
                     if self.excluded else "none invalid")
         if self.unattributed:
             left_out += (f"; {len(self.unattributed)} left out unattributed (a share failed its signature, did not "
-                         f"open, repeated or never arrived: in transit or by the sender): {', '.join(self.unattributed)}")
+                         "open, repeated or never arrived: in transit or by the sender): "
+                         f"{', '.join(self.unattributed)}")
         return f"verified by the tally committee under MPC ({left_out})"
 
     def guarantee(self) -> str:

@@ -446,8 +446,8 @@ class Tally:
 
         Returns:
             The job: the share rows ordered by label (base64 little-endian uint64, zero for an invalid entry), the
-            labels, the invalid positions (``"invalid"``) and reasons, those of them `unattributable`, the form, the noise (``"sampler"`` or
-            ``"noise"``), the field, the request digest and the sizes.
+            labels, the invalid positions (``"invalid"``) and reasons, those of them `unattributable`, the form, the
+            noise (``"sampler"`` or ``"noise"``), the field, the request digest and the sizes.
 
         Raises:
             TallyError: No round is open, or fewer entries than the minimum are valid (the round is closed

@@ -99,6 +99,7 @@ def test_both_releases_refuse_a_vote_whose_approval_does_not_hold_with_the_same_
         sent = breaks(grid, node, requests, release) or requests[release]
         expected = code if isinstance(code, str) else code[i]
         (reply,) = grid.send_and_receive([_vote(release, sent, node)])
-        assert reply.has_error() and reply.error.reason.startswith(f"Refusal: {expected}"), (release, reply.error.reason)
+        assert reply.has_error() and reply.error.reason.startswith(f"Refusal: {expected}"), (release,
+                                                                                              reply.error.reason)
         policy = NodePolicy.from_node_config({**grid.contexts[node].node_config, "dphype-max-epsilon": 1000.0})
         assert not Ledger(policy.ledger).entries(), release

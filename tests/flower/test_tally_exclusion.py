@@ -98,7 +98,8 @@ ATTACKS = {  # attack -> (install, the member named, where: its own invalid ball
     "answers as another member": (lambda mp: modified_membership(mp, name=voter_name(1)),
                                   f"{voter_name(1)} (node {node_id(0)})", "unattributed"),
     # (d) a garbage roster signature on every share
-    "garbage roster signature": (lambda mp: modified_membership(mp, sign=lambda *a: b"\x01" * 64), CHEATER, "unattributed"),
+    "garbage roster signature": (lambda mp: modified_membership(mp, sign=lambda *a: b"\x01" * 64), CHEATER,
+                                 "unattributed"),
     # no signature at all
     "no roster signature": (lambda mp: modified_membership(mp, sign=lambda *a: b""), CHEATER, "unattributed"),
     # invalid content: 30 votes for candidate 0
