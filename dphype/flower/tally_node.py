@@ -7,9 +7,9 @@ mode 0600 if missing). It answers ``query.dphype_tally`` in four stages: ``hello
 ``collect`` (the ciphertexts sealed to it, opened by `dphype.secure.committee.Tally`; it answers with the positions
 it did not take, and those of them that may be the relay's doing, `dphype.secure.committee.Tally.unattributable`),
 ``compute`` (starts its MPyC party and returns at once, so that all parties run together whatever the transport;
-the party ends by the stage's ``timeout``, the server's ``tally_timeout``, or as soon as this node's process does, `node_process`, whether or not ``result`` ever comes) and ``result`` (what its party
-opened and the contributors left out). The party's stderr goes to a file beside its answer and into this node's log
-when the result is read.
+the party ends by the stage's ``timeout``, the server's ``tally_timeout``, or as soon as this node's process does,
+`node_process`, whether or not ``result`` ever comes) and ``result`` (what its party opened and the contributors
+left out). The party's stderr goes to a file beside its answer and into this node's log when the result is read.
 
 The tally's round lives in ``context.state`` (the job, the party's process id and output file), so a stage may
 run in any process of the node; the requests it served live in a `dphype.secure.committee.ServedRecord` beside its
