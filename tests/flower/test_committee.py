@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,9 +24,11 @@ from dphype.flower.server.committee_server import connected_committee, run_commi
 from dphype.flower.wire import TALLY_KEY, TALLY_STATE
 from dphype.modes import DEFAULT_ARGMAX_BALLOT
 from dphype.node.ledger import Ledger
+from dphype.node.pki import issue_mpyc_party, make_ca
 from dphype.node.policy import NodePolicy
 from dphype.privacy.winner import WINNER_NOISE
-from dphype.secure.committee import TallyError
+from dphype.secure.committee import Tally, TallyError, client_sealed_shares, voter_id
+from dphype.selection.ballots import BallotForm
 
 
 def test_argmax_selection_releases_only_the_index_and_every_client_records_pure_epsilon(tmp_path):
@@ -457,3 +462,41 @@ def test_a_request_re_run_in_the_same_run_after_too_few_valid_ballots_charges_ea
     assert sorted(sealed) == voters and all(len(s) == 2 and s[0] == s[1] for s in sealed.values())
     for n in voters:
         assert len(Ledger(NodePolicy.from_node_config(grid.contexts[n].node_config).ledger).entries()) == 1
+
+
+def test_a_tally_refuses_a_request_listing_its_key_at_another_index_whose_shares_are_another_partys(tmp_path):
+    """The clients seal share j (Shamir x-coordinate j + 1) to the j-th key of the request: a tally listed at
+    another index than its own would feed its MPyC party another party's points."""
+    grid, keys = argmax_grid(tmp_path, federation=False)
+    swapped = DPHype(CANDS, config(), tallies=(keys[1], keys[0], keys[2])).request
+    collect = {**swapped.to_record(), "stage": "collect", "contributors": [], "shares": []}
+    (reply,) = grid.send_and_receive([Message(RecordDict({TALLY_KEY: ConfigRecord(collect)}), node_id(CLIENTS),
+                                              "query.dphype_tally")])
+    assert reply.error.reason.startswith("Refusal: tally_refused: tally 0 is not tally 0 of this request's committee")
+
+
+def test_a_tally_whose_operator_set_tls_runs_its_mpyc_party_with_ssl_in_its_tls_folder(tmp_path):
+    """``dphype-tally-tls``: the party must run with MPyC's ``--ssl`` (mutual TLS and the party-name pin) in that
+    folder; without it the parties would talk plain TCP although the node's operator asked for TLS."""
+    grid, keys = argmax_grid(tmp_path, federation=False)
+    tally = node_id(CLIENTS)
+    folder = issue_mpyc_party(make_ca(tmp_path / "pki", "committee CA"), tmp_path / "tls-0", 0)
+    grid.contexts[tally].node_config[flower_tally.TALLY_TLS] = str(folder)
+    tallies = [Tally(j) for j in range(3)]
+    for t in tallies:
+        t.open_round("req-tls", 5, 1, form=BallotForm.top_k(1), noise=np.zeros(5, dtype=np.int64))
+    sealed = client_sealed_shares("req-tls", np.eye(5, dtype=np.int64)[2], [t.public for t in tallies],
+                                  voter_id(0, "a"))
+    tallies[0].receive("a", sealed[0])
+    grid.contexts[tally].state.config_records[TALLY_STATE] = ConfigRecord(
+        {"json": json.dumps({"job": tallies[0].job(), "pid": None, "out": None})})
+    (reply,) = grid.send_and_receive([Message(RecordDict({TALLY_KEY: ConfigRecord({"stage": "compute",
+                                                                                     "timeout": 5.0})}),
+                                              tally, "query.dphype_tally")])
+    assert not reply.has_error()
+    pid = json.loads(grid.contexts[tally].state.config_records[TALLY_STATE]["json"])["pid"]
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert b"--ssl" in command and Path(f"/proc/{pid}/cwd").resolve() == folder.resolve()
+    finally:
+        os.kill(pid, signal.SIGKILL)
