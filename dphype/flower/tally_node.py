@@ -98,13 +98,12 @@ def node_process() -> int:
     return os.getppid()
 
 
-def _wait(record: ConfigRecord) -> float:
-    """The stage's ``timeout``: a finite number of seconds in ``(0, MAX_RESULT_WAIT]``; else ``malformed_request``."""
+def _wait(record: ConfigRecord, stage: str) -> float:
+    """Stage ``stage``'s ``timeout``: finite seconds in ``(0, MAX_RESULT_WAIT]``; else ``malformed_request``."""
     timeout = record.get("timeout")
     if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
             or not 0 < timeout <= MAX_RESULT_WAIT):  # NaN fails the comparison too
-        raise Refusal("malformed_request", f"{record.get('stage')} needs a 'timeout' in (0, {MAX_RESULT_WAIT:g}] "
-                      "seconds")
+        raise Refusal("malformed_request", f"{stage} needs a 'timeout' in (0, {MAX_RESULT_WAIT:g}] seconds")
     return float(timeout)
 
 
@@ -270,7 +269,7 @@ class _TallyNode:
             return {"collected": len(contributors), "invalid": list(job["invalid"]),
                     "unattributable": list(job["unattributable"])}
         if stage == TALLY_COMPUTE:
-            timeout = _wait(record)
+            timeout = _wait(record, TALLY_COMPUTE)
             job = self.saved["job"]
             if job is None:
                 raise TallyError(f"tally {self.index} has collected nothing to compute")
@@ -284,7 +283,7 @@ class _TallyNode:
             self._save()
             return {"started": True}
         if stage == TALLY_RESULT:
-            timeout = _wait(record)
+            timeout = _wait(record, TALLY_RESULT)
             if self.saved["out"] is None:
                 raise TallyError(f"tally {self.index} has no computation running")
             out, deadline = Path(self.saved["out"]), time.monotonic() + float(timeout)

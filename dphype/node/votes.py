@@ -91,6 +91,13 @@ class VoteMemory:
     def recall(self, run: int, request: str) -> dict[str, Any] | None:
         """What this node answered to its vote for ``request`` in ``run`` (empty: never resent); ``None``: no vote.
 
+        Args:
+            run: The run's id.
+            request: The request's digest.
+
+        Returns:
+            The answer kept, or ``None``.
+
         Raises:
             LedgerError: The file cannot be read or a line does not parse.
         """
@@ -108,6 +115,11 @@ class VoteMemory:
 
     def remember(self, run: int, request: str, answer: dict[str, Any]) -> None:
         """Append the vote for ``request`` in ``run`` and its ``answer`` (``{}``: never resent), synced to disk.
+
+        Args:
+            run: The run's id.
+            request: The request's digest.
+            answer: What the node sent (bytes allowed), or ``{}``.
 
         Raises:
             LedgerError: The file cannot be written.

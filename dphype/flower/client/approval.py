@@ -68,7 +68,7 @@ def approved_vote(policy: PolicySource, context: Context, aggregator: Aggregator
         Refusal: ``malformed_request`` without an approved pre-flight or for another request than the approved
             one; ``release_mode`` for a request of another aggregator; ``roster`` if the roster changed.
         dphype.node.policy.PolicyError: The node's policy is invalid (`resolve_policy`).
-    """  # noqa: DOC502
+    """  # noqa: DOC502, DOC503
     limits = resolve_policy(policy, context)
     approved = context.state.config_records.get(APPROVAL_STATE)
     stored = context.state.config_records.get(REQUEST_STATE)

@@ -317,6 +317,14 @@ def cast_approved_ballot(context: Context, request: VoteRequest, limits: NodePol
 def voted_before(context: Context, request: VoteRequest, limits: NodePolicy) -> bool:
     """Whether this node voted on ``request`` in this run and may answer its vote again (a pre-flight's question).
 
+    Args:
+        context: The node's context (its run).
+        request: The request.
+        limits: The node's policy (its ledger, beside which the votes are remembered).
+
+    Returns:
+        ``True`` if it voted and its answer is kept (a committee vote), ``False`` if it did not vote.
+
     Raises:
         Refusal: ``already_voted`` if it voted and cannot answer again (a SecAgg+ vote).
     """  # noqa: DOC502
