@@ -5,7 +5,8 @@ lock, after checking that the composition of all recorded votes and the new one 
 lifetime budget; a crash between recording and sending counts the vote as spent. Votes compose in RDP
 (`dphype.privacy.accounting.vote_rdp` on `dphype.privacy.accounting.RDP_ORDERS`: dp_accounting's Gaussian
 event, the Skellam bound otherwise), converted once with Thm I.1 at the node's delta. A repeated, identical
-request is a new release and costs budget again.
+request in another run is a new release and costs budget again; in one run a node votes once per request
+(`dphype.node.votes`).
 
 File format (JSON, UTF-8), version 1::
 
