@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
 import json
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dphype.node.ledger import LOCK_TIMEOUT, LedgerError
+from dphype.files import append_synced
+from dphype.node.ledger import LedgerError, ledger_lock
 
 
 def _encode(value: Any) -> Any:
@@ -68,25 +67,9 @@ class VoteMemory:
 
         Raises:
             LedgerError: The lock file cannot be opened, or another process holds it too long.
-        """
-        try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as err:
-            raise LedgerError(f"the vote memory {self.path} cannot be opened: {err}") from err
-        try:
-            deadline = time.monotonic() + LOCK_TIMEOUT
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise LedgerError(f"the vote memory {self.path} is locked by another process") from None
-                    time.sleep(0.01)
+        """  # noqa: DOC502
+        with ledger_lock(Path(f"{self.path}.lock"), f"the vote memory {self.path}"):
             yield self
-        finally:
-            os.close(fd)  # closing releases the lock
 
     def recall(self, run: int, request: str) -> dict[str, Any] | None:
         """What this node answered to its vote for ``request`` in ``run`` (empty: never resent); ``None``: no vote.
@@ -126,18 +109,6 @@ class VoteMemory:
         """
         line = json.dumps({"run": int(run), "request": request, "answer": _encode(answer)}) + "\n"
         try:
-            created = not self.path.exists()
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                os.write(fd, line.encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            if created:
-                folder = os.open(self.path.parent, os.O_RDONLY)
-                try:
-                    os.fsync(folder)
-                finally:
-                    os.close(folder)
+            append_synced(self.path, line)
         except OSError as err:
             raise LedgerError(f"the vote memory {self.path} cannot be written: {err}") from err

@@ -62,6 +62,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from dphype.files import append_synced
 from dphype.privacy.noise import COMMITTEE_TALLIES, honest_tallies
 from dphype.privacy.winner import JointSampler
 from dphype.secure.relay import KeyPair, RelayError, open_sealed, seal
@@ -283,20 +284,7 @@ class ServedRecord:
 
     def add(self, run: int, request_digest: str) -> None:
         """Append ``(run, request_digest)`` and sync it to disk."""
-        created = not self.path.exists()
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, (json.dumps({"run": int(run), "request": request_digest}) + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if created:
-            folder = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(folder)
-            finally:
-                os.close(folder)
+        append_synced(self.path, json.dumps({"run": int(run), "request": request_digest}) + "\n")
 
 
 class Tally:
