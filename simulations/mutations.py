@@ -175,7 +175,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              '    threading.Thread(target=watch, name="anchor-watch", daemon=True).start()\n', "",
              (f"{_LIFETIME}::test_parties_end_when_their_tally_nodes_process_dies_whatever_became_of_their_parent",)),
     Mutation("vote-forgotten", "a node forgets its votes: a re-run of a request in the same run is charged again",
-             "dphype/node/votes.py",
+             "dphype/node/vote_memory.py",
              '                    if (int(entry["run"]), str(entry["request"])) == (int(run), request):\n',
              "                    if False:\n",
              (f"{_COMMITTEE}::test_a_request_re_run_in_the_same_run_after_too_few_valid_ballots_charges_each_honest"

@@ -6,7 +6,7 @@ lifetime budget; a crash between recording and sending counts the vote as spent.
 (`dphype.privacy.accounting.vote_rdp` on `dphype.privacy.accounting.RDP_ORDERS`: dp_accounting's Gaussian
 event, the Skellam bound otherwise), converted once with Thm I.1 at the node's delta. A repeated, identical
 request in another run is a new release and costs budget again; in one run a node votes once per request
-(`dphype.node.votes`).
+(`dphype.node.vote_memory`).
 
 File format (JSON, UTF-8), version 1::
 

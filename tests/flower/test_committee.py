@@ -491,7 +491,7 @@ def test_a_tally_whose_operator_set_tls_runs_its_mpyc_party_with_ssl_in_its_tls_
     grid.contexts[tally].state.config_records[TALLY_STATE] = ConfigRecord(
         {"json": json.dumps({"job": tallies[0].job(), "pid": None, "out": None})})
     (reply,) = grid.send_and_receive([Message(RecordDict({TALLY_KEY: ConfigRecord({"stage": "compute",
-                                                                                     "timeout": 5.0})}),
+                                                                                     "timeout": 120.0})}),
                                               tally, "query.dphype_tally")])
     assert not reply.has_error()
     pid = json.loads(grid.contexts[tally].state.config_records[TALLY_STATE]["json"])["pid"]

@@ -39,7 +39,7 @@ from dphype.node.policy import (
     check_vote_request,
     run_ledger_path,
 )
-from dphype.node.votes import VoteMemory
+from dphype.node.vote_memory import VoteMemory
 from dphype.protocol import VoteRequest
 from dphype.refusal import REFUSAL_CODES, Refusal, as_refusal
 from dphype.secure.roster import Membership
@@ -267,7 +267,7 @@ def cast_approved_ballot(context: Context, request: VoteRequest, limits: NodePol
 
     One pre-flight, one vote: the kept scores are read, the ballot cast (`dphype.modes.ReleaseMode.ballot`), the
     scores dropped, and only then the guarantee charged (`dphype.node.ledger.Ledger.spend` checks the lifetime
-    budget again) and the vote remembered beside the ledger (`dphype.node.votes.VoteMemory`), all under the
+    budget again) and the vote remembered beside the ledger (`dphype.node.vote_memory.VoteMemory`), all under the
     memory's lock. Whatever fails leaves nothing sent. A vote for a request this node already voted on in this run
     (the server re-ran it) is answered with ``reply``'s answer of that vote again, at no new charge; without
     ``reply`` it is refused (``already_voted``).

@@ -9,7 +9,7 @@ is named (``node <id> (no shares)``) and left out; a label two voters claim is n
 contributors than the committee's floor (`dphype.privacy.noise.min_valid_ballots`):
 `dphype.flower.server.readiness.PreflightError`; a tally that refuses, fails or answers late:
 `dphype.secure.committee.TallyError`; nothing released either way, and the error says what the voters were charged
-(one vote each: a node votes once per approved request).
+(one vote each: a node votes once per request and run).
 
 A server that takes its committee from the nodes rather than from its operator (the bundled app, the app
 ``dphype new`` writes) asks `connected_committee` first (`discover_committee` in argmax mode; in sum mode
@@ -361,7 +361,7 @@ def _name(labels: Sequence[int] | Sequence[str], contributors: Sequence[int], po
 def _charged(voters: int) -> str:
     """What the voters paid for a committee release that opened nothing: one vote each, once per run."""
     return (f"; the {voters} voters that sent their shares each recorded this one vote in their ledger (once: a "
-            "node votes once per approved request, and no tally opens a request twice in a run), a new selection "
+            "node votes once per request and run, and no tally opens a request twice in a run), a new selection "
             "is a new vote")
 
 
