@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from helpers import alive
@@ -42,6 +43,21 @@ def _jobs():
     return scope["jobs"]
 
 
+def _connected(address: str, seconds: float = 60.0) -> None:
+    """Wait until party 1 listens at ``address`` and party 0 is connected to it (Linux ``/proc/net/tcp*``): both have
+    read their jobs and bound their lifetimes (MPyC connects only after that) and wait for party 2."""
+    port = f"{int(address.rsplit(':', 1)[1]):04X}"
+    start = time.monotonic()
+    while True:
+        rows = [line.split() for name in ("tcp", "tcp6") if Path(f"/proc/net/{name}").exists()
+                for line in Path(f"/proc/net/{name}").read_text().splitlines()[1:]]
+        listening = any(row[1].endswith(f":{port}") and row[3] == "0A" for row in rows)
+        if listening and any(row[2].endswith(f":{port}") and row[3] == "01" for row in rows):
+            return
+        assert time.monotonic() - start < seconds, f"parties 0 and 1 not connected at {address} after {seconds} s"
+        time.sleep(0.05)
+
+
 def _gone_within(pids, seconds: float) -> float:
     """Seconds until every process of ``pids`` has ended; fails after ``seconds``."""
     start = time.monotonic()
@@ -69,19 +85,20 @@ def test_parties_end_when_their_tally_nodes_process_dies_whatever_became_of_thei
     orphan), the node's own process (the party's anchor) lives on; killing the node ends the parties within the
     watch interval, long before their deadline."""
     jobs, addresses = _jobs(), loopback_addresses(3)
-    node = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    node, procs = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]), []
     try:
         procs = [spawn_party(j, addresses) for j in (0, 1)]
         for j, proc in zip((0, 1), procs, strict=True):
             send_job(proc, jobs[j], deadline=120, anchor=node.pid)
-        time.sleep(1.0)
+        _connected(addresses[1])
         assert all(proc.poll() is None for proc in procs)  # waiting for the peer that never starts
         node.kill()
         node.wait()
         for proc in procs:
             assert proc.wait(timeout=20 * WATCH_INTERVAL + 5) == ORPHANED
     finally:
-        node.kill()
+        for proc in [node, *procs]:
+            proc.kill()
 
 
 @linux_only
@@ -92,14 +109,15 @@ def test_parties_of_a_killed_loopback_committee_die_with_the_process_that_waits_
         import time
         from dphype.secure.committee import loopback_addresses, start_party
         addresses = loopback_addresses(3)
-        print(*[start_party(j, addresses, jobs[j], deadline=120).pid for j in (0, 1)], flush=True)
+        print(*[start_party(j, addresses, jobs[j], deadline=120).pid for j in (0, 1)], addresses[1], flush=True)
         time.sleep(120)
     """)
     launcher = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         assert launcher.stdout is not None
-        pids = [int(pid) for pid in launcher.stdout.readline().split()]
-        time.sleep(1.0)
+        *pids, address = launcher.stdout.readline().split()
+        pids = [int(pid) for pid in pids]
+        _connected(address)
         assert all(alive(pid) for pid in pids)
         launcher.kill()
         launcher.wait()
