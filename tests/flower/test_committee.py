@@ -420,9 +420,13 @@ def test_a_server_that_aborts_a_release_at_any_stage_leaves_no_mpc_party_running
     pids = [s["pid"] for s in saved if s["pid"] is not None]
     assert len(pids) == (0 if abort_at == "compute" else 2)
     deadline = time.monotonic() + 1.0 + 10.0  # the deadline, and the time to start an interpreter on a busy machine
-    while any(alive(pid) for pid in pids):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    try:
+        while any(alive(pid) for pid in pids):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        for pid in filter(alive, pids):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_a_request_re_run_in_the_same_run_after_too_few_valid_ballots_charges_each_honest_voter_once(tmp_path,

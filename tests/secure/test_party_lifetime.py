@@ -71,12 +71,16 @@ def test_parties_whose_peer_never_starts_end_at_their_jobs_deadline():
     """A tally that never starts its party: the other two wait for it, and the kernel ends them at the deadline."""
     jobs, addresses = _jobs(), loopback_addresses(3)
     procs = [spawn_party(j, addresses) for j in (0, 1)]
-    start = time.monotonic()
-    for j, proc in zip((0, 1), procs, strict=True):
-        send_job(proc, jobs[j], deadline=1.5, anchor=os.getpid())
-    for proc in procs:
-        assert proc.wait(timeout=30) == -signal.SIGALRM
-    assert 1.5 <= time.monotonic() - start < 15
+    try:
+        start = time.monotonic()
+        for j, proc in zip((0, 1), procs, strict=True):
+            send_job(proc, jobs[j], deadline=1.5, anchor=os.getpid())
+        for proc in procs:
+            assert proc.wait(timeout=30) == -signal.SIGALRM
+        assert 1.5 <= time.monotonic() - start < 15
+    finally:
+        for proc in procs:
+            proc.kill()
 
 
 @linux_only
@@ -112,11 +116,11 @@ def test_parties_of_a_killed_loopback_committee_die_with_the_process_that_waits_
         print(*[start_party(j, addresses, jobs[j], deadline=120).pid for j in (0, 1)], addresses[1], flush=True)
         time.sleep(120)
     """)
-    launcher = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    launcher, pids = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True), []
     try:
         assert launcher.stdout is not None
-        *pids, address = launcher.stdout.readline().split()
-        pids = [int(pid) for pid in pids]
+        *found, address = launcher.stdout.readline().split()
+        pids += [int(pid) for pid in found]
         _connected(address)
         assert all(alive(pid) for pid in pids)
         launcher.kill()
@@ -124,3 +128,5 @@ def test_parties_of_a_killed_loopback_committee_die_with_the_process_that_waits_
         assert _gone_within(pids, 5.0) < 5.0
     finally:
         launcher.kill()
+        for pid in filter(alive, pids):
+            os.kill(pid, signal.SIGKILL)
