@@ -112,7 +112,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "dropout=dropout,\n",
              "    noisy = replay_noisy_sums(votes, sigma=sigma, clients=clients, repetitions=len(votes), rng=rng, "
              "dropout=0.0,\n"),
-    # issue 44: slips the suite did not notice, each with the tests written to catch it
+    # slips the suite did not notice (MPC lifetimes, votes, attribution, pins, bounds), each with its tests
     Mutation("party-plain-tcp", "a tally starts its MPyC party without --ssl although its node config sets TLS",
              "dphype/flower/tally_node.py", "ssl=self.tls is not None", "ssl=False",
              (f"{_COMMITTEE}::test_a_tally_whose_operator_set_tls_runs_its_mpyc_party_with_ssl_in_its_tls_folder",)),
