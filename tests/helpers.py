@@ -376,3 +376,12 @@ def in_float64(factory: Callable[[], torch.nn.Module]) -> Callable[[], torch.nn.
 #: Tolerance of a float64 comparison of two summation orders (`in_float64`): 1e3 times the amplified rounding; a
 #: wrong seed, batch order, fold, weighting or parameter moves weights, logits or losses by 1e-3 or more.
 EXACT = 1e-9
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its parent to read its status has ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")

@@ -45,6 +45,7 @@ from dphype.flower import (
     DPHype,
     PreflightError,
     PrivateEvaluation,
+    TrainingBudget,
     check_private_training,
     connected_committee,
     plaintext_training,
@@ -143,9 +144,7 @@ def run_app(grid: Grid, cfg: AppConfig, run: RunFolder) -> dict[str, Any]:
 
     survivors = result.report.survivors or cfg.dphype.clients  # only the vote's survivors are waited for
     sampled = len(list(voters.get_node_ids()))
-    # plaintext FedAvg goes on without a vanished voter down to the selection's floor; DP-FedAvg's accounting
-    # needs every sampled node
-    fedavg = _fedavg(cfg, survivors, selection.request.min_survivors if budget is None else sampled)
+    fedavg = _fedavg(cfg, survivors, training_floor(selection.request.min_survivors, budget, sampled))
     # DP-FedAvg, accounted together with the selection, when the run has a training budget
     private = None if budget is None else private_training(fedavg, result.report, budget, sampled_clients=sampled)
     strategy: Strategy = fedavg if private is None else private.strategy
@@ -201,6 +200,15 @@ def _result_path(cfg: AppConfig | None, context: Context) -> Path | None:
         return result_path(named) if isinstance(named, str) else None
     except ValueError:
         return None
+
+
+def training_floor(selection_floor: int, budget: TrainingBudget | None, sampled: int) -> int:
+    """The fewest nodes final training goes on with.
+
+    Plaintext FedAvg goes on without a vanished voter down to the selection's floor; DP-FedAvg (a training
+    ``budget``) needs every ``sampled`` node: its accounting assumes them all, and Flower would refuse later.
+    """
+    return selection_floor if budget is None else sampled
 
 
 def _fedavg(cfg: AppConfig, survivors: int, fewest: int | None = None) -> BoundedFedAvg:

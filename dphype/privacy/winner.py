@@ -393,7 +393,7 @@ class WinnerRelease:
 
 def winner_report(release: WinnerRelease, delta: float, *, clients: int, dropout: float,
                   survivors: int | None = None, committee: int = COMMITTEE_TALLIES,
-                  excluded: tuple[str, ...] = ()) -> PrivacyReport:
+                  excluded: tuple[str, ...] = (), unattributed: tuple[str, ...] = ()) -> PrivacyReport:
     """The privacy statement of one winner release by ``clients`` clients tolerating ``dropout``.
 
     ``(release.epsilon, sampler_delta(release.epsilon))`` whatever the number of contributors; ``delta`` is the
@@ -409,6 +409,7 @@ def winner_report(release: WinnerRelease, delta: float, *, clients: int, dropout
             `dphype.privacy.noise.min_valid_ballots` (the tallies release nothing below); ``None``: unknown.
         committee: The number of tallies, ``>= 3``.
         excluded: The labels of the contributors whose ballots the committee left out as invalid.
+        unattributed: Those it left out for a share that failed in transit or by its sender (`PrivacyReport`).
 
     Returns:
         The privacy statement.
@@ -429,7 +430,7 @@ def winner_report(release: WinnerRelease, delta: float, *, clients: int, dropout
         released=(f"winning index only (secure argmax among {committee} tallies on MPyC; no counts, no runner-up); "
                   f"noise sampled jointly by the tallies inside the MPC (no tally knows any of it)"),
         release_delta=sampler_delta(release.epsilon), ballots_verified=True,
-        excluded=tuple(str(label) for label in excluded),
+        excluded=tuple(str(label) for label in excluded), unattributed=tuple(str(label) for label in unattributed),
     )
 
 
