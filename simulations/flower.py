@@ -14,7 +14,8 @@ Each client's task returns scores that were already computed by the real task
 With ``count_bytes=True`` a client mod adds up the serialized size of every message each node receives
 and sends (the protobuf ``RecordDict`` content, i.e. the payload on the wire, without transport framing).
 ``peak_memory_mb`` is the largest resident size of this process and all its descendants (the Ray head and
-workers) seen by a sampler every 0.2 s during the simulation (Linux ``/proc``).
+workers) seen by a sampler every second during the simulation (Linux ``/proc``; each sample reads every
+process's ``stat``, so it runs seldom enough to take no noticeable share of the simulation's own interpreter).
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def _tree_rss_kb(root: int) -> int:
 class _PeakMemory:
     """Context manager: the peak of :func:`_tree_rss_kb` for this process, sampled every ``interval`` s."""
 
-    def __init__(self, interval: float = 0.2) -> None:
+    def __init__(self, interval: float = 1.0) -> None:
         self.interval, self.peak_kb = interval, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)

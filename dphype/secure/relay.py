@@ -19,13 +19,15 @@ every derivation or as associated data, so nothing made for one purpose can be r
   ``w mod modulus`` (rejection sampling, so no modulo bias; for a power-of-two modulus nothing is
   rejected). All 256 key bits seed the generator.
 * `SigningKey` / `verify` -- Ed25519 signatures (the consistency round of Bonawitz et al.,
-  CCS 2017).
+  CCS 2017). A verdict is a pure function of its three byte strings, so each is computed once per process: nodes
+  that share a process (a simulation's workers) check a signature they all receive once, a deployed node as before.
 
 Every failure to authenticate raises `RelayError` (a ``ValueError``) saying what failed.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from dataclasses import dataclass, field
@@ -249,6 +251,12 @@ def verify(public: bytes, signature: bytes, message: bytes) -> bool:
         return False
     if len(public) != KEY_BYTES or len(signature) != 64:
         return False
+    return _verdict(public, signature, message)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _verdict(public: bytes, signature: bytes, message: bytes) -> bool:
+    """Ed25519's verdict on well-formed inputs, cached (module docstring)."""
     try:
         Ed25519PublicKey.from_public_bytes(public).verify(signature, message)
     except (InvalidSignature, ValueError):

@@ -108,6 +108,7 @@ than half of the committee to sign in stage 3.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import time
@@ -219,13 +220,24 @@ class PublicGraph:
 
 
 def public_graph(digest: bytes, nodes: Sequence[int], neighbours: int) -> PublicGraph:
-    """The public graph of ``D``: positions sorted by 62-bit words of the ChaCha20 stream under ``D``, ties by id."""
+    """The public graph of ``D``: positions sorted by 62-bit words of the ChaCha20 stream under ``D``, ties by id.
+
+    A pure function of its arguments, computed once per process for each (nodes of a simulation that share a process,
+    or one node's stages); its arrays are read-only.
+    """
     ids = np.sort(np.asarray(nodes, dtype=np.uint64))
-    keys = relay.expand_mask(digest, ids.size, relay.MAX_MODULUS, context=_LABEL + b"graph")
-    ring = np.lexsort((np.arange(ids.size), keys))
+    return _public_graph(bytes(digest), ids.tobytes(), int(neighbours))
+
+
+@functools.lru_cache(maxsize=64)
+def _public_graph(digest: bytes, ids: bytes, neighbours: int) -> PublicGraph:
+    nodes = np.frombuffer(ids, dtype=np.uint64)
+    keys = relay.expand_mask(digest, nodes.size, relay.MAX_MODULUS, context=_LABEL + b"graph")
+    ring = np.lexsort((np.arange(nodes.size), keys))
     place = np.empty_like(ring)
-    place[ring] = np.arange(ids.size)
-    return PublicGraph(ids, int(neighbours), ring, place)
+    place[ring] = np.arange(nodes.size)
+    ring.flags.writeable = place.flags.writeable = False
+    return PublicGraph(nodes, neighbours, ring, place)
 
 
 def component_size(graph: PublicGraph, survivors: Sequence[int], node: int) -> int:
