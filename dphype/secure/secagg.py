@@ -425,8 +425,10 @@ class NodeRound:
         digest: The round digest ``D``.
         nodes: The round's node ids.
         peers: This node's graph neighbours ``N(u)``, sorted (the only keys kept, see below).
-        c_keys: The neighbours' share-encryption keys, 32 bytes each in the order of ``peers``.
-        s_keys: The neighbours' mask-agreement keys, likewise.
+        box_keys: The share-encryption keys agreed with the neighbours in ``share_keys`` (``HKDF(X25519(c_u, c_v))``,
+            the same both ways), 32 bytes each in the order of ``peers``: their shares to this node are opened with
+            them in ``masked_input``, which then drops them.
+        s_keys: The neighbours' mask-agreement public keys, 32 bytes each in the order of ``peers``.
         g_keys: Every node's signing key, in the order of ``nodes`` (any survivor may sign stage 3).
         neighbours: The degree ``k``.
         threshold: The Shamir threshold ``t``.
@@ -446,9 +448,9 @@ class NodeRound:
     seed: bytes = b""
     digest: bytes = b""
     nodes: list[int] = field(default_factory=list)
-    #: Only the neighbours' share-encryption and mask keys are kept: the state travels with the node's Context.
+    #: Only the neighbours' keys are kept: the state travels with the node's Context.
     peers: list[int] = field(default_factory=list)
-    c_keys: bytes = b""
+    box_keys: bytes = b""
     s_keys: bytes = b""
     g_keys: bytes = b""  # every node's signing key, in the order of ``nodes`` (any survivor may sign stage 3)
     neighbours: int = 0
@@ -476,7 +478,7 @@ class NodeRound:
         return public_graph(self.digest, self.nodes, self.neighbours)
 
     def peer_keys(self, blob: bytes) -> dict[int, bytes]:
-        """Neighbour id -> key from ``c_keys`` or ``s_keys``; refused (``secagg_round``) if it does not split."""
+        """Neighbour id -> key from ``box_keys`` or ``s_keys``; refused (``secagg_round``) if it does not split."""
         return _split_keys(blob, self.peers)
 
     def signing_keys(self) -> dict[int, bytes]:
@@ -613,7 +615,7 @@ def _share_keys(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
     holders = sorted({state.node, *peers})
     seed = os.urandom(_SECRET_BYTES)
     b_shares, s_shares = create_shares_of([seed, state.s_private], t, len(holders))
-    receivers, ciphertexts = [], []
+    receivers, ciphertexts, box_keys = [], [], []
     own = holders.index(state.node)
     for j, holder in enumerate(holders):
         if holder == state.node:
@@ -621,11 +623,12 @@ def _share_keys(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
         key = _pair_key(c, keys[holder][0], digest, state.node, holder, b"share-key")
         plain = _id(state.node) + _id(holder) + b_shares[j] + s_shares[j]
         receivers.append(holder)
+        box_keys.append(key)
         ciphertexts.append(relay.encrypt(key, plain, context=_share_context(digest, state.node, holder)))
     new = NodeRound(
         node=state.node, stage="share_keys", round_id=state.round_id, request=state.request,
         c_private=state.c_private, s_private=state.s_private, g_private=state.g_private, seed=seed, digest=digest,
-        nodes=ordered, peers=peers, c_keys=b"".join(keys[n][0] for n in peers),
+        nodes=ordered, peers=peers, box_keys=b"".join(box_keys),
         s_keys=b"".join(keys[n][1] for n in peers), g_keys=b"".join(keys[n][2] for n in ordered), neighbours=k,
         threshold=t, share_owners=[state.node],
         b_shares=[b_shares[own]], s_shares=[s_shares[own]])
@@ -641,14 +644,12 @@ def _masked_input(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
     if len(senders) + 1 < state.threshold:
         raise _refuse("secagg_neighbours", "too few neighbours shared their keys to reconstruct this node's secrets")
     ciphertexts = _blobs(msg, "ciphertexts", len(senders))
-    c = relay.KeyPair.from_private(state.c_private)
-    c_of = state.peer_keys(state.c_keys)
+    box_of = state.peer_keys(state.box_keys)
     owners, b_shares, s_shares = [state.node], [state.b_shares[0]], [state.s_shares[0]]
     share_bytes = len(state.b_shares[0])
     for sender, ciphertext in zip(senders, ciphertexts):
-        key = _pair_key(c, c_of[sender], state.digest, state.node, sender, b"share-key")
         try:
-            plain = relay.decrypt(key, ciphertext, context=_share_context(state.digest, sender, state.node))
+            plain = relay.decrypt(box_of[sender], ciphertext, context=_share_context(state.digest, sender, state.node))
         except relay.RelayError:
             raise _refuse("secagg_neighbours", "a share ciphertext failed to authenticate") from None
         if len(plain) != 2 * _ID_BYTES + 2 * share_bytes or plain[:2 * _ID_BYTES] != _id(sender) + _id(state.node):
@@ -668,7 +669,7 @@ def _masked_input(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
     for v in neighbourhood:
         mask = _pair_mask(_pair_key(s, s_of[v], state.digest, state.node, v, b"pair"), approval.size, state.digest)
         masked = (masked + mask if state.node < v else masked - mask) % MODULUS_RANGE
-    new = dataclasses.replace(state, stage="masked_input", share_owners=owners, b_shares=b_shares,
+    new = dataclasses.replace(state, stage="masked_input", box_keys=b"", share_owners=owners, b_shares=b_shares,
                               s_shares=s_shares)
     receipt = relay.SigningKey.from_private(state.g_private).sign(participation_statement(state.digest))
     return new, message("masked_input", masked=masked.astype("<u4").tobytes(), receipt=receipt)
