@@ -13,6 +13,11 @@ Each client's task returns scores that were already computed by the real task
 
 With ``count_bytes=True`` a client mod adds up the serialized size of every message each node receives
 and sends (the protobuf ``RecordDict`` content, i.e. the payload on the wire, without transport framing).
+``stages`` times the selection stage by stage (:class:`StageClock`): each round trip of the pre-flight, the
+SecAgg+ stages or the committee's stages, from its start to the next one's (the server's work between them
+included, the last one to the end of the selection), in wall seconds and CPU seconds of this process (the ServerApp
+and Flower's simulation engine, one interpreter), of the simulated clients (the Ray actors) and of Ray's other
+processes; on a shared machine the CPU seconds are the steadier measure.
 ``peak_memory_mb`` is the largest resident size of this process and all its descendants (the Ray head and
 workers) seen by a sampler every second during the simulation (Linux ``/proc``; each sample reads every
 process's ``stat``, so it runs seldom enough to take no noticeable share of the simulation's own interpreter).
@@ -20,6 +25,8 @@ process's ``stat``, so it runs seldom enough to take no noticeable share of the 
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import os
 import tempfile
@@ -54,30 +61,94 @@ def _byte_counter(folder: str) -> Callable[..., Any]:
     return mod
 
 
-def _tree_rss_kb(root: int) -> int:
-    """Resident kB of process ``root`` and all its descendants (Linux ``/proc``)."""
-    parents: dict[int, int] = {}
+def _descendants(root: int) -> dict[int, list[str]]:
+    """Process ``root``'s descendants: pid -> the fields of its ``/proc/<pid>/stat`` after the command (Linux)."""
+    stats: dict[int, list[str]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as fh:
-                    parents[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
+                    stats[int(entry)] = fh.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
                 continue
-    tree, frontier = {root}, [root]
+    tree: dict[int, list[str]] = {}
+    frontier = [root]
     while frontier:
         parent = frontier.pop()
-        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
-        tree.update(children)
+        children = [pid for pid, fields in stats.items() if fields[1] == str(parent) and pid not in tree]
+        tree.update((pid, stats[pid]) for pid in children)
         frontier.extend(children)
+    return tree
+
+
+def _tree_rss_kb(root: int) -> int:
+    """Resident kB of process ``root`` and all its descendants (Linux ``/proc``)."""
     total = 0
-    for pid in tree:
+    for pid in [root, *_descendants(root)]:
         try:
             with open(f"/proc/{pid}/status") as fh:
                 total += next((int(line.split()[1]) for line in fh if line.startswith("VmRSS:")), 0)
         except OSError:
             continue
     return total
+
+
+#: Where the selection's round trips are made (each through ``send_and_receive``, named by its ``what``).
+_STAGE_MODULES = ("dphype.flower.server.readiness", "dphype.flower.server.secagg_server",
+                  "dphype.flower.server.committee_server")
+#: The simulated clients' processes (Flower's Ray actors), by the name Ray gives them.
+_CLIENT_PROCESS = b"ray::ClientAppActor"
+
+
+def _tree_cpu(root: int) -> dict[int, tuple[float, bool]]:
+    """CPU seconds (user + system) of each descendant of ``root``, and whether it is a Ray actor (Linux ``/proc``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid, fields in _descendants(root).items():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                client = fh.read().startswith(_CLIENT_PROCESS)
+        except OSError:
+            continue
+        out[pid] = ((int(fields[11]) + int(fields[12])) / tick, client)
+    return out
+
+
+class StageClock:
+    """Per-stage wall and CPU seconds of one simulated selection (module docstring): `mark` at each stage's start."""
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[str, float, float, dict[int, tuple[float, bool]]]] = []
+
+    def mark(self, stage: str) -> None:
+        """Start ``stage`` (and end the one before)."""
+        self.marks.append((stage, time.perf_counter(), time.process_time(), _tree_cpu(os.getpid())))
+
+    def timed(self, send: Callable[..., Any]) -> Callable[..., Any]:
+        """``send_and_receive`` marking the start of its round trip (named by its ``what``)."""
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            self.mark(str(kwargs.get("what") or "round trip").removeprefix("DP-Hype ").removeprefix("secure vote "))
+            return send(*args, **kwargs)
+
+        return wrapper
+
+    def stages(self) -> list[dict[str, Any]]:
+        """One row per stage: ``stage``, ``wall_s``, ``server_cpu_s`` (ServerApp + engine), ``clients_cpu_s``,
+        ``ray_cpu_s`` and ``idle_estimate_s``: ``max(server, (server + clients + ray) / cores)``, what the stage would
+        take on an idle machine with this process's cores if its CPU time were all it needed (the server's one
+        interpreter runs one thread at a time)."""
+        cores = len(os.sched_getaffinity(0))
+        rows = []
+        for (stage, wall, server, before), (_, wall_end, server_end, after) in zip(self.marks, self.marks[1:]):
+            # a process's CPU in the stage (one that ended during it is left out, one that started counts whole)
+            cpu = {"server": server_end - server, "clients": 0.0, "ray": 0.0}
+            for pid, (seconds, client) in after.items():
+                cpu["clients" if client else "ray"] += seconds - before.get(pid, (0.0, client))[0]
+            rows.append({"stage": stage, "wall_s": wall_end - wall, "server_cpu_s": cpu["server"],
+                         "clients_cpu_s": cpu["clients"], "ray_cpu_s": cpu["ray"],
+                         "idle_estimate_s": max(cpu["server"], sum(cpu.values()) / cores)})
+        return rows
 
 
 class _PeakMemory:
@@ -149,12 +220,20 @@ def vote_through_flower(
     results: list[dict[str, Any]] = []
     server = ServerApp()
 
+    clock = StageClock()
+
     @server.main()
     def main(grid: Grid, context: Context) -> None:
         start = time.perf_counter()
-        result = selection.start(grid)
+        clock.mark("set-up (plan, nodes)")
+        with contextlib.ExitStack() as stack:
+            for name in _STAGE_MODULES:
+                module = importlib.import_module(name)
+                stack.enter_context(harness.swapped(module, "send_and_receive", clock.timed(module.send_and_receive)))
+            result = selection.start(grid)
+        clock.mark("end")
         results.append({"selected_index": result.selected_index, "round_seconds": time.perf_counter() - start,
-                        "privacy": result.report.to_dict()})
+                        "privacy": result.report.to_dict(), "stages": clock.stages()})
 
     with tempfile.TemporaryDirectory() as folder:
         # Each node reads its own row from a file, as a node reads its local data: the ClientApp that Flower
