@@ -26,6 +26,7 @@ process's ``stat``, so it runs seldom enough to take no noticeable share of the 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import json
 import os
@@ -33,10 +34,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from flwr.clientapp import ClientApp
 
 from simulations import harness
 
@@ -178,6 +181,66 @@ def _score_row(path: str, row: int) -> np.ndarray:
     return np.array(np.load(path, mmap_mode="r")[row])
 
 
+@dataclass(frozen=True)
+class _AppSpec:
+    """What the simulated nodes' ClientApp is built from: the run's folder, its score table and the nodes' policy."""
+
+    folder: str
+    maximize: bool
+    voters: int
+    tallies: int
+    allowed: str  # the admitting policy's node-config keys, as JSON
+    count_bytes: bool
+
+
+class _ShippedApp(ClientApp):  # type: ignore[misc]
+    """The benchmark's ClientApp, pickled as its `_AppSpec` and rebuilt once per Ray worker (`_client_app`).
+
+    Flower's simulation pickles the ClientApp into every message to a Ray actor; a plain one carries its handlers by
+    value, whose pickling scans every imported module (``cloudpickle``) in the interpreter that also runs the engine
+    and the ServerApp, for each of the ``5 n`` messages.
+    """
+
+    spec: _AppSpec
+
+    def __reduce__(self) -> tuple[Any, tuple[_AppSpec]]:
+        return _client_app, (self.spec,)
+
+
+@functools.lru_cache(maxsize=4)
+def _client_app(spec: _AppSpec) -> _ShippedApp:
+    """The simulated nodes' ClientApp (`register_dphype` on every node's fixed scores and admitting policy)."""
+    from dphype.flower import register_dphype
+    from dphype.flower.client.roles import simulated_role
+    from dphype.flower.federation import simulated_federation, voter_name
+    from dphype.ml.torch_task import FixedScoresTask
+    from dphype.node.policy import IDENTITY_KEY, ROSTER_KEY, NodePolicy
+
+    table, keys = os.path.join(spec.folder, "scores.npy"), Path(spec.folder) / "tallies"
+    allowed = json.loads(spec.allowed)
+
+    def task_fn(context: Any) -> FixedScoresTask:
+        return FixedScoresTask(_score_row(table, int(context.node_config["partition-id"])), spec.maximize)
+
+    def roles(msg: Any, context: Any, call_next: Callable[..., Any]) -> Any:
+        simulated_role(context, spec.voters, spec.tallies, keys)
+        return call_next(msg, context)
+
+    def policy(context: Any) -> NodePolicy:
+        partition = int(context.node_config["partition-id"])
+        ledger = os.path.join(spec.folder, f"ledger-{partition}.json")
+        # the run's simulated federation: given by the roles mod in argmax mode, made here in sum mode
+        federation = ({key: context.node_config[key] for key in (ROSTER_KEY, IDENTITY_KEY)}
+                      if ROSTER_KEY in context.node_config else
+                      simulated_federation(spec.folder, context.run_id, voter_name(partition), spec.voters))
+        return NodePolicy.from_node_config({**allowed, "dphype-ledger": ledger, **federation})
+
+    mods = ([roles] if spec.tallies else []) + ([_byte_counter(spec.folder)] if spec.count_bytes else [])
+    app = _ShippedApp(mods=mods)
+    app.spec = spec
+    return register_dphype(app, task_fn, policy=policy)
+
+
 def vote_through_flower(
     scores: np.ndarray,
     candidates: Any,
@@ -200,18 +263,13 @@ def vote_through_flower(
     """
     import flwr
     from flwr.app import Context
-    from flwr.clientapp import ClientApp
     from flwr.serverapp import Grid, ServerApp
     from flwr.simulation import run_simulation
 
     from dphype.cli.demo import make_tally_keys
-    from dphype.flower import DPHype, register_dphype
-    from dphype.flower.client.roles import simulated_role
-    from dphype.flower.federation import simulated_federation, voter_name
-    from dphype.ml.torch_task import FixedScoresTask
+    from dphype.flower import DPHype
     from dphype.modes import Aggregator
     from dphype.node.ledger import admitting_policy
-    from dphype.node.policy import IDENTITY_KEY, ROSTER_KEY, NodePolicy
 
     scores = np.asarray(scores, dtype=np.float64)
     if config.clients != scores.shape[0]:
@@ -237,36 +295,18 @@ def vote_through_flower(
 
     with tempfile.TemporaryDirectory() as folder:
         # Each node reads its own row from a file, as a node reads its local data: the ClientApp that Flower
-        # pickles into every message to the Ray actors then carries a path, not every client's scores (800 KB
-        # at n = 1,000, which would travel through Ray's object store with each of the 5,000 messages).
+        # pickles into every message to the Ray actors (`_ShippedApp`) then carries a path, not every client's
+        # scores (800 KB at n = 1,000, which would travel through Ray's object store with each of the 5,000 messages).
         table = os.path.join(folder, "scores.npy")
         np.save(table, scores)
-
-        def task_fn(context: Context) -> FixedScoresTask:
-            return FixedScoresTask(_score_row(table, int(context.node_config["partition-id"])), maximize)
 
         keys = Path(folder) / "tallies"
         tallies = make_tally_keys(keys) if config.mode.aggregator is Aggregator.COMMITTEE else ()
         selection = DPHype(candidates, config, num_shares=num_shares,
                            reconstruction_threshold=reconstruction_threshold, tallies=tallies, **extra)
         # The benchmark runs every node: their policy admits this one release, their ledgers are this run's.
-        allowed = admitting_policy(selection.request)
-
-        def roles(msg: Any, context: Context, call_next: Callable[..., Any]) -> Any:
-            simulated_role(context, config.clients, len(tallies), keys)
-            return call_next(msg, context)
-
-        def policy(context: Context) -> NodePolicy:
-            partition = int(context.node_config["partition-id"])
-            ledger = os.path.join(folder, f"ledger-{partition}.json")
-            # the run's simulated federation: given by the roles mod in argmax mode, made here in sum mode
-            federation = ({key: context.node_config[key] for key in (ROSTER_KEY, IDENTITY_KEY)}
-                          if ROSTER_KEY in context.node_config else
-                          simulated_federation(folder, context.run_id, voter_name(partition), config.clients))
-            return NodePolicy.from_node_config({**allowed, "dphype-ledger": ledger, **federation})
-
-        mods = ([roles] if tallies else []) + ([_byte_counter(folder)] if count_bytes else [])
-        client_app = register_dphype(ClientApp(mods=mods), task_fn, policy=policy)
+        allowed = json.dumps(admitting_policy(selection.request))
+        client_app = _client_app(_AppSpec(folder, maximize, config.clients, len(tallies), allowed, count_bytes))
         start = time.perf_counter()
         with _PeakMemory() as memory:
             run_simulation(server_app=server, client_app=client_app, num_supernodes=config.clients + len(tallies),
