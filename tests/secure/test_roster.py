@@ -207,6 +207,20 @@ def test_unknown_members_other_roles_and_a_member_twice_are_refused():
         roster.check_distinct_signers([entry, entry], "voter", context)
 
 
+def test_a_signed_list_checked_before_is_remembered_only_for_exactly_that_list():
+    roster, keys = members(3)
+    context = roster.context("secagg-advertise", REQUEST, 1)
+    entries = [(name, name.encode(), sign(keys[name], context, name.encode())) for name in sorted(keys)]
+    assert [m.name for m in roster.check_distinct_signers(entries, "voter", context)] == sorted(keys)
+    assert [m.name for m in roster.check_distinct_signers(entries, "voter", context)] == sorted(keys)  # remembered
+    forged = [*entries[:2], (entries[2][0], b"other", entries[2][2])]
+    changed = {"another payload": (forged, "voter", context), "another role": (entries, "tally", context),
+               "another run": (entries, "voter", roster.context("secagg-advertise", REQUEST, 2))}
+    for listed, role, where in changed.values():
+        with pytest.raises(RosterError):
+            roster.check_distinct_signers(listed, role, where)
+
+
 def test_a_share_payload_binds_the_tally_and_the_ciphertext():
     assert share_payload(0, b"c") != share_payload(1, b"c") != share_payload(1, b"d")
 
