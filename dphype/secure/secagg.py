@@ -282,7 +282,11 @@ def _pair_key(private: relay.KeyPair, peer_public: bytes, digest: bytes, a: int,
 
 
 def _pair_mask(key: bytes, size: int, digest: bytes) -> np.ndarray:
-    return relay.expand_mask(key, size, MODULUS_RANGE, context=_LABEL + b"pair-mask" + digest)
+    return _pair_masks([key], size, digest)[0]
+
+
+def _pair_masks(keys: Sequence[bytes], size: int, digest: bytes) -> np.ndarray:
+    return relay.expand_masks(keys, size, MODULUS_RANGE, context=_LABEL + b"pair-mask" + digest)
 
 
 def _self_mask(seed: bytes, size: int, digest: bytes, node: int) -> np.ndarray:
@@ -666,9 +670,9 @@ def _masked_input(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
               + _self_mask(state.seed, approval.size, state.digest, state.node)) % MODULUS_RANGE
     s = relay.KeyPair.from_private(state.s_private)
     s_of = state.peer_keys(state.s_keys)
-    for v in neighbourhood:
-        mask = _pair_mask(_pair_key(s, s_of[v], state.digest, state.node, v, b"pair"), approval.size, state.digest)
-        masked = (masked + mask if state.node < v else masked - mask) % MODULUS_RANGE
+    keys = [_pair_key(s, s_of[v], state.digest, state.node, v, b"pair") for v in neighbourhood]
+    signs = np.array([1 if state.node < v else -1 for v in neighbourhood], dtype=np.int64)  # + towards larger ids
+    masked = (masked + signs @ _pair_masks(keys, approval.size, state.digest)) % MODULUS_RANGE
     new = dataclasses.replace(state, stage="masked_input", box_keys=b"", share_owners=owners, b_shares=b_shares,
                               s_shares=s_shares)
     receipt = relay.SigningKey.from_private(state.g_private).sign(participation_statement(state.digest))
