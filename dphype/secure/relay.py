@@ -191,7 +191,7 @@ def expand_mask(key: bytes, size: int, modulus: int, *, context: bytes) -> np.nd
 
     Raises:
         ValueError: ``size`` or ``modulus`` is out of its range.
-    """
+    """  # noqa: DOC502
     _check_bytes("key", key, KEY_BYTES)
     size, modulus = _mask_shape(size, modulus)
     # Block counter 0 (little-endian, first 4 bytes) followed by the 96-bit nonce: RFC 8439's layout.
