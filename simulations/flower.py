@@ -140,7 +140,8 @@ class StageClock:
         """One row per stage: ``stage``, ``wall_s``, ``server_cpu_s`` (ServerApp + engine), ``clients_cpu_s``,
         ``ray_cpu_s`` and ``idle_estimate_s``: ``max(server, (server + clients + ray) / cores)``, what the stage would
         take on an idle machine with this process's cores if its CPU time were all it needed (the server's one
-        interpreter runs one thread at a time)."""
+        interpreter runs one thread at a time). Under load it runs high: Flower's engine sweeps its store every
+        0.1 s while it waits, so the server's CPU grows with the stage's wall time."""
         cores = len(os.sched_getaffinity(0))
         rows = []
         for (stage, wall, server, before), (_, wall_end, server_end, after) in zip(self.marks, self.marks[1:]):
