@@ -133,6 +133,8 @@ class IdentityKey:
     def load(cls, path: str | os.PathLike[str]) -> IdentityKey:
         """Read a private key file, PEM (PKCS#8, as `save` writes) or raw base64, readable by its owner only.
 
+        Parsed once per version of the file (its permissions checked at every call).
+
         Args:
             path: The key file (``~`` is expanded).
 
@@ -144,14 +146,18 @@ class IdentityKey:
         """
         file = Path(path).expanduser()
         try:
-            mode = file.stat().st_mode
+            seen = file.stat()
+            mode = seen.st_mode
+            if mode & (stat.S_IRWXG | stat.S_IRWXO):
+                raise RosterError(f"identity key file {str(path)!r} is readable by others (mode {mode & 0o777:o}); "
+                                  f"make it private: chmod 600 {file}")
+            version = (str(file.absolute()), seen.st_ino, seen.st_size, seen.st_mtime_ns)
+            if version in _IDENTITIES:  # read once per version of the file (a node reads it for every message)
+                return _IDENTITIES[version]
             data = file.read_bytes()
         except OSError as err:
             raise RosterError(f"identity key file {str(path)!r} cannot be read ({err.strerror}); create one with "
                               "`dphype roster keygen --name NAME --out FILE`") from None
-        if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise RosterError(f"identity key file {str(path)!r} is readable by others (mode {mode & 0o777:o}); "
-                              f"make it private: chmod 600 {file}")
         try:
             if data.lstrip().startswith(b"-----BEGIN"):
                 private = serialization.load_pem_private_key(data, password=None)
@@ -162,7 +168,10 @@ class IdentityKey:
         if not isinstance(private, Ed25519PrivateKey):
             raise RosterError(f"identity key file {str(path)!r} must hold an Ed25519 private key (PEM, or the raw "
                               "32-byte key in base64), as `dphype roster keygen` writes it")
-        return cls._of(private)
+        if len(_IDENTITIES) >= _IDENTITY_FILES:
+            _IDENTITIES.clear()
+        _IDENTITIES[version] = cls._of(private)
+        return _IDENTITIES[version]
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the private key as PEM (PKCS#8) to a new file with mode 0600 (its folder 0700).
@@ -528,6 +537,10 @@ class Roster:
 
 #: The roster file last read, by (path, inode, size, modification time): its text.
 _LOADED: dict[tuple[str, int, int, int], str] = {}
+#: Identity keys read in this process, by version of their file (`IdentityKey.load`; a simulation's worker process
+#: serves many nodes, each with its own file).
+_IDENTITIES: dict[tuple[str, int, int, int], IdentityKey] = {}
+_IDENTITY_FILES = 1 << 13
 
 #: Signed lists that passed `Roster.check_distinct_signers` in this process, by `_entries_key`: a verdict depends on
 #: nothing else, so the nodes of a simulation that share a process check the key list they all receive once.

@@ -48,6 +48,18 @@ def test_an_identity_key_is_written_private_never_overwritten_and_read_back(tmp_
     assert IdentityKey.load(path).public == key.public
 
 
+def test_an_identity_key_is_read_anew_when_its_file_changes_and_refused_when_it_opens_up(tmp_path):
+    path = IdentityKey.generate().save(tmp_path / "id.key")
+    first = IdentityKey.load(path)
+    assert IdentityKey.load(path).public == first.public
+    path.unlink()
+    second = IdentityKey.generate().save(path)
+    assert IdentityKey.load(path).public != first.public
+    os.chmod(second, 0o644)
+    with pytest.raises(RosterError, match="readable by others"):
+        IdentityKey.load(second)
+
+
 def test_an_identity_key_file_may_hold_the_raw_key_in_base64(tmp_path):
     key = IdentityKey.generate()
     raw = tmp_path / "raw.key"
