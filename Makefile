@@ -47,14 +47,19 @@ docs: install
 
 # The fast tests on $(WORKERS) pytest-xdist workers (each worker is its own session: its own temporary folder, FLWR_HOME
 # and ports; one torch/BLAS thread each, so that the workers do not oversubscribe the cores), then the slow end-to-end
-# tests one at a time (they start Flower deployments and MPyC committees of their own). Both parts always run;
-# `make test` fails when either fails.
+# tests one at a time (they start Flower deployments, Ray and MPyC committees of their own, with stage timeouts that
+# two deployments side by side on 2 cores can pass: `make test SLOW_WORKERS=2` runs them on two workers, --dist
+# loadgroup keeping an `xdist_group`'s tests on one worker so they share a module-scoped deployment). Both parts
+# always run; `make test` fails when either fails.
 WORKERS ?= 2
-FAST = OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n $(WORKERS)
+THREADS = OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+FAST = $(THREADS) $(PY) -m pytest -q -n $(WORKERS)
+SLOW_WORKERS ?= 0
+SLOW = $(PY) -m pytest -q -m slow -n $(SLOW_WORKERS) --dist loadgroup
 
 test: install fmnist lint
 	$(FAST); fast=$$?; \
-	$(PY) -m pytest -q -m slow; slow=$$?; \
+	$(SLOW); slow=$$?; \
 	test $$fast -eq 0 -a $$slow -eq 0
 
 test-fast: install

@@ -202,6 +202,9 @@ the SuperLink's operator register the printed KEY.pub (server/register-nodes.sh)
         exec "${check[@]}"
     fi
     "${check[@]}" | sed "s/^/$(basename "$0"): /" || exit 2  # what it enforces; a contradiction stops it here
+    # before anything starts: on an occupied port the SuperNode would fail after its SuperExec started
+    ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null \
+        || die "$role" "--port $port is in use on 127.0.0.1 (another SuperNode?): every SuperNode on a host needs its own"
     if [[ $executor == subprocess ]]; then
         exec "${supernode[@]}"
     fi

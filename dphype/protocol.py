@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from dphype.checks import EPSILON_RTOL as EPSILON_RTOL  # re-exported: the request's slack, also the node's
-from dphype.checks import MAX_CLIENTS
+from dphype.checks import MAX_CLIENTS, check_k
 from dphype.config import DPHypeConfig
 from dphype.privacy.noise import min_survivors, min_valid_ballots
 from dphype.refusal import Refusal
@@ -181,6 +181,24 @@ def make_vote_request(config: DPHypeConfig, candidates: CandidateList, *,
     mode = config.mode
     committee = tuple(tallies) if mode.uses_committee else ()
     return VoteRequest(candidates, config, mode.calibrate(config, candidates), committee, roster)
+
+
+def precheck_request(config: DPHypeConfig, candidates: CandidateList) -> None:
+    """What `make_vote_request` refuses before the tally committee's keys are known: ``k`` and the calibration.
+
+    ``k`` is checked against the candidates whether or not the ballot votes with it; the mode calibrates the noise
+    (`dphype.release.ReleaseMode.calibrate`). A server checks it before it waits for any node; ``dphype run`` before
+    Flower starts.
+
+    Args:
+        config: The validated run configuration.
+        candidates: The public candidate list.
+
+    Raises:
+        ValueError: If ``k`` is outside ``[1, len(candidates)]`` or the mode cannot calibrate the noise.
+    """  # noqa: DOC502
+    check_k(config.k, len(candidates))
+    config.mode.calibrate(config, candidates)
 
 
 # ------------------------------------------------------------------------------------ the client side

@@ -7,6 +7,12 @@ die() {  # die MESSAGE: the message and the script's synopsis on stderr, exit st
     exit 2
 }
 
+listening() {  # listening HOST PORT: whether something accepts connections on HOST:PORT (0.0.0.0: on loopback)
+    local host=$1
+    case $host in 0.0.0.0 | :: | "[::]") host=127.0.0.1 ;; esac
+    (exec 3<>"/dev/tcp/$host/$2") 2>/dev/null
+}
+
 wait_for_superlink() {  # wait_for_superlink CONNECTION SECONDS: until `flwr ls CONNECTION` answers; exit 2 for an
                         # unknown CONNECTION, 1 when it does not answer within SECONDS
     local connection=$1 deadline=$((SECONDS + $2)) answer

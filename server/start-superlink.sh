@@ -30,7 +30,7 @@ Environment: FLWR_HOME (default ~/.flwr). The script runs until the SuperLink st
 USAGE
 }
 
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # die
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # die, listening
 
 [[ $# -gt 0 ]] || die "missing arguments"
 host=127.0.0.1 port=9092 database="" connection=deploy address="" insecure=false ca="" cert="" keyfile=""
@@ -72,6 +72,8 @@ else
 fi
 command -v flower-superlink >/dev/null \
     || die "flower-superlink is not on PATH: activate the environment where dphype is installed"
+# before anything is written: an occupied port would fail the SuperLink after its connection was named
+! listening "$host" "$port" || die "--port $port is in use on $host (another SuperLink?): stop it, or choose a free port"
 
 export FLWR_HOME="${FLWR_HOME:-$HOME/.flwr}"
 [[ -n $database ]] || database="$FLWR_HOME/superlink/state.db"

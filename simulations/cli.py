@@ -14,10 +14,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+from dphype.cli import Stopped, stop_on_signals
 from dphype.result import format_fields
 from dphype.strict_json import jsonable
 from simulations.harness import StudyRun
@@ -75,15 +77,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, run the study, print its result (readable text, or with ``--json`` one JSON object on the
-    last line of standard output); the exit status: 2 for bad input, which is refused before any work starts."""
+    last line of standard output); the exit status: 2 for bad input, which is refused before any work starts, and
+    128 + the signal after SIGINT (Ctrl-C) or SIGTERM, said in one line."""
     parser = argparse.ArgumentParser(prog="dphype bench", description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        result = run(args)
+        with stop_on_signals():
+            result = run(args)
     except (ValueError, FileNotFoundError) as err:
         print(f"dphype bench: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: what the study wrote so far stays (its cache resumes)
+        signum = err.signum if isinstance(err, Stopped) else signal.SIGINT
+        print(f"dphype bench {args.study}: stopped by {signal.Signals(signum).name}", file=sys.stderr)
+        return 128 + signum
     print(json.dumps(jsonable(result), allow_nan=False) if args.json else format_fields(result))
     return 0

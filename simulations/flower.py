@@ -13,22 +13,33 @@ Each client's task returns scores that were already computed by the real task
 
 With ``count_bytes=True`` a client mod adds up the serialized size of every message each node receives
 and sends (the protobuf ``RecordDict`` content, i.e. the payload on the wire, without transport framing).
+``stages`` times the selection stage by stage (:class:`StageClock`): each round trip of the pre-flight, the
+SecAgg+ stages or the committee's stages, from its start to the next one's (the server's work between them
+included, the last one to the end of the selection), in wall seconds and CPU seconds of this process (the ServerApp
+and Flower's simulation engine, one interpreter), of the simulated clients (the Ray actors) and of Ray's other
+processes; on a shared machine the CPU seconds are the steadier measure.
 ``peak_memory_mb`` is the largest resident size of this process and all its descendants (the Ray head and
-workers) seen by a sampler every 0.2 s during the simulation (Linux ``/proc``).
+workers) seen by a sampler every second during the simulation (Linux ``/proc``; each sample reads every
+process's ``stat``, so it runs seldom enough to take no noticeable share of the simulation's own interpreter).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib
 import json
 import os
 import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from flwr.clientapp import ClientApp
 
 from simulations import harness
 
@@ -53,24 +64,30 @@ def _byte_counter(folder: str) -> Callable[..., Any]:
     return mod
 
 
-def _tree_rss_kb(root: int) -> int:
-    """Resident kB of process ``root`` and all its descendants (Linux ``/proc``)."""
-    parents: dict[int, int] = {}
+def _descendants(root: int) -> dict[int, list[str]]:
+    """Process ``root``'s descendants: pid -> the fields of its ``/proc/<pid>/stat`` after the command (Linux)."""
+    stats: dict[int, list[str]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as fh:
-                    parents[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
+                    stats[int(entry)] = fh.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
                 continue
-    tree, frontier = {root}, [root]
+    tree: dict[int, list[str]] = {}
+    frontier = [root]
     while frontier:
         parent = frontier.pop()
-        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
-        tree.update(children)
+        children = [pid for pid, fields in stats.items() if fields[1] == str(parent) and pid not in tree]
+        tree.update((pid, stats[pid]) for pid in children)
         frontier.extend(children)
+    return tree
+
+
+def _tree_rss_kb(root: int) -> int:
+    """Resident kB of process ``root`` and all its descendants (Linux ``/proc``)."""
     total = 0
-    for pid in tree:
+    for pid in [root, *_descendants(root)]:
         try:
             with open(f"/proc/{pid}/status") as fh:
                 total += next((int(line.split()[1]) for line in fh if line.startswith("VmRSS:")), 0)
@@ -79,10 +96,69 @@ def _tree_rss_kb(root: int) -> int:
     return total
 
 
+#: Where the selection's round trips are made (each through ``send_and_receive``, named by its ``what``).
+_STAGE_MODULES = ("dphype.flower.server.readiness", "dphype.flower.server.secagg_server",
+                  "dphype.flower.server.committee_server")
+#: The simulated clients' processes (Flower's Ray actors), by the name Ray gives them.
+_CLIENT_PROCESS = b"ray::ClientAppActor"
+
+
+def _tree_cpu(root: int) -> dict[int, tuple[float, bool]]:
+    """CPU seconds (user + system) of each descendant of ``root``, and whether it is a Ray actor (Linux ``/proc``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid, fields in _descendants(root).items():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                client = fh.read().startswith(_CLIENT_PROCESS)
+        except OSError:
+            continue
+        out[pid] = ((int(fields[11]) + int(fields[12])) / tick, client)
+    return out
+
+
+class StageClock:
+    """Per-stage wall and CPU seconds of one simulated selection (module docstring): `mark` at each stage's start."""
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[str, float, float, dict[int, tuple[float, bool]]]] = []
+
+    def mark(self, stage: str) -> None:
+        """Start ``stage`` (and end the one before)."""
+        self.marks.append((stage, time.perf_counter(), time.process_time(), _tree_cpu(os.getpid())))
+
+    def timed(self, send: Callable[..., Any]) -> Callable[..., Any]:
+        """``send_and_receive`` marking the start of its round trip (named by its ``what``)."""
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            self.mark(str(kwargs.get("what") or "round trip").removeprefix("DP-Hype ").removeprefix("secure vote "))
+            return send(*args, **kwargs)
+
+        return wrapper
+
+    def stages(self) -> list[dict[str, Any]]:
+        """One row per stage: ``stage``, ``wall_s``, ``server_cpu_s`` (ServerApp + engine), ``clients_cpu_s``,
+        ``ray_cpu_s`` and ``idle_estimate_s``: ``max(server, (server + clients + ray) / cores)``, what the stage would
+        take on an idle machine with this process's cores if its CPU time were all it needed (the server's one
+        interpreter runs one thread at a time). Under load it runs high: Flower's engine sweeps its store every
+        0.1 s while it waits, so the server's CPU grows with the stage's wall time."""
+        cores = len(os.sched_getaffinity(0))
+        rows = []
+        for (stage, wall, server, before), (_, wall_end, server_end, after) in zip(self.marks, self.marks[1:]):
+            # a process's CPU in the stage (one that ended during it is left out, one that started counts whole)
+            cpu = {"server": server_end - server, "clients": 0.0, "ray": 0.0}
+            for pid, (seconds, client) in after.items():
+                cpu["clients" if client else "ray"] += seconds - before.get(pid, (0.0, client))[0]
+            rows.append({"stage": stage, "wall_s": wall_end - wall, "server_cpu_s": cpu["server"],
+                         "clients_cpu_s": cpu["clients"], "ray_cpu_s": cpu["ray"],
+                         "idle_estimate_s": max(cpu["server"], sum(cpu.values()) / cores)})
+        return rows
+
+
 class _PeakMemory:
     """Context manager: the peak of :func:`_tree_rss_kb` for this process, sampled every ``interval`` s."""
 
-    def __init__(self, interval: float = 0.2) -> None:
+    def __init__(self, interval: float = 1.0) -> None:
         self.interval, self.peak_kb = interval, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
@@ -104,6 +180,66 @@ class _PeakMemory:
 def _score_row(path: str, row: int) -> np.ndarray:
     """One node's row of the score table at ``path`` (memory-mapped: a node reads only its own row)."""
     return np.array(np.load(path, mmap_mode="r")[row])
+
+
+@dataclass(frozen=True)
+class _AppSpec:
+    """What the simulated nodes' ClientApp is built from: the run's folder, its score table and the nodes' policy."""
+
+    folder: str
+    maximize: bool
+    voters: int
+    tallies: int
+    allowed: str  # the admitting policy's node-config keys, as JSON
+    count_bytes: bool
+
+
+class _ShippedApp(ClientApp):  # type: ignore[misc]
+    """The benchmark's ClientApp, pickled as its `_AppSpec` and rebuilt once per Ray worker (`_client_app`).
+
+    Flower's simulation pickles the ClientApp into every message to a Ray actor; a plain one carries its handlers by
+    value, whose pickling scans every imported module (``cloudpickle``) in the interpreter that also runs the engine
+    and the ServerApp, for each of the ``5 n`` messages.
+    """
+
+    spec: _AppSpec
+
+    def __reduce__(self) -> tuple[Any, tuple[_AppSpec]]:
+        return _client_app, (self.spec,)
+
+
+@functools.lru_cache(maxsize=4)
+def _client_app(spec: _AppSpec) -> _ShippedApp:
+    """The simulated nodes' ClientApp (`register_dphype` on every node's fixed scores and admitting policy)."""
+    from dphype.flower import register_dphype
+    from dphype.flower.client.roles import simulated_role
+    from dphype.flower.federation import simulated_federation, voter_name
+    from dphype.ml.torch_task import FixedScoresTask
+    from dphype.node.policy import IDENTITY_KEY, ROSTER_KEY, NodePolicy
+
+    table, keys = os.path.join(spec.folder, "scores.npy"), Path(spec.folder) / "tallies"
+    allowed = json.loads(spec.allowed)
+
+    def task_fn(context: Any) -> FixedScoresTask:
+        return FixedScoresTask(_score_row(table, int(context.node_config["partition-id"])), spec.maximize)
+
+    def roles(msg: Any, context: Any, call_next: Callable[..., Any]) -> Any:
+        simulated_role(context, spec.voters, spec.tallies, keys)
+        return call_next(msg, context)
+
+    def policy(context: Any) -> NodePolicy:
+        partition = int(context.node_config["partition-id"])
+        ledger = os.path.join(spec.folder, f"ledger-{partition}.json")
+        # the run's simulated federation: given by the roles mod in argmax mode, made here in sum mode
+        federation = ({key: context.node_config[key] for key in (ROSTER_KEY, IDENTITY_KEY)}
+                      if ROSTER_KEY in context.node_config else
+                      simulated_federation(spec.folder, context.run_id, voter_name(partition), spec.voters))
+        return NodePolicy.from_node_config({**allowed, "dphype-ledger": ledger, **federation})
+
+    mods = ([roles] if spec.tallies else []) + ([_byte_counter(spec.folder)] if spec.count_bytes else [])
+    app = _ShippedApp(mods=mods)
+    app.spec = spec
+    return register_dphype(app, task_fn, policy=policy)
 
 
 def vote_through_flower(
@@ -128,17 +264,12 @@ def vote_through_flower(
     """
     import flwr
     from flwr.app import Context
-    from flwr.clientapp import ClientApp
     from flwr.serverapp import Grid, ServerApp
     from flwr.simulation import run_simulation
 
     from dphype.cli.demo import make_tally_keys
-    from dphype.flower import DPHype, register_dphype
-    from dphype.flower.client.roles import simulated_role
-    from dphype.flower.federation import simulated_federation, voter_name
-    from dphype.ml.torch_task import FixedScoresTask
+    from dphype.flower import DPHype
     from dphype.node.ledger import admitting_policy
-    from dphype.node.policy import IDENTITY_KEY, ROSTER_KEY, NodePolicy
 
     scores = np.asarray(scores, dtype=np.float64)
     if config.clients != scores.shape[0]:
@@ -147,45 +278,35 @@ def vote_through_flower(
     results: list[dict[str, Any]] = []
     server = ServerApp()
 
+    clock = StageClock()
+
     @server.main()
     def main(grid: Grid, context: Context) -> None:
         start = time.perf_counter()
-        result = selection.start(grid)
+        clock.mark("set-up (plan, nodes)")
+        with contextlib.ExitStack() as stack:
+            for name in _STAGE_MODULES:
+                module = importlib.import_module(name)
+                stack.enter_context(harness.swapped(module, "send_and_receive", clock.timed(module.send_and_receive)))
+            result = selection.start(grid)
+        clock.mark("end")
         results.append({"selected_index": result.selected_index, "round_seconds": time.perf_counter() - start,
-                        "privacy": result.report.to_dict()})
+                        "privacy": result.report.to_dict(), "stages": clock.stages()})
 
     with tempfile.TemporaryDirectory() as folder:
         # Each node reads its own row from a file, as a node reads its local data: the ClientApp that Flower
-        # pickles into every message to the Ray actors then carries a path, not every client's scores (800 KB
-        # at n = 1,000, which would travel through Ray's object store with each of the 5,000 messages).
+        # pickles into every message to the Ray actors (`_ShippedApp`) then carries a path, not every client's
+        # scores (800 KB at n = 1,000, which would travel through Ray's object store with each of the 5,000 messages).
         table = os.path.join(folder, "scores.npy")
         np.save(table, scores)
-
-        def task_fn(context: Context) -> FixedScoresTask:
-            return FixedScoresTask(_score_row(table, int(context.node_config["partition-id"])), maximize)
 
         keys = Path(folder) / "tallies"
         tallies = make_tally_keys(keys) if config.mode.uses_committee else ()
         selection = DPHype(candidates, config, num_shares=num_shares,
                            reconstruction_threshold=reconstruction_threshold, tallies=tallies, **extra)
         # The benchmark runs every node: their policy admits this one release, their ledgers are this run's.
-        allowed = admitting_policy(selection.request)
-
-        def roles(msg: Any, context: Context, call_next: Callable[..., Any]) -> Any:
-            simulated_role(context, config.clients, len(tallies), keys)
-            return call_next(msg, context)
-
-        def policy(context: Context) -> NodePolicy:
-            partition = int(context.node_config["partition-id"])
-            ledger = os.path.join(folder, f"ledger-{partition}.json")
-            # the run's simulated federation: given by the roles mod in argmax mode, made here in sum mode
-            federation = ({key: context.node_config[key] for key in (ROSTER_KEY, IDENTITY_KEY)}
-                          if ROSTER_KEY in context.node_config else
-                          simulated_federation(folder, context.run_id, voter_name(partition), config.clients))
-            return NodePolicy.from_node_config({**allowed, "dphype-ledger": ledger, **federation})
-
-        mods = ([roles] if tallies else []) + ([_byte_counter(folder)] if count_bytes else [])
-        client_app = register_dphype(ClientApp(mods=mods), task_fn, policy=policy)
+        allowed = json.dumps(admitting_policy(selection.request))
+        client_app = _client_app(_AppSpec(folder, maximize, config.clients, len(tallies), allowed, count_bytes))
         start = time.perf_counter()
         with _PeakMemory() as memory:
             run_simulation(server_app=server, client_app=client_app, num_supernodes=config.clients + len(tallies),

@@ -4,6 +4,10 @@ mutation, which test files fail (catch it) and which pass.
 
     python -m simulations.mutations                    # every mutation against every test file below
     python -m simulations.mutations --only halve-share --files tests/flower/test_vote_noise.py
+    python -m simulations.mutations --targeted         # each mutation against the tests named to catch it
+
+With ``--targeted`` each mutation runs only the tests it names (``Mutation.tests``, pytest node ids: the tests
+written to catch that slip), and the report names each test that fails under it.
 
 The copy holds the repository's tracked and untracked, not ignored, files; its tests import the copy's
 ``dphype`` (checked before any mutation runs), never the installed one. The unmutated copy runs first and must
@@ -33,7 +37,14 @@ class Mutation:
     path: str
     old: str
     new: str
+    tests: tuple[str, ...] = ()  # the tests written to catch it (``--targeted``)
 
+
+_COMMITTEE, _LIFETIME = "tests/flower/test_committee.py", "tests/secure/test_party_lifetime.py"
+_APPROVAL = ("tests/flower/test_approval.py::test_both_releases_refuse_a_vote_whose_approval_does_not_hold_with_the"
+             "_same_code_and_charge_nothing")
+_FLAGS = ("tests/secure/test_tally_exclusion.py::test_a_row_one_tally_flags_and_the_others_do_not_is_left_out_at_"
+          "every_party")
 
 _SHARE = ("        share = client_noise_share(votes.size, sigma=request.sigma, clients=cfg.clients, "
           "dropout=cfg.dropout,\n                                   kind=cfg.noise)\n")
@@ -80,9 +91,9 @@ MUTATIONS: tuple[Mutation, ...] = (
              "dphype/secure/secagg.py",
              "    if state.node in consistency_committee(state.graph()):  # a committee member signs only proven "
              "survivors\n", "    if False:\n"),
-    Mutation("secagg-any-mode", "a SecAgg+ stage answers a request approved for another release mode",
-             "dphype/flower/client/__init__.py", "    if request.mode.uses_committee:\n",
-             "    if False:\n"),
+    Mutation("secagg-any-mode", "a vote answers a request approved for another release mode",
+             "dphype/flower/client/approval.py", "    if request.mode.aggregator is not aggregator:\n",
+             "    if False:\n", (f"{_APPROVAL}[the approved request is another release's]",)),
     Mutation("share-unbound", "a sealed share binds neither its contributor nor its run",
              "dphype/secure/committee.py",
              '    return f"dphype-argmax-share|{request_digest}|{int(tally)}|{voter}".encode()\n',
@@ -101,6 +112,82 @@ MUTATIONS: tuple[Mutation, ...] = (
              "dropout=dropout,\n",
              "    noisy = replay_noisy_sums(votes, sigma=sigma, clients=clients, repetitions=len(votes), rng=rng, "
              "dropout=0.0,\n"),
+    # slips the suite did not notice (MPC lifetimes, votes, attribution, pins, bounds), each with its tests
+    Mutation("party-plain-tcp", "a tally starts its MPyC party without --ssl although its node config sets TLS",
+             "dphype/flower/tally_node.py", "ssl=self.tls is not None", "ssl=False",
+             (f"{_COMMITTEE}::test_a_tally_whose_operator_set_tls_runs_its_mpyc_party_with_ssl_in_its_tls_folder",)),
+    Mutation("training-epsilon-unbounded", "a training budget's epsilon is checked only above 0",
+             "dphype/flower/final_training.py", "        check_epsilon_budget(self.epsilon)\n",
+             '        check_positive("epsilon", self.epsilon)\n',
+             ("tests/flower/test_training.py::test_a_training_budget_outside_0_to_100_is_refused_for_library_callers"
+              "_too",)),
+    Mutation("floor-zero", "the committee's floor of valid ballots may reach 0 (noise alone released)",
+             "dphype/privacy/noise.py", "    return max(1, survivors - math.ceil(",
+             "    return max(0, survivors - math.ceil(",
+             ("tests/privacy/test_noise.py::test_the_committee_never_releases_noise_alone_its_floor_of_valid_ballots_"
+              "is_at_least_one",)),
+    Mutation("skellam-one-sided", "Skellam's tail bound covers one sign only (the sum's failure probability halved)",
+             "dphype/privacy/noise_kinds.py", "        return min(1.0, 2.0 * math.exp(log_bound))\n",
+             "        return min(1.0, math.exp(log_bound))\n",
+             ("tests/privacy/test_noise_kinds.py::test_skellams_tail_bound_covers_both_signs_or_the_secure_sums_failure"
+              "_probability_is_understated",)),
+    Mutation("flags-intersection", "the parties leave out what every tally flagged, not what any tally flagged",
+             "dphype/secure/tally_party.py", "keep = ~np.any(np.array(skewed, dtype=bool), axis=0)",
+             "keep = ~np.all(np.array(skewed, dtype=bool), axis=0)", (_FLAGS,)),
+    Mutation("flags-own-ignored", "a party ignores its own tally's flags", "dphype/secure/tally_party.py",
+             '        invalid = {int(i) for i in job["invalid"]}', "        invalid = set()", (_FLAGS,)),
+    Mutation("invalid-row-kept", "a tally keeps an invalid entry's share row in its job instead of zeroing it",
+             "dphype/secure/committee.py", "            if i not in bad:\n                rows[i] = entry[\"row\"]",
+             "            if entry[\"row\"] is not None:\n                rows[i] = entry[\"row\"]",
+             ("tests/secure/test_committee.py::test_an_invalid_entrys_share_row_is_zeroed_in_the_job_so_no_party_ever"
+              "_computes_on_it",)),
+    Mutation("tally-index-unchecked", "a tally collects for a request listing its key at another index",
+             "dphype/flower/tally_node.py",
+             " or request.tallies.index(self.keys.public) != self.index:", ":",
+             (f"{_COMMITTEE}::test_a_tally_refuses_a_request_listing_its_key_at_another_index_whose_shares_are_another"
+              "_partys",)),
+    Mutation("pin-cn-only", "the MPyC party pin reads only the subject's common name, not its DNS names",
+             "dphype/secure/tally_party.py",
+             "        if names != [expected] or any(name != expected for name in dns):",
+             "        if names != [expected]:",
+             ("tests/secure/test_tally_tls.py::test_a_certificate_whose_other_names_claim_another_party_is_refused_by"
+              "_the_pin",)),
+    Mutation("leaf-ca", "the federation's PKI issues leaf certificates as CAs", "dphype/node/pki.py",
+             "x509.BasicConstraints(ca=False, path_length=None)", "x509.BasicConstraints(ca=True, path_length=None)",
+             ("tests/node/test_pki.py::test_every_issued_leaf_certificate_is_not_a_ca_so_no_member_can_mint_"
+              "certificates_for_others",)),
+    Mutation("training-floor", "private training goes on with the selection's floor of nodes",
+             "dphype/app/server_app.py", "    return selection_floor if budget is None else sampled\n",
+             "    return selection_floor\n",
+             ("tests/app/test_argmax.py::test_private_training_waits_for_every_sampled_node_plaintext_training_for_the"
+              "_selections_floor",)),
+    Mutation("doctor-spent-exactly", "dphype doctor does not report a lifetime budget spent exactly to its limit",
+             "dphype/cli/doctor.py", "    if remaining <= 0:\n", "    if remaining < 0:\n",
+             ("tests/cli/test_doctor.py::test_a_lifetime_budget_spent_exactly_to_its_limit_is_reported_because_its_"
+              "next_vote_would_be_refused",)),
+    Mutation("party-no-lifetime", "an MPyC party has no deadline and no anchor: it waits for a lost peer forever",
+             "dphype/secure/tally_party.py", '    bound_lifetime(float(job["deadline"]), int(job["anchor"]))\n', "",
+             (f"{_LIFETIME}::test_parties_whose_peer_never_starts_end_at_their_jobs_deadline",
+              f"{_LIFETIME}::test_parties_end_when_their_tally_nodes_process_dies_whatever_became_of_their_parent",
+              f"{_COMMITTEE}::test_a_server_that_aborts_a_release_at_any_stage_leaves_no_mpc_party_running")),
+    Mutation("party-no-anchor-watch", "an MPyC party outlives its tally node's process (until its deadline)",
+             "dphype/secure/tally_party.py",
+             '    threading.Thread(target=watch, name="anchor-watch", daemon=True).start()\n', "",
+             (f"{_LIFETIME}::test_parties_end_when_their_tally_nodes_process_dies_whatever_became_of_their_parent",)),
+    Mutation("vote-forgotten", "a node forgets its votes: a re-run of a request in the same run is charged again",
+             "dphype/node/vote_memory.py",
+             '                    if (int(entry["run"]), str(entry["request"])) == (int(run), request):\n',
+             "                    if False:\n",
+             (f"{_COMMITTEE}::test_a_request_re_run_in_the_same_run_after_too_few_valid_ballots_charges_each_honest"
+              "_voter_once",
+              "tests/flower/test_client.py::test_a_sum_request_re_run_in_the_same_run_is_refused_and_charged_once")),
+    Mutation("transit-as-voters", "a share spoilt in transit (it does not open, its signature fails) is reported as "
+             "its voter's invalid ballot", "dphype/secure/committee.py", '"transit": not sealed_by_sender',
+             '"transit": False', ("tests/flower/test_tally_exclusion.py::test_one_misbehaving_member_is_left_out_and_"
+                                  "named_for_what_is_known_and_the_release_goes_on",)),
+    Mutation("approval-stored-unchecked", "a vote does not check that the stored request is the approved one",
+             "dphype/flower/client/approval.py", "    if request.digest() != digest:\n", "    if False:\n",
+             (f"{_APPROVAL}[stored request is not the approved one]",)),
 )
 
 TEST_FILES: tuple[str, ...] = (
@@ -147,8 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", choices=[m.name for m in MUTATIONS], help="mutations to run")
     parser.add_argument("--files", nargs="+", default=list(TEST_FILES), help="test files to run")
+    parser.add_argument("--targeted", action="store_true",
+                        help="run each mutation against only the tests it names (those written to catch it)")
     args = parser.parse_args(argv)
-    mutations = [m for m in MUTATIONS if args.only is None or m.name in args.only]
+    mutations = [m for m in MUTATIONS if (args.only is None or m.name in args.only) and (m.tests or not args.targeted)]
+    baseline = sorted({t for m in mutations for t in m.tests}) if args.targeted else args.files
     with tempfile.TemporaryDirectory(prefix="dphype-mutations-") as folder:
         copy = Path(folder)
         copy_repository(copy)
@@ -156,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                                capture_output=True, text=True, check=True).stdout.strip()
         if not Path(where).resolve().is_relative_to(copy.resolve()):
             raise SystemExit(f"the copy imports dphype from {where}, not from the copy: the results would lie")
-        for test_file in args.files:
+        for test_file in baseline:
             code, seconds = run_file(copy, test_file)
             if code != 0:
                 raise SystemExit(f"unmutated: {test_file} fails (exit {code}); fix it before judging mutations")
@@ -166,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             original = apply(copy, mutation)
             try:
                 caught = []
-                for test_file in args.files:
+                for test_file in mutation.tests if args.targeted else args.files:
                     code, _ = run_file(copy, test_file)
                     if code == 1:  # tests failed (2-4: interrupted, internal or usage error, 5: nothing collected)
                         caught.append(Path(test_file).name)
@@ -175,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 (copy / mutation.path).write_text(original)
             caught_all &= bool(caught)
-            print(f"{mutation.name:22s} {mutation.what}\n{'':22s} caught by: {', '.join(caught) or 'NOTHING'}",
+            print(f"{mutation.name:26s} {mutation.what}\n{'':26s} caught by: {', '.join(caught) or 'NOTHING'}",
                   flush=True)
     return 0 if caught_all else 1
 

@@ -18,6 +18,11 @@
   sealed shares and the tallies' secure argmax; ``tally_upload_kb`` / ``tally_download_kb`` per tally node).
   ``time_exponent`` is, per release mode, the least-squares slope of ``log(round seconds)`` against
   ``log(n)`` over the voting rounds (plotted in ``resources_scaling.png``).
+* **Voting round by stage** (``resources_stages.csv`` and ``.txt``, ``stages`` in the result): each stage's wall
+  seconds and CPU seconds of the server process (ServerApp and Flower's engine), of the simulated clients and of
+  Ray's other processes, with the idle-machine estimate (:meth:`simulations.flower.StageClock.stages`), so that a
+  later slowdown shows which stage moved and whether in the server or the clients; beside each run print the
+  machine's load (``uptime``): on a shared machine the CPU seconds are the measure to compare.
 """
 
 from __future__ import annotations
@@ -150,6 +155,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                                        for d in args.datasets for n in args.clients]
     harness.validate_federations(feds)
     rows: list[dict[str, Any]] = []
+    stage_rows: list[dict[str, Any]] = []
     units = len(feds) + (0 if args.skip_voting else len(args.vote_clients) * vote_reps * len(releases))
     with harness.progress_bar(units, "resources") as bar:
         for fed in feds:
@@ -178,6 +184,9 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                         config = DPHypeConfig(epsilon=1.0, delta=1e-5, k=5, clients=n, dropout=args.dropout,
                                               release=release)
                         v = vote_through_flower(scores, candidates, config, count_bytes=True, **secagg)
+                        stage_rows += [{"release": release, "clients": n, "repetition": rep,
+                                        **{k: (round(x, 3) if isinstance(x, float) else x) for k, x in st.items()}}
+                                       for st in v["stages"]]
                         rows.append({
                             "part": "voting round", "release": release, "dataset": "", "clients": n,
                             "candidates": len(candidates), "epochs": "", "seconds": v["round_seconds"],
@@ -191,13 +200,31 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                             "reconstruction_threshold": "" if graph is None else graph["reconstruction_threshold"]})
                         bar.update(1)
     study.write_csv("resources.csv", rows)
+    if stage_rows:
+        study.write_csv("resources_stages.csv", stage_rows)
+        target = study.path("resources_stages.txt")
+        target.write_text(stage_table(stage_rows) + "\n")
+        study.outputs.append(str(target))
     table = summarize(rows)
     plot(table, study)
     exponents = {release: time_exponent([t for t in table if t["release"] == release]) for release in releases}
     if any(e is not None for e in exponents.values()):
         plot_scaling(table, exponents, study)
-    return study.result(table=table, candidates=len(candidates), secagg=args.secagg, dropout=args.dropout,
-                        releases=releases, time_exponent=exponents)
+    return study.result(table=table, stages=stage_rows, candidates=len(candidates), secagg=args.secagg,
+                        dropout=args.dropout, releases=releases, time_exponent=exponents)
+
+
+STAGE_COLUMNS = ("wall_s", "server_cpu_s", "clients_cpu_s", "ray_cpu_s", "idle_estimate_s")
+
+
+def stage_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The voting rounds stage by stage as plain text, each run followed by its totals."""
+    lines = [" | ".join(["release", "n", "rep", "stage", *STAGE_COLUMNS])]
+    for key in dict.fromkeys((r["release"], r["clients"], r["repetition"]) for r in rows):
+        run = [r for r in rows if (r["release"], r["clients"], r["repetition"]) == key]
+        for r in [*run, {"stage": "total", **{c: sum(x[c] for x in run) for c in STAGE_COLUMNS}}]:
+            lines.append(" | ".join([*map(str, key), r["stage"], *(f"{r[c]:.2f}" for c in STAGE_COLUMNS)]))
+    return "\n".join(lines)
 
 
 def time_exponent(table: Sequence[dict[str, Any]]) -> float | None:

@@ -49,7 +49,7 @@ COMPONENTS: dict[str, list[tuple[str, str]]] = {
     "shamir reconstruct": [(_PROTOCOL, "combine_shares")],
     "key agreement": [(_PROTOCOL, "_pair_key")],
     "encryption": [(_RELAY, "encrypt"), (_RELAY, "decrypt")],
-    "mask expansion": [(_PROTOCOL, "_pair_mask"), (_PROTOCOL, "_self_mask")],
+    "mask expansion": [(_PROTOCOL, "_pair_masks"), (_PROTOCOL, "_self_mask")],
     "signature checks": [(_RELAY, "verify")],
     "roster signature checks": [("dphype.secure.roster", "verify")],
     "public graph": [(_PROTOCOL, "public_graph")],

@@ -116,6 +116,9 @@ def test_the_site_builds_offline_with_every_link_checked(tmp_path):
     for page in PAGES[1:]:
         assert (site / Path(page).relative_to("docs").with_suffix(".html")).is_file(), page
     assert (site / "results" / "index.html").is_file() and list((site / "results").glob("*.png"))
+    for page in (ROOT / "results").glob("*.md"):
+        assert (site / "results" / ("index.html" if page.name == "README.md" else f"{page.stem}.html")).is_file()
+    assert (site / "flow.svg").is_file() and 'src="flow.svg"' in (site / "index.html").read_text(encoding="utf-8")
     flower = (site / "reference" / "flower.html").read_text(encoding="utf-8")
     assert 'id="dphype.flower.register_dphype"' in flower and "Parameters:" in flower
     remote = re.compile(r"<(?:link|script|img)\b[^>]*\b(?:href|src)=\"(?:https?:)?//", re.I)
@@ -149,12 +152,36 @@ def test_measured_figures_are_spotted_and_settings_are_not():
                             "`--idle 30 s`\n```text\n4.2 s\n```\nthe 3-5 messages, a 64-byte signature") == []
 
 
+def test_the_results_are_pages_by_topic_each_with_its_figures_and_commands():
+    """results/README.md is the overview of one page per topic; every committed figure is shown on a results page,
+    every figure a page shows is there, and every topic page names the commands that made its numbers."""
+    results = ROOT / "results"
+    pages = {page.name: page.read_text(encoding="utf-8") for page in sorted(results.glob("*.md"))}
+    overview = pages.pop("README.md")
+    assert len(pages) >= 5 and all(f"]({name})" in overview for name in pages), sorted(pages)
+    shown = {name for text in pages.values() for name in re.findall(r"!\[[^\]]*\]\(([^)#]+\.png)\)", text)}
+    assert shown == {png.name for png in results.glob("*.png")}
+    for name, text in pages.items():
+        assert re.search(r"(dphype bench|python -m simulations)", text), f"{name} names no command"
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert all(f"results/{name}" in nav for name in [*pages, "README.md"])
+
+
+def test_the_front_page_shows_the_flow_diagram_its_script_draws():
+    """docs/index.md shows docs/flow.svg, which docs/flow_diagram.py writes (text kept as text, one stage per box)."""
+    assert "](flow.svg)" in (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    svg = (ROOT / "docs" / "flow.svg").read_text(encoding="utf-8")
+    for stage in ("Server", "Voters", "tallies", "Winner", "Final training", "Evaluation"):
+        assert stage in svg, stage
+    assert "flow.svg" in (ROOT / "docs" / "flow_diagram.py").read_text(encoding="utf-8")
+
+
 def test_the_guides_quote_no_measured_figure():
-    """Measured results live in the file the benchmark commands' runs are written up in (results/README.md, the site's
-    results page), each beside its command and the machine's load; the README and the guides link to them."""
+    """Measured results live in the file the benchmark commands' runs are written up in (results/*.md, the site's
+    results pages), each beside its command and the machine's load; the README and the guides link to them."""
     found = [f"{page}: {figure}" for page in PAGES
              for figure in measured_figures((ROOT / page).read_text(encoding="utf-8"))]
-    assert not found, "measured figures belong in results/README.md, beside their command; link there:\n" + \
+    assert not found, "measured figures belong in results/*.md, beside their command; link there:\n" + \
         "\n".join(found)
 
 

@@ -15,8 +15,9 @@ import pytest
 from flwr.app import Context, RecordDict
 from helpers import clean_env, doc_blocks
 
+from dphype.config import DPHypeConfig
 from dphype.flower import selected_candidate
-from dphype.flower.local import LocalGrid
+from dphype.flower.local import LocalGrid, app_candidates
 
 #: The guide and its section that holds the example app.
 PAGE = "docs/embedding.md"
@@ -65,6 +66,17 @@ def test_dphype_adds_few_lines_to_each_side():
             continue
         added = [line for line in code.splitlines() if line.rstrip().endswith("# +") or "# + " in line]
         assert 0 < len(added) <= 20, name
+
+
+def test_the_guides_k_draws_no_warning_and_dphype_run_finds_its_candidates(tmp_path):
+    """The guide's ``k`` is what its release's default ballot votes with for its candidates (else every run logs a
+    warning), and ``dphype run`` reads those candidates from the ServerApp module to check ``k`` before Flower
+    starts."""
+    folder = write_app(tmp_path)
+    config = DPHypeConfig.from_run_config(run_config())
+    candidates = app_candidates(folder, run_config())
+    assert candidates is not None and len(candidates) == 8
+    assert config.mode.votes_per_client(config, len(candidates)) == config.k
 
 
 def test_embedding_app_selects_then_trains_in_process(tmp_path, capsys, monkeypatch):

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
@@ -44,6 +45,7 @@ from dphype.flower import (
     DPHype,
     PreflightError,
     PrivateEvaluation,
+    TrainingBudget,
     check_private_training,
     connected_committee,
     plaintext_training,
@@ -58,12 +60,30 @@ from dphype.ml.torch_task import TorchTask, load_cached
 from dphype.result import FAILURE_FORMAT, DPHypeResult, summarize_run
 from dphype.runs import RunFolder
 from dphype.secure.secure_sum import SecureSumError
+from dphype.selection.candidates import CandidateList
 from dphype.strict_json import jsonable
 
 #: Prefix of the log line that carries the run summary as JSON.
 RESULT_PREFIX = "DPHYPE_RESULT "
 #: Prefix of the one log line that names why a run failed (``server/run.sh`` prints it as its last line).
 FAILURE_PREFIX = "DP-Hype: the run failed: "
+
+
+def candidates(run_config: Mapping[str, Any]) -> CandidateList:
+    """The public candidate list a run config names, every key of it checked (`AppConfig.from_run_config`).
+
+    ``dphype run`` calls it before Flower starts (`dphype.flower.local.app_candidates`).
+
+    Args:
+        run_config: The Flower run config.
+
+    Returns:
+        The candidate list.
+
+    Raises:
+        ValueError: If a key is unknown or missing, or a value is invalid.
+    """  # noqa: DOC502
+    return AppConfig.from_run_config(run_config).candidate_list()
 
 
 def run_app(grid: Grid, cfg: AppConfig, run: RunFolder) -> dict[str, Any]:
@@ -123,9 +143,7 @@ def run_app(grid: Grid, cfg: AppConfig, run: RunFolder) -> dict[str, Any]:
 
     survivors = result.report.survivors or cfg.dphype.clients  # only the vote's survivors are waited for
     sampled = len(list(voters.get_node_ids()))
-    # plaintext FedAvg goes on without a vanished voter down to the selection's floor; DP-FedAvg's accounting
-    # needs every sampled node
-    fedavg = _fedavg(cfg, survivors, selection.request.min_survivors if budget is None else sampled)
+    fedavg = _fedavg(cfg, survivors, training_floor(selection.request.min_survivors, budget, sampled))
     # DP-FedAvg, accounted together with the selection, when the run has a training budget
     private = None if budget is None else private_training(fedavg, result.report, budget, sampled_clients=sampled)
     strategy: Strategy = fedavg if private is None else private.strategy
@@ -181,6 +199,15 @@ def _result_path(cfg: AppConfig | None, context: Context) -> Path | None:
         return result_path(named) if isinstance(named, str) else None
     except ValueError:
         return None
+
+
+def training_floor(selection_floor: int, budget: TrainingBudget | None, sampled: int) -> int:
+    """The fewest nodes final training goes on with.
+
+    Plaintext FedAvg goes on without a vanished voter down to the selection's floor; DP-FedAvg (a training
+    ``budget``) needs every ``sampled`` node: its accounting assumes them all, and Flower would refuse later.
+    """
+    return selection_floor if budget is None else sampled
 
 
 def _fedavg(cfg: AppConfig, survivors: int, fewest: int | None = None) -> BoundedFedAvg:

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "certificates, ledger), checked before it joins; exit status 2 on a contradiction"),
     "superexec": ("dphype.cli.superexec", "a warm SuperExec for a SuperNode in process isolation: ClientApp tasks "
                   "forked from a process that imported their code once"),
-    "demo": ("dphype.cli.demo", "the bundled Flower app on Adult: DP-Hype over SecAgg+, then FedAvg with the winner"),
+    "demo": ("dphype.cli.demo", "the bundled Flower app on Adult: DP-Hype's argmax release (3 simulated tally nodes "
+             "release only the winner; --release sum: the noisy vote sum over SecAgg+), then FedAvg with the winner"),
     "pareto": ("dphype.cli.pareto", "DPareto privacy-utility Pareto front search"),
     "compare": ("dphype.cli.compare", "federated DP-Hype vs central private tuning on one task"),
     "bench": ("dphype.cli.bench", "measure k on your app's Task over a public proxy data set (bench ksweep --proxy, "
@@ -74,12 +75,18 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
-@contextlib.contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGINT raise `Stopped`; a second one while it unwinds is ignored.
+#: The signals that stop a command: what a service manager or ``timeout`` sends, and Ctrl-C.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    The handlers before the block are restored after it. Only in the main thread (elsewhere Python delivers no
-    signal): elsewhere nothing changes.
+
+@contextlib.contextmanager
+def _handling(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """Within the block ``handler`` handles `STOP_SIGNALS`; the handlers before it come back after it.
+
+    Only in the main thread (elsewhere Python delivers no signal): elsewhere nothing changes.
+
+    Args:
+        handler: The signal handler.
 
     Yields:
         Nothing.
@@ -87,21 +94,31 @@ def stop_on_signals() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    signals = (signal.SIGTERM, signal.SIGINT)
-    before = {sig: signal.getsignal(sig) for sig in signals}
-
-    def stop(signum: int, frame: Any) -> None:
-        for sig in signals:  # the clean-up that follows is not interrupted
-            signal.signal(sig, signal.SIG_IGN)
-        raise Stopped(signum)
-
-    for sig in signals:
-        signal.signal(sig, stop)
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, handler)
     try:
         yield
     finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
+        for sig, previous in before.items():
+            signal.signal(sig, previous)
+
+
+def stop_on_signals() -> contextlib.AbstractContextManager[None]:
+    """Within the block, SIGTERM and SIGINT raise `Stopped`; a second one while it unwinds is ignored.
+
+    The handlers before the block are restored after it; only in the main thread (`_handling`).
+
+    Returns:
+        The context manager.
+    """
+
+    def stop(signum: int, frame: Any) -> None:
+        for sig in STOP_SIGNALS:  # the clean-up that follows is not interrupted
+            signal.signal(sig, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    return _handling(stop)
 
 
 # ------------------------------------------------------------------ options shared by every command
@@ -230,11 +247,12 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     Returns:
         The parser, with every sub-command of `COMMANDS`.
     """
-    parser = argparse.ArgumentParser(prog="dphype", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="dphype", description="DP-Hype: differentially private hyperparameter "
+                                     "selection for Flower apps")
     sub = parser.add_subparsers(dest="command", required=True)
     chosen = next((a for a in argv if a in COMMANDS), None)
     for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
         p.set_defaults(_module=module)
         if name == chosen:
@@ -259,7 +277,29 @@ def run_program(name: str, argv: Sequence[str], refusal: str) -> int:
     package = PROGRAMS[name]
     if not (Path.cwd() / package / "__main__.py").is_file():
         raise UsageError(refusal)
-    return subprocess.call([sys.executable, "-m", package, *argv], cwd=Path.cwd())
+    child = subprocess.Popen([sys.executable, "-m", package, *argv], cwd=Path.cwd())
+    with forward_signals(child):
+        code = child.wait()
+    return 128 - code if code < 0 else code  # killed by signal N: the shell's 128 + N
+
+
+def forward_signals(child: subprocess.Popen[Any]) -> contextlib.AbstractContextManager[None]:
+    """Within the block, SIGTERM and SIGINT are passed on to ``child``, which stops itself and says so in one line.
+
+    The handlers before the block are restored after it; only in the main thread (`_handling`).
+
+    Args:
+        child: The child process.
+
+    Returns:
+        The context manager.
+    """
+
+    def forward(signum: int, frame: Any) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    return _handling(forward)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

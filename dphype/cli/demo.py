@@ -4,7 +4,7 @@ Runs the bundled app (`dphype.app`, shipped inside the package, so it works from
 ``flwr run`` on a private local simulation SuperLink, through ``dphype run``'s runner (`dphype.cli.run.run_locally`:
 a failed run ends with one line naming its cause): every
 simulated client scores the candidates on its Adult shard and votes top-k. By default (``--release argmax``,
-the release results/README.md measures closer to Opt) each client seals shares of its ballot to 3
+the release results/releases.md measures closer to Opt) each client seals shares of its ballot to 3
 simulated tally nodes (3 more nodes, keys made here, `make_tally_keys`), which open only the
 winner's index; with ``--release sum`` SecAgg+ releases the noisy vote sum and the server selects with the
 configured rule. Either way Flower's FedAvg then trains the final model.

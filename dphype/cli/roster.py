@@ -1,7 +1,8 @@
 """``dphype roster``: create and inspect a federation's roster and its members' identity keys (`dphype.secure.roster`).
 
-* ``dphype roster keygen --name N --out KEYFILE``: a new private identity key (mode 0600; never overwritten), its
-  public key in ``KEYFILE.pub`` (hex), and the line that adds it to the roster;
+* ``dphype roster keygen --name N [--role voter|tally] [--out KEYFILE]``: a new private identity key (mode 0600;
+  never overwritten; by default ``$FLWR_HOME/dphype/N.id``, outside any checkout), its public key in
+  ``KEYFILE.pub`` (hex), and the command that adds it to the roster in its role (both roles' without ``--role``);
 * ``dphype roster init --federation F --out ROSTER``: an empty roster;
 * ``dphype roster add ROSTER --name N --role voter|tally --identity PUB [--tally-key PUB]``: one member more (a
   tally with its X25519 committee key, `clients/start-tally.sh --print-public-key`);
@@ -15,10 +16,11 @@ its own key in its node config: ``dphype-roster = "/path/roster.json"``, ``dphyp
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
-from dphype.secure.roster import IdentityKey, Member, Roster, RosterError, check_name, public_key_bytes
+from dphype.secure.roster import ROLES, IdentityKey, Member, Roster, RosterError, check_name, public_key_bytes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True, metavar="{keygen,init,add,show,check}")
     keygen = actions.add_parser("keygen", help="make a member's private identity key (mode 0600)")
     keygen.add_argument("--name", required=True, help="the member's name in the roster (letters, digits, . _ -)")
-    keygen.add_argument("--out", required=True, help="the new private key file (never overwritten)")
+    keygen.add_argument("--role", choices=ROLES, default=None,
+                        help="the member's role, for the roster command it prints (default: both roles' commands)")
+    keygen.add_argument("--out", default=None, help="the new private key file (never overwritten; default "
+                        "$FLWR_HOME/dphype/NAME.id, FLWR_HOME defaulting to ~/.flwr)")
     init = actions.add_parser("init", help="write an empty roster")
     init.add_argument("--federation", required=True, help="the federation's name (letters, digits, . _ -)")
     init.add_argument("--out", required=True, help="the roster file to write (not overwritten)")
@@ -69,11 +74,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.action == "keygen":
         name = check_name(args.name, "--name")
         key = IdentityKey.generate()
-        path = key.save(args.out)
+        path = key.save(args.out if args.out is not None else default_identity_file(name))
         public = path.with_name(path.name + ".pub")
         public.write_text(key.public.hex() + "\n", encoding="utf-8")
         return {"name": name, "key_file": str(path), "public_file": str(public), "identity": key.public.hex(),
-                "add": f"dphype roster add ROSTER --name {name} --role voter --identity {key.public.hex()}"}
+                "add": [add_command(name, role, key.public.hex()) for role in ((args.role,) if args.role else ROLES)]}
     if args.action == "init":
         roster = Roster(check_name(args.federation, "--federation"))
         if Path(args.out).expanduser().exists():
@@ -82,7 +87,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return _described(roster, roster.save(args.out))
     roster = Roster.load(args.roster)
     if args.action == "add":
-        if args.role not in ("voter", "tally"):
+        if args.role not in ROLES:
             raise RosterError(f"--role must be voter or tally, got {args.role!r}")
         if (args.role == "tally") != (args.tally_key is not None):
             raise RosterError("--tally-key is needed with --role tally (the tally's X25519 committee key, "
@@ -99,6 +104,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     member = roster.by_identity(IdentityKey.load(args.identity).public)
     return {"member": member.name, "role": member.role, "federation": roster.federation,
             "fingerprint": roster.fingerprint}
+
+
+def default_identity_file(name: str) -> Path:
+    """Where ``keygen`` writes ``name``'s key without ``--out``: ``$FLWR_HOME/dphype/NAME.id`` (``~/.flwr``)."""
+    return Path(os.environ.get("FLWR_HOME") or Path.home() / ".flwr") / "dphype" / f"{name}.id"
+
+
+def add_command(name: str, role: str, identity: str) -> str:
+    """The ``dphype roster add`` command that adds the member ``name`` in ``role`` (a tally with its committee key).
+
+    Args:
+        name: The member's name.
+        role: ``voter`` or ``tally``.
+        identity: Its public identity key (hex).
+
+    Returns:
+        The command line.
+    """
+    tally = ' --tally-key "$(clients/start-tally.sh --print-public-key --tally-id J)"' if role == "tally" else ""
+    return f"dphype roster add ROSTER --name {name} --role {role} --identity {identity}{tally}"
 
 
 def _described(roster: Any, path: Path) -> dict[str, Any]:
@@ -120,7 +145,7 @@ def render(result: dict[str, Any]) -> str:
         return (f"wrote the private identity key of {result['name']} to {result['key_file']} (mode 0600; keep it "
                 f"secret, name it in dphype-identity) and its public key to {result['public_file']}\nidentity: "
                 f"{result['identity']}\nadd it to the federation's "
-                f"roster:\n  {result['add']}")
+                "roster:\n" + "\n".join(f"  {command}" for command in result["add"]))
     if "member" in result:  # check
         return (f"{result['member']} ({result['role']}) is a member of federation {result['federation']} "
                 f"(roster {result['fingerprint']})")

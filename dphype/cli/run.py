@@ -32,9 +32,10 @@ from typing import Any
 
 from dphype.checks import check_int, check_positive
 from dphype.cli import RunFailedError
-from dphype.cli.runs import add_runs_dir_argument, app_runs_dir, check_federation_size, run_record
+from dphype.cli.runs import add_runs_dir_argument, app_runs_dir, run_record
 from dphype.config import RUN_CONFIG_KEYS, DPHypeConfig
 from dphype.node.policy import POLICY_ENV, SIMULATED_REMEDIES, NodePolicy, check_clients_limit, check_delta_limit
+from dphype.protocol import precheck_request, selection_plan
 from dphype.refusal import Refusal
 from dphype.release import release_mode
 from dphype.runs import RUNS_ENV, run_folders
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("the app's run config has no clients (the number of voters): pass --clients N")
     clients = config["clients"]
     check_int("clients", clients, 2)
-    check_federation_size(check_selection(config), config)  # before Flower starts, as `dphype demo` checks
+    check_candidates(folder, config, check_selection(config))  # before Flower starts, as `dphype demo` checks
     for key, value in overrides.items():  # the app's own keys: what the run config can carry
         try:
             toml_value(value)
@@ -149,6 +150,40 @@ def check_selection(run_config: Mapping[str, Any]) -> Any:
         raise ValueError(f"every simulated node would refuse this run ({refusal.local}, their policy from "
                          f"{POLICY_ENV} or its defaults): {SIMULATED_REMEDIES[refusal.code]}") from None
     return config
+
+
+def check_candidates(folder: Path, run_config: Mapping[str, Any], config: DPHypeConfig | None) -> None:
+    """Check ``config`` against the app's own candidates (`dphype.flower.local.app_candidates`) before Flower starts.
+
+    What the ServerApp's `dphype.flower.DPHype` would refuse before any node works: ``k`` and the noise's
+    calibration for the candidates (`dphype.protocol.precheck_request`), with the sum release its SecAgg+ round,
+    and a federation too small to select (`dphype.protocol.selection_plan`, against ``min-success``). An app that
+    declares no candidates is checked when its ServerApp runs.
+
+    Args:
+        folder: The app's folder.
+        run_config: The app's run config with the overrides.
+        config: Its validated DP-Hype settings (`check_selection`), or ``None`` when it has none.
+
+    Raises:
+        ValueError: Naming the run-config key, its range and the fix.
+    """  # noqa: DOC502
+    # lazy import: Flower
+    from dphype.flower import DPHype
+    from dphype.flower.local import app_candidates
+
+    candidates = app_candidates(folder, run_config)
+    if config is None or candidates is None:
+        return
+    try:
+        if config.mode.uses_committee:
+            precheck_request(config, candidates)  # the committee's keys come from its nodes
+        else:
+            DPHype(candidates, config)
+        selection_plan(config, candidates)  # a federation too small to select, naming the size that would do
+    except ValueError as err:
+        raise ValueError(f"run config: {err} (the app's {len(candidates)} candidates): change it with --run-config "
+                         "or in pyproject.toml") from None
 
 
 def simulated_policy() -> Any:

@@ -1,8 +1,6 @@
 """``dphype runs [APP_DIR]``: the run folders an app's runs left (`dphype.runs`), oldest first.
 
-Also where ``dphype run`` puts them (`app_runs_dir`), finds its run's record (`run_record`) and checks, before
-Flower starts, that a federation is large enough to select where the run config names the candidates
-(`check_federation_size`).
+Also where ``dphype run`` puts them (`app_runs_dir`) and finds its run's record (`run_record`).
 """
 
 from __future__ import annotations
@@ -84,33 +82,6 @@ def run_record(runs: Path, run_id: int | None, before: list[Path]) -> dict[str, 
         return read_record(new[-1]) if new else None
     except (FileNotFoundError, ValueError):
         return None
-
-
-def check_federation_size(config: Any, run_config: Mapping[str, Any]) -> None:
-    """Refuse, before Flower starts, a federation too small to select, where the run config names the candidates.
-
-    The server's own check (`dphype.protocol.selection_plan`: the planner's chance of a good pick against
-    ``min-success``) on the run config's ``candidates`` spec (the bundled app's key); apps whose candidates are in
-    their code are checked by their ServerApp, before any client works.
-
-    Args:
-        config: The run's `dphype.config.DPHypeConfig`, or ``None`` when the run config holds none.
-        run_config: The app's run config with the overrides.
-
-    Raises:
-        ValueError: If the federation is too small (naming the size that would do), or the candidates do not load.
-    """  # noqa: DOC502
-    spec = run_config.get("candidates")
-    if config is None or not isinstance(spec, str) or config.min_success == 0.0:
-        return
-    # lazy import: start-up: the planner (numpy, scipy) only where the run config names candidates
-    from dphype.protocol import selection_plan
-    from dphype.selection.candidates import load_candidates
-
-    try:
-        selection_plan(config, load_candidates(spec))
-    except ValueError as err:
-        raise ValueError(f"run config: {err}") from None
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

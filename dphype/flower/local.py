@@ -12,6 +12,8 @@ and the ServerApp's exception), because ``flwr run`` exits 0 when the ServerApp 
 from __future__ import annotations
 
 import copy
+import importlib
+import inspect
 import json
 import math
 import os
@@ -45,6 +47,7 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from dphype.flower.federation import federation_set, simulated_federation, tally_name, voter_name
 from dphype.flower.tally_node import TALLY_ID, TALLY_KEY_FILE, load_tally_key
+from dphype.selection.candidates import CandidateList
 
 #: Environment that keeps the Flower CLI offline and quiet.
 OFFLINE_ENV: dict[str, str] = {
@@ -116,6 +119,62 @@ def app_run_config(folder: str | Path) -> dict[str, Any]:
     """The run config the app in ``folder`` declares (``[tool.flwr.app.config]``, flattened as ``flwr run`` does)."""
     with (Path(folder) / "pyproject.toml").open("rb") as fh:
         return dict(flatten_dict(tomllib.load(fh).get("tool", {}).get("flwr", {}).get("app", {}).get("config", {})))
+
+
+def app_candidates(folder: str | Path, run_config: Mapping[str, Any]) -> CandidateList | None:
+    """The public candidate list of the app in ``folder``: its ServerApp module's ``candidates``, or ``None``.
+
+    ``candidates`` is the list itself (`dphype.selection.candidates.CandidateList`, what ``dphype new`` writes),
+    or a function of the run config that returns it (an app whose run config names its candidates, as the bundled
+    one's does, and checks its other keys on the way). The module is imported as Flower imports it, with
+    ``folder`` first on the path, and forgotten afterwards; ``None`` when it has no such attribute (an app that
+    builds its list inside ``main``: its ``k`` is checked only when the ServerApp runs).
+
+    Args:
+        folder: The Flower app's folder.
+        run_config: The run config with its overrides.
+
+    Returns:
+        The candidate list, or ``None``.
+
+    Raises:
+        ValueError: If the module does not import, or its ``candidates`` refuses the run config.
+    """  # noqa: DOC502
+    with (Path(folder) / "pyproject.toml").open("rb") as fh:
+        app = tomllib.load(fh).get("tool", {}).get("flwr", {}).get("app", {})
+    reference = str(app.get("components", {}).get("serverapp", ""))
+    module_name = reference.partition(":")[0]
+    if not module_name:
+        return None
+    found = _module_attribute(Path(folder), module_name, "candidates")
+    if inspect.isfunction(found):
+        found = found(run_config)
+    return found if isinstance(found, CandidateList) else None
+
+
+def _module_attribute(folder: Path, module_name: str, attribute: str) -> Any:
+    """``attribute`` of the app module ``module_name`` imported from ``folder`` (``None``: none), then forgotten.
+
+    Raises:
+        ValueError: If the module does not import.
+    """
+    package = module_name.partition(".")[0]
+
+    def ours() -> list[str]:
+        return [name for name in sys.modules if name == package or name.startswith(f"{package}.")]
+
+    shadowed = {name: sys.modules.pop(name) for name in ours()}
+    sys.path.insert(0, str(folder))
+    try:
+        return getattr(importlib.import_module(module_name), attribute, None)
+    except Exception as err:
+        raise ValueError(f"the app's ServerApp module {module_name} (in {folder}) fails to import: "
+                         f"{type(err).__name__}: {err}") from None
+    finally:
+        sys.path.remove(str(folder))
+        for name in ours():
+            del sys.modules[name]
+        sys.modules.update(shadowed)
 
 
 def parse_run_config(text: str | None) -> dict[str, Any]:
@@ -273,7 +332,12 @@ class LocalSuperLink:
         (self.home / "config.toml").write_text(
             '[superlink]\ndefault = "dphype-local"\n\n'
             f'[superlink.dphype-local]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n')
+        # Ray's session folders (the simulation's) go to a folder of their own, which close removes: beside the home,
+        # with a short name, as Ray's Unix socket paths below it (ray/session_<date>_<pid>/sockets/plasma_store, 67
+        # bytes) must fit AF_UNIX's 107
+        self._ray = tempfile.TemporaryDirectory(prefix="r", ignore_cleanup_errors=True)
         self.env = {**os.environ, **OFFLINE_ENV, **(env or {}), "FLWR_HOME": str(self.home),
+                    "RAY_TMPDIR": self._ray.name,
                     "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
         self._log = open(log if log is not None else self.home / "superlink.log", "w")  # noqa: SIM115
         self.process = subprocess.Popen(
@@ -411,20 +475,7 @@ class LocalSuperLink:
             time.sleep(0.1)
         self._log.close()
         self._home.cleanup()
-        self._remove_ray_sessions(family)
-
-    def _remove_ray_sessions(self, family: Iterable[int]) -> None:
-        """Remove the session folders that the simulation's Ray made (named after the process that started it).
-
-        Ray keeps them in ``ray`` under ``RAY_TMPDIR``, else (Linux) ``TMPDIR``, else ``/tmp``.
-        """
-        root = Path(self.env.get("RAY_TMPDIR") or self.env.get("TMPDIR") or "/tmp") / "ray"
-        for pid in family:
-            for session in root.glob(f"session_*_{pid}"):
-                shutil.rmtree(session, ignore_errors=True)
-        latest = root / "session_latest"
-        if latest.is_symlink() and not latest.exists():  # it named a removed session
-            latest.unlink(missing_ok=True)
+        self._ray.cleanup()
 
     def __enter__(self) -> LocalSuperLink:
         return self

@@ -18,8 +18,11 @@ legacy global generator is reseeded per task (`fresh_process_state`). It uses th
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import multiprocessing
+import os
+import signal
 import time
 from collections.abc import Sequence
 from logging import INFO, WARNING
@@ -35,6 +38,8 @@ RUNTIME_MODULES: tuple[str, ...] = ("flwr.supernode.runtime.run_clientapp", "flw
 #: Seconds between two task requests to the SuperNode (Flower's SuperExec waits 1 s); the idle CPU cost is
 #: measured by ``python -m simulations.deployment_profile --idle 30``.
 DEFAULT_POLL_INTERVAL = 0.5
+#: Seconds the running tasks and the fork server get to exit on SIGTERM when the SuperExec stops, before SIGKILL.
+STOP_GRACE = 5.0
 
 
 def check_preload(preload: Sequence[str]) -> tuple[str, ...]:
@@ -142,8 +147,29 @@ class ForkserverExecutor:
         self._children = [child for child in self._children if child.is_alive()]
 
     def close(self) -> None:
-        """Reap the finished tasks (running ones go on: each exits when its task is done)."""
-        self.reconcile()
+        """Stop everything this executor started, as the SuperExec stops: the running tasks, then the fork server.
+
+        A task gets SIGTERM and, after `STOP_GRACE` seconds, SIGKILL: left running, it would wait on a SuperNode
+        that is stopping too. The fork server gets SIGTERM at once: busy with its ``preload`` imports, it would
+        notice the SuperExec's exit only seconds later.
+        """
+        deadline = time.monotonic() + STOP_GRACE
+        for child in self._children:
+            child.terminate()
+        for child in self._children:
+            child.join(max(0.0, deadline - time.monotonic()))
+            if child.is_alive():
+                child.kill()
+                child.join(1.0)
+        self._children = []
+        # multiprocessing stops its fork server only through these private members (its own tests' way); _stop
+        # closes the server's pipe, reaps it and forgets it, so that a later start begins a new one
+        server: Any = forkserver._forkserver
+        pid = getattr(server, "_forkserver_pid", None)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            server._stop()
 
 
 def serve(runtime_api_address: str, *, insecure: bool, root_certificates_path: str | None = None,
@@ -180,19 +206,20 @@ def serve(runtime_api_address: str, *, insecure: bool, root_certificates_path: s
     if not 0.01 <= poll_interval <= 60:
         raise ValueError(f"poll_interval must be in [0.01, 60] seconds, got {poll_interval!r}")
     executor = ForkserverExecutor(preload)
+    client = RuntimeHttpClient.from_server_address(
+        server_address=runtime_api_address, insecure=insecure,
+        root_certificates=validate_and_resolve_root_certificates(root_certificates_path, insecure),
+        interceptors=[RuntimeVersionHttpInterceptor(component_name="SuperExec")],
+        retry_invoker=make_simple_http_retry_invoker())
+    # before the fork server starts: a stop from now on stops it too
+    register_signal_handlers(event_type=EventType.RUN_SUPEREXEC_LEAVE, exit_message="DP-Hype SuperExec stopped.",
+                             exit_handlers=[client.close, executor.close])
     started = time.perf_counter()
     executor.start()
     log(INFO, "DP-Hype SuperExec: fork server ready in %.1f s (preloaded %s); polling %s every %g s",
         time.perf_counter() - started, ", ".join(executor.modules), runtime_api_address, poll_interval)
     if parent_pid is not None:
         start_parent_process_monitor(parent_pid)
-    client = RuntimeHttpClient.from_server_address(
-        server_address=runtime_api_address, insecure=insecure,
-        root_certificates=validate_and_resolve_root_certificates(root_certificates_path, insecure),
-        interceptors=[RuntimeVersionHttpInterceptor(component_name="SuperExec")],
-        retry_invoker=make_simple_http_retry_invoker())
-    register_signal_handlers(event_type=EventType.RUN_SUPEREXEC_LEAVE, exit_message="DP-Hype SuperExec stopped.",
-                             exit_handlers=[client.close, executor.close])
     plugin = AutoExecPlugin(runtime_api_address=runtime_api_address, insecure=insecure,
                             root_certificates_path=root_certificates_path, executor=executor)
     try:

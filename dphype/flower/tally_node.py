@@ -5,9 +5,11 @@ A **tally** is a node whose node config has ``dphype-tally-id`` (its index ``j``
 tallies' MPyC addresses in committee order) and ``dphype-tally-key`` (its X25519 private key file, created with
 mode 0600 if missing). It answers ``query.dphype_tally`` in four stages: ``hello`` (its index and public key),
 ``collect`` (the ciphertexts sealed to it, opened by `dphype.secure.committee.Tally`; it answers with the positions
-it did not take), ``compute`` (starts its MPyC party and returns at once, so that all parties run together
-whatever the transport) and ``result`` (what its party opened and the contributors left out). The party's
-stderr goes to a file beside its answer and into this node's log when the result is read.
+it did not take, and those of them that may be the relay's doing, `dphype.secure.committee.Tally.unattributable`),
+``compute`` (starts its MPyC party and returns at once, so that all parties run together whatever the transport;
+the party ends by the stage's ``timeout``, the server's ``tally_timeout``, or as soon as this node's process does,
+`node_process`, whether or not ``result`` ever comes) and ``result`` (what its party opened and the contributors
+left out). The party's stderr goes to a file beside its answer and into this node's log when the result is read.
 
 The tally's round lives in ``context.state`` (the job, the party's process id and output file), so a stage may
 run in any process of the node; the requests it served live in a `dphype.secure.committee.ServedRecord` beside its
@@ -83,6 +85,26 @@ TALLY_KEYS_ENV = "DPHYPE_TALLY_KEYS"
 def _stderr_file(out: Path) -> Path:
     """Where a party's stderr goes: beside its answer file ``out``, ``.err`` for ``.out``."""
     return out.with_suffix(".err")
+
+
+def node_process() -> int:
+    """The process whose death ends this node's MPyC party: the one that starts this node's ClientApp tasks.
+
+    A deployed node serves each message in a ClientApp process of its own (it exits once the compute stage has
+    answered, while the party runs on), started by the node's SuperExec; a simulated node's ClientApp runs in a Ray
+    worker started by Ray's raylet. Either way the parent of the process serving the stage lives as long as the
+    node (or the simulation) does: it is the party's anchor (`dphype.secure.tally_party.bound_lifetime`).
+    """
+    return os.getppid()
+
+
+def _wait(record: ConfigRecord, stage: str) -> float:
+    """Stage ``stage``'s ``timeout``: finite seconds in ``(0, MAX_RESULT_WAIT]``; else ``malformed_request``."""
+    timeout = record.get("timeout")
+    if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+            or not 0 < timeout <= MAX_RESULT_WAIT):  # NaN fails the comparison too
+        raise Refusal("malformed_request", f"{stage} needs a 'timeout' in (0, {MAX_RESULT_WAIT:g}] seconds")
+    return float(timeout)
 
 
 def served_record_path(key_file: str | os.PathLike[str]) -> Path:
@@ -244,8 +266,10 @@ class _TallyNode:
                     job["contributors"][i], reason)
             self.saved.update(job=job)
             self._save()
-            return {"collected": len(contributors), "invalid": list(job["invalid"])}
+            return {"collected": len(contributors), "invalid": list(job["invalid"]),
+                    "unattributable": list(job["unattributable"])}
         if stage == TALLY_COMPUTE:
+            timeout = _wait(record, TALLY_COMPUTE)
             job = self.saved["job"]
             if job is None:
                 raise TallyError(f"tally {self.index} has collected nothing to compute")
@@ -254,15 +278,12 @@ class _TallyNode:
             with open(out, "w", encoding="utf-8") as fh, open(_stderr_file(out), "w", encoding="utf-8") as err:
                 proc = subprocess.Popen(party_command(self.index, self.parties, ssl=self.tls is not None),
                                         cwd=self.tls, stdin=subprocess.PIPE, stdout=fh, stderr=err, text=True)
-            send_job(proc, job)
+            send_job(proc, job, deadline=timeout, anchor=node_process())
             self.saved.update(job=None, pid=proc.pid, out=str(out))
             self._save()
             return {"started": True}
         if stage == TALLY_RESULT:
-            timeout = record.get("timeout")
-            if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                    or not 0 < timeout <= MAX_RESULT_WAIT):  # NaN fails the comparison too
-                raise Refusal("malformed_request", f"result needs a 'timeout' in (0, {MAX_RESULT_WAIT:g}] seconds")
+            timeout = _wait(record, TALLY_RESULT)
             if self.saved["out"] is None:
                 raise TallyError(f"tally {self.index} has no computation running")
             out, deadline = Path(self.saved["out"]), time.monotonic() + float(timeout)

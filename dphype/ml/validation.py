@@ -10,7 +10,7 @@ cost. A `Validation` names the scheme:
 * ``"repeat:R"``: ``R`` independent seeded 80/20 splits, pooled the same way.
 
 The suffix ``":loss"`` ranks by validation loss first and accuracy second (else accuracy first, the loss breaking
-ties). `DEFAULT_VALIDATION` is ``"split:loss"`` (the schemes compared: results/README.md, the clients' local
+ties). `DEFAULT_VALIDATION` is ``"split:loss"`` (the schemes compared: results/ballots.md, the clients' local
 signal). `dphype.ml.crossval` trains and scores them; this module imports no torch.
 """
 

@@ -5,9 +5,9 @@ lock, after checking that the composition of all recorded votes and the new one 
 lifetime budget; a crash between recording and sending counts the vote as spent. Votes compose in RDP
 (`dphype.privacy.accounting.vote_rdp` on `dphype.privacy.accounting.RDP_ORDERS`: dp_accounting's Gaussian
 event, the Skellam bound otherwise), converted once with Thm I.1 at the node's delta. A repeated, identical
-request is a new release and costs budget again. The private evaluation of the final model
-(`dphype.node.evaluation_policy`) is recorded the same way, as an entry with ``"release": "evaluation"``
-(`dphype.privacy.evaluation.evaluation_rdp`).
+request in another run is a new release and costs budget again; in one run a node votes once per request
+(`dphype.node.vote_memory`). The private evaluation of the final model (`dphype.node.evaluation_policy`) is
+recorded the same way, as an entry with ``"release": "evaluation"`` (`dphype.privacy.evaluation.evaluation_rdp`).
 
 File format (JSON, UTF-8), version 1::
 
@@ -32,14 +32,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import hashlib
 import json
 import math
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
@@ -49,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from dphype.checks import NEIGHBOURING, check_delta, check_int
+from dphype.files import exclusive_lock
 from dphype.node.evaluation_policy import EvaluationGuarantee
 from dphype.node.policy import (
     POLICY_KEYS,
@@ -125,6 +124,29 @@ class LedgerEntry(VoteGuarantee):
         return vote_rdp(self.k, self.total_std, self.noise, neighbouring=neighbouring, orders=RDP_ORDERS)
 
 
+@contextlib.contextmanager
+def ledger_lock(lock_file: Path, what: str) -> Iterator[None]:
+    """`dphype.files.exclusive_lock` for up to `LOCK_TIMEOUT` seconds; its failures as `LedgerError` naming ``what``.
+
+    Args:
+        lock_file: The lock's file.
+        what: The file it guards, as the error names it.
+
+    Yields:
+        Nothing; the lock is held meanwhile.
+
+    Raises:
+        LedgerError: The lock cannot be opened or another process holds it too long.
+    """
+    try:
+        with exclusive_lock(lock_file, LOCK_TIMEOUT):
+            yield
+    except TimeoutError:
+        raise LedgerError(f"{what} is locked by another process") from None
+    except OSError as err:
+        raise LedgerError(f"{what} cannot be opened: {err}") from err
+
+
 def _checksum(entries: list[dict[str, Any]]) -> str:
     blob = json.dumps(entries, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
@@ -147,24 +169,8 @@ class Ledger:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """Hold the exclusive lock on ``<ledger>.lock`` (waits up to `LOCK_TIMEOUT` seconds)."""
-        try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as err:
-            raise LedgerError(f"ledger {self.path} cannot be opened: {err}") from err
-        try:
-            deadline = time.monotonic() + LOCK_TIMEOUT
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise LedgerError(f"ledger {self.path} is locked by another process") from None
-                    time.sleep(0.01)
+        with ledger_lock(Path(f"{self.path}.lock"), f"ledger {self.path}"):
             yield
-        finally:
-            os.close(fd)  # closing releases the lock
 
     def _read(self) -> list[LedgerEntry]:
         """Parse and verify the file (caller holds the lock); a missing file is an empty ledger."""
@@ -220,7 +226,14 @@ class Ledger:
 
     # ------------------------------------------------------------------------------------------ the API
     def entries(self) -> list[LedgerEntry]:
-        """All recorded votes, oldest first; `LedgerError` if the file cannot be read or verified or is locked."""
+        """All recorded votes, oldest first; `LedgerError` if the file cannot be read or verified or is locked.
+
+        A ledger with no file has no votes: reading it creates nothing (no lock file, no folder), as
+        ``dphype doctor`` only looks. A file appears whole (`_write` replaces it atomically), so no lock is needed
+        to see that it is not there.
+        """
+        if not self.path.exists():
+            return []
         with self._locked():
             return self._read()
 

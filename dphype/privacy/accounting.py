@@ -265,7 +265,11 @@ class PrivacyReport:
             release spends ``delta``.
         ballots_verified: Whether a tally committee checked every ballot's form under MPC (SecAgg+ sums whatever the
             clients send, unverified).
-        excluded: The labels (never the content) of the contributors whose ballots the committee left out as invalid.
+        excluded: The labels (never the content) of the contributors whose ballots the committee left out as invalid:
+            each sent a share that opened, was signed by it (in a federation with a roster) and failed the checks.
+        unattributed: The contributors the committee left out for a share that failed its signature, did not open,
+            repeated or never arrived: the relay's doing or the sender's, which the committee cannot tell apart (a
+            relay can exclude honest voters so, as it can drop them).
     """
 
     epsilon: float
@@ -285,17 +289,23 @@ class PrivacyReport:
     release_delta: float | None = None
     ballots_verified: bool = False
     excluded: tuple[str, ...] = ()
+    unattributed: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "excluded", tuple(str(label) for label in self.excluded))  # a list from JSON
+        for name in ("excluded", "unattributed"):  # a list from JSON
+            object.__setattr__(self, name, tuple(str(label) for label in getattr(self, name)))
 
     def ballots(self) -> str:
-        """Whether the ballots were verified, and who was left out, in words."""
+        """Whether the ballots were verified, and who was left out and why, in words."""
         if not self.ballots_verified:
             return ("NOT verified (SecAgg+ sums whatever the clients send: a client running modified code can cast "
                     "any vector; a tally committee, release=argmax, verifies every ballot)")
         left_out = (f"{len(self.excluded)} invalid left out, from contributors {', '.join(self.excluded)}"
                     if self.excluded else "none invalid")
+        if self.unattributed:
+            left_out += (f"; {len(self.unattributed)} left out unattributed (a share failed its signature, did not "
+                         "open, repeated or never arrived: in transit or by the sender): "
+                         f"{', '.join(self.unattributed)}")
         return f"verified by the tally committee under MPC ({left_out})"
 
     def guarantee(self) -> str:

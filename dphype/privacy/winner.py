@@ -64,7 +64,7 @@ as secret as the counts, so the whole noise protects the release (one discrete L
 contributors whose ballots were invalid are released too: an honest client's ballot is valid whatever its data
 (it checks its own ballot before sharing), so that list is a function of the other clients' ballots only and
 costs an honest client nothing. A tally that deviates from the protocol (MPyC's model is semi-honest) is out of
-scope. Measured utility: results/README.md (the argmax release).
+scope. Measured utility: results/releases.md (the argmax release).
 
 Accounting. The release is ``(epsilon, sampler_delta(epsilon))``-DP. For composition (a node's lifetime, the
 DP-FedAvg training after the selection) the exact release's Renyi curve is bounded by binary randomized
@@ -395,7 +395,7 @@ class WinnerEvent:
 
 def winner_report(release: WinnerEvent, delta: float, *, clients: int, dropout: float,
                   survivors: int | None = None, committee: int = COMMITTEE_TALLIES,
-                  excluded: tuple[str, ...] = ()) -> PrivacyReport:
+                  excluded: tuple[str, ...] = (), unattributed: tuple[str, ...] = ()) -> PrivacyReport:
     """The privacy statement of one winner release by ``clients`` clients tolerating ``dropout``.
 
     ``(release.epsilon, sampler_delta(release.epsilon))`` whatever the number of contributors; ``delta`` is the
@@ -411,6 +411,7 @@ def winner_report(release: WinnerEvent, delta: float, *, clients: int, dropout: 
             `dphype.privacy.noise.min_valid_ballots` (the tallies release nothing below); ``None``: unknown.
         committee: The number of tallies, ``>= 3``.
         excluded: The labels of the contributors whose ballots the committee left out as invalid.
+        unattributed: Those it left out for a share that failed in transit or by its sender (`PrivacyReport`).
 
     Returns:
         The privacy statement.
@@ -431,7 +432,7 @@ def winner_report(release: WinnerEvent, delta: float, *, clients: int, dropout: 
         released=(f"winning index only (secure argmax among {committee} tallies on MPyC; no counts, no runner-up); "
                   f"noise sampled jointly by the tallies inside the MPC (no tally knows any of it)"),
         release_delta=sampler_delta(release.epsilon), ballots_verified=True,
-        excluded=tuple(str(label) for label in excluded),
+        excluded=tuple(str(label) for label in excluded), unattributed=tuple(str(label) for label in unattributed),
     )
 
 

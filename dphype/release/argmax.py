@@ -130,8 +130,9 @@ class ArgmaxRelease(CommitteeMode[Opening | int]):
         if not isinstance(index, int):
             raise ValueError("the argmax release opens an index, not a vector")
         report = winner_report(self.accounting(request), cfg.delta, clients=cfg.clients, dropout=cfg.dropout,
-                               survivors=survivors - len(opened.excluded), committee=len(request.tallies),
-                               excluded=opened.excluded)
+                               survivors=survivors - len(opened.excluded) - len(opened.unattributed),
+                               committee=len(request.tallies), excluded=opened.excluded,
+                               unattributed=opened.unattributed)
         if not 0 <= index < len(request.candidates):
             raise ValueError(f"index must be in [0, {len(request.candidates) - 1}], got {index}")
         return DPHypeResult(selected_index=index, selected=request.candidates[index],

@@ -62,7 +62,8 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
         """The configured rule on the opened noisy sum of the valid ballots, with the privacy report of ``sigma``."""
         cfg = request.config
         opening = opened if isinstance(opened, Opening) else Opening(tuple(np.asarray(opened).tolist()))
-        valid = check_survivors(survivors - len(opening.excluded), cfg.clients, request.min_valid)
+        valid = check_survivors(survivors - len(opening.excluded) - len(opening.unattributed), cfg.clients,
+                                request.min_valid)
         total = noisy_sum_of(request, np.asarray(opening.value, dtype=np.float64))
         parties = len(request.tallies)
         noise_std = committee_sum_std(request.sigma, parties)  # all the shares added
@@ -70,6 +71,7 @@ class CommitteeSumRelease(CommitteeMode[Opening | np.ndarray]):
             privacy_report(vote_event(request), cfg.delta, clients=cfg.clients, dropout=cfg.dropout,
                            accountant=cfg.accountant),
             survivors=valid, client_std=0.0, ballots_verified=True, excluded=opening.excluded,
+            unattributed=opening.unattributed,
             released=(f"noisy vote sum of the ballots a committee of {parties} tallies verified on MPyC; noise made "
                       f"by the tallies: any {honest_tallies(parties)} of the {parties} shares add up to the sigma "
                       f"above, all {parties} to std {noise_std:.4g}"))

@@ -37,8 +37,10 @@ boost in noise (it adds none); it costs only its own ballot, and the committee o
 valid ballots remains (below it, nothing). The floor protects no voter (the noise does not depend on the count);
 it keeps the release a decision of most of the federation. A malicious tally can change the result or abort (an
 abort releases nothing). The MPC channels are MPyC's TCP connections: a private network or MPyC's ``--ssl`` in a
-deployment. A tally that drops or answers late aborts the run (`run_loopback_committee` raises `TallyError` naming it);
-each party's stderr is logged and an error quotes its last line.
+deployment. Every party has a deadline and an anchor process from its job (`send_job`): it ends at the
+deadline, or when the anchor dies, whatever it is waiting for. A tally that drops or answers late aborts the run
+(`run_loopback_committee` raises `TallyError` naming it); each party's stderr is logged and an error quotes its last
+line.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from dphype.files import append_synced
 from dphype.privacy.noise import COMMITTEE_TALLIES, honest_tallies
 from dphype.privacy.winner import JointSampler
 from dphype.secure.relay import KeyPair, RelayError, open_sealed, seal
@@ -122,11 +125,15 @@ class Opening:
             candidate (`OPENS_SUM`).
         excluded: The labels (never the content) of the contributors whose ballots were left out as invalid.
         excluded_at: Their positions in the contributor list (tells apart a label sent twice); not compared.
+        unattributed: Of the contributors left out, those whose share failed in a way that may be the relay's as much
+            as the sender's (`Tally.unattributable`, or no shares at all), as the server names them; ``excluded``
+            then holds only the voters' own invalid ballots. Empty as the MPC opens it.
     """
 
     value: int | tuple[int, ...]
     excluded: tuple[str, ...] = ()
     excluded_at: tuple[int, ...] = field(default=(), compare=False)
+    unattributed: tuple[str, ...] = ()
 
 
 def _mpyc(module: str) -> Any:
@@ -277,20 +284,7 @@ class ServedRecord:
 
     def add(self, run: int, request_digest: str) -> None:
         """Append ``(run, request_digest)`` and sync it to disk."""
-        created = not self.path.exists()
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, (json.dumps({"run": int(run), "request": request_digest}) + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if created:
-            folder = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(folder)
-            finally:
-                os.close(folder)
+        append_synced(self.path, json.dumps({"run": int(run), "request": request_digest}) + "\n")
 
 
 class Tally:
@@ -373,14 +367,24 @@ class Tally:
             return
         share = np.frombuffer(plain, dtype=np.uint64) if len(plain) == rnd["width"] * ENTRY_BYTES else None
         if share is None or np.any(share >= np.uint64(rnd["modulus"])):
-            self.reject(contributor, "its share does not parse (a wrong length or a value outside the field)")
+            self.reject(contributor, "its share does not parse (a wrong length or a value outside the field)",
+                        sealed_by_sender=True)
             return
-        rnd["entries"].append({"label": str(contributor), "row": share, "fingerprint": fingerprint, "reason": None})
+        rnd["entries"].append({"label": str(contributor), "row": share, "fingerprint": fingerprint, "reason": None,
+                               "transit": False})
 
-    def reject(self, contributor: str, reason: str) -> None:
-        """Keep an invalid entry (zero row, ``reason``, never a share's content) for ``contributor``; needs a round."""
+    def reject(self, contributor: str, reason: str, *, sealed_by_sender: bool = False) -> None:
+        """Keep an invalid entry (zero row, ``reason``, never a share's content) for ``contributor``; needs a round.
+
+        Args:
+            contributor: The entry's label.
+            reason: Why it is invalid.
+            sealed_by_sender: Whether the share opened for its label, so its content is what its sender sealed; else
+                (it did not open, or its roster signature failed) the relay may have made it so (`unattributable`).
+        """
         rnd = self._open()
-        rnd["entries"].append({"label": str(contributor), "row": None, "fingerprint": None, "reason": reason})
+        rnd["entries"].append({"label": str(contributor), "row": None, "fingerprint": None, "reason": reason,
+                               "transit": not sealed_by_sender})
 
     def _open(self) -> dict[str, Any]:
         """The open round; `TallyError` when there is none."""
@@ -409,20 +413,36 @@ class Tally:
                     out.update({i: f"{what} ({len(positions)} entries)" for i in positions if i not in out})
         return dict(sorted(out.items()))
 
+    def unattributable(self) -> set[int]:
+        """Positions of the open round's invalid entries that may be the relay's doing as much as the sender's.
+
+        A share that did not open for its label, whose roster signature failed, or whose label or content repeats:
+        the relay can make each of these from an honest voter's share (alter it, drop its signature, replay it).
+        A share that opened, was signed (where the federation has a roster) and does not parse is its sender's.
+
+        Returns:
+            Positions in the round's contributor list.
+
+        Raises:
+            TallyError: No round is open.
+        """  # noqa: DOC502
+        entries = self._open()["entries"]
+        return {i for i in self.invalid() if entries[i]["transit"] or entries[i]["reason"] is None}
+
     def job(self) -> dict[str, Any]:
         """Close the round: this tally's input to the MPC; the request counts as served (recorded) before it returns.
 
         Returns:
             The job: the share rows ordered by label (base64 little-endian uint64, zero for an invalid entry), the
-            labels, the invalid positions (``"invalid"``) and reasons, the form, the noise (``"sampler"`` or
-            ``"noise"``), the field, the request digest and the sizes.
+            labels, the invalid positions (``"invalid"``) and reasons, those of them `unattributable`, the form, the
+            noise (``"sampler"`` or ``"noise"``), the field, the request digest and the sizes.
 
         Raises:
             TallyError: No round is open, or fewer entries than the minimum are valid (the round is closed
                 without counting as served).
         """
         rnd = self._open()
-        invalid = self.invalid()
+        invalid, unattributable = self.invalid(), self.unattributable()
         taken = len(rnd["entries"]) - len(invalid)
         if taken < rnd["min"]:  # the committee could not count enough: refused before the request counts as served
             first = next(iter(invalid.items()), None)
@@ -446,6 +466,7 @@ class Tally:
                 "contributors": [e["label"] for e in entries], "min_contributors": rnd["min"], "size": rnd["size"],
                 "form": rnd["form"], "shares": base64.b64encode(rows.tobytes()).decode("ascii"),
                 "invalid": sorted(bad), "reasons": [bad[i] for i in sorted(bad)],
+                "unattributable": sorted(position for position, i in enumerate(order) if i in unattributable),
                 **({"sampler": rnd["sampler"]} if "sampler" in rnd else {"noise": rnd["noise"]}),
                 "opens": rnd["opens"]}
 
@@ -487,18 +508,29 @@ def spawn_party(index: int, addresses: Sequence[str]) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, text=True)
 
 
-def send_job(proc: subprocess.Popen[str], job: dict[str, Any]) -> subprocess.Popen[str]:
-    """Hand a spawned party its job (`Tally.job`) and return ``proc``; it then connects to the others."""
+def send_job(proc: subprocess.Popen[str], job: dict[str, Any], *, deadline: float,
+             anchor: int) -> subprocess.Popen[str]:
+    """Hand a spawned party its job (`Tally.job`) and its lifetime, and return ``proc``; it then connects to the others.
+
+    Args:
+        proc: The party's process (`spawn_party`).
+        job: Its tally's job.
+        deadline: Seconds the party may run from now; it is terminated then, whatever it is doing.
+        anchor: The process whose death ends the party at once (`dphype.secure.tally_party.bound_lifetime`).
+
+    Returns:
+        ``proc``.
+    """
     stdin = proc.stdin
     assert stdin is not None
-    stdin.write(json.dumps(job) + "\n")
+    stdin.write(json.dumps({**job, "deadline": float(deadline), "anchor": int(anchor)}) + "\n")
     stdin.flush()
     return proc
 
 
-def start_party(index: int, addresses: Sequence[str], job: dict[str, Any]) -> subprocess.Popen[str]:
-    """`spawn_party` and `send_job` at once; returns without waiting."""
-    return send_job(spawn_party(index, addresses), job)
+def start_party(index: int, addresses: Sequence[str], job: dict[str, Any], *, deadline: float) -> subprocess.Popen[str]:
+    """`spawn_party` and `send_job` at once, anchored to this process; returns without waiting."""
+    return send_job(spawn_party(index, addresses), job, deadline=deadline, anchor=os.getpid())
 
 
 def party_result(proc: subprocess.Popen[str], index: int, deadline: float,
@@ -591,6 +623,8 @@ def run_loopback_committee(jobs: Sequence[dict[str, Any] | None], *, timeout: fl
                   timings: list[dict[str, float]] | None = None) -> Opening:
     """Run the tallies' MPyC parties on loopback ports; all must answer alike within ``timeout`` or all are stopped.
 
+    Each party ends by itself at ``timeout`` too, and at once if this process dies (its anchor, `send_job`).
+
     Args:
         jobs: ``jobs[j]`` is tally ``j``'s `Tally.job` (``None``: that tally does not take part).
         timeout: Seconds every party has to answer.
@@ -605,7 +639,7 @@ def run_loopback_committee(jobs: Sequence[dict[str, Any] | None], *, timeout: fl
             names the tally.
     """
     addresses = loopback_addresses(len(jobs), host)
-    procs = {j: start_party(j, addresses, job) for j, job in enumerate(jobs) if job is not None}
+    procs = {j: start_party(j, addresses, job, deadline=timeout) for j, job in enumerate(jobs) if job is not None}
     missing = [j for j in range(len(jobs)) if j not in procs]
     deadline = time.monotonic() + timeout
     try:

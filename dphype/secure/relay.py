@@ -17,17 +17,20 @@ every derivation or as associated data, so nothing made for one purpose can be r
   keystream under that key (nonce ``SHA-256("dphype-mask-v1" || context)[:12]``, block counter 0) read as
   little-endian 64-bit words; a word ``w`` is kept iff ``w < 2**64 - (2**64 mod modulus)`` and mapped to
   ``w mod modulus`` (rejection sampling, so no modulo bias; for a power-of-two modulus nothing is
-  rejected). All 256 key bits seed the generator.
+  rejected). All 256 key bits seed the generator. `expand_masks` expands several keys under one context at once.
 * `SigningKey` / `verify` -- Ed25519 signatures (the consistency round of Bonawitz et al.,
-  CCS 2017).
+  CCS 2017). A verdict is a pure function of its three byte strings, so each is computed once per process: nodes
+  that share a process (a simulation's workers) check a signature they all receive once, a deployed node as before.
 
 Every failure to authenticate raises `RelayError` (a ``ValueError``) saying what failed.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -188,13 +191,9 @@ def expand_mask(key: bytes, size: int, modulus: int, *, context: bytes) -> np.nd
 
     Raises:
         ValueError: ``size`` or ``modulus`` is out of its range.
-    """
+    """  # noqa: DOC502
     _check_bytes("key", key, KEY_BYTES)
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
-        raise ValueError(f"size must be an integer >= 0, got {size!r}")
-    if isinstance(modulus, bool) or not isinstance(modulus, (int, np.integer)) or not 2 <= modulus <= MAX_MODULUS:
-        raise ValueError(f"modulus must be an integer in [2, 2**62], got {modulus!r}")
-    size, modulus = int(size), int(modulus)
+    size, modulus = _mask_shape(size, modulus)
     # Block counter 0 (little-endian, first 4 bytes) followed by the 96-bit nonce: RFC 8439's layout.
     stream = Cipher(algorithms.ChaCha20(key, bytes(4) + mask_nonce(context)), mode=None).encryptor()
     limit = 2**64 - (2**64 % modulus)
@@ -209,6 +208,43 @@ def expand_mask(key: bytes, size: int, modulus: int, *, context: bytes) -> np.nd
         out[filled : filled + take] = (words[:take] % np.uint64(modulus)).astype(np.int64)
         filled += take
     return out
+
+
+def _mask_shape(size: object, modulus: object) -> tuple[int, int]:
+    """``(size, modulus)`` as ints; `ValueError` unless ``size >= 0`` and ``2 <= modulus <= MAX_MODULUS``."""
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
+        raise ValueError(f"size must be an integer >= 0, got {size!r}")
+    if isinstance(modulus, bool) or not isinstance(modulus, (int, np.integer)) or not 2 <= modulus <= MAX_MODULUS:
+        raise ValueError(f"modulus must be an integer in [2, 2**62], got {modulus!r}")
+    return int(size), int(modulus)
+
+
+def expand_masks(keys: Sequence[bytes], size: int, modulus: int, *, context: bytes) -> np.ndarray:
+    """`expand_mask` of each key under one ``context``: the ``(len(keys), size)`` int64 masks, row ``i`` of ``keys[i]``.
+
+    For a power-of-two modulus (nothing is rejected) every keystream is read into one array at once.
+
+    Args:
+        keys: The 32-byte mask keys.
+        size: The number of values per key, ``>= 0``.
+        modulus: An integer in ``[2, 2**62]``.
+        context: The masks' context (their nonce, `mask_nonce`).
+
+    Returns:
+        The masks, equal row by row to `expand_mask`'s.
+
+    Raises:
+        ValueError: ``size`` or ``modulus`` is out of its range.
+    """  # noqa: DOC502
+    size, modulus = _mask_shape(size, modulus)
+    if modulus & (modulus - 1):
+        return np.array([expand_mask(key, size, modulus, context=context) for key in keys],
+                        dtype=np.int64).reshape(len(keys), size)
+    nonce, zeros = bytes(4) + mask_nonce(context), bytes(8 * size)
+    streams = b"".join(Cipher(algorithms.ChaCha20(_check_bytes("key", key, KEY_BYTES), nonce), mode=None)
+                       .encryptor().update(zeros) for key in keys)
+    words = np.frombuffer(streams, dtype="<u8").reshape(len(keys), size)
+    return (words % np.uint64(modulus)).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -249,6 +285,12 @@ def verify(public: bytes, signature: bytes, message: bytes) -> bool:
         return False
     if len(public) != KEY_BYTES or len(signature) != 64:
         return False
+    return _verdict(public, signature, message)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _verdict(public: bytes, signature: bytes, message: bytes) -> bool:
+    """Ed25519's verdict on well-formed inputs, cached (module docstring)."""
     try:
         Ed25519PublicKey.from_public_bytes(public).verify(signature, message)
     except (InvalidSignature, ValueError):

@@ -44,9 +44,10 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from dphype.secure import relay
 
 #: The members' roles: a voter votes, a tally is a member of the argmax mode's committee.
 ROLES: tuple[str, ...] = ("voter", "tally")
@@ -132,6 +133,8 @@ class IdentityKey:
     def load(cls, path: str | os.PathLike[str]) -> IdentityKey:
         """Read a private key file, PEM (PKCS#8, as `save` writes) or raw base64, readable by its owner only.
 
+        Parsed once per version of the file (its permissions checked at every call).
+
         Args:
             path: The key file (``~`` is expanded).
 
@@ -143,14 +146,18 @@ class IdentityKey:
         """
         file = Path(path).expanduser()
         try:
-            mode = file.stat().st_mode
+            seen = file.stat()
+            mode = seen.st_mode
+            if mode & (stat.S_IRWXG | stat.S_IRWXO):
+                raise RosterError(f"identity key file {str(path)!r} is readable by others (mode {mode & 0o777:o}); "
+                                  f"make it private: chmod 600 {file}")
+            version = (str(file.absolute()), seen.st_ino, seen.st_size, seen.st_mtime_ns)
+            if version in _IDENTITIES:  # read once per version of the file (a node reads it for every message)
+                return _IDENTITIES[version]
             data = file.read_bytes()
         except OSError as err:
             raise RosterError(f"identity key file {str(path)!r} cannot be read ({err.strerror}); create one with "
                               "`dphype roster keygen --name NAME --out FILE`") from None
-        if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise RosterError(f"identity key file {str(path)!r} is readable by others (mode {mode & 0o777:o}); "
-                              f"make it private: chmod 600 {file}")
         try:
             if data.lstrip().startswith(b"-----BEGIN"):
                 private = serialization.load_pem_private_key(data, password=None)
@@ -161,7 +168,10 @@ class IdentityKey:
         if not isinstance(private, Ed25519PrivateKey):
             raise RosterError(f"identity key file {str(path)!r} must hold an Ed25519 private key (PEM, or the raw "
                               "32-byte key in base64), as `dphype roster keygen` writes it")
-        return cls._of(private)
+        if len(_IDENTITIES) >= _IDENTITY_FILES:
+            _IDENTITIES.clear()
+        _IDENTITIES[version] = cls._of(private)
+        return _IDENTITIES[version]
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the private key as PEM (PKCS#8) to a new file with mode 0600 (its folder 0700).
@@ -305,19 +315,9 @@ def verify(member: Member, context: SigningContext, payload: bytes, signature: A
     """Check ``member``'s signature of ``payload`` in ``context``; `RosterError` if malformed or not verifying."""
     if not isinstance(signature, bytes) or len(signature) != 64:
         raise RosterError(f"member {member.name}'s signature ({context.stage}) is missing or malformed")
-    if not _verifies(member.identity, context.statement(payload), signature):
+    if not relay.verify(member.identity, signature, context.statement(payload)):
         raise RosterError(f"member {member.name}'s signature ({context.stage}) does not verify: made by another key, "
                           "for another payload, request, run or stage, or under another roster")
-
-
-@lru_cache(maxsize=1 << 16)
-def _verifies(identity: bytes, statement: bytes, signature: bytes) -> bool:
-    """Ed25519's verdict on ``signature`` of ``statement`` under ``identity``, cached (a pure function)."""
-    try:
-        Ed25519PublicKey.from_public_bytes(identity).verify(signature, statement)
-    except InvalidSignature:
-        return False
-    return True
 
 
 @dataclass(frozen=True)
@@ -513,13 +513,21 @@ class Roster:
         Raises:
             RosterError: A name repeats, or an entry fails `check_signed`.
         """
+        listed = list(entries)
+        key = _entries_key(self.digest(), role, context, listed)
+        if key in _CHECKED:  # the same list checked before in this process (a simulation's nodes share one)
+            return list(_CHECKED[key])
         seen: set[str] = set()
         signers = []
-        for name, payload, signature in entries:
+        for name, payload, signature in listed:
             if name in seen:
                 raise RosterError(f"member {str(name)[:64]} appears twice: each member takes part once")
             signers.append(self.check_signed(name, role, context, payload, signature))
             seen.add(signers[-1].name)
+        if key is not None:
+            if len(_CHECKED) >= _CHECKED_LISTS:
+                _CHECKED.pop(next(iter(_CHECKED)))
+            _CHECKED[key] = tuple(signers)
         return signers
 
     def membership(self, identity: IdentityKey) -> Membership:
@@ -529,6 +537,26 @@ class Roster:
 
 #: The roster file last read, by (path, inode, size, modification time): its text.
 _LOADED: dict[tuple[str, int, int, int], str] = {}
+#: Identity keys read in this process, by version of their file (`IdentityKey.load`; a simulation's worker process
+#: serves many nodes, each with its own file).
+_IDENTITIES: dict[tuple[str, int, int, int], IdentityKey] = {}
+_IDENTITY_FILES = 1 << 13
+
+#: Signed lists that passed `Roster.check_distinct_signers` in this process, by `_entries_key`: a verdict depends on
+#: nothing else, so the nodes of a simulation that share a process check the key list they all receive once.
+_CHECKED: dict[bytes, tuple[Member, ...]] = {}
+_CHECKED_LISTS = 8
+
+
+def _entries_key(roster: str, role: str, context: SigningContext, entries: list[tuple[Any, Any, Any]]) -> bytes | None:
+    """SHA-256 of everything `Roster.check_distinct_signers` reads (``None`` if an entry is not str, bytes, bytes)."""
+    digest = hashlib.sha256(json.dumps([roster, role, context.statement(b"").decode()]).encode())
+    for name, payload, signature in entries:
+        if not (isinstance(name, str) and isinstance(payload, bytes) and isinstance(signature, bytes)):
+            return None
+        label = name.encode()
+        digest.update(b"".join(len(part).to_bytes(8, "big") + part for part in (label, payload, signature)))
+    return digest.digest()
 
 
 @lru_cache(maxsize=8)

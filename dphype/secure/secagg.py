@@ -13,6 +13,7 @@ can unmask holds at least ``ceil((1 - xi) n)`` noise shares) -- is specified in 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import time
@@ -124,13 +125,24 @@ class PublicGraph:
 
 
 def public_graph(digest: bytes, nodes: Sequence[int], neighbours: int) -> PublicGraph:
-    """The public graph of ``D``: positions sorted by 62-bit words of the ChaCha20 stream under ``D``, ties by id."""
+    """The public graph of ``D``: positions sorted by 62-bit words of the ChaCha20 stream under ``D``, ties by id.
+
+    A pure function of its arguments, computed once per process for each (nodes of a simulation that share a process,
+    or one node's stages); its arrays are read-only.
+    """
     ids = np.sort(np.asarray(nodes, dtype=np.uint64))
-    keys = relay.expand_mask(digest, ids.size, relay.MAX_MODULUS, context=_LABEL + b"graph")
-    ring = np.lexsort((np.arange(ids.size), keys))
+    return _public_graph(bytes(digest), ids.tobytes(), int(neighbours))
+
+
+@functools.lru_cache(maxsize=64)
+def _public_graph(digest: bytes, ids: bytes, neighbours: int) -> PublicGraph:
+    nodes = np.frombuffer(ids, dtype=np.uint64)
+    keys = relay.expand_mask(digest, nodes.size, relay.MAX_MODULUS, context=_LABEL + b"graph")
+    ring = np.lexsort((np.arange(nodes.size), keys))
     place = np.empty_like(ring)
-    place[ring] = np.arange(ids.size)
-    return PublicGraph(ids, int(neighbours), ring, place)
+    place[ring] = np.arange(nodes.size)
+    ring.flags.writeable = place.flags.writeable = False
+    return PublicGraph(nodes, neighbours, ring, place)
 
 
 def component_size(graph: PublicGraph, survivors: Sequence[int], node: int) -> int:
@@ -175,7 +187,11 @@ def _pair_key(private: relay.KeyPair, peer_public: bytes, digest: bytes, a: int,
 
 
 def _pair_mask(key: bytes, size: int, digest: bytes) -> np.ndarray:
-    return relay.expand_mask(key, size, MODULUS_RANGE, context=_LABEL + b"pair-mask" + digest)
+    return _pair_masks([key], size, digest)[0]
+
+
+def _pair_masks(keys: Sequence[bytes], size: int, digest: bytes) -> np.ndarray:
+    return relay.expand_masks(keys, size, MODULUS_RANGE, context=_LABEL + b"pair-mask" + digest)
 
 
 def _self_mask(seed: bytes, size: int, digest: bytes, node: int) -> np.ndarray:
@@ -318,8 +334,10 @@ class NodeRound:
         digest: The round digest ``D``.
         nodes: The round's node ids.
         peers: This node's graph neighbours ``N(u)``, sorted (the only keys kept, see below).
-        c_keys: The neighbours' share-encryption keys, 32 bytes each in the order of ``peers``.
-        s_keys: The neighbours' mask-agreement keys, likewise.
+        box_keys: The share-encryption keys agreed with the neighbours in ``share_keys`` (``HKDF(X25519(c_u, c_v))``,
+            the same both ways), 32 bytes each in the order of ``peers``: their shares to this node are opened with
+            them in ``masked_input``, which then drops them.
+        s_keys: The neighbours' mask-agreement public keys, 32 bytes each in the order of ``peers``.
         g_keys: Every node's signing key, in the order of ``nodes`` (any survivor may sign stage 3).
         neighbours: The degree ``k``.
         threshold: The Shamir threshold ``t``.
@@ -339,9 +357,9 @@ class NodeRound:
     seed: bytes = b""
     digest: bytes = b""
     nodes: list[int] = field(default_factory=list)
-    #: Only the neighbours' share-encryption and mask keys are kept: the state travels with the node's Context.
+    #: Only the neighbours' keys are kept: the state travels with the node's Context.
     peers: list[int] = field(default_factory=list)
-    c_keys: bytes = b""
+    box_keys: bytes = b""
     s_keys: bytes = b""
     g_keys: bytes = b""  # every node's signing key, in the order of ``nodes`` (any survivor may sign stage 3)
     neighbours: int = 0
@@ -369,7 +387,7 @@ class NodeRound:
         return public_graph(self.digest, self.nodes, self.neighbours)
 
     def peer_keys(self, blob: bytes) -> dict[int, bytes]:
-        """Neighbour id -> key from ``c_keys`` or ``s_keys``; refused (``secagg_round``) if it does not split."""
+        """Neighbour id -> key from ``box_keys`` or ``s_keys``; refused (``secagg_round``) if it does not split."""
         return _split_keys(blob, self.peers)
 
     def signing_keys(self) -> dict[int, bytes]:
@@ -506,7 +524,7 @@ def _share_keys(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
     holders = sorted({state.node, *peers})
     seed = os.urandom(_SECRET_BYTES)
     b_shares, s_shares = create_shares_of([seed, state.s_private], t, len(holders))
-    receivers, ciphertexts = [], []
+    receivers, ciphertexts, box_keys = [], [], []
     own = holders.index(state.node)
     for j, holder in enumerate(holders):
         if holder == state.node:
@@ -514,11 +532,12 @@ def _share_keys(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
         key = _pair_key(c, keys[holder][0], digest, state.node, holder, b"share-key")
         plain = _id(state.node) + _id(holder) + b_shares[j] + s_shares[j]
         receivers.append(holder)
+        box_keys.append(key)
         ciphertexts.append(relay.encrypt(key, plain, context=_share_context(digest, state.node, holder)))
     new = NodeRound(
         node=state.node, stage="share_keys", round_id=state.round_id, request=state.request,
         c_private=state.c_private, s_private=state.s_private, g_private=state.g_private, seed=seed, digest=digest,
-        nodes=ordered, peers=peers, c_keys=b"".join(keys[n][0] for n in peers),
+        nodes=ordered, peers=peers, box_keys=b"".join(box_keys),
         s_keys=b"".join(keys[n][1] for n in peers), g_keys=b"".join(keys[n][2] for n in ordered), neighbours=k,
         threshold=t, share_owners=[state.node],
         b_shares=[b_shares[own]], s_shares=[s_shares[own]])
@@ -534,14 +553,12 @@ def _masked_input(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
     if len(senders) + 1 < state.threshold:
         raise _refuse("secagg_neighbours", "too few neighbours shared their keys to reconstruct this node's secrets")
     ciphertexts = _blobs(msg, "ciphertexts", len(senders))
-    c = relay.KeyPair.from_private(state.c_private)
-    c_of = state.peer_keys(state.c_keys)
+    box_of = state.peer_keys(state.box_keys)
     owners, b_shares, s_shares = [state.node], [state.b_shares[0]], [state.s_shares[0]]
     share_bytes = len(state.b_shares[0])
     for sender, ciphertext in zip(senders, ciphertexts):
-        key = _pair_key(c, c_of[sender], state.digest, state.node, sender, b"share-key")
         try:
-            plain = relay.decrypt(key, ciphertext, context=_share_context(state.digest, sender, state.node))
+            plain = relay.decrypt(box_of[sender], ciphertext, context=_share_context(state.digest, sender, state.node))
         except relay.RelayError:
             raise _refuse("secagg_neighbours", "a share ciphertext failed to authenticate") from None
         if len(plain) != 2 * _ID_BYTES + 2 * share_bytes or plain[:2 * _ID_BYTES] != _id(sender) + _id(state.node):
@@ -558,10 +575,10 @@ def _masked_input(state: NodeRound, msg: Mapping[str, Any], approval: Approval,
               + _self_mask(state.seed, approval.size, state.digest, state.node)) % MODULUS_RANGE
     s = relay.KeyPair.from_private(state.s_private)
     s_of = state.peer_keys(state.s_keys)
-    for v in neighbourhood:
-        mask = _pair_mask(_pair_key(s, s_of[v], state.digest, state.node, v, b"pair"), approval.size, state.digest)
-        masked = (masked + mask if state.node < v else masked - mask) % MODULUS_RANGE
-    new = dataclasses.replace(state, stage="masked_input", share_owners=owners, b_shares=b_shares,
+    keys = [_pair_key(s, s_of[v], state.digest, state.node, v, b"pair") for v in neighbourhood]
+    signs = np.array([1 if state.node < v else -1 for v in neighbourhood], dtype=np.int64)  # + towards larger ids
+    masked = (masked + signs @ _pair_masks(keys, approval.size, state.digest)) % MODULUS_RANGE
+    new = dataclasses.replace(state, stage="masked_input", box_keys=b"", share_owners=owners, b_shares=b_shares,
                               s_shares=s_shares)
     receipt = relay.SigningKey.from_private(state.g_private).sign(participation_statement(state.digest))
     return new, message("masked_input", masked=masked.astype("<u4").tobytes(), receipt=receipt)

@@ -5,7 +5,9 @@ starts in a fraction of a second.
 
 Reads one JSON job from stdin (`dphype.secure.committee.Tally.job`: every contributor's share row of its ballot's bits,
 the ballot form, the committee's noise sampler or this tally's noise share, the field modulus, the request digest,
-the contributors and the positions of those its tally did not take, the fewest valid ballots, what to open), runs
+the contributors and the positions of those its tally did not take, the fewest valid ballots, what to open; and its
+lifetime from `dphype.secure.committee.send_job`: a ``deadline`` in seconds and an ``anchor`` process, `bound_lifetime`:
+the party never outlives either), runs
 the checked, noisy secure argmax (or sum) with the other parties and writes ``{"value": v, "excluded": [labels],
 "excluded_at": [positions], "seconds": {...}, "bytes sent": b, "peak memory": m}`` (``v`` the index, or the noisy sum
 as a list; or ``{"error": reason, "excluded": [...], "opened": false}``, stopped before anything but the ballots'
@@ -73,12 +75,17 @@ bits in the field ``GF(modulus)`` of ``SecInt``, so the rows form a secure ``(n,
 from __future__ import annotations
 
 import base64
+import ctypes
 import hashlib
 import json
+import os
 import resource
 import secrets
+import signal
 import sys
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
 launched = time.perf_counter()
@@ -95,6 +102,65 @@ def _agreement_error(mine: tuple[Any, ...], everyone: list[Any], minimum: int) -
     if mine[2] < minimum:
         return f"only {mine[2]} contributors, fewer than the committee's minimum {minimum}"
     return None
+
+
+#: Exit status of a party whose anchor process died (its tally node's job is gone).
+ORPHANED = 5
+#: Seconds between two looks at the anchor process.
+WATCH_INTERVAL = 0.2
+#: Linux's ``prctl`` option that sends a signal to this process when its parent (thread) exits.
+PR_SET_PDEATHSIG = 1
+
+
+def _started(pid: int) -> str | None:
+    """Process ``pid``'s start time (Linux ``/proc``), ``""`` where unknown, ``None`` when it is gone or a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        fields = []
+    if fields and fields[0] in ("Z", "X"):
+        return None
+    if not fields:  # no /proc: alive as far as kill(0) can tell
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return ""
+    return fields[19]  # starttime: a reused pid reads another
+
+
+def bound_lifetime(deadline: float, anchor: int) -> None:
+    """End this process when its job's ``deadline`` (seconds from now) passes or its ``anchor`` process dies.
+
+    Three mechanisms, none of which needs this process's own event loop (MPyC may be blocked in a connect):
+    ``SIGALRM`` after ``deadline`` with its default action (the kernel terminates the process); a daemon thread
+    that looks at ``anchor`` every `WATCH_INTERVAL` seconds and exits with `ORPHANED` once it is gone, a zombie, or
+    its pid is reused (its start time changed); and, when the anchor is this process's parent on Linux,
+    ``PR_SET_PDEATHSIG`` with ``SIGKILL`` (the kernel kills it the moment the parent exits).
+
+    Args:
+        deadline: Seconds this party may still run, ``> 0``.
+        anchor: The process whose life bounds this party's: its tally node's (`dphype.flower.tally_node`), or the
+            process that waits for its answer (`dphype.secure.committee.run_loopback_committee`).
+    """
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.setitimer(signal.ITIMER_REAL, max(float(deadline), 1e-3))
+    if anchor == os.getppid() and sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    stamp = _started(anchor)
+    if stamp is None:  # gone before the watch began
+        os._exit(ORPHANED)
+
+    def watch() -> None:
+        while _started(anchor) == stamp:
+            time.sleep(WATCH_INTERVAL)
+        os._exit(ORPHANED)
+
+    threading.Thread(target=watch, name="anchor-watch", daemon=True).start()
 
 
 #: The subject common name of party ``J``'s certificate (MPyC's ``--ssl`` connects to party ``J`` under this server
@@ -196,6 +262,7 @@ def main() -> int:
     if not line:
         return 4  # the tally gave up before handing over a job
     job = json.loads(line)
+    bound_lifetime(float(job["deadline"]), int(job["anchor"]))
 
     modulus, size, parties = int(job["modulus"]), int(job["size"]), int(job["parties"])
     form = (int(job["form"]["max_entry"]), int(job["form"]["min_total"]), int(job["form"]["max_total"]))

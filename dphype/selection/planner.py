@@ -255,7 +255,7 @@ def _winner_tie_break(setting: ForecastSetting, by_k: list[dict[str, Any]], epsi
        simulated as `plan` would with that scenario (each tied row gets ``success_winner_tie_break``); then the
        smallest ``k``.
 
-    The rule follows ``dphype bench ksweep`` (results/README.md, the planner's k against the measured sweep): the
+    The rule follows ``dphype bench ksweep`` (results/releases.md, the planner's k against the measured sweep): the
     smallest saturated ``k`` lands far from Opt under label skew, and a large ``k`` lets many candidates reach the
     ceiling of ``n`` votes, where the lowest index wins.
     """

@@ -54,7 +54,7 @@ from dphype.registry import Registry
 if TYPE_CHECKING:
     from dphype.selection.candidates import FeatureSpace
 
-#: The product's default rule (chosen by the benchmarks: results/README.md, "Selection at small federations").
+#: The product's default rule (chosen by the benchmarks: results/releases.md, "Selection at small federations").
 DEFAULT_RULE = "gp"
 #: A pick whose probability of being within ``tolerance`` of the top is below this carries a warning.
 LOW_CONFIDENCE = 0.5

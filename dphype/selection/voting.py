@@ -139,7 +139,7 @@ AUTO_EXPONENT = 1.0
 #: The auto ballot's smallest ``k`` as a fraction of ``p`` (a vote of one or two candidates is fragile).
 AUTO_FLOOR = 0.03
 #: The auto ballot's smallest ``k`` whatever ``p`` (below ``p // 2``): with one vote each, label-skewed clients vote
-#: for what suits their own labels (measured with few candidates, where ``AUTO_FLOOR p`` rounds to 1: results/README.md
+#: for what suits their own labels (measured with few candidates, where ``AUTO_FLOOR p`` rounds to 1: results/ballots.md
 #: "Fashion-MNIST on the ballot grid").
 AUTO_MIN_DEPTH = 2
 #: ``c`` of the share ballot's rule ``k = round(c p s**a)`` (`share_depth`), fitted as a fixed share of ``p`` on every

@@ -193,3 +193,13 @@ def test_a_simulated_voter_pins_the_committee_its_operator_made_and_a_deployed_o
     own = voter(**{"dphype-tallies": keys[0].hex()})  # the operator's own pin wins
     simulated_role(own, CLIENTS, 3, tmp_path)
     assert own.node_config["dphype-tallies"] == keys[0].hex()
+
+
+def test_private_training_waits_for_every_sampled_node_plaintext_training_for_the_selections_floor():
+    """DP-FedAvg's accounting assumes every sampled node contributes: it must not go on with the selection's floor
+    (Flower refuses later with its own error); plaintext FedAvg may."""
+    from dphype.app.server_app import training_floor
+    from dphype.flower import TrainingBudget
+
+    assert training_floor(8, TrainingBudget(epsilon=1.0, rounds=2), sampled=10) == 10
+    assert training_floor(8, None, sampled=10) == 8

@@ -164,3 +164,17 @@ def test_the_demo_names_the_bundled_apps_components_as_the_repository_does():
     assert set(COMPONENTS) == set(repository) == {"serverapp", "clientapp"}
     for role, ref in COMPONENTS.items():
         assert load(ref) is load(repository[role])
+
+
+def test_the_help_names_the_release_each_command_runs(capsys):
+    """`dphype --help` and `dphype demo --help` name the release the demo runs by default (its --release default),
+    not another one."""
+    demo = next(action for action in cli.build_parser(["demo"])._subparsers._group_actions[0].choices["demo"]._actions
+                if "--release" in action.option_strings)
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    listed = " ".join(capsys.readouterr().out.split())
+    assert f"demo the bundled Flower app on Adult: DP-Hype's {demo.default} release" in listed
+    with pytest.raises(SystemExit):
+        cli.main(["demo", "--help"])
+    assert f"DP-Hype's {demo.default} release" in " ".join(capsys.readouterr().out.split())

@@ -56,6 +56,7 @@ def test_contradictions_are_all_named_and_refused(tmp_path, monkeypatch, capsys)
                             f'{UNAUTHENTICATED} dphype-tallies="{one_tally}"',
                             "--root-certificates", str(ca.cert), "--node-key", str(tmp_path / "missing.key"))
     assert code == 2 and "tallies: 1: abababababababab" in out  # the report, then every problem
+    assert not (tmp_path / "dphype").exists()  # it only looked: no ledger folder, no lock file left behind
     assert "2 contradiction(s)" in err and "no SuperNode authentication key" in err
     assert "fewer than the 3 of a committee" in err
     make_node_key(tmp_path / "node.key")
@@ -288,3 +289,11 @@ def test_an_mpyc_key_that_is_not_its_certificates_or_files_without_their_ca_are_
     (folder / ".config" / "mpyc_ca.crt").unlink()
     (problem,) = refused(capsys, *tally(fed, extra=f"dphype-tally-tls='{folder}'"))
     assert "missing mpyc_ca.crt" in problem
+
+
+def test_a_lifetime_budget_spent_exactly_to_its_limit_is_reported_because_its_next_vote_would_be_refused(fed,
+                                                                                                       capsys):
+    ledger = spend(fed["dir"] / "home" / "dphype" / "ledger-partition-0.json", total_std=3.0, votes=3)
+    spent = ledger.spent(1e-5)  # the doctor's own composition at the default delta and relation: exactly equal
+    (problem,) = refused(capsys, *voter(fed, extra=f"dphype-lifetime-epsilon={spent!r}"))
+    assert problem.startswith(f"the lifetime budget is spent ({spent:.4g} >= dphype-lifetime-epsilon=")

@@ -8,7 +8,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from helpers import clean_env, doc_blocks
+from helpers import REPO, clean_env, doc_blocks
 
 from dphype.cli import main
 from dphype.flower.local import RunOutcome, parse_run_config
@@ -39,6 +39,8 @@ def test_run_names_a_run_config_key_the_app_does_not_declare_before_flower_start
     (["--run-config", "epsilon=0.0"], "run config: epsilon must be a finite number in (0, 100], got 0.0; set epsilon"),
     (["--run-config", "epsilon=nan"], "run config: epsilon must be a finite number in (0, 100], got nan"),
     (["--run-config", "k=0"], "run config: k must be an integer in [1, "),
+    (["--run-config", "k=9"], "run config: k must be an integer in [1, 8], got 9 (the app's 8 candidates): change it"),
+    (["--run-config", "release='sum' k=9"], "run config: k must be an integer in [1, 8], got 9 (the app's 8 "),
     (["--clients", "5"], "every simulated node would refuse this run (5 contributors < dphype-min-clients=10, their "
                          "policy from DPHYPE_NODE_POLICY or its defaults): run with more clients (--clients N) or a "
                          "smaller dropout, or lower the simulated nodes' limit (default 10): "
@@ -49,6 +51,30 @@ def test_run_names_a_run_config_key_the_app_does_not_declare_before_flower_start
 def test_run_refuses_bad_options_by_name(tmp_path, capsys, options, message):
     assert main(["new", str(tmp_path / "app")]) == 0
     assert main(["run", str(tmp_path / "app"), *options]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_k_beyond_the_apps_candidates_is_refused_in_one_line_before_flower_starts(tmp_path):
+    """As a user meets it: exit status 2 and one line naming k, its range from the app's own candidates (the
+    ServerApp module's ``candidates``) and the fix; nothing on stdout, where Flower's log would stream."""
+    assert main(["new", str(tmp_path / "app")]) == 0
+    done = subprocess.run(["dphype", "run", "--run-config", "k=9"], cwd=tmp_path / "app", capture_output=True,
+                          text=True, env=clean_env(tmp_path / "home"), timeout=120, check=False)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.splitlines() == ["dphype run: error: run config: k must be an integer in [1, 8], got 9 (the "
+                                        "app's 8 candidates): change it with --run-config or in pyproject.toml"]
+
+
+@pytest.mark.parametrize(("run_config", "message"), [
+    ("k=200", "run config: k must be an integer in [1, 100], got 200 (the app's 100 candidates)"),
+    ("dataset='x'", "dataset must be one of adult, mnist5k, fashion-mnist, got 'x'"),
+    ("candidates='table3:random:200:0'", "run config candidates='table3:random:200:0': "),
+])
+def test_the_bundled_app_checks_its_whole_run_config_before_flower_starts(capsys, monkeypatch, run_config, message):
+    """The repository's app names its candidates in its run config: its ServerApp module's ``candidates(run_config)``
+    reads and checks every key (`dphype.app.run_config.AppConfig`) before anything starts."""
+    monkeypatch.setattr("dphype.cli.run.run_locally", lambda *args, **kwargs: pytest.fail("Flower started"))
+    assert main(["run", str(REPO), "--run-config", run_config]) == 2
     assert message in capsys.readouterr().err
 
 
@@ -125,8 +151,9 @@ def test_readme_first_app_runs_verbatim_keeps_its_run_folder_and_a_failed_run_sa
     to Opt in the app's own terms (its 8 candidates, 10 voters); the model's accuracy is logged every round. Its run
     folder in the app folder holds the whole record (pick, guarantees, accuracy above the majority baseline, the
     plan), the trained model and the log without colour codes, which `dphype show last` prints again and
-    `dphype runs` lists. Then, in the app it wrote, a run the ServerApp refuses (k above the 8 candidates) exits 1
-    with one line naming the cause and the failed run's folder, and no traceback of ours."""
+    `dphype runs` lists. Then, in the app it wrote, a run whose nodes refuse it (their policy's epsilon limit, which
+    only they apply) exits 1 with one line naming the cause, keeps its failed run's folder, and no traceback of
+    ours."""
     (block,) = doc_blocks("README.md", "A first app", "bash")
     env = clean_env(tmp_path / "home")
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env, capture_output=True,
@@ -169,13 +196,14 @@ def test_readme_first_app_runs_verbatim_keeps_its_run_folder_and_a_failed_run_sa
                            capture_output=True, text=True, timeout=60)
     assert json.loads(shown.stdout.splitlines()[-1]) == record
 
-    failed = subprocess.run(["dphype", "run", "--run-config", "k=9"], cwd=app, env=env,
-                            capture_output=True, text=True, timeout=600)
+    # a run the simulated nodes refuse (their policy, which only they apply): the ServerApp fails, in one line
+    failed = subprocess.run(["dphype", "run"], cwd=app, capture_output=True, text=True, timeout=600,
+                            env={**env, "DPHYPE_NODE_POLICY": "dphype-max-epsilon=0.5"})
     last = failed.stderr.strip().splitlines()[-1]
     assert failed.returncode == 1, failed.stdout[-2000:] + failed.stderr[-2000:]
+    assert re.match(FAILED_LINE + r"10 of 10 clients are not ready: 10 x refused: policy \(this node's privacy "
+                    r"policy does not admit the request", last), last
     (failed_folder,) = set((app / "runs").iterdir()) - {folder}
-    cause = rf"k must be an integer in \[1, 8\], got 9 \(run folder: {re.escape(str(failed_folder))}\)$"
-    assert re.match(FAILED_LINE + cause, last), last
-    assert json.loads((failed_folder / "result.json").read_text())["error"] == (
-        "ValueError: k must be an integer in [1, 8], got 9")
+    assert str(failed_folder) in last  # the failed run's folder keeps its cause
+    assert "not ready" in json.loads((failed_folder / "result.json").read_text())["error"]
     assert "Traceback" not in failed.stderr.split("dphype run: error:")[-1]

@@ -88,3 +88,32 @@ def _stop_a_demo(tmp_path: Path, tmp: Path, sig: int) -> None:
     survivors = [command_of(pid)[:100] for pid in family if living(pid)]
     assert not survivors
     assert not list(tmp.glob("dphype-*")) and not list(tmp.glob("ray/session_*"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "to_group"), [(signal.SIGINT, True), (signal.SIGTERM, False)])
+def test_a_stopped_bench_says_so_in_one_line_and_leaves_no_process(tmp_path, sig, to_group):
+    """Ctrl-C (SIGINT to the terminal's process group: `dphype` and the study it runs in a child) and SIGTERM to
+    `dphype` alone (which passes it on): exit status 128 + the signal, one line, no traceback, no process left."""
+    err = tmp_path / "err.txt"
+    with err.open("w") as stderr:
+        bench = subprocess.Popen([sys.executable, "-c", "import sys; from dphype.cli import main; sys.exit(main())",
+                                  "bench", "synthetic", "--out", str(tmp_path / "out")], cwd=REPO,
+                                 stdout=subprocess.DEVNULL, stderr=stderr, env={**os.environ, "PYTHONPATH": str(REPO)},
+                                 start_new_session=True)
+        try:
+            deadline = time.monotonic() + 120
+            while "synthetic:" not in err.read_text() and time.monotonic() < deadline:
+                time.sleep(0.2)  # until the study's progress bar shows: it is working
+            family = descendants(bench.pid)
+            assert family and bench.poll() is None, err.read_text()[-2000:]
+            (os.killpg if to_group else os.kill)(bench.pid, sig)
+            code = bench.wait(timeout=60)
+        finally:
+            if bench.poll() is None:
+                os.killpg(bench.pid, signal.SIGKILL)
+    text = err.read_text()
+    assert code == 128 + sig and "Traceback" not in text, text[-2000:]
+    assert text.strip().splitlines()[-1] == f"dphype bench synthetic: stopped by {signal.Signals(sig).name}"
+    time.sleep(0.5)
+    assert not [command_of(pid) for pid in family if living(pid)]

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO, clean_env, descendants, parse_result, stop
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hosts")]  # one federation (module fixture) on one worker
 
 SUBNET = "10.231.0"
 LINK = f"{SUBNET}.1"

@@ -31,7 +31,7 @@ PORTS = {"LINK_PORT": 1, "NODE_PORT": 6, "MPYC_PORT": 3}
 def readme_deployment() -> tuple[str, str]:
     """The guide's two deployment blocks: the port variables' and the recipe's."""
     ports, recipe = doc_blocks("docs/deployment.md", "Deploying the bundled app", "bash")
-    assert "export LINK_PORT=" in ports and "server/start-superlink.sh --ssl-ca-certfile pki/ca.pem" in recipe
+    assert "export LINK_PORT=" in ports and "server/start-superlink.sh --ssl-ca-certfile \"$KEYS/pki/ca.pem\"" in recipe
     assert "--insecure" not in recipe  # TLS and node authentication on every connection
     return ports, recipe
 
@@ -94,8 +94,10 @@ def test_the_readme_deployment_recipe_runs_as_written(tmp_path):
     assert re.fullmatch(r"# .*\nexport LINK_PORT=\d+ NODE_PORT=\d+ MPYC_PORT=\d+\n", ports_block), ports_block
     ports = {name: free_ports_in_a_row(count) for name, count in PORTS.items()}
     checkout = copy_of_the_repository(tmp_path / "clone")
+    tracked = [path for path in checkout.rglob("*") if path.is_file()]
     home = tmp_path / "home"
     home.mkdir()
+    keys = home / ".flwr" / "dphype" / "federation"  # the recipe's $KEYS in this HOME
     # a user's shell (its own HOME, so a fresh ~/.flwr), the recipe's port variables, Flower's offline switches;
     # PYTHONPATH is the copy, so every process runs its code (as an install of that clone would)
     env = clean_env(home, checkout, FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1",
@@ -121,7 +123,7 @@ def test_the_readme_deployment_recipe_runs_as_written(tmp_path):
         assert output.count("dphype-tally-tls=") == 3 and output.count("register-nodes.sh: registered") == 6
         # each node's doctor check before it started: TLS, its node key, its roster membership; a voter's ledger
         for script, count in (("start-voter.sh", 3), ("start-tally.sh", 3)):
-            assert output.count(f"{script}: transport: TLS, SuperLink verified with pki/ca.pem") == count
+            assert output.count(f"{script}: transport: TLS, SuperLink verified with {keys}/pki/ca.pem") == count
             assert output.count(f"{script}: federation: roster ") == count
         assert output.count("start-voter.sh: ledger: ") == 3 and output.count("start-tally.sh: mpyc: TLS") == 3
         # the federation of the recipe's roster: 3 voters and 3 tallies, said in the result and its summary
@@ -131,6 +133,11 @@ def test_the_readme_deployment_recipe_runs_as_written(tmp_path):
         assert json.loads((checkout / "result.json").read_text()) == result
         # per-node files in the fresh ~/.flwr: one ledger per voter (its one pure-epsilon vote), one key per tally
         flwr_home = home / ".flwr"
+        # no key, certificate or identity in the checkout; the recipe's private keys are the owner's only
+        written = {path for path in checkout.rglob("*") if path.is_file()} - set(tracked)
+        assert not [p for p in written if p.suffix in (".key", ".id", ".pem", ".crt", ".pub")], sorted(written)
+        private = [*keys.rglob("*.key"), *keys.glob("*.id")]
+        assert len(private) == 2 + 3 + 6 and all(p.stat().st_mode & 0o777 == 0o600 for p in private), private
         for i in range(3):
             (entry,) = Ledger(flwr_home / "dphype" / f"ledger-partition-{i}.json").entries()
             assert (entry.noise, entry.epsilon) == (WINNER_NOISE, pytest.approx(1.0))

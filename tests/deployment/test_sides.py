@@ -247,3 +247,22 @@ def test_the_node_config_helper_adds_the_roster_and_checks_the_nodes_membership(
     allowed = tmp_path / "open.toml"
     allowed.write_text("dphype-allow-unauthenticated = true\n")
     assert main([*shard, "--file", str(allowed)]) == 0
+
+
+def test_an_occupied_port_is_refused_by_name_before_anything_starts(tmp_path):
+    """The SuperLink's port and a SuperNode's Runtime API port, taken by another program: exit 2 naming the option,
+    no connection named in config.toml, no SuperNode or SuperExec started."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        done = run_script("server/start-superlink.sh", "--insecure", "--port", port, home=tmp_path)
+        assert done.returncode == 2 and f"start-superlink.sh: --port {port} is in use on 127.0.0.1" in done.stderr
+        assert not (tmp_path / "config.toml").exists()
+        policy = tmp_path / "policy.toml"
+        policy.write_text("dphype-allow-unauthenticated = true\n")
+        done = run_script("clients/start-voter.sh", "--superlink", "127.0.0.1:9092", "--port", port, "--insecure",
+                          "--partition-id", "0", "--num-partitions", "3", "--node-config", str(policy), home=tmp_path)
+        assert done.returncode == 2 and f"start-voter.sh: --port {port} is in use on 127.0.0.1" in done.stderr
+        assert "Usage: clients/start-voter.sh" in done.stderr and not list(tmp_path.rglob("ledger*"))
+        assert "flower-supernode" not in done.stdout.split("node config:")[-1]

@@ -284,7 +284,8 @@ def test_the_rounds_first_stage_rides_on_the_preflight_bound_to_the_approved_req
     assert all(len(k["c_key"]) == len(k["s_key"]) == len(k["g_key"]) == 32 for k in keys)
     # an advertise for another request than the one the pre-flight carries is refused, and nothing is approved
     other = secagg_protocol.message("advertise", round=bytes(16), request="ff" * 32)
-    content = RecordDict({RECORD_KEY: ConfigRecord(selection.request.to_record()), STAGE_KEY: ConfigRecord(other)})
+    fresh = DPHype(CANDS, config(clients=N, k=2)).request  # not voted on in this run
+    content = RecordDict({RECORD_KEY: ConfigRecord(fresh.to_record()), STAGE_KEY: ConfigRecord(other)})
     replies = grid.send_and_receive([Message(content, nid, PREFLIGHT_TYPE) for nid in grid.get_node_ids()])
     assert {(r.content[RECORD_KEY]["status"], r.content[RECORD_KEY]["code"]) for r in replies} == {
         ("refused", "secagg_round")}
@@ -374,20 +375,21 @@ def test_requests_at_delta_0_5_and_0_9_are_refused_in_the_preflight(delta):
 
 
 def test_repeated_requests_stop_at_the_lifetime_budget(capsys):
-    grid = LocalGrid(client_app(scores_table(N)), N, node_config={"dphype-lifetime-epsilon": 2.5})
+    def run(run_id: int) -> LocalGrid:  # the same nodes (their ledgers) in run after run
+        return LocalGrid(client_app(scores_table(N)), N, node_config={"dphype-lifetime-epsilon": 2.5}, run_id=run_id)
+
     selection = DPHype(CANDS, config(clients=N))  # the same request every time, epsilon 1 each
     accepted = 0
     with pytest.raises(PreflightError, match=f"{N} of {N} clients are not ready: {N} x refused: policy "):
-        for _ in range(300):
-            selection.start(grid)
+        for run_id in range(1, 300):
+            selection.start(run(run_id))
             accepted += 1
     assert 3 <= accepted <= 8  # RDP composition: more than 2 votes of epsilon 1 fit in 2.5
-    sent = len(grid.sent)
-    for _ in range(3):  # every later request is refused in the pre-flight, before any client scores
+    for run_id in range(1000, 1003):  # every later request is refused in the pre-flight, before any client scores
+        grid = run(run_id)
         with pytest.raises(PreflightError, match=f"{N} x refused: policy "):
             selection.start(grid)
-    assert len(grid.sent) == sent + 3 * N
-    assert {m.metadata.message_type for m in grid.sent[sent:]} == {PREFLIGHT_TYPE}
+        assert [m.metadata.message_type for m in grid.sent] == [PREFLIGHT_TYPE] * N
     # the ledger shows the spend: every vote of the same request recorded, composed within the budget
     assert votes_spent() == [accepted] * N
     assert {e.request for e in Ledger(default_ledger_path(3)).entries()} == {selection.request.digest()}
@@ -536,3 +538,17 @@ def test_a_committee_vote_for_a_committee_other_than_the_approved_one_is_refused
     assert all("not the one approved in the pre-flight" in r.error.reason for r in replies)
     charged = [n for n in voters if Ledger(NodePolicy.from_node_config(grid.contexts[n].node_config).ledger).entries()]
     assert not charged, f"nodes {charged} charged their ledgers for a vote on an unapproved committee"
+
+
+def test_a_sum_request_re_run_in_the_same_run_is_refused_and_charged_once():
+    """One vote per request and run: a SecAgg+ vote cannot be given twice (its noise share and masks belong to
+    one round), so the server's re-run of the request in the same run is refused in the pre-flight, before any
+    node scores, and each ledger holds the one vote."""
+    grid = LocalGrid(client_app(scores_table(N)), N)
+    selection = DPHype(CANDS, config(clients=N))
+    selection.start(grid)
+    sent = len(grid.sent)
+    with pytest.raises(PreflightError, match=f"{N} x refused: already_voted"):
+        selection.start(grid)
+    assert [m.metadata.message_type for m in grid.sent[sent:]] == [PREFLIGHT_TYPE] * N
+    assert votes_spent() == [1] * N

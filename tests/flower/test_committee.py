@@ -2,25 +2,33 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import signal
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Message, RecordDict
-from helpers import CANDS, CLIENTS, argmax_grid, sum_config
+from helpers import CANDS, CLIENTS, alive, argmax_grid, sum_config
 from helpers import argmax_config as config
 
+import dphype.flower.server.committee_server as committee_server
 import dphype.flower.tally_node as flower_tally
 from dphype.config import DPHypeConfig
 from dphype.flower import DPHype, PreflightError
 from dphype.flower.local import node_id
 from dphype.flower.server.committee_server import connected_committee, run_committee_selection
-from dphype.flower.wire import TALLY_KEY
+from dphype.flower.wire import TALLY_KEY, TALLY_STATE
 from dphype.node.ledger import Ledger
+from dphype.node.pki import issue_mpyc_party, make_ca
 from dphype.node.policy import NodePolicy
 from dphype.privacy.winner import WINNER_NOISE
 from dphype.release import DEFAULT_ARGMAX_BALLOT
-from dphype.secure.committee import TallyError
+from dphype.secure.committee import Tally, TallyError, client_sealed_shares, voter_id
+from dphype.selection.ballots import BallotForm
 
 
 def test_argmax_selection_releases_only_the_index_and_every_client_records_pure_epsilon(tmp_path):
@@ -314,22 +322,22 @@ def test_the_same_ciphertexts_replayed_to_the_tallies_in_a_later_run_or_after_a_
 
 
 def test_every_malformed_or_out_of_range_tally_stage_is_refused_with_a_refusal_code(tmp_path):
-    """Every malformed stage, and a ``result`` wait outside (0, MAX_RESULT_WAIT] (NaN or infinity would park the
-    tally forever), is refused with a refusal code, never a raw ``KeyError``/``ValueError`` text. (Unauthenticated:
-    a roster's own checks are in test_roster.)"""
+    """Every malformed stage, and a ``compute`` or ``result`` wait outside (0, MAX_RESULT_WAIT] (NaN or infinity
+    would park the tally, or its party, forever), is refused with a refusal code, never a raw ``KeyError`` or
+    ``ValueError`` text. (Unauthenticated: a roster's own checks are in test_roster.)"""
     grid, keys = argmax_grid(tmp_path, federation=False)
     tally = node_id(CLIENTS)
     request = DPHype(CANDS, config(), tallies=keys).request.to_record()
     wait = flower_tally.MAX_RESULT_WAIT
     stages = {
-        "malformed_request": [{"stage": "result", "timeout": t} for t in
+        "malformed_request": [{"stage": stage, "timeout": t} for stage in ("compute", "result") for t in
                               (float("nan"), float("inf"), -1.0, 0.0, wait * (1 + 1e-9), True, "5")]
-        + [{"stage": "result"}, {"stage": "bogus"}, {}, {"stage": "collect"},
+        + [{"stage": "result"}, {"stage": "compute"}, {"stage": "bogus"}, {}, {"stage": "collect"},
            {**request, "stage": "collect"},  # no contributors, no shares
            {**request, "stage": "collect", "contributors": [1, 2], "shares": [b"x"]},
            {**request, "stage": "collect", "contributors": ["a"], "shares": [b"x"]}],
         "tally_refused": [{"stage": "result", "timeout": wait}, {"stage": "result", "timeout": 1e-9},
-                          {"stage": "compute"}],  # in range, but nothing is running or collected
+                          {"stage": "compute", "timeout": 1.0}],  # in range, but nothing is running or collected
     }
     for code, contents in stages.items():
         replies = grid.send_and_receive([Message(RecordDict({TALLY_KEY: ConfigRecord(c)}), tally, "query.dphype_tally")
@@ -381,3 +389,118 @@ def test_with_exactly_the_voters_connected_a_sum_release_asks_no_node_its_role(t
     grid, _ = argmax_grid(tmp_path, tallies=0)
     committee = connected_committee(grid, sum_config(clients=CLIENTS), connect_timeout=5, timeout=10)
     assert committee.others == () and grid.sent == []
+
+
+@pytest.mark.parametrize("abort_at", ["compute", "result"])
+def test_a_server_that_aborts_a_release_at_any_stage_leaves_no_mpc_party_running(tmp_path, monkeypatch, abort_at):
+    """The server stops before a stage (it never sends it): before ``compute`` no party was started; before
+    ``result`` (tally 1 never started its party either) the two parties waiting for it end by the compute stage's
+    deadline, the server's ``tally_timeout``."""
+    grid, keys = argmax_grid(tmp_path)
+    real_stage, real_ask = flower_tally._TallyNode.stage, committee_server._ask
+
+    def drop_compute(self, record):
+        if self.index == 1 and record.get("stage") == "compute":
+            return {"started": True}
+        return real_stage(self, record)
+
+    def abort(grid_, nodes, content, *args):
+        if next(iter(content.values()))["stage"] == abort_at:
+            raise TallyError("the server aborts")
+        return real_ask(grid_, nodes, content, *args)
+
+    monkeypatch.setattr(flower_tally._TallyNode, "stage", drop_compute)
+    monkeypatch.setattr(committee_server, "_ask", abort)
+    server = DPHype(CANDS, config(), tallies=keys)
+    with pytest.raises(TallyError, match="the server aborts"):
+        run_committee_selection(grid, server.request, preflight=server._preflight, timeout=60, connect_timeout=5,
+                                tally_timeout=1.0)
+    saved = [json.loads(grid.contexts[node_id(CLIENTS + j)].state.config_records[TALLY_STATE]["json"])
+             for j in range(3)]
+    pids = [s["pid"] for s in saved if s["pid"] is not None]
+    assert len(pids) == (0 if abort_at == "compute" else 2)
+    deadline = time.monotonic() + 1.0 + 10.0  # the deadline, and the time to start an interpreter on a busy machine
+    try:
+        while any(alive(pid) for pid in pids):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        for pid in filter(alive, pids):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_request_re_run_in_the_same_run_after_too_few_valid_ballots_charges_each_honest_voter_once(tmp_path,
+                                                                                                       monkeypatch):
+    """The server re-runs a failed request in the same run: a relay damaged two voters' shares in transit, so the
+    tallies take 4 of 6 shares, below the floor of 5, and refuse before the request counts as served; the server
+    then runs the same request again (pre-flight, votes, tallies). Every voter answers with the very shares it sent
+    the first time and is not charged again, even after a restart that lost its context state: its memory of the
+    vote is on disk beside its ledger. One opening, one vote in each ledger."""
+    grid, keys = argmax_grid(tmp_path)
+    server = DPHype(CANDS, config(), tallies=keys)
+    real_ask = committee_server._ask
+    damaged = []
+
+    def damage_in_transit(grid_, nodes, content, *args):
+        records = list(content.values())
+        if records[0]["stage"] == "collect" and not damaged:
+            damaged.append(True)
+            for record in records:
+                record["shares"] = [bytes([b ^ 1 for b in share]) if i < 2 else share
+                                    for i, share in enumerate(record["shares"])]
+        return real_ask(grid_, nodes, content, *args)
+
+    monkeypatch.setattr(committee_server, "_ask", damage_in_transit)
+    with pytest.raises(TallyError, match="takes only 4 of 6 shares, fewer than the committee's minimum"):
+        server.start(grid, timeout=60)
+    voters = [node_id(i) for i in range(CLIENTS)]
+    for n in voters:  # a restart: the node's context state is gone, its disk is not
+        grid.contexts[n].state = RecordDict()
+    result = server.start(grid, timeout=60)
+    assert result.selected_index == 5
+    sealed = {}
+    for reply in grid.replies:
+        if not reply.has_error() and reply.metadata.message_type == "train.dphype_committee":
+            sealed.setdefault(reply.metadata.src_node_id, []).append(list(reply.content.config_records["dphype"]
+                                                                          ["shares"]))
+    assert sorted(sealed) == voters and all(len(s) == 2 and s[0] == s[1] for s in sealed.values())
+    for n in voters:
+        assert len(Ledger(NodePolicy.from_node_config(grid.contexts[n].node_config).ledger).entries()) == 1
+
+
+def test_a_tally_refuses_a_request_listing_its_key_at_another_index_whose_shares_are_another_partys(tmp_path):
+    """The clients seal share j (Shamir x-coordinate j + 1) to the j-th key of the request: a tally listed at
+    another index than its own would feed its MPyC party another party's points."""
+    grid, keys = argmax_grid(tmp_path, federation=False)
+    swapped = DPHype(CANDS, config(), tallies=(keys[1], keys[0], keys[2])).request
+    collect = {**swapped.to_record(), "stage": "collect", "contributors": [], "shares": []}
+    (reply,) = grid.send_and_receive([Message(RecordDict({TALLY_KEY: ConfigRecord(collect)}), node_id(CLIENTS),
+                                              "query.dphype_tally")])
+    assert reply.error.reason.startswith("Refusal: tally_refused: tally 0 is not tally 0 of this request's committee")
+
+
+def test_a_tally_whose_operator_set_tls_runs_its_mpyc_party_with_ssl_in_its_tls_folder(tmp_path):
+    """``dphype-tally-tls``: the party must run with MPyC's ``--ssl`` (mutual TLS and the party-name pin) in that
+    folder; without it the parties would talk plain TCP although the node's operator asked for TLS."""
+    grid, keys = argmax_grid(tmp_path, federation=False)
+    tally = node_id(CLIENTS)
+    folder = issue_mpyc_party(make_ca(tmp_path / "pki", "committee CA"), tmp_path / "tls-0", 0)
+    grid.contexts[tally].node_config[flower_tally.TALLY_TLS] = str(folder)
+    tallies = [Tally(j) for j in range(3)]
+    for t in tallies:
+        t.open_round("req-tls", 5, 1, form=BallotForm.top_k(1), noise=np.zeros(5, dtype=np.int64))
+    sealed = client_sealed_shares("req-tls", np.eye(5, dtype=np.int64)[2], [t.public for t in tallies],
+                                  voter_id(0, "a"))
+    tallies[0].receive("a", sealed[0])
+    grid.contexts[tally].state.config_records[TALLY_STATE] = ConfigRecord(
+        {"json": json.dumps({"job": tallies[0].job(), "pid": None, "out": None})})
+    (reply,) = grid.send_and_receive([Message(RecordDict({TALLY_KEY: ConfigRecord({"stage": "compute",
+                                                                                     "timeout": 120.0})}),
+                                              tally, "query.dphype_tally")])
+    assert not reply.has_error()
+    pid = json.loads(grid.contexts[tally].state.config_records[TALLY_STATE]["json"])["pid"]
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert b"--ssl" in command and Path(f"/proc/{pid}/cwd").resolve() == folder.resolve()
+    finally:
+        os.kill(pid, signal.SIGKILL)

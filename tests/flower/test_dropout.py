@@ -92,7 +92,7 @@ def test_a_voter_cut_off_mid_vote_is_named_and_left_out(tmp_path, monkeypatch):
     # the in-process grid answers when a message is pushed: the timeout is only waited out for the cut-off node
     result = DPHype(CANDS, cfg, tallies=committee.keys).start(grid, timeout=1, connect_timeout=600,
                                                               committee_nodes=committee.nodes)
-    assert f"node {node_id(3)} (no shares)" in result.report.excluded and result.report.survivors == CLIENTS - 1
+    assert f"node {node_id(3)} (no shares)" in result.report.unattributed and result.report.survivors == CLIENTS - 1
 
 
 def test_a_tally_cut_off_mid_run_stops_the_release_naming_it(tmp_path):

@@ -218,14 +218,14 @@ def test_a_share_relabelled_and_re_signed_by_the_server_is_left_out(tmp_path):
                                 *record["signatures"][1:]]
 
     _, result = attacked_collect(tmp_path, resign, released=True)  # named by the driver's list: node-0's entry
-    assert result.report.excluded == ("node-0",) and result.report.survivors == CLIENTS - 1
+    assert result.report.unattributed == ("node-0",) and result.report.survivors == CLIENTS - 1
 
     def resign_as_member(record, j):
         record["signatures"] = [sign(forged, Roster("x").context("committee-share", "00" * 32, 1),
                                      share_payload(j, record["shares"][0])), *record["signatures"][1:]]
 
     _, result = attacked_collect(tmp_path / "2", resign_as_member, released=True)
-    assert result.report.excluded == ("node-0",) and result.report.survivors == CLIENTS - 1
+    assert result.report.unattributed == ("node-0",) and result.report.survivors == CLIENTS - 1
 
 
 def test_a_member_twice_and_unsigned_shares_are_refused(tmp_path):
@@ -265,7 +265,7 @@ def test_shares_of_another_federation_are_refused(tmp_path):
                                      share_payload(j, record["shares"][0])), *record["signatures"][1:]]
 
     _, result = attacked_collect(tmp_path / "2", other_federation, grid_of=lambda: (grid, keys), released=True)
-    assert result.report.excluded == ("node-0",)  # signed under the other roster: left out, named
+    assert result.report.unattributed == ("node-0",)  # signed under the other roster: left out, named
 
 
 def test_a_tally_not_in_the_roster_gets_no_share(tmp_path):

@@ -88,3 +88,37 @@ def test_the_fork_servers_warm_module_parses_the_named_data_sets_once_for_every_
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=300,
                          env={**os.environ, "PYTHONPATH": str(REPO), "DPHYPE_WARM_DATA": names}).stdout.split()
     assert out == [str(loaded), "1"]
+
+
+@pytest.mark.slow
+def test_a_stopped_superexec_stops_its_tasks_and_its_fork_server(tmp_path):
+    """SIGTERM (what clients/start-voter.sh sends it when its node stops): the running task and the fork server end
+    with it (the fork server, still importing, outlived it by seconds; a task waited on the SuperNode).
+    Its Runtime API here is a closed port: it keeps retrying until stopped."""
+    import signal
+    import time
+
+    from helpers import descendants, free_ports_in_a_row, running
+
+    script = ("import time; from dphype.flower.superexec import ForkserverExecutor, serve\n"
+              "start = ForkserverExecutor.start\n"  # one long task, as soon as the fork server is up
+              "def started(self):\n"
+              "    start(self); task = self._context.Process(target=time.sleep, args=(600,)); task.start()\n"
+              "    self._children.append(task); print('task', task.pid, flush=True)\n"
+              "ForkserverExecutor.start = started\n"
+              f"serve('127.0.0.1:{free_ports_in_a_row(1)}', insecure=True)\n")
+    superexec = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+    try:
+        assert superexec.stdout is not None and superexec.stdout.readline().startswith("task ")
+        family = descendants(superexec.pid)
+        assert len(family) >= 3  # the fork server, the task and multiprocessing's resource tracker
+        superexec.send_signal(signal.SIGTERM)
+        superexec.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while [pid for pid in family if running(pid)] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in family if running(pid)]
+    finally:
+        if superexec.poll() is None:
+            os.killpg(superexec.pid, signal.SIGKILL)

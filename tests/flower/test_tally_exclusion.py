@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from helpers import CANDS, CLIENTS, TableTask, argmax_config, argmax_grid, scores_table
 
-import dphype.flower.client.committee_client as client_argmax
+import dphype.flower.client.approval as client_approval
 from dphype.flower.federation import voter_name
 from dphype.flower.local import node_id
 from dphype.flower.server import DPHype
@@ -68,13 +68,13 @@ class Impostor:
 
 
 def modified_membership(monkeypatch, **impostor):
-    real = client_argmax.approved_membership
+    real = client_approval.approved_membership
 
     def approved(limits, approved_record):
         membership = real(limits, approved_record)
         return Impostor(membership, **impostor) if membership.name == CHEATER else membership
 
-    monkeypatch.setattr(client_argmax, "approved_membership", approved)
+    monkeypatch.setattr(client_approval, "approved_membership", approved)
 
 
 def bytes_to_tally_2(real, request, voter):
@@ -88,41 +88,48 @@ def boost():
     return ballot
 
 
-ATTACKS = {
+ATTACKS = {  # attack -> (install, the member named, where: its own invalid ballot or unattributed)
     # (a) valid shares to tallies 0 and 1, bytes that do not open to tally 2 (signed by the member)
-    "bytes that do not open at one tally": (lambda mp: modified_ballot(mp, bytes_to_tally_2), CHEATER),
+    "bytes that do not open at one tally": (lambda mp: modified_ballot(mp, bytes_to_tally_2), CHEATER, "unattributed"),
     # (b) its shares sealed under another member's label, sent as its own
     "sealed under another member's label": (lambda mp: modified_ballot(
-        mp, lambda real, request, voter: real(voter_id(1, voter_name(1)))), CHEATER),
+        mp, lambda real, request, voter: real(voter_id(1, voter_name(1)))), CHEATER, "unattributed"),
     # (c) it answers as another member (node-1, who answers too), signed with its own key
     "answers as another member": (lambda mp: modified_membership(mp, name=voter_name(1)),
-                                  f"{voter_name(1)} (node {node_id(0)})"),
+                                  f"{voter_name(1)} (node {node_id(0)})", "unattributed"),
     # (d) a garbage roster signature on every share
-    "garbage roster signature": (lambda mp: modified_membership(mp, sign=lambda *a: b"\x01" * 64), CHEATER),
+    "garbage roster signature": (lambda mp: modified_membership(mp, sign=lambda *a: b"\x01" * 64), CHEATER,
+                                 "unattributed"),
     # no signature at all
-    "no roster signature": (lambda mp: modified_membership(mp, sign=lambda *a: b""), CHEATER),
+    "no roster signature": (lambda mp: modified_membership(mp, sign=lambda *a: b""), CHEATER, "unattributed"),
     # invalid content: 30 votes for candidate 0
     "invalid content": (lambda mp: modified_ballot(mp, lambda real, request, voter: dealt(request, voter,
-                                                                                           [boost()] * 3)), CHEATER),
+                                                                                           [boost()] * 3)), CHEATER,
+                        "excluded"),
     # different ballots to different tallies (each a valid top-2 sharing, together on no line)
     "different ballots to different tallies": (lambda mp: modified_ballot(mp, lambda real, request, voter: dealt(
         request, voter, [np.eye(len(CANDS), dtype=np.int64)[[0, 1]].sum(axis=0)] * 2
-        + [np.eye(len(CANDS), dtype=np.int64)[[2, 3]].sum(axis=0)])), CHEATER),
+        + [np.eye(len(CANDS), dtype=np.int64)[[2, 3]].sum(axis=0)])), CHEATER, "excluded"),
     # approved in the pre-flight, then no answer to the vote
     "no answer": (lambda mp: modified_ballot(mp, lambda real, request, voter: (_ for _ in ()).throw(
-        RuntimeError("gone"))), f"node {node_id(0)} (no shares)"),
+        RuntimeError("gone"))), f"node {node_id(0)} (no shares)", "unattributed"),
 }
 
 
 @pytest.mark.parametrize("attack", list(ATTACKS))
-def test_one_misbehaving_member_is_left_out_and_named_and_the_release_goes_on(tmp_path, monkeypatch, attack):
-    install, named = ATTACKS[attack]
+def test_one_misbehaving_member_is_left_out_and_named_for_what_is_known_and_the_release_goes_on(tmp_path, monkeypatch,
+                                                                                                 attack):
+    """A share whose signature checks and whose content fails is its voter's (``excluded``); one that fails its
+    signature, does not open, repeats or never arrives may be the relay's doing as much (``unattributed``)."""
+    install, named, where = ATTACKS[attack]
     install(monkeypatch)
     grid, keys = argmax_grid(tmp_path)
     # epsilon 20: the noise (std ~0.1) cannot move the honest voters' lead of candidate 5
     result = DPHype(CANDS, argmax_config(epsilon=20.0), tallies=keys).start(grid, timeout=60)
-    assert result.report.excluded == (named,) and result.report.survivors == CLIENTS - 1
-    assert result.selected_index == 5
+    other = "excluded" if where == "unattributed" else "unattributed"
+    assert (getattr(result.report, where), getattr(result.report, other)) == ((named,), ())
+    assert result.report.survivors == CLIENTS - 1 and result.selected_index == 5
+    assert named in result.summary() and named in result.to_dict()["privacy"][where]
     assert ledgers(grid) == [int(attack != "no answer")] + [1] * (CLIENTS - 1)  # every honest voter: one vote
 
 
@@ -215,5 +222,5 @@ def test_a_member_whose_bytes_do_not_open_at_one_tally_is_left_out_through_flowe
     run_simulation(server_app, client_app, num_supernodes=clients + 3,
                    backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
     result = out["result"]
-    assert result.report.excluded == (voter_name(0),) and result.report.survivors == clients - 1
+    assert result.report.unattributed == (voter_name(0),) and result.report.survivors == clients - 1
     assert result.selected_index == 5

@@ -299,3 +299,11 @@ def test_fedavg_waits_for_a_vanished_voter_only_so_long_then_goes_on_with_the_ot
     for bad in ({"fewest": 0, "wait": 1.0}, {"fewest": 3, "wait": 0.0}):
         with pytest.raises(ValueError, match="must be"):
             BoundedFedAvg(**bad)
+
+
+@pytest.mark.parametrize("epsilon", [100.5, 1e6, float("inf"), float("nan"), 0.0, -1.0])
+def test_a_training_budget_outside_0_to_100_is_refused_for_library_callers_too(epsilon):
+    """``TrainingBudget`` is what a library caller builds directly (no run config check before it): an epsilon
+    above `dphype.checks.MAX_EPSILON` is no privacy and must be refused as one at 0 or below is."""
+    with pytest.raises(ValueError, match=r"epsilon must be a finite number in \(0, 100\]"):
+        TrainingBudget(epsilon=epsilon, rounds=1)

@@ -97,8 +97,8 @@ def test_what_clients_send_and_the_release_carry_the_calibrated_noise(noise, rec
     votes = np.zeros(len(BIG))
     votes[-3:] = 1
     released = []
-    for _ in range(runs):
-        result = selection.start(LocalGrid(app, clients, node_config=PERMISSIVE))
+    for run in range(1, runs + 1):  # one vote per request and run: each release in a run of its own
+        result = selection.start(LocalGrid(app, clients, node_config=PERMISSIVE, run_id=run))
         assert result.report.survivors == 7
         released.append(result.noisy_sum - 7 * votes)  # the server's decoded sum, in vote units
     assert len(recorded_votes) == 7 * runs

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import torch
+from helpers import EXACT, in_float64
 from torch import nn
 
 from dphype.ml.data import Dataset
@@ -47,30 +48,9 @@ def _factory(name: str, data: Dataset) -> Callable[[], nn.Module]:
     return lambda: build_model(name, data.x.shape[1:], data.num_classes, dropout=False)
 
 
-class _Float64(nn.Module):
-    """``inner`` in float64, its float32 input widened exactly: the whole training step runs in float64."""
-
-    def __init__(self, inner: nn.Module) -> None:
-        super().__init__()
-        self.inner = inner.double()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.inner(x.double())
-
-
 def _exact_factory(name: str, data: Dataset) -> Callable[[], nn.Module]:
-    """`_factory`'s model in float64, for tests of equality between two summation orders of one computation.
-
-    In float32 the batched kernels' other summation order differs from torch.optim's by a few ulps per step, and
-    momentum and batch norm amplify it over the steps (CIFAR FedAvg: 4e-6 on an Intel Xeon, 8e-4 on an AMD EPYC,
-    up to 1e4 ulps). In float64 the same amplification leaves at most about 1e4 * 1.1e-16 = 1e-12 (measured: 1.3e-14
-    on the Xeon), so `EXACT` (1e-9) holds on any CPU while a wrong seed, batch order or weighting (1e-3 or more)
-    still fails.
-    """
-    return lambda: _Float64(build_model(name, data.x.shape[1:], data.num_classes, dropout=False))
-
-
-EXACT = 1e-9
+    """`_factory`'s model in float64 (`helpers.in_float64`): two summation orders agree to `EXACT`."""
+    return in_float64(_factory(name, data))
 
 
 def _max_diff(a: StackedModels, b: StackedModels) -> float:
@@ -150,8 +130,10 @@ def test_accuracy_flags_non_finite_models() -> None:
 
 
 def test_validation_metrics_match_a_plain_module_and_training_loss() -> None:
+    """Batches of 7 summed against one mean over 300 rows, stacked logits against the plain module's: in float64
+    to `EXACT` (a float32 sum of 300 losses may differ by 300 ulps, 2e-5 relative, on another CPU's kernels)."""
     data = _tabular(n=300)
-    models = train_candidates(_factory("adult-mlp", data), data, CANDIDATES, epochs=1, device="cpu")
+    models = train_candidates(_exact_factory("adult-mlp", data), data, CANDIDATES, epochs=1, device="cpu")
     acc, loss = validation_metrics(models, data, batch_size=7)  # batches of unequal size on purpose
     assert np.array_equal(acc, accuracy(models, data))
     y = torch.from_numpy(data.y)
@@ -159,9 +141,9 @@ def test_validation_metrics_match_a_plain_module_and_training_loss() -> None:
         module = models.unstack(c).eval()
         with torch.no_grad():
             out = module(torch.from_numpy(data.x))
-        expected = (nn.functional.binary_cross_entropy_with_logits(out[:, 0], y.float()) if out.shape[1] == 1
+        expected = (nn.functional.binary_cross_entropy_with_logits(out[:, 0], y.double()) if out.shape[1] == 1
                     else nn.functional.cross_entropy(out, y))
-        assert loss[c] == pytest.approx(float(expected), rel=1e-5)
+        assert loss[c] == pytest.approx(float(expected), rel=EXACT)
 
 
 def test_with_loss_returns_accuracy_and_negated_loss() -> None:
@@ -177,12 +159,13 @@ def test_with_loss_returns_accuracy_and_negated_loss() -> None:
 
 
 def test_unstack_gives_the_plain_module_of_one_candidate() -> None:
+    """Stacked and plain forward sum in different orders: float64, to `EXACT`."""
     data = _tabular()
-    models = train_candidates(_factory("adult-mlp", data), data, CANDIDATES, epochs=1, device="cpu")
+    models = train_candidates(_exact_factory("adult-mlp", data), data, CANDIDATES, epochs=1, device="cpu")
     module = models.unstack(2).eval()
     x = torch.from_numpy(data.x[:10])
     with torch.no_grad():
-        assert torch.allclose(module(x), models.logits(x, train=False)[2], atol=1e-6)
+        assert torch.allclose(module(x), models.logits(x, train=False)[2], rtol=0.0, atol=EXACT)
 
 
 def test_progress_reports_epochs() -> None:

@@ -115,3 +115,13 @@ def test_node_keys_are_what_flower_reads(tmp_path):
     assert stat.S_IMODE((tmp_path / "node.key").stat().st_mode) == 0o600
     with pytest.raises(FileExistsError):
         make_node_key(tmp_path / "node.key")
+
+
+def test_every_issued_leaf_certificate_is_not_a_ca_so_no_member_can_mint_certificates_for_others(federation):
+    """Only the federation's CA signs certificates: a leaf that were a CA (the SuperLink's, a tally's MPyC party's)
+    could issue a certificate naming another party, which every peer would accept."""
+    folder, ca, link = federation
+    constraints = {path: x509.load_pem_x509_certificate(path.read_bytes()).extensions.get_extension_for_class(
+        x509.BasicConstraints) for path in (ca.cert, link.cert, folder / "tally-0/.config/party_0.crt")}
+    assert all(c.critical for c in constraints.values())
+    assert [c.value.ca for c in constraints.values()] == [True, False, False]

@@ -240,7 +240,7 @@ def test_privacy_report():
     assert set(d) == {
         "epsilon", "delta", "accountant", "noise", "sigma", "client_std", "clients", "dropout", "k",
         "num_candidates", "survivors", "neighbouring", "l2_sensitivity", "released", "release_delta",
-        "ballots_verified", "excluded",
+        "ballots_verified", "excluded", "unattributed",
     }
     assert d["release_delta"] is None and rep.guarantee() == "(1, 1e-05)-DP"  # the sum release is (epsilon, delta)-DP
     # SecAgg+ sums whatever the clients send: the report says its ballots were not verified

@@ -11,6 +11,7 @@ from dphype.privacy.noise import (
     client_noise_std,
     client_noise_variance,
     min_survivors,
+    min_valid_ballots,
     noise_share,
     noise_tail_bound,
     secure_generator,
@@ -247,3 +248,11 @@ def test_secure_gaussian_share_is_normal():
     edges = norm.ppf(np.linspace(0, 1, 51)[1:-1], scale=1.0)  # 50 equiprobable bins of N(0, 1)
     counts = np.bincount(np.searchsorted(edges, x), minlength=50)
     assert stat_below(counts, np.full(50, x.size / 50))
+
+
+def test_the_committee_never_releases_noise_alone_its_floor_of_valid_ballots_is_at_least_one():
+    """``min_valid_ballots``: at least one valid ballot, whatever the federation's size and dropout (a floor of 0
+    would let the committee open the noise of no ballot at all as a selection)."""
+    floors = [min_valid_ballots(n, xi) for n in range(2, 40) for xi in (0.0, 0.1, 0.5, 0.9)]
+    assert min(floors) == 1
+    assert min_valid_ballots(2, 0.9) == 1 and min_valid_ballots(3, 0.9) == 1

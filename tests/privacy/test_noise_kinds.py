@@ -2,6 +2,7 @@
 unknown kind is refused at every entry point with the same message."""
 
 import argparse
+import math
 
 import numpy as np
 import pytest
@@ -189,3 +190,21 @@ def test_an_unknown_kind_is_refused_by_the_ledger_and_the_cli():
     add_noise_arguments(parser)
     with pytest.raises(SystemExit):
         parser.parse_args(["--noise", "laplace"])
+
+
+@pytest.mark.parametrize(("threshold", "variance"), [(3.0, 2.0), (10.0, 10.0), (40.0, 100.0), (120.0, 1000.0)])
+def test_skellams_tail_bound_covers_both_signs_or_the_secure_sums_failure_probability_is_understated(threshold,
+                                                                                                     variance):
+    """P(|X| > t) <= 2 min_l E[e^(l X)] e^(-l m) (m = floor(t) + 1, the union of the two signs' Chernoff bounds),
+    with Skellam's moment generating function ``exp(2 mu (cosh l - 1))`` minimised numerically here; a one-sided
+    bound (half of it) is below what the code must promise. It also bounds the exact tail (scipy)."""
+    from scipy.optimize import minimize_scalar
+    from scipy.stats import skellam
+
+    mu, m = variance / 2.0, math.floor(threshold) + 1.0
+    best = minimize_scalar(lambda lam: 2.0 * mu * (math.cosh(lam) - 1.0) - lam * m, bounds=(0.0, 20.0),
+                           method="bounded", options={"xatol": 1e-12})
+    expected = min(1.0, 2.0 * math.exp(best.fun))
+    bound = noise_kind("skellam").tail(threshold, variance)
+    assert bound == pytest.approx(expected, rel=1e-6)
+    assert bound >= 2.0 * skellam.sf(math.floor(threshold), mu, mu)

@@ -2,6 +2,8 @@
 parties). The tallies' noise shares are given (zero, or fixed vectors) so that the opened value is known exactly;
 tests/secure/test_ballot_check.py checks the ballots, tests/privacy the noise the modes draw."""
 
+import base64
+
 import numpy as np
 import pytest
 
@@ -215,3 +217,18 @@ def test_the_field_prime_is_read_without_mpycs_side_effects_on_the_host():
             "print(field_modulus(), type(asyncio.get_event_loop_policy()).__name__, len(logging.getLogger().handlers))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.split() == [str(field_modulus()), "_UnixDefaultEventLoopPolicy", "0"]
+
+
+def test_an_invalid_entrys_share_row_is_zeroed_in_the_job_so_no_party_ever_computes_on_it():
+    """Defence in depth: a share a tally did not take (here the same contributor twice, both valid sharings) goes
+    to the MPC as a zero row, whatever the flags do; a row kept would reach the sums if a flag were ever lost."""
+    tallies = committee(1)
+    keys = [t.public for t in tallies]
+    for vote in (1, 3):
+        sealed = client_sealed_shares("req-1", one_hot(5, vote), keys, voter_id(0, "a"))
+        tallies[0].receive("a", sealed[0])
+    send(tallies, "req-1", [one_hot(5, 2)])  # one valid contributor
+    job = tallies[0].job()
+    rows = np.frombuffer(base64.b64decode(job["shares"]), dtype="<u8").reshape(len(job["contributors"]), -1)
+    assert job["contributors"] == ["a", "a", "client-0"] and job["invalid"] == [0, 1]
+    assert not rows[[0, 1]].any() and rows[2].any()

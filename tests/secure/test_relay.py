@@ -89,6 +89,18 @@ def test_expand_mask_rejects_bad_arguments(size: object, modulus: object, match:
         relay.expand_mask(bytes(32), size, modulus, context=b"")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("modulus", [2**32, 2**62, 2**32 - 5])
+def test_expand_masks_equals_expand_mask_key_by_key(modulus: int) -> None:
+    keys = [hashlib.sha256(bytes([i])).digest() for i in range(5)]
+    masks = relay.expand_masks(keys, 37, modulus, context=b"ctx")
+    assert masks.shape == (5, 37) and masks.dtype == np.int64
+    for key, row in zip(keys, masks, strict=True):
+        assert np.array_equal(row, relay.expand_mask(key, 37, modulus, context=b"ctx"))
+    assert relay.expand_masks([], 37, modulus, context=b"ctx").shape == (0, 37)
+    with pytest.raises(RelayError):
+        relay.expand_masks([keys[0][:31]], 37, modulus, context=b"ctx")
+
+
 def test_expand_mask_rejects_short_key() -> None:
     with pytest.raises(RelayError, match="key must be 32 bytes"):
         relay.expand_mask(bytes(16), 3, 10, context=b"")

@@ -48,6 +48,18 @@ def test_an_identity_key_is_written_private_never_overwritten_and_read_back(tmp_
     assert IdentityKey.load(path).public == key.public
 
 
+def test_an_identity_key_is_read_anew_when_its_file_changes_and_refused_when_it_opens_up(tmp_path):
+    path = IdentityKey.generate().save(tmp_path / "id.key")
+    first = IdentityKey.load(path)
+    assert IdentityKey.load(path).public == first.public
+    path.unlink()
+    second = IdentityKey.generate().save(path)
+    assert IdentityKey.load(path).public != first.public
+    os.chmod(second, 0o644)
+    with pytest.raises(RosterError, match="readable by others"):
+        IdentityKey.load(second)
+
+
 def test_an_identity_key_file_may_hold_the_raw_key_in_base64(tmp_path):
     key = IdentityKey.generate()
     raw = tmp_path / "raw.key"
@@ -205,6 +217,20 @@ def test_unknown_members_other_roles_and_a_member_twice_are_refused():
     assert [m.name for m in roster.check_distinct_signers([entry], "voter", context)] == ["node-0"]
     with pytest.raises(RosterError, match="node-0 appears twice"):
         roster.check_distinct_signers([entry, entry], "voter", context)
+
+
+def test_a_signed_list_checked_before_is_remembered_only_for_exactly_that_list():
+    roster, keys = members(3)
+    context = roster.context("secagg-advertise", REQUEST, 1)
+    entries = [(name, name.encode(), sign(keys[name], context, name.encode())) for name in sorted(keys)]
+    assert [m.name for m in roster.check_distinct_signers(entries, "voter", context)] == sorted(keys)
+    assert [m.name for m in roster.check_distinct_signers(entries, "voter", context)] == sorted(keys)  # remembered
+    forged = [*entries[:2], (entries[2][0], b"other", entries[2][2])]
+    changed = {"another payload": (forged, "voter", context), "another role": (entries, "tally", context),
+               "another run": (entries, "voter", roster.context("secagg-advertise", REQUEST, 2))}
+    for listed, role, where in changed.values():
+        with pytest.raises(RosterError):
+            roster.check_distinct_signers(listed, role, where)
 
 
 def test_a_share_payload_binds_the_tally_and_the_ciphertext():

@@ -115,8 +115,9 @@ def test_round_sums_exactly_without_dropouts() -> None:
 
 
 def test_node_state_keeps_only_its_neighbours_encryption_and_mask_keys() -> None:
-    # the state travels with the node's Context on every message: after share_keys it holds the c / s keys of
-    # the node's graph neighbours (those of the key list the server sent), the signing keys of every node
+    # the state travels with the node's Context on every message: after share_keys it holds the share-encryption
+    # keys agreed with the node's graph neighbours (the same both ways: a neighbour's share opens with it), their
+    # mask keys (those of the key list the server sent) and the signing keys of every node
     fed = Federation(40, graph=(6, 5))
     server, _ = fed.server_until("masked_input")
     assert server.graph is not None
@@ -124,12 +125,16 @@ def test_node_state_keeps_only_its_neighbours_encryption_and_mask_keys() -> None
         state = fed.states[node]
         assert state is not None and state.stage == "share_keys"
         assert state.peers == sorted(server.graph.neighbourhood(node)) and len(state.peers) == 6
-        assert state.peer_keys(state.c_keys) == {v: server.keys[v][0] for v in state.peers}
+        for v, key in state.peer_keys(state.box_keys).items():
+            peer = fed.states[v]
+            assert peer is not None and peer.peer_keys(peer.box_keys)[node] == key
+            assert key == sa._pair_key(relay.KeyPair.from_private(state.c_private), server.keys[v][0], state.digest,
+                                       node, v, b"share-key")
         assert state.peer_keys(state.s_keys) == {v: server.keys[v][1] for v in state.peers}
         assert state.signing_keys() == {v: server.keys[v][2] for v in fed.ids}
-        assert len(state.c_keys) + len(state.s_keys) + len(state.g_keys) == 32 * (2 * 6 + 40)
+        assert len(state.box_keys) + len(state.s_keys) + len(state.g_keys) == 32 * (2 * 6 + 40)
     with pytest.raises(Refusal, match="unreadable"):
-        state.peer_keys(state.c_keys[:-1])
+        state.peer_keys(state.box_keys[:-1])
 
 
 def test_round_sums_exactly_with_dropouts_at_every_stage() -> None:

@@ -166,3 +166,18 @@ def test_a_party_that_fails_logs_its_stderr_and_names_its_last_words(caplog):
                                             r"ValueError: buffer size must be a multiple"):
         run_loopback_committee(jobs, timeout=60)
     assert any(r.getMessage().startswith("tally 0 party: Traceback") for r in caplog.records)
+
+
+def test_a_row_one_tally_flags_and_the_others_do_not_is_left_out_at_every_party():
+    """White-box, the flags alone: tally 1 marks voter-0's perfectly valid sharing as not taken (its
+    reason is its own), the others took it. Each party must combine every tally's flags by union, its own included:
+    the ballot is left out everywhere (one set counted) and named. By intersection, or a party ignoring its own
+    tally's flags, it would count (6 votes for candidate 3, not 5)."""
+    tallies, flagging = committee(opens=OPENS_SUM), 1
+    counts = cast(tallies, {})
+    jobs = [t.job() for t in tallies]
+    position = jobs[flagging]["contributors"].index("voter-0")
+    jobs[flagging]["invalid"], jobs[flagging]["reasons"] = [position], ["flagged by its tally only"]
+    opening = run_loopback_committee(jobs)
+    assert opening.excluded == ("voter-0",) and opening.excluded_at == (position,)
+    assert opening.value == tuple((counts - np.eye(SIZE, dtype=np.int64)[3]).tolist())

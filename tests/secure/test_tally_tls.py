@@ -3,8 +3,11 @@ certificate the committee's CA issued to another party is refused and nothing is
 
 from __future__ import annotations
 
+import os
+import ssl
 import subprocess
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -21,7 +24,7 @@ from dphype.secure.committee import (
     send_job,
     voter_id,
 )
-from dphype.secure.tally_party import PARTY_NAME
+from dphype.secure.tally_party import PARTY_NAME, wrong_parties
 from dphype.selection.ballots import BallotForm
 
 
@@ -47,7 +50,7 @@ def _run(folders, request, timeouts=(30.0, 30.0, 30.0)):
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for j, folder in enumerate(folders)]
     for proc, job in zip(procs, _jobs(request), strict=True):
-        send_job(proc, job)
+        send_job(proc, job, deadline=60, anchor=os.getpid())
     out: list = [None] * len(procs)
     try:
         for j in sorted(range(len(procs)), key=lambda j: -timeouts[j]):
@@ -96,3 +99,23 @@ def test_a_valid_certificate_of_another_party_is_refused_and_nothing_is_opened(c
     assert all(f"tally {j} refused to open: the parties' certificates do not check out" in out[j] for j in (1, 2))
     assert any("party 0 presented MPyC party 1)" in out[j] or "party 0 presented MPyC party 1;" in out[j]
                for j in (1, 2))
+
+
+def test_a_certificate_whose_other_names_claim_another_party_is_refused_by_the_pin(ca):
+    """TLS matches a host name against a certificate's DNS names before its common name: a certificate of the
+    committee's CA with the right common name and another party's DNS name could speak for that party, so the pin
+    (`wrong_parties`) reads both. White-box: the certificate as Python's ``ssl`` decodes a verified peer's."""
+    folder, authority = ca
+    decode = ssl._ssl._test_decode_cert  # what getpeercert() returns for this certificate
+    mixed = issue(authority, folder / "mixed", "party_1", common_name=MPYC_NAME.format(1),
+                  hosts=(MPYC_NAME.format(2),), client=True)
+    own = issue_mpyc_party(authority, folder / "own-1", 1) / ".config" / "party_1.crt"
+
+    def peers(cert_file):
+        info = decode(str(cert_file))
+        transport = SimpleNamespace(get_extra_info=lambda key: info if key == "peercert" else None)
+        return [SimpleNamespace(pid=0, protocol=None), SimpleNamespace(pid=1, protocol=SimpleNamespace(
+            transport=transport))]
+
+    assert wrong_parties(peers(own), 0) == []
+    assert wrong_parties(peers(mixed.cert), 0) == [f"party 1 presented {MPYC_NAME.format(1)}, {MPYC_NAME.format(2)}"]

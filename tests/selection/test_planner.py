@@ -87,7 +87,7 @@ def test_distinct_uniform_tuples() -> None:
 
 
 @pytest.mark.parametrize(
-    "sigma_loss, k, measured",  # results/README.md, Fig. 2a: n = 250, epsilon = 0.25, |H_good| = 5 of 100, 5000 runs
+    "sigma_loss, k, measured",  # results/paper.md, Fig. 2a: n = 250, epsilon = 0.25, |H_good| = 5 of 100, 5000 runs
     [(0.5, 1, 0.796), (0.5, 5, 0.961), (1.0, 1, 0.231), (1.0, 5, 0.344)],
 )
 def test_planner_reproduces_the_synthetic_studys_measured_success(sigma_loss, k, measured):

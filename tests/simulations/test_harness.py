@@ -105,3 +105,26 @@ def test_the_benches_default_to_the_products_local_signal_and_select_the_papers(
     assert harness.Scale.from_args(parser.parse_args([])).validation == product == "split:loss"
     assert harness.Scale(1, 1, 1).validation == product
     assert harness.Scale.from_args(parser.parse_args(["--validation", "split"])).validation == "split"
+
+
+@pytest.mark.slow
+def test_every_studys_default_federations_can_be_split():
+    """``dphype bench STUDY`` runs with its own defaults: for each study with federation options, the hardest default
+    pair (most clients, smallest Dirichlet beta; a split gets harder with both) is one the data set can give every
+    client its minimum of rows (Adult's 0.5 split cannot at n = 250, which once stopped `dphype bench tradeoff`)."""
+    import argparse
+
+    from simulations.cli import STUDIES, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    (studies,) = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    hardest = set()
+    for study in STUDIES:
+        defaults = studies.choices[study]
+        if defaults.get_default("betas") is not None:
+            betas = [beta for beta in defaults.get_default("betas") if beta is not None]
+            hardest.add((defaults.get_default("dataset"), max(defaults.get_default("clients")),
+                         min(betas) if betas else None))
+    assert ("adult", 100, 0.5) in hardest  # the tradeoff's and the ablations'
+    harness.validate_federations([harness.Federation(dataset, n, beta) for dataset, n, beta in sorted(hardest)])

@@ -116,6 +116,14 @@ def test_resources_voting_round_through_flower_in_both_release_modes(tmp_path: P
     assert "num_shares" not in winner or winner["num_shares"] == ""
     assert min(secagg["peak_memory_mb"], winner["peak_memory_mb"]) > 50 and res["secagg"] == "secure"
     assert res["releases"] == ["sum", "argmax"] and res["time_exponent"] == {"sum": None, "argmax": None}
+    # the round stage by stage: every SecAgg+ stage of the sum, the committee's of the argmax, the clients' work seen
+    stages = {release: [r for r in res["stages"] if r["release"] == release] for release in ("sum", "argmax")}
+    assert [r["stage"] for r in stages["sum"]][1:] == ["pre-flight", "share_keys", "masked_input", "consistency",
+                                                        "unmask"]
+    assert "committee vote" in [r["stage"] for r in stages["argmax"]]
+    assert all(sum(r["clients_cpu_s"] for r in rows) > 0 for rows in stages.values())
+    assert all(r["wall_s"] > 0 and r["idle_estimate_s"] >= r["server_cpu_s"] >= 0 for r in res["stages"])
+    assert (tmp_path / "r" / "resources_stages.txt").read_text().count("total") == 2
 
 
 @pytest.mark.slow

@@ -45,11 +45,11 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 from flwr.clientapp import ClientApp
 from flwr.common import log
 
+from dphype.flower.client.approval import approved_vote, check_aggregator
 from dphype.flower.client.committee_client import register_committee_vote
 from dphype.flower.client.policy_client import (
     PolicySource,
     announce_simulated,
-    approved_membership,
     cast_approved_ballot,
     describe_federation,
     node_policy,
@@ -59,6 +59,7 @@ from dphype.flower.client.policy_client import (
     roster_digest,
     sanitized,
     simulated,
+    voted_before,
 )
 from dphype.flower.client.secagg_client import abort_round, round_in_progress, secure_vote_reply, stage_reply
 from dphype.flower.tally_node import register_tally
@@ -75,6 +76,7 @@ from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy, check_vote_request
 from dphype.protocol import VoteRequest, score_candidates
 from dphype.refusal import Refusal
+from dphype.release import Aggregator
 from dphype.secure.roster import Membership
 from dphype.secure.secagg import Approval
 from dphype.task import Task
@@ -134,20 +136,24 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
                 raise Refusal("roster", "the request names another federation's roster than this node's (or this "
                               "node has none)")
             guarantee = check_vote_request(request, limits)
-            Ledger(cast(Path, limits.ledger)).check(guarantee, limits)
-            task = task_fn(context)
-            log(logging.INFO, "DP-Hype: scoring %d candidates on local data", len(request.candidates))
-            scores = score_candidates(task, request.candidates, progress=_log_progress)
+            scores, maximize = None, False  # a re-run of a request voted in this run: its vote is answered again
+            if not voted_before(context, request, limits):
+                Ledger(cast(Path, limits.ledger)).check(guarantee, limits)
+                task = task_fn(context)
+                log(logging.INFO, "DP-Hype: scoring %d candidates on local data", len(request.candidates))
+                scores = score_candidates(task, request.candidates, progress=_log_progress)
+                maximize = bool(task.maximize)
         except Exception as err:  # noqa: BLE001 - every failure is answered as a sanitized refusal
             _forget(context)
             return refused(msg, sanitized("request", err))
         _forget(context)
-        context.state.array_records[SCORES_STATE] = ArrayRecord({"scores": Array(scores)})
+        if scores is not None:
+            context.state.array_records[SCORES_STATE] = ArrayRecord({"scores": Array(scores)})
         context.state.config_records[REQUEST_STATE] = ConfigRecord(request.to_record())
         context.state.config_records[GUARANTEE_STATE] = ConfigRecord(
             {**dataclasses.asdict(guarantee), "policy": policy_fingerprint(limits)})
         context.state.config_records[APPROVAL_STATE] = ConfigRecord(
-            {"digest": request.digest(), "maximize": bool(task.maximize), "clients": request.config.clients,
+            {"digest": request.digest(), "maximize": maximize, "clients": request.config.clients,
              "dropout": request.config.dropout, "roster": roster_digest(membership)})
         answer = RecordDict({RECORD_KEY: ConfigRecord({"status": "ready", "ledger": limits.ledger_scope,
                                                        "federation": describe_federation(membership)})})
@@ -164,21 +170,13 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
     @app.train(ACTION)
     def vote(msg: Message, context: Context) -> Message:
         try:
-            limits = resolve_policy(policy, context)
-            approved = context.state.config_records.get(APPROVAL_STATE)
-            record = context.state.config_records.get(REQUEST_STATE)
-            checked = context.state.config_records.get(GUARANTEE_STATE)
-            if approved is None or record is None or checked is None:
-                raise Refusal("malformed_request", "no vote request was approved in a pre-flight")
-            request = VoteRequest.from_record(record)
-            digest = str(approved["digest"])
-            if request.digest() != digest:
-                raise Refusal("malformed_request", "the stored request is not the one approved in the pre-flight")
-            approval = _approval(request, limits, context, approved_membership(limits, approved))
+            approved = approved_vote(policy, context, Aggregator.SECAGG)
+            request, limits = approved.request, approved.limits
+            approval = _approval(request, limits, context, approved.membership)
 
             def cast_vote(clipping_range: int) -> np.ndarray:
-                return cast(np.ndarray, cast_approved_ballot(context, request, limits, checked,
-                                                             maximize=bool(approved["maximize"]), what="vote",
+                return cast(np.ndarray, cast_approved_ballot(context, request, limits, approved.checked,
+                                                             maximize=approved.maximize, what="vote",
                                                              clipping_range=clipping_range))
 
             return secure_vote_reply(msg, context, approval, cast_vote)
@@ -200,8 +198,7 @@ def _forget(context: Context) -> None:
 
 def _approval(request: VoteRequest, limits: NodePolicy, context: Context, membership: Membership | None) -> Approval:
     """What this node approved for its SecAgg+ round; another aggregator's request is refused (``release_mode``)."""
-    if request.mode.uses_committee:
-        raise Refusal("release_mode", "a SecAgg+ stage for a request whose release is not SecAgg+'s")
+    check_aggregator(request, Aggregator.SECAGG)
     return Approval(request=request.digest(), clients=request.config.clients, survivors=request.min_survivors,
                     size=len(request.candidates), min_neighbours=limits.min_neighbours, run=int(context.run_id),
                     membership=membership)

@@ -39,8 +39,9 @@ from dphype.node.policy import (
     check_vote_request,
     run_ledger_path,
 )
+from dphype.node.vote_memory import VoteMemory
 from dphype.protocol import VoteRequest
-from dphype.refusal import Refusal, as_refusal
+from dphype.refusal import REFUSAL_CODES, Refusal, as_refusal
 from dphype.secure.roster import Membership
 
 #: Refusal codes that would tell the server which of the node's limits a request crossed.
@@ -260,12 +261,16 @@ def approved_membership(limits: NodePolicy, approved: ConfigRecord) -> Membershi
 
 
 def cast_approved_ballot(context: Context, request: VoteRequest, limits: NodePolicy, checked: ConfigRecord, *,
-                         maximize: bool, what: str, **options: Any) -> Any:
-    """This node's one ballot on the ``request`` its pre-flight approved, recorded in its ledger.
+                         maximize: bool, what: str, reply: Callable[[Any], dict[str, Any]] | None = None,
+                         **options: Any) -> Any:
+    """This node's one ballot on the ``request`` its pre-flight approved, recorded in its ledger, once per run.
 
     One pre-flight, one vote: the kept scores are read, the ballot cast (`dphype.release.ReleaseMode.ballot`), the
     scores dropped, and only then the guarantee charged (`dphype.node.ledger.Ledger.spend` checks the lifetime
-    budget again). Whatever fails leaves nothing sent.
+    budget again) and the vote remembered beside the ledger (`dphype.node.vote_memory.VoteMemory`), all under the
+    memory's lock. Whatever fails leaves nothing sent. A vote for a request this node already voted on in this run
+    (the server re-ran it) is answered with ``reply``'s answer of that vote again, at no new charge; without
+    ``reply`` it is refused (``already_voted``).
 
     Args:
         context: The node's context, holding the pre-flight's scores.
@@ -274,21 +279,58 @@ def cast_approved_ballot(context: Context, request: VoteRequest, limits: NodePol
         checked: What the pre-flight stored of the guarantee (`approved_guarantee`).
         maximize: Whether the task's scores are better when larger.
         what: The vote's name in the node's log (``"vote"``, ``"committee vote"``).
+        reply: Makes the vote's answer from the ballot (the committee's sealed, signed shares), remembered and
+            given again to a repeated vote; ``None``: the ballot is returned and never given twice.
         **options: The mode's ballot options (the SecAgg+ round's ``clipping_range``, the committee's ``voter``).
 
     Returns:
-        The ballot, for the mode's aggregator.
+        ``reply``'s answer, or the ballot without ``reply``.
 
     Raises:
-        Refusal: If this node already voted on the request, or its policy or budget no longer admits it.
+        Refusal: If the node voted on the request's approval already, voted on the request in this run and cannot
+            answer again (``already_voted``), or its policy or budget no longer admits it.
     """  # noqa: DOC502
-    if SCORES_STATE not in context.state.array_records:
-        raise Refusal("malformed_request", "this node already voted on the approved request")
-    guarantee = approved_guarantee(checked, request, limits)  # the pre-flight's, unless the policy changed
-    scores = context.state.array_records[SCORES_STATE]["scores"].numpy()
-    ballot = request.mode.ballot(request, scores, maximize=maximize, **options)
-    del context.state.array_records[SCORES_STATE]  # the scores are gone before the vote is recorded
-    spent = Ledger(cast(Path, limits.ledger)).spend(guarantee, limits, request.digest())
+    memory, digest, run = VoteMemory(cast(Path, limits.ledger)), request.digest(), int(context.run_id)
+    with memory.held():
+        kept = memory.recall(run, digest)
+        if kept is not None:
+            context.state.array_records.pop(SCORES_STATE, None)
+            if reply is None or not kept:
+                raise Refusal("already_voted", REFUSAL_CODES["already_voted"])
+            log(logging.INFO, "DP-Hype: the %s on this request was cast in this run: the same answer again, no new "
+                "charge", what)
+            return kept
+        if SCORES_STATE not in context.state.array_records:
+            raise Refusal("malformed_request", "this node already voted on the approved request")
+        guarantee = approved_guarantee(checked, request, limits)  # the pre-flight's, unless the policy changed
+        scores = context.state.array_records[SCORES_STATE]["scores"].numpy()
+        ballot = request.mode.ballot(request, scores, maximize=maximize, **options)
+        del context.state.array_records[SCORES_STATE]  # the scores are gone before the vote is recorded
+        spent = Ledger(cast(Path, limits.ledger)).spend(guarantee, limits, digest)
+        answer = ballot if reply is None else reply(ballot)
+        memory.remember(run, digest, {} if reply is None else answer)
     log(logging.INFO, "DP-Hype: %s recorded in this node's ledger (lifetime epsilon %.4g of %.4g)", what, spent,
         limits.lifetime_epsilon)
-    return ballot
+    return answer
+
+
+def voted_before(context: Context, request: VoteRequest, limits: NodePolicy) -> bool:
+    """Whether this node voted on ``request`` in this run and may answer its vote again (a pre-flight's question).
+
+    Args:
+        context: The node's context (its run).
+        request: The request.
+        limits: The node's policy (its ledger, beside which the votes are remembered).
+
+    Returns:
+        ``True`` if it voted and its answer is kept (a committee vote), ``False`` if it did not vote.
+
+    Raises:
+        Refusal: ``already_voted`` if it voted and cannot answer again (a SecAgg+ vote).
+    """  # noqa: DOC502
+    memory = VoteMemory(cast(Path, limits.ledger))
+    with memory.held():
+        kept = memory.recall(int(context.run_id), request.digest())
+    if kept is not None and not kept:
+        raise Refusal("already_voted", REFUSAL_CODES["already_voted"])
+    return kept is not None

@@ -9,7 +9,7 @@ is named (``node <id> (no shares)``) and left out; a label two voters claim is n
 contributors than the committee's floor (`dphype.privacy.noise.min_valid_ballots`):
 `dphype.flower.server.readiness.PreflightError`; a tally that refuses, fails or answers late:
 `dphype.secure.committee.TallyError`; nothing released either way, and the error says what the voters were charged
-(one vote each: a node votes once per approved request).
+(one vote each: a node votes once per request and run).
 
 A server that takes its committee from the nodes rather than from its operator (the bundled app, the app
 ``dphype new`` writes) asks `connected_committee` first, the one committee finder (the committee in a committee
@@ -30,7 +30,7 @@ from flwr.common import log
 from flwr.serverapp.grid import Grid
 from flwr.supercore.run import Run
 
-from dphype.checks import check_k, check_positive
+from dphype.checks import check_positive
 from dphype.config import DPHypeConfig
 from dphype.flower.grid import node_ids, pull, push, send_and_receive
 from dphype.flower.server.readiness import PreflightError, remaining_nodes, wait_for_nodes
@@ -46,7 +46,7 @@ from dphype.flower.wire import (
     TALLY_TIMEOUT,
     TALLY_TYPE,
 )
-from dphype.protocol import DPHypeResult, VoteRequest, selection_plan
+from dphype.protocol import DPHypeResult, VoteRequest, precheck_request, selection_plan
 from dphype.secure.committee import COMMITTEE_SIZE, Opening, TallyError, agreed_opening
 from dphype.selection.candidates import CandidateList
 
@@ -282,8 +282,7 @@ def connected_committee(grid: Grid, config: DPHypeConfig, size: int = COMMITTEE_
             (`dphype.protocol.selection_plan`).
     """  # noqa: DOC502
     if candidates is not None:
-        check_k(config.k, len(candidates))  # the configured k, whether or not the ballot votes with it
-        config.mode.calibrate(config, candidates)
+        precheck_request(config, candidates)
         selection_plan(config, candidates)  # a federation too small to select is refused here
     if not config.mode.uses_committee:
         return Committee(grid, others=_tally_nodes(grid, config.clients, connect_timeout=connect_timeout,
@@ -362,8 +361,23 @@ def _name(labels: Sequence[int] | Sequence[str], contributors: Sequence[int], po
 def _charged(voters: int) -> str:
     """What the voters paid for a committee release that opened nothing: one vote each, once per run."""
     return (f"; the {voters} voters that sent their shares each recorded this one vote in their ledger (once: a "
-            "node votes once per approved request, and no tally opens a request twice in a run), a new selection "
+            "node votes once per request and run, and no tally opens a request twice in a run), a new selection "
             "is a new vote")
+
+
+def _attributed(agreed: Opening, labels: Sequence[int] | Sequence[str], contributors: Sequence[int],
+                unattributable: set[int], silent: Sequence[int]) -> Opening:
+    """``agreed`` with its exclusions named and told apart: the voters' own invalid ballots, and the unattributed.
+
+    A contributor is unattributed when a tally found its share spoilt in a way the relay can cause
+    (`dphype.secure.committee.Tally.unattributable`: every share, without a roster's signatures), or it sent no
+    shares (``silent``); any other is excluded for its own ballot.
+    """
+    named = [str(label) for label in labels]
+    at = agreed.excluded_at if agreed.excluded_at else tuple(named.index(label) for label in agreed.excluded)
+    return Opening(agreed.value, tuple(_name(labels, contributors, i) for i in at if i not in unattributable),
+                   unattributed=tuple(_name(labels, contributors, i) for i in at if i in unattributable)
+                   + tuple(f"node {n} (no shares)" for n in silent))
 
 
 def run_committee_selection(grid: Grid, request: VoteRequest, *, preflight: Preflight, timeout: float | None,
@@ -450,13 +464,16 @@ def run_committee_selection(grid: Grid, request: VoteRequest, *, preflight: Pref
     try:
         collected = _answers(_ask(grid, tallies, collect, timeout, "DP-Hype tally collect"), tally_nodes,
                              TALLY_COLLECT)
+        unattributable: set[int] = set()  # shares the relay may have spoilt as much as their senders
         for j, took in sorted(collected.items()):
             invalid = took.get("invalid", [])
             if isinstance(invalid, list) and invalid:
                 log(logging.WARNING, "DP-Hype tally %d did not take the shares of %s", j,
                     ", ".join(_name(labels, contributors, int(i)) for i in invalid
                               if isinstance(i, int) and 0 <= i < len(labels)))
-        _answers(_ask(grid, tallies, {n: {"stage": TALLY_COMPUTE} for n in tallies}, timeout,
+            transit = took.get("unattributable", [])
+            unattributable |= {i for i in transit if isinstance(i, int)} if isinstance(transit, list) else set()
+        _answers(_ask(grid, tallies, {n: {"stage": TALLY_COMPUTE, "timeout": tally_timeout} for n in tallies}, timeout,
                       "DP-Hype tally compute"), tally_nodes, TALLY_COMPUTE)
         results = _answers(_ask(grid, tallies, {n: {"stage": TALLY_RESULT, "timeout": tally_timeout}
                                                 for n in tallies},
@@ -467,12 +484,12 @@ def run_committee_selection(grid: Grid, request: VoteRequest, *, preflight: Pref
             raise TallyError("the tallies named an excluded contributor outside the list sent; nothing released")
     except TallyError as err:
         raise TallyError(f"{err}{_charged(len(shares))}", err.excluded) from None
-    names = (tuple(_name(labels, contributors, i) for i in agreed.excluded_at) if agreed.excluded_at
-             else agreed.excluded)
-    opened = Opening(agreed.value, names + tuple(f"node {n} (no shares)" for n in silent))
+    opened = _attributed(agreed, labels, contributors, unattributable if signed else set(range(len(labels))),
+                         silent)
     result = request.mode.release(request, opened, len(contributors) + len(silent))
     log(logging.INFO, "DP-Hype (%s) selected candidate %d %s (epsilon=%.4g, %d contributors, %d ballots left out%s, "
         "%d tallies) in %.2f s after the pre-flight", request.mode.name, result.selected_index, result.selected,
-        result.report.epsilon, len(contributors) + len(silent), len(opened.excluded),
-        f": {', '.join(opened.excluded)}" if opened.excluded else "", len(tallies), time.perf_counter() - start)
+        result.report.epsilon, len(contributors) + len(silent), len(opened.excluded) + len(opened.unattributed),
+        f": {result.report.ballots()}" if opened.excluded or opened.unattributed else "", len(tallies),
+        time.perf_counter() - start)
     return result
