@@ -21,6 +21,7 @@ from dphype.ml.torch_task import check_candidates
 from dphype.privacy.evaluation import DEFAULT_EVALUATION_SHARE, check_share
 from dphype.secure.committee import COMMITTEE_SIZE
 from dphype.selection.candidates import CandidateList, load_candidates
+from dphype.selection.plan_result import WARN_BELOW
 
 #: Data sets every node can load without a data directory (bundled, or Debian's Fashion-MNIST package).
 APP_DATASETS: tuple[str, ...] = ("adult", "mnist5k", "fashion-mnist")
@@ -28,6 +29,8 @@ APP_DATASETS: tuple[str, ...] = ("adult", "mnist5k", "fashion-mnist")
 #: only"). The library's default stays ``"sum"`` (`dphype.config.DPHypeConfig`), which needs no tally
 #: nodes.
 APP_RELEASE = "argmax"
+#: The bundled app's ``min-success``: the planner's warning threshold.
+APP_MIN_SUCCESS = WARN_BELOW
 
 
 def result_path(result_file: str) -> Path | None:
@@ -153,7 +156,10 @@ class AppConfig:
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> AppConfig:
-        """Parse a Flower run config (``release`` defaults to `APP_RELEASE`); unknown keys are refused by name.
+        """Parse a Flower run config; unknown keys are refused by name.
+
+        ``release`` defaults to `APP_RELEASE` and ``min-success`` to `APP_MIN_SUCCESS` (the bundled app refuses a
+        federation too small to select); the other DP-Hype keys to `dphype.config.DPHypeConfig`'s defaults.
 
         Args:
             run_config: The Flower run config (dashed keys).
@@ -164,7 +170,7 @@ class AppConfig:
         Raises:
             ValueError: If a key is unknown or missing, or a value is invalid.
         """
-        run_config = {"release": APP_RELEASE, **run_config}
+        run_config = {"release": APP_RELEASE, "min-success": APP_MIN_SUCCESS, **run_config}
         own = {f.name.replace("_", "-"): f for f in dataclasses.fields(cls) if f.name != "dphype"}
         unknown = sorted(set(run_config) - set(own) - set(RUN_CONFIG_KEYS.values()))
         if unknown:

@@ -20,7 +20,7 @@ from dphype.ml.ksweep import Partition, split_proxy, sweep
 from dphype.privacy.winner import noise_std
 from dphype.release import DEFAULT_ARGMAX_BALLOT
 from dphype.selection.voting import Ballot
-from tests.helpers import clean_env, doc_blocks
+from helpers import clean_env, doc_blocks
 
 
 def write_proxy(path: Path, rows: int = 300, seed: int = 0) -> Path:
