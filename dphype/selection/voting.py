@@ -150,8 +150,8 @@ SHARE_EXPONENT = 0.0
 
 
 def rule_depth(num_candidates: ArrayLike, noise_std: ArrayLike, voters: ArrayLike, scale: float,
-               noise_exponent: float, voters_exponent: float) -> np.ndarray:
-    """``k = round(scale p s**noise_exponent / m**voters_exponent)``, at least `AUTO_MIN_DEPTH` and ``AUTO_FLOOR p``.
+               noise_exponent: float, voters_exponent: float, floor: ArrayLike = AUTO_FLOOR) -> np.ndarray:
+    """``k = round(scale p s**noise_exponent / m**voters_exponent)``, at least `AUTO_MIN_DEPTH` and ``floor p``.
 
     At most ``max(1, p // 2)``; element-wise over arrays of public facts (what the bench fits over its grid).
 
@@ -163,6 +163,7 @@ def rule_depth(num_candidates: ArrayLike, noise_std: ArrayLike, voters: ArrayLik
         scale: ``c > 0``.
         noise_exponent: The power of ``s``.
         voters_exponent: The power of ``1 / m``.
+        floor: The smallest ``k`` as a share of ``p`` (rounded), whatever ``m``.
 
     Returns:
         ``k``, int64, of the broadcast shape.
@@ -170,7 +171,8 @@ def rule_depth(num_candidates: ArrayLike, noise_std: ArrayLike, voters: ArrayLik
     p = np.asarray(num_candidates, dtype=np.int64)
     raw = scale * p * np.asarray(noise_std, dtype=np.float64) ** noise_exponent \
         / np.asarray(voters, dtype=np.float64) ** voters_exponent
-    k = np.maximum(np.maximum(AUTO_MIN_DEPTH, np.rint(AUTO_FLOOR * p)), np.rint(raw)).astype(np.int64)
+    k = np.maximum(np.maximum(AUTO_MIN_DEPTH, np.rint(np.asarray(floor, dtype=np.float64) * p)),
+                   np.rint(raw)).astype(np.int64)
     return np.minimum(k, np.maximum(1, p // 2))
 
 
