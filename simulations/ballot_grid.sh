@@ -2,7 +2,8 @@
 # The ballot grid (docs/ballots.md): every task at n = 10, 20, 50, 100 and 250, iid and Dirichlet 0.5, epsilon 0.5
 # and 1, both relations, 5,000 releases per point, every k from 1 to 50. A federation the data do not allow (fewer
 # than 10 rows on some client) is refused before any work and skipped. Each federation's arrays are computed once
-# into results/cache; a rerun replays them. Usage: simulations/ballot_grid.sh TASK... (default: every grid task).
+# into results/cache; a rerun replays them. Usage: [SIZES="10 20"] simulations/ballot_grid.sh TASK... (default: every
+# grid task at every size).
 # Fashion-MNIST is read from FASHION_DIR (default /usr/share/datasets/fashion-mnist, Debian's dataset-fashion-mnist).
 set -u
 tasks=("$@")
@@ -11,7 +12,7 @@ tasks=("$@")
 for task in "${tasks[@]}"; do
   extra=()
   [ "$task" = fashion-mnist-6k ] && extra=(--data-dir "${FASHION_DIR:-/usr/share/datasets/fashion-mnist}")
-  for n in 10 20 50 100 250; do
+  for n in ${SIZES:-10 20 50 100 250}; do
     for beta in iid 0.5; do
       out=results/ballot-grid/run-$task-$n-$beta
       [ -f "$out/ksweep.csv" ] && continue
