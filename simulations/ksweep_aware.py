@@ -121,12 +121,14 @@ def uncertain_depths(local_accuracy: np.ndarray, validation_rows: np.ndarray, z:
     Returns:
         ``(n,)`` int64 depths in ``[1, p]``.
     """
-    acc = np.where(np.isfinite(local_accuracy), local_accuracy, -np.inf)
+    finite = np.isfinite(local_accuracy)
+    acc = np.where(finite, local_accuracy, -np.inf)
     best = acc.max(axis=1)
     v = np.asarray(validation_rows, dtype=np.float64)
     smooth = (np.where(np.isfinite(best), best, 0.0) * v + 1.0) / (v + 2.0)
     error = np.sqrt(smooth * (1.0 - smooth) / v)
-    return np.maximum(1, (acc >= (best - z * error - 1e-12)[:, None]).sum(axis=1)).astype(np.int64)
+    within = finite & (acc >= (best - z * error - 1e-12)[:, None])
+    return np.maximum(1, within.sum(axis=1)).astype(np.int64)
 
 
 def uncertain_counts(fed: Federation, z: float, key: int, floor: int) -> np.ndarray:
