@@ -17,10 +17,11 @@ here lets the data choose how deep the vote reaches, in one of the three ways su
   candidates in their top 2 is released from there, any other from the default's depth;
 * ``uncertain``: inside each client, at no privacy cost: top-``d_i`` with the client's own depth ``d_i``, the
   number of its candidates whose validation accuracy is within ``z`` binomial standard errors of its best
-  (`uncertain_depths`; at least the auto ballot's ``k`` where ``floor`` is 1), ranked by accuracy (``key`` 0) or by
-  validation loss (``key`` 1). A client with few validation rows, or many near-ties, votes deep; one with a clear
-  best votes shallow. Each entry stays 0 or 1, which is all the winner release's noise hides (`dphype.privacy.winner`:
-  only the per-entry range enters its proof), so the depth, a function of the client's own data, costs nothing;
+  (`uncertain_depths`; at least the auto ballot's ``k`` where ``floor`` is 1), ranked by accuracy where it holds
+  fewer than ``V`` validation rows, else by validation loss (the default key). A client with few validation rows,
+  or many near-ties, votes deep; one with a clear best votes shallow. Each entry stays 0 or 1, which is all the
+  winner release's noise hides (`dphype.privacy.winner`: only the per-entry range enters its proof), so the depth
+  and the key, functions of the client's own data, cost nothing (the form's total bounds become ``[1, p / 2]``);
 * ``threshold``: a first round composed in the ledger: AboveThreshold (Dwork and Roth 2014, Algorithm 1; Laplace
   noise ``2 / epsilon_1`` on the threshold ``T n``, ``4 / epsilon_1`` per query) with ``epsilon_1 = f epsilon`` over
   the top count at ``k = 1, 2, ...`` of `JOINT_DEPTHS` stops at the first depth whose top count passes ``T n``
@@ -53,8 +54,8 @@ PARAMETERS: dict[str, tuple[tuple[str, ...], tuple[tuple[float, ...], ...]]] = {
     "joint": (("beta",), tuple((b,) for b in (0.5, 1.0, 2.0, 4.0, 6.0, 8.0, 12.0))),
     "shallow": (("a",), tuple((a,) for a in (0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0))),
     "threshold": (("f", "T"), tuple((f, t) for f in (0.05, 0.1, 0.2, 0.3) for t in (0.5, 0.7, 0.9, 1.0))),
-    "uncertain": (("z", "key", "floor"), tuple((z, key, floor) for z in (0.25, 0.5, 1.0, 1.5, 2.0, 3.0)
-                                               for key in (0, 1) for floor in (0, 1))),
+    "uncertain": (("z", "V", "floor"), tuple((z, v, floor) for z in (0.0, 0.5, 1.0, 2.0)
+                                             for v in (0.0, 10.0, 25.0, 1e9) for floor in (0, 1))),
 }
 #: The forms the report shows.
 FORMS = {"score": "score:M:bits ballot (each client's depth from its own margin)",
@@ -62,7 +63,7 @@ FORMS = {"score": "score:M:bits ballot (each client's depth from its own margin)
          "shallow": "noisy max over (k, c), k = 2 or auto's k, of count_k(c) + a [k = 2]",
          "threshold": "AboveThreshold (f epsilon) on top count >= T n, then argmax ((1 - f) epsilon)",
          "uncertain": "top-d_i, d_i = the client's candidates within z binomial SE of its best accuracy (at least "
-                      "auto's k if floor = 1), ranked by accuracy (key 0) or loss (key 1)"}
+                      "auto's k if floor = 1), ranked by accuracy on fewer than V validation rows, else by loss"}
 
 
 @dataclass(frozen=True)
@@ -131,27 +132,29 @@ def uncertain_depths(local_accuracy: np.ndarray, validation_rows: np.ndarray, z:
     return np.maximum(1, within.sum(axis=1)).astype(np.int64)
 
 
-def uncertain_counts(fed: Federation, z: float, key: int, floor: int) -> np.ndarray:
+def uncertain_counts(fed: Federation, z: float, rows: float, floor: int) -> np.ndarray:
     """The ``(p,)`` counts of the ``uncertain`` ballots: each client's top-``max(d_i, floor)`` (`uncertain_depths`,
-    at most ``p / 2``) by accuracy (``key`` 0: keys ``(accuracy, -loss)``) or by loss (``key`` 1)."""
+    at most ``p / 2``), ranked by accuracy (keys ``(accuracy, -loss)``) where it holds fewer than ``rows`` validation
+    rows, else by loss (``(-loss, accuracy)``)."""
     assert fed.local is not None and fed.validation_rows is not None
     n, p = fed.local.shape[:2]
     depth = np.minimum(np.maximum(uncertain_depths(fed.local[..., 0], fed.validation_rows, z), floor),
                        max(1, p // 2))
-    keys = fed.local if key == 0 else fed.local[..., ::-1]
+    by_accuracy = fed.validation_rows < rows
     position = np.empty((n, p), dtype=np.int64)
-    position[np.arange(n)[:, None], np.stack([ranking(row) for row in keys])] = np.arange(p)
+    position[np.arange(n)[:, None], np.stack([ranking(row if acc else row[:, ::-1])
+                                              for row, acc in zip(fed.local, by_accuracy, strict=True)])] = np.arange(p)
     return (position < depth[:, None]).sum(axis=0)
 
 
 def uncertain_family(fed: Federation, epsilon: float, relation: str, rows: Sequence[tuple[float, float, float]]
                      ) -> list[tuple[float, float]]:
-    """The ``uncertain`` ballots' argmax release, exactly, per row ``(z, key, floor)`` (``floor`` 1: the auto
+    """The ``uncertain`` ballots' argmax release, exactly, per row ``(z, V, floor)`` (``floor`` 1: the auto
     ballot's ``k`` at this point)."""
     n, p = fed.scores.shape[:2]
     auto = auto_depth(p, noise_std(epsilon, relation), n)
-    return [_outcome(winner_probabilities(uncertain_counts(fed, z, int(key), auto if floor else 1), epsilon,
-                                          relation), fed.accuracy) for z, key, floor in rows]
+    return [_outcome(winner_probabilities(uncertain_counts(fed, z, v, auto if floor else 1), epsilon,
+                                          relation), fed.accuracy) for z, v, floor in rows]
 
 
 def score_family(fed: Federation, epsilon: float, relation: str, margin: float, bits: int) -> tuple[float, float]:

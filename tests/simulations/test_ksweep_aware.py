@@ -168,14 +168,14 @@ def test_the_uncertain_ballots_move_each_count_by_at_most_one_client() -> None:
         local = np.stack([rng.integers(0, 6, (8, 20)) / 5, -rng.random((8, 20))], axis=-1)
         rows = rng.integers(2, 40, 8)
         fed = ksweep_aware.Federation(local, rng.uniform(0.6, 0.9, 20), local, rows)
-        for key, floor in ((0, 1), (1, 4)):
-            counts = ksweep_aware.uncertain_counts(fed, 1.0, key, floor)
+        for below, floor in ((1e9, 1), (0, 4), (20, 2)):
+            counts = ksweep_aware.uncertain_counts(fed, 1.0, below, floor)
             depth = np.clip(ksweep_aware.uncertain_depths(local[..., 0], rows, 1.0), floor, 10)
-            keys = local if key == 0 else local[..., ::-1]
+            keys = [k if v < below else k[:, ::-1] for k, v in zip(local, rows, strict=True)]  # accuracy first below
             expected = sum(top_k_votes(k, int(d)) for k, d in zip(keys, depth, strict=True))
             np.testing.assert_array_equal(counts, expected)
             changed = local.copy()
             changed[0] = np.stack([rng.integers(0, 6, 20) / 5, -rng.random(20)], axis=-1)
             moved = ksweep_aware.uncertain_counts(ksweep_aware.Federation(changed, fed.accuracy, changed, rows),
-                                                  1.0, key, floor)
+                                                  1.0, below, floor)
             assert np.abs(moved - counts).max() <= 1
