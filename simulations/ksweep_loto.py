@@ -13,7 +13,7 @@ study reads the folders of several runs (``--runs``, as ``ksweep-report``) and, 
 * ``noise``: ``k = round(c p s^a)``, the noise alone, no ``n`` (the ballot ``share:c:a``);
 * ``power``: ``k = round(c p s^a / n^b)``;
 
-(every family but ``constant`` through `dphype.selection.voting.rule_depth`: at least 2 and ``0.03 p``, at most
+(every family but ``constant`` through `dphype.selection.voting.rule_depth`: at least 2 and ``AUTO_FLOOR p``, at most
 ``p / 2``), and the data-aware families of `simulations.ksweep_aware` (``score``, ``joint``, ``shallow``,
 ``threshold``: measured at every point from the runs' cached arrays, ``--cache``), fits its parameters on every
 task but one, over a grid, and applies them to the task left out. The
