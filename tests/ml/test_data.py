@@ -211,6 +211,9 @@ def test_the_registry_keeps_each_data_sets_model_and_epochs() -> None:
         "breast-cancer": ("adult-mlp", 5, False), "digits": ("adult-mlp", 5, False),
         "fair": ("adult-mlp", 5, False), "randhie": ("adult-mlp", 5, False),
         "anes96": ("adult-mlp", 5, False), "fashion-mnist-6k": ("adult-mlp", 5, False),
+        "randhie-3": ("adult-mlp", 5, False), "digits-1k": ("adult-mlp", 5, False),
+        "fair-1k": ("adult-mlp", 5, False), "randhie-1k": ("adult-mlp", 5, False),
+        "digits-noisy": ("adult-mlp", 5, False), "fair-noisy": ("adult-mlp", 5, False),
     }
 
 
