@@ -132,7 +132,7 @@ MAX_BITS = 8
 #: ``c`` of the auto ballot's rule ``k = round(c p (s / m)**AUTO_EXPONENT)`` (`auto_depth`), fitted on every
 #: measured task of the ballot grid by ``dphype bench ksweep-loto`` as its ``ratio`` family (the largest excess over
 #: the cells' goals or floors, with a margin; its figures on held-out tasks are in the docs).
-AUTO_SCALE = 0.34
+AUTO_SCALE = 0.36
 #: The exponent of the noise per voter ``s / m`` in the auto rule: 1, ``k`` in proportion to ``s / m`` (the study's
 #: ``ratio`` family; its ``auto`` family, which fits the exponent too, misses a cell more out of sample).
 AUTO_EXPONENT = 1.0
