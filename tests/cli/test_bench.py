@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import clean_env, doc_blocks
 
 from dphype import cli
 from dphype.ml.data import Dataset
@@ -20,7 +21,6 @@ from dphype.ml.ksweep import Partition, split_proxy, sweep
 from dphype.modes import DEFAULT_ARGMAX_BALLOT
 from dphype.privacy.winner import noise_std
 from dphype.selection.voting import Ballot
-from helpers import clean_env, doc_blocks
 
 
 def write_proxy(path: Path, rows: int = 300, seed: int = 0) -> Path:
