@@ -224,3 +224,18 @@ def test_the_gaussian_evaluation_is_the_audited_top_1_vote_release():
             vote = calibrate(epsilon, 1e-5, 1, noise="gaussian", accountant=accountant)
             assert calibrate_evaluation(epsilon, 1e-5, noise="gaussian", accountant=accountant) == pytest.approx(
                 vote.sigma, rel=1e-12)
+
+
+def test_an_evaluation_re_run_in_the_same_run_is_refused_and_charged_once(tmp_path):
+    """One evaluation per request and run: a server that re-runs the evaluation request in the same run (to average
+    the noise away, or to drain the nodes' budgets) is refused in the pre-flight, before any node evaluates, and each
+    ledger holds the one evaluation."""
+    evaluated = []
+    grid = grid_with(app_with(lambda i: evaluated.append(i) or (0.8, 0.6)), tmp_path)
+    result, evaluation = selected(grid, epsilon=100.0)
+    evaluation.start(grid, MODEL, result)
+    assert sorted(evaluated) == list(range(N))
+    with pytest.raises(PreflightError, match=f"{N} x refused: already_voted"):
+        evaluation.start(grid, MODEL, result)
+    assert sorted(evaluated) == list(range(N))  # nothing evaluated again
+    assert all([e.release for e in entries] == ["vote", "evaluation"] for entries in node_ledgers(grid, tmp_path))
