@@ -239,3 +239,19 @@ def test_an_evaluation_re_run_in_the_same_run_is_refused_and_charged_once(tmp_pa
         evaluation.start(grid, MODEL, result)
     assert sorted(evaluated) == list(range(N))  # nothing evaluated again
     assert all([e.release for e in entries] == ["vote", "evaluation"] for entries in node_ledgers(grid, tmp_path))
+
+
+def test_the_gaussian_values_lie_on_the_secure_sums_grid_so_its_rounding_never_depends_on_them():
+    """A Gaussian value is sent as ``rint(F (x + share))``: with ``x`` on the grid ``1/F`` that is ``F x + rint(F
+    share)`` for every share (the vote's rounding); off the grid the rounding error would be a function of the data."""
+    from dphype.privacy.evaluation import quantize  # noqa: PLC0415
+    from dphype.secure.secure_sum import encode, fixed_point_scale  # noqa: PLC0415
+
+    grid = fixed_point_scale("gaussian")
+    values = quantize([0.3337, 0.9999], "gaussian")
+    assert np.array_equal(values * grid, np.rint(values * grid))
+    assert np.all(np.abs(values - [0.3337, 0.9999]) <= 0.5 / grid)  # rounded, not clipped
+    shares = np.random.default_rng(7).normal(0.0, 3.0, size=(2000, 2))
+    sent = np.array([encode(values + share, "gaussian", 2**40) for share in shares])
+    assert np.array_equal(sent, values * grid + np.array([encode(share, "gaussian", 2**40) for share in shares]))
+    assert np.array_equal(quantize([0.3337, 0.9999], "skellam"), [334.0, 1000.0])  # the integer grid, within [0, Q]
