@@ -504,3 +504,16 @@ def test_a_tally_whose_operator_set_tls_runs_its_mpyc_party_with_ssl_in_its_tls_
         assert b"--ssl" in command and Path(f"/proc/{pid}/cwd").resolve() == folder.resolve()
     finally:
         os.kill(pid, signal.SIGKILL)
+
+
+def test_a_tally_key_others_may_read_is_refused(tmp_path):
+    """The tally's X25519 key opens every share sealed to it: created 0600, and one that others may read is refused
+    (as a roster identity key is) before the tally uses it."""
+    file = tmp_path / "keys" / "tally-0.key"
+    made = flower_tally.load_tally_key(file)
+    assert file.stat().st_mode & 0o777 == 0o600 and file.parent.stat().st_mode & 0o777 == 0o700
+    file.chmod(0o644)
+    with pytest.raises(ValueError, match=r"tally-0\.key' is readable by others \(mode 644\).*chmod 600"):
+        flower_tally.load_tally_key(file)
+    file.chmod(0o400)
+    assert flower_tally.load_tally_key(file).public == made.public
