@@ -66,8 +66,9 @@ REFUSAL_CODES: dict[str, str] = {
               "signed under another roster (another federation), or the roster changed since the pre-flight",
     "no_roster": "this node has no roster (dphype-roster, dphype-identity) and its operator did not allow an "
                  "unauthenticated federation (dphype-allow-unauthenticated = true)",
-    "already_voted": "this node voted on this request in this run, and this release cannot be answered twice (a "
-                     "SecAgg+ vote's noise share and masks belong to one round): one vote per request and run",
+    "already_voted": "this node voted on (or evaluated) this request in this run, and this release cannot be answered "
+                     "twice (a SecAgg+ round's noise share and masks belong to one round): one answer per request and "
+                     "run",
     "task_error": "the client's task raised an exception while scoring",
     "score_shape": "the client's task returned scores of the wrong shape",
     "uninformative_scores": "the client's task scored every candidate the same, or none (all NaN)",

@@ -1,6 +1,7 @@
 """A run's folder: what every run of a DP-Hype app leaves on disk, and how the ``dphype`` commands find it.
 
-Each run writes ``<runs>/<YYYYMMDD-HHMMSS>-<run id>/`` (UTC start time, Flower's run id) on the ServerApp's host:
+Each run writes ``<runs>/<YYYYMMDD-HHMMSS>-<run id>/`` (UTC start time, Flower's run id; mode 0700) on the ServerApp's
+host:
 
 * ``result.json`` -- the run's record: the selection's `dphype.result.DPHypeResult.to_dict` fields (pick,
   candidates, privacy report, notes), whatever the app adds (each phase's guarantee and the composed one, the final
@@ -94,7 +95,7 @@ class RunFolder:
 
     @classmethod
     def create(cls, runs: Path, run_id: int, now: datetime | None = None) -> RunFolder:
-        """Create the folder ``<runs>/<UTC start>-<run_id>/`` (and ``runs``); refused if it exists.
+        """Create the folder ``<runs>/<UTC start>-<run_id>/`` (mode 0700; and ``runs``); refused if it exists.
 
         Args:
             runs: The runs folder.
@@ -110,7 +111,9 @@ class RunFolder:
         now = now or datetime.now(UTC)
         path = runs / f"{now.strftime('%Y%m%d-%H%M%S')}-{int(run_id)}"
         try:
-            path.mkdir(parents=True)
+            runs.mkdir(parents=True, exist_ok=True)
+            path.mkdir(mode=0o700)  # the model and the server's log: the owner's alone
+            path.chmod(0o700)  # whatever the umask took away
         except OSError as err:
             raise ValueError(f"cannot create the run folder {path} ({err.strerror}): set {RUNS_ENV} (or the run "
                              f"config's {RUNS_KEY}) to a writable folder") from None
@@ -230,12 +233,19 @@ def read_record(folder: Path) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: If the folder has no record (a run that is still going, or was killed), naming it.
+        ValueError: If the record is not a JSON object, naming the file.
     """
     path = folder / RECORD_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{folder} holds no {RECORD_FILE}: the run is still going, or was killed before it "
                                 f"ended (its {LOG_FILE} says how far it got)")
-    return dict(json.loads(path.read_text(encoding="utf-8")))
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise ValueError(f"{path} is not a run record (a JSON object): {err}") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path} is not a run record (a JSON object), it holds a {type(record).__name__}")
+    return record
 
 
 def run_folders(runs: Path) -> list[Path]:

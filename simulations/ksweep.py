@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from dphype.checks import NEIGHBOURING
-from dphype.privacy.winner import noise_std
+from dphype.privacy.winner import discrete_laplace, noise_std, report_noisy_max
 from dphype.selection.planner import KS, read_consensus
 from dphype.selection.voting import Ballot, check_ballot
 from simulations import harness, tradeoff
@@ -129,11 +129,10 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
             graded: dict[Ballot, np.ndarray] = {}  # the counts of each resolved ballot (auto's k depends on epsilon)
             for e_index, eps in enumerate(opts["epsilons"]):
                 for r_index, relation in enumerate(opts["neighbourings"]):
-                    picks = {}
-                    for k in opts["ks"]:  # the same seed for every k: common random numbers
-                        rng = np.random.default_rng([args.seed, f_index, e_index, r_index])
-                        picks[k], _ = tradeoff.winner_picks(counts[k], epsilon=eps, relation=relation,
-                                                            repetitions=opts["repetitions"], rng=rng)
+                    # the same draws for every k (common random numbers): drawn once, as each k's replay would
+                    noise = discrete_laplace((opts["repetitions"], p), epsilon=eps, neighbouring=relation,
+                                             rng=np.random.default_rng([args.seed, f_index, e_index, r_index]))
+                    picks = {k: report_noisy_max(counts[k] + noise).astype(np.int64) for k in opts["ks"]}
                     gaps = {k: harness.mean_ci(100.0 * (opt - accuracy[picks[k]])) for k in opts["ks"]}
                     best_k = min(opts["ks"], key=lambda k: (gaps[k][0], k))
                     plans = {c: planner(fed.clients, eps, relation, c) for c in opts["consensus"]}
@@ -143,10 +142,13 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
                         b = b.resolve(p, noise_std(eps, relation), fed.clients)
                         if b not in graded:
                             graded[b] = np.stack([b.cast(row, 1) for row in scores]).sum(axis=0)
-                        rng = np.random.default_rng([args.seed, f_index, e_index, r_index])
-                        mine, _ = tradeoff.winner_picks(graded[b], epsilon=eps, relation=relation,
-                                                        repetitions=opts["repetitions"], rng=rng,
-                                                        sensitivity=b.max_entry)
+                        if b.max_entry == 1:
+                            mine = report_noisy_max(graded[b] + noise).astype(np.int64)
+                        else:
+                            rng = np.random.default_rng([args.seed, f_index, e_index, r_index])
+                            mine, _ = tradeoff.winner_picks(graded[b], epsilon=eps, relation=relation,
+                                                            repetitions=opts["repetitions"], rng=rng,
+                                                            sensitivity=b.max_entry)
                         gap = harness.mean_ci(100.0 * (opt - accuracy[mine]))
                         regret, half = paired_gap(accuracy, mine, picks[best_k])
                         ballot_rows.append({**common, "ballot": name, "depth": b.depth, "gap_points": round(gap[0], 3),

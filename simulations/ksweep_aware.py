@@ -15,6 +15,13 @@ here lets the data choose how deep the vote reaches, in one of the three ways su
 * ``shallow``: the same with two depths: ``k = 2`` with a public bonus ``a`` on its counts, and the
   auto ballot's ``k`` (`dphype.selection.voting.auto_depth`): a federation whose clients nearly all put the same
   candidates in their top 2 is released from there, any other from the default's depth;
+* ``uncertain``: inside each client, at no privacy cost: top-``d_i`` with the client's own depth ``d_i``, the
+  number of its candidates whose validation accuracy is within ``z`` binomial standard errors of its best
+  (`uncertain_depths`; at least the auto ballot's ``k`` where ``floor`` is 1), ranked by accuracy where it holds
+  fewer than ``V`` validation rows, else by validation loss (the default key). A client with few validation rows,
+  or many near-ties, votes deep; one with a clear best votes shallow. Each entry stays 0 or 1, which is all the
+  winner release's noise hides (`dphype.privacy.winner`: only the per-entry range enters its proof), so the depth
+  and the key, functions of the client's own data, cost nothing (the form's total bounds become ``[1, p / 2]``);
 * ``threshold``: a first round composed in the ledger: AboveThreshold (Dwork and Roth 2014, Algorithm 1; Laplace
   noise ``2 / epsilon_1`` on the threshold ``T n``, ``4 / epsilon_1`` per query) with ``epsilon_1 = f epsilon`` over
   the top count at ``k = 1, 2, ...`` of `JOINT_DEPTHS` stops at the first depth whose top count passes ``T n``
@@ -47,20 +54,28 @@ PARAMETERS: dict[str, tuple[tuple[str, ...], tuple[tuple[float, ...], ...]]] = {
     "joint": (("beta",), tuple((b,) for b in (0.5, 1.0, 2.0, 4.0, 6.0, 8.0, 12.0))),
     "shallow": (("a",), tuple((a,) for a in (0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0))),
     "threshold": (("f", "T"), tuple((f, t) for f in (0.05, 0.1, 0.2, 0.3) for t in (0.5, 0.7, 0.9, 1.0))),
+    "uncertain": (("z", "V", "floor"), tuple((z, v, floor) for z in (0.0, 0.5, 1.0, 2.0)
+                                             for v in (0.0, 10.0, 25.0, 1e9) for floor in (0, 1))),
 }
 #: The forms the report shows.
 FORMS = {"score": "score:M:bits ballot (each client's depth from its own margin)",
          "joint": "noisy max over (k, c) of count_k(c) - beta n k / p, k <= 20",
          "shallow": "noisy max over (k, c), k = 2 or auto's k, of count_k(c) + a [k = 2]",
-         "threshold": "AboveThreshold (f epsilon) on top count >= T n, then argmax ((1 - f) epsilon)"}
+         "threshold": "AboveThreshold (f epsilon) on top count >= T n, then argmax ((1 - f) epsilon)",
+         "uncertain": "top-d_i, d_i = the client's candidates within z binomial SE of its best accuracy (at least "
+                      "auto's k if floor = 1), ranked by accuracy on fewer than V validation rows, else by loss"}
 
 
 @dataclass(frozen=True)
 class Federation:
-    """One federation's arrays: each client's score keys ``(n, p, j)`` and every candidate's test accuracy ``(p,)``."""
+    """One federation's arrays: each client's score keys ``(n, p, j)`` as its validation ranks them, every candidate's
+    test accuracy ``(p,)``, and each client's keys ``(accuracy, -loss)`` ``(n, p, 2)`` with its validation rows
+    ``(n,)`` (the ``uncertain`` family; ``None`` where not known)."""
 
     scores: np.ndarray
     accuracy: np.ndarray
+    local: np.ndarray | None = None
+    validation_rows: np.ndarray | None = None
 
 
 def _outcome(probabilities: np.ndarray, accuracy: np.ndarray) -> tuple[float, float]:
@@ -91,6 +106,55 @@ def _pair_release(fed: Federation, depths: Sequence[int], shifts: np.ndarray, ep
         picks = (noisy + shift[None, :, None]).reshape(repetitions, -1).argmax(axis=1) % p
         out.append(_outcome(np.bincount(picks, minlength=p) / repetitions, fed.accuracy))
     return out
+
+
+def uncertain_depths(local_accuracy: np.ndarray, validation_rows: np.ndarray, z: float) -> np.ndarray:
+    """Each client's count of candidates whose validation accuracy is within ``z`` binomial standard errors of its
+    best: ``a >= b - z sqrt(b~ (1 - b~) / v)``, ``b`` the client's best accuracy on its ``v`` validation rows and
+    ``b~ = (b v + 1) / (v + 2)`` (never 0 or 1, so a perfect score still has an error). Non-finite accuracies count
+    as never within; a client with none gets 1.
+
+    Args:
+        local_accuracy: ``(n, p)`` validation accuracies.
+        validation_rows: ``(n,)`` validation rows per client, ``>= 1``.
+        z: Standard errors, ``>= 0``.
+
+    Returns:
+        ``(n,)`` int64 depths in ``[1, p]``.
+    """
+    finite = np.isfinite(local_accuracy)
+    acc = np.where(finite, local_accuracy, -np.inf)
+    best = acc.max(axis=1)
+    v = np.asarray(validation_rows, dtype=np.float64)
+    smooth = (np.where(np.isfinite(best), best, 0.0) * v + 1.0) / (v + 2.0)
+    error = np.sqrt(smooth * (1.0 - smooth) / v)
+    within = finite & (acc >= (best - z * error - 1e-12)[:, None])
+    return np.maximum(1, within.sum(axis=1)).astype(np.int64)
+
+
+def uncertain_counts(fed: Federation, z: float, rows: float, floor: int) -> np.ndarray:
+    """The ``(p,)`` counts of the ``uncertain`` ballots: each client's top-``max(d_i, floor)`` (`uncertain_depths`,
+    at most ``p / 2``), ranked by accuracy (keys ``(accuracy, -loss)``) where it holds fewer than ``rows`` validation
+    rows, else by loss (``(-loss, accuracy)``)."""
+    assert fed.local is not None and fed.validation_rows is not None
+    n, p = fed.local.shape[:2]
+    depth = np.minimum(np.maximum(uncertain_depths(fed.local[..., 0], fed.validation_rows, z), floor),
+                       max(1, p // 2))
+    by_accuracy = fed.validation_rows < rows
+    position = np.empty((n, p), dtype=np.int64)
+    position[np.arange(n)[:, None], np.stack([ranking(row if acc else row[:, ::-1])
+                                              for row, acc in zip(fed.local, by_accuracy, strict=True)])] = np.arange(p)
+    return (position < depth[:, None]).sum(axis=0)
+
+
+def uncertain_family(fed: Federation, epsilon: float, relation: str, rows: Sequence[tuple[float, float, float]]
+                     ) -> list[tuple[float, float]]:
+    """The ``uncertain`` ballots' argmax release, exactly, per row ``(z, V, floor)`` (``floor`` 1: the auto
+    ballot's ``k`` at this point)."""
+    n, p = fed.scores.shape[:2]
+    auto = auto_depth(p, noise_std(epsilon, relation), n)
+    return [_outcome(winner_probabilities(uncertain_counts(fed, z, v, auto if floor else 1), epsilon,
+                                          relation), fed.accuracy) for z, v, floor in rows]
 
 
 def score_family(fed: Federation, epsilon: float, relation: str, margin: float, bits: int) -> tuple[float, float]:
@@ -174,35 +238,46 @@ def measure(family: str, fed: Federation, epsilon: float, relation: str, repetit
         return np.array(joint_family(fed, epsilon, relation, [b for (b,) in rows], repetitions, rng))
     if family == "shallow":
         return np.array(shallow_family(fed, epsilon, relation, [a for (a,) in rows], repetitions, rng))
+    if family == "uncertain":
+        return np.array(uncertain_family(fed, epsilon, relation, [(z, k, f) for z, k, f in rows]))
     return np.array(threshold_family(fed, epsilon, relation, [(f, t) for f, t in rows], repetitions, rng))
 
 
 def load_federation(dataset: str, clients: int, partition: str, *, cache: harness.ArrayCache, candidates: Any,
-                    validation: str, seed: int) -> Federation:
+                    validation: str, seed: int, data_dir: str | None = None) -> Federation:
     """A ksweep point's federation (``partition`` as the runs label it: ``iid``, ``beta=B``) at the bench's default
-    scale, from the cache of its run (the arrays are computed there if missing, as ``dphype bench ksweep`` would)."""
-    from dphype.ml.torch_task import default_epochs, load_cached
+    scale, from the cache of its run (the arrays are computed there if missing, as ``dphype bench ksweep`` would);
+    ``data_dir`` is the run's ``--data-dir``. The validation rows are each client's single split's
+    (`dphype.ml.validation.VALIDATION_FRACTION` of its shard)."""
+    from dphype.ml.data import split_indices
+    from dphype.ml.torch_task import default_epochs, load_cached, partition_cached
+    from dphype.ml.validation import SINGLE_SPLIT, VALIDATION_FRACTION
 
     epochs = default_epochs(dataset)
     scale = harness.Scale(epochs, 5, epochs, validation=validation)
-    fed = harness.Federation(dataset, int(clients), harness.parse_partition(partition.removeprefix("beta=")), seed)
+    fed = harness.Federation(dataset, int(clients), harness.parse_partition(partition.removeprefix("beta=")), seed,
+                             data_dir)
     accuracy = harness.fill_diverged(harness.cached_accuracies(fed, candidates, scale, cache),
-                                     load_cached(dataset, None)[1].y)
-    return Federation(harness.cached_scores(fed, candidates, scale, cache), accuracy)
+                                     load_cached(dataset, data_dir)[1].y)
+    local = harness.cached_scores(fed, candidates, harness.Scale(epochs, 5, epochs, validation=SINGLE_SPLIT), cache)
+    shards = partition_cached(dataset, fed.clients, seed, fed.partition, fed.beta, data_dir)
+    rows = np.array([len(split_indices(len(shard), VALIDATION_FRACTION, seed)[1]) for shard in shards])
+    return Federation(harness.cached_scores(fed, candidates, scale, cache), accuracy, local, rows)
 
 
 def measure_points(families: Sequence[str], points: Sequence[tuple[str, int, str, float, str]], *,
                    cache: harness.ArrayCache, candidates: Any, validation: str, seed: int,
-                   repetitions: int) -> dict[str, np.ndarray]:
+                   repetitions: int, data_dirs: dict[str, str] | None = None) -> dict[str, np.ndarray]:
     """Per family of ``families``: ``(rows, points, 2)``, `measure` at every point (data set, ``n``, partition,
-    epsilon, relation), each point's draws seeded by ``seed`` and its position."""
+    epsilon, relation), each point's draws seeded by ``seed`` and its position; ``data_dirs`` maps a data set to
+    its runs' ``--data-dir``."""
     feds: dict[tuple[str, int, str], Federation] = {}
     out = {name: np.empty((len(PARAMETERS[name][1]), len(points), 2)) for name in families}
     for j, (dataset, clients, partition, eps, relation) in enumerate(points):
         key = (dataset, clients, partition)
         if key not in feds:
             feds[key] = load_federation(dataset, clients, partition, cache=cache, candidates=candidates,
-                                        validation=validation, seed=seed)
+                                        validation=validation, seed=seed, data_dir=(data_dirs or {}).get(dataset))
         for f_index, name in enumerate(families):
             out[name][:, j] = measure(name, feds[key], eps, relation, repetitions,
                                       np.random.default_rng([seed, j, f_index]))

@@ -13,7 +13,7 @@ study reads the folders of several runs (``--runs``, as ``ksweep-report``) and, 
 * ``noise``: ``k = round(c p s^a)``, the noise alone, no ``n`` (the ballot ``share:c:a``);
 * ``power``: ``k = round(c p s^a / n^b)``;
 
-(every family but ``constant`` through `dphype.selection.voting.rule_depth`: at least 2 and ``0.03 p``, at most
+(every family but ``constant`` through `dphype.selection.voting.rule_depth`: at least 2 and ``AUTO_FLOOR p``, at most
 ``p / 2``), and the data-aware families of `simulations.ksweep_aware` (``score``, ``joint``, ``shallow``,
 ``threshold``: measured at every point from the runs' cached arrays, ``--cache``), fits its parameters on every
 task but one, over a grid, and applies them to the task left out. The
@@ -48,7 +48,7 @@ import numpy as np
 from dphype.checks import NEIGHBOURING
 from dphype.ml.validation import DEFAULT_VALIDATION, check_validation
 from dphype.privacy.winner import noise_std
-from dphype.selection.voting import rule_depth
+from dphype.selection.voting import AUTO_FLOOR, rule_depth
 from simulations import harness
 from simulations.ksweep_aware import FORMS, PARAMETERS, measure_points
 from simulations.ksweep_report import Point, partition_label, percent, read_runs, run_folders
@@ -56,7 +56,9 @@ from simulations.ksweep_report import Point, partition_label, percent, read_runs
 #: The goals: the mean and the worst gap behind the best fixed ``k`` (points), the share of releases within 2 points
 #: of Opt at the goal point wherever some fixed ``k`` reaches it, and the slack over the floor where a goal is out of
 #: reach (points).
-GOAL_MEAN, GOAL_WORST, GOAL_SHARE, FLOOR_SLACK = 1.0, 2.0, 0.9, 0.5
+GOAL_MEAN, GOAL_WORST, GOAL_SHARE, FLOOR_SLACK = 1.0, 3.0, 0.8, 0.5
+#: The share goal holds at every iid point with at least this many clients (`goal_mask`).
+GOAL_CLIENTS = 50
 #: A fit's first parameter may be off by this factor (either way) and the fit must still score as well: `robust`.
 ROBUST_BAND = 1.08
 
@@ -93,13 +95,15 @@ class Family:
 
 
 def _power(grid: np.ndarray, p: np.ndarray, s: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """``k`` for each grid row ``(c, a, b)`` (rows) at each point (columns)."""
+    """``k`` for each grid row ``(c, a, b)`` or ``(c, a, b, f)`` (rows) at each point (columns); ``f`` the floor's
+    share of ``p`` (default `dphype.selection.voting.AUTO_FLOOR`)."""
     c, a, b = (grid[:, i, None] for i in range(3))
-    return rule_depth(p[None, :], s[None, :], n[None, :], c, a, b)  # type: ignore[arg-type]
+    floor = grid[:, 3, None] if grid.shape[1] > 3 else AUTO_FLOOR
+    return rule_depth(p[None, :], s[None, :], n[None, :], c, a, b, floor)  # type: ignore[arg-type]
 
 
 #: The families of rules of public facts, in report order (`families`).
-RULE_NAMES = ("constant", "share", "auto", "ratio", "noise", "power")
+RULE_NAMES = ("constant", "share", "auto", "ratio", "floor", "noise", "power")
 #: Every family the study can fit: the rules, then the data-aware families (`simulations.ksweep_aware`).
 FAMILY_NAMES = (*RULE_NAMES, *PARAMETERS)
 
@@ -120,6 +124,10 @@ def families(ks: Sequence[int], names: Sequence[str]) -> list[Family]:
         "ratio": Family("ratio", "k = round(c p s / n)", ("c",), _SCALES[:, None],
                         lambda g, p, s, n: _power(np.column_stack([g[:, 0], 1 + 0 * g[:, 0], 1 + 0 * g[:, 0]]),
                                                   p, s, n)),
+        "floor": Family("floor", "k = max(round(c p s / n), round(f p))", ("c", "f"),
+                        np.array(list(itertools.product(_SCALES[::2], np.round(np.arange(0.02, 0.301, 0.01), 2)))),
+                        lambda g, p, s, n: _power(np.column_stack([g[:, 0], 1 + 0 * g[:, 0], 1 + 0 * g[:, 0],
+                                                                   g[:, 1]]), p, s, n)),
         "noise": Family("noise", "k = round(c p s^a)", ("c", "a"),
                         np.array(list(itertools.product(_SCALES, exps))),
                         lambda g, p, s, n: _power(np.column_stack([g, 0 * g[:, 0]]), p, s, n)),
@@ -167,9 +175,14 @@ class Grid:
         return np.where(np.abs(self.ks[lower] - k) <= np.abs(self.ks[idx] - k), lower, idx)
 
 
-def goal_mask(grid: Grid, goal: tuple[int, float, str]) -> np.ndarray:
-    """The points at the goal ``(n, epsilon, relation)`` where some fixed ``k`` puts `GOAL_SHARE` within 2 points."""
-    at = np.array([(pt[1], pt[3], pt[4]) == goal for pt in grid.points])
+def at_goal(clients: int, partition: str, relation: str, goal: tuple[int, str]) -> bool:
+    """Whether a point is one of the share goal's ``(smallest n, relation)``: iid, at least that many clients."""
+    return partition == "iid" and clients >= goal[0] and relation == goal[1]
+
+
+def goal_mask(grid: Grid, goal: tuple[int, str]) -> np.ndarray:
+    """The points of the share goal (`at_goal`) where some fixed ``k`` puts `GOAL_SHARE` within 2 points."""
+    at = np.array([at_goal(pt[1], pt[2], pt[4], goal) for pt in grid.points])
     return at & (grid.within2.max(axis=1) >= GOAL_SHARE - 1e-9)
 
 
@@ -181,10 +194,15 @@ def most_met(family: Family, grid: Grid, mask: np.ndarray) -> int:
 
 
 def share_floor(grid: Grid, mask: np.ndarray) -> tuple[int, float]:
-    """One fixed ``k`` for every point of ``mask`` (what a rule of public facts gives points of the same ``p``,
-    ``n`` and epsilon): the ``k`` whose least share within 2 points over them is largest, and that share."""
-    least = grid.within2[mask].min(axis=0)
-    return int(grid.ks[np.argmax(least)]), float(least.max())
+    """One fixed ``k`` per ``(n, epsilon)`` for the points of ``mask`` (what a rule of public facts gives points of
+    the same ``p``, ``n`` and epsilon): in each group the ``k`` whose least share within 2 points over its points is
+    largest; that ``k`` and share in the group where the share is smallest."""
+    groups: dict[tuple[int, float], list[int]] = {}
+    for i in np.flatnonzero(mask):
+        groups.setdefault((grid.points[i][1], grid.points[i][3]), []).append(int(i))
+    least = [grid.within2[rows].min(axis=0) for rows in groups.values()]
+    worst = min(least, key=lambda row: float(row.max()))
+    return int(grid.ks[np.argmax(worst)]), float(worst.max())
 
 
 def cells_of(grid: Grid, idx: np.ndarray) -> dict[tuple[str, int, float], np.ndarray]:
@@ -268,8 +286,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the relations whose points are fitted and measured (default replace-one, the goals')")
     parser.add_argument("--candidates", type=int, default=100,
                         help="the number of candidates p the runs measured (default 100, Table III's grid)")
-    parser.add_argument("--goal", nargs=2, default=["20", "1"], metavar=("N", "EPSILON"),
-                        help="the point of the share goal (default 20 1)")
+    parser.add_argument("--goal-clients", type=int, default=GOAL_CLIENTS, metavar="N",
+                        help="the share goal holds at every iid point with at least N clients "
+                             f"(default {GOAL_CLIENTS})")
     parser.add_argument("--robust-band", type=float, default=ROBUST_BAND, metavar="FACTOR",
                         help="the fit must score as well with its first parameter off by this factor, >= 1 "
                              f"(default {ROBUST_BAND:g}; 1: the plain objective)")
@@ -279,16 +298,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the runs' --candidates (the data-aware families only; default table3)")
     parser.add_argument("--validation", default=DEFAULT_VALIDATION,
                         help=f"the runs' --validation (the data-aware families only; default {DEFAULT_VALIDATION})")
+    parser.add_argument("--data-dirs", nargs="+", default=[], metavar="DATASET=DIR",
+                        help="the runs' --data-dir of each data set read from a folder (the data-aware families only)")
     parser.add_argument("--repetitions", type=int, default=2000,
                         help="draws per point where the data choose the depth (joint, threshold; default 2000)")
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:
     """Validated options (``ValueError`` naming the option, before any file is read)."""
-    try:
-        n, eps = int(args.goal[0]), float(args.goal[1])
-    except ValueError:
-        raise ValueError(f"--goal takes N (an integer) EPSILON (a number), got {args.goal!r}") from None
     if not np.isfinite(args.robust_band) or args.robust_band < 1:
         raise ValueError(f"--robust-band must be a finite number >= 1 (1: no margin), got {args.robust_band!r}")
     runs = run_folders(args.runs)
@@ -305,10 +322,17 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         if len(listed) != candidates:
             raise ValueError(f"--candidate-list {args.candidate_list!r} has {len(listed)} candidates, --candidates "
                              f"says {candidates}; pass the list the ksweep runs used")
-    return {"runs": runs, "families": names, "repetitions": harness.check_int("repetitions", args.repetitions, 2),
+    data_dirs = {}
+    for pair in args.data_dirs:
+        dataset, sep, folder = pair.partition("=")
+        if not sep or not dataset or not folder:
+            raise ValueError(f"--data-dirs takes DATASET=DIR pairs, got {pair!r}")
+        data_dirs[dataset] = folder
+    return {"runs": runs, "families": names, "data_dirs": data_dirs,
+            "repetitions": harness.check_int("repetitions", args.repetitions, 2),
             "candidate_list": listed, "validation": check_validation(args.validation),
             "relations": list(dict.fromkeys(args.relations)),
-            "candidates": candidates, "goal": (n, eps),
+            "candidates": candidates, "goal_clients": harness.check_int("goal_clients", args.goal_clients, 1),
             "band": float(args.robust_band)}
 
 
@@ -328,15 +352,13 @@ def _label(pt: Point) -> str:
     return f"{pt[0]} {partition_label(pt[2])}"
 
 
-def evaluate(grid: Grid, family: Family, goal: tuple[int, float], relation_goal: str,
-             band: float = ROBUST_BAND) -> dict[str, Any]:
+def evaluate(grid: Grid, family: Family, goal: tuple[int, str], band: float = ROBUST_BAND) -> dict[str, Any]:
     """Leave one task out for ``family``: per held-out task its fit on the others and its points' results.
 
     Args:
         grid: The measured points (one relation or several).
         family: The family.
-        goal: ``(n, epsilon)`` of the share goal.
-        relation_goal: The relation of the share goal.
+        goal: The share goal's smallest ``n`` and relation (`at_goal`).
         band: `robust`'s factor.
 
     Returns:
@@ -344,7 +366,7 @@ def evaluate(grid: Grid, family: Family, goal: tuple[int, float], relation_goal:
     """
     tasks = sorted({pt[0] for pt in grid.points})
     task_of = np.array([pt[0] for pt in grid.points])
-    mask = goal_mask(grid, (goal[0], goal[1], relation_goal))
+    mask = goal_mask(grid, goal)
     points, fits = [], []
     for task in [*tasks, None]:
         held = task_of == task if task is not None else np.ones(len(task_of), dtype=bool)
@@ -360,9 +382,8 @@ def evaluate(grid: Grid, family: Family, goal: tuple[int, float], relation_goal:
                      "params": _words(params), "points": len(idx), "mean_behind": round(float(behind.mean()), 3),
                      "worst_behind": round(float(behind.max()), 3), "missed": int((behind > GOAL_MEAN).sum()),
                      "floor_mean": round(floor[0], 3), "floor_worst": round(floor[1], 3),
-                     "goal_within_2pt": "; ".join(f"{_label(grid.points[i])} {within2[i]:.2f}"
-                                                  for i in idx if (grid.points[i][1], grid.points[i][3],
-                                                                   grid.points[i][4]) == (*goal, relation_goal))})
+                     "goal_within_2pt": "; ".join(f"{_label(grid.points[i])} n {grid.points[i][1]} eps "
+                                                  f"{grid.points[i][3]:g} {within2[i]:.2f}" for i in idx if mask[i])})
         if task is None:
             continue
         for i in idx:
@@ -397,16 +418,16 @@ def cell_rows(grid: Grid, points: Sequence[dict[str, Any]]) -> list[dict[str, An
     return rows
 
 
-def overall(points: Sequence[dict[str, Any]], cells: Sequence[dict[str, Any]], goal: tuple[int, float],
-            relation_goal: str) -> dict[str, dict[str, Any]]:
+def overall(points: Sequence[dict[str, Any]], cells: Sequence[dict[str, Any]], goal: tuple[int, str]
+            ) -> dict[str, dict[str, Any]]:
     """Per family over every held-out point: mean, worst, points more than 1 behind, the share goal's federations
     (met / reachable, the smallest share where reachable) and the cells within the goal or the floor's slack."""
     out = {}
     for family in dict.fromkeys(r["family"] for r in points):
         mine = [r for r in points if r["family"] == family]
         behind = np.array([r["behind_best_k_points"] for r in mine])
-        at_goal = [r for r in mine if (r["clients"], r["epsilon"], r["neighbouring"]) == (*goal, relation_goal)]
-        reach = [r for r in at_goal if r["most_within_2pt"] >= GOAL_SHARE - 1e-9]
+        reach = [r for r in mine if at_goal(r["clients"], r["partition"], r["neighbouring"], goal)
+                 and r["most_within_2pt"] >= GOAL_SHARE - 1e-9]
         fam_cells = [c for c in cells if c["family"] == family]
         out[family] = {"points": len(mine), "mean_behind": round(float(behind.mean()), 3),
                        "worst_behind": round(float(behind.max()), 3), "missed": int((behind > GOAL_MEAN).sum()),
@@ -419,20 +440,21 @@ def overall(points: Sequence[dict[str, Any]], cells: Sequence[dict[str, Any]], g
 
 
 def markdown(fits: Sequence[dict[str, Any]], points: Sequence[dict[str, Any]], cells: Sequence[dict[str, Any]],
-             summary: dict[str, dict[str, Any]], fams: Sequence[Family], goal: tuple[int, float],
-             relation_goal: str, floor: tuple[float, float], band: float = ROBUST_BAND,
+             summary: dict[str, dict[str, Any]], fams: Sequence[Family], goal: tuple[int, str],
+             floor: tuple[float, float], band: float = ROBUST_BAND,
              one_k: tuple[int, float] | None = None) -> str:
     """The tables against the goals (overall, per held-out task, per cell with the floor, the share goal)."""
-    n, eps = goal
+    n, relation_goal = goal
     forms = {f.name: f.form for f in fams}
     all_fit = {f["family"]: f["params"] for f in fits if f["held_out"].startswith("(none")}
     hindsight = {name: s["goal_met_any_row"] for name, s in summary.items()}
     lines = [f"Out of sample (each task's points with the parameters fitted on the other tasks). Goals: mean <= "
              f"{GOAL_MEAN:g}, worst <= {GOAL_WORST:g} points behind the best fixed k in hindsight; >= "
-             f"{percent(GOAL_SHARE)} of releases within 2 points of Opt at n = {n}, epsilon {eps:g}, {relation_goal} "
-             f"wherever some fixed k reaches it; where a goal is out of reach, within {FLOOR_SLACK:g} of the cell's "
-             f"floor. The floor over all points (one fixed k per cell (relation, n, epsilon), chosen in hindsight): "
-             f"mean {floor[0]:.2f}, worst {floor[1]:.2f}. Each fit minimises the largest excess over the training "
+             f"{percent(GOAL_SHARE)} of releases within 2 points of Opt at every iid point with n >= {n}, "
+             f"{relation_goal}, wherever some fixed k reaches it; where a goal is out of reach, within "
+             f"{FLOOR_SLACK:g} of the cell's floor. The floor over all points (one fixed k per cell (relation, n, "
+             f"epsilon), chosen in hindsight): mean {floor[0]:.2f}, worst {floor[1]:.2f}. Each fit minimises the "
+             "largest excess over the training "
              f"cells' bars (the goal or the training floor + {FLOOR_SLACK:g}), scored at its worst over its first "
              f"parameter times or divided by up to {band:g}. \"Its best row in hindsight\": the most of the share "
              "goal's federations that one parameter row of the family meets, the row chosen knowing them all (no fit "
@@ -448,7 +470,7 @@ def markdown(fits: Sequence[dict[str, Any]], points: Sequence[dict[str, Any]], c
                      f"{percent(s['goal_min_share']) if s['goal_reachable'] else '-'} | "
                      f"{s['cells_worst_ok']} of {s['cells']} | {s['cells_mean_ok']} of {s['cells']} |")
     lines += ["", "Per held-out task (parameters fitted without it; mean / worst behind the best k; share within 2 "
-              f"points at n = {n}, epsilon {eps:g}):", "",
+              f"points at its share goal's points, iid, n >= {n}):", "",
               "| held out | family | fitted on the others | points | mean | worst | > 1 behind | "
               "shares at the goal point | the task's floor (one k per cell in hindsight): mean / worst |",
               "|---|---|---|---|---|---|---|---|---|"]
@@ -472,21 +494,22 @@ def markdown(fits: Sequence[dict[str, Any]], points: Sequence[dict[str, Any]], c
                      + " | ".join(f"{row[f]['worst_behind']:.2f}{'' if row[f]['worst_ok'] else '*'} / "
                                   f"{row[f]['mean_behind']:.2f}{'' if row[f]['mean_ok'] else '*'}" for f in names)
                      + " |")
-    at_goal = sorted({(r["dataset"], r["partition"]) for r in points
-                      if (r["clients"], r["epsilon"], r["neighbouring"]) == (*goal, relation_goal)})
-    lines += ["", f"Share of releases within 2 points of Opt at n = {n}, epsilon {eps:g}, {relation_goal}, out of "
+    goal_points = sorted({(r["dataset"], r["clients"], r["epsilon"]) for r in points
+                          if at_goal(r["clients"], r["partition"], r["neighbouring"], goal)})
+    lines += ["", f"Share of releases within 2 points of Opt at the iid points with n >= {n}, {relation_goal}, out of "
               "sample (the floor: the most any fixed k reaches):", "",
-              "| federation | most at any k | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
-    for dataset, partition in at_goal:
+              "| federation | n | epsilon | most at any k | " + " | ".join(names) + " |",
+              "|---|---|---|---|" + "---|" * len(names)]
+    for dataset, cn, ce in goal_points:
         mine = {r["family"]: r for r in points if (r["dataset"], r["partition"], r["clients"], r["epsilon"],
-                                                   r["neighbouring"]) == (dataset, partition, *goal, relation_goal)}
+                                                   r["neighbouring"]) == (dataset, "iid", cn, ce, relation_goal)}
         most = next(iter(mine.values()))["most_within_2pt"]
-        lines.append(f"| {dataset} {partition_label(partition)} | {percent(most)} | "
+        lines.append(f"| {dataset} | {cn} | {ce:g} | {percent(most)} | "
                      + " | ".join(f"{percent(mine[f]['within_2pt'])} ({_depth(mine[f]['k'])})" for f in names) + " |")
     if one_k is not None:
-        lines += ["", f"One fixed k for all these federations where some k reaches {percent(GOAL_SHARE)} (a rule of "
-                  f"public facts gives them all the same k: the same p, n and epsilon): at best {percent(one_k[1])} "
-                  f"for the least of them (k = {one_k[0]})."]
+        lines += ["", f"One fixed k per (n, epsilon) for the federations above where some k reaches "
+                  f"{percent(GOAL_SHARE)} (a rule of public facts gives them all the same k): at best "
+                  f"{percent(one_k[1])} for the least of them, in the worst (n, epsilon) (there k = {one_k[0]})."]
     return "\n".join(lines) + "\n"
 
 
@@ -497,24 +520,24 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     if len({pt[0] for pt in sweeps}) < 2:
         raise ValueError("--runs: leaving one task out needs points of at least 2 data sets in --relations")
     grid = Grid.of(sweeps, opts["candidates"])
-    relation_goal = "replace-one" if "replace-one" in opts["relations"] else opts["relations"][0]
+    goal = (opts["goal_clients"], "replace-one" if "replace-one" in opts["relations"] else opts["relations"][0])
     fams = families(grid.ks.tolist(), opts["families"])
     aware = [name for name in opts["families"] if name in PARAMETERS]
     if aware:
         measured = measure_points(aware, grid.points, cache=harness.ArrayCache(args.cache),
                                   candidates=opts["candidate_list"], validation=opts["validation"], seed=args.seed,
-                                  repetitions=opts["repetitions"])
+                                  repetitions=opts["repetitions"], data_dirs=opts["data_dirs"])
         fams += aware_families(aware, measured)
     fams.sort(key=lambda f: opts["families"].index(f.name))
     points: list[dict[str, Any]] = []
     fits: list[dict[str, Any]] = []
     for family in fams:
-        res = evaluate(grid, family, opts["goal"], relation_goal, opts["band"])
+        res = evaluate(grid, family, goal, opts["band"])
         points += res["points"]
         fits += res["fits"]
     cells = cell_rows(grid, points)
-    summary = overall(points, cells, opts["goal"], relation_goal)
-    mask = goal_mask(grid, (*opts["goal"], relation_goal))
+    summary = overall(points, cells, goal)
+    mask = goal_mask(grid, goal)
     for family in fams:
         summary[family.name]["goal_met_any_row"] = most_met(family, grid, mask) if mask.any() else 0
     study.write_csv("ksweep_loto.csv", points)
@@ -524,8 +547,7 @@ def run(args: argparse.Namespace, study: harness.StudyRun) -> dict[str, Any]:
     path = study.path("ksweep_loto.md")
     floor = floor_of(grid, np.arange(len(grid.points)))
     one_k = share_floor(grid, mask) if mask.any() else None
-    path.write_text(markdown(fits, points, cells, summary, fams, opts["goal"], relation_goal, floor,
-                             opts["band"], one_k))
+    path.write_text(markdown(fits, points, cells, summary, fams, goal, floor, opts["band"], one_k))
     study.outputs.append(str(path))
     return study.result(points=len(grid.points), tasks=sorted({pt[0] for pt in grid.points}),
                         relations=opts["relations"], robust_band=opts["band"], summary=summary,

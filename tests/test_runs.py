@@ -127,3 +127,21 @@ def test_runs_are_found_by_folder_name_run_id_or_last_and_listed_oldest_first(tm
     assert rows[2] == {"run": "20261207-213702-5", "status": "no record"}
     assert list_table(runs).startswith(f"3 runs in {runs}:\n")
     assert list_table(tmp_path / "none") == f"no runs in {tmp_path / 'none'} (each `dphype run` writes one there)"
+
+
+def test_a_run_folder_is_its_owners_alone(tmp_path):
+    """The folder keeps the final model (a plaintext-trained one is covered by no guarantee) and the server's log:
+    mode 0700, whatever the umask lets through, so other users of the ServerApp's host cannot read them."""
+    run = RunFolder.create(tmp_path / "runs", 8, START)
+    run.save_model({"w": np.arange(3.0)})
+    run.write()
+    assert run.path.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("text", ["{bad", "[1, 2]"])
+def test_a_record_that_is_not_a_json_object_is_refused_naming_the_file(tmp_path, text):
+    run = RunFolder.create(tmp_path, 9, START)
+    (run.path / "result.json").write_text(text)
+    with pytest.raises(ValueError, match=r"result\.json is not a run record \(a JSON object\)"):
+        read_record(run.path)
+    assert describe(run.path) == {"run": run.path.name, "status": "no record"}

@@ -150,12 +150,17 @@ def load_tally_key(path: str | os.PathLike[str]) -> KeyPair:
         The key pair; its ``public`` is what the server and the clients' ``dphype-tallies`` name.
 
     Raises:
-        ValueError: If the file does not hold 64 hex digits.
+        ValueError: If the file does not hold 64 hex digits, or others may read it (as an identity key's,
+            `dphype.secure.roster.IdentityKey.load`).
     """
     file = Path(path).expanduser()
     if not file.exists():  # written aside, then linked: a concurrent reader never sees half a key
         file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         write_once(file, X25519PrivateKey.generate().private_bytes_raw().hex().encode())
+    mode = file.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise ValueError(f"node config {TALLY_KEY_FILE}={str(path)!r} is readable by others (mode {mode:o}), so "
+                         f"they could open the shares sealed to this tally; make it private: chmod 600 {file}")
     try:
         private = X25519PrivateKey.from_private_bytes(bytes.fromhex(file.read_text().strip()))
     except ValueError as err:

@@ -28,6 +28,7 @@ of a shuffled table, which does not give every client the same label mix.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import importlib.resources
 import pickle
@@ -289,25 +290,27 @@ def load_sklearn_table(name: str) -> tuple[Dataset, Dataset]:
     return _split_table(np.asarray(bunch.data, dtype=np.float64), np.asarray(bunch.target, dtype=np.int64), name)
 
 
-#: The statsmodels data set of each table `load_statsmodels_table` reads, with the outcome count whose exceedance
-#: is the binary label: ``(module, outcome, threshold)``, label 1 = ``outcome > threshold``.
-STATSMODELS_TABLES: dict[str, tuple[str, str, float]] = {
-    "fair": ("fair", "affairs", 0.0),
-    "randhie": ("randhie", "mdvis", 1.0),
-    "anes96": ("anes96", "vote", 0.0),
+#: The statsmodels data set of each table `load_statsmodels_table` reads, with the outcome count and the thresholds
+#: it is cut at: ``(module, outcome, thresholds)``, the label is the number of thresholds the outcome exceeds.
+STATSMODELS_TABLES: dict[str, tuple[str, str, tuple[float, ...]]] = {
+    "fair": ("fair", "affairs", (0.0,)),
+    "randhie": ("randhie", "mdvis", (1.0,)),
+    "anes96": ("anes96", "vote", (0.0,)),
+    "randhie-3": ("randhie", "mdvis", (0.0, 2.0)),
 }
 
 
 def load_statsmodels_table(name: str) -> tuple[Dataset, Dataset]:
-    """A binary table statsmodels ships offline as ``(pool, test)``, split 80/20 with `SPLIT_SEED` like Adult.
+    """A table statsmodels ships offline as ``(pool, test)``, split 80/20 with `SPLIT_SEED` like Adult.
 
     ``fair``: Fair (1978), "A Theory of Extramarital Affairs" (Journal of Political Economy; statsmodels: "Included
     with permission of the author"), 6,366 rows, 8 features, label 1 = ``affairs > 0``. ``randhie``: the RAND Health
     Insurance Experiment (public domain; Cameron & Trivedi 2005), 20,190 person-years, 9 features, label 1 =
     ``mdvis > 1``, more physician visits than the median (``mdvis > 0`` would be too unbalanced for candidates to
     differ). ``anes96``: the American National Election Studies' 1996 survey (public domain), 944 respondents, 10
-    features, label 1 = voted for Dole. The split is by row (one person's years may fall on both sides). Features
-    standardized on the pool.
+    features, label 1 = voted for Dole. ``randhie-3``: the RAND table with three classes, no physician visit, 1 to 2,
+    3 or more (6,308, 6,614 and 7,268 person-years). The split is by row (one person's years may fall on both
+    sides). Features standardized on the pool.
 
     Args:
         name: A key of `STATSMODELS_TABLES`.
@@ -327,11 +330,58 @@ def load_statsmodels_table(name: str) -> tuple[Dataset, Dataset]:
     except ModuleNotFoundError as err:
         raise ModuleNotFoundError(f"dataset {name!r} is read from statsmodels: pip install 'dphype[bench]' "
                                   "(or statsmodels)") from err
-    module, outcome, threshold = STATSMODELS_TABLES[name]
+    module, outcome, thresholds = STATSMODELS_TABLES[name]
     frame = getattr(statsmodels.datasets, module).load_pandas().data
     x = frame.drop(columns=outcome).to_numpy(dtype=np.float64)
-    y = (frame[outcome].to_numpy(dtype=np.float64) > threshold).astype(np.int64)
-    return _split_table(x, y, name)
+    values = frame[outcome].to_numpy(dtype=np.float64)
+    y = sum((values > t).astype(np.int64) for t in thresholds)
+    return _split_table(x, np.asarray(y, dtype=np.int64), name)
+
+
+#: Variants of registered tables with a weaker local signal (`load_table_variant`): ``name -> (table, pool rows,
+#: share of pool labels flipped)``; ``None`` rows keeps the whole pool.
+TABLE_VARIANTS: dict[str, tuple[str, int | None, float]] = {
+    "digits-1k": ("digits", 1000, 0.0),
+    "fair-1k": ("fair", 1000, 0.0),
+    "randhie-1k": ("randhie", 1000, 0.0),
+    "digits-noisy": ("digits", None, 0.3),
+    "fair-noisy": ("fair", None, 0.2),
+}
+
+
+def _variant_loader(name: str, _dir: str | None) -> tuple[Dataset, Dataset]:
+    return load_table_variant(name)
+
+
+def load_table_variant(name: str) -> tuple[Dataset, Dataset]:
+    """A registered table with fewer pool rows or noisy pool labels, as ``(pool, test)``.
+
+    The pool keeps ``rows`` of the table's pool rows drawn with `SPLIT_SEED` (20 per client at n = 50 for 1,000
+    rows); then each pool label is flipped with probability ``share`` to another class drawn uniformly. Features stay
+    as the table standardized them; the test set is the table's, whole and with its true labels.
+
+    Args:
+        name: A key of `TABLE_VARIANTS`.
+
+    Returns:
+        ``(pool, test)``.
+
+    Raises:
+        ValueError: ``name`` is not a key of `TABLE_VARIANTS`, or ``rows`` exceeds the table's pool.
+    """
+    if name not in TABLE_VARIANTS:
+        raise ValueError(f"name must be one of {', '.join(TABLE_VARIANTS)}; got {name!r}")
+    table, rows, share = TABLE_VARIANTS[name]
+    pool, test = load_dataset(table)
+    rng = np.random.default_rng(SPLIT_SEED)
+    if rows is not None:
+        if rows > len(pool):
+            raise ValueError(f"rows of variant {name!r} must be at most {len(pool)} (the pool of {table}), got {rows}")
+        pool = pool.subset(np.sort(rng.choice(len(pool), rows, replace=False)))
+    y = pool.y.copy()
+    flipped = rng.random(len(y)) < share
+    y[flipped] = (y[flipped] + rng.integers(1, pool.num_classes, int(flipped.sum()))) % pool.num_classes
+    return Dataset(pool.x, y, pool.num_classes, name), Dataset(test.x, test.y, test.num_classes, name)
 
 
 def _split_table(x: np.ndarray, y: np.ndarray, name: str) -> tuple[Dataset, Dataset]:
@@ -539,6 +589,8 @@ for _spec in (
     DataSetSpec("randhie", lambda _dir: load_statsmodels_table("randhie"), "adult-mlp"),
     DataSetSpec("anes96", lambda _dir: load_statsmodels_table("anes96"), "adult-mlp"),
     DataSetSpec("fashion-mnist-6k", load_fashion_mnist_6k, "adult-mlp"),
+    DataSetSpec("randhie-3", lambda _dir: load_statsmodels_table("randhie-3"), "adult-mlp"),
+    *(DataSetSpec(name, functools.partial(_variant_loader, name), "adult-mlp") for name in TABLE_VARIANTS),
 ):
     register_dataset(_spec)
 

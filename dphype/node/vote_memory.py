@@ -5,7 +5,8 @@ Beside the node's ledger (`dphype.node.ledger.Ledger`), in ``<ledger>.votes``: o
 vote and before the vote leaves the node, so it survives what the ledger survives. ``answer`` is what the node sent
 (bytes as ``{"b64": ...}``): a committee vote's sealed shares and signatures, given again to a repeated vote for
 the same request in the same run at no new charge; an empty answer for a vote that is never resent (a SecAgg+
-vote: its noise share and masks belong to one round). A crash between the ledger and this file counts the vote
+vote, and every private evaluation of the final model, `dphype.node.evaluation_policy`: their noise shares
+and masks belong to one round). A crash between the ledger and this file counts the vote
 as spent and forgets the answer: a later retry is charged again, never released uncharged.
 
 Every use holds an exclusive ``fcntl.flock`` on ``<ledger>.votes.lock`` (`VoteMemory.held`), so two processes of

@@ -8,9 +8,10 @@ the server divides by the public number of contributors ``m``, so the released m
 The mechanism is the vote's (Appendix A), on a vector of `EVALUATION_VALUES` entries:
 
 * *Bounded contribution.* A value is sent on the fixed-point grid of `evaluation_scale` (Skellam, an integer kind:
-  ``round(value * EVALUATION_SCALE)``, an integer in ``[0, EVALUATION_SCALE]``; a real kind sends the value itself
-  and the secure sum's grid rounds it). Whatever a client's data, each entry lies in ``[0, scale]``; a value outside
-  ``[0, 1]`` (or not finite) is refused, never clipped (`quantize`).
+  ``round(value * EVALUATION_SCALE)``, an integer in ``[0, EVALUATION_SCALE]``; a real kind sends the value rounded
+  to the secure sum's grid ``1 / fixed_point_scale``, so that grid's rounding of value plus noise share rounds the
+  share alone, as for a vote, never in a way that depends on the data). Whatever a client's data, each entry lies
+  in ``[0, scale]``; a value outside ``[0, 1]`` (or not finite) is refused, never clipped (`quantize`).
 * *Sensitivity.* Replacing one client's data moves each entry of the sum by at most ``scale``, and so does removing
   it (the zero-out form of add/remove, `dphype.privacy.accounting`): ``L2 = sqrt(2) scale`` and ``L1 = 2 scale`` under
   either relation (`evaluation_sensitivity`).
@@ -103,6 +104,9 @@ def evaluation_rdp(sigma: float, noise: str, orders: Any = RDP_ORDERS) -> np.nda
 def quantize(values: Any, noise: str) -> np.ndarray:
     """A client's `EVALUATION_VALUES` on the grid of `evaluation_scale` (float64; integers for an integer kind).
 
+    A real kind's values are rounded to its secure-sum grid ``1 / fixed_point_scale`` (still in ``[0, 1]``), so the
+    secure sum's rounding of value plus noise share (`dphype.secure.secure_sum.encode`) depends on the share alone.
+
     Args:
         values: The accuracy and the majority-class baseline of the client's held-out rows, each in ``[0, 1]``.
         noise: The noise kind's name.
@@ -118,7 +122,10 @@ def quantize(values: Any, noise: str) -> np.ndarray:
         raise ValueError(f"the evaluation must return ({', '.join(EVALUATION_VALUES)}), two numbers in [0, 1] "
                          f"measured on the node's held-out rows, got {values!r}")
     scale = evaluation_scale(noise)
-    return np.rint(out * scale) if scale > 1 else out
+    if scale > 1:
+        return np.rint(out * scale)
+    grid = noise_kind(noise).fixed_point_scale
+    return np.rint(out * grid) / grid
 
 
 def evaluation_noise_std(epsilon: float, delta: float, contributors: int, *, noise: str,

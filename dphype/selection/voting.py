@@ -130,13 +130,15 @@ DEFAULT_BITS = 4
 #: The most bits an entry may have (the committee checks ``bits`` binary digits per entry).
 MAX_BITS = 8
 #: ``c`` of the auto ballot's rule ``k = round(c p (s / m)**AUTO_EXPONENT)`` (`auto_depth`), fitted on every
-#: measured task by ``dphype bench ksweep-loto`` as its ``ratio`` family (the largest excess over the cells' goals
-#: or floors, with a margin; its figures on held-out tasks are in the docs).
-AUTO_SCALE = 0.4073
+#: measured task of the ballot grid by ``dphype bench ksweep-loto`` as its ``ratio`` family (the largest excess over
+#: the cells' goals or floors, with a margin; its figures on held-out tasks are in the docs).
+AUTO_SCALE = 0.36
 #: The exponent of the noise per voter ``s / m`` in the auto rule: 1, ``k`` in proportion to ``s / m`` (the study's
-#: ``ratio`` family; its ``auto`` family, which fits the exponent too, misses a cell out of sample).
+#: ``ratio`` family; its ``auto`` family, which fits the exponent too, misses a cell more out of sample).
 AUTO_EXPONENT = 1.0
-#: The auto ballot's smallest ``k`` as a fraction of ``p`` (a vote of one or two candidates is fragile).
+#: The auto ballot's smallest ``k`` as a fraction of ``p``, whatever the number of voters. A vote of one or two
+#: candidates is fragile: on the ballot grid a floor of 2 at ``p = 100`` gains at n >= 50 under replace-one and
+#: falls off a cliff under add-remove on label-skewed digits (the ``floor`` family in the docs).
 AUTO_FLOOR = 0.03
 #: The auto ballot's smallest ``k`` whatever ``p`` (below ``p // 2``): with one vote each, label-skewed clients vote
 #: for what suits their own labels (measured with few candidates, where ``AUTO_FLOOR p`` rounds to 1: results/ballots.md
@@ -150,8 +152,8 @@ SHARE_EXPONENT = 0.0
 
 
 def rule_depth(num_candidates: ArrayLike, noise_std: ArrayLike, voters: ArrayLike, scale: float,
-               noise_exponent: float, voters_exponent: float) -> np.ndarray:
-    """``k = round(scale p s**noise_exponent / m**voters_exponent)``, at least `AUTO_MIN_DEPTH` and ``AUTO_FLOOR p``.
+               noise_exponent: float, voters_exponent: float, floor: ArrayLike = AUTO_FLOOR) -> np.ndarray:
+    """``k = round(scale p s**noise_exponent / m**voters_exponent)``, at least `AUTO_MIN_DEPTH` and ``floor p``.
 
     At most ``max(1, p // 2)``; element-wise over arrays of public facts (what the bench fits over its grid).
 
@@ -163,6 +165,7 @@ def rule_depth(num_candidates: ArrayLike, noise_std: ArrayLike, voters: ArrayLik
         scale: ``c > 0``.
         noise_exponent: The power of ``s``.
         voters_exponent: The power of ``1 / m``.
+        floor: The smallest ``k`` as a share of ``p`` (rounded), whatever ``m``.
 
     Returns:
         ``k``, int64, of the broadcast shape.
@@ -170,7 +173,8 @@ def rule_depth(num_candidates: ArrayLike, noise_std: ArrayLike, voters: ArrayLik
     p = np.asarray(num_candidates, dtype=np.int64)
     raw = scale * p * np.asarray(noise_std, dtype=np.float64) ** noise_exponent \
         / np.asarray(voters, dtype=np.float64) ** voters_exponent
-    k = np.maximum(np.maximum(AUTO_MIN_DEPTH, np.rint(AUTO_FLOOR * p)), np.rint(raw)).astype(np.int64)
+    k = np.maximum(np.maximum(AUTO_MIN_DEPTH, np.rint(np.asarray(floor, dtype=np.float64) * p)),
+                   np.rint(raw)).astype(np.int64)
     return np.minimum(k, np.maximum(1, p // 2))
 
 

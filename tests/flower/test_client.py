@@ -552,3 +552,17 @@ def test_a_sum_request_re_run_in_the_same_run_is_refused_and_charged_once():
         selection.start(grid)
     assert [m.metadata.message_type for m in grid.sent[sent:]] == [PREFLIGHT_TYPE] * N
     assert votes_spent() == [1] * N
+
+
+def test_a_vote_memory_that_does_not_parse_fails_closed():
+    """A node whose vote memory has a line that does not parse (a torn append, an edit) refuses every vote
+    (``ledger_error``) instead of reading it as 'never voted' and voting, and being charged, again."""
+    grid = LocalGrid(client_app(scores_table(N)), N)
+    selection = DPHype(CANDS, config(clients=N))
+    selection.start(grid)
+    for pid in range(N):
+        memory = default_ledger_path(pid).with_name(default_ledger_path(pid).name + ".votes")
+        memory.write_text('{"run": 1, "requ\n' + memory.read_text())  # a torn line, then this run's vote
+    with pytest.raises(PreflightError, match=f"{N} x refused: ledger_error"):
+        selection.start(grid)
+    assert votes_spent() == [1] * N

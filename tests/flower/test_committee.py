@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -479,9 +481,18 @@ def test_a_tally_refuses_a_request_listing_its_key_at_another_index_whose_shares
     assert reply.error.reason.startswith("Refusal: tally_refused: tally 0 is not tally 0 of this request's committee")
 
 
-def test_a_tally_whose_operator_set_tls_runs_its_mpyc_party_with_ssl_in_its_tls_folder(tmp_path):
+def test_a_tally_whose_operator_set_tls_runs_its_mpyc_party_with_ssl_in_its_tls_folder(tmp_path, monkeypatch):
     """``dphype-tally-tls``: the party must run with MPyC's ``--ssl`` (mutual TLS and the party-name pin) in that
-    folder; without it the parties would talk plain TCP although the node's operator asked for TLS."""
+    folder; without it the parties would talk plain TCP although the node's operator asked for TLS. The command is
+    read where the node starts it (a party whose peers never start may end before its /proc entry is read)."""
+    started: list[tuple[list[str], object]] = []
+    real_popen = subprocess.Popen
+
+    def popen(args, *rest, **kwargs):
+        started.append(([str(a) for a in args] if isinstance(args, list | tuple) else [str(args)], kwargs.get("cwd")))
+        return real_popen(args, *rest, **kwargs)
+
+    monkeypatch.setattr(flower_tally.subprocess, "Popen", popen)
     grid, keys = argmax_grid(tmp_path, federation=False)
     tally = node_id(CLIENTS)
     folder = issue_mpyc_party(make_ca(tmp_path / "pki", "committee CA"), tmp_path / "tls-0", 0)
@@ -500,7 +511,21 @@ def test_a_tally_whose_operator_set_tls_runs_its_mpyc_party_with_ssl_in_its_tls_
     assert not reply.has_error()
     pid = json.loads(grid.contexts[tally].state.config_records[TALLY_STATE]["json"])["pid"]
     try:
-        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        assert b"--ssl" in command and Path(f"/proc/{pid}/cwd").resolve() == folder.resolve()
+        ((command, cwd),) = [(args, cwd) for args, cwd in started if any("tally_party" in a for a in args)]
+        assert "--ssl" in command and Path(str(cwd)).resolve() == folder.resolve()
     finally:
-        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_tally_key_others_may_read_is_refused(tmp_path):
+    """The tally's X25519 key opens every share sealed to it: created 0600, and one that others may read is refused
+    (as a roster identity key is) before the tally uses it."""
+    file = tmp_path / "keys" / "tally-0.key"
+    made = flower_tally.load_tally_key(file)
+    assert file.stat().st_mode & 0o777 == 0o600 and file.parent.stat().st_mode & 0o777 == 0o700
+    file.chmod(0o644)
+    with pytest.raises(ValueError, match=r"tally-0\.key' is readable by others \(mode 644\).*chmod 600"):
+        flower_tally.load_tally_key(file)
+    file.chmod(0o400)
+    assert flower_tally.load_tally_key(file).public == made.public

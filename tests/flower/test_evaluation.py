@@ -224,3 +224,34 @@ def test_the_gaussian_evaluation_is_the_audited_top_1_vote_release():
             vote = calibrate(epsilon, 1e-5, 1, noise="gaussian", accountant=accountant)
             assert calibrate_evaluation(epsilon, 1e-5, noise="gaussian", accountant=accountant) == pytest.approx(
                 vote.sigma, rel=1e-12)
+
+
+def test_an_evaluation_re_run_in_the_same_run_is_refused_and_charged_once(tmp_path):
+    """One evaluation per request and run: a server that re-runs the evaluation request in the same run (to average
+    the noise away, or to drain the nodes' budgets) is refused in the pre-flight, before any node evaluates, and each
+    ledger holds the one evaluation."""
+    evaluated = []
+    grid = grid_with(app_with(lambda i: evaluated.append(i) or (0.8, 0.6)), tmp_path)
+    result, evaluation = selected(grid, epsilon=100.0)
+    evaluation.start(grid, MODEL, result)
+    assert sorted(evaluated) == list(range(N))
+    with pytest.raises(PreflightError, match=f"{N} x refused: already_voted"):
+        evaluation.start(grid, MODEL, result)
+    assert sorted(evaluated) == list(range(N))  # nothing evaluated again
+    assert all([e.release for e in entries] == ["vote", "evaluation"] for entries in node_ledgers(grid, tmp_path))
+
+
+def test_the_gaussian_values_lie_on_the_secure_sums_grid_so_its_rounding_never_depends_on_them():
+    """A Gaussian value is sent as ``rint(F (x + share))``: with ``x`` on the grid ``1/F`` that is ``F x + rint(F
+    share)`` for every share (the vote's rounding); off the grid the rounding error would be a function of the data."""
+    from dphype.privacy.evaluation import quantize  # noqa: PLC0415
+    from dphype.secure.secure_sum import encode, fixed_point_scale  # noqa: PLC0415
+
+    grid = fixed_point_scale("gaussian")
+    values = quantize([0.3337, 0.9999], "gaussian")
+    assert np.array_equal(values * grid, np.rint(values * grid))
+    assert np.all(np.abs(values - [0.3337, 0.9999]) <= 0.5 / grid)  # rounded, not clipped
+    shares = np.random.default_rng(7).normal(0.0, 3.0, size=(2000, 2))
+    sent = np.array([encode(values + share, "gaussian", 2**40) for share in shares])
+    assert np.array_equal(sent, values * grid + np.array([encode(share, "gaussian", 2**40) for share in shares]))
+    assert np.array_equal(quantize([0.3337, 0.9999], "skellam"), [334.0, 1000.0])  # the integer grid, within [0, Q]

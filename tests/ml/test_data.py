@@ -144,8 +144,35 @@ def test_package_tables_read_offline_with_the_documented_shape(
 
 
 def test_unknown_statsmodels_table_is_rejected() -> None:
-    with pytest.raises(ValueError, match="name must be one of fair, randhie, anes96"):
+    with pytest.raises(ValueError, match="name must be one of fair, randhie, anes96, randhie-3"):
         data.load_statsmodels_table("iris")
+
+
+def test_randhie_3_cuts_the_visits_at_0_and_2() -> None:
+    pytest.importorskip("statsmodels")
+    two, three = data.load_statsmodels_table("randhie"), data.load_statsmodels_table("randhie-3")
+    np.testing.assert_array_equal(two[0].x, three[0].x)
+    # mdvis > 1 (two classes) is class 2 or mdvis = 2 (class 1) of the three
+    assert three[0].num_classes == 3 and np.all(two[0].y[three[0].y == 2] == 1)
+    assert np.all(three[0].y[two[0].y == 0] <= 1) and np.bincount(three[0].y).tolist() == [5052, 5295, 5805]
+
+
+def test_a_table_variant_keeps_fewer_rows_or_flips_labels_never_the_test_set() -> None:
+    pytest.importorskip("sklearn")
+    pool, test = load_dataset("digits")
+    small, small_test = load_dataset("digits-1k")
+    assert len(small) == 1000 and small.name == "digits-1k" and small.num_classes == 10
+    # every kept row is a pool row with its label (the features as the table standardized them)
+    rows = {row.tobytes(): label for row, label in zip(pool.x, pool.y, strict=True)}
+    assert all(rows[row.tobytes()] == label for row, label in zip(small.x, small.y, strict=True))
+    noisy, noisy_test = load_dataset("digits-noisy")
+    np.testing.assert_array_equal(noisy.x, pool.x)
+    flipped = noisy.y != pool.y
+    assert 0.26 < flipped.mean() < 0.34  # 30 % flipped, each to another class
+    for held in (small_test, noisy_test):
+        np.testing.assert_array_equal(held.y, test.y)
+    with pytest.raises(ValueError, match="name must be one of digits-1k"):
+        data.load_table_variant("digits-2k")
 
 
 def test_unknown_dataset_name_is_rejected_with_the_registered_names() -> None:
@@ -184,6 +211,9 @@ def test_the_registry_keeps_each_data_sets_model_and_epochs() -> None:
         "breast-cancer": ("adult-mlp", 5, False), "digits": ("adult-mlp", 5, False),
         "fair": ("adult-mlp", 5, False), "randhie": ("adult-mlp", 5, False),
         "anes96": ("adult-mlp", 5, False), "fashion-mnist-6k": ("adult-mlp", 5, False),
+        "randhie-3": ("adult-mlp", 5, False), "digits-1k": ("adult-mlp", 5, False),
+        "fair-1k": ("adult-mlp", 5, False), "randhie-1k": ("adult-mlp", 5, False),
+        "digits-noisy": ("adult-mlp", 5, False), "fair-noisy": ("adult-mlp", 5, False),
     }
 
 

@@ -72,7 +72,7 @@ def test_the_score_family_is_the_score_ballot_released_exactly() -> None:
     counts = np.stack([score_votes(s, m, max_entry=g) for s in fed.scores]).sum(axis=0)
     probs = winner_probabilities(counts, 1.0, "add-remove", g)
     assert table[3, 0] == pytest.approx(float(probs @ (100 * (fed.accuracy.max() - fed.accuracy))))
-    with pytest.raises(ValueError, match="family must be one of score, joint, shallow, threshold"):
+    with pytest.raises(ValueError, match="family must be one of score, joint, shallow, threshold, uncertain"):
         ksweep_aware.measure("magic", fed, 1.0, "replace-one", 10, np.random.default_rng(0))
 
 
@@ -86,10 +86,10 @@ def test_a_data_aware_family_is_fitted_without_the_task_it_is_measured_on(tmp_pa
     table[0, :, 0] = [6.0 if task == "gamma" else 0.5 for task in order]
     table[1, :, 0] = 3.0
     family = ksweep_loto.Family("toy", "toy", ("x",), np.array([[0.0], [1.0]]), measured=table)
-    fits = {f["held_out"]: f for f in ksweep_loto.evaluate(grid, family, (20, 1.0), "replace-one")["fits"]}
+    fits = {f["held_out"]: f for f in ksweep_loto.evaluate(grid, family, (20, "replace-one"))["fits"]}
     assert fits["gamma"]["x"] == 0.0 and fits["gamma"]["worst_behind"] == 6.0  # gamma's own rows never seen
     assert fits["alpha"]["x"] == 1.0 and fits["alpha"]["worst_behind"] == 3.0  # row 0 fails gamma in training
-    points = ksweep_loto.evaluate(grid, family, (20, 1.0), "replace-one")["points"]
+    points = ksweep_loto.evaluate(grid, family, (20, "replace-one"))["points"]
     assert {r["k"] for r in points} == {None}
 
 
@@ -135,7 +135,7 @@ def test_the_best_row_in_hindsight_bounds_every_fit(tmp_path: Path) -> None:
     runs = [write_sweep(tmp_path / name, name, {(20, 1.0): best}, ks, 3.0)
             for name, best in (("alpha", 1), ("beta", 1), ("gamma", 5))]
     grid = ksweep_loto.Grid.of(read_runs(runs)[0], 20)  # within 2 points: 1 - 3 |k - best| / 10
-    mask = ksweep_loto.goal_mask(grid, (20, 1.0, "replace-one"))
+    mask = ksweep_loto.goal_mask(grid, (20, "replace-one"))
     assert mask.all()
     [constant] = ksweep_loto.families(list(ks), ["constant"])
     assert ksweep_loto.most_met(constant, grid, mask) == 2  # k = 1 meets alpha and beta; no k meets all three
@@ -145,3 +145,37 @@ def test_the_best_row_in_hindsight_bounds_every_fit(tmp_path: Path) -> None:
     assert ksweep_loto.most_met(toy, grid, mask) == 2
     table[1, :, 1] = 0.9
     assert ksweep_loto.most_met(toy, grid, mask) == 3
+
+
+def test_the_uncertain_depth_follows_the_clients_own_binomial_error() -> None:
+    acc = np.array([[0.80, 0.78, 0.75, 0.60], [0.80, 0.78, 0.75, 0.60]])
+    # b~ = (0.8 v + 1) / (v + 2); 10 rows: error 0.122, so 0.75 is within 0.5 errors; 400 rows: error 0.020
+    depths = ksweep_aware.uncertain_depths(acc, np.array([10, 400]), 0.5)
+    assert depths.tolist() == [3, 1]
+    assert ksweep_aware.uncertain_depths(acc, np.array([10, 400]), 0.0).tolist() == [1, 1]
+    assert ksweep_aware.uncertain_depths(acc, np.array([10, 400]), 3.0).tolist() == [4, 3]
+    # a client without a finite accuracy still votes once
+    assert ksweep_aware.uncertain_depths(np.full((1, 4), np.nan), np.array([5]), 1.0).tolist() == [1]
+
+
+def test_the_uncertain_ballots_move_each_count_by_at_most_one_client() -> None:
+    """The family's privacy premise: a ballot of 0/1 entries whatever its depth, so one client's ballot changes each
+    count by at most 1 (G = 1 of the winner release), and the counts are the clients' top-d ballots summed."""
+    from dphype.selection.voting import top_k_votes
+
+    rng = np.random.default_rng(7)
+    for _ in range(10):
+        local = np.stack([rng.integers(0, 6, (8, 20)) / 5, -rng.random((8, 20))], axis=-1)
+        rows = rng.integers(2, 40, 8)
+        fed = ksweep_aware.Federation(local, rng.uniform(0.6, 0.9, 20), local, rows)
+        for below, floor in ((1e9, 1), (0, 4), (20, 2)):
+            counts = ksweep_aware.uncertain_counts(fed, 1.0, below, floor)
+            depth = np.clip(ksweep_aware.uncertain_depths(local[..., 0], rows, 1.0), floor, 10)
+            keys = [k if v < below else k[:, ::-1] for k, v in zip(local, rows, strict=True)]  # accuracy first below
+            expected = sum(top_k_votes(k, int(d)) for k, d in zip(keys, depth, strict=True))
+            np.testing.assert_array_equal(counts, expected)
+            changed = local.copy()
+            changed[0] = np.stack([rng.integers(0, 6, 20) / 5, -rng.random(20)], axis=-1)
+            moved = ksweep_aware.uncertain_counts(ksweep_aware.Federation(changed, fed.accuracy, changed, rows),
+                                                  1.0, below, floor)
+            assert np.abs(moved - counts).max() <= 1

@@ -23,7 +23,7 @@ def test_a_fixed_k_is_fitted_on_the_other_tasks_only(tmp_path: Path) -> None:
             write_sweep(tmp_path / "c", "gamma", {(20, 1.0): 2}, ks, 4.0)]
     grid = ksweep_loto.Grid.of(read_runs(runs)[0], 20)
     constant, share = ksweep_loto.families(list(ks), ["constant", "share"])
-    res = ksweep_loto.evaluate(grid, constant, (20, 1.0), "replace-one")
+    res = ksweep_loto.evaluate(grid, constant, (20, "replace-one"))
     fits = {f["held_out"]: f for f in res["fits"]}
     # without gamma, alpha and beta want k = 4; without alpha, beta (4) and gamma (2) meet at k = 3, 4 behind each
     assert fits["gamma"]["K"] == 4 and fits["gamma"]["mean_behind"] == 8.0
@@ -31,13 +31,13 @@ def test_a_fixed_k_is_fitted_on_the_other_tasks_only(tmp_path: Path) -> None:
     # on all three the bars are 4.5 (the floor's worst 4, at k = 3) and 8 / 3 + 0.5: k = 4 trails by 0, 0, 8 (mean
     # 8 / 3, the best mean; worst 3.5 over its bar), k = 3 by 4 at each (mean 0.83 over its bar): the worst weighs
     assert fits["(none: fit on all tasks)"]["K"] == 3
-    shares = {f["held_out"]: f for f in ksweep_loto.evaluate(grid, share, (20, 1.0), "replace-one")["fits"]}
+    shares = {f["held_out"]: f for f in ksweep_loto.evaluate(grid, share, (20, "replace-one"))["fits"]}
     assert 0.175 <= shares["gamma"]["c"] < 0.225  # round(20 c) = 4, the smallest such c
     assert {r["k"] for r in res["points"] if r["held_out"] == "gamma"} == {4}
     # the held-out task's own data never enter its fit: change gamma, and gamma's fit stays (alpha's moves)
     runs[2] = write_sweep(tmp_path / "c2", "gamma", {(20, 1.0): 6}, ks, 4.0)
     moved = {f["held_out"]: f for f in ksweep_loto.evaluate(ksweep_loto.Grid.of(read_runs(runs)[0], 20), constant,
-                                                             (20, 1.0), "replace-one")["fits"]}
+                                                             (20, "replace-one"))["fits"]}
     assert moved["gamma"]["K"] == 4 and moved["gamma"]["mean_behind"] == 8.0
     assert moved["alpha"]["K"] == 5
 
@@ -55,11 +55,11 @@ def test_a_rule_the_tasks_follow_is_found_and_holds_out_of_sample(tmp_path: Path
     runs = [write_sweep(tmp_path / name, name, best, range(1, 51)) for name in ("alpha", "beta", "gamma")]
     grid = ksweep_loto.Grid.of(read_runs(runs)[0], 100)
     [fam, constant] = ksweep_loto.families(list(range(1, 51)), [family, "constant"])
-    res = ksweep_loto.evaluate(grid, fam, (20, 1.0), "replace-one")
+    res = ksweep_loto.evaluate(grid, fam, (20, "replace-one"))
     assert all(r["behind_best_k_points"] == 0.0 for r in res["points"])
     assert all(f["worst_behind"] == 0.0 for f in res["fits"])
     assert max(r["behind_best_k_points"] for r in
-               ksweep_loto.evaluate(grid, constant, (20, 1.0), "replace-one")["points"]) > 0
+               ksweep_loto.evaluate(grid, constant, (20, "replace-one"))["points"]) > 0
 
 
 def test_the_study_writes_its_tables_against_the_goals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -67,7 +67,7 @@ def test_the_study_writes_its_tables_against_the_goals(tmp_path: Path, capsys: p
     cells = {(20, 1.0): 6, (10, 0.5): 12}
     runs = [write_sweep(tmp_path / "a", "alpha", cells, ks), write_sweep(tmp_path / "b", "beta", cells, ks),
             write_sweep(tmp_path / "c", "gamma", {(20, 1.0): 10, (10, 0.5): 12}, ks)]
-    res = bench(["ksweep-loto", "--runs", *map(str, runs), "--families", "constant", "noise",
+    res = bench(["ksweep-loto", "--runs", *map(str, runs), "--families", "constant", "noise", "--goal-clients", "20",
                  "--out", str(tmp_path / "r")], capsys)
     assert res["points"] == 6 and res["tasks"] == ["alpha", "beta", "gamma"]
     # the floor: one k per cell; at n = 20, epsilon 1 k = 6 trails by 0, 0, 4 (mean 4 / 3), k = 8 by 2, 2, 2
@@ -84,8 +84,8 @@ def test_the_study_writes_its_tables_against_the_goals(tmp_path: Path, capsys: p
     assert "| constant | k = K | K = " in text
     # the share goal's federations (6, 6 and 10 best) with one k: k = 8 gives the least of them 1 - 2 / 10
     assert res["share_goal_one_k"] == {"k": 8, "least_share": 0.8}
-    assert "at best 80% for the least of them (k = 8)" in text
-    assert "| gamma | constant | K = 9 | 2 | 2.00 | 3.00 | 1 | gamma iid 0.90 | 0.00 / 0.00 |" in text
+    assert "at best 80% for the least of them, in the worst (n, epsilon) (there k = 8)" in text
+    assert "| gamma | constant | K = 9 | 2 | 2.00 | 3.00 | 1 | gamma iid n 20 eps 1 0.90 | 0.00 / 0.00 |" in text
     assert main(["ksweep-loto", "--runs", str(runs[0]), "--out", str(tmp_path / "r2")]) == 2
     assert "at least 2 data sets" in capsys.readouterr().err
     assert main(["ksweep-loto", "--runs", str(tmp_path), "--out", str(tmp_path / "r3")]) == 2
@@ -101,7 +101,7 @@ def test_the_objective_is_the_largest_excess_over_the_cells_bars() -> None:
     # a cell with a higher bar (its floor + 0.5) forgives more
     assert ksweep_loto.objective(behind, cells, [(2.0, 1.0), (3.5, 3.5)]) == pytest.approx([-0.5, 0.5])
     assert ksweep_loto.bars(np.array([[0.0, 3.0, 6.0], [6.0, 3.0, 0.0]])) == (3.5, 3.5)
-    assert ksweep_loto.bars(np.array([[0.0, 1.0], [1.0, 0.0]])) == (2.0, 1.0)
+    assert ksweep_loto.bars(np.array([[0.0, 1.0], [1.0, 0.0]])) == (3.0, 1.0)  # the goals: worst 3, mean 1
 
 
 def test_the_fit_takes_the_smallest_largest_excess_not_the_smallest_mean(tmp_path: Path) -> None:
@@ -111,7 +111,7 @@ def test_the_fit_takes_the_smallest_largest_excess_not_the_smallest_mean(tmp_pat
     grid = ksweep_loto.Grid.of(read_runs(runs)[0], 100)
     [constant] = ksweep_loto.families(list(ks), ["constant"])
     everyone = np.ones(len(grid.points), dtype=bool)
-    mask = ksweep_loto.goal_mask(grid, (20, 1.0, "replace-one"))
+    mask = ksweep_loto.goal_mask(grid, (20, "replace-one"))
     behind = grid.behind.mean(axis=0)
     assert grid.ks[np.argmin(behind)] == 4  # the mean-optimal k: 0, 0 and 6 behind
     # the bars: the floor's worst 3 (k = 7) + 0.5, the floor's mean 2 (k = 4) + 0.5; k = 6 and 7 are both 0.5 over
@@ -145,3 +145,28 @@ def test_the_robust_band_is_checked(tmp_path: Path, capsys: pytest.CaptureFixtur
     runs = [write_sweep(tmp_path / name, name, {(20, 1.0): 4}, range(1, 7)) for name in ("alpha", "beta")]
     assert main(["ksweep-loto", "--runs", *map(str, runs), "--robust-band", "0.9", "--out", str(tmp_path / "r")]) == 2
     assert "--robust-band must be a finite number >= 1" in capsys.readouterr().err
+
+
+def test_the_floor_family_holds_k_up_where_the_ratio_falls_with_n(tmp_path: Path) -> None:
+    """``k = max(round(c p s / n), round(f p))``: the ratio's k at small n, the floor's at large n."""
+    s = noise_std(1.0, "replace-one")
+    assert rule_depth(100, s, 10, 0.4, 1.0, 1.0, 0.12) == max(round(40 * s / 10), 12)
+    assert rule_depth(100, s, 100, 0.4, 1.0, 1.0, 0.12) == 12
+    [floor] = ksweep_loto.families(list(range(1, 51)), ["floor"])
+    p, ss, n = np.array([100, 100]), np.array([s, s]), np.array([10, 100])
+    row = np.flatnonzero((np.abs(floor.grid[:, 0] - 0.4) < 0.02) & (floor.grid[:, 1] == 0.12))[0]
+    assert floor.depths(floor.grid[[row]], p, ss, n).tolist() == [[max(round(floor.grid[row, 0] * 100 * s / 10), 12),
+                                                                  12]]
+
+
+def test_the_share_goal_holds_at_every_iid_point_from_its_smallest_n(tmp_path: Path) -> None:
+    ks = range(1, 21)
+    runs = [write_sweep(tmp_path / name, name, {(20, 1.0): 4, (50, 1.0): 4, (100, 0.5): 4}, ks)
+            for name in ("alpha", "beta")]
+    grid = ksweep_loto.Grid.of(read_runs(runs)[0], 100)
+    mask = ksweep_loto.goal_mask(grid, (50, "replace-one"))
+    assert sorted((grid.points[i][0], grid.points[i][1]) for i in np.flatnonzero(mask)) == [
+        ("alpha", 50), ("alpha", 100), ("beta", 50), ("beta", 100)]
+    assert not ksweep_loto.goal_mask(grid, (50, "add-remove")).any()
+    assert ksweep_loto.at_goal(50, "iid", "replace-one", (50, "replace-one"))
+    assert not ksweep_loto.at_goal(50, "beta=0.5", "replace-one", (50, "replace-one"))

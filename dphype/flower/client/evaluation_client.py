@@ -12,8 +12,10 @@
 * ``train.dphype_evaluation`` (the SecAgg+ stages, `dphype.flower.client.secagg_client.secure_vote_reply`): in the
   masked-input stage, after every check of the round, the values get a fresh noise share from the secure generator,
   the guarantee (the pre-flight's, or checked again if the policy changed) is recorded in the ledger
-  (`dphype.node.ledger.Ledger.spend`, an ``evaluation`` entry), and only then are they masked and sent. One
-  pre-flight, one sending: the values are dropped when they are sent.
+  (`dphype.node.ledger.Ledger.spend`, an ``evaluation`` entry) and remembered beside it
+  (`dphype.node.vote_memory.VoteMemory`), and only then are they masked and sent. One pre-flight, one sending, one
+  evaluation per request and run: a request this node evaluated in this run is refused (``already_voted``), in the
+  pre-flight before it evaluates anything, so a server cannot re-run it to average the noise away.
 
 The approval helpers are the vote's (`dphype.flower.client.policy_client`): the same policy sources, the same
 sanitized refusals, the roster bound to the approval.
@@ -43,6 +45,7 @@ from dphype.flower.client.policy_client import (
     resolve_policy,
     roster_digest,
     sanitized,
+    voted_before,
 )
 from dphype.flower.client.secagg_client import abort_round, round_in_progress, secure_vote_reply, stage_reply
 from dphype.flower.wire import EVALUATION_ACTION, EVALUATION_STATE, MODEL_KEY, RECORD_KEY, STAGE_KEY
@@ -54,9 +57,10 @@ from dphype.node.evaluation_policy import (
 )
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy
+from dphype.node.vote_memory import VoteMemory
 from dphype.privacy.evaluation import EVALUATION_VALUES, quantize
 from dphype.privacy.noise import client_noise_share
-from dphype.refusal import Refusal
+from dphype.refusal import REFUSAL_CODES, Refusal
 from dphype.secure.roster import Membership
 from dphype.secure.secagg import Approval
 from dphype.secure.secure_sum import encode
@@ -105,6 +109,7 @@ def register_private_evaluation(app: ClientApp, evaluate_fn: EvaluateFunction, *
             if advertise is None:
                 raise Refusal("secagg_round", "refusing an evaluation outside the secure sum: the values would reach "
                               "the server in plaintext")
+            voted_before(context, request, limits)  # evaluated in this run already: refused (already_voted)
             membership = limits.membership()
             guarantee = check_evaluation_request(request, limits)
             Ledger(cast(Path, limits.ledger)).check(guarantee, limits)
@@ -175,20 +180,25 @@ def _send_values(context: Context, request: EvaluationRequest, limits: NodePolic
     """The node's values plus a fresh noise share, encoded; the ledger records the release before they are sent.
 
     Raises:
-        Refusal: If the node already sent its values for the approved request, or its policy or budget no longer
-            admits them.
+        Refusal: If the node already sent its values for the approved request, evaluated this request in this run
+            (``already_voted``), or its policy or budget no longer admits them.
     """  # noqa: DOC502
     stored = context.state.config_records[EVALUATION_STATE]
     if "values" not in stored:
         raise Refusal("malformed_request", "this node already sent its evaluation for the approved request")
     guarantee = _guarantee(stored, request, limits)
     cfg = request.config
-    values = np.asarray(stored["values"], dtype=np.float64)
-    share = client_noise_share(values.size, sigma=request.sigma, clients=cfg.clients, dropout=cfg.dropout,
-                               kind=cfg.noise)
-    encoded = encode(values + share, cfg.noise, clipping_range)
-    del stored["values"]  # one pre-flight, one sending
-    spent = Ledger(cast(Path, limits.ledger)).spend(guarantee, limits, request.digest())
+    memory, digest, run = VoteMemory(cast(Path, limits.ledger)), request.digest(), int(context.run_id)
+    with memory.held():
+        if memory.recall(run, digest) is not None:
+            raise Refusal("already_voted", REFUSAL_CODES["already_voted"])
+        values = np.asarray(stored["values"], dtype=np.float64)
+        share = client_noise_share(values.size, sigma=request.sigma, clients=cfg.clients, dropout=cfg.dropout,
+                                   kind=cfg.noise)
+        encoded = encode(values + share, cfg.noise, clipping_range)
+        del stored["values"]  # one pre-flight, one sending
+        spent = Ledger(cast(Path, limits.ledger)).spend(guarantee, limits, digest)
+        memory.remember(run, digest, {})  # one evaluation per request and run, never resent
     log(logging.INFO, "DP-Hype: private evaluation recorded in this node's ledger (lifetime epsilon %.4g of %.4g)",
         spent, limits.lifetime_epsilon)
     return encoded

@@ -29,6 +29,7 @@ from flwr.common.config import parse_config_args
 
 from dphype.flower.federation import federation_set, simulated_federation, voter_name
 from dphype.flower.wire import RECORD_KEY, SCORES_STATE
+from dphype.node.evaluation_policy import EvaluationRequest
 from dphype.node.ledger import Ledger
 from dphype.node.policy import (
     POLICY_ENV,
@@ -314,8 +315,11 @@ def cast_approved_ballot(context: Context, request: VoteRequest, limits: NodePol
     return answer
 
 
-def voted_before(context: Context, request: VoteRequest, limits: NodePolicy) -> bool:
+def voted_before(context: Context, request: VoteRequest | EvaluationRequest, limits: NodePolicy) -> bool:
     """Whether this node voted on ``request`` in this run and may answer its vote again (a pre-flight's question).
+
+    An evaluation request (`dphype.flower.client.evaluation_client`) is remembered the same way and never answered
+    again.
 
     Args:
         context: The node's context (its run).
