@@ -159,8 +159,8 @@ def load_tally_key(path: str | os.PathLike[str]) -> KeyPair:
         write_once(file, X25519PrivateKey.generate().private_bytes_raw().hex().encode())
     mode = file.stat().st_mode & 0o777
     if mode & 0o077:
-        raise ValueError(f"node config {TALLY_KEY_FILE}={str(path)!r} is readable by others (mode {mode:o}), so "
-                         f"they could open the shares sealed to this tally; make it private: chmod 600 {file}")
+        raise ValueError(f"node config {TALLY_KEY_FILE}={str(path)!r} is readable by others (mode {mode:o}): "
+                         f"chmod 600 {file}\nOthers could open the shares sealed to this tally.")
     try:
         private = X25519PrivateKey.from_private_bytes(bytes.fromhex(file.read_text().strip()))
     except ValueError as err:
