@@ -11,6 +11,7 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 from flwr.app import Context, RecordDict
 from helpers import clean_env, doc_blocks
@@ -116,7 +117,8 @@ def test_embedding_app_selects_then_trains_in_process(tmp_path, capsys, monkeypa
     assert "DP-Hype: TOO SMALL TO SELECT: clients=10 at epsilon 1 gives a good pick with 0.45" in last, last
 
 
-def test_embedding_app_trains_privately_in_process(tmp_path, capsys):
+def test_embedding_app_trains_privately_in_process(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DPHYPE_RUNS_DIR", str(tmp_path / "runs"))
     folder = write_app(tmp_path)
     client = load(folder / "my_app" / "client_app.py", "embedding_client_app")  # the ordinary client serves DP rounds
     server = load(folder / "my_app" / "server_app_dp.py", "embedding_server_app_dp")
@@ -129,6 +131,10 @@ def test_embedding_app_trains_privately_in_process(tmp_path, capsys):
     assert "evaluation" in run["accountant"]
     trains = [r for r in grid.replies if r.metadata.message_type == "train"]
     assert len(trains) == 30 and not any(r.has_error() for r in grid.replies)
+    (kept,) = (tmp_path / "runs").iterdir()  # its run folder: the whole run's guarantee, the evaluation, the model
+    record = json.loads((kept / "result.json").read_text())
+    assert record["run"] == run and record["training"]["private"] is True and "evaluation" in record
+    assert np.load(kept / "model.npz")["0"].shape == (5,)
 
 
 @pytest.mark.slow
