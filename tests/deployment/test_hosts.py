@@ -40,7 +40,9 @@ CUT_TIMEOUT = 20.0
 MEASURING = "DPHYPE_HOSTS_VOTERS" in os.environ
 RUN = {"candidates": "'table3:random:10:0'", "k": 3, "local-epochs": 1, "fedavg-rounds": 1,
        "fraction-evaluate": 0.0, "clients": VOTERS, "dropout": 0.25, "round-timeout": ROUND_TIMEOUT,
-       "connect-timeout": 240.0}
+       "connect-timeout": 240.0,
+       # a plumbing test of 4 voters: below the planner's min-success, and no private evaluation after a cut-off
+       "min-success": 0.0, "private-evaluation": "false"}
 
 
 def ip(*args: str) -> None:

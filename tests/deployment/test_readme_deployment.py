@@ -138,9 +138,10 @@ def test_the_readme_deployment_recipe_runs_as_written(tmp_path):
         assert not [p for p in written if p.suffix in (".key", ".id", ".pem", ".crt", ".pub")], sorted(written)
         private = [*keys.rglob("*.key"), *keys.glob("*.id")]
         assert len(private) == 2 + 3 + 6 and all(p.stat().st_mode & 0o777 == 0o600 for p in private), private
-        for i in range(3):
-            (entry,) = Ledger(flwr_home / "dphype" / f"ledger-partition-{i}.json").entries()
-            assert (entry.noise, entry.epsilon) == (WINNER_NOISE, pytest.approx(1.0))
+        for i in range(3):  # the vote, then the private evaluation of the final model
+            vote, evaluation = Ledger(flwr_home / "dphype" / f"ledger-partition-{i}.json").entries()
+            assert (vote.release, vote.noise, vote.epsilon) == ("vote", WINNER_NOISE, pytest.approx(1.0))
+            assert evaluation.release == "evaluation" and evaluation.epsilon == pytest.approx(0.5, rel=1e-3)
         keys = [(flwr_home / "dphype" / f"tally-{j}.key").read_bytes() for j in range(3)]
         assert len(set(keys)) == 3
         assert "[superlink.deploy]" in (flwr_home / "config.toml").read_text()

@@ -121,7 +121,7 @@ def test_bundled_app_trains_privately_and_reports_both_phases():
     from dphype.app.run_config import AppConfig
     from dphype.app.server_app import run_app
 
-    cfg = AppConfig(DPHypeConfig(epsilon=20.0, delta=1e-5, k=3, clients=4), candidates="table3:random:10:0",
+    cfg = AppConfig(DPHypeConfig(epsilon=20.0, delta=1e-5, k=3, clients=4), candidates="table3:random:6:0",
                     fedavg_rounds=2, local_epochs=1, fraction_evaluate=0.0, train_epsilon=50.0, clipping_norm=5.0)
     grid = LocalGrid(client_app.app, 4, run_config={"dataset": "adult", "seed": 0, "local-epochs": 1},
                      node_config=PERMISSIVE)

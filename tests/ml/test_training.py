@@ -62,7 +62,9 @@ def _max_diff(a: StackedModels, b: StackedModels) -> float:
     "name, data, epochs, batch_size",
     [
         ("adult-mlp", _tabular(), 3, 64),
-        ("mnist-cnn", _images(20, 1, 28), 2, 8),
+        # 12x12 images: the MNIST CNN's every layer (two convolutions, pooling, two linear layers) at a fifth of
+        # 28x28's cost; exactness of the two summation orders does not depend on the image size
+        ("mnist-cnn", _images(20, 1, 12), 2, 8),
         ("cifar-cnn", _images(12, 3, 8), 2, 6),  # batch norm: running statistics compared too
     ],
 )
@@ -279,7 +281,8 @@ def _fedavg_one_candidate_at_a_time(factory: Callable[[], nn.Module], clients: l
     return global_model
 
 
-@pytest.mark.parametrize("name, data", [("mnist-cnn", _images(36, 1, 12)), ("cifar-cnn", _images(30, 3, 8))])
+# clients of 8 and 14 rows at batch 6: unequal sizes, full and partial batches in both (14 rows keep what 28 caught)
+@pytest.mark.parametrize("name, data", [("mnist-cnn", _images(22, 1, 8)), ("cifar-cnn", _images(22, 3, 8))])
 def test_batched_fedavg_equals_fedavg_one_candidate_at_a_time(name: str, data: Dataset) -> None:
     """The ground truth's batched FedAvg (all candidates at once) gives every candidate the weights of FedAvg
     trained for it alone with ``torch.optim``, for the same seed: clients of unequal sizes, two rounds, momentum,

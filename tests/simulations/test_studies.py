@@ -1,7 +1,7 @@
 """Every data-driven study on a tiny configuration through ``python -m simulations ... --json`` (what ``dphype
 bench`` runs), in process, plus bad input.
 
-A small slice of Adult (600 training / 300 test rows; of mnist5k 300 / 150) replaces the data set for speed:
+A small slice of Adult (600 training / 300 test rows; of mnist5k 120 / 60) replaces the data set for speed:
 the studies load data only through :mod:`dphype.ml.torch_task`'s cached loader, which the ``small_adult`` fixture
 (``conftest.py`` beside this file) swaps.
 """
@@ -22,7 +22,7 @@ from simulations.cli import main
 def test_tradeoff_on_image_data_uses_the_cnn(
     small_adult: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """mnist5k (the subset fixture keeps 300/150 rows): the MNIST CNN path of the tradeoff study."""
+    """mnist5k (the subset fixture keeps 120/60 rows): the MNIST CNN path of the tradeoff study."""
     res = bench(["tradeoff", "--dataset", "mnist5k", "--clients", "2", "--betas", "iid", "--candidates", "3",
                   "--k", "1", "--epochs", "1", "--rounds", "1", "--repetitions", "4", "--epsilons", "3", "inf",
                   "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "m")], capsys)
