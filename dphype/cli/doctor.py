@@ -18,6 +18,7 @@ import argparse
 import datetime
 import json
 import re
+import socket
 import tomllib
 from collections.abc import Mapping
 from dataclasses import replace
@@ -226,6 +227,15 @@ def _voter(config: Mapping[str, Any], report: dict[str, Any], problems: list[str
                         f"{policy.lifetime_epsilon:g}): every vote would be refused")
 
 
+def _in_use(port: int) -> bool:
+    """Whether something accepts connections on ``port`` of this host's loopback (a party could not listen there)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 def _tally(config: Mapping[str, Any], report: dict[str, Any], problems: list[str]) -> None:
     # lazy import: Flower
     from dphype.flower.tally_node import (
@@ -243,6 +253,10 @@ def _tally(config: Mapping[str, Any], report: dict[str, Any], problems: list[str
         problems.append(f"{TALLY_ID}={index!r} must be an index into {TALLY_PARTIES} ({len(parties)} parties)")
         return
     report["committee"] = f"tally {index} of {len(parties)}: " + ", ".join(parties)
+    port = parties[index].rpartition(":")[2]
+    if port.isdigit() and _in_use(int(port)):
+        problems.append(f"{TALLY_PARTIES}: this tally's MPyC port {port} is in use on this host: free it, or give "
+                        "the party another port in every tally's list")
     key_file = Path(str(config.get(TALLY_KEY_FILE, ""))).expanduser()
     if not key_file.is_file():
         problems.append(f"no tally key {key_file}: make it with clients/start-tally.sh --print-public-key (and have "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -194,6 +195,19 @@ def test_each_contradiction_is_refused_on_its_own(fed, capsys, argv, expected):
     problems = refused(capsys, *argv(fed))
     assert len(problems) == len(expected), problems
     assert all(part in problem for part, problem in zip(expected, problems, strict=True)), problems
+
+
+def test_a_tally_whose_mpyc_port_is_in_use_is_refused_before_it_starts(fed, capsys):
+    """The party listens on its own entry of the parties list only during a release: an occupied port is named at
+    start (by the doctor check its start script runs), not when the first release fails."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        argv = tally(fed)
+        argv[3] = argv[3].replace("127.0.0.1:7001", f"127.0.0.1:{port}")
+        (problem,) = refused(capsys, *argv)
+    assert problem.startswith(f"dphype-tally-parties: this tally's MPyC port {port} is in use on this host")
 
 
 def test_a_key_set_twice_is_refused(capsys):
