@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from dphype.cli import Stopped, stop_on_signals
+from dphype.cli import stop_on_signals, stop_signal
 from dphype.result import format_fields
 from dphype.strict_json import jsonable
 from simulations.harness import StudyRun
@@ -89,8 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"dphype bench: error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: what the study wrote so far stays (its cache resumes)
-        signum = err.signum if isinstance(err, Stopped) else signal.SIGINT
+    except BaseException as err:  # Ctrl-C or SIGTERM: what the study wrote so far stays (its cache resumes)
+        signum = stop_signal(err)  # a stop may surface as another exception (an interrupted import's)
+        if signum is None:
+            raise
         print(f"dphype bench {args.study}: stopped by {signal.Signals(signum).name}", file=sys.stderr)
         return 128 + signum
     print(json.dumps(jsonable(result), allow_nan=False) if args.json else format_fields(result))

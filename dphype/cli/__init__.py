@@ -116,9 +116,34 @@ def stop_on_signals() -> contextlib.AbstractContextManager[None]:
     def stop(signum: int, frame: Any) -> None:
         for sig in STOP_SIGNALS:  # the clean-up that follows is not interrupted
             signal.signal(sig, signal.SIG_IGN)
+        _RECEIVED[:] = [signum]
         raise Stopped(signum)
 
+    _RECEIVED.clear()
     return _handling(stop)
+
+
+#: The stop signal `stop_on_signals`' block received, if any.
+_RECEIVED: list[int] = []
+
+
+def stop_signal(err: BaseException) -> int | None:
+    """The stop signal behind ``err``, or ``None`` when ``err`` is not the unwinding of a stop.
+
+    A `Stopped` that interrupts a C extension's import surfaces as that import's ``ImportError`` ("initialization
+    failed"), so the block's received signal counts, whatever exception unwinds it.
+
+    Args:
+        err: The exception that ended a `stop_on_signals` block.
+
+    Returns:
+        The signal's number (``SIGINT`` for a plain ``KeyboardInterrupt``), or ``None``.
+    """
+    if isinstance(err, Stopped):
+        return err.signum
+    if _RECEIVED:
+        return _RECEIVED[0]
+    return int(signal.SIGINT) if isinstance(err, KeyboardInterrupt) else None
 
 
 # ------------------------------------------------------------------ options shared by every command
@@ -316,6 +341,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         The exit status: 0, 1 for a failed run, 2 for bad input, or a program's own.
+
+    Raises:
+        BaseException: Whatever else the sub-command raised (a bug), with its traceback.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:
@@ -340,8 +368,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RunFailedError as err:
         print(f"dphype {args.command}: error: {err}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt as err:
-        signum = err.signum if isinstance(err, Stopped) else signal.SIGINT
+    except BaseException as err:  # a stop, also one that surfaced as another exception (`stop_signal`)
+        signum = stop_signal(err)
+        if signum is None:
+            raise
         print(f"dphype {args.command}: stopped by {signal.Signals(signum).name}: every process it started is "
               "stopped and its temporary folders are removed", file=sys.stderr)
         return 128 + signum

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
-from dphype.cli import Stopped, stop_on_signals
+from dphype.cli import Stopped, stop_on_signals, stop_signal
 from dphype.flower.local import descendants
 
 
@@ -28,6 +28,22 @@ def test_a_signal_inside_the_block_raises_stopped_and_the_handlers_come_back(sig
         time.sleep(5)  # the handler raises before this ends
     assert stopped.value.signum == sig and isinstance(stopped.value, KeyboardInterrupt)
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def test_a_stop_that_surfaces_as_an_import_error_is_still_reported_as_the_stop():
+    """A signal that interrupts a C extension's import (scipy's, imported lazily by the calibration) surfaces as
+    "ImportError: initialization failed": the command still ends as stopped by that signal, not with a traceback.
+    Outside a stopped block an exception is not a stop."""
+    with pytest.raises(ImportError) as caught, stop_on_signals():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises before this ends
+        except Stopped as err:
+            raise ImportError("initialization failed") from err  # what the interrupted module init raises
+    assert stop_signal(caught.value) == signal.SIGTERM
+    with stop_on_signals():
+        assert stop_signal(ImportError("initialization failed")) is None
+    assert stop_signal(KeyboardInterrupt()) == signal.SIGINT
 
 
 def living(pid: int) -> bool:
