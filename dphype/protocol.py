@@ -184,21 +184,24 @@ def make_vote_request(config: DPHypeConfig, candidates: CandidateList, *,
 
 
 def precheck_request(config: DPHypeConfig, candidates: CandidateList) -> None:
-    """What `make_vote_request` refuses before the tally committee's keys are known: ``k`` and the calibration.
+    """What a selection refuses before the tally committee's keys are known: ``k``, the calibration, the plan.
 
     ``k`` is checked against the candidates whether or not the ballot votes with it; the mode calibrates the noise
-    (`dphype.release.ReleaseMode.calibrate`). A server checks it before it waits for any node; ``dphype run`` before
-    Flower starts.
+    (`dphype.release.ReleaseMode.calibrate`); the planner refuses a federation too small to select
+    (`selection_plan`, against ``config.min_success``). A server checks it before it waits for any node;
+    ``dphype run`` before Flower starts.
 
     Args:
         config: The validated run configuration.
         candidates: The public candidate list.
 
     Raises:
-        ValueError: If ``k`` is outside ``[1, len(candidates)]`` or the mode cannot calibrate the noise.
+        ValueError: If ``k`` is outside ``[1, len(candidates)]``, the mode cannot calibrate the noise, or the
+            federation is too small to select (naming the size that would do).
     """  # noqa: DOC502
     check_k(config.k, len(candidates))
     config.mode.calibrate(config, candidates)
+    selection_plan(config, candidates)
 
 
 # ------------------------------------------------------------------------------------ the client side

@@ -35,7 +35,7 @@ from dphype.cli import RunFailedError
 from dphype.cli.runs import add_runs_dir_argument, app_runs_dir, run_record
 from dphype.config import RUN_CONFIG_KEYS, DPHypeConfig
 from dphype.node.policy import POLICY_ENV, SIMULATED_REMEDIES, NodePolicy, check_clients_limit, check_delta_limit
-from dphype.protocol import precheck_request, selection_plan
+from dphype.protocol import precheck_request
 from dphype.refusal import Refusal
 from dphype.release import release_mode
 from dphype.runs import RUNS_ENV, run_folders
@@ -156,8 +156,8 @@ def check_candidates(folder: Path, run_config: Mapping[str, Any], config: DPHype
     """Check ``config`` against the app's own candidates (`dphype.flower.local.app_candidates`) before Flower starts.
 
     What the ServerApp's `dphype.flower.DPHype` would refuse before any node works: ``k`` and the noise's
-    calibration for the candidates (`dphype.protocol.precheck_request`), with the sum release its SecAgg+ round,
-    and a federation too small to select (`dphype.protocol.selection_plan`, against ``min-success``). An app that
+    calibration for the candidates and a federation too small to select (`dphype.protocol.precheck_request`), with
+    the sum release its SecAgg+ round. An app that
     declares no candidates is checked when its ServerApp runs.
 
     Args:
@@ -176,11 +176,9 @@ def check_candidates(folder: Path, run_config: Mapping[str, Any], config: DPHype
     if config is None or candidates is None:
         return
     try:
-        if config.mode.uses_committee:
-            precheck_request(config, candidates)  # the committee's keys come from its nodes
-        else:
-            DPHype(candidates, config)
-        selection_plan(config, candidates)  # a federation too small to select, naming the size that would do
+        precheck_request(config, candidates)  # k, the calibration, a federation too small to select
+        if not config.mode.uses_committee:  # the committee's keys come from its nodes
+            DPHype(candidates, config)  # its SecAgg+ round
     except ValueError as err:
         raise ValueError(f"run config: {err} (the app's {len(candidates)} candidates): change it with --run-config "
                          "or in pyproject.toml") from None

@@ -46,7 +46,7 @@ from dphype.flower.wire import (
     TALLY_TIMEOUT,
     TALLY_TYPE,
 )
-from dphype.protocol import DPHypeResult, VoteRequest, precheck_request, selection_plan
+from dphype.protocol import DPHypeResult, VoteRequest, precheck_request
 from dphype.secure.committee import COMMITTEE_SIZE, Opening, TallyError, agreed_opening
 from dphype.selection.candidates import CandidateList
 
@@ -282,8 +282,7 @@ def connected_committee(grid: Grid, config: DPHypeConfig, size: int = COMMITTEE_
             (`dphype.protocol.selection_plan`).
     """  # noqa: DOC502
     if candidates is not None:
-        precheck_request(config, candidates)
-        selection_plan(config, candidates)  # a federation too small to select is refused here
+        precheck_request(config, candidates)  # k, the calibration, a federation too small to select
     if not config.mode.uses_committee:
         return Committee(grid, others=_tally_nodes(grid, config.clients, connect_timeout=connect_timeout,
                                                    timeout=timeout))
