@@ -12,7 +12,10 @@ Each client's task returns scores that were already computed by the real task
 (:class:`dphype.ml.torch_task.FixedScoresTask`), so the run measures and exercises the voting round itself.
 
 With ``count_bytes=True`` a client mod adds up the serialized size of every message each node receives
-and sends (the protobuf ``RecordDict`` content, i.e. the payload on the wire, without transport framing).
+and sends (the protobuf ``RecordDict`` content, i.e. the payload on the wire, without transport framing), on every
+tally node and on the first `BYTES_SAMPLE` clients by partition: every client of a round gets and sends messages
+of the same form (the same graph degree, the same key list), so their mean is the per-client figure, and
+serializing all ``n`` clients' messages a second time would add to the very times measured beside it.
 ``stages`` times the selection stage by stage (:class:`StageClock`): each round trip of the pre-flight, the
 SecAgg+ stages or the committee's stages, from its start to the next one's (the server's work between them
 included, the last one to the end of the selection), in wall seconds and CPU seconds of this process (the ServerApp
@@ -43,16 +46,22 @@ from flwr.clientapp import ClientApp
 
 from simulations import harness
 
+#: Clients whose messages ``count_bytes`` measures (partitions ``0 .. BYTES_SAMPLE - 1``; every tally node too).
+BYTES_SAMPLE = 50
+
 
 def _byte_counter(folder: str) -> Callable[..., Any]:
-    """Client mod: append ``received sent`` payload bytes of every message to ``folder/client-<node>.txt``, or
-    ``folder/tally-<node>.txt`` on a tally node (one with ``dphype-tally-id`` in its node config)."""
+    """Client mod: append ``received sent`` payload bytes of every message to ``folder/client-<node>.txt`` on the
+    first `BYTES_SAMPLE` clients, or ``folder/tally-<node>.txt`` on a tally node (``dphype-tally-id`` in its node
+    config)."""
 
     def mod(msg: Any, context: Any, call_next: Callable[..., Any]) -> Any:
         from flwr.common.serde import recorddict_to_proto
 
         from dphype.flower.tally_node import TALLY_ID
 
+        if TALLY_ID not in context.node_config and int(context.node_config["partition-id"]) >= BYTES_SAMPLE:
+            return call_next(msg, context)
         received = recorddict_to_proto(msg.content).ByteSize() if msg.has_content() else 0
         reply = call_next(msg, context)
         sent = recorddict_to_proto(reply.content).ByteSize() if reply.has_content() else 0

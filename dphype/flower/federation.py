@@ -94,5 +94,6 @@ def simulated_federation(folder: str | os.PathLike[str], run_id: int, member: st
         raise ValueError(f"{member!r} is not a member of this simulation's federation ({len(roster.members)} "
                          "members)") from None
     key_file = home / f"{member}.key"
-    write_once(key_file, _identity(secret, member).private_pem())
+    if not key_file.exists():  # a node's first message (deriving the key costs more than the check)
+        write_once(key_file, _identity(secret, member).private_pem())
     return {ROSTER_KEY: str(roster_file), IDENTITY_KEY: str(key_file)}

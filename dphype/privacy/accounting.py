@@ -30,6 +30,7 @@ for a training budget. Everything is solved by root finding, nothing looked up i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -205,11 +206,13 @@ def calibrate(
     return dataclasses.replace(probe, sigma=sigma)
 
 
+@functools.lru_cache(maxsize=256)
 def calibrate_sigma(l2: float, l1: float, epsilon: float, delta: float, *, noise: str,
                     accountant: str | None = None) -> float:
     """The smallest total noise std making one release of a sum of sensitivities ``(l2, l1)`` ``(epsilon, delta)``-DP.
 
-    `calibrate`'s root finding for any sum (`mechanism_epsilon` decreases in sigma, so the root is unique).
+    `calibrate`'s root finding for any sum (`mechanism_epsilon` decreases in sigma, so the root is unique). A pure
+    function of its arguments, remembered per process: every simulated node of a run checks the same request.
 
     Args:
         l2: The L2 sensitivity, ``> 0``.
