@@ -96,12 +96,36 @@ from dphype.checks import (
 )
 from dphype.privacy.accounting import PrivacyReport, check_orders, rdp_epsilon
 from dphype.privacy.noise import COMMITTEE_TALLIES, check_survivors, honest_tallies, min_valid_ballots
+from dphype.privacy.noise_kinds import NoiseKind, register_noise_kind
 
-#: The noise kind of the winner release (what a `dphype.privacy.accounting.PrivacyReport` names).
-WINNER_NOISE = "discrete-laplace"
 #: How far the threshold of report-noisy-max can move between neighbours per unit of the ballot's l-infinity
 #: sensitivity (proof in the module docstring).
 THRESHOLD_SHIFT: dict[str, int] = {"replace-one": 2, "add-remove": 1}
+
+
+@register_noise_kind
+class DiscreteLaplace(NoiseKind):
+    """The winner release's noise: discrete Laplace per count, drawn whole by the tallies inside the MPC.
+
+    Not a share kind (two draws do not add up to one), so no configuration names it: the committee's `JointSampler`
+    draws it within total variation `SAMPLER_TV` of the exact law (`discrete_laplace`, for replays); each release
+    adds `sampler_delta`. A vote release it noised composes by `winner_rdp` of its pure epsilon.
+    """
+
+    name = "discrete-laplace"
+    label = "discrete Laplace"
+    description = "the winner release's, sampled jointly by the tallies inside the MPC"
+    integer = True
+    sampled = True
+
+    def stated_rdp(self, orders: np.ndarray, *, k: int, sigma: float, epsilon: float, stated: str,
+                   neighbouring: str) -> np.ndarray:
+        """`winner_rdp` of ``epsilon`` stated under ``stated``, rescaled to ``neighbouring`` (`THRESHOLD_SHIFT`)."""
+        return winner_rdp(epsilon * THRESHOLD_SHIFT[neighbouring] / THRESHOLD_SHIFT[stated], orders)
+
+
+#: The noise kind of the winner release (what its `dphype.privacy.accounting.PrivacyReport` and ledger entries name).
+WINNER_NOISE = DiscreteLaplace.name
 
 
 def check_sensitivity(sensitivity: Any) -> int:
