@@ -117,9 +117,10 @@ class BoundedFedAvg(FedAvg):
             nodes = list(grid.get_node_ids())
         if len(nodes) < self.fewest:
             raise TrainingError(
-                f"only {len(nodes)} of the {self.min_available_nodes} nodes FedAvg trains on are connected after "
-                f"{self.wait:g} s, fewer than the {self.fewest} it can go on with; the training stopped (the rounds "
-                "so far stand): restart the voters' SuperNodes, or run again")
+                f"only {len(nodes)} of {self.min_available_nodes} training nodes connected (< {self.fewest}): "
+                "restart the voters' SuperNodes, or run again\n"
+                f"FedAvg waited {self.wait:g} s for the {self.fewest} it can go on with; the training stopped (the "
+                "rounds so far stand)")
         log(logging.WARNING, "DP-Hype: %d of the %d nodes FedAvg trains on are connected after %g s; going on with "
             "them (at least %d)", len(nodes), self.min_available_nodes, self.wait, self.fewest)
         self.min_available_nodes = self.min_train_nodes = len(nodes)
@@ -548,11 +549,11 @@ def check_private_training(strategy: FedAvg, budget: TrainingBudget, *, delta: f
         raise ValueError(f"budget must be a TrainingBudget, got {type(budget).__name__}")
     check_int("sampled_clients", sampled_clients, 1)
     if strategy.fraction_train != 1.0:
-        raise ValueError(f"fraction_train must be 1.0 in private training (every node trains each round: the "
-                         f"accountant assumes no sampling), got {strategy.fraction_train:g}")
+        raise ValueError(f"fraction_train must be 1.0 in private training, got {strategy.fraction_train:g}; set 1.0\n"
+                         "every node trains each round: the accountant assumes no sampling")
     if strategy.fraction_evaluate != 0.0:
-        raise ValueError(f"fraction_evaluate must be 0.0 in private training (client evaluation metrics would leave "
-                         f"in plaintext, outside the guarantee), got {strategy.fraction_evaluate:g}")
+        raise ValueError(f"fraction_evaluate must be 0.0 in private training, got {strategy.fraction_evaluate:g}; "
+                         "set 0.0\nclient evaluation metrics would leave in plaintext, outside the guarantee")
     if strategy.min_train_nodes > sampled_clients:
         raise ValueError(f"min_train_nodes must be at most sampled_clients={sampled_clients}, got "
                          f"{strategy.min_train_nodes}")

@@ -236,8 +236,8 @@ def calibrate_sigma(l2: float, l1: float, epsilon: float, delta: float, *, noise
     try:
         return _root_decreasing(*equation, start, f"sigma ({accountant})")
     except (ValueError, OverflowError, RuntimeError) as err:  # valid arguments: floating point gave out
-        raise ValueError(f"the noise std for epsilon {target!r} at delta {delta!r} cannot be solved in floating point "
-                         f"({err}); choose a larger epsilon") from err
+        raise ValueError(f"the noise std for epsilon {target!r} at delta {delta!r} cannot be solved: choose a larger "
+                         f"epsilon\nnot in floating point ({err})") from err
 
 
 # ---------------------------------------------------------------------------------------- the report

@@ -250,9 +250,9 @@ class JointSampler:
             digits += 1
             if digits > SAMPLER_MAX_DIGITS:
                 least = scale * math.log(2.0 / half) / 2.0 ** SAMPLER_MAX_DIGITS
-                raise ValueError(f"epsilon must be at least {least:.3g} for {size} candidates and this ballot (the "
-                                 f"committee's noise must fit {SAMPLER_MAX_DIGITS} binary digits), got {epsilon!r}; "
-                                 "raise epsilon")
+                raise ValueError(f"epsilon must be at least {least:.3g} for {size} candidates and this ballot, got "
+                                 f"{epsilon!r}; raise epsilon\n(the committee's noise must fit "
+                                 f"{SAMPLER_MAX_DIGITS} binary digits)")
         precision = math.ceil(math.log2(digits / half))
         with localcontext() as ctx:  # q_i = t^(2^i) / (1 + t^(2^i)) to 60 digits
             ctx.prec = 60

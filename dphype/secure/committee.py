@@ -279,8 +279,8 @@ class ServedRecord:
             lines = [json.loads(line) for line in text.splitlines() if line.strip()]
             return {(int(entry["run"]), str(entry["request"])) for entry in lines}
         except (OSError, ValueError, KeyError, TypeError):
-            raise TallyError(f"the tally's record of served requests {self.path} cannot be read; its operator "
-                             "must repair it (nothing is served meanwhile)") from None
+            raise TallyError(f"the tally's record of served requests {self.path} cannot be read: repair it\n"
+                             "(nothing is served meanwhile)") from None
 
     def add(self, run: int, request_digest: str) -> None:
         """Append ``(run, request_digest)`` and sync it to disk."""
@@ -446,10 +446,12 @@ class Tally:
         taken = len(rnd["entries"]) - len(invalid)
         if taken < rnd["min"]:  # the committee could not count enough: refused before the request counts as served
             first = next(iter(invalid.items()), None)
-            why = "" if first is None else f" (left out first: {rnd['entries'][first[0]]['label']}, {first[1]})"
             self._round = None
-            raise TallyError(f"tally {self.index} takes only {taken} of {len(rnd['entries'])} shares, fewer than the "
-                             f"committee's minimum of valid ballots {rnd['min']}{why}; nothing released")
+            message = (f"tally {self.index} takes only {taken} of {len(rnd['entries'])} shares, under the committee's "
+                       f"minimum {rnd['min']}; nothing released")
+            if first is not None:
+                message += f"\nleft out first: {rnd['entries'][first[0]]['label']}, {first[1]}"
+            raise TallyError(message)
         self._round = None
         self._served.add((rnd["run"], rnd["request"]))
         if self._record is not None:

@@ -309,8 +309,8 @@ def secure_parameters(
         if low <= high:
             return bounds(n, k, low, dropout=xi, corrupt_fraction=gamma, adversary=adversary)
     raise ValueError(
-        f"no secure SecAgg+ parameters for clients={n} with corrupt_fraction={gamma:g} and dropout={xi:g} "
-        f"({adversary} server), not even the complete graph; lower corrupt_fraction or dropout"
+        f"no secure SecAgg+ parameters for clients={n}, corrupt_fraction={gamma:g}, dropout={xi:g}: lower "
+        f"either\n({adversary} server): not even the complete graph is secure"
     )
 
 
@@ -394,18 +394,18 @@ def check_parameters(
     corrupted, survivors = _counts(n, minimum.dropout, minimum.corrupt_fraction)
     if k < minimum.neighbours or log2_disconnect(n, k, corrupted + n - survivors) > -(security_bits + 1):
         raise ValueError(
-            f"num_shares must be in [{minimum.num_shares}, {n}] for clients={n}, corrupt_fraction="
-            f"{minimum.corrupt_fraction:g}, dropout={minimum.dropout:g} (P[unmasked] <= 2**-{security_bits:g}, "
-            f"P[failure] <= 2**-{correctness_bits:g}), got {num_shares!r} ({k} neighbours)"
+            f"num_shares must be in [{minimum.num_shares}, {n}] for clients={n}, got {num_shares!r} ({k} "
+            f"neighbours)\nat corrupt_fraction={minimum.corrupt_fraction:g}, dropout={minimum.dropout:g} "
+            f"(P[unmasked] <= 2**-{security_bits:g}, P[failure] <= 2**-{correctness_bits:g})"
         )
     low, high = _threshold_range(n, k, corrupted, survivors, minimum.adversary, security_bits, correctness_bits,
                                  majority)
     if not low <= t <= high:
         allowed = f"[{low}, {high}]" if low <= high else "empty (use more num_shares)"
         raise ValueError(
-            f"reconstruction_threshold must be in {allowed} for clients={n} and {k} neighbours "
-            f"(corrupt_fraction={minimum.corrupt_fraction:g}, dropout={minimum.dropout:g}), "
-            f"got {reconstruction_threshold!r} (threshold {t})"
+            f"reconstruction_threshold must be in {allowed} for clients={n}, got {reconstruction_threshold!r}\n"
+            f"with {k} neighbours (corrupt_fraction={minimum.corrupt_fraction:g}, dropout={minimum.dropout:g}): "
+            f"threshold {t}"
         )
     return bounds(n, k, t, dropout=dropout, corrupt_fraction=corrupt_fraction, adversary=adversary)
 
@@ -438,7 +438,6 @@ def check_share_threshold(clients: int, num_shares: int, threshold: int) -> None
     low = majority_threshold(num_shares)
     if not low <= threshold <= num_shares:
         raise ValueError(
-            f"reconstruction_threshold must be in [{low}, {num_shares}] for num_shares={num_shares} "
-            f"(2 * threshold > num_shares, so no server obtains both kinds of shares from honest holders), "
-            f"got {threshold}"
+            f"reconstruction_threshold must be in [{low}, {num_shares}] for num_shares={num_shares}, got {threshold}\n"
+            "(2 * threshold > num_shares, so no server obtains both kinds of shares from honest holders)"
         )
