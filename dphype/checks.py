@@ -45,10 +45,10 @@ def check_epsilon_budget(epsilon: Any, name: str = "epsilon") -> float:
     value = math.nan if isinstance(epsilon, bool) or not isinstance(epsilon, Real) else float(epsilon)
     if not 0.0 < value <= MAX_EPSILON:  # NaN fails it too
         too_large = value > MAX_EPSILON
-        why = (f" (above {MAX_EPSILON:g} the guarantee lets the odds of any inference about one client grow by more "
-               f"than e^{MAX_EPSILON:g}, about {math.exp(MAX_EPSILON):.1e}: no privacy)" if too_large else "")
-        raise ValueError(f"{name} must be a finite number in (0, {MAX_EPSILON:g}], got {epsilon!r}{why}; set {name} "
-                         "within it, e.g. 1 (DP-Hype is meant for about 0.1 to 10)")
+        why = (f"\nabove {MAX_EPSILON:g} the guarantee lets the odds of any inference about one client grow by more "
+               f"than e^{MAX_EPSILON:g}, about {math.exp(MAX_EPSILON):.1e}: no privacy" if too_large else "")
+        raise ValueError(f"{name} must be a finite number in (0, {MAX_EPSILON:g}], got {epsilon!r}; set {name} within "
+                         f"it, e.g. 1{why}\n(DP-Hype is meant for about 0.1 to 10)")
     return value
 
 

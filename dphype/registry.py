@@ -6,7 +6,7 @@ names, so a configuration, the command line and a wire message meet the same ref
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -36,14 +36,28 @@ class Registry(Generic[T]):
         self._items[name] = item
         return item
 
-    def get(self, name: Any) -> T:
-        """The variant named ``name``; an unknown name is refused with the list of registered ones."""
+    def get(self, name: Any, keep: Callable[[T], bool] | None = None) -> T:
+        """The variant named ``name``; an unknown name is refused with the list of registered ones.
+
+        Args:
+            name: The name to look up.
+            keep: Where given, only the variants it keeps count: another one is refused, and not listed, as unknown.
+
+        Returns:
+            The variant.
+
+        Raises:
+            ValueError: ``name`` is unknown (or not kept) or was renamed.
+        """
         item = self._items.get(name) if isinstance(name, str) else None
+        if item is not None and keep is not None and not keep(item):
+            item = None
         if item is None and isinstance(name, str) and name in self.renamed:
             raise ValueError(f"{self.parameter}={name!r} was renamed: set {self.parameter}={self.renamed[name]!r}")
         if item is None:
             fix = f": {self.fix}" if self.fix else ""
-            raise ValueError(f"{self.parameter} must be one of {', '.join(self._items)}, got {name!r}{fix}")
+            names = [n for n, variant in self._items.items() if keep is None or keep(variant)]
+            raise ValueError(f"{self.parameter} must be one of {', '.join(names)}, got {name!r}{fix}")
         return item
 
     def names(self) -> tuple[str, ...]:

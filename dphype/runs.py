@@ -115,8 +115,8 @@ class RunFolder:
             path.mkdir(mode=0o700)  # the model and the server's log: the owner's alone
             path.chmod(0o700)  # whatever the umask took away
         except OSError as err:
-            raise ValueError(f"cannot create the run folder {path} ({err.strerror}): set {RUNS_ENV} (or the run "
-                             f"config's {RUNS_KEY}) to a writable folder") from None
+            raise ValueError(f"cannot create the run folder {path} ({err.strerror}): set {RUNS_ENV} to a writable "
+                             f"folder\n(or the run config's {RUNS_KEY})") from None
         return cls(path, int(run_id), {"run_id": int(run_id), "folder": str(path),
                                        "started": now.isoformat(timespec="seconds")})
 
@@ -238,7 +238,7 @@ def read_record(folder: Path) -> dict[str, Any]:
     path = folder / RECORD_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{folder} holds no {RECORD_FILE}: the run is still going, or was killed before it "
-                                f"ended (its {LOG_FILE} says how far it got)")
+                                f"ended\nits {LOG_FILE} says how far it got")
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, ValueError) as err:

@@ -91,7 +91,7 @@ def test_embedding_app_selects_then_trains_in_process(tmp_path, capsys, monkeypa
     config = {**run_config(), "release": "sum", "k": 1}
     grid = LocalGrid(client.app, 10)
     with pytest.raises(ValueError, match=r"^clients=10 is too few to select at epsilon 1: use clients >= 13 "
-                                         r"\(or epsilon >= [0-9.]+\), or set min-success = 0 to run anyway\n"):
+                                         r"\(or epsilon >= [0-9.]+\), or min-success = 0 to run anyway\n"):
         server.app(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config))
     assert not grid.sent  # no node was asked anything
     (refused,) = (tmp_path / "runs").iterdir()

@@ -28,6 +28,17 @@ def test_a_registry_keeps_order_refuses_taken_and_unknown_names_and_copies_apart
     assert colours.items() == (("red", 1), ("blue", 2))
 
 
+def test_a_lookup_may_keep_some_variants_and_refuses_the_others_as_unknown():
+    """A view of the registry (the share noise kinds among all kinds): the others are refused and not listed."""
+    numbers = Registry[int]("number", "number")
+    for name, value in (("one", 1), ("two", 2), ("three", 3)):
+        numbers.add(name, value)
+    odd = lambda n: n % 2 == 1  # noqa: E731
+    assert numbers.get("three", keep=odd) == 3 and numbers.get("two") == 2
+    with pytest.raises(ValueError, match=r"^number must be one of one, three, got 'two'$"):
+        numbers.get("two", keep=odd)
+
+
 def test_a_registrys_fix_follows_its_refusal():
     sizes = Registry[int]("size", "size", "set --size to one of them")
     sizes.add("small", 1)

@@ -51,9 +51,10 @@ def result_path(result_file: str) -> Path | None:
         return None
     path = Path(result_file).expanduser().absolute()
     if not path.parent.is_dir() or path.is_dir():
-        raise ValueError(f"result-file={result_file!r} ({path} on the ServerApp's host, the SuperLink's in a "
-                         "deployment): its folder must exist there and the path must name a file; give an "
-                         "absolute path in an existing folder of that host, or leave result-file empty")
+        raise ValueError(f"result-file={result_file!r}: not a file in an existing folder; give such a path, or leave "
+                         f"it empty\n({path} on the ServerApp's host, the SuperLink's in a deployment): its folder "
+                         "must exist there and the path must name a file; give an absolute path in an existing folder "
+                         "of that host")
     return path
 
 
@@ -128,12 +129,13 @@ class AppConfig:
             check_epsilon_budget(self.train_epsilon, "train-epsilon")
             self.training_budget()  # validates train-epsilon, clipping-norm and clipping
             if self.fraction_evaluate > 0.0:
-                raise ValueError("fraction-evaluate must be 0 when train-epsilon > 0: the clients' evaluation "
-                                 "metrics would leave them in plaintext, outside the training guarantee")
+                raise ValueError("fraction-evaluate must be 0 when train-epsilon > 0: set fraction-evaluate = 0\n"
+                                 "the clients' evaluation metrics would leave them in plaintext, outside the training "
+                                 "guarantee")
         try:  # a bad spec, or candidates the app's task cannot train, are refused here, before any client works
             check_candidates(self.candidate_list())
         except ValueError as err:
-            raise ValueError(f"run config candidates={self.candidates!r}: {err}. The bundled app's {self.dataset} "
+            raise ValueError(f"run config candidates={self.candidates!r}: {err}\nThe bundled app's {self.dataset} "
                              "task is the SGD training the nodes run: set candidates to a list with only the keys "
                              "it reads, e.g. candidates='table3'") from None
         if self.result_file:

@@ -403,8 +403,8 @@ def dpareto(
         raise ValueError(f"method must be 'hvpoi' or 'qnehvi' for dpareto, got {method!r}")
     if pool_size < 1 or local_pool < 0 or refit_every < 1 or fit_maxiter < 1:
         raise ValueError(
-            "pool_size, refit_every and fit_maxiter must be >= 1 and local_pool >= 0, got "
-            f"{pool_size}, {refit_every}, {fit_maxiter}, {local_pool}"
+            "pool_size, refit_every, fit_maxiter must be >= 1 and local_pool >= 0; set them so\n"
+            f"got {pool_size}, {refit_every}, {fit_maxiter}, {local_pool}"
         )
     # lazy import: torch
     import torch

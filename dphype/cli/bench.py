@@ -108,8 +108,8 @@ def _app_component(app: Path, name: str) -> str:
     """The module of the app's ``[tool.flwr.app.components]`` entry ``name`` (``clientapp``, ``serverapp``)."""
     path = app / "pyproject.toml"
     if not path.is_file():
-        raise ValueError(f"--app {str(app)!r} holds no pyproject.toml: run it in your app's folder (dphype new writes "
-                         "one), or pass --task MODULE:NAME and --candidates")
+        raise ValueError(f"--app {str(app)!r} holds no pyproject.toml: run it in your app's folder, or pass --task "
+                         "and --candidates\n(dphype new writes an app folder; --task MODULE:NAME)")
     with path.open("rb") as fh:
         components = tomllib.load(fh).get("tool", {}).get("flwr", {}).get("app", {}).get("components", {})
     if name not in components:

@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             check_candidates(candidates)
         except ValueError as err:
-            raise ValueError(f"--candidates {args.candidates}: {err}. The bundled app's task is that training: "
+            raise ValueError(f"--candidates {args.candidates}: {err}\nThe bundled app's task is that training: "
                              "give candidates with only those keys, e.g. --candidates table3") from None
     with tempfile.TemporaryDirectory(prefix="dphype-demo-") as folder:
         # argmax mode: the demo's user operates the 3 simulated tally nodes too, so it makes their keys here
@@ -167,8 +167,8 @@ def _run(args: argparse.Namespace, selection: Any, env: dict[str, str], folder: 
         raise
     summary = json.loads(result_file.read_text()) if result_file.exists() else {}
     if summary.get("format") != RESULT_FORMAT:
-        raise RunFailedError(f"the run completed without writing its summary to the run config's result-file: the "
-                             f"app in {app} is not the bundled app's kind (leave --app out)")
+        raise RunFailedError(f"the run wrote no summary to the run config's result-file: leave --app out\n"
+                             f"the app in {app} is not the bundled app's kind")
     seconds = time.perf_counter() - start
     privacy = summary.pop("privacy")
     if args.app is None:

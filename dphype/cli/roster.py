@@ -82,16 +82,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.action == "init":
         roster = Roster(check_name(args.federation, "--federation"))
         if Path(args.out).expanduser().exists():
-            raise RosterError(f"--out {args.out} exists; a roster is never overwritten by init: choose another "
-                              "--out, or add members to it with `dphype roster add`")
+            raise RosterError(f"--out {args.out} exists; a roster is never overwritten: choose another --out\n"
+                              "or add members to it with `dphype roster add` (init never overwrites)")
         return _described(roster, roster.save(args.out))
     roster = Roster.load(args.roster)
     if args.action == "add":
         if args.role not in ROLES:
             raise RosterError(f"--role must be voter or tally, got {args.role!r}")
         if (args.role == "tally") != (args.tally_key is not None):
-            raise RosterError("--tally-key is needed with --role tally (the tally's X25519 committee key, "
-                              "clients/start-tally.sh --print-public-key) and only then")
+            raise RosterError("--tally-key is needed with --role tally and only then: give it for a tally only\n"
+                              "(the tally's X25519 committee key, clients/start-tally.sh --print-public-key)")
         member = Member(check_name(args.name, "--name"), args.role, public_key_bytes(args.identity, "--identity"),
                         None if args.tally_key is None else public_key_bytes(args.tally_key, "--tally-key"))
         try:

@@ -77,8 +77,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     folder = Path(args.app_dir).expanduser().absolute()
     if not is_flower_app(folder):
-        raise ValueError(f"app_dir {args.app_dir!r} holds no Flower app (a pyproject.toml with [tool.flwr.app]): "
-                         "run it in the app's folder or name the folder (`dphype new my-app` writes one)")
+        raise ValueError(f"app_dir {args.app_dir!r} holds no Flower app: run it in the app's folder or name the "
+                         "folder\n"
+                         "(a Flower app: a pyproject.toml with [tool.flwr.app]; `dphype new my-app` writes one)")
     check_positive("timeout", args.timeout)
     declared = app_run_config(folder)
     overrides = parse_run_config(args.run_config)
@@ -87,9 +88,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         overrides["clients"] = args.clients
     unknown = sorted(set(overrides) - set(declared))
     if unknown:
-        raise ValueError(f"run-config key(s) {', '.join(unknown)} are not declared in {folder / 'pyproject.toml'}'s "
-                         f"[tool.flwr.app.config] (Flower refuses undeclared keys): add them there with a default, "
-                         f"or use a declared key ({', '.join(sorted(declared)) or 'none'})")
+        raise ValueError(f"run-config key(s) {', '.join(unknown)} are not declared in the app: add them there with a "
+                         f"default, or use a declared key\nundeclared in {folder / 'pyproject.toml'}'s "
+                         f"[tool.flwr.app.config] (Flower refuses undeclared keys); declared: "
+                         f"{', '.join(sorted(declared)) or 'none'}")
     config = {**declared, **overrides}
     if "clients" not in config:
         raise ValueError("the app's run config has no clients (the number of voters): pass --clients N")

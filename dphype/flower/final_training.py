@@ -16,7 +16,7 @@ the norm ball so the sensitivity is exactly the clipping norm. `check_private_tr
 other precondition of the accountant before the selection starts.
 
 The wrapper runs in Flower's *accounted mode* with `RunAccountant`, which starts from the selection's
-own RDP curve (`dphype.privacy.accounting.vote_rdp`; Skellam included) and composes every training round
+own RDP curve (its noise kind's, `dphype.privacy.noise_kinds.NoiseKind.stated_rdp`) and composes every training round
 (`dphype.privacy.accounting.fedavg_rdp`), so the run has one ``(epsilon, delta)`` for both phases. Accounted
 mode makes Flower refuse a round that would exceed that total, aggregate only when every sampled client
 replied (a round with a missing or failed reply is skipped and releases nothing), and log the composed spend
@@ -70,9 +70,9 @@ from dphype.privacy.accounting import (
     fedavg_rdp,
     rdp_delta,
     rdp_epsilon,
-    vote_rdp,
 )
-from dphype.privacy.winner import WINNER_NOISE, epsilon_with_samplers, sampler_delta, winner_rdp
+from dphype.privacy.noise_kinds import any_noise_kind
+from dphype.privacy.winner import epsilon_with_samplers, sampler_delta  # registers the winner's noise kind
 
 #: Where updates are clipped: on the server ("server", the default) or by the clients with ``fixedclipping_mod``
 #: ("client"; the server verifies every update's norm).
@@ -117,9 +117,10 @@ class BoundedFedAvg(FedAvg):
             nodes = list(grid.get_node_ids())
         if len(nodes) < self.fewest:
             raise TrainingError(
-                f"only {len(nodes)} of the {self.min_available_nodes} nodes FedAvg trains on are connected after "
-                f"{self.wait:g} s, fewer than the {self.fewest} it can go on with; the training stopped (the rounds "
-                "so far stand): restart the voters' SuperNodes, or run again")
+                f"only {len(nodes)} of {self.min_available_nodes} training nodes connected (< {self.fewest}): "
+                "restart the voters' SuperNodes, or run again\n"
+                f"FedAvg waited {self.wait:g} s for the {self.fewest} it can go on with; the training stopped (the "
+                "rounds so far stand)")
         log(logging.WARNING, "DP-Hype: %d of the %d nodes FedAvg trains on are connected after %g s; going on with "
             "them (at least %d)", len(nodes), self.min_available_nodes, self.wait, self.fewest)
         self.min_available_nodes = self.min_train_nodes = len(nodes)
@@ -178,9 +179,10 @@ class TrainingBudget:
 class RunAccountant:
     """Flower's ``PrivacyAccountant`` protocol for a DP-Hype run: the selection, then DP-FedAvg rounds.
 
-    The curve starts at the selection's RDP (`vote_rdp`, or `dphype.privacy.winner.winner_rdp` for a winner
-    release, whose MPC sampler adds its delta) and adds `fedavg_rdp` for every composed Gaussian event, both under
-    the selection's neighbouring relation; epsilon by `rdp_epsilon`, delta by `rdp_delta`, on `RDP_ORDERS`.
+    The curve starts at the selection's RDP (its noise kind's `dphype.privacy.noise_kinds.NoiseKind.stated_rdp`: a
+    winner release's is `dphype.privacy.winner.winner_rdp`, and its MPC sampler adds its delta) and adds
+    `fedavg_rdp` for every composed Gaussian event, both under the selection's neighbouring relation; epsilon by
+    `rdp_epsilon`, delta by `rdp_delta`, on `RDP_ORDERS`.
 
     Args:
         selection: The selection's privacy report (its delta, relation and noise start the curve).
@@ -196,11 +198,11 @@ class RunAccountant:
                                      neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
                                      sampling_method=SamplingMethod.NO_AMPLIFICATION, max_epsilon=max_epsilon)
         self.neighbouring = selection.neighbouring
-        # a winner release (argmax mode) is pure epsilon for exact noise: randomized response's curve bounds it
-        self._rdp = (winner_rdp(selection.epsilon, RDP_ORDERS) if selection.noise == WINNER_NOISE
-                     else vote_rdp(selection.k, selection.sigma, selection.noise, neighbouring=self.neighbouring))
+        kind = any_noise_kind(selection.noise)  # a winner release's curve is its pure epsilon's (privacy.winner)
+        self._rdp = kind.stated_rdp(RDP_ORDERS, k=selection.k, sigma=selection.sigma, epsilon=selection.epsilon,
+                                    stated=selection.neighbouring, neighbouring=self.neighbouring)
         self._releases = 1
-        self._winners = int(selection.noise == WINNER_NOISE)  # its MPC sampler's delta (privacy.winner)
+        self._sampled = int(kind.sampled)  # a sampled noise's delta (privacy.winner.sampler_delta)
         self._added: list[str] = []  # the other releases composed (compose_release), by name
 
     @property
@@ -234,11 +236,11 @@ class RunAccountant:
 
     def get_epsilon(self, delta: float) -> float:
         """The run's epsilon so far at ``delta`` (`dphype.privacy.winner.epsilon_with_samplers`)."""
-        return epsilon_with_samplers(self._rdp, delta, self._winners)
+        return epsilon_with_samplers(self._rdp, delta, self._sampled)
 
     def get_delta(self, epsilon: float) -> float:
         """The run's delta so far at ``epsilon`` (`rdp_delta`)."""
-        return rdp_delta(self._rdp, epsilon) + sampler_delta(epsilon, self._winners)
+        return rdp_delta(self._rdp, epsilon) + sampler_delta(epsilon, self._sampled)
 
     def get_privacy_spent(self, delta: float | None = None) -> PrivacySpent:
         """The run's spend so far at ``delta`` (``None``: the selection's), in Flower's ``PrivacySpent``."""
@@ -253,7 +255,7 @@ class RunAccountant:
         limit = self._config.max_epsilon if max_epsilon is None else max_epsilon
         if limit is None:
             raise ValueError("max_epsilon must be given to the accountant or to would_exceed")
-        return epsilon_with_samplers(self._with(event, count), self._config.target_delta, self._winners) > limit
+        return epsilon_with_samplers(self._with(event, count), self._config.target_delta, self._sampled) > limit
 
     def to_dict(self) -> dict[str, Any]:
         """A summary for logs: ``{"releases": ..., "neighbouring": ...}``."""
@@ -547,11 +549,11 @@ def check_private_training(strategy: FedAvg, budget: TrainingBudget, *, delta: f
         raise ValueError(f"budget must be a TrainingBudget, got {type(budget).__name__}")
     check_int("sampled_clients", sampled_clients, 1)
     if strategy.fraction_train != 1.0:
-        raise ValueError(f"fraction_train must be 1.0 in private training (every node trains each round: the "
-                         f"accountant assumes no sampling), got {strategy.fraction_train:g}")
+        raise ValueError(f"fraction_train must be 1.0 in private training, got {strategy.fraction_train:g}; set 1.0\n"
+                         "every node trains each round: the accountant assumes no sampling")
     if strategy.fraction_evaluate != 0.0:
-        raise ValueError(f"fraction_evaluate must be 0.0 in private training (client evaluation metrics would leave "
-                         f"in plaintext, outside the guarantee), got {strategy.fraction_evaluate:g}")
+        raise ValueError(f"fraction_evaluate must be 0.0 in private training, got {strategy.fraction_evaluate:g}; "
+                         "set 0.0\nclient evaluation metrics would leave in plaintext, outside the guarantee")
     if strategy.min_train_nodes > sampled_clients:
         raise ValueError(f"min_train_nodes must be at most sampled_clients={sampled_clients}, got "
                          f"{strategy.min_train_nodes}")

@@ -103,8 +103,8 @@ def check_partition(partition_id: Any, num_partitions: Any, prefix: str = "") ->
         ValueError: If either is not an integer or ``I`` is outside ``[0, N - 1]``, naming both.
     """
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (partition_id, num_partitions)):
-        raise ValueError(f"{prefix}partition-id and {prefix}num-partitions must be integers (this node's shard of "
-                         f"the data and the number of shards), got {partition_id!r} and {num_partitions!r}")
+        raise ValueError(f"{prefix}partition-id and {prefix}num-partitions must be integers, got {partition_id!r} and "
+                         f"{num_partitions!r}\n(this node's shard of the data and the number of shards)")
     if not 0 <= partition_id < num_partitions:
         raise ValueError(f"{prefix}partition-id must be in [0, {num_partitions - 1}] for {prefix}num-partitions "
                          f"{num_partitions}, got {partition_id}")
@@ -194,8 +194,8 @@ def parse_run_config(text: str | None) -> dict[str, Any]:
     try:
         return dict(parse_config_args([text]))
     except (ValueError, OSError, ClickException) as err:  # Flower's parser raises click's exception
-        raise ValueError(f"--run-config must be key=value pairs with TOML values (strings quoted: "
-                         f"\"release='argmax' k=2\") or a .toml file, got {text!r}: {err}") from None
+        raise ValueError(f"--run-config must be key=value pairs with TOML values (strings quoted) or a .toml file, "
+                         f"got {text!r}\n{err}; e.g. \"release='argmax' k=2\"") from None
 
 
 def is_flower_app(folder: str | Path) -> bool:

@@ -132,9 +132,9 @@ def mpyc_tls_folder(value: Any, index: int) -> Path | None:
     missing = [name for name in (f"party_{index}.crt", f"party_{index}.key", "mpyc_ca.crt")
                if not (folder / ".config" / name).is_file()]
     if missing:
-        raise ValueError(f"node config {TALLY_TLS}={str(value)!r} must be a folder whose .config/ holds tally "
-                         f"{index}'s MPyC TLS files; missing {', '.join(missing)} (server/make-certificates.sh makes "
-                         "them for a test federation)")
+        raise ValueError(f"node config {TALLY_TLS}={str(value)!r} lacks tally {index}'s MPyC TLS files: put them in "
+                         f"its .config/\nmissing {', '.join(missing)}: the folder's .config/ must hold them "
+                         "(server/make-certificates.sh makes them for a test federation)")
     return folder
 
 
@@ -198,8 +198,9 @@ class _TallyNode:
         self.tls = mpyc_tls_folder(node_config.get(TALLY_TLS), self.index)
         self.membership = load_membership(*federation_settings(node_config))
         if self.membership is not None and self.membership.member.tally_key != self.keys.public:
-            raise Refusal("roster", f"tally {self.index}'s identity is not a tally of its roster with its key file's "
-                          f"key ({TALLY_KEY_FILE}): its operator must add it with `dphype roster add --role tally`")
+            raise Refusal("roster", f"tally {self.index}'s identity is not a tally of its roster: add it with "
+                          f"`dphype roster add --role tally`\n(the identity: its key file's key, {TALLY_KEY_FILE}); "
+                          "its operator must add it")
         self.record = ServedRecord(served_record_path(self.key_file))
         self.run = int(run)
         self.state = state
@@ -249,9 +250,9 @@ class _TallyNode:
             if not (isinstance(contributors, list) and isinstance(shares, list) and len(contributors) == len(shares)
                     and all(isinstance(c, label) and not isinstance(c, bool) for c in contributors)
                     and all(isinstance(b, bytes) for b in shares)):
-                raise Refusal("malformed_request", f"collect needs 'contributors' ({label.__name__}: node ids, or "
-                              "roster member names in a federation with a roster) and 'shares' (bytes), one share "
-                              "per contributor")
+                raise Refusal("malformed_request", "collect needs 'contributors' and 'shares' (bytes), one share "
+                              f"per contributor\n'contributors': {label.__name__}: node ids, or roster member names "
+                              "in a federation with a roster")
             unsigned = self._check_signed(request, cast(list[str], contributors), cast(list[bytes], shares),
                                           record.get("signatures"))
             tally = Tally(self.index, self.keys, record=self.record)

@@ -508,8 +508,9 @@ def load_idx_images(name: str, data_dir: str | None, torchvision_folders: Sequen
     """
     if data_dir is None:
         raise FileNotFoundError(
-            f"{name} is not bundled: pass data_dir=<folder> holding {', '.join(_IDX_STEMS)} (IDX format, "
-            f"optionally .gz) directly or in <folder>/{torchvision_folders[0]}/raw (torchvision layout)"
+            f"{name} is not bundled: pass data_dir=<folder> holding its IDX files (optionally .gz)\n"
+            f"the files: {', '.join(_IDX_STEMS)}, directly in the folder or in "
+            f"<folder>/{torchvision_folders[0]}/raw (torchvision layout)"
         )
     root = Path(data_dir)
     searched = [root / folder / "raw" for folder in torchvision_folders] + [root]
@@ -705,5 +706,6 @@ def partition_dirichlet(
         if "max number of attempts" not in str(err):
             raise
         raise ValueError(
-            f"clients={clients} is too many for beta={beta}: no Dirichlet draw in flwr-datasets' 10 tries gave "
-            f"every client >= {min_size} of the {len(y)} samples; use fewer clients or a larger beta") from err
+            f"clients={clients} is too many for beta={beta}: use fewer clients or a larger beta\n"
+            f"no Dirichlet draw in flwr-datasets' 10 tries gave every client >= {min_size} of the {len(y)} "
+            "samples") from err

@@ -105,8 +105,8 @@ def load_proxy(spec: str, data_dir: str | None = None) -> Dataset:
         return load_dataset(spec, data_dir)[0]
     path = Path(spec).expanduser()
     if not path.is_file():
-        raise FileNotFoundError(f"--proxy: no file {spec!r} (looked for {path.absolute()}); name a CSV file with a "
-                                "header row and the label last, or a registered data set")
+        raise FileNotFoundError(f"--proxy: no file {spec!r}; name a CSV file (header row, label last) or a registered "
+                                f"data set\n(looked for {path.absolute()})")
     with path.open(newline="", encoding="utf-8") as fh:
         rows = list(csv.reader(fh))[1:]
     try:
@@ -115,7 +115,7 @@ def load_proxy(spec: str, data_dir: str | None = None) -> Dataset:
         raise ValueError(f"--proxy {spec}: every column but the last (the label) must be numeric: {err}") from None
     classes, y = np.unique(np.array([row[-1] for row in rows]), return_inverse=True)
     if x.ndim != 2 or x.shape[1] == 0 or len(classes) < 2:
-        raise ValueError(f"--proxy {spec}: needs rows of at least one feature and a label, with at least 2 classes; "
+        raise ValueError(f"--proxy {spec}: needs rows of >= 1 feature and a label, >= 2 classes; give such a file\n"
                          f"got {x.shape[0]} rows and {len(classes)} classes")
     scale = x.std(axis=0)
     x = (x - x.mean(axis=0)) / np.where(scale > 0, scale, 1.0)
@@ -139,8 +139,8 @@ def split_proxy(data: Dataset, clients: int, partition: Partition, seed: int) ->
     """
     check_int("clients", clients, 2)
     if len(data) < clients * MIN_ROWS:
-        raise ValueError(f"--clients {clients} needs at least {clients * MIN_ROWS} rows of the proxy ({MIN_ROWS} per "
-                         f"client), it has {len(data)}: use fewer clients or a larger proxy")
+        raise ValueError(f"--clients {clients} needs at least {clients * MIN_ROWS} rows of the proxy, has "
+                         f"{len(data)}: use fewer clients or a larger proxy\n({MIN_ROWS} rows per client)")
     shards = (partition_iid(data.y, clients, seed) if partition.beta is None
               else partition_dirichlet(data.y, clients, partition.beta, seed, min_size=MIN_ROWS))
     return [data.subset(rows) for rows in shards]
@@ -151,8 +151,8 @@ def _build(task_fn: Callable[[np.ndarray, np.ndarray], Task], rows: Dataset) -> 
     try:
         return task_fn(rows.x, rows.y)
     except TypeError as err:
-        raise ValueError(f"the task must be built from a client's rows as NAME(x, y) ({err}); give your Task that "
-                         "constructor, or name a function that builds it with --task MODULE:NAME") from None
+        raise ValueError("the task must be built from a client's rows as NAME(x, y): give it that constructor, or "
+                         f"a function\n({err}); name a function that builds it with --task MODULE:NAME") from None
 
 
 def _scores(task: Task, candidates: Sequence[Mapping[str, Any]], who: str) -> np.ndarray:
@@ -162,8 +162,8 @@ def _scores(task: Task, candidates: Sequence[Mapping[str, Any]], who: str) -> np
     except (TypeError, ValueError) as err:
         raise ValueError(f"the task's score() on {who} did not return numbers: {err}") from None
     if scores.ndim not in (1, 2) or scores.shape[0] != len(candidates):
-        raise ValueError(f"the task's score() on {who} must return one score (or one row of keys) per candidate, "
-                         f"{len(candidates)} in all; got shape {scores.shape}")
+        raise ValueError(f"the task's score() on {who} must return one score per candidate, got shape "
+                         f"{scores.shape}; fix score()\n(or one row of keys each): {len(candidates)} candidates in all")
     return scores
 
 

@@ -89,7 +89,7 @@ class Hyperparameters:
             if unused:
                 raise ValueError(
                     f"candidates[{i}] has key(s) {', '.join(map(repr, unused))} that batched SGD training does not "
-                    f"use (it reads only {', '.join(HYPERPARAMETERS)}); remove them or train with your own task")
+                    f"use: remove them\nit reads only {', '.join(HYPERPARAMETERS)}; or train with your own task")
             row = (cand["lr"], cand.get("momentum", 0.0), cand.get("decay", 1.0))
             for key, value in zip(("lr", "momentum", "decay"), row):
                 if not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:

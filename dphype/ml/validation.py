@@ -71,7 +71,8 @@ class Validation:
         match = _NAME.match(value) if isinstance(value, str) else None
         if match is None:
             raise ValueError(f"validation must be one of {allowed}; got {value!r}. Use e.g. "
-                             f"validation={DEFAULT_VALIDATION!r} (the default) or {SINGLE_SPLIT!r} (the paper's)")
+                             f"validation={DEFAULT_VALIDATION!r}\n({DEFAULT_VALIDATION!r} is the default, "
+                             f"{SINGLE_SPLIT!r} the paper's)")
         kind, count, loss = match.group(1), match.group(2), match.group(3) is not None
         if kind == "split":
             if count is not None:

@@ -2,9 +2,10 @@
 
 Each vote is recorded (`Ledger.spend`) BEFORE the client's masked vector is sent, under an exclusive
 lock, after checking that the composition of all recorded votes and the new one stays within the node's
-lifetime budget; a crash between recording and sending counts the vote as spent. Votes compose in RDP
-(`dphype.privacy.accounting.vote_rdp` on `dphype.privacy.accounting.RDP_ORDERS`: dp_accounting's Gaussian
-event, the Skellam bound otherwise), converted once with Thm I.1 at the node's delta. A repeated, identical
+lifetime budget; a crash between recording and sending counts the vote as spent. Votes compose in RDP on
+`dphype.privacy.accounting.RDP_ORDERS`, each by its noise kind (`dphype.privacy.noise_kinds.NoiseKind.stated_rdp`:
+dp_accounting's Gaussian event, the Skellam bound, a winner's randomized response), converted once with Thm I.1 at
+the node's delta. A repeated, identical
 request in another run is a new release and costs budget again; in one run a node votes once per request
 (`dphype.node.vote_memory`). The private evaluation of the final model (`dphype.node.evaluation_policy`) is
 recorded the same way, as an entry with ``"release": "evaluation"`` (`dphype.privacy.evaluation.evaluation_rdp`).
@@ -57,10 +58,10 @@ from dphype.node.policy import (
     check_vote_request,
     default_ledger_path,
 )
-from dphype.privacy.accounting import RDP_ORDERS, vote_rdp
+from dphype.privacy.accounting import RDP_ORDERS
 from dphype.privacy.evaluation import EVALUATION_RELEASE, evaluation_rdp
-from dphype.privacy.noise_kinds import noise_kind_names
-from dphype.privacy.winner import THRESHOLD_SHIFT, WINNER_NOISE, epsilon_with_samplers, winner_rdp
+from dphype.privacy.noise_kinds import any_noise_kind, noise_kind_names
+from dphype.privacy.winner import epsilon_with_samplers  # registers the winner's noise kind
 from dphype.protocol import EPSILON_RTOL, VoteRequest
 from dphype.refusal import REFUSAL_CODES, Refusal
 
@@ -103,8 +104,8 @@ class LedgerEntry(VoteGuarantee):
         ok = (
             isinstance(self.time, str) and isinstance(self.request, str)
             and self.release in ("vote", EVALUATION_RELEASE)
-            and (self.release == "vote" or self.noise != WINNER_NOISE)
-            and self.noise in (*noise_kind_names(), WINNER_NOISE)
+            and self.noise in noise_kind_names(shares=False)
+            and (self.release == "vote" or self.noise in noise_kind_names())  # an evaluation is a sum of shares
             and self.neighbouring in NEIGHBOURING
             and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (self.k, self.survivors))
             and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
@@ -115,13 +116,11 @@ class LedgerEntry(VoteGuarantee):
             raise ValueError("invalid ledger entry")
 
     def rdp(self, neighbouring: str) -> np.ndarray:
-        """RDP curve of this vote under ``neighbouring`` on `RDP_ORDERS` (a winner's epsilon rescaled, `winner_rdp`)."""
-        if self.noise == WINNER_NOISE:
-            eps = self.epsilon * THRESHOLD_SHIFT[neighbouring] / THRESHOLD_SHIFT[self.neighbouring]
-            return winner_rdp(eps, RDP_ORDERS)
+        """RDP curve of this release under ``neighbouring`` on `RDP_ORDERS` (a vote: its noise kind's `stated_rdp`)."""
         if self.release == EVALUATION_RELEASE:
             return evaluation_rdp(self.total_std, self.noise, RDP_ORDERS)
-        return vote_rdp(self.k, self.total_std, self.noise, neighbouring=neighbouring, orders=RDP_ORDERS)
+        return any_noise_kind(self.noise).stated_rdp(RDP_ORDERS, k=self.k, sigma=self.total_std, epsilon=self.epsilon,
+                                                    stated=self.neighbouring, neighbouring=neighbouring)
 
 
 @contextlib.contextmanager
@@ -239,11 +238,11 @@ class Ledger:
 
     @staticmethod
     def composed_epsilon(entries: list[LedgerEntry], delta: float, neighbouring: str) -> float:
-        """Epsilon at ``delta`` of ``entries`` composed in RDP (winners add their sampler's delta); 0 for none."""
+        """Epsilon at ``delta`` of ``entries`` composed in RDP (sampled noise adds its sampler's delta); 0 for none."""
         if not entries:
             return 0.0
-        winners = sum(e.noise == WINNER_NOISE for e in entries)
-        return epsilon_with_samplers(sum(e.rdp(neighbouring) for e in entries), check_delta(delta), winners)
+        sampled = sum(any_noise_kind(e.noise).sampled for e in entries)
+        return epsilon_with_samplers(sum(e.rdp(neighbouring) for e in entries), check_delta(delta), sampled)
 
     def spent(self, delta: float, neighbouring: str = "replace-one") -> float:
         """Epsilon at ``delta`` of every vote recorded so far (`composed_epsilon` of `entries`)."""

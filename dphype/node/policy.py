@@ -137,8 +137,8 @@ def federation_settings(node_config: Mapping[str, Any]) -> tuple[str | None, str
     roster = None if roster is None else _path(ROSTER_KEY, roster)
     identity = None if identity is None else _path(IDENTITY_KEY, identity)
     if (roster is None) != (identity is None):
-        raise PolicyError(f"node config {ROSTER_KEY} and {IDENTITY_KEY} go together: the roster names the "
-                          "members, the identity key is this node's (dphype roster keygen); set both")
+        raise PolicyError(f"node config {ROSTER_KEY} and {IDENTITY_KEY} go together: set both\n"
+                          "the roster names the members, the identity key is this node's (dphype roster keygen)")
     return roster, identity, _flag(UNAUTHENTICATED_KEY, node_config.get(UNAUTHENTICATED_KEY, False))
 
 
@@ -160,7 +160,7 @@ def load_membership(roster: str | None, identity: str | None, allow_unauthentica
     if roster is None or identity is None:
         if allow_unauthenticated:
             return None
-        raise Refusal("no_roster", "this node takes part only in a federation of known members: its operator sets "
+        raise Refusal("no_roster", "this node takes part only in a federation of known members: set "
                       f"{ROSTER_KEY} and {IDENTITY_KEY}, or {UNAUTHENTICATED_KEY} = true")
     try:
         return Roster.load(roster).membership(IdentityKey.load(identity))

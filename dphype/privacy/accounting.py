@@ -55,14 +55,14 @@ from dphype.checks import (
     check_sigma,
 )
 from dphype.privacy.noise import check_survivors, client_noise_std
-from dphype.privacy.noise_kinds import check_noise, noise_kind, noise_kind_names, rdp_to_dp, resolve_accountant
-
-
-def vote_sensitivity(k: int, neighbouring: str = "replace-one") -> tuple[float, float]:
-    """``(L2, L1)`` of the top-k vote sum: ``(sqrt(2k), 2k)`` replace-one (Lemma III.1), ``(sqrt(k), k)`` add-remove."""
-    k = check_k(k)
-    moved = 2 * k if check_neighbouring(neighbouring) == "replace-one" else k
-    return math.sqrt(moved), float(moved)
+from dphype.privacy.noise_kinds import (
+    check_noise,
+    noise_kind,
+    noise_kind_names,
+    rdp_to_dp,
+    resolve_accountant,
+    vote_sensitivity,
+)
 
 
 # ------------------------------------------------------------------------------------------ root finding
@@ -239,8 +239,8 @@ def calibrate_sigma(l2: float, l1: float, epsilon: float, delta: float, *, noise
     try:
         return _root_decreasing(*equation, start, f"sigma ({accountant})")
     except (ValueError, OverflowError, RuntimeError) as err:  # valid arguments: floating point gave out
-        raise ValueError(f"the noise std for epsilon {target!r} at delta {delta!r} cannot be solved in floating point "
-                         f"({err}); choose a larger epsilon") from err
+        raise ValueError(f"the noise std for epsilon {target!r} at delta {delta!r} cannot be solved: choose a larger "
+                         f"epsilon\nnot in floating point ({err})") from err
 
 
 # ---------------------------------------------------------------------------------------- the report
@@ -414,9 +414,7 @@ def vote_rdp(
     k: int, sigma: float, noise: str, *, neighbouring: str = "replace-one", orders: Any = RDP_ORDERS
 ) -> np.ndarray:
     """RDP curve ``(m,)`` at ``orders`` of one top-k vote release with noise of TOTAL std ``sigma`` (the kind's)."""
-    l2, l1 = vote_sensitivity(k, neighbouring)
-    sigma, kind, orders = check_sigma(sigma), noise_kind(noise), check_orders(orders)
-    return kind.rdp(orders, l2, l1, sigma)
+    return noise_kind(noise).vote_rdp(check_orders(orders), k, sigma, neighbouring)
 
 
 def rdp_epsilon(rdp: Any, delta: float, orders: Any = RDP_ORDERS) -> tuple[float, float]:

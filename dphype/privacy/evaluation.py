@@ -64,9 +64,9 @@ def evaluation_sensitivity(noise: str) -> tuple[float, float]:
 def check_share(share: Any, name: str = "evaluation share") -> float:
     """The evaluation's share of epsilon, a finite number in ``(0, 1]``; else refused naming ``name`` and the fix."""
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not (math.isfinite(share) and 0 < share <= 1):
-        raise ValueError(f"{name} must be a number in (0, 1] (the share of epsilon the private evaluation spends on "
-                         f"top of the selection), got {share!r}; set it within, e.g. {DEFAULT_EVALUATION_SHARE:g}, or "
-                         "turn the private evaluation off")
+        raise ValueError(f"{name} must be a number in (0, 1], got {share!r}; set e.g. {DEFAULT_EVALUATION_SHARE:g}, "
+                         "or turn the private evaluation off\n(the share of epsilon the private evaluation spends on "
+                         "top of the selection)")
     return float(share)
 
 

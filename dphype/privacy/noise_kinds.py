@@ -1,12 +1,16 @@
-"""Noise kinds: one class per kind of noise a vote release may carry, registered under its public name.
+"""Noise kinds: one class per kind of noise a release may carry, registered under its public name.
 
-The public name (``"gaussian"``, ``"skellam"``) travels in configurations, requests, ledgers and ``--noise``;
-`noise_kind` turns it into its `NoiseKind` (refusing an unknown name), which every module that samples, accounts
-for, encodes or bounds the noise asks. A kind's law must be closed under sums (independent draws add up to a draw
-at the summed variance): clients' shares add up to the release's noise, and replays draw that sum at once.
+The public name travels in configurations, requests, reports, ledgers and ``--noise``. Every kind is a `NoiseKind`
+(its name, and the Renyi curve of a vote release it noised, as a ledger composes it); `any_noise_kind` turns any
+registered name into its kind. The kinds of the sum release are `ShareNoiseKind`: its noise is the sum of
+independent shares, so the law must be closed under sums (independent draws add up to a draw at the summed
+variance). `noise_kind` and `noise_kind_names` see these only (what a configuration and ``--noise`` may name), and
+every module that samples, calibrates, encodes or bounds the shares asks them.
 
-The kinds: `Gaussian` (``N(0, v)``, float64; the paper's) and `Skellam` (``Pois(v/2) - Pois(v/2)``, int64;
-Agarwal, Kairouz & Liu, NeurIPS 2021). A new kind is one subclass decorated with `register_noise_kind`.
+The share kinds: `Gaussian` (``N(0, v)``, float64; the paper's) and `Skellam` (``Pois(v/2) - Pois(v/2)``, int64;
+Agarwal, Kairouz & Liu, NeurIPS 2021). The winner release's discrete Laplace, drawn whole by the tallies, registers
+beside its mechanism (`dphype.privacy.winner.DiscreteLaplace`). A new kind is one subclass decorated with
+`register_noise_kind`.
 
 The accountants' mathematics lives beside the kind it accounts for: Thm I.1's conversion of Renyi DP to
 ``(epsilon, delta)`` (`rdp_to_dp`, minimised with `optimal_order`), the Gaussian mechanism's RDP and analytic
@@ -18,11 +22,11 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
 
-from dphype.checks import ACCOUNTANTS
+from dphype.checks import ACCOUNTANTS, check_k, check_neighbouring, check_sigma
 from dphype.registry import Registry
 
 
@@ -81,28 +85,55 @@ def _integer_minimiser_candidates(slope: float, lo: int, hi: float, delta: float
     return {int(min(max(c, lo), hi)) for c in (math.floor(a), math.ceil(a))}
 
 
+def vote_sensitivity(k: int, neighbouring: str = "replace-one") -> tuple[float, float]:
+    """``(L2, L1)`` of the top-k vote sum: ``(sqrt(2k), 2k)`` replace-one (Lemma III.1), ``(sqrt(k), k)`` add-remove."""
+    k = check_k(k)
+    moved = 2 * k if check_neighbouring(neighbouring) == "replace-one" else k
+    return math.sqrt(moved), float(moved)
+
+
 # ------------------------------------------------------------------------------------------------- a kind
 class NoiseKind(ABC):
-    """One kind of noise: its sampling, accounting, tail and range; stateless, registered once.
+    """One kind of noise a release may carry: its names and how a vote release it noised composes; registered once.
 
     Attributes:
-        name: The public name (configuration, wire, ledger, CLI).
+        name: The public name (configuration, wire, report, ledger, CLI).
         label: The name in prose (reports, errors).
         description: One line for the CLI's help.
         integer: Whether its draws are integers (exact under secure summation and in the tallies' MPC).
-        fixed_point_scale: A client's ``votes + share`` travel to the secure sum as ``round(x * fixed_point_scale)``.
-        accountants: The accountants valid for it (names of `dphype.checks.ACCOUNTANTS`), its default first.
+        sampled: Whether a release's noise is sampled within a total variation of the exact law, each release adding
+            its sampler's delta to a composition (`dphype.privacy.winner.epsilon_with_samplers`).
     """
 
     name: ClassVar[str]
     label: ClassVar[str]
     description: ClassVar[str]
     integer: ClassVar[bool]
-    fixed_point_scale: ClassVar[int]
-    accountants: ClassVar[tuple[str, ...]]
+    sampled: ClassVar[bool] = False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+    @abstractmethod
+    def stated_rdp(self, orders: np.ndarray, *, k: int, sigma: float, epsilon: float, stated: str,
+                   neighbouring: str) -> np.ndarray:
+        """The ``(m,)`` RDP curve under ``neighbouring`` of one vote release this kind noised.
+
+        The release is stated as ``k`` votes, noise of total std ``sigma`` and ``epsilon`` under the relation
+        ``stated`` (a ledger entry, a run's privacy report); each kind takes from it what its mechanism needs.
+        """
+
+
+class ShareNoiseKind(NoiseKind):
+    """A kind of the sum release: its shares' sampling, accounting, tail and secure-sum grid; its law closed under sums.
+
+    Attributes:
+        fixed_point_scale: A client's ``votes + share`` travel to the secure sum as ``round(x * fixed_point_scale)``.
+        accountants: The accountants valid for it (names of `dphype.checks.ACCOUNTANTS`), its default first.
+    """
+
+    fixed_point_scale: ClassVar[int]
+    accountants: ClassVar[tuple[str, ...]]
 
     @property
     def default_accountant(self) -> str:
@@ -134,6 +165,15 @@ class NoiseKind(ABC):
     def vote_profile(self, epsilons: np.ndarray, sigma: float, k: int) -> np.ndarray:
         """The ``(E,)`` privacy profile ``delta(eps')`` of the audit's statistic for ``k`` votes."""
 
+    def vote_rdp(self, orders: np.ndarray, k: int, sigma: float, neighbouring: str) -> np.ndarray:
+        """The ``(m,)`` RDP curve of one top-k vote release (`vote_sensitivity`) with noise of total std ``sigma``."""
+        return self.rdp(orders, *vote_sensitivity(k, neighbouring), check_sigma(sigma))
+
+    def stated_rdp(self, orders: np.ndarray, *, k: int, sigma: float, epsilon: float, stated: str,
+                   neighbouring: str) -> np.ndarray:
+        """`vote_rdp` from the mechanism (``k``, ``sigma``); the stated epsilon and relation are not needed."""
+        return self.vote_rdp(orders, k, sigma, neighbouring)
+
 
 # ----------------------------------------------------------------------------------------------- registry
 _KINDS: Registry[NoiseKind] = Registry("noise", "noise kind")
@@ -141,21 +181,31 @@ _Kind = TypeVar("_Kind", bound=type[NoiseKind])
 
 
 def register_noise_kind(kind: _Kind) -> _Kind:
-    """Class decorator registering one instance of ``kind``; a taken name or unknown accountant is refused."""
-    if not kind.accountants or not set(kind.accountants) <= set(ACCOUNTANTS):
+    """Class decorator registering one instance of ``kind``; a taken name or an unknown accountant is refused."""
+    if issubclass(kind, ShareNoiseKind) and (not kind.accountants or not set(kind.accountants) <= set(ACCOUNTANTS)):
         raise ValueError(f"noise kind {kind.name!r}: accountants must be a non-empty subset of "
                          f"{', '.join(ACCOUNTANTS)}, got {kind.accountants!r}")
     _KINDS.add(kind.name, kind())
     return kind
 
 
-def noise_kind_names(integer: bool | None = None) -> tuple[str, ...]:
-    """The registered kinds' names in registration order; only the integer (or real) ones given ``integer``."""
-    return tuple(kind.name for kind in _KINDS if integer is None or kind.integer == integer)
+def _is_share_kind(kind: NoiseKind) -> bool:
+    return isinstance(kind, ShareNoiseKind)
 
 
-def noise_kind(name: Any) -> NoiseKind:
-    """The registered kind named ``name``; an unknown name is refused (ValueError listing the names)."""
+def noise_kind_names(integer: bool | None = None, *, shares: bool = True) -> tuple[str, ...]:
+    """The share kinds' names (every kind's: ``shares=False``) in registration order; by ``integer``: its ones only."""
+    return tuple(kind.name for kind in _KINDS
+                 if (not shares or _is_share_kind(kind)) and (integer is None or kind.integer == integer))
+
+
+def noise_kind(name: Any) -> ShareNoiseKind:
+    """The share kind named ``name``; any other name is refused (ValueError listing the share kinds)."""
+    return cast(ShareNoiseKind, _KINDS.get(name, keep=_is_share_kind))
+
+
+def any_noise_kind(name: Any) -> NoiseKind:
+    """The registered kind named ``name``, a share kind or the winner release's; an unknown name is refused."""
     return _KINDS.get(name)
 
 
@@ -248,7 +298,7 @@ def analytic_gaussian_epsilon(l2: float, sigma: float, delta: float) -> float:
 
 
 @register_noise_kind
-class Gaussian(NoiseKind):
+class Gaussian(ShareNoiseKind):
     """``N(0, v)`` as float64; the paper's noise.
 
     Its shares are real, so each client rounds ``votes + share`` to the grid ``1 / fixed_point_scale`` before the
@@ -354,7 +404,7 @@ def skellam_rdp_epsilon(l2: float, l1: float, variance: float, delta: float) -> 
 
 
 @register_noise_kind
-class Skellam(NoiseKind):
+class Skellam(ShareNoiseKind):
     """The symmetric Skellam ``Pois(v/2) - Pois(v/2)`` as int64 (Poisson laws add; Agarwal, Kairouz & Liu 2021).
 
     Integer shares, so secure summation (and the tallies' MPC) is exact and the release is exactly the Skellam

@@ -2,78 +2,16 @@
 
 In ``release="argmax"`` mode nobody sees the noisy vote vector; a committee of tallies checks every ballot, computes
 the argmax under MPC (`dphype.secure.committee`) and opens only the index. This module is the mechanism and its
-accounting, framework-free.
+accounting, framework-free: the noise's law (`noise_parameter`, `discrete_laplace`; the noise kind `DiscreteLaplace`),
+the committee's sampler (`JointSampler`), replays (`replay_winners`, `winner_probabilities`), the privacy statement
+(`winner_report`) and the Renyi curve a composition adds (`winner_rdp`, `epsilon_with_samplers`).
 
-The mechanism
--------------
-``c`` = the integer vote counts of the contributing clients' valid ballots, each of the request's
-`dphype.selection.ballots.BallotForm` (integer entries in ``[0, G]``, ``G = max_entry = 2**bits - 1``; top-k has
-``G = 1``). The released value is ``argmax_i (c_i + Z_i)``, ties broken by the LOWEST index, with ``Z_i`` iid
-discrete Laplace, ``P(Z = z) = (1 - t)/(1 + t) t^|z|``, ``t = exp(-epsilon / (shift * G))`` (`THRESHOLD_SHIFT`):
-
-* ``shift = 2`` under ``"replace-one"`` (every count moves by at most ``G``, in either direction);
-* ``shift = 1`` under ``"add-remove"`` (the counts are monotone: every count moves by at most ``G``, all in the
-  same direction).
-
-The noise depends on the ballot only through ``G``, not on ``k``, the ballot's total or the number of candidates:
-the released index is pure ``epsilon``-DP (``delta = 0``), where the sum mode's noise must hide a whole vote vector
-(L2 sensitivity ``sqrt(2k)`` for top-k).
-
-Proof sketch (report-noisy-max, discrete, deterministic ties; Dwork & Roth 2014, Claim 3.9, adapted).
-Write ``f(z) = (1-t)/(1+t) t^|z|``; then ``f(z + 1) >= t f(z)``, so the tail ``S(a) = P(Z >= a)`` satisfies
-``S(a + 1) >= t S(a)``: raising the threshold by ``d`` integer steps costs at most ``t^d``. Fix ``i`` and
-``Z_{-i}``. Values are integers and ties go to the lowest index, so ``i`` wins iff ``Z_i >= r := M - c_i`` with
-``M = max(max_{j<i} (c_j + Z_j) + 1, max_{j>i} (c_j + Z_j))``. Under replace-one ``|c'_j - c_j| <= G`` for all
-``j``, hence ``|r' - r| <= 2G`` and ``P(i | c', Z_{-i}) = S(r') >= t^{2G} S(r) = e^{-epsilon} P(i | c, Z_{-i})``.
-Under add/remove ``c' - c`` lies in ``[0, G]^p``, so ``M' - M`` and ``c'_i - c_i`` both lie in ``[0, G]``,
-``|r' - r| <= G`` and the factor is ``t^G = e^{-epsilon}``. The relation is symmetric; the expectation over
-``Z_{-i}`` (the same law under both neighbours) gives ``P(i | c') >= e^{-epsilon} P(i | c)``: pure
-``epsilon``-DP. Only the per-entry range ``[0, G]`` is used, which the committee checks on every ballot
-(`dphype.selection.ballots.BallotForm.check`): a ballot outside it would void the bound, so the form is part of
-the approved request and checked before the argmax.
-
-Graded ballots (`dphype.selection.voting`: entries in ``[0, G]`` by rank or by score) are deterministic functions
-of the client's own data, so the argument holds with their ``G`` (noise std about ``sqrt(2) shift G / epsilon``).
-The default ballot ``"auto"`` and the ``"share"`` ballot (`dphype.selection.voting`) are top-k (``G = 1``) with a
-``k`` computed from the approved request alone (``p``, epsilon, the relation; for auto also ``n`` and the
-dropout), the same under both neighbours, so the argument holds as for any fixed ``k``.
-
-The noise is made by the tally committee inside the MPC, never by the clients, and no tally knows any part of it
-(`JointSampler`, `dphype.secure.tally_party`). A geometric ``X``, ``P(X = x) = (1 - t) t^x``, has independent
-binary digits (``t^x`` factorises over the digits and ``prod_i (1 + t^(2^i)) = 1/(1 - t)``), digit ``i`` being 1
-with probability ``q_i = t^(2^i) / (1 + t^(2^i))``; ``X_1 - X_2`` of two iid ones is discrete Laplace. The
-committee draws every digit as a secure comparison ``[U < c_i]`` of a secret uniform ``M``-bit ``U`` (MPyC's
-secure random bits: pseudorandom secret sharing, uniform to any coalition of at most ``t`` tallies, MPyC's
-threshold) with the public ``c_i = round(q_i 2^M)``, adds the digits, the two geometrics and the valid ballots'
-counts in secret, and opens only the argmax. A client's ballot carries no noise: the committee checks under MPC
-that it is valid (entries in ``[0, G]``, its total in range; top-k: 0 or 1, exactly ``k`` ones) and leaves out an
-invalid one, so no client can hide a boost in its noise.
-
-The noise (proof sketch). Pure DP needs noise of unbounded support, which finitely many random bits cannot draw;
-the sampler is within a proven total variation of the exact law instead. Per geometric the ``L`` digits drawn
-differ from exact Bernoulli digits by at most ``|c_i / 2^M - q_i| <= 2^-M`` each (thresholds computed to 60
-decimal digits) and the digits not drawn are 1 with probability at most ``sum_{i >= L} q_i <= 2 t^(2^L)``;
-coupling digit by digit, the ``2p`` geometrics of one release are within ``eta = 2p (L 2^-M + 2 t^(2^L))`` of
-exact, and `JointSampler.for_release` takes the fewest ``L``, ``M`` with ``eta <= SAMPLER_TV = 2^-64``. For any
-event ``S``, ``P_real(D)(S) <= P_exact(D)(S) + eta <= e^epsilon P_exact(D')(S) + eta <= e^epsilon P_real(D')(S)
-+ (1 + e^epsilon) eta``: the release is ``(epsilon, (1 + e^epsilon) eta)``-DP (`sampler_delta`), and ``r`` of them
-composed with other releases add ``(1 + e^epsilon) r eta`` to the composed delta (the transcripts couple release by
-release). The uniform bits are pseudorandom (MPyC's PRSS, 128-bit keys from ``secrets``): the guarantee holds
-against a computationally bounded coalition. Against the server and up to ``t`` semi-honest tallies the noise is
-as secret as the counts, so the whole noise protects the release (one discrete Laplace per count). The names of
-contributors whose ballots were invalid are released too: an honest client's ballot is valid whatever its data
-(it checks its own ballot before sharing), so that list is a function of the other clients' ballots only and
-costs an honest client nothing. A tally that deviates from the protocol (MPyC's model is semi-honest) is out of
-scope. Measured utility: results/releases.md (the argmax release).
-
-Accounting. The release is ``(epsilon, sampler_delta(epsilon))``-DP. For composition (a node's lifetime, the
-DP-FedAvg training after the selection) the exact release's Renyi curve is bounded by binary randomized
-response's with ``P(truth) = e^epsilon / (1 + e^epsilon)``: every ``(epsilon, 0)``-DP pair of output laws is a
-post-processing of that pair (Kairouz, Oh & Viswanath, ICML 2015, Thm 2.4 at ``delta = 0``), and Renyi divergence
-does not grow under post-processing. `winner_rdp` evaluates it in closed form (dp_accounting's
-``RandomizedResponseDpEvent`` with 2 buckets and noise parameter ``2/(1 + e^epsilon)``); it is below both
-``epsilon`` and ``alpha epsilon^2 / 2`` (Bun & Steinke 2016, Prop. 3.3). The composed guarantee at ``delta`` is
-computed at ``delta`` less the sampler's part (`epsilon_with_samplers`).
+The contract: ``argmax_i (c_i + Z_i)`` over the valid ballots' counts, ties to the lowest index, with ``Z_i`` iid
+discrete Laplace of parameter ``t = exp(-epsilon / (shift * G))`` (``G`` the ballot's largest entry, ``shift``
+`THRESHOLD_SHIFT`: 2 under replace-one, 1 under add-remove), is pure ``epsilon``-DP; the committee's sampler is
+within total variation `SAMPLER_TV` of that noise per release, so the release is ``(epsilon,
+sampler_delta(epsilon))``-DP. The mechanism, its proof sketch, the sampler's bound and the accounting:
+docs/design/winner-release.md.
 """
 
 from __future__ import annotations
@@ -96,12 +34,36 @@ from dphype.checks import (
 )
 from dphype.privacy.accounting import PrivacyReport, check_orders, rdp_epsilon
 from dphype.privacy.noise import COMMITTEE_TALLIES, check_survivors, honest_tallies, min_valid_ballots
+from dphype.privacy.noise_kinds import NoiseKind, register_noise_kind
 
-#: The noise kind of the winner release (what a `dphype.privacy.accounting.PrivacyReport` names).
-WINNER_NOISE = "discrete-laplace"
 #: How far the threshold of report-noisy-max can move between neighbours per unit of the ballot's l-infinity
-#: sensitivity (proof in the module docstring).
+#: sensitivity (proof: docs/design/winner-release.md).
 THRESHOLD_SHIFT: dict[str, int] = {"replace-one": 2, "add-remove": 1}
+
+
+@register_noise_kind
+class DiscreteLaplace(NoiseKind):
+    """The winner release's noise: discrete Laplace per count, drawn whole by the tallies inside the MPC.
+
+    Not a share kind (two draws do not add up to one), so no configuration names it: the committee's `JointSampler`
+    draws it within total variation `SAMPLER_TV` of the exact law (`discrete_laplace`, for replays); each release
+    adds `sampler_delta`. A vote release it noised composes by `winner_rdp` of its pure epsilon.
+    """
+
+    name = "discrete-laplace"
+    label = "discrete Laplace"
+    description = "the winner release's, sampled jointly by the tallies inside the MPC"
+    integer = True
+    sampled = True
+
+    def stated_rdp(self, orders: np.ndarray, *, k: int, sigma: float, epsilon: float, stated: str,
+                   neighbouring: str) -> np.ndarray:
+        """`winner_rdp` of ``epsilon`` stated under ``stated``, rescaled to ``neighbouring`` (`THRESHOLD_SHIFT`)."""
+        return winner_rdp(epsilon * THRESHOLD_SHIFT[neighbouring] / THRESHOLD_SHIFT[stated], orders)
+
+
+#: The noise kind of the winner release (what its `dphype.privacy.accounting.PrivacyReport` and ledger entries name).
+WINNER_NOISE = DiscreteLaplace.name
 
 
 def check_sensitivity(sensitivity: Any) -> int:
@@ -172,7 +134,7 @@ def discrete_laplace(size: int | tuple[int, ...], *, epsilon: float, neighbourin
 
 # -------------------------------------------------------------------------------- the joint sampler
 #: The most total variation between the noise vector the committee samples for one release and exact iid discrete
-#: Laplace (`JointSampler`; module docstring "The noise").
+#: Laplace (`JointSampler`; docs/design/winner-release.md).
 SAMPLER_TV = 2.0 ** -64
 #: The largest magnitude of one count plus its noise the committee's secure integers hold (`JointSampler`).
 SAMPLER_MAX_DIGITS = 28
@@ -180,7 +142,7 @@ SAMPLER_MAX_DIGITS = 28
 
 @dataclass(frozen=True)
 class JointSampler:
-    """How the tally committee samples ``size`` discrete Laplace draws inside the MPC (module docstring, "The noise").
+    """How the tally committee samples ``size`` discrete Laplace draws inside the MPC (docs/design/winner-release.md).
 
     Each of the ``digits`` lowest digits of a geometric is ``[U < c_i]`` for a secret uniform ``precision``-bit ``U``;
     the difference of two geometrics is one draw; `total_variation` is at most `SAMPLER_TV` by `for_release`.
@@ -226,9 +188,9 @@ class JointSampler:
             digits += 1
             if digits > SAMPLER_MAX_DIGITS:
                 least = scale * math.log(2.0 / half) / 2.0 ** SAMPLER_MAX_DIGITS
-                raise ValueError(f"epsilon must be at least {least:.3g} for {size} candidates and this ballot (the "
-                                 f"committee's noise must fit {SAMPLER_MAX_DIGITS} binary digits), got {epsilon!r}; "
-                                 "raise epsilon")
+                raise ValueError(f"epsilon must be at least {least:.3g} for {size} candidates and this ballot, got "
+                                 f"{epsilon!r}; raise epsilon\n(the committee's noise must fit "
+                                 f"{SAMPLER_MAX_DIGITS} binary digits)")
         precision = math.ceil(math.log2(digits / half))
         with localcontext() as ctx:  # q_i = t^(2^i) / (1 + t^(2^i)) to 60 digits
             ctx.prec = 60
@@ -359,7 +321,7 @@ class WinnerEvent:
     The release mode is `dphype.release.ArgmaxRelease`.
 
     Pure ``epsilon``-DP for exact noise whenever at least the minimum survivors contributed, for any ``k`` and any
-    ballot of entries in ``[0, sensitivity]`` (module docstring).
+    ballot of entries in ``[0, sensitivity]`` (docs/design/winner-release.md).
 
     Attributes:
         epsilon: The release's epsilon, ``> 0``.

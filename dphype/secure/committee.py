@@ -1,46 +1,16 @@
 """The tally committee of ``release="argmax"``: clients secret-share their ballots, tallies open only the winner.
 
-Protocol (framework-free; the Flower adapter relays the bytes):
+Framework-free; the Flower adapter relays the bytes. A client checks its ballot against the request's form and seals
+one Shamir share of its bits to each tally (`split_shares`, `client_sealed_shares`: bound to the request, the tally,
+the run and the contributor). Each `Tally` opens its shares for one approved request, flags every invalid entry with
+its reason (`Tally.invalid`), serves a request once per run and across restarts (`ServedRecord`) and hands its MPyC
+party the job (`Tally.job`, `send_job`, `dphype.secure.tally_party`); the parties open only what the mode opens
+(`OPENS_ARGMAX`, `OPENS_SUM`), and nothing below the floor of valid ballots.
 
-1. The committee is ``parties >= 3`` tallies with X25519 keys (`check_committee`: no duplicates, honest majority
-   ``t = (parties - 1) // 2 >= 1``, only known keys when the node pins its tallies).
-2. Each client checks its ballot against the request's form (`dphype.selection.ballots`; it adds no noise) and
-   splits its bits (`ballot_bits`) into Shamir shares modulo MPyC's secure-integer prime with MPyC's splitter
-   (`split_shares`: degree ``t``, x-coordinates ``1 .. parties``, CSPRNG coefficients, so any ``t`` shares are
-   independent of the ballot). Share ``j`` is sealed to tally ``j`` under a context binding the request digest,
-   ``j`` and the voter (`voter_id`: run and contributor; `client_sealed_shares`); the server relays ciphertexts it
-   cannot read, and one for another request, tally, run or contributor does not open. The contributor is its
-   roster member name, whose signature each share carries (checked by the tally node, `dphype.flower.tally_node`), or
-   without a roster its SuperLink node id: the server can neither relabel a share nor replay it in another run.
-3. Each `Tally` opens its ciphertexts for one approved request and keeps every share row as relayed (nothing is
-   summed before the ballots are checked). A share that does not open for its label, does not parse, repeats a
-   label or a ciphertext, or whose roster signature failed (`Tally.reject`) is an invalid entry with its reason
-   (`Tally.invalid`), never a refusal of the round. The tally takes the mode's committee noise
-   (`dphype.release.CommitteeMode.tally_noise`: the argmax's joint sampler derived from the request, or the
-   committee sum's Skellam share drawn with the CSPRNG) and serves a request once per run (`Tally.job`); a round
-   with fewer valid shares than the floor is refused before it counts as served. A `ServedRecord` (kept beside
-   the tally's key) makes this persist across runs and restarts: read before anything is opened, appended and
-   synced before the job leaves.
-4. The tallies run MPyC (`dphype.secure.tally_party`): they agree on the request, the contributors (at least
-   `dphype.privacy.noise.min_valid_ballots` valid), the form and the committee; take their rows as MPyC secure
-   integers; leave out every contributor invalid at any one tally (the union of all tallies' flags); check every
-   ballot (one random linear combination opened as zero or not; only if not, which are invalid:
-   `Opening.excluded`); add the valid ballots and the noise; and open only what the mode opens: the index of
-   ``mpc.np_argmax`` (ties to the lowest; `OPENS_ARGMAX`) or the noisy sum (`OPENS_SUM`).
-
-Security (MPyC's model: Shamir sharing, honest majority, semi-honest parties). The server sees ciphertexts and the
-opening; one tally sees uniformly random shares and the opening, and the server colluding with one tally learns
-nothing more. Two colluding tallies of three can reconstruct every ballot (excluded by the honest-majority
-assumption). A malicious client cannot make an invalid ballot count, deal inconsistent shares, send bytes that do
-not open, use another member's label or a bad signature (each is left out and named at every tally), nor hide a
-boost in noise (it adds none); it costs only its own ballot, and the committee opens while at least the floor of
-valid ballots remains (below it, nothing). The floor protects no voter (the noise does not depend on the count);
-it keeps the release a decision of most of the federation. A malicious tally can change the result or abort (an
-abort releases nothing). The MPC channels are MPyC's TCP connections: a private network or MPyC's ``--ssl`` in a
-deployment. Every party has a deadline and an anchor process from its job (`send_job`): it ends at the
-deadline, or when the anchor dies, whatever it is waiting for. A tally that drops or answers late aborts the run
-(`run_loopback_committee` raises `TallyError` naming it); each party's stderr is logged and an error quotes its last
-line.
+The contract, under MPyC's model (Shamir sharing, honest majority, semi-honest tallies): the server, alone or with
+one tally of three, learns nothing beyond the opening; a malicious client costs only its own ballot (left out and
+named at every tally); a tally that drops or answers late aborts the run, which releases nothing. The protocol step
+by step and its security: docs/design/committee.md.
 """
 
 from __future__ import annotations
@@ -279,8 +249,8 @@ class ServedRecord:
             lines = [json.loads(line) for line in text.splitlines() if line.strip()]
             return {(int(entry["run"]), str(entry["request"])) for entry in lines}
         except (OSError, ValueError, KeyError, TypeError):
-            raise TallyError(f"the tally's record of served requests {self.path} cannot be read; its operator "
-                             "must repair it (nothing is served meanwhile)") from None
+            raise TallyError(f"the tally's record of served requests {self.path} cannot be read: repair it\n"
+                             "(nothing is served meanwhile)") from None
 
     def add(self, run: int, request_digest: str) -> None:
         """Append ``(run, request_digest)`` and sync it to disk."""
@@ -446,10 +416,12 @@ class Tally:
         taken = len(rnd["entries"]) - len(invalid)
         if taken < rnd["min"]:  # the committee could not count enough: refused before the request counts as served
             first = next(iter(invalid.items()), None)
-            why = "" if first is None else f" (left out first: {rnd['entries'][first[0]]['label']}, {first[1]})"
             self._round = None
-            raise TallyError(f"tally {self.index} takes only {taken} of {len(rnd['entries'])} shares, fewer than the "
-                             f"committee's minimum of valid ballots {rnd['min']}{why}; nothing released")
+            message = (f"tally {self.index} takes only {taken} of {len(rnd['entries'])} shares, under the committee's "
+                       f"minimum {rnd['min']}; nothing released")
+            if first is not None:
+                message += f"\nleft out first: {rnd['entries'][first[0]]['label']}, {first[1]}"
+            raise TallyError(message)
         self._round = None
         self._served.add((rnd["run"], rnd["request"]))
         if self._record is not None:

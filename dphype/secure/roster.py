@@ -89,16 +89,17 @@ def public_key_bytes(text: str, what: str = "public key") -> bytes:
     except (ValueError, binascii.Error):
         raw = b""
     if len(raw) != _KEY_BYTES:
-        raise RosterError(f"{what} must be a 32-byte public key, as 64 hex digits or base64 (the line `dphype roster "
-                          f"keygen` or `clients/start-tally.sh --print-public-key` prints), got {value[:80]!r}")
+        raise RosterError(f"{what} must be a 32-byte public key, as 64 hex digits or base64, got {value[:80]!r}\n"
+                          "give the line `dphype roster keygen` or `clients/start-tally.sh --print-public-key` "
+                          "prints")
     return raw
 
 
 def check_name(name: Any, what: str = "member name") -> str:
     """``name`` if it is 1-64 letters, digits, ``.``, ``_`` or ``-`` starting alphanumeric; else `RosterError`."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise RosterError(f"{what} must be 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit "
-                          f"(no spaces, ';' or '|'), got {name!r}")
+        raise RosterError(f"{what} must be 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit, "
+                          f"got {name!r}\n(no spaces, ';' or '|')")
     return name
 
 
@@ -166,8 +167,8 @@ class IdentityKey:
         except (ValueError, TypeError, binascii.Error):
             private = None
         if not isinstance(private, Ed25519PrivateKey):
-            raise RosterError(f"identity key file {str(path)!r} must hold an Ed25519 private key (PEM, or the raw "
-                              "32-byte key in base64), as `dphype roster keygen` writes it")
+            raise RosterError(f"identity key file {str(path)!r} must hold an Ed25519 private key: use `dphype roster "
+                              "keygen`\n(PEM, or the raw 32-byte key in base64, as keygen writes it)")
         if len(_IDENTITIES) >= _IDENTITY_FILES:
             _IDENTITIES.clear()
         _IDENTITIES[version] = cls._of(private)
@@ -192,7 +193,7 @@ class IdentityKey:
             fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             raise RosterError(f"identity key file {str(path)!r} exists; a key is never overwritten: choose another "
-                              "--out, or remove the old key if no roster names it") from None
+                              "--out\nor remove the old key if no roster names it") from None
         except OSError as err:
             raise RosterError(f"identity key file {str(path)!r} cannot be created ({err.strerror})") from None
         with os.fdopen(fd, "wb") as out:
@@ -242,8 +243,8 @@ class Member:
             raise RosterError(f"member {self.name}'s identity is not an Ed25519 public key") from None
         if self.role == "tally":
             if not isinstance(self.tally_key, bytes) or len(self.tally_key) != _KEY_BYTES:
-                raise RosterError(f"tally {self.name} needs its 32-byte X25519 committee key (--tally-key: the line "
-                                  "`clients/start-tally.sh --print-public-key` prints)")
+                raise RosterError(f"tally {self.name} needs its 32-byte X25519 committee key: give --tally-key\n"
+                                  "the line `clients/start-tally.sh --print-public-key` prints")
         elif self.tally_key is not None:
             raise RosterError(f"voter {self.name} has a tally key: only a member with --role tally has one")
 
@@ -316,8 +317,9 @@ def verify(member: Member, context: SigningContext, payload: bytes, signature: A
     if not isinstance(signature, bytes) or len(signature) != 64:
         raise RosterError(f"member {member.name}'s signature ({context.stage}) is missing or malformed")
     if not relay.verify(member.identity, signature, context.statement(payload)):
-        raise RosterError(f"member {member.name}'s signature ({context.stage}) does not verify: made by another key, "
-                          "for another payload, request, run or stage, or under another roster")
+        raise RosterError(f"member {member.name}'s signature ({context.stage}) does not verify: check its key and "
+                          "roster\nmade by another key, for another payload, request, run or stage, or under another "
+                          "roster")
 
 
 @dataclass(frozen=True)
@@ -466,8 +468,9 @@ class Roster:
         """The member whose raw Ed25519 identity key is ``public``; `RosterError` if none."""
         found = next((m for m in self.members if m.identity == public), None)
         if found is None:
-            raise RosterError(f"the identity key {public.hex()[:16]}... is not a member of roster {self.federation} "
-                              f"({self.fingerprint}): add it with `dphype roster add`, or use this federation's key")
+            raise RosterError(f"the identity key {public.hex()[:16]}... is not a member of roster {self.federation}: "
+                              f"add it with `dphype roster add`\n(roster fingerprint {self.fingerprint}); or use "
+                              "this federation's key")
         return found
 
     def context(self, stage: str, request: str, run: int) -> SigningContext:

@@ -704,7 +704,8 @@ class ServerRound:
         if count < self.min_survivors:
             raise TooFewSurvivorsError(
                 f"only {count} of {len(self.nodes)} clients completed the {stage} stage, fewer than the "
-                f"{self.min_survivors} required by the dropout tolerance; nothing was unmasked or released")
+                f"{self.min_survivors} required: run again\nthe dropout tolerance requires them; nothing was "
+                "unmasked or released")
 
     def advertise(self) -> dict[int, dict[str, Any]]:
         """Stage 0's messages: node id -> its ``advertise`` message."""
@@ -820,7 +821,7 @@ class ServerRound:
         if len(signers) < quorum or len(signers) < self.threshold or len(set(signers) & set(committee)) < quorum:
             raise SecureSumError(f"only {len(signed)} clients signed the survivor set, "
                                  f"{len(set(signed) & set(committee))} of the committee of {len(committee)}: fewer "
-                                 "than the quorum; nothing was unmasked or released")
+                                 "than the quorum\nnothing was unmasked or released")
         signers.sort()
         content = message("unmask", signers=signers, signatures=[signed[n] for n in signers])
         return dict.fromkeys(sorted(signed), content)

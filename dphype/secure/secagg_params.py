@@ -1,57 +1,14 @@
 """Secure SecAgg+ parameters by construction: neighbour count and reconstruction threshold.
 
-SecAgg+ (Bell, Bonawitz, Gascon, Lepoint, Raykova, "Secure Single-Server Aggregation with
-(Poly)Logarithmic Overhead", CCS 2020) replaces the complete graph of SecAgg by a sparse one: each
-client masks its vector only with its ``k`` neighbours and Shamir-shares its two secrets (the self-mask
-seed ``b_i`` and the mask key ``s_i``) among them with threshold ``t``. At unmasking the server asks
-each surviving neighbour for ONE kind of share per client: ``b_i`` of a client whose masked vector
-arrived, ``s_i`` of a client that dropped out. Bell et al. (semi-honest setting) name three bad events
-for a server colluding with a fraction ``gamma`` of the clients, with a fraction ``xi`` dropping out:
-
-* **E1, unmasking**: an honest client has ``>= t`` corrupted neighbours. They hold shares of BOTH its
-  secrets, so the server learns ``s_i`` next to the ``b_i`` it legitimately gets, and with both it
-  removes every mask from that client's vector.
-* **E2, disconnection**: the graph of the honest clients whose vectors are in the sum falls apart; the
-  server then learns the sum of each component, not only the total.
-* **E3, correctness**: a client has fewer than ``t`` surviving neighbours; its secret cannot be
-  reconstructed and nothing is released.
-
-Security asks ``P[E1] + P[E2] <= 2**-sigma`` and correctness ``P[E3] <= 2**-eta`` (``sigma = 40``,
-``eta = 20``, the budget split evenly, ``2**-(sigma+1)`` per event, as in the authors' parameter finder,
-``fcp/secagg/server/graph_parameter_finder.cc``). The probabilities are over the random graph; the corrupted and
-dropped sets are fixed before it is drawn (static corruption).
-
-**The graph.** Flower's ``SecAggPlusWorkflow`` shuffles the client IDs and joins each client to the
-``num_shares // 2`` clients on either side on the ring: a Harary graph ``H(n, k)`` (``k`` even) placed by a
-random permutation, the finder's "random Harary graph". A client's ``k`` neighbours are then a uniformly random
-``k``-subset of the other ``n - 1``, so with ``c = floor(gamma n)`` corrupted and ``s = ceil((1 - xi) n)``
-surviving clients:
-
-* ``P[E1] <= n P[H(n-1, c, k) >= t]``, ``H(N, K, k)`` the hypergeometric law (union bound over clients);
-* ``P[E3] <= n P[H(n-1, s, k) <= t - 1]`` (a client that dropped has all ``s`` survivors among the
-  others; one that survives also holds its own share, which only helps);
-* ``P[E2] <= n (n - k - 1) / 2 * C(b, k) / C(n, k)`` with ``b = c + (n - s)`` removed clients: the
-  ring minus the removed clients is disconnected only if two disjoint runs of ``k / 2`` consecutive
-  positions are all removed (one run leaves a path); there are at most ``n (n - k - 1) / 2`` such pairs
-  and each is all-removed with probability ``C(b, k) / C(n, k)``.
-
-The tails are exact hypergeometric tails (``scipy.stats.hypergeom``), not Hoeffding bounds. The search
-takes the smallest even ``k`` for which E2 is small enough and some ``t`` satisfies both E1 and E3, and
-the smallest such ``t`` (it is the cheapest to reconstruct). When no ``k < n - 1`` works the complete
-graph is used (SecAgg), where a client has exactly the ``c`` corrupted and at least ``s`` surviving
-clients as neighbours: ``t`` must lie in ``(c, s]``.
-
-**An active server** may tell some neighbours of client ``i`` that ``i`` survived and others that it
-dropped, and so collect ``b_i`` shares from the former and ``s_i`` shares from the latter. A client's
-secret has ``k + 1`` share holders in Flower (its neighbours and itself); with ``c_i`` of them corrupted
-the server gets both kinds only if ``2 t <= k + 1 + c_i``. ``adversary="active"`` therefore replaces E1
-by ``n P[H(n-1, c, k) >= 2t - k - 1]`` (the finder's "semi-malicious" case). A client can check the
-part it can see itself with `check_share_threshold`.
-
-**Flower's counting.** Flower's ``num_shares`` counts the client's own share: ``num_shares = k + 1``
-(``n`` for the complete graph), and its ``reconstruction_threshold`` counts shares, so it is ``t``.
-`flower_graph` turns Flower's arguments into ``(k, t)`` as ``SecAggPlusWorkflow.setup_stage`` does, so a
-user's explicit choice can be checked (`check_parameters`).
+SecAgg+ (Bell et al., CCS 2020) masks each client's vector with ``k`` neighbours on a random ring and Shamir-shares
+its secrets among them with threshold ``t``. `secure_parameters` gives, for ``n`` clients of which a fraction
+``gamma`` is corrupted and a fraction ``xi`` drops out, the smallest even ``k`` and then the smallest ``t`` with
+``P[E1] + P[E2] <= 2**-40`` (E1: an honest client unmasked; E2: the honest clients' graph disconnected) and
+``P[E3] <= 2**-20`` (E3: a secret that cannot be reconstructed) over the random graph (exact hypergeometric tails;
+the complete graph when no sparser one works), for a semi-honest or an active server.
+`flower_graph` turns Flower's ``num_shares`` and ``reconstruction_threshold`` into ``(k, t)``, `check_parameters`
+checks a user's own choice against those bounds, and `check_share_threshold` is the part a client checks itself.
+The bad events, their bounds and Flower's counting: docs/design/secagg-parameters.md.
 """
 
 from __future__ import annotations
@@ -150,7 +107,7 @@ def _counts(clients: int, dropout: float, corrupt_fraction: float) -> tuple[int,
 
 
 def log2_disconnect(clients: int, neighbours: int, removed: int) -> float:
-    """Log2 bound on P[E2] (module docstring); ``-inf`` when ``b < k`` or the graph is complete.
+    """Log2 bound on P[E2] (docs/design/secagg-parameters.md); ``-inf`` when ``b < k`` or the graph is complete.
 
     Args:
         clients: The number of clients ``n``.
@@ -190,7 +147,7 @@ def _at_least(log_ge: np.ndarray, m: np.ndarray) -> np.ndarray:
 def _threshold_bounds(
     clients: int, neighbours: int, thresholds: np.ndarray, corrupted: int, survivors: int, adversary: str
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(log2 bound on P[E1], log2 bound on P[E3]) for each threshold, as the module docstring derives them."""
+    """(log2 bound on P[E1], log2 bound on P[E3]) for each threshold (docs/design/secagg-parameters.md)."""
     n, k, t = clients, neighbours, thresholds
     corrupt_ge, _ = _log2_counts(n, k, corrupted)
     _, survive_le = _log2_counts(n, k, min(survivors, n - 1))
@@ -309,8 +266,8 @@ def secure_parameters(
         if low <= high:
             return bounds(n, k, low, dropout=xi, corrupt_fraction=gamma, adversary=adversary)
     raise ValueError(
-        f"no secure SecAgg+ parameters for clients={n} with corrupt_fraction={gamma:g} and dropout={xi:g} "
-        f"({adversary} server), not even the complete graph; lower corrupt_fraction or dropout"
+        f"no secure SecAgg+ parameters for clients={n}, corrupt_fraction={gamma:g}, dropout={xi:g}: lower "
+        f"either\n({adversary} server): not even the complete graph is secure"
     )
 
 
@@ -394,18 +351,18 @@ def check_parameters(
     corrupted, survivors = _counts(n, minimum.dropout, minimum.corrupt_fraction)
     if k < minimum.neighbours or log2_disconnect(n, k, corrupted + n - survivors) > -(security_bits + 1):
         raise ValueError(
-            f"num_shares must be in [{minimum.num_shares}, {n}] for clients={n}, corrupt_fraction="
-            f"{minimum.corrupt_fraction:g}, dropout={minimum.dropout:g} (P[unmasked] <= 2**-{security_bits:g}, "
-            f"P[failure] <= 2**-{correctness_bits:g}), got {num_shares!r} ({k} neighbours)"
+            f"num_shares must be in [{minimum.num_shares}, {n}] for clients={n}, got {num_shares!r} ({k} "
+            f"neighbours)\nat corrupt_fraction={minimum.corrupt_fraction:g}, dropout={minimum.dropout:g} "
+            f"(P[unmasked] <= 2**-{security_bits:g}, P[failure] <= 2**-{correctness_bits:g})"
         )
     low, high = _threshold_range(n, k, corrupted, survivors, minimum.adversary, security_bits, correctness_bits,
                                  majority)
     if not low <= t <= high:
         allowed = f"[{low}, {high}]" if low <= high else "empty (use more num_shares)"
         raise ValueError(
-            f"reconstruction_threshold must be in {allowed} for clients={n} and {k} neighbours "
-            f"(corrupt_fraction={minimum.corrupt_fraction:g}, dropout={minimum.dropout:g}), "
-            f"got {reconstruction_threshold!r} (threshold {t})"
+            f"reconstruction_threshold must be in {allowed} for clients={n}, got {reconstruction_threshold!r}\n"
+            f"with {k} neighbours (corrupt_fraction={minimum.corrupt_fraction:g}, dropout={minimum.dropout:g}): "
+            f"threshold {t}"
         )
     return bounds(n, k, t, dropout=dropout, corrupt_fraction=corrupt_fraction, adversary=adversary)
 
@@ -438,7 +395,6 @@ def check_share_threshold(clients: int, num_shares: int, threshold: int) -> None
     low = majority_threshold(num_shares)
     if not low <= threshold <= num_shares:
         raise ValueError(
-            f"reconstruction_threshold must be in [{low}, {num_shares}] for num_shares={num_shares} "
-            f"(2 * threshold > num_shares, so no server obtains both kinds of shares from honest holders), "
-            f"got {threshold}"
+            f"reconstruction_threshold must be in [{low}, {num_shares}] for num_shares={num_shares}, got {threshold}\n"
+            "(2 * threshold > num_shares, so no server obtains both kinds of shares from honest holders)"
         )

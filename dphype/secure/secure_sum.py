@@ -107,10 +107,10 @@ def check_range(*, size: int, sigma: float, clients: int, dropout: float, noise:
                          largest_value=largest_value)
     if p > CLIP_PROBABILITY_LIMIT:
         raise ValueError(
-            f"sigma={sigma:g} is too large for secure summation with {clients} clients "
-            f"(noise={noise}): a noise share exceeds SecAgg+'s clipping range "
+            f"sigma={sigma:g} is too large for secure summation with {clients} clients: use more clients or a "
+            f"larger epsilon\n(noise={noise}): a noise share exceeds SecAgg+'s clipping range "
             f"+-{clipping_range_for(clients) // fixed_point_scale(noise)} with probability up to {p:.2e} "
-            f"(allowed {CLIP_PROBABILITY_LIMIT:g}); use more clients or a larger epsilon"
+            f"(allowed {CLIP_PROBABILITY_LIMIT:g})"
         )
 
 

@@ -20,56 +20,9 @@ are MPyC's own command line (MPyC reads them when ``mpyc.runtime`` is imported, 
 `dphype.secure.committee.run_loopback_committee` starts the parties on one machine, a deployment starts one per tally
 host with the same command.
 
-With MPyC's ``--ssl`` every peer's certificate must be its own party's (`wrong_parties`): a certificate of the
-committee's CA issued to another party is refused right after the connections open, before anything of this party
-is sent.
-
-The MPC (honest majority, Shamir sharing with threshold ``t = (parties - 1) // 2``, MPyC's security model:
-semi-honest parties, private channels assumed). Every share row is this party's Shamir share (x-coordinate
-``index + 1``, degree ``t``: the clients split with MPyC's ``np_random_split``) of one client's ``p * bits`` ballot
-bits in the field ``GF(modulus)`` of ``SecInt``, so the rows form a secure ``(n, p * bits)`` array as they are.
-
-1. Agreement. Before anything secret is touched the parties exchange (publicly: none of these is secret) the
-   request digest, the contributor list's digest, its size, the row length, the ballot form, the committee's
-   size and what to open with ``mpc.transfer``; any difference, or fewer contributors than the minimum, aborts.
-2. Ballot checks (`dphype.selection.ballots.BallotForm`). The committee's randomness is drawn only now, after every
-   input is fixed: each party sends 32 random bytes (``mpc.transfer``) and SHAKE-256 of all of them expands to public
-   coefficients ``r`` (one per shared bit) and ``s`` (one per ballot), each uniform in ``[0, 2^62)``.
-
-   a. Sharings. A modified client could deal points on no polynomial of degree ``t``: each party opens its outputs
-      from ``t + 1`` shares, MPyC's multiplications read all of them, so such a ballot reads as one valid ballot
-      to the checks and as a boosted one to each party's openings (shares on ``a - 3c x + c x^2`` for 3 parties:
-      the bit ``a`` to the checks, ``a - 2c``, ``a - 6c`` or ``a - 3c`` to the parties; tests/secure). So every
-      ballot's combination ``sum_j r_j x_j`` plus a mask (the sum of one uniformly random input of every party,
-      so nothing about the ballot is revealed) is opened twice, from all parties (``threshold=2t``) and from
-      ``t + 1`` (MPyC's default); a ballot on which any party reads two values is left out (its deviation from a
-      polynomial of degree ``t`` survives the random combination except with probability ``2^-62``), as is a
-      ballot that any party's tally did not take (`dphype.secure.committee.Tally.invalid`: a share that did not open
-      or parse, a repeated label or content, a roster signature that did not verify): each party sends its own
-      flags for every ballot with ``mpc.transfer`` and every party leaves out the union, so the set of ballots
-      counted is the same at every party, and a contributor that misbehaves at one tally only is left out at all.
-   b. Form. A ballot's entry is the weighted sum ``sum_l 2^l x_l`` of its ``bits`` shared bits (for ``max_entry =
-      1`` the entries themselves), so every entry lies in ``[0, max_entry]`` once every ``x`` is a bit; its total
-      ``T`` is the sum of its entries. One value is checked for the whole committee, ``V = sum r x (x - 1) + sum_i
-      s_i d_i`` over the ballots left in, with ``d_i = T_i - k`` for an exact total, or ``[T_i < min_total] +
-      [T_i > max_total]`` (secure comparisons) for a range: one secure inner product (a single resharing) and,
-      for a range, ``2 n`` comparisons. ``V`` is zero for valid ballots and, for any invalid one, nonzero except
-      with probability ``2^-61`` (a nonzero polynomial of degree 2 in ``r`` and ``s``, Schwartz-Zippel), and only
-      whether it is zero is opened (``mpc.is_zero_public``). Only if it is not, the per-ballot values ``V_i`` are
-      computed and MPyC opens only which are zero (``mpc.np_is_zero_public``).
-
-   An invalid ballot's contributor is named; nothing else about any ballot is opened.
-3. Noise and the release. With a ``"sampler"`` (the argmax release, `dphype.privacy.winner.JointSampler`: digits
-   ``L``, precision ``M``, public thresholds ``c_i``) the committee draws ``2 p L`` secret digits ``[U < c_i]``,
-   each ``U`` made of ``M`` of MPyC's secure random bits (``mpc.np_random_bits``: pseudorandom secret sharing, no
-   party knows them), by one vectorised comparison with the public ``c_i`` from the lowest bit up (``M`` secure
-   multiplications in sequence), adds them into two geometrics per candidate and subtracts them: one discrete
-   Laplace per count, known to nobody (`sample_discrete_laplace`). With a ``"noise"`` share (the committee sum's
-   Skellam share, drawn by its tally with the CSPRNG) each party inputs it (``mpc.input``). The MPC adds the valid
-   ballots' entries and the noise, and opens only what the job names: ``"argmax"``, the index of ``mpc.np_argmax``
-   (secure comparisons, vectorised; ties go to the lowest index, as ``np.argmax``), or ``"sum"``, the whole noisy sum.
-   Fewer valid ballots than the job's minimum (`dphype.privacy.noise.min_valid_ballots`): nothing is computed after
-   the checks.
+With MPyC's ``--ssl`` every peer's certificate must be its own party's (`wrong_parties`). The MPC (honest majority,
+MPyC's semi-honest model) agrees on the job, checks every ballot, draws or inputs the noise and opens only what the
+job names; step by step: docs/design/committee.md.
 """
 
 from __future__ import annotations

@@ -170,7 +170,7 @@ class CandidateList(Sequence[Candidate]):
         actual = self.fingerprint()
         if actual != expected:
             raise CandidateMismatchError(
-                f"candidate list fingerprint mismatch: local {actual} != expected {expected}; "
+                f"candidate list fingerprint mismatch: local {actual} != expected {expected}; use the same list\n"
                 "all clients must vote over the same public, ordered candidate list"
             )
 
@@ -370,8 +370,8 @@ def load_candidates(spec: str) -> CandidateList:
         path = Path(spec).expanduser()
         if not path.is_file():
             raise FileNotFoundError(
-                f"candidates (--candidates, or the run config's candidates): no file {spec!r} (looked for "
-                f"{path.absolute()}); name an existing JSON list of candidates, or 'table3'")
+                f"candidates (--candidates, or the run config's candidates): no file {spec!r}; name one, or 'table3'\n"
+                f"(looked for {path.absolute()}); name an existing JSON list of candidates")
         return CandidateList.from_json(path.read_text(encoding="utf-8"))
     raise ValueError(
         f"candidates spec must be 'table3', an integer N, 'table3:random:SIZE:SEED' or a .json path, got {spec!r}")

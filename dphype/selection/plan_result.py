@@ -177,8 +177,10 @@ def warnings(result: Plan, min_success: float | None = None) -> list[str]:
     if min_success is not None:
         floor = check_probability("min_success", min_success)
         if result.success < floor:
-            raise ValueError(f"the {result.scenario['name']} consensus scenario's simulated success "
-                             f"{result.success:.2f} is below min_success = {floor:g}: refusing to run "
-                             f"({'; '.join(out) or 'raise epsilon, clients or choose the recommended k'})")
+            raise ValueError(f"simulated success {result.success:.2f} is below min_success = {floor:g}: raise "
+                             "epsilon or clients, or choose the recommended k\n"
+                             f"(the {result.scenario['name']} consensus scenario, a model, not your data); refusing "
+                             "to run"
+                             + "".join(f"\n{line}" for line in out))
     return out
 

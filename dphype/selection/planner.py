@@ -325,7 +325,7 @@ def check_plan(
         size = (f"use clients >= {reach.min_clients}" if reach.min_clients is not None else
                 f"even {most} clients would not reach it")
         more = "" if reach.min_epsilon is None else f" (or epsilon >= {reach.min_epsilon:g})"
-        raise ValueError(f"clients={clients} is too few to select at epsilon {epsilon:g}: {size}{more}, or set "
+        raise ValueError(f"clients={clients} is too few to select at epsilon {epsilon:g}: {size}{more}, or "
                          f"min-success = 0 to run anyway\nthe planner's {reach.scenario['name']} consensus scenario "
                          f"(a model, not your data) simulates a good pick with {result.success:.2f} < min-success "
                          f"{min_success:g} at k = {k} over {num_candidates} candidates; nothing was sent")

@@ -394,7 +394,7 @@ class Ballot:
 
     def _resolved(self) -> None:
         if self.from_public_facts:
-            raise ValueError(f"a {self.kind} ballot's k follows from the release's public facts: resolve it first "
+            raise ValueError(f"a {self.kind} ballot's k follows from the release's public facts: resolve it first\n"
                              "(dphype.release.ReleaseMode.resolved_ballot)")
 
     def form(self, k: int, num_candidates: int | None = None) -> BallotForm:

@@ -94,8 +94,9 @@ def test_a_tally_that_does_not_answer_is_named_before_any_client_works(ray_worke
 
     cfg, grid = app_grid(CLIENTS + 3, round_timeout=1.0)
     grid.silent = {node_id(CLIENTS + 1)}  # tally 1 never answers
-    with pytest.raises(TallyError, match=r"tallies=3 needs tally nodes 0..2 to answer, got 2 \(0, 2\); nothing "
-                                         "was sent to the clients: in simulation give the ClientApp the mod "
+    with pytest.raises(TallyError, match=r"tallies=3 needs tally nodes 0..2 to answer, got 2 \(0, 2\): start the "
+                                         "missing tallies\nnothing was sent to the clients: in simulation give the "
+                                         "ClientApp the mod "
                                          r"dphype.flower.simulated_roles .*`dphype run`; in a deployment .*"
                                          "start-tally.sh"):
         run_app(grid, cfg, a_run_folder())

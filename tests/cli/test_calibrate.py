@@ -61,8 +61,10 @@ def test_human_readable_output(capsys):
     "extra,needle",
     [
         (["--epsilon", "0"], "epsilon must be a finite number in (0, 100], got 0.0; set epsilon within it, e.g. 1"),
-        (["--epsilon", "inf"], "epsilon must be a finite number in (0, 100], got inf (above 100 the guarantee"),
-        (["--epsilon", "1e9"], "got 1000000000.0 (above 100 the guarantee lets the odds of any inference"),
+        (["--epsilon", "inf"], "epsilon must be a finite number in (0, 100], got inf; set epsilon within it, e.g. "
+                               "1\nabove 100"),
+        (["--epsilon", "1e9"], "got 1000000000.0; set epsilon within it, e.g. 1\nabove 100 the guarantee lets the "
+                               "odds of any inference"),
         (["--delta", "1"], "delta must be a number in (0, 1)"),
         (["--k", "0"], "k must be an integer in [1, "),
         (["--k", "101", "--candidates", "table3"], "k must be an integer in [1, 100]"),

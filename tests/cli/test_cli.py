@@ -82,19 +82,20 @@ def test_demo_summary_renders_the_result_and_the_training():
 
 
 def test_the_demo_refuses_a_candidate_key_before_flower_starts(tmp_path, capsys, monkeypatch):
-    """A key the bundled app's task does not use: exit status 2, one line naming the option, the key, the keys the
-    task reads and the fix, and no Flower run; a missing file names the option too."""
+    """A key the bundled app's task does not use: exit status 2, a first line naming the option, the key and the fix,
+    then the keys the task reads, and no Flower run; a missing file names the option too."""
     import dphype.flower.local
 
     monkeypatch.setattr(dphype.flower.local, "LocalSuperLink", None)  # starting Flower would fail the test
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps([{"lr": 0.1, "batch": 32}, {"lr": 0.01, "batch": 32}]))
     assert cli.main(["demo", "--candidates", str(bad), "--k", "1"]) == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
+    line, *details = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"dphype demo: error: --candidates {bad}: candidates[0] has key(s) 'batch'")
-    assert "it reads only lr, momentum, decay" in line and line.endswith("e.g. --candidates table3")
+    assert line.endswith("remove them") and details[0].startswith("it reads only lr, momentum, decay")
+    assert details[-1].endswith("e.g. --candidates table3")
     assert cli.main(["demo", "--candidates", str(tmp_path / "none.json")]) == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
+    line = capsys.readouterr().err.strip().splitlines()[0]
     assert line.startswith("dphype demo: error: candidates (--candidates, or the run config's candidates): no file")
 
 

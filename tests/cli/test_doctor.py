@@ -184,8 +184,8 @@ def test_a_voter_and_a_tally_of_a_roster_pass_and_report_json(fed, capsys):
                 "dphype-allow-unauthenticated=true"],
      ["partition-id must be in [0, 2] for num-partitions 3, got 3: give this node's shard"]),
     (lambda f: ["--role", "voter", "--node-config", "partition-id=1 dphype-allow-unauthenticated=true"],
-     ["partition-id and num-partitions must be integers (this node's shard of the data and the number of shards), "
-      "got 1 and None"]),
+     ["partition-id and num-partitions must be integers, got 1 and None\n(this node's shard of the data and the number "
+      "of shards)"]),
 ], ids=["identity-not-in-roster", "voter-with-a-tally-identity", "tally-with-a-voter-identity",
         "tally-key-not-its-roster-entry", "tally-id-out-of-range", "parties-not-the-roster-tallies",
         "voter-without-roster", "tally-without-roster", "invalid-and-misspelt-keys", "invalid-partition-and-flag",

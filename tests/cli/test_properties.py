@@ -1,7 +1,7 @@
 """Property-based tests (Hypothesis) of the command line, in process (`dphype.cli.main`): any option value gives
-either the command's result (exit status 0) or one line on standard error that names the bad option (exit status
-2, from the command's own check or argparse's) -- never a traceback, never another exception, and never a Flower
-run for input that the command could have refused first."""
+either the command's result (exit status 0) or an error on standard error whose first line names the bad option
+(exit status 2, from the command's own check or argparse's; details may follow) -- never a traceback, never another
+exception, and never a Flower run for input that the command could have refused first."""
 
 from __future__ import annotations
 
@@ -38,13 +38,12 @@ def outcome(capsys, argv):
 
 
 def assert_refused_by_name(code, err, command, names):
-    """Exit status 2 and a last line ``dphype COMMAND: error: ...`` that names one of ``names``; no traceback."""
+    """Exit status 2 and one line ``dphype COMMAND: error: ...`` that names one of ``names``; no traceback."""
     assert code == 2, err
     assert "Traceback" not in err
-    last = err.strip().splitlines()[-1]
-    assert last.startswith(f"dphype {command}: error: "), err
+    (line,) = [line for line in err.splitlines() if line.startswith(f"dphype {command}: error: ")]
     spellings = names | {f"--{name}" for name in names}
-    assert any(re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", last) for name in spellings), last
+    assert any(re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", line) for name in spellings), line
 
 
 @CLI

@@ -18,7 +18,9 @@ FAILED_LINE = r"dphype run: error: the Flower run failed: run \d+ ended finished
 
 def test_run_refuses_a_folder_without_a_flower_app(tmp_path, capsys):
     assert main(["run", str(tmp_path)]) == 2
-    assert "holds no Flower app (a pyproject.toml with [tool.flwr.app])" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "holds no Flower app: run it in the app's folder or name the folder\n" in err
+    assert "(a Flower app: a pyproject.toml with [tool.flwr.app]" in err
 
 
 def test_run_names_a_run_config_key_the_app_does_not_declare_before_flower_starts(tmp_path, capsys):
@@ -34,8 +36,8 @@ def test_run_names_a_run_config_key_the_app_does_not_declare_before_flower_start
     (["--run-config", "release='median'"], "release must be one of sum, argmax, committee-sum, got 'median'"),
     (["--run-config", "release=argmax"], "--run-config must be key=value pairs with TOML values (strings quoted"),
     (["--timeout", "0"], "timeout"),
-    (["--run-config", "epsilon=1e9"], "run config: epsilon must be a finite number in (0, 100], got 1000000000.0 "
-                                      "(above 100 the guarantee"),
+    (["--run-config", "epsilon=1e9"], "run config: epsilon must be a finite number in (0, 100], got 1000000000.0; "
+                                      "set epsilon within it, e.g. 1\nabove 100 the guarantee"),
     (["--run-config", "epsilon=0.0"], "run config: epsilon must be a finite number in (0, 100], got 0.0; set epsilon"),
     (["--run-config", "epsilon=nan"], "run config: epsilon must be a finite number in (0, 100], got nan"),
     (["--run-config", "k=0"], "run config: k must be an integer in [1, "),

@@ -90,7 +90,7 @@ def test_a_federation_too_small_to_select_is_refused_before_flower_starts(tmp_pa
     assert main(["run", str(REPO), "--clients", "3"]) == 2
     first = capsys.readouterr().err.splitlines()[0]
     assert first == ("dphype run: error: run config: clients=3 is too few to select at epsilon 1: use clients >= 11, "
-                     "or set min-success = 0 to run anyway")
+                     "or min-success = 0 to run anyway")
     assert not calls
     assert main(["run", str(REPO), "--clients", "3", "--run-config", "min-success=0", "--runs-dir",
                  str(tmp_path)]) == 0

@@ -139,8 +139,8 @@ def test_clients_refusing_the_committee_vote_send_nothing_and_too_few_shares_rel
 
     monkeypatch.setattr(ArgmaxRelease, "ballot", flaky)
     # 6 clients, dropout 0: the committee counts at least 5 valid ballots (one misbehaving member in 10 tolerated)
-    with pytest.raises(PreflightError, match=r"only 4 clients sent their shares, fewer than the committee's minimum "
-                                             r"of valid ballots 5; .*the 4 voters that sent their shares each "
+    with pytest.raises(PreflightError, match=r"(?s)only 4 clients sent their shares, fewer than the committee's "
+                                             r"minimum of valid ballots 5; .*the 4 voters that sent their shares each "
                                              r"recorded this one vote"):
         DPHype(CANDS, config(), tallies=keys).start(grid, timeout=60)
     errors = [r.error.reason for r in grid.replies if r.has_error()]
@@ -285,9 +285,9 @@ def test_one_ballot_relabelled_as_many_contributors_fails_closed(tmp_path, relab
 
     grid.push_messages = relay
     taken = "1 of 6" if relabel == "one_share_as_all" else "4 of 5"  # at least 5 valid ballots needed
-    reason = (f"tally_refused: tally 0 takes only {taken} shares, fewer than the committee's minimum of valid "
-              "ballots 5 " + (r"\(left out first: node-1, its roster signature does not verify" if federation else
-                              r"\(left out first: 1001, its share is not this contributor's"))
+    reason = (f"tally_refused: tally 0 takes only {taken} shares, under the committee's minimum 5; nothing "
+              "released\n" + (r"left out first: node-1, its roster signature does not verify" if federation else
+                              r"left out first: 1001, its share is not this contributor's"))
     with pytest.raises(TallyError, match=f"tally 0 failed the collect stage .*{reason}"):
         DPHype(CANDS, config(), tallies=keys).start(grid, timeout=60)
     assert not [m for m in grid.sent if m.metadata.message_type == "query.dphype_tally"
@@ -319,7 +319,7 @@ def test_the_same_ciphertexts_replayed_to_the_tallies_in_a_later_run_or_after_a_
                             m.metadata.dst_node_id, "query.dphype_tally") for m in replayed]
         replies = later.send_and_receive(messages)
         assert len(replies) == 3 and all(r.has_error() for r in replies)
-        assert all(re.search(f"Refusal: {reason}", r.error.reason) for r in replies)
+        assert all(re.search(f"(?s)Refusal: {reason}", r.error.reason) for r in replies)
     assert voters_epsilon(grid) == [pytest.approx(4.0)] * CLIENTS  # one vote, one release: pure epsilon 4 each
 
 
@@ -383,7 +383,8 @@ def test_a_sum_release_samples_its_voters_among_the_nodes_that_answer_as_voters(
     preflight = [m.metadata.dst_node_id for m in grid.sent if m.metadata.message_type == "query.dphype"]
     assert sorted(preflight) == [node_id(i) for i in range(CLIENTS)]  # no tally was asked to vote
     # more voters than the tallies leave: the run waits for them, then says so
-    with pytest.raises(PreflightError, match=r"only 6 of clients=7 voters connected within 0.3 s \(besides 3 tally"):
+    with pytest.raises(PreflightError, match=r"only 6 of clients=7 voters connected within 0.3 s: start more "
+                                             r"voters, or set clients lower\n\(besides 3 tally"):
         connected_committee(grid, sum_config(clients=CLIENTS + 1), connect_timeout=0.3, timeout=10)
 
 
@@ -453,7 +454,7 @@ def test_a_request_re_run_in_the_same_run_after_too_few_valid_ballots_charges_ea
         return real_ask(grid_, nodes, content, *args)
 
     monkeypatch.setattr(committee_server, "_ask", damage_in_transit)
-    with pytest.raises(TallyError, match="takes only 4 of 6 shares, fewer than the committee's minimum"):
+    with pytest.raises(TallyError, match="takes only 4 of 6 shares, under the committee's minimum"):
         server.start(grid, timeout=60)
     voters = [node_id(i) for i in range(CLIENTS)]
     for n in voters:  # a restart: the node's context state is gone, its disk is not

@@ -41,7 +41,7 @@ def test_remaining_nodes_samples_goes_on_with_fewer_down_to_the_floor_and_never_
     assert remaining_nodes(Nodes([3, 1, 2, 7]), {7}, 4, 3) == [1, 2, 3]  # one cut off: a dropout
     start = time.monotonic()
     with pytest.raises(PreflightError, match=r"only 2 of clients=4 voters are still connected, fewer than the 3 the "
-                                             r"selection needs \(2 cut off after the run counted them\); nothing "
+                                             r"selection needs\n\(2 cut off after the run counted them\); nothing "
                                              r"was sent and nothing was released"):
         remaining_nodes(Nodes([1, 2, 7]), {7}, 4, 3)
     assert time.monotonic() - start < 1.0  # no second wait for nodes the run already counted

@@ -233,7 +233,7 @@ def test_a_member_twice_and_unsigned_shares_are_refused(tmp_path):
         record["contributors"] = [record["contributors"][0]] * len(record["contributors"])
 
     _, message = attacked_collect(tmp_path, twice)  # 5 of 6 signatures are not node-0's: too few valid ballots
-    assert re.search(r"takes only 1 of 6 shares, fewer than the committee's minimum of valid ballots 5 \(left out "
+    assert re.search(r"takes only 1 of 6 shares, under the committee's minimum 5; nothing released\nleft out "
                      r"first: node-0, its roster signature does not verify", message)
 
     def unsigned(record, j):

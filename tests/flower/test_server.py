@@ -197,7 +197,7 @@ def test_the_planner_runs_on_demand_and_before_any_client_works():
     assert weak.plan().success < 0.5 and any("release is noise" in w for w in weak.plan().warnings)
     refused = DPHype(CANDS, config(epsilon=0.05, clients=4, min_success=0.9))
     grid = grid_of(client_app(scores_table(4)), 4)
-    with pytest.raises(ValueError, match=r"^clients=4 is too few to select at epsilon 0.05: .*, or set min-success = 0 "
+    with pytest.raises(ValueError, match=r"^clients=4 is too few to select at epsilon 0.05: .*, or min-success = 0 "
                                          r"to run anyway\n.* simulates a good pick with 0\.\d+ < min-success 0.9"):
         refused.start(grid)
     assert grid.sent == []
@@ -206,7 +206,7 @@ def test_the_planner_runs_on_demand_and_before_any_client_works():
 # ---------------------------------------------------------------------------- fail before work
 def test_a_secagg_setting_that_cannot_work_fails_before_any_client_scores():
     """Dropout 0.5 at 20 clients has no secure SecAgg+ graph: refused on construction, not after the scoring."""
-    with pytest.raises(ValueError, match=r"no secure SecAgg\+ parameters for clients=20 .*dropout=0.5"):
+    with pytest.raises(ValueError, match=r"no secure SecAgg\+ parameters for clients=20, .*dropout=0.5"):
         DPHype(CANDS, config(clients=20, dropout=0.5))
     with pytest.raises(ValueError, match="num_shares and reconstruction_threshold must be given together"):
         DPHype(CANDS, config(clients=20), num_shares=5)

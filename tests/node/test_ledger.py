@@ -2,6 +2,7 @@
 atomic, locked across processes, failing closed when corrupt; and the `dphype ledger` command."""
 
 import fcntl
+import hashlib
 import json
 import multiprocessing
 import os
@@ -13,7 +14,8 @@ from dphype.cli import main
 from dphype.node import ledger as ledger_module
 from dphype.node.ledger import FORMAT, VERSION, Ledger, LedgerError
 from dphype.node.policy import NodePolicy, check_vote_request
-from dphype.privacy.accounting import rdp_epsilon, vote_rdp
+from dphype.privacy.accounting import RDP_ORDERS, rdp_epsilon, vote_rdp
+from dphype.privacy.winner import epsilon_with_samplers, winner_rdp
 from dphype.refusal import Refusal
 
 
@@ -74,6 +76,22 @@ def test_300_repeated_requests_are_refused_once_the_lifetime_budget_is_spent(pol
     # one more vote would exceed the budget: the budget is used up to its last vote
     assert rdp_epsilon((accepted + 1) * vote_rdp(5, entries[0].total_std, "skellam"), 1e-5)[0] > policy.lifetime_epsilon
     assert 5 <= accepted <= 20
+
+
+def test_a_ledger_written_before_reads_its_votes_by_their_noise_names(tmp_path):
+    """The file format's names are the wire's: a ledger with a Skellam vote and a winner vote (no ``release``
+    field, as older ledgers wrote them) still reads, and each vote composes by its kind."""
+    winner = {"time": "2026-01-01T12:00:00+00:00", "request": "a" * 64, "noise": "discrete-laplace", "k": 1,
+              "total_std": 2.27, "survivors": 5, "epsilon": 1.0, "delta": 1e-05, "neighbouring": "add-remove"}
+    entries = [{**winner, "noise": "skellam", "k": 5, "total_std": 12.84, "epsilon": 0.9993,
+                "neighbouring": "replace-one", "release": "vote"}, winner]
+    digest = hashlib.sha256(json.dumps(entries, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    path = tmp_path / "ledger.json"
+    path.write_text(json.dumps({"format": "dphype-ledger", "version": 1, "entries": entries, "checksum": digest}))
+    read = Ledger(path).entries()
+    assert [e.noise for e in read] == ["skellam", "discrete-laplace"]
+    curve = vote_rdp(5, 12.84, "skellam") + winner_rdp(2.0, RDP_ORDERS)  # add-remove's epsilon 1: 2 replace-one
+    assert Ledger(path).spent(1e-5) == epsilon_with_samplers(curve, 1e-5, 1)
 
 
 def test_check_does_not_record(policy):

@@ -2,16 +2,20 @@
 unknown kind is refused at every entry point with the same message."""
 
 import argparse
+import ast
+import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from dphype.cli import add_noise_arguments
 from dphype.config import DPHypeConfig
-from dphype.node.ledger import LedgerEntry
+from dphype.flower.final_training import RunAccountant
+from dphype.node.ledger import Ledger, LedgerEntry
 from dphype.privacy import noise_kinds
-from dphype.privacy.accounting import RDP_ORDERS, VoteEvent, calibrate, mechanism_epsilon, vote_rdp
+from dphype.privacy.accounting import RDP_ORDERS, VoteEvent, calibrate, mechanism_epsilon, privacy_report, vote_rdp
 from dphype.privacy.audit import claimed_profile
 from dphype.privacy.noise import (
     client_noise_variance,
@@ -25,16 +29,19 @@ from dphype.privacy.noise import (
 )
 from dphype.privacy.noise_kinds import (
     NoiseKind,
+    ShareNoiseKind,
+    any_noise_kind,
     check_noise,
     noise_kind,
     noise_kind_names,
     register_noise_kind,
     resolve_accountant,
 )
+from dphype.privacy.winner import WINNER_NOISE, DiscreteLaplace, epsilon_with_samplers, winner_rdp
 from dphype.secure import secure_sum as ss
 
 
-class Marked(NoiseKind):
+class Marked(ShareNoiseKind):
     """A throwaway integer kind whose every answer shows that it, and no other kind, was asked.
 
     Its draws are the constant ``round(1000 variance)`` (not noise: only the dispatch is under test), its tail is 0,
@@ -124,6 +131,90 @@ def test_a_new_kind_is_sampled_accounted_and_checked_as_itself(marked):
     parser = argparse.ArgumentParser()
     add_noise_arguments(parser)
     assert parser.parse_args(["--noise", "marked"]).noise == "marked"
+
+
+class Stated(NoiseKind):
+    """A throwaway kind that is not a share kind, sampled like the winner's: its curve shows what it was given."""
+
+    name = "stated"
+    label = "Stated"
+    description = "a test's throwaway kind of a whole release"
+    integer = True
+    sampled = True
+
+    def stated_rdp(self, orders, *, k, sigma, epsilon, stated, neighbouring):
+        return np.full(len(orders), 1e-3 * k + 1e-2 * sigma + 0.1 * epsilon + (stated != neighbouring))
+
+
+def test_the_winner_release_noise_is_a_registered_kind_that_no_configuration_names():
+    kind = any_noise_kind(WINNER_NOISE)
+    assert isinstance(kind, DiscreteLaplace) and (kind.name, kind.integer, kind.sampled) == ("discrete-laplace", True,
+                                                                                            True)
+    assert noise_kind_names(shares=False) == ("gaussian", "skellam", "discrete-laplace")
+    assert noise_kind_names() == ("gaussian", "skellam") and noise_kind_names(integer=True) == ("skellam",)
+    for refused in (lambda: noise_kind(WINNER_NOISE), lambda: check_noise(WINNER_NOISE),
+                    lambda: DPHypeConfig(1.0, 1e-5, 2, 10, noise=WINNER_NOISE)):
+        with pytest.raises(ValueError, match="noise must be one of gaussian, skellam, got 'discrete-laplace'"):
+            refused()
+    # its curve: the pure epsilon's, rescaled between the relations (replace-one moves the threshold twice as far)
+    orders = np.asarray(RDP_ORDERS)
+    assert np.array_equal(kind.stated_rdp(orders, k=3, sigma=2.0, epsilon=0.5, stated="add-remove",
+                                          neighbouring="replace-one"), winner_rdp(1.0, orders))
+    assert np.array_equal(kind.stated_rdp(orders, k=3, sigma=2.0, epsilon=0.5, stated="replace-one",
+                                          neighbouring="replace-one"), winner_rdp(0.5, orders))
+
+
+def test_the_ledger_and_the_run_accountant_take_a_vote_curve_and_its_sampler_from_the_kind(monkeypatch, tmp_path):
+    """A vote's ledger entry and a run's selection compose by their kind's `stated_rdp` and `sampled`, by no name."""
+    monkeypatch.setattr(noise_kinds, "_KINDS", noise_kinds._KINDS.copy())
+    register_noise_kind(Stated)
+    curve = Stated().stated_rdp(np.asarray(RDP_ORDERS), k=2, sigma=3.0, epsilon=1.0, stated="add-remove",
+                                neighbouring="replace-one")
+    entry = LedgerEntry(noise="stated", k=2, total_std=3.0, survivors=5, epsilon=1.0, delta=1e-6,
+                        neighbouring="add-remove", time="2026-01-01T00:00:00Z", request="")
+    assert np.array_equal(entry.rdp("replace-one"), curve)
+    assert Ledger(tmp_path / "l.json").composed_epsilon([entry], 1e-6, "replace-one") == epsilon_with_samplers(
+        curve, 1e-6, 1)
+    with pytest.raises(ValueError, match="invalid ledger entry"):  # an evaluation is a sum of shares
+        dataclasses.replace(entry, release="evaluation")
+    report = privacy_report(calibrate(1.0, 1e-5, 2, accountant="rdp"), 1e-5, clients=20, dropout=0.0, survivors=20,
+                            accountant="rdp")
+    stated = dataclasses.replace(report, noise="stated", sigma=3.0, neighbouring="add-remove")
+    accountant = RunAccountant(stated, population=20, max_epsilon=None)
+    same = Stated().stated_rdp(np.asarray(RDP_ORDERS), k=report.k, sigma=3.0, epsilon=report.epsilon,
+                               stated="add-remove", neighbouring="add-remove")
+    assert accountant.get_epsilon(1e-5) == epsilon_with_samplers(same, 1e-5, 1)
+
+
+def _noise_name_comparisons(source: str, names: set[str]) -> list[int]:
+    """The lines of ``source`` comparing a noise kind's name, or a ``noise`` value by equality (not the registry's)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        equality = any(isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)) for op in node.ops)
+        operands = [node.left, *node.comparators]
+        operands += [e for o in operands if isinstance(o, (ast.Tuple, ast.List, ast.Set)) for e in o.elts]
+        for operand in operands:
+            word = operand.id if isinstance(operand, ast.Name) else getattr(operand, "attr", None)
+            literal = operand.value if isinstance(operand, ast.Constant) else None
+            if (literal in names or (isinstance(word, str) and word.endswith("_NOISE"))
+                    or (equality and word == "noise")):
+                found.append(node.lineno)
+    return sorted(set(found))
+
+
+def test_no_module_compares_noise_names_the_registry_decides():
+    """The kinds answer for themselves: no module tells one noise kind from another by its name."""
+    root = Path(__file__).resolve().parents[2]
+    names = set(noise_kind_names(shares=False))
+    modules = sorted([*(root / "dphype").rglob("*.py"), *(root / "simulations").rglob("*.py")])
+    found = [f"{path}:{line}" for path in modules
+             for line in _noise_name_comparisons(path.read_text(encoding="utf-8"), names)]
+    assert found == []
+    planted = ("def f(entry, kind):\n    a = entry.noise == WINNER_NOISE\n    b = kind in ('x', 'skellam')\n"
+               "    c = entry.noise != kind\n    return entry.noise in names(), kind.integer == a\n")
+    assert _noise_name_comparisons(planted, names) == [2, 3, 4]
 
 
 def test_a_kind_is_gone_once_its_test_ends(monkeypatch):

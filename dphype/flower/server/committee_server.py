@@ -170,10 +170,11 @@ def _discover_committee(grid: Grid, clients: int, size: int, *, connect_timeout:
         found[index] = (node, key)
     if sorted(found) != list(range(size)):
         raise TallyError(f"tallies={size} needs tally nodes 0..{size - 1} to answer, got "
-                         f"{len(found)} ({', '.join(map(str, sorted(found))) or 'none'}); nothing was sent to the "
-                         "clients: in simulation give the ClientApp the mod dphype.flower.simulated_roles "
-                         "(ClientApp(mods=[simulated_roles])) and run it with `dphype run`; in a deployment start "
-                         "each tally's SuperNode with its dphype-tally-id (clients/start-tally.sh)")
+                         f"{len(found)} ({', '.join(map(str, sorted(found))) or 'none'}): start the missing tallies\n"
+                         "nothing was sent to the clients: in simulation give the ClientApp the mod "
+                         "dphype.flower.simulated_roles (ClientApp(mods=[simulated_roles])) and run it with "
+                         "`dphype run`; in a deployment start each tally's SuperNode with its dphype-tally-id "
+                         "(clients/start-tally.sh)")
     return tuple(found[j][1] for j in range(size)), tuple(found[j][0] for j in range(size))
 
 
@@ -208,9 +209,10 @@ def _tally_nodes(grid: Grid, clients: int, *, connect_timeout: float | None,
             wait_for_nodes(ClientGrid(grid, sorted(tallies)), clients, left)
         except PreflightError:
             raise PreflightError(f"only {len(node_ids(grid)) - len(tallies)} of clients={clients} voters connected "
-                                 f"within {connect_timeout:g} s (besides {len(tallies)} tally nodes, which do not "
-                                 "vote in this release); nothing was sent: start more voters' SuperNodes, or run "
-                                 "with clients <= the voters you have") from None
+                                 f"within {connect_timeout:g} s: start more voters, or set clients lower\n"
+                                 f"(besides {len(tallies)} tally nodes, which do not vote in this release); nothing "
+                                 "was sent: start more voters' SuperNodes, or run with clients <= the voters you "
+                                 "have") from None
         connected = node_ids(grid)
         fresh = sorted(n for n in connected if n not in asked)
         if len(connected) <= clients and not asked:  # no choice to make: every connected node is asked to vote
@@ -448,8 +450,8 @@ def run_committee_selection(grid: Grid, request: VoteRequest, *, preflight: Pref
     silent = sorted(n for n in ready if n not in shares)  # approved, then no (usable) shares: named, left out
     if len(shares) < request.min_valid:
         raise PreflightError(f"only {len(shares)} clients sent their shares, fewer than the committee's minimum "
-                             f"of valid ballots {request.min_valid}; the tallies were not asked and nothing was "
-                             f"released{_charged(len(shares))}")
+                             f"of valid ballots {request.min_valid}; run again\nthe tallies were not asked and "
+                             f"nothing was released{_charged(len(shares))}")
     by_node = sorted(shares)  # in the order every tally keeps them: by label, a label sent twice by node id
     contributors = [c for _, c in sorted(zip(map(str, _labels(by_node, signed)), by_node, strict=True))]
     labels = _labels(contributors, signed)

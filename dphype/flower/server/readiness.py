@@ -55,7 +55,8 @@ def wait_for_nodes(grid: Grid, clients: int, timeout: float | None, every: float
         waited = time.monotonic() - start
         if timeout is not None and waited > timeout:
             raise PreflightError(f"only {len(nodes)} of clients={clients} nodes connected within {timeout:g} s; "
-                                 "nothing was sent: start more SuperNodes, or run with clients <= the nodes you have")
+                                 "nothing was sent: start more SuperNodes\nor run with clients <= the nodes you "
+                                 "have")
         if time.monotonic() - last_log >= every:
             log(logging.INFO, "DP-Hype: waiting for nodes: %d of clients=%d connected after %.0f s%s", len(nodes),
                 clients, waited, "" if timeout is None else f" (giving up after {timeout:g} s)")
@@ -86,8 +87,8 @@ def remaining_nodes(grid: Grid, exclude: Collection[int], clients: int, fewest: 
         return sorted(random.sample(nodes, clients))
     if len(nodes) < fewest:
         raise PreflightError(f"only {len(nodes)} of clients={clients} voters are still connected, fewer than the "
-                             f"{fewest} the selection needs ({clients - len(nodes)} cut off after the run counted "
-                             "them); nothing was sent and nothing was released")
+                             f"{fewest} the selection needs\n({clients - len(nodes)} cut off after the run counted "
+                             "them); nothing was sent and nothing was released: run again")
     log(logging.WARNING, "DP-Hype: %d of clients=%d voters are still connected; the %d cut off since the run "
         "counted them are dropouts (at least %d must take part)", len(nodes), clients, clients - len(nodes), fewest)
     return nodes
@@ -133,9 +134,10 @@ def run_preflight(grid: Grid, request: VoteRequest, nodes: list[int], timeout: f
             per_run += reply.content.config_records[RECORD_KEY].get("ledger") == "per-run"
             federations[str(reply.content.config_records[RECORD_KEY].get("federation", "unauthenticated"))] += 1
     if len(federations) > 1:
-        raise PreflightError(f"the ready clients belong to different federations ({describe_reasons(federations)}): "
-                             "every node must run with the same roster (dphype-roster; `dphype roster show` prints "
-                             "its fingerprint); the vote was not started and nothing was released")
+        raise PreflightError(f"the ready clients belong to different federations: run every node with the same "
+                             f"roster\n({describe_reasons(federations)}): every node must run with the same roster "
+                             "(dphype-roster; `dphype roster show` prints its fingerprint); the vote was not started "
+                             "and nothing was released")
     notes: tuple[str, ...] = ()
     if per_run:
         note = (f"{per_run} of {len(ready)} nodes are simulated with a per-run ledger: their lifetime budget "

@@ -111,8 +111,8 @@ def dphype_vote_problem(
     acc = np.asarray(test_accuracy, dtype=np.float64)
     if scores.ndim not in (2, 3) or scores.shape[0] < 2 or scores.shape[1] != acc.shape[0]:
         raise ValueError(
-            "client_scores must be (clients >= 2, candidates) or (clients >= 2, candidates, keys) matching "
-            f"test_accuracy, got {scores.shape} and {acc.shape}"
+            f"client_scores must be (clients >= 2, candidates[, keys]) matching test_accuracy, got {scores.shape} "
+            f"and {acc.shape}"
         )
     n, p = scores.shape[:2]
     max_k = min(max_k, p)
