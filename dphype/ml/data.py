@@ -346,6 +346,9 @@ TABLE_VARIANTS: dict[str, tuple[str, int | None, float]] = {
     "randhie-1k": ("randhie", 1000, 0.0),
     "digits-noisy": ("digits", None, 0.3),
     "fair-noisy": ("fair", None, 0.2),
+    "anes96-noisy": ("anes96", None, 0.2),
+    "fair-2k-noisy": ("fair", 2000, 0.2),
+    "randhie-3-2k-noisy": ("randhie-3", 2000, 0.2),
 }
 
 

@@ -173,6 +173,9 @@ def test_a_table_variant_keeps_fewer_rows_or_flips_labels_never_the_test_set() -
         np.testing.assert_array_equal(held.y, test.y)
     with pytest.raises(ValueError, match="name must be one of digits-1k"):
         data.load_table_variant("digits-2k")
+    pytest.importorskip("statsmodels")
+    both = load_dataset("randhie-3-2k-noisy")[0]  # a variant of a variant: fewer rows, then flips
+    assert len(both) == 2000 and both.num_classes == 3 and both.name == "randhie-3-2k-noisy"
 
 
 def test_unknown_dataset_name_is_rejected_with_the_registered_names() -> None:
@@ -214,6 +217,8 @@ def test_the_registry_keeps_each_data_sets_model_and_epochs() -> None:
         "randhie-3": ("adult-mlp", 5, False), "digits-1k": ("adult-mlp", 5, False),
         "fair-1k": ("adult-mlp", 5, False), "randhie-1k": ("adult-mlp", 5, False),
         "digits-noisy": ("adult-mlp", 5, False), "fair-noisy": ("adult-mlp", 5, False),
+        "anes96-noisy": ("adult-mlp", 5, False), "fair-2k-noisy": ("adult-mlp", 5, False),
+        "randhie-3-2k-noisy": ("adult-mlp", 5, False),
     }
 
 
