@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from helpers import REPO, clean_env, descendants, parse_result, stop
+from helpers import DEPLOYMENTS, REPO, clean_env, descendants, parse_result, stop
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hosts")]  # one federation (module fixture) on one worker
+# one federation (module fixture) on one worker, never beside another deployment (helpers.DEPLOYMENTS)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(DEPLOYMENTS)]
 
 SUBNET = "10.231.0"
 LINK = f"{SUBNET}.1"
