@@ -166,7 +166,8 @@ def test_deployment_on_loopback_survives_a_vanished_supernode(federation, five_s
         fed,
         f"release='sum' k=5 clients={NUM_NODES} dropout=0.2 epsilon=20.0 candidates='{FIVE_SHARD_CANDIDATES}' "
         f"local-epochs=1 fedavg-rounds=1 fraction-evaluate=0.0 round-timeout={ROUND_TIMEOUT} "
-        "min-success=0.0 private-evaluation=false",  # 5 nodes, one killed: plumbing, not a useful selection
+        "min-success=0.0 private-evaluation=false "  # 5 nodes, one killed: plumbing, not a useful selection
+        f"runs-dir='{fed.tmp_path / 'runs'}'",  # the run folder: the test's, not the checkout's
         kill=voters[0],  # a node of the warm SuperExec
     )
     assert result["clients"] == NUM_NODES

@@ -38,7 +38,8 @@ def test_flwr_run_offline_simulation(tmp_path, five_shard_accuracies):
         "num-supernodes=5",
         "--run-config",
         # epsilon=20: the votes (not the noise) decide, so the accuracy check is meaningful
-        f"release='sum' clients=5 epsilon=20.0 k=5 candidates='{FIVE_SHARD_CANDIDATES}' local-epochs=1 fedavg-rounds=1",
+        f"release='sum' clients=5 epsilon=20.0 k=5 candidates='{FIVE_SHARD_CANDIDATES}' local-epochs=1 fedavg-rounds=1 "
+        f"runs-dir='{tmp_path / 'runs'}'",  # the run folder: the test's, not the checkout's
     ]
     log_marker = str(flwr_home / "local-superlink")
     # The simulated nodes' operator (this test) allows their one vote at epsilon 20 among 5 clients.

@@ -144,7 +144,8 @@ class Federation:
         the first voter's and the first tally's SuperNode logs arrive as they are written, and their stamped
         ``Receiving``/``Sending`` lines say when each stage reached a node and when its answer left.
         """
-        config = " ".join(f"{k}={v}" for k, v in {**RUN, **overrides}.items())
+        runs = {"runs-dir": f"'{self.folder / 'runs'}'"}  # the run folders: the test's, not the checkout's
+        config = " ".join(f"{k}={v}" for k, v in {**RUN, **runs, **overrides}.items())
         log = self.folder / f"run-{name}.log"
         watched = self.folder / f"{cut}.log"  # the node to cut: cut once its SuperNode receives the pre-flight
         seen = len(watched.read_text(errors="replace")) if cut is not None else 0
