@@ -180,10 +180,6 @@ def a_release(rule: str = "gp") -> DPHypeResult:
 
 # --- Flower CLI processes -----------------------------------------------------------------------------------------
 
-#: The `xdist_group` of the slow tests that start a deployment (SuperLink and SuperNodes, each with stage timeouts):
-#: on pytest-xdist workers (`make test SLOW_WORKERS=2`) they run one after another on one worker, each beside
-#: the other slow tests but never beside another deployment.
-DEPLOYMENTS = "deployments"
 #: The candidates of the bundled app's Flower runs on 5 Adult shards (tests/deployment/conftest.py's reference).
 FIVE_SHARD_CANDIDATES = "table3:random:10:0"
 BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"

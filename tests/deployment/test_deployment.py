@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from helpers import BIN, DEPLOYMENTS, FIVE_SHARD_CANDIDATES, REPO, descendants, offline_env, parse_result, stop
+from helpers import BIN, FIVE_SHARD_CANDIDATES, REPO, descendants, offline_env, parse_result, stop
 
 from dphype.ml.reference import majority_of_test_split
 from simulations.deployment_profile import (
@@ -153,7 +153,7 @@ def flwr_run(fed: Federation, run_config: str, *, kill: subprocess.Popen | None 
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group(DEPLOYMENTS)
+@pytest.mark.deployment
 def test_deployment_on_loopback_survives_a_vanished_supernode(federation, five_shard_accuracies):
     """A SuperNode killed once the run starts counts as a dropout (xi = 0.2).
 

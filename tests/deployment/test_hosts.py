@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from helpers import DEPLOYMENTS, REPO, clean_env, descendants, parse_result, stop
+from helpers import REPO, clean_env, descendants, parse_result, stop
 
-# one federation (module fixture) on one worker, never beside another deployment (helpers.DEPLOYMENTS)
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(DEPLOYMENTS)]
+pytestmark = [pytest.mark.slow, pytest.mark.deployment]  # one federation (module fixture) serves the runs
 
 SUBNET = "10.231.0"
 LINK = f"{SUBNET}.1"

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import DEPLOYMENTS, REPO, clean_env, descendants, doc_blocks, free_ports_in_a_row, parse_result, stop
+from helpers import REPO, clean_env, descendants, doc_blocks, free_ports_in_a_row, parse_result, stop
 
 from dphype.node.ledger import Ledger
 from dphype.privacy.winner import WINNER_NOISE
@@ -88,7 +88,7 @@ def _group(pid: int) -> int | None:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group(DEPLOYMENTS)
+@pytest.mark.deployment
 def test_the_readme_deployment_recipe_runs_as_written(tmp_path):
     ports_block, recipe = readme_deployment()
     # the test sets exactly the variables the recipe's first block exports, to free ports of this machine
