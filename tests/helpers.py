@@ -180,6 +180,8 @@ def a_release(rule: str = "gp") -> DPHypeResult:
 
 # --- Flower CLI processes -----------------------------------------------------------------------------------------
 
+#: The candidates of the bundled app's Flower runs on 5 Adult shards (tests/deployment/conftest.py's reference).
+FIVE_SHARD_CANDIDATES = "table3:random:10:0"
 BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 RESULT_PREFIX = "DPHYPE_RESULT "
 

@@ -30,7 +30,8 @@ def app_grid(nodes: int, **kwargs) -> tuple[AppConfig, LocalGrid]:
     run_config = {"dataset": "adult", "seed": 0, "local-epochs": 1, "release": "argmax", "clients": CLIENTS,
                   "tallies": cfg.tallies}
     # the operator of this in-process federation pins the committee it runs: the keys the tally nodes will load
-    # from the run's folder (a Ray simulation's voters pin it themselves, tests/app/test_simulation.py)
+    # from the run's folder (a Ray simulation's voters pin it themselves: `dphype demo` in
+    # tests/deployment/test_packaging.py)
     folder = run_ledger_path(1).parent
     pins = ",".join(load_tally_key(folder / f"tally-{j}.key").public.hex() for j in range(cfg.tallies))
     # the simulated_roles mod gives every node its role and the run's simulated federation, as in a Ray worker

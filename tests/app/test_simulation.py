@@ -1,9 +1,9 @@
-"""The bundled apps: in process (real ServerApp logic and ClientApp, no Ray) and through `dphype demo`."""
+"""The bundled apps in process (real ServerApp logic and ClientApp, no Ray); `dphype demo` runs them through
+`flwr run` in tests/deployment/test_packaging.py, from the wheel."""
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +16,6 @@ from dphype.config import DPHypeConfig
 from dphype.flower import selected_candidate
 from dphype.flower.local import LocalGrid
 from dphype.ml.reference import candidate_accuracies, majority_accuracy, majority_of_test_split
-from dphype.privacy.winner import WINNER_NOISE
 from dphype.selection.candidates import load_candidates
 
 SUBSET = "table3:random:10:0"
@@ -158,39 +157,3 @@ def test_run_config_is_checked_on_the_server(tmp_path):
 
         DPHype(app_config().candidate_list(), DPHypeConfig(epsilon=1.0, delta=1e-5, k=11, clients=4))
 
-
-@pytest.mark.slow
-def test_demo_runs_the_bundled_app_with_flwr_run(capsys):
-    """`dphype demo`: the repository's app through `flwr run` on a private local SuperLink (10 clients and, in
-    the default argmax mode, 3 simulated tally nodes)."""
-    from dphype.cli import main
-
-    # epsilon=20 (noise std ~0.14 against 10 votes): the vote, not the noise, decides, so the winner is the
-    # candidate most clients rank first (the default ballot, auto, votes for its floor of 2 here; --k is the sum
-    # release's and top-k's) -- the plain count, no GP rule, which at 10 clients need not be Opt of
-    # this 1-round FedAvg (a run picked the 5th best, 4 points below it); the check is that it trains, where 3 of
-    # the 10 candidates diverge (0.24)
-    argv = ["demo", "--clients", "10", "--epsilon", "20", "--k", "3", "--candidates", SUBSET, "--fedavg-rounds", "1",
-            "--local-epochs", "1", "--reference", "best", "--json"]
-    assert main(argv) == 0
-    out, err = capsys.readouterr()
-    result = json.loads(out.strip().splitlines()[-1])
-    assert result["best_params"] == load_candidates(SUBSET)[result["selected_index"]]
-    assert result["clients"] == 10 and result["k"] == 3
-    # the demo's reference point: every candidate after the same FedAvg on the same shards (dphype.ml.reference)
-    reference = result["reference"]
-    assert reference["majority_class"] == majority_of_test_split("adult")
-    assert reference["best_accuracy"] >= reference["pick_accuracy"] and "outside the private protocol" in reference[
-        "note"]
-    # a working candidate: within 10 points of Opt (the diverged ones sit 60 points below it); the noisy pick among
-    # the working ones is the release's business, measured by the benchmarks, not asserted on one noisy run
-    assert reference["pick_accuracy"] >= reference["best_accuracy"] - 0.10
-    assert reference["pick_accuracy"] > majority_of_test_split("adult") + 0.03
-    assert result["accuracy"] > majority_of_test_split("adult") + 0.03
-    assert result["noisy_sum"] is None and result["confidence"] is None  # only the winner's index was released
-    privacy = result["privacy"]
-    assert privacy["survivors"] == 10 and privacy["clients"] == 10 and privacy["noise"] == WINNER_NOISE
-    assert privacy["epsilon"] == pytest.approx(20.0, rel=1e-6)
-    # the run's simulated federation, made without any set-up: the 10 voters and the 3 tallies
-    assert re.fullmatch(r"roster [0-9a-f-]{19} \(13 members\)", result["federation"]), result["federation"]
-    assert "DeprecationWarning" not in err and "deprecated" not in err.lower()

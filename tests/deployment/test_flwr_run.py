@@ -1,6 +1,6 @@
 """`flwr run` of the project's Flower app, offline, on the managed local simulation SuperLink (the sum release; the
 bundled app's default, the argmax release with simulated tallies, runs through `flwr run` in
-tests/app/test_simulation.py's `dphype demo`)."""
+tests/deployment/test_packaging.py's `dphype demo`)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ import re
 import subprocess
 
 import pytest
-from helpers import BIN, REPO, descendants, offline_env, parse_result, processes_with, stop
+from helpers import BIN, FIVE_SHARD_CANDIDATES, REPO, descendants, offline_env, parse_result, processes_with, stop
 
-from dphype.ml.reference import candidate_accuracies, majority_of_test_split
-from dphype.selection.candidates import load_candidates
+from dphype.ml.reference import majority_of_test_split
 
 
 def run_on_a_local_superlink(command: list[str], env: dict[str, str], log_marker: str) -> dict:
@@ -27,7 +26,7 @@ def run_on_a_local_superlink(command: list[str], env: dict[str, str], log_marker
 
 
 @pytest.mark.slow
-def test_flwr_run_offline_simulation(tmp_path):
+def test_flwr_run_offline_simulation(tmp_path, five_shard_accuracies):
     flwr_home = tmp_path / "flwr-home"
     flwr_home.mkdir()
     command = [
@@ -39,7 +38,8 @@ def test_flwr_run_offline_simulation(tmp_path):
         "num-supernodes=5",
         "--run-config",
         # epsilon=20: the votes (not the noise) decide, so the accuracy check is meaningful
-        "release='sum' clients=5 epsilon=20.0 k=5 candidates='table3:random:10:0' local-epochs=1 fedavg-rounds=1",
+        f"release='sum' clients=5 epsilon=20.0 k=5 candidates='{FIVE_SHARD_CANDIDATES}' local-epochs=1 fedavg-rounds=1 "
+        f"runs-dir='{tmp_path / 'runs'}'",  # the run folder: the test's, not the checkout's
     ]
     log_marker = str(flwr_home / "local-superlink")
     # The simulated nodes' operator (this test) allows their one vote at epsilon 20 among 5 clients.
@@ -49,7 +49,7 @@ def test_flwr_run_offline_simulation(tmp_path):
     result = run_on_a_local_superlink(command, env, log_marker)
     assert result["clients"] == 5 and result["num_candidates"] == 10
     assert 0.0 <= result["selected_index"] < 10
-    accuracies = candidate_accuracies("adult", 5, load_candidates("table3:random:10:0"), rounds=1, local_epochs=1)
+    accuracies = five_shard_accuracies
     # a working candidate: within 10 points of Opt (the diverged ones sit 60 points below it); the noisy pick among
     # the working ones is the release's business, measured by the benchmarks, not asserted on one noisy run
     assert accuracies[result["selected_index"]] >= accuracies.max() - 0.10

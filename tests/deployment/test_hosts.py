@@ -19,23 +19,27 @@ import shlex
 import shutil
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from helpers import REPO, clean_env, descendants, parse_result, stop
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hosts")]  # one federation (module fixture) on one worker
+pytestmark = [pytest.mark.slow, pytest.mark.deployment]  # one federation (module fixture) serves the runs
 
 SUBNET = "10.231.0"
 LINK = f"{SUBNET}.1"
 VOTERS, TALLIES = int(os.environ.get("DPHYPE_HOSTS_VOTERS", "4")), 3
 PORT, RUNTIME_PORT, MPYC_PORT = 9092, 9094, 7000
-#: Seconds per stage.
-ROUND_TIMEOUT = 40.0
-#: Seconds per stage of the cut-off run: the cut voter's pre-flight answer is waited for this long (or until the
-#: SuperLink finds its heartbeats missing), so it bounds that run.
-CUT_TIMEOUT = 20.0
+#: Seconds per stage of a run whose nodes all answer: the bound of a stuck run, never waited for otherwise.
+ROUND_TIMEOUT = 120.0
+#: The cut-off run's seconds per stage, derived from the work: CUT_MARGIN times the slowest stage of the runs before
+#: it on this federation (`Federation.cut_timeout`), at least CUT_FLOOR. The cut voter's pre-flight answer is waited
+#: for this long (or until the SuperLink finds its heartbeats missing), so it bounds that run; every other stage of
+#: that run must end within it, as it did (CUT_MARGIN times faster) in the runs before, whatever the machine and
+#: its load.
+CUT_MARGIN, CUT_FLOOR = 3.0, 10.0
 #: Whether the times are being measured (every run, each release with every voter).
 MEASURING = "DPHYPE_HOSTS_VOTERS" in os.environ
 RUN = {"candidates": "'table3:random:10:0'", "k": 3, "local-epochs": 1, "fedavg-rounds": 1,
@@ -123,6 +127,14 @@ class Federation:
     env: dict[str, str]
     link: subprocess.Popen
     seconds: dict[str, float] = field(default_factory=dict)
+    #: The slowest stage so far, as the first voter saw it: from receiving one message to receiving the next (its
+    #: work, the slowest voter's, the server's and Flower's pulls in between).
+    slowest_stage: float = 0.0
+
+    def cut_timeout(self) -> float:
+        """A stage timeout for the cut-off run: `CUT_MARGIN` times the slowest stage so far, at least `CUT_FLOOR`
+        (twice that before any run)."""
+        return max(CUT_FLOOR, CUT_MARGIN * self.slowest_stage) if self.slowest_stage else 2 * CUT_FLOOR
 
     def run(self, name: str, cut: str | None = None, **overrides: object) -> dict:
         """Submit one run of the bundled app; with ``cut`` that host's link goes down once it receives the pre-flight.
@@ -131,7 +143,8 @@ class Federation:
         the first voter's and the first tally's SuperNode logs arrive as they are written, and their stamped
         ``Receiving``/``Sending`` lines say when each stage reached a node and when its answer left.
         """
-        config = " ".join(f"{k}={v}" for k, v in {**RUN, **overrides}.items())
+        runs = {"runs-dir": f"'{self.folder / 'runs'}'"}  # the run folders: the test's, not the checkout's
+        config = " ".join(f"{k}={v}" for k, v in {**RUN, **runs, **overrides}.items())
         log = self.folder / f"run-{name}.log"
         watched = self.folder / f"{cut}.log"  # the node to cut: cut once its SuperNode receives the pre-flight
         seen = len(watched.read_text(errors="replace")) if cut is not None else 0
@@ -160,6 +173,8 @@ class Federation:
             time.sleep(0.2)
         code = submit.wait(timeout=10)
         self.seconds[name] = time.monotonic() - started
+        received = [t for t, line in stamped if line.startswith("[voter-0]") and "Receiving:" in line]
+        self.slowest_stage = max([self.slowest_stage, *(b - a for a, b in zip(received, received[1:]))])
         (self.folder / f"profile-{name}.txt").write_text("".join(f"{t:7.1f} {line}\n" for t, line in stamped))
         print("\n".join(f"  {t:6.1f} s {line[:150]}" for t, line in stamped if any(
             mark in line for mark in ("DP-Hype", "[ROUND", "Starting", "waiting for nodes", "Waiting for",
@@ -202,17 +217,25 @@ def federation(tmp_path_factory):
                           f" && dphype roster init --federation hosts --out {shared}/roster.json", root)
         parties = ",".join(f"{address[f'tally-{j}']}:{MPYC_PORT}" for j in range(TALLIES))
         (shared / "committee.toml").write_text(f'dphype-tally-parties = "{parties}"\n')
-        keys = []
-        for name in names:  # each operator on its own host: identity, (tally) committee key, node key
+        envs = {name: env(name) for name in names}
+
+        def own_keys(name: str) -> list[str]:
+            """On the operator's own host: its identity, its node key's public file and (a tally) its committee key."""
             role, index = name.split("-")
             flag = "--partition-id" if role == "voter" else "--tally-id"
-            tally_key = (f' --tally-key "$(clients/start-tally.sh --print-public-key --tally-id {index})"'
-                         if role == "tally" else "")
+            tally_key = f" && clients/start-tally.sh --print-public-key --tally-id {index}" if role == "tally" else ""
             out = hosts.run(name, f"dphype roster keygen --name {name} --out $HOME/id >/dev/null && "
-                                  f"dphype roster add {shared}/roster.json --name {name} --role {role} "
-                                  f'--identity "$(cat $HOME/id.pub)"{tally_key} >/dev/null && '
-                                  f"clients/start-{role}.sh --print-node-key {flag} {index}", env(name))
-            keys.append(out.strip().splitlines()[-1])
+                                  f"clients/start-{role}.sh --print-node-key {flag} {index}{tally_key}", envs[name])
+            return out.strip().splitlines()[-2 if tally_key else -1:]
+
+        with ThreadPoolExecutor(max_workers=4) as pool:  # the operators work at the same time, each on its own host
+            own = dict(zip(names, pool.map(own_keys, names), strict=True))
+        for name in names:  # one at a time: each operator adds its member to the shared roster file
+            role = name.split("-")[0]
+            tally_key = f" --tally-key {own[name][1]}" if role == "tally" else ""
+            hosts.run(name, f"dphype roster add {shared}/roster.json --name {name} --role {role} "
+                            f'--identity "$(cat $HOME/id.pub)"{tally_key} >/dev/null', envs[name])
+        keys = [own[name][0] for name in names]
         phases["identities"] = time.monotonic()
         link = hosts.start("link", f"server/start-superlink.sh --ssl-ca-certfile {shared}/pki/ca.pem "
                                    f"--ssl-certfile {shared}/pki/superlink.pem --ssl-keyfile {shared}/pki/superlink.key"
@@ -281,7 +304,7 @@ def test_a_voter_cut_off_mid_selection_is_a_dropout_and_the_run_completes(federa
     # dropout=0.25: at least ceil(0.75 n) voters must take part; the last voter's link goes down as soon as it has
     # received the pre-flight (its answer never arrives)
     result = federation.run("argmax-cut", cut=f"voter-{VOTERS - 1}", release="'argmax'",
-                            **{"round-timeout": CUT_TIMEOUT})
+                            **{"round-timeout": round(federation.cut_timeout(), 1)})
     assert result["privacy"]["survivors"] == VOTERS - 1
     assert result["privacy"]["released"].startswith(f"winning index only (secure argmax among {TALLIES} tallies")
     _federation_line(result)

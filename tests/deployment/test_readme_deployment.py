@@ -88,6 +88,7 @@ def _group(pid: int) -> int | None:
 
 
 @pytest.mark.slow
+@pytest.mark.deployment
 def test_the_readme_deployment_recipe_runs_as_written(tmp_path):
     ports_block, recipe = readme_deployment()
     # the test sets exactly the variables the recipe's first block exports, to free ports of this machine
