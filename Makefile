@@ -61,6 +61,7 @@ SLOW = $(THREADS) $(PY) -m pytest -q -n 0 -m
 test: install fmnist lint
 	$(FAST); fast=$$?; \
 	log=$$(mktemp); $(SLOW) "slow and deployment" >$$log 2>&1 & deployments=$$!; \
+	trap 'kill $$deployments 2>/dev/null; rm -f $$log; exit 130' INT TERM; \
 	$(SLOW) "slow and not deployment"; slow=$$?; \
 	wait $$deployments; deployed=$$?; cat $$log; rm -f $$log; \
 	test $$fast -eq 0 -a $$slow -eq 0 -a $$deployed -eq 0
