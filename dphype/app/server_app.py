@@ -245,7 +245,7 @@ def main(grid: Grid, context: Context) -> None:
             summary = run_app(grid, cfg, run)
         except Exception as err:
             cause = f"{type(err).__name__}: {err}"
-            log(logging.ERROR, "%s%s", FAILURE_PREFIX, cause)
+            log(logging.ERROR, "%s%s", FAILURE_PREFIX, " | ".join(cause.splitlines()))  # one line, details too
             path = _result_path(cfg, context)
             if path is not None:  # no earlier run's result stays there, and its reader learns why
                 path.write_text(json.dumps({"format": FAILURE_FORMAT, "error": cause}) + "\n", encoding="utf-8")

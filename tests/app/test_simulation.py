@@ -112,6 +112,8 @@ def test_a_failed_run_says_why_in_one_line_and_leaves_no_result(tmp_path, flower
     assert line.split(FAILURE_PREFIX, 1)[1].startswith(cause), line
     record = json.loads(result_file.read_text())
     assert record["format"] == FAILURE_FORMAT and record["error"].startswith(cause)
+    # the one logged line carries every line of the cause (server/run.sh prints it as the run's last line)
+    assert " | ".join(record["error"].splitlines()) in line, line
 
 
 def test_majority_baseline_counts_the_most_frequent_label():
