@@ -255,3 +255,12 @@ def test_the_gaussian_values_lie_on_the_secure_sums_grid_so_its_rounding_never_d
     sent = np.array([encode(values + share, "gaussian", 2**40) for share in shares])
     assert np.array_equal(sent, values * grid + np.array([encode(share, "gaussian", 2**40) for share in shares]))
     assert np.array_equal(quantize([0.3337, 0.9999], "skellam"), [334.0, 1000.0])  # the integer grid, within [0, Q]
+
+
+@pytest.mark.parametrize("app, policy, message", [
+    (object(), None, "app must be a flwr ClientApp"),
+    (ClientApp(), {"dphype-max-epsilon": 1.0}, "policy must be a NodePolicy, a function of the context or None"),
+])
+def test_a_bad_registration_is_refused_as_the_votes_is(app, policy, message):
+    with pytest.raises(ValueError, match=message):
+        register_private_evaluation(app, lambda context, arrays: (1.0, 0.5), policy=policy)

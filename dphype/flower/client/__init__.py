@@ -51,6 +51,7 @@ from dphype.flower.client.policy_client import (
     PolicySource,
     announce_simulated,
     cast_approved_ballot,
+    check_registration,
     describe_federation,
     node_policy,
     policy_fingerprint,
@@ -115,13 +116,9 @@ def register_dphype(app: ClientApp, task_fn: Callable[[Context], Task], *, polic
         ValueError: If ``app`` is not a ClientApp, ``task_fn`` is not callable, or ``policy`` is none of the
             above.
     """
-    if not isinstance(app, ClientApp):
-        raise ValueError(f"app must be a flwr ClientApp, got {type(app).__name__}")
+    check_registration(app, policy)
     if not callable(task_fn):
         raise ValueError(f"task_fn must be a function of the node's Context, got {type(task_fn).__name__}")
-    if policy is not None and not (isinstance(policy, NodePolicy) or callable(policy)):
-        raise ValueError(f"policy must be a NodePolicy, a function of the context or None (read from the node "
-                         f"config), got {type(policy).__name__}")
 
     @app.query(ACTION)
     def preflight(msg: Message, context: Context) -> Message:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -33,15 +32,16 @@ from typing import Any, cast
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
-from flwr.common import log
 
 from dphype.flower.client.policy_client import (
     PolicySource,
     announce_simulated,
     approved_membership,
+    check_registration,
     describe_federation,
     policy_fingerprint,
     refused,
+    released_once,
     resolve_policy,
     roster_digest,
     sanitized,
@@ -57,10 +57,9 @@ from dphype.node.evaluation_policy import (
 )
 from dphype.node.ledger import Ledger
 from dphype.node.policy import NodePolicy
-from dphype.node.vote_memory import VoteMemory
 from dphype.privacy.evaluation import EVALUATION_VALUES, quantize
 from dphype.privacy.noise import client_noise_share
-from dphype.refusal import REFUSAL_CODES, Refusal
+from dphype.refusal import Refusal
 from dphype.secure.roster import Membership
 from dphype.secure.secagg import Approval
 from dphype.secure.secure_sum import encode
@@ -85,10 +84,9 @@ def register_private_evaluation(app: ClientApp, evaluate_fn: EvaluateFunction, *
         ``app``, with the evaluation's pre-flight and SecAgg+ handlers added.
 
     Raises:
-        ValueError: If ``app`` is not a ClientApp or ``evaluate_fn`` is not callable.
+        ValueError: If ``app`` is not a ClientApp, ``evaluate_fn`` is not callable or ``policy`` is no policy source.
     """
-    if not isinstance(app, ClientApp):
-        raise ValueError(f"app must be a flwr ClientApp, got {type(app).__name__}")
+    check_registration(app, policy)
     if not callable(evaluate_fn):
         raise ValueError(f"evaluate_fn must be a function (context, arrays) -> (accuracy, majority_baseline), got "
                          f"{type(evaluate_fn).__name__}")
@@ -184,21 +182,17 @@ def _send_values(context: Context, request: EvaluationRequest, limits: NodePolic
             (``already_voted``), or its policy or budget no longer admits them.
     """  # noqa: DOC502
     stored = context.state.config_records[EVALUATION_STATE]
-    if "values" not in stored:
-        raise Refusal("malformed_request", "this node already sent its evaluation for the approved request")
-    guarantee = _guarantee(stored, request, limits)
     cfg = request.config
-    memory, digest, run = VoteMemory(cast(Path, limits.ledger)), request.digest(), int(context.run_id)
-    with memory.held():
-        if memory.recall(run, digest) is not None:
-            raise Refusal("already_voted", REFUSAL_CODES["already_voted"])
+
+    def noised() -> tuple[EvaluationGuarantee, np.ndarray]:
+        if "values" not in stored:
+            raise Refusal("malformed_request", "this node already sent its evaluation for the approved request")
+        guarantee = _guarantee(stored, request, limits)
         values = np.asarray(stored["values"], dtype=np.float64)
         share = client_noise_share(values.size, sigma=request.sigma, clients=cfg.clients, dropout=cfg.dropout,
                                    kind=cfg.noise)
         encoded = encode(values + share, cfg.noise, clipping_range)
         del stored["values"]  # one pre-flight, one sending
-        spent = Ledger(cast(Path, limits.ledger)).spend(guarantee, limits, digest)
-        memory.remember(run, digest, {})  # one evaluation per request and run, never resent
-    log(logging.INFO, "DP-Hype: private evaluation recorded in this node's ledger (lifetime epsilon %.4g of %.4g)",
-        spent, limits.lifetime_epsilon)
-    return encoded
+        return guarantee, encoded
+
+    return cast(np.ndarray, released_once(context, request.digest(), limits, noised, what="private evaluation"))

@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any, cast
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
 from flwr.common import log
 from flwr.common.config import parse_config_args
 
 from dphype.flower.federation import federation_set, simulated_federation, voter_name
 from dphype.flower.wire import RECORD_KEY, SCORES_STATE
-from dphype.node.evaluation_policy import EvaluationRequest
+from dphype.node.evaluation_policy import EvaluationGuarantee, EvaluationRequest
 from dphype.node.ledger import Ledger
 from dphype.node.policy import (
     POLICY_ENV,
@@ -52,6 +53,15 @@ POLICY_CODES = frozenset({"policy_epsilon", "policy_delta", "policy_clients", "l
 #: `dphype.node.policy.NodePolicy`, a function of the node's ``Context`` that returns one, or ``None``
 #: (`node_policy`).
 PolicySource = NodePolicy | Callable[[Context], NodePolicy] | None
+
+
+def check_registration(app: Any, policy: Any) -> None:
+    """Refuse (`ValueError`) an ``app`` that is not a flwr ``ClientApp`` or a ``policy`` that is no `PolicySource`."""
+    if not isinstance(app, ClientApp):
+        raise ValueError(f"app must be a flwr ClientApp, got {type(app).__name__}")
+    if policy is not None and not (isinstance(policy, NodePolicy) or callable(policy)):
+        raise ValueError(f"policy must be a NodePolicy, a function of the context or None (read from the node "
+                         f"config), got {type(policy).__name__}")
 
 
 def environment_policy() -> dict[str, Any]:
@@ -291,24 +301,61 @@ def cast_approved_ballot(context: Context, request: VoteRequest, limits: NodePol
         Refusal: If the node voted on the request's approval already, voted on the request in this run and cannot
             answer again (``already_voted``), or its policy or budget no longer admits it.
     """  # noqa: DOC502
-    memory, digest, run = VoteMemory(cast(Path, limits.ledger)), request.digest(), int(context.run_id)
-    with memory.held():
-        kept = memory.recall(run, digest)
-        if kept is not None:
-            context.state.array_records.pop(SCORES_STATE, None)
-            if reply is None or not kept:
-                raise Refusal("already_voted", REFUSAL_CODES["already_voted"])
-            log(logging.INFO, "DP-Hype: the %s on this request was cast in this run: the same answer again, no new "
-                "charge", what)
-            return kept
+    def cast() -> tuple[VoteGuarantee, Any]:
         if SCORES_STATE not in context.state.array_records:
             raise Refusal("malformed_request", "this node already voted on the approved request")
         guarantee = approved_guarantee(checked, request, limits)  # the pre-flight's, unless the policy changed
         scores = context.state.array_records[SCORES_STATE]["scores"].numpy()
         ballot = request.mode.ballot(request, scores, maximize=maximize, **options)
         del context.state.array_records[SCORES_STATE]  # the scores are gone before the vote is recorded
+        return guarantee, ballot
+
+    return released_once(context, request.digest(), limits, cast, what=what, reply=reply,
+                         forget=lambda: context.state.array_records.pop(SCORES_STATE, None))
+
+
+def released_once(context: Context, digest: str, limits: NodePolicy,
+                  release: Callable[[], tuple[VoteGuarantee | EvaluationGuarantee, Any]], *, what: str,
+                  reply: Callable[[Any], dict[str, Any]] | None = None,
+                  forget: Callable[[], object] = lambda: None) -> Any:
+    """What this node releases on request ``digest``, charged to its ledger and remembered, once per run.
+
+    Under the vote memory's lock (`dphype.node.vote_memory.VoteMemory`): a request this node released in this run is
+    answered with the remembered answer at no new charge (``reply`` given and an answer kept), else refused
+    (``already_voted``), ``forget`` dropping its private inputs either way; otherwise ``release()`` makes the values
+    (and drops their private inputs), the ledger charges its guarantee (`dphype.node.ledger.Ledger.spend` checks
+    the lifetime budget again) and the memory records the request, all before anything is sent.
+
+    Args:
+        context: The node's context (its run).
+        digest: The request's digest.
+        limits: The node's policy now (its ledger).
+        release: Returns the guarantee to charge and what to send; raises `Refusal` if it cannot.
+        what: The release's name in the node's log (``"vote"``, ``"committee vote"``, ``"private evaluation"``).
+        reply: Makes the answer from what ``release`` returned, remembered and given again to a repeated request;
+            ``None``: what ``release`` returned is the answer and is never given twice.
+        forget: Drops the request's private inputs when it is repeated.
+
+    Returns:
+        The answer.
+
+    Raises:
+        Refusal: ``already_voted`` for a repeated request without a kept answer, or what ``release`` or the ledger
+            raise.
+    """  # noqa: DOC502
+    memory, run = VoteMemory(cast(Path, limits.ledger)), int(context.run_id)
+    with memory.held():
+        kept = memory.recall(run, digest)
+        if kept is not None:
+            forget()
+            if reply is None or not kept:
+                raise Refusal("already_voted", REFUSAL_CODES["already_voted"])
+            log(logging.INFO, "DP-Hype: the %s on this request was cast in this run: the same answer again, no new "
+                "charge", what)
+            return kept
+        guarantee, released = release()
         spent = Ledger(cast(Path, limits.ledger)).spend(guarantee, limits, digest)
-        answer = ballot if reply is None else reply(ballot)
+        answer = released if reply is None else reply(released)
         memory.remember(run, digest, {} if reply is None else answer)
     log(logging.INFO, "DP-Hype: %s recorded in this node's ledger (lifetime epsilon %.4g of %.4g)", what, spent,
         limits.lifetime_epsilon)
