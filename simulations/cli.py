@@ -40,6 +40,8 @@ STUDIES: dict[str, tuple[str, str]] = {
                       "the ballot grid's tables from ksweep runs: gaps behind the best k, floor per cell"),
     "ksweep-loto": ("simulations.ksweep_loto",
                     "default ballots fitted on all tasks but one, measured on the one left out, against the goals"),
+    "ksweep-causes": ("simulations.ksweep_causes",
+                      "why the default ballot trails the best k where it does: FedAvg collapse or depth"),
     "signal": ("simulations.signal",
                "the clients' local signal: validation schemes' noiseless and released gaps to Opt"),
     "argmax-profile": ("simulations.argmax_profile",
