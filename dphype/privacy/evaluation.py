@@ -48,6 +48,8 @@ EVALUATION_SCALE = 1000
 DEFAULT_EVALUATION_SHARE = 0.5
 #: The ledger's name of an evaluation release (`dphype.node.ledger.LedgerEntry.release`).
 EVALUATION_RELEASE = "evaluation"
+#: Where a pick below the baseline is explained (`EvaluationResult.verdict`).
+COLLAPSE_GUIDE = "docs/ballots.md, \"Why the default trails where it does\""
 
 
 def evaluation_scale(noise: str) -> int:
@@ -205,7 +207,8 @@ class EvaluationResult:
                    f"{self.gap_std():.3f}")
         if -gap > 2 * self.gap_std():
             return (f"the selected candidate trained a model BELOW the majority-class baseline: {numbers}, beyond 2 "
-                    "noise std)")
+                    "noise std); federated training can fail with the candidates clients score best on their own rows, "
+                    f"and a deeper ballot dilutes them: {COLLAPSE_GUIDE}")
         return (f"the released accuracy is below the released majority-class baseline, but the noise may explain it: "
                 f"{numbers}, within 2 noise std; a larger evaluation share or more clients would tell)")
 

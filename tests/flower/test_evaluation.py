@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import dp_accounting
 import numpy as np
@@ -32,6 +33,7 @@ from dphype.flower.local import LocalGrid
 from dphype.node.ledger import Ledger
 from dphype.privacy.accounting import RDP_ORDERS, calibrate, privacy_report, rdp_epsilon, vote_rdp
 from dphype.privacy.evaluation import (
+    COLLAPSE_GUIDE,
     EVALUATION_SCALE,
     calibrate_evaluation,
     evaluation_epsilon,
@@ -104,7 +106,7 @@ def test_a_pick_below_the_majority_class_says_so_in_the_last_line(tmp_path):
     result = evaluation.start(grid, MODEL, result)
     last = result.summary().splitlines()[-1]
     assert last.startswith("warning: the selected candidate trained a model BELOW the majority-class baseline")
-    assert "beyond 2 noise std" in last
+    assert "beyond 2 noise std" in last and last.endswith(f"a deeper ballot dilutes them: {COLLAPSE_GUIDE}")
     noisy = release_evaluation([0.5 * EVALUATION_SCALE * N, 0.6 * EVALUATION_SCALE * N], N, sigma=5000.0,
                                clients=N, dropout=0.0, noise="skellam", delta=1e-5, accountant=None,
                                neighbouring="replace-one", share=0.5)
@@ -264,3 +266,9 @@ def test_the_gaussian_values_lie_on_the_secure_sums_grid_so_its_rounding_never_d
 def test_a_bad_registration_is_refused_as_the_votes_is(app, policy, message):
     with pytest.raises(ValueError, match=message):
         register_private_evaluation(app, lambda context, arrays: (1.0, 0.5), policy=policy)
+
+
+def test_the_verdict_points_to_a_section_the_guide_has():
+    page, section = COLLAPSE_GUIDE.split(", ", 1)
+    text = (Path(__file__).resolve().parents[2] / page).read_text(encoding="utf-8")
+    assert f"\n## {section.strip(chr(34))}\n" in text
