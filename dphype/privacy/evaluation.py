@@ -207,8 +207,8 @@ class EvaluationResult:
                    f"{self.gap_std():.3f}")
         if -gap > 2 * self.gap_std():
             return (f"the selected candidate trained a model BELOW the majority-class baseline: {numbers}, beyond 2 "
-                    "noise std); federated training can fail with the candidates clients score best on their own rows, "
-                    f"and a deeper ballot dilutes them: {COLLAPSE_GUIDE}")
+                    "noise std); federated training can fail with the candidates clients score best on their own rows: "
+                    f"{COLLAPSE_GUIDE}")
         return (f"the released accuracy is below the released majority-class baseline, but the noise may explain it: "
                 f"{numbers}, within 2 noise std; a larger evaluation share or more clients would tell)")
 

@@ -106,7 +106,7 @@ def test_a_pick_below_the_majority_class_says_so_in_the_last_line(tmp_path):
     result = evaluation.start(grid, MODEL, result)
     last = result.summary().splitlines()[-1]
     assert last.startswith("warning: the selected candidate trained a model BELOW the majority-class baseline")
-    assert "beyond 2 noise std" in last and last.endswith(f"a deeper ballot dilutes them: {COLLAPSE_GUIDE}")
+    assert "beyond 2 noise std" in last and last.endswith(f"score best on their own rows: {COLLAPSE_GUIDE}")
     noisy = release_evaluation([0.5 * EVALUATION_SCALE * N, 0.6 * EVALUATION_SCALE * N], N, sigma=5000.0,
                                clients=N, dropout=0.0, noise="skellam", delta=1e-5, accountant=None,
                                neighbouring="replace-one", share=0.5)
