@@ -46,7 +46,7 @@ _RELAY = "dphype.secure.relay"
 #: component -> functions wrapped to time it
 COMPONENTS: dict[str, list[tuple[str, str]]] = {
     "shamir share": [(_PROTOCOL, "create_shares_of")],
-    "shamir reconstruct": [(_PROTOCOL, "combine_shares")],
+    "shamir reconstruct": [(_PROTOCOL, "combine_shares_of")],
     "key agreement": [(_PROTOCOL, "_pair_key")],
     "encryption": [(_RELAY, "encrypt"), (_RELAY, "decrypt")],
     "mask expansion": [(_PROTOCOL, "_pair_masks"), (_PROTOCOL, "_self_mask")],

@@ -34,7 +34,7 @@ from dphype.secure.secure_sum import (
     TooFewSurvivorsError,
     clipping_range_for,
 )
-from dphype.secure.shamir import combine_shares, create_shares_of
+from dphype.secure.shamir import combine_shares_of, create_shares_of
 
 #: Version of the message formats and of every hashed or signed label.
 VERSION: int = 3
@@ -184,10 +184,6 @@ def component_size(graph: PublicGraph, survivors: Sequence[int], node: int) -> i
 def _pair_key(private: relay.KeyPair, peer_public: bytes, digest: bytes, a: int, b: int, purpose: bytes) -> bytes:
     low, high = sorted((a, b))
     return private.agree(peer_public, info=_LABEL + purpose + digest + _id(low) + _id(high))
-
-
-def _pair_mask(key: bytes, size: int, digest: bytes) -> np.ndarray:
-    return _pair_masks([key], size, digest)[0]
 
 
 def _pair_masks(keys: Sequence[bytes], size: int, digest: bytes) -> np.ndarray:
@@ -849,19 +845,21 @@ class ServerRound:
                     if isinstance(owner, int) and isinstance(value, bytes):
                         shares[kind].setdefault(owner, []).append(value)
         t, size, survivors = self.threshold, self.size, set(self.survivors)
-        total = np.zeros(size, dtype=np.int64)
         try:
-            for n in self.survivors:
-                seed = combine_shares(shares["b"].get(n, []), t)
-                total = (total + self.masked[n] - _self_mask(seed, size, self.digest, n)) % MODULUS_RANGE
-            for w in sorted(set(self.keys) - survivors):
-                live = [x for x in self.graph.neighbourhood(w) if x in survivors]
-                if not live:
-                    continue
-                s_w = relay.KeyPair.from_private(combine_shares(shares["s"].get(w, []), t))
-                for x in live:
-                    mask = _pair_mask(_pair_key(s_w, self.keys[x][1], self.digest, w, x, b"pair"), size, self.digest)
-                    total = (total - mask if x < w else total + mask) % MODULUS_RANGE  # undo x's +-mask
+            seeds = combine_shares_of([shares["b"].get(n, []) for n in self.survivors], t)
+            # entries below 2^32: int64 sums of fewer than 2^31 vectors are exact
+            total = (np.sum([self.masked[n] for n in self.survivors], axis=0)
+                     - np.sum([_self_mask(seed, size, self.digest, n) for seed, n in zip(seeds, self.survivors)],
+                              axis=0)) % MODULUS_RANGE
+            dropped = {w: live for w in sorted(set(self.keys) - survivors)
+                       if (live := [x for x in self.graph.neighbourhood(w) if x in survivors])}
+            secrets = combine_shares_of([shares["s"].get(w, []) for w in dropped], t)
+            for (w, live), secret in zip(dropped.items(), secrets, strict=True):
+                s_w = relay.KeyPair.from_private(secret)
+                masks = _pair_masks([_pair_key(s_w, self.keys[x][1], self.digest, w, x, b"pair") for x in live], size,
+                                    self.digest)
+                signs = np.array([-1 if x < w else 1 for x in live], dtype=np.int64)  # undo x's +-mask
+                total = (total + signs @ masks) % MODULUS_RANGE
         except (ValueError, relay.RelayError) as err:
             raise SecureSumError(f"the sum could not be unmasked ({err}); nothing was released") from None
         # every encoded entry was shifted by C into [0, 2C], and |U1| 2C < M: the residue is the exact sum

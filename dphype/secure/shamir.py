@@ -17,15 +17,20 @@ package shares over this field in this byte format) and checked both ways agains
 * **all chunks at once**: the chunks of a secret are packed into one Python integer, one 256-bit lane
   each, so a product by the share index or by a Lagrange coefficient is a handful of shifts and XORs
   on one integer (a lane has room for the 255-bit carry-less product and is reduced lane-wise);
-* **exactly ``t`` shares** are interpolated, and the Lagrange coefficients at 0 (which depend only on
-  the share indices) are computed once per index set with one field inversion each.
+* **exactly ``t`` shares** are interpolated, those of the smallest indices, and the Lagrange coefficients at 0
+  (which depend only on the share indices) are computed once per index set with one field inversion each;
+* **many secrets at once** (`combine_shares_of`): the secrets whose chosen shares have the same indices and
+  length (at the SecAgg+ server, every survivor's seed when its share holders all answered) are packed into
+  one integer per share index, so each Lagrange coefficient multiplies all of them in one product.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Sequence
 
+import numpy as np
 from Crypto.Util.Padding import pad, unpad
 
 _BITS = 128
@@ -101,14 +106,18 @@ def gf_inverse(a: int) -> int:
     return g1
 
 
-def _pack(chunks: list[bytes]) -> int:
-    """Chunks (16 bytes each) as lanes of one integer, chunk 0 in the lowest lane."""
-    return sum(int.from_bytes(chunk, "big") << (_LANE * i) for i, chunk in enumerate(chunks))
+def _pack(data: bytes) -> int:
+    """The 16-byte chunks of ``data`` as lanes of one integer, chunk 0 in the lowest lane."""
+    chunks = np.frombuffer(data, dtype=np.uint8).reshape(-1, _CHUNK)
+    lanes = np.zeros((len(chunks), _LANE // 8), dtype=np.uint8)
+    lanes[:, _CHUNK:] = chunks  # big-endian: each lane's high 16 bytes are zero
+    return int.from_bytes(lanes[::-1].tobytes(), "big")
 
 
 def _unpack(packed: int, lanes: int) -> bytes:
     """Inverse of `_pack` for reduced lanes."""
-    return b"".join(((packed >> (_LANE * i)) & _MASK).to_bytes(_CHUNK, "big") for i in range(lanes))
+    data = np.frombuffer(packed.to_bytes(lanes * _LANE // 8, "big"), dtype=np.uint8).reshape(lanes, _LANE // 8)
+    return data[::-1, _CHUNK:].tobytes()
 
 
 def create_shares(secret: bytes, threshold: int, num: int) -> list[bytes]:
@@ -139,11 +148,11 @@ def create_shares_of(secrets: list[bytes], threshold: int, num: int) -> list[lis
         raise ValueError(f"threshold and num must satisfy 1 <= threshold <= num < 65536, got {threshold}, {num}")
     padded = [pad(secret, _CHUNK) for secret in secrets]
     sizes = [len(p) // _CHUNK for p in padded]
-    chunks = [p[i : i + _CHUNK] for p in padded for i in range(0, len(p), _CHUNK)]
-    lanes = len(chunks)
+    data = b"".join(padded)
+    lanes = len(data) // _CHUNK
     low = _lane_mask(lanes)
-    coefficients = [_pack([os.urandom(_CHUNK) for _ in range(lanes)]) for _ in range(threshold - 1)]
-    coefficients.append(_pack(chunks))
+    coefficients = [_pack(os.urandom(len(data))) for _ in range(threshold - 1)]
+    coefficients.append(_pack(data))
     steps_between_reductions = (_LANE - _BITS) // num.bit_length() - 1
     shares: list[list[bytes]] = [[] for _ in secrets]
     for index in range(1, num + 1):
@@ -193,7 +202,7 @@ def lagrange_at_zero(indices: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def combine_shares(shares: list[bytes], threshold: int) -> bytes:
-    """Reconstruct a secret from the first ``threshold`` of ``shares`` (Flower's byte format).
+    """Reconstruct a secret from ``threshold`` of ``shares`` (Flower's byte format): `combine_shares_of` of one.
 
     Args:
         shares: At least ``threshold`` shares of one secret (as `create_shares` makes them).
@@ -203,22 +212,56 @@ def combine_shares(shares: list[bytes], threshold: int) -> bytes:
         The secret.
 
     Raises:
-        ValueError: Fewer than ``threshold`` shares, shares of different lengths, repeated indices or a result
-            that is not a padded secret (wrong shares).
+        ValueError: As `combine_shares_of`.
+    """  # noqa: DOC502
+    return combine_shares_of([shares], threshold)[0]
+
+
+def combine_shares_of(secrets: Sequence[Sequence[bytes]], threshold: int) -> list[bytes]:
+    """Reconstruct several secrets, each from the ``threshold`` of its shares with the smallest indices.
+
+    Any ``threshold`` shares of a secret interpolate to it; taking the smallest indices makes secrets whose holders
+    all answered share one index set, hence one set of Lagrange coefficients (`lagrange_at_zero`). The secrets with
+    the same chosen indices and share length are combined together: share ``j`` of each is one lane group of a
+    packed integer, multiplied once by ``l_j``.
+
+    Args:
+        secrets: For each secret, at least ``threshold`` of its shares (as `create_shares` makes them), in any order.
+        threshold: The number of shares that reconstruct a secret.
+
+    Returns:
+        The secrets, in the order of ``secrets``.
+
+    Raises:
+        ValueError: Fewer than ``threshold`` shares of a secret, shares of one secret of different lengths, repeated
+            indices among the chosen ones, or a result that is not a padded secret (wrong shares).
     """
-    if threshold < 1 or len(shares) < threshold:
-        raise ValueError(f"need at least threshold={threshold} shares, got {len(shares)}")
-    used = shares[:threshold]
-    size = len(used[0])
-    if (size - _INDEX_BYTES) % _CHUNK or size <= _INDEX_BYTES or any(len(s) != size for s in used):
-        raise ValueError("shares must all be 4 + 16 m bytes long")
-    lanes = (size - _INDEX_BYTES) // _CHUNK
-    indices = tuple(int.from_bytes(s[:_INDEX_BYTES], "little") for s in used)
-    total = 0
-    for coefficient, share in zip(lagrange_at_zero(indices), used, strict=True):
-        body = share[_INDEX_BYTES:]
-        total ^= _times(_pack([body[i : i + _CHUNK] for i in range(0, len(body), _CHUNK)]), coefficient)
-    try:
-        return unpad(_unpack(_reduce(total, _lane_mask(lanes)), lanes), _CHUNK)
-    except ValueError:
-        raise ValueError("failed to combine shares (they do not belong to one secret)") from None
+    groups: dict[tuple[tuple[int, ...], int], list[int]] = {}
+    chosen: list[list[bytes]] = []
+    for position, shares in enumerate(secrets):
+        if threshold < 1 or len(shares) < threshold:
+            raise ValueError(f"need at least threshold={threshold} shares, got {len(shares)}")
+        used = sorted(shares, key=_index)[:threshold]
+        size = len(used[0])
+        if (size - _INDEX_BYTES) % _CHUNK or size <= _INDEX_BYTES or any(len(s) != size for s in used):
+            raise ValueError("shares must all be 4 + 16 m bytes long")
+        chosen.append(used)
+        groups.setdefault((tuple(_index(s) for s in used), size), []).append(position)
+    out: list[bytes] = [b""] * len(secrets)
+    for (indices, size), members in groups.items():
+        lanes = (size - _INDEX_BYTES) // _CHUNK
+        total = 0
+        for j, coefficient in enumerate(lagrange_at_zero(indices)):
+            total ^= _times(_pack(b"".join(chosen[m][j][_INDEX_BYTES:] for m in members)), coefficient)
+        body = _unpack(_reduce(total, _lane_mask(lanes * len(members))), lanes * len(members))
+        for i, m in enumerate(members):
+            try:
+                out[m] = unpad(body[i * lanes * _CHUNK : (i + 1) * lanes * _CHUNK], _CHUNK)
+            except ValueError:
+                raise ValueError("failed to combine shares (they do not belong to one secret)") from None
+    return out
+
+
+def _index(share: bytes) -> int:
+    """A share's index ``j`` (its first 4 bytes, little-endian)."""
+    return int.from_bytes(share[:_INDEX_BYTES], "little")

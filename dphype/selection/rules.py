@@ -620,7 +620,11 @@ def posterior_samples(
         u1 = spectra.u1[grid_index]
         c1 = post_var * u1
         coef -= ((coef * u1).sum(axis=1) / np.maximum((c1 * u1).sum(axis=1), 1e-300))[:, None] * c1
-    return prior_mean + np.einsum("nq,npq->np", coef, spectra.eigvec[grid_index])
+    draws = np.empty_like(coef)
+    for g in np.unique(grid_index):  # each grid point's eigenbasis once, not gathered per draw ((N, p, p) floats)
+        rows = grid_index == g
+        draws[rows] = np.einsum("nq,pq->np", coef[rows], spectra.eigvec[g])
+    return prior_mean + draws
 
 
 # ------------------------------------------------------------------------------------------------ the rules

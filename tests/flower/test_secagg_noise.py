@@ -54,7 +54,7 @@ def unmask_each(grid: SnapshotGrid, size: int) -> dict[int, np.ndarray]:
         own = relay.KeyPair.from_private(state.s_private)
         s_of = state.peer_keys(state.s_keys)
         for v in state.graph().neighbourhood(node):
-            mask = sa._pair_mask(sa._pair_key(own, s_of[v], state.digest, node, v, b"pair"), size, state.digest)
+            mask = sa._pair_masks([sa._pair_key(own, s_of[v], state.digest, node, v, b"pair")], size, state.digest)[0]
             value = value - mask if node < v else value + mask
         value %= MODULUS_RANGE
         out[node] = value - clipping_range_for(len(state.nodes))

@@ -43,6 +43,26 @@ def test_several_secrets_in_one_pass():
     assert [s[:4] for s in seed_shares] == [s[:4] for s in key_shares]  # same indices 1..7
 
 
+def test_many_secrets_combined_at_once_match_flowers():
+    """Secrets with the same chosen indices are combined in one pass; each must equal Flower's reconstruction."""
+    rng = random.Random(7)
+    threshold, num = 5, 9
+    secrets = [os.urandom(size) for size in (32, 32, 32, 306, 0, 32)]
+    shares = [shamir.create_shares(secret, threshold, num) for secret in secrets]
+    held = [rng.sample(s, num) for s in shares[:4]]  # all holders answered: indices 1..5 for each, any order
+    held += [rng.sample(s, threshold + 1) for s in shares[4:]]  # a few holders: other index sets
+    combined = shamir.combine_shares_of(held, threshold)
+    assert combined == secrets
+    assert combined == [flower.combine_shares(h) for h in held]  # Flower's interpolates every share it is given
+    assert shamir.combine_shares_of([], threshold) == []
+
+
+def test_the_shares_of_smallest_indices_are_used():
+    shares = shamir.create_shares(b"secret", 3, 5)
+    wrong = shares[4][:4] + bytes(a ^ 1 for a in shares[4][4:])  # index 5, another value
+    assert shamir.combine_shares([wrong, shares[2], shares[0], shares[1]], 3) == b"secret"
+
+
 def test_too_few_or_wrong_shares_are_refused():
     shares = shamir.create_shares(b"secret", 3, 5)
     with pytest.raises(ValueError, match="at least threshold=3"):
@@ -51,6 +71,9 @@ def test_too_few_or_wrong_shares_are_refused():
         shamir.combine_shares([shares[0], shares[0], shares[1]], 3)
     with pytest.raises(ValueError, match="4 \\+ 16 m bytes"):
         shamir.combine_shares([shares[0], shares[1], shares[2][:-1]], 3)
+    good = shamir.create_shares(b"another", 3, 5)
+    with pytest.raises(ValueError, match="at least threshold=3"):  # one secret short refuses them all
+        shamir.combine_shares_of([good, shares[:2]], 3)
     with pytest.raises(ValueError, match="1 <= threshold <= num"):
         shamir.create_shares(b"secret", 6, 5)
     # t - 1 shares of a degree t - 1 polynomial interpolate to something else, almost surely not a padded secret
