@@ -22,6 +22,12 @@ here lets the data choose how deep the vote reaches, in one of the three ways su
   or many near-ties, votes deep; one with a clear best votes shallow. Each entry stays 0 or 1, which is all the
   winner release's noise hides (`dphype.privacy.winner`: only the per-entry range enters its proof), so the depth
   and the key, functions of the client's own data, cost nothing (the form's total bounds become ``[1, p / 2]``);
+* ``skew``: a first release composed in the ledger: each client's label shares ``q_i`` (``C`` classes) and
+  ``|q_i|^2``, summed with Laplace noise of scale ``3 / epsilon_1`` per coordinate (one client moves the sum by at
+  most 2 + 1 in l1 under replace-one, ``1 + 1`` under add-remove, so it is ``epsilon_1``-DP with ``epsilon_1 = f
+  epsilon``), estimate how far the clients' label mixes are from their mean, ``V = mean |q_i|^2 - |mean q_i|^2``
+  (`label_spread`; the noise's bias on the second term removed); a federation with ``V > T`` votes top-``D``, any
+  other the auto ballot's ``k``, in the argmax release with ``epsilon - epsilon_1``;
 * ``threshold``: a first round composed in the ledger: AboveThreshold (Dwork and Roth 2014, Algorithm 1; Laplace
   noise ``2 / epsilon_1`` on the threshold ``T n``, ``4 / epsilon_1`` per query) with ``epsilon_1 = f epsilon`` over
   the top count at ``k = 1, 2, ...`` of `JOINT_DEPTHS` stops at the first depth whose top count passes ``T n``
@@ -54,6 +60,8 @@ PARAMETERS: dict[str, tuple[tuple[str, ...], tuple[tuple[float, ...], ...]]] = {
     "joint": (("beta",), tuple((b,) for b in (0.5, 1.0, 2.0, 4.0, 6.0, 8.0, 12.0))),
     "shallow": (("a",), tuple((a,) for a in (0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0))),
     "threshold": (("f", "T"), tuple((f, t) for f in (0.05, 0.1, 0.2, 0.3) for t in (0.5, 0.7, 0.9, 1.0))),
+    "skew": (("f", "T", "D"), tuple((f, t, d) for f in (0.1, 0.2, 0.35, 0.5) for t in (0.03, 0.06, 0.1)
+                                     for d in (5.0, 8.0, 12.0, 16.0))),
     "uncertain": (("z", "V", "floor"), tuple((z, v, floor) for z in (0.0, 0.5, 1.0, 2.0)
                                              for v in (0.0, 10.0, 25.0, 1e9) for floor in (0, 1))),
 }
@@ -62,6 +70,7 @@ FORMS = {"score": "score:M:bits ballot (each client's depth from its own margin)
          "joint": "noisy max over (k, c) of count_k(c) - beta n k / p, k <= 20",
          "shallow": "noisy max over (k, c), k = 2 or auto's k, of count_k(c) + a [k = 2]",
          "threshold": "AboveThreshold (f epsilon) on top count >= T n, then argmax ((1 - f) epsilon)",
+         "skew": "label spread V released with f epsilon (Laplace); V > T: top-D, else auto's k; argmax with the rest",
          "uncertain": "top-d_i, d_i = the client's candidates within z binomial SE of its best accuracy (at least "
                       "auto's k if floor = 1), ranked by accuracy on fewer than V validation rows, else by loss"}
 
@@ -70,12 +79,14 @@ FORMS = {"score": "score:M:bits ballot (each client's depth from its own margin)
 class Federation:
     """One federation's arrays: each client's score keys ``(n, p, j)`` as its validation ranks them, every candidate's
     test accuracy ``(p,)``, and each client's keys ``(accuracy, -loss)`` ``(n, p, 2)`` with its validation rows
-    ``(n,)`` (the ``uncertain`` family; ``None`` where not known)."""
+    ``(n,)`` (the ``uncertain`` family) and each client's label shares ``(n, C)`` (the ``skew`` family); ``None``
+    where not known."""
 
     scores: np.ndarray
     accuracy: np.ndarray
     local: np.ndarray | None = None
     validation_rows: np.ndarray | None = None
+    labels: np.ndarray | None = None
 
 
 def _outcome(probabilities: np.ndarray, accuracy: np.ndarray) -> tuple[float, float]:
@@ -211,6 +222,55 @@ def threshold_family(fed: Federation, epsilon: float, relation: str, rows: Seque
     return out
 
 
+def label_spread(shares: np.ndarray) -> float:
+    """``V = mean_i |q_i|^2 - |mean_i q_i|^2 = mean_i |q_i - mean q|^2`` of the clients' label shares ``(n, C)``: 0
+    where every client holds the same mix, up to ``1 - 1 / C`` where each holds one class."""
+    return float((shares**2).sum(axis=1).mean() - (shares.mean(axis=0) ** 2).sum())
+
+
+#: The l1 distance one client moves the skew release's sum ``(sum q_i, sum |q_i|^2)``, per relation.
+SKEW_SENSITIVITY = {"replace-one": 3.0, "add-remove": 2.0}
+
+
+def noisy_spreads(shares: np.ndarray, epsilon: float, relation: str, rng: np.random.Generator,
+                  draws: int) -> np.ndarray:
+    """``draws`` releases of `label_spread` at ``epsilon`` (Laplace of scale `SKEW_SENSITIVITY` ``/ epsilon`` on
+    each of the ``C + 1`` sums, the noise's expected ``|.|^2`` on the mean's square subtracted): ``(draws,)``."""
+    n, c = shares.shape
+    scale = SKEW_SENSITIVITY[relation] / epsilon
+    total = shares.sum(axis=0)[None, :] + rng.laplace(0.0, scale, (draws, c))
+    squares = (shares**2).sum() + rng.laplace(0.0, scale, draws)
+    return squares / n - ((total / n) ** 2).sum(axis=1) + c * 2.0 * scale**2 / n**2
+
+
+def skew_family(fed: Federation, epsilon: float, relation: str, rows: Sequence[tuple[float, float, float]],
+                repetitions: int, rng: np.random.Generator) -> list[tuple[float, float]]:
+    """The ``skew`` family per row ``(f, T, D)``: the depth from ``repetitions`` noisy spreads (shared by the rows
+    of one ``f``), then each depth's argmax release at ``(1 - f) epsilon`` exactly."""
+    assert fed.labels is not None
+    n, p = fed.scores.shape[:2]
+    spreads: dict[float, np.ndarray] = {}
+    exact: dict[tuple[int, float], tuple[float, float]] = {}
+    out = []
+    for fraction, level, deep in rows:
+        if fraction not in spreads:
+            spreads[fraction] = noisy_spreads(fed.labels, fraction * epsilon, relation, rng, repetitions)
+        rest = (1.0 - fraction) * epsilon
+        depths = (auto_depth(p, noise_std(rest, relation), n), int(deep))
+        weights = (float(np.mean(spreads[fraction] <= level)), float(np.mean(spreads[fraction] > level)))
+        gap = within = 0.0
+        for depth, weight in zip(depths, weights, strict=True):
+            if weight == 0.0:
+                continue
+            if (depth, rest) not in exact:
+                exact[depth, rest] = _outcome(winner_probabilities(depth_counts(fed.scores, [depth])[0], rest,
+                                                                   relation), fed.accuracy)
+            gap += weight * exact[depth, rest][0]
+            within += weight * exact[depth, rest][1]
+        out.append((gap, within))
+    return out
+
+
 def measure(family: str, fed: Federation, epsilon: float, relation: str, repetitions: int,
             rng: np.random.Generator) -> np.ndarray:
     """``(rows, 2)``: gap to Opt (points) and share within 2 points for each row of ``PARAMETERS[family]``.
@@ -220,7 +280,7 @@ def measure(family: str, fed: Federation, epsilon: float, relation: str, repetit
         fed: The federation's arrays.
         epsilon: The release's whole epsilon.
         relation: ``"replace-one"`` or ``"add-remove"``.
-        repetitions: Draws of the depth (``joint``, ``threshold``).
+        repetitions: Draws of the depth (``joint``, ``skew``, ``threshold``).
         rng: The generator of those draws.
 
     Returns:
@@ -240,6 +300,8 @@ def measure(family: str, fed: Federation, epsilon: float, relation: str, repetit
         return np.array(shallow_family(fed, epsilon, relation, [a for (a,) in rows], repetitions, rng))
     if family == "uncertain":
         return np.array(uncertain_family(fed, epsilon, relation, [(z, k, f) for z, k, f in rows]))
+    if family == "skew":
+        return np.array(skew_family(fed, epsilon, relation, [(f, t, d) for f, t, d in rows], repetitions, rng))
     return np.array(threshold_family(fed, epsilon, relation, [(f, t) for f, t in rows], repetitions, rng))
 
 
@@ -262,7 +324,9 @@ def load_federation(dataset: str, clients: int, partition: str, *, cache: harnes
     local = harness.cached_scores(fed, candidates, harness.Scale(epochs, 5, epochs, validation=SINGLE_SPLIT), cache)
     shards = partition_cached(dataset, fed.clients, seed, fed.partition, fed.beta, data_dir)
     rows = np.array([len(split_indices(len(shard), VALIDATION_FRACTION, seed)[1]) for shard in shards])
-    return Federation(harness.cached_scores(fed, candidates, scale, cache), accuracy, local, rows)
+    labels = np.asarray(load_cached(dataset, data_dir)[0].y).astype(np.int64)
+    shares = np.stack([np.bincount(labels[shard], minlength=int(labels.max()) + 1) / len(shard) for shard in shards])
+    return Federation(harness.cached_scores(fed, candidates, scale, cache), accuracy, local, rows, shares)
 
 
 def measure_points(families: Sequence[str], points: Sequence[tuple[str, int, str, float, str]], *,

@@ -301,7 +301,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dirs", nargs="+", default=[], metavar="DATASET=DIR",
                         help="the runs' --data-dir of each data set read from a folder (the data-aware families only)")
     parser.add_argument("--repetitions", type=int, default=2000,
-                        help="draws per point where the data choose the depth (joint, threshold; default 2000)")
+                        help="draws per point where the data choose the depth (joint, skew, threshold; default 2000)")
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:

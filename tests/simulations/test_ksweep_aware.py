@@ -72,7 +72,7 @@ def test_the_score_family_is_the_score_ballot_released_exactly() -> None:
     counts = np.stack([score_votes(s, m, max_entry=g) for s in fed.scores]).sum(axis=0)
     probs = winner_probabilities(counts, 1.0, "add-remove", g)
     assert table[3, 0] == pytest.approx(float(probs @ (100 * (fed.accuracy.max() - fed.accuracy))))
-    with pytest.raises(ValueError, match="family must be one of score, joint, shallow, threshold, uncertain"):
+    with pytest.raises(ValueError, match="family must be one of score, joint, shallow, threshold, skew, uncertain"):
         ksweep_aware.measure("magic", fed, 1.0, "replace-one", 10, np.random.default_rng(0))
 
 
@@ -179,3 +179,48 @@ def test_the_uncertain_ballots_move_each_count_by_at_most_one_client() -> None:
             moved = ksweep_aware.uncertain_counts(ksweep_aware.Federation(changed, fed.accuracy, changed, rows),
                                                   1.0, below, floor)
             assert np.abs(moved - counts).max() <= 1
+
+
+def test_one_client_moves_the_skew_release_sum_by_at_most_its_sensitivity() -> None:
+    """The skew family's privacy premise: ``(sum q_i, sum |q_i|^2)`` moves by at most 3 in l1 when one client's label
+    shares change (replace-one), 2 when one client joins (add-remove)."""
+    rng = np.random.default_rng(8)
+    for classes in (2, 3, 10):
+        shares = rng.dirichlet(np.full(classes, 0.3), 12)
+
+        def released(q: np.ndarray) -> np.ndarray:
+            return np.append(q.sum(axis=0), (q**2).sum())
+
+        for _ in range(50):
+            other = shares.copy()
+            other[0] = np.eye(classes)[rng.integers(classes)] if rng.random() < 0.5 else rng.dirichlet(np.ones(classes))
+            assert np.abs(released(other) - released(shares)).sum() <= ksweep_aware.SKEW_SENSITIVITY["replace-one"]
+            assert np.abs(released(shares) - released(shares[1:])).sum() <= ksweep_aware.SKEW_SENSITIVITY["add-remove"]
+
+
+def test_the_label_spread_is_zero_for_equal_mixes_and_unbiased_under_noise() -> None:
+    same = np.tile([0.2, 0.3, 0.5], (20, 1))
+    assert ksweep_aware.label_spread(same) == pytest.approx(0.0, abs=1e-12)
+    apart = np.eye(2)[np.arange(20) % 2]  # half the clients hold only class 0, half only class 1
+    assert ksweep_aware.label_spread(apart) == pytest.approx(0.5)
+    # the noise's bias removed: the releases' mean is the spread, within 4 standard errors of 20,000 draws
+    draws = ksweep_aware.noisy_spreads(apart, 5.0, "replace-one", np.random.default_rng(9), 20_000)
+    assert abs(draws.mean() - 0.5) < 4 * draws.std() / np.sqrt(draws.size)
+
+
+def test_the_skew_family_votes_deep_where_the_labels_are_skewed() -> None:
+    """Noiseless first release (a huge epsilon): a skewed federation is released at depth D, an even one at the
+    auto ballot's k, each exactly at what is left of epsilon."""
+    from dphype.privacy.winner import noise_std
+    from dphype.selection.voting import auto_depth
+
+    rng = np.random.default_rng(10)
+    even = ksweep_aware.Federation(rng.random((20, 30, 2)), rng.uniform(0.6, 0.9, 30),
+                                   labels=np.full((20, 2), 0.5))
+    skewed = ksweep_aware.Federation(even.scores, even.accuracy, labels=np.eye(2)[np.arange(20) % 2])
+    gap = 100 * (even.accuracy.max() - even.accuracy)
+    for fed, depth in ((even, auto_depth(30, noise_std(1.0, "replace-one"), 20)), (skewed, 12)):
+        [(got, within)] = ksweep_aware.skew_family(fed, 2000.0, "replace-one", [(0.9995, 0.1, 12.0)], 200,
+                                                   np.random.default_rng(11))
+        probs = winner_probabilities(ksweep_aware.depth_counts(fed.scores, [depth])[0], 1.0, "replace-one")
+        assert got == pytest.approx(float(probs @ gap)) and within == pytest.approx(float(probs[gap <= 2].sum()))
