@@ -28,6 +28,9 @@ here lets the data choose how deep the vote reaches, in one of the three ways su
   epsilon``), estimate how far the clients' label mixes are from their mean, ``V = mean |q_i|^2 - |mean q_i|^2``
   (`label_spread`; the noise's bias on the second term removed); a federation with ``V > T`` votes top-``D``, any
   other the auto ballot's ``k``, in the argmax release with ``epsilon - epsilon_1``;
+* ``small``: ``uncertain`` (with the auto ballot's ``k`` as each client's least depth) in a federation of at most
+  ``N`` clients, the auto ballot in any larger one: one public fact, ``n``, chooses between them, so it costs what
+  each costs, nothing;
 * ``threshold``: a first round composed in the ledger: AboveThreshold (Dwork and Roth 2014, Algorithm 1; Laplace
   noise ``2 / epsilon_1`` on the threshold ``T n``, ``4 / epsilon_1`` per query) with ``epsilon_1 = f epsilon`` over
   the top count at ``k = 1, 2, ...`` of `JOINT_DEPTHS` stops at the first depth whose top count passes ``T n``
@@ -64,6 +67,8 @@ PARAMETERS: dict[str, tuple[tuple[str, ...], tuple[tuple[float, ...], ...]]] = {
                                      for d in (5.0, 8.0, 12.0, 16.0))),
     "uncertain": (("z", "V", "floor"), tuple((z, v, floor) for z in (0.0, 0.5, 1.0, 2.0)
                                              for v in (0.0, 10.0, 25.0, 1e9) for floor in (0, 1))),
+    "small": (("z", "V", "N"), tuple((z, v, n) for z in (0.0, 0.5, 1.0, 2.0) for v in (0.0, 10.0, 25.0, 1e9)
+                                     for n in (10.0, 20.0))),
 }
 #: The forms the report shows.
 FORMS = {"score": "score:M:bits ballot (each client's depth from its own margin)",
@@ -71,6 +76,7 @@ FORMS = {"score": "score:M:bits ballot (each client's depth from its own margin)
          "shallow": "noisy max over (k, c), k = 2 or auto's k, of count_k(c) + a [k = 2]",
          "threshold": "AboveThreshold (f epsilon) on top count >= T n, then argmax ((1 - f) epsilon)",
          "skew": "label spread V released with f epsilon (Laplace); V > T: top-D, else auto's k; argmax with the rest",
+         "small": "the uncertain ballot (floor 1) where n <= N, else the auto ballot (the shipped constant)",
          "uncertain": "top-d_i, d_i = the client's candidates within z binomial SE of its best accuracy (at least "
                       "auto's k if floor = 1), ranked by accuracy on fewer than V validation rows, else by loss"}
 
@@ -222,6 +228,16 @@ def threshold_family(fed: Federation, epsilon: float, relation: str, rows: Seque
     return out
 
 
+def small_family(fed: Federation, epsilon: float, relation: str, rows: Sequence[tuple[float, float, float]]
+                 ) -> list[tuple[float, float]]:
+    """The ``small`` family per row ``(z, V, N)``, exactly: `uncertain_family` (floor 1) where ``n <= N``, else the
+    auto ballot's argmax release."""
+    n, p = fed.scores.shape[:2]
+    auto = _outcome(winner_probabilities(depth_counts(fed.scores, [auto_depth(p, noise_std(epsilon, relation), n)])[0],
+                                         epsilon, relation), fed.accuracy)
+    return [uncertain_family(fed, epsilon, relation, [(z, v, 1)])[0] if n <= most else auto for z, v, most in rows]
+
+
 def label_spread(shares: np.ndarray) -> float:
     """``V = mean_i |q_i|^2 - |mean_i q_i|^2 = mean_i |q_i - mean q|^2`` of the clients' label shares ``(n, C)``: 0
     where every client holds the same mix, up to ``1 - 1 / C`` where each holds one class."""
@@ -300,6 +316,8 @@ def measure(family: str, fed: Federation, epsilon: float, relation: str, repetit
         return np.array(shallow_family(fed, epsilon, relation, [a for (a,) in rows], repetitions, rng))
     if family == "uncertain":
         return np.array(uncertain_family(fed, epsilon, relation, [(z, k, f) for z, k, f in rows]))
+    if family == "small":
+        return np.array(small_family(fed, epsilon, relation, [(z, v, m) for z, v, m in rows]))
     if family == "skew":
         return np.array(skew_family(fed, epsilon, relation, [(f, t, d) for f, t, d in rows], repetitions, rng))
     return np.array(threshold_family(fed, epsilon, relation, [(f, t) for f, t in rows], repetitions, rng))

@@ -72,7 +72,7 @@ def test_the_score_family_is_the_score_ballot_released_exactly() -> None:
     counts = np.stack([score_votes(s, m, max_entry=g) for s in fed.scores]).sum(axis=0)
     probs = winner_probabilities(counts, 1.0, "add-remove", g)
     assert table[3, 0] == pytest.approx(float(probs @ (100 * (fed.accuracy.max() - fed.accuracy))))
-    with pytest.raises(ValueError, match="family must be one of score, joint, shallow, threshold, skew, uncertain"):
+    with pytest.raises(ValueError, match=f"family must be one of {', '.join(ksweep_aware.PARAMETERS)}, got 'magic'"):
         ksweep_aware.measure("magic", fed, 1.0, "replace-one", 10, np.random.default_rng(0))
 
 
@@ -224,3 +224,18 @@ def test_the_skew_family_votes_deep_where_the_labels_are_skewed() -> None:
                                                    np.random.default_rng(11))
         probs = winner_probabilities(ksweep_aware.depth_counts(fed.scores, [depth])[0], 1.0, "replace-one")
         assert got == pytest.approx(float(probs @ gap)) and within == pytest.approx(float(probs[gap <= 2].sum()))
+
+
+def test_the_small_family_is_the_uncertain_ballot_up_to_n_and_the_auto_ballot_above() -> None:
+    from dphype.privacy.winner import noise_std
+    from dphype.selection.voting import auto_depth
+
+    rng = np.random.default_rng(12)
+    local = np.stack([rng.integers(0, 6, (12, 30)) / 5, -rng.random((12, 30))], axis=-1)
+    fed = ksweep_aware.Federation(local, rng.uniform(0.6, 0.9, 30), local, rng.integers(2, 40, 12))
+    below, above = ksweep_aware.small_family(fed, 1.0, "replace-one", [(1.0, 25.0, 20.0), (1.0, 25.0, 10.0)])
+    assert below == ksweep_aware.uncertain_family(fed, 1.0, "replace-one", [(1.0, 25.0, 1)])[0]
+    probs = winner_probabilities(ksweep_aware.depth_counts(
+        fed.scores, [auto_depth(30, noise_std(1.0, "replace-one"), 12)])[0], 1.0, "replace-one")
+    gap = 100 * (fed.accuracy.max() - fed.accuracy)
+    assert above == pytest.approx((float(probs @ gap), float(probs[gap <= 2 + 1e-9].sum())))
