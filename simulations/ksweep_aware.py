@@ -95,7 +95,7 @@ class Federation:
     labels: np.ndarray | None = None
 
 
-def _outcome(probabilities: np.ndarray, accuracy: np.ndarray) -> tuple[float, float]:
+def outcome(probabilities: np.ndarray, accuracy: np.ndarray) -> tuple[float, float]:
     """``(gap to Opt in points, share within 2 points)`` of a distribution over the candidates."""
     gap = 100.0 * (accuracy.max() - accuracy)
     return float(probabilities @ gap), float(probabilities[gap <= 2.0 + 1e-9].sum())
@@ -110,6 +110,12 @@ def depth_counts(scores: np.ndarray, depths: Sequence[int]) -> np.ndarray:
     return (position[None, :, :] < np.asarray(depths)[:, None, None]).sum(axis=1)
 
 
+def depth_release(scores: np.ndarray, depth: int, epsilon: float, relation: str) -> np.ndarray:
+    """``(p,)``: exactly how often the argmax release of the top-``depth`` ballots on ``scores`` releases each
+    candidate (`dphype.privacy.winner.winner_probabilities`)."""
+    return winner_probabilities(depth_counts(scores, [depth])[0], epsilon, relation)
+
+
 def _pair_release(fed: Federation, depths: Sequence[int], shifts: np.ndarray, epsilon: float, relation: str,
                   repetitions: int, rng: np.random.Generator) -> list[tuple[float, float]]:
     """Report-noisy-max over (depth, candidate) of ``count_k(c) + shift_k`` for each row of public ``shifts``
@@ -121,7 +127,7 @@ def _pair_release(fed: Federation, depths: Sequence[int], shifts: np.ndarray, ep
     out = []
     for shift in shifts:
         picks = (noisy + shift[None, :, None]).reshape(repetitions, -1).argmax(axis=1) % p
-        out.append(_outcome(np.bincount(picks, minlength=p) / repetitions, fed.accuracy))
+        out.append(outcome(np.bincount(picks, minlength=p) / repetitions, fed.accuracy))
     return out
 
 
@@ -170,7 +176,7 @@ def uncertain_family(fed: Federation, epsilon: float, relation: str, rows: Seque
     ballot's ``k`` at this point)."""
     n, p = fed.scores.shape[:2]
     auto = auto_depth(p, noise_std(epsilon, relation), n)
-    return [_outcome(winner_probabilities(uncertain_counts(fed, z, v, auto if floor else 1), epsilon,
+    return [outcome(winner_probabilities(uncertain_counts(fed, z, v, auto if floor else 1), epsilon,
                                           relation), fed.accuracy) for z, v, floor in rows]
 
 
@@ -178,7 +184,7 @@ def score_family(fed: Federation, epsilon: float, relation: str, margin: float, 
     """The ``score:M:BITS`` ballot's argmax release, exactly."""
     ballot = Ballot.parse(f"score:{margin:g}:{int(bits)}")
     counts = np.stack([ballot.cast(row, 1) for row in fed.scores]).sum(axis=0)
-    return _outcome(winner_probabilities(counts, epsilon, relation, ballot.max_entry), fed.accuracy)
+    return outcome(winner_probabilities(counts, epsilon, relation, ballot.max_entry), fed.accuracy)
 
 
 def joint_family(fed: Federation, epsilon: float, relation: str, betas: Sequence[float], repetitions: int,
@@ -221,7 +227,7 @@ def threshold_family(fed: Federation, epsilon: float, relation: str, rows: Seque
         for d in np.flatnonzero(weights):
             key = (int(d), epsilon - first)
             if key not in exact:
-                exact[key] = _outcome(winner_probabilities(counts[d], epsilon - first, relation), fed.accuracy)
+                exact[key] = outcome(winner_probabilities(counts[d], epsilon - first, relation), fed.accuracy)
             gap += weights[d] * exact[key][0]
             within += weights[d] * exact[key][1]
         out.append((gap, within))
@@ -233,8 +239,8 @@ def small_family(fed: Federation, epsilon: float, relation: str, rows: Sequence[
     """The ``small`` family per row ``(z, V, N)``, exactly: `uncertain_family` (floor 1) where ``n <= N``, else the
     auto ballot's argmax release."""
     n, p = fed.scores.shape[:2]
-    auto = _outcome(winner_probabilities(depth_counts(fed.scores, [auto_depth(p, noise_std(epsilon, relation), n)])[0],
-                                         epsilon, relation), fed.accuracy)
+    auto = outcome(depth_release(fed.scores, auto_depth(p, noise_std(epsilon, relation), n), epsilon, relation),
+                   fed.accuracy)
     return [uncertain_family(fed, epsilon, relation, [(z, v, 1)])[0] if n <= most else auto for z, v, most in rows]
 
 
@@ -279,8 +285,7 @@ def skew_family(fed: Federation, epsilon: float, relation: str, rows: Sequence[t
             if weight == 0.0:
                 continue
             if (depth, rest) not in exact:
-                exact[depth, rest] = _outcome(winner_probabilities(depth_counts(fed.scores, [depth])[0], rest,
-                                                                   relation), fed.accuracy)
+                exact[depth, rest] = outcome(depth_release(fed.scores, depth, rest, relation), fed.accuracy)
             gap += weight * exact[depth, rest][0]
             within += weight * exact[depth, rest][1]
         out.append((gap, within))

@@ -27,14 +27,15 @@ from dphype.ml.validation import DEFAULT_VALIDATION, check_validation
 from dphype.privacy.winner import noise_std, winner_probabilities
 from dphype.selection.voting import auto_depth
 from simulations import harness
-from simulations.ksweep_aware import Federation, depth_counts, load_federation
+from simulations.ksweep_aware import Federation, depth_release, load_federation, outcome
 from simulations.ksweep_loto import GOAL_WORST, Grid
 from simulations.ksweep_report import read_runs, run_folders
 
 #: Points above a federation's lowest FedAvg accuracy that count as chance.
 CHANCE_BAND = 2.0
-#: Bits per entry of the accuracy release.
+#: Bits per entry of the accuracy release, and its largest entry ``G``.
 ACCURACY_BITS = 6
+ACCURACY_MAX_ENTRY = 2**ACCURACY_BITS - 1
 
 
 def chance_share(probabilities: np.ndarray, accuracy: np.ndarray, band: float = CHANCE_BAND) -> float:
@@ -42,31 +43,24 @@ def chance_share(probabilities: np.ndarray, accuracy: np.ndarray, band: float = 
     return float(probabilities[100.0 * (accuracy - accuracy.min()) <= band + 1e-9].sum())
 
 
-def accuracy_counts(local_accuracy: np.ndarray, bits: int = ACCURACY_BITS) -> np.ndarray:
+def accuracy_counts(local_accuracy: np.ndarray) -> np.ndarray:
     """``(p,)``: the clients' ``(n, p)`` validation accuracies on the grid ``1 / G`` summed (non-finite as 0)."""
-    g = 2**bits - 1
     acc = np.where(np.isfinite(local_accuracy), np.clip(local_accuracy, 0.0, 1.0), 0.0)
-    return np.rint(acc * g).astype(np.int64).sum(axis=0)
-
-
-def gap_of(probabilities: np.ndarray, accuracy: np.ndarray) -> float:
-    """The expected gap to Opt in points of a release's distribution ``(p,)``."""
-    return float(probabilities @ (100.0 * (accuracy.max() - accuracy)))
+    return np.rint(acc * ACCURACY_MAX_ENTRY).astype(np.int64).sum(axis=0)
 
 
 def cause_of(fed: Federation, epsilon: float, relation: str, best_k: int) -> dict[str, Any]:
     """The default's ``k``, its expected gap, its share at chance, the accuracy release's gap and the cause."""
     n, p = fed.scores.shape[:2]
     k = auto_depth(p, noise_std(epsilon, relation), n)
-    probs = winner_probabilities(depth_counts(fed.scores, [k])[0], epsilon, relation)
+    probs = depth_release(fed.scores, k, epsilon, relation)
     at_chance = chance_share(probs, fed.accuracy)
-    row: dict[str, Any] = {"default_k": k, "default_gap": round(gap_of(probs, fed.accuracy), 3),
+    row: dict[str, Any] = {"default_k": k, "default_gap": round(outcome(probs, fed.accuracy)[0], 3),
                            "default_at_chance": round(at_chance, 3),
                            "candidates_at_chance": int(chance_share(np.ones(p), fed.accuracy))}
     if fed.local is not None:
-        g = 2**ACCURACY_BITS - 1
-        row["accuracy_gap"] = round(gap_of(winner_probabilities(accuracy_counts(fed.local[..., 0]), epsilon,
-                                                                relation, g), fed.accuracy), 3)
+        row["accuracy_gap"] = round(outcome(winner_probabilities(accuracy_counts(fed.local[..., 0]), epsilon,
+                                                                 relation, ACCURACY_MAX_ENTRY), fed.accuracy)[0], 3)
     row["cause"] = "collapse" if at_chance >= 0.5 else ("deeper" if best_k > k else "shallower")
     return row
 

@@ -347,7 +347,7 @@ class Gaussian(ShareNoiseKind):
 
     def vote_profile(self, epsilons: np.ndarray, sigma: float, k: int) -> np.ndarray:
         """``N(0, sigma^2)`` against ``N(L2, sigma^2)``: the analytic Gaussian delta (Balle & Wang 2018, Thm 8)."""
-        l2 = math.sqrt(2.0 * k)
+        l2 = vote_sensitivity(k)[0]
         return np.array([analytic_gaussian_delta(float(e), l2, sigma) for e in epsilons])
 
 

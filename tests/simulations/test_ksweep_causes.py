@@ -41,7 +41,7 @@ def test_locally_best_candidates_that_federate_to_chance_are_a_collapse() -> Non
 def test_the_accuracy_release_moves_each_count_by_at_most_its_largest_entry() -> None:
     """The accuracy release's premise: one client changes each summed entry by at most ``G``."""
     rng = np.random.default_rng(1)
-    g = 2**ksweep_causes.ACCURACY_BITS - 1
+    g = ksweep_causes.ACCURACY_MAX_ENTRY
     acc = rng.random((15, 40))
     acc[0, 3] = np.nan
     before = ksweep_causes.accuracy_counts(acc)

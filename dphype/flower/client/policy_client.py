@@ -301,7 +301,7 @@ def cast_approved_ballot(context: Context, request: VoteRequest, limits: NodePol
         Refusal: If the node voted on the request's approval already, voted on the request in this run and cannot
             answer again (``already_voted``), or its policy or budget no longer admits it.
     """  # noqa: DOC502
-    def cast() -> tuple[VoteGuarantee, Any]:
+    def make_ballot() -> tuple[VoteGuarantee, Any]:
         if SCORES_STATE not in context.state.array_records:
             raise Refusal("malformed_request", "this node already voted on the approved request")
         guarantee = approved_guarantee(checked, request, limits)  # the pre-flight's, unless the policy changed
@@ -310,7 +310,7 @@ def cast_approved_ballot(context: Context, request: VoteRequest, limits: NodePol
         del context.state.array_records[SCORES_STATE]  # the scores are gone before the vote is recorded
         return guarantee, ballot
 
-    return released_once(context, request.digest(), limits, cast, what=what, reply=reply,
+    return released_once(context, request.digest(), limits, make_ballot, what=what, reply=reply,
                          forget=lambda: context.state.array_records.pop(SCORES_STATE, None))
 
 

@@ -211,8 +211,7 @@ def _tally_nodes(grid: Grid, clients: int, *, connect_timeout: float | None,
             raise PreflightError(f"only {len(node_ids(grid)) - len(tallies)} of clients={clients} voters connected "
                                  f"within {connect_timeout:g} s: start more voters, or set clients lower\n"
                                  f"(besides {len(tallies)} tally nodes, which do not vote in this release); nothing "
-                                 "was sent: start more voters' SuperNodes, or run with clients <= the voters you "
-                                 "have") from None
+                                 "was sent") from None
         connected = node_ids(grid)
         fresh = sorted(n for n in connected if n not in asked)
         if len(connected) <= clients and not asked:  # no choice to make: every connected node is asked to vote

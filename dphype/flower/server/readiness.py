@@ -135,9 +135,8 @@ def run_preflight(grid: Grid, request: VoteRequest, nodes: list[int], timeout: f
             federations[str(reply.content.config_records[RECORD_KEY].get("federation", "unauthenticated"))] += 1
     if len(federations) > 1:
         raise PreflightError(f"the ready clients belong to different federations: run every node with the same "
-                             f"roster\n({describe_reasons(federations)}): every node must run with the same roster "
-                             "(dphype-roster; `dphype roster show` prints its fingerprint); the vote was not started "
-                             "and nothing was released")
+                             f"roster\n({describe_reasons(federations)}; dphype-roster names it, `dphype roster show` "
+                             "prints its fingerprint); the vote was not started and nothing was released")
     notes: tuple[str, ...] = ()
     if per_run:
         note = (f"{per_run} of {len(ready)} nodes are simulated with a per-run ledger: their lifetime budget "
